@@ -1,0 +1,286 @@
+//! Audit, acceptance policies and the gate.
+//!
+//! Audit turns a planned kernel's four contracts into obligation reports with dispositions.
+//! The gate applies a policy and returns either an accepted value — [`AcceptedKernel`] or
+//! [`AcceptedGraphPlan`] — or the structured list of failures. Accepted ⇔ the failure list is
+//! empty: both gate functions compute [`gate_failures`] and build the accepted value only
+//! when it is empty (property-tested in tests/trust.rs).
+//!
+//! The accepted types have private fields, no public constructor, no `Default`, no
+//! `Deserialize`, and expose their capsule only by shared reference:
+//!
+//! ```compile_fail
+//! // Building one by hand does not compile: the fields are private.
+//! let k = torchlean::backend::AcceptedKernel { entry: todo!(), audit: todo!(), policy: todo!() };
+//! ```
+//!
+//! ```compile_fail
+//! // There is no Deserialize implementation.
+//! let k: torchlean::backend::AcceptedKernel = serde_json::from_str("{}").unwrap();
+//! ```
+//!
+//! ```compile_fail
+//! // The capsule cannot be mutated through an accepted kernel.
+//! fn forge(k: &mut torchlean::backend::AcceptedKernel) {
+//!     k.capsule().trust_level = torchlean::backend::TrustLevel::Verified;
+//! }
+//! ```
+//!
+//! ```compile_fail
+//! // Nor can a graph plan be built or defaulted.
+//! let p: torchlean::backend::AcceptedGraphPlan = Default::default();
+//! ```
+
+use super::capsule::{ContractClaim, KernelCapsule, Obligation};
+use super::planner::{ExecutionPlan, LoweredGroup, PlannedKernel};
+use super::registry::RegisteredCapsule;
+use super::vocab::{Device, Disposition, EvidenceKind, PolicyName, Provider, RuntimeSupport, TrustLevel, VjpMode};
+use crate::graph::OpKind;
+use crate::runtime::kernel::KernelBinding;
+use serde::Serialize;
+use std::fmt;
+use std::sync::Arc;
+
+/// Which evidence and trust levels a run accepts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AcceptancePolicy {
+    pub name: String,
+    pub evidence: Vec<EvidenceKind>,
+    pub trust_levels: Vec<TrustLevel>,
+}
+
+impl AcceptancePolicy {
+    /// A named policy (not `custom`).
+    pub fn named(name: PolicyName) -> Option<AcceptancePolicy> {
+        use EvidenceKind as E;
+        use TrustLevel as T;
+        let (evidence, trust) = match name {
+            PolicyName::Strict => (vec![E::Theorem, E::Checker], vec![T::Verified]),
+            PolicyName::CheckedRuntime => (
+                vec![E::Theorem, E::Checker, E::RuntimeGuard, E::TestSuite, E::FuzzOracle],
+                vec![T::Verified, T::Checked, T::Fuzzed],
+            ),
+            PolicyName::AllowTrustedRuntime => (
+                vec![E::Theorem, E::Checker, E::RuntimeGuard, E::TestSuite, E::FuzzOracle, E::TrustedBoundary],
+                vec![T::Verified, T::Checked, T::Fuzzed, T::TrustedExternal],
+            ),
+            PolicyName::Custom => return None,
+        };
+        Some(AcceptancePolicy { name: name.label().to_string(), evidence, trust_levels: trust })
+    }
+
+    /// Parses a policy name: strict, checked-runtime, allow-trusted-runtime.
+    pub fn parse(s: &str) -> Result<AcceptancePolicy, String> {
+        PolicyName::from_label(s)
+            .and_then(AcceptancePolicy::named)
+            .ok_or_else(|| format!("unknown policy `{s}` (use strict, checked-runtime or allow-trusted-runtime)"))
+    }
+
+    /// A custom policy.
+    pub fn custom(evidence: Vec<EvidenceKind>, trust_levels: Vec<TrustLevel>) -> AcceptancePolicy {
+        AcceptancePolicy { name: "custom".into(), evidence, trust_levels }
+    }
+
+    pub fn allows_evidence(&self, e: EvidenceKind) -> bool {
+        self.evidence.contains(&e)
+    }
+
+    pub fn allows_trust(&self, t: TrustLevel) -> bool {
+        self.trust_levels.contains(&t)
+    }
+}
+
+/// The audit of one obligation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ObligationReport {
+    pub obligation: Obligation,
+    pub claim: ContractClaim,
+    pub evidence: EvidenceKind,
+    pub evidence_detail: String,
+    pub disposition: Disposition,
+    /// False only for the VJP obligation when no gradient is requested or the op has none.
+    pub required: bool,
+    /// Checker evidence is discharged again on every call.
+    pub recheck_every_call: bool,
+}
+
+/// The audit of one planned kernel: its identity and its four obligation reports.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct KernelAudit {
+    pub op: OpKind,
+    pub capsule: String,
+    pub provider: Provider,
+    pub device: Device,
+    pub trust_level: TrustLevel,
+    pub vjp_mode: VjpMode,
+    pub runtime_support: RuntimeSupport,
+    pub deterministic: bool,
+    pub obligations: Vec<ObligationReport>,
+}
+
+/// Audits a capsule for a session requesting `vjp`.
+pub fn audit(capsule: &KernelCapsule, vjp: VjpMode) -> KernelAudit {
+    let vjp_required = vjp != VjpMode::None && capsule.op.differentiable();
+    let obligations = Obligation::ALL
+        .iter()
+        .map(|&o| {
+            let d = capsule.contract(o);
+            let kind = d.evidence.kind();
+            ObligationReport {
+                obligation: o,
+                claim: d.claim.clone(),
+                evidence: kind,
+                evidence_detail: d.evidence.render(),
+                disposition: kind.disposition(),
+                required: o != Obligation::Vjp || vjp_required,
+                recheck_every_call: kind == EvidenceKind::Checker,
+            }
+        })
+        .collect();
+    KernelAudit {
+        op: capsule.op,
+        capsule: capsule.name.clone(),
+        provider: capsule.provider,
+        device: capsule.device,
+        trust_level: capsule.trust_level,
+        vjp_mode: capsule.vjp_mode,
+        runtime_support: capsule.runtime_support,
+        deterministic: capsule.deterministic,
+        obligations,
+    }
+}
+
+/// One reason the gate refused.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "failure", rename_all = "snake_case")]
+pub enum GateFailure {
+    EvidenceNotAccepted { op: OpKind, capsule: String, obligation: Obligation, evidence: EvidenceKind, policy: String },
+    TrustLevelNotAllowed { op: OpKind, capsule: String, level: TrustLevel, policy: String },
+}
+
+impl GateFailure {
+    /// A stable label of the failure kind.
+    pub fn kind_label(&self) -> &'static str {
+        match self {
+            GateFailure::EvidenceNotAccepted { .. } => "evidence_not_accepted",
+            GateFailure::TrustLevelNotAllowed { .. } => "trust_level_not_allowed",
+        }
+    }
+}
+
+impl fmt::Display for GateFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GateFailure::EvidenceNotAccepted { op, capsule, obligation, evidence, policy } => write!(
+                f,
+                "evidence_not_accepted: op `{}` capsule `{capsule}`: {} evidence `{evidence}` is not accepted by policy `{policy}`",
+                op.name(),
+                obligation.label()
+            ),
+            GateFailure::TrustLevelNotAllowed { op, capsule, level, policy } => write!(
+                f,
+                "trust_level_not_allowed: op `{}` capsule `{capsule}`: trust level `{level}` is not allowed by policy `{policy}`",
+                op.name()
+            ),
+        }
+    }
+}
+
+/// The failures of one audited kernel under a policy (empty ⇔ acceptable).
+pub fn gate_failures(audit: &KernelAudit, policy: &AcceptancePolicy) -> Vec<GateFailure> {
+    let mut failures = Vec::new();
+    if !policy.allows_trust(audit.trust_level) {
+        failures.push(GateFailure::TrustLevelNotAllowed { op: audit.op, capsule: audit.capsule.clone(), level: audit.trust_level, policy: policy.name.clone() });
+    }
+    for o in audit.obligations.iter().filter(|o| o.required) {
+        if !policy.allows_evidence(o.evidence) {
+            failures.push(GateFailure::EvidenceNotAccepted { op: audit.op, capsule: audit.capsule.clone(), obligation: o.obligation, evidence: o.evidence, policy: policy.name.clone() });
+        }
+    }
+    failures
+}
+
+/// Permission to run one kernel: obtainable only from [`gate_kernel`].
+#[derive(Debug)]
+pub struct AcceptedKernel {
+    entry: Arc<RegisteredCapsule>,
+    audit: KernelAudit,
+    policy: AcceptancePolicy,
+}
+
+impl AcceptedKernel {
+    pub fn capsule(&self) -> &KernelCapsule {
+        &self.entry.capsule
+    }
+    pub fn audit(&self) -> &KernelAudit {
+        &self.audit
+    }
+    pub fn policy(&self) -> &AcceptancePolicy {
+        &self.policy
+    }
+    /// The kernels bound to the accepted capsule: what the runtime runs.
+    pub(crate) fn binding(&self) -> KernelBinding {
+        self.entry.binding
+    }
+}
+
+/// The gate's refusal of one kernel.
+#[derive(Debug, Clone)]
+pub struct KernelRejection {
+    pub audit: KernelAudit,
+    pub failures: Vec<GateFailure>,
+}
+
+/// Applies `policy` to one planned kernel.
+pub fn gate_kernel(planned: &PlannedKernel, vjp: VjpMode, policy: &AcceptancePolicy) -> Result<AcceptedKernel, KernelRejection> {
+    let a = audit(planned.capsule(), vjp);
+    let failures = gate_failures(&a, policy);
+    if failures.is_empty() {
+        Ok(AcceptedKernel { entry: Arc::clone(&planned.entry), audit: a, policy: policy.clone() })
+    } else {
+        Err(KernelRejection { audit: a, failures })
+    }
+}
+
+/// Permission to run a whole plan: obtainable only from [`gate_plan`].
+#[derive(Debug)]
+pub struct AcceptedGraphPlan {
+    kernels: Vec<AcceptedKernel>,
+    groups: Vec<LoweredGroup>,
+}
+
+impl AcceptedGraphPlan {
+    pub fn kernels(&self) -> &[AcceptedKernel] {
+        &self.kernels
+    }
+    pub fn groups(&self) -> &[LoweredGroup] {
+        &self.groups
+    }
+}
+
+/// A plan the gate refused, kept for inspection.
+#[derive(Debug, Clone)]
+pub struct RejectedPlan {
+    pub audits: Vec<KernelAudit>,
+    pub groups: Vec<LoweredGroup>,
+    pub failures: Vec<GateFailure>,
+}
+
+/// Applies the plan's policy to every kernel of the plan.
+pub fn gate_plan(plan: &ExecutionPlan) -> Result<AcceptedGraphPlan, RejectedPlan> {
+    let policy = &plan.request.policy;
+    let audits: Vec<KernelAudit> = plan.kernels.iter().map(|k| audit(k.capsule(), plan.request.vjp)).collect();
+    let failures: Vec<GateFailure> = audits.iter().flat_map(|a| gate_failures(a, policy)).collect();
+    let groups = plan.lower();
+    if failures.is_empty() {
+        let kernels = plan
+            .kernels
+            .iter()
+            .zip(audits)
+            .map(|(k, a)| AcceptedKernel { entry: Arc::clone(&k.entry), audit: a, policy: policy.clone() })
+            .collect();
+        Ok(AcceptedGraphPlan { kernels, groups })
+    } else {
+        Err(RejectedPlan { audits, groups, failures })
+    }
+}

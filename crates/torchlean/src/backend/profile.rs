@@ -1,0 +1,73 @@
+//! Named backend profiles: device + provider preference + policy + VJP mode, in one name.
+
+use super::gate::AcceptancePolicy;
+use super::planner::ProviderPreference;
+use super::vocab::{Device, PolicyName, Provider, VjpMode};
+use serde::Serialize;
+
+/// A bundle of the independent backend choices.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BackendProfile {
+    pub name: String,
+    pub device: Device,
+    pub preference: ProviderPreference,
+    pub policy: AcceptancePolicy,
+    /// The VJP mode requested when gradients are recorded.
+    pub vjp: VjpMode,
+}
+
+fn profile(name: &str, device: Device, preference: ProviderPreference, policy: PolicyName, vjp: VjpMode) -> BackendProfile {
+    BackendProfile {
+        name: name.to_string(),
+        device,
+        preference,
+        // named policies always exist
+        policy: AcceptancePolicy::named(policy).expect("named policy"),
+        vjp,
+    }
+}
+
+impl BackendProfile {
+    /// Every named profile (DESIGN §3).
+    pub fn all_named() -> Vec<BackendProfile> {
+        use ProviderPreference::*;
+        use VjpMode::TorchleanTape as Tape;
+        let mut v = vec![
+            profile("strict_cpu", Device::Cpu, Only(Provider::Reference), PolicyName::Strict, Tape),
+            profile("checked_cpu", Device::Cpu, Auto, PolicyName::CheckedRuntime, Tape),
+            profile("checked_cuda", Device::Cuda, Auto, PolicyName::CheckedRuntime, Tape),
+            profile("libtorch_forward_cuda", Device::Cuda, Only(Provider::Libtorch), PolicyName::AllowTrustedRuntime, Tape),
+            profile("libtorch_autograd_cuda", Device::Cuda, Only(Provider::Libtorch), PolicyName::AllowTrustedRuntime, VjpMode::ExternalAutograd),
+        ];
+        for (name, device) in [
+            ("future_metal", Device::Metal),
+            ("future_rocm", Device::Rocm),
+            ("future_wasm", Device::Wasm),
+            ("future_tpu", Device::Tpu),
+            ("future_trainium", Device::Trainium),
+            ("future_custom_chip", Device::Custom),
+            ("future_external", Device::External),
+        ] {
+            v.push(profile(name, device, Auto, PolicyName::Strict, Tape));
+        }
+        v
+    }
+
+    /// Looks a named profile up.
+    pub fn named(name: &str) -> Result<BackendProfile, String> {
+        BackendProfile::all_named().into_iter().find(|p| p.name == name).ok_or_else(|| {
+            let names: Vec<String> = BackendProfile::all_named().into_iter().map(|p| p.name).collect();
+            format!("unknown profile `{name}` (known: {})", names.join(", "))
+        })
+    }
+
+    /// The default: checked CPU.
+    pub fn default_cpu() -> BackendProfile {
+        profile("checked_cpu", Device::Cpu, ProviderPreference::Auto, PolicyName::CheckedRuntime, VjpMode::TorchleanTape)
+    }
+
+    /// A profile assembled from individual choices (named `custom`).
+    pub fn custom(device: Device, preference: ProviderPreference, policy: AcceptancePolicy, vjp: VjpMode) -> BackendProfile {
+        BackendProfile { name: "custom".into(), device, preference, policy, vjp }
+    }
+}

@@ -1,0 +1,96 @@
+//! Backend reports: what ran (or would run), with which evidence, under which policy.
+//!
+//! Text for people: a header line, then per op the capsule line and four obligation lines.
+//! JSON with the same content. A row is called "proved" only when its evidence is a theorem.
+
+use super::gate::{GateFailure, KernelAudit};
+use super::planner::LoweredGroup;
+use super::profile::BackendProfile;
+use super::vocab::{Disposition, ExecutionMode, TrustLevel};
+use serde::Serialize;
+use std::fmt::Write;
+
+/// A backend report.
+#[derive(Debug, Clone, Serialize)]
+pub struct BackendReport {
+    pub profile: String,
+    pub device: String,
+    pub provider_preference: String,
+    pub policy: String,
+    pub vjp: String,
+    pub mode: ExecutionMode,
+    pub verdict: String,
+    pub trusted_external_ops: Vec<String>,
+    pub kernels: Vec<KernelAudit>,
+    pub groups: Vec<LoweredGroup>,
+    pub failures: Vec<GateFailure>,
+}
+
+impl BackendReport {
+    pub fn new(profile: &BackendProfile, mode: ExecutionMode, kernels: Vec<KernelAudit>, groups: Vec<LoweredGroup>, failures: Vec<GateFailure>) -> Self {
+        let trusted_external_ops = kernels
+            .iter()
+            .filter(|k| k.trust_level == TrustLevel::TrustedExternal || k.obligations.iter().any(|o| o.required && o.disposition == Disposition::Trusted))
+            .map(|k| k.op.name().to_string())
+            .collect();
+        BackendReport {
+            profile: profile.name.clone(),
+            device: profile.device.label().into(),
+            provider_preference: profile.preference.label(),
+            policy: profile.policy.name.clone(),
+            vjp: profile.vjp.label().into(),
+            mode,
+            verdict: if failures.is_empty() { "accepted".into() } else { "rejected".into() },
+            trusted_external_ops,
+            kernels,
+            groups,
+            failures,
+        }
+    }
+
+    /// The report for people.
+    pub fn to_text(&self) -> String {
+        let mut s = String::new();
+        let trusted = if self.trusted_external_ops.is_empty() { "none".to_string() } else { self.trusted_external_ops.join(",") };
+        let _ = writeln!(
+            s,
+            "backend report: profile={} mode={} device={} provider={} policy={} vjp={} trusted_external_ops={} verdict={}",
+            self.profile, self.mode, self.device, self.provider_preference, self.policy, self.vjp, trusted, self.verdict
+        );
+        for k in &self.kernels {
+            let _ = writeln!(
+                s,
+                "{}: {} provider={} trust={} vjp={} runtime={}{}",
+                k.op.name(),
+                k.capsule,
+                k.provider,
+                k.trust_level,
+                k.vjp_mode,
+                k.runtime_support,
+                if k.deterministic { "" } else { " nondeterministic" }
+            );
+            for o in &k.obligations {
+                let _ = writeln!(
+                    s,
+                    "  {}: {}; {} [{}{}{}]",
+                    o.obligation.label(),
+                    o.claim.render(),
+                    o.evidence_detail,
+                    o.disposition,
+                    if o.recheck_every_call { ", rechecked every call" } else { "" },
+                    if o.required { "" } else { ", not required" }
+                );
+            }
+        }
+        for f in &self.failures {
+            let _ = writeln!(s, "gate failure: {f}");
+        }
+        s
+    }
+
+    /// The same content as JSON.
+    pub fn to_json(&self) -> serde_json::Value {
+        // serializing plain data with derived impls cannot fail
+        serde_json::to_value(self).expect("report serializes")
+    }
+}

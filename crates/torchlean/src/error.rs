@@ -1,0 +1,60 @@
+//! Errors of the op layer (`graph` + `spec`) and of the runtime.
+//!
+//! Every user mistake becomes one of these values, naming the op, the shapes involved and
+//! what was expected. Library code never panics on user input.
+
+use thiserror::Error;
+
+/// A mistake in how an op was applied: wrong arity, shapes, payload or index values.
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum OpError {
+    #[error("op `{op}`: expected {expected} input(s), got {got}")]
+    Arity {
+        op: &'static str,
+        expected: String,
+        got: usize,
+    },
+    #[error("op `{op}`: input shapes {shapes:?} are invalid: expected {expected}")]
+    Shape {
+        op: &'static str,
+        shapes: Vec<Vec<usize>>,
+        expected: String,
+    },
+    #[error("op `{op}`: invalid payload: {reason}")]
+    Payload { op: &'static str, reason: String },
+    #[error("op `{op}`: invalid index value {value} at position {position}: expected an integer in [0, {bound})")]
+    Index {
+        op: &'static str,
+        value: f32,
+        position: usize,
+        bound: usize,
+    },
+    #[error("op `{op}` is not differentiable")]
+    NotDifferentiable { op: &'static str },
+}
+
+/// Errors raised by tensors, the eager runtime and the providers.
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum Error {
+    #[error(transparent)]
+    Op(#[from] OpError),
+    #[error("tensor creation: {0}")]
+    Creation(String),
+    #[error("element access: index {index:?} is out of bounds for shape {shape:?}")]
+    OutOfBounds { index: Vec<usize>, shape: Vec<usize> },
+    #[error("autograd: {0}")]
+    Autograd(String),
+    #[error("provider `{provider}` has no kernel for op `{op}`")]
+    NoKernel { provider: &'static str, op: &'static str },
+    #[error("planning: {0}")]
+    Planning(String),
+    #[error("gate: {0}")]
+    Gate(String),
+    #[error("device `{device}` is not available: {reason}")]
+    DeviceUnavailable { device: String, reason: String },
+    #[error("{0}")]
+    Other(String),
+}
+
+/// Result alias for the runtime.
+pub type Result<T> = std::result::Result<T, Error>;

@@ -1,0 +1,353 @@
+//! The closed op vocabulary: which operation occurs, with which payload.
+//!
+//! `Op` carries the payload; `OpKind` is the payload-free key used by registries, caches and
+//! reports. Every kind has a stable snake_case name (`OpKind::name`) that never changes once
+//! published, and the list of TorchLean backend op names it covers (`OpKind::torchlean_names`,
+//! documented in docs/ops.md). This module only describes ops; it executes nothing.
+
+use serde::{Deserialize, Serialize};
+
+/// Geometry of a 2-D convolution (NCHW input, OIHW weight).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Conv2dGeometry {
+    pub stride: [usize; 2],
+    pub padding: [usize; 2],
+    pub dilation: [usize; 2],
+    pub groups: usize,
+}
+
+impl Default for Conv2dGeometry {
+    fn default() -> Self {
+        Conv2dGeometry {
+            stride: [1, 1],
+            padding: [0, 0],
+            dilation: [1, 1],
+            groups: 1,
+        }
+    }
+}
+
+/// Geometry of a 2-D transposed convolution (input NCHW, weight [C_in, C_out/groups, KH, KW]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConvTranspose2dGeometry {
+    pub stride: [usize; 2],
+    pub padding: [usize; 2],
+    pub output_padding: [usize; 2],
+    pub dilation: [usize; 2],
+    pub groups: usize,
+}
+
+impl Default for ConvTranspose2dGeometry {
+    fn default() -> Self {
+        ConvTranspose2dGeometry {
+            stride: [1, 1],
+            padding: [0, 0],
+            output_padding: [0, 0],
+            dilation: [1, 1],
+            groups: 1,
+        }
+    }
+}
+
+/// Geometry of a 2-D pooling window over NCHW input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pool2dGeometry {
+    pub kernel: [usize; 2],
+    pub stride: [usize; 2],
+    pub padding: [usize; 2],
+}
+
+impl Pool2dGeometry {
+    /// A square window with stride equal to the kernel and no padding.
+    pub fn square(k: usize) -> Self {
+        Pool2dGeometry {
+            kernel: [k, k],
+            stride: [k, k],
+            padding: [0, 0],
+        }
+    }
+}
+
+/// How the optional fourth input of attention is interpreted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttentionMask {
+    /// No fourth input.
+    None,
+    /// Fourth input is a boolean mask (nonzero = may attend). A blocked entry contributes
+    /// exactly zero to the softmax numerator; a fully blocked row yields a zero output row.
+    Boolean,
+    /// Fourth input is an additive score bias.
+    AdditiveBias,
+}
+
+/// One operation with its payload.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Op {
+    // random sources (no inputs, non-differentiable)
+    RandUniform { shape: Vec<usize>, seed: u64 },
+    /// 1 with probability `keep`, else 0.
+    BernoulliMask { shape: Vec<usize>, keep: f32, seed: u64 },
+    // binary elementwise with NumPy broadcasting
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Maximum,
+    Minimum,
+    /// `where(cond, a, b)`: `a` where `cond != 0`, else `b` (all three broadcast).
+    Where,
+    // unary maps
+    Neg,
+    Abs,
+    Sqrt,
+    Exp,
+    Log,
+    Sin,
+    Cos,
+    Tanh,
+    Sigmoid,
+    Relu,
+    Gelu,
+    Silu,
+    Softplus,
+    /// Reciprocal `1/x`.
+    Inv,
+    /// `ln(max(x, eps))`: never NaN for finite x.
+    SafeLog { eps: f32 },
+    Scale { factor: f32 },
+    AddScalar { value: f32 },
+    Clamp { min: f32, max: f32 },
+    Pow { exponent: f32 },
+    // softmax family
+    Softmax { axis: usize },
+    LogSoftmax { axis: usize },
+    // reductions
+    SumAll,
+    ReduceSum { axes: Vec<usize>, keepdim: bool },
+    ReduceMean { axes: Vec<usize>, keepdim: bool },
+    /// Index of the first maximum along `axis` (as f32); non-differentiable.
+    Argmax { axis: usize },
+    // shape and views
+    Reshape { shape: Vec<usize> },
+    Permute { axes: Vec<usize> },
+    BroadcastTo { shape: Vec<usize> },
+    Concat { axis: usize },
+    Slice { axis: usize, start: usize, end: usize },
+    // gather and scatter (index tensors hold integral f32 values)
+    IndexSelect { axis: usize },
+    Gather { axis: usize },
+    ScatterAdd { axis: usize },
+    // linear algebra and loss
+    Matmul,
+    /// `x @ w^T (+ b)` with `w` of shape [out, in].
+    Linear,
+    MseLoss,
+    // normalization (training-mode statistics)
+    LayerNorm { eps: f32 },
+    RmsNorm { eps: f32 },
+    BatchNorm { eps: f32, channel_axis: usize },
+    // convolution
+    Conv2d(Conv2dGeometry),
+    ConvTranspose2d(ConvTranspose2dGeometry),
+    // pooling
+    MaxPool2d(Pool2dGeometry),
+    AvgPool2d { geometry: Pool2dGeometry, count_include_pad: bool },
+    /// `(1/beta) * ln(sum over window of exp(beta * x))`, padding excluded.
+    SmoothMaxPool2d { geometry: Pool2dGeometry, beta: f32 },
+    // special
+    /// Fourier-neural-operator layer: rfft over the last axis, complex weights on the
+    /// first `modes` frequencies, the rest zeroed, normalized irfft.
+    SpectralConv1d { modes: usize },
+    /// Diagonal linear recurrence `h_t = a_t * h_{t-1} + u_t` along axis 1.
+    SelectiveScan,
+    ScaledDotProductAttention {
+        scale: Option<f32>,
+        causal: bool,
+        mask: AttentionMask,
+    },
+}
+
+macro_rules! op_kinds {
+    ($( $kind:ident => $name:literal, [$($tl:literal),*], $family:literal ;)*) => {
+        /// The payload-free identity of an op: the key of registries, caches and reports.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[serde(rename_all = "snake_case")]
+        pub enum OpKind { $($kind),* }
+
+        impl OpKind {
+            /// Every kind, in declaration order.
+            pub const ALL: &'static [OpKind] = &[$(OpKind::$kind),*];
+
+            /// The stable snake_case name.
+            pub fn name(self) -> &'static str {
+                match self { $(OpKind::$kind => $name),* }
+            }
+
+            /// The TorchLean backend op names this kind expresses (see docs/ops.md).
+            pub fn torchlean_names(self) -> &'static [&'static str] {
+                match self { $(OpKind::$kind => &[$($tl),*]),* }
+            }
+
+            /// The family the op belongs to (for listings).
+            pub fn family(self) -> &'static str {
+                match self { $(OpKind::$kind => $family),* }
+            }
+
+            /// Looks a kind up by its stable name.
+            pub fn from_name(name: &str) -> Option<OpKind> {
+                match name { $($name => Some(OpKind::$kind),)* _ => None }
+            }
+
+            /// Position in `ALL` (dense index for caches).
+            pub fn index(self) -> usize {
+                self as usize
+            }
+        }
+    };
+}
+
+op_kinds! {
+    RandUniform => "rand_uniform", ["rand_uniform"], "random";
+    BernoulliMask => "bernoulli_mask", ["bernoulli_mask"], "random";
+    Add => "add", ["add"], "elementwise";
+    Sub => "sub", ["sub"], "elementwise";
+    Mul => "mul", ["mul"], "elementwise";
+    Div => "div", [], "elementwise";
+    Maximum => "maximum", ["max"], "elementwise";
+    Minimum => "minimum", ["min"], "elementwise";
+    Where => "where", [], "elementwise";
+    Neg => "neg", [], "activations";
+    Abs => "abs", ["abs"], "elementwise";
+    Sqrt => "sqrt", ["sqrt"], "elementwise";
+    Exp => "exp", ["exp"], "activations";
+    Log => "log", ["log"], "activations";
+    Sin => "sin", ["sin"], "activations";
+    Cos => "cos", ["cos"], "activations";
+    Tanh => "tanh", ["tanh"], "activations";
+    Sigmoid => "sigmoid", ["sigmoid"], "activations";
+    Relu => "relu", ["relu"], "activations";
+    Gelu => "gelu", ["gelu"], "activations";
+    Silu => "silu", [], "activations";
+    Softplus => "softplus", ["softplus"], "activations";
+    Inv => "inv", ["inv"], "activations";
+    SafeLog => "safe_log", ["safe_log"], "activations";
+    Scale => "scale", ["scale"], "elementwise";
+    AddScalar => "add_scalar", [], "elementwise";
+    Clamp => "clamp", ["clamp"], "elementwise";
+    Pow => "pow", [], "elementwise";
+    Softmax => "softmax", ["softmax"], "softmax";
+    LogSoftmax => "log_softmax", ["log_softmax"], "softmax";
+    SumAll => "sum_all", ["sum"], "reductions";
+    ReduceSum => "reduce_sum", ["reduce_sum"], "reductions";
+    ReduceMean => "reduce_mean", ["reduce_mean"], "reductions";
+    Argmax => "argmax", [], "reductions";
+    Reshape => "reshape", ["flatten", "reshape"], "shape";
+    Permute => "permute", ["permute", "transpose2d", "swap_adjacent_at_depth", "transpose3d_first_to_last", "transpose3d_last_to_first", "transpose3d_last_two"], "shape";
+    BroadcastTo => "broadcast_to", ["broadcast_to"], "shape";
+    Concat => "concat", ["concat_vectors", "concat_leading_axis"], "shape";
+    Slice => "slice", ["slice_leading_axis_range"], "shape";
+    IndexSelect => "index_select", ["gather_scalar_nat", "gather_row", "gather_vec_nat", "gather_rows_nat"], "gather_scatter";
+    Gather => "gather", ["gather_scalar"], "gather_scatter";
+    ScatterAdd => "scatter_add", ["scatter_add_vec", "scatter_add_row"], "gather_scatter";
+    Matmul => "matmul", ["matmul", "bmm"], "linalg";
+    Linear => "linear", ["linear"], "linalg";
+    MseLoss => "mse_loss", ["mse_loss"], "linalg";
+    LayerNorm => "layer_norm", ["layer_norm"], "normalization";
+    RmsNorm => "rms_norm", [], "normalization";
+    BatchNorm => "batch_norm", ["batch_norm", "batch_norm_channel_first"], "normalization";
+    Conv2d => "conv2d", ["conv", "conv2d"], "convolution";
+    ConvTranspose2d => "conv_transpose2d", ["conv_transpose", "conv_transpose2d"], "convolution";
+    MaxPool2d => "max_pool2d", ["max_pool", "max_pool2d", "max_pool2d_pad"], "pooling";
+    AvgPool2d => "avg_pool2d", ["avg_pool", "avg_pool2d", "avg_pool2d_pad"], "pooling";
+    SmoothMaxPool2d => "smooth_max_pool2d", ["smooth_max_pool", "smooth_max_pool2d"], "pooling";
+    SpectralConv1d => "spectral_conv1d", ["fft_fno"], "special";
+    SelectiveScan => "selective_scan", ["selective_scan"], "special";
+    ScaledDotProductAttention => "scaled_dot_product_attention", ["scaled_dot_product_attention"], "special";
+}
+
+impl Op {
+    /// The payload-free kind of this op.
+    pub fn kind(&self) -> OpKind {
+        use Op::*;
+        match self {
+            RandUniform { .. } => OpKind::RandUniform,
+            BernoulliMask { .. } => OpKind::BernoulliMask,
+            Add => OpKind::Add,
+            Sub => OpKind::Sub,
+            Mul => OpKind::Mul,
+            Div => OpKind::Div,
+            Maximum => OpKind::Maximum,
+            Minimum => OpKind::Minimum,
+            Where => OpKind::Where,
+            Neg => OpKind::Neg,
+            Abs => OpKind::Abs,
+            Sqrt => OpKind::Sqrt,
+            Exp => OpKind::Exp,
+            Log => OpKind::Log,
+            Sin => OpKind::Sin,
+            Cos => OpKind::Cos,
+            Tanh => OpKind::Tanh,
+            Sigmoid => OpKind::Sigmoid,
+            Relu => OpKind::Relu,
+            Gelu => OpKind::Gelu,
+            Silu => OpKind::Silu,
+            Softplus => OpKind::Softplus,
+            Inv => OpKind::Inv,
+            SafeLog { .. } => OpKind::SafeLog,
+            Scale { .. } => OpKind::Scale,
+            AddScalar { .. } => OpKind::AddScalar,
+            Clamp { .. } => OpKind::Clamp,
+            Pow { .. } => OpKind::Pow,
+            Softmax { .. } => OpKind::Softmax,
+            LogSoftmax { .. } => OpKind::LogSoftmax,
+            SumAll => OpKind::SumAll,
+            ReduceSum { .. } => OpKind::ReduceSum,
+            ReduceMean { .. } => OpKind::ReduceMean,
+            Argmax { .. } => OpKind::Argmax,
+            Reshape { .. } => OpKind::Reshape,
+            Permute { .. } => OpKind::Permute,
+            BroadcastTo { .. } => OpKind::BroadcastTo,
+            Concat { .. } => OpKind::Concat,
+            Slice { .. } => OpKind::Slice,
+            IndexSelect { .. } => OpKind::IndexSelect,
+            Gather { .. } => OpKind::Gather,
+            ScatterAdd { .. } => OpKind::ScatterAdd,
+            Matmul => OpKind::Matmul,
+            Linear => OpKind::Linear,
+            MseLoss => OpKind::MseLoss,
+            LayerNorm { .. } => OpKind::LayerNorm,
+            RmsNorm { .. } => OpKind::RmsNorm,
+            BatchNorm { .. } => OpKind::BatchNorm,
+            Conv2d(_) => OpKind::Conv2d,
+            ConvTranspose2d(_) => OpKind::ConvTranspose2d,
+            MaxPool2d(_) => OpKind::MaxPool2d,
+            AvgPool2d { .. } => OpKind::AvgPool2d,
+            SmoothMaxPool2d { .. } => OpKind::SmoothMaxPool2d,
+            SpectralConv1d { .. } => OpKind::SpectralConv1d,
+            SelectiveScan => OpKind::SelectiveScan,
+            ScaledDotProductAttention { .. } => OpKind::ScaledDotProductAttention,
+        }
+    }
+
+    /// The stable name of this op's kind.
+    pub fn name(&self) -> &'static str {
+        self.kind().name()
+    }
+}
+
+impl OpKind {
+    /// Whether the op has a VJP. Only the random sources and `argmax` do not.
+    pub fn differentiable(self) -> bool {
+        !matches!(
+            self,
+            OpKind::RandUniform | OpKind::BernoulliMask | OpKind::Argmax
+        )
+    }
+
+    /// Whether the op is a seeded random source (allowed forward-only in training).
+    pub fn is_random(self) -> bool {
+        matches!(self, OpKind::RandUniform | OpKind::BernoulliMask)
+    }
+}

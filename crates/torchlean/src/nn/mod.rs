@@ -1,0 +1,1 @@
+//! The `nn` layer: modules, losses, optimizers, training.

@@ -1,0 +1,185 @@
+//! Native elementwise kernels: broadcasting n-ary maps, unary maps, and their VJPs.
+
+use super::par::{for_chunks, for_rows};
+use super::reduce::sum_to_shape;
+use crate::graph::Op;
+use crate::spec::numel;
+use crate::tensor::{Layout, Tensor};
+
+/// Broadcast strides of an input of `shape` read as the output `out` shape.
+fn bstrides(shape: &[usize], out: &[usize]) -> Vec<usize> {
+    Layout::contiguous(shape.to_vec()).broadcast(out).strides
+}
+
+/// `out[i] = f([x_k[src_k(i)] for k])` over the broadcast of the inputs to `out_shape`.
+pub fn zip_map<const K: usize>(xs: [&[f32]; K], shapes: [&[usize]; K], out_shape: &[usize], f: impl Fn([f32; K]) -> f32 + Sync + Send) -> Vec<f32> {
+    let n = numel(out_shape);
+    let mut out = vec![0.0f32; n];
+    if n == 0 {
+        return out;
+    }
+    if shapes.iter().all(|s| *s == out_shape) {
+        for_chunks(&mut out, |off, c| {
+            for (j, o) in c.iter_mut().enumerate() {
+                *o = f(std::array::from_fn(|k| xs[k][off + j]));
+            }
+        });
+        return out;
+    }
+    let rank = out_shape.len();
+    let strides: Vec<Vec<usize>> = shapes.iter().map(|s| bstrides(s, out_shape)).collect();
+    let width = out_shape[rank - 1];
+    let last: [usize; K] = std::array::from_fn(|k| strides[k][rank - 1]);
+    for_rows(&mut out, width, |row, o| {
+        // base offset of this row for each input
+        let mut rem = row;
+        let mut base = [0usize; K];
+        for d in (0..rank - 1).rev() {
+            let i = rem % out_shape[d];
+            rem /= out_shape[d];
+            for k in 0..K {
+                base[k] += i * strides[k][d];
+            }
+        }
+        for (j, v) in o.iter_mut().enumerate() {
+            *v = f(std::array::from_fn(|k| xs[k][base[k] + j * last[k]]));
+        }
+    });
+    out
+}
+
+/// `out[i] = f(x[i])`.
+pub fn map(x: &[f32], f: impl Fn(f32) -> f32 + Sync + Send) -> Vec<f32> {
+    let mut out = vec![0.0f32; x.len()];
+    for_chunks(&mut out, |off, c| {
+        let n = c.len();
+        for (o, &v) in c.iter_mut().zip(&x[off..off + n]) {
+            *o = f(v);
+        }
+    });
+    out
+}
+
+fn binary_fn(op: &Op) -> fn(f32, f32) -> f32 {
+    match op {
+        Op::Add => |a, b| a + b,
+        Op::Sub => |a, b| a - b,
+        Op::Mul => |a, b| a * b,
+        Op::Div => |a, b| a / b,
+        Op::Maximum => |a, b| if a >= b || b.is_nan() { a } else { b },
+        Op::Minimum => |a, b| if a <= b || b.is_nan() { a } else { b },
+        _ => unreachable!("not a binary op: {}", op.name()),
+    }
+}
+
+pub fn binary_forward(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Vec<f32> {
+    if let Op::Where = op {
+        let (c, a, b) = (x[0].data(), x[1].data(), x[2].data());
+        return zip_map([&c, &a, &b], [x[0].shape(), x[1].shape(), x[2].shape()], out_shape, |[c, a, b]| if c != 0.0 { a } else { b });
+    }
+    let (a, b) = (x[0].data(), x[1].data());
+    let f = binary_fn(op);
+    zip_map([&a, &b], [x[0].shape(), x[1].shape()], out_shape, |[a, b]| f(a, b))
+}
+
+pub fn binary_vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
+    let g = gy.data();
+    let shape = gy.shape();
+    let reduce = |full: Vec<f32>, target: &&Tensor| Some(sum_to_shape(&full, shape, target.shape()));
+    if let Op::Where = op {
+        let c = x[0].data();
+        let ga = zip_map([&c, &g], [x[0].shape(), shape], shape, |[c, g]| if c != 0.0 { g } else { 0.0 });
+        let gb = zip_map([&c, &g], [x[0].shape(), shape], shape, |[c, g]| if c != 0.0 { 0.0 } else { g });
+        return vec![None, reduce(ga, &x[1]), reduce(gb, &x[2])];
+    }
+    let (a, b) = (x[0].data(), x[1].data());
+    let (sa, sb) = (x[0].shape(), x[1].shape());
+    let both = |fa: fn(f32, f32, f32) -> f32, fb: fn(f32, f32, f32) -> f32| {
+        let ga = zip_map([&a, &b, &g], [sa, sb, shape], shape, |[a, b, g]| fa(a, b, g));
+        let gb = zip_map([&a, &b, &g], [sa, sb, shape], shape, |[a, b, g]| fb(a, b, g));
+        vec![reduce(ga, &x[0]), reduce(gb, &x[1])]
+    };
+    match op {
+        Op::Add => vec![Some(sum_to_shape(&g, shape, sa)), Some(sum_to_shape(&g, shape, sb))],
+        Op::Sub => {
+            let gb = sum_to_shape(&g, shape, sb);
+            let neg = Tensor::from_parts(map(&gb.to_vec(), |v| -v), sb.to_vec());
+            vec![Some(sum_to_shape(&g, shape, sa)), Some(neg)]
+        }
+        Op::Mul => both(|_, b, g| g * b, |a, _, g| g * a),
+        Op::Div => both(|_, b, g| g / b, |a, b, g| -g * a / (b * b)),
+        Op::Maximum => both(|a, b, g| if a >= b { g } else { 0.0 }, |a, b, g| if a >= b { 0.0 } else { g }),
+        Op::Minimum => both(|a, b, g| if a <= b { g } else { 0.0 }, |a, b, g| if a <= b { 0.0 } else { g }),
+        _ => unreachable!("not a binary op: {}", op.name()),
+    }
+}
+
+fn gelu(x: f32) -> f32 {
+    0.5 * x * (1.0 + libm::erff(x * std::f32::consts::FRAC_1_SQRT_2))
+}
+
+fn gelu_grad(x: f32) -> f32 {
+    let cdf = 0.5 * (1.0 + libm::erff(x * std::f32::consts::FRAC_1_SQRT_2));
+    let pdf = (-0.5 * x * x).exp() * 0.398_942_3; // 1/sqrt(2π)
+    cdf + x * pdf
+}
+
+fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+pub fn unary_forward(op: &Op, x: &[f32]) -> Vec<f32> {
+    match *op {
+        Op::Neg => map(x, |v| -v),
+        Op::Abs => map(x, f32::abs),
+        Op::Sqrt => map(x, f32::sqrt),
+        Op::Exp => map(x, f32::exp),
+        Op::Log => map(x, f32::ln),
+        Op::Sin => map(x, f32::sin),
+        Op::Cos => map(x, f32::cos),
+        Op::Tanh => map(x, f32::tanh),
+        Op::Sigmoid => map(x, sigmoid),
+        Op::Relu => map(x, |v| if v > 0.0 { v } else { 0.0 }),
+        Op::Gelu => map(x, gelu),
+        Op::Silu => map(x, |v| v * sigmoid(v)),
+        Op::Softplus => map(x, |v| v.max(0.0) + (-v.abs()).exp().ln_1p()),
+        Op::Inv => map(x, |v| 1.0 / v),
+        Op::SafeLog { eps } => map(x, move |v| v.max(eps).ln()),
+        Op::Scale { factor } => map(x, move |v| v * factor),
+        Op::AddScalar { value } => map(x, move |v| v + value),
+        Op::Clamp { min, max } => map(x, move |v| v.max(min).min(max)),
+        Op::Pow { exponent } => map(x, move |v| v.powf(exponent)),
+        _ => unreachable!("not a unary op: {}", op.name()),
+    }
+}
+
+/// The cotangent of a unary map's input from (x, y, gy).
+pub fn unary_vjp(op: &Op, x: &[f32], y: &[f32], g: &[f32], shape: &[usize]) -> Vec<f32> {
+    let s = [shape, shape, shape];
+    let z = |f: fn(f32, f32, f32) -> f32| zip_map([x, y, g], s, shape, move |[x, y, g]| f(x, y, g));
+    match *op {
+        Op::Neg => map(g, |g| -g),
+        Op::Abs => z(|x, _, g| if x > 0.0 { g } else if x < 0.0 { -g } else { 0.0 }),
+        Op::Sqrt => z(|_, y, g| 0.5 * g / y),
+        Op::Exp => z(|_, y, g| g * y),
+        Op::Log => z(|x, _, g| g / x),
+        Op::Sin => z(|x, _, g| g * x.cos()),
+        Op::Cos => z(|x, _, g| -g * x.sin()),
+        Op::Tanh => z(|_, y, g| g * (1.0 - y * y)),
+        Op::Sigmoid => z(|_, y, g| g * y * (1.0 - y)),
+        Op::Relu => z(|x, _, g| if x > 0.0 { g } else { 0.0 }),
+        Op::Gelu => z(|x, _, g| g * gelu_grad(x)),
+        Op::Silu => z(|x, _, g| {
+            let s = sigmoid(x);
+            g * s * (1.0 + x * (1.0 - s))
+        }),
+        Op::Softplus => z(|x, _, g| g * sigmoid(x)),
+        Op::Inv => z(|_, y, g| -g * y * y),
+        Op::SafeLog { eps } => zip_map([x, g], [shape, shape], shape, move |[x, g]| if x > eps { g / x } else { 0.0 }),
+        Op::Scale { factor } => map(g, move |g| g * factor),
+        Op::AddScalar { .. } => g.to_vec(),
+        Op::Clamp { min, max } => zip_map([x, g], [shape, shape], shape, move |[x, g]| if x >= min && x <= max { g } else { 0.0 }),
+        Op::Pow { exponent } => zip_map([x, g], [shape, shape], shape, move |[x, g]| if exponent == 0.0 { 0.0 } else { g * exponent * x.powf(exponent - 1.0) }),
+        _ => unreachable!("not a unary op: {}", op.name()),
+    }
+}

@@ -1,0 +1,97 @@
+//! Native gather/scatter kernels. Index values are validated exactly as the spec does.
+
+use super::reduce::split;
+use crate::error::{OpError, Result};
+use crate::graph::Op;
+use crate::spec::contiguous_strides;
+use crate::tensor::Tensor;
+
+fn index(op: &Op, v: f32, position: usize, bound: usize) -> Result<usize> {
+    if v.is_finite() && v >= 0.0 && v.fract() == 0.0 && (v as usize) < bound {
+        Ok(v as usize)
+    } else {
+        Err(OpError::Index { op: op.name(), value: v, position, bound }.into())
+    }
+}
+
+/// Flat positions in x (of `x_shape`) addressed by each element of `idx` along `axis`.
+fn positions(op: &Op, x_shape: &[usize], idx: &Tensor, axis: usize) -> Result<Vec<usize>> {
+    let xs = contiguous_strides(x_shape);
+    let ishape = idx.shape();
+    let istr = contiguous_strides(ishape);
+    idx.data()
+        .iter()
+        .enumerate()
+        .map(|(flat, &v)| {
+            let target = index(op, v, flat, x_shape[axis])?;
+            let mut p = 0;
+            for d in 0..ishape.len() {
+                let i = if d == axis { target } else { (flat / istr[d]) % ishape[d] };
+                p += i * xs[d];
+            }
+            Ok(p)
+        })
+        .collect()
+}
+
+pub fn forward(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Result<Tensor> {
+    let data = x[0].data();
+    let out = match op {
+        Op::IndexSelect { axis } => {
+            let (outer, dim, inner) = split(x[0].shape(), *axis);
+            let sel: Vec<usize> = x[1].data().iter().enumerate().map(|(p, &v)| index(op, v, p, dim)).collect::<Result<_>>()?;
+            let mut out = Vec::with_capacity(outer * sel.len() * inner);
+            for o in 0..outer {
+                for &s in &sel {
+                    out.extend_from_slice(&data[(o * dim + s) * inner..(o * dim + s + 1) * inner]);
+                }
+            }
+            out
+        }
+        Op::Gather { axis } => positions(op, x[0].shape(), x[1], *axis)?.into_iter().map(|p| data[p]).collect(),
+        Op::ScatterAdd { axis } => {
+            let pos = positions(op, x[0].shape(), x[1], *axis)?;
+            let src = x[2].data();
+            let mut out = data.into_owned();
+            for (i, p) in pos.into_iter().enumerate() {
+                out[p] += src[i];
+            }
+            out
+        }
+        _ => unreachable!("index::forward called for {}", op.name()),
+    };
+    Ok(Tensor::from_parts(out, out_shape.to_vec()))
+}
+
+pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Result<Vec<Option<Tensor>>> {
+    let g = gy.data();
+    let shape = x[0].shape().to_vec();
+    match op {
+        Op::IndexSelect { axis } => {
+            let (outer, dim, inner) = split(&shape, *axis);
+            let sel: Vec<usize> = x[1].data().iter().enumerate().map(|(p, &v)| index(op, v, p, dim)).collect::<Result<_>>()?;
+            let mut out = vec![0.0f32; x[0].numel()];
+            for o in 0..outer {
+                for (k, &s) in sel.iter().enumerate() {
+                    let src = &g[(o * sel.len() + k) * inner..(o * sel.len() + k + 1) * inner];
+                    for (d, &v) in out[(o * dim + s) * inner..(o * dim + s + 1) * inner].iter_mut().zip(src) {
+                        *d += v;
+                    }
+                }
+            }
+            Ok(vec![Some(Tensor::from_parts(out, shape)), None])
+        }
+        Op::Gather { axis } => {
+            let mut out = vec![0.0f32; x[0].numel()];
+            for (i, p) in positions(op, &shape, x[1], *axis)?.into_iter().enumerate() {
+                out[p] += g[i];
+            }
+            Ok(vec![Some(Tensor::from_parts(out, shape)), None])
+        }
+        Op::ScatterAdd { axis } => {
+            let gsrc = positions(op, &shape, x[1], *axis)?.into_iter().map(|p| g[p]).collect();
+            Ok(vec![Some(gy.contiguous()), None, Some(Tensor::from_parts(gsrc, x[2].shape().to_vec()))])
+        }
+        _ => unreachable!("index::vjp called for {}", op.name()),
+    }
+}

@@ -1,0 +1,73 @@
+//! Native shape ops. `reshape` (of a contiguous tensor), `permute`, `broadcast_to` and
+//! `slice` return views that share storage; `concat` copies.
+
+use super::reduce::{split, sum_to_shape};
+use crate::graph::Op;
+use crate::tensor::{Layout, Tensor};
+
+pub fn forward(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Tensor {
+    match op {
+        Op::Reshape { .. } => {
+            let src = x[0].contiguous();
+            let offset = src.layout().offset;
+            src.view(Layout { offset, ..Layout::contiguous(out_shape.to_vec()) })
+        }
+        Op::Permute { axes } => x[0].view(x[0].layout().permuted(axes)),
+        Op::BroadcastTo { shape } => x[0].view(x[0].layout().broadcast(shape)),
+        Op::Slice { axis, start, end } => x[0].view(x[0].layout().sliced(*axis, *start, *end)),
+        Op::Concat { axis } => {
+            let (outer, _, inner) = split(out_shape, *axis);
+            let parts: Vec<_> = x.iter().map(|t| t.data()).collect();
+            let mut data = Vec::with_capacity(crate::spec::numel(out_shape));
+            for o in 0..outer {
+                for (p, t) in parts.iter().zip(x) {
+                    let chunk = t.shape()[*axis] * inner;
+                    data.extend_from_slice(&p[o * chunk..(o + 1) * chunk]);
+                }
+            }
+            Tensor::from_parts(data, out_shape.to_vec())
+        }
+        _ => unreachable!("layout::forward called for {}", op.name()),
+    }
+}
+
+pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
+    match op {
+        Op::Reshape { .. } => {
+            let g = gy.contiguous();
+            let offset = g.layout().offset;
+            vec![Some(g.view(Layout { offset, ..Layout::contiguous(x[0].shape().to_vec()) }))]
+        }
+        Op::Permute { axes } => {
+            let mut inverse = vec![0; axes.len()];
+            for (i, &a) in axes.iter().enumerate() {
+                inverse[a] = i;
+            }
+            vec![Some(gy.view(gy.layout().permuted(&inverse)).contiguous())]
+        }
+        Op::BroadcastTo { .. } => vec![Some(sum_to_shape(&gy.data(), gy.shape(), x[0].shape()))],
+        Op::Slice { axis, start, end } => {
+            let (outer, dim, inner) = split(x[0].shape(), *axis);
+            let g = gy.data();
+            let width = (end - start) * inner;
+            let mut out = vec![0.0f32; x[0].numel()];
+            for o in 0..outer {
+                let dst = (o * dim + start) * inner;
+                out[dst..dst + width].copy_from_slice(&g[o * width..(o + 1) * width]);
+            }
+            vec![Some(Tensor::from_parts(out, x[0].shape().to_vec()))]
+        }
+        Op::Concat { axis } => {
+            let mut start = 0;
+            x.iter()
+                .map(|t| {
+                    let n = t.shape()[*axis];
+                    let g = gy.view(gy.layout().sliced(*axis, start, start + n)).contiguous();
+                    start += n;
+                    Some(g)
+                })
+                .collect()
+        }
+        _ => unreachable!("layout::vjp called for {}", op.name()),
+    }
+}

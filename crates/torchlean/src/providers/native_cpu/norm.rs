@@ -1,0 +1,142 @@
+//! Native normalization kernels: row-parallel layer/RMS norm, channel-wise batch norm.
+//! Statistics are computed in f32 with two passes (mean, then centred variance).
+
+use super::par::for_rows;
+use super::reduce::split;
+use crate::graph::Op;
+use crate::tensor::Tensor;
+
+fn eps(op: &Op) -> f32 {
+    match op {
+        Op::LayerNorm { eps } | Op::RmsNorm { eps } | Op::BatchNorm { eps, .. } => *eps,
+        _ => unreachable!("norm::eps called for {}", op.name()),
+    }
+}
+
+/// (mean, 1/std) of a row; RMS norm has mean 0.
+fn row_stats(row: &[f32], rms: bool, eps: f32) -> (f32, f32) {
+    let n = row.len() as f32;
+    let mu = if rms { 0.0 } else { row.iter().sum::<f32>() / n };
+    let var = row.iter().map(|v| (v - mu) * (v - mu)).sum::<f32>() / n;
+    (mu, 1.0 / (var + eps).sqrt())
+}
+
+pub fn forward(op: &Op, x: &[&Tensor]) -> Vec<f32> {
+    let (xd, gamma) = (x[0].data(), x[1].data());
+    let beta = x.get(2).map(|b| b.data());
+    let e = eps(op);
+    let mut y = vec![0.0f32; xd.len()];
+    match op {
+        Op::LayerNorm { .. } | Op::RmsNorm { .. } => {
+            let d = *x[0].shape().last().unwrap_or(&1);
+            let rms = matches!(op, Op::RmsNorm { .. });
+            for_rows(&mut y, d, |r, out| {
+                let row = &xd[r * d..(r + 1) * d];
+                let (mu, rstd) = row_stats(row, rms, e);
+                for j in 0..d {
+                    out[j] = (row[j] - mu) * rstd * gamma[j] + beta.as_ref().map_or(0.0, |b| b[j]);
+                }
+            });
+        }
+        Op::BatchNorm { channel_axis, .. } => {
+            let (outer, c, inner) = split(x[0].shape(), *channel_axis);
+            for ch in 0..c {
+                let (mu, rstd) = channel_stats(&xd, outer, c, inner, ch, e);
+                let (g, b) = (gamma[ch], beta.as_ref().map_or(0.0, |b| b[ch]));
+                for o in 0..outer {
+                    let base = (o * c + ch) * inner;
+                    for i in 0..inner {
+                        y[base + i] = (xd[base + i] - mu) * rstd * g + b;
+                    }
+                }
+            }
+        }
+        _ => unreachable!("norm::forward called for {}", op.name()),
+    }
+    y
+}
+
+fn channel_stats(xd: &[f32], outer: usize, c: usize, inner: usize, ch: usize, eps: f32) -> (f32, f32) {
+    let n = (outer * inner) as f32;
+    let mut s = 0.0f32;
+    for o in 0..outer {
+        s += xd[(o * c + ch) * inner..(o * c + ch + 1) * inner].iter().sum::<f32>();
+    }
+    let mu = s / n;
+    let mut v = 0.0f32;
+    for o in 0..outer {
+        v += xd[(o * c + ch) * inner..(o * c + ch + 1) * inner].iter().map(|x| (x - mu) * (x - mu)).sum::<f32>();
+    }
+    (mu, 1.0 / (v / n + eps).sqrt())
+}
+
+pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
+    let (xd, gamma, g) = (x[0].data(), x[1].data(), gy.data());
+    let e = eps(op);
+    let mut gx = vec![0.0f32; xd.len()];
+    let mut ggamma = vec![0.0f32; gamma.len()];
+    let mut gbeta = vec![0.0f32; gamma.len()];
+    match op {
+        Op::LayerNorm { .. } | Op::RmsNorm { .. } => {
+            let d = *x[0].shape().last().unwrap_or(&1);
+            let rms = matches!(op, Op::RmsNorm { .. });
+            for_rows(&mut gx, d, |r, out| {
+                let (row, gr) = (&xd[r * d..(r + 1) * d], &g[r * d..(r + 1) * d]);
+                let (mu, rstd) = row_stats(row, rms, e);
+                let (mut mg, mut mgx) = (0.0f32, 0.0f32);
+                for j in 0..d {
+                    let gh = gr[j] * gamma[j];
+                    mg += gh;
+                    mgx += gh * (row[j] - mu) * rstd;
+                }
+                let (mg, mgx) = (if rms { 0.0 } else { mg / d as f32 }, mgx / d as f32);
+                for j in 0..d {
+                    let xh = (row[j] - mu) * rstd;
+                    out[j] = rstd * (gr[j] * gamma[j] - mg - xh * mgx);
+                }
+            });
+            // parameter gradients: column sums in row order (deterministic)
+            if d > 0 {
+                for r in 0..xd.len() / d {
+                    let (row, gr) = (&xd[r * d..(r + 1) * d], &g[r * d..(r + 1) * d]);
+                    let (mu, rstd) = row_stats(row, rms, e);
+                    for j in 0..d {
+                        ggamma[j] += gr[j] * (row[j] - mu) * rstd;
+                        gbeta[j] += gr[j];
+                    }
+                }
+            }
+        }
+        Op::BatchNorm { channel_axis, .. } => {
+            let (outer, c, inner) = split(x[0].shape(), *channel_axis);
+            let n = (outer * inner) as f32;
+            for ch in 0..c {
+                let (mu, rstd) = channel_stats(&xd, outer, c, inner, ch, e);
+                let (mut sg, mut sgx) = (0.0f32, 0.0f32);
+                for o in 0..outer {
+                    let base = (o * c + ch) * inner;
+                    for i in 0..inner {
+                        sg += g[base + i];
+                        sgx += g[base + i] * (xd[base + i] - mu) * rstd;
+                    }
+                }
+                ggamma[ch] = sgx;
+                gbeta[ch] = sg;
+                let (mg, mgx) = (gamma[ch] * sg / n, gamma[ch] * sgx / n);
+                for o in 0..outer {
+                    let base = (o * c + ch) * inner;
+                    for i in 0..inner {
+                        let xh = (xd[base + i] - mu) * rstd;
+                        gx[base + i] = rstd * (g[base + i] * gamma[ch] - mg - xh * mgx);
+                    }
+                }
+            }
+        }
+        _ => unreachable!("norm::vjp called for {}", op.name()),
+    }
+    let mut grads = vec![Some(Tensor::from_parts(gx, x[0].shape().to_vec())), Some(Tensor::from_parts(ggamma, x[1].shape().to_vec()))];
+    if x.len() == 3 {
+        grads.push(Some(Tensor::from_parts(gbeta, x[2].shape().to_vec())));
+    }
+    grads
+}

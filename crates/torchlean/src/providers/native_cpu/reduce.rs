@@ -1,0 +1,211 @@
+//! Native reductions, softmax and argmax. Every sum runs in a fixed order (rows in
+//! parallel, each row sequential; the total sum over fixed chunks, partials added in order),
+//! so results are deterministic.
+
+use super::par::{for_rows, CHUNK, PAR_THRESHOLD};
+use crate::graph::Op;
+use crate::spec::numel;
+use crate::tensor::{Layout, Tensor};
+use rayon::prelude::*;
+
+/// Sums `data` of shape `from` down to the broadcast-compatible shape `to` (the VJP of
+/// broadcasting, and the core of `reduce_sum`).
+pub fn sum_to_shape(data: &[f32], from: &[usize], to: &[usize]) -> Tensor {
+    if from == to {
+        return Tensor::from_parts(data.to_vec(), to.to_vec());
+    }
+    let n_out = numel(to);
+    let extra = from.len() - to.len();
+    // keep-dim view of the target inside `from`'s rank
+    let mut keep: Vec<usize> = vec![1; extra];
+    keep.extend_from_slice(to);
+    // fast path: reduce only leading axes -> column sums over rows of width n_out
+    let lead = keep.iter().zip(from).take_while(|(k, f)| **k == 1 && **f != 1).count();
+    if keep[lead..] == from[lead..] && n_out > 0 {
+        let mut out = vec![0.0f32; n_out];
+        for row in data.chunks(n_out) {
+            for (o, &v) in out.iter_mut().zip(row) {
+                *o += v;
+            }
+        }
+        return Tensor::from_parts(out, to.to_vec());
+    }
+    // fast path: reduce only trailing axes -> row sums
+    let kept = keep.iter().zip(from).take_while(|(k, f)| k == f).count();
+    if keep[kept..].iter().all(|&k| k == 1) {
+        let width = numel(&from[kept..]);
+        let mut out = vec![0.0f32; n_out];
+        if width > 0 {
+            for_rows(&mut out, 1, |i, o| o[0] = data[i * width..(i + 1) * width].iter().sum());
+        }
+        return Tensor::from_parts(out, to.to_vec());
+    }
+    // general: scatter-add through the broadcast layout of the target
+    let target = Layout::contiguous(keep).broadcast(from);
+    let mut out = vec![0.0f32; n_out];
+    let mut idx = vec![0usize; from.len()];
+    for &v in data {
+        out[target.position(&idx)] += v;
+        for d in (0..from.len()).rev() {
+            idx[d] += 1;
+            if idx[d] < from[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+    Tensor::from_parts(out, to.to_vec())
+}
+
+/// Deterministic sum of all elements (fixed chunks, partials added in order).
+pub fn sum_all(data: &[f32]) -> f32 {
+    if data.len() < PAR_THRESHOLD {
+        return data.iter().sum();
+    }
+    let partials: Vec<f32> = data.par_chunks(CHUNK).map(|c| c.iter().sum()).collect();
+    partials.iter().sum()
+}
+
+fn keepdim_shape(shape: &[usize], axes: &[usize]) -> Vec<usize> {
+    shape.iter().enumerate().map(|(d, &n)| if axes.contains(&d) { 1 } else { n }).collect()
+}
+
+pub fn forward(op: &Op, x: &Tensor, out_shape: &[usize]) -> Vec<f32> {
+    let data = x.data();
+    match op {
+        Op::SumAll => vec![sum_all(&data)],
+        Op::ReduceSum { axes, .. } | Op::ReduceMean { axes, .. } => {
+            let s = sum_to_shape(&data, x.shape(), &keepdim_shape(x.shape(), axes)).to_vec();
+            if let Op::ReduceMean { .. } = op {
+                let count = axes.iter().map(|&a| x.shape()[a]).product::<usize>() as f32;
+                s.into_iter().map(|v| v / count).collect()
+            } else {
+                s
+            }
+        }
+        Op::Argmax { axis } => {
+            let (outer, dim, inner) = split(x.shape(), *axis);
+            let mut out = vec![0.0f32; numel(out_shape)];
+            for o in 0..outer {
+                for i in 0..inner {
+                    let at = |j: usize| data[(o * dim + j) * inner + i];
+                    let mut best = 0;
+                    for j in 1..dim {
+                        if at(j) > at(best) || (at(j).is_nan() && !at(best).is_nan()) {
+                            best = j;
+                        }
+                    }
+                    out[o * inner + i] = best as f32;
+                }
+            }
+            out
+        }
+        _ => unreachable!("reduce::forward called for {}", op.name()),
+    }
+}
+
+pub fn vjp(op: &Op, x: &Tensor, gy: &Tensor) -> Tensor {
+    let shape = x.shape().to_vec();
+    match op {
+        Op::SumAll => Tensor::from_parts(vec![gy.data()[0]; numel(&shape)], shape),
+        Op::ReduceSum { axes, .. } | Op::ReduceMean { axes, .. } => {
+            let keep = keepdim_shape(&shape, axes);
+            let g = gy.data();
+            let scale = if let Op::ReduceMean { .. } = op { 1.0 / axes.iter().map(|&a| shape[a]).product::<usize>() as f32 } else { 1.0 };
+            let out = super::elementwise::zip_map([&g], [&keep], &shape, |[v]| v * scale);
+            Tensor::from_parts(out, shape)
+        }
+        _ => unreachable!("reduce::vjp called for {}", op.name()),
+    }
+}
+
+/// (outer, dim, inner) around `axis`.
+pub fn split(shape: &[usize], axis: usize) -> (usize, usize, usize) {
+    (numel(&shape[..axis]), shape[axis], numel(&shape[axis + 1..]))
+}
+
+/// Softmax / log-softmax along `axis`.
+pub fn softmax_forward(op: &Op, x: &Tensor) -> Vec<f32> {
+    let (axis, log) = match op {
+        Op::Softmax { axis } => (*axis, false),
+        Op::LogSoftmax { axis } => (*axis, true),
+        _ => unreachable!("softmax_forward called for {}", op.name()),
+    };
+    let data = x.data();
+    let (outer, dim, inner) = split(x.shape(), axis);
+    let mut out = vec![0.0f32; data.len()];
+    if inner == 1 {
+        for_rows(&mut out, dim, |r, o| softmax_row(&data[r * dim..(r + 1) * dim], o, log));
+    } else {
+        let mut row = vec![0.0f32; dim];
+        let mut res = vec![0.0f32; dim];
+        for oi in 0..outer {
+            for i in 0..inner {
+                for j in 0..dim {
+                    row[j] = data[(oi * dim + j) * inner + i];
+                }
+                softmax_row(&row, &mut res, log);
+                for j in 0..dim {
+                    out[(oi * dim + j) * inner + i] = res[j];
+                }
+            }
+        }
+    }
+    out
+}
+
+fn softmax_row(x: &[f32], out: &mut [f32], log: bool) {
+    let m = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut z = 0.0f32;
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o = (v - m).exp();
+        z += *o;
+    }
+    if log {
+        let lz = z.ln();
+        for (o, &v) in out.iter_mut().zip(x) {
+            *o = v - m - lz;
+        }
+    } else {
+        let inv = 1.0 / z;
+        out.iter_mut().for_each(|o| *o *= inv);
+    }
+}
+
+pub fn softmax_vjp(op: &Op, y: &Tensor, gy: &Tensor) -> Vec<f32> {
+    let (axis, log) = match op {
+        Op::Softmax { axis } => (*axis, false),
+        Op::LogSoftmax { axis } => (*axis, true),
+        _ => unreachable!("softmax_vjp called for {}", op.name()),
+    };
+    let (yd, gd) = (y.data(), gy.data());
+    let (outer, dim, inner) = split(y.shape(), axis);
+    let mut out = vec![0.0f32; yd.len()];
+    let row_vjp = |yr: &dyn Fn(usize) -> f32, gr: &dyn Fn(usize) -> f32, o: &mut dyn FnMut(usize, f32)| {
+        if log {
+            let s: f32 = (0..dim).map(gr).sum();
+            for j in 0..dim {
+                o(j, gr(j) - yr(j).exp() * s);
+            }
+        } else {
+            let s: f32 = (0..dim).map(|j| gr(j) * yr(j)).sum();
+            for j in 0..dim {
+                o(j, yr(j) * (gr(j) - s));
+            }
+        }
+    };
+    if inner == 1 {
+        for_rows(&mut out, dim, |r, o| {
+            let (yr, gr) = (&yd[r * dim..(r + 1) * dim], &gd[r * dim..(r + 1) * dim]);
+            row_vjp(&|j| yr[j], &|j| gr[j], &mut |j, v| o[j] = v);
+        });
+    } else {
+        for oi in 0..outer {
+            for i in 0..inner {
+                let at = |j: usize| (oi * dim + j) * inner + i;
+                row_vjp(&|j| yd[at(j)], &|j| gd[at(j)], &mut |j, v| out[at(j)] = v);
+            }
+        }
+    }
+    out
+}

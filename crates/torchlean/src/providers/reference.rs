@@ -1,0 +1,105 @@
+//! The `reference` provider: the specification itself, instantiated at f32.
+//!
+//! Its forward kernel is [`spec_forward_f32`] and its VJP kernel [`spec_vjp_f32`] for every
+//! op: an adapter that materializes the inputs row-major, calls `spec::forward` /
+//! `spec::vjp` at f32, and runs the `canonical_layout` checker on every result. Because the
+//! bound kernels *are* the spec functions, `backend::proof` issues theorem certificates for
+//! shape, value and VJP refinement; layout is discharged by the checker on every call.
+
+use super::capsules::{descriptor, layout_claim, shape_claim, spec_name, value_claim, vjp_claim};
+use super::checkers::canonical_layout;
+use crate::backend::{proof, Device, Evidence, KernelCapsule, Provenance, Provider, Registry, RegistryError, RuntimeSupport, TrustLevel, VjpMode};
+use crate::error::Result;
+use crate::graph::{Op, OpKind};
+use crate::runtime::kernel::KernelBinding;
+use crate::spec::{self, Array};
+use crate::tensor::Tensor;
+
+fn to_array(t: &Tensor) -> Array<f32> {
+    Array { shape: t.shape().to_vec(), data: t.to_vec() }
+}
+
+fn to_checked_tensor(op: &Op, a: Array<f32>, expected: &[usize]) -> Result<Tensor> {
+    let t = Tensor::from_vec(a.data, &a.shape)?;
+    canonical_layout(op, &t, expected)?;
+    Ok(t)
+}
+
+/// The spec's forward at f32 (the reference forward kernel for every op).
+pub fn spec_forward_f32(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
+    let arrays: Vec<Array<f32>> = inputs.iter().map(|t| to_array(t)).collect();
+    let refs: Vec<&Array<f32>> = arrays.iter().collect();
+    let shapes: Vec<&[usize]> = inputs.iter().map(|t| t.shape()).collect();
+    let expected = spec::infer_shape(op, &shapes)?;
+    to_checked_tensor(op, spec::forward(op, &refs)?, &expected)
+}
+
+/// The spec's VJP at f32 (the reference VJP kernel for every op).
+pub fn spec_vjp_f32(op: &Op, inputs: &[&Tensor], output: &Tensor, grad_out: &Tensor) -> Result<Vec<Option<Tensor>>> {
+    let arrays: Vec<Array<f32>> = inputs.iter().map(|t| to_array(t)).collect();
+    let refs: Vec<&Array<f32>> = arrays.iter().collect();
+    let grads = spec::vjp(op, &refs, &to_array(output), &to_array(grad_out))?;
+    grads
+        .into_iter()
+        .zip(inputs)
+        .map(|(g, x)| g.map(|g| to_checked_tensor(op, g, x.shape())).transpose())
+        .collect()
+}
+
+/// The binding shared by every reference capsule.
+pub fn binding() -> KernelBinding {
+    KernelBinding { forward: spec_forward_f32, vjp: Some(spec_vjp_f32) }
+}
+
+/// The reference capsule of one op.
+pub fn capsule(op: OpKind) -> KernelCapsule {
+    let b = binding();
+    let here = |sym: &str| Provenance::source("crates/torchlean/src/providers/reference.rs", sym);
+    let theorem = |claim, statement: &str| -> Evidence {
+        // the binding is the spec instantiation, so the certificate is always issued
+        let certificate = proof::certify_spec_instantiation(claim, &b).expect("reference binding is the spec");
+        Evidence::Theorem { statement: statement.to_string(), certificate }
+    };
+    let vjp_mode = if op.differentiable() { VjpMode::TorchleanTape } else { VjpMode::None };
+    let vjp_evidence = if op.differentiable() {
+        theorem(vjp_claim(op, vjp_mode), "the VJP kernel is spec::vjp at f32")
+    } else {
+        Evidence::NotProvided
+    };
+    KernelCapsule {
+        name: format!("reference.{}", op.name()),
+        op,
+        provider: Provider::Reference,
+        device: Device::Cpu,
+        spec_name: spec_name(op),
+        trust_level: TrustLevel::Verified,
+        supports_forward: true,
+        vjp_mode,
+        runtime_support: RuntimeSupport::Eager,
+        deterministic: true,
+        shape_contract: descriptor(shape_claim(op), "output shape is spec::infer_shape of the inputs", theorem(shape_claim(op), "the kernel applies spec::infer_shape"), here("spec_forward_f32")),
+        layout_contract: descriptor(
+            layout_claim(op),
+            "inputs are materialized row-major; every result is checked canonical",
+            Evidence::Checker {
+                checker: "src/providers/checkers.rs::canonical_layout".into(),
+                soundness: "accepted => result is contiguous, offset 0, exactly numel(spec shape) elements (integer check, no float assumptions)".into(),
+                mutation_tests: vec![
+                    "tests/trust.rs::layout_checker_rejects_wrong_shape".into(),
+                    "tests/trust.rs::layout_checker_rejects_non_canonical_view".into(),
+                ],
+            },
+            here("to_checked_tensor"),
+        ),
+        value_contract: descriptor(value_claim(op), "the forward kernel is spec::forward at f32", theorem(value_claim(op), "the forward kernel is spec::forward at f32"), here("spec_forward_f32")),
+        vjp_contract: descriptor(vjp_claim(op, vjp_mode), "the VJP kernel is spec::vjp at f32", vjp_evidence, here("spec_vjp_f32")),
+    }
+}
+
+/// Registers a reference capsule for every op.
+pub fn register(r: &mut Registry) -> std::result::Result<(), RegistryError> {
+    for &op in OpKind::ALL {
+        r.register(capsule(op), binding())?;
+    }
+    Ok(())
+}

@@ -1,0 +1,214 @@
+//! Eager tape autograd: define-by-run, parent links.
+//!
+//! Every recorded result holds a [`GradNode`]: the op with its payload, its input tensors
+//! (the parent links), its forward output, and the accepted kernel that ran it — whose bound
+//! VJP the backward pass applies. `backward()` walks the links from a scalar in reverse
+//! topological order and returns a [`Gradients`] store keyed by leaf tensor. Accumulation
+//! across several paths happens inside one pass; accumulation across passes (micro-batches)
+//! is [`Gradients::accumulate`] or [`Tensor::backward_into`].
+
+use crate::backend::AcceptedKernel;
+use crate::error::{Error, Result};
+use crate::graph::Op;
+use crate::tensor::{Tensor, TensorId};
+use std::cell::Cell;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+thread_local! {
+    static GRAD_ENABLED: Cell<bool> = const { Cell::new(true) };
+}
+
+/// Whether ops on this thread currently record the tape.
+pub fn grad_enabled() -> bool {
+    GRAD_ENABLED.with(|g| g.get())
+}
+
+/// Restores the previous grad mode when dropped.
+pub struct NoGradGuard {
+    previous: bool,
+}
+
+impl NoGradGuard {
+    /// Disables recording until the guard is dropped.
+    pub fn new() -> NoGradGuard {
+        let previous = GRAD_ENABLED.with(|g| g.replace(false));
+        NoGradGuard { previous }
+    }
+}
+
+impl Default for NoGradGuard {
+    fn default() -> Self {
+        NoGradGuard::new()
+    }
+}
+
+impl Drop for NoGradGuard {
+    fn drop(&mut self) {
+        GRAD_ENABLED.with(|g| g.set(self.previous));
+    }
+}
+
+/// Runs `f` without recording the tape (and so with VJP mode `none`).
+pub fn no_grad<R>(f: impl FnOnce() -> R) -> R {
+    let _guard = NoGradGuard::new();
+    f()
+}
+
+/// One recorded op.
+pub(crate) struct GradNode {
+    pub(crate) op: Op,
+    pub(crate) inputs: Vec<Tensor>,
+    pub(crate) output: Tensor,
+    pub(crate) kernel: Arc<AcceptedKernel>,
+}
+
+impl GradNode {
+    /// Name of the capsule that ran this node.
+    pub(crate) fn capsule(&self) -> &str {
+        &self.kernel.capsule().name
+    }
+}
+
+/// Attaches a tape node to a fresh kernel output.
+pub(crate) fn record(op: Op, inputs: &[&Tensor], out: Tensor, kernel: Arc<AcceptedKernel>) -> Tensor {
+    let node = GradNode { op, inputs: inputs.iter().map(|t| (*t).clone()).collect(), output: out.detach(), kernel };
+    out.with_grad_fn(node)
+}
+
+/// Gradients of leaf tensors, keyed by tensor identity.
+#[derive(Default, Clone)]
+pub struct Gradients {
+    map: HashMap<TensorId, Tensor>,
+}
+
+impl Gradients {
+    /// The gradient of a leaf, if it received one.
+    pub fn get(&self, t: &Tensor) -> Option<&Tensor> {
+        self.map.get(&t.id())
+    }
+
+    /// The gradient of a leaf by id.
+    pub fn get_id(&self, id: TensorId) -> Option<&Tensor> {
+        self.map.get(&id)
+    }
+
+    /// Number of leaves with a gradient.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Adds every gradient of `other` into this store (gradient accumulation).
+    pub fn accumulate(&mut self, other: Gradients) -> Result<()> {
+        for (id, g) in other.map {
+            add_into(&mut self.map, id, g)?;
+        }
+        Ok(())
+    }
+}
+
+/// Adds a cotangent into the store (runtime-owned f32 addition of equal shapes).
+fn add_into(map: &mut HashMap<TensorId, Tensor>, id: TensorId, g: Tensor) -> Result<()> {
+    match map.remove(&id) {
+        None => {
+            map.insert(id, g);
+        }
+        Some(prev) => {
+            if prev.shape() != g.shape() {
+                return Err(Error::Autograd(format!("gradient shapes disagree for one tensor: {:?} vs {:?}", prev.shape(), g.shape())));
+            }
+            let mut sum = prev.to_vec();
+            for (a, b) in sum.iter_mut().zip(g.data().iter()) {
+                *a += b;
+            }
+            map.insert(id, Tensor::from_parts(sum, g.shape().to_vec()));
+        }
+    }
+    Ok(())
+}
+
+/// Reverse topological order of the recorded tensors reachable from `root`.
+fn reverse_topological(root: &Tensor) -> Vec<Tensor> {
+    let mut order = Vec::new();
+    let mut seen = HashSet::new();
+    // iterative post-order DFS: (tensor, children pushed?)
+    let mut stack = vec![(root.clone(), false)];
+    while let Some((t, expanded)) = stack.pop() {
+        if expanded {
+            order.push(t);
+            continue;
+        }
+        if !seen.insert(t.id()) {
+            continue;
+        }
+        if let Some(node) = t.grad_fn() {
+            let inputs = node.inputs.clone();
+            stack.push((t, true));
+            for i in inputs {
+                if i.grad_fn().is_some() && !seen.contains(&i.id()) {
+                    stack.push((i, false));
+                }
+            }
+        }
+    }
+    order.reverse();
+    order
+}
+
+impl Tensor {
+    /// Backpropagates from this one-element tensor; returns the gradients of every leaf that
+    /// requires gradients and contributed to it.
+    pub fn backward(&self) -> Result<Gradients> {
+        let mut grads = Gradients::default();
+        self.backward_into(&mut grads)?;
+        Ok(grads)
+    }
+
+    /// Backpropagates and adds the gradients into `grads` (accumulation across passes).
+    pub fn backward_into(&self, grads: &mut Gradients) -> Result<()> {
+        if self.numel() != 1 {
+            return Err(Error::Autograd(format!("backward needs a one-element (scalar) output, got shape {:?}", self.shape())));
+        }
+        if !self.is_tracked() {
+            return Err(Error::Autograd("backward from a tensor that does not require gradients (nothing was recorded)".into()));
+        }
+        let seed = Tensor::from_parts(vec![1.0], self.shape().to_vec());
+        let mut pending: HashMap<TensorId, Tensor> = HashMap::new();
+        pending.insert(self.id(), seed);
+        let mut leaves = Gradients::default();
+        if self.requires_grad_flag() {
+            leaves.map.insert(self.id(), Tensor::from_parts(vec![1.0], self.shape().to_vec()));
+        }
+        for t in reverse_topological(self) {
+            let Some(node) = t.grad_fn() else { continue };
+            let Some(g) = pending.remove(&t.id()) else { continue };
+            let vjp = node.kernel.binding().vjp.ok_or_else(|| {
+                Error::Autograd(format!("capsule `{}` for op `{}` has no VJP kernel", node.capsule(), node.op.name()))
+            })?;
+            let inputs: Vec<&Tensor> = node.inputs.iter().collect();
+            let input_grads = vjp(&node.op, &inputs, &node.output, &g)?;
+            for (input, gi) in node.inputs.iter().zip(input_grads) {
+                let Some(gi) = gi else { continue };
+                if !input.is_tracked() {
+                    continue;
+                }
+                if gi.shape() != input.shape() {
+                    return Err(Error::Autograd(format!(
+                        "VJP of `{}` (capsule `{}`) returned a gradient of shape {:?} for an input of shape {:?}",
+                        node.op.name(), node.capsule(), gi.shape(), input.shape()
+                    )));
+                }
+                if input.requires_grad_flag() {
+                    add_into(&mut leaves.map, input.id(), gi)?;
+                } else {
+                    add_into(&mut pending, input.id(), gi)?;
+                }
+            }
+        }
+        grads.accumulate(leaves)
+    }
+}

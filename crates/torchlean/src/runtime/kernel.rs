@@ -1,0 +1,28 @@
+//! The executable side of a capsule: the kernel functions a provider binds to it.
+//!
+//! Kernels take the op (with its payload) and input tensors of any layout, validate what they
+//! need (their runtime guards), and return a new untracked tensor. VJP kernels receive the
+//! inputs, the forward output and the output's cotangent, and return one cotangent per input
+//! (`None` for inputs that take no gradient).
+
+use crate::error::Result;
+use crate::graph::Op;
+use crate::tensor::Tensor;
+
+/// Computes an op's forward value.
+pub type ForwardKernel = fn(&Op, &[&Tensor]) -> Result<Tensor>;
+/// Computes an op's local VJP.
+pub type VjpKernel = fn(&Op, &[&Tensor], &Tensor, &Tensor) -> Result<Vec<Option<Tensor>>>;
+
+/// The kernels bound to one capsule.
+#[derive(Clone, Copy)]
+pub struct KernelBinding {
+    pub forward: ForwardKernel,
+    pub vjp: Option<VjpKernel>,
+}
+
+impl std::fmt::Debug for KernelBinding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "KernelBinding {{ forward: {:#x}, vjp: {} }}", self.forward as usize, if self.vjp.is_some() { "bound" } else { "none" })
+    }
+}

@@ -1,0 +1,11 @@
+//! The `runtime` layer: storage and tensors (in `tensor`), the eager session, the tape, the
+//! device probe. It runs only kernels carried by an accepted value from the gate and never
+//! chooses a provider itself.
+
+pub mod autograd;
+pub mod kernel;
+pub mod probe;
+pub mod session;
+
+pub use autograd::{grad_enabled, no_grad, Gradients, NoGradGuard};
+pub use session::{apply, install, take, with_current, Session};

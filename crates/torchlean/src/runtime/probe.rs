@@ -1,0 +1,45 @@
+//! The runtime probe: before the first kernel, check that the device's hardware and linked
+//! libraries are really there (planning only saw what the target *declares*).
+
+use crate::backend::Device;
+use crate::error::{Error, Result};
+
+/// What the probe found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbeReport {
+    pub device: Device,
+    pub detail: String,
+}
+
+/// Probes `device`. The CPU is always present (its SIMD features are reported); every other
+/// device needs a provider crate that this build does not link.
+pub fn probe(device: Device) -> Result<ProbeReport> {
+    match device {
+        Device::Cpu => Ok(ProbeReport { device, detail: cpu_features() }),
+        other => Err(Error::DeviceUnavailable {
+            device: other.label().into(),
+            reason: "no provider for this device is linked into this build".into(),
+        }),
+    }
+}
+
+fn cpu_features() -> String {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let mut f = vec![];
+        if std::arch::is_x86_feature_detected!("avx2") {
+            f.push("avx2");
+        }
+        if std::arch::is_x86_feature_detected!("fma") {
+            f.push("fma");
+        }
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            f.push("avx512f");
+        }
+        format!("x86_64 cpu, {} threads, features: {}", rayon::current_num_threads(), f.join(","))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        format!("{} cpu, {} threads", std::env::consts::ARCH, rayon::current_num_threads())
+    }
+}

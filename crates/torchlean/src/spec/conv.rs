@@ -1,0 +1,170 @@
+//! `conv2d` (NCHW input, OIHW weight, optional bias; stride, padding, dilation, groups) and
+//! `conv_transpose2d` (weight [C_in, C_out/groups, KH, KW]; adds output padding).
+//!
+//! Both are written as an enumeration of *taps* — (input index, weight index, output index)
+//! triples — so that forward (`y += x*w`) and VJP (`gx += gy*w`, `gw += x*gy`) read the same
+//! geometry. Output sizes follow PyTorch.
+
+use super::{expect_arity, payload_err, shape_err, Array, InputGrads};
+use crate::error::OpError;
+use crate::graph::Op;
+use crate::scalar::Scalar;
+
+/// Output spatial size of a convolution along one axis, if positive.
+pub(crate) fn conv_out(size: usize, k: usize, s: usize, p: usize, d: usize) -> Option<usize> {
+    let span = d * (k.max(1) - 1) + 1;
+    (size + 2 * p).checked_sub(span).map(|e| e / s + 1)
+}
+
+/// Output spatial size of a transposed convolution along one axis.
+pub(crate) fn conv_transpose_out(size: usize, k: usize, s: usize, p: usize, d: usize, op: usize) -> Option<usize> {
+    ((size.max(1) - 1) * s + d * (k.max(1) - 1) + op + 1).checked_sub(2 * p)
+}
+
+pub(super) fn shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError> {
+    expect_arity(op, shapes, &[2, 3])?;
+    let (x, w) = (shapes[0], shapes[1]);
+    if x.len() != 4 || w.len() != 4 {
+        return Err(shape_err(op, shapes, "x [N, C, H, W] and a 4-D weight"));
+    }
+    match op {
+        Op::Conv2d(g) => {
+            if g.groups == 0 || g.stride.contains(&0) || g.dilation.contains(&0) {
+                return Err(payload_err(op, format!("groups, stride and dilation must be >= 1, got {g:?}")));
+            }
+            let ok = x[1] % g.groups == 0 && w[0] % g.groups == 0 && w[1] * g.groups == x[1]
+                && (shapes.len() == 2 || shapes[2] == [w[0]]);
+            if !ok {
+                return Err(shape_err(op, shapes, format!(
+                    "weight [O, C/groups, KH, KW] with C and O divisible by groups={} and bias [O]", g.groups)));
+            }
+            let oh = conv_out(x[2], w[2], g.stride[0], g.padding[0], g.dilation[0]);
+            let ow = conv_out(x[3], w[3], g.stride[1], g.padding[1], g.dilation[1]);
+            match (oh, ow) {
+                (Some(oh), Some(ow)) => Ok(vec![x[0], w[0], oh, ow]),
+                _ => Err(shape_err(op, shapes, "a padded input at least as large as the dilated kernel")),
+            }
+        }
+        Op::ConvTranspose2d(g) => {
+            if g.groups == 0 || g.stride.contains(&0) || g.dilation.contains(&0) {
+                return Err(payload_err(op, format!("groups, stride and dilation must be >= 1, got {g:?}")));
+            }
+            for a in 0..2 {
+                if g.output_padding[a] >= g.stride[a].max(g.dilation[a]) {
+                    return Err(payload_err(op, "output_padding must be smaller than stride or dilation"));
+                }
+            }
+            let cout = w[1] * g.groups;
+            let ok = x[1] == w[0] && x[1] % g.groups == 0 && (shapes.len() == 2 || shapes[2] == [cout]);
+            if !ok {
+                return Err(shape_err(op, shapes, format!(
+                    "weight [C_in, C_out/groups, KH, KW] with C_in = x's channels divisible by groups={} and bias [C_out]", g.groups)));
+            }
+            let oh = conv_transpose_out(x[2], w[2], g.stride[0], g.padding[0], g.dilation[0], g.output_padding[0]);
+            let ow = conv_transpose_out(x[3], w[3], g.stride[1], g.padding[1], g.dilation[1], g.output_padding[1]);
+            match (oh, ow) {
+                (Some(oh), Some(ow)) if x[2] > 0 && x[3] > 0 => Ok(vec![x[0], cout, oh, ow]),
+                _ => Err(shape_err(op, shapes, "padding no larger than the transposed output")),
+            }
+        }
+        _ => unreachable!("conv::shape called for {}", op.name()),
+    }
+}
+
+/// Calls `tap(x_index, w_index, y_index)` for every multiply-accumulate of the op.
+fn for_each_tap(op: &Op, x: &[usize], w: &[usize], y: &[usize], mut tap: impl FnMut(usize, usize, usize)) {
+    let (n, (h, wd), (oh, ow), (kh, kw)) = (x[0], (x[2], x[3]), (y[2], y[3]), (w[2], w[3]));
+    match op {
+        Op::Conv2d(g) => {
+            let (cg, og) = (x[1] / g.groups, w[0] / g.groups);
+            for b in 0..n {
+                for o in 0..w[0] {
+                    let grp = o / og;
+                    for i in 0..oh {
+                        for j in 0..ow {
+                            let yi = ((b * w[0] + o) * oh + i) * ow + j;
+                            for c in 0..cg {
+                                for p in 0..kh {
+                                    for q in 0..kw {
+                                        let r = (i * g.stride[0] + p * g.dilation[0]) as isize - g.padding[0] as isize;
+                                        let s = (j * g.stride[1] + q * g.dilation[1]) as isize - g.padding[1] as isize;
+                                        if r < 0 || s < 0 || r as usize >= h || s as usize >= wd {
+                                            continue;
+                                        }
+                                        let xi = ((b * x[1] + grp * cg + c) * h + r as usize) * wd + s as usize;
+                                        let wi = ((o * cg + c) * kh + p) * kw + q;
+                                        tap(xi, wi, yi);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Op::ConvTranspose2d(g) => {
+            let (cg, og) = (x[1] / g.groups, w[1]);
+            for b in 0..n {
+                for ci in 0..x[1] {
+                    let grp = ci / cg;
+                    for r in 0..h {
+                        for s in 0..wd {
+                            let xi = ((b * x[1] + ci) * h + r) * wd + s;
+                            for oc in 0..og {
+                                for p in 0..kh {
+                                    for q in 0..kw {
+                                        let i = (r * g.stride[0] + p * g.dilation[0]) as isize - g.padding[0] as isize;
+                                        let j = (s * g.stride[1] + q * g.dilation[1]) as isize - g.padding[1] as isize;
+                                        if i < 0 || j < 0 || i as usize >= oh || j as usize >= ow {
+                                            continue;
+                                        }
+                                        let yi = ((b * y[1] + grp * og + oc) * oh + i as usize) * ow + j as usize;
+                                        let wi = ((ci * og + oc) * kh + p) * kw + q;
+                                        tap(xi, wi, yi);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        _ => unreachable!("conv::for_each_tap called for {}", op.name()),
+    }
+}
+
+/// Output channel of flat output index `yi` for output shape `y`.
+fn channel_of(yi: usize, y: &[usize]) -> usize {
+    (yi / (y[2] * y[3])) % y[1]
+}
+
+pub(super) fn forward<T: Scalar>(op: &Op, xs: &[&Array<T>], out_shape: Vec<usize>) -> Array<T> {
+    let mut y = Array::zeros(&out_shape);
+    if let Some(b) = xs.get(2) {
+        for (yi, v) in y.data.iter_mut().enumerate() {
+            *v = b.data[channel_of(yi, &out_shape)];
+        }
+    }
+    for_each_tap(op, &xs[0].shape, &xs[1].shape, &out_shape, |xi, wi, yi| {
+        y.data[yi] += xs[0].data[xi] * xs[1].data[wi];
+    });
+    y
+}
+
+pub(super) fn vjp<T: Scalar>(op: &Op, xs: &[&Array<T>], gy: &Array<T>) -> InputGrads<T> {
+    let mut gx = Array::zeros(&xs[0].shape);
+    let mut gw = Array::zeros(&xs[1].shape);
+    for_each_tap(op, &xs[0].shape, &xs[1].shape, &gy.shape, |xi, wi, yi| {
+        gx.data[xi] += gy.data[yi] * xs[1].data[wi];
+        gw.data[wi] += xs[0].data[xi] * gy.data[yi];
+    });
+    let mut grads = vec![Some(gx), Some(gw)];
+    if let Some(b) = xs.get(2) {
+        let mut gb = Array::zeros(&b.shape);
+        for (yi, &g) in gy.data.iter().enumerate() {
+            gb.data[channel_of(yi, &gy.shape)] += g;
+        }
+        grads.push(Some(gb));
+    }
+    grads
+}

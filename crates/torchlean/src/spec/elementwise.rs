@@ -1,0 +1,264 @@
+//! Elementwise ops: binary maps with NumPy broadcasting, `where`, and unary maps.
+//!
+//! Domains follow IEEE: `log`/`sqrt` of a negative number is NaN, `inv(0)` is ±inf; `pow` of a
+//! negative base with a non-integer exponent is NaN. `maximum`/`minimum` send the gradient of
+//! a tie to the first input. `clamp` passes the gradient where `min <= x <= max`.
+
+use super::array::{broadcast_source_index, reduce_to};
+use super::{expect_arity, payload_err, shape_err, Array, InputGrads};
+use crate::error::OpError;
+use crate::graph::Op;
+use crate::scalar::Scalar;
+
+pub(super) fn binary_shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError> {
+    let n = if matches!(op, Op::Where) { 3 } else { 2 };
+    expect_arity(op, shapes, &[n])?;
+    let mut out = shapes[0].to_vec();
+    for s in &shapes[1..] {
+        out = super::broadcast_shapes(&out, s)
+            .ok_or_else(|| shape_err(op, shapes, "shapes that broadcast together (NumPy rules)"))?;
+    }
+    Ok(out)
+}
+
+pub(super) fn unary_shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError> {
+    expect_arity(op, shapes, &[1])?;
+    match op {
+        Op::Clamp { min, max } if !(min <= max) => Err(payload_err(
+            op,
+            format!("clamp bounds must satisfy min <= max, got min={min} max={max}"),
+        )),
+        Op::SafeLog { eps } if !(*eps > 0.0) => {
+            Err(payload_err(op, format!("eps must be > 0, got {eps}")))
+        }
+        _ => Ok(shapes[0].to_vec()),
+    }
+}
+
+/// The binary map of `op` on one pair of scalars.
+fn binary<T: Scalar>(op: &Op, a: T, b: T) -> T {
+    match op {
+        Op::Add => a + b,
+        Op::Sub => a - b,
+        Op::Mul => a * b,
+        Op::Div => a / b,
+        Op::Maximum => {
+            if a >= b || b.is_nan() {
+                a
+            } else {
+                b
+            }
+        }
+        Op::Minimum => {
+            if a <= b || b.is_nan() {
+                a
+            } else {
+                b
+            }
+        }
+        _ => unreachable!("not a binary op: {}", op.name()),
+    }
+}
+
+/// Partial derivatives (d/da, d/db) of the binary map at (a, b).
+fn binary_partials<T: Scalar>(op: &Op, a: T, b: T) -> (T, T) {
+    let (one, zero) = (T::one(), T::zero());
+    match op {
+        Op::Add => (one, one),
+        Op::Sub => (one, -one),
+        Op::Mul => (b, a),
+        Op::Div => (one / b, -a / (b * b)),
+        Op::Maximum => {
+            if a >= b {
+                (one, zero)
+            } else {
+                (zero, one)
+            }
+        }
+        Op::Minimum => {
+            if a <= b {
+                (one, zero)
+            } else {
+                (zero, one)
+            }
+        }
+        _ => unreachable!("not a binary op: {}", op.name()),
+    }
+}
+
+pub(super) fn binary_forward<T: Scalar>(
+    op: &Op,
+    xs: &[&Array<T>],
+    out_shape: Vec<usize>,
+) -> Array<T> {
+    let maps: Vec<Vec<usize>> = xs
+        .iter()
+        .map(|x| broadcast_source_index(&x.shape, &out_shape))
+        .collect();
+    Array::from_fn(&out_shape, |i| {
+        if let Op::Where = op {
+            if xs[0].data[maps[0][i]] != T::zero() {
+                xs[1].data[maps[1][i]]
+            } else {
+                xs[2].data[maps[2][i]]
+            }
+        } else {
+            binary(op, xs[0].data[maps[0][i]], xs[1].data[maps[1][i]])
+        }
+    })
+}
+
+pub(super) fn binary_vjp<T: Scalar>(op: &Op, xs: &[&Array<T>], gy: &Array<T>) -> InputGrads<T> {
+    let maps: Vec<Vec<usize>> = xs
+        .iter()
+        .map(|x| broadcast_source_index(&x.shape, &gy.shape))
+        .collect();
+    if let Op::Where = op {
+        let cond = |i: usize| xs[0].data[maps[0][i]] != T::zero();
+        let ga = Array::from_fn(&gy.shape, |i| if cond(i) { gy.data[i] } else { T::zero() });
+        let gb = Array::from_fn(&gy.shape, |i| if cond(i) { T::zero() } else { gy.data[i] });
+        return vec![
+            None,
+            Some(reduce_to(&ga, &xs[1].shape)),
+            Some(reduce_to(&gb, &xs[2].shape)),
+        ];
+    }
+    let mut ga = Array::zeros(&gy.shape);
+    let mut gb = Array::zeros(&gy.shape);
+    for i in 0..gy.data.len() {
+        let (da, db) = binary_partials(op, xs[0].data[maps[0][i]], xs[1].data[maps[1][i]]);
+        ga.data[i] = gy.data[i] * da;
+        gb.data[i] = gy.data[i] * db;
+    }
+    vec![
+        Some(reduce_to(&ga, &xs[0].shape)),
+        Some(reduce_to(&gb, &xs[1].shape)),
+    ]
+}
+
+/// The standard normal CDF and density (for exact GELU).
+fn phi_cdf<T: Scalar>(x: T) -> T {
+    T::c(0.5) * (T::one() + (x / T::c(std::f64::consts::SQRT_2)).erf())
+}
+fn phi_pdf<T: Scalar>(x: T) -> T {
+    (-(x * x) / T::c(2.0)).exp() / T::c((2.0 * std::f64::consts::PI).sqrt())
+}
+
+/// The unary map of `op` at `x`.
+pub(crate) fn unary<T: Scalar>(op: &Op, x: T) -> T {
+    let (one, zero) = (T::one(), T::zero());
+    match op {
+        Op::Neg => -x,
+        Op::Abs => x.abs(),
+        Op::Sqrt => x.sqrt(),
+        Op::Exp => x.exp(),
+        Op::Log => x.ln(),
+        Op::Sin => x.sin(),
+        Op::Cos => x.cos(),
+        Op::Tanh => x.tanh(),
+        Op::Sigmoid => one / (one + (-x).exp()),
+        Op::Relu => {
+            if x > zero {
+                x
+            } else {
+                zero
+            }
+        }
+        Op::Gelu => x * phi_cdf(x),
+        Op::Silu => x / (one + (-x).exp()),
+        // stable: max(x, 0) + ln(1 + exp(-|x|))
+        Op::Softplus => x.max(zero) + (-x.abs()).exp().ln_1p(),
+        Op::Inv => one / x,
+        Op::SafeLog { eps } => x.max(T::c(*eps as f64)).ln(),
+        Op::Scale { factor } => x * T::c(*factor as f64),
+        Op::AddScalar { value } => x + T::c(*value as f64),
+        Op::Clamp { min, max } => x.max(T::c(*min as f64)).min(T::c(*max as f64)),
+        Op::Pow { exponent } => x.powf(T::c(*exponent as f64)),
+        _ => unreachable!("not a unary op: {}", op.name()),
+    }
+}
+
+/// The derivative of the unary map at `x` (with `y` its value).
+pub(crate) fn unary_derivative<T: Scalar>(op: &Op, x: T, y: T) -> T {
+    let (one, zero) = (T::one(), T::zero());
+    match op {
+        Op::Neg => -one,
+        Op::Abs => {
+            if x > zero {
+                one
+            } else if x < zero {
+                -one
+            } else {
+                zero
+            }
+        }
+        Op::Sqrt => T::c(0.5) / y,
+        Op::Exp => y,
+        Op::Log => one / x,
+        Op::Sin => x.cos(),
+        Op::Cos => -x.sin(),
+        Op::Tanh => one - y * y,
+        Op::Sigmoid => y * (one - y),
+        Op::Relu => {
+            if x > zero {
+                one
+            } else {
+                zero
+            }
+        }
+        Op::Gelu => phi_cdf(x) + x * phi_pdf(x),
+        Op::Silu => {
+            let s = one / (one + (-x).exp());
+            s * (one + x * (one - s))
+        }
+        Op::Softplus => one / (one + (-x).exp()),
+        Op::Inv => -(y * y),
+        Op::SafeLog { eps } => {
+            if x > T::c(*eps as f64) {
+                one / x
+            } else {
+                zero
+            }
+        }
+        Op::Scale { factor } => T::c(*factor as f64),
+        Op::AddScalar { .. } => one,
+        Op::Clamp { min, max } => {
+            if x >= T::c(*min as f64) && x <= T::c(*max as f64) {
+                one
+            } else {
+                zero
+            }
+        }
+        Op::Pow { exponent } => {
+            let p = T::c(*exponent as f64);
+            if p == zero {
+                zero
+            } else {
+                p * x.powf(p - one)
+            }
+        }
+        _ => unreachable!("not a unary op: {}", op.name()),
+    }
+}
+
+pub(super) fn unary_forward<T: Scalar>(op: &Op, x: &Array<T>) -> Array<T> {
+    Array {
+        shape: x.shape.clone(),
+        data: x.data.iter().map(|&v| unary(op, v)).collect(),
+    }
+}
+
+pub(super) fn unary_vjp<T: Scalar>(
+    op: &Op,
+    x: &Array<T>,
+    y: &Array<T>,
+    gy: &Array<T>,
+) -> InputGrads<T> {
+    let data = (0..x.data.len())
+        .map(|i| gy.data[i] * unary_derivative(op, x.data[i], y.data[i]))
+        .collect();
+    vec![Some(Array {
+        shape: x.shape.clone(),
+        data,
+    })]
+}

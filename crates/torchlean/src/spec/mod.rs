@@ -1,0 +1,170 @@
+//! The `spec` layer: the mathematical meaning of every op.
+//!
+//! For each op: its shape rule ([`infer_shape`]), its forward ([`forward`]) and its VJP
+//! ([`vjp`]), written for clarity over contiguous row-major [`Array`]s and generic over the
+//! [`Scalar`] type. Instantiated at `f64` it is the specification every provider is checked
+//! against; instantiated at `f32` it *is* the `reference` provider's kernel.
+//!
+//! This layer knows nothing about devices, providers, tapes or the trust machinery.
+
+mod array;
+mod conv;
+mod elementwise;
+mod index;
+mod layout;
+mod linalg;
+mod norm;
+mod pool;
+mod random;
+mod reduce;
+mod softmax;
+mod special;
+
+pub use array::{broadcast_shapes, contiguous_strides, numel, reduce_to, Array};
+pub(crate) use conv::{conv_out, conv_transpose_out};
+pub(crate) use linalg::matmul_dims;
+pub use random::{splitmix64, uniform_from_bits};
+
+use crate::error::OpError;
+use crate::graph::{Op, OpKind};
+use crate::scalar::Scalar;
+
+/// Gradients of one op's inputs; `None` for inputs that carry no gradient
+/// (index tensors, boolean masks, conditions).
+pub type InputGrads<T> = Vec<Option<Array<T>>>;
+
+/// The shape rule of `op` applied to its input shapes: the output shape, or why the inputs
+/// are invalid. Every provider uses this same rule.
+pub fn infer_shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError> {
+    use OpKind as K;
+    match op.kind() {
+        K::RandUniform | K::BernoulliMask => random::shape(op, shapes),
+        K::Add | K::Sub | K::Mul | K::Div | K::Maximum | K::Minimum | K::Where => {
+            elementwise::binary_shape(op, shapes)
+        }
+        K::Softmax | K::LogSoftmax => softmax::shape(op, shapes),
+        K::SumAll | K::ReduceSum | K::ReduceMean | K::Argmax => reduce::shape(op, shapes),
+        K::Reshape | K::Permute | K::BroadcastTo | K::Concat | K::Slice => {
+            layout::shape(op, shapes)
+        }
+        K::IndexSelect | K::Gather | K::ScatterAdd => index::shape(op, shapes),
+        K::Matmul | K::Linear | K::MseLoss => linalg::shape(op, shapes),
+        K::LayerNorm | K::RmsNorm | K::BatchNorm => norm::shape(op, shapes),
+        K::Conv2d | K::ConvTranspose2d => conv::shape(op, shapes),
+        K::MaxPool2d | K::AvgPool2d | K::SmoothMaxPool2d => pool::shape(op, shapes),
+        K::SpectralConv1d | K::SelectiveScan | K::ScaledDotProductAttention => {
+            special::shape(op, shapes)
+        }
+        _ => elementwise::unary_shape(op, shapes),
+    }
+}
+
+/// The forward value of `op` on `inputs`.
+pub fn forward<T: Scalar>(op: &Op, inputs: &[&Array<T>]) -> Result<Array<T>, OpError> {
+    let shapes: Vec<&[usize]> = inputs.iter().map(|a| a.shape.as_slice()).collect();
+    let out_shape = infer_shape(op, &shapes)?;
+    use OpKind as K;
+    match op.kind() {
+        K::RandUniform | K::BernoulliMask => random::forward(op, out_shape),
+        K::Add | K::Sub | K::Mul | K::Div | K::Maximum | K::Minimum | K::Where => {
+            Ok(elementwise::binary_forward(op, inputs, out_shape))
+        }
+        K::Softmax | K::LogSoftmax => Ok(softmax::forward(op, inputs[0])),
+        K::SumAll | K::ReduceSum | K::ReduceMean | K::Argmax => {
+            Ok(reduce::forward(op, inputs[0], out_shape))
+        }
+        K::Reshape | K::Permute | K::BroadcastTo | K::Concat | K::Slice => {
+            Ok(layout::forward(op, inputs, out_shape))
+        }
+        K::IndexSelect | K::Gather | K::ScatterAdd => index::forward(op, inputs, out_shape),
+        K::Matmul | K::Linear | K::MseLoss => Ok(linalg::forward(op, inputs, out_shape)),
+        K::LayerNorm | K::RmsNorm | K::BatchNorm => Ok(norm::forward(op, inputs)),
+        K::Conv2d | K::ConvTranspose2d => Ok(conv::forward(op, inputs, out_shape)),
+        K::MaxPool2d | K::AvgPool2d | K::SmoothMaxPool2d => {
+            Ok(pool::forward(op, inputs[0], out_shape))
+        }
+        K::SpectralConv1d | K::SelectiveScan | K::ScaledDotProductAttention => {
+            Ok(special::forward(op, inputs, out_shape))
+        }
+        _ => Ok(elementwise::unary_forward(op, inputs[0])),
+    }
+}
+
+/// The vector-Jacobian product of `op`: given the inputs, the forward output and the
+/// cotangent `grad_out` of the output, the cotangent of each input.
+pub fn vjp<T: Scalar>(
+    op: &Op,
+    inputs: &[&Array<T>],
+    output: &Array<T>,
+    grad_out: &Array<T>,
+) -> Result<InputGrads<T>, OpError> {
+    let shapes: Vec<&[usize]> = inputs.iter().map(|a| a.shape.as_slice()).collect();
+    let out_shape = infer_shape(op, &shapes)?;
+    if grad_out.shape != out_shape || output.shape != out_shape {
+        return Err(OpError::Shape {
+            op: op.name(),
+            shapes: vec![output.shape.clone(), grad_out.shape.clone()],
+            expected: format!("output and its gradient of shape {out_shape:?}"),
+        });
+    }
+    use OpKind as K;
+    match op.kind() {
+        K::RandUniform | K::BernoulliMask | K::Argmax => {
+            Err(OpError::NotDifferentiable { op: op.name() })
+        }
+        K::Add | K::Sub | K::Mul | K::Div | K::Maximum | K::Minimum | K::Where => {
+            Ok(elementwise::binary_vjp(op, inputs, grad_out))
+        }
+        K::Softmax | K::LogSoftmax => Ok(softmax::vjp(op, output, grad_out)),
+        K::SumAll | K::ReduceSum | K::ReduceMean => Ok(reduce::vjp(op, inputs[0], grad_out)),
+        K::Reshape | K::Permute | K::BroadcastTo | K::Concat | K::Slice => {
+            Ok(layout::vjp(op, inputs, grad_out))
+        }
+        K::IndexSelect | K::Gather | K::ScatterAdd => index::vjp(op, inputs, grad_out),
+        K::Matmul | K::Linear | K::MseLoss => Ok(linalg::vjp(op, inputs, grad_out)),
+        K::LayerNorm | K::RmsNorm | K::BatchNorm => Ok(norm::vjp(op, inputs, grad_out)),
+        K::Conv2d | K::ConvTranspose2d => Ok(conv::vjp(op, inputs, grad_out)),
+        K::MaxPool2d | K::AvgPool2d | K::SmoothMaxPool2d => {
+            Ok(pool::vjp(op, inputs[0], output, grad_out))
+        }
+        K::SpectralConv1d | K::SelectiveScan | K::ScaledDotProductAttention => {
+            Ok(special::vjp(op, inputs, output, grad_out))
+        }
+        _ => Ok(elementwise::unary_vjp(op, inputs[0], output, grad_out)),
+    }
+}
+
+/// Checks the number of inputs of `op`.
+pub(crate) fn expect_arity(op: &Op, shapes: &[&[usize]], allowed: &[usize]) -> Result<(), OpError> {
+    if allowed.contains(&shapes.len()) {
+        Ok(())
+    } else {
+        let expected = allowed
+            .iter()
+            .map(|n| n.to_string())
+            .collect::<Vec<_>>()
+            .join(" or ");
+        Err(OpError::Arity {
+            op: op.name(),
+            expected,
+            got: shapes.len(),
+        })
+    }
+}
+
+/// Builds a shape error for `op`.
+pub(crate) fn shape_err(op: &Op, shapes: &[&[usize]], expected: impl Into<String>) -> OpError {
+    OpError::Shape {
+        op: op.name(),
+        shapes: shapes.iter().map(|s| s.to_vec()).collect(),
+        expected: expected.into(),
+    }
+}
+
+/// Builds a payload error for `op`.
+pub(crate) fn payload_err(op: &Op, reason: impl Into<String>) -> OpError {
+    OpError::Payload {
+        op: op.name(),
+        reason: reason.into(),
+    }
+}

@@ -1,0 +1,123 @@
+//! Normalization with batch statistics: `layer_norm` and `rms_norm` over the last axis,
+//! `batch_norm` over every axis except `channel_axis` (training-mode, biased variance).
+//! Running statistics for evaluation belong to the `nn` layer, not to the op.
+
+use super::array::split_at_axis;
+use super::{expect_arity, payload_err, shape_err, Array, InputGrads};
+use crate::error::OpError;
+use crate::graph::Op;
+use crate::scalar::Scalar;
+
+pub(super) fn shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError> {
+    let (eps, n) = match op {
+        Op::LayerNorm { eps } => (*eps, 3),
+        Op::RmsNorm { eps } => (*eps, 2),
+        Op::BatchNorm { eps, .. } => (*eps, 3),
+        _ => unreachable!("norm::shape called for {}", op.name()),
+    };
+    expect_arity(op, shapes, &[n])?;
+    if !(eps >= 0.0 && eps.is_finite()) {
+        return Err(payload_err(op, format!("eps must be finite and >= 0, got {eps}")));
+    }
+    let x = shapes[0];
+    let feature = match op {
+        Op::BatchNorm { channel_axis, .. } if *channel_axis < x.len() => Some(x[*channel_axis]),
+        Op::BatchNorm { .. } => None,
+        _ => x.last().copied(),
+    };
+    match feature {
+        Some(f) if shapes[1..].iter().all(|s| *s == [f]) => Ok(x.to_vec()),
+        _ => Err(shape_err(op, shapes, match op {
+            Op::BatchNorm { channel_axis, .. } => format!("x with a channel axis {channel_axis}, and gamma/beta of shape [channels]"),
+            _ => "x [..., d] and affine parameters of shape [d]".to_string(),
+        })),
+    }
+}
+
+/// The normalization groups: for each group, the flat indices of its elements; and for each
+/// flat index, the index of its affine parameter.
+fn groups(op: &Op, shape: &[usize]) -> (Vec<Vec<usize>>, Vec<usize>) {
+    let total: usize = shape.iter().product();
+    match op {
+        Op::BatchNorm { channel_axis, .. } => {
+            let (outer, c, inner) = split_at_axis(shape, *channel_axis);
+            let mut gs = vec![Vec::with_capacity(outer * inner); c];
+            let mut param = vec![0; total];
+            for o in 0..outer {
+                for ch in 0..c {
+                    for i in 0..inner {
+                        let f = (o * c + ch) * inner + i;
+                        gs[ch].push(f);
+                        param[f] = ch;
+                    }
+                }
+            }
+            (gs, param)
+        }
+        _ => {
+            let d = *shape.last().unwrap_or(&1);
+            let rows = if d == 0 { 0 } else { total / d };
+            let gs = (0..rows).map(|r| (r * d..(r + 1) * d).collect()).collect();
+            (gs, (0..total).map(|f| f % d.max(1)).collect())
+        }
+    }
+}
+
+fn eps_of<T: Scalar>(op: &Op) -> T {
+    match op {
+        Op::LayerNorm { eps } | Op::RmsNorm { eps } | Op::BatchNorm { eps, .. } => T::c(*eps as f64),
+        _ => unreachable!("norm::eps_of called for {}", op.name()),
+    }
+}
+
+/// Mean and reciprocal standard deviation of a group (rms: mean 0, rstd = 1/sqrt(mean(x²)+eps)).
+fn stats<T: Scalar>(op: &Op, x: &[T], g: &[usize]) -> (T, T) {
+    let n = T::c(g.len() as f64);
+    let rms = matches!(op, Op::RmsNorm { .. });
+    let mu = if rms { T::zero() } else { g.iter().map(|&f| x[f]).sum::<T>() / n };
+    let var = g.iter().map(|&f| (x[f] - mu) * (x[f] - mu)).sum::<T>() / n;
+    (mu, T::one() / (var + eps_of::<T>(op)).sqrt())
+}
+
+pub(super) fn forward<T: Scalar>(op: &Op, xs: &[&Array<T>]) -> Array<T> {
+    let x = xs[0];
+    let (gs, param) = groups(op, &x.shape);
+    let mut y = Array::zeros(&x.shape);
+    for g in &gs {
+        let (mu, rstd) = stats(op, &x.data, g);
+        for &f in g {
+            let p = param[f];
+            let xhat = (x.data[f] - mu) * rstd;
+            y.data[f] = xhat * xs[1].data[p] + xs.get(2).map_or(T::zero(), |b| b.data[p]);
+        }
+    }
+    y
+}
+
+pub(super) fn vjp<T: Scalar>(op: &Op, xs: &[&Array<T>], gy: &Array<T>) -> InputGrads<T> {
+    let x = xs[0];
+    let gamma = xs[1];
+    let (gs, param) = groups(op, &x.shape);
+    let mut gx = Array::zeros(&x.shape);
+    let mut ggamma = Array::zeros(&gamma.shape);
+    let mut gbeta = Array::zeros(&gamma.shape);
+    let rms = matches!(op, Op::RmsNorm { .. });
+    for g in &gs {
+        let n = T::c(g.len() as f64);
+        let (mu, rstd) = stats(op, &x.data, g);
+        let xhat = |f: usize| (x.data[f] - mu) * rstd;
+        let gxhat = |f: usize| gy.data[f] * gamma.data[param[f]];
+        let mean_g = if rms { T::zero() } else { g.iter().map(|&f| gxhat(f)).sum::<T>() / n };
+        let mean_gx = g.iter().map(|&f| gxhat(f) * xhat(f)).sum::<T>() / n;
+        for &f in g {
+            gx.data[f] = rstd * (gxhat(f) - mean_g - xhat(f) * mean_gx);
+            ggamma.data[param[f]] += gy.data[f] * xhat(f);
+            gbeta.data[param[f]] += gy.data[f];
+        }
+    }
+    let mut grads = vec![Some(gx), Some(ggamma)];
+    if xs.len() == 3 {
+        grads.push(Some(gbeta));
+    }
+    grads
+}

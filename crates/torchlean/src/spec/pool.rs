@@ -1,0 +1,122 @@
+//! 2-D pooling over NCHW input: `max_pool2d` (padding never wins), `avg_pool2d` (divisor is
+//! the full window with `count_include_pad`, else the valid count), and `smooth_max_pool2d`
+//! (`(1/beta) ln Σ exp(beta x)` over the valid window). Padding may be at most half the
+//! kernel, so every window holds at least one real element. The max gradient goes to the
+//! first maximum of its window.
+
+use super::{expect_arity, payload_err, shape_err, Array, InputGrads};
+use crate::error::OpError;
+use crate::graph::{Op, Pool2dGeometry};
+use crate::scalar::Scalar;
+
+pub(crate) fn geometry(op: &Op) -> Pool2dGeometry {
+    match op {
+        Op::MaxPool2d(g) | Op::AvgPool2d { geometry: g, .. } | Op::SmoothMaxPool2d { geometry: g, .. } => *g,
+        _ => unreachable!("pool::geometry called for {}", op.name()),
+    }
+}
+
+pub(super) fn shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError> {
+    expect_arity(op, shapes, &[1])?;
+    let g = geometry(op);
+    if g.kernel.contains(&0) || g.stride.contains(&0) || (0..2).any(|a| 2 * g.padding[a] > g.kernel[a]) {
+        return Err(payload_err(op, format!("kernel and stride must be >= 1 and padding at most half the kernel, got {g:?}")));
+    }
+    if let Op::SmoothMaxPool2d { beta, .. } = op {
+        if !(*beta > 0.0 && beta.is_finite()) {
+            return Err(payload_err(op, format!("beta must be finite and > 0, got {beta}")));
+        }
+    }
+    let x = shapes[0];
+    if x.len() != 4 {
+        return Err(shape_err(op, shapes, "x [N, C, H, W]"));
+    }
+    let out = |a: usize| (x[2 + a] + 2 * g.padding[a]).checked_sub(g.kernel[a]).map(|e| e / g.stride[a] + 1);
+    match (out(0), out(1)) {
+        (Some(oh), Some(ow)) => Ok(vec![x[0], x[1], oh, ow]),
+        _ => Err(shape_err(op, shapes, format!("a padded input at least as large as the kernel {:?}", g.kernel))),
+    }
+}
+
+/// For every output element: the flat input indices of its window's real (unpadded) elements.
+fn windows(g: &Pool2dGeometry, x: &[usize], y: &[usize]) -> Vec<Vec<usize>> {
+    let mut out = Vec::with_capacity(y.iter().product());
+    for nc in 0..x[0] * x[1] {
+        for i in 0..y[2] {
+            for j in 0..y[3] {
+                let mut win = Vec::new();
+                for p in 0..g.kernel[0] {
+                    for q in 0..g.kernel[1] {
+                        let r = (i * g.stride[0] + p) as isize - g.padding[0] as isize;
+                        let s = (j * g.stride[1] + q) as isize - g.padding[1] as isize;
+                        if r >= 0 && s >= 0 && (r as usize) < x[2] && (s as usize) < x[3] {
+                            win.push((nc * x[2] + r as usize) * x[3] + s as usize);
+                        }
+                    }
+                }
+                out.push(win);
+            }
+        }
+    }
+    out
+}
+
+fn divisor<T: Scalar>(op: &Op, win: &[usize]) -> T {
+    match op {
+        Op::AvgPool2d { geometry, count_include_pad: true } => T::c((geometry.kernel[0] * geometry.kernel[1]) as f64),
+        _ => T::c(win.len() as f64),
+    }
+}
+
+fn first_max<T: Scalar>(x: &[T], win: &[usize]) -> usize {
+    let mut best = win[0];
+    for &f in &win[1..] {
+        if x[f] > x[best] {
+            best = f;
+        }
+    }
+    best
+}
+
+pub(super) fn forward<T: Scalar>(op: &Op, x: &Array<T>, out_shape: Vec<usize>) -> Array<T> {
+    let ws = windows(&geometry(op), &x.shape, &out_shape);
+    let data = ws
+        .iter()
+        .map(|win| match op {
+            Op::MaxPool2d(_) => x.data[first_max(&x.data, win)],
+            Op::AvgPool2d { .. } => win.iter().map(|&f| x.data[f]).sum::<T>() / divisor(op, win),
+            Op::SmoothMaxPool2d { beta, .. } => {
+                let b = T::c(*beta as f64);
+                let m = x.data[first_max(&x.data, win)];
+                m + win.iter().map(|&f| (b * (x.data[f] - m)).exp()).sum::<T>().ln() / b
+            }
+            _ => unreachable!("pool::forward called for {}", op.name()),
+        })
+        .collect();
+    Array { shape: out_shape, data }
+}
+
+pub(super) fn vjp<T: Scalar>(op: &Op, x: &Array<T>, y: &Array<T>, gy: &Array<T>) -> InputGrads<T> {
+    let ws = windows(&geometry(op), &x.shape, &y.shape);
+    let mut gx = Array::zeros(&x.shape);
+    for (o, win) in ws.iter().enumerate() {
+        match op {
+            Op::MaxPool2d(_) => gx.data[first_max(&x.data, win)] += gy.data[o],
+            Op::AvgPool2d { .. } => {
+                let d: T = divisor(op, win);
+                for &f in win {
+                    gx.data[f] += gy.data[o] / d;
+                }
+            }
+            Op::SmoothMaxPool2d { beta, .. } => {
+                // d/dx_f = exp(beta (x_f - y)): the softmax weight of x_f in its window
+                let b = T::c(*beta as f64);
+                for &f in win {
+                    gx.data[f] += gy.data[o] * (b * (x.data[f] - y.data[o])).exp();
+                }
+            }
+            _ => unreachable!("pool::vjp called for {}", op.name()),
+        }
+    }
+    vec![Some(gx)]
+}

@@ -1,0 +1,133 @@
+//! Reductions: `sum_all` (to a scalar), `reduce_sum`/`reduce_mean` over a set of axes, and the
+//! non-differentiable `argmax` (first maximum, as an f32 index).
+//!
+//! The mean over zero elements is NaN (0/0, IEEE); the sum over zero elements is 0;
+//! `argmax` over an empty axis is an error.
+
+use super::array::{broadcast_to, split_at_axis};
+use super::{expect_arity, numel, payload_err, shape_err, Array, InputGrads};
+use crate::error::OpError;
+use crate::graph::Op;
+use crate::scalar::Scalar;
+
+fn check_axes(op: &Op, shapes: &[&[usize]], axes: &[usize]) -> Result<(), OpError> {
+    let rank = shapes[0].len();
+    if axes.is_empty() {
+        return Err(payload_err(op, "axes must not be empty (use sum_all to reduce everything)"));
+    }
+    for (i, &a) in axes.iter().enumerate() {
+        if a >= rank {
+            return Err(shape_err(op, shapes, format!("a tensor with axis {a} (rank > {a})")));
+        }
+        if axes[..i].contains(&a) {
+            return Err(payload_err(op, format!("axis {a} is listed twice in {axes:?}")));
+        }
+    }
+    Ok(())
+}
+
+/// Output shape of reducing `axes` of `shape`.
+pub(crate) fn reduced_shape(shape: &[usize], axes: &[usize], keepdim: bool) -> Vec<usize> {
+    let mut out = Vec::with_capacity(shape.len());
+    for (d, &n) in shape.iter().enumerate() {
+        if axes.contains(&d) {
+            if keepdim {
+                out.push(1);
+            }
+        } else {
+            out.push(n);
+        }
+    }
+    out
+}
+
+pub(super) fn shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError> {
+    expect_arity(op, shapes, &[1])?;
+    match op {
+        Op::SumAll => Ok(vec![]),
+        Op::ReduceSum { axes, keepdim } | Op::ReduceMean { axes, keepdim } => {
+            check_axes(op, shapes, axes)?;
+            Ok(reduced_shape(shapes[0], axes, *keepdim))
+        }
+        Op::Argmax { axis } => {
+            check_axes(op, shapes, &[*axis])?;
+            if shapes[0][*axis] == 0 {
+                return Err(shape_err(op, shapes, format!("a non-empty axis {axis}")));
+            }
+            Ok(reduced_shape(shapes[0], &[*axis], false))
+        }
+        _ => unreachable!("reduce::shape called for {}", op.name()),
+    }
+}
+
+/// Sums `x` over `axes` into `out_shape` (with or without kept dims: same flat layout).
+fn sum_axes<T: Scalar>(x: &Array<T>, axes: &[usize]) -> Vec<T> {
+    let keep = reduced_shape(&x.shape, axes, true);
+    let mut out = vec![T::zero(); numel(&keep)];
+    for (i, src) in super::array::broadcast_source_index(&keep, &x.shape)
+        .into_iter()
+        .enumerate()
+    {
+        out[src] += x.data[i];
+    }
+    out
+}
+
+pub(super) fn forward<T: Scalar>(op: &Op, x: &Array<T>, out_shape: Vec<usize>) -> Array<T> {
+    match op {
+        Op::SumAll => Array {
+            shape: out_shape,
+            data: vec![x.data.iter().copied().sum()],
+        },
+        Op::ReduceSum { axes, .. } => Array {
+            shape: out_shape,
+            data: sum_axes(x, axes),
+        },
+        Op::ReduceMean { axes, .. } => {
+            let count = T::c(axes.iter().map(|&a| x.shape[a]).product::<usize>() as f64);
+            Array {
+                shape: out_shape,
+                data: sum_axes(x, axes).into_iter().map(|v| v / count).collect(),
+            }
+        }
+        Op::Argmax { axis } => {
+            let (outer, dim, inner) = split_at_axis(&x.shape, *axis);
+            let mut data = Vec::with_capacity(outer * inner);
+            for o in 0..outer {
+                for i in 0..inner {
+                    let mut best = 0;
+                    for j in 1..dim {
+                        let v = x.data[o * dim * inner + j * inner + i];
+                        let b = x.data[o * dim * inner + best * inner + i];
+                        if v > b || (v.is_nan() && !b.is_nan()) {
+                            best = j;
+                        }
+                    }
+                    data.push(T::c(best as f64));
+                }
+            }
+            Array {
+                shape: out_shape,
+                data,
+            }
+        }
+        _ => unreachable!("reduce::forward called for {}", op.name()),
+    }
+}
+
+pub(super) fn vjp<T: Scalar>(op: &Op, x: &Array<T>, gy: &Array<T>) -> InputGrads<T> {
+    let g = match op {
+        Op::SumAll => Array::from_fn(&x.shape, |_| gy.data[0]),
+        Op::ReduceSum { axes, .. } | Op::ReduceMean { axes, .. } => {
+            let keep = reduced_shape(&x.shape, axes, true);
+            let mut g = broadcast_to(&gy.clone().reshaped(&keep), &x.shape);
+            if let Op::ReduceMean { .. } = op {
+                let count = T::c(axes.iter().map(|&a| x.shape[a]).product::<usize>() as f64);
+                g.data.iter_mut().for_each(|v| *v /= count);
+            }
+            g
+        }
+        _ => unreachable!("reduce::vjp called for {}", op.name()),
+    };
+    vec![Some(g)]
+}

@@ -1,0 +1,309 @@
+//! Special ops: the FNO spectral layer, the diagonal selective scan, and scaled dot-product
+//! attention with TorchLean's boolean-mask semantics.
+//!
+//! - `spectral_conv1d{modes}(x [B,Ci,N], wr [Ci,Co,M], wi [Ci,Co,M])`, M = modes <= N/2+1:
+//!   X = rfft(x) over the last axis; Y_k = Σ_i X_k[i] W_k[i,o] (complex) for k < M, 0 above;
+//!   y = irfft(Y, n = N) normalized by 1/N. Written here as an explicit real-linear map (a
+//!   direct DFT), so the spec is plain sums of cosines and sines.
+//! - `selective_scan(a [B,L,...], u [B,L,...])`: h_t = a_t * h_{t-1} + u_t along axis 1, h_{-1} = 0.
+//! - `scaled_dot_product_attention(q [...,L,D], k [...,S,D], v [...,S,Dv] [, mask])`:
+//!   softmax(scale q k^T (+ bias)) v; scale defaults to 1/sqrt(D); `causal` blocks j > i;
+//!   a boolean mask (nonzero = may attend, shape [L,S] or [...,L,S]) gives a blocked entry
+//!   exactly zero weight; a row with every entry blocked outputs zeros (and passes no gradient).
+
+use super::{expect_arity, numel, payload_err, reduce_to, shape_err, Array, InputGrads};
+use crate::error::OpError;
+use crate::graph::{AttentionMask, Op};
+use crate::scalar::Scalar;
+
+pub(super) fn shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError> {
+    match op {
+        Op::SpectralConv1d { modes } => {
+            expect_arity(op, shapes, &[3])?;
+            let (x, wr, wi) = (shapes[0], shapes[1], shapes[2]);
+            if x.len() != 3 || wr.len() != 3 || wr != wi || wr[0] != x[1] || wr[2] != *modes {
+                return Err(shape_err(op, shapes, format!("x [B, Ci, N] and real/imaginary weights [Ci, Co, {modes}]")));
+            }
+            if *modes == 0 || *modes > x[2] / 2 + 1 {
+                return Err(payload_err(op, format!("modes must be in 1..={} for length {}, got {modes}", x[2] / 2 + 1, x[2])));
+            }
+            Ok(vec![x[0], wr[1], x[2]])
+        }
+        Op::SelectiveScan => {
+            expect_arity(op, shapes, &[2])?;
+            if shapes[0].len() < 2 || shapes[0] != shapes[1] {
+                return Err(shape_err(op, shapes, "decay a and input u of the same shape [B, L, ...]"));
+            }
+            Ok(shapes[0].to_vec())
+        }
+        Op::ScaledDotProductAttention { scale, mask, .. } => {
+            let n = if *mask == AttentionMask::None { 3 } else { 4 };
+            expect_arity(op, shapes, &[n])?;
+            if let Some(s) = scale {
+                if !s.is_finite() {
+                    return Err(payload_err(op, format!("scale must be finite, got {s}")));
+                }
+            }
+            let (q, k, v) = (shapes[0], shapes[1], shapes[2]);
+            let r = q.len();
+            let ok = r >= 2 && k.len() == r && v.len() == r
+                && q[..r - 2] == k[..r - 2] && q[..r - 2] == v[..r - 2]
+                && q[r - 1] == k[r - 1] && k[r - 2] == v[r - 2];
+            if !ok {
+                return Err(shape_err(op, shapes, "q [..., L, D], k [..., S, D], v [..., S, Dv] with equal leading dims"));
+            }
+            if n == 4 {
+                let m = shapes[3];
+                let (l, s) = (q[r - 2], k[r - 2]);
+                let mut full = q[..r - 2].to_vec();
+                full.extend([l, s]);
+                if m != [l, s] && m != full.as_slice() {
+                    return Err(shape_err(op, shapes, format!("a mask of shape [{l}, {s}] or {full:?}")));
+                }
+            }
+            let mut out = q.to_vec();
+            out[r - 1] = v[r - 1];
+            Ok(out)
+        }
+        _ => unreachable!("special::shape called for {}", op.name()),
+    }
+}
+
+/// Weight c_k of frequency k in the real inverse DFT of length n.
+fn irfft_weight(k: usize, n: usize) -> f64 {
+    if k == 0 || (n % 2 == 0 && k == n / 2) {
+        1.0
+    } else {
+        2.0
+    }
+}
+
+fn angle<T: Scalar>(k: usize, t: usize, n: usize) -> T {
+    T::c(2.0 * std::f64::consts::PI * ((k * t) % n) as f64 / n as f64)
+}
+
+/// Forward DFT of x [B, Ci, N] on the first `m` frequencies: (Xr, Xi), each [B, Ci, m].
+fn rdft<T: Scalar>(x: &Array<T>, m: usize) -> (Vec<T>, Vec<T>) {
+    let (b, ci, n) = (x.shape[0], x.shape[1], x.shape[2]);
+    let mut xr = vec![T::zero(); b * ci * m];
+    let mut xi = vec![T::zero(); b * ci * m];
+    for row in 0..b * ci {
+        for k in 0..m {
+            for t in 0..n {
+                let th: T = angle(k, t, n);
+                xr[row * m + k] += x.data[row * n + t] * th.cos();
+                xi[row * m + k] -= x.data[row * n + t] * th.sin();
+            }
+        }
+    }
+    (xr, xi)
+}
+
+/// Attention probabilities of one query row, or `None` when every key is blocked.
+#[allow(clippy::too_many_arguments)]
+fn attention_row<T: Scalar>(op: &Op, xs: &[&Array<T>], bi: usize, i: usize, l: usize, s: usize, d: usize) -> Option<Vec<T>> {
+    let Op::ScaledDotProductAttention { scale, causal, mask } = op else {
+        unreachable!("attention_row called for {}", op.name())
+    };
+    let sc = T::c(scale.map_or(1.0 / (d as f64).sqrt(), |v| v as f64));
+    let mask_at = |j: usize| -> T {
+        let m = xs[3];
+        let per_batch = m.shape.len() > 2;
+        m.data[if per_batch { (bi * l + i) * s + j } else { i * s + j }]
+    };
+    let mut scores = vec![T::neg_infinity(); s];
+    let mut any = false;
+    for (j, score) in scores.iter_mut().enumerate() {
+        if (*causal && j > i) || (*mask == AttentionMask::Boolean && mask_at(j) == T::zero()) {
+            continue;
+        }
+        let q = &xs[0].data[(bi * l + i) * d..(bi * l + i + 1) * d];
+        let k = &xs[1].data[(bi * s + j) * d..(bi * s + j + 1) * d];
+        let mut v = sc * q.iter().zip(k).map(|(&a, &b)| a * b).sum::<T>();
+        if *mask == AttentionMask::AdditiveBias {
+            v += mask_at(j);
+        }
+        *score = v;
+        any = true;
+    }
+    if !any {
+        return None;
+    }
+    let mx = scores.iter().copied().fold(T::neg_infinity(), T::max);
+    let e: Vec<T> = scores.iter().map(|&v| if v == T::neg_infinity() { T::zero() } else { (v - mx).exp() }).collect();
+    let z: T = e.iter().copied().sum();
+    Some(e.into_iter().map(|v| v / z).collect())
+}
+
+pub(super) fn forward<T: Scalar>(op: &Op, xs: &[&Array<T>], out_shape: Vec<usize>) -> Array<T> {
+    let mut y = Array::zeros(&out_shape);
+    match op {
+        Op::SpectralConv1d { modes } => {
+            let m = *modes;
+            let (b, ci, n, co) = (xs[0].shape[0], xs[0].shape[1], xs[0].shape[2], xs[1].shape[1]);
+            let (xr, xi) = rdft(xs[0], m);
+            for bb in 0..b {
+                for o in 0..co {
+                    for k in 0..m {
+                        let (mut yr, mut yi) = (T::zero(), T::zero());
+                        for i in 0..ci {
+                            let (ar, ai) = (xr[(bb * ci + i) * m + k], xi[(bb * ci + i) * m + k]);
+                            let (wr, wi) = (xs[1].data[(i * co + o) * m + k], xs[2].data[(i * co + o) * m + k]);
+                            yr += ar * wr - ai * wi;
+                            yi += ar * wi + ai * wr;
+                        }
+                        let c = T::c(irfft_weight(k, n) / n as f64);
+                        for t in 0..n {
+                            let th: T = angle(k, t, n);
+                            y.data[(bb * co + o) * n + t] += c * (yr * th.cos() - yi * th.sin());
+                        }
+                    }
+                }
+            }
+        }
+        Op::SelectiveScan => {
+            let l = xs[0].shape[1];
+            let inner = numel(&xs[0].shape[2..]);
+            for bb in 0..xs[0].shape[0] {
+                for e in 0..inner {
+                    let mut h = T::zero();
+                    for t in 0..l {
+                        let f = (bb * l + t) * inner + e;
+                        h = xs[0].data[f] * h + xs[1].data[f];
+                        y.data[f] = h;
+                    }
+                }
+            }
+        }
+        Op::ScaledDotProductAttention { .. } => {
+            let r = xs[0].shape.len();
+            let (l, d, s, dv) = (xs[0].shape[r - 2], xs[0].shape[r - 1], xs[1].shape[r - 2], xs[2].shape[r - 1]);
+            for bi in 0..numel(&xs[0].shape[..r - 2]) {
+                for i in 0..l {
+                    if let Some(p) = attention_row(op, xs, bi, i, l, s, d) {
+                        for (j, &pj) in p.iter().enumerate() {
+                            for c in 0..dv {
+                                y.data[(bi * l + i) * dv + c] += pj * xs[2].data[(bi * s + j) * dv + c];
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        _ => unreachable!("special::forward called for {}", op.name()),
+    }
+    y
+}
+
+pub(super) fn vjp<T: Scalar>(op: &Op, xs: &[&Array<T>], y: &Array<T>, gy: &Array<T>) -> InputGrads<T> {
+    match op {
+        Op::SpectralConv1d { modes } => {
+            let m = *modes;
+            let (b, ci, n, co) = (xs[0].shape[0], xs[0].shape[1], xs[0].shape[2], xs[1].shape[1]);
+            let (xr, xi) = rdft(xs[0], m);
+            // cotangents of Y (per batch, out channel, frequency)
+            let mut gyr = vec![T::zero(); b * co * m];
+            let mut gyi = vec![T::zero(); b * co * m];
+            for row in 0..b * co {
+                for k in 0..m {
+                    let c = T::c(irfft_weight(k, n) / n as f64);
+                    for t in 0..n {
+                        let th: T = angle(k, t, n);
+                        gyr[row * m + k] += c * gy.data[row * n + t] * th.cos();
+                        gyi[row * m + k] -= c * gy.data[row * n + t] * th.sin();
+                    }
+                }
+            }
+            let mut gx = Array::zeros(&xs[0].shape);
+            let mut gwr = Array::zeros(&xs[1].shape);
+            let mut gwi = Array::zeros(&xs[2].shape);
+            for bb in 0..b {
+                for i in 0..ci {
+                    for k in 0..m {
+                        let (mut gxr, mut gxi) = (T::zero(), T::zero());
+                        let (ar, ai) = (xr[(bb * ci + i) * m + k], xi[(bb * ci + i) * m + k]);
+                        for o in 0..co {
+                            let w = (i * co + o) * m + k;
+                            let (wr, wi) = (xs[1].data[w], xs[2].data[w]);
+                            let (gr, gi) = (gyr[(bb * co + o) * m + k], gyi[(bb * co + o) * m + k]);
+                            gxr += gr * wr + gi * wi;
+                            gxi += gi * wr - gr * wi;
+                            gwr.data[w] += gr * ar + gi * ai;
+                            gwi.data[w] += gi * ar - gr * ai;
+                        }
+                        for t in 0..n {
+                            let th: T = angle(k, t, n);
+                            gx.data[(bb * ci + i) * n + t] += gxr * th.cos() - gxi * th.sin();
+                        }
+                    }
+                }
+            }
+            vec![Some(gx), Some(gwr), Some(gwi)]
+        }
+        Op::SelectiveScan => {
+            let l = xs[0].shape[1];
+            let inner = numel(&xs[0].shape[2..]);
+            let mut ga = Array::zeros(&xs[0].shape);
+            let mut gu = Array::zeros(&xs[0].shape);
+            for bb in 0..xs[0].shape[0] {
+                for e in 0..inner {
+                    let mut carry = T::zero(); // cotangent flowing into h_t from h_{t+1}
+                    for t in (0..l).rev() {
+                        let f = (bb * l + t) * inner + e;
+                        let s = gy.data[f] + carry;
+                        gu.data[f] = s;
+                        ga.data[f] = if t > 0 { s * y.data[f - inner] } else { T::zero() };
+                        carry = s * xs[0].data[f];
+                    }
+                }
+            }
+            vec![Some(ga), Some(gu)]
+        }
+        Op::ScaledDotProductAttention { scale, mask, .. } => {
+            let r = xs[0].shape.len();
+            let (l, d, s, dv) = (xs[0].shape[r - 2], xs[0].shape[r - 1], xs[1].shape[r - 2], xs[2].shape[r - 1]);
+            let sc = T::c(scale.map_or(1.0 / (d as f64).sqrt(), |v| v as f64));
+            let batch = numel(&xs[0].shape[..r - 2]);
+            let mut gq = Array::zeros(&xs[0].shape);
+            let mut gk = Array::zeros(&xs[1].shape);
+            let mut gv = Array::zeros(&xs[2].shape);
+            let mut gbias_full = Array::zeros(&[batch, l, s]);
+            for bi in 0..batch {
+                for i in 0..l {
+                    let Some(p) = attention_row(op, xs, bi, i, l, s, d) else { continue };
+                    let go = &gy.data[(bi * l + i) * dv..(bi * l + i + 1) * dv];
+                    let gp: Vec<T> = (0..s)
+                        .map(|j| go.iter().zip(&xs[2].data[(bi * s + j) * dv..(bi * s + j + 1) * dv]).map(|(&a, &b)| a * b).sum())
+                        .collect();
+                    let dot: T = p.iter().zip(&gp).map(|(&a, &b)| a * b).sum();
+                    for j in 0..s {
+                        for c in 0..dv {
+                            gv.data[(bi * s + j) * dv + c] += p[j] * go[c];
+                        }
+                        let gs = p[j] * (gp[j] - dot);
+                        gbias_full.data[(bi * l + i) * s + j] = gs;
+                        for c in 0..d {
+                            gq.data[(bi * l + i) * d + c] += sc * gs * xs[1].data[(bi * s + j) * d + c];
+                            gk.data[(bi * s + j) * d + c] += sc * gs * xs[0].data[(bi * l + i) * d + c];
+                        }
+                    }
+                }
+            }
+            let mut grads = vec![Some(gq), Some(gk), Some(gv)];
+            match mask {
+                AttentionMask::None => {}
+                AttentionMask::Boolean => grads.push(None),
+                AttentionMask::AdditiveBias => {
+                    let g = if xs[3].shape.len() == 2 {
+                        reduce_to(&gbias_full, &[1, l, s]).reshaped(&xs[3].shape)
+                    } else {
+                        gbias_full.reshaped(&xs[3].shape)
+                    };
+                    grads.push(Some(g));
+                }
+            }
+            grads
+        }
+        _ => unreachable!("special::vjp called for {}", op.name()),
+    }
+}

@@ -1,0 +1,102 @@
+//! Tensor creation: from data, constants, ranges and the counter-based SplitMix64 generator.
+
+use super::Tensor;
+use crate::error::{Error, Result};
+use crate::spec::{numel, splitmix64, uniform_from_bits};
+
+/// Largest element count a creation call accepts (2^34 f32 = 64 GiB): a larger request is a
+/// mistake, reported instead of attempted.
+const MAX_ELEMENTS: usize = 1 << 34;
+
+fn checked_numel(what: &str, shape: &[usize]) -> Result<usize> {
+    let mut n: usize = 1;
+    for &d in shape {
+        n = n.checked_mul(d).filter(|&n| n <= MAX_ELEMENTS).ok_or_else(|| {
+            Error::Creation(format!("{what}: shape {shape:?} has more than {MAX_ELEMENTS} elements"))
+        })?;
+    }
+    Ok(n)
+}
+
+impl Tensor {
+    /// A tensor from row-major data; `data.len()` must equal the shape's element count.
+    pub fn from_vec(data: Vec<f32>, shape: &[usize]) -> Result<Tensor> {
+        let n = checked_numel("from_vec", shape)?;
+        if n != data.len() {
+            return Err(Error::Creation(format!(
+                "from_vec: shape {shape:?} needs {n} elements, got {}",
+                data.len()
+            )));
+        }
+        Ok(Tensor::from_parts(data, shape.to_vec()))
+    }
+
+    /// A 0-dimensional tensor.
+    pub fn scalar(v: f32) -> Tensor {
+        Tensor::from_parts(vec![v], vec![])
+    }
+
+    /// A tensor filled with `value`.
+    pub fn full(shape: &[usize], value: f32) -> Result<Tensor> {
+        let n = checked_numel("full", shape)?;
+        Ok(Tensor::from_parts(vec![value; n], shape.to_vec()))
+    }
+
+    /// A tensor of zeros.
+    pub fn zeros(shape: &[usize]) -> Result<Tensor> {
+        Tensor::full(shape, 0.0)
+    }
+
+    /// A tensor of ones.
+    pub fn ones(shape: &[usize]) -> Result<Tensor> {
+        Tensor::full(shape, 1.0)
+    }
+
+    /// `start, start+step, …` up to (excluding) `end`, as a 1-D tensor.
+    pub fn arange(start: f32, end: f32, step: f32) -> Result<Tensor> {
+        if !(step != 0.0 && step.is_finite() && start.is_finite() && end.is_finite()) {
+            return Err(Error::Creation(format!("arange: need finite bounds and a non-zero step, got {start}..{end} step {step}")));
+        }
+        let count = ((end - start) / step).ceil().max(0.0) as usize;
+        checked_numel("arange", &[count])?;
+        let data = (0..count).map(|i| start + i as f32 * step).collect();
+        Ok(Tensor::from_parts(data, vec![count]))
+    }
+
+    /// Uniform values in [0, 1) drawn with key `seed` (element i uses splitmix64(seed + i)).
+    /// This is the `rand_uniform` op, run through the eager runtime.
+    pub fn rand(shape: &[usize], seed: u64) -> Result<Tensor> {
+        checked_numel("rand", shape)?;
+        crate::runtime::apply(crate::graph::Op::RandUniform { shape: shape.to_vec(), seed }, &[])
+    }
+
+    /// Standard normal values drawn with key `seed`: element i takes the two 32-bit halves of
+    /// splitmix64(seed + i) as uniforms (u1 in (0,1], u2 in [0,1)) and applies Box–Muller.
+    /// A creation helper (for initialization), not a graph op.
+    pub fn randn(shape: &[usize], seed: u64) -> Result<Tensor> {
+        let n = checked_numel("randn", shape)?;
+        let data = (0..n)
+            .map(|i| {
+                let bits = splitmix64(seed.wrapping_add(i as u64));
+                let u1 = ((bits >> 40) + 1) as f64 / (1u64 << 24) as f64;
+                let u2 = uniform_from_bits(bits << 32);
+                ((-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()) as f32
+            })
+            .collect();
+        Ok(Tensor::from_parts(data, shape.to_vec()))
+    }
+
+    /// Uniform values in [lo, hi) (creation helper built on the same generator).
+    pub fn uniform(shape: &[usize], lo: f32, hi: f32, seed: u64) -> Result<Tensor> {
+        let n = checked_numel("uniform", shape)?;
+        let data = (0..n)
+            .map(|i| lo + (hi - lo) * uniform_from_bits(splitmix64(seed.wrapping_add(i as u64))) as f32)
+            .collect();
+        Ok(Tensor::from_parts(data, shape.to_vec()))
+    }
+
+    /// Number of elements of a shape.
+    pub fn shape_numel(shape: &[usize]) -> usize {
+        numel(shape)
+    }
+}

@@ -1,0 +1,218 @@
+//! CPU f32 tensors: shared storage plus a strided [`Layout`], and the autograd links.
+//!
+//! A `Tensor` is a cheap handle (`Arc`). Views share storage. Tensors are immutable through
+//! the public API; optimizers update parameters in place only when they hold the sole
+//! reference (see [`Tensor::update_data`]), otherwise they copy.
+//!
+//! The op methods (`add`, `matmul`, …) live in `ops.rs` and all go through the eager runtime,
+//! which runs only kernels the trust gate accepted.
+
+mod creation;
+mod display;
+mod layout;
+mod ops;
+
+pub use layout::Layout;
+
+use crate::error::{Error, Result};
+use crate::runtime::autograd::GradNode;
+use std::borrow::Cow;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Unique identity of a tensor handle (gradients are keyed by it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TensorId(u64);
+
+impl TensorId {
+    fn fresh() -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        TensorId(NEXT.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+pub(crate) struct TensorImpl {
+    id: TensorId,
+    storage: Arc<Vec<f32>>,
+    layout: Layout,
+    requires_grad: bool,
+    grad_fn: Option<GradNode>,
+}
+
+/// An f32 tensor on the CPU.
+#[derive(Clone)]
+pub struct Tensor(Arc<TensorImpl>);
+
+impl Tensor {
+    /// A contiguous tensor owning `data` (length already checked by the caller).
+    pub(crate) fn from_parts(data: Vec<f32>, shape: Vec<usize>) -> Tensor {
+        debug_assert_eq!(data.len(), crate::spec::numel(&shape));
+        Tensor::from_storage(Arc::new(data), Layout::contiguous(shape))
+    }
+
+    /// A tensor over existing storage with a given layout (a view).
+    pub(crate) fn from_storage(storage: Arc<Vec<f32>>, layout: Layout) -> Tensor {
+        Tensor(Arc::new(TensorImpl { id: TensorId::fresh(), storage, layout, requires_grad: false, grad_fn: None }))
+    }
+
+    /// A view of this tensor's storage with another layout.
+    pub(crate) fn view(&self, layout: Layout) -> Tensor {
+        Tensor::from_storage(self.0.storage.clone(), layout)
+    }
+
+    pub(crate) fn with_grad_fn(self, node: GradNode) -> Tensor {
+        let inner = TensorImpl {
+            id: self.0.id,
+            storage: self.0.storage.clone(),
+            layout: self.0.layout.clone(),
+            requires_grad: false,
+            grad_fn: Some(node),
+        };
+        Tensor(Arc::new(inner))
+    }
+
+    pub(crate) fn grad_fn(&self) -> Option<&GradNode> {
+        self.0.grad_fn.as_ref()
+    }
+
+    /// Number of f32 elements in the underlying storage (views may see fewer).
+    pub(crate) fn storage_len(&self) -> usize {
+        self.0.storage.len()
+    }
+
+    /// Identity of this handle.
+    pub fn id(&self) -> TensorId {
+        self.0.id
+    }
+
+    /// The shape.
+    pub fn shape(&self) -> &[usize] {
+        &self.0.layout.shape
+    }
+
+    /// Number of axes.
+    pub fn rank(&self) -> usize {
+        self.0.layout.shape.len()
+    }
+
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        self.0.layout.numel()
+    }
+
+    /// The strided layout.
+    pub fn layout(&self) -> &Layout {
+        &self.0.layout
+    }
+
+    /// Whether the elements are dense and row-major in storage.
+    pub fn is_contiguous(&self) -> bool {
+        self.0.layout.is_contiguous()
+    }
+
+    /// Whether two tensors share storage (one is a view of the other).
+    pub fn shares_storage_with(&self, other: &Tensor) -> bool {
+        Arc::ptr_eq(&self.0.storage, &other.0.storage)
+    }
+
+    /// The elements in row-major order, borrowed when contiguous, copied otherwise.
+    pub fn data(&self) -> Cow<'_, [f32]> {
+        let l = &self.0.layout;
+        if l.is_contiguous() {
+            Cow::Borrowed(&self.0.storage[l.offset..l.offset + l.numel()])
+        } else {
+            let mut out = Vec::new();
+            l.gather_into(&self.0.storage, &mut out);
+            Cow::Owned(out)
+        }
+    }
+
+    /// The elements in row-major order.
+    pub fn to_vec(&self) -> Vec<f32> {
+        self.data().into_owned()
+    }
+
+    /// A contiguous tensor with the same values (this one if already contiguous).
+    /// Not recorded on the tape: use it on values, not inside differentiated code.
+    pub fn contiguous(&self) -> Tensor {
+        if self.is_contiguous() {
+            self.clone()
+        } else {
+            Tensor::from_parts(self.to_vec(), self.shape().to_vec())
+        }
+    }
+
+    /// The element at a multi-index.
+    pub fn get(&self, index: &[usize]) -> Result<f32> {
+        let l = &self.0.layout;
+        if index.len() != l.shape.len() || index.iter().zip(&l.shape).any(|(i, d)| i >= d) {
+            return Err(Error::OutOfBounds { index: index.to_vec(), shape: l.shape.clone() });
+        }
+        Ok(self.0.storage[l.position(index)])
+    }
+
+    /// The value of a one-element tensor.
+    pub fn item(&self) -> Result<f32> {
+        if self.numel() != 1 {
+            return Err(Error::Other(format!("item: expected a tensor with one element, got shape {:?}", self.shape())));
+        }
+        Ok(self.data()[0])
+    }
+
+    /// Whether gradients flow to this tensor (a leaf marked by [`Tensor::requires_grad`] or
+    /// the result of a recorded op).
+    pub fn is_tracked(&self) -> bool {
+        self.0.requires_grad || self.0.grad_fn.is_some()
+    }
+
+    /// Whether this is a leaf that asked for gradients.
+    pub fn requires_grad_flag(&self) -> bool {
+        self.0.requires_grad
+    }
+
+    /// This tensor's values as a new leaf that requires gradients (same id, same storage).
+    pub fn requires_grad(self) -> Tensor {
+        let inner = TensorImpl {
+            id: self.0.id,
+            storage: self.0.storage.clone(),
+            layout: self.0.layout.clone(),
+            requires_grad: true,
+            grad_fn: None,
+        };
+        Tensor(Arc::new(inner))
+    }
+
+    /// The same values cut from the tape: a new untracked handle sharing storage.
+    pub fn detach(&self) -> Tensor {
+        self.view(self.0.layout.clone())
+    }
+
+    /// The op that produced this tensor and the provider/capsule that ran it, if recorded.
+    pub fn producer(&self) -> Option<(&crate::graph::Op, &str)> {
+        self.0.grad_fn.as_ref().map(|n| (&n.op, n.capsule()))
+    }
+
+    /// Updates the values in place when this handle owns its storage alone and is contiguous,
+    /// otherwise replaces the storage by an updated copy. The id and grad flag are kept.
+    /// Used by optimizers on parameters between steps.
+    pub fn update_data(&mut self, f: impl FnOnce(&mut [f32])) {
+        if let Some(inner) = Arc::get_mut(&mut self.0) {
+            if inner.layout.is_contiguous() && inner.layout.offset == 0 && inner.storage.len() == inner.layout.numel() {
+                if let Some(data) = Arc::get_mut(&mut inner.storage) {
+                    f(data);
+                    return;
+                }
+            }
+        }
+        let mut data = self.to_vec();
+        f(&mut data);
+        let inner = TensorImpl {
+            id: self.0.id,
+            storage: Arc::new(data),
+            layout: Layout::contiguous(self.shape().to_vec()),
+            requires_grad: self.0.requires_grad,
+            grad_fn: None,
+        };
+        self.0 = Arc::new(inner);
+    }
+}

@@ -1,0 +1,178 @@
+//! The conformance harness (DESIGN §6): one table (tests/common.rs), every op × provider.
+//!
+//! For every row: provider forward vs the f64 spec; provider VJP vs the f64 spec VJP; and the
+//! f64 spec VJP vs central finite differences of the f64 spec forward.
+
+mod common;
+
+use common::{cases, draw, uncovered_kinds, Case};
+use torchlean::runtime::kernel::KernelBinding;
+use torchlean::spec::{self, Array};
+use torchlean::{providers, Tensor};
+
+/// Relative error bound for f32 kernels against the f64 spec: max |a-b| / (1 + max |b|).
+const F32_TOL: f64 = 2e-4;
+/// Bound for the f64 spec VJP against central differences.
+const FD_TOL: f64 = 1e-5;
+
+fn max_rel_err(a: &[f64], b: &[f64]) -> f64 {
+    let scale = 1.0 + b.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    a.iter().zip(b).fold(0.0f64, |m, (x, y)| {
+        if x.is_nan() && y.is_nan() { m } else { m.max((x - y).abs()) }
+    }) / scale
+}
+
+fn inputs_of(case: &Case, index: usize) -> Vec<Array<f64>> {
+    case.inputs.iter().enumerate().map(|(j, (s, g))| draw(s, *g, (index * 16 + j) as u64)).collect()
+}
+
+fn to_tensor(a: &Array<f64>) -> Tensor {
+    Tensor::from_vec(a.data.iter().map(|&v| v as f32).collect(), &a.shape).expect("shape matches data")
+}
+
+fn to_f64(t: &Tensor) -> Vec<f64> {
+    t.to_vec().into_iter().map(f64::from).collect()
+}
+
+fn providers_under_test() -> Vec<(&'static str, KernelBinding)> {
+    vec![("reference", providers::reference::binding()), ("native_cpu", providers::native_cpu::binding())]
+}
+
+/// A cotangent for the output of a case.
+fn cotangent(shape: &[usize], index: usize) -> Array<f64> {
+    draw(shape, common::Gen::Normal, 10_000 + index as u64)
+}
+
+fn check_forward(provider: &str, binding: &KernelBinding) {
+    let mut failures = vec![];
+    for (i, case) in cases().iter().enumerate() {
+        let xs = inputs_of(case, i);
+        let refs: Vec<&Array<f64>> = xs.iter().collect();
+        let want = spec::forward(&case.op, &refs).unwrap_or_else(|e| panic!("spec rejected {}: {e}", case.name()));
+        let ts: Vec<Tensor> = xs.iter().map(to_tensor).collect();
+        let tr: Vec<&Tensor> = ts.iter().collect();
+        match (binding.forward)(&case.op, &tr) {
+            Err(e) => failures.push(format!("{}: {e}", case.name())),
+            Ok(got) => {
+                if got.shape() != want.shape.as_slice() {
+                    failures.push(format!("{}: shape {:?} != spec {:?}", case.name(), got.shape(), want.shape));
+                } else {
+                    let err = max_rel_err(&to_f64(&got), &want.data);
+                    let exact = case.op.kind().is_random() || case.op.kind() == torchlean::OpKind::Argmax;
+                    if (exact && err != 0.0) || err > F32_TOL {
+                        failures.push(format!("{}: forward error {err:e}", case.name()));
+                    }
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{provider} forward mismatches:\n{}", failures.join("\n"));
+}
+
+fn check_vjp(provider: &str, binding: &KernelBinding) {
+    let vjp = binding.vjp.expect("provider binds a VJP kernel");
+    let mut failures = vec![];
+    for (i, case) in cases().iter().enumerate() {
+        if !case.op.kind().differentiable() {
+            continue;
+        }
+        let xs = inputs_of(case, i);
+        let refs: Vec<&Array<f64>> = xs.iter().collect();
+        let y = spec::forward(&case.op, &refs).expect("spec forward");
+        let gy = cotangent(&y.shape, i);
+        let want = spec::vjp(&case.op, &refs, &y, &gy).expect("spec vjp");
+        let ts: Vec<Tensor> = xs.iter().map(to_tensor).collect();
+        let tr: Vec<&Tensor> = ts.iter().collect();
+        let out = (binding.forward)(&case.op, &tr).expect("forward");
+        match vjp(&case.op, &tr, &out, &to_tensor(&gy)) {
+            Err(e) => failures.push(format!("{}: {e}", case.name())),
+            Ok(got) => {
+                for (j, (g, w)) in got.iter().zip(&want).enumerate() {
+                    match (g, w) {
+                        (None, None) => {}
+                        (Some(g), Some(w)) => {
+                            let err = max_rel_err(&to_f64(g), &w.data);
+                            if g.shape() != w.shape.as_slice() || err > F32_TOL {
+                                failures.push(format!("{} input {j}: vjp error {err:e} (shape {:?} vs {:?})", case.name(), g.shape(), w.shape));
+                            }
+                        }
+                        _ => failures.push(format!("{} input {j}: gradient presence differs from the spec", case.name())),
+                    }
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{provider} vjp mismatches:\n{}", failures.join("\n"));
+}
+
+#[test]
+fn every_op_has_a_conformance_row() {
+    assert!(uncovered_kinds().is_empty(), "ops without a conformance row: {:?}", uncovered_kinds());
+}
+
+#[test]
+fn reference_forward_matches_spec() {
+    check_forward("reference", &providers::reference::binding());
+}
+
+#[test]
+fn reference_vjp_matches_spec() {
+    check_vjp("reference", &providers::reference::binding());
+}
+
+#[test]
+fn native_cpu_forward_matches_spec() {
+    check_forward("native_cpu", &providers::native_cpu::binding());
+}
+
+#[test]
+fn native_cpu_vjp_matches_spec() {
+    check_vjp("native_cpu", &providers::native_cpu::binding());
+}
+
+#[test]
+fn every_provider_under_test_is_registered() {
+    let registry = torchlean::runtime::session::standard_registry();
+    for (name, _) in providers_under_test() {
+        assert!(registry.entries().iter().any(|e| e.capsule.provider.label() == name), "{name} has no capsules");
+    }
+}
+
+#[test]
+fn spec_vjp_matches_finite_differences() {
+    let mut failures = vec![];
+    for (i, case) in cases().iter().enumerate() {
+        if !case.op.kind().differentiable() {
+            continue;
+        }
+        let xs = inputs_of(case, i);
+        let refs: Vec<&Array<f64>> = xs.iter().collect();
+        let y = spec::forward(&case.op, &refs).expect("spec forward");
+        let w = cotangent(&y.shape, i);
+        let grads = spec::vjp(&case.op, &refs, &y, &w).expect("spec vjp");
+        let loss = |inputs: &[Array<f64>]| -> f64 {
+            let r: Vec<&Array<f64>> = inputs.iter().collect();
+            let out = spec::forward(&case.op, &r).expect("spec forward");
+            out.data.iter().zip(&w.data).map(|(a, b)| a * b).sum()
+        };
+        for (j, g) in grads.iter().enumerate() {
+            let Some(g) = g else { continue };
+            let n = xs[j].data.len();
+            // all coordinates when small, else a deterministic sample of 12
+            let coords: Vec<usize> = if n <= 24 { (0..n).collect() } else { (0..12).map(|k| (k * 7919 + i) % n).collect() };
+            for k in coords {
+                let h = 1e-6 * (1.0 + xs[j].data[k].abs());
+                let mut plus = xs.clone();
+                plus[j].data[k] += h;
+                let mut minus = xs.clone();
+                minus[j].data[k] -= h;
+                let fd = (loss(&plus) - loss(&minus)) / (2.0 * h);
+                let err = (fd - g.data[k]).abs() / (1.0 + g.data[k].abs());
+                if err > FD_TOL {
+                    failures.push(format!("{} input {j} coord {k}: vjp {} vs finite difference {fd} (err {err:e})", case.name(), g.data[k]));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "spec VJP disagrees with finite differences:\n{}", failures.join("\n"));
+}
