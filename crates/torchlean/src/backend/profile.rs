@@ -70,4 +70,48 @@ impl BackendProfile {
     pub fn custom(device: Device, preference: ProviderPreference, policy: AcceptancePolicy, vjp: VjpMode) -> BackendProfile {
         BackendProfile { name: "custom".into(), device, preference, policy, vjp }
     }
+
+    /// Builds the profile a command line asks for: `profile` (a name) or, without one, the
+    /// default profile of `device` (cpu → checked_cpu, cuda → checked_cuda, others →
+    /// future_*); then `device`, `provider` (auto | prefer:P | only:P) and `policy`
+    /// override its fields. An overridden profile is reported as `custom(<base>)`.
+    pub fn resolve(profile: Option<&str>, device: Option<&str>, provider: Option<&str>, policy: Option<&str>) -> Result<BackendProfile, String> {
+        let parsed_device = device
+            .map(|d| {
+                Device::parse(d).ok_or_else(|| {
+                    let known: Vec<&str> = Device::ALL.iter().map(|d| d.label()).collect();
+                    format!("unknown device `{d}` (known: {}; aliases gpu, amd, mps, webgpu, xla, neuron)", known.join(", "))
+                })
+            })
+            .transpose()?;
+        let mut p = match (profile, parsed_device) {
+            (Some(name), _) => BackendProfile::named(name)?,
+            (None, Some(Device::Cpu)) | (None, None) => BackendProfile::default_cpu(),
+            (None, Some(Device::Cuda)) => BackendProfile::named("checked_cuda")?,
+            (None, Some(d)) => BackendProfile::all_named()
+                .into_iter()
+                .find(|p| p.device == d)
+                .unwrap_or_else(|| BackendProfile::custom(d, ProviderPreference::Auto, AcceptancePolicy::named(PolicyName::Strict).expect("named policy"), VjpMode::TorchleanTape)),
+        };
+        let base = p.name.clone();
+        let mut overridden = false;
+        if let Some(d) = parsed_device {
+            overridden |= d != p.device;
+            p.device = d;
+        }
+        if let Some(pref) = provider {
+            let pref = ProviderPreference::parse(pref)?;
+            overridden |= pref != p.preference;
+            p.preference = pref;
+        }
+        if let Some(pol) = policy {
+            let pol = AcceptancePolicy::parse(pol)?;
+            overridden |= pol != p.policy;
+            p.policy = pol;
+        }
+        if overridden {
+            p.name = format!("custom({base})");
+        }
+        Ok(p)
+    }
 }

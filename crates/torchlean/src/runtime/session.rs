@@ -81,7 +81,7 @@ impl Session {
         let request = self.request(recording);
         let planned = plan_op(&self.registry, kind, &request, &self.availability).map_err(|e| Error::Planning(e.to_string()))?;
         let accepted = gate_kernel(&planned, request.vjp, &request.policy).map_err(|r| {
-            Error::Gate(r.failures.iter().map(|f| f.to_string()).collect::<Vec<_>>().join("; "))
+            Error::Gate(format!("op `{}` rejected:\n  {}", kind.name(), r.failures.iter().map(|f| f.to_string()).collect::<Vec<_>>().join("\n  ")))
         })?;
         if !self.probed {
             probe::probe(self.profile.device)?;

@@ -1,14 +1,357 @@
-//! Native conv kernels.
+//! Native conv kernels: im2col + GEMM.
+//!
+//! `conv2d` lowers every (batch image, group) pair to one product
+//! `y[og, OH*OW] = W_g[og, cg*KH*KW] @ col[cg*KH*KW, OH*OW]`, where `col` is the im2col
+//! unfolding of the group's input channels. The VJP reuses the same unfolding:
+//! `gW_g += gy @ col^T` and `gcol = W_g^T @ gy`, folded back with col2im.
+//!
+//! `conv_transpose2d` is the adjoint of a conv2d that maps the transposed output (OH, OW) to
+//! the input (H, W) with the same stride / padding / dilation: its forward is
+//! `col = W_g^T @ x` folded with col2im into the output, and its VJPs unfold `gy` with im2col.
+//!
+//! Batch images run in parallel (rayon, GEMM single-threaded inside); a single image uses
+//! GEMM's own threads. Weight gradients are accumulated per image and then summed in batch
+//! order, so results are bit-identical run to run and across thread counts.
 
+use super::par::{gemm, Mat};
 use crate::graph::Op;
 use crate::tensor::Tensor;
+use rayon::prelude::*;
+
+/// The geometry of one im2col unfolding: an image of `channels` planes of `img` size,
+/// unfolded for a kernel of size `k` into `out` positions.
+#[derive(Clone, Copy)]
+struct Unfold {
+    channels: usize,
+    img: [usize; 2],
+    out: [usize; 2],
+    k: [usize; 2],
+    stride: [usize; 2],
+    pad: [usize; 2],
+    dil: [usize; 2],
+}
+
+impl Unfold {
+    /// Rows of the column matrix (channels * KH * KW).
+    fn rows(&self) -> usize {
+        self.channels * self.k[0] * self.k[1]
+    }
+    /// Columns of the column matrix (output positions).
+    fn cols(&self) -> usize {
+        self.out[0] * self.out[1]
+    }
+    /// Elements of one image.
+    fn img_len(&self) -> usize {
+        self.channels * self.img[0] * self.img[1]
+    }
+    /// The output positions `o` in `0..out[a]` whose tap `kk` lands inside the image along
+    /// axis `a` (input coordinate `o * stride + kk * dil - pad`), as a half-open range, and
+    /// the (signed) offset `kk * dil - pad`.
+    fn valid(&self, a: usize, kk: usize) -> (usize, usize, isize) {
+        let off = (kk * self.dil[a]) as isize - self.pad[a] as isize;
+        let s = self.stride[a] as isize;
+        let lo = if off >= 0 { 0 } else { ((-off + s - 1) / s) as usize };
+        let room = self.img[a] as isize - off; // need o * s < room
+        let hi = if room <= 0 { 0 } else { ((room + s - 1) / s) as usize };
+        let hi = hi.min(self.out[a]);
+        (lo.min(hi), hi, off)
+    }
+
+    /// Unfolds `img` (row-major [channels, img]) into `col` ([rows, cols]); every element of
+    /// `col` is written (padding taps are zero).
+    fn im2col(&self, img: &[f32], col: &mut [f32]) {
+        let (ih, iw) = (self.img[0], self.img[1]);
+        let ow = self.out[1];
+        let p = self.cols();
+        let mut row = 0;
+        for c in 0..self.channels {
+            let plane = &img[c * ih * iw..(c + 1) * ih * iw];
+            for kp in 0..self.k[0] {
+                let (ilo, ihi, roff) = self.valid(0, kp);
+                for kq in 0..self.k[1] {
+                    let (jlo, jhi, coff) = self.valid(1, kq);
+                    let dst = &mut col[row * p..(row + 1) * p];
+                    row += 1;
+                    if jlo >= jhi || ilo >= ihi {
+                        dst.fill(0.0);
+                        continue;
+                    }
+                    dst[..ilo * ow].fill(0.0);
+                    dst[ihi * ow..].fill(0.0);
+                    for i in ilo..ihi {
+                        let r = (i * self.stride[0]) as isize + roff;
+                        let src = &plane[r as usize * iw..(r as usize + 1) * iw];
+                        let d = &mut dst[i * ow..(i + 1) * ow];
+                        d[..jlo].fill(0.0);
+                        d[jhi..].fill(0.0);
+                        let s0 = (jlo * self.stride[1]) as isize + coff;
+                        let s0 = s0 as usize;
+                        if self.stride[1] == 1 {
+                            d[jlo..jhi].copy_from_slice(&src[s0..s0 + (jhi - jlo)]);
+                        } else {
+                            let st = self.stride[1];
+                            for (t, v) in d[jlo..jhi].iter_mut().enumerate() {
+                                *v = src[s0 + t * st];
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The adjoint of [`Unfold::im2col`]: adds every element of `col` into its image position
+    /// (padding taps are dropped).
+    fn col2im(&self, col: &[f32], img: &mut [f32]) {
+        let (ih, iw) = (self.img[0], self.img[1]);
+        let (ow, p) = (self.out[1], self.cols());
+        let mut row = 0;
+        for c in 0..self.channels {
+            let plane = &mut img[c * ih * iw..(c + 1) * ih * iw];
+            for kp in 0..self.k[0] {
+                let (ilo, ihi, roff) = self.valid(0, kp);
+                for kq in 0..self.k[1] {
+                    let (jlo, jhi, coff) = self.valid(1, kq);
+                    let src = &col[row * p..(row + 1) * p];
+                    row += 1;
+                    if jlo >= jhi {
+                        continue;
+                    }
+                    for i in ilo..ihi {
+                        let r = ((i * self.stride[0]) as isize + roff) as usize;
+                        let d = &mut plane[r * iw..(r + 1) * iw];
+                        let s = &src[i * ow + jlo..i * ow + jhi];
+                        let s0 = ((jlo * self.stride[1]) as isize + coff) as usize;
+                        if self.stride[1] == 1 {
+                            for (a, b) in d[s0..s0 + s.len()].iter_mut().zip(s) {
+                                *a += b;
+                            }
+                        } else {
+                            let st = self.stride[1];
+                            for (t, b) in s.iter().enumerate() {
+                                d[s0 + t * st] += b;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// True when the column matrix equals the image itself (1x1 kernel, stride 1, no
+    /// padding, same size).
+    fn is_identity(&self) -> bool {
+        self.k == [1, 1] && self.stride == [1, 1] && self.pad == [0, 0] && self.img == self.out
+    }
+}
+
+/// The per-op geometry: `groups`, the unfolding of one group of the "image" side (conv2d:
+/// input x; conv_transpose2d: output y), and the channels per group on the other side.
+struct Geometry {
+    groups: usize,
+    /// Unfolding of one group's channels of the image side.
+    unfold: Unfold,
+    /// Channels per group on the GEMM side (conv2d: output channels per group; transpose:
+    /// input channels per group).
+    other: usize,
+}
+
+fn geometry(op: &Op, x: &[usize], w: &[usize], y: &[usize]) -> Geometry {
+    match op {
+        Op::Conv2d(g) => Geometry {
+            groups: g.groups,
+            unfold: Unfold {
+                channels: x[1] / g.groups,
+                img: [x[2], x[3]],
+                out: [y[2], y[3]],
+                k: [w[2], w[3]],
+                stride: g.stride,
+                pad: g.padding,
+                dil: g.dilation,
+            },
+            other: w[0] / g.groups,
+        },
+        Op::ConvTranspose2d(g) => Geometry {
+            groups: g.groups,
+            unfold: Unfold {
+                channels: w[1],
+                img: [y[2], y[3]],
+                out: [x[2], x[3]],
+                k: [w[2], w[3]],
+                stride: g.stride,
+                pad: g.padding,
+                dil: g.dilation,
+            },
+            other: x[1] / g.groups,
+        },
+        _ => unreachable!("conv geometry called for {}", op.name()),
+    }
+}
+
+/// Runs `f(b, chunk, threads)` over the per-image chunks of `out` (length `per`): in parallel
+/// (single-threaded GEMM inside) when there is more than one image, else with GEMM threads.
+fn per_image(out: &mut [f32], per: usize, f: impl Fn(usize, &mut [f32], bool) + Sync + Send) {
+    if per == 0 {
+        return;
+    }
+    if out.len() / per > 1 {
+        out.par_chunks_mut(per).enumerate().for_each(|(b, c)| f(b, c, false));
+    } else {
+        out.chunks_mut(per).enumerate().for_each(|(b, c)| f(b, c, true));
+    }
+}
+
+/// Fills every channel plane of `out` ([channels, plane]) with the channel's bias.
+fn fill_bias(out: &mut [f32], plane: usize, bias: Option<&[f32]>) {
+    match bias {
+        Some(b) if plane > 0 => {
+            for (ch, v) in out.chunks_mut(plane).zip(b) {
+                ch.fill(*v);
+            }
+        }
+        _ => out.fill(0.0),
+    }
+}
 
 pub fn forward(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Vec<f32> {
-    let _ = (op, x, out_shape);
-    unimplemented!()
+    let g = geometry(op, x[0].shape(), x[1].shape(), out_shape);
+    let (xd, wd) = (x[0].data(), x[1].data());
+    let bias = x.get(2).map(|b| b.data());
+    let bias = bias.as_deref();
+    let u = g.unfold;
+    let (kr, p) = (u.rows(), u.cols());
+    let out_plane = out_shape[2] * out_shape[3];
+    let per_out = out_shape[1] * out_plane;
+    let per_in = x[0].shape()[1] * x[0].shape()[2] * x[0].shape()[3];
+    let mut y = vec![0.0f32; out_shape[0] * per_out];
+    let is_conv = matches!(op, Op::Conv2d(_));
+    per_image(&mut y, per_out, |b, yb, threads| {
+        fill_bias(yb, out_plane, bias);
+        let xb = &xd[b * per_in..(b + 1) * per_in];
+        let mut col = vec![0.0f32; if u.is_identity() { 0 } else { kr * p }];
+        for grp in 0..g.groups {
+            if is_conv {
+                // y_g [other, p] += W_g [other, kr] @ col [kr, p]
+                let wg = &wd[grp * g.other * kr..(grp + 1) * g.other * kr];
+                let xg = &xb[grp * u.img_len()..(grp + 1) * u.img_len()];
+                let colm: &[f32] = if u.is_identity() {
+                    xg
+                } else {
+                    u.im2col(xg, &mut col);
+                    &col
+                };
+                let yg = &mut yb[grp * g.other * p..(grp + 1) * g.other * p];
+                gemm(g.other, p, kr, Mat::rows(wg, kr), Mat::rows(colm, p), yg, true, threads);
+            } else {
+                // col [kr, p] = W_g^T [kr, other] @ x_g [other, p]; y_g += col2im(col)
+                let wg = &wd[grp * g.other * kr..(grp + 1) * g.other * kr];
+                let xg = &xb[grp * g.other * p..(grp + 1) * g.other * p];
+                let yg = &mut yb[grp * u.img_len()..(grp + 1) * u.img_len()];
+                if u.is_identity() {
+                    gemm(kr, p, g.other, Mat::transposed(wg, kr), Mat::rows(xg, p), yg, true, threads);
+                } else {
+                    gemm(kr, p, g.other, Mat::transposed(wg, kr), Mat::rows(xg, p), &mut col, false, threads);
+                    u.col2im(&col, yg);
+                }
+            }
+        }
+    });
+    y
 }
 
 pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
-    let _ = (op, x, gy);
-    unimplemented!()
+    let g = geometry(op, x[0].shape(), x[1].shape(), gy.shape());
+    let (xd, wd, gyd) = (x[0].data(), x[1].data(), gy.data());
+    let u = g.unfold;
+    let (kr, p) = (u.rows(), u.cols());
+    let (xs, ys) = (x[0].shape(), gy.shape());
+    let per_in = xs[1] * xs[2] * xs[3];
+    let per_out = ys[1] * ys[2] * ys[3];
+    let wlen = wd.len();
+    let is_conv = matches!(op, Op::Conv2d(_));
+    let mut gx = vec![0.0f32; xd.len()];
+
+    // One image: writes its gx chunk and returns its weight-gradient contribution.
+    let image = |b: usize, gxb: &mut [f32], threads: bool| -> Vec<f32> {
+        let mut gw = vec![0.0f32; wlen];
+        let xb = &xd[b * per_in..(b + 1) * per_in];
+        let gyb = &gyd[b * per_out..(b + 1) * per_out];
+        let mut col = vec![0.0f32; if u.is_identity() { 0 } else { kr * p }];
+        for grp in 0..g.groups {
+            let wg = &wd[grp * g.other * kr..(grp + 1) * g.other * kr];
+            let gwg = &mut gw[grp * g.other * kr..(grp + 1) * g.other * kr];
+            if is_conv {
+                let xg = &xb[grp * u.img_len()..(grp + 1) * u.img_len()];
+                let gyg = &gyb[grp * g.other * p..(grp + 1) * g.other * p];
+                let gxg = &mut gxb[grp * u.img_len()..(grp + 1) * u.img_len()];
+                if u.is_identity() {
+                    // gW_g [other, kr] = gy_g [other, p] @ x_g^T [p, kr]; gx_g = W_g^T @ gy_g
+                    gemm(g.other, kr, p, Mat::rows(gyg, p), Mat::transposed(xg, p), gwg, false, threads);
+                    gemm(kr, p, g.other, Mat::transposed(wg, kr), Mat::rows(gyg, p), gxg, false, threads);
+                } else {
+                    u.im2col(xg, &mut col);
+                    gemm(g.other, kr, p, Mat::rows(gyg, p), Mat::transposed(&col, p), gwg, false, threads);
+                    gemm(kr, p, g.other, Mat::transposed(wg, kr), Mat::rows(gyg, p), &mut col, false, threads);
+                    u.col2im(&col, gxg);
+                }
+            } else {
+                let xg = &xb[grp * g.other * p..(grp + 1) * g.other * p];
+                let gyg = &gyb[grp * u.img_len()..(grp + 1) * u.img_len()];
+                let gxg = &mut gxb[grp * g.other * p..(grp + 1) * g.other * p];
+                let colm: &[f32] = if u.is_identity() {
+                    gyg
+                } else {
+                    u.im2col(gyg, &mut col);
+                    &col
+                };
+                // gx_g [other, p] = W_g [other, kr] @ col [kr, p]
+                gemm(g.other, p, kr, Mat::rows(wg, kr), Mat::rows(colm, p), gxg, false, threads);
+                // gW_g [other, kr] = x_g [other, p] @ col^T [p, kr]
+                gemm(g.other, kr, p, Mat::rows(xg, p), Mat::transposed(colm, p), gwg, false, threads);
+            }
+        }
+        gw
+    };
+
+    let n = xs[0];
+    let mut gw = vec![0.0f32; wlen];
+    if per_in == 0 {
+        // no input elements: gx is empty; gw still needs every image's contribution
+        let mut empty: [f32; 0] = [];
+        for b in 0..n {
+            add_into(&mut gw, &image(b, &mut empty, true));
+        }
+    } else if n > 1 {
+        let parts: Vec<Vec<f32>> = gx.par_chunks_mut(per_in).enumerate().map(|(b, c)| image(b, c, false)).collect();
+        for part in &parts {
+            add_into(&mut gw, part);
+        }
+    } else {
+        for (b, c) in gx.chunks_mut(per_in).enumerate() {
+            add_into(&mut gw, &image(b, c, true));
+        }
+    }
+
+    let mut grads = vec![
+        Some(Tensor::from_parts(gx, xs.to_vec())),
+        Some(Tensor::from_parts(gw, x[1].shape().to_vec())),
+    ];
+    if let Some(bias) = x.get(2) {
+        let (ch, plane) = (ys[1], ys[2] * ys[3]);
+        let mut gb = vec![0.0f64; ch];
+        if plane > 0 {
+            for (i, pl) in gyd.chunks(plane).enumerate() {
+                gb[i % ch.max(1)] += pl.iter().map(|&v| v as f64).sum::<f64>();
+            }
+        }
+        let gb: Vec<f32> = gb.into_iter().map(|v| v as f32).collect();
+        grads.push(Some(Tensor::from_parts(gb, bias.shape().to_vec())));
+    }
+    grads
+}
+
+fn add_into(acc: &mut [f32], part: &[f32]) {
+    for (a, b) in acc.iter_mut().zip(part) {
+        *a += b;
+    }
 }

@@ -1,14 +1,438 @@
 //! Native special kernels.
+//!
+//! - `spectral_conv1d`: a truncated real DFT as one GEMM against a twiddle table
+//!   `T [2M, N]` (rows `cos(2πkt/N)` then `-sin(2πkt/N)`, angles reduced exactly in f64),
+//!   the complex channel mix as direct loops, and the normalized inverse as a second GEMM
+//!   against the same table. The VJP uses the adjoint products.
+//! - `selective_scan`: a loop over time vectorized across the trailing elements, one batch
+//!   element per parallel task; the VJP runs the adjoint recurrence backwards.
+//! - `scaled_dot_product_attention`: per batch matrix, `S = scale Q K^T` by GEMM, masked row
+//!   softmax (blocked entries exactly zero, fully blocked rows all zero), `O = P V` by GEMM;
+//!   the VJP recomputes `P`. Batch matrices run in parallel; the shared-bias gradient is
+//!   summed in batch order, so results are deterministic.
 
-use crate::graph::Op;
+use super::par::{for_rows, gemm, Mat, PAR_THRESHOLD};
+use crate::graph::{AttentionMask, Op};
 use crate::tensor::Tensor;
+use rayon::prelude::*;
 
 pub fn forward(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Vec<f32> {
-    let _ = (op, x, out_shape);
-    unimplemented!()
+    match op {
+        Op::SpectralConv1d { modes } => spectral_forward(*modes, x, out_shape),
+        Op::SelectiveScan => scan_forward(x),
+        Op::ScaledDotProductAttention { .. } => attention_forward(op, x, out_shape),
+        _ => unreachable!("special::forward called for {}", op.name()),
+    }
 }
 
 pub fn vjp(op: &Op, x: &[&Tensor], y: &Tensor, gy: &Tensor) -> Vec<Option<Tensor>> {
-    let _ = (op, x, y, gy);
-    unimplemented!()
+    match op {
+        Op::SpectralConv1d { modes } => spectral_vjp(*modes, x, gy),
+        Op::SelectiveScan => scan_vjp(x, y, gy),
+        Op::ScaledDotProductAttention { .. } => attention_vjp(op, x, gy),
+        _ => unreachable!("special::vjp called for {}", op.name()),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// spectral_conv1d
+
+/// Twiddle table `[2m, n]`: row `k < m` is `cos(2πkt/n)`, row `m + k` is `-sin(2πkt/n)`.
+fn twiddles(m: usize, n: usize) -> Vec<f32> {
+    let mut t = vec![0.0f32; 2 * m * n];
+    for k in 0..m {
+        for s in 0..n {
+            let th = 2.0 * std::f64::consts::PI * ((k * s) % n) as f64 / n as f64;
+            t[k * n + s] = th.cos() as f32;
+            t[(m + k) * n + s] = -th.sin() as f32;
+        }
+    }
+    t
+}
+
+/// `c_k / n` of the normalized real inverse DFT (0 for an empty signal).
+fn inverse_weights(m: usize, n: usize) -> Vec<f32> {
+    (0..m)
+        .map(|k| {
+            if n == 0 {
+                return 0.0;
+            }
+            let c = if k == 0 || (n % 2 == 0 && k == n / 2) { 1.0 } else { 2.0 };
+            (c / n as f64) as f32
+        })
+        .collect()
+}
+
+/// Truncated DFT of `rows` signals of length `n`: `[rows, 2m]` (real parts, then imaginary).
+fn rdft(x: &[f32], rows: usize, n: usize, m: usize, table: &[f32]) -> Vec<f32> {
+    let mut out = vec![0.0f32; rows * 2 * m];
+    gemm(rows, 2 * m, n, Mat::rows(x, n), Mat::transposed(table, n), &mut out, false, true);
+    out
+}
+
+fn spectral_dims(x: &[&Tensor]) -> (usize, usize, usize, usize) {
+    let (xs, ws) = (x[0].shape(), x[1].shape());
+    (xs[0], xs[1], xs[2], ws[1])
+}
+
+fn spectral_forward(m: usize, x: &[&Tensor], out_shape: &[usize]) -> Vec<f32> {
+    let (b, ci, n, co) = spectral_dims(x);
+    let (xd, wr, wi) = (x[0].data(), x[1].data(), x[2].data());
+    let table = twiddles(m, n);
+    let cw = inverse_weights(m, n);
+    let xf = rdft(&xd, b * ci, n, m, &table);
+    // Z [b*co, 2m] = c_k/n * (Y_r | Y_i), Y_k[o] = Σ_i X_k[i] W_k[i, o]
+    let mut z = vec![0.0f32; b * co * 2 * m];
+    for_rows(&mut z, 2 * m, |row, zr| {
+        let (bb, o) = (row / co, row % co);
+        let (yr, yi) = zr.split_at_mut(m);
+        for i in 0..ci {
+            let xrow = &xf[(bb * ci + i) * 2 * m..(bb * ci + i + 1) * 2 * m];
+            let (ar, ai) = xrow.split_at(m);
+            let w = (i * co + o) * m;
+            let (wrr, wir) = (&wr[w..w + m], &wi[w..w + m]);
+            for k in 0..m {
+                yr[k] += ar[k] * wrr[k] - ai[k] * wir[k];
+                yi[k] += ar[k] * wir[k] + ai[k] * wrr[k];
+            }
+        }
+        for k in 0..m {
+            yr[k] *= cw[k];
+            yi[k] *= cw[k];
+        }
+    });
+    let mut y = vec![0.0f32; out_shape.iter().product()];
+    gemm(b * co, n, 2 * m, Mat::rows(&z, 2 * m), Mat::rows(&table, n), &mut y, false, true);
+    y
+}
+
+fn spectral_vjp(m: usize, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
+    let (b, ci, n, co) = spectral_dims(x);
+    let (xd, wr, wi, gyd) = (x[0].data(), x[1].data(), x[2].data(), gy.data());
+    let table = twiddles(m, n);
+    let cw = inverse_weights(m, n);
+    let xf = rdft(&xd, b * ci, n, m, &table);
+    // cotangent of Y: c_k/n * DFT(gy)
+    let mut gf = rdft(&gyd, b * co, n, m, &table);
+    if m > 0 {
+        for row in gf.chunks_mut(2 * m) {
+            for k in 0..m {
+                row[k] *= cw[k];
+                row[m + k] *= cw[k];
+            }
+        }
+    }
+    // cotangent of X [b*ci, 2m]
+    let mut gxf = vec![0.0f32; b * ci * 2 * m];
+    for_rows(&mut gxf, 2 * m, |row, out| {
+        let (bb, i) = (row / ci, row % ci);
+        let (gxr, gxi) = out.split_at_mut(m);
+        for o in 0..co {
+            let grow = &gf[(bb * co + o) * 2 * m..(bb * co + o + 1) * 2 * m];
+            let (gr, gi) = grow.split_at(m);
+            let w = (i * co + o) * m;
+            let (wrr, wir) = (&wr[w..w + m], &wi[w..w + m]);
+            for k in 0..m {
+                gxr[k] += gr[k] * wrr[k] + gi[k] * wir[k];
+                gxi[k] += gi[k] * wrr[k] - gr[k] * wir[k];
+            }
+        }
+    });
+    let mut gx = vec![0.0f32; xd.len()];
+    gemm(b * ci, n, 2 * m, Mat::rows(&gxf, 2 * m), Mat::rows(&table, n), &mut gx, false, true);
+    // weight cotangents, rows (i, o): [ci*co, 2m] (real, then imaginary)
+    let mut gw = vec![0.0f32; ci * co * 2 * m];
+    for_rows(&mut gw, 2 * m, |row, out| {
+        let (i, o) = (row / co, row % co);
+        let (gwr, gwi) = out.split_at_mut(m);
+        for bb in 0..b {
+            let xrow = &xf[(bb * ci + i) * 2 * m..(bb * ci + i + 1) * 2 * m];
+            let grow = &gf[(bb * co + o) * 2 * m..(bb * co + o + 1) * 2 * m];
+            let ((ar, ai), (gr, gi)) = (xrow.split_at(m), grow.split_at(m));
+            for k in 0..m {
+                gwr[k] += gr[k] * ar[k] + gi[k] * ai[k];
+                gwi[k] += gi[k] * ar[k] - gr[k] * ai[k];
+            }
+        }
+    });
+    let (mut gwr, mut gwi) = (Vec::with_capacity(ci * co * m), Vec::with_capacity(ci * co * m));
+    if m > 0 {
+        for row in gw.chunks(2 * m) {
+            gwr.extend_from_slice(&row[..m]);
+            gwi.extend_from_slice(&row[m..]);
+        }
+    }
+    vec![
+        Some(Tensor::from_parts(gx, x[0].shape().to_vec())),
+        Some(Tensor::from_parts(gwr, x[1].shape().to_vec())),
+        Some(Tensor::from_parts(gwi, x[2].shape().to_vec())),
+    ]
+}
+
+// ---------------------------------------------------------------------------------------
+// selective_scan
+
+/// (batch, length, trailing elements) of a scan input.
+fn scan_dims(x: &Tensor) -> (usize, usize, usize) {
+    let s = x.shape();
+    (s[0], s[1], s[2..].iter().product())
+}
+
+/// Runs `f(batch_index, chunk)` over chunks of `out` of length `per`, in parallel when large.
+fn per_batch(out: &mut [f32], per: usize, f: impl Fn(usize, &mut [f32]) + Sync + Send) {
+    if per == 0 {
+        return;
+    }
+    if out.len() < PAR_THRESHOLD {
+        out.chunks_mut(per).enumerate().for_each(|(i, c)| f(i, c));
+    } else {
+        out.par_chunks_mut(per).enumerate().for_each(|(i, c)| f(i, c));
+    }
+}
+
+fn scan_forward(x: &[&Tensor]) -> Vec<f32> {
+    let (_, l, inner) = scan_dims(x[0]);
+    let (a, u) = (x[0].data(), x[1].data());
+    let per = l * inner;
+    let mut y = vec![0.0f32; a.len()];
+    per_batch(&mut y, per, |bb, yb| {
+        let (ab, ub) = (&a[bb * per..(bb + 1) * per], &u[bb * per..(bb + 1) * per]);
+        // t = 0: h = a_0 * 0 + u_0
+        for ((h, &av), &uv) in yb[..inner].iter_mut().zip(&ab[..inner]).zip(&ub[..inner]) {
+            *h = av * 0.0 + uv;
+        }
+        for t in 1..l {
+            let (prev, cur) = yb[(t - 1) * inner..(t + 1) * inner].split_at_mut(inner);
+            let (at, ut) = (&ab[t * inner..(t + 1) * inner], &ub[t * inner..(t + 1) * inner]);
+            for (((h, &p), &av), &uv) in cur.iter_mut().zip(prev.iter()).zip(at).zip(ut) {
+                *h = av * p + uv;
+            }
+        }
+    });
+    y
+}
+
+fn scan_vjp(x: &[&Tensor], y: &Tensor, gy: &Tensor) -> Vec<Option<Tensor>> {
+    let (_, l, inner) = scan_dims(x[0]);
+    let (a, yd, g) = (x[0].data(), y.data(), gy.data());
+    let per = l * inner;
+    // gu_t = gy_t + a_{t+1} gu_{t+1} (gu_{L-1} = gy_{L-1})
+    let mut gu = vec![0.0f32; a.len()];
+    per_batch(&mut gu, per, |bb, gb| {
+        let (ab, gyb) = (&a[bb * per..(bb + 1) * per], &g[bb * per..(bb + 1) * per]);
+        let last = (l - 1) * inner; // l >= 1 since per > 0
+        gb[last..].copy_from_slice(&gyb[last..]);
+        for t in (0..l - 1).rev() {
+            let (cur, next) = gb[t * inner..(t + 2) * inner].split_at_mut(inner);
+            let (an, gt) = (&ab[(t + 1) * inner..(t + 2) * inner], &gyb[t * inner..(t + 1) * inner]);
+            for (((c, &nx), &av), &gv) in cur.iter_mut().zip(next.iter()).zip(an).zip(gt) {
+                *c = gv + nx * av;
+            }
+        }
+    });
+    // ga_t = gu_t * h_{t-1} (0 at t = 0)
+    let mut ga = vec![0.0f32; a.len()];
+    per_batch(&mut ga, per, |bb, gb| {
+        let (gub, yb) = (&gu[bb * per..(bb + 1) * per], &yd[bb * per..(bb + 1) * per]);
+        for t in 1..l {
+            let r = t * inner..(t + 1) * inner;
+            for ((o, &s), &h) in gb[r.clone()].iter_mut().zip(&gub[r]).zip(&yb[(t - 1) * inner..t * inner]) {
+                *o = s * h;
+            }
+        }
+    });
+    let shape = x[0].shape().to_vec();
+    vec![Some(Tensor::from_parts(ga, shape.clone())), Some(Tensor::from_parts(gu, shape))]
+}
+
+// ---------------------------------------------------------------------------------------
+// scaled_dot_product_attention
+
+/// Per-batch-matrix geometry and masking of an attention call.
+struct Attention<'a> {
+    batch: usize,
+    l: usize,
+    s: usize,
+    d: usize,
+    dv: usize,
+    scale: f32,
+    causal: bool,
+    mask: AttentionMask,
+    /// The fourth input (boolean mask or additive bias), if any.
+    extra: Option<&'a [f32]>,
+    /// Whether `extra` has one [L, S] matrix per batch matrix (else one shared).
+    per_batch: bool,
+}
+
+impl<'a> Attention<'a> {
+    fn new(op: &Op, x: &[&Tensor], extra: Option<&'a [f32]>) -> Self {
+        let Op::ScaledDotProductAttention { scale, causal, mask } = op else {
+            unreachable!("attention called for {}", op.name())
+        };
+        let (qs, ks, vs) = (x[0].shape(), x[1].shape(), x[2].shape());
+        let r = qs.len();
+        let d = qs[r - 1];
+        Attention {
+            batch: qs[..r - 2].iter().product(),
+            l: qs[r - 2],
+            s: ks[r - 2],
+            d,
+            dv: vs[r - 1],
+            scale: scale.unwrap_or((1.0 / (d as f64).sqrt()) as f32),
+            causal: *causal,
+            mask: *mask,
+            extra,
+            per_batch: x.get(3).is_some_and(|m| m.rank() > 2),
+        }
+    }
+
+    /// The attention probabilities `P [L, S]` of batch matrix `bi`; a fully blocked row is
+    /// all zeros.
+    fn probs(&self, bi: usize, q: &[f32], k: &[f32]) -> Vec<f32> {
+        let (l, s, d) = (self.l, self.s, self.d);
+        let qb = &q[bi * l * d..(bi + 1) * l * d];
+        let kb = &k[bi * s * d..(bi + 1) * s * d];
+        let mut p = vec![0.0f32; l * s];
+        gemm(l, s, d, Mat::rows(qb, d), Mat::transposed(kb, d), &mut p, false, false);
+        if s == 0 {
+            return p;
+        }
+        let moff = if self.per_batch { bi * l * s } else { 0 };
+        for (i, row) in p.chunks_mut(s).enumerate() {
+            let extra = self.extra.map(|m| &m[moff + i * s..moff + (i + 1) * s]);
+            let mut any = false;
+            for (j, v) in row.iter_mut().enumerate() {
+                let blocked = (self.causal && j > i)
+                    || (self.mask == AttentionMask::Boolean && extra.is_some_and(|m| m[j] == 0.0));
+                if blocked {
+                    *v = f32::NEG_INFINITY;
+                    continue;
+                }
+                *v *= self.scale;
+                if self.mask == AttentionMask::AdditiveBias {
+                    if let Some(m) = extra {
+                        *v += m[j];
+                    }
+                }
+                any = true;
+            }
+            if !any {
+                row.fill(0.0);
+                continue;
+            }
+            let mx = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let mut z = 0.0f32;
+            for v in row.iter_mut() {
+                *v = if *v == f32::NEG_INFINITY { 0.0 } else { (*v - mx).exp() };
+                z += *v;
+            }
+            let inv = 1.0 / z;
+            for v in row.iter_mut() {
+                *v *= inv;
+            }
+        }
+        p
+    }
+}
+
+fn attention_forward(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Vec<f32> {
+    let (q, k, v) = (x[0].data(), x[1].data(), x[2].data());
+    let extra = x.get(3).map(|m| m.data());
+    let at = Attention::new(op, x, extra.as_deref());
+    let (l, s, dv) = (at.l, at.s, at.dv);
+    let mut out = vec![0.0f32; out_shape.iter().product()];
+    let per = l * dv;
+    if per == 0 {
+        return out;
+    }
+    let one = |bi: usize, ob: &mut [f32], threads: bool| {
+        let p = at.probs(bi, &q, &k);
+        let vb = &v[bi * s * dv..(bi + 1) * s * dv];
+        gemm(l, dv, s, Mat::rows(&p, s), Mat::rows(vb, dv), ob, false, threads);
+    };
+    if at.batch > 1 {
+        out.par_chunks_mut(per).enumerate().for_each(|(bi, ob)| one(bi, ob, false));
+    } else {
+        out.chunks_mut(per).enumerate().for_each(|(bi, ob)| one(bi, ob, true));
+    }
+    out
+}
+
+/// Gradients of one batch matrix: (gq [L, D], gk [S, D], gv [S, Dv], gs [L, S]).
+type BatchGrads = (Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>);
+
+fn attention_vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
+    let (q, k, v, go) = (x[0].data(), x[1].data(), x[2].data(), gy.data());
+    let extra = x.get(3).map(|m| m.data());
+    let at = Attention::new(op, x, extra.as_deref());
+    let (l, s, d, dv) = (at.l, at.s, at.d, at.dv);
+    let one = |bi: usize, threads: bool| -> BatchGrads {
+        let p = at.probs(bi, &q, &k);
+        let gob = &go[bi * l * dv..(bi + 1) * l * dv];
+        let vb = &v[bi * s * dv..(bi + 1) * s * dv];
+        let qb = &q[bi * l * d..(bi + 1) * l * d];
+        let kb = &k[bi * s * d..(bi + 1) * s * d];
+        // gV [S, Dv] = P^T gO
+        let mut gv = vec![0.0f32; s * dv];
+        gemm(s, dv, l, Mat::transposed(&p, s), Mat::rows(gob, dv), &mut gv, false, threads);
+        // gP [L, S] = gO V^T; gS = P * (gP - rowsum(gP * P))
+        let mut gs = vec![0.0f32; l * s];
+        gemm(l, s, dv, Mat::rows(gob, dv), Mat::transposed(vb, dv), &mut gs, false, threads);
+        if s > 0 {
+            for (gr, pr) in gs.chunks_mut(s).zip(p.chunks(s)) {
+                let dot: f32 = gr.iter().zip(pr).map(|(a, b)| a * b).sum();
+                for (g, &pv) in gr.iter_mut().zip(pr) {
+                    *g = pv * (*g - dot);
+                }
+            }
+        }
+        // gQ = scale gS K; gK = scale gS^T Q
+        let mut gq = vec![0.0f32; l * d];
+        gemm(l, d, s, Mat::rows(&gs, s), Mat::rows(kb, d), &mut gq, false, threads);
+        let mut gk = vec![0.0f32; s * d];
+        gemm(s, d, l, Mat::transposed(&gs, s), Mat::rows(qb, d), &mut gk, false, threads);
+        for g in gq.iter_mut().chain(gk.iter_mut()) {
+            *g *= at.scale;
+        }
+        (gq, gk, gv, gs)
+    };
+    let parts: Vec<BatchGrads> = if at.batch > 1 {
+        (0..at.batch).into_par_iter().map(|bi| one(bi, false)).collect()
+    } else {
+        (0..at.batch).map(|bi| one(bi, true)).collect()
+    };
+    let mut gq = Vec::with_capacity(q.len());
+    let mut gk = Vec::with_capacity(k.len());
+    let mut gv = Vec::with_capacity(v.len());
+    for (a, b, c, _) in &parts {
+        gq.extend_from_slice(a);
+        gk.extend_from_slice(b);
+        gv.extend_from_slice(c);
+    }
+    let mut grads = vec![
+        Some(Tensor::from_parts(gq, x[0].shape().to_vec())),
+        Some(Tensor::from_parts(gk, x[1].shape().to_vec())),
+        Some(Tensor::from_parts(gv, x[2].shape().to_vec())),
+    ];
+    match at.mask {
+        AttentionMask::None => {}
+        AttentionMask::Boolean => grads.push(None),
+        AttentionMask::AdditiveBias => {
+            let mut gb = vec![0.0f32; extra.as_ref().map_or(0, |m| m.len())];
+            if at.per_batch {
+                for (o, (_, _, _, gs)) in gb.chunks_mut((l * s).max(1)).zip(&parts) {
+                    o.copy_from_slice(gs);
+                }
+            } else {
+                for (_, _, _, gs) in &parts {
+                    for (o, g) in gb.iter_mut().zip(gs) {
+                        *o += g;
+                    }
+                }
+            }
+            let shape = x.get(3).map_or_else(|| vec![l, s], |m| m.shape().to_vec());
+            grads.push(Some(Tensor::from_parts(gb, shape)));
+        }
+    }
+    grads
 }

@@ -1,0 +1,57 @@
+//! The backend flags shared by every command that runs a model.
+
+use crate::{CliError, CliResult};
+use clap::Args;
+use torchlean::backend::{BackendProfile, BackendReport};
+use torchlean::runtime::Session;
+use torchlean::OpKind;
+
+#[derive(Args, Debug, Clone, Default)]
+pub struct BackendArgs {
+    /// Named backend profile (strict_cpu, checked_cpu, checked_cuda, libtorch_*, future_*).
+    #[arg(long)]
+    pub profile: Option<String>,
+    /// Device: cpu, cuda (alias gpu), rocm, metal, wasm, tpu, trainium, custom, external.
+    #[arg(long)]
+    pub device: Option<String>,
+    /// Provider preference: auto, prefer:P or only:P.
+    #[arg(long)]
+    pub provider: Option<String>,
+    /// Trust policy: strict, checked-runtime or allow-trusted-runtime.
+    #[arg(long)]
+    pub policy: Option<String>,
+    /// Print the backend report (plan, evidence, verdict) before running.
+    #[arg(long)]
+    pub show_backend: bool,
+    /// Write the JSON report of what actually ran to this path.
+    #[arg(long)]
+    pub report_json: Option<String>,
+}
+
+impl BackendArgs {
+    pub fn profile(&self) -> Result<BackendProfile, CliError> {
+        BackendProfile::resolve(self.profile.as_deref(), self.device.as_deref(), self.provider.as_deref(), self.policy.as_deref()).map_err(CliError::usage)
+    }
+
+    /// Installs an eager session for the profile and plans + gates `ops` before any kernel
+    /// runs (exit 2 when planning fails, 3 when the gate rejects). Prints the report if asked.
+    pub fn start_session(&self, ops: &[OpKind], training: bool) -> Result<(), CliError> {
+        let mut session = Session::new(self.profile()?);
+        let report = session.preplan(ops, training)?;
+        if self.show_backend {
+            print!("{}", report.to_text());
+        }
+        torchlean::runtime::install(session);
+        Ok(())
+    }
+
+    /// Writes the report of what ran, if asked.
+    pub fn finish_session(&self) -> CliResult {
+        let report: BackendReport = torchlean::runtime::with_current(|s| s.report());
+        if let Some(path) = &self.report_json {
+            let text = serde_json::to_string_pretty(&report.to_json()).map_err(|e| CliError::runtime(e.to_string()))?;
+            std::fs::write(path, text).map_err(|e| CliError::runtime(format!("cannot write report to {path}: {e}")))?;
+        }
+        Ok(())
+    }
+}

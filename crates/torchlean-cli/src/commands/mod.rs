@@ -1,0 +1,6 @@
+pub mod bench;
+pub mod capsules;
+pub mod ops;
+pub mod plan;
+pub mod quickstart_mlp;
+pub mod quickstart_tour;

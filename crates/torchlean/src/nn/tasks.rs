@@ -1,0 +1,38 @@
+//! Built-in deterministic tasks (no network, no files).
+
+use crate::error::Result;
+use crate::tensor::Tensor;
+
+/// The quickstart regression task: x ~ N(0, 1)^4 and
+/// y = sin(2 x0) + 0.5 x1 x2 - 0.3 x3, drawn with `seed`.
+pub struct SyntheticRegression {
+    pub inputs: Vec<f32>,
+    pub targets: Vec<f32>,
+    pub features: usize,
+    pub len: usize,
+}
+
+impl SyntheticRegression {
+    pub const FEATURES: usize = 4;
+
+    /// `len` samples drawn with `seed`.
+    pub fn new(len: usize, seed: u64) -> Result<Self> {
+        let f = Self::FEATURES;
+        let inputs = Tensor::randn(&[len, f], seed)?.to_vec();
+        let targets = inputs.chunks(f).map(|x| (2.0 * x[0]).sin() + 0.5 * x[1] * x[2] - 0.3 * x[3]).collect();
+        Ok(SyntheticRegression { inputs, targets, features: f, len })
+    }
+
+    /// Batch number `step`: `batch` consecutive samples (wrapping around).
+    pub fn batch(&self, step: usize, batch: usize) -> Result<(Tensor, Tensor)> {
+        let f = self.features;
+        let mut x = Vec::with_capacity(batch * f);
+        let mut y = Vec::with_capacity(batch);
+        for k in 0..batch {
+            let i = (step * batch + k) % self.len;
+            x.extend_from_slice(&self.inputs[i * f..(i + 1) * f]);
+            y.push(self.targets[i]);
+        }
+        Ok((Tensor::from_vec(x, &[batch, f])?, Tensor::from_vec(y, &[batch, 1])?))
+    }
+}
