@@ -31,8 +31,6 @@ pub enum RegistryError {
     NoForward { capsule: String },
     #[error("capsule `{capsule}`: vjp mode `{mode}` needs a bound VJP kernel")]
     MissingVjpKernel { capsule: String, mode: VjpMode },
-    #[error("capsule `{capsule}`: op `{op}` is differentiable, so vjp mode `none` is only allowed for random sources")]
-    ForwardOnlyDifferentiable { capsule: String, op: &'static str },
 }
 
 /// A capsule with the kernels bound to it.
@@ -90,9 +88,6 @@ pub fn validate(capsule: &KernelCapsule, binding: &KernelBinding) -> Result<(), 
         if !forward_only_vjp && !trust_supports(capsule.trust_level, d.evidence.kind()) {
             return Err(RegistryError::TrustNotSupported { capsule: name(), level: capsule.trust_level, slot: slot.label(), evidence: d.evidence.kind() });
         }
-    }
-    if capsule.vjp_mode == VjpMode::None && capsule.op.differentiable() && !capsule.op.is_random() {
-        return Err(RegistryError::ForwardOnlyDifferentiable { capsule: name(), op: capsule.op.name() });
     }
     if matches!(capsule.vjp_mode, VjpMode::TorchleanTape | VjpMode::BackendVjp) && capsule.op.differentiable() && binding.vjp.is_none() {
         return Err(RegistryError::MissingVjpKernel { capsule: name(), mode: capsule.vjp_mode });
