@@ -50,9 +50,17 @@ impl Unfold {
     fn valid(&self, a: usize, kk: usize) -> (usize, usize, isize) {
         let off = (kk * self.dil[a]) as isize - self.pad[a] as isize;
         let s = self.stride[a] as isize;
-        let lo = if off >= 0 { 0 } else { ((-off + s - 1) / s) as usize };
+        let lo = if off >= 0 {
+            0
+        } else {
+            ((-off + s - 1) / s) as usize
+        };
         let room = self.img[a] as isize - off; // need o * s < room
-        let hi = if room <= 0 { 0 } else { ((room + s - 1) / s) as usize };
+        let hi = if room <= 0 {
+            0
+        } else {
+            ((room + s - 1) / s) as usize
+        };
         let hi = hi.min(self.out[a]);
         (lo.min(hi), hi, off)
     }
@@ -195,9 +203,13 @@ fn per_image(out: &mut [f32], per: usize, f: impl Fn(usize, &mut [f32], bool) + 
         return;
     }
     if out.len() / per > 1 {
-        out.par_chunks_mut(per).enumerate().for_each(|(b, c)| f(b, c, false));
+        out.par_chunks_mut(per)
+            .enumerate()
+            .for_each(|(b, c)| f(b, c, false));
     } else {
-        out.chunks_mut(per).enumerate().for_each(|(b, c)| f(b, c, true));
+        out.chunks_mut(per)
+            .enumerate()
+            .for_each(|(b, c)| f(b, c, true));
     }
 }
 
@@ -241,16 +253,43 @@ pub fn forward(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Vec<f32> {
                     &col
                 };
                 let yg = &mut yb[grp * g.other * p..(grp + 1) * g.other * p];
-                gemm(g.other, p, kr, Mat::rows(wg, kr), Mat::rows(colm, p), yg, true, threads);
+                gemm(
+                    g.other,
+                    p,
+                    kr,
+                    Mat::rows(wg, kr),
+                    Mat::rows(colm, p),
+                    yg,
+                    true,
+                    threads,
+                );
             } else {
                 // col [kr, p] = W_g^T [kr, other] @ x_g [other, p]; y_g += col2im(col)
                 let wg = &wd[grp * g.other * kr..(grp + 1) * g.other * kr];
                 let xg = &xb[grp * g.other * p..(grp + 1) * g.other * p];
                 let yg = &mut yb[grp * u.img_len()..(grp + 1) * u.img_len()];
                 if u.is_identity() {
-                    gemm(kr, p, g.other, Mat::transposed(wg, kr), Mat::rows(xg, p), yg, true, threads);
+                    gemm(
+                        kr,
+                        p,
+                        g.other,
+                        Mat::transposed(wg, kr),
+                        Mat::rows(xg, p),
+                        yg,
+                        true,
+                        threads,
+                    );
                 } else {
-                    gemm(kr, p, g.other, Mat::transposed(wg, kr), Mat::rows(xg, p), &mut col, false, threads);
+                    gemm(
+                        kr,
+                        p,
+                        g.other,
+                        Mat::transposed(wg, kr),
+                        Mat::rows(xg, p),
+                        &mut col,
+                        false,
+                        threads,
+                    );
                     u.col2im(&col, yg);
                 }
             }
@@ -286,12 +325,48 @@ pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
                 let gxg = &mut gxb[grp * u.img_len()..(grp + 1) * u.img_len()];
                 if u.is_identity() {
                     // gW_g [other, kr] = gy_g [other, p] @ x_g^T [p, kr]; gx_g = W_g^T @ gy_g
-                    gemm(g.other, kr, p, Mat::rows(gyg, p), Mat::transposed(xg, p), gwg, false, threads);
-                    gemm(kr, p, g.other, Mat::transposed(wg, kr), Mat::rows(gyg, p), gxg, false, threads);
+                    gemm(
+                        g.other,
+                        kr,
+                        p,
+                        Mat::rows(gyg, p),
+                        Mat::transposed(xg, p),
+                        gwg,
+                        false,
+                        threads,
+                    );
+                    gemm(
+                        kr,
+                        p,
+                        g.other,
+                        Mat::transposed(wg, kr),
+                        Mat::rows(gyg, p),
+                        gxg,
+                        false,
+                        threads,
+                    );
                 } else {
                     u.im2col(xg, &mut col);
-                    gemm(g.other, kr, p, Mat::rows(gyg, p), Mat::transposed(&col, p), gwg, false, threads);
-                    gemm(kr, p, g.other, Mat::transposed(wg, kr), Mat::rows(gyg, p), &mut col, false, threads);
+                    gemm(
+                        g.other,
+                        kr,
+                        p,
+                        Mat::rows(gyg, p),
+                        Mat::transposed(&col, p),
+                        gwg,
+                        false,
+                        threads,
+                    );
+                    gemm(
+                        kr,
+                        p,
+                        g.other,
+                        Mat::transposed(wg, kr),
+                        Mat::rows(gyg, p),
+                        &mut col,
+                        false,
+                        threads,
+                    );
                     u.col2im(&col, gxg);
                 }
             } else {
@@ -305,9 +380,27 @@ pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
                     &col
                 };
                 // gx_g [other, p] = W_g [other, kr] @ col [kr, p]
-                gemm(g.other, p, kr, Mat::rows(wg, kr), Mat::rows(colm, p), gxg, false, threads);
+                gemm(
+                    g.other,
+                    p,
+                    kr,
+                    Mat::rows(wg, kr),
+                    Mat::rows(colm, p),
+                    gxg,
+                    false,
+                    threads,
+                );
                 // gW_g [other, kr] = x_g [other, p] @ col^T [p, kr]
-                gemm(g.other, kr, p, Mat::rows(xg, p), Mat::transposed(colm, p), gwg, false, threads);
+                gemm(
+                    g.other,
+                    kr,
+                    p,
+                    Mat::rows(xg, p),
+                    Mat::transposed(colm, p),
+                    gwg,
+                    false,
+                    threads,
+                );
             }
         }
         gw
@@ -322,7 +415,11 @@ pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
             add_into(&mut gw, &image(b, &mut empty, true));
         }
     } else if n > 1 {
-        let parts: Vec<Vec<f32>> = gx.par_chunks_mut(per_in).enumerate().map(|(b, c)| image(b, c, false)).collect();
+        let parts: Vec<Vec<f32>> = gx
+            .par_chunks_mut(per_in)
+            .enumerate()
+            .map(|(b, c)| image(b, c, false))
+            .collect();
         for part in &parts {
             add_into(&mut gw, part);
         }

@@ -10,7 +10,9 @@ use rayon::prelude::*;
 
 fn geometry(op: &Op) -> Pool2dGeometry {
     match op {
-        Op::MaxPool2d(g) | Op::AvgPool2d { geometry: g, .. } | Op::SmoothMaxPool2d { geometry: g, .. } => *g,
+        Op::MaxPool2d(g)
+        | Op::AvgPool2d { geometry: g, .. }
+        | Op::SmoothMaxPool2d { geometry: g, .. } => *g,
         _ => unreachable!("pool::geometry called for {}", op.name()),
     }
 }
@@ -27,7 +29,13 @@ struct Plane {
 
 impl Plane {
     fn new(op: &Op, x: &[usize], y: &[usize]) -> Self {
-        Plane { h: x[2], w: x[3], oh: y[2], ow: y[3], g: geometry(op) }
+        Plane {
+            h: x[2],
+            w: x[3],
+            oh: y[2],
+            ow: y[3],
+            g: geometry(op),
+        }
     }
 
     /// The clipped half-open range of input coordinates covered by output index `o` on
@@ -35,7 +43,9 @@ impl Plane {
     fn range(&self, a: usize, o: usize, n: usize) -> (usize, usize) {
         let start = o * self.g.stride[a];
         let lo = start.saturating_sub(self.g.padding[a]).min(n);
-        let hi = (start + self.g.kernel[a]).saturating_sub(self.g.padding[a]).min(n);
+        let hi = (start + self.g.kernel[a])
+            .saturating_sub(self.g.padding[a])
+            .min(n);
         (lo, hi.max(lo))
     }
 
@@ -81,7 +91,10 @@ fn window_sum(x: &[f32], w: usize, rows: (usize, usize), cols: (usize, usize)) -
 /// The divisor of an average window.
 fn divisor(op: &Op, g: &Pool2dGeometry, rows: (usize, usize), cols: (usize, usize)) -> f32 {
     match op {
-        Op::AvgPool2d { count_include_pad: true, .. } => (g.kernel[0] * g.kernel[1]) as f32,
+        Op::AvgPool2d {
+            count_include_pad: true,
+            ..
+        } => (g.kernel[0] * g.kernel[1]) as f32,
         _ => ((rows.1 - rows.0) * (cols.1 - cols.0)) as f32,
     }
 }
@@ -95,7 +108,9 @@ fn planes(out: &mut [f32], per: usize, f: impl Fn(usize, &mut [f32]) + Sync + Se
     if out.len() < PAR_THRESHOLD {
         out.chunks_mut(per).enumerate().for_each(|(i, c)| f(i, c));
     } else {
-        out.par_chunks_mut(per).enumerate().for_each(|(i, c)| f(i, c));
+        out.par_chunks_mut(per)
+            .enumerate()
+            .for_each(|(i, c)| f(i, c));
     }
 }
 

@@ -57,7 +57,11 @@ fn inverse_weights(m: usize, n: usize) -> Vec<f32> {
             if n == 0 {
                 return 0.0;
             }
-            let c = if k == 0 || (n % 2 == 0 && k == n / 2) { 1.0 } else { 2.0 };
+            let c = if k == 0 || (n % 2 == 0 && k == n / 2) {
+                1.0
+            } else {
+                2.0
+            };
             (c / n as f64) as f32
         })
         .collect()
@@ -66,7 +70,16 @@ fn inverse_weights(m: usize, n: usize) -> Vec<f32> {
 /// Truncated DFT of `rows` signals of length `n`: `[rows, 2m]` (real parts, then imaginary).
 fn rdft(x: &[f32], rows: usize, n: usize, m: usize, table: &[f32]) -> Vec<f32> {
     let mut out = vec![0.0f32; rows * 2 * m];
-    gemm(rows, 2 * m, n, Mat::rows(x, n), Mat::transposed(table, n), &mut out, false, true);
+    gemm(
+        rows,
+        2 * m,
+        n,
+        Mat::rows(x, n),
+        Mat::transposed(table, n),
+        &mut out,
+        false,
+        true,
+    );
     out
 }
 
@@ -102,7 +115,16 @@ fn spectral_forward(m: usize, x: &[&Tensor], out_shape: &[usize]) -> Vec<f32> {
         }
     });
     let mut y = vec![0.0f32; out_shape.iter().product()];
-    gemm(b * co, n, 2 * m, Mat::rows(&z, 2 * m), Mat::rows(&table, n), &mut y, false, true);
+    gemm(
+        b * co,
+        n,
+        2 * m,
+        Mat::rows(&z, 2 * m),
+        Mat::rows(&table, n),
+        &mut y,
+        false,
+        true,
+    );
     y
 }
 
@@ -139,7 +161,16 @@ fn spectral_vjp(m: usize, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
         }
     });
     let mut gx = vec![0.0f32; xd.len()];
-    gemm(b * ci, n, 2 * m, Mat::rows(&gxf, 2 * m), Mat::rows(&table, n), &mut gx, false, true);
+    gemm(
+        b * ci,
+        n,
+        2 * m,
+        Mat::rows(&gxf, 2 * m),
+        Mat::rows(&table, n),
+        &mut gx,
+        false,
+        true,
+    );
     // weight cotangents, rows (i, o): [ci*co, 2m] (real, then imaginary)
     let mut gw = vec![0.0f32; ci * co * 2 * m];
     for_rows(&mut gw, 2 * m, |row, out| {
@@ -155,7 +186,10 @@ fn spectral_vjp(m: usize, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
             }
         }
     });
-    let (mut gwr, mut gwi) = (Vec::with_capacity(ci * co * m), Vec::with_capacity(ci * co * m));
+    let (mut gwr, mut gwi) = (
+        Vec::with_capacity(ci * co * m),
+        Vec::with_capacity(ci * co * m),
+    );
     if m > 0 {
         for row in gw.chunks(2 * m) {
             gwr.extend_from_slice(&row[..m]);
@@ -186,7 +220,9 @@ fn per_batch(out: &mut [f32], per: usize, f: impl Fn(usize, &mut [f32]) + Sync +
     if out.len() < PAR_THRESHOLD {
         out.chunks_mut(per).enumerate().for_each(|(i, c)| f(i, c));
     } else {
-        out.par_chunks_mut(per).enumerate().for_each(|(i, c)| f(i, c));
+        out.par_chunks_mut(per)
+            .enumerate()
+            .for_each(|(i, c)| f(i, c));
     }
 }
 
@@ -203,7 +239,10 @@ fn scan_forward(x: &[&Tensor]) -> Vec<f32> {
         }
         for t in 1..l {
             let (prev, cur) = yb[(t - 1) * inner..(t + 1) * inner].split_at_mut(inner);
-            let (at, ut) = (&ab[t * inner..(t + 1) * inner], &ub[t * inner..(t + 1) * inner]);
+            let (at, ut) = (
+                &ab[t * inner..(t + 1) * inner],
+                &ub[t * inner..(t + 1) * inner],
+            );
             for (((h, &p), &av), &uv) in cur.iter_mut().zip(prev.iter()).zip(at).zip(ut) {
                 *h = av * p + uv;
             }
@@ -224,7 +263,10 @@ fn scan_vjp(x: &[&Tensor], y: &Tensor, gy: &Tensor) -> Vec<Option<Tensor>> {
         gb[last..].copy_from_slice(&gyb[last..]);
         for t in (0..l - 1).rev() {
             let (cur, next) = gb[t * inner..(t + 2) * inner].split_at_mut(inner);
-            let (an, gt) = (&ab[(t + 1) * inner..(t + 2) * inner], &gyb[t * inner..(t + 1) * inner]);
+            let (an, gt) = (
+                &ab[(t + 1) * inner..(t + 2) * inner],
+                &gyb[t * inner..(t + 1) * inner],
+            );
             for (((c, &nx), &av), &gv) in cur.iter_mut().zip(next.iter()).zip(an).zip(gt) {
                 *c = gv + nx * av;
             }
@@ -236,13 +278,20 @@ fn scan_vjp(x: &[&Tensor], y: &Tensor, gy: &Tensor) -> Vec<Option<Tensor>> {
         let (gub, yb) = (&gu[bb * per..(bb + 1) * per], &yd[bb * per..(bb + 1) * per]);
         for t in 1..l {
             let r = t * inner..(t + 1) * inner;
-            for ((o, &s), &h) in gb[r.clone()].iter_mut().zip(&gub[r]).zip(&yb[(t - 1) * inner..t * inner]) {
+            for ((o, &s), &h) in gb[r.clone()]
+                .iter_mut()
+                .zip(&gub[r])
+                .zip(&yb[(t - 1) * inner..t * inner])
+            {
                 *o = s * h;
             }
         }
     });
     let shape = x[0].shape().to_vec();
-    vec![Some(Tensor::from_parts(ga, shape.clone())), Some(Tensor::from_parts(gu, shape))]
+    vec![
+        Some(Tensor::from_parts(ga, shape.clone())),
+        Some(Tensor::from_parts(gu, shape)),
+    ]
 }
 
 // ---------------------------------------------------------------------------------------
@@ -266,7 +315,12 @@ struct Attention<'a> {
 
 impl<'a> Attention<'a> {
     fn new(op: &Op, x: &[&Tensor], extra: Option<&'a [f32]>) -> Self {
-        let Op::ScaledDotProductAttention { scale, causal, mask } = op else {
+        let Op::ScaledDotProductAttention {
+            scale,
+            causal,
+            mask,
+        } = op
+        else {
             unreachable!("attention called for {}", op.name())
         };
         let (qs, ks, vs) = (x[0].shape(), x[1].shape(), x[2].shape());
@@ -293,7 +347,16 @@ impl<'a> Attention<'a> {
         let qb = &q[bi * l * d..(bi + 1) * l * d];
         let kb = &k[bi * s * d..(bi + 1) * s * d];
         let mut p = vec![0.0f32; l * s];
-        gemm(l, s, d, Mat::rows(qb, d), Mat::transposed(kb, d), &mut p, false, false);
+        gemm(
+            l,
+            s,
+            d,
+            Mat::rows(qb, d),
+            Mat::transposed(kb, d),
+            &mut p,
+            false,
+            false,
+        );
         if s == 0 {
             return p;
         }
@@ -323,7 +386,11 @@ impl<'a> Attention<'a> {
             let mx = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
             let mut z = 0.0f32;
             for v in row.iter_mut() {
-                *v = if *v == f32::NEG_INFINITY { 0.0 } else { (*v - mx).exp() };
+                *v = if *v == f32::NEG_INFINITY {
+                    0.0
+                } else {
+                    (*v - mx).exp()
+                };
                 z += *v;
             }
             let inv = 1.0 / z;
@@ -348,12 +415,25 @@ fn attention_forward(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Vec<f32> {
     let one = |bi: usize, ob: &mut [f32], threads: bool| {
         let p = at.probs(bi, &q, &k);
         let vb = &v[bi * s * dv..(bi + 1) * s * dv];
-        gemm(l, dv, s, Mat::rows(&p, s), Mat::rows(vb, dv), ob, false, threads);
+        gemm(
+            l,
+            dv,
+            s,
+            Mat::rows(&p, s),
+            Mat::rows(vb, dv),
+            ob,
+            false,
+            threads,
+        );
     };
     if at.batch > 1 {
-        out.par_chunks_mut(per).enumerate().for_each(|(bi, ob)| one(bi, ob, false));
+        out.par_chunks_mut(per)
+            .enumerate()
+            .for_each(|(bi, ob)| one(bi, ob, false));
     } else {
-        out.chunks_mut(per).enumerate().for_each(|(bi, ob)| one(bi, ob, true));
+        out.chunks_mut(per)
+            .enumerate()
+            .for_each(|(bi, ob)| one(bi, ob, true));
     }
     out
 }
@@ -374,10 +454,28 @@ fn attention_vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
         let kb = &k[bi * s * d..(bi + 1) * s * d];
         // gV [S, Dv] = P^T gO
         let mut gv = vec![0.0f32; s * dv];
-        gemm(s, dv, l, Mat::transposed(&p, s), Mat::rows(gob, dv), &mut gv, false, threads);
+        gemm(
+            s,
+            dv,
+            l,
+            Mat::transposed(&p, s),
+            Mat::rows(gob, dv),
+            &mut gv,
+            false,
+            threads,
+        );
         // gP [L, S] = gO V^T; gS = P * (gP - rowsum(gP * P))
         let mut gs = vec![0.0f32; l * s];
-        gemm(l, s, dv, Mat::rows(gob, dv), Mat::transposed(vb, dv), &mut gs, false, threads);
+        gemm(
+            l,
+            s,
+            dv,
+            Mat::rows(gob, dv),
+            Mat::transposed(vb, dv),
+            &mut gs,
+            false,
+            threads,
+        );
         if s > 0 {
             for (gr, pr) in gs.chunks_mut(s).zip(p.chunks(s)) {
                 let dot: f32 = gr.iter().zip(pr).map(|(a, b)| a * b).sum();
@@ -388,16 +486,37 @@ fn attention_vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
         }
         // gQ = scale gS K; gK = scale gS^T Q
         let mut gq = vec![0.0f32; l * d];
-        gemm(l, d, s, Mat::rows(&gs, s), Mat::rows(kb, d), &mut gq, false, threads);
+        gemm(
+            l,
+            d,
+            s,
+            Mat::rows(&gs, s),
+            Mat::rows(kb, d),
+            &mut gq,
+            false,
+            threads,
+        );
         let mut gk = vec![0.0f32; s * d];
-        gemm(s, d, l, Mat::transposed(&gs, s), Mat::rows(qb, d), &mut gk, false, threads);
+        gemm(
+            s,
+            d,
+            l,
+            Mat::transposed(&gs, s),
+            Mat::rows(qb, d),
+            &mut gk,
+            false,
+            threads,
+        );
         for g in gq.iter_mut().chain(gk.iter_mut()) {
             *g *= at.scale;
         }
         (gq, gk, gv, gs)
     };
     let parts: Vec<BatchGrads> = if at.batch > 1 {
-        (0..at.batch).into_par_iter().map(|bi| one(bi, false)).collect()
+        (0..at.batch)
+            .into_par_iter()
+            .map(|bi| one(bi, false))
+            .collect()
     } else {
         (0..at.batch).map(|bi| one(bi, true)).collect()
     };
