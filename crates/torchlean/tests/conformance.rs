@@ -8,7 +8,7 @@ mod common;
 use common::{cases, draw, uncovered_kinds, Case};
 use torchlean::runtime::kernel::KernelBinding;
 use torchlean::spec::{self, Array};
-use torchlean::{providers, Tensor};
+use torchlean::{providers, OpKind, Tensor};
 
 /// Relative error bound for f32 kernels against the f64 spec: max |a-b| / (1 + max |b|).
 const F32_TOL: f64 = 2e-4;
@@ -35,7 +35,16 @@ fn to_f64(t: &Tensor) -> Vec<f64> {
 }
 
 fn providers_under_test() -> Vec<(&'static str, KernelBinding)> {
-    vec![("reference", providers::reference::binding()), ("native_cpu", providers::native_cpu::binding())]
+    vec![("reference", providers::reference::binding()), ("native_cpu", providers::native_cpu::binding()), ("torchlean", providers::composition::binding())]
+}
+
+/// Which rows a provider implements.
+fn all_ops(_: OpKind) -> bool {
+    true
+}
+
+fn composed(op: OpKind) -> bool {
+    providers::composition::OPS.contains(&op)
 }
 
 /// A cotangent for the output of a case.
@@ -43,9 +52,9 @@ fn cotangent(shape: &[usize], index: usize) -> Array<f64> {
     draw(shape, common::Gen::Normal, 10_000 + index as u64)
 }
 
-fn check_forward(provider: &str, binding: &KernelBinding) {
+fn check_forward(provider: &str, binding: &KernelBinding, supports: fn(OpKind) -> bool) {
     let mut failures = vec![];
-    for (i, case) in cases().iter().enumerate() {
+    for (i, case) in cases().iter().enumerate().filter(|(_, c)| supports(c.op.kind())) {
         let xs = inputs_of(case, i);
         let refs: Vec<&Array<f64>> = xs.iter().collect();
         let want = spec::forward(&case.op, &refs).unwrap_or_else(|e| panic!("spec rejected {}: {e}", case.name()));
@@ -69,10 +78,10 @@ fn check_forward(provider: &str, binding: &KernelBinding) {
     assert!(failures.is_empty(), "{provider} forward mismatches:\n{}", failures.join("\n"));
 }
 
-fn check_vjp(provider: &str, binding: &KernelBinding) {
+fn check_vjp(provider: &str, binding: &KernelBinding, supports: fn(OpKind) -> bool) {
     let vjp = binding.vjp.expect("provider binds a VJP kernel");
     let mut failures = vec![];
-    for (i, case) in cases().iter().enumerate() {
+    for (i, case) in cases().iter().enumerate().filter(|(_, c)| supports(c.op.kind())) {
         if !case.op.kind().differentiable() {
             continue;
         }
@@ -112,22 +121,32 @@ fn every_op_has_a_conformance_row() {
 
 #[test]
 fn reference_forward_matches_spec() {
-    check_forward("reference", &providers::reference::binding());
+    check_forward("reference", &providers::reference::binding(), all_ops);
 }
 
 #[test]
 fn reference_vjp_matches_spec() {
-    check_vjp("reference", &providers::reference::binding());
+    check_vjp("reference", &providers::reference::binding(), all_ops);
 }
 
 #[test]
 fn native_cpu_forward_matches_spec() {
-    check_forward("native_cpu", &providers::native_cpu::binding());
+    check_forward("native_cpu", &providers::native_cpu::binding(), all_ops);
 }
 
 #[test]
 fn native_cpu_vjp_matches_spec() {
-    check_vjp("native_cpu", &providers::native_cpu::binding());
+    check_vjp("native_cpu", &providers::native_cpu::binding(), all_ops);
+}
+
+#[test]
+fn composition_forward_matches_spec() {
+    check_forward("torchlean", &providers::composition::binding(), composed);
+}
+
+#[test]
+fn composition_vjp_matches_spec() {
+    check_vjp("torchlean", &providers::composition::binding(), composed);
 }
 
 #[test]

@@ -32,7 +32,12 @@ pub struct NoGradGuard {
 impl NoGradGuard {
     /// Disables recording until the guard is dropped.
     pub fn new() -> NoGradGuard {
-        let previous = GRAD_ENABLED.with(|g| g.replace(false));
+        NoGradGuard::set(false)
+    }
+
+    /// Sets the grad mode (on or off) until the guard is dropped.
+    pub fn set(enabled: bool) -> NoGradGuard {
+        let previous = GRAD_ENABLED.with(|g| g.replace(enabled));
         NoGradGuard { previous }
     }
 }
