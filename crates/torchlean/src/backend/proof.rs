@@ -42,5 +42,5 @@ pub fn certify_spec_instantiation(claim: ContractClaim, binding: &KernelBinding)
     let spec_vjp = spec_vjp_f32 as VjpKernel as usize;
     let is_spec = binding.forward as usize == spec_forward && binding.vjp.map(|v| v as usize) == Some(spec_vjp);
     let provable = !matches!(claim, ContractClaim::LayoutCompatibility { .. });
-    (is_spec && provable).then(|| Certificate { claim, construction: SPEC_AT_F32, forward_addr: binding.forward as usize })
+    (is_spec && provable).then_some(Certificate { claim, construction: SPEC_AT_F32, forward_addr: binding.forward as usize })
 }

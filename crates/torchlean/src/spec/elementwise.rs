@@ -24,11 +24,11 @@ pub(super) fn binary_shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, O
 pub(super) fn unary_shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError> {
     expect_arity(op, shapes, &[1])?;
     match op {
-        Op::Clamp { min, max } if !(min <= max) => Err(payload_err(
+        Op::Clamp { min, max } if min.is_nan() || max.is_nan() || min > max => Err(payload_err(
             op,
             format!("clamp bounds must satisfy min <= max, got min={min} max={max}"),
         )),
-        Op::SafeLog { eps } if !(*eps > 0.0) => {
+        Op::SafeLog { eps } if eps.is_nan() || *eps <= 0.0 => {
             Err(payload_err(op, format!("eps must be > 0, got {eps}")))
         }
         _ => Ok(shapes[0].to_vec()),

@@ -7,6 +7,9 @@
 //!
 //! This layer knows nothing about devices, providers, tapes or the trust machinery.
 
+// Index loops mirror the mathematical definitions; iterator chains would obscure them.
+#![allow(clippy::needless_range_loop)]
+
 mod array;
 mod conv;
 mod elementwise;

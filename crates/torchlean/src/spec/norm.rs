@@ -56,7 +56,7 @@ fn groups(op: &Op, shape: &[usize]) -> (Vec<Vec<usize>>, Vec<usize>) {
         }
         _ => {
             let d = *shape.last().unwrap_or(&1);
-            let rows = if d == 0 { 0 } else { total / d };
+            let rows = total.checked_div(d).unwrap_or(0);
             let gs = (0..rows).map(|r| (r * d..(r + 1) * d).collect()).collect();
             (gs, (0..total).map(|f| f % d.max(1)).collect())
         }

@@ -96,8 +96,8 @@ pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
                 }
             });
             // parameter gradients: column sums in row order (deterministic)
-            if d > 0 {
-                for r in 0..xd.len() / d {
+            if let Some(rows) = xd.len().checked_div(d) {
+                for r in 0..rows {
                     let (row, gr) = (&xd[r * d..(r + 1) * d], &g[r * d..(r + 1) * d]);
                     let (mu, rstd) = row_stats(row, rms, e);
                     for j in 0..d {

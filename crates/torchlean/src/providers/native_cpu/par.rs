@@ -51,6 +51,7 @@ impl<'a> Mat<'a> {
     }
 }
 
+#[allow(clippy::too_many_arguments)] // the GEMM shape: m, n, k, operands, output, two flags
 /// `c[m, n] (+)= a[m, k] @ b[k, n]` with `c` row-major, through the `gemm` crate.
 /// `threads`: use rayon inside the product (set false when already inside a parallel loop).
 pub fn gemm(m: usize, n: usize, k: usize, a: Mat, b: Mat, c: &mut [f32], accumulate: bool, threads: bool) {
