@@ -30,7 +30,13 @@ pub struct BackendArgs {
 
 impl BackendArgs {
     pub fn profile(&self) -> Result<BackendProfile, CliError> {
-        BackendProfile::resolve(self.profile.as_deref(), self.device.as_deref(), self.provider.as_deref(), self.policy.as_deref()).map_err(CliError::usage)
+        BackendProfile::resolve(
+            self.profile.as_deref(),
+            self.device.as_deref(),
+            self.provider.as_deref(),
+            self.policy.as_deref(),
+        )
+        .map_err(CliError::usage)
     }
 
     /// Installs an eager session for the profile and plans + gates `ops` before any kernel
@@ -49,8 +55,10 @@ impl BackendArgs {
     pub fn finish_session(&self) -> CliResult {
         let report: BackendReport = torchlean::runtime::with_current(|s| s.report());
         if let Some(path) = &self.report_json {
-            let text = serde_json::to_string_pretty(&report.to_json()).map_err(|e| CliError::runtime(e.to_string()))?;
-            std::fs::write(path, text).map_err(|e| CliError::runtime(format!("cannot write report to {path}: {e}")))?;
+            let text = serde_json::to_string_pretty(&report.to_json())
+                .map_err(|e| CliError::runtime(e.to_string()))?;
+            std::fs::write(path, text)
+                .map_err(|e| CliError::runtime(format!("cannot write report to {path}: {e}")))?;
         }
         Ok(())
     }

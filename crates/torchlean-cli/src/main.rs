@@ -17,10 +17,16 @@ pub struct CliError {
 
 impl CliError {
     pub fn usage(m: impl Into<String>) -> Self {
-        CliError { code: 2, message: m.into() }
+        CliError {
+            code: 2,
+            message: m.into(),
+        }
     }
     pub fn runtime(m: impl Into<String>) -> Self {
-        CliError { code: 1, message: m.into() }
+        CliError {
+            code: 1,
+            message: m.into(),
+        }
     }
 }
 
@@ -31,14 +37,21 @@ impl From<torchlean::Error> for CliError {
             torchlean::Error::Gate(_) => 3,
             _ => 1,
         };
-        CliError { code, message: e.to_string() }
+        CliError {
+            code,
+            message: e.to_string(),
+        }
     }
 }
 
 pub type CliResult = Result<(), CliError>;
 
 #[derive(Parser)]
-#[command(name = "torchlean", version, about = "A deep-learning runtime where every kernel that runs was planned, audited and admitted by an explicit trust policy.")]
+#[command(
+    name = "torchlean",
+    version,
+    about = "A deep-learning runtime where every kernel that runs was planned, audited and admitted by an explicit trust policy."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

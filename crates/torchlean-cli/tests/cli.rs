@@ -3,21 +3,87 @@
 use std::process::Command;
 
 fn run(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_torchlean")).args(args).output().expect("the binary runs");
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+    let out = Command::new(env!("CARGO_BIN_EXE_torchlean"))
+        .args(args)
+        .output()
+        .expect("the binary runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
 }
 
 /// The 68 TorchLean backend op names (shared/reference/torchlean-ops.md).
 const TORCHLEAN_OPS: &[&str] = &[
-    "rand_uniform", "bernoulli_mask", "add", "sub", "mul", "scale", "abs", "sqrt", "clamp", "max", "min", "relu", "gelu",
-    "sigmoid", "tanh", "softplus", "exp", "log", "sin", "cos", "inv", "safe_log", "log_softmax", "softmax", "sum",
-    "reduce_sum", "reduce_mean", "flatten", "reshape", "permute", "transpose2d", "swap_adjacent_at_depth",
-    "transpose3d_first_to_last", "transpose3d_last_to_first", "transpose3d_last_two", "broadcast_to", "concat_vectors",
-    "concat_leading_axis", "slice_leading_axis_range", "gather_scalar", "gather_scalar_nat", "gather_row",
-    "gather_vec_nat", "gather_rows_nat", "scatter_add_vec", "scatter_add_row", "matmul", "bmm", "linear", "mse_loss",
-    "layer_norm", "batch_norm", "batch_norm_channel_first", "conv", "conv2d", "conv_transpose", "conv_transpose2d",
-    "max_pool", "max_pool2d", "max_pool2d_pad", "smooth_max_pool", "smooth_max_pool2d", "avg_pool", "avg_pool2d",
-    "avg_pool2d_pad", "fft_fno", "selective_scan", "scaled_dot_product_attention",
+    "rand_uniform",
+    "bernoulli_mask",
+    "add",
+    "sub",
+    "mul",
+    "scale",
+    "abs",
+    "sqrt",
+    "clamp",
+    "max",
+    "min",
+    "relu",
+    "gelu",
+    "sigmoid",
+    "tanh",
+    "softplus",
+    "exp",
+    "log",
+    "sin",
+    "cos",
+    "inv",
+    "safe_log",
+    "log_softmax",
+    "softmax",
+    "sum",
+    "reduce_sum",
+    "reduce_mean",
+    "flatten",
+    "reshape",
+    "permute",
+    "transpose2d",
+    "swap_adjacent_at_depth",
+    "transpose3d_first_to_last",
+    "transpose3d_last_to_first",
+    "transpose3d_last_two",
+    "broadcast_to",
+    "concat_vectors",
+    "concat_leading_axis",
+    "slice_leading_axis_range",
+    "gather_scalar",
+    "gather_scalar_nat",
+    "gather_row",
+    "gather_vec_nat",
+    "gather_rows_nat",
+    "scatter_add_vec",
+    "scatter_add_row",
+    "matmul",
+    "bmm",
+    "linear",
+    "mse_loss",
+    "layer_norm",
+    "batch_norm",
+    "batch_norm_channel_first",
+    "conv",
+    "conv2d",
+    "conv_transpose",
+    "conv_transpose2d",
+    "max_pool",
+    "max_pool2d",
+    "max_pool2d_pad",
+    "smooth_max_pool",
+    "smooth_max_pool2d",
+    "avg_pool",
+    "avg_pool2d",
+    "avg_pool2d_pad",
+    "fft_fno",
+    "selective_scan",
+    "scaled_dot_product_attention",
 ];
 
 #[test]
@@ -28,10 +94,24 @@ fn ops_json_covers_all_68_torchlean_names_on_both_cpu_providers() {
     let rows: serde_json::Value = serde_json::from_str(&out).expect("valid JSON");
     let rows = rows.as_array().expect("an array");
     for name in TORCHLEAN_OPS {
-        let row = rows.iter().find(|r| r["torchlean_names"].as_array().unwrap().iter().any(|n| n == name));
+        let row = rows.iter().find(|r| {
+            r["torchlean_names"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|n| n == name)
+        });
         let row = row.unwrap_or_else(|| panic!("TorchLean op `{name}` is not covered"));
-        let providers: Vec<&str> = row["providers"].as_array().unwrap().iter().map(|p| p.as_str().unwrap()).collect();
-        assert!(providers.contains(&"reference") && providers.contains(&"native_cpu"), "{name}: {providers:?}");
+        let providers: Vec<&str> = row["providers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p.as_str().unwrap())
+            .collect();
+        assert!(
+            providers.contains(&"reference") && providers.contains(&"native_cpu"),
+            "{name}: {providers:?}"
+        );
         assert!(row["name"].is_string());
     }
 }
@@ -40,7 +120,11 @@ fn ops_json_covers_all_68_torchlean_names_on_both_cpu_providers() {
 fn quickstart_mlp_trains_and_converges() {
     let (code, out, err) = run(&["quickstart-mlp", "--steps", "200"]);
     assert_eq!(code, 0, "{err}");
-    let losses: Vec<f32> = out.lines().filter_map(|l| l.strip_prefix("step ")).map(|l| l.split(" loss ").nth(1).unwrap().parse().unwrap()).collect();
+    let losses: Vec<f32> = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("step "))
+        .map(|l| l.split(" loss ").nth(1).unwrap().parse().unwrap())
+        .collect();
     assert!(losses.len() >= 10, "{out}");
     assert!(losses[0] / losses.last().unwrap() >= 10.0, "{out}");
 }
@@ -51,7 +135,11 @@ fn cuda_request_exits_2_before_any_kernel_runs() {
         let (code, out, err) = run(&["quickstart-mlp", "--device", device, "--steps", "3"]);
         assert_eq!(code, 2, "{device}: {err}");
         assert!(!out.contains("step "), "{device}: trained anyway: {out}");
-        assert!(err.contains("no admissible capsule") && err.contains("is not available on this target"), "{err}");
+        assert!(
+            err.contains("no admissible capsule")
+                && err.contains("is not available on this target"),
+            "{err}"
+        );
     }
     let (code, _, err) = run(&["quickstart-mlp", "--device", "quantum"]);
     assert_eq!(code, 2);
@@ -61,36 +149,120 @@ fn cuda_request_exits_2_before_any_kernel_runs() {
 #[test]
 fn strict_cpu_trains_on_the_reference_provider_and_reports_it() {
     let path = std::env::temp_dir().join(format!("torchlean-report-{}.json", std::process::id()));
-    let (code, out, err) = run(&["quickstart-mlp", "--profile", "strict_cpu", "--steps", "20", "--show-backend", "--report-json", path.to_str().unwrap()]);
+    let (code, out, err) = run(&[
+        "quickstart-mlp",
+        "--profile",
+        "strict_cpu",
+        "--steps",
+        "20",
+        "--show-backend",
+        "--report-json",
+        path.to_str().unwrap(),
+    ]);
     assert_eq!(code, 0, "{err}");
-    assert!(out.starts_with("backend report: profile=strict_cpu"), "{out}");
-    assert!(out.contains("linear: reference.linear provider=reference trust=verified"), "{out}");
-    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert!(
+        out.starts_with("backend report: profile=strict_cpu"),
+        "{out}"
+    );
+    assert!(
+        out.contains("linear: reference.linear provider=reference trust=verified"),
+        "{out}"
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     std::fs::remove_file(&path).ok();
-    let ran: Vec<&str> = report["kernels"].as_array().unwrap().iter().map(|k| k["capsule"].as_str().unwrap()).collect();
-    assert_eq!(ran, vec!["reference.tanh", "reference.linear", "reference.mse_loss"]);
+    let ran: Vec<&str> = report["kernels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["capsule"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ran,
+        vec!["reference.tanh", "reference.linear", "reference.mse_loss"]
+    );
     assert_eq!(report["verdict"], "accepted");
 }
 
 #[test]
 fn native_cpu_under_strict_is_rejected_by_the_gate_with_exit_3() {
-    let (code, out, err) = run(&["quickstart-mlp", "--provider", "only:native_cpu", "--policy", "strict"]);
+    let (code, out, err) = run(&[
+        "quickstart-mlp",
+        "--provider",
+        "only:native_cpu",
+        "--policy",
+        "strict",
+    ]);
     assert_eq!(code, 3, "{err}");
     assert!(!out.contains("step "), "trained anyway");
-    assert!(err.contains("evidence_not_accepted") && err.contains("runtime_guard"), "{err}");
+    assert!(
+        err.contains("evidence_not_accepted") && err.contains("runtime_guard"),
+        "{err}"
+    );
 }
 
 #[test]
 fn plan_exit_codes() {
-    assert_eq!(run(&["plan", "--profile", "checked_cpu", "--ops", "linear,relu,mse_loss"]).0, 0);
-    assert_eq!(run(&["plan", "--profile", "strict_cpu", "--ops", "linear,relu"]).0, 0);
-    let (code, out, _) = run(&["plan", "--device", "cuda", "--provider", "auto", "--policy", "checked-runtime", "--vjp", "torchlean_tape", "--ops", "sin"]);
+    assert_eq!(
+        run(&[
+            "plan",
+            "--profile",
+            "checked_cpu",
+            "--ops",
+            "linear,relu,mse_loss"
+        ])
+        .0,
+        0
+    );
+    assert_eq!(
+        run(&["plan", "--profile", "strict_cpu", "--ops", "linear,relu"]).0,
+        0
+    );
+    let (code, out, _) = run(&[
+        "plan",
+        "--device",
+        "cuda",
+        "--provider",
+        "auto",
+        "--policy",
+        "checked-runtime",
+        "--vjp",
+        "torchlean_tape",
+        "--ops",
+        "sin",
+    ]);
     assert_eq!(code, 2);
-    assert!(out.contains("no admissible capsule for op `sin` on device `cuda`"), "{out}");
-    let (code, out, err) = run(&["plan", "--device", "cpu", "--provider", "only:native_cpu", "--policy", "strict", "--vjp", "torchlean_tape", "--ops", "matmul"]);
+    assert!(
+        out.contains("no admissible capsule for op `sin` on device `cuda`"),
+        "{out}"
+    );
+    let (code, out, err) = run(&[
+        "plan",
+        "--device",
+        "cpu",
+        "--provider",
+        "only:native_cpu",
+        "--policy",
+        "strict",
+        "--vjp",
+        "torchlean_tape",
+        "--ops",
+        "matmul",
+    ]);
     assert_eq!(code, 3);
-    assert!(out.contains("gate failure: evidence_not_accepted") && err.contains("evidence_not_accepted"), "{out}{err}");
-    let (code, out, _) = run(&["plan", "--profile", "future_metal", "--ops", "add", "--json"]);
+    assert!(
+        out.contains("gate failure: evidence_not_accepted")
+            && err.contains("evidence_not_accepted"),
+        "{out}{err}"
+    );
+    let (code, out, _) = run(&[
+        "plan",
+        "--profile",
+        "future_metal",
+        "--ops",
+        "add",
+        "--json",
+    ]);
     assert_eq!(code, 2);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["verdict"], "planning_failed");
@@ -99,11 +271,32 @@ fn plan_exit_codes() {
 
 #[test]
 fn capsules_json_has_all_fields() {
-    let (code, out, _) = run(&["capsules", "--json", "--op", "matmul", "--provider", "native_cpu"]);
+    let (code, out, _) = run(&[
+        "capsules",
+        "--json",
+        "--op",
+        "matmul",
+        "--provider",
+        "native_cpu",
+    ]);
     assert_eq!(code, 0);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     let c = &v.as_array().unwrap()[0];
-    for field in ["name", "op", "provider", "device", "spec_name", "trust_level", "supports_forward", "vjp_mode", "runtime_support", "shape_contract", "layout_contract", "value_contract", "vjp_contract"] {
+    for field in [
+        "name",
+        "op",
+        "provider",
+        "device",
+        "spec_name",
+        "trust_level",
+        "supports_forward",
+        "vjp_mode",
+        "runtime_support",
+        "shape_contract",
+        "layout_contract",
+        "value_contract",
+        "vjp_contract",
+    ] {
         assert!(!c[field].is_null(), "missing {field}");
     }
     assert_eq!(c["value_contract"]["evidence"]["evidence"], "test_suite");

@@ -41,11 +41,17 @@ pub enum Error {
     #[error("tensor creation: {0}")]
     Creation(String),
     #[error("element access: index {index:?} is out of bounds for shape {shape:?}")]
-    OutOfBounds { index: Vec<usize>, shape: Vec<usize> },
+    OutOfBounds {
+        index: Vec<usize>,
+        shape: Vec<usize>,
+    },
     #[error("autograd: {0}")]
     Autograd(String),
     #[error("provider `{provider}` has no kernel for op `{op}`")]
-    NoKernel { provider: &'static str, op: &'static str },
+    NoKernel {
+        provider: &'static str,
+        op: &'static str,
+    },
     #[error("planning: {0}")]
     Planning(String),
     #[error("gate: {0}")]

@@ -9,7 +9,9 @@ use torchlean::runtime::{self, Session};
 use torchlean::{no_grad, Gradients, Tensor};
 
 fn with_profile<R>(provider: &str, f: impl FnOnce() -> R) -> R {
-    let profile = BackendProfile::resolve(None, Some("cpu"), Some(provider), Some("checked-runtime")).unwrap();
+    let profile =
+        BackendProfile::resolve(None, Some("cpu"), Some(provider), Some("checked-runtime"))
+            .unwrap();
     let before = runtime::install(Session::new(profile));
     let r = f();
     runtime::take();
@@ -21,7 +23,18 @@ fn with_profile<R>(provider: &str, f: impl FnOnce() -> R) -> R {
 
 /// f(w) = mean(softmax(tanh(x @ w) * c, axis 1) ⊙ t): a composite of several ops.
 fn composite(x: &Tensor, w: &Tensor, c: &Tensor, t: &Tensor) -> Tensor {
-    x.matmul(w).unwrap().tanh().unwrap().mul(c).unwrap().softmax(1).unwrap().mul(t).unwrap().mean_all().unwrap()
+    x.matmul(w)
+        .unwrap()
+        .tanh()
+        .unwrap()
+        .mul(c)
+        .unwrap()
+        .softmax(1)
+        .unwrap()
+        .mul(t)
+        .unwrap()
+        .mean_all()
+        .unwrap()
 }
 
 #[test]
@@ -33,7 +46,9 @@ fn composite_gradient_matches_finite_differences_on_both_providers() {
     let mut per_provider = vec![];
     for provider in ["only:reference", "only:native_cpu"] {
         let g = with_profile(provider, || {
-            let w = Tensor::from_vec(w0.clone(), &[3, 5]).unwrap().requires_grad();
+            let w = Tensor::from_vec(w0.clone(), &[3, 5])
+                .unwrap()
+                .requires_grad();
             let grads = composite(&x, &w, &c, &t).backward().unwrap();
             grads.get(&w).unwrap().to_vec()
         });
@@ -43,21 +58,34 @@ fn composite_gradient_matches_finite_differences_on_both_providers() {
             let eval = |d: f32| {
                 let mut w = w0.clone();
                 w[k] += d;
-                with_profile(provider, || composite(&x, &Tensor::from_vec(w, &[3, 5]).unwrap(), &c, &t).item().unwrap())
+                with_profile(provider, || {
+                    composite(&x, &Tensor::from_vec(w, &[3, 5]).unwrap(), &c, &t)
+                        .item()
+                        .unwrap()
+                })
             };
             let fd = (eval(h) - eval(-h)) / (2.0 * h);
-            assert!((fd - g[k]).abs() < 2e-3 + 2e-2 * fd.abs(), "{provider} coord {k}: tape {} vs fd {fd}", g[k]);
+            assert!(
+                (fd - g[k]).abs() < 2e-3 + 2e-2 * fd.abs(),
+                "{provider} coord {k}: tape {} vs fd {fd}",
+                g[k]
+            );
         }
         per_provider.push(g);
     }
     for (a, b) in per_provider[0].iter().zip(&per_provider[1]) {
-        assert!((a - b).abs() < 1e-5 + 1e-4 * a.abs(), "reference {a} vs native {b}");
+        assert!(
+            (a - b).abs() < 1e-5 + 1e-4 * a.abs(),
+            "reference {a} vs native {b}"
+        );
     }
 }
 
 #[test]
 fn multiple_paths_and_passes_accumulate() {
-    let x = Tensor::from_vec(vec![1.0, -2.0, 3.0], &[3]).unwrap().requires_grad();
+    let x = Tensor::from_vec(vec![1.0, -2.0, 3.0], &[3])
+        .unwrap()
+        .requires_grad();
     // y = sum(x*x + x): dy/dx = 2x + 1 (two paths through x)
     let y = x.mul(&x).unwrap().add(&x).unwrap().sum_all().unwrap();
     let g = y.backward().unwrap();
@@ -70,12 +98,17 @@ fn multiple_paths_and_passes_accumulate() {
 
 #[test]
 fn no_grad_and_detach_cut_the_tape() {
-    let x = Tensor::from_vec(vec![2.0, 3.0], &[2]).unwrap().requires_grad();
+    let x = Tensor::from_vec(vec![2.0, 3.0], &[2])
+        .unwrap()
+        .requires_grad();
     let z = no_grad(|| x.mul(&x)).unwrap();
     assert!(!z.is_tracked() && z.producer().is_none());
     // y = sum(x * detach(x)): gradient is detach(x), not 2x
     let y = x.mul(&x.detach()).unwrap().sum_all().unwrap();
-    assert_eq!(y.backward().unwrap().get(&x).unwrap().to_vec(), vec![2.0, 3.0]);
+    assert_eq!(
+        y.backward().unwrap().get(&x).unwrap().to_vec(),
+        vec![2.0, 3.0]
+    );
     // a leaf that does not require grad receives nothing
     let c = Tensor::from_vec(vec![1.0, 1.0], &[2]).unwrap();
     let g = x.mul(&c).unwrap().sum_all().unwrap().backward().unwrap();
@@ -85,14 +118,25 @@ fn no_grad_and_detach_cut_the_tape() {
 #[test]
 fn gradients_flow_through_views() {
     let x = Tensor::randn(&[2, 3], 9).unwrap().requires_grad();
-    let y = x.transpose(0, 1).unwrap().slice(0, 1, 3).unwrap().reshape(&[-1]).unwrap().sum_all().unwrap();
+    let y = x
+        .transpose(0, 1)
+        .unwrap()
+        .slice(0, 1, 3)
+        .unwrap()
+        .reshape(&[-1])
+        .unwrap()
+        .sum_all()
+        .unwrap();
     let g = y.backward().unwrap().get(&x).unwrap().to_vec();
     assert_eq!(g, vec![0.0, 1.0, 1.0, 0.0, 1.0, 1.0]);
 }
 
 #[test]
 fn views_share_storage_and_read_correctly() {
-    let a = Tensor::arange(0.0, 6.0, 1.0).unwrap().reshape(&[2, 3]).unwrap();
+    let a = Tensor::arange(0.0, 6.0, 1.0)
+        .unwrap()
+        .reshape(&[2, 3])
+        .unwrap();
     let t = a.transpose(0, 1).unwrap();
     assert!(t.shares_storage_with(&a) && !t.is_contiguous());
     assert_eq!(t.to_vec(), vec![0.0, 3.0, 1.0, 4.0, 2.0, 5.0]);
@@ -101,7 +145,10 @@ fn views_share_storage_and_read_correctly() {
     assert_eq!(s.to_vec(), vec![1.0, 2.0, 4.0, 5.0]);
     assert_eq!(a.get(&[1, 2]).unwrap(), 5.0);
     assert_eq!(t.get(&[2, 1]).unwrap(), 5.0);
-    let b = Tensor::from_vec(vec![1.0, 2.0], &[2, 1]).unwrap().broadcast_to(&[2, 3]).unwrap();
+    let b = Tensor::from_vec(vec![1.0, 2.0], &[2, 1])
+        .unwrap()
+        .broadcast_to(&[2, 3])
+        .unwrap();
     assert_eq!(b.to_vec(), vec![1.0, 1.0, 1.0, 2.0, 2.0, 2.0]);
 }
 
@@ -121,21 +168,33 @@ fn training_is_deterministic_and_providers_agree() {
     assert_eq!(a, b, "same seed, same bits");
     let r = train("only:reference", 5);
     for (x, y) in a.iter().zip(&r) {
-        assert!((x - y).abs() < 1e-4 * (1.0 + y.abs()), "native {x} vs reference {y}");
+        assert!(
+            (x - y).abs() < 1e-4 * (1.0 + y.abs()),
+            "native {x} vs reference {y}"
+        );
     }
 }
 
 #[test]
 fn quickstart_mlp_converges_tenfold_in_200_steps() {
     let losses = with_profile("auto", || {
-        let mut model = Mlp::new(&[SyntheticRegression::FEATURES, 64, 64, 1], Activation::Tanh, 0).unwrap();
+        let mut model = Mlp::new(
+            &[SyntheticRegression::FEATURES, 64, 64, 1],
+            Activation::Tanh,
+            0,
+        )
+        .unwrap();
         let mut opt = Adam::new(0.01).unwrap();
         let data = SyntheticRegression::new(1024, 17).unwrap();
         assert_eq!(model.parameter_count(), 4 * 64 + 64 + 64 * 64 + 64 + 64 + 1);
         train_regression(&mut model, &mut opt, &data, 200, 64, 0, |_| {}).unwrap()
     });
     let last: f32 = losses[190..].iter().sum::<f32>() / 10.0;
-    assert!(losses[0] / last >= 10.0, "loss fell only from {} to {last}", losses[0]);
+    assert!(
+        losses[0] / last >= 10.0,
+        "loss fell only from {} to {last}",
+        losses[0]
+    );
 }
 
 #[test]
@@ -150,11 +209,19 @@ fn rng_is_counter_based_and_seeded() {
     let n = Tensor::randn(&[20000], 3).unwrap().to_vec();
     let m = n.iter().sum::<f32>() / n.len() as f32;
     let var = n.iter().map(|v| (v - m) * (v - m)).sum::<f32>() / n.len() as f32;
-    assert!(m.abs() < 0.03 && (var - 1.0).abs() < 0.05, "mean {m} var {var}");
+    assert!(
+        m.abs() < 0.03 && (var - 1.0).abs() < 0.05,
+        "mean {m} var {var}"
+    );
     let x = Tensor::ones(&[10000]).unwrap();
     let kept = x.dropout(0.25, 1).unwrap().to_vec();
     let frac = kept.iter().filter(|&&v| v != 0.0).count() as f32 / 10000.0;
-    assert!((frac - 0.75).abs() < 0.02 && kept.iter().all(|&v| v == 0.0 || (v - 1.0 / 0.75).abs() < 1e-6));
+    assert!(
+        (frac - 0.75).abs() < 0.02
+            && kept
+                .iter()
+                .all(|&v| v == 0.0 || (v - 1.0 / 0.75).abs() < 1e-6)
+    );
 }
 
 #[test]

@@ -1,7 +1,9 @@
 //! Shared test support: the conformance table (every op with inputs over several shapes).
 #![allow(dead_code)]
 
-use torchlean::graph::{AttentionMask, Conv2dGeometry, ConvTranspose2dGeometry, Op, OpKind, Pool2dGeometry};
+use torchlean::graph::{
+    AttentionMask, Conv2dGeometry, ConvTranspose2dGeometry, Op, OpKind, Pool2dGeometry,
+};
 use torchlean::spec::{splitmix64, uniform_from_bits, Array};
 
 /// How an input is drawn.
@@ -36,7 +38,10 @@ impl Case {
 }
 
 fn c(op: Op, inputs: &[(&[usize], Gen)]) -> Case {
-    Case { op, inputs: inputs.iter().map(|(s, g)| (s.to_vec(), *g)).collect() }
+    Case {
+        op,
+        inputs: inputs.iter().map(|(s, g)| (s.to_vec(), *g)).collect(),
+    }
 }
 
 use Gen::*;
@@ -44,11 +49,43 @@ use Gen::*;
 /// The conformance table. Adding an op adds rows here, not a test file.
 pub fn cases() -> Vec<Case> {
     let mut v = vec![
-        c(Op::RandUniform { shape: vec![1000], seed: 7 }, &[]),
-        c(Op::RandUniform { shape: vec![1], seed: 0 }, &[]),
-        c(Op::RandUniform { shape: vec![40000], seed: 3 }, &[]),
-        c(Op::BernoulliMask { shape: vec![3, 300], keep: 0.3, seed: 11 }, &[]),
-        c(Op::BernoulliMask { shape: vec![40000], keep: 0.9, seed: 5 }, &[]),
+        c(
+            Op::RandUniform {
+                shape: vec![1000],
+                seed: 7,
+            },
+            &[],
+        ),
+        c(
+            Op::RandUniform {
+                shape: vec![1],
+                seed: 0,
+            },
+            &[],
+        ),
+        c(
+            Op::RandUniform {
+                shape: vec![40000],
+                seed: 3,
+            },
+            &[],
+        ),
+        c(
+            Op::BernoulliMask {
+                shape: vec![3, 300],
+                keep: 0.3,
+                seed: 11,
+            },
+            &[],
+        ),
+        c(
+            Op::BernoulliMask {
+                shape: vec![40000],
+                keep: 0.9,
+                seed: 5,
+            },
+            &[],
+        ),
     ];
     for op in [Op::Add, Op::Sub, Op::Mul, Op::Div, Op::Maximum, Op::Minimum] {
         let b = if op == Op::Div { Positive } else { Normal };
@@ -63,8 +100,14 @@ pub fn cases() -> Vec<Case> {
             v.push(c(op.clone(), &[(sa, Normal), (sb, b)]));
         }
     }
-    v.push(c(Op::Where, &[(&[3, 4], Mask), (&[3, 4], Normal), (&[4], Normal)]));
-    v.push(c(Op::Where, &[(&[1], Mask), (&[2, 3], Normal), (&[2, 3], Normal)]));
+    v.push(c(
+        Op::Where,
+        &[(&[3, 4], Mask), (&[3, 4], Normal), (&[4], Normal)],
+    ));
+    v.push(c(
+        Op::Where,
+        &[(&[1], Mask), (&[2, 3], Normal), (&[2, 3], Normal)],
+    ));
     let unary: Vec<(Op, Gen)> = vec![
         (Op::Neg, Normal),
         (Op::Abs, Normal),
@@ -83,7 +126,13 @@ pub fn cases() -> Vec<Case> {
         (Op::SafeLog { eps: 1e-3 }, Normal),
         (Op::Scale { factor: -1.5 }, Normal),
         (Op::AddScalar { value: 0.25 }, Normal),
-        (Op::Clamp { min: -0.5, max: 0.7 }, Normal),
+        (
+            Op::Clamp {
+                min: -0.5,
+                max: 0.7,
+            },
+            Normal,
+        ),
         (Op::Pow { exponent: 2.5 }, Positive),
         (Op::Pow { exponent: 3.0 }, Normal),
     ];
@@ -105,30 +154,96 @@ pub fn cases() -> Vec<Case> {
     v.push(c(Op::SumAll, &[(&[70000], Normal)]));
     for keepdim in [false, true] {
         for axes in [vec![1], vec![0, 2], vec![2], vec![0]] {
-            v.push(c(Op::ReduceSum { axes: axes.clone(), keepdim }, &[(&[3, 4, 5], Normal)]));
+            v.push(c(
+                Op::ReduceSum {
+                    axes: axes.clone(),
+                    keepdim,
+                },
+                &[(&[3, 4, 5], Normal)],
+            ));
             v.push(c(Op::ReduceMean { axes, keepdim }, &[(&[3, 4, 5], Normal)]));
         }
     }
-    v.push(c(Op::ReduceSum { axes: vec![0], keepdim: false }, &[(&[512, 300], Normal)]));
-    v.push(c(Op::ReduceMean { axes: vec![1], keepdim: true }, &[(&[300, 512], Normal)]));
+    v.push(c(
+        Op::ReduceSum {
+            axes: vec![0],
+            keepdim: false,
+        },
+        &[(&[512, 300], Normal)],
+    ));
+    v.push(c(
+        Op::ReduceMean {
+            axes: vec![1],
+            keepdim: true,
+        },
+        &[(&[300, 512], Normal)],
+    ));
     v.push(c(Op::Argmax { axis: 1 }, &[(&[3, 5], Normal)]));
     v.push(c(Op::Argmax { axis: 0 }, &[(&[4, 2, 3], Normal)]));
     v.push(c(Op::Reshape { shape: vec![2, 6] }, &[(&[3, 4], Normal)]));
     v.push(c(Op::Reshape { shape: vec![] }, &[(&[1, 1], Normal)]));
-    v.push(c(Op::Permute { axes: vec![2, 0, 1] }, &[(&[2, 3, 4], Normal)]));
+    v.push(c(
+        Op::Permute {
+            axes: vec![2, 0, 1],
+        },
+        &[(&[2, 3, 4], Normal)],
+    ));
     v.push(c(Op::Permute { axes: vec![1, 0] }, &[(&[1, 5], Normal)]));
-    v.push(c(Op::BroadcastTo { shape: vec![2, 3, 4] }, &[(&[3, 1], Normal)]));
+    v.push(c(
+        Op::BroadcastTo {
+            shape: vec![2, 3, 4],
+        },
+        &[(&[3, 1], Normal)],
+    ));
     v.push(c(Op::BroadcastTo { shape: vec![5] }, &[(&[1], Normal)]));
-    v.push(c(Op::Concat { axis: 1 }, &[(&[2, 3], Normal), (&[2, 5], Normal)]));
-    v.push(c(Op::Concat { axis: 0 }, &[(&[1, 3], Normal), (&[2, 3], Normal), (&[1, 3], Normal)]));
-    v.push(c(Op::Slice { axis: 1, start: 1, end: 3 }, &[(&[3, 4, 2], Normal)]));
-    v.push(c(Op::Slice { axis: 0, start: 0, end: 1 }, &[(&[1, 4], Normal)]));
-    v.push(c(Op::IndexSelect { axis: 0 }, &[(&[5, 3], Normal), (&[4], Index(5))]));
-    v.push(c(Op::IndexSelect { axis: 1 }, &[(&[2, 6, 3], Normal), (&[1], Index(6))]));
-    v.push(c(Op::Gather { axis: 1 }, &[(&[3, 5], Normal), (&[3, 2], Index(5))]));
-    v.push(c(Op::Gather { axis: 0 }, &[(&[4, 3], Normal), (&[2, 3], Index(4))]));
-    v.push(c(Op::ScatterAdd { axis: 0 }, &[(&[4, 3], Normal), (&[6, 3], Index(4)), (&[6, 3], Normal)]));
-    v.push(c(Op::ScatterAdd { axis: 1 }, &[(&[2, 5], Normal), (&[2, 3], Index(5)), (&[2, 3], Normal)]));
+    v.push(c(
+        Op::Concat { axis: 1 },
+        &[(&[2, 3], Normal), (&[2, 5], Normal)],
+    ));
+    v.push(c(
+        Op::Concat { axis: 0 },
+        &[(&[1, 3], Normal), (&[2, 3], Normal), (&[1, 3], Normal)],
+    ));
+    v.push(c(
+        Op::Slice {
+            axis: 1,
+            start: 1,
+            end: 3,
+        },
+        &[(&[3, 4, 2], Normal)],
+    ));
+    v.push(c(
+        Op::Slice {
+            axis: 0,
+            start: 0,
+            end: 1,
+        },
+        &[(&[1, 4], Normal)],
+    ));
+    v.push(c(
+        Op::IndexSelect { axis: 0 },
+        &[(&[5, 3], Normal), (&[4], Index(5))],
+    ));
+    v.push(c(
+        Op::IndexSelect { axis: 1 },
+        &[(&[2, 6, 3], Normal), (&[1], Index(6))],
+    ));
+    v.push(c(
+        Op::Gather { axis: 1 },
+        &[(&[3, 5], Normal), (&[3, 2], Index(5))],
+    ));
+    v.push(c(
+        Op::Gather { axis: 0 },
+        &[(&[4, 3], Normal), (&[2, 3], Index(4))],
+    ));
+    v.push(c(
+        Op::ScatterAdd { axis: 0 },
+        &[(&[4, 3], Normal), (&[6, 3], Index(4)), (&[6, 3], Normal)],
+    ));
+    v.push(c(
+        Op::ScatterAdd { axis: 1 },
+        &[(&[2, 5], Normal), (&[2, 3], Index(5)), (&[2, 3], Normal)],
+    ));
     for (a, b) in [
         (&[3usize, 4][..], &[4usize, 5][..]),
         (&[2, 3, 4], &[4, 5]),
@@ -139,66 +254,321 @@ pub fn cases() -> Vec<Case> {
     ] {
         v.push(c(Op::Matmul, &[(a, Normal), (b, Normal)]));
     }
-    v.push(c(Op::Linear, &[(&[5, 4], Normal), (&[3, 4], Normal), (&[3], Normal)]));
+    v.push(c(
+        Op::Linear,
+        &[(&[5, 4], Normal), (&[3, 4], Normal), (&[3], Normal)],
+    ));
     v.push(c(Op::Linear, &[(&[2, 3, 4], Normal), (&[6, 4], Normal)]));
-    v.push(c(Op::Linear, &[(&[1, 1], Normal), (&[1, 1], Normal), (&[1], Normal)]));
-    v.push(c(Op::Linear, &[(&[128, 256], Normal), (&[64, 256], Normal), (&[64], Normal)]));
+    v.push(c(
+        Op::Linear,
+        &[(&[1, 1], Normal), (&[1, 1], Normal), (&[1], Normal)],
+    ));
+    v.push(c(
+        Op::Linear,
+        &[(&[128, 256], Normal), (&[64, 256], Normal), (&[64], Normal)],
+    ));
     v.push(c(Op::MseLoss, &[(&[3, 4], Normal), (&[3, 4], Normal)]));
     v.push(c(Op::MseLoss, &[(&[1], Normal), (&[1], Normal)]));
     v.push(c(Op::MseLoss, &[(&[70000], Normal), (&[70000], Normal)]));
-    v.push(c(Op::LayerNorm { eps: 1e-5 }, &[(&[3, 8], Normal), (&[8], Normal), (&[8], Normal)]));
-    v.push(c(Op::LayerNorm { eps: 1e-5 }, &[(&[1, 16], Normal), (&[16], Normal), (&[16], Normal)]));
-    v.push(c(Op::LayerNorm { eps: 1e-5 }, &[(&[64, 512], Normal), (&[512], Normal), (&[512], Normal)]));
-    v.push(c(Op::RmsNorm { eps: 1e-6 }, &[(&[3, 8], Normal), (&[8], Normal)]));
-    v.push(c(Op::RmsNorm { eps: 1e-6 }, &[(&[64, 512], Normal), (&[512], Normal)]));
-    v.push(c(Op::BatchNorm { eps: 1e-5, channel_axis: 1 }, &[(&[4, 3], Normal), (&[3], Normal), (&[3], Normal)]));
-    v.push(c(Op::BatchNorm { eps: 1e-5, channel_axis: 1 }, &[(&[2, 3, 4, 5], Normal), (&[3], Normal), (&[3], Normal)]));
+    v.push(c(
+        Op::LayerNorm { eps: 1e-5 },
+        &[(&[3, 8], Normal), (&[8], Normal), (&[8], Normal)],
+    ));
+    v.push(c(
+        Op::LayerNorm { eps: 1e-5 },
+        &[(&[1, 16], Normal), (&[16], Normal), (&[16], Normal)],
+    ));
+    v.push(c(
+        Op::LayerNorm { eps: 1e-5 },
+        &[(&[64, 512], Normal), (&[512], Normal), (&[512], Normal)],
+    ));
+    v.push(c(
+        Op::RmsNorm { eps: 1e-6 },
+        &[(&[3, 8], Normal), (&[8], Normal)],
+    ));
+    v.push(c(
+        Op::RmsNorm { eps: 1e-6 },
+        &[(&[64, 512], Normal), (&[512], Normal)],
+    ));
+    v.push(c(
+        Op::BatchNorm {
+            eps: 1e-5,
+            channel_axis: 1,
+        },
+        &[(&[4, 3], Normal), (&[3], Normal), (&[3], Normal)],
+    ));
+    v.push(c(
+        Op::BatchNorm {
+            eps: 1e-5,
+            channel_axis: 1,
+        },
+        &[(&[2, 3, 4, 5], Normal), (&[3], Normal), (&[3], Normal)],
+    ));
     let g = Conv2dGeometry::default();
-    v.push(c(Op::Conv2d(g), &[(&[2, 3, 6, 6], Normal), (&[4, 3, 3, 3], Normal), (&[4], Normal)]));
-    v.push(c(Op::Conv2d(Conv2dGeometry { stride: [2, 2], padding: [1, 1], ..g }), &[(&[1, 2, 7, 6], Normal), (&[3, 2, 3, 3], Normal)]));
-    v.push(c(Op::Conv2d(Conv2dGeometry { dilation: [2, 1], padding: [2, 0], ..g }), &[(&[1, 2, 7, 7], Normal), (&[2, 2, 3, 2], Normal), (&[2], Normal)]));
-    v.push(c(Op::Conv2d(Conv2dGeometry { groups: 3, ..g }), &[(&[1, 6, 5, 5], Normal), (&[6, 2, 3, 3], Normal)]));
-    v.push(c(Op::Conv2d(g), &[(&[1, 1, 1, 1], Normal), (&[1, 1, 1, 1], Normal)]));
-    v.push(c(Op::Conv2d(Conv2dGeometry { padding: [1, 1], ..g }), &[(&[4, 16, 16, 16], Normal), (&[32, 16, 3, 3], Normal), (&[32], Normal)]));
+    v.push(c(
+        Op::Conv2d(g),
+        &[
+            (&[2, 3, 6, 6], Normal),
+            (&[4, 3, 3, 3], Normal),
+            (&[4], Normal),
+        ],
+    ));
+    v.push(c(
+        Op::Conv2d(Conv2dGeometry {
+            stride: [2, 2],
+            padding: [1, 1],
+            ..g
+        }),
+        &[(&[1, 2, 7, 6], Normal), (&[3, 2, 3, 3], Normal)],
+    ));
+    v.push(c(
+        Op::Conv2d(Conv2dGeometry {
+            dilation: [2, 1],
+            padding: [2, 0],
+            ..g
+        }),
+        &[
+            (&[1, 2, 7, 7], Normal),
+            (&[2, 2, 3, 2], Normal),
+            (&[2], Normal),
+        ],
+    ));
+    v.push(c(
+        Op::Conv2d(Conv2dGeometry { groups: 3, ..g }),
+        &[(&[1, 6, 5, 5], Normal), (&[6, 2, 3, 3], Normal)],
+    ));
+    v.push(c(
+        Op::Conv2d(g),
+        &[(&[1, 1, 1, 1], Normal), (&[1, 1, 1, 1], Normal)],
+    ));
+    v.push(c(
+        Op::Conv2d(Conv2dGeometry {
+            padding: [1, 1],
+            ..g
+        }),
+        &[
+            (&[4, 16, 16, 16], Normal),
+            (&[32, 16, 3, 3], Normal),
+            (&[32], Normal),
+        ],
+    ));
     let t = ConvTranspose2dGeometry::default();
-    v.push(c(Op::ConvTranspose2d(t), &[(&[2, 3, 4, 4], Normal), (&[3, 2, 3, 3], Normal), (&[2], Normal)]));
-    v.push(c(Op::ConvTranspose2d(ConvTranspose2dGeometry { stride: [2, 2], padding: [1, 1], output_padding: [1, 1], ..t }), &[(&[1, 2, 3, 4], Normal), (&[2, 3, 3, 3], Normal)]));
-    v.push(c(Op::ConvTranspose2d(ConvTranspose2dGeometry { groups: 2, dilation: [2, 2], ..t }), &[(&[1, 4, 3, 3], Normal), (&[4, 3, 2, 2], Normal), (&[6], Normal)]));
-    v.push(c(Op::ConvTranspose2d(ConvTranspose2dGeometry { stride: [2, 2], ..t }), &[(&[2, 16, 8, 8], Normal), (&[16, 8, 4, 4], Normal)]));
+    v.push(c(
+        Op::ConvTranspose2d(t),
+        &[
+            (&[2, 3, 4, 4], Normal),
+            (&[3, 2, 3, 3], Normal),
+            (&[2], Normal),
+        ],
+    ));
+    v.push(c(
+        Op::ConvTranspose2d(ConvTranspose2dGeometry {
+            stride: [2, 2],
+            padding: [1, 1],
+            output_padding: [1, 1],
+            ..t
+        }),
+        &[(&[1, 2, 3, 4], Normal), (&[2, 3, 3, 3], Normal)],
+    ));
+    v.push(c(
+        Op::ConvTranspose2d(ConvTranspose2dGeometry {
+            groups: 2,
+            dilation: [2, 2],
+            ..t
+        }),
+        &[
+            (&[1, 4, 3, 3], Normal),
+            (&[4, 3, 2, 2], Normal),
+            (&[6], Normal),
+        ],
+    ));
+    v.push(c(
+        Op::ConvTranspose2d(ConvTranspose2dGeometry {
+            stride: [2, 2],
+            ..t
+        }),
+        &[(&[2, 16, 8, 8], Normal), (&[16, 8, 4, 4], Normal)],
+    ));
     let p2 = Pool2dGeometry::square(2);
-    let p3 = Pool2dGeometry { kernel: [3, 3], stride: [2, 2], padding: [1, 1] };
+    let p3 = Pool2dGeometry {
+        kernel: [3, 3],
+        stride: [2, 2],
+        padding: [1, 1],
+    };
     for geometry in [p2, p3] {
         v.push(c(Op::MaxPool2d(geometry), &[(&[2, 3, 6, 6], Normal)]));
-        v.push(c(Op::AvgPool2d { geometry, count_include_pad: true }, &[(&[2, 3, 7, 6], Normal)]));
-        v.push(c(Op::AvgPool2d { geometry, count_include_pad: false }, &[(&[1, 2, 7, 7], Normal)]));
-        v.push(c(Op::SmoothMaxPool2d { geometry, beta: 2.0 }, &[(&[1, 2, 6, 7], Normal)]));
+        v.push(c(
+            Op::AvgPool2d {
+                geometry,
+                count_include_pad: true,
+            },
+            &[(&[2, 3, 7, 6], Normal)],
+        ));
+        v.push(c(
+            Op::AvgPool2d {
+                geometry,
+                count_include_pad: false,
+            },
+            &[(&[1, 2, 7, 7], Normal)],
+        ));
+        v.push(c(
+            Op::SmoothMaxPool2d {
+                geometry,
+                beta: 2.0,
+            },
+            &[(&[1, 2, 6, 7], Normal)],
+        ));
     }
-    v.push(c(Op::MaxPool2d(Pool2dGeometry { kernel: [1, 3], stride: [1, 2], padding: [0, 1] }), &[(&[2, 3, 1, 9], Normal)]));
+    v.push(c(
+        Op::MaxPool2d(Pool2dGeometry {
+            kernel: [1, 3],
+            stride: [1, 2],
+            padding: [0, 1],
+        }),
+        &[(&[2, 3, 1, 9], Normal)],
+    ));
     v.push(c(Op::MaxPool2d(p2), &[(&[8, 32, 32, 32], Normal)]));
-    v.push(c(Op::AvgPool2d { geometry: p2, count_include_pad: true }, &[(&[8, 32, 32, 32], Normal)]));
-    v.push(c(Op::SpectralConv1d { modes: 5 }, &[(&[2, 3, 16], Normal), (&[3, 4, 5], Normal), (&[3, 4, 5], Normal)]));
-    v.push(c(Op::SpectralConv1d { modes: 5 }, &[(&[1, 1, 8], Normal), (&[1, 1, 5], Normal), (&[1, 1, 5], Normal)]));
-    v.push(c(Op::SpectralConv1d { modes: 1 }, &[(&[1, 2, 1], Normal), (&[2, 1, 1], Normal), (&[2, 1, 1], Normal)]));
-    v.push(c(Op::SpectralConv1d { modes: 12 }, &[(&[4, 8, 64], Normal), (&[8, 8, 12], Normal), (&[8, 8, 12], Normal)]));
-    v.push(c(Op::SelectiveScan, &[(&[2, 6, 3], Unit), (&[2, 6, 3], Normal)]));
+    v.push(c(
+        Op::AvgPool2d {
+            geometry: p2,
+            count_include_pad: true,
+        },
+        &[(&[8, 32, 32, 32], Normal)],
+    ));
+    v.push(c(
+        Op::SpectralConv1d { modes: 5 },
+        &[
+            (&[2, 3, 16], Normal),
+            (&[3, 4, 5], Normal),
+            (&[3, 4, 5], Normal),
+        ],
+    ));
+    v.push(c(
+        Op::SpectralConv1d { modes: 5 },
+        &[
+            (&[1, 1, 8], Normal),
+            (&[1, 1, 5], Normal),
+            (&[1, 1, 5], Normal),
+        ],
+    ));
+    v.push(c(
+        Op::SpectralConv1d { modes: 1 },
+        &[
+            (&[1, 2, 1], Normal),
+            (&[2, 1, 1], Normal),
+            (&[2, 1, 1], Normal),
+        ],
+    ));
+    v.push(c(
+        Op::SpectralConv1d { modes: 12 },
+        &[
+            (&[4, 8, 64], Normal),
+            (&[8, 8, 12], Normal),
+            (&[8, 8, 12], Normal),
+        ],
+    ));
+    v.push(c(
+        Op::SelectiveScan,
+        &[(&[2, 6, 3], Unit), (&[2, 6, 3], Normal)],
+    ));
     v.push(c(Op::SelectiveScan, &[(&[1, 1], Unit), (&[1, 1], Normal)]));
-    v.push(c(Op::SelectiveScan, &[(&[4, 128, 64], Unit), (&[4, 128, 64], Normal)]));
-    let sdpa = |causal, mask| Op::ScaledDotProductAttention { scale: None, causal, mask };
-    v.push(c(sdpa(false, AttentionMask::None), &[(&[2, 3, 4], Normal), (&[2, 5, 4], Normal), (&[2, 5, 6], Normal)]));
-    v.push(c(sdpa(true, AttentionMask::None), &[(&[1, 2, 4, 8], Normal), (&[1, 2, 4, 8], Normal), (&[1, 2, 4, 8], Normal)]));
-    v.push(c(sdpa(false, AttentionMask::Boolean), &[(&[2, 4, 3], Normal), (&[2, 5, 3], Normal), (&[2, 5, 2], Normal), (&[4, 5], MaskBlockedRow)]));
-    v.push(c(sdpa(true, AttentionMask::Boolean), &[(&[2, 4, 3], Normal), (&[2, 4, 3], Normal), (&[2, 4, 2], Normal), (&[2, 4, 4], Mask)]));
-    v.push(c(sdpa(false, AttentionMask::AdditiveBias), &[(&[2, 4, 3], Normal), (&[2, 5, 3], Normal), (&[2, 5, 2], Normal), (&[4, 5], Normal)]));
-    v.push(c(Op::ScaledDotProductAttention { scale: Some(0.3), causal: false, mask: AttentionMask::AdditiveBias }, &[(&[2, 4, 3], Normal), (&[2, 5, 3], Normal), (&[2, 5, 2], Normal), (&[2, 4, 5], Normal)]));
-    v.push(c(sdpa(false, AttentionMask::None), &[(&[1, 1, 1], Normal), (&[1, 1, 1], Normal), (&[1, 1, 1], Normal)]));
-    v.push(c(sdpa(true, AttentionMask::Boolean), &[(&[2, 4, 64, 32], Normal), (&[2, 4, 64, 32], Normal), (&[2, 4, 64, 32], Normal), (&[64, 64], Mask)]));
+    v.push(c(
+        Op::SelectiveScan,
+        &[(&[4, 128, 64], Unit), (&[4, 128, 64], Normal)],
+    ));
+    let sdpa = |causal, mask| Op::ScaledDotProductAttention {
+        scale: None,
+        causal,
+        mask,
+    };
+    v.push(c(
+        sdpa(false, AttentionMask::None),
+        &[
+            (&[2, 3, 4], Normal),
+            (&[2, 5, 4], Normal),
+            (&[2, 5, 6], Normal),
+        ],
+    ));
+    v.push(c(
+        sdpa(true, AttentionMask::None),
+        &[
+            (&[1, 2, 4, 8], Normal),
+            (&[1, 2, 4, 8], Normal),
+            (&[1, 2, 4, 8], Normal),
+        ],
+    ));
+    v.push(c(
+        sdpa(false, AttentionMask::Boolean),
+        &[
+            (&[2, 4, 3], Normal),
+            (&[2, 5, 3], Normal),
+            (&[2, 5, 2], Normal),
+            (&[4, 5], MaskBlockedRow),
+        ],
+    ));
+    v.push(c(
+        sdpa(true, AttentionMask::Boolean),
+        &[
+            (&[2, 4, 3], Normal),
+            (&[2, 4, 3], Normal),
+            (&[2, 4, 2], Normal),
+            (&[2, 4, 4], Mask),
+        ],
+    ));
+    v.push(c(
+        sdpa(false, AttentionMask::AdditiveBias),
+        &[
+            (&[2, 4, 3], Normal),
+            (&[2, 5, 3], Normal),
+            (&[2, 5, 2], Normal),
+            (&[4, 5], Normal),
+        ],
+    ));
+    v.push(c(
+        Op::ScaledDotProductAttention {
+            scale: Some(0.3),
+            causal: false,
+            mask: AttentionMask::AdditiveBias,
+        },
+        &[
+            (&[2, 4, 3], Normal),
+            (&[2, 5, 3], Normal),
+            (&[2, 5, 2], Normal),
+            (&[2, 4, 5], Normal),
+        ],
+    ));
+    v.push(c(
+        sdpa(false, AttentionMask::None),
+        &[
+            (&[1, 1, 1], Normal),
+            (&[1, 1, 1], Normal),
+            (&[1, 1, 1], Normal),
+        ],
+    ));
+    v.push(c(
+        sdpa(true, AttentionMask::Boolean),
+        &[
+            (&[2, 4, 64, 32], Normal),
+            (&[2, 4, 64, 32], Normal),
+            (&[2, 4, 64, 32], Normal),
+            (&[64, 64], Mask),
+        ],
+    ));
     v
 }
 
 /// Draws an input deterministically from (case index, input index).
 pub fn draw(shape: &[usize], gen: Gen, key: u64) -> Array<f64> {
-    let u = |i: usize, j: u64| uniform_from_bits(splitmix64(key.wrapping_mul(1_000_003).wrapping_add(4 * i as u64 + j)));
-    let last2 = if shape.len() >= 2 { shape[shape.len() - 1] } else { usize::MAX };
+    let u = |i: usize, j: u64| {
+        uniform_from_bits(splitmix64(
+            key.wrapping_mul(1_000_003).wrapping_add(4 * i as u64 + j),
+        ))
+    };
+    let last2 = if shape.len() >= 2 {
+        shape[shape.len() - 1]
+    } else {
+        usize::MAX
+    };
     Array::from_fn(shape, |i| match gen {
         Normal => (u(i, 0) + u(i, 1) + u(i, 2) - 1.5) * 2.0,
         Positive => 0.5 + 1.5 * u(i, 0),
@@ -207,7 +577,11 @@ pub fn draw(shape: &[usize], gen: Gen, key: u64) -> Array<f64> {
         Mask => (u(i, 0) < 0.7) as u8 as f64,
         MaskBlockedRow => {
             let row = (i / last2) % shape[shape.len() - 2].max(1);
-            if row == 0 { 0.0 } else { (u(i, 0) < 0.7) as u8 as f64 }
+            if row == 0 {
+                0.0
+            } else {
+                (u(i, 0) < 0.7) as u8 as f64
+            }
         }
     })
 }
@@ -215,5 +589,9 @@ pub fn draw(shape: &[usize], gen: Gen, key: u64) -> Array<f64> {
 /// Every op kind must have at least one row.
 pub fn uncovered_kinds() -> Vec<OpKind> {
     let table = cases();
-    OpKind::ALL.iter().copied().filter(|k| !table.iter().any(|c| c.op.kind() == *k)).collect()
+    OpKind::ALL
+        .iter()
+        .copied()
+        .filter(|k| !table.iter().any(|c| c.op.kind() == *k))
+        .collect()
 }

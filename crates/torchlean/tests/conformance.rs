@@ -18,16 +18,25 @@ const FD_TOL: f64 = 1e-5;
 fn max_rel_err(a: &[f64], b: &[f64]) -> f64 {
     let scale = 1.0 + b.iter().fold(0.0f64, |m, v| m.max(v.abs()));
     a.iter().zip(b).fold(0.0f64, |m, (x, y)| {
-        if x.is_nan() && y.is_nan() { m } else { m.max((x - y).abs()) }
+        if x.is_nan() && y.is_nan() {
+            m
+        } else {
+            m.max((x - y).abs())
+        }
     }) / scale
 }
 
 fn inputs_of(case: &Case, index: usize) -> Vec<Array<f64>> {
-    case.inputs.iter().enumerate().map(|(j, (s, g))| draw(s, *g, (index * 16 + j) as u64)).collect()
+    case.inputs
+        .iter()
+        .enumerate()
+        .map(|(j, (s, g))| draw(s, *g, (index * 16 + j) as u64))
+        .collect()
 }
 
 fn to_tensor(a: &Array<f64>) -> Tensor {
-    Tensor::from_vec(a.data.iter().map(|&v| v as f32).collect(), &a.shape).expect("shape matches data")
+    Tensor::from_vec(a.data.iter().map(|&v| v as f32).collect(), &a.shape)
+        .expect("shape matches data")
 }
 
 fn to_f64(t: &Tensor) -> Vec<f64> {
@@ -35,7 +44,11 @@ fn to_f64(t: &Tensor) -> Vec<f64> {
 }
 
 fn providers_under_test() -> Vec<(&'static str, KernelBinding)> {
-    vec![("reference", providers::reference::binding()), ("native_cpu", providers::native_cpu::binding()), ("torchlean", providers::composition::binding())]
+    vec![
+        ("reference", providers::reference::binding()),
+        ("native_cpu", providers::native_cpu::binding()),
+        ("torchlean", providers::composition::binding()),
+    ]
 }
 
 /// Which rows a provider implements.
@@ -54,20 +67,31 @@ fn cotangent(shape: &[usize], index: usize) -> Array<f64> {
 
 fn check_forward(provider: &str, binding: &KernelBinding, supports: fn(OpKind) -> bool) {
     let mut failures = vec![];
-    for (i, case) in cases().iter().enumerate().filter(|(_, c)| supports(c.op.kind())) {
+    for (i, case) in cases()
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| supports(c.op.kind()))
+    {
         let xs = inputs_of(case, i);
         let refs: Vec<&Array<f64>> = xs.iter().collect();
-        let want = spec::forward(&case.op, &refs).unwrap_or_else(|e| panic!("spec rejected {}: {e}", case.name()));
+        let want = spec::forward(&case.op, &refs)
+            .unwrap_or_else(|e| panic!("spec rejected {}: {e}", case.name()));
         let ts: Vec<Tensor> = xs.iter().map(to_tensor).collect();
         let tr: Vec<&Tensor> = ts.iter().collect();
         match (binding.forward)(&case.op, &tr) {
             Err(e) => failures.push(format!("{}: {e}", case.name())),
             Ok(got) => {
                 if got.shape() != want.shape.as_slice() {
-                    failures.push(format!("{}: shape {:?} != spec {:?}", case.name(), got.shape(), want.shape));
+                    failures.push(format!(
+                        "{}: shape {:?} != spec {:?}",
+                        case.name(),
+                        got.shape(),
+                        want.shape
+                    ));
                 } else {
                     let err = max_rel_err(&to_f64(&got), &want.data);
-                    let exact = case.op.kind().is_random() || case.op.kind() == torchlean::OpKind::Argmax;
+                    let exact =
+                        case.op.kind().is_random() || case.op.kind() == torchlean::OpKind::Argmax;
                     if (exact && err != 0.0) || err > F32_TOL {
                         failures.push(format!("{}: forward error {err:e}", case.name()));
                     }
@@ -75,13 +99,21 @@ fn check_forward(provider: &str, binding: &KernelBinding, supports: fn(OpKind) -
             }
         }
     }
-    assert!(failures.is_empty(), "{provider} forward mismatches:\n{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{provider} forward mismatches:\n{}",
+        failures.join("\n")
+    );
 }
 
 fn check_vjp(provider: &str, binding: &KernelBinding, supports: fn(OpKind) -> bool) {
     let vjp = binding.vjp.expect("provider binds a VJP kernel");
     let mut failures = vec![];
-    for (i, case) in cases().iter().enumerate().filter(|(_, c)| supports(c.op.kind())) {
+    for (i, case) in cases()
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| supports(c.op.kind()))
+    {
         if !case.op.kind().differentiable() {
             continue;
         }
@@ -102,21 +134,37 @@ fn check_vjp(provider: &str, binding: &KernelBinding, supports: fn(OpKind) -> bo
                         (Some(g), Some(w)) => {
                             let err = max_rel_err(&to_f64(g), &w.data);
                             if g.shape() != w.shape.as_slice() || err > F32_TOL {
-                                failures.push(format!("{} input {j}: vjp error {err:e} (shape {:?} vs {:?})", case.name(), g.shape(), w.shape));
+                                failures.push(format!(
+                                    "{} input {j}: vjp error {err:e} (shape {:?} vs {:?})",
+                                    case.name(),
+                                    g.shape(),
+                                    w.shape
+                                ));
                             }
                         }
-                        _ => failures.push(format!("{} input {j}: gradient presence differs from the spec", case.name())),
+                        _ => failures.push(format!(
+                            "{} input {j}: gradient presence differs from the spec",
+                            case.name()
+                        )),
                     }
                 }
             }
         }
     }
-    assert!(failures.is_empty(), "{provider} vjp mismatches:\n{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{provider} vjp mismatches:\n{}",
+        failures.join("\n")
+    );
 }
 
 #[test]
 fn every_op_has_a_conformance_row() {
-    assert!(uncovered_kinds().is_empty(), "ops without a conformance row: {:?}", uncovered_kinds());
+    assert!(
+        uncovered_kinds().is_empty(),
+        "ops without a conformance row: {:?}",
+        uncovered_kinds()
+    );
 }
 
 #[test]
@@ -153,7 +201,13 @@ fn composition_vjp_matches_spec() {
 fn every_provider_under_test_is_registered() {
     let registry = torchlean::runtime::session::standard_registry();
     for (name, _) in providers_under_test() {
-        assert!(registry.entries().iter().any(|e| e.capsule.provider.label() == name), "{name} has no capsules");
+        assert!(
+            registry
+                .entries()
+                .iter()
+                .any(|e| e.capsule.provider.label() == name),
+            "{name} has no capsules"
+        );
     }
 }
 
@@ -178,7 +232,11 @@ fn spec_vjp_matches_finite_differences() {
             let Some(g) = g else { continue };
             let n = xs[j].data.len();
             // all coordinates when small, else a deterministic sample of 12
-            let coords: Vec<usize> = if n <= 24 { (0..n).collect() } else { (0..12).map(|k| (k * 7919 + i) % n).collect() };
+            let coords: Vec<usize> = if n <= 24 {
+                (0..n).collect()
+            } else {
+                (0..12).map(|k| (k * 7919 + i) % n).collect()
+            };
             for k in coords {
                 let h = 1e-6 * (1.0 + xs[j].data[k].abs());
                 let mut plus = xs.clone();
@@ -188,10 +246,18 @@ fn spec_vjp_matches_finite_differences() {
                 let fd = (loss(&plus) - loss(&minus)) / (2.0 * h);
                 let err = (fd - g.data[k]).abs() / (1.0 + g.data[k].abs());
                 if err > FD_TOL {
-                    failures.push(format!("{} input {j} coord {k}: vjp {} vs finite difference {fd} (err {err:e})", case.name(), g.data[k]));
+                    failures.push(format!(
+                        "{} input {j} coord {k}: vjp {} vs finite difference {fd} (err {err:e})",
+                        case.name(),
+                        g.data[k]
+                    ));
                 }
             }
         }
     }
-    assert!(failures.is_empty(), "spec VJP disagrees with finite differences:\n{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "spec VJP disagrees with finite differences:\n{}",
+        failures.join("\n")
+    );
 }

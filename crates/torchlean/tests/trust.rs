@@ -4,7 +4,9 @@ use proptest::prelude::*;
 use std::sync::Arc;
 use torchlean::backend::*;
 use torchlean::graph::Op;
-use torchlean::providers::capsules::{descriptor, layout_claim, shape_claim, value_claim, vjp_claim};
+use torchlean::providers::capsules::{
+    descriptor, layout_claim, shape_claim, value_claim, vjp_claim,
+};
 use torchlean::providers::{checkers, native_cpu, reference};
 use torchlean::runtime::session::standard_registry;
 use torchlean::runtime::{self, Session};
@@ -15,11 +17,24 @@ fn cpu_availability() -> Availability {
 }
 
 fn request(preference: ProviderPreference, policy: &str, vjp: VjpMode) -> PlanRequest {
-    PlanRequest { device: Device::Cpu, preference, policy: AcceptancePolicy::parse(policy).unwrap(), vjp, mode: ExecutionMode::Eager }
+    PlanRequest {
+        device: Device::Cpu,
+        preference,
+        policy: AcceptancePolicy::parse(policy).unwrap(),
+        vjp,
+        mode: ExecutionMode::Eager,
+    }
 }
 
 /// A native-style capsule for `op` whose four descriptors all carry `evidence`.
-fn capsule_with(op: OpKind, name: &str, provider: Provider, trust: TrustLevel, vjp: VjpMode, evidence: Evidence) -> KernelCapsule {
+fn capsule_with(
+    op: OpKind,
+    name: &str,
+    provider: Provider,
+    trust: TrustLevel,
+    vjp: VjpMode,
+    evidence: Evidence,
+) -> KernelCapsule {
     let p = Provenance::default();
     KernelCapsule {
         name: name.into(),
@@ -40,38 +55,72 @@ fn capsule_with(op: OpKind, name: &str, provider: Provider, trust: TrustLevel, v
 }
 
 fn guard() -> Evidence {
-    Evidence::RuntimeGuard { guard: "src/providers/native_cpu/guard.rs::output_shape".into() }
+    Evidence::RuntimeGuard {
+        guard: "src/providers/native_cpu/guard.rs::output_shape".into(),
+    }
 }
 
 #[test]
 fn misplaced_evidence_is_rejected() {
     let mut c = native_cpu::capsule(OpKind::Sin);
     c.shape_contract.claim = value_claim(OpKind::Sin); // a value claim in the shape field
-    let err = Registry::new().register(c, native_cpu::binding()).unwrap_err();
-    assert!(matches!(err, RegistryError::MisplacedClaim { slot: "shape", found: "value", .. }), "{err}");
+    let err = Registry::new()
+        .register(c, native_cpu::binding())
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            RegistryError::MisplacedClaim {
+                slot: "shape",
+                found: "value",
+                ..
+            }
+        ),
+        "{err}"
+    );
 }
 
 #[test]
 fn descriptor_for_another_op_is_rejected() {
     let mut c = native_cpu::capsule(OpKind::Sin);
     c.value_contract.claim = value_claim(OpKind::Cos);
-    let err = Registry::new().register(c, native_cpu::binding()).unwrap_err();
-    assert!(matches!(err, RegistryError::WrongOp { claimed: "cos", op: "sin", .. }), "{err}");
+    let err = Registry::new()
+        .register(c, native_cpu::binding())
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            RegistryError::WrongOp {
+                claimed: "cos",
+                op: "sin",
+                ..
+            }
+        ),
+        "{err}"
+    );
 }
 
 #[test]
 fn vjp_descriptor_naming_another_mode_is_rejected() {
     let mut c = native_cpu::capsule(OpKind::Sin);
     c.vjp_contract.claim = vjp_claim(OpKind::Sin, VjpMode::ExternalAutograd);
-    let err = Registry::new().register(c, native_cpu::binding()).unwrap_err();
-    assert!(matches!(err, RegistryError::VjpModeMismatch { .. }), "{err}");
+    let err = Registry::new()
+        .register(c, native_cpu::binding())
+        .unwrap_err();
+    assert!(
+        matches!(err, RegistryError::VjpModeMismatch { .. }),
+        "{err}"
+    );
 }
 
 #[test]
 fn duplicate_capsule_identity_is_rejected() {
     let mut r = Registry::new();
-    r.register(native_cpu::capsule(OpKind::Sin), native_cpu::binding()).unwrap();
-    let err = r.register(native_cpu::capsule(OpKind::Sin), native_cpu::binding()).unwrap_err();
+    r.register(native_cpu::capsule(OpKind::Sin), native_cpu::binding())
+        .unwrap();
+    let err = r
+        .register(native_cpu::capsule(OpKind::Sin), native_cpu::binding())
+        .unwrap_err();
     assert!(matches!(err, RegistryError::Duplicate { .. }), "{err}");
 }
 
@@ -80,11 +129,34 @@ fn trust_level_unsupported_by_evidence_is_rejected() {
     // `verified` resting on tests and guards
     let mut c = native_cpu::capsule(OpKind::Sin);
     c.trust_level = TrustLevel::Verified;
-    let err = Registry::new().register(c, native_cpu::binding()).unwrap_err();
-    assert!(matches!(err, RegistryError::TrustNotSupported { level: TrustLevel::Verified, .. }), "{err}");
+    let err = Registry::new()
+        .register(c, native_cpu::binding())
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            RegistryError::TrustNotSupported {
+                level: TrustLevel::Verified,
+                ..
+            }
+        ),
+        "{err}"
+    );
     // `checked` resting on a trusted boundary
-    let c = capsule_with(OpKind::Sin, "x.sin", Provider::Torchlean, TrustLevel::Checked, VjpMode::BackendVjp, Evidence::TrustedBoundary { boundary: "libm".into() });
-    assert!(matches!(Registry::new().register(c, native_cpu::binding()), Err(RegistryError::TrustNotSupported { .. })));
+    let c = capsule_with(
+        OpKind::Sin,
+        "x.sin",
+        Provider::Torchlean,
+        TrustLevel::Checked,
+        VjpMode::BackendVjp,
+        Evidence::TrustedBoundary {
+            boundary: "libm".into(),
+        },
+    );
+    assert!(matches!(
+        Registry::new().register(c, native_cpu::binding()),
+        Err(RegistryError::TrustNotSupported { .. })
+    ));
 }
 
 #[test]
@@ -92,14 +164,28 @@ fn theorem_certificate_cannot_be_moved_to_another_kernel_or_claim() {
     // the reference value theorem pasted onto the native kernel
     let mut c = native_cpu::capsule(OpKind::Sin);
     c.value_contract.evidence = reference::capsule(OpKind::Sin).value_contract.evidence;
-    let err = Registry::new().register(c, native_cpu::binding()).unwrap_err();
-    assert!(matches!(err, RegistryError::CertificateMismatch { slot: "value", .. }), "{err}");
+    let err = Registry::new()
+        .register(c, native_cpu::binding())
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            RegistryError::CertificateMismatch { slot: "value", .. }
+        ),
+        "{err}"
+    );
     // a reference theorem for another claim
     let mut c = reference::capsule(OpKind::Sin);
     c.value_contract.evidence = reference::capsule(OpKind::Sin).shape_contract.evidence;
-    assert!(matches!(Registry::new().register(c, reference::binding()), Err(RegistryError::CertificateMismatch { .. })));
+    assert!(matches!(
+        Registry::new().register(c, reference::binding()),
+        Err(RegistryError::CertificateMismatch { .. })
+    ));
     // a certificate is never issued for a non-spec binding
-    assert!(proof::certify_spec_instantiation(value_claim(OpKind::Sin), &native_cpu::binding()).is_none());
+    assert!(
+        proof::certify_spec_instantiation(value_claim(OpKind::Sin), &native_cpu::binding())
+            .is_none()
+    );
 }
 
 #[test]
@@ -107,7 +193,11 @@ fn standard_registry_is_valid_and_complete() {
     let r = standard_registry();
     for &op in OpKind::ALL {
         for p in [Provider::Reference, Provider::NativeCpu] {
-            assert!(r.for_op(op).any(|e| e.capsule.provider == p), "{} lacks a {p} capsule", op.name());
+            assert!(
+                r.for_op(op).any(|e| e.capsule.provider == p),
+                "{} lacks a {p} capsule",
+                op.name()
+            );
         }
     }
 }
@@ -121,13 +211,30 @@ fn every_cited_evidence_name_exists() {
     for e in standard_registry().entries() {
         for o in Obligation::ALL {
             for name in e.capsule.contract(o).evidence.cited_names() {
-                let (file, func) = name.rsplit_once("::").unwrap_or_else(|| panic!("{}: evidence name `{name}` is not path::function", e.capsule.name));
-                let src = std::fs::read_to_string(root.join(file)).unwrap_or_else(|_| panic!("{}: evidence file `{file}` does not exist", e.capsule.name));
-                let pos = src.find(&format!("fn {func}(")).or_else(|| src.find(&format!("fn {func}<"))).unwrap_or_else(|| panic!("{}: `{file}` has no function `{func}`", e.capsule.name));
+                let (file, func) = name.rsplit_once("::").unwrap_or_else(|| {
+                    panic!(
+                        "{}: evidence name `{name}` is not path::function",
+                        e.capsule.name
+                    )
+                });
+                let src = std::fs::read_to_string(root.join(file)).unwrap_or_else(|_| {
+                    panic!("{}: evidence file `{file}` does not exist", e.capsule.name)
+                });
+                let pos = src
+                    .find(&format!("fn {func}("))
+                    .or_else(|| src.find(&format!("fn {func}<")))
+                    .unwrap_or_else(|| {
+                        panic!("{}: `{file}` has no function `{func}`", e.capsule.name)
+                    });
                 if file.starts_with("tests/") {
                     let before = &src[..pos];
-                    let attr = before.rfind("#[test]").unwrap_or_else(|| panic!("`{name}` is not a test"));
-                    assert!(before[attr..].lines().count() <= 2, "`{name}` is not directly marked #[test]");
+                    let attr = before
+                        .rfind("#[test]")
+                        .unwrap_or_else(|| panic!("`{name}` is not a test"));
+                    assert!(
+                        before[attr..].lines().count() <= 2,
+                        "`{name}` is not directly marked #[test]"
+                    );
                 }
                 checked += 1;
             }
@@ -138,13 +245,27 @@ fn every_cited_evidence_name_exists() {
 
 #[test]
 fn unsupported_device_is_a_planning_error_never_a_fallback() {
-    let mut req = request(ProviderPreference::Auto, "checked-runtime", VjpMode::TorchleanTape);
+    let mut req = request(
+        ProviderPreference::Auto,
+        "checked-runtime",
+        VjpMode::TorchleanTape,
+    );
     req.device = Device::Cuda;
     let err = plan_op(standard_registry(), OpKind::Sin, &req, &cpu_availability()).unwrap_err();
     let msg = err.to_string();
-    assert!(msg.starts_with("no admissible capsule for op `sin` on device `cuda`"), "{msg}");
-    assert!(err.candidates.iter().all(|c| matches!(c.refusal, Refusal::WrongDevice { .. })));
-    assert_eq!(err.candidates.len(), 2, "every candidate is listed with its reason");
+    assert!(
+        msg.starts_with("no admissible capsule for op `sin` on device `cuda`"),
+        "{msg}"
+    );
+    assert!(err
+        .candidates
+        .iter()
+        .all(|c| matches!(c.refusal, Refusal::WrongDevice { .. })));
+    assert_eq!(
+        err.candidates.len(),
+        2,
+        "every candidate is listed with its reason"
+    );
     // and in the eager runtime: no kernel runs, the op returns the planning error
     let before = runtime::install(Session::new(BackendProfile::named("checked_cuda").unwrap()));
     let r = Tensor::ones(&[2]).unwrap().sin();
@@ -157,56 +278,169 @@ fn unsupported_device_is_a_planning_error_never_a_fallback() {
 
 #[test]
 fn unsupported_provider_is_a_planning_error() {
-    let req = request(ProviderPreference::Only(Provider::Cublas), "allow-trusted-runtime", VjpMode::None);
-    let err = plan_op(standard_registry(), OpKind::Matmul, &req, &cpu_availability()).unwrap_err();
-    assert!(err.candidates.iter().all(|c| matches!(c.refusal, Refusal::ProviderNotPreferred { only: Provider::Cublas, .. })), "{err}");
+    let req = request(
+        ProviderPreference::Only(Provider::Cublas),
+        "allow-trusted-runtime",
+        VjpMode::None,
+    );
+    let err = plan_op(
+        standard_registry(),
+        OpKind::Matmul,
+        &req,
+        &cpu_availability(),
+    )
+    .unwrap_err();
+    assert!(
+        err.candidates.iter().all(|c| matches!(
+            c.refusal,
+            Refusal::ProviderNotPreferred {
+                only: Provider::Cublas,
+                ..
+            }
+        )),
+        "{err}"
+    );
 }
 
 #[test]
 fn strict_rejects_guards_and_tests() {
-    let req = request(ProviderPreference::Only(Provider::NativeCpu), "strict", VjpMode::TorchleanTape);
-    let planned = plan_op(standard_registry(), OpKind::Matmul, &req, &cpu_availability()).unwrap();
+    let req = request(
+        ProviderPreference::Only(Provider::NativeCpu),
+        "strict",
+        VjpMode::TorchleanTape,
+    );
+    let planned = plan_op(
+        standard_registry(),
+        OpKind::Matmul,
+        &req,
+        &cpu_availability(),
+    )
+    .unwrap();
     let rejection = gate_kernel(&planned, req.vjp, &req.policy).unwrap_err();
-    let kinds: Vec<EvidenceKind> = rejection.failures.iter().filter_map(|f| match f { GateFailure::EvidenceNotAccepted { evidence, .. } => Some(*evidence), _ => None }).collect();
-    assert!(kinds.contains(&EvidenceKind::RuntimeGuard) && kinds.contains(&EvidenceKind::TestSuite), "{kinds:?}");
-    assert!(rejection.failures.iter().any(|f| matches!(f, GateFailure::TrustLevelNotAllowed { .. })));
+    let kinds: Vec<EvidenceKind> = rejection
+        .failures
+        .iter()
+        .filter_map(|f| match f {
+            GateFailure::EvidenceNotAccepted { evidence, .. } => Some(*evidence),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        kinds.contains(&EvidenceKind::RuntimeGuard) && kinds.contains(&EvidenceKind::TestSuite),
+        "{kinds:?}"
+    );
+    assert!(rejection
+        .failures
+        .iter()
+        .any(|f| matches!(f, GateFailure::TrustLevelNotAllowed { .. })));
 }
 
 #[test]
 fn strict_accepts_the_reference_theorems_and_checker() {
     let req = request(ProviderPreference::Auto, "strict", VjpMode::TorchleanTape);
-    let planned = plan_op(standard_registry(), OpKind::Matmul, &req, &cpu_availability()).unwrap();
-    assert_eq!(planned.capsule().provider, Provider::Reference, "auto under strict skips checked capsules");
+    let planned = plan_op(
+        standard_registry(),
+        OpKind::Matmul,
+        &req,
+        &cpu_availability(),
+    )
+    .unwrap();
+    assert_eq!(
+        planned.capsule().provider,
+        Provider::Reference,
+        "auto under strict skips checked capsules"
+    );
     let accepted = gate_kernel(&planned, req.vjp, &req.policy).unwrap();
-    let d: Vec<Disposition> = accepted.audit().obligations.iter().map(|o| o.disposition).collect();
-    assert_eq!(d, vec![Disposition::Proved, Disposition::Checked, Disposition::Proved, Disposition::Proved]);
+    let d: Vec<Disposition> = accepted
+        .audit()
+        .obligations
+        .iter()
+        .map(|o| o.disposition)
+        .collect();
+    assert_eq!(
+        d,
+        vec![
+            Disposition::Proved,
+            Disposition::Checked,
+            Disposition::Proved,
+            Disposition::Proved
+        ]
+    );
     assert!(accepted.audit().obligations[1].recheck_every_call);
 }
 
 #[test]
 fn checked_runtime_accepts_guards_and_tests() {
-    let req = request(ProviderPreference::Auto, "checked-runtime", VjpMode::TorchleanTape);
-    let planned = plan_op(standard_registry(), OpKind::Matmul, &req, &cpu_availability()).unwrap();
-    assert_eq!(planned.capsule().provider, Provider::NativeCpu, "registry order prefers native_cpu");
+    let req = request(
+        ProviderPreference::Auto,
+        "checked-runtime",
+        VjpMode::TorchleanTape,
+    );
+    let planned = plan_op(
+        standard_registry(),
+        OpKind::Matmul,
+        &req,
+        &cpu_availability(),
+    )
+    .unwrap();
+    assert_eq!(
+        planned.capsule().provider,
+        Provider::NativeCpu,
+        "registry order prefers native_cpu"
+    );
     let accepted = gate_kernel(&planned, req.vjp, &req.policy).unwrap();
-    assert!(accepted.audit().obligations.iter().any(|o| o.disposition == Disposition::Guarded));
-    assert!(accepted.audit().obligations.iter().any(|o| o.disposition == Disposition::Tested));
+    assert!(accepted
+        .audit()
+        .obligations
+        .iter()
+        .any(|o| o.disposition == Disposition::Guarded));
+    assert!(accepted
+        .audit()
+        .obligations
+        .iter()
+        .any(|o| o.disposition == Disposition::Tested));
 }
 
 #[test]
 fn trusted_boundaries_need_allow_trusted_runtime() {
     let mut r = Registry::new();
-    let c = capsule_with(OpKind::Sin, "torchlean.sin_libm", Provider::Torchlean, TrustLevel::TrustedExternal, VjpMode::BackendVjp, Evidence::TrustedBoundary { boundary: "the platform libm".into() });
+    let c = capsule_with(
+        OpKind::Sin,
+        "torchlean.sin_libm",
+        Provider::Torchlean,
+        TrustLevel::TrustedExternal,
+        VjpMode::BackendVjp,
+        Evidence::TrustedBoundary {
+            boundary: "the platform libm".into(),
+        },
+    );
     r.register(c, native_cpu::binding()).unwrap();
-    for (policy, ok) in [("strict", false), ("checked-runtime", false), ("allow-trusted-runtime", true)] {
-        let req = request(ProviderPreference::Only(Provider::Torchlean), policy, VjpMode::TorchleanTape);
+    for (policy, ok) in [
+        ("strict", false),
+        ("checked-runtime", false),
+        ("allow-trusted-runtime", true),
+    ] {
+        let req = request(
+            ProviderPreference::Only(Provider::Torchlean),
+            policy,
+            VjpMode::TorchleanTape,
+        );
         let planned = plan_op(&r, OpKind::Sin, &req, &cpu_availability()).unwrap();
         let verdict = gate_kernel(&planned, req.vjp, &req.policy);
         assert_eq!(verdict.is_ok(), ok, "policy {policy}");
         if let Ok(k) = verdict {
-            let report = BackendReport::new(&BackendProfile::default_cpu(), ExecutionMode::Eager, vec![k.audit().clone()], vec![], vec![]);
+            let report = BackendReport::new(
+                &BackendProfile::default_cpu(),
+                ExecutionMode::Eager,
+                vec![k.audit().clone()],
+                vec![],
+                vec![],
+            );
             assert_eq!(report.trusted_external_ops, vec!["sin".to_string()]);
-            assert!(!report.to_text().contains("[proved]"), "a trusted row is never called proved");
+            assert!(
+                !report.to_text().contains("[proved]"),
+                "a trusted row is never called proved"
+            );
         }
     }
 }
@@ -217,11 +451,29 @@ fn forward_only_capsule_is_refused_in_training_but_allowed_for_inference() {
     let mut c = native_cpu::capsule(OpKind::Sin);
     c.name = "fast.sin_forward_only".into();
     c.vjp_mode = VjpMode::None;
-    c.vjp_contract = descriptor(vjp_claim(OpKind::Sin, VjpMode::None), "no vjp", Evidence::NotProvided, Provenance::default());
+    c.vjp_contract = descriptor(
+        vjp_claim(OpKind::Sin, VjpMode::None),
+        "no vjp",
+        Evidence::NotProvided,
+        Provenance::default(),
+    );
     r.register(c, native_cpu::binding()).unwrap();
-    let train = request(ProviderPreference::Auto, "checked-runtime", VjpMode::TorchleanTape);
+    let train = request(
+        ProviderPreference::Auto,
+        "checked-runtime",
+        VjpMode::TorchleanTape,
+    );
     let err = plan_op(&r, OpKind::Sin, &train, &cpu_availability()).unwrap_err();
-    assert!(matches!(err.candidates[0].refusal, Refusal::VjpMode { capsule_mode: VjpMode::None, .. }), "{err}");
+    assert!(
+        matches!(
+            err.candidates[0].refusal,
+            Refusal::VjpMode {
+                capsule_mode: VjpMode::None,
+                ..
+            }
+        ),
+        "{err}"
+    );
     let infer = request(ProviderPreference::Auto, "checked-runtime", VjpMode::None);
     assert!(plan_op(&r, OpKind::Sin, &infer, &cpu_availability()).is_ok());
 }
@@ -229,7 +481,13 @@ fn forward_only_capsule_is_refused_in_training_but_allowed_for_inference() {
 #[test]
 fn random_sources_need_no_vjp_in_training() {
     let req = request(ProviderPreference::Auto, "strict", VjpMode::TorchleanTape);
-    let planned = plan_op(standard_registry(), OpKind::BernoulliMask, &req, &cpu_availability()).unwrap();
+    let planned = plan_op(
+        standard_registry(),
+        OpKind::BernoulliMask,
+        &req,
+        &cpu_availability(),
+    )
+    .unwrap();
     assert_eq!(planned.capsule().vjp_mode, VjpMode::None);
     let accepted = gate_kernel(&planned, req.vjp, &req.policy).unwrap();
     assert!(!accepted.audit().obligations[3].required);
@@ -238,21 +496,60 @@ fn random_sources_need_no_vjp_in_training() {
 #[test]
 fn only_and_prefer_ordering() {
     let a = cpu_availability();
-    let pick = |pref| plan_op(standard_registry(), OpKind::Add, &request(pref, "checked-runtime", VjpMode::TorchleanTape), &a).unwrap().capsule().provider;
+    let pick = |pref| {
+        plan_op(
+            standard_registry(),
+            OpKind::Add,
+            &request(pref, "checked-runtime", VjpMode::TorchleanTape),
+            &a,
+        )
+        .unwrap()
+        .capsule()
+        .provider
+    };
     assert_eq!(pick(ProviderPreference::Auto), Provider::NativeCpu);
-    assert_eq!(pick(ProviderPreference::Prefer(Provider::Reference)), Provider::Reference);
-    assert_eq!(pick(ProviderPreference::Only(Provider::Reference)), Provider::Reference);
+    assert_eq!(
+        pick(ProviderPreference::Prefer(Provider::Reference)),
+        Provider::Reference
+    );
+    assert_eq!(
+        pick(ProviderPreference::Only(Provider::Reference)),
+        Provider::Reference
+    );
     // prefer falls through to the others when the preferred provider has no capsule
-    assert_eq!(pick(ProviderPreference::Prefer(Provider::Cublas)), Provider::NativeCpu);
+    assert_eq!(
+        pick(ProviderPreference::Prefer(Provider::Cublas)),
+        Provider::NativeCpu
+    );
 }
 
 #[test]
 fn future_profiles_fail_planning_readably() {
-    for p in BackendProfile::all_named().into_iter().filter(|p| p.name.starts_with("future_")) {
-        let req = PlanRequest { device: p.device, preference: p.preference, policy: p.policy.clone(), vjp: p.vjp, mode: ExecutionMode::Eager };
-        let err = plan_op(standard_registry(), OpKind::Matmul, &req, &cpu_availability()).unwrap_err();
+    for p in BackendProfile::all_named()
+        .into_iter()
+        .filter(|p| p.name.starts_with("future_"))
+    {
+        let req = PlanRequest {
+            device: p.device,
+            preference: p.preference,
+            policy: p.policy.clone(),
+            vjp: p.vjp,
+            mode: ExecutionMode::Eager,
+        };
+        let err = plan_op(
+            standard_registry(),
+            OpKind::Matmul,
+            &req,
+            &cpu_availability(),
+        )
+        .unwrap_err();
         let msg = err.to_string();
-        assert!(msg.contains(&format!("on device `{}`", p.device)) && msg.contains("is not available on this target"), "{}: {msg}", p.name);
+        assert!(
+            msg.contains(&format!("on device `{}`", p.device))
+                && msg.contains("is not available on this target"),
+            "{}: {msg}",
+            p.name
+        );
     }
 }
 
@@ -269,9 +566,18 @@ fn report_lists_the_capsule_that_actually_ran() {
     if let Some(s) = before {
         runtime::install(s);
     }
-    let ran: Vec<(&str, &str)> = report.kernels.iter().map(|k| (k.op.name(), k.capsule.as_str())).collect();
-    assert_eq!(ran, vec![("sin", "reference.sin"), ("sum_all", "reference.sum_all")]);
-    assert!(report.to_text().contains("sin: reference.sin provider=reference trust=verified"));
+    let ran: Vec<(&str, &str)> = report
+        .kernels
+        .iter()
+        .map(|k| (k.op.name(), k.capsule.as_str()))
+        .collect();
+    assert_eq!(
+        ran,
+        vec![("sin", "reference.sin"), ("sum_all", "reference.sum_all")]
+    );
+    assert!(report
+        .to_text()
+        .contains("sin: reference.sin provider=reference trust=verified"));
 }
 
 #[test]
@@ -286,24 +592,50 @@ fn layout_checker_rejects_wrong_shape() {
 fn layout_checker_rejects_non_canonical_view() {
     let t = Tensor::zeros(&[2, 3]).unwrap();
     let view = t.transpose(0, 1).unwrap();
-    assert!(checkers::canonical_layout(&Op::Relu, &view, &[3, 2]).is_err(), "a transposed view is not canonical");
+    assert!(
+        checkers::canonical_layout(&Op::Relu, &view, &[3, 2]).is_err(),
+        "a transposed view is not canonical"
+    );
     let slice = Tensor::zeros(&[4, 3]).unwrap().slice(0, 1, 3).unwrap();
-    assert!(checkers::canonical_layout(&Op::Relu, &slice, &[2, 3]).is_err(), "an offset view over larger storage is not canonical");
+    assert!(
+        checkers::canonical_layout(&Op::Relu, &slice, &[2, 3]).is_err(),
+        "an offset view over larger storage is not canonical"
+    );
 }
 
 #[test]
 fn planning_error_lists_every_candidate_with_its_reason() {
-    let req = request(ProviderPreference::Only(Provider::NativeCpu), "strict", VjpMode::ExternalAutograd);
+    let req = request(
+        ProviderPreference::Only(Provider::NativeCpu),
+        "strict",
+        VjpMode::ExternalAutograd,
+    );
     let err = plan_op(standard_registry(), OpKind::Sin, &req, &cpu_availability()).unwrap_err();
     let msg = err.to_string();
-    assert!(msg.contains("reference.sin (provider reference, device cpu): provider `reference` is not preferred"), "{msg}");
-    assert!(msg.contains("native_cpu.sin (provider native_cpu, device cpu): vjp mode `backend_vjp` does not fit"), "{msg}");
+    assert!(
+        msg.contains(
+            "reference.sin (provider reference, device cpu): provider `reference` is not preferred"
+        ),
+        "{msg}"
+    );
+    assert!(
+        msg.contains(
+            "native_cpu.sin (provider native_cpu, device cpu): vjp mode `backend_vjp` does not fit"
+        ),
+        "{msg}"
+    );
 }
 
 #[test]
 fn coalescing_groups_adjacent_equal_capsules_and_never_claims_fusion() {
     let req = request(ProviderPreference::Auto, "checked-runtime", VjpMode::None);
-    let plan = plan_ops(standard_registry(), &[OpKind::Add, OpKind::Add, OpKind::Relu, OpKind::Add], &req, &cpu_availability()).unwrap();
+    let plan = plan_ops(
+        standard_registry(),
+        &[OpKind::Add, OpKind::Add, OpKind::Relu, OpKind::Add],
+        &req,
+        &cpu_availability(),
+    )
+    .unwrap();
     let groups = plan.lower();
     assert_eq!(groups.len(), 3);
     assert_eq!(groups[0].kind, GroupKind::Coalesced);

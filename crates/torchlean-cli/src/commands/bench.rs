@@ -28,7 +28,11 @@ fn stats(mut t: Vec<f64>) -> (f64, f64, f64) {
     (t[t.len() / 2], t[0], t[t.len() - 1])
 }
 
-fn time(warmup: usize, reps: usize, mut f: impl FnMut() -> Result<(), CliError>) -> Result<Vec<f64>, CliError> {
+fn time(
+    warmup: usize,
+    reps: usize,
+    mut f: impl FnMut() -> Result<(), CliError>,
+) -> Result<Vec<f64>, CliError> {
     for _ in 0..warmup {
         f()?;
     }
@@ -45,49 +49,85 @@ pub fn run(a: Args) -> CliResult {
     if a.reps == 0 {
         return Err(CliError::usage("--reps must be positive"));
     }
-    let (times, unit_scale, unit, extra): (Vec<f64>, f64, &str, serde_json::Value) = match a.workload.as_str() {
-        w if w.starts_with("gemm-") => {
-            let n: usize = w[5..].parse().map_err(|_| CliError::usage(format!("bad gemm size in `{w}`")))?;
-            a.backend.start_session(&[OpKind::Matmul], false)?;
-            let x = Tensor::randn(&[n, n], 1)?;
-            let y = Tensor::randn(&[n, n], 2)?;
-            let t = time(a.warmup, a.reps, || no_grad(|| x.matmul(&y)).map(|_| ()).map_err(Into::into))?;
-            let gflops = 2.0 * (n as f64).powi(3) / stats(t.clone()).0 / 1e9;
-            (t, 1e3, "ms", serde_json::json!({ "n": n, "gflops": gflops }))
-        }
-        "mlp-step" => {
-            let mut model = Mlp::new(&[784, 512, 512, 10], Activation::Relu, 0)?;
-            a.backend.start_session(&[OpKind::Linear, OpKind::Relu, OpKind::LogSoftmax, OpKind::Gather, OpKind::Reshape, OpKind::SumAll, OpKind::Scale, OpKind::Neg], true)?;
-            let x = Tensor::randn(&[128, 784], 3)?;
-            let labels: Vec<f32> = (0..128).map(|i| (i % 10) as f32).collect();
-            let y = Tensor::from_vec(labels, &[128])?;
-            let mut opt = Adam::new(1e-3)?;
-            let t = time(a.warmup, a.reps, || {
-                let loss = model.forward(&x)?.cross_entropy(&y)?;
-                let g = loss.backward()?;
-                drop(loss);
-                opt.step(&mut model, &g)?;
-                Ok(())
-            })?;
-            (t, 1e3, "ms", serde_json::json!({ "batch": 128, "layers": [784, 512, 512, 10] }))
-        }
-        "tiny-ops" | "tiny-ops-tape" => {
-            let tape = a.workload == "tiny-ops-tape";
-            a.backend.start_session(&[OpKind::Add], tape)?;
-            let x = Tensor::randn(&[16], 4)?;
-            let x = if tape { x.requires_grad() } else { x };
-            let y = Tensor::randn(&[16], 5)?;
-            let t = time(a.warmup, a.reps, || {
-                for _ in 0..1000 {
-                    std::hint::black_box(x.add(&y)?);
-                }
-                Ok(())
-            })?;
-            // per-op microseconds: the timed unit is 1000 ops
-            (t, 1e3, "us/op", serde_json::json!({ "ops_per_rep": 1000, "tape": tape }))
-        }
-        other => return Err(CliError::usage(format!("unknown workload `{other}` (gemm-N, mlp-step, tiny-ops, tiny-ops-tape)"))),
-    };
+    let (times, unit_scale, unit, extra): (Vec<f64>, f64, &str, serde_json::Value) =
+        match a.workload.as_str() {
+            w if w.starts_with("gemm-") => {
+                let n: usize = w[5..]
+                    .parse()
+                    .map_err(|_| CliError::usage(format!("bad gemm size in `{w}`")))?;
+                a.backend.start_session(&[OpKind::Matmul], false)?;
+                let x = Tensor::randn(&[n, n], 1)?;
+                let y = Tensor::randn(&[n, n], 2)?;
+                let t = time(a.warmup, a.reps, || {
+                    no_grad(|| x.matmul(&y)).map(|_| ()).map_err(Into::into)
+                })?;
+                let gflops = 2.0 * (n as f64).powi(3) / stats(t.clone()).0 / 1e9;
+                (
+                    t,
+                    1e3,
+                    "ms",
+                    serde_json::json!({ "n": n, "gflops": gflops }),
+                )
+            }
+            "mlp-step" => {
+                let mut model = Mlp::new(&[784, 512, 512, 10], Activation::Relu, 0)?;
+                a.backend.start_session(
+                    &[
+                        OpKind::Linear,
+                        OpKind::Relu,
+                        OpKind::LogSoftmax,
+                        OpKind::Gather,
+                        OpKind::Reshape,
+                        OpKind::SumAll,
+                        OpKind::Scale,
+                        OpKind::Neg,
+                    ],
+                    true,
+                )?;
+                let x = Tensor::randn(&[128, 784], 3)?;
+                let labels: Vec<f32> = (0..128).map(|i| (i % 10) as f32).collect();
+                let y = Tensor::from_vec(labels, &[128])?;
+                let mut opt = Adam::new(1e-3)?;
+                let t = time(a.warmup, a.reps, || {
+                    let loss = model.forward(&x)?.cross_entropy(&y)?;
+                    let g = loss.backward()?;
+                    drop(loss);
+                    opt.step(&mut model, &g)?;
+                    Ok(())
+                })?;
+                (
+                    t,
+                    1e3,
+                    "ms",
+                    serde_json::json!({ "batch": 128, "layers": [784, 512, 512, 10] }),
+                )
+            }
+            "tiny-ops" | "tiny-ops-tape" => {
+                let tape = a.workload == "tiny-ops-tape";
+                a.backend.start_session(&[OpKind::Add], tape)?;
+                let x = Tensor::randn(&[16], 4)?;
+                let x = if tape { x.requires_grad() } else { x };
+                let y = Tensor::randn(&[16], 5)?;
+                let t = time(a.warmup, a.reps, || {
+                    for _ in 0..1000 {
+                        std::hint::black_box(x.add(&y)?);
+                    }
+                    Ok(())
+                })?;
+                // per-op microseconds: the timed unit is 1000 ops
+                (
+                    t,
+                    1e3,
+                    "us/op",
+                    serde_json::json!({ "ops_per_rep": 1000, "tape": tape }),
+                )
+            }
+            other => {
+                return Err(CliError::usage(format!(
+                    "unknown workload `{other}` (gemm-N, mlp-step, tiny-ops, tiny-ops-tape)"
+                )))
+            }
+        };
     let (median, min, max) = stats(times);
     let report = torchlean::runtime::with_current(|s| s.report());
     if a.json {
@@ -97,7 +137,14 @@ pub fn run(a: Args) -> CliResult {
         });
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
     } else {
-        println!("{}: median {:.4} {unit} (min {:.4}, max {:.4}) over {} reps; {extra}", a.workload, median * unit_scale, min * unit_scale, max * unit_scale, a.reps);
+        println!(
+            "{}: median {:.4} {unit} (min {:.4}, max {:.4}) over {} reps; {extra}",
+            a.workload,
+            median * unit_scale,
+            min * unit_scale,
+            max * unit_scale,
+            a.reps
+        );
         print!("{}", report.to_text());
     }
     a.backend.finish_session()

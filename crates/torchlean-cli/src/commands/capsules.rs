@@ -19,24 +19,63 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> CliResult {
-    let device = a.device.as_deref().map(|d| Device::parse(d).ok_or_else(|| CliError::usage(format!("unknown device `{d}`")))).transpose()?;
-    let provider = a.provider.as_deref().map(|p| Provider::from_label(p).ok_or_else(|| CliError::usage(format!("unknown provider `{p}`")))).transpose()?;
-    let op = a.op.as_deref().map(|o| OpKind::from_name(o).ok_or_else(|| CliError::usage(format!("unknown op `{o}` (see `torchlean ops`)")))).transpose()?;
+    let device = a
+        .device
+        .as_deref()
+        .map(|d| Device::parse(d).ok_or_else(|| CliError::usage(format!("unknown device `{d}`"))))
+        .transpose()?;
+    let provider = a
+        .provider
+        .as_deref()
+        .map(|p| {
+            Provider::from_label(p)
+                .ok_or_else(|| CliError::usage(format!("unknown provider `{p}`")))
+        })
+        .transpose()?;
+    let op = a
+        .op
+        .as_deref()
+        .map(|o| {
+            OpKind::from_name(o)
+                .ok_or_else(|| CliError::usage(format!("unknown op `{o}` (see `torchlean ops`)")))
+        })
+        .transpose()?;
     let caps: Vec<_> = standard_registry()
         .entries()
         .iter()
         .map(|e| &e.capsule)
-        .filter(|c| device.is_none_or(|d| c.device == d) && provider.is_none_or(|p| c.provider == p) && op.is_none_or(|o| c.op == o))
+        .filter(|c| {
+            device.is_none_or(|d| c.device == d)
+                && provider.is_none_or(|p| c.provider == p)
+                && op.is_none_or(|o| c.op == o)
+        })
         .collect();
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&caps).map_err(|e| CliError::runtime(e.to_string()))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&caps).map_err(|e| CliError::runtime(e.to_string()))?
+        );
         return Ok(());
     }
     for c in &caps {
-        println!("{}: op={} provider={} device={} trust={} vjp={} runtime={}", c.name, c.op.name(), c.provider, c.device, c.trust_level, c.vjp_mode, c.runtime_support);
+        println!(
+            "{}: op={} provider={} device={} trust={} vjp={} runtime={}",
+            c.name,
+            c.op.name(),
+            c.provider,
+            c.device,
+            c.trust_level,
+            c.vjp_mode,
+            c.runtime_support
+        );
         for o in torchlean::backend::Obligation::ALL {
             let d = c.contract(o);
-            println!("  {}: {}; {}", o.label(), d.claim.render(), d.evidence.render());
+            println!(
+                "  {}: {}; {}",
+                o.label(),
+                d.claim.render(),
+                d.evidence.render()
+            );
         }
     }
     println!("{} capsule(s)", caps.len());

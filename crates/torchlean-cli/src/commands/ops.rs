@@ -12,7 +12,10 @@ pub struct Args {
 }
 
 fn providers_of(op: OpKind) -> Vec<String> {
-    let mut v: Vec<String> = standard_registry().for_op(op).map(|e| e.capsule.provider.label().to_string()).collect();
+    let mut v: Vec<String> = standard_registry()
+        .for_op(op)
+        .map(|e| e.capsule.provider.label().to_string())
+        .collect();
     v.dedup();
     v
 }
@@ -23,14 +26,30 @@ pub fn run(a: Args) -> CliResult {
             .iter()
             .map(|&k| serde_json::json!({ "name": k.name(), "family": k.family(), "torchlean_names": k.torchlean_names(), "providers": providers_of(k) }))
             .collect();
-        println!("{}", serde_json::to_string_pretty(&rows).unwrap_or_default());
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&rows).unwrap_or_default()
+        );
         return Ok(());
     }
-    println!("{:<30} {:<16} {:<40} providers", "op", "family", "torchlean names");
+    println!(
+        "{:<30} {:<16} {:<40} providers",
+        "op", "family", "torchlean names"
+    );
     for &k in OpKind::ALL {
-        println!("{:<30} {:<16} {:<40} {}", k.name(), k.family(), k.torchlean_names().join(","), providers_of(k).join(","));
+        println!(
+            "{:<30} {:<16} {:<40} {}",
+            k.name(),
+            k.family(),
+            k.torchlean_names().join(","),
+            providers_of(k).join(",")
+        );
     }
     let covered: usize = OpKind::ALL.iter().map(|k| k.torchlean_names().len()).sum();
-    println!("\n{} ops; {} TorchLean backend op names covered", OpKind::ALL.len(), covered);
+    println!(
+        "\n{} ops; {} TorchLean backend op names covered",
+        OpKind::ALL.len(),
+        covered
+    );
     Ok(())
 }

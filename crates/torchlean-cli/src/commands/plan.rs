@@ -1,7 +1,9 @@
 //! `torchlean plan`: plan, audit and gate a list of ops, and print the verdict.
 
 use crate::{CliError, CliResult};
-use torchlean::backend::{gate_plan, plan_ops, Availability, BackendReport, ExecutionMode, PlanRequest, Target, VjpMode};
+use torchlean::backend::{
+    gate_plan, plan_ops, Availability, BackendReport, ExecutionMode, PlanRequest, Target, VjpMode,
+};
 use torchlean::runtime::session::standard_registry;
 use torchlean::OpKind;
 
@@ -25,11 +27,29 @@ pub struct Args {
 pub fn run(a: Args) -> CliResult {
     let mut profile = a.backend.profile()?;
     if let Some(v) = &a.vjp {
-        profile.vjp = VjpMode::from_label(v).ok_or_else(|| CliError::usage(format!("unknown vjp mode `{v}` (none, torchlean_tape, backend_vjp, external_autograd)")))?;
+        profile.vjp = VjpMode::from_label(v).ok_or_else(|| {
+            CliError::usage(format!(
+                "unknown vjp mode `{v}` (none, torchlean_tape, backend_vjp, external_autograd)"
+            ))
+        })?;
     }
-    let mode = ExecutionMode::from_label(&a.mode).ok_or_else(|| CliError::usage(format!("unknown mode `{}` (eager, compiled)", a.mode)))?;
-    let ops: Vec<OpKind> = a.ops.iter().map(|o| OpKind::from_name(o.trim()).ok_or_else(|| CliError::usage(format!("unknown op `{o}` (see `torchlean ops`)")))).collect::<Result<_, _>>()?;
-    let request = PlanRequest { device: profile.device, preference: profile.preference, policy: profile.policy.clone(), vjp: profile.vjp, mode };
+    let mode = ExecutionMode::from_label(&a.mode)
+        .ok_or_else(|| CliError::usage(format!("unknown mode `{}` (eager, compiled)", a.mode)))?;
+    let ops: Vec<OpKind> = a
+        .ops
+        .iter()
+        .map(|o| {
+            OpKind::from_name(o.trim())
+                .ok_or_else(|| CliError::usage(format!("unknown op `{o}` (see `torchlean ops`)")))
+        })
+        .collect::<Result<_, _>>()?;
+    let request = PlanRequest {
+        device: profile.device,
+        preference: profile.preference,
+        policy: profile.policy.clone(),
+        vjp: profile.vjp,
+        mode,
+    };
     let availability = Availability::declared(&Target::host());
     let plan = match plan_ops(standard_registry(), &ops, &request, &availability) {
         Ok(p) => p,
@@ -42,16 +62,30 @@ pub fn run(a: Args) -> CliResult {
                     println!("{e}");
                 }
             }
-            return Err(CliError::usage(format!("planning failed for {} op(s)", errors.len())));
+            return Err(CliError::usage(format!(
+                "planning failed for {} op(s)",
+                errors.len()
+            )));
         }
     };
     let (audits, groups, failures) = match gate_plan(&plan) {
-        Ok(accepted) => (accepted.kernels().iter().map(|k| k.audit().clone()).collect(), accepted.groups().to_vec(), vec![]),
+        Ok(accepted) => (
+            accepted
+                .kernels()
+                .iter()
+                .map(|k| k.audit().clone())
+                .collect(),
+            accepted.groups().to_vec(),
+            vec![],
+        ),
         Err(rejected) => (rejected.audits, rejected.groups, rejected.failures),
     };
     let report = BackendReport::new(&profile, mode, audits, groups, failures);
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&report.to_json()).unwrap_or_default());
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report.to_json()).unwrap_or_default()
+        );
     } else {
         println!("plan:");
         for k in &plan.kernels {
@@ -68,6 +102,13 @@ pub fn run(a: Args) -> CliResult {
     } else {
         let mut kinds: Vec<&str> = report.failures.iter().map(|f| f.kind_label()).collect();
         kinds.dedup();
-        Err(CliError { code: 3, message: format!("rejected by the gate: {} failure(s) ({})", report.failures.len(), kinds.join(", ")) })
+        Err(CliError {
+            code: 3,
+            message: format!(
+                "rejected by the gate: {} failure(s) ({})",
+                report.failures.len(),
+                kinds.join(", ")
+            ),
+        })
     }
 }

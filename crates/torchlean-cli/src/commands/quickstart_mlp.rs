@@ -31,13 +31,31 @@ pub fn run(a: Args) -> CliResult {
     if a.batch_size == 0 || a.steps == 0 {
         return Err(CliError::usage("--steps and --batch-size must be positive"));
     }
-    let mut model = Mlp::new(&[SyntheticRegression::FEATURES, 64, 64, 1], Activation::Tanh, a.seed)?;
+    let mut model = Mlp::new(
+        &[SyntheticRegression::FEATURES, 64, 64, 1],
+        Activation::Tanh,
+        a.seed,
+    )?;
     a.backend.start_session(&model.op_kinds(), true)?;
     let data = SyntheticRegression::new(1024, a.seed.wrapping_add(17))?;
     let mut opt = Adam::new(a.lr).map_err(|e| CliError::usage(e.to_string()))?;
-    println!("quickstart-mlp: MLP 4-64-64-1 (tanh), {} parameters, Adam lr={}, batch {}, {} steps", model.parameter_count(), a.lr, a.batch_size, a.steps);
+    println!(
+        "quickstart-mlp: MLP 4-64-64-1 (tanh), {} parameters, Adam lr={}, batch {}, {} steps",
+        model.parameter_count(),
+        a.lr,
+        a.batch_size,
+        a.steps
+    );
     let start = Instant::now();
-    let losses = train_regression(&mut model, &mut opt, &data, a.steps, a.batch_size, a.log_every, |s| println!("step {} loss {:.6}", s.step, s.loss))?;
+    let losses = train_regression(
+        &mut model,
+        &mut opt,
+        &data,
+        a.steps,
+        a.batch_size,
+        a.log_every,
+        |s| println!("step {} loss {:.6}", s.step, s.loss),
+    )?;
     let elapsed = start.elapsed();
     let first = losses[0];
     let last_window = &losses[losses.len().saturating_sub(10)..];

@@ -8,7 +8,10 @@ pub fn tensors() -> CliResult {
     let a = Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3])?;
     println!("a = Tensor::from_vec(1..6, [2, 3])\n{a}");
     let t = a.transpose(0, 1)?;
-    println!("\n# transpose is a view: no copy (shares storage: {})\n{t}", t.shares_storage_with(&a));
+    println!(
+        "\n# transpose is a view: no copy (shares storage: {})\n{t}",
+        t.shares_storage_with(&a)
+    );
     let b = Tensor::arange(0.0, 3.0, 1.0)?;
     println!("\n# broadcasting: a + arange(3)\n{}", a.add(&b)?);
     println!("\n# a @ a^T\n{}", a.matmul(&t)?);
@@ -21,7 +24,10 @@ pub fn tensors() -> CliResult {
         Ok(_) => println!("unexpected success"),
     }
     println!("\n# every op above was planned and admitted; the session report says what ran:");
-    print!("{}", torchlean::runtime::with_current(|s| s.report()).to_text());
+    print!(
+        "{}",
+        torchlean::runtime::with_current(|s| s.report()).to_text()
+    );
     Ok(())
 }
 
@@ -32,18 +38,36 @@ pub fn autograd() -> CliResult {
     let y = x.mul(&w)?.tanh()?.sum_all()?;
     println!("x = {x}\nw = {w}\ny = sum(tanh(x * w)) = {y}");
     let grads = y.backward()?;
-    let gx = grads.get(&x).ok_or_else(|| crate::CliError::runtime("no gradient for x"))?;
+    let gx = grads
+        .get(&x)
+        .ok_or_else(|| crate::CliError::runtime("no gradient for x"))?;
     println!("\n# dy/dx = w * (1 - tanh(x w)^2)\n{gx}");
-    let expected: Vec<f32> = x.to_vec().iter().zip(w.to_vec()).map(|(a, b)| b * (1.0 - (a * b).tanh().powi(2))).collect();
+    let expected: Vec<f32> = x
+        .to_vec()
+        .iter()
+        .zip(w.to_vec())
+        .map(|(a, b)| b * (1.0 - (a * b).tanh().powi(2)))
+        .collect();
     println!("  computed by hand: {expected:?}");
-    println!("\n# each recorded node names the capsule that ran it: {}", y.producer().map(|(op, c)| format!("{} by {c}", op.name())).unwrap_or_default());
+    println!(
+        "\n# each recorded node names the capsule that ran it: {}",
+        y.producer()
+            .map(|(op, c)| format!("{} by {c}", op.name()))
+            .unwrap_or_default()
+    );
     let z = no_grad(|| x.mul(&w))?;
-    println!("\n# inside no_grad nothing is recorded (tracked: {})", z.is_tracked());
+    println!(
+        "\n# inside no_grad nothing is recorded (tracked: {})",
+        z.is_tracked()
+    );
     let d = x.detach();
     println!("# detach() cuts the tape (tracked: {})", d.is_tracked());
     let mut acc = torchlean::Gradients::default();
     x.mul(&x)?.sum_all()?.backward_into(&mut acc)?;
     x.mul(&x)?.sum_all()?.backward_into(&mut acc)?;
-    println!("\n# gradients accumulate across passes: d/dx of 2 * sum(x^2) = {}", acc.get(&x).map(|g| g.to_string()).unwrap_or_default());
+    println!(
+        "\n# gradients accumulate across passes: d/dx of 2 * sum(x^2) = {}",
+        acc.get(&x).map(|g| g.to_string()).unwrap_or_default()
+    );
     Ok(())
 }

@@ -5,7 +5,9 @@
 //! provenance of the code (which is never evidence).
 
 use super::proof::Certificate;
-use super::vocab::{Device, EvidenceKind, Provider, RuntimeSupport, TensorLayout, TrustLevel, VjpMode};
+use super::vocab::{
+    Device, EvidenceKind, Provider, RuntimeSupport, TensorLayout, TrustLevel, VjpMode,
+};
 use crate::graph::OpKind;
 use serde::Serialize;
 
@@ -20,7 +22,12 @@ pub enum Obligation {
 }
 
 impl Obligation {
-    pub const ALL: [Obligation; 4] = [Obligation::Shape, Obligation::Layout, Obligation::Value, Obligation::Vjp];
+    pub const ALL: [Obligation; 4] = [
+        Obligation::Shape,
+        Obligation::Layout,
+        Obligation::Value,
+        Obligation::Vjp,
+    ];
     pub fn label(self) -> &'static str {
         match self {
             Obligation::Shape => "shape",
@@ -35,10 +42,22 @@ impl Obligation {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "claim", rename_all = "snake_case")]
 pub enum ContractClaim {
-    ShapeSafety { op: OpKind },
-    LayoutCompatibility { op: OpKind, layout: TensorLayout },
-    ValueRefinement { op: OpKind, spec: String },
-    VjpRefinement { op: OpKind, spec: String, mode: VjpMode },
+    ShapeSafety {
+        op: OpKind,
+    },
+    LayoutCompatibility {
+        op: OpKind,
+        layout: TensorLayout,
+    },
+    ValueRefinement {
+        op: OpKind,
+        spec: String,
+    },
+    VjpRefinement {
+        op: OpKind,
+        spec: String,
+        mode: VjpMode,
+    },
 }
 
 impl ContractClaim {
@@ -66,9 +85,15 @@ impl ContractClaim {
     pub fn render(&self) -> String {
         match self {
             ContractClaim::ShapeSafety { op } => format!("shape_safety({})", op.name()),
-            ContractClaim::LayoutCompatibility { op, layout } => format!("layout_compatibility({}, {})", op.name(), layout),
-            ContractClaim::ValueRefinement { op, spec } => format!("value_refinement({}, {})", op.name(), spec),
-            ContractClaim::VjpRefinement { op, spec, mode } => format!("vjp_refinement({}, {}, {})", op.name(), spec, mode),
+            ContractClaim::LayoutCompatibility { op, layout } => {
+                format!("layout_compatibility({}, {})", op.name(), layout)
+            }
+            ContractClaim::ValueRefinement { op, spec } => {
+                format!("value_refinement({}, {})", op.name(), spec)
+            }
+            ContractClaim::VjpRefinement { op, spec, mode } => {
+                format!("vjp_refinement({}, {}, {})", op.name(), spec, mode)
+            }
         }
     }
 }
@@ -80,17 +105,32 @@ impl ContractClaim {
 pub enum Evidence {
     /// Holds for all inputs by construction; the certificate can only be minted by
     /// `backend::proof` after it checked the construction.
-    Theorem { statement: String, certificate: Certificate },
+    Theorem {
+        statement: String,
+        certificate: Certificate,
+    },
     /// An executable checker run on every call, with its soundness statement.
-    Checker { checker: String, soundness: String, mutation_tests: Vec<String> },
+    Checker {
+        checker: String,
+        soundness: String,
+        mutation_tests: Vec<String>,
+    },
     /// Validation performed at the execution boundary.
-    RuntimeGuard { guard: String },
+    RuntimeGuard {
+        guard: String,
+    },
     /// A differential or regression test suite.
-    TestSuite { tests: Vec<String> },
+    TestSuite {
+        tests: Vec<String>,
+    },
     /// Sampled differential testing.
-    FuzzOracle { oracle: String },
+    FuzzOracle {
+        oracle: String,
+    },
     /// Code whose correctness is assumed.
-    TrustedBoundary { boundary: String },
+    TrustedBoundary {
+        boundary: String,
+    },
     NotProvided,
 }
 
@@ -110,9 +150,13 @@ impl Evidence {
     /// The names this evidence cites (tests, checkers, guards), for the existence check.
     pub fn cited_names(&self) -> Vec<&str> {
         match self {
-            Evidence::Checker { checker, mutation_tests, .. } => {
-                std::iter::once(checker.as_str()).chain(mutation_tests.iter().map(|s| s.as_str())).collect()
-            }
+            Evidence::Checker {
+                checker,
+                mutation_tests,
+                ..
+            } => std::iter::once(checker.as_str())
+                .chain(mutation_tests.iter().map(|s| s.as_str()))
+                .collect(),
             Evidence::RuntimeGuard { guard } => vec![guard.as_str()],
             Evidence::TestSuite { tests } => tests.iter().map(|s| s.as_str()).collect(),
             Evidence::FuzzOracle { oracle } => vec![oracle.as_str()],

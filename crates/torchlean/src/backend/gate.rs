@@ -34,7 +34,9 @@
 use super::capsule::{ContractClaim, KernelCapsule, Obligation};
 use super::planner::{ExecutionPlan, LoweredGroup, PlannedKernel};
 use super::registry::RegisteredCapsule;
-use super::vocab::{Device, Disposition, EvidenceKind, PolicyName, Provider, RuntimeSupport, TrustLevel, VjpMode};
+use super::vocab::{
+    Device, Disposition, EvidenceKind, PolicyName, Provider, RuntimeSupport, TrustLevel, VjpMode,
+};
 use crate::graph::OpKind;
 use crate::runtime::kernel::KernelBinding;
 use serde::Serialize;
@@ -57,28 +59,53 @@ impl AcceptancePolicy {
         let (evidence, trust) = match name {
             PolicyName::Strict => (vec![E::Theorem, E::Checker], vec![T::Verified]),
             PolicyName::CheckedRuntime => (
-                vec![E::Theorem, E::Checker, E::RuntimeGuard, E::TestSuite, E::FuzzOracle],
+                vec![
+                    E::Theorem,
+                    E::Checker,
+                    E::RuntimeGuard,
+                    E::TestSuite,
+                    E::FuzzOracle,
+                ],
                 vec![T::Verified, T::Checked, T::Fuzzed],
             ),
             PolicyName::AllowTrustedRuntime => (
-                vec![E::Theorem, E::Checker, E::RuntimeGuard, E::TestSuite, E::FuzzOracle, E::TrustedBoundary],
+                vec![
+                    E::Theorem,
+                    E::Checker,
+                    E::RuntimeGuard,
+                    E::TestSuite,
+                    E::FuzzOracle,
+                    E::TrustedBoundary,
+                ],
                 vec![T::Verified, T::Checked, T::Fuzzed, T::TrustedExternal],
             ),
             PolicyName::Custom => return None,
         };
-        Some(AcceptancePolicy { name: name.label().to_string(), evidence, trust_levels: trust })
+        Some(AcceptancePolicy {
+            name: name.label().to_string(),
+            evidence,
+            trust_levels: trust,
+        })
     }
 
     /// Parses a policy name: strict, checked-runtime, allow-trusted-runtime.
     pub fn parse(s: &str) -> Result<AcceptancePolicy, String> {
         PolicyName::from_label(s)
             .and_then(AcceptancePolicy::named)
-            .ok_or_else(|| format!("unknown policy `{s}` (use strict, checked-runtime or allow-trusted-runtime)"))
+            .ok_or_else(|| {
+                format!(
+                    "unknown policy `{s}` (use strict, checked-runtime or allow-trusted-runtime)"
+                )
+            })
     }
 
     /// A custom policy.
     pub fn custom(evidence: Vec<EvidenceKind>, trust_levels: Vec<TrustLevel>) -> AcceptancePolicy {
-        AcceptancePolicy { name: "custom".into(), evidence, trust_levels }
+        AcceptancePolicy {
+            name: "custom".into(),
+            evidence,
+            trust_levels,
+        }
     }
 
     pub fn allows_evidence(&self, e: EvidenceKind) -> bool {
@@ -154,8 +181,19 @@ pub fn audit(capsule: &KernelCapsule, vjp: VjpMode) -> KernelAudit {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "failure", rename_all = "snake_case")]
 pub enum GateFailure {
-    EvidenceNotAccepted { op: OpKind, capsule: String, obligation: Obligation, evidence: EvidenceKind, policy: String },
-    TrustLevelNotAllowed { op: OpKind, capsule: String, level: TrustLevel, policy: String },
+    EvidenceNotAccepted {
+        op: OpKind,
+        capsule: String,
+        obligation: Obligation,
+        evidence: EvidenceKind,
+        policy: String,
+    },
+    TrustLevelNotAllowed {
+        op: OpKind,
+        capsule: String,
+        level: TrustLevel,
+        policy: String,
+    },
 }
 
 impl GateFailure {
@@ -190,11 +228,22 @@ impl fmt::Display for GateFailure {
 pub fn gate_failures(audit: &KernelAudit, policy: &AcceptancePolicy) -> Vec<GateFailure> {
     let mut failures = Vec::new();
     if !policy.allows_trust(audit.trust_level) {
-        failures.push(GateFailure::TrustLevelNotAllowed { op: audit.op, capsule: audit.capsule.clone(), level: audit.trust_level, policy: policy.name.clone() });
+        failures.push(GateFailure::TrustLevelNotAllowed {
+            op: audit.op,
+            capsule: audit.capsule.clone(),
+            level: audit.trust_level,
+            policy: policy.name.clone(),
+        });
     }
     for o in audit.obligations.iter().filter(|o| o.required) {
         if !policy.allows_evidence(o.evidence) {
-            failures.push(GateFailure::EvidenceNotAccepted { op: audit.op, capsule: audit.capsule.clone(), obligation: o.obligation, evidence: o.evidence, policy: policy.name.clone() });
+            failures.push(GateFailure::EvidenceNotAccepted {
+                op: audit.op,
+                capsule: audit.capsule.clone(),
+                obligation: o.obligation,
+                evidence: o.evidence,
+                policy: policy.name.clone(),
+            });
         }
     }
     failures
@@ -232,11 +281,19 @@ pub struct KernelRejection {
 }
 
 /// Applies `policy` to one planned kernel.
-pub fn gate_kernel(planned: &PlannedKernel, vjp: VjpMode, policy: &AcceptancePolicy) -> Result<AcceptedKernel, KernelRejection> {
+pub fn gate_kernel(
+    planned: &PlannedKernel,
+    vjp: VjpMode,
+    policy: &AcceptancePolicy,
+) -> Result<AcceptedKernel, KernelRejection> {
     let a = audit(planned.capsule(), vjp);
     let failures = gate_failures(&a, policy);
     if failures.is_empty() {
-        Ok(AcceptedKernel { entry: Arc::clone(&planned.entry), audit: a, policy: policy.clone() })
+        Ok(AcceptedKernel {
+            entry: Arc::clone(&planned.entry),
+            audit: a,
+            policy: policy.clone(),
+        })
     } else {
         Err(KernelRejection { audit: a, failures })
     }
@@ -269,18 +326,33 @@ pub struct RejectedPlan {
 /// Applies the plan's policy to every kernel of the plan.
 pub fn gate_plan(plan: &ExecutionPlan) -> Result<AcceptedGraphPlan, RejectedPlan> {
     let policy = &plan.request.policy;
-    let audits: Vec<KernelAudit> = plan.kernels.iter().map(|k| audit(k.capsule(), plan.request.vjp)).collect();
-    let failures: Vec<GateFailure> = audits.iter().flat_map(|a| gate_failures(a, policy)).collect();
+    let audits: Vec<KernelAudit> = plan
+        .kernels
+        .iter()
+        .map(|k| audit(k.capsule(), plan.request.vjp))
+        .collect();
+    let failures: Vec<GateFailure> = audits
+        .iter()
+        .flat_map(|a| gate_failures(a, policy))
+        .collect();
     let groups = plan.lower();
     if failures.is_empty() {
         let kernels = plan
             .kernels
             .iter()
             .zip(audits)
-            .map(|(k, a)| AcceptedKernel { entry: Arc::clone(&k.entry), audit: a, policy: policy.clone() })
+            .map(|(k, a)| AcceptedKernel {
+                entry: Arc::clone(&k.entry),
+                audit: a,
+                policy: policy.clone(),
+            })
             .collect();
         Ok(AcceptedGraphPlan { kernels, groups })
     } else {
-        Err(RejectedPlan { audits, groups, failures })
+        Err(RejectedPlan {
+            audits,
+            groups,
+            failures,
+        })
     }
 }

@@ -20,20 +20,22 @@ mod report;
 mod target;
 mod vocab;
 
-pub use capsule::{ContractClaim, ContractDescriptor, Evidence, KernelCapsule, Obligation, Provenance};
+pub use capsule::{
+    ContractClaim, ContractDescriptor, Evidence, KernelCapsule, Obligation, Provenance,
+};
 pub use gate::{
-    audit, gate_failures, gate_kernel, gate_plan, AcceptancePolicy, AcceptedGraphPlan, AcceptedKernel, GateFailure,
-    KernelAudit, KernelRejection, ObligationReport, RejectedPlan,
+    audit, gate_failures, gate_kernel, gate_plan, AcceptancePolicy, AcceptedGraphPlan,
+    AcceptedKernel, GateFailure, KernelAudit, KernelRejection, ObligationReport, RejectedPlan,
 };
 pub use planner::{
-    plan_op, plan_ops, refusal, CandidateRefusal, ExecutionPlan, GroupKind, LoweredGroup, PlanRequest, PlannedKernel,
-    PlanningError, ProviderPreference, Refusal,
+    plan_op, plan_ops, refusal, CandidateRefusal, ExecutionPlan, GroupKind, LoweredGroup,
+    PlanRequest, PlannedKernel, PlanningError, ProviderPreference, Refusal,
 };
 pub use profile::BackendProfile;
 pub use registry::{trust_supports, validate, RegisteredCapsule, Registry, RegistryError};
 pub use report::BackendReport;
 pub use target::{Availability, Target};
 pub use vocab::{
-    Device, Disposition, EvidenceKind, ExecutionMode, PolicyName, Provider, RuntimeSupport, TensorLayout, TrustLevel,
-    VjpMode,
+    Device, Disposition, EvidenceKind, ExecutionMode, PolicyName, Provider, RuntimeSupport,
+    TensorLayout, TrustLevel, VjpMode,
 };

@@ -41,7 +41,9 @@ impl ProviderPreference {
             None => provider(s).map(ProviderPreference::Only),
             Some(("prefer", p)) => provider(p).map(ProviderPreference::Prefer),
             Some(("only", p)) => provider(p).map(ProviderPreference::Only),
-            Some((k, _)) => Err(format!("unknown provider preference `{k}` (use auto, prefer:P or only:P)")),
+            Some((k, _)) => Err(format!(
+                "unknown provider preference `{k}` (use auto, prefer:P or only:P)"
+            )),
         }
     }
 
@@ -70,24 +72,66 @@ pub struct PlanRequest {
 #[serde(tag = "reason", rename_all = "snake_case")]
 pub enum Refusal {
     ForwardNotSupported,
-    RuntimeSupport { declared: RuntimeSupport, mode: ExecutionMode },
-    WrongDevice { capsule_device: Device, requested: Device },
-    ProviderNotPreferred { provider: Provider, only: Provider },
-    VjpMode { capsule_mode: VjpMode, requested: VjpMode },
-    TrustLevelNotAllowed { level: TrustLevel, policy: String },
-    NotAvailable { provider: Provider, device: Device },
+    RuntimeSupport {
+        declared: RuntimeSupport,
+        mode: ExecutionMode,
+    },
+    WrongDevice {
+        capsule_device: Device,
+        requested: Device,
+    },
+    ProviderNotPreferred {
+        provider: Provider,
+        only: Provider,
+    },
+    VjpMode {
+        capsule_mode: VjpMode,
+        requested: VjpMode,
+    },
+    TrustLevelNotAllowed {
+        level: TrustLevel,
+        policy: String,
+    },
+    NotAvailable {
+        provider: Provider,
+        device: Device,
+    },
 }
 
 impl fmt::Display for Refusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Refusal::ForwardNotSupported => write!(f, "it does not support forward execution"),
-            Refusal::RuntimeSupport { declared, mode } => write!(f, "runtime support is `{declared}`, but {mode} execution needs `eager`"),
-            Refusal::WrongDevice { capsule_device, requested } => write!(f, "wrong device: it runs on `{capsule_device}`, the request is for `{requested}`"),
-            Refusal::ProviderNotPreferred { provider, only } => write!(f, "provider `{provider}` is not preferred (only:{only} was requested)"),
-            Refusal::VjpMode { capsule_mode, requested } => write!(f, "vjp mode `{capsule_mode}` does not fit the session's `{requested}`"),
-            Refusal::TrustLevelNotAllowed { level, policy } => write!(f, "trust level `{level}` is not allowed by policy `{policy}`"),
-            Refusal::NotAvailable { provider, device } => write!(f, "provider `{provider}` is not available for `{device}` on this target"),
+            Refusal::RuntimeSupport { declared, mode } => write!(
+                f,
+                "runtime support is `{declared}`, but {mode} execution needs `eager`"
+            ),
+            Refusal::WrongDevice {
+                capsule_device,
+                requested,
+            } => write!(
+                f,
+                "wrong device: it runs on `{capsule_device}`, the request is for `{requested}`"
+            ),
+            Refusal::ProviderNotPreferred { provider, only } => write!(
+                f,
+                "provider `{provider}` is not preferred (only:{only} was requested)"
+            ),
+            Refusal::VjpMode {
+                capsule_mode,
+                requested,
+            } => write!(
+                f,
+                "vjp mode `{capsule_mode}` does not fit the session's `{requested}`"
+            ),
+            Refusal::TrustLevelNotAllowed { level, policy } => write!(
+                f,
+                "trust level `{level}` is not allowed by policy `{policy}`"
+            ),
+            Refusal::NotAvailable { provider, device } => write!(
+                f,
+                "provider `{provider}` is not available for `{device}` on this target"
+            ),
         }
     }
 }
@@ -112,15 +156,28 @@ pub struct PlanningError {
 
 impl fmt::Display for PlanningError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "no admissible capsule for op `{}` on device `{}`", self.op.name(), self.device)?;
+        write!(
+            f,
+            "no admissible capsule for op `{}` on device `{}`",
+            self.op.name(),
+            self.device
+        )?;
         if !self.device_declared {
-            write!(f, "\n  device `{}` is not available on this target (declared: cpu)", self.device)?;
+            write!(
+                f,
+                "\n  device `{}` is not available on this target (declared: cpu)",
+                self.device
+            )?;
         }
         if self.candidates.is_empty() {
             write!(f, "\n  no capsule is registered for `{}`", self.op.name())?;
         }
         for c in &self.candidates {
-            write!(f, "\n  - {} (provider {}, device {}): {}", c.capsule, c.provider, c.device, c.refusal)?;
+            write!(
+                f,
+                "\n  - {} (provider {}, device {}): {}",
+                c.capsule, c.provider, c.device, c.refusal
+            )?;
         }
         Ok(())
     }
@@ -142,58 +199,105 @@ impl PlannedKernel {
 }
 
 /// The first reason `entry` is not admissible for `op` under `request`, if any.
-pub fn refusal(entry: &RegisteredCapsule, request: &PlanRequest, availability: &Availability) -> Option<Refusal> {
+pub fn refusal(
+    entry: &RegisteredCapsule,
+    request: &PlanRequest,
+    availability: &Availability,
+) -> Option<Refusal> {
     let c = &entry.capsule;
     if !c.supports_forward {
         return Some(Refusal::ForwardNotSupported);
     }
     if c.runtime_support != RuntimeSupport::Eager {
-        return Some(Refusal::RuntimeSupport { declared: c.runtime_support, mode: request.mode });
+        return Some(Refusal::RuntimeSupport {
+            declared: c.runtime_support,
+            mode: request.mode,
+        });
     }
     if c.device != request.device {
-        return Some(Refusal::WrongDevice { capsule_device: c.device, requested: request.device });
+        return Some(Refusal::WrongDevice {
+            capsule_device: c.device,
+            requested: request.device,
+        });
     }
     if let ProviderPreference::Only(p) = request.preference {
         if c.provider != p {
-            return Some(Refusal::ProviderNotPreferred { provider: c.provider, only: p });
+            return Some(Refusal::ProviderNotPreferred {
+                provider: c.provider,
+                only: p,
+            });
         }
     }
     let vjp_fits = match request.vjp {
         VjpMode::None => true,
         _ if !c.op.differentiable() => true,
-        VjpMode::TorchleanTape => matches!(c.vjp_mode, VjpMode::TorchleanTape | VjpMode::BackendVjp),
+        VjpMode::TorchleanTape => {
+            matches!(c.vjp_mode, VjpMode::TorchleanTape | VjpMode::BackendVjp)
+        }
         exact => c.vjp_mode == exact,
     };
     if !vjp_fits {
-        return Some(Refusal::VjpMode { capsule_mode: c.vjp_mode, requested: request.vjp });
+        return Some(Refusal::VjpMode {
+            capsule_mode: c.vjp_mode,
+            requested: request.vjp,
+        });
     }
-    if !matches!(request.preference, ProviderPreference::Only(_)) && !request.policy.allows_trust(c.trust_level) {
-        return Some(Refusal::TrustLevelNotAllowed { level: c.trust_level, policy: request.policy.name.clone() });
+    if !matches!(request.preference, ProviderPreference::Only(_))
+        && !request.policy.allows_trust(c.trust_level)
+    {
+        return Some(Refusal::TrustLevelNotAllowed {
+            level: c.trust_level,
+            policy: request.policy.name.clone(),
+        });
     }
     if !availability.has_provider(c.provider, c.device) {
-        return Some(Refusal::NotAvailable { provider: c.provider, device: c.device });
+        return Some(Refusal::NotAvailable {
+            provider: c.provider,
+            device: c.device,
+        });
     }
     None
 }
 
 /// Plans one op.
-pub fn plan_op(registry: &Registry, op: OpKind, request: &PlanRequest, availability: &Availability) -> Result<PlannedKernel, PlanningError> {
+pub fn plan_op(
+    registry: &Registry,
+    op: OpKind,
+    request: &PlanRequest,
+    availability: &Availability,
+) -> Result<PlannedKernel, PlanningError> {
     let mut admissible = Vec::new();
     let mut candidates = Vec::new();
     for entry in registry.for_op(op) {
         match refusal(entry, request, availability) {
             None => admissible.push(entry),
-            Some(r) => candidates.push(CandidateRefusal { capsule: entry.capsule.name.clone(), provider: entry.capsule.provider, device: entry.capsule.device, refusal: r }),
+            Some(r) => candidates.push(CandidateRefusal {
+                capsule: entry.capsule.name.clone(),
+                provider: entry.capsule.provider,
+                device: entry.capsule.device,
+                refusal: r,
+            }),
         }
     }
     if let ProviderPreference::Prefer(p) = request.preference {
         if let Some(e) = admissible.iter().find(|e| e.capsule.provider == p) {
-            return Ok(PlannedKernel { op, entry: Arc::clone(e) });
+            return Ok(PlannedKernel {
+                op,
+                entry: Arc::clone(e),
+            });
         }
     }
     match admissible.first() {
-        Some(e) => Ok(PlannedKernel { op, entry: Arc::clone(e) }),
-        None => Err(PlanningError { op, device: request.device, device_declared: availability.has_device(request.device), candidates }),
+        Some(e) => Ok(PlannedKernel {
+            op,
+            entry: Arc::clone(e),
+        }),
+        None => Err(PlanningError {
+            op,
+            device: request.device,
+            device_declared: availability.has_device(request.device),
+            candidates,
+        }),
     }
 }
 
@@ -232,7 +336,11 @@ impl ExecutionPlan {
                     g.nodes.push(i);
                     g.kind = GroupKind::Coalesced;
                 }
-                _ => groups.push(LoweredGroup { kind: GroupKind::Singleton, capsule: k.capsule().name.clone(), nodes: vec![i] }),
+                _ => groups.push(LoweredGroup {
+                    kind: GroupKind::Singleton,
+                    capsule: k.capsule().name.clone(),
+                    nodes: vec![i],
+                }),
             }
         }
         groups
@@ -240,7 +348,12 @@ impl ExecutionPlan {
 }
 
 /// Plans every op, or returns the planning errors of those that failed.
-pub fn plan_ops(registry: &Registry, ops: &[OpKind], request: &PlanRequest, availability: &Availability) -> Result<ExecutionPlan, Vec<PlanningError>> {
+pub fn plan_ops(
+    registry: &Registry,
+    ops: &[OpKind],
+    request: &PlanRequest,
+    availability: &Availability,
+) -> Result<ExecutionPlan, Vec<PlanningError>> {
     let mut kernels = Vec::new();
     let mut errors = Vec::new();
     for &op in ops {
@@ -250,7 +363,10 @@ pub fn plan_ops(registry: &Registry, ops: &[OpKind], request: &PlanRequest, avai
         }
     }
     if errors.is_empty() {
-        Ok(ExecutionPlan { request: request.clone(), kernels })
+        Ok(ExecutionPlan {
+            request: request.clone(),
+            kernels,
+        })
     } else {
         Err(errors)
     }

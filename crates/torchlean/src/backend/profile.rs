@@ -16,7 +16,13 @@ pub struct BackendProfile {
     pub vjp: VjpMode,
 }
 
-fn profile(name: &str, device: Device, preference: ProviderPreference, policy: PolicyName, vjp: VjpMode) -> BackendProfile {
+fn profile(
+    name: &str,
+    device: Device,
+    preference: ProviderPreference,
+    policy: PolicyName,
+    vjp: VjpMode,
+) -> BackendProfile {
     BackendProfile {
         name: name.to_string(),
         device,
@@ -33,11 +39,41 @@ impl BackendProfile {
         use ProviderPreference::*;
         use VjpMode::TorchleanTape as Tape;
         let mut v = vec![
-            profile("strict_cpu", Device::Cpu, Only(Provider::Reference), PolicyName::Strict, Tape),
-            profile("checked_cpu", Device::Cpu, Auto, PolicyName::CheckedRuntime, Tape),
-            profile("checked_cuda", Device::Cuda, Auto, PolicyName::CheckedRuntime, Tape),
-            profile("libtorch_forward_cuda", Device::Cuda, Only(Provider::Libtorch), PolicyName::AllowTrustedRuntime, Tape),
-            profile("libtorch_autograd_cuda", Device::Cuda, Only(Provider::Libtorch), PolicyName::AllowTrustedRuntime, VjpMode::ExternalAutograd),
+            profile(
+                "strict_cpu",
+                Device::Cpu,
+                Only(Provider::Reference),
+                PolicyName::Strict,
+                Tape,
+            ),
+            profile(
+                "checked_cpu",
+                Device::Cpu,
+                Auto,
+                PolicyName::CheckedRuntime,
+                Tape,
+            ),
+            profile(
+                "checked_cuda",
+                Device::Cuda,
+                Auto,
+                PolicyName::CheckedRuntime,
+                Tape,
+            ),
+            profile(
+                "libtorch_forward_cuda",
+                Device::Cuda,
+                Only(Provider::Libtorch),
+                PolicyName::AllowTrustedRuntime,
+                Tape,
+            ),
+            profile(
+                "libtorch_autograd_cuda",
+                Device::Cuda,
+                Only(Provider::Libtorch),
+                PolicyName::AllowTrustedRuntime,
+                VjpMode::ExternalAutograd,
+            ),
         ];
         for (name, device) in [
             ("future_metal", Device::Metal),
@@ -55,27 +91,55 @@ impl BackendProfile {
 
     /// Looks a named profile up.
     pub fn named(name: &str) -> Result<BackendProfile, String> {
-        BackendProfile::all_named().into_iter().find(|p| p.name == name).ok_or_else(|| {
-            let names: Vec<String> = BackendProfile::all_named().into_iter().map(|p| p.name).collect();
-            format!("unknown profile `{name}` (known: {})", names.join(", "))
-        })
+        BackendProfile::all_named()
+            .into_iter()
+            .find(|p| p.name == name)
+            .ok_or_else(|| {
+                let names: Vec<String> = BackendProfile::all_named()
+                    .into_iter()
+                    .map(|p| p.name)
+                    .collect();
+                format!("unknown profile `{name}` (known: {})", names.join(", "))
+            })
     }
 
     /// The default: checked CPU.
     pub fn default_cpu() -> BackendProfile {
-        profile("checked_cpu", Device::Cpu, ProviderPreference::Auto, PolicyName::CheckedRuntime, VjpMode::TorchleanTape)
+        profile(
+            "checked_cpu",
+            Device::Cpu,
+            ProviderPreference::Auto,
+            PolicyName::CheckedRuntime,
+            VjpMode::TorchleanTape,
+        )
     }
 
     /// A profile assembled from individual choices (named `custom`).
-    pub fn custom(device: Device, preference: ProviderPreference, policy: AcceptancePolicy, vjp: VjpMode) -> BackendProfile {
-        BackendProfile { name: "custom".into(), device, preference, policy, vjp }
+    pub fn custom(
+        device: Device,
+        preference: ProviderPreference,
+        policy: AcceptancePolicy,
+        vjp: VjpMode,
+    ) -> BackendProfile {
+        BackendProfile {
+            name: "custom".into(),
+            device,
+            preference,
+            policy,
+            vjp,
+        }
     }
 
     /// Builds the profile a command line asks for: `profile` (a name) or, without one, the
     /// default profile of `device` (cpu → checked_cpu, cuda → checked_cuda, others →
     /// future_*); then `device`, `provider` (auto | prefer:P | only:P) and `policy`
     /// override its fields. An overridden profile is reported as `custom(<base>)`.
-    pub fn resolve(profile: Option<&str>, device: Option<&str>, provider: Option<&str>, policy: Option<&str>) -> Result<BackendProfile, String> {
+    pub fn resolve(
+        profile: Option<&str>,
+        device: Option<&str>,
+        provider: Option<&str>,
+        policy: Option<&str>,
+    ) -> Result<BackendProfile, String> {
         let parsed_device = device
             .map(|d| {
                 Device::parse(d).ok_or_else(|| {
@@ -91,7 +155,14 @@ impl BackendProfile {
             (None, Some(d)) => BackendProfile::all_named()
                 .into_iter()
                 .find(|p| p.device == d)
-                .unwrap_or_else(|| BackendProfile::custom(d, ProviderPreference::Auto, AcceptancePolicy::named(PolicyName::Strict).expect("named policy"), VjpMode::TorchleanTape)),
+                .unwrap_or_else(|| {
+                    BackendProfile::custom(
+                        d,
+                        ProviderPreference::Auto,
+                        AcceptancePolicy::named(PolicyName::Strict).expect("named policy"),
+                        VjpMode::TorchleanTape,
+                    )
+                }),
         };
         let base = p.name.clone();
         let mut overridden = false;

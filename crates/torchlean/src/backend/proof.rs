@@ -33,14 +33,23 @@ impl Certificate {
     }
 }
 
-const SPEC_AT_F32: &str = "the bound kernel is spec::{infer_shape, forward, vjp} instantiated at f32";
+const SPEC_AT_F32: &str =
+    "the bound kernel is spec::{infer_shape, forward, vjp} instantiated at f32";
 
 /// Issues a certificate for a shape, value or VJP claim of a kernel that *is* the spec at f32.
 /// Returns `None` (no theorem) for any other binding or for a layout claim.
-pub fn certify_spec_instantiation(claim: ContractClaim, binding: &KernelBinding) -> Option<Certificate> {
+pub fn certify_spec_instantiation(
+    claim: ContractClaim,
+    binding: &KernelBinding,
+) -> Option<Certificate> {
     let spec_forward = spec_forward_f32 as ForwardKernel as usize;
     let spec_vjp = spec_vjp_f32 as VjpKernel as usize;
-    let is_spec = binding.forward as usize == spec_forward && binding.vjp.map(|v| v as usize) == Some(spec_vjp);
+    let is_spec = binding.forward as usize == spec_forward
+        && binding.vjp.map(|v| v as usize) == Some(spec_vjp);
     let provable = !matches!(claim, ContractClaim::LayoutCompatibility { .. });
-    (is_spec && provable).then_some(Certificate { claim, construction: SPEC_AT_F32, forward_addr: binding.forward as usize })
+    (is_spec && provable).then_some(Certificate {
+        claim,
+        construction: SPEC_AT_F32,
+        forward_addr: binding.forward as usize,
+    })
 }

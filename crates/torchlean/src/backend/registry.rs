@@ -16,18 +16,38 @@ use thiserror::Error;
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum RegistryError {
     #[error("capsule `{capsule}`: the {slot} field holds a {found} claim")]
-    MisplacedClaim { capsule: String, slot: &'static str, found: &'static str },
+    MisplacedClaim {
+        capsule: String,
+        slot: &'static str,
+        found: &'static str,
+    },
     #[error("capsule `{capsule}`: the {slot} claim is about op `{claimed}`, but the capsule is for `{op}`")]
-    WrongOp { capsule: String, slot: &'static str, claimed: &'static str, op: &'static str },
+    WrongOp {
+        capsule: String,
+        slot: &'static str,
+        claimed: &'static str,
+        op: &'static str,
+    },
     #[error("capsule `{capsule}`: the vjp claim names mode `{claimed}`, but the capsule declares `{declared}`")]
-    VjpModeMismatch { capsule: String, claimed: VjpMode, declared: VjpMode },
+    VjpModeMismatch {
+        capsule: String,
+        claimed: VjpMode,
+        declared: VjpMode,
+    },
     #[error("capsule `{capsule}` is already registered")]
     Duplicate { capsule: String },
     #[error("capsule `{capsule}`: trust level `{level}` is not supported by {slot} evidence `{evidence}`")]
-    TrustNotSupported { capsule: String, level: TrustLevel, slot: &'static str, evidence: EvidenceKind },
+    TrustNotSupported {
+        capsule: String,
+        level: TrustLevel,
+        slot: &'static str,
+        evidence: EvidenceKind,
+    },
     #[error("capsule `{capsule}`: the {slot} theorem's certificate does not cover this claim and kernel")]
     CertificateMismatch { capsule: String, slot: &'static str },
-    #[error("capsule `{capsule}`: a capsule without forward support cannot be registered for execution")]
+    #[error(
+        "capsule `{capsule}`: a capsule without forward support cannot be registered for execution"
+    )]
     NoForward { capsule: String },
     #[error("capsule `{capsule}`: vjp mode `{mode}` needs a bound VJP kernel")]
     MissingVjpKernel { capsule: String, mode: VjpMode },
@@ -69,28 +89,58 @@ pub fn validate(capsule: &KernelCapsule, binding: &KernelBinding) -> Result<(), 
         let d = capsule.contract(slot);
         let found = d.claim.obligation();
         if found != slot {
-            return Err(RegistryError::MisplacedClaim { capsule: name(), slot: slot.label(), found: found.label() });
+            return Err(RegistryError::MisplacedClaim {
+                capsule: name(),
+                slot: slot.label(),
+                found: found.label(),
+            });
         }
         if d.claim.op() != capsule.op {
-            return Err(RegistryError::WrongOp { capsule: name(), slot: slot.label(), claimed: d.claim.op().name(), op: capsule.op.name() });
+            return Err(RegistryError::WrongOp {
+                capsule: name(),
+                slot: slot.label(),
+                claimed: d.claim.op().name(),
+                op: capsule.op.name(),
+            });
         }
         if let super::capsule::ContractClaim::VjpRefinement { mode, .. } = &d.claim {
             if *mode != capsule.vjp_mode {
-                return Err(RegistryError::VjpModeMismatch { capsule: name(), claimed: *mode, declared: capsule.vjp_mode });
+                return Err(RegistryError::VjpModeMismatch {
+                    capsule: name(),
+                    claimed: *mode,
+                    declared: capsule.vjp_mode,
+                });
             }
         }
         if let Evidence::Theorem { certificate, .. } = &d.evidence {
             if certificate.claim() != &d.claim || !certificate.covers(binding) {
-                return Err(RegistryError::CertificateMismatch { capsule: name(), slot: slot.label() });
+                return Err(RegistryError::CertificateMismatch {
+                    capsule: name(),
+                    slot: slot.label(),
+                });
             }
         }
-        let forward_only_vjp = slot == Obligation::Vjp && (capsule.vjp_mode == VjpMode::None || !capsule.op.differentiable());
+        let forward_only_vjp = slot == Obligation::Vjp
+            && (capsule.vjp_mode == VjpMode::None || !capsule.op.differentiable());
         if !forward_only_vjp && !trust_supports(capsule.trust_level, d.evidence.kind()) {
-            return Err(RegistryError::TrustNotSupported { capsule: name(), level: capsule.trust_level, slot: slot.label(), evidence: d.evidence.kind() });
+            return Err(RegistryError::TrustNotSupported {
+                capsule: name(),
+                level: capsule.trust_level,
+                slot: slot.label(),
+                evidence: d.evidence.kind(),
+            });
         }
     }
-    if matches!(capsule.vjp_mode, VjpMode::TorchleanTape | VjpMode::BackendVjp) && capsule.op.differentiable() && binding.vjp.is_none() {
-        return Err(RegistryError::MissingVjpKernel { capsule: name(), mode: capsule.vjp_mode });
+    if matches!(
+        capsule.vjp_mode,
+        VjpMode::TorchleanTape | VjpMode::BackendVjp
+    ) && capsule.op.differentiable()
+        && binding.vjp.is_none()
+    {
+        return Err(RegistryError::MissingVjpKernel {
+            capsule: name(),
+            mode: capsule.vjp_mode,
+        });
     }
     Ok(())
 }
@@ -107,12 +157,19 @@ impl Registry {
     }
 
     /// Validates and adds a capsule.
-    pub fn register(&mut self, capsule: KernelCapsule, binding: KernelBinding) -> Result<(), RegistryError> {
+    pub fn register(
+        &mut self,
+        capsule: KernelCapsule,
+        binding: KernelBinding,
+    ) -> Result<(), RegistryError> {
         if self.entries.iter().any(|e| e.capsule.name == capsule.name) {
-            return Err(RegistryError::Duplicate { capsule: capsule.name });
+            return Err(RegistryError::Duplicate {
+                capsule: capsule.name,
+            });
         }
         validate(&capsule, &binding)?;
-        self.entries.push(Arc::new(RegisteredCapsule { capsule, binding }));
+        self.entries
+            .push(Arc::new(RegisteredCapsule { capsule, binding }));
         Ok(())
     }
 

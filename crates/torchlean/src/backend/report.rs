@@ -27,10 +27,21 @@ pub struct BackendReport {
 }
 
 impl BackendReport {
-    pub fn new(profile: &BackendProfile, mode: ExecutionMode, kernels: Vec<KernelAudit>, groups: Vec<LoweredGroup>, failures: Vec<GateFailure>) -> Self {
+    pub fn new(
+        profile: &BackendProfile,
+        mode: ExecutionMode,
+        kernels: Vec<KernelAudit>,
+        groups: Vec<LoweredGroup>,
+        failures: Vec<GateFailure>,
+    ) -> Self {
         let trusted_external_ops = kernels
             .iter()
-            .filter(|k| k.trust_level == TrustLevel::TrustedExternal || k.obligations.iter().any(|o| o.required && o.disposition == Disposition::Trusted))
+            .filter(|k| {
+                k.trust_level == TrustLevel::TrustedExternal
+                    || k.obligations
+                        .iter()
+                        .any(|o| o.required && o.disposition == Disposition::Trusted)
+            })
             .map(|k| k.op.name().to_string())
             .collect();
         BackendReport {
@@ -40,7 +51,11 @@ impl BackendReport {
             policy: profile.policy.name.clone(),
             vjp: profile.vjp.label().into(),
             mode,
-            verdict: if failures.is_empty() { "accepted".into() } else { "rejected".into() },
+            verdict: if failures.is_empty() {
+                "accepted".into()
+            } else {
+                "rejected".into()
+            },
             trusted_external_ops,
             kernels,
             groups,
@@ -51,7 +66,11 @@ impl BackendReport {
     /// The report for people.
     pub fn to_text(&self) -> String {
         let mut s = String::new();
-        let trusted = if self.trusted_external_ops.is_empty() { "none".to_string() } else { self.trusted_external_ops.join(",") };
+        let trusted = if self.trusted_external_ops.is_empty() {
+            "none".to_string()
+        } else {
+            self.trusted_external_ops.join(",")
+        };
         let _ = writeln!(
             s,
             "backend report: profile={} mode={} device={} provider={} policy={} vjp={} trusted_external_ops={} verdict={}",
@@ -67,7 +86,11 @@ impl BackendReport {
                 k.trust_level,
                 k.vjp_mode,
                 k.runtime_support,
-                if k.deterministic { "" } else { " nondeterministic" }
+                if k.deterministic {
+                    ""
+                } else {
+                    " nondeterministic"
+                }
             );
             for o in &k.obligations {
                 let _ = writeln!(
@@ -77,7 +100,11 @@ impl BackendReport {
                     o.claim.render(),
                     o.evidence_detail,
                     o.disposition,
-                    if o.recheck_every_call { ", rechecked every call" } else { "" },
+                    if o.recheck_every_call {
+                        ", rechecked every call"
+                    } else {
+                        ""
+                    },
                     if o.required { "" } else { ", not required" }
                 );
             }

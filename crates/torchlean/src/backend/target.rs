@@ -20,7 +20,12 @@ impl Target {
     /// The target this crate was compiled for. CUDA is declared only by a build that links a
     /// CUDA provider crate (none in this build).
     pub fn host() -> Target {
-        Target { os: std::env::consts::OS.to_string(), arch: std::env::consts::ARCH.to_string(), accelerator: None, features: vec!["cpu".into()] }
+        Target {
+            os: std::env::consts::OS.to_string(),
+            arch: std::env::consts::ARCH.to_string(),
+            accelerator: None,
+            features: vec!["cpu".into()],
+        }
     }
 }
 
@@ -36,10 +41,19 @@ impl Availability {
     /// CUDA providers only when the target has the `cuda` feature.
     pub fn declared(target: &Target) -> Availability {
         let mut devices = BTreeSet::from([Device::Cpu]);
-        let mut providers = BTreeSet::from([(Provider::Reference, Device::Cpu), (Provider::NativeCpu, Device::Cpu), (Provider::Torchlean, Device::Cpu)]);
+        let mut providers = BTreeSet::from([
+            (Provider::Reference, Device::Cpu),
+            (Provider::NativeCpu, Device::Cpu),
+            (Provider::Torchlean, Device::Cpu),
+        ]);
         if target.features.iter().any(|f| f == "cuda") {
             devices.insert(Device::Cuda);
-            for p in [Provider::NativeCuda, Provider::Cublas, Provider::Cufft, Provider::Torchlean] {
+            for p in [
+                Provider::NativeCuda,
+                Provider::Cublas,
+                Provider::Cufft,
+                Provider::Torchlean,
+            ] {
                 providers.insert((p, Device::Cuda));
             }
         }

@@ -5,6 +5,4 @@
 
 mod op;
 
-pub use op::{
-    AttentionMask, Conv2dGeometry, ConvTranspose2dGeometry, Op, OpKind, Pool2dGeometry,
-};
+pub use op::{AttentionMask, Conv2dGeometry, ConvTranspose2dGeometry, Op, OpKind, Pool2dGeometry};

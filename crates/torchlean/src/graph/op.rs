@@ -86,9 +86,16 @@ pub enum AttentionMask {
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Op {
     // random sources (no inputs, non-differentiable)
-    RandUniform { shape: Vec<usize>, seed: u64 },
+    RandUniform {
+        shape: Vec<usize>,
+        seed: u64,
+    },
     /// 1 with probability `keep`, else 0.
-    BernoulliMask { shape: Vec<usize>, keep: f32, seed: u64 },
+    BernoulliMask {
+        shape: Vec<usize>,
+        keep: f32,
+        seed: u64,
+    },
     // binary elementwise with NumPy broadcasting
     Add,
     Sub,
@@ -115,51 +122,107 @@ pub enum Op {
     /// Reciprocal `1/x`.
     Inv,
     /// `ln(max(x, eps))`: never NaN for finite x.
-    SafeLog { eps: f32 },
-    Scale { factor: f32 },
-    AddScalar { value: f32 },
-    Clamp { min: f32, max: f32 },
-    Pow { exponent: f32 },
+    SafeLog {
+        eps: f32,
+    },
+    Scale {
+        factor: f32,
+    },
+    AddScalar {
+        value: f32,
+    },
+    Clamp {
+        min: f32,
+        max: f32,
+    },
+    Pow {
+        exponent: f32,
+    },
     // softmax family
-    Softmax { axis: usize },
-    LogSoftmax { axis: usize },
+    Softmax {
+        axis: usize,
+    },
+    LogSoftmax {
+        axis: usize,
+    },
     // reductions
     SumAll,
-    ReduceSum { axes: Vec<usize>, keepdim: bool },
-    ReduceMean { axes: Vec<usize>, keepdim: bool },
+    ReduceSum {
+        axes: Vec<usize>,
+        keepdim: bool,
+    },
+    ReduceMean {
+        axes: Vec<usize>,
+        keepdim: bool,
+    },
     /// Index of the first maximum along `axis` (as f32); non-differentiable.
-    Argmax { axis: usize },
+    Argmax {
+        axis: usize,
+    },
     // shape and views
-    Reshape { shape: Vec<usize> },
-    Permute { axes: Vec<usize> },
-    BroadcastTo { shape: Vec<usize> },
-    Concat { axis: usize },
-    Slice { axis: usize, start: usize, end: usize },
+    Reshape {
+        shape: Vec<usize>,
+    },
+    Permute {
+        axes: Vec<usize>,
+    },
+    BroadcastTo {
+        shape: Vec<usize>,
+    },
+    Concat {
+        axis: usize,
+    },
+    Slice {
+        axis: usize,
+        start: usize,
+        end: usize,
+    },
     // gather and scatter (index tensors hold integral f32 values)
-    IndexSelect { axis: usize },
-    Gather { axis: usize },
-    ScatterAdd { axis: usize },
+    IndexSelect {
+        axis: usize,
+    },
+    Gather {
+        axis: usize,
+    },
+    ScatterAdd {
+        axis: usize,
+    },
     // linear algebra and loss
     Matmul,
     /// `x @ w^T (+ b)` with `w` of shape [out, in].
     Linear,
     MseLoss,
     // normalization (training-mode statistics)
-    LayerNorm { eps: f32 },
-    RmsNorm { eps: f32 },
-    BatchNorm { eps: f32, channel_axis: usize },
+    LayerNorm {
+        eps: f32,
+    },
+    RmsNorm {
+        eps: f32,
+    },
+    BatchNorm {
+        eps: f32,
+        channel_axis: usize,
+    },
     // convolution
     Conv2d(Conv2dGeometry),
     ConvTranspose2d(ConvTranspose2dGeometry),
     // pooling
     MaxPool2d(Pool2dGeometry),
-    AvgPool2d { geometry: Pool2dGeometry, count_include_pad: bool },
+    AvgPool2d {
+        geometry: Pool2dGeometry,
+        count_include_pad: bool,
+    },
     /// `(1/beta) * ln(sum over window of exp(beta * x))`, padding excluded.
-    SmoothMaxPool2d { geometry: Pool2dGeometry, beta: f32 },
+    SmoothMaxPool2d {
+        geometry: Pool2dGeometry,
+        beta: f32,
+    },
     // special
     /// Fourier-neural-operator layer: rfft over the last axis, complex weights on the
     /// first `modes` frequencies, the rest zeroed, normalized irfft.
-    SpectralConv1d { modes: usize },
+    SpectralConv1d {
+        modes: usize,
+    },
     /// Diagonal linear recurrence `h_t = a_t * h_{t-1} + u_t` along axis 1.
     SelectiveScan,
     ScaledDotProductAttention {

@@ -15,11 +15,17 @@ impl Linear {
     /// PyTorch's default initialization: W, b ~ U(-1/sqrt(in), 1/sqrt(in)), drawn with `seed`.
     pub fn new(input: usize, output: usize, bias: bool, seed: u64) -> Result<Linear> {
         if input == 0 || output == 0 {
-            return Err(Error::Creation(format!("linear layer needs positive sizes, got {input} -> {output}")));
+            return Err(Error::Creation(format!(
+                "linear layer needs positive sizes, got {input} -> {output}"
+            )));
         }
         let bound = 1.0 / (input as f32).sqrt();
         let weight = Tensor::uniform(&[output, input], -bound, bound, seed)?.requires_grad();
-        let bias = if bias { Some(Tensor::uniform(&[output], -bound, bound, seed ^ 0xB1A5)?.requires_grad()) } else { None };
+        let bias = if bias {
+            Some(Tensor::uniform(&[output], -bound, bound, seed ^ 0xB1A5)?.requires_grad())
+        } else {
+            None
+        };
         Ok(Linear { weight, bias })
     }
 }
@@ -85,9 +91,15 @@ impl Mlp {
     /// Layers of sizes `sizes[0] -> sizes[1] -> ...`, seeded per layer.
     pub fn new(sizes: &[usize], activation: Activation, seed: u64) -> Result<Mlp> {
         if sizes.len() < 2 {
-            return Err(Error::Creation(format!("an MLP needs at least an input and an output size, got {sizes:?}")));
+            return Err(Error::Creation(format!(
+                "an MLP needs at least an input and an output size, got {sizes:?}"
+            )));
         }
-        let layers = sizes.windows(2).enumerate().map(|(i, w)| Linear::new(w[0], w[1], true, seed.wrapping_add(1000 * i as u64))).collect::<Result<_>>()?;
+        let layers = sizes
+            .windows(2)
+            .enumerate()
+            .map(|(i, w)| Linear::new(w[0], w[1], true, seed.wrapping_add(1000 * i as u64)))
+            .collect::<Result<_>>()?;
         Ok(Mlp { layers, activation })
     }
 
@@ -109,9 +121,25 @@ impl Module for Mlp {
         Ok(h)
     }
     fn parameters(&self) -> Vec<(String, &Tensor)> {
-        self.layers.iter().enumerate().flat_map(|(i, l)| l.parameters().into_iter().map(move |(n, t)| (format!("layers.{i}.{n}"), t))).collect()
+        self.layers
+            .iter()
+            .enumerate()
+            .flat_map(|(i, l)| {
+                l.parameters()
+                    .into_iter()
+                    .map(move |(n, t)| (format!("layers.{i}.{n}"), t))
+            })
+            .collect()
     }
     fn parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
-        self.layers.iter_mut().enumerate().flat_map(|(i, l)| l.parameters_mut().into_iter().map(move |(n, t)| (format!("layers.{i}.{n}"), t))).collect()
+        self.layers
+            .iter_mut()
+            .enumerate()
+            .flat_map(|(i, l)| {
+                l.parameters_mut()
+                    .into_iter()
+                    .map(move |(n, t)| (format!("layers.{i}.{n}"), t))
+            })
+            .collect()
     }
 }

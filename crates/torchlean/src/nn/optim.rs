@@ -18,7 +18,9 @@ fn check_lr(lr: f32) -> Result<()> {
     if lr.is_finite() && lr > 0.0 {
         Ok(())
     } else {
-        Err(Error::Other(format!("learning rate must be finite and > 0, got {lr}")))
+        Err(Error::Other(format!(
+            "learning rate must be finite and > 0, got {lr}"
+        )))
     }
 }
 
@@ -33,7 +35,12 @@ pub struct Sgd {
 impl Sgd {
     pub fn new(lr: f32, momentum: f32, weight_decay: f32) -> Result<Sgd> {
         check_lr(lr)?;
-        Ok(Sgd { lr, momentum, weight_decay, velocity: vec![] })
+        Ok(Sgd {
+            lr,
+            momentum,
+            weight_decay,
+            velocity: vec![],
+        })
     }
 }
 
@@ -79,7 +86,15 @@ pub struct Adam {
 impl Adam {
     pub fn new(lr: f32) -> Result<Adam> {
         check_lr(lr)?;
-        Ok(Adam { lr, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.0, step: 0, moments: vec![] })
+        Ok(Adam {
+            lr,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 0.0,
+            step: 0,
+            moments: vec![],
+        })
     }
 }
 
@@ -87,7 +102,10 @@ impl Optimizer for Adam {
     fn step(&mut self, model: &mut dyn Module, grads: &Gradients) -> Result<()> {
         let params = model.parameters_mut();
         if self.moments.len() != params.len() {
-            self.moments = params.iter().map(|(_, p)| (vec![0.0; p.numel()], vec![0.0; p.numel()])).collect();
+            self.moments = params
+                .iter()
+                .map(|(_, p)| (vec![0.0; p.numel()], vec![0.0; p.numel()]))
+                .collect();
         }
         self.step += 1;
         let (b1, b2) = (self.beta1, self.beta2);

@@ -19,8 +19,16 @@ impl SyntheticRegression {
     pub fn new(len: usize, seed: u64) -> Result<Self> {
         let f = Self::FEATURES;
         let inputs = Tensor::randn(&[len, f], seed)?.to_vec();
-        let targets = inputs.chunks(f).map(|x| (2.0 * x[0]).sin() + 0.5 * x[1] * x[2] - 0.3 * x[3]).collect();
-        Ok(SyntheticRegression { inputs, targets, features: f, len })
+        let targets = inputs
+            .chunks(f)
+            .map(|x| (2.0 * x[0]).sin() + 0.5 * x[1] * x[2] - 0.3 * x[3])
+            .collect();
+        Ok(SyntheticRegression {
+            inputs,
+            targets,
+            features: f,
+            len,
+        })
     }
 
     /// Batch number `step`: `batch` consecutive samples (wrapping around).
@@ -33,6 +41,9 @@ impl SyntheticRegression {
             x.extend_from_slice(&self.inputs[i * f..(i + 1) * f]);
             y.push(self.targets[i]);
         }
-        Ok((Tensor::from_vec(x, &[batch, f])?, Tensor::from_vec(y, &[batch, 1])?))
+        Ok((
+            Tensor::from_vec(x, &[batch, f])?,
+            Tensor::from_vec(y, &[batch, 1])?,
+        ))
     }
 }

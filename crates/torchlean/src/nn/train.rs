@@ -34,7 +34,10 @@ pub fn train_regression(
         optimizer.step(model, &grads)?;
         losses.push(value);
         if step == 0 || step + 1 == steps || (log_every > 0 && (step + 1) % log_every == 0) {
-            log(StepLog { step: step + 1, loss: value });
+            log(StepLog {
+                step: step + 1,
+                loss: value,
+            });
         }
     }
     Ok(losses)

@@ -16,7 +16,10 @@ use crate::tensor::Tensor;
 /// Checks that `result` is canonical row-major with exactly `expected_shape`.
 pub fn canonical_layout(op: &Op, result: &Tensor, expected_shape: &[usize]) -> Result<()> {
     let l = result.layout();
-    let canonical = l.shape == expected_shape && l.offset == 0 && result.is_contiguous() && result.storage_len() == numel(expected_shape);
+    let canonical = l.shape == expected_shape
+        && l.offset == 0
+        && result.is_contiguous()
+        && result.storage_len() == numel(expected_shape);
     if canonical {
         Ok(())
     } else {

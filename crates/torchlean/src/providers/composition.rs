@@ -14,7 +14,10 @@
 
 use super::capsules::{descriptor, layout_claim, shape_claim, spec_name, value_claim, vjp_claim};
 use super::native_cpu::guard;
-use crate::backend::{Device, Evidence, KernelCapsule, Provenance, Provider, Registry, RegistryError, RuntimeSupport, TrustLevel, VjpMode};
+use crate::backend::{
+    Device, Evidence, KernelCapsule, Provenance, Provider, Registry, RegistryError, RuntimeSupport,
+    TrustLevel, VjpMode,
+};
 use crate::error::{Error, Result};
 use crate::graph::{AttentionMask, Op, OpKind};
 use crate::runtime::autograd::NoGradGuard;
@@ -30,7 +33,11 @@ fn compose(op: &Op, x: &[&Tensor]) -> Result<Tensor> {
             let d = x[0].sub(x[1])?;
             d.mul(&d)?.sum_all()?.scale(1.0 / x[0].numel() as f32)
         }
-        Op::ScaledDotProductAttention { scale, causal, mask } => {
+        Op::ScaledDotProductAttention {
+            scale,
+            causal,
+            mask,
+        } => {
             let (q, k, v) = (x[0], x[1], x[2]);
             let r = q.rank();
             let (l, d, s) = (q.shape()[r - 2], q.shape()[r - 1], k.shape()[r - 2]);
@@ -39,9 +46,15 @@ fn compose(op: &Op, x: &[&Tensor]) -> Result<Tensor> {
             if *mask == AttentionMask::AdditiveBias {
                 scores = scores.add(x[3])?;
             }
-            let mut allowed: Option<Tensor> = if *mask == AttentionMask::Boolean { Some(x[3].clone()) } else { None };
+            let mut allowed: Option<Tensor> = if *mask == AttentionMask::Boolean {
+                Some(x[3].clone())
+            } else {
+                None
+            };
             if *causal {
-                let tri: Vec<f32> = (0..l * s).map(|f| ((f % s) <= (f / s)) as u8 as f32).collect();
+                let tri: Vec<f32> = (0..l * s)
+                    .map(|f| ((f % s) <= (f / s)) as u8 as f32)
+                    .collect();
                 let tri = Tensor::from_vec(tri, &[l, s])?;
                 allowed = Some(match allowed {
                     Some(m) => m.mul(&tri)?,
@@ -57,7 +70,10 @@ fn compose(op: &Op, x: &[&Tensor]) -> Result<Tensor> {
             };
             probs.matmul(v)
         }
-        other => Err(Error::NoKernel { provider: "torchlean", op: other.name() }),
+        other => Err(Error::NoKernel {
+            provider: "torchlean",
+            op: other.name(),
+        }),
     }
 }
 
@@ -69,11 +85,34 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
 }
 
 /// VJP: backpropagate the cotangent through the composition's parts.
-pub fn vjp(op: &Op, inputs: &[&Tensor], _output: &Tensor, grad_out: &Tensor) -> Result<Vec<Option<Tensor>>> {
+pub fn vjp(
+    op: &Op,
+    inputs: &[&Tensor],
+    _output: &Tensor,
+    grad_out: &Tensor,
+) -> Result<Vec<Option<Tensor>>> {
     guard::output_shape(op, inputs)?;
     let _grad = NoGradGuard::set(true);
-    let differentiable = |i: usize| !matches!(op, Op::ScaledDotProductAttention { mask: AttentionMask::Boolean, .. }) || i < 3;
-    let leaves: Vec<Tensor> = inputs.iter().enumerate().map(|(i, t)| if differentiable(i) { t.detach().requires_grad() } else { t.detach() }).collect();
+    let differentiable = |i: usize| {
+        !matches!(
+            op,
+            Op::ScaledDotProductAttention {
+                mask: AttentionMask::Boolean,
+                ..
+            }
+        ) || i < 3
+    };
+    let leaves: Vec<Tensor> = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            if differentiable(i) {
+                t.detach().requires_grad()
+            } else {
+                t.detach()
+            }
+        })
+        .collect();
     let refs: Vec<&Tensor> = leaves.iter().collect();
     let out = compose(op, &refs)?;
     let objective = out.mul(&grad_out.detach())?.sum_all()?;
@@ -81,18 +120,31 @@ pub fn vjp(op: &Op, inputs: &[&Tensor], _output: &Tensor, grad_out: &Tensor) -> 
     Ok(leaves
         .iter()
         .enumerate()
-        .map(|(i, l)| if differentiable(i) { Some(grads.get(l).cloned().unwrap_or_else(|| Tensor::from_parts(vec![0.0; l.numel()], l.shape().to_vec()))) } else { None })
+        .map(|(i, l)| {
+            if differentiable(i) {
+                Some(grads.get(l).cloned().unwrap_or_else(|| {
+                    Tensor::from_parts(vec![0.0; l.numel()], l.shape().to_vec())
+                }))
+            } else {
+                None
+            }
+        })
         .collect())
 }
 
 pub fn binding() -> KernelBinding {
-    KernelBinding { forward, vjp: Some(vjp) }
+    KernelBinding {
+        forward,
+        vjp: Some(vjp),
+    }
 }
 
 /// The composition capsule of one op.
 pub fn capsule(op: OpKind) -> KernelCapsule {
     let here = |sym: &str| Provenance::source("crates/torchlean/src/providers/composition.rs", sym);
-    let tests = |t: &str| Evidence::TestSuite { tests: vec![t.to_string()] };
+    let tests = |t: &str| Evidence::TestSuite {
+        tests: vec![t.to_string()],
+    };
     KernelCapsule {
         name: format!("torchlean.{}", op.name()),
         op,
@@ -104,10 +156,34 @@ pub fn capsule(op: OpKind) -> KernelCapsule {
         vjp_mode: VjpMode::BackendVjp,
         runtime_support: RuntimeSupport::Eager,
         deterministic: true,
-        shape_contract: descriptor(shape_claim(op), "inputs validated with spec::infer_shape before composing", Evidence::RuntimeGuard { guard: "src/providers/native_cpu/guard.rs::output_shape".into() }, here("forward")),
-        layout_contract: descriptor(layout_claim(op), "parts read inputs row-major; the result is made contiguous", Evidence::RuntimeGuard { guard: "src/providers/native_cpu/guard.rs::row_major_inputs".into() }, here("forward")),
-        value_contract: descriptor(value_claim(op), "the composition matches the f64 spec on the conformance rows", tests("tests/conformance.rs::composition_forward_matches_spec"), here("compose")),
-        vjp_contract: descriptor(vjp_claim(op, VjpMode::BackendVjp), "backpropagation through the parts matches the f64 spec VJP", tests("tests/conformance.rs::composition_vjp_matches_spec"), here("vjp")),
+        shape_contract: descriptor(
+            shape_claim(op),
+            "inputs validated with spec::infer_shape before composing",
+            Evidence::RuntimeGuard {
+                guard: "src/providers/native_cpu/guard.rs::output_shape".into(),
+            },
+            here("forward"),
+        ),
+        layout_contract: descriptor(
+            layout_claim(op),
+            "parts read inputs row-major; the result is made contiguous",
+            Evidence::RuntimeGuard {
+                guard: "src/providers/native_cpu/guard.rs::row_major_inputs".into(),
+            },
+            here("forward"),
+        ),
+        value_contract: descriptor(
+            value_claim(op),
+            "the composition matches the f64 spec on the conformance rows",
+            tests("tests/conformance.rs::composition_forward_matches_spec"),
+            here("compose"),
+        ),
+        vjp_contract: descriptor(
+            vjp_claim(op, VjpMode::BackendVjp),
+            "backpropagation through the parts matches the f64 spec VJP",
+            tests("tests/conformance.rs::composition_vjp_matches_spec"),
+            here("vjp"),
+        ),
     }
 }
 

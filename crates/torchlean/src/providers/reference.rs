@@ -8,7 +8,10 @@
 
 use super::capsules::{descriptor, layout_claim, shape_claim, spec_name, value_claim, vjp_claim};
 use super::checkers::canonical_layout;
-use crate::backend::{proof, Device, Evidence, KernelCapsule, Provenance, Provider, Registry, RegistryError, RuntimeSupport, TrustLevel, VjpMode};
+use crate::backend::{
+    proof, Device, Evidence, KernelCapsule, Provenance, Provider, Registry, RegistryError,
+    RuntimeSupport, TrustLevel, VjpMode,
+};
 use crate::error::Result;
 use crate::graph::{Op, OpKind};
 use crate::runtime::kernel::KernelBinding;
@@ -16,7 +19,10 @@ use crate::spec::{self, Array};
 use crate::tensor::Tensor;
 
 fn to_array(t: &Tensor) -> Array<f32> {
-    Array { shape: t.shape().to_vec(), data: t.to_vec() }
+    Array {
+        shape: t.shape().to_vec(),
+        data: t.to_vec(),
+    }
 }
 
 fn to_checked_tensor(op: &Op, a: Array<f32>, expected: &[usize]) -> Result<Tensor> {
@@ -35,7 +41,12 @@ pub fn spec_forward_f32(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
 }
 
 /// The spec's VJP at f32 (the reference VJP kernel for every op).
-pub fn spec_vjp_f32(op: &Op, inputs: &[&Tensor], output: &Tensor, grad_out: &Tensor) -> Result<Vec<Option<Tensor>>> {
+pub fn spec_vjp_f32(
+    op: &Op,
+    inputs: &[&Tensor],
+    output: &Tensor,
+    grad_out: &Tensor,
+) -> Result<Vec<Option<Tensor>>> {
     let arrays: Vec<Array<f32>> = inputs.iter().map(|t| to_array(t)).collect();
     let refs: Vec<&Array<f32>> = arrays.iter().collect();
     let grads = spec::vjp(op, &refs, &to_array(output), &to_array(grad_out))?;
@@ -48,7 +59,10 @@ pub fn spec_vjp_f32(op: &Op, inputs: &[&Tensor], output: &Tensor, grad_out: &Ten
 
 /// The binding shared by every reference capsule.
 pub fn binding() -> KernelBinding {
-    KernelBinding { forward: spec_forward_f32, vjp: Some(spec_vjp_f32) }
+    KernelBinding {
+        forward: spec_forward_f32,
+        vjp: Some(spec_vjp_f32),
+    }
 }
 
 /// The reference capsule of one op.
@@ -57,12 +71,23 @@ pub fn capsule(op: OpKind) -> KernelCapsule {
     let here = |sym: &str| Provenance::source("crates/torchlean/src/providers/reference.rs", sym);
     let theorem = |claim, statement: &str| -> Evidence {
         // the binding is the spec instantiation, so the certificate is always issued
-        let certificate = proof::certify_spec_instantiation(claim, &b).expect("reference binding is the spec");
-        Evidence::Theorem { statement: statement.to_string(), certificate }
+        let certificate =
+            proof::certify_spec_instantiation(claim, &b).expect("reference binding is the spec");
+        Evidence::Theorem {
+            statement: statement.to_string(),
+            certificate,
+        }
     };
-    let vjp_mode = if op.differentiable() { VjpMode::TorchleanTape } else { VjpMode::None };
+    let vjp_mode = if op.differentiable() {
+        VjpMode::TorchleanTape
+    } else {
+        VjpMode::None
+    };
     let vjp_evidence = if op.differentiable() {
-        theorem(vjp_claim(op, vjp_mode), "the VJP kernel is spec::vjp at f32")
+        theorem(
+            vjp_claim(op, vjp_mode),
+            "the VJP kernel is spec::vjp at f32",
+        )
     } else {
         Evidence::NotProvided
     };

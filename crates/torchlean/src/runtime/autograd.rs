@@ -76,8 +76,18 @@ impl GradNode {
 }
 
 /// Attaches a tape node to a fresh kernel output.
-pub(crate) fn record(op: Op, inputs: &[&Tensor], out: Tensor, kernel: Arc<AcceptedKernel>) -> Tensor {
-    let node = GradNode { op, inputs: inputs.iter().map(|t| (*t).clone()).collect(), output: out.detach(), kernel };
+pub(crate) fn record(
+    op: Op,
+    inputs: &[&Tensor],
+    out: Tensor,
+    kernel: Arc<AcceptedKernel>,
+) -> Tensor {
+    let node = GradNode {
+        op,
+        inputs: inputs.iter().map(|t| (*t).clone()).collect(),
+        output: out.detach(),
+        kernel,
+    };
     out.with_grad_fn(node)
 }
 
@@ -124,7 +134,11 @@ fn add_into(map: &mut HashMap<TensorId, Tensor>, id: TensorId, g: Tensor) -> Res
         }
         Some(prev) => {
             if prev.shape() != g.shape() {
-                return Err(Error::Autograd(format!("gradient shapes disagree for one tensor: {:?} vs {:?}", prev.shape(), g.shape())));
+                return Err(Error::Autograd(format!(
+                    "gradient shapes disagree for one tensor: {:?} vs {:?}",
+                    prev.shape(),
+                    g.shape()
+                )));
             }
             let mut sum = prev.to_vec();
             for (a, b) in sum.iter_mut().zip(g.data().iter()) {
@@ -176,23 +190,38 @@ impl Tensor {
     /// Backpropagates and adds the gradients into `grads` (accumulation across passes).
     pub fn backward_into(&self, grads: &mut Gradients) -> Result<()> {
         if self.numel() != 1 {
-            return Err(Error::Autograd(format!("backward needs a one-element (scalar) output, got shape {:?}", self.shape())));
+            return Err(Error::Autograd(format!(
+                "backward needs a one-element (scalar) output, got shape {:?}",
+                self.shape()
+            )));
         }
         if !self.is_tracked() {
-            return Err(Error::Autograd("backward from a tensor that does not require gradients (nothing was recorded)".into()));
+            return Err(Error::Autograd(
+                "backward from a tensor that does not require gradients (nothing was recorded)"
+                    .into(),
+            ));
         }
         let seed = Tensor::from_parts(vec![1.0], self.shape().to_vec());
         let mut pending: HashMap<TensorId, Tensor> = HashMap::new();
         pending.insert(self.id(), seed);
         let mut leaves = Gradients::default();
         if self.requires_grad_flag() {
-            leaves.map.insert(self.id(), Tensor::from_parts(vec![1.0], self.shape().to_vec()));
+            leaves.map.insert(
+                self.id(),
+                Tensor::from_parts(vec![1.0], self.shape().to_vec()),
+            );
         }
         for t in reverse_topological(self) {
             let Some(node) = t.grad_fn() else { continue };
-            let Some(g) = pending.remove(&t.id()) else { continue };
+            let Some(g) = pending.remove(&t.id()) else {
+                continue;
+            };
             let vjp = node.kernel.binding().vjp.ok_or_else(|| {
-                Error::Autograd(format!("capsule `{}` for op `{}` has no VJP kernel", node.capsule(), node.op.name()))
+                Error::Autograd(format!(
+                    "capsule `{}` for op `{}` has no VJP kernel",
+                    node.capsule(),
+                    node.op.name()
+                ))
             })?;
             let inputs: Vec<&Tensor> = node.inputs.iter().collect();
             let input_grads = vjp(&node.op, &inputs, &node.output, &g)?;

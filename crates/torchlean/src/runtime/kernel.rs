@@ -23,6 +23,11 @@ pub struct KernelBinding {
 
 impl std::fmt::Debug for KernelBinding {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "KernelBinding {{ forward: {:#x}, vjp: {} }}", self.forward as usize, if self.vjp.is_some() { "bound" } else { "none" })
+        write!(
+            f,
+            "KernelBinding {{ forward: {:#x}, vjp: {} }}",
+            self.forward as usize,
+            if self.vjp.is_some() { "bound" } else { "none" }
+        )
     }
 }

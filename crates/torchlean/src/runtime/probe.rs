@@ -15,7 +15,10 @@ pub struct ProbeReport {
 /// device needs a provider crate that this build does not link.
 pub fn probe(device: Device) -> Result<ProbeReport> {
     match device {
-        Device::Cpu => Ok(ProbeReport { device, detail: cpu_features() }),
+        Device::Cpu => Ok(ProbeReport {
+            device,
+            detail: cpu_features(),
+        }),
         other => Err(Error::DeviceUnavailable {
             device: other.label().into(),
             reason: "no provider for this device is linked into this build".into(),
@@ -36,10 +39,18 @@ fn cpu_features() -> String {
         if std::arch::is_x86_feature_detected!("avx512f") {
             f.push("avx512f");
         }
-        format!("x86_64 cpu, {} threads, features: {}", rayon::current_num_threads(), f.join(","))
+        format!(
+            "x86_64 cpu, {} threads, features: {}",
+            rayon::current_num_threads(),
+            f.join(",")
+        )
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        format!("{} cpu, {} threads", std::env::consts::ARCH, rayon::current_num_threads())
+        format!(
+            "{} cpu, {} threads",
+            std::env::consts::ARCH,
+            rayon::current_num_threads()
+        )
     }
 }

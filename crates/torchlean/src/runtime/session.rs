@@ -11,8 +11,8 @@
 use super::autograd;
 use super::probe;
 use crate::backend::{
-    gate_kernel, plan_op, AcceptedKernel, Availability, BackendProfile, BackendReport, ExecutionMode, KernelAudit,
-    PlanRequest, Registry, Target, VjpMode,
+    gate_kernel, plan_op, AcceptedKernel, Availability, BackendProfile, BackendReport,
+    ExecutionMode, KernelAudit, PlanRequest, Registry, Target, VjpMode,
 };
 use crate::error::{Error, Result};
 use crate::graph::{Op, OpKind};
@@ -67,7 +67,11 @@ impl Session {
             device: self.profile.device,
             preference: self.profile.preference,
             policy: self.profile.policy.clone(),
-            vjp: if recording { self.profile.vjp } else { VjpMode::None },
+            vjp: if recording {
+                self.profile.vjp
+            } else {
+                VjpMode::None
+            },
             mode: ExecutionMode::Eager,
         }
     }
@@ -79,16 +83,28 @@ impl Session {
             return Ok((Arc::clone(&s.kernel), s.ran));
         }
         let request = self.request(recording);
-        let planned = plan_op(&self.registry, kind, &request, &self.availability).map_err(|e| Error::Planning(e.to_string()))?;
+        let planned = plan_op(&self.registry, kind, &request, &self.availability)
+            .map_err(|e| Error::Planning(e.to_string()))?;
         let accepted = gate_kernel(&planned, request.vjp, &request.policy).map_err(|r| {
-            Error::Gate(format!("op `{}` rejected:\n  {}", kind.name(), r.failures.iter().map(|f| f.to_string()).collect::<Vec<_>>().join("\n  ")))
+            Error::Gate(format!(
+                "op `{}` rejected:\n  {}",
+                kind.name(),
+                r.failures
+                    .iter()
+                    .map(|f| f.to_string())
+                    .collect::<Vec<_>>()
+                    .join("\n  ")
+            ))
         })?;
         if !self.probed {
             probe::probe(self.profile.device)?;
             self.probed = true;
         }
         let kernel = Arc::new(accepted);
-        self.cache[slot] = Some(Slot { kernel: Arc::clone(&kernel), ran: false });
+        self.cache[slot] = Some(Slot {
+            kernel: Arc::clone(&kernel),
+            ran: false,
+        });
         Ok((kernel, false))
     }
 
@@ -100,7 +116,13 @@ impl Session {
             let (kernel, _) = self.accepted(k, recording && k.differentiable())?;
             audits.push(kernel.audit().clone());
         }
-        Ok(BackendReport::new(&self.profile, ExecutionMode::Eager, audits, vec![], vec![]))
+        Ok(BackendReport::new(
+            &self.profile,
+            ExecutionMode::Eager,
+            audits,
+            vec![],
+            vec![],
+        ))
     }
 
     /// The report of what ran in this session: one row per (op, capsule) actually executed.
@@ -108,7 +130,12 @@ impl Session {
         let mut audits: Vec<KernelAudit> = Vec::new();
         for s in self.cache.iter().flatten().filter(|s| s.ran) {
             let a = s.kernel.audit();
-            if !audits.iter().any(|b| b.op == a.op && b.capsule == a.capsule && b.vjp_mode == a.vjp_mode && b.obligations == a.obligations) {
+            if !audits.iter().any(|b| {
+                b.op == a.op
+                    && b.capsule == a.capsule
+                    && b.vjp_mode == a.vjp_mode
+                    && b.obligations == a.obligations
+            }) {
                 audits.push(a.clone());
             }
         }
@@ -144,7 +171,8 @@ pub fn with_current<R>(f: impl FnOnce(&mut Session) -> R) -> R {
 /// Runs one op eagerly: plan + gate (cached), run the accepted kernel, record the tape.
 pub fn apply(op: Op, inputs: &[&Tensor]) -> Result<Tensor> {
     let kind = op.kind();
-    let recording = kind.differentiable() && autograd::grad_enabled() && inputs.iter().any(|t| t.is_tracked());
+    let recording =
+        kind.differentiable() && autograd::grad_enabled() && inputs.iter().any(|t| t.is_tracked());
     let (kernel, ran) = with_current(|s| s.accepted(kind, recording))?;
     let out = (kernel.binding().forward)(&op, inputs)?;
     if !ran {
@@ -154,5 +182,9 @@ pub fn apply(op: Op, inputs: &[&Tensor]) -> Result<Tensor> {
             }
         });
     }
-    Ok(if recording { autograd::record(op, inputs, out, kernel) } else { out })
+    Ok(if recording {
+        autograd::record(op, inputs, out, kernel)
+    } else {
+        out
+    })
 }

@@ -11,13 +11,20 @@ use crate::graph::Op;
 use crate::scalar::Scalar;
 
 /// Output spatial size of a convolution along one axis, if positive.
-pub(crate) fn conv_out(size: usize, k: usize, s: usize, p: usize, d: usize) -> Option<usize> {
+fn conv_out(size: usize, k: usize, s: usize, p: usize, d: usize) -> Option<usize> {
     let span = d * (k.max(1) - 1) + 1;
     (size + 2 * p).checked_sub(span).map(|e| e / s + 1)
 }
 
 /// Output spatial size of a transposed convolution along one axis.
-pub(crate) fn conv_transpose_out(size: usize, k: usize, s: usize, p: usize, d: usize, op: usize) -> Option<usize> {
+fn conv_transpose_out(
+    size: usize,
+    k: usize,
+    s: usize,
+    p: usize,
+    d: usize,
+    op: usize,
+) -> Option<usize> {
     ((size.max(1) - 1) * s + d * (k.max(1) - 1) + op + 1).checked_sub(2 * p)
 }
 
@@ -30,9 +37,14 @@ pub(super) fn shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError>
     match op {
         Op::Conv2d(g) => {
             if g.groups == 0 || g.stride.contains(&0) || g.dilation.contains(&0) {
-                return Err(payload_err(op, format!("groups, stride and dilation must be >= 1, got {g:?}")));
+                return Err(payload_err(
+                    op,
+                    format!("groups, stride and dilation must be >= 1, got {g:?}"),
+                ));
             }
-            let ok = x[1] % g.groups == 0 && w[0] % g.groups == 0 && w[1] * g.groups == x[1]
+            let ok = x[1] % g.groups == 0
+                && w[0] % g.groups == 0
+                && w[1] * g.groups == x[1]
                 && (shapes.len() == 2 || shapes[2] == [w[0]]);
             if !ok {
                 return Err(shape_err(op, shapes, format!(
@@ -42,29 +54,58 @@ pub(super) fn shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError>
             let ow = conv_out(x[3], w[3], g.stride[1], g.padding[1], g.dilation[1]);
             match (oh, ow) {
                 (Some(oh), Some(ow)) => Ok(vec![x[0], w[0], oh, ow]),
-                _ => Err(shape_err(op, shapes, "a padded input at least as large as the dilated kernel")),
+                _ => Err(shape_err(
+                    op,
+                    shapes,
+                    "a padded input at least as large as the dilated kernel",
+                )),
             }
         }
         Op::ConvTranspose2d(g) => {
             if g.groups == 0 || g.stride.contains(&0) || g.dilation.contains(&0) {
-                return Err(payload_err(op, format!("groups, stride and dilation must be >= 1, got {g:?}")));
+                return Err(payload_err(
+                    op,
+                    format!("groups, stride and dilation must be >= 1, got {g:?}"),
+                ));
             }
             for a in 0..2 {
                 if g.output_padding[a] >= g.stride[a].max(g.dilation[a]) {
-                    return Err(payload_err(op, "output_padding must be smaller than stride or dilation"));
+                    return Err(payload_err(
+                        op,
+                        "output_padding must be smaller than stride or dilation",
+                    ));
                 }
             }
             let cout = w[1] * g.groups;
-            let ok = x[1] == w[0] && x[1] % g.groups == 0 && (shapes.len() == 2 || shapes[2] == [cout]);
+            let ok =
+                x[1] == w[0] && x[1] % g.groups == 0 && (shapes.len() == 2 || shapes[2] == [cout]);
             if !ok {
                 return Err(shape_err(op, shapes, format!(
                     "weight [C_in, C_out/groups, KH, KW] with C_in = x's channels divisible by groups={} and bias [C_out]", g.groups)));
             }
-            let oh = conv_transpose_out(x[2], w[2], g.stride[0], g.padding[0], g.dilation[0], g.output_padding[0]);
-            let ow = conv_transpose_out(x[3], w[3], g.stride[1], g.padding[1], g.dilation[1], g.output_padding[1]);
+            let oh = conv_transpose_out(
+                x[2],
+                w[2],
+                g.stride[0],
+                g.padding[0],
+                g.dilation[0],
+                g.output_padding[0],
+            );
+            let ow = conv_transpose_out(
+                x[3],
+                w[3],
+                g.stride[1],
+                g.padding[1],
+                g.dilation[1],
+                g.output_padding[1],
+            );
             match (oh, ow) {
                 (Some(oh), Some(ow)) if x[2] > 0 && x[3] > 0 => Ok(vec![x[0], cout, oh, ow]),
-                _ => Err(shape_err(op, shapes, "padding no larger than the transposed output")),
+                _ => Err(shape_err(
+                    op,
+                    shapes,
+                    "padding no larger than the transposed output",
+                )),
             }
         }
         _ => unreachable!("conv::shape called for {}", op.name()),
@@ -72,7 +113,13 @@ pub(super) fn shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError>
 }
 
 /// Calls `tap(x_index, w_index, y_index)` for every multiply-accumulate of the op.
-fn for_each_tap(op: &Op, x: &[usize], w: &[usize], y: &[usize], mut tap: impl FnMut(usize, usize, usize)) {
+fn for_each_tap(
+    op: &Op,
+    x: &[usize],
+    w: &[usize],
+    y: &[usize],
+    mut tap: impl FnMut(usize, usize, usize),
+) {
     let (n, (h, wd), (oh, ow), (kh, kw)) = (x[0], (x[2], x[3]), (y[2], y[3]), (w[2], w[3]));
     match op {
         Op::Conv2d(g) => {
@@ -86,12 +133,15 @@ fn for_each_tap(op: &Op, x: &[usize], w: &[usize], y: &[usize], mut tap: impl Fn
                             for c in 0..cg {
                                 for p in 0..kh {
                                     for q in 0..kw {
-                                        let r = (i * g.stride[0] + p * g.dilation[0]) as isize - g.padding[0] as isize;
-                                        let s = (j * g.stride[1] + q * g.dilation[1]) as isize - g.padding[1] as isize;
+                                        let r = (i * g.stride[0] + p * g.dilation[0]) as isize
+                                            - g.padding[0] as isize;
+                                        let s = (j * g.stride[1] + q * g.dilation[1]) as isize
+                                            - g.padding[1] as isize;
                                         if r < 0 || s < 0 || r as usize >= h || s as usize >= wd {
                                             continue;
                                         }
-                                        let xi = ((b * x[1] + grp * cg + c) * h + r as usize) * wd + s as usize;
+                                        let xi = ((b * x[1] + grp * cg + c) * h + r as usize) * wd
+                                            + s as usize;
                                         let wi = ((o * cg + c) * kh + p) * kw + q;
                                         tap(xi, wi, yi);
                                     }
@@ -113,12 +163,16 @@ fn for_each_tap(op: &Op, x: &[usize], w: &[usize], y: &[usize], mut tap: impl Fn
                             for oc in 0..og {
                                 for p in 0..kh {
                                     for q in 0..kw {
-                                        let i = (r * g.stride[0] + p * g.dilation[0]) as isize - g.padding[0] as isize;
-                                        let j = (s * g.stride[1] + q * g.dilation[1]) as isize - g.padding[1] as isize;
+                                        let i = (r * g.stride[0] + p * g.dilation[0]) as isize
+                                            - g.padding[0] as isize;
+                                        let j = (s * g.stride[1] + q * g.dilation[1]) as isize
+                                            - g.padding[1] as isize;
                                         if i < 0 || j < 0 || i as usize >= oh || j as usize >= ow {
                                             continue;
                                         }
-                                        let yi = ((b * y[1] + grp * og + oc) * oh + i as usize) * ow + j as usize;
+                                        let yi = ((b * y[1] + grp * og + oc) * oh + i as usize)
+                                            * ow
+                                            + j as usize;
                                         let wi = ((ci * og + oc) * kh + p) * kw + q;
                                         tap(xi, wi, yi);
                                     }

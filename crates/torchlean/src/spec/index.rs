@@ -19,7 +19,12 @@ pub(crate) fn to_index(op: &Op, v: f64, position: usize, bound: usize) -> Result
     if v.is_finite() && v >= 0.0 && v.fract() == 0.0 && (v as usize) < bound {
         Ok(v as usize)
     } else {
-        Err(OpError::Index { op: op.name(), value: v as f32, position, bound })
+        Err(OpError::Index {
+            op: op.name(),
+            value: v as f32,
+            position,
+            bound,
+        })
     }
 }
 
@@ -36,25 +41,44 @@ pub(super) fn shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError>
         Op::IndexSelect { .. } => {
             expect_arity(op, shapes, &[2])?;
             if axis >= shapes[0].len() || shapes[1].len() != 1 {
-                return Err(shape_err(op, shapes, format!("x with an axis {axis} and a 1-D index")));
+                return Err(shape_err(
+                    op,
+                    shapes,
+                    format!("x with an axis {axis} and a 1-D index"),
+                ));
             }
             let mut out = shapes[0].to_vec();
             out[axis] = shapes[1][0];
             Ok(out)
         }
         Op::Gather { .. } | Op::ScatterAdd { .. } => {
-            let n = if matches!(op, Op::Gather { .. }) { 2 } else { 3 };
+            let n = if matches!(op, Op::Gather { .. }) {
+                2
+            } else {
+                3
+            };
             expect_arity(op, shapes, &[n])?;
             let (x, idx) = (shapes[0], shapes[1]);
             let ok = axis < x.len()
                 && idx.len() == x.len()
-                && idx.iter().zip(x).enumerate().all(|(d, (i, s))| d == axis || i <= s)
+                && idx
+                    .iter()
+                    .zip(x)
+                    .enumerate()
+                    .all(|(d, (i, s))| d == axis || i <= s)
                 && (n == 2 || shapes[2] == idx);
             if !ok {
                 return Err(shape_err(
                     op,
                     shapes,
-                    format!("an index of the same rank as x, no larger than x off axis {axis}{}", if n == 3 { ", and src of the index's shape" } else { "" }),
+                    format!(
+                        "an index of the same rank as x, no larger than x off axis {axis}{}",
+                        if n == 3 {
+                            ", and src of the index's shape"
+                        } else {
+                            ""
+                        }
+                    ),
                 ));
             }
             Ok(if n == 2 { idx.to_vec() } else { x.to_vec() })
@@ -65,7 +89,12 @@ pub(super) fn shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError>
 
 /// For each element of an index tensor of `idx_shape`, the flat position in a tensor of
 /// `x_shape` that it addresses along `axis`.
-fn addressed_positions<T: Scalar>(op: &Op, x_shape: &[usize], idx: &Array<T>, axis: usize) -> Result<Vec<usize>, OpError> {
+fn addressed_positions<T: Scalar>(
+    op: &Op,
+    x_shape: &[usize],
+    idx: &Array<T>,
+    axis: usize,
+) -> Result<Vec<usize>, OpError> {
     let xs = contiguous_strides(x_shape);
     let mut pos = Vec::with_capacity(idx.numel());
     let mut multi = vec![0usize; idx.shape.len()];
@@ -90,10 +119,18 @@ fn addressed_positions<T: Scalar>(op: &Op, x_shape: &[usize], idx: &Array<T>, ax
 
 /// Validated indices of a 1-D index tensor.
 fn select_indices<T: Scalar>(op: &Op, idx: &Array<T>, bound: usize) -> Result<Vec<usize>, OpError> {
-    idx.data.iter().enumerate().map(|(p, v)| to_index(op, v.f64(), p, bound)).collect()
+    idx.data
+        .iter()
+        .enumerate()
+        .map(|(p, v)| to_index(op, v.f64(), p, bound))
+        .collect()
 }
 
-pub(super) fn forward<T: Scalar>(op: &Op, xs: &[&Array<T>], out_shape: Vec<usize>) -> Result<Array<T>, OpError> {
+pub(super) fn forward<T: Scalar>(
+    op: &Op,
+    xs: &[&Array<T>],
+    out_shape: Vec<usize>,
+) -> Result<Array<T>, OpError> {
     let axis = axis_of(op);
     let x = xs[0];
     match op {
@@ -107,11 +144,17 @@ pub(super) fn forward<T: Scalar>(op: &Op, xs: &[&Array<T>], out_shape: Vec<usize
                     data.extend_from_slice(&x.data[base..base + inner]);
                 }
             }
-            Ok(Array { shape: out_shape, data })
+            Ok(Array {
+                shape: out_shape,
+                data,
+            })
         }
         Op::Gather { .. } => {
             let pos = addressed_positions(op, &x.shape, xs[1], axis)?;
-            Ok(Array { shape: out_shape, data: pos.into_iter().map(|p| x.data[p]).collect() })
+            Ok(Array {
+                shape: out_shape,
+                data: pos.into_iter().map(|p| x.data[p]).collect(),
+            })
         }
         Op::ScatterAdd { .. } => {
             let pos = addressed_positions(op, &x.shape, xs[1], axis)?;
@@ -125,7 +168,11 @@ pub(super) fn forward<T: Scalar>(op: &Op, xs: &[&Array<T>], out_shape: Vec<usize
     }
 }
 
-pub(super) fn vjp<T: Scalar>(op: &Op, xs: &[&Array<T>], gy: &Array<T>) -> Result<InputGrads<T>, OpError> {
+pub(super) fn vjp<T: Scalar>(
+    op: &Op,
+    xs: &[&Array<T>],
+    gy: &Array<T>,
+) -> Result<InputGrads<T>, OpError> {
     let axis = axis_of(op);
     let x = xs[0];
     match op {
@@ -136,7 +183,8 @@ pub(super) fn vjp<T: Scalar>(op: &Op, xs: &[&Array<T>], gy: &Array<T>) -> Result
             for o in 0..outer {
                 for (k, &s) in sel.iter().enumerate() {
                     for i in 0..inner {
-                        g.data[o * dim * inner + s * inner + i] += gy.data[(o * sel.len() + k) * inner + i];
+                        g.data[o * dim * inner + s * inner + i] +=
+                            gy.data[(o * sel.len() + k) * inner + i];
                     }
                 }
             }
@@ -152,7 +200,10 @@ pub(super) fn vjp<T: Scalar>(op: &Op, xs: &[&Array<T>], gy: &Array<T>) -> Result
         }
         Op::ScatterAdd { .. } => {
             let pos = addressed_positions(op, &x.shape, xs[1], axis)?;
-            let gsrc = Array { shape: xs[2].shape.clone(), data: pos.into_iter().map(|p| gy.data[p]).collect() };
+            let gsrc = Array {
+                shape: xs[2].shape.clone(),
+                data: pos.into_iter().map(|p| gy.data[p]).collect(),
+            };
             Ok(vec![Some(gy.clone()), None, Some(gsrc)])
         }
         _ => unreachable!("index::vjp called for {}", op.name()),

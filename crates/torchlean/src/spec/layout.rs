@@ -16,7 +16,11 @@ pub(super) fn shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError>
                 return Err(shape_err(
                     op,
                     shapes,
-                    format!("{} elements to reshape into {shape:?} ({} elements)", numel(shape), numel(shape)),
+                    format!(
+                        "{} elements to reshape into {shape:?} ({} elements)",
+                        numel(shape),
+                        numel(shape)
+                    ),
                 ));
             }
             Ok(shape.clone())
@@ -25,8 +29,18 @@ pub(super) fn shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError>
             expect_arity(op, shapes, &[1])?;
             let rank = shapes[0].len();
             let mut seen = vec![false; rank];
-            if axes.len() != rank || axes.iter().any(|&a| a >= rank || std::mem::replace(&mut seen[a], true)) {
-                return Err(payload_err(op, format!("axes {axes:?} are not a permutation of 0..{rank} for shape {:?}", shapes[0])));
+            if axes.len() != rank
+                || axes
+                    .iter()
+                    .any(|&a| a >= rank || std::mem::replace(&mut seen[a], true))
+            {
+                return Err(payload_err(
+                    op,
+                    format!(
+                        "axes {axes:?} are not a permutation of 0..{rank} for shape {:?}",
+                        shapes[0]
+                    ),
+                ));
             }
             Ok(axes.iter().map(|&a| shapes[0][a]).collect())
         }
@@ -34,24 +48,43 @@ pub(super) fn shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError>
             expect_arity(op, shapes, &[1])?;
             match super::broadcast_shapes(shapes[0], shape) {
                 Some(s) if &s == shape => Ok(shape.clone()),
-                _ => Err(shape_err(op, shapes, format!("a shape that broadcasts to {shape:?}"))),
+                _ => Err(shape_err(
+                    op,
+                    shapes,
+                    format!("a shape that broadcasts to {shape:?}"),
+                )),
             }
         }
         Op::Concat { axis } => {
             if shapes.is_empty() {
-                return Err(OpError::Arity { op: op.name(), expected: "at least 1".into(), got: 0 });
+                return Err(OpError::Arity {
+                    op: op.name(),
+                    expected: "at least 1".into(),
+                    got: 0,
+                });
             }
             let first = shapes[0];
             if *axis >= first.len() {
-                return Err(shape_err(op, shapes, format!("tensors with an axis {axis}")));
+                return Err(shape_err(
+                    op,
+                    shapes,
+                    format!("tensors with an axis {axis}"),
+                ));
             }
             let mut out = first.to_vec();
             out[*axis] = 0;
             for s in shapes {
                 let agree = s.len() == first.len()
-                    && s.iter().zip(first).enumerate().all(|(d, (a, b))| d == *axis || a == b);
+                    && s.iter()
+                        .zip(first)
+                        .enumerate()
+                        .all(|(d, (a, b))| d == *axis || a == b);
                 if !agree {
-                    return Err(shape_err(op, shapes, format!("equal shapes except along axis {axis}")));
+                    return Err(shape_err(
+                        op,
+                        shapes,
+                        format!("equal shapes except along axis {axis}"),
+                    ));
                 }
                 out[*axis] += s[*axis];
             }
@@ -92,7 +125,10 @@ fn permute<T: Scalar>(x: &Array<T>, axes: &[usize]) -> Array<T> {
             idx[d] = 0;
         }
     }
-    Array { shape: out_shape, data: out }
+    Array {
+        shape: out_shape,
+        data: out,
+    }
 }
 
 pub(super) fn forward<T: Scalar>(op: &Op, xs: &[&Array<T>], out_shape: Vec<usize>) -> Array<T> {
@@ -109,7 +145,10 @@ pub(super) fn forward<T: Scalar>(op: &Op, xs: &[&Array<T>], out_shape: Vec<usize
                     data.extend_from_slice(&x.data[o * chunk..(o + 1) * chunk]);
                 }
             }
-            Array { shape: out_shape, data }
+            Array {
+                shape: out_shape,
+                data,
+            }
         }
         Op::Slice { axis, start, end } => {
             let (outer, dim, inner) = split_at_axis(&xs[0].shape, *axis);
@@ -118,7 +157,10 @@ pub(super) fn forward<T: Scalar>(op: &Op, xs: &[&Array<T>], out_shape: Vec<usize
                 let base = o * dim * inner;
                 data.extend_from_slice(&xs[0].data[base + start * inner..base + end * inner]);
             }
-            Array { shape: out_shape, data }
+            Array {
+                shape: out_shape,
+                data,
+            }
         }
         _ => unreachable!("layout::forward called for {}", op.name()),
     }
@@ -149,7 +191,12 @@ pub(super) fn vjp<T: Scalar>(op: &Op, xs: &[&Array<T>], gy: &Array<T>) -> InputG
             grads
                 .into_iter()
                 .zip(xs)
-                .map(|(data, x)| Some(Array { shape: x.shape.clone(), data }))
+                .map(|(data, x)| {
+                    Some(Array {
+                        shape: x.shape.clone(),
+                        data,
+                    })
+                })
                 .collect()
         }
         Op::Slice { axis, start, end } => {

@@ -49,9 +49,15 @@ pub(super) fn shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError>
     match op {
         Op::Matmul => {
             expect_arity(op, shapes, &[2])?;
-            matmul_dims(shapes[0], shapes[1]).map(|(_, s)| s).ok_or_else(|| {
-                shape_err(op, shapes, "a [..., m, k] and b [..., k, n] with equal batch dims, or one side 2-D")
-            })
+            matmul_dims(shapes[0], shapes[1])
+                .map(|(_, s)| s)
+                .ok_or_else(|| {
+                    shape_err(
+                        op,
+                        shapes,
+                        "a [..., m, k] and b [..., k, n] with equal batch dims, or one side 2-D",
+                    )
+                })
         }
         Op::Linear => {
             expect_arity(op, shapes, &[2, 3])?;
@@ -61,7 +67,11 @@ pub(super) fn shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError>
                 && x[x.len() - 1] == w[1]
                 && (shapes.len() == 2 || shapes[2] == [w[0]]);
             if !ok {
-                return Err(shape_err(op, shapes, "x [..., in], weight [out, in] and optional bias [out]"));
+                return Err(shape_err(
+                    op,
+                    shapes,
+                    "x [..., in], weight [out, in] and optional bias [out]",
+                ));
             }
             let mut out = x.to_vec();
             *out.last_mut().expect("x is non-empty, checked above") = w[0];
@@ -70,7 +80,11 @@ pub(super) fn shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError>
         Op::MseLoss => {
             expect_arity(op, shapes, &[2])?;
             if shapes[0] != shapes[1] {
-                return Err(shape_err(op, shapes, "prediction and target of the same shape"));
+                return Err(shape_err(
+                    op,
+                    shapes,
+                    "prediction and target of the same shape",
+                ));
             }
             Ok(vec![])
         }
@@ -108,14 +122,26 @@ fn transpose<T: Scalar>(a: &[T], r: usize, c: usize) -> Vec<T> {
 pub(super) fn forward<T: Scalar>(op: &Op, xs: &[&Array<T>], out_shape: Vec<usize>) -> Array<T> {
     match op {
         Op::Matmul => {
-            let (d, _) = matmul_dims(&xs[0].shape, &xs[1].shape).expect("shape rule checked the dims");
+            let (d, _) =
+                matmul_dims(&xs[0].shape, &xs[1].shape).expect("shape rule checked the dims");
             let mut data = Vec::with_capacity(numel(&out_shape));
             for bi in 0..d.batch {
-                let a = if d.a_batched { &xs[0].data[bi * d.m * d.k..(bi + 1) * d.m * d.k] } else { &xs[0].data[..] };
-                let b = if d.b_batched { &xs[1].data[bi * d.k * d.n..(bi + 1) * d.k * d.n] } else { &xs[1].data[..] };
+                let a = if d.a_batched {
+                    &xs[0].data[bi * d.m * d.k..(bi + 1) * d.m * d.k]
+                } else {
+                    &xs[0].data[..]
+                };
+                let b = if d.b_batched {
+                    &xs[1].data[bi * d.k * d.n..(bi + 1) * d.k * d.n]
+                } else {
+                    &xs[1].data[..]
+                };
                 data.extend(mm(a, b, d.m, d.k, d.n, false));
             }
-            Array { shape: out_shape, data }
+            Array {
+                shape: out_shape,
+                data,
+            }
         }
         Op::Linear => {
             let (inp, outf) = (xs[1].shape[1], xs[1].shape[0]);
@@ -128,12 +154,23 @@ pub(super) fn forward<T: Scalar>(op: &Op, xs: &[&Array<T>], out_shape: Vec<usize
                     }
                 }
             }
-            Array { shape: out_shape, data }
+            Array {
+                shape: out_shape,
+                data,
+            }
         }
         Op::MseLoss => {
             let n = T::c(xs[0].numel() as f64);
-            let s: T = xs[0].data.iter().zip(&xs[1].data).map(|(&a, &b)| (a - b) * (a - b)).sum();
-            Array { shape: out_shape, data: vec![s / n] }
+            let s: T = xs[0]
+                .data
+                .iter()
+                .zip(&xs[1].data)
+                .map(|(&a, &b)| (a - b) * (a - b))
+                .sum();
+            Array {
+                shape: out_shape,
+                data: vec![s / n],
+            }
         }
         _ => unreachable!("linalg::forward called for {}", op.name()),
     }
@@ -142,11 +179,15 @@ pub(super) fn forward<T: Scalar>(op: &Op, xs: &[&Array<T>], out_shape: Vec<usize
 pub(super) fn vjp<T: Scalar>(op: &Op, xs: &[&Array<T>], gy: &Array<T>) -> InputGrads<T> {
     match op {
         Op::Matmul => {
-            let (d, _) = matmul_dims(&xs[0].shape, &xs[1].shape).expect("shape rule checked the dims");
+            let (d, _) =
+                matmul_dims(&xs[0].shape, &xs[1].shape).expect("shape rule checked the dims");
             let mut ga = Array::zeros(&xs[0].shape);
             let mut gb = Array::zeros(&xs[1].shape);
             for bi in 0..d.batch {
-                let (ao, bo) = (if d.a_batched { bi * d.m * d.k } else { 0 }, if d.b_batched { bi * d.k * d.n } else { 0 });
+                let (ao, bo) = (
+                    if d.a_batched { bi * d.m * d.k } else { 0 },
+                    if d.b_batched { bi * d.k * d.n } else { 0 },
+                );
                 let a = &xs[0].data[ao..ao + d.m * d.k];
                 let b = &xs[1].data[bo..bo + d.k * d.n];
                 let g = &gy.data[bi * d.m * d.n..(bi + 1) * d.m * d.n];
@@ -166,10 +207,23 @@ pub(super) fn vjp<T: Scalar>(op: &Op, xs: &[&Array<T>], gy: &Array<T>) -> InputG
             let (inp, outf) = (xs[1].shape[1], xs[1].shape[0]);
             let rows = numel(&xs[0].shape[..xs[0].shape.len() - 1]);
             let gx = mm(&gy.data, &xs[1].data, rows, outf, inp, false);
-            let gw = mm(&transpose(&gy.data, rows, outf), &xs[0].data, outf, rows, inp, false);
+            let gw = mm(
+                &transpose(&gy.data, rows, outf),
+                &xs[0].data,
+                outf,
+                rows,
+                inp,
+                false,
+            );
             let mut grads = vec![
-                Some(Array { shape: xs[0].shape.clone(), data: gx }),
-                Some(Array { shape: xs[1].shape.clone(), data: gw }),
+                Some(Array {
+                    shape: xs[0].shape.clone(),
+                    data: gx,
+                }),
+                Some(Array {
+                    shape: xs[1].shape.clone(),
+                    data: gw,
+                }),
             ];
             if xs.len() == 3 {
                 let mut gb = Array::zeros(&[outf]);

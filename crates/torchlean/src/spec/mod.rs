@@ -24,7 +24,6 @@ mod softmax;
 mod special;
 
 pub use array::{broadcast_shapes, contiguous_strides, numel, reduce_to, Array};
-pub(crate) use conv::{conv_out, conv_transpose_out};
 pub(crate) use linalg::matmul_dims;
 pub use random::{splitmix64, uniform_from_bits};
 

@@ -17,7 +17,10 @@ pub(super) fn shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError>
     };
     expect_arity(op, shapes, &[n])?;
     if !(eps >= 0.0 && eps.is_finite()) {
-        return Err(payload_err(op, format!("eps must be finite and >= 0, got {eps}")));
+        return Err(payload_err(
+            op,
+            format!("eps must be finite and >= 0, got {eps}"),
+        ));
     }
     let x = shapes[0];
     let feature = match op {
@@ -27,10 +30,16 @@ pub(super) fn shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError>
     };
     match feature {
         Some(f) if shapes[1..].iter().all(|s| *s == [f]) => Ok(x.to_vec()),
-        _ => Err(shape_err(op, shapes, match op {
-            Op::BatchNorm { channel_axis, .. } => format!("x with a channel axis {channel_axis}, and gamma/beta of shape [channels]"),
-            _ => "x [..., d] and affine parameters of shape [d]".to_string(),
-        })),
+        _ => Err(shape_err(
+            op,
+            shapes,
+            match op {
+                Op::BatchNorm { channel_axis, .. } => format!(
+                    "x with a channel axis {channel_axis}, and gamma/beta of shape [channels]"
+                ),
+                _ => "x [..., d] and affine parameters of shape [d]".to_string(),
+            },
+        )),
     }
 }
 
@@ -65,7 +74,9 @@ fn groups(op: &Op, shape: &[usize]) -> (Vec<Vec<usize>>, Vec<usize>) {
 
 fn eps_of<T: Scalar>(op: &Op) -> T {
     match op {
-        Op::LayerNorm { eps } | Op::RmsNorm { eps } | Op::BatchNorm { eps, .. } => T::c(*eps as f64),
+        Op::LayerNorm { eps } | Op::RmsNorm { eps } | Op::BatchNorm { eps, .. } => {
+            T::c(*eps as f64)
+        }
         _ => unreachable!("norm::eps_of called for {}", op.name()),
     }
 }
@@ -74,7 +85,11 @@ fn eps_of<T: Scalar>(op: &Op) -> T {
 fn stats<T: Scalar>(op: &Op, x: &[T], g: &[usize]) -> (T, T) {
     let n = T::c(g.len() as f64);
     let rms = matches!(op, Op::RmsNorm { .. });
-    let mu = if rms { T::zero() } else { g.iter().map(|&f| x[f]).sum::<T>() / n };
+    let mu = if rms {
+        T::zero()
+    } else {
+        g.iter().map(|&f| x[f]).sum::<T>() / n
+    };
     let var = g.iter().map(|&f| (x[f] - mu) * (x[f] - mu)).sum::<T>() / n;
     (mu, T::one() / (var + eps_of::<T>(op)).sqrt())
 }
@@ -107,7 +122,11 @@ pub(super) fn vjp<T: Scalar>(op: &Op, xs: &[&Array<T>], gy: &Array<T>) -> InputG
         let (mu, rstd) = stats(op, &x.data, g);
         let xhat = |f: usize| (x.data[f] - mu) * rstd;
         let gxhat = |f: usize| gy.data[f] * gamma.data[param[f]];
-        let mean_g = if rms { T::zero() } else { g.iter().map(|&f| gxhat(f)).sum::<T>() / n };
+        let mean_g = if rms {
+            T::zero()
+        } else {
+            g.iter().map(|&f| gxhat(f)).sum::<T>() / n
+        };
         let mean_gx = g.iter().map(|&f| gxhat(f) * xhat(f)).sum::<T>() / n;
         for &f in g {
             gx.data[f] = rstd * (gxhat(f) - mean_g - xhat(f) * mean_gx);

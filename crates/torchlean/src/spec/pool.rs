@@ -11,7 +11,9 @@ use crate::scalar::Scalar;
 
 pub(crate) fn geometry(op: &Op) -> Pool2dGeometry {
     match op {
-        Op::MaxPool2d(g) | Op::AvgPool2d { geometry: g, .. } | Op::SmoothMaxPool2d { geometry: g, .. } => *g,
+        Op::MaxPool2d(g)
+        | Op::AvgPool2d { geometry: g, .. }
+        | Op::SmoothMaxPool2d { geometry: g, .. } => *g,
         _ => unreachable!("pool::geometry called for {}", op.name()),
     }
 }
@@ -19,22 +21,48 @@ pub(crate) fn geometry(op: &Op) -> Pool2dGeometry {
 pub(super) fn shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError> {
     expect_arity(op, shapes, &[1])?;
     let g = geometry(op);
-    if g.kernel.contains(&0) || g.stride.contains(&0) || (0..2).any(|a| 2 * g.padding[a] > g.kernel[a]) {
-        return Err(payload_err(op, format!("kernel and stride must be >= 1 and padding at most half the kernel, got {g:?}")));
+    if g.kernel.contains(&0)
+        || g.stride.contains(&0)
+        || (0..2).any(|a| 2 * g.padding[a] > g.kernel[a])
+    {
+        return Err(payload_err(
+            op,
+            format!(
+                "kernel and stride must be >= 1 and padding at most half the kernel, got {g:?}"
+            ),
+        ));
     }
     if let Op::SmoothMaxPool2d { beta, .. } = op {
         if !(*beta > 0.0 && beta.is_finite()) {
-            return Err(payload_err(op, format!("beta must be finite and > 0, got {beta}")));
+            return Err(payload_err(
+                op,
+                format!("beta must be finite and > 0, got {beta}"),
+            ));
         }
     }
     let x = shapes[0];
-    if x.len() != 4 {
-        return Err(shape_err(op, shapes, "x [N, C, H, W]"));
+    if x.len() != 4 || x[2] == 0 || x[3] == 0 {
+        return Err(shape_err(
+            op,
+            shapes,
+            "x [N, C, H, W] with H, W >= 1 (so that every window holds a real element)",
+        ));
     }
-    let out = |a: usize| (x[2 + a] + 2 * g.padding[a]).checked_sub(g.kernel[a]).map(|e| e / g.stride[a] + 1);
+    let out = |a: usize| {
+        (x[2 + a] + 2 * g.padding[a])
+            .checked_sub(g.kernel[a])
+            .map(|e| e / g.stride[a] + 1)
+    };
     match (out(0), out(1)) {
         (Some(oh), Some(ow)) => Ok(vec![x[0], x[1], oh, ow]),
-        _ => Err(shape_err(op, shapes, format!("a padded input at least as large as the kernel {:?}", g.kernel))),
+        _ => Err(shape_err(
+            op,
+            shapes,
+            format!(
+                "a padded input at least as large as the kernel {:?}",
+                g.kernel
+            ),
+        )),
     }
 }
 
@@ -63,7 +91,10 @@ fn windows(g: &Pool2dGeometry, x: &[usize], y: &[usize]) -> Vec<Vec<usize>> {
 
 fn divisor<T: Scalar>(op: &Op, win: &[usize]) -> T {
     match op {
-        Op::AvgPool2d { geometry, count_include_pad: true } => T::c((geometry.kernel[0] * geometry.kernel[1]) as f64),
+        Op::AvgPool2d {
+            geometry,
+            count_include_pad: true,
+        } => T::c((geometry.kernel[0] * geometry.kernel[1]) as f64),
         _ => T::c(win.len() as f64),
     }
 }
@@ -88,12 +119,20 @@ pub(super) fn forward<T: Scalar>(op: &Op, x: &Array<T>, out_shape: Vec<usize>) -
             Op::SmoothMaxPool2d { beta, .. } => {
                 let b = T::c(*beta as f64);
                 let m = x.data[first_max(&x.data, win)];
-                m + win.iter().map(|&f| (b * (x.data[f] - m)).exp()).sum::<T>().ln() / b
+                m + win
+                    .iter()
+                    .map(|&f| (b * (x.data[f] - m)).exp())
+                    .sum::<T>()
+                    .ln()
+                    / b
             }
             _ => unreachable!("pool::forward called for {}", op.name()),
         })
         .collect();
-    Array { shape: out_shape, data }
+    Array {
+        shape: out_shape,
+        data,
+    }
 }
 
 pub(super) fn vjp<T: Scalar>(op: &Op, x: &Array<T>, y: &Array<T>, gy: &Array<T>) -> InputGrads<T> {

@@ -30,7 +30,10 @@ pub(super) fn shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError>
         Op::RandUniform { shape, .. } => Ok(shape.clone()),
         Op::BernoulliMask { shape, keep, .. } => {
             if !(0.0..=1.0).contains(keep) {
-                return Err(payload_err(op, format!("keep probability {keep} is not in [0, 1]")));
+                return Err(payload_err(
+                    op,
+                    format!("keep probability {keep} is not in [0, 1]"),
+                ));
             }
             Ok(shape.clone())
         }

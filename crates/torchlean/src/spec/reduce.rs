@@ -13,14 +13,24 @@ use crate::scalar::Scalar;
 fn check_axes(op: &Op, shapes: &[&[usize]], axes: &[usize]) -> Result<(), OpError> {
     let rank = shapes[0].len();
     if axes.is_empty() {
-        return Err(payload_err(op, "axes must not be empty (use sum_all to reduce everything)"));
+        return Err(payload_err(
+            op,
+            "axes must not be empty (use sum_all to reduce everything)",
+        ));
     }
     for (i, &a) in axes.iter().enumerate() {
         if a >= rank {
-            return Err(shape_err(op, shapes, format!("a tensor with axis {a} (rank > {a})")));
+            return Err(shape_err(
+                op,
+                shapes,
+                format!("a tensor with axis {a} (rank > {a})"),
+            ));
         }
         if axes[..i].contains(&a) {
-            return Err(payload_err(op, format!("axis {a} is listed twice in {axes:?}")));
+            return Err(payload_err(
+                op,
+                format!("axis {a} is listed twice in {axes:?}"),
+            ));
         }
     }
     Ok(())

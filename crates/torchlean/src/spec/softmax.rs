@@ -17,7 +17,11 @@ pub(super) fn shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError>
     expect_arity(op, shapes, &[1])?;
     let axis = axis_of(op);
     if axis >= shapes[0].len() {
-        return Err(shape_err(op, shapes, format!("a tensor with more than {axis} axes (axis {axis})")));
+        return Err(shape_err(
+            op,
+            shapes,
+            format!("a tensor with more than {axis} axes (axis {axis})"),
+        ));
     }
     Ok(shapes[0].to_vec())
 }
@@ -29,7 +33,9 @@ pub(super) fn forward<T: Scalar>(op: &Op, x: &Array<T>) -> Array<T> {
     for o in 0..outer {
         for i in 0..inner {
             let at = |j: usize| o * dim * inner + j * inner + i;
-            let m = (0..dim).map(|j| x.data[at(j)]).fold(T::neg_infinity(), T::max);
+            let m = (0..dim)
+                .map(|j| x.data[at(j)])
+                .fold(T::neg_infinity(), T::max);
             let z: T = (0..dim).map(|j| (x.data[at(j)] - m).exp()).sum();
             for j in 0..dim {
                 y.data[at(j)] = if log {

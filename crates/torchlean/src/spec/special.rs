@@ -22,17 +22,32 @@ pub(super) fn shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError>
             expect_arity(op, shapes, &[3])?;
             let (x, wr, wi) = (shapes[0], shapes[1], shapes[2]);
             if x.len() != 3 || wr.len() != 3 || wr != wi || wr[0] != x[1] || wr[2] != *modes {
-                return Err(shape_err(op, shapes, format!("x [B, Ci, N] and real/imaginary weights [Ci, Co, {modes}]")));
+                return Err(shape_err(
+                    op,
+                    shapes,
+                    format!("x [B, Ci, N] and real/imaginary weights [Ci, Co, {modes}]"),
+                ));
             }
             if *modes == 0 || *modes > x[2] / 2 + 1 {
-                return Err(payload_err(op, format!("modes must be in 1..={} for length {}, got {modes}", x[2] / 2 + 1, x[2])));
+                return Err(payload_err(
+                    op,
+                    format!(
+                        "modes must be in 1..={} for length {}, got {modes}",
+                        x[2] / 2 + 1,
+                        x[2]
+                    ),
+                ));
             }
             Ok(vec![x[0], wr[1], x[2]])
         }
         Op::SelectiveScan => {
             expect_arity(op, shapes, &[2])?;
             if shapes[0].len() < 2 || shapes[0] != shapes[1] {
-                return Err(shape_err(op, shapes, "decay a and input u of the same shape [B, L, ...]"));
+                return Err(shape_err(
+                    op,
+                    shapes,
+                    "decay a and input u of the same shape [B, L, ...]",
+                ));
             }
             Ok(shapes[0].to_vec())
         }
@@ -46,11 +61,19 @@ pub(super) fn shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError>
             }
             let (q, k, v) = (shapes[0], shapes[1], shapes[2]);
             let r = q.len();
-            let ok = r >= 2 && k.len() == r && v.len() == r
-                && q[..r - 2] == k[..r - 2] && q[..r - 2] == v[..r - 2]
-                && q[r - 1] == k[r - 1] && k[r - 2] == v[r - 2];
+            let ok = r >= 2
+                && k.len() == r
+                && v.len() == r
+                && q[..r - 2] == k[..r - 2]
+                && q[..r - 2] == v[..r - 2]
+                && q[r - 1] == k[r - 1]
+                && k[r - 2] == v[r - 2];
             if !ok {
-                return Err(shape_err(op, shapes, "q [..., L, D], k [..., S, D], v [..., S, Dv] with equal leading dims"));
+                return Err(shape_err(
+                    op,
+                    shapes,
+                    "q [..., L, D], k [..., S, D], v [..., S, Dv] with equal leading dims",
+                ));
             }
             if n == 4 {
                 let m = shapes[3];
@@ -58,7 +81,11 @@ pub(super) fn shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError>
                 let mut full = q[..r - 2].to_vec();
                 full.extend([l, s]);
                 if m != [l, s] && m != full.as_slice() {
-                    return Err(shape_err(op, shapes, format!("a mask of shape [{l}, {s}] or {full:?}")));
+                    return Err(shape_err(
+                        op,
+                        shapes,
+                        format!("a mask of shape [{l}, {s}] or {full:?}"),
+                    ));
                 }
             }
             let mut out = q.to_vec();
@@ -101,15 +128,32 @@ fn rdft<T: Scalar>(x: &Array<T>, m: usize) -> (Vec<T>, Vec<T>) {
 
 /// Attention probabilities of one query row, or `None` when every key is blocked.
 #[allow(clippy::too_many_arguments)]
-fn attention_row<T: Scalar>(op: &Op, xs: &[&Array<T>], bi: usize, i: usize, l: usize, s: usize, d: usize) -> Option<Vec<T>> {
-    let Op::ScaledDotProductAttention { scale, causal, mask } = op else {
+fn attention_row<T: Scalar>(
+    op: &Op,
+    xs: &[&Array<T>],
+    bi: usize,
+    i: usize,
+    l: usize,
+    s: usize,
+    d: usize,
+) -> Option<Vec<T>> {
+    let Op::ScaledDotProductAttention {
+        scale,
+        causal,
+        mask,
+    } = op
+    else {
         unreachable!("attention_row called for {}", op.name())
     };
     let sc = T::c(scale.map_or(1.0 / (d as f64).sqrt(), |v| v as f64));
     let mask_at = |j: usize| -> T {
         let m = xs[3];
         let per_batch = m.shape.len() > 2;
-        m.data[if per_batch { (bi * l + i) * s + j } else { i * s + j }]
+        m.data[if per_batch {
+            (bi * l + i) * s + j
+        } else {
+            i * s + j
+        }]
     };
     let mut scores = vec![T::neg_infinity(); s];
     let mut any = false;
@@ -130,7 +174,16 @@ fn attention_row<T: Scalar>(op: &Op, xs: &[&Array<T>], bi: usize, i: usize, l: u
         return None;
     }
     let mx = scores.iter().copied().fold(T::neg_infinity(), T::max);
-    let e: Vec<T> = scores.iter().map(|&v| if v == T::neg_infinity() { T::zero() } else { (v - mx).exp() }).collect();
+    let e: Vec<T> = scores
+        .iter()
+        .map(|&v| {
+            if v == T::neg_infinity() {
+                T::zero()
+            } else {
+                (v - mx).exp()
+            }
+        })
+        .collect();
     let z: T = e.iter().copied().sum();
     Some(e.into_iter().map(|v| v / z).collect())
 }
@@ -140,7 +193,12 @@ pub(super) fn forward<T: Scalar>(op: &Op, xs: &[&Array<T>], out_shape: Vec<usize
     match op {
         Op::SpectralConv1d { modes } => {
             let m = *modes;
-            let (b, ci, n, co) = (xs[0].shape[0], xs[0].shape[1], xs[0].shape[2], xs[1].shape[1]);
+            let (b, ci, n, co) = (
+                xs[0].shape[0],
+                xs[0].shape[1],
+                xs[0].shape[2],
+                xs[1].shape[1],
+            );
             let (xr, xi) = rdft(xs[0], m);
             for bb in 0..b {
                 for o in 0..co {
@@ -148,7 +206,10 @@ pub(super) fn forward<T: Scalar>(op: &Op, xs: &[&Array<T>], out_shape: Vec<usize
                         let (mut yr, mut yi) = (T::zero(), T::zero());
                         for i in 0..ci {
                             let (ar, ai) = (xr[(bb * ci + i) * m + k], xi[(bb * ci + i) * m + k]);
-                            let (wr, wi) = (xs[1].data[(i * co + o) * m + k], xs[2].data[(i * co + o) * m + k]);
+                            let (wr, wi) = (
+                                xs[1].data[(i * co + o) * m + k],
+                                xs[2].data[(i * co + o) * m + k],
+                            );
                             yr += ar * wr - ai * wi;
                             yi += ar * wi + ai * wr;
                         }
@@ -177,13 +238,19 @@ pub(super) fn forward<T: Scalar>(op: &Op, xs: &[&Array<T>], out_shape: Vec<usize
         }
         Op::ScaledDotProductAttention { .. } => {
             let r = xs[0].shape.len();
-            let (l, d, s, dv) = (xs[0].shape[r - 2], xs[0].shape[r - 1], xs[1].shape[r - 2], xs[2].shape[r - 1]);
+            let (l, d, s, dv) = (
+                xs[0].shape[r - 2],
+                xs[0].shape[r - 1],
+                xs[1].shape[r - 2],
+                xs[2].shape[r - 1],
+            );
             for bi in 0..numel(&xs[0].shape[..r - 2]) {
                 for i in 0..l {
                     if let Some(p) = attention_row(op, xs, bi, i, l, s, d) {
                         for (j, &pj) in p.iter().enumerate() {
                             for c in 0..dv {
-                                y.data[(bi * l + i) * dv + c] += pj * xs[2].data[(bi * s + j) * dv + c];
+                                y.data[(bi * l + i) * dv + c] +=
+                                    pj * xs[2].data[(bi * s + j) * dv + c];
                             }
                         }
                     }
@@ -195,11 +262,21 @@ pub(super) fn forward<T: Scalar>(op: &Op, xs: &[&Array<T>], out_shape: Vec<usize
     y
 }
 
-pub(super) fn vjp<T: Scalar>(op: &Op, xs: &[&Array<T>], y: &Array<T>, gy: &Array<T>) -> InputGrads<T> {
+pub(super) fn vjp<T: Scalar>(
+    op: &Op,
+    xs: &[&Array<T>],
+    y: &Array<T>,
+    gy: &Array<T>,
+) -> InputGrads<T> {
     match op {
         Op::SpectralConv1d { modes } => {
             let m = *modes;
-            let (b, ci, n, co) = (xs[0].shape[0], xs[0].shape[1], xs[0].shape[2], xs[1].shape[1]);
+            let (b, ci, n, co) = (
+                xs[0].shape[0],
+                xs[0].shape[1],
+                xs[0].shape[2],
+                xs[1].shape[1],
+            );
             let (xr, xi) = rdft(xs[0], m);
             // cotangents of Y (per batch, out channel, frequency)
             let mut gyr = vec![T::zero(); b * co * m];
@@ -252,7 +329,11 @@ pub(super) fn vjp<T: Scalar>(op: &Op, xs: &[&Array<T>], y: &Array<T>, gy: &Array
                         let f = (bb * l + t) * inner + e;
                         let s = gy.data[f] + carry;
                         gu.data[f] = s;
-                        ga.data[f] = if t > 0 { s * y.data[f - inner] } else { T::zero() };
+                        ga.data[f] = if t > 0 {
+                            s * y.data[f - inner]
+                        } else {
+                            T::zero()
+                        };
                         carry = s * xs[0].data[f];
                     }
                 }
@@ -261,7 +342,12 @@ pub(super) fn vjp<T: Scalar>(op: &Op, xs: &[&Array<T>], y: &Array<T>, gy: &Array
         }
         Op::ScaledDotProductAttention { scale, mask, .. } => {
             let r = xs[0].shape.len();
-            let (l, d, s, dv) = (xs[0].shape[r - 2], xs[0].shape[r - 1], xs[1].shape[r - 2], xs[2].shape[r - 1]);
+            let (l, d, s, dv) = (
+                xs[0].shape[r - 2],
+                xs[0].shape[r - 1],
+                xs[1].shape[r - 2],
+                xs[2].shape[r - 1],
+            );
             let sc = T::c(scale.map_or(1.0 / (d as f64).sqrt(), |v| v as f64));
             let batch = numel(&xs[0].shape[..r - 2]);
             let mut gq = Array::zeros(&xs[0].shape);
@@ -270,10 +356,17 @@ pub(super) fn vjp<T: Scalar>(op: &Op, xs: &[&Array<T>], y: &Array<T>, gy: &Array
             let mut gbias_full = Array::zeros(&[batch, l, s]);
             for bi in 0..batch {
                 for i in 0..l {
-                    let Some(p) = attention_row(op, xs, bi, i, l, s, d) else { continue };
+                    let Some(p) = attention_row(op, xs, bi, i, l, s, d) else {
+                        continue;
+                    };
                     let go = &gy.data[(bi * l + i) * dv..(bi * l + i + 1) * dv];
                     let gp: Vec<T> = (0..s)
-                        .map(|j| go.iter().zip(&xs[2].data[(bi * s + j) * dv..(bi * s + j + 1) * dv]).map(|(&a, &b)| a * b).sum())
+                        .map(|j| {
+                            go.iter()
+                                .zip(&xs[2].data[(bi * s + j) * dv..(bi * s + j + 1) * dv])
+                                .map(|(&a, &b)| a * b)
+                                .sum()
+                        })
                         .collect();
                     let dot: T = p.iter().zip(&gp).map(|(&a, &b)| a * b).sum();
                     for j in 0..s {
@@ -283,8 +376,10 @@ pub(super) fn vjp<T: Scalar>(op: &Op, xs: &[&Array<T>], y: &Array<T>, gy: &Array
                         let gs = p[j] * (gp[j] - dot);
                         gbias_full.data[(bi * l + i) * s + j] = gs;
                         for c in 0..d {
-                            gq.data[(bi * l + i) * d + c] += sc * gs * xs[1].data[(bi * s + j) * d + c];
-                            gk.data[(bi * s + j) * d + c] += sc * gs * xs[0].data[(bi * l + i) * d + c];
+                            gq.data[(bi * l + i) * d + c] +=
+                                sc * gs * xs[1].data[(bi * s + j) * d + c];
+                            gk.data[(bi * s + j) * d + c] +=
+                                sc * gs * xs[0].data[(bi * l + i) * d + c];
                         }
                     }
                 }

@@ -11,9 +11,14 @@ const MAX_ELEMENTS: usize = 1 << 34;
 fn checked_numel(what: &str, shape: &[usize]) -> Result<usize> {
     let mut n: usize = 1;
     for &d in shape {
-        n = n.checked_mul(d).filter(|&n| n <= MAX_ELEMENTS).ok_or_else(|| {
-            Error::Creation(format!("{what}: shape {shape:?} has more than {MAX_ELEMENTS} elements"))
-        })?;
+        n = n
+            .checked_mul(d)
+            .filter(|&n| n <= MAX_ELEMENTS)
+            .ok_or_else(|| {
+                Error::Creation(format!(
+                    "{what}: shape {shape:?} has more than {MAX_ELEMENTS} elements"
+                ))
+            })?;
     }
     Ok(n)
 }
@@ -55,7 +60,9 @@ impl Tensor {
     /// `start, start+step, …` up to (excluding) `end`, as a 1-D tensor.
     pub fn arange(start: f32, end: f32, step: f32) -> Result<Tensor> {
         if !(step != 0.0 && step.is_finite() && start.is_finite() && end.is_finite()) {
-            return Err(Error::Creation(format!("arange: need finite bounds and a non-zero step, got {start}..{end} step {step}")));
+            return Err(Error::Creation(format!(
+                "arange: need finite bounds and a non-zero step, got {start}..{end} step {step}"
+            )));
         }
         let count = ((end - start) / step).ceil().max(0.0) as usize;
         checked_numel("arange", &[count])?;
@@ -67,7 +74,13 @@ impl Tensor {
     /// This is the `rand_uniform` op, run through the eager runtime.
     pub fn rand(shape: &[usize], seed: u64) -> Result<Tensor> {
         checked_numel("rand", shape)?;
-        crate::runtime::apply(crate::graph::Op::RandUniform { shape: shape.to_vec(), seed }, &[])
+        crate::runtime::apply(
+            crate::graph::Op::RandUniform {
+                shape: shape.to_vec(),
+                seed,
+            },
+            &[],
+        )
     }
 
     /// Standard normal values drawn with key `seed`: element i takes the two 32-bit halves of
@@ -90,7 +103,9 @@ impl Tensor {
     pub fn uniform(shape: &[usize], lo: f32, hi: f32, seed: u64) -> Result<Tensor> {
         let n = checked_numel("uniform", shape)?;
         let data = (0..n)
-            .map(|i| lo + (hi - lo) * uniform_from_bits(splitmix64(seed.wrapping_add(i as u64))) as f32)
+            .map(|i| {
+                lo + (hi - lo) * uniform_from_bits(splitmix64(seed.wrapping_add(i as u64))) as f32
+            })
             .collect();
         Ok(Tensor::from_parts(data, shape.to_vec()))
     }

@@ -6,7 +6,13 @@ use std::fmt;
 const EDGE: usize = 3;
 const SUMMARIZE_ABOVE: usize = 1000;
 
-fn write_axis(f: &mut fmt::Formatter<'_>, data: &[f32], shape: &[usize], depth: usize, summarize: bool) -> fmt::Result {
+fn write_axis(
+    f: &mut fmt::Formatter<'_>,
+    data: &[f32],
+    shape: &[usize],
+    depth: usize,
+    summarize: bool,
+) -> fmt::Result {
     if shape.is_empty() {
         return write!(f, "{:.4}", data[0]);
     }
@@ -14,7 +20,11 @@ fn write_axis(f: &mut fmt::Formatter<'_>, data: &[f32], shape: &[usize], depth: 
     let stride: usize = shape[1..].iter().product();
     write!(f, "[")?;
     let show: Vec<Option<usize>> = if summarize && n > 2 * EDGE {
-        (0..EDGE).map(Some).chain([None]).chain((n - EDGE..n).map(Some)).collect()
+        (0..EDGE)
+            .map(Some)
+            .chain([None])
+            .chain((n - EDGE..n).map(Some))
+            .collect()
     } else {
         (0..n).map(Some).collect()
     };
@@ -27,7 +37,13 @@ fn write_axis(f: &mut fmt::Formatter<'_>, data: &[f32], shape: &[usize], depth: 
             }
         }
         match item {
-            Some(i) => write_axis(f, &data[i * stride..(i + 1) * stride], &shape[1..], depth + 1, summarize)?,
+            Some(i) => write_axis(
+                f,
+                &data[i * stride..(i + 1) * stride],
+                &shape[1..],
+                depth + 1,
+                summarize,
+            )?,
             None => write!(f, "...")?,
         }
     }
@@ -55,6 +71,12 @@ impl fmt::Display for Tensor {
 
 impl fmt::Debug for Tensor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Tensor(id={:?}, shape={:?}, strides={:?})", self.id(), self.shape(), self.layout().strides)
+        write!(
+            f,
+            "Tensor(id={:?}, shape={:?}, strides={:?})",
+            self.id(),
+            self.shape(),
+            self.layout().strides
+        )
     }
 }

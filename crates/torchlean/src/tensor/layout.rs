@@ -17,7 +17,11 @@ impl Layout {
     /// The contiguous row-major layout of `shape`.
     pub fn contiguous(shape: Vec<usize>) -> Self {
         let strides = contiguous_strides(&shape);
-        Layout { shape, strides, offset: 0 }
+        Layout {
+            shape,
+            strides,
+            offset: 0,
+        }
     }
 
     /// Number of elements.
@@ -39,7 +43,12 @@ impl Layout {
 
     /// Storage position of a multi-index (unchecked: callers validate bounds).
     pub fn position(&self, index: &[usize]) -> usize {
-        self.offset + index.iter().zip(&self.strides).map(|(i, s)| i * s).sum::<usize>()
+        self.offset
+            + index
+                .iter()
+                .zip(&self.strides)
+                .map(|(i, s)| i * s)
+                .sum::<usize>()
     }
 
     /// Copies the elements in row-major order of this layout from `storage` into `out`.
@@ -58,7 +67,12 @@ impl Layout {
         let rows = n / last;
         let mut idx = vec![0usize; rank - 1];
         for _ in 0..rows {
-            let base = self.offset + idx.iter().zip(&self.strides).map(|(i, s)| i * s).sum::<usize>();
+            let base = self.offset
+                + idx
+                    .iter()
+                    .zip(&self.strides)
+                    .map(|(i, s)| i * s)
+                    .sum::<usize>();
             if last_stride == 1 {
                 out.extend_from_slice(&storage[base..base + last]);
             } else {
@@ -88,15 +102,27 @@ impl Layout {
         let extra = shape.len() - self.shape.len();
         let mut strides = vec![0; shape.len()];
         for d in 0..self.shape.len() {
-            strides[d + extra] = if self.shape[d] == 1 && shape[d + extra] != 1 { 0 } else { self.strides[d] };
+            strides[d + extra] = if self.shape[d] == 1 && shape[d + extra] != 1 {
+                0
+            } else {
+                self.strides[d]
+            };
         }
-        Layout { shape: shape.to_vec(), strides, offset: self.offset }
+        Layout {
+            shape: shape.to_vec(),
+            strides,
+            offset: self.offset,
+        }
     }
 
     /// The layout of `start..end` along `axis` (a view).
     pub fn sliced(&self, axis: usize, start: usize, end: usize) -> Layout {
         let mut shape = self.shape.clone();
         shape[axis] = end - start;
-        Layout { shape, strides: self.strides.clone(), offset: self.offset + start * self.strides[axis] }
+        Layout {
+            shape,
+            strides: self.strides.clone(),
+            offset: self.offset + start * self.strides[axis],
+        }
     }
 }

@@ -52,7 +52,13 @@ impl Tensor {
 
     /// A tensor over existing storage with a given layout (a view).
     pub(crate) fn from_storage(storage: Arc<Vec<f32>>, layout: Layout) -> Tensor {
-        Tensor(Arc::new(TensorImpl { id: TensorId::fresh(), storage, layout, requires_grad: false, grad_fn: None }))
+        Tensor(Arc::new(TensorImpl {
+            id: TensorId::fresh(),
+            storage,
+            layout,
+            requires_grad: false,
+            grad_fn: None,
+        }))
     }
 
     /// A view of this tensor's storage with another layout.
@@ -146,7 +152,10 @@ impl Tensor {
     pub fn get(&self, index: &[usize]) -> Result<f32> {
         let l = &self.0.layout;
         if index.len() != l.shape.len() || index.iter().zip(&l.shape).any(|(i, d)| i >= d) {
-            return Err(Error::OutOfBounds { index: index.to_vec(), shape: l.shape.clone() });
+            return Err(Error::OutOfBounds {
+                index: index.to_vec(),
+                shape: l.shape.clone(),
+            });
         }
         Ok(self.0.storage[l.position(index)])
     }
@@ -154,7 +163,10 @@ impl Tensor {
     /// The value of a one-element tensor.
     pub fn item(&self) -> Result<f32> {
         if self.numel() != 1 {
-            return Err(Error::Other(format!("item: expected a tensor with one element, got shape {:?}", self.shape())));
+            return Err(Error::Other(format!(
+                "item: expected a tensor with one element, got shape {:?}",
+                self.shape()
+            )));
         }
         Ok(self.data()[0])
     }
@@ -197,7 +209,10 @@ impl Tensor {
     /// Used by optimizers on parameters between steps.
     pub fn update_data(&mut self, f: impl FnOnce(&mut [f32])) {
         if let Some(inner) = Arc::get_mut(&mut self.0) {
-            if inner.layout.is_contiguous() && inner.layout.offset == 0 && inner.storage.len() == inner.layout.numel() {
+            if inner.layout.is_contiguous()
+                && inner.layout.offset == 0
+                && inner.storage.len() == inner.layout.numel()
+            {
                 if let Some(data) = Arc::get_mut(&mut inner.storage) {
                     f(data);
                     return;

@@ -10,7 +10,10 @@ use crate::runtime::apply;
 fn axis_of(op: &'static str, axis: isize, rank: usize) -> Result<usize> {
     let a = if axis < 0 { axis + rank as isize } else { axis };
     if a < 0 || a as usize >= rank {
-        return Err(Error::Op(OpError::Payload { op, reason: format!("axis {axis} is out of range for a tensor of rank {rank}") }));
+        return Err(Error::Op(OpError::Payload {
+            op,
+            reason: format!("axis {axis} is out of range for a tensor of rank {rank}"),
+        }));
     }
     Ok(a as usize)
 }
@@ -137,13 +140,37 @@ impl Tensor {
     }
     /// Reshapes; one entry may be -1 (inferred).
     pub fn reshape(&self, shape: &[isize]) -> Result<Tensor> {
-        let known: usize = shape.iter().filter(|&&d| d >= 0).map(|&d| d as usize).product();
+        let known: usize = shape
+            .iter()
+            .filter(|&&d| d >= 0)
+            .map(|&d| d as usize)
+            .product();
         let inferred = shape.iter().filter(|&&d| d < 0).count();
-        let bad = || Error::Op(OpError::Shape { op: "reshape", shapes: vec![self.shape().to_vec()], expected: format!("a shape with the same number of elements, at most one -1, got {shape:?}") });
-        if inferred > 1 || shape.iter().any(|&d| d < -1) || (inferred == 1 && (known == 0 || self.numel() % known != 0)) {
+        let bad = || {
+            Error::Op(OpError::Shape {
+                op: "reshape",
+                shapes: vec![self.shape().to_vec()],
+                expected: format!(
+                    "a shape with the same number of elements, at most one -1, got {shape:?}"
+                ),
+            })
+        };
+        if inferred > 1
+            || shape.iter().any(|&d| d < -1)
+            || (inferred == 1 && (known == 0 || self.numel() % known != 0))
+        {
             return Err(bad());
         }
-        let dims: Vec<usize> = shape.iter().map(|&d| if d < 0 { self.numel() / known.max(1) } else { d as usize }).collect();
+        let dims: Vec<usize> = shape
+            .iter()
+            .map(|&d| {
+                if d < 0 {
+                    self.numel() / known.max(1)
+                } else {
+                    d as usize
+                }
+            })
+            .collect();
         apply(Op::Reshape { shape: dims }, &[self])
     }
     /// Flattens all axes from `start` on into one.
@@ -154,17 +181,30 @@ impl Tensor {
         apply(Op::Reshape { shape }, &[self])
     }
     pub fn permute(&self, axes: &[usize]) -> Result<Tensor> {
-        apply(Op::Permute { axes: axes.to_vec() }, &[self])
+        apply(
+            Op::Permute {
+                axes: axes.to_vec(),
+            },
+            &[self],
+        )
     }
     /// Swaps two axes.
     pub fn transpose(&self, a: isize, b: isize) -> Result<Tensor> {
-        let (a, b) = (axis_of("permute", a, self.rank())?, axis_of("permute", b, self.rank())?);
+        let (a, b) = (
+            axis_of("permute", a, self.rank())?,
+            axis_of("permute", b, self.rank())?,
+        );
         let mut axes: Vec<usize> = (0..self.rank()).collect();
         axes.swap(a, b);
         self.permute(&axes)
     }
     pub fn broadcast_to(&self, shape: &[usize]) -> Result<Tensor> {
-        apply(Op::BroadcastTo { shape: shape.to_vec() }, &[self])
+        apply(
+            Op::BroadcastTo {
+                shape: shape.to_vec(),
+            },
+            &[self],
+        )
     }
     /// Concatenates along `axis`.
     pub fn concat(tensors: &[&Tensor], axis: usize) -> Result<Tensor> {
@@ -202,16 +242,32 @@ impl Tensor {
         apply(Op::RmsNorm { eps }, &[self, gamma])
     }
     /// Batch norm with batch statistics over every axis but `channel_axis`.
-    pub fn batch_norm(&self, gamma: &Tensor, beta: &Tensor, eps: f32, channel_axis: usize) -> Result<Tensor> {
+    pub fn batch_norm(
+        &self,
+        gamma: &Tensor,
+        beta: &Tensor,
+        eps: f32,
+        channel_axis: usize,
+    ) -> Result<Tensor> {
         apply(Op::BatchNorm { eps, channel_axis }, &[self, gamma, beta])
     }
-    pub fn conv2d(&self, weight: &Tensor, bias: Option<&Tensor>, geometry: Conv2dGeometry) -> Result<Tensor> {
+    pub fn conv2d(
+        &self,
+        weight: &Tensor,
+        bias: Option<&Tensor>,
+        geometry: Conv2dGeometry,
+    ) -> Result<Tensor> {
         match bias {
             Some(b) => apply(Op::Conv2d(geometry), &[self, weight, b]),
             None => apply(Op::Conv2d(geometry), &[self, weight]),
         }
     }
-    pub fn conv_transpose2d(&self, weight: &Tensor, bias: Option<&Tensor>, geometry: ConvTranspose2dGeometry) -> Result<Tensor> {
+    pub fn conv_transpose2d(
+        &self,
+        weight: &Tensor,
+        bias: Option<&Tensor>,
+        geometry: ConvTranspose2dGeometry,
+    ) -> Result<Tensor> {
         match bias {
             Some(b) => apply(Op::ConvTranspose2d(geometry), &[self, weight, b]),
             None => apply(Op::ConvTranspose2d(geometry), &[self, weight]),
@@ -221,7 +277,13 @@ impl Tensor {
         apply(Op::MaxPool2d(geometry), &[self])
     }
     pub fn avg_pool2d(&self, geometry: Pool2dGeometry, count_include_pad: bool) -> Result<Tensor> {
-        apply(Op::AvgPool2d { geometry, count_include_pad }, &[self])
+        apply(
+            Op::AvgPool2d {
+                geometry,
+                count_include_pad,
+            },
+            &[self],
+        )
     }
     pub fn smooth_max_pool2d(&self, geometry: Pool2dGeometry, beta: f32) -> Result<Tensor> {
         apply(Op::SmoothMaxPool2d { geometry, beta }, &[self])
@@ -232,22 +294,53 @@ impl Tensor {
     }
     /// Scaled dot-product attention of `self` (queries) over `k`, `v`, with an optional mask
     /// (boolean: nonzero = may attend; or additive bias).
-    pub fn scaled_dot_product_attention(&self, k: &Tensor, v: &Tensor, mask: Option<(&Tensor, AttentionMask)>, causal: bool, scale: Option<f32>) -> Result<Tensor> {
+    pub fn scaled_dot_product_attention(
+        &self,
+        k: &Tensor,
+        v: &Tensor,
+        mask: Option<(&Tensor, AttentionMask)>,
+        causal: bool,
+        scale: Option<f32>,
+    ) -> Result<Tensor> {
         match mask {
-            None => apply(Op::ScaledDotProductAttention { scale, causal, mask: AttentionMask::None }, &[self, k, v]),
-            Some((m, kind)) => apply(Op::ScaledDotProductAttention { scale, causal, mask: kind }, &[self, k, v, m]),
+            None => apply(
+                Op::ScaledDotProductAttention {
+                    scale,
+                    causal,
+                    mask: AttentionMask::None,
+                },
+                &[self, k, v],
+            ),
+            Some((m, kind)) => apply(
+                Op::ScaledDotProductAttention {
+                    scale,
+                    causal,
+                    mask: kind,
+                },
+                &[self, k, v, m],
+            ),
         }
     }
     /// Inverted dropout with a seeded Bernoulli mask: keeps each element with probability
     /// 1-p and scales kept ones by 1/(1-p). Identity when `p == 0`.
     pub fn dropout(&self, p: f32, seed: u64) -> Result<Tensor> {
         if !(0.0..1.0).contains(&p) {
-            return Err(Error::Op(OpError::Payload { op: "bernoulli_mask", reason: format!("dropout probability must be in [0, 1), got {p}") }));
+            return Err(Error::Op(OpError::Payload {
+                op: "bernoulli_mask",
+                reason: format!("dropout probability must be in [0, 1), got {p}"),
+            }));
         }
         if p == 0.0 {
             return Ok(self.clone());
         }
-        let mask = apply(Op::BernoulliMask { shape: self.shape().to_vec(), keep: 1.0 - p, seed }, &[])?;
+        let mask = apply(
+            Op::BernoulliMask {
+                shape: self.shape().to_vec(),
+                keep: 1.0 - p,
+                seed,
+            },
+            &[],
+        )?;
         self.mul(&mask)?.scale(1.0 / (1.0 - p))
     }
     /// Mean cross-entropy of logits [N, C] against integral class indices [N]

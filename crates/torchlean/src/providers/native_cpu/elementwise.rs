@@ -12,7 +12,12 @@ fn bstrides(shape: &[usize], out: &[usize]) -> Vec<usize> {
 }
 
 /// `out[i] = f([x_k[src_k(i)] for k])` over the broadcast of the inputs to `out_shape`.
-pub fn zip_map<const K: usize>(xs: [&[f32]; K], shapes: [&[usize]; K], out_shape: &[usize], f: impl Fn([f32; K]) -> f32 + Sync + Send) -> Vec<f32> {
+pub fn zip_map<const K: usize>(
+    xs: [&[f32]; K],
+    shapes: [&[usize]; K],
+    out_shape: &[usize],
+    f: impl Fn([f32; K]) -> f32 + Sync + Send,
+) -> Vec<f32> {
     let n = numel(out_shape);
     let mut out = vec![0.0f32; n];
     if n == 0 {
@@ -75,32 +80,62 @@ fn binary_fn(op: &Op) -> fn(f32, f32) -> f32 {
 pub fn binary_forward(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Vec<f32> {
     if let Op::Where = op {
         let (c, a, b) = (x[0].data(), x[1].data(), x[2].data());
-        return zip_map([&c, &a, &b], [x[0].shape(), x[1].shape(), x[2].shape()], out_shape, |[c, a, b]| if c != 0.0 { a } else { b });
+        return zip_map(
+            [&c, &a, &b],
+            [x[0].shape(), x[1].shape(), x[2].shape()],
+            out_shape,
+            |[c, a, b]| if c != 0.0 { a } else { b },
+        );
     }
     let (a, b) = (x[0].data(), x[1].data());
     let f = binary_fn(op);
-    zip_map([&a, &b], [x[0].shape(), x[1].shape()], out_shape, |[a, b]| f(a, b))
+    zip_map(
+        [&a, &b],
+        [x[0].shape(), x[1].shape()],
+        out_shape,
+        |[a, b]| f(a, b),
+    )
 }
 
 pub fn binary_vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
     let g = gy.data();
     let shape = gy.shape();
-    let reduce = |full: Vec<f32>, target: &&Tensor| Some(sum_to_shape(&full, shape, target.shape()));
+    let reduce =
+        |full: Vec<f32>, target: &&Tensor| Some(sum_to_shape(&full, shape, target.shape()));
     if let Op::Where = op {
         let c = x[0].data();
-        let ga = zip_map([&c, &g], [x[0].shape(), shape], shape, |[c, g]| if c != 0.0 { g } else { 0.0 });
-        let gb = zip_map([&c, &g], [x[0].shape(), shape], shape, |[c, g]| if c != 0.0 { 0.0 } else { g });
+        let ga = zip_map([&c, &g], [x[0].shape(), shape], shape, |[c, g]| {
+            if c != 0.0 {
+                g
+            } else {
+                0.0
+            }
+        });
+        let gb = zip_map([&c, &g], [x[0].shape(), shape], shape, |[c, g]| {
+            if c != 0.0 {
+                0.0
+            } else {
+                g
+            }
+        });
         return vec![None, reduce(ga, &x[1]), reduce(gb, &x[2])];
     }
     let (a, b) = (x[0].data(), x[1].data());
     let (sa, sb) = (x[0].shape(), x[1].shape());
     let both = |fa: fn(f32, f32, f32) -> f32, fb: fn(f32, f32, f32) -> f32| {
-        let ga = zip_map([&a, &b, &g], [sa, sb, shape], shape, |[a, b, g]| fa(a, b, g));
-        let gb = zip_map([&a, &b, &g], [sa, sb, shape], shape, |[a, b, g]| fb(a, b, g));
+        let ga = zip_map([&a, &b, &g], [sa, sb, shape], shape, |[a, b, g]| {
+            fa(a, b, g)
+        });
+        let gb = zip_map([&a, &b, &g], [sa, sb, shape], shape, |[a, b, g]| {
+            fb(a, b, g)
+        });
         vec![reduce(ga, &x[0]), reduce(gb, &x[1])]
     };
     match op {
-        Op::Add => vec![Some(sum_to_shape(&g, shape, sa)), Some(sum_to_shape(&g, shape, sb))],
+        Op::Add => vec![
+            Some(sum_to_shape(&g, shape, sa)),
+            Some(sum_to_shape(&g, shape, sb)),
+        ],
         Op::Sub => {
             let gb = sum_to_shape(&g, shape, sb);
             let neg = Tensor::from_parts(map(&gb.to_vec(), |v| -v), sb.to_vec());
@@ -108,8 +143,14 @@ pub fn binary_vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
         }
         Op::Mul => both(|_, b, g| g * b, |a, _, g| g * a),
         Op::Div => both(|_, b, g| g / b, |a, b, g| -g * a / (b * b)),
-        Op::Maximum => both(|a, b, g| if a >= b { g } else { 0.0 }, |a, b, g| if a >= b { 0.0 } else { g }),
-        Op::Minimum => both(|a, b, g| if a <= b { g } else { 0.0 }, |a, b, g| if a <= b { 0.0 } else { g }),
+        Op::Maximum => both(
+            |a, b, g| if a >= b { g } else { 0.0 },
+            |a, b, g| if a >= b { 0.0 } else { g },
+        ),
+        Op::Minimum => both(
+            |a, b, g| if a <= b { g } else { 0.0 },
+            |a, b, g| if a <= b { 0.0 } else { g },
+        ),
         _ => unreachable!("not a binary op: {}", op.name()),
     }
 }
@@ -159,7 +200,15 @@ pub fn unary_vjp(op: &Op, x: &[f32], y: &[f32], g: &[f32], shape: &[usize]) -> V
     let z = |f: fn(f32, f32, f32) -> f32| zip_map([x, y, g], s, shape, move |[x, y, g]| f(x, y, g));
     match *op {
         Op::Neg => map(g, |g| -g),
-        Op::Abs => z(|x, _, g| if x > 0.0 { g } else if x < 0.0 { -g } else { 0.0 }),
+        Op::Abs => z(|x, _, g| {
+            if x > 0.0 {
+                g
+            } else if x < 0.0 {
+                -g
+            } else {
+                0.0
+            }
+        }),
         Op::Sqrt => z(|_, y, g| 0.5 * g / y),
         Op::Exp => z(|_, y, g| g * y),
         Op::Log => z(|x, _, g| g / x),
@@ -175,11 +224,29 @@ pub fn unary_vjp(op: &Op, x: &[f32], y: &[f32], g: &[f32], shape: &[usize]) -> V
         }),
         Op::Softplus => z(|x, _, g| g * sigmoid(x)),
         Op::Inv => z(|_, y, g| -g * y * y),
-        Op::SafeLog { eps } => zip_map([x, g], [shape, shape], shape, move |[x, g]| if x > eps { g / x } else { 0.0 }),
+        Op::SafeLog { eps } => zip_map([x, g], [shape, shape], shape, move |[x, g]| {
+            if x > eps {
+                g / x
+            } else {
+                0.0
+            }
+        }),
         Op::Scale { factor } => map(g, move |g| g * factor),
         Op::AddScalar { .. } => g.to_vec(),
-        Op::Clamp { min, max } => zip_map([x, g], [shape, shape], shape, move |[x, g]| if x >= min && x <= max { g } else { 0.0 }),
-        Op::Pow { exponent } => zip_map([x, g], [shape, shape], shape, move |[x, g]| if exponent == 0.0 { 0.0 } else { g * exponent * x.powf(exponent - 1.0) }),
+        Op::Clamp { min, max } => zip_map([x, g], [shape, shape], shape, move |[x, g]| {
+            if x >= min && x <= max {
+                g
+            } else {
+                0.0
+            }
+        }),
+        Op::Pow { exponent } => zip_map([x, g], [shape, shape], shape, move |[x, g]| {
+            if exponent == 0.0 {
+                0.0
+            } else {
+                g * exponent * x.powf(exponent - 1.0)
+            }
+        }),
         _ => unreachable!("not a unary op: {}", op.name()),
     }
 }

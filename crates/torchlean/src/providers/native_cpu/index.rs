@@ -10,7 +10,13 @@ fn index(op: &Op, v: f32, position: usize, bound: usize) -> Result<usize> {
     if v.is_finite() && v >= 0.0 && v.fract() == 0.0 && (v as usize) < bound {
         Ok(v as usize)
     } else {
-        Err(OpError::Index { op: op.name(), value: v, position, bound }.into())
+        Err(OpError::Index {
+            op: op.name(),
+            value: v,
+            position,
+            bound,
+        }
+        .into())
     }
 }
 
@@ -26,7 +32,11 @@ fn positions(op: &Op, x_shape: &[usize], idx: &Tensor, axis: usize) -> Result<Ve
             let target = index(op, v, flat, x_shape[axis])?;
             let mut p = 0;
             for d in 0..ishape.len() {
-                let i = if d == axis { target } else { (flat / istr[d]) % ishape[d] };
+                let i = if d == axis {
+                    target
+                } else {
+                    (flat / istr[d]) % ishape[d]
+                };
                 p += i * xs[d];
             }
             Ok(p)
@@ -39,7 +49,12 @@ pub fn forward(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Result<Tensor> {
     let out = match op {
         Op::IndexSelect { axis } => {
             let (outer, dim, inner) = split(x[0].shape(), *axis);
-            let sel: Vec<usize> = x[1].data().iter().enumerate().map(|(p, &v)| index(op, v, p, dim)).collect::<Result<_>>()?;
+            let sel: Vec<usize> = x[1]
+                .data()
+                .iter()
+                .enumerate()
+                .map(|(p, &v)| index(op, v, p, dim))
+                .collect::<Result<_>>()?;
             let mut out = Vec::with_capacity(outer * sel.len() * inner);
             for o in 0..outer {
                 for &s in &sel {
@@ -48,7 +63,10 @@ pub fn forward(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Result<Tensor> {
             }
             out
         }
-        Op::Gather { axis } => positions(op, x[0].shape(), x[1], *axis)?.into_iter().map(|p| data[p]).collect(),
+        Op::Gather { axis } => positions(op, x[0].shape(), x[1], *axis)?
+            .into_iter()
+            .map(|p| data[p])
+            .collect(),
         Op::ScatterAdd { axis } => {
             let pos = positions(op, x[0].shape(), x[1], *axis)?;
             let src = x[2].data();
@@ -69,12 +87,20 @@ pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Result<Vec<Option<Tensor>>> {
     match op {
         Op::IndexSelect { axis } => {
             let (outer, dim, inner) = split(&shape, *axis);
-            let sel: Vec<usize> = x[1].data().iter().enumerate().map(|(p, &v)| index(op, v, p, dim)).collect::<Result<_>>()?;
+            let sel: Vec<usize> = x[1]
+                .data()
+                .iter()
+                .enumerate()
+                .map(|(p, &v)| index(op, v, p, dim))
+                .collect::<Result<_>>()?;
             let mut out = vec![0.0f32; x[0].numel()];
             for o in 0..outer {
                 for (k, &s) in sel.iter().enumerate() {
                     let src = &g[(o * sel.len() + k) * inner..(o * sel.len() + k + 1) * inner];
-                    for (d, &v) in out[(o * dim + s) * inner..(o * dim + s + 1) * inner].iter_mut().zip(src) {
+                    for (d, &v) in out[(o * dim + s) * inner..(o * dim + s + 1) * inner]
+                        .iter_mut()
+                        .zip(src)
+                    {
                         *d += v;
                     }
                 }
@@ -89,8 +115,15 @@ pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Result<Vec<Option<Tensor>>> {
             Ok(vec![Some(Tensor::from_parts(out, shape)), None])
         }
         Op::ScatterAdd { axis } => {
-            let gsrc = positions(op, &shape, x[1], *axis)?.into_iter().map(|p| g[p]).collect();
-            Ok(vec![Some(gy.contiguous()), None, Some(Tensor::from_parts(gsrc, x[2].shape().to_vec()))])
+            let gsrc = positions(op, &shape, x[1], *axis)?
+                .into_iter()
+                .map(|p| g[p])
+                .collect();
+            Ok(vec![
+                Some(gy.contiguous()),
+                None,
+                Some(Tensor::from_parts(gsrc, x[2].shape().to_vec())),
+            ])
         }
         _ => unreachable!("index::vjp called for {}", op.name()),
     }

@@ -10,7 +10,10 @@ pub fn forward(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Tensor {
         Op::Reshape { .. } => {
             let src = x[0].contiguous();
             let offset = src.layout().offset;
-            src.view(Layout { offset, ..Layout::contiguous(out_shape.to_vec()) })
+            src.view(Layout {
+                offset,
+                ..Layout::contiguous(out_shape.to_vec())
+            })
         }
         Op::Permute { axes } => x[0].view(x[0].layout().permuted(axes)),
         Op::BroadcastTo { shape } => x[0].view(x[0].layout().broadcast(shape)),
@@ -36,7 +39,10 @@ pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
         Op::Reshape { .. } => {
             let g = gy.contiguous();
             let offset = g.layout().offset;
-            vec![Some(g.view(Layout { offset, ..Layout::contiguous(x[0].shape().to_vec()) }))]
+            vec![Some(g.view(Layout {
+                offset,
+                ..Layout::contiguous(x[0].shape().to_vec())
+            }))]
         }
         Op::Permute { axes } => {
             let mut inverse = vec![0; axes.len()];
@@ -62,7 +68,9 @@ pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
             x.iter()
                 .map(|t| {
                     let n = t.shape()[*axis];
-                    let g = gy.view(gy.layout().sliced(*axis, start, start + n)).contiguous();
+                    let g = gy
+                        .view(gy.layout().sliced(*axis, start, start + n))
+                        .contiguous();
                     start += n;
                     Some(g)
                 })

@@ -15,12 +15,30 @@ pub fn forward(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Vec<f32> {
             let mut c = vec![0.0f32; numel(out_shape)];
             if !d.b_batched {
                 // a: [batch*m, k] @ b: [k, n] in one product
-                gemm(d.batch * d.m, d.n, d.k, Mat::rows(&a, d.k), Mat::rows(&b, d.n), &mut c, false, true);
+                gemm(
+                    d.batch * d.m,
+                    d.n,
+                    d.k,
+                    Mat::rows(&a, d.k),
+                    Mat::rows(&b, d.n),
+                    &mut c,
+                    false,
+                    true,
+                );
             } else {
                 for bi in 0..d.batch {
                     let ao = if d.a_batched { bi * d.m * d.k } else { 0 };
                     let bo = bi * d.k * d.n;
-                    gemm(d.m, d.n, d.k, Mat::rows(&a[ao..], d.k), Mat::rows(&b[bo..], d.n), &mut c[bi * d.m * d.n..], false, true);
+                    gemm(
+                        d.m,
+                        d.n,
+                        d.k,
+                        Mat::rows(&a[ao..], d.k),
+                        Mat::rows(&b[bo..], d.n),
+                        &mut c[bi * d.m * d.n..],
+                        false,
+                        true,
+                    );
                 }
             }
             c
@@ -30,7 +48,16 @@ pub fn forward(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Vec<f32> {
             let rows = numel(&x[0].shape()[..x[0].rank() - 1]);
             let (xd, w) = (x[0].data(), x[1].data());
             let mut y = vec![0.0f32; rows * outf];
-            gemm(rows, outf, inp, Mat::rows(&xd, inp), Mat::transposed(&w, inp), &mut y, false, true);
+            gemm(
+                rows,
+                outf,
+                inp,
+                Mat::rows(&xd, inp),
+                Mat::transposed(&w, inp),
+                &mut y,
+                false,
+                true,
+            );
             if let Some(b) = x.get(2) {
                 let b = b.data();
                 for row in y.chunks_mut(outf.max(1)) {
@@ -43,11 +70,17 @@ pub fn forward(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Vec<f32> {
         }
         Op::MseLoss => {
             let (a, b) = (x[0].data(), x[1].data());
-            let sq = |(a, b): (&[f32], &[f32])| a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum::<f32>();
+            let sq = |(a, b): (&[f32], &[f32])| {
+                a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum::<f32>()
+            };
             let s: f32 = if a.len() < PAR_THRESHOLD {
                 sq((&a, &b))
             } else {
-                let partials: Vec<f32> = a.par_chunks(CHUNK).zip(b.par_chunks(CHUNK)).map(sq).collect();
+                let partials: Vec<f32> = a
+                    .par_chunks(CHUNK)
+                    .zip(b.par_chunks(CHUNK))
+                    .map(sq)
+                    .collect();
                 partials.iter().sum()
             };
             vec![s / a.len() as f32]
@@ -67,17 +100,56 @@ pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
             let (mk, kn, mn) = (d.m * d.k, d.k * d.n, d.m * d.n);
             if !d.b_batched {
                 // gA = gY [bm, n] @ B^T ; gB = A^T [k, bm] @ gY [bm, n]
-                gemm(d.batch * d.m, d.k, d.n, Mat::rows(&g, d.n), Mat::transposed(&b, d.n), &mut ga, false, true);
-                gemm(d.k, d.n, d.batch * d.m, Mat::transposed(&a, d.k), Mat::rows(&g, d.n), &mut gb, false, true);
+                gemm(
+                    d.batch * d.m,
+                    d.k,
+                    d.n,
+                    Mat::rows(&g, d.n),
+                    Mat::transposed(&b, d.n),
+                    &mut ga,
+                    false,
+                    true,
+                );
+                gemm(
+                    d.k,
+                    d.n,
+                    d.batch * d.m,
+                    Mat::transposed(&a, d.k),
+                    Mat::rows(&g, d.n),
+                    &mut gb,
+                    false,
+                    true,
+                );
             } else {
                 for bi in 0..d.batch {
                     let ao = if d.a_batched { bi * mk } else { 0 };
                     let gyb = &g[bi * mn..];
-                    gemm(d.m, d.k, d.n, Mat::rows(gyb, d.n), Mat::transposed(&b[bi * kn..], d.n), &mut ga[ao..], !d.a_batched && bi > 0, true);
-                    gemm(d.k, d.n, d.m, Mat::transposed(&a[ao..], d.k), Mat::rows(gyb, d.n), &mut gb[bi * kn..], false, true);
+                    gemm(
+                        d.m,
+                        d.k,
+                        d.n,
+                        Mat::rows(gyb, d.n),
+                        Mat::transposed(&b[bi * kn..], d.n),
+                        &mut ga[ao..],
+                        !d.a_batched && bi > 0,
+                        true,
+                    );
+                    gemm(
+                        d.k,
+                        d.n,
+                        d.m,
+                        Mat::transposed(&a[ao..], d.k),
+                        Mat::rows(gyb, d.n),
+                        &mut gb[bi * kn..],
+                        false,
+                        true,
+                    );
                 }
             }
-            vec![Some(Tensor::from_parts(ga, x[0].shape().to_vec())), Some(Tensor::from_parts(gb, x[1].shape().to_vec()))]
+            vec![
+                Some(Tensor::from_parts(ga, x[0].shape().to_vec())),
+                Some(Tensor::from_parts(gb, x[1].shape().to_vec())),
+            ]
         }
         Op::Linear => {
             let (outf, inp) = (x[1].shape()[0], x[1].shape()[1]);
@@ -85,9 +157,30 @@ pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
             let (xd, w) = (x[0].data(), x[1].data());
             let mut gx = vec![0.0f32; rows * inp];
             let mut gw = vec![0.0f32; outf * inp];
-            gemm(rows, inp, outf, Mat::rows(&g, outf), Mat::rows(&w, inp), &mut gx, false, true);
-            gemm(outf, inp, rows, Mat::transposed(&g, outf), Mat::rows(&xd, inp), &mut gw, false, true);
-            let mut grads = vec![Some(Tensor::from_parts(gx, x[0].shape().to_vec())), Some(Tensor::from_parts(gw, x[1].shape().to_vec()))];
+            gemm(
+                rows,
+                inp,
+                outf,
+                Mat::rows(&g, outf),
+                Mat::rows(&w, inp),
+                &mut gx,
+                false,
+                true,
+            );
+            gemm(
+                outf,
+                inp,
+                rows,
+                Mat::transposed(&g, outf),
+                Mat::rows(&xd, inp),
+                &mut gw,
+                false,
+                true,
+            );
+            let mut grads = vec![
+                Some(Tensor::from_parts(gx, x[0].shape().to_vec())),
+                Some(Tensor::from_parts(gw, x[1].shape().to_vec())),
+            ];
             if x.len() == 3 {
                 grads.push(Some(sum_to_shape(&g, &[rows, outf], &[outf])));
             }
@@ -96,9 +189,16 @@ pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
         Op::MseLoss => {
             let (a, b) = (x[0].data(), x[1].data());
             let scale = 2.0 * g[0] / a.len() as f32;
-            let ga: Vec<f32> = a.iter().zip(b.iter()).map(|(x, y)| scale * (x - y)).collect();
+            let ga: Vec<f32> = a
+                .iter()
+                .zip(b.iter())
+                .map(|(x, y)| scale * (x - y))
+                .collect();
             let gb = ga.iter().map(|v| -v).collect();
-            vec![Some(Tensor::from_parts(ga, x[0].shape().to_vec())), Some(Tensor::from_parts(gb, x[1].shape().to_vec()))]
+            vec![
+                Some(Tensor::from_parts(ga, x[0].shape().to_vec())),
+                Some(Tensor::from_parts(gb, x[1].shape().to_vec())),
+            ]
         }
         _ => unreachable!("linalg::vjp called for {}", op.name()),
     }

@@ -22,7 +22,10 @@ mod reduce;
 mod special;
 
 use super::capsules::{descriptor, layout_claim, shape_claim, spec_name, value_claim, vjp_claim};
-use crate::backend::{Device, Evidence, KernelCapsule, Provenance, Provider, Registry, RegistryError, RuntimeSupport, TrustLevel, VjpMode};
+use crate::backend::{
+    Device, Evidence, KernelCapsule, Provenance, Provider, Registry, RegistryError, RuntimeSupport,
+    TrustLevel, VjpMode,
+};
 use crate::error::Result;
 use crate::graph::{Op, OpKind};
 use crate::runtime::kernel::KernelBinding;
@@ -60,37 +63,70 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
     use OpKind as K;
     let data = match op.kind() {
         K::RandUniform | K::BernoulliMask => random(op, crate::spec::numel(&out_shape)),
-        K::Add | K::Sub | K::Mul | K::Div | K::Maximum | K::Minimum | K::Where => elementwise::binary_forward(op, inputs, &out_shape),
+        K::Add | K::Sub | K::Mul | K::Div | K::Maximum | K::Minimum | K::Where => {
+            elementwise::binary_forward(op, inputs, &out_shape)
+        }
         K::Softmax | K::LogSoftmax => reduce::softmax_forward(op, inputs[0]),
-        K::SumAll | K::ReduceSum | K::ReduceMean | K::Argmax => reduce::forward(op, inputs[0], &out_shape),
-        K::Reshape | K::Permute | K::BroadcastTo | K::Concat | K::Slice => return Ok(layout::forward(op, inputs, &out_shape)),
-        K::IndexSelect | K::Gather | K::ScatterAdd => return index::forward(op, inputs, &out_shape),
+        K::SumAll | K::ReduceSum | K::ReduceMean | K::Argmax => {
+            reduce::forward(op, inputs[0], &out_shape)
+        }
+        K::Reshape | K::Permute | K::BroadcastTo | K::Concat | K::Slice => {
+            return Ok(layout::forward(op, inputs, &out_shape))
+        }
+        K::IndexSelect | K::Gather | K::ScatterAdd => {
+            return index::forward(op, inputs, &out_shape)
+        }
         K::Matmul | K::Linear | K::MseLoss => linalg::forward(op, inputs, &out_shape),
         K::LayerNorm | K::RmsNorm | K::BatchNorm => norm::forward(op, inputs),
         K::Conv2d | K::ConvTranspose2d => conv::forward(op, inputs, &out_shape),
-        K::MaxPool2d | K::AvgPool2d | K::SmoothMaxPool2d => pool::forward(op, inputs[0], &out_shape),
-        K::SpectralConv1d | K::SelectiveScan | K::ScaledDotProductAttention => special::forward(op, inputs, &out_shape),
+        K::MaxPool2d | K::AvgPool2d | K::SmoothMaxPool2d => {
+            pool::forward(op, inputs[0], &out_shape)
+        }
+        K::SpectralConv1d | K::SelectiveScan | K::ScaledDotProductAttention => {
+            special::forward(op, inputs, &out_shape)
+        }
         _ => elementwise::unary_forward(op, &guard::row_major_inputs(inputs)[0]),
     };
     Ok(tensor(data, out_shape))
 }
 
 /// The native VJP kernel (bound to every differentiable native capsule).
-pub fn vjp(op: &Op, inputs: &[&Tensor], output: &Tensor, grad_out: &Tensor) -> Result<Vec<Option<Tensor>>> {
+pub fn vjp(
+    op: &Op,
+    inputs: &[&Tensor],
+    output: &Tensor,
+    grad_out: &Tensor,
+) -> Result<Vec<Option<Tensor>>> {
     guard::output_shape(op, inputs)?;
     use OpKind as K;
     Ok(match op.kind() {
-        K::RandUniform | K::BernoulliMask | K::Argmax => return Err(crate::error::OpError::NotDifferentiable { op: op.name() }.into()),
-        K::Add | K::Sub | K::Mul | K::Div | K::Maximum | K::Minimum | K::Where => elementwise::binary_vjp(op, inputs, grad_out),
-        K::Softmax | K::LogSoftmax => vec![Some(tensor(reduce::softmax_vjp(op, output, grad_out), inputs[0].shape().to_vec()))],
-        K::SumAll | K::ReduceSum | K::ReduceMean => vec![Some(reduce::vjp(op, inputs[0], grad_out))],
-        K::Reshape | K::Permute | K::BroadcastTo | K::Concat | K::Slice => layout::vjp(op, inputs, grad_out),
+        K::RandUniform | K::BernoulliMask | K::Argmax => {
+            return Err(crate::error::OpError::NotDifferentiable { op: op.name() }.into())
+        }
+        K::Add | K::Sub | K::Mul | K::Div | K::Maximum | K::Minimum | K::Where => {
+            elementwise::binary_vjp(op, inputs, grad_out)
+        }
+        K::Softmax | K::LogSoftmax => vec![Some(tensor(
+            reduce::softmax_vjp(op, output, grad_out),
+            inputs[0].shape().to_vec(),
+        ))],
+        K::SumAll | K::ReduceSum | K::ReduceMean => {
+            vec![Some(reduce::vjp(op, inputs[0], grad_out))]
+        }
+        K::Reshape | K::Permute | K::BroadcastTo | K::Concat | K::Slice => {
+            layout::vjp(op, inputs, grad_out)
+        }
         K::IndexSelect | K::Gather | K::ScatterAdd => index::vjp(op, inputs, grad_out)?,
         K::Matmul | K::Linear | K::MseLoss => linalg::vjp(op, inputs, grad_out),
         K::LayerNorm | K::RmsNorm | K::BatchNorm => norm::vjp(op, inputs, grad_out),
         K::Conv2d | K::ConvTranspose2d => conv::vjp(op, inputs, grad_out),
-        K::MaxPool2d | K::AvgPool2d | K::SmoothMaxPool2d => vec![Some(tensor(pool::vjp(op, inputs[0], output, grad_out), inputs[0].shape().to_vec()))],
-        K::SpectralConv1d | K::SelectiveScan | K::ScaledDotProductAttention => special::vjp(op, inputs, output, grad_out),
+        K::MaxPool2d | K::AvgPool2d | K::SmoothMaxPool2d => vec![Some(tensor(
+            pool::vjp(op, inputs[0], output, grad_out),
+            inputs[0].shape().to_vec(),
+        ))],
+        K::SpectralConv1d | K::SelectiveScan | K::ScaledDotProductAttention => {
+            special::vjp(op, inputs, output, grad_out)
+        }
         _ => {
             let x = inputs[0].data();
             let g = unary_grad(op, &x, output, grad_out);
@@ -105,7 +141,10 @@ fn unary_grad(op: &Op, x: &[f32], y: &Tensor, g: &Tensor) -> Vec<f32> {
 
 /// The binding shared by every native CPU capsule.
 pub fn binding() -> KernelBinding {
-    KernelBinding { forward, vjp: Some(vjp) }
+    KernelBinding {
+        forward,
+        vjp: Some(vjp),
+    }
 }
 
 /// The names of the conformance tests that back value and VJP claims.
@@ -114,9 +153,16 @@ pub const VJP_TESTS: &[&str] = &["tests/conformance.rs::native_cpu_vjp_matches_s
 
 /// The native capsule of one op.
 pub fn capsule(op: OpKind) -> KernelCapsule {
-    let here = |sym: &str| Provenance::source("crates/torchlean/src/providers/native_cpu/mod.rs", sym);
-    let vjp_mode = if op.differentiable() { VjpMode::BackendVjp } else { VjpMode::None };
-    let tests = |t: &[&str]| Evidence::TestSuite { tests: t.iter().map(|s| s.to_string()).collect() };
+    let here =
+        |sym: &str| Provenance::source("crates/torchlean/src/providers/native_cpu/mod.rs", sym);
+    let vjp_mode = if op.differentiable() {
+        VjpMode::BackendVjp
+    } else {
+        VjpMode::None
+    };
+    let tests = |t: &[&str]| Evidence::TestSuite {
+        tests: t.iter().map(|s| s.to_string()).collect(),
+    };
     KernelCapsule {
         name: format!("native_cpu.{}", op.name()),
         op,
@@ -128,13 +174,36 @@ pub fn capsule(op: OpKind) -> KernelCapsule {
         vjp_mode,
         runtime_support: RuntimeSupport::Eager,
         deterministic: true,
-        shape_contract: descriptor(shape_claim(op), "every call validates input shapes with spec::infer_shape", Evidence::RuntimeGuard { guard: "src/providers/native_cpu/guard.rs::output_shape".into() }, here("forward")),
-        layout_contract: descriptor(layout_claim(op), "inputs of any strided layout are read in row-major order", Evidence::RuntimeGuard { guard: "src/providers/native_cpu/guard.rs::row_major_inputs".into() }, here("forward")),
-        value_contract: descriptor(value_claim(op), "matches the f64 spec on the conformance harness's random inputs", tests(VALUE_TESTS), here("forward")),
+        shape_contract: descriptor(
+            shape_claim(op),
+            "every call validates input shapes with spec::infer_shape",
+            Evidence::RuntimeGuard {
+                guard: "src/providers/native_cpu/guard.rs::output_shape".into(),
+            },
+            here("forward"),
+        ),
+        layout_contract: descriptor(
+            layout_claim(op),
+            "inputs of any strided layout are read in row-major order",
+            Evidence::RuntimeGuard {
+                guard: "src/providers/native_cpu/guard.rs::row_major_inputs".into(),
+            },
+            here("forward"),
+        ),
+        value_contract: descriptor(
+            value_claim(op),
+            "matches the f64 spec on the conformance harness's random inputs",
+            tests(VALUE_TESTS),
+            here("forward"),
+        ),
         vjp_contract: descriptor(
             vjp_claim(op, vjp_mode),
             "matches the f64 spec VJP on the conformance harness's random inputs",
-            if op.differentiable() { tests(VJP_TESTS) } else { Evidence::NotProvided },
+            if op.differentiable() {
+                tests(VJP_TESTS)
+            } else {
+                Evidence::NotProvided
+            },
             here("vjp"),
         ),
     }

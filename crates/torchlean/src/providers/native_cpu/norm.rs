@@ -16,7 +16,11 @@ fn eps(op: &Op) -> f32 {
 /// (mean, 1/std) of a row; RMS norm has mean 0.
 fn row_stats(row: &[f32], rms: bool, eps: f32) -> (f32, f32) {
     let n = row.len() as f32;
-    let mu = if rms { 0.0 } else { row.iter().sum::<f32>() / n };
+    let mu = if rms {
+        0.0
+    } else {
+        row.iter().sum::<f32>() / n
+    };
     let var = row.iter().map(|v| (v - mu) * (v - mu)).sum::<f32>() / n;
     (mu, 1.0 / (var + eps).sqrt())
 }
@@ -56,16 +60,28 @@ pub fn forward(op: &Op, x: &[&Tensor]) -> Vec<f32> {
     y
 }
 
-fn channel_stats(xd: &[f32], outer: usize, c: usize, inner: usize, ch: usize, eps: f32) -> (f32, f32) {
+fn channel_stats(
+    xd: &[f32],
+    outer: usize,
+    c: usize,
+    inner: usize,
+    ch: usize,
+    eps: f32,
+) -> (f32, f32) {
     let n = (outer * inner) as f32;
     let mut s = 0.0f32;
     for o in 0..outer {
-        s += xd[(o * c + ch) * inner..(o * c + ch + 1) * inner].iter().sum::<f32>();
+        s += xd[(o * c + ch) * inner..(o * c + ch + 1) * inner]
+            .iter()
+            .sum::<f32>();
     }
     let mu = s / n;
     let mut v = 0.0f32;
     for o in 0..outer {
-        v += xd[(o * c + ch) * inner..(o * c + ch + 1) * inner].iter().map(|x| (x - mu) * (x - mu)).sum::<f32>();
+        v += xd[(o * c + ch) * inner..(o * c + ch + 1) * inner]
+            .iter()
+            .map(|x| (x - mu) * (x - mu))
+            .sum::<f32>();
     }
     (mu, 1.0 / (v / n + eps).sqrt())
 }
@@ -134,7 +150,10 @@ pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
         }
         _ => unreachable!("norm::vjp called for {}", op.name()),
     }
-    let mut grads = vec![Some(Tensor::from_parts(gx, x[0].shape().to_vec())), Some(Tensor::from_parts(ggamma, x[1].shape().to_vec()))];
+    let mut grads = vec![
+        Some(Tensor::from_parts(gx, x[0].shape().to_vec())),
+        Some(Tensor::from_parts(ggamma, x[1].shape().to_vec())),
+    ];
     if x.len() == 3 {
         grads.push(Some(Tensor::from_parts(gbeta, x[2].shape().to_vec())));
     }

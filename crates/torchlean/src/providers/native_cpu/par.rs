@@ -16,7 +16,9 @@ pub fn for_chunks(out: &mut [f32], f: impl Fn(usize, &mut [f32]) + Sync + Send) 
     if out.len() < PAR_THRESHOLD {
         f(0, out);
     } else {
-        out.par_chunks_mut(CHUNK).enumerate().for_each(|(i, c)| f(i * CHUNK, c));
+        out.par_chunks_mut(CHUNK)
+            .enumerate()
+            .for_each(|(i, c)| f(i * CHUNK, c));
     }
 }
 
@@ -28,7 +30,9 @@ pub fn for_rows(out: &mut [f32], width: usize, f: impl Fn(usize, &mut [f32]) + S
     if out.len() < PAR_THRESHOLD {
         out.chunks_mut(width).enumerate().for_each(|(i, r)| f(i, r));
     } else {
-        out.par_chunks_mut(width).enumerate().for_each(|(i, r)| f(i, r));
+        out.par_chunks_mut(width)
+            .enumerate()
+            .for_each(|(i, r)| f(i, r));
     }
 }
 
@@ -43,18 +47,35 @@ pub struct Mat<'a> {
 impl<'a> Mat<'a> {
     /// A row-major [rows, cols] matrix.
     pub fn rows(data: &'a [f32], cols: usize) -> Self {
-        Mat { data, rs: cols, cs: 1 }
+        Mat {
+            data,
+            rs: cols,
+            cs: 1,
+        }
     }
     /// The transpose of a row-major [rows, cols] matrix, read as [cols, rows].
     pub fn transposed(data: &'a [f32], cols: usize) -> Self {
-        Mat { data, rs: 1, cs: cols }
+        Mat {
+            data,
+            rs: 1,
+            cs: cols,
+        }
     }
 }
 
 #[allow(clippy::too_many_arguments)] // the GEMM shape: m, n, k, operands, output, two flags
 /// `c[m, n] (+)= a[m, k] @ b[k, n]` with `c` row-major, through the `gemm` crate.
 /// `threads`: use rayon inside the product (set false when already inside a parallel loop).
-pub fn gemm(m: usize, n: usize, k: usize, a: Mat, b: Mat, c: &mut [f32], accumulate: bool, threads: bool) {
+pub fn gemm(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: Mat,
+    b: Mat,
+    c: &mut [f32],
+    accumulate: bool,
+    threads: bool,
+) {
     assert!(c.len() >= m * n, "gemm: output buffer too small");
     if m == 0 || n == 0 {
         return;
@@ -67,20 +88,38 @@ pub fn gemm(m: usize, n: usize, k: usize, a: Mat, b: Mat, c: &mut [f32], accumul
     }
     let max_a = (m - 1) * a.rs + (k - 1) * a.cs;
     let max_b = (k - 1) * b.rs + (n - 1) * b.cs;
-    assert!(max_a < a.data.len() && max_b < b.data.len(), "gemm: operand buffer too small");
-    let parallelism = if threads && m * n * k >= 1 << 15 { gemm::Parallelism::Rayon(0) } else { gemm::Parallelism::None };
+    assert!(
+        max_a < a.data.len() && max_b < b.data.len(),
+        "gemm: operand buffer too small"
+    );
+    let parallelism = if threads && m * n * k >= 1 << 15 {
+        gemm::Parallelism::Rayon(0)
+    } else {
+        gemm::Parallelism::None
+    };
     // SAFETY: the asserts above bound every index gemm reads from a and b (the largest is
     // (rows-1)*rs + (cols-1)*cs) and writes to c (m*n, row-major: rs = n, cs = 1); the three
     // slices do not alias because `c` is a unique borrow.
     unsafe {
         gemm::gemm(
-            m, n, k,
-            c.as_mut_ptr(), 1, n as isize,
+            m,
+            n,
+            k,
+            c.as_mut_ptr(),
+            1,
+            n as isize,
             accumulate,
-            a.data.as_ptr(), a.cs as isize, a.rs as isize,
-            b.data.as_ptr(), b.cs as isize, b.rs as isize,
-            if accumulate { 1.0 } else { 0.0 }, 1.0,
-            false, false, false,
+            a.data.as_ptr(),
+            a.cs as isize,
+            a.rs as isize,
+            b.data.as_ptr(),
+            b.cs as isize,
+            b.rs as isize,
+            if accumulate { 1.0 } else { 0.0 },
+            1.0,
+            false,
+            false,
+            false,
             parallelism,
         );
     }

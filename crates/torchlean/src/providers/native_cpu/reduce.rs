@@ -20,7 +20,11 @@ pub fn sum_to_shape(data: &[f32], from: &[usize], to: &[usize]) -> Tensor {
     let mut keep: Vec<usize> = vec![1; extra];
     keep.extend_from_slice(to);
     // fast path: reduce only leading axes -> column sums over rows of width n_out
-    let lead = keep.iter().zip(from).take_while(|(k, f)| **k == 1 && **f != 1).count();
+    let lead = keep
+        .iter()
+        .zip(from)
+        .take_while(|(k, f)| **k == 1 && **f != 1)
+        .count();
     if keep[lead..] == from[lead..] && n_out > 0 {
         let mut out = vec![0.0f32; n_out];
         for row in data.chunks(n_out) {
@@ -36,7 +40,9 @@ pub fn sum_to_shape(data: &[f32], from: &[usize], to: &[usize]) -> Tensor {
         let width = numel(&from[kept..]);
         let mut out = vec![0.0f32; n_out];
         if width > 0 {
-            for_rows(&mut out, 1, |i, o| o[0] = data[i * width..(i + 1) * width].iter().sum());
+            for_rows(&mut out, 1, |i, o| {
+                o[0] = data[i * width..(i + 1) * width].iter().sum()
+            });
         }
         return Tensor::from_parts(out, to.to_vec());
     }
@@ -67,7 +73,11 @@ pub fn sum_all(data: &[f32]) -> f32 {
 }
 
 fn keepdim_shape(shape: &[usize], axes: &[usize]) -> Vec<usize> {
-    shape.iter().enumerate().map(|(d, &n)| if axes.contains(&d) { 1 } else { n }).collect()
+    shape
+        .iter()
+        .enumerate()
+        .map(|(d, &n)| if axes.contains(&d) { 1 } else { n })
+        .collect()
 }
 
 pub fn forward(op: &Op, x: &Tensor, out_shape: &[usize]) -> Vec<f32> {
@@ -111,7 +121,11 @@ pub fn vjp(op: &Op, x: &Tensor, gy: &Tensor) -> Tensor {
         Op::ReduceSum { axes, .. } | Op::ReduceMean { axes, .. } => {
             let keep = keepdim_shape(&shape, axes);
             let g = gy.data();
-            let scale = if let Op::ReduceMean { .. } = op { 1.0 / axes.iter().map(|&a| shape[a]).product::<usize>() as f32 } else { 1.0 };
+            let scale = if let Op::ReduceMean { .. } = op {
+                1.0 / axes.iter().map(|&a| shape[a]).product::<usize>() as f32
+            } else {
+                1.0
+            };
             let out = super::elementwise::zip_map([&g], [&keep], &shape, |[v]| v * scale);
             Tensor::from_parts(out, shape)
         }
@@ -121,7 +135,11 @@ pub fn vjp(op: &Op, x: &Tensor, gy: &Tensor) -> Tensor {
 
 /// (outer, dim, inner) around `axis`.
 pub fn split(shape: &[usize], axis: usize) -> (usize, usize, usize) {
-    (numel(&shape[..axis]), shape[axis], numel(&shape[axis + 1..]))
+    (
+        numel(&shape[..axis]),
+        shape[axis],
+        numel(&shape[axis + 1..]),
+    )
 }
 
 /// Softmax / log-softmax along `axis`.
@@ -135,7 +153,9 @@ pub fn softmax_forward(op: &Op, x: &Tensor) -> Vec<f32> {
     let (outer, dim, inner) = split(x.shape(), axis);
     let mut out = vec![0.0f32; data.len()];
     if inner == 1 {
-        for_rows(&mut out, dim, |r, o| softmax_row(&data[r * dim..(r + 1) * dim], o, log));
+        for_rows(&mut out, dim, |r, o| {
+            softmax_row(&data[r * dim..(r + 1) * dim], o, log)
+        });
     } else {
         let mut row = vec![0.0f32; dim];
         let mut res = vec![0.0f32; dim];
@@ -181,19 +201,20 @@ pub fn softmax_vjp(op: &Op, y: &Tensor, gy: &Tensor) -> Vec<f32> {
     let (yd, gd) = (y.data(), gy.data());
     let (outer, dim, inner) = split(y.shape(), axis);
     let mut out = vec![0.0f32; yd.len()];
-    let row_vjp = |yr: &dyn Fn(usize) -> f32, gr: &dyn Fn(usize) -> f32, o: &mut dyn FnMut(usize, f32)| {
-        if log {
-            let s: f32 = (0..dim).map(gr).sum();
-            for j in 0..dim {
-                o(j, gr(j) - yr(j).exp() * s);
+    let row_vjp =
+        |yr: &dyn Fn(usize) -> f32, gr: &dyn Fn(usize) -> f32, o: &mut dyn FnMut(usize, f32)| {
+            if log {
+                let s: f32 = (0..dim).map(gr).sum();
+                for j in 0..dim {
+                    o(j, gr(j) - yr(j).exp() * s);
+                }
+            } else {
+                let s: f32 = (0..dim).map(|j| gr(j) * yr(j)).sum();
+                for j in 0..dim {
+                    o(j, yr(j) * (gr(j) - s));
+                }
             }
-        } else {
-            let s: f32 = (0..dim).map(|j| gr(j) * yr(j)).sum();
-            for j in 0..dim {
-                o(j, yr(j) * (gr(j) - s));
-            }
-        }
-    };
+        };
     if inner == 1 {
         for_rows(&mut out, dim, |r, o| {
             let (yr, gr) = (&yd[r * dim..(r + 1) * dim], &gd[r * dim..(r + 1) * dim]);

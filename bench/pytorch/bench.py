@@ -1,0 +1,83 @@
+"""PyTorch twins of `torchlean bench` workloads: same shapes, float32, same optimizer.
+
+Usage: python bench.py WORKLOAD [--reps N] [--warmup N] [--device cpu|cuda]
+Prints one JSON object: workload, unit, median, min, max (same units as torchlean).
+"""
+import argparse
+import json
+import time
+
+import torch
+
+torch.backends.cuda.matmul.allow_tf32 = False
+torch.backends.cudnn.allow_tf32 = False
+
+
+def timed(fn, warmup, reps, sync):
+    for _ in range(warmup):
+        fn()
+    sync()
+    out = []
+    for _ in range(reps):
+        s = time.perf_counter()
+        fn()
+        sync()
+        out.append(time.perf_counter() - s)
+    out.sort()
+    return out
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("workload")
+    p.add_argument("--reps", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--device", default="cpu")
+    a = p.parse_args()
+    dev = torch.device(a.device)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    w = a.workload
+    scale, unit, details = 1e3, "ms", {}
+    if w.startswith("gemm-"):
+        n = int(w[5:])
+        x = torch.randn(n, n, device=dev)
+        y = torch.randn(n, n, device=dev)
+        with torch.no_grad():
+            t = timed(lambda: x @ y, a.warmup, a.reps, sync)
+        details = {"n": n, "gflops": 2 * n**3 / t[len(t) // 2] / 1e9}
+    elif w == "mlp-step":
+        model = torch.nn.Sequential(
+            torch.nn.Linear(784, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10)
+        ).to(dev)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        x = torch.randn(128, 784, device=dev)
+        y = (torch.arange(128, device=dev) % 10).long()
+        loss_fn = torch.nn.CrossEntropyLoss()
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            opt.step()
+
+        t = timed(step, a.warmup, a.reps, sync)
+        details = {"batch": 128, "layers": [784, 512, 512, 10]}
+    elif w in ("tiny-ops", "tiny-ops-tape"):
+        x = torch.randn(16, device=dev, requires_grad=(w == "tiny-ops-tape"))
+        y = torch.randn(16, device=dev)
+
+        def ops():
+            for _ in range(1000):
+                x + y
+
+        t = timed(ops, a.warmup, a.reps, sync)
+        unit = "us/op"  # 1000 ops per rep: ms per rep == us per op
+        details = {"ops_per_rep": 1000, "tape": w == "tiny-ops-tape"}
+    else:
+        raise SystemExit(f"unknown workload {w}")
+    print(json.dumps({"workload": w, "unit": unit, "median": t[len(t) // 2] * scale, "min": t[0] * scale, "max": t[-1] * scale,
+                      "reps": a.reps, "details": details, "torch": torch.__version__, "threads": torch.get_num_threads()}))
+
+
+if __name__ == "__main__":
+    main()
