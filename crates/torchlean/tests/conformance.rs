@@ -125,7 +125,7 @@ fn check_vjp(provider: &str, binding: &KernelBinding, supports: fn(OpKind) -> bo
         let ts: Vec<Tensor> = xs.iter().map(to_tensor).collect();
         let tr: Vec<&Tensor> = ts.iter().collect();
         let out = (binding.forward)(&case.op, &tr).expect("forward");
-        match vjp(&case.op, &tr, &out, &to_tensor(&gy)) {
+        match vjp(&case.op, &tr, &out, &to_tensor(&gy), &vec![true; tr.len()]) {
             Err(e) => failures.push(format!("{}: {e}", case.name())),
             Ok(got) => {
                 for (j, (g, w)) in got.iter().zip(&want).enumerate() {
@@ -260,4 +260,23 @@ fn spec_vjp_matches_finite_differences() {
         "spec VJP disagrees with finite differences:\n{}",
         failures.join("\n")
     );
+}
+
+/// Skipping an input's cotangent (`needs[i] == false`) leaves the other cotangents unchanged.
+#[test]
+fn native_cpu_vjp_skipping_unneeded_inputs_keeps_the_others() {
+    let vjp = providers::native_cpu::binding().vjp.expect("native binds a VJP");
+    for (i, case) in cases().iter().enumerate().filter(|(_, c)| matches!(c.op.kind(), OpKind::Matmul | OpKind::Linear | OpKind::Conv2d | OpKind::ConvTranspose2d)) {
+        let xs: Vec<Tensor> = inputs_of(case, i).iter().map(to_tensor).collect();
+        let tr: Vec<&Tensor> = xs.iter().collect();
+        let out = (providers::native_cpu::binding().forward)(&case.op, &tr).unwrap();
+        let gy = to_tensor(&cotangent(out.shape(), i));
+        let all = vjp(&case.op, &tr, &out, &gy, &vec![true; tr.len()]).unwrap();
+        let mut needs = vec![true; tr.len()];
+        needs[0] = false;
+        let some = vjp(&case.op, &tr, &out, &gy, &needs).unwrap();
+        for j in 1..tr.len() {
+            assert_eq!(all[j].as_ref().map(|t| t.to_vec()), some[j].as_ref().map(|t| t.to_vec()), "{} input {j}", case.name());
+        }
+    }
 }

@@ -4,6 +4,24 @@
 use super::module::Module;
 use crate::error::{Error, Result};
 use crate::runtime::Gradients;
+use rayon::prelude::*;
+
+/// Elements per parallel task of an update (fixed, so results do not depend on threads).
+const CHUNK: usize = 1 << 14;
+
+/// Applies `f(w, g, a, b)` chunk by chunk over a parameter, its gradient and two state
+/// buffers of the same length, in parallel for large parameters.
+fn update_chunks(w: &mut [f32], g: &[f32], a: &mut [f32], b: &mut [f32], f: impl Fn(&mut [f32], &[f32], &mut [f32], &mut [f32]) + Sync + Send) {
+    if w.len() < 2 * CHUNK {
+        f(w, g, a, b);
+    } else {
+        w.par_chunks_mut(CHUNK)
+            .zip(g.par_chunks(CHUNK))
+            .zip(a.par_chunks_mut(CHUNK))
+            .zip(b.par_chunks_mut(CHUNK))
+            .for_each(|(((w, g), a), b)| f(w, g, a, b));
+    }
+}
 
 /// Updates a module's parameters from their gradients.
 pub trait Optimizer {
@@ -50,15 +68,22 @@ impl Optimizer for Sgd {
         if self.velocity.len() != params.len() {
             self.velocity = params.iter().map(|(_, p)| vec![0.0; p.numel()]).collect();
         }
+        let (lr, mom, wd) = (self.lr, self.momentum, self.weight_decay);
         for ((_, p), vel) in params.into_iter().zip(&mut self.velocity) {
             let Some(g) = grads.get(p) else { continue };
-            let g = g.to_vec();
-            let (lr, mom, wd) = (self.lr, self.momentum, self.weight_decay);
+            let g = g.data();
+            let sgd = |w: &mut [f32], g: &[f32], vel: &mut [f32]| {
+                for ((w, &g), v) in w.iter_mut().zip(g).zip(vel.iter_mut()) {
+                    let gi = g + wd * *w;
+                    *v = mom * *v + gi;
+                    *w -= lr * if mom != 0.0 { *v } else { gi };
+                }
+            };
             p.update_data(|w| {
-                for i in 0..w.len() {
-                    let gi = g[i] + wd * w[i];
-                    vel[i] = mom * vel[i] + gi;
-                    w[i] -= lr * if mom != 0.0 { vel[i] } else { gi };
+                if w.len() < 2 * CHUNK {
+                    sgd(w, &g, vel);
+                } else {
+                    w.par_chunks_mut(CHUNK).zip(g.par_chunks(CHUNK)).zip(vel.par_chunks_mut(CHUNK)).for_each(|((w, g), v)| sgd(w, g, v));
                 }
             });
         }
@@ -115,15 +140,16 @@ impl Optimizer for Adam {
         for ((_, p), (m, v)) in params.into_iter().zip(&mut self.moments) {
             let Some(g) = grads.get(p) else { continue };
             let g = g.data();
+            let (step, inv_c2) = (lr / c1, 1.0 / c2);
             p.update_data(|w| {
-                for i in 0..w.len() {
-                    let gi = g[i] + wd * w[i];
-                    m[i] = b1 * m[i] + (1.0 - b1) * gi;
-                    v[i] = b2 * v[i] + (1.0 - b2) * gi * gi;
-                    let mhat = m[i] / c1;
-                    let vhat = v[i] / c2;
-                    w[i] -= lr * mhat / (vhat.sqrt() + eps);
-                }
+                update_chunks(w, &g, m, v, |w, g, m, v| {
+                    for (((w, &g), m), v) in w.iter_mut().zip(g).zip(m.iter_mut()).zip(v.iter_mut()) {
+                        let gi = g + wd * *w;
+                        *m = b1 * *m + (1.0 - b1) * gi;
+                        *v = b2 * *v + (1.0 - b2) * gi * gi;
+                        *w -= step * *m / ((*v * inv_c2).sqrt() + eps);
+                    }
+                })
             });
         }
         Ok(())

@@ -90,6 +90,7 @@ pub fn vjp(
     inputs: &[&Tensor],
     _output: &Tensor,
     grad_out: &Tensor,
+    _needs: &[bool],
 ) -> Result<Vec<Option<Tensor>>> {
     guard::output_shape(op, inputs)?;
     let _grad = NoGradGuard::set(true);

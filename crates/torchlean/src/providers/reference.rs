@@ -46,6 +46,7 @@ pub fn spec_vjp_f32(
     inputs: &[&Tensor],
     output: &Tensor,
     grad_out: &Tensor,
+    _needs: &[bool],
 ) -> Result<Vec<Option<Tensor>>> {
     let arrays: Vec<Array<f32>> = inputs.iter().map(|t| to_array(t)).collect();
     let refs: Vec<&Array<f32>> = arrays.iter().collect();

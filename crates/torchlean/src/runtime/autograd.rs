@@ -224,7 +224,8 @@ impl Tensor {
                 ))
             })?;
             let inputs: Vec<&Tensor> = node.inputs.iter().collect();
-            let input_grads = vjp(&node.op, &inputs, &node.output, &g)?;
+            let needs: Vec<bool> = node.inputs.iter().map(|t| t.is_tracked()).collect();
+            let input_grads = vjp(&node.op, &inputs, &node.output, &g, &needs)?;
             for (input, gi) in node.inputs.iter().zip(input_grads) {
                 let Some(gi) = gi else { continue };
                 if !input.is_tracked() {

@@ -2,8 +2,9 @@
 //!
 //! Kernels take the op (with its payload) and input tensors of any layout, validate what they
 //! need (their runtime guards), and return a new untracked tensor. VJP kernels receive the
-//! inputs, the forward output and the output's cotangent, and return one cotangent per input
-//! (`None` for inputs that take no gradient).
+//! inputs, the forward output, the output's cotangent and which inputs need a gradient
+//! (`needs[i]`), and return one cotangent per input: `None` for inputs that take no gradient,
+//! and allowed (not required) for inputs whose `needs[i]` is false.
 
 use crate::error::Result;
 use crate::graph::Op;
@@ -12,7 +13,7 @@ use crate::tensor::Tensor;
 /// Computes an op's forward value.
 pub type ForwardKernel = fn(&Op, &[&Tensor]) -> Result<Tensor>;
 /// Computes an op's local VJP.
-pub type VjpKernel = fn(&Op, &[&Tensor], &Tensor, &Tensor) -> Result<Vec<Option<Tensor>>>;
+pub type VjpKernel = fn(&Op, &[&Tensor], &Tensor, &Tensor, &[bool]) -> Result<Vec<Option<Tensor>>>;
 
 /// The kernels bound to one capsule.
 #[derive(Clone, Copy)]

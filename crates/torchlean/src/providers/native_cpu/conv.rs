@@ -298,7 +298,9 @@ pub fn forward(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Vec<f32> {
     y
 }
 
-pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
+/// Skips the input cotangent when `needs[0]` is false (e.g. the first layer of a network).
+pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor, needs: &[bool]) -> Vec<Option<Tensor>> {
+    let need_x = needs.first().copied().unwrap_or(true);
     let g = geometry(op, x[0].shape(), x[1].shape(), gy.shape());
     let (xd, wd, gyd) = (x[0].data(), x[1].data(), gy.data());
     let u = g.unfold;
@@ -335,16 +337,18 @@ pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
                         false,
                         threads,
                     );
-                    gemm(
-                        kr,
-                        p,
-                        g.other,
-                        Mat::transposed(wg, kr),
-                        Mat::rows(gyg, p),
-                        gxg,
-                        false,
-                        threads,
-                    );
+                    if need_x {
+                        gemm(
+                            kr,
+                            p,
+                            g.other,
+                            Mat::transposed(wg, kr),
+                            Mat::rows(gyg, p),
+                            gxg,
+                            false,
+                            threads,
+                        );
+                    }
                 } else {
                     u.im2col(xg, &mut col);
                     gemm(
@@ -357,17 +361,19 @@ pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
                         false,
                         threads,
                     );
-                    gemm(
-                        kr,
-                        p,
-                        g.other,
-                        Mat::transposed(wg, kr),
-                        Mat::rows(gyg, p),
-                        &mut col,
-                        false,
-                        threads,
-                    );
-                    u.col2im(&col, gxg);
+                    if need_x {
+                        gemm(
+                            kr,
+                            p,
+                            g.other,
+                            Mat::transposed(wg, kr),
+                            Mat::rows(gyg, p),
+                            &mut col,
+                            false,
+                            threads,
+                        );
+                        u.col2im(&col, gxg);
+                    }
                 }
             } else {
                 let xg = &xb[grp * g.other * p..(grp + 1) * g.other * p];
@@ -380,16 +386,18 @@ pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
                     &col
                 };
                 // gx_g [other, p] = W_g [other, kr] @ col [kr, p]
-                gemm(
-                    g.other,
-                    p,
-                    kr,
-                    Mat::rows(wg, kr),
-                    Mat::rows(colm, p),
-                    gxg,
-                    false,
-                    threads,
-                );
+                if need_x {
+                    gemm(
+                        g.other,
+                        p,
+                        kr,
+                        Mat::rows(wg, kr),
+                        Mat::rows(colm, p),
+                        gxg,
+                        false,
+                        threads,
+                    );
+                }
                 // gW_g [other, kr] = x_g [other, p] @ col^T [p, kr]
                 gemm(
                     g.other,
@@ -430,7 +438,7 @@ pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
     }
 
     let mut grads = vec![
-        Some(Tensor::from_parts(gx, xs.to_vec())),
+        need_x.then(|| Tensor::from_parts(gx, xs.to_vec())),
         Some(Tensor::from_parts(gw, x[1].shape().to_vec())),
     ];
     if let Some(bias) = x.get(2) {

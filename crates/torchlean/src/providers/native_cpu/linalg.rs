@@ -89,100 +89,60 @@ pub fn forward(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Vec<f32> {
     }
 }
 
-pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
+pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor, needs: &[bool]) -> Vec<Option<Tensor>> {
+    let need = |i: usize| needs.get(i).copied().unwrap_or(true);
     let g = gy.data();
     match op {
         Op::Matmul => {
             let (d, _) = matmul_dims(x[0].shape(), x[1].shape()).expect("guard checked the dims");
             let (a, b) = (x[0].data(), x[1].data());
-            let mut ga = vec![0.0f32; x[0].numel()];
-            let mut gb = vec![0.0f32; x[1].numel()];
             let (mk, kn, mn) = (d.m * d.k, d.k * d.n, d.m * d.n);
-            if !d.b_batched {
-                // gA = gY [bm, n] @ B^T ; gB = A^T [k, bm] @ gY [bm, n]
-                gemm(
-                    d.batch * d.m,
-                    d.k,
-                    d.n,
-                    Mat::rows(&g, d.n),
-                    Mat::transposed(&b, d.n),
-                    &mut ga,
-                    false,
-                    true,
-                );
-                gemm(
-                    d.k,
-                    d.n,
-                    d.batch * d.m,
-                    Mat::transposed(&a, d.k),
-                    Mat::rows(&g, d.n),
-                    &mut gb,
-                    false,
-                    true,
-                );
-            } else {
-                for bi in 0..d.batch {
-                    let ao = if d.a_batched { bi * mk } else { 0 };
-                    let gyb = &g[bi * mn..];
-                    gemm(
-                        d.m,
-                        d.k,
-                        d.n,
-                        Mat::rows(gyb, d.n),
-                        Mat::transposed(&b[bi * kn..], d.n),
-                        &mut ga[ao..],
-                        !d.a_batched && bi > 0,
-                        true,
-                    );
-                    gemm(
-                        d.k,
-                        d.n,
-                        d.m,
-                        Mat::transposed(&a[ao..], d.k),
-                        Mat::rows(gyb, d.n),
-                        &mut gb[bi * kn..],
-                        false,
-                        true,
-                    );
+            let ga = need(0).then(|| {
+                let mut ga = vec![0.0f32; x[0].numel()];
+                if !d.b_batched {
+                    // gA [bm, k] = gY [bm, n] @ B^T
+                    gemm(d.batch * d.m, d.k, d.n, Mat::rows(&g, d.n), Mat::transposed(&b, d.n), &mut ga, false, true);
+                } else {
+                    for bi in 0..d.batch {
+                        let ao = if d.a_batched { bi * mk } else { 0 };
+                        let acc = !d.a_batched && bi > 0;
+                        gemm(d.m, d.k, d.n, Mat::rows(&g[bi * mn..], d.n), Mat::transposed(&b[bi * kn..], d.n), &mut ga[ao..], acc, true);
+                    }
                 }
-            }
-            vec![
-                Some(Tensor::from_parts(ga, x[0].shape().to_vec())),
-                Some(Tensor::from_parts(gb, x[1].shape().to_vec())),
-            ]
+                Tensor::from_parts(ga, x[0].shape().to_vec())
+            });
+            let gb = need(1).then(|| {
+                let mut gb = vec![0.0f32; x[1].numel()];
+                if !d.b_batched {
+                    // gB [k, n] = A^T [k, bm] @ gY [bm, n]
+                    gemm(d.k, d.n, d.batch * d.m, Mat::transposed(&a, d.k), Mat::rows(&g, d.n), &mut gb, false, true);
+                } else {
+                    for bi in 0..d.batch {
+                        let ao = if d.a_batched { bi * mk } else { 0 };
+                        gemm(d.k, d.n, d.m, Mat::transposed(&a[ao..], d.k), Mat::rows(&g[bi * mn..], d.n), &mut gb[bi * kn..], false, true);
+                    }
+                }
+                Tensor::from_parts(gb, x[1].shape().to_vec())
+            });
+            vec![ga, gb]
         }
         Op::Linear => {
             let (outf, inp) = (x[1].shape()[0], x[1].shape()[1]);
             let rows = numel(&x[0].shape()[..x[0].rank() - 1]);
             let (xd, w) = (x[0].data(), x[1].data());
-            let mut gx = vec![0.0f32; rows * inp];
-            let mut gw = vec![0.0f32; outf * inp];
-            gemm(
-                rows,
-                inp,
-                outf,
-                Mat::rows(&g, outf),
-                Mat::rows(&w, inp),
-                &mut gx,
-                false,
-                true,
-            );
-            gemm(
-                outf,
-                inp,
-                rows,
-                Mat::transposed(&g, outf),
-                Mat::rows(&xd, inp),
-                &mut gw,
-                false,
-                true,
-            );
-            let mut grads = vec![
-                Some(Tensor::from_parts(gx, x[0].shape().to_vec())),
-                Some(Tensor::from_parts(gw, x[1].shape().to_vec())),
-            ];
+            let gx = need(0).then(|| {
+                let mut gx = vec![0.0f32; rows * inp];
+                gemm(rows, inp, outf, Mat::rows(&g, outf), Mat::rows(&w, inp), &mut gx, false, true);
+                Tensor::from_parts(gx, x[0].shape().to_vec())
+            });
+            let gw = need(1).then(|| {
+                let mut gw = vec![0.0f32; outf * inp];
+                gemm(outf, inp, rows, Mat::transposed(&g, outf), Mat::rows(&xd, inp), &mut gw, false, true);
+                Tensor::from_parts(gw, x[1].shape().to_vec())
+            });
+            let mut grads = vec![gx, gw];
             if x.len() == 3 {
-                grads.push(Some(sum_to_shape(&g, &[rows, outf], &[outf])));
+                grads.push(need(2).then(|| sum_to_shape(&g, &[rows, outf], &[outf])));
             }
             grads
         }

@@ -96,6 +96,7 @@ pub fn vjp(
     inputs: &[&Tensor],
     output: &Tensor,
     grad_out: &Tensor,
+    needs: &[bool],
 ) -> Result<Vec<Option<Tensor>>> {
     guard::output_shape(op, inputs)?;
     use OpKind as K;
@@ -117,9 +118,9 @@ pub fn vjp(
             layout::vjp(op, inputs, grad_out)
         }
         K::IndexSelect | K::Gather | K::ScatterAdd => index::vjp(op, inputs, grad_out)?,
-        K::Matmul | K::Linear | K::MseLoss => linalg::vjp(op, inputs, grad_out),
+        K::Matmul | K::Linear | K::MseLoss => linalg::vjp(op, inputs, grad_out, needs),
         K::LayerNorm | K::RmsNorm | K::BatchNorm => norm::vjp(op, inputs, grad_out),
-        K::Conv2d | K::ConvTranspose2d => conv::vjp(op, inputs, grad_out),
+        K::Conv2d | K::ConvTranspose2d => conv::vjp(op, inputs, grad_out, needs),
         K::MaxPool2d | K::AvgPool2d | K::SmoothMaxPool2d => vec![Some(tensor(
             pool::vjp(op, inputs[0], output, grad_out),
             inputs[0].shape().to_vec(),
