@@ -13,10 +13,12 @@ torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
 
 
-def timed(fn, warmup, reps, sync):
-    for _ in range(warmup):
+def timed(fn, warmup, reps, sync, warmup_seconds=0.5):
+    start, done = time.perf_counter(), 0
+    while done < warmup or time.perf_counter() - start < warmup_seconds:
         fn()
-    sync()
+        sync()
+        done += 1
     out = []
     for _ in range(reps):
         s = time.perf_counter()

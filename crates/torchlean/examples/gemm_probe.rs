@@ -16,7 +16,7 @@ fn t2(label: &str, m: usize, n: usize, k: usize, lhs_rs: isize, lhs_cs: isize, r
 }
 fn main() {
     use gemm::Parallelism::*;
-    for par in [Rayon(0)] {
+    for par in [Rayon(0), None] {
         println!("{par:?}");
         // forward: x[128,784] @ W^T, W [512,784]
         t("fwd x@W^T (rhs colmajor)", 128, 512, 784, 784, 1, 1, 784, par);
@@ -26,6 +26,8 @@ fn main() {
         t("gx g@W (row-major)", 128, 784, 512, 512, 1, 784, 1, par);
         // gw = g^T [512,128] @ x [128,784]
         t("gw g^T@x (lhs colmajor)", 512, 784, 128, 1, 512, 784, 1, par);
+        t("256 cube", 256, 256, 256, 256, 1, 256, 1, par);
+        t("512 cube", 512, 512, 512, 512, 1, 512, 1, par);
         t("1024 cube", 1024, 1024, 1024, 1024, 1, 1024, 1, par);
     }
 }

@@ -16,8 +16,11 @@ pub struct Args {
     /// Timed repetitions (after warm-up).
     #[arg(long, default_value_t = 20)]
     reps: usize,
+    /// Warm-up: at least this many untimed runs, and at least `--warmup-seconds` of them.
     #[arg(long, default_value_t = 3)]
     warmup: usize,
+    #[arg(long, default_value_t = 0.5)]
+    warmup_seconds: f64,
     #[arg(long)]
     json: bool,
 }
@@ -29,12 +32,15 @@ fn stats(mut t: Vec<f64>) -> (f64, f64, f64) {
 }
 
 fn time(
-    warmup: usize,
+    warmup: (usize, f64),
     reps: usize,
     mut f: impl FnMut() -> Result<(), CliError>,
 ) -> Result<Vec<f64>, CliError> {
-    for _ in 0..warmup {
+    let start = Instant::now();
+    let mut done = 0;
+    while done < warmup.0 || start.elapsed().as_secs_f64() < warmup.1 {
         f()?;
+        done += 1;
     }
     (0..reps)
         .map(|_| {
@@ -58,7 +64,7 @@ pub fn run(a: Args) -> CliResult {
                 a.backend.start_session(&[OpKind::Matmul], false)?;
                 let x = Tensor::randn(&[n, n], 1)?;
                 let y = Tensor::randn(&[n, n], 2)?;
-                let t = time(a.warmup, a.reps, || {
+                let t = time((a.warmup, a.warmup_seconds), a.reps, || {
                     no_grad(|| x.matmul(&y)).map(|_| ()).map_err(Into::into)
                 })?;
                 let gflops = 2.0 * (n as f64).powi(3) / stats(t.clone()).0 / 1e9;
@@ -88,7 +94,7 @@ pub fn run(a: Args) -> CliResult {
                 let labels: Vec<f32> = (0..128).map(|i| (i % 10) as f32).collect();
                 let y = Tensor::from_vec(labels, &[128])?;
                 let mut opt = Adam::new(1e-3)?;
-                let t = time(a.warmup, a.reps, || {
+                let t = time((a.warmup, a.warmup_seconds), a.reps, || {
                     let loss = model.forward(&x)?.cross_entropy(&y)?;
                     let g = loss.backward()?;
                     drop(loss);
@@ -108,7 +114,7 @@ pub fn run(a: Args) -> CliResult {
                 let x = Tensor::randn(&[16], 4)?;
                 let x = if tape { x.requires_grad() } else { x };
                 let y = Tensor::randn(&[16], 5)?;
-                let t = time(a.warmup, a.reps, || {
+                let t = time((a.warmup, a.warmup_seconds), a.reps, || {
                     for _ in 0..1000 {
                         std::hint::black_box(x.add(&y)?);
                     }
