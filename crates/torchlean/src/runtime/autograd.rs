@@ -17,6 +17,35 @@ use std::sync::Arc;
 
 thread_local! {
     static GRAD_ENABLED: Cell<bool> = const { Cell::new(true) };
+    static CAPTURING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether a graph capture is in progress on this thread (every op is recorded while grad
+/// mode is on, differentiable or not; kernels that compose other ops turn grad mode off, so
+/// their parts are not captured).
+pub(crate) fn capturing() -> bool {
+    CAPTURING.with(|c| c.get()) && grad_enabled()
+}
+
+/// Turns capture mode on until dropped (and grad mode on).
+pub(crate) struct CaptureGuard {
+    previous: bool,
+    _grad: NoGradGuard,
+}
+
+impl CaptureGuard {
+    pub(crate) fn new() -> CaptureGuard {
+        CaptureGuard {
+            previous: CAPTURING.with(|c| c.replace(true)),
+            _grad: NoGradGuard::set(true),
+        }
+    }
+}
+
+impl Drop for CaptureGuard {
+    fn drop(&mut self) {
+        CAPTURING.with(|c| c.set(self.previous));
+    }
 }
 
 /// Whether ops on this thread currently record the tape.
@@ -115,6 +144,12 @@ impl Gradients {
 
     pub fn is_empty(&self) -> bool {
         self.map.is_empty()
+    }
+
+    /// Sets the gradient of `leaf` (used by the compiled executor, whose gradients come from
+    /// graph outputs), replacing any previous one.
+    pub fn insert(&mut self, leaf: &Tensor, grad: Tensor) {
+        self.map.insert(leaf.id(), grad);
     }
 
     /// Adds every gradient of `other` into this store (gradient accumulation).

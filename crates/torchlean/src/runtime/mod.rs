@@ -3,6 +3,8 @@
 //! chooses a provider itself.
 
 pub mod autograd;
+pub mod capture;
+pub mod compiled;
 pub mod kernel;
 pub mod probe;
 pub mod session;

@@ -171,8 +171,11 @@ pub fn with_current<R>(f: impl FnOnce(&mut Session) -> R) -> R {
 /// Runs one op eagerly: plan + gate (cached), run the accepted kernel, record the tape.
 pub fn apply(op: Op, inputs: &[&Tensor]) -> Result<Tensor> {
     let kind = op.kind();
-    let recording =
-        kind.differentiable() && autograd::grad_enabled() && inputs.iter().any(|t| t.is_tracked());
+    // A differentiable op on tracked inputs needs a VJP-capable kernel; during a graph capture
+    // every op is recorded (the compiled executor plans VJPs itself).
+    let recording = kind.differentiable()
+        && autograd::grad_enabled()
+        && (inputs.iter().any(|t| t.is_tracked()) || autograd::capturing());
     let (kernel, ran) = with_current(|s| s.accepted(kind, recording))?;
     let out = (kernel.binding().forward)(&op, inputs)?;
     if !ran {
@@ -182,7 +185,7 @@ pub fn apply(op: Op, inputs: &[&Tensor]) -> Result<Tensor> {
             }
         });
     }
-    Ok(if recording {
+    Ok(if recording || autograd::capturing() {
         autograd::record(op, inputs, out, kernel)
     } else {
         out

@@ -1,0 +1,91 @@
+//! Derives the backward graph from the VJP rules: for a scalar output, appends one `vjp` node
+//! per (differentiable node, input that leads to an input or parameter), `add` nodes where
+//! cotangents meet, and outputs `grad.<name>` for every input and parameter reached.
+
+use super::ir::{Graph, GraphError, NodeKind, OutputDecl, ValueDecl};
+use super::op::Op;
+
+/// Name of the constant holding the seed cotangent (1.0) of a scalar output.
+pub const SEED: &str = "grad.seed";
+
+/// Which nodes depend on an input or a parameter (and so can carry a gradient).
+pub fn depends_on_leaves(g: &Graph) -> Vec<bool> {
+    let mut dep = vec![false; g.nodes.len()];
+    for n in &g.nodes {
+        dep[n.id] = match &n.kind {
+            NodeKind::Input { .. } | NodeKind::Parameter { .. } => true,
+            NodeKind::Constant { .. } => false,
+            NodeKind::Op { op } => op.kind().differentiable() && n.parents.iter().any(|&p| dep[p]),
+            NodeKind::Vjp { .. } => n.parents.iter().any(|&p| dep[p]),
+        };
+    }
+    dep
+}
+
+/// Appends the backward graph of output `loss` (which must be a one-element node) and
+/// returns the names of the gradient outputs it added. The seed cotangent is a constant
+/// named [`SEED`] of the loss's shape whose value (1.0) the caller provides.
+pub fn append_backward(g: &mut Graph, loss: &str) -> Result<Vec<String>, GraphError> {
+    let root = g
+        .output(loss)
+        .ok_or_else(|| GraphError::Other(format!("no output named `{loss}`")))?;
+    let shape = g.nodes[root].shape.clone();
+    if shape.iter().product::<usize>() != 1 {
+        return Err(GraphError::Other(format!(
+            "backward needs a one-element output, `{loss}` has shape {shape:?}"
+        )));
+    }
+    let dep = depends_on_leaves(g);
+    g.parameters.push(ValueDecl {
+        name: SEED.into(),
+        shape,
+    });
+    let seed = g.push(NodeKind::Constant { name: SEED.into() }, vec![])?;
+    let forward_len = root + 1;
+    let mut cot: Vec<Option<usize>> = vec![None; forward_len];
+    cot[root] = Some(seed);
+    for id in (0..forward_len).rev() {
+        let Some(c) = cot[id] else { continue };
+        let node = g.nodes[id].clone();
+        let NodeKind::Op { op } = &node.kind else {
+            continue;
+        };
+        if !dep[id] {
+            continue;
+        }
+        for (i, &p) in node.parents.iter().enumerate() {
+            if !dep[p] {
+                continue;
+            }
+            let mut parents = node.parents.clone();
+            parents.extend([id, c]);
+            let gi = g.push(
+                NodeKind::Vjp {
+                    op: op.clone(),
+                    input: i,
+                },
+                parents,
+            )?;
+            cot[p] = Some(match cot[p] {
+                None => gi,
+                Some(prev) => g.push(NodeKind::Op { op: Op::Add }, vec![prev, gi])?,
+            });
+        }
+    }
+    let mut names = vec![];
+    for n in g.nodes[..forward_len].to_vec() {
+        let name = match &n.kind {
+            NodeKind::Input { name } | NodeKind::Parameter { name } => name.clone(),
+            _ => continue,
+        };
+        if let Some(c) = cot[n.id] {
+            let out = format!("grad.{name}");
+            g.outputs.push(OutputDecl {
+                name: out.clone(),
+                node: c,
+            });
+            names.push(out);
+        }
+    }
+    Ok(names)
+}

@@ -1,0 +1,331 @@
+//! The graph IR: an SSA DAG of ops (format `torchlean.ir.v1`).
+//!
+//! Node `i` is at index `i` and its parents have smaller ids, so a graph is acyclic by
+//! construction and its node order is a valid schedule. Every node carries its shape; shapes
+//! are inferred in one place ([`Graph::validate`], via `spec::infer_shape`). Inputs,
+//! parameters and constants are referenced by name; their values live outside the graph
+//! (parameters and constants in a safetensors file). Graph files are untrusted input:
+//! [`Graph::validate`] checks everything before anything is allocated or run.
+
+use super::op::Op;
+use crate::spec::{infer_shape, numel};
+use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
+use thiserror::Error;
+
+/// The format tag of this IR version.
+pub const FORMAT: &str = "torchlean.ir.v1";
+/// Largest element count any node may declare (2^31 f32 = 8 GiB).
+pub const MAX_NODE_ELEMENTS: usize = 1 << 31;
+/// Largest number of nodes a graph may have.
+pub const MAX_NODES: usize = 1 << 20;
+
+/// A named value with a shape (an input or a parameter).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ValueDecl {
+    pub name: String,
+    pub shape: Vec<usize>,
+}
+
+/// A named graph output.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputDecl {
+    pub name: String,
+    pub node: usize,
+}
+
+/// What a node computes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum NodeKind {
+    /// A graph input, by name.
+    Input { name: String },
+    /// A trainable parameter, by name.
+    Parameter { name: String },
+    /// A constant captured from the model (stored beside the parameters), by name.
+    Constant { name: String },
+    /// An op applied to the parents.
+    Op { op: Op },
+    /// The cotangent of input `input` of `op`: parents are the op's inputs, the op's output,
+    /// and the output's cotangent. Executed by the VJP kernel of the op's accepted capsule.
+    Vjp { op: Op, input: usize },
+}
+
+/// One SSA node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Node {
+    pub id: usize,
+    #[serde(flatten)]
+    pub kind: NodeKind,
+    pub parents: Vec<usize>,
+    pub shape: Vec<usize>,
+    pub dtype: String,
+}
+
+/// A graph: inputs, parameters, nodes in SSA order, outputs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Graph {
+    pub format: String,
+    pub inputs: Vec<ValueDecl>,
+    pub parameters: Vec<ValueDecl>,
+    pub nodes: Vec<Node>,
+    pub outputs: Vec<OutputDecl>,
+}
+
+/// Why a graph is not well formed.
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum GraphError {
+    #[error("graph: format is `{found}`, expected `{FORMAT}`")]
+    Format { found: String },
+    #[error("graph: {count} nodes exceed the limit of {MAX_NODES}")]
+    TooManyNodes { count: usize },
+    #[error("graph node {index}: id is {id}, expected its index {index}")]
+    BadId { index: usize, id: usize },
+    #[error("graph node {node}: parent {parent} is not an earlier node (cycle or out of range)")]
+    BadParent { node: usize, parent: usize },
+    #[error("graph node {node}: dtype `{dtype}` is not supported (only f32)")]
+    Dtype { node: usize, dtype: String },
+    #[error("graph node {node}: shape {shape:?} has more than {MAX_NODE_ELEMENTS} elements")]
+    TooLarge { node: usize, shape: Vec<usize> },
+    #[error("graph node {node}: refers to undeclared {what} `{name}`")]
+    Undeclared {
+        node: usize,
+        what: &'static str,
+        name: String,
+    },
+    #[error("graph: {what} `{name}` is declared twice")]
+    Duplicate { what: &'static str, name: String },
+    #[error("graph node {node}: declared shape {declared:?}, but {reason}")]
+    ShapeMismatch {
+        node: usize,
+        declared: Vec<usize>,
+        reason: String,
+    },
+    #[error("graph node {node} (`{op}`): {reason}")]
+    Op {
+        node: usize,
+        op: &'static str,
+        reason: String,
+    },
+    #[error("graph output `{name}`: node {node} does not exist")]
+    BadOutput { name: String, node: usize },
+    #[error("graph: {0}")]
+    Other(String),
+}
+
+fn check_size(node: usize, shape: &[usize]) -> Result<(), GraphError> {
+    let mut n: usize = 1;
+    for &d in shape {
+        n = n
+            .checked_mul(d)
+            .filter(|&n| n <= MAX_NODE_ELEMENTS)
+            .ok_or_else(|| GraphError::TooLarge {
+                node,
+                shape: shape.to_vec(),
+            })?;
+    }
+    Ok(())
+}
+
+impl Graph {
+    /// An empty graph.
+    pub fn new() -> Graph {
+        Graph {
+            format: FORMAT.into(),
+            inputs: vec![],
+            parameters: vec![],
+            nodes: vec![],
+            outputs: vec![],
+        }
+    }
+
+    /// Appends a node whose shape is inferred; returns its id.
+    pub fn push(&mut self, kind: NodeKind, parents: Vec<usize>) -> Result<usize, GraphError> {
+        let id = self.nodes.len();
+        let shape = self.infer(id, &kind, &parents)?;
+        self.nodes.push(Node {
+            id,
+            kind,
+            parents,
+            shape,
+            dtype: "f32".into(),
+        });
+        Ok(id)
+    }
+
+    /// The output node named `name`.
+    pub fn output(&self, name: &str) -> Option<usize> {
+        self.outputs.iter().find(|o| o.name == name).map(|o| o.node)
+    }
+
+    /// The shape a node of `kind` over `parents` must have (the one place shapes are inferred).
+    fn infer(
+        &self,
+        id: usize,
+        kind: &NodeKind,
+        parents: &[usize],
+    ) -> Result<Vec<usize>, GraphError> {
+        for &p in parents {
+            if p >= id || p >= self.nodes.len() {
+                return Err(GraphError::BadParent {
+                    node: id,
+                    parent: p,
+                });
+            }
+        }
+        let decl = |list: &[ValueDecl], what: &'static str, name: &str| {
+            list.iter()
+                .find(|d| d.name == name)
+                .map(|d| d.shape.clone())
+                .ok_or_else(|| GraphError::Undeclared {
+                    node: id,
+                    what,
+                    name: name.to_string(),
+                })
+        };
+        let leaf = |shape: Vec<usize>| {
+            if parents.is_empty() {
+                Ok(shape)
+            } else {
+                Err(GraphError::Other(format!(
+                    "node {id}: a leaf has no parents"
+                )))
+            }
+        };
+        let shapes: Vec<&[usize]> = parents
+            .iter()
+            .map(|&p| self.nodes[p].shape.as_slice())
+            .collect();
+        let op_err = |op: &Op, e: crate::error::OpError| GraphError::Op {
+            node: id,
+            op: op.name(),
+            reason: e.to_string(),
+        };
+        match kind {
+            NodeKind::Input { name } => leaf(decl(&self.inputs, "input", name)?),
+            NodeKind::Parameter { name } => leaf(decl(&self.parameters, "parameter", name)?),
+            NodeKind::Constant { name } => leaf(decl(&self.parameters, "constant", name)?),
+            NodeKind::Op { op } => infer_shape(op, &shapes).map_err(|e| op_err(op, e)),
+            NodeKind::Vjp { op, input } => {
+                let n = shapes.len().checked_sub(2).ok_or_else(|| GraphError::Op {
+                    node: id,
+                    op: op.name(),
+                    reason: "a vjp node needs the op's inputs, its output and a cotangent".into(),
+                })?;
+                if *input >= n {
+                    return Err(GraphError::Op {
+                        node: id,
+                        op: op.name(),
+                        reason: format!("input index {input} out of range for {n} inputs"),
+                    });
+                }
+                let out = infer_shape(op, &shapes[..n]).map_err(|e| op_err(op, e))?;
+                if shapes[n] != out.as_slice() || shapes[n + 1] != out.as_slice() {
+                    return Err(GraphError::Op {
+                        node: id,
+                        op: op.name(),
+                        reason: format!("output and cotangent must have shape {out:?}"),
+                    });
+                }
+                if !op.kind().differentiable() {
+                    return Err(GraphError::Op {
+                        node: id,
+                        op: op.name(),
+                        reason: "the op is not differentiable".into(),
+                    });
+                }
+                Ok(shapes[*input].to_vec())
+            }
+        }
+    }
+
+    /// Checks the whole graph: format, ids, parents, names, dtypes, sizes, shapes, outputs.
+    pub fn validate(&self) -> Result<(), GraphError> {
+        if self.format != FORMAT {
+            return Err(GraphError::Format {
+                found: self.format.clone(),
+            });
+        }
+        if self.nodes.len() > MAX_NODES {
+            return Err(GraphError::TooManyNodes {
+                count: self.nodes.len(),
+            });
+        }
+        let mut names = HashSet::new();
+        for (what, list) in [("input", &self.inputs), ("parameter", &self.parameters)] {
+            for d in list {
+                if !names.insert(d.name.as_str()) {
+                    return Err(GraphError::Duplicate {
+                        what,
+                        name: d.name.clone(),
+                    });
+                }
+                check_size(usize::MAX, &d.shape).map_err(|_| {
+                    GraphError::Other(format!(
+                        "{what} `{}`: shape {:?} is too large",
+                        d.name, d.shape
+                    ))
+                })?;
+            }
+        }
+        let mut prefix = Graph {
+            nodes: Vec::with_capacity(self.nodes.len()),
+            ..Graph {
+                format: FORMAT.into(),
+                inputs: self.inputs.clone(),
+                parameters: self.parameters.clone(),
+                nodes: vec![],
+                outputs: vec![],
+            }
+        };
+        for (index, node) in self.nodes.iter().enumerate() {
+            if node.id != index {
+                return Err(GraphError::BadId { index, id: node.id });
+            }
+            if node.dtype != "f32" {
+                return Err(GraphError::Dtype {
+                    node: index,
+                    dtype: node.dtype.clone(),
+                });
+            }
+            check_size(index, &node.shape)?;
+            let shape = prefix.infer(index, &node.kind, &node.parents)?;
+            check_size(index, &shape)?;
+            if shape != node.shape {
+                return Err(GraphError::ShapeMismatch {
+                    node: index,
+                    declared: node.shape.clone(),
+                    reason: format!("the inferred shape is {shape:?}"),
+                });
+            }
+            prefix.nodes.push(node.clone());
+        }
+        let mut out_names = HashSet::new();
+        for o in &self.outputs {
+            if o.node >= self.nodes.len() {
+                return Err(GraphError::BadOutput {
+                    name: o.name.clone(),
+                    node: o.node,
+                });
+            }
+            if !out_names.insert(o.name.as_str()) {
+                return Err(GraphError::Duplicate {
+                    what: "output",
+                    name: o.name.clone(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Number of f32 elements of every node (for memory planning and reports).
+    pub fn node_elements(&self) -> Vec<usize> {
+        self.nodes.iter().map(|n| numel(&n.shape)).collect()
+    }
+}
+
+impl Default for Graph {
+    fn default() -> Self {
+        Graph::new()
+    }
+}

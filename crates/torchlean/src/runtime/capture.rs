@@ -1,0 +1,126 @@
+//! Capture: run a model once, eagerly, and record its forward graph.
+//!
+//! Inputs become fresh tracked leaves, parameters are recognized by identity, and every op
+//! run while capturing is recorded (differentiable or not). Walking the recorded links from
+//! the outputs gives the graph in SSA order; any other leaf reached (a tensor the model built
+//! from data, e.g. a causal mask) becomes a named constant whose value is returned beside the
+//! graph. Shapes are those of this run: a captured graph is for fixed input shapes.
+
+use super::autograd::CaptureGuard;
+use crate::error::{Error, Result};
+use crate::graph::{Graph, NodeKind, OutputDecl, ValueDecl};
+use crate::tensor::{Tensor, TensorId};
+use std::collections::HashMap;
+
+/// A captured graph and the values of its parameters and constants.
+pub struct Captured {
+    pub graph: Graph,
+    /// Parameter and constant values by name (what a params file holds).
+    pub values: Vec<(String, Tensor)>,
+}
+
+/// Captures `f` applied to `inputs` (named), with `params` (named, by identity) as parameters.
+/// `f` returns the named outputs.
+pub fn capture(
+    inputs: &[(String, Tensor)],
+    params: &[(String, Tensor)],
+    f: impl FnOnce(&[Tensor]) -> Result<Vec<(String, Tensor)>>,
+) -> Result<Captured> {
+    let leaves: Vec<Tensor> = inputs
+        .iter()
+        .map(|(_, t)| t.detach().requires_grad())
+        .collect();
+    let outputs = {
+        let _capture = CaptureGuard::new();
+        f(&leaves)?
+    };
+    let mut graph = Graph::new();
+    let mut named: HashMap<TensorId, NodeKind> = HashMap::new();
+    for ((name, t), leaf) in inputs.iter().zip(&leaves) {
+        graph.inputs.push(ValueDecl {
+            name: name.clone(),
+            shape: t.shape().to_vec(),
+        });
+        named.insert(leaf.id(), NodeKind::Input { name: name.clone() });
+    }
+    let mut values = vec![];
+    for (name, t) in params {
+        graph.parameters.push(ValueDecl {
+            name: name.clone(),
+            shape: t.shape().to_vec(),
+        });
+        named.insert(t.id(), NodeKind::Parameter { name: name.clone() });
+        values.push((name.clone(), t.detach()));
+    }
+    let mut node_of: HashMap<TensorId, usize> = HashMap::new();
+    for (name, out) in &outputs {
+        let node = add_tensor(&mut graph, &mut node_of, &named, &mut values, out)?;
+        graph.outputs.push(OutputDecl {
+            name: name.clone(),
+            node,
+        });
+    }
+    graph
+        .validate()
+        .map_err(|e| Error::Other(format!("capture produced an invalid graph: {e}")))?;
+    Ok(Captured { graph, values })
+}
+
+/// Adds `t` and everything it depends on (iterative post-order), returning its node id.
+fn add_tensor(
+    graph: &mut Graph,
+    node_of: &mut HashMap<TensorId, usize>,
+    named: &HashMap<TensorId, NodeKind>,
+    values: &mut Vec<(String, Tensor)>,
+    root: &Tensor,
+) -> Result<usize> {
+    let mut stack = vec![(root.clone(), false)];
+    while let Some((t, expanded)) = stack.pop() {
+        if node_of.contains_key(&t.id()) {
+            continue;
+        }
+        let recorded = t.grad_fn().filter(|_| !named.contains_key(&t.id()));
+        match recorded {
+            Some(node) if !expanded => {
+                let inputs = node.inputs.clone();
+                stack.push((t, true));
+                for i in inputs.into_iter().rev() {
+                    if !node_of.contains_key(&i.id()) {
+                        stack.push((i, false));
+                    }
+                }
+            }
+            Some(node) => {
+                let parents = node.inputs.iter().map(|i| node_of[&i.id()]).collect();
+                let id = graph
+                    .push(
+                        NodeKind::Op {
+                            op: node.op.clone(),
+                        },
+                        parents,
+                    )
+                    .map_err(|e| Error::Other(e.to_string()))?;
+                node_of.insert(t.id(), id);
+            }
+            None => {
+                let kind = match named.get(&t.id()) {
+                    Some(k) => k.clone(),
+                    None => {
+                        let name = format!("const.{}", values.len());
+                        graph.parameters.push(ValueDecl {
+                            name: name.clone(),
+                            shape: t.shape().to_vec(),
+                        });
+                        values.push((name.clone(), t.detach()));
+                        NodeKind::Constant { name }
+                    }
+                };
+                let id = graph
+                    .push(kind, vec![])
+                    .map_err(|e| Error::Other(e.to_string()))?;
+                node_of.insert(t.id(), id);
+            }
+        }
+    }
+    Ok(node_of[&root.id()])
+}

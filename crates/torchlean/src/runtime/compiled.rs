@@ -1,0 +1,328 @@
+//! Compiled mode: plan and gate a graph once, then execute the accepted graph plan many times.
+//!
+//! [`CompiledGraph::compile`] validates the graph, plans every op node (and every VJP node,
+//! with the capsule of its op) under one request, lowers, and gates the whole plan into an
+//! `AcceptedGraphPlan`; a rejected plan is returned with its failures for inspection. The
+//! executor then runs nothing but that plan: node by node in SSA order, each `op` node by its
+//! accepted forward kernel and each `vjp` node by the same capsule's VJP kernel (asking only
+//! for the one cotangent it needs). Memory: the liveness of every value is computed once;
+//! a value is released right after its last use, so the peak is the plan's, not the graph's.
+
+use crate::backend::{
+    gate_plan, plan_op, AcceptedGraphPlan, Availability, BackendProfile, BackendReport,
+    ExecutionMode, ExecutionPlan, PlanRequest, PlannedKernel, PlanningError, RejectedPlan, Target,
+    VjpMode,
+};
+use crate::error::{Error, Result};
+use crate::graph::{Graph, GraphError, NodeKind, OpKind};
+use crate::tensor::Tensor;
+use std::collections::HashMap;
+use thiserror::Error;
+
+/// Why a graph could not be compiled.
+#[derive(Debug, Error)]
+pub enum CompileError {
+    #[error(transparent)]
+    Graph(#[from] GraphError),
+    #[error("planning failed:\n{}", .0.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n"))]
+    Planning(Vec<PlanningError>),
+    #[error("rejected by the gate:\n  {}", .0.failures.iter().map(|f| f.to_string()).collect::<Vec<_>>().join("\n  "))]
+    Rejected(Box<RejectedPlan>),
+}
+
+impl From<CompileError> for Error {
+    fn from(e: CompileError) -> Error {
+        match e {
+            CompileError::Graph(g) => Error::Other(g.to_string()),
+            CompileError::Planning(_) => Error::Planning(e.to_string()),
+            CompileError::Rejected(_) => Error::Gate(e.to_string()),
+        }
+    }
+}
+
+/// A graph with its accepted plan, ready to run.
+pub struct CompiledGraph {
+    graph: Graph,
+    plan: AcceptedGraphPlan,
+    /// For each node, the index of its accepted kernel (op and vjp nodes).
+    kernel_of: Vec<Option<usize>>,
+    /// For each node, the last node that reads it (itself if none); outputs live to the end.
+    last_use: Vec<usize>,
+    report: BackendReport,
+    peak_elements: usize,
+}
+
+impl CompiledGraph {
+    /// Validates, plans, lowers and gates `graph` under `profile`.
+    pub fn compile(
+        graph: Graph,
+        profile: &BackendProfile,
+    ) -> std::result::Result<CompiledGraph, CompileError> {
+        graph.validate()?;
+        let has_vjp = graph
+            .nodes
+            .iter()
+            .any(|n| matches!(n.kind, NodeKind::Vjp { .. }));
+        let request = PlanRequest {
+            device: profile.device,
+            preference: profile.preference,
+            policy: profile.policy.clone(),
+            vjp: if has_vjp { profile.vjp } else { VjpMode::None },
+            mode: ExecutionMode::Compiled,
+        };
+        let availability = Availability::declared(&Target::host());
+        let registry = super::session::standard_registry();
+        let mut by_kind: HashMap<OpKind, PlannedKernel> = HashMap::new();
+        let mut errors = vec![];
+        let mut kernels = vec![];
+        let mut kernel_of = vec![None; graph.nodes.len()];
+        for n in &graph.nodes {
+            let op = match &n.kind {
+                NodeKind::Op { op } | NodeKind::Vjp { op, .. } => op,
+                _ => continue,
+            };
+            let kind = op.kind();
+            if !by_kind.contains_key(&kind) {
+                match plan_op(registry, kind, &request, &availability) {
+                    Ok(k) => {
+                        by_kind.insert(kind, k);
+                    }
+                    Err(e) => {
+                        if !errors.iter().any(|x: &PlanningError| x.op == kind) {
+                            errors.push(e);
+                        }
+                        continue;
+                    }
+                }
+            }
+            kernel_of[n.id] = Some(kernels.len());
+            kernels.push(by_kind[&kind].clone());
+        }
+        if !errors.is_empty() {
+            return Err(CompileError::Planning(errors));
+        }
+        let plan = ExecutionPlan { request, kernels };
+        let accepted = gate_plan(&plan).map_err(|r| CompileError::Rejected(Box::new(r)))?;
+        let mut audits: Vec<_> = vec![];
+        for k in accepted.kernels() {
+            if !audits
+                .iter()
+                .any(|a: &crate::backend::KernelAudit| a.capsule == k.audit().capsule)
+            {
+                audits.push(k.audit().clone());
+            }
+        }
+        let report = BackendReport::new(
+            profile,
+            ExecutionMode::Compiled,
+            audits,
+            accepted.groups().to_vec(),
+            vec![],
+        );
+        let mut last_use: Vec<usize> = (0..graph.nodes.len()).collect();
+        for n in &graph.nodes {
+            for &p in &n.parents {
+                last_use[p] = last_use[p].max(n.id);
+            }
+        }
+        for o in &graph.outputs {
+            last_use[o.node] = usize::MAX;
+        }
+        let sizes = graph.node_elements();
+        let (mut live, mut peak) = (0usize, 0usize);
+        for n in &graph.nodes {
+            live += sizes[n.id];
+            peak = peak.max(live);
+            for (m, &lu) in last_use.iter().enumerate().take(n.id + 1) {
+                if lu == n.id {
+                    live -= sizes[m];
+                }
+            }
+        }
+        Ok(CompiledGraph {
+            graph,
+            plan: accepted,
+            kernel_of,
+            last_use,
+            report,
+            peak_elements: peak,
+        })
+    }
+
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+
+    /// The report of the accepted plan (every capsule the executor runs).
+    pub fn report(&self) -> &BackendReport {
+        &self.report
+    }
+
+    /// Peak number of live f32 elements while running (from the liveness plan).
+    pub fn peak_elements(&self) -> usize {
+        self.peak_elements
+    }
+
+    /// Runs the plan. `value(name)` supplies inputs, parameters and constants by name; every
+    /// supplied tensor must have its declared shape. Returns the named outputs.
+    pub fn run(&self, value: impl Fn(&str) -> Option<Tensor>) -> Result<Vec<(String, Tensor)>> {
+        let mut slots: Vec<Option<Tensor>> = vec![None; self.graph.nodes.len()];
+        let kernels = self.plan.kernels();
+        for n in &self.graph.nodes {
+            let get = |i: usize| -> Result<&Tensor> {
+                slots[i].as_ref().ok_or_else(|| {
+                    Error::Other(format!(
+                        "graph node {i} was released before node {} used it",
+                        n.id
+                    ))
+                })
+            };
+            let out = match &n.kind {
+                NodeKind::Input { name }
+                | NodeKind::Parameter { name }
+                | NodeKind::Constant { name } => {
+                    let t = value(name)
+                        .ok_or_else(|| Error::Other(format!("no value supplied for `{name}`")))?;
+                    if t.shape() != n.shape.as_slice() {
+                        return Err(Error::Other(format!(
+                            "value `{name}` has shape {:?}, the graph declares {:?}",
+                            t.shape(),
+                            n.shape
+                        )));
+                    }
+                    t
+                }
+                NodeKind::Op { op } => {
+                    let k = &kernels[self.kernel_of[n.id]
+                        .expect("every op node has a kernel (compile checked)")];
+                    let inputs: Vec<&Tensor> =
+                        n.parents.iter().map(|&p| get(p)).collect::<Result<_>>()?;
+                    (k.binding().forward)(op, &inputs)?
+                }
+                NodeKind::Vjp { op, input } => {
+                    let k = &kernels[self.kernel_of[n.id]
+                        .expect("every vjp node has a kernel (compile checked)")];
+                    let vjp = k.binding().vjp.ok_or_else(|| {
+                        Error::Autograd(format!("capsule `{}` has no VJP kernel", k.capsule().name))
+                    })?;
+                    let all: Vec<&Tensor> =
+                        n.parents.iter().map(|&p| get(p)).collect::<Result<_>>()?;
+                    let m = all.len() - 2;
+                    let needs: Vec<bool> = (0..m).map(|i| i == *input).collect();
+                    let mut grads = vjp(op, &all[..m], all[m], all[m + 1], &needs)?;
+                    match grads.get_mut(*input).and_then(Option::take) {
+                        Some(g) => g,
+                        None => Tensor::zeros(&n.shape)?,
+                    }
+                }
+            };
+            slots[n.id] = Some(out);
+            if self.last_use[n.id] == n.id {
+                slots[n.id] = None; // nobody reads it and it is not an output
+            }
+            for &p in &n.parents {
+                if self.last_use[p] == n.id {
+                    slots[p] = None;
+                }
+            }
+        }
+        self.graph
+            .outputs
+            .iter()
+            .map(|o| {
+                slots[o.node]
+                    .clone()
+                    .map(|t| (o.name.clone(), t))
+                    .ok_or_else(|| Error::Other(format!("output `{}` was not computed", o.name)))
+            })
+            .collect()
+    }
+}
+
+/// A compiled training step: the captured forward + loss, its derived backward graph, planned
+/// and gated once. Each run returns the loss and the gradient of every parameter by name.
+pub struct CompiledStep {
+    compiled: CompiledGraph,
+    seed: Tensor,
+    constants: HashMap<String, Tensor>,
+}
+
+/// Name of the loss output of a compiled step.
+pub const LOSS: &str = "loss";
+
+impl CompiledStep {
+    /// Captures `loss_fn(inputs)` (which uses `params`), derives the backward graph, compiles.
+    pub fn build(
+        inputs: &[(String, Tensor)],
+        params: &[(String, Tensor)],
+        loss_fn: impl FnOnce(&[Tensor]) -> Result<Tensor>,
+        profile: &BackendProfile,
+    ) -> Result<CompiledStep> {
+        let captured = super::capture::capture(inputs, params, |xs| {
+            Ok(vec![(LOSS.to_string(), loss_fn(xs)?)])
+        })?;
+        let mut graph = captured.graph;
+        crate::graph::append_backward(&mut graph, LOSS).map_err(|e| Error::Other(e.to_string()))?;
+        let seed_shape = graph
+            .parameters
+            .iter()
+            .find(|p| p.name == crate::graph::SEED)
+            .map(|p| p.shape.clone())
+            .unwrap_or_default();
+        let param_names: Vec<&str> = params.iter().map(|(n, _)| n.as_str()).collect();
+        let constants = captured
+            .values
+            .into_iter()
+            .filter(|(n, _)| !param_names.contains(&n.as_str()))
+            .collect();
+        let compiled = CompiledGraph::compile(graph, profile)?;
+        Ok(CompiledStep {
+            compiled,
+            seed: Tensor::full(&seed_shape, 1.0)?,
+            constants,
+        })
+    }
+
+    pub fn compiled(&self) -> &CompiledGraph {
+        &self.compiled
+    }
+
+    /// Runs forward and backward: returns the loss and `grad.<param>` tensors by param name.
+    pub fn run(
+        &self,
+        inputs: &[(String, Tensor)],
+        params: &[(String, &Tensor)],
+    ) -> Result<(Tensor, Vec<(String, Tensor)>)> {
+        let outputs = self.compiled.run(|name| {
+            if name == crate::graph::SEED {
+                return Some(self.seed.clone());
+            }
+            inputs
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, t)| t.clone())
+                .or_else(|| {
+                    params
+                        .iter()
+                        .find(|(n, _)| n == name)
+                        .map(|(_, t)| (*t).clone())
+                })
+                .or_else(|| self.constants.get(name).cloned())
+        })?;
+        let mut loss = None;
+        let mut grads = vec![];
+        for (name, t) in outputs {
+            if name == LOSS {
+                loss = Some(t);
+            } else if let Some(p) = name.strip_prefix("grad.") {
+                if params.iter().any(|(n, _)| n == p) {
+                    grads.push((p.to_string(), t));
+                }
+            }
+        }
+        Ok((
+            loss.ok_or_else(|| Error::Other("the compiled step produced no loss".into()))?,
+            grads,
+        ))
+    }
+}

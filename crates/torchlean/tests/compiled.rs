@@ -1,0 +1,201 @@
+//! Compiled mode: capture → plan → gate → execute, against eager execution.
+
+use torchlean::backend::BackendProfile;
+use torchlean::graph::{append_backward, Graph, NodeKind};
+use torchlean::nn::tasks::SyntheticRegression;
+use torchlean::nn::{Activation, Adam, Mlp, Module, Optimizer};
+use torchlean::runtime::capture::capture;
+use torchlean::runtime::compiled::{CompiledGraph, CompiledStep};
+use torchlean::{Gradients, Tensor};
+
+fn named_params(m: &Mlp) -> Vec<(String, Tensor)> {
+    m.parameters()
+        .into_iter()
+        .map(|(n, t)| (n, t.clone()))
+        .collect()
+}
+
+#[test]
+fn captured_graph_is_well_formed_and_reruns_the_forward() {
+    let model = Mlp::new(&[4, 8, 1], Activation::Tanh, 1).unwrap();
+    let x = Tensor::randn(&[5, 4], 2).unwrap();
+    let eager = model.forward(&x).unwrap().to_vec();
+    let c = capture(&[("x".into(), x.clone())], &named_params(&model), |xs| {
+        Ok(vec![("y".into(), model.forward(&xs[0])?)])
+    })
+    .unwrap();
+    c.graph.validate().unwrap();
+    let ops: Vec<&str> = c
+        .graph
+        .nodes
+        .iter()
+        .filter_map(|n| {
+            if let NodeKind::Op { op } = &n.kind {
+                Some(op.name())
+            } else {
+                None
+            }
+        })
+        .collect();
+    assert_eq!(ops, vec!["linear", "tanh", "linear"]);
+    let compiled = CompiledGraph::compile(c.graph.clone(), &BackendProfile::default_cpu()).unwrap();
+    let values = c.values.clone();
+    let out = compiled
+        .run(|n| {
+            if n == "x" {
+                Some(x.clone())
+            } else {
+                values.iter().find(|(k, _)| k == n).map(|(_, t)| t.clone())
+            }
+        })
+        .unwrap();
+    assert_eq!(
+        out[0].1.to_vec(),
+        eager,
+        "same kernels, same order: same bits"
+    );
+    // JSON round trip keeps the graph identical
+    let json = serde_json::to_string(&c.graph).unwrap();
+    let back: Graph = serde_json::from_str(&json).unwrap();
+    assert_eq!(back, c.graph);
+}
+
+fn train(compiled: bool, steps: usize) -> Vec<f32> {
+    let mut model = Mlp::new(
+        &[SyntheticRegression::FEATURES, 64, 64, 1],
+        Activation::Tanh,
+        0,
+    )
+    .unwrap();
+    let mut opt = Adam::new(0.01).unwrap();
+    let data = SyntheticRegression::new(1024, 17).unwrap();
+    let profile = BackendProfile::default_cpu();
+    let mut step: Option<CompiledStep> = None;
+    let mut losses = vec![];
+    for s in 0..steps {
+        let (x, y) = data.batch(s, 16).unwrap();
+        let (loss, grads) = if compiled {
+            if step.is_none() {
+                let inputs = [("x".to_string(), x.clone()), ("y".to_string(), y.clone())];
+                let m = &model;
+                step = Some(
+                    CompiledStep::build(
+                        &inputs,
+                        &named_params(m),
+                        |xs| m.forward(&xs[0])?.mse_loss(&xs[1]),
+                        &profile,
+                    )
+                    .unwrap(),
+                );
+            }
+            let params = model.parameters();
+            let (loss, named) = step
+                .as_ref()
+                .unwrap()
+                .run(
+                    &[("x".into(), x), ("y".into(), y)],
+                    &params
+                        .iter()
+                        .map(|(n, t)| (n.clone(), *t))
+                        .collect::<Vec<_>>(),
+                )
+                .unwrap();
+            let mut g = Gradients::default();
+            for (n, t) in &params {
+                if let Some((_, gt)) = named.iter().find(|(k, _)| k == n) {
+                    g.insert(t, gt.clone());
+                }
+            }
+            (loss.item().unwrap(), g)
+        } else {
+            let loss = model.forward(&x).unwrap().mse_loss(&y).unwrap();
+            (loss.item().unwrap(), loss.backward().unwrap())
+        };
+        opt.step(&mut model, &grads).unwrap();
+        losses.push(loss);
+    }
+    losses
+}
+
+#[test]
+fn compiled_and_eager_training_give_the_same_losses() {
+    let e = train(false, 40);
+    let c = train(true, 40);
+    for (i, (a, b)) in e.iter().zip(&c).enumerate() {
+        assert!(
+            (a - b).abs() <= 1e-5 * a.abs().max(1e-6),
+            "step {i}: eager {a} vs compiled {b}"
+        );
+    }
+    assert!(e[39] < e[0]);
+}
+
+#[test]
+fn backward_graph_has_vjp_nodes_and_gradient_outputs() {
+    let model = Mlp::new(&[3, 4, 1], Activation::Relu, 3).unwrap();
+    let x = Tensor::randn(&[2, 3], 4).unwrap();
+    let y = Tensor::randn(&[2, 1], 5).unwrap();
+    let mut c = capture(
+        &[("x".into(), x), ("y".into(), y)],
+        &named_params(&model),
+        |xs| {
+            Ok(vec![(
+                "loss".into(),
+                model.forward(&xs[0])?.mse_loss(&xs[1])?,
+            )])
+        },
+    )
+    .unwrap();
+    let names = append_backward(&mut c.graph, "loss").unwrap();
+    c.graph.validate().unwrap();
+    for p in [
+        "layers.0.weight",
+        "layers.0.bias",
+        "layers.1.weight",
+        "layers.1.bias",
+        "x",
+        "y",
+    ] {
+        assert!(names.contains(&format!("grad.{p}")), "{names:?}");
+    }
+    assert!(c
+        .graph
+        .nodes
+        .iter()
+        .any(|n| matches!(n.kind, NodeKind::Vjp { .. })));
+}
+
+#[test]
+fn compiled_plan_is_gated_and_rejected_plans_are_kept() {
+    let model = Mlp::new(&[3, 4, 1], Activation::Relu, 3).unwrap();
+    let x = Tensor::randn(&[2, 3], 4).unwrap();
+    let c = capture(&[("x".into(), x)], &named_params(&model), |xs| {
+        Ok(vec![("y".into(), model.forward(&xs[0])?)])
+    })
+    .unwrap();
+    let strict_native =
+        BackendProfile::resolve(None, Some("cpu"), Some("only:native_cpu"), Some("strict"))
+            .unwrap();
+    match CompiledGraph::compile(c.graph.clone(), &strict_native) {
+        Err(torchlean::runtime::compiled::CompileError::Rejected(r)) => {
+            assert!(!r.failures.is_empty() && !r.audits.is_empty())
+        }
+        other => panic!("expected a gate rejection, got {:?}", other.err()),
+    }
+    let cuda = BackendProfile::named("checked_cuda").unwrap();
+    assert!(matches!(
+        CompiledGraph::compile(c.graph.clone(), &cuda),
+        Err(torchlean::runtime::compiled::CompileError::Planning(_))
+    ));
+    let strict = BackendProfile::named("strict_cpu").unwrap();
+    let ok = CompiledGraph::compile(c.graph, &strict).unwrap();
+    assert!(ok
+        .report()
+        .kernels
+        .iter()
+        .all(|k| k.capsule.starts_with("reference.")));
+    assert_eq!(
+        ok.report().mode,
+        torchlean::backend::ExecutionMode::Compiled
+    );
+}
