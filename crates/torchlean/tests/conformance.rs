@@ -265,8 +265,15 @@ fn spec_vjp_matches_finite_differences() {
 /// Skipping an input's cotangent (`needs[i] == false`) leaves the other cotangents unchanged.
 #[test]
 fn native_cpu_vjp_skipping_unneeded_inputs_keeps_the_others() {
-    let vjp = providers::native_cpu::binding().vjp.expect("native binds a VJP");
-    for (i, case) in cases().iter().enumerate().filter(|(_, c)| matches!(c.op.kind(), OpKind::Matmul | OpKind::Linear | OpKind::Conv2d | OpKind::ConvTranspose2d)) {
+    let vjp = providers::native_cpu::binding()
+        .vjp
+        .expect("native binds a VJP");
+    for (i, case) in cases().iter().enumerate().filter(|(_, c)| {
+        matches!(
+            c.op.kind(),
+            OpKind::Matmul | OpKind::Linear | OpKind::Conv2d | OpKind::ConvTranspose2d
+        )
+    }) {
         let xs: Vec<Tensor> = inputs_of(case, i).iter().map(to_tensor).collect();
         let tr: Vec<&Tensor> = xs.iter().collect();
         let out = (providers::native_cpu::binding().forward)(&case.op, &tr).unwrap();
@@ -276,7 +283,12 @@ fn native_cpu_vjp_skipping_unneeded_inputs_keeps_the_others() {
         needs[0] = false;
         let some = vjp(&case.op, &tr, &out, &gy, &needs).unwrap();
         for j in 1..tr.len() {
-            assert_eq!(all[j].as_ref().map(|t| t.to_vec()), some[j].as_ref().map(|t| t.to_vec()), "{} input {j}", case.name());
+            assert_eq!(
+                all[j].as_ref().map(|t| t.to_vec()),
+                some[j].as_ref().map(|t| t.to_vec()),
+                "{} input {j}",
+                case.name()
+            );
         }
     }
 }

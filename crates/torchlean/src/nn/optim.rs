@@ -11,7 +11,13 @@ const CHUNK: usize = 1 << 14;
 
 /// Applies `f(w, g, a, b)` chunk by chunk over a parameter, its gradient and two state
 /// buffers of the same length, in parallel for large parameters.
-fn update_chunks(w: &mut [f32], g: &[f32], a: &mut [f32], b: &mut [f32], f: impl Fn(&mut [f32], &[f32], &mut [f32], &mut [f32]) + Sync + Send) {
+fn update_chunks(
+    w: &mut [f32],
+    g: &[f32],
+    a: &mut [f32],
+    b: &mut [f32],
+    f: impl Fn(&mut [f32], &[f32], &mut [f32], &mut [f32]) + Sync + Send,
+) {
     if w.len() < 2 * CHUNK {
         f(w, g, a, b);
     } else {
@@ -83,7 +89,10 @@ impl Optimizer for Sgd {
                 if w.len() < 2 * CHUNK {
                     sgd(w, &g, vel);
                 } else {
-                    w.par_chunks_mut(CHUNK).zip(g.par_chunks(CHUNK)).zip(vel.par_chunks_mut(CHUNK)).for_each(|((w, g), v)| sgd(w, g, v));
+                    w.par_chunks_mut(CHUNK)
+                        .zip(g.par_chunks(CHUNK))
+                        .zip(vel.par_chunks_mut(CHUNK))
+                        .for_each(|((w, g), v)| sgd(w, g, v));
                 }
             });
         }
@@ -143,7 +152,8 @@ impl Optimizer for Adam {
             let (step, inv_c2) = (lr / c1, 1.0 / c2);
             p.update_data(|w| {
                 update_chunks(w, &g, m, v, |w, g, m, v| {
-                    for (((w, &g), m), v) in w.iter_mut().zip(g).zip(m.iter_mut()).zip(v.iter_mut()) {
+                    for (((w, &g), m), v) in w.iter_mut().zip(g).zip(m.iter_mut()).zip(v.iter_mut())
+                    {
                         let gi = g + wd * *w;
                         *m = b1 * *m + (1.0 - b1) * gi;
                         *v = b2 * *v + (1.0 - b2) * gi * gi;

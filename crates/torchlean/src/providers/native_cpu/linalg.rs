@@ -101,12 +101,30 @@ pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor, needs: &[bool]) -> Vec<Option<Te
                 let mut ga = vec![0.0f32; x[0].numel()];
                 if !d.b_batched {
                     // gA [bm, k] = gY [bm, n] @ B^T
-                    gemm(d.batch * d.m, d.k, d.n, Mat::rows(&g, d.n), Mat::transposed(&b, d.n), &mut ga, false, true);
+                    gemm(
+                        d.batch * d.m,
+                        d.k,
+                        d.n,
+                        Mat::rows(&g, d.n),
+                        Mat::transposed(&b, d.n),
+                        &mut ga,
+                        false,
+                        true,
+                    );
                 } else {
                     for bi in 0..d.batch {
                         let ao = if d.a_batched { bi * mk } else { 0 };
                         let acc = !d.a_batched && bi > 0;
-                        gemm(d.m, d.k, d.n, Mat::rows(&g[bi * mn..], d.n), Mat::transposed(&b[bi * kn..], d.n), &mut ga[ao..], acc, true);
+                        gemm(
+                            d.m,
+                            d.k,
+                            d.n,
+                            Mat::rows(&g[bi * mn..], d.n),
+                            Mat::transposed(&b[bi * kn..], d.n),
+                            &mut ga[ao..],
+                            acc,
+                            true,
+                        );
                     }
                 }
                 Tensor::from_parts(ga, x[0].shape().to_vec())
@@ -115,11 +133,29 @@ pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor, needs: &[bool]) -> Vec<Option<Te
                 let mut gb = vec![0.0f32; x[1].numel()];
                 if !d.b_batched {
                     // gB [k, n] = A^T [k, bm] @ gY [bm, n]
-                    gemm(d.k, d.n, d.batch * d.m, Mat::transposed(&a, d.k), Mat::rows(&g, d.n), &mut gb, false, true);
+                    gemm(
+                        d.k,
+                        d.n,
+                        d.batch * d.m,
+                        Mat::transposed(&a, d.k),
+                        Mat::rows(&g, d.n),
+                        &mut gb,
+                        false,
+                        true,
+                    );
                 } else {
                     for bi in 0..d.batch {
                         let ao = if d.a_batched { bi * mk } else { 0 };
-                        gemm(d.k, d.n, d.m, Mat::transposed(&a[ao..], d.k), Mat::rows(&g[bi * mn..], d.n), &mut gb[bi * kn..], false, true);
+                        gemm(
+                            d.k,
+                            d.n,
+                            d.m,
+                            Mat::transposed(&a[ao..], d.k),
+                            Mat::rows(&g[bi * mn..], d.n),
+                            &mut gb[bi * kn..],
+                            false,
+                            true,
+                        );
                     }
                 }
                 Tensor::from_parts(gb, x[1].shape().to_vec())
@@ -132,12 +168,30 @@ pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor, needs: &[bool]) -> Vec<Option<Te
             let (xd, w) = (x[0].data(), x[1].data());
             let gx = need(0).then(|| {
                 let mut gx = vec![0.0f32; rows * inp];
-                gemm(rows, inp, outf, Mat::rows(&g, outf), Mat::rows(&w, inp), &mut gx, false, true);
+                gemm(
+                    rows,
+                    inp,
+                    outf,
+                    Mat::rows(&g, outf),
+                    Mat::rows(&w, inp),
+                    &mut gx,
+                    false,
+                    true,
+                );
                 Tensor::from_parts(gx, x[0].shape().to_vec())
             });
             let gw = need(1).then(|| {
                 let mut gw = vec![0.0f32; outf * inp];
-                gemm(outf, inp, rows, Mat::transposed(&g, outf), Mat::rows(&xd, inp), &mut gw, false, true);
+                gemm(
+                    outf,
+                    inp,
+                    rows,
+                    Mat::transposed(&g, outf),
+                    Mat::rows(&xd, inp),
+                    &mut gw,
+                    false,
+                    true,
+                );
                 Tensor::from_parts(gw, x[1].shape().to_vec())
             });
             let mut grads = vec![gx, gw];
