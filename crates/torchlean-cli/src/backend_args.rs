@@ -2,12 +2,15 @@
 
 use crate::{CliError, CliResult};
 use clap::Args;
-use torchlean::backend::{BackendProfile, BackendReport};
+use torchlean::backend::{BackendProfile, BackendReport, ExecutionMode};
 use torchlean::runtime::Session;
 use torchlean::OpKind;
 
 #[derive(Args, Debug, Clone, Default)]
 pub struct BackendArgs {
+    /// Execution mode: eager (tape) or compiled (capture once, plan and gate once, replay).
+    #[arg(long, default_value = "eager")]
+    pub backend: String,
     /// Named backend profile (strict_cpu, checked_cpu, checked_cuda, libtorch_*, future_*).
     #[arg(long)]
     pub profile: Option<String>,
@@ -29,6 +32,10 @@ pub struct BackendArgs {
 }
 
 impl BackendArgs {
+    pub fn mode(&self) -> Result<ExecutionMode, CliError> {
+        ExecutionMode::from_label(&self.backend).ok_or_else(|| CliError::usage(format!("unknown backend `{}` (eager, compiled)", self.backend)))
+    }
+
     pub fn profile(&self) -> Result<BackendProfile, CliError> {
         BackendProfile::resolve(
             self.profile.as_deref(),
@@ -51,9 +58,13 @@ impl BackendArgs {
         Ok(())
     }
 
-    /// Writes the report of what ran, if asked.
+    /// Writes the report of what ran, if asked (the compiled plan's report when given).
     pub fn finish_session(&self) -> CliResult {
-        let report: BackendReport = torchlean::runtime::with_current(|s| s.report());
+        self.write_report(torchlean::runtime::with_current(|s| s.report()))
+    }
+
+    /// Writes `report` to `--report-json`, if asked.
+    pub fn write_report(&self, report: BackendReport) -> CliResult {
         if let Some(path) = &self.report_json {
             let text = serde_json::to_string_pretty(&report.to_json())
                 .map_err(|e| CliError::runtime(e.to_string()))?;

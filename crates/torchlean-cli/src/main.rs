@@ -73,6 +73,10 @@ enum Command {
     QuickstartMlp(commands::quickstart_mlp::Args),
     /// Run a benchmark workload.
     Bench(commands::bench::Args),
+    /// Capture a model and write its graph (torchlean.ir.v1 JSON or DOT) and parameters.
+    Export(commands::graph_files::ExportArgs),
+    /// Run a graph file: named inputs in, named outputs (and gradients with --grad) out.
+    RunGraph(commands::graph_files::RunGraphArgs),
 }
 
 fn main() -> ExitCode {
@@ -85,6 +89,8 @@ fn main() -> ExitCode {
         Command::QuickstartAutograd => commands::quickstart_tour::autograd(),
         Command::QuickstartMlp(a) => commands::quickstart_mlp::run(a),
         Command::Bench(a) => commands::bench::run(a),
+        Command::Export(a) => commands::graph_files::export(a),
+        Command::RunGraph(a) => commands::graph_files::run_graph(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -146,7 +146,7 @@ fn backward_graph_has_vjp_nodes_and_gradient_outputs() {
         },
     )
     .unwrap();
-    let names = append_backward(&mut c.graph, "loss").unwrap();
+    let names = append_backward(&mut c.graph, "loss", None).unwrap();
     c.graph.validate().unwrap();
     for p in [
         "layers.0.weight",

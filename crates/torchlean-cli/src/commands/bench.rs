@@ -4,12 +4,13 @@
 use crate::backend_args::BackendArgs;
 use crate::{CliError, CliResult};
 use std::time::Instant;
-use torchlean::nn::{Activation, Adam, Mlp, Module, Optimizer};
+use torchlean::nn::train::TrainStep;
+use torchlean::nn::{Activation, Adam, Mlp, Module};
 use torchlean::{no_grad, OpKind, Tensor};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// gemm-256 | gemm-1024 | gemm-2048 | mlp-step | tiny-ops | tiny-ops-tape
+    /// gemm-N (e.g. gemm-1024) | mlp-step | quickstart-step | tiny-ops | tiny-ops-tape
     workload: String,
     #[command(flatten)]
     backend: BackendArgs,
@@ -23,6 +24,9 @@ pub struct Args {
     warmup_seconds: f64,
     #[arg(long)]
     json: bool,
+    /// Batch size of the training-step workloads (default: 128 for mlp-step, 16 for quickstart-step).
+    #[arg(long)]
+    batch_size: Option<usize>,
 }
 
 /// Median, min and max of the timed repetitions, in seconds.
@@ -55,6 +59,7 @@ pub fn run(a: Args) -> CliResult {
     if a.reps == 0 {
         return Err(CliError::usage("--reps must be positive"));
     }
+    let mut compiled_report = None;
     let (times, unit_scale, unit, extra): (Vec<f64>, f64, &str, serde_json::Value) =
         match a.workload.as_str() {
             w if w.starts_with("gemm-") => {
@@ -75,38 +80,34 @@ pub fn run(a: Args) -> CliResult {
                     serde_json::json!({ "n": n, "gflops": gflops }),
                 )
             }
-            "mlp-step" => {
-                let mut model = Mlp::new(&[784, 512, 512, 10], Activation::Relu, 0)?;
-                a.backend.start_session(
-                    &[
-                        OpKind::Linear,
-                        OpKind::Relu,
-                        OpKind::LogSoftmax,
-                        OpKind::Gather,
-                        OpKind::Reshape,
-                        OpKind::SumAll,
-                        OpKind::Scale,
-                        OpKind::Neg,
-                    ],
-                    true,
-                )?;
-                let x = Tensor::randn(&[128, 784], 3)?;
-                let labels: Vec<f32> = (0..128).map(|i| (i % 10) as f32).collect();
-                let y = Tensor::from_vec(labels, &[128])?;
+            "mlp-step" | "quickstart-step" => {
+                let mode = a.backend.mode()?;
+                let quick = a.workload == "quickstart-step";
+                let batch = a.batch_size.unwrap_or(if quick { 16 } else { 128 });
+                let sizes: &[usize] = if quick { &[4, 64, 64, 1] } else { &[784, 512, 512, 10] };
+                let act = if quick { Activation::Tanh } else { Activation::Relu };
+                let mut model = Mlp::new(sizes, act, 0)?;
+                let ops = [OpKind::Linear, act.op(), OpKind::MseLoss, OpKind::LogSoftmax, OpKind::Gather, OpKind::Reshape, OpKind::SumAll, OpKind::Scale, OpKind::Neg];
+                a.backend.start_session(&ops, true)?;
+                let x = Tensor::randn(&[batch, sizes[0]], 3)?;
+                let y = if quick {
+                    Tensor::randn(&[batch, 1], 4)?
+                } else {
+                    Tensor::from_vec((0..batch).map(|i| (i % 10) as f32).collect(), &[batch])?
+                };
+                let loss_fn = move |m: &dyn Module, xs: &[Tensor]| -> torchlean::Result<Tensor> {
+                    let out = m.forward(&xs[0])?;
+                    if quick { out.mse_loss(&xs[1]) } else { out.cross_entropy(&xs[1]) }
+                };
+                let inputs = [("x".to_string(), x), ("y".to_string(), y)];
+                let step = TrainStep::new(mode, &model, &inputs, &loss_fn, &a.backend.profile()?)?;
                 let mut opt = Adam::new(1e-3)?;
                 let t = time((a.warmup, a.warmup_seconds), a.reps, || {
-                    let loss = model.forward(&x)?.cross_entropy(&y)?;
-                    let g = loss.backward()?;
-                    drop(loss);
-                    opt.step(&mut model, &g)?;
+                    step.run(&mut model, &mut opt, &inputs, &loss_fn)?;
                     Ok(())
                 })?;
-                (
-                    t,
-                    1e3,
-                    "ms",
-                    serde_json::json!({ "batch": 128, "layers": [784, 512, 512, 10] }),
-                )
+                compiled_report = step.compiled_report().cloned();
+                (t, 1e3, "ms", serde_json::json!({ "batch": batch, "layers": sizes, "mode": mode.label() }))
             }
             "tiny-ops" | "tiny-ops-tape" => {
                 let tape = a.workload == "tiny-ops-tape";
@@ -135,7 +136,7 @@ pub fn run(a: Args) -> CliResult {
             }
         };
     let (median, min, max) = stats(times);
-    let report = torchlean::runtime::with_current(|s| s.report());
+    let report = compiled_report.unwrap_or_else(|| torchlean::runtime::with_current(|s| s.report()));
     if a.json {
         let v = serde_json::json!({
             "workload": a.workload, "unit": unit, "median": median * unit_scale, "min": min * unit_scale, "max": max * unit_scale,
@@ -153,5 +154,5 @@ pub fn run(a: Args) -> CliResult {
         );
         print!("{}", report.to_text());
     }
-    a.backend.finish_session()
+    a.backend.write_report(report)
 }

@@ -4,7 +4,8 @@ use crate::backend_args::BackendArgs;
 use crate::{CliError, CliResult};
 use std::time::Instant;
 use torchlean::nn::tasks::SyntheticRegression;
-use torchlean::nn::train::train_regression;
+use torchlean::backend::ExecutionMode;
+use torchlean::nn::train::{train_regression, train_regression_compiled, StepLog};
 use torchlean::nn::{Activation, Adam, Mlp, Module};
 
 #[derive(clap::Args)]
@@ -31,31 +32,31 @@ pub fn run(a: Args) -> CliResult {
     if a.batch_size == 0 || a.steps == 0 {
         return Err(CliError::usage("--steps and --batch-size must be positive"));
     }
-    let mut model = Mlp::new(
-        &[SyntheticRegression::FEATURES, 64, 64, 1],
-        Activation::Tanh,
-        a.seed,
-    )?;
+    let mode = a.backend.mode()?;
+    let mut model = Mlp::new(&[SyntheticRegression::FEATURES, 64, 64, 1], Activation::Tanh, a.seed)?;
     a.backend.start_session(&model.op_kinds(), true)?;
     let data = SyntheticRegression::new(1024, a.seed.wrapping_add(17))?;
     let mut opt = Adam::new(a.lr).map_err(|e| CliError::usage(e.to_string()))?;
     println!(
-        "quickstart-mlp: MLP 4-64-64-1 (tanh), {} parameters, Adam lr={}, batch {}, {} steps",
+        "quickstart-mlp: MLP 4-64-64-1 (tanh), {} parameters, Adam lr={}, batch {}, {} steps, {mode} mode",
         model.parameter_count(),
         a.lr,
         a.batch_size,
         a.steps
     );
+    let log = |s: StepLog| println!("step {} loss {:.6}", s.step, s.loss);
     let start = Instant::now();
-    let losses = train_regression(
-        &mut model,
-        &mut opt,
-        &data,
-        a.steps,
-        a.batch_size,
-        a.log_every,
-        |s| println!("step {} loss {:.6}", s.step, s.loss),
-    )?;
+    let (losses, compiled_report) = match mode {
+        ExecutionMode::Eager => (train_regression(&mut model, &mut opt, &data, a.steps, a.batch_size, a.log_every, log)?, None),
+        ExecutionMode::Compiled => {
+            let profile = a.backend.profile()?;
+            let (losses, report) = train_regression_compiled(&mut model, &mut opt, &data, a.steps, a.batch_size, a.log_every, &profile, log)?;
+            if a.backend.show_backend {
+                print!("{}", report.to_text());
+            }
+            (losses, Some(report))
+        }
+    };
     let elapsed = start.elapsed();
     let first = losses[0];
     let last_window = &losses[losses.len().saturating_sub(10)..];
@@ -66,5 +67,8 @@ pub fn run(a: Args) -> CliResult {
         first / last,
         elapsed.as_secs_f64() * 1e3 / a.steps as f64
     );
-    a.backend.finish_session()
+    match compiled_report {
+        Some(r) => a.backend.write_report(r),
+        None => a.backend.finish_session(),
+    }
 }

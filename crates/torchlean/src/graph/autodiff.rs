@@ -8,12 +8,12 @@ use super::op::Op;
 /// Name of the constant holding the seed cotangent (1.0) of a scalar output.
 pub const SEED: &str = "grad.seed";
 
-/// Which nodes depend on an input or a parameter (and so can carry a gradient).
-pub fn depends_on_leaves(g: &Graph) -> Vec<bool> {
+/// Which nodes depend on an input or a parameter (of `wrt`, when given) and so carry a gradient.
+pub fn depends_on_leaves(g: &Graph, wrt: Option<&[&str]>) -> Vec<bool> {
     let mut dep = vec![false; g.nodes.len()];
     for n in &g.nodes {
         dep[n.id] = match &n.kind {
-            NodeKind::Input { .. } | NodeKind::Parameter { .. } => true,
+            NodeKind::Input { name } | NodeKind::Parameter { name } => wrt.is_none_or(|w| w.contains(&name.as_str())),
             NodeKind::Constant { .. } => false,
             NodeKind::Op { op } => op.kind().differentiable() && n.parents.iter().any(|&p| dep[p]),
             NodeKind::Vjp { .. } => n.parents.iter().any(|&p| dep[p]),
@@ -23,9 +23,10 @@ pub fn depends_on_leaves(g: &Graph) -> Vec<bool> {
 }
 
 /// Appends the backward graph of output `loss` (which must be a one-element node) and
-/// returns the names of the gradient outputs it added. The seed cotangent is a constant
-/// named [`SEED`] of the loss's shape whose value (1.0) the caller provides.
-pub fn append_backward(g: &mut Graph, loss: &str) -> Result<Vec<String>, GraphError> {
+/// returns the names of the gradient outputs it added: one per input and parameter reached,
+/// or only those listed in `wrt` (then no work is spent on the others). The seed cotangent
+/// is a constant named [`SEED`] of the loss's shape whose value (1.0) the caller provides.
+pub fn append_backward(g: &mut Graph, loss: &str, wrt: Option<&[&str]>) -> Result<Vec<String>, GraphError> {
     let root = g
         .output(loss)
         .ok_or_else(|| GraphError::Other(format!("no output named `{loss}`")))?;
@@ -35,7 +36,7 @@ pub fn append_backward(g: &mut Graph, loss: &str) -> Result<Vec<String>, GraphEr
             "backward needs a one-element output, `{loss}` has shape {shape:?}"
         )));
     }
-    let dep = depends_on_leaves(g);
+    let dep = depends_on_leaves(g, wrt);
     g.parameters.push(ValueDecl {
         name: SEED.into(),
         shape,
@@ -78,7 +79,7 @@ pub fn append_backward(g: &mut Graph, loss: &str) -> Result<Vec<String>, GraphEr
             NodeKind::Input { name } | NodeKind::Parameter { name } => name.clone(),
             _ => continue,
         };
-        if let Some(c) = cot[n.id] {
+        if let (Some(c), true) = (cot[n.id], dep[n.id]) {
             let out = format!("grad.{name}");
             g.outputs.push(OutputDecl {
                 name: out.clone(),

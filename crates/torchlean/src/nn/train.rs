@@ -4,7 +4,11 @@
 use super::module::Module;
 use super::optim::Optimizer;
 use super::tasks::SyntheticRegression;
+use crate::backend::{BackendProfile, BackendReport, ExecutionMode};
 use crate::error::Result;
+use crate::runtime::compiled::CompiledStep;
+use crate::runtime::Gradients;
+use crate::tensor::Tensor;
 
 /// One logged step.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -41,4 +45,89 @@ pub fn train_regression(
         }
     }
     Ok(losses)
+}
+
+/// A loss built from a model and named inputs (in the order they were given).
+pub type LossFn<'a> = &'a dyn Fn(&dyn Module, &[Tensor]) -> Result<Tensor>;
+
+/// One training step — forward, loss, backward, optimizer update — in either execution mode.
+/// Eager records the tape on every step; compiled captures the forward and loss once (for
+/// the example inputs' shapes), derives the backward graph from the VJP rules, plans and gates
+/// the whole graph once, and then runs only the accepted graph plan. The optimizer update
+/// stays outside the graph in both modes. Same model code, same losses.
+pub struct TrainStep {
+    compiled: Option<CompiledStep>,
+}
+
+impl TrainStep {
+    /// Prepares a step for `mode` (capturing with `example` inputs when compiled).
+    pub fn new(mode: ExecutionMode, model: &dyn Module, example: &[(String, Tensor)], loss_fn: LossFn, profile: &BackendProfile) -> Result<TrainStep> {
+        let compiled = match mode {
+            ExecutionMode::Eager => None,
+            ExecutionMode::Compiled => {
+                let params: Vec<(String, Tensor)> = model.parameters().into_iter().map(|(n, t)| (n, t.clone())).collect();
+                Some(CompiledStep::build(example, &params, |xs| loss_fn(model, xs), profile)?)
+            }
+        };
+        Ok(TrainStep { compiled })
+    }
+
+    /// The compiled plan's report (compiled mode only).
+    pub fn compiled_report(&self) -> Option<&BackendReport> {
+        self.compiled.as_ref().map(|c| c.compiled().report())
+    }
+
+    /// Runs one step on `inputs` and returns the loss.
+    pub fn run(&self, model: &mut dyn Module, optimizer: &mut dyn Optimizer, inputs: &[(String, Tensor)], loss_fn: LossFn) -> Result<f32> {
+        let (loss, grads) = match &self.compiled {
+            None => {
+                let xs: Vec<Tensor> = inputs.iter().map(|(_, t)| t.clone()).collect();
+                let loss = loss_fn(model, &xs)?;
+                let grads = loss.backward()?;
+                (loss.item()?, grads)
+            }
+            Some(step) => {
+                let params = model.parameters();
+                let (loss, named) = step.run(inputs, &params)?;
+                let mut grads = Gradients::default();
+                for (name, g) in named {
+                    if let Some((_, p)) = params.iter().find(|(n, _)| *n == name) {
+                        grads.insert(p, g);
+                    }
+                }
+                (loss.item()?, grads)
+            }
+        };
+        optimizer.step(model, &grads)?;
+        Ok(loss)
+    }
+}
+
+fn mse(model: &dyn Module, xs: &[Tensor]) -> Result<Tensor> {
+    model.forward(&xs[0])?.mse_loss(&xs[1])
+}
+
+/// [`train_regression`] in compiled mode; also returns the report of the compiled plan.
+#[allow(clippy::too_many_arguments)] // mirrors `train_regression` plus the profile
+pub fn train_regression_compiled(
+    model: &mut dyn Module,
+    optimizer: &mut dyn Optimizer,
+    data: &SyntheticRegression,
+    steps: usize,
+    batch_size: usize,
+    log_every: usize,
+    profile: &BackendProfile,
+    mut log: impl FnMut(StepLog),
+) -> Result<(Vec<f32>, BackendReport)> {
+    let named = |(x, y): (Tensor, Tensor)| [("x".to_string(), x), ("y".to_string(), y)];
+    let step = TrainStep::new(ExecutionMode::Compiled, model, &named(data.batch(0, batch_size)?), &mse, profile)?;
+    let mut losses = Vec::with_capacity(steps);
+    for s in 0..steps {
+        losses.push(step.run(model, optimizer, &named(data.batch(s, batch_size)?), &mse)?);
+        if s == 0 || s + 1 == steps || (log_every > 0 && (s + 1) % log_every == 0) {
+            log(StepLog { step: s + 1, loss: losses[s] });
+        }
+    }
+    let report = step.compiled_report().cloned().ok_or_else(|| crate::error::Error::Other("compiled step without a plan".into()))?;
+    Ok((losses, report))
 }

@@ -262,7 +262,8 @@ impl CompiledStep {
             Ok(vec![(LOSS.to_string(), loss_fn(xs)?)])
         })?;
         let mut graph = captured.graph;
-        crate::graph::append_backward(&mut graph, LOSS).map_err(|e| Error::Other(e.to_string()))?;
+        let wrt: Vec<&str> = params.iter().map(|(n, _)| n.as_str()).collect();
+        crate::graph::append_backward(&mut graph, LOSS, Some(&wrt)).map_err(|e| Error::Other(e.to_string()))?;
         let seed_shape = graph
             .parameters
             .iter()

@@ -9,6 +9,7 @@
 
 mod creation;
 mod display;
+pub mod io;
 mod layout;
 mod ops;
 

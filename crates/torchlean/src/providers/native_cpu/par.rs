@@ -92,7 +92,7 @@ pub fn gemm(
         max_a < a.data.len() && max_b < b.data.len(),
         "gemm: operand buffer too small"
     );
-    let parallelism = if threads && m * n * k >= 1 << 15 {
+    let parallelism = if threads && m * n * k >= 1 << 18 {
         gemm::Parallelism::Rayon(0)
     } else {
         gemm::Parallelism::None

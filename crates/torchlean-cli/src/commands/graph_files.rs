@@ -1,0 +1,162 @@
+//! `torchlean export` and `torchlean run-graph`: graph files in and out.
+
+use crate::backend_args::BackendArgs;
+use crate::{CliError, CliResult};
+use std::path::{Path, PathBuf};
+use torchlean::graph::{append_backward, to_dot, Graph, SEED};
+use torchlean::nn::tasks::SyntheticRegression;
+use torchlean::nn::{Activation, Mlp, Module};
+use torchlean::runtime::capture::capture;
+use torchlean::runtime::compiled::CompiledGraph;
+use torchlean::tensor::io::{read_safetensors, write_safetensors};
+use torchlean::Tensor;
+
+/// Largest graph file read (256 MiB).
+const MAX_GRAPH_BYTES: u64 = 256 << 20;
+
+#[derive(clap::Args)]
+pub struct ExportArgs {
+    /// The model to capture: mlp (the quickstart MLP with its MSE loss).
+    #[arg(long, default_value = "mlp")]
+    model: String,
+    /// json (torchlean.ir.v1) or dot.
+    #[arg(long, default_value = "json")]
+    format: String,
+    /// Write the graph here (default: standard output).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Write parameters and constants to this safetensors file.
+    #[arg(long)]
+    params: Option<PathBuf>,
+    /// Write the example inputs used for capture to this safetensors file.
+    #[arg(long)]
+    example_inputs: Option<PathBuf>,
+    #[arg(long, default_value_t = 16)]
+    batch_size: usize,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+pub fn export(a: ExportArgs) -> CliResult {
+    if a.model != "mlp" {
+        return Err(CliError::usage(format!("unknown model `{}` (available: mlp)", a.model)));
+    }
+    if a.batch_size == 0 {
+        return Err(CliError::usage("--batch-size must be positive"));
+    }
+    let model = Mlp::new(&[SyntheticRegression::FEATURES, 64, 64, 1], Activation::Tanh, a.seed)?;
+    let data = SyntheticRegression::new(1024, a.seed.wrapping_add(17))?;
+    let (x, y) = data.batch(0, a.batch_size)?;
+    let params: Vec<(String, Tensor)> = model.parameters().into_iter().map(|(n, t)| (n, t.clone())).collect();
+    let captured = capture(&[("x".into(), x.clone()), ("y".into(), y.clone())], &params, |xs| {
+        let prediction = model.forward(&xs[0])?;
+        let loss = prediction.mse_loss(&xs[1])?;
+        Ok(vec![("prediction".into(), prediction), ("loss".into(), loss)])
+    })?;
+    let text = match a.format.as_str() {
+        "json" => serde_json::to_string_pretty(&captured.graph).map_err(|e| CliError::runtime(e.to_string()))?,
+        "dot" => to_dot(&captured.graph),
+        f => return Err(CliError::usage(format!("unknown format `{f}` (json, dot)"))),
+    };
+    match &a.out {
+        Some(p) => std::fs::write(p, text).map_err(|e| CliError::runtime(format!("cannot write {}: {e}", p.display())))?,
+        None => println!("{text}"),
+    }
+    if let Some(p) = &a.params {
+        write_safetensors(p, &captured.values, None)?;
+    }
+    if let Some(p) = &a.example_inputs {
+        write_safetensors(p, &[("x".into(), x), ("y".into(), y)], None)?;
+    }
+    Ok(())
+}
+
+#[derive(clap::Args)]
+pub struct RunGraphArgs {
+    /// The graph file (torchlean.ir.v1 JSON).
+    graph: PathBuf,
+    /// Parameters and constants (safetensors).
+    #[arg(long)]
+    params: Option<PathBuf>,
+    /// Named inputs (safetensors).
+    #[arg(long)]
+    inputs: PathBuf,
+    /// Where to write the named outputs (safetensors).
+    #[arg(long)]
+    out: PathBuf,
+    /// Also write `grad.<name>` for every input and parameter: gradients of the scalar output
+    /// (the output named `loss`, or the only one-element output).
+    #[arg(long)]
+    grad: bool,
+    #[command(flatten)]
+    backend: BackendArgs,
+}
+
+fn load_graph(path: &Path) -> Result<Graph, CliError> {
+    let meta = std::fs::metadata(path).map_err(|e| CliError::usage(format!("{}: cannot open: {e}", path.display())))?;
+    if meta.len() > MAX_GRAPH_BYTES {
+        return Err(CliError::usage(format!("{}: graph file of {} bytes exceeds the limit of {MAX_GRAPH_BYTES}", path.display(), meta.len())));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| CliError::usage(format!("{}: cannot read: {e}", path.display())))?;
+    let graph: Graph = serde_json::from_str(&text).map_err(|e| CliError::usage(format!("{}: not a torchlean.ir.v1 graph: {e}", path.display())))?;
+    graph.validate().map_err(|e| CliError::usage(format!("{}: {e}", path.display())))?;
+    Ok(graph)
+}
+
+pub fn run_graph(a: RunGraphArgs) -> CliResult {
+    let mut graph = load_graph(&a.graph)?;
+    let usage = |e: torchlean::Error| CliError::usage(e.to_string());
+    let params = match &a.params {
+        Some(p) => read_safetensors(p).map_err(usage)?,
+        None => vec![],
+    };
+    let inputs = read_safetensors(&a.inputs).map_err(usage)?;
+    if a.grad {
+        let loss = match graph.output("loss") {
+            Some(_) => "loss".to_string(),
+            None => {
+                let scalars: Vec<&str> = graph.outputs.iter().filter(|o| graph.nodes[o.node].shape.iter().product::<usize>() == 1).map(|o| o.name.as_str()).collect();
+                match scalars.as_slice() {
+                    [one] => one.to_string(),
+                    _ => return Err(CliError::usage("--grad needs an output named `loss` or exactly one one-element output")),
+                }
+            }
+        };
+        append_backward(&mut graph, &loss, None).map_err(|e| CliError::usage(e.to_string()))?;
+    }
+    // every declared value must be supplied, with its declared shape, before anything runs
+    for d in graph.inputs.iter().chain(&graph.parameters) {
+        if d.name == SEED {
+            continue;
+        }
+        let is_input = graph.inputs.iter().any(|i| i.name == d.name);
+        let source = if is_input { &inputs } else { &params };
+        match source.iter().find(|(n, _)| *n == d.name) {
+            None => return Err(CliError::usage(format!("missing {} `{}` (shape {:?})", if is_input { "input" } else { "parameter" }, d.name, d.shape))),
+            Some((_, t)) if t.shape() != d.shape.as_slice() => {
+                return Err(CliError::usage(format!("`{}` has shape {:?}, the graph declares {:?}", d.name, t.shape(), d.shape)))
+            }
+            _ => {}
+        }
+    }
+    let profile = a.backend.profile()?;
+    let compiled = CompiledGraph::compile(graph, &profile).map_err(|e| CliError::from(torchlean::Error::from(e)))?;
+    if a.backend.show_backend {
+        print!("{}", compiled.report().to_text());
+    }
+    let seed = Tensor::ones(&[1])?;
+    let seed_shape = compiled.graph().parameters.iter().find(|p| p.name == SEED).map(|p| p.shape.clone());
+    let outputs = compiled.run(|name| {
+        if name == SEED {
+            return seed_shape.as_ref().and_then(|s| seed.reshape(&s.iter().map(|&d| d as isize).collect::<Vec<_>>()).ok());
+        }
+        inputs.iter().chain(&params).find(|(n, _)| n == name).map(|(_, t)| t.clone())
+    })?;
+    write_safetensors(&a.out, &outputs, None)?;
+    if let Some(path) = &a.backend.report_json {
+        let text = serde_json::to_string_pretty(&compiled.report().to_json()).map_err(|e| CliError::runtime(e.to_string()))?;
+        std::fs::write(path, text).map_err(|e| CliError::runtime(format!("cannot write report to {path}: {e}")))?;
+    }
+    println!("wrote {} output(s) to {}", outputs.len(), a.out.display());
+    Ok(())
+}
