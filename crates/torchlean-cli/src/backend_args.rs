@@ -33,7 +33,12 @@ pub struct BackendArgs {
 
 impl BackendArgs {
     pub fn mode(&self) -> Result<ExecutionMode, CliError> {
-        ExecutionMode::from_label(&self.backend).ok_or_else(|| CliError::usage(format!("unknown backend `{}` (eager, compiled)", self.backend)))
+        ExecutionMode::from_label(&self.backend).ok_or_else(|| {
+            CliError::usage(format!(
+                "unknown backend `{}` (eager, compiled)",
+                self.backend
+            ))
+        })
     }
 
     pub fn profile(&self) -> Result<BackendProfile, CliError> {

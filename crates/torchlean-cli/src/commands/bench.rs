@@ -84,10 +84,28 @@ pub fn run(a: Args) -> CliResult {
                 let mode = a.backend.mode()?;
                 let quick = a.workload == "quickstart-step";
                 let batch = a.batch_size.unwrap_or(if quick { 16 } else { 128 });
-                let sizes: &[usize] = if quick { &[4, 64, 64, 1] } else { &[784, 512, 512, 10] };
-                let act = if quick { Activation::Tanh } else { Activation::Relu };
+                let sizes: &[usize] = if quick {
+                    &[4, 64, 64, 1]
+                } else {
+                    &[784, 512, 512, 10]
+                };
+                let act = if quick {
+                    Activation::Tanh
+                } else {
+                    Activation::Relu
+                };
                 let mut model = Mlp::new(sizes, act, 0)?;
-                let ops = [OpKind::Linear, act.op(), OpKind::MseLoss, OpKind::LogSoftmax, OpKind::Gather, OpKind::Reshape, OpKind::SumAll, OpKind::Scale, OpKind::Neg];
+                let ops = [
+                    OpKind::Linear,
+                    act.op(),
+                    OpKind::MseLoss,
+                    OpKind::LogSoftmax,
+                    OpKind::Gather,
+                    OpKind::Reshape,
+                    OpKind::SumAll,
+                    OpKind::Scale,
+                    OpKind::Neg,
+                ];
                 a.backend.start_session(&ops, true)?;
                 let x = Tensor::randn(&[batch, sizes[0]], 3)?;
                 let y = if quick {
@@ -97,7 +115,11 @@ pub fn run(a: Args) -> CliResult {
                 };
                 let loss_fn = move |m: &dyn Module, xs: &[Tensor]| -> torchlean::Result<Tensor> {
                     let out = m.forward(&xs[0])?;
-                    if quick { out.mse_loss(&xs[1]) } else { out.cross_entropy(&xs[1]) }
+                    if quick {
+                        out.mse_loss(&xs[1])
+                    } else {
+                        out.cross_entropy(&xs[1])
+                    }
                 };
                 let inputs = [("x".to_string(), x), ("y".to_string(), y)];
                 let step = TrainStep::new(mode, &model, &inputs, &loss_fn, &a.backend.profile()?)?;
@@ -107,7 +129,12 @@ pub fn run(a: Args) -> CliResult {
                     Ok(())
                 })?;
                 compiled_report = step.compiled_report().cloned();
-                (t, 1e3, "ms", serde_json::json!({ "batch": batch, "layers": sizes, "mode": mode.label() }))
+                (
+                    t,
+                    1e3,
+                    "ms",
+                    serde_json::json!({ "batch": batch, "layers": sizes, "mode": mode.label() }),
+                )
             }
             "tiny-ops" | "tiny-ops-tape" => {
                 let tape = a.workload == "tiny-ops-tape";
@@ -136,7 +163,8 @@ pub fn run(a: Args) -> CliResult {
             }
         };
     let (median, min, max) = stats(times);
-    let report = compiled_report.unwrap_or_else(|| torchlean::runtime::with_current(|s| s.report()));
+    let report =
+        compiled_report.unwrap_or_else(|| torchlean::runtime::with_current(|s| s.report()));
     if a.json {
         let v = serde_json::json!({
             "workload": a.workload, "unit": unit, "median": median * unit_scale, "min": min * unit_scale, "max": max * unit_scale,

@@ -39,27 +39,47 @@ pub struct ExportArgs {
 
 pub fn export(a: ExportArgs) -> CliResult {
     if a.model != "mlp" {
-        return Err(CliError::usage(format!("unknown model `{}` (available: mlp)", a.model)));
+        return Err(CliError::usage(format!(
+            "unknown model `{}` (available: mlp)",
+            a.model
+        )));
     }
     if a.batch_size == 0 {
         return Err(CliError::usage("--batch-size must be positive"));
     }
-    let model = Mlp::new(&[SyntheticRegression::FEATURES, 64, 64, 1], Activation::Tanh, a.seed)?;
+    let model = Mlp::new(
+        &[SyntheticRegression::FEATURES, 64, 64, 1],
+        Activation::Tanh,
+        a.seed,
+    )?;
     let data = SyntheticRegression::new(1024, a.seed.wrapping_add(17))?;
     let (x, y) = data.batch(0, a.batch_size)?;
-    let params: Vec<(String, Tensor)> = model.parameters().into_iter().map(|(n, t)| (n, t.clone())).collect();
-    let captured = capture(&[("x".into(), x.clone()), ("y".into(), y.clone())], &params, |xs| {
-        let prediction = model.forward(&xs[0])?;
-        let loss = prediction.mse_loss(&xs[1])?;
-        Ok(vec![("prediction".into(), prediction), ("loss".into(), loss)])
-    })?;
+    let params: Vec<(String, Tensor)> = model
+        .parameters()
+        .into_iter()
+        .map(|(n, t)| (n, t.clone()))
+        .collect();
+    let captured = capture(
+        &[("x".into(), x.clone()), ("y".into(), y.clone())],
+        &params,
+        |xs| {
+            let prediction = model.forward(&xs[0])?;
+            let loss = prediction.mse_loss(&xs[1])?;
+            Ok(vec![
+                ("prediction".into(), prediction),
+                ("loss".into(), loss),
+            ])
+        },
+    )?;
     let text = match a.format.as_str() {
-        "json" => serde_json::to_string_pretty(&captured.graph).map_err(|e| CliError::runtime(e.to_string()))?,
+        "json" => serde_json::to_string_pretty(&captured.graph)
+            .map_err(|e| CliError::runtime(e.to_string()))?,
         "dot" => to_dot(&captured.graph),
         f => return Err(CliError::usage(format!("unknown format `{f}` (json, dot)"))),
     };
     match &a.out {
-        Some(p) => std::fs::write(p, text).map_err(|e| CliError::runtime(format!("cannot write {}: {e}", p.display())))?,
+        Some(p) => std::fs::write(p, text)
+            .map_err(|e| CliError::runtime(format!("cannot write {}: {e}", p.display())))?,
         None => println!("{text}"),
     }
     if let Some(p) = &a.params {
@@ -93,13 +113,26 @@ pub struct RunGraphArgs {
 }
 
 fn load_graph(path: &Path) -> Result<Graph, CliError> {
-    let meta = std::fs::metadata(path).map_err(|e| CliError::usage(format!("{}: cannot open: {e}", path.display())))?;
+    let meta = std::fs::metadata(path)
+        .map_err(|e| CliError::usage(format!("{}: cannot open: {e}", path.display())))?;
     if meta.len() > MAX_GRAPH_BYTES {
-        return Err(CliError::usage(format!("{}: graph file of {} bytes exceeds the limit of {MAX_GRAPH_BYTES}", path.display(), meta.len())));
+        return Err(CliError::usage(format!(
+            "{}: graph file of {} bytes exceeds the limit of {MAX_GRAPH_BYTES}",
+            path.display(),
+            meta.len()
+        )));
     }
-    let text = std::fs::read_to_string(path).map_err(|e| CliError::usage(format!("{}: cannot read: {e}", path.display())))?;
-    let graph: Graph = serde_json::from_str(&text).map_err(|e| CliError::usage(format!("{}: not a torchlean.ir.v1 graph: {e}", path.display())))?;
-    graph.validate().map_err(|e| CliError::usage(format!("{}: {e}", path.display())))?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| CliError::usage(format!("{}: cannot read: {e}", path.display())))?;
+    let graph: Graph = serde_json::from_str(&text).map_err(|e| {
+        CliError::usage(format!(
+            "{}: not a torchlean.ir.v1 graph: {e}",
+            path.display()
+        ))
+    })?;
+    graph
+        .validate()
+        .map_err(|e| CliError::usage(format!("{}: {e}", path.display())))?;
     Ok(graph)
 }
 
@@ -112,16 +145,24 @@ pub fn run_graph(a: RunGraphArgs) -> CliResult {
     };
     let inputs = read_safetensors(&a.inputs).map_err(usage)?;
     if a.grad {
-        let loss = match graph.output("loss") {
-            Some(_) => "loss".to_string(),
-            None => {
-                let scalars: Vec<&str> = graph.outputs.iter().filter(|o| graph.nodes[o.node].shape.iter().product::<usize>() == 1).map(|o| o.name.as_str()).collect();
-                match scalars.as_slice() {
-                    [one] => one.to_string(),
-                    _ => return Err(CliError::usage("--grad needs an output named `loss` or exactly one one-element output")),
+        let loss =
+            match graph.output("loss") {
+                Some(_) => "loss".to_string(),
+                None => {
+                    let scalars: Vec<&str> = graph
+                        .outputs
+                        .iter()
+                        .filter(|o| graph.nodes[o.node].shape.iter().product::<usize>() == 1)
+                        .map(|o| o.name.as_str())
+                        .collect();
+                    match scalars.as_slice() {
+                        [one] => one.to_string(),
+                        _ => return Err(CliError::usage(
+                            "--grad needs an output named `loss` or exactly one one-element output",
+                        )),
+                    }
                 }
-            }
-        };
+            };
         append_backward(&mut graph, &loss, None).map_err(|e| CliError::usage(e.to_string()))?;
     }
     // every declared value must be supplied, with its declared shape, before anything runs
@@ -132,30 +173,57 @@ pub fn run_graph(a: RunGraphArgs) -> CliResult {
         let is_input = graph.inputs.iter().any(|i| i.name == d.name);
         let source = if is_input { &inputs } else { &params };
         match source.iter().find(|(n, _)| *n == d.name) {
-            None => return Err(CliError::usage(format!("missing {} `{}` (shape {:?})", if is_input { "input" } else { "parameter" }, d.name, d.shape))),
+            None => {
+                return Err(CliError::usage(format!(
+                    "missing {} `{}` (shape {:?})",
+                    if is_input { "input" } else { "parameter" },
+                    d.name,
+                    d.shape
+                )))
+            }
             Some((_, t)) if t.shape() != d.shape.as_slice() => {
-                return Err(CliError::usage(format!("`{}` has shape {:?}, the graph declares {:?}", d.name, t.shape(), d.shape)))
+                return Err(CliError::usage(format!(
+                    "`{}` has shape {:?}, the graph declares {:?}",
+                    d.name,
+                    t.shape(),
+                    d.shape
+                )))
             }
             _ => {}
         }
     }
     let profile = a.backend.profile()?;
-    let compiled = CompiledGraph::compile(graph, &profile).map_err(|e| CliError::from(torchlean::Error::from(e)))?;
+    let compiled = CompiledGraph::compile(graph, &profile)
+        .map_err(|e| CliError::from(torchlean::Error::from(e)))?;
     if a.backend.show_backend {
         print!("{}", compiled.report().to_text());
     }
     let seed = Tensor::ones(&[1])?;
-    let seed_shape = compiled.graph().parameters.iter().find(|p| p.name == SEED).map(|p| p.shape.clone());
+    let seed_shape = compiled
+        .graph()
+        .parameters
+        .iter()
+        .find(|p| p.name == SEED)
+        .map(|p| p.shape.clone());
     let outputs = compiled.run(|name| {
         if name == SEED {
-            return seed_shape.as_ref().and_then(|s| seed.reshape(&s.iter().map(|&d| d as isize).collect::<Vec<_>>()).ok());
+            return seed_shape.as_ref().and_then(|s| {
+                seed.reshape(&s.iter().map(|&d| d as isize).collect::<Vec<_>>())
+                    .ok()
+            });
         }
-        inputs.iter().chain(&params).find(|(n, _)| n == name).map(|(_, t)| t.clone())
+        inputs
+            .iter()
+            .chain(&params)
+            .find(|(n, _)| n == name)
+            .map(|(_, t)| t.clone())
     })?;
     write_safetensors(&a.out, &outputs, None)?;
     if let Some(path) = &a.backend.report_json {
-        let text = serde_json::to_string_pretty(&compiled.report().to_json()).map_err(|e| CliError::runtime(e.to_string()))?;
-        std::fs::write(path, text).map_err(|e| CliError::runtime(format!("cannot write report to {path}: {e}")))?;
+        let text = serde_json::to_string_pretty(&compiled.report().to_json())
+            .map_err(|e| CliError::runtime(e.to_string()))?;
+        std::fs::write(path, text)
+            .map_err(|e| CliError::runtime(format!("cannot write report to {path}: {e}")))?;
     }
     println!("wrote {} output(s) to {}", outputs.len(), a.out.display());
     Ok(())

@@ -3,8 +3,8 @@
 use crate::backend_args::BackendArgs;
 use crate::{CliError, CliResult};
 use std::time::Instant;
-use torchlean::nn::tasks::SyntheticRegression;
 use torchlean::backend::ExecutionMode;
+use torchlean::nn::tasks::SyntheticRegression;
 use torchlean::nn::train::{train_regression, train_regression_compiled, StepLog};
 use torchlean::nn::{Activation, Adam, Mlp, Module};
 
@@ -33,7 +33,11 @@ pub fn run(a: Args) -> CliResult {
         return Err(CliError::usage("--steps and --batch-size must be positive"));
     }
     let mode = a.backend.mode()?;
-    let mut model = Mlp::new(&[SyntheticRegression::FEATURES, 64, 64, 1], Activation::Tanh, a.seed)?;
+    let mut model = Mlp::new(
+        &[SyntheticRegression::FEATURES, 64, 64, 1],
+        Activation::Tanh,
+        a.seed,
+    )?;
     a.backend.start_session(&model.op_kinds(), true)?;
     let data = SyntheticRegression::new(1024, a.seed.wrapping_add(17))?;
     let mut opt = Adam::new(a.lr).map_err(|e| CliError::usage(e.to_string()))?;
@@ -47,10 +51,30 @@ pub fn run(a: Args) -> CliResult {
     let log = |s: StepLog| println!("step {} loss {:.6}", s.step, s.loss);
     let start = Instant::now();
     let (losses, compiled_report) = match mode {
-        ExecutionMode::Eager => (train_regression(&mut model, &mut opt, &data, a.steps, a.batch_size, a.log_every, log)?, None),
+        ExecutionMode::Eager => (
+            train_regression(
+                &mut model,
+                &mut opt,
+                &data,
+                a.steps,
+                a.batch_size,
+                a.log_every,
+                log,
+            )?,
+            None,
+        ),
         ExecutionMode::Compiled => {
             let profile = a.backend.profile()?;
-            let (losses, report) = train_regression_compiled(&mut model, &mut opt, &data, a.steps, a.batch_size, a.log_every, &profile, log)?;
+            let (losses, report) = train_regression_compiled(
+                &mut model,
+                &mut opt,
+                &data,
+                a.steps,
+                a.batch_size,
+                a.log_every,
+                &profile,
+                log,
+            )?;
             if a.backend.show_backend {
                 print!("{}", report.to_text());
             }

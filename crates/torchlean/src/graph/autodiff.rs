@@ -13,7 +13,9 @@ pub fn depends_on_leaves(g: &Graph, wrt: Option<&[&str]>) -> Vec<bool> {
     let mut dep = vec![false; g.nodes.len()];
     for n in &g.nodes {
         dep[n.id] = match &n.kind {
-            NodeKind::Input { name } | NodeKind::Parameter { name } => wrt.is_none_or(|w| w.contains(&name.as_str())),
+            NodeKind::Input { name } | NodeKind::Parameter { name } => {
+                wrt.is_none_or(|w| w.contains(&name.as_str()))
+            }
             NodeKind::Constant { .. } => false,
             NodeKind::Op { op } => op.kind().differentiable() && n.parents.iter().any(|&p| dep[p]),
             NodeKind::Vjp { .. } => n.parents.iter().any(|&p| dep[p]),
@@ -26,7 +28,11 @@ pub fn depends_on_leaves(g: &Graph, wrt: Option<&[&str]>) -> Vec<bool> {
 /// returns the names of the gradient outputs it added: one per input and parameter reached,
 /// or only those listed in `wrt` (then no work is spent on the others). The seed cotangent
 /// is a constant named [`SEED`] of the loss's shape whose value (1.0) the caller provides.
-pub fn append_backward(g: &mut Graph, loss: &str, wrt: Option<&[&str]>) -> Result<Vec<String>, GraphError> {
+pub fn append_backward(
+    g: &mut Graph,
+    loss: &str,
+    wrt: Option<&[&str]>,
+) -> Result<Vec<String>, GraphError> {
     let root = g
         .output(loss)
         .ok_or_else(|| GraphError::Other(format!("no output named `{loss}`")))?;

@@ -61,12 +61,27 @@ pub struct TrainStep {
 
 impl TrainStep {
     /// Prepares a step for `mode` (capturing with `example` inputs when compiled).
-    pub fn new(mode: ExecutionMode, model: &dyn Module, example: &[(String, Tensor)], loss_fn: LossFn, profile: &BackendProfile) -> Result<TrainStep> {
+    pub fn new(
+        mode: ExecutionMode,
+        model: &dyn Module,
+        example: &[(String, Tensor)],
+        loss_fn: LossFn,
+        profile: &BackendProfile,
+    ) -> Result<TrainStep> {
         let compiled = match mode {
             ExecutionMode::Eager => None,
             ExecutionMode::Compiled => {
-                let params: Vec<(String, Tensor)> = model.parameters().into_iter().map(|(n, t)| (n, t.clone())).collect();
-                Some(CompiledStep::build(example, &params, |xs| loss_fn(model, xs), profile)?)
+                let params: Vec<(String, Tensor)> = model
+                    .parameters()
+                    .into_iter()
+                    .map(|(n, t)| (n, t.clone()))
+                    .collect();
+                Some(CompiledStep::build(
+                    example,
+                    &params,
+                    |xs| loss_fn(model, xs),
+                    profile,
+                )?)
             }
         };
         Ok(TrainStep { compiled })
@@ -78,7 +93,13 @@ impl TrainStep {
     }
 
     /// Runs one step on `inputs` and returns the loss.
-    pub fn run(&self, model: &mut dyn Module, optimizer: &mut dyn Optimizer, inputs: &[(String, Tensor)], loss_fn: LossFn) -> Result<f32> {
+    pub fn run(
+        &self,
+        model: &mut dyn Module,
+        optimizer: &mut dyn Optimizer,
+        inputs: &[(String, Tensor)],
+        loss_fn: LossFn,
+    ) -> Result<f32> {
         let (loss, grads) = match &self.compiled {
             None => {
                 let xs: Vec<Tensor> = inputs.iter().map(|(_, t)| t.clone()).collect();
@@ -120,14 +141,26 @@ pub fn train_regression_compiled(
     mut log: impl FnMut(StepLog),
 ) -> Result<(Vec<f32>, BackendReport)> {
     let named = |(x, y): (Tensor, Tensor)| [("x".to_string(), x), ("y".to_string(), y)];
-    let step = TrainStep::new(ExecutionMode::Compiled, model, &named(data.batch(0, batch_size)?), &mse, profile)?;
+    let step = TrainStep::new(
+        ExecutionMode::Compiled,
+        model,
+        &named(data.batch(0, batch_size)?),
+        &mse,
+        profile,
+    )?;
     let mut losses = Vec::with_capacity(steps);
     for s in 0..steps {
         losses.push(step.run(model, optimizer, &named(data.batch(s, batch_size)?), &mse)?);
         if s == 0 || s + 1 == steps || (log_every > 0 && (s + 1) % log_every == 0) {
-            log(StepLog { step: s + 1, loss: losses[s] });
+            log(StepLog {
+                step: s + 1,
+                loss: losses[s],
+            });
         }
     }
-    let report = step.compiled_report().cloned().ok_or_else(|| crate::error::Error::Other("compiled step without a plan".into()))?;
+    let report = step
+        .compiled_report()
+        .cloned()
+        .ok_or_else(|| crate::error::Error::Other("compiled step without a plan".into()))?;
     Ok((losses, report))
 }

@@ -263,7 +263,8 @@ impl CompiledStep {
         })?;
         let mut graph = captured.graph;
         let wrt: Vec<&str> = params.iter().map(|(n, _)| n.as_str()).collect();
-        crate::graph::append_backward(&mut graph, LOSS, Some(&wrt)).map_err(|e| Error::Other(e.to_string()))?;
+        crate::graph::append_backward(&mut graph, LOSS, Some(&wrt))
+            .map_err(|e| Error::Other(e.to_string()))?;
         let seed_shape = graph
             .parameters
             .iter()

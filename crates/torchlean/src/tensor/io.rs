@@ -20,7 +20,11 @@ fn io_err(path: &Path, what: &str, e: impl std::fmt::Display) -> Error {
 pub fn read_safetensors(path: &Path) -> Result<Vec<(String, Tensor)>> {
     let meta = std::fs::metadata(path).map_err(|e| io_err(path, "cannot open", e))?;
     if meta.len() > MAX_FILE_BYTES {
-        return Err(io_err(path, "file too large", format!("{} bytes > {MAX_FILE_BYTES}", meta.len())));
+        return Err(io_err(
+            path,
+            "file too large",
+            format!("{} bytes > {MAX_FILE_BYTES}", meta.len()),
+        ));
     }
     let bytes = std::fs::read(path).map_err(|e| io_err(path, "cannot read", e))?;
     parse_safetensors(path, &bytes)
@@ -28,17 +32,27 @@ pub fn read_safetensors(path: &Path) -> Result<Vec<(String, Tensor)>> {
 
 /// Parses safetensors bytes (`path` names the source in errors).
 pub fn parse_safetensors(path: &Path, bytes: &[u8]) -> Result<Vec<(String, Tensor)>> {
-    let st = safetensors::SafeTensors::deserialize(bytes).map_err(|e| io_err(path, "not a valid safetensors file", format!("{e:?}")))?;
+    let st = safetensors::SafeTensors::deserialize(bytes)
+        .map_err(|e| io_err(path, "not a valid safetensors file", format!("{e:?}")))?;
     let mut out = Vec::new();
     let mut entries = st.tensors();
     // file order: by data offset
     entries.sort_by_key(|(_, v)| v.data().as_ptr() as usize);
     for (name, view) in entries {
         if view.dtype() != safetensors::Dtype::F32 {
-            return Err(io_err(path, &format!("tensor `{name}`"), format!("dtype {:?} is not supported (only F32)", view.dtype())));
+            return Err(io_err(
+                path,
+                &format!("tensor `{name}`"),
+                format!("dtype {:?} is not supported (only F32)", view.dtype()),
+            ));
         }
-        let data: Vec<f32> = view.data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
-        let t = Tensor::from_vec(data, view.shape()).map_err(|e| io_err(path, &format!("tensor `{name}`"), e))?;
+        let data: Vec<f32> = view
+            .data()
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        let t = Tensor::from_vec(data, view.shape())
+            .map_err(|e| io_err(path, &format!("tensor `{name}`"), e))?;
         out.push((name, t));
     }
     Ok(out)
@@ -47,20 +61,43 @@ pub fn parse_safetensors(path: &Path, bytes: &[u8]) -> Result<Vec<(String, Tenso
 /// Writes named tensors (f32, little-endian) atomically: a temporary file in the same
 /// directory is written, flushed to disk, and renamed over `path`, then the directory is
 /// synced; a crash leaves either the old file or the new one, never a torn one.
-pub fn write_safetensors(path: &Path, tensors: &[(String, Tensor)], metadata: Option<HashMap<String, String>>) -> Result<()> {
+pub fn write_safetensors(
+    path: &Path,
+    tensors: &[(String, Tensor)],
+    metadata: Option<HashMap<String, String>>,
+) -> Result<()> {
     let data: Vec<(String, Vec<u8>, Vec<usize>)> = tensors
         .iter()
-        .map(|(n, t)| (n.clone(), t.data().iter().flat_map(|v| v.to_le_bytes()).collect(), t.shape().to_vec()))
+        .map(|(n, t)| {
+            (
+                n.clone(),
+                t.data().iter().flat_map(|v| v.to_le_bytes()).collect(),
+                t.shape().to_vec(),
+            )
+        })
         .collect();
     let views = data
         .iter()
-        .map(|(n, bytes, shape)| safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape.clone(), bytes).map(|v| (n.clone(), v)))
+        .map(|(n, bytes, shape)| {
+            safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape.clone(), bytes)
+                .map(|v| (n.clone(), v))
+        })
         .collect::<std::result::Result<Vec<_>, _>>()
         .map_err(|e| io_err(path, "cannot encode", format!("{e:?}")))?;
-    let bytes = safetensors::serialize(views, &metadata).map_err(|e| io_err(path, "cannot encode", format!("{e:?}")))?;
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let file_name = path.file_name().ok_or_else(|| io_err(path, "invalid path", "no file name"))?;
-    let tmp = dir.join(format!(".{}.tmp-{}", file_name.to_string_lossy(), std::process::id()));
+    let bytes = safetensors::serialize(views, &metadata)
+        .map_err(|e| io_err(path, "cannot encode", format!("{e:?}")))?;
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let file_name = path
+        .file_name()
+        .ok_or_else(|| io_err(path, "invalid path", "no file name"))?;
+    let tmp = dir.join(format!(
+        ".{}.tmp-{}",
+        file_name.to_string_lossy(),
+        std::process::id()
+    ));
     let result = (|| -> std::io::Result<()> {
         let mut f = std::fs::File::create(&tmp)?;
         f.write_all(&bytes)?;

@@ -156,34 +156,32 @@ pub fn binary_vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
 }
 
 fn gelu(x: f32) -> f32 {
-    0.5 * x * (1.0 + libm::erff(x * std::f32::consts::FRAC_1_SQRT_2))
+    0.5 * x * (1.0 + vmath::erf(x * std::f32::consts::FRAC_1_SQRT_2))
 }
 
 fn gelu_grad(x: f32) -> f32 {
-    let cdf = 0.5 * (1.0 + libm::erff(x * std::f32::consts::FRAC_1_SQRT_2));
-    let pdf = (-0.5 * x * x).exp() * 0.398_942_3; // 1/sqrt(2π)
+    let cdf = 0.5 * (1.0 + vmath::erf(x * std::f32::consts::FRAC_1_SQRT_2));
+    let pdf = vmath::exp(-0.5 * x * x) * 0.398_942_3; // 1/sqrt(2π)
     cdf + x * pdf
 }
 
-fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + (-x).exp())
-}
+use super::vmath::{self, sigmoid};
 
 pub fn unary_forward(op: &Op, x: &[f32]) -> Vec<f32> {
     match *op {
         Op::Neg => map(x, |v| -v),
         Op::Abs => map(x, f32::abs),
         Op::Sqrt => map(x, f32::sqrt),
-        Op::Exp => map(x, f32::exp),
+        Op::Exp => map(x, vmath::exp),
         Op::Log => map(x, f32::ln),
         Op::Sin => map(x, f32::sin),
         Op::Cos => map(x, f32::cos),
-        Op::Tanh => map(x, f32::tanh),
+        Op::Tanh => map(x, vmath::tanh),
         Op::Sigmoid => map(x, sigmoid),
         Op::Relu => map(x, |v| if v > 0.0 { v } else { 0.0 }),
         Op::Gelu => map(x, gelu),
         Op::Silu => map(x, |v| v * sigmoid(v)),
-        Op::Softplus => map(x, |v| v.max(0.0) + (-v.abs()).exp().ln_1p()),
+        Op::Softplus => map(x, |v| v.max(0.0) + vmath::exp(-v.abs()).ln_1p()),
         Op::Inv => map(x, |v| 1.0 / v),
         Op::SafeLog { eps } => map(x, move |v| v.max(eps).ln()),
         Op::Scale { factor } => map(x, move |v| v * factor),

@@ -20,6 +20,7 @@ mod par;
 mod pool;
 mod reduce;
 mod special;
+pub mod vmath;
 
 use super::capsules::{descriptor, layout_claim, shape_claim, spec_name, value_claim, vjp_claim};
 use crate::backend::{

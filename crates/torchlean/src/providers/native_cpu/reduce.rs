@@ -178,8 +178,10 @@ fn softmax_row(x: &[f32], out: &mut [f32], log: bool) {
     let m = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let mut z = 0.0f32;
     for (o, &v) in out.iter_mut().zip(x) {
-        *o = (v - m).exp();
-        z += *o;
+        *o = super::vmath::exp(v - m);
+    }
+    for &o in out.iter() {
+        z += o;
     }
     if log {
         let lz = z.ln();
@@ -206,7 +208,7 @@ pub fn softmax_vjp(op: &Op, y: &Tensor, gy: &Tensor) -> Vec<f32> {
             if log {
                 let s: f32 = (0..dim).map(gr).sum();
                 for j in 0..dim {
-                    o(j, gr(j) - yr(j).exp() * s);
+                    o(j, gr(j) - super::vmath::exp(yr(j)) * s);
                 }
             } else {
                 let s: f32 = (0..dim).map(|j| gr(j) * yr(j)).sum();
