@@ -91,10 +91,6 @@ pub fn run(a: Args) -> CliResult {
         for k in &plan.kernels {
             println!("  {} -> {}", k.op.name(), k.capsule().name);
         }
-        println!("lowering:");
-        for g in &report.groups {
-            println!("  {:?} {} nodes {:?}", g.kind, g.capsule, g.nodes);
-        }
         print!("{}", report.to_text());
     }
     if report.failures.is_empty() {

@@ -109,6 +109,13 @@ impl BackendReport {
                 );
             }
         }
+        for g in &self.groups {
+            let kind = match g.kind {
+                super::planner::GroupKind::Singleton => "singleton",
+                super::planner::GroupKind::Coalesced => "coalesced (not fused)",
+            };
+            let _ = writeln!(s, "group: {kind} {} nodes {:?}", g.capsule, g.nodes);
+        }
         for f in &self.failures {
             let _ = writeln!(s, "gate failure: {f}");
         }
