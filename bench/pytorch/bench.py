@@ -35,6 +35,8 @@ def main():
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--device", default="cpu")
+    p.add_argument("--batch-size", type=int, default=None)
+    p.add_argument("--backend", default="eager", help="accepted for symmetry; PyTorch runs eagerly")
     a = p.parse_args()
     dev = torch.device(a.device)
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
@@ -52,8 +54,9 @@ def main():
             torch.nn.Linear(784, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10)
         ).to(dev)
         opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-        x = torch.randn(128, 784, device=dev)
-        y = (torch.arange(128, device=dev) % 10).long()
+        batch = a.batch_size or 128
+        x = torch.randn(batch, 784, device=dev)
+        y = (torch.arange(batch, device=dev) % 10).long()
         loss_fn = torch.nn.CrossEntropyLoss()
 
         def step():
@@ -63,7 +66,34 @@ def main():
             opt.step()
 
         t = timed(step, a.warmup, a.reps, sync)
-        details = {"batch": 128, "layers": [784, 512, 512, 10]}
+        details = {"batch": batch, "layers": [784, 512, 512, 10]}
+    elif w == "sdpa":
+        b, h, l, d = 4, 8, 512, 64
+        q = torch.randn(b, h, l, d, device=dev, requires_grad=True)
+        k = torch.randn(b, h, l, d, device=dev, requires_grad=True)
+        v = torch.randn(b, h, l, d, device=dev, requires_grad=True)
+        mask = torch.ones(l, l, dtype=torch.bool, device=dev).tril()
+        g = torch.randn(b, h, l, d, device=dev)
+
+        def attn():
+            o = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            (o * g).sum().backward()
+
+        t = timed(attn, a.warmup, a.reps, sync)
+        details = {"B": b, "H": h, "L": l, "D": d, "mask": "boolean"}
+    elif w == "quickstart-step":
+        model = torch.nn.Sequential(torch.nn.Linear(4, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1)).to(dev)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        x = torch.randn(a.batch_size or 16, 4, device=dev)
+        y = torch.randn(a.batch_size or 16, 1, device=dev)
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+
+        t = timed(step, a.warmup, a.reps, sync)
+        details = {"batch": a.batch_size or 16, "layers": [4, 64, 64, 1]}
     elif w in ("tiny-ops", "tiny-ops-tape"):
         x = torch.randn(16, device=dev, requires_grad=(w == "tiny-ops-tape"))
         y = torch.randn(16, device=dev)

@@ -175,14 +175,11 @@ pub fn softmax_forward(op: &Op, x: &Tensor) -> Vec<f32> {
 }
 
 fn softmax_row(x: &[f32], out: &mut [f32], log: bool) {
-    let m = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut z = 0.0f32;
+    let m = super::vmath::max(x);
     for (o, &v) in out.iter_mut().zip(x) {
         *o = super::vmath::exp(v - m);
     }
-    for &o in out.iter() {
-        z += o;
-    }
+    let z = super::vmath::sum(out);
     if log {
         let lz = z.ln();
         for (o, &v) in out.iter_mut().zip(x) {

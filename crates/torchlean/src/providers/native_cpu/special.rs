@@ -363,36 +363,29 @@ impl<'a> Attention<'a> {
         let moff = if self.per_batch { bi * l * s } else { 0 };
         for (i, row) in p.chunks_mut(s).enumerate() {
             let extra = self.extra.map(|m| &m[moff + i * s..moff + (i + 1) * s]);
-            let mut any = false;
-            for (j, v) in row.iter_mut().enumerate() {
-                let blocked = (self.causal && j > i)
-                    || (self.mask == AttentionMask::Boolean && extra.is_some_and(|m| m[j] == 0.0));
-                if blocked {
-                    *v = f32::NEG_INFINITY;
-                    continue;
-                }
-                *v *= self.scale;
-                if self.mask == AttentionMask::AdditiveBias {
-                    if let Some(m) = extra {
-                        *v += m[j];
-                    }
-                }
-                any = true;
+            // branch-free passes (they vectorize): scale, bias or boolean mask, causal cut
+            let scale = self.scale;
+            row.iter_mut().for_each(|v| *v *= scale);
+            match (self.mask, extra) {
+                (AttentionMask::AdditiveBias, Some(m)) => row.iter_mut().zip(m).for_each(|(v, b)| *v += b),
+                (AttentionMask::Boolean, Some(m)) => row.iter_mut().zip(m).for_each(|(v, &keep)| {
+                    *v = if keep != 0.0 { *v } else { f32::NEG_INFINITY }
+                }),
+                _ => {}
             }
-            if !any {
-                row.fill(0.0);
+            if self.causal && i + 1 < s {
+                row[i + 1..].fill(f32::NEG_INFINITY);
+            }
+            let mx = super::vmath::max(row);
+            if mx == f32::NEG_INFINITY {
+                row.fill(0.0); // every entry blocked: a zero row, no gradient
                 continue;
             }
-            let mx = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let mut z = 0.0f32;
+            // vmath::exp underflows to exactly 0 for blocked (-inf) scores: no branch needed
             for v in row.iter_mut() {
-                *v = if *v == f32::NEG_INFINITY {
-                    0.0
-                } else {
-                    (*v - mx).exp()
-                };
-                z += *v;
+                *v = super::vmath::exp(*v - mx);
             }
+            let z = super::vmath::sum(row);
             let inv = 1.0 / z;
             for v in row.iter_mut() {
                 *v *= inv;

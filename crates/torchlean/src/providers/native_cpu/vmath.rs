@@ -78,8 +78,48 @@ pub fn erf(x: f32) -> f32 {
     }
 }
 
+const LANES: usize = 16;
+
+/// Sum with 16 independent accumulators (a fixed order, so deterministic; it vectorizes,
+/// unlike a sequential fold).
+#[inline]
+pub fn sum(x: &[f32]) -> f32 {
+    let mut acc = [0.0f32; LANES];
+    let chunks = x.chunks_exact(LANES);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            *a += v;
+        }
+    }
+    acc.iter().sum::<f32>() + tail.iter().sum::<f32>()
+}
+
+/// Maximum (ignoring NaN like `f32::max`) with 16 independent lanes; -inf for an empty slice.
+#[inline]
+pub fn max(x: &[f32]) -> f32 {
+    let mut acc = [f32::NEG_INFINITY; LANES];
+    let chunks = x.chunks_exact(LANES);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            *a = if v > *a { v } else { *a };
+        }
+    }
+    acc.iter().chain(tail).fold(f32::NEG_INFINITY, |a, &b| if b > a { b } else { a })
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn lane_sum_and_max_match_sequential() {
+        for n in [0usize, 1, 15, 16, 17, 100, 1000] {
+            let x: Vec<f32> = (0..n).map(|i| ((i * 7919) % 101) as f32 - 50.0).collect();
+            assert_eq!(super::sum(&x), x.iter().sum::<f32>(), "integers sum exactly in any order");
+            assert_eq!(super::max(&x), x.iter().copied().fold(f32::NEG_INFINITY, f32::max));
+        }
+    }
+
     use super::*;
 
     fn grid() -> impl Iterator<Item = f32> {
