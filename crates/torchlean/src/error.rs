@@ -60,6 +60,15 @@ pub enum Error {
     DeviceUnavailable { device: String, reason: String },
     #[error("{0}")]
     Other(String),
+    /// A dataset file or in-memory dataset is invalid (see [`crate::data::DataError`]).
+    #[error(transparent)]
+    Data(#[from] crate::data::DataError),
+    /// A checkpoint could not be written, read or applied (see [`crate::nn::CheckpointError`]).
+    #[error(transparent)]
+    Checkpoint(#[from] crate::nn::CheckpointError),
+    /// Training stopped or could not start (see [`crate::nn::TrainError`]).
+    #[error(transparent)]
+    Train(#[from] crate::nn::TrainError),
 }
 
 /// Result alias for the runtime.

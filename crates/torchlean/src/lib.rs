@@ -9,6 +9,7 @@
 //! tape), [`nn`] (models and training).
 
 pub mod backend;
+pub mod data;
 pub mod error;
 pub mod graph;
 pub mod nn;

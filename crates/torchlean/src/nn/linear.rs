@@ -48,9 +48,12 @@ impl Module for Linear {
         }
         v
     }
+    fn op_kinds(&self) -> Vec<OpKind> {
+        vec![OpKind::Linear]
+    }
 }
 
-/// Elementwise activations between layers.
+/// Elementwise activations between layers (also a parameter-free [`Module`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Activation {
     Relu,
@@ -120,26 +123,21 @@ impl Module for Mlp {
         }
         Ok(h)
     }
-    fn parameters(&self) -> Vec<(String, &Tensor)> {
+    fn children(&self) -> Vec<(String, &dyn Module)> {
         self.layers
             .iter()
             .enumerate()
-            .flat_map(|(i, l)| {
-                l.parameters()
-                    .into_iter()
-                    .map(move |(n, t)| (format!("layers.{i}.{n}"), t))
-            })
+            .map(|(i, l)| (format!("layers.{i}"), l as &dyn Module))
             .collect()
     }
-    fn parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
+    fn children_mut(&mut self) -> Vec<(String, &mut dyn Module)> {
         self.layers
             .iter_mut()
             .enumerate()
-            .flat_map(|(i, l)| {
-                l.parameters_mut()
-                    .into_iter()
-                    .map(move |(n, t)| (format!("layers.{i}.{n}"), t))
-            })
+            .map(|(i, l)| (format!("layers.{i}"), l as &mut dyn Module))
             .collect()
+    }
+    fn op_kinds(&self) -> Vec<OpKind> {
+        vec![OpKind::Linear, self.activation.op()]
     }
 }

@@ -1,18 +1,156 @@
-//! The module abstraction: a forward function plus named parameters.
+//! The module abstraction: a forward function plus named parameters, named non-trainable
+//! buffers (e.g. running statistics), a train/eval switch, a per-step RNG key, and the op
+//! kinds the module uses (so a session can plan them before anything runs).
+//!
+//! A container lists its children ([`Module::children`] / [`Module::children_mut`]); every
+//! other method then has a default that visits the children and prefixes their names
+//! (`layers.0.weight`). A leaf overrides `parameters` / `parameters_mut` (and, when it has
+//! them, buffers, the training switch or the RNG key).
 
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::graph::OpKind;
 use crate::tensor::Tensor;
 
 /// A model component with named, trainable parameters.
 pub trait Module {
     /// The forward function.
     fn forward(&self, x: &Tensor) -> Result<Tensor>;
-    /// Parameters with stable dotted names, in a fixed order.
-    fn parameters(&self) -> Vec<(String, &Tensor)>;
+
+    /// Named child modules (containers); leaves have none.
+    fn children(&self) -> Vec<(String, &dyn Module)> {
+        Vec::new()
+    }
+    /// The same children, mutable, in the same order.
+    fn children_mut(&mut self) -> Vec<(String, &mut dyn Module)> {
+        Vec::new()
+    }
+
+    /// Parameters with stable dotted names, in a fixed order (default: the children's).
+    fn parameters(&self) -> Vec<(String, &Tensor)> {
+        let mut out = Vec::new();
+        for (prefix, child) in self.children() {
+            out.extend(
+                child
+                    .parameters()
+                    .into_iter()
+                    .map(|(n, t)| (format!("{prefix}.{n}"), t)),
+            );
+        }
+        out
+    }
     /// The same parameters, mutable, in the same order.
-    fn parameters_mut(&mut self) -> Vec<(String, &mut Tensor)>;
+    fn parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
+        let mut out = Vec::new();
+        for (prefix, child) in self.children_mut() {
+            out.extend(
+                child
+                    .parameters_mut()
+                    .into_iter()
+                    .map(|(n, t)| (format!("{prefix}.{n}"), t)),
+            );
+        }
+        out
+    }
     /// Total number of scalar parameters.
     fn parameter_count(&self) -> usize {
         self.parameters().iter().map(|(_, t)| t.numel()).sum()
+    }
+
+    /// Switches training mode (dropout active, batch statistics) on or off (evaluation).
+    fn set_training(&mut self, training: bool) {
+        for (_, child) in self.children_mut() {
+            child.set_training(training);
+        }
+    }
+    /// Sets the key that random layers (dropout) combine with their own seed, so that the
+    /// randomness of a training step depends only on (seed, step).
+    fn reseed(&mut self, key: u64) {
+        for (_, child) in self.children_mut() {
+            child.reseed(key);
+        }
+    }
+
+    /// Non-trainable state saved in checkpoints (snapshots), with stable dotted names.
+    fn buffers(&self) -> Vec<(String, Tensor)> {
+        let mut out = Vec::new();
+        for (prefix, child) in self.children() {
+            out.extend(
+                child
+                    .buffers()
+                    .into_iter()
+                    .map(|(n, t)| (format!("{prefix}.{n}"), t)),
+            );
+        }
+        out
+    }
+    /// Replaces the buffer `name` (as listed by [`Module::buffers`]) by `value`.
+    fn set_buffer(&mut self, name: &str, value: &Tensor) -> Result<()> {
+        for (prefix, child) in self.children_mut() {
+            if let Some(rest) = name
+                .strip_prefix(prefix.as_str())
+                .and_then(|r| r.strip_prefix('.'))
+            {
+                return child.set_buffer(rest, value);
+            }
+        }
+        Err(unknown_buffer(name))
+    }
+
+    /// The op kinds the forward pass runs (for planning before the first step). May be
+    /// incomplete: an op missing here is planned when it first runs.
+    fn op_kinds(&self) -> Vec<OpKind> {
+        merge_ops(self.children().into_iter().map(|(_, c)| c.op_kinds()))
+    }
+}
+
+/// The error for a buffer name no module owns.
+pub(crate) fn unknown_buffer(name: &str) -> Error {
+    Error::Other(format!("module has no buffer named `{name}`"))
+}
+
+/// The union of op kinds, without duplicates, in first-seen order.
+pub(crate) fn merge_ops(parts: impl IntoIterator<Item = Vec<OpKind>>) -> Vec<OpKind> {
+    let mut out: Vec<OpKind> = Vec::new();
+    for part in parts {
+        for k in part {
+            if !out.contains(&k) {
+                out.push(k);
+            }
+        }
+    }
+    out
+}
+
+/// A boxed module is a module (so containers and trainers can hold `Box<dyn Module>`).
+impl<M: Module + ?Sized> Module for Box<M> {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        (**self).forward(x)
+    }
+    fn children(&self) -> Vec<(String, &dyn Module)> {
+        (**self).children()
+    }
+    fn children_mut(&mut self) -> Vec<(String, &mut dyn Module)> {
+        (**self).children_mut()
+    }
+    fn parameters(&self) -> Vec<(String, &Tensor)> {
+        (**self).parameters()
+    }
+    fn parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
+        (**self).parameters_mut()
+    }
+    fn set_training(&mut self, training: bool) {
+        (**self).set_training(training)
+    }
+    fn reseed(&mut self, key: u64) {
+        (**self).reseed(key)
+    }
+    fn buffers(&self) -> Vec<(String, Tensor)> {
+        (**self).buffers()
+    }
+    fn set_buffer(&mut self, name: &str, value: &Tensor) -> Result<()> {
+        (**self).set_buffer(name, value)
+    }
+    fn op_kinds(&self) -> Vec<OpKind> {
+        (**self).op_kinds()
     }
 }

@@ -1,33 +1,20 @@
-//! Optimizers. Updates are plain f32 arithmetic on parameter storage (in place when the
-//! parameter is not shared), outside the op graph — like PyTorch's fused optimizer loops.
+//! The optimizer abstraction and the machinery every optimizer shares: per-parameter state
+//! buffers keyed by parameter name, their export/import as named tensors (for checkpoints),
+//! and the chunked (parallel for large parameters) elementwise update loop.
+//!
+//! Updates are plain f32 arithmetic on parameter storage (in place when the parameter is not
+//! shared), outside the op graph — like PyTorch's fused optimizer loops. The concrete
+//! optimizers live in `sgd.rs`, `adam.rs`, `rmsprop.rs` and `adagrad.rs`.
 
 use super::module::Module;
 use crate::error::{Error, Result};
 use crate::runtime::Gradients;
+use crate::tensor::Tensor;
 use rayon::prelude::*;
+use std::collections::BTreeMap;
 
 /// Elements per parallel task of an update (fixed, so results do not depend on threads).
 const CHUNK: usize = 1 << 14;
-
-/// Applies `f(w, g, a, b)` chunk by chunk over a parameter, its gradient and two state
-/// buffers of the same length, in parallel for large parameters.
-fn update_chunks(
-    w: &mut [f32],
-    g: &[f32],
-    a: &mut [f32],
-    b: &mut [f32],
-    f: impl Fn(&mut [f32], &[f32], &mut [f32], &mut [f32]) + Sync + Send,
-) {
-    if w.len() < 2 * CHUNK {
-        f(w, g, a, b);
-    } else {
-        w.par_chunks_mut(CHUNK)
-            .zip(g.par_chunks(CHUNK))
-            .zip(a.par_chunks_mut(CHUNK))
-            .zip(b.par_chunks_mut(CHUNK))
-            .for_each(|(((w, g), a), b)| f(w, g, a, b));
-    }
-}
 
 /// Updates a module's parameters from their gradients.
 pub trait Optimizer {
@@ -36,9 +23,46 @@ pub trait Optimizer {
     /// The current learning rate.
     fn learning_rate(&self) -> f32;
     fn set_learning_rate(&mut self, lr: f32);
+    /// A short stable name (`sgd`, `adam`, …) used in checkpoint tensor names.
+    fn kind(&self) -> &'static str {
+        "custom"
+    }
+    /// The optimizer's state as named tensors `optim.<kind>.<slot>.<parameter>` plus the
+    /// step count.
+    fn export_state(&self) -> OptimizerState {
+        OptimizerState {
+            kind: self.kind().to_string(),
+            step: 0,
+            tensors: Vec::new(),
+        }
+    }
+    /// Replaces the state by `state` after validating its kind, names and shapes against
+    /// `model`; on error nothing changes.
+    fn import_state(&mut self, model: &dyn Module, state: &OptimizerState) -> Result<()> {
+        let _ = model;
+        if state.tensors.is_empty() && state.kind == self.kind() {
+            Ok(())
+        } else {
+            Err(Error::Other(format!(
+                "optimizer `{}` cannot import state of kind `{}`",
+                self.kind(),
+                state.kind
+            )))
+        }
+    }
 }
 
-fn check_lr(lr: f32) -> Result<()> {
+/// An optimizer's exportable state.
+#[derive(Debug, Clone)]
+pub struct OptimizerState {
+    pub kind: String,
+    /// Number of steps taken.
+    pub step: u64,
+    /// Named buffers, `optim.<kind>.<slot>.<parameter name>`.
+    pub tensors: Vec<(String, Tensor)>,
+}
+
+pub(crate) fn check_lr(lr: f32) -> Result<()> {
     if lr.is_finite() && lr > 0.0 {
         Ok(())
     } else {
@@ -48,126 +72,200 @@ fn check_lr(lr: f32) -> Result<()> {
     }
 }
 
-/// Stochastic gradient descent with optional momentum and weight decay.
-pub struct Sgd {
-    pub lr: f32,
-    pub momentum: f32,
-    pub weight_decay: f32,
-    velocity: Vec<Vec<f32>>,
-}
-
-impl Sgd {
-    pub fn new(lr: f32, momentum: f32, weight_decay: f32) -> Result<Sgd> {
-        check_lr(lr)?;
-        Ok(Sgd {
-            lr,
-            momentum,
-            weight_decay,
-            velocity: vec![],
-        })
-    }
-}
-
-impl Optimizer for Sgd {
-    fn step(&mut self, model: &mut dyn Module, grads: &Gradients) -> Result<()> {
-        let params = model.parameters_mut();
-        if self.velocity.len() != params.len() {
-            self.velocity = params.iter().map(|(_, p)| vec![0.0; p.numel()]).collect();
-        }
-        let (lr, mom, wd) = (self.lr, self.momentum, self.weight_decay);
-        for ((_, p), vel) in params.into_iter().zip(&mut self.velocity) {
-            let Some(g) = grads.get(p) else { continue };
-            let g = g.data();
-            let sgd = |w: &mut [f32], g: &[f32], vel: &mut [f32]| {
-                for ((w, &g), v) in w.iter_mut().zip(g).zip(vel.iter_mut()) {
-                    let gi = g + wd * *w;
-                    *v = mom * *v + gi;
-                    *w -= lr * if mom != 0.0 { *v } else { gi };
-                }
-            };
-            p.update_data(|w| {
-                if w.len() < 2 * CHUNK {
-                    sgd(w, &g, vel);
-                } else {
-                    w.par_chunks_mut(CHUNK)
-                        .zip(g.par_chunks(CHUNK))
-                        .zip(vel.par_chunks_mut(CHUNK))
-                        .for_each(|((w, g), v)| sgd(w, g, v));
-                }
-            });
-        }
+/// Checks that a hyperparameter lies in `[lo, hi)` (or `[lo, hi]` when `closed`).
+pub(crate) fn check_range(what: &str, v: f32, lo: f32, hi: f32, closed: bool) -> Result<()> {
+    let ok = v.is_finite() && v >= lo && (v < hi || (closed && v == hi));
+    if ok {
         Ok(())
-    }
-    fn learning_rate(&self) -> f32 {
-        self.lr
-    }
-    fn set_learning_rate(&mut self, lr: f32) {
-        self.lr = lr;
-    }
-}
-
-/// Adam (Kingma & Ba), with bias correction, as in `torch.optim.Adam`.
-pub struct Adam {
-    pub lr: f32,
-    pub beta1: f32,
-    pub beta2: f32,
-    pub eps: f32,
-    pub weight_decay: f32,
-    step: u32,
-    moments: Vec<(Vec<f32>, Vec<f32>)>,
-}
-
-impl Adam {
-    pub fn new(lr: f32) -> Result<Adam> {
-        check_lr(lr)?;
-        Ok(Adam {
-            lr,
-            beta1: 0.9,
-            beta2: 0.999,
-            eps: 1e-8,
-            weight_decay: 0.0,
-            step: 0,
-            moments: vec![],
-        })
+    } else {
+        let close = if closed { ']' } else { ')' };
+        Err(Error::Other(format!(
+            "{what} must be in [{lo}, {hi}{close}, got {v}"
+        )))
     }
 }
 
-impl Optimizer for Adam {
-    fn step(&mut self, model: &mut dyn Module, grads: &Gradients) -> Result<()> {
-        let params = model.parameters_mut();
-        if self.moments.len() != params.len() {
-            self.moments = params
+/// Applies `f(w, g, state)` to every element of a parameter, its gradient and `K` state
+/// buffers of the same length; in parallel over fixed-size chunks for large parameters.
+pub(crate) fn update_elementwise<const K: usize, F>(
+    w: &mut [f32],
+    g: &[f32],
+    bufs: [&mut [f32]; K],
+    f: F,
+) where
+    F: Fn(&mut f32, f32, [&mut f32; K]) + Sync + Send,
+{
+    let run = |w: &mut [f32], g: &[f32], mut bufs: [&mut [f32]; K]| {
+        for (i, (w, &g)) in w.iter_mut().zip(g).enumerate() {
+            f(w, g, bufs.each_mut().map(|b| &mut b[i]));
+        }
+    };
+    if w.len() < 2 * CHUNK {
+        run(w, g, bufs);
+        return;
+    }
+    let mut parts = bufs.map(|b| b.chunks_mut(CHUNK));
+    let groups: Vec<[&mut [f32]; K]> = (0..w.len().div_ceil(CHUNK))
+        .map(|_| std::array::from_fn(|k| parts[k].next().unwrap_or_default()))
+        .collect();
+    w.par_chunks_mut(CHUNK)
+        .zip(g.par_chunks(CHUNK))
+        .zip(groups.into_par_iter())
+        .for_each(|((w, g), b)| run(w, g, b));
+}
+
+/// The state buffers of one parameter.
+#[derive(Debug, Clone)]
+struct ParamSlots {
+    shape: Vec<usize>,
+    bufs: Vec<Vec<f32>>,
+}
+
+/// Per-parameter state buffers ("slots"), keyed by parameter name.
+#[derive(Debug, Clone)]
+pub(crate) struct SlotStore {
+    kind: &'static str,
+    /// Slot names and their initial values.
+    slots: Vec<(&'static str, f32)>,
+    params: BTreeMap<String, ParamSlots>,
+}
+
+impl SlotStore {
+    pub(crate) fn new(kind: &'static str, slots: Vec<(&'static str, f32)>) -> SlotStore {
+        SlotStore {
+            kind,
+            slots,
+            params: BTreeMap::new(),
+        }
+    }
+
+    /// Redefines the slot list (when hyperparameters change which buffers exist); existing
+    /// state is dropped if the list changes.
+    pub(crate) fn set_slots(&mut self, slots: Vec<(&'static str, f32)>) {
+        if slots != self.slots {
+            self.slots = slots;
+            self.params.clear();
+        }
+    }
+
+    /// The buffers of parameter `name` (created at their initial values on first use).
+    pub(crate) fn buffers(&mut self, name: &str, shape: &[usize]) -> Result<&mut [Vec<f32>]> {
+        let n: usize = shape.iter().product();
+        let slots = &self.slots;
+        let entry = self
+            .params
+            .entry(name.to_string())
+            .or_insert_with(|| ParamSlots {
+                shape: shape.to_vec(),
+                bufs: slots.iter().map(|&(_, init)| vec![init; n]).collect(),
+            });
+        if entry.shape != shape {
+            return Err(Error::Other(format!(
+                "optimizer `{}`: parameter `{name}` changed shape from {:?} to {shape:?}",
+                self.kind, entry.shape
+            )));
+        }
+        Ok(&mut entry.bufs)
+    }
+
+    /// The state as named tensors.
+    pub(crate) fn export(&self, step: u64) -> OptimizerState {
+        let mut tensors = Vec::new();
+        for (pname, p) in &self.params {
+            for ((slot, _), buf) in self.slots.iter().zip(&p.bufs) {
+                // the buffer was created with the element count of `shape`
+                if let Ok(t) = Tensor::from_vec(buf.clone(), &p.shape) {
+                    tensors.push((format!("optim.{}.{slot}.{pname}", self.kind), t));
+                }
+            }
+        }
+        OptimizerState {
+            kind: self.kind.to_string(),
+            step,
+            tensors,
+        }
+    }
+
+    /// Validates `state` against the slot list and `model`'s parameters, then replaces the
+    /// buffers; returns the step count. On error nothing changes.
+    pub(crate) fn import(&mut self, model: &dyn Module, state: &OptimizerState) -> Result<u64> {
+        let err =
+            |reason: String| Error::Other(format!("optimizer `{}` state: {reason}", self.kind));
+        if state.kind != self.kind {
+            return Err(err(format!("has kind `{}`", state.kind)));
+        }
+        let shapes: BTreeMap<String, Vec<usize>> = model
+            .parameters()
+            .into_iter()
+            .map(|(n, t)| (n, t.shape().to_vec()))
+            .collect();
+        let prefix = format!("optim.{}.", self.kind);
+        let mut found: BTreeMap<String, Vec<Option<Vec<f32>>>> = BTreeMap::new();
+        for (name, t) in &state.tensors {
+            let rest = name
+                .strip_prefix(&prefix)
+                .ok_or_else(|| err(format!("tensor `{name}` does not start with `{prefix}`")))?;
+            let (k, pname) = self
+                .slots
                 .iter()
-                .map(|(_, p)| (vec![0.0; p.numel()], vec![0.0; p.numel()]))
-                .collect();
-        }
-        self.step += 1;
-        let (b1, b2) = (self.beta1, self.beta2);
-        let c1 = 1.0 - b1.powi(self.step as i32);
-        let c2 = 1.0 - b2.powi(self.step as i32);
-        let (lr, eps, wd) = (self.lr, self.eps, self.weight_decay);
-        for ((_, p), (m, v)) in params.into_iter().zip(&mut self.moments) {
-            let Some(g) = grads.get(p) else { continue };
-            let g = g.data();
-            let (step, inv_c2) = (lr / c1, 1.0 / c2);
-            p.update_data(|w| {
-                update_chunks(w, &g, m, v, |w, g, m, v| {
-                    for (((w, &g), m), v) in w.iter_mut().zip(g).zip(m.iter_mut()).zip(v.iter_mut())
-                    {
-                        let gi = g + wd * *w;
-                        *m = b1 * *m + (1.0 - b1) * gi;
-                        *v = b2 * *v + (1.0 - b2) * gi * gi;
-                        *w -= step * *m / ((*v * inv_c2).sqrt() + eps);
-                    }
+                .enumerate()
+                .find_map(|(k, (slot, _))| {
+                    rest.strip_prefix(slot)
+                        .and_then(|r| r.strip_prefix('.'))
+                        .map(|p| (k, p))
                 })
-            });
+                .ok_or_else(|| {
+                    let known: Vec<&str> = self.slots.iter().map(|s| s.0).collect();
+                    err(format!(
+                        "tensor `{name}` names no known slot (known: {known:?})"
+                    ))
+                })?;
+            let shape = shapes.get(pname).ok_or_else(|| {
+                err(format!(
+                    "tensor `{name}` is for unknown parameter `{pname}`"
+                ))
+            })?;
+            if t.shape() != shape.as_slice() {
+                return Err(err(format!(
+                    "tensor `{name}` has shape {:?}, parameter `{pname}` has {shape:?}",
+                    t.shape()
+                )));
+            }
+            let entry = found
+                .entry(pname.to_string())
+                .or_insert_with(|| vec![None; self.slots.len()]);
+            if entry[k].replace(t.to_vec()).is_some() {
+                return Err(err(format!("tensor `{name}` appears twice")));
+            }
         }
-        Ok(())
+        let mut params = BTreeMap::new();
+        for (pname, bufs) in found {
+            let bufs: Option<Vec<Vec<f32>>> = bufs.into_iter().collect();
+            let bufs = bufs
+                .ok_or_else(|| err(format!("parameter `{pname}` is missing some of its slots")))?;
+            let shape = shapes.get(&pname).cloned().unwrap_or_default();
+            params.insert(pname, ParamSlots { shape, bufs });
+        }
+        self.params = params;
+        Ok(state.step)
     }
-    fn learning_rate(&self) -> f32 {
-        self.lr
+}
+
+/// The gradient of a parameter, checked against its element count.
+pub(crate) fn grad_of<'g>(
+    name: &str,
+    p: &Tensor,
+    grads: &'g Gradients,
+) -> Result<Option<&'g Tensor>> {
+    let Some(g) = grads.get(p) else {
+        return Ok(None);
+    };
+    if g.numel() != p.numel() {
+        return Err(Error::Other(format!(
+            "gradient of `{name}` has {} elements, the parameter {}",
+            g.numel(),
+            p.numel()
+        )));
     }
-    fn set_learning_rate(&mut self, lr: f32) {
-        self.lr = lr;
-    }
+    Ok(Some(g))
 }

@@ -1,5 +1,5 @@
-//! A minimal training loop for the quickstart regression MLP (the full Trainer comes with the
-//! models issue).
+//! A minimal training loop for the quickstart regression MLP (kept for the quickstart command;
+//! the general trainer is [`super::Trainer`]).
 
 use super::module::Module;
 use super::optim::Optimizer;

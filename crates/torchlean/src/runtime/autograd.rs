@@ -152,6 +152,14 @@ impl Gradients {
         self.map.insert(leaf.id(), grad);
     }
 
+    /// Multiplies every stored gradient by `factor` (gradient clipping, loss scaling).
+    pub fn scale(&mut self, factor: f32) {
+        for g in self.map.values_mut() {
+            let data: Vec<f32> = g.data().iter().map(|v| v * factor).collect();
+            *g = Tensor::from_parts(data, g.shape().to_vec());
+        }
+    }
+
     /// Adds every gradient of `other` into this store (gradient accumulation).
     pub fn accumulate(&mut self, other: Gradients) -> Result<()> {
         for (id, g) in other.map {

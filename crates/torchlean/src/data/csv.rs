@@ -1,0 +1,157 @@
+//! Numeric CSV files: one sample per line, an optional header, one label column (the
+//! target) and the other columns as features [N, F]; targets [N].
+
+use super::dataset::Dataset;
+use super::error::DataError;
+use super::file;
+use crate::error::Result;
+use std::path::Path;
+
+const FORMAT: &str = "CSV";
+
+/// Whether the first line is a header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Header {
+    /// A header when some field of the first line is not a number.
+    Auto,
+    Present,
+    Absent,
+}
+
+/// Which column holds the target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LabelColumn {
+    First,
+    Last,
+    /// 0-based column index.
+    Index(usize),
+    /// Column named in the header.
+    Name(String),
+}
+
+/// How to read a CSV file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CsvOptions {
+    pub header: Header,
+    pub label: LabelColumn,
+    pub delimiter: char,
+}
+
+impl Default for CsvOptions {
+    fn default() -> Self {
+        CsvOptions {
+            header: Header::Auto,
+            label: LabelColumn::Last,
+            delimiter: ',',
+        }
+    }
+}
+
+/// Loads a numeric CSV file (see [`parse_csv`]).
+pub fn load_csv(path: impl AsRef<Path>, options: &CsvOptions) -> Result<Dataset> {
+    let path = path.as_ref();
+    let bytes = file::read_bytes(path, FORMAT)?;
+    let name = file::name(path);
+    let text = std::str::from_utf8(&bytes)
+        .map_err(|e| DataError::malformed(&name, FORMAT, format!("not UTF-8 text: {e}")))?;
+    parse_csv(text, &name, options)
+}
+
+fn field(s: &str) -> &str {
+    let s = s.trim();
+    s.strip_prefix('"')
+        .and_then(|r| r.strip_suffix('"'))
+        .map_or(s, str::trim)
+}
+
+/// Parses CSV text (`name` is used in messages). Empty lines are skipped; every row must
+/// have the header's (or first row's) number of fields, all finite numbers.
+pub fn parse_csv(text: &str, name: &str, options: &CsvOptions) -> Result<Dataset> {
+    let bad =
+        |reason: String| -> crate::Error { DataError::malformed(name, FORMAT, reason).into() };
+    let mut lines = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .peekable();
+    let Some(&(_, first)) = lines.peek() else {
+        return Err(bad("the file has no rows".into()));
+    };
+    let first_fields: Vec<&str> = first.split(options.delimiter).map(field).collect();
+    let has_header = match options.header {
+        Header::Present => true,
+        Header::Absent => false,
+        Header::Auto => first_fields.iter().any(|f| f.parse::<f32>().is_err()),
+    };
+    let header: Option<Vec<String>> = if has_header {
+        lines.next();
+        Some(first_fields.iter().map(|s| s.to_string()).collect())
+    } else {
+        None
+    };
+    let cols = first_fields.len();
+    if cols < 2 {
+        return Err(bad(format!(
+            "need at least two columns (features and a label), found {cols} (delimiter {:?})",
+            options.delimiter
+        )));
+    }
+    let label = match &options.label {
+        LabelColumn::First => 0,
+        LabelColumn::Last => cols - 1,
+        LabelColumn::Index(i) if *i < cols => *i,
+        LabelColumn::Index(i) => {
+            return Err(bad(format!(
+                "label column {i} is out of range for {cols} columns"
+            )))
+        }
+        LabelColumn::Name(n) => match &header {
+            Some(h) => h
+                .iter()
+                .position(|c| c == n)
+                .ok_or_else(|| bad(format!("no column named `{n}` in the header {h:?}")))?,
+            None => {
+                return Err(bad(format!(
+                    "label column `{n}` given by name, but the file has no header"
+                )))
+            }
+        },
+    };
+    let mut features = Vec::new();
+    let mut targets = Vec::new();
+    for (lineno, line) in lines {
+        let fields: Vec<&str> = line.split(options.delimiter).map(field).collect();
+        if fields.len() != cols {
+            return Err(bad(format!(
+                "line {}: expected {cols} fields, found {}",
+                lineno + 1,
+                fields.len()
+            )));
+        }
+        for (c, f) in fields.iter().enumerate() {
+            let v: f32 = f.parse().map_err(|_| {
+                bad(format!(
+                    "line {}, column {}: `{f}` is not a number",
+                    lineno + 1,
+                    c + 1
+                ))
+            })?;
+            if !v.is_finite() {
+                return Err(bad(format!(
+                    "line {}, column {}: value `{f}` is not finite",
+                    lineno + 1,
+                    c + 1
+                )));
+            }
+            if c == label {
+                targets.push(v);
+            } else {
+                features.push(v);
+            }
+        }
+    }
+    if targets.is_empty() {
+        return Err(bad("the file has a header but no data rows".into()));
+    }
+    Dataset::from_vecs(features, &[cols - 1], targets, &[])
+}

@@ -1,0 +1,23 @@
+//! The `data` layer: in-memory datasets with seeded shuffling and batching, loaders for CSV,
+//! NPY and IDX (MNIST) files, and embedded synthetic datasets for the examples.
+//!
+//! Files are untrusted (DESIGN §6): every loader validates the header before allocating,
+//! bounds every size declared in a header by the file's real length, and reports each
+//! malformed input as a [`DataError`] naming the file and what was wrong — never a panic.
+
+mod csv;
+mod dataset;
+mod error;
+mod file;
+mod idx;
+mod npy;
+mod sampler;
+pub mod synthetic;
+pub mod text;
+
+pub use csv::{load_csv, parse_csv, CsvOptions, Header, LabelColumn};
+pub use dataset::Dataset;
+pub use error::DataError;
+pub use idx::{load_idx, load_mnist, parse_idx, write_idx};
+pub use npy::{load_npy, load_npy_dataset, parse_npy, save_npy};
+pub use sampler::{epoch_permutation, BatchSampler};

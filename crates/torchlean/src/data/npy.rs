@@ -1,0 +1,293 @@
+//! NumPy `.npy` files (format versions 1.0, 2.0 and 3.0): little-endian `f4`, `f8`, `i4`,
+//! `i8` and `u1` arrays in C order, read as f32 tensors; and an f32 writer.
+//!
+//! The header is parsed strictly (a Python dict literal with exactly the keys `descr`,
+//! `fortran_order`, `shape`); the declared size must equal the bytes after the header
+//! before anything is allocated for the values.
+
+use super::dataset::Dataset;
+use super::error::DataError;
+use super::file;
+use crate::error::Result;
+use crate::tensor::Tensor;
+use std::path::Path;
+
+const FORMAT: &str = "NPY";
+const MAGIC: &[u8] = b"\x93NUMPY";
+
+/// Element types the reader accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Dtype {
+    F32,
+    F64,
+    I32,
+    I64,
+    U8,
+}
+
+impl Dtype {
+    fn parse(descr: &str) -> std::result::Result<Dtype, String> {
+        match descr {
+            "<f4" => Ok(Dtype::F32),
+            "<f8" => Ok(Dtype::F64),
+            "<i4" => Ok(Dtype::I32),
+            "<i8" => Ok(Dtype::I64),
+            "|u1" | "<u1" => Ok(Dtype::U8),
+            d if d.starts_with('>') => Err(format!("big-endian dtype `{d}` is not supported")),
+            d => Err(format!(
+                "dtype `{d}` is not supported (expected <f4, <f8, <i4, <i8 or |u1)"
+            )),
+        }
+    }
+
+    fn size(self) -> usize {
+        match self {
+            Dtype::U8 => 1,
+            Dtype::F32 | Dtype::I32 => 4,
+            Dtype::F64 | Dtype::I64 => 8,
+        }
+    }
+
+    fn decode(self, b: &[u8]) -> f32 {
+        let a = |n: usize| -> [u8; 8] {
+            let mut x = [0u8; 8];
+            x[..n].copy_from_slice(&b[..n]);
+            x
+        };
+        match self {
+            Dtype::U8 => b[0] as f32,
+            Dtype::F32 => f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+            Dtype::I32 => i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f32,
+            Dtype::F64 => f64::from_le_bytes(a(8)) as f32,
+            Dtype::I64 => i64::from_le_bytes(a(8)) as f32,
+        }
+    }
+}
+
+/// The parsed header dict.
+struct Header {
+    descr: String,
+    fortran: bool,
+    shape: Vec<usize>,
+}
+
+/// A strict parser of the header's Python dict literal.
+struct DictParser<'a> {
+    s: &'a [u8],
+    i: usize,
+}
+
+impl<'a> DictParser<'a> {
+    fn ws(&mut self) {
+        while self.i < self.s.len() && (self.s[self.i] as char).is_ascii_whitespace() {
+            self.i += 1;
+        }
+    }
+    fn eat(&mut self, c: u8) -> bool {
+        self.ws();
+        if self.s.get(self.i) == Some(&c) {
+            self.i += 1;
+            true
+        } else {
+            false
+        }
+    }
+    fn expect(&mut self, c: u8) -> std::result::Result<(), String> {
+        if self.eat(c) {
+            Ok(())
+        } else {
+            Err(format!(
+                "expected `{}` at header byte {}",
+                c as char, self.i
+            ))
+        }
+    }
+    fn string(&mut self) -> std::result::Result<String, String> {
+        self.ws();
+        let q = *self.s.get(self.i).ok_or("unexpected end of header")?;
+        if q != b'\'' && q != b'"' {
+            return Err(format!(
+                "expected a quoted string at header byte {}",
+                self.i
+            ));
+        }
+        let start = self.i + 1;
+        let len = self.s[start..]
+            .iter()
+            .position(|&c| c == q)
+            .ok_or("unterminated string in header")?;
+        self.i = start + len + 1;
+        Ok(String::from_utf8_lossy(&self.s[start..start + len]).into_owned())
+    }
+    fn word(&mut self) -> String {
+        self.ws();
+        let start = self.i;
+        while self.i < self.s.len() && (self.s[self.i] as char).is_ascii_alphanumeric() {
+            self.i += 1;
+        }
+        String::from_utf8_lossy(&self.s[start..self.i]).into_owned()
+    }
+    fn shape(&mut self) -> std::result::Result<Vec<usize>, String> {
+        self.expect(b'(')?;
+        let mut dims = Vec::new();
+        loop {
+            if self.eat(b')') {
+                return Ok(dims);
+            }
+            let w = self.word();
+            let d: usize = w
+                .parse()
+                .map_err(|_| format!("shape entry `{w}` is not a non-negative integer"))?;
+            dims.push(d);
+            if dims.len() > 32 {
+                return Err("shape has more than 32 dimensions".into());
+            }
+            if !self.eat(b',') {
+                self.expect(b')')?;
+                return Ok(dims);
+            }
+        }
+    }
+    fn parse(mut self) -> std::result::Result<Header, String> {
+        self.expect(b'{')?;
+        let (mut descr, mut fortran, mut shape) = (None, None, None);
+        loop {
+            if self.eat(b'}') {
+                break;
+            }
+            let key = self.string()?;
+            self.expect(b':')?;
+            match key.as_str() {
+                "descr" => descr = Some(self.string()?),
+                "fortran_order" => {
+                    fortran = Some(match self.word().as_str() {
+                        "True" => true,
+                        "False" => false,
+                        w => return Err(format!("fortran_order must be True or False, got `{w}`")),
+                    })
+                }
+                "shape" => shape = Some(self.shape()?),
+                k => return Err(format!("unexpected header key `{k}`")),
+            }
+            if !self.eat(b',') {
+                self.expect(b'}')?;
+                break;
+            }
+        }
+        self.ws();
+        if self.i != self.s.len() {
+            return Err("trailing bytes after the header dict".into());
+        }
+        Ok(Header {
+            descr: descr.ok_or("header has no `descr`")?,
+            fortran: fortran.ok_or("header has no `fortran_order`")?,
+            shape: shape.ok_or("header has no `shape`")?,
+        })
+    }
+}
+
+/// Loads an `.npy` file as an f32 tensor.
+pub fn load_npy(path: impl AsRef<Path>) -> Result<Tensor> {
+    let path = path.as_ref();
+    let bytes = file::read_bytes(path, FORMAT)?;
+    parse_npy(&bytes, &file::name(path))
+}
+
+/// Parses the bytes of an `.npy` file (`name` is used in messages).
+pub fn parse_npy(bytes: &[u8], name: &str) -> Result<Tensor> {
+    let bad =
+        |reason: String| -> crate::Error { DataError::malformed(name, FORMAT, reason).into() };
+    if bytes.len() < 10 || &bytes[..6] != MAGIC {
+        return Err(bad(
+            "missing the \\x93NUMPY magic (not an .npy file or truncated)".into(),
+        ));
+    }
+    let (major, minor) = (bytes[6], bytes[7]);
+    let (header_len, start): (usize, usize) = match major {
+        1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
+        2 | 3 if bytes.len() >= 12 => (
+            u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
+            12,
+        ),
+        2 | 3 => return Err(bad("truncated header length".into())),
+        _ => return Err(bad(format!("unsupported format version {major}.{minor}"))),
+    };
+    let data_start = start
+        .checked_add(header_len)
+        .filter(|&e| e <= bytes.len())
+        .ok_or_else(|| {
+            bad(format!(
+                "header declares {header_len} bytes but the file has only {} after the preamble",
+                bytes.len() - start
+            ))
+        })?;
+    let header = DictParser {
+        s: &bytes[start..data_start],
+        i: 0,
+    }
+    .parse()
+    .map_err(|e| bad(format!("invalid header: {e}")))?;
+    let dtype = Dtype::parse(&header.descr).map_err(bad)?;
+    if header.fortran {
+        return Err(bad(
+            "Fortran-ordered arrays are not supported (C order only)".into(),
+        ));
+    }
+    let available = bytes.len() - data_start;
+    let numel = header
+        .shape
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .filter(|&n| n.checked_mul(dtype.size()).is_some_and(|b| b == available))
+        .ok_or_else(|| {
+            bad(format!(
+                "shape {:?} of {} does not match the {available} data bytes in the file",
+                header.shape, header.descr
+            ))
+        })?;
+    let data: Vec<f32> = bytes[data_start..]
+        .chunks_exact(dtype.size())
+        .map(|b| dtype.decode(b))
+        .collect();
+    debug_assert_eq!(data.len(), numel);
+    Tensor::from_vec(data, &header.shape)
+}
+
+/// Loads features and targets from two `.npy` files with a common leading axis.
+pub fn load_npy_dataset(features: impl AsRef<Path>, targets: impl AsRef<Path>) -> Result<Dataset> {
+    Dataset::new(&load_npy(features)?, &load_npy(targets)?)
+}
+
+/// Writes `tensor` as a version 1.0 `<f4` C-order `.npy` file.
+pub fn save_npy(path: impl AsRef<Path>, tensor: &Tensor) -> Result<()> {
+    let path = path.as_ref();
+    let dims: Vec<String> = tensor.shape().iter().map(|d| d.to_string()).collect();
+    let shape = match dims.len() {
+        1 => format!("({},)", dims[0]),
+        _ => format!("({})", dims.join(", ")),
+    };
+    let mut header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {shape}, }}");
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut out = Vec::with_capacity(10 + header.len() + 4 * tensor.numel());
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&[1, 0]);
+    // the padded header of a tensor of rank <= usize fits easily in u16 for realistic ranks
+    let len = u16::try_from(header.len())
+        .map_err(|_| DataError::Invalid(format!("npy header too long for shape {shape}")))?;
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(header.as_bytes());
+    for v in tensor.data().iter() {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    std::fs::write(path, out).map_err(|e| {
+        DataError::Io {
+            path: file::name(path),
+            format: FORMAT,
+            message: e.to_string(),
+        }
+        .into()
+    })
+}

@@ -1,0 +1,198 @@
+//! Adam (Kingma & Ba) with L2 weight decay, as `torch.optim.Adam`, and AdamW (decoupled
+//! weight decay, Loshchilov & Hutter), as `torch.optim.AdamW`:
+//! AdamW first shrinks w by (1 - lr·wd); Adam adds wd·w to the gradient. Then
+//! m = β₁m + (1-β₁)g, v = β₂v + (1-β₂)g², w -= (lr / (1-β₁ᵗ)) · m / (sqrt(v) / sqrt(1-β₂ᵗ) + ε).
+
+use super::module::Module;
+use super::optim::{
+    check_lr, check_range, grad_of, update_elementwise, Optimizer, OptimizerState, SlotStore,
+};
+use crate::error::Result;
+use crate::runtime::Gradients;
+
+/// The update shared by Adam and AdamW.
+struct AdamCore {
+    steps: u64,
+    store: SlotStore,
+}
+
+impl AdamCore {
+    fn new(kind: &'static str) -> AdamCore {
+        AdamCore {
+            steps: 0,
+            store: SlotStore::new(kind, vec![("exp_avg", 0.0), ("exp_avg_sq", 0.0)]),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn step(
+        &mut self,
+        model: &mut dyn Module,
+        grads: &Gradients,
+        lr: f32,
+        (b1, b2): (f32, f32),
+        eps: f32,
+        wd: f32,
+        decoupled: bool,
+    ) -> Result<()> {
+        check_range("Adam beta1", b1, 0.0, 1.0, false)?;
+        check_range("Adam beta2", b2, 0.0, 1.0, false)?;
+        self.steps += 1;
+        let t = self.steps.min(i32::MAX as u64) as i32;
+        let c1 = 1.0 - b1.powi(t);
+        let c2_sqrt = (1.0 - b2.powi(t)).sqrt();
+        let step_size = lr / c1;
+        let (l2, shrink) = if decoupled {
+            (0.0, 1.0 - lr * wd)
+        } else {
+            (wd, 1.0)
+        };
+        for (name, p) in model.parameters_mut() {
+            let Some(g) = grad_of(&name, p, grads)? else {
+                continue;
+            };
+            let g = g.data();
+            let shape = p.shape().to_vec();
+            if let [m, v] = self.store.buffers(&name, &shape)? {
+                p.update_data(|w| {
+                    update_elementwise(
+                        w,
+                        &g,
+                        [m.as_mut_slice(), v.as_mut_slice()],
+                        |w, g, [m, v]| {
+                            *w *= shrink;
+                            let gi = g + l2 * *w;
+                            *m = b1 * *m + (1.0 - b1) * gi;
+                            *v = b2 * *v + (1.0 - b2) * gi * gi;
+                            *w -= step_size * *m / (v.sqrt() / c2_sqrt + eps);
+                        },
+                    )
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Adam with optional L2 weight decay (added to the gradient).
+pub struct Adam {
+    pub lr: f32,
+    pub beta1: f32,
+    pub beta2: f32,
+    pub eps: f32,
+    pub weight_decay: f32,
+    core: AdamCore,
+}
+
+impl Adam {
+    /// Adam with PyTorch's defaults: betas (0.9, 0.999), eps 1e-8, no weight decay.
+    pub fn new(lr: f32) -> Result<Adam> {
+        check_lr(lr)?;
+        Ok(Adam {
+            lr,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 0.0,
+            core: AdamCore::new("adam"),
+        })
+    }
+}
+
+impl Optimizer for Adam {
+    fn step(&mut self, model: &mut dyn Module, grads: &Gradients) -> Result<()> {
+        let betas = (self.beta1, self.beta2);
+        self.core.step(
+            model,
+            grads,
+            self.lr,
+            betas,
+            self.eps,
+            self.weight_decay,
+            false,
+        )
+    }
+    fn learning_rate(&self) -> f32 {
+        self.lr
+    }
+    fn set_learning_rate(&mut self, lr: f32) {
+        self.lr = lr;
+    }
+    fn kind(&self) -> &'static str {
+        "adam"
+    }
+    fn export_state(&self) -> OptimizerState {
+        self.core.store.export(self.core.steps)
+    }
+    fn import_state(&mut self, model: &dyn Module, state: &OptimizerState) -> Result<()> {
+        self.core.steps = self.core.store.import(model, state)?;
+        Ok(())
+    }
+}
+
+/// AdamW: Adam with decoupled weight decay.
+pub struct AdamW {
+    pub lr: f32,
+    pub beta1: f32,
+    pub beta2: f32,
+    pub eps: f32,
+    pub weight_decay: f32,
+    core: AdamCore,
+}
+
+impl AdamW {
+    /// AdamW with PyTorch's defaults: betas (0.9, 0.999), eps 1e-8, weight decay 0.01.
+    pub fn new(lr: f32) -> Result<AdamW> {
+        AdamW::with_weight_decay(lr, 0.01)
+    }
+
+    pub fn with_weight_decay(lr: f32, weight_decay: f32) -> Result<AdamW> {
+        check_lr(lr)?;
+        check_range(
+            "AdamW weight decay",
+            weight_decay,
+            0.0,
+            f32::INFINITY,
+            false,
+        )?;
+        Ok(AdamW {
+            lr,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay,
+            core: AdamCore::new("adamw"),
+        })
+    }
+}
+
+impl Optimizer for AdamW {
+    fn step(&mut self, model: &mut dyn Module, grads: &Gradients) -> Result<()> {
+        let betas = (self.beta1, self.beta2);
+        self.core.step(
+            model,
+            grads,
+            self.lr,
+            betas,
+            self.eps,
+            self.weight_decay,
+            true,
+        )
+    }
+    fn learning_rate(&self) -> f32 {
+        self.lr
+    }
+    fn set_learning_rate(&mut self, lr: f32) {
+        self.lr = lr;
+    }
+    fn kind(&self) -> &'static str {
+        "adamw"
+    }
+    fn export_state(&self) -> OptimizerState {
+        self.core.store.export(self.core.steps)
+    }
+    fn import_state(&mut self, model: &dyn Module, state: &OptimizerState) -> Result<()> {
+        self.core.steps = self.core.store.import(model, state)?;
+        Ok(())
+    }
+}

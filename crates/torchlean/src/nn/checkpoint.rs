@@ -1,0 +1,346 @@
+//! Checkpoints: a model's parameters and buffers and an optimizer's state in one
+//! safetensors file (f32 little-endian; tensors named by parameter name, optimizer state as
+//! `optim.<kind>.<slot>.<parameter>`), with metadata: format, version, training step,
+//! optimizer kind and step, and an FNV-1a checksum over every tensor's name, shape and bytes.
+//!
+//! Saving is atomic (temp file in the same directory, fsync, rename, fsync the directory).
+//! Loading reads the file once (never writes it), validates the safetensors structure, the
+//! checksum, and every name, dtype and shape against the model and optimizer before changing
+//! anything: on any error the model and optimizer are untouched.
+
+use super::error::CheckpointError;
+use super::module::Module;
+use super::optim::{Optimizer, OptimizerState};
+use crate::error::Result;
+use crate::tensor::Tensor;
+use safetensors::tensor::{Dtype, SafeTensors, TensorView};
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+const FORMAT_NAME: &str = "torchlean.checkpoint";
+const VERSION: &str = "1";
+const KEY_FORMAT: &str = "format";
+const KEY_VERSION: &str = "version";
+const KEY_STEP: &str = "step";
+const KEY_OPTIM: &str = "optim.kind";
+const KEY_OPTIM_STEP: &str = "optim.step";
+const KEY_CHECKSUM: &str = "checksum.fnv1a64";
+
+/// What a loaded checkpoint said about itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckpointInfo {
+    /// The training step recorded at save time (0 if absent).
+    pub step: u64,
+    /// The optimizer kind whose state the file holds, if any.
+    pub optimizer: Option<String>,
+    /// All metadata entries.
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// FNV-1a over the names, shapes and bytes of tensors in name order.
+fn checksum<'a>(tensors: impl Iterator<Item = (&'a str, &'a [usize], &'a [u8])>) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut feed = |bytes: &[u8]| {
+        for &b in bytes {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    };
+    for (name, shape, data) in tensors {
+        feed(name.as_bytes());
+        feed(&[0]);
+        for &d in shape {
+            feed(&(d as u64).to_le_bytes());
+        }
+        feed(data);
+    }
+    h
+}
+
+fn io(path: &Path, action: &'static str, e: std::io::Error) -> crate::Error {
+    CheckpointError::Io {
+        path: path.display().to_string(),
+        action,
+        message: e.to_string(),
+    }
+    .into()
+}
+
+/// Writes `bytes` to `path` atomically: a temp file in the same directory is written and
+/// fsynced, renamed over `path`, and the directory is fsynced.
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => std::path::PathBuf::from("."),
+    };
+    let file_name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .ok_or_else(|| {
+            io(
+                path,
+                "write",
+                std::io::Error::new(std::io::ErrorKind::InvalidInput, "the path names no file"),
+            )
+        })?;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let tmp = dir.join(format!(".{file_name}.tmp-{}-{nanos}", std::process::id()));
+    let result = (|| -> std::io::Result<()> {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        drop(f);
+        std::fs::rename(&tmp, path)?;
+        #[cfg(unix)]
+        std::fs::File::open(&dir)?.sync_all()?;
+        Ok(())
+    })();
+    if let Err(e) = result {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(io(path, "write", e));
+    }
+    Ok(())
+}
+
+/// Saves `model`'s parameters and buffers, and `optimizer`'s state when given, with the
+/// training `step`, atomically to `path`.
+pub fn save_checkpoint(
+    path: impl AsRef<Path>,
+    model: &dyn Module,
+    optimizer: Option<&dyn Optimizer>,
+    step: u64,
+) -> Result<()> {
+    let path = path.as_ref();
+    let mismatch = |reason: String| -> crate::Error {
+        CheckpointError::Mismatch {
+            path: path.display().to_string(),
+            reason,
+        }
+        .into()
+    };
+    let mut named: BTreeMap<String, (Vec<usize>, Vec<u8>)> = BTreeMap::new();
+    let mut add = |name: String, t: &Tensor| -> Result<()> {
+        let bytes: Vec<u8> = t.data().iter().flat_map(|v| v.to_le_bytes()).collect();
+        if named
+            .insert(name.clone(), (t.shape().to_vec(), bytes))
+            .is_some()
+        {
+            return Err(mismatch(format!("two tensors are named `{name}`")));
+        }
+        Ok(())
+    };
+    for (n, t) in model.parameters() {
+        add(n, t)?;
+    }
+    for (n, t) in model.buffers() {
+        add(n, &t)?;
+    }
+    let mut metadata = HashMap::new();
+    metadata.insert(KEY_FORMAT.to_string(), FORMAT_NAME.to_string());
+    metadata.insert(KEY_VERSION.to_string(), VERSION.to_string());
+    metadata.insert(KEY_STEP.to_string(), step.to_string());
+    if let Some(opt) = optimizer {
+        let state = opt.export_state();
+        for (n, t) in &state.tensors {
+            add(n.clone(), t)?;
+        }
+        metadata.insert(KEY_OPTIM.to_string(), state.kind);
+        metadata.insert(KEY_OPTIM_STEP.to_string(), state.step.to_string());
+    }
+    let sum = checksum(
+        named
+            .iter()
+            .map(|(n, (s, b))| (n.as_str(), s.as_slice(), b.as_slice())),
+    );
+    metadata.insert(KEY_CHECKSUM.to_string(), format!("{sum:016x}"));
+    let views = named
+        .iter()
+        .map(|(n, (s, b))| TensorView::new(Dtype::F32, s.clone(), b).map(|v| (n.clone(), v)))
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| mismatch(format!("cannot describe a tensor: {e:?}")))?;
+    let bytes = safetensors::serialize(views, &Some(metadata))
+        .map_err(|e| mismatch(format!("cannot serialize: {e:?}")))?;
+    write_atomic(path, &bytes)
+}
+
+/// A parsed, checksum-verified checkpoint file.
+pub struct CheckpointContents {
+    /// Every tensor, by name (all f32).
+    pub tensors: BTreeMap<String, Tensor>,
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// Reads and verifies a checkpoint file without applying it.
+pub fn read_checkpoint(path: impl AsRef<Path>) -> Result<CheckpointContents> {
+    let path = path.as_ref();
+    let p = path.display().to_string();
+    let bytes = std::fs::read(path).map_err(|e| io(path, "read", e))?;
+    let format = |reason: String| -> crate::Error {
+        CheckpointError::Format {
+            path: p.clone(),
+            reason,
+        }
+        .into()
+    };
+    let (_, meta) = SafeTensors::read_metadata(&bytes)
+        .map_err(|e| format(format!("{e:?} (truncated or not a safetensors file)")))?;
+    let st = SafeTensors::deserialize(&bytes).map_err(|e| format(format!("{e:?}")))?;
+    let metadata: BTreeMap<String, String> = meta
+        .metadata()
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .collect();
+    let mut raw: BTreeMap<String, (Vec<usize>, &[u8])> = BTreeMap::new();
+    for (name, view) in st.iter() {
+        if view.dtype() != Dtype::F32 {
+            return Err(format(format!(
+                "tensor `{name}` has dtype {:?}; checkpoints hold F32 only",
+                view.dtype()
+            )));
+        }
+        raw.insert(name.to_string(), (view.shape().to_vec(), view.data()));
+    }
+    if let Some(expected) = metadata.get(KEY_CHECKSUM) {
+        let sum = checksum(raw.iter().map(|(n, (s, b))| (n.as_str(), s.as_slice(), *b)));
+        if format!("{sum:016x}") != *expected {
+            return Err(CheckpointError::Corrupted {
+                path: p,
+                reason: format!("checksum {sum:016x} does not match the recorded {expected}"),
+            }
+            .into());
+        }
+    }
+    let mut tensors = BTreeMap::new();
+    for (name, (shape, data)) in raw {
+        let values: Vec<f32> = data
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        let t = Tensor::from_vec(values, &shape)
+            .map_err(|e| format(format!("tensor `{name}`: {e}")))?;
+        tensors.insert(name, t);
+    }
+    Ok(CheckpointContents { tensors, metadata })
+}
+
+fn list(names: &[&String]) -> String {
+    let shown: Vec<&str> = names.iter().take(8).map(|s| s.as_str()).collect();
+    let more = names.len().saturating_sub(8);
+    if more > 0 {
+        format!("{} (and {more} more)", shown.join(", "))
+    } else {
+        shown.join(", ")
+    }
+}
+
+/// Loads a checkpoint into `model` (parameters and buffers) and, when given, `optimizer`
+/// (its state must be in the file and of the same kind). Everything is validated first; on
+/// error nothing changes.
+pub fn load_checkpoint(
+    path: impl AsRef<Path>,
+    model: &mut dyn Module,
+    optimizer: Option<&mut dyn Optimizer>,
+) -> Result<CheckpointInfo> {
+    let path = path.as_ref();
+    let contents = read_checkpoint(path)?;
+    let mismatch = |reason: String| -> crate::Error {
+        CheckpointError::Mismatch {
+            path: path.display().to_string(),
+            reason,
+        }
+        .into()
+    };
+    let step = match contents.metadata.get(KEY_STEP) {
+        Some(s) => s
+            .parse::<u64>()
+            .map_err(|_| mismatch(format!("metadata step `{s}` is not a number")))?,
+        None => 0,
+    };
+    let mut expected: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for (n, t) in model.parameters() {
+        expected.insert(n, t.shape().to_vec());
+    }
+    let buffer_names: Vec<String> = model.buffers().into_iter().map(|(n, _)| n).collect();
+    for (n, t) in model.buffers() {
+        expected.insert(n, t.shape().to_vec());
+    }
+    let missing: Vec<&String> = expected
+        .keys()
+        .filter(|n| !contents.tensors.contains_key(*n))
+        .collect();
+    if !missing.is_empty() {
+        return Err(mismatch(format!("missing tensors: {}", list(&missing))));
+    }
+    let unexpected: Vec<&String> = contents
+        .tensors
+        .keys()
+        .filter(|n| !n.starts_with("optim.") && !expected.contains_key(*n))
+        .collect();
+    if !unexpected.is_empty() {
+        return Err(mismatch(format!(
+            "tensors the model does not have: {}",
+            list(&unexpected)
+        )));
+    }
+    for (n, shape) in &expected {
+        let got = contents.tensors[n].shape();
+        if got != shape.as_slice() {
+            return Err(mismatch(format!(
+                "tensor `{n}` has shape {got:?}, the model expects {shape:?}"
+            )));
+        }
+    }
+    let kind = contents.metadata.get(KEY_OPTIM).cloned();
+    if let Some(opt) = optimizer {
+        let Some(kind) = &kind else {
+            return Err(mismatch(format!(
+                "the file has no optimizer state, the {} optimizer needs one",
+                opt.kind()
+            )));
+        };
+        if kind != opt.kind() {
+            return Err(mismatch(format!(
+                "the file holds `{kind}` optimizer state, the optimizer is `{}`",
+                opt.kind()
+            )));
+        }
+        let opt_step = match contents.metadata.get(KEY_OPTIM_STEP) {
+            Some(s) => s
+                .parse::<u64>()
+                .map_err(|_| mismatch(format!("metadata optim.step `{s}` is not a number")))?,
+            None => 0,
+        };
+        let state = OptimizerState {
+            kind: kind.clone(),
+            step: opt_step,
+            tensors: contents
+                .tensors
+                .iter()
+                .filter(|(n, _)| n.starts_with("optim."))
+                .map(|(n, t)| (n.clone(), t.clone()))
+                .collect(),
+        };
+        opt.import_state(&*model, &state)
+            .map_err(|e| mismatch(e.to_string()))?;
+    }
+    for (n, p) in model.parameters_mut() {
+        if let Some(t) = contents.tensors.get(&n) {
+            let values = t.data();
+            p.update_data(|w| w.copy_from_slice(&values));
+        }
+    }
+    for n in buffer_names {
+        if let Some(t) = contents.tensors.get(&n) {
+            model.set_buffer(&n, t)?;
+        }
+    }
+    Ok(CheckpointInfo {
+        step,
+        optimizer: kind,
+        metadata: contents.metadata,
+    })
+}

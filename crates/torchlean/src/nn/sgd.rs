@@ -1,0 +1,104 @@
+//! Stochastic gradient descent with momentum, Nesterov momentum and (L2) weight decay, as
+//! `torch.optim.SGD` with dampening 0:
+//! g = ∇ + wd·w; b = μ·b + g (b starts at 0, so b₁ = g); d = g + μ·b (Nesterov) or b (μ > 0)
+//! or g (μ = 0); w -= lr·d.
+
+use super::module::Module;
+use super::optim::{
+    check_lr, check_range, grad_of, update_elementwise, Optimizer, OptimizerState, SlotStore,
+};
+use crate::error::{Error, Result};
+use crate::runtime::Gradients;
+
+/// SGD; the momentum buffer slot is `momentum_buffer` (present when momentum > 0).
+pub struct Sgd {
+    pub lr: f32,
+    pub momentum: f32,
+    pub weight_decay: f32,
+    pub nesterov: bool,
+    steps: u64,
+    store: SlotStore,
+}
+
+impl Sgd {
+    pub fn new(lr: f32, momentum: f32, weight_decay: f32) -> Result<Sgd> {
+        check_lr(lr)?;
+        check_range("SGD momentum", momentum, 0.0, 1.0, true)?;
+        check_range("SGD weight decay", weight_decay, 0.0, f32::INFINITY, false)?;
+        Ok(Sgd {
+            lr,
+            momentum,
+            weight_decay,
+            nesterov: false,
+            steps: 0,
+            store: SlotStore::new("sgd", vec![]),
+        })
+    }
+
+    /// Turns Nesterov momentum on or off (needs momentum > 0).
+    pub fn with_nesterov(mut self, on: bool) -> Result<Sgd> {
+        if on && self.momentum <= 0.0 {
+            return Err(Error::Other(
+                "SGD: Nesterov momentum requires momentum > 0".into(),
+            ));
+        }
+        self.nesterov = on;
+        Ok(self)
+    }
+
+    fn slots(&self) -> Vec<(&'static str, f32)> {
+        if self.momentum != 0.0 {
+            vec![("momentum_buffer", 0.0)]
+        } else {
+            vec![]
+        }
+    }
+}
+
+impl Optimizer for Sgd {
+    fn step(&mut self, model: &mut dyn Module, grads: &Gradients) -> Result<()> {
+        self.store.set_slots(self.slots());
+        let (lr, mom, wd, nesterov) = (self.lr, self.momentum, self.weight_decay, self.nesterov);
+        for (name, p) in model.parameters_mut() {
+            let Some(g) = grad_of(&name, p, grads)? else {
+                continue;
+            };
+            let g = g.data();
+            let shape = p.shape().to_vec();
+            let bufs = self.store.buffers(&name, &shape)?;
+            match bufs {
+                [buf] => p.update_data(|w| {
+                    update_elementwise(w, &g, [buf.as_mut_slice()], |w, g, [b]| {
+                        let gi = g + wd * *w;
+                        *b = mom * *b + gi;
+                        *w -= lr * if nesterov { gi + mom * *b } else { *b };
+                    })
+                }),
+                _ => p.update_data(|w| {
+                    update_elementwise(w, &g, [], |w, g, []| {
+                        *w -= lr * (g + wd * *w);
+                    })
+                }),
+            }
+        }
+        self.steps += 1;
+        Ok(())
+    }
+    fn learning_rate(&self) -> f32 {
+        self.lr
+    }
+    fn set_learning_rate(&mut self, lr: f32) {
+        self.lr = lr;
+    }
+    fn kind(&self) -> &'static str {
+        "sgd"
+    }
+    fn export_state(&self) -> OptimizerState {
+        self.store.export(self.steps)
+    }
+    fn import_state(&mut self, model: &dyn Module, state: &OptimizerState) -> Result<()> {
+        self.store.set_slots(self.slots());
+        self.steps = self.store.import(model, state)?;
+        Ok(())
+    }
+}

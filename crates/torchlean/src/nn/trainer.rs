@@ -1,0 +1,368 @@
+//! The trainer: runs training steps on a dataset under its own backend session, with a
+//! learning-rate schedule, gradient clipping, logging, periodic atomic checkpoints and
+//! resume; plus prediction and evaluation.
+//!
+//! The trainer installs its [`Session`] on the calling thread for the duration of each call
+//! (restoring the previous one afterwards), plans the model's and the loss's ops before the
+//! first kernel runs, and can return the report of what ran ([`Trainer::report`]). A batch,
+//! the learning rate and every dropout mask depend only on (seed, step), so a run resumed
+//! from a checkpoint continues exactly as an uninterrupted one.
+
+use super::checkpoint::{load_checkpoint, save_checkpoint, CheckpointInfo};
+use super::config::{Config, DType, SaveOptions, TrainOptions};
+use super::error::TrainError;
+use super::init::derive_seed;
+use super::loss::Task;
+use super::module::{merge_ops, Module};
+use super::optim::Optimizer;
+use super::schedule::LrSchedule;
+use super::step::{executor_for, StepExecutor};
+use crate::backend::{BackendProfile, BackendReport};
+use crate::data::Dataset;
+use crate::error::{Error, Result};
+use crate::runtime::{self, Session};
+use crate::tensor::Tensor;
+use std::path::{Path, PathBuf};
+
+/// One log entry.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LogEntry {
+    /// The step number after this step (1-based, global across resumes).
+    pub step: u64,
+    pub loss: f32,
+    pub lr: f32,
+    pub grad_norm: Option<f32>,
+}
+
+/// What a `train` call did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrainSummary {
+    /// Global step before the first step of this call (after loading a checkpoint).
+    pub start_step: u64,
+    /// Global step after the last step.
+    pub end_step: u64,
+    /// The loss of every step of this call.
+    pub losses: Vec<f32>,
+    pub logs: Vec<LogEntry>,
+    /// The last checkpoint written by this call.
+    pub last_checkpoint: Option<PathBuf>,
+}
+
+/// Loss (and accuracy for classification) over a dataset.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Evaluation {
+    /// Mean loss over samples (batch losses weighted by batch size).
+    pub loss: f32,
+    pub accuracy: Option<f32>,
+    pub samples: usize,
+}
+
+/// Runs `f` with `slot`'s session installed on this thread; puts it back (and restores the
+/// previous session) afterwards, also on error or panic.
+fn with_session<R>(
+    slot: &mut Option<Session>,
+    profile: &BackendProfile,
+    f: impl FnOnce() -> R,
+) -> R {
+    struct Restore<'a> {
+        slot: &'a mut Option<Session>,
+        previous: Option<Session>,
+    }
+    impl Drop for Restore<'_> {
+        fn drop(&mut self) {
+            *self.slot = runtime::take();
+            if let Some(p) = self.previous.take() {
+                runtime::install(p);
+            }
+        }
+    }
+    let session = slot.take().unwrap_or_else(|| Session::new(profile.clone()));
+    let previous = runtime::install(session);
+    let _restore = Restore { slot, previous };
+    f()
+}
+
+/// Trains a model.
+pub struct Trainer<M: Module> {
+    model: M,
+    task: Task,
+    optimizer: Box<dyn Optimizer>,
+    step_fn: Box<dyn StepExecutor>,
+    profile: BackendProfile,
+    session: Option<Session>,
+    schedule: Option<LrSchedule>,
+    clip: Option<f32>,
+    seed: u64,
+    step: u64,
+    planned: [bool; 2],
+}
+
+impl<M: Module> Trainer<M> {
+    /// Checks the configuration (dtype, backend, profile, schedule, clipping) and prepares a
+    /// session for the resolved profile; nothing runs yet.
+    pub fn new(model: M, config: Config) -> Result<Trainer<M>> {
+        if config.dtype != DType::F32 {
+            return Err(TrainError::UnsupportedDtype(config.dtype.label()).into());
+        }
+        let profile = config.resolved_profile()?;
+        let step_fn = executor_for(config.backend, &profile)?;
+        if let Some(s) = &config.schedule {
+            s.validate()
+                .map_err(|e| TrainError::Config(e.to_string()))?;
+        }
+        if let Some(c) = config.clip_grad_norm {
+            if !(c.is_finite() && c > 0.0) {
+                return Err(TrainError::Config(format!(
+                    "clip_grad_norm must be finite and > 0, got {c}"
+                ))
+                .into());
+            }
+        }
+        Ok(Trainer {
+            model,
+            task: config.task,
+            optimizer: config.optimizer,
+            step_fn,
+            session: Some(Session::new(profile.clone())),
+            profile,
+            schedule: config.schedule,
+            clip: config.clip_grad_norm,
+            seed: config.seed,
+            step: 0,
+            planned: [false; 2],
+        })
+    }
+
+    pub fn model(&self) -> &M {
+        &self.model
+    }
+
+    pub fn model_mut(&mut self) -> &mut M {
+        &mut self.model
+    }
+
+    pub fn into_model(self) -> M {
+        self.model
+    }
+
+    pub fn optimizer(&self) -> &dyn Optimizer {
+        self.optimizer.as_ref()
+    }
+
+    pub fn task(&self) -> &Task {
+        &self.task
+    }
+
+    /// The resolved backend profile.
+    pub fn profile(&self) -> &BackendProfile {
+        &self.profile
+    }
+
+    /// Steps taken so far (restored by loading a checkpoint).
+    pub fn step(&self) -> u64 {
+        self.step
+    }
+
+    /// The report of every (op, capsule) that ran under this trainer's session.
+    pub fn report(&self) -> Option<BackendReport> {
+        self.session.as_ref().map(Session::report)
+    }
+
+    /// Plans and gates the model's and loss's ops (once per mode) in the installed session.
+    fn preplan(model: &M, task: &Task, planned: &mut [bool; 2], training: bool) -> Result<()> {
+        if planned[training as usize] {
+            return Ok(());
+        }
+        let ops = merge_ops([model.op_kinds(), task.op_kinds()]);
+        runtime::with_current(|s| s.preplan(&ops, training))?;
+        planned[training as usize] = true;
+        Ok(())
+    }
+
+    /// Saves parameters, buffers, optimizer state and the step to `path` (atomically).
+    pub fn save_checkpoint(&self, path: impl AsRef<Path>) -> Result<()> {
+        save_checkpoint(path, &self.model, Some(self.optimizer.as_ref()), self.step)
+    }
+
+    /// Restores parameters, buffers, optimizer state and the step from `path` (the file must
+    /// hold state for this trainer's optimizer; for parameters only, use
+    /// [`load_checkpoint`](super::load_checkpoint) on [`Trainer::model_mut`] with `None`).
+    pub fn load_checkpoint(&mut self, path: impl AsRef<Path>) -> Result<CheckpointInfo> {
+        let info = load_checkpoint(path, &mut self.model, Some(self.optimizer.as_mut()))?;
+        self.step = info.step;
+        Ok(info)
+    }
+
+    /// Trains for `options.steps` steps (see [`TrainOptions`]).
+    pub fn train(&mut self, data: &Dataset, options: &TrainOptions) -> Result<TrainSummary> {
+        self.train_with(data, options, |_| {})
+    }
+
+    /// Like [`Trainer::train`], calling `on_log` with every log entry as it is made.
+    pub fn train_with(
+        &mut self,
+        data: &Dataset,
+        options: &TrainOptions,
+        mut on_log: impl FnMut(&LogEntry),
+    ) -> Result<TrainSummary> {
+        if options.batch_size == 0 {
+            return Err(TrainError::Config("batch_size must be positive".into()).into());
+        }
+        if data.is_empty() {
+            return Err(TrainError::Config("the training dataset is empty".into()).into());
+        }
+        if let Some(path) = &options.load {
+            self.load_checkpoint(path)?;
+        }
+        let Trainer {
+            model,
+            task,
+            optimizer,
+            step_fn,
+            profile,
+            session,
+            schedule,
+            clip,
+            seed,
+            step,
+            planned,
+        } = self;
+        with_session(session, profile, || {
+            Self::preplan(model, task, planned, true)?;
+            model.set_training(true);
+            let mut sampler = data.sampler(
+                options.batch_size,
+                derive_seed(*seed, 0xDA7A),
+                options.shuffle,
+            );
+            let mut summary = TrainSummary {
+                start_step: *step,
+                end_step: *step,
+                losses: Vec::with_capacity(options.steps.min(1 << 16)),
+                logs: Vec::new(),
+                last_checkpoint: None,
+            };
+            let mut last_good = options.load.clone();
+            for i in 0..options.steps {
+                let s = *step;
+                if let Some(sch) = schedule.as_ref() {
+                    optimizer.set_learning_rate(sch.lr_at(s as usize));
+                }
+                model.reseed(derive_seed(*seed, s));
+                let (x, y) = data.gather(&sampler.indices(s))?;
+                let out = step_fn
+                    .run(model, optimizer.as_mut(), task, &x, &y, *clip, s + 1)
+                    .map_err(|e| with_checkpoint(e, &last_good))?;
+                *step += 1;
+                summary.end_step = *step;
+                summary.losses.push(out.loss);
+                let last = i + 1 == options.steps;
+                let every = options.log_every as u64;
+                if i == 0 || last || (every > 0 && *step % every == 0) {
+                    let entry = LogEntry {
+                        step: *step,
+                        loss: out.loss,
+                        lr: optimizer.learning_rate(),
+                        grad_norm: out.grad_norm,
+                    };
+                    on_log(&entry);
+                    summary.logs.push(entry);
+                }
+                if let Some(SaveOptions { path, every }) = &options.save {
+                    if last || (*every > 0 && *step % *every as u64 == 0) {
+                        save_checkpoint(path, &*model, Some(optimizer.as_ref()), *step)?;
+                        summary.last_checkpoint = Some(path.clone());
+                        last_good = Some(path.clone());
+                    }
+                }
+            }
+            Ok(summary)
+        })
+    }
+
+    /// The model's output on `inputs`, in evaluation mode and without recording a tape (the
+    /// model is back in training mode afterwards).
+    pub fn predict(&mut self, inputs: &Tensor) -> Result<Tensor> {
+        let Trainer {
+            model,
+            task,
+            profile,
+            session,
+            planned,
+            ..
+        } = self;
+        with_session(session, profile, || {
+            Self::preplan(model, task, planned, false)?;
+            model.set_training(false);
+            let out = runtime::no_grad(|| model.forward(inputs));
+            model.set_training(true);
+            out
+        })
+    }
+
+    /// Mean loss (and accuracy for classification) over `data`, in batches, in evaluation
+    /// mode and without recording a tape (the model is back in training mode afterwards).
+    pub fn evaluate(&mut self, data: &Dataset, batch_size: usize) -> Result<Evaluation> {
+        if data.is_empty() || batch_size == 0 {
+            return Err(TrainError::Config(
+                "evaluation needs a non-empty dataset and a positive batch size".into(),
+            )
+            .into());
+        }
+        let Trainer {
+            model,
+            task,
+            profile,
+            session,
+            planned,
+            ..
+        } = self;
+        with_session(session, profile, || {
+            Self::preplan(model, task, planned, false)?;
+            model.set_training(false);
+            let result = runtime::no_grad(|| -> Result<Evaluation> {
+                let (mut loss, mut correct, mut n) = (0f64, 0f64, 0usize);
+                let mut has_acc = false;
+                for (x, y) in data.batches(batch_size, None)? {
+                    let b = x.shape()[0];
+                    let pred = model.forward(&x)?;
+                    loss += task.loss(&pred, &y)?.item()? as f64 * b as f64;
+                    if let Some(a) = task.accuracy(&pred, &y)? {
+                        has_acc = true;
+                        correct += a as f64 * b as f64;
+                    }
+                    n += b;
+                }
+                Ok(Evaluation {
+                    loss: (loss / n as f64) as f32,
+                    accuracy: has_acc.then(|| (correct / n as f64) as f32),
+                    samples: n,
+                })
+            });
+            model.set_training(true);
+            result
+        })
+    }
+}
+
+/// Adds the last good checkpoint to a non-finite-loss or -gradient error.
+fn with_checkpoint(e: Error, last: &Option<PathBuf>) -> Error {
+    let path = last.as_ref().map(|p| p.display().to_string());
+    match e {
+        Error::Train(TrainError::NonFiniteLoss { step, loss, .. }) => TrainError::NonFiniteLoss {
+            step,
+            loss,
+            last_checkpoint: path,
+        }
+        .into(),
+        Error::Train(TrainError::NonFiniteGradient { step, norm, .. }) => {
+            TrainError::NonFiniteGradient {
+                step,
+                norm,
+                last_checkpoint: path,
+            }
+            .into()
+        }
+        other => other,
+    }
+}

@@ -1,0 +1,330 @@
+//! Checkpoints: round trip of parameters, buffers and optimizer state; resume gives the
+//! identical subsequent losses; truncated, corrupted, foreign and mismatched files are
+//! readable errors that leave the file bytes, the model and the optimizer unchanged; saving
+//! is atomic; a non-finite loss keeps the last good checkpoint.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use torchlean::data::synthetic;
+use torchlean::nn::{
+    load_checkpoint, read_checkpoint, save_checkpoint, Activation, Adam, AdamW, BatchNorm,
+    CheckpointError, Config, Dropout, Linear, Module, Optimizer, SaveOptions, Sequential, Sgd,
+    Task, TrainError, TrainOptions, Trainer,
+};
+use torchlean::{Error, Tensor};
+
+/// A fresh directory under the system temp dir, removed when dropped.
+struct TmpDir(PathBuf);
+
+impl Drop for TmpDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl std::ops::Deref for TmpDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+fn tmpdir(name: &str) -> TmpDir {
+    let d = std::env::temp_dir().join(format!("torchlean-ckpt-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    TmpDir(d)
+}
+
+/// Linear → BatchNorm → ReLU → Dropout → Linear: parameters, buffers and randomness.
+fn model(seed: u64) -> Sequential {
+    Sequential::new()
+        .push(Linear::new(4, 16, true, seed).unwrap())
+        .push(BatchNorm::new(16).unwrap())
+        .push(Activation::Relu)
+        .push(Dropout::new(0.2, seed + 1).unwrap())
+        .push(Linear::new(16, 1, true, seed + 2).unwrap())
+}
+
+fn config() -> Config {
+    let mut c = Config::new(Task::Regression, AdamW::new(0.01).unwrap());
+    c.seed = 77;
+    c
+}
+
+fn opts(steps: usize, save: Option<(&Path, usize)>, load: Option<&Path>) -> TrainOptions {
+    TrainOptions {
+        steps,
+        batch_size: 16,
+        log_every: 0,
+        save: save.map(|(p, every)| SaveOptions {
+            path: p.to_path_buf(),
+            every,
+        }),
+        load: load.map(Path::to_path_buf),
+        shuffle: true,
+    }
+}
+
+fn params(m: &dyn Module) -> Vec<(String, Vec<f32>)> {
+    m.parameters()
+        .into_iter()
+        .map(|(n, t)| (n, t.to_vec()))
+        .chain(m.buffers().into_iter().map(|(n, t)| (n, t.to_vec())))
+        .collect()
+}
+
+#[test]
+fn resume_continues_with_identical_losses() {
+    let d = tmpdir("resume");
+    let ck = d.join("run.safetensors");
+    let data = synthetic::regression(100, 5).unwrap();
+    let mut straight = Trainer::new(model(1), config()).unwrap();
+    let all = straight.train(&data, &opts(14, None, None)).unwrap().losses;
+
+    let mut first = Trainer::new(model(1), config()).unwrap();
+    let s = first.train(&data, &opts(8, Some((&ck, 4)), None)).unwrap();
+    assert_eq!(s.losses, all[..8]);
+    assert_eq!(s.last_checkpoint.as_deref(), Some(ck.as_path()));
+    // a fresh trainer whose parameters and buffers are scrambled, so that everything must
+    // come from the file (the dropout seed is architecture, so the same model(1) is built)
+    let mut fresh = model(1);
+    for (_, p) in fresh.parameters_mut() {
+        p.update_data(|w| w.iter_mut().for_each(|v| *v = 0.5));
+    }
+    fresh
+        .set_buffer("layers.1.running_mean", &Tensor::full(&[16], 3.0).unwrap())
+        .unwrap();
+    let mut resumed = Trainer::new(fresh, config()).unwrap();
+    let s = resumed.train(&data, &opts(6, None, Some(&ck))).unwrap();
+    assert_eq!((s.start_step, s.end_step), (8, 14));
+    assert_eq!(s.losses, all[8..], "resumed losses must be bit-identical");
+    assert_eq!(params(resumed.model()), params(straight.model()));
+}
+
+#[test]
+fn round_trip_restores_parameters_buffers_and_optimizer_state() {
+    let d = tmpdir("roundtrip");
+    let ck = d.join("m.safetensors");
+    let data = synthetic::regression(64, 6).unwrap();
+    let mut t = Trainer::new(model(2), config()).unwrap();
+    t.train(&data, &opts(5, None, None)).unwrap();
+    t.save_checkpoint(&ck).unwrap();
+    let contents = read_checkpoint(&ck).unwrap();
+    assert_eq!(contents.metadata["step"], "5");
+    assert_eq!(contents.metadata["optim.kind"], "adamw");
+    assert_eq!(contents.metadata["optim.step"], "5");
+    assert!(contents.tensors.contains_key("layers.0.weight"));
+    assert!(contents.tensors.contains_key("layers.1.running_var"));
+    assert!(contents
+        .tensors
+        .contains_key("optim.adamw.exp_avg_sq.layers.4.bias"));
+    let mut m = model(3);
+    let mut opt = AdamW::new(0.01).unwrap();
+    let info = load_checkpoint(&ck, &mut m, Some(&mut opt)).unwrap();
+    assert_eq!((info.step, info.optimizer.as_deref()), (5, Some("adamw")));
+    assert_eq!(params(&m), params(t.model()));
+    let (a, b) = (opt.export_state(), t.optimizer().export_state());
+    assert_eq!(a.step, b.step);
+    let names = |s: &torchlean::nn::OptimizerState| -> Vec<(String, Vec<f32>)> {
+        s.tensors
+            .iter()
+            .map(|(n, t)| (n.clone(), t.to_vec()))
+            .collect()
+    };
+    assert_eq!(names(&a), names(&b));
+    // parameters only (no optimizer asked for) also works
+    let mut m2 = model(4);
+    load_checkpoint(&ck, &mut m2, None).unwrap();
+    assert_eq!(params(&m2), params(t.model()));
+}
+
+/// Asserts `r` is the given checkpoint error kind, and that the file, model and optimizer
+/// did not change.
+fn assert_rejected(
+    path: &Path,
+    model: &mut dyn Module,
+    opt: Option<&mut dyn Optimizer>,
+    kind: fn(&CheckpointError) -> bool,
+) -> String {
+    let bytes = std::fs::read(path).unwrap();
+    let before = params(model);
+    let state_before = opt.as_ref().map(|o| o.export_state().tensors.len());
+    let kind_name = opt.as_ref().map(|o| o.kind());
+    let (r, state_after) = match opt {
+        Some(o) => {
+            let r = load_checkpoint(path, model, Some(&mut *o));
+            (r, Some(o.export_state().tensors.len()))
+        }
+        None => (load_checkpoint(path, model, None), None),
+    };
+    let e = r.unwrap_err();
+    match &e {
+        Error::Checkpoint(c) => assert!(kind(c), "unexpected error kind {c:?}"),
+        other => panic!("expected a checkpoint error, got {other:?}"),
+    }
+    assert_eq!(std::fs::read(path).unwrap(), bytes, "file bytes changed");
+    assert_eq!(params(model), before, "model changed");
+    assert_eq!(state_after, state_before, "optimizer {kind_name:?} changed");
+    let msg = e.to_string();
+    assert!(msg.contains(&path.display().to_string()), "{msg}");
+    msg
+}
+
+#[test]
+fn truncated_corrupted_and_foreign_files_are_rejected_untouched() {
+    let d = tmpdir("bad");
+    let ck = d.join("good.safetensors");
+    let m0 = model(5);
+    let mut opt = Adam::new(0.01).unwrap();
+    save_checkpoint(&ck, &m0, Some(&opt), 3).unwrap();
+    let good = std::fs::read(&ck).unwrap();
+    let mut m = model(6);
+
+    let trunc = d.join("trunc.safetensors");
+    std::fs::write(&trunc, &good[..good.len() - 7]).unwrap();
+    assert_rejected(&trunc, &mut m, Some(&mut opt), |c| {
+        matches!(c, CheckpointError::Format { .. })
+    });
+    let tiny = d.join("tiny.safetensors");
+    std::fs::write(&tiny, &good[..5]).unwrap();
+    assert_rejected(&tiny, &mut m, None, |c| {
+        matches!(c, CheckpointError::Format { .. })
+    });
+    let junk = d.join("junk.safetensors");
+    std::fs::write(&junk, b"\xff\xff\xff\xff\xff\xff\xff\x7fnot a checkpoint").unwrap();
+    assert_rejected(&junk, &mut m, None, |c| {
+        matches!(c, CheckpointError::Format { .. })
+    });
+    // one flipped bit in the last tensor byte: caught by the checksum
+    let flip = d.join("flip.safetensors");
+    let mut bad = good.clone();
+    let last = bad.len() - 1;
+    bad[last] ^= 0x01;
+    std::fs::write(&flip, &bad).unwrap();
+    let msg = assert_rejected(&flip, &mut m, Some(&mut opt), |c| {
+        matches!(c, CheckpointError::Corrupted { .. })
+    });
+    assert!(msg.contains("checksum"));
+    // a hand-written safetensors file with an f64 tensor
+    let header = br#"{"layers.0.weight":{"dtype":"F64","shape":[2],"data_offsets":[0,16]}}"#;
+    let mut f64file = (header.len() as u64).to_le_bytes().to_vec();
+    f64file.extend_from_slice(header);
+    f64file.extend_from_slice(&[0u8; 16]);
+    let p = d.join("f64.safetensors");
+    std::fs::write(&p, &f64file).unwrap();
+    let msg = assert_rejected(&p, &mut m, None, |c| {
+        matches!(c, CheckpointError::Format { .. })
+    });
+    assert!(msg.contains("F64"));
+    match load_checkpoint(d.join("absent.safetensors"), &mut m, None) {
+        Err(Error::Checkpoint(CheckpointError::Io { .. })) => {}
+        other => panic!("expected an IO error, got {other:?}"),
+    }
+}
+
+#[test]
+fn mismatched_models_and_optimizers_are_rejected_untouched() {
+    let d = tmpdir("mismatch");
+    let ck = d.join("m.safetensors");
+    let data = synthetic::regression(32, 7).unwrap();
+    let mut t = Trainer::new(model(7), config()).unwrap();
+    t.train(&data, &opts(2, Some((&ck, 0)), None)).unwrap();
+    let is_mismatch = |c: &CheckpointError| matches!(c, CheckpointError::Mismatch { .. });
+
+    // different width: a shape mismatch
+    let mut wide = Sequential::new()
+        .push(Linear::new(4, 8, true, 0).unwrap())
+        .push(BatchNorm::new(8).unwrap())
+        .push(Activation::Relu)
+        .push(Dropout::new(0.2, 0).unwrap())
+        .push(Linear::new(8, 1, true, 0).unwrap());
+    let msg = assert_rejected(&ck, &mut wide, None, is_mismatch);
+    assert!(msg.contains("shape"), "{msg}");
+    // missing buffers / parameters: a model without the batch norm
+    let mut no_bn = Sequential::new()
+        .push(Linear::new(4, 16, true, 0).unwrap())
+        .push(Linear::new(16, 1, true, 0).unwrap());
+    let msg = assert_rejected(&ck, &mut no_bn, None, is_mismatch);
+    assert!(
+        msg.contains("missing") || msg.contains("does not have"),
+        "{msg}"
+    );
+    // a model with an extra layer: missing tensors
+    let mut extra = model(8).push(Linear::new(1, 1, true, 0).unwrap());
+    let msg = assert_rejected(&ck, &mut extra, None, is_mismatch);
+    assert!(msg.contains("layers.5.weight"), "{msg}");
+    // right model, wrong optimizer kind
+    let mut m = model(9);
+    let mut sgd = Sgd::new(0.1, 0.9, 0.0).unwrap();
+    let msg = assert_rejected(&ck, &mut m, Some(&mut sgd), is_mismatch);
+    assert!(msg.contains("adamw"), "{msg}");
+    // a parameters-only file cannot restore an optimizer
+    let params_only = d.join("p.safetensors");
+    save_checkpoint(&params_only, &model(1), None, 0).unwrap();
+    let mut adamw = AdamW::new(0.01).unwrap();
+    let msg = assert_rejected(&params_only, &mut m, Some(&mut adamw), is_mismatch);
+    assert!(msg.contains("no optimizer state"), "{msg}");
+}
+
+#[test]
+fn saving_is_atomic_and_overwrites() {
+    let d = tmpdir("atomic");
+    let ck = d.join("c.safetensors");
+    let m = model(10);
+    save_checkpoint(&ck, &m, None, 1).unwrap();
+    let first = std::fs::read(&ck).unwrap();
+    let mut m2 = model(11);
+    save_checkpoint(&ck, &m2, None, 2).unwrap();
+    assert_ne!(std::fs::read(&ck).unwrap(), first);
+    let entries: Vec<String> = std::fs::read_dir(&*d)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(entries, ["c.safetensors"], "no temp files may remain");
+    assert_eq!(load_checkpoint(&ck, &mut m2, None).unwrap().step, 2);
+    // a directory that does not exist is an IO error, and nothing is created
+    let missing = d.join("no/such/dir/c.safetensors");
+    assert!(matches!(
+        save_checkpoint(&missing, &m, None, 0),
+        Err(Error::Checkpoint(CheckpointError::Io { .. }))
+    ));
+}
+
+#[test]
+fn a_non_finite_loss_keeps_the_last_good_checkpoint() {
+    let d = tmpdir("nan");
+    let ck = d.join("last.safetensors");
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counter = calls.clone();
+    let task = Task::custom("nan-at-6", move |p: &Tensor, y: &Tensor| {
+        let l = torchlean::nn::mse(p, y)?;
+        if counter.fetch_add(1, Ordering::SeqCst) == 5 {
+            l.scale(f32::INFINITY)
+        } else {
+            Ok(l)
+        }
+    });
+    let data = synthetic::regression(64, 8).unwrap();
+    let mut t = Trainer::new(model(12), Config::new(task, Adam::new(0.01).unwrap())).unwrap();
+    let e = t.train(&data, &opts(10, Some((&ck, 2)), None)).unwrap_err();
+    match e {
+        Error::Train(TrainError::NonFiniteLoss {
+            step,
+            last_checkpoint,
+            ..
+        }) => {
+            assert_eq!(step, 6);
+            assert_eq!(last_checkpoint, Some(ck.display().to_string()));
+        }
+        other => panic!("expected NonFiniteLoss, got {other:?}"),
+    }
+    let mut m = model(13);
+    let mut opt = Adam::new(0.01).unwrap();
+    let info = load_checkpoint(&ck, &mut m, Some(&mut opt)).unwrap();
+    assert_eq!(info.step, 4);
+    assert!(params(&m)
+        .iter()
+        .all(|(_, v)| v.iter().all(|x| x.is_finite())));
+}

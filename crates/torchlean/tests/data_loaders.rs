@@ -1,0 +1,498 @@
+//! CSV, NPY and IDX loaders on files written to a temp dir: valid files round-trip, and every
+//! malformed file (truncated, bad magic, wrong sizes, huge declared dims, bad text) is a
+//! `DataError` naming the file — never a panic or a huge allocation.
+
+use std::path::{Path, PathBuf};
+use torchlean::data::{
+    load_csv, load_idx, load_mnist, load_npy, load_npy_dataset, save_npy, write_idx, CsvOptions,
+    DataError, Header, LabelColumn,
+};
+use torchlean::{Error, Tensor};
+
+/// A fresh directory under the system temp dir, removed when dropped.
+struct TmpDir(PathBuf);
+
+impl Drop for TmpDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl std::ops::Deref for TmpDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+fn tmpdir(name: &str) -> TmpDir {
+    let d = std::env::temp_dir().join(format!("torchlean-data-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    TmpDir(d)
+}
+
+fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, bytes).unwrap();
+    p
+}
+
+/// Asserts a malformed-file error naming `file` and containing `needle`.
+fn malformed<T: std::fmt::Debug>(r: torchlean::Result<T>, file: &str, needle: &str) {
+    match r {
+        Err(Error::Data(DataError::Malformed { path, reason, .. })) => {
+            assert!(path.ends_with(file), "path {path} should name {file}");
+            assert!(
+                reason.contains(needle),
+                "reason `{reason}` should mention `{needle}`"
+            );
+        }
+        other => panic!("expected a malformed-file error for {file}, got {other:?}"),
+    }
+}
+
+#[test]
+fn csv_with_header_label_by_name_and_without_header() {
+    let d = tmpdir("csv-ok");
+    let p = write(
+        &d,
+        "a.csv",
+        b"x1,label,x2\n1.5,0,2\n-1, 1 ,\"3e2\"\n\n4,2,5\n",
+    );
+    let opts = CsvOptions {
+        label: LabelColumn::Name("label".into()),
+        ..Default::default()
+    };
+    let ds = load_csv(&p, &opts).unwrap();
+    assert_eq!(ds.len(), 3);
+    assert_eq!(ds.feature_shape(), &[2]);
+    assert_eq!(
+        ds.features().unwrap().to_vec(),
+        vec![1.5, 2.0, -1.0, 300.0, 4.0, 5.0]
+    );
+    assert_eq!(ds.targets().unwrap().to_vec(), vec![0.0, 1.0, 2.0]);
+    // no header (auto-detected), label first, semicolons
+    let p = write(&d, "b.csv", b"7;1;2\n8;3;4\n");
+    let opts = CsvOptions {
+        header: Header::Auto,
+        label: LabelColumn::First,
+        delimiter: ';',
+    };
+    let ds = load_csv(&p, &opts).unwrap();
+    assert_eq!(ds.targets().unwrap().to_vec(), vec![7.0, 8.0]);
+    assert_eq!(ds.features().unwrap().to_vec(), vec![1.0, 2.0, 3.0, 4.0]);
+    // a numeric first row forced to be a header is skipped
+    let opts = CsvOptions {
+        header: Header::Present,
+        label: LabelColumn::Index(1),
+        delimiter: ';',
+    };
+    assert_eq!(load_csv(&p, &opts).unwrap().len(), 1);
+}
+
+#[test]
+fn malformed_csv_files_are_readable_errors() {
+    let d = tmpdir("csv-bad");
+    let o = CsvOptions::default();
+    malformed(
+        load_csv(write(&d, "ragged.csv", b"1,2,3\n4,5\n"), &o),
+        "ragged.csv",
+        "line 2",
+    );
+    malformed(
+        load_csv(write(&d, "word.csv", b"1,2\n3,x\n"), &o),
+        "word.csv",
+        "`x` is not a number",
+    );
+    malformed(
+        load_csv(write(&d, "nan.csv", b"1,2\nnan,3\n"), &o),
+        "nan.csv",
+        "not finite",
+    );
+    malformed(
+        load_csv(write(&d, "empty.csv", b"\n\n"), &o),
+        "empty.csv",
+        "no rows",
+    );
+    malformed(
+        load_csv(write(&d, "hdr.csv", b"a,b\n"), &o),
+        "hdr.csv",
+        "no data rows",
+    );
+    malformed(
+        load_csv(write(&d, "one.csv", b"1\n2\n"), &o),
+        "one.csv",
+        "two columns",
+    );
+    malformed(
+        load_csv(write(&d, "utf.csv", &[0xff, 0xfe, b'1']), &o),
+        "utf.csv",
+        "UTF-8",
+    );
+    let by_name = CsvOptions {
+        label: LabelColumn::Name("y".into()),
+        ..Default::default()
+    };
+    malformed(
+        load_csv(write(&d, "noname.csv", b"a,b\n1,2\n"), &by_name),
+        "noname.csv",
+        "no column named",
+    );
+    malformed(
+        load_csv(write(&d, "nohdr.csv", b"1,2\n"), &by_name),
+        "nohdr.csv",
+        "no header",
+    );
+    let idx = CsvOptions {
+        label: LabelColumn::Index(5),
+        ..Default::default()
+    };
+    malformed(
+        load_csv(write(&d, "idx.csv", b"1,2\n"), &idx),
+        "idx.csv",
+        "out of range",
+    );
+    match load_csv(d.join("missing.csv"), &o) {
+        Err(Error::Data(DataError::Io { path, .. })) => assert!(path.ends_with("missing.csv")),
+        other => panic!("expected an IO error, got {other:?}"),
+    }
+}
+
+/// An .npy file with the given header dict and payload (version 1.0 unless `v2`).
+fn npy(dict: &str, payload: &[u8], v2: bool) -> Vec<u8> {
+    let mut h = dict.to_string();
+    let pre = if v2 { 12 } else { 10 };
+    while (pre + h.len() + 1) % 64 != 0 {
+        h.push(' ');
+    }
+    h.push('\n');
+    let mut out = b"\x93NUMPY".to_vec();
+    if v2 {
+        out.extend_from_slice(&[2, 0]);
+        out.extend_from_slice(&(h.len() as u32).to_le_bytes());
+    } else {
+        out.extend_from_slice(&[1, 0]);
+        out.extend_from_slice(&(h.len() as u16).to_le_bytes());
+    }
+    out.extend_from_slice(h.as_bytes());
+    out.extend_from_slice(payload);
+    out
+}
+
+#[test]
+fn npy_round_trips_and_reads_each_supported_dtype() {
+    let d = tmpdir("npy-ok");
+    let t = Tensor::from_vec((0..12).map(|v| v as f32 * 0.5 - 2.0).collect(), &[3, 2, 2]).unwrap();
+    let p = d.join("t.npy");
+    save_npy(&p, &t).unwrap();
+    let back = load_npy(&p).unwrap();
+    assert_eq!(back.shape(), &[3, 2, 2]);
+    assert_eq!(back.to_vec(), t.to_vec());
+    let f8: Vec<u8> = [1.25f64, -3.0]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    let p = write(
+        &d,
+        "f8.npy",
+        &npy(
+            "{'descr': '<f8', 'fortran_order': False, 'shape': (2,), }",
+            &f8,
+            false,
+        ),
+    );
+    assert_eq!(load_npy(&p).unwrap().to_vec(), vec![1.25, -3.0]);
+    let i8: Vec<u8> = [7i64, -9, 1 << 20]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    let p = write(
+        &d,
+        "i8.npy",
+        &npy(
+            "{'descr': '<i8', 'fortran_order': False, 'shape': (3, 1)}",
+            &i8,
+            true,
+        ),
+    );
+    let t = load_npy(&p).unwrap();
+    assert_eq!(t.shape(), &[3, 1]);
+    assert_eq!(t.to_vec(), vec![7.0, -9.0, 1048576.0]);
+    let p = write(
+        &d,
+        "u1.npy",
+        &npy(
+            "{\"descr\": \"|u1\", \"fortran_order\": False, \"shape\": (2, 2), }",
+            &[0, 1, 128, 255],
+            false,
+        ),
+    );
+    assert_eq!(load_npy(&p).unwrap().to_vec(), vec![0.0, 1.0, 128.0, 255.0]);
+    let p = write(
+        &d,
+        "scalar.npy",
+        &npy(
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (), }",
+            &2.5f32.to_le_bytes(),
+            false,
+        ),
+    );
+    let s = load_npy(&p).unwrap();
+    assert_eq!((s.shape().len(), s.to_vec()), (0, vec![2.5]));
+    // a dataset from two files
+    save_npy(d.join("x.npy"), &Tensor::ones(&[4, 3]).unwrap()).unwrap();
+    save_npy(d.join("y.npy"), &Tensor::zeros(&[4]).unwrap()).unwrap();
+    let ds = load_npy_dataset(d.join("x.npy"), d.join("y.npy")).unwrap();
+    assert_eq!(
+        (ds.len(), ds.feature_shape(), ds.target_shape()),
+        (4, &[3][..], &[][..])
+    );
+    save_npy(d.join("y5.npy"), &Tensor::zeros(&[5]).unwrap()).unwrap();
+    assert!(matches!(
+        load_npy_dataset(d.join("x.npy"), d.join("y5.npy")),
+        Err(Error::Data(DataError::Invalid(_)))
+    ));
+}
+
+#[test]
+fn malformed_npy_files_are_readable_errors() {
+    let d = tmpdir("npy-bad");
+    let good = npy(
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }",
+        &[0u8; 24],
+        false,
+    );
+    malformed(
+        load_npy(write(&d, "magic.npy", b"\x93NUMPZ\x01\x00\x10\x00{}")),
+        "magic.npy",
+        "magic",
+    );
+    malformed(
+        load_npy(write(&d, "short.npy", b"\x93NU")),
+        "short.npy",
+        "magic",
+    );
+    malformed(
+        load_npy(write(&d, "trunc.npy", &good[..good.len() - 5])),
+        "trunc.npy",
+        "does not match",
+    );
+    malformed(
+        load_npy(write(&d, "hdrcut.npy", &good[..40])),
+        "hdrcut.npy",
+        "header declares",
+    );
+    let mut extra = good.clone();
+    extra.extend_from_slice(&[0; 4]);
+    malformed(
+        load_npy(write(&d, "extra.npy", &extra)),
+        "extra.npy",
+        "does not match",
+    );
+    // declared sizes whose byte count overflows or dwarfs the file: rejected before allocating
+    let huge = npy(
+        "{'descr': '<f8', 'fortran_order': False, 'shape': (4294967296, 4294967296, 1000), }",
+        &[0; 8],
+        false,
+    );
+    malformed(
+        load_npy(write(&d, "huge.npy", &huge)),
+        "huge.npy",
+        "does not match",
+    );
+    let big = npy(
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (100000000000,), }",
+        &[0; 8],
+        false,
+    );
+    malformed(
+        load_npy(write(&d, "big.npy", &big)),
+        "big.npy",
+        "does not match",
+    );
+    let be = npy(
+        "{'descr': '>f4', 'fortran_order': False, 'shape': (1,), }",
+        &[0; 4],
+        false,
+    );
+    malformed(load_npy(write(&d, "be.npy", &be)), "be.npy", "big-endian");
+    let c8 = npy(
+        "{'descr': '<c8', 'fortran_order': False, 'shape': (1,), }",
+        &[0; 8],
+        false,
+    );
+    malformed(
+        load_npy(write(&d, "c8.npy", &c8)),
+        "c8.npy",
+        "not supported",
+    );
+    let fo = npy(
+        "{'descr': '<f4', 'fortran_order': True, 'shape': (1,), }",
+        &[0; 4],
+        false,
+    );
+    malformed(
+        load_npy(write(&d, "fortran.npy", &fo)),
+        "fortran.npy",
+        "Fortran",
+    );
+    let junk = npy(
+        "{'descr': '<f4', 'shape': (1,), 'fortran_order': False, 'x': 1}",
+        &[0; 4],
+        false,
+    );
+    malformed(
+        load_npy(write(&d, "key.npy", &junk)),
+        "key.npy",
+        "unexpected header key",
+    );
+    let neg = npy(
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (-1,), }",
+        &[0; 4],
+        false,
+    );
+    malformed(
+        load_npy(write(&d, "neg.npy", &neg)),
+        "neg.npy",
+        "shape entry",
+    );
+    let nodescr = npy("{'fortran_order': False, 'shape': (1,), }", &[0; 4], false);
+    malformed(
+        load_npy(write(&d, "nodescr.npy", &nodescr)),
+        "nodescr.npy",
+        "no `descr`",
+    );
+    let unterminated = npy("{'descr': '<f4", &[], false);
+    malformed(
+        load_npy(write(&d, "unterm.npy", &unterminated)),
+        "unterm.npy",
+        "invalid header",
+    );
+    let mut v9 = good.clone();
+    v9[6] = 9;
+    malformed(load_npy(write(&d, "v9.npy", &v9)), "v9.npy", "version 9");
+}
+
+#[test]
+fn idx_round_trips_u8_f32_and_reads_other_types() {
+    let d = tmpdir("idx-ok");
+    let imgs = Tensor::from_vec(
+        (0..2 * 3 * 4).map(|v| (v * 10 % 256) as f32).collect(),
+        &[2, 3, 4],
+    )
+    .unwrap();
+    write_idx(d.join("img.idx"), &imgs, true).unwrap();
+    let bytes = std::fs::read(d.join("img.idx")).unwrap();
+    assert_eq!(&bytes[..4], &[0, 0, 0x08, 3]);
+    assert_eq!(load_idx(d.join("img.idx")).unwrap().to_vec(), imgs.to_vec());
+    let f = Tensor::from_vec(vec![1.5, -2.25, 1e-3], &[3]).unwrap();
+    write_idx(d.join("f.idx"), &f, false).unwrap();
+    assert_eq!(load_idx(d.join("f.idx")).unwrap().to_vec(), f.to_vec());
+    // big-endian i16
+    let mut b = vec![0, 0, 0x0B, 1, 0, 0, 0, 2];
+    b.extend_from_slice(&(-300i16).to_be_bytes());
+    b.extend_from_slice(&(7i16).to_be_bytes());
+    assert_eq!(
+        load_idx(write(&d, "s.idx", &b)).unwrap().to_vec(),
+        vec![-300.0, 7.0]
+    );
+    // MNIST pair
+    let labels = Tensor::from_vec(vec![3.0, 9.0], &[2]).unwrap();
+    write_idx(d.join("lab.idx"), &labels, true).unwrap();
+    let ds = load_mnist(d.join("img.idx"), d.join("lab.idx"), true).unwrap();
+    assert_eq!(ds.feature_shape(), &[1, 3, 4]);
+    assert_eq!(ds.targets().unwrap().to_vec(), vec![3.0, 9.0]);
+    let x = ds.features().unwrap().to_vec();
+    assert!((x[1] - 10.0 / 255.0).abs() < 1e-7);
+    write_idx(d.join("lab3.idx"), &Tensor::zeros(&[3]).unwrap(), true).unwrap();
+    malformed(
+        load_mnist(d.join("img.idx"), d.join("lab3.idx"), true),
+        "lab3.idx",
+        "labels must be",
+    );
+    malformed(
+        load_mnist(d.join("lab.idx"), d.join("lab.idx"), true),
+        "lab.idx",
+        "images must be",
+    );
+}
+
+#[test]
+fn malformed_idx_files_are_readable_errors() {
+    let d = tmpdir("idx-bad");
+    let mut good = vec![0, 0, 0x08, 2, 0, 0, 0, 2, 0, 0, 0, 3];
+    good.extend_from_slice(&[1, 2, 3, 4, 5, 6]);
+    assert_eq!(
+        load_idx(write(&d, "good.idx", &good)).unwrap().shape(),
+        &[2, 3]
+    );
+    malformed(
+        load_idx(write(&d, "tiny.idx", &[0, 0])),
+        "tiny.idx",
+        "too short",
+    );
+    let mut m = good.clone();
+    m[0] = 0x1f;
+    malformed(
+        load_idx(write(&d, "magic.idx", &m)),
+        "magic.idx",
+        "bad magic",
+    );
+    let mut m = good.clone();
+    m[2] = 0x07;
+    malformed(
+        load_idx(write(&d, "type.idx", &m)),
+        "type.idx",
+        "element type",
+    );
+    let mut m = good.clone();
+    m[3] = 0;
+    malformed(
+        load_idx(write(&d, "dims0.idx", &m)),
+        "dims0.idx",
+        "number of dimensions",
+    );
+    let mut m = good.clone();
+    m[3] = 200;
+    malformed(
+        load_idx(write(&d, "dims200.idx", &m)),
+        "dims200.idx",
+        "number of dimensions",
+    );
+    malformed(
+        load_idx(write(&d, "hdr.idx", &good[..9])),
+        "hdr.idx",
+        "truncated header",
+    );
+    malformed(
+        load_idx(write(&d, "trunc.idx", &good[..good.len() - 1])),
+        "trunc.idx",
+        "do not match",
+    );
+    let mut m = good.clone();
+    m.push(7);
+    malformed(
+        load_idx(write(&d, "long.idx", &m)),
+        "long.idx",
+        "do not match",
+    );
+    // 0xFFFFFFFF^3 f64 values: overflow, rejected from the header alone
+    let mut huge = vec![0, 0, 0x0E, 3];
+    for _ in 0..3 {
+        huge.extend_from_slice(&[0xff; 4]);
+    }
+    huge.extend_from_slice(&[0; 16]);
+    malformed(
+        load_idx(write(&d, "huge.idx", &huge)),
+        "huge.idx",
+        "do not match",
+    );
+    let mut big = vec![0, 0, 0x08, 1, 0x7f, 0xff, 0xff, 0xff];
+    big.extend_from_slice(&[0; 10]);
+    malformed(
+        load_idx(write(&d, "big.idx", &big)),
+        "big.idx",
+        "do not match",
+    );
+}

@@ -1,0 +1,220 @@
+//! The trainer: configuration errors (compiled backend, dtype, unavailable device), the
+//! non-finite-loss stop, schedules and clipping in the log, custom losses, prediction,
+//! evaluation, the backend report, and the thread's session being restored.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use torchlean::backend::{BackendProfile, Device};
+use torchlean::data::{synthetic, Dataset};
+use torchlean::nn::{
+    Activation, Adam, Config, DType, ExecutionBackend, LrSchedule, Mlp, Module, Sgd, Task,
+    TrainError, TrainOptions, Trainer,
+};
+use torchlean::runtime::{self, Session};
+use torchlean::{Error, Tensor};
+
+fn mlp(seed: u64) -> Mlp {
+    Mlp::new(&[4, 16, 1], Activation::Tanh, seed).unwrap()
+}
+
+fn opts(steps: usize) -> TrainOptions {
+    TrainOptions {
+        steps,
+        batch_size: 16,
+        log_every: 5,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn compiled_backend_and_other_dtypes_are_typed_errors() {
+    let mut c = Config::new(Task::Regression, Adam::new(0.01).unwrap());
+    c.backend = ExecutionBackend::Compiled;
+    let e = Trainer::new(mlp(0), c).err().unwrap();
+    assert_eq!(e, Error::Train(TrainError::CompiledUnavailable));
+    assert!(e.to_string().contains("compiled training is not available"));
+    let mut c = Config::new(Task::Regression, Adam::new(0.01).unwrap());
+    c.dtype = DType::F16;
+    let e = Trainer::new(mlp(0), c).err().unwrap();
+    assert_eq!(e, Error::Train(TrainError::UnsupportedDtype("f16")));
+    let mut c = Config::new(Task::Regression, Adam::new(0.01).unwrap());
+    c.clip_grad_norm = Some(-1.0);
+    assert!(matches!(
+        Trainer::new(mlp(0), c),
+        Err(Error::Train(TrainError::Config(_)))
+    ));
+    let mut c = Config::new(Task::Regression, Adam::new(0.01).unwrap());
+    c.schedule = Some(LrSchedule::step(0.1, 0, 0.5));
+    assert!(Trainer::new(mlp(0), c).is_err());
+}
+
+#[test]
+fn an_unavailable_device_fails_before_any_step() {
+    let data = synthetic::regression(32, 1).unwrap();
+    let mut c = Config::new(Task::Regression, Adam::new(0.01).unwrap());
+    c.device = Some(Device::Cuda);
+    let mut t = Trainer::new(mlp(0), c).unwrap();
+    assert_eq!(t.profile().device, Device::Cuda);
+    let before: Vec<Vec<f32>> = t
+        .model()
+        .parameters()
+        .iter()
+        .map(|(_, p)| p.to_vec())
+        .collect();
+    let e = t.train(&data, &opts(3)).unwrap_err();
+    assert!(
+        matches!(e, Error::Planning(_) | Error::DeviceUnavailable { .. }),
+        "{e:?}"
+    );
+    assert_eq!(t.step(), 0);
+    let after: Vec<Vec<f32>> = t
+        .model()
+        .parameters()
+        .iter()
+        .map(|(_, p)| p.to_vec())
+        .collect();
+    assert_eq!(before, after);
+}
+
+#[test]
+fn non_finite_loss_stops_with_the_step_and_leaves_parameters() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counter = calls.clone();
+    let task = Task::custom("nan-at-3", move |p: &Tensor, y: &Tensor| {
+        let l = torchlean::nn::mse(p, y)?;
+        if counter.fetch_add(1, Ordering::SeqCst) == 2 {
+            l.scale(f32::NAN)
+        } else {
+            Ok(l)
+        }
+    });
+    let data = synthetic::regression(64, 2).unwrap();
+    let mut t = Trainer::new(mlp(1), Config::new(task, Adam::new(0.01).unwrap())).unwrap();
+    let e = t.train(&data, &opts(10)).unwrap_err();
+    match &e {
+        Error::Train(TrainError::NonFiniteLoss {
+            step,
+            loss,
+            last_checkpoint,
+        }) => {
+            assert_eq!(*step, 3);
+            assert!(loss.is_nan());
+            assert!(last_checkpoint.is_none());
+        }
+        other => panic!("expected NonFiniteLoss, got {other:?}"),
+    }
+    assert!(e.to_string().contains("step 3"));
+    assert_eq!(t.step(), 2);
+    assert!(t
+        .model()
+        .parameters()
+        .iter()
+        .all(|(_, p)| p.to_vec().iter().all(|v| v.is_finite())));
+}
+
+#[test]
+fn schedule_clipping_and_logs() {
+    let data = synthetic::regression(64, 3).unwrap();
+    let mut c = Config::new(Task::Regression, Sgd::new(0.1, 0.9, 0.0).unwrap());
+    c.schedule = Some(LrSchedule::cosine(0.05, 0.0, 20).with_warmup(5));
+    c.clip_grad_norm = Some(0.5);
+    let mut t = Trainer::new(mlp(2), c).unwrap();
+    let mut seen = vec![];
+    let s = t
+        .train_with(&data, &opts(20), |l| seen.push(l.step))
+        .unwrap();
+    assert_eq!((s.start_step, s.end_step, s.losses.len()), (0, 20, 20));
+    let steps: Vec<u64> = s.logs.iter().map(|l| l.step).collect();
+    assert_eq!(steps, [1, 5, 10, 15, 20]);
+    assert_eq!(seen, steps);
+    let sch = LrSchedule::cosine(0.05, 0.0, 20).with_warmup(5);
+    for l in &s.logs {
+        assert_eq!(l.lr, sch.lr_at(l.step as usize - 1));
+        assert!(l.grad_norm.unwrap() > 0.0);
+    }
+    // a second call continues the global step
+    let s2 = t.train(&data, &opts(3)).unwrap();
+    assert_eq!((s2.start_step, s2.end_step), (20, 23));
+}
+
+#[test]
+fn custom_loss_prediction_evaluation_and_report() {
+    let data = synthetic::regression(256, 4).unwrap();
+    let (train, test) = data.split(192).unwrap();
+    let l1 = Task::custom("l1", |p: &Tensor, y: &Tensor| p.sub(y)?.abs()?.mean_all());
+    let mut t = Trainer::new(mlp(3), Config::new(l1, Adam::new(0.02).unwrap())).unwrap();
+    let before = t.evaluate(&test, 50).unwrap();
+    assert_eq!(before.samples, 64);
+    assert!(before.accuracy.is_none());
+    let s = t.train(&train, &opts(150)).unwrap();
+    let after = t.evaluate(&test, 50).unwrap();
+    assert!(
+        after.loss < 0.6 * before.loss,
+        "L1 {} -> {}",
+        before.loss,
+        after.loss
+    );
+    assert!(s.losses[140..].iter().sum::<f32>() < s.losses[..10].iter().sum::<f32>());
+    // predict is the model's forward without a tape
+    let x = test.features().unwrap();
+    let p = t.predict(&x).unwrap();
+    assert_eq!(p.shape(), &[64, 1]);
+    assert!(!p.is_tracked());
+    assert_eq!(p.to_vec(), t.model().forward(&x).unwrap().to_vec());
+    let report = t.report().unwrap().to_text();
+    for op in ["linear", "tanh", "abs"] {
+        assert!(report.contains(op), "report lacks {op}:\n{report}");
+    }
+}
+
+#[test]
+fn classification_accuracy_and_session_restoration() {
+    let strict = BackendProfile::named("strict_cpu").unwrap();
+    let previous = runtime::install(Session::new(strict));
+    let x = Tensor::randn(&[200, 4], 7).unwrap();
+    let y: Vec<f32> = x
+        .to_vec()
+        .chunks(4)
+        .map(|v| if v[0] + v[1] > 0.0 { 1.0 } else { 0.0 })
+        .collect();
+    let data = Dataset::new(&x, &Tensor::from_vec(y, &[200]).unwrap()).unwrap();
+    let model = Mlp::new(&[4, 16, 2], Activation::Relu, 5).unwrap();
+    let mut t = Trainer::new(
+        model,
+        Config::new(Task::Classification, Adam::new(0.05).unwrap()),
+    )
+    .unwrap();
+    assert_eq!(t.profile().name, "checked_cpu");
+    t.train(&data, &opts(100)).unwrap();
+    let ev = t.evaluate(&data, 64).unwrap();
+    assert!(ev.accuracy.unwrap() > 0.9, "{ev:?}");
+    // the session installed before the trainer ran is back in place
+    let back = runtime::take().unwrap();
+    assert_eq!(back.profile().name, "strict_cpu");
+    if let Some(p) = previous {
+        runtime::install(p);
+    }
+}
+
+#[test]
+fn a_strict_profile_runs_only_reference_kernels_and_reports_them() {
+    let data = synthetic::images(64, 8, 0.2, 1).unwrap();
+    let model = torchlean::nn::models::small_cnn(1, 8, 4, 4, 0).unwrap();
+    let mut c = Config::new(Task::Classification, Adam::new(0.01).unwrap());
+    c.profile = Some(BackendProfile::named("strict_cpu").unwrap());
+    let mut t = Trainer::new(model, c).unwrap();
+    t.train(&data, &opts(3)).unwrap();
+    let report = t.report().unwrap();
+    assert_eq!(report.profile, "strict_cpu");
+    assert!(!report.kernels.is_empty());
+    for k in &report.kernels {
+        assert_eq!(k.provider.to_string(), "reference", "{}", k.op.name());
+    }
+    let text = report.to_text();
+    for op in ["conv2d", "max_pool2d", "log_softmax", "linear"] {
+        assert!(
+            text.contains(&format!("\n{op}: ")),
+            "{op} missing from:\n{text}"
+        );
+    }
+}
