@@ -19,7 +19,7 @@ while [ $# -gt 0 ]; do
     *) workloads+=("$1"); shift ;;
   esac
 done
-[ ${#workloads[@]} -gt 0 ] || workloads=(gemm-256 gemm-1024 gemm-2048 mlp-step tiny-ops tiny-ops-tape)
+[ ${#workloads[@]} -gt 0 ] || workloads=(gemm-256 gemm-1024 gemm-2048 mlp-step transformer-step sdpa tiny-ops tiny-ops-tape compiled-vs-eager)
 if [ -z "$python" ]; then
   if [ ! -x .bench-venv/bin/python ]; then
     python3 -m venv .bench-venv
@@ -32,17 +32,34 @@ tl=target/release/torchlean
 out=bench/results/$(date -u +%Y%m%dT%H%M%SZ)
 mkdir -p "$out"
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-printf '%-16s %14s %14s %8s  %s\n' workload torchlean pytorch ratio unit
-for w in "${workloads[@]}"; do
-  : > "$out/$w.tl"; : > "$out/$w.pt"
+printf '%-22s %14s %14s %8s  %s\n' workload torchlean pytorch ratio unit
+field() { "$python" -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2"; }
+# one alternating measurement: label, torchlean args, pytorch args (as strings)
+measure() {
+  local label=$1 tlargs=$2 ptargs=$3
+  : > "$out/$label.tl"; : > "$out/$label.pt"
   for r in $(seq "$rounds"); do
-    $tl bench "$w" --device "$device" --reps "$reps" --json > "$out/$w.tl.$r.json"
-    "$python" bench/pytorch/bench.py "$w" --device "$device" --reps "$reps" > "$out/$w.pt.$r.json"
-    "$python" -c 'import json,sys; print(json.load(open(sys.argv[1]))["median"])' "$out/$w.tl.$r.json" >> "$out/$w.tl"
-    "$python" -c 'import json,sys; print(json.load(open(sys.argv[1]))["median"])' "$out/$w.pt.$r.json" >> "$out/$w.pt"
+    # shellcheck disable=SC2086
+    if ! $tl bench $tlargs --device "$device" --reps "$reps" --json > "$out/$label.tl.$r.json" 2> "$out/$label.tl.err"; then
+      printf '%-22s %14s %14s %8s  %s\n' "$label" "n/a" "-" "-" "$(head -c 120 "$out/$label.tl.err")"
+      return
+    fi
+    # shellcheck disable=SC2086
+    "$python" bench/pytorch/bench.py $ptargs --device "$device" --reps "$reps" > "$out/$label.pt.$r.json"
+    field "$out/$label.tl.$r.json" median >> "$out/$label.tl"
+    field "$out/$label.pt.$r.json" median >> "$out/$label.pt"
   done
-  t=$(median < "$out/$w.tl"); p=$(median < "$out/$w.pt")
-  unit=$("$python" -c 'import json,sys; print(json.load(open(sys.argv[1]))["unit"])' "$out/$w.tl.1.json")
-  printf '%-16s %14.4f %14.4f %8.3f  %s\n' "$w" "$t" "$p" "$(echo "$t / $p" | bc -l)" "$unit"
+  t=$(median < "$out/$label.tl"); p=$(median < "$out/$label.pt")
+  printf '%-22s %14.4f %14.4f %8.3f  %s\n' "$label" "$t" "$p" "$(echo "$t / $p" | bc -l)" "$(field "$out/$label.tl.1.json" unit)"
+}
+for w in "${workloads[@]}"; do
+  if [ "$w" = compiled-vs-eager ]; then
+    measure mlp-step-b16-eager "mlp-step --batch-size 16 --backend eager" "mlp-step --batch-size 16"
+    measure mlp-step-b16-compiled "mlp-step --batch-size 16 --backend compiled" "mlp-step --batch-size 16"
+    e=$(median < "$out/mlp-step-b16-eager.tl"); c=$(median < "$out/mlp-step-b16-compiled.tl")
+    printf '%-22s %14s %14s %8.3f  %s\n' "compiled/eager (b16)" "" "" "$(echo "$c / $e" | bc -l)" "torchlean compiled time / eager time"
+  else
+    measure "$w" "$w" "$w"
+  fi
 done
 echo "raw results and backend reports: $out"

@@ -67,6 +67,22 @@ def main():
 
         t = timed(step, a.warmup, a.reps, sync)
         details = {"batch": batch, "layers": [784, 512, 512, 10]}
+    elif w == "transformer-step":
+        # 2-layer pre-norm encoder, d=128, 4 heads, FFN 512 (GELU), L=64, batch 16, Adam, MSE on the output
+        layer = torch.nn.TransformerEncoderLayer(d_model=128, nhead=4, dim_feedforward=512, dropout=0.0,
+                                                 activation="gelu", batch_first=True, norm_first=True)
+        model = torch.nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False).to(dev)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        x = torch.randn(16, 64, 128, device=dev)
+        target = torch.randn(16, 64, 128, device=dev)
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            torch.nn.functional.mse_loss(model(x), target).backward()
+            opt.step()
+
+        t = timed(step, a.warmup, a.reps, sync)
+        details = {"layers": 2, "d": 128, "heads": 4, "ff": 512, "L": 64, "batch": 16}
     elif w == "sdpa":
         b, h, l, d = 4, 8, 512, 64
         q = torch.randn(b, h, l, d, device=dev, requires_grad=True)
