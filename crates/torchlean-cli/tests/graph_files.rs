@@ -9,8 +9,15 @@ use torchlean::tensor::io::read_safetensors;
 use torchlean::Tensor;
 
 fn run(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_torchlean")).args(args).output().expect("the binary runs");
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+    let out = Command::new(env!("CARGO_BIN_EXE_torchlean"))
+        .args(args)
+        .output()
+        .expect("the binary runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
 }
 
 struct Dir(PathBuf);
@@ -31,24 +38,59 @@ impl Drop for Dir {
 }
 
 fn export(d: &Dir) {
-    let (code, _, err) = run(&["export", "--model", "mlp", "--out", &d.p("g.json"), "--params", &d.p("p.st"), "--example-inputs", &d.p("x.st"), "--batch-size", "8", "--seed", "3"]);
+    let (code, _, err) = run(&[
+        "export",
+        "--model",
+        "mlp",
+        "--out",
+        &d.p("g.json"),
+        "--params",
+        &d.p("p.st"),
+        "--example-inputs",
+        &d.p("x.st"),
+        "--batch-size",
+        "8",
+        "--seed",
+        "3",
+    ]);
     assert_eq!(code, 0, "{err}");
 }
 
 fn get<'a>(v: &'a [(String, Tensor)], name: &str) -> &'a Tensor {
-    &v.iter().find(|(n, _)| n == name).unwrap_or_else(|| panic!("no `{name}`")).1
+    &v.iter()
+        .find(|(n, _)| n == name)
+        .unwrap_or_else(|| panic!("no `{name}`"))
+        .1
 }
 
 #[test]
 fn export_then_run_graph_reproduces_the_in_process_run() {
     let d = Dir::new("roundtrip");
     export(&d);
-    let (code, _, err) = run(&["run-graph", &d.p("g.json"), "--params", &d.p("p.st"), "--inputs", &d.p("x.st"), "--out", &d.p("y.st"), "--grad"]);
+    let (code, _, err) = run(&[
+        "run-graph",
+        &d.p("g.json"),
+        "--params",
+        &d.p("p.st"),
+        "--inputs",
+        &d.p("x.st"),
+        "--out",
+        &d.p("y.st"),
+        "--grad",
+    ]);
     assert_eq!(code, 0, "{err}");
     let out = read_safetensors(Path::new(&d.p("y.st"))).unwrap();
     // the same model, data and seed, run eagerly in process
-    let model = Mlp::new(&[SyntheticRegression::FEATURES, 64, 64, 1], Activation::Tanh, 3).unwrap();
-    let (x, y) = SyntheticRegression::new(1024, 20).unwrap().batch(0, 8).unwrap();
+    let model = Mlp::new(
+        &[SyntheticRegression::FEATURES, 64, 64, 1],
+        Activation::Tanh,
+        3,
+    )
+    .unwrap();
+    let (x, y) = SyntheticRegression::new(1024, 20)
+        .unwrap()
+        .batch(0, 8)
+        .unwrap();
     let x = x.requires_grad();
     let y = y.requires_grad();
     let pred = model.forward(&x).unwrap();
@@ -57,67 +99,128 @@ fn export_then_run_graph_reproduces_the_in_process_run() {
     assert_eq!(get(&out, "prediction").to_vec(), pred.to_vec());
     assert_eq!(get(&out, "loss").to_vec(), loss.to_vec());
     for (name, p) in model.parameters() {
-        assert_eq!(get(&out, &format!("grad.{name}")).to_vec(), grads.get(p).unwrap().to_vec(), "grad.{name}");
+        assert_eq!(
+            get(&out, &format!("grad.{name}")).to_vec(),
+            grads.get(p).unwrap().to_vec(),
+            "grad.{name}"
+        );
     }
-    assert_eq!(get(&out, "grad.x").to_vec(), grads.get(&x).unwrap().to_vec());
-    assert_eq!(get(&out, "grad.y").to_vec(), grads.get(&y).unwrap().to_vec());
+    assert_eq!(
+        get(&out, "grad.x").to_vec(),
+        grads.get(&x).unwrap().to_vec()
+    );
+    assert_eq!(
+        get(&out, "grad.y").to_vec(),
+        grads.get(&y).unwrap().to_vec()
+    );
 }
 
 /// Applies `edit` to the exported graph JSON, runs it, and expects exit 2 with `expect`.
 fn rejects_graph(tag: &str, edit: impl Fn(&mut serde_json::Value), expect: &str) {
     let d = Dir::new(tag);
     export(&d);
-    let mut g: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(d.p("g.json")).unwrap()).unwrap();
+    let mut g: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.p("g.json")).unwrap()).unwrap();
     edit(&mut g);
     std::fs::write(d.p("bad.json"), serde_json::to_string(&g).unwrap()).unwrap();
-    let (code, _, err) = run(&["run-graph", &d.p("bad.json"), "--params", &d.p("p.st"), "--inputs", &d.p("x.st"), "--out", &d.p("y.st")]);
+    let (code, _, err) = run(&[
+        "run-graph",
+        &d.p("bad.json"),
+        "--params",
+        &d.p("p.st"),
+        "--inputs",
+        &d.p("x.st"),
+        "--out",
+        &d.p("y.st"),
+    ]);
     assert_eq!(code, 2, "{tag}: {err}");
     assert!(err.contains(expect), "{tag}: expected `{expect}` in: {err}");
     assert!(!err.contains("panicked"), "{tag}: {err}");
 }
 
 fn first_op(g: &mut serde_json::Value) -> &mut serde_json::Value {
-    g["nodes"].as_array_mut().unwrap().iter_mut().find(|n| n["kind"] == "op").unwrap()
+    g["nodes"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|n| n["kind"] == "op")
+        .unwrap()
 }
 
 #[test]
 fn unknown_op_is_rejected() {
-    rejects_graph("unknown-op", |g| first_op(g)["op"]["op"] = "frobnicate".into(), "unknown variant `frobnicate`");
+    rejects_graph(
+        "unknown-op",
+        |g| first_op(g)["op"]["op"] = "frobnicate".into(),
+        "unknown variant `frobnicate`",
+    );
 }
 
 #[test]
 fn cycle_is_rejected() {
-    rejects_graph("cycle", |g| {
-        let n = first_op(g);
-        let id = n["id"].clone();
-        n["parents"][0] = id;
-    }, "is not an earlier node (cycle or out of range)");
+    rejects_graph(
+        "cycle",
+        |g| {
+            let n = first_op(g);
+            let id = n["id"].clone();
+            n["parents"][0] = id;
+        },
+        "is not an earlier node (cycle or out of range)",
+    );
 }
 
 #[test]
 fn parent_out_of_range_is_rejected() {
-    rejects_graph("parent-range", |g| first_op(g)["parents"][0] = 9999.into(), "parent 9999 is not an earlier node");
+    rejects_graph(
+        "parent-range",
+        |g| first_op(g)["parents"][0] = 9999.into(),
+        "parent 9999 is not an earlier node",
+    );
 }
 
 #[test]
 fn shape_mismatch_is_rejected() {
-    rejects_graph("shape", |g| first_op(g)["shape"] = serde_json::json!([8, 63]), "declared shape [8, 63], but the inferred shape is [8, 64]");
-    rejects_graph("arity", |g| first_op(g)["parents"].as_array_mut().unwrap().truncate(1), "expected 2 or 3 input(s), got 1");
+    rejects_graph(
+        "shape",
+        |g| first_op(g)["shape"] = serde_json::json!([8, 63]),
+        "declared shape [8, 63], but the inferred shape is [8, 64]",
+    );
+    rejects_graph(
+        "arity",
+        |g| first_op(g)["parents"].as_array_mut().unwrap().truncate(1),
+        "expected 2 or 3 input(s), got 1",
+    );
 }
 
 #[test]
 fn dtype_mismatch_is_rejected() {
-    rejects_graph("dtype", |g| first_op(g)["dtype"] = "f64".into(), "dtype `f64` is not supported");
+    rejects_graph(
+        "dtype",
+        |g| first_op(g)["dtype"] = "f64".into(),
+        "dtype `f64` is not supported",
+    );
 }
 
 #[test]
 fn absurd_sizes_are_rejected_before_allocation() {
-    rejects_graph("huge", |g| {
-        g["inputs"][0]["shape"] = serde_json::json!([1u64 << 40, 4]);
-        g["nodes"][0]["shape"] = serde_json::json!([1u64 << 40, 4]);
-    }, "too large");
-    rejects_graph("format", |g| g["format"] = "torchlean.ir.v0".into(), "format is `torchlean.ir.v0`");
-    rejects_graph("undeclared", |g| g["nodes"][0]["name"] = "nope".into(), "undeclared input `nope`");
+    rejects_graph(
+        "huge",
+        |g| {
+            g["inputs"][0]["shape"] = serde_json::json!([1u64 << 40, 4]);
+            g["nodes"][0]["shape"] = serde_json::json!([1u64 << 40, 4]);
+        },
+        "too large",
+    );
+    rejects_graph(
+        "format",
+        |g| g["format"] = "torchlean.ir.v0".into(),
+        "format is `torchlean.ir.v0`",
+    );
+    rejects_graph(
+        "undeclared",
+        |g| g["nodes"][0]["name"] = "nope".into(),
+        "undeclared input `nope`",
+    );
 }
 
 #[test]
@@ -125,14 +228,43 @@ fn missing_or_misshapen_values_are_rejected() {
     let d = Dir::new("values");
     export(&d);
     // parameters file without the parameters: the graph names them
-    let (code, _, err) = run(&["run-graph", &d.p("g.json"), "--params", &d.p("x.st"), "--inputs", &d.p("x.st"), "--out", &d.p("y.st")]);
+    let (code, _, err) = run(&[
+        "run-graph",
+        &d.p("g.json"),
+        "--params",
+        &d.p("x.st"),
+        "--inputs",
+        &d.p("x.st"),
+        "--out",
+        &d.p("y.st"),
+    ]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("missing parameter `layers.0.weight`"), "{err}");
     // inputs of the wrong shape
-    torchlean::tensor::io::write_safetensors(Path::new(&d.p("bad.st")), &[("x".into(), Tensor::zeros(&[3, 4]).unwrap()), ("y".into(), Tensor::zeros(&[8, 1]).unwrap())], None).unwrap();
-    let (code, _, err) = run(&["run-graph", &d.p("g.json"), "--params", &d.p("p.st"), "--inputs", &d.p("bad.st"), "--out", &d.p("y.st")]);
+    torchlean::tensor::io::write_safetensors(
+        Path::new(&d.p("bad.st")),
+        &[
+            ("x".into(), Tensor::zeros(&[3, 4]).unwrap()),
+            ("y".into(), Tensor::zeros(&[8, 1]).unwrap()),
+        ],
+        None,
+    )
+    .unwrap();
+    let (code, _, err) = run(&[
+        "run-graph",
+        &d.p("g.json"),
+        "--params",
+        &d.p("p.st"),
+        "--inputs",
+        &d.p("bad.st"),
+        "--out",
+        &d.p("y.st"),
+    ]);
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("`x` has shape [3, 4], the graph declares [8, 4]"), "{err}");
+    assert!(
+        err.contains("`x` has shape [3, 4], the graph declares [8, 4]"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -142,9 +274,21 @@ fn broken_safetensors_files_are_rejected() {
     let good = std::fs::read(d.p("p.st")).unwrap();
     let try_params = |bytes: &[u8], expect: &str| {
         std::fs::write(d.p("bad.st"), bytes).unwrap();
-        let (code, _, err) = run(&["run-graph", &d.p("g.json"), "--params", &d.p("bad.st"), "--inputs", &d.p("x.st"), "--out", &d.p("y.st")]);
+        let (code, _, err) = run(&[
+            "run-graph",
+            &d.p("g.json"),
+            "--params",
+            &d.p("bad.st"),
+            "--inputs",
+            &d.p("x.st"),
+            "--out",
+            &d.p("y.st"),
+        ]);
         assert_eq!(code, 2, "{err}");
-        assert!(err.contains(expect) && !err.contains("panicked"), "expected `{expect}`: {err}");
+        assert!(
+            err.contains(expect) && !err.contains("panicked"),
+            "expected `{expect}`: {err}"
+        );
     };
     // truncated data: offsets point beyond the real size
     try_params(&good[..good.len() - 10], "not a valid safetensors file");
@@ -162,7 +306,14 @@ fn broken_safetensors_files_are_rejected() {
     try_params(&f64_file, "dtype F64 is not supported (only F32)");
     // a graph file that is not JSON
     std::fs::write(d.p("junk.json"), b"\x00\x01 not json").unwrap();
-    let (code, _, err) = run(&["run-graph", &d.p("junk.json"), "--inputs", &d.p("x.st"), "--out", &d.p("y.st")]);
+    let (code, _, err) = run(&[
+        "run-graph",
+        &d.p("junk.json"),
+        "--inputs",
+        &d.p("x.st"),
+        "--out",
+        &d.p("y.st"),
+    ]);
     assert_eq!(code, 2);
     assert!(err.contains("not a torchlean.ir.v1 graph"), "{err}");
 }
@@ -170,13 +321,28 @@ fn broken_safetensors_files_are_rejected() {
 #[test]
 fn compiled_and_eager_quickstart_print_the_same_losses() {
     let (c1, eager, _) = run(&["quickstart-mlp", "--steps", "60", "--backend", "eager"]);
-    let (c2, compiled, err) = run(&["quickstart-mlp", "--steps", "60", "--backend", "compiled", "--show-backend"]);
+    let (c2, compiled, err) = run(&[
+        "quickstart-mlp",
+        "--steps",
+        "60",
+        "--backend",
+        "compiled",
+        "--show-backend",
+    ]);
     assert_eq!((c1, c2), (0, 0), "{err}");
-    let losses = |s: &str| -> Vec<f32> { s.lines().filter_map(|l| l.strip_prefix("step ")).map(|l| l.split(" loss ").nth(1).unwrap().parse().unwrap()).collect() };
+    let losses = |s: &str| -> Vec<f32> {
+        s.lines()
+            .filter_map(|l| l.strip_prefix("step "))
+            .map(|l| l.split(" loss ").nth(1).unwrap().parse().unwrap())
+            .collect()
+    };
     let (e, c) = (losses(&eager), losses(&compiled));
     assert_eq!(e.len(), c.len());
     for (a, b) in e.iter().zip(&c) {
         assert!((a - b).abs() <= 1e-5 * a.abs(), "eager {a} vs compiled {b}");
     }
-    assert!(compiled.contains("mode=compiled") && compiled.contains("group: singleton"), "the compiled plan's report is shown: {compiled}");
+    assert!(
+        compiled.contains("mode=compiled") && compiled.contains("group: singleton"),
+        "the compiled plan's report is shown: {compiled}"
+    );
 }

@@ -27,12 +27,41 @@ fn opts(steps: usize) -> TrainOptions {
 }
 
 #[test]
-fn compiled_backend_and_other_dtypes_are_typed_errors() {
+fn compiled_trainer_gives_the_eager_losses() {
+    let data = synthetic::regression(64, 3).unwrap();
+    let run = |backend| {
+        let mut c = Config::new(Task::Regression, Adam::new(0.01).unwrap());
+        c.backend = backend;
+        let mut t = Trainer::new(mlp(2), c).unwrap();
+        let mut losses = vec![];
+        t.train_with(&data, &opts(12), |log| losses.push(log.loss))
+            .unwrap();
+        losses
+    };
+    let (e, c) = (
+        run(ExecutionBackend::Eager),
+        run(ExecutionBackend::Compiled),
+    );
+    assert!(!e.is_empty() && e.len() == c.len());
+    for (a, b) in e.iter().zip(&c) {
+        assert!(
+            (a - b).abs() <= 1e-5 * a.abs().max(1e-6),
+            "eager {a} vs compiled {b}"
+        );
+    }
+    // a model that draws random numbers each step is refused in compiled mode, readably
     let mut c = Config::new(Task::Regression, Adam::new(0.01).unwrap());
     c.backend = ExecutionBackend::Compiled;
-    let e = Trainer::new(mlp(0), c).err().unwrap();
-    assert_eq!(e, Error::Train(TrainError::CompiledUnavailable));
-    assert!(e.to_string().contains("compiled training is not available"));
+    let dropout = torchlean::nn::Sequential::new()
+        .push(mlp(1))
+        .push(torchlean::nn::Dropout::new(0.5, 7).unwrap());
+    let mut t = Trainer::new(dropout, c).unwrap();
+    let e = t.train(&data, &opts(2)).unwrap_err();
+    assert!(e.to_string().contains("draws random numbers"), "{e}");
+}
+
+#[test]
+fn other_dtypes_and_bad_settings_are_typed_errors() {
     let mut c = Config::new(Task::Regression, Adam::new(0.01).unwrap());
     c.dtype = DType::F16;
     let e = Trainer::new(mlp(0), c).err().unwrap();

@@ -4,9 +4,9 @@
 use crate::backend_args::BackendArgs;
 use crate::{CliError, CliResult};
 use std::time::Instant;
+use torchlean::graph::AttentionMask;
 use torchlean::nn::train::TrainStep;
 use torchlean::nn::{Activation, Adam, Mlp, Module};
-use torchlean::graph::AttentionMask;
 use torchlean::{no_grad, OpKind, Tensor};
 
 #[derive(clap::Args)]
@@ -140,18 +140,41 @@ pub fn run(a: Args) -> CliResult {
             "sdpa" => {
                 // B=4 H=8 L=512 D=64 with a boolean (causal-pattern) mask, forward + backward
                 let (b, h, l, d) = (4, 8, 512, 64);
-                a.backend.start_session(&[OpKind::ScaledDotProductAttention, OpKind::Mul, OpKind::SumAll], true)?;
+                a.backend.start_session(
+                    &[
+                        OpKind::ScaledDotProductAttention,
+                        OpKind::Mul,
+                        OpKind::SumAll,
+                    ],
+                    true,
+                )?;
                 let q = Tensor::randn(&[b, h, l, d], 6)?.requires_grad();
                 let k = Tensor::randn(&[b, h, l, d], 7)?.requires_grad();
                 let v = Tensor::randn(&[b, h, l, d], 8)?.requires_grad();
-                let mask = Tensor::from_vec((0..l * l).map(|i| ((i % l) <= (i / l)) as u8 as f32).collect(), &[l, l])?;
+                let mask = Tensor::from_vec(
+                    (0..l * l)
+                        .map(|i| ((i % l) <= (i / l)) as u8 as f32)
+                        .collect(),
+                    &[l, l],
+                )?;
                 let g = Tensor::randn(&[b, h, l, d], 9)?;
                 let t = time((a.warmup, a.warmup_seconds), a.reps, || {
-                    let o = q.scaled_dot_product_attention(&k, &v, Some((&mask, AttentionMask::Boolean)), false, None)?;
+                    let o = q.scaled_dot_product_attention(
+                        &k,
+                        &v,
+                        Some((&mask, AttentionMask::Boolean)),
+                        false,
+                        None,
+                    )?;
                     std::hint::black_box(o.mul(&g)?.sum_all()?.backward()?);
                     Ok(())
                 })?;
-                (t, 1e3, "ms", serde_json::json!({ "B": b, "H": h, "L": l, "D": d, "mask": "boolean" }))
+                (
+                    t,
+                    1e3,
+                    "ms",
+                    serde_json::json!({ "B": b, "H": h, "L": l, "D": d, "mask": "boolean" }),
+                )
             }
             "tiny-ops" | "tiny-ops-tape" => {
                 let tape = a.workload == "tiny-ops-tape";

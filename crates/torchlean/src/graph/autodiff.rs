@@ -80,12 +80,16 @@ pub fn append_backward(
         }
     }
     let mut names = vec![];
-    for n in g.nodes[..forward_len].to_vec() {
-        let name = match &n.kind {
-            NodeKind::Input { name } | NodeKind::Parameter { name } => name.clone(),
+    let forward: Vec<_> = g.nodes[..forward_len]
+        .iter()
+        .map(|n| (n.id, n.kind.clone()))
+        .collect();
+    for (id, kind) in forward {
+        let name = match kind {
+            NodeKind::Input { name } | NodeKind::Parameter { name } => name,
             _ => continue,
         };
-        if let (Some(c), true) = (cot[n.id], dep[n.id]) {
+        if let (Some(c), true) = (cot[id], dep[id]) {
             let out = format!("grad.{name}");
             g.outputs.push(OutputDecl {
                 name: out.clone(),

@@ -23,8 +23,6 @@ pub enum CheckpointError {
 /// Training could not start or stopped.
 #[derive(Debug, Error, Clone, PartialEq)]
 pub enum TrainError {
-    #[error("compiled training is not available in this build yet (backend `compiled` was requested); use the eager backend")]
-    CompiledUnavailable,
     #[error("dtype `{0}` is not supported: the runtime computes in float32")]
     UnsupportedDtype(&'static str),
     #[error("non-finite loss {loss} at step {step}; training stopped before updating the parameters{}", checkpoint_note(.last_checkpoint))]

@@ -60,6 +60,6 @@ pub use schedule::LrSchedule;
 pub use sequential::Sequential;
 pub use sgd::Sgd;
 pub use spectral::{Fno1d, FnoConfig, SpectralConv1d};
-pub use step::{executor_for, EagerStep, StepExecutor, StepOutput};
+pub use step::{executor_for, CompiledStepExecutor, EagerStep, StepExecutor, StepOutput};
 pub use trainer::{Evaluation, LogEntry, TrainSummary, Trainer};
 pub use transformer::{TransformerConfig, TransformerEncoder, TransformerEncoderBlock};

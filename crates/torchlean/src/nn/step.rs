@@ -1,7 +1,7 @@
 //! One training step, kept behind a small trait ([`StepExecutor`]) so the trainer's execution
 //! backend can be swapped: the eager step (forward, loss, tape backward, optional clipping,
-//! optimizer update) is implemented here; the compiled backend is reported as unavailable
-//! until it is wired into [`executor_for`].
+//! optimizer update) and the compiled step (the same forward and loss captured once per input
+//! shape, backward derived from the VJP rules, planned and gated once, replayed every step).
 
 use super::clip::clip_grad_norm;
 use super::config::ExecutionBackend;
@@ -68,28 +68,147 @@ impl StepExecutor for EagerStep {
             }
             .into());
         }
-        let mut grads = loss.backward()?;
+        let grads = loss.backward()?;
         drop(loss);
-        let grad_norm = match clip {
-            Some(max) => {
-                let norm = clip_grad_norm(&*model, &mut grads, max)?;
-                if !norm.is_finite() {
-                    return Err(TrainError::NonFiniteGradient {
-                        step,
-                        norm,
-                        last_checkpoint: None,
-                    }
-                    .into());
+        finish(model, optimizer, grads, value, clip, step)
+    }
+}
+
+/// Shared tail of a step: check the loss, clip, update.
+fn finish(
+    model: &mut dyn Module,
+    optimizer: &mut dyn Optimizer,
+    mut grads: crate::runtime::Gradients,
+    value: f32,
+    clip: Option<f32>,
+    step: u64,
+) -> Result<StepOutput> {
+    let grad_norm = match clip {
+        Some(max) => {
+            let norm = clip_grad_norm(&*model, &mut grads, max)?;
+            if !norm.is_finite() {
+                return Err(TrainError::NonFiniteGradient {
+                    step,
+                    norm,
+                    last_checkpoint: None,
                 }
-                Some(norm)
+                .into());
             }
-            None => None,
+            Some(norm)
+        }
+        None => None,
+    };
+    optimizer.step(model, &grads)?;
+    Ok(StepOutput {
+        loss: value,
+        grad_norm,
+    })
+}
+
+/// The compiled step: captures the model's forward and the task's loss on the first batch
+/// (again whenever the batch shape changes), derives the backward graph, plans and gates it
+/// once under the profile, then runs only the accepted graph plan. Models whose forward has
+/// side effects outside the graph are refused: seeded random ops (dropout draws a new mask
+/// each step in eager mode, a captured graph would freeze one) and buffers updated during
+/// training (BatchNorm's running statistics).
+pub struct CompiledStepExecutor {
+    profile: BackendProfile,
+    graph: Option<(
+        Vec<usize>,
+        Vec<usize>,
+        crate::runtime::compiled::CompiledStep,
+    )>,
+}
+
+impl CompiledStepExecutor {
+    pub fn new(profile: &BackendProfile) -> Self {
+        CompiledStepExecutor {
+            profile: profile.clone(),
+            graph: None,
+        }
+    }
+
+    /// The report of the compiled plan, once built.
+    pub fn report(&self) -> Option<&crate::backend::BackendReport> {
+        self.graph.as_ref().map(|(_, _, s)| s.compiled().report())
+    }
+}
+
+impl StepExecutor for CompiledStepExecutor {
+    fn name(&self) -> &'static str {
+        "compiled"
+    }
+    fn run(
+        &mut self,
+        model: &mut dyn Module,
+        optimizer: &mut dyn Optimizer,
+        task: &Task,
+        inputs: &Tensor,
+        targets: &Tensor,
+        clip: Option<f32>,
+        step: u64,
+    ) -> Result<StepOutput> {
+        use crate::runtime::compiled::CompiledStep;
+        let named = [
+            ("inputs".to_string(), inputs.clone()),
+            ("targets".to_string(), targets.clone()),
+        ];
+        let fresh =
+            !matches!(&self.graph, Some((a, b, _)) if a == inputs.shape() && b == targets.shape());
+        if fresh {
+            if !model.buffers().is_empty() {
+                return Err(TrainError::Config("compiled mode: this model updates buffers (e.g. BatchNorm running statistics) outside the graph; train it in eager mode".into()).into());
+            }
+            let params: Vec<(String, Tensor)> = model
+                .parameters()
+                .into_iter()
+                .map(|(n, t)| (n, t.clone()))
+                .collect();
+            let m: &dyn Module = model;
+            let built = CompiledStep::build(
+                &named,
+                &params,
+                |xs| task.loss(&m.forward(&xs[0])?, &xs[1]),
+                &self.profile,
+            )?;
+            let random = built
+                .compiled()
+                .graph()
+                .nodes
+                .iter()
+                .any(|n| match &n.kind {
+                    crate::graph::NodeKind::Op { op } => op.kind().is_random(),
+                    _ => false,
+                });
+            if random {
+                return Err(TrainError::Config("compiled mode: the model draws random numbers (e.g. dropout) each step; a captured graph would reuse one draw, so train it in eager mode".into()).into());
+            }
+            self.graph = Some((inputs.shape().to_vec(), targets.shape().to_vec(), built));
+        }
+        let Some((_, _, compiled)) = &self.graph else {
+            unreachable!("the compiled step was built just above")
         };
-        optimizer.step(model, &grads)?;
-        Ok(StepOutput {
-            loss: value,
-            grad_norm,
-        })
+        let grads = {
+            let params = model.parameters();
+            let (loss, named_grads) = compiled.run(&named, &params)?;
+            let value = loss.item()?;
+            if !value.is_finite() {
+                return Err(TrainError::NonFiniteLoss {
+                    step,
+                    loss: value,
+                    last_checkpoint: None,
+                }
+                .into());
+            }
+            let mut grads = crate::runtime::Gradients::default();
+            for (name, g) in named_grads {
+                if let Some((_, p)) = params.iter().find(|(n, _)| *n == name) {
+                    grads.insert(p, g);
+                }
+            }
+            (grads, value)
+        };
+        finish(model, optimizer, grads.0, grads.1, clip, step)
     }
 }
 
@@ -99,9 +218,8 @@ pub fn executor_for(
     backend: ExecutionBackend,
     profile: &BackendProfile,
 ) -> Result<Box<dyn StepExecutor>> {
-    let _ = profile;
     match backend {
         ExecutionBackend::Eager => Ok(Box::new(EagerStep)),
-        ExecutionBackend::Compiled => Err(TrainError::CompiledUnavailable.into()),
+        ExecutionBackend::Compiled => Ok(Box::new(CompiledStepExecutor::new(profile))),
     }
 }

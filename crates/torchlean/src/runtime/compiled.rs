@@ -82,21 +82,22 @@ impl CompiledGraph {
                 _ => continue,
             };
             let kind = op.kind();
-            if !by_kind.contains_key(&kind) {
-                match plan_op(registry, kind, &request, &availability) {
-                    Ok(k) => {
-                        by_kind.insert(kind, k);
-                    }
-                    Err(e) => {
-                        if !errors.iter().any(|x: &PlanningError| x.op == kind) {
-                            errors.push(e);
+            let planned = match by_kind.entry(kind) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    match plan_op(registry, kind, &request, &availability) {
+                        Ok(k) => v.insert(k),
+                        Err(e) => {
+                            if !errors.iter().any(|x: &PlanningError| x.op == kind) {
+                                errors.push(e);
+                            }
+                            continue;
                         }
-                        continue;
                     }
                 }
-            }
+            };
             kernel_of[n.id] = Some(kernels.len());
-            kernels.push(by_kind[&kind].clone());
+            kernels.push(planned.clone());
         }
         if !errors.is_empty() {
             return Err(CompileError::Planning(errors));

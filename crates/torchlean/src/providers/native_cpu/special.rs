@@ -367,10 +367,13 @@ impl<'a> Attention<'a> {
             let scale = self.scale;
             row.iter_mut().for_each(|v| *v *= scale);
             match (self.mask, extra) {
-                (AttentionMask::AdditiveBias, Some(m)) => row.iter_mut().zip(m).for_each(|(v, b)| *v += b),
-                (AttentionMask::Boolean, Some(m)) => row.iter_mut().zip(m).for_each(|(v, &keep)| {
-                    *v = if keep != 0.0 { *v } else { f32::NEG_INFINITY }
-                }),
+                (AttentionMask::AdditiveBias, Some(m)) => {
+                    row.iter_mut().zip(m).for_each(|(v, b)| *v += b)
+                }
+                (AttentionMask::Boolean, Some(m)) => row
+                    .iter_mut()
+                    .zip(m)
+                    .for_each(|(v, &keep)| *v = if keep != 0.0 { *v } else { f32::NEG_INFINITY }),
                 _ => {}
             }
             if self.causal && i + 1 < s {

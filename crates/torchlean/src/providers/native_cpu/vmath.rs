@@ -63,7 +63,7 @@ pub fn sigmoid(x: f32) -> f32 {
 pub fn erf(x: f32) -> f32 {
     let a = x.abs();
     let x2 = x * x;
-    let series = 1.128_379_2
+    let series = std::f32::consts::FRAC_2_SQRT_PI
         * x
         * (1.0 + x2 * (-1.0 / 3.0 + x2 * (0.1 + x2 * (-1.0 / 42.0 + x2 * (1.0 / 216.0)))));
     let t = 1.0 / (1.0 + 0.327_591_1 * a);
@@ -106,7 +106,9 @@ pub fn max(x: &[f32]) -> f32 {
             *a = if v > *a { v } else { *a };
         }
     }
-    acc.iter().chain(tail).fold(f32::NEG_INFINITY, |a, &b| if b > a { b } else { a })
+    acc.iter()
+        .chain(tail)
+        .fold(f32::NEG_INFINITY, |a, &b| if b > a { b } else { a })
 }
 
 #[cfg(test)]
@@ -115,8 +117,15 @@ mod tests {
     fn lane_sum_and_max_match_sequential() {
         for n in [0usize, 1, 15, 16, 17, 100, 1000] {
             let x: Vec<f32> = (0..n).map(|i| ((i * 7919) % 101) as f32 - 50.0).collect();
-            assert_eq!(super::sum(&x), x.iter().sum::<f32>(), "integers sum exactly in any order");
-            assert_eq!(super::max(&x), x.iter().copied().fold(f32::NEG_INFINITY, f32::max));
+            assert_eq!(
+                super::sum(&x),
+                x.iter().sum::<f32>(),
+                "integers sum exactly in any order"
+            );
+            assert_eq!(
+                super::max(&x),
+                x.iter().copied().fold(f32::NEG_INFINITY, f32::max)
+            );
         }
     }
 
