@@ -6,12 +6,12 @@ use crate::{CliError, CliResult};
 use std::time::Instant;
 use torchlean::graph::AttentionMask;
 use torchlean::nn::train::TrainStep;
-use torchlean::nn::{Activation, Adam, Mlp, Module};
+use torchlean::nn::{Activation, Adam, Mlp, Module, TransformerConfig, TransformerEncoder};
 use torchlean::{no_grad, OpKind, Tensor};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// gemm-N (e.g. gemm-1024) | mlp-step | quickstart-step | sdpa | tiny-ops | tiny-ops-tape
+    /// gemm-N (e.g. gemm-1024) | mlp-step | quickstart-step | transformer-step | sdpa | tiny-ops | tiny-ops-tape
     workload: String,
     #[command(flatten)]
     backend: BackendArgs,
@@ -136,6 +136,25 @@ pub fn run(a: Args) -> CliResult {
                     "ms",
                     serde_json::json!({ "batch": batch, "layers": sizes, "mode": mode.label() }),
                 )
+            }
+            "transformer-step" => {
+                // 2-layer pre-norm encoder, d=128, 4 heads, FFN 512 (GELU), L=64, batch 16, Adam, MSE
+                let mode = a.backend.mode()?;
+                let config = TransformerConfig { embed_dim: 128, heads: 4, ff_dim: 512, dropout: 0.0, causal: false };
+                let mut model = TransformerEncoder::new(config, 2, false, 0)?;
+                a.backend.start_session(&model.op_kinds(), true)?;
+                let x = Tensor::randn(&[16, 64, 128], 3)?;
+                let target = Tensor::randn(&[16, 64, 128], 4)?;
+                let loss_fn = |m: &dyn Module, xs: &[Tensor]| -> torchlean::Result<Tensor> { m.forward(&xs[0])?.mse_loss(&xs[1]) };
+                let inputs = [("x".to_string(), x), ("y".to_string(), target)];
+                let step = TrainStep::new(mode, &model, &inputs, &loss_fn, &a.backend.profile()?)?;
+                let mut opt = Adam::new(1e-3)?;
+                let t = time((a.warmup, a.warmup_seconds), a.reps, || {
+                    step.run(&mut model, &mut opt, &inputs, &loss_fn)?;
+                    Ok(())
+                })?;
+                compiled_report = step.compiled_report().cloned();
+                (t, 1e3, "ms", serde_json::json!({ "layers": 2, "d": 128, "heads": 4, "ff": 512, "L": 64, "batch": 16, "mode": mode.label() }))
             }
             "sdpa" => {
                 // B=4 H=8 L=512 D=64 with a boolean (causal-pattern) mask, forward + backward

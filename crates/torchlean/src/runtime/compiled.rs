@@ -50,6 +50,27 @@ pub struct CompiledGraph {
     last_use: Vec<usize>,
     report: BackendReport,
     peak_elements: usize,
+    /// For each vjp node, its siblings: the vjp nodes over the same op node and cotangent,
+    /// as (node, input). The first sibling computes every one of their cotangents in one call
+    /// of the VJP kernel; the others find their value already there.
+    siblings: Vec<Vec<(usize, usize)>>,
+}
+
+/// Groups the vjp nodes that share their parents (same op node, same cotangent).
+fn vjp_siblings(graph: &Graph) -> Vec<Vec<(usize, usize)>> {
+    let mut by_parents: HashMap<&[usize], Vec<(usize, usize)>> = HashMap::new();
+    for n in &graph.nodes {
+        if let NodeKind::Vjp { input, .. } = &n.kind {
+            by_parents.entry(n.parents.as_slice()).or_default().push((n.id, *input));
+        }
+    }
+    let mut out = vec![vec![]; graph.nodes.len()];
+    for group in by_parents.into_values() {
+        for &(id, _) in &group {
+            out[id] = group.clone();
+        }
+    }
+    out
 }
 
 impl CompiledGraph {
@@ -140,6 +161,7 @@ impl CompiledGraph {
                 }
             }
         }
+        let siblings = vjp_siblings(&graph);
         Ok(CompiledGraph {
             graph,
             plan: accepted,
@@ -147,6 +169,7 @@ impl CompiledGraph {
             last_use,
             report,
             peak_elements: peak,
+            siblings,
         })
     }
 
@@ -164,12 +187,29 @@ impl CompiledGraph {
         self.peak_elements
     }
 
+    /// Releases the values whose last reader is `n` (and `n` itself if nobody reads it).
+    fn release_after(&self, n: &crate::graph::Node, slots: &mut [Option<Tensor>]) {
+        if self.last_use[n.id] == n.id {
+            slots[n.id] = None; // nobody reads it and it is not an output
+        }
+        for &p in &n.parents {
+            if self.last_use[p] == n.id {
+                slots[p] = None;
+            }
+        }
+    }
+
     /// Runs the plan. `value(name)` supplies inputs, parameters and constants by name; every
     /// supplied tensor must have its declared shape. Returns the named outputs.
     pub fn run(&self, value: impl Fn(&str) -> Option<Tensor>) -> Result<Vec<(String, Tensor)>> {
         let mut slots: Vec<Option<Tensor>> = vec![None; self.graph.nodes.len()];
         let kernels = self.plan.kernels();
         for n in &self.graph.nodes {
+            if slots[n.id].is_some() {
+                // a vjp computed together with an earlier sibling
+                self.release_after(n, &mut slots);
+                continue;
+            }
             let get = |i: usize| -> Result<&Tensor> {
                 slots[i].as_ref().ok_or_else(|| {
                     Error::Other(format!(
@@ -209,23 +249,24 @@ impl CompiledGraph {
                     let all: Vec<&Tensor> =
                         n.parents.iter().map(|&p| get(p)).collect::<Result<_>>()?;
                     let m = all.len() - 2;
-                    let needs: Vec<bool> = (0..m).map(|i| i == *input).collect();
+                    let group = &self.siblings[n.id];
+                    let needs: Vec<bool> = (0..m).map(|i| group.iter().any(|&(_, j)| j == i)).collect();
                     let mut grads = vjp(op, &all[..m], all[m], all[m + 1], &needs)?;
-                    match grads.get_mut(*input).and_then(Option::take) {
-                        Some(g) => g,
-                        None => Tensor::zeros(&n.shape)?,
+                    let mut take = |i: usize, shape: &[usize]| -> Result<Tensor> {
+                        match grads.get_mut(i).and_then(Option::take) {
+                            Some(g) => Ok(g),
+                            None => Tensor::zeros(shape),
+                        }
+                    };
+                    for &(sib, j) in group.iter().filter(|&&(sib, _)| sib != n.id) {
+                        let value = take(j, &self.graph.nodes[sib].shape)?;
+                        slots[sib] = Some(value);
                     }
+                    take(*input, &n.shape)?
                 }
             };
             slots[n.id] = Some(out);
-            if self.last_use[n.id] == n.id {
-                slots[n.id] = None; // nobody reads it and it is not an output
-            }
-            for &p in &n.parents {
-                if self.last_use[p] == n.id {
-                    slots[p] = None;
-                }
-            }
+            self.release_after(n, &mut slots);
         }
         self.graph
             .outputs
