@@ -25,8 +25,11 @@ pub fn zip_map<const K: usize>(
     }
     if shapes.iter().all(|s| *s == out_shape) {
         for_chunks(&mut out, |off, c| {
-            for (j, o) in c.iter_mut().enumerate() {
-                *o = f(std::array::from_fn(|k| xs[k][off + j]));
+            let n = c.len();
+            // re-slice to the chunk's length so the bounds checks hoist and the loop vectorizes
+            let src: [&[f32]; K] = std::array::from_fn(|k| &xs[k][off..off + n]);
+            for j in 0..n {
+                c[j] = f(std::array::from_fn(|k| src[k][j]));
             }
         });
         return out;
@@ -65,18 +68,6 @@ pub fn map(x: &[f32], f: impl Fn(f32) -> f32 + Sync + Send) -> Vec<f32> {
     out
 }
 
-fn binary_fn(op: &Op) -> fn(f32, f32) -> f32 {
-    match op {
-        Op::Add => |a, b| a + b,
-        Op::Sub => |a, b| a - b,
-        Op::Mul => |a, b| a * b,
-        Op::Div => |a, b| a / b,
-        Op::Maximum => |a, b| if a >= b || b.is_nan() { a } else { b },
-        Op::Minimum => |a, b| if a <= b || b.is_nan() { a } else { b },
-        _ => unreachable!("not a binary op: {}", op.name()),
-    }
-}
-
 pub fn binary_forward(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Vec<f32> {
     if let Op::Where = op {
         let (c, a, b) = (x[0].data(), x[1].data(), x[2].data());
@@ -88,13 +79,22 @@ pub fn binary_forward(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Vec<f32> {
         );
     }
     let (a, b) = (x[0].data(), x[1].data());
-    let f = binary_fn(op);
-    zip_map(
-        [&a, &b],
-        [x[0].shape(), x[1].shape()],
-        out_shape,
-        |[a, b]| f(a, b),
-    )
+    let shapes = [x[0].shape(), x[1].shape()];
+    // one closure type per op, so every map is monomorphized and vectorizes
+    macro_rules! zip2 {
+        ($f:expr) => {
+            zip_map([&a, &b], shapes, out_shape, $f)
+        };
+    }
+    match op {
+        Op::Add => zip2!(|[a, b]: [f32; 2]| a + b),
+        Op::Sub => zip2!(|[a, b]: [f32; 2]| a - b),
+        Op::Mul => zip2!(|[a, b]: [f32; 2]| a * b),
+        Op::Div => zip2!(|[a, b]: [f32; 2]| a / b),
+        Op::Maximum => zip2!(|[a, b]: [f32; 2]| if a >= b || b.is_nan() { a } else { b }),
+        Op::Minimum => zip2!(|[a, b]: [f32; 2]| if a <= b || b.is_nan() { a } else { b }),
+        _ => unreachable!("not a binary op: {}", op.name()),
+    }
 }
 
 pub fn binary_vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
@@ -122,15 +122,16 @@ pub fn binary_vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
     }
     let (a, b) = (x[0].data(), x[1].data());
     let (sa, sb) = (x[0].shape(), x[1].shape());
-    let both = |fa: fn(f32, f32, f32) -> f32, fb: fn(f32, f32, f32) -> f32| {
-        let ga = zip_map([&a, &b, &g], [sa, sb, shape], shape, |[a, b, g]| {
-            fa(a, b, g)
-        });
-        let gb = zip_map([&a, &b, &g], [sa, sb, shape], shape, |[a, b, g]| {
-            fb(a, b, g)
-        });
-        vec![reduce(ga, &x[0]), reduce(gb, &x[1])]
-    };
+    // a macro, not a closure taking fn pointers: each map gets its own inlined closure
+    macro_rules! both {
+        ($fa:expr, $fb:expr) => {{
+            let fa = $fa;
+            let fb = $fb;
+            let ga = zip_map([&a, &b, &g], [sa, sb, shape], shape, |[a, b, g]: [f32; 3]| fa(a, b, g));
+            let gb = zip_map([&a, &b, &g], [sa, sb, shape], shape, |[a, b, g]: [f32; 3]| fb(a, b, g));
+            vec![reduce(ga, &x[0]), reduce(gb, &x[1])]
+        }};
+    }
     match op {
         Op::Add => vec![
             Some(sum_to_shape(&g, shape, sa)),
@@ -141,24 +142,26 @@ pub fn binary_vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
             let neg = Tensor::from_parts(map(&gb.to_vec(), |v| -v), sb.to_vec());
             vec![Some(sum_to_shape(&g, shape, sa)), Some(neg)]
         }
-        Op::Mul => both(|_, b, g| g * b, |a, _, g| g * a),
-        Op::Div => both(|_, b, g| g / b, |a, b, g| -g * a / (b * b)),
-        Op::Maximum => both(
-            |a, b, g| if a >= b { g } else { 0.0 },
-            |a, b, g| if a >= b { 0.0 } else { g },
+        Op::Mul => both!(|_: f32, b: f32, g: f32| g * b, |a: f32, _: f32, g: f32| g * a),
+        Op::Div => both!(|_: f32, b: f32, g: f32| g / b, |a: f32, b: f32, g: f32| -g * a / (b * b)),
+        Op::Maximum => both!(
+            |a: f32, b: f32, g: f32| if a >= b { g } else { 0.0 },
+            |a: f32, b: f32, g: f32| if a >= b { 0.0 } else { g }
         ),
-        Op::Minimum => both(
-            |a, b, g| if a <= b { g } else { 0.0 },
-            |a, b, g| if a <= b { 0.0 } else { g },
+        Op::Minimum => both!(
+            |a: f32, b: f32, g: f32| if a <= b { g } else { 0.0 },
+            |a: f32, b: f32, g: f32| if a <= b { 0.0 } else { g }
         ),
         _ => unreachable!("not a binary op: {}", op.name()),
     }
 }
 
+#[inline(always)]
 fn gelu(x: f32) -> f32 {
     0.5 * x * (1.0 + vmath::erf(x * std::f32::consts::FRAC_1_SQRT_2))
 }
 
+#[inline(always)]
 fn gelu_grad(x: f32) -> f32 {
     let cdf = 0.5 * (1.0 + vmath::erf(x * std::f32::consts::FRAC_1_SQRT_2));
     let pdf = vmath::exp(-0.5 * x * x) * 0.398_942_3; // 1/sqrt(2π)
@@ -195,10 +198,15 @@ pub fn unary_forward(op: &Op, x: &[f32]) -> Vec<f32> {
 /// The cotangent of a unary map's input from (x, y, gy).
 pub fn unary_vjp(op: &Op, x: &[f32], y: &[f32], g: &[f32], shape: &[usize]) -> Vec<f32> {
     let s = [shape, shape, shape];
-    let z = |f: fn(f32, f32, f32) -> f32| zip_map([x, y, g], s, shape, move |[x, y, g]| f(x, y, g));
+    macro_rules! z {
+        ($f:expr) => {{
+            let f = $f;
+            zip_map([x, y, g], s, shape, move |[x, y, g]: [f32; 3]| f(x, y, g))
+        }};
+    }
     match *op {
         Op::Neg => map(g, |g| -g),
-        Op::Abs => z(|x, _, g| {
+        Op::Abs => z!(|x: f32, _: f32, g: f32| {
             if x > 0.0 {
                 g
             } else if x < 0.0 {
@@ -207,21 +215,21 @@ pub fn unary_vjp(op: &Op, x: &[f32], y: &[f32], g: &[f32], shape: &[usize]) -> V
                 0.0
             }
         }),
-        Op::Sqrt => z(|_, y, g| 0.5 * g / y),
-        Op::Exp => z(|_, y, g| g * y),
-        Op::Log => z(|x, _, g| g / x),
-        Op::Sin => z(|x, _, g| g * x.cos()),
-        Op::Cos => z(|x, _, g| -g * x.sin()),
-        Op::Tanh => z(|_, y, g| g * (1.0 - y * y)),
-        Op::Sigmoid => z(|_, y, g| g * y * (1.0 - y)),
-        Op::Relu => z(|x, _, g| if x > 0.0 { g } else { 0.0 }),
-        Op::Gelu => z(|x, _, g| g * gelu_grad(x)),
-        Op::Silu => z(|x, _, g| {
+        Op::Sqrt => z!(|_: f32, y: f32, g: f32| 0.5 * g / y),
+        Op::Exp => z!(|_: f32, y: f32, g: f32| g * y),
+        Op::Log => z!(|x: f32, _: f32, g: f32| g / x),
+        Op::Sin => z!(|x: f32, _: f32, g: f32| g * x.cos()),
+        Op::Cos => z!(|x: f32, _: f32, g: f32| -g * x.sin()),
+        Op::Tanh => z!(|_: f32, y: f32, g: f32| g * (1.0 - y * y)),
+        Op::Sigmoid => z!(|_: f32, y: f32, g: f32| g * y * (1.0 - y)),
+        Op::Relu => z!(|x: f32, _: f32, g: f32| if x > 0.0 { g } else { 0.0 }),
+        Op::Gelu => z!(|x: f32, _: f32, g: f32| g * gelu_grad(x)),
+        Op::Silu => z!(|x: f32, _: f32, g: f32| {
             let s = sigmoid(x);
             g * s * (1.0 + x * (1.0 - s))
         }),
-        Op::Softplus => z(|x, _, g| g * sigmoid(x)),
-        Op::Inv => z(|_, y, g| -g * y * y),
+        Op::Softplus => z!(|x: f32, _: f32, g: f32| g * sigmoid(x)),
+        Op::Inv => z!(|_: f32, y: f32, g: f32| -g * y * y),
         Op::SafeLog { eps } => zip_map([x, g], [shape, shape], shape, move |[x, g]| {
             if x > eps {
                 g / x
