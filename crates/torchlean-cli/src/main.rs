@@ -77,6 +77,20 @@ enum Command {
     Export(commands::graph_files::ExportArgs),
     /// Run a graph file: named inputs in, named outputs (and gradients with --grad) out.
     RunGraph(commands::graph_files::RunGraphArgs),
+    /// Train a small CNN on synthetic 8x8 images (4 classes).
+    QuickstartCnn(commands::examples::classify::QuickstartCnnArgs),
+    /// Train an MLP classifier (synthetic XOR quadrants, or --data CSV / IDX).
+    Mlp(commands::examples::classify::MlpArgs),
+    /// Train a small CNN classifier (synthetic images, or --data CSV / IDX).
+    Cnn(commands::examples::classify::CnnArgs),
+    /// Train a character-level transformer language model on a text file and sample from it.
+    Transformer(commands::examples::transformer::Args),
+    /// Train an MLP autoencoder on a low-dimensional manifold.
+    Autoencoder(commands::examples::autoencoder::Args),
+    /// Train a 1-D Fourier neural operator on the heat equation.
+    Fno1d(commands::examples::fno1d::Args),
+    /// Train a GRU or LSTM sequence regressor.
+    Rnn(commands::examples::rnn::Args),
 }
 
 fn main() -> ExitCode {
@@ -91,6 +105,13 @@ fn main() -> ExitCode {
         Command::Bench(a) => commands::bench::run(a),
         Command::Export(a) => commands::graph_files::export(a),
         Command::RunGraph(a) => commands::graph_files::run_graph(a),
+        Command::QuickstartCnn(a) => commands::examples::classify::quickstart_cnn(a),
+        Command::Mlp(a) => commands::examples::classify::mlp(a),
+        Command::Cnn(a) => commands::examples::classify::cnn(a),
+        Command::Transformer(a) => commands::examples::transformer::run_cmd(a),
+        Command::Autoencoder(a) => commands::examples::autoencoder::run_cmd(a),
+        Command::Fno1d(a) => commands::examples::fno1d::run_cmd(a),
+        Command::Rnn(a) => commands::examples::rnn::run_cmd(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -61,166 +61,181 @@ pub fn run(a: Args) -> CliResult {
         return Err(CliError::usage("--reps must be positive"));
     }
     let mut compiled_report = None;
-    let (times, unit_scale, unit, extra): (Vec<f64>, f64, &str, serde_json::Value) =
-        match a.workload.as_str() {
-            w if w.starts_with("gemm-") => {
-                let n: usize = w[5..]
-                    .parse()
-                    .map_err(|_| CliError::usage(format!("bad gemm size in `{w}`")))?;
-                a.backend.start_session(&[OpKind::Matmul], false)?;
-                let x = Tensor::randn(&[n, n], 1)?;
-                let y = Tensor::randn(&[n, n], 2)?;
-                let t = time((a.warmup, a.warmup_seconds), a.reps, || {
-                    no_grad(|| x.matmul(&y)).map(|_| ()).map_err(Into::into)
-                })?;
-                let gflops = 2.0 * (n as f64).powi(3) / stats(t.clone()).0 / 1e9;
-                (
-                    t,
-                    1e3,
-                    "ms",
-                    serde_json::json!({ "n": n, "gflops": gflops }),
-                )
-            }
-            "mlp-step" | "quickstart-step" => {
-                let mode = a.backend.mode()?;
-                let quick = a.workload == "quickstart-step";
-                let batch = a.batch_size.unwrap_or(if quick { 16 } else { 128 });
-                let sizes: &[usize] = if quick {
-                    &[4, 64, 64, 1]
+    let (times, unit_scale, unit, extra): (Vec<f64>, f64, &str, serde_json::Value) = match a
+        .workload
+        .as_str()
+    {
+        w if w.starts_with("gemm-") => {
+            let n: usize = w[5..]
+                .parse()
+                .map_err(|_| CliError::usage(format!("bad gemm size in `{w}`")))?;
+            a.backend.start_session(&[OpKind::Matmul], false)?;
+            let x = Tensor::randn(&[n, n], 1)?;
+            let y = Tensor::randn(&[n, n], 2)?;
+            let t = time((a.warmup, a.warmup_seconds), a.reps, || {
+                no_grad(|| x.matmul(&y)).map(|_| ()).map_err(Into::into)
+            })?;
+            let gflops = 2.0 * (n as f64).powi(3) / stats(t.clone()).0 / 1e9;
+            (
+                t,
+                1e3,
+                "ms",
+                serde_json::json!({ "n": n, "gflops": gflops }),
+            )
+        }
+        "mlp-step" | "quickstart-step" => {
+            let mode = a.backend.mode()?;
+            let quick = a.workload == "quickstart-step";
+            let batch = a.batch_size.unwrap_or(if quick { 16 } else { 128 });
+            let sizes: &[usize] = if quick {
+                &[4, 64, 64, 1]
+            } else {
+                &[784, 512, 512, 10]
+            };
+            let act = if quick {
+                Activation::Tanh
+            } else {
+                Activation::Relu
+            };
+            let mut model = Mlp::new(sizes, act, 0)?;
+            let ops = [
+                OpKind::Linear,
+                act.op(),
+                OpKind::MseLoss,
+                OpKind::LogSoftmax,
+                OpKind::Gather,
+                OpKind::Reshape,
+                OpKind::SumAll,
+                OpKind::Scale,
+                OpKind::Neg,
+            ];
+            a.backend.start_session(&ops, true)?;
+            let x = Tensor::randn(&[batch, sizes[0]], 3)?;
+            let y = if quick {
+                Tensor::randn(&[batch, 1], 4)?
+            } else {
+                Tensor::from_vec((0..batch).map(|i| (i % 10) as f32).collect(), &[batch])?
+            };
+            let loss_fn = move |m: &dyn Module, xs: &[Tensor]| -> torchlean::Result<Tensor> {
+                let out = m.forward(&xs[0])?;
+                if quick {
+                    out.mse_loss(&xs[1])
                 } else {
-                    &[784, 512, 512, 10]
-                };
-                let act = if quick {
-                    Activation::Tanh
-                } else {
-                    Activation::Relu
-                };
-                let mut model = Mlp::new(sizes, act, 0)?;
-                let ops = [
-                    OpKind::Linear,
-                    act.op(),
-                    OpKind::MseLoss,
-                    OpKind::LogSoftmax,
-                    OpKind::Gather,
-                    OpKind::Reshape,
+                    out.cross_entropy(&xs[1])
+                }
+            };
+            let inputs = [("x".to_string(), x), ("y".to_string(), y)];
+            let step = TrainStep::new(mode, &model, &inputs, &loss_fn, &a.backend.profile()?)?;
+            let mut opt = Adam::new(1e-3)?;
+            let t = time((a.warmup, a.warmup_seconds), a.reps, || {
+                step.run(&mut model, &mut opt, &inputs, &loss_fn)?;
+                Ok(())
+            })?;
+            compiled_report = step.compiled_report().cloned();
+            (
+                t,
+                1e3,
+                "ms",
+                serde_json::json!({ "batch": batch, "layers": sizes, "mode": mode.label() }),
+            )
+        }
+        "transformer-step" => {
+            // 2-layer pre-norm encoder, d=128, 4 heads, FFN 512 (GELU), L=64, batch 16, Adam, MSE
+            let mode = a.backend.mode()?;
+            let config = TransformerConfig {
+                embed_dim: 128,
+                heads: 4,
+                ff_dim: 512,
+                dropout: 0.0,
+                causal: false,
+            };
+            let mut model = TransformerEncoder::new(config, 2, false, 0)?;
+            a.backend.start_session(&model.op_kinds(), true)?;
+            let x = Tensor::randn(&[16, 64, 128], 3)?;
+            let target = Tensor::randn(&[16, 64, 128], 4)?;
+            let loss_fn = |m: &dyn Module, xs: &[Tensor]| -> torchlean::Result<Tensor> {
+                m.forward(&xs[0])?.mse_loss(&xs[1])
+            };
+            let inputs = [("x".to_string(), x), ("y".to_string(), target)];
+            let step = TrainStep::new(mode, &model, &inputs, &loss_fn, &a.backend.profile()?)?;
+            let mut opt = Adam::new(1e-3)?;
+            let t = time((a.warmup, a.warmup_seconds), a.reps, || {
+                step.run(&mut model, &mut opt, &inputs, &loss_fn)?;
+                Ok(())
+            })?;
+            compiled_report = step.compiled_report().cloned();
+            (
+                t,
+                1e3,
+                "ms",
+                serde_json::json!({ "layers": 2, "d": 128, "heads": 4, "ff": 512, "L": 64, "batch": 16, "mode": mode.label() }),
+            )
+        }
+        "sdpa" => {
+            // B=4 H=8 L=512 D=64 with a boolean (causal-pattern) mask, forward + backward
+            let (b, h, l, d) = (4, 8, 512, 64);
+            a.backend.start_session(
+                &[
+                    OpKind::ScaledDotProductAttention,
+                    OpKind::Mul,
                     OpKind::SumAll,
-                    OpKind::Scale,
-                    OpKind::Neg,
-                ];
-                a.backend.start_session(&ops, true)?;
-                let x = Tensor::randn(&[batch, sizes[0]], 3)?;
-                let y = if quick {
-                    Tensor::randn(&[batch, 1], 4)?
-                } else {
-                    Tensor::from_vec((0..batch).map(|i| (i % 10) as f32).collect(), &[batch])?
-                };
-                let loss_fn = move |m: &dyn Module, xs: &[Tensor]| -> torchlean::Result<Tensor> {
-                    let out = m.forward(&xs[0])?;
-                    if quick {
-                        out.mse_loss(&xs[1])
-                    } else {
-                        out.cross_entropy(&xs[1])
-                    }
-                };
-                let inputs = [("x".to_string(), x), ("y".to_string(), y)];
-                let step = TrainStep::new(mode, &model, &inputs, &loss_fn, &a.backend.profile()?)?;
-                let mut opt = Adam::new(1e-3)?;
-                let t = time((a.warmup, a.warmup_seconds), a.reps, || {
-                    step.run(&mut model, &mut opt, &inputs, &loss_fn)?;
-                    Ok(())
-                })?;
-                compiled_report = step.compiled_report().cloned();
-                (
-                    t,
-                    1e3,
-                    "ms",
-                    serde_json::json!({ "batch": batch, "layers": sizes, "mode": mode.label() }),
-                )
-            }
-            "transformer-step" => {
-                // 2-layer pre-norm encoder, d=128, 4 heads, FFN 512 (GELU), L=64, batch 16, Adam, MSE
-                let mode = a.backend.mode()?;
-                let config = TransformerConfig { embed_dim: 128, heads: 4, ff_dim: 512, dropout: 0.0, causal: false };
-                let mut model = TransformerEncoder::new(config, 2, false, 0)?;
-                a.backend.start_session(&model.op_kinds(), true)?;
-                let x = Tensor::randn(&[16, 64, 128], 3)?;
-                let target = Tensor::randn(&[16, 64, 128], 4)?;
-                let loss_fn = |m: &dyn Module, xs: &[Tensor]| -> torchlean::Result<Tensor> { m.forward(&xs[0])?.mse_loss(&xs[1]) };
-                let inputs = [("x".to_string(), x), ("y".to_string(), target)];
-                let step = TrainStep::new(mode, &model, &inputs, &loss_fn, &a.backend.profile()?)?;
-                let mut opt = Adam::new(1e-3)?;
-                let t = time((a.warmup, a.warmup_seconds), a.reps, || {
-                    step.run(&mut model, &mut opt, &inputs, &loss_fn)?;
-                    Ok(())
-                })?;
-                compiled_report = step.compiled_report().cloned();
-                (t, 1e3, "ms", serde_json::json!({ "layers": 2, "d": 128, "heads": 4, "ff": 512, "L": 64, "batch": 16, "mode": mode.label() }))
-            }
-            "sdpa" => {
-                // B=4 H=8 L=512 D=64 with a boolean (causal-pattern) mask, forward + backward
-                let (b, h, l, d) = (4, 8, 512, 64);
-                a.backend.start_session(
-                    &[
-                        OpKind::ScaledDotProductAttention,
-                        OpKind::Mul,
-                        OpKind::SumAll,
-                    ],
-                    true,
+                ],
+                true,
+            )?;
+            let q = Tensor::randn(&[b, h, l, d], 6)?.requires_grad();
+            let k = Tensor::randn(&[b, h, l, d], 7)?.requires_grad();
+            let v = Tensor::randn(&[b, h, l, d], 8)?.requires_grad();
+            let mask = Tensor::from_vec(
+                (0..l * l)
+                    .map(|i| ((i % l) <= (i / l)) as u8 as f32)
+                    .collect(),
+                &[l, l],
+            )?;
+            let g = Tensor::randn(&[b, h, l, d], 9)?;
+            let t = time((a.warmup, a.warmup_seconds), a.reps, || {
+                let o = q.scaled_dot_product_attention(
+                    &k,
+                    &v,
+                    Some((&mask, AttentionMask::Boolean)),
+                    false,
+                    None,
                 )?;
-                let q = Tensor::randn(&[b, h, l, d], 6)?.requires_grad();
-                let k = Tensor::randn(&[b, h, l, d], 7)?.requires_grad();
-                let v = Tensor::randn(&[b, h, l, d], 8)?.requires_grad();
-                let mask = Tensor::from_vec(
-                    (0..l * l)
-                        .map(|i| ((i % l) <= (i / l)) as u8 as f32)
-                        .collect(),
-                    &[l, l],
-                )?;
-                let g = Tensor::randn(&[b, h, l, d], 9)?;
-                let t = time((a.warmup, a.warmup_seconds), a.reps, || {
-                    let o = q.scaled_dot_product_attention(
-                        &k,
-                        &v,
-                        Some((&mask, AttentionMask::Boolean)),
-                        false,
-                        None,
-                    )?;
-                    std::hint::black_box(o.mul(&g)?.sum_all()?.backward()?);
-                    Ok(())
-                })?;
-                (
-                    t,
-                    1e3,
-                    "ms",
-                    serde_json::json!({ "B": b, "H": h, "L": l, "D": d, "mask": "boolean" }),
-                )
-            }
-            "tiny-ops" | "tiny-ops-tape" => {
-                let tape = a.workload == "tiny-ops-tape";
-                a.backend.start_session(&[OpKind::Add], tape)?;
-                let x = Tensor::randn(&[16], 4)?;
-                let x = if tape { x.requires_grad() } else { x };
-                let y = Tensor::randn(&[16], 5)?;
-                let t = time((a.warmup, a.warmup_seconds), a.reps, || {
-                    for _ in 0..1000 {
-                        std::hint::black_box(x.add(&y)?);
-                    }
-                    Ok(())
-                })?;
-                // per-op microseconds: the timed unit is 1000 ops
-                (
-                    t,
-                    1e3,
-                    "us/op",
-                    serde_json::json!({ "ops_per_rep": 1000, "tape": tape }),
-                )
-            }
-            other => {
-                return Err(CliError::usage(format!(
-                    "unknown workload `{other}` (gemm-N, mlp-step, tiny-ops, tiny-ops-tape)"
-                )))
-            }
-        };
+                std::hint::black_box(o.mul(&g)?.sum_all()?.backward()?);
+                Ok(())
+            })?;
+            (
+                t,
+                1e3,
+                "ms",
+                serde_json::json!({ "B": b, "H": h, "L": l, "D": d, "mask": "boolean" }),
+            )
+        }
+        "tiny-ops" | "tiny-ops-tape" => {
+            let tape = a.workload == "tiny-ops-tape";
+            a.backend.start_session(&[OpKind::Add], tape)?;
+            let x = Tensor::randn(&[16], 4)?;
+            let x = if tape { x.requires_grad() } else { x };
+            let y = Tensor::randn(&[16], 5)?;
+            let t = time((a.warmup, a.warmup_seconds), a.reps, || {
+                for _ in 0..1000 {
+                    std::hint::black_box(x.add(&y)?);
+                }
+                Ok(())
+            })?;
+            // per-op microseconds: the timed unit is 1000 ops
+            (
+                t,
+                1e3,
+                "us/op",
+                serde_json::json!({ "ops_per_rep": 1000, "tape": tape }),
+            )
+        }
+        other => {
+            return Err(CliError::usage(format!(
+                "unknown workload `{other}` (gemm-N, mlp-step, tiny-ops, tiny-ops-tape)"
+            )))
+        }
+    };
     let (median, min, max) = stats(times);
     let report =
         compiled_report.unwrap_or_else(|| torchlean::runtime::with_current(|s| s.report()));

@@ -1,5 +1,6 @@
 pub mod bench;
 pub mod capsules;
+pub mod examples;
 pub mod graph_files;
 pub mod ops;
 pub mod plan;

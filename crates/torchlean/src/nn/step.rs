@@ -38,6 +38,11 @@ pub trait StepExecutor {
         clip: Option<f32>,
         step: u64,
     ) -> Result<StepOutput>;
+    /// The report of the plan this executor built itself (the compiled step's graph plan,
+    /// once built); `None` when it plans through the installed session (eager).
+    fn plan_report(&self) -> Option<crate::backend::BackendReport> {
+        None
+    }
 }
 
 /// The eager (tape) step.
@@ -137,6 +142,9 @@ impl CompiledStepExecutor {
 impl StepExecutor for CompiledStepExecutor {
     fn name(&self) -> &'static str {
         "compiled"
+    }
+    fn plan_report(&self) -> Option<crate::backend::BackendReport> {
+        self.report().cloned()
     }
     fn run(
         &mut self,

@@ -168,6 +168,12 @@ impl<M: Module> Trainer<M> {
         self.session.as_ref().map(Session::report)
     }
 
+    /// The report of the plan the step executor built itself: the compiled step's graph plan
+    /// (after the first step); `None` for eager training, whose kernels are in [`Trainer::report`].
+    pub fn step_report(&self) -> Option<BackendReport> {
+        self.step_fn.plan_report()
+    }
+
     /// Plans and gates the model's and loss's ops (once per mode) in the installed session.
     fn preplan(model: &M, task: &Task, planned: &mut [bool; 2], training: bool) -> Result<()> {
         if planned[training as usize] {

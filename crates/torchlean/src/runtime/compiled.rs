@@ -61,7 +61,10 @@ fn vjp_siblings(graph: &Graph) -> Vec<Vec<(usize, usize)>> {
     let mut by_parents: HashMap<&[usize], Vec<(usize, usize)>> = HashMap::new();
     for n in &graph.nodes {
         if let NodeKind::Vjp { input, .. } = &n.kind {
-            by_parents.entry(n.parents.as_slice()).or_default().push((n.id, *input));
+            by_parents
+                .entry(n.parents.as_slice())
+                .or_default()
+                .push((n.id, *input));
         }
     }
     let mut out = vec![vec![]; graph.nodes.len()];
@@ -250,7 +253,8 @@ impl CompiledGraph {
                         n.parents.iter().map(|&p| get(p)).collect::<Result<_>>()?;
                     let m = all.len() - 2;
                     let group = &self.siblings[n.id];
-                    let needs: Vec<bool> = (0..m).map(|i| group.iter().any(|&(_, j)| j == i)).collect();
+                    let needs: Vec<bool> =
+                        (0..m).map(|i| group.iter().any(|&(_, j)| j == i)).collect();
                     let mut grads = vjp(op, &all[..m], all[m], all[m + 1], &needs)?;
                     let mut take = |i: usize, shape: &[usize]| -> Result<Tensor> {
                         match grads.get_mut(i).and_then(Option::take) {

@@ -127,8 +127,18 @@ pub fn binary_vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
         ($fa:expr, $fb:expr) => {{
             let fa = $fa;
             let fb = $fb;
-            let ga = zip_map([&a, &b, &g], [sa, sb, shape], shape, |[a, b, g]: [f32; 3]| fa(a, b, g));
-            let gb = zip_map([&a, &b, &g], [sa, sb, shape], shape, |[a, b, g]: [f32; 3]| fb(a, b, g));
+            let ga = zip_map(
+                [&a, &b, &g],
+                [sa, sb, shape],
+                shape,
+                |[a, b, g]: [f32; 3]| fa(a, b, g),
+            );
+            let gb = zip_map(
+                [&a, &b, &g],
+                [sa, sb, shape],
+                shape,
+                |[a, b, g]: [f32; 3]| fb(a, b, g),
+            );
             vec![reduce(ga, &x[0]), reduce(gb, &x[1])]
         }};
     }
@@ -142,8 +152,11 @@ pub fn binary_vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
             let neg = Tensor::from_parts(map(&gb.to_vec(), |v| -v), sb.to_vec());
             vec![Some(sum_to_shape(&g, shape, sa)), Some(neg)]
         }
-        Op::Mul => both!(|_: f32, b: f32, g: f32| g * b, |a: f32, _: f32, g: f32| g * a),
-        Op::Div => both!(|_: f32, b: f32, g: f32| g / b, |a: f32, b: f32, g: f32| -g * a / (b * b)),
+        Op::Mul => both!(|_: f32, b: f32, g: f32| g * b, |a: f32, _: f32, g: f32| g
+            * a),
+        Op::Div => both!(|_: f32, b: f32, g: f32| g / b, |a: f32, b: f32, g: f32| -g
+            * a
+            / (b * b)),
         Op::Maximum => both!(
             |a: f32, b: f32, g: f32| if a >= b { g } else { 0.0 },
             |a: f32, b: f32, g: f32| if a >= b { 0.0 } else { g }

@@ -1,0 +1,202 @@
+//! `quickstart-cnn`, `cnn` and `mlp`: classification of synthetic data (default) or of an
+//! IDX / CSV file (see `data_help!`).
+
+use super::data_files::{data_help, holdout, load_classification, Layout};
+use super::{lib_err, run, CommonArgs, Defaults, Goal, Setup};
+use crate::{CliError, CliResult};
+use std::path::PathBuf;
+use torchlean::data::synthetic::{self, IMAGE_CLASSES};
+use torchlean::data::Dataset;
+use torchlean::nn::models::small_cnn;
+use torchlean::nn::{Activation, Adam, Config, Mlp, Task};
+use torchlean::Tensor;
+
+/// Where the samples come from.
+#[derive(clap::Args, Debug, Clone)]
+pub struct DataArgs {
+    /// Data file: `*.csv` (label column last) or an IDX images file; synthetic data if unset.
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// IDX labels file (default: the images file's `labels` sibling).
+    #[arg(long)]
+    pub labels: Option<PathBuf>,
+    /// Number of classes (default: the largest label + 1).
+    #[arg(long)]
+    pub classes: Option<usize>,
+}
+
+/// `quickstart-cnn`: the CNN example on its synthetic images only.
+#[derive(clap::Args, Debug, Clone)]
+#[command(
+    after_help = "Defaults: 150 steps, lr 0.01 (Adam), batch 32; 600 synthetic 8x8 images \
+(4 classes: bars, diagonal, square; noise 0.3), 400 for training, 200 held out. \
+Threshold: held-out accuracy >= 0.9."
+)]
+pub struct QuickstartCnnArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Channels of the first convolution (the second has twice as many).
+    #[arg(long, default_value_t = 8)]
+    pub width: usize,
+}
+
+/// `cnn`: a small CNN classifier.
+#[derive(clap::Args, Debug, Clone)]
+#[command(after_help = concat!("Defaults: 150 steps, lr 0.01 (Adam), batch 32; synthetic data: 600 8x8 images \
+(4 classes), 400 for training, 200 held out; threshold: held-out accuracy >= 0.9 (no threshold for --data).\n\n",
+data_help!()))]
+pub struct CnnArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    #[command(flatten)]
+    pub data: DataArgs,
+    /// Channels of the first convolution (the second has twice as many).
+    #[arg(long, default_value_t = 8)]
+    pub width: usize,
+}
+
+/// `mlp`: an MLP classifier.
+#[derive(clap::Args, Debug, Clone)]
+#[command(after_help = concat!("Defaults: 300 steps, lr 0.01 (Adam), batch 64; synthetic data: 800 points in \
+[-1, 1]^2 labelled by the sign of x*y (XOR quadrants), 600 for training, 200 held out; threshold: \
+held-out accuracy >= 0.93 (no threshold for --data).\n\n", data_help!()))]
+pub struct MlpArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    #[command(flatten)]
+    pub data: DataArgs,
+    /// Width of the two hidden layers.
+    #[arg(long, default_value_t = 32)]
+    pub hidden: usize,
+}
+
+const CNN_DEFAULTS: Defaults = Defaults {
+    steps: 150,
+    lr: 0.01,
+    batch_size: 32,
+};
+
+const MLP_DEFAULTS: Defaults = Defaults {
+    steps: 300,
+    lr: 0.01,
+    batch_size: 64,
+};
+
+fn cnn_setup(
+    name: &'static str,
+    common: &CommonArgs,
+    data: Option<&DataArgs>,
+    width: usize,
+) -> CliResult {
+    let h = common.hyper(CNN_DEFAULTS)?;
+    if width == 0 {
+        return Err(CliError::usage("--width must be positive"));
+    }
+    let file = data.and_then(|d| d.data.as_ref().map(|p| (p, d)));
+    let (train, test, classes, size, goal, what) = match file {
+        None => {
+            let ds = synthetic::images(600, 8, 0.3, 1u64.wrapping_add(h.seed)).map_err(lib_err)?;
+            let (train, test) = ds.split(400).map_err(lib_err)?;
+            let what = "synthetic 8x8 images (4 classes), 400 train / 200 held out".to_string();
+            (
+                train,
+                test,
+                IMAGE_CLASSES,
+                8,
+                Goal::AccuracyAtLeast(0.9),
+                what,
+            )
+        }
+        Some((path, d)) => {
+            let (ds, classes) =
+                load_classification(path, d.labels.as_deref(), d.classes, Layout::Square)?;
+            let size = ds.feature_shape()[2];
+            let what = format!(
+                "{} ({} samples, {classes} classes)",
+                path.display(),
+                ds.len()
+            );
+            let (train, test) = holdout(ds, h.seed)?;
+            (train, test, classes, size, Goal::None, what)
+        }
+    };
+    let model = small_cnn(1, size, classes, width, 2u64.wrapping_add(h.seed)).map_err(lib_err)?;
+    let opt = Adam::new(h.lr).map_err(lib_err)?;
+    run(
+        common,
+        h,
+        Setup {
+            name,
+            description: format!("small CNN (width {width}) on {what}"),
+            model,
+            config: Config::new(Task::Classification, opt),
+            train,
+            test: Some(test),
+            goal,
+        },
+    )
+    .map(|_| ())
+}
+
+pub fn quickstart_cnn(a: QuickstartCnnArgs) -> CliResult {
+    cnn_setup("quickstart-cnn", &a.common, None, a.width)
+}
+
+pub fn cnn(a: CnnArgs) -> CliResult {
+    cnn_setup("cnn", &a.common, Some(&a.data), a.width)
+}
+
+/// 800 points in [-1, 1]^2, class 1 where x*y > 0 (the convergence test's XOR quadrants).
+fn xor_quadrants(seed: u64) -> Result<Dataset, torchlean::Error> {
+    let x = Tensor::uniform(&[800, 2], -1.0, 1.0, seed)?;
+    let y: Vec<f32> = x
+        .to_vec()
+        .chunks(2)
+        .map(|p| if p[0] * p[1] > 0.0 { 1.0 } else { 0.0 })
+        .collect();
+    Dataset::new(&x, &Tensor::from_vec(y, &[800])?)
+}
+
+pub fn mlp(a: MlpArgs) -> CliResult {
+    let h = a.common.hyper(MLP_DEFAULTS)?;
+    if a.hidden == 0 {
+        return Err(CliError::usage("--hidden must be positive"));
+    }
+    let (train, test, features, classes, goal, what) = match &a.data.data {
+        None => {
+            let ds = xor_quadrants(3u64.wrapping_add(h.seed)).map_err(lib_err)?;
+            let (train, test) = ds.split(600).map_err(lib_err)?;
+            let what = "XOR quadrants (800 points), 600 train / 200 held out".to_string();
+            (train, test, 2, 2, Goal::AccuracyAtLeast(0.93), what)
+        }
+        Some(path) => {
+            let (ds, classes) =
+                load_classification(path, a.data.labels.as_deref(), a.data.classes, Layout::Flat)?;
+            let features = ds.feature_shape()[0];
+            let what = format!(
+                "{} ({} samples, {classes} classes)",
+                path.display(),
+                ds.len()
+            );
+            let (train, test) = holdout(ds, h.seed)?;
+            (train, test, features, classes, Goal::None, what)
+        }
+    };
+    let sizes = [features, a.hidden, a.hidden, classes];
+    let model = Mlp::new(&sizes, Activation::Relu, 4u64.wrapping_add(h.seed)).map_err(lib_err)?;
+    let opt = Adam::new(h.lr).map_err(lib_err)?;
+    run(
+        &a.common,
+        h,
+        Setup {
+            name: "mlp",
+            description: format!("MLP {sizes:?} (relu) on {what}"),
+            model,
+            config: Config::new(Task::Classification, opt),
+            train,
+            test: Some(test),
+            goal,
+        },
+    )
+    .map(|_| ())
+}

@@ -1,0 +1,145 @@
+//! Classification data from files for `mlp` and `cnn` (`--data`, `--labels`, `--classes`).
+
+use super::lib_err;
+use crate::CliError;
+use std::path::{Path, PathBuf};
+use torchlean::data::{load_csv, load_mnist, CsvOptions, Dataset};
+
+/// The rule, as shown in `--help` (a macro so that commands can `concat!` it).
+macro_rules! data_help {
+    () => {
+        "Data files (--data PATH):
+  *.csv  numeric CSV, one sample per line, optional header, the LAST column is the class label.
+  other  an IDX (MNIST-format) images file [N, H, W]; u8 pixels are scaled to [0, 1]. Labels come
+         from --labels PATH, or else from the sibling file named like the images file with
+         `images` replaced by `labels` and `idx3` by `idx1` (train-images-idx3-ubyte ->
+         train-labels-idx1-ubyte).
+Labels must be integers in [0, classes); classes = --classes, or the largest label + 1 (at least 2).
+A fifth of the samples (shuffled with --seed) is held out for evaluation (all of them when fewer
+than 10). Bad, empty or unreadable files exit 2."
+    };
+}
+pub(crate) use data_help;
+
+/// How the model wants its features.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// [F]
+    Flat,
+    /// [1, S, S] with S divisible by 4 (the small CNN's two 2x2 poolings).
+    Square,
+}
+
+fn labels_path(images: &Path, labels: Option<&Path>) -> Result<PathBuf, CliError> {
+    if let Some(l) = labels {
+        return Ok(l.to_path_buf());
+    }
+    let name = images
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default();
+    if !name.contains("images") {
+        return Err(CliError::usage(format!(
+            "cannot derive the labels file of `{}` (its name has no `images`); pass --labels PATH",
+            images.display()
+        )));
+    }
+    let sibling = images.with_file_name(name.replace("images", "labels").replace("idx3", "idx1"));
+    if !sibling.is_file() {
+        return Err(CliError::usage(format!(
+            "labels file `{}` (sibling of `{}`) not found; pass --labels PATH",
+            sibling.display(),
+            images.display()
+        )));
+    }
+    Ok(sibling)
+}
+
+/// Loads `data` (see `data_help!`) into samples of `layout`; returns the dataset and the
+/// number of classes.
+pub fn load_classification(
+    data: &Path,
+    labels: Option<&Path>,
+    classes: Option<usize>,
+    layout: Layout,
+) -> Result<(Dataset, usize), CliError> {
+    let is_csv = data
+        .extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| e.eq_ignore_ascii_case("csv"));
+    let ds = if is_csv {
+        if labels.is_some() {
+            return Err(CliError::usage(
+                "--labels is for IDX images; a CSV file holds its labels in the last column",
+            ));
+        }
+        load_csv(data, &CsvOptions::default()).map_err(lib_err)?
+    } else {
+        load_mnist(data, labels_path(data, labels)?, true).map_err(lib_err)?
+    };
+    let what = data.display();
+    if ds.is_empty() {
+        return Err(CliError::usage(format!("`{what}` holds no samples")));
+    }
+    if !ds.target_shape().is_empty() {
+        return Err(CliError::usage(format!(
+            "`{what}`: expected one label per sample, got label shape {:?}",
+            ds.target_shape()
+        )));
+    }
+    let width: usize = ds.feature_shape().iter().product();
+    let shape = match layout {
+        Layout::Flat => vec![width],
+        Layout::Square => {
+            let s = (width as f64).sqrt().round() as usize;
+            if s * s != width || s % 4 != 0 || s == 0 {
+                return Err(CliError::usage(format!(
+                    "`{what}`: the CNN needs square single-channel images whose side is divisible by 4; got samples of shape {:?} ({width} values)",
+                    ds.feature_shape()
+                )));
+            }
+            vec![1, s, s]
+        }
+    };
+    let targets = ds.targets().map_err(lib_err)?.to_vec();
+    let mut max = 0usize;
+    for (i, &y) in targets.iter().enumerate() {
+        if !(y >= 0.0 && y.fract() == 0.0 && y < 1e9) {
+            return Err(CliError::usage(format!(
+                "`{what}`: label {y} of sample {i} is not a non-negative integer"
+            )));
+        }
+        max = max.max(y as usize);
+    }
+    let classes = match classes {
+        Some(c) => {
+            if max >= c {
+                return Err(CliError::usage(format!(
+                    "`{what}`: label {max} is out of range for --classes {c} (labels must be in [0, {c}))"
+                )));
+            }
+            c
+        }
+        None => max + 1,
+    };
+    if classes < 2 {
+        return Err(CliError::usage(format!(
+            "`{what}`: classification needs at least 2 classes, got {classes}"
+        )));
+    }
+    let features = ds.features().map_err(lib_err)?.to_vec();
+    let ds = Dataset::from_vecs(features, &shape, targets, &[]).map_err(lib_err)?;
+    Ok((ds, classes))
+}
+
+/// Holds out a fifth of `ds` (shuffled with `seed`) for evaluation; with fewer than 10
+/// samples, trains and evaluates on all of them.
+pub fn holdout(ds: Dataset, seed: u64) -> Result<(Dataset, Dataset), CliError> {
+    if ds.len() < 10 {
+        return Ok((ds.clone(), ds));
+    }
+    let n = ds.len();
+    ds.shuffled(seed)
+        .and_then(|s| s.split(n - n / 5))
+        .map_err(lib_err)
+}

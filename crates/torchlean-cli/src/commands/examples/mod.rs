@@ -1,0 +1,429 @@
+//! The training examples (`quickstart-cnn`, `mlp`, `cnn`, `transformer`, `autoencoder`,
+//! `fno1d`, `rnn`): one file per example builds its data, model and optimizer; this module
+//! holds what they share — the flags, the train-and-report loop, progress output, the JSON
+//! step log, the loss plot and the mapping of library errors to exit codes.
+//!
+//! Exit codes: 0 ok (also when the stated threshold is missed: the summary says so), 1 runtime
+//! failure (e.g. a non-finite loss; the last good checkpoint is named), 2 usage or planning
+//! error (bad flags, bad or unreadable data or checkpoint files, an unavailable device, a model
+//! that compiled mode refuses), 3 rejected by the gate.
+
+pub mod autoencoder;
+pub mod classify;
+pub mod data_files;
+pub mod fno1d;
+pub mod plot;
+pub mod rnn;
+pub mod transformer;
+
+use crate::backend_args::BackendArgs;
+use crate::{CliError, CliResult};
+use std::fs::File;
+use std::io::{BufWriter, IsTerminal, Write};
+use std::path::PathBuf;
+use std::time::Instant;
+use torchlean::backend::{BackendReport, ExecutionMode};
+use torchlean::data::Dataset;
+use torchlean::nn::{
+    CheckpointError, Config, Evaluation, ExecutionBackend, LogEntry, Module, SaveOptions,
+    TrainError, TrainOptions, TrainSummary, Trainer,
+};
+
+/// The flags every example takes. Unset `--steps`, `--lr` and `--batch-size` take the
+/// example's defaults (listed in each command's help).
+#[derive(clap::Args, Debug, Clone)]
+pub struct CommonArgs {
+    #[command(flatten)]
+    pub backend: BackendArgs,
+    /// Training steps of this run (after `--load`, steps continue from the checkpoint's step).
+    #[arg(long)]
+    pub steps: Option<usize>,
+    /// Learning rate.
+    #[arg(long)]
+    pub lr: Option<f32>,
+    /// Seed offset: added to the example's data and initialization seeds; also the seed of
+    /// batch shuffling. 0 reproduces the documented defaults.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Samples per batch.
+    #[arg(long)]
+    pub batch_size: Option<usize>,
+    /// Log (print, and write to `--log`) every this many steps, plus the first and last.
+    #[arg(long, default_value_t = 10)]
+    pub log_every: usize,
+    /// Save a checkpoint (parameters, optimizer state, step) here at the end, atomically.
+    #[arg(long)]
+    pub save: Option<PathBuf>,
+    /// With `--save`, also save every this many steps (0 = only at the end).
+    #[arg(long, default_value_t = 0)]
+    pub save_every: usize,
+    /// Resume from this checkpoint before the first step (it must come from the same
+    /// example with the same model flags). A corrupted or mismatched file exits 2.
+    #[arg(long)]
+    pub load: Option<PathBuf>,
+    /// Write one JSON object per logged step: {"step", "loss", "lr", "elapsed_s"}.
+    #[arg(long)]
+    pub log: Option<PathBuf>,
+    /// Draw the loss of every step of this run as a PNG line plot.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+}
+
+/// The example's defaults for the unset flags.
+#[derive(Debug, Clone, Copy)]
+pub struct Defaults {
+    pub steps: usize,
+    pub lr: f32,
+    pub batch_size: usize,
+}
+
+/// The resolved hyper-parameters an example builds with.
+#[derive(Debug, Clone, Copy)]
+pub struct Hyper {
+    pub steps: usize,
+    pub lr: f32,
+    pub batch_size: usize,
+    /// `--seed`, to be added to the example's own seeds.
+    pub seed: u64,
+}
+
+impl CommonArgs {
+    /// The flags resolved against `d`, validated.
+    pub fn hyper(&self, d: Defaults) -> Result<Hyper, CliError> {
+        let h = Hyper {
+            steps: self.steps.unwrap_or(d.steps),
+            lr: self.lr.unwrap_or(d.lr),
+            batch_size: self.batch_size.unwrap_or(d.batch_size),
+            seed: self.seed,
+        };
+        if h.steps == 0 || h.batch_size == 0 {
+            return Err(CliError::usage("--steps and --batch-size must be positive"));
+        }
+        if !(h.lr.is_finite() && h.lr > 0.0) {
+            return Err(CliError::usage(format!(
+                "--lr must be finite and > 0, got {}",
+                h.lr
+            )));
+        }
+        Ok(h)
+    }
+}
+
+/// What an example is expected to reach (stated in its summary line).
+#[derive(Debug, Clone, Copy)]
+pub enum Goal {
+    /// Held-out accuracy at least this.
+    AccuracyAtLeast(f32),
+    /// Held-out mean squared error below `factor` times the variance of the held-out targets.
+    RelativeMseBelow { factor: f32, variance: f32 },
+    /// Mean of the last `window` training losses below `threshold`.
+    MeanLastLossBelow { window: usize, threshold: f32 },
+    /// No stated threshold (user data).
+    None,
+}
+
+/// A ready example: model, configuration (task, optimizer, schedule, clipping; the runner
+/// sets backend, profile and seed) and data.
+pub struct Setup<M: Module> {
+    pub name: &'static str,
+    /// One line describing model and data.
+    pub description: String,
+    pub model: M,
+    pub config: Config,
+    pub train: Dataset,
+    /// Evaluated after training (held-out data); `None` for no evaluation.
+    pub test: Option<Dataset>,
+    pub goal: Goal,
+}
+
+/// Maps a library error to an exit code: user input (data files, checkpoints to read,
+/// training configuration such as a model compiled mode refuses) is a usage error (2); a
+/// non-finite loss or a failed write is a runtime failure (1); planning 2, gate 3.
+pub fn lib_err(e: torchlean::Error) -> CliError {
+    use torchlean::Error as E;
+    let usage = match &e {
+        E::Data(_) => true,
+        E::Checkpoint(CheckpointError::Io { action, .. }) => *action == "read",
+        E::Checkpoint(_) => true,
+        E::Train(TrainError::NonFiniteLoss { .. } | TrainError::NonFiniteGradient { .. }) => false,
+        E::Train(_) => true,
+        E::Creation(_) => true,
+        _ => false,
+    };
+    if usage {
+        CliError::usage(e.to_string())
+    } else {
+        CliError::from(e)
+    }
+}
+
+/// Progress output: a bar on a terminal, plain `step N loss X` lines otherwise.
+enum Progress {
+    Bar(indicatif::ProgressBar),
+    Plain,
+}
+
+impl Progress {
+    fn new(steps: usize) -> Progress {
+        if !std::io::stdout().is_terminal() {
+            return Progress::Plain;
+        }
+        let bar = indicatif::ProgressBar::new(steps as u64);
+        if let Ok(style) = indicatif::ProgressStyle::with_template(
+            "{bar:40} {pos}/{len} steps  loss {msg}  {per_sec}  eta {eta}",
+        ) {
+            bar.set_style(style);
+        }
+        Progress::Bar(bar)
+    }
+
+    fn log(&self, done_in_run: u64, e: &LogEntry) {
+        match self {
+            Progress::Bar(b) => {
+                b.set_position(done_in_run);
+                b.set_message(format!("{:.6}", e.loss));
+            }
+            Progress::Plain => println!("step {} loss {:.6}", e.step, e.loss),
+        }
+    }
+
+    fn println(&self, text: &str) {
+        match self {
+            Progress::Bar(b) => b.suspend(|| print!("{text}")),
+            Progress::Plain => print!("{text}"),
+        }
+    }
+
+    fn finish(&self) {
+        if let Progress::Bar(b) = self {
+            b.finish_and_clear();
+        }
+    }
+}
+
+/// The `--log` JSON-lines writer; the first write error is kept and reported after training.
+struct StepLog {
+    out: Option<BufWriter<File>>,
+    path: Option<PathBuf>,
+    error: Option<std::io::Error>,
+}
+
+impl StepLog {
+    fn open(path: &Option<PathBuf>) -> Result<StepLog, CliError> {
+        let out = match path {
+            Some(p) => Some(BufWriter::new(File::create(p).map_err(|e| {
+                CliError::usage(format!("cannot create log file {}: {e}", p.display()))
+            })?)),
+            None => None,
+        };
+        Ok(StepLog {
+            out,
+            path: path.clone(),
+            error: None,
+        })
+    }
+
+    fn write(&mut self, e: &LogEntry, elapsed_s: f64) {
+        let (Some(out), None) = (&mut self.out, &self.error) else {
+            return;
+        };
+        let line = serde_json::json!({
+            "step": e.step,
+            "loss": e.loss,
+            "lr": e.lr,
+            "elapsed_s": elapsed_s,
+        });
+        if let Err(err) = writeln!(out, "{line}") {
+            self.error = Some(err);
+        }
+    }
+
+    fn finish(mut self) -> CliResult {
+        if let Some(out) = &mut self.out {
+            if self.error.is_none() {
+                if let Err(err) = out.flush() {
+                    self.error = Some(err);
+                }
+            }
+        }
+        match (self.error, &self.path) {
+            (Some(e), Some(p)) => Err(CliError::runtime(format!(
+                "cannot write log file {}: {e}",
+                p.display()
+            ))),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The report of what ran: the compiled step's plan in compiled mode, else the kernels that
+/// ran in the trainer's session.
+fn what_ran<M: Module>(trainer: &Trainer<M>) -> Result<BackendReport, CliError> {
+    trainer
+        .step_report()
+        .or_else(|| trainer.report())
+        .ok_or_else(|| CliError::runtime("no backend report is available"))
+}
+
+/// Trains `setup` under the common flags, printing progress and a one-line summary, and
+/// writes the log, plot and backend report when asked. Returns the trainer, for examples
+/// that do more with the trained model (e.g. generate a sample).
+pub fn run<M: Module>(
+    args: &CommonArgs,
+    hyper: Hyper,
+    setup: Setup<M>,
+) -> Result<Trainer<M>, CliError> {
+    let Setup {
+        name,
+        description,
+        model,
+        mut config,
+        train,
+        test,
+        goal,
+    } = setup;
+    if train.is_empty() {
+        return Err(CliError::usage("the training dataset is empty"));
+    }
+    let mode = args.backend.mode()?;
+    config.backend = match mode {
+        ExecutionMode::Eager => ExecutionBackend::Eager,
+        ExecutionMode::Compiled => ExecutionBackend::Compiled,
+    };
+    config.profile = Some(args.backend.profile()?);
+    config.seed = hyper.seed;
+    let params = model.parameter_count();
+    let mut trainer = Trainer::new(model, config).map_err(lib_err)?;
+    println!(
+        "{name}: {description}; {params} parameters, lr {}, batch {}, {} steps, {mode} mode, profile {}",
+        hyper.lr,
+        hyper.batch_size,
+        hyper.steps,
+        trainer.profile().name
+    );
+    let mut step_log = StepLog::open(&args.log)?;
+    let save = args.save.as_ref().map(|p| SaveOptions {
+        path: p.clone(),
+        every: args.save_every,
+    });
+    let options = TrainOptions {
+        steps: hyper.steps,
+        batch_size: hyper.batch_size,
+        log_every: args.log_every,
+        save,
+        load: args.load.clone(),
+        shuffle: true,
+    };
+    // With --show-backend, one step runs first so that the printed report is the one of the
+    // kernels (or compiled plan) that actually ran; batches, learning rates and masks depend
+    // only on (seed, step), so splitting the run changes no loss.
+    let parts: Vec<TrainOptions> = if args.backend.show_backend && hyper.steps > 1 {
+        vec![
+            TrainOptions {
+                steps: 1,
+                save: None,
+                ..options.clone()
+            },
+            TrainOptions {
+                steps: hyper.steps - 1,
+                load: None,
+                ..options
+            },
+        ]
+    } else {
+        vec![options]
+    };
+    let progress = Progress::new(hyper.steps);
+    let start = Instant::now();
+    let mut losses = Vec::with_capacity(hyper.steps.min(1 << 16));
+    let mut first_step = None;
+    for (i, part) in parts.iter().enumerate() {
+        let result = trainer.train_with(&train, part, |e: &LogEntry| {
+            let first = *first_step.get_or_insert(e.step.saturating_sub(1));
+            progress.log(e.step - first, e);
+            step_log.write(e, start.elapsed().as_secs_f64());
+        });
+        let summary: TrainSummary = match result {
+            Ok(s) => s,
+            Err(e) => {
+                progress.finish();
+                // keep what was logged so far
+                let _ = step_log.finish();
+                return Err(lib_err(e));
+            }
+        };
+        losses.extend_from_slice(&summary.losses);
+        if i == 0 && args.backend.show_backend {
+            progress.println(&what_ran(&trainer)?.to_text());
+        }
+    }
+    progress.finish();
+    let elapsed = start.elapsed().as_secs_f64();
+    step_log.finish()?;
+
+    let eval: Option<Evaluation> = match &test {
+        Some(t) => Some(
+            trainer
+                .evaluate(t, hyper.batch_size.max(64))
+                .map_err(lib_err)?,
+        ),
+        None => None,
+    };
+    let n = losses.len();
+    let final_loss = losses.last().copied().unwrap_or(f32::NAN);
+    let mut parts_text = vec![format!("final train loss {final_loss:.6}")];
+    if let Some(ev) = &eval {
+        parts_text.push(format!("held-out loss {:.6}", ev.loss));
+        if let Some(a) = ev.accuracy {
+            parts_text.push(format!("held-out accuracy {a:.4}"));
+        }
+    }
+    let verdict = |ok: bool| if ok { "reached" } else { "NOT reached" };
+    let goal_text = match (goal, &eval) {
+        (
+            Goal::AccuracyAtLeast(t),
+            Some(Evaluation {
+                accuracy: Some(a), ..
+            }),
+        ) => format!("threshold: held-out accuracy >= {t} {}", verdict(*a >= t)),
+        (Goal::RelativeMseBelow { factor, variance }, Some(ev)) => {
+            let rel = ev.loss / variance;
+            parts_text.push(format!("relative mse {rel:.5}"));
+            format!(
+                "threshold: relative mse < {factor} {}",
+                verdict(rel < factor)
+            )
+        }
+        (Goal::MeanLastLossBelow { window, threshold }, _) => {
+            let w = &losses[n.saturating_sub(window)..];
+            let mean = w.iter().sum::<f32>() / w.len().max(1) as f32;
+            parts_text.push(format!("mean of last {} losses {mean:.4}", w.len()));
+            format!(
+                "threshold: mean of last {window} losses < {threshold} {}",
+                verdict(!w.is_empty() && mean < threshold)
+            )
+        }
+        _ => "threshold: none stated for this data".to_string(),
+    };
+    println!(
+        "summary: {name}: {}, {} steps in {elapsed:.2} s ({:.1} steps/s); {goal_text}",
+        parts_text.join(", "),
+        n,
+        n as f64 / elapsed.max(1e-9)
+    );
+    if let Some(p) = &args.plot {
+        plot::write_loss_plot(p, &losses)?;
+    }
+    args.backend.write_report(what_ran(&trainer)?)?;
+    Ok(trainer)
+}
+
+/// Population variance of a tensor's values.
+pub fn variance(t: &torchlean::Tensor) -> f32 {
+    let v = t.to_vec();
+    if v.is_empty() {
+        return 0.0;
+    }
+    let m = v.iter().sum::<f32>() / v.len() as f32;
+    v.iter().map(|x| (x - m) * (x - m)).sum::<f32>() / v.len() as f32
+}

@@ -1,0 +1,512 @@
+//! End-to-end tests of the training examples through the built `torchlean` binary: each
+//! example reaches its stated threshold from its defaults, checkpoints resume exactly, bad
+//! checkpoints and data files exit 2 (files untouched), the JSON log and the PNG plot are
+//! written, `--device cuda` fails before training, and compiled mode matches eager.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn torchlean(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_torchlean"))
+        .args(args)
+        .output()
+        .expect("run the torchlean binary")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// The `step N loss X` lines (stdout is a pipe, so the plain form is printed).
+fn step_lines(o: &Output) -> Vec<String> {
+    stdout(o)
+        .lines()
+        .filter(|l| l.starts_with("step "))
+        .map(str::to_string)
+        .collect()
+}
+
+fn parse_step(line: &str) -> (u64, f32) {
+    let w: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!((w.len(), w[0], w[2]), (4, "step", "loss"), "{line}");
+    (w[1].parse().unwrap(), w[3].parse().unwrap())
+}
+
+fn code(o: &Output) -> i32 {
+    o.status.code().expect("exit code")
+}
+
+/// A fresh scratch directory for one test.
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("torchlean-examples-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn assert_reaches(args: &[&str], steps: u64) {
+    let o = torchlean(args);
+    assert_eq!(code(&o), 0, "{args:?}\n{}\n{}", stdout(&o), stderr(&o));
+    let lines = step_lines(&o);
+    assert!(!lines.is_empty(), "{}", stdout(&o));
+    let (last_step, last_loss) = parse_step(lines.last().unwrap());
+    assert_eq!(last_step, steps);
+    assert!(last_loss.is_finite());
+    let out = stdout(&o);
+    let summary = out
+        .lines()
+        .find(|l| l.starts_with("summary: "))
+        .unwrap_or_else(|| panic!("no summary line:\n{out}"));
+    assert!(
+        summary.contains("threshold: ")
+            && summary.ends_with(" reached")
+            && !summary.contains("NOT"),
+        "{args:?}: {summary}"
+    );
+}
+
+#[test]
+fn quickstart_cnn_reaches_its_threshold() {
+    assert_reaches(&["quickstart-cnn"], 150);
+}
+
+#[test]
+fn cnn_reaches_its_threshold() {
+    assert_reaches(&["cnn", "--log-every", "50"], 150);
+}
+
+#[test]
+fn mlp_reaches_its_threshold() {
+    assert_reaches(&["mlp"], 300);
+}
+
+#[test]
+fn transformer_reaches_its_threshold_and_samples() {
+    let args = ["transformer", "--log-every", "100", "--sample-len", "30"];
+    assert_reaches(&args, 400);
+    // the greedy sample is deterministic: run it once more with fewer steps to check format
+    let o = torchlean(&["transformer", "--steps", "2", "--sample-len", "30"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let line = stdout(&o)
+        .lines()
+        .find(|l| l.starts_with("sample (greedy): \""))
+        .map(str::to_string)
+        .unwrap_or_else(|| panic!("no sample:\n{}", stdout(&o)));
+    assert!(line.len() > 30, "{line}");
+}
+
+#[test]
+fn autoencoder_reaches_its_threshold() {
+    assert_reaches(&["autoencoder"], 400);
+}
+
+#[test]
+fn fno1d_reaches_its_threshold() {
+    assert_reaches(&["fno1d"], 250);
+}
+
+#[test]
+fn rnn_gru_and_lstm_reach_their_thresholds() {
+    assert_reaches(&["rnn", "--cell", "gru"], 250);
+    assert_reaches(&["rnn", "--cell", "lstm"], 250);
+}
+
+/// Steps 11..20 of an uninterrupted run equal 10 steps resumed from the checkpoint of step 10.
+fn resumes_exactly(example: &[&str], name: &str) {
+    let dir = scratch(name);
+    let ck = dir.join("a.ckpt");
+    let with = |extra: &[&str]| {
+        let mut a: Vec<&str> = example.to_vec();
+        a.extend_from_slice(&["--log-every", "1"]);
+        a.extend_from_slice(extra);
+        let o = torchlean(&a);
+        assert_eq!(code(&o), 0, "{a:?}\n{}", stderr(&o));
+        step_lines(&o)
+    };
+    let full = with(&["--steps", "20"]);
+    let first = with(&["--steps", "10", "--save", s(&ck)]);
+    assert_eq!(first, full[..10]);
+    let resumed = with(&["--steps", "10", "--load", s(&ck)]);
+    assert_eq!(
+        resumed,
+        full[10..],
+        "resumed run differs from the uninterrupted one"
+    );
+    assert_eq!(parse_step(&resumed[0]).0, 11);
+}
+
+#[test]
+fn rnn_resumes_from_a_checkpoint() {
+    resumes_exactly(&["rnn", "--cell", "lstm"], "resume-rnn");
+}
+
+#[test]
+fn transformer_resumes_from_a_checkpoint_with_its_schedule() {
+    resumes_exactly(&["transformer", "--sample-len", "0"], "resume-lm");
+}
+
+#[test]
+fn corrupted_or_mismatched_checkpoints_exit_2_and_stay_unchanged() {
+    let dir = scratch("corrupt");
+    let good = dir.join("good.ckpt");
+    let o = torchlean(&["mlp", "--steps", "3", "--save", s(&good)]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let bytes = std::fs::read(&good).unwrap();
+    let mut cases: Vec<(&str, Vec<u8>)> = Vec::new();
+    let mut tail = bytes.clone();
+    let n = tail.len();
+    tail[n - 5] ^= 0xff; // tensor data: caught by the checksum
+    cases.push(("data", tail));
+    let mut head = bytes.clone();
+    head[20] = b'#'; // header
+    cases.push(("header", head));
+    cases.push(("truncated", bytes[..bytes.len() / 2].to_vec()));
+    for (what, content) in cases {
+        let p = dir.join(format!("{what}.ckpt"));
+        std::fs::write(&p, &content).unwrap();
+        let o = torchlean(&["mlp", "--steps", "3", "--load", s(&p), "--save", s(&p)]);
+        assert_eq!(code(&o), 2, "{what}: {}", stderr(&o));
+        assert!(stderr(&o).contains("checkpoint"), "{what}: {}", stderr(&o));
+        assert!(step_lines(&o).is_empty(), "{what}: trained anyway");
+        assert_eq!(std::fs::read(&p).unwrap(), content, "{what}: file changed");
+    }
+    // a checkpoint of another model
+    let o = torchlean(&["mlp", "--hidden", "8", "--steps", "3", "--load", s(&good)]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("does not match"), "{}", stderr(&o));
+}
+
+#[test]
+fn non_finite_loss_exits_1_naming_the_step_and_the_last_checkpoint() {
+    let dir = scratch("nan");
+    let ck = dir.join("n.ckpt");
+    let o = torchlean(&[
+        "mlp",
+        "--lr",
+        "1e30",
+        "--steps",
+        "20",
+        "--save",
+        s(&ck),
+        "--save-every",
+        "1",
+    ]);
+    assert_eq!(code(&o), 1, "{}\n{}", stdout(&o), stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains("non-finite loss") && err.contains("at step "),
+        "{err}"
+    );
+    assert!(err.contains("n.ckpt"), "{err}");
+    assert!(ck.is_file());
+}
+
+#[test]
+fn log_writes_json_lines_and_plot_writes_a_png() {
+    let dir = scratch("log");
+    let (log, png) = (dir.join("log.jsonl"), dir.join("loss.png"));
+    let o = torchlean(&[
+        "autoencoder",
+        "--steps",
+        "25",
+        "--log-every",
+        "10",
+        "--log",
+        s(&log),
+        "--plot",
+        s(&png),
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let text = std::fs::read_to_string(&log).unwrap();
+    let entries: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON object per line"))
+        .collect();
+    let steps: Vec<u64> = entries
+        .iter()
+        .map(|e| e["step"].as_u64().unwrap())
+        .collect();
+    assert_eq!(steps, [1, 10, 20, 25]);
+    let printed: Vec<u64> = step_lines(&o).iter().map(|l| parse_step(l).0).collect();
+    assert_eq!(printed, steps);
+    for e in &entries {
+        assert!(e["loss"].as_f64().unwrap().is_finite());
+        assert!(e["lr"].as_f64().unwrap() > 0.0);
+        assert!(e["elapsed_s"].as_f64().unwrap() >= 0.0);
+    }
+    let png = std::fs::read(&png).unwrap();
+    assert!(png.len() > 100);
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+}
+
+#[test]
+fn device_cuda_exits_2_before_training() {
+    let o = torchlean(&["cnn", "--device", "cuda", "--steps", "5"]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(step_lines(&o).is_empty(), "{}", stdout(&o));
+    assert!(!stdout(&o).contains("summary:"));
+}
+
+#[test]
+fn unknown_flags_exit_2() {
+    assert_eq!(code(&torchlean(&["mlp", "--no-such-flag"])), 2);
+    assert_eq!(code(&torchlean(&["rnn", "--cell", "tanh"])), 2);
+    assert_eq!(code(&torchlean(&["mlp", "--steps", "0"])), 2);
+}
+
+#[test]
+fn compiled_matches_eager_and_refuses_dropout() {
+    for example in [["autoencoder"], ["mlp"]] {
+        let run = |backend: &str| {
+            let mut a = example.to_vec();
+            a.extend_from_slice(&["--steps", "30", "--log-every", "1", "--backend", backend]);
+            let o = torchlean(&a);
+            assert_eq!(code(&o), 0, "{a:?} {}", stderr(&o));
+            step_lines(&o)
+        };
+        let eager = run("eager");
+        let compiled = run("compiled");
+        assert_eq!(eager.len(), 30);
+        for (e, c) in eager.iter().zip(&compiled) {
+            let ((se, le), (sc, lc)) = (parse_step(e), parse_step(c));
+            assert_eq!(se, sc);
+            assert!((le - lc).abs() <= 1e-5 * le.abs().max(1.0), "{e} vs {c}");
+        }
+    }
+    let o = torchlean(&[
+        "transformer",
+        "--backend",
+        "compiled",
+        "--dropout",
+        "0.1",
+        "--steps",
+        "3",
+    ]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("eager mode"), "{}", stderr(&o));
+    assert!(step_lines(&o).is_empty());
+}
+
+#[test]
+fn show_backend_prints_the_report_and_report_json_is_written() {
+    let dir = scratch("report");
+    for backend in ["eager", "compiled"] {
+        let json = dir.join(format!("{backend}.json"));
+        let o = torchlean(&[
+            "autoencoder",
+            "--steps",
+            "3",
+            "--log-every",
+            "1",
+            "--backend",
+            backend,
+            "--show-backend",
+            "--report-json",
+            s(&json),
+        ]);
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        let out = stdout(&o);
+        let report = out.find("backend report:").expect("report printed");
+        assert!(out[report..].contains(&format!("mode={backend}")), "{out}");
+        assert!(
+            report < out.find("step 2 ").unwrap(),
+            "report after training started"
+        );
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        assert_eq!(v["mode"], backend);
+        assert!(!v["kernels"].as_array().unwrap().is_empty());
+    }
+    // splitting off the first step for the report changes no loss
+    let plain = torchlean(&["autoencoder", "--steps", "3", "--log-every", "1"]);
+    let shown = torchlean(&[
+        "autoencoder",
+        "--steps",
+        "3",
+        "--log-every",
+        "1",
+        "--show-backend",
+    ]);
+    assert_eq!(step_lines(&plain), step_lines(&shown));
+}
+
+/// An IDX file of u8 values.
+fn idx_u8(path: &Path, dims: &[u32], data: &[u8]) {
+    let mut b = vec![0, 0, 0x08, dims.len() as u8];
+    for d in dims {
+        b.extend_from_slice(&d.to_be_bytes());
+    }
+    b.extend_from_slice(data);
+    std::fs::write(path, b).unwrap();
+}
+
+#[test]
+fn user_data_files_train_and_bad_ones_exit_2() {
+    let dir = scratch("data");
+    // a good CSV (header, label last): two separable classes
+    let mut csv = String::from("a,b,label\n");
+    for i in 0..60 {
+        let x = (i as f32) / 60.0;
+        csv += &format!("{x},{},{}\n", 1.0 - x, (i % 2));
+    }
+    let good = dir.join("good.csv");
+    std::fs::write(&good, &csv).unwrap();
+    let o = torchlean(&["mlp", "--data", s(&good), "--steps", "5"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("threshold: none stated"),
+        "{}",
+        stdout(&o)
+    );
+
+    // good IDX images 8x8 with the labels sibling, for the CNN
+    let n = 20u32;
+    let images = dir.join("t-images-idx3-ubyte");
+    let pixels: Vec<u8> = (0..n * 64).map(|i| (i * 7 % 256) as u8).collect();
+    idx_u8(&images, &[n, 8, 8], &pixels);
+    let labels: Vec<u8> = (0..n).map(|i| (i % 3) as u8).collect();
+    idx_u8(&dir.join("t-labels-idx1-ubyte"), &[n], &labels);
+    let o = torchlean(&["cnn", "--data", s(&images), "--steps", "3"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(stdout(&o).contains("3 classes"), "{}", stdout(&o));
+    let o = torchlean(&["mlp", "--data", s(&images), "--steps", "3"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+
+    let write = |name: &str, content: &[u8]| {
+        let p = dir.join(name);
+        std::fs::write(&p, content).unwrap();
+        p
+    };
+    let bad: Vec<(Vec<String>, &str)> = vec![
+        (
+            vec![
+                "mlp".into(),
+                "--data".into(),
+                s(&write("bad.csv", b"1,2,0\n3,x,1\n")).into(),
+            ],
+            "CSV",
+        ),
+        (
+            vec![
+                "mlp".into(),
+                "--data".into(),
+                s(&write("empty.csv", b"")).into(),
+            ],
+            "",
+        ),
+        (
+            vec![
+                "mlp".into(),
+                "--data".into(),
+                s(&write("frac.csv", b"1,2,0.5\n3,4,1\n")).into(),
+            ],
+            "label",
+        ),
+        (
+            vec![
+                "mlp".into(),
+                "--data".into(),
+                s(&write("neg.csv", b"1,2,-1\n3,4,1\n")).into(),
+            ],
+            "label",
+        ),
+        (
+            vec![
+                "mlp".into(),
+                "--data".into(),
+                s(&good).into(),
+                "--classes".into(),
+                "1".into(),
+            ],
+            "out of range",
+        ),
+        (
+            vec![
+                "mlp".into(),
+                "--data".into(),
+                s(&dir.join("missing.csv")).into(),
+            ],
+            "missing.csv",
+        ),
+        (
+            vec!["cnn".into(), "--data".into(), s(&good).into()],
+            "square",
+        ),
+        (
+            vec![
+                "cnn".into(),
+                "--data".into(),
+                s(&write("x-images-idx3-ubyte", b"\x00\x00\x08\x03garbage")).into(),
+            ],
+            "",
+        ),
+        (
+            vec![
+                "cnn".into(),
+                "--data".into(),
+                s(&write("noname.idx", b"\x00\x00\x08\x03")).into(),
+            ],
+            "--labels",
+        ),
+        (
+            vec![
+                "cnn".into(),
+                "--data".into(),
+                s(&images).into(),
+                "--classes".into(),
+                "2".into(),
+            ],
+            "out of range",
+        ),
+        (
+            vec![
+                "transformer".into(),
+                "--data".into(),
+                s(&write("short.txt", b"ab")).into(),
+            ],
+            "",
+        ),
+        (
+            vec![
+                "transformer".into(),
+                "--data".into(),
+                s(&write("bin.txt", b"\xff\xfe\x00abc")).into(),
+            ],
+            "UTF-8",
+        ),
+        (
+            vec![
+                "transformer".into(),
+                "--data".into(),
+                s(&dir.join("missing.txt")).into(),
+            ],
+            "missing.txt",
+        ),
+    ];
+    for (args, needle) in bad {
+        let a: Vec<&str> = args.iter().map(String::as_str).collect();
+        let o = torchlean(&a);
+        assert_eq!(code(&o), 2, "{a:?}: {}\n{}", stdout(&o), stderr(&o));
+        assert!(step_lines(&o).is_empty(), "{a:?}");
+        assert!(stderr(&o).starts_with("error: "), "{a:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(needle), "{a:?}: {}", stderr(&o));
+    }
+    // labels out of range in the IDX labels file itself (label 9, --classes 4)
+    let images2 = dir.join("u-images-idx3-ubyte");
+    idx_u8(&images2, &[4, 8, 8], &pixels[..256]);
+    idx_u8(&dir.join("u-labels-idx1-ubyte"), &[4], &[0, 1, 9, 2]);
+    let o = torchlean(&["cnn", "--data", s(&images2), "--classes", "4"]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    // label count that does not match the images
+    idx_u8(&dir.join("u-labels-idx1-ubyte"), &[3], &[0, 1, 2]);
+    let o = torchlean(&["cnn", "--data", s(&images2)]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+}
