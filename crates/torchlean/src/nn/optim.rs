@@ -95,9 +95,14 @@ pub(crate) fn update_elementwise<const K: usize, F>(
 ) where
     F: Fn(&mut f32, f32, [&mut f32; K]) + Sync + Send,
 {
-    let run = |w: &mut [f32], g: &[f32], mut bufs: [&mut [f32]; K]| {
-        for (i, (w, &g)) in w.iter_mut().zip(g).enumerate() {
-            f(w, g, bufs.each_mut().map(|b| &mut b[i]));
+    let run = |w: &mut [f32], g: &[f32], bufs: [&mut [f32]; K]| {
+        // re-slice everything to one length so the bounds checks hoist out of the loop and
+        // the update vectorizes
+        let n = w.len().min(g.len());
+        let (w, g) = (&mut w[..n], &g[..n]);
+        let mut bufs = bufs.map(|b| &mut b[..n]);
+        for i in 0..n {
+            f(&mut w[i], g[i], bufs.each_mut().map(|b| &mut b[i]));
         }
     };
     if w.len() < 2 * CHUNK {
