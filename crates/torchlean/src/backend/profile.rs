@@ -159,6 +159,7 @@ impl BackendProfile {
                     BackendProfile::custom(
                         d,
                         ProviderPreference::Auto,
+                        // `named` returns Some for every policy but `custom`
                         AcceptancePolicy::named(PolicyName::Strict).expect("named policy"),
                         VjpMode::TorchleanTape,
                     )

@@ -237,6 +237,7 @@ impl CompiledGraph {
                     t
                 }
                 NodeKind::Op { op } => {
+                    // invariant: `compile` assigns a kernel to every op and vjp node or fails
                     let k = &kernels[self.kernel_of[n.id]
                         .expect("every op node has a kernel (compile checked)")];
                     let inputs: Vec<&Tensor> =
@@ -244,6 +245,7 @@ impl CompiledGraph {
                     (k.binding().forward)(op, &inputs)?
                 }
                 NodeKind::Vjp { op, input } => {
+                    // invariant: `compile` assigns a kernel to every op and vjp node or fails
                     let k = &kernels[self.kernel_of[n.id]
                         .expect("every vjp node has a kernel (compile checked)")];
                     let vjp = k.binding().vjp.ok_or_else(|| {

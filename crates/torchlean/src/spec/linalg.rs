@@ -122,6 +122,7 @@ fn transpose<T: Scalar>(a: &[T], r: usize, c: usize) -> Vec<T> {
 pub(super) fn forward<T: Scalar>(op: &Op, xs: &[&Array<T>], out_shape: Vec<usize>) -> Array<T> {
     match op {
         Op::Matmul => {
+            // invariant: the shape rule (run before every kernel) accepted these dims
             let (d, _) =
                 matmul_dims(&xs[0].shape, &xs[1].shape).expect("shape rule checked the dims");
             let mut data = Vec::with_capacity(numel(&out_shape));
@@ -179,6 +180,7 @@ pub(super) fn forward<T: Scalar>(op: &Op, xs: &[&Array<T>], out_shape: Vec<usize
 pub(super) fn vjp<T: Scalar>(op: &Op, xs: &[&Array<T>], gy: &Array<T>) -> InputGrads<T> {
     match op {
         Op::Matmul => {
+            // invariant: the shape rule (run before every kernel) accepted these dims
             let (d, _) =
                 matmul_dims(&xs[0].shape, &xs[1].shape).expect("shape rule checked the dims");
             let mut ga = Array::zeros(&xs[0].shape);

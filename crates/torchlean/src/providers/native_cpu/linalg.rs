@@ -10,6 +10,7 @@ use rayon::prelude::*;
 pub fn forward(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Vec<f32> {
     match op {
         Op::Matmul => {
+            // invariant: the shape rule (run before every kernel) accepted these dims
             let (d, _) = matmul_dims(x[0].shape(), x[1].shape()).expect("guard checked the dims");
             let (a, b) = (x[0].data(), x[1].data());
             let mut c = vec![0.0f32; numel(out_shape)];
@@ -94,6 +95,7 @@ pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor, needs: &[bool]) -> Vec<Option<Te
     let g = gy.data();
     match op {
         Op::Matmul => {
+            // invariant: the shape rule (run before every kernel) accepted these dims
             let (d, _) = matmul_dims(x[0].shape(), x[1].shape()).expect("guard checked the dims");
             let (a, b) = (x[0].data(), x[1].data());
             let (mk, kn, mn) = (d.m * d.k, d.k * d.n, d.m * d.n);
