@@ -476,6 +476,26 @@ pub fn cases() -> Vec<Case> {
         Op::SelectiveScan,
         &[(&[4, 128, 64], Unit), (&[4, 128, 64], Normal)],
     ));
+    let fused = |ops: Vec<Op>| Op::FusedUnary { ops };
+    v.push(c(fused(vec![Op::Exp, Op::Tanh]), &[(&[3, 4], Normal)]));
+    v.push(c(
+        fused(vec![
+            Op::Scale { factor: 0.5 },
+            Op::Sigmoid,
+            Op::Log,
+            Op::Neg,
+        ]),
+        &[(&[1], Normal)],
+    ));
+    v.push(c(
+        fused(vec![
+            Op::Gelu,
+            Op::AddScalar { value: 1.0 },
+            Op::Pow { exponent: 1.5 },
+        ]),
+        &[(&[70000], Normal)],
+    ));
+    v.push(c(fused(vec![Op::Softplus]), &[(&[2, 5], Normal)]));
     let sdpa = |causal, mask| Op::ScaledDotProductAttention {
         scale: None,
         causal,

@@ -199,3 +199,76 @@ fn compiled_plan_is_gated_and_rejected_plans_are_kept() {
         torchlean::backend::ExecutionMode::Compiled
     );
 }
+
+#[test]
+fn elementwise_chains_are_fused_with_their_own_capsule_and_match_the_parts() {
+    let w = Tensor::randn(&[4, 4], 11).unwrap();
+    let x = Tensor::randn(&[3, 4], 12).unwrap();
+    let parts =
+        |t: &Tensor| -> torchlean::Result<Tensor> { t.exp()?.tanh()?.scale(2.0)?.add_scalar(-0.5) };
+    let eager = parts(&x.matmul(&w).unwrap()).unwrap().to_vec();
+    let c = capture(
+        &[("x".into(), x.clone())],
+        &[("w".into(), w.clone())],
+        |xs| Ok(vec![("y".into(), parts(&xs[0].matmul(&w)?)?)]),
+    )
+    .unwrap();
+    let (fused, chains) = torchlean::graph::fuse_elementwise(&c.graph).unwrap();
+    assert_eq!(chains.len(), 1);
+    assert_eq!(chains[0].replaced.len(), 4, "exp, tanh, scale, add_scalar");
+    assert_eq!(fused.nodes.len(), c.graph.nodes.len() - 3);
+    fused.validate().unwrap();
+    let compiled = CompiledGraph::compile(c.graph.clone(), &BackendProfile::default_cpu()).unwrap();
+    let report = compiled.report().to_text();
+    assert!(
+        report.contains("fused_unary: native_cpu.fused_unary"),
+        "{report}"
+    );
+    let out = compiled
+        .run(|n| {
+            if n == "x" {
+                Some(x.clone())
+            } else {
+                Some(w.clone())
+            }
+        })
+        .unwrap();
+    for (a, b) in out[0].1.to_vec().iter().zip(&eager) {
+        assert!(
+            (a - b).abs() <= 1e-6 * (1.0 + b.abs()),
+            "fused {a} vs parts {b}"
+        );
+    }
+}
+
+#[test]
+fn training_graphs_keep_the_intermediates_their_backward_needs() {
+    let model = Mlp::new(&[3, 4, 1], Activation::Tanh, 3).unwrap();
+    let x = Tensor::randn(&[2, 3], 4).unwrap();
+    let y = Tensor::randn(&[2, 1], 5).unwrap();
+    let mut c = capture(
+        &[("x".into(), x), ("y".into(), y)],
+        &named_params(&model),
+        |xs| {
+            Ok(vec![(
+                "loss".into(),
+                model.forward(&xs[0])?.tanh()?.exp()?.mse_loss(&xs[1])?,
+            )])
+        },
+    )
+    .unwrap();
+    // forward only: tanh → exp fuses
+    assert_eq!(
+        torchlean::graph::fuse_elementwise(&c.graph)
+            .unwrap()
+            .1
+            .len(),
+        1
+    );
+    // with the backward graph, the vjp nodes read tanh's output: nothing fuses
+    append_backward(&mut c.graph, "loss", None).unwrap();
+    assert!(torchlean::graph::fuse_elementwise(&c.graph)
+        .unwrap()
+        .1
+        .is_empty());
+}

@@ -7,11 +7,13 @@
 
 mod autodiff;
 mod dot;
+mod fuse;
 mod ir;
 mod op;
 
 pub use autodiff::{append_backward, depends_on_leaves, SEED};
 pub use dot::to_dot;
+pub use fuse::{fuse_elementwise, FusedChain};
 pub use ir::{
     Graph, GraphError, Node, NodeKind, OutputDecl, ValueDecl, FORMAT, MAX_NODES, MAX_NODE_ELEMENTS,
 };

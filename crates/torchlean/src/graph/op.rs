@@ -230,6 +230,12 @@ pub enum Op {
         causal: bool,
         mask: AttentionMask,
     },
+    // produced by lowering
+    /// A chain of unary maps applied in one pass (`ops[0]` first). Produced by the compiled
+    /// path's elementwise fusion; its meaning is the composition of its parts.
+    FusedUnary {
+        ops: Vec<Op>,
+    },
 }
 
 macro_rules! op_kinds {
@@ -328,6 +334,7 @@ op_kinds! {
     SpectralConv1d => "spectral_conv1d", ["fft_fno"], "special";
     SelectiveScan => "selective_scan", ["selective_scan"], "special";
     ScaledDotProductAttention => "scaled_dot_product_attention", ["scaled_dot_product_attention"], "special";
+    FusedUnary => "fused_unary", [], "fused";
 }
 
 impl Op {
@@ -391,6 +398,7 @@ impl Op {
             SpectralConv1d { .. } => OpKind::SpectralConv1d,
             SelectiveScan => OpKind::SelectiveScan,
             ScaledDotProductAttention { .. } => OpKind::ScaledDotProductAttention,
+            FusedUnary { .. } => OpKind::FusedUnary,
         }
     }
 
@@ -406,6 +414,32 @@ impl OpKind {
         !matches!(
             self,
             OpKind::RandUniform | OpKind::BernoulliMask | OpKind::Argmax
+        )
+    }
+
+    /// Whether the op is a unary elementwise map (what elementwise fusion chains).
+    pub fn is_unary_map(self) -> bool {
+        use OpKind::*;
+        matches!(
+            self,
+            Neg | Abs
+                | Sqrt
+                | Exp
+                | Log
+                | Sin
+                | Cos
+                | Tanh
+                | Sigmoid
+                | Relu
+                | Gelu
+                | Silu
+                | Softplus
+                | Inv
+                | SafeLog
+                | Scale
+                | AddScalar
+                | Clamp
+                | Pow
         )
     }
 

@@ -83,6 +83,8 @@ impl CompiledGraph {
         profile: &BackendProfile,
     ) -> std::result::Result<CompiledGraph, CompileError> {
         graph.validate()?;
+        // lowering: elementwise fusion (a fused node gets its own capsule when planned)
+        let (graph, _) = crate::graph::fuse_elementwise(&graph)?;
         let has_vjp = graph
             .nodes
             .iter()

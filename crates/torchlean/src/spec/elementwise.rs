@@ -262,3 +262,68 @@ pub(super) fn unary_vjp<T: Scalar>(
         data,
     })]
 }
+
+/// The chain of a `fused_unary` op.
+fn chain(op: &Op) -> &[Op] {
+    match op {
+        Op::FusedUnary { ops } => ops,
+        _ => unreachable!("not a fused op: {}", op.name()),
+    }
+}
+
+pub(super) fn fused_shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError> {
+    expect_arity(op, shapes, &[1])?;
+    let ops = chain(op);
+    if ops.is_empty() {
+        return Err(payload_err(op, "a fused chain needs at least one op"));
+    }
+    for part in ops {
+        if !part.kind().is_unary_map() {
+            return Err(payload_err(
+                op,
+                format!("`{}` is not a unary elementwise map", part.name()),
+            ));
+        }
+        unary_shape(part, shapes)?;
+    }
+    Ok(shapes[0].to_vec())
+}
+
+/// The composition of the chain's maps at `x`.
+pub(crate) fn fused_chain_value<T: Scalar>(ops: &[Op], x: T) -> T {
+    ops.iter().fold(x, |v, part| unary(part, v))
+}
+
+/// The derivative of the composition at `x` (chain rule over the intermediates).
+pub(crate) fn fused_chain_derivative<T: Scalar>(ops: &[Op], x: T) -> T {
+    let mut v = x;
+    let mut d = T::one();
+    for part in ops {
+        let y = unary(part, v);
+        d *= unary_derivative(part, v, y);
+        v = y;
+    }
+    d
+}
+
+pub(super) fn fused_forward<T: Scalar>(op: &Op, x: &Array<T>) -> Array<T> {
+    let ops = chain(op);
+    Array {
+        shape: x.shape.clone(),
+        data: x.data.iter().map(|&v| fused_chain_value(ops, v)).collect(),
+    }
+}
+
+pub(super) fn fused_vjp<T: Scalar>(op: &Op, x: &Array<T>, gy: &Array<T>) -> InputGrads<T> {
+    let ops = chain(op);
+    let data = x
+        .data
+        .iter()
+        .zip(&gy.data)
+        .map(|(&v, &g)| g * fused_chain_derivative(ops, v))
+        .collect();
+    vec![Some(Array {
+        shape: x.shape.clone(),
+        data,
+    })]
+}

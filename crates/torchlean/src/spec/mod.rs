@@ -24,6 +24,7 @@ mod softmax;
 mod special;
 
 pub use array::{broadcast_shapes, contiguous_strides, numel, reduce_to, Array};
+pub(crate) use elementwise::{fused_chain_derivative, fused_chain_value};
 pub(crate) use linalg::matmul_dims;
 pub use random::{splitmix64, uniform_from_bits};
 
@@ -57,6 +58,7 @@ pub fn infer_shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError> 
         K::SpectralConv1d | K::SelectiveScan | K::ScaledDotProductAttention => {
             special::shape(op, shapes)
         }
+        K::FusedUnary => elementwise::fused_shape(op, shapes),
         _ => elementwise::unary_shape(op, shapes),
     }
 }
@@ -88,6 +90,7 @@ pub fn forward<T: Scalar>(op: &Op, inputs: &[&Array<T>]) -> Result<Array<T>, OpE
         K::SpectralConv1d | K::SelectiveScan | K::ScaledDotProductAttention => {
             Ok(special::forward(op, inputs, out_shape))
         }
+        K::FusedUnary => Ok(elementwise::fused_forward(op, inputs[0])),
         _ => Ok(elementwise::unary_forward(op, inputs[0])),
     }
 }
@@ -132,6 +135,7 @@ pub fn vjp<T: Scalar>(
         K::SpectralConv1d | K::SelectiveScan | K::ScaledDotProductAttention => {
             Ok(special::vjp(op, inputs, output, grad_out))
         }
+        K::FusedUnary => Ok(elementwise::fused_vjp(op, inputs[0], grad_out)),
         _ => Ok(elementwise::unary_vjp(op, inputs[0], output, grad_out)),
     }
 }

@@ -269,3 +269,27 @@ pub fn unary_vjp(op: &Op, x: &[f32], y: &[f32], g: &[f32], shape: &[usize]) -> V
         _ => unreachable!("not a unary op: {}", op.name()),
     }
 }
+
+/// A fused chain of unary maps in one pass over the data: no intermediate buffers. Each
+/// element runs the chain's scalar maps (the same scalar definitions the spec composes).
+pub fn fused_forward(op: &Op, x: &[f32]) -> Vec<f32> {
+    let Op::FusedUnary { ops } = op else {
+        unreachable!("fused_forward called for {}", op.name())
+    };
+    map(x, |v| crate::spec::fused_chain_value(ops, v))
+}
+
+/// The cotangent of a fused chain: `g` times the chain-rule product, recomputed per element.
+pub fn fused_vjp(op: &Op, x: &[f32], g: &[f32]) -> Vec<f32> {
+    let Op::FusedUnary { ops } = op else {
+        unreachable!("fused_vjp called for {}", op.name())
+    };
+    let n = x.len().min(g.len());
+    let mut out = vec![0.0f32; n];
+    super::par::for_chunks(&mut out, |off, c| {
+        for (j, o) in c.iter_mut().enumerate() {
+            *o = g[off + j] * crate::spec::fused_chain_derivative(ops, x[off + j]);
+        }
+    });
+    out
+}

@@ -86,6 +86,7 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
         K::SpectralConv1d | K::SelectiveScan | K::ScaledDotProductAttention => {
             special::forward(op, inputs, &out_shape)
         }
+        K::FusedUnary => elementwise::fused_forward(op, &guard::row_major_inputs(inputs)[0]),
         _ => elementwise::unary_forward(op, &guard::row_major_inputs(inputs)[0]),
     };
     Ok(tensor(data, out_shape))
@@ -128,6 +129,10 @@ pub fn vjp(
         ))],
         K::SpectralConv1d | K::SelectiveScan | K::ScaledDotProductAttention => {
             special::vjp(op, inputs, output, grad_out)
+        }
+        K::FusedUnary => {
+            let g = elementwise::fused_vjp(op, &inputs[0].data(), &grad_out.data());
+            vec![Some(tensor(g, inputs[0].shape().to_vec()))]
         }
         _ => {
             let x = inputs[0].data();
