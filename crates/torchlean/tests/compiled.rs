@@ -272,3 +272,46 @@ fn training_graphs_keep_the_intermediates_their_backward_needs() {
         .1
         .is_empty());
 }
+
+#[test]
+fn compiled_steps_reuse_their_buffers_after_the_first() {
+    use torchlean::backend::ExecutionMode;
+    use torchlean::nn::train::TrainStep;
+    let mut model = Mlp::new(&[4, 32, 32, 1], Activation::Tanh, 0).unwrap();
+    let data = SyntheticRegression::new(256, 1).unwrap();
+    let named = |(x, y): (Tensor, Tensor)| [("x".to_string(), x), ("y".to_string(), y)];
+    let loss_fn = |m: &dyn Module, xs: &[Tensor]| m.forward(&xs[0])?.mse_loss(&xs[1]);
+    let step = TrainStep::new(
+        ExecutionMode::Compiled,
+        &model,
+        &named(data.batch(0, 16).unwrap()),
+        &loss_fn,
+        &BackendProfile::default_cpu(),
+    )
+    .unwrap();
+    let mut opt = Adam::new(0.01).unwrap();
+    step.run(
+        &mut model,
+        &mut opt,
+        &named(data.batch(0, 16).unwrap()),
+        &loss_fn,
+    )
+    .unwrap();
+    let first = step.compiled_graph().unwrap().pool_stats();
+    assert!(first.allocated > 0 && first.recycled > 0, "{first:?}");
+    for s in 1..6 {
+        step.run(
+            &mut model,
+            &mut opt,
+            &named(data.batch(s, 16).unwrap()),
+            &loss_fn,
+        )
+        .unwrap();
+    }
+    let later = step.compiled_graph().unwrap().pool_stats();
+    assert_eq!(
+        later.allocated, first.allocated,
+        "no new buffers after the first run: {later:?}"
+    );
+    assert!(later.reused >= 5 * first.allocated / 2, "{later:?}");
+}

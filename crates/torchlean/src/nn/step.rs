@@ -83,11 +83,23 @@ impl StepExecutor for EagerStep {
 fn finish(
     model: &mut dyn Module,
     optimizer: &mut dyn Optimizer,
-    mut grads: crate::runtime::Gradients,
+    grads: crate::runtime::Gradients,
     value: f32,
     clip: Option<f32>,
     step: u64,
 ) -> Result<StepOutput> {
+    finish_keep(model, optimizer, grads, value, clip, step).map(|(out, _)| out)
+}
+
+/// [`finish`], handing the gradients back (the compiled step recycles their buffers).
+fn finish_keep(
+    model: &mut dyn Module,
+    optimizer: &mut dyn Optimizer,
+    mut grads: crate::runtime::Gradients,
+    value: f32,
+    clip: Option<f32>,
+    step: u64,
+) -> Result<(StepOutput, crate::runtime::Gradients)> {
     let grad_norm = match clip {
         Some(max) => {
             let norm = clip_grad_norm(&*model, &mut grads, max)?;
@@ -104,10 +116,13 @@ fn finish(
         None => None,
     };
     optimizer.step(model, &grads)?;
-    Ok(StepOutput {
-        loss: value,
-        grad_norm,
-    })
+    Ok((
+        StepOutput {
+            loss: value,
+            grad_norm,
+        },
+        grads,
+    ))
 }
 
 /// The compiled step: captures the model's forward and the task's loss on the first batch
@@ -216,7 +231,10 @@ impl StepExecutor for CompiledStepExecutor {
             }
             (grads, value)
         };
-        finish(model, optimizer, grads.0, grads.1, clip, step)
+        let (grads, value) = grads;
+        let grads = finish_keep(model, optimizer, grads, value, clip, step)?;
+        compiled.compiled().give_back(grads.1.into_tensors());
+        Ok(grads.0)
     }
 }
 

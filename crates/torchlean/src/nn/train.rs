@@ -87,6 +87,11 @@ impl TrainStep {
         Ok(TrainStep { compiled })
     }
 
+    /// The compiled graph (compiled mode only).
+    pub fn compiled_graph(&self) -> Option<&crate::runtime::compiled::CompiledGraph> {
+        self.compiled.as_ref().map(|c| c.compiled())
+    }
+
     /// The compiled plan's report (compiled mode only).
     pub fn compiled_report(&self) -> Option<&BackendReport> {
         self.compiled.as_ref().map(|c| c.compiled().report())
@@ -120,6 +125,9 @@ impl TrainStep {
             }
         };
         optimizer.step(model, &grads)?;
+        if let Some(step) = &self.compiled {
+            step.compiled().give_back(grads.into_tensors());
+        }
         Ok(loss)
     }
 }

@@ -152,6 +152,11 @@ impl Gradients {
         self.map.insert(leaf.id(), grad);
     }
 
+    /// The stored gradients (consumes the store).
+    pub fn into_tensors(self) -> impl Iterator<Item = Tensor> {
+        self.map.into_values()
+    }
+
     /// Multiplies every stored gradient by `factor` (gradient clipping, loss scaling).
     pub fn scale(&mut self, factor: f32) {
         for g in self.map.values_mut() {

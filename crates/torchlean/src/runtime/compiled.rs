@@ -54,6 +54,8 @@ pub struct CompiledGraph {
     /// as (node, input). The first sibling computes every one of their cotangents in one call
     /// of the VJP kernel; the others find their value already there.
     siblings: Vec<Vec<(usize, usize)>>,
+    /// The buffers of the static memory plan, kept between runs.
+    pool: std::sync::Mutex<super::buffers::BufferPool>,
 }
 
 /// Groups the vjp nodes that share their parents (same op node, same cotangent).
@@ -175,6 +177,7 @@ impl CompiledGraph {
             report,
             peak_elements: peak,
             siblings,
+            pool: Default::default(),
         })
     }
 
@@ -192,21 +195,43 @@ impl CompiledGraph {
         self.peak_elements
     }
 
-    /// Releases the values whose last reader is `n` (and `n` itself if nobody reads it).
+    /// Releases the values whose last reader is `n` (and `n` itself if nobody reads it),
+    /// giving their buffers back to the pool.
     fn release_after(&self, n: &crate::graph::Node, slots: &mut [Option<Tensor>]) {
+        let mut release = |i: usize| {
+            if let Some(t) = slots[i].take() {
+                super::buffers::recycle(t);
+            }
+        };
         if self.last_use[n.id] == n.id {
-            slots[n.id] = None; // nobody reads it and it is not an output
+            release(n.id); // nobody reads it and it is not an output
         }
         for &p in &n.parents {
             if self.last_use[p] == n.id {
-                slots[p] = None;
+                release(p);
             }
         }
+    }
+
+    /// Gives output tensors the caller is done with back to the pool (only those it owns
+    /// alone are taken), so the next run reuses their buffers.
+    pub fn give_back(&self, tensors: impl IntoIterator<Item = Tensor>) {
+        if let Ok(mut pool) = self.pool.lock() {
+            for t in tensors {
+                pool.give_back(t);
+            }
+        }
+    }
+
+    /// Counters of the buffer pool (reused vs newly allocated buffers, over all runs).
+    pub fn pool_stats(&self) -> super::buffers::PoolStats {
+        self.pool.lock().map(|p| p.stats()).unwrap_or_default()
     }
 
     /// Runs the plan. `value(name)` supplies inputs, parameters and constants by name; every
     /// supplied tensor must have its declared shape. Returns the named outputs.
     pub fn run(&self, value: impl Fn(&str) -> Option<Tensor>) -> Result<Vec<(String, Tensor)>> {
+        let _pool = super::buffers::ActivePool::enter(&self.pool);
         let mut slots: Vec<Option<Tensor>> = vec![None; self.graph.nodes.len()];
         let kernels = self.plan.kernels();
         for n in &self.graph.nodes {

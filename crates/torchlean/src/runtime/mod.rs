@@ -3,6 +3,7 @@
 //! chooses a provider itself.
 
 pub mod autograd;
+pub mod buffers;
 pub mod capture;
 pub mod compiled;
 pub mod kernel;

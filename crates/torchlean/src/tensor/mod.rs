@@ -82,6 +82,16 @@ impl Tensor {
         self.0.grad_fn.as_ref()
     }
 
+    /// The storage, if this handle is its only owner and sees all of it (for buffer reuse).
+    pub(crate) fn into_storage(self) -> Option<Vec<f32>> {
+        let inner = Arc::try_unwrap(self.0).ok()?;
+        if inner.grad_fn.is_some() || !inner.layout.is_contiguous() || inner.layout.offset != 0 {
+            return None;
+        }
+        let v = Arc::try_unwrap(inner.storage).ok()?;
+        (v.len() == inner.layout.numel()).then_some(v)
+    }
+
     /// Number of f32 elements in the underlying storage (views may see fewer).
     pub(crate) fn storage_len(&self) -> usize {
         self.0.storage.len()

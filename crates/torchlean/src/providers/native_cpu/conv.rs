@@ -235,12 +235,12 @@ pub fn forward(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Vec<f32> {
     let out_plane = out_shape[2] * out_shape[3];
     let per_out = out_shape[1] * out_plane;
     let per_in = x[0].shape()[1] * x[0].shape()[2] * x[0].shape()[3];
-    let mut y = vec![0.0f32; out_shape[0] * per_out];
+    let mut y = super::par::zeroed(out_shape[0] * per_out);
     let is_conv = matches!(op, Op::Conv2d(_));
     per_image(&mut y, per_out, |b, yb, threads| {
         fill_bias(yb, out_plane, bias);
         let xb = &xd[b * per_in..(b + 1) * per_in];
-        let mut col = vec![0.0f32; if u.is_identity() { 0 } else { kr * p }];
+        let mut col = super::par::zeroed(if u.is_identity() { 0 } else { kr * p });
         for grp in 0..g.groups {
             if is_conv {
                 // y_g [other, p] += W_g [other, kr] @ col [kr, p]
@@ -310,14 +310,14 @@ pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor, needs: &[bool]) -> Vec<Option<Te
     let per_out = ys[1] * ys[2] * ys[3];
     let wlen = wd.len();
     let is_conv = matches!(op, Op::Conv2d(_));
-    let mut gx = vec![0.0f32; xd.len()];
+    let mut gx = super::par::zeroed(xd.len());
 
     // One image: writes its gx chunk and returns its weight-gradient contribution.
     let image = |b: usize, gxb: &mut [f32], threads: bool| -> Vec<f32> {
-        let mut gw = vec![0.0f32; wlen];
+        let mut gw = super::par::zeroed(wlen);
         let xb = &xd[b * per_in..(b + 1) * per_in];
         let gyb = &gyd[b * per_out..(b + 1) * per_out];
-        let mut col = vec![0.0f32; if u.is_identity() { 0 } else { kr * p }];
+        let mut col = super::par::zeroed(if u.is_identity() { 0 } else { kr * p });
         for grp in 0..g.groups {
             let wg = &wd[grp * g.other * kr..(grp + 1) * g.other * kr];
             let gwg = &mut gw[grp * g.other * kr..(grp + 1) * g.other * kr];
@@ -415,7 +415,7 @@ pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor, needs: &[bool]) -> Vec<Option<Te
     };
 
     let n = xs[0];
-    let mut gw = vec![0.0f32; wlen];
+    let mut gw = super::par::zeroed(wlen);
     if per_in == 0 {
         // no input elements: gx is empty; gw still needs every image's contribution
         let mut empty: [f32; 0] = [];

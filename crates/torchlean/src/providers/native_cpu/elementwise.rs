@@ -19,7 +19,7 @@ pub fn zip_map<const K: usize>(
     f: impl Fn([f32; K]) -> f32 + Sync + Send,
 ) -> Vec<f32> {
     let n = numel(out_shape);
-    let mut out = vec![0.0f32; n];
+    let mut out = super::par::zeroed(n);
     if n == 0 {
         return out;
     }
@@ -58,7 +58,7 @@ pub fn zip_map<const K: usize>(
 
 /// `out[i] = f(x[i])`.
 pub fn map(x: &[f32], f: impl Fn(f32) -> f32 + Sync + Send) -> Vec<f32> {
-    let mut out = vec![0.0f32; x.len()];
+    let mut out = super::par::zeroed(x.len());
     for_chunks(&mut out, |off, c| {
         let n = c.len();
         for (o, &v) in c.iter_mut().zip(&x[off..off + n]) {
@@ -285,7 +285,7 @@ pub fn fused_vjp(op: &Op, x: &[f32], g: &[f32]) -> Vec<f32> {
         unreachable!("fused_vjp called for {}", op.name())
     };
     let n = x.len().min(g.len());
-    let mut out = vec![0.0f32; n];
+    let mut out = super::par::zeroed(n);
     super::par::for_chunks(&mut out, |off, c| {
         for (j, o) in c.iter_mut().enumerate() {
             *o = g[off + j] * crate::spec::fused_chain_derivative(ops, x[off + j]);

@@ -93,7 +93,7 @@ pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Result<Vec<Option<Tensor>>> {
                 .enumerate()
                 .map(|(p, &v)| index(op, v, p, dim))
                 .collect::<Result<_>>()?;
-            let mut out = vec![0.0f32; x[0].numel()];
+            let mut out = super::par::zeroed(x[0].numel());
             for o in 0..outer {
                 for (k, &s) in sel.iter().enumerate() {
                     let src = &g[(o * sel.len() + k) * inner..(o * sel.len() + k + 1) * inner];
@@ -108,7 +108,7 @@ pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Result<Vec<Option<Tensor>>> {
             Ok(vec![Some(Tensor::from_parts(out, shape)), None])
         }
         Op::Gather { axis } => {
-            let mut out = vec![0.0f32; x[0].numel()];
+            let mut out = super::par::zeroed(x[0].numel());
             for (i, p) in positions(op, &shape, x[1], *axis)?.into_iter().enumerate() {
                 out[p] += g[i];
             }

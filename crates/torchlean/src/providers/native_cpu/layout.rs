@@ -56,7 +56,7 @@ pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
             let (outer, dim, inner) = split(x[0].shape(), *axis);
             let g = gy.data();
             let width = (end - start) * inner;
-            let mut out = vec![0.0f32; x[0].numel()];
+            let mut out = super::par::zeroed(x[0].numel());
             for o in 0..outer {
                 let dst = (o * dim + start) * inner;
                 out[dst..dst + width].copy_from_slice(&g[o * width..(o + 1) * width]);

@@ -13,7 +13,7 @@ pub fn forward(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Vec<f32> {
             // invariant: the shape rule (run before every kernel) accepted these dims
             let (d, _) = matmul_dims(x[0].shape(), x[1].shape()).expect("guard checked the dims");
             let (a, b) = (x[0].data(), x[1].data());
-            let mut c = vec![0.0f32; numel(out_shape)];
+            let mut c = super::par::zeroed(numel(out_shape));
             if !d.b_batched {
                 // a: [batch*m, k] @ b: [k, n] in one product
                 gemm(
@@ -48,7 +48,7 @@ pub fn forward(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Vec<f32> {
             let (outf, inp) = (x[1].shape()[0], x[1].shape()[1]);
             let rows = numel(&x[0].shape()[..x[0].rank() - 1]);
             let (xd, w) = (x[0].data(), x[1].data());
-            let mut y = vec![0.0f32; rows * outf];
+            let mut y = super::par::zeroed(rows * outf);
             gemm(
                 rows,
                 outf,
@@ -100,7 +100,7 @@ pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor, needs: &[bool]) -> Vec<Option<Te
             let (a, b) = (x[0].data(), x[1].data());
             let (mk, kn, mn) = (d.m * d.k, d.k * d.n, d.m * d.n);
             let ga = need(0).then(|| {
-                let mut ga = vec![0.0f32; x[0].numel()];
+                let mut ga = super::par::zeroed(x[0].numel());
                 if !d.b_batched {
                     // gA [bm, k] = gY [bm, n] @ B^T
                     gemm(
@@ -132,7 +132,7 @@ pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor, needs: &[bool]) -> Vec<Option<Te
                 Tensor::from_parts(ga, x[0].shape().to_vec())
             });
             let gb = need(1).then(|| {
-                let mut gb = vec![0.0f32; x[1].numel()];
+                let mut gb = super::par::zeroed(x[1].numel());
                 if !d.b_batched {
                     // gB [k, n] = A^T [k, bm] @ gY [bm, n]
                     gemm(
@@ -169,7 +169,7 @@ pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor, needs: &[bool]) -> Vec<Option<Te
             let rows = numel(&x[0].shape()[..x[0].rank() - 1]);
             let (xd, w) = (x[0].data(), x[1].data());
             let gx = need(0).then(|| {
-                let mut gx = vec![0.0f32; rows * inp];
+                let mut gx = super::par::zeroed(rows * inp);
                 gemm(
                     rows,
                     inp,
@@ -183,7 +183,7 @@ pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor, needs: &[bool]) -> Vec<Option<Te
                 Tensor::from_parts(gx, x[0].shape().to_vec())
             });
             let gw = need(1).then(|| {
-                let mut gw = vec![0.0f32; outf * inp];
+                let mut gw = super::par::zeroed(outf * inp);
                 gemm(
                     outf,
                     inp,

@@ -29,7 +29,7 @@ pub fn forward(op: &Op, x: &[&Tensor]) -> Vec<f32> {
     let (xd, gamma) = (x[0].data(), x[1].data());
     let beta = x.get(2).map(|b| b.data());
     let e = eps(op);
-    let mut y = vec![0.0f32; xd.len()];
+    let mut y = super::par::zeroed(xd.len());
     match op {
         Op::LayerNorm { .. } | Op::RmsNorm { .. } => {
             let d = *x[0].shape().last().unwrap_or(&1);
@@ -89,9 +89,9 @@ fn channel_stats(
 pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
     let (xd, gamma, g) = (x[0].data(), x[1].data(), gy.data());
     let e = eps(op);
-    let mut gx = vec![0.0f32; xd.len()];
-    let mut ggamma = vec![0.0f32; gamma.len()];
-    let mut gbeta = vec![0.0f32; gamma.len()];
+    let mut gx = super::par::zeroed(xd.len());
+    let mut ggamma = super::par::zeroed(gamma.len());
+    let mut gbeta = super::par::zeroed(gamma.len());
     match op {
         Op::LayerNorm { .. } | Op::RmsNorm { .. } => {
             let d = *x[0].shape().last().unwrap_or(&1);

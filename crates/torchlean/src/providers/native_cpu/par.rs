@@ -6,6 +6,13 @@
 
 use rayon::prelude::*;
 
+/// A zero-filled output or scratch buffer (from the compiled executor's pool when one is
+/// active on this thread).
+#[inline]
+pub fn zeroed(n: usize) -> Vec<f32> {
+    crate::runtime::buffers::take_zeroed(n)
+}
+
 /// Below this many elements, elementwise work stays on the calling thread.
 pub const PAR_THRESHOLD: usize = 1 << 15;
 /// Elements per parallel task.

@@ -118,7 +118,7 @@ pub fn forward(op: &Op, x: &Tensor, out_shape: &[usize]) -> Vec<f32> {
     let pl = Plane::new(op, x.shape(), out_shape);
     let xd = x.data();
     let (hw, ohw) = (pl.h * pl.w, pl.oh * pl.ow);
-    let mut y = vec![0.0f32; out_shape.iter().product()];
+    let mut y = super::par::zeroed(out_shape.iter().product());
     planes(&mut y, ohw, |p, yp| {
         let xp = &xd[p * hw..(p + 1) * hw];
         match op {
@@ -155,7 +155,7 @@ pub fn vjp(op: &Op, x: &Tensor, y: &Tensor, gy: &Tensor) -> Vec<f32> {
     let pl = Plane::new(op, x.shape(), y.shape());
     let (xd, yd, gyd) = (x.data(), y.data(), gy.data());
     let (hw, ohw) = (pl.h * pl.w, pl.oh * pl.ow);
-    let mut gx = vec![0.0f32; xd.len()];
+    let mut gx = super::par::zeroed(xd.len());
     planes(&mut gx, hw, |p, gp| {
         let xp = &xd[p * hw..(p + 1) * hw];
         let (yp, gyp) = (&yd[p * ohw..(p + 1) * ohw], &gyd[p * ohw..(p + 1) * ohw]);

@@ -26,7 +26,7 @@ pub fn sum_to_shape(data: &[f32], from: &[usize], to: &[usize]) -> Tensor {
         .take_while(|(k, f)| **k == 1 && **f != 1)
         .count();
     if keep[lead..] == from[lead..] && n_out > 0 {
-        let mut out = vec![0.0f32; n_out];
+        let mut out = super::par::zeroed(n_out);
         for row in data.chunks(n_out) {
             for (o, &v) in out.iter_mut().zip(row) {
                 *o += v;
@@ -38,7 +38,7 @@ pub fn sum_to_shape(data: &[f32], from: &[usize], to: &[usize]) -> Tensor {
     let kept = keep.iter().zip(from).take_while(|(k, f)| k == f).count();
     if keep[kept..].iter().all(|&k| k == 1) {
         let width = numel(&from[kept..]);
-        let mut out = vec![0.0f32; n_out];
+        let mut out = super::par::zeroed(n_out);
         if width > 0 {
             for_rows(&mut out, 1, |i, o| {
                 o[0] = data[i * width..(i + 1) * width].iter().sum()
@@ -48,7 +48,7 @@ pub fn sum_to_shape(data: &[f32], from: &[usize], to: &[usize]) -> Tensor {
     }
     // general: scatter-add through the broadcast layout of the target
     let target = Layout::contiguous(keep).broadcast(from);
-    let mut out = vec![0.0f32; n_out];
+    let mut out = super::par::zeroed(n_out);
     let mut idx = vec![0usize; from.len()];
     for &v in data {
         out[target.position(&idx)] += v;
@@ -95,7 +95,7 @@ pub fn forward(op: &Op, x: &Tensor, out_shape: &[usize]) -> Vec<f32> {
         }
         Op::Argmax { axis } => {
             let (outer, dim, inner) = split(x.shape(), *axis);
-            let mut out = vec![0.0f32; numel(out_shape)];
+            let mut out = super::par::zeroed(numel(out_shape));
             for o in 0..outer {
                 for i in 0..inner {
                     let at = |j: usize| data[(o * dim + j) * inner + i];
@@ -151,14 +151,14 @@ pub fn softmax_forward(op: &Op, x: &Tensor) -> Vec<f32> {
     };
     let data = x.data();
     let (outer, dim, inner) = split(x.shape(), axis);
-    let mut out = vec![0.0f32; data.len()];
+    let mut out = super::par::zeroed(data.len());
     if inner == 1 {
         for_rows(&mut out, dim, |r, o| {
             softmax_row(&data[r * dim..(r + 1) * dim], o, log)
         });
     } else {
-        let mut row = vec![0.0f32; dim];
-        let mut res = vec![0.0f32; dim];
+        let mut row = super::par::zeroed(dim);
+        let mut res = super::par::zeroed(dim);
         for oi in 0..outer {
             for i in 0..inner {
                 for j in 0..dim {
@@ -199,7 +199,7 @@ pub fn softmax_vjp(op: &Op, y: &Tensor, gy: &Tensor) -> Vec<f32> {
     };
     let (yd, gd) = (y.data(), gy.data());
     let (outer, dim, inner) = split(y.shape(), axis);
-    let mut out = vec![0.0f32; yd.len()];
+    let mut out = super::par::zeroed(yd.len());
     let row_vjp =
         |yr: &dyn Fn(usize) -> f32, gr: &dyn Fn(usize) -> f32, o: &mut dyn FnMut(usize, f32)| {
             if log {

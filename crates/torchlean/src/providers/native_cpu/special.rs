@@ -39,7 +39,7 @@ pub fn vjp(op: &Op, x: &[&Tensor], y: &Tensor, gy: &Tensor) -> Vec<Option<Tensor
 
 /// Twiddle table `[2m, n]`: row `k < m` is `cos(2πkt/n)`, row `m + k` is `-sin(2πkt/n)`.
 fn twiddles(m: usize, n: usize) -> Vec<f32> {
-    let mut t = vec![0.0f32; 2 * m * n];
+    let mut t = super::par::zeroed(2 * m * n);
     for k in 0..m {
         for s in 0..n {
             let th = 2.0 * std::f64::consts::PI * ((k * s) % n) as f64 / n as f64;
@@ -69,7 +69,7 @@ fn inverse_weights(m: usize, n: usize) -> Vec<f32> {
 
 /// Truncated DFT of `rows` signals of length `n`: `[rows, 2m]` (real parts, then imaginary).
 fn rdft(x: &[f32], rows: usize, n: usize, m: usize, table: &[f32]) -> Vec<f32> {
-    let mut out = vec![0.0f32; rows * 2 * m];
+    let mut out = super::par::zeroed(rows * 2 * m);
     gemm(
         rows,
         2 * m,
@@ -95,7 +95,7 @@ fn spectral_forward(m: usize, x: &[&Tensor], out_shape: &[usize]) -> Vec<f32> {
     let cw = inverse_weights(m, n);
     let xf = rdft(&xd, b * ci, n, m, &table);
     // Z [b*co, 2m] = c_k/n * (Y_r | Y_i), Y_k[o] = Σ_i X_k[i] W_k[i, o]
-    let mut z = vec![0.0f32; b * co * 2 * m];
+    let mut z = super::par::zeroed(b * co * 2 * m);
     for_rows(&mut z, 2 * m, |row, zr| {
         let (bb, o) = (row / co, row % co);
         let (yr, yi) = zr.split_at_mut(m);
@@ -114,7 +114,7 @@ fn spectral_forward(m: usize, x: &[&Tensor], out_shape: &[usize]) -> Vec<f32> {
             yi[k] *= cw[k];
         }
     });
-    let mut y = vec![0.0f32; out_shape.iter().product()];
+    let mut y = super::par::zeroed(out_shape.iter().product());
     gemm(
         b * co,
         n,
@@ -145,7 +145,7 @@ fn spectral_vjp(m: usize, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
         }
     }
     // cotangent of X [b*ci, 2m]
-    let mut gxf = vec![0.0f32; b * ci * 2 * m];
+    let mut gxf = super::par::zeroed(b * ci * 2 * m);
     for_rows(&mut gxf, 2 * m, |row, out| {
         let (bb, i) = (row / ci, row % ci);
         let (gxr, gxi) = out.split_at_mut(m);
@@ -160,7 +160,7 @@ fn spectral_vjp(m: usize, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
             }
         }
     });
-    let mut gx = vec![0.0f32; xd.len()];
+    let mut gx = super::par::zeroed(xd.len());
     gemm(
         b * ci,
         n,
@@ -172,7 +172,7 @@ fn spectral_vjp(m: usize, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
         true,
     );
     // weight cotangents, rows (i, o): [ci*co, 2m] (real, then imaginary)
-    let mut gw = vec![0.0f32; ci * co * 2 * m];
+    let mut gw = super::par::zeroed(ci * co * 2 * m);
     for_rows(&mut gw, 2 * m, |row, out| {
         let (i, o) = (row / co, row % co);
         let (gwr, gwi) = out.split_at_mut(m);
@@ -230,7 +230,7 @@ fn scan_forward(x: &[&Tensor]) -> Vec<f32> {
     let (_, l, inner) = scan_dims(x[0]);
     let (a, u) = (x[0].data(), x[1].data());
     let per = l * inner;
-    let mut y = vec![0.0f32; a.len()];
+    let mut y = super::par::zeroed(a.len());
     per_batch(&mut y, per, |bb, yb| {
         let (ab, ub) = (&a[bb * per..(bb + 1) * per], &u[bb * per..(bb + 1) * per]);
         // t = 0: h = a_0 * 0 + u_0
@@ -256,7 +256,7 @@ fn scan_vjp(x: &[&Tensor], y: &Tensor, gy: &Tensor) -> Vec<Option<Tensor>> {
     let (a, yd, g) = (x[0].data(), y.data(), gy.data());
     let per = l * inner;
     // gu_t = gy_t + a_{t+1} gu_{t+1} (gu_{L-1} = gy_{L-1})
-    let mut gu = vec![0.0f32; a.len()];
+    let mut gu = super::par::zeroed(a.len());
     per_batch(&mut gu, per, |bb, gb| {
         let (ab, gyb) = (&a[bb * per..(bb + 1) * per], &g[bb * per..(bb + 1) * per]);
         let last = (l - 1) * inner; // l >= 1 since per > 0
@@ -273,7 +273,7 @@ fn scan_vjp(x: &[&Tensor], y: &Tensor, gy: &Tensor) -> Vec<Option<Tensor>> {
         }
     });
     // ga_t = gu_t * h_{t-1} (0 at t = 0)
-    let mut ga = vec![0.0f32; a.len()];
+    let mut ga = super::par::zeroed(a.len());
     per_batch(&mut ga, per, |bb, gb| {
         let (gub, yb) = (&gu[bb * per..(bb + 1) * per], &yd[bb * per..(bb + 1) * per]);
         for t in 1..l {
@@ -346,7 +346,7 @@ impl<'a> Attention<'a> {
         let (l, s, d) = (self.l, self.s, self.d);
         let qb = &q[bi * l * d..(bi + 1) * l * d];
         let kb = &k[bi * s * d..(bi + 1) * s * d];
-        let mut p = vec![0.0f32; l * s];
+        let mut p = super::par::zeroed(l * s);
         gemm(
             l,
             s,
@@ -403,7 +403,7 @@ fn attention_forward(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Vec<f32> {
     let extra = x.get(3).map(|m| m.data());
     let at = Attention::new(op, x, extra.as_deref());
     let (l, s, dv) = (at.l, at.s, at.dv);
-    let mut out = vec![0.0f32; out_shape.iter().product()];
+    let mut out = super::par::zeroed(out_shape.iter().product());
     let per = l * dv;
     if per == 0 {
         return out;
@@ -449,7 +449,7 @@ fn attention_vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
         let qb = &q[bi * l * d..(bi + 1) * l * d];
         let kb = &k[bi * s * d..(bi + 1) * s * d];
         // gV [S, Dv] = P^T gO
-        let mut gv = vec![0.0f32; s * dv];
+        let mut gv = super::par::zeroed(s * dv);
         gemm(
             s,
             dv,
@@ -461,7 +461,7 @@ fn attention_vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
             threads,
         );
         // gP [L, S] = gO V^T; gS = P * (gP - rowsum(gP * P))
-        let mut gs = vec![0.0f32; l * s];
+        let mut gs = super::par::zeroed(l * s);
         gemm(
             l,
             s,
@@ -481,7 +481,7 @@ fn attention_vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
             }
         }
         // gQ = scale gS K; gK = scale gS^T Q
-        let mut gq = vec![0.0f32; l * d];
+        let mut gq = super::par::zeroed(l * d);
         gemm(
             l,
             d,
@@ -492,7 +492,7 @@ fn attention_vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
             false,
             threads,
         );
-        let mut gk = vec![0.0f32; s * d];
+        let mut gk = super::par::zeroed(s * d);
         gemm(
             s,
             d,
@@ -533,7 +533,7 @@ fn attention_vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
         AttentionMask::None => {}
         AttentionMask::Boolean => grads.push(None),
         AttentionMask::AdditiveBias => {
-            let mut gb = vec![0.0f32; extra.as_ref().map_or(0, |m| m.len())];
+            let mut gb = super::par::zeroed(extra.as_ref().map_or(0, |m| m.len()));
             if at.per_batch {
                 for (o, (_, _, _, gs)) in gb.chunks_mut((l * s).max(1)).zip(&parts) {
                     o.copy_from_slice(gs);
