@@ -292,3 +292,31 @@ fn native_cpu_vjp_skipping_unneeded_inputs_keeps_the_others() {
         }
     }
 }
+
+/// The native in-place kernel gives exactly the forward kernel's values on every unary row.
+#[test]
+fn native_cpu_in_place_matches_forward() {
+    let binding = providers::native_cpu::binding();
+    let in_place = binding.in_place.expect("native binds an in-place kernel");
+    let mut checked = 0;
+    for (i, case) in cases()
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.op.kind().is_unary_map() || c.op.kind() == OpKind::FusedUnary)
+    {
+        let x = to_tensor(&inputs_of(case, i)[0]);
+        let want = (binding.forward)(&case.op, &[&x]).unwrap().to_vec();
+        let owned = Tensor::from_vec(x.to_vec(), x.shape()).unwrap();
+        let got = in_place(&case.op, owned).unwrap();
+        assert_eq!(got.to_vec(), want, "{}", case.name());
+        // a shared input is not overwritten
+        let shared = x.clone();
+        let _ = in_place(&case.op, shared).unwrap();
+        assert_eq!(
+            x.to_vec(),
+            to_f64(&x).iter().map(|&v| v as f32).collect::<Vec<_>>()
+        );
+        checked += 1;
+    }
+    assert!(checked > 60, "{checked}");
+}

@@ -135,6 +135,7 @@ pub fn vjp(
 
 pub fn binding() -> KernelBinding {
     KernelBinding {
+        in_place: None,
         forward,
         vjp: Some(vjp),
     }

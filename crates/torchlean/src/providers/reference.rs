@@ -61,6 +61,7 @@ pub fn spec_vjp_f32(
 /// The binding shared by every reference capsule.
 pub fn binding() -> KernelBinding {
     KernelBinding {
+        in_place: None,
         forward: spec_forward_f32,
         vjp: Some(spec_vjp_f32),
     }

@@ -54,6 +54,9 @@ pub struct CompiledGraph {
     /// as (node, input). The first sibling computes every one of their cotangents in one call
     /// of the VJP kernel; the others find their value already there.
     siblings: Vec<Vec<(usize, usize)>>,
+    /// Whether a node's value is computed by the graph (not an input, parameter or constant
+    /// the caller owns), so an in-place kernel may consume it at its last use.
+    consumable: Vec<bool>,
     /// The buffers of the static memory plan, kept between runs.
     pool: std::sync::Mutex<super::buffers::BufferPool>,
 }
@@ -169,6 +172,11 @@ impl CompiledGraph {
             }
         }
         let siblings = vjp_siblings(&graph);
+        let consumable = graph
+            .nodes
+            .iter()
+            .map(|n| matches!(n.kind, NodeKind::Op { .. } | NodeKind::Vjp { .. }))
+            .collect();
         Ok(CompiledGraph {
             graph,
             plan: accepted,
@@ -177,6 +185,7 @@ impl CompiledGraph {
             report,
             peak_elements: peak,
             siblings,
+            consumable,
             pool: Default::default(),
         })
     }
@@ -267,9 +276,25 @@ impl CompiledGraph {
                     // invariant: `compile` assigns a kernel to every op and vjp node or fails
                     let k = &kernels[self.kernel_of[n.id]
                         .expect("every op node has a kernel (compile checked)")];
-                    let inputs: Vec<&Tensor> =
-                        n.parents.iter().map(|&p| get(p)).collect::<Result<_>>()?;
-                    (k.binding().forward)(op, &inputs)?
+                    match (k.binding().in_place, n.parents.as_slice()) {
+                        // in place: the one input dies here, so its buffer may be overwritten
+                        (Some(in_place), &[p])
+                            if self.consumable[p] && self.last_use[p] == n.id =>
+                        {
+                            let input = slots[p].take().ok_or_else(|| {
+                                Error::Other(format!(
+                                    "graph node {p} was released before node {} used it",
+                                    n.id
+                                ))
+                            })?;
+                            in_place(op, input)?
+                        }
+                        _ => {
+                            let inputs: Vec<&Tensor> =
+                                n.parents.iter().map(|&p| get(p)).collect::<Result<_>>()?;
+                            (k.binding().forward)(op, &inputs)?
+                        }
+                    }
                 }
                 NodeKind::Vjp { op, input } => {
                     // invariant: `compile` assigns a kernel to every op and vjp node or fails

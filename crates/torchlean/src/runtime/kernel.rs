@@ -15,11 +15,18 @@ pub type ForwardKernel = fn(&Op, &[&Tensor]) -> Result<Tensor>;
 /// Computes an op's local VJP.
 pub type VjpKernel = fn(&Op, &[&Tensor], &Tensor, &Tensor, &[bool]) -> Result<Vec<Option<Tensor>>>;
 
+/// Computes a one-input op, taking the input by value so that it may overwrite its buffer
+/// (when the caller held the only reference). Must give the same values as the forward kernel.
+pub type InPlaceKernel = fn(&Op, Tensor) -> Result<Tensor>;
+
 /// The kernels bound to one capsule.
 #[derive(Clone, Copy)]
 pub struct KernelBinding {
     pub forward: ForwardKernel,
     pub vjp: Option<VjpKernel>,
+    /// Optional in-place variant, used by the compiled executor where the input's last use is
+    /// this op.
+    pub in_place: Option<InPlaceKernel>,
 }
 
 impl std::fmt::Debug for KernelBinding {

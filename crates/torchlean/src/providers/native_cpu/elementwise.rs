@@ -184,26 +184,41 @@ fn gelu_grad(x: f32) -> f32 {
 use super::vmath::{self, sigmoid};
 
 pub fn unary_forward(op: &Op, x: &[f32]) -> Vec<f32> {
-    match *op {
-        Op::Neg => map(x, |v| -v),
-        Op::Abs => map(x, f32::abs),
-        Op::Sqrt => map(x, f32::sqrt),
-        Op::Exp => map(x, vmath::exp),
-        Op::Log => map(x, f32::ln),
-        Op::Sin => map(x, f32::sin),
-        Op::Cos => map(x, f32::cos),
-        Op::Tanh => map(x, vmath::tanh),
-        Op::Sigmoid => map(x, sigmoid),
-        Op::Relu => map(x, |v| if v > 0.0 { v } else { 0.0 }),
-        Op::Gelu => map(x, gelu),
-        Op::Silu => map(x, |v| v * sigmoid(v)),
-        Op::Softplus => map(x, |v| v.max(0.0) + vmath::exp(-v.abs()).ln_1p()),
-        Op::Inv => map(x, |v| 1.0 / v),
-        Op::SafeLog { eps } => map(x, move |v| v.max(eps).ln()),
-        Op::Scale { factor } => map(x, move |v| v * factor),
-        Op::AddScalar { value } => map(x, move |v| v + value),
-        Op::Clamp { min, max } => map(x, move |v| v.max(min).min(max)),
-        Op::Pow { exponent } => map(x, move |v| v.powf(exponent)),
+    let mut out = super::par::zeroed(x.len());
+    out.copy_from_slice(x);
+    unary_in_place(op, &mut out);
+    out
+}
+
+/// `w[i] = f(w[i])` in fixed parallel chunks when large.
+fn map_in_place(w: &mut [f32], f: impl Fn(f32) -> f32 + Sync + Send) {
+    for_chunks(w, |_, c| c.iter_mut().for_each(|v| *v = f(*v)));
+}
+
+/// Applies a unary map (or a fused chain of them) to `w` in place: the one table of the
+/// native unary maps, used by the forward kernel and by the in-place kernel.
+pub fn unary_in_place(op: &Op, w: &mut [f32]) {
+    match op {
+        Op::FusedUnary { ops } => map_in_place(w, |v| crate::spec::fused_chain_value(ops, v)),
+        Op::Neg => map_in_place(w, |v| -v),
+        Op::Abs => map_in_place(w, f32::abs),
+        Op::Sqrt => map_in_place(w, f32::sqrt),
+        Op::Exp => map_in_place(w, vmath::exp),
+        Op::Log => map_in_place(w, f32::ln),
+        Op::Sin => map_in_place(w, f32::sin),
+        Op::Cos => map_in_place(w, f32::cos),
+        Op::Tanh => map_in_place(w, vmath::tanh),
+        Op::Sigmoid => map_in_place(w, sigmoid),
+        Op::Relu => map_in_place(w, |v| if v > 0.0 { v } else { 0.0 }),
+        Op::Gelu => map_in_place(w, gelu),
+        Op::Silu => map_in_place(w, |v| v * sigmoid(v)),
+        Op::Softplus => map_in_place(w, |v| v.max(0.0) + vmath::exp(-v.abs()).ln_1p()),
+        Op::Inv => map_in_place(w, |v| 1.0 / v),
+        &Op::SafeLog { eps } => map_in_place(w, move |v| v.max(eps).ln()),
+        &Op::Scale { factor } => map_in_place(w, move |v| v * factor),
+        &Op::AddScalar { value } => map_in_place(w, move |v| v + value),
+        &Op::Clamp { min, max } => map_in_place(w, move |v| v.max(min).min(max)),
+        &Op::Pow { exponent } => map_in_place(w, move |v| v.powf(exponent)),
         _ => unreachable!("not a unary op: {}", op.name()),
     }
 }
@@ -268,15 +283,6 @@ pub fn unary_vjp(op: &Op, x: &[f32], y: &[f32], g: &[f32], shape: &[usize]) -> V
         }),
         _ => unreachable!("not a unary op: {}", op.name()),
     }
-}
-
-/// A fused chain of unary maps in one pass over the data: no intermediate buffers. Each
-/// element runs the chain's scalar maps (the same scalar definitions the spec composes).
-pub fn fused_forward(op: &Op, x: &[f32]) -> Vec<f32> {
-    let Op::FusedUnary { ops } = op else {
-        unreachable!("fused_forward called for {}", op.name())
-    };
-    map(x, |v| crate::spec::fused_chain_value(ops, v))
 }
 
 /// The cotangent of a fused chain: `g` times the chain-rule product, recomputed per element.

@@ -86,7 +86,6 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
         K::SpectralConv1d | K::SelectiveScan | K::ScaledDotProductAttention => {
             special::forward(op, inputs, &out_shape)
         }
-        K::FusedUnary => elementwise::fused_forward(op, &guard::row_major_inputs(inputs)[0]),
         _ => elementwise::unary_forward(op, &guard::row_major_inputs(inputs)[0]),
     };
     Ok(tensor(data, out_shape))
@@ -146,16 +145,32 @@ fn unary_grad(op: &Op, x: &[f32], y: &Tensor, g: &Tensor) -> Vec<f32> {
     elementwise::unary_vjp(op, x, &y.data(), &g.data(), y.shape())
 }
 
+/// The in-place kernel of the unary maps (and fused chains): overwrites the input's buffer
+/// when the caller hands over sole ownership of a contiguous input, computes into a new
+/// buffer otherwise. Same values as [`forward`] (tested by the conformance harness).
+pub fn forward_in_place(op: &Op, mut input: Tensor) -> Result<Tensor> {
+    guard::output_shape(op, &[&input])?;
+    if !(op.kind().is_unary_map() || op.kind() == OpKind::FusedUnary) || !input.is_contiguous() {
+        return forward(op, &[&input]);
+    }
+    input.update_data(|w| elementwise::unary_in_place(op, w));
+    Ok(input)
+}
+
 /// The binding shared by every native CPU capsule.
 pub fn binding() -> KernelBinding {
     KernelBinding {
+        in_place: Some(forward_in_place),
         forward,
         vjp: Some(vjp),
     }
 }
 
 /// The names of the conformance tests that back value and VJP claims.
-pub const VALUE_TESTS: &[&str] = &["tests/conformance.rs::native_cpu_forward_matches_spec"];
+pub const VALUE_TESTS: &[&str] = &[
+    "tests/conformance.rs::native_cpu_forward_matches_spec",
+    "tests/conformance.rs::native_cpu_in_place_matches_forward",
+];
 pub const VJP_TESTS: &[&str] = &["tests/conformance.rs::native_cpu_vjp_matches_spec"];
 
 /// The native capsule of one op.
