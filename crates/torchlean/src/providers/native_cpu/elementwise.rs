@@ -226,15 +226,26 @@ pub fn unary_in_place(op: &Op, w: &mut [f32]) {
 /// The cotangent of a unary map's input from (x, y, gy).
 pub fn unary_vjp(op: &Op, x: &[f32], y: &[f32], g: &[f32], shape: &[usize]) -> Vec<f32> {
     let s = [shape, shape, shape];
+    // The body is expanded inside the chunk loop (no per-element closure call), so the loop
+    // vectorizes even when the body is large (GELU's derivative).
     macro_rules! z {
-        ($f:expr) => {{
-            let f = $f;
-            zip_map([x, y, g], s, shape, move |[x, y, g]: [f32; 3]| f(x, y, g))
+        (|$xp:pat_param, $yp:pat_param, $gp:pat_param| $body:expr) => {{
+            let _ = s;
+            let mut out = super::par::zeroed(g.len());
+            for_chunks(&mut out, |off, c| {
+                let n = c.len();
+                let (xs, ys, gs) = (&x[off..off + n], &y[off..off + n], &g[off..off + n]);
+                for j in 0..n {
+                    let ($xp, $yp, $gp) = (xs[j], ys[j], gs[j]);
+                    c[j] = $body;
+                }
+            });
+            out
         }};
     }
     match *op {
         Op::Neg => map(g, |g| -g),
-        Op::Abs => z!(|x: f32, _: f32, g: f32| {
+        Op::Abs => z!(|x, _, g| {
             if x > 0.0 {
                 g
             } else if x < 0.0 {
@@ -243,21 +254,21 @@ pub fn unary_vjp(op: &Op, x: &[f32], y: &[f32], g: &[f32], shape: &[usize]) -> V
                 0.0
             }
         }),
-        Op::Sqrt => z!(|_: f32, y: f32, g: f32| 0.5 * g / y),
-        Op::Exp => z!(|_: f32, y: f32, g: f32| g * y),
-        Op::Log => z!(|x: f32, _: f32, g: f32| g / x),
-        Op::Sin => z!(|x: f32, _: f32, g: f32| g * x.cos()),
-        Op::Cos => z!(|x: f32, _: f32, g: f32| -g * x.sin()),
-        Op::Tanh => z!(|_: f32, y: f32, g: f32| g * (1.0 - y * y)),
-        Op::Sigmoid => z!(|_: f32, y: f32, g: f32| g * y * (1.0 - y)),
-        Op::Relu => z!(|x: f32, _: f32, g: f32| if x > 0.0 { g } else { 0.0 }),
-        Op::Gelu => z!(|x: f32, _: f32, g: f32| g * gelu_grad(x)),
-        Op::Silu => z!(|x: f32, _: f32, g: f32| {
+        Op::Sqrt => z!(|_, y, g| 0.5 * g / y),
+        Op::Exp => z!(|_, y, g| g * y),
+        Op::Log => z!(|x, _, g| g / x),
+        Op::Sin => z!(|x, _, g| g * x.cos()),
+        Op::Cos => z!(|x, _, g| -g * x.sin()),
+        Op::Tanh => z!(|_, y, g| g * (1.0 - y * y)),
+        Op::Sigmoid => z!(|_, y, g| g * y * (1.0 - y)),
+        Op::Relu => z!(|x, _, g| if x > 0.0 { g } else { 0.0 }),
+        Op::Gelu => z!(|x, _, g| g * gelu_grad(x)),
+        Op::Silu => z!(|x, _, g| {
             let s = sigmoid(x);
             g * s * (1.0 + x * (1.0 - s))
         }),
-        Op::Softplus => z!(|x: f32, _: f32, g: f32| g * sigmoid(x)),
-        Op::Inv => z!(|_: f32, y: f32, g: f32| -g * y * y),
+        Op::Softplus => z!(|x, _, g| g * sigmoid(x)),
+        Op::Inv => z!(|_, y, g| -g * y * y),
         Op::SafeLog { eps } => zip_map([x, g], [shape, shape], shape, move |[x, g]| {
             if x > eps {
                 g / x
