@@ -363,18 +363,23 @@ impl<'a> Attention<'a> {
         let moff = if self.per_batch { bi * l * s } else { 0 };
         for (i, row) in p.chunks_mut(s).enumerate() {
             let extra = self.extra.map(|m| &m[moff + i * s..moff + (i + 1) * s]);
-            // branch-free passes (they vectorize): scale, bias or boolean mask, causal cut
+            // branch-free passes (they vectorize): scale fused with the bias or boolean mask,
+            // then the causal cut, the max, exp fused with the sum, and the normalization
             let scale = self.scale;
-            row.iter_mut().for_each(|v| *v *= scale);
             match (self.mask, extra) {
                 (AttentionMask::AdditiveBias, Some(m)) => {
-                    row.iter_mut().zip(m).for_each(|(v, b)| *v += b)
+                    row.iter_mut().zip(m).for_each(|(v, b)| *v = *v * scale + b)
                 }
-                (AttentionMask::Boolean, Some(m)) => row
-                    .iter_mut()
-                    .zip(m)
-                    .for_each(|(v, &keep)| *v = if keep != 0.0 { *v } else { f32::NEG_INFINITY }),
-                _ => {}
+                (AttentionMask::Boolean, Some(m)) => {
+                    row.iter_mut().zip(m).for_each(|(v, &keep)| {
+                        *v = if keep != 0.0 {
+                            *v * scale
+                        } else {
+                            f32::NEG_INFINITY
+                        }
+                    })
+                }
+                _ => row.iter_mut().for_each(|v| *v *= scale),
             }
             if self.causal && i + 1 < s {
                 row[i + 1..].fill(f32::NEG_INFINITY);
@@ -385,10 +390,7 @@ impl<'a> Attention<'a> {
                 continue;
             }
             // vmath::exp underflows to exactly 0 for blocked (-inf) scores: no branch needed
-            for v in row.iter_mut() {
-                *v = super::vmath::exp(*v - mx);
-            }
-            let z = super::vmath::sum(row);
+            let z = super::vmath::exp_shifted_sum(row, mx);
             let inv = 1.0 / z;
             for v in row.iter_mut() {
                 *v *= inv;

@@ -111,8 +111,41 @@ pub fn max(x: &[f32]) -> f32 {
         .fold(f32::NEG_INFINITY, |a, &b| if b > a { b } else { a })
 }
 
+/// Replaces every `x` by `exp(x - shift)` and returns their sum (16 lanes, fixed order).
+#[inline]
+pub fn exp_shifted_sum(x: &mut [f32], shift: f32) -> f32 {
+    let mut acc = [0.0f32; LANES];
+    let mut chunks = x.chunks_exact_mut(LANES);
+    for c in &mut chunks {
+        for (a, v) in acc.iter_mut().zip(c.iter_mut()) {
+            *v = exp(*v - shift);
+            *a += *v;
+        }
+    }
+    let mut tail = 0.0f32;
+    for v in chunks.into_remainder() {
+        *v = exp(*v - shift);
+        tail += *v;
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn exp_shifted_sum_matches_two_passes() {
+        for n in [0usize, 1, 15, 16, 33, 512] {
+            let x: Vec<f32> = (0..n)
+                .map(|i| ((i * 37) % 19) as f32 * 0.25 - 2.0)
+                .collect();
+            let mut a = x.clone();
+            let z = super::exp_shifted_sum(&mut a, 1.5);
+            let b: Vec<f32> = x.iter().map(|&v| super::exp(v - 1.5)).collect();
+            assert_eq!(a, b);
+            assert!((z - super::sum(&b)).abs() <= 1e-6 * z.abs().max(1.0));
+        }
+    }
+
     #[test]
     fn lane_sum_and_max_match_sequential() {
         for n in [0usize, 1, 15, 16, 17, 100, 1000] {
