@@ -74,6 +74,7 @@ pub fn fuse_elementwise(g: &Graph) -> Result<(Graph, Vec<FusedChain>), GraphErro
     let mut new_id: Vec<Option<usize>> = vec![None; n];
     let mut chain_of_last = vec![None; n];
     for (k, c) in chains.iter().enumerate() {
+        // invariant: only chains of two or more nodes are kept above
         chain_of_last[*c.last().expect("chains have two or more nodes")] = Some(k);
     }
     let mut fused = vec![];
