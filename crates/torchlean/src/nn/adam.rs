@@ -99,36 +99,44 @@ impl Adam {
     }
 }
 
-impl Optimizer for Adam {
-    fn step(&mut self, model: &mut dyn Module, grads: &Gradients) -> Result<()> {
-        let betas = (self.beta1, self.beta2);
-        self.core.step(
-            model,
-            grads,
-            self.lr,
-            betas,
-            self.eps,
-            self.weight_decay,
-            false,
-        )
-    }
-    fn learning_rate(&self) -> f32 {
-        self.lr
-    }
-    fn set_learning_rate(&mut self, lr: f32) {
-        self.lr = lr;
-    }
-    fn kind(&self) -> &'static str {
-        "adam"
-    }
-    fn export_state(&self) -> OptimizerState {
-        self.core.store.export(self.core.steps)
-    }
-    fn import_state(&mut self, model: &dyn Module, state: &OptimizerState) -> Result<()> {
-        self.core.steps = self.core.store.import(model, state)?;
-        Ok(())
-    }
+/// The `Optimizer` implementation of Adam and AdamW, which differ only in how weight decay
+/// is applied (`decoupled`) and in their kind label.
+macro_rules! adam_optimizer {
+    ($ty:ident, $kind:literal, $decoupled:literal) => {
+        impl Optimizer for $ty {
+            fn step(&mut self, model: &mut dyn Module, grads: &Gradients) -> Result<()> {
+                let betas = (self.beta1, self.beta2);
+                self.core.step(
+                    model,
+                    grads,
+                    self.lr,
+                    betas,
+                    self.eps,
+                    self.weight_decay,
+                    $decoupled,
+                )
+            }
+            fn learning_rate(&self) -> f32 {
+                self.lr
+            }
+            fn set_learning_rate(&mut self, lr: f32) {
+                self.lr = lr;
+            }
+            fn kind(&self) -> &'static str {
+                $kind
+            }
+            fn export_state(&self) -> OptimizerState {
+                self.core.store.export(self.core.steps)
+            }
+            fn import_state(&mut self, model: &dyn Module, state: &OptimizerState) -> Result<()> {
+                self.core.steps = self.core.store.import(model, state)?;
+                Ok(())
+            }
+        }
+    };
 }
+
+adam_optimizer!(Adam, "adam", false);
 
 /// AdamW: Adam with decoupled weight decay.
 pub struct AdamW {
@@ -166,33 +174,4 @@ impl AdamW {
     }
 }
 
-impl Optimizer for AdamW {
-    fn step(&mut self, model: &mut dyn Module, grads: &Gradients) -> Result<()> {
-        let betas = (self.beta1, self.beta2);
-        self.core.step(
-            model,
-            grads,
-            self.lr,
-            betas,
-            self.eps,
-            self.weight_decay,
-            true,
-        )
-    }
-    fn learning_rate(&self) -> f32 {
-        self.lr
-    }
-    fn set_learning_rate(&mut self, lr: f32) {
-        self.lr = lr;
-    }
-    fn kind(&self) -> &'static str {
-        "adamw"
-    }
-    fn export_state(&self) -> OptimizerState {
-        self.core.store.export(self.core.steps)
-    }
-    fn import_state(&mut self, model: &dyn Module, state: &OptimizerState) -> Result<()> {
-        self.core.steps = self.core.store.import(model, state)?;
-        Ok(())
-    }
-}
+adam_optimizer!(AdamW, "adamw", true);

@@ -65,21 +65,28 @@ impl StepExecutor for EagerStep {
     ) -> Result<StepOutput> {
         let loss = task.loss(&model.forward(inputs)?, targets)?;
         let value = loss.item()?;
-        if !value.is_finite() {
-            return Err(TrainError::NonFiniteLoss {
-                step,
-                loss: value,
-                last_checkpoint: None,
-            }
-            .into());
-        }
+        check_loss(value, step)?;
         let grads = loss.backward()?;
         drop(loss);
         finish(model, optimizer, grads, value, clip, step)
     }
 }
 
-/// Shared tail of a step: check the loss, clip, update.
+/// A non-finite loss stops the step before the parameters change.
+fn check_loss(value: f32, step: u64) -> Result<()> {
+    if value.is_finite() {
+        Ok(())
+    } else {
+        Err(TrainError::NonFiniteLoss {
+            step,
+            loss: value,
+            last_checkpoint: None,
+        }
+        .into())
+    }
+}
+
+/// Shared tail of a step: clip, update.
 fn finish(
     model: &mut dyn Module,
     optimizer: &mut dyn Optimizer,
@@ -215,14 +222,7 @@ impl StepExecutor for CompiledStepExecutor {
             let params = model.parameters();
             let (loss, named_grads) = compiled.run(&named, &params)?;
             let value = loss.item()?;
-            if !value.is_finite() {
-                return Err(TrainError::NonFiniteLoss {
-                    step,
-                    loss: value,
-                    last_checkpoint: None,
-                }
-                .into());
-            }
+            check_loss(value, step)?;
             let mut grads = crate::runtime::Gradients::default();
             for (name, g) in named_grads {
                 if let Some((_, p)) = params.iter().find(|(n, _)| *n == name) {
