@@ -320,3 +320,99 @@ fn native_cpu_in_place_matches_forward() {
     }
     assert!(checked > 60, "{checked}");
 }
+
+/// The native destination-passing kernels (used by the compiled executor's dense path) give
+/// exactly the tensor kernels' values, on output buffers filled with garbage beforehand (so a
+/// kernel that skips an element is caught), for every subset of needed cotangents.
+#[test]
+fn native_cpu_dense_kernels_match_the_tensor_kernels() {
+    use torchlean::runtime::kernel::Dense;
+    let binding = providers::native_cpu::binding();
+    let vjp = binding.vjp.expect("native binds a VJP");
+    let garbage = |n: usize| vec![f32::NAN; n];
+    let mut checked = 0;
+    for (i, case) in cases().iter().enumerate() {
+        let Some(dense) = providers::native_cpu::dense_kernels(case.op.kind()) else {
+            continue;
+        };
+        let xs: Vec<Tensor> = inputs_of(case, i).iter().map(to_tensor).collect();
+        let tr: Vec<&Tensor> = xs.iter().collect();
+        let data: Vec<Vec<f32>> = xs.iter().map(|t| t.to_vec()).collect();
+        let views: Vec<Dense> = xs
+            .iter()
+            .zip(&data)
+            .map(|(t, d)| Dense {
+                data: d,
+                shape: t.shape(),
+            })
+            .collect();
+        let want = (binding.forward)(&case.op, &tr).unwrap();
+        let mut got = garbage(want.numel());
+        (dense.forward_into)(&case.op, &views, &mut got).unwrap();
+        assert_eq!(got, want.to_vec(), "forward_into {}", case.name());
+        if let Some(in_place) = dense.in_place_into {
+            let mut buf = data[0].clone();
+            in_place(&case.op, xs[0].shape(), &mut buf).unwrap();
+            assert_eq!(buf, want.to_vec(), "in_place_into {}", case.name());
+        }
+        let Some(vjp_into) = dense.vjp_into else {
+            continue;
+        };
+        let gy = to_tensor(&cotangent(want.shape(), i));
+        let (yd, gd) = (want.to_vec(), gy.to_vec());
+        let (y, g) = (
+            Dense {
+                data: &yd,
+                shape: want.shape(),
+            },
+            Dense {
+                data: &gd,
+                shape: gy.shape(),
+            },
+        );
+        let all = vjp(&case.op, &tr, &want, &gy, &vec![true; tr.len()]).unwrap();
+        for mask in 1u32..(1 << tr.len()) {
+            let mut bufs: Vec<Option<Vec<f32>>> = xs
+                .iter()
+                .enumerate()
+                .map(|(j, t)| (mask >> j & 1 == 1).then(|| garbage(t.numel())))
+                .collect();
+            let mut outs: Vec<Option<&mut [f32]>> =
+                bufs.iter_mut().map(|b| b.as_deref_mut()).collect();
+            vjp_into(&case.op, &views, y, g, &mut outs).unwrap();
+            for (j, b) in bufs.iter().enumerate() {
+                if let Some(b) = b {
+                    let w = all[j]
+                        .as_ref()
+                        .expect("the tensor VJP gives every cotangent");
+                    assert_eq!(b, &w.to_vec(), "vjp_into {} input {j}", case.name());
+                }
+            }
+        }
+        checked += 1;
+    }
+    assert!(checked > 60, "{checked}");
+}
+
+/// Dense kernels refuse operands whose slices do not match their shapes.
+#[test]
+fn native_cpu_dense_kernels_check_their_buffers() {
+    use torchlean::runtime::kernel::Dense;
+    let dense = providers::native_cpu::dense_kernels(OpKind::Tanh).expect("tanh has dense kernels");
+    let x = [1.0f32, 2.0, 3.0];
+    let op = torchlean::graph::Op::Tanh;
+    let short = Dense {
+        data: &x[..2],
+        shape: &[3],
+    };
+    assert!((dense.forward_into)(&op, &[short], &mut [0.0; 3]).is_err());
+    let ok = Dense {
+        data: &x,
+        shape: &[3],
+    };
+    let err = (dense.forward_into)(&op, &[ok], &mut [0.0; 2]).unwrap_err();
+    assert!(
+        err.to_string().contains("output buffer has 2 elements"),
+        "{err}"
+    );
+}

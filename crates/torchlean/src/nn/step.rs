@@ -229,11 +229,14 @@ impl StepExecutor for CompiledStepExecutor {
                     grads.insert(p, g);
                 }
             }
-            (grads, value)
+            (grads, value, loss)
         };
-        let (grads, value) = grads;
+        let (grads, value, loss) = grads;
         let grads = finish_keep(model, optimizer, grads, value, clip, step)?;
-        compiled.compiled().give_back(grads.1.into_tensors());
+        // the step's buffers come back for the next run
+        compiled
+            .compiled()
+            .give_back(grads.1.into_tensors().chain([loss]));
         Ok(grads.0)
     }
 }

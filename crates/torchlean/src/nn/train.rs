@@ -105,12 +105,12 @@ impl TrainStep {
         inputs: &[(String, Tensor)],
         loss_fn: LossFn,
     ) -> Result<f32> {
-        let (loss, grads) = match &self.compiled {
+        let (loss, grads, loss_tensor) = match &self.compiled {
             None => {
                 let xs: Vec<Tensor> = inputs.iter().map(|(_, t)| t.clone()).collect();
                 let loss = loss_fn(model, &xs)?;
                 let grads = loss.backward()?;
-                (loss.item()?, grads)
+                (loss.item()?, grads, None)
             }
             Some(step) => {
                 let params = model.parameters();
@@ -121,12 +121,14 @@ impl TrainStep {
                         grads.insert(p, g);
                     }
                 }
-                (loss.item()?, grads)
+                (loss.item()?, grads, Some(loss))
             }
         };
         optimizer.step(model, &grads)?;
         if let Some(step) = &self.compiled {
-            step.compiled().give_back(grads.into_tensors());
+            // the step's buffers come back for the next run
+            step.compiled()
+                .give_back(grads.into_tensors().chain(loss_tensor));
         }
         Ok(loss)
     }

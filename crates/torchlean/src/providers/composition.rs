@@ -136,6 +136,7 @@ pub fn vjp(
 pub fn binding() -> KernelBinding {
     KernelBinding {
         in_place: None,
+        dense: None,
         forward,
         vjp: Some(vjp),
     }

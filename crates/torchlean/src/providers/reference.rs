@@ -62,6 +62,7 @@ pub fn spec_vjp_f32(
 pub fn binding() -> KernelBinding {
     KernelBinding {
         in_place: None,
+        dense: None,
         forward: spec_forward_f32,
         vjp: Some(spec_vjp_f32),
     }

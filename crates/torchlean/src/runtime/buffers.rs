@@ -52,13 +52,26 @@ thread_local! {
 
 /// A zero-filled buffer of `n` elements: from the active pool when there is one.
 pub(crate) fn take_zeroed(n: usize) -> Vec<f32> {
+    take(n, true)
+}
+
+/// A buffer of `n` elements for a kernel that writes every element before reading any: from
+/// the active pool when there is one, then with the stale values of its previous use (no
+/// zero fill); freshly allocated ones are zeroed.
+pub(crate) fn take_overwritten(n: usize) -> Vec<f32> {
+    take(n, false)
+}
+
+fn take(n: usize, zero: bool) -> Vec<f32> {
     let pooled = ACTIVE.with(|a| {
         let mut a = a.borrow_mut();
         let pool = a.as_mut()?;
         match pool.free.get_mut(&n).and_then(Vec::pop) {
             Some(mut v) => {
                 pool.stats.reused += 1;
-                v.fill(0.0);
+                if zero {
+                    v.fill(0.0);
+                }
                 Some(v)
             }
             None => {

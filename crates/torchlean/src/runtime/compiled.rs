@@ -59,6 +59,9 @@ pub struct CompiledGraph {
     consumable: Vec<bool>,
     /// The buffers of the static memory plan, kept between runs.
     pool: std::sync::Mutex<super::buffers::BufferPool>,
+    /// The dense lowering of the plan, when every node has destination-passing kernels
+    /// (then it is what runs; see `dense_plan.rs`).
+    dense: Option<super::dense_plan::DensePlan>,
 }
 
 /// Groups the vjp nodes that share their parents (same op node, same cotangent).
@@ -177,6 +180,13 @@ impl CompiledGraph {
             .iter()
             .map(|n| matches!(n.kind, NodeKind::Op { .. } | NodeKind::Vjp { .. }))
             .collect();
+        let dense = super::dense_plan::DensePlan::build(
+            &graph,
+            accepted.kernels(),
+            &kernel_of,
+            &last_use,
+            &siblings,
+        );
         Ok(CompiledGraph {
             graph,
             plan: accepted,
@@ -187,6 +197,7 @@ impl CompiledGraph {
             siblings,
             consumable,
             pool: Default::default(),
+            dense,
         })
     }
 
@@ -197,6 +208,12 @@ impl CompiledGraph {
     /// The report of the accepted plan (every capsule the executor runs).
     pub fn report(&self) -> &BackendReport {
         &self.report
+    }
+
+    /// Whether the plan runs on the dense path (every node has destination-passing kernels),
+    /// and then its number of buffers.
+    pub fn dense_buffers(&self) -> Option<usize> {
+        self.dense.as_ref().map(|d| d.buffer_count())
     }
 
     /// Peak number of live f32 elements while running (from the liveness plan).
@@ -225,6 +242,9 @@ impl CompiledGraph {
     /// Gives output tensors the caller is done with back to the pool (only those it owns
     /// alone are taken), so the next run reuses their buffers.
     pub fn give_back(&self, tensors: impl IntoIterator<Item = Tensor>) {
+        if let Some(dense) = &self.dense {
+            return dense.give_back(tensors);
+        }
         if let Ok(mut pool) = self.pool.lock() {
             for t in tensors {
                 pool.give_back(t);
@@ -234,12 +254,18 @@ impl CompiledGraph {
 
     /// Counters of the buffer pool (reused vs newly allocated buffers, over all runs).
     pub fn pool_stats(&self) -> super::buffers::PoolStats {
+        if let Some(dense) = &self.dense {
+            return dense.stats();
+        }
         self.pool.lock().map(|p| p.stats()).unwrap_or_default()
     }
 
     /// Runs the plan. `value(name)` supplies inputs, parameters and constants by name; every
     /// supplied tensor must have its declared shape. Returns the named outputs.
     pub fn run(&self, value: impl Fn(&str) -> Option<Tensor>) -> Result<Vec<(String, Tensor)>> {
+        if let Some(dense) = &self.dense {
+            return dense.run(value);
+        }
         let _pool = super::buffers::ActivePool::enter(&self.pool);
         let mut slots: Vec<Option<Tensor>> = vec![None; self.graph.nodes.len()];
         let kernels = self.plan.kernels();

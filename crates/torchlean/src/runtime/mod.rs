@@ -6,6 +6,7 @@ pub mod autograd;
 pub mod buffers;
 pub mod capture;
 pub mod compiled;
+mod dense_plan;
 pub mod kernel;
 pub mod probe;
 pub mod session;

@@ -18,13 +18,24 @@ pub fn zip_map<const K: usize>(
     out_shape: &[usize],
     f: impl Fn([f32; K]) -> f32 + Sync + Send,
 ) -> Vec<f32> {
-    let n = numel(out_shape);
-    let mut out = super::par::zeroed(n);
-    if n == 0 {
-        return out;
+    let mut out = super::par::overwritten(numel(out_shape));
+    zip_map_into(xs, shapes, out_shape, &mut out, f);
+    out
+}
+
+/// [`zip_map`] into `out` (of the output's element count), every element written.
+pub fn zip_map_into<const K: usize>(
+    xs: [&[f32]; K],
+    shapes: [&[usize]; K],
+    out_shape: &[usize],
+    out: &mut [f32],
+    f: impl Fn([f32; K]) -> f32 + Sync + Send,
+) {
+    if out.is_empty() {
+        return;
     }
     if shapes.iter().all(|s| *s == out_shape) {
-        for_chunks(&mut out, |off, c| {
+        for_chunks(out, |off, c| {
             let n = c.len();
             // re-slice to the chunk's length so the bounds checks hoist and the loop vectorizes
             let src: [&[f32]; K] = std::array::from_fn(|k| &xs[k][off..off + n]);
@@ -32,13 +43,13 @@ pub fn zip_map<const K: usize>(
                 c[j] = f(std::array::from_fn(|k| src[k][j]));
             }
         });
-        return out;
+        return;
     }
     let rank = out_shape.len();
     let strides: Vec<Vec<usize>> = shapes.iter().map(|s| bstrides(s, out_shape)).collect();
     let width = out_shape[rank - 1];
     let last: [usize; K] = std::array::from_fn(|k| strides[k][rank - 1]);
-    for_rows(&mut out, width, |row, o| {
+    for_rows(out, width, |row, o| {
         // base offset of this row for each input
         let mut rem = row;
         let mut base = [0usize; K];
@@ -53,19 +64,23 @@ pub fn zip_map<const K: usize>(
             *v = f(std::array::from_fn(|k| xs[k][base[k] + j * last[k]]));
         }
     });
-    out
 }
 
 /// `out[i] = f(x[i])`.
 pub fn map(x: &[f32], f: impl Fn(f32) -> f32 + Sync + Send) -> Vec<f32> {
-    let mut out = super::par::zeroed(x.len());
-    for_chunks(&mut out, |off, c| {
+    let mut out = super::par::overwritten(x.len());
+    map_into(x, &mut out, f);
+    out
+}
+
+/// `out[i] = f(x[i])` into `out` (of `x`'s length).
+pub fn map_into(x: &[f32], out: &mut [f32], f: impl Fn(f32) -> f32 + Sync + Send) {
+    for_chunks(out, |off, c| {
         let n = c.len();
         for (o, &v) in c.iter_mut().zip(&x[off..off + n]) {
             *o = f(v);
         }
     });
-    out
 }
 
 pub fn binary_forward(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Vec<f32> {
@@ -184,10 +199,15 @@ fn gelu_grad(x: f32) -> f32 {
 use super::vmath::{self, sigmoid};
 
 pub fn unary_forward(op: &Op, x: &[f32]) -> Vec<f32> {
-    let mut out = super::par::zeroed(x.len());
-    out.copy_from_slice(x);
-    unary_in_place(op, &mut out);
+    let mut out = super::par::overwritten(x.len());
+    unary_forward_into(op, x, &mut out);
     out
+}
+
+/// [`unary_forward`] into `out` (of `x`'s length): the same in-place table on a copy.
+pub fn unary_forward_into(op: &Op, x: &[f32], out: &mut [f32]) {
+    out.copy_from_slice(x);
+    unary_in_place(op, out);
 }
 
 /// `w[i] = f(w[i])` in fixed parallel chunks when large.
@@ -225,14 +245,20 @@ pub fn unary_in_place(op: &Op, w: &mut [f32]) {
 
 /// The cotangent of a unary map's input from (x, y, gy).
 pub fn unary_vjp(op: &Op, x: &[f32], y: &[f32], g: &[f32], shape: &[usize]) -> Vec<f32> {
+    let mut out = super::par::overwritten(g.len());
+    unary_vjp_into(op, x, y, g, shape, &mut out);
+    out
+}
+
+/// [`unary_vjp`] into `out` (of `g`'s length), every element written.
+pub fn unary_vjp_into(op: &Op, x: &[f32], y: &[f32], g: &[f32], shape: &[usize], out: &mut [f32]) {
     let s = [shape, shape, shape];
     // The body is expanded inside the chunk loop (no per-element closure call), so the loop
     // vectorizes even when the body is large (GELU's derivative).
     macro_rules! z {
         (|$xp:pat_param, $yp:pat_param, $gp:pat_param| $body:expr) => {{
             let _ = s;
-            let mut out = super::par::zeroed(g.len());
-            for_chunks(&mut out, |off, c| {
+            for_chunks(out, |off, c| {
                 let n = c.len();
                 let (xs, ys, gs) = (&x[off..off + n], &y[off..off + n], &g[off..off + n]);
                 for j in 0..n {
@@ -240,11 +266,10 @@ pub fn unary_vjp(op: &Op, x: &[f32], y: &[f32], g: &[f32], shape: &[usize]) -> V
                     c[j] = $body;
                 }
             });
-            out
         }};
     }
     match *op {
-        Op::Neg => map(g, |g| -g),
+        Op::Neg => map_into(g, out, |g| -g),
         Op::Abs => z!(|x, _, g| {
             if x > 0.0 {
                 g
@@ -269,23 +294,23 @@ pub fn unary_vjp(op: &Op, x: &[f32], y: &[f32], g: &[f32], shape: &[usize]) -> V
         }),
         Op::Softplus => z!(|x, _, g| g * sigmoid(x)),
         Op::Inv => z!(|_, y, g| -g * y * y),
-        Op::SafeLog { eps } => zip_map([x, g], [shape, shape], shape, move |[x, g]| {
+        Op::SafeLog { eps } => zip_map_into([x, g], [shape, shape], shape, out, move |[x, g]| {
             if x > eps {
                 g / x
             } else {
                 0.0
             }
         }),
-        Op::Scale { factor } => map(g, move |g| g * factor),
-        Op::AddScalar { .. } => g.to_vec(),
-        Op::Clamp { min, max } => zip_map([x, g], [shape, shape], shape, move |[x, g]| {
+        Op::Scale { factor } => map_into(g, out, move |g| g * factor),
+        Op::AddScalar { .. } => out.copy_from_slice(g),
+        Op::Clamp { min, max } => zip_map_into([x, g], [shape, shape], shape, out, move |[x, g]| {
             if x >= min && x <= max {
                 g
             } else {
                 0.0
             }
         }),
-        Op::Pow { exponent } => zip_map([x, g], [shape, shape], shape, move |[x, g]| {
+        Op::Pow { exponent } => zip_map_into([x, g], [shape, shape], shape, out, move |[x, g]| {
             if exponent == 0.0 {
                 0.0
             } else {
@@ -301,12 +326,16 @@ pub fn fused_vjp(op: &Op, x: &[f32], g: &[f32]) -> Vec<f32> {
     let Op::FusedUnary { ops } = op else {
         unreachable!("fused_vjp called for {}", op.name())
     };
-    let n = x.len().min(g.len());
-    let mut out = super::par::zeroed(n);
-    super::par::for_chunks(&mut out, |off, c| {
+    let mut out = super::par::overwritten(x.len().min(g.len()));
+    fused_vjp_into(ops, x, g, &mut out);
+    out
+}
+
+/// [`fused_vjp`] of the chain `ops` into `out` (of `x`'s length).
+pub fn fused_vjp_into(ops: &[Op], x: &[f32], g: &[f32], out: &mut [f32]) {
+    super::par::for_chunks(out, |off, c| {
         for (j, o) in c.iter_mut().enumerate() {
             *o = g[off + j] * crate::spec::fused_chain_derivative(ops, x[off + j]);
         }
     });
-    out
 }

@@ -1,11 +1,12 @@
 //! Native matrix products through the `gemm` crate, and the MSE loss.
 
 use super::par::{gemm, Mat, CHUNK, PAR_THRESHOLD};
-use super::reduce::sum_to_shape;
 use crate::graph::Op;
+use crate::runtime::kernel::Dense;
 use crate::spec::{matmul_dims, numel};
 use crate::tensor::Tensor;
 use rayon::prelude::*;
+use std::borrow::Cow;
 
 pub fn forward(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Vec<f32> {
     match op {
@@ -45,47 +46,13 @@ pub fn forward(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Vec<f32> {
             c
         }
         Op::Linear => {
-            let (outf, inp) = (x[1].shape()[0], x[1].shape()[1]);
-            let rows = numel(&x[0].shape()[..x[0].rank() - 1]);
-            let (xd, w) = (x[0].data(), x[1].data());
-            let mut y = super::par::zeroed(rows * outf);
-            gemm(
-                rows,
-                outf,
-                inp,
-                Mat::rows(&xd, inp),
-                Mat::transposed(&w, inp),
-                &mut y,
-                false,
-                true,
-            );
-            if let Some(b) = x.get(2) {
-                let b = b.data();
-                for row in y.chunks_mut(outf.max(1)) {
-                    for (v, bv) in row.iter_mut().zip(b.iter()) {
-                        *v += bv;
-                    }
-                }
-            }
+            let data: Vec<_> = x.iter().map(|t| t.data()).collect();
+            let dense: Vec<Dense> = dense_views(x, &data);
+            let mut y = super::par::overwritten(numel(out_shape));
+            linear_into(&dense, &mut y);
             y
         }
-        Op::MseLoss => {
-            let (a, b) = (x[0].data(), x[1].data());
-            let sq = |(a, b): (&[f32], &[f32])| {
-                a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum::<f32>()
-            };
-            let s: f32 = if a.len() < PAR_THRESHOLD {
-                sq((&a, &b))
-            } else {
-                let partials: Vec<f32> = a
-                    .par_chunks(CHUNK)
-                    .zip(b.par_chunks(CHUNK))
-                    .map(sq)
-                    .collect();
-                partials.iter().sum()
-            };
-            vec![s / a.len() as f32]
-        }
+        Op::MseLoss => vec![mse_value(&x[0].data(), &x[1].data())],
         _ => unreachable!("linalg::forward called for {}", op.name()),
     }
 }
@@ -165,57 +132,137 @@ pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor, needs: &[bool]) -> Vec<Option<Te
             vec![ga, gb]
         }
         Op::Linear => {
-            let (outf, inp) = (x[1].shape()[0], x[1].shape()[1]);
-            let rows = numel(&x[0].shape()[..x[0].rank() - 1]);
-            let (xd, w) = (x[0].data(), x[1].data());
-            let gx = need(0).then(|| {
-                let mut gx = super::par::zeroed(rows * inp);
-                gemm(
-                    rows,
-                    inp,
-                    outf,
-                    Mat::rows(&g, outf),
-                    Mat::rows(&w, inp),
-                    &mut gx,
-                    false,
-                    true,
-                );
-                Tensor::from_parts(gx, x[0].shape().to_vec())
-            });
-            let gw = need(1).then(|| {
-                let mut gw = super::par::zeroed(outf * inp);
-                gemm(
-                    outf,
-                    inp,
-                    rows,
-                    Mat::transposed(&g, outf),
-                    Mat::rows(&xd, inp),
-                    &mut gw,
-                    false,
-                    true,
-                );
-                Tensor::from_parts(gw, x[1].shape().to_vec())
-            });
-            let mut grads = vec![gx, gw];
-            if x.len() == 3 {
-                grads.push(need(2).then(|| sum_to_shape(&g, &[rows, outf], &[outf])));
-            }
-            grads
+            let data: Vec<_> = x.iter().map(|t| t.data()).collect();
+            let dense: Vec<Dense> = dense_views(x, &data);
+            let mut bufs: Vec<Option<Vec<f32>>> = x
+                .iter()
+                .enumerate()
+                .map(|(i, t)| need(i).then(|| super::par::overwritten(t.numel())))
+                .collect();
+            let mut outs: Vec<Option<&mut [f32]>> =
+                bufs.iter_mut().map(|b| b.as_deref_mut()).collect();
+            linear_vjp_into(&dense, &g, &mut outs);
+            bufs.into_iter()
+                .zip(x)
+                .map(|(b, t)| b.map(|b| Tensor::from_parts(b, t.shape().to_vec())))
+                .collect()
         }
         Op::MseLoss => {
             let (a, b) = (x[0].data(), x[1].data());
-            let scale = 2.0 * g[0] / a.len() as f32;
-            let ga: Vec<f32> = a
-                .iter()
-                .zip(b.iter())
-                .map(|(x, y)| scale * (x - y))
-                .collect();
-            let gb = ga.iter().map(|v| -v).collect();
+            let mut ga = super::par::overwritten(a.len());
+            let mut gb = super::par::overwritten(b.len());
+            mse_vjp_into(&a, &b, g[0], &mut [Some(&mut ga), Some(&mut gb)]);
             vec![
                 Some(Tensor::from_parts(ga, x[0].shape().to_vec())),
                 Some(Tensor::from_parts(gb, x[1].shape().to_vec())),
             ]
         }
         _ => unreachable!("linalg::vjp called for {}", op.name()),
+    }
+}
+
+/// Dense views of tensors whose row-major elements are `data`.
+fn dense_views<'a>(x: &'a [&Tensor], data: &'a [Cow<'a, [f32]>]) -> Vec<Dense<'a>> {
+    x.iter()
+        .zip(data)
+        .map(|(t, d)| Dense {
+            data: d,
+            shape: t.shape(),
+        })
+        .collect()
+}
+
+/// `y = x @ Wᵀ (+ b)` for `x` [.., in], `W` [out, in], `b` [out]; `y` has rows·out elements.
+pub fn linear_into(x: &[Dense], y: &mut [f32]) {
+    let (outf, inp) = (x[1].shape[0], x[1].shape[1]);
+    let rows = numel(&x[0].shape[..x[0].shape.len() - 1]);
+    gemm(
+        rows,
+        outf,
+        inp,
+        Mat::rows(x[0].data, inp),
+        Mat::transposed(x[1].data, inp),
+        y,
+        false,
+        true,
+    );
+    if let Some(b) = x.get(2) {
+        for row in y.chunks_mut(outf.max(1)) {
+            for (v, bv) in row.iter_mut().zip(b.data) {
+                *v += bv;
+            }
+        }
+    }
+}
+
+/// The cotangents of `linear` into `outs` (x, W and b where `Some`), from the output's
+/// cotangent `g` [rows, out]. The bias cotangent sums the rows in order.
+pub fn linear_vjp_into(x: &[Dense], g: &[f32], outs: &mut [Option<&mut [f32]>]) {
+    let (outf, inp) = (x[1].shape[0], x[1].shape[1]);
+    let rows = numel(&x[0].shape[..x[0].shape.len() - 1]);
+    if let Some(gx) = outs.get_mut(0).and_then(|o| o.as_deref_mut()) {
+        gemm(
+            rows,
+            inp,
+            outf,
+            Mat::rows(g, outf),
+            Mat::rows(x[1].data, inp),
+            gx,
+            false,
+            true,
+        );
+    }
+    if let Some(gw) = outs.get_mut(1).and_then(|o| o.as_deref_mut()) {
+        gemm(
+            outf,
+            inp,
+            rows,
+            Mat::transposed(g, outf),
+            Mat::rows(x[0].data, inp),
+            gw,
+            false,
+            true,
+        );
+    }
+    if let Some(gb) = outs.get_mut(2).and_then(|o| o.as_deref_mut()) {
+        gb.fill(0.0);
+        for row in g.chunks(outf.max(1)) {
+            for (o, &v) in gb.iter_mut().zip(row) {
+                *o += v;
+            }
+        }
+    }
+}
+
+/// The mean of squared differences (in parallel partial sums above the threshold).
+pub fn mse_value(a: &[f32], b: &[f32]) -> f32 {
+    let sq =
+        |(a, b): (&[f32], &[f32])| a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum::<f32>();
+    let s: f32 = if a.len() < PAR_THRESHOLD {
+        sq((a, b))
+    } else {
+        let partials: Vec<f32> = a
+            .par_chunks(CHUNK)
+            .zip(b.par_chunks(CHUNK))
+            .map(sq)
+            .collect();
+        partials.iter().sum()
+    };
+    s / a.len() as f32
+}
+
+/// The cotangents of `mse_loss(a, b)` for the scalar cotangent `g`: `2g/n·(a - b)` and its
+/// negation, into `outs` where `Some`.
+pub fn mse_vjp_into(a: &[f32], b: &[f32], g: f32, outs: &mut [Option<&mut [f32]>]) {
+    let scale = 2.0 * g / a.len() as f32;
+    if let Some(ga) = outs.get_mut(0).and_then(|o| o.as_deref_mut()) {
+        for ((o, x), y) in ga.iter_mut().zip(a).zip(b) {
+            *o = scale * (x - y);
+        }
+    }
+    if let Some(gb) = outs.get_mut(1).and_then(|o| o.as_deref_mut()) {
+        for ((o, x), y) in gb.iter_mut().zip(a).zip(b) {
+            *o = -(scale * (x - y));
+        }
     }
 }

@@ -10,6 +10,7 @@
 //! spec on random inputs. Trust level: `checked`.
 
 mod conv;
+mod dense;
 mod elementwise;
 pub mod guard;
 mod index;
@@ -157,21 +158,41 @@ pub fn forward_in_place(op: &Op, mut input: Tensor) -> Result<Tensor> {
     Ok(input)
 }
 
-/// The binding shared by every native CPU capsule.
+/// The tensor kernels shared by every native CPU capsule.
 pub fn binding() -> KernelBinding {
     KernelBinding {
         in_place: Some(forward_in_place),
         forward,
         vjp: Some(vjp),
+        dense: None,
     }
+}
+
+/// The binding of the native CPU capsule of `op`: the shared tensor kernels, plus the
+/// destination-passing ones where the op has them.
+pub fn binding_for(op: OpKind) -> KernelBinding {
+    KernelBinding {
+        dense: dense::kernels(op),
+        ..binding()
+    }
+}
+
+/// The destination-passing kernels of the native capsule of `op`, if any (for the
+/// conformance harness, which checks them against the tensor kernels).
+pub fn dense_kernels(op: OpKind) -> Option<crate::runtime::kernel::DenseKernels> {
+    dense::kernels(op)
 }
 
 /// The names of the conformance tests that back value and VJP claims.
 pub const VALUE_TESTS: &[&str] = &[
     "tests/conformance.rs::native_cpu_forward_matches_spec",
     "tests/conformance.rs::native_cpu_in_place_matches_forward",
+    "tests/conformance.rs::native_cpu_dense_kernels_match_the_tensor_kernels",
 ];
-pub const VJP_TESTS: &[&str] = &["tests/conformance.rs::native_cpu_vjp_matches_spec"];
+pub const VJP_TESTS: &[&str] = &[
+    "tests/conformance.rs::native_cpu_vjp_matches_spec",
+    "tests/conformance.rs::native_cpu_dense_kernels_match_the_tensor_kernels",
+];
 
 /// The native capsule of one op.
 pub fn capsule(op: OpKind) -> KernelCapsule {
@@ -234,7 +255,7 @@ pub fn capsule(op: OpKind) -> KernelCapsule {
 /// Registers a native capsule for every op.
 pub fn register(r: &mut Registry) -> std::result::Result<(), RegistryError> {
     for &op in OpKind::ALL {
-        r.register(capsule(op), binding())?;
+        r.register(capsule(op), binding_for(op))?;
     }
     Ok(())
 }

@@ -13,6 +13,13 @@ pub fn zeroed(n: usize) -> Vec<f32> {
     crate::runtime::buffers::take_zeroed(n)
 }
 
+/// An output buffer the caller overwrites entirely before reading it (no zero fill when it
+/// comes from the compiled executor's pool; stale values otherwise never escape).
+#[inline]
+pub fn overwritten(n: usize) -> Vec<f32> {
+    crate::runtime::buffers::take_overwritten(n)
+}
+
 /// Below this many elements, elementwise work stays on the calling thread.
 pub const PAR_THRESHOLD: usize = 1 << 15;
 /// Elements per parallel task.

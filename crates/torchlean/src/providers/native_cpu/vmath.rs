@@ -16,14 +16,18 @@ pub fn exp(x: f32) -> f32 {
     let xc = x.clamp(-87.33, 88.72);
     // round to nearest with the 1.5·2^23 trick: no call to floorf, so loops vectorize on SSE2
     const SHIFT: f32 = 12_582_912.0;
-    let n = (xc * LOG2E + SHIFT) - SHIFT;
+    let shifted = xc * LOG2E + SHIFT;
+    let n = shifted - SHIFT;
     let r = xc - n * LN2_HI - n * LN2_LO;
     // degree-6 Taylor polynomial of e^r on |r| <= ln2/2 (truncation < 1.2e-7 relative)
     let p = 1.0
         + r * (1.0
             + r * (0.5
                 + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0))))));
-    let scale = f32::from_bits(((n as i32 + 127) << 23) as u32);
+    // 2^n from the bits of `shifted`: its low mantissa bits hold n + 2^22 (|n| <= 127), and the
+    // shift by 23 discards everything above the exponent field. Integer-only, so it vectorizes
+    // (`n as i32` is a saturating conversion that LLVM scalarizes lane by lane).
+    let scale = f32::from_bits(shifted.to_bits().wrapping_add(127) << 23);
     let y = p * scale;
     if x < -87.33 {
         0.0

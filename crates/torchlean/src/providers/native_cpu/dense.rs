@@ -1,0 +1,113 @@
+//! The native provider's destination-passing kernels (`forward_into`, `vjp_into`,
+//! `in_place_into`) for the ops a small dense training graph is made of: `linear`,
+//! `mse_loss`, the unary maps and fused unary chains. The tensor kernels of these ops are
+//! implemented on top of the same functions (`linalg::linear_into`, `elementwise::
+//! unary_forward_into`, ...), so the conformance harness's checks of the tensor kernels
+//! exercise this code; it also runs these entry points directly on garbage-filled buffers.
+//!
+//! Guards: every call validates the operand shapes with the shared shape rule and checks
+//! that every slice has its shape's element count before touching data.
+
+use super::{elementwise, linalg};
+use crate::error::{Error, Result};
+use crate::graph::{Op, OpKind};
+use crate::runtime::kernel::{Dense, DenseKernels};
+use crate::spec::{infer_shape, numel};
+
+/// The destination-passing kernels of `op`, when the native provider has them.
+pub fn kernels(op: OpKind) -> Option<DenseKernels> {
+    let unary = op.is_unary_map() || op == OpKind::FusedUnary;
+    (unary || matches!(op, OpKind::Linear | OpKind::MseLoss)).then_some(DenseKernels {
+        forward_into,
+        vjp_into: Some(vjp_into),
+        in_place_into: unary.then_some(in_place_into as _),
+    })
+}
+
+fn mismatch(op: &Op, what: String) -> Error {
+    Error::Other(format!("{}: {what}", op.name()))
+}
+
+/// Shape guard: the shape rule on the operands' shapes, and each slice's element count.
+fn guard(op: &Op, x: &[Dense]) -> Result<Vec<usize>> {
+    let shapes: Vec<&[usize]> = x.iter().map(|d| d.shape).collect();
+    let out = infer_shape(op, &shapes)?;
+    for (i, d) in x.iter().enumerate() {
+        if d.data.len() != numel(d.shape) {
+            return Err(mismatch(
+                op,
+                format!(
+                    "operand {i} has {} elements, its shape {:?} needs {}",
+                    d.data.len(),
+                    d.shape,
+                    numel(d.shape)
+                ),
+            ));
+        }
+    }
+    Ok(out)
+}
+
+fn check_len(op: &Op, what: &str, got: usize, want: usize) -> Result<()> {
+    if got == want {
+        Ok(())
+    } else {
+        Err(mismatch(
+            op,
+            format!("{what} buffer has {got} elements, expected {want}"),
+        ))
+    }
+}
+
+/// The forward value of `op` into `out`.
+pub fn forward_into(op: &Op, x: &[Dense], out: &mut [f32]) -> Result<()> {
+    let shape = guard(op, x)?;
+    check_len(op, "output", out.len(), numel(&shape))?;
+    match op.kind() {
+        OpKind::Linear => linalg::linear_into(x, out),
+        OpKind::MseLoss => out[0] = linalg::mse_value(x[0].data, x[1].data),
+        _ => elementwise::unary_forward_into(op, x[0].data, out),
+    }
+    Ok(())
+}
+
+/// The cotangents of `op`'s inputs into `outs` (where `Some`).
+pub fn vjp_into(
+    op: &Op,
+    x: &[Dense],
+    y: Dense,
+    g: Dense,
+    outs: &mut [Option<&mut [f32]>],
+) -> Result<()> {
+    let shape = guard(op, x)?;
+    check_len(op, "output", y.data.len(), numel(&shape))?;
+    check_len(op, "cotangent", g.data.len(), numel(&shape))?;
+    check_len(op, "cotangent list", outs.len(), x.len())?;
+    for (o, d) in outs.iter().zip(x) {
+        if let Some(o) = o {
+            check_len(op, "input cotangent", o.len(), d.data.len())?;
+        }
+    }
+    match op {
+        Op::Linear => linalg::linear_vjp_into(x, g.data, outs),
+        Op::MseLoss => linalg::mse_vjp_into(x[0].data, x[1].data, g.data[0], outs),
+        Op::FusedUnary { ops } => {
+            if let Some(o) = outs[0].as_deref_mut() {
+                elementwise::fused_vjp_into(ops, x[0].data, g.data, o);
+            }
+        }
+        _ => {
+            if let Some(o) = outs[0].as_deref_mut() {
+                elementwise::unary_vjp_into(op, x[0].data, y.data, g.data, x[0].shape, o);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A unary map (or fused chain) over `buf` (of shape `shape`) in place.
+pub fn in_place_into(op: &Op, shape: &[usize], buf: &mut [f32]) -> Result<()> {
+    guard(op, &[Dense { data: buf, shape }])?;
+    elementwise::unary_in_place(op, buf);
+    Ok(())
+}

@@ -1,0 +1,373 @@
+//! The compiled executor's dense path: a static memory plan over raw buffers.
+//!
+//! When every op and vjp node of an accepted graph plan has destination-passing kernels
+//! (see [`super::kernel::DenseKernels`]), [`DensePlan::build`] turns the graph into a list of
+//! steps over numbered buffers, once:
+//!
+//! - every computed value gets a buffer; a buffer whose value is dead (after its last reader)
+//!   goes back to a free list and is reused by the next value of the same size;
+//! - a one-input map whose input dies at that node runs in place, in its input's buffer;
+//! - the vjp nodes that share an op node and cotangent (siblings) are one step that writes
+//!   all of their cotangents.
+//!
+//! Running the plan then creates no tensors and allocates nothing between the graph's inputs
+//! and outputs: inputs and parameters are read where the caller keeps them, buffers persist
+//! between runs, and only the graph outputs become tensors (their buffers come back through
+//! [`DensePlan::give_back`]). Kernel order and arithmetic are the same as the general
+//! executor's, so results are bit-identical to it.
+
+use super::buffers::PoolStats;
+use super::kernel::{Dense, ForwardIntoKernel, InPlaceIntoKernel, VjpIntoKernel};
+use crate::backend::AcceptedKernel;
+use crate::error::{Error, Result};
+use crate::graph::{Graph, NodeKind, Op};
+use crate::tensor::Tensor;
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+/// The most operands a dense step passes (inputs of an op; a vjp's inputs come on top of
+/// its output and cotangent). Graphs with wider nodes use the general executor.
+const MAX_INPUTS: usize = 4;
+
+/// Where a node's value lives during a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Home {
+    /// Supplied by the caller: index into the plan's external list.
+    External(usize),
+    /// One of the plan's buffers.
+    Buffer(usize),
+}
+
+enum Step {
+    Forward {
+        node: usize,
+        kernel: ForwardIntoKernel,
+        inputs: Vec<usize>,
+        out: usize,
+    },
+    InPlace {
+        node: usize,
+        kernel: InPlaceIntoKernel,
+        buf: usize,
+    },
+    Vjp {
+        node: usize,
+        kernel: VjpIntoKernel,
+        /// The op node's inputs, then its output, then the cotangent (node ids).
+        operands: Vec<usize>,
+        /// The buffer of each input's cotangent, where one is computed.
+        outs: Vec<Option<usize>>,
+    },
+}
+
+#[derive(Default)]
+struct State {
+    buffers: Vec<Vec<f32>>,
+    /// Output storage handed back by the caller, by length.
+    spare: HashMap<usize, Vec<Vec<f32>>>,
+    stats: PoolStats,
+}
+
+/// A graph lowered to steps over a static set of buffers (see the module documentation).
+pub(crate) struct DensePlan {
+    steps: Vec<Step>,
+    home: Vec<Home>,
+    shapes: Vec<Vec<usize>>,
+    ops: Vec<Option<Op>>,
+    buffer_sizes: Vec<usize>,
+    /// The caller-supplied values: (node, name).
+    externals: Vec<(usize, String)>,
+    outputs: Vec<(String, usize)>,
+    state: Mutex<State>,
+}
+
+impl DensePlan {
+    /// Lowers `graph` whose node `n` runs `kernels[kernel_of[n]]`; `None` when some node has
+    /// no destination-passing kernel (or more operands than a dense step passes).
+    pub(crate) fn build(
+        graph: &Graph,
+        kernels: &[AcceptedKernel],
+        kernel_of: &[Option<usize>],
+        last_use: &[usize],
+        siblings: &[Vec<(usize, usize)>],
+    ) -> Option<DensePlan> {
+        let n = graph.nodes.len();
+        let sizes = graph.node_elements();
+        let mut home: Vec<Option<Home>> = vec![None; n];
+        let mut externals = vec![];
+        let mut buffer_sizes: Vec<usize> = vec![];
+        let mut free: HashMap<usize, Vec<usize>> = HashMap::new();
+        let mut steps = vec![];
+        let take = |size: usize,
+                    free: &mut HashMap<usize, Vec<usize>>,
+                    buffer_sizes: &mut Vec<usize>|
+         -> usize {
+            match free.get_mut(&size).and_then(Vec::pop) {
+                Some(b) => b,
+                None => {
+                    buffer_sizes.push(size);
+                    buffer_sizes.len() - 1
+                }
+            }
+        };
+        // the freeing is applied after each node's step, from this list
+        let mut dies_at: Vec<Vec<usize>> = vec![vec![]; n];
+        for (v, &lu) in last_use.iter().enumerate() {
+            if lu < n {
+                dies_at[lu].push(v);
+            }
+        }
+        let mut moved = vec![false; n]; // an in-place step took this value's buffer
+        for node in &graph.nodes {
+            let id = node.id;
+            match &node.kind {
+                NodeKind::Input { name }
+                | NodeKind::Parameter { name }
+                | NodeKind::Constant { name } => {
+                    home[id] = Some(Home::External(externals.len()));
+                    externals.push((id, name.clone()));
+                }
+                NodeKind::Op { .. } => {
+                    let dense = kernels[kernel_of[id]?].binding().dense?;
+                    if node.parents.len() > MAX_INPUTS {
+                        return None;
+                    }
+                    let in_place = match (dense.in_place_into, node.parents.as_slice()) {
+                        (Some(k), &[p]) if last_use[p] == id => match home[p] {
+                            Some(Home::Buffer(b)) => Some((k, b, p)),
+                            _ => None,
+                        },
+                        _ => None,
+                    };
+                    match in_place {
+                        Some((kernel, buf, p)) => {
+                            moved[p] = true;
+                            home[id] = Some(Home::Buffer(buf));
+                            steps.push(Step::InPlace {
+                                node: id,
+                                kernel,
+                                buf,
+                            });
+                        }
+                        None => {
+                            let out = take(sizes[id], &mut free, &mut buffer_sizes);
+                            home[id] = Some(Home::Buffer(out));
+                            steps.push(Step::Forward {
+                                node: id,
+                                kernel: dense.forward_into,
+                                inputs: node.parents.clone(),
+                                out,
+                            });
+                        }
+                    }
+                }
+                NodeKind::Vjp { .. } => {
+                    if home[id].is_none() {
+                        let dense = kernels[kernel_of[id]?].binding().dense?;
+                        let kernel = dense.vjp_into?;
+                        let m = node.parents.len().checked_sub(2)?;
+                        if m > MAX_INPUTS {
+                            return None;
+                        }
+                        let mut outs = vec![None; m];
+                        for &(sib, j) in &siblings[id] {
+                            let b = take(sizes[sib], &mut free, &mut buffer_sizes);
+                            home[sib] = Some(Home::Buffer(b));
+                            *outs.get_mut(j)? = Some(b);
+                        }
+                        steps.push(Step::Vjp {
+                            node: id,
+                            kernel,
+                            operands: node.parents.clone(),
+                            outs,
+                        });
+                    }
+                }
+            }
+            for &v in &dies_at[id] {
+                if let (Some(Home::Buffer(b)), false) = (home[v], moved[v]) {
+                    free.entry(sizes[v]).or_default().push(b);
+                }
+            }
+        }
+        Some(DensePlan {
+            steps,
+            home: home.into_iter().collect::<Option<Vec<_>>>()?,
+            shapes: graph.nodes.iter().map(|n| n.shape.clone()).collect(),
+            ops: graph
+                .nodes
+                .iter()
+                .map(|n| match &n.kind {
+                    NodeKind::Op { op } | NodeKind::Vjp { op, .. } => Some(op.clone()),
+                    _ => None,
+                })
+                .collect(),
+            buffer_sizes,
+            externals,
+            outputs: graph
+                .outputs
+                .iter()
+                .map(|o| (o.name.clone(), o.node))
+                .collect(),
+            state: Mutex::new(State::default()),
+        })
+    }
+
+    /// Number of buffers of the plan (distinct from graph values: reuse by liveness).
+    pub(crate) fn buffer_count(&self) -> usize {
+        self.buffer_sizes.len()
+    }
+
+    pub(crate) fn stats(&self) -> PoolStats {
+        self.state.lock().map(|s| s.stats).unwrap_or_default()
+    }
+
+    /// Takes back output storage the caller is done with (tensors it owns alone).
+    pub(crate) fn give_back(&self, tensors: impl IntoIterator<Item = Tensor>) {
+        if let Ok(mut s) = self.state.lock() {
+            for t in tensors {
+                if let Some(v) = t.into_storage() {
+                    s.stats.recycled += 1;
+                    s.spare.entry(v.len()).or_default().push(v);
+                }
+            }
+        }
+    }
+
+    /// Runs the steps; `value(name)` supplies the inputs, parameters and constants.
+    pub(crate) fn run(
+        &self,
+        value: impl Fn(&str) -> Option<Tensor>,
+    ) -> Result<Vec<(String, Tensor)>> {
+        let ext: Vec<Tensor> = self
+            .externals
+            .iter()
+            .map(|(node, name)| {
+                let t = value(name)
+                    .ok_or_else(|| Error::Other(format!("no value supplied for `{name}`")))?;
+                if t.shape() != self.shapes[*node].as_slice() {
+                    return Err(Error::Other(format!(
+                        "value `{name}` has shape {:?}, the graph declares {:?}",
+                        t.shape(),
+                        self.shapes[*node]
+                    )));
+                }
+                Ok(t)
+            })
+            .collect::<Result<_>>()?;
+        let ext_data: Vec<Cow<[f32]>> = ext.iter().map(|t| t.data()).collect();
+        let mut guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let state = &mut *guard;
+        state.buffers.resize_with(self.buffer_sizes.len(), Vec::new);
+        for (buf, &size) in state.buffers.iter_mut().zip(&self.buffer_sizes) {
+            if buf.len() == size {
+                state.stats.reused += 1;
+            } else if let Some(v) = state.spare.get_mut(&size).and_then(Vec::pop) {
+                state.stats.reused += 1;
+                *buf = v;
+            } else {
+                state.stats.allocated += 1;
+                *buf = vec![0.0; size];
+            }
+        }
+        for step in &self.steps {
+            self.run_step(step, &mut state.buffers, &ext_data)?;
+        }
+        let mut out: Vec<(String, Tensor)> = Vec::with_capacity(self.outputs.len());
+        let mut made: Vec<(usize, Tensor)> = vec![];
+        for (name, node) in &self.outputs {
+            let t = match made.iter().find(|(n, _)| n == node) {
+                // an output listed twice shares its tensor
+                Some((_, t)) => t.clone(),
+                None => match self.home[*node] {
+                    Home::External(i) => ext[i].clone(),
+                    Home::Buffer(b) => Tensor::from_parts(
+                        std::mem::take(&mut state.buffers[b]),
+                        self.shapes[*node].clone(),
+                    ),
+                },
+            };
+            made.push((*node, t.clone()));
+            out.push((name.clone(), t));
+        }
+        Ok(out)
+    }
+
+    fn run_step(&self, step: &Step, buffers: &mut [Vec<f32>], ext: &[Cow<[f32]>]) -> Result<()> {
+        let op_of = |node: usize| -> Result<&Op> {
+            self.ops[node]
+                .as_ref()
+                .ok_or_else(|| Error::Other(format!("dense plan: node {node} has no op")))
+        };
+        match step {
+            Step::InPlace { node, kernel, buf } => {
+                kernel(op_of(*node)?, &self.shapes[*node], &mut buffers[*buf])
+            }
+            Step::Forward {
+                node,
+                kernel,
+                inputs,
+                out,
+            } => {
+                let mut target = std::mem::take(&mut buffers[*out]);
+                let result = {
+                    let mut xs = [Dense::EMPTY; MAX_INPUTS];
+                    for (slot, &p) in xs.iter_mut().zip(inputs) {
+                        *slot = self.view(p, buffers, ext);
+                    }
+                    kernel(op_of(*node)?, &xs[..inputs.len()], &mut target)
+                };
+                buffers[*out] = target;
+                result
+            }
+            Step::Vjp {
+                node,
+                kernel,
+                operands,
+                outs,
+            } => {
+                let m = outs.len();
+                let mut targets: [Vec<f32>; MAX_INPUTS] = Default::default();
+                for (t, o) in targets.iter_mut().zip(outs) {
+                    if let Some(b) = o {
+                        *t = std::mem::take(&mut buffers[*b]);
+                    }
+                }
+                let result = {
+                    let mut xs = [Dense::EMPTY; MAX_INPUTS];
+                    for (slot, &p) in xs.iter_mut().zip(&operands[..m]) {
+                        *slot = self.view(p, buffers, ext);
+                    }
+                    let y = self.view(operands[m], buffers, ext);
+                    let g = self.view(operands[m + 1], buffers, ext);
+                    let mut dst: [Option<&mut [f32]>; MAX_INPUTS] = Default::default();
+                    for ((d, t), o) in dst.iter_mut().zip(targets.iter_mut()).zip(outs) {
+                        if o.is_some() {
+                            *d = Some(t.as_mut_slice());
+                        }
+                    }
+                    kernel(op_of(*node)?, &xs[..m], y, g, &mut dst[..m])
+                };
+                for (t, o) in targets.into_iter().zip(outs) {
+                    if let Some(b) = o {
+                        buffers[*b] = t;
+                    }
+                }
+                result
+            }
+        }
+    }
+
+    /// The dense view of node `p`'s value.
+    fn view<'a>(&'a self, p: usize, buffers: &'a [Vec<f32>], ext: &'a [Cow<[f32]>]) -> Dense<'a> {
+        let data: &[f32] = match self.home[p] {
+            Home::External(i) => &ext[i],
+            Home::Buffer(b) => &buffers[b],
+        };
+        Dense {
+            data,
+            shape: &self.shapes[p],
+        }
+    }
+}
