@@ -3,7 +3,8 @@
 
 use super::module::Module;
 use super::optim::{
-    check_lr, check_range, grad_of, update_elementwise, Optimizer, OptimizerState, SlotStore,
+    check_lr, check_range, for_each_param, grad_of, update_elementwise, Optimizer, OptimizerState,
+    ParamNames, SlotStore,
 };
 use crate::error::Result;
 use crate::runtime::Gradients;
@@ -17,6 +18,7 @@ pub struct Adagrad {
     initial_accumulator_value: f32,
     steps: u64,
     store: SlotStore,
+    names: ParamNames,
 }
 
 impl Adagrad {
@@ -42,6 +44,7 @@ impl Adagrad {
             initial_accumulator_value: initial,
             steps: 0,
             store: SlotStore::new("adagrad", vec![("sum", initial)]),
+            names: ParamNames::default(),
         })
     }
 }
@@ -54,13 +57,15 @@ impl Optimizer for Adagrad {
         self.steps += 1;
         let clr = self.lr / (1.0 + (self.steps - 1) as f32 * self.lr_decay);
         let (wd, eps) = (self.weight_decay, self.eps);
-        for (name, p) in model.parameters_mut() {
-            let Some(g) = grad_of(&name, p, grads)? else {
-                continue;
+        let names = self.names.resolve(&*model);
+        let store = &mut self.store;
+        for_each_param(names, model, |name, p| {
+            let Some(g) = grad_of(name, p, grads)? else {
+                return Ok(());
             };
             let g = g.data();
             let shape = p.shape().to_vec();
-            if let [s] = self.store.buffers(&name, &shape)? {
+            if let [s] = store.buffers(name, &shape)? {
                 p.update_data(|w| {
                     update_elementwise(w, &g, [s.as_mut_slice()], |w, g, [s]| {
                         let g = g + wd * *w;
@@ -69,7 +74,8 @@ impl Optimizer for Adagrad {
                     })
                 });
             }
-        }
+            Ok(())
+        })?;
         Ok(())
     }
     fn learning_rate(&self) -> f32 {

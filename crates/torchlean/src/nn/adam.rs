@@ -5,7 +5,8 @@
 
 use super::module::Module;
 use super::optim::{
-    check_lr, check_range, grad_of, update_elementwise, Optimizer, OptimizerState, SlotStore,
+    check_lr, check_range, for_each_param, grad_of, update_elementwise, Optimizer, OptimizerState,
+    ParamNames, SlotStore,
 };
 use crate::error::Result;
 use crate::runtime::Gradients;
@@ -14,6 +15,7 @@ use crate::runtime::Gradients;
 struct AdamCore {
     steps: u64,
     store: SlotStore,
+    names: ParamNames,
 }
 
 impl AdamCore {
@@ -21,6 +23,7 @@ impl AdamCore {
         AdamCore {
             steps: 0,
             store: SlotStore::new(kind, vec![("exp_avg", 0.0), ("exp_avg_sq", 0.0)]),
+            names: ParamNames::default(),
         }
     }
 
@@ -47,13 +50,15 @@ impl AdamCore {
         } else {
             (wd, 1.0)
         };
-        for (name, p) in model.parameters_mut() {
-            let Some(g) = grad_of(&name, p, grads)? else {
-                continue;
+        let names = self.names.resolve(&*model);
+        let store = &mut self.store;
+        for_each_param(names, model, |name, p| {
+            let Some(g) = grad_of(name, p, grads)? else {
+                return Ok(());
             };
             let g = g.data();
             let shape = p.shape().to_vec();
-            if let [m, v] = self.store.buffers(&name, &shape)? {
+            if let [m, v] = store.buffers(name, &shape)? {
                 p.update_data(|w| {
                     update_elementwise(
                         w,
@@ -69,7 +74,8 @@ impl AdamCore {
                     )
                 });
             }
-        }
+            Ok(())
+        })?;
         Ok(())
     }
 }

@@ -48,6 +48,18 @@ impl Module for Linear {
         }
         v
     }
+    fn visit_parameters(&self, f: &mut dyn FnMut(&Tensor)) {
+        f(&self.weight);
+        if let Some(b) = &self.bias {
+            f(b);
+        }
+    }
+    fn visit_parameters_mut(&mut self, f: &mut dyn FnMut(&mut Tensor)) {
+        f(&mut self.weight);
+        if let Some(b) = &mut self.bias {
+            f(b);
+        }
+    }
     fn op_kinds(&self) -> Vec<OpKind> {
         vec![OpKind::Linear]
     }
@@ -136,6 +148,14 @@ impl Module for Mlp {
             .enumerate()
             .map(|(i, l)| (format!("layers.{i}"), l as &mut dyn Module))
             .collect()
+    }
+    fn visit_parameters(&self, f: &mut dyn FnMut(&Tensor)) {
+        self.layers.iter().for_each(|l| l.visit_parameters(f));
+    }
+    fn visit_parameters_mut(&mut self, f: &mut dyn FnMut(&mut Tensor)) {
+        self.layers
+            .iter_mut()
+            .for_each(|l| l.visit_parameters_mut(f));
     }
     fn op_kinds(&self) -> Vec<OpKind> {
         vec![OpKind::Linear, self.activation.op()]

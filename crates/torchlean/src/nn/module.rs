@@ -51,6 +51,20 @@ pub trait Module {
         }
         out
     }
+    /// Visits the parameters in [`Module::parameters`] order without building their names
+    /// (the per-step path of optimizers and the compiled step). Containers and layers on hot
+    /// paths override it; the default lists the named parameters.
+    fn visit_parameters(&self, f: &mut dyn FnMut(&Tensor)) {
+        for (_, t) in self.parameters() {
+            f(t);
+        }
+    }
+    /// The same parameters, mutable, in the same order.
+    fn visit_parameters_mut(&mut self, f: &mut dyn FnMut(&mut Tensor)) {
+        for (_, t) in self.parameters_mut() {
+            f(t);
+        }
+    }
     /// Total number of scalar parameters.
     fn parameter_count(&self) -> usize {
         self.parameters().iter().map(|(_, t)| t.numel()).sum()
@@ -137,6 +151,12 @@ impl<M: Module + ?Sized> Module for Box<M> {
     }
     fn parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
         (**self).parameters_mut()
+    }
+    fn visit_parameters(&self, f: &mut dyn FnMut(&Tensor)) {
+        (**self).visit_parameters(f)
+    }
+    fn visit_parameters_mut(&mut self, f: &mut dyn FnMut(&mut Tensor)) {
+        (**self).visit_parameters_mut(f)
     }
     fn set_training(&mut self, training: bool) {
         (**self).set_training(training)

@@ -9,7 +9,7 @@
 use super::module::Module;
 use crate::error::{Error, Result};
 use crate::runtime::Gradients;
-use crate::tensor::Tensor;
+use crate::tensor::{Tensor, TensorId};
 use rayon::prelude::*;
 use std::collections::BTreeMap;
 
@@ -119,6 +119,53 @@ pub(crate) fn update_elementwise<const K: usize, F>(
         .for_each(|((w, g), b)| run(w, g, b));
 }
 
+/// The dotted names of a model's parameters, resolved once and reused while the model's
+/// parameters are the same tensors (by identity; an in-place update keeps it). Building the
+/// names costs a string per parameter and per container level, which is a visible share of
+/// a small model's step.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ParamNames {
+    ids: Vec<TensorId>,
+    names: Vec<String>,
+    scratch: Vec<TensorId>,
+}
+
+impl ParamNames {
+    /// The names of `model`'s parameters, in visiting order.
+    pub(crate) fn resolve(&mut self, model: &dyn Module) -> &[String] {
+        let scratch = &mut self.scratch;
+        scratch.clear();
+        model.visit_parameters(&mut |t| scratch.push(t.id()));
+        if self.scratch != self.ids {
+            self.names = model.parameters().into_iter().map(|(n, _)| n).collect();
+            std::mem::swap(&mut self.ids, &mut self.scratch);
+        }
+        &self.names
+    }
+}
+
+/// Calls `f(name, parameter)` for every parameter of `model` in order (`names` from
+/// [`ParamNames::resolve`] on the same model); stops at the first error.
+pub(crate) fn for_each_param(
+    names: &[String],
+    model: &mut dyn Module,
+    mut f: impl FnMut(&str, &mut Tensor) -> Result<()>,
+) -> Result<()> {
+    let (mut i, mut result) = (0, Ok(()));
+    model.visit_parameters_mut(&mut |p| {
+        if result.is_ok() {
+            result = match names.get(i) {
+                Some(name) => f(name, p),
+                None => Err(Error::Other(
+                    "optimizer: the model's parameters changed during the step".into(),
+                )),
+            };
+        }
+        i += 1;
+    });
+    result
+}
+
 /// The state buffers of one parameter.
 #[derive(Debug, Clone)]
 struct ParamSlots {
@@ -156,14 +203,14 @@ impl SlotStore {
     /// The buffers of parameter `name` (created at their initial values on first use).
     pub(crate) fn buffers(&mut self, name: &str, shape: &[usize]) -> Result<&mut [Vec<f32>]> {
         let n: usize = shape.iter().product();
-        let slots = &self.slots;
-        let entry = self
-            .params
-            .entry(name.to_string())
-            .or_insert_with(|| ParamSlots {
-                shape: shape.to_vec(),
-                bufs: slots.iter().map(|&(_, init)| vec![init; n]).collect(),
-            });
+        if !self.params.contains_key(name) {
+            let bufs = self.slots.iter().map(|&(_, init)| vec![init; n]).collect();
+            let shape = shape.to_vec();
+            self.params
+                .insert(name.to_string(), ParamSlots { shape, bufs });
+        }
+        // invariant: inserted just above when it was missing
+        let entry = self.params.get_mut(name).expect("slot entry exists");
         if entry.shape != shape {
             return Err(Error::Other(format!(
                 "optimizer `{}`: parameter `{name}` changed shape from {:?} to {shape:?}",
@@ -273,4 +320,29 @@ pub(crate) fn grad_of<'g>(
         )));
     }
     Ok(Some(g))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nn::{Activation, Mlp};
+
+    #[test]
+    fn parameter_names_follow_the_model_they_are_resolved_for() {
+        let small = Mlp::new(&[2, 3, 1], Activation::Tanh, 0).unwrap();
+        let large = Mlp::new(&[2, 3, 3, 1], Activation::Tanh, 0).unwrap();
+        let want =
+            |m: &Mlp| -> Vec<String> { m.parameters().into_iter().map(|(n, _)| n).collect() };
+        let mut names = ParamNames::default();
+        assert_eq!(names.resolve(&small), want(&small).as_slice());
+        assert_eq!(names.resolve(&large), want(&large).as_slice());
+        assert_eq!(names.resolve(&small), want(&small).as_slice());
+        // an in-place update keeps the identities, so the cached names stay valid
+        let mut m = Mlp::new(&[2, 3, 1], Activation::Tanh, 1).unwrap();
+        names.resolve(&m);
+        let ids = names.ids.clone();
+        m.visit_parameters_mut(&mut |p| p.update_data(|w| w.iter_mut().for_each(|v| *v += 1.0)));
+        names.resolve(&m);
+        assert_eq!(names.ids, ids);
+    }
 }

@@ -4,7 +4,8 @@
 
 use super::module::Module;
 use super::optim::{
-    check_lr, check_range, grad_of, update_elementwise, Optimizer, OptimizerState, SlotStore,
+    check_lr, check_range, for_each_param, grad_of, update_elementwise, Optimizer, OptimizerState,
+    ParamNames, SlotStore,
 };
 use crate::error::Result;
 use crate::runtime::Gradients;
@@ -20,6 +21,7 @@ pub struct RmsProp {
     pub centered: bool,
     steps: u64,
     store: SlotStore,
+    names: ParamNames,
 }
 
 impl RmsProp {
@@ -35,6 +37,7 @@ impl RmsProp {
             centered: false,
             steps: 0,
             store: SlotStore::new("rmsprop", vec![("square_avg", 0.0)]),
+            names: ParamNames::default(),
         })
     }
 
@@ -63,13 +66,15 @@ impl Optimizer for RmsProp {
             self.momentum,
         );
         let denom = |s: f32, a: f32| (s - a * a).sqrt() + eps;
-        for (name, p) in model.parameters_mut() {
-            let Some(g) = grad_of(&name, p, grads)? else {
-                continue;
+        let names = self.names.resolve(&*model);
+        let store = &mut self.store;
+        for_each_param(names, model, |name, p| {
+            let Some(g) = grad_of(name, p, grads)? else {
+                return Ok(());
             };
             let g = g.data();
             let shape = p.shape().to_vec();
-            match self.store.buffers(&name, &shape)? {
+            match store.buffers(name, &shape)? {
                 [s] => p.update_data(|w| {
                     update_elementwise(w, &g, [s.as_mut_slice()], |w, g, [s]| {
                         let g = g + wd * *w;
@@ -120,7 +125,8 @@ impl Optimizer for RmsProp {
                 // the slot list built by `slots()` has one to three entries
                 _ => {}
             }
-        }
+            Ok(())
+        })?;
         self.steps += 1;
         Ok(())
     }

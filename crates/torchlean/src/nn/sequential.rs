@@ -59,4 +59,12 @@ impl Module for Sequential {
             .map(|(i, l)| (format!("layers.{i}"), l.as_mut() as &mut dyn Module))
             .collect()
     }
+    fn visit_parameters(&self, f: &mut dyn FnMut(&Tensor)) {
+        self.layers.iter().for_each(|l| l.visit_parameters(f));
+    }
+    fn visit_parameters_mut(&mut self, f: &mut dyn FnMut(&mut Tensor)) {
+        self.layers
+            .iter_mut()
+            .for_each(|l| l.visit_parameters_mut(f));
+    }
 }

@@ -5,7 +5,8 @@
 
 use super::module::Module;
 use super::optim::{
-    check_lr, check_range, grad_of, update_elementwise, Optimizer, OptimizerState, SlotStore,
+    check_lr, check_range, for_each_param, grad_of, update_elementwise, Optimizer, OptimizerState,
+    ParamNames, SlotStore,
 };
 use crate::error::{Error, Result};
 use crate::runtime::Gradients;
@@ -18,6 +19,7 @@ pub struct Sgd {
     pub nesterov: bool,
     steps: u64,
     store: SlotStore,
+    names: ParamNames,
 }
 
 impl Sgd {
@@ -32,6 +34,7 @@ impl Sgd {
             nesterov: false,
             steps: 0,
             store: SlotStore::new("sgd", vec![]),
+            names: ParamNames::default(),
         })
     }
 
@@ -59,13 +62,15 @@ impl Optimizer for Sgd {
     fn step(&mut self, model: &mut dyn Module, grads: &Gradients) -> Result<()> {
         self.store.set_slots(self.slots());
         let (lr, mom, wd, nesterov) = (self.lr, self.momentum, self.weight_decay, self.nesterov);
-        for (name, p) in model.parameters_mut() {
-            let Some(g) = grad_of(&name, p, grads)? else {
-                continue;
+        let names = self.names.resolve(&*model);
+        let store = &mut self.store;
+        for_each_param(names, model, |name, p| {
+            let Some(g) = grad_of(name, p, grads)? else {
+                return Ok(());
             };
             let g = g.data();
             let shape = p.shape().to_vec();
-            let bufs = self.store.buffers(&name, &shape)?;
+            let bufs = store.buffers(name, &shape)?;
             match bufs {
                 [buf] => p.update_data(|w| {
                     update_elementwise(w, &g, [buf.as_mut_slice()], |w, g, [b]| {
@@ -80,7 +85,8 @@ impl Optimizer for Sgd {
                     })
                 }),
             }
-        }
+            Ok(())
+        })?;
         self.steps += 1;
         Ok(())
     }

@@ -218,20 +218,9 @@ impl StepExecutor for CompiledStepExecutor {
         let Some((_, _, compiled)) = &self.graph else {
             unreachable!("the compiled step was built just above")
         };
-        let grads = {
-            let params = model.parameters();
-            let (loss, named_grads) = compiled.run(&named, &params)?;
-            let value = loss.item()?;
-            check_loss(value, step)?;
-            let mut grads = crate::runtime::Gradients::default();
-            for (name, g) in named_grads {
-                if let Some((_, p)) = params.iter().find(|(n, _)| *n == name) {
-                    grads.insert(p, g);
-                }
-            }
-            (grads, value, loss)
-        };
-        let (grads, value, loss) = grads;
+        let (loss, grads) = compiled.run_model(&named, &*model)?;
+        let value = loss.item()?;
+        check_loss(value, step)?;
         let grads = finish_keep(model, optimizer, grads, value, clip, step)?;
         // the step's buffers come back for the next run
         compiled

@@ -7,7 +7,6 @@ use super::tasks::SyntheticRegression;
 use crate::backend::{BackendProfile, BackendReport, ExecutionMode};
 use crate::error::Result;
 use crate::runtime::compiled::CompiledStep;
-use crate::runtime::Gradients;
 use crate::tensor::Tensor;
 
 /// One logged step.
@@ -113,14 +112,7 @@ impl TrainStep {
                 (loss.item()?, grads, None)
             }
             Some(step) => {
-                let params = model.parameters();
-                let (loss, named) = step.run(inputs, &params)?;
-                let mut grads = Gradients::default();
-                for (name, g) in named {
-                    if let Some((_, p)) = params.iter().find(|(n, _)| *n == name) {
-                        grads.insert(p, g);
-                    }
-                }
+                let (loss, grads) = step.run_model(inputs, &*model)?;
                 (loss.item()?, grads, Some(loss))
             }
         };

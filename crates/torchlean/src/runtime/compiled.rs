@@ -260,11 +260,49 @@ impl CompiledGraph {
         self.pool.lock().map(|p| p.stats()).unwrap_or_default()
     }
 
+    /// The names of the graph's input, parameter and constant nodes, in node order: the
+    /// order of the values [`CompiledGraph::run_ordered`] takes.
+    pub fn external_names(&self) -> Vec<&str> {
+        self.graph
+            .nodes
+            .iter()
+            .filter_map(|n| match &n.kind {
+                NodeKind::Input { name }
+                | NodeKind::Parameter { name }
+                | NodeKind::Constant { name } => Some(name.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Runs the plan with `values[k]` the value of the k-th of [`CompiledGraph::external_names`]
+    /// (no lookups by name on the dense path).
+    pub fn run_ordered(&self, values: Vec<Tensor>) -> Result<Vec<(String, Tensor)>> {
+        match &self.dense {
+            Some(dense) => dense.run_ordered(values),
+            None => {
+                let names = self.external_names();
+                self.run(|name| {
+                    let k = names.iter().position(|n| *n == name)?;
+                    values.get(k).cloned()
+                })
+            }
+        }
+    }
+
     /// Runs the plan. `value(name)` supplies inputs, parameters and constants by name; every
     /// supplied tensor must have its declared shape. Returns the named outputs.
     pub fn run(&self, value: impl Fn(&str) -> Option<Tensor>) -> Result<Vec<(String, Tensor)>> {
-        if let Some(dense) = &self.dense {
-            return dense.run(value);
+        if self.dense.is_some() {
+            let values = self
+                .external_names()
+                .into_iter()
+                .map(|name| {
+                    value(name)
+                        .ok_or_else(|| Error::Other(format!("no value supplied for `{name}`")))
+                })
+                .collect::<Result<_>>()?;
+            return self.run_ordered(values);
         }
         let _pool = super::buffers::ActivePool::enter(&self.pool);
         let mut slots: Vec<Option<Tensor>> = vec![None; self.graph.nodes.len()];
@@ -371,6 +409,20 @@ pub struct CompiledStep {
     compiled: CompiledGraph,
     seed: Tensor,
     constants: HashMap<String, Tensor>,
+    /// Input and parameter names, in the order `build` received them.
+    input_names: Vec<String>,
+    param_names: Vec<String>,
+    /// Where each external value of the graph comes from (see `external_names`).
+    sources: Vec<Source>,
+}
+
+/// The origin of one input, parameter or constant value of a compiled step's graph.
+#[derive(Debug, Clone)]
+enum Source {
+    Input(usize),
+    Param(usize),
+    Seed,
+    Constant(Tensor),
 }
 
 /// Name of the loss output of a compiled step.
@@ -398,17 +450,111 @@ impl CompiledStep {
             .map(|p| p.shape.clone())
             .unwrap_or_default();
         let param_names: Vec<&str> = params.iter().map(|(n, _)| n.as_str()).collect();
-        let constants = captured
+        let constants: HashMap<String, Tensor> = captured
             .values
             .into_iter()
             .filter(|(n, _)| !param_names.contains(&n.as_str()))
             .collect();
         let compiled = CompiledGraph::compile(graph, profile)?;
+        let seed = Tensor::full(&seed_shape, 1.0)?;
+        let sources = compiled
+            .external_names()
+            .into_iter()
+            .map(|name| {
+                if name == crate::graph::SEED {
+                    Ok(Source::Seed)
+                } else if let Some(i) = inputs.iter().position(|(n, _)| n == name) {
+                    Ok(Source::Input(i))
+                } else if let Some(j) = params.iter().position(|(n, _)| n == name) {
+                    Ok(Source::Param(j))
+                } else if let Some(c) = constants.get(name) {
+                    Ok(Source::Constant(c.clone()))
+                } else {
+                    Err(Error::Other(format!(
+                        "compiled step: no value for `{name}`"
+                    )))
+                }
+            })
+            .collect::<Result<_>>()?;
         Ok(CompiledStep {
             compiled,
-            seed: Tensor::full(&seed_shape, 1.0)?,
+            seed,
             constants,
+            input_names: inputs.iter().map(|(n, _)| n.clone()).collect(),
+            param_names: param_names.iter().map(|n| n.to_string()).collect(),
+            sources,
         })
+    }
+
+    /// [`CompiledStep::run_ordered`] with `model`'s current parameters (which must be the
+    /// ones `build` captured, in the same order): the loss and the gradients keyed by
+    /// parameter. Holds no reference to the parameters once it returns, so an optimizer can
+    /// update them in place.
+    pub fn run_model(
+        &self,
+        inputs: &[(String, Tensor)],
+        model: &dyn crate::nn::Module,
+    ) -> Result<(Tensor, super::Gradients)> {
+        let mut params = Vec::with_capacity(self.param_names.len());
+        model.visit_parameters(&mut |t| params.push(t.clone()));
+        let (loss, grads) = self.run_ordered(inputs, &params)?;
+        let mut out = super::Gradients::default();
+        for (p, g) in params.iter().zip(grads) {
+            if let Some(g) = g {
+                out.insert(p, g);
+            }
+        }
+        Ok((loss, out))
+    }
+
+    /// Runs forward and backward with the inputs and parameters given in the order `build`
+    /// received them (checked by count and input names): the loss and, per parameter, its
+    /// gradient (`None` where the loss does not depend on it). No name lookups per value.
+    pub fn run_ordered(
+        &self,
+        inputs: &[(String, Tensor)],
+        params: &[Tensor],
+    ) -> Result<(Tensor, Vec<Option<Tensor>>)> {
+        let names_match = inputs.len() == self.input_names.len()
+            && inputs
+                .iter()
+                .zip(&self.input_names)
+                .all(|((a, _), b)| a == b);
+        if !names_match || params.len() != self.param_names.len() {
+            return Err(Error::Other(format!(
+                "compiled step: expected inputs {:?} and {} parameters, got inputs {:?} and {} parameters",
+                self.input_names,
+                self.param_names.len(),
+                inputs.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
+                params.len()
+            )));
+        }
+        let values = self
+            .sources
+            .iter()
+            .map(|s| match s {
+                Source::Input(i) => inputs[*i].1.clone(),
+                Source::Param(j) => params[*j].clone(),
+                Source::Seed => self.seed.clone(),
+                Source::Constant(t) => t.clone(),
+            })
+            .collect();
+        let outputs = self.compiled.run_ordered(values)?;
+        let mut loss = None;
+        let mut grads: Vec<Option<Tensor>> = vec![None; params.len()];
+        for (name, t) in outputs {
+            if name == LOSS {
+                loss = Some(t);
+            } else if let Some(p) = name.strip_prefix("grad.") {
+                if let Some(j) = self.param_names.iter().position(|n| n == p) {
+                    grads[j] = Some(t);
+                }
+            }
+        }
+        Ok((
+            loss.ok_or_else(|| Error::Other("the compiled step produced no loss".into()))?,
+            grads,
+        ))
     }
 
     pub fn compiled(&self) -> &CompiledGraph {

@@ -235,27 +235,25 @@ impl DensePlan {
         }
     }
 
-    /// Runs the steps; `value(name)` supplies the inputs, parameters and constants.
-    pub(crate) fn run(
-        &self,
-        value: impl Fn(&str) -> Option<Tensor>,
-    ) -> Result<Vec<(String, Tensor)>> {
-        let ext: Vec<Tensor> = self
-            .externals
-            .iter()
-            .map(|(node, name)| {
-                let t = value(name)
-                    .ok_or_else(|| Error::Other(format!("no value supplied for `{name}`")))?;
-                if t.shape() != self.shapes[*node].as_slice() {
-                    return Err(Error::Other(format!(
-                        "value `{name}` has shape {:?}, the graph declares {:?}",
-                        t.shape(),
-                        self.shapes[*node]
-                    )));
-                }
-                Ok(t)
-            })
-            .collect::<Result<_>>()?;
+    /// Runs the steps; `ext[k]` is the value of the graph's k-th input, parameter or
+    /// constant node (in node order); each must have its declared shape.
+    pub(crate) fn run_ordered(&self, ext: Vec<Tensor>) -> Result<Vec<(String, Tensor)>> {
+        if ext.len() != self.externals.len() {
+            return Err(Error::Other(format!(
+                "the graph reads {} inputs, parameters and constants; {} were supplied",
+                self.externals.len(),
+                ext.len()
+            )));
+        }
+        for ((node, name), t) in self.externals.iter().zip(&ext) {
+            if t.shape() != self.shapes[*node].as_slice() {
+                return Err(Error::Other(format!(
+                    "value `{name}` has shape {:?}, the graph declares {:?}",
+                    t.shape(),
+                    self.shapes[*node]
+                )));
+            }
+        }
         let ext_data: Vec<Cow<[f32]>> = ext.iter().map(|t| t.data()).collect();
         let mut guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let state = &mut *guard;
