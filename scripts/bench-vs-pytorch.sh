@@ -19,7 +19,7 @@ while [ $# -gt 0 ]; do
     *) workloads+=("$1"); shift ;;
   esac
 done
-[ ${#workloads[@]} -gt 0 ] || workloads=(gemm-256 gemm-1024 gemm-2048 mlp-step transformer-step sdpa tiny-ops tiny-ops-tape compiled-vs-eager)
+[ ${#workloads[@]} -gt 0 ] || workloads=(gemm-256 gemm-1024 gemm-2048 mlp-step transformer-step sdpa tiny-ops tiny-ops-tape compiled-vs-eager quickstart-compiled-vs-eager)
 if [ -z "$python" ]; then
   if [ ! -x .bench-venv/bin/python ]; then
     python3 -m venv .bench-venv
@@ -58,6 +58,22 @@ for w in "${workloads[@]}"; do
     measure mlp-step-b16-compiled "mlp-step --batch-size 16 --backend compiled" "mlp-step --batch-size 16"
     e=$(median < "$out/mlp-step-b16-eager.tl"); c=$(median < "$out/mlp-step-b16-compiled.tl")
     printf '%-22s %14s %14s %8.3f  %s\n' "compiled/eager (b16)" "" "" "$(echo "$c / $e" | bc -l)" "torchlean compiled time / eager time"
+  elif [ "$w" = quickstart-compiled-vs-eager ]; then
+    # issue 4: the quickstart MLP (4-64-64-1, tanh, Adam, MSE) at batch 16; eager and
+    # compiled alternate within each round, so drift of the machine affects both alike
+    : > "$out/quickstart-eager.tl"; : > "$out/quickstart-compiled.tl"; : > "$out/quickstart.pt"
+    for r in $(seq "$rounds"); do
+      for mode in eager compiled; do
+        $tl bench quickstart-step --backend $mode --device "$device" --reps "$reps" --json > "$out/quickstart-$mode.tl.$r.json"
+        field "$out/quickstart-$mode.tl.$r.json" median >> "$out/quickstart-$mode.tl"
+      done
+      "$python" bench/pytorch/bench.py quickstart-step --device "$device" --reps "$reps" > "$out/quickstart.pt.$r.json"
+      field "$out/quickstart.pt.$r.json" median >> "$out/quickstart.pt"
+    done
+    e=$(median < "$out/quickstart-eager.tl"); c=$(median < "$out/quickstart-compiled.tl"); p=$(median < "$out/quickstart.pt")
+    printf '%-22s %14.4f %14.4f %8.3f  %s\n' "quickstart eager" "$e" "$p" "$(echo "$e / $p" | bc -l)" ms
+    printf '%-22s %14.4f %14.4f %8.3f  %s\n' "quickstart compiled" "$c" "$p" "$(echo "$c / $p" | bc -l)" ms
+    printf '%-22s %14s %14s %8.3f  %s\n' "quickstart eager/comp." "" "" "$(echo "$e / $c" | bc -l)" "compiled speed-up (eager time / compiled time)"
   else
     measure "$w" "$w" "$w"
   fi

@@ -315,3 +315,66 @@ fn compiled_steps_reuse_their_buffers_after_the_first() {
     );
     assert!(later.reused >= 5 * first.allocated / 2, "{later:?}");
 }
+
+/// The quickstart MLP's training graph runs on the dense path (static buffers shared by
+/// liveness), and its loss and gradients are bit-identical to the eager tape's, run after run.
+#[test]
+fn dense_path_matches_the_eager_tape_exactly_and_reuses_buffers() {
+    let model = Mlp::new(&[4, 16, 16, 1], Activation::Tanh, 7).unwrap();
+    let params = named_params(&model);
+    let (x, y) = (
+        Tensor::randn(&[8, 4], 8).unwrap(),
+        Tensor::randn(&[8, 1], 9).unwrap(),
+    );
+    let inputs = [("x".to_string(), x.clone()), ("y".to_string(), y.clone())];
+    let step = CompiledStep::build(
+        &inputs,
+        &params,
+        |xs| model.forward(&xs[0])?.mse_loss(&xs[1]),
+        &BackendProfile::default_cpu(),
+    )
+    .unwrap();
+    let graph = step.compiled();
+    let buffers = graph.dense_buffers().expect("every node has dense kernels");
+    let computed = graph
+        .graph()
+        .nodes
+        .iter()
+        .filter(|n| matches!(n.kind, NodeKind::Op { .. } | NodeKind::Vjp { .. }))
+        .count();
+    assert!(
+        buffers < computed,
+        "{buffers} buffers for {computed} values"
+    );
+    let report = graph.report().to_text();
+    assert!(report.contains("executor: dense"), "{report}");
+
+    let eager_loss = model.forward(&x).unwrap().mse_loss(&y).unwrap();
+    let eager_grads = eager_loss.backward().unwrap();
+    let param_tensors: Vec<Tensor> = params.iter().map(|(_, t)| t.clone()).collect();
+    for _ in 0..3 {
+        let (loss, grads) = step.run_ordered(&inputs, &param_tensors).unwrap();
+        assert_eq!(loss.to_vec(), eager_loss.to_vec());
+        for ((name, p), g) in params.iter().zip(&grads) {
+            let g = g.as_ref().expect("every parameter has a gradient");
+            assert_eq!(
+                g.to_vec(),
+                eager_grads.get(p).unwrap().to_vec(),
+                "gradient of {name}"
+            );
+        }
+        graph.give_back(grads.into_iter().flatten().chain([loss]));
+    }
+    // a graph with an op the native provider has no dense kernels for (sum_all) runs on the
+    // general executor, and says so
+    let general = CompiledStep::build(
+        &inputs,
+        &params,
+        |xs| model.forward(&xs[0])?.sum_all(),
+        &BackendProfile::default_cpu(),
+    )
+    .unwrap();
+    assert!(general.compiled().dense_buffers().is_none());
+    let report = general.compiled().report().to_text();
+    assert!(report.contains("executor: general"), "{report}");
+}

@@ -24,6 +24,10 @@ pub struct BackendReport {
     pub kernels: Vec<KernelAudit>,
     pub groups: Vec<LoweredGroup>,
     pub failures: Vec<GateFailure>,
+    /// How a compiled plan executes (which executor, and what it runs of each capsule);
+    /// absent for eager reports.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub executor: Option<String>,
 }
 
 impl BackendReport {
@@ -60,6 +64,7 @@ impl BackendReport {
             kernels,
             groups,
             failures,
+            executor: None,
         }
     }
 
@@ -115,6 +120,9 @@ impl BackendReport {
                 super::planner::GroupKind::Coalesced => "coalesced (not fused)",
             };
             let _ = writeln!(s, "group: {kind} {} nodes {:?}", g.capsule, g.nodes);
+        }
+        if let Some(e) = &self.executor {
+            let _ = writeln!(s, "executor: {e}");
         }
         for f in &self.failures {
             let _ = writeln!(s, "gate failure: {f}");

@@ -187,6 +187,15 @@ impl CompiledGraph {
             &last_use,
             &siblings,
         );
+        let mut report = report;
+        report.executor = Some(match &dense {
+            Some(d) => format!(
+                "dense: {} steps over {} static buffers, running each capsule's destination-passing kernels (forward_into/vjp_into/in_place_into)",
+                d.step_count(),
+                d.buffer_count()
+            ),
+            None => "general: tensor kernels with a liveness buffer pool (some capsule has no destination-passing kernels)".into(),
+        });
         Ok(CompiledGraph {
             graph,
             plan: accepted,

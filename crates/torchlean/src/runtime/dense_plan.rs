@@ -219,6 +219,11 @@ impl DensePlan {
         self.buffer_sizes.len()
     }
 
+    /// Number of steps (kernel calls) per run.
+    pub(crate) fn step_count(&self) -> usize {
+        self.steps.len()
+    }
+
     pub(crate) fn stats(&self) -> PoolStats {
         self.state.lock().map(|s| s.stats).unwrap_or_default()
     }
