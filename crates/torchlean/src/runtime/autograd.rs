@@ -188,11 +188,15 @@ fn add_into(map: &mut HashMap<TensorId, Tensor>, id: TensorId, g: Tensor) -> Res
                     g.shape()
                 )));
             }
-            let mut sum = prev.to_vec();
-            for (a, b) in sum.iter_mut().zip(g.data().iter()) {
-                *a += b;
-            }
-            map.insert(id, Tensor::from_parts(sum, g.shape().to_vec()));
+            // in place when `prev` is the only handle of a contiguous storage (usual)
+            let mut sum = prev;
+            let gd = g.data();
+            sum.update_data(|w| {
+                for (a, b) in w.iter_mut().zip(gd.iter()) {
+                    *a += b;
+                }
+            });
+            map.insert(id, sum);
         }
     }
     Ok(())

@@ -40,6 +40,18 @@ pub(crate) struct TensorImpl {
     grad_fn: Option<GradNode>,
 }
 
+/// The last handle of a large storage gives its buffer to the runtime's storage cache, so
+/// the next kernel output of that size reuses it (see `runtime::buffers`).
+impl Drop for TensorImpl {
+    fn drop(&mut self) {
+        if self.storage.len() >= crate::runtime::buffers::CACHE_MIN_ELEMENTS {
+            if let Some(v) = Arc::get_mut(&mut self.storage) {
+                crate::runtime::buffers::cache_release(std::mem::take(v));
+            }
+        }
+    }
+}
+
 /// An f32 tensor on the CPU.
 #[derive(Clone)]
 pub struct Tensor(Arc<TensorImpl>);
@@ -84,12 +96,14 @@ impl Tensor {
 
     /// The storage, if this handle is its only owner and sees all of it (for buffer reuse).
     pub(crate) fn into_storage(self) -> Option<Vec<f32>> {
-        let inner = Arc::try_unwrap(self.0).ok()?;
+        let mut inner = Arc::try_unwrap(self.0).ok()?;
         if inner.grad_fn.is_some() || !inner.layout.is_contiguous() || inner.layout.offset != 0 {
             return None;
         }
-        let v = Arc::try_unwrap(inner.storage).ok()?;
-        (v.len() == inner.layout.numel()).then_some(v)
+        if inner.storage.len() != inner.layout.numel() {
+            return None;
+        }
+        Arc::get_mut(&mut inner.storage).map(std::mem::take)
     }
 
     /// Number of f32 elements in the underlying storage (views may see fewer).
@@ -155,7 +169,12 @@ impl Tensor {
         if self.is_contiguous() {
             self.clone()
         } else {
-            Tensor::from_parts(self.to_vec(), self.shape().to_vec())
+            // into a buffer from the storage cache (already mapped), which the new tensor
+            // gives back when dropped
+            let mut v = crate::runtime::buffers::take_overwritten(self.numel());
+            v.clear();
+            self.0.layout.gather_into(&self.0.storage, &mut v);
+            Tensor::from_parts(v, self.shape().to_vec())
         }
     }
 

@@ -12,7 +12,9 @@ use rayon::prelude::*;
 /// broadcasting, and the core of `reduce_sum`).
 pub fn sum_to_shape(data: &[f32], from: &[usize], to: &[usize]) -> Tensor {
     if from == to {
-        return Tensor::from_parts(data.to_vec(), to.to_vec());
+        let mut out = super::par::overwritten(data.len());
+        out.copy_from_slice(data);
+        return Tensor::from_parts(out, to.to_vec());
     }
     let n_out = numel(to);
     let extra = from.len() - to.len();
