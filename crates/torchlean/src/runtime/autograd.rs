@@ -10,9 +10,8 @@
 use crate::backend::AcceptedKernel;
 use crate::error::{Error, Result};
 use crate::graph::Op;
-use crate::tensor::{Tensor, TensorId};
+use crate::tensor::{IdMap, IdSet, Tensor, TensorId};
 use std::cell::Cell;
-use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 thread_local! {
@@ -123,7 +122,7 @@ pub(crate) fn record(
 /// Gradients of leaf tensors, keyed by tensor identity.
 #[derive(Default, Clone)]
 pub struct Gradients {
-    map: HashMap<TensorId, Tensor>,
+    map: IdMap<Tensor>,
 }
 
 impl Gradients {
@@ -175,7 +174,7 @@ impl Gradients {
 }
 
 /// Adds a cotangent into the store (runtime-owned f32 addition of equal shapes).
-fn add_into(map: &mut HashMap<TensorId, Tensor>, id: TensorId, g: Tensor) -> Result<()> {
+fn add_into(map: &mut IdMap<Tensor>, id: TensorId, g: Tensor) -> Result<()> {
     match map.remove(&id) {
         None => {
             map.insert(id, g);
@@ -205,7 +204,7 @@ fn add_into(map: &mut HashMap<TensorId, Tensor>, id: TensorId, g: Tensor) -> Res
 /// Reverse topological order of the recorded tensors reachable from `root`.
 fn reverse_topological(root: &Tensor) -> Vec<Tensor> {
     let mut order = Vec::new();
-    let mut seen = HashSet::new();
+    let mut seen = IdSet::default();
     // iterative post-order DFS: (tensor, children pushed?)
     let mut stack = vec![(root.clone(), false)];
     while let Some((t, expanded)) = stack.pop() {
@@ -254,7 +253,7 @@ impl Tensor {
             ));
         }
         let seed = Tensor::from_parts(vec![1.0], self.shape().to_vec());
-        let mut pending: HashMap<TensorId, Tensor> = HashMap::new();
+        let mut pending: IdMap<Tensor> = IdMap::default();
         pending.insert(self.id(), seed);
         let mut leaves = Gradients::default();
         if self.requires_grad_flag() {

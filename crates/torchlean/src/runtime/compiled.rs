@@ -299,6 +299,19 @@ impl CompiledGraph {
         }
     }
 
+    /// [`CompiledGraph::run_ordered`], returning the outputs unnamed, in the graph's output
+    /// order.
+    pub fn run_ordered_outputs(&self, values: Vec<Tensor>) -> Result<Vec<Tensor>> {
+        match &self.dense {
+            Some(dense) => dense.run_outputs(values),
+            None => Ok(self
+                .run_ordered(values)?
+                .into_iter()
+                .map(|(_, t)| t)
+                .collect()),
+        }
+    }
+
     /// Runs the plan. `value(name)` supplies inputs, parameters and constants by name; every
     /// supplied tensor must have its declared shape. Returns the named outputs.
     pub fn run(&self, value: impl Fn(&str) -> Option<Tensor>) -> Result<Vec<(String, Tensor)>> {
@@ -423,6 +436,16 @@ pub struct CompiledStep {
     param_names: Vec<String>,
     /// Where each external value of the graph comes from (see `external_names`).
     sources: Vec<Source>,
+    /// What each graph output is: the loss, or the gradient of parameter j.
+    roles: Vec<Role>,
+}
+
+/// The meaning of one output of a compiled step's graph.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Role {
+    Loss,
+    Grad(usize),
+    Other,
 }
 
 /// The origin of one input, parameter or constant value of a compiled step's graph.
@@ -485,7 +508,23 @@ impl CompiledStep {
                 }
             })
             .collect::<Result<_>>()?;
+        let roles = compiled
+            .graph()
+            .outputs
+            .iter()
+            .map(|o| {
+                if o.name == LOSS {
+                    Role::Loss
+                } else {
+                    o.name
+                        .strip_prefix("grad.")
+                        .and_then(|p| params.iter().position(|(n, _)| n == p))
+                        .map_or(Role::Other, Role::Grad)
+                }
+            })
+            .collect();
         Ok(CompiledStep {
+            roles,
             compiled,
             seed,
             constants,
@@ -548,16 +587,14 @@ impl CompiledStep {
                 Source::Constant(t) => t.clone(),
             })
             .collect();
-        let outputs = self.compiled.run_ordered(values)?;
+        let outputs = self.compiled.run_ordered_outputs(values)?;
         let mut loss = None;
         let mut grads: Vec<Option<Tensor>> = vec![None; params.len()];
-        for (name, t) in outputs {
-            if name == LOSS {
-                loss = Some(t);
-            } else if let Some(p) = name.strip_prefix("grad.") {
-                if let Some(j) = self.param_names.iter().position(|n| n == p) {
-                    grads[j] = Some(t);
-                }
+        for (role, t) in self.roles.iter().zip(outputs) {
+            match *role {
+                Role::Loss => loss = Some(t),
+                Role::Grad(j) => grads[j] = Some(t),
+                Role::Other => {}
             }
         }
         Ok((

@@ -243,6 +243,17 @@ impl DensePlan {
     /// Runs the steps; `ext[k]` is the value of the graph's k-th input, parameter or
     /// constant node (in node order); each must have its declared shape.
     pub(crate) fn run_ordered(&self, ext: Vec<Tensor>) -> Result<Vec<(String, Tensor)>> {
+        let outs = self.run_outputs(ext)?;
+        Ok(self
+            .outputs
+            .iter()
+            .zip(outs)
+            .map(|((name, _), t)| (name.clone(), t))
+            .collect())
+    }
+
+    /// [`DensePlan::run_ordered`], returning the outputs in the graph's output order, unnamed.
+    pub(crate) fn run_outputs(&self, ext: Vec<Tensor>) -> Result<Vec<Tensor>> {
         if ext.len() != self.externals.len() {
             return Err(Error::Other(format!(
                 "the graph reads {} inputs, parameters and constants; {} were supplied",
@@ -277,22 +288,19 @@ impl DensePlan {
         for step in &self.steps {
             self.run_step(step, &mut state.buffers, &ext_data)?;
         }
-        let mut out: Vec<(String, Tensor)> = Vec::with_capacity(self.outputs.len());
-        let mut made: Vec<(usize, Tensor)> = vec![];
-        for (name, node) in &self.outputs {
-            let t = match made.iter().find(|(n, _)| n == node) {
-                // an output listed twice shares its tensor
-                Some((_, t)) => t.clone(),
-                None => match self.home[*node] {
-                    Home::External(i) => ext[i].clone(),
-                    Home::Buffer(b) => Tensor::from_parts(
-                        std::mem::take(&mut state.buffers[b]),
-                        self.shapes[*node].clone(),
-                    ),
-                },
+        let mut out: Vec<Tensor> = Vec::with_capacity(self.outputs.len());
+        for (k, (_, node)) in self.outputs.iter().enumerate() {
+            // an output listed twice shares its tensor
+            let earlier = self.outputs[..k].iter().position(|(_, n)| n == node);
+            let t = match (earlier, self.home[*node]) {
+                (Some(j), _) => out[j].clone(),
+                (None, Home::External(i)) => ext[i].clone(),
+                (None, Home::Buffer(b)) => Tensor::from_parts(
+                    std::mem::take(&mut state.buffers[b]),
+                    self.shapes[*node].clone(),
+                ),
             };
-            made.push((*node, t.clone()));
-            out.push((name.clone(), t));
+            out.push(t);
         }
         Ok(out)
     }

@@ -21,6 +21,31 @@ use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+/// Hashes a [`TensorId`] with one multiplication. Ids are a process counter, never chosen by
+/// an adversary, so SipHash's protection buys nothing, and its cost was a visible share of a
+/// small model's training step (the tape and gradient stores look ids up per op).
+#[derive(Default, Clone, Copy)]
+pub struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0 ^ v).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+/// A hash map keyed by tensor identity.
+pub type IdMap<V> = std::collections::HashMap<TensorId, V, std::hash::BuildHasherDefault<IdHasher>>;
+/// A hash set of tensor identities.
+pub type IdSet = std::collections::HashSet<TensorId, std::hash::BuildHasherDefault<IdHasher>>;
+
 /// Unique identity of a tensor handle (gradients are keyed by it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct TensorId(u64);
