@@ -378,3 +378,35 @@ fn dense_path_matches_the_eager_tape_exactly_and_reuses_buffers() {
     let report = general.compiled().report().to_text();
     assert!(report.contains("executor: general"), "{report}");
 }
+
+/// A forward-only (inference) graph on the dense path: the activation's input dies there, so
+/// it runs in place in that buffer; the output matches eager exactly, run after run.
+#[test]
+fn dense_inference_graph_runs_maps_in_place_and_matches_eager() {
+    let model = Mlp::new(&[4, 16, 16, 3], Activation::Tanh, 5).unwrap();
+    let x = Tensor::randn(&[6, 4], 6).unwrap();
+    let eager = model.forward(&x).unwrap().to_vec();
+    let c = capture(&[("x".into(), x.clone())], &named_params(&model), |xs| {
+        Ok(vec![("y".into(), model.forward(&xs[0])?)])
+    })
+    .unwrap();
+    let compiled = CompiledGraph::compile(c.graph.clone(), &BackendProfile::default_cpu()).unwrap();
+    // linear, tanh, linear, tanh, linear: each tanh's input dies there, so it runs in place
+    let buffers = compiled.dense_buffers().expect("dense path");
+    assert!(buffers <= 3, "{buffers} buffers");
+    let report = compiled.report().to_text();
+    assert!(report.contains("dense: 5 steps (2 in place)"), "{report}");
+    let params = named_params(&model);
+    for _ in 0..3 {
+        let out = compiled
+            .run(|n| {
+                if n == "x" {
+                    Some(x.clone())
+                } else {
+                    params.iter().find(|(p, _)| p == n).map(|(_, t)| t.clone())
+                }
+            })
+            .unwrap();
+        assert_eq!(out[0].1.to_vec(), eager);
+    }
+}

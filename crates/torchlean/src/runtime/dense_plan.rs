@@ -224,6 +224,14 @@ impl DensePlan {
         self.steps.len()
     }
 
+    /// Number of steps that run in place, in their input's buffer.
+    pub(crate) fn in_place_count(&self) -> usize {
+        self.steps
+            .iter()
+            .filter(|s| matches!(s, Step::InPlace { .. }))
+            .count()
+    }
+
     pub(crate) fn stats(&self) -> PoolStats {
         self.state.lock().map(|s| s.stats).unwrap_or_default()
     }
