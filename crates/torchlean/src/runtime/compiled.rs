@@ -189,14 +189,15 @@ impl CompiledGraph {
         );
         let mut report = report;
         report.executor = Some(match &dense {
-            Some(d) => format!(
+            Ok(d) => format!(
                 "dense: {} steps ({} in place) over {} static buffers, running each capsule's destination-passing kernels (forward_into/vjp_into/in_place_into)",
                 d.step_count(),
                 d.in_place_count(),
                 d.buffer_count()
             ),
-            None => "general: tensor kernels with a liveness buffer pool (some capsule has no destination-passing kernels)".into(),
+            Err(why) => format!("general: tensor kernels with a liveness buffer pool (not dense: {why})"),
         });
+        let dense = dense.ok();
         Ok(CompiledGraph {
             graph,
             plan: accepted,

@@ -83,15 +83,15 @@ pub(crate) struct DensePlan {
 }
 
 impl DensePlan {
-    /// Lowers `graph` whose node `n` runs `kernels[kernel_of[n]]`; `None` when some node has
-    /// no destination-passing kernel (or more operands than a dense step passes).
+    /// Lowers `graph` whose node `n` runs `kernels[kernel_of[n]]`; `Err(why)` when some node
+    /// has no destination-passing kernel (or more operands than a dense step passes).
     pub(crate) fn build(
         graph: &Graph,
         kernels: &[AcceptedKernel],
         kernel_of: &[Option<usize>],
         last_use: &[usize],
         siblings: &[Vec<(usize, usize)>],
-    ) -> Option<DensePlan> {
+    ) -> std::result::Result<DensePlan, String> {
         let n = graph.nodes.len();
         let sizes = graph.node_elements();
         let mut home: Vec<Option<Home>> = vec![None; n];
@@ -129,9 +129,12 @@ impl DensePlan {
                     externals.push((id, name.clone()));
                 }
                 NodeKind::Op { .. } => {
-                    let dense = kernels[kernel_of[id]?].binding().dense?;
+                    let dense = dense_of(kernels, kernel_of, id)?;
                     if node.parents.len() > MAX_INPUTS {
-                        return None;
+                        return Err(format!(
+                            "node {id} has {} inputs (a dense step passes at most {MAX_INPUTS})",
+                            node.parents.len()
+                        ));
                     }
                     let in_place = match (dense.in_place_into, node.parents.as_slice()) {
                         (Some(k), &[p]) if last_use[p] == id => match home[p] {
@@ -164,17 +167,27 @@ impl DensePlan {
                 }
                 NodeKind::Vjp { .. } => {
                     if home[id].is_none() {
-                        let dense = kernels[kernel_of[id]?].binding().dense?;
-                        let kernel = dense.vjp_into?;
-                        let m = node.parents.len().checked_sub(2)?;
-                        if m > MAX_INPUTS {
-                            return None;
+                        let dense = dense_of(kernels, kernel_of, id)?;
+                        let kernel = dense.vjp_into.ok_or_else(|| {
+                            format!(
+                                "capsule `{}` has no vjp_into kernel",
+                                capsule_of(kernels, kernel_of, id)
+                            )
+                        })?;
+                        let m = node.parents.len().saturating_sub(2);
+                        if m > MAX_INPUTS || node.parents.len() < 2 {
+                            return Err(format!(
+                                "vjp node {id} has {} operands (a dense step passes at most {MAX_INPUTS} inputs)",
+                                node.parents.len()
+                            ));
                         }
                         let mut outs = vec![None; m];
                         for &(sib, j) in &siblings[id] {
                             let b = take(sizes[sib], &mut free, &mut buffer_sizes);
                             home[sib] = Some(Home::Buffer(b));
-                            *outs.get_mut(j)? = Some(b);
+                            *outs.get_mut(j).ok_or_else(|| {
+                                format!("vjp node {sib} names input {j} of a {m}-input op")
+                            })? = Some(b);
                         }
                         steps.push(Step::Vjp {
                             node: id,
@@ -191,9 +204,13 @@ impl DensePlan {
                 }
             }
         }
-        Some(DensePlan {
+        Ok(DensePlan {
             steps,
-            home: home.into_iter().collect::<Option<Vec<_>>>()?,
+            home: home
+                .into_iter()
+                .enumerate()
+                .map(|(i, h)| h.ok_or_else(|| format!("node {i} has no value location")))
+                .collect::<std::result::Result<Vec<_>, _>>()?,
             shapes: graph.nodes.iter().map(|n| n.shape.clone()).collect(),
             ops: graph
                 .nodes
@@ -389,4 +406,26 @@ impl DensePlan {
             shape: &self.shapes[p],
         }
     }
+}
+
+/// The capsule name of node `id`'s kernel (for messages).
+fn capsule_of(kernels: &[AcceptedKernel], kernel_of: &[Option<usize>], id: usize) -> String {
+    kernel_of[id]
+        .map(|k| kernels[k].capsule().name.clone())
+        .unwrap_or_else(|| "?".into())
+}
+
+/// The destination-passing kernels of node `id`'s accepted capsule.
+fn dense_of(
+    kernels: &[AcceptedKernel],
+    kernel_of: &[Option<usize>],
+    id: usize,
+) -> std::result::Result<super::kernel::DenseKernels, String> {
+    let k = kernel_of[id].ok_or_else(|| format!("node {id} has no accepted kernel"))?;
+    kernels[k].binding().dense.ok_or_else(|| {
+        format!(
+            "capsule `{}` has no destination-passing kernels",
+            kernels[k].capsule().name
+        )
+    })
 }
