@@ -365,18 +365,21 @@ fn dense_path_matches_the_eager_tape_exactly_and_reuses_buffers() {
         }
         graph.give_back(grads.into_iter().flatten().chain([loss]));
     }
-    // a graph with an op the native provider has no dense kernels for (sum_all) runs on the
-    // general executor, and says so
+    // a graph with an op the native provider has no dense kernels for (reduce_sum) runs on
+    // the general executor, and says which capsule kept it off the dense one
     let general = CompiledStep::build(
         &inputs,
         &params,
-        |xs| model.forward(&xs[0])?.sum_all(),
+        |xs| model.forward(&xs[0])?.sum(&[0, 1], false),
         &BackendProfile::default_cpu(),
     )
     .unwrap();
     assert!(general.compiled().dense_buffers().is_none());
     let report = general.compiled().report().to_text();
-    assert!(report.contains("executor: general"), "{report}");
+    assert!(
+        report.contains("executor: general") && report.contains("native_cpu.reduce_sum"),
+        "{report}"
+    );
 }
 
 /// A forward-only (inference) graph on the dense path: the activation's input dies there, so
@@ -408,5 +411,37 @@ fn dense_inference_graph_runs_maps_in_place_and_matches_eager() {
             })
             .unwrap();
         assert_eq!(out[0].1.to_vec(), eager);
+    }
+}
+
+/// A classifier's training graph (cross-entropy: log_softmax, gather, reshape, sum_all, ...)
+/// runs on the dense path, with loss and gradients bit-identical to the eager tape's.
+#[test]
+fn dense_cross_entropy_graph_matches_the_eager_tape_exactly() {
+    let model = Mlp::new(&[5, 12, 4], Activation::Relu, 3).unwrap();
+    let params = named_params(&model);
+    let x = Tensor::randn(&[9, 5], 4).unwrap();
+    let y = Tensor::from_vec((0..9).map(|i| (i % 4) as f32).collect(), &[9]).unwrap();
+    let inputs = [("x".to_string(), x.clone()), ("y".to_string(), y.clone())];
+    let step = CompiledStep::build(
+        &inputs,
+        &params,
+        |xs| model.forward(&xs[0])?.cross_entropy(&xs[1]),
+        &BackendProfile::default_cpu(),
+    )
+    .unwrap();
+    let report = step.compiled().report().to_text();
+    assert!(report.contains("executor: dense"), "{report}");
+    let eager_loss = model.forward(&x).unwrap().cross_entropy(&y).unwrap();
+    let eager_grads = eager_loss.backward().unwrap();
+    let param_tensors: Vec<Tensor> = params.iter().map(|(_, t)| t.clone()).collect();
+    let (loss, grads) = step.run_ordered(&inputs, &param_tensors).unwrap();
+    assert_eq!(loss.to_vec(), eager_loss.to_vec());
+    for ((name, p), g) in params.iter().zip(&grads) {
+        assert_eq!(
+            g.as_ref().expect("gradient").to_vec(),
+            eager_grads.get(p).unwrap().to_vec(),
+            "gradient of {name}"
+        );
     }
 }

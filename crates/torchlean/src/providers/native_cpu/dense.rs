@@ -1,14 +1,17 @@
 //! The native provider's destination-passing kernels (`forward_into`, `vjp_into`,
-//! `in_place_into`) for the ops a small dense training graph is made of: `linear`,
-//! `mse_loss`, the unary maps and fused unary chains. The tensor kernels of these ops are
-//! implemented on top of the same functions (`linalg::linear_into`, `elementwise::
-//! unary_forward_into`, ...), so the conformance harness's checks of the tensor kernels
-//! exercise this code; it also runs these entry points directly on garbage-filled buffers.
+//! `in_place_into`) for the ops small dense training graphs are made of: `linear`,
+//! `mse_loss`, the unary maps and fused unary chains, and the cross-entropy pieces
+//! (`softmax`, `log_softmax`, `gather`, `reshape`, `sum_all`). The tensor kernels of these ops
+//! are implemented on top of the same functions (`linalg::linear_into`,
+//! `reduce::softmax_forward_into`, `index::gather_into`, ...), so the conformance harness's
+//! checks of the tensor kernels exercise this code; it also runs these entry points directly
+//! on garbage-filled buffers. (`reshape` is a view among tensors and a copy here; `sum_all`
+//! and `reshape`'s cotangents are a fill and a copy, as in their tensor VJPs.)
 //!
 //! Guards: every call validates the operand shapes with the shared shape rule and checks
 //! that every slice has its shape's element count before touching data.
 
-use super::{elementwise, linalg};
+use super::{elementwise, index, linalg, reduce};
 use crate::error::{Error, Result};
 use crate::graph::{Op, OpKind};
 use crate::runtime::kernel::{Dense, DenseKernels};
@@ -16,8 +19,13 @@ use crate::spec::{infer_shape, numel};
 
 /// The destination-passing kernels of `op`, when the native provider has them.
 pub fn kernels(op: OpKind) -> Option<DenseKernels> {
-    let unary = op.is_unary_map() || op == OpKind::FusedUnary;
-    (unary || matches!(op, OpKind::Linear | OpKind::MseLoss)).then_some(DenseKernels {
+    use OpKind as K;
+    let unary = op.is_unary_map() || op == K::FusedUnary;
+    let others = matches!(
+        op,
+        K::Linear | K::MseLoss | K::Reshape | K::SumAll | K::Softmax | K::LogSoftmax | K::Gather
+    );
+    (unary || others).then_some(DenseKernels {
         forward_into,
         vjp_into: Some(vjp_into),
         in_place_into: unary.then_some(in_place_into as _),
@@ -63,9 +71,22 @@ fn check_len(op: &Op, what: &str, got: usize, want: usize) -> Result<()> {
 pub fn forward_into(op: &Op, x: &[Dense], out: &mut [f32]) -> Result<()> {
     let shape = guard(op, x)?;
     check_len(op, "output", out.len(), numel(&shape))?;
-    match op.kind() {
-        OpKind::Linear => linalg::linear_into(x, out),
-        OpKind::MseLoss => out[0] = linalg::mse_value(x[0].data, x[1].data),
+    match op {
+        Op::Linear => linalg::linear_into(x, out),
+        Op::MseLoss => out[0] = linalg::mse_value(x[0].data, x[1].data),
+        // a reshape's elements, row-major, are its input's
+        Op::Reshape { .. } => out.copy_from_slice(x[0].data),
+        Op::SumAll => out[0] = reduce::sum_all(x[0].data),
+        Op::Softmax { .. } | Op::LogSoftmax { .. } => {
+            reduce::softmax_forward_into(op, x[0].data, x[0].shape, out)
+        }
+        Op::Gather { axis } => index::gather_into(
+            op,
+            (x[0].data, x[0].shape),
+            (x[1].data, x[1].shape),
+            *axis,
+            out,
+        )?,
         _ => elementwise::unary_forward_into(op, x[0].data, out),
     }
     Ok(())
@@ -89,6 +110,31 @@ pub fn vjp_into(
         }
     }
     match op {
+        Op::Reshape { .. } => {
+            if let Some(o) = outs[0].as_deref_mut() {
+                o.copy_from_slice(g.data);
+            }
+        }
+        Op::SumAll => {
+            if let Some(o) = outs[0].as_deref_mut() {
+                o.fill(g.data[0]);
+            }
+        }
+        Op::Softmax { .. } | Op::LogSoftmax { .. } => {
+            if let Some(o) = outs[0].as_deref_mut() {
+                reduce::softmax_vjp_into(op, y.data, y.shape, g.data, o);
+            }
+        }
+        Op::Gather { axis } => {
+            if let Some(o) = outs[0].as_deref_mut() {
+                index::gather_vjp_into(op, x[0].shape, (x[1].data, x[1].shape), *axis, g.data, o)?;
+            }
+            // indices take no gradient: a requested cotangent is zero (as the general
+            // executor fills a missing one)
+            if let Some(o) = outs[1].as_deref_mut() {
+                o.fill(0.0);
+            }
+        }
         Op::Linear => linalg::linear_vjp_into(x, g.data, outs),
         Op::MseLoss => linalg::mse_vjp_into(x[0].data, x[1].data, g.data[0], outs),
         Op::FusedUnary { ops } => {

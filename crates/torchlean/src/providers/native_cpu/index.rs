@@ -22,11 +22,20 @@ fn index(op: &Op, v: f32, position: usize, bound: usize) -> Result<usize> {
 
 /// Flat positions in x (of `x_shape`) addressed by each element of `idx` along `axis`.
 fn positions(op: &Op, x_shape: &[usize], idx: &Tensor, axis: usize) -> Result<Vec<usize>> {
+    positions_of(op, x_shape, &idx.data(), idx.shape(), axis)
+}
+
+/// [`positions`] for index values `idx` of shape `ishape`.
+fn positions_of(
+    op: &Op,
+    x_shape: &[usize],
+    idx: &[f32],
+    ishape: &[usize],
+    axis: usize,
+) -> Result<Vec<usize>> {
     let xs = contiguous_strides(x_shape);
-    let ishape = idx.shape();
     let istr = contiguous_strides(ishape);
-    idx.data()
-        .iter()
+    idx.iter()
         .enumerate()
         .map(|(flat, &v)| {
             let target = index(op, v, flat, x_shape[axis])?;
@@ -63,10 +72,18 @@ pub fn forward(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Result<Tensor> {
             }
             out
         }
-        Op::Gather { axis } => positions(op, x[0].shape(), x[1], *axis)?
-            .into_iter()
-            .map(|p| data[p])
-            .collect(),
+        Op::Gather { axis } => {
+            let mut out = super::par::overwritten(crate::spec::numel(out_shape));
+            let idx = x[1].data();
+            gather_into(
+                op,
+                (&data, x[0].shape()),
+                (&idx, x[1].shape()),
+                *axis,
+                &mut out,
+            )?;
+            out
+        }
         Op::ScatterAdd { axis } => {
             let pos = positions(op, x[0].shape(), x[1], *axis)?;
             let src = x[2].data();
@@ -108,10 +125,9 @@ pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Result<Vec<Option<Tensor>>> {
             Ok(vec![Some(Tensor::from_parts(out, shape)), None])
         }
         Op::Gather { axis } => {
-            let mut out = super::par::zeroed(x[0].numel());
-            for (i, p) in positions(op, &shape, x[1], *axis)?.into_iter().enumerate() {
-                out[p] += g[i];
-            }
+            let mut out = super::par::overwritten(x[0].numel());
+            let idx = x[1].data();
+            gather_vjp_into(op, &shape, (&idx, x[1].shape()), *axis, &g, &mut out)?;
             Ok(vec![Some(Tensor::from_parts(out, shape)), None])
         }
         Op::ScatterAdd { axis } => {
@@ -127,4 +143,37 @@ pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Result<Vec<Option<Tensor>>> {
         }
         _ => unreachable!("index::vjp called for {}", op.name()),
     }
+}
+
+/// `gather` of `x` (of `x_shape`) at `idx` (of `ishape`) along `axis`, into `out`.
+pub fn gather_into(
+    op: &Op,
+    (x, x_shape): (&[f32], &[usize]),
+    (idx, ishape): (&[f32], &[usize]),
+    axis: usize,
+    out: &mut [f32],
+) -> Result<()> {
+    let pos = positions_of(op, x_shape, idx, ishape, axis)?;
+    for (o, p) in out.iter_mut().zip(pos) {
+        *o = x[p];
+    }
+    Ok(())
+}
+
+/// The cotangent of `gather`'s source: `g` scattered (added) to the gathered positions of a
+/// zero buffer `out` of the source's shape, in index order (as the tensor VJP).
+pub fn gather_vjp_into(
+    op: &Op,
+    x_shape: &[usize],
+    (idx, ishape): (&[f32], &[usize]),
+    axis: usize,
+    g: &[f32],
+    out: &mut [f32],
+) -> Result<()> {
+    let pos = positions_of(op, x_shape, idx, ishape, axis)?;
+    out.fill(0.0);
+    for (i, p) in pos.into_iter().enumerate() {
+        out[p] += g[i];
+    }
+    Ok(())
 }

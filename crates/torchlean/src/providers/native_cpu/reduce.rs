@@ -146,16 +146,22 @@ pub fn split(shape: &[usize], axis: usize) -> (usize, usize, usize) {
 
 /// Softmax / log-softmax along `axis`.
 pub fn softmax_forward(op: &Op, x: &Tensor) -> Vec<f32> {
+    let data = x.data();
+    let mut out = super::par::overwritten(data.len());
+    softmax_forward_into(op, &data, x.shape(), &mut out);
+    out
+}
+
+/// [`softmax_forward`] of `data` (of `shape`) into `out`, every element written.
+pub fn softmax_forward_into(op: &Op, data: &[f32], shape: &[usize], out: &mut [f32]) {
     let (axis, log) = match op {
         Op::Softmax { axis } => (*axis, false),
         Op::LogSoftmax { axis } => (*axis, true),
         _ => unreachable!("softmax_forward called for {}", op.name()),
     };
-    let data = x.data();
-    let (outer, dim, inner) = split(x.shape(), axis);
-    let mut out = super::par::zeroed(data.len());
+    let (outer, dim, inner) = split(shape, axis);
     if inner == 1 {
-        for_rows(&mut out, dim, |r, o| {
+        for_rows(out, dim, |r, o| {
             softmax_row(&data[r * dim..(r + 1) * dim], o, log)
         });
     } else {
@@ -173,7 +179,6 @@ pub fn softmax_forward(op: &Op, x: &Tensor) -> Vec<f32> {
             }
         }
     }
-    out
 }
 
 fn softmax_row(x: &[f32], out: &mut [f32], log: bool) {
@@ -194,14 +199,20 @@ fn softmax_row(x: &[f32], out: &mut [f32], log: bool) {
 }
 
 pub fn softmax_vjp(op: &Op, y: &Tensor, gy: &Tensor) -> Vec<f32> {
+    let (yd, gd) = (y.data(), gy.data());
+    let mut out = super::par::overwritten(yd.len());
+    softmax_vjp_into(op, &yd, y.shape(), &gd, &mut out);
+    out
+}
+
+/// [`softmax_vjp`] from the output `yd` (of `shape`) and its cotangent `gd`, into `out`.
+pub fn softmax_vjp_into(op: &Op, yd: &[f32], shape: &[usize], gd: &[f32], out: &mut [f32]) {
     let (axis, log) = match op {
         Op::Softmax { axis } => (*axis, false),
         Op::LogSoftmax { axis } => (*axis, true),
         _ => unreachable!("softmax_vjp called for {}", op.name()),
     };
-    let (yd, gd) = (y.data(), gy.data());
-    let (outer, dim, inner) = split(y.shape(), axis);
-    let mut out = super::par::zeroed(yd.len());
+    let (outer, dim, inner) = split(shape, axis);
     let row_vjp =
         |yr: &dyn Fn(usize) -> f32, gr: &dyn Fn(usize) -> f32, o: &mut dyn FnMut(usize, f32)| {
             if log {
@@ -217,7 +228,7 @@ pub fn softmax_vjp(op: &Op, y: &Tensor, gy: &Tensor) -> Vec<f32> {
             }
         };
     if inner == 1 {
-        for_rows(&mut out, dim, |r, o| {
+        for_rows(out, dim, |r, o| {
             let (yr, gr) = (&yd[r * dim..(r + 1) * dim], &gd[r * dim..(r + 1) * dim]);
             row_vjp(&|j| yr[j], &|j| gr[j], &mut |j, v| o[j] = v);
         });
@@ -229,5 +240,4 @@ pub fn softmax_vjp(op: &Op, y: &Tensor, gy: &Tensor) -> Vec<f32> {
             }
         }
     }
-    out
 }
