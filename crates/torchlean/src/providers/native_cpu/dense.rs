@@ -1,7 +1,8 @@
 //! The native provider's destination-passing kernels (`forward_into`, `vjp_into`,
 //! `in_place_into`) for the ops small dense training graphs are made of: `linear`,
-//! `mse_loss`, the unary maps and fused unary chains, and the cross-entropy pieces
-//! (`softmax`, `log_softmax`, `gather`, `reshape`, `sum_all`). The tensor kernels of these ops
+//! `mse_loss`, the unary maps and fused unary chains, the binary maps and `where` (with
+//! broadcasting), and the cross-entropy pieces (`softmax`, `log_softmax`, `gather`,
+//! `reshape`, `sum_all`). The tensor kernels of these ops
 //! are implemented on top of the same functions (`linalg::linear_into`,
 //! `reduce::softmax_forward_into`, `index::gather_into`, ...), so the conformance harness's
 //! checks of the tensor kernels exercise this code; it also runs these entry points directly
@@ -23,7 +24,20 @@ pub fn kernels(op: OpKind) -> Option<DenseKernels> {
     let unary = op.is_unary_map() || op == K::FusedUnary;
     let others = matches!(
         op,
-        K::Linear | K::MseLoss | K::Reshape | K::SumAll | K::Softmax | K::LogSoftmax | K::Gather
+        K::Linear
+            | K::MseLoss
+            | K::Reshape
+            | K::SumAll
+            | K::Softmax
+            | K::LogSoftmax
+            | K::Gather
+            | K::Add
+            | K::Sub
+            | K::Mul
+            | K::Div
+            | K::Maximum
+            | K::Minimum
+            | K::Where
     );
     (unary || others).then_some(DenseKernels {
         forward_into,
@@ -87,9 +101,24 @@ pub fn forward_into(op: &Op, x: &[Dense], out: &mut [f32]) -> Result<()> {
             *axis,
             out,
         )?,
+        Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Maximum | Op::Minimum | Op::Where => {
+            let (data, shapes) = operands(x);
+            elementwise::binary_forward_into(op, &data[..x.len()], &shapes[..x.len()], &shape, out)
+        }
         _ => elementwise::unary_forward_into(op, x[0].data, out),
     }
     Ok(())
+}
+
+/// The slices and shapes of up to three operands (binary maps and `where`).
+fn operands<'a>(x: &[Dense<'a>]) -> ([&'a [f32]; 3], [&'a [usize]; 3]) {
+    let mut data: [&[f32]; 3] = [&[]; 3];
+    let mut shapes: [&[usize]; 3] = [&[]; 3];
+    for (k, d) in x.iter().take(3).enumerate() {
+        data[k] = d.data;
+        shapes[k] = d.shape;
+    }
+    (data, shapes)
 }
 
 /// The cotangents of `op`'s inputs into `outs` (where `Some`).
@@ -134,6 +163,11 @@ pub fn vjp_into(
             if let Some(o) = outs[1].as_deref_mut() {
                 o.fill(0.0);
             }
+        }
+        Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Maximum | Op::Minimum | Op::Where => {
+            let (data, shapes) = operands(x);
+            let n = x.len();
+            elementwise::binary_vjp_into(op, &data[..n], &shapes[..n], g.data, g.shape, outs)
         }
         Op::Linear => linalg::linear_vjp_into(x, g.data, outs),
         Op::MseLoss => linalg::mse_vjp_into(x[0].data, x[1].data, g.data[0], outs),

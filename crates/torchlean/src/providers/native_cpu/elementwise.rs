@@ -1,7 +1,6 @@
 //! Native elementwise kernels: broadcasting n-ary maps, unary maps, and their VJPs.
 
 use super::par::{for_chunks, for_rows};
-use super::reduce::sum_to_shape;
 use crate::graph::Op;
 use crate::spec::numel;
 use crate::tensor::{Layout, Tensor};
@@ -66,13 +65,6 @@ pub fn zip_map_into<const K: usize>(
     });
 }
 
-/// `out[i] = f(x[i])`.
-pub fn map(x: &[f32], f: impl Fn(f32) -> f32 + Sync + Send) -> Vec<f32> {
-    let mut out = super::par::overwritten(x.len());
-    map_into(x, &mut out, f);
-    out
-}
-
 /// `out[i] = f(x[i])` into `out` (of `x`'s length).
 pub fn map_into(x: &[f32], out: &mut [f32], f: impl Fn(f32) -> f32 + Sync + Send) {
     for_chunks(out, |off, c| {
@@ -84,21 +76,42 @@ pub fn map_into(x: &[f32], out: &mut [f32], f: impl Fn(f32) -> f32 + Sync + Send
 }
 
 pub fn binary_forward(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Vec<f32> {
+    let data: Vec<_> = x.iter().map(|t| t.data()).collect();
+    let shapes: Vec<&[usize]> = x.iter().map(|t| t.shape()).collect();
+    let mut out = super::par::overwritten(numel(out_shape));
+    binary_forward_into(
+        op,
+        &data.iter().map(|d| &d[..]).collect::<Vec<_>>(),
+        &shapes,
+        out_shape,
+        &mut out,
+    );
+    out
+}
+
+/// [`binary_forward`] on row-major operands `x` of `shapes`, into `out` (of `out_shape`).
+pub fn binary_forward_into(
+    op: &Op,
+    x: &[&[f32]],
+    shapes: &[&[usize]],
+    out_shape: &[usize],
+    out: &mut [f32],
+) {
     if let Op::Where = op {
-        let (c, a, b) = (x[0].data(), x[1].data(), x[2].data());
-        return zip_map(
-            [&c, &a, &b],
-            [x[0].shape(), x[1].shape(), x[2].shape()],
+        return zip_map_into(
+            [x[0], x[1], x[2]],
+            [shapes[0], shapes[1], shapes[2]],
             out_shape,
+            out,
             |[c, a, b]| if c != 0.0 { a } else { b },
         );
     }
-    let (a, b) = (x[0].data(), x[1].data());
-    let shapes = [x[0].shape(), x[1].shape()];
+    let (a, b) = (x[0], x[1]);
+    let shapes = [shapes[0], shapes[1]];
     // one closure type per op, so every map is monomorphized and vectorizes
     macro_rules! zip2 {
         ($f:expr) => {
-            zip_map([&a, &b], shapes, out_shape, $f)
+            zip_map_into([a, b], shapes, out_shape, out, $f)
         };
     }
     match op {
@@ -114,72 +127,111 @@ pub fn binary_forward(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Vec<f32> {
 
 pub fn binary_vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
     let g = gy.data();
-    let shape = gy.shape();
-    let reduce =
-        |full: Vec<f32>, target: &&Tensor| Some(sum_to_shape(&full, shape, target.shape()));
+    let data: Vec<_> = x.iter().map(|t| t.data()).collect();
+    let slices: Vec<&[f32]> = data.iter().map(|d| &d[..]).collect();
+    let shapes: Vec<&[usize]> = x.iter().map(|t| t.shape()).collect();
+    // `where` gives its condition no cotangent
+    let first = usize::from(matches!(op, Op::Where));
+    let mut bufs: Vec<Option<Vec<f32>>> = x
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (i >= first).then(|| super::par::overwritten(t.numel())))
+        .collect();
+    let mut outs: Vec<Option<&mut [f32]>> = bufs.iter_mut().map(|b| b.as_deref_mut()).collect();
+    binary_vjp_into(op, &slices, &shapes, &g, gy.shape(), &mut outs);
+    bufs.into_iter()
+        .zip(x)
+        .map(|(b, t)| b.map(|b| Tensor::from_parts(b, t.shape().to_vec())))
+        .collect()
+}
+
+/// The cotangents of a binary (or `where`) map into `outs` (where `Some`, each of its input's
+/// element count): the full-shape cotangent, summed down to the input's shape when it was
+/// broadcast. `where`'s condition takes none (a requested one is zeros).
+pub fn binary_vjp_into(
+    op: &Op,
+    x: &[&[f32]],
+    shapes: &[&[usize]],
+    g: &[f32],
+    shape: &[usize],
+    outs: &mut [Option<&mut [f32]>],
+) {
+    // cotangent `i` from its full-shape values `f(a, b, g)`, reduced to input i's shape
+    macro_rules! grad {
+        ($i:expr, $xs:expr, $ss:expr, $f:expr) => {
+            if let Some(o) = outs[$i].as_deref_mut() {
+                if shapes[$i] == shape {
+                    zip_map_into($xs, $ss, shape, o, $f);
+                } else {
+                    let mut full = super::par::overwritten(g.len());
+                    zip_map_into($xs, $ss, shape, &mut full, $f);
+                    super::reduce::sum_to_shape_into(&full, shape, shapes[$i], o);
+                }
+            }
+        };
+    }
     if let Op::Where = op {
-        let c = x[0].data();
-        let ga = zip_map([&c, &g], [x[0].shape(), shape], shape, |[c, g]| {
-            if c != 0.0 {
-                g
-            } else {
-                0.0
-            }
-        });
-        let gb = zip_map([&c, &g], [x[0].shape(), shape], shape, |[c, g]| {
-            if c != 0.0 {
-                0.0
-            } else {
-                g
-            }
-        });
-        return vec![None, reduce(ga, &x[1]), reduce(gb, &x[2])];
-    }
-    let (a, b) = (x[0].data(), x[1].data());
-    let (sa, sb) = (x[0].shape(), x[1].shape());
-    // a macro, not a closure taking fn pointers: each map gets its own inlined closure
-    macro_rules! both {
-        ($fa:expr, $fb:expr) => {{
-            let fa = $fa;
-            let fb = $fb;
-            let ga = zip_map(
-                [&a, &b, &g],
-                [sa, sb, shape],
-                shape,
-                |[a, b, g]: [f32; 3]| fa(a, b, g),
-            );
-            let gb = zip_map(
-                [&a, &b, &g],
-                [sa, sb, shape],
-                shape,
-                |[a, b, g]: [f32; 3]| fb(a, b, g),
-            );
-            vec![reduce(ga, &x[0]), reduce(gb, &x[1])]
-        }};
-    }
-    match op {
-        Op::Add => vec![
-            Some(sum_to_shape(&g, shape, sa)),
-            Some(sum_to_shape(&g, shape, sb)),
-        ],
-        Op::Sub => {
-            let gb = sum_to_shape(&g, shape, sb);
-            let neg = Tensor::from_parts(map(&gb.to_vec(), |v| -v), sb.to_vec());
-            vec![Some(sum_to_shape(&g, shape, sa)), Some(neg)]
+        if let Some(o) = outs[0].as_deref_mut() {
+            o.fill(0.0);
         }
-        Op::Mul => both!(|_: f32, b: f32, g: f32| g * b, |a: f32, _: f32, g: f32| g
-            * a),
-        Op::Div => both!(|_: f32, b: f32, g: f32| g / b, |a: f32, b: f32, g: f32| -g
-            * a
-            / (b * b)),
-        Op::Maximum => both!(
-            |a: f32, b: f32, g: f32| if a >= b { g } else { 0.0 },
-            |a: f32, b: f32, g: f32| if a >= b { 0.0 } else { g }
-        ),
-        Op::Minimum => both!(
-            |a: f32, b: f32, g: f32| if a <= b { g } else { 0.0 },
-            |a: f32, b: f32, g: f32| if a <= b { 0.0 } else { g }
-        ),
+        let (c, sc) = (x[0], shapes[0]);
+        grad!(1, [c, g], [sc, shape], |[c, g]: [f32; 2]| if c != 0.0 {
+            g
+        } else {
+            0.0
+        });
+        grad!(2, [c, g], [sc, shape], |[c, g]: [f32; 2]| if c != 0.0 {
+            0.0
+        } else {
+            g
+        });
+        return;
+    }
+    let (a, b) = (x[0], x[1]);
+    let ss = [shapes[0], shapes[1], shape];
+    match op {
+        Op::Add | Op::Sub => {
+            for i in 0..2 {
+                if let Some(o) = outs[i].as_deref_mut() {
+                    super::reduce::sum_to_shape_into(g, shape, shapes[i], o);
+                    if i == 1 && matches!(op, Op::Sub) {
+                        o.iter_mut().for_each(|v| *v = -*v);
+                    }
+                }
+            }
+        }
+        Op::Mul => {
+            grad!(0, [a, b, g], ss, |[_, b, g]: [f32; 3]| g * b);
+            grad!(1, [a, b, g], ss, |[a, _, g]: [f32; 3]| g * a);
+        }
+        Op::Div => {
+            grad!(0, [a, b, g], ss, |[_, b, g]: [f32; 3]| g / b);
+            grad!(1, [a, b, g], ss, |[a, b, g]: [f32; 3]| -g * a / (b * b));
+        }
+        Op::Maximum => {
+            grad!(0, [a, b, g], ss, |[a, b, g]: [f32; 3]| if a >= b {
+                g
+            } else {
+                0.0
+            });
+            grad!(1, [a, b, g], ss, |[a, b, g]: [f32; 3]| if a >= b {
+                0.0
+            } else {
+                g
+            });
+        }
+        Op::Minimum => {
+            grad!(0, [a, b, g], ss, |[a, b, g]: [f32; 3]| if a <= b {
+                g
+            } else {
+                0.0
+            });
+            grad!(1, [a, b, g], ss, |[a, b, g]: [f32; 3]| if a <= b {
+                0.0
+            } else {
+                g
+            });
+        }
         _ => unreachable!("not a binary op: {}", op.name()),
     }
 }

@@ -11,16 +11,23 @@ use rayon::prelude::*;
 /// Sums `data` of shape `from` down to the broadcast-compatible shape `to` (the VJP of
 /// broadcasting, and the core of `reduce_sum`).
 pub fn sum_to_shape(data: &[f32], from: &[usize], to: &[usize]) -> Tensor {
+    let mut out = super::par::overwritten(numel(to));
+    sum_to_shape_into(data, from, to, &mut out);
+    Tensor::from_parts(out, to.to_vec())
+}
+
+/// [`sum_to_shape`] into `out` (of `to`'s element count), every element written.
+pub fn sum_to_shape_into(data: &[f32], from: &[usize], to: &[usize], out: &mut [f32]) {
     if from == to {
-        let mut out = super::par::overwritten(data.len());
         out.copy_from_slice(data);
-        return Tensor::from_parts(out, to.to_vec());
+        return;
     }
     let n_out = numel(to);
     let extra = from.len() - to.len();
     // keep-dim view of the target inside `from`'s rank
     let mut keep: Vec<usize> = vec![1; extra];
     keep.extend_from_slice(to);
+    out.fill(0.0);
     // fast path: reduce only leading axes -> column sums over rows of width n_out
     let lead = keep
         .iter()
@@ -28,29 +35,26 @@ pub fn sum_to_shape(data: &[f32], from: &[usize], to: &[usize]) -> Tensor {
         .take_while(|(k, f)| **k == 1 && **f != 1)
         .count();
     if keep[lead..] == from[lead..] && n_out > 0 {
-        let mut out = super::par::zeroed(n_out);
         for row in data.chunks(n_out) {
             for (o, &v) in out.iter_mut().zip(row) {
                 *o += v;
             }
         }
-        return Tensor::from_parts(out, to.to_vec());
+        return;
     }
     // fast path: reduce only trailing axes -> row sums
     let kept = keep.iter().zip(from).take_while(|(k, f)| k == f).count();
     if keep[kept..].iter().all(|&k| k == 1) {
         let width = numel(&from[kept..]);
-        let mut out = super::par::zeroed(n_out);
         if width > 0 {
-            for_rows(&mut out, 1, |i, o| {
+            for_rows(out, 1, |i, o| {
                 o[0] = data[i * width..(i + 1) * width].iter().sum()
             });
         }
-        return Tensor::from_parts(out, to.to_vec());
+        return;
     }
     // general: scatter-add through the broadcast layout of the target
     let target = Layout::contiguous(keep).broadcast(from);
-    let mut out = super::par::zeroed(n_out);
     let mut idx = vec![0usize; from.len()];
     for &v in data {
         out[target.position(&idx)] += v;
@@ -62,7 +66,6 @@ pub fn sum_to_shape(data: &[f32], from: &[usize], to: &[usize]) -> Tensor {
             idx[d] = 0;
         }
     }
-    Tensor::from_parts(out, to.to_vec())
 }
 
 /// Deterministic sum of all elements (fixed chunks, partials added in order).
