@@ -3,6 +3,7 @@
 
 use super::par::for_rows;
 use super::reduce::split;
+use super::vmath;
 use crate::graph::Op;
 use crate::tensor::Tensor;
 
@@ -13,16 +14,19 @@ fn eps(op: &Op) -> f32 {
     }
 }
 
-/// (mean, 1/std) of a row; RMS norm has mean 0.
+/// (mean, 1/std) of a row; RMS norm has mean 0. Lane-parallel sums (they vectorize).
 fn row_stats(row: &[f32], rms: bool, eps: f32) -> (f32, f32) {
     let n = row.len() as f32;
-    let mu = if rms {
-        0.0
-    } else {
-        row.iter().sum::<f32>() / n
-    };
-    let var = row.iter().map(|v| (v - mu) * (v - mu)).sum::<f32>() / n;
+    let mu = if rms { 0.0 } else { vmath::sum(row) / n };
+    let var = vmath::sum_map(row, |v| (v - mu) * (v - mu)) / n;
     (mu, 1.0 / (var + eps).sqrt())
+}
+
+/// The (mean, 1/std) of every row of width `d`.
+fn all_row_stats(xd: &[f32], d: usize, rms: bool, eps: f32) -> Vec<(f32, f32)> {
+    xd.chunks(d.max(1))
+        .map(|row| row_stats(row, rms, eps))
+        .collect()
 }
 
 pub fn forward(op: &Op, x: &[&Tensor]) -> Vec<f32> {
@@ -96,15 +100,12 @@ pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
         Op::LayerNorm { .. } | Op::RmsNorm { .. } => {
             let d = *x[0].shape().last().unwrap_or(&1);
             let rms = matches!(op, Op::RmsNorm { .. });
+            let stats = all_row_stats(&xd, d, rms, e);
             for_rows(&mut gx, d, |r, out| {
                 let (row, gr) = (&xd[r * d..(r + 1) * d], &g[r * d..(r + 1) * d]);
-                let (mu, rstd) = row_stats(row, rms, e);
-                let (mut mg, mut mgx) = (0.0f32, 0.0f32);
-                for j in 0..d {
-                    let gh = gr[j] * gamma[j];
-                    mg += gh;
-                    mgx += gh * (row[j] - mu) * rstd;
-                }
+                let (mu, rstd) = stats[r];
+                let mg = vmath::sum_zip(gr, &gamma, |g, w| g * w);
+                let mgx = vmath::sum_zip3(gr, &gamma, row, |g, w, x| g * w * (x - mu) * rstd);
                 let (mg, mgx) = (if rms { 0.0 } else { mg / d as f32 }, mgx / d as f32);
                 for j in 0..d {
                     let xh = (row[j] - mu) * rstd;
@@ -112,14 +113,11 @@ pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
                 }
             });
             // parameter gradients: column sums in row order (deterministic)
-            if let Some(rows) = xd.len().checked_div(d) {
-                for r in 0..rows {
-                    let (row, gr) = (&xd[r * d..(r + 1) * d], &g[r * d..(r + 1) * d]);
-                    let (mu, rstd) = row_stats(row, rms, e);
-                    for j in 0..d {
-                        ggamma[j] += gr[j] * (row[j] - mu) * rstd;
-                        gbeta[j] += gr[j];
-                    }
+            for (r, &(mu, rstd)) in stats.iter().enumerate() {
+                let (row, gr) = (&xd[r * d..(r + 1) * d], &g[r * d..(r + 1) * d]);
+                for j in 0..d {
+                    ggamma[j] += gr[j] * (row[j] - mu) * rstd;
+                    gbeta[j] += gr[j];
                 }
             }
         }

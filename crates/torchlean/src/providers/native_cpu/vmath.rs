@@ -84,6 +84,41 @@ pub fn erf(x: f32) -> f32 {
 
 const LANES: usize = 16;
 
+/// Σ f(x[i], y[i], z[i]) over the common length, with 16 independent accumulators (fixed
+/// order, so deterministic; it vectorizes, unlike a sequential fold). The shorter forms below
+/// pass the same slice again for unused operands.
+#[inline(always)]
+pub fn sum_zip3(x: &[f32], y: &[f32], z: &[f32], f: impl Fn(f32, f32, f32) -> f32) -> f32 {
+    let n = x.len().min(y.len()).min(z.len());
+    let (x, y, z) = (&x[..n], &y[..n], &z[..n]);
+    let mut acc = [0.0f32; LANES];
+    let (xc, yc, zc) = (
+        x.chunks_exact(LANES),
+        y.chunks_exact(LANES),
+        z.chunks_exact(LANES),
+    );
+    let tail = n - xc.remainder().len();
+    for ((a, b), c) in xc.zip(yc).zip(zc) {
+        for k in 0..LANES {
+            acc[k] += f(a[k], b[k], c[k]);
+        }
+    }
+    let rest: f32 = (tail..n).map(|i| f(x[i], y[i], z[i])).sum();
+    acc.iter().sum::<f32>() + rest
+}
+
+/// Σ f(x[i]) with 16 independent accumulators.
+#[inline(always)]
+pub fn sum_map(x: &[f32], f: impl Fn(f32) -> f32) -> f32 {
+    sum_zip3(x, x, x, |a, _, _| f(a))
+}
+
+/// Σ f(x[i], y[i]) with 16 independent accumulators.
+#[inline(always)]
+pub fn sum_zip(x: &[f32], y: &[f32], f: impl Fn(f32, f32) -> f32) -> f32 {
+    sum_zip3(x, y, y, |a, b, _| f(a, b))
+}
+
 /// Sum with 16 independent accumulators (a fixed order, so deterministic; it vectorizes,
 /// unlike a sequential fold).
 #[inline]
