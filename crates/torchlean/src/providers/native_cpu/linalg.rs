@@ -236,8 +236,7 @@ pub fn linear_vjp_into(x: &[Dense], g: &[f32], outs: &mut [Option<&mut [f32]>]) 
 
 /// The mean of squared differences (in parallel partial sums above the threshold).
 pub fn mse_value(a: &[f32], b: &[f32]) -> f32 {
-    let sq =
-        |(a, b): (&[f32], &[f32])| a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum::<f32>();
+    let sq = |(a, b): (&[f32], &[f32])| super::vmath::sum_zip(a, b, |x, y| (x - y) * (x - y));
     let s: f32 = if a.len() < PAR_THRESHOLD {
         sq((a, b))
     } else {

@@ -71,9 +71,9 @@ pub fn sum_to_shape_into(data: &[f32], from: &[usize], to: &[usize], out: &mut [
 /// Deterministic sum of all elements (fixed chunks, partials added in order).
 pub fn sum_all(data: &[f32]) -> f32 {
     if data.len() < PAR_THRESHOLD {
-        return data.iter().sum();
+        return super::vmath::sum(data);
     }
-    let partials: Vec<f32> = data.par_chunks(CHUNK).map(|c| c.iter().sum()).collect();
+    let partials: Vec<f32> = data.par_chunks(CHUNK).map(super::vmath::sum).collect();
     partials.iter().sum()
 }
 

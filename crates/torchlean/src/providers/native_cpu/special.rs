@@ -476,7 +476,7 @@ fn attention_vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
         );
         if s > 0 {
             for (gr, pr) in gs.chunks_mut(s).zip(p.chunks(s)) {
-                let dot: f32 = gr.iter().zip(pr).map(|(a, b)| a * b).sum();
+                let dot = super::vmath::sum_zip(gr, pr, |a, b| a * b);
                 for (g, &pv) in gr.iter_mut().zip(pr) {
                     *g = pv * (*g - dot);
                 }
