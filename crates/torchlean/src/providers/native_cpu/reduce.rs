@@ -48,7 +48,7 @@ pub fn sum_to_shape_into(data: &[f32], from: &[usize], to: &[usize], out: &mut [
         let width = numel(&from[kept..]);
         if width > 0 {
             for_rows(out, 1, |i, o| {
-                o[0] = data[i * width..(i + 1) * width].iter().sum()
+                o[0] = super::vmath::sum(&data[i * width..(i + 1) * width])
             });
         }
         return;
@@ -231,9 +231,20 @@ pub fn softmax_vjp_into(op: &Op, yd: &[f32], shape: &[usize], gd: &[f32], out: &
             }
         };
     if inner == 1 {
+        // contiguous rows: slice loops and lane-parallel sums (no per-element calls)
         for_rows(out, dim, |r, o| {
             let (yr, gr) = (&yd[r * dim..(r + 1) * dim], &gd[r * dim..(r + 1) * dim]);
-            row_vjp(&|j| yr[j], &|j| gr[j], &mut |j, v| o[j] = v);
+            if log {
+                let s = super::vmath::sum(gr);
+                for ((o, &g), &y) in o.iter_mut().zip(gr).zip(yr) {
+                    *o = g - super::vmath::exp(y) * s;
+                }
+            } else {
+                let s = super::vmath::sum_zip(gr, yr, |g, y| g * y);
+                for ((o, &g), &y) in o.iter_mut().zip(gr).zip(yr) {
+                    *o = y * (g - s);
+                }
+            }
         });
     } else {
         for oi in 0..outer {
