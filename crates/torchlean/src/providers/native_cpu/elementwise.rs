@@ -76,16 +76,16 @@ pub fn map_into(x: &[f32], out: &mut [f32], f: impl Fn(f32) -> f32 + Sync + Send
 }
 
 pub fn binary_forward(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Vec<f32> {
-    let data: Vec<_> = x.iter().map(|t| t.data()).collect();
-    let shapes: Vec<&[usize]> = x.iter().map(|t| t.shape()).collect();
+    // fixed-size operand arrays: this runs once per op, and tiny ops are common
+    let n = x.len().min(3);
+    let data: [std::borrow::Cow<[f32]>; 3] = std::array::from_fn(|k| {
+        x.get(k)
+            .map_or(std::borrow::Cow::Borrowed(&[][..]), |t| t.data())
+    });
+    let slices: [&[f32]; 3] = std::array::from_fn(|k| &data[k][..]);
+    let shapes: [&[usize]; 3] = std::array::from_fn(|k| x.get(k).map_or(&[][..], |t| t.shape()));
     let mut out = super::par::overwritten(numel(out_shape));
-    binary_forward_into(
-        op,
-        &data.iter().map(|d| &d[..]).collect::<Vec<_>>(),
-        &shapes,
-        out_shape,
-        &mut out,
-    );
+    binary_forward_into(op, &slices[..n], &shapes[..n], out_shape, &mut out);
     out
 }
 
