@@ -41,18 +41,19 @@ enum Home {
 
 enum Step {
     Forward {
-        node: usize,
+        op: Op,
         kernel: ForwardIntoKernel,
         inputs: Vec<usize>,
         out: usize,
     },
     InPlace {
+        op: Op,
         node: usize,
         kernel: InPlaceIntoKernel,
         buf: usize,
     },
     Vjp {
-        node: usize,
+        op: Op,
         kernel: VjpIntoKernel,
         /// The op node's inputs, then its output, then the cotangent (node ids).
         operands: Vec<usize>,
@@ -74,12 +75,40 @@ pub(crate) struct DensePlan {
     steps: Vec<Step>,
     home: Vec<Home>,
     shapes: Vec<Vec<usize>>,
-    ops: Vec<Option<Op>>,
     buffer_sizes: Vec<usize>,
     /// The caller-supplied values: (node, name).
     externals: Vec<(usize, String)>,
     outputs: Vec<(String, usize)>,
     state: Mutex<State>,
+}
+
+/// The buffers of a plan, assigned while lowering: a value takes a free buffer of its
+/// element count, or a new one; a dead value's buffer becomes free.
+#[derive(Default)]
+struct BufferAssignment {
+    /// Element count of every buffer, by number.
+    sizes: Vec<usize>,
+    /// Free buffers by element count.
+    free: HashMap<usize, Vec<usize>>,
+}
+
+impl BufferAssignment {
+    fn take(&mut self, size: usize) -> usize {
+        match self.free.get_mut(&size).and_then(Vec::pop) {
+            Some(b) => b,
+            None => {
+                self.sizes.push(size);
+                self.sizes.len() - 1
+            }
+        }
+    }
+
+    fn release(&mut self, buffer: usize) {
+        self.free
+            .entry(self.sizes[buffer])
+            .or_default()
+            .push(buffer);
+    }
 }
 
 impl DensePlan {
@@ -96,21 +125,8 @@ impl DensePlan {
         let sizes = graph.node_elements();
         let mut home: Vec<Option<Home>> = vec![None; n];
         let mut externals = vec![];
-        let mut buffer_sizes: Vec<usize> = vec![];
-        let mut free: HashMap<usize, Vec<usize>> = HashMap::new();
+        let mut buffers = BufferAssignment::default();
         let mut steps = vec![];
-        let take = |size: usize,
-                    free: &mut HashMap<usize, Vec<usize>>,
-                    buffer_sizes: &mut Vec<usize>|
-         -> usize {
-            match free.get_mut(&size).and_then(Vec::pop) {
-                Some(b) => b,
-                None => {
-                    buffer_sizes.push(size);
-                    buffer_sizes.len() - 1
-                }
-            }
-        };
         // the freeing is applied after each node's step, from this list
         let mut dies_at: Vec<Vec<usize>> = vec![vec![]; n];
         for (v, &lu) in last_use.iter().enumerate() {
@@ -128,7 +144,7 @@ impl DensePlan {
                     home[id] = Some(Home::External(externals.len()));
                     externals.push((id, name.clone()));
                 }
-                NodeKind::Op { .. } => {
+                NodeKind::Op { op } => {
                     let dense = dense_of(kernels, kernel_of, id)?;
                     if node.parents.len() > MAX_INPUTS {
                         return Err(format!(
@@ -148,16 +164,17 @@ impl DensePlan {
                             moved[p] = true;
                             home[id] = Some(Home::Buffer(buf));
                             steps.push(Step::InPlace {
+                                op: op.clone(),
                                 node: id,
                                 kernel,
                                 buf,
                             });
                         }
                         None => {
-                            let out = take(sizes[id], &mut free, &mut buffer_sizes);
+                            let out = buffers.take(sizes[id]);
                             home[id] = Some(Home::Buffer(out));
                             steps.push(Step::Forward {
-                                node: id,
+                                op: op.clone(),
                                 kernel: dense.forward_into,
                                 inputs: node.parents.clone(),
                                 out,
@@ -165,7 +182,7 @@ impl DensePlan {
                         }
                     }
                 }
-                NodeKind::Vjp { .. } => {
+                NodeKind::Vjp { op, .. } => {
                     if home[id].is_none() {
                         let dense = dense_of(kernels, kernel_of, id)?;
                         let kernel = dense.vjp_into.ok_or_else(|| {
@@ -183,14 +200,14 @@ impl DensePlan {
                         }
                         let mut outs = vec![None; m];
                         for &(sib, j) in &siblings[id] {
-                            let b = take(sizes[sib], &mut free, &mut buffer_sizes);
+                            let b = buffers.take(sizes[sib]);
                             home[sib] = Some(Home::Buffer(b));
                             *outs.get_mut(j).ok_or_else(|| {
                                 format!("vjp node {sib} names input {j} of a {m}-input op")
                             })? = Some(b);
                         }
                         steps.push(Step::Vjp {
-                            node: id,
+                            op: op.clone(),
                             kernel,
                             operands: node.parents.clone(),
                             outs,
@@ -200,7 +217,7 @@ impl DensePlan {
             }
             for &v in &dies_at[id] {
                 if let (Some(Home::Buffer(b)), false) = (home[v], moved[v]) {
-                    free.entry(sizes[v]).or_default().push(b);
+                    buffers.release(b);
                 }
             }
         }
@@ -212,15 +229,7 @@ impl DensePlan {
                 .map(|(i, h)| h.ok_or_else(|| format!("node {i} has no value location")))
                 .collect::<std::result::Result<Vec<_>, _>>()?,
             shapes: graph.nodes.iter().map(|n| n.shape.clone()).collect(),
-            ops: graph
-                .nodes
-                .iter()
-                .map(|n| match &n.kind {
-                    NodeKind::Op { op } | NodeKind::Vjp { op, .. } => Some(op.clone()),
-                    _ => None,
-                })
-                .collect(),
-            buffer_sizes,
+            buffer_sizes: buffers.sizes,
             externals,
             outputs: graph
                 .outputs
@@ -331,17 +340,15 @@ impl DensePlan {
     }
 
     fn run_step(&self, step: &Step, buffers: &mut [Vec<f32>], ext: &[Cow<[f32]>]) -> Result<()> {
-        let op_of = |node: usize| -> Result<&Op> {
-            self.ops[node]
-                .as_ref()
-                .ok_or_else(|| Error::Other(format!("dense plan: node {node} has no op")))
-        };
         match step {
-            Step::InPlace { node, kernel, buf } => {
-                kernel(op_of(*node)?, &self.shapes[*node], &mut buffers[*buf])
-            }
-            Step::Forward {
+            Step::InPlace {
+                op,
                 node,
+                kernel,
+                buf,
+            } => kernel(op, &self.shapes[*node], &mut buffers[*buf]),
+            Step::Forward {
+                op,
                 kernel,
                 inputs,
                 out,
@@ -352,13 +359,13 @@ impl DensePlan {
                     for (slot, &p) in xs.iter_mut().zip(inputs) {
                         *slot = self.view(p, buffers, ext);
                     }
-                    kernel(op_of(*node)?, &xs[..inputs.len()], &mut target)
+                    kernel(op, &xs[..inputs.len()], &mut target)
                 };
                 buffers[*out] = target;
                 result
             }
             Step::Vjp {
-                node,
+                op,
                 kernel,
                 operands,
                 outs,
@@ -383,7 +390,7 @@ impl DensePlan {
                             *d = Some(t.as_mut_slice());
                         }
                     }
-                    kernel(op_of(*node)?, &xs[..m], y, g, &mut dst[..m])
+                    kernel(op, &xs[..m], y, g, &mut dst[..m])
                 };
                 for (t, o) in targets.into_iter().zip(outs) {
                     if let Some(b) = o {

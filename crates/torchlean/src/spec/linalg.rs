@@ -74,6 +74,7 @@ pub(super) fn shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError>
                 ));
             }
             let mut out = x.to_vec();
+            // invariant: the check above rejected an empty (rank-0) x
             *out.last_mut().expect("x is non-empty, checked above") = w[0];
             Ok(out)
         }
