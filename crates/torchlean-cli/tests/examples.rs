@@ -264,7 +264,20 @@ fn unknown_flags_exit_2() {
 
 #[test]
 fn compiled_matches_eager_and_refuses_dropout() {
-    for example in [["autoencoder"], ["mlp"]] {
+    // every example command: a graph that froze data (the first batch's token ids, say)
+    // departs from eager within a few steps, so 30 steps of every one must agree
+    let examples: [&[&str]; 9] = [
+        &["quickstart-mlp"],
+        &["quickstart-cnn"],
+        &["mlp"],
+        &["cnn"],
+        &["transformer"],
+        &["autoencoder"],
+        &["fno1d"],
+        &["rnn", "--cell", "gru"],
+        &["rnn", "--cell", "lstm"],
+    ];
+    for example in examples {
         let run = |backend: &str| {
             let mut a = example.to_vec();
             a.extend_from_slice(&["--steps", "30", "--log-every", "1", "--backend", backend]);
@@ -274,11 +287,15 @@ fn compiled_matches_eager_and_refuses_dropout() {
         };
         let eager = run("eager");
         let compiled = run("compiled");
-        assert_eq!(eager.len(), 30);
+        assert_eq!(eager.len(), 30, "{example:?}");
+        assert_eq!(compiled.len(), 30, "{example:?}");
         for (e, c) in eager.iter().zip(&compiled) {
             let ((se, le), (sc, lc)) = (parse_step(e), parse_step(c));
             assert_eq!(se, sc);
-            assert!((le - lc).abs() <= 1e-5 * le.abs().max(1.0), "{e} vs {c}");
+            assert!(
+                (le - lc).abs() <= 1e-5 * le.abs().max(1.0),
+                "{example:?}: {e} vs {c}"
+            );
         }
     }
     let o = torchlean(&[

@@ -58,6 +58,16 @@ pub enum Error {
     Gate(String),
     #[error("device `{device}` is not available: {reason}")]
     DeviceUnavailable { device: String, reason: String },
+    /// Model code read a traced value on the host, or cut it from the tape, while a graph was
+    /// being captured: the compiled graph would replay this run's data as a constant.
+    #[error("capture: `{access}` of a traced value ({producer}) during graph capture; a compiled graph would freeze this run's value into a constant. Keep the value in tensor ops instead (e.g. pass an ids tensor straight to `index_select`, build masks with `where_`/comparisons), or run this model in eager mode")]
+    CaptureLeak {
+        /// The host read or tape cut (`data`, `to_vec`, `item`, `get`, `detach`, `contiguous`,
+        /// or an op run under `no_grad`).
+        access: String,
+        /// What produced the value: an op name, or an input/parameter of the captured function.
+        producer: String,
+    },
     #[error("{0}")]
     Other(String),
     /// A dataset file or in-memory dataset is invalid (see [`crate::data::DataError`]).

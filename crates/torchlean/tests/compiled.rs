@@ -484,3 +484,77 @@ fn dense_residual_graph_matches_the_eager_tape() {
         }
     }
 }
+
+/// Model code that reads a traced value on the host (or cuts it from the tape) while a graph
+/// is captured would freeze this run's data into the graph: every such access is refused,
+/// naming the access, and untraced data (a mask built from constants) is still accepted.
+#[test]
+fn capture_refuses_host_reads_of_traced_values() {
+    use torchlean::Error;
+    let x = Tensor::randn(&[2, 3], 7).unwrap();
+    type Leak = fn(&Tensor) -> torchlean::Result<Tensor>;
+    let leaks: [(&str, Leak); 7] = [
+        ("to_vec", |t| Tensor::from_vec(t.to_vec(), &[2, 3])),
+        ("data", |t| Tensor::from_vec(t.data().to_vec(), &[2, 3])),
+        ("item", |t| {
+            t.sum_all()?.item().and_then(|v| Tensor::full(&[2, 3], v))
+        }),
+        ("get", |t| Tensor::full(&[2, 3], t.get(&[0, 0])?)),
+        ("detach", |t| t.relu()?.detach().add(t)),
+        ("contiguous", |t| Ok(t.permute(&[1, 0])?.contiguous())),
+        ("under no_grad", |t| {
+            torchlean::runtime::no_grad(|| t.exp())?.add(t)
+        }),
+    ];
+    for (access, leak) in leaks {
+        let r = capture(&[("x".into(), x.clone())], &[], |xs| {
+            Ok(vec![("y".into(), leak(&xs[0])?)])
+        });
+        match r {
+            Err(e @ Error::CaptureLeak { .. }) => {
+                assert!(e.to_string().contains(access), "{access}: {e}")
+            }
+            Err(e) => panic!("{access}: wrong error {e}"),
+            Ok(_) => panic!("{access}: a host read of a traced value was captured"),
+        }
+    }
+    // a constant built from data (not from a traced value) is fine, and so is reading
+    // the inputs outside the capture
+    let c = capture(&[("x".into(), x.clone())], &[], |xs| {
+        let bias = Tensor::full(&[2, 3], 0.5)?;
+        Ok(vec![("y".into(), xs[0].add(&bias)?)])
+    })
+    .unwrap();
+    assert_eq!(c.values.len(), 1, "the bias became a named constant");
+    assert_eq!(x.to_vec().len(), 6);
+}
+
+/// An embedding in a compiled graph reads each call's ids (they were once frozen into the
+/// graph as the first batch's constant).
+#[test]
+fn compiled_embedding_reads_each_calls_ids() {
+    use torchlean::nn::Embedding;
+    let emb = Embedding::new(10, 4, 3).unwrap();
+    let params: Vec<(String, Tensor)> = emb
+        .parameters()
+        .into_iter()
+        .map(|(n, t)| (n, t.clone()))
+        .collect();
+    let first = Tensor::from_vec(vec![1.0, 2.0, 3.0], &[1, 3]).unwrap();
+    let c = capture(&[("ids".into(), first)], &params, |xs| {
+        Ok(vec![("y".into(), emb.forward(&xs[0])?)])
+    })
+    .unwrap();
+    let compiled = CompiledGraph::compile(c.graph, &BackendProfile::default_cpu()).unwrap();
+    let second = Tensor::from_vec(vec![7.0, 0.0, 9.0], &[1, 3]).unwrap();
+    let out = compiled
+        .run(|n| {
+            if n == "ids" {
+                Some(second.clone())
+            } else {
+                params.iter().find(|(k, _)| k == n).map(|(_, t)| t.clone())
+            }
+        })
+        .unwrap();
+    assert_eq!(out[0].1.to_vec(), emb.forward(&second).unwrap().to_vec());
+}

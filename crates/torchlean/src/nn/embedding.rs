@@ -40,8 +40,9 @@ impl Embedding {
 
 impl Module for Embedding {
     fn forward(&self, ids: &Tensor) -> Result<Tensor> {
-        let n = ids.numel();
-        let flat = Tensor::from_vec(ids.to_vec(), &[n])?;
+        // the ids stay a tensor (no host round trip), so a captured graph reads each batch's
+        // ids instead of freezing the first batch's as a constant
+        let flat = ids.reshape(&[ids.numel() as isize])?;
         let rows = self.weight.index_select(0, &flat)?;
         let mut shape: Vec<isize> = ids.shape().iter().map(|&d| d as isize).collect();
         shape.push(self.dim() as isize);

@@ -17,6 +17,32 @@ use std::sync::Arc;
 thread_local! {
     static GRAD_ENABLED: Cell<bool> = const { Cell::new(true) };
     static CAPTURING: Cell<bool> = const { Cell::new(false) };
+    /// How many kernels are running on this thread (a kernel reads its inputs on the host;
+    /// that is not model code leaking a traced value out of a capture).
+    static KERNEL_DEPTH: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Whether model code (not a kernel) is running inside a graph capture on this thread,
+/// whatever the grad mode: the moment where reading a traced value on the host, or cutting
+/// it from the tape, would freeze this run's data into the captured graph.
+pub(crate) fn in_capture_model_code() -> bool {
+    CAPTURING.with(|c| c.get()) && KERNEL_DEPTH.with(|d| d.get()) == 0
+}
+
+/// Marks a kernel as running until dropped (see [`in_capture_model_code`]).
+pub(crate) struct KernelScope;
+
+impl KernelScope {
+    pub(crate) fn enter() -> KernelScope {
+        KERNEL_DEPTH.with(|d| d.set(d.get() + 1));
+        KernelScope
+    }
+}
+
+impl Drop for KernelScope {
+    fn drop(&mut self) {
+        KERNEL_DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
+    }
 }
 
 /// Whether a graph capture is in progress on this thread (every op is recorded while grad

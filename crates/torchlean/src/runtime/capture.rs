@@ -5,12 +5,47 @@
 //! the outputs gives the graph in SSA order; any other leaf reached (a tensor the model built
 //! from data, e.g. a causal mask) becomes a named constant whose value is returned beside the
 //! graph. Shapes are those of this run: a captured graph is for fixed input shapes.
+//!
+//! **Traced values never leave the graph.** While `f` runs, model code that reads a traced
+//! value on the host (`data`, `to_vec`, `item`, `get`), cuts it from the tape (`detach`,
+//! `contiguous`) or feeds it to an op under `no_grad` would turn this run's data into a
+//! constant of the graph, which every replay would then reuse (the way a first batch's token
+//! ids were once frozen into a compiled transformer). Capture refuses it: the first such
+//! access is remembered and capture returns [`Error::CaptureLeak`] naming it. Kernels reading
+//! their own inputs are not model code and are exempt (see `autograd::KernelScope`).
 
 use super::autograd::CaptureGuard;
 use crate::error::{Error, Result};
 use crate::graph::{Graph, NodeKind, OutputDecl, ValueDecl};
 use crate::tensor::{Tensor, TensorId};
+use std::cell::RefCell;
 use std::collections::HashMap;
+
+thread_local! {
+    /// The first leak of a traced value out of the capture running on this thread.
+    static LEAK: RefCell<Option<Error>> = const { RefCell::new(None) };
+}
+
+/// Records that model code accessed the traced tensor `t` with `access` during a capture
+/// (a no-op outside captures, inside kernels, and for untraced tensors).
+pub(crate) fn note_host_access(t: &Tensor, access: &str) {
+    if !t.is_tracked() || !super::autograd::in_capture_model_code() {
+        return;
+    }
+    let producer = match t.grad_fn() {
+        Some(node) => format!("produced by op `{}`", node.op.name()),
+        None => "an input or parameter of the captured function".to_string(),
+    };
+    LEAK.with(|l| {
+        let mut l = l.borrow_mut();
+        if l.is_none() {
+            *l = Some(Error::CaptureLeak {
+                access: access.to_string(),
+                producer,
+            });
+        }
+    });
+}
 
 /// A captured graph and the values of its parameters and constants.
 pub struct Captured {
@@ -30,10 +65,17 @@ pub fn capture(
         .iter()
         .map(|(_, t)| t.detach().requires_grad())
         .collect();
+    let previous_leak = LEAK.with(|l| l.borrow_mut().take());
     let outputs = {
         let _capture = CaptureGuard::new();
-        f(&leaves)?
+        f(&leaves)
     };
+    let leak = LEAK.with(|l| std::mem::replace(&mut *l.borrow_mut(), previous_leak));
+    if let Some(leak) = leak {
+        // the leak explains a later failure of `f` too (e.g. a shape built from read values)
+        return Err(leak);
+    }
+    let outputs = outputs?;
     let mut graph = Graph::new();
     let mut named: HashMap<TensorId, NodeKind> = HashMap::new();
     for ((name, t), leaf) in inputs.iter().zip(&leaves) {

@@ -176,8 +176,17 @@ pub fn apply(op: Op, inputs: &[&Tensor]) -> Result<Tensor> {
     let recording = kind.differentiable()
         && autograd::grad_enabled()
         && (inputs.iter().any(|t| t.is_tracked()) || autograd::capturing());
+    if !autograd::grad_enabled() && inputs.iter().any(|t| t.is_tracked()) {
+        // model code cutting a traced value from the tape while capturing (refused there)
+        for t in inputs {
+            super::capture::note_host_access(t, &format!("{} under no_grad", kind.name()));
+        }
+    }
     let (kernel, ran) = with_current(|s| s.accepted(kind, recording))?;
-    let out = (kernel.binding().forward)(&op, inputs)?;
+    let out = {
+        let _kernel = autograd::KernelScope::enter();
+        (kernel.binding().forward)(&op, inputs)?
+    };
     if !ran {
         with_current(|s| {
             if let Some(slot) = s.cache[kind.index() * 2 + recording as usize].as_mut() {

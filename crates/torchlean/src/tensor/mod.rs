@@ -172,7 +172,15 @@ impl Tensor {
     }
 
     /// The elements in row-major order, borrowed when contiguous, copied otherwise.
+    /// During a graph capture, reading a traced value here is refused (see
+    /// [`crate::runtime::capture`]); kernels read their inputs through `host_data`.
     pub fn data(&self) -> Cow<'_, [f32]> {
+        crate::runtime::capture::note_host_access(self, "data");
+        self.host_data()
+    }
+
+    /// The elements in row-major order, for kernels and runtime code (no capture check).
+    pub(crate) fn host_data(&self) -> Cow<'_, [f32]> {
         let l = &self.0.layout;
         if l.is_contiguous() {
             Cow::Borrowed(&self.0.storage[l.offset..l.offset + l.numel()])
@@ -185,12 +193,14 @@ impl Tensor {
 
     /// The elements in row-major order.
     pub fn to_vec(&self) -> Vec<f32> {
-        self.data().into_owned()
+        crate::runtime::capture::note_host_access(self, "to_vec");
+        self.host_data().into_owned()
     }
 
     /// A contiguous tensor with the same values (this one if already contiguous).
     /// Not recorded on the tape: use it on values, not inside differentiated code.
     pub fn contiguous(&self) -> Tensor {
+        crate::runtime::capture::note_host_access(self, "contiguous");
         if self.is_contiguous() {
             self.clone()
         } else {
@@ -205,6 +215,7 @@ impl Tensor {
 
     /// The element at a multi-index.
     pub fn get(&self, index: &[usize]) -> Result<f32> {
+        crate::runtime::capture::note_host_access(self, "get");
         let l = &self.0.layout;
         if index.len() != l.shape.len() || index.iter().zip(&l.shape).any(|(i, d)| i >= d) {
             return Err(Error::OutOfBounds {
@@ -223,7 +234,8 @@ impl Tensor {
                 self.shape()
             )));
         }
-        Ok(self.data()[0])
+        crate::runtime::capture::note_host_access(self, "item");
+        Ok(self.host_data()[0])
     }
 
     /// Whether gradients flow to this tensor (a leaf marked by [`Tensor::requires_grad`] or
@@ -251,6 +263,7 @@ impl Tensor {
 
     /// The same values cut from the tape: a new untracked handle sharing storage.
     pub fn detach(&self) -> Tensor {
+        crate::runtime::capture::note_host_access(self, "detach");
         self.view(self.0.layout.clone())
     }
 
