@@ -496,3 +496,58 @@ fn malformed_idx_files_are_readable_errors() {
         "do not match",
     );
 }
+
+/// Non-finite values are refused the same way in every format (a NaN pixel in an IDX float
+/// file once trained to a checkpoint of NaN weights), naming the element and byte offset;
+/// an f64 beyond the float32 range counts as non-finite.
+#[test]
+fn non_finite_values_are_refused_in_every_format() {
+    let d = tmpdir("non-finite");
+    for (bad, name) in [
+        (f32::NAN, "nan"),
+        (f32::INFINITY, "inf"),
+        (f32::NEG_INFINITY, "ninf"),
+    ] {
+        // IDX f32, big-endian: header 4 + 4·2 bytes, element 2 at offset 12 + 2·4 = 20
+        let mut idx = vec![0, 0, 0x0D, 2, 0, 0, 0, 2, 0, 0, 0, 2];
+        for v in [1.0f32, 2.0, bad, 4.0] {
+            idx.extend_from_slice(&v.to_be_bytes());
+        }
+        let file = format!("{name}.idx");
+        malformed(
+            load_idx(write(&d, &file, &idx)),
+            &file,
+            "element 2 (byte offset 20)",
+        );
+        let payload: Vec<u8> = [1.0f32, bad].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let file = format!("{name}.npy");
+        let bytes = npy(
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }",
+            &payload,
+            false,
+        );
+        malformed(
+            load_npy(write(&d, &file, &bytes)),
+            &file,
+            "element 1 (byte offset 132)",
+        );
+        let file = format!("{name}.csv");
+        let text = format!("1,2,0\n3,{bad},1\n");
+        let r = load_csv(write(&d, &file, text.as_bytes()), &CsvOptions::default());
+        malformed(r, &file, "line 2, column 2");
+    }
+    let payload: Vec<u8> = [1.0f64, 1e300]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    let bytes = npy(
+        "{'descr': '<f8', 'fortran_order': False, 'shape': (2,), }",
+        &payload,
+        false,
+    );
+    malformed(
+        load_npy(write(&d, "big.npy", &bytes)),
+        "big.npy",
+        "element 1",
+    );
+}

@@ -247,3 +247,82 @@ fn a_strict_profile_runs_only_reference_kernels_and_reports_them() {
         );
     }
 }
+
+/// A loss can be finite while a gradient is not (here 0 · d sqrt(x)/dx at x = 0): the step
+/// checks every gradient, with or without clipping, names the first non-finite one and
+/// leaves the parameters unchanged.
+#[test]
+fn non_finite_gradient_stops_with_the_step_and_the_tensor() {
+    for clip in [None, Some(1.0)] {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let counter = calls.clone();
+        let task = Task::custom("nan-grad-at-3", move |p: &Tensor, y: &Tensor| {
+            let l = torchlean::nn::mse(p, y)?;
+            if counter.fetch_add(1, Ordering::SeqCst) == 2 {
+                l.add(&p.sub(p)?.sqrt()?.sum_all()?.scale(0.0)?)
+            } else {
+                Ok(l)
+            }
+        });
+        let data = synthetic::regression(64, 2).unwrap();
+        let mut c = Config::new(task, Adam::new(0.01).unwrap());
+        c.clip_grad_norm = clip;
+        let mut t = Trainer::new(mlp(1), c).unwrap();
+        let e = t.train(&data, &opts(10)).unwrap_err();
+        match &e {
+            Error::Train(TrainError::NonFiniteGradient {
+                step,
+                tensor,
+                value,
+                ..
+            }) => {
+                assert_eq!(*step, 3);
+                assert!(tensor.starts_with("gradient of `"), "{tensor}");
+                assert!(!value.is_finite());
+            }
+            other => panic!("expected NonFiniteGradient, got {other:?}"),
+        }
+        assert_eq!(t.step(), 2);
+        assert!(t
+            .model()
+            .parameters()
+            .iter()
+            .all(|(_, p)| p.to_vec().iter().all(|v| v.is_finite())));
+    }
+}
+
+/// A checkpoint never holds a non-finite value: saving one is refused, naming the tensor.
+#[test]
+fn checkpoints_refuse_non_finite_values() {
+    use torchlean::nn::{save_checkpoint, CheckpointError};
+    let mut m = mlp(4);
+    m.parameters_mut()[0].1.update_data(|w| w[3] = f32::NAN);
+    let path = std::env::temp_dir().join(format!(
+        "torchlean-nan-ck-{}.safetensors",
+        std::process::id()
+    ));
+    let e = save_checkpoint(&path, &m, None, 1).unwrap_err();
+    assert!(
+        matches!(
+            &e,
+            Error::Checkpoint(CheckpointError::NonFinite { index: 3, .. })
+        ),
+        "{e:?}"
+    );
+    assert!(!path.exists());
+}
+
+/// In-memory datasets refuse non-finite values, naming the sample and position.
+#[test]
+fn datasets_refuse_non_finite_values() {
+    let e = Dataset::from_vecs(
+        vec![1.0, 2.0, 3.0, f32::INFINITY],
+        &[2],
+        vec![0.0, 1.0],
+        &[],
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("sample 1, feature value 1"), "{e}");
+    let e = Dataset::from_vecs(vec![1.0, 2.0], &[1], vec![0.0, f32::NAN], &[]).unwrap_err();
+    assert!(e.to_string().contains("sample 1, target value 0"), "{e}");
+}

@@ -29,13 +29,7 @@ impl Dataset {
                 "features {fs:?} and targets {ts:?} need a common leading (sample) axis"
             )));
         }
-        Ok(Dataset {
-            features: features.to_vec(),
-            feature_shape: fs[1..].to_vec(),
-            targets: targets.to_vec(),
-            target_shape: ts[1..].to_vec(),
-            len: fs[0],
-        })
+        Dataset::from_vecs(features.to_vec(), &fs[1..], targets.to_vec(), &ts[1..])
     }
 
     /// A dataset from row-major vectors and per-sample shapes.
@@ -54,6 +48,13 @@ impl Dataset {
                 features.len(),
                 targets.len()
             )));
+        }
+        for (what, values, width) in [("feature", &features, fw), ("target", &targets, tw)] {
+            if let Some((sample, pos, v)) = super::finite::first_non_finite(values, width) {
+                return Err(invalid(format!(
+                    "sample {sample}, {what} value {pos} is {v}: non-finite values are refused"
+                )));
+            }
         }
         Ok(Dataset {
             features,

@@ -86,10 +86,11 @@ pub fn parse_idx(bytes: &[u8], name: &str) -> Result<Tensor> {
                 "dimensions {dims:?} of {size}-byte values do not match the {available} data bytes in the file"
             ))
         })?;
-    let data = bytes[data_start..]
+    let data: Vec<f32> = bytes[data_start..]
         .chunks_exact(size)
         .map(|b| decode(code, b))
         .collect();
+    super::finite::refuse_non_finite(&data, data_start, size).map_err(bad)?;
     Tensor::from_vec(data, &dims)
 }
 

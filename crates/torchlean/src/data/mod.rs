@@ -4,11 +4,18 @@
 //! Files are untrusted (DESIGN §6): every loader validates the header before allocating,
 //! bounds every size declared in a header by the file's real length, and reports each
 //! malformed input as a [`DataError`] naming the file and what was wrong — never a panic.
+//!
+//! **Non-finite values** (NaN, ±inf, and f64 values beyond the f32 range) are refused the same
+//! way in every format and in in-memory datasets: CSV names the line and column, NPY and IDX
+//! the element and its byte offset, [`Dataset`] the sample and position. Training on them
+//! would only end in a non-finite loss or, worse, in a NaN that an activation hides from the
+//! loss while it poisons the weights; impute missing values before loading.
 
 mod csv;
 mod dataset;
 mod error;
 mod file;
+mod finite;
 mod idx;
 mod npy;
 mod sampler;

@@ -250,6 +250,7 @@ pub fn parse_npy(bytes: &[u8], name: &str) -> Result<Tensor> {
         .map(|b| dtype.decode(b))
         .collect();
     debug_assert_eq!(data.len(), numel);
+    super::finite::refuse_non_finite(&data, data_start, dtype.size()).map_err(bad)?;
     Tensor::from_vec(data, &header.shape)
 }
 

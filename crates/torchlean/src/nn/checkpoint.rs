@@ -123,7 +123,17 @@ pub fn save_checkpoint(
     };
     let mut named: BTreeMap<String, (Vec<usize>, Vec<u8>)> = BTreeMap::new();
     let mut add = |name: String, t: &Tensor| -> Result<()> {
-        let bytes: Vec<u8> = t.data().iter().flat_map(|v| v.to_le_bytes()).collect();
+        let values = t.data();
+        if let Some((index, &value)) = values.iter().enumerate().find(|(_, v)| !v.is_finite()) {
+            return Err(CheckpointError::NonFinite {
+                path: path.display().to_string(),
+                tensor: name,
+                index,
+                value,
+            }
+            .into());
+        }
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
         if named
             .insert(name.clone(), (t.shape().to_vec(), bytes))
             .is_some()
@@ -220,6 +230,15 @@ pub fn read_checkpoint(path: impl AsRef<Path>) -> Result<CheckpointContents> {
             .chunks_exact(4)
             .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
             .collect();
+        if let Some((index, &value)) = values.iter().enumerate().find(|(_, v)| !v.is_finite()) {
+            return Err(CheckpointError::NonFinite {
+                path: p,
+                tensor: name,
+                index,
+                value,
+            }
+            .into());
+        }
         let t = Tensor::from_vec(values, &shape)
             .map_err(|e| format(format!("tensor `{name}`: {e}")))?;
         tensors.insert(name, t);

@@ -18,6 +18,14 @@ pub enum CheckpointError {
     Corrupted { path: String, reason: String },
     #[error("checkpoint `{path}` does not match the model: {reason}")]
     Mismatch { path: String, reason: String },
+    /// A checkpoint is never written with a non-finite value in it (nor read back with one).
+    #[error("checkpoint `{path}`: tensor `{tensor}` holds the non-finite value {value} at element {index}; refusing to store it")]
+    NonFinite {
+        path: String,
+        tensor: String,
+        index: usize,
+        value: f32,
+    },
 }
 
 /// Training could not start or stopped.
@@ -32,11 +40,15 @@ pub enum TrainError {
         loss: f32,
         last_checkpoint: Option<String>,
     },
-    #[error("non-finite gradient norm {norm} at step {step}; training stopped before updating the parameters{}", checkpoint_note(.last_checkpoint))]
+    #[error("non-finite value {value} in the {tensor} at step {step}; training stopped before updating the parameters{}", checkpoint_note(.last_checkpoint))]
     NonFiniteGradient {
         /// The 1-based number of the step that failed.
         step: u64,
-        norm: f32,
+        /// The first non-finite tensor, e.g. "gradient of `0.weight`" or "global gradient
+        /// norm" (parameters in the model's order).
+        tensor: String,
+        /// The first non-finite value found in it.
+        value: f32,
         last_checkpoint: Option<String>,
     },
     #[error("training configuration: {0}")]

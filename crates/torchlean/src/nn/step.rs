@@ -86,7 +86,17 @@ fn check_loss(value: f32, step: u64) -> Result<()> {
     }
 }
 
-/// Shared tail of a step: clip, update.
+fn non_finite_gradient(step: u64, tensor: String, value: f32) -> crate::Error {
+    TrainError::NonFiniteGradient {
+        step,
+        tensor,
+        value,
+        last_checkpoint: None,
+    }
+    .into()
+}
+
+/// Shared tail of a step: check the gradients, clip, update.
 fn finish(
     model: &mut dyn Module,
     optimizer: &mut dyn Optimizer,
@@ -107,16 +117,28 @@ fn finish_keep(
     clip: Option<f32>,
     step: u64,
 ) -> Result<(StepOutput, crate::runtime::Gradients)> {
+    // every step, clipping or not: a NaN that relu hid from the loss still reaches a
+    // gradient, and an update with it would poison the parameters
+    for (name, p) in model.parameters() {
+        if let Some(g) = grads.get(p) {
+            if let Some(&value) = g.data().iter().find(|v| !v.is_finite()) {
+                return Err(non_finite_gradient(
+                    step,
+                    format!("gradient of `{name}`"),
+                    value,
+                ));
+            }
+        }
+    }
     let grad_norm = match clip {
         Some(max) => {
             let norm = clip_grad_norm(&*model, &mut grads, max)?;
             if !norm.is_finite() {
-                return Err(TrainError::NonFiniteGradient {
+                return Err(non_finite_gradient(
                     step,
+                    "global gradient norm".into(),
                     norm,
-                    last_checkpoint: None,
-                }
-                .into());
+                ));
             }
             Some(norm)
         }

@@ -361,14 +361,18 @@ fn with_checkpoint(e: Error, last: &Option<PathBuf>) -> Error {
             last_checkpoint: path,
         }
         .into(),
-        Error::Train(TrainError::NonFiniteGradient { step, norm, .. }) => {
-            TrainError::NonFiniteGradient {
-                step,
-                norm,
-                last_checkpoint: path,
-            }
-            .into()
+        Error::Train(TrainError::NonFiniteGradient {
+            step,
+            tensor,
+            value,
+            ..
+        }) => TrainError::NonFiniteGradient {
+            step,
+            tensor,
+            value,
+            last_checkpoint: path,
         }
+        .into(),
         other => other,
     }
 }

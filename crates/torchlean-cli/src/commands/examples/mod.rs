@@ -144,6 +144,7 @@ pub fn lib_err(e: torchlean::Error) -> CliError {
     let usage = match &e {
         E::Data(_) => true,
         E::Checkpoint(CheckpointError::Io { action, .. }) => *action == "read",
+        E::Checkpoint(CheckpointError::NonFinite { .. }) => false,
         E::Checkpoint(_) => true,
         E::Train(TrainError::NonFiniteLoss { .. } | TrainError::NonFiniteGradient { .. }) => false,
         E::Train(_) => true,
