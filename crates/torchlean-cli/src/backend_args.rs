@@ -6,11 +6,36 @@ use torchlean::backend::{BackendProfile, BackendReport, ExecutionMode};
 use torchlean::runtime::Session;
 use torchlean::OpKind;
 
+/// The execution mode flag, flattened only into the commands that honour it (a command that
+/// cannot run both modes does not accept `--backend` at all: clap refuses it, exit 2).
+#[derive(Args, Debug, Clone, Default)]
+pub struct ModeArgs {
+    /// Execution mode: eager (tape) or compiled (capture once, plan and gate once, replay).
+    /// Default: eager.
+    #[arg(long = "backend", value_enum)]
+    pub backend: Option<ModeChoice>,
+}
+
+/// The values of `--backend`.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModeChoice {
+    Eager,
+    Compiled,
+}
+
+impl ModeArgs {
+    /// The chosen mode (eager when unset).
+    pub fn mode(&self) -> ExecutionMode {
+        match self.backend {
+            None | Some(ModeChoice::Eager) => ExecutionMode::Eager,
+            Some(ModeChoice::Compiled) => ExecutionMode::Compiled,
+        }
+    }
+}
+
+/// The profile and report flags shared by every command that plans or runs kernels.
 #[derive(Args, Debug, Clone, Default)]
 pub struct BackendArgs {
-    /// Execution mode: eager (tape) or compiled (capture once, plan and gate once, replay).
-    #[arg(long, default_value = "eager")]
-    pub backend: String,
     /// Named backend profile (strict_cpu, checked_cpu, checked_cuda, libtorch_*, future_*).
     #[arg(long)]
     pub profile: Option<String>,
@@ -32,15 +57,6 @@ pub struct BackendArgs {
 }
 
 impl BackendArgs {
-    pub fn mode(&self) -> Result<ExecutionMode, CliError> {
-        ExecutionMode::from_label(&self.backend).ok_or_else(|| {
-            CliError::usage(format!(
-                "unknown backend `{}` (eager, compiled)",
-                self.backend
-            ))
-        })
-    }
-
     pub fn profile(&self) -> Result<BackendProfile, CliError> {
         BackendProfile::resolve(
             self.profile.as_deref(),

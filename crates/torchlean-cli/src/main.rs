@@ -33,7 +33,9 @@ impl CliError {
 impl From<torchlean::Error> for CliError {
     fn from(e: torchlean::Error) -> Self {
         let code = match &e {
-            torchlean::Error::Planning(_) | torchlean::Error::DeviceUnavailable { .. } => 2,
+            torchlean::Error::Planning(_)
+            | torchlean::Error::DeviceUnavailable { .. }
+            | torchlean::Error::Train(torchlean::nn::TrainError::Config(_)) => 2,
             torchlean::Error::Gate(_) => 3,
             _ => 1,
         };

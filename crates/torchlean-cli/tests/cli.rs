@@ -313,3 +313,59 @@ fn quickstart_tours_run() {
     assert_eq!(code, 0);
     assert!(out.contains("dy/dx"), "{out}");
 }
+
+/// Every accepted flag is honoured or refused (exit 2), never silently ignored: `--backend`
+/// only exists where both modes run, with a closed set of values; flags a workload does not
+/// read are refused; a batch larger than the data (it would repeat samples) is refused.
+#[test]
+fn flags_are_honoured_or_refused() {
+    let refused: &[&[&str]] = &[
+        &[
+            "run-graph",
+            "g.json",
+            "--inputs",
+            "x",
+            "--out",
+            "y",
+            "--backend",
+            "bogus",
+        ],
+        &[
+            "run-graph",
+            "g.json",
+            "--inputs",
+            "x",
+            "--out",
+            "y",
+            "--backend",
+            "eager",
+        ],
+        &["plan", "--ops", "relu", "--backend", "compiled"],
+        &["mlp", "--backend", "bogus", "--steps", "1"],
+        &["quickstart-mlp", "--backend", "Compiled!", "--steps", "1"],
+        &["bench", "gemm-32", "--backend", "compiled", "--reps", "1"],
+        &["bench", "sdpa", "--batch-size", "4", "--reps", "1"],
+        &["quickstart-mlp", "--batch-size", "5000", "--steps", "1"],
+        &["mlp", "--batch-size", "100000", "--steps", "1"],
+    ];
+    for args in refused {
+        let (code, out, err) = run(args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(!out.contains("step 1 loss"), "{args:?} trained: {out}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+    let dir = std::env::temp_dir().join(format!("torchlean-flags-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let report = dir.join("plan.json");
+    let (code, _, err) = run(&[
+        "plan",
+        "--ops",
+        "relu",
+        "--report-json",
+        report.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let text = std::fs::read_to_string(&report).expect("plan honours --report-json");
+    assert!(text.contains("relu"), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

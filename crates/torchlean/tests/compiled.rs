@@ -558,3 +558,39 @@ fn compiled_embedding_reads_each_calls_ids() {
         .unwrap();
     assert_eq!(out[0].1.to_vec(), emb.forward(&second).unwrap().to_vec());
 }
+
+/// The `grad.` namespace belongs to backward derivation: capture and `append_backward` refuse
+/// user names in it (a parameter `grad.seed` was once silently replaced by 1.0), and
+/// capture's constant names never collide with a parameter called `const.N`.
+#[test]
+fn generated_names_never_collide_with_user_names() {
+    use torchlean::graph::GraphError;
+    let x = Tensor::randn(&[2, 2], 1).unwrap();
+    let w = Tensor::randn(&[2, 2], 2).unwrap().requires_grad();
+    let e = capture(
+        &[("x".into(), x.clone())],
+        &[("grad.seed".into(), w.clone())],
+        |xs| Ok(vec![("y".into(), xs[0].mul(&w)?.sum_all()?)]),
+    )
+    .err()
+    .expect("a reserved parameter name is refused");
+    assert!(e.to_string().contains("reserved prefix"), "{e}");
+    let c = capture(
+        &[("x".into(), x.clone())],
+        &[("const.1".into(), w.clone())],
+        |xs| {
+            let k = Tensor::full(&[2, 2], 3.0)?;
+            Ok(vec![("loss".into(), xs[0].mul(&w)?.add(&k)?.sum_all()?)])
+        },
+    )
+    .unwrap();
+    let names: Vec<&str> = c.graph.parameters.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+    assert_ne!(names[0], names[1], "{names:?}");
+    let mut g = c.graph.clone();
+    g.inputs[0].name = "grad.x".into();
+    assert!(matches!(
+        append_backward(&mut g, "loss", None),
+        Err(GraphError::ReservedName { .. })
+    ));
+}

@@ -1,7 +1,7 @@
 //! `torchlean bench`: timed workloads (median and spread after warm-up), with the backend
 //! report of the run.
 
-use crate::backend_args::BackendArgs;
+use crate::backend_args::{BackendArgs, ModeArgs};
 use crate::{CliError, CliResult};
 use std::time::Instant;
 use torchlean::graph::AttentionMask;
@@ -15,6 +15,8 @@ pub struct Args {
     workload: String,
     #[command(flatten)]
     backend: BackendArgs,
+    #[command(flatten)]
+    mode: ModeArgs,
     /// Timed repetitions (after warm-up).
     #[arg(long, default_value_t = 20)]
     reps: usize,
@@ -60,6 +62,20 @@ pub fn run(a: Args) -> CliResult {
     if a.reps == 0 {
         return Err(CliError::usage("--reps must be positive"));
     }
+    // flags that only some workloads read are refused by the others, never ignored
+    let step_workload = matches!(a.workload.as_str(), "mlp-step" | "quickstart-step");
+    if a.mode.backend.is_some() && !(step_workload || a.workload == "transformer-step") {
+        return Err(CliError::usage(format!(
+            "--backend is not used by workload `{}` (only mlp-step, quickstart-step and transformer-step run in both modes)",
+            a.workload
+        )));
+    }
+    if a.batch_size.is_some() && !step_workload {
+        return Err(CliError::usage(format!(
+            "--batch-size is not used by workload `{}` (only mlp-step and quickstart-step)",
+            a.workload
+        )));
+    }
     let mut compiled_report = None;
     let (times, unit_scale, unit, extra): (Vec<f64>, f64, &str, serde_json::Value) = match a
         .workload
@@ -84,7 +100,7 @@ pub fn run(a: Args) -> CliResult {
             )
         }
         "mlp-step" | "quickstart-step" => {
-            let mode = a.backend.mode()?;
+            let mode = a.mode.mode();
             let quick = a.workload == "quickstart-step";
             let batch = a.batch_size.unwrap_or(if quick { 16 } else { 128 });
             let sizes: &[usize] = if quick {
@@ -141,7 +157,7 @@ pub fn run(a: Args) -> CliResult {
         }
         "transformer-step" => {
             // 2-layer pre-norm encoder, d=128, 4 heads, FFN 512 (GELU), L=64, batch 16, Adam, MSE
-            let mode = a.backend.mode()?;
+            let mode = a.mode.mode();
             let config = TransformerConfig {
                 embed_dim: 128,
                 heads: 4,

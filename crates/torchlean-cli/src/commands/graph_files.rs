@@ -132,6 +132,7 @@ fn load_graph(path: &Path) -> Result<Graph, CliError> {
     })?;
     graph
         .validate()
+        .and_then(|()| graph.check_user_names())
         .map_err(|e| CliError::usage(format!("{}: {e}", path.display())))?;
     Ok(graph)
 }

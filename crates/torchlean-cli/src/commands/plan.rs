@@ -93,16 +93,18 @@ pub fn run(a: Args) -> CliResult {
         }
         print!("{}", report.to_text());
     }
-    if report.failures.is_empty() {
+    let failures = report.failures.clone();
+    a.backend.write_report(report)?;
+    if failures.is_empty() {
         Ok(())
     } else {
-        let mut kinds: Vec<&str> = report.failures.iter().map(|f| f.kind_label()).collect();
+        let mut kinds: Vec<&str> = failures.iter().map(|f| f.kind_label()).collect();
         kinds.dedup();
         Err(CliError {
             code: 3,
             message: format!(
                 "rejected by the gate: {} failure(s) ({})",
-                report.failures.len(),
+                failures.len(),
                 kinds.join(", ")
             ),
         })

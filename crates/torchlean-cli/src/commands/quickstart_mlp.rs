@@ -1,6 +1,6 @@
 //! `torchlean quickstart-mlp`: train a small MLP on the synthetic regression task.
 
-use crate::backend_args::BackendArgs;
+use crate::backend_args::{BackendArgs, ModeArgs};
 use crate::{CliError, CliResult};
 use std::time::Instant;
 use torchlean::backend::ExecutionMode;
@@ -12,6 +12,8 @@ use torchlean::nn::{Activation, Adam, Mlp, Module};
 pub struct Args {
     #[command(flatten)]
     backend: BackendArgs,
+    #[command(flatten)]
+    mode: ModeArgs,
     /// Training steps.
     #[arg(long, default_value_t = 200)]
     steps: usize,
@@ -32,7 +34,7 @@ pub fn run(a: Args) -> CliResult {
     if a.batch_size == 0 || a.steps == 0 {
         return Err(CliError::usage("--steps and --batch-size must be positive"));
     }
-    let mode = a.backend.mode()?;
+    let mode = a.mode.mode();
     let mut model = Mlp::new(
         &[SyntheticRegression::FEATURES, 64, 64, 1],
         Activation::Tanh,

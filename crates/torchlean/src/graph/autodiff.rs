@@ -33,6 +33,8 @@ pub fn append_backward(
     loss: &str,
     wrt: Option<&[&str]>,
 ) -> Result<Vec<String>, GraphError> {
+    // the names added below must not collide with (and silently replace) the user's
+    g.check_user_names()?;
     let root = g
         .output(loss)
         .ok_or_else(|| GraphError::Other(format!("no output named `{loss}`")))?;

@@ -109,8 +109,26 @@ pub enum GraphError {
     },
     #[error("graph output `{name}`: node {node} does not exist")]
     BadOutput { name: String, node: usize },
+    /// A user-declared name in the namespace that backward derivation generates names in.
+    #[error("graph: {what} `{name}` uses the reserved prefix `{RESERVED_PREFIX}` (gradient outputs and the seed cotangent are named there); rename it")]
+    ReservedName { what: &'static str, name: String },
     #[error("graph: {0}")]
     Other(String),
+}
+
+/// The name prefix reserved for names that backward derivation generates (`grad.seed`,
+/// `grad.<input or parameter>`). User graphs, captures and model parameters may not use it.
+pub const RESERVED_PREFIX: &str = "grad.";
+
+/// Refuses a user-chosen `name` in the reserved namespace (see [`RESERVED_PREFIX`]).
+pub fn check_user_name(what: &'static str, name: &str) -> Result<(), GraphError> {
+    if name.starts_with(RESERVED_PREFIX) {
+        return Err(GraphError::ReservedName {
+            what,
+            name: name.to_string(),
+        });
+    }
+    Ok(())
 }
 
 fn check_size(node: usize, shape: &[usize]) -> Result<(), GraphError> {
@@ -240,6 +258,21 @@ impl Graph {
     }
 
     /// Checks the whole graph: format, ids, parents, names, dtypes, sizes, shapes, outputs.
+    /// Checks that no input, parameter or output of a graph written by a user (before
+    /// backward derivation) has a name in the reserved namespace ([`RESERVED_PREFIX`]).
+    pub fn check_user_names(&self) -> Result<(), GraphError> {
+        for d in &self.inputs {
+            check_user_name("input", &d.name)?;
+        }
+        for d in &self.parameters {
+            check_user_name("parameter", &d.name)?;
+        }
+        for o in &self.outputs {
+            check_user_name("output", &o.name)?;
+        }
+        Ok(())
+    }
+
     pub fn validate(&self) -> Result<(), GraphError> {
         if self.format != FORMAT {
             return Err(GraphError::Format {

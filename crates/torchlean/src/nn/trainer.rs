@@ -217,6 +217,16 @@ impl<M: Module> Trainer<M> {
         if data.is_empty() {
             return Err(TrainError::Config("the training dataset is empty".into()).into());
         }
+        if options.batch_size > data.len() {
+            // a batch would hold some samples twice: a different objective than the user asked
+            return Err(TrainError::Config(format!(
+                "batch size {} exceeds the {} training samples (a batch would repeat samples); use at most {}",
+                options.batch_size,
+                data.len(),
+                data.len()
+            ))
+            .into());
+        }
         if let Some(path) = &options.load {
             self.load_checkpoint(path)?;
         }

@@ -61,6 +61,11 @@ pub fn capture(
     params: &[(String, Tensor)],
     f: impl FnOnce(&[Tensor]) -> Result<Vec<(String, Tensor)>>,
 ) -> Result<Captured> {
+    for (what, list) in [("input", inputs), ("parameter", params)] {
+        for (name, _) in list {
+            crate::graph::check_user_name(what, name).map_err(|e| Error::Other(e.to_string()))?;
+        }
+    }
     let leaves: Vec<Tensor> = inputs
         .iter()
         .map(|(_, t)| t.detach().requires_grad())
@@ -148,7 +153,17 @@ fn add_tensor(
                 let kind = match named.get(&t.id()) {
                     Some(k) => k.clone(),
                     None => {
-                        let name = format!("const.{}", values.len());
+                        // a fresh name: a parameter may itself be called `const.0`
+                        let mut k = values.len();
+                        let name = loop {
+                            let candidate = format!("const.{k}");
+                            if !graph.parameters.iter().any(|p| p.name == candidate)
+                                && !graph.inputs.iter().any(|p| p.name == candidate)
+                            {
+                                break candidate;
+                            }
+                            k += 1;
+                        };
                         graph.parameters.push(ValueDecl {
                             name: name.clone(),
                             shape: t.shape().to_vec(),

@@ -16,7 +16,7 @@ pub mod plot;
 pub mod rnn;
 pub mod transformer;
 
-use crate::backend_args::BackendArgs;
+use crate::backend_args::{BackendArgs, ModeArgs};
 use crate::{CliError, CliResult};
 use std::fs::File;
 use std::io::{BufWriter, IsTerminal, Write};
@@ -35,6 +35,8 @@ use torchlean::nn::{
 pub struct CommonArgs {
     #[command(flatten)]
     pub backend: BackendArgs,
+    #[command(flatten)]
+    pub mode: ModeArgs,
     /// Training steps of this run (after `--load`, steps continue from the checkpoint's step).
     #[arg(long)]
     pub steps: Option<usize>,
@@ -271,7 +273,7 @@ fn what_ran<M: Module>(trainer: &Trainer<M>) -> Result<BackendReport, CliError> 
 /// that do more with the trained model (e.g. generate a sample).
 pub fn run<M: Module>(
     args: &CommonArgs,
-    hyper: Hyper,
+    mut hyper: Hyper,
     setup: Setup<M>,
 ) -> Result<Trainer<M>, CliError> {
     let Setup {
@@ -286,7 +288,18 @@ pub fn run<M: Module>(
     if train.is_empty() {
         return Err(CliError::usage("the training dataset is empty"));
     }
-    let mode = args.backend.mode()?;
+    // an explicit --batch-size larger than the data is refused by the trainer (a batch would
+    // repeat samples); the example's default shrinks to the data, and says so
+    if args.batch_size.is_none() && hyper.batch_size > train.len() {
+        println!(
+            "note: the default batch size {} exceeds the {} training samples; using {}",
+            hyper.batch_size,
+            train.len(),
+            train.len()
+        );
+        hyper.batch_size = train.len();
+    }
+    let mode = args.mode.mode();
     config.backend = match mode {
         ExecutionMode::Eager => ExecutionBackend::Eager,
         ExecutionMode::Compiled => ExecutionBackend::Compiled,
