@@ -31,6 +31,13 @@ pub enum OpError {
     },
     #[error("op `{op}` is not differentiable")]
     NotDifferentiable { op: &'static str },
+    /// An operand's layout or placement is unusable (refused by a layout guard).
+    #[error("op `{op}`: operands of shapes {shapes:?} refused: {reason}")]
+    Layout {
+        op: &'static str,
+        shapes: Vec<Vec<usize>>,
+        reason: String,
+    },
 }
 
 /// Errors raised by tensors, the eager runtime and the providers.
@@ -51,6 +58,16 @@ pub enum Error {
     NoKernel {
         provider: &'static str,
         op: &'static str,
+    },
+    /// A checker cited by the accepted capsule's evidence rejected a call's result.
+    #[error(
+        "checker `{checker}` of capsule `{capsule}` rejected the result of op `{op}`: {reason}"
+    )]
+    CheckerRejected {
+        op: &'static str,
+        capsule: String,
+        checker: &'static str,
+        reason: String,
     },
     #[error("planning: {0}")]
     Planning(String),

@@ -78,7 +78,7 @@ fn check_forward(provider: &str, binding: &KernelBinding, supports: fn(OpKind) -
             .unwrap_or_else(|e| panic!("spec rejected {}: {e}", case.name()));
         let ts: Vec<Tensor> = xs.iter().map(to_tensor).collect();
         let tr: Vec<&Tensor> = ts.iter().collect();
-        match (binding.forward)(&case.op, &tr) {
+        match (binding.forward())(&case.op, &tr) {
             Err(e) => failures.push(format!("{}: {e}", case.name())),
             Ok(got) => {
                 if got.shape() != want.shape.as_slice() {
@@ -107,7 +107,7 @@ fn check_forward(provider: &str, binding: &KernelBinding, supports: fn(OpKind) -
 }
 
 fn check_vjp(provider: &str, binding: &KernelBinding, supports: fn(OpKind) -> bool) {
-    let vjp = binding.vjp.expect("provider binds a VJP kernel");
+    let vjp = binding.vjp().expect("provider binds a VJP kernel");
     let mut failures = vec![];
     for (i, case) in cases()
         .iter()
@@ -124,7 +124,7 @@ fn check_vjp(provider: &str, binding: &KernelBinding, supports: fn(OpKind) -> bo
         let want = spec::vjp(&case.op, &refs, &y, &gy).expect("spec vjp");
         let ts: Vec<Tensor> = xs.iter().map(to_tensor).collect();
         let tr: Vec<&Tensor> = ts.iter().collect();
-        let out = (binding.forward)(&case.op, &tr).expect("forward");
+        let out = (binding.forward())(&case.op, &tr).expect("forward");
         match vjp(&case.op, &tr, &out, &to_tensor(&gy), &vec![true; tr.len()]) {
             Err(e) => failures.push(format!("{}: {e}", case.name())),
             Ok(got) => {
@@ -266,7 +266,7 @@ fn spec_vjp_matches_finite_differences() {
 #[test]
 fn native_cpu_vjp_skipping_unneeded_inputs_keeps_the_others() {
     let vjp = providers::native_cpu::binding()
-        .vjp
+        .vjp()
         .expect("native binds a VJP");
     for (i, case) in cases().iter().enumerate().filter(|(_, c)| {
         matches!(
@@ -276,7 +276,7 @@ fn native_cpu_vjp_skipping_unneeded_inputs_keeps_the_others() {
     }) {
         let xs: Vec<Tensor> = inputs_of(case, i).iter().map(to_tensor).collect();
         let tr: Vec<&Tensor> = xs.iter().collect();
-        let out = (providers::native_cpu::binding().forward)(&case.op, &tr).unwrap();
+        let out = (providers::native_cpu::binding().forward())(&case.op, &tr).unwrap();
         let gy = to_tensor(&cotangent(out.shape(), i));
         let all = vjp(&case.op, &tr, &out, &gy, &vec![true; tr.len()]).unwrap();
         let mut needs = vec![true; tr.len()];
@@ -297,7 +297,7 @@ fn native_cpu_vjp_skipping_unneeded_inputs_keeps_the_others() {
 #[test]
 fn native_cpu_in_place_matches_forward() {
     let binding = providers::native_cpu::binding();
-    let in_place = binding.in_place.expect("native binds an in-place kernel");
+    let in_place = binding.in_place().expect("native binds an in-place kernel");
     let mut checked = 0;
     for (i, case) in cases()
         .iter()
@@ -305,7 +305,7 @@ fn native_cpu_in_place_matches_forward() {
         .filter(|(_, c)| c.op.kind().is_unary_map() || c.op.kind() == OpKind::FusedUnary)
     {
         let x = to_tensor(&inputs_of(case, i)[0]);
-        let want = (binding.forward)(&case.op, &[&x]).unwrap().to_vec();
+        let want = (binding.forward())(&case.op, &[&x]).unwrap().to_vec();
         let owned = Tensor::from_vec(x.to_vec(), x.shape()).unwrap();
         let got = in_place(&case.op, owned).unwrap();
         assert_eq!(got.to_vec(), want, "{}", case.name());
@@ -328,7 +328,7 @@ fn native_cpu_in_place_matches_forward() {
 fn native_cpu_dense_kernels_match_the_tensor_kernels() {
     use torchlean::runtime::kernel::Dense;
     let binding = providers::native_cpu::binding();
-    let vjp = binding.vjp.expect("native binds a VJP");
+    let vjp = binding.vjp().expect("native binds a VJP");
     let garbage = |n: usize| vec![f32::NAN; n];
     let mut checked = 0;
     for (i, case) in cases().iter().enumerate() {
@@ -346,7 +346,7 @@ fn native_cpu_dense_kernels_match_the_tensor_kernels() {
                 shape: t.shape(),
             })
             .collect();
-        let want = (binding.forward)(&case.op, &tr).unwrap();
+        let want = (binding.forward())(&case.op, &tr).unwrap();
         let mut got = garbage(want.numel());
         (dense.forward_into)(&case.op, &views, &mut got).unwrap();
         assert_eq!(got, want.to_vec(), "forward_into {}", case.name());

@@ -56,7 +56,7 @@ fn capsule_with(
 
 fn guard() -> Evidence {
     Evidence::RuntimeGuard {
-        guard: "src/providers/native_cpu/guard.rs::output_shape".into(),
+        guard: torchlean::guard!(native_cpu::guard::shape_rule),
     }
 }
 
@@ -182,10 +182,11 @@ fn theorem_certificate_cannot_be_moved_to_another_kernel_or_claim() {
         Err(RegistryError::CertificateMismatch { .. })
     ));
     // a certificate is never issued for a non-spec binding
-    assert!(
-        proof::certify_spec_instantiation(value_claim(OpKind::Sin), &native_cpu::binding())
-            .is_none()
-    );
+    assert!(proof::certify_spec_instantiation(
+        value_claim(OpKind::Sin),
+        &native_cpu::binding().kernel_ids()
+    )
+    .is_none());
 }
 
 #[test]
@@ -202,45 +203,71 @@ fn standard_registry_is_valid_and_complete() {
     }
 }
 
-/// Every test, checker, guard or fuzz name cited as evidence resolves to a real function (and
-/// tests to a real `#[test]`), relative to the crate root.
+/// The `#[test]`s a test binary of this crate runs, by its own `--list` (the binary named
+/// `stem-HASH` beside this one; the newest when several builds left copies).
+fn listed_tests(stem: &str) -> std::collections::HashSet<String> {
+    let me = std::env::current_exe().expect("the test binary knows its path");
+    let dir = me.parent().expect("the test binary lives in a directory");
+    let binary = std::fs::read_dir(dir)
+        .expect("the deps directory is readable")
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            name.strip_prefix(stem)
+                .and_then(|r| r.strip_prefix('-'))
+                .is_some_and(|h| !h.is_empty() && h.chars().all(|c| c.is_ascii_hexdigit()))
+        })
+        .max_by_key(|p| p.metadata().and_then(|m| m.modified()).ok())
+        .unwrap_or_else(|| {
+            panic!("no test binary `{stem}-*` beside {me:?}: run the whole suite (cargo test --release --workspace)")
+        });
+    let out = std::process::Command::new(&binary)
+        .args(["--list", "--format", "terse"])
+        .output()
+        .expect("the test binary runs");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.strip_suffix(": test"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Every test cited as evidence (test suites, checkers' mutation tests) is a `#[test]` that
+/// the suite really runs: it is listed by its test binary's own `--list` (not found by
+/// searching the source for `fn name(`, which a comment or a helper would satisfy).
 #[test]
-fn every_cited_evidence_name_exists() {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+fn every_cited_test_is_run_by_the_suite() {
+    let mut listed: std::collections::HashMap<String, std::collections::HashSet<String>> =
+        Default::default();
     let mut checked = 0;
     for e in standard_registry().entries() {
         for o in Obligation::ALL {
-            for name in e.capsule.contract(o).evidence.cited_names() {
-                let (file, func) = name.rsplit_once("::").unwrap_or_else(|| {
+            for name in e.capsule.contract(o).evidence.cited_tests() {
+                let (file, test) = name.rsplit_once("::").unwrap_or_else(|| {
                     panic!(
-                        "{}: evidence name `{name}` is not path::function",
+                        "{}: evidence test `{name}` is not tests/FILE.rs::test",
                         e.capsule.name
                     )
                 });
-                let src = std::fs::read_to_string(root.join(file)).unwrap_or_else(|_| {
-                    panic!("{}: evidence file `{file}` does not exist", e.capsule.name)
-                });
-                let pos = src
-                    .find(&format!("fn {func}("))
-                    .or_else(|| src.find(&format!("fn {func}<")))
-                    .unwrap_or_else(|| {
-                        panic!("{}: `{file}` has no function `{func}`", e.capsule.name)
-                    });
-                if file.starts_with("tests/") {
-                    let before = &src[..pos];
-                    let attr = before
-                        .rfind("#[test]")
-                        .unwrap_or_else(|| panic!("`{name}` is not a test"));
-                    assert!(
-                        before[attr..].lines().count() <= 2,
-                        "`{name}` is not directly marked #[test]"
-                    );
-                }
+                let stem = file
+                    .strip_prefix("tests/")
+                    .and_then(|f| f.strip_suffix(".rs"))
+                    .unwrap_or_else(|| panic!("{}: `{file}` is not a test file", e.capsule.name));
+                let tests = listed
+                    .entry(stem.to_string())
+                    .or_insert_with(|| listed_tests(stem));
+                assert!(
+                    tests.contains(test),
+                    "{}: `{name}` is not a test of the suite (its binary lists {} tests)",
+                    e.capsule.name,
+                    tests.len()
+                );
                 checked += 1;
             }
         }
     }
-    assert!(checked > 100, "expected many cited names, found {checked}");
+    assert!(checked > 100, "expected many cited tests, found {checked}");
 }
 
 #[test]
@@ -316,7 +343,7 @@ fn strict_rejects_guards_and_tests() {
         &cpu_availability(),
     )
     .unwrap();
-    let rejection = gate_kernel(&planned, req.vjp, &req.policy).unwrap_err();
+    let rejection = gate_kernel(&planned, &req).unwrap_err();
     let kinds: Vec<EvidenceKind> = rejection
         .failures
         .iter()
@@ -350,7 +377,7 @@ fn strict_accepts_the_reference_theorems_and_checker() {
         Provider::Reference,
         "auto under strict skips checked capsules"
     );
-    let accepted = gate_kernel(&planned, req.vjp, &req.policy).unwrap();
+    let accepted = gate_kernel(&planned, &req).unwrap();
     let d: Vec<Disposition> = accepted
         .audit()
         .obligations
@@ -388,7 +415,7 @@ fn checked_runtime_accepts_guards_and_tests() {
         Provider::NativeCpu,
         "registry order prefers native_cpu"
     );
-    let accepted = gate_kernel(&planned, req.vjp, &req.policy).unwrap();
+    let accepted = gate_kernel(&planned, &req).unwrap();
     assert!(accepted
         .audit()
         .obligations
@@ -426,7 +453,7 @@ fn trusted_boundaries_need_allow_trusted_runtime() {
             VjpMode::TorchleanTape,
         );
         let planned = plan_op(&r, OpKind::Sin, &req, &cpu_availability()).unwrap();
-        let verdict = gate_kernel(&planned, req.vjp, &req.policy);
+        let verdict = gate_kernel(&planned, &req);
         assert_eq!(verdict.is_ok(), ok, "policy {policy}");
         if let Ok(k) = verdict {
             let report = BackendReport::new(
@@ -489,7 +516,7 @@ fn random_sources_need_no_vjp_in_training() {
     )
     .unwrap();
     assert_eq!(planned.capsule().vjp_mode, VjpMode::None);
-    let accepted = gate_kernel(&planned, req.vjp, &req.policy).unwrap();
+    let accepted = gate_kernel(&planned, &req).unwrap();
     assert!(!accepted.audit().obligations[3].required);
 }
 
@@ -580,29 +607,273 @@ fn report_lists_the_capsule_that_actually_ran() {
         .contains("sin: reference.sin provider=reference trust=verified"));
 }
 
+/// An operand over `storage` with an explicit layout.
+fn operand<'a>(
+    shape: &'a [usize],
+    strides: &'a [usize],
+    offset: usize,
+    storage: &'a [f32],
+) -> Operand<'a> {
+    Operand {
+        shape,
+        strides: Some(strides),
+        offset,
+        storage,
+        device: Device::Cpu,
+    }
+}
+
+/// The layout checker replays a relu call of a [2, 3] input against what the kernel returned.
+fn layout_verdict(output: Operand) -> Result<(), String> {
+    let storage = [0.0f32; 6];
+    let input = [operand(&[2, 3], &[3, 1], 0, &storage)];
+    let call = Call {
+        inputs: &input,
+        output,
+        cotangent: None,
+        grads: &[],
+    };
+    checkers::canonical_layout(&Op::Relu, &call)
+}
+
 #[test]
 fn layout_checker_rejects_wrong_shape() {
-    let t = Tensor::zeros(&[2, 3]).unwrap();
-    assert!(checkers::canonical_layout(&Op::Relu, &t, &[2, 3]).is_ok());
-    assert!(checkers::canonical_layout(&Op::Relu, &t, &[3, 2]).is_err());
-    assert!(checkers::canonical_layout(&Op::Relu, &t, &[6]).is_err());
+    let s6 = [0.0f32; 6];
+    assert!(layout_verdict(operand(&[2, 3], &[3, 1], 0, &s6)).is_ok());
+    assert!(layout_verdict(operand(&[3, 2], &[2, 1], 0, &s6)).is_err());
+    assert!(layout_verdict(operand(&[6], &[1], 0, &s6)).is_err());
+    let s5 = [0.0f32; 5];
+    assert!(
+        layout_verdict(operand(&[2, 3], &[3, 1], 0, &s5)).is_err(),
+        "short storage"
+    );
 }
 
 #[test]
 fn layout_checker_rejects_non_canonical_view() {
-    let t = Tensor::zeros(&[2, 3]).unwrap();
-    let view = t.transpose(0, 1).unwrap();
+    let s6 = [0.0f32; 6];
     assert!(
-        checkers::canonical_layout(&Op::Relu, &view, &[3, 2]).is_err(),
-        "a transposed view is not canonical"
+        layout_verdict(operand(&[2, 3], &[1, 2], 0, &s6)).is_err(),
+        "a transposed layout is not canonical"
     );
-    let slice = Tensor::zeros(&[4, 3]).unwrap().slice(0, 1, 3).unwrap();
+    let s12 = [0.0f32; 12];
     assert!(
-        checkers::canonical_layout(&Op::Relu, &slice, &[2, 3]).is_err(),
+        layout_verdict(operand(&[2, 3], &[3, 1], 3, &s12)).is_err(),
         "an offset view over larger storage is not canonical"
     );
 }
 
+/// A certificate covers every kernel a binding carries, identified by kernel identities that
+/// only `backend::proof` mints: the reference theorems do not pass with the spec forward and
+/// another VJP, nor with an added in-place or destination-passing variant.
+#[test]
+fn certificates_cover_every_kernel_of_the_binding() {
+    use torchlean::runtime::kernel::KernelBinding;
+    let op = OpKind::Relu;
+    let forged = KernelBinding::new(
+        "reference",
+        reference::spec_forward_f32,
+        Some(native_cpu::vjp),
+    );
+    let spec_both = KernelBinding::new(
+        "reference",
+        reference::spec_forward_f32,
+        Some(reference::spec_vjp_f32),
+    );
+    let with_in_place = reference::binding().with_in_place(native_cpu::forward_in_place);
+    let with_dense = reference::binding().with_dense(native_cpu::dense_kernels(op));
+    for (what, b) in [
+        ("spec forward + another vjp", forged),
+        ("the spec functions bound by public code", spec_both),
+        ("an added in-place kernel", with_in_place),
+        ("added destination-passing kernels", with_dense),
+    ] {
+        let err = Registry::new()
+            .register(reference::capsule(op), b)
+            .unwrap_err();
+        assert!(
+            matches!(err, RegistryError::CertificateMismatch { .. }),
+            "{what}: {err}"
+        );
+    }
+    Registry::new()
+        .register(reference::capsule(op), reference::binding())
+        .expect("the reference binding is covered");
+}
+
+/// Evidence that cites nothing is refused by the registry.
+#[test]
+fn empty_evidence_is_refused() {
+    let empty_tests = Evidence::TestSuite { tests: vec![] };
+    let blank_test = Evidence::TestSuite {
+        tests: vec![" ".into()],
+    };
+    let no_mutation_tests = Evidence::Checker {
+        checker: torchlean::checker!(checkers::canonical_layout),
+        soundness: "accepted => canonical".into(),
+        mutation_tests: vec![],
+    };
+    let no_soundness = Evidence::Checker {
+        checker: torchlean::checker!(checkers::canonical_layout),
+        soundness: "".into(),
+        mutation_tests: vec!["tests/trust.rs::layout_checker_rejects_wrong_shape".into()],
+    };
+    for (what, e) in [
+        ("empty test list", empty_tests),
+        ("blank test name", blank_test),
+        ("checker without mutation tests", no_mutation_tests),
+        ("checker without soundness", no_soundness),
+    ] {
+        let mut c = native_cpu::capsule(OpKind::Sin);
+        c.value_contract.evidence = e;
+        let err = Registry::new()
+            .register(c, native_cpu::binding())
+            .unwrap_err();
+        assert!(
+            matches!(err, RegistryError::EmptyEvidence { slot: "value", .. }),
+            "{what}: {err}"
+        );
+    }
+}
+
+/// The gate re-checks every planned kernel against the plan's request: a plan edited after
+/// planning (its request, or a kernel swapped in from another plan) does not pass.
+#[test]
+fn the_gate_does_not_trust_an_edited_plan() {
+    let req = request(
+        ProviderPreference::Auto,
+        "checked-runtime",
+        VjpMode::TorchleanTape,
+    );
+    let r = standard_registry();
+    let plan = plan_ops(r, &[OpKind::Sin, OpKind::Exp], &req, &cpu_availability()).unwrap();
+    assert!(gate_plan(&plan).is_ok());
+    // the request now pins the reference provider, but the kernels are native
+    let mut edited = plan.clone();
+    edited.request.preference = ProviderPreference::Only(Provider::Reference);
+    let rejected = gate_plan(&edited).unwrap_err();
+    assert!(
+        rejected
+            .failures
+            .iter()
+            .any(|f| f.kind_label() == "not_admissible"),
+        "{:?}",
+        rejected.failures
+    );
+    // a kernel of another op swapped in
+    let mut swapped = plan.clone();
+    swapped.kernels[0].op = OpKind::Exp;
+    let rejected = gate_plan(&swapped).unwrap_err();
+    assert!(rejected
+        .failures
+        .iter()
+        .any(|f| f.kind_label() == "wrong_op"));
+    // the single-kernel gate re-checks too
+    let mut k = plan.kernels[0].clone();
+    k.op = OpKind::Cos;
+    assert!(gate_kernel(&k, &req).is_err());
+    let mut inference = req.clone();
+    inference.device = Device::Cuda;
+    assert!(gate_kernel(&plan.kernels[0], &inference).is_err());
+}
+
+fn always_refuses(op: &Op, _inputs: &[Operand]) -> Result<(), torchlean::OpError> {
+    Err(torchlean::OpError::Payload {
+        op: op.name(),
+        reason: "this guard refuses every call".into(),
+    })
+}
+
+/// A registry with native capsules for every op except relu, whose capsule cites a guard that
+/// refuses every call; add is bound without destination-passing kernels, so a graph that
+/// uses it runs on the general executor, and one that does not on the dense executor.
+fn registry_with_refusing_relu_guard() -> Arc<Registry> {
+    let mut r = Registry::new();
+    for &op in OpKind::ALL {
+        if op == OpKind::Relu {
+            let mut c = native_cpu::capsule(op);
+            c.layout_contract.evidence = Evidence::RuntimeGuard {
+                guard: torchlean::guard!(always_refuses),
+            };
+            r.register(c, native_cpu::binding_for(op)).unwrap();
+        } else if op == OpKind::Add {
+            r.register(native_cpu::capsule(op), native_cpu::binding())
+                .unwrap();
+        } else {
+            r.register(native_cpu::capsule(op), native_cpu::binding_for(op))
+                .unwrap();
+        }
+    }
+    Arc::new(r)
+}
+
+/// Guards are structural: a capsule citing a guard that refuses every call is refused on
+/// every call in the three execution paths (eager, and backward on the tape; the compiled
+/// general executor; the compiled dense executor), with the guard named by its function.
+#[test]
+fn a_cited_guard_runs_on_every_call_in_every_execution_path() {
+    use torchlean::graph::{Graph, NodeKind, OutputDecl, ValueDecl};
+    use torchlean::runtime::compiled::CompiledGraph;
+    let registry = registry_with_refusing_relu_guard();
+    let refused = |r: torchlean::Result<Vec<(String, Tensor)>>, path: &str| match r {
+        Err(Error::Op(e)) => {
+            assert!(
+                e.to_string().contains("this guard refuses every call"),
+                "{path}: {e}"
+            );
+        }
+        Err(e) => panic!("{path}: wrong error {e}"),
+        Ok(_) => panic!("{path}: the guard did not run"),
+    };
+    // eager: every call, not only the first
+    let previous = runtime::install(Session::with_registry(
+        BackendProfile::default_cpu(),
+        Arc::clone(&registry),
+    ));
+    let x = Tensor::randn(&[4], 1).unwrap();
+    for _ in 0..3 {
+        refused(x.relu().map(|t| vec![("y".into(), t)]), "eager");
+    }
+    assert!(x.exp().is_ok(), "other capsules run");
+    runtime::take();
+    if let Some(p) = previous {
+        runtime::install(p);
+    }
+    // compiled: relu alone runs on the dense executor, relu then add on the general one
+    let graph = |with_add: bool| {
+        let mut g = Graph::new();
+        g.inputs.push(ValueDecl {
+            name: "x".into(),
+            shape: vec![4],
+        });
+        let input = g
+            .push(NodeKind::Input { name: "x".into() }, vec![])
+            .unwrap();
+        let mut y = g.push(NodeKind::Op { op: Op::Relu }, vec![input]).unwrap();
+        if with_add {
+            y = g
+                .push(NodeKind::Op { op: Op::Add }, vec![y, input])
+                .unwrap();
+        }
+        g.outputs.push(OutputDecl {
+            name: "y".into(),
+            node: y,
+        });
+        g
+    };
+    for (with_add, path, dense) in [(false, "dense", true), (true, "general", false)] {
+        let c = CompiledGraph::compile_with_registry(
+            graph(with_add),
+            &BackendProfile::default_cpu(),
+            &registry,
+        )
+        .unwrap();
+        assert_eq!(c.dense_buffers().is_some(), dense, "{path}");
+        for _ in 0..3 {
+            refused(c.run(|_| Some(x.clone())), path);
+        }
+    }
+}
 #[test]
 fn planning_error_lists_every_candidate_with_its_reason() {
     let req = request(
@@ -645,46 +916,84 @@ fn coalescing_groups_adjacent_equal_capsules_and_never_claims_fusion() {
     assert_eq!(accepted.kernels().len(), 4);
 }
 
+/// Evidence kinds a registrable capsule can carry (`not_provided` is refused by every trust
+/// level, which the registry tests cover).
 fn arb_evidence() -> impl Strategy<Value = EvidenceKind> {
-    prop::sample::select(EvidenceKind::ALL.to_vec())
+    prop::sample::select(
+        EvidenceKind::ALL
+            .iter()
+            .copied()
+            .filter(|&k| k != EvidenceKind::NotProvided)
+            .collect::<Vec<_>>(),
+    )
+}
+
+/// Evidence of `kind` for `slot` of a capsule bound to the reference kernels (theorems are
+/// the reference's own certificates; a layout claim has no theorem, so a checker stands in).
+fn evidence_of(kind: EvidenceKind, slot: Obligation) -> Evidence {
+    let checker = || Evidence::Checker {
+        checker: torchlean::checker!(checkers::canonical_layout),
+        soundness: "accepted => canonical layout".into(),
+        mutation_tests: vec!["tests/trust.rs::layout_checker_rejects_wrong_shape".into()],
+    };
+    match kind {
+        EvidenceKind::Theorem if slot == Obligation::Layout => checker(),
+        EvidenceKind::Theorem => reference::capsule(OpKind::Sin)
+            .contract(slot)
+            .evidence
+            .clone(),
+        EvidenceKind::Checker => checker(),
+        EvidenceKind::RuntimeGuard => guard(),
+        EvidenceKind::TestSuite => Evidence::TestSuite {
+            tests: vec!["tests/trust.rs::gate_accepts_iff_no_failures".into()],
+        },
+        EvidenceKind::FuzzOracle => Evidence::FuzzOracle { oracle: "f".into() },
+        EvidenceKind::TrustedBoundary => Evidence::TrustedBoundary {
+            boundary: "b".into(),
+        },
+        EvidenceKind::NotProvided => Evidence::NotProvided,
+    }
 }
 
 proptest! {
-    /// The gate's property: accepted ⇔ the failure list is empty, for random capsules and policies.
+    /// The gate's property: accepted ⇔ the failure list is empty, for random capsules (theorem
+    /// evidence included) and policies. Every generated capsule registers (its declared trust
+    /// level is the strongest its evidence supports), so no case is skipped.
     #[test]
     fn gate_accepts_iff_no_failures(
         ev in prop::collection::vec(arb_evidence(), 4),
-        allowed in prop::collection::vec(arb_evidence(), 0..7),
+        allowed in prop::collection::vec(prop::sample::select(EvidenceKind::ALL.to_vec()), 0..7),
         levels in prop::collection::vec(prop::sample::select(TrustLevel::ALL.to_vec()), 0..4),
-        level in prop::sample::select(TrustLevel::ALL.to_vec()),
         vjp in prop::sample::select(vec![VjpMode::None, VjpMode::TorchleanTape]),
     ) {
-        let mk = |k: EvidenceKind| match k {
-            EvidenceKind::Theorem | EvidenceKind::Checker => Evidence::Checker { checker: "c".into(), soundness: "s".into(), mutation_tests: vec![] },
-            EvidenceKind::RuntimeGuard => guard(),
-            EvidenceKind::TestSuite => Evidence::TestSuite { tests: vec![] },
-            EvidenceKind::FuzzOracle => Evidence::FuzzOracle { oracle: "f".into() },
-            EvidenceKind::TrustedBoundary => Evidence::TrustedBoundary { boundary: "b".into() },
-            EvidenceKind::NotProvided => Evidence::NotProvided,
-        };
-        let mut c = capsule_with(OpKind::Sin, "p.sin", Provider::Torchlean, level, VjpMode::BackendVjp, mk(ev[0]));
-        c.layout_contract.evidence = mk(ev[1]);
-        c.value_contract.evidence = mk(ev[2]);
-        c.vjp_contract.evidence = mk(ev[3]);
-        let policy = AcceptancePolicy::custom(allowed, levels);
-        let entry = Arc::new(c);
-        let audit = audit(&entry, vjp);
-        let failures = gate_failures(&audit, &policy);
-        // gate_kernel needs a planned kernel: plan it from a one-capsule registry
-        let mut r = Registry::new();
-        if r.register((*entry).clone(), native_cpu::binding()).is_ok() {
-            let req = PlanRequest { device: Device::Cpu, preference: ProviderPreference::Only(Provider::Torchlean), policy: policy.clone(), vjp, mode: ExecutionMode::Eager };
-            let planned = plan_op(&r, OpKind::Sin, &req, &cpu_availability()).unwrap();
-            let verdict = gate_kernel(&planned, vjp, &policy);
-            prop_assert_eq!(verdict.is_ok(), failures.is_empty());
-            if let Err(rej) = verdict {
-                prop_assert_eq!(rej.failures, failures);
+        let mut c = reference::capsule(OpKind::Sin);
+        c.name = "p.sin".into();
+        for (slot, &k) in Obligation::ALL.iter().zip(&ev) {
+            let e = evidence_of(k, *slot);
+            match slot {
+                Obligation::Shape => c.shape_contract.evidence = e,
+                Obligation::Layout => c.layout_contract.evidence = e,
+                Obligation::Value => c.value_contract.evidence = e,
+                Obligation::Vjp => c.vjp_contract.evidence = e,
             }
+        }
+        c.trust_level = *TrustLevel::ALL
+            .iter()
+            .find(|&&l| Obligation::ALL.iter().all(|&o| trust_supports(l, c.contract(o).evidence.kind())))
+            .expect("trusted_external supports every provided evidence");
+        let policy = AcceptancePolicy::custom(allowed, levels);
+        let audit = audit(&c, vjp);
+        let failures = gate_failures(&audit, &policy);
+        let mut r = Registry::new();
+        let registered = r.register(c, reference::binding());
+        prop_assert!(registered.is_ok(), "{:?}", registered);
+        // under only:reference the planner leaves trust to the gate, so planning succeeds
+        let req = PlanRequest { device: Device::Cpu, preference: ProviderPreference::Only(Provider::Reference), policy: policy.clone(), vjp, mode: ExecutionMode::Eager };
+        let planned = plan_op(&r, OpKind::Sin, &req, &cpu_availability()).unwrap();
+        let verdict = gate_kernel(&planned, &req);
+        prop_assert_eq!(verdict.is_ok(), failures.is_empty());
+        if let Err(rej) = verdict {
+            prop_assert_eq!(rej.failures, failures);
         }
     }
 }

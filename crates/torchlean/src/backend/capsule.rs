@@ -4,6 +4,7 @@
 //! descriptor is a structured claim, a human summary, the evidence for the claim, and the
 //! provenance of the code (which is never evidence).
 
+use super::guard::{Checker, Guard, Phase};
 use super::proof::Certificate;
 use super::vocab::{
     Device, EvidenceKind, Provider, RuntimeSupport, TensorLayout, TrustLevel, VjpMode,
@@ -98,8 +99,10 @@ impl ContractClaim {
     }
 }
 
-/// The evidence for a claim. Names in `checker`, `runtime_guard`, `test_suite` and
-/// `fuzz_oracle` must resolve to real functions and tests (enforced by a registry test).
+/// The evidence for a claim. Guards and checkers are held as functions, which the runtime
+/// calls on every call (structural); the tests of `test_suite` and a checker's mutation tests
+/// must be real `#[test]`s that the suite runs (checked against the test binaries' own
+/// `--list` by tests/trust.rs); empty citations are refused by the registry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "evidence", rename_all = "snake_case")]
 pub enum Evidence {
@@ -109,15 +112,16 @@ pub enum Evidence {
         statement: String,
         certificate: Certificate,
     },
-    /// An executable checker run on every call, with its soundness statement.
+    /// An executable checker the runtime runs after every call, with its soundness
+    /// statement and the tests that show it rejects faulty results.
     Checker {
-        checker: String,
+        checker: Checker,
         soundness: String,
         mutation_tests: Vec<String>,
     },
-    /// Validation performed at the execution boundary.
+    /// Validation the runtime performs before every call, at the execution boundary.
     RuntimeGuard {
-        guard: String,
+        guard: Guard,
     },
     /// A differential or regression test suite.
     TestSuite {
@@ -147,20 +151,48 @@ impl Evidence {
         }
     }
 
-    /// The names this evidence cites (tests, checkers, guards), for the existence check.
-    pub fn cited_names(&self) -> Vec<&str> {
+    /// The tests this evidence cites (a test suite, a checker's mutation tests), for the
+    /// check that each is a real test of the suite.
+    pub fn cited_tests(&self) -> Vec<&str> {
         match self {
-            Evidence::Checker {
-                checker,
-                mutation_tests,
-                ..
-            } => std::iter::once(checker.as_str())
-                .chain(mutation_tests.iter().map(|s| s.as_str()))
-                .collect(),
-            Evidence::RuntimeGuard { guard } => vec![guard.as_str()],
+            Evidence::Checker { mutation_tests, .. } => {
+                mutation_tests.iter().map(|s| s.as_str()).collect()
+            }
             Evidence::TestSuite { tests } => tests.iter().map(|s| s.as_str()).collect(),
-            Evidence::FuzzOracle { oracle } => vec![oracle.as_str()],
             _ => vec![],
+        }
+    }
+
+    /// Why this evidence cites nothing that could stand behind it, if so: an empty test
+    /// list, a checker without mutation tests or soundness statement, an empty name.
+    pub fn emptiness(&self) -> Option<&'static str> {
+        match self {
+            Evidence::TestSuite { tests } if tests.is_empty() => Some("a test suite of no tests"),
+            Evidence::TestSuite { tests } if tests.iter().any(|t| t.trim().is_empty()) => {
+                Some("a test suite citing an empty test name")
+            }
+            Evidence::Checker { mutation_tests, .. } if mutation_tests.is_empty() => {
+                Some("a checker without mutation tests")
+            }
+            Evidence::Checker { soundness, .. } if soundness.trim().is_empty() => {
+                Some("a checker without a soundness statement")
+            }
+            Evidence::Checker { checker, .. } if checker.name().is_empty() => {
+                Some("a checker without a name")
+            }
+            Evidence::RuntimeGuard { guard } if guard.name().is_empty() => {
+                Some("a guard without a name")
+            }
+            Evidence::FuzzOracle { oracle } if oracle.trim().is_empty() => {
+                Some("a fuzz oracle without a name")
+            }
+            Evidence::TrustedBoundary { boundary } if boundary.trim().is_empty() => {
+                Some("a trusted boundary without a name")
+            }
+            Evidence::Theorem { statement, .. } if statement.trim().is_empty() => {
+                Some("a theorem without a statement")
+            }
+            _ => None,
         }
     }
 
@@ -168,8 +200,10 @@ impl Evidence {
     pub fn render(&self) -> String {
         match self {
             Evidence::Theorem { statement, .. } => format!("theorem: {statement}"),
-            Evidence::Checker { checker, .. } => format!("checker {checker} (recheck every call)"),
-            Evidence::RuntimeGuard { guard } => format!("runtime_guard {guard}"),
+            Evidence::Checker { checker, .. } => {
+                format!("checker {} (recheck every call)", checker.name())
+            }
+            Evidence::RuntimeGuard { guard } => format!("runtime_guard {}", guard.name()),
             Evidence::TestSuite { tests } => format!("test_suite {}", tests.join(", ")),
             Evidence::FuzzOracle { oracle } => format!("fuzz_oracle {oracle}"),
             Evidence::TrustedBoundary { boundary } => format!("trusted_boundary {boundary}"),
@@ -229,6 +263,45 @@ pub struct KernelCapsule {
 }
 
 impl KernelCapsule {
+    /// The contracts whose guards and checkers apply in `phase`: shape, layout and value for
+    /// forward calls; shape, layout and VJP for VJP calls.
+    fn phase_contracts(&self, phase: Phase) -> [&ContractDescriptor; 3] {
+        match phase {
+            Phase::Forward => [
+                &self.shape_contract,
+                &self.layout_contract,
+                &self.value_contract,
+            ],
+            Phase::Vjp => [
+                &self.shape_contract,
+                &self.layout_contract,
+                &self.vjp_contract,
+            ],
+        }
+    }
+
+    /// The guards the runtime runs before every call of `phase` (in contract order).
+    pub fn guards(&self, phase: Phase) -> Vec<Guard> {
+        self.phase_contracts(phase)
+            .iter()
+            .filter_map(|d| match &d.evidence {
+                Evidence::RuntimeGuard { guard } => Some(*guard),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The checkers the runtime runs after every call of `phase` (in contract order).
+    pub fn checkers(&self, phase: Phase) -> Vec<Checker> {
+        self.phase_contracts(phase)
+            .iter()
+            .filter_map(|d| match &d.evidence {
+                Evidence::Checker { checker, .. } => Some(*checker),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// The descriptor in the slot of `obligation`.
     pub fn contract(&self, obligation: Obligation) -> &ContractDescriptor {
         match obligation {

@@ -32,13 +32,16 @@
 //! ```
 
 use super::capsule::{ContractClaim, KernelCapsule, Obligation};
-use super::planner::{ExecutionPlan, LoweredGroup, PlannedKernel};
+use super::guard::{Checker, Guard, Phase};
+use super::identity::Binding;
+use super::planner::{
+    request_refusal, ExecutionPlan, LoweredGroup, PlanRequest, PlannedKernel, Refusal,
+};
 use super::registry::RegisteredCapsule;
 use super::vocab::{
     Device, Disposition, EvidenceKind, PolicyName, Provider, RuntimeSupport, TrustLevel, VjpMode,
 };
 use crate::graph::OpKind;
-use crate::runtime::kernel::KernelBinding;
 use serde::Serialize;
 use std::fmt;
 use std::sync::Arc;
@@ -194,6 +197,19 @@ pub enum GateFailure {
         level: TrustLevel,
         policy: String,
     },
+    /// The planned kernel is not admissible for the plan's request (the gate re-checks what
+    /// the planner checked: a plan is data and may have been edited).
+    NotAdmissible {
+        op: OpKind,
+        capsule: String,
+        refusal: Refusal,
+    },
+    /// The planned kernel's capsule implements another op than the one planned.
+    WrongOp {
+        op: OpKind,
+        capsule: String,
+        capsule_op: OpKind,
+    },
 }
 
 impl GateFailure {
@@ -202,6 +218,8 @@ impl GateFailure {
         match self {
             GateFailure::EvidenceNotAccepted { .. } => "evidence_not_accepted",
             GateFailure::TrustLevelNotAllowed { .. } => "trust_level_not_allowed",
+            GateFailure::NotAdmissible { .. } => "not_admissible",
+            GateFailure::WrongOp { .. } => "wrong_op",
         }
     }
 }
@@ -219,6 +237,17 @@ impl fmt::Display for GateFailure {
                 f,
                 "trust_level_not_allowed: op `{}` capsule `{capsule}`: trust level `{level}` is not allowed by policy `{policy}`",
                 op.name()
+            ),
+            GateFailure::NotAdmissible { op, capsule, refusal } => write!(
+                f,
+                "not_admissible: op `{}` capsule `{capsule}`: {refusal}",
+                op.name()
+            ),
+            GateFailure::WrongOp { op, capsule, capsule_op } => write!(
+                f,
+                "wrong_op: op `{}` was planned with capsule `{capsule}`, which implements `{}`",
+                op.name(),
+                capsule_op.name()
             ),
         }
     }
@@ -249,12 +278,52 @@ pub fn gate_failures(audit: &KernelAudit, policy: &AcceptancePolicy) -> Vec<Gate
     failures
 }
 
-/// Permission to run one kernel: obtainable only from [`gate_kernel`].
+/// The gate's re-check of a planned kernel against the request it was planned for.
+fn admissibility_failures(planned: &PlannedKernel, request: &PlanRequest) -> Vec<GateFailure> {
+    let c = planned.capsule();
+    let mut failures = Vec::new();
+    if c.op != planned.op {
+        failures.push(GateFailure::WrongOp {
+            op: planned.op,
+            capsule: c.name.clone(),
+            capsule_op: c.op,
+        });
+    }
+    if let Some(refusal) = request_refusal(c, request) {
+        failures.push(GateFailure::NotAdmissible {
+            op: planned.op,
+            capsule: c.name.clone(),
+            refusal,
+        });
+    }
+    failures
+}
+
+/// Permission to run one kernel: obtainable only from [`gate_kernel`] or [`gate_plan`].
+/// Carries the guards and checkers its capsule's evidence holds, which the runtime runs on
+/// every call.
 #[derive(Debug)]
 pub struct AcceptedKernel {
     entry: Arc<RegisteredCapsule>,
     audit: KernelAudit,
     policy: AcceptancePolicy,
+    guards: [Vec<Guard>; 2],
+    checkers: [Vec<Checker>; 2],
+}
+
+fn accepted(
+    entry: &Arc<RegisteredCapsule>,
+    audit: KernelAudit,
+    policy: &AcceptancePolicy,
+) -> AcceptedKernel {
+    let c = &entry.capsule;
+    AcceptedKernel {
+        entry: Arc::clone(entry),
+        audit,
+        policy: policy.clone(),
+        guards: [c.guards(Phase::Forward), c.guards(Phase::Vjp)],
+        checkers: [c.checkers(Phase::Forward), c.checkers(Phase::Vjp)],
+    }
 }
 
 impl AcceptedKernel {
@@ -267,9 +336,17 @@ impl AcceptedKernel {
     pub fn policy(&self) -> &AcceptancePolicy {
         &self.policy
     }
-    /// The kernels bound to the accepted capsule: what the runtime runs.
-    pub(crate) fn binding(&self) -> KernelBinding {
-        self.entry.binding
+    /// The kernels bound to the accepted capsule (opaque here): what the runtime runs.
+    pub fn binding(&self) -> &dyn Binding {
+        &*self.entry.binding
+    }
+    /// The guards to run before every call of `phase`.
+    pub fn guards(&self, phase: Phase) -> &[Guard] {
+        &self.guards[phase as usize]
+    }
+    /// The checkers to run after every call of `phase`.
+    pub fn checkers(&self, phase: Phase) -> &[Checker] {
+        &self.checkers[phase as usize]
     }
 }
 
@@ -280,20 +357,17 @@ pub struct KernelRejection {
     pub failures: Vec<GateFailure>,
 }
 
-/// Applies `policy` to one planned kernel.
+/// Applies the request's policy to one planned kernel, after re-checking that the kernel is
+/// admissible for the request.
 pub fn gate_kernel(
     planned: &PlannedKernel,
-    vjp: VjpMode,
-    policy: &AcceptancePolicy,
+    request: &PlanRequest,
 ) -> Result<AcceptedKernel, KernelRejection> {
-    let a = audit(planned.capsule(), vjp);
-    let failures = gate_failures(&a, policy);
+    let a = audit(planned.capsule(), request.vjp);
+    let mut failures = admissibility_failures(planned, request);
+    failures.extend(gate_failures(&a, &request.policy));
     if failures.is_empty() {
-        Ok(AcceptedKernel {
-            entry: Arc::clone(&planned.entry),
-            audit: a,
-            policy: policy.clone(),
-        })
+        Ok(accepted(&planned.entry, a, &request.policy))
     } else {
         Err(KernelRejection { audit: a, failures })
     }
@@ -331,9 +405,15 @@ pub fn gate_plan(plan: &ExecutionPlan) -> Result<AcceptedGraphPlan, RejectedPlan
         .iter()
         .map(|k| audit(k.capsule(), plan.request.vjp))
         .collect();
-    let failures: Vec<GateFailure> = audits
+    let failures: Vec<GateFailure> = plan
+        .kernels
         .iter()
-        .flat_map(|a| gate_failures(a, policy))
+        .zip(&audits)
+        .flat_map(|(k, a)| {
+            let mut f = admissibility_failures(k, &plan.request);
+            f.extend(gate_failures(a, policy));
+            f
+        })
         .collect();
     let groups = plan.lower();
     if failures.is_empty() {
@@ -341,11 +421,7 @@ pub fn gate_plan(plan: &ExecutionPlan) -> Result<AcceptedGraphPlan, RejectedPlan
             .kernels
             .iter()
             .zip(audits)
-            .map(|(k, a)| AcceptedKernel {
-                entry: Arc::clone(&k.entry),
-                audit: a,
-                policy: policy.clone(),
-            })
+            .map(|(k, a)| accepted(&k.entry, a, policy))
             .collect();
         Ok(AcceptedGraphPlan { kernels, groups })
     } else {

@@ -205,6 +205,25 @@ pub fn refusal(
     availability: &Availability,
 ) -> Option<Refusal> {
     let c = &entry.capsule;
+    if let Some(r) = request_refusal(c, request) {
+        return Some(r);
+    }
+    if !availability.has_provider(c.provider, c.device) {
+        return Some(Refusal::NotAvailable {
+            provider: c.provider,
+            device: c.device,
+        });
+    }
+    None
+}
+
+/// The reasons of [`refusal`] that depend only on the capsule and the request (not on the
+/// target): the gate re-checks them for every planned kernel, so that a hand-edited plan
+/// cannot pass.
+pub fn request_refusal(
+    c: &super::capsule::KernelCapsule,
+    request: &PlanRequest,
+) -> Option<Refusal> {
     if !c.supports_forward {
         return Some(Refusal::ForwardNotSupported);
     }
@@ -248,12 +267,6 @@ pub fn refusal(
         return Some(Refusal::TrustLevelNotAllowed {
             level: c.trust_level,
             policy: request.policy.name.clone(),
-        });
-    }
-    if !availability.has_provider(c.provider, c.device) {
-        return Some(Refusal::NotAvailable {
-            provider: c.provider,
-            device: c.device,
         });
     }
     None

@@ -3,12 +3,14 @@
 //! Registration rejects: a descriptor whose claim belongs in another slot (a value claim in the
 //! shape field), a claim about another op, a VJP claim naming a mode other than the capsule's,
 //! a duplicate capsule name, a declared trust level its evidence does not support, and theorem
-//! evidence whose certificate was issued for another claim or another kernel.
+//! evidence whose certificate was issued for another claim or does not cover every kernel the
+//! binding carries, and evidence that cites nothing (an empty test list, a checker without
+//! mutation tests). Bindings are opaque here: only their kernel identities are read.
 
 use super::capsule::{Evidence, KernelCapsule, Obligation};
+use super::identity::Binding;
 use super::vocab::{EvidenceKind, TrustLevel, VjpMode};
 use crate::graph::OpKind;
-use crate::runtime::kernel::KernelBinding;
 use std::sync::Arc;
 use thiserror::Error;
 
@@ -51,13 +53,19 @@ pub enum RegistryError {
     NoForward { capsule: String },
     #[error("capsule `{capsule}`: vjp mode `{mode}` needs a bound VJP kernel")]
     MissingVjpKernel { capsule: String, mode: VjpMode },
+    #[error("capsule `{capsule}`: the {slot} evidence is {reason}, which backs nothing")]
+    EmptyEvidence {
+        capsule: String,
+        slot: &'static str,
+        reason: &'static str,
+    },
 }
 
 /// A capsule with the kernels bound to it.
 #[derive(Debug)]
 pub struct RegisteredCapsule {
     pub capsule: KernelCapsule,
-    pub(crate) binding: KernelBinding,
+    pub(crate) binding: Box<dyn Binding>,
 }
 
 /// The evidence kinds a declared trust level may rest on.
@@ -80,8 +88,12 @@ pub fn trust_supports(level: TrustLevel, evidence: EvidenceKind) -> bool {
 }
 
 /// Validates one capsule against its bound kernels.
-pub fn validate(capsule: &KernelCapsule, binding: &KernelBinding) -> Result<(), RegistryError> {
+pub fn validate(capsule: &KernelCapsule, binding: &dyn Binding) -> Result<(), RegistryError> {
     let name = || capsule.name.clone();
+    let kernel_ids = binding.kernel_ids();
+    let has_vjp = kernel_ids
+        .iter()
+        .any(|k| k.slot() == super::identity::KernelSlot::Vjp);
     if !capsule.supports_forward {
         return Err(RegistryError::NoForward { capsule: name() });
     }
@@ -112,8 +124,15 @@ pub fn validate(capsule: &KernelCapsule, binding: &KernelBinding) -> Result<(), 
                 });
             }
         }
+        if let Some(reason) = d.evidence.emptiness() {
+            return Err(RegistryError::EmptyEvidence {
+                capsule: name(),
+                slot: slot.label(),
+                reason,
+            });
+        }
         if let Evidence::Theorem { certificate, .. } = &d.evidence {
-            if certificate.claim() != &d.claim || !certificate.covers(binding) {
+            if certificate.claim() != &d.claim || !certificate.covers(&kernel_ids) {
                 return Err(RegistryError::CertificateMismatch {
                     capsule: name(),
                     slot: slot.label(),
@@ -135,7 +154,7 @@ pub fn validate(capsule: &KernelCapsule, binding: &KernelBinding) -> Result<(), 
         capsule.vjp_mode,
         VjpMode::TorchleanTape | VjpMode::BackendVjp
     ) && capsule.op.differentiable()
-        && binding.vjp.is_none()
+        && !has_vjp
     {
         return Err(RegistryError::MissingVjpKernel {
             capsule: name(),
@@ -160,7 +179,7 @@ impl Registry {
     pub fn register(
         &mut self,
         capsule: KernelCapsule,
-        binding: KernelBinding,
+        binding: impl Binding,
     ) -> Result<(), RegistryError> {
         if self.entries.iter().any(|e| e.capsule.name == capsule.name) {
             return Err(RegistryError::Duplicate {
@@ -168,8 +187,10 @@ impl Registry {
             });
         }
         validate(&capsule, &binding)?;
-        self.entries
-            .push(Arc::new(RegisteredCapsule { capsule, binding }));
+        self.entries.push(Arc::new(RegisteredCapsule {
+            capsule,
+            binding: Box::new(binding),
+        }));
         Ok(())
     }
 

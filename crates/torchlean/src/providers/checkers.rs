@@ -1,31 +1,51 @@
-//! Executable replay checkers, run on every call of the kernels whose capsules cite them.
+//! Executable replay checkers, which the runtime runs after every call of the kernels whose
+//! capsules cite them (see `backend::guard`).
 //!
 //! `canonical_layout` — claim: the kernel's result is a canonical row-major tensor of the
-//! shape the spec's shape rule assigns. Soundness: the checker compares the result's shape
-//! with `spec::infer_shape` of the actual input shapes and verifies the result is contiguous
-//! with offset 0 and exactly `numel(shape)` elements of storage, so acceptance implies the
-//! claim for this call (no float assumptions are involved: the check is on integers).
-//! Mutation tests in tests/trust.rs feed it results of a wrong shape and of a non-canonical
-//! layout and expect rejection.
+//! shape the spec's shape rule assigns (forward: the output, of `spec::infer_shape` of the
+//! call's actual input shapes; VJP: each returned gradient, of its input's shape).
+//! Soundness: the checker recomputes the expected shape from this call's inputs and verifies
+//! the result has exactly that shape, a dense row-major layout from offset 0 and exactly
+//! `numel(shape)` elements of storage, so acceptance implies the claim for this call (an
+//! integer check: no float assumptions). It runs on what the kernel *returned*, after the
+//! kernel: a kernel that returns a view, a wrong shape or a short buffer is rejected (mutation
+//! tests in tests/trust.rs).
 
-use crate::error::{Error, Result};
+use crate::backend::{Call, Operand};
 use crate::graph::Op;
-use crate::spec::numel;
-use crate::tensor::Tensor;
+use crate::spec::{contiguous_strides, infer_shape, numel};
 
-/// Checks that `result` is canonical row-major with exactly `expected_shape`.
-pub fn canonical_layout(op: &Op, result: &Tensor, expected_shape: &[usize]) -> Result<()> {
-    let l = result.layout();
-    let canonical = l.shape == expected_shape
-        && l.offset == 0
-        && result.is_contiguous()
-        && result.storage_len() == numel(expected_shape);
-    if canonical {
+fn canonical(what: &str, o: &Operand, expected: &[usize]) -> Result<(), String> {
+    let dense_strides = match o.strides {
+        None => true,
+        Some(s) => expected
+            .iter()
+            .zip(s)
+            .zip(contiguous_strides(expected))
+            .all(|((&d, &s), c)| d <= 1 || s == c),
+    };
+    if o.shape == expected && o.offset == 0 && dense_strides && o.storage.len() == numel(expected) {
         Ok(())
     } else {
-        Err(Error::Other(format!(
-            "checker canonical_layout rejected op `{}`: result has shape {:?} strides {:?} offset {} over {} stored elements; expected a canonical row-major tensor of shape {:?}",
-            op.name(), l.shape, l.strides, l.offset, result.storage_len(), expected_shape
-        )))
+        Err(format!(
+            "{what} has shape {:?} strides {:?} offset {} over {} stored elements; expected a canonical row-major tensor of shape {expected:?}",
+            o.shape, o.strides, o.offset, o.storage.len()
+        ))
     }
+}
+
+/// Checks that the call's result (output, or each gradient of a VJP call) is canonical
+/// row-major with the shape the spec assigns.
+pub fn canonical_layout(op: &Op, call: &Call) -> Result<(), String> {
+    if call.cotangent.is_some() {
+        for (i, (g, x)) in call.grads.iter().zip(call.inputs).enumerate() {
+            if let Some(g) = g {
+                canonical(&format!("gradient {i}"), g, x.shape)?;
+            }
+        }
+        return Ok(());
+    }
+    let shapes: Vec<&[usize]> = call.inputs.iter().map(|o| o.shape).collect();
+    let expected = infer_shape(op, &shapes).map_err(|e| e.to_string())?;
+    canonical("result", &call.output, &expected)
 }

@@ -134,12 +134,7 @@ pub fn vjp(
 }
 
 pub fn binding() -> KernelBinding {
-    KernelBinding {
-        in_place: None,
-        dense: None,
-        forward,
-        vjp: Some(vjp),
-    }
+    KernelBinding::new("torchlean", forward, Some(vjp))
 }
 
 /// The composition capsule of one op.
@@ -163,15 +158,15 @@ pub fn capsule(op: OpKind) -> KernelCapsule {
             shape_claim(op),
             "inputs validated with spec::infer_shape before composing",
             Evidence::RuntimeGuard {
-                guard: "src/providers/native_cpu/guard.rs::output_shape".into(),
+                guard: crate::guard!(guard::shape_rule),
             },
             here("forward"),
         ),
         layout_contract: descriptor(
             layout_claim(op),
-            "parts read inputs row-major; the result is made contiguous",
+            "inputs are host tensors whose layouts stay inside their storage; parts read them row-major; the result is made contiguous",
             Evidence::RuntimeGuard {
-                guard: "src/providers/native_cpu/guard.rs::row_major_inputs".into(),
+                guard: crate::guard!(guard::host_inputs_in_bounds),
             },
             here("forward"),
         ),

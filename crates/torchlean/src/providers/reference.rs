@@ -2,14 +2,15 @@
 //!
 //! Its forward kernel is [`spec_forward_f32`] and its VJP kernel [`spec_vjp_f32`] for every
 //! op: an adapter that materializes the inputs row-major, calls `spec::forward` /
-//! `spec::vjp` at f32, and runs the `canonical_layout` checker on every result. Because the
-//! bound kernels *are* the spec functions, `backend::proof` issues theorem certificates for
-//! shape, value and VJP refinement; layout is discharged by the checker on every call.
+//! `spec::vjp` at f32. Because the bound kernels *are* the spec functions (a binding made by
+//! `KernelBinding::spec_instantiation`, whose identities only `backend::proof` mints),
+//! `backend::proof` issues theorem certificates for shape, value and VJP refinement; layout
+//! is discharged by the `canonical_layout` checker, which the runtime runs on what the kernel
+//! returned, after every call.
 
 use super::capsules::{descriptor, layout_claim, shape_claim, spec_name, value_claim, vjp_claim};
-use super::checkers::canonical_layout;
 use crate::backend::{
-    proof, Device, Evidence, KernelCapsule, Provenance, Provider, Registry, RegistryError,
+    proof, Binding, Device, Evidence, KernelCapsule, Provenance, Provider, Registry, RegistryError,
     RuntimeSupport, TrustLevel, VjpMode,
 };
 use crate::error::Result;
@@ -21,23 +22,19 @@ use crate::tensor::Tensor;
 fn to_array(t: &Tensor) -> Array<f32> {
     Array {
         shape: t.shape().to_vec(),
-        data: t.to_vec(),
+        data: t.host_data().into_owned(),
     }
 }
 
-fn to_checked_tensor(op: &Op, a: Array<f32>, expected: &[usize]) -> Result<Tensor> {
-    let t = Tensor::from_vec(a.data, &a.shape)?;
-    canonical_layout(op, &t, expected)?;
-    Ok(t)
+fn to_tensor(a: Array<f32>) -> Result<Tensor> {
+    Tensor::from_vec(a.data, &a.shape)
 }
 
 /// The spec's forward at f32 (the reference forward kernel for every op).
 pub fn spec_forward_f32(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
     let arrays: Vec<Array<f32>> = inputs.iter().map(|t| to_array(t)).collect();
     let refs: Vec<&Array<f32>> = arrays.iter().collect();
-    let shapes: Vec<&[usize]> = inputs.iter().map(|t| t.shape()).collect();
-    let expected = spec::infer_shape(op, &shapes)?;
-    to_checked_tensor(op, spec::forward(op, &refs)?, &expected)
+    to_tensor(spec::forward(op, &refs)?)
 }
 
 /// The spec's VJP at f32 (the reference VJP kernel for every op).
@@ -53,29 +50,23 @@ pub fn spec_vjp_f32(
     let grads = spec::vjp(op, &refs, &to_array(output), &to_array(grad_out))?;
     grads
         .into_iter()
-        .zip(inputs)
-        .map(|(g, x)| g.map(|g| to_checked_tensor(op, g, x.shape())).transpose())
+        .map(|g| g.map(to_tensor).transpose())
         .collect()
 }
 
 /// The binding shared by every reference capsule.
 pub fn binding() -> KernelBinding {
-    KernelBinding {
-        in_place: None,
-        dense: None,
-        forward: spec_forward_f32,
-        vjp: Some(spec_vjp_f32),
-    }
+    KernelBinding::spec_instantiation(spec_forward_f32, spec_vjp_f32)
 }
 
 /// The reference capsule of one op.
 pub fn capsule(op: OpKind) -> KernelCapsule {
-    let b = binding();
+    let kernels = binding().kernel_ids();
     let here = |sym: &str| Provenance::source("crates/torchlean/src/providers/reference.rs", sym);
     let theorem = |claim, statement: &str| -> Evidence {
         // the binding is the spec instantiation, so the certificate is always issued
-        let certificate =
-            proof::certify_spec_instantiation(claim, &b).expect("reference binding is the spec");
+        let certificate = proof::certify_spec_instantiation(claim, &kernels)
+            .expect("reference binding is the spec");
         Evidence::Theorem {
             statement: statement.to_string(),
             certificate,
@@ -108,9 +99,9 @@ pub fn capsule(op: OpKind) -> KernelCapsule {
         shape_contract: descriptor(shape_claim(op), "output shape is spec::infer_shape of the inputs", theorem(shape_claim(op), "the kernel applies spec::infer_shape"), here("spec_forward_f32")),
         layout_contract: descriptor(
             layout_claim(op),
-            "inputs are materialized row-major; every result is checked canonical",
+            "inputs are materialized row-major; the runtime checks every result canonical, of the spec's shape",
             Evidence::Checker {
-                checker: "src/providers/checkers.rs::canonical_layout".into(),
+                checker: crate::checker!(super::checkers::canonical_layout),
                 soundness: "accepted => result is contiguous, offset 0, exactly numel(spec shape) elements (integer check, no float assumptions)".into(),
                 mutation_tests: vec![
                     "tests/trust.rs::layout_checker_rejects_wrong_shape".into(),

@@ -293,16 +293,10 @@ impl Tensor {
             let Some(g) = pending.remove(&t.id()) else {
                 continue;
             };
-            let vjp = node.kernel.binding().vjp.ok_or_else(|| {
-                Error::Autograd(format!(
-                    "capsule `{}` for op `{}` has no VJP kernel",
-                    node.capsule(),
-                    node.op.name()
-                ))
-            })?;
             let inputs: Vec<&Tensor> = node.inputs.iter().collect();
             let needs: Vec<bool> = node.inputs.iter().map(|t| t.is_tracked()).collect();
-            let input_grads = vjp(&node.op, &inputs, &node.output, &g, &needs)?;
+            let input_grads =
+                super::guarded::run_vjp(&node.kernel, &node.op, &inputs, &node.output, &g, &needs)?;
             for (input, gi) in node.inputs.iter().zip(input_grads) {
                 let Some(gi) = gi else { continue };
                 if !input.is_tracked() {

@@ -8,6 +8,8 @@
 //! for the one cotangent it needs). Memory: the liveness of every value is computed once;
 //! a value is released right after its last use, so the peak is the plan's, not the graph's.
 
+use super::guarded;
+use crate::backend::Phase;
 use crate::backend::{
     gate_plan, plan_op, AcceptedGraphPlan, Availability, BackendProfile, BackendReport,
     ExecutionMode, ExecutionPlan, PlanRequest, PlannedKernel, PlanningError, RejectedPlan, Target,
@@ -85,10 +87,19 @@ fn vjp_siblings(graph: &Graph) -> Vec<Vec<(usize, usize)>> {
 }
 
 impl CompiledGraph {
-    /// Validates, plans, lowers and gates `graph` under `profile`.
+    /// Validates, plans, lowers and gates `graph` under `profile` over the standard registry.
     pub fn compile(
         graph: Graph,
         profile: &BackendProfile,
+    ) -> std::result::Result<CompiledGraph, CompileError> {
+        Self::compile_with_registry(graph, profile, super::session::standard_registry())
+    }
+
+    /// [`CompiledGraph::compile`] over a custom registry.
+    pub fn compile_with_registry(
+        graph: Graph,
+        profile: &BackendProfile,
+        registry: &crate::backend::Registry,
     ) -> std::result::Result<CompiledGraph, CompileError> {
         graph.validate()?;
         // lowering: elementwise fusion (a fused node gets its own capsule when planned)
@@ -105,7 +116,6 @@ impl CompiledGraph {
             mode: ExecutionMode::Compiled,
         };
         let availability = Availability::declared(&Target::host());
-        let registry = super::session::standard_registry();
         let mut by_kind: HashMap<OpKind, PlannedKernel> = HashMap::new();
         let mut errors = vec![];
         let mut kernels = vec![];
@@ -290,7 +300,7 @@ impl CompiledGraph {
     /// (no lookups by name on the dense path).
     pub fn run_ordered(&self, values: Vec<Tensor>) -> Result<Vec<(String, Tensor)>> {
         match &self.dense {
-            Some(dense) => dense.run_ordered(values),
+            Some(dense) => dense.run_ordered(self.plan.kernels(), values),
             None => {
                 let names = self.external_names();
                 self.run(|name| {
@@ -305,7 +315,7 @@ impl CompiledGraph {
     /// order.
     pub fn run_ordered_outputs(&self, values: Vec<Tensor>) -> Result<Vec<Tensor>> {
         match &self.dense {
-            Some(dense) => dense.run_outputs(values),
+            Some(dense) => dense.run_outputs(self.plan.kernels(), values),
             None => Ok(self
                 .run_ordered(values)?
                 .into_iter()
@@ -364,10 +374,13 @@ impl CompiledGraph {
                     // invariant: `compile` assigns a kernel to every op and vjp node or fails
                     let k = &kernels[self.kernel_of[n.id]
                         .expect("every op node has a kernel (compile checked)")];
-                    match (k.binding().in_place, n.parents.as_slice()) {
+                    let binding = super::kernel::cpu_binding(k)?;
+                    // a checker replays the call on its inputs: those must survive it
+                    let checked = !k.checkers(Phase::Forward).is_empty();
+                    match (binding.in_place(), n.parents.as_slice()) {
                         // in place: the one input dies here, so its buffer may be overwritten
                         (Some(in_place), &[p])
-                            if self.consumable[p] && self.last_use[p] == n.id =>
+                            if self.consumable[p] && self.last_use[p] == n.id && !checked =>
                         {
                             let input = slots[p].take().ok_or_else(|| {
                                 Error::Other(format!(
@@ -375,12 +388,13 @@ impl CompiledGraph {
                                     n.id
                                 ))
                             })?;
+                            guarded::guard_tensors(k, Phase::Forward, op, &[&input])?;
                             in_place(op, input)?
                         }
                         _ => {
                             let inputs: Vec<&Tensor> =
                                 n.parents.iter().map(|&p| get(p)).collect::<Result<_>>()?;
-                            (k.binding().forward)(op, &inputs)?
+                            guarded::run_forward(k, op, &inputs)?
                         }
                     }
                 }
@@ -388,16 +402,13 @@ impl CompiledGraph {
                     // invariant: `compile` assigns a kernel to every op and vjp node or fails
                     let k = &kernels[self.kernel_of[n.id]
                         .expect("every vjp node has a kernel (compile checked)")];
-                    let vjp = k.binding().vjp.ok_or_else(|| {
-                        Error::Autograd(format!("capsule `{}` has no VJP kernel", k.capsule().name))
-                    })?;
                     let all: Vec<&Tensor> =
                         n.parents.iter().map(|&p| get(p)).collect::<Result<_>>()?;
                     let m = all.len() - 2;
                     let group = &self.siblings[n.id];
                     let needs: Vec<bool> =
                         (0..m).map(|i| group.iter().any(|&(_, j)| j == i)).collect();
-                    let mut grads = vjp(op, &all[..m], all[m], all[m + 1], &needs)?;
+                    let mut grads = guarded::run_vjp(k, op, &all[..m], all[m], all[m + 1], &needs)?;
                     let mut take = |i: usize, shape: &[usize]| -> Result<Tensor> {
                         match grads.get_mut(i).and_then(Option::take) {
                             Some(g) => Ok(g),

@@ -17,8 +17,9 @@
 //! executor's, so results are bit-identical to it.
 
 use super::buffers::PoolStats;
+use super::guarded;
 use super::kernel::{Dense, ForwardIntoKernel, InPlaceIntoKernel, VjpIntoKernel};
-use crate::backend::AcceptedKernel;
+use crate::backend::{AcceptedKernel, Call, Phase};
 use crate::error::{Error, Result};
 use crate::graph::{Graph, NodeKind, Op};
 use crate::tensor::Tensor;
@@ -42,18 +43,23 @@ enum Home {
 enum Step {
     Forward {
         op: Op,
+        /// Index of the accepted kernel (its guards and checkers run around the step).
+        accepted: usize,
+        node: usize,
         kernel: ForwardIntoKernel,
         inputs: Vec<usize>,
         out: usize,
     },
     InPlace {
         op: Op,
+        accepted: usize,
         node: usize,
         kernel: InPlaceIntoKernel,
         buf: usize,
     },
     Vjp {
         op: Op,
+        accepted: usize,
         kernel: VjpIntoKernel,
         /// The op node's inputs, then its output, then the cotangent (node ids).
         operands: Vec<usize>,
@@ -146,6 +152,9 @@ impl DensePlan {
                 }
                 NodeKind::Op { op } => {
                     let dense = dense_of(kernels, kernel_of, id)?;
+                    let accepted = kernel_index(kernel_of, id)?;
+                    // a checker replays the call on its inputs: those must survive it
+                    let checked = !kernels[accepted].checkers(Phase::Forward).is_empty();
                     if node.parents.len() > MAX_INPUTS {
                         return Err(format!(
                             "node {id} has {} inputs (a dense step passes at most {MAX_INPUTS})",
@@ -153,7 +162,7 @@ impl DensePlan {
                         ));
                     }
                     let in_place = match (dense.in_place_into, node.parents.as_slice()) {
-                        (Some(k), &[p]) if last_use[p] == id => match home[p] {
+                        (Some(k), &[p]) if last_use[p] == id && !checked => match home[p] {
                             Some(Home::Buffer(b)) => Some((k, b, p)),
                             _ => None,
                         },
@@ -165,6 +174,7 @@ impl DensePlan {
                             home[id] = Some(Home::Buffer(buf));
                             steps.push(Step::InPlace {
                                 op: op.clone(),
+                                accepted,
                                 node: id,
                                 kernel,
                                 buf,
@@ -175,6 +185,8 @@ impl DensePlan {
                             home[id] = Some(Home::Buffer(out));
                             steps.push(Step::Forward {
                                 op: op.clone(),
+                                accepted,
+                                node: id,
                                 kernel: dense.forward_into,
                                 inputs: node.parents.clone(),
                                 out,
@@ -208,6 +220,7 @@ impl DensePlan {
                         }
                         steps.push(Step::Vjp {
                             op: op.clone(),
+                            accepted: kernel_index(kernel_of, id)?,
                             kernel,
                             operands: node.parents.clone(),
                             outs,
@@ -276,8 +289,12 @@ impl DensePlan {
 
     /// Runs the steps; `ext[k]` is the value of the graph's k-th input, parameter or
     /// constant node (in node order); each must have its declared shape.
-    pub(crate) fn run_ordered(&self, ext: Vec<Tensor>) -> Result<Vec<(String, Tensor)>> {
-        let outs = self.run_outputs(ext)?;
+    pub(crate) fn run_ordered(
+        &self,
+        kernels: &[AcceptedKernel],
+        ext: Vec<Tensor>,
+    ) -> Result<Vec<(String, Tensor)>> {
+        let outs = self.run_outputs(kernels, ext)?;
         Ok(self
             .outputs
             .iter()
@@ -287,7 +304,13 @@ impl DensePlan {
     }
 
     /// [`DensePlan::run_ordered`], returning the outputs in the graph's output order, unnamed.
-    pub(crate) fn run_outputs(&self, ext: Vec<Tensor>) -> Result<Vec<Tensor>> {
+    /// `kernels` are the accepted kernels the plan was built from (their guards and checkers
+    /// run around every step).
+    pub(crate) fn run_outputs(
+        &self,
+        kernels: &[AcceptedKernel],
+        ext: Vec<Tensor>,
+    ) -> Result<Vec<Tensor>> {
         if ext.len() != self.externals.len() {
             return Err(Error::Other(format!(
                 "the graph reads {} inputs, parameters and constants; {} were supplied",
@@ -304,7 +327,7 @@ impl DensePlan {
                 )));
             }
         }
-        let ext_data: Vec<Cow<[f32]>> = ext.iter().map(|t| t.data()).collect();
+        let ext_data: Vec<Cow<[f32]>> = ext.iter().map(|t| t.host_data()).collect();
         let mut guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let state = &mut *guard;
         state.buffers.resize_with(self.buffer_sizes.len(), Vec::new);
@@ -320,7 +343,7 @@ impl DensePlan {
             }
         }
         for step in &self.steps {
-            self.run_step(step, &mut state.buffers, &ext_data)?;
+            self.run_step(kernels, step, &mut state.buffers, &ext_data)?;
         }
         let mut out: Vec<Tensor> = Vec::with_capacity(self.outputs.len());
         for (k, (_, node)) in self.outputs.iter().enumerate() {
@@ -339,37 +362,79 @@ impl DensePlan {
         Ok(out)
     }
 
-    fn run_step(&self, step: &Step, buffers: &mut [Vec<f32>], ext: &[Cow<[f32]>]) -> Result<()> {
+    fn run_step(
+        &self,
+        kernels: &[AcceptedKernel],
+        step: &Step,
+        buffers: &mut [Vec<f32>],
+        ext: &[Cow<[f32]>],
+    ) -> Result<()> {
         match step {
             Step::InPlace {
                 op,
+                accepted,
                 node,
                 kernel,
                 buf,
-            } => kernel(op, &self.shapes[*node], &mut buffers[*buf]),
+            } => {
+                let k = &kernels[*accepted];
+                let shape = &self.shapes[*node];
+                guarded::guard(
+                    k,
+                    Phase::Forward,
+                    op,
+                    &[guarded::dense_operand(&buffers[*buf], shape)],
+                )?;
+                // (no checkers here: a kernel with checkers never runs in place)
+                kernel(op, shape, &mut buffers[*buf])
+            }
             Step::Forward {
                 op,
+                accepted,
+                node,
                 kernel,
                 inputs,
                 out,
             } => {
+                let k = &kernels[*accepted];
                 let mut target = std::mem::take(&mut buffers[*out]);
                 let result = {
                     let mut xs = [Dense::EMPTY; MAX_INPUTS];
                     for (slot, &p) in xs.iter_mut().zip(inputs) {
                         *slot = self.view(p, buffers, ext);
                     }
-                    kernel(op, &xs[..inputs.len()], &mut target)
+                    let xs = &xs[..inputs.len()];
+                    let mut operands = [guarded::dense_operand(&[], &[]); MAX_INPUTS];
+                    for (o, d) in operands.iter_mut().zip(xs) {
+                        *o = guarded::dense_operand(d.data, d.shape);
+                    }
+                    let operands = &operands[..inputs.len()];
+                    guarded::guard(k, Phase::Forward, op, operands)
+                        .and_then(|()| kernel(op, xs, &mut target))
+                        .and_then(|()| {
+                            if k.checkers(Phase::Forward).is_empty() {
+                                return Ok(());
+                            }
+                            let call = Call {
+                                inputs: operands,
+                                output: guarded::dense_operand(&target, &self.shapes[*node]),
+                                cotangent: None,
+                                grads: &[],
+                            };
+                            guarded::check(k, Phase::Forward, op, &call)
+                        })
                 };
                 buffers[*out] = target;
                 result
             }
             Step::Vjp {
                 op,
+                accepted,
                 kernel,
                 operands,
                 outs,
             } => {
+                let k = &kernels[*accepted];
                 let m = outs.len();
                 let mut targets: [Vec<f32>; MAX_INPUTS] = Default::default();
                 for (t, o) in targets.iter_mut().zip(outs) {
@@ -384,13 +449,39 @@ impl DensePlan {
                     }
                     let y = self.view(operands[m], buffers, ext);
                     let g = self.view(operands[m + 1], buffers, ext);
+                    let mut ins = [guarded::dense_operand(&[], &[]); MAX_INPUTS];
+                    for (o, d) in ins.iter_mut().zip(&xs[..m]) {
+                        *o = guarded::dense_operand(d.data, d.shape);
+                    }
+                    guarded::guard(k, Phase::Vjp, op, &ins[..m])?;
                     let mut dst: [Option<&mut [f32]>; MAX_INPUTS] = Default::default();
                     for ((d, t), o) in dst.iter_mut().zip(targets.iter_mut()).zip(outs) {
                         if o.is_some() {
                             *d = Some(t.as_mut_slice());
                         }
                     }
-                    kernel(op, &xs[..m], y, g, &mut dst[..m])
+                    kernel(op, &xs[..m], y, g, &mut dst[..m]).and_then(|()| {
+                        if k.checkers(Phase::Vjp).is_empty() {
+                            return Ok(());
+                        }
+                        let mut grads = [None; MAX_INPUTS];
+                        for ((gr, t), (o, x)) in grads
+                            .iter_mut()
+                            .zip(targets.iter())
+                            .zip(outs.iter().zip(&xs[..m]))
+                        {
+                            if o.is_some() {
+                                *gr = Some(guarded::dense_operand(t, x.shape));
+                            }
+                        }
+                        let call = Call {
+                            inputs: &ins[..m],
+                            output: guarded::dense_operand(y.data, y.shape),
+                            cotangent: Some(guarded::dense_operand(g.data, g.shape)),
+                            grads: &grads[..m],
+                        };
+                        guarded::check(k, Phase::Vjp, op, &call)
+                    })
                 };
                 for (t, o) in targets.into_iter().zip(outs) {
                     if let Some(b) = o {
@@ -422,14 +513,20 @@ fn capsule_of(kernels: &[AcceptedKernel], kernel_of: &[Option<usize>], id: usize
         .unwrap_or_else(|| "?".into())
 }
 
+/// The index of node `id`'s accepted kernel.
+fn kernel_index(kernel_of: &[Option<usize>], id: usize) -> std::result::Result<usize, String> {
+    kernel_of[id].ok_or_else(|| format!("node {id} has no accepted kernel"))
+}
+
 /// The destination-passing kernels of node `id`'s accepted capsule.
 fn dense_of(
     kernels: &[AcceptedKernel],
     kernel_of: &[Option<usize>],
     id: usize,
 ) -> std::result::Result<super::kernel::DenseKernels, String> {
-    let k = kernel_of[id].ok_or_else(|| format!("node {id} has no accepted kernel"))?;
-    kernels[k].binding().dense.ok_or_else(|| {
+    let k = kernel_index(kernel_of, id)?;
+    let binding = super::kernel::cpu_binding(&kernels[k]).map_err(|e| e.to_string())?;
+    binding.dense().ok_or_else(|| {
         format!(
             "capsule `{}` has no destination-passing kernels",
             kernels[k].capsule().name

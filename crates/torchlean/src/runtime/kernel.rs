@@ -13,6 +13,7 @@
 //! kernels compute (the native provider implements the tensor kernels on top of them, and the
 //! conformance harness runs them on stale, garbage-filled buffers).
 
+use crate::backend::{Binding, KernelId, KernelSlot};
 use crate::error::Result;
 use crate::graph::Op;
 use crate::tensor::Tensor;
@@ -51,7 +52,7 @@ pub type VjpIntoKernel = fn(&Op, &[Dense], Dense, Dense, &mut [Option<&mut [f32]
 /// Computes a one-input op over its input's buffer, in place.
 pub type InPlaceIntoKernel = fn(&Op, &[usize], &mut [f32]) -> Result<()>;
 
-/// The destination-passing kernels of a capsule (all three, or none).
+/// The destination-passing kernels of a capsule.
 #[derive(Clone, Copy)]
 pub struct DenseKernels {
     pub forward_into: ForwardIntoKernel,
@@ -61,25 +62,130 @@ pub struct DenseKernels {
     pub in_place_into: Option<InPlaceIntoKernel>,
 }
 
-/// The kernels bound to one capsule.
+/// The kernels bound to one capsule, each with its identity ([`KernelId`]).
+///
+/// Fields are private: a binding is built by [`KernelBinding::new`] (every kernel gets an
+/// ordinary identity of the caller's family) and extended with [`KernelBinding::with_in_place`]
+/// and [`KernelBinding::with_dense`]; only `providers/reference.rs` calls the crate-private
+/// [`KernelBinding::spec_instantiation`], whose identities `backend::proof` certifies. So no
+/// public path pairs a certified identity with another function, and any kernel added to a
+/// certified binding carries an identity no certificate covers.
 #[derive(Clone, Copy)]
 pub struct KernelBinding {
-    pub forward: ForwardKernel,
-    pub vjp: Option<VjpKernel>,
-    /// Optional in-place variant, used by the compiled executor where the input's last use is
-    /// this op.
-    pub in_place: Option<InPlaceKernel>,
-    /// Optional destination-passing variants (see the module documentation).
-    pub dense: Option<DenseKernels>,
+    family: &'static str,
+    forward: ForwardKernel,
+    vjp: Option<VjpKernel>,
+    in_place: Option<InPlaceKernel>,
+    dense: Option<DenseKernels>,
+    construction_spec: bool,
+}
+
+impl KernelBinding {
+    /// A binding of `forward` (and `vjp`) under kernel family `family` (e.g. `native_cpu`).
+    pub fn new(family: &'static str, forward: ForwardKernel, vjp: Option<VjpKernel>) -> Self {
+        KernelBinding {
+            family,
+            forward,
+            vjp,
+            in_place: None,
+            dense: None,
+            construction_spec: false,
+        }
+    }
+
+    /// The reference provider's binding: the spec at f32 (identities minted by
+    /// `backend::proof`). Crate-private; its one caller is `providers/reference.rs`.
+    pub(crate) fn spec_instantiation(forward: ForwardKernel, vjp: VjpKernel) -> Self {
+        KernelBinding {
+            family: "reference",
+            forward,
+            vjp: Some(vjp),
+            in_place: None,
+            dense: None,
+            construction_spec: true,
+        }
+    }
+
+    /// Adds an in-place variant (its identity is an ordinary one).
+    pub fn with_in_place(mut self, in_place: InPlaceKernel) -> Self {
+        self.in_place = Some(in_place);
+        self
+    }
+
+    /// Adds destination-passing variants (their identities are ordinary ones).
+    pub fn with_dense(mut self, dense: Option<DenseKernels>) -> Self {
+        self.dense = dense;
+        self
+    }
+
+    pub fn forward(&self) -> ForwardKernel {
+        self.forward
+    }
+    pub fn vjp(&self) -> Option<VjpKernel> {
+        self.vjp
+    }
+    pub fn in_place(&self) -> Option<InPlaceKernel> {
+        self.in_place
+    }
+    pub fn dense(&self) -> Option<DenseKernels> {
+        self.dense
+    }
+
+    fn id(&self, slot: KernelSlot) -> KernelId {
+        // only the forward and VJP kernels of `spec_instantiation` are the spec; variants
+        // added later never are
+        let spec = self.construction_spec && matches!(slot, KernelSlot::Forward | KernelSlot::Vjp);
+        if spec {
+            crate::backend::proof::spec_instantiation_id(slot)
+        } else {
+            KernelId::new(self.family, slot)
+        }
+    }
+}
+
+impl Binding for KernelBinding {
+    fn kernel_ids(&self) -> Vec<KernelId> {
+        let mut ids = vec![self.id(KernelSlot::Forward)];
+        if self.vjp.is_some() {
+            ids.push(self.id(KernelSlot::Vjp));
+        }
+        if self.in_place.is_some() {
+            ids.push(self.id(KernelSlot::InPlace));
+        }
+        if let Some(d) = &self.dense {
+            ids.push(self.id(KernelSlot::ForwardInto));
+            if d.vjp_into.is_some() {
+                ids.push(self.id(KernelSlot::VjpInto));
+            }
+            if d.in_place_into.is_some() {
+                ids.push(self.id(KernelSlot::InPlaceInto));
+            }
+        }
+        ids
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
 }
 
 impl std::fmt::Debug for KernelBinding {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "KernelBinding {{ forward: {:#x}, vjp: {} }}",
-            self.forward as usize,
-            if self.vjp.is_some() { "bound" } else { "none" }
-        )
+        let ids: Vec<String> = self.kernel_ids().iter().map(|k| k.to_string()).collect();
+        write!(f, "KernelBinding {{ {} }}", ids.join(", "))
     }
+}
+
+/// The CPU runtime's binding of an accepted kernel (an error naming the capsule when the
+/// capsule was bound for another runtime).
+pub(crate) fn cpu_binding(k: &crate::backend::AcceptedKernel) -> Result<KernelBinding> {
+    k.binding()
+        .as_any()
+        .downcast_ref::<KernelBinding>()
+        .copied()
+        .ok_or_else(|| {
+            crate::error::Error::Other(format!(
+                "capsule `{}` is bound to kernels the CPU runtime cannot run",
+                k.capsule().name
+            ))
+        })
 }

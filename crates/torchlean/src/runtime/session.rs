@@ -85,7 +85,7 @@ impl Session {
         let request = self.request(recording);
         let planned = plan_op(&self.registry, kind, &request, &self.availability)
             .map_err(|e| Error::Planning(e.to_string()))?;
-        let accepted = gate_kernel(&planned, request.vjp, &request.policy).map_err(|r| {
+        let accepted = gate_kernel(&planned, &request).map_err(|r| {
             Error::Gate(format!(
                 "op `{}` rejected:\n  {}",
                 kind.name(),
@@ -176,17 +176,17 @@ pub fn apply(op: Op, inputs: &[&Tensor]) -> Result<Tensor> {
     let recording = kind.differentiable()
         && autograd::grad_enabled()
         && (inputs.iter().any(|t| t.is_tracked()) || autograd::capturing());
-    if !autograd::grad_enabled() && inputs.iter().any(|t| t.is_tracked()) {
+    if autograd::in_capture_model_code()
+        && !autograd::grad_enabled()
+        && inputs.iter().any(|t| t.is_tracked())
+    {
         // model code cutting a traced value from the tape while capturing (refused there)
         for t in inputs {
             super::capture::note_host_access(t, &format!("{} under no_grad", kind.name()));
         }
     }
     let (kernel, ran) = with_current(|s| s.accepted(kind, recording))?;
-    let out = {
-        let _kernel = autograd::KernelScope::enter();
-        (kernel.binding().forward)(&op, inputs)?
-    };
+    let out = super::guarded::run_forward(&kernel, &op, inputs)?;
     if !ran {
         with_current(|s| {
             if let Some(slot) = s.cache[kind.index() * 2 + recording as usize].as_mut() {

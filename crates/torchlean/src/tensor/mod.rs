@@ -131,9 +131,9 @@ impl Tensor {
         Arc::get_mut(&mut inner.storage).map(std::mem::take)
     }
 
-    /// Number of f32 elements in the underlying storage (views may see fewer).
-    pub(crate) fn storage_len(&self) -> usize {
-        self.0.storage.len()
+    /// The whole underlying storage (views address part of it through their layout).
+    pub(crate) fn storage_slice(&self) -> &[f32] {
+        &self.0.storage
     }
 
     /// Identity of this handle.

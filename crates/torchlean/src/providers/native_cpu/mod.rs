@@ -5,7 +5,8 @@
 //! threshold; results are deterministic run to run. View ops return views.
 //!
 //! Evidence (capsule module [`register`]): shape and layout by runtime guards
-//! ([`guard::output_shape`], [`guard::row_major_inputs`]) run on every call; value and VJP by
+//! ([`guard::shape_rule`], [`guard::host_inputs_in_bounds`]), which the runtime runs before
+//! every call (structural: the evidence holds the functions); value and VJP by
 //! the conformance harness (tests/conformance.rs), which compares every kernel with the f64
 //! spec on random inputs. Trust level: `checked`.
 
@@ -87,7 +88,7 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
         K::SpectralConv1d | K::SelectiveScan | K::ScaledDotProductAttention => {
             special::forward(op, inputs, &out_shape)
         }
-        _ => elementwise::unary_forward(op, &guard::row_major_inputs(inputs)[0]),
+        _ => elementwise::unary_forward(op, &inputs[0].host_data()),
     };
     Ok(tensor(data, out_shape))
 }
@@ -160,21 +161,13 @@ pub fn forward_in_place(op: &Op, mut input: Tensor) -> Result<Tensor> {
 
 /// The tensor kernels shared by every native CPU capsule.
 pub fn binding() -> KernelBinding {
-    KernelBinding {
-        in_place: Some(forward_in_place),
-        forward,
-        vjp: Some(vjp),
-        dense: None,
-    }
+    KernelBinding::new("native_cpu", forward, Some(vjp)).with_in_place(forward_in_place)
 }
 
 /// The binding of the native CPU capsule of `op`: the shared tensor kernels, plus the
 /// destination-passing ones where the op has them.
 pub fn binding_for(op: OpKind) -> KernelBinding {
-    KernelBinding {
-        dense: dense::kernels(op),
-        ..binding()
-    }
+    binding().with_dense(dense::kernels(op))
 }
 
 /// The destination-passing kernels of the native capsule of `op`, if any (for the
@@ -221,15 +214,15 @@ pub fn capsule(op: OpKind) -> KernelCapsule {
             shape_claim(op),
             "every call validates input shapes with spec::infer_shape",
             Evidence::RuntimeGuard {
-                guard: "src/providers/native_cpu/guard.rs::output_shape".into(),
+                guard: crate::guard!(guard::shape_rule),
             },
             here("forward"),
         ),
         layout_contract: descriptor(
             layout_claim(op),
-            "inputs of any strided layout are read in row-major order",
+            "every input is in host memory and its strided layout stays inside its storage; kernels read it in row-major order",
             Evidence::RuntimeGuard {
-                guard: "src/providers/native_cpu/guard.rs::row_major_inputs".into(),
+                guard: crate::guard!(guard::host_inputs_in_bounds),
             },
             here("forward"),
         ),
