@@ -1,4 +1,6 @@
-//! Shared test support: the conformance table (every op with inputs over several shapes).
+//! Shared test support: the conformance table (every op with inputs over several shapes), and
+//! its special-value rows (every non-random row again, its real-valued inputs sprinkled with
+//! NaN, ±inf, ±0 and subnormals).
 #![allow(dead_code)]
 
 use torchlean::graph::{
@@ -28,12 +30,31 @@ pub enum Gen {
 pub struct Case {
     pub op: Op,
     pub inputs: Vec<(Vec<usize>, Gen)>,
+    /// A special-value row: real-valued inputs (`Normal`, `Positive`, `Unit`) hold NaN, ±inf,
+    /// ±0 and subnormals among their ordinary values ([`draw_special`]).
+    pub special: bool,
 }
 
 impl Case {
     pub fn name(&self) -> String {
         let shapes: Vec<&Vec<usize>> = self.inputs.iter().map(|(s, _)| s).collect();
-        format!("{} {:?}", self.op.name(), shapes)
+        let tag = if self.special {
+            " (special values)"
+        } else {
+            ""
+        };
+        format!("{} {:?}{tag}", self.op.name(), shapes)
+    }
+
+    /// Input `j` of this row, drawn deterministically from (row index, input index).
+    pub fn input(&self, index: usize, j: usize) -> Array<f64> {
+        let (s, g) = &self.inputs[j];
+        let key = (index * 16 + j) as u64;
+        if self.special {
+            draw_special(s, *g, key)
+        } else {
+            draw(s, *g, key)
+        }
     }
 }
 
@@ -41,7 +62,55 @@ fn c(op: Op, inputs: &[(&[usize], Gen)]) -> Case {
     Case {
         op,
         inputs: inputs.iter().map(|(s, g)| (s.to_vec(), *g)).collect(),
+        special: false,
     }
+}
+
+/// The whole table: [`cases`], then [`special_cases`].
+pub fn table() -> Vec<Case> {
+    let mut t = cases();
+    t.extend(special_cases());
+    t
+}
+
+/// The special-value rows: every row of [`cases`] whose op reads real inputs (all but the
+/// random ops), again, with [`draw_special`] inputs.
+pub fn special_cases() -> Vec<Case> {
+    cases()
+        .into_iter()
+        .filter(|c| !c.op.kind().is_random())
+        .map(|c| Case { special: true, ..c })
+        .collect()
+}
+
+/// The special values a special-value row mixes in: NaN, ±inf, ±0, ± the smallest f32
+/// subnormal and a larger f32 subnormal (all exact in f32).
+pub const SPECIALS: [f64; 8] = [
+    f64::NAN,
+    f64::INFINITY,
+    f64::NEG_INFINITY,
+    0.0,
+    -0.0,
+    1.401_298_464_324_817e-45,
+    -1.401_298_464_324_817e-45,
+    5.877_471_754_111_438e-39,
+];
+
+/// [`draw`], with about one real-valued element in eight replaced by one of [`SPECIALS`], and
+/// every value rounded to f32 (so the f64 spec and an f32 provider read the same numbers).
+/// Index and mask inputs are drawn as by [`draw`].
+pub fn draw_special(shape: &[usize], gen: Gen, key: u64) -> Array<f64> {
+    let mut a = draw(shape, gen, key);
+    if matches!(gen, Normal | Positive | Unit) {
+        for (i, v) in a.data.iter_mut().enumerate() {
+            let bits = splitmix64(key.wrapping_mul(7_000_003).wrapping_add(i as u64) ^ 0x5eed);
+            if bits % 8 == 0 {
+                *v = SPECIALS[((bits >> 8) % SPECIALS.len() as u64) as usize];
+            }
+            *v = *v as f32 as f64;
+        }
+    }
+    a
 }
 
 use Gen::*;

@@ -129,7 +129,8 @@ pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
     l.cross_entropy(&t)
 }
 
-/// The fraction of rows whose largest logit (first on ties) is the target class.
+/// The fraction of rows whose largest logit (first on ties; a NaN ranks above every number, as
+/// in `argmax`) is the target class.
 pub fn accuracy(logits: &Tensor, targets: &Tensor) -> Result<f32> {
     let (l, t) = crate::runtime::no_grad(|| rows(logits, targets))?;
     let c = l.shape()[1];
@@ -141,7 +142,7 @@ pub fn accuracy(logits: &Tensor, targets: &Tensor) -> Result<f32> {
     for (row, &target) in ld.chunks(c.max(1)).zip(td.iter()) {
         let mut best = 0;
         for (j, &v) in row.iter().enumerate() {
-            if v > row[best] {
+            if crate::scalar::beats_max(v, row[best]) {
                 best = j;
             }
         }

@@ -192,7 +192,12 @@ impl BatchNorm {
         })?;
         for ch in 0..c {
             let mean = sum[ch] / count as f64;
-            let var = ((sq[ch] - count as f64 * mean * mean) / (count - 1) as f64).max(0.0);
+            // clamped at 0 against cancellation; a NaN batch makes the running statistic NaN
+            // (as PyTorch), it is not hidden as 0 (`f64::max` would)
+            let var = crate::scalar::maximum(
+                (sq[ch] - count as f64 * mean * mean) / (count - 1) as f64,
+                0.0,
+            );
             st.mean[ch] = (1.0 - m) * st.mean[ch] + m * mean as f32;
             st.var[ch] = (1.0 - m) * st.var[ch] + m * var as f32;
         }

@@ -4,6 +4,11 @@
 //! Both are written as an enumeration of *taps* — (input index, weight index, output index)
 //! triples — so that forward (`y += x*w`) and VJP (`gx += gy*w`, `gw += x*gy`) read the same
 //! geometry. Output sizes follow PyTorch.
+//!
+//! Padding is zeros that take part in the products, as PyTorch's im2col/col2im: a conv2d tap
+//! whose input position is padding multiplies its weight by 0 (so an infinite weight there
+//! gives NaN, IEEE), and a conv_transpose2d tap whose output position is cropped adds nothing
+//! to the output but reads a zero cotangent in the VJP (`gx += 0·w`, `gw += x·0`).
 
 use super::{expect_arity, payload_err, shape_err, Array, InputGrads};
 use crate::error::OpError;
@@ -112,13 +117,14 @@ pub(super) fn shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError>
     }
 }
 
-/// Calls `tap(x_index, w_index, y_index)` for every multiply-accumulate of the op.
+/// Calls `tap(x_index, w_index, y_index)` for every multiply-accumulate of the op; `None` for
+/// a position in the padding (conv2d's input, conv_transpose2d's cropped output).
 fn for_each_tap(
     op: &Op,
     x: &[usize],
     w: &[usize],
     y: &[usize],
-    mut tap: impl FnMut(usize, usize, usize),
+    mut tap: impl FnMut(Option<usize>, usize, Option<usize>),
 ) {
     let (n, (h, wd), (oh, ow), (kh, kw)) = (x[0], (x[2], x[3]), (y[2], y[3]), (w[2], w[3]));
     match op {
@@ -137,13 +143,14 @@ fn for_each_tap(
                                             - g.padding[0] as isize;
                                         let s = (j * g.stride[1] + q * g.dilation[1]) as isize
                                             - g.padding[1] as isize;
-                                        if r < 0 || s < 0 || r as usize >= h || s as usize >= wd {
-                                            continue;
-                                        }
-                                        let xi = ((b * x[1] + grp * cg + c) * h + r as usize) * wd
-                                            + s as usize;
+                                        let pad =
+                                            r < 0 || s < 0 || r as usize >= h || s as usize >= wd;
+                                        let xi = (!pad).then(|| {
+                                            ((b * x[1] + grp * cg + c) * h + r as usize) * wd
+                                                + s as usize
+                                        });
                                         let wi = ((o * cg + c) * kh + p) * kw + q;
-                                        tap(xi, wi, yi);
+                                        tap(xi, wi, Some(yi));
                                     }
                                 }
                             }
@@ -167,14 +174,14 @@ fn for_each_tap(
                                             - g.padding[0] as isize;
                                         let j = (s * g.stride[1] + q * g.dilation[1]) as isize
                                             - g.padding[1] as isize;
-                                        if i < 0 || j < 0 || i as usize >= oh || j as usize >= ow {
-                                            continue;
-                                        }
-                                        let yi = ((b * y[1] + grp * og + oc) * oh + i as usize)
-                                            * ow
-                                            + j as usize;
+                                        let crop =
+                                            i < 0 || j < 0 || i as usize >= oh || j as usize >= ow;
+                                        let yi = (!crop).then(|| {
+                                            ((b * y[1] + grp * og + oc) * oh + i as usize) * ow
+                                                + j as usize
+                                        });
                                         let wi = ((ci * og + oc) * kh + p) * kw + q;
-                                        tap(xi, wi, yi);
+                                        tap(Some(xi), wi, yi);
                                     }
                                 }
                             }
@@ -200,7 +207,9 @@ pub(super) fn forward<T: Scalar>(op: &Op, xs: &[&Array<T>], out_shape: Vec<usize
         }
     }
     for_each_tap(op, &xs[0].shape, &xs[1].shape, &out_shape, |xi, wi, yi| {
-        y.data[yi] += xs[0].data[xi] * xs[1].data[wi];
+        if let Some(yi) = yi {
+            y.data[yi] += xi.map_or(T::zero(), |xi| xs[0].data[xi]) * xs[1].data[wi];
+        }
     });
     y
 }
@@ -209,8 +218,11 @@ pub(super) fn vjp<T: Scalar>(op: &Op, xs: &[&Array<T>], gy: &Array<T>) -> InputG
     let mut gx = Array::zeros(&xs[0].shape);
     let mut gw = Array::zeros(&xs[1].shape);
     for_each_tap(op, &xs[0].shape, &xs[1].shape, &gy.shape, |xi, wi, yi| {
-        gx.data[xi] += gy.data[yi] * xs[1].data[wi];
-        gw.data[wi] += xs[0].data[xi] * gy.data[yi];
+        let g = yi.map_or(T::zero(), |yi| gy.data[yi]);
+        if let Some(xi) = xi {
+            gx.data[xi] += g * xs[1].data[wi];
+        }
+        gw.data[wi] += xi.map_or(T::zero(), |xi| xs[0].data[xi]) * g;
     });
     let mut grads = vec![Some(gx), Some(gw)];
     if let Some(b) = xs.get(2) {

@@ -3,12 +3,20 @@
 //! Domains follow IEEE: `log`/`sqrt` of a negative number is NaN, `inv(0)` is ±inf; `pow` of a
 //! negative base with a non-integer exponent is NaN. `maximum`/`minimum` send the gradient of
 //! a tie to the first input. `clamp` passes the gradient where `min <= x <= max`.
+//!
+//! NaN (module doc of [`crate::spec`]): `relu`, `clamp`, `safe_log`, `softplus`, `maximum` and
+//! `minimum` return NaN for a NaN input (through [`crate::scalar::maximum`] and friends, never
+//! `Float::max`). Their VJPs follow PyTorch's formulas at NaN: `relu` passes the cotangent
+//! (PyTorch masks where `y <= 0`, false for NaN), `clamp`/`safe_log` pass none (PyTorch keeps
+//! it where `lo <= x <= hi`, false for NaN), `maximum`/`minimum` pass it to both inputs
+//! (PyTorch masks the loser where `a < b`, false for NaN), `abs` passes none (sign(NaN) = 0).
+//! `relu(-0) = -0` and `clamp(-0, 0, _) = -0`, as PyTorch eager (`x < lo ? lo : x`).
 
 use super::array::{broadcast_source_index, reduce_to};
 use super::{expect_arity, payload_err, shape_err, Array, InputGrads};
 use crate::error::OpError;
 use crate::graph::Op;
-use crate::scalar::Scalar;
+use crate::scalar::{clamp, maximum, minimum, Scalar};
 
 pub(super) fn binary_shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError> {
     let n = if matches!(op, Op::Where) { 3 } else { 2 };
@@ -42,20 +50,8 @@ fn binary<T: Scalar>(op: &Op, a: T, b: T) -> T {
         Op::Sub => a - b,
         Op::Mul => a * b,
         Op::Div => a / b,
-        Op::Maximum => {
-            if a >= b || b.is_nan() {
-                a
-            } else {
-                b
-            }
-        }
-        Op::Minimum => {
-            if a <= b || b.is_nan() {
-                a
-            } else {
-                b
-            }
-        }
+        Op::Maximum => maximum(a, b),
+        Op::Minimum => minimum(a, b),
         _ => unreachable!("not a binary op: {}", op.name()),
     }
 }
@@ -68,20 +64,16 @@ fn binary_partials<T: Scalar>(op: &Op, a: T, b: T) -> (T, T) {
         Op::Sub => (one, -one),
         Op::Mul => (b, a),
         Op::Div => (one / b, -a / (b * b)),
-        Op::Maximum => {
-            if a >= b {
-                (one, zero)
-            } else {
-                (zero, one)
-            }
-        }
-        Op::Minimum => {
-            if a <= b {
-                (one, zero)
-            } else {
-                (zero, one)
-            }
-        }
+        // each input loses its cotangent only where the other strictly wins; with a NaN
+        // neither comparison holds, so both keep it (PyTorch's masks)
+        Op::Maximum => (
+            if a < b { zero } else { one },
+            if a >= b { zero } else { one },
+        ),
+        Op::Minimum => (
+            if a > b { zero } else { one },
+            if a <= b { zero } else { one },
+        ),
         _ => unreachable!("not a binary op: {}", op.name()),
     }
 }
@@ -157,22 +149,16 @@ pub(crate) fn unary<T: Scalar>(op: &Op, x: T) -> T {
         Op::Cos => x.cos(),
         Op::Tanh => x.tanh(),
         Op::Sigmoid => one / (one + (-x).exp()),
-        Op::Relu => {
-            if x > zero {
-                x
-            } else {
-                zero
-            }
-        }
+        Op::Relu => maximum(x, zero),
         Op::Gelu => x * phi_cdf(x),
         Op::Silu => x / (one + (-x).exp()),
         // stable: max(x, 0) + ln(1 + exp(-|x|))
-        Op::Softplus => x.max(zero) + (-x.abs()).exp().ln_1p(),
+        Op::Softplus => maximum(x, zero) + (-x.abs()).exp().ln_1p(),
         Op::Inv => one / x,
-        Op::SafeLog { eps } => x.max(T::c(*eps as f64)).ln(),
+        Op::SafeLog { eps } => maximum(x, T::c(*eps as f64)).ln(),
         Op::Scale { factor } => x * T::c(*factor as f64),
         Op::AddScalar { value } => x + T::c(*value as f64),
-        Op::Clamp { min, max } => x.max(T::c(*min as f64)).min(T::c(*max as f64)),
+        Op::Clamp { min, max } => clamp(x, T::c(*min as f64), T::c(*max as f64)),
         Op::Pow { exponent } => x.powf(T::c(*exponent as f64)),
         _ => unreachable!("not a unary op: {}", op.name()),
     }
@@ -199,11 +185,12 @@ pub(crate) fn unary_derivative<T: Scalar>(op: &Op, x: T, y: T) -> T {
         Op::Cos => -x.sin(),
         Op::Tanh => one - y * y,
         Op::Sigmoid => y * (one - y),
+        // PyTorch: zero where the output is <= 0; NaN passes the cotangent
         Op::Relu => {
-            if x > zero {
-                one
-            } else {
+            if x <= zero {
                 zero
+            } else {
+                one
             }
         }
         Op::Gelu => phi_cdf(x) + x * phi_pdf(x),

@@ -6,6 +6,25 @@
 //! against; instantiated at `f32` it *is* the `reference` provider's kernel.
 //!
 //! This layer knows nothing about devices, providers, tapes or the trust machinery.
+//!
+//! # Special values (docs/numerics.md)
+//!
+//! - **NaN in → NaN out**: every output that depends on a NaN input is NaN wherever PyTorch
+//!   gives NaN — `relu`, `clamp`, `maximum`, `minimum`, `safe_log`, `softplus`, a max-pool or
+//!   smooth-max-pool window, a softmax row, a norm group, every sum it enters. Comparisons go
+//!   through the NaN-propagating helpers of [`crate::scalar`] (`maximum`, `minimum`, `clamp`,
+//!   `max_of`, `beats_max`); `Float::max`/`min`, `f64::max` and `if x > 0 { x } else { 0 }`
+//!   drop a NaN and are not used on values. `argmax` ranks NaN above every number (the first
+//!   NaN wins), as PyTorch's.
+//! - **±inf as IEEE** (inf - inf, 0 · inf and inf / inf are NaN), except where PyTorch defines a
+//!   limit: the smooth max pool shifts by 0 when its window maximum is infinite (as
+//!   `logsumexp`), so +inf in a window gives +inf.
+//! - **-0 / +0 as PyTorch**: `relu(-0) = -0` and `clamp(-0, 0, _) = -0` (`x < lo ? lo : x`);
+//!   `maximum`/`minimum` keep the first operand on a tie.
+//! - **VJPs at NaN follow PyTorch's formulas** (a mask whose comparison is false at NaN):
+//!   `relu` passes the cotangent, `clamp`, `safe_log` and `abs` pass zero, `maximum`/`minimum`
+//!   pass it to both inputs, max pooling to the window's first NaN. The forward is NaN there
+//!   anyway, so a loss built on it is NaN.
 
 // Index loops mirror the mathematical definitions; iterator chains would obscure them.
 #![allow(clippy::needless_range_loop)]
@@ -26,6 +45,7 @@ mod special;
 pub use array::{broadcast_shapes, contiguous_strides, numel, reduce_to, Array};
 pub(crate) use elementwise::{fused_chain_derivative, fused_chain_value};
 pub(crate) use linalg::matmul_dims;
+pub(crate) use pool::smooth_shift;
 pub use random::{splitmix64, uniform_from_bits};
 
 use crate::error::OpError;

@@ -3,11 +3,17 @@
 //! (`(1/beta) ln Σ exp(beta x)` over the valid window). Padding may be at most half the
 //! kernel, so every window holds at least one real element. The max gradient goes to the
 //! first maximum of its window.
+//!
+//! NaN: a window holding a NaN has max NaN (the first NaN is its maximum, as in PyTorch's
+//! argmax; PyTorch's CPU max-pool routes the gradient to the window's *last* NaN instead) and
+//! smooth max NaN. The smooth max shifts by the window maximum when it is finite and by 0
+//! otherwise (PyTorch's `logsumexp`), so a window holding +inf gives +inf and an all -inf
+//! window gives -inf, as the formula's limit.
 
 use super::{expect_arity, payload_err, shape_err, Array, InputGrads};
 use crate::error::OpError;
 use crate::graph::{Op, Pool2dGeometry};
-use crate::scalar::Scalar;
+use crate::scalar::{beats_max, Scalar};
 
 pub(crate) fn geometry(op: &Op) -> Pool2dGeometry {
     match op {
@@ -102,11 +108,21 @@ fn divisor<T: Scalar>(op: &Op, win: &[usize]) -> T {
 fn first_max<T: Scalar>(x: &[T], win: &[usize]) -> usize {
     let mut best = win[0];
     for &f in &win[1..] {
-        if x[f] > x[best] {
+        if beats_max(x[f], x[best]) {
             best = f;
         }
     }
     best
+}
+
+/// The shift of a smooth max (log-sum-exp) from its window maximum: the maximum when finite,
+/// else 0 (so +inf and all -inf windows give their limits, not inf - inf = NaN); NaN stays NaN.
+pub(crate) fn smooth_shift<T: Scalar>(m: T) -> T {
+    if m.is_infinite() {
+        T::zero()
+    } else {
+        m
+    }
 }
 
 pub(super) fn forward<T: Scalar>(op: &Op, x: &Array<T>, out_shape: Vec<usize>) -> Array<T> {
@@ -118,7 +134,7 @@ pub(super) fn forward<T: Scalar>(op: &Op, x: &Array<T>, out_shape: Vec<usize>) -
             Op::AvgPool2d { .. } => win.iter().map(|&f| x.data[f]).sum::<T>() / divisor(op, win),
             Op::SmoothMaxPool2d { beta, .. } => {
                 let b = T::c(*beta as f64);
-                let m = x.data[first_max(&x.data, win)];
+                let m = smooth_shift(x.data[first_max(&x.data, win)]);
                 m + win
                     .iter()
                     .map(|&f| (b * (x.data[f] - m)).exp())

@@ -2,13 +2,14 @@
 //! non-differentiable `argmax` (first maximum, as an f32 index).
 //!
 //! The mean over zero elements is NaN (0/0, IEEE); the sum over zero elements is 0;
-//! `argmax` over an empty axis is an error.
+//! `argmax` over an empty axis is an error. `argmax` ranks NaN above every number (the first
+//! NaN wins), as PyTorch's.
 
 use super::array::{broadcast_to, split_at_axis};
 use super::{expect_arity, numel, payload_err, shape_err, Array, InputGrads};
 use crate::error::OpError;
 use crate::graph::Op;
-use crate::scalar::Scalar;
+use crate::scalar::{beats_max, Scalar};
 
 fn check_axes(op: &Op, shapes: &[&[usize]], axes: &[usize]) -> Result<(), OpError> {
     let rank = shapes[0].len();
@@ -109,7 +110,7 @@ pub(super) fn forward<T: Scalar>(op: &Op, x: &Array<T>, out_shape: Vec<usize>) -
                     for j in 1..dim {
                         let v = x.data[o * dim * inner + j * inner + i];
                         let b = x.data[o * dim * inner + best * inner + i];
-                        if v > b || (v.is_nan() && !b.is_nan()) {
+                        if beats_max(v, b) {
                             best = j;
                         }
                     }

@@ -1,10 +1,13 @@
 //! `softmax` and `log_softmax` along one axis (max-shifted for stability).
+//!
+//! As PyTorch's: a row holding NaN is all NaN; a row holding +inf, or all -inf, is all NaN
+//! (inf - inf in the shift).
 
 use super::array::split_at_axis;
 use super::{expect_arity, shape_err, Array, InputGrads};
 use crate::error::OpError;
 use crate::graph::Op;
-use crate::scalar::Scalar;
+use crate::scalar::{max_of, Scalar};
 
 fn axis_of(op: &Op) -> usize {
     match op {
@@ -33,9 +36,7 @@ pub(super) fn forward<T: Scalar>(op: &Op, x: &Array<T>) -> Array<T> {
     for o in 0..outer {
         for i in 0..inner {
             let at = |j: usize| o * dim * inner + j * inner + i;
-            let m = (0..dim)
-                .map(|j| x.data[at(j)])
-                .fold(T::neg_infinity(), T::max);
+            let m = max_of((0..dim).map(|j| x.data[at(j)]));
             let z: T = (0..dim).map(|j| (x.data[at(j)] - m).exp()).sum();
             for j in 0..dim {
                 y.data[at(j)] = if log {

@@ -9,12 +9,15 @@
 //! - `scaled_dot_product_attention(q [...,L,D], k [...,S,D], v [...,S,Dv] [, mask])`:
 //!   softmax(scale q k^T (+ bias)) v; scale defaults to 1/sqrt(D); `causal` blocks j > i;
 //!   a boolean mask (nonzero = may attend, shape [L,S] or [...,L,S]) gives a blocked entry
-//!   exactly zero weight; a row with every entry blocked outputs zeros (and passes no gradient).
+//!   exactly zero weight; a row with every entry blocked outputs zeros (and passes no gradient),
+//!   whatever `v` holds. NaN: a NaN score makes its row NaN; an allowed row whose scores are
+//!   all -inf (an additive bias) is NaN (0/0, PyTorch's softmax); a NaN in `v` reaches every
+//!   row that is not fully blocked (weight 0 times NaN, as PyTorch's `P @ V`).
 
 use super::{expect_arity, numel, payload_err, reduce_to, shape_err, Array, InputGrads};
 use crate::error::OpError;
 use crate::graph::{AttentionMask, Op};
-use crate::scalar::Scalar;
+use crate::scalar::{max_of, Scalar};
 
 pub(super) fn shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError> {
     match op {
@@ -173,7 +176,7 @@ fn attention_row<T: Scalar>(
     if !any {
         return None;
     }
-    let mx = scores.iter().copied().fold(T::neg_infinity(), T::max);
+    let mx = max_of(scores.iter().copied());
     let e: Vec<T> = scores
         .iter()
         .map(|&v| {

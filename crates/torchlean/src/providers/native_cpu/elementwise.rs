@@ -1,7 +1,11 @@
 //! Native elementwise kernels: broadcasting n-ary maps, unary maps, and their VJPs.
+//!
+//! NaN handling is the spec's (`crate::spec` module doc): comparisons on values go through
+//! the NaN-propagating helpers of `crate::scalar`, never `f32::max`/`min`.
 
 use super::par::{for_chunks, for_rows};
 use crate::graph::Op;
+use crate::scalar::{clamp, maximum, minimum};
 use crate::spec::numel;
 use crate::tensor::{Layout, Tensor};
 
@@ -119,8 +123,8 @@ pub fn binary_forward_into(
         Op::Sub => zip2!(|[a, b]: [f32; 2]| a - b),
         Op::Mul => zip2!(|[a, b]: [f32; 2]| a * b),
         Op::Div => zip2!(|[a, b]: [f32; 2]| a / b),
-        Op::Maximum => zip2!(|[a, b]: [f32; 2]| if a >= b || b.is_nan() { a } else { b }),
-        Op::Minimum => zip2!(|[a, b]: [f32; 2]| if a <= b || b.is_nan() { a } else { b }),
+        Op::Maximum => zip2!(|[a, b]: [f32; 2]| maximum(a, b)),
+        Op::Minimum => zip2!(|[a, b]: [f32; 2]| minimum(a, b)),
         _ => unreachable!("not a binary op: {}", op.name()),
     }
 }
@@ -206,13 +210,16 @@ pub fn binary_vjp_into(
         }
         Op::Div => {
             grad!(0, [a, b, g], ss, |[_, b, g]: [f32; 3]| g / b);
-            grad!(1, [a, b, g], ss, |[a, b, g]: [f32; 3]| -g * a / (b * b));
+            // the spec's order of operations (`b * b` may underflow in f32)
+            grad!(1, [a, b, g], ss, |[a, b, g]: [f32; 3]| g * (-a / (b * b)));
         }
+        // as the spec: an input loses its cotangent only where the other strictly wins (so
+        // both keep it at a NaN)
         Op::Maximum => {
-            grad!(0, [a, b, g], ss, |[a, b, g]: [f32; 3]| if a >= b {
-                g
-            } else {
+            grad!(0, [a, b, g], ss, |[a, b, g]: [f32; 3]| if a < b {
                 0.0
+            } else {
+                g
             });
             grad!(1, [a, b, g], ss, |[a, b, g]: [f32; 3]| if a >= b {
                 0.0
@@ -221,10 +228,10 @@ pub fn binary_vjp_into(
             });
         }
         Op::Minimum => {
-            grad!(0, [a, b, g], ss, |[a, b, g]: [f32; 3]| if a <= b {
-                g
-            } else {
+            grad!(0, [a, b, g], ss, |[a, b, g]: [f32; 3]| if a > b {
                 0.0
+            } else {
+                g
             });
             grad!(1, [a, b, g], ss, |[a, b, g]: [f32; 3]| if a <= b {
                 0.0
@@ -281,15 +288,15 @@ pub fn unary_in_place(op: &Op, w: &mut [f32]) {
         Op::Cos => map_in_place(w, f32::cos),
         Op::Tanh => map_in_place(w, vmath::tanh),
         Op::Sigmoid => map_in_place(w, sigmoid),
-        Op::Relu => map_in_place(w, |v| if v > 0.0 { v } else { 0.0 }),
+        Op::Relu => map_in_place(w, |v| maximum(v, 0.0)),
         Op::Gelu => map_in_place(w, gelu),
         Op::Silu => map_in_place(w, |v| v * sigmoid(v)),
-        Op::Softplus => map_in_place(w, |v| v.max(0.0) + vmath::exp(-v.abs()).ln_1p()),
+        Op::Softplus => map_in_place(w, |v| maximum(v, 0.0) + vmath::exp(-v.abs()).ln_1p()),
         Op::Inv => map_in_place(w, |v| 1.0 / v),
-        &Op::SafeLog { eps } => map_in_place(w, move |v| v.max(eps).ln()),
+        &Op::SafeLog { eps } => map_in_place(w, move |v| maximum(v, eps).ln()),
         &Op::Scale { factor } => map_in_place(w, move |v| v * factor),
         &Op::AddScalar { value } => map_in_place(w, move |v| v + value),
-        &Op::Clamp { min, max } => map_in_place(w, move |v| v.max(min).min(max)),
+        &Op::Clamp { min, max } => map_in_place(w, move |v| clamp(v, min, max)),
         &Op::Pow { exponent } => map_in_place(w, move |v| v.powf(exponent)),
         _ => unreachable!("not a unary op: {}", op.name()),
     }
@@ -338,7 +345,8 @@ pub fn unary_vjp_into(op: &Op, x: &[f32], y: &[f32], g: &[f32], shape: &[usize],
         Op::Cos => z!(|x, _, g| -g * x.sin()),
         Op::Tanh => z!(|_, y, g| g * (1.0 - y * y)),
         Op::Sigmoid => z!(|_, y, g| g * y * (1.0 - y)),
-        Op::Relu => z!(|x, _, g| if x > 0.0 { g } else { 0.0 }),
+        // zero where x <= 0; a NaN passes the cotangent (the spec, PyTorch)
+        Op::Relu => z!(|x, _, g| if x <= 0.0 { 0.0 } else { g }),
         Op::Gelu => z!(|x, _, g| g * gelu_grad(x)),
         Op::Silu => z!(|x, _, g| {
             let s = sigmoid(x);

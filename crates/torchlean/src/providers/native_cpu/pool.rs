@@ -1,6 +1,6 @@
 //! Native pool kernels: direct window loops over clipped (unpadded) window ranges, one
 //! N*C plane per parallel task. The max (and the smooth max's shift) is the first maximum
-//! of the window in row-major order, as in the spec; backward scatters stay inside the
+//! of the window in row-major order, NaN ranking above every number, as in the spec; backward scatters stay inside the
 //! plane, so every gradient element is written by exactly one task in a fixed order.
 
 use super::par::PAR_THRESHOLD;
@@ -61,8 +61,9 @@ impl Plane {
     }
 }
 
-/// The flat in-plane index of the first maximum of a window (row-major, strict `>`), or
-/// `None` for an empty window.
+/// The flat in-plane index of the first maximum of a window (row-major; a NaN ranks above
+/// every number, so the first NaN is the maximum: `crate::scalar::beats_max`), or `None` for
+/// an empty window.
 fn first_max(x: &[f32], w: usize, rows: (usize, usize), cols: (usize, usize)) -> Option<usize> {
     if rows.0 >= rows.1 || cols.0 >= cols.1 {
         return None;
@@ -71,7 +72,7 @@ fn first_max(x: &[f32], w: usize, rows: (usize, usize), cols: (usize, usize)) ->
     let mut bv = x[best];
     for r in rows.0..rows.1 {
         for (s, &v) in x[r * w + cols.0..r * w + cols.1].iter().enumerate() {
-            if v > bv {
+            if crate::scalar::beats_max(v, bv) {
                 best = r * w + cols.0 + s;
                 bv = v;
             }
@@ -135,7 +136,8 @@ pub fn forward(op: &Op, x: &Tensor, out_shape: &[usize]) -> Vec<f32> {
                         yp[o] = f32::NEG_INFINITY;
                         return;
                     };
-                    let m = xp[f];
+                    // the spec's shift: the max when finite, else 0 (+inf gives +inf)
+                    let m = crate::spec::smooth_shift(xp[f]);
                     let mut s = 0.0f32;
                     for r in rows.0..rows.1 {
                         for v in &xp[r * pl.w + cols.0..r * pl.w + cols.1] {

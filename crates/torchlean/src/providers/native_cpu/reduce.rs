@@ -106,7 +106,7 @@ pub fn forward(op: &Op, x: &Tensor, out_shape: &[usize]) -> Vec<f32> {
                     let at = |j: usize| data[(o * dim + j) * inner + i];
                     let mut best = 0;
                     for j in 1..dim {
-                        if at(j) > at(best) || (at(j).is_nan() && !at(best).is_nan()) {
+                        if crate::scalar::beats_max(at(j), at(best)) {
                             best = j;
                         }
                     }

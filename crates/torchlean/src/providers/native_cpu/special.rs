@@ -340,13 +340,16 @@ impl<'a> Attention<'a> {
         }
     }
 
-    /// The attention probabilities `P [L, S]` of batch matrix `bi`; a fully blocked row is
-    /// all zeros.
-    fn probs(&self, bi: usize, q: &[f32], k: &[f32]) -> Vec<f32> {
+    /// The attention probabilities `P [L, S]` of batch matrix `bi`, and which rows are fully
+    /// blocked (by the boolean mask and the causal cut; such a row of `P` is all zeros). A row
+    /// whose allowed scores are all -inf (an additive bias) is not blocked: it is NaN, as in
+    /// the spec.
+    fn probs(&self, bi: usize, q: &[f32], k: &[f32]) -> (Vec<f32>, Vec<bool>) {
         let (l, s, d) = (self.l, self.s, self.d);
         let qb = &q[bi * l * d..(bi + 1) * l * d];
         let kb = &k[bi * s * d..(bi + 1) * s * d];
         let mut p = super::par::zeroed(l * s);
+        let mut blocked = vec![s == 0; l];
         gemm(
             l,
             s,
@@ -358,7 +361,7 @@ impl<'a> Attention<'a> {
             false,
         );
         if s == 0 {
-            return p;
+            return (p, blocked);
         }
         let moff = if self.per_batch { bi * l * s } else { 0 };
         for (i, row) in p.chunks_mut(s).enumerate() {
@@ -384,11 +387,18 @@ impl<'a> Attention<'a> {
             if self.causal && i + 1 < s {
                 row[i + 1..].fill(f32::NEG_INFINITY);
             }
-            let mx = super::vmath::max(row);
-            if mx == f32::NEG_INFINITY {
+            let allowed = if self.causal { (i + 1).min(s) } else { s };
+            let all_blocked = match (self.mask, extra) {
+                (AttentionMask::Boolean, Some(m)) => m[..allowed].iter().all(|&k| k == 0.0),
+                _ => allowed == 0,
+            };
+            if all_blocked {
                 row.fill(0.0); // every entry blocked: a zero row, no gradient
+                blocked[i] = true;
                 continue;
             }
+            // NaN when a score is NaN (the whole row is then NaN, as the spec)
+            let mx = super::vmath::max(row);
             // vmath::exp underflows to exactly 0 for blocked (-inf) scores: no branch needed
             let z = super::vmath::exp_shifted_sum(row, mx);
             let inv = 1.0 / z;
@@ -396,7 +406,34 @@ impl<'a> Attention<'a> {
                 *v *= inv;
             }
         }
-        p
+        (p, blocked)
+    }
+}
+
+/// Zeros the rows (of width `w`) of `m` that belong to fully blocked query rows: a product
+/// with a zero row of `P` is 0 · NaN = NaN when the other factor holds NaN, but a fully
+/// blocked row outputs zeros and passes no gradient whatever the inputs hold (DESIGN §4).
+fn zero_blocked_rows(m: &mut [f32], w: usize, blocked: &[bool]) {
+    if w == 0 {
+        return;
+    }
+    for (row, _) in m.chunks_mut(w).zip(blocked).filter(|(_, &b)| b) {
+        row.fill(0.0);
+    }
+}
+
+/// `m` (rows of width `w`) with the fully blocked rows zeroed: borrowed when none is.
+fn without_blocked_rows<'m>(
+    m: &'m [f32],
+    w: usize,
+    blocked: &[bool],
+) -> std::borrow::Cow<'m, [f32]> {
+    if blocked.iter().any(|&b| b) {
+        let mut c = m.to_vec();
+        zero_blocked_rows(&mut c, w, blocked);
+        std::borrow::Cow::Owned(c)
+    } else {
+        std::borrow::Cow::Borrowed(m)
     }
 }
 
@@ -411,7 +448,7 @@ fn attention_forward(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Vec<f32> {
         return out;
     }
     let one = |bi: usize, ob: &mut [f32], threads: bool| {
-        let p = at.probs(bi, &q, &k);
+        let (p, blocked) = at.probs(bi, &q, &k);
         let vb = &v[bi * s * dv..(bi + 1) * s * dv];
         gemm(
             l,
@@ -423,6 +460,7 @@ fn attention_forward(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Vec<f32> {
             false,
             threads,
         );
+        zero_blocked_rows(ob, dv, &blocked);
     };
     if at.batch > 1 {
         out.par_chunks_mut(per)
@@ -445,10 +483,13 @@ fn attention_vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
     let at = Attention::new(op, x, extra.as_deref());
     let (l, s, d, dv) = (at.l, at.s, at.d, at.dv);
     let one = |bi: usize, threads: bool| -> BatchGrads {
-        let p = at.probs(bi, &q, &k);
-        let gob = &go[bi * l * dv..(bi + 1) * l * dv];
+        let (p, blocked) = at.probs(bi, &q, &k);
+        // a fully blocked row takes no part in any product (not even as 0 · NaN)
+        let gob = without_blocked_rows(&go[bi * l * dv..(bi + 1) * l * dv], dv, &blocked);
+        let gob = &gob[..];
         let vb = &v[bi * s * dv..(bi + 1) * s * dv];
-        let qb = &q[bi * l * d..(bi + 1) * l * d];
+        let qb = without_blocked_rows(&q[bi * l * d..(bi + 1) * l * d], d, &blocked);
+        let qb = &qb[..];
         let kb = &k[bi * s * d..(bi + 1) * s * d];
         // gV [S, Dv] = P^T gO
         let mut gv = super::par::zeroed(s * dv);
@@ -481,6 +522,7 @@ fn attention_vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
                     *g = pv * (*g - dot);
                 }
             }
+            zero_blocked_rows(&mut gs, s, &blocked);
         }
         // gQ = scale gS K; gK = scale gS^T Q
         let mut gq = super::par::zeroed(l * d);
@@ -505,6 +547,7 @@ fn attention_vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
             false,
             threads,
         );
+        zero_blocked_rows(&mut gq, d, &blocked);
         for g in gq.iter_mut().chain(gk.iter_mut()) {
             *g *= at.scale;
         }

@@ -134,20 +134,22 @@ pub fn sum(x: &[f32]) -> f32 {
     acc.iter().sum::<f32>() + tail.iter().sum::<f32>()
 }
 
-/// Maximum (ignoring NaN like `f32::max`) with 16 independent lanes; -inf for an empty slice.
+/// Maximum with 16 independent lanes, NaN when any element is NaN (a lane that meets a NaN
+/// keeps it: [`crate::scalar::maximum`]); -inf for an empty slice.
 #[inline]
 pub fn max(x: &[f32]) -> f32 {
+    use crate::scalar::maximum;
     let mut acc = [f32::NEG_INFINITY; LANES];
     let chunks = x.chunks_exact(LANES);
     let tail = chunks.remainder();
     for c in chunks {
         for (a, &v) in acc.iter_mut().zip(c) {
-            *a = if v > *a { v } else { *a };
+            *a = maximum(*a, v);
         }
     }
     acc.iter()
         .chain(tail)
-        .fold(f32::NEG_INFINITY, |a, &b| if b > a { b } else { a })
+        .fold(f32::NEG_INFINITY, |a, &b| maximum(a, b))
 }
 
 /// Replaces every `x` by `exp(x - shift)` and returns their sum (16 lanes, fixed order).
@@ -198,6 +200,17 @@ mod tests {
                 super::max(&x),
                 x.iter().copied().fold(f32::NEG_INFINITY, f32::max)
             );
+        }
+    }
+
+    #[test]
+    fn lane_max_propagates_nan_from_any_lane_and_the_tail() {
+        for n in [1usize, 15, 16, 17, 40] {
+            for at in 0..n {
+                let mut x: Vec<f32> = (0..n).map(|i| i as f32).collect();
+                x[at] = f32::NAN;
+                assert!(super::max(&x).is_nan(), "n={n} at={at}");
+            }
         }
     }
 
