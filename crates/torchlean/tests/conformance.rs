@@ -694,7 +694,7 @@ fn nan_is_never_dropped() {
                 format!("in_place_into {}", row.op.name()),
             );
             let t = Tensor::from_vec(row.inputs[0].0.clone(), &row.inputs[0].1).unwrap();
-            let got = (native.in_place.expect("in-place kernel"))(&row.op, t).unwrap();
+            let got = (native.in_place().expect("in-place kernel"))(&row.op, t).unwrap();
             check(
                 matches_exactly(&got.to_vec(), &row.want),
                 format!("in_place {}", row.op.name()),

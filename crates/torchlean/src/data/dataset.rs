@@ -39,17 +39,26 @@ impl Dataset {
         targets: Vec<f32>,
         target_shape: &[usize],
     ) -> Result<Dataset> {
-        let fw: usize = feature_shape.iter().product();
-        let tw: usize = target_shape.iter().product();
+        // checked: sample shapes whose sizes overflow form no samples (never a wrapped width)
+        let (fw, tw) = (
+            crate::spec::checked_numel(feature_shape).unwrap_or(0),
+            crate::spec::checked_numel(target_shape),
+        );
         let len = features.len().checked_div(fw).unwrap_or(0);
-        if fw == 0 || features.len() != len * fw || targets.len() != len * tw {
+        if fw == 0
+            || features.len() != len * fw
+            || tw.and_then(|tw| tw.checked_mul(len)) != Some(targets.len())
+        {
             return Err(invalid(format!(
                 "{} feature values and {} target values do not form whole samples of shapes {feature_shape:?} and {target_shape:?}",
                 features.len(),
                 targets.len()
             )));
         }
-        for (what, values, width) in [("feature", &features, fw), ("target", &targets, tw)] {
+        for (what, values, width) in [
+            ("feature", &features, fw),
+            ("target", &targets, tw.unwrap_or(1)),
+        ] {
             if let Some((sample, pos, v)) = super::finite::first_non_finite(values, width) {
                 return Err(invalid(format!(
                     "sample {sample}, {what} value {pos} is {v}: non-finite values are refused"

@@ -85,7 +85,7 @@ pub enum GraphError {
     BadParent { node: usize, parent: usize },
     #[error("graph node {node}: dtype `{dtype}` is not supported (only f32)")]
     Dtype { node: usize, dtype: String },
-    #[error("graph node {node}: shape {shape:?} has more than {MAX_NODE_ELEMENTS} elements")]
+    #[error("graph node {node}: shape {shape:?} has more than {MAX_NODE_ELEMENTS} elements (counting an empty axis as 1, so that every stride fits)")]
     TooLarge { node: usize, shape: Vec<usize> },
     #[error("graph node {node}: refers to undeclared {what} `{name}`")]
     Undeclared {
@@ -131,9 +131,12 @@ pub fn check_user_name(what: &'static str, name: &str) -> Result<(), GraphError>
     Ok(())
 }
 
+/// Refuses a shape whose non-zero dims multiply past [`MAX_NODE_ELEMENTS`] (checked): this
+/// bounds the element count and every stride, so `(0, 2^40, 2^40)` — no elements, but
+/// strides that overflow — is refused like `(2^40, 2^40)` (docs/reliability.md).
 fn check_size(node: usize, shape: &[usize]) -> Result<(), GraphError> {
     let mut n: usize = 1;
-    for &d in shape {
+    for &d in shape.iter().filter(|&&d| d != 0) {
         n = n
             .checked_mul(d)
             .filter(|&n| n <= MAX_NODE_ELEMENTS)
@@ -161,6 +164,7 @@ impl Graph {
     pub fn push(&mut self, kind: NodeKind, parents: Vec<usize>) -> Result<usize, GraphError> {
         let id = self.nodes.len();
         let shape = self.infer(id, &kind, &parents)?;
+        check_size(id, &shape)?;
         self.nodes.push(Node {
             id,
             kind,

@@ -10,18 +10,88 @@ pub struct Array<T> {
     pub data: Vec<T>,
 }
 
+/// Largest element count of any tensor, op output or intermediate size (2^34 f32 = 64 GiB).
+///
+/// A shape is *valid* when the product of its non-zero dims is at most this bound (see
+/// [`check_shape`]): then its element count and every contiguous stride fit in `usize` with
+/// room to spare, whatever the order of its dims. Larger requests are refused with a typed
+/// error instead of being attempted or wrapped (docs/reliability.md, "Size limits").
+pub const MAX_ELEMENTS: usize = 1 << 34;
+
+/// Largest amount of work (multiply-adds or window taps) a payload may add on top of the
+/// sizes of real tensors: a pooling op's output elements times its window's taps. The
+/// window is the one loop factor that comes from a payload alone, so it is bounded here.
+pub const MAX_WORK: usize = 1 << 34;
+
+/// Number of elements of a shape (1 for the scalar shape `[]`), or `None` when the product
+/// overflows `usize`. A shape with a zero dim has 0 elements, whatever its other dims.
+pub fn checked_numel(shape: &[usize]) -> Option<usize> {
+    if shape.contains(&0) {
+        return Some(0);
+    }
+    shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d))
+}
+
 /// Number of elements of a shape (1 for the scalar shape `[]`).
+///
+/// Exact for every valid shape (every tensor's and every op output's). For a shape whose
+/// element count overflows `usize` the result saturates at `usize::MAX` — never a wrapped,
+/// small value; use [`checked_numel`] or [`check_shape`] to get an error instead.
 pub fn numel(shape: &[usize]) -> usize {
-    shape.iter().product()
+    checked_numel(shape).unwrap_or(usize::MAX)
+}
+
+/// The product of the non-zero dims of `shape`: the bound on its element count *and* on
+/// every contiguous stride (an empty axis multiplies the strides of the axes before it by
+/// 0 only in the element count). `None` on overflow.
+fn extent(shape: &[usize]) -> Option<usize> {
+    shape
+        .iter()
+        .filter(|&&d| d != 0)
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+}
+
+/// Validates a shape against [`MAX_ELEMENTS`]: the product of its non-zero dims must be at
+/// most the bound (so the element count and the strides fit; `(0, 2^40, 2^40)` is refused
+/// like `(2^40, 2^40)`: its strides do not fit). Returns the element count. `op` names the
+/// op or call that asked, for the error.
+pub fn check_shape(op: &'static str, shape: &[usize]) -> Result<usize, OpError> {
+    match extent(shape) {
+        Some(e) if e <= MAX_ELEMENTS => Ok(numel(shape)),
+        _ => Err(OpError::Shape {
+            op,
+            shapes: vec![shape.to_vec()],
+            expected: format!(
+                "at most {MAX_ELEMENTS} elements (2^34), counting an empty axis as 1 so that every stride fits"
+            ),
+        }),
+    }
+}
+
+/// Row-major strides of a contiguous array of `shape`, or `None` when a stride overflows.
+pub fn checked_contiguous_strides(shape: &[usize]) -> Option<Vec<usize>> {
+    let mut strides = vec![0; shape.len()];
+    let mut acc: usize = 1;
+    for i in (0..shape.len()).rev() {
+        strides[i] = acc;
+        if i > 0 {
+            acc = acc.checked_mul(shape[i])?;
+        }
+    }
+    Some(strides)
 }
 
 /// Row-major strides of a contiguous array of `shape`.
+///
+/// Exact for every valid shape ([`check_shape`]). For a shape whose strides overflow, the
+/// strides saturate at `usize::MAX` (never a wrapped value that would alias other elements);
+/// use [`checked_contiguous_strides`] to get `None` instead.
 pub fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
     let mut strides = vec![0; shape.len()];
-    let mut acc = 1;
+    let mut acc: usize = 1;
     for (s, &d) in strides.iter_mut().zip(shape).rev() {
         *s = acc;
-        acc *= d;
+        acc = acc.saturating_mul(d);
     }
     strides
 }

@@ -10,18 +10,49 @@
 //! gives NaN, IEEE), and a conv_transpose2d tap whose output position is cropped adds nothing
 //! to the output but reads a zero cotangent in the VJP (`gx += 0·w`, `gw += x·0`).
 
-use super::{expect_arity, payload_err, shape_err, Array, InputGrads};
+use super::{expect_arity, payload_err, shape_err, Array, InputGrads, MAX_ELEMENTS};
 use crate::error::OpError;
 use crate::graph::Op;
 use crate::scalar::Scalar;
 
-/// Output spatial size of a convolution along one axis, if positive.
-fn conv_out(size: usize, k: usize, s: usize, p: usize, d: usize) -> Option<usize> {
-    let span = d * (k.max(1) - 1) + 1;
-    (size + 2 * p).checked_sub(span).map(|e| e / s + 1)
+/// Why one spatial axis of a convolution has no output size.
+enum AxisError {
+    /// A size, padding, stride or dilation combination overflows or exceeds [`MAX_ELEMENTS`].
+    TooLarge,
+    /// The padded input is smaller than the dilated kernel (or the padding exceeds the
+    /// transposed output).
+    Empty,
 }
 
-/// Output spatial size of a transposed convolution along one axis.
+/// `a + 2 * p`, bounded by [`MAX_ELEMENTS`] so that every tap index of the op (at most the
+/// padded extent) fits in `isize` with room to spare.
+fn padded(a: usize, p: usize) -> Result<usize, AxisError> {
+    p.checked_mul(2)
+        .and_then(|pp| a.checked_add(pp))
+        .filter(|&n| n <= MAX_ELEMENTS)
+        .ok_or(AxisError::TooLarge)
+}
+
+/// Extent of a dilated kernel: `d * (k - 1) + 1` (a zero-sized kernel counts as 1).
+fn dilated_span(k: usize, d: usize) -> Result<usize, AxisError> {
+    d.checked_mul(k.max(1) - 1)
+        .and_then(|n| n.checked_add(1))
+        .ok_or(AxisError::TooLarge)
+}
+
+/// Output spatial size of a convolution along one axis (PyTorch's formula, checked).
+fn conv_out(size: usize, k: usize, s: usize, p: usize, d: usize) -> Result<usize, AxisError> {
+    let padded = padded(size, p)?;
+    let span = dilated_span(k, d)?;
+    padded
+        .checked_sub(span)
+        .map(|e| e / s + 1)
+        .ok_or(AxisError::Empty)
+}
+
+/// Output spatial size of a transposed convolution along one axis (checked): the full
+/// extent `(size - 1) * s + d * (k - 1) + op + 1` must be at most [`MAX_ELEMENTS`], and the
+/// padding on both sides no larger than it.
 fn conv_transpose_out(
     size: usize,
     k: usize,
@@ -29,8 +60,35 @@ fn conv_transpose_out(
     p: usize,
     d: usize,
     op: usize,
-) -> Option<usize> {
-    ((size.max(1) - 1) * s + d * (k.max(1) - 1) + op + 1).checked_sub(2 * p)
+) -> Result<usize, AxisError> {
+    let full = (size.max(1) - 1)
+        .checked_mul(s)
+        .and_then(|n| n.checked_add(dilated_span(k, d).ok()?))
+        .and_then(|n| n.checked_add(op))
+        .filter(|&n| n <= MAX_ELEMENTS)
+        .ok_or(AxisError::TooLarge)?;
+    let both = p.checked_mul(2).ok_or(AxisError::TooLarge)?;
+    full.checked_sub(both).ok_or(AxisError::Empty)
+}
+
+/// Combines the two axes' results into (oh, ow) or the op's error.
+fn spatial(
+    op: &Op,
+    shapes: &[&[usize]],
+    oh: Result<usize, AxisError>,
+    ow: Result<usize, AxisError>,
+    empty: &str,
+) -> Result<(usize, usize), OpError> {
+    match (oh, ow) {
+        (Ok(oh), Ok(ow)) => Ok((oh, ow)),
+        (Err(AxisError::TooLarge), _) | (_, Err(AxisError::TooLarge)) => Err(payload_err(
+            op,
+            format!(
+                "padding, stride, dilation and output padding give spatial extents beyond {MAX_ELEMENTS} (2^34) or overflow, for input shapes {shapes:?}"
+            ),
+        )),
+        _ => Err(shape_err(op, shapes, empty)),
+    }
 }
 
 pub(super) fn shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError> {
@@ -49,7 +107,7 @@ pub(super) fn shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError>
             }
             let ok = x[1] % g.groups == 0
                 && w[0] % g.groups == 0
-                && w[1] * g.groups == x[1]
+                && w[1].checked_mul(g.groups) == Some(x[1])
                 && (shapes.len() == 2 || shapes[2] == [w[0]]);
             if !ok {
                 return Err(shape_err(op, shapes, format!(
@@ -57,14 +115,14 @@ pub(super) fn shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError>
             }
             let oh = conv_out(x[2], w[2], g.stride[0], g.padding[0], g.dilation[0]);
             let ow = conv_out(x[3], w[3], g.stride[1], g.padding[1], g.dilation[1]);
-            match (oh, ow) {
-                (Some(oh), Some(ow)) => Ok(vec![x[0], w[0], oh, ow]),
-                _ => Err(shape_err(
-                    op,
-                    shapes,
-                    "a padded input at least as large as the dilated kernel",
-                )),
-            }
+            let (oh, ow) = spatial(
+                op,
+                shapes,
+                oh,
+                ow,
+                "a padded input at least as large as the dilated kernel",
+            )?;
+            Ok(vec![x[0], w[0], oh, ow])
         }
         Op::ConvTranspose2d(g) => {
             if g.groups == 0 || g.stride.contains(&0) || g.dilation.contains(&0) {
@@ -81,7 +139,15 @@ pub(super) fn shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError>
                     ));
                 }
             }
-            let cout = w[1] * g.groups;
+            let cout = w[1].checked_mul(g.groups).ok_or_else(|| {
+                payload_err(
+                    op,
+                    format!(
+                        "groups={} times the weight's {} output channels overflows",
+                        g.groups, w[1]
+                    ),
+                )
+            })?;
             let ok =
                 x[1] == w[0] && x[1] % g.groups == 0 && (shapes.len() == 2 || shapes[2] == [cout]);
             if !ok {
@@ -104,14 +170,12 @@ pub(super) fn shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError>
                 g.dilation[1],
                 g.output_padding[1],
             );
-            match (oh, ow) {
-                (Some(oh), Some(ow)) if x[2] > 0 && x[3] > 0 => Ok(vec![x[0], cout, oh, ow]),
-                _ => Err(shape_err(
-                    op,
-                    shapes,
-                    "padding no larger than the transposed output",
-                )),
+            let empty = "a non-empty input and padding no larger than the transposed output";
+            if x[2] == 0 || x[3] == 0 {
+                return Err(shape_err(op, shapes, empty));
             }
+            let (oh, ow) = spatial(op, shapes, oh, ow, empty)?;
+            Ok(vec![x[0], cout, oh, ow])
         }
         _ => unreachable!("conv::shape called for {}", op.name()),
     }

@@ -3,7 +3,10 @@
 //! In the spec every result is a fresh contiguous array; providers may return views.
 
 use super::array::{broadcast_to, reduce_to, split_at_axis};
-use super::{contiguous_strides, expect_arity, numel, payload_err, shape_err, Array, InputGrads};
+use super::{
+    checked_numel, contiguous_strides, expect_arity, numel, payload_err, shape_err, Array,
+    InputGrads,
+};
 use crate::error::OpError;
 use crate::graph::Op;
 use crate::scalar::Scalar;
@@ -12,15 +15,21 @@ pub(super) fn shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError>
     match op {
         Op::Reshape { shape } => {
             expect_arity(op, shapes, &[1])?;
-            if numel(shape) != numel(shapes[0]) {
+            // checked: a target like [2^32, 2^32, 2] must not wrap to the input's count
+            if checked_numel(shape) != Some(numel(shapes[0])) {
                 return Err(shape_err(
                     op,
                     shapes,
-                    format!(
-                        "{} elements to reshape into {shape:?} ({} elements)",
-                        numel(shape),
-                        numel(shape)
-                    ),
+                    match checked_numel(shape) {
+                        Some(n) => format!(
+                            "{} elements to reshape into {shape:?} ({n} elements)",
+                            numel(shapes[0])
+                        ),
+                        None => format!(
+                            "{} elements to reshape into {shape:?} (whose element count overflows)",
+                            numel(shapes[0])
+                        ),
+                    },
                 ));
             }
             Ok(shape.clone())
@@ -86,7 +95,13 @@ pub(super) fn shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError>
                         format!("equal shapes except along axis {axis}"),
                     ));
                 }
-                out[*axis] += s[*axis];
+                out[*axis] = out[*axis].checked_add(s[*axis]).ok_or_else(|| {
+                    shape_err(
+                        op,
+                        shapes,
+                        format!("sizes along axis {axis} whose sum fits"),
+                    )
+                })?;
             }
             Ok(out)
         }

@@ -42,7 +42,10 @@ mod reduce;
 mod softmax;
 mod special;
 
-pub use array::{broadcast_shapes, contiguous_strides, numel, reduce_to, Array};
+pub use array::{
+    broadcast_shapes, check_shape, checked_contiguous_strides, checked_numel, contiguous_strides,
+    numel, reduce_to, Array, MAX_ELEMENTS, MAX_WORK,
+};
 pub(crate) use elementwise::{fused_chain_derivative, fused_chain_value};
 pub(crate) use linalg::matmul_dims;
 pub(crate) use pool::smooth_shift;
@@ -58,7 +61,30 @@ pub type InputGrads<T> = Vec<Option<Array<T>>>;
 
 /// The shape rule of `op` applied to its input shapes: the output shape, or why the inputs
 /// are invalid. Every provider uses this same rule.
+///
+/// Size arithmetic is checked: every input shape and the output shape must be valid
+/// ([`check_shape`]: at most [`MAX_ELEMENTS`] elements, strides that fit), and each rule
+/// refuses payloads whose sizes would overflow or whose work would exceed [`MAX_WORK`]. A
+/// result is therefore a correct shape or a typed error, never a wrapped value.
 pub fn infer_shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError> {
+    for s in shapes {
+        check_shape(op.name(), s)?;
+    }
+    let out = family_shape(op, shapes)?;
+    check_shape(op.name(), &out).map_err(|_| {
+        shape_err(
+            op,
+            shapes,
+            format!(
+                "an output of at most {MAX_ELEMENTS} elements (2^34) with strides that fit; the payload asks for {out:?}"
+            ),
+        )
+    })?;
+    Ok(out)
+}
+
+/// The per-family shape rule (inputs already validated by [`infer_shape`]).
+fn family_shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError> {
     use OpKind as K;
     match op.kind() {
         K::RandUniform | K::BernoulliMask => random::shape(op, shapes),

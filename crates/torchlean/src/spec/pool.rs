@@ -10,7 +10,7 @@
 //! otherwise (PyTorch's `logsumexp`), so a window holding +inf gives +inf and an all -inf
 //! window gives -inf, as the formula's limit.
 
-use super::{expect_arity, payload_err, shape_err, Array, InputGrads};
+use super::{expect_arity, payload_err, shape_err, Array, InputGrads, MAX_ELEMENTS, MAX_WORK};
 use crate::error::OpError;
 use crate::graph::{Op, Pool2dGeometry};
 use crate::scalar::{beats_max, Scalar};
@@ -27,9 +27,10 @@ pub(crate) fn geometry(op: &Op) -> Pool2dGeometry {
 pub(super) fn shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError> {
     expect_arity(op, shapes, &[1])?;
     let g = geometry(op);
+    // `2 * padding <= kernel`, written so that it cannot wrap (padding 2^63 would double to 0)
     if g.kernel.contains(&0)
         || g.stride.contains(&0)
-        || (0..2).any(|a| 2 * g.padding[a] > g.kernel[a])
+        || (0..2).any(|a| g.padding[a] > g.kernel[a] / 2)
     {
         return Err(payload_err(
             op,
@@ -54,18 +55,49 @@ pub(super) fn shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError>
             "x [N, C, H, W] with H, W >= 1 (so that every window holds a real element)",
         ));
     }
-    let out = |a: usize| {
-        (x[2 + a] + 2 * g.padding[a])
-            .checked_sub(g.kernel[a])
-            .map(|e| e / g.stride[a] + 1)
+    // The padded input, at most MAX_ELEMENTS per axis (so every tap index fits in isize);
+    // padding <= kernel / 2 above bounds it by size + kernel, so this only fails when the
+    // kernel itself is beyond any real input.
+    let padded = |a: usize| {
+        g.padding[a]
+            .checked_mul(2)
+            .and_then(|pp| x[2 + a].checked_add(pp))
+            .filter(|&n| n <= MAX_ELEMENTS)
     };
-    match (out(0), out(1)) {
-        (Some(oh), Some(ow)) => Ok(vec![x[0], x[1], oh, ow]),
-        _ => Err(shape_err(
+    let (Some(ph), Some(pw)) = (padded(0), padded(1)) else {
+        return Err(payload_err(
+            op,
+            format!("kernel {:?} and padding {:?} give a padded input beyond {MAX_ELEMENTS} (2^34) elements per axis", g.kernel, g.padding),
+        ));
+    };
+    // A window larger than the padded input is refused (as PyTorch does).
+    let out =
+        |padded: usize, a: usize| padded.checked_sub(g.kernel[a]).map(|e| e / g.stride[a] + 1);
+    let (Some(oh), Some(ow)) = (out(ph, 0), out(pw, 1)) else {
+        return Err(shape_err(
             op,
             shapes,
             format!(
-                "a padded input at least as large as the kernel {:?}",
+                "a padded input at least as large as the kernel {:?} (padding {:?})",
+                g.kernel, g.padding
+            ),
+        ));
+    };
+    // The window is the one loop factor that comes from the payload alone: bound the taps
+    // of one window and of the whole op (output elements x window taps), checked, so that a
+    // payload cannot make any provider's work unbounded (the reference visits every tap, and
+    // avg_pool2d's count_include_pad divisor is this product).
+    let work = g.kernel[0].checked_mul(g.kernel[1]).and_then(|taps| {
+        [x[0], x[1], oh, ow]
+            .iter()
+            .try_fold(taps, |n, &d| n.checked_mul(d))
+    });
+    match work {
+        Some(w) if w <= MAX_WORK => Ok(vec![x[0], x[1], oh, ow]),
+        _ => Err(payload_err(
+            op,
+            format!(
+                "kernel {:?} on input {x:?} needs more than {MAX_WORK} (2^34) window taps (output elements x kernel area); use a smaller window or a reduction",
                 g.kernel
             ),
         )),

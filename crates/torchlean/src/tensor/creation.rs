@@ -2,25 +2,17 @@
 
 use super::Tensor;
 use crate::error::{Error, Result};
-use crate::spec::{numel, splitmix64, uniform_from_bits};
+use crate::spec::{check_shape, numel, splitmix64, uniform_from_bits, MAX_ELEMENTS};
 
-/// Largest element count a creation call accepts (2^34 f32 = 64 GiB): a larger request is a
-/// mistake, reported instead of attempted.
-const MAX_ELEMENTS: usize = 1 << 34;
-
+/// The element count of `shape`, refusing a shape beyond [`MAX_ELEMENTS`] (2^34 f32 = 64 GiB)
+/// or whose strides overflow, such as `(0, 2^40, 2^40)` (see [`crate::spec::check_shape`]):
+/// a larger request is a mistake, reported instead of attempted.
 fn checked_numel(what: &str, shape: &[usize]) -> Result<usize> {
-    let mut n: usize = 1;
-    for &d in shape {
-        n = n
-            .checked_mul(d)
-            .filter(|&n| n <= MAX_ELEMENTS)
-            .ok_or_else(|| {
-                Error::Creation(format!(
-                    "{what}: shape {shape:?} has more than {MAX_ELEMENTS} elements"
-                ))
-            })?;
-    }
-    Ok(n)
+    check_shape("tensor", shape).map_err(|_| {
+        Error::Creation(format!(
+            "{what}: shape {shape:?} has more than {MAX_ELEMENTS} elements (2^34, counting an empty axis as 1 so that every stride fits)"
+        ))
+    })
 }
 
 impl Tensor {

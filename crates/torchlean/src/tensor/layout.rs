@@ -2,8 +2,14 @@
 //!
 //! Views (reshape of a contiguous tensor, permute, slice, broadcast) change only the layout;
 //! [`Layout::gather_into`] materializes any layout into a contiguous buffer.
+//!
+//! The public methods check their arguments (ranks, axes, bounds, sizes) and return a typed
+//! error instead of indexing out of bounds, underflowing or wrapping. The runtime's own
+//! callers, whose arguments the op's shape rule has already validated, use the crate-private
+//! unchecked forms.
 
-use crate::spec::{contiguous_strides, numel};
+use crate::error::OpError;
+use crate::spec::{check_shape, contiguous_strides, numel};
 
 /// Shape, strides (in elements; 0 for broadcast axes) and offset into the storage.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -15,6 +21,10 @@ pub struct Layout {
 
 impl Layout {
     /// The contiguous row-major layout of `shape`.
+    ///
+    /// For a valid shape (every tensor's; see [`crate::spec::check_shape`]). The strides of a
+    /// shape beyond the size limit saturate instead of wrapping, and [`Layout::validate`]
+    /// refuses the result; [`Layout::try_contiguous`] reports the error up front.
     pub fn contiguous(shape: Vec<usize>) -> Self {
         let strides = contiguous_strides(&shape);
         Layout {
@@ -24,25 +34,96 @@ impl Layout {
         }
     }
 
-    /// Number of elements.
+    /// The contiguous row-major layout of `shape`, or an error when the shape exceeds the
+    /// size limit or its strides overflow (e.g. `(0, 2^40, 2^40)`).
+    pub fn try_contiguous(shape: Vec<usize>) -> Result<Self, OpError> {
+        check_shape("layout", &shape)?;
+        Ok(Layout::contiguous(shape))
+    }
+
+    /// Number of elements (saturating at `usize::MAX` for a shape beyond the size limit).
     pub fn numel(&self) -> usize {
         numel(&self.shape)
     }
 
     /// Whether elements are stored densely in row-major order (strides of size-1 axes ignored).
     pub fn is_contiguous(&self) -> bool {
-        let mut expected = 1;
+        if self.shape.len() != self.strides.len() {
+            return false;
+        }
+        let mut expected: usize = 1;
         for (&d, &s) in self.shape.iter().zip(&self.strides).rev() {
             if d != 1 && s != expected {
                 return false;
             }
-            expected *= d;
+            // a product that overflows belongs to no valid layout (checked, never wrapped)
+            match expected.checked_mul(d) {
+                Some(e) => expected = e,
+                None => return false,
+            }
         }
         true
     }
 
-    /// Storage position of a multi-index (unchecked: callers validate bounds).
-    pub fn position(&self, index: &[usize]) -> usize {
+    /// Checks that this layout is well formed over a storage of `storage_len` elements:
+    /// shape and strides of equal rank, a valid shape, and every element's position (computed
+    /// without overflow) inside the storage.
+    pub fn validate(&self, storage_len: usize) -> Result<(), OpError> {
+        let err = |expected: String| OpError::Shape {
+            op: "layout",
+            shapes: vec![self.shape.clone(), self.strides.clone()],
+            expected,
+        };
+        if self.shape.len() != self.strides.len() {
+            return Err(err("strides of the shape's rank".into()));
+        }
+        check_shape("layout", &self.shape)?;
+        match self.last_position() {
+            None => Ok(()), // no elements: nothing is read
+            Some(Some(last)) if last < storage_len => Ok(()),
+            Some(_) => Err(err(format!(
+                "offset {} and strides that keep every element inside a storage of {storage_len} elements",
+                self.offset
+            ))),
+        }
+    }
+
+    /// The largest storage position of any element: `None` without elements, `Some(None)`
+    /// when it overflows.
+    fn last_position(&self) -> Option<Option<usize>> {
+        if self.shape.contains(&0) {
+            return None;
+        }
+        Some(
+            self.shape
+                .iter()
+                .zip(&self.strides)
+                .try_fold(self.offset, |acc, (&d, &s)| {
+                    (d - 1).checked_mul(s).and_then(|x| acc.checked_add(x))
+                }),
+        )
+    }
+
+    /// Storage position of a multi-index, or `None` when the index has the wrong rank, is
+    /// out of bounds, or its position overflows.
+    pub fn try_position(&self, index: &[usize]) -> Option<usize> {
+        if index.len() != self.shape.len()
+            || self.strides.len() != self.shape.len()
+            || index.iter().zip(&self.shape).any(|(i, d)| i >= d)
+        {
+            return None;
+        }
+        index
+            .iter()
+            .zip(&self.strides)
+            .try_fold(self.offset, |acc, (&i, &s)| {
+                i.checked_mul(s).and_then(|x| acc.checked_add(x))
+            })
+    }
+
+    /// Storage position of a multi-index (unchecked: for runtime code whose indices are in
+    /// bounds of a layout that fits its storage).
+    pub(crate) fn position(&self, index: &[usize]) -> usize {
         self.offset
             + index
                 .iter()
@@ -51,8 +132,17 @@ impl Layout {
                 .sum::<usize>()
     }
 
-    /// Copies the elements in row-major order of this layout from `storage` into `out`.
-    pub fn gather_into(&self, storage: &[f32], out: &mut Vec<f32>) {
+    /// Copies the elements in row-major order of this layout from `storage` into `out`, or
+    /// refuses a layout that does not fit `storage` ([`Layout::validate`]).
+    pub fn gather_into(&self, storage: &[f32], out: &mut Vec<f32>) -> Result<(), OpError> {
+        self.validate(storage.len())?;
+        self.gather_into_unchecked(storage, out);
+        Ok(())
+    }
+
+    /// [`Layout::gather_into`] for a tensor's own layout, which fits its storage by
+    /// construction.
+    pub(crate) fn gather_into_unchecked(&self, storage: &[f32], out: &mut Vec<f32>) {
         let n = self.numel();
         out.reserve(n);
         if n == 0 {
@@ -88,8 +178,30 @@ impl Layout {
         }
     }
 
-    /// The layout of a permutation of the axes (a view).
-    pub fn permuted(&self, axes: &[usize]) -> Layout {
+    /// The layout of a permutation of the axes (a view), or an error when `axes` is not a
+    /// permutation of `0..rank`.
+    pub fn try_permuted(&self, axes: &[usize]) -> Result<Layout, OpError> {
+        let rank = self.shape.len();
+        let mut seen = vec![false; rank];
+        if axes.len() != rank
+            || self.strides.len() != rank
+            || axes
+                .iter()
+                .any(|&a| a >= rank || std::mem::replace(&mut seen[a], true))
+        {
+            return Err(OpError::Payload {
+                op: "permute",
+                reason: format!(
+                    "axes {axes:?} are not a permutation of 0..{rank} for shape {:?}",
+                    self.shape
+                ),
+            });
+        }
+        Ok(self.permuted(axes))
+    }
+
+    /// [`Layout::try_permuted`] for axes the shape rule has validated.
+    pub(crate) fn permuted(&self, axes: &[usize]) -> Layout {
         Layout {
             shape: axes.iter().map(|&a| self.shape[a]).collect(),
             strides: axes.iter().map(|&a| self.strides[a]).collect(),
@@ -97,8 +209,25 @@ impl Layout {
         }
     }
 
-    /// The layout of a broadcast to `shape` (a view: broadcast axes get stride 0).
-    pub fn broadcast(&self, shape: &[usize]) -> Layout {
+    /// The layout of a broadcast to `shape` (a view: broadcast axes get stride 0), or an
+    /// error when this layout does not broadcast to `shape` (NumPy rules) or the target is
+    /// beyond the size limit.
+    pub fn try_broadcast(&self, shape: &[usize]) -> Result<Layout, OpError> {
+        let fits = self.strides.len() == self.shape.len()
+            && crate::spec::broadcast_shapes(&self.shape, shape).as_deref() == Some(shape);
+        if !fits {
+            return Err(OpError::Shape {
+                op: "broadcast_to",
+                shapes: vec![self.shape.clone()],
+                expected: format!("a shape that broadcasts to {shape:?}"),
+            });
+        }
+        check_shape("broadcast_to", shape)?;
+        Ok(self.broadcast(shape))
+    }
+
+    /// [`Layout::try_broadcast`] for a target the shape rule has validated.
+    pub(crate) fn broadcast(&self, shape: &[usize]) -> Layout {
         let extra = shape.len() - self.shape.len();
         let mut strides = vec![0; shape.len()];
         for d in 0..self.shape.len() {
@@ -115,8 +244,29 @@ impl Layout {
         }
     }
 
-    /// The layout of `start..end` along `axis` (a view).
-    pub fn sliced(&self, axis: usize, start: usize, end: usize) -> Layout {
+    /// The layout of `start..end` along `axis` (a view), or an error unless
+    /// `axis < rank` and `start <= end <= size of axis` (and the new offset fits).
+    pub fn try_sliced(&self, axis: usize, start: usize, end: usize) -> Result<Layout, OpError> {
+        let ok = axis < self.shape.len()
+            && self.strides.len() == self.shape.len()
+            && start <= end
+            && end <= self.shape[axis]
+            && start
+                .checked_mul(self.strides[axis])
+                .and_then(|x| x.checked_add(self.offset))
+                .is_some();
+        if !ok {
+            return Err(OpError::Shape {
+                op: "slice",
+                shapes: vec![self.shape.clone()],
+                expected: format!("axis {axis} to exist with {start} <= {end} <= its size"),
+            });
+        }
+        Ok(self.sliced(axis, start, end))
+    }
+
+    /// [`Layout::try_sliced`] for a range the shape rule has validated.
+    pub(crate) fn sliced(&self, axis: usize, start: usize, end: usize) -> Layout {
         let mut shape = self.shape.clone();
         shape[axis] = end - start;
         Layout {

@@ -186,7 +186,7 @@ impl Tensor {
             Cow::Borrowed(&self.0.storage[l.offset..l.offset + l.numel()])
         } else {
             let mut out = Vec::new();
-            l.gather_into(&self.0.storage, &mut out);
+            l.gather_into_unchecked(&self.0.storage, &mut out);
             Cow::Owned(out)
         }
     }
@@ -208,7 +208,7 @@ impl Tensor {
             // gives back when dropped
             let mut v = crate::runtime::buffers::take_overwritten(self.numel());
             v.clear();
-            self.0.layout.gather_into(&self.0.storage, &mut v);
+            self.0.layout.gather_into_unchecked(&self.0.storage, &mut v);
             Tensor::from_parts(v, self.shape().to_vec())
         }
     }

@@ -140,11 +140,11 @@ impl Tensor {
     }
     /// Reshapes; one entry may be -1 (inferred).
     pub fn reshape(&self, shape: &[isize]) -> Result<Tensor> {
-        let known: usize = shape
+        // checked: an overflowing product must not wrap into a divisor of numel
+        let known: Option<usize> = shape
             .iter()
             .filter(|&&d| d >= 0)
-            .map(|&d| d as usize)
-            .product();
+            .try_fold(1usize, |n, &d| n.checked_mul(d as usize));
         let inferred = shape.iter().filter(|&&d| d < 0).count();
         let bad = || {
             Error::Op(OpError::Shape {
@@ -155,10 +155,11 @@ impl Tensor {
                 ),
             })
         };
-        if inferred > 1
-            || shape.iter().any(|&d| d < -1)
-            || (inferred == 1 && (known == 0 || self.numel() % known != 0))
-        {
+        let known = match known {
+            Some(k) if inferred == 0 || (k != 0 && self.numel() % k == 0) => k,
+            _ => return Err(bad()),
+        };
+        if inferred > 1 || shape.iter().any(|&d| d < -1) {
             return Err(bad());
         }
         let dims: Vec<usize> = shape
