@@ -4,7 +4,6 @@ use crate::{CliError, CliResult};
 use clap::Args;
 use torchlean::backend::{BackendProfile, BackendReport, ExecutionMode};
 use torchlean::runtime::Session;
-use torchlean::OpKind;
 
 /// The execution mode flag, flattened only into the commands that honour it (a command that
 /// cannot run both modes does not accept `--backend` at all: clap refuses it, exit 2).
@@ -67,21 +66,40 @@ impl BackendArgs {
         .map_err(CliError::usage)
     }
 
-    /// Installs an eager session for the profile and plans + gates `ops` before any kernel
-    /// runs (exit 2 when planning fails, 3 when the gate rejects). Prints the report if asked.
-    pub fn start_session(&self, ops: &[OpKind], training: bool) -> Result<(), CliError> {
+    /// Installs an eager session for the profile on this thread: every tensor the command
+    /// builds (models, data) is made under the profile the user chose.
+    pub fn install_session(&self) -> CliResult {
+        torchlean::runtime::install(Session::new(self.profile()?))?;
+        Ok(())
+    }
+
+    /// Installs an eager session for the profile and plans + gates every op `workload` runs
+    /// before any kernel runs (exit 2 when planning fails, 3 when the gate rejects). The ops
+    /// are found by running `workload` once in a shape-only trace (no kernel runs; values are
+    /// placeholders), so `workload` should build what it needs and run one step. In compiled
+    /// mode every differentiable op is planned recorded, as a graph capture runs them.
+    /// Prints the report if asked.
+    pub fn start_session(
+        &self,
+        mode: ExecutionMode,
+        workload: impl FnOnce() -> torchlean::Result<()>,
+    ) -> CliResult {
         let mut session = Session::new(self.profile()?);
-        let report = session.preplan(ops, training)?;
+        let mut uses = torchlean::runtime::trace(workload)?;
+        if mode == ExecutionMode::Compiled {
+            uses = uses.all_recorded();
+        }
+        let report = session.preplan(&uses)?;
         if self.show_backend {
             print!("{}", report.to_text());
         }
-        torchlean::runtime::install(session);
+        torchlean::runtime::install(session)?;
         Ok(())
     }
 
     /// Writes the report of what ran, if asked (the compiled plan's report when given).
     pub fn finish_session(&self) -> CliResult {
-        self.write_report(torchlean::runtime::with_current(|s| s.report()))
+        self.write_report(torchlean::runtime::with_current(|s| s.report())?)
     }
 
     /// Writes `report` to `--report-json`, if asked.

@@ -80,7 +80,12 @@ fn export_then_run_graph_reproduces_the_in_process_run() {
     ]);
     assert_eq!(code, 0, "{err}");
     let out = read_safetensors(Path::new(&d.p("y.st"))).unwrap();
-    // the same model, data and seed, run eagerly in process
+    // the same model, data and seed, run eagerly in process, under the profile the command
+    // used (checked_cpu), chosen here explicitly
+    torchlean::runtime::install(torchlean::runtime::Session::new(
+        torchlean::backend::BackendProfile::default_cpu(),
+    ))
+    .unwrap();
     let model = Mlp::new(
         &[SyntheticRegression::FEATURES, 64, 64, 1],
         Activation::Tanh,

@@ -3,6 +3,8 @@
 //! Every user mistake becomes one of these values, naming the op, the shapes involved and
 //! what was expected. Library code never panics on user input.
 
+use crate::backend::{GateFailure, KernelAudit, KernelRejection, PlanningError, RejectedPlan};
+use std::fmt;
 use thiserror::Error;
 
 /// A mistake in how an op was applied: wrong arity, shapes, payload or index values.
@@ -69,10 +71,28 @@ pub enum Error {
         checker: &'static str,
         reason: String,
     },
-    #[error("planning: {0}")]
-    Planning(String),
+    /// No admissible capsule for one or more ops (one entry per op: eager planning stops at
+    /// the first, a compiled graph lists every op that failed). Each entry names the op, the
+    /// device and why every candidate capsule was refused.
+    #[error("planning: {}", PlanningErrors(.0))]
+    Planning(Vec<PlanningError>),
+    /// The gate refused what was planned (see [`GateRejection::failures`]).
     #[error("gate: {0}")]
-    Gate(String),
+    Gate(GateRejection),
+    /// No backend session on this thread and no process default: an op never runs under a
+    /// policy the program did not choose.
+    #[error("no backend session on this thread{thread}: an op runs only under a profile the program chose. Install one on this thread (`runtime::install(Session::new(profile))`), start the thread with `runtime::spawn` (it inherits the caller's session), or set a process-wide default once at startup (`runtime::set_process_default(profile)`)")]
+    NoSession {
+        /// ` (name)` of the thread, when it has one.
+        thread: String,
+    },
+    /// A session operation was attempted while this thread's session is lent to a
+    /// `runtime::with_current` closure (a tensor op, `install` or `take` inside that closure).
+    #[error("session busy: `{attempted}` was called inside `runtime::with_current`'s closure, which holds this thread's session; run tensor ops and session changes outside the closure")]
+    SessionBusy { attempted: &'static str },
+    /// The process-wide default profile was already set to a different profile.
+    #[error("process default profile is already `{current}`; it cannot be changed to `{requested}` (install a session on the thread that needs another profile)")]
+    ProcessDefaultSet { current: String, requested: String },
     #[error("device `{device}` is not available: {reason}")]
     DeviceUnavailable { device: String, reason: String },
     /// Model code read a traced value on the host, or cut it from the tape, while a graph was
@@ -96,6 +116,62 @@ pub enum Error {
     /// Training stopped or could not start (see [`crate::nn::TrainError`]).
     #[error(transparent)]
     Train(#[from] crate::nn::TrainError),
+}
+
+/// Displays planning errors one per line.
+struct PlanningErrors<'a>(&'a [PlanningError]);
+
+impl fmt::Display for PlanningErrors<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.0.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{e}")?;
+        }
+        Ok(())
+    }
+}
+
+/// What the gate refused, kept whole so a caller can match on every failure
+/// ([`GateFailure`]: which op, capsule, obligation, evidence and policy).
+#[derive(Debug, Clone, PartialEq)]
+pub enum GateRejection {
+    /// One kernel, refused when an eager session planned its op.
+    Kernel(Box<KernelRejection>),
+    /// A compiled graph's plan, refused as a whole.
+    Plan(Box<RejectedPlan>),
+}
+
+impl GateRejection {
+    /// Every reason the gate gave (never empty).
+    pub fn failures(&self) -> &[GateFailure] {
+        match self {
+            GateRejection::Kernel(k) => &k.failures,
+            GateRejection::Plan(p) => &p.failures,
+        }
+    }
+
+    /// The audits of the refused kernel(s).
+    pub fn audits(&self) -> &[KernelAudit] {
+        match self {
+            GateRejection::Kernel(k) => std::slice::from_ref(&k.audit),
+            GateRejection::Plan(p) => &p.audits,
+        }
+    }
+}
+
+impl fmt::Display for GateRejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GateRejection::Kernel(k) => write!(f, "op `{}` rejected:", k.audit.op.name())?,
+            GateRejection::Plan(_) => write!(f, "rejected by the gate:")?,
+        }
+        for failure in self.failures() {
+            write!(f, "\n  {failure}")?;
+        }
+        Ok(())
+    }
 }
 
 /// Result alias for the runtime.

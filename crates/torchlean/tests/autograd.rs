@@ -1,6 +1,7 @@
 //! Eager tape autograd: composite gradients against finite differences and against another
 //! provider, accumulation, no_grad, detach, determinism.
 
+mod support;
 use torchlean::backend::BackendProfile;
 use torchlean::nn::tasks::SyntheticRegression;
 use torchlean::nn::train::train_regression;
@@ -12,11 +13,11 @@ fn with_profile<R>(provider: &str, f: impl FnOnce() -> R) -> R {
     let profile =
         BackendProfile::resolve(None, Some("cpu"), Some(provider), Some("checked-runtime"))
             .unwrap();
-    let before = runtime::install(Session::new(profile));
+    let before = runtime::install(Session::new(profile)).unwrap();
     let r = f();
-    runtime::take();
+    runtime::take().unwrap();
     if let Some(s) = before {
-        runtime::install(s);
+        runtime::install(s).unwrap();
     }
     r
 }
@@ -39,6 +40,7 @@ fn composite(x: &Tensor, w: &Tensor, c: &Tensor, t: &Tensor) -> Tensor {
 
 #[test]
 fn composite_gradient_matches_finite_differences_on_both_providers() {
+    support::checked_cpu_default();
     let x = Tensor::randn(&[4, 3], 1).unwrap();
     let c = Tensor::randn(&[5], 2).unwrap();
     let t = Tensor::randn(&[4, 5], 3).unwrap();
@@ -83,6 +85,7 @@ fn composite_gradient_matches_finite_differences_on_both_providers() {
 
 #[test]
 fn multiple_paths_and_passes_accumulate() {
+    support::checked_cpu_default();
     let x = Tensor::from_vec(vec![1.0, -2.0, 3.0], &[3])
         .unwrap()
         .requires_grad();
@@ -98,6 +101,7 @@ fn multiple_paths_and_passes_accumulate() {
 
 #[test]
 fn no_grad_and_detach_cut_the_tape() {
+    support::checked_cpu_default();
     let x = Tensor::from_vec(vec![2.0, 3.0], &[2])
         .unwrap()
         .requires_grad();
@@ -117,6 +121,7 @@ fn no_grad_and_detach_cut_the_tape() {
 
 #[test]
 fn gradients_flow_through_views() {
+    support::checked_cpu_default();
     let x = Tensor::randn(&[2, 3], 9).unwrap().requires_grad();
     let y = x
         .transpose(0, 1)
@@ -133,6 +138,7 @@ fn gradients_flow_through_views() {
 
 #[test]
 fn views_share_storage_and_read_correctly() {
+    support::checked_cpu_default();
     let a = Tensor::arange(0.0, 6.0, 1.0)
         .unwrap()
         .reshape(&[2, 3])
@@ -163,6 +169,7 @@ fn train(provider: &str, seed: u64) -> Vec<f32> {
 
 #[test]
 fn training_is_deterministic_and_providers_agree() {
+    support::checked_cpu_default();
     let a = train("only:native_cpu", 5);
     let b = train("only:native_cpu", 5);
     assert_eq!(a, b, "same seed, same bits");
@@ -177,6 +184,7 @@ fn training_is_deterministic_and_providers_agree() {
 
 #[test]
 fn quickstart_mlp_converges_tenfold_in_200_steps() {
+    support::checked_cpu_default();
     let losses = with_profile("auto", || {
         let mut model = Mlp::new(
             &[SyntheticRegression::FEATURES, 64, 64, 1],
@@ -199,6 +207,7 @@ fn quickstart_mlp_converges_tenfold_in_200_steps() {
 
 #[test]
 fn rng_is_counter_based_and_seeded() {
+    support::checked_cpu_default();
     let a = Tensor::rand(&[1000], 7).unwrap().to_vec();
     assert_eq!(a, Tensor::rand(&[1000], 7).unwrap().to_vec());
     assert_ne!(a, Tensor::rand(&[1000], 8).unwrap().to_vec());
@@ -226,6 +235,7 @@ fn rng_is_counter_based_and_seeded() {
 
 #[test]
 fn display_shows_values_shape_and_producer() {
+    support::checked_cpu_default();
     let a = Tensor::from_vec(vec![1.0, 2.5], &[2]).unwrap();
     assert_eq!(a.to_string(), "tensor([1.0000, 2.5000], shape=[2])");
     let b = a.clone().requires_grad().relu().unwrap();

@@ -2,6 +2,7 @@
 //! an `Err` naming the op, the shapes and the expectation — or the IEEE result where the op
 //! defines one. Never a panic.
 
+mod support;
 use torchlean::backend::BackendProfile;
 use torchlean::graph::{Conv2dGeometry, Op, Pool2dGeometry};
 use torchlean::runtime::{self, Session};
@@ -13,11 +14,11 @@ fn on_both(f: impl Fn(&str)) {
         let profile =
             BackendProfile::resolve(None, Some("cpu"), Some(provider), Some("checked-runtime"))
                 .unwrap();
-        let before = runtime::install(Session::new(profile));
+        let before = runtime::install(Session::new(profile)).unwrap();
         f(provider);
-        runtime::take();
+        runtime::take().unwrap();
         if let Some(s) = before {
-            runtime::install(s);
+            runtime::install(s).unwrap();
         }
     }
 }
@@ -28,6 +29,7 @@ fn t(data: &[f32], shape: &[usize]) -> Tensor {
 
 #[test]
 fn shape_mismatch_names_op_shapes_and_expectation() {
+    support::checked_cpu_default();
     on_both(|p| {
         let e = Tensor::ones(&[2, 3])
             .unwrap()
@@ -73,6 +75,7 @@ fn shape_mismatch_names_op_shapes_and_expectation() {
 
 #[test]
 fn bad_axes_are_errors() {
+    support::checked_cpu_default();
     on_both(|p| {
         let x = Tensor::ones(&[2, 3]).unwrap();
         assert!(
@@ -119,6 +122,7 @@ fn bad_axes_are_errors() {
 
 #[test]
 fn bad_payloads_are_errors() {
+    support::checked_cpu_default();
     on_both(|p| {
         let x = Tensor::ones(&[1, 1, 4, 4]).unwrap();
         assert!(
@@ -192,6 +196,7 @@ fn bad_payloads_are_errors() {
 
 #[test]
 fn nan_domains_follow_ieee() {
+    support::checked_cpu_default();
     on_both(|p| {
         let x = t(&[-1.0, 0.0, 4.0], &[3]);
         let log = x.log().unwrap().to_vec();
@@ -221,6 +226,7 @@ fn nan_domains_follow_ieee() {
 
 #[test]
 fn empty_tensors_have_defined_results() {
+    support::checked_cpu_default();
     on_both(|p| {
         let e = Tensor::zeros(&[0]).unwrap();
         assert_eq!(
@@ -265,6 +271,7 @@ fn empty_tensors_have_defined_results() {
 
 #[test]
 fn bad_index_values_are_errors() {
+    support::checked_cpu_default();
     on_both(|p| {
         let x = Tensor::ones(&[3, 2]).unwrap();
         let e = x.index_select(0, &t(&[0.0, 3.0], &[2])).unwrap_err();
@@ -295,6 +302,7 @@ fn bad_index_values_are_errors() {
 
 #[test]
 fn tensor_and_autograd_misuse_are_errors() {
+    support::checked_cpu_default();
     assert!(matches!(
         Tensor::from_vec(vec![1.0; 5], &[2, 3]),
         Err(Error::Creation(_))

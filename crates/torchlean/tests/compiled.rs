@@ -1,5 +1,6 @@
 //! Compiled mode: capture → plan → gate → execute, against eager execution.
 
+mod support;
 use torchlean::backend::BackendProfile;
 use torchlean::graph::{append_backward, Graph, NodeKind};
 use torchlean::nn::tasks::SyntheticRegression;
@@ -17,6 +18,7 @@ fn named_params(m: &Mlp) -> Vec<(String, Tensor)> {
 
 #[test]
 fn captured_graph_is_well_formed_and_reruns_the_forward() {
+    support::checked_cpu_default();
     let model = Mlp::new(&[4, 8, 1], Activation::Tanh, 1).unwrap();
     let x = Tensor::randn(&[5, 4], 2).unwrap();
     let eager = model.forward(&x).unwrap().to_vec();
@@ -119,6 +121,7 @@ fn train(compiled: bool, steps: usize) -> Vec<f32> {
 
 #[test]
 fn compiled_and_eager_training_give_the_same_losses() {
+    support::checked_cpu_default();
     let e = train(false, 40);
     let c = train(true, 40);
     for (i, (a, b)) in e.iter().zip(&c).enumerate() {
@@ -132,6 +135,7 @@ fn compiled_and_eager_training_give_the_same_losses() {
 
 #[test]
 fn backward_graph_has_vjp_nodes_and_gradient_outputs() {
+    support::checked_cpu_default();
     let model = Mlp::new(&[3, 4, 1], Activation::Relu, 3).unwrap();
     let x = Tensor::randn(&[2, 3], 4).unwrap();
     let y = Tensor::randn(&[2, 1], 5).unwrap();
@@ -167,6 +171,7 @@ fn backward_graph_has_vjp_nodes_and_gradient_outputs() {
 
 #[test]
 fn compiled_plan_is_gated_and_rejected_plans_are_kept() {
+    support::checked_cpu_default();
     let model = Mlp::new(&[3, 4, 1], Activation::Relu, 3).unwrap();
     let x = Tensor::randn(&[2, 3], 4).unwrap();
     let c = capture(&[("x".into(), x)], &named_params(&model), |xs| {
@@ -202,6 +207,7 @@ fn compiled_plan_is_gated_and_rejected_plans_are_kept() {
 
 #[test]
 fn elementwise_chains_are_fused_with_their_own_capsule_and_match_the_parts() {
+    support::checked_cpu_default();
     let w = Tensor::randn(&[4, 4], 11).unwrap();
     let x = Tensor::randn(&[3, 4], 12).unwrap();
     let parts =
@@ -243,6 +249,7 @@ fn elementwise_chains_are_fused_with_their_own_capsule_and_match_the_parts() {
 
 #[test]
 fn training_graphs_keep_the_intermediates_their_backward_needs() {
+    support::checked_cpu_default();
     let model = Mlp::new(&[3, 4, 1], Activation::Tanh, 3).unwrap();
     let x = Tensor::randn(&[2, 3], 4).unwrap();
     let y = Tensor::randn(&[2, 1], 5).unwrap();
@@ -275,6 +282,7 @@ fn training_graphs_keep_the_intermediates_their_backward_needs() {
 
 #[test]
 fn compiled_steps_reuse_their_buffers_after_the_first() {
+    support::checked_cpu_default();
     use torchlean::backend::ExecutionMode;
     use torchlean::nn::train::TrainStep;
     let mut model = Mlp::new(&[4, 32, 32, 1], Activation::Tanh, 0).unwrap();
@@ -320,6 +328,7 @@ fn compiled_steps_reuse_their_buffers_after_the_first() {
 /// liveness), and its loss and gradients are bit-identical to the eager tape's, run after run.
 #[test]
 fn dense_path_matches_the_eager_tape_exactly_and_reuses_buffers() {
+    support::checked_cpu_default();
     let model = Mlp::new(&[4, 16, 16, 1], Activation::Tanh, 7).unwrap();
     let params = named_params(&model);
     let (x, y) = (
@@ -386,6 +395,7 @@ fn dense_path_matches_the_eager_tape_exactly_and_reuses_buffers() {
 /// it runs in place in that buffer; the output matches eager exactly, run after run.
 #[test]
 fn dense_inference_graph_runs_maps_in_place_and_matches_eager() {
+    support::checked_cpu_default();
     let model = Mlp::new(&[4, 16, 16, 3], Activation::Tanh, 5).unwrap();
     let x = Tensor::randn(&[6, 4], 6).unwrap();
     let eager = model.forward(&x).unwrap().to_vec();
@@ -418,6 +428,7 @@ fn dense_inference_graph_runs_maps_in_place_and_matches_eager() {
 /// runs on the dense path, with loss and gradients bit-identical to the eager tape's.
 #[test]
 fn dense_cross_entropy_graph_matches_the_eager_tape_exactly() {
+    support::checked_cpu_default();
     let model = Mlp::new(&[5, 12, 4], Activation::Relu, 3).unwrap();
     let params = named_params(&model);
     let x = Tensor::randn(&[9, 5], 4).unwrap();
@@ -450,6 +461,7 @@ fn dense_cross_entropy_graph_matches_the_eager_tape_exactly() {
 /// backward graph adds cotangents) runs on the dense path and matches the eager tape.
 #[test]
 fn dense_residual_graph_matches_the_eager_tape() {
+    support::checked_cpu_default();
     let model = Mlp::new(&[4, 8, 4], Activation::Tanh, 11).unwrap();
     let params = named_params(&model);
     let x = Tensor::randn(&[6, 4], 12).unwrap();
@@ -490,6 +502,7 @@ fn dense_residual_graph_matches_the_eager_tape() {
 /// naming the access, and untraced data (a mask built from constants) is still accepted.
 #[test]
 fn capture_refuses_host_reads_of_traced_values() {
+    support::checked_cpu_default();
     use torchlean::Error;
     let x = Tensor::randn(&[2, 3], 7).unwrap();
     type Leak = fn(&Tensor) -> torchlean::Result<Tensor>;
@@ -533,6 +546,7 @@ fn capture_refuses_host_reads_of_traced_values() {
 /// graph as the first batch's constant).
 #[test]
 fn compiled_embedding_reads_each_calls_ids() {
+    support::checked_cpu_default();
     use torchlean::nn::Embedding;
     let emb = Embedding::new(10, 4, 3).unwrap();
     let params: Vec<(String, Tensor)> = emb
@@ -564,6 +578,7 @@ fn compiled_embedding_reads_each_calls_ids() {
 /// capture's constant names never collide with a parameter called `const.N`.
 #[test]
 fn generated_names_never_collide_with_user_names() {
+    support::checked_cpu_default();
     use torchlean::graph::GraphError;
     let x = Tensor::randn(&[2, 2], 1).unwrap();
     let w = Tensor::randn(&[2, 2], 2).unwrap().requires_grad();

@@ -8,6 +8,7 @@
 
 mod common;
 
+mod support;
 use common::{cases, draw, table, uncovered_kinds, Case};
 use torchlean::runtime::kernel::KernelBinding;
 use torchlean::spec::{self, Array};
@@ -247,6 +248,7 @@ fn check_vjp(provider: &str, binding: &KernelBinding, supports: fn(&Case) -> boo
 
 #[test]
 fn every_op_has_a_conformance_row() {
+    support::checked_cpu_default();
     assert!(
         uncovered_kinds().is_empty(),
         "ops without a conformance row: {:?}",
@@ -256,36 +258,43 @@ fn every_op_has_a_conformance_row() {
 
 #[test]
 fn reference_forward_matches_spec() {
+    support::checked_cpu_default();
     check_forward("reference", &providers::reference::binding(), all_ops);
 }
 
 #[test]
 fn reference_vjp_matches_spec() {
+    support::checked_cpu_default();
     check_vjp("reference", &providers::reference::binding(), all_ops);
 }
 
 #[test]
 fn native_cpu_forward_matches_spec() {
+    support::checked_cpu_default();
     check_forward("native_cpu", &providers::native_cpu::binding(), all_ops);
 }
 
 #[test]
 fn native_cpu_vjp_matches_spec() {
+    support::checked_cpu_default();
     check_vjp("native_cpu", &providers::native_cpu::binding(), all_ops);
 }
 
 #[test]
 fn composition_forward_matches_spec() {
+    support::checked_cpu_default();
     check_forward("torchlean", &providers::composition::binding(), composed);
 }
 
 #[test]
 fn composition_vjp_matches_spec() {
+    support::checked_cpu_default();
     check_vjp("torchlean", &providers::composition::binding(), composed);
 }
 
 #[test]
 fn every_provider_under_test_is_registered() {
+    support::checked_cpu_default();
     let registry = torchlean::runtime::session::standard_registry();
     for (name, _) in providers_under_test() {
         assert!(
@@ -300,6 +309,7 @@ fn every_provider_under_test_is_registered() {
 
 #[test]
 fn spec_vjp_matches_finite_differences() {
+    support::checked_cpu_default();
     let mut failures = vec![];
     for (i, case) in cases().iter().enumerate() {
         if !case.op.kind().differentiable() {
@@ -352,6 +362,7 @@ fn spec_vjp_matches_finite_differences() {
 /// Skipping an input's cotangent (`needs[i] == false`) leaves the other cotangents unchanged.
 #[test]
 fn native_cpu_vjp_skipping_unneeded_inputs_keeps_the_others() {
+    support::checked_cpu_default();
     let vjp = providers::native_cpu::binding()
         .vjp()
         .expect("native binds a VJP");
@@ -387,6 +398,7 @@ fn native_cpu_vjp_skipping_unneeded_inputs_keeps_the_others() {
 /// The native in-place kernel gives exactly the forward kernel's values on every unary row.
 #[test]
 fn native_cpu_in_place_matches_forward() {
+    support::checked_cpu_default();
     let binding = providers::native_cpu::binding();
     let in_place = binding.in_place().expect("native binds an in-place kernel");
     let mut checked = 0;
@@ -415,6 +427,7 @@ fn native_cpu_in_place_matches_forward() {
 /// kernel that skips an element is caught), for every subset of needed cotangents.
 #[test]
 fn native_cpu_dense_kernels_match_the_tensor_kernels() {
+    support::checked_cpu_default();
     use torchlean::runtime::kernel::Dense;
     let binding = providers::native_cpu::binding();
     let vjp = binding.vjp().expect("native binds a VJP");
@@ -496,6 +509,7 @@ fn native_cpu_dense_kernels_match_the_tensor_kernels() {
 /// Dense kernels refuse operands whose slices do not match their shapes.
 #[test]
 fn native_cpu_dense_kernels_check_their_buffers() {
+    support::checked_cpu_default();
     use torchlean::runtime::kernel::Dense;
     let dense = providers::native_cpu::dense_kernels(OpKind::Tanh).expect("tanh has dense kernels");
     let x = [1.0f32, 2.0, 3.0];

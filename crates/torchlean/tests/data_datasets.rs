@@ -1,6 +1,7 @@
 //! In-memory datasets (batching, seeded shuffling, splitting, the step sampler) and the
 //! embedded synthetic datasets and text corpus.
 
+mod support;
 use torchlean::data::synthetic::{self, Pde};
 use torchlean::data::text::{char_lm_dataset, CharVocab, CORPUS};
 use torchlean::data::{epoch_permutation, BatchSampler, DataError, Dataset};
@@ -14,6 +15,7 @@ fn toy(n: usize) -> Dataset {
 
 #[test]
 fn datasets_validate_and_gather_rows() {
+    support::checked_cpu_default();
     let x = Tensor::zeros(&[4, 2]).unwrap();
     let y = Tensor::zeros(&[5]).unwrap();
     assert!(matches!(
@@ -37,6 +39,7 @@ fn datasets_validate_and_gather_rows() {
 
 #[test]
 fn epoch_batches_cover_every_sample_once_and_shuffle_by_seed() {
+    support::checked_cpu_default();
     let ds = toy(10);
     let ordered = ds.batches(4, None).unwrap();
     assert_eq!(
@@ -67,6 +70,7 @@ fn epoch_batches_cover_every_sample_once_and_shuffle_by_seed() {
 
 #[test]
 fn sampler_steps_walk_epoch_permutations() {
+    support::checked_cpu_default();
     let p = epoch_permutation(50, 3, 0);
     let mut s = p.clone();
     s.sort();
@@ -93,6 +97,7 @@ fn sampler_steps_walk_epoch_permutations() {
 
 #[test]
 fn synthetic_images_are_balanced_patterns() {
+    support::checked_cpu_default();
     let ds = synthetic::images(40, 8, 0.0, 1).unwrap();
     assert_eq!(ds.feature_shape(), &[1, 8, 8]);
     let y = ds.targets().unwrap().to_vec();
@@ -116,6 +121,7 @@ fn synthetic_images_are_balanced_patterns() {
 
 #[test]
 fn regression_and_sequence_sets_follow_their_formulas() {
+    support::checked_cpu_default();
     let r = synthetic::regression(16, 4).unwrap();
     let (x, y) = (
         r.features().unwrap().to_vec(),
@@ -147,6 +153,7 @@ fn regression_and_sequence_sets_follow_their_formulas() {
 
 #[test]
 fn pde_sets_decay_under_heat_and_shift_under_advection() {
+    support::checked_cpu_default();
     let heat = synthetic::pde_1d(6, 32, 4, Pde::Heat { nu: 0.01, t: 1.0 }, 3).unwrap();
     assert_eq!(heat.feature_shape(), &[1, 32]);
     let (u0, ut) = (
@@ -177,6 +184,7 @@ fn pde_sets_decay_under_heat_and_shift_under_advection() {
 
 #[test]
 fn corpus_vocab_and_char_windows() {
+    support::checked_cpu_default();
     assert!(CORPUS.len() > 2000 && CORPUS.len() < 8000);
     let v = CharVocab::from_text(CORPUS);
     assert!(v.len() > 20 && v.len() < 80);

@@ -2,6 +2,7 @@
 //! malformed file (truncated, bad magic, wrong sizes, huge declared dims, bad text) is a
 //! `DataError` naming the file — never a panic or a huge allocation.
 
+mod support;
 use std::path::{Path, PathBuf};
 use torchlean::data::{
     load_csv, load_idx, load_mnist, load_npy, load_npy_dataset, save_npy, write_idx, CsvOptions,
@@ -54,6 +55,7 @@ fn malformed<T: std::fmt::Debug>(r: torchlean::Result<T>, file: &str, needle: &s
 
 #[test]
 fn csv_with_header_label_by_name_and_without_header() {
+    support::checked_cpu_default();
     let d = tmpdir("csv-ok");
     let p = write(
         &d,
@@ -93,6 +95,7 @@ fn csv_with_header_label_by_name_and_without_header() {
 
 #[test]
 fn malformed_csv_files_are_readable_errors() {
+    support::checked_cpu_default();
     let d = tmpdir("csv-bad");
     let o = CsvOptions::default();
     malformed(
@@ -182,6 +185,7 @@ fn npy(dict: &str, payload: &[u8], v2: bool) -> Vec<u8> {
 
 #[test]
 fn npy_round_trips_and_reads_each_supported_dtype() {
+    support::checked_cpu_default();
     let d = tmpdir("npy-ok");
     let t = Tensor::from_vec((0..12).map(|v| v as f32 * 0.5 - 2.0).collect(), &[3, 2, 2]).unwrap();
     let p = d.join("t.npy");
@@ -257,6 +261,7 @@ fn npy_round_trips_and_reads_each_supported_dtype() {
 
 #[test]
 fn malformed_npy_files_are_readable_errors() {
+    support::checked_cpu_default();
     let d = tmpdir("npy-bad");
     let good = npy(
         "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }",
@@ -376,6 +381,7 @@ fn malformed_npy_files_are_readable_errors() {
 
 #[test]
 fn idx_round_trips_u8_f32_and_reads_other_types() {
+    support::checked_cpu_default();
     let d = tmpdir("idx-ok");
     let imgs = Tensor::from_vec(
         (0..2 * 3 * 4).map(|v| (v * 10 % 256) as f32).collect(),
@@ -420,6 +426,7 @@ fn idx_round_trips_u8_f32_and_reads_other_types() {
 
 #[test]
 fn malformed_idx_files_are_readable_errors() {
+    support::checked_cpu_default();
     let d = tmpdir("idx-bad");
     let mut good = vec![0, 0, 0x08, 2, 0, 0, 0, 2, 0, 0, 0, 3];
     good.extend_from_slice(&[1, 2, 3, 4, 5, 6]);
@@ -502,6 +509,7 @@ fn malformed_idx_files_are_readable_errors() {
 /// an f64 beyond the float32 range counts as non-finite.
 #[test]
 fn non_finite_values_are_refused_in_every_format() {
+    support::checked_cpu_default();
     let d = tmpdir("non-finite");
     for (bad, name) in [
         (f32::NAN, "nan"),

@@ -2,6 +2,7 @@
 //! entry contributes exactly zero), causal masking, fully blocked rows, key padding; the
 //! pre-norm transformer block and encoder stack.
 
+mod support;
 use torchlean::nn::{
     key_padding_mask, Linear, Module, MultiheadAttention, TransformerConfig, TransformerEncoder,
     TransformerEncoderBlock,
@@ -91,6 +92,7 @@ fn mha(e: usize, h: usize, causal: bool, seed: u64) -> MultiheadAttention {
 
 #[test]
 fn self_attention_matches_an_f64_reference() {
+    support::checked_cpu_default();
     let m = mha(8, 2, false, 3);
     let x = Tensor::randn(&[2, 5, 8], 4).unwrap();
     let y = m.forward(&x).unwrap();
@@ -115,6 +117,7 @@ fn self_attention_matches_an_f64_reference() {
 
 #[test]
 fn blocked_keys_contribute_exactly_zero() {
+    support::checked_cpu_default();
     let m = mha(8, 4, false, 7);
     let q = Tensor::randn(&[1, 3, 8], 1).unwrap();
     let kv = Tensor::randn(&[1, 4, 8], 2).unwrap();
@@ -144,6 +147,7 @@ fn blocked_keys_contribute_exactly_zero() {
 
 #[test]
 fn a_fully_blocked_row_outputs_the_projection_bias() {
+    support::checked_cpu_default();
     let m = mha(4, 2, false, 9);
     let x = Tensor::randn(&[1, 3, 4], 3).unwrap();
     let mask = Tensor::from_vec(vec![0., 0., 0., 1., 1., 0., 1., 1., 1.], &[3, 3]).unwrap();
@@ -155,6 +159,7 @@ fn a_fully_blocked_row_outputs_the_projection_bias() {
 
 #[test]
 fn causal_masking_equals_a_lower_triangular_mask_and_ignores_the_future() {
+    support::checked_cpu_default();
     let m = mha(8, 2, true, 11);
     let x = Tensor::randn(&[2, 6, 8], 12).unwrap();
     let y = m.forward(&x).unwrap();
@@ -188,6 +193,7 @@ fn causal_masking_equals_a_lower_triangular_mask_and_ignores_the_future() {
 
 #[test]
 fn key_padding_masks_hide_padded_keys() {
+    support::checked_cpu_default();
     let m = mha(4, 1, false, 13);
     let x = Tensor::randn(&[2, 3, 4], 14).unwrap();
     let keep = Tensor::from_vec(vec![1., 1., 0., 1., 0., 0.], &[2, 3]).unwrap();
@@ -213,6 +219,7 @@ fn config(causal: bool) -> TransformerConfig {
 
 #[test]
 fn transformer_block_is_a_residual_pre_norm_block() {
+    support::checked_cpu_default();
     let mut block = TransformerEncoderBlock::new(config(false), 1).unwrap();
     let names: Vec<String> = block.parameters().into_iter().map(|(n, _)| n).collect();
     assert_eq!(
@@ -257,6 +264,7 @@ fn transformer_block_is_a_residual_pre_norm_block() {
 
 #[test]
 fn causal_encoder_stack_is_causal_and_trains() {
+    support::checked_cpu_default();
     let enc = TransformerEncoder::new(config(true), 2, true, 5).unwrap();
     let names: Vec<String> = enc.parameters().into_iter().map(|(n, _)| n).collect();
     assert_eq!(names.len(), 2 * 12 + 2);

@@ -3,6 +3,7 @@
 //! LM, an autoencoder, an FNO on the 1-D heat equation, and GRU / LSTM sequence regression.
 //! Thresholds are set well inside what the runs reach, on held-out data where it applies.
 
+mod support;
 use torchlean::data::synthetic::{self, Pde};
 use torchlean::data::text::{char_lm_dataset, CharVocab, CORPUS};
 use torchlean::data::Dataset;
@@ -37,6 +38,7 @@ fn timed<R>(name: &str, f: impl FnOnce() -> R) -> R {
 
 #[test]
 fn cnn_learns_synthetic_image_classes() {
+    support::checked_cpu_default();
     timed("cnn", || {
         let data = synthetic::images(600, 8, 0.3, 1).unwrap();
         let (train, test) = data.split(400).unwrap();
@@ -55,6 +57,7 @@ fn cnn_learns_synthetic_image_classes() {
 
 #[test]
 fn mlp_classifies_xor_quadrants() {
+    support::checked_cpu_default();
     timed("mlp", || {
         let x = Tensor::uniform(&[800, 2], -1.0, 1.0, 3).unwrap();
         let y: Vec<f32> = x
@@ -79,6 +82,7 @@ fn mlp_classifies_xor_quadrants() {
 
 #[test]
 fn tiny_transformer_char_lm_lowers_its_loss() {
+    support::checked_cpu_default();
     timed("char-lm", || {
         let vocab = CharVocab::from_text(CORPUS);
         let data = char_lm_dataset(CORPUS, &vocab, 32, 4).unwrap();
@@ -117,6 +121,7 @@ fn tiny_transformer_char_lm_lowers_its_loss() {
 
 #[test]
 fn autoencoder_reconstructs_low_rank_data() {
+    support::checked_cpu_default();
     timed("autoencoder", || {
         // 16-dimensional points on a 3-dimensional curved manifold
         let z = Tensor::randn(&[600, 3], 6).unwrap();
@@ -140,6 +145,7 @@ fn autoencoder_reconstructs_low_rank_data() {
 
 #[test]
 fn fno_learns_the_heat_equation_step() {
+    support::checked_cpu_default();
     timed("fno", || {
         let pde = Pde::Heat { nu: 0.01, t: 1.0 };
         let data = synthetic::pde_1d(300, 32, 6, pde, 9).unwrap();
@@ -192,10 +198,12 @@ fn recurrent(model: RecurrentRegressor, name: &str) {
 
 #[test]
 fn gru_regresses_decayed_sums() {
+    support::checked_cpu_default();
     recurrent(RecurrentRegressor::gru(1, 16, 1, 12).unwrap(), "gru");
 }
 
 #[test]
 fn lstm_regresses_decayed_sums() {
+    support::checked_cpu_default();
     recurrent(RecurrentRegressor::lstm(1, 16, 1, 13).unwrap(), "lstm");
 }

@@ -2,6 +2,7 @@
 //! independent f64 computations; dropout, norms with running statistics, embeddings,
 //! positional encodings, containers and initialization.
 
+mod support;
 use torchlean::graph::{Conv2dGeometry, Pool2dGeometry};
 use torchlean::nn::init;
 use torchlean::nn::{
@@ -64,6 +65,7 @@ fn conv_ref(x: &Tensor, w: &Tensor, b: &Tensor, g: Conv2dGeometry) -> (Vec<usize
 
 #[test]
 fn conv2d_layer_matches_the_op_and_a_direct_sum() {
+    support::checked_cpu_default();
     for (opts, k) in [
         (
             Conv2dOptions {
@@ -109,6 +111,7 @@ fn conv2d_layer_matches_the_op_and_a_direct_sum() {
 
 #[test]
 fn conv2d_rejects_bad_groups_and_gets_gradients() {
+    support::checked_cpu_default();
     let bad = Conv2d::new(
         3,
         4,
@@ -139,6 +142,7 @@ fn conv2d_rejects_bad_groups_and_gets_gradients() {
 
 #[test]
 fn pooling_flatten_and_global_average_match_hand_values() {
+    support::checked_cpu_default();
     let x = Tensor::from_vec((0..32).map(|v| v as f32).collect(), &[1, 2, 4, 4]).unwrap();
     let mp = MaxPool2d::new(2, 2, 0).forward(&x).unwrap();
     assert_eq!(mp.shape(), &[1, 2, 2, 2]);
@@ -169,6 +173,7 @@ fn pooling_flatten_and_global_average_match_hand_values() {
 
 #[test]
 fn activation_modules_match_their_formulas() {
+    support::checked_cpu_default();
     let x = Tensor::from_vec(vec![-2.0, -0.5, 0.0, 0.7, 3.0, 1.5], &[2, 3]).unwrap();
     let xv: Vec<f64> = x.to_vec().iter().map(|&v| v as f64).collect();
     type Formula = fn(f64) -> f64;
@@ -199,6 +204,7 @@ fn activation_modules_match_their_formulas() {
 
 #[test]
 fn dropout_is_identity_in_eval_and_a_seeded_scaled_mask_in_training() {
+    support::checked_cpu_default();
     let x = Tensor::ones(&[100, 100]).unwrap();
     let mut d = Dropout::new(0.25, 42).unwrap();
     d.set_training(false);
@@ -221,6 +227,7 @@ fn dropout_is_identity_in_eval_and_a_seeded_scaled_mask_in_training() {
 
 #[test]
 fn embedding_selects_rows_and_rejects_bad_ids() {
+    support::checked_cpu_default();
     let e = Embedding::new(5, 3, 9).unwrap();
     let ids = Tensor::from_vec(vec![4.0, 0.0, 2.0, 2.0], &[2, 2]).unwrap();
     let y = e.forward(&ids).unwrap();
@@ -247,6 +254,7 @@ fn embedding_selects_rows_and_rejects_bad_ids() {
 
 #[test]
 fn positional_encodings_follow_their_definitions() {
+    support::checked_cpu_default();
     let pe = SinusoidalPositionalEncoding::new(10, 6).unwrap();
     let x = Tensor::zeros(&[2, 4, 6]).unwrap();
     let y = pe.forward(&x).unwrap();
@@ -279,6 +287,7 @@ fn positional_encodings_follow_their_definitions() {
 
 #[test]
 fn layer_norm_and_rms_norm_match_manual_formulas() {
+    support::checked_cpu_default();
     let x = Tensor::randn(&[3, 5], 11).unwrap();
     let mut ln = LayerNorm::new(5).unwrap();
     ln.weight = Tensor::from_vec(vec![1.0, 2.0, 0.5, -1.0, 3.0], &[5])
@@ -308,6 +317,7 @@ fn layer_norm_and_rms_norm_match_manual_formulas() {
 
 #[test]
 fn batch_norm_updates_running_stats_and_uses_them_in_eval() {
+    support::checked_cpu_default();
     let mut bn = BatchNorm::new(2).unwrap();
     let x = Tensor::randn(&[4, 2, 3, 3], 5).unwrap();
     let xv = x.to_vec();
@@ -383,6 +393,7 @@ fn batch_norm_updates_running_stats_and_uses_them_in_eval() {
 
 #[test]
 fn sequential_names_nest_and_switches_propagate() {
+    support::checked_cpu_default();
     let inner = Sequential::new()
         .push(Linear::new(4, 4, true, 1).unwrap())
         .push(BatchNorm::new(4).unwrap())
@@ -437,6 +448,7 @@ fn sequential_names_nest_and_switches_propagate() {
 
 #[test]
 fn initializations_are_seeded_and_bounded() {
+    support::checked_cpu_default();
     let a = init::kaiming_uniform(&[64, 32], 32, 0.0, 1)
         .unwrap()
         .to_vec();

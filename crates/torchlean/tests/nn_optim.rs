@@ -4,6 +4,7 @@
 //! The model is one parameter `w` with loss 0.5·Σw², so the gradient of each step is the
 //! current w; the expected values were computed by hand (and checked in f64).
 
+mod support;
 use torchlean::nn::{
     clip_grad_norm, global_grad_norm, Adagrad, Adam, AdamW, LrSchedule, Module, Optimizer, RmsProp,
     Sgd,
@@ -64,6 +65,7 @@ fn close(a: &[f32], b: &[f64], tol: f64) {
 
 #[test]
 fn sgd_plain_momentum_nesterov_and_weight_decay() {
+    support::checked_cpu_default();
     // plain with weight decay 0.5: g = w + 0.5 w = 1.5 w; w <- w (1 - 0.15)
     let mut sgd = Sgd::new(0.1, 0.0, 0.5).unwrap();
     close(&run(&mut sgd, &[1.0, -2.0], 2), &[0.7225, -1.445], 1e-6);
@@ -86,6 +88,7 @@ fn sgd_plain_momentum_nesterov_and_weight_decay() {
 
 #[test]
 fn adam_and_adamw_after_two_steps() {
+    support::checked_cpu_default();
     // AdamW lr 0.1, wd 0.1: step 1 decays to (0.99, -1.98) and moves by -lr·sign -> (0.89, -1.88);
     // step 2 as computed by hand: (0.78157186, -1.76140895)
     let mut adamw = AdamW::with_weight_decay(0.1, 0.1).unwrap();
@@ -111,6 +114,7 @@ fn adam_and_adamw_after_two_steps() {
 
 #[test]
 fn rmsprop_and_adagrad_after_two_steps() {
+    support::checked_cpu_default();
     let mut r = RmsProp::new(0.01).unwrap();
     close(
         &run(&mut r, &[1.0, -2.0], 2),
@@ -137,6 +141,7 @@ fn rmsprop_and_adagrad_after_two_steps() {
 
 #[test]
 fn parameters_without_gradients_are_untouched() {
+    support::checked_cpu_default();
     let mut m = model(&[1.0, 2.0]);
     let other = Tensor::ones(&[1]).unwrap().requires_grad();
     let g = other.sum_all().unwrap().backward().unwrap();
@@ -148,6 +153,7 @@ fn parameters_without_gradients_are_untouched() {
 
 #[test]
 fn schedules_give_their_documented_values() {
+    support::checked_cpu_default();
     let s = LrSchedule::step(0.1, 10, 0.5);
     assert_eq!(
         [s.lr_at(0), s.lr_at(9), s.lr_at(10), s.lr_at(25)],
@@ -180,6 +186,7 @@ fn schedules_give_their_documented_values() {
 
 #[test]
 fn clipping_scales_to_the_max_norm_and_returns_the_pre_clip_norm() {
+    support::checked_cpu_default();
     let m = model(&[3.0, 4.0]);
     let mut g = grads(&m);
     assert_eq!(global_grad_norm(&m, &g), 5.0);
@@ -197,6 +204,7 @@ fn clipping_scales_to_the_max_norm_and_returns_the_pre_clip_norm() {
 
 #[test]
 fn state_export_import_continues_identically() {
+    support::checked_cpu_default();
     let make: [fn() -> Box<dyn Optimizer>; 5] = [
         || Box::new(Sgd::new(0.1, 0.9, 0.01).unwrap()),
         || Box::new(Adam::new(0.05).unwrap()),
@@ -239,6 +247,7 @@ fn state_export_import_continues_identically() {
 
 #[test]
 fn state_import_validates_kind_names_and_shapes() {
+    support::checked_cpu_default();
     let mut a = Adam::new(0.1).unwrap();
     let mut m = model(&[1.0, 2.0]);
     let g = grads(&m);
@@ -270,6 +279,7 @@ fn state_import_validates_kind_names_and_shapes() {
 
 #[test]
 fn large_parameters_take_the_chunked_path_with_the_same_result() {
+    support::checked_cpu_default();
     // 100_003 elements: several parallel chunks plus a ragged tail
     let n = 100_003;
     let w0: Vec<f32> = (0..n)

@@ -1,6 +1,7 @@
 //! GRU and LSTM: one step against the gate formulas computed by hand in f64, the unrolled
 //! sequence against repeated steps, state handling, shapes and gradients.
 
+mod support;
 use torchlean::nn::{Gru, Lstm, Module};
 use torchlean::Tensor;
 
@@ -35,6 +36,7 @@ fn assert_close(a: &[f32], b: &[f64], what: &str) {
 
 #[test]
 fn lstm_step_matches_the_gate_formulas() {
+    support::checked_cpu_default();
     let (f, h) = (3, 4);
     let lstm = Lstm::new(f, h, 11).unwrap();
     let names: Vec<String> = lstm.parameters().into_iter().map(|(n, _)| n).collect();
@@ -77,6 +79,7 @@ fn lstm_step_matches_the_gate_formulas() {
 
 #[test]
 fn gru_step_matches_the_gate_formulas() {
+    support::checked_cpu_default();
     let (f, h) = (2, 3);
     let gru = Gru::new(f, h, 5).unwrap();
     let (wi, wh, bi, bh) = (
@@ -108,6 +111,7 @@ fn gru_step_matches_the_gate_formulas() {
 
 #[test]
 fn unrolled_sequences_equal_repeated_steps() {
+    support::checked_cpu_default();
     let (b, t, f, h) = (2, 4, 3, 5);
     let x = Tensor::randn(&[b, t, f], 21).unwrap();
     let step_input = |s: usize| {
@@ -150,6 +154,7 @@ fn unrolled_sequences_equal_repeated_steps() {
 
 #[test]
 fn recurrent_layers_reject_bad_shapes_and_pass_gradients() {
+    support::checked_cpu_default();
     let gru = Gru::new(3, 4, 0).unwrap();
     assert!(gru.forward(&Tensor::zeros(&[2, 5, 2]).unwrap()).is_err());
     assert!(gru.forward(&Tensor::zeros(&[2, 3]).unwrap()).is_err());

@@ -2,6 +2,7 @@
 //! non-finite-loss stop, schedules and clipping in the log, custom losses, prediction,
 //! evaluation, the backend report, and the thread's session being restored.
 
+mod support;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use torchlean::backend::{BackendProfile, Device};
@@ -28,6 +29,7 @@ fn opts(steps: usize) -> TrainOptions {
 
 #[test]
 fn compiled_trainer_gives_the_eager_losses() {
+    support::checked_cpu_default();
     let data = synthetic::regression(64, 3).unwrap();
     let run = |backend| {
         let mut c = Config::new(Task::Regression, Adam::new(0.01).unwrap());
@@ -62,6 +64,7 @@ fn compiled_trainer_gives_the_eager_losses() {
 
 #[test]
 fn other_dtypes_and_bad_settings_are_typed_errors() {
+    support::checked_cpu_default();
     let mut c = Config::new(Task::Regression, Adam::new(0.01).unwrap());
     c.dtype = DType::F16;
     let e = Trainer::new(mlp(0), c).err().unwrap();
@@ -79,6 +82,7 @@ fn other_dtypes_and_bad_settings_are_typed_errors() {
 
 #[test]
 fn an_unavailable_device_fails_before_any_step() {
+    support::checked_cpu_default();
     let data = synthetic::regression(32, 1).unwrap();
     let mut c = Config::new(Task::Regression, Adam::new(0.01).unwrap());
     c.device = Some(Device::Cuda);
@@ -107,11 +111,13 @@ fn an_unavailable_device_fails_before_any_step() {
 
 #[test]
 fn non_finite_loss_stops_with_the_step_and_leaves_parameters() {
+    support::checked_cpu_default();
     let calls = Arc::new(AtomicUsize::new(0));
     let counter = calls.clone();
     let task = Task::custom("nan-at-3", move |p: &Tensor, y: &Tensor| {
         let l = torchlean::nn::mse(p, y)?;
-        if counter.fetch_add(1, Ordering::SeqCst) == 2 {
+        // call 0 is the shape-only trace that finds the ops to plan; call 3 is step 3
+        if counter.fetch_add(1, Ordering::SeqCst) == 3 {
             l.scale(f32::NAN)
         } else {
             Ok(l)
@@ -143,6 +149,7 @@ fn non_finite_loss_stops_with_the_step_and_leaves_parameters() {
 
 #[test]
 fn schedule_clipping_and_logs() {
+    support::checked_cpu_default();
     let data = synthetic::regression(64, 3).unwrap();
     let mut c = Config::new(Task::Regression, Sgd::new(0.1, 0.9, 0.0).unwrap());
     c.schedule = Some(LrSchedule::cosine(0.05, 0.0, 20).with_warmup(5));
@@ -168,6 +175,7 @@ fn schedule_clipping_and_logs() {
 
 #[test]
 fn custom_loss_prediction_evaluation_and_report() {
+    support::checked_cpu_default();
     let data = synthetic::regression(256, 4).unwrap();
     let (train, test) = data.split(192).unwrap();
     let l1 = Task::custom("l1", |p: &Tensor, y: &Tensor| p.sub(y)?.abs()?.mean_all());
@@ -198,8 +206,9 @@ fn custom_loss_prediction_evaluation_and_report() {
 
 #[test]
 fn classification_accuracy_and_session_restoration() {
+    support::checked_cpu_default();
     let strict = BackendProfile::named("strict_cpu").unwrap();
-    let previous = runtime::install(Session::new(strict));
+    let previous = runtime::install(Session::new(strict)).unwrap();
     let x = Tensor::randn(&[200, 4], 7).unwrap();
     let y: Vec<f32> = x
         .to_vec()
@@ -218,15 +227,16 @@ fn classification_accuracy_and_session_restoration() {
     let ev = t.evaluate(&data, 64).unwrap();
     assert!(ev.accuracy.unwrap() > 0.9, "{ev:?}");
     // the session installed before the trainer ran is back in place
-    let back = runtime::take().unwrap();
+    let back = runtime::take().unwrap().unwrap();
     assert_eq!(back.profile().name, "strict_cpu");
     if let Some(p) = previous {
-        runtime::install(p);
+        runtime::install(p).unwrap();
     }
 }
 
 #[test]
 fn a_strict_profile_runs_only_reference_kernels_and_reports_them() {
+    support::checked_cpu_default();
     let data = synthetic::images(64, 8, 0.2, 1).unwrap();
     let model = torchlean::nn::models::small_cnn(1, 8, 4, 4, 0).unwrap();
     let mut c = Config::new(Task::Classification, Adam::new(0.01).unwrap());
@@ -253,12 +263,14 @@ fn a_strict_profile_runs_only_reference_kernels_and_reports_them() {
 /// leaves the parameters unchanged.
 #[test]
 fn non_finite_gradient_stops_with_the_step_and_the_tensor() {
+    support::checked_cpu_default();
     for clip in [None, Some(1.0)] {
         let calls = Arc::new(AtomicUsize::new(0));
         let counter = calls.clone();
         let task = Task::custom("nan-grad-at-3", move |p: &Tensor, y: &Tensor| {
             let l = torchlean::nn::mse(p, y)?;
-            if counter.fetch_add(1, Ordering::SeqCst) == 2 {
+            // call 0 is the shape-only trace that finds the ops to plan; call 3 is step 3
+            if counter.fetch_add(1, Ordering::SeqCst) == 3 {
                 l.add(&p.sub(p)?.sqrt()?.sum_all()?.scale(0.0)?)
             } else {
                 Ok(l)
@@ -294,6 +306,7 @@ fn non_finite_gradient_stops_with_the_step_and_the_tensor() {
 /// A checkpoint never holds a non-finite value: saving one is refused, naming the tensor.
 #[test]
 fn checkpoints_refuse_non_finite_values() {
+    support::checked_cpu_default();
     use torchlean::nn::{save_checkpoint, CheckpointError};
     let mut m = mlp(4);
     m.parameters_mut()[0].1.update_data(|w| w[3] = f32::NAN);
@@ -315,6 +328,7 @@ fn checkpoints_refuse_non_finite_values() {
 /// In-memory datasets refuse non-finite values, naming the sample and position.
 #[test]
 fn datasets_refuse_non_finite_values() {
+    support::checked_cpu_default();
     let e = Dataset::from_vecs(
         vec![1.0, 2.0, 3.0, f32::INFINITY],
         &[2],
@@ -325,4 +339,53 @@ fn datasets_refuse_non_finite_values() {
     assert!(e.to_string().contains("sample 1, feature value 1"), "{e}");
     let e = Dataset::from_vecs(vec![1.0, 2.0], &[1], vec![0.0, f32::NAN], &[]).unwrap_err();
     assert!(e.to_string().contains("sample 1, target value 0"), "{e}");
+}
+
+/// |x| then a linear layer: the first op (on untracked data) needs no VJP, the second does.
+struct AbsThenLinear(torchlean::nn::Linear);
+
+impl Module for AbsThenLinear {
+    fn forward(&self, x: &Tensor) -> torchlean::Result<Tensor> {
+        self.0.forward(&x.abs()?)
+    }
+    fn children(&self) -> Vec<(String, &dyn Module)> {
+        vec![("linear".into(), &self.0 as &dyn Module)]
+    }
+    fn children_mut(&mut self) -> Vec<(String, &mut dyn Module)> {
+        vec![("linear".into(), &mut self.0 as &mut dyn Module)]
+    }
+}
+
+/// The ops a trainer plans before its first kernel come from the model itself (a shape-only
+/// trace of forward + loss on the first batch), not from a hand-kept list: a profile that
+/// refuses the linear layer's training kernel (reference kernels only, but a `backend_vjp`
+/// tape, which they do not provide) is refused before `abs`, the first op, ever runs. With
+/// a hand list that missed `linear`, `abs` ran and the refusal came mid-step.
+#[test]
+fn a_refused_op_is_refused_before_any_kernel_runs() {
+    support::checked_cpu_default();
+    use torchlean::backend::{AcceptancePolicy, PolicyName, Provider, ProviderPreference, VjpMode};
+    let profile = BackendProfile::custom(
+        Device::Cpu,
+        ProviderPreference::Only(Provider::Reference),
+        AcceptancePolicy::named(PolicyName::Strict).unwrap(),
+        VjpMode::BackendVjp,
+    );
+    let model = AbsThenLinear(torchlean::nn::Linear::new(4, 1, true, 3).unwrap());
+    let mut c = Config::new(Task::Regression, Adam::new(0.01).unwrap());
+    c.profile = Some(profile);
+    let mut t = Trainer::new(model, c).unwrap();
+    let data = synthetic::regression(32, 1).unwrap();
+    let e = t.train(&data, &opts(3)).unwrap_err();
+    let Error::Planning(errors) = &e else {
+        panic!("expected a planning error, got {e:?}")
+    };
+    assert_eq!(errors[0].op, torchlean::OpKind::Linear, "{e}");
+    let report = t.report().unwrap();
+    assert!(
+        report.kernels.is_empty(),
+        "no kernel may run before the refusal, but these ran:\n{}",
+        report.to_text()
+    );
+    assert_eq!(t.step(), 0);
 }

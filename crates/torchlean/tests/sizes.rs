@@ -504,11 +504,11 @@ fn on_both(f: impl Fn(&str)) {
         let profile =
             BackendProfile::resolve(None, Some("cpu"), Some(provider), Some("checked-runtime"))
                 .unwrap();
-        let before = runtime::install(Session::new(profile));
+        let before = runtime::install(Session::new(profile)).unwrap();
         f(provider);
-        runtime::take();
+        runtime::take().unwrap();
         if let Some(s) = before {
-            runtime::install(s);
+            runtime::install(s).unwrap();
         }
     }
 }

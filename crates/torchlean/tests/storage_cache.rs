@@ -2,11 +2,13 @@
 //! the next kernel output of that size, shared storages are not taken early, and the cache
 //! empties on request. One test in its own binary: the cache is process-wide.
 
+mod support;
 use torchlean::runtime::buffers::{cached_bytes, release_cached, CACHE_MIN_ELEMENTS};
 use torchlean::Tensor;
 
 #[test]
 fn freed_large_storages_are_reused_and_released_on_request() {
+    support::checked_cpu_default();
     release_cached();
     let n = CACHE_MIN_ELEMENTS * 2;
     let bytes = n * std::mem::size_of::<f32>();

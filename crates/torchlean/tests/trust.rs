@@ -1,8 +1,10 @@
 //! The trust layer's behaviours, one test per statement of the chapter (issue 3 "Tests").
 
+mod support;
 use proptest::prelude::*;
 use std::sync::Arc;
 use torchlean::backend::*;
+use torchlean::error::GateRejection;
 use torchlean::graph::Op;
 use torchlean::providers::capsules::{
     descriptor, layout_claim, shape_claim, value_claim, vjp_claim,
@@ -62,6 +64,7 @@ fn guard() -> Evidence {
 
 #[test]
 fn misplaced_evidence_is_rejected() {
+    support::checked_cpu_default();
     let mut c = native_cpu::capsule(OpKind::Sin);
     c.shape_contract.claim = value_claim(OpKind::Sin); // a value claim in the shape field
     let err = Registry::new()
@@ -82,6 +85,7 @@ fn misplaced_evidence_is_rejected() {
 
 #[test]
 fn descriptor_for_another_op_is_rejected() {
+    support::checked_cpu_default();
     let mut c = native_cpu::capsule(OpKind::Sin);
     c.value_contract.claim = value_claim(OpKind::Cos);
     let err = Registry::new()
@@ -102,6 +106,7 @@ fn descriptor_for_another_op_is_rejected() {
 
 #[test]
 fn vjp_descriptor_naming_another_mode_is_rejected() {
+    support::checked_cpu_default();
     let mut c = native_cpu::capsule(OpKind::Sin);
     c.vjp_contract.claim = vjp_claim(OpKind::Sin, VjpMode::ExternalAutograd);
     let err = Registry::new()
@@ -115,6 +120,7 @@ fn vjp_descriptor_naming_another_mode_is_rejected() {
 
 #[test]
 fn duplicate_capsule_identity_is_rejected() {
+    support::checked_cpu_default();
     let mut r = Registry::new();
     r.register(native_cpu::capsule(OpKind::Sin), native_cpu::binding())
         .unwrap();
@@ -126,6 +132,7 @@ fn duplicate_capsule_identity_is_rejected() {
 
 #[test]
 fn trust_level_unsupported_by_evidence_is_rejected() {
+    support::checked_cpu_default();
     // `verified` resting on tests and guards
     let mut c = native_cpu::capsule(OpKind::Sin);
     c.trust_level = TrustLevel::Verified;
@@ -161,6 +168,7 @@ fn trust_level_unsupported_by_evidence_is_rejected() {
 
 #[test]
 fn theorem_certificate_cannot_be_moved_to_another_kernel_or_claim() {
+    support::checked_cpu_default();
     // the reference value theorem pasted onto the native kernel
     let mut c = native_cpu::capsule(OpKind::Sin);
     c.value_contract.evidence = reference::capsule(OpKind::Sin).value_contract.evidence;
@@ -191,6 +199,7 @@ fn theorem_certificate_cannot_be_moved_to_another_kernel_or_claim() {
 
 #[test]
 fn standard_registry_is_valid_and_complete() {
+    support::checked_cpu_default();
     let r = standard_registry();
     for &op in OpKind::ALL {
         for p in [Provider::Reference, Provider::NativeCpu] {
@@ -272,6 +281,7 @@ fn every_cited_test_is_run_by_the_suite() {
 
 #[test]
 fn unsupported_device_is_a_planning_error_never_a_fallback() {
+    support::checked_cpu_default();
     let mut req = request(
         ProviderPreference::Auto,
         "checked-runtime",
@@ -294,17 +304,19 @@ fn unsupported_device_is_a_planning_error_never_a_fallback() {
         "every candidate is listed with its reason"
     );
     // and in the eager runtime: no kernel runs, the op returns the planning error
-    let before = runtime::install(Session::new(BackendProfile::named("checked_cuda").unwrap()));
+    let before =
+        runtime::install(Session::new(BackendProfile::named("checked_cuda").unwrap())).unwrap();
     let r = Tensor::ones(&[2]).unwrap().sin();
-    runtime::take();
+    runtime::take().unwrap();
     if let Some(s) = before {
-        runtime::install(s);
+        runtime::install(s).unwrap();
     }
     assert!(matches!(r, Err(Error::Planning(_))), "{r:?}");
 }
 
 #[test]
 fn unsupported_provider_is_a_planning_error() {
+    support::checked_cpu_default();
     let req = request(
         ProviderPreference::Only(Provider::Cublas),
         "allow-trusted-runtime",
@@ -331,6 +343,7 @@ fn unsupported_provider_is_a_planning_error() {
 
 #[test]
 fn strict_rejects_guards_and_tests() {
+    support::checked_cpu_default();
     let req = request(
         ProviderPreference::Only(Provider::NativeCpu),
         "strict",
@@ -364,6 +377,7 @@ fn strict_rejects_guards_and_tests() {
 
 #[test]
 fn strict_accepts_the_reference_theorems_and_checker() {
+    support::checked_cpu_default();
     let req = request(ProviderPreference::Auto, "strict", VjpMode::TorchleanTape);
     let planned = plan_op(
         standard_registry(),
@@ -398,6 +412,7 @@ fn strict_accepts_the_reference_theorems_and_checker() {
 
 #[test]
 fn checked_runtime_accepts_guards_and_tests() {
+    support::checked_cpu_default();
     let req = request(
         ProviderPreference::Auto,
         "checked-runtime",
@@ -430,6 +445,7 @@ fn checked_runtime_accepts_guards_and_tests() {
 
 #[test]
 fn trusted_boundaries_need_allow_trusted_runtime() {
+    support::checked_cpu_default();
     let mut r = Registry::new();
     let c = capsule_with(
         OpKind::Sin,
@@ -474,6 +490,7 @@ fn trusted_boundaries_need_allow_trusted_runtime() {
 
 #[test]
 fn forward_only_capsule_is_refused_in_training_but_allowed_for_inference() {
+    support::checked_cpu_default();
     let mut r = Registry::new();
     let mut c = native_cpu::capsule(OpKind::Sin);
     c.name = "fast.sin_forward_only".into();
@@ -507,6 +524,7 @@ fn forward_only_capsule_is_refused_in_training_but_allowed_for_inference() {
 
 #[test]
 fn random_sources_need_no_vjp_in_training() {
+    support::checked_cpu_default();
     let req = request(ProviderPreference::Auto, "strict", VjpMode::TorchleanTape);
     let planned = plan_op(
         standard_registry(),
@@ -522,6 +540,7 @@ fn random_sources_need_no_vjp_in_training() {
 
 #[test]
 fn only_and_prefer_ordering() {
+    support::checked_cpu_default();
     let a = cpu_availability();
     let pick = |pref| {
         plan_op(
@@ -552,6 +571,7 @@ fn only_and_prefer_ordering() {
 
 #[test]
 fn future_profiles_fail_planning_readably() {
+    support::checked_cpu_default();
     for p in BackendProfile::all_named()
         .into_iter()
         .filter(|p| p.name.starts_with("future_"))
@@ -582,16 +602,17 @@ fn future_profiles_fail_planning_readably() {
 
 #[test]
 fn report_lists_the_capsule_that_actually_ran() {
-    let before = runtime::take();
-    runtime::install(Session::new(BackendProfile::named("strict_cpu").unwrap()));
+    support::checked_cpu_default();
+    let before = runtime::take().unwrap();
+    runtime::install(Session::new(BackendProfile::named("strict_cpu").unwrap())).unwrap();
     let x = Tensor::randn(&[3, 4], 1).unwrap().requires_grad();
     let y = x.sin().unwrap().sum_all().unwrap();
     let _ = y.backward().unwrap();
     assert_eq!(y.producer().unwrap().1, "reference.sum_all");
-    let report = runtime::with_current(|s| s.report());
-    runtime::take();
+    let report = runtime::with_current(|s| s.report()).unwrap();
+    runtime::take().unwrap();
     if let Some(s) = before {
-        runtime::install(s);
+        runtime::install(s).unwrap();
     }
     let ran: Vec<(&str, &str)> = report
         .kernels
@@ -829,15 +850,16 @@ fn a_cited_guard_runs_on_every_call_in_every_execution_path() {
     let previous = runtime::install(Session::with_registry(
         BackendProfile::default_cpu(),
         Arc::clone(&registry),
-    ));
+    ))
+    .unwrap();
     let x = Tensor::randn(&[4], 1).unwrap();
     for _ in 0..3 {
         refused(x.relu().map(|t| vec![("y".into(), t)]), "eager");
     }
     assert!(x.exp().is_ok(), "other capsules run");
-    runtime::take();
+    runtime::take().unwrap();
     if let Some(p) = previous {
-        runtime::install(p);
+        runtime::install(p).unwrap();
     }
     // compiled: relu alone runs on the dense executor, relu then add on the general one
     let graph = |with_add: bool| {
@@ -876,6 +898,7 @@ fn a_cited_guard_runs_on_every_call_in_every_execution_path() {
 }
 #[test]
 fn planning_error_lists_every_candidate_with_its_reason() {
+    support::checked_cpu_default();
     let req = request(
         ProviderPreference::Only(Provider::NativeCpu),
         "strict",
@@ -899,6 +922,7 @@ fn planning_error_lists_every_candidate_with_its_reason() {
 
 #[test]
 fn coalescing_groups_adjacent_equal_capsules_and_never_claims_fusion() {
+    support::checked_cpu_default();
     let req = request(ProviderPreference::Auto, "checked-runtime", VjpMode::None);
     let plan = plan_ops(
         standard_registry(),
@@ -996,4 +1020,90 @@ proptest! {
             prop_assert_eq!(rej.failures, failures);
         }
     }
+}
+
+/// Planning and gate errors reach the library user whole: the op, the device, every
+/// candidate's refusal, every gate failure — matchable, not flattened into strings.
+#[test]
+fn planning_and_gate_errors_keep_their_structure() {
+    support::checked_cpu_default();
+    let run_under = |profile: BackendProfile| {
+        let before = runtime::install(Session::new(profile)).unwrap();
+        let r = Tensor::ones(&[2]).unwrap().sin();
+        runtime::take().unwrap();
+        if let Some(s) = before {
+            runtime::install(s).unwrap();
+        }
+        r.unwrap_err()
+    };
+    // planning: the op, the device, and why each candidate was refused
+    let e = run_under(BackendProfile::named("checked_cuda").unwrap());
+    let Error::Planning(errors) = &e else {
+        panic!("expected a planning error, got {e:?}")
+    };
+    assert_eq!(errors.len(), 1);
+    assert_eq!(
+        (errors[0].op, errors[0].device),
+        (OpKind::Sin, Device::Cuda)
+    );
+    assert!(errors[0]
+        .candidates
+        .iter()
+        .all(|c| matches!(c.refusal, Refusal::WrongDevice { .. })));
+    assert!(e
+        .to_string()
+        .starts_with("planning: no admissible capsule for op `sin` on device `cuda`"));
+    // gate (eager): the refused kernel's audit and every failure
+    let strict_native =
+        BackendProfile::resolve(None, None, Some("only:native_cpu"), Some("strict")).unwrap();
+    let e = run_under(strict_native.clone());
+    let Error::Gate(rejection) = &e else {
+        panic!("expected a gate rejection, got {e:?}")
+    };
+    assert!(matches!(rejection, GateRejection::Kernel(_)));
+    assert_eq!(rejection.audits()[0].capsule, "native_cpu.sin");
+    assert!(rejection.failures().iter().any(|f| matches!(
+        f,
+        GateFailure::EvidenceNotAccepted {
+            op: OpKind::Sin,
+            obligation: Obligation::Value,
+            evidence: EvidenceKind::TestSuite,
+            ..
+        }
+    )));
+    assert!(rejection.failures().iter().any(|f| matches!(
+        f,
+        GateFailure::TrustLevelNotAllowed {
+            op: OpKind::Sin,
+            level: TrustLevel::Checked,
+            ..
+        }
+    )));
+    assert!(
+        e.to_string().starts_with("gate: op `sin` rejected:\n  "),
+        "{e}"
+    );
+    // gate (compiled): the rejected plan as a whole
+    let x = Tensor::ones(&[2]).unwrap();
+    let captured = runtime::capture::capture(&[("x".into(), x)], &[], |xs| {
+        Ok(vec![("y".into(), xs[0].sin()?)])
+    })
+    .unwrap();
+    let e: Error = runtime::compiled::CompiledGraph::compile(captured.graph, &strict_native)
+        .err()
+        .expect("strict refuses native kernels")
+        .into();
+    let Error::Gate(GateRejection::Plan(plan)) = &e else {
+        panic!("expected a rejected plan, got {e:?}")
+    };
+    assert!(plan.failures.iter().all(|f| match f {
+        GateFailure::EvidenceNotAccepted { op, .. }
+        | GateFailure::TrustLevelNotAllowed { op, .. }
+        | GateFailure::NotAdmissible { op, .. }
+        | GateFailure::WrongOp { op, .. } => *op == OpKind::Sin,
+    }));
+    assert!(
+        e.to_string().starts_with("gate: rejected by the gate:\n  "),
+        "{e}"
+    );
 }

@@ -4,10 +4,11 @@
 use crate::backend_args::{BackendArgs, ModeArgs};
 use crate::{CliError, CliResult};
 use std::time::Instant;
+use torchlean::backend::ExecutionMode;
 use torchlean::graph::AttentionMask;
 use torchlean::nn::train::TrainStep;
 use torchlean::nn::{Activation, Adam, Mlp, Module, TransformerConfig, TransformerEncoder};
-use torchlean::{no_grad, OpKind, Tensor};
+use torchlean::{no_grad, Tensor};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -85,9 +86,14 @@ pub fn run(a: Args) -> CliResult {
             let n: usize = w[5..]
                 .parse()
                 .map_err(|_| CliError::usage(format!("bad gemm size in `{w}`")))?;
-            a.backend.start_session(&[OpKind::Matmul], false)?;
-            let x = Tensor::randn(&[n, n], 1)?;
-            let y = Tensor::randn(&[n, n], 2)?;
+            let setup = || -> torchlean::Result<(Tensor, Tensor)> {
+                Ok((Tensor::randn(&[n, n], 1)?, Tensor::randn(&[n, n], 2)?))
+            };
+            a.backend.start_session(ExecutionMode::Eager, || {
+                let (x, y) = setup()?;
+                no_grad(|| x.matmul(&y)).map(drop)
+            })?;
+            let (x, y) = setup()?;
             let t = time((a.warmup, a.warmup_seconds), a.reps, || {
                 no_grad(|| x.matmul(&y)).map(|_| ()).map_err(Into::into)
             })?;
@@ -113,24 +119,15 @@ pub fn run(a: Args) -> CliResult {
             } else {
                 Activation::Relu
             };
-            let mut model = Mlp::new(sizes, act, 0)?;
-            let ops = [
-                OpKind::Linear,
-                act.op(),
-                OpKind::MseLoss,
-                OpKind::LogSoftmax,
-                OpKind::Gather,
-                OpKind::Reshape,
-                OpKind::SumAll,
-                OpKind::Scale,
-                OpKind::Neg,
-            ];
-            a.backend.start_session(&ops, true)?;
-            let x = Tensor::randn(&[batch, sizes[0]], 3)?;
-            let y = if quick {
-                Tensor::randn(&[batch, 1], 4)?
-            } else {
-                Tensor::from_vec((0..batch).map(|i| (i % 10) as f32).collect(), &[batch])?
+            let setup = || -> torchlean::Result<(Mlp, Tensor, Tensor)> {
+                let model = Mlp::new(sizes, act, 0)?;
+                let x = Tensor::randn(&[batch, sizes[0]], 3)?;
+                let y = if quick {
+                    Tensor::randn(&[batch, 1], 4)?
+                } else {
+                    Tensor::from_vec((0..batch).map(|i| (i % 10) as f32).collect(), &[batch])?
+                };
+                Ok((model, x, y))
             };
             let loss_fn = move |m: &dyn Module, xs: &[Tensor]| -> torchlean::Result<Tensor> {
                 let out = m.forward(&xs[0])?;
@@ -140,6 +137,11 @@ pub fn run(a: Args) -> CliResult {
                     out.cross_entropy(&xs[1])
                 }
             };
+            a.backend.start_session(mode, || {
+                let (model, x, y) = setup()?;
+                loss_fn(&model, &[x, y]).map(drop)
+            })?;
+            let (mut model, x, y) = setup()?;
             let inputs = [("x".to_string(), x), ("y".to_string(), y)];
             let step = TrainStep::new(mode, &model, &inputs, &loss_fn, &a.backend.profile()?)?;
             let mut opt = Adam::new(1e-3)?;
@@ -165,13 +167,21 @@ pub fn run(a: Args) -> CliResult {
                 dropout: 0.0,
                 causal: false,
             };
-            let mut model = TransformerEncoder::new(config, 2, false, 0)?;
-            a.backend.start_session(&model.op_kinds(), true)?;
-            let x = Tensor::randn(&[16, 64, 128], 3)?;
-            let target = Tensor::randn(&[16, 64, 128], 4)?;
+            let setup = || -> torchlean::Result<(TransformerEncoder, Tensor, Tensor)> {
+                Ok((
+                    TransformerEncoder::new(config, 2, false, 0)?,
+                    Tensor::randn(&[16, 64, 128], 3)?,
+                    Tensor::randn(&[16, 64, 128], 4)?,
+                ))
+            };
             let loss_fn = |m: &dyn Module, xs: &[Tensor]| -> torchlean::Result<Tensor> {
                 m.forward(&xs[0])?.mse_loss(&xs[1])
             };
+            a.backend.start_session(mode, || {
+                let (model, x, target) = setup()?;
+                loss_fn(&model, &[x, target]).map(drop)
+            })?;
+            let (mut model, x, target) = setup()?;
             let inputs = [("x".to_string(), x), ("y".to_string(), target)];
             let step = TrainStep::new(mode, &model, &inputs, &loss_fn, &a.backend.profile()?)?;
             let mut opt = Adam::new(1e-3)?;
@@ -190,33 +200,36 @@ pub fn run(a: Args) -> CliResult {
         "sdpa" => {
             // B=4 H=8 L=512 D=64 with a boolean (causal-pattern) mask, forward + backward
             let (b, h, l, d) = (4, 8, 512, 64);
-            a.backend.start_session(
-                &[
-                    OpKind::ScaledDotProductAttention,
-                    OpKind::Mul,
-                    OpKind::SumAll,
-                ],
-                true,
-            )?;
-            let q = Tensor::randn(&[b, h, l, d], 6)?.requires_grad();
-            let k = Tensor::randn(&[b, h, l, d], 7)?.requires_grad();
-            let v = Tensor::randn(&[b, h, l, d], 8)?.requires_grad();
-            let mask = Tensor::from_vec(
-                (0..l * l)
-                    .map(|i| ((i % l) <= (i / l)) as u8 as f32)
-                    .collect(),
-                &[l, l],
-            )?;
-            let g = Tensor::randn(&[b, h, l, d], 9)?;
-            let t = time((a.warmup, a.warmup_seconds), a.reps, || {
-                let o = q.scaled_dot_product_attention(
-                    &k,
-                    &v,
-                    Some((&mask, AttentionMask::Boolean)),
+            let setup = || -> torchlean::Result<[Tensor; 5]> {
+                Ok([
+                    Tensor::randn(&[b, h, l, d], 6)?.requires_grad(),
+                    Tensor::randn(&[b, h, l, d], 7)?.requires_grad(),
+                    Tensor::randn(&[b, h, l, d], 8)?.requires_grad(),
+                    Tensor::from_vec(
+                        (0..l * l)
+                            .map(|i| ((i % l) <= (i / l)) as u8 as f32)
+                            .collect(),
+                        &[l, l],
+                    )?,
+                    Tensor::randn(&[b, h, l, d], 9)?,
+                ])
+            };
+            let forward = |[q, k, v, mask, g]: &[Tensor; 5]| -> torchlean::Result<Tensor> {
+                q.scaled_dot_product_attention(
+                    k,
+                    v,
+                    Some((mask, AttentionMask::Boolean)),
                     false,
                     None,
-                )?;
-                std::hint::black_box(o.mul(&g)?.sum_all()?.backward()?);
+                )?
+                .mul(g)?
+                .sum_all()
+            };
+            a.backend
+                .start_session(ExecutionMode::Eager, || forward(&setup()?).map(drop))?;
+            let inputs = setup()?;
+            let t = time((a.warmup, a.warmup_seconds), a.reps, || {
+                std::hint::black_box(forward(&inputs)?.backward()?);
                 Ok(())
             })?;
             (
@@ -228,10 +241,16 @@ pub fn run(a: Args) -> CliResult {
         }
         "tiny-ops" | "tiny-ops-tape" => {
             let tape = a.workload == "tiny-ops-tape";
-            a.backend.start_session(&[OpKind::Add], tape)?;
-            let x = Tensor::randn(&[16], 4)?;
-            let x = if tape { x.requires_grad() } else { x };
-            let y = Tensor::randn(&[16], 5)?;
+            let setup = || -> torchlean::Result<(Tensor, Tensor)> {
+                let x = Tensor::randn(&[16], 4)?;
+                let x = if tape { x.requires_grad() } else { x };
+                Ok((x, Tensor::randn(&[16], 5)?))
+            };
+            a.backend.start_session(ExecutionMode::Eager, || {
+                let (x, y) = setup()?;
+                x.add(&y).map(drop)
+            })?;
+            let (x, y) = setup()?;
             let t = time((a.warmup, a.warmup_seconds), a.reps, || {
                 for _ in 0..1000 {
                     std::hint::black_box(x.add(&y)?);
@@ -253,8 +272,10 @@ pub fn run(a: Args) -> CliResult {
         }
     };
     let (median, min, max) = stats(times);
-    let report =
-        compiled_report.unwrap_or_else(|| torchlean::runtime::with_current(|s| s.report()));
+    let report = match compiled_report {
+        Some(r) => r,
+        None => torchlean::runtime::with_current(|s| s.report())?,
+    };
     if a.json {
         let v = serde_json::json!({
             "workload": a.workload, "unit": unit, "median": median * unit_scale, "min": min * unit_scale, "max": max * unit_scale,

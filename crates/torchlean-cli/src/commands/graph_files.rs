@@ -3,11 +3,13 @@
 use crate::backend_args::BackendArgs;
 use crate::{CliError, CliResult};
 use std::path::{Path, PathBuf};
+use torchlean::backend::BackendProfile;
 use torchlean::graph::{append_backward, to_dot, Graph, SEED};
 use torchlean::nn::tasks::SyntheticRegression;
 use torchlean::nn::{Activation, Mlp, Module};
 use torchlean::runtime::capture::capture;
 use torchlean::runtime::compiled::CompiledGraph;
+use torchlean::runtime::Session;
 use torchlean::tensor::io::{read_safetensors, write_safetensors};
 use torchlean::Tensor;
 
@@ -47,6 +49,8 @@ pub fn export(a: ExportArgs) -> CliResult {
     if a.batch_size == 0 {
         return Err(CliError::usage("--batch-size must be positive"));
     }
+    // export has no backend flags: it captures under `checked_cpu`, installed here explicitly
+    torchlean::runtime::install(Session::new(BackendProfile::default_cpu()))?;
     let model = Mlp::new(
         &[SyntheticRegression::FEATURES, 64, 64, 1],
         Activation::Tanh,
@@ -194,6 +198,8 @@ pub fn run_graph(a: RunGraphArgs) -> CliResult {
         }
     }
     let profile = a.backend.profile()?;
+    // the few eager ops around the plan (reshaping the seed) run under the same profile
+    a.backend.install_session()?;
     let compiled = CompiledGraph::compile(graph, &profile)
         .map_err(|e| CliError::from(torchlean::Error::from(e)))?;
     if a.backend.show_backend {

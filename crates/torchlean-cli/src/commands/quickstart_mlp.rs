@@ -35,13 +35,25 @@ pub fn run(a: Args) -> CliResult {
         return Err(CliError::usage("--steps and --batch-size must be positive"));
     }
     let mode = a.mode.mode();
-    let mut model = Mlp::new(
-        &[SyntheticRegression::FEATURES, 64, 64, 1],
-        Activation::Tanh,
-        a.seed,
-    )?;
-    a.backend.start_session(&model.op_kinds(), true)?;
-    let data = SyntheticRegression::new(1024, a.seed.wrapping_add(17))?;
+    let setup = || -> torchlean::Result<(Mlp, SyntheticRegression)> {
+        let model = Mlp::new(
+            &[SyntheticRegression::FEATURES, 64, 64, 1],
+            Activation::Tanh,
+            a.seed,
+        )?;
+        Ok((
+            model,
+            SyntheticRegression::new(1024, a.seed.wrapping_add(17))?,
+        ))
+    };
+    // every op of the setup and of a step is planned and gated before any kernel runs
+    a.backend.start_session(mode, || {
+        let (model, data) = setup()?;
+        let (x, y) = data.batch(0, a.batch_size)?;
+        model.forward(&x)?.mse_loss(&y)?;
+        Ok(())
+    })?;
+    let (mut model, data) = setup()?;
     let mut opt = Adam::new(a.lr).map_err(|e| CliError::usage(e.to_string()))?;
     println!(
         "quickstart-mlp: MLP 4-64-64-1 (tanh), {} parameters, Adam lr={}, batch {}, {} steps, {mode} mode",

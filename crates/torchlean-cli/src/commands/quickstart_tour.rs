@@ -1,9 +1,18 @@
 //! `torchlean quickstart-tensors` and `quickstart-autograd`: short guided demos.
 
 use crate::CliResult;
+use torchlean::backend::BackendProfile;
+use torchlean::runtime::Session;
 use torchlean::{no_grad, Tensor};
 
+/// The tours have no backend flags: they run under `checked_cpu`, installed here explicitly.
+fn install_default() -> CliResult {
+    torchlean::runtime::install(Session::new(BackendProfile::default_cpu()))?;
+    Ok(())
+}
+
 pub fn tensors() -> CliResult {
+    install_default()?;
     println!("# Tensors are f32, row-major, with shapes checked on every op.");
     let a = Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3])?;
     println!("a = Tensor::from_vec(1..6, [2, 3])\n{a}");
@@ -26,12 +35,13 @@ pub fn tensors() -> CliResult {
     println!("\n# every op above was planned and admitted; the session report says what ran:");
     print!(
         "{}",
-        torchlean::runtime::with_current(|s| s.report()).to_text()
+        torchlean::runtime::with_current(|s| s.report())?.to_text()
     );
     Ok(())
 }
 
 pub fn autograd() -> CliResult {
+    install_default()?;
     println!("# Mark leaves with requires_grad(); ops record a tape as they run.");
     let x = Tensor::from_vec(vec![0.5, -1.0, 2.0], &[3])?.requires_grad();
     let w = Tensor::from_vec(vec![1.5, 0.25, -0.5], &[3])?.requires_grad();

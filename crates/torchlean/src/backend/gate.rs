@@ -351,7 +351,7 @@ impl AcceptedKernel {
 }
 
 /// The gate's refusal of one kernel.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct KernelRejection {
     pub audit: KernelAudit,
     pub failures: Vec<GateFailure>,
@@ -390,7 +390,7 @@ impl AcceptedGraphPlan {
 }
 
 /// A plan the gate refused, kept for inspection.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct RejectedPlan {
     pub audits: Vec<KernelAudit>,
     pub groups: Vec<LoweredGroup>,

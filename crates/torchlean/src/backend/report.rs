@@ -28,6 +28,10 @@ pub struct BackendReport {
     /// absent for eager reports.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub executor: Option<String>,
+    /// Where an eager session's profile came from when the program did not install it on
+    /// the thread: `process_default` (set by `runtime::set_process_default`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
 }
 
 impl BackendReport {
@@ -65,6 +69,7 @@ impl BackendReport {
             groups,
             failures,
             executor: None,
+            session: None,
         }
     }
 
@@ -78,8 +83,9 @@ impl BackendReport {
         };
         let _ = writeln!(
             s,
-            "backend report: profile={} mode={} device={} provider={} policy={} vjp={} trusted_external_ops={} verdict={}",
-            self.profile, self.mode, self.device, self.provider_preference, self.policy, self.vjp, trusted, self.verdict
+            "backend report: profile={} mode={} device={} provider={} policy={} vjp={} trusted_external_ops={} verdict={}{}",
+            self.profile, self.mode, self.device, self.provider_preference, self.policy, self.vjp, trusted, self.verdict,
+            self.session.as_deref().map(|s| format!(" session={s}")).unwrap_or_default()
         );
         for k in &self.kernels {
             let _ = writeln!(

@@ -4,15 +4,11 @@
 use super::linear::Activation;
 use super::module::Module;
 use crate::error::Result;
-use crate::graph::OpKind;
 use crate::tensor::Tensor;
 
 impl Module for Activation {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         self.apply(x)
-    }
-    fn op_kinds(&self) -> Vec<OpKind> {
-        vec![self.op()]
     }
 }
 
@@ -26,9 +22,6 @@ impl Module for Softmax {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         x.softmax(self.axis)
     }
-    fn op_kinds(&self) -> Vec<OpKind> {
-        vec![OpKind::Softmax]
-    }
 }
 
 /// Log-softmax over `axis` (negative counts from the end).
@@ -40,8 +33,5 @@ pub struct LogSoftmax {
 impl Module for LogSoftmax {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         x.log_softmax(self.axis)
-    }
-    fn op_kinds(&self) -> Vec<OpKind> {
-        vec![OpKind::LogSoftmax]
     }
 }

@@ -10,7 +10,7 @@ use super::init::{self, derive_seed};
 use super::linear::Linear;
 use super::module::Module;
 use crate::error::{Error, OpError, Result};
-use crate::graph::{AttentionMask, OpKind};
+use crate::graph::AttentionMask;
 use crate::tensor::Tensor;
 
 /// Multi-head scaled dot-product attention over [B, T, E] inputs.
@@ -221,14 +221,5 @@ impl Module for MultiheadAttention {
                 .map(|(n, t)| (format!("out_proj.{n}"), t)),
         );
         v
-    }
-    fn op_kinds(&self) -> Vec<OpKind> {
-        vec![
-            OpKind::Linear,
-            OpKind::Slice,
-            OpKind::Reshape,
-            OpKind::Permute,
-            OpKind::ScaledDotProductAttention,
-        ]
     }
 }

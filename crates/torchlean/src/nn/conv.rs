@@ -3,7 +3,7 @@
 use super::init;
 use super::module::Module;
 use crate::error::{Error, Result};
-use crate::graph::{Conv2dGeometry, OpKind};
+use crate::graph::Conv2dGeometry;
 use crate::tensor::Tensor;
 
 /// A 2-D convolution: weight [out, in/groups, kh, kw], optional bias [out].
@@ -109,8 +109,5 @@ impl Module for Conv2d {
             v.push(("bias".to_string(), b));
         }
         v
-    }
-    fn op_kinds(&self) -> Vec<OpKind> {
-        vec![OpKind::Conv2d]
     }
 }

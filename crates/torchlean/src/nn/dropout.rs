@@ -7,7 +7,6 @@
 use super::init::derive_seed;
 use super::module::Module;
 use crate::error::{Error, Result};
-use crate::graph::OpKind;
 use crate::tensor::Tensor;
 use std::cell::Cell;
 
@@ -64,8 +63,5 @@ impl Module for Dropout {
     fn reseed(&mut self, key: u64) {
         self.key = key;
         self.calls.set(0);
-    }
-    fn op_kinds(&self) -> Vec<OpKind> {
-        vec![OpKind::BernoulliMask, OpKind::Mul, OpKind::Scale]
     }
 }

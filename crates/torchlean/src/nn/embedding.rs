@@ -6,7 +6,6 @@
 use super::init;
 use super::module::Module;
 use crate::error::{Error, OpError, Result};
-use crate::graph::OpKind;
 use crate::tensor::Tensor;
 
 /// A lookup table [vocab, dim]: ids of any shape `[...]` map to `[..., dim]`.
@@ -53,9 +52,6 @@ impl Module for Embedding {
     }
     fn parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
         vec![("weight".to_string(), &mut self.weight)]
-    }
-    fn op_kinds(&self) -> Vec<OpKind> {
-        vec![OpKind::IndexSelect, OpKind::Reshape]
     }
 }
 
@@ -120,9 +116,6 @@ impl Module for SinusoidalPositionalEncoding {
         let t = check_seq("sinusoidal_positional_encoding", x, max_len, dim)?;
         x.add(&self.table.slice(0, 0, t)?)
     }
-    fn op_kinds(&self) -> Vec<OpKind> {
-        vec![OpKind::Slice, OpKind::Add]
-    }
 }
 
 /// A trainable position table [max_len, dim] added to [B, T, dim] inputs.
@@ -160,8 +153,5 @@ impl Module for LearnedPositionalEncoding {
     }
     fn parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
         vec![("weight".to_string(), &mut self.weight)]
-    }
-    fn op_kinds(&self) -> Vec<OpKind> {
-        vec![OpKind::Slice, OpKind::Add]
     }
 }

@@ -60,9 +60,6 @@ impl Module for Linear {
             f(b);
         }
     }
-    fn op_kinds(&self) -> Vec<OpKind> {
-        vec![OpKind::Linear]
-    }
 }
 
 /// Elementwise activations between layers (also a parameter-free [`Module`]).
@@ -117,11 +114,6 @@ impl Mlp {
             .collect::<Result<_>>()?;
         Ok(Mlp { layers, activation })
     }
-
-    /// The op kinds a forward + MSE loss uses (for planning before training).
-    pub fn op_kinds(&self) -> Vec<OpKind> {
-        vec![OpKind::Linear, self.activation.op(), OpKind::MseLoss]
-    }
 }
 
 impl Module for Mlp {
@@ -156,8 +148,5 @@ impl Module for Mlp {
         self.layers
             .iter_mut()
             .for_each(|l| l.visit_parameters_mut(f));
-    }
-    fn op_kinds(&self) -> Vec<OpKind> {
-        vec![OpKind::Linear, self.activation.op()]
     }
 }

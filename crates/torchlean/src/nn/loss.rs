@@ -2,7 +2,6 @@
 //! on logits through [`Tensor::cross_entropy`], plus accuracy), and a custom loss closure.
 
 use crate::error::{Error, OpError, Result};
-use crate::graph::OpKind;
 use crate::tensor::Tensor;
 use std::fmt;
 use std::sync::Arc;
@@ -64,22 +63,6 @@ impl Task {
         match self {
             Task::Classification => Ok(Some(accuracy(prediction, target)?)),
             _ => Ok(None),
-        }
-    }
-
-    /// The op kinds the loss uses (for planning).
-    pub fn op_kinds(&self) -> Vec<OpKind> {
-        match self {
-            Task::Regression => vec![OpKind::MseLoss, OpKind::Reshape],
-            Task::Classification => vec![
-                OpKind::Reshape,
-                OpKind::LogSoftmax,
-                OpKind::Gather,
-                OpKind::SumAll,
-                OpKind::Scale,
-                OpKind::Neg,
-            ],
-            Task::Custom { .. } => vec![],
         }
     }
 }

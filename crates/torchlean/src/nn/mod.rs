@@ -50,7 +50,7 @@ pub use embedding::{Embedding, LearnedPositionalEncoding, SinusoidalPositionalEn
 pub use error::{CheckpointError, TrainError};
 pub use linear::{Activation, Linear, Mlp};
 pub use loss::{accuracy, cross_entropy, mse, LossFn, Task};
-pub use module::Module;
+pub use module::{trace_ops, Module};
 pub use norm::{BatchNorm, LayerNorm, RmsNorm};
 pub use optim::{Optimizer, OptimizerState};
 pub use pool::{AvgPool2d, Flatten, GlobalAvgPool, MaxPool2d};

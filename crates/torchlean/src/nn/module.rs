@@ -1,6 +1,7 @@
 //! The module abstraction: a forward function plus named parameters, named non-trainable
-//! buffers (e.g. running statistics), a train/eval switch, a per-step RNG key, and the op
-//! kinds the module uses (so a session can plan them before anything runs).
+//! buffers (e.g. running statistics), a train/eval switch and a per-step RNG key. The ops a
+//! module runs are not listed by hand: [`trace_ops`] finds them from the model itself with a
+//! shape-only trace, so a session can plan them before anything runs.
 //!
 //! A container lists its children ([`Module::children`] / [`Module::children_mut`]); every
 //! other method then has a default that visits the children and prefixes their names
@@ -8,7 +9,6 @@
 //! them, buffers, the training switch or the RNG key).
 
 use crate::error::{Error, Result};
-use crate::graph::OpKind;
 use crate::tensor::Tensor;
 
 /// A model component with named, trainable parameters.
@@ -109,30 +109,27 @@ pub trait Module {
         }
         Err(unknown_buffer(name))
     }
+}
 
-    /// The op kinds the forward pass runs (for planning before the first step). May be
-    /// incomplete: an op missing here is planned when it first runs.
-    fn op_kinds(&self) -> Vec<OpKind> {
-        merge_ops(self.children().into_iter().map(|(_, c)| c.op_kinds()))
+/// The op uses of `f` run on `model` in a shape-only trace ([`crate::runtime::trace`]): the
+/// (op, VJP mode) pairs a session must plan and gate before the model's first kernel, found
+/// from the model itself (no kernel runs). The model's buffers are restored afterwards, since
+/// a trace feeds placeholder values to whatever it updates (running statistics).
+pub fn trace_ops<M: Module + ?Sized>(
+    model: &mut M,
+    f: impl FnOnce(&M) -> Result<()>,
+) -> Result<crate::runtime::OpUses> {
+    let buffers = model.buffers();
+    let uses = crate::runtime::trace(|| f(model));
+    for (name, value) in &buffers {
+        model.set_buffer(name, value)?;
     }
+    uses
 }
 
 /// The error for a buffer name no module owns.
 pub(crate) fn unknown_buffer(name: &str) -> Error {
     Error::Other(format!("module has no buffer named `{name}`"))
-}
-
-/// The union of op kinds, without duplicates, in first-seen order.
-pub(crate) fn merge_ops(parts: impl IntoIterator<Item = Vec<OpKind>>) -> Vec<OpKind> {
-    let mut out: Vec<OpKind> = Vec::new();
-    for part in parts {
-        for k in part {
-            if !out.contains(&k) {
-                out.push(k);
-            }
-        }
-    }
-    out
 }
 
 /// A boxed module is a module (so containers and trainers can hold `Box<dyn Module>`).
@@ -169,8 +166,5 @@ impl<M: Module + ?Sized> Module for Box<M> {
     }
     fn set_buffer(&mut self, name: &str, value: &Tensor) -> Result<()> {
         (**self).set_buffer(name, value)
-    }
-    fn op_kinds(&self) -> Vec<OpKind> {
-        (**self).op_kinds()
     }
 }

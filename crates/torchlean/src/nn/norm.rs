@@ -9,7 +9,6 @@
 use super::init;
 use super::module::{unknown_buffer, Module};
 use crate::error::{Error, OpError, Result};
-use crate::graph::OpKind;
 use crate::tensor::Tensor;
 use std::cell::RefCell;
 
@@ -61,9 +60,6 @@ impl Module for LayerNorm {
             ("bias".to_string(), &mut self.bias),
         ]
     }
-    fn op_kinds(&self) -> Vec<OpKind> {
-        vec![OpKind::LayerNorm]
-    }
 }
 
 /// Root-mean-square normalization over the last axis with a weight (ones).
@@ -96,9 +92,6 @@ impl Module for RmsNorm {
     }
     fn parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
         vec![("weight".to_string(), &mut self.weight)]
-    }
-    fn op_kinds(&self) -> Vec<OpKind> {
-        vec![OpKind::RmsNorm]
     }
 }
 
@@ -266,14 +259,5 @@ impl Module for BatchNorm {
             _ => return Err(unknown_buffer(name)),
         }
         Ok(())
-    }
-    fn op_kinds(&self) -> Vec<OpKind> {
-        vec![
-            OpKind::BatchNorm,
-            OpKind::Reshape,
-            OpKind::Sub,
-            OpKind::Mul,
-            OpKind::Add,
-        ]
     }
 }

@@ -3,7 +3,7 @@
 
 use super::module::Module;
 use crate::error::{Error, OpError, Result};
-use crate::graph::{OpKind, Pool2dGeometry};
+use crate::graph::Pool2dGeometry;
 use crate::tensor::Tensor;
 
 /// 2-D max pooling over [`Tensor::max_pool2d`].
@@ -28,9 +28,6 @@ impl MaxPool2d {
 impl Module for MaxPool2d {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         x.max_pool2d(self.geometry)
-    }
-    fn op_kinds(&self) -> Vec<OpKind> {
-        vec![OpKind::MaxPool2d]
     }
 }
 
@@ -60,9 +57,6 @@ impl Module for AvgPool2d {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         x.avg_pool2d(self.geometry, self.count_include_pad)
     }
-    fn op_kinds(&self) -> Vec<OpKind> {
-        vec![OpKind::AvgPool2d]
-    }
 }
 
 /// Mean over the spatial axes: [N, C, H, W] -> [N, C].
@@ -80,9 +74,6 @@ impl Module for GlobalAvgPool {
         }
         x.mean(&[2, 3], false)
     }
-    fn op_kinds(&self) -> Vec<OpKind> {
-        vec![OpKind::ReduceMean]
-    }
 }
 
 /// Flattens every axis after the first: [N, ...] -> [N, prod(...)].
@@ -99,8 +90,5 @@ impl Module for Flatten {
             }));
         }
         x.flatten_from(1)
-    }
-    fn op_kinds(&self) -> Vec<OpKind> {
-        vec![OpKind::Reshape]
     }
 }

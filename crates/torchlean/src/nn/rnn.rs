@@ -12,7 +12,6 @@
 use super::init::{self, derive_seed};
 use super::module::Module;
 use crate::error::{Error, OpError, Result};
-use crate::graph::OpKind;
 use crate::tensor::Tensor;
 
 /// The four parameters shared by both cells: input and hidden weights and biases.
@@ -108,18 +107,6 @@ fn stack(states: &[Tensor], b: usize, h: usize) -> Result<Tensor> {
     Tensor::concat(&refs, 1)
 }
 
-const RNN_OPS: &[OpKind] = &[
-    OpKind::Linear,
-    OpKind::Slice,
-    OpKind::Reshape,
-    OpKind::Sigmoid,
-    OpKind::Tanh,
-    OpKind::Add,
-    OpKind::Sub,
-    OpKind::Mul,
-    OpKind::Concat,
-];
-
 /// A single-layer gated recurrent unit; `forward` returns every hidden state [B, T, H].
 pub struct Gru {
     params: CellParams,
@@ -187,9 +174,6 @@ impl Module for Gru {
     }
     fn parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
         self.params.named_mut()
-    }
-    fn op_kinds(&self) -> Vec<OpKind> {
-        RNN_OPS.to_vec()
     }
 }
 
@@ -268,8 +252,5 @@ impl Module for Lstm {
     }
     fn parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
         self.params.named_mut()
-    }
-    fn op_kinds(&self) -> Vec<OpKind> {
-        RNN_OPS.to_vec()
     }
 }

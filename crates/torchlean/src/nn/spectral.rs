@@ -6,7 +6,6 @@ use super::init::derive_seed;
 use super::linear::Linear;
 use super::module::Module;
 use crate::error::{Error, OpError, Result};
-use crate::graph::OpKind;
 use crate::tensor::Tensor;
 
 /// Spectral convolution: complex weights (re, im) [Ci, Co, modes] on the lowest `modes`
@@ -54,9 +53,6 @@ impl Module for SpectralConv1d {
             ("weight_re".to_string(), &mut self.weight_re),
             ("weight_im".to_string(), &mut self.weight_im),
         ]
-    }
-    fn op_kinds(&self) -> Vec<OpKind> {
-        vec![OpKind::SpectralConv1d]
     }
 }
 
@@ -152,14 +148,5 @@ impl Module for Fno1d {
         v.push(("proj1".into(), &mut self.proj1));
         v.push(("proj2".into(), &mut self.proj2));
         v
-    }
-    fn op_kinds(&self) -> Vec<OpKind> {
-        vec![
-            OpKind::Permute,
-            OpKind::Linear,
-            OpKind::SpectralConv1d,
-            OpKind::Add,
-            OpKind::Gelu,
-        ]
     }
 }

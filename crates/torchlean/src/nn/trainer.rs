@@ -4,7 +4,9 @@
 //!
 //! The trainer installs its [`Session`] on the calling thread for the duration of each call
 //! (restoring the previous one afterwards), plans the model's and the loss's ops before the
-//! first kernel runs, and can return the report of what ran ([`Trainer::report`]). A batch,
+//! first kernel runs — the ops are found by a shape-only trace of the model's forward and
+//! loss on the first batch ([`trace_ops`]), so a refusal always comes before the first
+//! kernel — and can return the report of what ran ([`Trainer::report`]). A batch,
 //! the learning rate and every dropout mask depend only on (seed, step), so a run resumed
 //! from a checkpoint continues exactly as an uninterrupted one.
 
@@ -13,7 +15,7 @@ use super::config::{Config, DType, SaveOptions, TrainOptions};
 use super::error::TrainError;
 use super::init::derive_seed;
 use super::loss::Task;
-use super::module::{merge_ops, Module};
+use super::module::{trace_ops, Module};
 use super::optim::Optimizer;
 use super::schedule::LrSchedule;
 use super::step::{executor_for, StepExecutor};
@@ -58,26 +60,35 @@ pub struct Evaluation {
 }
 
 /// Runs `f` with `slot`'s session installed on this thread; puts it back (and restores the
-/// previous session) afterwards, also on error or panic.
+/// previous session) afterwards, also on error or panic. Fails (running nothing) inside a
+/// `runtime::with_current` closure, which holds the thread's session.
 fn with_session<R>(
     slot: &mut Option<Session>,
     profile: &BackendProfile,
-    f: impl FnOnce() -> R,
-) -> R {
+    f: impl FnOnce() -> Result<R>,
+) -> Result<R> {
     struct Restore<'a> {
         slot: &'a mut Option<Session>,
         previous: Option<Session>,
     }
     impl Drop for Restore<'_> {
         fn drop(&mut self) {
-            *self.slot = runtime::take();
+            // the install below succeeded, so nothing holds the thread's session here
+            *self.slot = runtime::take().ok().flatten();
             if let Some(p) = self.previous.take() {
-                runtime::install(p);
+                let _ = runtime::install(p);
             }
         }
     }
     let session = slot.take().unwrap_or_else(|| Session::new(profile.clone()));
-    let previous = runtime::install(session);
+    let previous = match runtime::install(session) {
+        Ok(previous) => previous,
+        Err(e) => {
+            // the session went nowhere: keep it for the next call
+            *slot = Some(Session::new(profile.clone()));
+            return Err(e);
+        }
+    };
     let _restore = Restore { slot, previous };
     f()
 }
@@ -174,13 +185,41 @@ impl<M: Module> Trainer<M> {
         self.step_fn.plan_report()
     }
 
-    /// Plans and gates the model's and loss's ops (once per mode) in the installed session.
-    fn preplan(model: &M, task: &Task, planned: &mut [bool; 2], training: bool) -> Result<()> {
+    /// Plans and gates (once per mode, in the installed session) every op that the model's
+    /// forward and the loss run on `inputs`/`targets`, found by a shape-only trace (no kernel
+    /// runs before a refusal). Training traces with the tape on (and, for a compiled step,
+    /// every differentiable op recorded, as capture records them); evaluation under
+    /// `no_grad`, in evaluation mode, with the accuracy when the task has one.
+    fn preplan(
+        model: &mut M,
+        task: &Task,
+        planned: &mut [bool; 2],
+        compiled: bool,
+        training: bool,
+        inputs: &Tensor,
+        targets: Option<&Tensor>,
+    ) -> Result<()> {
         if planned[training as usize] {
             return Ok(());
         }
-        let ops = merge_ops([model.op_kinds(), task.op_kinds()]);
-        runtime::with_current(|s| s.preplan(&ops, training))?;
+        model.set_training(training);
+        let traced = trace_ops(model, |m| {
+            let _grad = runtime::NoGradGuard::set(training);
+            let pred = m.forward(inputs)?;
+            if let Some(y) = targets {
+                task.loss(&pred, y)?;
+                if !training {
+                    task.accuracy(&pred, y)?;
+                }
+            }
+            Ok(())
+        });
+        model.set_training(true);
+        let mut uses = traced?;
+        if compiled && training {
+            uses = uses.all_recorded();
+        }
+        runtime::with_current(|s| s.preplan(&uses))??;
         planned[training as usize] = true;
         Ok(())
     }
@@ -243,14 +282,18 @@ impl<M: Module> Trainer<M> {
             step,
             planned,
         } = self;
+        let compiled = step_fn.name() == "compiled";
         with_session(session, profile, || {
-            Self::preplan(model, task, planned, true)?;
-            model.set_training(true);
             let mut sampler = data.sampler(
                 options.batch_size,
                 derive_seed(*seed, 0xDA7A),
                 options.shuffle,
             );
+            if options.steps > 0 && !planned[1] {
+                let (x, y) = data.gather(&sampler.indices(*step))?;
+                Self::preplan(model, task, planned, compiled, true, &x, Some(&y))?;
+            }
+            model.set_training(true);
             let mut summary = TrainSummary {
                 start_step: *step,
                 end_step: *step,
@@ -308,7 +351,9 @@ impl<M: Module> Trainer<M> {
             ..
         } = self;
         with_session(session, profile, || {
-            Self::preplan(model, task, planned, false)?;
+            // the loss is not run here: plan the forward only (evaluate plans the rest)
+            let mut forward_only = [planned[0], true];
+            Self::preplan(model, task, &mut forward_only, false, false, inputs, None)?;
             model.set_training(false);
             let out = runtime::no_grad(|| model.forward(inputs));
             model.set_training(true);
@@ -334,12 +379,15 @@ impl<M: Module> Trainer<M> {
             ..
         } = self;
         with_session(session, profile, || {
-            Self::preplan(model, task, planned, false)?;
+            let batches = data.batches(batch_size, None)?;
+            if let Some((x, y)) = batches.first() {
+                Self::preplan(model, task, planned, false, false, x, Some(y))?;
+            }
             model.set_training(false);
             let result = runtime::no_grad(|| -> Result<Evaluation> {
                 let (mut loss, mut correct, mut n) = (0f64, 0f64, 0usize);
                 let mut has_acc = false;
-                for (x, y) in data.batches(batch_size, None)? {
+                for (x, y) in batches {
                     let b = x.shape()[0];
                     let pred = model.forward(&x)?;
                     loss += task.loss(&pred, &y)?.item()? as f64 * b as f64;

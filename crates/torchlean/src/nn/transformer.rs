@@ -4,11 +4,10 @@
 use super::attention::MultiheadAttention;
 use super::dropout::Dropout;
 use super::init::derive_seed;
-use super::linear::{Activation, Linear};
+use super::linear::Linear;
 use super::module::Module;
 use super::norm::LayerNorm;
 use crate::error::{Error, Result};
-use crate::graph::OpKind;
 use crate::tensor::Tensor;
 
 /// Sizes and options of a transformer encoder.
@@ -94,16 +93,6 @@ impl Module for TransformerEncoderBlock {
             ("linear2".into(), &mut self.linear2),
             ("dropout".into(), &mut self.dropout),
         ]
-    }
-    fn op_kinds(&self) -> Vec<OpKind> {
-        let mut ops =
-            super::module::merge_ops(self.children().into_iter().map(|(_, c)| c.op_kinds()));
-        for k in [OpKind::Add, Activation::Gelu.op()] {
-            if !ops.contains(&k) {
-                ops.push(k);
-            }
-        }
-        ops
     }
 }
 

@@ -15,7 +15,7 @@ use crate::backend::{
     ExecutionMode, ExecutionPlan, PlanRequest, PlannedKernel, PlanningError, RejectedPlan, Target,
     VjpMode,
 };
-use crate::error::{Error, Result};
+use crate::error::{Error, GateRejection, Result};
 use crate::graph::{Graph, GraphError, NodeKind, OpKind};
 use crate::tensor::Tensor;
 use std::collections::HashMap;
@@ -36,8 +36,8 @@ impl From<CompileError> for Error {
     fn from(e: CompileError) -> Error {
         match e {
             CompileError::Graph(g) => Error::Other(g.to_string()),
-            CompileError::Planning(_) => Error::Planning(e.to_string()),
-            CompileError::Rejected(_) => Error::Gate(e.to_string()),
+            CompileError::Planning(errors) => Error::Planning(errors),
+            CompileError::Rejected(plan) => Error::Gate(GateRejection::Plan(plan)),
         }
     }
 }

@@ -11,6 +11,11 @@ pub(crate) mod guarded;
 pub mod kernel;
 pub mod probe;
 pub mod session;
+pub mod trace;
 
 pub use autograd::{grad_enabled, no_grad, Gradients, NoGradGuard};
-pub use session::{apply, install, take, with_current, Session};
+pub use session::{
+    apply, fork_current, has_session, install, process_default, set_process_default, spawn, take,
+    with_current, Session, SessionOrigin,
+};
+pub use trace::{trace, OpUses};

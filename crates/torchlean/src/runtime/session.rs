@@ -7,18 +7,30 @@
 //! kernel bound to it. The first use of each kernel is remembered, so the report of a run
 //! lists the capsule that actually ran each op. Before its first kernel a session probes the
 //! device (see [`super::probe`]).
+//!
+//! **No op runs under a policy the program did not choose.** A thread has a session only
+//! when one was installed on it ([`install`]), when it was started by [`spawn`] (which forks
+//! the caller's session: same profile and registry, and what runs there is reported in the
+//! caller's report), or when the program set a process-wide default profile explicitly at
+//! startup ([`set_process_default`]; a session created from it says so in its report).
+//! Otherwise an op is an [`Error::NoSession`] naming these fixes — there is no silent default.
+//!
+//! [`with_current`] lends the thread's session to a closure; anything in that closure that
+//! needs the session again (a tensor op, [`install`], [`take`], a nested [`with_current`]) is
+//! an [`Error::SessionBusy`], never a panic.
 
 use super::autograd;
 use super::probe;
+use super::trace::OpUses;
 use crate::backend::{
     gate_kernel, plan_op, AcceptedKernel, Availability, BackendProfile, BackendReport,
     ExecutionMode, KernelAudit, PlanRequest, Registry, Target, VjpMode,
 };
-use crate::error::{Error, Result};
+use crate::error::{Error, GateRejection, Result};
 use crate::graph::{Op, OpKind};
 use crate::tensor::Tensor;
 use std::cell::RefCell;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// The registry of every capsule module linked into this build (built once).
 pub fn standard_registry() -> &'static Arc<Registry> {
@@ -31,6 +43,17 @@ struct Slot {
     ran: bool,
 }
 
+/// Where a session's profile came from (shown in its report when it is not an explicit
+/// install).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionOrigin {
+    /// Built by the program and installed ([`install`], or a trainer's own session).
+    Installed,
+    /// Created on a thread without a session from the profile the program set with
+    /// [`set_process_default`].
+    ProcessDefault,
+}
+
 /// The backend configuration and kernel cache of eager execution on one thread.
 pub struct Session {
     profile: BackendProfile,
@@ -39,6 +62,10 @@ pub struct Session {
     /// Indexed by `OpKind::index() * 2 + recording`.
     cache: Vec<Option<Slot>>,
     probed: bool,
+    origin: SessionOrigin,
+    /// The audit of every kernel that ran, shared with the sessions forked from this one
+    /// (so the report of a run covers the threads it started).
+    ran: Arc<Mutex<Vec<KernelAudit>>>,
 }
 
 impl Session {
@@ -55,11 +82,33 @@ impl Session {
             availability: Availability::declared(&Target::host()),
             cache: (0..OpKind::ALL.len() * 2).map(|_| None).collect(),
             probed: false,
+            origin: SessionOrigin::Installed,
+            ran: Arc::new(Mutex::new(Vec::new())),
+        }
+    }
+
+    /// A session for another thread of the same run: the same profile, registry and origin,
+    /// its own kernel cache, and one record of what ran (this session's [`Session::report`]
+    /// includes what runs under the fork).
+    pub fn fork(&self) -> Session {
+        Session {
+            profile: self.profile.clone(),
+            registry: Arc::clone(&self.registry),
+            availability: self.availability.clone(),
+            cache: (0..OpKind::ALL.len() * 2).map(|_| None).collect(),
+            probed: false,
+            origin: self.origin,
+            ran: Arc::clone(&self.ran),
         }
     }
 
     pub fn profile(&self) -> &BackendProfile {
         &self.profile
+    }
+
+    /// Where this session's profile came from.
+    pub fn origin(&self) -> SessionOrigin {
+        self.origin
     }
 
     fn request(&self, recording: bool) -> PlanRequest {
@@ -84,18 +133,9 @@ impl Session {
         }
         let request = self.request(recording);
         let planned = plan_op(&self.registry, kind, &request, &self.availability)
-            .map_err(|e| Error::Planning(e.to_string()))?;
-        let accepted = gate_kernel(&planned, &request).map_err(|r| {
-            Error::Gate(format!(
-                "op `{}` rejected:\n  {}",
-                kind.name(),
-                r.failures
-                    .iter()
-                    .map(|f| f.to_string())
-                    .collect::<Vec<_>>()
-                    .join("\n  ")
-            ))
-        })?;
+            .map_err(|e| Error::Planning(vec![e]))?;
+        let accepted = gate_kernel(&planned, &request)
+            .map_err(|r| Error::Gate(GateRejection::Kernel(Box::new(r))))?;
         if !self.probed {
             probe::probe(self.profile.device)?;
             self.probed = true;
@@ -108,28 +148,50 @@ impl Session {
         Ok((kernel, false))
     }
 
-    /// Plans and gates every kind in `ops` for a training (recording) and an inference use,
-    /// before anything runs; returns the report of that plan or the first error.
-    pub fn preplan(&mut self, ops: &[OpKind], recording: bool) -> Result<BackendReport> {
+    /// Remembers that the kernel accepted for (kind, recording) ran (for the report).
+    fn mark_ran(&mut self, kind: OpKind, recording: bool) {
+        if let Some(slot) = self.cache[kind.index() * 2 + recording as usize].as_mut() {
+            if !slot.ran {
+                slot.ran = true;
+                let audit = slot.kernel.audit().clone();
+                // a poisoned log only means another thread panicked while pushing
+                let mut ran = self.ran.lock().unwrap_or_else(|p| p.into_inner());
+                ran.push(audit);
+            }
+        }
+    }
+
+    /// Plans and gates every (op, recording) use in `uses` — what a shape-only trace of the
+    /// model recorded ([`super::trace::trace`]) — before anything runs; returns the report
+    /// of that plan or the first error.
+    pub fn preplan(&mut self, uses: &OpUses) -> Result<BackendReport> {
         let mut audits = Vec::new();
-        for &k in ops {
-            let (kernel, _) = self.accepted(k, recording && k.differentiable())?;
+        for &(k, recording) in uses.uses() {
+            let (kernel, _) = self.accepted(k, recording)?;
             audits.push(kernel.audit().clone());
         }
-        Ok(BackendReport::new(
+        Ok(self.with_origin(BackendReport::new(
             &self.profile,
             ExecutionMode::Eager,
             audits,
             vec![],
             vec![],
-        ))
+        )))
     }
 
-    /// The report of what ran in this session: one row per (op, capsule) actually executed.
+    fn with_origin(&self, mut report: BackendReport) -> BackendReport {
+        if self.origin == SessionOrigin::ProcessDefault {
+            report.session = Some("process_default".into());
+        }
+        report
+    }
+
+    /// The report of what ran in this session (and the sessions forked from it): one row
+    /// per (op, capsule) actually executed.
     pub fn report(&self) -> BackendReport {
         let mut audits: Vec<KernelAudit> = Vec::new();
-        for s in self.cache.iter().flatten().filter(|s| s.ran) {
-            let a = s.kernel.audit();
+        let ran = self.ran.lock().unwrap_or_else(|p| p.into_inner());
+        for a in ran.iter() {
             if !audits.iter().any(|b| {
                 b.op == a.op
                     && b.capsule == a.capsule
@@ -139,8 +201,15 @@ impl Session {
                 audits.push(a.clone());
             }
         }
+        drop(ran);
         audits.sort_by_key(|a| a.op);
-        BackendReport::new(&self.profile, ExecutionMode::Eager, audits, vec![], vec![])
+        self.with_origin(BackendReport::new(
+            &self.profile,
+            ExecutionMode::Eager,
+            audits,
+            vec![],
+            vec![],
+        ))
     }
 }
 
@@ -148,28 +217,113 @@ thread_local! {
     static SESSION: RefCell<Option<Session>> = const { RefCell::new(None) };
 }
 
-/// Installs `session` as this thread's eager session, returning the previous one.
-pub fn install(session: Session) -> Option<Session> {
-    SESSION.with(|s| s.borrow_mut().replace(session))
+static PROCESS_DEFAULT: OnceLock<BackendProfile> = OnceLock::new();
+
+/// Sets the profile that threads without a session use, once for the process (a program
+/// calls it at startup; it is never set implicitly). Setting the same profile again is a
+/// no-op; another profile is [`Error::ProcessDefaultSet`]. Sessions created from it are
+/// reported with `session=process_default`.
+pub fn set_process_default(profile: BackendProfile) -> Result<()> {
+    let current = PROCESS_DEFAULT.get_or_init(|| profile.clone());
+    if *current == profile {
+        Ok(())
+    } else {
+        Err(Error::ProcessDefaultSet {
+            current: current.name.clone(),
+            requested: profile.name,
+        })
+    }
 }
 
-/// Removes and returns this thread's session.
-pub fn take() -> Option<Session> {
-    SESSION.with(|s| s.borrow_mut().take())
+/// The process-wide default profile, if the program set one.
+pub fn process_default() -> Option<&'static BackendProfile> {
+    PROCESS_DEFAULT.get()
 }
 
-/// Runs `f` with this thread's session (created with the default `checked_cpu` profile if none
-/// is installed).
-pub fn with_current<R>(f: impl FnOnce(&mut Session) -> R) -> R {
+/// Installs `session` as this thread's eager session, returning the previous one
+/// ([`Error::SessionBusy`] inside a [`with_current`] closure).
+pub fn install(session: Session) -> Result<Option<Session>> {
     SESSION.with(|s| {
-        let mut s = s.borrow_mut();
-        let session = s.get_or_insert_with(|| Session::new(BackendProfile::default_cpu()));
-        f(session)
+        let mut s = s.try_borrow_mut().map_err(|_| Error::SessionBusy {
+            attempted: "install",
+        })?;
+        Ok(s.replace(session))
     })
+}
+
+/// Removes and returns this thread's session ([`Error::SessionBusy`] inside a
+/// [`with_current`] closure).
+pub fn take() -> Result<Option<Session>> {
+    SESSION.with(|s| {
+        let mut s = s
+            .try_borrow_mut()
+            .map_err(|_| Error::SessionBusy { attempted: "take" })?;
+        Ok(s.take())
+    })
+}
+
+/// Whether this thread has a session installed (the process default does not count).
+pub fn has_session() -> bool {
+    SESSION.with(|s| s.try_borrow().map(|s| s.is_some()).unwrap_or(true))
+}
+
+/// Runs `f` with this thread's session. A thread without one gets a session of the process
+/// default profile when the program set one ([`set_process_default`]); otherwise this is
+/// [`Error::NoSession`]. Inside `f` the session is lent: a tensor op, [`install`], [`take`]
+/// or another `with_current` there is [`Error::SessionBusy`].
+pub fn with_current<R>(f: impl FnOnce(&mut Session) -> R) -> Result<R> {
+    SESSION.with(|cell| {
+        let mut slot = cell.try_borrow_mut().map_err(|_| Error::SessionBusy {
+            attempted: "a tensor op or `with_current`",
+        })?;
+        let session = match &mut *slot {
+            Some(session) => session,
+            empty => {
+                let profile = process_default().ok_or_else(|| Error::NoSession {
+                    thread: std::thread::current()
+                        .name()
+                        .map(|n| format!(" (`{n}`)"))
+                        .unwrap_or_default(),
+                })?;
+                let mut session = Session::new(profile.clone());
+                session.origin = SessionOrigin::ProcessDefault;
+                empty.insert(session)
+            }
+        };
+        Ok(f(session))
+    })
+}
+
+/// A fork of this thread's session (see [`Session::fork`]), for a thread the caller starts
+/// itself (e.g. a rayon pool: install it at the start of each task's thread).
+pub fn fork_current() -> Result<Session> {
+    with_current(|s| s.fork())
+}
+
+/// Starts a thread that runs `f` under a fork of the caller's session: the same profile
+/// and registry, reported in the caller's report. [`Error::NoSession`] when the caller has
+/// none (and no process default is set).
+pub fn spawn<F, R>(f: F) -> Result<std::thread::JoinHandle<R>>
+where
+    F: FnOnce() -> R + Send + 'static,
+    R: Send + 'static,
+{
+    let session = fork_current()?;
+    std::thread::Builder::new()
+        .spawn(move || {
+            // a fresh thread has no session and nothing borrowing it
+            let _ = install(session);
+            f()
+        })
+        .map_err(|e| Error::Other(format!("cannot start a thread: {e}")))
 }
 
 /// Runs one op eagerly: plan + gate (cached), run the accepted kernel, record the tape.
 pub fn apply(op: Op, inputs: &[&Tensor]) -> Result<Tensor> {
+    // a shape-only trace records the op and returns zeros of its shape: no kernel runs
+    if let Some(out) = super::trace::intercept(&op, inputs)? {
+        return Ok(out);
+    }
     let kind = op.kind();
     // A differentiable op on tracked inputs needs a VJP-capable kernel; during a graph capture
     // every op is recorded (the compiled executor plans VJPs itself).
@@ -185,14 +339,10 @@ pub fn apply(op: Op, inputs: &[&Tensor]) -> Result<Tensor> {
             super::capture::note_host_access(t, &format!("{} under no_grad", kind.name()));
         }
     }
-    let (kernel, ran) = with_current(|s| s.accepted(kind, recording))?;
+    let (kernel, ran) = with_current(|s| s.accepted(kind, recording))??;
     let out = super::guarded::run_forward(&kernel, &op, inputs)?;
     if !ran {
-        with_current(|s| {
-            if let Some(slot) = s.cache[kind.index() * 2 + recording as usize].as_mut() {
-                slot.ran = true;
-            }
-        });
+        with_current(|s| s.mark_ran(kind, recording))?;
     }
     Ok(if recording || autograd::capturing() {
         autograd::record(op, inputs, out, kernel)

@@ -33,6 +33,7 @@ fn manifold(seed: u64) -> Result<Dataset, torchlean::Error> {
 
 pub fn run_cmd(a: Args) -> CliResult {
     let h = a.common.hyper(DEFAULTS)?;
+    a.common.backend.install_session()?;
     let (train, test) = manifold(h.seed)
         .and_then(|d| d.split(500))
         .map_err(lib_err)?;

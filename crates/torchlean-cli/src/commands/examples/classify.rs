@@ -89,6 +89,7 @@ fn cnn_setup(
     width: usize,
 ) -> CliResult {
     let h = common.hyper(CNN_DEFAULTS)?;
+    common.backend.install_session()?;
     if width == 0 {
         return Err(CliError::usage("--width must be positive"));
     }
@@ -159,6 +160,7 @@ fn xor_quadrants(seed: u64) -> Result<Dataset, torchlean::Error> {
 
 pub fn mlp(a: MlpArgs) -> CliResult {
     let h = a.common.hyper(MLP_DEFAULTS)?;
+    a.common.backend.install_session()?;
     if a.hidden == 0 {
         return Err(CliError::usage("--hidden must be positive"));
     }

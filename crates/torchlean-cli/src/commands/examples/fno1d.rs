@@ -32,6 +32,7 @@ pub struct Args {
 
 pub fn run_cmd(a: Args) -> CliResult {
     let h = a.common.hyper(DEFAULTS)?;
+    a.common.backend.install_session()?;
     if a.width == 0 || a.modes == 0 || a.modes > 16 {
         return Err(CliError::usage(
             "--width must be positive and --modes in 1..=16 (32 grid points)",

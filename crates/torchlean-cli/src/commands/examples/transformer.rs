@@ -77,6 +77,7 @@ fn generate(
 
 pub fn run_cmd(a: Args) -> CliResult {
     let h = a.common.hyper(DEFAULTS)?;
+    a.common.backend.install_session()?;
     if a.context == 0 || a.stride == 0 {
         return Err(CliError::usage("--context and --stride must be positive"));
     }

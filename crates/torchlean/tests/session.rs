@@ -1,0 +1,143 @@
+//! Sessions: no op runs under a policy the program did not choose. This binary never sets a
+//! process default, so a thread without a session really has none (see `session_default.rs`
+//! for the process default).
+
+use std::sync::mpsc;
+use torchlean::backend::BackendProfile;
+use torchlean::nn::{Activation, Mlp, Module};
+use torchlean::runtime::{self, Session};
+use torchlean::{Error, OpKind, Tensor};
+
+fn strict() -> Session {
+    Session::new(BackendProfile::named("strict_cpu").unwrap())
+}
+
+/// Runs `f` on a fresh thread of the caller's choosing (not started by the library).
+fn on_plain_thread<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> R {
+    std::thread::Builder::new()
+        .name("user-thread".into())
+        .spawn(f)
+        .unwrap()
+        .join()
+        .unwrap()
+}
+
+/// A thread the user starts, under a strict run, used to get a `checked_cpu` session
+/// silently; now it has none, and the op says how to give it one.
+#[test]
+fn an_op_on_a_thread_without_a_session_is_an_error_naming_the_fix() {
+    runtime::install(strict()).unwrap();
+    assert_eq!(Tensor::ones(&[2]).unwrap().sin().unwrap().to_vec().len(), 2);
+    let r = on_plain_thread(|| Tensor::ones(&[2]).unwrap().sin().map(|t| t.to_vec()));
+    let e = r.unwrap_err();
+    assert!(
+        matches!(&e, Error::NoSession { thread } if thread.contains("user-thread")),
+        "{e:?}"
+    );
+    let msg = e.to_string();
+    for fix in [
+        "runtime::install",
+        "runtime::spawn",
+        "runtime::set_process_default",
+    ] {
+        assert!(msg.contains(fix), "{msg}");
+    }
+    // nor does asking for the session's report create one
+    let r = on_plain_thread(|| runtime::with_current(|s| s.profile().name.clone()));
+    assert!(matches!(r, Err(Error::NoSession { .. })), "{r:?}");
+    assert!(on_plain_thread(|| !runtime::has_session()));
+}
+
+/// `runtime::spawn` starts a thread under a fork of the caller's session: same profile, and
+/// what runs there is in the caller's report.
+#[test]
+fn a_spawned_thread_inherits_the_callers_session_and_reports_into_it() {
+    runtime::install(strict()).unwrap();
+    let handle = runtime::spawn(|| {
+        let x = Tensor::ones(&[3]).unwrap().requires_grad();
+        let y = x.cos().unwrap().sum_all().unwrap();
+        (
+            runtime::with_current(|s| s.profile().name.clone()).unwrap(),
+            y.producer().map(|(_, capsule)| capsule.to_string()),
+        )
+    })
+    .unwrap();
+    let (profile, capsule) = handle.join().unwrap();
+    assert_eq!(profile, "strict_cpu");
+    assert_eq!(capsule.as_deref(), Some("reference.sum_all"));
+    let report = runtime::with_current(|s| s.report()).unwrap();
+    let ran: Vec<&str> = report.kernels.iter().map(|k| k.capsule.as_str()).collect();
+    assert!(ran.contains(&"reference.cos"), "{ran:?}");
+    assert!(
+        report.session.is_none(),
+        "an installed session is not a default"
+    );
+    // spawning without a session of one's own is the same error as an op
+    let r = on_plain_thread(|| runtime::spawn(|| ()).map(|_| ()));
+    assert!(matches!(r, Err(Error::NoSession { .. })), "{r:?}");
+}
+
+/// `with_current` lends the session to its closure: an op, install or take there is an
+/// error (it used to panic with "already borrowed").
+#[test]
+fn session_use_inside_with_current_is_an_error_not_a_panic() {
+    runtime::install(strict()).unwrap();
+    let x = Tensor::ones(&[2]).unwrap();
+    let inner = runtime::with_current(|_| x.sin()).unwrap();
+    assert!(matches!(inner, Err(Error::SessionBusy { .. })), "{inner:?}");
+    let inner = runtime::with_current(|_| runtime::install(strict()).map(|_| ())).unwrap();
+    assert!(matches!(
+        inner,
+        Err(Error::SessionBusy {
+            attempted: "install"
+        })
+    ));
+    let inner = runtime::with_current(|_| runtime::take().map(|_| ())).unwrap();
+    assert!(matches!(
+        inner,
+        Err(Error::SessionBusy { attempted: "take" })
+    ));
+    let nested = runtime::with_current(|_| runtime::with_current(|_| ())).unwrap();
+    assert!(matches!(nested, Err(Error::SessionBusy { .. })));
+    // the session is intact afterwards
+    let y = x.requires_grad().sin().unwrap();
+    assert_eq!(y.producer().unwrap().1, "reference.sin");
+}
+
+/// A shape-only trace records every (op, recording) use without planning or running a
+/// kernel: it needs no session at all.
+#[test]
+fn a_trace_finds_the_ops_without_a_session_or_a_kernel() {
+    let (tx, rx) = mpsc::channel();
+    on_plain_thread(move || {
+        let model = Mlp::new(&[4, 8, 1], Activation::Tanh, 1).unwrap();
+        let x = Tensor::ones(&[5, 4]).unwrap();
+        let y = Tensor::ones(&[5, 1]).unwrap();
+        let uses = runtime::trace(|| {
+            let out = model.forward(&x)?;
+            assert_eq!(out.shape(), &[5, 1]);
+            assert!(out.to_vec().iter().all(|&v| v == 0.0), "placeholders");
+            out.mse_loss(&y).map(drop)
+        })
+        .unwrap();
+        tx.send((uses, runtime::has_session())).unwrap();
+    });
+    let (uses, had_session) = rx.recv().unwrap();
+    assert!(!had_session, "tracing created no session");
+    assert_eq!(
+        uses.uses(),
+        &[
+            (OpKind::Linear, true),
+            (OpKind::Tanh, true),
+            (OpKind::MseLoss, true)
+        ]
+    );
+    // an op on untracked values only is not recorded; under no_grad nothing is
+    let uses = runtime::trace(|| {
+        let a = Tensor::ones(&[2]).unwrap();
+        a.exp()?;
+        torchlean::no_grad(|| a.requires_grad().sin()).map(drop)
+    })
+    .unwrap();
+    assert_eq!(uses.uses(), &[(OpKind::Exp, false), (OpKind::Sin, false)]);
+}
