@@ -185,19 +185,38 @@ fn strict_cpu_trains_on_the_reference_provider_and_reports_it() {
 }
 
 #[test]
-fn native_cpu_under_strict_is_rejected_by_the_gate_with_exit_3() {
+fn native_cpu_under_strict_runs_replayed_capsules_and_composites_are_refused() {
+    // strict admits native kernels only through their replay checkers, run on every call
     let (code, out, err) = run(&[
         "quickstart-mlp",
+        "--profile",
+        "strict_native_cpu",
+        "--steps",
+        "3",
+        "--show-backend",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("linear: native_cpu.replayed.linear"), "{out}");
+    assert!(
+        out.contains("checker providers::checkers::replay::replay_forward"),
+        "{out}"
+    );
+    assert!(out.contains("[checked, rechecked every call]"), "{out}");
+    assert!(!out.contains("runtime_guard"), "{out}");
+    // the composition provider rests on guards and tests: the gate refuses it under strict
+    let (code, out, err) = run(&[
+        "plan",
         "--provider",
-        "only:native_cpu",
+        "only:torchlean",
         "--policy",
         "strict",
+        "--ops",
+        "mse_loss",
     ]);
-    assert_eq!(code, 3, "{err}");
-    assert!(!out.contains("step "), "trained anyway");
+    assert_eq!(code, 3, "{out}{err}");
     assert!(
-        err.contains("evidence_not_accepted") && err.contains("runtime_guard"),
-        "{err}"
+        err.contains("evidence_not_accepted") && out.contains("runtime_guard"),
+        "{out}{err}"
     );
 }
 
@@ -241,13 +260,13 @@ fn plan_exit_codes() {
         "--device",
         "cpu",
         "--provider",
-        "only:native_cpu",
+        "only:torchlean",
         "--policy",
         "strict",
         "--vjp",
         "torchlean_tape",
         "--ops",
-        "matmul",
+        "mse_loss",
     ]);
     assert_eq!(code, 3);
     assert!(

@@ -178,10 +178,18 @@ fn compiled_plan_is_gated_and_rejected_plans_are_kept() {
         Ok(vec![("y".into(), model.forward(&xs[0])?)])
     })
     .unwrap();
-    let strict_native =
-        BackendProfile::resolve(None, Some("cpu"), Some("only:native_cpu"), Some("strict"))
-            .unwrap();
-    match CompiledGraph::compile(c.graph.clone(), &strict_native) {
+    // native kernels carry tests (checked) or replay checkers (strict): a policy that admits
+    // theorems only refuses both
+    let theorems_only = BackendProfile::custom(
+        torchlean::backend::Device::Cpu,
+        torchlean::backend::ProviderPreference::Only(torchlean::backend::Provider::NativeCpu),
+        torchlean::backend::AcceptancePolicy::custom(
+            vec![torchlean::backend::EvidenceKind::Theorem],
+            vec![torchlean::backend::TrustLevel::Verified],
+        ),
+        torchlean::backend::VjpMode::TorchleanTape,
+    );
+    match CompiledGraph::compile(c.graph.clone(), &theorems_only) {
         Err(torchlean::runtime::compiled::CompileError::Rejected(r)) => {
             assert!(!r.failures.is_empty() && !r.audits.is_empty())
         }

@@ -300,8 +300,8 @@ fn unsupported_device_is_a_planning_error_never_a_fallback() {
         .all(|c| matches!(c.refusal, Refusal::WrongDevice { .. })));
     assert_eq!(
         err.candidates.len(),
-        2,
-        "every candidate is listed with its reason"
+        3,
+        "every candidate (native, reference, replayed native) is listed with its reason"
     );
     // and in the eager runtime: no kernel runs, the op returns the planning error
     let before =
@@ -349,13 +349,15 @@ fn strict_rejects_guards_and_tests() {
         "strict",
         VjpMode::TorchleanTape,
     );
-    let planned = plan_op(
-        standard_registry(),
-        OpKind::Matmul,
-        &req,
-        &cpu_availability(),
+    // the native capsule alone (the standard registry also has its replayed twin, which
+    // strict admits)
+    let mut r = Registry::new();
+    r.register(
+        native_cpu::capsule(OpKind::Matmul),
+        native_cpu::binding_for(OpKind::Matmul),
     )
     .unwrap();
+    let planned = plan_op(&r, OpKind::Matmul, &req, &cpu_availability()).unwrap();
     let rejection = gate_kernel(&planned, &req).unwrap_err();
     let kinds: Vec<EvidenceKind> = rejection
         .failures
@@ -652,7 +654,9 @@ fn layout_verdict(output: Operand) -> Result<(), String> {
         inputs: &input,
         output,
         cotangent: None,
+        needs: &[],
         grads: &[],
+        seed: 0,
     };
     checkers::canonical_layout(&Op::Relu, &call)
 }
@@ -1054,28 +1058,27 @@ fn planning_and_gate_errors_keep_their_structure() {
         .to_string()
         .starts_with("planning: no admissible capsule for op `sin` on device `cuda`"));
     // gate (eager): the refused kernel's audit and every failure
-    let strict_native =
-        BackendProfile::resolve(None, None, Some("only:native_cpu"), Some("strict")).unwrap();
+    // native kernels rest on tests (checked) or replay checkers: a theorems-only policy
+    // refuses both; under only:native_cpu the planner picks the capsule whose trust level the
+    // policy allows (the replayed one), and the gate names its checker evidence
+    let strict_native = BackendProfile::custom(
+        Device::Cpu,
+        ProviderPreference::Only(Provider::NativeCpu),
+        AcceptancePolicy::custom(vec![EvidenceKind::Theorem], vec![TrustLevel::Verified]),
+        VjpMode::TorchleanTape,
+    );
     let e = run_under(strict_native.clone());
     let Error::Gate(rejection) = &e else {
         panic!("expected a gate rejection, got {e:?}")
     };
     assert!(matches!(rejection, GateRejection::Kernel(_)));
-    assert_eq!(rejection.audits()[0].capsule, "native_cpu.sin");
+    assert_eq!(rejection.audits()[0].capsule, "native_cpu.replayed.sin");
     assert!(rejection.failures().iter().any(|f| matches!(
         f,
         GateFailure::EvidenceNotAccepted {
             op: OpKind::Sin,
             obligation: Obligation::Value,
-            evidence: EvidenceKind::TestSuite,
-            ..
-        }
-    )));
-    assert!(rejection.failures().iter().any(|f| matches!(
-        f,
-        GateFailure::TrustLevelNotAllowed {
-            op: OpKind::Sin,
-            level: TrustLevel::Checked,
+            evidence: EvidenceKind::Checker,
             ..
         }
     )));

@@ -288,7 +288,13 @@ impl KernelCapsule {
                 Evidence::RuntimeGuard { guard } => Some(*guard),
                 _ => None,
             })
-            .collect()
+            .fold(Vec::new(), |mut v: Vec<Guard>, g| {
+                // one call per distinct guard, however many contracts cite it
+                if !v.contains(&g) {
+                    v.push(g);
+                }
+                v
+            })
     }
 
     /// The checkers the runtime runs after every call of `phase` (in contract order).
@@ -299,7 +305,12 @@ impl KernelCapsule {
                 Evidence::Checker { checker, .. } => Some(*checker),
                 _ => None,
             })
-            .collect()
+            .fold(Vec::new(), |mut v: Vec<Checker>, c| {
+                if !v.contains(&c) {
+                    v.push(c);
+                }
+                v
+            })
     }
 
     /// The descriptor in the slot of `obligation`.

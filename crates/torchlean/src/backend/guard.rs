@@ -31,14 +31,18 @@ pub struct Operand<'a> {
     pub device: Device,
 }
 
-/// The call a checker replays: inputs and output, and for a VJP the cotangent and the
-/// gradients the kernel returned (one per input, `None` where it returned none).
+/// The call a checker replays: inputs and output, and for a VJP the cotangent, which inputs
+/// needed a gradient and the gradients the kernel returned (one per input, `None` where it
+/// returned none). `seed` keys the checker's random draws: the runtime draws it per call from
+/// a per-thread stream that kernels never see.
 #[derive(Debug, Clone, Copy)]
 pub struct Call<'a> {
     pub inputs: &'a [Operand<'a>],
     pub output: Operand<'a>,
     pub cotangent: Option<Operand<'a>>,
+    pub needs: &'a [bool],
     pub grads: &'a [Option<Operand<'a>>],
+    pub seed: u64,
 }
 
 /// When a guard or checker applies.

@@ -300,7 +300,13 @@ pub fn plan_op(
             });
         }
     }
-    match admissible.first() {
+    // under only:P several capsules of P may be admissible: the first whose trust level the
+    // policy allows (so a strict run finds P's checker-backed capsule), else the first (the
+    // gate then reports exactly which obligations fail)
+    let allowed = admissible
+        .iter()
+        .find(|e| request.policy.allows_trust(e.capsule.trust_level));
+    match allowed.or(admissible.first()) {
         Some(e) => Ok(PlannedKernel {
             op,
             entry: Arc::clone(e),

@@ -54,6 +54,13 @@ impl BackendProfile {
                 Tape,
             ),
             profile(
+                "strict_native_cpu",
+                Device::Cpu,
+                Only(Provider::NativeCpu),
+                PolicyName::Strict,
+                Tape,
+            ),
+            profile(
                 "checked_cuda",
                 Device::Cuda,
                 Auto,

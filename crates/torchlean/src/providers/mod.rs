@@ -17,13 +17,17 @@ pub mod reference;
 use crate::backend::Registry;
 
 /// Registers every capsule module linked into this build, in planning-tiebreak order:
-/// native CPU first (fast, `checked`), then the reference (`verified`), then compositions.
+/// native CPU first (fast, `checked`), then the reference (`verified`, theorems), then the
+/// replayed native capsules (`verified`, replay checkers), then compositions.
 pub fn standard_registry() -> Registry {
     let mut r = Registry::new();
     // The built-in modules are validated by tests/trust.rs; a failure here is a programming
     // error in a capsule declaration, not a user error.
     native_cpu::register(&mut r).expect("native_cpu capsules are valid");
     reference::register(&mut r).expect("reference capsules are valid");
+    // after the reference: under `strict` with `auto`, theorems come before replay checkers;
+    // `only:native_cpu` (profile strict_native_cpu) selects these
+    native_cpu::register_replayed(&mut r).expect("replayed native capsules are valid");
     composition::register(&mut r).expect("composition capsules are valid");
     r
 }

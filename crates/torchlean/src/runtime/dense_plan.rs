@@ -419,7 +419,9 @@ impl DensePlan {
                                 inputs: operands,
                                 output: guarded::dense_operand(&target, &self.shapes[*node]),
                                 cotangent: None,
+                                needs: &[],
                                 grads: &[],
+                                seed: guarded::next_seed(),
                             };
                             guarded::check(k, Phase::Forward, op, &call)
                         })
@@ -474,11 +476,15 @@ impl DensePlan {
                                 *gr = Some(guarded::dense_operand(t, x.shape));
                             }
                         }
+                        let needs: [bool; MAX_INPUTS] =
+                            std::array::from_fn(|i| outs.get(i).is_some_and(Option::is_some));
                         let call = Call {
                             inputs: &ins[..m],
                             output: guarded::dense_operand(y.data, y.shape),
                             cotangent: Some(guarded::dense_operand(g.data, g.shape)),
+                            needs: &needs[..m],
                             grads: &grads[..m],
+                            seed: guarded::next_seed(),
                         };
                         guarded::check(k, Phase::Vjp, op, &call)
                     })

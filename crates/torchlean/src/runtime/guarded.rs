@@ -55,6 +55,26 @@ pub(crate) fn guard_tensors(
     guard(k, phase, op, &operands)
 }
 
+thread_local! {
+    /// The per-thread stream of checker seeds (started from the process's random hasher
+    /// keys, so kernels cannot predict a checker's draws).
+    static CHECK_SEED: std::cell::Cell<u64> = std::cell::Cell::new({
+        use std::hash::{BuildHasher, Hasher};
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u64(0x5eed);
+        h.finish()
+    });
+}
+
+/// The next checker seed of this thread.
+pub(crate) fn next_seed() -> u64 {
+    CHECK_SEED.with(|s| {
+        let v = s.get().wrapping_add(0x9E37_79B9_7F4A_7C15);
+        s.set(v);
+        crate::spec::splitmix64(v)
+    })
+}
+
 /// Runs the checkers of `phase` on a completed call.
 pub(crate) fn check(k: &AcceptedKernel, phase: Phase, op: &Op, call: &Call) -> Result<()> {
     for c in k.checkers(phase) {
@@ -83,7 +103,9 @@ pub(crate) fn check_forward(
         inputs: &operands,
         output: tensor_operand(out),
         cotangent: None,
+        needs: &[],
         grads: &[],
+        seed: next_seed(),
     };
     check(k, Phase::Forward, op, &call)
 }
@@ -95,6 +117,7 @@ pub(crate) fn check_vjp(
     inputs: &[&Tensor],
     output: &Tensor,
     cotangent: &Tensor,
+    needs: &[bool],
     grads: &[Option<Tensor>],
 ) -> Result<()> {
     if k.checkers(Phase::Vjp).is_empty() {
@@ -109,7 +132,9 @@ pub(crate) fn check_vjp(
         inputs: &operands,
         output: tensor_operand(output),
         cotangent: Some(tensor_operand(cotangent)),
+        needs,
         grads: &grads,
+        seed: next_seed(),
     };
     check(k, Phase::Vjp, op, &call)
 }
@@ -136,7 +161,7 @@ pub(crate) fn run_vjp(
         let _kernel = super::autograd::KernelScope::enter();
         vjp(op, inputs, output, cotangent, needs)?
     };
-    check_vjp(k, op, inputs, output, cotangent, &grads)?;
+    check_vjp(k, op, inputs, output, cotangent, needs, &grads)?;
     Ok(grads)
 }
 

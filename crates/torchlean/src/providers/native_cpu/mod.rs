@@ -245,10 +245,100 @@ pub fn capsule(op: OpKind) -> KernelCapsule {
     }
 }
 
-/// Registers a native capsule for every op.
+/// The mutation tests of the replay checkers (each feeds corrupted results and expects a
+/// rejection).
+pub const REPLAY_MUTATION_TESTS: &[&str] = &[
+    "tests/replay.rs::product_checker_rejects_corrupted_products",
+    "tests/replay.rs::recompute_checker_rejects_corrupted_results",
+    "tests/replay.rs::vjp_checkers_reject_corrupted_or_missing_gradients",
+];
+
+/// The replayed native capsule of one op: the same kernels, every obligation discharged by a
+/// checker that the runtime runs after every call (shape and layout by `canonical_layout`,
+/// value and VJP by the replay checkers). Admitted by `strict` (profile `strict_native_cpu`).
+pub fn replayed_capsule(op: OpKind) -> KernelCapsule {
+    use super::checkers::replay;
+    let here =
+        |sym: &str| Provenance::source("crates/torchlean/src/providers/native_cpu/mod.rs", sym);
+    let view_op = matches!(
+        op,
+        OpKind::Reshape | OpKind::Permute | OpKind::BroadcastTo | OpKind::Concat | OpKind::Slice
+    );
+    let layout_checker = || {
+        Evidence::Checker {
+        checker: if view_op {
+            crate::checker!(super::checkers::view_layout)
+        } else {
+            crate::checker!(super::checkers::canonical_layout)
+        },
+        soundness: if view_op {
+            "accepted => the result has exactly the shape spec::infer_shape assigns to this call's inputs and a strided layout inside its storage (a view); each gradient canonical row-major of its input's shape (integer check)"
+        } else {
+            "accepted => the result (or each gradient) has exactly the shape spec::infer_shape assigns to this call's inputs (its input's shape), dense row-major from offset 0 over exactly numel elements (integer check)"
+        }
+        .into(),
+        mutation_tests: vec![
+            "tests/trust.rs::layout_checker_rejects_wrong_shape".into(),
+            "tests/trust.rs::layout_checker_rejects_non_canonical_view".into(),
+        ],
+    }
+    };
+    let replay_checker = |checker, soundness: &str| Evidence::Checker {
+        checker,
+        soundness: soundness.to_string(),
+        mutation_tests: REPLAY_MUTATION_TESTS
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+    };
+    let base = capsule(op);
+    KernelCapsule {
+        name: format!("native_cpu.replayed.{}", op.name()),
+        trust_level: TrustLevel::Verified,
+        shape_contract: descriptor(
+            shape_claim(op),
+            "every result's shape is checked against spec::infer_shape of the call's inputs",
+            layout_checker(),
+            here("forward"),
+        ),
+        layout_contract: descriptor(
+            layout_claim(op),
+            "every result is checked canonical row-major",
+            layout_checker(),
+            here("forward"),
+        ),
+        value_contract: descriptor(
+            value_claim(op),
+            "every call replayed: Freivalds product check (matmul, linear) or f64 spec recomputation",
+            replay_checker(crate::checker!(replay::replay_forward), replay::FORWARD_SOUNDNESS),
+            here("forward"),
+        ),
+        vjp_contract: descriptor(
+            vjp_claim(op, base.vjp_mode),
+            "every VJP call replayed: Freivalds for the product gradients, f64 spec VJP otherwise",
+            if op.differentiable() {
+                replay_checker(crate::checker!(replay::replay_vjp), replay::VJP_SOUNDNESS)
+            } else {
+                Evidence::NotProvided
+            },
+            here("vjp"),
+        ),
+        ..base
+    }
+}
+
+/// Registers a native capsule (test evidence) for every op.
 pub fn register(r: &mut Registry) -> std::result::Result<(), RegistryError> {
     for &op in OpKind::ALL {
         r.register(capsule(op), binding_for(op))?;
+    }
+    Ok(())
+}
+
+/// Registers a replayed native capsule (checker evidence) for every op.
+pub fn register_replayed(r: &mut Registry) -> std::result::Result<(), RegistryError> {
+    for &op in OpKind::ALL {
+        r.register(replayed_capsule(op), binding_for(op))?;
     }
     Ok(())
 }

@@ -34,6 +34,46 @@ fn canonical(what: &str, o: &Operand, expected: &[usize]) -> Result<(), String> 
     }
 }
 
+/// Checks that the result of a view op (reshape, permute, broadcast_to, slice, concat, which
+/// may return views of their input's storage) has the shape the spec assigns and a strided
+/// layout that addresses only elements of its storage; gradients are checked canonical.
+/// Soundness: an integer check of this call's result, as for [`canonical_layout`].
+pub fn view_layout(op: &Op, call: &Call) -> Result<(), String> {
+    if call.cotangent.is_some() {
+        return canonical_layout(op, call);
+    }
+    let shapes: Vec<&[usize]> = call.inputs.iter().map(|o| o.shape).collect();
+    let expected = infer_shape(op, &shapes).map_err(|e| e.to_string())?;
+    let o = &call.output;
+    if o.shape != expected.as_slice() {
+        return Err(format!(
+            "result has shape {:?}, expected {expected:?}",
+            o.shape
+        ));
+    }
+    let n = numel(&expected);
+    if n == 0 {
+        return Ok(());
+    }
+    let last = match o.strides {
+        None => Some(n - 1),
+        Some(s) if s.len() == expected.len() => expected
+            .iter()
+            .zip(s)
+            .try_fold(0usize, |a, (&d, &s)| a.checked_add((d - 1).checked_mul(s)?)),
+        Some(_) => None,
+    };
+    match last.and_then(|l| l.checked_add(o.offset)) {
+        Some(end) if end < o.storage.len() => Ok(()),
+        _ => Err(format!(
+            "result view (strides {:?}, offset {}) addresses past its storage of {} elements",
+            o.strides,
+            o.offset,
+            o.storage.len()
+        )),
+    }
+}
+
 /// Checks that the call's result (output, or each gradient of a VJP call) is canonical
 /// row-major with the shape the spec assigns.
 pub fn canonical_layout(op: &Op, call: &Call) -> Result<(), String> {
@@ -49,3 +89,7 @@ pub fn canonical_layout(op: &Op, call: &Call) -> Result<(), String> {
     let expected = infer_shape(op, &shapes).map_err(|e| e.to_string())?;
     canonical("result", &call.output, &expected)
 }
+
+mod freivalds;
+mod recompute;
+pub mod replay;

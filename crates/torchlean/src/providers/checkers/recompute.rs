@@ -1,0 +1,221 @@
+//! Recompute checker: every output (or gradient) of the call recomputed with the f64 spec on
+//! the call's own inputs, compared element by element.
+//!
+//! Bound: each element must be of the spec's class (NaN exactly where the spec is NaN, ±inf
+//! of the same sign exactly where the spec has it) and, when finite, within
+//! `TOL·(1 + max finite |spec|)` of the spec rounded to f32 — the bound the conformance
+//! harness holds every kernel to. Where the spec run at f32 lands in another class than at f64
+//! (an intermediate that overflows or underflows only in f32), either is accepted. Cost: one
+//! evaluation of the spec at f64 per call (for elementwise maps and reductions, a few passes
+//! over the data).
+
+use crate::backend::{Call, Operand};
+use crate::graph::Op;
+use crate::spec::{self, Array};
+
+/// The declared relative tolerance (relative to 1 + the largest finite |spec value|).
+pub const TOL: f64 = 2e-4;
+
+/// The row-major values of an operand, at f64.
+pub(super) fn values(o: &Operand) -> Vec<f64> {
+    let n: usize = o.shape.iter().product();
+    let mut out = Vec::with_capacity(n);
+    let dense = o
+        .strides
+        .is_none_or(|s| s == crate::spec::contiguous_strides(o.shape).as_slice());
+    match o.strides {
+        _ if dense => out.extend(o.storage[o.offset..o.offset + n].iter().map(|&v| v as f64)),
+        None => unreachable!("no strides is dense"),
+        Some(strides) => {
+            let mut idx = vec![0usize; o.shape.len()];
+            for _ in 0..n {
+                let pos = o.offset + idx.iter().zip(strides).map(|(i, s)| i * s).sum::<usize>();
+                out.push(o.storage[pos] as f64);
+                for d in (0..idx.len()).rev() {
+                    idx[d] += 1;
+                    if idx[d] < o.shape[d] {
+                        break;
+                    }
+                    idx[d] = 0;
+                }
+            }
+        }
+    }
+    out
+}
+
+fn array<T: crate::scalar::Scalar>(o: &Operand) -> Array<T> {
+    Array {
+        shape: o.shape.to_vec(),
+        data: values(o).into_iter().map(T::c).collect(),
+    }
+}
+
+#[derive(PartialEq, Clone, Copy)]
+enum Class {
+    Nan,
+    PosInf,
+    NegInf,
+    Finite,
+}
+
+fn class(v: f64) -> Class {
+    if v.is_nan() {
+        Class::Nan
+    } else if v == f64::INFINITY {
+        Class::PosInf
+    } else if v == f64::NEG_INFINITY {
+        Class::NegInf
+    } else {
+        Class::Finite
+    }
+}
+
+/// Compares `got` with the f64 spec's `want`; `alt` recomputes at f32 when classes differ.
+fn compare(
+    what: &str,
+    got: &[f64],
+    want: &[f64],
+    alt: impl FnOnce() -> Option<Vec<f64>>,
+) -> Result<(), String> {
+    if got.len() != want.len() {
+        return Err(format!(
+            "{what}: {} values, the spec has {}",
+            got.len(),
+            want.len()
+        ));
+    }
+    let want: Vec<f64> = want.iter().map(|&v| v as f32 as f64).collect();
+    let scale = 1.0
+        + want
+            .iter()
+            .filter(|v| v.is_finite())
+            .fold(0.0f64, |m, v| m.max(v.abs()));
+    let bound = TOL * scale;
+    let mut alt_values: Option<Option<Vec<f64>>> = None;
+    let mut alt = Some(alt);
+    for (k, (&g, &w)) in got.iter().zip(&want).enumerate() {
+        let ok = |w: f64| match (class(g), class(w)) {
+            (Class::Finite, Class::Finite) => (g - w).abs() <= bound,
+            (a, b) => a == b,
+        };
+        if ok(w) {
+            continue;
+        }
+        if class(g) != class(w) {
+            let a = alt_values.get_or_insert_with(|| alt.take().and_then(|f| f()));
+            if let Some(a) = a {
+                if class(a[k]) != class(w) && ok(a[k]) {
+                    continue;
+                }
+            }
+        }
+        return Err(format!(
+            "{what}: element {k} is {g}, the f64 spec gives {w} (allowed error {bound:e})"
+        ));
+    }
+    Ok(())
+}
+
+/// Elementwise maps at least this large are recomputed in parallel chunks.
+const PAR_ELEMENTS: usize = 1 << 15;
+
+/// The spec at f64 of a one-input elementwise map, over parallel chunks of its input.
+fn unary_map_in_chunks(op: &Op, x: &Operand) -> Result<Array<f64>, String> {
+    use rayon::prelude::*;
+    let xs = values(x);
+    let parts: Vec<Result<Vec<f64>, String>> = xs
+        .par_chunks(PAR_ELEMENTS / 4)
+        .map(|c| {
+            let a = Array {
+                shape: vec![c.len()],
+                data: c.to_vec(),
+            };
+            spec::forward(op, &[&a])
+                .map(|y| y.data)
+                .map_err(|e| format!("the spec refuses the call: {e}"))
+        })
+        .collect();
+    let mut data = Vec::with_capacity(xs.len());
+    for p in parts {
+        data.extend(p?);
+    }
+    Ok(Array {
+        shape: x.shape.to_vec(),
+        data,
+    })
+}
+
+/// Recomputes the forward output with the spec at f64.
+pub(super) fn forward(op: &Op, call: &Call) -> Result<(), String> {
+    let big_map = op.kind().is_unary_map()
+        && call.inputs.len() == 1
+        && call.inputs[0].shape.iter().product::<usize>() >= PAR_ELEMENTS;
+    let want = if big_map {
+        unary_map_in_chunks(op, &call.inputs[0])?
+    } else {
+        let xs: Vec<Array<f64>> = call.inputs.iter().map(array).collect();
+        let refs: Vec<&Array<f64>> = xs.iter().collect();
+        spec::forward(op, &refs).map_err(|e| format!("the spec refuses the call: {e}"))?
+    };
+    if want.shape != call.output.shape {
+        return Err(format!(
+            "result shape {:?}, the spec gives {:?}",
+            call.output.shape, want.shape
+        ));
+    }
+    let alt = || {
+        let xs: Vec<Array<f32>> = call.inputs.iter().map(array).collect();
+        let refs: Vec<&Array<f32>> = xs.iter().collect();
+        spec::forward(op, &refs)
+            .ok()
+            .map(|a| a.data.iter().map(|&v| v as f64).collect())
+    };
+    compare("result", &values(&call.output), &want.data, alt)
+}
+
+/// Recomputes every gradient with the spec VJP at f64.
+pub(super) fn vjp(op: &Op, call: &Call) -> Result<(), String> {
+    let Some(cot) = &call.cotangent else {
+        return Err("a VJP call without a cotangent".into());
+    };
+    let xs: Vec<Array<f64>> = call.inputs.iter().map(array).collect();
+    let refs: Vec<&Array<f64>> = xs.iter().collect();
+    let want = spec::vjp(op, &refs, &array(&call.output), &array(cot))
+        .map_err(|e| format!("the spec refuses the call: {e}"))?;
+    if call.grads.len() != want.len() {
+        return Err(format!(
+            "{} gradients, the spec has {}",
+            call.grads.len(),
+            want.len()
+        ));
+    }
+    for (i, (got, want)) in call.grads.iter().zip(&want).enumerate() {
+        match (got, want) {
+            (Some(g), Some(w)) => {
+                if g.shape != w.shape.as_slice() {
+                    return Err(format!(
+                        "gradient {i} has shape {:?}, the spec's {:?}",
+                        g.shape, w.shape
+                    ));
+                }
+                let alt = || {
+                    let xs: Vec<Array<f32>> = call.inputs.iter().map(array).collect();
+                    let refs: Vec<&Array<f32>> = xs.iter().collect();
+                    spec::vjp(op, &refs, &array(&call.output), &array(cot))
+                        .ok()
+                        .and_then(|gs| gs.into_iter().nth(i).flatten())
+                        .map(|a| a.data.iter().map(|&v| v as f64).collect())
+                };
+                compare(&format!("gradient {i}"), &values(g), &w.data, alt)?;
+            }
+            (None, Some(_)) if call.needs.get(i) == Some(&true) => {
+                return Err(format!("gradient {i} is missing, the spec has one"));
+            }
+            // `None` for an input that needed no gradient; a gradient the spec lacks (an
+            // index input) is ignored by the runtime
+            (None, _) | (Some(_), None) => {}
+        }
+    }
+    Ok(())
+}

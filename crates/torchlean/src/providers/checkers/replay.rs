@@ -1,0 +1,45 @@
+//! The replay checkers that let fast native kernels pass the `strict` policy: the kernel runs,
+//! then a checker replays this call's actual inputs and results and accepts or rejects.
+//!
+//! - [`replay_forward`] checks a forward result: `matmul` and `linear` by a Freivalds-style
+//!   randomized product check against a rigorous float32 bound (see `freivalds.rs`); every
+//!   other op by recomputing every output with the f64 spec against the declared bound (see
+//!   `recompute.rs`).
+//! - [`replay_vjp`] checks the gradients of a VJP call the same way (the VJP products of
+//!   `matmul` and `linear` by Freivalds, every other VJP by recomputation).
+//!
+//! The random vectors come from the call's `seed`, which the runtime draws per call from a
+//! per-thread stream the kernels never see. docs/assurance.md states each checker's
+//! soundness, its argument and its cost.
+
+use super::{freivalds, recompute};
+use crate::backend::Call;
+use crate::graph::{Op, OpKind};
+
+/// Random ±1 vectors per product check (a result above the bound escapes with probability
+/// at most 2^-VECTORS).
+pub const VECTORS: usize = 2;
+
+/// Soundness statement of [`replay_forward`] (shown in reports).
+pub const FORWARD_SOUNDNESS: &str = "matmul/linear: a correct f32 kernel is never rejected (its error is within gamma_k*|A||B| for any summation order, Higham Thm 3.5); an element error above gamma_k times its row's summed |A||B| is accepted with probability <= 2^-2 (two random +-1 vectors). Other ops: every output recomputed with the f64 spec; accepted => each element of the spec's class (NaN/inf exactly where the spec has them) and within 2e-4*(1+max|spec|) of it";
+
+/// Soundness statement of [`replay_vjp`] (shown in reports).
+pub const VJP_SOUNDNESS: &str = "matmul/linear gradient products: Freivalds against gamma_k*|G||B| (as for the forward); other VJPs: every gradient element recomputed with the f64 spec VJP; accepted => of the spec's class and within 2e-4*(1+max|spec|); a gradient missing where the spec has one is rejected";
+
+/// Checks the forward result of a call.
+pub fn replay_forward(op: &Op, call: &Call) -> Result<(), String> {
+    match op.kind() {
+        OpKind::Matmul => freivalds::matmul_forward(call),
+        OpKind::Linear => freivalds::linear_forward(call),
+        _ => recompute::forward(op, call),
+    }
+}
+
+/// Checks the gradients of a VJP call.
+pub fn replay_vjp(op: &Op, call: &Call) -> Result<(), String> {
+    match op.kind() {
+        OpKind::Matmul => freivalds::matmul_vjp(call),
+        OpKind::Linear => freivalds::linear_vjp(call),
+        _ => recompute::vjp(op, call),
+    }
+}

@@ -1,0 +1,271 @@
+//! The replay checkers (issue 10 part 2): they accept what correct kernels compute on random
+//! inputs, and reject corrupted results — the mutation tests their capsules cite.
+
+use torchlean::backend::{Call, Device, Operand};
+use torchlean::graph::Op;
+use torchlean::providers::checkers::replay::{replay_forward, replay_vjp};
+use torchlean::providers::native_cpu;
+use torchlean::Tensor;
+
+mod support;
+
+fn dense<'a>(t: &'a [f32], shape: &'a [usize]) -> Operand<'a> {
+    Operand {
+        shape,
+        strides: None,
+        offset: 0,
+        storage: t,
+        device: Device::Cpu,
+    }
+}
+
+/// Values and shape of one tensor.
+type Values = (Vec<f32>, Vec<usize>);
+
+/// Runs the native forward kernel of `op` and returns (inputs, output) as vectors.
+fn forward(op: &Op, inputs: &[Tensor]) -> (Vec<Values>, Values) {
+    let refs: Vec<&Tensor> = inputs.iter().collect();
+    let y = native_cpu::forward(op, &refs).unwrap();
+    (
+        inputs
+            .iter()
+            .map(|t| (t.to_vec(), t.shape().to_vec()))
+            .collect(),
+        (y.to_vec(), y.shape().to_vec()),
+    )
+}
+
+fn check_forward(
+    op: &Op,
+    xs: &[(Vec<f32>, Vec<usize>)],
+    y: &(Vec<f32>, Vec<usize>),
+    seed: u64,
+) -> Result<(), String> {
+    let ins: Vec<Operand> = xs.iter().map(|(d, s)| dense(d, s)).collect();
+    let call = Call {
+        inputs: &ins,
+        output: dense(&y.0, &y.1),
+        cotangent: None,
+        needs: &[],
+        grads: &[],
+        seed,
+    };
+    replay_forward(op, &call)
+}
+
+/// The ways a result is corrupted (each must be caught).
+fn corruptions(y: &[f32], shape: &[usize]) -> Vec<(&'static str, Vec<f32>)> {
+    let n = y.len();
+    let k = n / 2;
+    let mut out = vec![];
+    let mut one = y.to_vec();
+    one[k] = f32::NAN;
+    out.push(("one NaN", one));
+    let mut flip = y.to_vec();
+    flip[k] = f32::from_bits(flip[k].to_bits() ^ (1 << 30));
+    out.push(("an exponent bit flipped", flip));
+    let mut sign = y.to_vec();
+    sign[k] = -sign[k] - 1.0;
+    out.push(("a sign flipped", sign));
+    out.push((
+        "scaled by 1+1e-3",
+        y.iter().map(|v| v * (1.0 + 1e-3) + 1e-3).collect(),
+    ));
+    if shape.len() == 2 && shape[0] == shape[1] {
+        let m = shape[0];
+        out.push((
+            "transposed",
+            (0..n).map(|i| y[(i % m) * m + i / m]).collect(),
+        ));
+    }
+    if shape.len() >= 2 {
+        let w = shape[shape.len() - 1];
+        out.push((
+            "rows shifted by one",
+            (0..n).map(|i| y[(i + w) % n]).collect(),
+        ));
+    }
+    out
+}
+
+#[test]
+fn replay_checkers_accept_correct_kernels() {
+    support::checked_cpu_default();
+    let cases: Vec<(Op, Vec<Tensor>)> = vec![
+        (
+            Op::Matmul,
+            vec![
+                Tensor::randn(&[17, 33], 1).unwrap(),
+                Tensor::randn(&[33, 9], 2).unwrap(),
+            ],
+        ),
+        (
+            Op::Matmul,
+            vec![
+                Tensor::randn(&[3, 8, 16], 3).unwrap(),
+                Tensor::randn(&[16, 8], 4).unwrap(),
+            ],
+        ),
+        (
+            Op::Linear,
+            vec![
+                Tensor::randn(&[64, 128], 5).unwrap(),
+                Tensor::randn(&[32, 128], 6).unwrap(),
+                Tensor::randn(&[32], 7).unwrap(),
+            ],
+        ),
+        (Op::Relu, vec![Tensor::randn(&[5, 7], 8).unwrap()]),
+        (
+            Op::Softmax { axis: 1 },
+            vec![Tensor::randn(&[6, 10], 9).unwrap()],
+        ),
+        (Op::Exp, vec![Tensor::randn(&[100], 10).unwrap()]),
+    ];
+    for (op, xs) in &cases {
+        let (ins, y) = forward(op, xs);
+        for seed in 0..20 {
+            check_forward(op, &ins, &y, seed).unwrap_or_else(|e| panic!("{}: {e}", op.name()));
+        }
+    }
+}
+
+#[test]
+fn product_checker_rejects_corrupted_products() {
+    support::checked_cpu_default();
+    for (op, xs) in [
+        (
+            Op::Matmul,
+            vec![
+                Tensor::randn(&[24, 40], 11).unwrap(),
+                Tensor::randn(&[40, 24], 12).unwrap(),
+            ],
+        ),
+        (
+            Op::Linear,
+            vec![
+                Tensor::randn(&[24, 40], 13).unwrap(),
+                Tensor::randn(&[24, 40], 14).unwrap(),
+            ],
+        ),
+    ] {
+        let (ins, y) = forward(&op, &xs);
+        for (what, bad) in corruptions(&y.0, &y.1) {
+            // over many seeds, not one escapes (a miss has probability <= 1/4 per call for
+            // a single-element error at the bound; these errors are far above it)
+            for seed in 0..16 {
+                assert!(
+                    check_forward(&op, &ins, &(bad.clone(), y.1.clone()), seed).is_err(),
+                    "{}: {what} accepted (seed {seed})",
+                    op.name()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn recompute_checker_rejects_corrupted_results() {
+    support::checked_cpu_default();
+    for (op, xs) in [
+        (Op::Relu, vec![Tensor::randn(&[8, 8], 15).unwrap()]),
+        (
+            Op::Softmax { axis: 1 },
+            vec![Tensor::randn(&[8, 8], 16).unwrap()],
+        ),
+        (Op::Tanh, vec![Tensor::randn(&[64], 17).unwrap()]),
+    ] {
+        let (ins, y) = forward(&op, &xs);
+        for (what, bad) in corruptions(&y.0, &y.1) {
+            if bad == y.0 {
+                continue; // a relu zero shifted onto a zero
+            }
+            assert!(
+                check_forward(&op, &ins, &(bad, y.1.clone()), 0).is_err(),
+                "{}: {what} accepted",
+                op.name()
+            );
+        }
+    }
+}
+
+#[test]
+fn vjp_checkers_reject_corrupted_or_missing_gradients() {
+    support::checked_cpu_default();
+    for (op, xs) in [
+        (
+            Op::Matmul,
+            vec![
+                Tensor::randn(&[12, 20], 21).unwrap(),
+                Tensor::randn(&[20, 12], 22).unwrap(),
+            ],
+        ),
+        (
+            Op::Linear,
+            vec![
+                Tensor::randn(&[12, 20], 23).unwrap(),
+                Tensor::randn(&[12, 20], 24).unwrap(),
+                Tensor::randn(&[12], 25).unwrap(),
+            ],
+        ),
+        (Op::Tanh, vec![Tensor::randn(&[12, 12], 26).unwrap()]),
+    ] {
+        let refs: Vec<&Tensor> = xs.iter().collect();
+        let y = native_cpu::forward(&op, &refs).unwrap();
+        let g = Tensor::randn(y.shape(), 27).unwrap();
+        let needs = vec![true; xs.len()];
+        let grads = native_cpu::vjp(&op, &refs, &y, &g, &needs).unwrap();
+        let grad_vals: Vec<(Vec<f32>, Vec<usize>)> = grads
+            .iter()
+            .map(|g| {
+                let g = g.as_ref().unwrap();
+                (g.to_vec(), g.shape().to_vec())
+            })
+            .collect();
+        let xv: Vec<(Vec<f32>, Vec<usize>)> = xs
+            .iter()
+            .map(|t| (t.to_vec(), t.shape().to_vec()))
+            .collect();
+        let (yv, gv) = (
+            (y.to_vec(), y.shape().to_vec()),
+            (g.to_vec(), g.shape().to_vec()),
+        );
+        let verdict = |grads: &[Option<(Vec<f32>, Vec<usize>)>]| {
+            let ins: Vec<Operand> = xv.iter().map(|(d, s)| dense(d, s)).collect();
+            let gs: Vec<Option<Operand>> = grads
+                .iter()
+                .map(|g| g.as_ref().map(|(d, s)| dense(d, s)))
+                .collect();
+            let call = Call {
+                inputs: &ins,
+                output: dense(&yv.0, &yv.1),
+                cotangent: Some(dense(&gv.0, &gv.1)),
+                needs: &needs,
+                grads: &gs,
+                seed: 3,
+            };
+            replay_vjp(&op, &call)
+        };
+        let correct: Vec<Option<(Vec<f32>, Vec<usize>)>> =
+            grad_vals.iter().cloned().map(Some).collect();
+        verdict(&correct)
+            .unwrap_or_else(|e| panic!("{}: correct gradients rejected: {e}", op.name()));
+        for i in 0..correct.len() {
+            let mut dropped = correct.clone();
+            dropped[i] = None;
+            assert!(
+                verdict(&dropped).is_err(),
+                "{}: dropped gradient {i} accepted",
+                op.name()
+            );
+            for (what, bad) in corruptions(&grad_vals[i].0, &grad_vals[i].1) {
+                let mut c = correct.clone();
+                c[i] = Some((bad, grad_vals[i].1.clone()));
+                assert!(
+                    verdict(&c).is_err(),
+                    "{}: gradient {i} {what} accepted",
+                    op.name()
+                );
+            }
+        }
+    }
+}
