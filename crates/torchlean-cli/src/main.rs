@@ -95,7 +95,22 @@ enum Command {
     Rnn(commands::examples::rnn::Args),
 }
 
+/// Restores the default action of SIGPIPE (terminate quietly), which the Rust runtime sets to
+/// "ignore" before `main`: then a write to a closed pipe (`torchlean capsules --json | head`)
+/// ends the process as it ends `cat` or `ls`, instead of failing the write with EPIPE and
+/// panicking in `println!` ("failed printing to stdout: Broken pipe"). Files and sockets
+/// this command writes are never pipes to a reader that may go away, so nothing is lost.
+fn quiet_on_closed_pipe() {
+    #[cfg(unix)]
+    // SAFETY: called first thing in `main`, before any thread is started; `signal` with
+    // SIG_DFL installs no handler code, it only resets the disposition of SIGPIPE.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() -> ExitCode {
+    quiet_on_closed_pipe();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Ops(a) => commands::ops::run(a),

@@ -105,6 +105,11 @@ pub enum Error {
         /// What produced the value: an op name, or an input/parameter of the captured function.
         producer: String,
     },
+    /// A large allocation failed (the process is out of memory or under a memory limit): the
+    /// request is refused with what it was for and how many bytes it asked for, instead of
+    /// aborting the process.
+    #[error("out of memory: {what} needs {bytes} bytes, which could not be allocated")]
+    OutOfMemory { what: String, bytes: u64 },
     #[error("{0}")]
     Other(String),
     /// A dataset file or in-memory dataset is invalid (see [`crate::data::DataError`]).

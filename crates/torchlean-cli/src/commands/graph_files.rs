@@ -2,7 +2,7 @@
 
 use crate::backend_args::BackendArgs;
 use crate::{CliError, CliResult};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use torchlean::backend::BackendProfile;
 use torchlean::graph::{append_backward, to_dot, Graph, SEED};
 use torchlean::nn::tasks::SyntheticRegression;
@@ -12,9 +12,6 @@ use torchlean::runtime::compiled::CompiledGraph;
 use torchlean::runtime::Session;
 use torchlean::tensor::io::{read_safetensors, write_safetensors};
 use torchlean::Tensor;
-
-/// Largest graph file read (256 MiB).
-const MAX_GRAPH_BYTES: u64 = 256 << 20;
 
 #[derive(clap::Args)]
 pub struct ExportArgs {
@@ -82,7 +79,7 @@ pub fn export(a: ExportArgs) -> CliResult {
         f => return Err(CliError::usage(format!("unknown format `{f}` (json, dot)"))),
     };
     match &a.out {
-        Some(p) => std::fs::write(p, text)
+        Some(p) => torchlean::files::write_atomic(p, text.as_bytes())
             .map_err(|e| CliError::runtime(format!("cannot write {}: {e}", p.display())))?,
         None => println!("{text}"),
     }
@@ -116,33 +113,9 @@ pub struct RunGraphArgs {
     backend: BackendArgs,
 }
 
-fn load_graph(path: &Path) -> Result<Graph, CliError> {
-    let meta = std::fs::metadata(path)
-        .map_err(|e| CliError::usage(format!("{}: cannot open: {e}", path.display())))?;
-    if meta.len() > MAX_GRAPH_BYTES {
-        return Err(CliError::usage(format!(
-            "{}: graph file of {} bytes exceeds the limit of {MAX_GRAPH_BYTES}",
-            path.display(),
-            meta.len()
-        )));
-    }
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| CliError::usage(format!("{}: cannot read: {e}", path.display())))?;
-    let graph: Graph = serde_json::from_str(&text).map_err(|e| {
-        CliError::usage(format!(
-            "{}: not a torchlean.ir.v1 graph: {e}",
-            path.display()
-        ))
-    })?;
-    graph
-        .validate()
-        .and_then(|()| graph.check_user_names())
-        .map_err(|e| CliError::usage(format!("{}: {e}", path.display())))?;
-    Ok(graph)
-}
-
 pub fn run_graph(a: RunGraphArgs) -> CliResult {
-    let mut graph = load_graph(&a.graph)?;
+    // the file is read capped, parsed strictly and validated by the library
+    let mut graph = Graph::load(&a.graph).map_err(|e| CliError::usage(e.to_string()))?;
     let usage = |e: torchlean::Error| CliError::usage(e.to_string());
     let params = match &a.params {
         Some(p) => read_safetensors(p).map_err(usage)?,
@@ -150,24 +123,10 @@ pub fn run_graph(a: RunGraphArgs) -> CliResult {
     };
     let inputs = read_safetensors(&a.inputs).map_err(usage)?;
     if a.grad {
-        let loss =
-            match graph.output("loss") {
-                Some(_) => "loss".to_string(),
-                None => {
-                    let scalars: Vec<&str> = graph
-                        .outputs
-                        .iter()
-                        .filter(|o| graph.nodes[o.node].shape.iter().product::<usize>() == 1)
-                        .map(|o| o.name.as_str())
-                        .collect();
-                    match scalars.as_slice() {
-                        [one] => one.to_string(),
-                        _ => return Err(CliError::usage(
-                            "--grad needs an output named `loss` or exactly one one-element output",
-                        )),
-                    }
-                }
-            };
+        let loss = graph
+            .loss_output()
+            .map_err(|e| CliError::usage(format!("--grad: {e}")))?
+            .to_string();
         append_backward(&mut graph, &loss, None).map_err(|e| CliError::usage(e.to_string()))?;
     }
     // every declared value must be supplied, with its declared shape, before anything runs

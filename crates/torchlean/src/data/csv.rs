@@ -117,8 +117,20 @@ pub fn parse_csv(text: &str, name: &str, options: &CsvOptions) -> Result<Dataset
             }
         },
     };
-    let mut features = Vec::new();
-    let mut targets = Vec::new();
+    // reserved up front, fallibly: every row has `cols` fields, so this is at most a few
+    // times the text's size, and a text the process has no memory for is an error
+    let rows = text.lines().count();
+    let mut features: Vec<f32> = Vec::new();
+    let mut targets: Vec<f32> = Vec::new();
+    let want = rows.saturating_mul(cols);
+    if features.try_reserve_exact(want).is_err() || targets.try_reserve_exact(rows).is_err() {
+        return Err(DataError::OutOfMemory {
+            path: name.to_string(),
+            format: FORMAT,
+            bytes: (want as u64 + rows as u64).saturating_mul(4),
+        }
+        .into());
+    }
     for (lineno, line) in lines {
         let fields: Vec<&str> = line.split(options.delimiter).map(field).collect();
         if fields.len() != cols {

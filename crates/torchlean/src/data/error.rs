@@ -17,6 +17,12 @@ pub enum DataError {
         format: &'static str,
         reason: String,
     },
+    #[error("{format} file `{path}`: out of memory: loading it needs {bytes} bytes, which could not be allocated")]
+    OutOfMemory {
+        path: String,
+        format: &'static str,
+        bytes: u64,
+    },
     #[error("dataset: {0}")]
     Invalid(String),
 }

@@ -22,9 +22,15 @@ mod sampler;
 pub mod synthetic;
 pub mod text;
 
+/// The most classes a classifier built from a data file's labels may have: a label above
+/// `MAX_CLASSES - 1` is refused instead of sizing a model by it (a stray label of 50,000,000
+/// would ask for a 50M-way output layer).
+pub const MAX_CLASSES: usize = 1_000_000;
+
 pub use csv::{load_csv, parse_csv, CsvOptions, Header, LabelColumn};
 pub use dataset::Dataset;
 pub use error::DataError;
+pub use file::MAX_DATA_FILE_BYTES;
 pub use idx::{load_idx, load_mnist, parse_idx, write_idx};
 pub use npy::{load_npy, load_npy_dataset, parse_npy, save_npy};
 pub use sampler::{epoch_permutation, BatchSampler};

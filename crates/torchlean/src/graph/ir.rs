@@ -19,9 +19,12 @@ pub const FORMAT: &str = "torchlean.ir.v1";
 pub const MAX_NODE_ELEMENTS: usize = 1 << 31;
 /// Largest number of nodes a graph may have.
 pub const MAX_NODES: usize = 1 << 20;
+/// Largest graph file [`Graph::load`] reads (256 MiB).
+pub const MAX_GRAPH_BYTES: u64 = 256 << 20;
 
 /// A named value with a shape (an input or a parameter).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ValueDecl {
     pub name: String,
     pub shape: Vec<usize>,
@@ -29,6 +32,7 @@ pub struct ValueDecl {
 
 /// A named graph output.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct OutputDecl {
     pub name: String,
     pub node: usize,
@@ -51,8 +55,11 @@ pub enum NodeKind {
     Vjp { op: Op, input: usize },
 }
 
-/// One SSA node.
+/// One SSA node. Read strictly (through [`NodeWire`]): `#[serde(flatten)]` cannot be
+/// combined with `deny_unknown_fields`, so a node is read as its flat wire form with every
+/// field known, then checked to carry exactly the fields of its kind.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "NodeWire")]
 pub struct Node {
     pub id: usize,
     #[serde(flatten)]
@@ -62,8 +69,138 @@ pub struct Node {
     pub dtype: String,
 }
 
-/// A graph: inputs, parameters, nodes in SSA order, outputs.
+/// The kind tag of a node on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum KindTag {
+    Input,
+    Parameter,
+    Constant,
+    Op,
+    Vjp,
+}
+
+/// A node as written in a graph file: every field any kind may have, unknown ones refused.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NodeWire {
+    id: usize,
+    kind: KindTag,
+    name: Option<String>,
+    op: Option<StrictOp>,
+    input: Option<usize>,
+    parents: Vec<usize>,
+    shape: Vec<usize>,
+    dtype: String,
+}
+
+impl TryFrom<NodeWire> for Node {
+    type Error = String;
+
+    fn try_from(w: NodeWire) -> Result<Node, String> {
+        let id = w.id;
+        let kind_name = match w.kind {
+            KindTag::Input => "input",
+            KindTag::Parameter => "parameter",
+            KindTag::Constant => "constant",
+            KindTag::Op => "op",
+            KindTag::Vjp => "vjp",
+        };
+        let refuse = |field: &str| {
+            Err(format!(
+                "node {id}: a `{kind_name}` node has no field `{field}`"
+            ))
+        };
+        let need = |field: &str| format!("node {id}: a `{kind_name}` node needs field `{field}`");
+        let kind = match w.kind {
+            KindTag::Input | KindTag::Parameter | KindTag::Constant => {
+                if w.op.is_some() {
+                    return refuse("op");
+                }
+                if w.input.is_some() {
+                    return refuse("input");
+                }
+                let name = w.name.ok_or_else(|| need("name"))?;
+                match w.kind {
+                    KindTag::Input => NodeKind::Input { name },
+                    KindTag::Parameter => NodeKind::Parameter { name },
+                    _ => NodeKind::Constant { name },
+                }
+            }
+            KindTag::Op => {
+                if w.name.is_some() {
+                    return refuse("name");
+                }
+                if w.input.is_some() {
+                    return refuse("input");
+                }
+                NodeKind::Op {
+                    op: w.op.ok_or_else(|| need("op"))?.0,
+                }
+            }
+            KindTag::Vjp => {
+                if w.name.is_some() {
+                    return refuse("name");
+                }
+                NodeKind::Vjp {
+                    op: w.op.ok_or_else(|| need("op"))?.0,
+                    input: w.input.ok_or_else(|| need("input"))?,
+                }
+            }
+        };
+        Ok(Node {
+            id,
+            kind,
+            parents: w.parents,
+            shape: w.shape,
+            dtype: w.dtype,
+        })
+    }
+}
+
+/// An [`Op`] read strictly: the derived reader ignores extra fields beside a payload-free
+/// op (`{"op": "relu", "alpha": 1}`: serde's internally tagged unit variants skip them), so
+/// the op is read, written back, and every field of the input must be a field of that
+/// canonical form (recursively, for the ops inside `fused_unary`).
+struct StrictOp(Op);
+
+/// The first key of `given` that `canonical` does not have (as a dotted path).
+fn unknown_key(given: &serde_json::Value, canonical: &serde_json::Value) -> Option<String> {
+    use serde_json::Value;
+    match (given, canonical) {
+        (Value::Object(g), Value::Object(c)) => g.iter().find_map(|(k, v)| match c.get(k) {
+            None => Some(k.clone()),
+            Some(cv) => unknown_key(v, cv).map(|inner| format!("{k}.{inner}")),
+        }),
+        (Value::Array(g), Value::Array(c)) => g
+            .iter()
+            .zip(c)
+            .enumerate()
+            .find_map(|(i, (gv, cv))| unknown_key(gv, cv).map(|inner| format!("{i}.{inner}"))),
+        _ => None,
+    }
+}
+
+impl<'de> Deserialize<'de> for StrictOp {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error as _;
+        let given = serde_json::Value::deserialize(d)?;
+        let op = Op::deserialize(&given).map_err(D::Error::custom)?;
+        let canonical = serde_json::to_value(&op).map_err(D::Error::custom)?;
+        if let Some(key) = unknown_key(&given, &canonical) {
+            return Err(D::Error::custom(format!(
+                "unknown field `{key}` of op `{}`",
+                op.name()
+            )));
+        }
+        Ok(StrictOp(op))
+    }
+}
+
+/// A graph: inputs, parameters, nodes in SSA order, outputs. Unknown fields are refused
+/// everywhere (top level, declarations, nodes, op payloads).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Graph {
     pub format: String,
     pub inputs: Vec<ValueDecl>,
@@ -114,6 +251,15 @@ pub enum GraphError {
     ReservedName { what: &'static str, name: String },
     #[error("graph: {0}")]
     Other(String),
+    /// A graph file could not be read or parsed (not JSON, unknown field, too large, ...).
+    #[error("{path}: {reason}")]
+    File { path: String, reason: String },
+    /// A graph file was read but is not well formed.
+    #[error("{path}: {source}")]
+    InFile {
+        path: String,
+        source: Box<GraphError>,
+    },
 }
 
 /// The name prefix reserved for names that backward derivation generates (`grad.seed`,
@@ -353,6 +499,50 @@ impl Graph {
             }
         }
         Ok(())
+    }
+
+    /// Reads an untrusted graph file: at most [`MAX_GRAPH_BYTES`] (devices refused, pipes
+    /// read up to the limit: [`crate::files::read_capped`]), parsed strictly (unknown fields
+    /// anywhere are refused), validated ([`Graph::validate`]) and checked for reserved names
+    /// ([`Graph::check_user_names`]) before it is returned. Every error names the file.
+    pub fn load(path: impl AsRef<std::path::Path>) -> Result<Graph, GraphError> {
+        let path = path.as_ref();
+        let file = |reason: String| GraphError::File {
+            path: path.display().to_string(),
+            reason,
+        };
+        let bytes = crate::files::read_capped(path, MAX_GRAPH_BYTES)
+            .map_err(|e| file(format!("graph file: {e}")))?;
+        let graph: Graph = serde_json::from_slice(&bytes)
+            .map_err(|e| file(format!("not a {FORMAT} graph: {e}")))?;
+        graph
+            .validate()
+            .and_then(|()| graph.check_user_names())
+            .map_err(|e| GraphError::InFile {
+                path: path.display().to_string(),
+                source: Box::new(e),
+            })?;
+        Ok(graph)
+    }
+
+    /// The output to differentiate: the one named `loss`, or else the only one-element
+    /// output.
+    pub fn loss_output(&self) -> Result<&str, GraphError> {
+        if let Some(o) = self.outputs.iter().find(|o| o.name == "loss") {
+            return Ok(&o.name);
+        }
+        let scalars: Vec<&str> = self
+            .outputs
+            .iter()
+            .filter(|o| self.nodes.get(o.node).is_some_and(|n| numel(&n.shape) == 1))
+            .map(|o| o.name.as_str())
+            .collect();
+        match scalars.as_slice() {
+            [one] => Ok(one),
+            _ => Err(GraphError::Other(
+                "backward needs an output named `loss` or exactly one one-element output".into(),
+            )),
+        }
     }
 
     /// Number of f32 elements of every node (for memory planning and reports).

@@ -15,7 +15,7 @@ pub use autodiff::{append_backward, depends_on_leaves, SEED};
 pub use dot::to_dot;
 pub use fuse::{fuse_elementwise, FusedChain};
 pub use ir::{
-    check_user_name, Graph, GraphError, Node, NodeKind, OutputDecl, ValueDecl, FORMAT, MAX_NODES,
-    MAX_NODE_ELEMENTS, RESERVED_PREFIX,
+    check_user_name, Graph, GraphError, Node, NodeKind, OutputDecl, ValueDecl, FORMAT,
+    MAX_GRAPH_BYTES, MAX_NODES, MAX_NODE_ELEMENTS, RESERVED_PREFIX,
 };
 pub use op::{AttentionMask, Conv2dGeometry, ConvTranspose2dGeometry, Op, OpKind, Pool2dGeometry};

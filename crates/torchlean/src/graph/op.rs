@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 /// Geometry of a 2-D convolution (NCHW input, OIHW weight).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Conv2dGeometry {
     pub stride: [usize; 2],
     pub padding: [usize; 2],
@@ -29,6 +30,7 @@ impl Default for Conv2dGeometry {
 
 /// Geometry of a 2-D transposed convolution (input NCHW, weight [C_in, C_out/groups, KH, KW]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ConvTranspose2dGeometry {
     pub stride: [usize; 2],
     pub padding: [usize; 2],
@@ -51,6 +53,7 @@ impl Default for ConvTranspose2dGeometry {
 
 /// Geometry of a 2-D pooling window over NCHW input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Pool2dGeometry {
     pub kernel: [usize; 2],
     pub stride: [usize; 2],
@@ -81,9 +84,12 @@ pub enum AttentionMask {
     AdditiveBias,
 }
 
-/// One operation with its payload.
+/// One operation with its payload. Unknown payload fields are refused by the graph reader
+/// (struct variants and geometries deny them here; payload-free variants are checked by the
+/// strict reader in `ir.rs`, since serde skips extra fields beside an internally tagged unit
+/// variant).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "snake_case")]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Op {
     // random sources (no inputs, non-differentiable)
     RandUniform {

@@ -3,7 +3,10 @@
 //! `optim.<kind>.<slot>.<parameter>`), with metadata: format, version, training step,
 //! optimizer kind and step, and an FNV-1a checksum over every tensor's name, shape and bytes.
 //!
-//! Saving is atomic (temp file in the same directory, fsync, rename, fsync the directory).
+//! Saving is atomic (temp file in the same directory, fsync, rename, fsync the directory:
+//! [`crate::files::write_atomic`], which also removes temp files of killed saves) and
+//! deterministic (the same tensors, step and optimizer state give the same bytes).
+//! Reading is capped at [`crate::tensor::io::MAX_FILE_BYTES`].
 //! Loading reads the file once (never writes it), validates the safetensors structure, the
 //! checksum, and every name, dtype and shape against the model and optimizer before changing
 //! anything: on any error the model and optimizer are untouched.
@@ -13,8 +16,8 @@ use super::module::Module;
 use super::optim::{Optimizer, OptimizerState};
 use crate::error::Result;
 use crate::tensor::Tensor;
-use safetensors::tensor::{Dtype, SafeTensors, TensorView};
-use std::collections::{BTreeMap, HashMap};
+use safetensors::tensor::{Dtype, SafeTensors};
+use std::collections::BTreeMap;
 use std::path::Path;
 
 const FORMAT_NAME: &str = "torchlean.checkpoint";
@@ -66,45 +69,6 @@ fn io(path: &Path, action: &'static str, e: std::io::Error) -> crate::Error {
     .into()
 }
 
-/// Writes `bytes` to `path` atomically: a temp file in the same directory is written and
-/// fsynced, renamed over `path`, and the directory is fsynced.
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    use std::io::Write;
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => std::path::PathBuf::from("."),
-    };
-    let file_name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .ok_or_else(|| {
-            io(
-                path,
-                "write",
-                std::io::Error::new(std::io::ErrorKind::InvalidInput, "the path names no file"),
-            )
-        })?;
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    let tmp = dir.join(format!(".{file_name}.tmp-{}-{nanos}", std::process::id()));
-    let result = (|| -> std::io::Result<()> {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        drop(f);
-        std::fs::rename(&tmp, path)?;
-        #[cfg(unix)]
-        std::fs::File::open(&dir)?.sync_all()?;
-        Ok(())
-    })();
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(io(path, "write", e));
-    }
-    Ok(())
-}
-
 /// Saves `model`'s parameters and buffers, and `optimizer`'s state when given, with the
 /// training `step`, atomically to `path`.
 pub fn save_checkpoint(
@@ -148,7 +112,7 @@ pub fn save_checkpoint(
     for (n, t) in model.buffers() {
         add(n, &t)?;
     }
-    let mut metadata = HashMap::new();
+    let mut metadata = BTreeMap::new();
     metadata.insert(KEY_FORMAT.to_string(), FORMAT_NAME.to_string());
     metadata.insert(KEY_VERSION.to_string(), VERSION.to_string());
     metadata.insert(KEY_STEP.to_string(), step.to_string());
@@ -166,14 +130,14 @@ pub fn save_checkpoint(
             .map(|(n, (s, b))| (n.as_str(), s.as_slice(), b.as_slice())),
     );
     metadata.insert(KEY_CHECKSUM.to_string(), format!("{sum:016x}"));
-    let views = named
+    let views: Vec<(&str, &[usize], &[u8])> = named
         .iter()
-        .map(|(n, (s, b))| TensorView::new(Dtype::F32, s.clone(), b).map(|v| (n.clone(), v)))
-        .collect::<std::result::Result<Vec<_>, _>>()
-        .map_err(|e| mismatch(format!("cannot describe a tensor: {e:?}")))?;
-    let bytes = safetensors::serialize(views, &Some(metadata))
-        .map_err(|e| mismatch(format!("cannot serialize: {e:?}")))?;
-    write_atomic(path, &bytes)
+        .map(|(n, (s, b))| (n.as_str(), s.as_slice(), b.as_slice()))
+        .collect();
+    // deterministic bytes: the same tensors and metadata give the same file
+    let bytes = crate::tensor::io::encode_safetensors(&views, &metadata)
+        .map_err(|e| mismatch(format!("cannot serialize: {e}")))?;
+    crate::files::write_atomic(path, &bytes).map_err(|e| io(path, "write", e))
 }
 
 /// A parsed, checksum-verified checkpoint file.
@@ -187,7 +151,20 @@ pub struct CheckpointContents {
 pub fn read_checkpoint(path: impl AsRef<Path>) -> Result<CheckpointContents> {
     let path = path.as_ref();
     let p = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|e| io(path, "read", e))?;
+    let bytes = crate::files::read_capped(path, crate::tensor::io::MAX_FILE_BYTES).map_err(
+        |e| match e {
+            crate::files::FileError::OutOfMemory { bytes } => crate::Error::OutOfMemory {
+                what: format!("reading checkpoint {}", path.display()),
+                bytes,
+            },
+            e => CheckpointError::Io {
+                path: path.display().to_string(),
+                action: "read",
+                message: e.to_string(),
+            }
+            .into(),
+        },
+    )?;
     let format = |reason: String| -> crate::Error {
         CheckpointError::Format {
             path: p.clone(),

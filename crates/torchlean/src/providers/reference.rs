@@ -32,6 +32,9 @@ fn to_tensor(a: Array<f32>) -> Result<Tensor> {
 
 /// The spec's forward at f32 (the reference forward kernel for every op).
 pub fn spec_forward_f32(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
+    let shapes: Vec<&[usize]> = inputs.iter().map(|t| t.shape()).collect();
+    let out = spec::infer_shape(op, &shapes)?;
+    crate::runtime::buffers::check_output(op.name(), spec::numel(&out))?;
     let arrays: Vec<Array<f32>> = inputs.iter().map(|t| to_array(t)).collect();
     let refs: Vec<&Array<f32>> = arrays.iter().collect();
     to_tensor(spec::forward(op, &refs)?)

@@ -18,6 +18,7 @@
 //! share moved with the allocator's heap state from build to build. [`release_cached`]
 //! empties the cache.
 
+use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -114,6 +115,66 @@ pub fn cached_bytes() -> usize {
         .ok()
         .and_then(|g| g.as_ref().map(|c| c.bytes))
         .unwrap_or(0)
+}
+
+/// Kernel outputs of at least this many bytes (64 MiB) are checked before the kernel runs
+/// ([`check_output`]); smaller ones are not worth an extra allocation.
+pub const CHECKED_OUTPUT_BYTES: u64 = 64 << 20;
+
+fn oom(what: &str, bytes: u64) -> Error {
+    Error::OutOfMemory {
+        what: what.to_string(),
+        bytes,
+    }
+}
+
+/// An empty vector with room for `n` values, reserved fallibly: a request the process has no
+/// memory for is an [`Error::OutOfMemory`] naming `what` and the bytes, not an abort.
+pub fn try_with_capacity<T>(n: usize, what: &str) -> Result<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| {
+        oom(
+            what,
+            (n as u64).saturating_mul(std::mem::size_of::<T>() as u64),
+        )
+    })?;
+    Ok(v)
+}
+
+/// `n` copies of `value`, allocated fallibly (see [`try_with_capacity`]).
+pub fn try_filled(n: usize, value: f32, what: &str) -> Result<Vec<f32>> {
+    let mut v = try_with_capacity(n, what)?;
+    v.resize(n, value);
+    Ok(v)
+}
+
+/// Checks, before a kernel runs, that an output of `n` f32 elements can be allocated: an
+/// output of [`CHECKED_OUTPUT_BYTES`] or more is reserved fallibly and released (a kernel
+/// allocates its output infallibly, deep inside, where an allocation failure aborts the
+/// process). Under a memory limit (`ulimit -v`, a cgroup without overcommit) a request
+/// beyond it becomes an [`Error::OutOfMemory`] naming the op and the bytes.
+pub fn check_output(op: &str, n: usize) -> Result<()> {
+    let bytes = (n as u64).saturating_mul(4);
+    if bytes < CHECKED_OUTPUT_BYTES {
+        return Ok(());
+    }
+    if cache_has(n) {
+        return Ok(());
+    }
+    let probe: Vec<f32> = try_with_capacity(n, &format!("the output of op `{op}`"))?;
+    drop(probe);
+    Ok(())
+}
+
+fn cache_has(n: usize) -> bool {
+    CACHE
+        .lock()
+        .ok()
+        .and_then(|g| {
+            g.as_ref()
+                .map(|c| c.free.get(&n).is_some_and(|v| !v.is_empty()))
+        })
+        .unwrap_or(false)
 }
 
 /// A zero-filled buffer of `n` elements: from the active pool when there is one.

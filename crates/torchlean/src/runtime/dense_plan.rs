@@ -339,7 +339,7 @@ impl DensePlan {
                 *buf = v;
             } else {
                 state.stats.allocated += 1;
-                *buf = vec![0.0; size];
+                *buf = super::buffers::try_filled(size, 0.0, "a buffer of the compiled plan")?;
             }
         }
         for step in &self.steps {

@@ -1,7 +1,10 @@
 //! Tensor creation: from data, constants, ranges and the counter-based SplitMix64 generator.
+//! Every buffer is allocated fallibly: a tensor the process has no memory for is an
+//! [`Error::OutOfMemory`] naming its shape and bytes, never an abort.
 
 use super::Tensor;
 use crate::error::{Error, Result};
+use crate::runtime::buffers::{try_filled, try_with_capacity};
 use crate::spec::{check_shape, numel, splitmix64, uniform_from_bits, MAX_ELEMENTS};
 
 /// The element count of `shape`, refusing a shape beyond [`MAX_ELEMENTS`] (2^34 f32 = 64 GiB)
@@ -36,7 +39,8 @@ impl Tensor {
     /// A tensor filled with `value`.
     pub fn full(shape: &[usize], value: f32) -> Result<Tensor> {
         let n = checked_numel("full", shape)?;
-        Ok(Tensor::from_parts(vec![value; n], shape.to_vec()))
+        let data = try_filled(n, value, &format!("a tensor of shape {shape:?}"))?;
+        Ok(Tensor::from_parts(data, shape.to_vec()))
     }
 
     /// A tensor of zeros.
@@ -58,7 +62,8 @@ impl Tensor {
         }
         let count = ((end - start) / step).ceil().max(0.0) as usize;
         checked_numel("arange", &[count])?;
-        let data = (0..count).map(|i| start + i as f32 * step).collect();
+        let mut data = try_with_capacity(count, &format!("a tensor of shape [{count}]"))?;
+        data.extend((0..count).map(|i| start + i as f32 * step));
         Ok(Tensor::from_parts(data, vec![count]))
     }
 
@@ -80,25 +85,23 @@ impl Tensor {
     /// A creation helper (for initialization), not a graph op.
     pub fn randn(shape: &[usize], seed: u64) -> Result<Tensor> {
         let n = checked_numel("randn", shape)?;
-        let data = (0..n)
-            .map(|i| {
-                let bits = splitmix64(seed.wrapping_add(i as u64));
-                let u1 = ((bits >> 40) + 1) as f64 / (1u64 << 24) as f64;
-                let u2 = uniform_from_bits(bits << 32);
-                ((-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()) as f32
-            })
-            .collect();
+        let mut data = try_with_capacity(n, &format!("a tensor of shape {shape:?}"))?;
+        data.extend((0..n).map(|i| {
+            let bits = splitmix64(seed.wrapping_add(i as u64));
+            let u1 = ((bits >> 40) + 1) as f64 / (1u64 << 24) as f64;
+            let u2 = uniform_from_bits(bits << 32);
+            ((-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()) as f32
+        }));
         Ok(Tensor::from_parts(data, shape.to_vec()))
     }
 
     /// Uniform values in [lo, hi) (creation helper built on the same generator).
     pub fn uniform(shape: &[usize], lo: f32, hi: f32, seed: u64) -> Result<Tensor> {
         let n = checked_numel("uniform", shape)?;
-        let data = (0..n)
-            .map(|i| {
-                lo + (hi - lo) * uniform_from_bits(splitmix64(seed.wrapping_add(i as u64))) as f32
-            })
-            .collect();
+        let mut data = try_with_capacity(n, &format!("a tensor of shape {shape:?}"))?;
+        data.extend((0..n).map(|i| {
+            lo + (hi - lo) * uniform_from_bits(splitmix64(seed.wrapping_add(i as u64))) as f32
+        }));
         Ok(Tensor::from_parts(data, shape.to_vec()))
     }
 

@@ -3,7 +3,7 @@
 use super::lib_err;
 use crate::CliError;
 use std::path::{Path, PathBuf};
-use torchlean::data::{load_csv, load_mnist, CsvOptions, Dataset};
+use torchlean::data::{load_csv, load_mnist, CsvOptions, Dataset, MAX_CLASSES};
 
 /// The rule, as shown in `--help` (a macro so that commands can `concat!` it).
 macro_rules! data_help {
@@ -14,7 +14,8 @@ macro_rules! data_help {
          from --labels PATH, or else from the sibling file named like the images file with
          `images` replaced by `labels` and `idx3` by `idx1` (train-images-idx3-ubyte ->
          train-labels-idx1-ubyte).
-Labels must be integers in [0, classes); classes = --classes, or the largest label + 1 (at least 2).
+Labels must be integers in [0, classes); classes = --classes, or the largest label + 1 (at least 2,
+at most 1000000).
 A fifth of the samples (shuffled with --seed) is held out for evaluation (all of them when fewer
 than 10). Bad, empty or unreadable files exit 2."
     };
@@ -122,6 +123,11 @@ pub fn load_classification(
         }
         None => max + 1,
     };
+    if classes > MAX_CLASSES {
+        return Err(CliError::usage(format!(
+            "`{what}`: {classes} classes (the largest label is {max}) exceed the limit of {MAX_CLASSES}; labels must be class indices in [0, {MAX_CLASSES})"
+        )));
+    }
     if classes < 2 {
         return Err(CliError::usage(format!(
             "`{what}`: classification needs at least 2 classes, got {classes}"

@@ -97,8 +97,8 @@ pub fn run_cmd(a: Args) -> CliResult {
             },
         ),
         Some(p) => {
-            let bytes = std::fs::read(p)
-                .map_err(|e| CliError::usage(format!("cannot read `{}`: {e}", p.display())))?;
+            let bytes = torchlean::files::read_capped(p, torchlean::data::MAX_DATA_FILE_BYTES)
+                .map_err(|e| CliError::usage(format!("`{}`: {e}", p.display())))?;
             let text = String::from_utf8(bytes).map_err(|e| {
                 CliError::usage(format!("`{}` is not UTF-8 text: {e}", p.display()))
             })?;

@@ -63,6 +63,7 @@ fn random(op: &Op, n: usize) -> Vec<f32> {
 /// The native forward kernel (bound to every native capsule).
 pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
     let out_shape = guard::output_shape(op, inputs)?;
+    crate::runtime::buffers::check_output(op.name(), crate::spec::numel(&out_shape))?;
     use OpKind as K;
     let data = match op.kind() {
         K::RandUniform | K::BernoulliMask => random(op, crate::spec::numel(&out_shape)),

@@ -1,0 +1,310 @@
+//! Hostile input to the `torchlean` command (issue 13, items 8, 9, 11, 12): sizes beyond
+//! memory fail as errors (exit 1 or 2 with a message naming the bytes), never as an abort;
+//! devices and oversized files are refused instead of read until memory runs out; graph
+//! files with unknown fields are refused; a closed output pipe ends the command quietly.
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+const BIN: &str = env!("CARGO_BIN_EXE_torchlean");
+
+struct Dir(PathBuf);
+impl Dir {
+    fn new(tag: &str) -> Dir {
+        let d =
+            std::env::temp_dir().join(format!("torchlean-hostile-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        Dir(d)
+    }
+    fn p(&self, name: &str) -> String {
+        self.0.join(name).to_string_lossy().into_owned()
+    }
+}
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Runs the binary in `dir` under `ulimit -v` (about 2 GB of address space): returns the
+/// exit code (None when a signal ended it) and stderr.
+fn run_limited(dir: &str, args: &str) -> (Option<i32>, String) {
+    let out = Command::new("bash")
+        .current_dir(dir)
+        .arg("-c")
+        .arg(format!("ulimit -v 2000000; exec '{BIN}' {args}"))
+        .output()
+        .expect("bash runs");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
+}
+
+/// Exit 1 or 2 with an `error:` line containing each of `expect`; never a signal (abort).
+fn assert_fails_cleanly(what: &str, (code, err): (Option<i32>, String), expect: &[&str]) {
+    assert!(
+        matches!(code, Some(1) | Some(2)),
+        "{what}: expected exit 1 or 2, got {code:?} (None = killed by a signal, e.g. an abort on a failed allocation); stderr:\n{err}"
+    );
+    assert!(err.starts_with("error: "), "{what}: {err}");
+    for e in expect {
+        assert!(err.contains(e), "{what}: expected `{e}` in: {err}");
+    }
+    assert!(!err.contains("panicked"), "{what}: {err}");
+}
+
+fn empty_safetensors(path: &str) {
+    let mut bytes = 8u64.to_le_bytes().to_vec();
+    bytes.extend_from_slice(b"{}      ");
+    std::fs::write(path, bytes).unwrap();
+}
+
+#[test]
+fn a_model_too_large_for_memory_is_an_error_naming_the_bytes() {
+    let d = Dir::new("hidden");
+    // 100000 x 100000 f32 = 40 GB
+    assert_fails_cleanly(
+        "mlp --hidden 100000",
+        run_limited(&d.p(""), "mlp --hidden 100000 --steps 1"),
+        &["out of memory", "40000000000 bytes"],
+    );
+}
+
+#[test]
+fn an_absurd_batch_size_is_refused() {
+    let d = Dir::new("batch");
+    assert_fails_cleanly(
+        "mlp --batch-size 1e12",
+        run_limited(&d.p(""), "mlp --batch-size 1000000000000 --steps 1"),
+        &["batch size 1000000000000"],
+    );
+}
+
+#[test]
+fn a_huge_csv_label_does_not_size_the_model() {
+    let d = Dir::new("label");
+    std::fs::write(d.p("big.csv"), "1,2,0\n3,4,50000000\n").unwrap();
+    assert_fails_cleanly(
+        "CSV label 50,000,000",
+        run_limited(&d.p(""), "mlp --data big.csv --steps 1"),
+        &["50000001 classes", "limit of 1000000"],
+    );
+    assert_fails_cleanly(
+        "--classes 50,000,000",
+        run_limited(&d.p(""), "mlp --data big.csv --classes 50000001 --steps 1"),
+        &["exceed the limit of 1000000"],
+    );
+}
+
+#[test]
+fn a_huge_random_op_is_an_error_naming_the_bytes() {
+    let d = Dir::new("rand");
+    // 2^31 elements: within the graph's node limit, beyond the process's memory
+    let graph = serde_json::json!({
+        "format": "torchlean.ir.v1", "inputs": [], "parameters": [],
+        "nodes": [{"id": 0, "kind": "op", "op": {"op": "rand_uniform", "shape": [2147483648u64], "seed": 1},
+                   "parents": [], "shape": [2147483648u64], "dtype": "f32"}],
+        "outputs": [{"name": "r", "node": 0}]
+    });
+    std::fs::write(d.p("rand.json"), graph.to_string()).unwrap();
+    empty_safetensors(&d.p("none.safetensors"));
+    assert_fails_cleanly(
+        "rand_uniform of 2^31 elements",
+        run_limited(
+            &d.p(""),
+            "run-graph rand.json --inputs none.safetensors --out r.safetensors",
+        ),
+        &["out of memory", "8589934592 bytes"],
+    );
+}
+
+#[test]
+fn devices_are_refused_as_graphs_inputs_and_checkpoints() {
+    let d = Dir::new("devzero");
+    let (graph, x) = (d.p("mlp.json"), d.p("x.safetensors"));
+    let export = Command::new(BIN)
+        .args(["export", "--out", &graph, "--example-inputs", &x])
+        .output()
+        .unwrap();
+    assert!(export.status.success());
+    assert_fails_cleanly(
+        "/dev/zero as the graph",
+        run_limited(
+            &d.p(""),
+            "run-graph /dev/zero --inputs x.safetensors --out y.safetensors",
+        ),
+        &["/dev/zero", "not a regular file"],
+    );
+    assert_fails_cleanly(
+        "/dev/zero as --inputs",
+        run_limited(
+            &d.p(""),
+            "run-graph mlp.json --inputs /dev/zero --out y.safetensors",
+        ),
+        &["/dev/zero", "not a regular file"],
+    );
+    assert_fails_cleanly(
+        "/dev/zero as --load",
+        run_limited(&d.p(""), "mlp --load /dev/zero --steps 1"),
+        &["/dev/zero", "not a regular file"],
+    );
+    std::os::unix::fs::symlink("/dev/zero", d.p("zero.csv")).unwrap();
+    assert_fails_cleanly(
+        "/dev/zero as --data",
+        run_limited(&d.p(""), "mlp --data zero.csv --steps 1"),
+        &["zero.csv", "not a regular file"],
+    );
+}
+
+#[test]
+fn a_pipe_is_read_up_to_the_graph_limit() {
+    let d = Dir::new("pipe");
+    empty_safetensors(&d.p("none.safetensors"));
+    // an endless pipe as the graph file: refused at the 256 MiB limit, not read forever
+    let (code, err) = run_limited(
+        &d.p(""),
+        "run-graph <(yes) --inputs none.safetensors --out y.safetensors",
+    );
+    assert_fails_cleanly(
+        "endless pipe",
+        (code, err),
+        &["exceeds the limit of 268435456"],
+    );
+}
+
+/// Graph files with a field the format does not have are refused (exit 2), wherever it is.
+#[test]
+fn unknown_fields_in_graph_files_are_refused() {
+    let d = Dir::new("fields");
+    let (graph, x) = (d.p("mlp.json"), d.p("x.safetensors"));
+    let export = Command::new(BIN)
+        .args(["export", "--out", &graph, "--example-inputs", &x])
+        .output()
+        .unwrap();
+    assert!(export.status.success());
+    let base: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&graph).unwrap()).unwrap();
+    type Edit = Box<dyn Fn(&mut serde_json::Value)>;
+    let cases: Vec<(&str, Edit, &str)> = vec![
+        (
+            "top level",
+            Box::new(|g| {
+                g["comment"] = "hi".into();
+            }),
+            "unknown field `comment`",
+        ),
+        (
+            "input decl",
+            Box::new(|g| {
+                g["inputs"][0]["dtype"] = "f32".into();
+            }),
+            "unknown field `dtype`",
+        ),
+        (
+            "output decl",
+            Box::new(|g| {
+                g["outputs"][0]["shape"] = serde_json::json!([1]);
+            }),
+            "unknown field `shape`",
+        ),
+        (
+            "node",
+            Box::new(|g| {
+                g["nodes"][0]["grad"] = true.into();
+            }),
+            "unknown field `grad`",
+        ),
+        (
+            "input node with an op",
+            Box::new(|g| {
+                g["nodes"][0]["op"] = serde_json::json!({"op": "relu"});
+            }),
+            "has no field `op`",
+        ),
+        (
+            "op node with a name",
+            Box::new(|g| {
+                first_op(g)["name"] = "x".into();
+            }),
+            "has no field `name`",
+        ),
+        (
+            "payload of a payload-free op",
+            Box::new(|g| {
+                first_op(g)["op"]["dim"] = 0.into();
+            }),
+            "unknown field `dim`",
+        ),
+    ];
+    for (what, edit, expect) in cases {
+        let mut g = base.clone();
+        edit(&mut g);
+        let path = d.p("edited.json");
+        std::fs::write(&path, g.to_string()).unwrap();
+        let out = Command::new(BIN)
+            .args([
+                "run-graph",
+                &path,
+                "--inputs",
+                &x,
+                "--out",
+                &d.p("y.safetensors"),
+            ])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{what}: {err}");
+        assert!(err.contains(expect), "{what}: expected `{expect}` in {err}");
+    }
+}
+
+fn first_op(g: &mut serde_json::Value) -> &mut serde_json::Value {
+    g["nodes"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|n| n["kind"] == "op")
+        .unwrap()
+}
+
+/// The reader of our output goes away before we print: the command ends quietly (killed by
+/// SIGPIPE like `cat`, or exit 0), never with a panic message and exit 101.
+#[test]
+fn a_closed_output_pipe_ends_printing_commands_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    for args in [
+        &["capsules", "--json"][..],
+        &["capsules"][..],
+        &["ops", "--json"][..],
+        &["ops"][..],
+        &["plan", "--ops", "linear,relu,mse_loss"][..],
+        &["export", "--model", "mlp"][..],
+        &["quickstart-tensors"][..],
+    ] {
+        let mut child = Command::new(BIN)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take()); // close the read end before the child writes
+        let mut err = String::new();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+        let status = child.wait().unwrap();
+        assert!(
+            status.success() || status.signal() == Some(13),
+            "{args:?}: {status:?}: {err}"
+        );
+        assert!(
+            !err.contains("panicked") && !err.contains("Broken pipe"),
+            "{args:?}: {err}"
+        );
+    }
+}
