@@ -617,3 +617,93 @@ fn generated_names_never_collide_with_user_names() {
         Err(GraphError::ReservedName { .. })
     ));
 }
+
+/// A composite kernel's parts are planned and gated under the compiled plan's profile before
+/// any kernel runs, reported as rows nested under it, and run under that profile whatever
+/// session the running thread has (they once ran under the thread's session).
+#[test]
+fn composite_parts_are_planned_gated_reported_and_run_under_the_plan() {
+    use std::sync::Arc;
+    use torchlean::backend::{BackendProfile, Registry};
+    use torchlean::providers::{composition, native_cpu};
+    support::checked_cpu_default();
+    let x = Tensor::randn(&[4, 3], 1).unwrap();
+    let y = Tensor::randn(&[4, 3], 2).unwrap();
+    let c = capture(
+        &[("x".into(), x.clone()), ("y".into(), y.clone())],
+        &[],
+        |xs| Ok(vec![("loss".into(), xs[0].tanh()?.mse_loss(&xs[1])?)]),
+    )
+    .unwrap();
+    let prefer_composite =
+        BackendProfile::resolve(None, Some("cpu"), Some("prefer:torchlean"), None).unwrap();
+    let compiled = CompiledGraph::compile(c.graph.clone(), &prefer_composite).unwrap();
+    let report = compiled.report();
+    assert!(report
+        .kernels
+        .iter()
+        .any(|k| k.capsule == "torchlean.mse_loss"));
+    let parts: Vec<&str> = report
+        .kernels
+        .iter()
+        .filter(|k| k.part_of.as_deref() == Some("torchlean.mse_loss"))
+        .map(|k| k.op.name())
+        .collect();
+    for p in ["sub", "mul", "sum_all", "scale"] {
+        assert!(parts.contains(&p), "part {p} missing from {parts:?}");
+    }
+    assert!(report
+        .to_text()
+        .contains("(part of torchlean.mse_loss) sub:"));
+    // run on a thread whose session could plan none of the parts (cuda is not available)
+    let want = x.tanh().unwrap().mse_loss(&y).unwrap().to_vec();
+    let got = std::thread::spawn(move || {
+        torchlean::runtime::install(torchlean::runtime::Session::new(
+            BackendProfile::named("checked_cuda").unwrap(),
+        ))
+        .unwrap();
+        let out = compiled
+            .run(|n| {
+                if n == "x" {
+                    Some(x.clone())
+                } else {
+                    Some(y.clone())
+                }
+            })
+            .map(|o| o[0].1.to_vec());
+        // the thread's own session is back afterwards
+        assert_eq!(
+            torchlean::runtime::with_current(|s| s.profile().name.clone()).unwrap(),
+            "checked_cuda"
+        );
+        out
+    })
+    .join()
+    .unwrap()
+    .unwrap();
+    assert!((got[0] - want[0]).abs() <= 1e-6 * want[0].abs().max(1.0));
+    // a part with no admissible capsule refuses the plan at compile time
+    let mut r = Registry::new();
+    for &op in torchlean::OpKind::ALL {
+        if op != torchlean::OpKind::Sub {
+            r.register(native_cpu::capsule(op), native_cpu::binding_for(op))
+                .unwrap();
+        }
+    }
+    for &op in composition::OPS {
+        r.register(composition::capsule(op), composition::binding())
+            .unwrap();
+    }
+    match CompiledGraph::compile_with_registry(c.graph, &prefer_composite, &Arc::new(r)) {
+        Err(torchlean::runtime::compiled::CompileError::Planning(errors)) => {
+            assert!(
+                errors.iter().any(|e| e.op == torchlean::OpKind::Sub),
+                "{errors:?}"
+            )
+        }
+        other => panic!(
+            "expected a planning error for the part, got {:?}",
+            other.err()
+        ),
+    }
+}

@@ -256,6 +256,11 @@ pub struct KernelCapsule {
     pub runtime_support: RuntimeSupport,
     /// Whether results are bit-identical run to run (reductions are deterministic by default).
     pub deterministic: bool,
+    /// The ops a composite kernel runs as parts (empty for ordinary kernels). They are
+    /// planned and gated under the same profile as the composite, before any kernel runs,
+    /// and reported as rows nested under it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<OpKind>,
     pub shape_contract: ContractDescriptor,
     pub layout_contract: ContractDescriptor,
     pub value_contract: ContractDescriptor,

@@ -146,6 +146,9 @@ pub struct KernelAudit {
     pub runtime_support: RuntimeSupport,
     pub deterministic: bool,
     pub obligations: Vec<ObligationReport>,
+    /// For the part of a composite kernel: the composite's capsule.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub part_of: Option<String>,
 }
 
 /// Audits a capsule for a session requesting `vjp`.
@@ -177,6 +180,7 @@ pub fn audit(capsule: &KernelCapsule, vjp: VjpMode) -> KernelAudit {
         runtime_support: capsule.runtime_support,
         deterministic: capsule.deterministic,
         obligations,
+        part_of: None,
     }
 }
 

@@ -88,9 +88,15 @@ impl BackendReport {
             self.session.as_deref().map(|s| format!(" session={s}")).unwrap_or_default()
         );
         for k in &self.kernels {
+            // a composite's parts are rows nested under it
+            let indent = if k.part_of.is_some() { "    " } else { "" };
             let _ = writeln!(
                 s,
-                "{}: {} provider={} trust={} vjp={} runtime={}{}",
+                "{indent}{}{}: {} provider={} trust={} vjp={} runtime={}{}",
+                k.part_of
+                    .as_deref()
+                    .map(|c| format!("(part of {c}) "))
+                    .unwrap_or_default(),
                 k.op.name(),
                 k.capsule,
                 k.provider,
@@ -106,7 +112,7 @@ impl BackendReport {
             for o in &k.obligations {
                 let _ = writeln!(
                     s,
-                    "  {}: {}; {} [{}{}{}]",
+                    "{indent}  {}: {}; {} [{}{}{}]",
                     o.obligation.label(),
                     o.claim.render(),
                     o.evidence_detail,

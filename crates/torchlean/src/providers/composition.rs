@@ -27,6 +27,23 @@ use crate::tensor::Tensor;
 /// The ops this provider composes.
 pub const OPS: &[OpKind] = &[OpKind::MseLoss, OpKind::ScaledDotProductAttention];
 
+/// The ops the composition of `op` runs (planned and gated with the composite).
+pub fn parts(op: OpKind) -> &'static [OpKind] {
+    match op {
+        OpKind::MseLoss => &[OpKind::Sub, OpKind::Mul, OpKind::SumAll, OpKind::Scale],
+        OpKind::ScaledDotProductAttention => &[
+            OpKind::Permute,
+            OpKind::Matmul,
+            OpKind::Scale,
+            OpKind::Add,
+            OpKind::Mul,
+            OpKind::Where,
+            OpKind::Softmax,
+        ],
+        _ => &[],
+    }
+}
+
 fn compose(op: &Op, x: &[&Tensor]) -> Result<Tensor> {
     match op {
         Op::MseLoss => {
@@ -154,6 +171,7 @@ pub fn capsule(op: OpKind) -> KernelCapsule {
         vjp_mode: VjpMode::BackendVjp,
         runtime_support: RuntimeSupport::Eager,
         deterministic: true,
+        parts: parts(op).to_vec(),
         shape_contract: descriptor(
             shape_claim(op),
             "inputs validated with spec::infer_shape before composing",

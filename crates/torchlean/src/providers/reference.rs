@@ -99,6 +99,7 @@ pub fn capsule(op: OpKind) -> KernelCapsule {
         vjp_mode,
         runtime_support: RuntimeSupport::Eager,
         deterministic: true,
+        parts: vec![],
         shape_contract: descriptor(shape_claim(op), "output shape is spec::infer_shape of the inputs", theorem(shape_claim(op), "the kernel applies spec::infer_shape"), here("spec_forward_f32")),
         layout_contract: descriptor(
             layout_claim(op),

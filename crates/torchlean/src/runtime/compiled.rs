@@ -64,6 +64,44 @@ pub struct CompiledGraph {
     /// The dense lowering of the plan, when every node has destination-passing kernels
     /// (then it is what runs; see `dense_plan.rs`).
     dense: Option<super::dense_plan::DensePlan>,
+    /// When the plan has composite kernels: the session (this plan's profile and registry)
+    /// their parts run through, installed on the thread for each run.
+    parts_session: Option<std::sync::Mutex<Option<super::session::Session>>>,
+    profile: BackendProfile,
+}
+
+/// Keeps a compiled plan's parts session installed on the thread until dropped, then puts
+/// the thread's previous session back.
+struct PartsScope<'a> {
+    slot: &'a std::sync::Mutex<Option<super::session::Session>>,
+    previous: Option<super::session::Session>,
+}
+
+impl<'a> PartsScope<'a> {
+    fn enter(
+        slot: &'a std::sync::Mutex<Option<super::session::Session>>,
+        profile: &BackendProfile,
+    ) -> Result<PartsScope<'a>> {
+        let session = slot
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            // another thread runs this plan at the same time: a fresh session of the profile
+            .unwrap_or_else(|| super::session::Session::new(profile.clone()));
+        let previous = super::session::install(session)?;
+        Ok(PartsScope { slot, previous })
+    }
+}
+
+impl Drop for PartsScope<'_> {
+    fn drop(&mut self) {
+        if let Ok(Some(s)) = super::session::take() {
+            *self.slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(s);
+        }
+        if let Some(p) = self.previous.take() {
+            let _ = super::session::install(p);
+        }
+    }
 }
 
 /// Groups the vjp nodes that share their parents (same op node, same cotangent).
@@ -99,7 +137,7 @@ impl CompiledGraph {
     pub fn compile_with_registry(
         graph: Graph,
         profile: &BackendProfile,
-        registry: &crate::backend::Registry,
+        registry: &std::sync::Arc<crate::backend::Registry>,
     ) -> std::result::Result<CompiledGraph, CompileError> {
         graph.validate()?;
         // lowering: elementwise fusion (a fused node gets its own capsule when planned)
@@ -146,17 +184,59 @@ impl CompiledGraph {
         if !errors.is_empty() {
             return Err(CompileError::Planning(errors));
         }
-        let plan = ExecutionPlan { request, kernels };
+        let plan = ExecutionPlan {
+            request: request.clone(),
+            kernels,
+        };
         let accepted = gate_plan(&plan).map_err(|r| CompileError::Rejected(Box::new(r)))?;
         let mut audits: Vec<_> = vec![];
+        let mut composite = false;
         for k in accepted.kernels() {
-            if !audits
+            if audits
                 .iter()
                 .any(|a: &crate::backend::KernelAudit| a.capsule == k.audit().capsule)
             {
-                audits.push(k.audit().clone());
+                continue;
+            }
+            audits.push(k.audit().clone());
+            // a composite's parts: planned and gated under this profile now, before any
+            // kernel runs, for its forward (no tape) and its VJP (which re-runs them taped)
+            let parts = &k.capsule().parts;
+            if parts.is_empty() {
+                continue;
+            }
+            composite = true;
+            let mut modes = vec![VjpMode::None];
+            if request.vjp != VjpMode::None {
+                modes.push(request.vjp);
+            }
+            for vjp in modes {
+                let part_request = PlanRequest {
+                    vjp,
+                    mode: ExecutionMode::Eager,
+                    ..request.clone()
+                };
+                let part_plan =
+                    crate::backend::plan_ops(registry, parts, &part_request, &availability)
+                        .map_err(CompileError::Planning)?;
+                let part_accepted =
+                    gate_plan(&part_plan).map_err(|r| CompileError::Rejected(Box::new(r)))?;
+                for pk in part_accepted.kernels() {
+                    let mut a = pk.audit().clone();
+                    a.part_of = Some(k.capsule().name.clone());
+                    if !audits.contains(&a) {
+                        audits.push(a);
+                    }
+                }
             }
         }
+        // the parts run through a session of this profile, installed for each run
+        let parts_session = composite.then(|| {
+            std::sync::Mutex::new(Some(super::session::Session::with_registry(
+                profile.clone(),
+                std::sync::Arc::clone(registry),
+            )))
+        });
         let report = BackendReport::new(
             profile,
             ExecutionMode::Compiled,
@@ -225,6 +305,8 @@ impl CompiledGraph {
             consumable,
             pool: Default::default(),
             dense,
+            parts_session,
+            profile: profile.clone(),
         })
     }
 
@@ -345,6 +427,10 @@ impl CompiledGraph {
             return self.run_ordered(values);
         }
         let _pool = super::buffers::ActivePool::enter(&self.pool);
+        let _parts = match &self.parts_session {
+            Some(slot) => Some(PartsScope::enter(slot, &self.profile)?),
+            None => None,
+        };
         let mut slots: Vec<Option<Tensor>> = vec![None; self.graph.nodes.len()];
         let kernels = self.plan.kernels();
         for n in &self.graph.nodes {

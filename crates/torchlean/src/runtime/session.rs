@@ -168,7 +168,21 @@ impl Session {
         let mut audits = Vec::new();
         for &(k, recording) in uses.uses() {
             let (kernel, _) = self.accepted(k, recording)?;
+            let composite = kernel.capsule().name.clone();
+            let parts = kernel.capsule().parts.clone();
             audits.push(kernel.audit().clone());
+            // a composite's parts run through this session: planned and gated now, before
+            // the first kernel (its VJP re-runs them recording)
+            for p in parts {
+                for rec in [false, recording && p.differentiable()] {
+                    let (part, _) = self.accepted(p, rec)?;
+                    let mut a = part.audit().clone();
+                    a.part_of = Some(composite.clone());
+                    if !audits.contains(&a) {
+                        audits.push(a);
+                    }
+                }
+            }
         }
         Ok(self.with_origin(BackendReport::new(
             &self.profile,

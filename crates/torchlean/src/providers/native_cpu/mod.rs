@@ -211,6 +211,7 @@ pub fn capsule(op: OpKind) -> KernelCapsule {
         vjp_mode,
         runtime_support: RuntimeSupport::Eager,
         deterministic: true,
+        parts: vec![],
         shape_contract: descriptor(
             shape_claim(op),
             "every call validates input shapes with spec::infer_shape",
