@@ -240,7 +240,7 @@ impl StepExecutor for CompiledStepExecutor {
         let Some((_, _, compiled)) = &self.graph else {
             unreachable!("the compiled step was built just above")
         };
-        let (loss, grads) = compiled.run_model(&named, &*model)?;
+        let (loss, grads) = compiled.run_visiting(&named, |f| model.visit_parameters(f))?;
         let value = loss.item()?;
         check_loss(value, step)?;
         let grads = finish_keep(model, optimizer, grads, value, clip, step)?;

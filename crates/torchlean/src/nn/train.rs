@@ -112,7 +112,7 @@ impl TrainStep {
                 (loss.item()?, grads, None)
             }
             Some(step) => {
-                let (loss, grads) = step.run_model(inputs, &*model)?;
+                let (loss, grads) = step.run_visiting(inputs, |f| model.visit_parameters(f))?;
                 (loss.item()?, grads, Some(loss))
             }
         };

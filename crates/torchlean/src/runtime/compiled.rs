@@ -639,17 +639,18 @@ impl CompiledStep {
         })
     }
 
-    /// [`CompiledStep::run_ordered`] with `model`'s current parameters (which must be the
-    /// ones `build` captured, in the same order): the loss and the gradients keyed by
-    /// parameter. Holds no reference to the parameters once it returns, so an optimizer can
-    /// update them in place.
-    pub fn run_model(
+    /// [`CompiledStep::run_ordered`] with the parameters `visit` hands over (a model's
+    /// current parameters, which must be the ones `build` captured, in the same order): the
+    /// loss and the gradients keyed by parameter. Holds no reference to the parameters once
+    /// it returns, so an optimizer can update them in place. (The runtime knows no model
+    /// type: `nn` passes its `Module::visit_parameters` here.)
+    pub fn run_visiting(
         &self,
         inputs: &[(String, Tensor)],
-        model: &dyn crate::nn::Module,
+        visit: impl FnOnce(&mut dyn FnMut(&Tensor)),
     ) -> Result<(Tensor, super::Gradients)> {
         let mut params = Vec::with_capacity(self.param_names.len());
-        model.visit_parameters(&mut |t| params.push(t.clone()));
+        visit(&mut |t| params.push(t.clone()));
         let (loss, grads) = self.run_ordered(inputs, &params)?;
         let mut out = super::Gradients::default();
         for (p, g) in params.iter().zip(grads) {
