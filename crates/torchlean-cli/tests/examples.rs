@@ -527,3 +527,24 @@ fn user_data_files_train_and_bad_ones_exit_2() {
     let o = torchlean(&["cnn", "--data", s(&images2)]);
     assert_eq!(code(&o), 2, "{}", stderr(&o));
 }
+
+/// The replay checkers do not change results: quickstart-mlp, mlp and transformer print the
+/// same loss at every step under `strict_native_cpu` (native kernels, every call replayed)
+/// as under `checked_cpu`.
+#[test]
+fn strict_native_cpu_trains_to_the_checked_cpu_losses() {
+    let examples: [&[&str]; 3] = [&["quickstart-mlp"], &["mlp"], &["transformer"]];
+    for example in examples {
+        let run = |profile: &str| {
+            let mut a = example.to_vec();
+            a.extend_from_slice(&["--steps", "12", "--profile", profile, "--log-every", "1"]);
+            let o = torchlean(&a);
+            assert_eq!(code(&o), 0, "{a:?} {}", stderr(&o));
+            step_lines(&o)
+        };
+        let checked = run("checked_cpu");
+        let strict = run("strict_native_cpu");
+        assert_eq!(checked.len(), 12, "{example:?}");
+        assert_eq!(checked, strict, "{example:?}");
+    }
+}
