@@ -4,6 +4,9 @@
 //!
 //!     cargo run --release -p torchlean --features fault-injection --example fault_injection [-- FAULTS [SEED]]
 //!
+//! (`-- 0` measures what the checkers cost instead: clean steps and single calls under each
+//! profile.)
+//!
 //! Each fault is a (model, op, phase, call, class, seed): the model's eager training step runs
 //! once under each profile with the fault armed (`torchlean::runtime::fault`), the same call
 //! is corrupted the same way (the kernels and their inputs are the same under both: the
@@ -25,7 +28,7 @@ use std::collections::BTreeMap;
 use torchlean::backend::{BackendProfile, Phase};
 use torchlean::data::text::{char_lm_dataset, CharVocab, CORPUS};
 use torchlean::data::{synthetic, Dataset};
-use torchlean::graph::OpKind;
+use torchlean::graph::{Op, OpKind};
 use torchlean::nn::models::{autoencoder, small_cnn, CharTransformer};
 use torchlean::nn::{
     Activation, Adam, AdamW, Config, Mlp, Module, Task, TrainOptions, Trainer, TransformerConfig,
@@ -365,6 +368,9 @@ pub struct Measure {
     /// Largest |corrupted - reference| / bound over the changed elements (inf for a class
     /// change).
     pub excess: f64,
+    /// The bound relative to the largest |reference value| of the checked results (the
+    /// largest row bound, for a product): how coarse the declared bound is on this call.
+    pub relative_bound: f64,
 }
 
 fn data(t: &Tensor) -> Vec<f32> {
@@ -463,6 +469,7 @@ fn product_claims(inj: &Injection) -> Vec<Claim> {
 /// Freivalds's declared bound: every element of the result within T_i = gamma_adds * (row i
 /// of |P||Q|·1, + Σ|bias|) + (adds+1)·2^-126 of the exact product.
 fn measure_product(inj: &Injection) -> Measure {
+    let (mut max_bound, mut max_ref) = (0.0f64, 0.0f64);
     let mut worst: f64 = 0.0;
     let mut changed = false;
     for claim in product_claims(inj) {
@@ -496,6 +503,8 @@ fn measure_product(inj: &Injection) -> Measure {
                 }
             }
             let bound = g * allowance + floor;
+            max_bound = max_bound.max(bound);
+            max_ref = exact.iter().fold(max_ref, |m, e| m.max(e.abs()));
             for (j, &e) in exact.iter().enumerate() {
                 let at = claim.offset + i * cols + j;
                 let (v, c) = (got[at] as f64, clean[at] as f64);
@@ -512,11 +521,12 @@ fn measure_product(inj: &Injection) -> Measure {
             }
         }
     }
-    verdict(changed, worst)
+    verdict(changed, worst, max_bound / max_ref)
 }
 
-fn verdict(changed: bool, worst: f64) -> Measure {
+fn verdict(changed: bool, worst: f64, relative_bound: f64) -> Measure {
     Measure {
+        relative_bound,
         above: worst > 1.0,
         reason: if !changed {
             "no value changed"
@@ -550,7 +560,7 @@ fn class(v: f64) -> Class {
 /// The recompute bound: each element of the f64 spec's class and within
 /// TOL·(1 + max finite |spec|) of it; where the spec at f32 lands in another class than at
 /// f64, that class (and value) is allowed too. Returns the largest ratio of error to bound.
-fn recompute_ratio(got: &[f32], want64: &[f64], alt32: Option<&[f64]>) -> f64 {
+fn recompute_ratio(got: &[f32], want64: &[f64], alt32: Option<&[f64]>) -> (f64, f64) {
     let want: Vec<f64> = want64.iter().map(|&v| v as f32 as f64).collect();
     let scale = 1.0
         + want
@@ -576,7 +586,7 @@ fn recompute_ratio(got: &[f32], want64: &[f64], alt32: Option<&[f64]>) -> f64 {
         }
         worst = worst.max(r);
     }
-    worst
+    (worst, bound / (scale - 1.0))
 }
 
 fn arr<T: torchlean::scalar::Scalar>(t: &Tensor) -> Array<T> {
@@ -590,6 +600,7 @@ fn arr<T: torchlean::scalar::Scalar>(t: &Tensor) -> Array<T> {
 type Values = Option<Vec<f64>>;
 
 fn measure_recompute(inj: &Injection) -> Measure {
+    let mut relative: f64 = 0.0;
     let xs64: Vec<Array<f64>> = inj.inputs.iter().map(arr).collect();
     let xs32: Vec<Array<f32>> = inj.inputs.iter().map(arr).collect();
     let r64: Vec<&Array<f64>> = xs64.iter().collect();
@@ -633,9 +644,11 @@ fn measure_recompute(inj: &Injection) -> Measure {
                 .zip(data(c))
                 .any(|(a, b)| a.to_bits() != b.to_bits());
         }
-        worst = worst.max(recompute_ratio(&got, want, alt[i].as_deref()));
+        let (r, rel) = recompute_ratio(&got, want, alt[i].as_deref());
+        worst = worst.max(r);
+        relative = relative.max(rel);
     }
-    verdict(changed, worst)
+    verdict(changed, worst, relative)
 }
 
 /// Measures a fault against the declared bound of the checker covering its call.
@@ -858,6 +871,103 @@ pub fn markdown(t: &BTreeMap<FaultClass, Row>) -> String {
     s
 }
 
+/// Median wall time of `f` over `n` runs, in ms.
+fn median_ms(n: usize, mut f: impl FnMut()) -> f64 {
+    let mut t: Vec<f64> = (0..n)
+        .map(|_| {
+            let s = std::time::Instant::now();
+            f();
+            s.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    t.sort_by(f64::total_cmp);
+    t[n / 2]
+}
+
+/// What the checkers cost: a clean training step of each model, and single calls of a
+/// product and of elementwise/normalising ops, under each profile.
+pub fn costs() {
+    let strict = BackendProfile::named("strict_native_cpu").unwrap();
+    let checked = BackendProfile::named("checked_cpu").unwrap();
+    let data = Data::new().expect("datasets");
+    println!("\nclean cost, median ms: checked_cpu vs strict_native_cpu (ratio)");
+    for model in Model::ALL {
+        let [c, s] = [&checked, &strict]
+            .map(|p| median_ms(21, || step(model, &data, p, 1).expect("clean step")));
+        println!(
+            "  {:34} {c:9.3} {s:9.3}  ({:.2}x)",
+            format!("{} training step", model.name()),
+            s / c
+        );
+    }
+    println!("\nFreivalds's row bound T_i = gamma_k * (|A||B|·1)_i relative to max|C| (N(0,1) operands, n x n @ n x n)");
+    for n in [16usize, 64, 256, 512, 1024] {
+        let a = Tensor::randn(&[n, n], 11).unwrap().to_vec();
+        let b = Tensor::randn(&[n, n], 12).unwrap().to_vec();
+        // |B|·1 and B·e_j: T_i = gamma_n * sum_l |a_il| (|B|·1)_l
+        let babs: Vec<f64> = b
+            .chunks(n)
+            .map(|r| r.iter().map(|v| v.abs() as f64).sum())
+            .collect();
+        let (mut t, mut c) = (0.0f64, 0.0f64);
+        for i in 0..n {
+            let row = &a[i * n..(i + 1) * n];
+            let ti: f64 = row.iter().zip(&babs).map(|(x, s)| x.abs() as f64 * s).sum();
+            t = t.max(gamma(n) * ti);
+            for j in 0..n {
+                let cij: f64 = (0..n).map(|l| row[l] as f64 * b[l * n + j] as f64).sum();
+                c = c.max(cij.abs());
+            }
+        }
+        println!("  n = {n:5}: max T_i / max|C_ij| = {:.1e}", t / c);
+    }
+    let calls: Vec<(String, Op, Vec<Tensor>)> = vec![
+        (
+            "matmul 512x512 @ 512x512".into(),
+            Op::Matmul,
+            vec![
+                Tensor::randn(&[512, 512], 1).unwrap(),
+                Tensor::randn(&[512, 512], 2).unwrap(),
+            ],
+        ),
+        (
+            "linear 1024x1024 -> 1024".into(),
+            Op::Linear,
+            vec![
+                Tensor::randn(&[1024, 1024], 3).unwrap(),
+                Tensor::randn(&[1024, 1024], 4).unwrap(),
+                Tensor::randn(&[1024], 5).unwrap(),
+            ],
+        ),
+        (
+            "gelu over 2^20 elements".into(),
+            Op::Gelu,
+            vec![Tensor::randn(&[1 << 20], 6).unwrap()],
+        ),
+        (
+            "softmax 1024x1024 (last axis)".into(),
+            Op::Softmax { axis: 1 },
+            vec![Tensor::randn(&[1024, 1024], 7).unwrap()],
+        ),
+    ];
+    for (what, op, xs) in &calls {
+        let refs: Vec<&Tensor> = xs.iter().collect();
+        let [c, s] = [&checked, &strict].map(|p| {
+            let previous = runtime::take().unwrap();
+            runtime::install(Session::new(p.clone())).unwrap();
+            let t = median_ms(21, || {
+                runtime::apply(op.clone(), &refs).expect("clean call");
+            });
+            runtime::take().unwrap();
+            if let Some(p) = previous {
+                runtime::install(p).unwrap();
+            }
+            t
+        });
+        println!("  {what:34} {c:9.3} {s:9.3}  ({:.2}x)", s / c);
+    }
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let faults: usize = args
@@ -868,6 +978,10 @@ fn main() {
         .next()
         .map(|a| a.parse().expect("SEED is an integer"))
         .unwrap_or(2024);
+    if faults == 0 {
+        costs();
+        return;
+    }
     let start = std::time::Instant::now();
     let records = campaign(faults, seed, |n| {
         if n % 1000 == 0 {
@@ -891,7 +1005,8 @@ fn main() {
             r.different_fault
         );
     }
-    let mut by_op: BTreeMap<(&str, String, &str), (usize, usize, usize)> = BTreeMap::new();
+    let mut by_op: BTreeMap<(&str, String, &str), (usize, usize, usize, Vec<f64>)> =
+        BTreeMap::new();
     for r in &records {
         let e = by_op
             .entry((
@@ -907,10 +1022,15 @@ fn main() {
         e.0 += 1;
         e.1 += r.measure.above as usize;
         e.2 += (r.measure.above && r.strict == Outcome::Checker) as usize;
+        e.3.push(r.measure.relative_bound);
     }
-    println!("\nper (model, op, phase): injected / above bound / caught by strict's checkers");
-    for ((m, op, ph), (n, a, c)) in &by_op {
-        println!("  {m:12} {op:30} {ph:8} {n:5} {a:5} {c:5}");
+    println!("\nper (model, op, phase): injected / above the bound / rejected by strict's checkers / median of the bound relative to the largest |reference value|");
+    for ((m, op, ph), (n, a, c, rel)) in &mut by_op {
+        rel.sort_by(f64::total_cmp);
+        println!(
+            "  {m:16} {op:30} {ph:8} {n:5} {a:5} {c:5}   {:.1e}",
+            rel[rel.len() / 2]
+        );
     }
     // how far above the bound the product-checked faults were: a single-element error
     // within 2x the bound is where Freivalds's miss probability (<= 2^-VECTORS) lives
