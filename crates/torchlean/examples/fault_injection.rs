@@ -1005,8 +1005,9 @@ fn main() {
             r.different_fault
         );
     }
-    let mut by_op: BTreeMap<(&str, String, &str), (usize, usize, usize, Vec<f64>)> =
-        BTreeMap::new();
+    // (model, op, phase) -> injected, above, rejected, relative bounds
+    type Cell = (usize, usize, usize, Vec<f64>);
+    let mut by_op: BTreeMap<(&str, String, &str), Cell> = BTreeMap::new();
     for r in &records {
         let e = by_op
             .entry((
@@ -1054,6 +1055,49 @@ fn main() {
         "\nabove-bound faults on product-checked calls (matmul, linear) by error / bound: (1, 2]: {}, (2, 10]: {}, > 10: {}, non-finite: {}",
         bands[0], bands[1], bands[2], bands[3]
     );
+    let mut above_by_checker: BTreeMap<(&str, &str), (usize, usize)> = BTreeMap::new();
+    for r in &records {
+        let checker = if matches!(r.target.op, OpKind::Matmul | OpKind::Linear) {
+            "Freivalds"
+        } else {
+            "recompute"
+        };
+        let e = above_by_checker
+            .entry((r.target.class.name(), checker))
+            .or_default();
+        e.0 += 1;
+        e.1 += r.measure.above as usize;
+    }
+    println!("(injected, above the bound) by class and checker: {above_by_checker:?}");
+    let mut quiet_nans: BTreeMap<String, usize> = BTreeMap::new();
+    for r in records
+        .iter()
+        .filter(|r| r.target.class == FaultClass::OneNan && r.checked == Outcome::NotCaught)
+    {
+        *quiet_nans
+            .entry(format!(
+                "{} {} {:?}",
+                r.model.name(),
+                r.target.op.name(),
+                r.target.phase
+            ))
+            .or_default() += 1;
+    }
+    println!("one NaN not stopped under checked_cpu, by (model, op, phase): {quiet_nans:?}");
+    for r in records
+        .iter()
+        .filter(|r| !r.measure.above && r.strict == Outcome::Checker)
+    {
+        println!(
+            "below the bound, yet rejected by a checker: {} {} {:?} {}: {} (error / bound {:.3})",
+            r.model.name(),
+            r.target.op.name(),
+            r.target.phase,
+            r.target.class.name(),
+            r.detail,
+            r.measure.excess
+        );
+    }
     let escaped: Vec<&Record> = records
         .iter()
         .filter(|r| r.measure.above && r.strict != Outcome::Checker)
