@@ -161,6 +161,8 @@ pub(crate) fn run_vjp(
         let _kernel = super::autograd::KernelScope::enter();
         vjp(op, inputs, output, cotangent, needs)?
     };
+    #[cfg(feature = "fault-injection")]
+    let grads = fault::after_vjp(vjp, op, inputs, output, cotangent, needs, grads)?;
     check_vjp(k, op, inputs, output, cotangent, needs, &grads)?;
     Ok(grads)
 }
@@ -173,6 +175,467 @@ pub(crate) fn run_forward(k: &AcceptedKernel, op: &Op, inputs: &[&Tensor]) -> Re
         let _kernel = super::autograd::KernelScope::enter();
         (binding.forward())(op, inputs)?
     };
+    #[cfg(feature = "fault-injection")]
+    let out = fault::after_forward(binding.forward(), op, inputs, out)?;
     check_forward(k, op, inputs, &out)?;
     Ok(out)
+}
+
+/// Fault injection (cargo feature `fault-injection`, off by default): corrupts the result of
+/// one chosen kernel call after the kernel and before the checkers, to measure what the
+/// checkers and the runtime catch (`examples/fault_injection.rs`, docs/assurance.md).
+///
+/// A thread-local plan is armed with a [`fault::Target`] — an op kind, a phase, which of its
+/// calls on this thread (0-based), a [`fault::FaultClass`] and a seed — and fires on exactly
+/// that call of [`run_forward`] or [`run_vjp`] (the eager path, the tape's backward pass and
+/// the compiled executor's general path; not the dense executor nor in-place kernels). After
+/// it fires the plan is spent; [`fault::disarm`] returns what was injected, with copies of
+/// the call's inputs and of the clean and corrupted results so that a harness can measure
+/// the fault against a checker's declared bound.
+#[cfg(feature = "fault-injection")]
+pub mod fault {
+    use crate::backend::Phase;
+    use crate::error::Result;
+    use crate::graph::{Op, OpKind};
+    use crate::runtime::kernel::{ForwardKernel, VjpKernel};
+    use crate::spec::splitmix64;
+    use crate::tensor::Tensor;
+    use std::cell::RefCell;
+
+    /// The ways a kernel's result is corrupted.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    pub enum FaultClass {
+        /// The sign bit of one random element flipped.
+        SignBit,
+        /// One random exponent bit (23..=30) of one random element flipped.
+        ExponentBit,
+        /// One random high mantissa bit (12..=22: a change of 2^-12..2^-1 of the element's
+        /// binade) of one random element flipped.
+        HighMantissaBit,
+        /// One random low mantissa bit (0..=11: a change below 2^-12 of the element's
+        /// binade, under the recompute tolerance) of one random element flipped.
+        LowMantissaBit,
+        /// The kernel re-run with one operand (of rank >= 2, both last dims > 1) read
+        /// transposed: its last two axes swapped and re-laid in its own shape.
+        TransposedOperand,
+        /// The rows (last axis) of one result cyclically shifted by one (elements, when
+        /// the result has a single row).
+        RowsShifted,
+        /// Every element of every result multiplied by 1 + 1e-3 (in f32).
+        Scaled,
+        /// One random element of one result set to NaN.
+        OneNan,
+        /// One gradient (of an input that needs one) replaced by zeros: that input's
+        /// gradient contribution dropped (VJP calls only).
+        GradientDropped,
+    }
+
+    impl FaultClass {
+        pub const ALL: &'static [FaultClass] = &[
+            FaultClass::SignBit,
+            FaultClass::ExponentBit,
+            FaultClass::HighMantissaBit,
+            FaultClass::LowMantissaBit,
+            FaultClass::TransposedOperand,
+            FaultClass::RowsShifted,
+            FaultClass::Scaled,
+            FaultClass::OneNan,
+            FaultClass::GradientDropped,
+        ];
+
+        pub fn name(self) -> &'static str {
+            match self {
+                FaultClass::SignBit => "bit flip: sign",
+                FaultClass::ExponentBit => "bit flip: exponent",
+                FaultClass::HighMantissaBit => "bit flip: high mantissa (12-22)",
+                FaultClass::LowMantissaBit => "bit flip: low mantissa (0-11)",
+                FaultClass::TransposedOperand => "transposed operand",
+                FaultClass::RowsShifted => "rows shifted by one",
+                FaultClass::Scaled => "scaled by 1+1e-3",
+                FaultClass::OneNan => "one NaN",
+                FaultClass::GradientDropped => "gradient contribution dropped",
+            }
+        }
+
+        /// Whether the class applies to calls of `phase`.
+        pub fn applies_to(self, phase: Phase) -> bool {
+            self != FaultClass::GradientDropped || phase == Phase::Vjp
+        }
+    }
+
+    /// Which call to corrupt, and how.
+    #[derive(Debug, Clone, Copy)]
+    pub struct Target {
+        pub op: OpKind,
+        pub phase: Phase,
+        /// Fire on this call (0-based) of `op` in `phase` on this thread after arming.
+        pub occurrence: usize,
+        pub class: FaultClass,
+        pub seed: u64,
+    }
+
+    /// A fault that was injected: the call (inputs copied) and its clean and corrupted
+    /// results (forward: the output; VJP: one entry per input, `None` where no gradient).
+    #[derive(Debug, Clone)]
+    pub struct Injection {
+        pub target: Target,
+        pub op: Op,
+        /// What was done (element, bit, operand).
+        pub detail: String,
+        pub inputs: Vec<Tensor>,
+        /// VJP calls: the forward output and the cotangent.
+        pub output: Option<Tensor>,
+        pub cotangent: Option<Tensor>,
+        pub needs: Vec<bool>,
+        pub clean: Vec<Option<Tensor>>,
+        pub corrupted: Vec<Option<Tensor>>,
+    }
+
+    /// What an armed plan did.
+    #[derive(Debug, Clone)]
+    pub enum Effect {
+        /// The target call ran and its result was corrupted.
+        Injected(Box<Injection>),
+        /// The target call ran, but the class does not apply to it (e.g. no operand to
+        /// transpose, a single-element result to shift); its result was left alone.
+        NotApplicable(String),
+    }
+
+    enum State {
+        Off,
+        Counting(Vec<(OpKind, Phase, usize)>),
+        Armed { target: Target, seen: usize },
+        Fired(Effect),
+    }
+
+    thread_local! {
+        static STATE: RefCell<State> = const { RefCell::new(State::Off) };
+    }
+
+    /// Arms a plan on this thread (replacing any other).
+    pub fn arm(target: Target) {
+        STATE.with(|s| *s.borrow_mut() = State::Armed { target, seen: 0 });
+    }
+
+    /// Disarms this thread's plan; what it did (`None`: the target call was never reached).
+    pub fn disarm() -> Option<Effect> {
+        match STATE.with(|s| std::mem::replace(&mut *s.borrow_mut(), State::Off)) {
+            State::Fired(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    /// Starts counting this thread's guarded kernel calls per (op, phase), injecting nothing.
+    pub fn start_counting() {
+        STATE.with(|s| *s.borrow_mut() = State::Counting(Vec::new()));
+    }
+
+    /// Stops counting; the calls seen per (op, phase), in first-call order.
+    pub fn stop_counting() -> Vec<(OpKind, Phase, usize)> {
+        match STATE.with(|s| std::mem::replace(&mut *s.borrow_mut(), State::Off)) {
+            State::Counting(v) => v,
+            _ => Vec::new(),
+        }
+    }
+
+    /// Whether this call is the target (and so the plan fires now).
+    fn fires(op: OpKind, phase: Phase) -> Option<Target> {
+        STATE.with(|s| {
+            let mut s = s.borrow_mut();
+            match &mut *s {
+                State::Counting(v) => {
+                    match v.iter_mut().find(|(o, p, _)| *o == op && *p == phase) {
+                        Some(e) => e.2 += 1,
+                        None => v.push((op, phase, 1)),
+                    }
+                    None
+                }
+                State::Armed { target, seen } if target.op == op && target.phase == phase => {
+                    if *seen == target.occurrence {
+                        Some(*target)
+                    } else {
+                        *seen += 1;
+                        None
+                    }
+                }
+                _ => None,
+            }
+        })
+    }
+
+    fn fired(e: Effect) {
+        STATE.with(|s| *s.borrow_mut() = State::Fired(e));
+    }
+
+    /// A deterministic stream of draws from the target's seed.
+    struct Draws(u64, u64);
+
+    impl Draws {
+        fn below(&mut self, n: usize) -> usize {
+            self.1 += 1;
+            ((splitmix64(self.0 ^ splitmix64(self.1)) as u128 * n as u128) >> 64) as usize
+        }
+    }
+
+    fn copy(t: &Tensor) -> Result<Tensor> {
+        Tensor::from_vec(t.host_data().into_owned(), t.shape())
+    }
+
+    /// `t` with its last two axes read transposed (row-major data of the swapped matrix,
+    /// laid out in `t`'s own shape); `None` when that changes nothing structurally.
+    fn transposed(t: &Tensor) -> Result<Option<Tensor>> {
+        let s = t.shape();
+        if s.len() < 2 || s[s.len() - 1] < 2 || s[s.len() - 2] < 2 {
+            return Ok(None);
+        }
+        let (r, c) = (s[s.len() - 2], s[s.len() - 1]);
+        let v = t.host_data();
+        let mut out = Vec::with_capacity(v.len());
+        for m in v.chunks_exact(r * c) {
+            // element (i, j) read where a column-major r×c matrix would hold it (the
+            // transpose, for a square one)
+            for i in 0..r {
+                for j in 0..c {
+                    out.push(m[j * r + i]);
+                }
+            }
+        }
+        Tensor::from_vec(out, s).map(Some)
+    }
+
+    /// Corrupts `results` in place (one of `Some` entries, or all for `Scaled`); the
+    /// description, or `None` when the class does not apply.
+    fn corrupt_values(
+        class: FaultClass,
+        d: &mut Draws,
+        results: &mut [Option<Vec<f32>>],
+        shapes: &[Vec<usize>],
+    ) -> Option<String> {
+        let present: Vec<usize> = (0..results.len())
+            .filter(|&i| results[i].as_ref().is_some_and(|v| !v.is_empty()))
+            .collect();
+        if present.is_empty() {
+            return None;
+        }
+        if class == FaultClass::Scaled {
+            for v in results.iter_mut().flatten() {
+                v.iter_mut().for_each(|x| *x *= 1.0 + 1e-3);
+            }
+            return Some("every element scaled by 1+1e-3".into());
+        }
+        let which = present[d.below(present.len())];
+        let v = results[which].as_mut()?;
+        let n = v.len();
+        match class {
+            FaultClass::SignBit
+            | FaultClass::ExponentBit
+            | FaultClass::HighMantissaBit
+            | FaultClass::LowMantissaBit => {
+                let bit = match class {
+                    FaultClass::SignBit => 31,
+                    FaultClass::ExponentBit => 23 + d.below(8),
+                    FaultClass::HighMantissaBit => 12 + d.below(11),
+                    _ => d.below(12),
+                };
+                let e = d.below(n);
+                let before = v[e];
+                v[e] = f32::from_bits(before.to_bits() ^ (1 << bit));
+                Some(format!(
+                    "result {which} element {e}: bit {bit} flipped, {before:e} -> {:e}",
+                    v[e]
+                ))
+            }
+            FaultClass::OneNan => {
+                let e = d.below(n);
+                v[e] = f32::NAN;
+                Some(format!("result {which} element {e} set to NaN"))
+            }
+            FaultClass::RowsShifted => {
+                if n < 2 {
+                    return None;
+                }
+                let s = &shapes[which];
+                let w = s.last().copied().unwrap_or(1).max(1);
+                let w = if n / w >= 2 { w } else { 1 };
+                v.rotate_left(w);
+                Some(format!(
+                    "result {which}: rows of {w} shifted up by one (cyclically)"
+                ))
+            }
+            FaultClass::GradientDropped => {
+                v.iter_mut().for_each(|x| *x = 0.0);
+                Some(format!("gradient {which} replaced by zeros"))
+            }
+            FaultClass::Scaled | FaultClass::TransposedOperand => None,
+        }
+    }
+
+    fn to_tensors(
+        vals: Vec<Option<Vec<f32>>>,
+        shapes: &[Vec<usize>],
+    ) -> Result<Vec<Option<Tensor>>> {
+        vals.into_iter()
+            .zip(shapes)
+            .map(|(v, s)| v.map(|v| Tensor::from_vec(v, s)).transpose())
+            .collect()
+    }
+
+    /// Called by [`super::run_forward`] after the kernel, before the checkers.
+    pub(crate) fn after_forward(
+        kernel: ForwardKernel,
+        op: &Op,
+        inputs: &[&Tensor],
+        out: Tensor,
+    ) -> Result<Tensor> {
+        let Some(target) = fires(op.kind(), Phase::Forward) else {
+            return Ok(out);
+        };
+        let mut d = Draws(target.seed, 0);
+        let corrupted = if target.class == FaultClass::TransposedOperand {
+            let mut candidates = Vec::new();
+            for (i, x) in inputs.iter().enumerate() {
+                if let Some(t) = transposed(x)? {
+                    candidates.push((i, t));
+                }
+            }
+            if candidates.is_empty() {
+                fired(Effect::NotApplicable(
+                    "no operand of rank >= 2 to transpose".into(),
+                ));
+                return Ok(out);
+            }
+            let (i, t) = candidates.swap_remove(d.below(candidates.len()));
+            let mut xs: Vec<&Tensor> = inputs.to_vec();
+            xs[i] = &t;
+            let y = {
+                let _kernel = super::super::autograd::KernelScope::enter();
+                kernel(op, &xs)?
+            };
+            Some((
+                format!("kernel re-run with operand {i} transposed"),
+                copy(&y)?,
+            ))
+        } else {
+            let shapes = vec![out.shape().to_vec()];
+            let mut vals = vec![Some(out.host_data().into_owned())];
+            match corrupt_values(target.class, &mut d, &mut vals, &shapes) {
+                None => None,
+                Some(detail) => {
+                    let t = to_tensors(vals, &shapes)?.pop().flatten();
+                    t.map(|t| (detail, t))
+                }
+            }
+        };
+        let Some((detail, bad)) = corrupted else {
+            fired(Effect::NotApplicable(format!(
+                "{} does not apply to a result of shape {:?}",
+                target.class.name(),
+                out.shape()
+            )));
+            return Ok(out);
+        };
+        fired(Effect::Injected(Box::new(Injection {
+            target,
+            op: op.clone(),
+            detail,
+            inputs: inputs.iter().map(|t| copy(t)).collect::<Result<_>>()?,
+            output: None,
+            cotangent: None,
+            needs: Vec::new(),
+            clean: vec![Some(copy(&out)?)],
+            corrupted: vec![Some(bad.clone())],
+        })));
+        Ok(bad)
+    }
+
+    /// Called by [`super::run_vjp`] after the kernel, before the checkers.
+    pub(crate) fn after_vjp(
+        kernel: VjpKernel,
+        op: &Op,
+        inputs: &[&Tensor],
+        output: &Tensor,
+        cotangent: &Tensor,
+        needs: &[bool],
+        grads: Vec<Option<Tensor>>,
+    ) -> Result<Vec<Option<Tensor>>> {
+        let Some(target) = fires(op.kind(), Phase::Vjp) else {
+            return Ok(grads);
+        };
+        let mut d = Draws(target.seed, 0);
+        let shapes: Vec<Vec<usize>> = grads
+            .iter()
+            .zip(inputs)
+            .map(|(g, x)| {
+                g.as_ref()
+                    .map_or(x.shape().to_vec(), |g| g.shape().to_vec())
+            })
+            .collect();
+        let corrupted: Option<(String, Vec<Option<Tensor>>)> =
+            if target.class == FaultClass::TransposedOperand {
+                // the inputs and the cotangent are the VJP kernel's operands
+                let mut candidates = Vec::new();
+                for (i, x) in inputs.iter().chain([&cotangent]).enumerate() {
+                    if let Some(t) = transposed(x)? {
+                        candidates.push((i, t));
+                    }
+                }
+                if candidates.is_empty() {
+                    None
+                } else {
+                    let (i, t) = candidates.swap_remove(d.below(candidates.len()));
+                    let mut xs: Vec<&Tensor> = inputs.to_vec();
+                    let cot = if i == inputs.len() {
+                        &t
+                    } else {
+                        xs[i] = &t;
+                        cotangent
+                    };
+                    let gs = {
+                        let _kernel = super::super::autograd::KernelScope::enter();
+                        kernel(op, &xs, output, cot, needs)?
+                    };
+                    let what = if i == inputs.len() {
+                        "the cotangent".to_string()
+                    } else {
+                        format!("operand {i}")
+                    };
+                    let gs = gs
+                        .iter()
+                        .map(|g| g.as_ref().map(copy).transpose())
+                        .collect::<Result<_>>()?;
+                    Some((format!("VJP kernel re-run with {what} transposed"), gs))
+                }
+            } else {
+                let mut vals: Vec<Option<Vec<f32>>> = grads
+                    .iter()
+                    .map(|g| g.as_ref().map(|g| g.host_data().into_owned()))
+                    .collect();
+                match corrupt_values(target.class, &mut d, &mut vals, &shapes) {
+                    None => None,
+                    Some(detail) => Some((detail, to_tensors(vals, &shapes)?)),
+                }
+            };
+        let Some((detail, bad)) = corrupted else {
+            fired(Effect::NotApplicable(format!(
+                "{} does not apply to this VJP call",
+                target.class.name()
+            )));
+            return Ok(grads);
+        };
+        fired(Effect::Injected(Box::new(Injection {
+            target,
+            op: op.clone(),
+            detail,
+            inputs: inputs.iter().map(|t| copy(t)).collect::<Result<_>>()?,
+            output: Some(copy(output)?),
+            cotangent: Some(copy(cotangent)?),
+            needs: needs.to_vec(),
+            clean: grads
+                .iter()
+                .map(|g| g.as_ref().map(copy).transpose())
+                .collect::<Result<_>>()?,
+            corrupted: bad.clone(),
+        })));
+        Ok(bad)
+    }
 }

@@ -13,6 +13,9 @@ pub mod probe;
 pub mod session;
 pub mod trace;
 
+#[cfg(feature = "fault-injection")]
+pub use guarded::fault;
+
 pub use autograd::{grad_enabled, no_grad, Gradients, NoGradGuard};
 pub use session::{
     apply, fork_current, has_session, install, process_default, set_process_default, spawn, take,
