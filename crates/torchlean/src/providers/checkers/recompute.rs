@@ -24,9 +24,7 @@ pub(super) fn values(o: &Operand) -> Vec<f64> {
         .strides
         .is_none_or(|s| s == crate::spec::contiguous_strides(o.shape).as_slice());
     match o.strides {
-        _ if dense => out.extend(o.storage[o.offset..o.offset + n].iter().map(|&v| v as f64)),
-        None => unreachable!("no strides is dense"),
-        Some(strides) => {
+        Some(strides) if !dense => {
             let mut idx = vec![0usize; o.shape.len()];
             for _ in 0..n {
                 let pos = o.offset + idx.iter().zip(strides).map(|(i, s)| i * s).sum::<usize>();
@@ -40,6 +38,7 @@ pub(super) fn values(o: &Operand) -> Vec<f64> {
                 }
             }
         }
+        _ => out.extend(o.storage[o.offset..o.offset + n].iter().map(|&v| v as f64)),
     }
     out
 }
