@@ -502,24 +502,32 @@ impl Graph {
     }
 
     /// Reads an untrusted graph file: at most [`MAX_GRAPH_BYTES`] (devices refused, pipes
-    /// read up to the limit: [`crate::files::read_capped`]), parsed strictly (unknown fields
-    /// anywhere are refused), validated ([`Graph::validate`]) and checked for reserved names
-    /// ([`Graph::check_user_names`]) before it is returned. Every error names the file.
+    /// read up to the limit: [`crate::files::read_capped`]), then [`Graph::from_json`].
+    /// Every error names the file.
     pub fn load(path: impl AsRef<std::path::Path>) -> Result<Graph, GraphError> {
         let path = path.as_ref();
-        let file = |reason: String| GraphError::File {
-            path: path.display().to_string(),
-            reason,
-        };
-        let bytes = crate::files::read_capped(path, MAX_GRAPH_BYTES)
-            .map_err(|e| file(format!("graph file: {e}")))?;
-        let graph: Graph = serde_json::from_slice(&bytes)
-            .map_err(|e| file(format!("not a {FORMAT} graph: {e}")))?;
+        let bytes = crate::files::read_capped(path, MAX_GRAPH_BYTES).map_err(|e| {
+            GraphError::File {
+                path: path.display().to_string(),
+                reason: format!("graph file: {e}"),
+            }
+        })?;
+        Graph::from_json(&bytes, &path.display().to_string())
+    }
+
+    /// Reads untrusted graph bytes (`name` names the source in errors): parsed strictly
+    /// (unknown fields anywhere are refused), validated ([`Graph::validate`]) and checked for
+    /// reserved names ([`Graph::check_user_names`]) before it is returned.
+    pub fn from_json(bytes: &[u8], name: &str) -> Result<Graph, GraphError> {
+        let graph: Graph = serde_json::from_slice(bytes).map_err(|e| GraphError::File {
+            path: name.to_string(),
+            reason: format!("not a {FORMAT} graph: {e}"),
+        })?;
         graph
             .validate()
             .and_then(|()| graph.check_user_names())
             .map_err(|e| GraphError::InFile {
-                path: path.display().to_string(),
+                path: name.to_string(),
                 source: Box::new(e),
             })?;
         Ok(graph)
