@@ -19,9 +19,16 @@ fn short_run(format: Format) {
     let report = run_campaign(&c, |_| {}).unwrap();
     eprintln!("{}", report.to_text());
     assert_eq!(report.finding_count(), 0, "{}", report.to_text());
-    assert_eq!(report.inputs, SHORT_RUN + format.seeds().unwrap().len() as u64);
+    assert_eq!(
+        report.inputs,
+        SHORT_RUN + format.seeds().unwrap().len() as u64
+    );
     // the mutations reach past the parser: some inputs are accepted, most are refused
-    assert!(report.count(Outcome::Refused) > SHORT_RUN / 4, "{}", report.to_text());
+    assert!(
+        report.count(Outcome::Refused) > SHORT_RUN / 4,
+        "{}",
+        report.to_text()
+    );
     assert!(
         report.count(Outcome::Accepted) + report.count(Outcome::AcceptedNotRun)
             > format.seeds().unwrap().len() as u64,
@@ -67,7 +74,21 @@ fn seeds_are_accepted_and_inputs_reproducible() {
     for &f in Format::ALL {
         let seeds = f.seeds().unwrap();
         assert!(seeds.len() >= 4, "{}: {} seeds", f.name(), seeds.len());
-        assert_eq!(seeds, f.seeds().unwrap(), "{}: seeds are deterministic", f.name());
+        if f == Format::Graph {
+            // a seed graph per op kind (a kind that compiles and runs nowhere would drop out)
+            let ops = torchlean::OpKind::ALL.len();
+            assert!(
+                seeds.len() >= ops + 3,
+                "{} graph seeds for {ops} ops",
+                seeds.len()
+            );
+        }
+        assert_eq!(
+            seeds,
+            f.seeds().unwrap(),
+            "{}: seeds are deterministic",
+            f.name()
+        );
         for i in [0, 1, 999_999] {
             assert_eq!(input_of(f, 5, i).unwrap(), input_of(f, 5, i).unwrap());
         }

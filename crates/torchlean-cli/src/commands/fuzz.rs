@@ -145,62 +145,440 @@ fn flag_seeds() -> Vec<Vec<&'static str>> {
         &["ops"],
         &["ops", "--json"],
         &["capsules", "--op", "matmul"],
-        &["capsules", "--json", "--device", "cpu", "--provider", "native_cpu"],
-        &["plan", "--profile", "checked_cpu", "--ops", "linear,relu,mse_loss"],
-        &["plan", "--ops", "matmul,softmax", "--mode", "compiled", "--vjp", "torchlean_tape", "--json"],
-        &["plan", "--ops", "matmul", "--provider", "only:native_cpu", "--policy", "strict"],
+        &[
+            "capsules",
+            "--json",
+            "--device",
+            "cpu",
+            "--provider",
+            "native_cpu",
+        ],
+        &[
+            "plan",
+            "--profile",
+            "checked_cpu",
+            "--ops",
+            "linear,relu,mse_loss",
+        ],
+        &[
+            "plan",
+            "--ops",
+            "matmul,softmax",
+            "--mode",
+            "compiled",
+            "--vjp",
+            "torchlean_tape",
+            "--json",
+        ],
+        &[
+            "plan",
+            "--ops",
+            "matmul",
+            "--provider",
+            "only:native_cpu",
+            "--policy",
+            "strict",
+        ],
         &["quickstart-tensors"],
         &["quickstart-autograd"],
-        &["quickstart-mlp", "--steps", "3", "--batch-size", "8", "--log-every", "1"],
-        &["quickstart-mlp", "--steps", "2", "--lr", "0.1", "--backend", "compiled", "--show-backend"],
-        &["export", "--model", "mlp", "--out", "e.json", "--params", "e.safetensors", "--batch-size", "4"],
+        &[
+            "quickstart-mlp",
+            "--steps",
+            "3",
+            "--batch-size",
+            "8",
+            "--log-every",
+            "1",
+        ],
+        &[
+            "quickstart-mlp",
+            "--steps",
+            "2",
+            "--lr",
+            "0.1",
+            "--backend",
+            "compiled",
+            "--show-backend",
+        ],
+        &[
+            "export",
+            "--model",
+            "mlp",
+            "--out",
+            "e.json",
+            "--params",
+            "e.safetensors",
+            "--batch-size",
+            "4",
+        ],
         &["export", "--format", "dot", "--seed", "3"],
-        &["run-graph", "mlp.json", "--params", "mlp.safetensors", "--inputs", "x.safetensors", "--out", "y.safetensors", "--grad"],
-        &["run-graph", "mlp.json", "--params", "mlp.safetensors", "--inputs", "x.safetensors", "--out", "y.safetensors", "--report-json", "r.json"],
-        &["mlp", "--steps", "2", "--data", "data.csv", "--save", "m.ckpt", "--hidden", "4"],
-        &["mlp", "--steps", "2", "--data", "data.csv", "--load", "ck.ckpt", "--hidden", "4"],
-        &["mlp", "--steps", "2", "--batch-size", "4", "--log", "l.jsonl", "--plot", "p.png"],
-        &["cnn", "--steps", "1", "--data", "train-images-idx3-ubyte", "--width", "2", "--batch-size", "4"],
-        &["mlp", "--steps", "1", "--data", "train-images-idx3-ubyte", "--labels", "train-labels-idx1-ubyte", "--classes", "3"],
+        &[
+            "run-graph",
+            "mlp.json",
+            "--params",
+            "mlp.safetensors",
+            "--inputs",
+            "x.safetensors",
+            "--out",
+            "y.safetensors",
+            "--grad",
+        ],
+        &[
+            "run-graph",
+            "mlp.json",
+            "--params",
+            "mlp.safetensors",
+            "--inputs",
+            "x.safetensors",
+            "--out",
+            "y.safetensors",
+            "--report-json",
+            "r.json",
+        ],
+        &[
+            "mlp", "--steps", "2", "--data", "data.csv", "--save", "m.ckpt", "--hidden", "4",
+        ],
+        &[
+            "mlp", "--steps", "2", "--data", "data.csv", "--load", "ck.ckpt", "--hidden", "4",
+        ],
+        &[
+            "mlp",
+            "--steps",
+            "2",
+            "--batch-size",
+            "4",
+            "--log",
+            "l.jsonl",
+            "--plot",
+            "p.png",
+        ],
+        &[
+            "cnn",
+            "--steps",
+            "1",
+            "--data",
+            "train-images-idx3-ubyte",
+            "--width",
+            "2",
+            "--batch-size",
+            "4",
+        ],
+        &[
+            "mlp",
+            "--steps",
+            "1",
+            "--data",
+            "train-images-idx3-ubyte",
+            "--labels",
+            "train-labels-idx1-ubyte",
+            "--classes",
+            "3",
+        ],
         &["quickstart-cnn", "--steps", "1", "--width", "2"],
-        &["transformer", "--steps", "1", "--data", "text.txt", "--context", "8", "--sample-len", "4", "--batch-size", "2"],
+        &[
+            "transformer",
+            "--steps",
+            "1",
+            "--data",
+            "text.txt",
+            "--context",
+            "8",
+            "--sample-len",
+            "4",
+            "--batch-size",
+            "2",
+        ],
         &["autoencoder", "--steps", "1", "--batch-size", "4"],
-        &["fno1d", "--steps", "1", "--width", "4", "--modes", "2", "--batch-size", "2"],
-        &["rnn", "--steps", "1", "--cell", "lstm", "--hidden", "4", "--batch-size", "2"],
-        &["bench", "gemm-16", "--reps", "1", "--warmup", "0", "--warmup-seconds", "0.01"],
+        &[
+            "fno1d",
+            "--steps",
+            "1",
+            "--width",
+            "4",
+            "--modes",
+            "2",
+            "--batch-size",
+            "2",
+        ],
+        &[
+            "rnn",
+            "--steps",
+            "1",
+            "--cell",
+            "lstm",
+            "--hidden",
+            "4",
+            "--batch-size",
+            "2",
+        ],
+        &[
+            "bench",
+            "gemm-16",
+            "--reps",
+            "1",
+            "--warmup",
+            "0",
+            "--warmup-seconds",
+            "0.01",
+        ],
         &["mlp", "--help"],
     ];
     v.iter().map(|s| s.to_vec()).collect()
 }
 
 const SUBCOMMANDS: &[&str] = &[
-    "ops", "capsules", "plan", "quickstart-tensors", "quickstart-autograd", "quickstart-mlp",
-    "bench", "export", "run-graph", "quickstart-cnn", "mlp", "cnn", "transformer",
-    "autoencoder", "fno1d", "rnn", "help", "nonexistent",
+    "ops",
+    "capsules",
+    "plan",
+    "quickstart-tensors",
+    "quickstart-autograd",
+    "quickstart-mlp",
+    "bench",
+    "export",
+    "run-graph",
+    "quickstart-cnn",
+    "mlp",
+    "cnn",
+    "transformer",
+    "autoencoder",
+    "fno1d",
+    "rnn",
+    "help",
+    "nonexistent",
 ];
 
 const FLAGS: &[&str] = &[
-    "--profile", "--device", "--provider", "--policy", "--show-backend", "--report-json",
-    "--backend", "--steps", "--lr", "--seed", "--batch-size", "--log-every", "--save",
-    "--save-every", "--load", "--log", "--plot", "--data", "--labels", "--classes", "--hidden",
-    "--width", "--modes", "--cell", "--context", "--stride", "--dropout", "--sample-len",
-    "--ops", "--vjp", "--mode", "--json", "--op", "--model", "--format", "--out", "--params",
-    "--example-inputs", "--inputs", "--grad", "--reps", "--warmup", "--warmup-seconds",
-    "--bogus", "-h", "--version", "--", "-",
+    "--profile",
+    "--device",
+    "--provider",
+    "--policy",
+    "--show-backend",
+    "--report-json",
+    "--backend",
+    "--steps",
+    "--lr",
+    "--seed",
+    "--batch-size",
+    "--log-every",
+    "--save",
+    "--save-every",
+    "--load",
+    "--log",
+    "--plot",
+    "--data",
+    "--labels",
+    "--classes",
+    "--hidden",
+    "--width",
+    "--modes",
+    "--cell",
+    "--context",
+    "--stride",
+    "--dropout",
+    "--sample-len",
+    "--ops",
+    "--vjp",
+    "--mode",
+    "--json",
+    "--op",
+    "--model",
+    "--format",
+    "--out",
+    "--params",
+    "--example-inputs",
+    "--inputs",
+    "--grad",
+    "--reps",
+    "--warmup",
+    "--warmup-seconds",
+    "--bogus",
+    "-h",
+    "--version",
+    "--",
+    "-",
 ];
 
 const VALUES: &[&str] = &[
-    "0", "-1", "1", "2", "3", "7", "4294967296", "18446744073709551615", "18446744073709551616",
-    "9223372036854775807", "-9223372036854775808", "1e308", "-1e308", "1e39", "1e-45", "nan",
-    "NaN", "inf", "-inf", "0.0", "-0", "1.5", "0x10", "", " ", "abc", "\u{e9}\u{202e}", "cpu",
-    "cuda", "gpu", "tpu", "strict", "checked-runtime", "allow-trusted-runtime", "only:native_cpu",
-    "prefer:reference", "only:", "only:nope", "auto", "eager", "compiled", "checked_cpu",
-    "strict_cpu", "checked_cuda", "libtorch_cpu", "gru", "lstm", "mlp", "json", "dot",
-    "torchlean_tape", "backend_vjp", "none", "matmul", "linear,relu", ",", "relu,,relu",
-    "gemm-0", "gemm-1", "gemm-100000", "sdpa", "tiny-ops", "mlp.json", "data.csv", "bad.csv",
-    "x.safetensors", "mlp.safetensors", "ck.ckpt", "text.txt", "train-images-idx3-ubyte",
-    "train-labels-idx1-ubyte", "missing.file", "dir", "empty", "out.bin", "--steps", "-5",
+    "0",
+    "-1",
+    "1",
+    "2",
+    "3",
+    "7",
+    "4294967296",
+    "18446744073709551615",
+    "18446744073709551616",
+    "9223372036854775807",
+    "-9223372036854775808",
+    "1e308",
+    "-1e308",
+    "1e39",
+    "1e-45",
+    "nan",
+    "NaN",
+    "inf",
+    "-inf",
+    "0.0",
+    "-0",
+    "1.5",
+    "0x10",
+    "",
+    " ",
+    "abc",
+    "\u{e9}\u{202e}",
+    "cpu",
+    "cuda",
+    "gpu",
+    "tpu",
+    "strict",
+    "checked-runtime",
+    "allow-trusted-runtime",
+    "only:native_cpu",
+    "prefer:reference",
+    "only:",
+    "only:nope",
+    "auto",
+    "eager",
+    "compiled",
+    "checked_cpu",
+    "strict_cpu",
+    "checked_cuda",
+    "libtorch_cpu",
+    "gru",
+    "lstm",
+    "mlp",
+    "json",
+    "dot",
+    "torchlean_tape",
+    "backend_vjp",
+    "none",
+    "matmul",
+    "linear,relu",
+    ",",
+    "relu,,relu",
+    "gemm-0",
+    "gemm-1",
+    "gemm-100000",
+    "sdpa",
+    "tiny-ops",
+    "mlp.json",
+    "data.csv",
+    "bad.csv",
+    "x.safetensors",
+    "mlp.safetensors",
+    "ck.ckpt",
+    "text.txt",
+    "train-images-idx3-ubyte",
+    "train-labels-idx1-ubyte",
+    "missing.file",
+    "dir",
+    "empty",
+    "out.bin",
+    "--steps",
+    "-5",
 ];
+
+/// Files the seed command lines read (never overwritten: an output flag naming one writes
+/// `o.bin` instead, so every run sees the same inputs).
+const SEED_FILES: &[&str] = &[
+    "mlp.json",
+    "mlp.safetensors",
+    "x.safetensors",
+    "data.csv",
+    "bad.csv",
+    "empty",
+    "text.txt",
+    "train-images-idx3-ubyte",
+    "train-labels-idx1-ubyte",
+    "ck.ckpt",
+];
+
+/// Flags that write the file they name.
+const OUTPUT_FLAGS: &[&str] = &[
+    "--save",
+    "--log",
+    "--plot",
+    "--report-json",
+    "--out",
+    "--example-inputs",
+    "--params",
+];
+
+/// Values of the type `flag` takes, at their edges (so that a mutation gets past clap).
+fn typed_values(flag: &str) -> &'static [&'static str] {
+    match flag {
+        "--steps" | "--batch-size" | "--log-every" | "--save-every" | "--classes" | "--hidden"
+        | "--width" | "--modes" | "--context" | "--stride" | "--sample-len" | "--reps"
+        | "--warmup" | "--seed" => &[
+            "0",
+            "1",
+            "2",
+            "3",
+            "5",
+            "64",
+            "1000",
+            "65536",
+            "1000000",
+            "4294967296",
+            "18446744073709551615",
+            "18446744073709551616",
+            "-1",
+        ],
+        "--lr" | "--dropout" | "--warmup-seconds" => &[
+            "0", "-0", "1e-45", "0.5", "1", "0.999999", "1e39", "nan", "inf", "-inf", "1e308", "2",
+            "-1",
+        ],
+        "--data" | "--labels" | "--load" | "--inputs" => SEED_FILES,
+        "--profile" => &[
+            "strict_cpu",
+            "checked_cpu",
+            "checked_cuda",
+            "libtorch_cpu",
+            "future_x",
+            "",
+            "strict_native_cpu",
+        ],
+        "--device" => &[
+            "cpu", "cuda", "gpu", "rocm", "metal", "wasm", "tpu", "custom", "external", "CPU",
+        ],
+        "--provider" => &[
+            "auto",
+            "prefer:native_cpu",
+            "only:native_cpu",
+            "only:reference",
+            "prefer:",
+            "only:cuda",
+            "first:x",
+        ],
+        "--policy" => &[
+            "strict",
+            "checked-runtime",
+            "allow-trusted-runtime",
+            "lenient",
+        ],
+        "--backend" | "--mode" => &["eager", "compiled", "graph"],
+        "--cell" => &["gru", "lstm", "rnn"],
+        "--vjp" => &[
+            "none",
+            "torchlean_tape",
+            "backend_vjp",
+            "external_autograd",
+            "x",
+        ],
+        "--ops" | "--op" => &[
+            "matmul",
+            "linear,relu,mse_loss",
+            "conv2d,max_pool2d",
+            "fused_unary",
+            ",",
+            "nope",
+            "softmax,softmax",
+        ],
+        "--model" => &["mlp", "cnn"],
+        "--format" => &["json", "dot", "yaml"],
+        _ => VALUES,
+    }
+}
 
 /// The scratch directory's files: a graph with its parameters and inputs, a CSV file, IDX
 /// images and labels, a text, a checkpoint of `mlp --data data.csv --hidden 4`, and junk.
@@ -216,25 +594,48 @@ fn prepare(dir: &Path, exe: &Path) -> Result<(), CliError> {
             .status()
             .map_err(|e| CliError::runtime(format!("cannot run {}: {e}", exe.display())))?;
         if !s.success() {
-            return Err(CliError::runtime(format!("preparing the flags seeds: `{}` failed: {s}", args.join(" "))));
+            return Err(CliError::runtime(format!(
+                "preparing the flags seeds: `{}` failed: {s}",
+                args.join(" ")
+            )));
         }
         Ok(())
     };
-    run(&["export", "--out", "mlp.json", "--params", "mlp.safetensors", "--example-inputs", "x.safetensors", "--batch-size", "4"])?;
+    run(&[
+        "export",
+        "--out",
+        "mlp.json",
+        "--params",
+        "mlp.safetensors",
+        "--example-inputs",
+        "x.safetensors",
+        "--batch-size",
+        "4",
+    ])?;
     let mut csv = String::from("a,b,label\n");
     for i in 0..20 {
-        csv.push_str(&format!("{},{},{}\n", (i % 5) as f32 * 0.3, (i % 3) as f32 - 1.0, i % 2));
+        csv.push_str(&format!(
+            "{},{},{}\n",
+            (i % 5) as f32 * 0.3,
+            (i % 3) as f32 - 1.0,
+            i % 2
+        ));
     }
     std::fs::write(dir.join("data.csv"), csv).map_err(io)?;
     std::fs::write(dir.join("bad.csv"), "a,b\n1,2,3\nnan,1\n").map_err(io)?;
     std::fs::write(dir.join("empty"), "").map_err(io)?;
     let text = "the quick brown fox jumps over the lazy dog. ".repeat(8);
     std::fs::write(dir.join("text.txt"), text).map_err(io)?;
-    let images = torchlean::Tensor::from_vec((0..12 * 64).map(|i| (i * 37 % 256) as f32).collect(), &[12, 8, 8])?;
+    let images = torchlean::Tensor::from_vec(
+        (0..12 * 64).map(|i| (i * 37 % 256) as f32).collect(),
+        &[12, 8, 8],
+    )?;
     torchlean::data::write_idx(dir.join("train-images-idx3-ubyte"), &images, true)?;
     let labels = torchlean::Tensor::from_vec((0..12).map(|i| (i % 3) as f32).collect(), &[12])?;
     torchlean::data::write_idx(dir.join("train-labels-idx1-ubyte"), &labels, true)?;
-    run(&["mlp", "--steps", "2", "--data", "data.csv", "--hidden", "4", "--save", "ck.ckpt"])?;
+    run(&[
+        "mlp", "--steps", "2", "--data", "data.csv", "--hidden", "4", "--save", "ck.ckpt",
+    ])?;
     Ok(())
 }
 
@@ -246,12 +647,14 @@ fn mutate_argv(rng: &mut Rng) -> Vec<String> {
         let len = argv.len();
         match rng.below(12) {
             0..=3 if len > 1 => {
-                // a value replaced
+                // a value replaced: mostly by one of the flag's type
                 let i = rng.range(1, len - 1);
                 argv[i] = if rng.one_in(10) {
                     "9".repeat(rng.range(30, 3000))
-                } else {
+                } else if rng.one_in(3) {
                     rng.pick(VALUES).to_string()
+                } else {
+                    rng.pick(typed_values(&argv[i - 1])).to_string()
                 };
             }
             4 if len > 1 => {
@@ -267,7 +670,7 @@ fn mutate_argv(rng: &mut Rng) -> Vec<String> {
             6 => {
                 let at = rng.range(1.min(len), len);
                 let flag = rng.pick(FLAGS).to_string();
-                let value = rng.pick(VALUES).to_string();
+                let value = rng.pick(typed_values(&flag)).to_string();
                 argv.insert(at, value);
                 argv.insert(at, flag);
             }
@@ -293,7 +696,10 @@ fn mutate_argv(rng: &mut Rng) -> Vec<String> {
             _ => {
                 let n = *rng.pick(&[2usize, 10, 500]);
                 for _ in 0..n {
-                    argv.push(rng.pick(&["--show-backend", "--json", "--grad", "-h"]).to_string());
+                    argv.push(
+                        rng.pick(&["--show-backend", "--json", "--grad", "-h"])
+                            .to_string(),
+                    );
                 }
             }
         }
@@ -303,8 +709,11 @@ fn mutate_argv(rng: &mut Rng) -> Vec<String> {
 
 /// Keeps every run inside its scratch directory: a value naming an absolute path or
 /// leaving the directory is replaced, except `/dev/zero` and `/dev/null` right after a flag
-/// that only reads its file.
+/// that only reads its file; a flag that writes may not name a seed file.
 fn sanitize(argv: Vec<String>) -> Vec<String> {
+    // `--params` writes under `export` and reads under `run-graph`
+    let export = argv.first().is_some_and(|c| c == "export");
+    let writes = |f: &str| OUTPUT_FLAGS.contains(&f) && (f != "--params" || export);
     let mut out: Vec<String> = Vec::with_capacity(argv.len());
     for a in argv {
         let (flag, value) = match a.split_once('=') {
@@ -313,11 +722,26 @@ fn sanitize(argv: Vec<String>) -> Vec<String> {
         };
         let reader = match &flag {
             Some(f) => INPUT_FLAGS.contains(&f.as_str()),
-            None => out.last().is_some_and(|p| INPUT_FLAGS.contains(&p.as_str())),
+            None => out
+                .last()
+                .is_some_and(|p| INPUT_FLAGS.contains(&p.as_str())),
         };
-        let risky = value.contains('/') || value.contains("..") || value.contains('\0') || value.starts_with('~');
+        let risky = value.contains('/')
+            || value.contains("..")
+            || value.contains('\0')
+            || value.starts_with('~');
         let allowed = reader && (value == "/dev/zero" || value == "/dev/null");
-        let value = if risky && !allowed { "junk".to_string() } else { value };
+        let writer = match &flag {
+            Some(f) => writes(f),
+            None => out.last().is_some_and(|p| writes(p)),
+        };
+        let value = if risky && !allowed {
+            "junk".to_string()
+        } else if writer && SEED_FILES.contains(&value.as_str()) {
+            "o.bin".to_string()
+        } else {
+            value
+        };
         out.push(match flag {
             Some(f) => format!("{f}={value}"),
             None => value,
@@ -334,7 +758,12 @@ enum Ending {
     Timeout,
 }
 
-fn spawn(exe: &Path, dir: &Path, argv: &[String], timeout: Duration) -> Result<(Ending, String, f64), CliError> {
+fn spawn(
+    exe: &Path,
+    dir: &Path,
+    argv: &[String],
+    timeout: Duration,
+) -> Result<(Ending, String, f64), CliError> {
     let err_path = dir.join(".stderr");
     let err = std::fs::File::create(&err_path)
         .map_err(|e| CliError::runtime(format!("{}: {e}", err_path.display())))?;
@@ -392,14 +821,22 @@ fn spawn(exe: &Path, dir: &Path, argv: &[String], timeout: Duration) -> Result<(
         }
     };
     let stderr = std::fs::read(&err_path).unwrap_or_default();
-    Ok((ending, String::from_utf8_lossy(&stderr).into_owned(), start.elapsed().as_secs_f64()))
+    Ok((
+        ending,
+        String::from_utf8_lossy(&stderr).into_owned(),
+        start.elapsed().as_secs_f64(),
+    ))
 }
 
 fn quote(argv: &[String]) -> String {
     argv.iter()
         .map(|a| {
             let short: String = a.chars().take(60).collect();
-            let short = if short.len() < a.len() { format!("{short}…({} chars)", a.chars().count()) } else { short };
+            let short = if short.len() < a.len() {
+                format!("{short}…({} chars)", a.chars().count())
+            } else {
+                short
+            };
             if short.is_empty() || short.contains([' ', '"', '\'', '\t']) {
                 format!("{short:?}")
             } else {
@@ -425,7 +862,10 @@ fn flags(a: &Args, timeout: Duration) -> CliResult {
     for i in 0..seeds + a.iterations {
         // the seed command lines first, unmutated
         let argv: Vec<String> = if i < seeds {
-            flag_seeds()[i as usize].iter().map(|s| s.to_string()).collect()
+            flag_seeds()[i as usize]
+                .iter()
+                .map(|s| s.to_string())
+                .collect()
         } else {
             mutate_argv(&mut Rng::for_input(a.seed, i - seeds))
         };
@@ -441,15 +881,28 @@ fn flags(a: &Args, timeout: Duration) -> CliResult {
                 timeouts.push(quote(&argv));
                 None
             }
-            e => Some(format!("{e:?}: torchlean {}\n    {}", quote(&argv), stderr.lines().last().unwrap_or(""))),
+            e => Some(format!(
+                "{e:?}: torchlean {}\n    {}",
+                quote(&argv),
+                stderr.lines().last().unwrap_or("")
+            )),
         };
         if i < seeds && ending != Ending::Exit(0) {
-            findings.push(format!("seed command line failed ({ending:?}): torchlean {}\n    {}", quote(&argv), stderr.trim()));
+            findings.push(format!(
+                "seed command line failed ({ending:?}): torchlean {}\n    {}",
+                quote(&argv),
+                stderr.trim()
+            ));
         } else if let Some(f) = finding {
             findings.push(f);
         }
         if a.progress > 0 && (i + 1) % a.progress == 0 {
-            eprintln!("  flags: {} runs, {:.1}/s, findings {}", i + 1, (i + 1) as f64 / start.elapsed().as_secs_f64(), findings.len());
+            eprintln!(
+                "  flags: {} runs, {:.1}/s, findings {}",
+                i + 1,
+                (i + 1) as f64 / start.elapsed().as_secs_f64(),
+                findings.len()
+            );
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
@@ -473,7 +926,10 @@ fn flags(a: &Args, timeout: Duration) -> CliResult {
     }
     if !findings.is_empty() {
         let _ = std::fs::create_dir_all(&a.findings);
-        let _ = std::fs::write(a.findings.join(format!("flags-{}.txt", a.seed)), findings.join("\n"));
+        let _ = std::fs::write(
+            a.findings.join(format!("flags-{}.txt", a.seed)),
+            findings.join("\n"),
+        );
         return Err(CliError::runtime(format!("{} finding(s)", findings.len())));
     }
     Ok(())

@@ -377,7 +377,15 @@ struct Current {
     done: AtomicBool,
 }
 
-fn save(dir: &Path, format: Format, seed: u64, iteration: u64, o: Outcome, input: &[u8], msg: &str) -> Option<PathBuf> {
+fn save(
+    dir: &Path,
+    format: Format,
+    seed: u64,
+    iteration: u64,
+    o: Outcome,
+    input: &[u8],
+    msg: &str,
+) -> Option<PathBuf> {
     std::fs::create_dir_all(dir).ok()?;
     let stem = format!("{}-{seed}-{iteration}-{}", format.name(), o.name());
     let bin = dir.join(format!("{stem}.bin"));
@@ -425,7 +433,15 @@ pub fn run_campaign(c: &Campaign, mut progress: impl FnMut(&Report)) -> crate::R
                     let it = current.iteration.load(Ordering::Relaxed);
                     let input = current.input.lock().map(|g| g.clone()).unwrap_or_default();
                     let saved = dir.as_ref().and_then(|d| {
-                        save(d, format, seed, it, Outcome::Slow, &input, "hang: killed by the watchdog")
+                        save(
+                            d,
+                            format,
+                            seed,
+                            it,
+                            Outcome::Slow,
+                            &input,
+                            "hang: killed by the watchdog",
+                        )
                     });
                     eprintln!(
                         "fuzz {}: HANG: input {it} has run for more than {:?}; saved to {:?}",
@@ -534,7 +550,9 @@ mod tests {
     #[test]
     fn error_classes_are_variant_paths() {
         assert_eq!(
-            error_class(r#"InFile { path: "x", source: ShapeMismatch { node: 3, reason: "the inferred shape is [2]" } }"#),
+            error_class(
+                r#"InFile { path: "x", source: ShapeMismatch { node: 3, reason: "the inferred shape is [2]" } }"#
+            ),
             "InFile/ShapeMismatch: the inferred shape is [#]"
         );
         assert_eq!(error_class(r#"Other("x")"#), "Other: x");

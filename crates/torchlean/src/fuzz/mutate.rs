@@ -16,7 +16,9 @@ impl Rng {
     /// The generator of input `iteration` of a campaign seeded `seed` (independent of every
     /// other input, so one input is reproduced without replaying the ones before it).
     pub fn for_input(seed: u64, iteration: u64) -> Rng {
-        Rng(splitmix64(seed ^ splitmix64(iteration.wrapping_add(0x5eed))))
+        Rng(splitmix64(
+            seed ^ splitmix64(iteration.wrapping_add(0x5eed)),
+        ))
     }
 
     pub fn next_u64(&mut self) -> u64 {
@@ -149,9 +151,7 @@ pub fn interesting_value(rng: &mut Rng, strings: &[&str]) -> Value {
             2 => Value::Array(vec![]),
             _ => Value::Object(Map::new()),
         },
-        8 => Value::String(
-            ["NaN", "inf", "-inf", "1e400", "0", "-1"][rng.below(6)].to_string(),
-        ),
+        8 => Value::String(["NaN", "inf", "-inf", "1e400", "0", "-1"][rng.below(6)].to_string()),
         _ => Value::Number((rng.below(10) as u64).into()),
     }
 }
@@ -244,7 +244,9 @@ pub fn nth_mut(v: &mut Value, n: usize) -> Option<&mut Value> {
 pub fn random_subtree(v: &Value, rng: &mut Rng) -> Value {
     let mut copy = v.clone();
     let n = rng.below(count(v));
-    nth_mut(&mut copy, n).map(|x| x.clone()).unwrap_or(Value::Null)
+    nth_mut(&mut copy, n)
+        .map(|x| x.clone())
+        .unwrap_or(Value::Null)
 }
 
 /// One structure-aware mutation of a random node of `doc`: numbers to extremes, strings from
@@ -289,7 +291,10 @@ pub fn mutate_json(doc: &mut Value, rng: &mut Rng, strings: &[&str], keys: &[&st
                 }
                 2 => {
                     let v = num.as_u64().unwrap_or(1);
-                    Value::Number(v.wrapping_mul(*rng.pick(&[2u64, 4, 1 << 16, 1 << 31, 1 << 32])).into())
+                    Value::Number(
+                        v.wrapping_mul(*rng.pick(&[2u64, 4, 1 << 16, 1 << 31, 1 << 32]))
+                            .into(),
+                    )
                 }
                 _ => interesting_value(rng, strings),
             }
@@ -433,8 +438,16 @@ pub fn mutate_json_text(text: &mut Vec<u8>, rng: &mut Rng, keys: &[&str]) {
                 return;
             }
             let at = *rng.pick(&quotes) + 1;
-            let s = ["\\u0000", "\\ud800", "\\uDFFF", "\\\\", "\\\"", "\\x", "\u{1F600}", "\\u00e9"]
-                [rng.below(8)];
+            let s = [
+                "\\u0000",
+                "\\ud800",
+                "\\uDFFF",
+                "\\\\",
+                "\\\"",
+                "\\x",
+                "\u{1F600}",
+                "\\u00e9",
+            ][rng.below(8)];
             text.splice(at..at, s.bytes());
         }
         _ => mutate_bytes(text, rng, 1),
@@ -458,13 +471,21 @@ pub fn mutate_bytes(data: &mut Vec<u8>, rng: &mut Rng, rounds: usize) {
             2 if len >= 4 => {
                 let i = rng.below(len - 3);
                 let v = interesting_u64(rng) as u32;
-                let b = if rng.one_in(2) { v.to_le_bytes() } else { v.to_be_bytes() };
+                let b = if rng.one_in(2) {
+                    v.to_le_bytes()
+                } else {
+                    v.to_be_bytes()
+                };
                 data[i..i + 4].copy_from_slice(&b);
             }
             3 if len >= 8 => {
                 let i = rng.below(len - 7);
                 let v = interesting_u64(rng);
-                let b = if rng.one_in(2) { v.to_le_bytes() } else { v.to_be_bytes() };
+                let b = if rng.one_in(2) {
+                    v.to_le_bytes()
+                } else {
+                    v.to_be_bytes()
+                };
                 data[i..i + 8].copy_from_slice(&b);
             }
             4 => {
@@ -488,7 +509,11 @@ pub fn mutate_bytes(data: &mut Vec<u8>, rng: &mut Rng, rounds: usize) {
             7 => data.truncate(rng.below(len + 1)),
             8 => {
                 let n = rng.range(1, 4096);
-                let fill = if rng.one_in(2) { 0 } else { rng.next_u64() as u8 };
+                let fill = if rng.one_in(2) {
+                    0
+                } else {
+                    rng.next_u64() as u8
+                };
                 data.extend(std::iter::repeat_n(fill, n));
             }
             9 if len > 1 => {
@@ -507,7 +532,11 @@ pub fn mutate_bytes(data: &mut Vec<u8>, rng: &mut Rng, rounds: usize) {
 /// Plain random bytes (sometimes starting with a format's magic `prefix`).
 pub fn random_bytes(rng: &mut Rng, prefix: &[u8]) -> Vec<u8> {
     let n = rng.range(0, 512);
-    let mut v: Vec<u8> = if rng.one_in(2) { prefix.to_vec() } else { Vec::new() };
+    let mut v: Vec<u8> = if rng.one_in(2) {
+        prefix.to_vec()
+    } else {
+        Vec::new()
+    };
     v.extend((0..n).map(|_| rng.next_u64() as u8));
     v
 }
@@ -548,8 +577,14 @@ mod tests {
     fn inputs_are_reproducible_and_independent() {
         let a: Vec<u64> = (0..4).map(|_| Rng::for_input(7, 3).next_u64()).collect();
         assert!(a.windows(2).all(|w| w[0] == w[1]));
-        assert_ne!(Rng::for_input(7, 3).next_u64(), Rng::for_input(7, 4).next_u64());
-        assert_ne!(Rng::for_input(7, 3).next_u64(), Rng::for_input(8, 3).next_u64());
+        assert_ne!(
+            Rng::for_input(7, 3).next_u64(),
+            Rng::for_input(7, 4).next_u64()
+        );
+        assert_ne!(
+            Rng::for_input(7, 3).next_u64(),
+            Rng::for_input(8, 3).next_u64()
+        );
     }
 
     #[test]

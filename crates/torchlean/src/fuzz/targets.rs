@@ -9,8 +9,8 @@ use super::{Executed, Format, Refusal};
 use crate::backend::BackendProfile;
 use crate::data::{parse_csv, parse_idx, parse_npy, CsvOptions, Header, LabelColumn};
 use crate::graph::{
-    append_backward, AttentionMask, Conv2dGeometry, ConvTranspose2dGeometry, Graph, NodeKind,
-    Op, OpKind, OutputDecl, Pool2dGeometry, ValueDecl, SEED,
+    append_backward, AttentionMask, Conv2dGeometry, ConvTranspose2dGeometry, Graph, NodeKind, Op,
+    OpKind, OutputDecl, Pool2dGeometry, ValueDecl, SEED,
 };
 use crate::nn::{Activation, Adam, AdamW, Mlp, Module, Optimizer, Sgd};
 use crate::runtime::compiled::CompiledGraph;
@@ -197,7 +197,9 @@ fn values(shape: &[usize]) -> Res<Tensor> {
 fn ramp(shape: &[usize], scale: f32) -> Res<Tensor> {
     let n = crate::spec::checked_numel(shape).unwrap_or(0);
     Tensor::from_vec(
-        (0..n).map(|i| ((i * 7) % 11) as f32 * scale - 0.5).collect(),
+        (0..n)
+            .map(|i| ((i * 7) % 11) as f32 * scale - 0.5)
+            .collect(),
         shape,
     )
 }
@@ -392,9 +394,9 @@ fn user_names(mut g: Graph) -> Graph {
     g.outputs.iter_mut().for_each(|o| rename(&mut o.name));
     for n in &mut g.nodes {
         match &mut n.kind {
-            NodeKind::Input { name } | NodeKind::Parameter { name } | NodeKind::Constant { name } => {
-                rename(name)
-            }
+            NodeKind::Input { name }
+            | NodeKind::Parameter { name }
+            | NodeKind::Constant { name } => rename(name),
             _ => {}
         }
     }
@@ -411,15 +413,12 @@ fn mlp_graph_seeds() -> Res<Vec<Graph>> {
             .into_iter()
             .map(|(n, t)| (n, t.clone()))
             .collect();
-        let captured = crate::runtime::capture::capture(
-            &[("x".into(), x), ("y".into(), y)],
-            &params,
-            |xs| {
+        let captured =
+            crate::runtime::capture::capture(&[("x".into(), x), ("y".into(), y)], &params, |xs| {
                 let p = model.forward(&xs[0])?;
                 let loss = p.mse_loss(&xs[1])?;
                 Ok(vec![("prediction".into(), p), ("loss".into(), loss)])
-            },
-        )?;
+            })?;
         let mut backward = captured.graph.clone();
         append_backward(&mut backward, "loss", None)
             .map_err(|e| crate::Error::Other(e.to_string()))?;
@@ -509,11 +508,48 @@ fn set(v: &mut Value, path: &[&str], new: Value) {
 }
 
 const GRAPH_KEYS: &[&str] = &[
-    "format", "inputs", "parameters", "nodes", "outputs", "name", "shape", "id", "kind", "op",
-    "input", "parents", "dtype", "node", "axis", "axes", "keepdim", "eps", "factor", "value",
-    "min", "max", "exponent", "seed", "keep", "start", "end", "stride", "padding", "dilation",
-    "groups", "output_padding", "kernel", "geometry", "count_include_pad", "beta", "modes",
-    "scale", "causal", "mask", "ops", "channel_axis",
+    "format",
+    "inputs",
+    "parameters",
+    "nodes",
+    "outputs",
+    "name",
+    "shape",
+    "id",
+    "kind",
+    "op",
+    "input",
+    "parents",
+    "dtype",
+    "node",
+    "axis",
+    "axes",
+    "keepdim",
+    "eps",
+    "factor",
+    "value",
+    "min",
+    "max",
+    "exponent",
+    "seed",
+    "keep",
+    "start",
+    "end",
+    "stride",
+    "padding",
+    "dilation",
+    "groups",
+    "output_padding",
+    "kernel",
+    "geometry",
+    "count_include_pad",
+    "beta",
+    "modes",
+    "scale",
+    "causal",
+    "mask",
+    "ops",
+    "channel_axis",
 ];
 
 /// The graph mutator: JSON mutations of any value, plus graph-aware ones (ops replaced by
@@ -556,7 +592,11 @@ fn mutate_graph(seed: &[u8], seeds: &[Vec<u8>], rng: &mut Rng) -> Vec<u8> {
                         }
                     })
                     .collect();
-                set(&mut doc, &["nodes", &i.to_string(), "parents"], Value::Array(parents));
+                set(
+                    &mut doc,
+                    &["nodes", &i.to_string(), "parents"],
+                    Value::Array(parents),
+                );
             }
             3 if nodes > 1 => {
                 let (i, j) = (rng.below(nodes), rng.below(nodes));
@@ -637,10 +677,13 @@ fn runnable(g: &Graph) -> bool {
     if g.nodes.len() > RUN_NODES {
         return false;
     }
+    // the fuzzer supplies a value for every declaration, used or not
     let total: usize = g
         .nodes
         .iter()
-        .map(|n| crate::spec::checked_numel(&n.shape).unwrap_or(usize::MAX))
+        .map(|n| &n.shape)
+        .chain(g.inputs.iter().chain(&g.parameters).map(|d| &d.shape))
+        .map(|s| crate::spec::checked_numel(s).unwrap_or(usize::MAX))
         .fold(0usize, |a, b| a.saturating_add(b));
     if total > RUN_ELEMENTS {
         return false;
@@ -676,11 +719,19 @@ fn execute_graph(input: &[u8]) -> Result<Executed, Refusal> {
     // an accepted graph writes back to the same text
     let text = match serde_json::to_string(&g) {
         Ok(t) => t,
-        Err(e) => return Ok(Executed::Invariant(format!("an accepted graph does not serialize: {e}"))),
+        Err(e) => {
+            return Ok(Executed::Invariant(format!(
+                "an accepted graph does not serialize: {e}"
+            )))
+        }
     };
     match Graph::from_json(text.as_bytes(), "round trip") {
         Ok(g2) if serde_json::to_string(&g2).ok().as_deref() == Some(text.as_str()) => {}
-        Ok(_) => return Ok(Executed::Invariant("the graph changes in a write/read round trip".into())),
+        Ok(_) => {
+            return Ok(Executed::Invariant(
+                "the graph changes in a write/read round trip".into(),
+            ))
+        }
         Err(e) => {
             return Ok(Executed::Invariant(format!(
                 "an accepted graph, written back, is refused: {e}"
@@ -843,7 +894,10 @@ fn fix_checksum(file: &[u8]) -> Option<Vec<u8>> {
     let st = safetensors::SafeTensors::deserialize(file).ok()?;
     let mut raw: BTreeMap<String, (Vec<usize>, Vec<u8>)> = BTreeMap::new();
     for (name, view) in st.iter() {
-        raw.insert(name.to_string(), (view.shape().to_vec(), view.data().to_vec()));
+        raw.insert(
+            name.to_string(),
+            (view.shape().to_vec(), view.data().to_vec()),
+        );
     }
     let sum = crate::nn::checkpoint::checksum(
         raw.iter()
@@ -862,8 +916,19 @@ fn fix_checksum(file: &[u8]) -> Option<Vec<u8>> {
 }
 
 const ST_KEYS: &[&str] = &[
-    "dtype", "shape", "data_offsets", "__metadata__", "format", "version", "step", "optim.kind",
-    "optim.step", "checksum.fnv1a64", "0.weight", "0.bias", "x",
+    "dtype",
+    "shape",
+    "data_offsets",
+    "__metadata__",
+    "format",
+    "version",
+    "step",
+    "optim.kind",
+    "optim.step",
+    "checksum.fnv1a64",
+    "0.weight",
+    "0.bias",
+    "x",
 ];
 
 /// A shape of the same element count as `shape` (another factorization), or an edge shape.
@@ -910,8 +975,8 @@ fn mutate_safetensors(seed: &[u8], rng: &mut Rng, checkpoint: bool) -> Vec<u8> {
         match rng.below(12) {
             0 => {
                 let d = [
-                    "F32", "F16", "BF16", "F64", "I64", "I32", "I16", "I8", "U8", "BOOL", "F8_E4M3",
-                    "U64", "f32", "", "C64",
+                    "F32", "F16", "BF16", "F64", "I64", "I32", "I16", "I8", "U8", "BOOL",
+                    "F8_E4M3", "U64", "f32", "", "C64",
                 ][rng.below(15)];
                 set(&mut header, &[&name, "dtype"], Value::String(d.into()));
             }
@@ -950,8 +1015,14 @@ fn mutate_safetensors(seed: &[u8], rng: &mut Rng, checkpoint: bool) -> Vec<u8> {
                 // a tensor under another name (duplicate entry, reserved names)
                 let e = header[&name].clone();
                 let new = [
-                    "__metadata__", "grad.x", "", "optim.adam.m.0.weight", "0.weight ", "é",
-                    "optim.", "x",
+                    "__metadata__",
+                    "grad.x",
+                    "",
+                    "optim.adam.m.0.weight",
+                    "0.weight ",
+                    "é",
+                    "optim.",
+                    "x",
                 ][rng.below(8)];
                 set(&mut header, &[new], e);
                 if rng.one_in(2) {
@@ -962,13 +1033,31 @@ fn mutate_safetensors(seed: &[u8], rng: &mut Rng, checkpoint: bool) -> Vec<u8> {
             }
             5 => {
                 let key = [
-                    "format", "version", "step", "optim.kind", "optim.step", "checksum.fnv1a64",
+                    "format",
+                    "version",
+                    "step",
+                    "optim.kind",
+                    "optim.step",
+                    "checksum.fnv1a64",
                     "producer",
                 ][rng.below(7)];
                 let v = [
-                    "", "-1", "18446744073709551616", "18446744073709551615", "abc", "adam",
-                    "sgd", "adamw", "rmsprop", "adagrad", "custom", "torchlean.checkpoint", "2",
-                    "0000000000000000", "1 ", "+5",
+                    "",
+                    "-1",
+                    "18446744073709551616",
+                    "18446744073709551615",
+                    "abc",
+                    "adam",
+                    "sgd",
+                    "adamw",
+                    "rmsprop",
+                    "adagrad",
+                    "custom",
+                    "torchlean.checkpoint",
+                    "2",
+                    "0000000000000000",
+                    "1 ",
+                    "+5",
                 ][rng.below(16)];
                 if rng.one_in(6) {
                     set(&mut header, &["__metadata__"], serde_json::json!({key: 1}));
@@ -1003,7 +1092,10 @@ fn mutate_safetensors(seed: &[u8], rng: &mut Rng, checkpoint: bool) -> Vec<u8> {
     }
     if rng.one_in(6) {
         // text-level header mutation (duplicate keys, wild numbers), length kept consistent
-        if let Some(n) = out.get(..8).map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])) as usize) {
+        if let Some(n) = out
+            .get(..8)
+            .map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])) as usize)
+        {
             if n.checked_add(8).is_some_and(|e| e <= out.len()) {
                 let mut h = out[8..8 + n].to_vec();
                 mutate_json_text(&mut h, rng, ST_KEYS);
@@ -1032,7 +1124,11 @@ fn execute_safetensors(input: &[u8]) -> Result<Executed, Refusal> {
     // an accepted file writes back and reads back to the same tensors
     let bytes = match encode(&tensors, &BTreeMap::new()) {
         Ok(b) => b,
-        Err(e) => return Ok(Executed::Invariant(format!("accepted tensors do not encode: {e}"))),
+        Err(e) => {
+            return Ok(Executed::Invariant(format!(
+                "accepted tensors do not encode: {e}"
+            )))
+        }
     };
     let back = match crate::tensor::io::parse_safetensors(Path::new("round trip"), &bytes) {
         Ok(b) => b,
@@ -1041,13 +1137,21 @@ fn execute_safetensors(input: &[u8]) -> Result<Executed, Refusal> {
     let key = |ts: &[(String, Tensor)]| {
         let mut v: Vec<(String, Vec<usize>, Vec<u32>)> = ts
             .iter()
-            .map(|(n, t)| (n.clone(), t.shape().to_vec(), t.data().iter().map(|x| x.to_bits()).collect()))
+            .map(|(n, t)| {
+                (
+                    n.clone(),
+                    t.shape().to_vec(),
+                    t.data().iter().map(|x| x.to_bits()).collect(),
+                )
+            })
             .collect();
         v.sort();
         v
     };
     if key(&tensors) != key(&back) {
-        return Ok(Executed::Invariant("tensors change in a write/read round trip".into()));
+        return Ok(Executed::Invariant(
+            "tensors change in a write/read round trip".into(),
+        ));
     }
     Ok(Executed::Accepted)
 }
@@ -1136,20 +1240,63 @@ fn npy_dict(descr: &str, fortran: &str, shape: &str) -> String {
 fn npy_seeds() -> Res<Vec<Vec<u8>>> {
     let dir = Scratch::new()?;
     let mut out = Vec::new();
-    for (k, shape) in [&[3usize, 4][..], &[5], &[2, 3, 2], &[1, 1]].iter().enumerate() {
+    for (k, shape) in [&[3usize, 4][..], &[5], &[2, 3, 2], &[1, 1]]
+        .iter()
+        .enumerate()
+    {
         let p = dir.0.join(format!("{k}.npy"));
         crate::data::save_npy(&p, &ramp(shape, 0.25)?)?;
         out.push(dir.read(&format!("{k}.npy"))?);
     }
-    let f8: Vec<u8> = (0..6).flat_map(|i| (i as f64 * 1.5).to_le_bytes()).collect();
-    out.push(npy_bytes(2, 0, &npy_dict("<f8", "False", "(2, 3)"), &f8, true));
-    let i4: Vec<u8> = (0..4).flat_map(|i| (i as i32 - 2).to_le_bytes()).collect();
-    out.push(npy_bytes(1, 0, &npy_dict("<i4", "False", "(4,)"), &i4, true));
-    let i8: Vec<u8> = (0..4).flat_map(|i| (i as i64 * 1000).to_le_bytes()).collect();
-    out.push(npy_bytes(3, 0, &npy_dict("<i8", "False", "(2, 2)"), &i8, true));
-    out.push(npy_bytes(1, 0, &npy_dict("|u1", "False", "(2, 4)"), &[0, 1, 2, 3, 250, 251, 252, 255], true));
-    out.push(npy_bytes(1, 0, &npy_dict("<f4", "False", "(0, 3)"), &[], true));
-    out.push(npy_bytes(1, 0, &npy_dict("<f4", "False", "()"), &1.5f32.to_le_bytes(), false));
+    let f8: Vec<u8> = (0..6)
+        .flat_map(|i| (i as f64 * 1.5).to_le_bytes())
+        .collect();
+    out.push(npy_bytes(
+        2,
+        0,
+        &npy_dict("<f8", "False", "(2, 3)"),
+        &f8,
+        true,
+    ));
+    let i4: Vec<u8> = (0..4i32).flat_map(|i| (i - 2).to_le_bytes()).collect();
+    out.push(npy_bytes(
+        1,
+        0,
+        &npy_dict("<i4", "False", "(4,)"),
+        &i4,
+        true,
+    ));
+    let i8: Vec<u8> = (0..4)
+        .flat_map(|i| (i as i64 * 1000).to_le_bytes())
+        .collect();
+    out.push(npy_bytes(
+        3,
+        0,
+        &npy_dict("<i8", "False", "(2, 2)"),
+        &i8,
+        true,
+    ));
+    out.push(npy_bytes(
+        1,
+        0,
+        &npy_dict("|u1", "False", "(2, 4)"),
+        &[0, 1, 2, 3, 250, 251, 252, 255],
+        true,
+    ));
+    out.push(npy_bytes(
+        1,
+        0,
+        &npy_dict("<f4", "False", "(0, 3)"),
+        &[],
+        true,
+    ));
+    out.push(npy_bytes(
+        1,
+        0,
+        &npy_dict("<f4", "False", "()"),
+        &1.5f32.to_le_bytes(),
+        false,
+    ));
     Ok(out)
 }
 
@@ -1173,13 +1320,17 @@ fn mutate_npy(seed: &[u8], rng: &mut Rng) -> Vec<u8> {
     };
     let mut descr = between("'descr': '", "'").unwrap_or_else(|| "<f4".into());
     let mut fortran = "False".to_string();
-    let mut shape = between("'shape': ", "), ").map(|s| s + ")").unwrap_or_else(|| "(1,)".into());
+    let mut shape = between("'shape': ", "), ")
+        .map(|s| s + ")")
+        .unwrap_or_else(|| "(1,)".into());
     let (mut major, mut minor) = (seed.get(6).copied().unwrap_or(1), 0u8);
     let hl = if major == 1 { 10 } else { 12 };
     let header_len = if major == 1 {
-        seed.get(8..10).map_or(0, |b| u16::from_le_bytes([b[0], b[1]]) as usize)
+        seed.get(8..10)
+            .map_or(0, |b| u16::from_le_bytes([b[0], b[1]]) as usize)
     } else {
-        seed.get(8..12).map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
+        seed.get(8..12)
+            .map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
     };
     let mut data = seed.get(hl + header_len..).unwrap_or_default().to_vec();
     let mut dict_edit: Option<u8> = None;
@@ -1204,7 +1355,9 @@ fn mutate_npy(seed: &[u8], rng: &mut Rng) -> Vec<u8> {
                     0 => vec![n.to_string()],
                     1 => vec!["1".into(), n.to_string(), "1".into()],
                     2 => vec![interesting_u64(rng).to_string(), "0".into()],
-                    3 => (0..rng.range(2, 5)).map(|_| interesting_u64(rng).to_string()).collect(),
+                    3 => (0..rng.range(2, 5))
+                        .map(|_| interesting_u64(rng).to_string())
+                        .collect(),
                     4 => vec!["-1".into(), n.to_string()],
                     _ => (0..rng.range(30, 36)).map(|_| "1".to_string()).collect(),
                 };
@@ -1217,8 +1370,19 @@ fn mutate_npy(seed: &[u8], rng: &mut Rng) -> Vec<u8> {
             }
             3 => {
                 shape = [
-                    "()", "(,)", "(1,,)", "(", ")", "(3L,)", "(1.5,)", "(0x10,)", "(-0,)",
-                    "(18446744073709551616,)", "(   4   ,   )", "((2,),)", "(2, 'a')",
+                    "()",
+                    "(,)",
+                    "(1,,)",
+                    "(",
+                    ")",
+                    "(3L,)",
+                    "(1.5,)",
+                    "(0x10,)",
+                    "(-0,)",
+                    "(18446744073709551616,)",
+                    "(   4   ,   )",
+                    "((2,),)",
+                    "(2, 'a')",
                 ][rng.below(13)]
                 .into()
             }
@@ -1306,11 +1470,20 @@ fn idx_seeds() -> Res<Vec<Vec<u8>>> {
     crate::data::write_idx(dir.0.join("c.idx"), &labels, true)?;
     out.push(dir.read("c.idx")?);
     out.push(idx_bytes(0x09, 1, &[4], &[0, 1, 0x80, 0xff]));
-    let i16s: Vec<u8> = [-3i16, 0, 300, 32767].iter().flat_map(|v| v.to_be_bytes()).collect();
+    let i16s: Vec<u8> = [-3i16, 0, 300, 32767]
+        .iter()
+        .flat_map(|v| v.to_be_bytes())
+        .collect();
     out.push(idx_bytes(0x0B, 2, &[2, 2], &i16s));
-    let i32s: Vec<u8> = [-3i32, 0, 70000].iter().flat_map(|v| v.to_be_bytes()).collect();
+    let i32s: Vec<u8> = [-3i32, 0, 70000]
+        .iter()
+        .flat_map(|v| v.to_be_bytes())
+        .collect();
     out.push(idx_bytes(0x0C, 1, &[3], &i32s));
-    let f64s: Vec<u8> = [0.5f64, -2.0].iter().flat_map(|v| v.to_be_bytes()).collect();
+    let f64s: Vec<u8> = [0.5f64, -2.0]
+        .iter()
+        .flat_map(|v| v.to_be_bytes())
+        .collect();
     out.push(idx_bytes(0x0E, 2, &[1, 2], &f64s));
     Ok(out)
 }
@@ -1455,17 +1628,58 @@ fn csv_seeds() -> Vec<Vec<u8>> {
         "{CSV_DIRECTIVE}header=present label=name:y delimiter=;\nx1;y;x2\n{}",
         body(3, 5, ";")
     ));
-    out.push(format!("{CSV_DIRECTIVE}label=first delimiter=\t\n{}", body(5, 4, "\t")));
+    out.push(format!(
+        "{CSV_DIRECTIVE}label=first delimiter=\t\n{}",
+        body(5, 4, "\t")
+    ));
     out.push("\"f1\",\"f2\",\"class\"\r\n\"1.5\",\" -2e3 \",\"1\"\r\n\r\n4,5e-3,0\r\n".to_string());
-    out.push(format!("{CSV_DIRECTIVE}header=absent label=0\n{}", body(2, 3, ",")));
+    out.push(format!(
+        "{CSV_DIRECTIVE}header=absent label=0\n{}",
+        body(2, 3, ",")
+    ));
     out.into_iter().map(String::into_bytes).collect()
 }
 
 const CSV_FIELDS: &[&str] = &[
-    "", "nan", "NaN", "inf", "-inf", "infinity", "1e39", "-1e39", "3.4028236e38", "1e-46",
-    "-0", "0x10", "1_0", "\u{663}", "\u{2212}1", "\"1\"", "\"1", "1\"", "'1'", " 1 ", "1e", "e5",
-    "+5", ".5", "5.", "1,5", "50000000", "1e9", "4294967296", "-1", "0.5", "label", "x", "\u{feff}1",
-    "\"\"", "\"a,b\"", "1;2", "\t", "9999999999999999999999999999999999999999",
+    "",
+    "nan",
+    "NaN",
+    "inf",
+    "-inf",
+    "infinity",
+    "1e39",
+    "-1e39",
+    "3.4028236e38",
+    "1e-46",
+    "-0",
+    "0x10",
+    "1_0",
+    "\u{663}",
+    "\u{2212}1",
+    "\"1\"",
+    "\"1",
+    "1\"",
+    "'1'",
+    " 1 ",
+    "1e",
+    "e5",
+    "+5",
+    ".5",
+    "5.",
+    "1,5",
+    "50000000",
+    "1e9",
+    "4294967296",
+    "-1",
+    "0.5",
+    "label",
+    "x",
+    "\u{feff}1",
+    "\"\"",
+    "\"a,b\"",
+    "1;2",
+    "\t",
+    "9999999999999999999999999999999999999999",
 ];
 
 /// CSV mutations: fields replaced (non-finite, huge, malformed, quoted, unicode), rows made
@@ -1537,9 +1751,7 @@ fn mutate_csv(seed: &[u8], rng: &mut Rng) -> Vec<u8> {
                 let o = rng.below(rows.len());
                 rows.swap(r, o);
             }
-            9 => {
-                out_sep = [",", ";", "\t", " ", "|", ",,", "\u{e9}", ""][rng.below(8)].to_string()
-            }
+            9 => out_sep = [",", ";", "\t", " ", "|", ",,", "\u{e9}", ""][rng.below(8)].to_string(),
             10 => eol = ["\n", "\r\n", "\r", "\n\n", "\n \n"][rng.below(5)].to_string(),
             11 => bom = !bom,
             12 => {
@@ -1555,9 +1767,13 @@ fn mutate_csv(seed: &[u8], rng: &mut Rng) -> Vec<u8> {
                     1 => "last".to_string(),
                     2 => interesting_u64(rng).to_string(),
                     3 => rng.below(6).to_string(),
-                    _ => format!("name:{}", rng.pick(&["label", "y", "a", "", "class", "nope"])),
+                    _ => format!(
+                        "name:{}",
+                        rng.pick(&["label", "y", "a", "", "class", "nope"])
+                    ),
                 };
-                let delim = [",", ";", "\t", " ", "|", "\"", "\u{e9}", "1", "-", ".", "e"][rng.below(11)];
+                let delim =
+                    [",", ";", "\t", " ", "|", "\"", "\u{e9}", "1", "-", ".", "e"][rng.below(11)];
                 directive = Some(format!("header={header} label={label} delimiter={delim}"));
             }
         }
@@ -1585,7 +1801,10 @@ fn execute_csv(input: &[u8]) -> Result<Executed, Refusal> {
     let text = std::str::from_utf8(input).map_err(Refusal::of)?;
     let (options, body) = csv_options(text);
     let ds = parse_csv(body, "fuzz.csv", &options).map_err(Refusal::of)?;
-    let (f, t) = (ds.features().map_err(Refusal::of)?, ds.targets().map_err(Refusal::of)?);
+    let (f, t) = (
+        ds.features().map_err(Refusal::of)?,
+        ds.targets().map_err(Refusal::of)?,
+    );
     let width: usize = ds.feature_shape().iter().product();
     if f.numel() != ds.len() * width || t.numel() != ds.len() || ds.is_empty() {
         return Ok(Executed::Invariant(format!(
@@ -1606,7 +1825,9 @@ fn execute_csv(input: &[u8]) -> Result<Executed, Refusal> {
     let shuffled = ds.shuffled(fnv(input));
     let split = ds.split(ds.len() / 2);
     if let Err(e) = shuffled.and(split) {
-        return Ok(Executed::Invariant(format!("an accepted dataset cannot be split: {e}")));
+        return Ok(Executed::Invariant(format!(
+            "an accepted dataset cannot be split: {e}"
+        )));
     }
     Ok(Executed::Accepted)
 }
