@@ -93,6 +93,9 @@ enum Command {
     Fno1d(commands::examples::fno1d::Args),
     /// Train a GRU or LSTM sequence regressor.
     Rnn(commands::examples::rnn::Args),
+    /// Fuzz the untrusted inputs: graph, safetensors, checkpoint, npy, idx and csv files
+    /// in-process, or the command line's flags (exit 1 when something was found).
+    Fuzz(commands::fuzz::Args),
 }
 
 /// Restores the default action of SIGPIPE (terminate quietly), which the Rust runtime sets to
@@ -129,6 +132,7 @@ fn main() -> ExitCode {
         Command::Autoencoder(a) => commands::examples::autoencoder::run_cmd(a),
         Command::Fno1d(a) => commands::examples::fno1d::run_cmd(a),
         Command::Rnn(a) => commands::examples::rnn::run_cmd(a),
+        Command::Fuzz(a) => commands::fuzz::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

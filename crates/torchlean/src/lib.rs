@@ -12,6 +12,7 @@ pub mod backend;
 pub mod data;
 pub mod error;
 pub mod files;
+pub mod fuzz;
 pub mod graph;
 pub mod nn;
 pub mod providers;

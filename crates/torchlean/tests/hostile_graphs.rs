@@ -135,6 +135,19 @@ fn hostile_edits() -> Vec<(&'static str, Edit, &'static str)> {
             "unknown field `dim` of op `tanh`",
         ),
         (
+            "f32 payload beyond the f32 range",
+            Box::new(|g| {
+                let n = g["nodes"]
+                    .as_array_mut()
+                    .unwrap()
+                    .iter_mut()
+                    .find(|n| n["kind"] == "vjp")
+                    .unwrap();
+                n["op"] = json!({"op": "scale", "factor": -1e308});
+            }),
+            "field `factor` of op `scale`: -1e+308 is outside the range of f32",
+        ),
+        (
             "vjp node's op",
             Box::new(|g| {
                 let n = g["nodes"]
@@ -236,7 +249,7 @@ fn graph_load_refuses_devices_unknown_fields_and_invalid_graphs() {
 // docs/ir-schema.json
 // ---------------------------------------------------------------------------------------
 
-/// The subset of JSON Schema that docs/ir-schema.json uses: type, const, enum, minimum,
+/// The subset of JSON Schema that docs/ir-schema.json uses: type, const, enum, minimum, maximum,
 /// minItems, maxItems, items, properties, required, additionalProperties (false), oneOf,
 /// local $ref. Returns the first violation.
 fn check(schema: &Value, root: &Value, v: &Value, at: &str) -> Result<(), String> {
@@ -282,6 +295,11 @@ fn check(schema: &Value, root: &Value, v: &Value, at: &str) -> Result<(), String
     if let Some(m) = s.get("minimum").and_then(Value::as_f64) {
         if v.as_f64().is_some_and(|x| x < m) {
             return Err(format!("{at}: {v} < {m}"));
+        }
+    }
+    if let Some(m) = s.get("maximum").and_then(Value::as_f64) {
+        if v.as_f64().is_some_and(|x| x > m) {
+            return Err(format!("{at}: {v} > {m}"));
         }
     }
     if let Value::Array(items) = v {
@@ -452,4 +470,44 @@ fn exported_and_derived_graphs_satisfy_the_schema() {
         edit(&mut g);
         assert!(ok(&g).is_err(), "{what}: the schema accepts it");
     }
+}
+
+/// An f32 payload beyond the f32 range (found by the fuzzer: `"value": -1e308`) used to be
+/// accepted as an infinity, which the writer turns into `null`, so the accepted graph could
+/// not be read back; it is refused with the field's path, also inside fused ops. The largest
+/// f32 is accepted, and a graph read is written back to text that reads again.
+#[test]
+fn f32_payloads_beyond_the_f32_range_are_refused() {
+    let with_op = |op: Value| {
+        let mut g = sample();
+        first_op(&mut g)["op"] = op;
+        parse(&g)
+    };
+    for (op, field) in [
+        (
+            json!({"op": "add_scalar", "value": -1e308}),
+            "`value` of op `add_scalar`",
+        ),
+        (
+            json!({"op": "scale", "factor": 1e39}),
+            "`factor` of op `scale`",
+        ),
+        (
+            json!({"op": "clamp", "min": -1.0, "max": 3.5e38}),
+            "`max` of op `clamp`",
+        ),
+        (
+            json!({"op": "fused_unary", "ops": [{"op": "tanh"}, {"op": "pow", "exponent": 1e300}]}),
+            "`ops.1.exponent` of op `fused_unary`",
+        ),
+    ] {
+        let e = with_op(op.clone()).expect_err(&op.to_string());
+        assert!(
+            e.contains(field) && e.contains("outside the range of f32"),
+            "{e}"
+        );
+    }
+    let g = with_op(json!({"op": "scale", "factor": 3.4028234663852886e38})).unwrap();
+    let text = serde_json::to_string(&g).unwrap();
+    assert_eq!(serde_json::from_str::<Graph>(&text).unwrap(), g);
 }

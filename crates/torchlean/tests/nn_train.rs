@@ -389,3 +389,20 @@ fn a_refused_op_is_refused_before_any_kernel_runs() {
     );
     assert_eq!(t.step(), 0);
 }
+
+/// The quickstart loop reserved its loss history for every requested step up front: `--steps
+/// 4294967296` aborted the process on a 16 GiB allocation (and 2^62 steps overflowed the
+/// capacity) before the first step. Found by the flags fuzzer; now the history grows as steps
+/// run, so a failing first step is an ordinary error.
+#[test]
+fn a_huge_step_count_reserves_nothing_up_front() {
+    support::checked_cpu_default();
+    let data = torchlean::nn::tasks::SyntheticRegression::new(64, 0).unwrap();
+    // a model whose input width does not match the data: the first step fails
+    let mut model = Mlp::new(&[3, 4, 1], Activation::Tanh, 0).unwrap();
+    let mut opt = Adam::new(0.01).unwrap();
+    let e =
+        torchlean::nn::train::train_regression(&mut model, &mut opt, &data, 1 << 62, 8, 1, |_| {})
+            .unwrap_err();
+    assert!(matches!(e, Error::Op(_)), "{e:?}");
+}

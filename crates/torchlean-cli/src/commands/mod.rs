@@ -1,6 +1,7 @@
 pub mod bench;
 pub mod capsules;
 pub mod examples;
+pub mod fuzz;
 pub mod graph_files;
 pub mod ops;
 pub mod plan;

@@ -181,6 +181,41 @@ fn unknown_key(given: &serde_json::Value, canonical: &serde_json::Value) -> Opti
     }
 }
 
+/// The first number of `given` that its op's f32 payload could not hold: a finite JSON
+/// number beyond the f32 range (`1e39`, `-1e308`) converts to an infinity, which the writer
+/// turns into `null` (so the graph could not be read back) and the kernels would run with.
+/// JSON has no literal for a non-finite number, so every finite payload is representable.
+fn overflowed_key(
+    given: &serde_json::Value,
+    canonical: &serde_json::Value,
+) -> Option<(String, serde_json::Number)> {
+    use serde_json::Value;
+    match (given, canonical) {
+        (Value::Number(n), Value::Null) => Some((String::new(), n.clone())),
+        (Value::Object(g), Value::Object(c)) => g.iter().find_map(|(k, v)| {
+            let (inner, n) = overflowed_key(v, c.get(k)?)?;
+            let path = if inner.is_empty() {
+                k.clone()
+            } else {
+                format!("{k}.{inner}")
+            };
+            Some((path, n))
+        }),
+        (Value::Array(g), Value::Array(c)) => {
+            g.iter().zip(c).enumerate().find_map(|(i, (gv, cv))| {
+                let (inner, n) = overflowed_key(gv, cv)?;
+                let path = if inner.is_empty() {
+                    i.to_string()
+                } else {
+                    format!("{i}.{inner}")
+                };
+                Some((path, n))
+            })
+        }
+        _ => None,
+    }
+}
+
 impl<'de> Deserialize<'de> for StrictOp {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         use serde::de::Error as _;
@@ -190,6 +225,12 @@ impl<'de> Deserialize<'de> for StrictOp {
         if let Some(key) = unknown_key(&given, &canonical) {
             return Err(D::Error::custom(format!(
                 "unknown field `{key}` of op `{}`",
+                op.name()
+            )));
+        }
+        if let Some((key, value)) = overflowed_key(&given, &canonical) {
+            return Err(D::Error::custom(format!(
+                "field `{key}` of op `{}`: {value} is outside the range of f32 (it would become an infinity)",
                 op.name()
             )));
         }
@@ -502,24 +543,31 @@ impl Graph {
     }
 
     /// Reads an untrusted graph file: at most [`MAX_GRAPH_BYTES`] (devices refused, pipes
-    /// read up to the limit: [`crate::files::read_capped`]), parsed strictly (unknown fields
-    /// anywhere are refused), validated ([`Graph::validate`]) and checked for reserved names
-    /// ([`Graph::check_user_names`]) before it is returned. Every error names the file.
+    /// read up to the limit: [`crate::files::read_capped`]), then [`Graph::from_json`].
+    /// Every error names the file.
     pub fn load(path: impl AsRef<std::path::Path>) -> Result<Graph, GraphError> {
         let path = path.as_ref();
-        let file = |reason: String| GraphError::File {
-            path: path.display().to_string(),
-            reason,
-        };
-        let bytes = crate::files::read_capped(path, MAX_GRAPH_BYTES)
-            .map_err(|e| file(format!("graph file: {e}")))?;
-        let graph: Graph = serde_json::from_slice(&bytes)
-            .map_err(|e| file(format!("not a {FORMAT} graph: {e}")))?;
+        let bytes =
+            crate::files::read_capped(path, MAX_GRAPH_BYTES).map_err(|e| GraphError::File {
+                path: path.display().to_string(),
+                reason: format!("graph file: {e}"),
+            })?;
+        Graph::from_json(&bytes, &path.display().to_string())
+    }
+
+    /// Reads untrusted graph bytes (`name` names the source in errors): parsed strictly
+    /// (unknown fields anywhere are refused), validated ([`Graph::validate`]) and checked for
+    /// reserved names ([`Graph::check_user_names`]) before it is returned.
+    pub fn from_json(bytes: &[u8], name: &str) -> Result<Graph, GraphError> {
+        let graph: Graph = serde_json::from_slice(bytes).map_err(|e| GraphError::File {
+            path: name.to_string(),
+            reason: format!("not a {FORMAT} graph: {e}"),
+        })?;
         graph
             .validate()
             .and_then(|()| graph.check_user_names())
             .map_err(|e| GraphError::InFile {
-                path: path.display().to_string(),
+                path: name.to_string(),
                 source: Box::new(e),
             })?;
         Ok(graph)

@@ -27,7 +27,7 @@ const KEY_VERSION: &str = "version";
 const KEY_STEP: &str = "step";
 const KEY_OPTIM: &str = "optim.kind";
 const KEY_OPTIM_STEP: &str = "optim.step";
-const KEY_CHECKSUM: &str = "checksum.fnv1a64";
+pub(crate) const KEY_CHECKSUM: &str = "checksum.fnv1a64";
 
 /// What a loaded checkpoint said about itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,7 +41,7 @@ pub struct CheckpointInfo {
 }
 
 /// FNV-1a over the names, shapes and bytes of tensors in name order.
-fn checksum<'a>(tensors: impl Iterator<Item = (&'a str, &'a [usize], &'a [u8])>) -> u64 {
+pub(crate) fn checksum<'a>(tensors: impl Iterator<Item = (&'a str, &'a [usize], &'a [u8])>) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     let mut feed = |bytes: &[u8]| {
         for &b in bytes {
@@ -165,6 +165,14 @@ pub fn read_checkpoint(path: impl AsRef<Path>) -> Result<CheckpointContents> {
             .into(),
         },
     )?;
+    parse_checkpoint(&bytes, &p)
+}
+
+/// Parses and verifies the bytes of a checkpoint file (`name` names the source in errors)
+/// without applying it: safetensors structure, F32 dtypes, the checksum when recorded,
+/// finite values.
+pub fn parse_checkpoint(bytes: &[u8], name: &str) -> Result<CheckpointContents> {
+    let p = name.to_string();
     let format = |reason: String| -> crate::Error {
         CheckpointError::Format {
             path: p.clone(),
@@ -172,9 +180,9 @@ pub fn read_checkpoint(path: impl AsRef<Path>) -> Result<CheckpointContents> {
         }
         .into()
     };
-    let (_, meta) = SafeTensors::read_metadata(&bytes)
+    let (_, meta) = SafeTensors::read_metadata(bytes)
         .map_err(|e| format(format!("{e:?} (truncated or not a safetensors file)")))?;
-    let st = SafeTensors::deserialize(&bytes).map_err(|e| format(format!("{e:?}")))?;
+    let st = SafeTensors::deserialize(bytes).map_err(|e| format(format!("{e:?}")))?;
     let metadata: BTreeMap<String, String> = meta
         .metadata()
         .clone()
@@ -243,9 +251,21 @@ pub fn load_checkpoint(
 ) -> Result<CheckpointInfo> {
     let path = path.as_ref();
     let contents = read_checkpoint(path)?;
+    apply_checkpoint(contents, &path.display().to_string(), model, optimizer)
+}
+
+/// Applies parsed checkpoint `contents` (from `name`, named in errors) to `model` and, when
+/// given, `optimizer`, as [`load_checkpoint`] does: everything is validated first; on error
+/// nothing changes.
+pub fn apply_checkpoint(
+    contents: CheckpointContents,
+    name: &str,
+    model: &mut dyn Module,
+    optimizer: Option<&mut dyn Optimizer>,
+) -> Result<CheckpointInfo> {
     let mismatch = |reason: String| -> crate::Error {
         CheckpointError::Mismatch {
-            path: path.display().to_string(),
+            path: name.to_string(),
             reason,
         }
         .into()

@@ -8,7 +8,7 @@ mod activation;
 mod adagrad;
 mod adam;
 mod attention;
-mod checkpoint;
+pub(crate) mod checkpoint;
 mod clip;
 mod config;
 mod conv;
@@ -40,7 +40,8 @@ pub use adagrad::Adagrad;
 pub use adam::{Adam, AdamW};
 pub use attention::{key_padding_mask, MultiheadAttention};
 pub use checkpoint::{
-    load_checkpoint, read_checkpoint, save_checkpoint, CheckpointContents, CheckpointInfo,
+    apply_checkpoint, load_checkpoint, parse_checkpoint, read_checkpoint, save_checkpoint,
+    CheckpointContents, CheckpointInfo,
 };
 pub use clip::{clip_grad_norm, global_grad_norm};
 pub use config::{Config, DType, ExecutionBackend, SaveOptions, TrainOptions};

@@ -27,7 +27,9 @@ pub fn train_regression(
     log_every: usize,
     mut log: impl FnMut(StepLog),
 ) -> Result<Vec<f32>> {
-    let mut losses = Vec::with_capacity(steps);
+    // grown as the steps run: reserving `steps` up front let `--steps 4294967296` abort the
+    // process on a 16 GiB allocation before the first step (found by the flags fuzzer)
+    let mut losses = Vec::with_capacity(steps.min(1 << 16));
     for step in 0..steps {
         let (x, y) = data.batch(step, batch_size)?;
         let loss = model.forward(&x)?.mse_loss(&y)?;
@@ -150,7 +152,9 @@ pub fn train_regression_compiled(
         &mse,
         profile,
     )?;
-    let mut losses = Vec::with_capacity(steps);
+    // grown as the steps run: reserving `steps` up front let `--steps 4294967296` abort the
+    // process on a 16 GiB allocation before the first step (found by the flags fuzzer)
+    let mut losses = Vec::with_capacity(steps.min(1 << 16));
     for s in 0..steps {
         losses.push(step.run(model, optimizer, &named(data.batch(s, batch_size)?), &mse)?);
         if s == 0 || s + 1 == steps || (log_every > 0 && (s + 1) % log_every == 0) {
