@@ -310,8 +310,9 @@ fn outcome(r: torchlean::Result<()>) -> Outcome {
 // ---- the declared bounds, computed apart from the checkers ----
 
 const U: f64 = 1.0 / (1u64 << 24) as f64;
-/// The recompute checker's declared relative tolerance.
-const TOL: f64 = 2e-4;
+/// The recompute checker's declared relative tolerance (the declaration itself, so the two
+/// cannot drift; the bound is still evaluated here, apart from the checker).
+use torchlean::providers::checkers::recompute::TOL;
 
 fn gamma(k: usize) -> f64 {
     let ku = k as f64 * U;
@@ -537,25 +538,7 @@ fn verdict(changed: bool, worst: f64, relative_bound: f64) -> Measure {
     }
 }
 
-#[derive(PartialEq, Clone, Copy)]
-enum Class {
-    Nan,
-    PosInf,
-    NegInf,
-    Finite,
-}
-
-fn class(v: f64) -> Class {
-    if v.is_nan() {
-        Class::Nan
-    } else if v == f64::INFINITY {
-        Class::PosInf
-    } else if v == f64::NEG_INFINITY {
-        Class::NegInf
-    } else {
-        Class::Finite
-    }
-}
+use torchlean::providers::checkers::recompute::{class, Class};
 
 /// The recompute bound: each element of the f64 spec's class and within
 /// TOL·(1 + max finite |spec|) of it; where the spec at f32 lands in another class than at

@@ -312,7 +312,7 @@ const LEAVES: &[(&str, &[usize], u8)] = &[
     ("s", &[1], 2),
 ];
 
-fn leaf_graph(used: &[usize]) -> (Graph, Vec<usize>) {
+fn leaf_graph(used: &[usize]) -> Option<(Graph, Vec<usize>)> {
     let mut g = Graph::new();
     let mut ids = vec![usize::MAX; LEAVES.len()];
     for &l in used {
@@ -338,9 +338,9 @@ fn leaf_graph(used: &[usize]) -> (Graph, Vec<usize>) {
                 NodeKind::Constant { name: name.into() }
             }
         };
-        ids[l] = g.push(node, vec![]).expect("leaf");
+        ids[l] = g.push(node, vec![]).ok()?;
     }
-    (g, ids)
+    Some((g, ids))
 }
 
 /// The first tuple of leaves (up to three, or three of one leaf and a mask) `op` accepts.
@@ -361,7 +361,7 @@ fn parents_for(op: &Op) -> Option<Vec<usize>> {
 
 /// A graph of `op` over its leaves, with outputs `y` and, when differentiable, `loss`.
 fn op_graph(op: &Op, parents: &[usize]) -> Option<Graph> {
-    let (mut g, ids) = leaf_graph(parents);
+    let (mut g, ids) = leaf_graph(parents)?;
     let ps: Vec<usize> = parents.iter().map(|&p| ids[p]).collect();
     let y = g.push(NodeKind::Op { op: op.clone() }, ps).ok()?;
     g.outputs.push(OutputDecl {
@@ -453,7 +453,8 @@ fn graph_seeds() -> Res<Vec<Vec<u8>>> {
     }
     // every op in one graph
     let used: Vec<usize> = (0..LEAVES.len()).collect();
-    let (mut g, ids) = leaf_graph(&used);
+    let (mut g, ids) = leaf_graph(&used)
+        .ok_or_else(|| crate::Error::Other("fuzz seeds: the leaf graph is invalid".into()))?;
     for (k, (op, parents)) in catalog.iter().enumerate() {
         let ps = parents.iter().map(|&p| ids[p]).collect();
         if let Ok(y) = g.push(NodeKind::Op { op: op.clone() }, ps) {

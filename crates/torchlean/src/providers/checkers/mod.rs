@@ -91,5 +91,5 @@ pub fn canonical_layout(op: &Op, call: &Call) -> Result<(), String> {
 }
 
 mod freivalds;
-mod recompute;
+pub mod recompute;
 pub mod replay;

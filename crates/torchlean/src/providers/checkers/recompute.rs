@@ -50,15 +50,18 @@ fn array<T: crate::scalar::Scalar>(o: &Operand) -> Array<T> {
     }
 }
 
-#[derive(PartialEq, Clone, Copy)]
-enum Class {
+/// The IEEE class of a value, as the recompute bound compares them: NaN and each infinity
+/// must match exactly; only finite values are compared by size.
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+pub enum Class {
     Nan,
     PosInf,
     NegInf,
     Finite,
 }
 
-fn class(v: f64) -> Class {
+/// The [`Class`] of `v`.
+pub fn class(v: f64) -> Class {
     if v.is_nan() {
         Class::Nan
     } else if v == f64::INFINITY {
