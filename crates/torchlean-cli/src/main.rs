@@ -114,6 +114,12 @@ fn quiet_on_closed_pipe() {
 
 fn main() -> ExitCode {
     quiet_on_closed_pipe();
+    // the CUDA provider module, linked before anything reads the registry; it loads CUDA
+    // only when a cuda profile is probed, so this costs nothing on a CPU-only machine
+    if let Err(e) = torchlean_cuda::link() {
+        eprintln!("error: {e}");
+        return ExitCode::from(1);
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Ops(a) => commands::ops::run(a),

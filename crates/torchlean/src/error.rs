@@ -95,6 +95,20 @@ pub enum Error {
     ProcessDefaultSet { current: String, requested: String },
     #[error("device `{device}` is not available: {reason}")]
     DeviceUnavailable { device: String, reason: String },
+    /// An op's inputs live on different devices, or on another device than the session's
+    /// profile runs on. Never resolved by an implicit copy.
+    #[error("op `{op}`: {detail}; move tensors explicitly with `to_device` / `to_cpu` (torchlean never copies between devices implicitly)")]
+    DeviceMismatch { op: &'static str, detail: String },
+    /// A device call failed (a CUDA error, say), naming the op that launched it.
+    #[error("op `{op}` on `{device}`: {reason}")]
+    DeviceFailure {
+        op: String,
+        device: String,
+        reason: String,
+    },
+    /// `module::link` after the set of linked modules was first read.
+    #[error("provider module `{module}` linked too late: the linked modules were already read (a registry or session exists); link every module at startup, before the first session")]
+    ModulesFrozen { module: &'static str },
     /// Model code read a traced value on the host, or cut it from the tape, while a graph was
     /// being captured: the compiled graph would replay this run's data as a constant.
     #[error("capture: `{access}` of a traced value ({producer}) during graph capture; a compiled graph would freeze this run's value into a constant. Keep the value in tensor ops instead (e.g. pass an ids tensor straight to `index_select`, build masks with `where_`/comparisons), or run this model in eager mode")]

@@ -5,8 +5,9 @@
 //!
 //! Layers (docs/architecture.md): [`spec`] (the meaning of ops), [`graph`] (the op
 //! vocabulary), [`backend`] (the trust layer: data and pure functions), [`providers`]
-//! (kernels and their capsule modules), [`runtime`] + [`tensor`] (storage, eager session,
-//! tape), [`nn`] (models and training).
+//! (kernels and their capsule modules), [`module`] (how provider modules and devices are
+//! linked), [`runtime`] + [`tensor`] (storage, eager session, tape), [`nn`] (models and
+//! training).
 
 pub mod backend;
 pub mod data;
@@ -14,6 +15,7 @@ pub mod error;
 pub mod files;
 pub mod fuzz;
 pub mod graph;
+pub mod module;
 pub mod nn;
 pub mod providers;
 pub mod runtime;

@@ -24,93 +24,14 @@ use std::cell::{Cell, RefCell};
 use std::collections::BTreeSet;
 use std::sync::OnceLock;
 
-use common::{cases, draw, table, uncovered_kinds, Case, Gen};
+use common::{cases, compare, draw, table, uncovered_kinds, Case, Gen, F32_TOL};
 use rayon::prelude::*;
 use torchlean::runtime::kernel::{Dense, DenseKernels, KernelBinding};
 use torchlean::spec::{self, Array};
 use torchlean::{providers, Op, OpKind, Tensor};
 
-/// Relative error bound for f32 kernels against the f64 spec: max |a-b| / (1 + max |b|).
-/// Norm-wise: an element much smaller than the row's largest may be off by more, relative to
-/// itself (a 1e-3 relative error is caught on elements of at least a fifth of 1 + that scale).
-const F32_TOL: f64 = 2e-4;
 /// Bound for the f64 spec VJP against central differences.
 const FD_TOL: f64 = 1e-5;
-
-/// The kind of a value: NaN, an infinity (of a sign) or finite.
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Class {
-    Nan,
-    Inf(bool),
-    Finite,
-}
-
-fn class(v: f64) -> Class {
-    if v.is_nan() {
-        Class::Nan
-    } else if v.is_infinite() {
-        Class::Inf(v > 0.0)
-    } else {
-        Class::Finite
-    }
-}
-
-/// Compares a provider's values `got` with the f64 spec's `want`, rounded to f32 (the range
-/// the provider computes in). Every element must be of the spec's class — NaN exactly where
-/// the spec is NaN, ±inf exactly where the spec's infinity of that sign is — and finite
-/// elements within `tol` of the spec relative to 1 + the largest finite |spec value| (the
-/// error reported). A NaN never passes as a small error; lengths must agree.
-///
-/// `alt`, when given, is the spec run at f32 (the reference kernel) on the same inputs. Where
-/// it lands in another class than the f64 spec — an intermediate that overflows or
-/// underflows in f32 only, such as `b * b` for a subnormal `b` — either result is accepted.
-fn compare(got: &[f64], want: &[f64], alt: Option<&[f64]>, tol: f64) -> Result<f64, String> {
-    if got.len() != want.len() {
-        return Err(format!("{} values, spec {}", got.len(), want.len()));
-    }
-    if let Some(a) = alt {
-        if a.len() != want.len() {
-            return Err(format!(
-                "spec at f32 has {} values, spec {}",
-                a.len(),
-                want.len()
-            ));
-        }
-    }
-    let want: Vec<f64> = want.iter().map(|&v| v as f32 as f64).collect();
-    // explicit comparisons: `f64::max` would skip a NaN, and NaNs are filtered out anyway
-    let scale = 1.0
-        + want
-            .iter()
-            .filter(|v| v.is_finite())
-            .fold(0.0f64, |m, v| if v.abs() > m { v.abs() } else { m });
-    let mut err = 0.0f64;
-    let mut bad = vec![];
-    for (k, (&g, &w)) in got.iter().zip(&want).enumerate() {
-        let near = |w: f64| match (class(g), class(w)) {
-            (Class::Finite, Class::Finite) => Some((g - w).abs() / scale),
-            (a, b) if a == b => Some(0.0),
-            _ => None,
-        };
-        let e = match (near(w), alt.map(|a| a[k])) {
-            (Some(e), _) => Some(e),
-            (None, Some(a)) if class(a) != class(w) => near(a),
-            (None, _) => None,
-        };
-        match e {
-            Some(e) if e <= tol => err = if e > err { e } else { err },
-            Some(e) => bad.push(format!("[{k}] {g} vs spec {w} (error {e:e})")),
-            None => bad.push(format!("[{k}] {g} vs spec {w}")),
-        }
-    }
-    if bad.is_empty() {
-        Ok(err)
-    } else {
-        let n = bad.len();
-        bad.truncate(4);
-        Err(format!("{n} elements differ: {}", bad.join(", ")))
-    }
-}
 
 fn inputs_of(case: &Case, index: usize) -> Vec<Array<f64>> {
     (0..case.inputs.len())

@@ -1,9 +1,7 @@
 //! `torchlean plan`: plan, audit and gate a list of ops, and print the verdict.
 
 use crate::{CliError, CliResult};
-use torchlean::backend::{
-    gate_plan, plan_ops, Availability, BackendReport, ExecutionMode, PlanRequest, Target, VjpMode,
-};
+use torchlean::backend::{gate_plan, plan_ops, BackendReport, ExecutionMode, PlanRequest, VjpMode};
 use torchlean::runtime::session::standard_registry;
 use torchlean::OpKind;
 
@@ -50,7 +48,7 @@ pub fn run(a: Args) -> CliResult {
         vjp: profile.vjp,
         mode,
     };
-    let availability = Availability::declared(&Target::host());
+    let availability = torchlean::module::availability();
     let plan = match plan_ops(standard_registry(), &ops, &request, &availability) {
         Ok(p) => p,
         Err(errors) => {

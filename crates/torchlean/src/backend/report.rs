@@ -32,6 +32,13 @@ pub struct BackendReport {
     /// the thread: `process_default` (set by `runtime::set_process_default`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub session: Option<String>,
+    /// What the device probe found before the first kernel (e.g. the GPU, its compute
+    /// capability, the driver and library versions); absent before a probe.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    /// The device allocator's statistics, where the device's module keeps them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<serde_json::Value>,
 }
 
 impl BackendReport {
@@ -70,6 +77,8 @@ impl BackendReport {
             failures,
             executor: None,
             session: None,
+            target: None,
+            memory: None,
         }
     }
 
@@ -87,6 +96,12 @@ impl BackendReport {
             self.profile, self.mode, self.device, self.provider_preference, self.policy, self.vjp, trusted, self.verdict,
             self.session.as_deref().map(|s| format!(" session={s}")).unwrap_or_default()
         );
+        if let Some(t) = &self.target {
+            let _ = writeln!(s, "target: {t}");
+        }
+        if let Some(m) = &self.memory {
+            let _ = writeln!(s, "memory: {m}");
+        }
         for k in &self.kernels {
             // a composite's parts are rows nested under it
             let indent = if k.part_of.is_some() { "    " } else { "" };

@@ -30,7 +30,7 @@ pub fn clip_grad_norm(model: &dyn Module, grads: &mut Gradients, max_norm: f32) 
     }
     let norm = global_grad_norm(model, grads);
     if norm.is_finite() && norm > max_norm {
-        grads.scale(max_norm / (norm + 1e-6));
+        grads.scale(max_norm / (norm + 1e-6))?;
     }
     Ok(norm)
 }

@@ -14,20 +14,26 @@ pub mod composition;
 pub mod native_cpu;
 pub mod reference;
 
-use crate::backend::Registry;
+use crate::backend::{Registry, RegistryError};
 
-/// Registers every capsule module linked into this build, in planning-tiebreak order:
-/// native CPU first (fast, `checked`), then the reference (`verified`, theorems), then the
-/// replayed native capsules (`verified`, replay checkers), then compositions.
-pub fn standard_registry() -> Registry {
-    let mut r = Registry::new();
-    // The built-in modules are validated by tests/trust.rs; a failure here is a programming
-    // error in a capsule declaration, not a user error.
-    native_cpu::register(&mut r).expect("native_cpu capsules are valid");
-    reference::register(&mut r).expect("reference capsules are valid");
+/// Registers the CPU module's capsules (see [`crate::module::CpuModule`]), in
+/// planning-tiebreak order: native CPU first (fast, `checked`), then the reference
+/// (`verified`, theorems), then the replayed native capsules (`verified`, replay checkers),
+/// then compositions.
+pub fn register_cpu(r: &mut Registry) -> Result<(), RegistryError> {
+    native_cpu::register(r)?;
+    reference::register(r)?;
     // after the reference: under `strict` with `auto`, theorems come before replay checkers;
     // `only:native_cpu` (profile strict_native_cpu) selects these
-    native_cpu::register_replayed(&mut r).expect("replayed native capsules are valid");
-    composition::register(&mut r).expect("composition capsules are valid");
-    r
+    native_cpu::register_replayed(r)?;
+    composition::register(r)
+}
+
+/// The registry of every provider module linked into this process (the CPU module, and
+/// whatever the program linked with [`crate::module::link`]).
+pub fn standard_registry() -> Registry {
+    // Every module's capsules are validated by its tests (tests/trust.rs for the CPU
+    // module); a failure here is a programming error in a capsule declaration, not a user
+    // error.
+    crate::module::build_registry().expect("linked modules' capsules are valid")
 }

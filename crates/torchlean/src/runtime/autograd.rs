@@ -183,11 +183,18 @@ impl Gradients {
     }
 
     /// Multiplies every stored gradient by `factor` (gradient clipping, loss scaling).
-    pub fn scale(&mut self, factor: f32) {
+    /// Gradients on a device are scaled there by the session's `scale` op (planned, gated
+    /// and reported); a device failure is returned.
+    pub fn scale(&mut self, factor: f32) -> Result<()> {
         for g in self.map.values_mut() {
+            if g.device() != crate::backend::Device::Cpu {
+                *g = no_grad(|| g.scale(factor))?;
+                continue;
+            }
             let data: Vec<f32> = g.data().iter().map(|v| v * factor).collect();
             *g = Tensor::from_parts(data, g.shape().to_vec());
         }
+        Ok(())
     }
 
     /// Adds every gradient of `other` into this store (gradient accumulation).
@@ -212,6 +219,13 @@ fn add_into(map: &mut IdMap<Tensor>, id: TensorId, g: Tensor) -> Result<()> {
                     prev.shape(),
                     g.shape()
                 )));
+            }
+            if prev.device() != crate::backend::Device::Cpu {
+                // on a device: an `add` op of the session (planned, gated, reported), off the
+                // tape, so the sum stays on the device
+                let sum = no_grad(|| prev.add(&g))?;
+                map.insert(id, sum);
+                return Ok(());
             }
             // in place when `prev` is the only handle of a contiguous storage (usual)
             let mut sum = prev;
@@ -278,15 +292,13 @@ impl Tensor {
                     .into(),
             ));
         }
-        let seed = Tensor::from_parts(vec![1.0], self.shape().to_vec());
+        // the seed lives where the output does (an explicit upload for a device output)
+        let seed = Tensor::from_parts(vec![1.0], self.shape().to_vec()).to_device(self.device())?;
         let mut pending: IdMap<Tensor> = IdMap::default();
-        pending.insert(self.id(), seed);
+        pending.insert(self.id(), seed.clone());
         let mut leaves = Gradients::default();
         if self.requires_grad_flag() {
-            leaves.map.insert(
-                self.id(),
-                Tensor::from_parts(vec![1.0], self.shape().to_vec()),
-            );
+            leaves.map.insert(self.id(), seed.clone());
         }
         for t in reverse_topological(self) {
             let Some(node) = t.grad_fn() else { continue };

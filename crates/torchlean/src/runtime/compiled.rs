@@ -11,9 +11,8 @@
 use super::guarded;
 use crate::backend::Phase;
 use crate::backend::{
-    gate_plan, plan_op, AcceptedGraphPlan, Availability, BackendProfile, BackendReport,
-    ExecutionMode, ExecutionPlan, PlanRequest, PlannedKernel, PlanningError, RejectedPlan, Target,
-    VjpMode,
+    gate_plan, plan_op, AcceptedGraphPlan, BackendProfile, BackendReport, ExecutionMode,
+    ExecutionPlan, PlanRequest, PlannedKernel, PlanningError, RejectedPlan, VjpMode,
 };
 use crate::error::{Error, GateRejection, Result};
 use crate::graph::{Graph, GraphError, NodeKind, OpKind};
@@ -30,6 +29,9 @@ pub enum CompileError {
     Planning(Vec<PlanningError>),
     #[error("rejected by the gate:\n  {}", .0.failures.iter().map(|f| f.to_string()).collect::<Vec<_>>().join("\n  "))]
     Rejected(Box<RejectedPlan>),
+    /// The accepted plan's device failed its probe (hardware or libraries missing).
+    #[error(transparent)]
+    Device(Box<Error>),
 }
 
 impl From<CompileError> for Error {
@@ -38,6 +40,7 @@ impl From<CompileError> for Error {
             CompileError::Graph(g) => Error::Other(g.to_string()),
             CompileError::Planning(errors) => Error::Planning(errors),
             CompileError::Rejected(plan) => Error::Gate(GateRejection::Plan(plan)),
+            CompileError::Device(e) => *e,
         }
     }
 }
@@ -153,7 +156,7 @@ impl CompiledGraph {
             vjp: if has_vjp { profile.vjp } else { VjpMode::None },
             mode: ExecutionMode::Compiled,
         };
-        let availability = Availability::declared(&Target::host());
+        let availability = crate::module::availability();
         let mut by_kind: HashMap<OpKind, PlannedKernel> = HashMap::new();
         let mut errors = vec![];
         let mut kernels = vec![];
@@ -237,13 +240,17 @@ impl CompiledGraph {
                 std::sync::Arc::clone(registry),
             )))
         });
-        let report = BackendReport::new(
+        // the same probe as eager mode's, before any kernel of the plan can run
+        let probed =
+            super::probe::probe(profile.device).map_err(|e| CompileError::Device(Box::new(e)))?;
+        let mut report = BackendReport::new(
             profile,
             ExecutionMode::Compiled,
             audits,
             accepted.groups().to_vec(),
             vec![],
         );
+        report.target = Some(probed.detail);
         let mut last_use: Vec<usize> = (0..graph.nodes.len()).collect();
         for n in &graph.nodes {
             for &p in &n.parents {

@@ -10,7 +10,8 @@ use crate::error::{Error, Result};
 use crate::graph::Op;
 use crate::tensor::Tensor;
 
-/// The operand view of a tensor (its metadata and whole storage).
+/// The operand view of a tensor (its metadata, its device, and its whole storage when that
+/// is host memory; empty for a device tensor).
 pub(crate) fn tensor_operand(t: &Tensor) -> Operand<'_> {
     let l = t.layout();
     Operand {
@@ -18,7 +19,7 @@ pub(crate) fn tensor_operand(t: &Tensor) -> Operand<'_> {
         strides: Some(&l.strides),
         offset: l.offset,
         storage: t.storage_slice(),
-        device: Device::Cpu,
+        device: t.device(),
     }
 }
 

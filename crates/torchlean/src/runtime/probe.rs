@@ -11,9 +11,14 @@ pub struct ProbeReport {
     pub detail: String,
 }
 
-/// Probes `device`. The CPU is always present (its SIMD features are reported); every other
-/// device needs a provider crate that this build does not link.
+/// Probes `device` through the linked module that owns it (see [`crate::module`]): the CPU
+/// is always present; every other device needs its module linked and its probe to pass.
 pub fn probe(device: Device) -> Result<ProbeReport> {
+    crate::module::probe(device)
+}
+
+/// The CPU module's probe: the CPU is always present (its SIMD features are reported).
+pub(crate) fn probe_cpu(device: Device) -> Result<ProbeReport> {
     match device {
         Device::Cpu => Ok(ProbeReport {
             device,
@@ -21,7 +26,7 @@ pub fn probe(device: Device) -> Result<ProbeReport> {
         }),
         other => Err(Error::DeviceUnavailable {
             device: other.label().into(),
-            reason: "no provider for this device is linked into this build".into(),
+            reason: "the CPU module probes only the cpu".into(),
         }),
     }
 }

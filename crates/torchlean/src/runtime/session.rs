@@ -23,8 +23,8 @@ use super::autograd;
 use super::probe;
 use super::trace::OpUses;
 use crate::backend::{
-    gate_kernel, plan_op, AcceptedKernel, Availability, BackendProfile, BackendReport,
-    ExecutionMode, KernelAudit, PlanRequest, Registry, Target, VjpMode,
+    gate_kernel, plan_op, AcceptedKernel, Availability, BackendProfile, BackendReport, Device,
+    ExecutionMode, KernelAudit, PlanRequest, Registry, VjpMode,
 };
 use crate::error::{Error, GateRejection, Result};
 use crate::graph::{Op, OpKind};
@@ -61,7 +61,8 @@ pub struct Session {
     availability: Availability,
     /// Indexed by `OpKind::index() * 2 + recording`.
     cache: Vec<Option<Slot>>,
-    probed: bool,
+    /// What the device probe found (set before the first kernel).
+    probed: Option<String>,
     origin: SessionOrigin,
     /// The audit of every kernel that ran, shared with the sessions forked from this one
     /// (so the report of a run covers the threads it started).
@@ -79,9 +80,9 @@ impl Session {
         Session {
             profile,
             registry,
-            availability: Availability::declared(&Target::host()),
+            availability: crate::module::availability(),
             cache: (0..OpKind::ALL.len() * 2).map(|_| None).collect(),
-            probed: false,
+            probed: None,
             origin: SessionOrigin::Installed,
             ran: Arc::new(Mutex::new(Vec::new())),
         }
@@ -96,7 +97,7 @@ impl Session {
             registry: Arc::clone(&self.registry),
             availability: self.availability.clone(),
             cache: (0..OpKind::ALL.len() * 2).map(|_| None).collect(),
-            probed: false,
+            probed: self.probed.clone(),
             origin: self.origin,
             ran: Arc::clone(&self.ran),
         }
@@ -136,9 +137,8 @@ impl Session {
             .map_err(|e| Error::Planning(vec![e]))?;
         let accepted = gate_kernel(&planned, &request)
             .map_err(|r| Error::Gate(GateRejection::Kernel(Box::new(r))))?;
-        if !self.probed {
-            probe::probe(self.profile.device)?;
-            self.probed = true;
+        if self.probed.is_none() {
+            self.probed = Some(probe::probe(self.profile.device)?.detail);
         }
         let kernel = Arc::new(accepted);
         self.cache[slot] = Some(Slot {
@@ -165,6 +165,10 @@ impl Session {
     /// model recorded ([`super::trace::trace`]) — before anything runs; returns the report
     /// of that plan or the first error.
     pub fn preplan(&mut self, uses: &OpUses) -> Result<BackendReport> {
+        // the device first: a machine without it is told what is missing, whatever the plan
+        if self.probed.is_none() {
+            self.probed = Some(probe::probe(self.profile.device)?.detail);
+        }
         let mut audits = Vec::new();
         for &(k, recording) in uses.uses() {
             let (kernel, _) = self.accepted(k, recording)?;
@@ -197,7 +201,14 @@ impl Session {
         if self.origin == SessionOrigin::ProcessDefault {
             report.session = Some("process_default".into());
         }
+        report.target = self.probed.clone();
+        report.memory = crate::module::memory_stats(self.profile.device);
         report
+    }
+
+    /// What the device probe found (`None` before the first kernel was admitted).
+    pub fn probe_detail(&self) -> Option<&str> {
+        self.probed.as_deref()
     }
 
     /// The report of what ran in this session (and the sessions forked from it): one row
@@ -332,6 +343,30 @@ where
         .map_err(|e| Error::Other(format!("cannot start a thread: {e}")))
 }
 
+/// Refuses inputs on different devices, or on another device than the session's profile
+/// runs on (`device`): an error naming both, never an implicit copy.
+pub(crate) fn check_devices(op: &'static str, device: Device, inputs: &[&Tensor]) -> Result<()> {
+    let Some(first) = inputs.first() else {
+        return Ok(());
+    };
+    let d0 = first.device();
+    if let Some((i, t)) = inputs.iter().enumerate().find(|(_, t)| t.device() != d0) {
+        return Err(Error::DeviceMismatch {
+            op,
+            detail: format!("input 0 is on `{d0}` and input {i} on `{}`", t.device()),
+        });
+    }
+    if d0 != device {
+        return Err(Error::DeviceMismatch {
+            op,
+            detail: format!(
+                "the inputs are on `{d0}`, but the session's profile runs on `{device}`"
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// Runs one op eagerly: plan + gate (cached), run the accepted kernel, record the tape.
 pub fn apply(op: Op, inputs: &[&Tensor]) -> Result<Tensor> {
     // a shape-only trace records the op and returns zeros of its shape: no kernel runs
@@ -353,7 +388,11 @@ pub fn apply(op: Op, inputs: &[&Tensor]) -> Result<Tensor> {
             super::capture::note_host_access(t, &format!("{} under no_grad", kind.name()));
         }
     }
-    let (kernel, ran) = with_current(|s| s.accepted(kind, recording))??;
+    let (kernel, ran, device) = with_current(|s| {
+        s.accepted(kind, recording)
+            .map(|(k, r)| (k, r, s.profile.device))
+    })??;
+    check_devices(op.name(), device, inputs)?;
     let out = super::guarded::run_forward(&kernel, &op, inputs)?;
     if !ran {
         with_current(|s| s.mark_ran(kind, recording))?;

@@ -5,8 +5,9 @@ use crate::error::OpError;
 use crate::graph::Op;
 use crate::scalar::Scalar;
 
-/// The batch structure of a matmul: batch count, which side is shared, and m, k, n.
-pub(crate) struct MatmulDims {
+/// The geometry of a (batched) matrix product: `batch` products of [m, k] x [k, n]; an operand
+/// without batch axes is shared by every product.
+pub struct MatmulDims {
     pub batch: usize,
     pub a_batched: bool,
     pub b_batched: bool,
@@ -15,7 +16,9 @@ pub(crate) struct MatmulDims {
     pub n: usize,
 }
 
-pub(crate) fn matmul_dims(a: &[usize], b: &[usize]) -> Option<(MatmulDims, Vec<usize>)> {
+/// The geometry and output shape of `matmul` on operands of these shapes (`None` when the
+/// shapes do not multiply).
+pub fn matmul_dims(a: &[usize], b: &[usize]) -> Option<(MatmulDims, Vec<usize>)> {
     if a.len() < 2 || b.len() < 2 {
         return None;
     }

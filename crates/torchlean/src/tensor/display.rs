@@ -52,7 +52,18 @@ fn write_axis(
 
 impl fmt::Display for Tensor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let data = self.data();
+        // a device tensor is read explicitly here; a failed read is printed, not a panic
+        let data = match self.try_to_vec() {
+            Ok(v) => v,
+            Err(e) => {
+                return write!(
+                    f,
+                    "tensor(<{} tensor of shape {:?}: read failed: {e}>)",
+                    self.device(),
+                    self.shape()
+                )
+            }
+        };
         write!(f, "tensor(")?;
         if self.numel() == 0 {
             write!(f, "[]")?;
@@ -60,6 +71,9 @@ impl fmt::Display for Tensor {
             write_axis(f, &data, self.shape(), 0, self.numel() > SUMMARIZE_ABOVE)?;
         }
         write!(f, ", shape={:?}", self.shape())?;
+        if self.device() != crate::backend::Device::Cpu {
+            write!(f, ", device={}", self.device())?;
+        }
         if let Some((op, capsule)) = self.producer() {
             write!(f, ", grad_fn={}<{}>", op.name(), capsule)?;
         } else if self.requires_grad_flag() {

@@ -1,6 +1,9 @@
-//! CPU f32 tensors: shared storage plus a strided [`Layout`], and the autograd links.
+//! f32 tensors: shared storage (host memory or a device buffer, see [`storage`]) plus a
+//! strided [`Layout`], and the autograd links.
 //!
-//! A `Tensor` is a cheap handle (`Arc`). Views share storage. Tensors are immutable through
+//! A `Tensor` is a cheap handle (`Arc`). Views share storage. A tensor lives on one device
+//! ([`Tensor::device`]); moving it is explicit ([`Tensor::to_device`], [`Tensor::to_cpu`]), and
+//! an op whose inputs live on different devices is an error, never an implicit copy. Tensors are immutable through
 //! the public API; optimizers update parameters in place only when they hold the sole
 //! reference (see [`Tensor::update_data`]), otherwise they copy.
 //!
@@ -12,8 +15,13 @@ mod display;
 pub mod io;
 mod layout;
 mod ops;
+pub mod storage;
 
 pub use layout::Layout;
+pub use storage::{DType, DeviceBuffer};
+
+use crate::backend::Device;
+use storage::Storage;
 
 use crate::error::{Error, Result};
 use crate::runtime::autograd::GradNode;
@@ -59,7 +67,7 @@ impl TensorId {
 
 pub(crate) struct TensorImpl {
     id: TensorId,
-    storage: Arc<Vec<f32>>,
+    storage: Storage,
     layout: Layout,
     requires_grad: bool,
     grad_fn: Option<GradNode>,
@@ -69,15 +77,17 @@ pub(crate) struct TensorImpl {
 /// the next kernel output of that size reuses it (see `runtime::buffers`).
 impl Drop for TensorImpl {
     fn drop(&mut self) {
-        if self.storage.len() >= crate::runtime::buffers::CACHE_MIN_ELEMENTS {
-            if let Some(v) = Arc::get_mut(&mut self.storage) {
-                crate::runtime::buffers::cache_release(std::mem::take(v));
+        if let Storage::Host(storage) = &mut self.storage {
+            if storage.len() >= crate::runtime::buffers::CACHE_MIN_ELEMENTS {
+                if let Some(v) = Arc::get_mut(storage) {
+                    crate::runtime::buffers::cache_release(std::mem::take(v));
+                }
             }
         }
     }
 }
 
-/// An f32 tensor on the CPU.
+/// An f32 tensor on the CPU or on a device a linked module provides.
 #[derive(Clone)]
 pub struct Tensor(Arc<TensorImpl>);
 
@@ -90,6 +100,24 @@ impl Tensor {
 
     /// A tensor over existing storage with a given layout (a view).
     pub(crate) fn from_storage(storage: Arc<Vec<f32>>, layout: Layout) -> Tensor {
+        Tensor::from_any_storage(Storage::Host(storage), layout)
+    }
+
+    /// A contiguous tensor over a whole device buffer. For device modules' kernels: the
+    /// buffer must hold exactly `shape`'s element count (checked).
+    pub fn from_device_buffer(buffer: Arc<dyn DeviceBuffer>, shape: &[usize]) -> Result<Tensor> {
+        let layout = Layout::try_contiguous(shape.to_vec())?;
+        if layout.numel() != buffer.len() {
+            return Err(Error::Creation(format!(
+                "device buffer of {} elements cannot hold shape {shape:?} ({} elements)",
+                buffer.len(),
+                layout.numel()
+            )));
+        }
+        Ok(Tensor::from_any_storage(Storage::Device(buffer), layout))
+    }
+
+    fn from_any_storage(storage: Storage, layout: Layout) -> Tensor {
         Tensor(Arc::new(TensorImpl {
             id: TensorId::fresh(),
             storage,
@@ -101,7 +129,7 @@ impl Tensor {
 
     /// A view of this tensor's storage with another layout.
     pub(crate) fn view(&self, layout: Layout) -> Tensor {
-        Tensor::from_storage(self.0.storage.clone(), layout)
+        Tensor::from_any_storage(self.0.storage.clone(), layout)
     }
 
     pub(crate) fn with_grad_fn(self, node: GradNode) -> Tensor {
@@ -122,18 +150,84 @@ impl Tensor {
     /// The storage, if this handle is its only owner and sees all of it (for buffer reuse).
     pub(crate) fn into_storage(self) -> Option<Vec<f32>> {
         let mut inner = Arc::try_unwrap(self.0).ok()?;
+        let Storage::Host(storage) = &mut inner.storage else {
+            return None;
+        };
         if inner.grad_fn.is_some() || !inner.layout.is_contiguous() || inner.layout.offset != 0 {
             return None;
         }
-        if inner.storage.len() != inner.layout.numel() {
+        if storage.len() != inner.layout.numel() {
             return None;
         }
-        Arc::get_mut(&mut inner.storage).map(std::mem::take)
+        Arc::get_mut(storage).map(std::mem::take)
     }
 
-    /// The whole underlying storage (views address part of it through their layout).
+    /// The whole underlying host storage (views address part of it through their layout);
+    /// empty for a tensor on a device, whose elements are not in host memory.
     pub(crate) fn storage_slice(&self) -> &[f32] {
-        &self.0.storage
+        self.0.storage.host()
+    }
+
+    /// The device buffer under this tensor (`None` on the host), for device modules' kernels.
+    pub fn device_buffer(&self) -> Option<&Arc<dyn DeviceBuffer>> {
+        match &self.0.storage {
+            Storage::Device(b) => Some(b),
+            Storage::Host(_) => None,
+        }
+    }
+
+    /// The device the elements live on.
+    pub fn device(&self) -> Device {
+        self.0.storage.device()
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.0.storage.dtype()
+    }
+
+    /// The same values on `device`: this tensor when already there, else an explicit copy
+    /// through the linked module that owns the device (an error naming what is missing when
+    /// none is linked or its probe fails). The copy is a new leaf, not recorded on the tape;
+    /// it keeps the `requires_grad` flag of a leaf (so parameters can be moved).
+    pub fn to_device(&self, device: Device) -> Result<Tensor> {
+        crate::runtime::capture::note_host_access(self, "to_device");
+        if self.device() == device {
+            return Ok(self.clone());
+        }
+        let host = self.to_cpu()?;
+        let out = if device == Device::Cpu {
+            host
+        } else {
+            let buffer = crate::module::upload(device, &host.host_data())?;
+            Tensor::from_device_buffer(buffer, self.shape())?
+        };
+        Ok(if self.0.requires_grad {
+            out.requires_grad()
+        } else {
+            out
+        })
+    }
+
+    /// The same values in host memory (this tensor when already there): the explicit,
+    /// fallible host read of a device tensor.
+    pub fn to_cpu(&self) -> Result<Tensor> {
+        match &self.0.storage {
+            Storage::Host(_) => Ok(self.clone()),
+            Storage::Device(b) => {
+                let all = b.read()?;
+                let mut v = Vec::new();
+                self.0.layout.gather_into_unchecked(&all, &mut v);
+                Ok(Tensor::from_parts(v, self.shape().to_vec()))
+            }
+        }
+    }
+
+    /// The elements in row-major order, on any device (the fallible form of
+    /// [`Tensor::to_vec`]).
+    pub fn try_to_vec(&self) -> Result<Vec<f32>> {
+        crate::runtime::capture::note_host_access(self, "to_vec");
+        Ok(self.to_cpu()?.host_data().into_owned())
     }
 
     /// Identity of this handle.
@@ -168,30 +262,55 @@ impl Tensor {
 
     /// Whether two tensors share storage (one is a view of the other).
     pub fn shares_storage_with(&self, other: &Tensor) -> bool {
-        Arc::ptr_eq(&self.0.storage, &other.0.storage)
+        self.0.storage.same(&other.0.storage)
     }
 
     /// The elements in row-major order, borrowed when contiguous, copied otherwise.
     /// During a graph capture, reading a traced value here is refused (see
     /// [`crate::runtime::capture`]); kernels read their inputs through `host_data`.
+    ///
+    /// A tensor on a device is read to the host here (a blocking copy). Prefer the explicit,
+    /// fallible [`Tensor::to_cpu`] / [`Tensor::try_to_vec`] for device tensors.
+    ///
+    /// # Panics
+    /// Only when the device fails the read of a device tensor (a driver or hardware fault,
+    /// never a caller's mistake); `try_to_vec` returns that failure as an error.
     pub fn data(&self) -> Cow<'_, [f32]> {
         crate::runtime::capture::note_host_access(self, "data");
         self.host_data()
     }
 
     /// The elements in row-major order, for kernels and runtime code (no capture check).
+    /// A device tensor is read (see [`Tensor::data`] for the one panic).
     pub(crate) fn host_data(&self) -> Cow<'_, [f32]> {
         let l = &self.0.layout;
+        let storage = match &self.0.storage {
+            Storage::Host(v) => v.as_slice(),
+            Storage::Device(_) => return Cow::Owned(self.device_read_or_panic()),
+        };
         if l.is_contiguous() {
-            Cow::Borrowed(&self.0.storage[l.offset..l.offset + l.numel()])
+            Cow::Borrowed(&storage[l.offset..l.offset + l.numel()])
         } else {
             let mut out = Vec::new();
-            l.gather_into_unchecked(&self.0.storage, &mut out);
+            l.gather_into_unchecked(storage, &mut out);
             Cow::Owned(out)
         }
     }
 
-    /// The elements in row-major order.
+    fn device_read_or_panic(&self) -> Vec<f32> {
+        match self.to_cpu() {
+            Ok(t) => t.host_data().into_owned(),
+            // documented on `data`: a device fault, not a caller's mistake
+            Err(e) => panic!(
+                "reading a {} tensor of shape {:?} to the host failed: {e} (use try_to_vec to handle this)",
+                self.device(),
+                self.shape()
+            ),
+        }
+    }
+
+    /// The elements in row-major order (a device tensor is read to the host; see
+    /// [`Tensor::data`] for the one panic and [`Tensor::try_to_vec`] for the fallible form).
     pub fn to_vec(&self) -> Vec<f32> {
         crate::runtime::capture::note_host_access(self, "to_vec");
         self.host_data().into_owned()
@@ -201,14 +320,16 @@ impl Tensor {
     /// Not recorded on the tape: use it on values, not inside differentiated code.
     pub fn contiguous(&self) -> Tensor {
         crate::runtime::capture::note_host_access(self, "contiguous");
-        if self.is_contiguous() {
+        if self.is_contiguous() || self.device_buffer().is_some() {
             self.clone()
         } else {
             // into a buffer from the storage cache (already mapped), which the new tensor
             // gives back when dropped
             let mut v = crate::runtime::buffers::take_overwritten(self.numel());
             v.clear();
-            self.0.layout.gather_into_unchecked(&self.0.storage, &mut v);
+            self.0
+                .layout
+                .gather_into_unchecked(self.storage_slice(), &mut v);
             Tensor::from_parts(v, self.shape().to_vec())
         }
     }
@@ -223,7 +344,10 @@ impl Tensor {
                 shape: l.shape.clone(),
             });
         }
-        Ok(self.0.storage[l.position(index)])
+        match &self.0.storage {
+            Storage::Host(v) => Ok(v[l.position(index)]),
+            Storage::Device(b) => Ok(b.read()?[l.position(index)]),
+        }
     }
 
     /// The value of a one-element tensor.
@@ -235,6 +359,9 @@ impl Tensor {
             )));
         }
         crate::runtime::capture::note_host_access(self, "item");
+        if self.device_buffer().is_some() {
+            return Ok(self.to_cpu()?.host_data()[0]);
+        }
         Ok(self.host_data()[0])
     }
 
@@ -274,24 +401,36 @@ impl Tensor {
 
     /// Updates the values in place when this handle owns its storage alone and is contiguous,
     /// otherwise replaces the storage by an updated copy. The id and grad flag are kept.
-    /// Used by optimizers on parameters between steps.
+    /// Used by optimizers on parameters between steps. A host function over host memory: on
+    /// a device tensor the values make a round trip through the host (see
+    /// [`Tensor::data`] for the one panic), and the result is stored back on the device.
     pub fn update_data(&mut self, f: impl FnOnce(&mut [f32])) {
         if let Some(inner) = Arc::get_mut(&mut self.0) {
             if inner.layout.is_contiguous()
                 && inner.layout.offset == 0
                 && inner.storage.len() == inner.layout.numel()
             {
-                if let Some(data) = Arc::get_mut(&mut inner.storage) {
-                    f(data);
-                    return;
+                if let Storage::Host(storage) = &mut inner.storage {
+                    if let Some(data) = Arc::get_mut(storage) {
+                        f(data);
+                        return;
+                    }
                 }
             }
         }
-        let mut data = self.to_vec();
+        let mut data = self.host_data().into_owned();
         f(&mut data);
+        let storage = match self.device() {
+            Device::Cpu => Storage::Host(Arc::new(data)),
+            device => match crate::module::upload(device, &data) {
+                Ok(b) => Storage::Device(b),
+                // documented above: a device fault, not a caller's mistake
+                Err(e) => panic!("writing an updated {device} tensor back failed: {e}"),
+            },
+        };
         let inner = TensorImpl {
             id: self.0.id,
-            storage: Arc::new(data),
+            storage,
             layout: Layout::contiguous(self.shape().to_vec()),
             requires_grad: self.0.requires_grad,
             grad_fn: None,

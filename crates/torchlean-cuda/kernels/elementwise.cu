@@ -1,0 +1,222 @@
+// native_cuda elementwise kernels, compiled at run time by NVRTC for the device's
+// architecture (crates/torchlean-cuda/src/nvrtc.rs). Semantics follow the f64 spec
+// (crates/torchlean/src/spec/elementwise.rs) and docs/numerics.md: NaN propagates.
+//
+// Every kernel is grid-stride over `n` elements, 64-bit indices.
+
+#define MAX_RANK 8
+
+// Broadcast geometry: output shape and each input's strides over it (0 on broadcast axes).
+struct Bcast {
+    int rank;
+    long long shape[MAX_RANK];
+    long long a_stride[MAX_RANK];
+    long long b_stride[MAX_RANK];
+};
+
+// Opcodes shared with src/kernels/elementwise.rs.
+#define OP_ADD 0
+#define OP_SUB 1
+#define OP_MUL 2
+
+#define U_NEG 0
+#define U_EXP 1
+#define U_SIN 2
+#define U_COS 3
+#define U_TANH 4
+#define U_SIGMOID 5
+#define U_RELU 6
+#define U_SCALE 7
+#define U_ADD_SCALAR 8
+
+__device__ __forceinline__ float binary_apply(int op, float x, float y) {
+    switch (op) {
+        case OP_ADD: return x + y;
+        case OP_SUB: return x - y;
+        default: return x * y;
+    }
+}
+
+extern "C" __global__ void binary_same(int op, const float* __restrict__ a,
+                                       const float* __restrict__ b, float* __restrict__ out,
+                                       long long n) {
+    long long stride = (long long)gridDim.x * blockDim.x;
+    long long n4 = n / 4;
+    const float4* a4 = reinterpret_cast<const float4*>(a);
+    const float4* b4 = reinterpret_cast<const float4*>(b);
+    float4* o4 = reinterpret_cast<float4*>(out);
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n4; i += stride) {
+        float4 x = a4[i], y = b4[i], r;
+        r.x = binary_apply(op, x.x, y.x);
+        r.y = binary_apply(op, x.y, y.y);
+        r.z = binary_apply(op, x.z, y.z);
+        r.w = binary_apply(op, x.w, y.w);
+        o4[i] = r;
+    }
+    for (long long i = n4 * 4 + blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+         i += stride) {
+        out[i] = binary_apply(op, a[i], b[i]);
+    }
+}
+
+extern "C" __global__ void binary_bcast(int op, const float* __restrict__ a,
+                                        const float* __restrict__ b, float* __restrict__ out,
+                                        long long n, Bcast g) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        long long rem = i, ia = 0, ib = 0;
+        for (int d = g.rank - 1; d >= 0; --d) {
+            long long c = rem % g.shape[d];
+            rem /= g.shape[d];
+            ia += c * g.a_stride[d];
+            ib += c * g.b_stride[d];
+        }
+        out[i] = binary_apply(op, a[ia], b[ib]);
+    }
+}
+
+// The cotangent of one operand of a binary op, reduced to that operand's shape: thread j
+// owns element j of the operand and sums, in a fixed order, the output positions that read
+// it (deterministic). `red` is the geometry of the output axes this operand broadcasts over
+// (rank 0 when none), `own` maps element j to its first output position.
+//   which = 0: d/da, which = 1: d/db.
+struct Reduce {
+    int rank;                     // output rank
+    long long own_shape[MAX_RANK];  // the operand's shape padded to the output rank
+    long long out_stride[MAX_RANK]; // the output's row-major strides
+    long long red_shape[MAX_RANK];  // output extent on axes where the operand has 1, else 1
+};
+
+extern "C" __global__ void binary_grad(int op, int which, const float* __restrict__ a,
+                                       const float* __restrict__ b,
+                                       const float* __restrict__ gy, float* __restrict__ out,
+                                       long long n_own, Bcast g, Reduce r) {
+    for (long long j = blockIdx.x * (long long)blockDim.x + threadIdx.x; j < n_own;
+         j += (long long)gridDim.x * blockDim.x) {
+        // the output position of element j with every broadcast axis at 0
+        long long rem = j, base = 0;
+        for (int d = r.rank - 1; d >= 0; --d) {
+            long long c = rem % r.own_shape[d];
+            rem /= r.own_shape[d];
+            base += c * r.out_stride[d];
+        }
+        long long count = 1;
+        for (int d = 0; d < r.rank; ++d) count *= r.red_shape[d];
+        float acc = 0.0f;
+        for (long long t = 0; t < count; ++t) {
+            long long trem = t, pos = base;
+            for (int d = r.rank - 1; d >= 0; --d) {
+                long long c = trem % r.red_shape[d];
+                trem /= r.red_shape[d];
+                pos += c * r.out_stride[d];
+            }
+            // the operands' elements at output position `pos`
+            long long prem = pos, ia = 0, ib = 0;
+            for (int d = g.rank - 1; d >= 0; --d) {
+                long long c = prem % g.shape[d];
+                prem /= g.shape[d];
+                ia += c * g.a_stride[d];
+                ib += c * g.b_stride[d];
+            }
+            float partial;
+            if (op == OP_ADD) partial = 1.0f;
+            else if (op == OP_SUB) partial = which == 0 ? 1.0f : -1.0f;
+            else partial = which == 0 ? b[ib] : a[ia];
+            acc += gy[pos] * partial;
+        }
+        out[j] = acc;
+    }
+}
+
+__device__ __forceinline__ float unary_apply(int op, float x, float p) {
+    switch (op) {
+        case U_NEG: return -x;
+        case U_EXP: return expf(x);
+        case U_SIN: return sinf(x);
+        case U_COS: return cosf(x);
+        case U_TANH: return tanhf(x);
+        case U_SIGMOID: return 1.0f / (1.0f + expf(-x));
+        // spec maximum(x, 0): NaN and -0 pass through
+        case U_RELU: return x < 0.0f ? 0.0f : x;
+        case U_SCALE: return x * p;
+        default: return x + p;  // U_ADD_SCALAR
+    }
+}
+
+__device__ __forceinline__ float unary_derivative(int op, float x, float y, float p) {
+    switch (op) {
+        case U_NEG: return -1.0f;
+        case U_EXP: return y;
+        case U_SIN: return cosf(x);
+        case U_COS: return -sinf(x);
+        case U_TANH: return 1.0f - y * y;
+        case U_SIGMOID: return y * (1.0f - y);
+        // zero where x <= 0; NaN passes the cotangent (spec)
+        case U_RELU: return x <= 0.0f ? 0.0f : 1.0f;
+        case U_SCALE: return p;
+        default: return 1.0f;  // U_ADD_SCALAR
+    }
+}
+
+extern "C" __global__ void unary_forward(int op, float p, const float* __restrict__ x,
+                                         float* __restrict__ out, long long n) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        out[i] = unary_apply(op, x[i], p);
+    }
+}
+
+extern "C" __global__ void unary_vjp(int op, float p, const float* __restrict__ x,
+                                     const float* __restrict__ y, const float* __restrict__ gy,
+                                     float* __restrict__ out, long long n) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        out[i] = gy[i] * unary_derivative(op, x[i], y[i], p);
+    }
+}
+
+// sum_all: one block, fixed per-thread strides and a fixed tree: the same order every run.
+extern "C" __global__ void sum_all(const float* __restrict__ x, float* __restrict__ out,
+                                   long long n) {
+    __shared__ float part[1024];
+    float acc = 0.0f;
+    for (long long i = threadIdx.x; i < n; i += blockDim.x) acc += x[i];
+    part[threadIdx.x] = acc;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) part[threadIdx.x] += part[threadIdx.x + s];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[0] = part[0];
+}
+
+// out[i] = v[0] for every i (the VJP of sum_all).
+extern "C" __global__ void fill_from(const float* __restrict__ v, float* __restrict__ out,
+                                     long long n) {
+    float s = v[0];
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        out[i] = s;
+    }
+}
+
+// out[j] = sum over rows i of g[i * cols + j] (the bias gradient of linear), fixed order.
+extern "C" __global__ void sum_rows(const float* __restrict__ g, float* __restrict__ out,
+                                    long long rows, long long cols) {
+    for (long long j = blockIdx.x * (long long)blockDim.x + threadIdx.x; j < cols;
+         j += (long long)gridDim.x * blockDim.x) {
+        float acc = 0.0f;
+        for (long long i = 0; i < rows; ++i) acc += g[i * cols + j];
+        out[j] = acc;
+    }
+}
+
+// out[i * cols + j] += bias[j] (linear's bias), in place.
+extern "C" __global__ void add_row_bias(float* __restrict__ out, const float* __restrict__ bias,
+                                        long long rows, long long cols) {
+    long long n = rows * cols;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        out[i] += bias[i % cols];
+    }
+}

@@ -1,0 +1,169 @@
+//! The capsules of the CUDA module: `native_cuda.*` (NVRTC kernels of this crate) and
+//! `cublas.*` (NVIDIA's library), each with its four contracts and evidence.
+//!
+//! Evidence: shape by the shared shape guard, layout by [`crate::guard::cuda_inputs_dense`]
+//! (both run before every call); value and VJP by the GPU conformance tests, which compare
+//! every kernel with the f64 spec **on a GPU only** — their file name says so
+//! (`tests/gpu_only_conformance.rs`), they print that they were skipped on a machine
+//! without CUDA and fail instead under `TORCHLEAN_REQUIRE_CUDA=1`; docs/cuda.md records each
+//! GPU run. cuBLAS is NVIDIA's code: its provenance names the library (with the same
+//! (GPU-only) conformance tests beside it), and its version is read at run time (the
+//! report's target line). Trust: `checked` for both: cuBLAS is admitted by `checked-runtime`
+//! on the strength of the same conformance suite as the native kernels, never as
+//! `verified` (docs/cuda.md, "Evidence on CUDA").
+
+use crate::kernels::{blas, elementwise};
+use torchlean::backend::{
+    ContractClaim, ContractDescriptor, Device, Evidence, KernelCapsule, Provenance, Provider,
+    Registry, RegistryError, RuntimeSupport, TensorLayout, TrustLevel, VjpMode,
+};
+use torchlean::graph::OpKind;
+use torchlean::runtime::kernel::KernelBinding;
+
+/// The GPU-only tests that back value claims.
+pub const VALUE_TESTS: &[&str] =
+    &["crates/torchlean-cuda/tests/gpu_only_conformance.rs::forward_matches_spec_on_the_gpu"];
+/// The GPU-only tests that back VJP claims.
+pub const VJP_TESTS: &[&str] =
+    &["crates/torchlean-cuda/tests/gpu_only_conformance.rs::vjp_matches_spec_on_the_gpu"];
+
+fn spec_name(op: OpKind) -> String {
+    format!("spec::{}", op.name())
+}
+
+fn here(file: &str, symbol: &str) -> Provenance {
+    Provenance {
+        source: Some(format!("crates/torchlean-cuda/src/{file}")),
+        symbol: Some(symbol.to_string()),
+        library: Some("torchlean-cuda".into()),
+        version: Some(env!("CARGO_PKG_VERSION").into()),
+    }
+}
+
+fn d(claim: ContractClaim, summary: &str, evidence: Evidence, p: Provenance) -> ContractDescriptor {
+    ContractDescriptor {
+        claim,
+        summary: summary.into(),
+        evidence,
+        provenance: p,
+    }
+}
+
+fn tests(t: &[&str]) -> Evidence {
+    Evidence::TestSuite {
+        tests: t.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+fn capsule(op: OpKind, provider: Provider, file: &str) -> KernelCapsule {
+    let vjp_mode = if op.differentiable() {
+        VjpMode::BackendVjp
+    } else {
+        VjpMode::None
+    };
+    let cublas = provider == Provider::Cublas;
+    // cuBLAS is NVIDIA's code: its provenance names the library (version read at run time,
+    // in the report's target line); what backs its value claim is the same GPU conformance
+    // suite as the native kernels' (see the module docs)
+    let provenance = |symbol: &str| {
+        if cublas {
+            Provenance {
+                source: Some(format!("crates/torchlean-cuda/src/{file}")),
+                symbol: Some(format!(
+                    "{symbol} -> cublasSgemm / cublasSgemmStridedBatched"
+                )),
+                library: Some("cuBLAS (NVIDIA)".into()),
+                version: Some("read at run time: the report's target line".into()),
+            }
+        } else {
+            here(file, symbol)
+        }
+    };
+    let vjp_evidence = if op.differentiable() {
+        tests(VJP_TESTS)
+    } else {
+        Evidence::NotProvided
+    };
+    KernelCapsule {
+        name: format!("{}.{}", provider.label(), op.name()),
+        op,
+        provider,
+        device: Device::Cuda,
+        spec_name: spec_name(op),
+        trust_level: TrustLevel::Checked,
+        supports_forward: true,
+        vjp_mode,
+        runtime_support: RuntimeSupport::Eager,
+        deterministic: true,
+        parts: vec![],
+        shape_contract: d(
+            ContractClaim::ShapeSafety { op },
+            "every call validates input shapes with spec::infer_shape",
+            Evidence::RuntimeGuard {
+                guard: torchlean::guard!(torchlean::providers::native_cpu::guard::shape_rule),
+            },
+            here(file, "forward"),
+        ),
+        layout_contract: d(
+            ContractClaim::LayoutCompatibility {
+                op,
+                layout: TensorLayout::CanonicalTensor,
+            },
+            "every input is a dense row-major CUDA tensor from offset 0",
+            Evidence::RuntimeGuard {
+                guard: torchlean::guard!(crate::guard::cuda_inputs_dense),
+            },
+            here(file, "forward"),
+        ),
+        value_contract: d(
+            ContractClaim::ValueRefinement {
+                op,
+                spec: spec_name(op),
+            },
+            "matches the f64 spec on the conformance table's inputs, on a GPU (GPU-only test; skipped without CUDA)",
+            tests(VALUE_TESTS),
+            provenance("forward"),
+        ),
+        vjp_contract: d(
+            ContractClaim::VjpRefinement {
+                op,
+                spec: format!("{}.vjp", spec_name(op)),
+                mode: vjp_mode,
+            },
+            "matches the f64 spec VJP on the conformance table's inputs, on a GPU (GPU-only test; skipped without CUDA)",
+            vjp_evidence,
+            provenance("vjp"),
+        ),
+    }
+}
+
+/// The native_cuda capsule of `op` (one of [`elementwise::KINDS`]).
+pub fn native_cuda_capsule(op: OpKind) -> KernelCapsule {
+    capsule(op, Provider::NativeCuda, "kernels/elementwise.rs")
+}
+
+/// The cublas capsule of `op` (one of [`blas::KINDS`]).
+pub fn cublas_capsule(op: OpKind) -> KernelCapsule {
+    capsule(op, Provider::Cublas, "kernels/blas.rs")
+}
+
+/// The binding of the native_cuda kernels.
+pub fn native_cuda_binding() -> KernelBinding {
+    KernelBinding::new("native_cuda", elementwise::forward, Some(elementwise::vjp))
+}
+
+/// The binding of the cuBLAS kernels.
+pub fn cublas_binding() -> KernelBinding {
+    KernelBinding::new("cublas", blas::forward, Some(blas::vjp))
+}
+
+/// Registers every capsule of the module (native_cuda first, then cublas).
+pub fn register(r: &mut Registry) -> Result<(), RegistryError> {
+    for &op in elementwise::KINDS {
+        r.register(native_cuda_capsule(op), native_cuda_binding())?;
+    }
+    for &op in blas::KINDS {
+        r.register(cublas_capsule(op), cublas_binding())?;
+    }
+    Ok(())
+}

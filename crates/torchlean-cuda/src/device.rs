@@ -1,0 +1,166 @@
+//! The CUDA execution context of this process: one device (ordinal 0), one stream on which
+//! every kernel, copy and library call of the module is ordered, the cuBLAS handle bound to
+//! that stream, the compiled kernel functions, and the caching allocator.
+//!
+//! It is created by the first probe and shared by every session (one stream: the host waits
+//! only where it reads values — `DeviceBuffer::read`). Kernels reach it through
+//! [`context`]; a CUDA error becomes [`torchlean::Error::DeviceFailure`] naming the op that
+//! launched the failing call.
+//!
+//! Owns: the context, stream, handles, functions and pool. Must not plan or gate.
+
+use crate::memory::Pool;
+use crate::probe;
+use cudarc::cublas::CudaBlas;
+use cudarc::driver::{CudaContext, CudaFunction, CudaStream};
+use std::sync::{Arc, Mutex, OnceLock};
+use torchlean::Error;
+
+/// The kernel entry points of `kernels/elementwise.cu`.
+pub struct Functions {
+    pub binary_same: CudaFunction,
+    pub binary_bcast: CudaFunction,
+    pub binary_grad: CudaFunction,
+    pub unary_forward: CudaFunction,
+    pub unary_vjp: CudaFunction,
+    pub sum_all: CudaFunction,
+    pub fill_from: CudaFunction,
+    pub sum_rows: CudaFunction,
+    pub add_row_bias: CudaFunction,
+}
+
+/// cuBLAS behind a lock: one handle, used by one thread at a time.
+pub struct Blas(pub CudaBlas);
+// SAFETY: a cuBLAS handle may be used from any thread as long as calls do not overlap; the
+// `Mutex` in `Context` serializes every use.
+unsafe impl Send for Blas {}
+
+/// Everything a native_cuda or cublas kernel needs to run.
+pub struct Context {
+    pub ctx: Arc<CudaContext>,
+    pub stream: Arc<CudaStream>,
+    pub blas: Mutex<Blas>,
+    pub functions: Functions,
+    pub pool: Arc<Pool>,
+    /// The probe's description of the device and libraries.
+    pub detail: String,
+}
+
+// SAFETY: the CUDA driver's handles (functions, modules) are context-global and may be used
+// from any thread once the context is bound, which cudarc does on every call.
+unsafe impl Send for Context {}
+unsafe impl Sync for Context {}
+
+static CONTEXT: OnceLock<Result<Context, String>> = OnceLock::new();
+
+/// The device failure of a CUDA call made for `op`.
+pub fn failure(op: &str, e: impl std::fmt::Display) -> Error {
+    Error::DeviceFailure {
+        op: op.to_string(),
+        device: "cuda".into(),
+        reason: e.to_string(),
+    }
+}
+
+fn unavailable(reason: String) -> Error {
+    Error::DeviceUnavailable {
+        device: "cuda".into(),
+        reason,
+    }
+}
+
+/// The context, created on first use (an error naming what is missing when the libraries,
+/// the driver or a device are not there; the same answer every time after).
+pub fn context() -> torchlean::Result<&'static Context> {
+    CONTEXT
+        .get_or_init(create)
+        .as_ref()
+        .map_err(|r| unavailable(r.clone()))
+}
+
+fn create() -> Result<Context, String> {
+    let missing = probe::missing_libraries();
+    if !missing.is_empty() {
+        let names: Vec<&str> = missing.iter().map(|l| l.file()).collect();
+        return Err(format!(
+            "the dynamic loader cannot find {} (searched the default library path and LD_LIBRARY_PATH)",
+            names.join(", ")
+        ));
+    }
+    let count = CudaContext::device_count().map_err(|e| format!("the CUDA driver: {e}"))?;
+    if count < 1 {
+        return Err("the CUDA driver reports no device".into());
+    }
+    let ctx = CudaContext::new(0).map_err(|e| format!("cannot open CUDA device 0: {e}"))?;
+    // SAFETY: one stream orders every use of the module's memory, so cudarc's per-buffer
+    // event tracking (for several streams) has nothing to order.
+    unsafe { ctx.disable_event_tracking() };
+    let stream = ctx
+        .new_stream()
+        .map_err(|e| format!("cannot create a stream: {e}"))?;
+    let name = ctx.name().unwrap_or_else(|_| "unknown GPU".into());
+    let (major, minor) = ctx
+        .compute_capability()
+        .map_err(|e| format!("cannot read the compute capability: {e}"))?;
+    let total = ctx.total_mem().unwrap_or(0);
+    let sms = ctx
+        .attribute(
+            cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+        )
+        .unwrap_or(0);
+    let nvrtc = probe::nvrtc_version().unwrap_or_else(|| "unknown".into());
+    let blas = CudaBlas::new(stream.clone()).map_err(|e| format!("cuBLAS: {e}"))?;
+    let mut cublas_v = 0;
+    // SAFETY: `blas` holds a live handle; the out pointer is valid.
+    unsafe { cudarc::cublas::sys::cublasGetVersion_v2(*blas.handle(), &mut cublas_v) };
+    let arch = format!("compute_{major}{minor}");
+    let compiled = crate::nvrtc::compile(crate::nvrtc::ELEMENTWISE_SRC, &arch, &nvrtc)?;
+    let module = ctx
+        .load_module(cudarc::nvrtc::Ptx::from_src(compiled.ptx))
+        .map_err(|e| format!("cannot load the native_cuda kernels: {e}"))?;
+    let f = |name: &str| {
+        module
+            .load_function(name)
+            .map_err(|e| format!("kernel `{name}` missing from the compiled module: {e}"))
+    };
+    let functions = Functions {
+        binary_same: f("binary_same")?,
+        binary_bcast: f("binary_bcast")?,
+        binary_grad: f("binary_grad")?,
+        unary_forward: f("unary_forward")?,
+        unary_vjp: f("unary_vjp")?,
+        sum_all: f("sum_all")?,
+        fill_from: f("fill_from")?,
+        sum_rows: f("sum_rows")?,
+        add_row_bias: f("add_row_bias")?,
+    };
+    let detail = format!(
+        "{name} (sm_{major}{minor}, {sms} SMs, {:.1} GiB), CUDA driver API {}, NVRTC {nvrtc} (kernels {}), cuBLAS {}, cuFFT {}",
+        total as f64 / (1u64 << 30) as f64,
+        probe::driver_version().map(probe::cuda_version).unwrap_or_else(|| "unknown".into()),
+        if compiled.from_cache { "from the disk cache" } else { "compiled now" },
+        cublas_v,
+        probe::cufft_version().map(|v| v.to_string()).unwrap_or_else(|| "unknown".into()),
+    );
+    Ok(Context {
+        pool: Pool::new(stream.clone()),
+        ctx,
+        stream,
+        blas: Mutex::new(Blas(blas)),
+        functions,
+        detail,
+    })
+}
+
+impl Context {
+    /// The cuBLAS handle (serialized).
+    pub fn blas(&self) -> std::sync::MutexGuard<'_, Blas> {
+        // a poisoned lock only means another thread panicked during a call
+        self.blas.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The context if a probe already created it (never creates it).
+pub fn context_if_created() -> Option<&'static Context> {
+    CONTEXT.get().and_then(|c| c.as_ref().ok())
+}

@@ -1,0 +1,360 @@
+//! cuBLAS products: `matmul` (batched, with a shared side) and `linear`, forward and VJP,
+//! in f32 with cuBLAS's default math mode (no TF32: the products round like f32 GEMM).
+//!
+//! torchlean tensors are row-major and cuBLAS is column-major: a row-major [r, c] matrix is
+//! a column-major [c, r] one, so row-major C = op(A)·op(B) is computed as column-major
+//! Cᵀ = op(B)ᵀ·op(A)ᵀ (see [`row_gemm`]).
+
+use super::{buffer, cx, grid, launched, output, tensor};
+use crate::device::Context;
+use cudarc::cublas::sys::cublasOperation_t as Trans;
+use cudarc::cublas::{Gemm, GemmConfig, StridedBatchedConfig};
+use cudarc::driver::{CudaSlice, DevicePtr, PushKernelArg};
+use torchlean::graph::{Op, OpKind};
+use torchlean::{Error, OpError, Result, Tensor};
+
+/// The op kinds this file implements.
+pub const KINDS: &[OpKind] = &[OpKind::Matmul, OpKind::Linear];
+
+/// One row-major product (or `batch` of them) C[m, n] = op(A)[m, k] · op(B)[k, n] with
+/// `beta` times the old C added; `ta`: A is stored [k, m]; `tb`: B is stored [n, k];
+/// strides are per product in elements (0: shared by every product).
+struct RowGemm {
+    m: usize,
+    n: usize,
+    k: usize,
+    ta: bool,
+    tb: bool,
+    beta: f32,
+    batch: usize,
+    stride_a: usize,
+    stride_b: usize,
+    stride_c: usize,
+}
+
+fn int(op: &Op, v: usize) -> Result<i32> {
+    i32::try_from(v).map_err(|_| {
+        Error::from(OpError::Payload {
+            op: op.name(),
+            reason: format!("dimension {v} exceeds cuBLAS's 32-bit sizes"),
+        })
+    })
+}
+
+fn row_gemm<A: DevicePtr<f32>, B: DevicePtr<f32>>(
+    cx: &Context,
+    op: &Op,
+    g: RowGemm,
+    a: &A,
+    b: &B,
+    c: &mut CudaSlice<f32>,
+) -> Result<()> {
+    if g.m == 0 || g.n == 0 || g.batch == 0 {
+        return Ok(());
+    }
+    if g.k == 0 {
+        // an empty inner dimension: the product is zero
+        if g.beta == 0.0 {
+            return launched(op, cx.stream.memset_zeros(c));
+        }
+        return Ok(());
+    }
+    let t = |x: bool| {
+        if x {
+            Trans::CUBLAS_OP_T
+        } else {
+            Trans::CUBLAS_OP_N
+        }
+    };
+    let cfg = GemmConfig {
+        transa: t(g.tb),
+        transb: t(g.ta),
+        m: int(op, g.n)?,
+        n: int(op, g.m)?,
+        k: int(op, g.k)?,
+        alpha: 1.0f32,
+        lda: int(op, if g.tb { g.k } else { g.n })?,
+        ldb: int(op, if g.ta { g.m } else { g.k })?,
+        beta: g.beta,
+        ldc: int(op, g.n)?,
+    };
+    let blas = cx.blas();
+    if g.batch == 1 {
+        // SAFETY: B, A and C hold at least k·n, m·k and m·n elements (shapes checked by the
+        // guard and the allocation), and the leading dimensions match those layouts.
+        launched(op, unsafe { blas.0.gemm(cfg, b, a, c) })
+    } else {
+        let cfg = StridedBatchedConfig {
+            gemm: cfg,
+            batch_size: int(op, g.batch)?,
+            stride_a: g.stride_b as i64,
+            stride_b: g.stride_a as i64,
+            stride_c: g.stride_c as i64,
+        };
+        // SAFETY: as above, for `batch` products at the given strides (0 for a shared
+        // operand), each inside its buffer.
+        launched(op, unsafe { blas.0.gemm_strided_batched(cfg, b, a, c) })
+    }
+}
+
+fn dims(op: &Op, a: &[usize], b: &[usize]) -> Result<torchlean::spec::MatmulDims> {
+    torchlean::spec::matmul_dims(a, b)
+        .map(|(d, _)| d)
+        .ok_or_else(|| {
+            OpError::Shape {
+                op: op.name(),
+                shapes: vec![a.to_vec(), b.to_vec()],
+                expected: "a [..., m, k] and b [..., k, n] with equal batch dims, or one side 2-D"
+                    .into(),
+            }
+            .into()
+        })
+}
+
+/// The forward kernel of `matmul` and `linear`.
+pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
+    let shapes: Vec<&[usize]> = inputs.iter().map(|t| t.shape()).collect();
+    let shape = torchlean::spec::infer_shape(op, &shapes)?;
+    let cx = cx()?;
+    let mut out = output(cx, op, torchlean::spec::numel(&shape))?;
+    let (a, b) = (buffer(op, inputs[0])?, buffer(op, inputs[1])?);
+    match op.kind() {
+        OpKind::Matmul => {
+            let d = dims(op, inputs[0].shape(), inputs[1].shape())?;
+            let g = if d.b_batched {
+                RowGemm {
+                    m: d.m,
+                    n: d.n,
+                    k: d.k,
+                    ta: false,
+                    tb: false,
+                    beta: 0.0,
+                    batch: d.batch,
+                    stride_a: if d.a_batched { d.m * d.k } else { 0 },
+                    stride_b: d.k * d.n,
+                    stride_c: d.m * d.n,
+                }
+            } else {
+                // a shared B: one product over the stacked rows of A
+                RowGemm {
+                    m: d.batch * d.m,
+                    n: d.n,
+                    k: d.k,
+                    ta: false,
+                    tb: false,
+                    beta: 0.0,
+                    batch: 1,
+                    stride_a: 0,
+                    stride_b: 0,
+                    stride_c: 0,
+                }
+            };
+            row_gemm(cx, op, g, a.slice(), b.slice(), out.slice_mut())?;
+        }
+        OpKind::Linear => {
+            let (o, i) = (inputs[1].shape()[0], inputs[1].shape()[1]);
+            let rows = if i == 0 {
+                torchlean::spec::numel(&shape) / o.max(1)
+            } else {
+                inputs[0].numel() / i
+            };
+            let g = RowGemm {
+                m: rows,
+                n: o,
+                k: i,
+                ta: false,
+                tb: true,
+                beta: 0.0,
+                batch: 1,
+                stride_a: 0,
+                stride_b: 0,
+                stride_c: 0,
+            };
+            row_gemm(cx, op, g, a.slice(), b.slice(), out.slice_mut())?;
+            if inputs.len() == 3 && rows * o > 0 {
+                let bias = buffer(op, inputs[2])?;
+                let (r64, c64) = (rows as i64, o as i64);
+                let mut l = cx.stream.launch_builder(&cx.functions.add_row_bias);
+                l.arg(out.slice_mut()).arg(bias.slice()).arg(&r64).arg(&c64);
+                // SAFETY: rows·o elements of out updated, bias read at index < o.
+                launched(op, unsafe { l.launch(grid(rows * o)) })?;
+            }
+        }
+        other => {
+            return Err(Error::Other(format!(
+                "cublas has no kernel for op `{}`",
+                other.name()
+            )))
+        }
+    }
+    tensor(out, &shape)
+}
+
+/// The VJP kernel of `matmul` and `linear`: dA = dC·Bᵀ, dB = Aᵀ·dC (summed over the
+/// products that share an operand, in a fixed order), and for linear's bias the column sums
+/// of dC.
+pub fn vjp(
+    op: &Op,
+    inputs: &[&Tensor],
+    _output: &Tensor,
+    gy: &Tensor,
+    needs: &[bool],
+) -> Result<Vec<Option<Tensor>>> {
+    let cx = cx()?;
+    let (a, b) = (buffer(op, inputs[0])?, buffer(op, inputs[1])?);
+    let g = buffer(op, gy)?;
+    let mut grads: Vec<Option<Tensor>> = vec![None; inputs.len()];
+    match op.kind() {
+        OpKind::Matmul => {
+            let d = dims(op, inputs[0].shape(), inputs[1].shape())?;
+            let (m, k, n) = (d.m, d.k, d.n);
+            if needs[0] {
+                let mut da = output(cx, op, inputs[0].numel())?;
+                if d.a_batched && !d.b_batched {
+                    // stacked rows: dA[batch·m, k] = dC[batch·m, n] · Bᵀ
+                    let gg = RowGemm {
+                        m: d.batch * m,
+                        n: k,
+                        k: n,
+                        ta: false,
+                        tb: true,
+                        beta: 0.0,
+                        batch: 1,
+                        stride_a: 0,
+                        stride_b: 0,
+                        stride_c: 0,
+                    };
+                    row_gemm(cx, op, gg, g.slice(), b.slice(), da.slice_mut())?;
+                } else if d.a_batched {
+                    let gg = RowGemm {
+                        m,
+                        n: k,
+                        k: n,
+                        ta: false,
+                        tb: true,
+                        beta: 0.0,
+                        batch: d.batch,
+                        stride_a: m * n,
+                        stride_b: k * n,
+                        stride_c: m * k,
+                    };
+                    row_gemm(cx, op, gg, g.slice(), b.slice(), da.slice_mut())?;
+                } else {
+                    // a shared A: dA = Σ_b dC_b · B_bᵀ, accumulated product by product
+                    for i in 0..d.batch.max(1) {
+                        let gv = g.slice().slice(i * m * n..);
+                        let bv = b.slice().slice(if d.b_batched { i * k * n } else { 0 }..);
+                        let gg = RowGemm {
+                            m,
+                            n: k,
+                            k: n,
+                            ta: false,
+                            tb: true,
+                            beta: if i == 0 { 0.0 } else { 1.0 },
+                            batch: 1,
+                            stride_a: 0,
+                            stride_b: 0,
+                            stride_c: 0,
+                        };
+                        row_gemm(cx, op, gg, &gv, &bv, da.slice_mut())?;
+                    }
+                    if d.batch == 0 {
+                        launched(op, cx.stream.memset_zeros(da.slice_mut()))?;
+                    }
+                }
+                grads[0] = Some(tensor(da, inputs[0].shape())?);
+            }
+            if needs[1] {
+                let mut db = output(cx, op, inputs[1].numel())?;
+                if d.b_batched {
+                    let gg = RowGemm {
+                        m: k,
+                        n,
+                        k: m,
+                        ta: true,
+                        tb: false,
+                        beta: 0.0,
+                        batch: d.batch,
+                        stride_a: if d.a_batched { m * k } else { 0 },
+                        stride_b: m * n,
+                        stride_c: k * n,
+                    };
+                    row_gemm(cx, op, gg, a.slice(), g.slice(), db.slice_mut())?;
+                } else {
+                    // a shared B: dB[k, n] = A_stackedᵀ[k, batch·m] · dC[batch·m, n]
+                    let rows = if d.a_batched { d.batch * m } else { m };
+                    let gg = RowGemm {
+                        m: k,
+                        n,
+                        k: rows,
+                        ta: true,
+                        tb: false,
+                        beta: 0.0,
+                        batch: 1,
+                        stride_a: 0,
+                        stride_b: 0,
+                        stride_c: 0,
+                    };
+                    row_gemm(cx, op, gg, a.slice(), g.slice(), db.slice_mut())?;
+                }
+                grads[1] = Some(tensor(db, inputs[1].shape())?);
+            }
+        }
+        OpKind::Linear => {
+            let (o, i) = (inputs[1].shape()[0], inputs[1].shape()[1]);
+            let rows = gy.numel() / o.max(1);
+            if needs[0] {
+                let mut dx = output(cx, op, inputs[0].numel())?;
+                let gg = RowGemm {
+                    m: rows,
+                    n: i,
+                    k: o,
+                    ta: false,
+                    tb: false,
+                    beta: 0.0,
+                    batch: 1,
+                    stride_a: 0,
+                    stride_b: 0,
+                    stride_c: 0,
+                };
+                row_gemm(cx, op, gg, g.slice(), b.slice(), dx.slice_mut())?;
+                grads[0] = Some(tensor(dx, inputs[0].shape())?);
+            }
+            if needs[1] {
+                let mut dw = output(cx, op, inputs[1].numel())?;
+                let gg = RowGemm {
+                    m: o,
+                    n: i,
+                    k: rows,
+                    ta: true,
+                    tb: false,
+                    beta: 0.0,
+                    batch: 1,
+                    stride_a: 0,
+                    stride_b: 0,
+                    stride_c: 0,
+                };
+                row_gemm(cx, op, gg, g.slice(), a.slice(), dw.slice_mut())?;
+                grads[1] = Some(tensor(dw, inputs[1].shape())?);
+            }
+            if inputs.len() == 3 && needs[2] {
+                let mut db = output(cx, op, o)?;
+                if o > 0 {
+                    let (r64, c64) = (rows as i64, o as i64);
+                    let mut l = cx.stream.launch_builder(&cx.functions.sum_rows);
+                    l.arg(g.slice()).arg(db.slice_mut()).arg(&r64).arg(&c64);
+                    // SAFETY: reads rows·o elements of dC, writes o elements of db.
+                    launched(op, unsafe { l.launch(grid(o)) })?;
+                }
+                grads[2] = Some(tensor(db, inputs[2].shape())?);
+            }
+        }
+        other => {
+            return Err(Error::Other(format!(
+                "cublas has no VJP for op `{}`",
+                other.name()
+            )))
+        }
+    }
+    Ok(grads)
+}

@@ -1,0 +1,288 @@
+//! native_cuda elementwise kernels: broadcasting binary maps (add, sub, mul) with their
+//! reduced cotangents, unary maps with their VJPs, and the deterministic `sum_all`.
+//! The CUDA source is `kernels/elementwise.cu`; opcodes here match its `#define`s.
+
+use super::{buffer, cx, grid, launched, output, tensor};
+use cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
+use torchlean::graph::{Op, OpKind};
+use torchlean::{Error, OpError, Result, Tensor};
+
+/// The largest rank the broadcast kernels index (`MAX_RANK` in the `.cu` source).
+pub const MAX_RANK: usize = 8;
+
+/// Mirror of `struct Bcast` in `elementwise.cu`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct Bcast {
+    rank: i32,
+    shape: [i64; MAX_RANK],
+    a_stride: [i64; MAX_RANK],
+    b_stride: [i64; MAX_RANK],
+}
+// SAFETY: plain `repr(C)` integers laid out exactly as the CUDA struct.
+unsafe impl DeviceRepr for Bcast {}
+
+/// Mirror of `struct Reduce` in `elementwise.cu`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct Reduce {
+    rank: i32,
+    own_shape: [i64; MAX_RANK],
+    out_stride: [i64; MAX_RANK],
+    red_shape: [i64; MAX_RANK],
+}
+// SAFETY: plain `repr(C)` integers laid out exactly as the CUDA struct.
+unsafe impl DeviceRepr for Reduce {}
+
+/// The binary ops of this file, by opcode.
+pub fn binary_code(kind: OpKind) -> Option<i32> {
+    Some(match kind {
+        OpKind::Add => 0,
+        OpKind::Sub => 1,
+        OpKind::Mul => 2,
+        _ => return None,
+    })
+}
+
+/// The unary maps of this file: opcode and scalar parameter.
+pub fn unary_code(op: &Op) -> Option<(i32, f32)> {
+    Some(match op {
+        Op::Neg => (0, 0.0),
+        Op::Exp => (1, 0.0),
+        Op::Sin => (2, 0.0),
+        Op::Cos => (3, 0.0),
+        Op::Tanh => (4, 0.0),
+        Op::Sigmoid => (5, 0.0),
+        Op::Relu => (6, 0.0),
+        Op::Scale { factor } => (7, *factor),
+        Op::AddScalar { value } => (8, *value),
+        _ => return None,
+    })
+}
+
+/// The op kinds this file implements.
+pub const KINDS: &[OpKind] = &[
+    OpKind::Add,
+    OpKind::Sub,
+    OpKind::Mul,
+    OpKind::Neg,
+    OpKind::Exp,
+    OpKind::Sin,
+    OpKind::Cos,
+    OpKind::Tanh,
+    OpKind::Sigmoid,
+    OpKind::Relu,
+    OpKind::Scale,
+    OpKind::AddScalar,
+    OpKind::SumAll,
+];
+
+fn row_major(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1; shape.len()];
+    for d in (0..shape.len().saturating_sub(1)).rev() {
+        s[d] = s[d + 1] * shape[d + 1];
+    }
+    s
+}
+
+/// `shape` left-padded with ones to `rank`.
+fn padded(shape: &[usize], rank: usize) -> Vec<usize> {
+    let mut p = vec![1; rank - shape.len()];
+    p.extend_from_slice(shape);
+    p
+}
+
+fn rank_error(op: &Op, shapes: &[&[usize]]) -> Error {
+    OpError::Layout {
+        op: op.name(),
+        shapes: shapes.iter().map(|s| s.to_vec()).collect(),
+        reason: format!("native_cuda broadcasts over at most {MAX_RANK} axes"),
+    }
+    .into()
+}
+
+fn bcast(op: &Op, a: &[usize], b: &[usize], out: &[usize]) -> Result<Bcast> {
+    let r = out.len();
+    if r > MAX_RANK {
+        return Err(rank_error(op, &[a, b]));
+    }
+    let mut g = Bcast {
+        rank: r as i32,
+        ..Default::default()
+    };
+    let (pa, pb) = (padded(a, r), padded(b, r));
+    let (sa, sb) = (row_major(&pa), row_major(&pb));
+    for d in 0..r {
+        g.shape[d] = out[d] as i64;
+        g.a_stride[d] = if pa[d] == 1 { 0 } else { sa[d] as i64 };
+        g.b_stride[d] = if pb[d] == 1 { 0 } else { sb[d] as i64 };
+    }
+    Ok(g)
+}
+
+fn reduce_geometry(own: &[usize], out: &[usize]) -> Reduce {
+    let r = out.len();
+    let p = padded(own, r);
+    let so = row_major(out);
+    let mut g = Reduce {
+        rank: r as i32,
+        ..Default::default()
+    };
+    for d in 0..r {
+        g.own_shape[d] = p[d] as i64;
+        g.out_stride[d] = so[d] as i64;
+        g.red_shape[d] = if p[d] == 1 { out[d] as i64 } else { 1 };
+    }
+    g
+}
+
+fn out_shape(op: &Op, inputs: &[&Tensor]) -> Result<Vec<usize>> {
+    let shapes: Vec<&[usize]> = inputs.iter().map(|t| t.shape()).collect();
+    Ok(torchlean::spec::infer_shape(op, &shapes)?)
+}
+
+/// The forward kernel of every op in [`KINDS`].
+pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
+    let shape = out_shape(op, inputs)?;
+    let n = torchlean::spec::numel(&shape);
+    let cx = cx()?;
+    let mut out = output(cx, op, n)?;
+    let n64 = n as i64;
+    if n == 0 {
+        return tensor(out, &shape);
+    }
+    if let Some(code) = binary_code(op.kind()) {
+        let (a, b) = (buffer(op, inputs[0])?, buffer(op, inputs[1])?);
+        let same = inputs[0].shape() == shape.as_slice() && inputs[1].shape() == shape.as_slice();
+        if same {
+            let mut l = cx.stream.launch_builder(&cx.functions.binary_same);
+            l.arg(&code)
+                .arg(a.slice())
+                .arg(b.slice())
+                .arg(out.slice_mut())
+                .arg(&n64);
+            // SAFETY: the kernel reads n elements of a and b and writes n of out, each
+            // buffer holding at least n (checked by `buffer` and the allocation).
+            launched(op, unsafe { l.launch(grid(n.div_ceil(4))) })?;
+        } else {
+            let g = bcast(op, inputs[0].shape(), inputs[1].shape(), &shape)?;
+            let mut l = cx.stream.launch_builder(&cx.functions.binary_bcast);
+            l.arg(&code)
+                .arg(a.slice())
+                .arg(b.slice())
+                .arg(out.slice_mut())
+                .arg(&n64)
+                .arg(&g);
+            // SAFETY: `g` maps each of the n output positions to an element inside a and b
+            // (strides of their own shapes, 0 on broadcast axes).
+            launched(op, unsafe { l.launch(grid(n)) })?;
+        }
+    } else if let Some((code, p)) = unary_code(op) {
+        let x = buffer(op, inputs[0])?;
+        let mut l = cx.stream.launch_builder(&cx.functions.unary_forward);
+        l.arg(&code)
+            .arg(&p)
+            .arg(x.slice())
+            .arg(out.slice_mut())
+            .arg(&n64);
+        // SAFETY: n elements read from x (of n) and written to out (of n).
+        launched(op, unsafe { l.launch(grid(n)) })?;
+    } else if op.kind() == OpKind::SumAll {
+        let x = buffer(op, inputs[0])?;
+        let m = inputs[0].numel() as i64;
+        let mut l = cx.stream.launch_builder(&cx.functions.sum_all);
+        l.arg(x.slice()).arg(out.slice_mut()).arg(&m);
+        let cfg = LaunchConfig {
+            grid_dim: (1, 1, 1),
+            block_dim: (1024, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: one block of 1024 threads (the kernel's shared array size) reads m
+        // elements of x and writes out[0].
+        launched(op, unsafe { l.launch(cfg) })?;
+    } else {
+        return Err(Error::Other(format!(
+            "native_cuda has no elementwise kernel for op `{}`",
+            op.name()
+        )));
+    }
+    tensor(out, &shape)
+}
+
+/// The VJP kernel of every differentiable op in [`KINDS`].
+pub fn vjp(
+    op: &Op,
+    inputs: &[&Tensor],
+    output_t: &Tensor,
+    gy: &Tensor,
+    needs: &[bool],
+) -> Result<Vec<Option<Tensor>>> {
+    let shape = out_shape(op, inputs)?;
+    let cx = cx()?;
+    let g = buffer(op, gy)?;
+    if let Some(code) = binary_code(op.kind()) {
+        let (a, b) = (buffer(op, inputs[0])?, buffer(op, inputs[1])?);
+        let geo = bcast(op, inputs[0].shape(), inputs[1].shape(), &shape)?;
+        let mut grads = Vec::with_capacity(2);
+        for which in 0..2usize {
+            if !needs[which] {
+                grads.push(None);
+                continue;
+            }
+            let own = inputs[which].shape();
+            let n_own = inputs[which].numel();
+            let mut out = output(cx, op, n_own)?;
+            if n_own > 0 {
+                let red = reduce_geometry(own, &shape);
+                let (which32, n64) = (which as i32, n_own as i64);
+                let mut l = cx.stream.launch_builder(&cx.functions.binary_grad);
+                l.arg(&code)
+                    .arg(&which32)
+                    .arg(a.slice())
+                    .arg(b.slice())
+                    .arg(g.slice())
+                    .arg(out.slice_mut())
+                    .arg(&n64)
+                    .arg(&geo)
+                    .arg(&red);
+                // SAFETY: thread j writes out[j] (j < n_own) and reads output positions of
+                // the output's shape, mapped into a and b by `geo` as in the forward.
+                launched(op, unsafe { l.launch(grid(n_own)) })?;
+            }
+            grads.push(Some(tensor(out, own)?));
+        }
+        return Ok(grads);
+    }
+    let x = buffer(op, inputs[0])?;
+    let n = inputs[0].numel();
+    let n64 = n as i64;
+    let mut out = output(cx, op, n)?;
+    if let Some((code, p)) = unary_code(op) {
+        let y = buffer(op, output_t)?;
+        if n > 0 {
+            let mut l = cx.stream.launch_builder(&cx.functions.unary_vjp);
+            l.arg(&code)
+                .arg(&p)
+                .arg(x.slice())
+                .arg(y.slice())
+                .arg(g.slice())
+                .arg(out.slice_mut())
+                .arg(&n64);
+            // SAFETY: n elements read from x, y, gy (each of n) and written to out.
+            launched(op, unsafe { l.launch(grid(n)) })?;
+        }
+    } else if op.kind() == OpKind::SumAll {
+        if n > 0 {
+            let mut l = cx.stream.launch_builder(&cx.functions.fill_from);
+            l.arg(g.slice()).arg(out.slice_mut()).arg(&n64);
+            // SAFETY: reads gy[0] (gy has one element) and writes n elements of out.
+            launched(op, unsafe { l.launch(grid(n)) })?;
+        }
+    } else {
+        return Err(Error::Other(format!(
+            "native_cuda has no elementwise VJP for op `{}`",
+            op.name()
+        )));
+    }
+    Ok(vec![Some(tensor(out, inputs[0].shape())?)])
+}

@@ -1,0 +1,73 @@
+//! The module's kernels over device tensors: [`elementwise`] (native_cuda, NVRTC-compiled
+//! `.cu` source) and [`blas`] (cuBLAS products).
+//!
+//! Every kernel takes the op and device tensors, reads the execution context
+//! ([`crate::device::context`]: stream, cuBLAS handle, functions, allocator), launches on the
+//! one stream and returns new device tensors without waiting. The guards cited by the
+//! capsules ([`crate::guard`]) have already run; kernels re-check what they index with.
+
+pub mod blas;
+pub mod elementwise;
+
+use crate::device::{context, failure, Context};
+use crate::memory::CudaBuffer;
+use cudarc::driver::LaunchConfig;
+use std::sync::Arc;
+use torchlean::graph::Op;
+use torchlean::tensor::DeviceBuffer;
+use torchlean::{Error, Result, Tensor};
+
+/// Threads per block of the grid-stride kernels.
+pub const BLOCK: u32 = 256;
+
+/// A grid-stride launch over `n` elements.
+pub fn grid(n: usize) -> LaunchConfig {
+    let blocks = n.div_ceil(BLOCK as usize).clamp(1, 1 << 16) as u32;
+    LaunchConfig {
+        grid_dim: (blocks, 1, 1),
+        block_dim: (BLOCK, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// The module's buffer under a device tensor (an error naming the op when the tensor is not
+/// a dense CUDA tensor of this module).
+pub fn buffer<'t>(op: &Op, t: &'t Tensor) -> Result<&'t CudaBuffer> {
+    let refuse = |reason: String| {
+        Error::from(torchlean::OpError::Layout {
+            op: op.name(),
+            shapes: vec![t.shape().to_vec()],
+            reason,
+        })
+    };
+    let b = t
+        .device_buffer()
+        .and_then(|b| b.as_any().downcast_ref::<CudaBuffer>())
+        .ok_or_else(|| refuse(format!("input on `{}` is not a cuda tensor", t.device())))?;
+    if !t.is_contiguous() || t.layout().offset != 0 || b.len() < t.numel() {
+        return Err(refuse(
+            "native_cuda kernels read dense row-major buffers from offset 0".into(),
+        ));
+    }
+    Ok(b)
+}
+
+/// A fresh output buffer of `n` elements for `op`.
+pub fn output(cx: &Context, op: &Op, n: usize) -> Result<CudaBuffer> {
+    cx.pool.alloc(n, &format!("op `{}`", op.name()))
+}
+
+/// A device tensor over `b`.
+pub fn tensor(b: CudaBuffer, shape: &[usize]) -> Result<Tensor> {
+    Tensor::from_device_buffer(Arc::new(b), shape)
+}
+
+/// The context, as kernels see it.
+pub fn cx() -> Result<&'static Context> {
+    context()
+}
+
+/// Maps a launch or library error to a device failure naming `op`.
+pub fn launched<T, E: std::fmt::Display>(op: &Op, r: std::result::Result<T, E>) -> Result<T> {
+    r.map_err(|e| failure(op.name(), e))
+}

@@ -1,0 +1,177 @@
+//! Provider modules: how a device and its providers plug into a build (DESIGN §7).
+//!
+//! A [`ProviderModule`] is one unit of linking: its capsules (registered in its own
+//! tie-break order), the (provider, device) pairs it declares for planning, the target
+//! features it adds, its runtime probe, and — for a device other than the host — how host
+//! values reach its memory. The standard registry, the [`Target`] and the [`Availability`]
+//! that eager and compiled mode plan against are all built from the linked modules, so adding
+//! a provider is one module (plus its rows in the conformance table) and nothing else.
+//!
+//! The CPU module ([`CpuModule`]: reference, native_cpu, the `torchlean` compositions) is
+//! always linked. Other modules are linked by the program at startup with [`link`], before
+//! the first session or registry use: the set is frozen the first time it is read, and a
+//! later `link` is [`Error::ModulesFrozen`] (a registry built without a module must not
+//! silently gain one).
+//!
+//! This module owns the linking and the dispatch of probes and uploads to the module that
+//! declares a device; it must not plan, gate or run kernels.
+
+use crate::backend::{Availability, Device, Provider, Registry, RegistryError, Target};
+use crate::error::{Error, Result};
+use crate::runtime::probe::ProbeReport;
+use crate::tensor::DeviceBuffer;
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// One linked unit of providers and devices.
+pub trait ProviderModule: Send + Sync + 'static {
+    /// A stable name (`cpu`, `cuda`).
+    fn name(&self) -> &'static str;
+    /// The devices whose memory and probe this module owns.
+    fn devices(&self) -> Vec<Device>;
+    /// The (provider, device) pairs it declares for planning.
+    fn declares(&self) -> Vec<(Provider, Device)>;
+    /// The target features it adds (e.g. `cuda`).
+    fn target_features(&self) -> Vec<String>;
+    /// Registers its capsules, in its planning tie-break order.
+    fn register(&self, registry: &mut Registry) -> std::result::Result<(), RegistryError>;
+    /// Checks, before the first kernel on `device`, that its hardware and libraries are
+    /// really there; the report's detail line names what was found (versions, features).
+    fn probe(&self, device: Device) -> Result<ProbeReport>;
+    /// Copies host values into a new buffer on `device` (one of [`Self::devices`], not the
+    /// host).
+    fn upload(&self, device: Device, data: &[f32]) -> Result<Arc<dyn DeviceBuffer>>;
+    /// Memory statistics of `device` for reports (peak bytes, allocations, cache hits), if
+    /// the module keeps any.
+    fn memory_stats(&self, _device: Device) -> Option<serde_json::Value> {
+        None
+    }
+}
+
+/// The always-linked CPU module: the reference, native CPU and composition providers.
+pub struct CpuModule;
+
+impl ProviderModule for CpuModule {
+    fn name(&self) -> &'static str {
+        "cpu"
+    }
+    fn devices(&self) -> Vec<Device> {
+        vec![Device::Cpu]
+    }
+    fn declares(&self) -> Vec<(Provider, Device)> {
+        vec![
+            (Provider::Reference, Device::Cpu),
+            (Provider::NativeCpu, Device::Cpu),
+            (Provider::Torchlean, Device::Cpu),
+        ]
+    }
+    fn target_features(&self) -> Vec<String> {
+        vec!["cpu".into()]
+    }
+    fn register(&self, registry: &mut Registry) -> std::result::Result<(), RegistryError> {
+        crate::providers::register_cpu(registry)
+    }
+    fn probe(&self, device: Device) -> Result<ProbeReport> {
+        crate::runtime::probe::probe_cpu(device)
+    }
+    fn upload(&self, device: Device, _data: &[f32]) -> Result<Arc<dyn DeviceBuffer>> {
+        Err(Error::DeviceUnavailable {
+            device: device.label().into(),
+            reason: "the CPU module keeps host memory only".into(),
+        })
+    }
+}
+
+static PENDING: Mutex<Vec<Arc<dyn ProviderModule>>> = Mutex::new(Vec::new());
+static LINKED: OnceLock<Vec<Arc<dyn ProviderModule>>> = OnceLock::new();
+
+/// Links `module` into this process (at startup, before the first session or registry use).
+/// Linking a module of the same name twice is a no-op (also after the set was frozen).
+pub fn link(module: Arc<dyn ProviderModule>) -> Result<()> {
+    if let Some(linked) = LINKED.get() {
+        if linked.iter().any(|m| m.name() == module.name()) {
+            return Ok(());
+        }
+        return Err(Error::ModulesFrozen {
+            module: module.name(),
+        });
+    }
+    // a poisoned lock only means another thread panicked while pushing
+    let mut pending = PENDING.lock().unwrap_or_else(|p| p.into_inner());
+    if !pending.iter().any(|m| m.name() == module.name()) {
+        pending.push(module);
+    }
+    Ok(())
+}
+
+/// The linked modules (the CPU module first); freezes the set.
+pub fn linked() -> &'static [Arc<dyn ProviderModule>] {
+    LINKED.get_or_init(|| {
+        let mut all: Vec<Arc<dyn ProviderModule>> = vec![Arc::new(CpuModule)];
+        let pending = PENDING.lock().unwrap_or_else(|p| p.into_inner());
+        all.extend(pending.iter().cloned());
+        all
+    })
+}
+
+/// The module that owns `device`, if one is linked.
+pub fn owner(device: Device) -> Option<&'static Arc<dyn ProviderModule>> {
+    linked().iter().find(|m| m.devices().contains(&device))
+}
+
+/// The target of this build: the host's OS and architecture, with the features of every
+/// linked module.
+pub fn target() -> Target {
+    let mut t = Target::host();
+    t.features = linked()
+        .iter()
+        .flat_map(|m| m.target_features())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    t
+}
+
+/// What the linked modules declare for planning.
+pub fn availability() -> Availability {
+    let providers: BTreeSet<(Provider, Device)> =
+        linked().iter().flat_map(|m| m.declares()).collect();
+    let devices = providers.iter().map(|&(_, d)| d).collect();
+    Availability { devices, providers }
+}
+
+/// The registry of every linked module's capsules, in link order.
+pub fn build_registry() -> std::result::Result<Registry, RegistryError> {
+    let mut r = Registry::new();
+    for m in linked() {
+        m.register(&mut r)?;
+    }
+    Ok(r)
+}
+
+/// Probes `device` through the module that owns it (an error naming the device when no
+/// linked module does).
+pub fn probe(device: Device) -> Result<ProbeReport> {
+    match owner(device) {
+        Some(m) => m.probe(device),
+        None => Err(Error::DeviceUnavailable {
+            device: device.label().into(),
+            reason: "no provider module for this device is linked into this build".into(),
+        }),
+    }
+}
+
+/// Copies host values to `device` through its module (probing it first).
+pub fn upload(device: Device, data: &[f32]) -> Result<Arc<dyn DeviceBuffer>> {
+    let m = owner(device).ok_or_else(|| Error::DeviceUnavailable {
+        device: device.label().into(),
+        reason: "no provider module for this device is linked into this build".into(),
+    })?;
+    m.probe(device)?;
+    m.upload(device, data)
+}
+
+/// Memory statistics of `device`, if its module keeps any.
+pub fn memory_stats(device: Device) -> Option<serde_json::Value> {
+    owner(device).and_then(|m| m.memory_stats(device))
+}
