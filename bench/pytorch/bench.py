@@ -49,6 +49,13 @@ def main():
         with torch.no_grad():
             t = timed(lambda: x @ y, a.warmup, a.reps, sync)
         details = {"n": n, "gflops": 2 * n**3 / t[len(t) // 2] / 1e9}
+    elif w.startswith("add-"):
+        n = int(w[4:])
+        x = torch.randn(n, device=dev)
+        y = torch.randn(n, device=dev)
+        with torch.no_grad():
+            t = timed(lambda: x + y, a.warmup, a.reps, sync)
+        details = {"n": n, "gb_per_s": 12 * n / t[len(t) // 2] / 1e9}
     elif w == "mlp-step":
         model = torch.nn.Sequential(
             torch.nn.Linear(784, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10)

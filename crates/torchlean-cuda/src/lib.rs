@@ -78,6 +78,18 @@ impl ProviderModule for CudaModule {
         }
         Ok(Arc::new(b))
     }
+    fn synchronize(&self, device: Device) -> torchlean::Result<()> {
+        if device != Device::Cuda {
+            return Ok(());
+        }
+        match device::context_if_created() {
+            Some(cx) => cx
+                .stream
+                .synchronize()
+                .map_err(|e| device::failure("synchronize", e)),
+            None => Ok(()),
+        }
+    }
     fn memory_stats(&self, device: Device) -> Option<serde_json::Value> {
         if device != Device::Cuda {
             return None;

@@ -46,6 +46,11 @@ pub trait ProviderModule: Send + Sync + 'static {
     fn memory_stats(&self, _device: Device) -> Option<serde_json::Value> {
         None
     }
+    /// Waits until every kernel launched on `device` so far has finished (for timing; reads
+    /// of values wait by themselves). Devices that run synchronously have nothing to wait for.
+    fn synchronize(&self, _device: Device) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// The always-linked CPU module: the reference, native CPU and composition providers.
@@ -169,6 +174,14 @@ pub fn upload(device: Device, data: &[f32]) -> Result<Arc<dyn DeviceBuffer>> {
     })?;
     m.probe(device)?;
     m.upload(device, data)
+}
+
+/// Waits for the work launched on `device` (see [`ProviderModule::synchronize`]).
+pub fn synchronize(device: Device) -> Result<()> {
+    match owner(device) {
+        Some(m) => m.synchronize(device),
+        None => Ok(()),
+    }
 }
 
 /// Memory statistics of `device`, if its module keeps any.

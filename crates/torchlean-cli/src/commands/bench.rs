@@ -4,7 +4,7 @@
 use crate::backend_args::{BackendArgs, ModeArgs};
 use crate::{CliError, CliResult};
 use std::time::Instant;
-use torchlean::backend::ExecutionMode;
+use torchlean::backend::{Device, ExecutionMode};
 use torchlean::graph::AttentionMask;
 use torchlean::nn::train::TrainStep;
 use torchlean::nn::{Activation, Adam, Mlp, Module, TransformerConfig, TransformerEncoder};
@@ -12,7 +12,7 @@ use torchlean::{no_grad, Tensor};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// gemm-N (e.g. gemm-1024) | mlp-step | quickstart-step | transformer-step | sdpa | tiny-ops | tiny-ops-tape
+    /// gemm-N (e.g. gemm-1024) | add-N (e.g. add-268435456) | mlp-step | quickstart-step | transformer-step | sdpa | tiny-ops | tiny-ops-tape
     workload: String,
     #[command(flatten)]
     backend: BackendArgs,
@@ -39,21 +39,29 @@ fn stats(mut t: Vec<f64>) -> (f64, f64, f64) {
     (t[t.len() / 2], t[0], t[t.len() - 1])
 }
 
+/// Times `f` on `device`: each repetition ends when the device finished its work (a
+/// device runs asynchronously; the CPU synchronizes trivially).
 fn time(
     warmup: (usize, f64),
     reps: usize,
+    device: Device,
     mut f: impl FnMut() -> Result<(), CliError>,
 ) -> Result<Vec<f64>, CliError> {
+    let mut run = || -> Result<(), CliError> {
+        f()?;
+        torchlean::module::synchronize(device)?;
+        Ok(())
+    };
     let start = Instant::now();
     let mut done = 0;
     while done < warmup.0 || start.elapsed().as_secs_f64() < warmup.1 {
-        f()?;
+        run()?;
         done += 1;
     }
     (0..reps)
         .map(|_| {
             let s = Instant::now();
-            f()?;
+            run()?;
             Ok(s.elapsed().as_secs_f64())
         })
         .collect()
@@ -77,6 +85,18 @@ pub fn run(a: Args) -> CliResult {
             a.workload
         )));
     }
+    // the inputs of the device workloads are made on the host and moved explicitly
+    let device = a.backend.profile()?.device;
+    let on = move |t: Tensor| t.to_device(device);
+    let device_workload = a.workload.starts_with("gemm-")
+        || a.workload.starts_with("add-")
+        || a.workload.starts_with("tiny-ops");
+    if device != Device::Cpu && !device_workload {
+        return Err(CliError::usage(format!(
+            "workload `{}` runs on the cpu only for now (on {device}: gemm-N, add-N, tiny-ops, tiny-ops-tape)",
+            a.workload
+        )));
+    }
     let mut compiled_report = None;
     let (times, unit_scale, unit, extra): (Vec<f64>, f64, &str, serde_json::Value) = match a
         .workload
@@ -87,14 +107,14 @@ pub fn run(a: Args) -> CliResult {
                 .parse()
                 .map_err(|_| CliError::usage(format!("bad gemm size in `{w}`")))?;
             let setup = || -> torchlean::Result<(Tensor, Tensor)> {
-                Ok((Tensor::randn(&[n, n], 1)?, Tensor::randn(&[n, n], 2)?))
+                Ok((on(Tensor::randn(&[n, n], 1)?)?, on(Tensor::randn(&[n, n], 2)?)?))
             };
             a.backend.start_session(ExecutionMode::Eager, || {
                 let (x, y) = setup()?;
                 no_grad(|| x.matmul(&y)).map(drop)
             })?;
             let (x, y) = setup()?;
-            let t = time((a.warmup, a.warmup_seconds), a.reps, || {
+            let t = time((a.warmup, a.warmup_seconds), a.reps, device, || {
                 no_grad(|| x.matmul(&y)).map(|_| ()).map_err(Into::into)
             })?;
             let gflops = 2.0 * (n as f64).powi(3) / stats(t.clone()).0 / 1e9;
@@ -145,7 +165,7 @@ pub fn run(a: Args) -> CliResult {
             let inputs = [("x".to_string(), x), ("y".to_string(), y)];
             let step = TrainStep::new(mode, &model, &inputs, &loss_fn, &a.backend.profile()?)?;
             let mut opt = Adam::new(1e-3)?;
-            let t = time((a.warmup, a.warmup_seconds), a.reps, || {
+            let t = time((a.warmup, a.warmup_seconds), a.reps, device, || {
                 step.run(&mut model, &mut opt, &inputs, &loss_fn)?;
                 Ok(())
             })?;
@@ -185,7 +205,7 @@ pub fn run(a: Args) -> CliResult {
             let inputs = [("x".to_string(), x), ("y".to_string(), target)];
             let step = TrainStep::new(mode, &model, &inputs, &loss_fn, &a.backend.profile()?)?;
             let mut opt = Adam::new(1e-3)?;
-            let t = time((a.warmup, a.warmup_seconds), a.reps, || {
+            let t = time((a.warmup, a.warmup_seconds), a.reps, device, || {
                 step.run(&mut model, &mut opt, &inputs, &loss_fn)?;
                 Ok(())
             })?;
@@ -228,7 +248,7 @@ pub fn run(a: Args) -> CliResult {
             a.backend
                 .start_session(ExecutionMode::Eager, || forward(&setup()?).map(drop))?;
             let inputs = setup()?;
-            let t = time((a.warmup, a.warmup_seconds), a.reps, || {
+            let t = time((a.warmup, a.warmup_seconds), a.reps, device, || {
                 std::hint::black_box(forward(&inputs)?.backward()?);
                 Ok(())
             })?;
@@ -239,19 +259,43 @@ pub fn run(a: Args) -> CliResult {
                 serde_json::json!({ "B": b, "H": h, "L": l, "D": d, "mask": "boolean" }),
             )
         }
+        w if w.starts_with("add-") => {
+            let n: usize = w[4..]
+                .parse()
+                .map_err(|_| CliError::usage(format!("bad element count in `{w}`")))?;
+            let setup = || -> torchlean::Result<(Tensor, Tensor)> {
+                Ok((on(Tensor::randn(&[n], 1)?)?, on(Tensor::randn(&[n], 2)?)?))
+            };
+            a.backend.start_session(ExecutionMode::Eager, || {
+                let (x, y) = setup()?;
+                no_grad(|| x.add(&y)).map(drop)
+            })?;
+            let (x, y) = setup()?;
+            let t = time((a.warmup, a.warmup_seconds), a.reps, device, || {
+                no_grad(|| x.add(&y)).map(|_| ()).map_err(Into::into)
+            })?;
+            // bytes read and written: two inputs and one output of n f32
+            let gbps = 12.0 * n as f64 / stats(t.clone()).0 / 1e9;
+            (
+                t,
+                1e3,
+                "ms",
+                serde_json::json!({ "n": n, "gb_per_s": gbps }),
+            )
+        }
         "tiny-ops" | "tiny-ops-tape" => {
             let tape = a.workload == "tiny-ops-tape";
             let setup = || -> torchlean::Result<(Tensor, Tensor)> {
-                let x = Tensor::randn(&[16], 4)?;
+                let x = on(Tensor::randn(&[16], 4)?)?;
                 let x = if tape { x.requires_grad() } else { x };
-                Ok((x, Tensor::randn(&[16], 5)?))
+                Ok((x, on(Tensor::randn(&[16], 5)?)?))
             };
             a.backend.start_session(ExecutionMode::Eager, || {
                 let (x, y) = setup()?;
                 x.add(&y).map(drop)
             })?;
             let (x, y) = setup()?;
-            let t = time((a.warmup, a.warmup_seconds), a.reps, || {
+            let t = time((a.warmup, a.warmup_seconds), a.reps, device, || {
                 for _ in 0..1000 {
                     std::hint::black_box(x.add(&y)?);
                 }
@@ -267,7 +311,7 @@ pub fn run(a: Args) -> CliResult {
         }
         other => {
             return Err(CliError::usage(format!(
-                "unknown workload `{other}` (gemm-N, mlp-step, tiny-ops, tiny-ops-tape)"
+                "unknown workload `{other}` (gemm-N, add-N, mlp-step, quickstart-step, transformer-step, sdpa, tiny-ops, tiny-ops-tape)"
             )))
         }
     };
