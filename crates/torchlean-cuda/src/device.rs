@@ -139,8 +139,10 @@ fn create() -> Result<Context, String> {
         total as f64 / (1u64 << 30) as f64,
         probe::driver_version().map(probe::cuda_version).unwrap_or_else(|| "unknown".into()),
         if compiled.from_cache { "from the disk cache" } else { "compiled now" },
-        cublas_v,
-        probe::cufft_version().map(|v| v.to_string()).unwrap_or_else(|| "unknown".into()),
+        format!("{}.{}.{}", cublas_v / 10000, (cublas_v % 10000) / 100, cublas_v % 100),
+        probe::cufft_version()
+            .map(|v| format!("{}.{}.{}", v / 1000, (v % 1000) / 100, v % 100))
+            .unwrap_or_else(|| "unknown".into()),
     );
     Ok(Context {
         pool: Pool::new(stream.clone()),
