@@ -2,15 +2,36 @@
 //! gated and run by the current session like any other op ("built from accepted ops").
 //!
 //! - `torchlean.mse_loss` = mean((a - b)²) from `sub`, `mul`, `sum_all`, `scale`.
-//! - `torchlean.scaled_dot_product_attention` = softmax(scale · q kᵀ (+ bias), masked) v from
-//!   `permute`, `matmul`, `scale`, `add`, `where`, `softmax`, `mul`. Blocked entries get a
-//!   score of -1e30 (their exponential underflows to exactly 0) and the probabilities are
-//!   multiplied by the mask, so a blocked entry contributes exactly zero and a fully blocked
-//!   row yields zeros — the shared semantics of DESIGN §4.
+//! - `torchlean.scaled_dot_product_attention` = softmax(scale · q kᵀ (+ bias)) v with the
+//!   spec's masking semantics (`spec::special`, DESIGN §4) on every value, NaN, ±inf, ±0 and
+//!   subnormals included, from `permute`, `matmul`, `scale`, `add`, `sub`, `pow`, `where`,
+//!   `softmax`. Without a boolean mask or `causal` it is softmax(scores) v. Otherwise:
+//!   - `allowed` is the mask (nonzero may attend; NaN is nonzero), limited to j <= i by
+//!     `where(tri, mask, 0)` under `causal`; `any` = where(allowed, 1, 0) · 1 counts each
+//!     query row's allowed keys.
+//!   - A blocked entry's score is -inf through `where(allowed, scores, fill)`, never through
+//!     arithmetic on its score: its weight is exactly 0 whatever q and k hold there, and a row
+//!     whose allowed scores are all -inf is NaN (0/0), as in the spec and PyTorch's softmax.
+//!   - A fully blocked row outputs exactly zeros, whatever `v` holds, through
+//!     `where(any, p v, 0)`, and passes no gradient: `where` is a select (its unselected
+//!     branch gets no cotangent, never 0 · NaN), the row's fill is 0 (a finite softmax, so no
+//!     NaN probability meets a zero cotangent in `p v`'s VJP) and its query is zeroed by
+//!     `where` before the products (so no zero cotangent meets a non-finite key).
+//!   - The spec's VJP gives a blocked entry of a row that attends the cotangent
+//!     p_j (gp_j - Σ p gp) with p_j = 0: zero, or NaN when the row's softmax cotangent is not
+//!     finite (a NaN or inf in `v`, say), and passes it to q, k and the bias like any score's.
+//!     `where` gives its unselected score none, so on the tape (the VJP) the fill carries it:
+//!     fill = `finite_copy(scale · q̂ k̂ᵀ + b̂) + (-inf)` with q̂, k̂, b̂ the `finite_copy` of q,
+//!     k and the bias (`x` where finite, else `x⁰ = 1`, whose cotangent is times 0): its value
+//!     is exactly -inf and its cotangent reaches every element of q, k and the bias as the
+//!     spec's does (times 0 at a non-finite one, so NaN exactly when the spec's is). The
+//!     forward, off the tape, fills with the constant -inf: the same values.
 //!
 //! The VJP kernel re-runs the composition on fresh leaves with the tape on and backpropagates
-//! the cotangent through the accepted VJPs of the parts. Evidence: shape by the shared guard,
-//! value and VJP by the conformance harness (rows for this provider). Trust level `checked`.
+//! the cotangent through the accepted VJPs of the parts (the objective uses `mul` and
+//! `sum_all`, also parts). Evidence: shape by the shared guard, value and VJP by the
+//! conformance harness (every row of these ops, special-value rows included). Trust level
+//! `checked`.
 
 use super::capsules::{descriptor, layout_claim, shape_claim, spec_name, value_claim, vjp_claim};
 use super::native_cpu::guard;
@@ -20,14 +41,15 @@ use crate::backend::{
 };
 use crate::error::{Error, Result};
 use crate::graph::{AttentionMask, Op, OpKind};
-use crate::runtime::autograd::NoGradGuard;
+use crate::runtime::autograd::{grad_enabled, NoGradGuard};
 use crate::runtime::kernel::KernelBinding;
 use crate::tensor::Tensor;
 
 /// The ops this provider composes.
 pub const OPS: &[OpKind] = &[OpKind::MseLoss, OpKind::ScaledDotProductAttention];
 
-/// The ops the composition of `op` runs (planned and gated with the composite).
+/// The ops the composition of `op` runs (planned and gated with the composite), and those
+/// of the VJP's objective (`mul`, `sum_all`).
 pub fn parts(op: OpKind) -> &'static [OpKind] {
     match op {
         OpKind::MseLoss => &[OpKind::Sub, OpKind::Mul, OpKind::SumAll, OpKind::Scale],
@@ -36,12 +58,27 @@ pub fn parts(op: OpKind) -> &'static [OpKind] {
             OpKind::Matmul,
             OpKind::Scale,
             OpKind::Add,
-            OpKind::Mul,
+            OpKind::Sub,
+            OpKind::Pow,
             OpKind::Where,
             OpKind::Softmax,
+            OpKind::Mul,
+            OpKind::SumAll,
         ],
         _ => &[],
     }
+}
+
+/// A finite copy of `x`: `x` where it is finite (its cotangent passed through), `x⁰ = 1` where
+/// it is ±inf or NaN (its cotangent times 0 — the spec's `pow` VJP at exponent 0 — so zero,
+/// or NaN for a NaN cotangent). Built as `where(x - x, x⁰, x)`, the condition computed off the
+/// tape (`x - x` is exactly 0 for a finite `x`, NaN otherwise). This needs the `pow` part's
+/// VJP to follow the spec at exponent 0 (`g · 0`, not a constant 0): the attention rows of
+/// the conformance table with an infinite key read by blocked entries only catch one that
+/// does not.
+fn finite_copy(x: &Tensor) -> Result<Tensor> {
+    let xd = x.detach();
+    Tensor::where_(&xd.sub(&xd)?, &x.pow(0.0)?, x)
 }
 
 fn compose(op: &Op, x: &[&Tensor]) -> Result<Tensor> {
@@ -59,33 +96,55 @@ fn compose(op: &Op, x: &[&Tensor]) -> Result<Tensor> {
             let r = q.rank();
             let (l, d, s) = (q.shape()[r - 2], q.shape()[r - 1], k.shape()[r - 2]);
             let sc = scale.unwrap_or(1.0 / (d as f32).sqrt());
-            let mut scores = q.matmul(&k.transpose(-2, -1)?)?.scale(sc)?;
-            if *mask == AttentionMask::AdditiveBias {
-                scores = scores.add(x[3])?;
-            }
-            let mut allowed: Option<Tensor> = if *mask == AttentionMask::Boolean {
-                Some(x[3].clone())
-            } else {
-                None
+            let bias = (*mask == AttentionMask::AdditiveBias).then(|| x[3]);
+            let scores_of = |q: &Tensor, k: &Tensor, bias: Option<&Tensor>| -> Result<Tensor> {
+                let scores = q.matmul(&k.transpose(-2, -1)?)?.scale(sc)?;
+                match bias {
+                    Some(b) => scores.add(b),
+                    None => Ok(scores),
+                }
             };
-            if *causal {
+            let zero = Tensor::full(&[1], 0.0)?;
+            // the entries that may attend (nonzero, NaN included, as in the spec)
+            let tri = if *causal {
                 let tri: Vec<f32> = (0..l * s)
                     .map(|f| ((f % s) <= (f / s)) as u8 as f32)
                     .collect();
-                let tri = Tensor::from_vec(tri, &[l, s])?;
-                allowed = Some(match allowed {
-                    Some(m) => m.mul(&tri)?,
-                    None => tri,
-                });
-            }
-            let probs = match &allowed {
-                None => scores.softmax(-1)?,
-                Some(m) => {
-                    let blocked = Tensor::full(&[1], -1e30)?;
-                    Tensor::where_(m, &scores, &blocked)?.softmax(-1)?.mul(m)?
-                }
+                Some(Tensor::from_vec(tri, &[l, s])?)
+            } else {
+                None
             };
-            probs.matmul(v)
+            let allowed = match (*mask == AttentionMask::Boolean, tri) {
+                (false, None) => return scores_of(q, k, bias)?.softmax(-1)?.matmul(v),
+                (false, Some(tri)) => tri,
+                (true, None) => x[3].clone(),
+                (true, Some(tri)) => Tensor::where_(&tri, x[3], &zero)?,
+            };
+            // per query row, how many keys it may attend: zero for a fully blocked row
+            let one = Tensor::full(&[1], 1.0)?;
+            let any = Tensor::where_(&allowed, &one, &zero)?.matmul(&Tensor::ones(&[s, 1])?)?;
+            // a fully blocked row's query is zeroed: its zero cotangent then never meets a
+            // non-finite key in the products' VJPs (0 · inf = NaN), nor its key cotangents a
+            // non-finite query
+            let q = Tensor::where_(&any, q, &zero)?;
+            let scores = scores_of(&q, k, bias)?;
+            // a blocked entry's score: exactly -inf; on the tape (the VJP), computed so that it
+            // carries the spec's cotangent to q, k and the bias (see the module doc)
+            let neg_inf = Tensor::full(&[1], f32::NEG_INFINITY)?;
+            let blocked = if grad_enabled() {
+                let carrier = scores_of(
+                    &finite_copy(&q)?,
+                    &finite_copy(k)?,
+                    bias.map(finite_copy).transpose()?.as_ref(),
+                )?;
+                finite_copy(&carrier)?.add(&neg_inf)?
+            } else {
+                neg_inf
+            };
+            // a fully blocked row scores 0 everywhere (a finite softmax, discarded below)
+            let fill = Tensor::where_(&any, &blocked, &zero)?;
+            let probs = Tensor::where_(&allowed, &scores, &fill)?.softmax(-1)?;
+            Tensor::where_(&any, &probs.matmul(v)?, &zero)
         }
         other => Err(Error::NoKernel {
             provider: "torchlean",

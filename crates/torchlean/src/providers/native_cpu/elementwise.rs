@@ -372,7 +372,8 @@ pub fn unary_vjp_into(op: &Op, x: &[f32], y: &[f32], g: &[f32], shape: &[usize],
         }),
         Op::Pow { exponent } => zip_map_into([x, g], [shape, shape], shape, out, move |[x, g]| {
             if exponent == 0.0 {
-                0.0
+                // the spec's `g · 0` (NaN for a NaN cotangent), without 0 · x^-1 (NaN at x = 0)
+                g * 0.0
             } else {
                 g * exponent * x.powf(exponent - 1.0)
             }
