@@ -138,7 +138,10 @@ fn cuda_request_exits_2_before_any_kernel_runs() {
         // the device probe runs before planning: the refusal names what is missing
         assert!(err.contains("is not available"), "{device}: {err}");
         if device == "cuda" || device == "gpu" {
-            assert!(err.contains("device `cuda`") && err.contains("libcuda"), "{err}");
+            assert!(
+                err.contains("device `cuda`") && err.contains("libcuda"),
+                "{err}"
+            );
         } else {
             assert!(err.contains("no provider module"), "{device}: {err}");
         }

@@ -18,6 +18,9 @@ struct Bcast {
 #define OP_ADD 0
 #define OP_SUB 1
 #define OP_MUL 2
+#define OP_DIV 3
+#define OP_MAX 4
+#define OP_MIN 5
 
 #define U_NEG 0
 #define U_EXP 1
@@ -28,12 +31,33 @@ struct Bcast {
 #define U_RELU 6
 #define U_SCALE 7
 #define U_ADD_SCALAR 8
+#define U_SQRT 9
+#define U_LOG 10
+#define U_INV 11
+#define U_ABS 12
 
 __device__ __forceinline__ float binary_apply(int op, float x, float y) {
     switch (op) {
         case OP_ADD: return x + y;
         case OP_SUB: return x - y;
-        default: return x * y;
+        case OP_MUL: return x * y;
+        case OP_DIV: return x / y;
+        // spec maximum/minimum: NaN when either is NaN; on a tie the first operand
+        case OP_MAX: return (x < y || y != y) ? y : x;
+        default: return (x > y || y != y) ? y : x;  // OP_MIN
+    }
+}
+
+// d/da (which = 0) or d/db (which = 1) of the binary map at (a, b), as the spec.
+__device__ __forceinline__ float binary_partial(int op, int which, float a, float b) {
+    switch (op) {
+        case OP_ADD: return 1.0f;
+        case OP_SUB: return which == 0 ? 1.0f : -1.0f;
+        case OP_MUL: return which == 0 ? b : a;
+        case OP_DIV: return which == 0 ? 1.0f / b : -a / (b * b);
+        // each input loses its cotangent only where the other strictly wins (NaN keeps both)
+        case OP_MAX: return which == 0 ? (a < b ? 0.0f : 1.0f) : (a >= b ? 0.0f : 1.0f);
+        default: return which == 0 ? (a > b ? 0.0f : 1.0f) : (a <= b ? 0.0f : 1.0f);  // OP_MIN
     }
 }
 
@@ -118,11 +142,7 @@ extern "C" __global__ void binary_grad(int op, int which, const float* __restric
                 ia += c * g.a_stride[d];
                 ib += c * g.b_stride[d];
             }
-            float partial;
-            if (op == OP_ADD) partial = 1.0f;
-            else if (op == OP_SUB) partial = which == 0 ? 1.0f : -1.0f;
-            else partial = which == 0 ? b[ib] : a[ia];
-            acc += gy[pos] * partial;
+            acc += gy[pos] * binary_partial(op, which, a[ia], b[ib]);
         }
         out[j] = acc;
     }
@@ -139,7 +159,11 @@ __device__ __forceinline__ float unary_apply(int op, float x, float p) {
         // spec maximum(x, 0): NaN and -0 pass through
         case U_RELU: return x < 0.0f ? 0.0f : x;
         case U_SCALE: return x * p;
-        default: return x + p;  // U_ADD_SCALAR
+        case U_ADD_SCALAR: return x + p;
+        case U_SQRT: return sqrtf(x);
+        case U_LOG: return logf(x);
+        case U_INV: return 1.0f / x;
+        default: return fabsf(x);  // U_ABS
     }
 }
 
@@ -154,7 +178,11 @@ __device__ __forceinline__ float unary_derivative(int op, float x, float y, floa
         // zero where x <= 0; NaN passes the cotangent (spec)
         case U_RELU: return x <= 0.0f ? 0.0f : 1.0f;
         case U_SCALE: return p;
-        default: return 1.0f;  // U_ADD_SCALAR
+        case U_ADD_SCALAR: return 1.0f;
+        case U_SQRT: return 0.5f / y;
+        case U_LOG: return 1.0f / x;
+        case U_INV: return -(y * y);
+        default: return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : 0.0f);  // U_ABS
     }
 }
 

@@ -157,13 +157,50 @@ pub fn cublas_binding() -> KernelBinding {
     KernelBinding::new("cublas", blas::forward, Some(blas::vjp))
 }
 
-/// Registers every capsule of the module (native_cuda first, then cublas).
+/// The compositions this module declares on `cuda`: those whose parts all have a CUDA
+/// capsule here.
+pub fn composed_ops() -> Vec<OpKind> {
+    torchlean::providers::composition::OPS
+        .iter()
+        .copied()
+        .filter(|&op| {
+            torchlean::providers::composition::parts(op)
+                .iter()
+                .all(|p| elementwise::KINDS.contains(p) || blas::KINDS.contains(p))
+        })
+        .collect()
+}
+
+/// The `torchlean` composition capsule of `op` on `cuda` (its parts run as CUDA ops of the
+/// session).
+pub fn composition_capsule(op: OpKind) -> KernelCapsule {
+    torchlean::providers::composition::capsule_on(
+        op,
+        Device::Cuda,
+        torchlean::providers::composition::ComposedOn {
+            layout_guard: torchlean::guard!(crate::guard::cuda_inputs_dense),
+            layout_summary:
+                "inputs are dense row-major CUDA tensors; the parts run as CUDA ops of the session",
+            value_test: VALUE_TESTS[0],
+            vjp_test: VJP_TESTS[0],
+        },
+    )
+}
+
+/// Registers every capsule of the module (native_cuda first, then cublas, then the
+/// compositions).
 pub fn register(r: &mut Registry) -> Result<(), RegistryError> {
     for &op in elementwise::KINDS {
         r.register(native_cuda_capsule(op), native_cuda_binding())?;
     }
     for &op in blas::KINDS {
         r.register(cublas_capsule(op), cublas_binding())?;
+    }
+    for op in composed_ops() {
+        r.register(
+            composition_capsule(op),
+            torchlean::providers::composition::binding(),
+        )?;
     }
     Ok(())
 }

@@ -45,6 +45,7 @@ impl ProviderModule for CudaModule {
         vec![
             (Provider::NativeCuda, Device::Cuda),
             (Provider::Cublas, Device::Cuda),
+            (Provider::Torchlean, Device::Cuda),
         ]
     }
     fn target_features(&self) -> Vec<String> {

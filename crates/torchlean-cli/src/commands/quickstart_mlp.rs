@@ -54,6 +54,10 @@ pub fn run(a: Args) -> CliResult {
         Ok(())
     })?;
     let (mut model, data) = setup()?;
+    // the model is built on the host and moved to the profile's device explicitly; the
+    // training loop moves each batch to the model's device
+    let device = a.backend.profile()?.device;
+    model.to_device(device)?;
     let mut opt = Adam::new(a.lr).map_err(|e| CliError::usage(e.to_string()))?;
     println!(
         "quickstart-mlp: MLP 4-64-64-1 (tanh), {} parameters, Adam lr={}, batch {}, {} steps, {mode} mode",

@@ -1,4 +1,5 @@
-//! native_cuda elementwise kernels: broadcasting binary maps (add, sub, mul) with their
+//! native_cuda elementwise kernels: broadcasting binary maps (add, sub, mul, div, maximum,
+//! minimum) with their
 //! reduced cotangents, unary maps with their VJPs, and the deterministic `sum_all`.
 //! The CUDA source is `kernels/elementwise.cu`; opcodes here match its `#define`s.
 
@@ -40,6 +41,9 @@ pub fn binary_code(kind: OpKind) -> Option<i32> {
         OpKind::Add => 0,
         OpKind::Sub => 1,
         OpKind::Mul => 2,
+        OpKind::Div => 3,
+        OpKind::Maximum => 4,
+        OpKind::Minimum => 5,
         _ => return None,
     })
 }
@@ -56,6 +60,10 @@ pub fn unary_code(op: &Op) -> Option<(i32, f32)> {
         Op::Relu => (6, 0.0),
         Op::Scale { factor } => (7, *factor),
         Op::AddScalar { value } => (8, *value),
+        Op::Sqrt => (9, 0.0),
+        Op::Log => (10, 0.0),
+        Op::Inv => (11, 0.0),
+        Op::Abs => (12, 0.0),
         _ => return None,
     })
 }
@@ -65,6 +73,9 @@ pub const KINDS: &[OpKind] = &[
     OpKind::Add,
     OpKind::Sub,
     OpKind::Mul,
+    OpKind::Div,
+    OpKind::Maximum,
+    OpKind::Minimum,
     OpKind::Neg,
     OpKind::Exp,
     OpKind::Sin,
@@ -74,6 +85,10 @@ pub const KINDS: &[OpKind] = &[
     OpKind::Relu,
     OpKind::Scale,
     OpKind::AddScalar,
+    OpKind::Sqrt,
+    OpKind::Log,
+    OpKind::Inv,
+    OpKind::Abs,
     OpKind::SumAll,
 ];
 

@@ -5,8 +5,8 @@
 
 use super::module::Module;
 use super::optim::{
-    check_lr, check_range, for_each_param, grad_of, update_elementwise, Optimizer, OptimizerState,
-    ParamNames, SlotStore,
+    check_lr, check_range, for_each_param, grad_of, update_by_ops, update_elementwise, Optimizer,
+    OptimizerState, ParamNames, SlotStore,
 };
 use crate::error::Result;
 use crate::runtime::Gradients;
@@ -56,6 +56,38 @@ impl AdamCore {
             let Some(g) = grad_of(name, p, grads)? else {
                 return Ok(());
             };
+            if p.device() != crate::backend::Device::Cpu {
+                // on a device: the same update as ops of the session (planned and gated)
+                let [m, v] = store.device_buffers(name, p)? else {
+                    return Ok(()); // invariant: Adam has two slots
+                };
+                let mut new_m = None;
+                let mut new_v = None;
+                update_by_ops(p, |w| {
+                    let w = if shrink != 1.0 {
+                        w.scale(shrink)?
+                    } else {
+                        w.clone()
+                    };
+                    let gi = if l2 != 0.0 {
+                        g.add(&w.scale(l2)?)?
+                    } else {
+                        g.clone()
+                    };
+                    let m1 = m.scale(b1)?.add(&gi.scale(1.0 - b1)?)?;
+                    let v1 = v.scale(b2)?.add(&gi.mul(&gi)?.scale(1.0 - b2)?)?;
+                    let denom = v1.sqrt()?.scale(1.0 / c2_sqrt)?.add_scalar(eps)?;
+                    let w1 = w.sub(&m1.scale(step_size)?.div(&denom)?)?;
+                    new_m = Some(m1);
+                    new_v = Some(v1);
+                    Ok(w1)
+                })?;
+                if let (Some(m1), Some(v1)) = (new_m, new_v) {
+                    *m = m1;
+                    *v = v1;
+                }
+                return Ok(());
+            }
             let g = g.data();
             let shape = p.shape().to_vec();
             if let [m, v] = store.buffers(name, &shape)? {

@@ -65,6 +65,27 @@ pub trait Module {
             f(t);
         }
     }
+    /// Moves every parameter to `device` (an explicit copy through the device's module;
+    /// ids and `requires_grad` kept, so optimizer state stays attached). Layers with
+    /// non-parameter state (batch norm's running statistics) keep it where it was; their ops
+    /// then refuse the mixed devices with an error naming both.
+    fn to_device(&mut self, device: crate::backend::Device) -> Result<()> {
+        let mut result = Ok(());
+        self.visit_parameters_mut(&mut |p| {
+            if result.is_ok() && p.device() != device {
+                result = p.to_device(device).and_then(|moved| p.assign_moved(moved));
+            }
+        });
+        result
+    }
+    /// The device of the first parameter (the CPU for a model without parameters).
+    fn device(&self) -> crate::backend::Device {
+        let mut device = None;
+        self.visit_parameters(&mut |p| {
+            device.get_or_insert(p.device());
+        });
+        device.unwrap_or(crate::backend::Device::Cpu)
+    }
     /// Total number of scalar parameters.
     fn parameter_count(&self) -> usize {
         self.parameters().iter().map(|(_, t)| t.numel()).sum()

@@ -166,6 +166,17 @@ pub(crate) fn for_each_param(
     result
 }
 
+/// Replaces `p`'s values by `update(p)`, computed by ops of the session with the tape off
+/// (the optimizer update of a parameter on a device).
+pub(crate) fn update_by_ops(
+    p: &mut Tensor,
+    update: impl FnOnce(&Tensor) -> Result<Tensor>,
+) -> Result<()> {
+    let w = p.detach();
+    let new = crate::runtime::no_grad(|| update(&w))?;
+    p.assign(new)
+}
+
 /// The state buffers of one parameter.
 #[derive(Debug, Clone)]
 struct ParamSlots {
@@ -173,13 +184,16 @@ struct ParamSlots {
     bufs: Vec<Vec<f32>>,
 }
 
-/// Per-parameter state buffers ("slots"), keyed by parameter name.
+/// Per-parameter state buffers ("slots"), keyed by parameter name: host buffers for
+/// parameters in host memory, device tensors for parameters on a device (whose updates are
+/// ops of the session, so every kernel of a step on the device is planned and gated).
 #[derive(Debug, Clone)]
 pub(crate) struct SlotStore {
     kind: &'static str,
     /// Slot names and their initial values.
     slots: Vec<(&'static str, f32)>,
     params: BTreeMap<String, ParamSlots>,
+    device: BTreeMap<String, Vec<Tensor>>,
 }
 
 impl SlotStore {
@@ -188,6 +202,7 @@ impl SlotStore {
             kind,
             slots,
             params: BTreeMap::new(),
+            device: BTreeMap::new(),
         }
     }
 
@@ -197,6 +212,7 @@ impl SlotStore {
         if slots != self.slots {
             self.slots = slots;
             self.params.clear();
+            self.device.clear();
         }
     }
 
@@ -220,9 +236,44 @@ impl SlotStore {
         Ok(&mut entry.bufs)
     }
 
-    /// The state as named tensors.
+    /// The device slots of parameter `p` named `name`, on `p`'s device: created from the
+    /// host buffers when a checkpoint's state was imported, else at their initial values.
+    pub(crate) fn device_buffers(&mut self, name: &str, p: &Tensor) -> Result<&mut [Tensor]> {
+        if !self.device.contains_key(name) {
+            let shape = p.shape().to_vec();
+            let host = self.params.remove(name);
+            let mut bufs = Vec::with_capacity(self.slots.len());
+            for (k, &(_, init)) in self.slots.iter().enumerate() {
+                let values = match &host {
+                    Some(h) if h.shape == shape => h.bufs[k].clone(),
+                    _ => vec![init; p.numel()],
+                };
+                bufs.push(Tensor::from_vec(values, &shape)?.to_device(p.device())?);
+            }
+            self.device.insert(name.to_string(), bufs);
+        }
+        // invariant: inserted just above when it was missing
+        let bufs = self.device.get_mut(name).expect("device slots exist");
+        if bufs.first().is_some_and(|b| b.shape() != p.shape()) {
+            return Err(Error::Other(format!(
+                "optimizer `{}`: parameter `{name}` changed shape to {:?}",
+                self.kind,
+                p.shape()
+            )));
+        }
+        Ok(bufs)
+    }
+
+    /// The state as named tensors (device slots read to the host: see `Tensor::to_vec`).
     pub(crate) fn export(&self, step: u64) -> OptimizerState {
         let mut tensors = Vec::new();
+        for (pname, bufs) in &self.device {
+            for ((slot, _), buf) in self.slots.iter().zip(bufs) {
+                if let Ok(t) = Tensor::from_vec(buf.to_vec(), buf.shape()) {
+                    tensors.push((format!("optim.{}.{slot}.{pname}", self.kind), t));
+                }
+            }
+        }
         for (pname, p) in &self.params {
             for ((slot, _), buf) in self.slots.iter().zip(&p.bufs) {
                 // the buffer was created with the element count of `shape`
@@ -299,6 +350,8 @@ impl SlotStore {
             params.insert(pname, ParamSlots { shape, bufs });
         }
         self.params = params;
+        // device slots are rebuilt from the imported buffers on their next use
+        self.device.clear();
         Ok(state.step)
     }
 }

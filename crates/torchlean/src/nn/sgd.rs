@@ -5,8 +5,8 @@
 
 use super::module::Module;
 use super::optim::{
-    check_lr, check_range, for_each_param, grad_of, update_elementwise, Optimizer, OptimizerState,
-    ParamNames, SlotStore,
+    check_lr, check_range, for_each_param, grad_of, update_by_ops, update_elementwise, Optimizer,
+    OptimizerState, ParamNames, SlotStore,
 };
 use crate::error::{Error, Result};
 use crate::runtime::Gradients;
@@ -68,6 +68,36 @@ impl Optimizer for Sgd {
             let Some(g) = grad_of(name, p, grads)? else {
                 return Ok(());
             };
+            if p.device() != crate::backend::Device::Cpu {
+                // on a device: the same update as ops of the session (planned and gated)
+                let bufs = store.device_buffers(name, p)?;
+                let mut new_b = None;
+                update_by_ops(p, |w| {
+                    let gi = if wd != 0.0 {
+                        g.add(&w.scale(wd)?)?
+                    } else {
+                        g.clone()
+                    };
+                    let d = match bufs.first() {
+                        Some(b) => {
+                            let b1 = b.scale(mom)?.add(&gi)?;
+                            let d = if nesterov {
+                                gi.add(&b1.scale(mom)?)?
+                            } else {
+                                b1.clone()
+                            };
+                            new_b = Some(b1);
+                            d
+                        }
+                        None => gi,
+                    };
+                    w.sub(&d.scale(lr)?)
+                })?;
+                if let (Some(b), Some(b1)) = (bufs.first_mut(), new_b) {
+                    *b = b1;
+                }
+                return Ok(());
+            }
             let g = g.data();
             let shape = p.shape().to_vec();
             let bufs = store.buffers(name, &shape)?;

@@ -30,8 +30,11 @@ pub fn train_regression(
     // grown as the steps run: reserving `steps` up front let `--steps 4294967296` abort the
     // process on a 16 GiB allocation before the first step (found by the flags fuzzer)
     let mut losses = Vec::with_capacity(steps.min(1 << 16));
+    // batches are made on the host and moved to the model's device explicitly
+    let device = model.device();
     for step in 0..steps {
         let (x, y) = data.batch(step, batch_size)?;
+        let (x, y) = (x.to_device(device)?, y.to_device(device)?);
         let loss = model.forward(&x)?.mse_loss(&y)?;
         let grads = loss.backward()?;
         let value = loss.item()?;

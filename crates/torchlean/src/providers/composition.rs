@@ -194,36 +194,66 @@ pub fn vjp(
     let out = compose(op, &refs)?;
     let objective = out.mul(&grad_out.detach())?.sum_all()?;
     let grads = objective.backward()?;
-    Ok(leaves
-        .iter()
-        .enumerate()
-        .map(|(i, l)| {
-            if differentiable(i) {
-                Some(grads.get(l).cloned().unwrap_or_else(|| {
-                    Tensor::from_parts(vec![0.0; l.numel()], l.shape().to_vec())
-                }))
-            } else {
-                None
-            }
-        })
-        .collect())
+    let mut out = Vec::with_capacity(leaves.len());
+    for (i, l) in leaves.iter().enumerate() {
+        out.push(if !differentiable(i) {
+            None
+        } else if let Some(g) = grads.get(l) {
+            Some(g.clone())
+        } else {
+            // an input the composition did not reach: a zero cotangent on its device
+            let zeros = Tensor::from_parts(vec![0.0; l.numel()], l.shape().to_vec());
+            Some(zeros.to_device(l.device())?)
+        });
+    }
+    Ok(out)
 }
 
 pub fn binding() -> KernelBinding {
     KernelBinding::new("torchlean", forward, Some(vjp))
 }
 
-/// The composition capsule of one op.
+/// The composition capsule of one op (on the CPU).
 pub fn capsule(op: OpKind) -> KernelCapsule {
+    capsule_on(
+        op,
+        Device::Cpu,
+        ComposedOn {
+            layout_guard: crate::guard!(guard::host_inputs_in_bounds),
+            layout_summary: "inputs are host tensors whose layouts stay inside their storage; parts read them row-major; the result is made contiguous",
+            value_test: "tests/conformance.rs::composition_forward_matches_spec",
+            vjp_test: "tests/conformance.rs::composition_vjp_matches_spec",
+        },
+    )
+}
+
+/// What a device module supplies to declare the compositions on its device: the layout
+/// guard of its kernels and the conformance tests that run the composition there.
+pub struct ComposedOn {
+    pub layout_guard: crate::backend::Guard,
+    pub layout_summary: &'static str,
+    pub value_test: &'static str,
+    pub vjp_test: &'static str,
+}
+
+/// The composition capsule of `op` on `device` (named `torchlean.OP` on the CPU and
+/// `torchlean.DEVICE.OP` elsewhere). The parts run through the session on that device, so
+/// they are planned and gated there; a device module registers it only where it has
+/// capsules for every part.
+pub fn capsule_on(op: OpKind, device: Device, on: ComposedOn) -> KernelCapsule {
     let here = |sym: &str| Provenance::source("crates/torchlean/src/providers/composition.rs", sym);
     let tests = |t: &str| Evidence::TestSuite {
         tests: vec![t.to_string()],
     };
     KernelCapsule {
-        name: format!("torchlean.{}", op.name()),
+        name: if device == Device::Cpu {
+            format!("torchlean.{}", op.name())
+        } else {
+            format!("torchlean.{}.{}", device.label(), op.name())
+        },
         op,
         provider: Provider::Torchlean,
-        device: Device::Cpu,
+        device,
         spec_name: spec_name(op),
         trust_level: TrustLevel::Checked,
         supports_forward: true,
@@ -241,22 +271,22 @@ pub fn capsule(op: OpKind) -> KernelCapsule {
         ),
         layout_contract: descriptor(
             layout_claim(op),
-            "inputs are host tensors whose layouts stay inside their storage; parts read them row-major; the result is made contiguous",
+            on.layout_summary,
             Evidence::RuntimeGuard {
-                guard: crate::guard!(guard::host_inputs_in_bounds),
+                guard: on.layout_guard,
             },
             here("forward"),
         ),
         value_contract: descriptor(
             value_claim(op),
             "the composition matches the f64 spec on the conformance rows",
-            tests("tests/conformance.rs::composition_forward_matches_spec"),
+            tests(on.value_test),
             here("compose"),
         ),
         vjp_contract: descriptor(
             vjp_claim(op, VjpMode::BackendVjp),
             "backpropagation through the parts matches the f64 spec VJP",
-            tests("tests/conformance.rs::composition_vjp_matches_spec"),
+            tests(on.vjp_test),
             here("vjp"),
         ),
     }

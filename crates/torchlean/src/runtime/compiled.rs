@@ -143,6 +143,13 @@ impl CompiledGraph {
         registry: &std::sync::Arc<crate::backend::Registry>,
     ) -> std::result::Result<CompiledGraph, CompileError> {
         graph.validate()?;
+        if profile.device != crate::backend::Device::Cpu {
+            // the executors read and write host buffers; device buffers are not wired yet
+            return Err(CompileError::Device(Box::new(Error::DeviceUnavailable {
+                device: profile.device.label().into(),
+                reason: "compiled mode runs on the cpu only in this build (eager mode runs on cuda; docs/cuda.md)".into(),
+            })));
+        }
         // lowering: elementwise fusion (a fused node gets its own capsule when planned)
         let (graph, _) = crate::graph::fuse_elementwise(&graph)?;
         let has_vjp = graph

@@ -399,6 +399,50 @@ impl Tensor {
         self.0.grad_fn.as_ref().map(|n| (&n.op, n.capsule()))
     }
 
+    /// Replaces this handle's values by `values` (same shape and device), keeping its id and
+    /// `requires_grad` flag and dropping any tape link: how optimizers write an update that
+    /// was computed by ops (on a device, where no host loop can touch the memory).
+    pub fn assign(&mut self, values: Tensor) -> Result<()> {
+        if values.shape() != self.shape() || values.device() != self.device() {
+            return Err(Error::Other(format!(
+                "assign: a {} tensor of shape {:?} cannot take values of shape {:?} on {}",
+                self.device(),
+                self.shape(),
+                values.shape(),
+                values.device()
+            )));
+        }
+        self.take_storage_of(&values);
+        Ok(())
+    }
+
+    /// Takes `other`'s storage and layout, keeping this handle's id and `requires_grad` flag
+    /// and dropping its tape link.
+    fn take_storage_of(&mut self, other: &Tensor) {
+        let inner = TensorImpl {
+            id: self.0.id,
+            storage: other.0.storage.clone(),
+            layout: other.0.layout.clone(),
+            requires_grad: self.0.requires_grad,
+            grad_fn: None,
+        };
+        self.0 = Arc::new(inner);
+    }
+
+    /// Replaces this handle's storage by `moved`'s, a copy of its values on another device
+    /// (same shape), keeping its id and flags: how a model's parameters move.
+    pub(crate) fn assign_moved(&mut self, moved: Tensor) -> Result<()> {
+        if moved.shape() != self.shape() {
+            return Err(Error::Other(format!(
+                "to_device: moved a tensor of shape {:?} into one of shape {:?}",
+                moved.shape(),
+                self.shape()
+            )));
+        }
+        self.take_storage_of(&moved);
+        Ok(())
+    }
+
     /// Updates the values in place when this handle owns its storage alone and is contiguous,
     /// otherwise replaces the storage by an updated copy. The id and grad flag are kept.
     /// Used by optimizers on parameters between steps. A host function over host memory: on
