@@ -56,12 +56,13 @@ def main():
         with torch.no_grad():
             t = timed(lambda: x + y, a.warmup, a.reps, sync)
         details = {"n": n, "gb_per_s": 12 * n / t[len(t) // 2] / 1e9}
-    elif w == "mlp-step":
+    elif w in ("mlp-step", "mlp-big-step"):
+        hidden = 2048 if w == "mlp-big-step" else 512
         model = torch.nn.Sequential(
-            torch.nn.Linear(784, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10)
+            torch.nn.Linear(784, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 10)
         ).to(dev)
         opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-        batch = a.batch_size or 128
+        batch = a.batch_size or (4096 if w == "mlp-big-step" else 128)
         x = torch.randn(batch, 784, device=dev)
         y = (torch.arange(batch, device=dev) % 10).long()
         loss_fn = torch.nn.CrossEntropyLoss()
@@ -73,7 +74,7 @@ def main():
             opt.step()
 
         t = timed(step, a.warmup, a.reps, sync)
-        details = {"batch": batch, "layers": [784, 512, 512, 10]}
+        details = {"batch": batch, "layers": [784, hidden, hidden, 10]}
     elif w == "transformer-step":
         # 2-layer pre-norm encoder, d=128, 4 heads, FFN 512 (GELU), L=64, batch 16, Adam, MSE on the output
         layer = torch.nn.TransformerEncoderLayer(d_model=128, nhead=4, dim_feedforward=512, dropout=0.0,

@@ -12,7 +12,7 @@
 //! on the strength of the same conformance suite as the native kernels, never as
 //! `verified` (docs/cuda.md, "Evidence on CUDA").
 
-use crate::kernels::{blas, elementwise};
+use crate::kernels::{blas, elementwise, rows};
 use torchlean::backend::{
     ContractClaim, ContractDescriptor, Device, Evidence, KernelCapsule, Provenance, Provider,
     Registry, RegistryError, RuntimeSupport, TensorLayout, TrustLevel, VjpMode,
@@ -137,9 +137,14 @@ fn capsule(op: OpKind, provider: Provider, file: &str) -> KernelCapsule {
     }
 }
 
-/// The native_cuda capsule of `op` (one of [`elementwise::KINDS`]).
+/// The native_cuda capsule of `op` (one of [`elementwise::KINDS`] or [`rows::KINDS`]).
 pub fn native_cuda_capsule(op: OpKind) -> KernelCapsule {
-    capsule(op, Provider::NativeCuda, "kernels/elementwise.rs")
+    let file = if rows::KINDS.contains(&op) {
+        "kernels/rows.rs"
+    } else {
+        "kernels/elementwise.rs"
+    };
+    capsule(op, Provider::NativeCuda, file)
 }
 
 /// The cublas capsule of `op` (one of [`blas::KINDS`]).
@@ -150,6 +155,11 @@ pub fn cublas_capsule(op: OpKind) -> KernelCapsule {
 /// The binding of the native_cuda kernels.
 pub fn native_cuda_binding() -> KernelBinding {
     KernelBinding::new("native_cuda", elementwise::forward, Some(elementwise::vjp))
+}
+
+/// The binding of the native_cuda row, index and layout kernels.
+pub fn native_cuda_rows_binding() -> KernelBinding {
+    KernelBinding::new("native_cuda", rows::forward, Some(rows::vjp))
 }
 
 /// The binding of the cuBLAS kernels.
@@ -166,7 +176,11 @@ pub fn composed_ops() -> Vec<OpKind> {
         .filter(|&op| {
             torchlean::providers::composition::parts(op)
                 .iter()
-                .all(|p| elementwise::KINDS.contains(p) || blas::KINDS.contains(p))
+                .all(|p| {
+                    elementwise::KINDS.contains(p)
+                        || rows::KINDS.contains(p)
+                        || blas::KINDS.contains(p)
+                })
         })
         .collect()
 }
@@ -192,6 +206,9 @@ pub fn composition_capsule(op: OpKind) -> KernelCapsule {
 pub fn register(r: &mut Registry) -> Result<(), RegistryError> {
     for &op in elementwise::KINDS {
         r.register(native_cuda_capsule(op), native_cuda_binding())?;
+    }
+    for &op in rows::KINDS {
+        r.register(native_cuda_capsule(op), native_cuda_rows_binding())?;
     }
     for &op in blas::KINDS {
         r.register(cublas_capsule(op), cublas_binding())?;

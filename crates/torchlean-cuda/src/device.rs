@@ -27,6 +27,11 @@ pub struct Functions {
     pub fill_from: CudaFunction,
     pub sum_rows: CudaFunction,
     pub add_row_bias: CudaFunction,
+    pub random_fill: CudaFunction,
+    pub softmax_rows: CudaFunction,
+    pub softmax_rows_vjp: CudaFunction,
+    pub gather_forward: CudaFunction,
+    pub gather_vjp: CudaFunction,
 }
 
 /// cuBLAS behind a lock: one handle, used by one thread at a time.
@@ -114,7 +119,7 @@ fn create() -> Result<Context, String> {
     // SAFETY: `blas` holds a live handle; the out pointer is valid.
     unsafe { cudarc::cublas::sys::cublasGetVersion_v2(*blas.handle(), &mut cublas_v) };
     let arch = format!("compute_{major}{minor}");
-    let compiled = crate::nvrtc::compile(crate::nvrtc::ELEMENTWISE_SRC, &arch, &nvrtc)?;
+    let compiled = crate::nvrtc::compile(&crate::nvrtc::program(), &arch, &nvrtc)?;
     let module = ctx
         .load_module(cudarc::nvrtc::Ptx::from_src(compiled.ptx))
         .map_err(|e| format!("cannot load the native_cuda kernels: {e}"))?;
@@ -133,6 +138,11 @@ fn create() -> Result<Context, String> {
         fill_from: f("fill_from")?,
         sum_rows: f("sum_rows")?,
         add_row_bias: f("add_row_bias")?,
+        random_fill: f("random_fill")?,
+        softmax_rows: f("softmax_rows")?,
+        softmax_rows_vjp: f("softmax_rows_vjp")?,
+        gather_forward: f("gather_forward")?,
+        gather_vjp: f("gather_vjp")?,
     };
     let detail = format!(
         "{name} (sm_{major}{minor}, {sms} SMs, {:.1} GiB), CUDA driver API {}, NVRTC {nvrtc} (kernels {}), cuBLAS {}, cuFFT {}",

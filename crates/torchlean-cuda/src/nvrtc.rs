@@ -11,8 +11,16 @@
 use std::hash::{Hash, Hasher};
 use std::path::PathBuf;
 
-/// The kernel sources of this module (compiled together).
-pub const ELEMENTWISE_SRC: &str = include_str!("../kernels/elementwise.cu");
+/// The kernel sources of this module, compiled together as one program.
+pub const SOURCES: &[&str] = &[
+    include_str!("../kernels/elementwise.cu"),
+    include_str!("../kernels/rows.cu"),
+];
+
+/// The program NVRTC compiles: every source, in order.
+pub fn program() -> String {
+    SOURCES.join("\n")
+}
 
 fn cache_dir() -> Option<PathBuf> {
     let base = std::env::var_os("TORCHLEAN_CACHE_DIR")

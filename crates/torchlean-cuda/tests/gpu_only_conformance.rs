@@ -20,8 +20,10 @@ use torchlean::runtime::kernel::KernelBinding;
 use torchlean::runtime::{install, Session};
 use torchlean::spec::{self, Array};
 use torchlean::{Error, OpKind, Tensor};
-use torchlean_cuda::capsules::{composed_ops, cublas_binding, native_cuda_binding};
-use torchlean_cuda::kernels::{blas, elementwise};
+use torchlean_cuda::capsules::{
+    composed_ops, cublas_binding, native_cuda_binding, native_cuda_rows_binding,
+};
+use torchlean_cuda::kernels::{blas, elementwise, rows};
 
 /// Whether CUDA is usable; prints why not (or panics under TORCHLEAN_REQUIRE_CUDA=1).
 fn gpu(test: &str) -> bool {
@@ -41,6 +43,8 @@ fn gpu(test: &str) -> bool {
 fn binding(kind: OpKind) -> Option<KernelBinding> {
     if elementwise::KINDS.contains(&kind) {
         Some(native_cuda_binding())
+    } else if rows::KINDS.contains(&kind) {
+        Some(native_cuda_rows_binding())
     } else if blas::KINDS.contains(&kind) {
         Some(cublas_binding())
     } else if composed_ops().contains(&kind) {
@@ -111,6 +115,7 @@ fn every_cuda_op_has_rows() {
     let covered: Vec<OpKind> = rows().iter().map(|(_, c)| c.op.kind()).collect();
     for k in elementwise::KINDS
         .iter()
+        .chain(rows::KINDS)
         .chain(blas::KINDS)
         .chain(&composed_ops())
     {
@@ -139,7 +144,21 @@ fn forward_matches_spec_on_the_gpu() {
         let ts: Vec<Tensor> = xs.iter().map(on_gpu).collect();
         let tr: Vec<&Tensor> = ts.iter().collect();
         let b = binding(case.op.kind()).expect("covered");
+        // random draws are claimed bit-identical to the spec's (their values are exact in f32)
+        let exact = case.op.kind().is_random();
         match (b.forward())(&case.op, &tr) {
+            Ok(got) if exact => {
+                let w: Vec<f32> = want.data.iter().map(|&v| v as f32).collect();
+                let g = got.try_to_vec().expect("read back");
+                let same = got.shape() == want.shape.as_slice()
+                    && g.iter().zip(&w).all(|(a, b)| a.to_bits() == b.to_bits());
+                if !same {
+                    failures.push(format!(
+                        "{} forward: not bit-identical to the spec's draw",
+                        case.name()
+                    ));
+                }
+            }
             Ok(got) => check(
                 &mut failures,
                 format!("{} forward", case.name()),
@@ -244,6 +263,37 @@ fn vjp_matches_spec_on_the_gpu() {
 
 fn checked_cuda() -> BackendProfile {
     BackendProfile::named("checked_cuda").expect("named profile")
+}
+
+/// `Tensor::rand` and a dropout mask drawn under checked_cuda equal the CPU's bit for bit.
+#[test]
+fn rng_draws_are_bit_identical_on_both_devices() {
+    if !gpu("rng_draws_are_bit_identical_on_both_devices") {
+        return;
+    }
+    let draw = |profile: BackendProfile| {
+        install(Session::new(profile)).expect("install");
+        let u = Tensor::rand(&[3, 1001], 42)
+            .expect("rand")
+            .try_to_vec()
+            .expect("read");
+        let op = torchlean::Op::BernoulliMask {
+            shape: vec![777],
+            keep: 0.3,
+            seed: 9,
+        };
+        let m = torchlean::runtime::apply(op, &[])
+            .expect("mask")
+            .try_to_vec()
+            .expect("read");
+        (u, m)
+    };
+    let (cu, cm) = draw(BackendProfile::named("checked_cpu").expect("profile"));
+    let (gu, gm) = draw(checked_cuda());
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&gu), bits(&cu), "uniform draws differ");
+    assert_eq!(bits(&gm), bits(&cm), "bernoulli masks differ");
+    assert!(cm.iter().any(|&v| v == 0.0) && cm.iter().any(|&v| v == 1.0));
 }
 
 #[test]

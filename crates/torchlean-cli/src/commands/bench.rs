@@ -72,7 +72,10 @@ pub fn run(a: Args) -> CliResult {
         return Err(CliError::usage("--reps must be positive"));
     }
     // flags that only some workloads read are refused by the others, never ignored
-    let step_workload = matches!(a.workload.as_str(), "mlp-step" | "quickstart-step");
+    let step_workload = matches!(
+        a.workload.as_str(),
+        "mlp-step" | "quickstart-step" | "mlp-big-step"
+    );
     if a.mode.backend.is_some() && !(step_workload || a.workload == "transformer-step") {
         return Err(CliError::usage(format!(
             "--backend is not used by workload `{}` (only mlp-step, quickstart-step and transformer-step run in both modes)",
@@ -81,7 +84,7 @@ pub fn run(a: Args) -> CliResult {
     }
     if a.batch_size.is_some() && !step_workload {
         return Err(CliError::usage(format!(
-            "--batch-size is not used by workload `{}` (only mlp-step and quickstart-step)",
+            "--batch-size is not used by workload `{}` (only mlp-step, mlp-big-step and quickstart-step)",
             a.workload
         )));
     }
@@ -90,10 +93,11 @@ pub fn run(a: Args) -> CliResult {
     let on = move |t: Tensor| t.to_device(device);
     let device_workload = a.workload.starts_with("gemm-")
         || a.workload.starts_with("add-")
-        || a.workload.starts_with("tiny-ops");
+        || a.workload.starts_with("tiny-ops")
+        || step_workload;
     if device != Device::Cpu && !device_workload {
         return Err(CliError::usage(format!(
-            "workload `{}` runs on the cpu only for now (on {device}: gemm-N, add-N, tiny-ops, tiny-ops-tape)",
+            "workload `{}` runs on the cpu only for now (on {device}: gemm-N, add-N, tiny-ops, tiny-ops-tape, mlp-step, mlp-big-step, quickstart-step)",
             a.workload
         )));
     }
@@ -125,12 +129,17 @@ pub fn run(a: Args) -> CliResult {
                 serde_json::json!({ "n": n, "gflops": gflops }),
             )
         }
-        "mlp-step" | "quickstart-step" => {
+        "mlp-step" | "quickstart-step" | "mlp-big-step" => {
             let mode = a.mode.mode();
             let quick = a.workload == "quickstart-step";
-            let batch = a.batch_size.unwrap_or(if quick { 16 } else { 128 });
+            let big = a.workload == "mlp-big-step";
+            let batch = a
+                .batch_size
+                .unwrap_or(if quick { 16 } else if big { 4096 } else { 128 });
             let sizes: &[usize] = if quick {
                 &[4, 64, 64, 1]
+            } else if big {
+                &[784, 2048, 2048, 10]
             } else {
                 &[784, 512, 512, 10]
             };
@@ -162,7 +171,8 @@ pub fn run(a: Args) -> CliResult {
                 loss_fn(&model, &[x, y]).map(drop)
             })?;
             let (mut model, x, y) = setup()?;
-            let inputs = [("x".to_string(), x), ("y".to_string(), y)];
+            model.to_device(device)?;
+            let inputs = [("x".to_string(), on(x)?), ("y".to_string(), on(y)?)];
             let step = TrainStep::new(mode, &model, &inputs, &loss_fn, &a.backend.profile()?)?;
             let mut opt = Adam::new(1e-3)?;
             let t = time((a.warmup, a.warmup_seconds), a.reps, device, || {
@@ -311,7 +321,7 @@ pub fn run(a: Args) -> CliResult {
         }
         other => {
             return Err(CliError::usage(format!(
-                "unknown workload `{other}` (gemm-N, add-N, mlp-step, quickstart-step, transformer-step, sdpa, tiny-ops, tiny-ops-tape)"
+                "unknown workload `{other}` (gemm-N, add-N, mlp-step, mlp-big-step, quickstart-step, transformer-step, sdpa, tiny-ops, tiny-ops-tape)"
             )))
         }
     };

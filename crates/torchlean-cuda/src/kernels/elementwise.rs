@@ -1,6 +1,6 @@
 //! native_cuda elementwise kernels: broadcasting binary maps (add, sub, mul, div, maximum,
-//! minimum) with their
-//! reduced cotangents, unary maps with their VJPs, and the deterministic `sum_all`.
+//! minimum) with their reduced cotangents, unary maps with their VJPs, the deterministic
+//! `sum_all`, and the counter-based random draws (bit-identical to the CPU's).
 //! The CUDA source is `kernels/elementwise.cu`; opcodes here match its `#define`s.
 
 use super::{buffer, cx, grid, launched, output, tensor};
@@ -90,6 +90,8 @@ pub const KINDS: &[OpKind] = &[
     OpKind::Inv,
     OpKind::Abs,
     OpKind::SumAll,
+    OpKind::RandUniform,
+    OpKind::BernoulliMask,
 ];
 
 fn row_major(shape: &[usize]) -> Vec<usize> {
@@ -201,6 +203,19 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
             .arg(out.slice_mut())
             .arg(&n64);
         // SAFETY: n elements read from x (of n) and written to out (of n).
+        launched(op, unsafe { l.launch(grid(n)) })?;
+    } else if let Op::RandUniform { seed, .. } | Op::BernoulliMask { seed, .. } = op {
+        let (bernoulli, keep) = match op {
+            Op::BernoulliMask { keep, .. } => (1i32, f64::from(*keep)),
+            _ => (0i32, 0.0f64),
+        };
+        let mut l = cx.stream.launch_builder(&cx.functions.random_fill);
+        l.arg(seed)
+            .arg(&bernoulli)
+            .arg(&keep)
+            .arg(out.slice_mut())
+            .arg(&n64);
+        // SAFETY: writes n elements of out (of n).
         launched(op, unsafe { l.launch(grid(n)) })?;
     } else if op.kind() == OpKind::SumAll {
         let x = buffer(op, inputs[0])?;

@@ -1,5 +1,5 @@
-//! The module's kernels over device tensors: [`elementwise`] (native_cuda, NVRTC-compiled
-//! `.cu` source) and [`blas`] (cuBLAS products).
+//! The module's kernels over device tensors: [`elementwise`] and [`rows`] (native_cuda,
+//! NVRTC-compiled `.cu` sources) and [`blas`] (cuBLAS products).
 //!
 //! Every kernel takes the op and device tensors, reads the execution context
 //! ([`crate::device::context`]: stream, cuBLAS handle, functions, allocator), launches on the
@@ -8,6 +8,7 @@
 
 pub mod blas;
 pub mod elementwise;
+pub mod rows;
 
 use crate::device::{context, failure, Context};
 use crate::memory::CudaBuffer;

@@ -283,7 +283,10 @@ impl<M: Module> Trainer<M> {
             planned,
         } = self;
         let compiled = step_fn.name() == "compiled";
+        // the model lives on the profile's device; batches are made on the host and moved
+        let device = profile.device;
         with_session(session, profile, || {
+            model.to_device(device)?;
             let mut sampler = data.sampler(
                 options.batch_size,
                 derive_seed(*seed, 0xDA7A),
@@ -291,6 +294,7 @@ impl<M: Module> Trainer<M> {
             );
             if options.steps > 0 && !planned[1] {
                 let (x, y) = data.gather(&sampler.indices(*step))?;
+                let (x, y) = (x.to_device(device)?, y.to_device(device)?);
                 Self::preplan(model, task, planned, compiled, true, &x, Some(&y))?;
             }
             model.set_training(true);
@@ -309,6 +313,7 @@ impl<M: Module> Trainer<M> {
                 }
                 model.reseed(derive_seed(*seed, s));
                 let (x, y) = data.gather(&sampler.indices(s))?;
+                let (x, y) = (x.to_device(device)?, y.to_device(device)?);
                 let out = step_fn
                     .run(model, optimizer.as_mut(), task, &x, &y, *clip, s + 1)
                     .map_err(|e| with_checkpoint(e, &last_good))?;
@@ -350,7 +355,10 @@ impl<M: Module> Trainer<M> {
             planned,
             ..
         } = self;
+        let device = profile.device;
         with_session(session, profile, || {
+            model.to_device(device)?;
+            let inputs = &inputs.to_device(device)?;
             // the loss is not run here: plan the forward only (evaluate plans the rest)
             let mut forward_only = [planned[0], true];
             Self::preplan(model, task, &mut forward_only, false, false, inputs, None)?;
@@ -378,8 +386,13 @@ impl<M: Module> Trainer<M> {
             planned,
             ..
         } = self;
+        let device = profile.device;
         with_session(session, profile, || {
-            let batches = data.batches(batch_size, None)?;
+            model.to_device(device)?;
+            let mut batches = Vec::new();
+            for (x, y) in data.batches(batch_size, None)? {
+                batches.push((x.to_device(device)?, y.to_device(device)?));
+            }
             if let Some((x, y)) = batches.first() {
                 Self::preplan(model, task, planned, false, false, x, Some(y))?;
             }

@@ -587,6 +587,13 @@ impl CompiledStep {
         loss_fn: impl FnOnce(&[Tensor]) -> Result<Tensor>,
         profile: &BackendProfile,
     ) -> Result<CompiledStep> {
+        if profile.device != crate::backend::Device::Cpu {
+            // refused before the capture runs any op (see `compile_with_registry`)
+            return Err(Error::DeviceUnavailable {
+                device: profile.device.label().into(),
+                reason: "compiled mode runs on the cpu only in this build (eager mode runs on cuda; docs/cuda.md)".into(),
+            });
+        }
         let captured = super::capture::capture(inputs, params, |xs| {
             Ok(vec![(LOSS.to_string(), loss_fn(xs)?)])
         })?;

@@ -1,0 +1,128 @@
+// native_cuda kernels over rows and indices: softmax / log_softmax along one axis (and their
+// VJPs), gather along one axis (and its VJP). Compiled by NVRTC with elementwise.cu.
+// Semantics follow crates/torchlean/src/spec/softmax.rs and spec/index.rs.
+
+// One thread per (outer, inner) row of `dim` elements at stride `inner`. As the spec: the
+// max is NaN when any element is NaN (so the row is NaN), and +inf or an all -inf row gives
+// NaN through inf - inf.
+extern "C" __global__ void softmax_rows(int log_out, const float* __restrict__ x,
+                                        float* __restrict__ y, long long outer, long long dim,
+                                        long long inner) {
+    long long rows = outer * inner;
+    for (long long r = blockIdx.x * (long long)blockDim.x + threadIdx.x; r < rows;
+         r += (long long)gridDim.x * blockDim.x) {
+        long long o = r / inner, i = r % inner;
+        const float* xr = x + o * dim * inner + i;
+        float* yr = y + o * dim * inner + i;
+        float m = __int_as_float(0xff800000);  // -inf
+        for (long long j = 0; j < dim; ++j) {
+            float v = xr[j * inner];
+            // spec maximum(m, v): v when m < v or v is NaN
+            if (m < v || v != v) m = v;
+        }
+        float z = 0.0f;
+        for (long long j = 0; j < dim; ++j) z += expf(xr[j * inner] - m);
+        if (log_out) {
+            float lz = logf(z);
+            for (long long j = 0; j < dim; ++j) yr[j * inner] = xr[j * inner] - m - lz;
+        } else {
+            for (long long j = 0; j < dim; ++j) yr[j * inner] = expf(xr[j * inner] - m) / z;
+        }
+    }
+}
+
+// d/dx of log_softmax: gy - exp(y) * sum(gy); of softmax: y * (gy - sum(gy * y)).
+extern "C" __global__ void softmax_rows_vjp(int log_out, const float* __restrict__ y,
+                                            const float* __restrict__ gy,
+                                            float* __restrict__ gx, long long outer,
+                                            long long dim, long long inner) {
+    long long rows = outer * inner;
+    for (long long r = blockIdx.x * (long long)blockDim.x + threadIdx.x; r < rows;
+         r += (long long)gridDim.x * blockDim.x) {
+        long long o = r / inner, i = r % inner;
+        long long base = o * dim * inner + i;
+        float s = 0.0f;
+        for (long long j = 0; j < dim; ++j) {
+            long long p = base + j * inner;
+            s += log_out ? gy[p] : gy[p] * y[p];
+        }
+        for (long long j = 0; j < dim; ++j) {
+            long long p = base + j * inner;
+            gx[p] = log_out ? gy[p] - expf(y[p]) * s : y[p] * (gy[p] - s);
+        }
+    }
+}
+
+#define GATHER_MAX_RANK 8
+
+// Geometry of gather along `axis`: the index's shape and row-major strides, x's strides and
+// its extent along the axis.
+struct Gather {
+    int rank;
+    int axis;
+    long long idx_shape[GATHER_MAX_RANK];
+    long long idx_stride[GATHER_MAX_RANK];
+    long long x_stride[GATHER_MAX_RANK];
+    long long bound;
+};
+
+// The position in x addressed by index position p, or -1 when idx[p] is not an integer in
+// [0, bound) (the caller reports the spec's error).
+__device__ __forceinline__ long long gather_target(const Gather& g, const float* idx,
+                                                   long long p) {
+    float v = idx[p];
+    if (!(v >= 0.0f && (double)v < (double)g.bound && v == floorf(v))) return -1;
+    long long rem = p, pos = 0;
+    for (int d = g.rank - 1; d >= 0; --d) {
+        long long c = rem % g.idx_shape[d];
+        rem /= g.idx_shape[d];
+        pos += (d == g.axis ? (long long)v : c) * g.x_stride[d];
+    }
+    return pos;
+}
+
+extern "C" __global__ void gather_forward(const float* __restrict__ x,
+                                          const float* __restrict__ idx,
+                                          float* __restrict__ out, float* __restrict__ bad,
+                                          long long n, Gather g) {
+    for (long long p = blockIdx.x * (long long)blockDim.x + threadIdx.x; p < n;
+         p += (long long)gridDim.x * blockDim.x) {
+        long long t = gather_target(g, idx, p);
+        if (t < 0) {
+            bad[0] = 1.0f;
+            out[p] = 0.0f;
+        } else {
+            out[p] = x[t];
+        }
+    }
+}
+
+// The VJP of gather: gx (zeroed first) += gy at the addressed positions. One thread per line
+// of the index along the axis (its other coordinates fixed): lines address distinct lines of
+// x, so threads never write the same element, and each line sums in a fixed order.
+extern "C" __global__ void gather_vjp(const float* __restrict__ idx,
+                                      const float* __restrict__ gy, float* __restrict__ gx,
+                                      float* __restrict__ bad, long long lines, Gather g) {
+    long long along = g.idx_shape[g.axis];
+    long long step = g.idx_stride[g.axis];
+    for (long long l = blockIdx.x * (long long)blockDim.x + threadIdx.x; l < lines;
+         l += (long long)gridDim.x * blockDim.x) {
+        // the index position of line l at axis coordinate 0
+        long long rem = l, base = 0;
+        for (int d = g.rank - 1; d >= 0; --d) {
+            if (d == g.axis) continue;
+            long long c = rem % g.idx_shape[d];
+            rem /= g.idx_shape[d];
+            base += c * g.idx_stride[d];
+        }
+        for (long long j = 0; j < along; ++j) {
+            long long p = base + j * step;
+            long long t = gather_target(g, idx, p);
+            if (t < 0) {
+                bad[0] = 1.0f;
+            } else {
+                gx[t] += gy[p];
+            }
+        }
+    }
+}

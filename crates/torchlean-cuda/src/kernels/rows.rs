@@ -1,0 +1,246 @@
+//! native_cuda kernels over rows, indices and layouts: softmax and log_softmax along one axis,
+//! gather along one axis, and reshape (a device copy), with their VJPs. The CUDA source is
+//! `kernels/rows.cu`.
+//!
+//! Gather checks its index values on the device; a call whose index holds a value that is not
+//! an integer in range waits for the device (a 4-byte read) and returns the spec's error for
+//! it (naming the first bad position and value), never a result.
+
+use super::{buffer, cx, grid, launched, output, tensor};
+use crate::device::Context;
+use crate::memory::CudaBuffer;
+use cudarc::driver::{DeviceRepr, PushKernelArg};
+use torchlean::graph::{Op, OpKind};
+use torchlean::spec::Array;
+use torchlean::{Error, OpError, Result, Tensor};
+
+/// The op kinds this file implements.
+pub const KINDS: &[OpKind] = &[
+    OpKind::Softmax,
+    OpKind::LogSoftmax,
+    OpKind::Gather,
+    OpKind::Reshape,
+];
+
+const MAX_RANK: usize = 8;
+
+/// Mirror of `struct Gather` in `rows.cu`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct Gather {
+    rank: i32,
+    axis: i32,
+    idx_shape: [i64; MAX_RANK],
+    idx_stride: [i64; MAX_RANK],
+    x_stride: [i64; MAX_RANK],
+    bound: i64,
+}
+// SAFETY: plain `repr(C)` integers laid out exactly as the CUDA struct.
+unsafe impl DeviceRepr for Gather {}
+
+fn row_major(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1; shape.len()];
+    for d in (0..shape.len().saturating_sub(1)).rev() {
+        s[d] = s[d + 1] * shape[d + 1];
+    }
+    s
+}
+
+/// (outer, dim, inner) of `shape` around `axis`.
+fn split(shape: &[usize], axis: usize) -> (usize, usize, usize) {
+    let outer = shape[..axis].iter().product();
+    let inner = shape[axis + 1..].iter().product();
+    (outer, shape[axis], inner)
+}
+
+fn gather_geometry(op: &Op, x: &[usize], idx: &[usize], axis: usize) -> Result<Gather> {
+    if x.len() > MAX_RANK {
+        return Err(OpError::Layout {
+            op: op.name(),
+            shapes: vec![x.to_vec(), idx.to_vec()],
+            reason: format!("native_cuda gathers over at most {MAX_RANK} axes"),
+        }
+        .into());
+    }
+    let (si, sx) = (row_major(idx), row_major(x));
+    let mut g = Gather {
+        rank: x.len() as i32,
+        axis: axis as i32,
+        bound: x[axis] as i64,
+        ..Default::default()
+    };
+    for d in 0..x.len() {
+        g.idx_shape[d] = idx[d] as i64;
+        g.idx_stride[d] = si[d] as i64;
+        g.x_stride[d] = sx[d] as i64;
+    }
+    Ok(g)
+}
+
+/// A zeroed flag buffer the gather kernels set when an index value is invalid.
+fn flag(cx: &Context, op: &Op) -> Result<CudaBuffer> {
+    let mut f = output(cx, op, 1)?;
+    launched(op, cx.stream.memset_zeros(f.slice_mut()))?;
+    Ok(f)
+}
+
+/// Waits for the flag; when set, the spec's error for this call's index (read to the host).
+fn check_flag(op: &Op, f: &CudaBuffer, x_shape: &[usize], idx: &Tensor) -> Result<()> {
+    let cx = cx()?;
+    let set = launched(op, cx.stream.clone_dtoh(&f.slice().slice(0..1)))?;
+    if set[0] == 0.0 {
+        return Ok(());
+    }
+    let x = Array::<f32> {
+        shape: x_shape.to_vec(),
+        data: vec![0.0; torchlean::spec::numel(x_shape)],
+    };
+    let i = Array::<f32> {
+        shape: idx.shape().to_vec(),
+        data: idx.try_to_vec()?,
+    };
+    match torchlean::spec::forward(op, &[&x, &i]) {
+        Err(e) => Err(e.into()),
+        Ok(_) => Err(Error::Other(format!(
+            "op `{}`: the device reported an invalid index the spec accepts",
+            op.name()
+        ))),
+    }
+}
+
+/// The forward kernel of every op in [`KINDS`].
+pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
+    let shapes: Vec<&[usize]> = inputs.iter().map(|t| t.shape()).collect();
+    let shape = torchlean::spec::infer_shape(op, &shapes)?;
+    let n = torchlean::spec::numel(&shape);
+    let cx = cx()?;
+    let mut out = output(cx, op, n)?;
+    let x = buffer(op, inputs[0])?;
+    match op {
+        Op::Softmax { axis } | Op::LogSoftmax { axis } => {
+            let (o, d, i) = split(&shape, *axis);
+            if o * i > 0 && d > 0 {
+                let log = matches!(op, Op::LogSoftmax { .. }) as i32;
+                let (o64, d64, i64_) = (o as i64, d as i64, i as i64);
+                let mut l = cx.stream.launch_builder(&cx.functions.softmax_rows);
+                l.arg(&log)
+                    .arg(x.slice())
+                    .arg(out.slice_mut())
+                    .arg(&o64)
+                    .arg(&d64)
+                    .arg(&i64_);
+                // SAFETY: each of the o·i threads reads and writes its d elements of x and
+                // out, all inside the o·d·i elements each holds.
+                launched(op, unsafe { l.launch(grid(o * i)) })?;
+            }
+        }
+        Op::Gather { axis } => {
+            let idx = buffer(op, inputs[1])?;
+            let g = gather_geometry(op, inputs[0].shape(), inputs[1].shape(), *axis)?;
+            let mut bad = flag(cx, op)?;
+            if n > 0 {
+                let n64 = n as i64;
+                let mut l = cx.stream.launch_builder(&cx.functions.gather_forward);
+                l.arg(x.slice())
+                    .arg(idx.slice())
+                    .arg(out.slice_mut())
+                    .arg(bad.slice_mut())
+                    .arg(&n64)
+                    .arg(&g);
+                // SAFETY: thread p reads idx[p] and, for a valid index (checked in the
+                // kernel), one element of x inside its shape; writes out[p] (p < n).
+                launched(op, unsafe { l.launch(grid(n)) })?;
+            }
+            check_flag(op, &bad, inputs[0].shape(), inputs[1])?;
+        }
+        Op::Reshape { .. } => {
+            if n > 0 {
+                let src = x.slice().slice(0..n);
+                let mut dst = out.slice_mut().slice_mut(0..n);
+                launched(op, cx.stream.memcpy_dtod(&src, &mut dst))?;
+            }
+        }
+        other => {
+            return Err(Error::Other(format!(
+                "native_cuda has no row kernel for op `{}`",
+                other.name()
+            )))
+        }
+    }
+    tensor(out, &shape)
+}
+
+/// The VJP kernel of every op in [`KINDS`].
+pub fn vjp(
+    op: &Op,
+    inputs: &[&Tensor],
+    output_t: &Tensor,
+    gy: &Tensor,
+    needs: &[bool],
+) -> Result<Vec<Option<Tensor>>> {
+    let cx = cx()?;
+    let g = buffer(op, gy)?;
+    let x_shape = inputs[0].shape();
+    let n = inputs[0].numel();
+    let mut gx = output(cx, op, n)?;
+    match op {
+        Op::Softmax { axis } | Op::LogSoftmax { axis } => {
+            let y = buffer(op, output_t)?;
+            let (o, d, i) = split(x_shape, *axis);
+            if o * i > 0 && d > 0 {
+                let log = matches!(op, Op::LogSoftmax { .. }) as i32;
+                let (o64, d64, i64_) = (o as i64, d as i64, i as i64);
+                let mut l = cx.stream.launch_builder(&cx.functions.softmax_rows_vjp);
+                l.arg(&log)
+                    .arg(y.slice())
+                    .arg(g.slice())
+                    .arg(gx.slice_mut())
+                    .arg(&o64)
+                    .arg(&d64)
+                    .arg(&i64_);
+                // SAFETY: as the forward: each row thread reads and writes its d elements.
+                launched(op, unsafe { l.launch(grid(o * i)) })?;
+            }
+            Ok(vec![Some(tensor(gx, x_shape)?)])
+        }
+        Op::Gather { axis } => {
+            let idx = buffer(op, inputs[1])?;
+            let g_geo = gather_geometry(op, x_shape, inputs[1].shape(), *axis)?;
+            launched(op, cx.stream.memset_zeros(gx.slice_mut()))?;
+            let mut bad = flag(cx, op)?;
+            let along = inputs[1].shape()[*axis];
+            let lines = if along == 0 {
+                0
+            } else {
+                inputs[1].numel() / along
+            };
+            if lines > 0 && needs[0] {
+                let l64 = lines as i64;
+                let mut l = cx.stream.launch_builder(&cx.functions.gather_vjp);
+                l.arg(idx.slice())
+                    .arg(g.slice())
+                    .arg(gx.slice_mut())
+                    .arg(bad.slice_mut())
+                    .arg(&l64)
+                    .arg(&g_geo);
+                // SAFETY: each line thread adds into the elements of x its valid indices
+                // address (checked in the kernel); distinct lines address distinct lines of x.
+                launched(op, unsafe { l.launch(grid(lines)) })?;
+            }
+            check_flag(op, &bad, x_shape, inputs[1])?;
+            Ok(vec![Some(tensor(gx, x_shape)?), None])
+        }
+        Op::Reshape { .. } => {
+            if n > 0 {
+                let src = g.slice().slice(0..n);
+                let mut dst = gx.slice_mut().slice_mut(0..n);
+                launched(op, cx.stream.memcpy_dtod(&src, &mut dst))?;
+            }
+            Ok(vec![Some(tensor(gx, x_shape)?)])
+        }
+        other => Err(Error::Other(format!(
+            "native_cuda has no row VJP for op `{}`",
+            other.name()
+        ))),
+    }
+}
