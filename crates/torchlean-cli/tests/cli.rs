@@ -253,11 +253,11 @@ fn plan_exit_codes() {
         "--vjp",
         "torchlean_tape",
         "--ops",
-        "softmax",
+        "conv2d",
     ]);
     assert_eq!(code, 2);
     assert!(
-        out.contains("no admissible capsule for op `softmax` on device `cuda`"),
+        out.contains("no admissible capsule for op `conv2d` on device `cuda`"),
         "{out}"
     );
     let (code, out, err) = run(&[

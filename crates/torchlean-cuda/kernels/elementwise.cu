@@ -228,15 +228,25 @@ extern "C" __global__ void fill_from(const float* __restrict__ v, float* __restr
     }
 }
 
-// out[j] = sum over rows i of g[i * cols + j] (the bias gradient of linear), fixed order.
+// out[j] = sum over rows i of g[i * cols + j] (the bias gradient of linear), in a fixed
+// order: a block of 32 x 32 threads owns 32 columns; thread (x, y) sums rows y, y + 32, ...
+// of column x (reads coalesced across x), then the 32 partial sums of a column are added in
+// a fixed tree in shared memory. Launched with grid (ceil(cols / 32)), block (32, 32).
 extern "C" __global__ void sum_rows(const float* __restrict__ g, float* __restrict__ out,
                                     long long rows, long long cols) {
-    for (long long j = blockIdx.x * (long long)blockDim.x + threadIdx.x; j < cols;
-         j += (long long)gridDim.x * blockDim.x) {
-        float acc = 0.0f;
-        for (long long i = 0; i < rows; ++i) acc += g[i * cols + j];
-        out[j] = acc;
+    __shared__ float part[32][33];
+    long long j = blockIdx.x * 32LL + threadIdx.x;
+    float acc = 0.0f;
+    if (j < cols) {
+        for (long long i = threadIdx.y; i < rows; i += 32) acc += g[i * cols + j];
     }
+    part[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    for (int s = 16; s > 0; s >>= 1) {
+        if (threadIdx.y < s) part[threadIdx.y][threadIdx.x] += part[threadIdx.y + s][threadIdx.x];
+        __syncthreads();
+    }
+    if (threadIdx.y == 0 && j < cols) out[j] = part[0][threadIdx.x];
 }
 
 // out[i * cols + j] += bias[j] (linear's bias), in place.

@@ -144,15 +144,26 @@ fn create() -> Result<Context, String> {
         gather_forward: f("gather_forward")?,
         gather_vjp: f("gather_vjp")?,
     };
+    let cublas = format!(
+        "{}.{}.{}",
+        cublas_v / 10000,
+        (cublas_v % 10000) / 100,
+        cublas_v % 100
+    );
+    let cufft = probe::cufft_version()
+        .map(|v| format!("{}.{}.{}", v / 1000, (v % 1000) / 100, v % 100))
+        .unwrap_or_else(|| "unknown".into());
+    let driver = probe::driver_version()
+        .map(probe::cuda_version)
+        .unwrap_or_else(|| "unknown".into());
+    let source = if compiled.from_cache {
+        "from the disk cache"
+    } else {
+        "compiled now"
+    };
     let detail = format!(
-        "{name} (sm_{major}{minor}, {sms} SMs, {:.1} GiB), CUDA driver API {}, NVRTC {nvrtc} (kernels {}), cuBLAS {}, cuFFT {}",
+        "{name} (sm_{major}{minor}, {sms} SMs, {:.1} GiB), CUDA driver API {driver}, NVRTC {nvrtc} (kernels {source}), cuBLAS {cublas}, cuFFT {cufft}",
         total as f64 / (1u64 << 30) as f64,
-        probe::driver_version().map(probe::cuda_version).unwrap_or_else(|| "unknown".into()),
-        if compiled.from_cache { "from the disk cache" } else { "compiled now" },
-        format!("{}.{}.{}", cublas_v / 10000, (cublas_v % 10000) / 100, cublas_v % 100),
-        probe::cufft_version()
-            .map(|v| format!("{}.{}.{}", v / 1000, (v % 1000) / 100, v % 100))
-            .unwrap_or_else(|| "unknown".into()),
     );
     Ok(Context {
         pool: Pool::new(stream.clone()),

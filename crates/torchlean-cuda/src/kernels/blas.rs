@@ -153,11 +153,10 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
         }
         OpKind::Linear => {
             let (o, i) = (inputs[1].shape()[0], inputs[1].shape()[1]);
-            let rows = if i == 0 {
-                torchlean::spec::numel(&shape) / o.max(1)
-            } else {
-                inputs[0].numel() / i
-            };
+            let rows = inputs[0]
+                .numel()
+                .checked_div(i)
+                .unwrap_or_else(|| torchlean::spec::numel(&shape) / o.max(1));
             let g = RowGemm {
                 m: rows,
                 n: o,
@@ -343,8 +342,14 @@ pub fn vjp(
                     let (r64, c64) = (rows as i64, o as i64);
                     let mut l = cx.stream.launch_builder(&cx.functions.sum_rows);
                     l.arg(g.slice()).arg(db.slice_mut()).arg(&r64).arg(&c64);
-                    // SAFETY: reads rows·o elements of dC, writes o elements of db.
-                    launched(op, unsafe { l.launch(grid(o)) })?;
+                    let cfg = cudarc::driver::LaunchConfig {
+                        grid_dim: (o.div_ceil(32) as u32, 1, 1),
+                        block_dim: (32, 32, 1),
+                        shared_mem_bytes: 0,
+                    };
+                    // SAFETY: blocks of 32 x 32 threads (the kernel's shared array) read
+                    // rows·o elements of dC and write o elements of db.
+                    launched(op, unsafe { l.launch(cfg) })?;
                 }
                 grads[2] = Some(tensor(db, inputs[2].shape())?);
             }

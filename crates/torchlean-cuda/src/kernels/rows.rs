@@ -209,11 +209,7 @@ pub fn vjp(
             launched(op, cx.stream.memset_zeros(gx.slice_mut()))?;
             let mut bad = flag(cx, op)?;
             let along = inputs[1].shape()[*axis];
-            let lines = if along == 0 {
-                0
-            } else {
-                inputs[1].numel() / along
-            };
+            let lines = inputs[1].numel().checked_div(along).unwrap_or(0);
             if lines > 0 && needs[0] {
                 let l64 = lines as i64;
                 let mut l = cx.stream.launch_builder(&cx.functions.gather_vjp);

@@ -143,13 +143,6 @@ impl CompiledGraph {
         registry: &std::sync::Arc<crate::backend::Registry>,
     ) -> std::result::Result<CompiledGraph, CompileError> {
         graph.validate()?;
-        if profile.device != crate::backend::Device::Cpu {
-            // the executors read and write host buffers; device buffers are not wired yet
-            return Err(CompileError::Device(Box::new(Error::DeviceUnavailable {
-                device: profile.device.label().into(),
-                reason: "compiled mode runs on the cpu only in this build (eager mode runs on cuda; docs/cuda.md)".into(),
-            })));
-        }
         // lowering: elementwise fusion (a fused node gets its own capsule when planned)
         let (graph, _) = crate::graph::fuse_elementwise(&graph)?;
         let has_vjp = graph
@@ -247,6 +240,14 @@ impl CompiledGraph {
                 std::sync::Arc::clone(registry),
             )))
         });
+        if profile.device != crate::backend::Device::Cpu {
+            // planned and gated (so a missing capsule is named first), but the executors
+            // read and write host buffers: device buffers are not wired yet
+            return Err(CompileError::Device(Box::new(Error::DeviceUnavailable {
+                device: profile.device.label().into(),
+                reason: "compiled mode runs on the cpu only in this build (eager mode runs on cuda; docs/cuda.md)".into(),
+            })));
+        }
         // the same probe as eager mode's, before any kernel of the plan can run
         let probed =
             super::probe::probe(profile.device).map_err(|e| CompileError::Device(Box::new(e)))?;
@@ -297,7 +298,6 @@ impl CompiledGraph {
             &last_use,
             &siblings,
         );
-        let mut report = report;
         report.executor = Some(match &dense {
             Ok(d) => format!(
                 "dense: {} steps ({} in place) over {} static buffers, running each capsule's destination-passing kernels (forward_into/vjp_into/in_place_into)",
