@@ -456,6 +456,57 @@ fn quickstart_training_on_the_gpu_matches_the_cpu() {
     eprintln!("losses gpu {:?}\nlosses cpu {:?}", gpu_losses, cpu);
 }
 
+/// The quickstart MLP trained 20 steps in compiled mode on the GPU (captured once, planned
+/// and gated once, replayed by the general executor over device tensors) gives the eager
+/// GPU run's losses; the compiled report says which executor ran.
+#[test]
+fn quickstart_compiled_on_the_gpu_matches_eager() {
+    if !gpu("quickstart_compiled_on_the_gpu_matches_eager") {
+        return;
+    }
+    use torchlean::nn::tasks::SyntheticRegression;
+    use torchlean::nn::train::{train_regression, train_regression_compiled};
+    use torchlean::nn::{Activation, Adam, Mlp, Module};
+    let profile = checked_cuda();
+    let data = SyntheticRegression::new(1024, 17).expect("data");
+    let model = || {
+        let mut m = Mlp::new(&[4, 64, 64, 1], Activation::Tanh, 0).expect("model");
+        m.to_device(Device::Cuda).expect("move the model");
+        m
+    };
+    install(Session::new(profile.clone())).expect("install");
+    let mut eager_model = model();
+    let mut opt = Adam::new(0.01).expect("adam");
+    let eager =
+        train_regression(&mut eager_model, &mut opt, &data, 20, 64, 0, |_| {}).expect("eager");
+    install(Session::new(profile.clone())).expect("install");
+    let mut compiled_model = model();
+    let mut opt = Adam::new(0.01).expect("adam");
+    let (compiled, report) = train_regression_compiled(
+        &mut compiled_model,
+        &mut opt,
+        &data,
+        20,
+        64,
+        0,
+        &profile,
+        |_| {},
+    )
+    .expect("compiled");
+    for (step, (c, e)) in compiled.iter().zip(&eager).enumerate() {
+        assert!(
+            (c - e).abs() / e.abs().max(1e-12) < 1e-4,
+            "step {step}: compiled {c} vs eager {e}"
+        );
+    }
+    let text = report.to_text();
+    assert!(
+        text.contains("executor:") && text.contains("cublas.linear"),
+        "{text}"
+    );
+    eprintln!("{text}");
+}
+
 #[test]
 fn cpu_only_machine_refuses_cuda_before_any_kernel() {
     torchlean_cuda::link().expect("link the CUDA module");

@@ -147,11 +147,18 @@ pub fn train_regression_compiled(
     profile: &BackendProfile,
     mut log: impl FnMut(StepLog),
 ) -> Result<(Vec<f32>, BackendReport)> {
-    let named = |(x, y): (Tensor, Tensor)| [("x".to_string(), x), ("y".to_string(), y)];
+    // batches are made on the host and moved to the model's device explicitly
+    let device = model.device();
+    let named = |(x, y): (Tensor, Tensor)| -> Result<[(String, Tensor); 2]> {
+        Ok([
+            ("x".to_string(), x.to_device(device)?),
+            ("y".to_string(), y.to_device(device)?),
+        ])
+    };
     let step = TrainStep::new(
         ExecutionMode::Compiled,
         model,
-        &named(data.batch(0, batch_size)?),
+        &named(data.batch(0, batch_size)?)?,
         &mse,
         profile,
     )?;
@@ -159,7 +166,7 @@ pub fn train_regression_compiled(
     // process on a 16 GiB allocation before the first step (found by the flags fuzzer)
     let mut losses = Vec::with_capacity(steps.min(1 << 16));
     for s in 0..steps {
-        losses.push(step.run(model, optimizer, &named(data.batch(s, batch_size)?), &mse)?);
+        losses.push(step.run(model, optimizer, &named(data.batch(s, batch_size)?)?, &mse)?);
         if s == 0 || s + 1 == steps || (log_every > 0 && (s + 1) % log_every == 0) {
             log(StepLog {
                 step: s + 1,

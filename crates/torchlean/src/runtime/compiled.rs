@@ -144,7 +144,12 @@ impl CompiledGraph {
     ) -> std::result::Result<CompiledGraph, CompileError> {
         graph.validate()?;
         // lowering: elementwise fusion (a fused node gets its own capsule when planned)
-        let (graph, _) = crate::graph::fuse_elementwise(&graph)?;
+        // (on the CPU only: the fused chains' capsule is a CPU kernel)
+        let graph = if profile.device == crate::backend::Device::Cpu {
+            crate::graph::fuse_elementwise(&graph)?.0
+        } else {
+            graph
+        };
         let has_vjp = graph
             .nodes
             .iter()
@@ -240,14 +245,6 @@ impl CompiledGraph {
                 std::sync::Arc::clone(registry),
             )))
         });
-        if profile.device != crate::backend::Device::Cpu {
-            // planned and gated (so a missing capsule is named first), but the executors
-            // read and write host buffers: device buffers are not wired yet
-            return Err(CompileError::Device(Box::new(Error::DeviceUnavailable {
-                device: profile.device.label().into(),
-                reason: "compiled mode runs on the cpu only in this build (eager mode runs on cuda; docs/cuda.md)".into(),
-            })));
-        }
         // the same probe as eager mode's, before any kernel of the plan can run
         let probed =
             super::probe::probe(profile.device).map_err(|e| CompileError::Device(Box::new(e)))?;
@@ -518,7 +515,7 @@ impl CompiledGraph {
                     let mut take = |i: usize, shape: &[usize]| -> Result<Tensor> {
                         match grads.get_mut(i).and_then(Option::take) {
                             Some(g) => Ok(g),
-                            None => Tensor::zeros(shape),
+                            None => Tensor::zeros(shape)?.to_device(self.profile.device),
                         }
                     };
                     for &(sib, j) in group.iter().filter(|&&(sib, _)| sib != n.id) {
@@ -587,13 +584,6 @@ impl CompiledStep {
         loss_fn: impl FnOnce(&[Tensor]) -> Result<Tensor>,
         profile: &BackendProfile,
     ) -> Result<CompiledStep> {
-        if profile.device != crate::backend::Device::Cpu {
-            // refused before the capture runs any op (see `compile_with_registry`)
-            return Err(Error::DeviceUnavailable {
-                device: profile.device.label().into(),
-                reason: "compiled mode runs on the cpu only in this build (eager mode runs on cuda; docs/cuda.md)".into(),
-            });
-        }
         let captured = super::capture::capture(inputs, params, |xs| {
             Ok(vec![(LOSS.to_string(), loss_fn(xs)?)])
         })?;
@@ -608,13 +598,16 @@ impl CompiledStep {
             .map(|p| p.shape.clone())
             .unwrap_or_default();
         let param_names: Vec<&str> = params.iter().map(|(n, _)| n.as_str()).collect();
+        // constants (values the model built from data) and the seed live on the plan's
+        // device, moved once here
         let constants: HashMap<String, Tensor> = captured
             .values
             .into_iter()
             .filter(|(n, _)| !param_names.contains(&n.as_str()))
-            .collect();
+            .map(|(n, t)| Ok((n, t.to_device(profile.device)?)))
+            .collect::<Result<_>>()?;
         let compiled = CompiledGraph::compile(graph, profile)?;
-        let seed = Tensor::full(&seed_shape, 1.0)?;
+        let seed = Tensor::full(&seed_shape, 1.0)?.to_device(profile.device)?;
         let sources = compiled
             .external_names()
             .into_iter()
