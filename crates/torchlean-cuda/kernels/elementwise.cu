@@ -278,3 +278,29 @@ extern "C" __global__ void random_fill(unsigned long long seed, int bernoulli, d
         out[i] = bernoulli ? (u < keep ? 1.0f : 0.0f) : (float)u;
     }
 }
+
+// Optimizer updates (crates/torchlean/src/spec/optim.rs), left to right as the CPU loops.
+extern "C" __global__ void ema_update(float decay, int square, const float* __restrict__ s,
+                                      const float* __restrict__ x, float* __restrict__ out,
+                                      long long n) {
+    float rest = 1.0f - decay;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        float xi = x[i];
+        float y = square ? __fmul_rn(__fmul_rn(rest, xi), xi) : __fmul_rn(rest, xi);
+        out[i] = __fadd_rn(__fmul_rn(decay, s[i]), y);
+    }
+}
+
+extern "C" __global__ void adam_update(float step_size, float c2_sqrt, float eps, float shrink,
+                                       const float* __restrict__ w,
+                                       const float* __restrict__ m,
+                                       const float* __restrict__ v, float* __restrict__ out,
+                                       long long n) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        float denom = __fadd_rn(__fdiv_rn(sqrtf(v[i]), c2_sqrt), eps);
+        float stepped = __fdiv_rn(__fmul_rn(step_size, m[i]), denom);
+        out[i] = __fsub_rn(__fmul_rn(w[i], shrink), stepped);
+    }
+}

@@ -32,6 +32,8 @@ pub struct Functions {
     pub softmax_rows_vjp: CudaFunction,
     pub gather_forward: CudaFunction,
     pub gather_vjp: CudaFunction,
+    pub ema_update: CudaFunction,
+    pub adam_update: CudaFunction,
 }
 
 /// cuBLAS behind a lock: one handle, used by one thread at a time.
@@ -143,6 +145,8 @@ fn create() -> Result<Context, String> {
         softmax_rows_vjp: f("softmax_rows_vjp")?,
         gather_forward: f("gather_forward")?,
         gather_vjp: f("gather_vjp")?,
+        ema_update: f("ema_update")?,
+        adam_update: f("adam_update")?,
     };
     let cublas = format!(
         "{}.{}.{}",

@@ -210,6 +210,24 @@ pub fn cases() -> Vec<Case> {
             v.push(c(op.clone(), &[(s, g)]));
         }
     }
+    // optimizer updates: moments of any sign, second moments and parameters as Adam has them
+    for square in [false, true] {
+        let op = Op::EmaUpdate { decay: 0.9, square };
+        for s in [&[1usize][..], &[3, 4], &[70000]] {
+            v.push(c(op.clone(), &[(s, Normal), (s, Normal)]));
+        }
+    }
+    for shrink in [1.0, 0.99] {
+        let op = Op::AdamUpdate {
+            step_size: 0.01,
+            c2_sqrt: 0.03,
+            eps: 1e-8,
+            shrink,
+        };
+        for s in [&[1usize][..], &[3, 4], &[70000]] {
+            v.push(c(op.clone(), &[(s, Normal), (s, Normal), (s, Positive)]));
+        }
+    }
     for op in [Op::Softmax { axis: 1 }, Op::LogSoftmax { axis: 1 }] {
         v.push(c(op.clone(), &[(&[3, 5], Normal)]));
         v.push(c(op.clone(), &[(&[2, 4, 3], Normal)]));

@@ -78,6 +78,16 @@ fn build(kind: OpKind, v: &[usize], rank: usize, flag: bool) -> Op {
             max: 1.0,
         },
         K::Pow => Op::Pow { exponent: 2.0 },
+        K::EmaUpdate => Op::EmaUpdate {
+            decay: 0.9,
+            square: true,
+        },
+        K::AdamUpdate => Op::AdamUpdate {
+            step_size: 1e-3,
+            c2_sqrt: 0.5,
+            eps: 1e-8,
+            shrink: 1.0,
+        },
         K::Softmax => Op::Softmax { axis: u(0) },
         K::LogSoftmax => Op::LogSoftmax { axis: u(0) },
         K::SumAll => Op::SumAll,

@@ -1,6 +1,8 @@
 //! native_cuda elementwise kernels: broadcasting binary maps (add, sub, mul, div, maximum,
 //! minimum) with their reduced cotangents, unary maps with their VJPs, the deterministic
-//! `sum_all`, and the counter-based random draws (bit-identical to the CPU's).
+//! `sum_all`, the counter-based random draws (bit-identical to the CPU's), and the
+//! optimizer updates `ema_update` / `adam_update` (rounded step by step like the CPU's loops:
+//! no contraction into fused multiply-adds).
 //! The CUDA source is `kernels/elementwise.cu`; opcodes here match its `#define`s.
 
 use super::{buffer, cx, grid, launched, output, tensor};
@@ -92,6 +94,8 @@ pub const KINDS: &[OpKind] = &[
     OpKind::SumAll,
     OpKind::RandUniform,
     OpKind::BernoulliMask,
+    OpKind::EmaUpdate,
+    OpKind::AdamUpdate,
 ];
 
 fn row_major(shape: &[usize]) -> Vec<usize> {
@@ -216,6 +220,42 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
             .arg(out.slice_mut())
             .arg(&n64);
         // SAFETY: writes n elements of out (of n).
+        launched(op, unsafe { l.launch(grid(n)) })?;
+    } else if let Op::EmaUpdate { decay, square } = op {
+        let (s, x) = (buffer(op, inputs[0])?, buffer(op, inputs[1])?);
+        let sq = *square as i32;
+        let mut l = cx.stream.launch_builder(&cx.functions.ema_update);
+        l.arg(decay)
+            .arg(&sq)
+            .arg(s.slice())
+            .arg(x.slice())
+            .arg(out.slice_mut())
+            .arg(&n64);
+        // SAFETY: n elements read from s and x (equal shapes: the shape guard) and written.
+        launched(op, unsafe { l.launch(grid(n)) })?;
+    } else if let Op::AdamUpdate {
+        step_size,
+        c2_sqrt,
+        eps,
+        shrink,
+    } = op
+    {
+        let (w, m, v) = (
+            buffer(op, inputs[0])?,
+            buffer(op, inputs[1])?,
+            buffer(op, inputs[2])?,
+        );
+        let mut l = cx.stream.launch_builder(&cx.functions.adam_update);
+        l.arg(step_size)
+            .arg(c2_sqrt)
+            .arg(eps)
+            .arg(shrink)
+            .arg(w.slice())
+            .arg(m.slice())
+            .arg(v.slice())
+            .arg(out.slice_mut())
+            .arg(&n64);
+        // SAFETY: n elements read from w, m, v (equal shapes: the shape guard) and written.
         launched(op, unsafe { l.launch(grid(n)) })?;
     } else if op.kind() == OpKind::SumAll {
         let x = buffer(op, inputs[0])?;

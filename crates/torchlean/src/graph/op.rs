@@ -144,6 +144,19 @@ pub enum Op {
     Pow {
         exponent: f32,
     },
+    // optimizer updates (non-differentiable, inputs of one shape; see spec/optim.rs)
+    /// decay·s + (1 − decay)·x (or x² with `square`): an exponential moving average.
+    EmaUpdate {
+        decay: f32,
+        square: bool,
+    },
+    /// w·shrink − step_size · m / (√v / c2_sqrt + eps): Adam's parameter step.
+    AdamUpdate {
+        step_size: f32,
+        c2_sqrt: f32,
+        eps: f32,
+        shrink: f32,
+    },
     // softmax family
     Softmax {
         axis: usize,
@@ -312,6 +325,8 @@ op_kinds! {
     AddScalar => "add_scalar", [], "elementwise";
     Clamp => "clamp", ["clamp"], "elementwise";
     Pow => "pow", [], "elementwise";
+    EmaUpdate => "ema_update", [], "optimizer";
+    AdamUpdate => "adam_update", [], "optimizer";
     Softmax => "softmax", ["softmax"], "softmax";
     LogSoftmax => "log_softmax", ["log_softmax"], "softmax";
     SumAll => "sum_all", ["sum"], "reductions";
@@ -376,6 +391,8 @@ impl Op {
             AddScalar { .. } => OpKind::AddScalar,
             Clamp { .. } => OpKind::Clamp,
             Pow { .. } => OpKind::Pow,
+            EmaUpdate { .. } => OpKind::EmaUpdate,
+            AdamUpdate { .. } => OpKind::AdamUpdate,
             Softmax { .. } => OpKind::Softmax,
             LogSoftmax { .. } => OpKind::LogSoftmax,
             SumAll => OpKind::SumAll,
@@ -419,7 +436,11 @@ impl OpKind {
     pub fn differentiable(self) -> bool {
         !matches!(
             self,
-            OpKind::RandUniform | OpKind::BernoulliMask | OpKind::Argmax
+            OpKind::RandUniform
+                | OpKind::BernoulliMask
+                | OpKind::Argmax
+                | OpKind::EmaUpdate
+                | OpKind::AdamUpdate
         )
     }
 

@@ -9,7 +9,9 @@ use super::optim::{
     OptimizerState, ParamNames, SlotStore,
 };
 use crate::error::Result;
-use crate::runtime::Gradients;
+use crate::graph::Op;
+use crate::runtime::{apply, Gradients};
+use crate::tensor::Tensor;
 
 /// The update shared by Adam and AdamW.
 struct AdamCore {
@@ -57,35 +59,45 @@ impl AdamCore {
                 return Ok(());
             };
             if p.device() != crate::backend::Device::Cpu {
-                // on a device: the same update as ops of the session (planned and gated)
+                // on a device, as ops of the session (planned, gated, reported): the moments
+                // (`ema_update`), then the step (`adam_update`), one pass each, the same
+                // arithmetic as the loop below
                 let [m, v] = store.device_buffers(name, p)? else {
                     return Ok(()); // invariant: Adam has two slots
                 };
-                let mut new_m = None;
-                let mut new_v = None;
-                update_by_ops(p, |w| {
-                    let w = if shrink != 1.0 {
-                        w.scale(shrink)?
-                    } else {
-                        w.clone()
-                    };
+                let (m1, v1) = crate::runtime::no_grad(|| -> Result<(Tensor, Tensor)> {
+                    // L2 decay (Adam) reads the weight before the step; AdamW's shrink is
+                    // applied by the step (one of the two is neutral)
                     let gi = if l2 != 0.0 {
-                        g.add(&w.scale(l2)?)?
+                        g.add(&p.detach().scale(l2)?)?
                     } else {
                         g.clone()
                     };
-                    let m1 = m.scale(b1)?.add(&gi.scale(1.0 - b1)?)?;
-                    let v1 = v.scale(b2)?.add(&gi.mul(&gi)?.scale(1.0 - b2)?)?;
-                    let denom = v1.sqrt()?.scale(1.0 / c2_sqrt)?.add_scalar(eps)?;
-                    let w1 = w.sub(&m1.scale(step_size)?.div(&denom)?)?;
-                    new_m = Some(m1);
-                    new_v = Some(v1);
-                    Ok(w1)
+                    let m1 = apply(
+                        Op::EmaUpdate {
+                            decay: b1,
+                            square: false,
+                        },
+                        &[m, &gi],
+                    )?;
+                    let v1 = apply(
+                        Op::EmaUpdate {
+                            decay: b2,
+                            square: true,
+                        },
+                        &[v, &gi],
+                    )?;
+                    Ok((m1, v1))
                 })?;
-                if let (Some(m1), Some(v1)) = (new_m, new_v) {
-                    *m = m1;
-                    *v = v1;
-                }
+                let step = Op::AdamUpdate {
+                    step_size,
+                    c2_sqrt,
+                    eps,
+                    shrink,
+                };
+                update_by_ops(p, |w| apply(step, &[w, &m1, &v1]))?;
+                *m = m1;
+                *v = v1;
                 return Ok(());
             }
             let g = g.data();

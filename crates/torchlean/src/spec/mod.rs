@@ -36,6 +36,7 @@ mod index;
 mod layout;
 mod linalg;
 mod norm;
+mod optim;
 mod pool;
 mod random;
 mod reduce;
@@ -105,6 +106,7 @@ fn family_shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError> {
             special::shape(op, shapes)
         }
         K::FusedUnary => elementwise::fused_shape(op, shapes),
+        K::EmaUpdate | K::AdamUpdate => optim::shape(op, shapes),
         _ => elementwise::unary_shape(op, shapes),
     }
 }
@@ -137,6 +139,7 @@ pub fn forward<T: Scalar>(op: &Op, inputs: &[&Array<T>]) -> Result<Array<T>, OpE
             Ok(special::forward(op, inputs, out_shape))
         }
         K::FusedUnary => Ok(elementwise::fused_forward(op, inputs[0])),
+        K::EmaUpdate | K::AdamUpdate => Ok(optim::forward(op, inputs)),
         _ => Ok(elementwise::unary_forward(op, inputs[0])),
     }
 }
@@ -160,7 +163,7 @@ pub fn vjp<T: Scalar>(
     }
     use OpKind as K;
     match op.kind() {
-        K::RandUniform | K::BernoulliMask | K::Argmax => {
+        K::RandUniform | K::BernoulliMask | K::Argmax | K::EmaUpdate | K::AdamUpdate => {
             Err(OpError::NotDifferentiable { op: op.name() })
         }
         K::Add | K::Sub | K::Mul | K::Div | K::Maximum | K::Minimum | K::Where => {

@@ -89,6 +89,7 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
         K::SpectralConv1d | K::SelectiveScan | K::ScaledDotProductAttention => {
             special::forward(op, inputs, &out_shape)
         }
+        K::EmaUpdate | K::AdamUpdate => optim_forward(op, inputs),
         _ => elementwise::unary_forward(op, &inputs[0].host_data()),
     };
     Ok(tensor(data, out_shape))
@@ -105,7 +106,7 @@ pub fn vjp(
     guard::output_shape(op, inputs)?;
     use OpKind as K;
     Ok(match op.kind() {
-        K::RandUniform | K::BernoulliMask | K::Argmax => {
+        K::RandUniform | K::BernoulliMask | K::Argmax | K::EmaUpdate | K::AdamUpdate => {
             return Err(crate::error::OpError::NotDifferentiable { op: op.name() }.into())
         }
         K::Add | K::Sub | K::Mul | K::Div | K::Maximum | K::Minimum | K::Where => {
@@ -142,6 +143,37 @@ pub fn vjp(
             vec![Some(tensor(g, inputs[0].shape().to_vec()))]
         }
     })
+}
+
+/// The optimizer updates (`ema_update`, `adam_update`): one pass over equal-shaped inputs,
+/// the same arithmetic as the optimizers' host loops (spec/optim.rs).
+fn optim_forward(op: &Op, inputs: &[&Tensor]) -> Vec<f32> {
+    let xs: Vec<_> = inputs.iter().map(|t| t.host_data()).collect();
+    match *op {
+        Op::EmaUpdate { decay, square } => xs[0]
+            .iter()
+            .zip(xs[1].iter())
+            .map(|(&s, &x)| {
+                let y = if square {
+                    (1.0 - decay) * x * x
+                } else {
+                    (1.0 - decay) * x
+                };
+                decay * s + y
+            })
+            .collect(),
+        Op::AdamUpdate {
+            step_size,
+            c2_sqrt,
+            eps,
+            shrink,
+        } => xs[0]
+            .iter()
+            .zip(xs[1].iter().zip(xs[2].iter()))
+            .map(|(&w, (&m, &v))| w * shrink - step_size * m / (v.sqrt() / c2_sqrt + eps))
+            .collect(),
+        _ => unreachable!("optim_forward called for {}", op.name()),
+    }
 }
 
 fn unary_grad(op: &Op, x: &[f32], y: &Tensor, g: &Tensor) -> Vec<f32> {
