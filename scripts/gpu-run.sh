@@ -17,17 +17,22 @@ tl=gpu-bin/torchlean
 echo "== tests"
 gpu-bin/gpu_only_conformance --test-threads=1 --nocapture > "$log/tests.log" 2>&1
 echo "tests exit $?"; grep -E "^test |test result|rows passed|panicked" "$log/tests.log"
-echo "== cli"
+echo "== cli: the report's target line, and the examples on cuda against the cpu (both modes)"
 $tl bench gemm-256 --device cuda --reps 3 > "$log/cli.txt" 2>&1; echo "cli exit $?"
-head -3 "$log/cli.txt"
-# the clean refusal where the libraries are missing: an empty library path and no system CUDA
-# cannot be simulated on this machine (libcuda is in the system path), so only the exit code
-# of an unknown device is checked here; CI checks the CPU-only refusal
+grep -E "^target" "$log/cli.txt"
+for cmd in quickstart-mlp mlp; do
+  for mode in eager compiled; do
+    $tl $cmd --steps 100 --backend $mode > "$log/$cmd-$mode-cpu.txt" 2>&1
+    $tl $cmd --steps 100 --backend $mode --device cuda > "$log/$cmd-$mode-cuda.txt" 2>&1; rc=$?
+    if diff <(grep "^step" "$log/$cmd-$mode-cpu.txt") <(grep "^step" "$log/$cmd-$mode-cuda.txt") > /dev/null; then same="the cpu's printed losses"; else same="LOSSES DIFFER from the cpu's"; fi
+    echo "$cmd --backend $mode --device cuda: exit $rc, $(grep -c '^step' "$log/$cmd-$mode-cuda.txt") logged steps, $same" | tee -a "$log/cli.txt"
+  done
+done
 echo "== bench (torchlean vs PyTorch 2.x, same machine, alternating)"
 field() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d[sys.argv[2]] if sys.argv[2] in d else d["details"][sys.argv[2]])' "$1" "$2"; }
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 printf '%-16s %12s %12s %8s  %s\n' workload torchlean pytorch ratio unit | tee "$log/bench.txt"
-for w in gemm-4096 add-268435456 tiny-ops tiny-ops-tape gemm-1024; do
+for w in gemm-4096 add-268435456 tiny-ops tiny-ops-tape mlp-big-step mlp-step quickstart-step; do
   : > "$log/$w.tl"; : > "$log/$w.pt"
   for r in 1 2 3; do
     if ! $tl bench "$w" --device cuda --reps 20 --json > "$log/$w.tl.$r.json" 2> "$log/$w.tl.err"; then

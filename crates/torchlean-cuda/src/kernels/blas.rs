@@ -32,6 +32,35 @@ struct RowGemm {
     stride_c: usize,
 }
 
+impl RowGemm {
+    /// One product C[m, n] = op(A)·op(B), overwriting C.
+    fn one(m: usize, n: usize, k: usize, ta: bool, tb: bool) -> RowGemm {
+        RowGemm {
+            m,
+            n,
+            k,
+            ta,
+            tb,
+            beta: 0.0,
+            batch: 1,
+            stride_a: 0,
+            stride_b: 0,
+            stride_c: 0,
+        }
+    }
+
+    /// `batch` such products at these per-product strides (0: an operand shared by all).
+    fn batched(self, batch: usize, stride_a: usize, stride_b: usize, stride_c: usize) -> RowGemm {
+        RowGemm {
+            batch,
+            stride_a,
+            stride_b,
+            stride_c,
+            ..self
+        }
+    }
+}
+
 fn int(op: &Op, v: usize) -> Result<i32> {
     i32::try_from(v).map_err(|_| {
         Error::from(OpError::Payload {
@@ -122,32 +151,16 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
         OpKind::Matmul => {
             let d = dims(op, inputs[0].shape(), inputs[1].shape())?;
             let g = if d.b_batched {
-                RowGemm {
-                    m: d.m,
-                    n: d.n,
-                    k: d.k,
-                    ta: false,
-                    tb: false,
-                    beta: 0.0,
-                    batch: d.batch,
-                    stride_a: if d.a_batched { d.m * d.k } else { 0 },
-                    stride_b: d.k * d.n,
-                    stride_c: d.m * d.n,
-                }
+                let stride_a = if d.a_batched { d.m * d.k } else { 0 };
+                RowGemm::one(d.m, d.n, d.k, false, false).batched(
+                    d.batch,
+                    stride_a,
+                    d.k * d.n,
+                    d.m * d.n,
+                )
             } else {
                 // a shared B: one product over the stacked rows of A
-                RowGemm {
-                    m: d.batch * d.m,
-                    n: d.n,
-                    k: d.k,
-                    ta: false,
-                    tb: false,
-                    beta: 0.0,
-                    batch: 1,
-                    stride_a: 0,
-                    stride_b: 0,
-                    stride_c: 0,
-                }
+                RowGemm::one(d.batch * d.m, d.n, d.k, false, false)
             };
             row_gemm(cx, op, g, a.slice(), b.slice(), out.slice_mut())?;
         }
@@ -157,18 +170,7 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
                 .numel()
                 .checked_div(i)
                 .unwrap_or_else(|| torchlean::spec::numel(&shape) / o.max(1));
-            let g = RowGemm {
-                m: rows,
-                n: o,
-                k: i,
-                ta: false,
-                tb: true,
-                beta: 0.0,
-                batch: 1,
-                stride_a: 0,
-                stride_b: 0,
-                stride_c: 0,
-            };
+            let g = RowGemm::one(rows, o, i, false, true);
             row_gemm(cx, op, g, a.slice(), b.slice(), out.slice_mut())?;
             if inputs.len() == 3 && rows * o > 0 {
                 let bias = buffer(op, inputs[2])?;
@@ -211,32 +213,11 @@ pub fn vjp(
                 let mut da = output(cx, op, inputs[0].numel())?;
                 if d.a_batched && !d.b_batched {
                     // stacked rows: dA[batch·m, k] = dC[batch·m, n] · Bᵀ
-                    let gg = RowGemm {
-                        m: d.batch * m,
-                        n: k,
-                        k: n,
-                        ta: false,
-                        tb: true,
-                        beta: 0.0,
-                        batch: 1,
-                        stride_a: 0,
-                        stride_b: 0,
-                        stride_c: 0,
-                    };
+                    let gg = RowGemm::one(d.batch * m, k, n, false, true);
                     row_gemm(cx, op, gg, g.slice(), b.slice(), da.slice_mut())?;
                 } else if d.a_batched {
-                    let gg = RowGemm {
-                        m,
-                        n: k,
-                        k: n,
-                        ta: false,
-                        tb: true,
-                        beta: 0.0,
-                        batch: d.batch,
-                        stride_a: m * n,
-                        stride_b: k * n,
-                        stride_c: m * k,
-                    };
+                    let gg =
+                        RowGemm::one(m, k, n, false, true).batched(d.batch, m * n, k * n, m * k);
                     row_gemm(cx, op, gg, g.slice(), b.slice(), da.slice_mut())?;
                 } else {
                     // a shared A: dA = Σ_b dC_b · B_bᵀ, accumulated product by product
@@ -244,16 +225,8 @@ pub fn vjp(
                         let gv = g.slice().slice(i * m * n..);
                         let bv = b.slice().slice(if d.b_batched { i * k * n } else { 0 }..);
                         let gg = RowGemm {
-                            m,
-                            n: k,
-                            k: n,
-                            ta: false,
-                            tb: true,
                             beta: if i == 0 { 0.0 } else { 1.0 },
-                            batch: 1,
-                            stride_a: 0,
-                            stride_b: 0,
-                            stride_c: 0,
+                            ..RowGemm::one(m, k, n, false, true)
                         };
                         row_gemm(cx, op, gg, &gv, &bv, da.slice_mut())?;
                     }
@@ -266,34 +239,14 @@ pub fn vjp(
             if needs[1] {
                 let mut db = output(cx, op, inputs[1].numel())?;
                 if d.b_batched {
-                    let gg = RowGemm {
-                        m: k,
-                        n,
-                        k: m,
-                        ta: true,
-                        tb: false,
-                        beta: 0.0,
-                        batch: d.batch,
-                        stride_a: if d.a_batched { m * k } else { 0 },
-                        stride_b: m * n,
-                        stride_c: k * n,
-                    };
+                    let stride_a = if d.a_batched { m * k } else { 0 };
+                    let gg =
+                        RowGemm::one(k, n, m, true, false).batched(d.batch, stride_a, m * n, k * n);
                     row_gemm(cx, op, gg, a.slice(), g.slice(), db.slice_mut())?;
                 } else {
                     // a shared B: dB[k, n] = A_stackedᵀ[k, batch·m] · dC[batch·m, n]
                     let rows = if d.a_batched { d.batch * m } else { m };
-                    let gg = RowGemm {
-                        m: k,
-                        n,
-                        k: rows,
-                        ta: true,
-                        tb: false,
-                        beta: 0.0,
-                        batch: 1,
-                        stride_a: 0,
-                        stride_b: 0,
-                        stride_c: 0,
-                    };
+                    let gg = RowGemm::one(k, n, rows, true, false);
                     row_gemm(cx, op, gg, a.slice(), g.slice(), db.slice_mut())?;
                 }
                 grads[1] = Some(tensor(db, inputs[1].shape())?);
@@ -304,35 +257,13 @@ pub fn vjp(
             let rows = gy.numel() / o.max(1);
             if needs[0] {
                 let mut dx = output(cx, op, inputs[0].numel())?;
-                let gg = RowGemm {
-                    m: rows,
-                    n: i,
-                    k: o,
-                    ta: false,
-                    tb: false,
-                    beta: 0.0,
-                    batch: 1,
-                    stride_a: 0,
-                    stride_b: 0,
-                    stride_c: 0,
-                };
+                let gg = RowGemm::one(rows, i, o, false, false);
                 row_gemm(cx, op, gg, g.slice(), b.slice(), dx.slice_mut())?;
                 grads[0] = Some(tensor(dx, inputs[0].shape())?);
             }
             if needs[1] {
                 let mut dw = output(cx, op, inputs[1].numel())?;
-                let gg = RowGemm {
-                    m: o,
-                    n: i,
-                    k: rows,
-                    ta: true,
-                    tb: false,
-                    beta: 0.0,
-                    batch: 1,
-                    stride_a: 0,
-                    stride_b: 0,
-                    stride_c: 0,
-                };
+                let gg = RowGemm::one(o, i, rows, true, false);
                 row_gemm(cx, op, gg, g.slice(), a.slice(), dw.slice_mut())?;
                 grads[1] = Some(tensor(dw, inputs[1].shape())?);
             }

@@ -5,7 +5,7 @@
 //! no contraction into fused multiply-adds).
 //! The CUDA source is `kernels/elementwise.cu`; opcodes here match its `#define`s.
 
-use super::{buffer, cx, grid, launched, output, tensor};
+use super::{buffer, cx, grid, launched, output, row_major, tensor};
 use cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
 use torchlean::graph::{Op, OpKind};
 use torchlean::{Error, OpError, Result, Tensor};
@@ -97,14 +97,6 @@ pub const KINDS: &[OpKind] = &[
     OpKind::EmaUpdate,
     OpKind::AdamUpdate,
 ];
-
-fn row_major(shape: &[usize]) -> Vec<usize> {
-    let mut s = vec![1; shape.len()];
-    for d in (0..shape.len().saturating_sub(1)).rev() {
-        s[d] = s[d + 1] * shape[d + 1];
-    }
-    s
-}
 
 /// `shape` left-padded with ones to `rank`.
 fn padded(shape: &[usize], rank: usize) -> Vec<usize> {

@@ -63,6 +63,15 @@ pub fn tensor(b: CudaBuffer, shape: &[usize]) -> Result<Tensor> {
     Tensor::from_device_buffer(Arc::new(b), shape)
 }
 
+/// The row-major strides of `shape` (in elements).
+pub fn row_major(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1; shape.len()];
+    for d in (0..shape.len().saturating_sub(1)).rev() {
+        s[d] = s[d + 1] * shape[d + 1];
+    }
+    s
+}
+
 /// The context, as kernels see it.
 pub fn cx() -> Result<&'static Context> {
     context()

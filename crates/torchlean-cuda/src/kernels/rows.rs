@@ -6,7 +6,7 @@
 //! an integer in range waits for the device (a 4-byte read) and returns the spec's error for
 //! it (naming the first bad position and value), never a result.
 
-use super::{buffer, cx, grid, launched, output, tensor};
+use super::{buffer, cx, grid, launched, output, row_major, tensor};
 use crate::device::Context;
 use crate::memory::CudaBuffer;
 use cudarc::driver::{DeviceRepr, PushKernelArg};
@@ -37,14 +37,6 @@ struct Gather {
 }
 // SAFETY: plain `repr(C)` integers laid out exactly as the CUDA struct.
 unsafe impl DeviceRepr for Gather {}
-
-fn row_major(shape: &[usize]) -> Vec<usize> {
-    let mut s = vec![1; shape.len()];
-    for d in (0..shape.len().saturating_sub(1)).rev() {
-        s[d] = s[d + 1] * shape[d + 1];
-    }
-    s
-}
 
 /// (outer, dim, inner) of `shape` around `axis`.
 fn split(shape: &[usize], axis: usize) -> (usize, usize, usize) {
