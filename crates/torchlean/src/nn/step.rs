@@ -108,6 +108,28 @@ fn finish(
     finish_keep(model, optimizer, grads, value, clip, step).map(|(out, _)| out)
 }
 
+/// Whether every gradient element is finite, computed on the gradients' device with ops of
+/// the session (planned and gated) and read as one value.
+fn all_finite_on_device(model: &dyn Module, grads: &crate::runtime::Gradients) -> Result<bool> {
+    let mut total: Option<crate::tensor::Tensor> = None;
+    crate::runtime::no_grad(|| -> Result<()> {
+        for (_, p) in model.parameters() {
+            if let Some(g) = grads.get(p) {
+                let s = g.scale(0.0)?.sum_all()?;
+                total = Some(match total.take() {
+                    Some(t) => t.add(&s)?,
+                    None => s,
+                });
+            }
+        }
+        Ok(())
+    })?;
+    Ok(match total {
+        Some(t) => t.item()?.is_finite(),
+        None => true,
+    })
+}
+
 /// [`finish`], handing the gradients back (the compiled step recycles their buffers).
 fn finish_keep(
     model: &mut dyn Module,
@@ -118,8 +140,16 @@ fn finish_keep(
     step: u64,
 ) -> Result<(StepOutput, crate::runtime::Gradients)> {
     // every step, clipping or not: a NaN that relu hid from the loss still reaches a
-    // gradient, and an update with it would poison the parameters
-    for (name, p) in model.parameters() {
+    // gradient, and an update with it would poison the parameters. On a device, one scalar
+    // (Σ sum_all(g · 0), NaN exactly when some element is not finite) is computed there and
+    // read once; only a failing step scans the gradients on the host to name the tensor.
+    let checked_on_device =
+        model.device() != crate::backend::Device::Cpu && all_finite_on_device(model, &grads)?;
+    for (name, p) in model
+        .parameters()
+        .into_iter()
+        .filter(|_| !checked_on_device)
+    {
         if let Some(g) = grads.get(p) {
             if let Some(&value) = g.data().iter().find(|v| !v.is_finite()) {
                 return Err(non_finite_gradient(
