@@ -96,6 +96,37 @@ fn oom_child() {
         expect_oom(provider, Tensor::rand(&[1 << 31], 0), 1 << 33);
         runtime::take().unwrap();
     }
+    // a 1 GiB input under a 2 GB address-space limit: one more GiB does not fit. The native
+    // kernels read the input in place, so the forward runs and the cotangent is refused; the
+    // reference copies its inputs into spec arrays, so its forward's copy is refused already.
+    let one_gib = || Tensor::zeros(&[1 << 28]).unwrap().requires_grad();
+    let install = |provider: &str| {
+        let profile =
+            BackendProfile::resolve(None, Some("cpu"), Some(provider), Some("checked-runtime"))
+                .unwrap();
+        runtime::install(Session::new(profile)).unwrap();
+    };
+    install("only:native_cpu");
+    let x = one_gib();
+    let y = x.sum_all().unwrap();
+    match y.backward() {
+        Err(Error::OutOfMemory { bytes, what }) => {
+            assert_eq!(bytes, 1 << 30, "{what}");
+            assert!(what.contains("gradient"), "{what}");
+        }
+        Err(e) => panic!("native_cpu: expected OutOfMemory, got {e}"),
+        Ok(_) => panic!("native_cpu: a 1 GiB gradient fit under the limit"),
+    }
+    drop((x, y));
+    install("only:reference");
+    let x = one_gib();
+    match x.sum_all() {
+        Err(Error::OutOfMemory { bytes, .. }) => assert_eq!(bytes, 1 << 30),
+        Err(e) => panic!("reference: expected OutOfMemory, got {e}"),
+        Ok(_) => panic!("reference: a 1 GiB input copy fit under the limit"),
+    }
+    drop(x);
+    runtime::take().unwrap();
     // a model too large for memory
     let e = Mlp::new(&[2, 100_000, 100_000, 2], Activation::Relu, 0)
         .err()

@@ -19,11 +19,22 @@ use crate::runtime::kernel::KernelBinding;
 use crate::spec::{self, Array};
 use crate::tensor::Tensor;
 
-fn to_array(t: &Tensor) -> Array<f32> {
-    Array {
+/// A row-major copy of `t` for the spec (allocated fallibly: a copy that does not fit in
+/// memory is an error naming its bytes, not an abort).
+fn to_array(t: &Tensor) -> Result<Array<f32>> {
+    let values = t.host_data();
+    let mut data = crate::runtime::buffers::try_with_capacity(
+        values.len(),
+        &format!(
+            "a reference-kernel copy of a tensor of shape {:?}",
+            t.shape()
+        ),
+    )?;
+    data.extend_from_slice(&values);
+    Ok(Array {
         shape: t.shape().to_vec(),
-        data: t.host_data().into_owned(),
-    }
+        data,
+    })
 }
 
 fn to_tensor(a: Array<f32>) -> Result<Tensor> {
@@ -35,7 +46,7 @@ pub fn spec_forward_f32(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
     let shapes: Vec<&[usize]> = inputs.iter().map(|t| t.shape()).collect();
     let out = spec::infer_shape(op, &shapes)?;
     crate::runtime::buffers::check_output(op.name(), spec::numel(&out))?;
-    let arrays: Vec<Array<f32>> = inputs.iter().map(|t| to_array(t)).collect();
+    let arrays: Vec<Array<f32>> = inputs.iter().map(|t| to_array(t)).collect::<Result<_>>()?;
     let refs: Vec<&Array<f32>> = arrays.iter().collect();
     to_tensor(spec::forward(op, &refs)?)
 }
@@ -48,9 +59,11 @@ pub fn spec_vjp_f32(
     grad_out: &Tensor,
     _needs: &[bool],
 ) -> Result<Vec<Option<Tensor>>> {
-    let arrays: Vec<Array<f32>> = inputs.iter().map(|t| to_array(t)).collect();
+    // the spec computes a cotangent for every input: each must fit in memory
+    crate::runtime::buffers::check_gradients(op.name(), inputs, None)?;
+    let arrays: Vec<Array<f32>> = inputs.iter().map(|t| to_array(t)).collect::<Result<_>>()?;
     let refs: Vec<&Array<f32>> = arrays.iter().collect();
-    let grads = spec::vjp(op, &refs, &to_array(output), &to_array(grad_out))?;
+    let grads = spec::vjp(op, &refs, &to_array(output)?, &to_array(grad_out)?)?;
     grads
         .into_iter()
         .map(|g| g.map(to_tensor).transpose())

@@ -166,6 +166,21 @@ pub fn check_output(op: &str, n: usize) -> Result<()> {
     Ok(())
 }
 
+/// [`check_output`] for the cotangents a VJP kernel is about to allocate: one of each input's
+/// size where `needs[i]` (every input when `needs` is `None`, for kernels that compute all).
+pub fn check_gradients(
+    op: &str,
+    inputs: &[&crate::tensor::Tensor],
+    needs: Option<&[bool]>,
+) -> Result<()> {
+    for (i, t) in inputs.iter().enumerate() {
+        if needs.is_none_or(|n| n.get(i).copied().unwrap_or(true)) {
+            check_output(&format!("{op} (gradient of input {i})"), t.numel())?;
+        }
+    }
+    Ok(())
+}
+
 fn cache_has(n: usize) -> bool {
     CACHE
         .lock()

@@ -104,6 +104,8 @@ pub fn vjp(
     needs: &[bool],
 ) -> Result<Vec<Option<Tensor>>> {
     guard::output_shape(op, inputs)?;
+    // a large cotangent that cannot be allocated is an error, not an abort
+    crate::runtime::buffers::check_gradients(op.name(), inputs, Some(needs))?;
     use OpKind as K;
     Ok(match op.kind() {
         K::RandUniform | K::BernoulliMask | K::Argmax | K::EmaUpdate | K::AdamUpdate => {
