@@ -68,7 +68,13 @@ impl ProviderModule for CudaModule {
         })
     }
     fn upload(&self, device: Device, data: &[f32]) -> torchlean::Result<Arc<dyn DeviceBuffer>> {
-        self.probe(device)?;
+        if device != Device::Cuda {
+            return Err(torchlean::Error::DeviceUnavailable {
+                device: device.label().into(),
+                reason: "the CUDA module keeps `cuda` memory only".into(),
+            });
+        }
+        // the context is the probe: an error naming what is missing when CUDA is not usable
         let cx = device::context()?;
         let mut b = cx.pool.alloc(data.len(), "a host-to-device copy")?;
         if !data.is_empty() {

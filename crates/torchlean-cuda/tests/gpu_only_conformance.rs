@@ -531,3 +531,32 @@ fn cpu_only_machine_refuses_cuda_before_any_kernel() {
     let report = torchlean::runtime::with_current(|s| s.report()).expect("report");
     assert!(report.kernels.is_empty(), "no kernel ran");
 }
+
+/// Every test the CUDA capsules' evidence cites exists in the file it names (runs anywhere:
+/// no GPU needed to read the registry).
+#[test]
+fn cuda_capsules_cite_tests_that_exist() {
+    use torchlean::backend::{Obligation, Registry};
+    let mut r = Registry::new();
+    torchlean_cuda::capsules::register(&mut r).expect("CUDA capsules register");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut checked = 0;
+    for e in r.entries() {
+        for o in Obligation::ALL {
+            for cited in e.capsule.contract(o).evidence.cited_tests() {
+                let (file, test) = cited
+                    .rsplit_once("::")
+                    .unwrap_or_else(|| panic!("{}: `{cited}` is not FILE::test", e.capsule.name));
+                let text = std::fs::read_to_string(root.join(file))
+                    .unwrap_or_else(|err| panic!("{}: cannot read {file}: {err}", e.capsule.name));
+                assert!(
+                    text.contains(&format!("#[test]\nfn {test}(")),
+                    "{}: `{cited}` is not a test of {file}",
+                    e.capsule.name
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 20, "expected many cited tests, found {checked}");
+}

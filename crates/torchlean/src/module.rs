@@ -39,7 +39,7 @@ pub trait ProviderModule: Send + Sync + 'static {
     /// really there; the report's detail line names what was found (versions, features).
     fn probe(&self, device: Device) -> Result<ProbeReport>;
     /// Copies host values into a new buffer on `device` (one of [`Self::devices`], not the
-    /// host).
+    /// host), refusing with what is missing when the device's probe fails.
     fn upload(&self, device: Device, data: &[f32]) -> Result<Arc<dyn DeviceBuffer>>;
     /// Memory statistics of `device` for reports (peak bytes, allocations, cache hits), if
     /// the module keeps any.
@@ -103,10 +103,27 @@ pub fn link(module: Arc<dyn ProviderModule>) -> Result<()> {
     }
     // a poisoned lock only means another thread panicked while pushing
     let mut pending = PENDING.lock().unwrap_or_else(|p| p.into_inner());
-    if !pending.iter().any(|m| m.name() == module.name()) {
-        pending.push(module);
+    if pending.iter().any(|m| m.name() == module.name()) {
+        return Ok(());
     }
+    // validated now, with every module linked so far (invalid claims, duplicate capsule
+    // names across modules), so that building the process's registry later cannot fail
+    let mut r = Registry::new();
+    CpuModule
+        .register(&mut r)
+        .map_err(|e| link_refused(&*module, e))?;
+    for m in pending.iter().chain([&module]) {
+        m.register(&mut r).map_err(|e| link_refused(&*module, e))?;
+    }
+    pending.push(module);
     Ok(())
+}
+
+fn link_refused(module: &dyn ProviderModule, e: RegistryError) -> Error {
+    Error::Other(format!(
+        "provider module `{}` cannot be linked: its capsules are refused by the registry: {e}",
+        module.name()
+    ))
 }
 
 /// The linked modules (the CPU module first); freezes the set.
@@ -166,13 +183,12 @@ pub fn probe(device: Device) -> Result<ProbeReport> {
     }
 }
 
-/// Copies host values to `device` through its module (probing it first).
+/// Copies host values to `device` through its module (whose `upload` probes the device).
 pub fn upload(device: Device, data: &[f32]) -> Result<Arc<dyn DeviceBuffer>> {
     let m = owner(device).ok_or_else(|| Error::DeviceUnavailable {
         device: device.label().into(),
         reason: "no provider module for this device is linked into this build".into(),
     })?;
-    m.probe(device)?;
     m.upload(device, data)
 }
 

@@ -239,21 +239,22 @@ impl SlotStore {
     /// The device slots of parameter `p` named `name`, on `p`'s device: created from the
     /// host buffers when a checkpoint's state was imported, else at their initial values.
     pub(crate) fn device_buffers(&mut self, name: &str, p: &Tensor) -> Result<&mut [Tensor]> {
-        if !self.device.contains_key(name) {
-            let shape = p.shape().to_vec();
-            let host = self.params.remove(name);
-            let mut bufs = Vec::with_capacity(self.slots.len());
-            for (k, &(_, init)) in self.slots.iter().enumerate() {
-                let values = match &host {
-                    Some(h) if h.shape == shape => h.bufs[k].clone(),
-                    _ => vec![init; p.numel()],
-                };
-                bufs.push(Tensor::from_vec(values, &shape)?.to_device(p.device())?);
+        let bufs = match self.device.entry(name.to_string()) {
+            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::btree_map::Entry::Vacant(e) => {
+                let shape = p.shape().to_vec();
+                let host = self.params.remove(name);
+                let mut bufs = Vec::with_capacity(self.slots.len());
+                for (k, &(_, init)) in self.slots.iter().enumerate() {
+                    let values = match &host {
+                        Some(h) if h.shape == shape => h.bufs[k].clone(),
+                        _ => vec![init; p.numel()],
+                    };
+                    bufs.push(Tensor::from_vec(values, &shape)?.to_device(p.device())?);
+                }
+                e.insert(bufs)
             }
-            self.device.insert(name.to_string(), bufs);
-        }
-        // invariant: inserted just above when it was missing
-        let bufs = self.device.get_mut(name).expect("device slots exist");
+        };
         if bufs.first().is_some_and(|b| b.shape() != p.shape()) {
             return Err(Error::Other(format!(
                 "optimizer `{}`: parameter `{name}` changed shape to {:?}",

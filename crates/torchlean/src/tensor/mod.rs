@@ -320,6 +320,8 @@ impl Tensor {
     /// Not recorded on the tape: use it on values, not inside differentiated code.
     pub fn contiguous(&self) -> Tensor {
         crate::runtime::capture::note_host_access(self, "contiguous");
+        // device tensors are always dense: device kernels and uploads produce contiguous
+        // buffers and the view ops that make strided layouts run on the host only
         if self.is_contiguous() || self.device_buffer().is_some() {
             self.clone()
         } else {
