@@ -2,8 +2,11 @@
 //! inputs, and reject corrupted results — the mutation tests their capsules cite.
 
 use torchlean::backend::{Call, Device, Operand};
+use torchlean::graph::AttentionMask;
 use torchlean::graph::Op;
-use torchlean::providers::checkers::replay::{replay_forward, replay_vjp};
+use torchlean::providers::checkers::replay::{
+    replay_forward, replay_forward_whole, replay_vjp, replay_vjp_whole,
+};
 use torchlean::providers::native_cpu;
 use torchlean::Tensor;
 
@@ -265,6 +268,194 @@ fn vjp_checkers_reject_corrupted_or_missing_gradients() {
                     "{}: gradient {i} {what} accepted",
                     op.name()
                 );
+            }
+        }
+    }
+}
+
+/// A tensor from explicit values.
+fn tensor(shape: &[usize], data: Vec<f32>) -> Tensor {
+    Tensor::from_vec(data, shape).unwrap()
+}
+
+/// `randn` with NaN, ±inf and -0 planted at fixed positions.
+fn with_specials(shape: &[usize], seed: u64) -> Tensor {
+    let mut v = Tensor::randn(shape, seed).unwrap().to_vec();
+    let n = v.len();
+    for (k, s) in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -0.0]
+        .into_iter()
+        .enumerate()
+    {
+        v[(k * 7 + 3) % n] = s;
+    }
+    tensor(shape, v)
+}
+
+/// The checkers' fast paths (piecewise recomputation, the specialized unary loops, the
+/// vectorized tally, the f32-lane product passes) must reach the verdict of the whole-call
+/// check on every call: accepted calls, corrupted results and gradients, special values,
+/// shared operands whose gradients are summed over pieces.
+#[test]
+fn fast_paths_agree_with_the_whole_call_check() {
+    support::checked_cpu_default();
+    let sdpa = |causal, mask| Op::ScaledDotProductAttention {
+        scale: None,
+        causal,
+        mask,
+    };
+    let mut blocked = vec![1.0f32; 64];
+    blocked[8..16].iter_mut().for_each(|v| *v = 0.0); // row 1 fully blocked
+    blocked[3] = 0.0;
+    let qkv = |s| Tensor::randn(&[2, 3, 8, 4], s).unwrap();
+    let cases: Vec<(Op, Vec<Tensor>)> = vec![
+        (Op::Relu, vec![with_specials(&[33, 70], 40)]),
+        (Op::Relu, vec![Tensor::randn(&[40000], 41).unwrap()]),
+        (Op::Gelu, vec![Tensor::randn(&[4, 300], 42).unwrap()]),
+        (Op::Tanh, vec![with_specials(&[5, 9], 43)]),
+        (Op::Scale { factor: 3.0 }, vec![with_specials(&[1000], 44)]),
+        (Op::Exp, vec![tensor(&[4], vec![100.0, -200.0, 0.5, 88.0])]),
+        (
+            Op::Add,
+            vec![
+                with_specials(&[8, 16], 45),
+                Tensor::randn(&[8, 16], 46).unwrap(),
+            ],
+        ),
+        (
+            Op::Add,
+            vec![
+                Tensor::randn(&[8, 16], 47).unwrap(),
+                Tensor::randn(&[16], 48).unwrap(),
+            ],
+        ),
+        (
+            Op::Mul,
+            vec![
+                Tensor::randn(&[6, 16], 49).unwrap(),
+                Tensor::randn(&[1, 16], 50).unwrap(),
+            ],
+        ),
+        (Op::Softmax { axis: 1 }, vec![with_specials(&[9, 13], 51)]),
+        (
+            Op::LogSoftmax { axis: 2 },
+            vec![Tensor::randn(&[3, 4, 5], 52).unwrap()],
+        ),
+        (
+            Op::LayerNorm { eps: 1e-5 },
+            vec![
+                Tensor::randn(&[10, 32], 53).unwrap(),
+                Tensor::randn(&[32], 54).unwrap(),
+                Tensor::randn(&[32], 55).unwrap(),
+            ],
+        ),
+        (
+            Op::RmsNorm { eps: 1e-6 },
+            vec![
+                Tensor::randn(&[6, 16], 56).unwrap(),
+                Tensor::randn(&[16], 57).unwrap(),
+            ],
+        ),
+        (
+            sdpa(true, AttentionMask::None),
+            vec![qkv(58), qkv(59), qkv(60)],
+        ),
+        (
+            sdpa(false, AttentionMask::Boolean),
+            vec![qkv(61), qkv(62), qkv(63), tensor(&[8, 8], blocked)],
+        ),
+        (
+            Op::Slice {
+                axis: 1,
+                start: 2,
+                end: 5,
+            },
+            vec![Tensor::randn(&[4, 7, 3], 64).unwrap()],
+        ),
+        (
+            Op::Linear,
+            vec![
+                Tensor::randn(&[128, 784], 65).unwrap(),
+                Tensor::randn(&[64, 784], 66).unwrap(),
+                Tensor::randn(&[64], 67).unwrap(),
+            ],
+        ),
+    ];
+    for (op, xs) in &cases {
+        let name = op.name();
+        let refs: Vec<&Tensor> = xs.iter().collect();
+        let y = native_cpu::forward(op, &refs).unwrap();
+        let xv: Vec<Values> = xs
+            .iter()
+            .map(|t| (t.to_vec(), t.shape().to_vec()))
+            .collect();
+        let yv = (y.to_vec(), y.shape().to_vec());
+        let mut outputs = vec![("correct", yv.0.clone())];
+        outputs.extend(corruptions(&yv.0, &yv.1));
+        for (what, out) in &outputs {
+            let ins: Vec<Operand> = xv.iter().map(|(d, s)| dense(d, s)).collect();
+            let call = Call {
+                inputs: &ins,
+                output: dense(out, &yv.1),
+                cotangent: None,
+                needs: &[],
+                grads: &[],
+                seed: 5,
+            };
+            let (fast, whole) = (replay_forward(op, &call), replay_forward_whole(op, &call));
+            assert_eq!(
+                fast.is_ok(),
+                whole.is_ok(),
+                "{name} forward, {what}: fast {fast:?}, whole {whole:?}"
+            );
+            if *what == "correct" {
+                assert!(fast.is_ok(), "{name}: correct result rejected: {fast:?}");
+            }
+        }
+        // the VJP, for the differentiable inputs
+        let needs: Vec<bool> = match op {
+            Op::ScaledDotProductAttention { mask, .. } if *mask != AttentionMask::None => {
+                vec![true, true, true, false]
+            }
+            _ => vec![true; xs.len()],
+        };
+        let g = Tensor::randn(y.shape(), 68).unwrap();
+        let grads = native_cpu::vjp(op, &refs, &y, &g, &needs).unwrap();
+        let gv: Vec<Option<Values>> = grads
+            .iter()
+            .map(|g| g.as_ref().map(|g| (g.to_vec(), g.shape().to_vec())))
+            .collect();
+        let cot = (g.to_vec(), g.shape().to_vec());
+        let mut variants: Vec<(String, Vec<Option<Values>>)> = vec![("correct".into(), gv.clone())];
+        for (i, gi) in gv.iter().enumerate() {
+            let Some((d, s)) = gi else { continue };
+            for (what, bad) in corruptions(d, s) {
+                let mut c = gv.clone();
+                c[i] = Some((bad, s.clone()));
+                variants.push((format!("gradient {i} {what}"), c));
+            }
+        }
+        for (what, gs) in &variants {
+            let ins: Vec<Operand> = xv.iter().map(|(d, s)| dense(d, s)).collect();
+            let gops: Vec<Option<Operand>> = gs
+                .iter()
+                .map(|g| g.as_ref().map(|(d, s)| dense(d, s)))
+                .collect();
+            let call = Call {
+                inputs: &ins,
+                output: dense(&yv.0, &yv.1),
+                cotangent: Some(dense(&cot.0, &cot.1)),
+                needs: &needs,
+                grads: &gops,
+                seed: 6,
+            };
+            let (fast, whole) = (replay_vjp(op, &call), replay_vjp_whole(op, &call));
+            assert_eq!(
+                fast.is_ok(),
+                whole.is_ok(),
+                "{name} vjp, {what}: fast {fast:?}, whole {whole:?}"
+            );
+            if what == "correct" {
+                assert!(fast.is_ok(), "{name}: correct gradients rejected: {fast:?}");
             }
         }
     }

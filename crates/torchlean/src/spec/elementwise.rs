@@ -137,6 +137,9 @@ fn phi_pdf<T: Scalar>(x: T) -> T {
 }
 
 /// The unary map of `op` at `x`.
+// always inlined: a caller that knows the variant (the replay checker's `each_unary!`) gets
+// the variant's formula alone, without a per-element match
+#[inline(always)]
 pub(crate) fn unary<T: Scalar>(op: &Op, x: T) -> T {
     let (one, zero) = (T::one(), T::zero());
     match op {
@@ -165,6 +168,7 @@ pub(crate) fn unary<T: Scalar>(op: &Op, x: T) -> T {
 }
 
 /// The derivative of the unary map at `x` (with `y` its value).
+#[inline(always)]
 pub(crate) fn unary_derivative<T: Scalar>(op: &Op, x: T, y: T) -> T {
     let (one, zero) = (T::one(), T::zero());
     match op {

@@ -47,7 +47,7 @@ pub use array::{
     broadcast_shapes, check_shape, checked_contiguous_strides, checked_numel, contiguous_strides,
     numel, reduce_to, Array, MAX_ELEMENTS, MAX_WORK,
 };
-pub(crate) use elementwise::{fused_chain_derivative, fused_chain_value};
+pub(crate) use elementwise::{fused_chain_derivative, fused_chain_value, unary, unary_derivative};
 pub use linalg::{matmul_dims, MatmulDims};
 pub(crate) use pool::smooth_shift;
 pub use random::{splitmix64, uniform_from_bits};

@@ -1,29 +1,42 @@
 //! Freivalds-style product checks for `matmul` and `linear` and their VJP products.
 //!
 //! For a claimed product C = P·Q (P m×k, Q k×n) the checker draws r ∈ {±1}^n and compares
-//! C·r with P·(Q·r), both in f64, against the rigorous float32 bound of any summation order
-//! (Higham, *Accuracy and Stability of Numerical Algorithms*, Thm 3.5):
-//! |fl(PQ) − PQ| ≤ γ_k |P||Q| with γ_k = k·u/(1 − k·u), u = 2^-24, hence
-//! |(fl(PQ) − PQ)·r| ≤ γ_k |P|(|Q|·1) for |r| = 1, plus an absolute k·2^-126 for underflow.
-//! So a correct kernel is never rejected (the f64 side's own rounding, ≤ 2^-50 relative, is
-//! covered by a 1e-9 relative slack). If one element E_ij of the error exceeds its row's
-//! allowance T_i = γ_k (|P||Q|·1)_i, then for the two values of r_j one of |E_ij + S|,
-//! |−E_ij + S| is ≥ |E_ij| (S the rest of the row's sum), so each vector catches it with
-//! probability ≥ 1/2 and [`super::replay::VECTORS`] vectors miss it with probability
-//! ≤ 2^-VECTORS. Non-finite inputs make the product check meaningless; the call is then
-//! recomputed exactly (every element, O(mkn)). Cost otherwise: O(mk + kn + mn) per vector
-//! against the kernel's O(mkn).
+//! C·r with P·(Q·r) against the rigorous float32 bound of any summation order (Higham,
+//! *Accuracy and Stability of Numerical Algorithms*, Thm 3.5): |fl(PQ) − PQ| ≤ γ_k |P||Q|
+//! with γ_k = k·u/(1 − k·u), u = 2^-24, hence |(fl(PQ) − PQ)·r| ≤ γ_k A_i with the row
+//! allowance A = |P|(|Q|·1), plus an absolute (k+1)·2^-126 for underflow.
+//!
+//! The check's own arithmetic runs in f32 lanes (eight-wide, no conversions in the inner
+//! loops), each lane summing at most [`BLOCK`] products before it is added into f64, so each
+//! computed product errs by at most γ_8 times the sum of its terms' magnitudes (Higham Thm
+//! 3.5 again, for the blocks; the f64 sums of blocks are covered by a 1e-9 relative slack).
+//! Carrying that through the three passes (Q·r and |Q|·1; then P·(Q·r) with Q·r rounded once
+//! to f32, and |P|·(|Q|·1); then C·r and |C|·1) gives the checker's own error
+//! |ĉ_i − ẑ_i − (C·r − P·Q·r)_i| ≤ (γ_8(1+δ) + δ)·A_i + γ_8·(|C|·1)_i with δ = γ_8 + u(1+γ_8),
+//! and the computed allowances are raised to upper bounds of the true ones. The row
+//! threshold is therefore T_i = (γ_k + γ_8(1+δ) + δ)·A_i + γ_8·(|C|·1)_i + floor, about
+//! 1.1·γ_k·A_i for k ≥ 128: a correct kernel is never rejected.
+//!
+//! If one element E_ij of the error exceeds its row's threshold T_i, then for the two values
+//! of r_j one of |E_ij + S|, |−E_ij + S| is ≥ |E_ij| (S the rest of the row's sum), so each
+//! vector catches it with probability ≥ 1/2 and [`super::replay::VECTORS`] vectors miss it
+//! with probability ≤ 2^-VECTORS. Non-finite inputs (or an f32 sum that overflows) make the
+//! product check meaningless; the call is then recomputed exactly (every element, O(mkn)).
+//! Cost otherwise: one pass over each of C, P and Q with three products per pass, O(mk + kn +
+//! mn), against the kernel's O(mkn).
 
-use super::recompute::values;
+use super::recompute::dense_values as dense;
 use super::replay::VECTORS;
-use crate::backend::{Call, Operand};
+use crate::backend::Call;
 use crate::spec::splitmix64;
-use std::borrow::Cow;
 
 const U: f64 = 1.0 / (1u64 << 24) as f64;
 
-/// Matrices at least this large are read by several threads.
-const PAR_ELEMENTS: usize = 1 << 15;
+/// Products each f32 lane sums before it is added into f64.
+const BLOCK: usize = 8;
+
+/// Calls whose claims read at least this many elements check them on several threads.
+const PAR_ELEMENTS: usize = 1 << 18;
 
 fn gamma(k: usize) -> f64 {
     let ku = k as f64 * U;
@@ -64,82 +77,79 @@ impl<'a> MatRef<'a> {
             self.data[i * self.cols + j]
         }) as f64
     }
-    /// `self · v` (or `|self| · v`).
-    fn mul_vec(&self, v: &[f64], abs: bool) -> Vec<f64> {
-        let f = |x: f32| if abs { x.abs() as f64 } else { x as f64 };
-        use rayon::prelude::*;
-        let parallel = self.data.len() >= PAR_ELEMENTS;
-        if !self.t {
-            let rows = self.data.chunks_exact(self.cols.max(1)).take(self.rows);
-            if parallel {
-                self.data
-                    .par_chunks_exact(self.cols.max(1))
-                    .take(self.rows)
-                    .map(|row| dot(row, v, abs))
-                    .collect()
-            } else {
-                rows.map(|row| dot(row, v, abs)).collect()
-            }
-        } else {
-            // stored row j holds column j of the logical matrix; threads split the output
-            let accumulate = |lo: usize, out: &mut [f64]| {
-                for (row, &vj) in self.data.chunks_exact(self.rows.max(1)).zip(v) {
-                    for (o, &a) in out.iter_mut().zip(&row[lo..]) {
-                        *o += f(a) * vj;
+    /// `[|self|·v_0, self·v_1, …]` when `ABS`, else `[self·v_0, self·v_1, …]`: every
+    /// product of one pass over the matrix, in f32 lanes of at most [`BLOCK`] products each,
+    /// summed into f64 (see the module doc for the error this admits).
+    fn mul_vecs<const N: usize, const ABS: bool>(&self, v: [&[f32]; N]) -> [Vec<f64>; N] {
+        let mut o: [Vec<f64>; N] = std::array::from_fn(|_| vec![0.0; self.rows]);
+        if self.t {
+            // stored row j holds column j of the logical matrix: BLOCK stored rows are
+            // accumulated into f32 lanes, then added into the f64 outputs
+            let width = self.rows.max(1);
+            let mut lanes = vec![0.0f32; width];
+            let stored: Vec<&[f32]> = self.data.chunks_exact(width).collect();
+            for (s, os) in o.iter_mut().enumerate() {
+                for (b, rows) in stored.chunks(BLOCK).enumerate() {
+                    lanes.iter_mut().for_each(|x| *x = 0.0);
+                    for (u, row) in rows.iter().enumerate() {
+                        let vj = v[s][b * BLOCK + u];
+                        axpy(&mut lanes, row, vj, ABS && s == 0);
+                    }
+                    for (acc, &x) in os.iter_mut().zip(&lanes) {
+                        *acc += x as f64;
                     }
                 }
-            };
-            let mut out = vec![0.0; self.rows];
-            if parallel {
-                let step = self
-                    .rows
-                    .div_ceil(rayon::current_num_threads().max(1))
-                    .max(1);
-                out.par_chunks_mut(step)
-                    .enumerate()
-                    .for_each(|(c, o)| accumulate(c * step, o));
-            } else {
-                accumulate(0, &mut out);
             }
-            out
+        } else {
+            for (i, row) in self.data.chunks_exact(self.cols.max(1)).enumerate() {
+                for s in 0..N {
+                    o[s][i] = dot(row, &v[s][..row.len()], ABS && s == 0);
+                }
+            }
         }
-    }
-    fn finite(&self) -> bool {
-        self.data.iter().all(|v| v.is_finite())
+        o
     }
 }
 
-/// `Σ f(a_i)·v_i` with eight independent f64 accumulators (a sequential f64 fold does not
-/// vectorize, and the check's passes are its whole cost).
-fn dot(a: &[f32], v: &[f64], abs: bool) -> f64 {
-    let mut acc = [0.0f64; 8];
-    let (ac, vc) = (a.chunks_exact(8), v.chunks_exact(8));
+/// `lanes[l] += f(row[l])·w` (f = |·| when `abs`), one f32 FMA per element.
+fn axpy(lanes: &mut [f32], row: &[f32], w: f32, abs: bool) {
+    if abs {
+        for (acc, &a) in lanes.iter_mut().zip(row) {
+            *acc = a.abs().mul_add(w, *acc);
+        }
+    } else {
+        for (acc, &a) in lanes.iter_mut().zip(row) {
+            *acc = a.mul_add(w, *acc);
+        }
+    }
+}
+
+/// `Σ f(a_i)·v_i` (f = |·| when `abs`): eight f32 lanes, each summing [`BLOCK`] products per
+/// 64 elements before it is added into an f64 lane (so the loop vectorizes and each f32 sum
+/// has at most BLOCK terms); the tail is summed at f64.
+fn dot(a: &[f32], v: &[f32], abs: bool) -> f64 {
+    const L: usize = 8;
+    const SPAN: usize = L * BLOCK;
+    let mut wide = [0.0f64; L];
+    let (ac, vc) = (a.chunks_exact(SPAN), v.chunks_exact(SPAN));
     let (ar, vr) = (ac.remainder(), vc.remainder());
     for (x, y) in ac.zip(vc) {
-        for l in 0..8 {
-            let xl = if abs { x[l].abs() } else { x[l] };
-            acc[l] += xl as f64 * y[l];
+        let mut acc = [0.0f32; L];
+        for (xb, yb) in x.chunks_exact(L).zip(y.chunks_exact(L)) {
+            for l in 0..L {
+                let xl = if abs { xb[l].abs() } else { xb[l] };
+                acc[l] = xl.mul_add(yb[l], acc[l]);
+            }
+        }
+        for l in 0..L {
+            wide[l] += acc[l] as f64;
         }
     }
-    let mut s: f64 = acc.iter().sum();
+    let mut s: f64 = wide.iter().sum();
     for (&x, &y) in ar.iter().zip(vr) {
-        s += if abs { x.abs() } else { x } as f64 * y;
+        s += if abs { x.abs() } else { x } as f64 * y as f64;
     }
     s
-}
-
-/// An operand's elements, row-major (borrowed when dense).
-fn dense<'a>(o: &Operand<'a>) -> Cow<'a, [f32]> {
-    let n: usize = o.shape.iter().product();
-    let contiguous = match o.strides {
-        None => true,
-        Some(s) => s == crate::spec::contiguous_strides(o.shape).as_slice(),
-    };
-    if contiguous && o.offset + n <= o.storage.len() {
-        Cow::Borrowed(&o.storage[o.offset..o.offset + n])
-    } else {
-        Cow::Owned(values(o).into_iter().map(|v| v as f32).collect())
-    }
 }
 
 /// Draws from the call's seed (never from the kernel).
@@ -149,7 +159,7 @@ struct Signs {
 }
 
 impl Signs {
-    fn vector(&mut self, n: usize) -> Vec<f64> {
+    fn vector(&mut self, n: usize) -> Vec<f32> {
         (0..n)
             .map(|_| {
                 self.i += 1;
@@ -178,48 +188,67 @@ impl Claim<'_> {
     }
 }
 
+// `check` shares each pass among the allowance and exactly two random vectors.
+const _: () = assert!(VECTORS == 2);
+
+/// The f64 values rounded to f32 (the P pass reads Q's products as f32 lanes).
+fn to_f32(v: &[f64]) -> Vec<f32> {
+    v.iter().map(|&x| x as f32).collect()
+}
+
 fn check(what: &str, claim: &Claim, signs: &mut Signs) -> Result<(), String> {
-    let exact = claim.terms.iter().all(|(p, q)| p.finite() && q.finite())
-        && claim.bias.is_none_or(|b| b.iter().all(|v| v.is_finite()));
-    if !exact {
-        return recompute_exactly(what, claim);
-    }
-    let ones = vec![1.0; claim.c.cols];
-    let mut allowance = vec![0.0; claim.c.rows];
+    let (m, n) = (claim.c.rows, claim.c.cols);
+    let ones = vec![1.0f32; n];
+    let rs: [Vec<f32>; VECTORS] = std::array::from_fn(|_| signs.vector(n));
+    // one pass over each operand: Q gives (|Q|·1, Q·r_1, Q·r_2), P then gives the row
+    // allowances |P|(|Q|·1) and the products P(Q·r_v), and C gives (|C|·1, C·r_1, C·r_2)
+    let mut allowance = vec![0.0; m];
+    let mut want: [Vec<f64>; VECTORS] = std::array::from_fn(|_| vec![0.0; m]);
     for (p, q) in &claim.terms {
-        let qa = q.mul_vec(&ones, true);
-        for (a, v) in allowance.iter_mut().zip(p.mul_vec(&qa, true)) {
-            *a += v;
+        let [qa, q1, q2] = q.mul_vecs::<3, true>([&ones, &rs[0], &rs[1]]);
+        let (qa, q1, q2) = (to_f32(&qa), to_f32(&q1), to_f32(&q2));
+        let [pa, p1, p2] = p.mul_vecs::<3, true>([&qa, &q1, &q2]);
+        let [w1, w2] = &mut want;
+        for (acc, part) in [&mut allowance, w1, w2].into_iter().zip([pa, p1, p2]) {
+            for (a, v) in acc.iter_mut().zip(part) {
+                *a += v;
+            }
         }
     }
+    let [ca, c1, c2] = claim.c.mul_vecs::<3, true>([&ones, &rs[0], &rs[1]]);
+    // A non-finite operand makes some allowance non-finite (|x|·y is inf or NaN for x or y
+    // infinite, NaN for NaN), and a result that overflowed (or is NaN), or an f32 lane that
+    // overflowed, makes some pass non-finite: the exact recomputation, which knows IEEE
+    // classes, decides those.
+    let finite = |v: &[f64]| v.iter().all(|x| x.is_finite());
+    if ![&allowance, &ca, &c1, &c2].into_iter().all(|v| finite(v)) {
+        return recompute_exactly(what, claim);
+    }
+    let g8 = gamma(BLOCK);
+    let delta = g8 + U * (1.0 + g8);
+    // computed sums of non-negative terms are raised to upper bounds of the exact ones: the
+    // allowance went through two blocked sums and one rounding to f32, |C|·1 through one
+    let a_up = 1.0 / ((1.0 - g8) * (1.0 - g8) * (1.0 - U));
+    let c_up = 1.0 / (1.0 - g8);
+    let mut bias_abs = 0.0;
     if let Some(b) = claim.bias {
-        let s: f64 = b.iter().map(|v| v.abs() as f64).sum();
-        for a in allowance.iter_mut() {
-            *a += s;
+        bias_abs = b.iter().map(|v| v.abs() as f64).sum::<f64>();
+        for (w, r) in want.iter_mut().zip(&rs) {
+            let br: f64 = b.iter().zip(r).map(|(&a, &b)| a as f64 * b as f64).sum();
+            for x in w.iter_mut() {
+                *x += br;
+            }
         }
     }
     let g = gamma(claim.adds());
-    let floor = (claim.adds() + 1) as f64 * f32::MIN_POSITIVE as f64;
-    for _ in 0..VECTORS {
-        let r = signs.vector(claim.c.cols);
-        let cr = claim.c.mul_vec(&r, false);
-        let mut want = vec![0.0; claim.c.rows];
-        for (p, q) in &claim.terms {
-            for (w, v) in want.iter_mut().zip(p.mul_vec(&q.mul_vec(&r, false), false)) {
-                *w += v;
-            }
-        }
-        if let Some(b) = claim.bias {
-            let br: f64 = b.iter().zip(&r).map(|(&a, b)| a as f64 * b).sum();
-            for w in want.iter_mut() {
-                *w += br;
-            }
-        }
-        for (i, (got, want)) in cr.iter().zip(&want).enumerate() {
-            let bound = (g * allowance[i] + floor) * (1.0 + 1e-9);
-            // NaN in the result fails here (a NaN never compares as within the bound)
-            let within = (got - want).abs() <= bound;
-            if !within {
+    let floor = (claim.adds() + 2 * (m + n) + 3) as f64 * f32::MIN_POSITIVE as f64;
+    for (cr, want) in [c1, c2].iter().zip(&want) {
+        for (i, (got, want)) in cr.iter().zip(want).enumerate() {
+            let a = allowance[i] * a_up;
+            let bound =
+                (g * (a + bias_abs) + (g8 * (1.0 + delta) + delta) * a + g8 * ca[i] * c_up + floor)
+                    * (1.0 + 1e-9);
+            if (got - want).abs() > bound {
                 return Err(format!(
                     "{what}: row {i} of the product check is off by {:e}, allowed {bound:e} (gamma_{} bound)",
                     (got - want).abs(),
@@ -430,44 +459,73 @@ pub(super) fn linear_vjp(call: &Call) -> Result<(), String> {
     let (xv, wv, gv) = (dense(&call.inputs[0]), dense(&call.inputs[1]), dense(g));
     let gm = MatRef::new(&gv, rows, out);
     let ones = vec![1.0f32; rows];
-    let mut s = signs(call);
     let need = |i: usize| call.needs.get(i).copied().unwrap_or(false);
+    let mut grads = Vec::new();
     for i in 0..call.inputs.len() {
-        let Some(Some(grad)) = call.grads.get(i) else {
-            if need(i) {
-                return Err(format!("gradient {i} is missing"));
-            }
-            continue;
-        };
-        let gr = dense(grad);
+        match call.grads.get(i) {
+            Some(Some(grad)) => grads.push((i, dense(grad))),
+            _ if need(i) => return Err(format!("gradient {i} is missing")),
+            _ => {}
+        }
+    }
+    let mut claims = Vec::new();
+    for (i, gr) in &grads {
         let (c, term, k) = match i {
             // dx = G·W
             0 => (
-                MatRef::new(&gr, rows, inp),
+                MatRef::new(gr, rows, inp),
                 (gm, MatRef::new(&wv, out, inp)),
                 out,
             ),
             // dW = Gᵀ·X
             1 => (
-                MatRef::new(&gr, out, inp),
+                MatRef::new(gr, out, inp),
                 (gm.t(), MatRef::new(&xv, rows, inp)),
                 rows,
             ),
             // db = Gᵀ·1 (column sums)
             _ => (
-                MatRef::new(&gr, out, 1),
+                MatRef::new(gr, out, 1),
                 (gm.t(), MatRef::new(&ones, rows, 1)),
                 rows,
             ),
         };
-        expect_len(&format!("gradient {i}"), &gr, c.rows * c.cols)?;
+        expect_len(&format!("gradient {i}"), gr, c.rows * c.cols)?;
         let claim = Claim {
             c,
             terms: vec![term],
             bias: None,
             k,
         };
-        check(&format!("linear gradient {i}"), &claim, &mut s)?;
+        claims.push((format!("linear gradient {i}"), claim));
     }
-    Ok(())
+    check_all(call, claims)
+}
+
+/// Checks independent claims of one call, each with its own random vectors (keyed by the
+/// call's seed and the claim's position); on two threads when the call is large.
+fn check_all(call: &Call, claims: Vec<(String, Claim)>) -> Result<(), String> {
+    use rayon::prelude::*;
+    let size: usize = claims
+        .iter()
+        .map(|(_, c)| {
+            c.c.data.len()
+                + c.terms
+                    .iter()
+                    .map(|(p, q)| p.data.len() + q.data.len())
+                    .sum::<usize>()
+        })
+        .sum();
+    let one = |(n, (what, claim)): (usize, &(String, Claim))| {
+        let mut s = Signs {
+            key: splitmix64(call.seed ^ splitmix64(n as u64 + 1)),
+            i: 0,
+        };
+        check(what, claim, &mut s)
+    };
+    if claims.len() > 1 && size >= PAR_ELEMENTS {
+        claims.par_iter().enumerate().map(one).collect()
+    } else {
+        claims.iter().enumerate().try_for_each(one)
+    }
 }

@@ -9,6 +9,7 @@
 //! evaluation of the spec at f64 per call (for elementwise maps and reductions, a few passes
 //! over the data).
 
+use super::pieces::Tally;
 use crate::backend::{Call, Operand};
 use crate::graph::Op;
 use crate::spec::{self, Array};
@@ -16,7 +17,8 @@ use crate::spec::{self, Array};
 /// The declared relative tolerance (relative to 1 + the largest finite |spec value|).
 pub const TOL: f64 = 2e-4;
 
-/// The row-major values of an operand, at f64.
+/// The row-major values of an operand, at f64. A strided view is read row by row along its
+/// last axis, the start of each row advanced like an odometer over the outer axes.
 pub(super) fn values(o: &Operand) -> Vec<f64> {
     let n: usize = o.shape.iter().product();
     let mut out = Vec::with_capacity(n);
@@ -24,16 +26,20 @@ pub(super) fn values(o: &Operand) -> Vec<f64> {
         .strides
         .is_none_or(|s| s == crate::spec::contiguous_strides(o.shape).as_slice());
     match o.strides {
-        Some(strides) if !dense => {
-            let mut idx = vec![0usize; o.shape.len()];
-            for _ in 0..n {
-                let pos = o.offset + idx.iter().zip(strides).map(|(i, s)| i * s).sum::<usize>();
-                out.push(o.storage[pos] as f64);
-                for d in (0..idx.len()).rev() {
+        Some(strides) if !dense && n > 0 && !o.shape.is_empty() => {
+            let rank = o.shape.len();
+            let (last, step) = (o.shape[rank - 1], strides[rank - 1]);
+            let mut idx = vec![0usize; rank - 1];
+            let mut start = o.offset;
+            for _ in 0..n / last {
+                out.extend((0..last).map(|i| o.storage[start + i * step] as f64));
+                for d in (0..rank - 1).rev() {
                     idx[d] += 1;
+                    start += strides[d];
                     if idx[d] < o.shape[d] {
                         break;
                     }
+                    start -= strides[d] * o.shape[d];
                     idx[d] = 0;
                 }
             }
@@ -73,13 +79,37 @@ pub fn class(v: f64) -> Class {
     }
 }
 
-/// Compares `got` with the f64 spec's `want`; `alt` recomputes at f32 when classes differ.
+/// An operand's elements, row-major (borrowed when dense).
+pub(super) fn dense_values<'a>(o: &Operand<'a>) -> std::borrow::Cow<'a, [f32]> {
+    let n: usize = o.shape.iter().product();
+    let contiguous = o
+        .strides
+        .is_none_or(|s| s == crate::spec::contiguous_strides(o.shape).as_slice());
+    if contiguous && o.offset + n <= o.storage.len() {
+        std::borrow::Cow::Borrowed(&o.storage[o.offset..o.offset + n])
+    } else {
+        std::borrow::Cow::Owned(values(o).into_iter().map(|v| v as f32).collect())
+    }
+}
+
+/// Compares the operand `got` with the f64 spec's `want`; `alt` recomputes at f32 when
+/// classes differ. An acceptance by the vectorized [`Tally`] is final (same values, same
+/// bound); anything else is decided element by element below, which names the element.
 fn compare(
     what: &str,
-    got: &[f64],
+    got: &Operand,
     want: &[f64],
     alt: impl FnOnce() -> Option<Vec<f64>>,
 ) -> Result<(), String> {
+    let got = dense_values(got);
+    if got.len() == want.len() {
+        let mut t = Tally::default();
+        t.feed(&got, want);
+        if t.accepts() {
+            return Ok(());
+        }
+    }
+    let got: Vec<f64> = got.iter().map(|&v| v as f64).collect();
     if got.len() != want.len() {
         return Err(format!(
             "{what}: {} values, the spec has {}",
@@ -119,47 +149,18 @@ fn compare(
     Ok(())
 }
 
-/// Elementwise maps at least this large are recomputed in parallel chunks.
-const PAR_ELEMENTS: usize = 1 << 15;
-
-/// The spec at f64 of a one-input elementwise map, over parallel chunks of its input.
-fn unary_map_in_chunks(op: &Op, x: &Operand) -> Result<Array<f64>, String> {
-    use rayon::prelude::*;
-    let xs = values(x);
-    let parts: Vec<Result<Vec<f64>, String>> = xs
-        .par_chunks(PAR_ELEMENTS / 4)
-        .map(|c| {
-            let a = Array {
-                shape: vec![c.len()],
-                data: c.to_vec(),
-            };
-            spec::forward(op, &[&a])
-                .map(|y| y.data)
-                .map_err(|e| format!("the spec refuses the call: {e}"))
-        })
-        .collect();
-    let mut data = Vec::with_capacity(xs.len());
-    for p in parts {
-        data.extend(p?);
-    }
-    Ok(Array {
-        shape: x.shape.to_vec(),
-        data,
-    })
+/// Recomputes the forward output with the spec at f64.
+/// Ops that act on the rows of their leading axis independently are checked piece by piece
+/// (see `pieces.rs`), with the same verdict.
+pub(super) fn forward(op: &Op, call: &Call) -> Result<(), String> {
+    super::pieces::forward(op, call).unwrap_or_else(|| whole_forward(op, call))
 }
 
-/// Recomputes the forward output with the spec at f64.
-pub(super) fn forward(op: &Op, call: &Call) -> Result<(), String> {
-    let big_map = op.kind().is_unary_map()
-        && call.inputs.len() == 1
-        && call.inputs[0].shape.iter().product::<usize>() >= PAR_ELEMENTS;
-    let want = if big_map {
-        unary_map_in_chunks(op, &call.inputs[0])?
-    } else {
-        let xs: Vec<Array<f64>> = call.inputs.iter().map(array).collect();
-        let refs: Vec<&Array<f64>> = xs.iter().collect();
-        spec::forward(op, &refs).map_err(|e| format!("the spec refuses the call: {e}"))?
-    };
+/// The forward check on the whole call at once.
+pub(super) fn whole_forward(op: &Op, call: &Call) -> Result<(), String> {
+    let xs: Vec<Array<f64>> = call.inputs.iter().map(array).collect();
+    let refs: Vec<&Array<f64>> = xs.iter().collect();
+    let want = spec::forward(op, &refs).map_err(|e| format!("the spec refuses the call: {e}"))?;
     if want.shape != call.output.shape {
         return Err(format!(
             "result shape {:?}, the spec gives {:?}",
@@ -173,11 +174,16 @@ pub(super) fn forward(op: &Op, call: &Call) -> Result<(), String> {
             .ok()
             .map(|a| a.data.iter().map(|&v| v as f64).collect())
     };
-    compare("result", &values(&call.output), &want.data, alt)
+    compare("result", &call.output, &want.data, alt)
 }
 
 /// Recomputes every gradient with the spec VJP at f64.
 pub(super) fn vjp(op: &Op, call: &Call) -> Result<(), String> {
+    super::pieces::vjp(op, call).unwrap_or_else(|| whole_vjp(op, call))
+}
+
+/// The VJP check on the whole call at once.
+pub(super) fn whole_vjp(op: &Op, call: &Call) -> Result<(), String> {
     let Some(cot) = &call.cotangent else {
         return Err("a VJP call without a cotangent".into());
     };
@@ -209,7 +215,7 @@ pub(super) fn vjp(op: &Op, call: &Call) -> Result<(), String> {
                         .and_then(|gs| gs.into_iter().nth(i).flatten())
                         .map(|a| a.data.iter().map(|&v| v as f64).collect())
                 };
-                compare(&format!("gradient {i}"), &values(g), &w.data, alt)?;
+                compare(&format!("gradient {i}"), g, &w.data, alt)?;
             }
             (None, Some(_)) if call.needs.get(i) == Some(&true) => {
                 return Err(format!("gradient {i} is missing, the spec has one"));

@@ -1,0 +1,139 @@
+//! The recompute check of unary maps, over dense slices.
+//!
+//! Each output (or gradient) element is recomputed with the spec's own scalar formula
+//! (`spec::unary`, `spec::unary_derivative`) at f64, and compared through a [`Tally`]. The
+//! only thing this module adds is dispatch: [`each_unary!`] rebuilds the op as a value of its
+//! variant inside one match arm per variant, so the (inlined) spec formula is specialized to
+//! that variant and the loop runs without a per-element match. The values are the spec's
+//! exactly, so the verdict is the whole-call check's (tests/trust.rs holds both to the same
+//! mutations).
+
+use super::pieces::Tally;
+use crate::graph::Op;
+use crate::spec::{unary, unary_derivative};
+
+/// Elements recomputed per stack buffer.
+const CHUNK: usize = 256;
+
+/// Runs `$body` with `$o` bound to a copy of `$op` built from its own variant (a constant
+/// discriminant), or evaluates to `None` for an op that is not a unary map.
+macro_rules! each_unary {
+    ($op:expr, $o:ident => $body:expr) => {
+        match $op {
+            Op::Neg => {
+                let $o = &Op::Neg;
+                $body
+            }
+            Op::Abs => {
+                let $o = &Op::Abs;
+                $body
+            }
+            Op::Sqrt => {
+                let $o = &Op::Sqrt;
+                $body
+            }
+            Op::Exp => {
+                let $o = &Op::Exp;
+                $body
+            }
+            Op::Log => {
+                let $o = &Op::Log;
+                $body
+            }
+            Op::Sin => {
+                let $o = &Op::Sin;
+                $body
+            }
+            Op::Cos => {
+                let $o = &Op::Cos;
+                $body
+            }
+            Op::Tanh => {
+                let $o = &Op::Tanh;
+                $body
+            }
+            Op::Sigmoid => {
+                let $o = &Op::Sigmoid;
+                $body
+            }
+            Op::Relu => {
+                let $o = &Op::Relu;
+                $body
+            }
+            Op::Gelu => {
+                let $o = &Op::Gelu;
+                $body
+            }
+            Op::Silu => {
+                let $o = &Op::Silu;
+                $body
+            }
+            Op::Softplus => {
+                let $o = &Op::Softplus;
+                $body
+            }
+            Op::Inv => {
+                let $o = &Op::Inv;
+                $body
+            }
+            Op::SafeLog { eps } => {
+                let $o = &Op::SafeLog { eps: *eps };
+                $body
+            }
+            Op::Scale { factor } => {
+                let $o = &Op::Scale { factor: *factor };
+                $body
+            }
+            Op::AddScalar { value } => {
+                let $o = &Op::AddScalar { value: *value };
+                $body
+            }
+            Op::Clamp { min, max } => {
+                let $o = &Op::Clamp {
+                    min: *min,
+                    max: *max,
+                };
+                $body
+            }
+            Op::Pow { exponent } => {
+                let $o = &Op::Pow {
+                    exponent: *exponent,
+                };
+                $body
+            }
+            _ => return None,
+        }
+    };
+}
+
+/// The tally of `y` against the spec's `op(x)`; `None` when `op` is not a unary map.
+pub(super) fn forward(op: &Op, x: &[f32], y: &[f32]) -> Option<Tally> {
+    let mut t = Tally::default();
+    let mut want = [0.0f64; CHUNK];
+    each_unary!(op, o => {
+        for (xc, yc) in x.chunks(CHUNK).zip(y.chunks(CHUNK)) {
+            for (w, &v) in want.iter_mut().zip(xc) {
+                *w = unary(o, v as f64);
+            }
+            t.feed(yc, &want[..xc.len()]);
+        }
+    });
+    Some(t)
+}
+
+/// The tally of the gradient `gx` against the spec's `gy · op'(x, y)` (y the forward
+/// output, as the spec's VJP takes it); `None` when `op` is not a unary map.
+pub(super) fn vjp(op: &Op, x: &[f32], y: &[f32], gy: &[f32], gx: &[f32]) -> Option<Tally> {
+    let mut t = Tally::default();
+    let mut want = [0.0f64; CHUNK];
+    each_unary!(op, o => {
+        let parts = x.chunks(CHUNK).zip(y.chunks(CHUNK)).zip(gy.chunks(CHUNK).zip(gx.chunks(CHUNK)));
+        for ((xc, yc), (gc, gxc)) in parts {
+            for (w, ((&a, &b), &g)) in want.iter_mut().zip(xc.iter().zip(yc).zip(gc)) {
+                *w = g as f64 * unary_derivative(o, a as f64, b as f64);
+            }
+            t.feed(gxc, &want[..xc.len()]);
+        }
+    });
+    Some(t)
+}
