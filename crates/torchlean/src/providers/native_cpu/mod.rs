@@ -287,6 +287,7 @@ pub const REPLAY_MUTATION_TESTS: &[&str] = &[
     "tests/replay.rs::product_checker_rejects_corrupted_products",
     "tests/replay.rs::recompute_checker_rejects_corrupted_results",
     "tests/replay.rs::vjp_checkers_reject_corrupted_or_missing_gradients",
+    "tests/replay.rs::fast_paths_agree_with_the_whole_call_check",
 ];
 
 /// The replayed native capsule of one op: the same kernels, every obligation discharged by a
