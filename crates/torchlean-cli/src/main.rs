@@ -30,13 +30,32 @@ impl CliError {
     }
 }
 
+/// The exit code of a core runtime error (a tensor that cannot be created from the arguments
+/// given, e.g. a batch larger than the task's data, is a usage error).
+fn core_code(e: &torchlean::Error) -> u8 {
+    match e {
+        torchlean::Error::Planning(_)
+        | torchlean::Error::DeviceUnavailable { .. }
+        | torchlean::Error::Creation(_) => 2,
+        torchlean::Error::Gate(_) => 3,
+        _ => 1,
+    }
+}
+
 impl From<torchlean::Error> for CliError {
     fn from(e: torchlean::Error) -> Self {
+        CliError {
+            code: core_code(&e),
+            message: e.to_string(),
+        }
+    }
+}
+
+impl From<torchlean::nn::Error> for CliError {
+    fn from(e: torchlean::nn::Error) -> Self {
         let code = match &e {
-            torchlean::Error::Planning(_)
-            | torchlean::Error::DeviceUnavailable { .. }
-            | torchlean::Error::Train(torchlean::nn::TrainError::Config(_)) => 2,
-            torchlean::Error::Gate(_) => 3,
+            torchlean::nn::Error::Core(c) => core_code(c),
+            torchlean::nn::Error::Train(torchlean::nn::TrainError::Config(_)) => 2,
             _ => 1,
         };
         CliError {

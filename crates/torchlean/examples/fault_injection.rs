@@ -178,7 +178,7 @@ fn one_step<M: Module>(
     seed: u64,
     data: &Dataset,
     batch: usize,
-) -> torchlean::Result<()> {
+) -> torchlean::nn::Result<()> {
     config.profile = Some(profile.clone());
     config.seed = seed;
     let mut t = Trainer::new(model, config)?;
@@ -201,7 +201,7 @@ pub fn step(
     data: &Data,
     profile: &BackendProfile,
     seed: u64,
-) -> torchlean::Result<()> {
+) -> torchlean::nn::Result<()> {
     let previous = runtime::take()?;
     runtime::install(Session::new(profile.clone()))?;
     let r = step_in_session(model, data, profile, seed);
@@ -225,7 +225,7 @@ fn step_in_session(
     data: &Data,
     profile: &BackendProfile,
     seed: u64,
-) -> torchlean::Result<()> {
+) -> torchlean::nn::Result<()> {
     match model {
         Model::Mlp => one_step(
             Mlp::new(&[2, 32, 32, 2], Activation::Relu, seed)?,
@@ -286,17 +286,17 @@ pub enum Outcome {
     NotCaught,
 }
 
-fn outcome(r: torchlean::Result<()>) -> Outcome {
-    use torchlean::nn::TrainError;
+fn outcome(r: torchlean::nn::Result<()>) -> Outcome {
+    use torchlean::nn::{Error as NnError, TrainError};
     let why = match r {
         Ok(()) => return Outcome::NotCaught,
-        Err(Error::CheckerRejected { .. }) => return Outcome::Checker,
-        Err(Error::Train(TrainError::NonFiniteLoss { .. })) => "trainer: non-finite loss",
-        Err(Error::Train(TrainError::NonFiniteGradient { .. })) => "trainer: non-finite gradient",
-        Err(Error::Op(torchlean::OpError::Index { .. })) => {
+        Err(NnError::Core(Error::CheckerRejected { .. })) => return Outcome::Checker,
+        Err(NnError::Train(TrainError::NonFiniteLoss { .. })) => "trainer: non-finite loss",
+        Err(NnError::Train(TrainError::NonFiniteGradient { .. })) => "trainer: non-finite gradient",
+        Err(NnError::Core(Error::Op(torchlean::OpError::Index { .. }))) => {
             "kernel input validation: invalid index value"
         }
-        Err(Error::Data(_)) => "dataset validation: non-finite value",
+        Err(NnError::Core(Error::Data(_))) => "dataset validation: non-finite value",
         Err(e) => {
             return Outcome::Runtime(format!(
                 "other: {}",

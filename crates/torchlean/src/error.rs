@@ -129,12 +129,6 @@ pub enum Error {
     /// A dataset file or in-memory dataset is invalid (see [`crate::data::DataError`]).
     #[error(transparent)]
     Data(#[from] crate::data::DataError),
-    /// A checkpoint could not be written, read or applied (see [`crate::nn::CheckpointError`]).
-    #[error(transparent)]
-    Checkpoint(#[from] crate::nn::CheckpointError),
-    /// Training stopped or could not start (see [`crate::nn::TrainError`]).
-    #[error(transparent)]
-    Train(#[from] crate::nn::TrainError),
 }
 
 /// Displays planning errors one per line.

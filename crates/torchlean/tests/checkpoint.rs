@@ -8,12 +8,13 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use torchlean::data::synthetic;
+use torchlean::nn::Error;
 use torchlean::nn::{
     load_checkpoint, read_checkpoint, save_checkpoint, Activation, Adam, AdamW, BatchNorm,
     CheckpointError, Config, Dropout, Linear, Module, Optimizer, SaveOptions, Sequential, Sgd,
     Task, TrainError, TrainOptions, Trainer,
 };
-use torchlean::{Error, Tensor};
+use torchlean::Tensor;
 
 /// A fresh directory under the system temp dir, removed when dropped.
 struct TmpDir(PathBuf);

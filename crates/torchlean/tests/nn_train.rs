@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use torchlean::backend::{BackendProfile, Device};
 use torchlean::data::{synthetic, Dataset};
+use torchlean::nn::Error as NnError;
 use torchlean::nn::{
     Activation, Adam, Config, DType, ExecutionBackend, LrSchedule, Mlp, Module, Sgd, Task,
     TrainError, TrainOptions, Trainer,
@@ -68,12 +69,12 @@ fn other_dtypes_and_bad_settings_are_typed_errors() {
     let mut c = Config::new(Task::Regression, Adam::new(0.01).unwrap());
     c.dtype = DType::F16;
     let e = Trainer::new(mlp(0), c).err().unwrap();
-    assert_eq!(e, Error::Train(TrainError::UnsupportedDtype("f16")));
+    assert_eq!(e, NnError::Train(TrainError::UnsupportedDtype("f16")));
     let mut c = Config::new(Task::Regression, Adam::new(0.01).unwrap());
     c.clip_grad_norm = Some(-1.0);
     assert!(matches!(
         Trainer::new(mlp(0), c),
-        Err(Error::Train(TrainError::Config(_)))
+        Err(NnError::Train(TrainError::Config(_)))
     ));
     let mut c = Config::new(Task::Regression, Adam::new(0.01).unwrap());
     c.schedule = Some(LrSchedule::step(0.1, 0, 0.5));
@@ -96,7 +97,10 @@ fn an_unavailable_device_fails_before_any_step() {
         .collect();
     let e = t.train(&data, &opts(3)).unwrap_err();
     assert!(
-        matches!(e, Error::Planning(_) | Error::DeviceUnavailable { .. }),
+        matches!(
+            e,
+            NnError::Core(Error::Planning(_) | Error::DeviceUnavailable { .. })
+        ),
         "{e:?}"
     );
     assert_eq!(t.step(), 0);
@@ -127,7 +131,7 @@ fn non_finite_loss_stops_with_the_step_and_leaves_parameters() {
     let mut t = Trainer::new(mlp(1), Config::new(task, Adam::new(0.01).unwrap())).unwrap();
     let e = t.train(&data, &opts(10)).unwrap_err();
     match &e {
-        Error::Train(TrainError::NonFiniteLoss {
+        NnError::Train(TrainError::NonFiniteLoss {
             step,
             loss,
             last_checkpoint,
@@ -282,7 +286,7 @@ fn non_finite_gradient_stops_with_the_step_and_the_tensor() {
         let mut t = Trainer::new(mlp(1), c).unwrap();
         let e = t.train(&data, &opts(10)).unwrap_err();
         match &e {
-            Error::Train(TrainError::NonFiniteGradient {
+            NnError::Train(TrainError::NonFiniteGradient {
                 step,
                 tensor,
                 value,
@@ -318,7 +322,7 @@ fn checkpoints_refuse_non_finite_values() {
     assert!(
         matches!(
             &e,
-            Error::Checkpoint(CheckpointError::NonFinite { index: 3, .. })
+            NnError::Checkpoint(CheckpointError::NonFinite { index: 3, .. })
         ),
         "{e:?}"
     );
@@ -377,7 +381,7 @@ fn a_refused_op_is_refused_before_any_kernel_runs() {
     let mut t = Trainer::new(model, c).unwrap();
     let data = synthetic::regression(32, 1).unwrap();
     let e = t.train(&data, &opts(3)).unwrap_err();
-    let Error::Planning(errors) = &e else {
+    let NnError::Core(Error::Planning(errors)) = &e else {
         panic!("expected a planning error, got {e:?}")
     };
     assert_eq!(errors[0].op, torchlean::OpKind::Linear, "{e}");
@@ -404,5 +408,5 @@ fn a_huge_step_count_reserves_nothing_up_front() {
     let e =
         torchlean::nn::train::train_regression(&mut model, &mut opt, &data, 1 << 62, 8, 1, |_| {})
             .unwrap_err();
-    assert!(matches!(e, Error::Op(_)), "{e:?}");
+    assert!(matches!(e, NnError::Core(Error::Op(_))), "{e:?}");
 }

@@ -856,25 +856,33 @@ fn stepped(opt: Option<&mut dyn Optimizer>) -> Res<Mlp> {
     Ok(model)
 }
 
+/// A checkpoint-writing error as the core error the seed generator reports.
+fn core_err(e: crate::nn::Error) -> crate::Error {
+    match e {
+        crate::nn::Error::Core(c) => c,
+        other => crate::Error::Other(other.to_string()),
+    }
+}
+
 fn checkpoint_seeds() -> Res<Vec<Vec<u8>>> {
     with_session(|| {
         let dir = Scratch::new()?;
         let path = dir.0.join("c.ckpt");
         let mut out = Vec::new();
         let model = stepped(None)?;
-        crate::nn::save_checkpoint(&path, &model, None, 0)?;
+        crate::nn::save_checkpoint(&path, &model, None, 0).map_err(core_err)?;
         out.push(dir.read("c.ckpt")?);
         let mut adam = Adam::new(0.01)?;
         let model = stepped(Some(&mut adam))?;
-        crate::nn::save_checkpoint(&path, &model, Some(&adam), 12345)?;
+        crate::nn::save_checkpoint(&path, &model, Some(&adam), 12345).map_err(core_err)?;
         out.push(dir.read("c.ckpt")?);
         let mut sgd = Sgd::new(0.1, 0.9, 0.0)?;
         let model = stepped(Some(&mut sgd))?;
-        crate::nn::save_checkpoint(&path, &model, Some(&sgd), 7)?;
+        crate::nn::save_checkpoint(&path, &model, Some(&sgd), 7).map_err(core_err)?;
         out.push(dir.read("c.ckpt")?);
         let mut adamw = AdamW::new(0.01)?;
         let model = stepped(Some(&mut adamw))?;
-        crate::nn::save_checkpoint(&path, &model, Some(&adamw), u64::MAX)?;
+        crate::nn::save_checkpoint(&path, &model, Some(&adamw), u64::MAX).map_err(core_err)?;
         out.push(dir.read("c.ckpt")?);
         Ok(out)
     })

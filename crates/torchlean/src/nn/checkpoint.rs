@@ -12,9 +12,9 @@
 //! anything: on any error the model and optimizer are untouched.
 
 use super::error::CheckpointError;
+use super::error::Result;
 use super::module::Module;
 use super::optim::{Optimizer, OptimizerState};
-use crate::error::Result;
 use crate::tensor::Tensor;
 use safetensors::tensor::{Dtype, SafeTensors};
 use std::collections::BTreeMap;
@@ -60,7 +60,7 @@ pub(crate) fn checksum<'a>(tensors: impl Iterator<Item = (&'a str, &'a [usize], 
     h
 }
 
-fn io(path: &Path, action: &'static str, e: std::io::Error) -> crate::Error {
+fn io(path: &Path, action: &'static str, e: std::io::Error) -> super::error::Error {
     CheckpointError::Io {
         path: path.display().to_string(),
         action,
@@ -78,7 +78,7 @@ pub fn save_checkpoint(
     step: u64,
 ) -> Result<()> {
     let path = path.as_ref();
-    let mismatch = |reason: String| -> crate::Error {
+    let mismatch = |reason: String| -> super::error::Error {
         CheckpointError::Mismatch {
             path: path.display().to_string(),
             reason,
@@ -152,17 +152,20 @@ pub fn read_checkpoint(path: impl AsRef<Path>) -> Result<CheckpointContents> {
     let path = path.as_ref();
     let p = path.display().to_string();
     let bytes = crate::files::read_capped(path, crate::tensor::io::MAX_FILE_BYTES).map_err(
-        |e| match e {
-            crate::files::FileError::OutOfMemory { bytes } => crate::Error::OutOfMemory {
-                what: format!("reading checkpoint {}", path.display()),
-                bytes,
-            },
-            e => CheckpointError::Io {
-                path: path.display().to_string(),
-                action: "read",
-                message: e.to_string(),
+        |e| -> super::error::Error {
+            match e {
+                crate::files::FileError::OutOfMemory { bytes } => crate::Error::OutOfMemory {
+                    what: format!("reading checkpoint {}", path.display()),
+                    bytes,
+                }
+                .into(),
+                e => CheckpointError::Io {
+                    path: path.display().to_string(),
+                    action: "read",
+                    message: e.to_string(),
+                }
+                .into(),
             }
-            .into(),
         },
     )?;
     parse_checkpoint(&bytes, &p)
@@ -173,7 +176,7 @@ pub fn read_checkpoint(path: impl AsRef<Path>) -> Result<CheckpointContents> {
 /// finite values.
 pub fn parse_checkpoint(bytes: &[u8], name: &str) -> Result<CheckpointContents> {
     let p = name.to_string();
-    let format = |reason: String| -> crate::Error {
+    let format = |reason: String| -> super::error::Error {
         CheckpointError::Format {
             path: p.clone(),
             reason,
@@ -263,7 +266,7 @@ pub fn apply_checkpoint(
     model: &mut dyn Module,
     optimizer: Option<&mut dyn Optimizer>,
 ) -> Result<CheckpointInfo> {
-    let mismatch = |reason: String| -> crate::Error {
+    let mismatch = |reason: String| -> super::error::Error {
         CheckpointError::Mismatch {
             path: name.to_string(),
             reason,

@@ -2,12 +2,12 @@
 //! profile / trust policy, seed, learning-rate schedule and gradient clipping; and the
 //! options of one `train` call.
 
+use super::error::Result;
 use super::error::TrainError;
 use super::loss::Task;
 use super::optim::Optimizer;
 use super::schedule::LrSchedule;
 use crate::backend::{AcceptancePolicy, BackendProfile, Device};
-use crate::error::Result;
 use std::path::PathBuf;
 
 /// How training steps execute.

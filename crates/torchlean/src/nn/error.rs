@@ -1,7 +1,33 @@
-//! Typed errors of the `nn` layer: checkpoints and training. Both convert into
-//! [`crate::Error`] (variants `Checkpoint` and `Train`).
+//! Typed errors of the `nn` layer: checkpoints and training, and [`Error`], what the layer's
+//! training and checkpoint functions return: one of those, or an error of the core runtime
+//! below (a tensor op, planning, the gate). The core [`crate::Error`] knows nothing of this
+//! layer; the conversion goes one way, upward.
 
 use thiserror::Error;
+
+/// An error of a training or checkpoint function: the `nn` layer's own, or the core
+/// runtime's underneath.
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum Error {
+    /// A tensor op, planning, the gate or a kernel failed (see [`crate::Error`]).
+    #[error(transparent)]
+    Core(#[from] crate::Error),
+    /// A checkpoint could not be written, read or applied.
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    /// Training stopped or could not start.
+    #[error(transparent)]
+    Train(#[from] TrainError),
+}
+
+/// The result of the `nn` layer's training and checkpoint functions.
+pub type Result<T> = std::result::Result<T, Error>;
+
+impl From<crate::data::DataError> for Error {
+    fn from(e: crate::data::DataError) -> Self {
+        Error::Core(e.into())
+    }
+}
 
 /// A checkpoint could not be written, read, or applied to a model.
 #[derive(Debug, Error, Clone, PartialEq)]

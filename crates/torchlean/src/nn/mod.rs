@@ -48,7 +48,7 @@ pub use config::{Config, DType, ExecutionBackend, SaveOptions, TrainOptions};
 pub use conv::{Conv2d, Conv2dOptions};
 pub use dropout::Dropout;
 pub use embedding::{Embedding, LearnedPositionalEncoding, SinusoidalPositionalEncoding};
-pub use error::{CheckpointError, TrainError};
+pub use error::{CheckpointError, Error, Result, TrainError};
 pub use linear::{Activation, Linear, Mlp};
 pub use loss::{accuracy, cross_entropy, mse, LossFn, Task};
 pub use module::{trace_ops, Module};

@@ -5,12 +5,12 @@
 
 use super::clip::clip_grad_norm;
 use super::config::ExecutionBackend;
+use super::error::Result;
 use super::error::TrainError;
 use super::loss::Task;
 use super::module::Module;
 use super::optim::Optimizer;
 use crate::backend::BackendProfile;
-use crate::error::Result;
 use crate::tensor::Tensor;
 
 /// What a step reports.
@@ -86,7 +86,7 @@ fn check_loss(value: f32, step: u64) -> Result<()> {
     }
 }
 
-fn non_finite_gradient(step: u64, tensor: String, value: f32) -> crate::Error {
+fn non_finite_gradient(step: u64, tensor: String, value: f32) -> super::error::Error {
     TrainError::NonFiniteGradient {
         step,
         tensor,

@@ -34,11 +34,10 @@ impl SyntheticRegression {
     /// Batch number `step`: `batch` consecutive samples (wrapping around).
     pub fn batch(&self, step: usize, batch: usize) -> Result<(Tensor, Tensor)> {
         if batch == 0 || batch > self.len {
-            return Err(super::TrainError::Config(format!(
-                "batch size {batch} must be in 1..={} (the samples of this task; a larger batch would repeat samples)",
+            return Err(crate::Error::Creation(format!(
+                "synthetic regression batch: batch size {batch} must be in 1..={} (the samples of this task; a larger batch would repeat samples)",
                 self.len
-            ))
-            .into());
+            )));
         }
         let f = self.features;
         let mut x = Vec::with_capacity(batch * f);

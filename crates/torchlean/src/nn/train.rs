@@ -1,11 +1,11 @@
 //! A minimal training loop for the quickstart regression MLP (kept for the quickstart command;
 //! the general trainer is [`super::Trainer`]).
 
+use super::error::Result;
 use super::module::Module;
 use super::optim::Optimizer;
 use super::tasks::SyntheticRegression;
 use crate::backend::{BackendProfile, BackendReport, ExecutionMode};
-use crate::error::Result;
 use crate::runtime::compiled::CompiledStep;
 use crate::tensor::Tensor;
 
@@ -52,7 +52,7 @@ pub fn train_regression(
 }
 
 /// A loss built from a model and named inputs (in the order they were given).
-pub type LossFn<'a> = &'a dyn Fn(&dyn Module, &[Tensor]) -> Result<Tensor>;
+pub type LossFn<'a> = &'a dyn Fn(&dyn Module, &[Tensor]) -> crate::Result<Tensor>;
 
 /// One training step — forward, loss, backward, optimizer update — in either execution mode.
 /// Eager records the tape on every step; compiled captures the forward and loss once (for
@@ -131,7 +131,7 @@ impl TrainStep {
     }
 }
 
-fn mse(model: &dyn Module, xs: &[Tensor]) -> Result<Tensor> {
+fn mse(model: &dyn Module, xs: &[Tensor]) -> crate::Result<Tensor> {
     model.forward(&xs[0])?.mse_loss(&xs[1])
 }
 

@@ -13,6 +13,7 @@
 use super::checkpoint::{load_checkpoint, save_checkpoint, CheckpointInfo};
 use super::config::{Config, DType, SaveOptions, TrainOptions};
 use super::error::TrainError;
+use super::error::{Error, Result};
 use super::init::derive_seed;
 use super::loss::Task;
 use super::module::{trace_ops, Module};
@@ -21,7 +22,6 @@ use super::schedule::LrSchedule;
 use super::step::{executor_for, StepExecutor};
 use crate::backend::{BackendProfile, BackendReport};
 use crate::data::Dataset;
-use crate::error::{Error, Result};
 use crate::runtime::{self, Session};
 use crate::tensor::Tensor;
 use std::path::{Path, PathBuf};
@@ -86,7 +86,7 @@ fn with_session<R>(
         Err(e) => {
             // the session went nowhere: keep it for the next call
             *slot = Some(Session::new(profile.clone()));
-            return Err(e);
+            return Err(e.into());
         }
     };
     let _restore = Restore { slot, previous };
@@ -365,7 +365,7 @@ impl<M: Module> Trainer<M> {
             model.set_training(false);
             let out = runtime::no_grad(|| model.forward(inputs));
             model.set_training(true);
-            out
+            Ok(out?)
         })
     }
 

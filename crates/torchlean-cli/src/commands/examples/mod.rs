@@ -141,16 +141,16 @@ pub struct Setup<M: Module> {
 /// Maps a library error to an exit code: user input (data files, checkpoints to read,
 /// training configuration such as a model compiled mode refuses) is a usage error (2); a
 /// non-finite loss or a failed write is a runtime failure (1); planning 2, gate 3.
-pub fn lib_err(e: torchlean::Error) -> CliError {
-    use torchlean::Error as E;
+pub fn lib_err(e: impl Into<torchlean::nn::Error>) -> CliError {
+    use torchlean::nn::Error as E;
+    let e = e.into();
     let usage = match &e {
-        E::Data(_) => true,
+        E::Core(torchlean::Error::Data(_) | torchlean::Error::Creation(_)) => true,
         E::Checkpoint(CheckpointError::Io { action, .. }) => *action == "read",
         E::Checkpoint(CheckpointError::NonFinite { .. }) => false,
         E::Checkpoint(_) => true,
         E::Train(TrainError::NonFiniteLoss { .. } | TrainError::NonFiniteGradient { .. }) => false,
         E::Train(_) => true,
-        E::Creation(_) => true,
         _ => false,
     };
     if usage {

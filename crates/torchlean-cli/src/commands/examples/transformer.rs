@@ -53,7 +53,7 @@ fn generate(
     prompt: &str,
     n: usize,
     context: usize,
-) -> Result<String, torchlean::Error> {
+) -> Result<String, torchlean::nn::Error> {
     let mut ids = vocab.encode(prompt)?;
     let v = vocab.len();
     for _ in 0..n {
@@ -72,7 +72,7 @@ fn generate(
             .0;
         ids.push(best as f32);
     }
-    vocab.decode(&ids)
+    Ok(vocab.decode(&ids)?)
 }
 
 pub fn run_cmd(a: Args) -> CliResult {
