@@ -141,3 +141,53 @@ fn a_trace_finds_the_ops_without_a_session_or_a_kernel() {
     .unwrap();
     assert_eq!(uses.uses(), &[(OpKind::Exp, false), (OpKind::Sin, false)]);
 }
+
+/// Issue 10 part 1 item 7, eager side: the kernels a composite ran for its parts are rows
+/// nested under the composite in the session's report of what ran (the eager counterpart of
+/// the compiled report's nesting, tests/compiled.rs), forward and VJP, and an op that ran
+/// only inside the composite has no top-level row.
+#[test]
+fn an_eager_report_nests_a_composites_parts_under_it() {
+    let profile =
+        BackendProfile::resolve(None, Some("cpu"), Some("prefer:torchlean"), None).unwrap();
+    let prev = runtime::install(Session::new(profile)).unwrap();
+    let q = Tensor::randn(&[2, 4, 3], 1).unwrap().requires_grad();
+    let k = Tensor::randn(&[2, 4, 3], 2).unwrap();
+    let v = Tensor::randn(&[2, 4, 3], 3).unwrap();
+    let y = q
+        .scaled_dot_product_attention(&k, &v, None, true, None)
+        .unwrap();
+    y.tanh().unwrap().sum_all().unwrap().backward().unwrap();
+    let report = runtime::take().unwrap().unwrap().report();
+    if let Some(p) = prev {
+        runtime::install(p).unwrap();
+    }
+    let composite = "torchlean.scaled_dot_product_attention";
+    let at = report
+        .kernels
+        .iter()
+        .position(|r| r.capsule == composite && r.part_of.is_none())
+        .unwrap_or_else(|| panic!("no composite row:\n{}", report.to_text()));
+    // its parts follow it, each marked as part of it
+    let parts: Vec<&str> = report.kernels[at + 1..]
+        .iter()
+        .take_while(|r| r.part_of.as_deref() == Some(composite))
+        .map(|r| r.op.name())
+        .collect();
+    assert!(
+        parts.contains(&"matmul") && parts.contains(&"softmax"),
+        "{parts:?}\n{}",
+        report.to_text()
+    );
+    assert!(
+        !report
+            .kernels
+            .iter()
+            .any(|r| r.op == OpKind::Matmul && r.part_of.is_none()),
+        "matmul ran only inside the composite:\n{}",
+        report.to_text()
+    );
+    assert!(report
+        .to_text()
+        .contains(&format!("    (part of {composite}) matmul:")));
+}

@@ -160,6 +160,7 @@ pub(crate) fn run_vjp(
     guard_tensors(k, Phase::Vjp, op, inputs)?;
     let grads = {
         let _kernel = super::autograd::KernelScope::enter();
+        let _composite = CompositeScope::enter(k);
         vjp(op, inputs, output, cotangent, needs)?
     };
     #[cfg(feature = "fault-injection")]
@@ -168,12 +169,45 @@ pub(crate) fn run_vjp(
     Ok(grads)
 }
 
+thread_local! {
+    /// The composite capsules whose kernels are running on this thread, innermost last.
+    static COMPOSITES: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// While alive, the ops this thread applies are parts of the composite capsule of `k` (when
+/// it has parts): the session's report nests them under it.
+struct CompositeScope(bool);
+
+impl CompositeScope {
+    fn enter(k: &AcceptedKernel) -> CompositeScope {
+        let composite = !k.capsule().parts.is_empty();
+        if composite {
+            COMPOSITES.with(|c| c.borrow_mut().push(k.capsule().name.clone()));
+        }
+        CompositeScope(composite)
+    }
+}
+
+impl Drop for CompositeScope {
+    fn drop(&mut self) {
+        if self.0 {
+            COMPOSITES.with(|c| c.borrow_mut().pop());
+        }
+    }
+}
+
+/// The innermost composite capsule running on this thread, if any.
+pub(crate) fn running_composite() -> Option<String> {
+    COMPOSITES.with(|c| c.borrow().last().cloned())
+}
+
 /// Runs the forward kernel of the CPU binding of `k` between its guards and checkers.
 pub(crate) fn run_forward(k: &AcceptedKernel, op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
     let binding = super::kernel::cpu_binding(k)?;
     guard_tensors(k, Phase::Forward, op, inputs)?;
     let out = {
         let _kernel = super::autograd::KernelScope::enter();
+        let _composite = CompositeScope::enter(k);
         (binding.forward())(op, inputs)?
     };
     #[cfg(feature = "fault-injection")]

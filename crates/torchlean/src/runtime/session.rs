@@ -148,6 +148,20 @@ impl Session {
         Ok((kernel, false))
     }
 
+    /// Remembers that the kernel accepted for (kind, recording) ran as a part of the
+    /// composite capsule `composite` (for the report, where it is a row nested under it).
+    fn mark_ran_part(&mut self, kind: OpKind, recording: bool, composite: &str) {
+        if let Some(slot) = self.cache[kind.index() * 2 + recording as usize].as_ref() {
+            let mut audit = slot.kernel.audit().clone();
+            audit.part_of = Some(composite.to_string());
+            // a poisoned log only means another thread panicked while pushing
+            let mut ran = self.ran.lock().unwrap_or_else(|p| p.into_inner());
+            if !ran.contains(&audit) {
+                ran.push(audit);
+            }
+        }
+    }
+
     /// Remembers that the kernel accepted for (kind, recording) ran (for the report).
     fn mark_ran(&mut self, kind: OpKind, recording: bool) {
         if let Some(slot) = self.cache[kind.index() * 2 + recording as usize].as_mut() {
@@ -212,7 +226,8 @@ impl Session {
     }
 
     /// The report of what ran in this session (and the sessions forked from it): one row
-    /// per (op, capsule) actually executed.
+    /// per (op, capsule) actually executed; the kernels a composite ran for its parts are
+    /// rows nested under the composite (`part_of`).
     pub fn report(&self) -> BackendReport {
         let mut audits: Vec<KernelAudit> = Vec::new();
         let ran = self.ran.lock().unwrap_or_else(|p| p.into_inner());
@@ -222,12 +237,13 @@ impl Session {
                     && b.capsule == a.capsule
                     && b.vjp_mode == a.vjp_mode
                     && b.obligations == a.obligations
+                    && b.part_of == a.part_of
             }) {
                 audits.push(a.clone());
             }
         }
         drop(ran);
-        audits.sort_by_key(|a| a.op);
+        let audits = nest_parts(audits);
         self.with_origin(BackendReport::new(
             &self.profile,
             ExecutionMode::Eager,
@@ -236,6 +252,34 @@ impl Session {
             vec![],
         ))
     }
+}
+
+/// Rows sorted by op, each composite followed by the rows of its parts (sorted by op); part
+/// rows whose composite has no row (not expected) come last.
+fn nest_parts(mut audits: Vec<KernelAudit>) -> Vec<KernelAudit> {
+    audits.sort_by_key(|a| a.op);
+    let (parts, tops): (Vec<KernelAudit>, Vec<KernelAudit>) =
+        audits.into_iter().partition(|a| a.part_of.is_some());
+    let mut placed = vec![false; parts.len()];
+    let mut out = Vec::with_capacity(tops.len() + parts.len());
+    for top in tops {
+        let name = top.capsule.clone();
+        out.push(top);
+        for (p, done) in parts.iter().zip(placed.iter_mut()) {
+            if !*done && p.part_of.as_deref() == Some(name.as_str()) {
+                out.push(p.clone());
+                *done = true;
+            }
+        }
+    }
+    out.extend(
+        parts
+            .into_iter()
+            .zip(placed)
+            .filter(|(_, done)| !done)
+            .map(|(p, _)| p),
+    );
+    out
 }
 
 thread_local! {
@@ -394,7 +438,9 @@ pub fn apply(op: Op, inputs: &[&Tensor]) -> Result<Tensor> {
     })??;
     check_devices(op.name(), device, inputs)?;
     let out = super::guarded::run_forward(&kernel, &op, inputs)?;
-    if !ran {
+    if let Some(composite) = super::guarded::running_composite() {
+        with_current(|s| s.mark_ran_part(kind, recording, &composite))?;
+    } else if !ran {
         with_current(|s| s.mark_ran(kind, recording))?;
     }
     Ok(if recording || autograd::capturing() {
