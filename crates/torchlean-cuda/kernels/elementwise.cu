@@ -35,6 +35,17 @@ struct Bcast {
 #define U_LOG 10
 #define U_INV 11
 #define U_ABS 12
+#define U_GELU 13
+#define U_SILU 14
+#define U_SOFTPLUS 15
+#define U_POW 16
+#define U_SAFE_LOG 17
+
+// spec maximum(a, b): NaN when either is NaN, the first operand on a tie
+__device__ __forceinline__ float nan_max(float a, float b) { return (a < b || b != b) ? b : a; }
+// standard normal CDF and density (exact GELU, as the spec)
+__device__ __forceinline__ float phi_cdf(float x) { return 0.5f * (1.0f + erff(x * 0.70710678118654752f)); }
+__device__ __forceinline__ float phi_pdf(float x) { return expf(-0.5f * x * x) * 0.39894228040143268f; }
 
 __device__ __forceinline__ float binary_apply(int op, float x, float y) {
     switch (op) {
@@ -163,6 +174,12 @@ __device__ __forceinline__ float unary_apply(int op, float x, float p) {
         case U_SQRT: return sqrtf(x);
         case U_LOG: return logf(x);
         case U_INV: return 1.0f / x;
+        case U_GELU: return x * phi_cdf(x);
+        case U_SILU: return x / (1.0f + expf(-x));
+        // stable: max(x, 0) + log1p(exp(-|x|))
+        case U_SOFTPLUS: return nan_max(x, 0.0f) + log1pf(expf(-fabsf(x)));
+        case U_POW: return powf(x, p);
+        case U_SAFE_LOG: return logf(nan_max(x, p));
         default: return fabsf(x);  // U_ABS
     }
 }
@@ -182,6 +199,16 @@ __device__ __forceinline__ float unary_derivative(int op, float x, float y, floa
         case U_SQRT: return 0.5f / y;
         case U_LOG: return 1.0f / x;
         case U_INV: return -(y * y);
+        case U_GELU: return phi_cdf(x) + x * phi_pdf(x);
+        case U_SILU: {
+            float s = 1.0f / (1.0f + expf(-x));
+            return s * (1.0f + x * (1.0f - s));
+        }
+        case U_SOFTPLUS: return 1.0f / (1.0f + expf(-x));
+        // the spec: p * x^(p-1), and 0 for p = 0
+        case U_POW: return p == 0.0f ? 0.0f : p * powf(x, p - 1.0f);
+        // the cotangent passes where x > eps (none for NaN), as the spec
+        case U_SAFE_LOG: return x > p ? 1.0f / x : 0.0f;
         default: return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : 0.0f);  // U_ABS
     }
 }

@@ -1,5 +1,6 @@
 //! native_cuda elementwise kernels: broadcasting binary maps (add, sub, mul, div, maximum,
-//! minimum) with their reduced cotangents, unary maps with their VJPs, the deterministic
+//! minimum) with their reduced cotangents, unary maps (GELU, SiLU, softplus, pow and safe_log
+//! among them) with their VJPs, the deterministic
 //! `sum_all`, the counter-based random draws (bit-identical to the CPU's), and the
 //! optimizer updates `ema_update` / `adam_update` (rounded step by step like the CPU's loops:
 //! no contraction into fused multiply-adds).
@@ -66,6 +67,11 @@ pub fn unary_code(op: &Op) -> Option<(i32, f32)> {
         Op::Log => (10, 0.0),
         Op::Inv => (11, 0.0),
         Op::Abs => (12, 0.0),
+        Op::Gelu => (13, 0.0),
+        Op::Silu => (14, 0.0),
+        Op::Softplus => (15, 0.0),
+        Op::Pow { exponent } => (16, *exponent),
+        Op::SafeLog { eps } => (17, *eps),
         _ => return None,
     })
 }
@@ -91,6 +97,11 @@ pub const KINDS: &[OpKind] = &[
     OpKind::Log,
     OpKind::Inv,
     OpKind::Abs,
+    OpKind::Gelu,
+    OpKind::Silu,
+    OpKind::Softplus,
+    OpKind::Pow,
+    OpKind::SafeLog,
     OpKind::SumAll,
     OpKind::RandUniform,
     OpKind::BernoulliMask,
