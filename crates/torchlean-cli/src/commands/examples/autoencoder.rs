@@ -5,6 +5,7 @@ use crate::CliResult;
 use torchlean::data::Dataset;
 use torchlean::nn::models::autoencoder;
 use torchlean::nn::{Adam, Config, Task};
+use torchlean::backend::Device;
 use torchlean::Tensor;
 
 const DEFAULTS: Defaults = Defaults {
@@ -24,9 +25,13 @@ pub struct Args {
     pub common: CommonArgs,
 }
 
-fn manifold(seed: u64) -> Result<Dataset, torchlean::Error> {
-    let z = Tensor::randn(&[600, 3], 6u64.wrapping_add(seed))?;
-    let a = Tensor::randn(&[3, 16], 7u64.wrapping_add(seed))?.scale(0.5)?;
+/// The data, drawn on the host and computed on the session's device (its ops are planned,
+/// gated and reported like the model's: a cuda session would refuse host inputs).
+fn manifold(seed: u64, device: Device) -> Result<Dataset, torchlean::Error> {
+    let z = Tensor::randn(&[600, 3], 6u64.wrapping_add(seed))?.to_device(device)?;
+    let a = Tensor::randn(&[3, 16], 7u64.wrapping_add(seed))?
+        .to_device(device)?
+        .scale(0.5)?;
     let x = z.matmul(&a)?.tanh()?;
     Dataset::new(&x, &x)
 }
@@ -34,7 +39,8 @@ fn manifold(seed: u64) -> Result<Dataset, torchlean::Error> {
 pub fn run_cmd(a: Args) -> CliResult {
     let h = a.common.hyper(DEFAULTS)?;
     a.common.backend.install_session()?;
-    let (train, test) = manifold(h.seed)
+    let device = a.common.backend.profile()?.device;
+    let (train, test) = manifold(h.seed, device)
         .and_then(|d| d.split(500))
         .map_err(lib_err)?;
     let var = variance(&test.features().map_err(lib_err)?);
