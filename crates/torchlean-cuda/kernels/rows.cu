@@ -126,3 +126,31 @@ extern "C" __global__ void gather_vjp(const float* __restrict__ idx,
         }
     }
 }
+
+// Layout copies (permute, slice and their VJPs): for every index i of `shape` (n elements),
+// dst[dst_offset + sum_k i_k dst_stride_k] = src[src_offset + sum_k i_k src_stride_k].
+// Shared with src/kernels/rows.rs (`struct Strided`).
+#define COPY_MAX_RANK 8
+struct Strided {
+    int rank;
+    long long shape[COPY_MAX_RANK];
+    long long src_stride[COPY_MAX_RANK];
+    long long dst_stride[COPY_MAX_RANK];
+    long long src_offset;
+    long long dst_offset;
+};
+
+extern "C" __global__ void strided_copy(const float* __restrict__ src, float* __restrict__ dst,
+                                        long long n, Strided g) {
+    for (long long p = blockIdx.x * (long long)blockDim.x + threadIdx.x; p < n;
+         p += (long long)gridDim.x * blockDim.x) {
+        long long rest = p, s = g.src_offset, d = g.dst_offset;
+        for (int k = g.rank - 1; k >= 0; --k) {
+            long long i = rest % g.shape[k];
+            rest /= g.shape[k];
+            s += i * g.src_stride[k];
+            d += i * g.dst_stride[k];
+        }
+        dst[d] = src[s];
+    }
+}

@@ -16,7 +16,7 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaStream};
 use std::sync::{Arc, Mutex, OnceLock};
 use torchlean::Error;
 
-/// The kernel entry points of `kernels/elementwise.cu`.
+/// The kernel entry points of `kernels/elementwise.cu` and `kernels/rows.cu`.
 pub struct Functions {
     pub binary_same: CudaFunction,
     pub binary_bcast: CudaFunction,
@@ -32,6 +32,7 @@ pub struct Functions {
     pub softmax_rows_vjp: CudaFunction,
     pub gather_forward: CudaFunction,
     pub gather_vjp: CudaFunction,
+    pub strided_copy: CudaFunction,
     pub ema_update: CudaFunction,
     pub adam_update: CudaFunction,
 }
@@ -145,6 +146,7 @@ fn create() -> Result<Context, String> {
         softmax_rows_vjp: f("softmax_rows_vjp")?,
         gather_forward: f("gather_forward")?,
         gather_vjp: f("gather_vjp")?,
+        strided_copy: f("strided_copy")?,
         ema_update: f("ema_update")?,
         adam_update: f("adam_update")?,
     };

@@ -1,6 +1,7 @@
 //! native_cuda kernels over rows, indices and layouts: softmax and log_softmax along one axis,
-//! gather along one axis, and reshape (a device copy), with their VJPs. The CUDA source is
-//! `kernels/rows.cu`.
+//! gather along one axis, reshape (a device copy), and permute and slice (one strided-copy
+//! kernel; the VJP of a slice writes into a zeroed gradient), with their VJPs. The CUDA source
+//! is `kernels/rows.cu`. Results are dense row-major copies, never views.
 //!
 //! Gather checks its index values on the device; a call whose index holds a value that is not
 //! an integer in range waits for the device (a 4-byte read) and returns the spec's error for
@@ -20,6 +21,8 @@ pub const KINDS: &[OpKind] = &[
     OpKind::LogSoftmax,
     OpKind::Gather,
     OpKind::Reshape,
+    OpKind::Permute,
+    OpKind::Slice,
 ];
 
 const MAX_RANK: usize = 8;
@@ -67,6 +70,74 @@ fn gather_geometry(op: &Op, x: &[usize], idx: &[usize], axis: usize) -> Result<G
         g.x_stride[d] = sx[d] as i64;
     }
     Ok(g)
+}
+
+/// Mirror of `struct Strided` in `rows.cu`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct Strided {
+    rank: i32,
+    shape: [i64; MAX_RANK],
+    src_stride: [i64; MAX_RANK],
+    dst_stride: [i64; MAX_RANK],
+    src_offset: i64,
+    dst_offset: i64,
+}
+// SAFETY: plain `repr(C)` integers laid out exactly as the CUDA struct.
+unsafe impl DeviceRepr for Strided {}
+
+/// One strided copy: for every index i of `shape`, `dst[dst_offset + i·dst_stride] =
+/// src[src_offset + i·src_stride]`.
+struct CopyPlan<'a> {
+    shape: &'a [usize],
+    src_stride: &'a [usize],
+    dst_stride: &'a [usize],
+    src_offset: usize,
+    dst_offset: usize,
+}
+
+/// Runs one strided copy of `c` from `src` into `dst`. The caller derives the strides from
+/// the spec's shapes, so every address stays inside the two buffers.
+fn strided_copy(op: &Op, src: &CudaBuffer, dst: &mut CudaBuffer, c: CopyPlan) -> Result<()> {
+    let n: usize = c.shape.iter().product();
+    if n == 0 {
+        return Ok(());
+    }
+    if c.shape.len() > MAX_RANK {
+        return Err(OpError::Layout {
+            op: op.name(),
+            shapes: vec![c.shape.to_vec()],
+            reason: format!("native_cuda copies layouts of at most {MAX_RANK} axes"),
+        }
+        .into());
+    }
+    let mut g = Strided {
+        rank: c.shape.len() as i32,
+        src_offset: c.src_offset as i64,
+        dst_offset: c.dst_offset as i64,
+        ..Default::default()
+    };
+    for d in 0..c.shape.len() {
+        g.shape[d] = c.shape[d] as i64;
+        g.src_stride[d] = c.src_stride[d] as i64;
+        g.dst_stride[d] = c.dst_stride[d] as i64;
+    }
+    let cx = cx()?;
+    let n64 = n as i64;
+    let mut l = cx.stream.launch_builder(&cx.functions.strided_copy);
+    l.arg(src.slice()).arg(dst.slice_mut()).arg(&n64).arg(&g);
+    // SAFETY: for every index of `shape` the source and destination addresses are inside the
+    // source and destination tensors (strides and offsets of their own row-major shapes, or
+    // a permutation or an in-range window of them), and distinct indices write distinct
+    // destination elements.
+    launched(op, unsafe { l.launch(grid(n)) })?;
+    Ok(())
+}
+
+/// The strides of `x` (row-major) taken in the order of `axes`.
+fn permuted_strides(x: &[usize], axes: &[usize]) -> Vec<usize> {
+    let sx = row_major(x);
+    axes.iter().map(|&a| sx[a]).collect()
 }
 
 /// A zeroed flag buffer the gather kernels set when an index value is invalid.
@@ -152,6 +223,30 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
                 launched(op, cx.stream.memcpy_dtod(&src, &mut dst))?;
             }
         }
+        Op::Permute { axes } => {
+            let src_stride = permuted_strides(inputs[0].shape(), axes);
+            let dst_stride = row_major(&shape);
+            let c = CopyPlan {
+                shape: &shape,
+                src_stride: &src_stride,
+                dst_stride: &dst_stride,
+                src_offset: 0,
+                dst_offset: 0,
+            };
+            strided_copy(op, x, &mut out, c)?;
+        }
+        Op::Slice { axis, start, .. } => {
+            let sx = row_major(inputs[0].shape());
+            let dst_stride = row_major(&shape);
+            let c = CopyPlan {
+                shape: &shape,
+                src_stride: &sx,
+                dst_stride: &dst_stride,
+                src_offset: start * sx[*axis],
+                dst_offset: 0,
+            };
+            strided_copy(op, x, &mut out, c)?;
+        }
         other => {
             return Err(Error::Other(format!(
                 "native_cuda has no row kernel for op `{}`",
@@ -224,6 +319,34 @@ pub fn vjp(
                 let mut dst = gx.slice_mut().slice_mut(0..n);
                 launched(op, cx.stream.memcpy_dtod(&src, &mut dst))?;
             }
+            Ok(vec![Some(tensor(gx, x_shape)?)])
+        }
+        // the inverse copies: each element of the cotangent goes back where it came from
+        Op::Permute { axes } => {
+            let src_stride = row_major(gy.shape());
+            let dst_stride = permuted_strides(x_shape, axes);
+            let c = CopyPlan {
+                shape: gy.shape(),
+                src_stride: &src_stride,
+                dst_stride: &dst_stride,
+                src_offset: 0,
+                dst_offset: 0,
+            };
+            strided_copy(op, g, &mut gx, c)?;
+            Ok(vec![Some(tensor(gx, x_shape)?)])
+        }
+        Op::Slice { axis, start, .. } => {
+            launched(op, cx.stream.memset_zeros(gx.slice_mut()))?;
+            let sx = row_major(x_shape);
+            let src_stride = row_major(gy.shape());
+            let c = CopyPlan {
+                shape: gy.shape(),
+                src_stride: &src_stride,
+                dst_stride: &sx,
+                src_offset: 0,
+                dst_offset: start * sx[*axis],
+            };
+            strided_copy(op, g, &mut gx, c)?;
             Ok(vec![Some(tensor(gx, x_shape)?)])
         }
         other => Err(Error::Other(format!(

@@ -2,10 +2,10 @@
 
 use super::{lib_err, run, variance, CommonArgs, Defaults, Goal, Setup};
 use crate::CliResult;
+use torchlean::backend::Device;
 use torchlean::data::Dataset;
 use torchlean::nn::models::autoencoder;
 use torchlean::nn::{Adam, Config, Task};
-use torchlean::backend::Device;
 use torchlean::Tensor;
 
 const DEFAULTS: Defaults = Defaults {
