@@ -56,6 +56,32 @@ fn check_forward(
     replay_forward(op, &call)
 }
 
+/// Runs `f` on the VJP call of these inputs, output, cotangent and gradients.
+fn with_vjp_call<R>(
+    xs: &[Values],
+    y: &Values,
+    cot: &Values,
+    needs: &[bool],
+    grads: &[Option<Values>],
+    seed: u64,
+    f: impl FnOnce(&Call) -> R,
+) -> R {
+    let ins: Vec<Operand> = xs.iter().map(|(d, s)| dense(d, s)).collect();
+    let gs: Vec<Option<Operand>> = grads
+        .iter()
+        .map(|g| g.as_ref().map(|(d, s)| dense(d, s)))
+        .collect();
+    let call = Call {
+        inputs: &ins,
+        output: dense(&y.0, &y.1),
+        cotangent: Some(dense(&cot.0, &cot.1)),
+        needs,
+        grads: &gs,
+        seed,
+    };
+    f(&call)
+}
+
 /// The ways a result is corrupted (each must be caught).
 fn corruptions(y: &[f32], shape: &[usize]) -> Vec<(&'static str, Vec<f32>)> {
     let n = y.len();
@@ -232,21 +258,10 @@ fn vjp_checkers_reject_corrupted_or_missing_gradients() {
             (y.to_vec(), y.shape().to_vec()),
             (g.to_vec(), g.shape().to_vec()),
         );
-        let verdict = |grads: &[Option<(Vec<f32>, Vec<usize>)>]| {
-            let ins: Vec<Operand> = xv.iter().map(|(d, s)| dense(d, s)).collect();
-            let gs: Vec<Option<Operand>> = grads
-                .iter()
-                .map(|g| g.as_ref().map(|(d, s)| dense(d, s)))
-                .collect();
-            let call = Call {
-                inputs: &ins,
-                output: dense(&yv.0, &yv.1),
-                cotangent: Some(dense(&gv.0, &gv.1)),
-                needs: &needs,
-                grads: &gs,
-                seed: 3,
-            };
-            replay_vjp(&op, &call)
+        let verdict = |grads: &[Option<Values>]| {
+            with_vjp_call(&xv, &yv, &gv, &needs, grads, 3, |call| {
+                replay_vjp(&op, call)
+            })
         };
         let correct: Vec<Option<(Vec<f32>, Vec<usize>)>> =
             grad_vals.iter().cloned().map(Some).collect();
@@ -435,20 +450,9 @@ fn fast_paths_agree_with_the_whole_call_check() {
             }
         }
         for (what, gs) in &variants {
-            let ins: Vec<Operand> = xv.iter().map(|(d, s)| dense(d, s)).collect();
-            let gops: Vec<Option<Operand>> = gs
-                .iter()
-                .map(|g| g.as_ref().map(|(d, s)| dense(d, s)))
-                .collect();
-            let call = Call {
-                inputs: &ins,
-                output: dense(&yv.0, &yv.1),
-                cotangent: Some(dense(&cot.0, &cot.1)),
-                needs: &needs,
-                grads: &gops,
-                seed: 6,
-            };
-            let (fast, whole) = (replay_vjp(op, &call), replay_vjp_whole(op, &call));
+            let (fast, whole) = with_vjp_call(&xv, &yv, &cot, &needs, gs, 6, |call| {
+                (replay_vjp(op, call), replay_vjp_whole(op, call))
+            });
             assert_eq!(
                 fast.is_ok(),
                 whole.is_ok(),
