@@ -159,6 +159,65 @@ extern "C" __global__ void binary_grad(int op, int which, const float* __restric
     }
 }
 
+// where(c, a, b) with broadcasting: `gca` maps output positions into c (a_stride) and a
+// (b_stride), `gb` into b (b_stride). A condition is true when nonzero (NaN included), as the
+// spec.
+extern "C" __global__ void where_forward(const float* __restrict__ c, const float* __restrict__ a,
+                                         const float* __restrict__ b, float* __restrict__ out,
+                                         long long n, Bcast gca, Bcast gb) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        long long rem = i, ic = 0, ia = 0, ib = 0;
+        for (int d = gca.rank - 1; d >= 0; --d) {
+            long long k = rem % gca.shape[d];
+            rem /= gca.shape[d];
+            ic += k * gca.a_stride[d];
+            ia += k * gca.b_stride[d];
+            ib += k * gb.b_stride[d];
+        }
+        out[i] = c[ic] != 0.0f ? a[ia] : b[ib];
+    }
+}
+
+// The cotangent of a (which = 0) or b (which = 1) of where, reduced to that operand's shape
+// as `binary_grad` does: thread j sums, in a fixed order, the cotangent at the output
+// positions that read element j and where the condition selects this operand. A select, not a
+// product: a NaN cotangent at a position that chose the other operand does not reach this one.
+// `gc` maps output positions into c (a_stride).
+extern "C" __global__ void where_grad(int which, const float* __restrict__ c,
+                                      const float* __restrict__ gy, float* __restrict__ out,
+                                      long long n_own, Bcast gc, Reduce r) {
+    for (long long j = blockIdx.x * (long long)blockDim.x + threadIdx.x; j < n_own;
+         j += (long long)gridDim.x * blockDim.x) {
+        long long rem = j, base = 0;
+        for (int d = r.rank - 1; d >= 0; --d) {
+            long long k = rem % r.own_shape[d];
+            rem /= r.own_shape[d];
+            base += k * r.out_stride[d];
+        }
+        long long count = 1;
+        for (int d = 0; d < r.rank; ++d) count *= r.red_shape[d];
+        float acc = 0.0f;
+        for (long long t = 0; t < count; ++t) {
+            long long trem = t, pos = base;
+            for (int d = r.rank - 1; d >= 0; --d) {
+                long long k = trem % r.red_shape[d];
+                trem /= r.red_shape[d];
+                pos += k * r.out_stride[d];
+            }
+            long long prem = pos, ic = 0;
+            for (int d = gc.rank - 1; d >= 0; --d) {
+                long long k = prem % gc.shape[d];
+                prem /= gc.shape[d];
+                ic += k * gc.a_stride[d];
+            }
+            bool picks_a = c[ic] != 0.0f;
+            if (picks_a == (which == 0)) acc += gy[pos];
+        }
+        out[j] = acc;
+    }
+}
+
 __device__ __forceinline__ float unary_apply(int op, float x, float p) {
     switch (op) {
         case U_NEG: return -x;

@@ -1,5 +1,5 @@
 //! native_cuda elementwise kernels: broadcasting binary maps (add, sub, mul, div, maximum,
-//! minimum) with their reduced cotangents, unary maps (GELU, SiLU, softplus, pow and safe_log
+//! minimum) and `where` with their reduced cotangents, unary maps (GELU, SiLU, softplus, pow and safe_log
 //! among them) with their VJPs, the deterministic
 //! `sum_all`, the counter-based random draws (bit-identical to the CPU's), and the
 //! optimizer updates `ema_update` / `adam_update` (rounded step by step like the CPU's loops:
@@ -84,6 +84,7 @@ pub const KINDS: &[OpKind] = &[
     OpKind::Div,
     OpKind::Maximum,
     OpKind::Minimum,
+    OpKind::Where,
     OpKind::Neg,
     OpKind::Exp,
     OpKind::Sin,
@@ -201,6 +202,25 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
             // (strides of their own shapes, 0 on broadcast axes).
             launched(op, unsafe { l.launch(grid(n)) })?;
         }
+    } else if let Op::Where = op {
+        let (c, a, b) = (
+            buffer(op, inputs[0])?,
+            buffer(op, inputs[1])?,
+            buffer(op, inputs[2])?,
+        );
+        let gca = bcast(op, inputs[0].shape(), inputs[1].shape(), &shape)?;
+        let gb = bcast(op, inputs[2].shape(), inputs[2].shape(), &shape)?;
+        let mut l = cx.stream.launch_builder(&cx.functions.where_forward);
+        l.arg(c.slice())
+            .arg(a.slice())
+            .arg(b.slice())
+            .arg(out.slice_mut())
+            .arg(&n64)
+            .arg(&gca)
+            .arg(&gb);
+        // SAFETY: `gca` and `gb` map each of the n output positions to an element inside c,
+        // a and b (strides of their own shapes, 0 on broadcast axes); n elements written.
+        launched(op, unsafe { l.launch(grid(n)) })?;
     } else if let Some((code, p)) = unary_code(op) {
         let x = buffer(op, inputs[0])?;
         let mut l = cx.stream.launch_builder(&cx.functions.unary_forward);
@@ -320,6 +340,39 @@ pub fn vjp(
                     .arg(&red);
                 // SAFETY: thread j writes out[j] (j < n_own) and reads output positions of
                 // the output's shape, mapped into a and b by `geo` as in the forward.
+                launched(op, unsafe { l.launch(grid(n_own)) })?;
+            }
+            grads.push(Some(tensor(out, own)?));
+        }
+        return Ok(grads);
+    }
+    if let Op::Where = op {
+        let c = buffer(op, inputs[0])?;
+        let gc = bcast(op, inputs[0].shape(), inputs[0].shape(), &shape)?;
+        // the condition gets no gradient (the spec's)
+        let mut grads = vec![None];
+        for which in 0..2usize {
+            let input = which + 1;
+            if !needs.get(input).copied().unwrap_or(false) {
+                grads.push(None);
+                continue;
+            }
+            let own = inputs[input].shape();
+            let n_own = inputs[input].numel();
+            let mut out = output(cx, op, n_own)?;
+            if n_own > 0 {
+                let red = reduce_geometry(own, &shape);
+                let (which32, n64) = (which as i32, n_own as i64);
+                let mut l = cx.stream.launch_builder(&cx.functions.where_grad);
+                l.arg(&which32)
+                    .arg(c.slice())
+                    .arg(g.slice())
+                    .arg(out.slice_mut())
+                    .arg(&n64)
+                    .arg(&gc)
+                    .arg(&red);
+                // SAFETY: thread j writes out[j] (j < n_own) and reads output positions of
+                // the output's shape, mapped into c by `gc` as in the forward.
                 launched(op, unsafe { l.launch(grid(n_own)) })?;
             }
             grads.push(Some(tensor(out, own)?));
