@@ -104,13 +104,16 @@ fn compose(op: &Op, x: &[&Tensor]) -> Result<Tensor> {
                     None => Ok(scores),
                 }
             };
-            let zero = Tensor::full(&[1], 0.0)?;
+            // the constants live on the inputs' device (a composite on cuda makes cuda
+            // constants: ops never mix devices)
+            let dev = q.device();
+            let zero = Tensor::full(&[1], 0.0)?.to_device(dev)?;
             // the entries that may attend (nonzero, NaN included, as in the spec)
             let tri = if *causal {
                 let tri: Vec<f32> = (0..l * s)
                     .map(|f| ((f % s) <= (f / s)) as u8 as f32)
                     .collect();
-                Some(Tensor::from_vec(tri, &[l, s])?)
+                Some(Tensor::from_vec(tri, &[l, s])?.to_device(dev)?)
             } else {
                 None
             };
@@ -121,8 +124,9 @@ fn compose(op: &Op, x: &[&Tensor]) -> Result<Tensor> {
                 (true, Some(tri)) => Tensor::where_(&tri, x[3], &zero)?,
             };
             // per query row, how many keys it may attend: zero for a fully blocked row
-            let one = Tensor::full(&[1], 1.0)?;
-            let any = Tensor::where_(&allowed, &one, &zero)?.matmul(&Tensor::ones(&[s, 1])?)?;
+            let one = Tensor::full(&[1], 1.0)?.to_device(dev)?;
+            let ones = Tensor::ones(&[s, 1])?.to_device(dev)?;
+            let any = Tensor::where_(&allowed, &one, &zero)?.matmul(&ones)?;
             // a fully blocked row's query is zeroed: its zero cotangent then never meets a
             // non-finite key in the products' VJPs (0 · inf = NaN), nor its key cotangents a
             // non-finite query
@@ -130,7 +134,7 @@ fn compose(op: &Op, x: &[&Tensor]) -> Result<Tensor> {
             let scores = scores_of(&q, k, bias)?;
             // a blocked entry's score: exactly -inf; on the tape (the VJP), computed so that it
             // carries the spec's cotangent to q, k and the bias (see the module doc)
-            let neg_inf = Tensor::full(&[1], f32::NEG_INFINITY)?;
+            let neg_inf = Tensor::full(&[1], f32::NEG_INFINITY)?.to_device(dev)?;
             let blocked = if grad_enabled() {
                 let carrier = scores_of(
                     &finite_copy(&q)?,
