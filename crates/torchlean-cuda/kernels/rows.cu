@@ -154,3 +154,136 @@ extern "C" __global__ void strided_copy(const float* __restrict__ src, float* __
         dst[d] = src[s];
     }
 }
+
+// index_select along an axis: x viewed as [outer, dim, inner], a 1-D index of k values, out
+// [outer, k, inner]. An index value that is not an integer in [0, dim) sets `bad` (the caller
+// reports the spec's error).
+__device__ __forceinline__ long long select_row(const float* idx, long long j, long long dim) {
+    float v = idx[j];
+    if (!(v >= 0.0f && (double)v < (double)dim && v == floorf(v))) return -1;
+    return (long long)v;
+}
+
+extern "C" __global__ void index_select_forward(const float* __restrict__ x,
+                                                const float* __restrict__ idx,
+                                                float* __restrict__ out, float* __restrict__ bad,
+                                                long long outer, long long dim, long long k,
+                                                long long inner) {
+    long long n = outer * k * inner;
+    for (long long p = blockIdx.x * (long long)blockDim.x + threadIdx.x; p < n;
+         p += (long long)gridDim.x * blockDim.x) {
+        long long i = p % inner, j = (p / inner) % k, o = p / (inner * k);
+        long long s = select_row(idx, j, dim);
+        if (s < 0) {
+            bad[0] = 1.0f;
+            out[p] = 0.0f;
+        } else {
+            out[p] = x[(o * dim + s) * inner + i];
+        }
+    }
+}
+
+// The VJP of index_select: one thread per element (o, r, i) of the gradient sums, in index
+// order (the spec's), the cotangent of every selected position j with idx[j] = r: no atomics,
+// deterministic; O(k) per element.
+extern "C" __global__ void index_select_vjp(const float* __restrict__ idx,
+                                            const float* __restrict__ gy,
+                                            float* __restrict__ gx, float* __restrict__ bad,
+                                            long long outer, long long dim, long long k,
+                                            long long inner) {
+    long long n = outer * dim * inner;
+    for (long long p = blockIdx.x * (long long)blockDim.x + threadIdx.x; p < n;
+         p += (long long)gridDim.x * blockDim.x) {
+        long long i = p % inner, r = (p / inner) % dim, o = p / (inner * dim);
+        float acc = 0.0f;
+        for (long long j = 0; j < k; ++j) {
+            long long s = select_row(idx, j, dim);
+            if (s < 0) {
+                bad[0] = 1.0f;
+            } else if (s == r) {
+                acc += gy[(o * k + j) * inner + i];
+            }
+        }
+        gx[p] = acc;
+    }
+}
+
+// Layer norm (rms = 0) and RMS norm (rms = 1) over the last axis: `rows` rows of `d`, one
+// thread per row, the spec's formulas (crates/torchlean/src/spec/norm.rs): mean (0 for RMS),
+// biased variance, rstd = 1/sqrt(var + eps).
+__device__ __forceinline__ void norm_stats(const float* x, long long d, int rms, float eps,
+                                           float* mu, float* rstd) {
+    float m = 0.0f;
+    if (!rms) {
+        for (long long i = 0; i < d; ++i) m += x[i];
+        m /= (float)d;
+    }
+    float v = 0.0f;
+    for (long long i = 0; i < d; ++i) v += (x[i] - m) * (x[i] - m);
+    v /= (float)d;
+    *mu = m;
+    *rstd = 1.0f / sqrtf(v + eps);
+}
+
+extern "C" __global__ void norm_rows(int rms, float eps, const float* __restrict__ x,
+                                     const float* __restrict__ gamma,
+                                     const float* __restrict__ beta, int has_beta,
+                                     float* __restrict__ out, long long rows, long long d) {
+    for (long long r = blockIdx.x * (long long)blockDim.x + threadIdx.x; r < rows;
+         r += (long long)gridDim.x * blockDim.x) {
+        const float* xr = x + r * d;
+        float mu, rstd;
+        norm_stats(xr, d, rms, eps, &mu, &rstd);
+        for (long long i = 0; i < d; ++i) {
+            float xhat = (xr[i] - mu) * rstd;
+            out[r * d + i] = xhat * gamma[i] + (has_beta ? beta[i] : 0.0f);
+        }
+    }
+}
+
+// gx per row, and each row's (mean, rstd) into `stats` for `norm_params_vjp`.
+extern "C" __global__ void norm_rows_vjp(int rms, float eps, const float* __restrict__ x,
+                                         const float* __restrict__ gamma,
+                                         const float* __restrict__ gy, float* __restrict__ gx,
+                                         float* __restrict__ stats, long long rows, long long d) {
+    for (long long r = blockIdx.x * (long long)blockDim.x + threadIdx.x; r < rows;
+         r += (long long)gridDim.x * blockDim.x) {
+        const float* xr = x + r * d;
+        const float* gr = gy + r * d;
+        float mu, rstd;
+        norm_stats(xr, d, rms, eps, &mu, &rstd);
+        float mean_g = 0.0f, mean_gx = 0.0f;
+        for (long long i = 0; i < d; ++i) {
+            float gxhat = gr[i] * gamma[i];
+            if (!rms) mean_g += gxhat;
+            mean_gx += gxhat * ((xr[i] - mu) * rstd);
+        }
+        mean_g /= (float)d;
+        mean_gx /= (float)d;
+        for (long long i = 0; i < d; ++i) {
+            float xhat = (xr[i] - mu) * rstd;
+            gx[r * d + i] = rstd * (gr[i] * gamma[i] - mean_g - xhat * mean_gx);
+        }
+        stats[2 * r] = mu;
+        stats[2 * r + 1] = rstd;
+    }
+}
+
+// The affine parameters' gradients: one thread per column sums its rows in order.
+extern "C" __global__ void norm_params_vjp(const float* __restrict__ x,
+                                           const float* __restrict__ gy,
+                                           const float* __restrict__ stats,
+                                           float* __restrict__ ggamma, float* __restrict__ gbeta,
+                                           int has_beta, long long rows, long long d) {
+    for (long long c = blockIdx.x * (long long)blockDim.x + threadIdx.x; c < d;
+         c += (long long)gridDim.x * blockDim.x) {
+        float ag = 0.0f, ab = 0.0f;
+        for (long long r = 0; r < rows; ++r) {
+            float xhat = (x[r * d + c] - stats[2 * r]) * stats[2 * r + 1];
+            ag += gy[r * d + c] * xhat;
+            ab += gy[r * d + c];
+        }
+        ggamma[c] = ag;
+        if (has_beta) gbeta[c] = ab;
+    }
+}

@@ -35,6 +35,11 @@ pub struct Functions {
     pub gather_forward: CudaFunction,
     pub gather_vjp: CudaFunction,
     pub strided_copy: CudaFunction,
+    pub index_select_forward: CudaFunction,
+    pub index_select_vjp: CudaFunction,
+    pub norm_rows: CudaFunction,
+    pub norm_rows_vjp: CudaFunction,
+    pub norm_params_vjp: CudaFunction,
     pub ema_update: CudaFunction,
     pub adam_update: CudaFunction,
 }
@@ -151,6 +156,11 @@ fn create() -> Result<Context, String> {
         gather_forward: f("gather_forward")?,
         gather_vjp: f("gather_vjp")?,
         strided_copy: f("strided_copy")?,
+        index_select_forward: f("index_select_forward")?,
+        index_select_vjp: f("index_select_vjp")?,
+        norm_rows: f("norm_rows")?,
+        norm_rows_vjp: f("norm_rows_vjp")?,
+        norm_params_vjp: f("norm_params_vjp")?,
         ema_update: f("ema_update")?,
         adam_update: f("adam_update")?,
     };

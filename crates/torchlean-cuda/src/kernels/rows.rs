@@ -1,7 +1,10 @@
 //! native_cuda kernels over rows, indices and layouts: softmax and log_softmax along one axis,
 //! gather along one axis, reshape (a device copy), and permute and slice (one strided-copy
-//! kernel; the VJP of a slice writes into a zeroed gradient), with their VJPs. The CUDA source
-//! is `kernels/rows.cu`. Results are dense row-major copies, never views.
+//! kernel; the VJP of a slice writes into a zeroed gradient), index_select (its VJP sums each
+//! gradient element's selections in index order: no atomics), and layer and RMS norm over the
+//! last axis (one thread per row; the affine gradients one thread per column), with their
+//! VJPs. The CUDA source is `kernels/rows.cu`. Results are dense row-major copies, never
+//! views.
 //!
 //! Gather checks its index values on the device; a call whose index holds a value that is not
 //! an integer in range waits for the device (a 4-byte read) and returns the spec's error for
@@ -23,6 +26,9 @@ pub const KINDS: &[OpKind] = &[
     OpKind::Reshape,
     OpKind::Permute,
     OpKind::Slice,
+    OpKind::IndexSelect,
+    OpKind::LayerNorm,
+    OpKind::RmsNorm,
 ];
 
 const MAX_RANK: usize = 8;
@@ -132,6 +138,12 @@ fn strided_copy(op: &Op, src: &CudaBuffer, dst: &mut CudaBuffer, c: CopyPlan) ->
     // destination elements.
     launched(op, unsafe { l.launch(grid(n)) })?;
     Ok(())
+}
+
+/// (rows, d) of a last-axis norm of `x`.
+fn norm_rows_of(x: &[usize]) -> (usize, usize) {
+    let d = x.last().copied().unwrap_or(1);
+    (x.iter().product::<usize>().checked_div(d).unwrap_or(0), d)
 }
 
 /// The strides of `x` (row-major) taken in the order of `axes`.
@@ -247,6 +259,55 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
             };
             strided_copy(op, x, &mut out, c)?;
         }
+        Op::IndexSelect { axis } => {
+            let idx = buffer(op, inputs[1])?;
+            let (o, d, i) = split(inputs[0].shape(), *axis);
+            let k = inputs[1].numel();
+            let mut bad = flag(cx, op)?;
+            if n > 0 {
+                let (o64, d64, k64, i64_) = (o as i64, d as i64, k as i64, i as i64);
+                let mut l = cx.stream.launch_builder(&cx.functions.index_select_forward);
+                l.arg(x.slice())
+                    .arg(idx.slice())
+                    .arg(out.slice_mut())
+                    .arg(bad.slice_mut())
+                    .arg(&o64)
+                    .arg(&d64)
+                    .arg(&k64)
+                    .arg(&i64_);
+                // SAFETY: thread p < o·k·i writes out[p]; it reads idx[j] (j < k) and, for a
+                // valid index s < d (checked in the kernel), x[(o·d + s)·i + i'] inside x.
+                launched(op, unsafe { l.launch(grid(n)) })?;
+            }
+            check_flag(op, &bad, inputs[0].shape(), inputs[1])?;
+        }
+        Op::LayerNorm { eps } | Op::RmsNorm { eps } => {
+            let (rows, d) = norm_rows_of(inputs[0].shape());
+            let gamma = buffer(op, inputs[1])?;
+            let beta = match inputs.get(2) {
+                Some(b) => Some(buffer(op, b)?),
+                None => None,
+            };
+            if rows > 0 && d > 0 {
+                let rms = matches!(op, Op::RmsNorm { .. }) as i32;
+                let has_beta = beta.is_some() as i32;
+                let (r64, d64) = (rows as i64, d as i64);
+                let mut l = cx.stream.launch_builder(&cx.functions.norm_rows);
+                l.arg(&rms)
+                    .arg(eps)
+                    .arg(x.slice())
+                    .arg(gamma.slice())
+                    // without a beta the kernel never reads this argument
+                    .arg(beta.unwrap_or(gamma).slice())
+                    .arg(&has_beta)
+                    .arg(out.slice_mut())
+                    .arg(&r64)
+                    .arg(&d64);
+                // SAFETY: each row thread reads its d elements of x and the d of gamma (and
+                // beta: shapes [d], the shape guard) and writes its d elements of out.
+                launched(op, unsafe { l.launch(grid(rows)) })?;
+            }
+        }
         other => {
             return Err(Error::Other(format!(
                 "native_cuda has no row kernel for op `{}`",
@@ -348,6 +409,94 @@ pub fn vjp(
             };
             strided_copy(op, g, &mut gx, c)?;
             Ok(vec![Some(tensor(gx, x_shape)?)])
+        }
+        Op::IndexSelect { axis } => {
+            let idx = buffer(op, inputs[1])?;
+            let (o, d, i) = split(x_shape, *axis);
+            let k = inputs[1].numel();
+            let mut bad = flag(cx, op)?;
+            if n > 0 && needs[0] {
+                let (o64, d64, k64, i64_) = (o as i64, d as i64, k as i64, i as i64);
+                let mut l = cx.stream.launch_builder(&cx.functions.index_select_vjp);
+                l.arg(idx.slice())
+                    .arg(g.slice())
+                    .arg(gx.slice_mut())
+                    .arg(bad.slice_mut())
+                    .arg(&o64)
+                    .arg(&d64)
+                    .arg(&k64)
+                    .arg(&i64_);
+                // SAFETY: thread p < o·d·i writes gx[p]; it reads idx[j] (j < k) and
+                // gy[(o·k + j)·i + i'] inside gy's o·k·i elements.
+                launched(op, unsafe { l.launch(grid(n)) })?;
+            } else {
+                launched(op, cx.stream.memset_zeros(gx.slice_mut()))?;
+            }
+            check_flag(op, &bad, x_shape, inputs[1])?;
+            Ok(vec![Some(tensor(gx, x_shape)?), None])
+        }
+        Op::LayerNorm { eps } | Op::RmsNorm { eps } => {
+            let (rows, d) = norm_rows_of(x_shape);
+            let xb = buffer(op, inputs[0])?;
+            let gamma = buffer(op, inputs[1])?;
+            let has_beta = inputs.len() == 3;
+            let mut stats = output(cx, op, 2 * rows.max(1))?;
+            let mut ggamma = output(cx, op, d)?;
+            let mut gbeta = output(cx, op, d)?;
+            launched(op, cx.stream.memset_zeros(gx.slice_mut()))?;
+            launched(op, cx.stream.memset_zeros(ggamma.slice_mut()))?;
+            launched(op, cx.stream.memset_zeros(gbeta.slice_mut()))?;
+            if rows > 0 && d > 0 {
+                let rms = matches!(op, Op::RmsNorm { .. }) as i32;
+                let (r64, d64) = (rows as i64, d as i64);
+                let mut l = cx.stream.launch_builder(&cx.functions.norm_rows_vjp);
+                l.arg(&rms)
+                    .arg(eps)
+                    .arg(xb.slice())
+                    .arg(gamma.slice())
+                    .arg(g.slice())
+                    .arg(gx.slice_mut())
+                    .arg(stats.slice_mut())
+                    .arg(&r64)
+                    .arg(&d64);
+                // SAFETY: each row thread reads its d elements of x, gy and gamma, writes its
+                // d elements of gx and two of stats (2·rows elements).
+                launched(op, unsafe { l.launch(grid(rows)) })?;
+                let hb = has_beta as i32;
+                let mut l = cx.stream.launch_builder(&cx.functions.norm_params_vjp);
+                l.arg(xb.slice())
+                    .arg(g.slice())
+                    .arg(stats.slice())
+                    .arg(ggamma.slice_mut())
+                    .arg(gbeta.slice_mut())
+                    .arg(&hb)
+                    .arg(&r64)
+                    .arg(&d64);
+                // SAFETY: each column thread c < d reads column c of x and gy (rows·d each)
+                // and the rows' stats, and writes ggamma[c] and gbeta[c] (d each).
+                launched(op, unsafe { l.launch(grid(d)) })?;
+            }
+            let param = inputs[1].shape();
+            let mut grads = vec![
+                needs[0].then(|| tensor(gx, x_shape)).transpose()?,
+                needs
+                    .get(1)
+                    .copied()
+                    .unwrap_or(false)
+                    .then(|| tensor(ggamma, param))
+                    .transpose()?,
+            ];
+            if has_beta {
+                grads.push(
+                    needs
+                        .get(2)
+                        .copied()
+                        .unwrap_or(false)
+                        .then(|| tensor(gbeta, param))
+                        .transpose()?,
+                );
+            }
+            Ok(grads)
         }
         other => Err(Error::Other(format!(
             "native_cuda has no row VJP for op `{}`",
