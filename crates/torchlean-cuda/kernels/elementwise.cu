@@ -72,6 +72,20 @@ __device__ __forceinline__ float binary_partial(int op, int which, float a, floa
     }
 }
 
+// The elements of the two operands of `g` (a_stride, b_stride) at output position `pos`.
+__device__ __forceinline__ void bcast_index(const Bcast& g, long long pos, long long* ia,
+                                            long long* ib) {
+    long long prem = pos;
+    *ia = 0;
+    *ib = 0;
+    for (int d = g.rank - 1; d >= 0; --d) {
+        long long c = prem % g.shape[d];
+        prem /= g.shape[d];
+        *ia += c * g.a_stride[d];
+        *ib += c * g.b_stride[d];
+    }
+}
+
 extern "C" __global__ void binary_same(int op, const float* __restrict__ a,
                                        const float* __restrict__ b, float* __restrict__ out,
                                        long long n) {
@@ -99,13 +113,8 @@ extern "C" __global__ void binary_bcast(int op, const float* __restrict__ a,
                                         long long n, Bcast g) {
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
          i += (long long)gridDim.x * blockDim.x) {
-        long long rem = i, ia = 0, ib = 0;
-        for (int d = g.rank - 1; d >= 0; --d) {
-            long long c = rem % g.shape[d];
-            rem /= g.shape[d];
-            ia += c * g.a_stride[d];
-            ib += c * g.b_stride[d];
-        }
+        long long ia, ib;
+        bcast_index(g, i, &ia, &ib);
         out[i] = binary_apply(op, a[ia], b[ib]);
     }
 }
@@ -122,37 +131,47 @@ struct Reduce {
     long long red_shape[MAX_RANK];  // output extent on axes where the operand has 1, else 1
 };
 
+// The output position of operand element j with every broadcast axis at 0.
+__device__ __forceinline__ long long reduce_base(const Reduce& r, long long j) {
+    long long rem = j, base = 0;
+    for (int d = r.rank - 1; d >= 0; --d) {
+        long long c = rem % r.own_shape[d];
+        rem /= r.own_shape[d];
+        base += c * r.out_stride[d];
+    }
+    return base;
+}
+
+// How many output positions read one operand element.
+__device__ __forceinline__ long long reduce_count(const Reduce& r) {
+    long long count = 1;
+    for (int d = 0; d < r.rank; ++d) count *= r.red_shape[d];
+    return count;
+}
+
+// The t-th (t < reduce_count) output position reading the element whose base is `base`.
+__device__ __forceinline__ long long reduce_pos(const Reduce& r, long long base, long long t) {
+    long long trem = t, pos = base;
+    for (int d = r.rank - 1; d >= 0; --d) {
+        long long c = trem % r.red_shape[d];
+        trem /= r.red_shape[d];
+        pos += c * r.out_stride[d];
+    }
+    return pos;
+}
+
 extern "C" __global__ void binary_grad(int op, int which, const float* __restrict__ a,
                                        const float* __restrict__ b,
                                        const float* __restrict__ gy, float* __restrict__ out,
                                        long long n_own, Bcast g, Reduce r) {
+    long long count = reduce_count(r);
     for (long long j = blockIdx.x * (long long)blockDim.x + threadIdx.x; j < n_own;
          j += (long long)gridDim.x * blockDim.x) {
-        // the output position of element j with every broadcast axis at 0
-        long long rem = j, base = 0;
-        for (int d = r.rank - 1; d >= 0; --d) {
-            long long c = rem % r.own_shape[d];
-            rem /= r.own_shape[d];
-            base += c * r.out_stride[d];
-        }
-        long long count = 1;
-        for (int d = 0; d < r.rank; ++d) count *= r.red_shape[d];
+        long long base = reduce_base(r, j);
         float acc = 0.0f;
         for (long long t = 0; t < count; ++t) {
-            long long trem = t, pos = base;
-            for (int d = r.rank - 1; d >= 0; --d) {
-                long long c = trem % r.red_shape[d];
-                trem /= r.red_shape[d];
-                pos += c * r.out_stride[d];
-            }
-            // the operands' elements at output position `pos`
-            long long prem = pos, ia = 0, ib = 0;
-            for (int d = g.rank - 1; d >= 0; --d) {
-                long long c = prem % g.shape[d];
-                prem /= g.shape[d];
-                ia += c * g.a_stride[d];
-                ib += c * g.b_stride[d];
-            }
+            long long pos = reduce_pos(r, base, t), ia, ib;
+            bcast_index(g, pos, &ia, &ib);
             acc += gy[pos] * binary_partial(op, which, a[ia], b[ib]);
         }
         out[j] = acc;
@@ -167,14 +186,9 @@ extern "C" __global__ void where_forward(const float* __restrict__ c, const floa
                                          long long n, Bcast gca, Bcast gb) {
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
          i += (long long)gridDim.x * blockDim.x) {
-        long long rem = i, ic = 0, ia = 0, ib = 0;
-        for (int d = gca.rank - 1; d >= 0; --d) {
-            long long k = rem % gca.shape[d];
-            rem /= gca.shape[d];
-            ic += k * gca.a_stride[d];
-            ia += k * gca.b_stride[d];
-            ib += k * gb.b_stride[d];
-        }
+        long long ic, ia, unused, ib;
+        bcast_index(gca, i, &ic, &ia);
+        bcast_index(gb, i, &unused, &ib);
         out[i] = c[ic] != 0.0f ? a[ia] : b[ib];
     }
 }
@@ -187,30 +201,14 @@ extern "C" __global__ void where_forward(const float* __restrict__ c, const floa
 extern "C" __global__ void where_grad(int which, const float* __restrict__ c,
                                       const float* __restrict__ gy, float* __restrict__ out,
                                       long long n_own, Bcast gc, Reduce r) {
+    long long count = reduce_count(r);
     for (long long j = blockIdx.x * (long long)blockDim.x + threadIdx.x; j < n_own;
          j += (long long)gridDim.x * blockDim.x) {
-        long long rem = j, base = 0;
-        for (int d = r.rank - 1; d >= 0; --d) {
-            long long k = rem % r.own_shape[d];
-            rem /= r.own_shape[d];
-            base += k * r.out_stride[d];
-        }
-        long long count = 1;
-        for (int d = 0; d < r.rank; ++d) count *= r.red_shape[d];
+        long long base = reduce_base(r, j);
         float acc = 0.0f;
         for (long long t = 0; t < count; ++t) {
-            long long trem = t, pos = base;
-            for (int d = r.rank - 1; d >= 0; --d) {
-                long long k = trem % r.red_shape[d];
-                trem /= r.red_shape[d];
-                pos += k * r.out_stride[d];
-            }
-            long long prem = pos, ic = 0;
-            for (int d = gc.rank - 1; d >= 0; --d) {
-                long long k = prem % gc.shape[d];
-                prem /= gc.shape[d];
-                ic += k * gc.a_stride[d];
-            }
+            long long pos = reduce_pos(r, base, t), ic, unused;
+            bcast_index(gc, pos, &ic, &unused);
             bool picks_a = c[ic] != 0.0f;
             if (picks_a == (which == 0)) acc += gy[pos];
         }

@@ -186,8 +186,8 @@ extern "C" __global__ void index_select_forward(const float* __restrict__ x,
 // The VJP of index_select: one thread per element (o, r, i) of the gradient sums, in index
 // order (the spec's), the cotangent of every selected position j with idx[j] = r: no atomics,
 // deterministic; O(k) per element.
-extern "C" __global__ void index_select_vjp(const float* __restrict__ idx,
-                                            const float* __restrict__ gy,
+extern "C" __global__ void index_select_vjp(const float* __restrict__ gy,
+                                            const float* __restrict__ idx,
                                             float* __restrict__ gx, float* __restrict__ bad,
                                             long long outer, long long dim, long long k,
                                             long long inner) {

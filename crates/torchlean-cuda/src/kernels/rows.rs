@@ -140,6 +140,37 @@ fn strided_copy(op: &Op, src: &CudaBuffer, dst: &mut CudaBuffer, c: CopyPlan) ->
     Ok(())
 }
 
+/// Launches `f`, one of the index_select kernels (`(src, idx, dst, bad, outer, dim, k,
+/// inner)`), over `n` threads.
+#[allow(clippy::too_many_arguments)]
+fn launch_select(
+    op: &Op,
+    f: &cudarc::driver::CudaFunction,
+    src: &CudaBuffer,
+    idx: &CudaBuffer,
+    dst: &mut CudaBuffer,
+    bad: &mut CudaBuffer,
+    (o, d, k, i): (usize, usize, usize, usize),
+    n: usize,
+) -> Result<()> {
+    let cx = cx()?;
+    let (o64, d64, k64, i64_) = (o as i64, d as i64, k as i64, i as i64);
+    let mut l = cx.stream.launch_builder(f);
+    l.arg(src.slice())
+        .arg(idx.slice())
+        .arg(dst.slice_mut())
+        .arg(bad.slice_mut())
+        .arg(&o64)
+        .arg(&d64)
+        .arg(&k64)
+        .arg(&i64_);
+    // SAFETY: the forward's n = o·k·i threads write out[p] and read x[(o·d + s)·i + i'] for a
+    // valid index s < d (checked in the kernel); the VJP's n = o·d·i threads write gx[p] and
+    // read gy[(o·k + j)·i + i'] (j < k): all inside the buffers of the spec's shapes.
+    launched(op, unsafe { l.launch(grid(n)) })?;
+    Ok(())
+}
+
 /// (rows, d) of a last-axis norm of `x`.
 fn norm_rows_of(x: &[usize]) -> (usize, usize) {
     let d = x.last().copied().unwrap_or(1);
@@ -262,22 +293,11 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
         Op::IndexSelect { axis } => {
             let idx = buffer(op, inputs[1])?;
             let (o, d, i) = split(inputs[0].shape(), *axis);
-            let k = inputs[1].numel();
+            let geometry = (o, d, inputs[1].numel(), i);
             let mut bad = flag(cx, op)?;
             if n > 0 {
-                let (o64, d64, k64, i64_) = (o as i64, d as i64, k as i64, i as i64);
-                let mut l = cx.stream.launch_builder(&cx.functions.index_select_forward);
-                l.arg(x.slice())
-                    .arg(idx.slice())
-                    .arg(out.slice_mut())
-                    .arg(bad.slice_mut())
-                    .arg(&o64)
-                    .arg(&d64)
-                    .arg(&k64)
-                    .arg(&i64_);
-                // SAFETY: thread p < o·k·i writes out[p]; it reads idx[j] (j < k) and, for a
-                // valid index s < d (checked in the kernel), x[(o·d + s)·i + i'] inside x.
-                launched(op, unsafe { l.launch(grid(n)) })?;
+                let f = &cx.functions.index_select_forward;
+                launch_select(op, f, x, idx, &mut out, &mut bad, geometry, n)?;
             }
             check_flag(op, &bad, inputs[0].shape(), inputs[1])?;
         }
@@ -413,22 +433,11 @@ pub fn vjp(
         Op::IndexSelect { axis } => {
             let idx = buffer(op, inputs[1])?;
             let (o, d, i) = split(x_shape, *axis);
-            let k = inputs[1].numel();
+            let geometry = (o, d, inputs[1].numel(), i);
             let mut bad = flag(cx, op)?;
             if n > 0 && needs[0] {
-                let (o64, d64, k64, i64_) = (o as i64, d as i64, k as i64, i as i64);
-                let mut l = cx.stream.launch_builder(&cx.functions.index_select_vjp);
-                l.arg(idx.slice())
-                    .arg(g.slice())
-                    .arg(gx.slice_mut())
-                    .arg(bad.slice_mut())
-                    .arg(&o64)
-                    .arg(&d64)
-                    .arg(&k64)
-                    .arg(&i64_);
-                // SAFETY: thread p < o·d·i writes gx[p]; it reads idx[j] (j < k) and
-                // gy[(o·k + j)·i + i'] inside gy's o·k·i elements.
-                launched(op, unsafe { l.launch(grid(n)) })?;
+                let f = &cx.functions.index_select_vjp;
+                launch_select(op, f, g, idx, &mut gx, &mut bad, geometry, n)?;
             } else {
                 launched(op, cx.stream.memset_zeros(gx.slice_mut()))?;
             }
