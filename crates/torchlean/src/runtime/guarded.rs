@@ -196,9 +196,9 @@ impl Drop for CompositeScope {
     }
 }
 
-/// The innermost composite capsule running on this thread, if any.
-pub(crate) fn running_composite() -> Option<String> {
-    COMPOSITES.with(|c| c.borrow().last().cloned())
+/// `f` of the innermost composite capsule running on this thread, if any.
+pub(crate) fn with_running_composite<R>(f: impl FnOnce(Option<&str>) -> R) -> R {
+    COMPOSITES.with(|c| f(c.borrow().last().map(String::as_str)))
 }
 
 /// Runs the forward kernel of the CPU binding of `k` between its guards and checkers.

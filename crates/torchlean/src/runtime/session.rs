@@ -41,6 +41,8 @@ pub fn standard_registry() -> &'static Arc<Registry> {
 struct Slot {
     kernel: Arc<AcceptedKernel>,
     ran: bool,
+    /// The composite capsules this kernel already ran as a part of (logged once each).
+    ran_in: Vec<String>,
 }
 
 /// Where a session's profile came from (shown in its report when it is not an explicit
@@ -144,6 +146,7 @@ impl Session {
         self.cache[slot] = Some(Slot {
             kernel: Arc::clone(&kernel),
             ran: false,
+            ran_in: Vec::new(),
         });
         Ok((kernel, false))
     }
@@ -151,7 +154,11 @@ impl Session {
     /// Remembers that the kernel accepted for (kind, recording) ran as a part of the
     /// composite capsule `composite` (for the report, where it is a row nested under it).
     fn mark_ran_part(&mut self, kind: OpKind, recording: bool, composite: &str) {
-        if let Some(slot) = self.cache[kind.index() * 2 + recording as usize].as_ref() {
+        if let Some(slot) = self.cache[kind.index() * 2 + recording as usize].as_mut() {
+            if slot.ran_in.iter().any(|c| c == composite) {
+                return;
+            }
+            slot.ran_in.push(composite.to_string());
             let mut audit = slot.kernel.audit().clone();
             audit.part_of = Some(composite.to_string());
             // a poisoned log only means another thread panicked while pushing
@@ -438,10 +445,13 @@ pub fn apply(op: Op, inputs: &[&Tensor]) -> Result<Tensor> {
     })??;
     check_devices(op.name(), device, inputs)?;
     let out = super::guarded::run_forward(&kernel, &op, inputs)?;
-    if let Some(composite) = super::guarded::running_composite() {
-        with_current(|s| s.mark_ran_part(kind, recording, &composite))?;
-    } else if !ran {
-        with_current(|s| s.mark_ran(kind, recording))?;
+    let as_part = super::guarded::with_running_composite(|c| {
+        c.map(|name| with_current(|s| s.mark_ran_part(kind, recording, name)))
+    });
+    match as_part {
+        Some(marked) => marked?,
+        None if !ran => with_current(|s| s.mark_ran(kind, recording))?,
+        None => {}
     }
     Ok(if recording || autograd::capturing() {
         autograd::record(op, inputs, out, kernel)

@@ -16,7 +16,7 @@
 //! check consults its f32 fallback), an operand that is not dense — answers `None`, and the
 //! caller runs the whole-call check, which decides and names the element.
 
-use super::recompute::TOL;
+use super::recompute::{dense_slice as dense, TOL};
 use crate::backend::{Call, Operand};
 use crate::graph::{AttentionMask, Op, OpKind};
 use crate::spec::{self, Array};
@@ -113,15 +113,6 @@ fn split(op: &Op, call: &Call) -> Option<Split> {
     })
 }
 
-/// An operand's dense elements, when it is dense row-major.
-fn dense<'a>(o: &Operand<'a>) -> Option<&'a [f32]> {
-    let n: usize = o.shape.iter().product();
-    let contiguous = o
-        .strides
-        .is_none_or(|s| s == spec::contiguous_strides(o.shape).as_slice());
-    (contiguous && o.offset + n <= o.storage.len()).then(|| &o.storage[o.offset..o.offset + n])
-}
-
 /// A dense operand, for slicing into pieces.
 struct Dense<'a> {
     shape: &'a [usize],
@@ -170,7 +161,7 @@ fn dense_operand<'a>(o: &Operand<'a>) -> Option<Dense<'a>> {
 /// IEEE class than the spec's. It keeps no positions: a failing verdict is handed to the
 /// whole-call check, which names the element (rejections are rare; acceptance is the hot
 /// path, and this loop vectorizes).
-#[derive(Clone, Copy, Default, Debug)]
+#[derive(Clone, Copy, Default)]
 pub(super) struct Tally {
     err: f64,
     scale: f64,

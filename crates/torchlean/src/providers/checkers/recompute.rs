@@ -17,16 +17,29 @@ use crate::spec::{self, Array};
 /// The declared relative tolerance (relative to 1 + the largest finite |spec value|).
 pub const TOL: f64 = 2e-4;
 
-/// The row-major values of an operand, at f64. A strided view is read row by row along its
-/// last axis, the start of each row advanced like an odometer over the outer axes.
-pub(super) fn values(o: &Operand) -> Vec<f64> {
+/// An operand's elements when it is dense row-major and inside its storage.
+pub(super) fn dense_slice<'a>(o: &Operand<'a>) -> Option<&'a [f32]> {
     let n: usize = o.shape.iter().product();
-    let mut out = Vec::with_capacity(n);
-    let dense = o
+    let contiguous = o
         .strides
         .is_none_or(|s| s == crate::spec::contiguous_strides(o.shape).as_slice());
+    contiguous
+        .then(|| o.storage.get(o.offset..o.offset.checked_add(n)?))
+        .flatten()
+}
+
+/// The row-major values of an operand, at f64. A strided view is read row by row along its
+/// last axis, the start of each row advanced like an odometer over the outer axes; a dense
+/// operand whose storage is short gives the elements it has (the caller's length check
+/// rejects it).
+pub(super) fn values(o: &Operand) -> Vec<f64> {
+    if let Some(d) = dense_slice(o) {
+        return d.iter().map(|&v| v as f64).collect();
+    }
+    let n: usize = o.shape.iter().product();
+    let mut out = Vec::with_capacity(n);
     match o.strides {
-        Some(strides) if !dense && n > 0 && !o.shape.is_empty() => {
+        Some(strides) if n > 0 && !o.shape.is_empty() => {
             let rank = o.shape.len();
             let (last, step) = (o.shape[rank - 1], strides[rank - 1]);
             let mut idx = vec![0usize; rank - 1];
@@ -44,7 +57,10 @@ pub(super) fn values(o: &Operand) -> Vec<f64> {
                 }
             }
         }
-        _ => out.extend(o.storage[o.offset..o.offset + n].iter().map(|&v| v as f64)),
+        _ => {
+            let rest = o.storage.get(o.offset..).unwrap_or(&[]);
+            out.extend(rest.iter().take(n).map(|&v| v as f64));
+        }
     }
     out
 }
@@ -81,14 +97,9 @@ pub fn class(v: f64) -> Class {
 
 /// An operand's elements, row-major (borrowed when dense).
 pub(super) fn dense_values<'a>(o: &Operand<'a>) -> std::borrow::Cow<'a, [f32]> {
-    let n: usize = o.shape.iter().product();
-    let contiguous = o
-        .strides
-        .is_none_or(|s| s == crate::spec::contiguous_strides(o.shape).as_slice());
-    if contiguous && o.offset + n <= o.storage.len() {
-        std::borrow::Cow::Borrowed(&o.storage[o.offset..o.offset + n])
-    } else {
-        std::borrow::Cow::Owned(values(o).into_iter().map(|v| v as f32).collect())
+    match dense_slice(o) {
+        Some(d) => std::borrow::Cow::Borrowed(d),
+        None => std::borrow::Cow::Owned(values(o).into_iter().map(|v| v as f32).collect()),
     }
 }
 
