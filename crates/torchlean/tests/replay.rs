@@ -387,6 +387,22 @@ fn fast_paths_agree_with_the_whole_call_check() {
             vec![Tensor::randn(&[4, 7, 3], 64).unwrap()],
         ),
         (
+            Op::Permute {
+                axes: vec![2, 0, 1],
+            },
+            vec![with_specials(&[3, 4, 5], 69)],
+        ),
+        (
+            Op::Reshape { shape: vec![6, 10] },
+            vec![with_specials(&[3, 4, 5], 70)],
+        ),
+        (
+            Op::BroadcastTo {
+                shape: vec![2, 4, 5],
+            },
+            vec![Tensor::randn(&[4, 1], 71).unwrap()],
+        ),
+        (
             Op::Linear,
             vec![
                 Tensor::randn(&[128, 784], 65).unwrap(),
@@ -463,4 +479,87 @@ fn fast_paths_agree_with_the_whole_call_check() {
             }
         }
     }
+}
+
+fn strided<'a>(
+    storage: &'a [f32],
+    shape: &'a [usize],
+    strides: &'a [usize],
+    offset: usize,
+) -> Operand<'a> {
+    Operand {
+        shape,
+        strides: Some(strides),
+        offset,
+        storage,
+        device: Device::Cpu,
+    }
+}
+
+/// The exact check of data-movement ops on views: a result that is a view of its input's own
+/// storage with the op's layout is accepted without reading it; a view of the same storage
+/// with another layout, or a strided input whose moved elements a copy gets wrong, is judged
+/// like the whole-call check judges it.
+#[test]
+fn view_results_are_checked_by_their_layout_and_elements() {
+    let data: Vec<f32> = (0..60).map(|v| v as f32 * 0.5 - 7.0).collect();
+    let x_shape = [3usize, 4, 5];
+    let x_strides = [20usize, 5, 1];
+    let x = strided(&data, &x_shape, &x_strides, 0);
+    let run = |op: &Op, y: Operand| {
+        let inputs = [x];
+        let call = Call {
+            inputs: &inputs,
+            output: y,
+            cotangent: None,
+            needs: &[],
+            grads: &[],
+            seed: 1,
+        };
+        (replay_forward(op, &call), replay_forward_whole(op, &call))
+    };
+    // permute [2, 0, 1] of x: shape [5, 3, 4], strides [1, 20, 5]
+    let permute = Op::Permute {
+        axes: vec![2, 0, 1],
+    };
+    let (shape, good, bad) = ([5usize, 3, 4], [1usize, 20, 5], [1usize, 5, 20]);
+    let (fast, whole) = run(&permute, strided(&data, &shape, &good, 0));
+    assert!(fast.is_ok() && whole.is_ok(), "{fast:?} {whole:?}");
+    let (fast, whole) = run(&permute, strided(&data, &shape, &bad, 0));
+    assert!(
+        fast.is_err() && whole.is_err(),
+        "a wrong view layout was accepted"
+    );
+    // slice 1..3 of axis 1: offset 5, same strides; off by one element is rejected
+    let slice = Op::Slice {
+        axis: 1,
+        start: 1,
+        end: 3,
+    };
+    let s_shape = [3usize, 2, 5];
+    let (fast, whole) = run(&slice, strided(&data, &s_shape, &x_strides, 5));
+    assert!(fast.is_ok() && whole.is_ok(), "{fast:?} {whole:?}");
+    let (fast, whole) = run(&slice, strided(&data, &s_shape, &x_strides, 6));
+    assert!(
+        fast.is_err() && whole.is_err(),
+        "a shifted slice view was accepted"
+    );
+    // a copy of the permuted elements (another storage): accepted when exact, rejected when
+    // one element moved
+    let mut copy: Vec<f32> = Vec::with_capacity(60);
+    for a in 0..5 {
+        for b in 0..3 {
+            for c in 0..4 {
+                copy.push(data[b * 20 + c * 5 + a]);
+            }
+        }
+    }
+    let (fast, whole) = run(&permute, dense(&copy, &shape));
+    assert!(fast.is_ok() && whole.is_ok(), "{fast:?} {whole:?}");
+    copy.swap(0, 1);
+    let (fast, whole) = run(&permute, dense(&copy, &shape));
+    assert!(
+        fast.is_err() && whole.is_err(),
+        "a swapped copy was accepted"
+    );
 }

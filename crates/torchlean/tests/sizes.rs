@@ -753,3 +753,86 @@ fn layout_methods_refuse_bad_arguments() {
     assert_eq!(huge.try_position(&[1, 1]), None);
     assert!(huge.try_sliced(0, 1, 2).is_err()); // offset + stride overflowed
 }
+
+/// Empty results beside huge axes (e.g. [2^31, 0]): the spec, the reference provider and the
+/// native kernels skip the loops over the other axes instead of running 2^31 empty
+/// iterations (softmax, concat, slice, matmul and attention did: a hostile file's zero-size
+/// tensor hung the run), and give empty results and zero gradients.
+#[test]
+fn empty_results_beside_huge_axes_finish_at_once() {
+    let h = 1usize << 31;
+    let shape_sets: Vec<Vec<Vec<usize>>> = vec![
+        vec![vec![h, 0]],
+        vec![vec![0, h]],
+        vec![vec![h, 2, 0]],
+        vec![vec![0, 2, h, 2]],
+        vec![vec![2, 2], vec![h, 2, 0]],
+        vec![vec![h, 0], vec![h, 0]],
+        vec![vec![h, 0], vec![h, 0], vec![h, 0]],
+    ];
+    let started = std::time::Instant::now();
+    for &kind in OpKind::ALL {
+        for payload in [vec![1usize; 9], vec![2usize; 9]] {
+            for rank in 0..=2 {
+                for flag in [false, true] {
+                    let op = build(kind, &payload, rank, flag);
+                    for shapes in &shape_sets {
+                        let refs: Vec<&[usize]> = shapes.iter().map(|s| s.as_slice()).collect();
+                        check_rule(&op, &refs);
+                        empty_on_providers(&op, shapes);
+                    }
+                }
+            }
+        }
+    }
+    // generous: the loops this guards against take hours
+    assert!(
+        started.elapsed().as_secs() < 120,
+        "took {:?}",
+        started.elapsed()
+    );
+}
+
+/// Runs the native and reference kernels (forward and VJP) of `op` on zero tensors of these
+/// shapes when the result is empty: every result empty, every gradient zero.
+fn empty_on_providers(op: &Op, shapes: &[Vec<usize>]) {
+    use torchlean::providers::{native_cpu, reference};
+    let refs: Vec<&[usize]> = shapes.iter().map(|s| s.as_slice()).collect();
+    match spec::infer_shape(op, &refs) {
+        Ok(out) if numel(&out) == 0 => {}
+        _ => return,
+    }
+    let Ok(ts) = shapes
+        .iter()
+        .map(|s| torchlean::Tensor::zeros(s))
+        .collect::<Result<Vec<_>, _>>()
+    else {
+        return;
+    };
+    let xs: Vec<&torchlean::Tensor> = ts.iter().collect();
+    let needs = vec![true; xs.len()];
+    for native in [true, false] {
+        let y = if native {
+            native_cpu::forward(op, &xs)
+        } else {
+            reference::spec_forward_f32(op, &xs)
+        };
+        let Ok(y) = y else { continue };
+        assert_eq!(y.numel(), 0, "{op:?} on {shapes:?}");
+        if !op.kind().differentiable() {
+            continue;
+        }
+        let g = torchlean::Tensor::zeros(y.shape()).unwrap();
+        let grads = if native {
+            native_cpu::vjp(op, &xs, &y, &g, &needs)
+        } else {
+            reference::spec_vjp_f32(op, &xs, &y, &g, &needs)
+        };
+        for gi in grads.into_iter().flatten().flatten() {
+            assert!(
+                gi.to_vec().iter().all(|&v| v == 0.0),
+                "{op:?} on {shapes:?}"
+            );
+        }
+    }
+}

@@ -116,6 +116,12 @@ pub fn forward<T: Scalar>(op: &Op, inputs: &[&Array<T>]) -> Result<Array<T>, OpE
     let shapes: Vec<&[usize]> = inputs.iter().map(|a| a.shape.as_slice()).collect();
     let out_shape = infer_shape(op, &shapes)?;
     use OpKind as K;
+    // An empty result has no element to compute; its loops over the other axes (which may
+    // be huge beside a zero, e.g. [2^40, 0]) are skipped. Index ops still validate their
+    // indices.
+    if numel(&out_shape) == 0 && !matches!(op.kind(), K::IndexSelect | K::Gather | K::ScatterAdd) {
+        return Ok(Array::zeros(&out_shape));
+    }
     match op.kind() {
         K::RandUniform | K::BernoulliMask => random::forward(op, out_shape),
         K::Add | K::Sub | K::Mul | K::Div | K::Maximum | K::Minimum | K::Where => {

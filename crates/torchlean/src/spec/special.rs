@@ -131,6 +131,25 @@ fn rdft<T: Scalar>(x: &Array<T>, m: usize) -> (Vec<T>, Vec<T>) {
 
 /// Attention probabilities of one query row, or `None` when every key is blocked.
 #[allow(clippy::too_many_arguments)]
+/// `Σ a_i·b_i` over four interleaved partial sums (the order of a sum is not part of the
+/// spec; four independent sums keep the loop from waiting on each addition).
+fn dot<T: Scalar>(a: &[T], b: &[T]) -> T {
+    let mut acc = [T::zero(); 4];
+    let (ac, bc) = (a.chunks_exact(4), b.chunks_exact(4));
+    let tail: T = ac
+        .remainder()
+        .iter()
+        .zip(bc.remainder())
+        .map(|(&x, &y)| x * y)
+        .sum();
+    for (x, y) in ac.zip(bc) {
+        for l in 0..4 {
+            acc[l] += x[l] * y[l];
+        }
+    }
+    (acc[0] + acc[1]) + (acc[2] + acc[3]) + tail
+}
+
 fn attention_row<T: Scalar>(
     op: &Op,
     xs: &[&Array<T>],
@@ -160,13 +179,13 @@ fn attention_row<T: Scalar>(
     };
     let mut scores = vec![T::neg_infinity(); s];
     let mut any = false;
+    let q = &xs[0].data[(bi * l + i) * d..(bi * l + i + 1) * d];
     for (j, score) in scores.iter_mut().enumerate() {
         if (*causal && j > i) || (*mask == AttentionMask::Boolean && mask_at(j) == T::zero()) {
             continue;
         }
-        let q = &xs[0].data[(bi * l + i) * d..(bi * l + i + 1) * d];
         let k = &xs[1].data[(bi * s + j) * d..(bi * s + j + 1) * d];
-        let mut v = sc * q.iter().zip(k).map(|(&a, &b)| a * b).sum::<T>();
+        let mut v = sc * dot(q, k);
         if *mask == AttentionMask::AdditiveBias {
             v += mask_at(j);
         }
@@ -250,10 +269,11 @@ pub(super) fn forward<T: Scalar>(op: &Op, xs: &[&Array<T>], out_shape: Vec<usize
             for bi in 0..numel(&xs[0].shape[..r - 2]) {
                 for i in 0..l {
                     if let Some(p) = attention_row(op, xs, bi, i, l, s, d) {
+                        let out = &mut y.data[(bi * l + i) * dv..(bi * l + i + 1) * dv];
                         for (j, &pj) in p.iter().enumerate() {
-                            for c in 0..dv {
-                                y.data[(bi * l + i) * dv + c] +=
-                                    pj * xs[2].data[(bi * s + j) * dv + c];
+                            let vj = &xs[2].data[(bi * s + j) * dv..(bi * s + j + 1) * dv];
+                            for (o, &v) in out.iter_mut().zip(vj) {
+                                *o += pj * v;
                             }
                         }
                     }
@@ -343,6 +363,20 @@ pub(super) fn vjp<T: Scalar>(
             }
             vec![Some(ga), Some(gu)]
         }
+        Op::ScaledDotProductAttention { mask, .. } if gy.data.is_empty() => {
+            // an empty result depends on no input element: zero gradients, without the row
+            // loops over the batch axes
+            let mut grads: InputGrads<T> = xs[..3]
+                .iter()
+                .map(|x| Some(Array::zeros(&x.shape)))
+                .collect();
+            match mask {
+                AttentionMask::None => {}
+                AttentionMask::Boolean => grads.push(None),
+                AttentionMask::AdditiveBias => grads.push(Some(Array::zeros(&xs[3].shape))),
+            }
+            grads
+        }
         Op::ScaledDotProductAttention { scale, mask, .. } => {
             let r = xs[0].shape.len();
             let (l, d, s, dv) = (
@@ -364,25 +398,25 @@ pub(super) fn vjp<T: Scalar>(
                     };
                     let go = &gy.data[(bi * l + i) * dv..(bi * l + i + 1) * dv];
                     let gp: Vec<T> = (0..s)
-                        .map(|j| {
-                            go.iter()
-                                .zip(&xs[2].data[(bi * s + j) * dv..(bi * s + j + 1) * dv])
-                                .map(|(&a, &b)| a * b)
-                                .sum()
-                        })
+                        .map(|j| dot(go, &xs[2].data[(bi * s + j) * dv..(bi * s + j + 1) * dv]))
                         .collect();
-                    let dot: T = p.iter().zip(&gp).map(|(&a, &b)| a * b).sum();
+                    let dot = dot(&p, &gp);
+                    let qi = &xs[0].data[(bi * l + i) * d..(bi * l + i + 1) * d];
+                    let gqi = &mut gq.data[(bi * l + i) * d..(bi * l + i + 1) * d];
                     for j in 0..s {
-                        for c in 0..dv {
-                            gv.data[(bi * s + j) * dv + c] += p[j] * go[c];
+                        let gvj = &mut gv.data[(bi * s + j) * dv..(bi * s + j + 1) * dv];
+                        for (g, &o) in gvj.iter_mut().zip(go) {
+                            *g += p[j] * o;
                         }
                         let gs = p[j] * (gp[j] - dot);
                         gbias_full.data[(bi * l + i) * s + j] = gs;
-                        for c in 0..d {
-                            gq.data[(bi * l + i) * d + c] +=
-                                sc * gs * xs[1].data[(bi * s + j) * d + c];
-                            gk.data[(bi * s + j) * d + c] +=
-                                sc * gs * xs[0].data[(bi * l + i) * d + c];
+                        let kj = &xs[1].data[(bi * s + j) * d..(bi * s + j + 1) * d];
+                        let gkj = &mut gk.data[(bi * s + j) * d..(bi * s + j + 1) * d];
+                        for ((gqc, &k), (gkc, &q)) in
+                            gqi.iter_mut().zip(kj).zip(gkj.iter_mut().zip(qi))
+                        {
+                            *gqc += sc * gs * k;
+                            *gkc += sc * gs * q;
                         }
                     }
                 }

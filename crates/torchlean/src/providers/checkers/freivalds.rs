@@ -38,6 +38,9 @@ const BLOCK: usize = 8;
 /// Calls whose claims read at least this many elements check them on several threads.
 const PAR_ELEMENTS: usize = 1 << 18;
 
+/// Matrices of at least this many elements are read by several threads.
+const PAR_MATRIX: usize = 1 << 16;
+
 fn gamma(k: usize) -> f64 {
     let ku = k as f64 * U;
     ku / (1.0 - ku).max(0.5)
@@ -79,29 +82,65 @@ impl<'a> MatRef<'a> {
     }
     /// `[|self|·v_0, self·v_1, …]` when `ABS`, else `[self·v_0, self·v_1, …]`: every
     /// product of one pass over the matrix, in f32 lanes of at most [`BLOCK`] products each,
-    /// summed into f64 (see the module doc for the error this admits).
+    /// summed into f64 (see the module doc for the error this admits). A large matrix is
+    /// split over the rayon pool (by output rows; the arithmetic of each output element is
+    /// the same either way).
     fn mul_vecs<const N: usize, const ABS: bool>(&self, v: [&[f32]; N]) -> [Vec<f64>; N] {
-        let mut o: [Vec<f64>; N] = std::array::from_fn(|_| vec![0.0; self.rows]);
+        use rayon::prelude::*;
+        let rows = self.rows;
+        let span = if self.data.len() >= PAR_MATRIX {
+            rows.div_ceil(rayon::current_num_threads().max(1) * 2)
+                .max(64)
+        } else {
+            rows.max(1)
+        };
+        let parts: Vec<[Vec<f64>; N]> = (0..rows.div_ceil(span))
+            .into_par_iter()
+            .map(|c| self.mul_vecs_rows::<N, ABS>(&v, c * span, ((c + 1) * span).min(rows)))
+            .collect();
+        let mut o: [Vec<f64>; N] = std::array::from_fn(|_| Vec::with_capacity(rows));
+        for part in parts {
+            for (os, p) in o.iter_mut().zip(part) {
+                os.extend(p);
+            }
+        }
+        o
+    }
+
+    /// Output rows `lo..hi` of [`MatRef::mul_vecs`].
+    fn mul_vecs_rows<const N: usize, const ABS: bool>(
+        &self,
+        v: &[&[f32]; N],
+        lo: usize,
+        hi: usize,
+    ) -> [Vec<f64>; N] {
+        let mut o: [Vec<f64>; N] = std::array::from_fn(|_| vec![0.0; hi - lo]);
         if self.t {
             // stored row j holds column j of the logical matrix: BLOCK stored rows are
-            // accumulated into f32 lanes, then added into the f64 outputs
+            // accumulated into one f32 lane array per vector (one pass over the data), then
+            // added into the f64 outputs
             let width = self.rows.max(1);
-            let mut lanes = vec![0.0f32; width];
+            let mut lanes: [Vec<f32>; N] = std::array::from_fn(|_| vec![0.0f32; hi - lo]);
             let stored: Vec<&[f32]> = self.data.chunks_exact(width).collect();
-            for (s, os) in o.iter_mut().enumerate() {
-                for (b, rows) in stored.chunks(BLOCK).enumerate() {
-                    lanes.iter_mut().for_each(|x| *x = 0.0);
-                    for (u, row) in rows.iter().enumerate() {
-                        let vj = v[s][b * BLOCK + u];
-                        axpy(&mut lanes, row, vj, ABS && s == 0);
+            for (b, block) in stored.chunks(BLOCK).enumerate() {
+                lanes.iter_mut().for_each(|l| l.fill(0.0));
+                for (u, row) in block.iter().enumerate() {
+                    for (s, lane) in lanes.iter_mut().enumerate() {
+                        axpy(lane, &row[lo..hi], v[s][b * BLOCK + u], ABS && s == 0);
                     }
-                    for (acc, &x) in os.iter_mut().zip(&lanes) {
+                }
+                for (os, lane) in o.iter_mut().zip(&lanes) {
+                    for (acc, &x) in os.iter_mut().zip(lane) {
                         *acc += x as f64;
                     }
                 }
             }
         } else {
-            for (i, row) in self.data.chunks_exact(self.cols.max(1)).enumerate() {
+            let cols = self.cols.max(1);
+            for (i, row) in self.data[lo * cols..hi * cols]
+                .chunks_exact(cols)
+                .enumerate()
+            {
                 for s in 0..N {
                     o[s][i] = dot(row, &v[s][..row.len()], ABS && s == 0);
                 }

@@ -91,6 +91,7 @@ pub fn canonical_layout(op: &Op, call: &Call) -> Result<(), String> {
 }
 
 mod freivalds;
+mod layout;
 mod pieces;
 pub mod recompute;
 pub mod replay;

@@ -169,6 +169,13 @@ pub(super) struct Tally {
 }
 
 impl Tally {
+    /// A tally that never accepts (the whole-call check then decides).
+    pub(super) fn rejecting() -> Tally {
+        Tally {
+            other_class: true,
+            ..Tally::default()
+        }
+    }
     /// Compares `got` with the spec's `want` (rounded to f32 first, as the whole-call check
     /// does). The common case — every value finite — runs in f32 lanes: the largest
     /// `fl(|g − w|)` is inflated by (1 + 2^-23) into an upper bound of the true largest

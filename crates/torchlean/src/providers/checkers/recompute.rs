@@ -30,8 +30,8 @@ pub(super) fn dense_slice<'a>(o: &Operand<'a>) -> Option<&'a [f32]> {
 
 /// The row-major values of an operand, at f64. A strided view is read row by row along its
 /// last axis, the start of each row advanced like an odometer over the outer axes; a dense
-/// operand whose storage is short gives the elements it has (the caller's length check
-/// rejects it).
+/// operand whose storage is short gives the elements it has, and a view that addresses past
+/// its storage gives none (the caller's length check rejects both).
 pub(super) fn values(o: &Operand) -> Vec<f64> {
     if let Some(d) = dense_slice(o) {
         return d.iter().map(|&v| v as f64).collect();
@@ -41,6 +41,17 @@ pub(super) fn values(o: &Operand) -> Vec<f64> {
     match o.strides {
         Some(strides) if n > 0 && !o.shape.is_empty() => {
             let rank = o.shape.len();
+            let last_addr = o
+                .shape
+                .iter()
+                .zip(strides)
+                .try_fold(o.offset, |a, (&d, &s)| {
+                    a.checked_add((d - 1).checked_mul(s)?)
+                });
+            if strides.len() != rank || last_addr.is_none_or(|a| a >= o.storage.len()) {
+                // the view addresses past its storage: no values (the length check rejects)
+                return out;
+            }
             let (last, step) = (o.shape[rank - 1], strides[rank - 1]);
             let mut idx = vec![0usize; rank - 1];
             let mut start = o.offset;
@@ -161,10 +172,13 @@ fn compare(
 }
 
 /// Recomputes the forward output with the spec at f64.
-/// Ops that act on the rows of their leading axis independently are checked piece by piece
-/// (see `pieces.rs`), with the same verdict.
+/// Ops that only move data are compared exactly (see `layout.rs`), ops that act on the rows
+/// of their leading axis independently are checked piece by piece (see `pieces.rs`), with
+/// the same verdict.
 pub(super) fn forward(op: &Op, call: &Call) -> Result<(), String> {
-    super::pieces::forward(op, call).unwrap_or_else(|| whole_forward(op, call))
+    super::layout::forward(op, call)
+        .or_else(|| super::pieces::forward(op, call))
+        .unwrap_or_else(|| whole_forward(op, call))
 }
 
 /// The forward check on the whole call at once.
@@ -190,7 +204,9 @@ pub(super) fn whole_forward(op: &Op, call: &Call) -> Result<(), String> {
 
 /// Recomputes every gradient with the spec VJP at f64.
 pub(super) fn vjp(op: &Op, call: &Call) -> Result<(), String> {
-    super::pieces::vjp(op, call).unwrap_or_else(|| whole_vjp(op, call))
+    super::layout::vjp(op, call)
+        .or_else(|| super::pieces::vjp(op, call))
+        .unwrap_or_else(|| whole_vjp(op, call))
 }
 
 /// The VJP check on the whole call at once.

@@ -15,10 +15,30 @@ use crate::spec::{unary, unary_derivative};
 /// Elements recomputed per stack buffer.
 const CHUNK: usize = 256;
 
+/// Elements per parallel part (calls of at least two parts run on the rayon pool).
+const PART: usize = 1 << 15;
+
+/// The merged tallies of `part(lo, hi)` over parts of `n` elements, in parallel when large.
+fn over_parts(n: usize, part: impl Fn(usize, usize) -> Tally + Sync) -> Tally {
+    use rayon::prelude::*;
+    let mut t = Tally::default();
+    if n < 2 * PART {
+        return part(0, n);
+    }
+    let tallies: Vec<Tally> = (0..n.div_ceil(PART))
+        .into_par_iter()
+        .map(|c| part(c * PART, ((c + 1) * PART).min(n)))
+        .collect();
+    for p in &tallies {
+        t.merge(p);
+    }
+    t
+}
+
 /// Runs `$body` with `$o` bound to a copy of `$op` built from its own variant (a constant
-/// discriminant), or evaluates to `None` for an op that is not a unary map.
+/// discriminant), or evaluates `$other` for an op that is not a unary map.
 macro_rules! each_unary {
-    ($op:expr, $o:ident => $body:expr) => {
+    ($op:expr, $o:ident => $body:expr, $other:expr) => {
         match $op {
             Op::Neg => {
                 let $o = &Op::Neg;
@@ -101,32 +121,41 @@ macro_rules! each_unary {
                 };
                 $body
             }
-            _ => return None,
+            _ => $other,
         }
     };
 }
 
 /// The tally of `y` against the spec's `op(x)`; `None` when `op` is not a unary map.
 pub(super) fn forward(op: &Op, x: &[f32], y: &[f32]) -> Option<Tally> {
-    let mut t = Tally::default();
-    let mut want = [0.0f64; CHUNK];
-    each_unary!(op, o => {
-        for (xc, yc) in x.chunks(CHUNK).zip(y.chunks(CHUNK)) {
+    let n = x.len().min(y.len());
+    each_unary!(op, _o => (), return None);
+    // the match runs once per part; each arm's loop is specialized to its variant
+    Some(over_parts(n, |lo, hi| {
+        each_unary!(op, o => {
+        let mut t = Tally::default();
+        let mut want = [0.0f64; CHUNK];
+        for (xc, yc) in x[lo..hi].chunks(CHUNK).zip(y[lo..hi].chunks(CHUNK)) {
             for (w, &v) in want.iter_mut().zip(xc) {
                 *w = unary(o, v as f64);
             }
             t.feed(yc, &want[..xc.len()]);
         }
-    });
-    Some(t)
+        t
+    }, Tally::rejecting())
+    }))
 }
 
 /// The tally of the gradient `gx` against the spec's `gy · op'(x, y)` (y the forward
 /// output, as the spec's VJP takes it); `None` when `op` is not a unary map.
 pub(super) fn vjp(op: &Op, x: &[f32], y: &[f32], gy: &[f32], gx: &[f32]) -> Option<Tally> {
-    let mut t = Tally::default();
-    let mut want = [0.0f64; CHUNK];
-    each_unary!(op, o => {
+    let n = x.len().min(y.len()).min(gy.len()).min(gx.len());
+    each_unary!(op, _o => (), return None);
+    Some(over_parts(n, |lo, hi| {
+        each_unary!(op, o => {
+        let mut t = Tally::default();
+        let mut want = [0.0f64; CHUNK];
+        let (x, y, gy, gx) = (&x[lo..hi], &y[lo..hi], &gy[lo..hi], &gx[lo..hi]);
         let parts = x.chunks(CHUNK).zip(y.chunks(CHUNK)).zip(gy.chunks(CHUNK).zip(gx.chunks(CHUNK)));
         for ((xc, yc), (gc, gxc)) in parts {
             for (w, ((&a, &b), &g)) in want.iter_mut().zip(xc.iter().zip(yc).zip(gc)) {
@@ -134,6 +163,7 @@ pub(super) fn vjp(op: &Op, x: &[f32], y: &[f32], gy: &[f32], gx: &[f32]) -> Opti
             }
             t.feed(gxc, &want[..xc.len()]);
         }
-    });
-    Some(t)
+        t
+    }, Tally::rejecting())
+    }))
 }

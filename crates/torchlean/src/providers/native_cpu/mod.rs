@@ -65,6 +65,13 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
     let out_shape = guard::output_shape(op, inputs)?;
     crate::runtime::buffers::check_output(op.name(), crate::spec::numel(&out_shape))?;
     use OpKind as K;
+    // an empty result has no element to compute: its loops over the other axes (which may
+    // be huge beside a zero, e.g. [2^40, 0]) are skipped; index ops still check indices
+    if crate::spec::numel(&out_shape) == 0
+        && !matches!(op.kind(), K::IndexSelect | K::Gather | K::ScatterAdd)
+    {
+        return Ok(tensor(Vec::new(), out_shape));
+    }
     let data = match op.kind() {
         K::RandUniform | K::BernoulliMask => random(op, crate::spec::numel(&out_shape)),
         K::Add | K::Sub | K::Mul | K::Div | K::Maximum | K::Minimum | K::Where => {
@@ -95,6 +102,42 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
     Ok(tensor(data, out_shape))
 }
 
+/// The gradients of an op whose result is empty (it depends on no input element): zeros for
+/// each input that needs one, without the kernels' loops over the other axes (which may be
+/// huge beside a zero). `None` for the ops whose VJP decides per input which gradients exist
+/// (index inputs, conditions, masks): their kernels handle empty results themselves.
+fn empty_result_grads(op: &Op, inputs: &[&Tensor], needs: &[bool]) -> Option<Vec<Option<Tensor>>> {
+    use OpKind as K;
+    let every_input_differentiable = matches!(
+        op,
+        Op::ScaledDotProductAttention {
+            mask: crate::graph::AttentionMask::None | crate::graph::AttentionMask::AdditiveBias,
+            ..
+        }
+    ) || matches!(
+        op.kind(),
+        K::Softmax
+            | K::LogSoftmax
+            | K::Reshape
+            | K::Permute
+            | K::BroadcastTo
+            | K::Concat
+            | K::Slice
+            | K::Matmul
+            | K::Linear
+    );
+    every_input_differentiable.then(|| {
+        inputs
+            .iter()
+            .enumerate()
+            .map(|(i, x)| {
+                let need = needs.get(i).copied().unwrap_or(true);
+                need.then(|| tensor(vec![0.0; x.numel()], x.shape().to_vec()))
+            })
+            .collect()
+    })
+}
+
 /// The native VJP kernel (bound to every differentiable native capsule).
 pub fn vjp(
     op: &Op,
@@ -107,6 +150,11 @@ pub fn vjp(
     // a large cotangent that cannot be allocated is an error, not an abort
     crate::runtime::buffers::check_gradients(op.name(), inputs, Some(needs))?;
     use OpKind as K;
+    if grad_out.numel() == 0 {
+        if let Some(grads) = empty_result_grads(op, inputs, needs) {
+            return Ok(grads);
+        }
+    }
     Ok(match op.kind() {
         K::RandUniform | K::BernoulliMask | K::Argmax | K::EmaUpdate | K::AdamUpdate => {
             return Err(crate::error::OpError::NotDifferentiable { op: op.name() }.into())
@@ -288,6 +336,7 @@ pub const REPLAY_MUTATION_TESTS: &[&str] = &[
     "tests/replay.rs::recompute_checker_rejects_corrupted_results",
     "tests/replay.rs::vjp_checkers_reject_corrupted_or_missing_gradients",
     "tests/replay.rs::fast_paths_agree_with_the_whole_call_check",
+    "tests/replay.rs::view_results_are_checked_by_their_layout_and_elements",
 ];
 
 /// The replayed native capsule of one op: the same kernels, every obligation discharged by a

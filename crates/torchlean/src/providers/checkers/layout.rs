@@ -1,0 +1,257 @@
+//! The recompute check of [`super::recompute`] for ops that only move data (`reshape`,
+//! `permute`, `slice`, `broadcast_to`), done exactly at f32.
+//!
+//! The spec of such an op copies elements: every output element is one input element, and
+//! the spec's VJP (for `reshape`, `permute` and `slice`) places every cotangent element in
+//! one gradient position, zeros elsewhere. A value converted to f64 and back is unchanged, so
+//! a kernel result that equals the moved elements exactly (NaN where the moved value is NaN)
+//! is what the whole-call check accepts at zero error. This module compares exactly and
+//! answers `Some(Ok(()))` only then; anything else answers `None`, and the caller runs the
+//! whole-call check, which decides and names the element.
+//!
+//! The expected elements are read through the view layout that the op defines on its
+//! input's own layout (computed here from the op's definition, not taken from the tensor
+//! code under check). When the kernel returned a view of its input's very storage with
+//! exactly that layout, every element is the moved one by construction and no element is
+//! read: the forward check of a view op is O(rank).
+
+use crate::backend::{Call, Operand};
+use crate::graph::Op;
+use crate::spec::contiguous_strides;
+
+/// A strided view over a storage: `shape`, `strides` (in elements) and `offset`.
+#[derive(Clone, PartialEq, Debug)]
+struct View {
+    shape: Vec<usize>,
+    strides: Vec<usize>,
+    offset: usize,
+}
+
+impl View {
+    fn of(o: &Operand) -> View {
+        View {
+            shape: o.shape.to_vec(),
+            strides: o
+                .strides
+                .map(<[usize]>::to_vec)
+                .unwrap_or_else(|| contiguous_strides(o.shape)),
+            offset: o.offset,
+        }
+    }
+    fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+    /// Strides that differ only on axes of length ≤ 1 address the same elements.
+    fn same_elements(&self, other: &View) -> bool {
+        self.shape == other.shape
+            && self.offset == other.offset
+            && self
+                .shape
+                .iter()
+                .zip(self.strides.iter().zip(&other.strides))
+                .all(|(&d, (a, b))| d <= 1 || a == b)
+    }
+    fn is_contiguous(&self) -> bool {
+        self.same_elements(&View {
+            strides: contiguous_strides(&self.shape),
+            ..self.clone()
+        })
+    }
+    /// True when every element the view addresses lies in a storage of `len` elements.
+    fn fits(&self, len: usize) -> bool {
+        self.numel() == 0
+            || self
+                .shape
+                .iter()
+                .zip(&self.strides)
+                .try_fold(self.offset, |a, (&d, &s)| {
+                    a.checked_add((d - 1).checked_mul(s)?)
+                })
+                .is_some_and(|last| last < len)
+    }
+    /// The elements in row-major order of the logical shape, or `None` when the view
+    /// addresses past the storage.
+    fn read(&self, storage: &[f32]) -> Option<Vec<f32>> {
+        let n = self.numel();
+        if n == 0 {
+            return Some(Vec::new());
+        }
+        if self.strides.len() != self.shape.len() || !self.fits(storage.len()) {
+            return None;
+        }
+        let rank = self.shape.len();
+        if rank == 0 {
+            return Some(vec![storage[self.offset]]);
+        }
+        let (len, step) = (self.shape[rank - 1], self.strides[rank - 1]);
+        let mut out = Vec::with_capacity(n);
+        let mut idx = vec![0usize; rank - 1];
+        let mut start = self.offset;
+        for _ in 0..n / len {
+            if step == 1 {
+                out.extend_from_slice(&storage[start..start + len]);
+            } else {
+                out.extend((0..len).map(|j| storage[start + j * step]));
+            }
+            // advance the outer index like an odometer
+            for ax in (0..rank - 1).rev() {
+                idx[ax] += 1;
+                start += self.strides[ax];
+                if idx[ax] < self.shape[ax] {
+                    break;
+                }
+                start -= idx[ax] * self.strides[ax];
+                idx[ax] = 0;
+            }
+        }
+        Some(out)
+    }
+}
+
+/// The view the op defines on an input of view `x` (for `reshape`, only of a contiguous
+/// input; the elements of any reshape are the input's in row-major order, see [`moved`]).
+fn view_of(op: &Op, x: &View) -> Option<View> {
+    match op {
+        Op::Permute { axes } => {
+            if axes.len() != x.shape.len() {
+                return None;
+            }
+            Some(View {
+                shape: axes
+                    .iter()
+                    .map(|&a| x.shape.get(a).copied())
+                    .collect::<Option<_>>()?,
+                strides: axes.iter().map(|&a| x.strides[a]).collect(),
+                offset: x.offset,
+            })
+        }
+        Op::Slice { axis, start, end } => {
+            let (&len, &stride) = (x.shape.get(*axis)?, x.strides.get(*axis)?);
+            if start > end || *end > len {
+                return None;
+            }
+            let mut shape = x.shape.clone();
+            shape[*axis] = end - start;
+            Some(View {
+                shape,
+                strides: x.strides.clone(),
+                offset: x.offset + if end > start { start * stride } else { 0 },
+            })
+        }
+        Op::Reshape { shape } if x.is_contiguous() => {
+            (shape.iter().product::<usize>() == x.numel()).then(|| View {
+                shape: shape.clone(),
+                strides: contiguous_strides(shape),
+                offset: x.offset,
+            })
+        }
+        Op::BroadcastTo { shape } => {
+            let lead = shape.len().checked_sub(x.shape.len())?;
+            let mut strides = vec![0; lead];
+            for (i, (&d, &s)) in x.shape.iter().zip(&x.strides).enumerate() {
+                match shape[lead + i] {
+                    t if t == d => strides.push(s),
+                    _ if d == 1 => strides.push(0),
+                    _ => return None,
+                }
+            }
+            Some(View {
+                shape: shape.clone(),
+                strides,
+                offset: x.offset,
+            })
+        }
+        _ => None,
+    }
+}
+
+/// The spec's elements of the op applied to `x`, row-major.
+fn moved(op: &Op, x: &Operand) -> Option<Vec<f32>> {
+    let xv = View::of(x);
+    match (op, view_of(op, &xv)) {
+        (_, Some(v)) => v.read(x.storage),
+        (Op::Reshape { shape }, None) if shape.iter().product::<usize>() == xv.numel() => {
+            xv.read(x.storage)
+        }
+        _ => None,
+    }
+}
+
+/// Equal, or both NaN.
+fn same(got: &[f32], want: &[f32]) -> bool {
+    got.len() == want.len()
+        && got
+            .iter()
+            .zip(want)
+            .all(|(g, w)| g == w || (g.is_nan() && w.is_nan()))
+}
+
+fn is_movement(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Reshape { .. } | Op::Permute { .. } | Op::Slice { .. } | Op::BroadcastTo { .. }
+    )
+}
+
+/// The forward check of a data-movement op; `None`: the whole-call check decides.
+pub(super) fn forward(op: &Op, call: &Call) -> Option<Result<(), String>> {
+    if !is_movement(op) || call.inputs.len() != 1 {
+        return None;
+    }
+    let (x, y) = (&call.inputs[0], &call.output);
+    let expected = view_of(op, &View::of(x));
+    // a view of the input's own storage with exactly the op's layout: nothing to compare
+    let shares =
+        std::ptr::eq(x.storage.as_ptr(), y.storage.as_ptr()) && x.storage.len() == y.storage.len();
+    let yv = View::of(y);
+    if shares && yv.fits(y.storage.len()) && expected.is_some_and(|e| e.same_elements(&yv)) {
+        return Some(Ok(()));
+    }
+    let want = moved(op, x)?;
+    let got = yv.read(y.storage)?;
+    same(&got, &want).then_some(Ok(()))
+}
+
+/// The VJP check of `reshape`, `permute` and `slice`: the gradient read through the op's
+/// view equals the cotangent, and (for `slice`) every gradient element outside the slice is
+/// zero; `None`: the whole-call check decides.
+pub(super) fn vjp(op: &Op, call: &Call) -> Option<Result<(), String>> {
+    if !matches!(
+        op,
+        Op::Reshape { .. } | Op::Permute { .. } | Op::Slice { .. }
+    ) || call.inputs.len() != 1
+    {
+        return None;
+    }
+    let (x, cot) = (&call.inputs[0], call.cotangent.as_ref()?);
+    let g = call.grads.first()?.as_ref()?;
+    if g.shape != x.shape {
+        return None;
+    }
+    let cot = View::of(cot).read(cot.storage)?;
+    let gv = View::of(g);
+    // the gradient's elements at the positions the op moves, in the cotangent's order
+    let placed = moved(op, g)?;
+    if !same(&placed, &cot) {
+        return None;
+    }
+    if let Op::Slice { axis, start, end } = op {
+        // the rest of the gradient is zero: the slices before `start` and after `end`
+        let len = *gv.shape.get(*axis)?;
+        for (lo, hi) in [(0, *start), (*end, len)] {
+            let rest = Op::Slice {
+                axis: *axis,
+                start: lo,
+                end: hi,
+            };
+            if !view_of(&rest, &gv)?
+                .read(g.storage)?
+                .iter()
+                .all(|&v| v == 0.0)
+            {
+                return None;
+            }
+        }
+    }
+    Some(Ok(()))
+}
