@@ -16,7 +16,8 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaStream};
 use std::sync::{Arc, Mutex, OnceLock};
 use torchlean::Error;
 
-/// The kernel entry points of `kernels/elementwise.cu` and `kernels/rows.cu`.
+/// The kernel entry points of `kernels/elementwise.cu`, `kernels/rows.cu` and
+/// `kernels/conv.cu`.
 pub struct Functions {
     pub binary_same: CudaFunction,
     pub binary_bcast: CudaFunction,
@@ -42,6 +43,14 @@ pub struct Functions {
     pub norm_params_vjp: CudaFunction,
     pub ema_update: CudaFunction,
     pub adam_update: CudaFunction,
+    pub conv2d_forward: CudaFunction,
+    pub conv2d_grad_input: CudaFunction,
+    pub conv2d_grad_weight: CudaFunction,
+    pub conv2d_grad_bias: CudaFunction,
+    pub pool2d_forward: CudaFunction,
+    pub pool2d_vjp: CudaFunction,
+    pub mse_forward: CudaFunction,
+    pub mse_vjp: CudaFunction,
 }
 
 /// cuBLAS behind a lock: one handle, used by one thread at a time.
@@ -163,6 +172,14 @@ fn create() -> Result<Context, String> {
         norm_params_vjp: f("norm_params_vjp")?,
         ema_update: f("ema_update")?,
         adam_update: f("adam_update")?,
+        conv2d_forward: f("conv2d_forward")?,
+        conv2d_grad_input: f("conv2d_grad_input")?,
+        conv2d_grad_weight: f("conv2d_grad_weight")?,
+        conv2d_grad_bias: f("conv2d_grad_bias")?,
+        pool2d_forward: f("pool2d_forward")?,
+        pool2d_vjp: f("pool2d_vjp")?,
+        mse_forward: f("mse_forward")?,
+        mse_vjp: f("mse_vjp")?,
     };
     let cublas = format!(
         "{}.{}.{}",

@@ -15,6 +15,7 @@ use std::path::PathBuf;
 pub const SOURCES: &[&str] = &[
     include_str!("../kernels/elementwise.cu"),
     include_str!("../kernels/rows.cu"),
+    include_str!("../kernels/conv.cu"),
 ];
 
 /// The program NVRTC compiles: every source, in order.

@@ -21,9 +21,10 @@ use torchlean::runtime::{install, Session};
 use torchlean::spec::{self, Array};
 use torchlean::{Error, OpKind, Tensor};
 use torchlean_cuda::capsules::{
-    composed_ops, cublas_binding, native_cuda_binding, native_cuda_rows_binding,
+    composed_ops, cublas_binding, native_cuda_binding, native_cuda_conv_binding,
+    native_cuda_rows_binding,
 };
-use torchlean_cuda::kernels::{blas, elementwise, rows};
+use torchlean_cuda::kernels::{blas, conv, elementwise, rows};
 
 /// Whether CUDA is usable; prints why not (or panics under TORCHLEAN_REQUIRE_CUDA=1).
 fn gpu(test: &str) -> bool {
@@ -45,6 +46,8 @@ fn binding(kind: OpKind) -> Option<KernelBinding> {
         Some(native_cuda_binding())
     } else if rows::KINDS.contains(&kind) {
         Some(native_cuda_rows_binding())
+    } else if conv::KINDS.contains(&kind) {
+        Some(native_cuda_conv_binding())
     } else if blas::KINDS.contains(&kind) {
         Some(cublas_binding())
     } else if composed_ops().contains(&kind) {
@@ -116,6 +119,7 @@ fn every_cuda_op_has_rows() {
     for k in elementwise::KINDS
         .iter()
         .chain(rows::KINDS)
+        .chain(conv::KINDS)
         .chain(blas::KINDS)
         .chain(&composed_ops())
     {

@@ -1,5 +1,5 @@
-//! The module's kernels over device tensors: [`elementwise`] and [`rows`] (native_cuda,
-//! NVRTC-compiled `.cu` sources) and [`blas`] (cuBLAS products).
+//! The module's kernels over device tensors: [`elementwise`], [`rows`] and [`conv`]
+//! (native_cuda, NVRTC-compiled `.cu` sources) and [`blas`] (cuBLAS products).
 //!
 //! Every kernel takes the op and device tensors, reads the execution context
 //! ([`crate::device::context`]: stream, cuBLAS handle, functions, allocator), launches on the
@@ -7,6 +7,7 @@
 //! capsules ([`crate::guard`]) have already run; kernels re-check what they index with.
 
 pub mod blas;
+pub mod conv;
 pub mod elementwise;
 pub mod rows;
 

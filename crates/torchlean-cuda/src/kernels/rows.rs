@@ -1,6 +1,7 @@
 //! native_cuda kernels over rows, indices and layouts: softmax and log_softmax along one axis,
-//! gather along one axis, reshape (a device copy), and permute and slice (one strided-copy
-//! kernel; the VJP of a slice writes into a zeroed gradient), index_select (its VJP sums each
+//! gather along one axis, reshape (a device copy), and permute, slice and concat (one
+//! strided-copy kernel; the VJP of a slice writes into a zeroed gradient, concat's VJP copies
+//! each input's window of the cotangent), index_select (its VJP sums each
 //! gradient element's selections in index order: no atomics), and layer and RMS norm over the
 //! last axis (one thread per row; the affine gradients one thread per column), with their
 //! VJPs. The CUDA source is `kernels/rows.cu`. Results are dense row-major copies, never
@@ -26,6 +27,7 @@ pub const KINDS: &[OpKind] = &[
     OpKind::Reshape,
     OpKind::Permute,
     OpKind::Slice,
+    OpKind::Concat,
     OpKind::IndexSelect,
     OpKind::LayerNorm,
     OpKind::RmsNorm,
@@ -290,6 +292,23 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
             };
             strided_copy(op, x, &mut out, c)?;
         }
+        Op::Concat { axis } => {
+            // each input goes to its window of the output along `axis`
+            let dst_stride = row_major(&shape);
+            let mut at = 0;
+            for t in inputs {
+                let src_stride = row_major(t.shape());
+                let c = CopyPlan {
+                    shape: t.shape(),
+                    src_stride: &src_stride,
+                    dst_stride: &dst_stride,
+                    src_offset: 0,
+                    dst_offset: at * dst_stride[*axis],
+                };
+                strided_copy(op, buffer(op, t)?, &mut out, c)?;
+                at += t.shape()[*axis];
+            }
+        }
         Op::IndexSelect { axis } => {
             let idx = buffer(op, inputs[1])?;
             let (o, d, i) = split(inputs[0].shape(), *axis);
@@ -429,6 +448,32 @@ pub fn vjp(
             };
             strided_copy(op, g, &mut gx, c)?;
             Ok(vec![Some(tensor(gx, x_shape)?)])
+        }
+        Op::Concat { axis } => {
+            // each input's gradient is its window of the cotangent along `axis`
+            let src_stride = row_major(gy.shape());
+            let mut grads = Vec::with_capacity(inputs.len());
+            let mut at = 0;
+            for (k, t) in inputs.iter().enumerate() {
+                let start = at;
+                at += t.shape()[*axis];
+                if !needs.get(k).copied().unwrap_or(false) {
+                    grads.push(None);
+                    continue;
+                }
+                let mut gk = output(cx, op, t.numel())?;
+                let dst_stride = row_major(t.shape());
+                let c = CopyPlan {
+                    shape: t.shape(),
+                    src_stride: &src_stride,
+                    dst_stride: &dst_stride,
+                    src_offset: start * src_stride[*axis],
+                    dst_offset: 0,
+                };
+                strided_copy(op, g, &mut gk, c)?;
+                grads.push(Some(tensor(gk, t.shape())?));
+            }
+            Ok(grads)
         }
         Op::IndexSelect { axis } => {
             let idx = buffer(op, inputs[1])?;

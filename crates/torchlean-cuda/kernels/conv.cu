@@ -1,0 +1,269 @@
+// native_cuda kernels for convolution, pooling and the mean squared error. Compiled by NVRTC
+// with elementwise.cu and rows.cu. Semantics follow crates/torchlean/src/spec/conv.rs,
+// spec/pool.rs and spec/linalg.rs.
+//
+// Every reduction has a fixed order (one thread, or one block with fixed per-thread strides
+// and a fixed tree): the same result on every run, no atomics.
+
+// Geometry of conv2d: input [n, cin, h, w], weight [cout, cin / groups, kh, kw], output
+// [n, cout, oh, ow]; stride, padding, dilation per axis.
+struct Conv {
+    long long n, cin, h, w, cout, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, groups;
+};
+
+// The input value under a tap: padding is a zero that takes part in the product (as the
+// spec: an infinite weight on a padded tap gives NaN).
+__device__ __forceinline__ float conv_x(const float* __restrict__ x, const Conv& g, long long nn,
+                                        long long c, long long ih, long long iw) {
+    if (ih < 0 || iw < 0 || ih >= g.h || iw >= g.w) return 0.0f;
+    return x[((nn * g.cin + c) * g.h + ih) * g.w + iw];
+}
+
+// One thread per output element: the sum over its group's input channels and the kernel
+// window, plus the bias.
+extern "C" __global__ void conv2d_forward(const float* __restrict__ x,
+                                          const float* __restrict__ wt,
+                                          const float* __restrict__ bias, int has_bias,
+                                          float* __restrict__ y, Conv g) {
+    long long total = g.n * g.cout * g.oh * g.ow;
+    long long cin_g = g.cin / g.groups, cout_g = g.cout / g.groups;
+    for (long long p = blockIdx.x * (long long)blockDim.x + threadIdx.x; p < total;
+         p += (long long)gridDim.x * blockDim.x) {
+        long long ow_ = p % g.ow, t = p / g.ow;
+        long long oh_ = t % g.oh;
+        t /= g.oh;
+        long long co = t % g.cout, nn = t / g.cout;
+        long long c0 = (co / cout_g) * cin_g;
+        float acc = 0.0f;
+        for (long long ci = 0; ci < cin_g; ++ci) {
+            for (long long a = 0; a < g.kh; ++a) {
+                long long ih = oh_ * g.sh - g.ph + a * g.dh;
+                for (long long b = 0; b < g.kw; ++b) {
+                    long long iw = ow_ * g.sw - g.pw + b * g.dw;
+                    acc += conv_x(x, g, nn, c0 + ci, ih, iw) *
+                           wt[((co * cin_g + ci) * g.kh + a) * g.kw + b];
+                }
+            }
+        }
+        if (has_bias) acc += bias[co];
+        y[p] = acc;
+    }
+}
+
+// One thread per input element: the sum over the outputs whose window reads it (the taps
+// that land on it exactly), in the order of output channel, then kernel row and column.
+extern "C" __global__ void conv2d_grad_input(const float* __restrict__ gy,
+                                             const float* __restrict__ wt,
+                                             float* __restrict__ gx, Conv g) {
+    long long total = g.n * g.cin * g.h * g.w;
+    long long cin_g = g.cin / g.groups, cout_g = g.cout / g.groups;
+    for (long long p = blockIdx.x * (long long)blockDim.x + threadIdx.x; p < total;
+         p += (long long)gridDim.x * blockDim.x) {
+        long long iw = p % g.w, t = p / g.w;
+        long long ih = t % g.h;
+        t /= g.h;
+        long long c = t % g.cin, nn = t / g.cin;
+        long long grp = c / cin_g, ci = c % cin_g;
+        float acc = 0.0f;
+        for (long long co = grp * cout_g; co < (grp + 1) * cout_g; ++co) {
+            for (long long a = 0; a < g.kh; ++a) {
+                long long th = ih + g.ph - a * g.dh;
+                if (th < 0 || th % g.sh != 0) continue;
+                long long oh_ = th / g.sh;
+                if (oh_ >= g.oh) continue;
+                for (long long b = 0; b < g.kw; ++b) {
+                    long long tw = iw + g.pw - b * g.dw;
+                    if (tw < 0 || tw % g.sw != 0) continue;
+                    long long ow_ = tw / g.sw;
+                    if (ow_ >= g.ow) continue;
+                    acc += gy[((nn * g.cout + co) * g.oh + oh_) * g.ow + ow_] *
+                           wt[((co * cin_g + ci) * g.kh + a) * g.kw + b];
+                }
+            }
+        }
+        gx[p] = acc;
+    }
+}
+
+// Sums `terms` values of `term(i)` in one block: thread t takes i = t, t + blockDim, ...,
+// then a fixed tree in shared memory. Needs blockDim.x a power of two, at most 256.
+#define BLOCK_SUM(result, terms, term_expr)                                  \
+    do {                                                                     \
+        __shared__ float part_[256];                                         \
+        float acc_ = 0.0f;                                                   \
+        for (long long i = threadIdx.x; i < (terms); i += blockDim.x) {      \
+            acc_ += (term_expr);                                             \
+        }                                                                    \
+        part_[threadIdx.x] = acc_;                                           \
+        __syncthreads();                                                     \
+        for (int s_ = blockDim.x / 2; s_ > 0; s_ >>= 1) {                    \
+            if (threadIdx.x < s_) part_[threadIdx.x] += part_[threadIdx.x + s_]; \
+            __syncthreads();                                                 \
+        }                                                                    \
+        result = part_[0];                                                   \
+        __syncthreads();                                                     \
+    } while (0)
+
+// One block per weight element: the sum over batch and output positions of input (zero on
+// padding, as the forward) times the output gradient.
+extern "C" __global__ void conv2d_grad_weight(const float* __restrict__ x,
+                                              const float* __restrict__ gy,
+                                              float* __restrict__ gw, Conv g) {
+    long long cin_g = g.cin / g.groups, cout_g = g.cout / g.groups;
+    long long weights = g.cout * cin_g * g.kh * g.kw;
+    long long per = g.oh * g.ow, terms = g.n * per;
+    for (long long q = blockIdx.x; q < weights; q += gridDim.x) {
+        long long b = q % g.kw, t = q / g.kw;
+        long long a = t % g.kh;
+        t /= g.kh;
+        long long ci = t % cin_g, co = t / cin_g;
+        long long c = (co / cout_g) * cin_g + ci;
+        float sum;
+        BLOCK_SUM(sum, terms,
+                  conv_x(x, g, i / per, c, ((i % per) / g.ow) * g.sh - g.ph + a * g.dh,
+                         (i % g.ow) * g.sw - g.pw + b * g.dw) *
+                      gy[((i / per) * g.cout + co) * per + (i % per)]);
+        if (threadIdx.x == 0) gw[q] = sum;
+    }
+}
+
+// One block per output channel: the bias gradient, the sum of its output gradients.
+extern "C" __global__ void conv2d_grad_bias(const float* __restrict__ gy,
+                                            float* __restrict__ gb, Conv g) {
+    long long per = g.oh * g.ow, terms = g.n * per;
+    for (long long co = blockIdx.x; co < g.cout; co += gridDim.x) {
+        float sum;
+        BLOCK_SUM(sum, terms, gy[((i / per) * g.cout + co) * per + (i % per)]);
+        if (threadIdx.x == 0) gb[co] = sum;
+    }
+}
+
+// Geometry of 2-D pooling over [nc, h, w] planes (nc = batch x channels) into [nc, oh, ow].
+struct Pool {
+    long long nc, h, w, oh, ow, kh, kw, sh, sw, ph, pw;
+};
+
+// The flat index of the first maximum of window (plane, i, j) among its real elements (the
+// spec's `first_max`: a later value wins when greater, or NaN over a non-NaN), or -1 when
+// the window holds no real element (the shape rule rules that out).
+__device__ long long first_max(const float* __restrict__ x, const Pool& g, long long plane,
+                               long long i, long long j) {
+    long long best = -1;
+    for (long long a = 0; a < g.kh; ++a) {
+        long long r = i * g.sh + a - g.ph;
+        if (r < 0 || r >= g.h) continue;
+        for (long long b = 0; b < g.kw; ++b) {
+            long long s = j * g.sw + b - g.pw;
+            if (s < 0 || s >= g.w) continue;
+            long long f = (plane * g.h + r) * g.w + s;
+            if (best < 0) {
+                best = f;
+            } else {
+                float v = x[f], m = x[best];
+                if (v > m || (v != v && m == m)) best = f;
+            }
+        }
+    }
+    return best;
+}
+
+// The number of real elements of window (i, j).
+__device__ __forceinline__ long long window_count(const Pool& g, long long i, long long j) {
+    long long rows = 0, cols = 0;
+    for (long long a = 0; a < g.kh; ++a) {
+        long long r = i * g.sh + a - g.ph;
+        rows += (r >= 0 && r < g.h);
+    }
+    for (long long b = 0; b < g.kw; ++b) {
+        long long s = j * g.sw + b - g.pw;
+        cols += (s >= 0 && s < g.w);
+    }
+    return rows * cols;
+}
+
+// mode 0: max; mode 1: average over the real elements; mode 2: average over the whole
+// window (count_include_pad). One thread per output element.
+extern "C" __global__ void pool2d_forward(int mode, const float* __restrict__ x,
+                                          float* __restrict__ y, Pool g) {
+    long long total = g.nc * g.oh * g.ow;
+    for (long long p = blockIdx.x * (long long)blockDim.x + threadIdx.x; p < total;
+         p += (long long)gridDim.x * blockDim.x) {
+        long long j = p % g.ow, t = p / g.ow;
+        long long i = t % g.oh, plane = t / g.oh;
+        if (mode == 0) {
+            long long f = first_max(x, g, plane, i, j);
+            y[p] = f < 0 ? __int_as_float(0x7fc00000) : x[f];
+            continue;
+        }
+        float acc = 0.0f;
+        for (long long a = 0; a < g.kh; ++a) {
+            long long r = i * g.sh + a - g.ph;
+            if (r < 0 || r >= g.h) continue;
+            for (long long b = 0; b < g.kw; ++b) {
+                long long s = j * g.sw + b - g.pw;
+                if (s < 0 || s >= g.w) continue;
+                acc += x[(plane * g.h + r) * g.w + s];
+            }
+        }
+        float d = mode == 2 ? (float)(g.kh * g.kw) : (float)window_count(g, i, j);
+        y[p] = acc / d;
+    }
+}
+
+// One thread per input element: the sum, over the windows that hold it (in output order),
+// of the output gradient it receives (max: all of it when it is the window's first maximum;
+// average: the gradient over the window's divisor).
+extern "C" __global__ void pool2d_vjp(int mode, const float* __restrict__ x,
+                                      const float* __restrict__ gy, float* __restrict__ gx,
+                                      Pool g) {
+    long long total = g.nc * g.h * g.w;
+    for (long long p = blockIdx.x * (long long)blockDim.x + threadIdx.x; p < total;
+         p += (long long)gridDim.x * blockDim.x) {
+        long long s = p % g.w, t = p / g.w;
+        long long r = t % g.h, plane = t / g.h;
+        // windows i with i*sh - ph <= r <= i*sh - ph + kh - 1
+        long long hi_i = (r + g.ph) / g.sh;
+        long long lo_num = r + g.ph - g.kh + 1;
+        long long lo_i = lo_num <= 0 ? 0 : (lo_num + g.sh - 1) / g.sh;
+        long long hi_j = (s + g.pw) / g.sw;
+        long long lo_numj = s + g.pw - g.kw + 1;
+        long long lo_j = lo_numj <= 0 ? 0 : (lo_numj + g.sw - 1) / g.sw;
+        if (hi_i > g.oh - 1) hi_i = g.oh - 1;
+        if (hi_j > g.ow - 1) hi_j = g.ow - 1;
+        float acc = 0.0f;
+        for (long long i = lo_i; i <= hi_i; ++i) {
+            for (long long j = lo_j; j <= hi_j; ++j) {
+                long long o = (plane * g.oh + i) * g.ow + j;
+                if (mode == 0) {
+                    if (first_max(x, g, plane, i, j) == p) acc += gy[o];
+                } else {
+                    float d = mode == 2 ? (float)(g.kh * g.kw) : (float)window_count(g, i, j);
+                    acc += gy[o] / d;
+                }
+            }
+        }
+        gx[p] = acc;
+    }
+}
+
+// mse_loss: the mean of (a - b)^2 over n elements, one block in a fixed order (0/0 = NaN
+// for n = 0, as the spec).
+extern "C" __global__ void mse_forward(const float* __restrict__ a, const float* __restrict__ b,
+                                       float* __restrict__ out, long long n) {
+    float sum;
+    BLOCK_SUM(sum, n, (a[i] - b[i]) * (a[i] - b[i]));
+    if (threadIdx.x == 0) out[0] = sum / (float)n;
+}
+
+// The mse_loss VJP: ga = 2·gy·(a - b)/n, gb = -ga.
+extern "C" __global__ void mse_vjp(const float* __restrict__ a, const float* __restrict__ b,
+                                   const float* __restrict__ gy, float* __restrict__ ga,
+                                   float* __restrict__ gb, long long n) {
+    float scale = 2.0f * gy[0] / (float)n;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        float v = scale * (a[i] - b[i]);
+        ga[i] = v;
+        gb[i] = -v;
+    }
+}

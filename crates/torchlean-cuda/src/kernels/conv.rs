@@ -1,0 +1,308 @@
+//! native_cuda kernels for `conv2d`, `max_pool2d`, `avg_pool2d` and `mse_loss`, with their
+//! VJPs. The CUDA source is `kernels/conv.cu`.
+//!
+//! Direct kernels, written for correctness and determinism, not yet tuned: one thread per
+//! output element for the forwards, one thread per input element for the input gradients
+//! (summing the taps that land on it: no atomics), and one block per weight (or bias)
+//! element for the parameter gradients (a fixed tree over a fixed split of the batch and
+//! output positions). Padding takes part in conv2d's products as zeros, as the spec says.
+
+use super::{buffer, cx, grid, launched, output, tensor, BLOCK};
+use cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
+use torchlean::graph::{Op, OpKind, Pool2dGeometry};
+use torchlean::{Error, Result, Tensor};
+
+/// The op kinds this file implements.
+pub const KINDS: &[OpKind] = &[
+    OpKind::Conv2d,
+    OpKind::MaxPool2d,
+    OpKind::AvgPool2d,
+    OpKind::MseLoss,
+];
+
+/// Mirror of `struct Conv` in `conv.cu`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct Conv {
+    n: i64,
+    cin: i64,
+    h: i64,
+    w: i64,
+    cout: i64,
+    oh: i64,
+    ow: i64,
+    kh: i64,
+    kw: i64,
+    sh: i64,
+    sw: i64,
+    ph: i64,
+    pw: i64,
+    dh: i64,
+    dw: i64,
+    groups: i64,
+}
+// SAFETY: plain `repr(C)` integers laid out exactly as the CUDA struct.
+unsafe impl DeviceRepr for Conv {}
+
+/// Mirror of `struct Pool` in `conv.cu`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct Pool {
+    nc: i64,
+    h: i64,
+    w: i64,
+    oh: i64,
+    ow: i64,
+    kh: i64,
+    kw: i64,
+    sh: i64,
+    sw: i64,
+    ph: i64,
+    pw: i64,
+}
+// SAFETY: plain `repr(C)` integers laid out exactly as the CUDA struct.
+unsafe impl DeviceRepr for Pool {}
+
+/// One block of [`BLOCK`] threads per item, for `items` items (grid-stride over blocks).
+fn blocks(items: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (items.clamp(1, 65_535) as u32, 1, 1),
+        block_dim: (BLOCK, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// The geometry of a conv2d call (shapes already accepted by the shape rule, so every
+/// dimension is positive where it divides and the output shape is the spec's).
+fn conv_geometry(op: &Op, x: &[usize], w: &[usize], y: &[usize]) -> Result<Conv> {
+    let Op::Conv2d(g) = op else {
+        return Err(Error::Other(format!("not a conv2d: `{}`", op.name())));
+    };
+    let i = |v: usize| v as i64;
+    Ok(Conv {
+        n: i(x[0]),
+        cin: i(x[1]),
+        h: i(x[2]),
+        w: i(x[3]),
+        cout: i(w[0]),
+        oh: i(y[2]),
+        ow: i(y[3]),
+        kh: i(w[2]),
+        kw: i(w[3]),
+        sh: i(g.stride[0]),
+        sw: i(g.stride[1]),
+        ph: i(g.padding[0]),
+        pw: i(g.padding[1]),
+        dh: i(g.dilation[0]),
+        dw: i(g.dilation[1]),
+        groups: i(g.groups.max(1)),
+    })
+}
+
+fn pool_geometry(g: &Pool2dGeometry, x: &[usize], y: &[usize]) -> Pool {
+    let i = |v: usize| v as i64;
+    Pool {
+        nc: i(x[0] * x[1]),
+        h: i(x[2]),
+        w: i(x[3]),
+        oh: i(y[2]),
+        ow: i(y[3]),
+        kh: i(g.kernel[0]),
+        kw: i(g.kernel[1]),
+        sh: i(g.stride[0]),
+        sw: i(g.stride[1]),
+        ph: i(g.padding[0]),
+        pw: i(g.padding[1]),
+    }
+}
+
+/// The pooling mode of `conv.cu` and the geometry of a pooling op.
+fn pool_mode(op: &Op) -> Result<(i32, &Pool2dGeometry)> {
+    match op {
+        Op::MaxPool2d(g) => Ok((0, g)),
+        Op::AvgPool2d {
+            geometry,
+            count_include_pad,
+        } => Ok((if *count_include_pad { 2 } else { 1 }, geometry)),
+        other => Err(Error::Other(format!(
+            "native_cuda has no pooling kernel for `{}`",
+            other.name()
+        ))),
+    }
+}
+
+/// The forward kernel of every op in [`KINDS`].
+pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
+    let shapes: Vec<&[usize]> = inputs.iter().map(|t| t.shape()).collect();
+    let shape = torchlean::spec::infer_shape(op, &shapes)?;
+    let n = torchlean::spec::numel(&shape);
+    let cx = cx()?;
+    let mut out = output(cx, op, n)?;
+    let x = buffer(op, inputs[0])?;
+    match op {
+        Op::Conv2d(_) => {
+            let w = buffer(op, inputs[1])?;
+            let bias = match inputs.get(2) {
+                Some(b) => Some(buffer(op, b)?),
+                None => None,
+            };
+            let g = conv_geometry(op, inputs[0].shape(), inputs[1].shape(), &shape)?;
+            if n > 0 {
+                let has_bias = bias.is_some() as i32;
+                let mut l = cx.stream.launch_builder(&cx.functions.conv2d_forward);
+                l.arg(x.slice())
+                    .arg(w.slice())
+                    // without a bias the kernel never reads this argument
+                    .arg(bias.unwrap_or(w).slice())
+                    .arg(&has_bias)
+                    .arg(out.slice_mut())
+                    .arg(&g);
+                // SAFETY: each output thread reads x inside [n, cin, h, w] (taps outside are
+                // padding, not read), w inside [cout, cin/groups, kh, kw] and bias[co < cout]
+                // (the shape rule checked the shapes), and writes its own output element.
+                launched(op, unsafe { l.launch(grid(n)) })?;
+            }
+        }
+        Op::MaxPool2d(_) | Op::AvgPool2d { .. } => {
+            let (mode, geometry) = pool_mode(op)?;
+            let g = pool_geometry(geometry, inputs[0].shape(), &shape);
+            if n > 0 {
+                let mut l = cx.stream.launch_builder(&cx.functions.pool2d_forward);
+                l.arg(&mode).arg(x.slice()).arg(out.slice_mut()).arg(&g);
+                // SAFETY: each output thread reads the real elements of its window (inside
+                // [nc, h, w]) and writes its own output element.
+                launched(op, unsafe { l.launch(grid(n)) })?;
+            }
+        }
+        Op::MseLoss => {
+            let b = buffer(op, inputs[1])?;
+            let m = inputs[0].numel() as i64;
+            let mut l = cx.stream.launch_builder(&cx.functions.mse_forward);
+            l.arg(x.slice()).arg(b.slice()).arg(out.slice_mut()).arg(&m);
+            // SAFETY: one block reads the m elements of both inputs (same shape: the shape
+            // rule) and writes the one output element.
+            launched(op, unsafe { l.launch(blocks(1)) })?;
+        }
+        other => {
+            return Err(Error::Other(format!(
+                "native_cuda has no conv or pool kernel for op `{}`",
+                other.name()
+            )))
+        }
+    }
+    tensor(out, &shape)
+}
+
+/// The VJP kernel of every op in [`KINDS`].
+pub fn vjp(
+    op: &Op,
+    inputs: &[&Tensor],
+    output_t: &Tensor,
+    gy: &Tensor,
+    needs: &[bool],
+) -> Result<Vec<Option<Tensor>>> {
+    let cx = cx()?;
+    let g = buffer(op, gy)?;
+    let x = buffer(op, inputs[0])?;
+    let x_shape = inputs[0].shape();
+    let need = |i: usize| needs.get(i).copied().unwrap_or(false);
+    match op {
+        Op::Conv2d(_) => {
+            let w = buffer(op, inputs[1])?;
+            let geo = conv_geometry(op, x_shape, inputs[1].shape(), output_t.shape())?;
+            let mut grads = Vec::with_capacity(inputs.len());
+            if need(0) {
+                let nx = inputs[0].numel();
+                let mut gx = output(cx, op, nx)?;
+                if nx > 0 {
+                    let mut l = cx.stream.launch_builder(&cx.functions.conv2d_grad_input);
+                    l.arg(g.slice()).arg(w.slice()).arg(gx.slice_mut()).arg(&geo);
+                    // SAFETY: each input thread reads the output gradients and weights of
+                    // the taps landing on it (indices checked against oh, ow, kh, kw) and
+                    // writes its own element.
+                    launched(op, unsafe { l.launch(grid(nx)) })?;
+                }
+                grads.push(Some(tensor(gx, x_shape)?));
+            } else {
+                grads.push(None);
+            }
+            if need(1) {
+                let nw = inputs[1].numel();
+                let mut gw = output(cx, op, nw)?;
+                if nw > 0 {
+                    let mut l = cx.stream.launch_builder(&cx.functions.conv2d_grad_weight);
+                    l.arg(x.slice()).arg(g.slice()).arg(gw.slice_mut()).arg(&geo);
+                    // SAFETY: each block owns one weight element (grid-stride over the nw
+                    // of them), reads x inside its shape (padding is not read) and gy inside
+                    // [n, cout, oh, ow], and its thread 0 writes that element.
+                    launched(op, unsafe { l.launch(blocks(nw)) })?;
+                }
+                grads.push(Some(tensor(gw, inputs[1].shape())?));
+            } else {
+                grads.push(None);
+            }
+            if inputs.len() > 2 {
+                if need(2) {
+                    let nb = inputs[2].numel();
+                    let mut gb = output(cx, op, nb)?;
+                    if nb > 0 {
+                        let mut l = cx.stream.launch_builder(&cx.functions.conv2d_grad_bias);
+                        l.arg(g.slice()).arg(gb.slice_mut()).arg(&geo);
+                        // SAFETY: each block owns one output channel (cout = nb, the shape
+                        // rule), reads its gy elements and writes gb[co].
+                        launched(op, unsafe { l.launch(blocks(nb)) })?;
+                    }
+                    grads.push(Some(tensor(gb, inputs[2].shape())?));
+                } else {
+                    grads.push(None);
+                }
+            }
+            Ok(grads)
+        }
+        Op::MaxPool2d(_) | Op::AvgPool2d { .. } => {
+            let (mode, geometry) = pool_mode(op)?;
+            let geo = pool_geometry(geometry, x_shape, output_t.shape());
+            let nx = inputs[0].numel();
+            let mut gx = output(cx, op, nx)?;
+            if nx > 0 {
+                let mut l = cx.stream.launch_builder(&cx.functions.pool2d_vjp);
+                l.arg(&mode)
+                    .arg(x.slice())
+                    .arg(g.slice())
+                    .arg(gx.slice_mut())
+                    .arg(&geo);
+                // SAFETY: each input thread reads the windows that hold it (window indices
+                // clamped to [0, oh) x [0, ow), their real elements inside [nc, h, w]) and
+                // writes its own element.
+                launched(op, unsafe { l.launch(grid(nx)) })?;
+            }
+            Ok(vec![Some(tensor(gx, x_shape)?)])
+        }
+        Op::MseLoss => {
+            let b = buffer(op, inputs[1])?;
+            let m = inputs[0].numel();
+            let (mut ga, mut gb) = (output(cx, op, m)?, output(cx, op, m)?);
+            if m > 0 {
+                let m64 = m as i64;
+                let mut l = cx.stream.launch_builder(&cx.functions.mse_vjp);
+                l.arg(x.slice())
+                    .arg(b.slice())
+                    .arg(g.slice())
+                    .arg(ga.slice_mut())
+                    .arg(gb.slice_mut())
+                    .arg(&m64);
+                // SAFETY: element threads read a[i], b[i] (i < m) and the scalar gy, and
+                // write ga[i], gb[i].
+                launched(op, unsafe { l.launch(grid(m)) })?;
+            }
+            Ok(vec![
+                need(0).then(|| tensor(ga, x_shape)).transpose()?,
+                need(1).then(|| tensor(gb, x_shape)).transpose()?,
+            ])
+        }
+        other => Err(Error::Other(format!(
+            "native_cuda has no conv or pool VJP for op `{}`",
+            other.name()
+        ))),
+    }
+}
