@@ -12,7 +12,7 @@
 //! on the strength of the same conformance suite as the native kernels, never as
 //! `verified` (docs/cuda.md, "Evidence on CUDA").
 
-use crate::kernels::{blas, conv, elementwise, rows};
+use crate::kernels::{blas, conv, elementwise, rows, spectral};
 use torchlean::backend::{
     ContractClaim, ContractDescriptor, Device, Evidence, KernelCapsule, Provenance, Provider,
     Registry, RegistryError, RuntimeSupport, TensorLayout, TrustLevel, VjpMode,
@@ -137,13 +137,15 @@ fn capsule(op: OpKind, provider: Provider, file: &str) -> KernelCapsule {
     }
 }
 
-/// The native_cuda capsule of `op` (one of [`elementwise::KINDS`], [`rows::KINDS`] or
-/// [`conv::KINDS`]).
+/// The native_cuda capsule of `op` (one of [`elementwise::KINDS`], [`rows::KINDS`],
+/// [`conv::KINDS`] or [`spectral::KINDS`]).
 pub fn native_cuda_capsule(op: OpKind) -> KernelCapsule {
     let file = if rows::KINDS.contains(&op) {
         "kernels/rows.rs"
     } else if conv::KINDS.contains(&op) {
         "kernels/conv.rs"
+    } else if spectral::KINDS.contains(&op) {
+        "kernels/spectral.rs"
     } else {
         "kernels/elementwise.rs"
     };
@@ -170,6 +172,11 @@ pub fn native_cuda_conv_binding() -> KernelBinding {
     KernelBinding::new("native_cuda", conv::forward, Some(conv::vjp))
 }
 
+/// The binding of the native_cuda spectral kernels.
+pub fn native_cuda_spectral_binding() -> KernelBinding {
+    KernelBinding::new("native_cuda", spectral::forward, Some(spectral::vjp))
+}
+
 /// The binding of the cuBLAS kernels.
 pub fn cublas_binding() -> KernelBinding {
     KernelBinding::new("cublas", blas::forward, Some(blas::vjp))
@@ -188,6 +195,7 @@ pub fn composed_ops() -> Vec<OpKind> {
                     elementwise::KINDS.contains(p)
                         || rows::KINDS.contains(p)
                         || conv::KINDS.contains(p)
+                        || spectral::KINDS.contains(p)
                         || blas::KINDS.contains(p)
                 })
         })
@@ -221,6 +229,9 @@ pub fn register(r: &mut Registry) -> Result<(), RegistryError> {
     }
     for &op in conv::KINDS {
         r.register(native_cuda_capsule(op), native_cuda_conv_binding())?;
+    }
+    for &op in spectral::KINDS {
+        r.register(native_cuda_capsule(op), native_cuda_spectral_binding())?;
     }
     for &op in blas::KINDS {
         r.register(cublas_capsule(op), cublas_binding())?;

@@ -16,8 +16,7 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaStream};
 use std::sync::{Arc, Mutex, OnceLock};
 use torchlean::Error;
 
-/// The kernel entry points of `kernels/elementwise.cu`, `kernels/rows.cu` and
-/// `kernels/conv.cu`.
+/// The kernel entry points of the `kernels/*.cu` sources.
 pub struct Functions {
     pub binary_same: CudaFunction,
     pub binary_bcast: CudaFunction,
@@ -51,6 +50,11 @@ pub struct Functions {
     pub pool2d_vjp: CudaFunction,
     pub mse_forward: CudaFunction,
     pub mse_vjp: CudaFunction,
+    pub spectral_dft: CudaFunction,
+    pub spectral_idft: CudaFunction,
+    pub spectral_mix: CudaFunction,
+    pub spectral_mix_vjp_x: CudaFunction,
+    pub spectral_mix_vjp_w: CudaFunction,
 }
 
 /// cuBLAS behind a lock: one handle, used by one thread at a time.
@@ -180,6 +184,11 @@ fn create() -> Result<Context, String> {
         pool2d_vjp: f("pool2d_vjp")?,
         mse_forward: f("mse_forward")?,
         mse_vjp: f("mse_vjp")?,
+        spectral_dft: f("spectral_dft")?,
+        spectral_idft: f("spectral_idft")?,
+        spectral_mix: f("spectral_mix")?,
+        spectral_mix_vjp_x: f("spectral_mix_vjp_x")?,
+        spectral_mix_vjp_w: f("spectral_mix_vjp_w")?,
     };
     let cublas = format!(
         "{}.{}.{}",

@@ -16,6 +16,7 @@ pub const SOURCES: &[&str] = &[
     include_str!("../kernels/elementwise.cu"),
     include_str!("../kernels/rows.cu"),
     include_str!("../kernels/conv.cu"),
+    include_str!("../kernels/spectral.cu"),
 ];
 
 /// The program NVRTC compiles: every source, in order.

@@ -22,9 +22,9 @@ use torchlean::spec::{self, Array};
 use torchlean::{Error, OpKind, Tensor};
 use torchlean_cuda::capsules::{
     composed_ops, cublas_binding, native_cuda_binding, native_cuda_conv_binding,
-    native_cuda_rows_binding,
+    native_cuda_rows_binding, native_cuda_spectral_binding,
 };
-use torchlean_cuda::kernels::{blas, conv, elementwise, rows};
+use torchlean_cuda::kernels::{blas, conv, elementwise, rows, spectral};
 
 /// Whether CUDA is usable; prints why not (or panics under TORCHLEAN_REQUIRE_CUDA=1).
 fn gpu(test: &str) -> bool {
@@ -48,6 +48,8 @@ fn binding(kind: OpKind) -> Option<KernelBinding> {
         Some(native_cuda_rows_binding())
     } else if conv::KINDS.contains(&kind) {
         Some(native_cuda_conv_binding())
+    } else if spectral::KINDS.contains(&kind) {
+        Some(native_cuda_spectral_binding())
     } else if blas::KINDS.contains(&kind) {
         Some(cublas_binding())
     } else if composed_ops().contains(&kind) {
@@ -120,6 +122,7 @@ fn every_cuda_op_has_rows() {
         .iter()
         .chain(rows::KINDS)
         .chain(conv::KINDS)
+        .chain(spectral::KINDS)
         .chain(blas::KINDS)
         .chain(&composed_ops())
     {
@@ -447,7 +450,7 @@ fn quickstart_training_on_the_gpu_matches_the_cpu() {
     for capsule in [
         "cublas.linear",
         "native_cuda.tanh",
-        "torchlean.cuda.mse_loss",
+        "native_cuda.mse_loss",
         "native_cuda.ema_update",
         "native_cuda.adam_update",
     ] {

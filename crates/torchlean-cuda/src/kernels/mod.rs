@@ -1,5 +1,5 @@
-//! The module's kernels over device tensors: [`elementwise`], [`rows`] and [`conv`]
-//! (native_cuda, NVRTC-compiled `.cu` sources) and [`blas`] (cuBLAS products).
+//! The module's kernels over device tensors: [`elementwise`], [`rows`], [`conv`] and
+//! [`spectral`] (native_cuda, NVRTC-compiled `.cu` sources) and [`blas`] (cuBLAS products).
 //!
 //! Every kernel takes the op and device tensors, reads the execution context
 //! ([`crate::device::context`]: stream, cuBLAS handle, functions, allocator), launches on the
@@ -10,6 +10,7 @@ pub mod blas;
 pub mod conv;
 pub mod elementwise;
 pub mod rows;
+pub mod spectral;
 
 use crate::device::{context, failure, Context};
 use crate::memory::CudaBuffer;

@@ -154,7 +154,8 @@ impl Gru {
                 check_state("gru", h0, b, self.hidden)?;
                 h0.clone()
             }
-            None => Tensor::zeros(&[b, self.hidden])?,
+            // the initial state lives where the input does (never an implicit copy later)
+            None => Tensor::zeros(&[b, self.hidden])?.to_device(x.device())?,
         };
         let mut states = Vec::with_capacity(t);
         for step in 0..t {
@@ -229,9 +230,10 @@ impl Lstm {
                 check_state("lstm", c0, b, self.hidden)?;
                 (h0.clone(), c0.clone())
             }
+            // the initial state lives where the input does (never an implicit copy later)
             None => (
-                Tensor::zeros(&[b, self.hidden])?,
-                Tensor::zeros(&[b, self.hidden])?,
+                Tensor::zeros(&[b, self.hidden])?.to_device(x.device())?,
+                Tensor::zeros(&[b, self.hidden])?.to_device(x.device())?,
             ),
         };
         let mut states = Vec::with_capacity(t);

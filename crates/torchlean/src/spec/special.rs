@@ -129,8 +129,6 @@ fn rdft<T: Scalar>(x: &Array<T>, m: usize) -> (Vec<T>, Vec<T>) {
     (xr, xi)
 }
 
-/// Attention probabilities of one query row, or `None` when every key is blocked.
-#[allow(clippy::too_many_arguments)]
 /// `Σ a_i·b_i` over four interleaved partial sums (the order of a sum is not part of the
 /// spec; four independent sums keep the loop from waiting on each addition).
 fn dot<T: Scalar>(a: &[T], b: &[T]) -> T {
@@ -150,6 +148,8 @@ fn dot<T: Scalar>(a: &[T], b: &[T]) -> T {
     (acc[0] + acc[1]) + (acc[2] + acc[3]) + tail
 }
 
+/// Attention probabilities of one query row, or `None` when every key is blocked.
+#[allow(clippy::too_many_arguments)]
 fn attention_row<T: Scalar>(
     op: &Op,
     xs: &[&Array<T>],

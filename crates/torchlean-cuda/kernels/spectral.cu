@@ -1,0 +1,133 @@
+// native_cuda kernels for spectral_conv1d (the Fourier-neural-operator layer), evaluated as
+// the spec writes it (crates/torchlean/src/spec/special.rs): a direct DFT on the first `m`
+// frequencies, complex channel mixing, and the normalized inverse of a real FFT whose other
+// frequencies are zero. Direct sums cost O(n·m) per signal, the right order for the few
+// modes an FNO keeps. Compiled by NVRTC with the other sources.
+
+// The angle 2π·((k·t) mod n)/n as the argument of sincospif (which takes it over π).
+__device__ __forceinline__ void dft_angle(long long k, long long t, long long n, float* s,
+                                          float* c) {
+    sincospif(2.0f * (float)((k * t) % n) / (float)n, s, c);
+}
+
+// The inverse real-FFT weight of frequency k over n points, divided by n: 1/n for k = 0 and
+// the Nyquist frequency, 2/n otherwise.
+__device__ __forceinline__ float irfft_scale(long long k, long long n) {
+    return ((k == 0 || (n % 2 == 0 && k == n / 2)) ? 1.0f : 2.0f) / (float)n;
+}
+
+// One thread per (row, k < m): outr = Σ_t x[row, t] cos θ, outi = -Σ_t x[row, t] sin θ, each
+// times irfft_scale(k) when `scaled` (the cotangent of the inverse transform).
+extern "C" __global__ void spectral_dft(const float* __restrict__ x, float* __restrict__ outr,
+                                        float* __restrict__ outi, long long rows, long long n,
+                                        long long m, int scaled) {
+    long long total = rows * m;
+    for (long long p = blockIdx.x * (long long)blockDim.x + threadIdx.x; p < total;
+         p += (long long)gridDim.x * blockDim.x) {
+        long long k = p % m, row = p / m;
+        float re = 0.0f, im = 0.0f;
+        for (long long t = 0; t < n; ++t) {
+            float s, c;
+            dft_angle(k, t, n, &s, &c);
+            float v = x[row * n + t];
+            re += v * c;
+            im -= v * s;
+        }
+        float f = scaled ? irfft_scale(k, n) : 1.0f;
+        outr[p] = f * re;
+        outi[p] = f * im;
+    }
+}
+
+// One thread per (row, t < n): out = Σ_{k<m} f_k (yr cos θ − yi sin θ), f_k = irfft_scale(k)
+// when `scaled` (the inverse transform), else 1 (the cotangent of the forward DFT).
+extern "C" __global__ void spectral_idft(const float* __restrict__ yr,
+                                         const float* __restrict__ yi, float* __restrict__ out,
+                                         long long rows, long long n, long long m, int scaled) {
+    long long total = rows * n;
+    for (long long p = blockIdx.x * (long long)blockDim.x + threadIdx.x; p < total;
+         p += (long long)gridDim.x * blockDim.x) {
+        long long t = p % n, row = p / n;
+        float acc = 0.0f;
+        for (long long k = 0; k < m; ++k) {
+            float s, c;
+            dft_angle(k, t, n, &s, &c);
+            float f = scaled ? irfft_scale(k, n) : 1.0f;
+            acc += f * (yr[row * m + k] * c - yi[row * m + k] * s);
+        }
+        out[p] = acc;
+    }
+}
+
+// Channel mixing, one thread per (b, o, k): Y = Σ_i X[b, i, k] · W[i, o, k] (complex).
+extern "C" __global__ void spectral_mix(const float* __restrict__ ar, const float* __restrict__ ai,
+                                        const float* __restrict__ wr, const float* __restrict__ wi,
+                                        float* __restrict__ yr, float* __restrict__ yi,
+                                        long long b, long long ci, long long co, long long m) {
+    long long total = b * co * m;
+    for (long long p = blockIdx.x * (long long)blockDim.x + threadIdx.x; p < total;
+         p += (long long)gridDim.x * blockDim.x) {
+        long long k = p % m, t = p / m;
+        long long o = t % co, bb = t / co;
+        float re = 0.0f, im = 0.0f;
+        for (long long i = 0; i < ci; ++i) {
+            float xr = ar[(bb * ci + i) * m + k], xi = ai[(bb * ci + i) * m + k];
+            long long w = (i * co + o) * m + k;
+            re += xr * wr[w] - xi * wi[w];
+            im += xr * wi[w] + xi * wr[w];
+        }
+        yr[p] = re;
+        yi[p] = im;
+    }
+}
+
+// The mixing's input cotangent, one thread per (b, i, k): gx = Σ_o (gr wr + gi wi,
+// gi wr − gr wi).
+extern "C" __global__ void spectral_mix_vjp_x(const float* __restrict__ gr,
+                                              const float* __restrict__ gi,
+                                              const float* __restrict__ wr,
+                                              const float* __restrict__ wi,
+                                              float* __restrict__ gxr, float* __restrict__ gxi,
+                                              long long b, long long ci, long long co,
+                                              long long m) {
+    long long total = b * ci * m;
+    for (long long p = blockIdx.x * (long long)blockDim.x + threadIdx.x; p < total;
+         p += (long long)gridDim.x * blockDim.x) {
+        long long k = p % m, t = p / m;
+        long long i = t % ci, bb = t / ci;
+        float re = 0.0f, im = 0.0f;
+        for (long long o = 0; o < co; ++o) {
+            long long w = (i * co + o) * m + k;
+            float g_r = gr[(bb * co + o) * m + k], g_i = gi[(bb * co + o) * m + k];
+            re += g_r * wr[w] + g_i * wi[w];
+            im += g_i * wr[w] - g_r * wi[w];
+        }
+        gxr[p] = re;
+        gxi[p] = im;
+    }
+}
+
+// The weights' cotangent, one thread per (i, o, k): gw = Σ_b (gr ar + gi ai, gi ar − gr ai).
+extern "C" __global__ void spectral_mix_vjp_w(const float* __restrict__ gr,
+                                              const float* __restrict__ gi,
+                                              const float* __restrict__ ar,
+                                              const float* __restrict__ ai,
+                                              float* __restrict__ gwr, float* __restrict__ gwi,
+                                              long long b, long long ci, long long co,
+                                              long long m) {
+    long long total = ci * co * m;
+    for (long long p = blockIdx.x * (long long)blockDim.x + threadIdx.x; p < total;
+         p += (long long)gridDim.x * blockDim.x) {
+        long long k = p % m, t = p / m;
+        long long o = t % co, i = t / co;
+        float re = 0.0f, im = 0.0f;
+        for (long long bb = 0; bb < b; ++bb) {
+            float x_r = ar[(bb * ci + i) * m + k], x_i = ai[(bb * ci + i) * m + k];
+            float g_r = gr[(bb * co + o) * m + k], g_i = gi[(bb * co + o) * m + k];
+            re += g_r * x_r + g_i * x_i;
+            im += g_i * x_r - g_r * x_i;
+        }
+        gwr[p] = re;
+        gwi[p] = im;
+    }
+}

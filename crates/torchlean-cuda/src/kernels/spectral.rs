@@ -1,0 +1,179 @@
+//! native_cuda kernels for `spectral_conv1d` and its VJP (CUDA source `kernels/spectral.cu`):
+//! the spec's direct DFT on the first `modes` frequencies, complex channel mixing, and the
+//! normalized inverse real FFT. Direct sums cost O(n·modes) per signal (a cuFFT capsule,
+//! O(n log n), is not written yet: docs/cuda.md).
+//!
+//! Forward: x [B, Ci, N] → (Xr, Xi) [B, Ci, m] → (Yr, Yi) [B, Co, m] → y [B, Co, N].
+//! VJP: gy → scaled DFT (gYr, gYi) → the mixing's cotangents (of X, and of the weights,
+//! summed over the batch) → unscaled inverse DFT of gX → gx.
+
+use super::{buffer, cx, grid, launched, output, tensor};
+use crate::memory::CudaBuffer;
+use cudarc::driver::PushKernelArg;
+use torchlean::graph::{Op, OpKind};
+use torchlean::{Error, Result, Tensor};
+
+/// The op kinds this file implements.
+pub const KINDS: &[OpKind] = &[OpKind::SpectralConv1d];
+
+/// (b, ci, n, co, m) of a call whose shapes the shape rule accepted.
+fn dims(op: &Op, x: &[usize], w: &[usize]) -> Result<(usize, usize, usize, usize, usize)> {
+    match op {
+        Op::SpectralConv1d { modes } => Ok((x[0], x[1], x[2], w[1], *modes)),
+        other => Err(Error::Other(format!(
+            "native_cuda has no spectral kernel for `{}`",
+            other.name()
+        ))),
+    }
+}
+
+/// One of the DFT kernels (`spectral_dft`: `a` → (`o1`, `o2`); `spectral_idft`: (`a`, `b`)
+/// → `o1`) over `rows` signals of `n` points and `m` frequencies.
+#[allow(clippy::too_many_arguments)]
+fn transform(
+    op: &Op,
+    inverse: bool,
+    ins: (&CudaBuffer, Option<&CudaBuffer>),
+    outs: (&mut CudaBuffer, Option<&mut CudaBuffer>),
+    rows: usize,
+    n: usize,
+    m: usize,
+    scaled: bool,
+) -> Result<()> {
+    let cx = cx()?;
+    let (r64, n64, m64, s) = (rows as i64, n as i64, m as i64, scaled as i32);
+    let threads = rows * if inverse { n } else { m };
+    if threads == 0 {
+        return Ok(());
+    }
+    let f = if inverse {
+        &cx.functions.spectral_idft
+    } else {
+        &cx.functions.spectral_dft
+    };
+    let mut l = cx.stream.launch_builder(f);
+    l.arg(ins.0.slice());
+    if let Some(b) = ins.1 {
+        l.arg(b.slice());
+    }
+    l.arg(outs.0.slice_mut());
+    if let Some(o) = outs.1 {
+        l.arg(o.slice_mut());
+    }
+    l.arg(&r64).arg(&n64).arg(&m64).arg(&s);
+    // SAFETY: the DFT's rows·m threads read a row of n inputs and write element p < rows·m
+    // of both outputs; the inverse's rows·n threads read a row of m frequencies (two
+    // buffers) and write element p < rows·n; the caller sized every buffer so.
+    launched(op, unsafe { l.launch(grid(threads)) })?;
+    Ok(())
+}
+
+/// The forward kernel of `spectral_conv1d`.
+pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
+    let shapes: Vec<&[usize]> = inputs.iter().map(|t| t.shape()).collect();
+    let shape = torchlean::spec::infer_shape(op, &shapes)?;
+    let (b, ci, n, co, m) = dims(op, inputs[0].shape(), inputs[1].shape())?;
+    let cx = cx()?;
+    let (x, wr, wi) = (
+        buffer(op, inputs[0])?,
+        buffer(op, inputs[1])?,
+        buffer(op, inputs[2])?,
+    );
+    let (mut xr, mut xi) = (output(cx, op, b * ci * m)?, output(cx, op, b * ci * m)?);
+    let (mut yr, mut yi) = (output(cx, op, b * co * m)?, output(cx, op, b * co * m)?);
+    let mut out = output(cx, op, b * co * n)?;
+    transform(op, false, (x, None), (&mut xr, Some(&mut xi)), b * ci, n, m, false)?;
+    let total = b * co * m;
+    if total > 0 {
+        let (b64, ci64, co64, m64) = (b as i64, ci as i64, co as i64, m as i64);
+        let mut l = cx.stream.launch_builder(&cx.functions.spectral_mix);
+        l.arg(xr.slice())
+            .arg(xi.slice())
+            .arg(wr.slice())
+            .arg(wi.slice())
+            .arg(yr.slice_mut())
+            .arg(yi.slice_mut())
+            .arg(&b64)
+            .arg(&ci64)
+            .arg(&co64)
+            .arg(&m64);
+        // SAFETY: thread (b, o, k) reads X[b, ·, k] ([b, ci, m]) and W[·, o, k] ([ci, co,
+        // m], the shape rule) and writes Y[b, o, k] ([b, co, m]).
+        launched(op, unsafe { l.launch(grid(total)) })?;
+    }
+    transform(op, true, (&yr, Some(&yi)), (&mut out, None), b * co, n, m, true)?;
+    tensor(out, &shape)
+}
+
+/// The VJP kernel of `spectral_conv1d`.
+pub fn vjp(
+    op: &Op,
+    inputs: &[&Tensor],
+    _output: &Tensor,
+    gy: &Tensor,
+    needs: &[bool],
+) -> Result<Vec<Option<Tensor>>> {
+    let (b, ci, n, co, m) = dims(op, inputs[0].shape(), inputs[1].shape())?;
+    let cx = cx()?;
+    let (x, wr, wi, g) = (
+        buffer(op, inputs[0])?,
+        buffer(op, inputs[1])?,
+        buffer(op, inputs[2])?,
+        buffer(op, gy)?,
+    );
+    let need = |i: usize| needs.get(i).copied().unwrap_or(false);
+    let (b64, ci64, co64, m64) = (b as i64, ci as i64, co as i64, m as i64);
+    // the cotangent of the inverse transform: a scaled DFT of gy
+    let (mut gr, mut gi) = (output(cx, op, b * co * m)?, output(cx, op, b * co * m)?);
+    transform(op, false, (g, None), (&mut gr, Some(&mut gi)), b * co, n, m, true)?;
+    let mut grads = vec![None, None, None];
+    if need(0) {
+        let (mut gxr, mut gxi) = (output(cx, op, b * ci * m)?, output(cx, op, b * ci * m)?);
+        let total = b * ci * m;
+        if total > 0 {
+            let mut l = cx.stream.launch_builder(&cx.functions.spectral_mix_vjp_x);
+            l.arg(gr.slice())
+                .arg(gi.slice())
+                .arg(wr.slice())
+                .arg(wi.slice())
+                .arg(gxr.slice_mut())
+                .arg(gxi.slice_mut())
+                .arg(&b64)
+                .arg(&ci64)
+                .arg(&co64)
+                .arg(&m64);
+            // SAFETY: thread (b, i, k) reads gY[b, ·, k] and W[i, ·, k] and writes
+            // gX[b, i, k], all inside their [b, co, m], [ci, co, m], [b, ci, m] buffers.
+            launched(op, unsafe { l.launch(grid(total)) })?;
+        }
+        let mut gx = output(cx, op, b * ci * n)?;
+        transform(op, true, (&gxr, Some(&gxi)), (&mut gx, None), b * ci, n, m, false)?;
+        grads[0] = Some(tensor(gx, inputs[0].shape())?);
+    }
+    if need(1) || need(2) {
+        let (mut xr, mut xi) = (output(cx, op, b * ci * m)?, output(cx, op, b * ci * m)?);
+        transform(op, false, (x, None), (&mut xr, Some(&mut xi)), b * ci, n, m, false)?;
+        let (mut gwr, mut gwi) = (output(cx, op, ci * co * m)?, output(cx, op, ci * co * m)?);
+        let total = ci * co * m;
+        if total > 0 {
+            let mut l = cx.stream.launch_builder(&cx.functions.spectral_mix_vjp_w);
+            l.arg(gr.slice())
+                .arg(gi.slice())
+                .arg(xr.slice())
+                .arg(xi.slice())
+                .arg(gwr.slice_mut())
+                .arg(gwi.slice_mut())
+                .arg(&b64)
+                .arg(&ci64)
+                .arg(&co64)
+                .arg(&m64);
+            // SAFETY: thread (i, o, k) reads gY[·, o, k] and X[·, i, k] over the batch and
+            // writes gW[i, o, k], inside their buffers.
+            launched(op, unsafe { l.launch(grid(total)) })?;
+        }
+        let w_shape = inputs[1].shape();
+        grads[1] = need(1).then(|| tensor(gwr, w_shape)).transpose()?;
+        grads[2] = need(2).then(|| tensor(gwi, w_shape)).transpose()?;
+    }
+    Ok(grads)
+}
