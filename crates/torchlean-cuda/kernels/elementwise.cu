@@ -287,6 +287,51 @@ extern "C" __global__ void unary_vjp(int op, float p, const float* __restrict__ 
     }
 }
 
+// reduce_sum / reduce_mean, and the VJP of broadcast_to: out[j] = (the sum over the
+// positions of `big` that element j of the smaller shape broadcasts to, in a fixed order)
+// divided by `divisor` (1 for a sum; 0/0 = NaN for the mean of nothing, as the spec).
+extern "C" __global__ void reduce_to(const float* __restrict__ big, float* __restrict__ out,
+                                     long long n_own, Reduce r, float divisor) {
+    long long count = reduce_count(r);
+    for (long long j = blockIdx.x * (long long)blockDim.x + threadIdx.x; j < n_own;
+         j += (long long)gridDim.x * blockDim.x) {
+        long long base = reduce_base(r, j);
+        float acc = 0.0f;
+        for (long long t = 0; t < count; ++t) acc += big[reduce_pos(r, base, t)];
+        out[j] = acc / divisor;
+    }
+}
+
+// broadcast_to, and the VJPs of reduce_sum / reduce_mean: out[i] = small[ia] / divisor, ia the
+// element of `small` (strides g.a_stride, 0 on broadcast axes) that output position i reads.
+extern "C" __global__ void expand(const float* __restrict__ small, float* __restrict__ out,
+                                  long long n, Bcast g, float divisor) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        long long ia, unused;
+        bcast_index(g, i, &ia, &unused);
+        out[i] = small[ia] / divisor;
+    }
+}
+
+// argmax along an axis, one thread per (outer, inner) row: the first maximum, NaN above every
+// number (the first NaN wins), as the spec; the index as a float.
+extern "C" __global__ void argmax_rows(const float* __restrict__ x, float* __restrict__ out,
+                                       long long outer, long long dim, long long inner) {
+    long long rows = outer * inner;
+    for (long long r = blockIdx.x * (long long)blockDim.x + threadIdx.x; r < rows;
+         r += (long long)gridDim.x * blockDim.x) {
+        long long o = r / inner, i = r % inner;
+        const float* xr = x + o * dim * inner + i;
+        long long best = 0;
+        for (long long j = 1; j < dim; ++j) {
+            float v = xr[j * inner], b = xr[best * inner];
+            if (v > b || (v != v && b == b)) best = j;
+        }
+        out[r] = (float)best;
+    }
+}
+
 // sum_all: one block, fixed per-thread strides and a fixed tree: the same order every run.
 extern "C" __global__ void sum_all(const float* __restrict__ x, float* __restrict__ out,
                                    long long n) {

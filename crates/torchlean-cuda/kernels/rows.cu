@@ -287,3 +287,42 @@ extern "C" __global__ void norm_params_vjp(const float* __restrict__ x,
         if (has_beta) gbeta[c] = ab;
     }
 }
+
+// selective_scan: h_t = a_t * h_{t-1} + u_t along axis 1 of [b, l, inner], h_{-1} = 0; one
+// thread per (b, e) sequence, as the spec.
+extern "C" __global__ void scan_forward(const float* __restrict__ a, const float* __restrict__ u,
+                                        float* __restrict__ y, long long b, long long l,
+                                        long long inner) {
+    long long seqs = b * inner;
+    for (long long r = blockIdx.x * (long long)blockDim.x + threadIdx.x; r < seqs;
+         r += (long long)gridDim.x * blockDim.x) {
+        long long bb = r / inner, e = r % inner;
+        float h = 0.0f;
+        for (long long t = 0; t < l; ++t) {
+            long long f = (bb * l + t) * inner + e;
+            h = a[f] * h + u[f];
+            y[f] = h;
+        }
+    }
+}
+
+// Its VJP, backwards in time: s = gy_t + carry; gu_t = s; ga_t = s * h_{t-1} (0 at t = 0);
+// carry = s * a_t.
+extern "C" __global__ void scan_vjp(const float* __restrict__ a, const float* __restrict__ y,
+                                    const float* __restrict__ gy, float* __restrict__ ga,
+                                    float* __restrict__ gu, long long b, long long l,
+                                    long long inner) {
+    long long seqs = b * inner;
+    for (long long r = blockIdx.x * (long long)blockDim.x + threadIdx.x; r < seqs;
+         r += (long long)gridDim.x * blockDim.x) {
+        long long bb = r / inner, e = r % inner;
+        float carry = 0.0f;
+        for (long long t = l - 1; t >= 0; --t) {
+            long long f = (bb * l + t) * inner + e;
+            float s = gy[f] + carry;
+            gu[f] = s;
+            ga[f] = t > 0 ? s * y[f - inner] : 0.0f;
+            carry = s * a[f];
+        }
+    }
+}

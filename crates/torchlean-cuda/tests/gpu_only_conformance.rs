@@ -22,9 +22,9 @@ use torchlean::spec::{self, Array};
 use torchlean::{Error, OpKind, Tensor};
 use torchlean_cuda::capsules::{
     composed_ops, cublas_binding, native_cuda_binding, native_cuda_conv_binding,
-    native_cuda_rows_binding, native_cuda_spectral_binding,
+    native_cuda_reduce_binding, native_cuda_rows_binding, native_cuda_spectral_binding,
 };
-use torchlean_cuda::kernels::{blas, conv, elementwise, rows, spectral};
+use torchlean_cuda::kernels::{blas, conv, elementwise, reduce, rows, spectral};
 
 /// Whether CUDA is usable; prints why not (or panics under TORCHLEAN_REQUIRE_CUDA=1).
 fn gpu(test: &str) -> bool {
@@ -50,6 +50,8 @@ fn binding(kind: OpKind) -> Option<KernelBinding> {
         Some(native_cuda_conv_binding())
     } else if spectral::KINDS.contains(&kind) {
         Some(native_cuda_spectral_binding())
+    } else if reduce::KINDS.contains(&kind) {
+        Some(native_cuda_reduce_binding())
     } else if blas::KINDS.contains(&kind) {
         Some(cublas_binding())
     } else if composed_ops().contains(&kind) {
@@ -123,6 +125,7 @@ fn every_cuda_op_has_rows() {
         .chain(rows::KINDS)
         .chain(conv::KINDS)
         .chain(spectral::KINDS)
+        .chain(reduce::KINDS)
         .chain(blas::KINDS)
         .chain(&composed_ops())
     {

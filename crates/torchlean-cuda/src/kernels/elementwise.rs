@@ -17,7 +17,7 @@ pub const MAX_RANK: usize = 8;
 /// Mirror of `struct Bcast` in `elementwise.cu`.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
-struct Bcast {
+pub(super) struct Bcast {
     rank: i32,
     shape: [i64; MAX_RANK],
     a_stride: [i64; MAX_RANK],
@@ -29,7 +29,7 @@ unsafe impl DeviceRepr for Bcast {}
 /// Mirror of `struct Reduce` in `elementwise.cu`.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
-struct Reduce {
+pub(super) struct Reduce {
     rank: i32,
     own_shape: [i64; MAX_RANK],
     out_stride: [i64; MAX_RANK],
@@ -117,7 +117,7 @@ fn padded(shape: &[usize], rank: usize) -> Vec<usize> {
     p
 }
 
-fn rank_error(op: &Op, shapes: &[&[usize]]) -> Error {
+pub(super) fn rank_error(op: &Op, shapes: &[&[usize]]) -> Error {
     OpError::Layout {
         op: op.name(),
         shapes: shapes.iter().map(|s| s.to_vec()).collect(),
@@ -126,7 +126,7 @@ fn rank_error(op: &Op, shapes: &[&[usize]]) -> Error {
     .into()
 }
 
-fn bcast(op: &Op, a: &[usize], b: &[usize], out: &[usize]) -> Result<Bcast> {
+pub(super) fn bcast(op: &Op, a: &[usize], b: &[usize], out: &[usize]) -> Result<Bcast> {
     let r = out.len();
     if r > MAX_RANK {
         return Err(rank_error(op, &[a, b]));
@@ -145,7 +145,7 @@ fn bcast(op: &Op, a: &[usize], b: &[usize], out: &[usize]) -> Result<Bcast> {
     Ok(g)
 }
 
-fn reduce_geometry(own: &[usize], out: &[usize]) -> Reduce {
+pub(super) fn reduce_geometry(own: &[usize], out: &[usize]) -> Reduce {
     let r = out.len();
     let p = padded(own, r);
     let so = row_major(out);

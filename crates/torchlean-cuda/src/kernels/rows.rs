@@ -3,8 +3,8 @@
 //! strided-copy kernel; the VJP of a slice writes into a zeroed gradient, concat's VJP copies
 //! each input's window of the cotangent), index_select (its VJP sums each
 //! gradient element's selections in index order: no atomics), and layer and RMS norm over the
-//! last axis (one thread per row; the affine gradients one thread per column), with their
-//! VJPs. The CUDA source is `kernels/rows.cu`. Results are dense row-major copies, never
+//! last axis (one thread per row; the affine gradients one thread per column), and selective_scan (one thread per
+//! sequence, forwards and then backwards in time), with their VJPs. The CUDA source is `kernels/rows.cu`. Results are dense row-major copies, never
 //! views.
 //!
 //! Gather checks its index values on the device; a call whose index holds a value that is not
@@ -31,6 +31,7 @@ pub const KINDS: &[OpKind] = &[
     OpKind::IndexSelect,
     OpKind::LayerNorm,
     OpKind::RmsNorm,
+    OpKind::SelectiveScan,
 ];
 
 const MAX_RANK: usize = 8;
@@ -171,6 +172,12 @@ fn launch_select(
     // read gy[(o·k + j)·i + i'] (j < k): all inside the buffers of the spec's shapes.
     launched(op, unsafe { l.launch(grid(n)) })?;
     Ok(())
+}
+
+/// (b, l, inner) of a selective scan over `x` [b, l, ...].
+fn scan_dims(x: &[usize]) -> (usize, usize, usize) {
+    let inner = x.get(2..).map_or(1, |r| r.iter().product());
+    (x.first().copied().unwrap_or(0), x.get(1).copied().unwrap_or(0), inner)
 }
 
 /// (rows, d) of a last-axis norm of `x`.
@@ -345,6 +352,23 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
                 // SAFETY: each row thread reads its d elements of x and the d of gamma (and
                 // beta: shapes [d], the shape guard) and writes its d elements of out.
                 launched(op, unsafe { l.launch(grid(rows)) })?;
+            }
+        }
+        Op::SelectiveScan => {
+            let (b, l, inner) = scan_dims(inputs[0].shape());
+            let u = buffer(op, inputs[1])?;
+            if b * inner > 0 && l > 0 {
+                let (b64, l64, i64_) = (b as i64, l as i64, inner as i64);
+                let mut k = cx.stream.launch_builder(&cx.functions.scan_forward);
+                k.arg(x.slice())
+                    .arg(u.slice())
+                    .arg(out.slice_mut())
+                    .arg(&b64)
+                    .arg(&l64)
+                    .arg(&i64_);
+                // SAFETY: each of the b·inner sequence threads reads and writes its l elements
+                // of a, u and y (equal shapes [b, l, ...]: the shape rule).
+                launched(op, unsafe { k.launch(grid(b * inner)) })?;
             }
         }
         other => {
@@ -551,6 +575,35 @@ pub fn vjp(
                 );
             }
             Ok(grads)
+        }
+        Op::SelectiveScan => {
+            let (b, l, inner) = scan_dims(x_shape);
+            let (a, y) = (buffer(op, inputs[0])?, buffer(op, output_t)?);
+            let mut gu = output(cx, op, n)?;
+            if b * inner > 0 && l > 0 {
+                let (b64, l64, i64_) = (b as i64, l as i64, inner as i64);
+                let mut k = cx.stream.launch_builder(&cx.functions.scan_vjp);
+                k.arg(a.slice())
+                    .arg(y.slice())
+                    .arg(g.slice())
+                    .arg(gx.slice_mut())
+                    .arg(gu.slice_mut())
+                    .arg(&b64)
+                    .arg(&l64)
+                    .arg(&i64_);
+                // SAFETY: as the forward: each sequence thread reads a, y, gy and writes ga,
+                // gu at its l positions, all of the one shape [b, l, ...].
+                launched(op, unsafe { k.launch(grid(b * inner)) })?;
+            }
+            Ok(vec![
+                needs[0].then(|| tensor(gx, x_shape)).transpose()?,
+                needs
+                    .get(1)
+                    .copied()
+                    .unwrap_or(false)
+                    .then(|| tensor(gu, x_shape))
+                    .transpose()?,
+            ])
         }
         other => Err(Error::Other(format!(
             "native_cuda has no row VJP for op `{}`",
