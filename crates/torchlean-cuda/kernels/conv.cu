@@ -181,9 +181,14 @@ __device__ __forceinline__ long long window_count(const Pool& g, long long i, lo
     return rows * cols;
 }
 
+// The shift of a smooth max from its window maximum: the maximum when finite, else 0 (the
+// spec's smooth_shift; NaN stays NaN).
+__device__ __forceinline__ float smooth_shift(float m) { return isinf(m) ? 0.0f : m; }
+
 // mode 0: max; mode 1: average over the real elements; mode 2: average over the whole
-// window (count_include_pad). One thread per output element.
-extern "C" __global__ void pool2d_forward(int mode, const float* __restrict__ x,
+// window (count_include_pad); mode 3: smooth max (1/beta) ln Σ exp(beta x) over the real
+// elements, shifted by the window maximum. One thread per output element.
+extern "C" __global__ void pool2d_forward(int mode, float beta, const float* __restrict__ x,
                                           float* __restrict__ y, Pool g) {
     long long total = g.nc * g.oh * g.ow;
     for (long long p = blockIdx.x * (long long)blockDim.x + threadIdx.x; p < total;
@@ -195,6 +200,11 @@ extern "C" __global__ void pool2d_forward(int mode, const float* __restrict__ x,
             y[p] = f < 0 ? __int_as_float(0x7fc00000) : x[f];
             continue;
         }
+        float m = 0.0f;
+        if (mode == 3) {
+            long long f = first_max(x, g, plane, i, j);
+            m = smooth_shift(f < 0 ? __int_as_float(0x7fc00000) : x[f]);
+        }
         float acc = 0.0f;
         for (long long a = 0; a < g.kh; ++a) {
             long long r = i * g.sh + a - g.ph;
@@ -202,8 +212,13 @@ extern "C" __global__ void pool2d_forward(int mode, const float* __restrict__ x,
             for (long long b = 0; b < g.kw; ++b) {
                 long long s = j * g.sw + b - g.pw;
                 if (s < 0 || s >= g.w) continue;
-                acc += x[(plane * g.h + r) * g.w + s];
+                float v = x[(plane * g.h + r) * g.w + s];
+                acc += mode == 3 ? expf(beta * (v - m)) : v;
             }
+        }
+        if (mode == 3) {
+            y[p] = m + logf(acc) / beta;
+            continue;
         }
         float d = mode == 2 ? (float)(g.kh * g.kw) : (float)window_count(g, i, j);
         y[p] = acc / d;
@@ -212,8 +227,10 @@ extern "C" __global__ void pool2d_forward(int mode, const float* __restrict__ x,
 
 // One thread per input element: the sum, over the windows that hold it (in output order),
 // of the output gradient it receives (max: all of it when it is the window's first maximum;
-// average: the gradient over the window's divisor).
-extern "C" __global__ void pool2d_vjp(int mode, const float* __restrict__ x,
+// average: the gradient over the window's divisor; smooth max: the gradient times
+// exp(beta (x - y)), its softmax weight in the window).
+extern "C" __global__ void pool2d_vjp(int mode, float beta, const float* __restrict__ x,
+                                      const float* __restrict__ y,
                                       const float* __restrict__ gy, float* __restrict__ gx,
                                       Pool g) {
     long long total = g.nc * g.h * g.w;
@@ -236,6 +253,8 @@ extern "C" __global__ void pool2d_vjp(int mode, const float* __restrict__ x,
                 long long o = (plane * g.oh + i) * g.ow + j;
                 if (mode == 0) {
                     if (first_max(x, g, plane, i, j) == p) acc += gy[o];
+                } else if (mode == 3) {
+                    acc += gy[o] * expf(beta * (x[p] - y[o]));
                 } else {
                     float d = mode == 2 ? (float)(g.kh * g.kw) : (float)window_count(g, i, j);
                     acc += gy[o] / d;
@@ -265,5 +284,62 @@ extern "C" __global__ void mse_vjp(const float* __restrict__ a, const float* __r
         float v = scale * (a[i] - b[i]);
         ga[i] = v;
         gb[i] = -v;
+    }
+}
+
+// batch_norm over `channel`s of [outer, c, inner] (training-mode statistics, as the spec:
+// mean, biased variance, rstd = 1/sqrt(var + eps)); one block per channel, fixed trees.
+__device__ __forceinline__ long long bn_at(long long i, long long ch, long long c,
+                                           long long inner) {
+    return ((i / inner) * c + ch) * inner + (i % inner);
+}
+
+extern "C" __global__ void batch_norm_forward(const float* __restrict__ x,
+                                              const float* __restrict__ gamma,
+                                              const float* __restrict__ beta, int has_beta,
+                                              float* __restrict__ y, long long outer,
+                                              long long c, long long inner, float eps) {
+    long long n = outer * inner;
+    for (long long ch = blockIdx.x; ch < c; ch += gridDim.x) {
+        float s, v;
+        BLOCK_SUM(s, n, x[bn_at(i, ch, c, inner)]);
+        float mu = s / (float)n;
+        BLOCK_SUM(v, n, (x[bn_at(i, ch, c, inner)] - mu) * (x[bn_at(i, ch, c, inner)] - mu));
+        float rstd = 1.0f / sqrtf(v / (float)n + eps);
+        float b = has_beta ? beta[ch] : 0.0f;
+        for (long long i = threadIdx.x; i < n; i += blockDim.x) {
+            long long f = bn_at(i, ch, c, inner);
+            y[f] = (x[f] - mu) * rstd * gamma[ch] + b;
+        }
+    }
+}
+
+extern "C" __global__ void batch_norm_vjp(const float* __restrict__ x,
+                                          const float* __restrict__ gamma,
+                                          const float* __restrict__ gy, float* __restrict__ gx,
+                                          float* __restrict__ ggamma, float* __restrict__ gbeta,
+                                          long long outer, long long c, long long inner,
+                                          float eps) {
+    long long n = outer * inner;
+    for (long long ch = blockIdx.x; ch < c; ch += gridDim.x) {
+        float s, v, sg, sgx, sb;
+        BLOCK_SUM(s, n, x[bn_at(i, ch, c, inner)]);
+        float mu = s / (float)n;
+        BLOCK_SUM(v, n, (x[bn_at(i, ch, c, inner)] - mu) * (x[bn_at(i, ch, c, inner)] - mu));
+        float rstd = 1.0f / sqrtf(v / (float)n + eps);
+        float gm = gamma[ch];
+        BLOCK_SUM(sg, n, gy[bn_at(i, ch, c, inner)] * gm);
+        BLOCK_SUM(sgx, n, gy[bn_at(i, ch, c, inner)] * (x[bn_at(i, ch, c, inner)] - mu) * rstd);
+        BLOCK_SUM(sb, n, gy[bn_at(i, ch, c, inner)]);
+        float mean_g = sg / (float)n, mean_gx = sgx * gm / (float)n;
+        for (long long i = threadIdx.x; i < n; i += blockDim.x) {
+            long long f = bn_at(i, ch, c, inner);
+            float xhat = (x[f] - mu) * rstd;
+            gx[f] = rstd * (gy[f] * gm - mean_g - xhat * mean_gx);
+        }
+        if (threadIdx.x == 0) {
+            ggamma[ch] = sgx;
+            gbeta[ch] = sb;
+        }
     }
 }

@@ -43,6 +43,7 @@ struct Bcast {
 
 // spec maximum(a, b): NaN when either is NaN, the first operand on a tie
 __device__ __forceinline__ float nan_max(float a, float b) { return (a < b || b != b) ? b : a; }
+__device__ __forceinline__ float nan_min(float a, float b) { return (b < a || b != b) ? b : a; }
 // standard normal CDF and density (exact GELU, as the spec)
 __device__ __forceinline__ float phi_cdf(float x) { return 0.5f * (1.0f + erff(x * 0.70710678118654752f)); }
 __device__ __forceinline__ float phi_pdf(float x) { return expf(-0.5f * x * x) * 0.39894228040143268f; }
@@ -284,6 +285,25 @@ extern "C" __global__ void unary_vjp(int op, float p, const float* __restrict__ 
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
          i += (long long)gridDim.x * blockDim.x) {
         out[i] = gy[i] * unary_derivative(op, x[i], y[i], p);
+    }
+}
+
+// clamp(x, lo, hi) = minimum(maximum(x, lo), hi), NaN passing through (the spec).
+extern "C" __global__ void clamp_forward(const float* __restrict__ x, float* __restrict__ out,
+                                         long long n, float lo, float hi) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        out[i] = nan_min(nan_max(x[i], lo), hi);
+    }
+}
+
+// Its VJP: gy times 1 where lo <= x <= hi, else times 0 (so a NaN x, or an infinite
+// cotangent outside the range, gives what the spec's product gives).
+extern "C" __global__ void clamp_vjp(const float* __restrict__ x, const float* __restrict__ gy,
+                                     float* __restrict__ out, long long n, float lo, float hi) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        out[i] = gy[i] * ((x[i] >= lo && x[i] <= hi) ? 1.0f : 0.0f);
     }
 }
 

@@ -1,4 +1,5 @@
-//! native_cuda kernels for `conv2d`, `max_pool2d`, `avg_pool2d` and `mse_loss`, with their
+//! native_cuda kernels for `conv2d`, `max_pool2d`, `avg_pool2d`, `smooth_max_pool2d`,
+//! `batch_norm` (training-mode statistics, one block per channel) and `mse_loss`, with their
 //! VJPs. The CUDA source is `kernels/conv.cu`.
 //!
 //! Direct kernels, written for correctness and determinism, not yet tuned: one thread per
@@ -17,6 +18,8 @@ pub const KINDS: &[OpKind] = &[
     OpKind::Conv2d,
     OpKind::MaxPool2d,
     OpKind::AvgPool2d,
+    OpKind::SmoothMaxPool2d,
+    OpKind::BatchNorm,
     OpKind::MseLoss,
 ];
 
@@ -99,6 +102,13 @@ fn conv_geometry(op: &Op, x: &[usize], w: &[usize], y: &[usize]) -> Result<Conv>
     })
 }
 
+/// (outer, channels, inner) of `x` around its channel axis.
+fn channels(x: &[usize], axis: usize) -> (usize, usize, usize) {
+    let outer = x[..axis].iter().product();
+    let inner = x[axis + 1..].iter().product();
+    (outer, x[axis], inner)
+}
+
 fn pool_geometry(g: &Pool2dGeometry, x: &[usize], y: &[usize]) -> Pool {
     let i = |v: usize| v as i64;
     Pool {
@@ -116,14 +126,16 @@ fn pool_geometry(g: &Pool2dGeometry, x: &[usize], y: &[usize]) -> Pool {
     }
 }
 
-/// The pooling mode of `conv.cu` and the geometry of a pooling op.
-fn pool_mode(op: &Op) -> Result<(i32, &Pool2dGeometry)> {
+/// The pooling mode of `conv.cu`, its beta (smooth max only) and the geometry of a pooling
+/// op.
+fn pool_mode(op: &Op) -> Result<(i32, f32, &Pool2dGeometry)> {
     match op {
-        Op::MaxPool2d(g) => Ok((0, g)),
+        Op::MaxPool2d(g) => Ok((0, 1.0, g)),
         Op::AvgPool2d {
             geometry,
             count_include_pad,
-        } => Ok((if *count_include_pad { 2 } else { 1 }, geometry)),
+        } => Ok((if *count_include_pad { 2 } else { 1 }, 1.0, geometry)),
+        Op::SmoothMaxPool2d { geometry, beta } => Ok((3, *beta, geometry)),
         other => Err(Error::Other(format!(
             "native_cuda has no pooling kernel for `{}`",
             other.name()
@@ -163,15 +175,46 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
                 launched(op, unsafe { l.launch(grid(n)) })?;
             }
         }
-        Op::MaxPool2d(_) | Op::AvgPool2d { .. } => {
-            let (mode, geometry) = pool_mode(op)?;
+        Op::MaxPool2d(_) | Op::AvgPool2d { .. } | Op::SmoothMaxPool2d { .. } => {
+            let (mode, beta, geometry) = pool_mode(op)?;
             let g = pool_geometry(geometry, inputs[0].shape(), &shape);
             if n > 0 {
                 let mut l = cx.stream.launch_builder(&cx.functions.pool2d_forward);
-                l.arg(&mode).arg(x.slice()).arg(out.slice_mut()).arg(&g);
+                l.arg(&mode)
+                    .arg(&beta)
+                    .arg(x.slice())
+                    .arg(out.slice_mut())
+                    .arg(&g);
                 // SAFETY: each output thread reads the real elements of its window (inside
                 // [nc, h, w]) and writes its own output element.
                 launched(op, unsafe { l.launch(grid(n)) })?;
+            }
+        }
+        Op::BatchNorm { eps, channel_axis } => {
+            let (o, c, i) = channels(inputs[0].shape(), *channel_axis);
+            let gamma = buffer(op, inputs[1])?;
+            let beta = match inputs.get(2) {
+                Some(b) => Some(buffer(op, b)?),
+                None => None,
+            };
+            if n > 0 {
+                let has_beta = beta.is_some() as i32;
+                let (o64, c64, i64_) = (o as i64, c as i64, i as i64);
+                let mut l = cx.stream.launch_builder(&cx.functions.batch_norm_forward);
+                l.arg(x.slice())
+                    .arg(gamma.slice())
+                    // without a beta the kernel never reads this argument
+                    .arg(beta.unwrap_or(gamma).slice())
+                    .arg(&has_beta)
+                    .arg(out.slice_mut())
+                    .arg(&o64)
+                    .arg(&c64)
+                    .arg(&i64_)
+                    .arg(eps);
+                // SAFETY: block ch < c reads channel ch's outer·inner elements of x (shape
+                // [outer, c, inner]) and gamma[ch] (beta[ch]): shapes [c] by the shape rule;
+                // it writes those elements of y.
+                launched(op, unsafe { l.launch(blocks(c)) })?;
             }
         }
         Op::MseLoss => {
@@ -259,15 +302,18 @@ pub fn vjp(
             }
             Ok(grads)
         }
-        Op::MaxPool2d(_) | Op::AvgPool2d { .. } => {
-            let (mode, geometry) = pool_mode(op)?;
+        Op::MaxPool2d(_) | Op::AvgPool2d { .. } | Op::SmoothMaxPool2d { .. } => {
+            let (mode, beta, geometry) = pool_mode(op)?;
             let geo = pool_geometry(geometry, x_shape, output_t.shape());
             let nx = inputs[0].numel();
+            let y = buffer(op, output_t)?;
             let mut gx = output(cx, op, nx)?;
             if nx > 0 {
                 let mut l = cx.stream.launch_builder(&cx.functions.pool2d_vjp);
                 l.arg(&mode)
+                    .arg(&beta)
                     .arg(x.slice())
+                    .arg(y.slice())
                     .arg(g.slice())
                     .arg(gx.slice_mut())
                     .arg(&geo);
@@ -277,6 +323,43 @@ pub fn vjp(
                 launched(op, unsafe { l.launch(grid(nx)) })?;
             }
             Ok(vec![Some(tensor(gx, x_shape)?)])
+        }
+        Op::BatchNorm { eps, channel_axis } => {
+            let (o, c, i) = channels(x_shape, *channel_axis);
+            let gamma = buffer(op, inputs[1])?;
+            let nx = inputs[0].numel();
+            let mut gx = output(cx, op, nx)?;
+            let (mut ggamma, mut gbeta) = (output(cx, op, c)?, output(cx, op, c)?);
+            if nx > 0 {
+                let (o64, c64, i64_) = (o as i64, c as i64, i as i64);
+                let mut l = cx.stream.launch_builder(&cx.functions.batch_norm_vjp);
+                l.arg(x.slice())
+                    .arg(gamma.slice())
+                    .arg(g.slice())
+                    .arg(gx.slice_mut())
+                    .arg(ggamma.slice_mut())
+                    .arg(gbeta.slice_mut())
+                    .arg(&o64)
+                    .arg(&c64)
+                    .arg(&i64_)
+                    .arg(eps);
+                // SAFETY: block ch < c reads channel ch's elements of x and gy and gamma[ch],
+                // writes those elements of gx and ggamma[ch], gbeta[ch] (buffers of c).
+                launched(op, unsafe { l.launch(blocks(c)) })?;
+            } else {
+                // no element: the statistics' gradients are sums of nothing
+                launched(op, cx.stream.memset_zeros(ggamma.slice_mut()))?;
+                launched(op, cx.stream.memset_zeros(gbeta.slice_mut()))?;
+            }
+            let param = inputs[1].shape();
+            let mut grads = vec![
+                need(0).then(|| tensor(gx, x_shape)).transpose()?,
+                need(1).then(|| tensor(ggamma, param)).transpose()?,
+            ];
+            if inputs.len() == 3 {
+                grads.push(need(2).then(|| tensor(gbeta, param)).transpose()?);
+            }
+            Ok(grads)
         }
         Op::MseLoss => {
             let b = buffer(op, inputs[1])?;

@@ -104,6 +104,7 @@ pub const KINDS: &[OpKind] = &[
     OpKind::Pow,
     OpKind::SafeLog,
     OpKind::SumAll,
+    OpKind::Clamp,
     OpKind::RandUniform,
     OpKind::BernoulliMask,
     OpKind::EmaUpdate,
@@ -280,6 +281,16 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
             .arg(&n64);
         // SAFETY: n elements read from w, m, v (equal shapes: the shape guard) and written.
         launched(op, unsafe { l.launch(grid(n)) })?;
+    } else if let Op::Clamp { min, max } = op {
+        let x = buffer(op, inputs[0])?;
+        let mut l = cx.stream.launch_builder(&cx.functions.clamp_forward);
+        l.arg(x.slice())
+            .arg(out.slice_mut())
+            .arg(&n64)
+            .arg(min)
+            .arg(max);
+        // SAFETY: n elements read from x (of n) and written to out (of n).
+        launched(op, unsafe { l.launch(grid(n)) })?;
     } else if op.kind() == OpKind::SumAll {
         let x = buffer(op, inputs[0])?;
         let m = inputs[0].numel() as i64;
@@ -395,6 +406,18 @@ pub fn vjp(
                 .arg(out.slice_mut())
                 .arg(&n64);
             // SAFETY: n elements read from x, y, gy (each of n) and written to out.
+            launched(op, unsafe { l.launch(grid(n)) })?;
+        }
+    } else if let Op::Clamp { min, max } = op {
+        if n > 0 {
+            let mut l = cx.stream.launch_builder(&cx.functions.clamp_vjp);
+            l.arg(x.slice())
+                .arg(g.slice())
+                .arg(out.slice_mut())
+                .arg(&n64)
+                .arg(min)
+                .arg(max);
+            // SAFETY: n elements read from x and gy (each of n) and written to out.
             launched(op, unsafe { l.launch(grid(n)) })?;
         }
     } else if op.kind() == OpKind::SumAll {
