@@ -127,6 +127,104 @@ extern "C" __global__ void conv2d_grad_weight(const float* __restrict__ x,
     }
 }
 
+// conv_transpose2d over the same geometry: input [n, cin, h, w], weight [cin, cout/groups,
+// kh, kw], output [n, cout, oh, ow]. Input (r, s) with kernel tap (p, q) lands on output
+// (r·sh + p·dh − ph, s·sw + q·dw − pw); a tap landing outside the output is cropped: it adds
+// nothing, and its cotangent reads as zero in the VJP (0·w, x·0: the spec's IEEE products).
+__device__ __forceinline__ float convt_gy(const float* __restrict__ gy, const Conv& g,
+                                          long long nn, long long co, long long i, long long j) {
+    if (i < 0 || j < 0 || i >= g.oh || j >= g.ow) return 0.0f;
+    return gy[((nn * g.cout + co) * g.oh + i) * g.ow + j];
+}
+
+// One thread per output element: the bias plus the taps that land on it.
+extern "C" __global__ void conv_transpose2d_forward(const float* __restrict__ x,
+                                                    const float* __restrict__ wt,
+                                                    const float* __restrict__ bias,
+                                                    int has_bias, float* __restrict__ y,
+                                                    Conv g) {
+    long long total = g.n * g.cout * g.oh * g.ow;
+    long long cin_g = g.cin / g.groups, cout_g = g.cout / g.groups;
+    for (long long p = blockIdx.x * (long long)blockDim.x + threadIdx.x; p < total;
+         p += (long long)gridDim.x * blockDim.x) {
+        long long j = p % g.ow, t = p / g.ow;
+        long long i = t % g.oh;
+        t /= g.oh;
+        long long co = t % g.cout, nn = t / g.cout;
+        long long grp = co / cout_g, oc = co % cout_g;
+        float acc = has_bias ? bias[co] : 0.0f;
+        for (long long ci = grp * cin_g; ci < (grp + 1) * cin_g; ++ci) {
+            for (long long a = 0; a < g.kh; ++a) {
+                long long th = i + g.ph - a * g.dh;
+                if (th < 0 || th % g.sh != 0) continue;
+                long long r = th / g.sh;
+                if (r >= g.h) continue;
+                for (long long b = 0; b < g.kw; ++b) {
+                    long long tw = j + g.pw - b * g.dw;
+                    if (tw < 0 || tw % g.sw != 0) continue;
+                    long long s = tw / g.sw;
+                    if (s >= g.w) continue;
+                    acc += x[((nn * g.cin + ci) * g.h + r) * g.w + s] *
+                           wt[((ci * cout_g + oc) * g.kh + a) * g.kw + b];
+                }
+            }
+        }
+        y[p] = acc;
+    }
+}
+
+// One thread per input element: the sum over its taps of the cotangent where each lands
+// (zero where cropped) times the weight.
+extern "C" __global__ void conv_transpose2d_grad_input(const float* __restrict__ gy,
+                                                       const float* __restrict__ wt,
+                                                       float* __restrict__ gx, Conv g) {
+    long long total = g.n * g.cin * g.h * g.w;
+    long long cin_g = g.cin / g.groups, cout_g = g.cout / g.groups;
+    for (long long p = blockIdx.x * (long long)blockDim.x + threadIdx.x; p < total;
+         p += (long long)gridDim.x * blockDim.x) {
+        long long s = p % g.w, t = p / g.w;
+        long long r = t % g.h;
+        t /= g.h;
+        long long ci = t % g.cin, nn = t / g.cin;
+        long long grp = ci / cin_g;
+        float acc = 0.0f;
+        for (long long oc = 0; oc < cout_g; ++oc) {
+            for (long long a = 0; a < g.kh; ++a) {
+                long long i = r * g.sh + a * g.dh - g.ph;
+                for (long long b = 0; b < g.kw; ++b) {
+                    long long j = s * g.sw + b * g.dw - g.pw;
+                    acc += convt_gy(gy, g, nn, grp * cout_g + oc, i, j) *
+                           wt[((ci * cout_g + oc) * g.kh + a) * g.kw + b];
+                }
+            }
+        }
+        gx[p] = acc;
+    }
+}
+
+// One block per weight element: the sum over batch and input positions of the input times
+// the cotangent where the tap lands (zero where cropped).
+extern "C" __global__ void conv_transpose2d_grad_weight(const float* __restrict__ x,
+                                                        const float* __restrict__ gy,
+                                                        float* __restrict__ gw, Conv g) {
+    long long cin_g = g.cin / g.groups, cout_g = g.cout / g.groups;
+    long long weights = g.cin * cout_g * g.kh * g.kw;
+    long long per = g.h * g.w, terms = g.n * per;
+    for (long long q = blockIdx.x; q < weights; q += gridDim.x) {
+        long long b = q % g.kw, t = q / g.kw;
+        long long a = t % g.kh;
+        t /= g.kh;
+        long long oc = t % cout_g, ci = t / cout_g;
+        long long co = (ci / cin_g) * cout_g + oc;
+        float sum;
+        BLOCK_SUM(sum, terms,
+                  x[((i / per) * g.cin + ci) * per + (i % per)] *
+                      convt_gy(gy, g, i / per, co, ((i % per) / g.w) * g.sh + a * g.dh - g.ph,
+                               (i % g.w) * g.sw + b * g.dw - g.pw));
+        if (threadIdx.x == 0) gw[q] = sum;
+    }
+}
+
 // One block per output channel: the bias gradient, the sum of its output gradients.
 extern "C" __global__ void conv2d_grad_bias(const float* __restrict__ gy,
                                             float* __restrict__ gb, Conv g) {

@@ -1,4 +1,4 @@
-//! native_cuda kernels for `conv2d`, `max_pool2d`, `avg_pool2d`, `smooth_max_pool2d`,
+//! native_cuda kernels for `conv2d`, `conv_transpose2d`, `max_pool2d`, `avg_pool2d`, `smooth_max_pool2d`,
 //! `batch_norm` (training-mode statistics, one block per channel) and `mse_loss`, with their
 //! VJPs. The CUDA source is `kernels/conv.cu`.
 //!
@@ -16,6 +16,7 @@ use torchlean::{Error, Result, Tensor};
 /// The op kinds this file implements.
 pub const KINDS: &[OpKind] = &[
     OpKind::Conv2d,
+    OpKind::ConvTranspose2d,
     OpKind::MaxPool2d,
     OpKind::AvgPool2d,
     OpKind::SmoothMaxPool2d,
@@ -78,8 +79,10 @@ fn blocks(items: usize) -> LaunchConfig {
 /// The geometry of a conv2d call (shapes already accepted by the shape rule, so every
 /// dimension is positive where it divides and the output shape is the spec's).
 fn conv_geometry(op: &Op, x: &[usize], w: &[usize], y: &[usize]) -> Result<Conv> {
-    let Op::Conv2d(g) = op else {
-        return Err(Error::Other(format!("not a conv2d: `{}`", op.name())));
+    let (stride, padding, dilation, groups) = match op {
+        Op::Conv2d(g) => (g.stride, g.padding, g.dilation, g.groups),
+        Op::ConvTranspose2d(g) => (g.stride, g.padding, g.dilation, g.groups),
+        other => return Err(Error::Other(format!("not a convolution: `{}`", other.name()))),
     };
     let i = |v: usize| v as i64;
     Ok(Conv {
@@ -87,19 +90,39 @@ fn conv_geometry(op: &Op, x: &[usize], w: &[usize], y: &[usize]) -> Result<Conv>
         cin: i(x[1]),
         h: i(x[2]),
         w: i(x[3]),
-        cout: i(w[0]),
+        cout: i(y[1]),
         oh: i(y[2]),
         ow: i(y[3]),
         kh: i(w[2]),
         kw: i(w[3]),
-        sh: i(g.stride[0]),
-        sw: i(g.stride[1]),
-        ph: i(g.padding[0]),
-        pw: i(g.padding[1]),
-        dh: i(g.dilation[0]),
-        dw: i(g.dilation[1]),
-        groups: i(g.groups.max(1)),
+        sh: i(stride[0]),
+        sw: i(stride[1]),
+        ph: i(padding[0]),
+        pw: i(padding[1]),
+        dh: i(dilation[0]),
+        dw: i(dilation[1]),
+        groups: i(groups.max(1)),
     })
+}
+
+/// The (forward, input-gradient, weight-gradient) kernels of a convolution op.
+fn conv_kernels<'c>(
+    cx: &'c crate::device::Context,
+    op: &Op,
+) -> (
+    &'c cudarc::driver::CudaFunction,
+    &'c cudarc::driver::CudaFunction,
+    &'c cudarc::driver::CudaFunction,
+) {
+    let f = &cx.functions;
+    match op {
+        Op::ConvTranspose2d(_) => (
+            &f.conv_transpose2d_forward,
+            &f.conv_transpose2d_grad_input,
+            &f.conv_transpose2d_grad_weight,
+        ),
+        _ => (&f.conv2d_forward, &f.conv2d_grad_input, &f.conv2d_grad_weight),
+    }
 }
 
 /// (outer, channels, inner) of `x` around its channel axis.
@@ -152,7 +175,7 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
     let mut out = output(cx, op, n)?;
     let x = buffer(op, inputs[0])?;
     match op {
-        Op::Conv2d(_) => {
+        Op::Conv2d(_) | Op::ConvTranspose2d(_) => {
             let w = buffer(op, inputs[1])?;
             let bias = match inputs.get(2) {
                 Some(b) => Some(buffer(op, b)?),
@@ -161,7 +184,7 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
             let g = conv_geometry(op, inputs[0].shape(), inputs[1].shape(), &shape)?;
             if n > 0 {
                 let has_bias = bias.is_some() as i32;
-                let mut l = cx.stream.launch_builder(&cx.functions.conv2d_forward);
+                let mut l = cx.stream.launch_builder(conv_kernels(cx, op).0);
                 l.arg(x.slice())
                     .arg(w.slice())
                     // without a bias the kernel never reads this argument
@@ -170,7 +193,8 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
                     .arg(out.slice_mut())
                     .arg(&g);
                 // SAFETY: each output thread reads x inside [n, cin, h, w] (taps outside are
-                // padding, not read), w inside [cout, cin/groups, kh, kw] and bias[co < cout]
+                // padding or land elsewhere, not read), w inside its shape ([cout, cin/groups,
+                // kh, kw] or, transposed, [cin, cout/groups, kh, kw]) and bias[co < cout]
                 // (the shape rule checked the shapes), and writes its own output element.
                 launched(op, unsafe { l.launch(grid(n)) })?;
             }
@@ -250,15 +274,16 @@ pub fn vjp(
     let x_shape = inputs[0].shape();
     let need = |i: usize| needs.get(i).copied().unwrap_or(false);
     match op {
-        Op::Conv2d(_) => {
+        Op::Conv2d(_) | Op::ConvTranspose2d(_) => {
             let w = buffer(op, inputs[1])?;
             let geo = conv_geometry(op, x_shape, inputs[1].shape(), output_t.shape())?;
+            let (_, grad_input, grad_weight) = conv_kernels(cx, op);
             let mut grads = Vec::with_capacity(inputs.len());
             if need(0) {
                 let nx = inputs[0].numel();
                 let mut gx = output(cx, op, nx)?;
                 if nx > 0 {
-                    let mut l = cx.stream.launch_builder(&cx.functions.conv2d_grad_input);
+                    let mut l = cx.stream.launch_builder(grad_input);
                     l.arg(g.slice()).arg(w.slice()).arg(gx.slice_mut()).arg(&geo);
                     // SAFETY: each input thread reads the output gradients and weights of
                     // the taps landing on it (indices checked against oh, ow, kh, kw) and
@@ -273,7 +298,7 @@ pub fn vjp(
                 let nw = inputs[1].numel();
                 let mut gw = output(cx, op, nw)?;
                 if nw > 0 {
-                    let mut l = cx.stream.launch_builder(&cx.functions.conv2d_grad_weight);
+                    let mut l = cx.stream.launch_builder(grad_weight);
                     l.arg(x.slice()).arg(g.slice()).arg(gw.slice_mut()).arg(&geo);
                     // SAFETY: each block owns one weight element (grid-stride over the nw
                     // of them), reads x inside its shape (padding is not read) and gy inside

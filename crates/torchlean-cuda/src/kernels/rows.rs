@@ -1,5 +1,6 @@
 //! native_cuda kernels over rows, indices and layouts: softmax and log_softmax along one axis,
-//! gather along one axis, reshape (a device copy), and permute, slice and concat (one
+//! gather along one axis and scatter_add (gather's VJP kernel adds src into a copy of x; its
+//! VJP gathers the cotangent with gather's forward kernel), reshape (a device copy), and permute, slice and concat (one
 //! strided-copy kernel; the VJP of a slice writes into a zeroed gradient, concat's VJP copies
 //! each input's window of the cotangent), index_select (its VJP sums each
 //! gradient element's selections in index order: no atomics), and layer and RMS norm over the
@@ -24,6 +25,7 @@ pub const KINDS: &[OpKind] = &[
     OpKind::Softmax,
     OpKind::LogSoftmax,
     OpKind::Gather,
+    OpKind::ScatterAdd,
     OpKind::Reshape,
     OpKind::Permute,
     OpKind::Slice,
@@ -214,7 +216,16 @@ fn check_flag(op: &Op, f: &CudaBuffer, x_shape: &[usize], idx: &Tensor) -> Resul
         shape: idx.shape().to_vec(),
         data: idx.try_to_vec()?,
     };
-    match torchlean::spec::forward(op, &[&x, &i]) {
+    // scatter_add's third input (src, of the index's shape) plays no part in the check
+    let src = Array::<f32> {
+        shape: idx.shape().to_vec(),
+        data: vec![0.0; idx.numel()],
+    };
+    let inputs: Vec<&Array<f32>> = match op {
+        Op::ScatterAdd { .. } => vec![&x, &i, &src],
+        _ => vec![&x, &i],
+    };
+    match torchlean::spec::forward(op, &inputs) {
         Err(e) => Err(e.into()),
         Ok(_) => Err(Error::Other(format!(
             "op `{}`: the device reported an invalid index the spec accepts",
@@ -274,6 +285,35 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
                 let mut dst = out.slice_mut().slice_mut(0..n);
                 launched(op, cx.stream.memcpy_dtod(&src, &mut dst))?;
             }
+        }
+        // out = x, then each index line adds its src values into the line of out it
+        // addresses, in index order (gather's VJP kernel: distinct lines, no atomics)
+        Op::ScatterAdd { axis } => {
+            let (idx, src) = (buffer(op, inputs[1])?, buffer(op, inputs[2])?);
+            let g = gather_geometry(op, inputs[0].shape(), inputs[1].shape(), *axis)?;
+            if n > 0 {
+                let from = x.slice().slice(0..n);
+                let mut to = out.slice_mut().slice_mut(0..n);
+                launched(op, cx.stream.memcpy_dtod(&from, &mut to))?;
+            }
+            let mut bad = flag(cx, op)?;
+            let along = inputs[1].shape()[*axis];
+            let lines = inputs[1].numel().checked_div(along).unwrap_or(0);
+            if lines > 0 {
+                let l64 = lines as i64;
+                let mut l = cx.stream.launch_builder(&cx.functions.gather_vjp);
+                l.arg(idx.slice())
+                    .arg(src.slice())
+                    .arg(out.slice_mut())
+                    .arg(bad.slice_mut())
+                    .arg(&l64)
+                    .arg(&g);
+                // SAFETY: each line thread adds into the elements of out (x's shape) its
+                // valid indices address (checked in the kernel); distinct lines address
+                // distinct lines of out; src has the index's shape (the shape rule).
+                launched(op, unsafe { l.launch(grid(lines)) })?;
+            }
+            check_flag(op, &bad, inputs[0].shape(), inputs[1])?;
         }
         Op::Permute { axes } => {
             let src_stride = permuted_strides(inputs[0].shape(), axes);
@@ -444,6 +484,39 @@ pub fn vjp(
                 launched(op, cx.stream.memcpy_dtod(&src, &mut dst))?;
             }
             Ok(vec![Some(tensor(gx, x_shape)?)])
+        }
+        // gx = gy; gsrc = gy gathered at the addressed positions (gather's forward kernel)
+        Op::ScatterAdd { axis } => {
+            let idx = buffer(op, inputs[1])?;
+            let geo = gather_geometry(op, x_shape, inputs[1].shape(), *axis)?;
+            if n > 0 {
+                let from = g.slice().slice(0..n);
+                let mut to = gx.slice_mut().slice_mut(0..n);
+                launched(op, cx.stream.memcpy_dtod(&from, &mut to))?;
+            }
+            let m = inputs[1].numel();
+            let mut gsrc = output(cx, op, m)?;
+            let mut bad = flag(cx, op)?;
+            if m > 0 {
+                let m64 = m as i64;
+                let mut l = cx.stream.launch_builder(&cx.functions.gather_forward);
+                l.arg(g.slice())
+                    .arg(idx.slice())
+                    .arg(gsrc.slice_mut())
+                    .arg(bad.slice_mut())
+                    .arg(&m64)
+                    .arg(&geo);
+                // SAFETY: thread p < m reads idx[p] and, for a valid index (checked in the
+                // kernel), one element of gy (x's shape); writes gsrc[p].
+                launched(op, unsafe { l.launch(grid(m)) })?;
+            }
+            check_flag(op, &bad, x_shape, inputs[1])?;
+            let need = |i: usize| needs.get(i).copied().unwrap_or(false);
+            Ok(vec![
+                need(0).then(|| tensor(gx, x_shape)).transpose()?,
+                None,
+                need(2).then(|| tensor(gsrc, inputs[1].shape())).transpose()?,
+            ])
         }
         // the inverse copies: each element of the cotangent goes back where it came from
         Op::Permute { axes } => {
