@@ -307,6 +307,56 @@ extern "C" __global__ void clamp_vjp(const float* __restrict__ x, const float* _
     }
 }
 
+// fused_unary: a chain of at most FUSED_MAX unary maps per launch (longer chains are applied
+// in segments by the host). U_CLAMP (only here) takes p = min and p2 = max.
+#define FUSED_MAX 8
+#define U_CLAMP 18
+struct Chain {
+    int len;
+    int code[FUSED_MAX];
+    float p[FUSED_MAX];
+    float p2[FUSED_MAX];
+};
+
+__device__ __forceinline__ float chain_apply(const Chain& c, int k, float v) {
+    return c.code[k] == U_CLAMP ? nan_min(nan_max(v, c.p[k]), c.p2[k])
+                                : unary_apply(c.code[k], v, c.p[k]);
+}
+
+__device__ __forceinline__ float chain_derivative(const Chain& c, int k, float v, float y) {
+    if (c.code[k] == U_CLAMP) return (v >= c.p[k] && v <= c.p2[k]) ? 1.0f : 0.0f;
+    return unary_derivative(c.code[k], v, y, c.p[k]);
+}
+
+extern "C" __global__ void fused_forward(const float* __restrict__ x, float* __restrict__ out,
+                                         long long n, Chain c) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        float v = x[i];
+        for (int k = 0; k < c.len; ++k) v = chain_apply(c, k, v);
+        out[i] = v;
+    }
+}
+
+// One segment of the chain rule: v_out = chain(v_in), d = (first ? 1 : d) times each map's
+// derivative at its input (the spec's fused_chain_derivative, segment by segment).
+extern "C" __global__ void fused_derivative(const float* __restrict__ v_in,
+                                            float* __restrict__ v_out, float* __restrict__ d,
+                                            long long n, Chain c, int first) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        float v = v_in[i];
+        float dd = first ? 1.0f : d[i];
+        for (int k = 0; k < c.len; ++k) {
+            float y = chain_apply(c, k, v);
+            dd *= chain_derivative(c, k, v, y);
+            v = y;
+        }
+        v_out[i] = v;
+        d[i] = dd;
+    }
+}
+
 // reduce_sum / reduce_mean, and the VJP of broadcast_to: out[j] = (the sum over the
 // positions of `big` that element j of the smaller shape broadcasts to, in a fixed order)
 // divided by `divisor` (1 for a sum; 0/0 = NaN for the mean of nothing, as the spec).

@@ -12,7 +12,7 @@
 //! on the strength of the same conformance suite as the native kernels, never as
 //! `verified` (docs/cuda.md, "Evidence on CUDA").
 
-use crate::kernels::{blas, conv, elementwise, reduce, rows, spectral};
+use crate::kernels::{blas, conv, elementwise, fused, reduce, rows, spectral};
 use torchlean::backend::{
     ContractClaim, ContractDescriptor, Device, Evidence, KernelCapsule, Provenance, Provider,
     Registry, RegistryError, RuntimeSupport, TensorLayout, TrustLevel, VjpMode,
@@ -138,7 +138,7 @@ fn capsule(op: OpKind, provider: Provider, file: &str) -> KernelCapsule {
 }
 
 /// The native_cuda capsule of `op` (one of [`elementwise::KINDS`], [`rows::KINDS`],
-/// [`conv::KINDS`], [`spectral::KINDS`] or [`reduce::KINDS`]).
+/// [`conv::KINDS`], [`spectral::KINDS`], [`reduce::KINDS`] or [`fused::KINDS`]).
 pub fn native_cuda_capsule(op: OpKind) -> KernelCapsule {
     let file = if rows::KINDS.contains(&op) {
         "kernels/rows.rs"
@@ -148,6 +148,8 @@ pub fn native_cuda_capsule(op: OpKind) -> KernelCapsule {
         "kernels/spectral.rs"
     } else if reduce::KINDS.contains(&op) {
         "kernels/reduce.rs"
+    } else if fused::KINDS.contains(&op) {
+        "kernels/fused.rs"
     } else {
         "kernels/elementwise.rs"
     };
@@ -184,6 +186,11 @@ pub fn native_cuda_reduce_binding() -> KernelBinding {
     KernelBinding::new("native_cuda", reduce::forward, Some(reduce::vjp))
 }
 
+/// The binding of the native_cuda fused unary chains.
+pub fn native_cuda_fused_binding() -> KernelBinding {
+    KernelBinding::new("native_cuda", fused::forward, Some(fused::vjp))
+}
+
 /// The binding of the cuBLAS kernels.
 pub fn cublas_binding() -> KernelBinding {
     KernelBinding::new("cublas", blas::forward, Some(blas::vjp))
@@ -204,6 +211,7 @@ pub fn composed_ops() -> Vec<OpKind> {
                         || conv::KINDS.contains(p)
                         || spectral::KINDS.contains(p)
                         || reduce::KINDS.contains(p)
+                        || fused::KINDS.contains(p)
                         || blas::KINDS.contains(p)
                 })
         })
@@ -243,6 +251,9 @@ pub fn register(r: &mut Registry) -> Result<(), RegistryError> {
     }
     for &op in reduce::KINDS {
         r.register(native_cuda_capsule(op), native_cuda_reduce_binding())?;
+    }
+    for &op in fused::KINDS {
+        r.register(native_cuda_capsule(op), native_cuda_fused_binding())?;
     }
     for &op in blas::KINDS {
         r.register(cublas_capsule(op), cublas_binding())?;

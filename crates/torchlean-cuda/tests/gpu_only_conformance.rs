@@ -22,9 +22,10 @@ use torchlean::spec::{self, Array};
 use torchlean::{Error, OpKind, Tensor};
 use torchlean_cuda::capsules::{
     composed_ops, cublas_binding, native_cuda_binding, native_cuda_conv_binding,
-    native_cuda_reduce_binding, native_cuda_rows_binding, native_cuda_spectral_binding,
+    native_cuda_fused_binding, native_cuda_reduce_binding, native_cuda_rows_binding,
+    native_cuda_spectral_binding,
 };
-use torchlean_cuda::kernels::{blas, conv, elementwise, reduce, rows, spectral};
+use torchlean_cuda::kernels::{blas, conv, elementwise, fused, reduce, rows, spectral};
 
 /// Whether CUDA is usable; prints why not (or panics under TORCHLEAN_REQUIRE_CUDA=1).
 fn gpu(test: &str) -> bool {
@@ -52,6 +53,8 @@ fn binding(kind: OpKind) -> Option<KernelBinding> {
         Some(native_cuda_spectral_binding())
     } else if reduce::KINDS.contains(&kind) {
         Some(native_cuda_reduce_binding())
+    } else if fused::KINDS.contains(&kind) {
+        Some(native_cuda_fused_binding())
     } else if blas::KINDS.contains(&kind) {
         Some(cublas_binding())
     } else if composed_ops().contains(&kind) {
@@ -126,6 +129,7 @@ fn every_cuda_op_has_rows() {
         .chain(conv::KINDS)
         .chain(spectral::KINDS)
         .chain(reduce::KINDS)
+        .chain(fused::KINDS)
         .chain(blas::KINDS)
         .chain(&composed_ops())
     {

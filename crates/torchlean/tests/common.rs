@@ -584,6 +584,25 @@ pub fn cases() -> Vec<Case> {
         &[(&[70000], Normal)],
     ));
     v.push(c(fused(vec![Op::Softplus]), &[(&[2, 5], Normal)]));
+    // longer than one CUDA launch holds (8 maps), with clamp's two bounds
+    v.push(c(
+        fused(vec![
+            Op::Tanh,
+            Op::Scale { factor: 2.0 },
+            Op::Clamp {
+                min: -1.5,
+                max: 1.25,
+            },
+            Op::Sin,
+            Op::AddScalar { value: 0.5 },
+            Op::Sigmoid,
+            Op::Neg,
+            Op::Exp,
+            Op::Sqrt,
+            Op::Softplus,
+        ]),
+        &[(&[3, 7], Normal)],
+    ));
     let sdpa = |causal, mask| Op::ScaledDotProductAttention {
         scale: None,
         causal,

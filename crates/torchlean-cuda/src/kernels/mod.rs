@@ -1,5 +1,5 @@
-//! The module's kernels over device tensors: [`elementwise`], [`reduce`], [`rows`], [`conv`]
-//! and [`spectral`] (native_cuda, NVRTC-compiled `.cu` sources) and [`blas`] (cuBLAS products).
+//! The module's kernels over device tensors: [`elementwise`], [`fused`], [`reduce`], [`rows`],
+//! [`conv`] and [`spectral`] (native_cuda, NVRTC-compiled `.cu` sources) and [`blas`] (cuBLAS products).
 //!
 //! Every kernel takes the op and device tensors, reads the execution context
 //! ([`crate::device::context`]: stream, cuBLAS handle, functions, allocator), launches on the
@@ -9,6 +9,7 @@
 pub mod blas;
 pub mod conv;
 pub mod elementwise;
+pub mod fused;
 pub mod reduce;
 pub mod rows;
 pub mod spectral;
