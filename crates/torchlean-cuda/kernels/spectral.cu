@@ -4,10 +4,16 @@
 // frequencies are zero. Direct sums cost O(n·m) per signal, the right order for the few
 // modes an FNO keeps. Compiled by NVRTC with the other sources.
 
-// The angle 2π·((k·t) mod n)/n as the argument of sincospif (which takes it over π).
+// The sine and cosine of the angle 2π·((k·t) mod n)/n, computed as the spec computes them:
+// the angle and its sine at f64, then rounded. (An exact sinpi would give sin π = 0 where the
+// spec's sin(fl(π)) is 1.2e-16, and an infinite input times 0 is NaN where the spec has an
+// infinity.)
 __device__ __forceinline__ void dft_angle(long long k, long long t, long long n, float* s,
                                           float* c) {
-    sincospif(2.0f * (float)((k * t) % n) / (float)n, s, c);
+    double th = 6.283185307179586 * (double)((k * t) % n) / (double)n, sd, cd;
+    sincos(th, &sd, &cd);
+    *s = (float)sd;
+    *c = (float)cd;
 }
 
 // The inverse real-FFT weight of frequency k over n points, divided by n: 1/n for k = 0 and
