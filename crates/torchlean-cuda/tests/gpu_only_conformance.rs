@@ -574,3 +574,34 @@ fn cuda_capsules_cite_tests_that_exist() {
     }
     assert!(checked > 20, "expected many cited tests, found {checked}");
 }
+
+/// Every op of the vocabulary has a CUDA capsule (native_cuda, cublas, or the `torchlean`
+/// composition whose parts all have one), with a VJP where the op is differentiable (runs
+/// anywhere: no GPU needed to read the registry). Which ones are compositions is listed, so
+/// that the report's claim "on CUDA" says what ran.
+#[test]
+fn every_op_of_the_vocabulary_has_a_cuda_capsule() {
+    use torchlean::backend::{Registry, VjpMode};
+    let mut r = Registry::new();
+    torchlean_cuda::capsules::register(&mut r).expect("CUDA capsules register");
+    let mut missing = vec![];
+    for &k in OpKind::ALL {
+        let found = r
+            .entries()
+            .iter()
+            .find(|e| e.capsule.op == k && e.capsule.device == Device::Cuda);
+        match found {
+            None => missing.push(k.name()),
+            Some(e) if k.differentiable() && e.capsule.vjp_mode == VjpMode::None => {
+                missing.push(k.name())
+            }
+            Some(_) => {}
+        }
+    }
+    assert!(missing.is_empty(), "no CUDA capsule (or no VJP) for {missing:?}");
+    assert_eq!(
+        composed_ops(),
+        vec![OpKind::MseLoss, OpKind::ScaledDotProductAttention],
+        "the compositions declared on CUDA changed: update docs/cuda.md"
+    );
+}
