@@ -242,12 +242,14 @@ fn plan_exit_codes() {
         run(&["plan", "--profile", "strict_cpu", "--ops", "linear,relu"]).0,
         0
     );
+    // every op has a CUDA capsule now: a provider with none (cufft) is refused readably,
+    // naming the CUDA capsules it passed over
     let (code, out, _) = run(&[
         "plan",
         "--device",
         "cuda",
         "--provider",
-        "auto",
+        "cufft",
         "--policy",
         "checked-runtime",
         "--vjp",
@@ -257,7 +259,35 @@ fn plan_exit_codes() {
     ]);
     assert_eq!(code, 2);
     assert!(
-        out.contains("no admissible capsule for op `conv2d` on device `cuda`"),
+        out.contains("no admissible capsule for op `conv2d` on device `cuda`")
+            && out.contains("native_cuda.conv2d (provider native_cuda, device cuda)"),
+        "{out}"
+    );
+    // strict on CUDA plans the replayed capsules (planning needs no GPU); attention, a
+    // composition with test evidence on CUDA, is refused by the strict policy
+    let (code, out, _) = run(&[
+        "plan",
+        "--profile",
+        "strict_native_cuda",
+        "--ops",
+        "linear,relu,conv2d",
+    ]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("linear: cublas.replayed.linear")
+            && out.contains("conv2d: native_cuda.replayed.conv2d"),
+        "{out}"
+    );
+    let (code, out, _) = run(&[
+        "plan",
+        "--profile",
+        "strict_native_cuda",
+        "--ops",
+        "scaled_dot_product_attention",
+    ]);
+    assert_eq!(code, 2);
+    assert!(
+        out.contains("trust level `checked` is not allowed by policy `strict`"),
         "{out}"
     );
     let (code, out, err) = run(&[

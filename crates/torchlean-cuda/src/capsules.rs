@@ -137,6 +137,74 @@ fn capsule(op: OpKind, provider: Provider, file: &str) -> KernelCapsule {
     }
 }
 
+/// The replayed capsule of a CUDA capsule: the same kernels, every obligation discharged by a
+/// checker the runtime runs after every call — the CPU's replay checkers, on host copies of
+/// the call's device tensors (`runtime::guarded`: one device read per checked tensor, so a
+/// synchronization per call: slow, and disclosed as such in docs/cuda.md). Admitted by
+/// `strict` (profile `strict_native_cuda`).
+pub fn replayed_capsule(base: KernelCapsule) -> KernelCapsule {
+    use torchlean::providers::checkers::{canonical_layout, replay};
+    let op = base.op;
+    let mutation_tests = |extra: &[&str]| -> Vec<String> {
+        torchlean::providers::native_cpu::REPLAY_MUTATION_TESTS
+            .iter()
+            .map(|t| format!("crates/torchlean/{t}"))
+            .chain(extra.iter().map(|t| t.to_string()))
+            .collect()
+    };
+    let layout = || Evidence::Checker {
+        checker: torchlean::checker!(canonical_layout),
+        soundness: "accepted => the result (or each gradient) has exactly the shape spec::infer_shape assigns to this call's inputs, dense row-major from offset 0 over exactly numel elements (integer check of the device tensor's own layout over its host copy)".into(),
+        mutation_tests: vec![
+            "crates/torchlean/tests/trust.rs::layout_checker_rejects_wrong_shape".into(),
+            "crates/torchlean/tests/trust.rs::layout_checker_rejects_non_canonical_view".into(),
+        ],
+    };
+    let with = |d: &ContractDescriptor, summary: &str, evidence: Evidence| ContractDescriptor {
+        claim: d.claim.clone(),
+        summary: summary.into(),
+        evidence,
+        provenance: d.provenance.clone(),
+    };
+    KernelCapsule {
+        name: format!("{}.replayed.{}", base.provider.label(), op.name()),
+        trust_level: TrustLevel::Verified,
+        shape_contract: with(
+            &base.shape_contract,
+            "every result's shape is checked against spec::infer_shape of the call's inputs",
+            layout(),
+        ),
+        layout_contract: with(
+            &base.layout_contract,
+            "every result is checked canonical row-major",
+            layout(),
+        ),
+        value_contract: with(
+            &base.value_contract,
+            "every call replayed on host copies: Freivalds product check (matmul, linear) or f64 spec recomputation",
+            Evidence::Checker {
+                checker: torchlean::checker!(replay::replay_forward),
+                soundness: replay::FORWARD_SOUNDNESS.into(),
+                mutation_tests: mutation_tests(&[]),
+            },
+        ),
+        vjp_contract: with(
+            &base.vjp_contract,
+            "every VJP call replayed on host copies: Freivalds for the product gradients, f64 spec VJP otherwise",
+            if op.differentiable() {
+                Evidence::Checker {
+                    checker: torchlean::checker!(replay::replay_vjp),
+                    soundness: replay::VJP_SOUNDNESS.into(),
+                    mutation_tests: mutation_tests(&[]),
+                }
+            } else {
+                Evidence::NotProvided
+            },
+        ),
+        ..base
+    }
+}
+
 /// The native_cuda capsule of `op` (one of [`elementwise::KINDS`], [`rows::KINDS`],
 /// [`conv::KINDS`], [`spectral::KINDS`], [`reduce::KINDS`] or [`fused::KINDS`]).
 pub fn native_cuda_capsule(op: OpKind) -> KernelCapsule {
@@ -235,8 +303,35 @@ pub fn composition_capsule(op: OpKind) -> KernelCapsule {
 }
 
 /// Registers every capsule of the module (native_cuda first, then cublas, then the
-/// compositions).
+/// compositions, then the replayed native_cuda and cublas capsules of `strict_native_cuda`).
 pub fn register(r: &mut Registry) -> Result<(), RegistryError> {
+    register_checked(r)?;
+    for &op in elementwise::KINDS {
+        r.register(replayed_capsule(native_cuda_capsule(op)), native_cuda_binding())?;
+    }
+    for &op in rows::KINDS {
+        r.register(replayed_capsule(native_cuda_capsule(op)), native_cuda_rows_binding())?;
+    }
+    for &op in conv::KINDS {
+        r.register(replayed_capsule(native_cuda_capsule(op)), native_cuda_conv_binding())?;
+    }
+    for &op in spectral::KINDS {
+        r.register(replayed_capsule(native_cuda_capsule(op)), native_cuda_spectral_binding())?;
+    }
+    for &op in reduce::KINDS {
+        r.register(replayed_capsule(native_cuda_capsule(op)), native_cuda_reduce_binding())?;
+    }
+    for &op in fused::KINDS {
+        r.register(replayed_capsule(native_cuda_capsule(op)), native_cuda_fused_binding())?;
+    }
+    for &op in blas::KINDS {
+        r.register(replayed_capsule(cublas_capsule(op)), cublas_binding())?;
+    }
+    Ok(())
+}
+
+/// The capsules with test evidence (admitted by `checked-runtime`) and the compositions.
+fn register_checked(r: &mut Registry) -> Result<(), RegistryError> {
     for &op in elementwise::KINDS {
         r.register(native_cuda_capsule(op), native_cuda_binding())?;
     }

@@ -8,7 +8,7 @@
 //! element for the parameter gradients (a fixed tree over a fixed split of the batch and
 //! output positions). Padding takes part in conv2d's products as zeros, as the spec says.
 
-use super::{buffer, cx, grid, launched, output, tensor, BLOCK};
+use super::{buffer, cx, grid, launched, needed_grad, output, tensor, BLOCK};
 use cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
 use torchlean::graph::{Op, OpKind, Pool2dGeometry};
 use torchlean::{Error, Result, Tensor};
@@ -279,51 +279,30 @@ pub fn vjp(
             let geo = conv_geometry(op, x_shape, inputs[1].shape(), output_t.shape())?;
             let (_, grad_input, grad_weight) = conv_kernels(cx, op);
             let mut grads = Vec::with_capacity(inputs.len());
-            if need(0) {
-                let nx = inputs[0].numel();
-                let mut gx = output(cx, op, nx)?;
-                if nx > 0 {
-                    let mut l = cx.stream.launch_builder(grad_input);
-                    l.arg(g.slice()).arg(w.slice()).arg(gx.slice_mut()).arg(&geo);
-                    // SAFETY: each input thread reads the output gradients and weights of
-                    // the taps landing on it (indices checked against oh, ow, kh, kw) and
-                    // writes its own element.
-                    launched(op, unsafe { l.launch(grid(nx)) })?;
-                }
-                grads.push(Some(tensor(gx, x_shape)?));
-            } else {
-                grads.push(None);
-            }
-            if need(1) {
-                let nw = inputs[1].numel();
-                let mut gw = output(cx, op, nw)?;
-                if nw > 0 {
-                    let mut l = cx.stream.launch_builder(grad_weight);
-                    l.arg(x.slice()).arg(g.slice()).arg(gw.slice_mut()).arg(&geo);
-                    // SAFETY: each block owns one weight element (grid-stride over the nw
-                    // of them), reads x inside its shape (padding is not read) and gy inside
-                    // [n, cout, oh, ow], and its thread 0 writes that element.
-                    launched(op, unsafe { l.launch(blocks(nw)) })?;
-                }
-                grads.push(Some(tensor(gw, inputs[1].shape())?));
-            } else {
-                grads.push(None);
-            }
-            if inputs.len() > 2 {
-                if need(2) {
-                    let nb = inputs[2].numel();
-                    let mut gb = output(cx, op, nb)?;
-                    if nb > 0 {
-                        let mut l = cx.stream.launch_builder(&cx.functions.conv2d_grad_bias);
-                        l.arg(g.slice()).arg(gb.slice_mut()).arg(&geo);
-                        // SAFETY: each block owns one output channel (cout = nb, the shape
-                        // rule), reads its gy elements and writes gb[co].
-                        launched(op, unsafe { l.launch(blocks(nb)) })?;
-                    }
-                    grads.push(Some(tensor(gb, inputs[2].shape())?));
-                } else {
-                    grads.push(None);
-                }
+            grads.push(needed_grad(op, needs, 0, inputs[0], |gx| {
+                let mut l = cx.stream.launch_builder(grad_input);
+                l.arg(g.slice()).arg(w.slice()).arg(gx.slice_mut()).arg(&geo);
+                // SAFETY: each input thread reads the output gradients and weights of the
+                // taps landing on it (indices checked against oh, ow, kh, kw) and writes its
+                // own element.
+                launched(op, unsafe { l.launch(grid(inputs[0].numel())) })
+            })?);
+            grads.push(needed_grad(op, needs, 1, inputs[1], |gw| {
+                let mut l = cx.stream.launch_builder(grad_weight);
+                l.arg(x.slice()).arg(g.slice()).arg(gw.slice_mut()).arg(&geo);
+                // SAFETY: each block owns one weight element (grid-stride over all of them),
+                // reads x inside its shape (padding is not read) and gy inside [n, cout, oh,
+                // ow], and its thread 0 writes that element.
+                launched(op, unsafe { l.launch(blocks(inputs[1].numel())) })
+            })?);
+            if let Some(bias) = inputs.get(2) {
+                grads.push(needed_grad(op, needs, 2, bias, |gb| {
+                    let mut l = cx.stream.launch_builder(&cx.functions.conv2d_grad_bias);
+                    l.arg(g.slice()).arg(gb.slice_mut()).arg(&geo);
+                    // SAFETY: each block owns one output channel (cout = the bias's length,
+                    // the shape rule), reads its gy elements and writes gb[co].
+                    launched(op, unsafe { l.launch(blocks(bias.numel())) })
+                })?);
             }
             Ok(grads)
         }

@@ -62,6 +62,25 @@ pub fn output(cx: &Context, op: &Op, n: usize) -> Result<CudaBuffer> {
     cx.pool.alloc(n, &format!("op `{}`", op.name()))
 }
 
+/// The gradient of input `i` (of tensor `x`'s shape) when `needs[i]`: a fresh buffer that
+/// `fill` writes (not called for an empty input); `None` when the input needs none.
+pub fn needed_grad<T>(
+    op: &Op,
+    needs: &[bool],
+    i: usize,
+    x: &Tensor,
+    fill: impl FnOnce(&mut CudaBuffer) -> Result<T>,
+) -> Result<Option<Tensor>> {
+    if !needs.get(i).copied().unwrap_or(false) {
+        return Ok(None);
+    }
+    let mut b = output(cx()?, op, x.numel())?;
+    if x.numel() > 0 {
+        fill(&mut b)?;
+    }
+    Ok(Some(tensor(b, x.shape())?))
+}
+
 /// A device tensor over `b`.
 pub fn tensor(b: CudaBuffer, shape: &[usize]) -> Result<Tensor> {
     Tensor::from_device_buffer(Arc::new(b), shape)

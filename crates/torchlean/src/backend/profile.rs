@@ -68,6 +68,13 @@ impl BackendProfile {
                 Tape,
             ),
             profile(
+                "strict_native_cuda",
+                Device::Cuda,
+                Auto,
+                PolicyName::Strict,
+                Tape,
+            ),
+            profile(
                 "libtorch_forward_cuda",
                 Device::Cuda,
                 Only(Provider::Libtorch),

@@ -89,6 +89,36 @@ pub(crate) fn check(k: &AcceptedKernel, phase: Phase, op: &Op, call: &Call) -> R
     Ok(())
 }
 
+/// A host copy of `t` when it lives in device memory (checkers read host values: a device
+/// read, so a synchronization, per checked call; docs/cuda.md); `None` for host memory.
+fn host_copy(t: &Tensor) -> Result<Option<Tensor>> {
+    if t.device() == Device::Cpu {
+        Ok(None)
+    } else {
+        t.to_cpu().map(Some)
+    }
+}
+
+/// The operand a checker reads for `t`: its own view for host memory; for a device tensor,
+/// its own shape, strides and offset over the host copy of its elements (so a device result
+/// that is not dense from offset 0 does not line up with its copy, and the layout and value
+/// checkers reject it).
+fn checked_operand<'a>(t: &'a Tensor, copy: &'a Option<Tensor>) -> Operand<'a> {
+    match copy {
+        None => tensor_operand(t),
+        Some(h) => {
+            let l = t.layout();
+            Operand {
+                shape: &l.shape,
+                strides: Some(&l.strides),
+                offset: l.offset,
+                storage: h.storage_slice(),
+                device: t.device(),
+            }
+        }
+    }
+}
+
 /// Runs the forward checkers on a tensor call.
 pub(crate) fn check_forward(
     k: &AcceptedKernel,
@@ -99,10 +129,19 @@ pub(crate) fn check_forward(
     if k.checkers(Phase::Forward).is_empty() {
         return Ok(());
     }
-    let operands: Vec<Operand> = inputs.iter().map(|t| tensor_operand(t)).collect();
+    let copies = inputs
+        .iter()
+        .map(|t| host_copy(t))
+        .collect::<Result<Vec<_>>>()?;
+    let out_copy = host_copy(out)?;
+    let operands: Vec<Operand> = inputs
+        .iter()
+        .zip(&copies)
+        .map(|(t, c)| checked_operand(t, c))
+        .collect();
     let call = Call {
         inputs: &operands,
-        output: tensor_operand(out),
+        output: checked_operand(out, &out_copy),
         cotangent: None,
         needs: &[],
         grads: &[],
@@ -124,15 +163,29 @@ pub(crate) fn check_vjp(
     if k.checkers(Phase::Vjp).is_empty() {
         return Ok(());
     }
-    let operands: Vec<Operand> = inputs.iter().map(|t| tensor_operand(t)).collect();
+    let copies = inputs
+        .iter()
+        .map(|t| host_copy(t))
+        .collect::<Result<Vec<_>>>()?;
+    let (out_copy, cot_copy) = (host_copy(output)?, host_copy(cotangent)?);
+    let grad_copies = grads
+        .iter()
+        .map(|g| g.as_ref().map(host_copy).transpose().map(Option::flatten))
+        .collect::<Result<Vec<_>>>()?;
+    let operands: Vec<Operand> = inputs
+        .iter()
+        .zip(&copies)
+        .map(|(t, c)| checked_operand(t, c))
+        .collect();
     let grads: Vec<Option<Operand>> = grads
         .iter()
-        .map(|g| g.as_ref().map(tensor_operand))
+        .zip(&grad_copies)
+        .map(|(g, c)| g.as_ref().map(|g| checked_operand(g, c)))
         .collect();
     let call = Call {
         inputs: &operands,
-        output: tensor_operand(output),
-        cotangent: Some(tensor_operand(cotangent)),
+        output: checked_operand(output, &out_copy),
+        cotangent: Some(checked_operand(cotangent, &cot_copy)),
         needs,
         grads: &grads,
         seed: next_seed(),
