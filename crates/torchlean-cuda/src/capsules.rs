@@ -152,13 +152,15 @@ pub fn replayed_capsule(base: KernelCapsule) -> KernelCapsule {
             .chain(extra.iter().map(|t| t.to_string()))
             .collect()
     };
-    let layout = || Evidence::Checker {
+    let layout = || {
+        Evidence::Checker {
         checker: torchlean::checker!(canonical_layout),
         soundness: "accepted => the result (or each gradient) has exactly the shape spec::infer_shape assigns to this call's inputs, dense row-major from offset 0 over exactly numel elements (integer check of the device tensor's own layout over its host copy)".into(),
         mutation_tests: vec![
             "crates/torchlean/tests/trust.rs::layout_checker_rejects_wrong_shape".into(),
             "crates/torchlean/tests/trust.rs::layout_checker_rejects_non_canonical_view".into(),
         ],
+    }
     };
     let with = |d: &ContractDescriptor, summary: &str, evidence: Evidence| ContractDescriptor {
         claim: d.claim.clone(),
@@ -307,22 +309,40 @@ pub fn composition_capsule(op: OpKind) -> KernelCapsule {
 pub fn register(r: &mut Registry) -> Result<(), RegistryError> {
     register_checked(r)?;
     for &op in elementwise::KINDS {
-        r.register(replayed_capsule(native_cuda_capsule(op)), native_cuda_binding())?;
+        r.register(
+            replayed_capsule(native_cuda_capsule(op)),
+            native_cuda_binding(),
+        )?;
     }
     for &op in rows::KINDS {
-        r.register(replayed_capsule(native_cuda_capsule(op)), native_cuda_rows_binding())?;
+        r.register(
+            replayed_capsule(native_cuda_capsule(op)),
+            native_cuda_rows_binding(),
+        )?;
     }
     for &op in conv::KINDS {
-        r.register(replayed_capsule(native_cuda_capsule(op)), native_cuda_conv_binding())?;
+        r.register(
+            replayed_capsule(native_cuda_capsule(op)),
+            native_cuda_conv_binding(),
+        )?;
     }
     for &op in spectral::KINDS {
-        r.register(replayed_capsule(native_cuda_capsule(op)), native_cuda_spectral_binding())?;
+        r.register(
+            replayed_capsule(native_cuda_capsule(op)),
+            native_cuda_spectral_binding(),
+        )?;
     }
     for &op in reduce::KINDS {
-        r.register(replayed_capsule(native_cuda_capsule(op)), native_cuda_reduce_binding())?;
+        r.register(
+            replayed_capsule(native_cuda_capsule(op)),
+            native_cuda_reduce_binding(),
+        )?;
     }
     for &op in fused::KINDS {
-        r.register(replayed_capsule(native_cuda_capsule(op)), native_cuda_fused_binding())?;
+        r.register(
+            replayed_capsule(native_cuda_capsule(op)),
+            native_cuda_fused_binding(),
+        )?;
     }
     for &op in blas::KINDS {
         r.register(replayed_capsule(cublas_capsule(op)), cublas_binding())?;

@@ -598,7 +598,10 @@ fn every_op_of_the_vocabulary_has_a_cuda_capsule() {
             Some(_) => {}
         }
     }
-    assert!(missing.is_empty(), "no CUDA capsule (or no VJP) for {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "no CUDA capsule (or no VJP) for {missing:?}"
+    );
     assert_eq!(
         composed_ops(),
         vec![OpKind::MseLoss, OpKind::ScaledDotProductAttention],

@@ -82,7 +82,12 @@ fn conv_geometry(op: &Op, x: &[usize], w: &[usize], y: &[usize]) -> Result<Conv>
     let (stride, padding, dilation, groups) = match op {
         Op::Conv2d(g) => (g.stride, g.padding, g.dilation, g.groups),
         Op::ConvTranspose2d(g) => (g.stride, g.padding, g.dilation, g.groups),
-        other => return Err(Error::Other(format!("not a convolution: `{}`", other.name()))),
+        other => {
+            return Err(Error::Other(format!(
+                "not a convolution: `{}`",
+                other.name()
+            )))
+        }
     };
     let i = |v: usize| v as i64;
     Ok(Conv {
@@ -121,7 +126,11 @@ fn conv_kernels<'c>(
             &f.conv_transpose2d_grad_input,
             &f.conv_transpose2d_grad_weight,
         ),
-        _ => (&f.conv2d_forward, &f.conv2d_grad_input, &f.conv2d_grad_weight),
+        _ => (
+            &f.conv2d_forward,
+            &f.conv2d_grad_input,
+            &f.conv2d_grad_weight,
+        ),
     }
 }
 
@@ -281,7 +290,10 @@ pub fn vjp(
             let mut grads = Vec::with_capacity(inputs.len());
             grads.push(needed_grad(op, needs, 0, inputs[0], |gx| {
                 let mut l = cx.stream.launch_builder(grad_input);
-                l.arg(g.slice()).arg(w.slice()).arg(gx.slice_mut()).arg(&geo);
+                l.arg(g.slice())
+                    .arg(w.slice())
+                    .arg(gx.slice_mut())
+                    .arg(&geo);
                 // SAFETY: each input thread reads the output gradients and weights of the
                 // taps landing on it (indices checked against oh, ow, kh, kw) and writes its
                 // own element.
@@ -289,7 +301,10 @@ pub fn vjp(
             })?);
             grads.push(needed_grad(op, needs, 1, inputs[1], |gw| {
                 let mut l = cx.stream.launch_builder(grad_weight);
-                l.arg(x.slice()).arg(g.slice()).arg(gw.slice_mut()).arg(&geo);
+                l.arg(x.slice())
+                    .arg(g.slice())
+                    .arg(gw.slice_mut())
+                    .arg(&geo);
                 // SAFETY: each block owns one weight element (grid-stride over all of them),
                 // reads x inside its shape (padding is not read) and gy inside [n, cout, oh,
                 // ow], and its thread 0 writes that element.

@@ -58,7 +58,11 @@ fn reduce_into(
     let r = reduce_geometry(own, big_shape);
     let n64 = n as i64;
     let mut l = cx.stream.launch_builder(&cx.functions.reduce_to);
-    l.arg(big.slice()).arg(out.slice_mut()).arg(&n64).arg(&r).arg(&div);
+    l.arg(big.slice())
+        .arg(out.slice_mut())
+        .arg(&n64)
+        .arg(&r)
+        .arg(&div);
     // SAFETY: thread j < numel(own) reads the positions of `big` that broadcast from element j
     // (inside big's row-major shape: the walk's strides are big's own) and writes out[j].
     launched(op, unsafe { l.launch(grid(n)) })?;
@@ -82,7 +86,11 @@ fn expand_into(
     let g = bcast(op, small_shape, small_shape, shape)?;
     let n64 = n as i64;
     let mut l = cx.stream.launch_builder(&cx.functions.expand);
-    l.arg(small.slice()).arg(out.slice_mut()).arg(&n64).arg(&g).arg(&div);
+    l.arg(small.slice())
+        .arg(out.slice_mut())
+        .arg(&n64)
+        .arg(&g)
+        .arg(&div);
     // SAFETY: thread i < numel(shape) reads the element of `small` position i broadcasts from
     // (strides of small's own shape, 0 on broadcast axes) and writes out[i].
     launched(op, unsafe { l.launch(grid(n)) })?;
@@ -109,7 +117,11 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
             if n > 0 {
                 let (o, d, i) = (outer as i64, xs[*axis] as i64, inner as i64);
                 let mut l = cx.stream.launch_builder(&cx.functions.argmax_rows);
-                l.arg(x.slice()).arg(out.slice_mut()).arg(&o).arg(&d).arg(&i);
+                l.arg(x.slice())
+                    .arg(out.slice_mut())
+                    .arg(&o)
+                    .arg(&d)
+                    .arg(&i);
                 // SAFETY: each of the outer·inner row threads reads its dim elements of x
                 // and writes one output element (n = outer·inner).
                 launched(op, unsafe { l.launch(grid(n)) })?;

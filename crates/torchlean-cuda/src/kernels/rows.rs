@@ -179,7 +179,11 @@ fn launch_select(
 /// (b, l, inner) of a selective scan over `x` [b, l, ...].
 fn scan_dims(x: &[usize]) -> (usize, usize, usize) {
     let inner = x.get(2..).map_or(1, |r| r.iter().product());
-    (x.first().copied().unwrap_or(0), x.get(1).copied().unwrap_or(0), inner)
+    (
+        x.first().copied().unwrap_or(0),
+        x.get(1).copied().unwrap_or(0),
+        inner,
+    )
 }
 
 /// (rows, d) of a last-axis norm of `x`.
@@ -515,7 +519,9 @@ pub fn vjp(
             Ok(vec![
                 need(0).then(|| tensor(gx, x_shape)).transpose()?,
                 None,
-                need(2).then(|| tensor(gsrc, inputs[1].shape())).transpose()?,
+                need(2)
+                    .then(|| tensor(gsrc, inputs[1].shape()))
+                    .transpose()?,
             ])
         }
         // the inverse copies: each element of the cotangent goes back where it came from

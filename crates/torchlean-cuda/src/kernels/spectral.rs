@@ -82,7 +82,16 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
     let (mut xr, mut xi) = (output(cx, op, b * ci * m)?, output(cx, op, b * ci * m)?);
     let (mut yr, mut yi) = (output(cx, op, b * co * m)?, output(cx, op, b * co * m)?);
     let mut out = output(cx, op, b * co * n)?;
-    transform(op, false, (x, None), (&mut xr, Some(&mut xi)), b * ci, n, m, false)?;
+    transform(
+        op,
+        false,
+        (x, None),
+        (&mut xr, Some(&mut xi)),
+        b * ci,
+        n,
+        m,
+        false,
+    )?;
     let total = b * co * m;
     if total > 0 {
         let (b64, ci64, co64, m64) = (b as i64, ci as i64, co as i64, m as i64);
@@ -101,7 +110,16 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
         // m], the shape rule) and writes Y[b, o, k] ([b, co, m]).
         launched(op, unsafe { l.launch(grid(total)) })?;
     }
-    transform(op, true, (&yr, Some(&yi)), (&mut out, None), b * co, n, m, true)?;
+    transform(
+        op,
+        true,
+        (&yr, Some(&yi)),
+        (&mut out, None),
+        b * co,
+        n,
+        m,
+        true,
+    )?;
     tensor(out, &shape)
 }
 
@@ -125,7 +143,16 @@ pub fn vjp(
     let (b64, ci64, co64, m64) = (b as i64, ci as i64, co as i64, m as i64);
     // the cotangent of the inverse transform: a scaled DFT of gy
     let (mut gr, mut gi) = (output(cx, op, b * co * m)?, output(cx, op, b * co * m)?);
-    transform(op, false, (g, None), (&mut gr, Some(&mut gi)), b * co, n, m, true)?;
+    transform(
+        op,
+        false,
+        (g, None),
+        (&mut gr, Some(&mut gi)),
+        b * co,
+        n,
+        m,
+        true,
+    )?;
     let mut grads = vec![None, None, None];
     if need(0) {
         let (mut gxr, mut gxi) = (output(cx, op, b * ci * m)?, output(cx, op, b * ci * m)?);
@@ -147,12 +174,30 @@ pub fn vjp(
             launched(op, unsafe { l.launch(grid(total)) })?;
         }
         let mut gx = output(cx, op, b * ci * n)?;
-        transform(op, true, (&gxr, Some(&gxi)), (&mut gx, None), b * ci, n, m, false)?;
+        transform(
+            op,
+            true,
+            (&gxr, Some(&gxi)),
+            (&mut gx, None),
+            b * ci,
+            n,
+            m,
+            false,
+        )?;
         grads[0] = Some(tensor(gx, inputs[0].shape())?);
     }
     if need(1) || need(2) {
         let (mut xr, mut xi) = (output(cx, op, b * ci * m)?, output(cx, op, b * ci * m)?);
-        transform(op, false, (x, None), (&mut xr, Some(&mut xi)), b * ci, n, m, false)?;
+        transform(
+            op,
+            false,
+            (x, None),
+            (&mut xr, Some(&mut xi)),
+            b * ci,
+            n,
+            m,
+            false,
+        )?;
         let (mut gwr, mut gwi) = (output(cx, op, ci * co * m)?, output(cx, op, ci * co * m)?);
         let total = ci * co * m;
         if total > 0 {

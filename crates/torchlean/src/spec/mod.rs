@@ -32,6 +32,7 @@
 mod array;
 mod conv;
 mod elementwise;
+pub mod flash;
 mod index;
 mod layout;
 mod linalg;
