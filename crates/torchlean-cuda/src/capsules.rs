@@ -11,6 +11,12 @@
 //! report's target line). Trust: `checked` for both: cuBLAS is admitted by `checked-runtime`
 //! on the strength of the same conformance suite as the native kernels, never as
 //! `verified` (docs/cuda.md, "Evidence on CUDA").
+//!
+//! Each of those kernels is registered a second time as a *replayed* capsule
+//! (`native_cuda.replayed.*`, `cublas.replayed.*`: [`replayed_capsule`]): the same kernel,
+//! trust `verified` because every obligation is discharged by a checker run after every
+//! call (on host copies of the call's device tensors). Profile `strict_native_cuda` plans
+//! those; `checked_cuda` plans the tested ones.
 
 use crate::kernels::{blas, conv, elementwise, fused, reduce, rows, spectral};
 use torchlean::backend::{
