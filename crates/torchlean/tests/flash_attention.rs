@@ -125,14 +125,14 @@ fn flash_attention_equals_the_sdpa_spec_forward_and_vjp() {
                 keys: 64,
             },
         ] {
-            let (got, _) = flash::forward(&op, &refs, tiles);
+            let (got, _) = flash::forward(&op, &refs, tiles).expect("flash forward");
             assert_eq!(got.shape, want.shape);
             let e = rel_diff(&got.data, &want.data);
             assert!(
                 e < 1e-12,
                 "case {case} {op:?} {tiles:?}: forward differs by {e:e}"
             );
-            let grads = flash::vjp(&op, &refs, &gy, tiles);
+            let grads = flash::vjp(&op, &refs, &gy, tiles).expect("flash vjp");
             assert_eq!(grads.len(), want_grads.len(), "case {case}");
             for (i, (g, w)) in grads.iter().zip(&want_grads).enumerate() {
                 match (g, w) {
@@ -173,11 +173,11 @@ fn a_fully_blocked_row_gives_zeros_and_no_gradient() {
         queries: 2,
         keys: 2,
     };
-    let (y, lse) = flash::forward(&op, &refs, tiles);
+    let (y, lse) = flash::forward(&op, &refs, tiles).expect("flash forward");
     assert!(y.data[3..6].iter().all(|&x| x == 0.0), "{:?}", y.data);
     assert!(lse[1].is_none() && lse[0].is_some() && lse[2].is_some());
     let gy = Array::from_fn(&[3, 3], |_| 1.0);
-    let grads = flash::vjp(&op, &refs, &gy, tiles);
+    let grads = flash::vjp(&op, &refs, &gy, tiles).expect("flash vjp");
     let gq = grads[0].as_ref().expect("a query gradient");
     assert!(gq.data[2..4].iter().all(|&x| x == 0.0), "{:?}", gq.data);
     assert!(grads[3].is_none(), "a boolean mask has no gradient");
@@ -185,4 +185,38 @@ fn a_fully_blocked_row_gives_zeros_and_no_gradient() {
         gq.data[..2].iter().any(|&x| x != 0.0),
         "the other rows do pass gradient"
     );
+}
+
+/// Another op, shapes the SDPA rule refuses, or a short array are typed errors, not panics.
+#[test]
+fn flash_attention_refuses_bad_calls_with_typed_errors() {
+    let sdpa = Op::ScaledDotProductAttention {
+        scale: None,
+        causal: false,
+        mask: AttentionMask::None,
+    };
+    let tiles = Tiles {
+        queries: 2,
+        keys: 2,
+    };
+    let (q, k, v) = (
+        Array::from_fn(&[3, 2], |_| 1.0),
+        Array::from_fn(&[4, 2], |_| 1.0),
+        Array::from_fn(&[4, 3], |_| 1.0),
+    );
+    let e = flash::forward(&Op::Relu, &[&q], tiles).unwrap_err();
+    assert!(e.to_string().contains("relu"), "{e}");
+    let bad_k = Array::from_fn(&[4, 5], |_| 1.0);
+    let e = flash::forward(&sdpa, &[&q, &bad_k, &v], tiles).unwrap_err();
+    assert!(
+        e.to_string().contains("scaled_dot_product_attention"),
+        "{e}"
+    );
+    let short = Array {
+        shape: vec![4, 3],
+        data: vec![1.0; 5],
+    };
+    assert!(flash::forward(&sdpa, &[&q, &k, &short], tiles).is_err());
+    let wrong_gy = Array::from_fn(&[3, 2], |_| 1.0);
+    assert!(flash::vjp(&sdpa, &[&q, &k, &v], &wrong_gy, tiles).is_err());
 }

@@ -13,7 +13,8 @@
 //! counterpart of TorchLean's `flashAttention_eq_scaledDotProductAttention`, here as tested
 //! evidence, not a proof.
 
-use super::{numel, reduce_to, Array, InputGrads};
+use super::{infer_shape, numel, payload_err, reduce_to, Array, InputGrads};
+use crate::error::OpError;
 use crate::graph::{AttentionMask, Op};
 use crate::scalar::Scalar;
 
@@ -34,15 +35,35 @@ struct Geometry<T> {
     scale: T,
 }
 
-fn geometry<T: Scalar>(op: &Op, xs: &[&Array<T>]) -> (Geometry<T>, bool, AttentionMask) {
+/// The call's geometry, after the SDPA shape rule accepted its shapes (an error otherwise,
+/// or for another op).
+fn geometry<T: Scalar>(
+    op: &Op,
+    xs: &[&Array<T>],
+) -> Result<(Geometry<T>, bool, AttentionMask), OpError> {
     let Op::ScaledDotProductAttention {
         scale,
         causal,
         mask,
     } = op
     else {
-        unreachable!("flash attention called for {}", op.name())
+        return Err(payload_err(
+            op,
+            "flash attention computes scaled_dot_product_attention only",
+        ));
     };
+    let shapes: Vec<&[usize]> = xs.iter().map(|a| a.shape.as_slice()).collect();
+    infer_shape(op, &shapes)?;
+    if let Some(bad) = xs.iter().find(|a| a.data.len() != numel(&a.shape)) {
+        return Err(payload_err(
+            op,
+            format!(
+                "an array of shape {:?} holds {} values",
+                bad.shape,
+                bad.data.len()
+            ),
+        ));
+    }
     let r = xs[0].shape.len();
     let (l, d, s, dv) = (
         xs[0].shape[r - 2],
@@ -59,7 +80,7 @@ fn geometry<T: Scalar>(op: &Op, xs: &[&Array<T>]) -> (Geometry<T>, bool, Attenti
         dv,
         scale,
     };
-    (g, *causal, *mask)
+    Ok((g, *causal, *mask))
 }
 
 /// The score of query `i` and key `j` of batch `b`, or `None` when the entry is blocked.
@@ -95,8 +116,12 @@ fn score<T: Scalar>(
 }
 
 /// The output and each row's log-sum-exp (`None` for a fully blocked row), by tiles.
-pub fn forward<T: Scalar>(op: &Op, xs: &[&Array<T>], tiles: Tiles) -> (Array<T>, Vec<Option<T>>) {
-    let (g, causal, mask) = geometry(op, xs);
+pub type Forward<T> = (Array<T>, Vec<Option<T>>);
+
+/// The output and each row's log-sum-exp (`None` for a fully blocked row), by tiles; an
+/// error for another op or shapes the SDPA shape rule refuses.
+pub fn forward<T: Scalar>(op: &Op, xs: &[&Array<T>], tiles: Tiles) -> Result<Forward<T>, OpError> {
+    let (g, causal, mask) = geometry(op, xs)?;
     let (tq, tk) = (tiles.queries.max(1), tiles.keys.max(1));
     let mut out_shape = xs[0].shape.clone();
     let r = out_shape.len();
@@ -154,16 +179,30 @@ pub fn forward<T: Scalar>(op: &Op, xs: &[&Array<T>], tiles: Tiles) -> (Array<T>,
             }
         }
     }
-    (y, lse)
+    Ok((y, lse))
 }
 
 /// The VJP, by tiles, recomputing each probability from the row's log-sum-exp: with
 /// p = exp(s − lse) and D = dO·O per row, dV += p·dO, dS = p·(dO·v − D), dQ += scale·dS·k,
 /// dK += scale·dS·q, and (additive mask) dMask = dS.
-pub fn vjp<T: Scalar>(op: &Op, xs: &[&Array<T>], gy: &Array<T>, tiles: Tiles) -> InputGrads<T> {
-    let (g, causal, mask) = geometry(op, xs);
+pub fn vjp<T: Scalar>(
+    op: &Op,
+    xs: &[&Array<T>],
+    gy: &Array<T>,
+    tiles: Tiles,
+) -> Result<InputGrads<T>, OpError> {
+    let (g, causal, mask) = geometry(op, xs)?;
     let (tq, tk) = (tiles.queries.max(1), tiles.keys.max(1));
-    let (y, lse) = forward(op, xs, tiles);
+    let (y, lse) = forward(op, xs, tiles)?;
+    if gy.shape != y.shape || gy.data.len() != y.data.len() {
+        return Err(payload_err(
+            op,
+            format!(
+                "the output gradient has shape {:?}, the output {:?}",
+                gy.shape, y.shape
+            ),
+        ));
+    }
     let mut gq = Array::zeros(&xs[0].shape);
     let mut gk = Array::zeros(&xs[1].shape);
     let mut gv = Array::zeros(&xs[2].shape);
@@ -215,5 +254,5 @@ pub fn vjp<T: Scalar>(op: &Op, xs: &[&Array<T>], gy: &Array<T>, tiles: Tiles) ->
             }));
         }
     }
-    grads
+    Ok(grads)
 }
