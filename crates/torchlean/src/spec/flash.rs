@@ -13,6 +13,7 @@
 //! counterpart of TorchLean's `flashAttention_eq_scaledDotProductAttention`, here as tested
 //! evidence, not a proof.
 
+use super::special::Scores;
 use super::{infer_shape, numel, payload_err, reduce_to, Array, InputGrads};
 use crate::error::OpError;
 use crate::graph::{AttentionMask, Op};
@@ -25,22 +26,21 @@ pub struct Tiles {
     pub keys: usize,
 }
 
-/// The geometry of one call: batch (product of the leading dims), L, S, d, dv, scale.
-struct Geometry<T> {
+/// The sizes of one call: batch (product of the leading dims), L, S, d, dv.
+struct Geometry {
     batch: usize,
     l: usize,
     s: usize,
     d: usize,
     dv: usize,
-    scale: T,
 }
 
-/// The call's geometry, after the SDPA shape rule accepted its shapes (an error otherwise,
-/// or for another op).
-fn geometry<T: Scalar>(
+/// The call's sizes and scores (the SDPA spec's own, `special::Scores`), after the SDPA shape
+/// rule accepted its shapes (an error otherwise, or for another op).
+fn geometry<'a, T: Scalar>(
     op: &Op,
-    xs: &[&Array<T>],
-) -> Result<(Geometry<T>, bool, AttentionMask), OpError> {
+    xs: &'a [&'a Array<T>],
+) -> Result<(Geometry, Scores<'a, T>, AttentionMask), OpError> {
     let Op::ScaledDotProductAttention {
         scale,
         causal,
@@ -65,54 +65,14 @@ fn geometry<T: Scalar>(
         ));
     }
     let r = xs[0].shape.len();
-    let (l, d, s, dv) = (
-        xs[0].shape[r - 2],
-        xs[0].shape[r - 1],
-        xs[1].shape[r - 2],
-        xs[2].shape[r - 1],
-    );
-    let scale = T::c(scale.map_or(1.0 / (d as f64).sqrt(), |v| v as f64));
     let g = Geometry {
         batch: numel(&xs[0].shape[..r - 2]),
-        l,
-        s,
-        d,
-        dv,
-        scale,
+        l: xs[0].shape[r - 2],
+        s: xs[1].shape[r - 2],
+        d: xs[0].shape[r - 1],
+        dv: xs[2].shape[r - 1],
     };
-    Ok((g, *causal, *mask))
-}
-
-/// The score of query `i` and key `j` of batch `b`, or `None` when the entry is blocked.
-fn score<T: Scalar>(
-    xs: &[&Array<T>],
-    g: &Geometry<T>,
-    (causal, mask): (bool, AttentionMask),
-    b: usize,
-    i: usize,
-    j: usize,
-) -> Option<T> {
-    if causal && j > i {
-        return None;
-    }
-    let mask_at = || {
-        let m = xs[3];
-        m.data[if m.shape.len() > 2 {
-            (b * g.l + i) * g.s + j
-        } else {
-            i * g.s + j
-        }]
-    };
-    if mask == AttentionMask::Boolean && mask_at() == T::zero() {
-        return None;
-    }
-    let q = &xs[0].data[(b * g.l + i) * g.d..(b * g.l + i + 1) * g.d];
-    let k = &xs[1].data[(b * g.s + j) * g.d..(b * g.s + j + 1) * g.d];
-    let mut v = g.scale * q.iter().zip(k).map(|(&a, &c)| a * c).sum::<T>();
-    if mask == AttentionMask::AdditiveBias {
-        v += mask_at();
-    }
-    Some(v)
+    Ok((g, Scores::new(xs, *scale, *causal, *mask), *mask))
 }
 
 /// The output and each row's log-sum-exp (`None` for a fully blocked row), by tiles.
@@ -121,7 +81,7 @@ pub type Forward<T> = (Array<T>, Vec<Option<T>>);
 /// The output and each row's log-sum-exp (`None` for a fully blocked row), by tiles; an
 /// error for another op or shapes the SDPA shape rule refuses.
 pub fn forward<T: Scalar>(op: &Op, xs: &[&Array<T>], tiles: Tiles) -> Result<Forward<T>, OpError> {
-    let (g, causal, mask) = geometry(op, xs)?;
+    let (g, scores, _) = geometry(op, xs)?;
     let (tq, tk) = (tiles.queries.max(1), tiles.keys.max(1));
     let mut out_shape = xs[0].shape.clone();
     let r = out_shape.len();
@@ -138,7 +98,7 @@ pub fn forward<T: Scalar>(op: &Op, xs: &[&Array<T>], tiles: Tiles) -> Result<For
             for k0 in (0..g.s).step_by(tk) {
                 for (ri, i) in rows.clone().enumerate() {
                     let scores: Vec<(usize, T)> = (k0..(k0 + tk).min(g.s))
-                        .filter_map(|j| score(xs, &g, (causal, mask), b, i, j).map(|v| (j, v)))
+                        .filter_map(|j| scores.at(b, i, j).map(|v| (j, v)))
                         .collect();
                     if scores.is_empty() {
                         continue;
@@ -191,7 +151,7 @@ pub fn vjp<T: Scalar>(
     gy: &Array<T>,
     tiles: Tiles,
 ) -> Result<InputGrads<T>, OpError> {
-    let (g, causal, mask) = geometry(op, xs)?;
+    let (g, scores, mask) = geometry(op, xs)?;
     let (tq, tk) = (tiles.queries.max(1), tiles.keys.max(1));
     let (y, lse) = forward(op, xs, tiles)?;
     if gy.shape != y.shape || gy.data.len() != y.data.len() {
@@ -218,7 +178,7 @@ pub fn vjp<T: Scalar>(
                     let (go, oi) = (&gy.data[row.clone()], &y.data[row]);
                     let d_i: T = go.iter().zip(oi).map(|(&a, &c)| a * c).sum();
                     for j in k0..(k0 + tk).min(g.s) {
-                        let Some(sij) = score(xs, &g, (causal, mask), b, i, j) else {
+                        let Some(sij) = scores.at(b, i, j) else {
                             continue;
                         };
                         let p = (sij - lse_i).exp();
@@ -233,8 +193,8 @@ pub fn vjp<T: Scalar>(
                         let qi = (b * g.l + i) * g.d..(b * g.l + i + 1) * g.d;
                         let kj = (b * g.s + j) * g.d..(b * g.s + j + 1) * g.d;
                         for c in 0..g.d {
-                            gq.data[qi.start + c] += g.scale * ds * xs[1].data[kj.start + c];
-                            gk.data[kj.start + c] += g.scale * ds * xs[0].data[qi.start + c];
+                            gq.data[qi.start + c] += scores.scale() * ds * xs[1].data[kj.start + c];
+                            gk.data[kj.start + c] += scores.scale() * ds * xs[0].data[qi.start + c];
                         }
                     }
                 }

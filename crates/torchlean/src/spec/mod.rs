@@ -168,6 +168,17 @@ pub fn vjp<T: Scalar>(
             expected: format!("output and its gradient of shape {out_shape:?}"),
         });
     }
+    // an empty result depends on no input element: zero gradients, without the loops over
+    // the other axes (which may be huge beside a zero)
+    if numel(&out_shape) == 0 {
+        if let Some(has) = empty_result_gradients(op, inputs.len()) {
+            return Ok(inputs
+                .iter()
+                .zip(has)
+                .map(|(x, h)| h.then(|| Array::zeros(&x.shape)))
+                .collect());
+        }
+    }
     use OpKind as K;
     match op.kind() {
         K::RandUniform | K::BernoulliMask | K::Argmax | K::EmaUpdate | K::AdamUpdate => {
@@ -224,6 +235,35 @@ pub(crate) fn shape_err(op: &Op, shapes: &[&[usize]], expected: impl Into<String
 }
 
 /// Builds a payload error for `op`.
+/// Which inputs of `op` have a gradient (zeros) when its result is empty, for the ops whose
+/// loops would otherwise walk the other axes of an empty result; `None` for the others (their
+/// VJPs handle empty results themselves). Shared by the spec and the native kernels.
+pub(crate) fn empty_result_gradients(op: &Op, inputs: usize) -> Option<Vec<bool>> {
+    use OpKind as K;
+    let every = matches!(
+        op.kind(),
+        K::Softmax
+            | K::LogSoftmax
+            | K::Reshape
+            | K::Permute
+            | K::BroadcastTo
+            | K::Concat
+            | K::Slice
+            | K::Matmul
+            | K::Linear
+            | K::ScaledDotProductAttention
+    );
+    // a boolean attention mask (input 3) has no gradient
+    let boolean_mask = matches!(
+        op,
+        Op::ScaledDotProductAttention {
+            mask: crate::graph::AttentionMask::Boolean,
+            ..
+        }
+    );
+    every.then(|| (0..inputs).map(|i| !(boolean_mask && i == 3)).collect())
+}
+
 pub(crate) fn payload_err(op: &Op, reason: impl Into<String>) -> OpError {
     OpError::Payload {
         op: op.name(),

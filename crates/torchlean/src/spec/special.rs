@@ -148,53 +148,84 @@ fn dot<T: Scalar>(a: &[T], b: &[T]) -> T {
     (acc[0] + acc[1]) + (acc[2] + acc[3]) + tail
 }
 
-/// Attention probabilities of one query row, or `None` when every key is blocked.
-#[allow(clippy::too_many_arguments)]
-fn attention_row<T: Scalar>(
-    op: &Op,
-    xs: &[&Array<T>],
-    bi: usize,
-    i: usize,
+/// The scores of one attention call (shared by this module's SDPA and by `spec::flash`):
+/// q [..., L, d] against k [..., S, d], scaled, with the mask and the causal rule.
+pub(super) struct Scores<'a, T> {
+    xs: &'a [&'a Array<T>],
     l: usize,
     s: usize,
     d: usize,
-) -> Option<Vec<T>> {
-    let Op::ScaledDotProductAttention {
-        scale,
-        causal,
-        mask,
-    } = op
-    else {
-        unreachable!("attention_row called for {}", op.name())
-    };
-    let sc = T::c(scale.map_or(1.0 / (d as f64).sqrt(), |v| v as f64));
-    let mask_at = |j: usize| -> T {
-        let m = xs[3];
-        let per_batch = m.shape.len() > 2;
-        m.data[if per_batch {
-            (bi * l + i) * s + j
-        } else {
-            i * s + j
-        }]
-    };
-    let mut scores = vec![T::neg_infinity(); s];
+    scale: T,
+    causal: bool,
+    mask: AttentionMask,
+}
+
+impl<'a, T: Scalar> Scores<'a, T> {
+    /// The scores of an SDPA call (its payload) whose shapes the shape rule accepted.
+    pub(super) fn new(
+        xs: &'a [&'a Array<T>],
+        scale: Option<f32>,
+        causal: bool,
+        mask: AttentionMask,
+    ) -> Scores<'a, T> {
+        let r = xs[0].shape.len();
+        let (l, d, s) = (xs[0].shape[r - 2], xs[0].shape[r - 1], xs[1].shape[r - 2]);
+        Scores {
+            xs,
+            l,
+            s,
+            d,
+            scale: T::c(scale.map_or(1.0 / (d as f64).sqrt(), |v| v as f64)),
+            causal,
+            mask,
+        }
+    }
+
+    /// The factor the scores carry (the call's scale, or 1/√d).
+    pub(super) fn scale(&self) -> T {
+        self.scale
+    }
+
+    /// The score of query `i` against key `j` in batch `b`, or `None` when the entry is
+    /// blocked (causal, or a boolean mask's 0).
+    pub(super) fn at(&self, b: usize, i: usize, j: usize) -> Option<T> {
+        let (l, s, d) = (self.l, self.s, self.d);
+        let mask_at = || {
+            let m = self.xs[3];
+            m.data[if m.shape.len() > 2 {
+                (b * l + i) * s + j
+            } else {
+                i * s + j
+            }]
+        };
+        if (self.causal && j > i) || (self.mask == AttentionMask::Boolean && mask_at() == T::zero())
+        {
+            return None;
+        }
+        let q = &self.xs[0].data[(b * l + i) * d..(b * l + i + 1) * d];
+        let k = &self.xs[1].data[(b * s + j) * d..(b * s + j + 1) * d];
+        let mut v = self.scale * dot(q, k);
+        if self.mask == AttentionMask::AdditiveBias {
+            v += mask_at();
+        }
+        Some(v)
+    }
+}
+
+/// Attention probabilities of one query row, or `None` when every key is blocked.
+fn attention_row<T: Scalar>(scores: &Scores<T>, bi: usize, i: usize) -> Option<Vec<T>> {
+    let mut row = vec![T::neg_infinity(); scores.s];
     let mut any = false;
-    let q = &xs[0].data[(bi * l + i) * d..(bi * l + i + 1) * d];
-    for (j, score) in scores.iter_mut().enumerate() {
-        if (*causal && j > i) || (*mask == AttentionMask::Boolean && mask_at(j) == T::zero()) {
-            continue;
+    for (j, score) in row.iter_mut().enumerate() {
+        if let Some(v) = scores.at(bi, i, j) {
+            *score = v;
+            any = true;
         }
-        let k = &xs[1].data[(bi * s + j) * d..(bi * s + j + 1) * d];
-        let mut v = sc * dot(q, k);
-        if *mask == AttentionMask::AdditiveBias {
-            v += mask_at(j);
-        }
-        *score = v;
-        any = true;
     }
     if !any {
         return None;
     }
+    let scores = row;
     let mx = max_of(scores.iter().copied());
     let e: Vec<T> = scores
         .iter()
@@ -258,17 +289,17 @@ pub(super) fn forward<T: Scalar>(op: &Op, xs: &[&Array<T>], out_shape: Vec<usize
                 }
             }
         }
-        Op::ScaledDotProductAttention { .. } => {
+        Op::ScaledDotProductAttention {
+            scale,
+            causal,
+            mask,
+        } => {
+            let scores = Scores::new(xs, *scale, *causal, *mask);
             let r = xs[0].shape.len();
-            let (l, d, s, dv) = (
-                xs[0].shape[r - 2],
-                xs[0].shape[r - 1],
-                xs[1].shape[r - 2],
-                xs[2].shape[r - 1],
-            );
+            let (l, s, dv) = (xs[0].shape[r - 2], xs[1].shape[r - 2], xs[2].shape[r - 1]);
             for bi in 0..numel(&xs[0].shape[..r - 2]) {
                 for i in 0..l {
-                    if let Some(p) = attention_row(op, xs, bi, i, l, s, d) {
+                    if let Some(p) = attention_row(&scores, bi, i) {
                         let out = &mut y.data[(bi * l + i) * dv..(bi * l + i + 1) * dv];
                         for (j, &pj) in p.iter().enumerate() {
                             let vj = &xs[2].data[(bi * s + j) * dv..(bi * s + j + 1) * dv];
@@ -363,21 +394,12 @@ pub(super) fn vjp<T: Scalar>(
             }
             vec![Some(ga), Some(gu)]
         }
-        Op::ScaledDotProductAttention { mask, .. } if gy.data.is_empty() => {
-            // an empty result depends on no input element: zero gradients, without the row
-            // loops over the batch axes
-            let mut grads: InputGrads<T> = xs[..3]
-                .iter()
-                .map(|x| Some(Array::zeros(&x.shape)))
-                .collect();
-            match mask {
-                AttentionMask::None => {}
-                AttentionMask::Boolean => grads.push(None),
-                AttentionMask::AdditiveBias => grads.push(Some(Array::zeros(&xs[3].shape))),
-            }
-            grads
-        }
-        Op::ScaledDotProductAttention { scale, mask, .. } => {
+        Op::ScaledDotProductAttention {
+            scale,
+            causal,
+            mask,
+        } => {
+            let scores = Scores::new(xs, *scale, *causal, *mask);
             let r = xs[0].shape.len();
             let (l, d, s, dv) = (
                 xs[0].shape[r - 2],
@@ -385,7 +407,7 @@ pub(super) fn vjp<T: Scalar>(
                 xs[1].shape[r - 2],
                 xs[2].shape[r - 1],
             );
-            let sc = T::c(scale.map_or(1.0 / (d as f64).sqrt(), |v| v as f64));
+            let sc = scores.scale();
             let batch = numel(&xs[0].shape[..r - 2]);
             let mut gq = Array::zeros(&xs[0].shape);
             let mut gk = Array::zeros(&xs[1].shape);
@@ -393,7 +415,7 @@ pub(super) fn vjp<T: Scalar>(
             let mut gbias_full = Array::zeros(&[batch, l, s]);
             for bi in 0..batch {
                 for i in 0..l {
-                    let Some(p) = attention_row(op, xs, bi, i, l, s, d) else {
+                    let Some(p) = attention_row(&scores, bi, i) else {
                         continue;
                     };
                     let go = &gy.data[(bi * l + i) * dv..(bi * l + i + 1) * dv];

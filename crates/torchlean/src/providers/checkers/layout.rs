@@ -60,52 +60,65 @@ impl View {
     /// True when every element the view addresses lies in a storage of `len` elements.
     fn fits(&self, len: usize) -> bool {
         self.numel() == 0
-            || self
-                .shape
-                .iter()
-                .zip(&self.strides)
-                .try_fold(self.offset, |a, (&d, &s)| {
-                    a.checked_add((d - 1).checked_mul(s)?)
-                })
-                .is_some_and(|last| last < len)
+            || last_address(&self.shape, &self.strides, self.offset).is_some_and(|l| l < len)
     }
-    /// The elements in row-major order of the logical shape, or `None` when the view
-    /// addresses past the storage.
     fn read(&self, storage: &[f32]) -> Option<Vec<f32>> {
-        let n = self.numel();
-        if n == 0 {
-            return Some(Vec::new());
-        }
-        if self.strides.len() != self.shape.len() || !self.fits(storage.len()) {
-            return None;
-        }
-        let rank = self.shape.len();
-        if rank == 0 {
-            return Some(vec![storage[self.offset]]);
-        }
-        let (len, step) = (self.shape[rank - 1], self.strides[rank - 1]);
-        let mut out = Vec::with_capacity(n);
-        let mut idx = vec![0usize; rank - 1];
-        let mut start = self.offset;
-        for _ in 0..n / len {
-            if step == 1 {
-                out.extend_from_slice(&storage[start..start + len]);
-            } else {
-                out.extend((0..len).map(|j| storage[start + j * step]));
-            }
-            // advance the outer index like an odometer
-            for ax in (0..rank - 1).rev() {
-                idx[ax] += 1;
-                start += self.strides[ax];
-                if idx[ax] < self.shape[ax] {
-                    break;
-                }
-                start -= idx[ax] * self.strides[ax];
-                idx[ax] = 0;
-            }
-        }
-        Some(out)
+        read_view(&self.shape, &self.strides, self.offset, storage)
     }
+}
+
+/// The largest storage index a strided view of a non-empty shape addresses (`None` on
+/// overflow, or when the strides do not match the rank).
+pub(super) fn last_address(shape: &[usize], strides: &[usize], offset: usize) -> Option<usize> {
+    if strides.len() != shape.len() {
+        return None;
+    }
+    shape.iter().zip(strides).try_fold(offset, |a, (&d, &s)| {
+        a.checked_add(d.checked_sub(1)?.checked_mul(s)?)
+    })
+}
+
+/// The elements of a strided view in row-major order of its shape, read row by row along
+/// the last axis (each row's start advanced like an odometer over the outer axes); `None`
+/// when the view addresses past its storage.
+pub(super) fn read_view(
+    shape: &[usize],
+    strides: &[usize],
+    offset: usize,
+    storage: &[f32],
+) -> Option<Vec<f32>> {
+    let n: usize = shape.iter().product();
+    if n == 0 {
+        return Some(Vec::new());
+    }
+    if last_address(shape, strides, offset)? >= storage.len() {
+        return None;
+    }
+    let rank = shape.len();
+    if rank == 0 {
+        return Some(vec![storage[offset]]);
+    }
+    let (len, step) = (shape[rank - 1], strides[rank - 1]);
+    let mut out = Vec::with_capacity(n);
+    let mut idx = vec![0usize; rank - 1];
+    let mut start = offset;
+    for _ in 0..n / len {
+        if step == 1 {
+            out.extend_from_slice(&storage[start..start + len]);
+        } else {
+            out.extend((0..len).map(|j| storage[start + j * step]));
+        }
+        for ax in (0..rank - 1).rev() {
+            idx[ax] += 1;
+            start += strides[ax];
+            if idx[ax] < shape[ax] {
+                break;
+            }
+            start -= idx[ax] * strides[ax];
+            idx[ax] = 0;
+        }
+    }
+    Some(out)
 }
 
 /// The view the op defines on an input of view `x` (for `reshape`, only of a contiguous

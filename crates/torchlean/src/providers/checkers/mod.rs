@@ -56,14 +56,10 @@ pub fn view_layout(op: &Op, call: &Call) -> Result<(), String> {
         return Ok(());
     }
     let last = match o.strides {
-        None => Some(n - 1),
-        Some(s) if s.len() == expected.len() => expected
-            .iter()
-            .zip(s)
-            .try_fold(0usize, |a, (&d, &s)| a.checked_add((d - 1).checked_mul(s)?)),
-        Some(_) => None,
+        None => (n - 1).checked_add(o.offset),
+        Some(s) => layout::last_address(&expected, s, o.offset),
     };
-    match last.and_then(|l| l.checked_add(o.offset)) {
+    match last {
         Some(end) if end < o.storage.len() => Ok(()),
         _ => Err(format!(
             "result view (strides {:?}, offset {}) addresses past its storage of {} elements",

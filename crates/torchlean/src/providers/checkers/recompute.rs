@@ -28,52 +28,26 @@ pub(super) fn dense_slice<'a>(o: &Operand<'a>) -> Option<&'a [f32]> {
         .flatten()
 }
 
-/// The row-major values of an operand, at f64. A strided view is read row by row along its
-/// last axis, the start of each row advanced like an odometer over the outer axes; a dense
-/// operand whose storage is short gives the elements it has, and a view that addresses past
-/// its storage gives none (the caller's length check rejects both).
+/// The row-major values of an operand, at f64. A strided view is read by
+/// `layout::read_view`; a dense operand whose storage is short gives the elements it has, and
+/// a view that addresses past its storage gives none (the caller's length check rejects
+/// both).
 pub(super) fn values(o: &Operand) -> Vec<f64> {
     if let Some(d) = dense_slice(o) {
         return d.iter().map(|&v| v as f64).collect();
     }
     let n: usize = o.shape.iter().product();
-    let mut out = Vec::with_capacity(n);
     match o.strides {
-        Some(strides) if n > 0 && !o.shape.is_empty() => {
-            let rank = o.shape.len();
-            let last_addr = o
-                .shape
-                .iter()
-                .zip(strides)
-                .try_fold(o.offset, |a, (&d, &s)| {
-                    a.checked_add((d - 1).checked_mul(s)?)
-                });
-            if strides.len() != rank || last_addr.is_none_or(|a| a >= o.storage.len()) {
-                // the view addresses past its storage: no values (the length check rejects)
-                return out;
-            }
-            let (last, step) = (o.shape[rank - 1], strides[rank - 1]);
-            let mut idx = vec![0usize; rank - 1];
-            let mut start = o.offset;
-            for _ in 0..n / last {
-                out.extend((0..last).map(|i| o.storage[start + i * step] as f64));
-                for d in (0..rank - 1).rev() {
-                    idx[d] += 1;
-                    start += strides[d];
-                    if idx[d] < o.shape[d] {
-                        break;
-                    }
-                    start -= strides[d] * o.shape[d];
-                    idx[d] = 0;
-                }
-            }
-        }
-        _ => {
+        Some(strides) => super::layout::read_view(o.shape, strides, o.offset, o.storage)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|v| v as f64)
+            .collect(),
+        None => {
             let rest = o.storage.get(o.offset..).unwrap_or(&[]);
-            out.extend(rest.iter().take(n).map(|&v| v as f64));
+            rest.iter().take(n).map(|&v| v as f64).collect()
         }
     }
-    out
 }
 
 fn array<T: crate::scalar::Scalar>(o: &Operand) -> Array<T> {

@@ -103,39 +103,22 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
 }
 
 /// The gradients of an op whose result is empty (it depends on no input element): zeros for
-/// each input that needs one, without the kernels' loops over the other axes (which may be
-/// huge beside a zero). `None` for the ops whose VJP decides per input which gradients exist
-/// (index inputs, conditions, masks): their kernels handle empty results themselves.
+/// each input that has one (`spec::empty_result_gradients`, shared with the spec) and needs
+/// it, without the kernels' loops over the other axes (which may be huge beside a zero).
+/// `None` for the ops whose kernels handle empty results themselves.
 fn empty_result_grads(op: &Op, inputs: &[&Tensor], needs: &[bool]) -> Option<Vec<Option<Tensor>>> {
-    use OpKind as K;
-    let every_input_differentiable = matches!(
-        op,
-        Op::ScaledDotProductAttention {
-            mask: crate::graph::AttentionMask::None | crate::graph::AttentionMask::AdditiveBias,
-            ..
-        }
-    ) || matches!(
-        op.kind(),
-        K::Softmax
-            | K::LogSoftmax
-            | K::Reshape
-            | K::Permute
-            | K::BroadcastTo
-            | K::Concat
-            | K::Slice
-            | K::Matmul
-            | K::Linear
-    );
-    every_input_differentiable.then(|| {
+    let has = crate::spec::empty_result_gradients(op, inputs.len())?;
+    Some(
         inputs
             .iter()
+            .zip(has)
             .enumerate()
-            .map(|(i, x)| {
-                let need = needs.get(i).copied().unwrap_or(true);
+            .map(|(i, (x, has))| {
+                let need = has && needs.get(i).copied().unwrap_or(true);
                 need.then(|| tensor(vec![0.0; x.numel()], x.shape().to_vec()))
             })
-            .collect()
-    })
+            .collect(),
+    )
 }
 
 /// The native VJP kernel (bound to every differentiable native capsule).
