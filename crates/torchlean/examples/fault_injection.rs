@@ -645,10 +645,136 @@ fn measure_recompute(inj: &Injection) -> Measure {
     verdict(changed, worst, relative)
 }
 
+/// (exact values, element allowances, rows per claim, products per element) of one result.
+type ConvResult = (Vec<f64>, Vec<f64>, usize, usize);
+
+/// The convolution checker's declared bound (docs/assurance.md, `checkers/conv.rs`): the
+/// Freivalds row bound T_i of `measure_product`, over the rows of each result (a (sample,
+/// channel) row of an output or input gradient, a weight's output-channel row, one bias
+/// element), each element summing `adds` products. The exact values are the f64 spec's; the
+/// row allowances A_i are the spec applied to the operands' absolute values (every product's
+/// magnitude, summed per element, then per row). Non-finite operands or results are decided
+/// by the recompute check, so they are measured against its bound.
+fn measure_conv(inj: &Injection) -> Measure {
+    let finite = |t: &Tensor| t.to_vec().iter().all(|v| v.is_finite());
+    let results_finite = inj.corrupted.iter().flatten().all(finite);
+    if !(inj.inputs.iter().all(finite) && inj.cotangent.iter().all(finite) && results_finite) {
+        return measure_recompute(inj);
+    }
+    let (x, w) = (inj.inputs[0].shape(), inj.inputs[1].shape());
+    let (groups, transposed) = match &inj.op {
+        Op::Conv2d(g) => (g.groups, false),
+        Op::ConvTranspose2d(g) => (g.groups, true),
+        _ => unreachable!("only convolutions"),
+    };
+    let xs64: Vec<Array<f64>> = inj.inputs.iter().map(arr).collect();
+    let abs = |a: &Array<f64>| Array {
+        shape: a.shape.clone(),
+        data: a.data.iter().map(|v| v.abs()).collect(),
+    };
+    let xs_abs: Vec<Array<f64>> = xs64.iter().map(abs).collect();
+    let r64: Vec<&Array<f64>> = xs64.iter().collect();
+    let r_abs: Vec<&Array<f64>> = xs_abs.iter().collect();
+    let taps = w[2] * w[3];
+    let has_bias = inj.inputs.len() > 2;
+    let mut results: Vec<Option<ConvResult>> = vec![];
+    match &inj.cotangent {
+        None => {
+            let y = spec::forward(&inj.op, &r64).expect("the spec accepts the call");
+            let a = spec::forward(&inj.op, &r_abs).expect("the spec accepts the call");
+            let inner = if transposed { x[1] / groups } else { w[1] } * taps;
+            results.push(Some((
+                y.data,
+                a.data,
+                y.shape[1] / groups,
+                inner + has_bias as usize,
+            )));
+        }
+        Some(cot) => {
+            let y = inj.output.as_ref().expect("a VJP call has its output");
+            let g = arr::<f64>(cot);
+            let want = spec::vjp(&inj.op, &r64, &arr(y), &g).expect("the spec accepts");
+            let allow = spec::vjp(&inj.op, &r_abs, &arr(y), &abs(&g)).expect("the spec accepts");
+            let positions: usize = cot.shape()[2..].iter().product();
+            let small_positions = if transposed { x[2] * x[3] } else { positions };
+            for (i, (e, a)) in want.into_iter().zip(allow).enumerate() {
+                let (Some(e), Some(a)) = (e, a) else {
+                    results.push(None);
+                    continue;
+                };
+                let (rows, adds) = match (i, transposed) {
+                    (0, false) => (x[1] / groups, (w[0] / groups) * taps),
+                    (0, true) => (x[1] / groups, w[1] * taps),
+                    (1, _) => (w[0] / groups, x[0] * small_positions),
+                    _ => (e.data.len(), x[0] * positions),
+                };
+                results.push(Some((e.data, a.data, rows, adds)));
+            }
+        }
+    }
+    let g8 = gamma(8);
+    let delta = g8 + (1.0 + g8) / (1u64 << 24) as f64;
+    let gc = g8 * (1.0 + delta) + delta;
+    let (mut max_bound, mut max_ref, mut worst) = (0.0f64, 0.0f64, 0.0f64);
+    let mut changed = false;
+    for (i, r) in results.iter().enumerate() {
+        let (Some((exact, allowance, rows, adds)), Some(bad)) =
+            (r, inj.corrupted.get(i).and_then(|c| c.as_ref()))
+        else {
+            if r.is_some() && inj.needs.get(i) == Some(&true) {
+                worst = f64::INFINITY;
+            }
+            continue;
+        };
+        let got = data(bad);
+        if let Some(Some(c)) = inj.clean.get(i) {
+            changed |= got
+                .iter()
+                .zip(data(c))
+                .any(|(a, b)| a.to_bits() != b.to_bits());
+        }
+        // a result's rows: a weight gradient's output-channel rows, one element of a bias
+        // gradient, else the spatial rows of (sample, channel)
+        let row_len = match i {
+            1 if inj.cotangent.is_some() => w[1..].iter().product(),
+            2 => 1,
+            _ => bad.shape()[2..].iter().product::<usize>(),
+        }
+        .max(1);
+        let g = gamma(*adds);
+        let floor = 1.01 * (adds + 2 * (rows + row_len) + 3) as f64 * f32::MIN_POSITIVE as f64;
+        for ((row, e), a) in got
+            .chunks(row_len)
+            .zip(exact.chunks(row_len))
+            .zip(allowance.chunks(row_len))
+        {
+            let allow: f64 = a.iter().sum();
+            let c_abs: f64 = row.iter().map(|v| (*v as f64).abs()).sum();
+            let bound = (1.0 + 1e-5) * (g * allow + 2.0 * (gc * allow + g8 * c_abs)) + floor;
+            max_bound = max_bound.max(bound);
+            for (&v, &e) in row.iter().zip(e) {
+                max_ref = max_ref.max(e.abs());
+                worst = worst.max((v as f64 - e).abs() / bound);
+            }
+        }
+    }
+    verdict(changed, worst, max_bound / max_ref)
+}
+
+/// Whether the replay checkers check this op's calls as products (Freivalds), not by
+/// recomputing every element.
+pub fn product_checked(op: OpKind) -> bool {
+    matches!(
+        op,
+        OpKind::Matmul | OpKind::Linear | OpKind::Conv2d | OpKind::ConvTranspose2d
+    )
+}
+
 /// Measures a fault against the declared bound of the checker covering its call.
 pub fn measure(inj: &Injection) -> Measure {
     match inj.op.kind() {
         OpKind::Matmul | OpKind::Linear => measure_product(inj),
+        OpKind::Conv2d | OpKind::ConvTranspose2d => measure_conv(inj),
         _ => measure_recompute(inj),
     }
 }
@@ -937,6 +1063,18 @@ pub fn costs() {
             ],
         ),
         (
+            "conv2d 16x32x32x32, 64x32x3x3, pad 1".into(),
+            Op::Conv2d(torchlean::graph::Conv2dGeometry {
+                padding: [1, 1],
+                ..Default::default()
+            }),
+            vec![
+                Tensor::randn(&[16, 32, 32, 32], 8).unwrap(),
+                Tensor::randn(&[64, 32, 3, 3], 9).unwrap(),
+                Tensor::randn(&[64], 10).unwrap(),
+            ],
+        ),
+        (
             "gelu over 2^20 elements".into(),
             Op::Gelu,
             vec![Tensor::randn(&[1 << 20], 6).unwrap()],
@@ -1033,10 +1171,13 @@ fn main() {
     // how far above the bound the product-checked faults were: a single-element error
     // within 2x the bound is where Freivalds's miss probability (<= 2^-VECTORS) lives
     let mut bands = [0usize; 4];
-    for r in records
-        .iter()
-        .filter(|r| r.measure.above && matches!(r.target.op, OpKind::Matmul | OpKind::Linear))
-    {
+    for r in records.iter().filter(|r| {
+        r.measure.above
+            && matches!(
+                r.target.op,
+                OpKind::Matmul | OpKind::Linear | OpKind::Conv2d | OpKind::ConvTranspose2d
+            )
+    }) {
         let e = r.measure.excess;
         bands[if e <= 2.0 {
             0
@@ -1049,12 +1190,12 @@ fn main() {
         }] += 1;
     }
     println!(
-        "\nabove-bound faults on product-checked calls (matmul, linear) by error / bound: (1, 2]: {}, (2, 10]: {}, > 10: {}, non-finite: {}",
+        "\nabove-bound faults on product-checked calls (matmul, linear, convolutions) by error / bound: (1, 2]: {}, (2, 10]: {}, > 10: {}, non-finite: {}",
         bands[0], bands[1], bands[2], bands[3]
     );
     let mut above_by_checker: BTreeMap<(&str, &str), (usize, usize)> = BTreeMap::new();
     for r in &records {
-        let checker = if matches!(r.target.op, OpKind::Matmul | OpKind::Linear) {
+        let checker = if product_checked(r.target.op) {
             "Freivalds"
         } else {
             "recompute"

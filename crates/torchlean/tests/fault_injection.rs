@@ -24,12 +24,10 @@ fn strict_native_cpu_catches_every_fault_above_the_declared_bound() {
             r.detail
         );
     }
-    // a below-bound fault is never an error of the recompute checker (it is deterministic)
+    // a below-bound fault is never an error of the recompute checker (it is deterministic;
+    // a product check may reject inside the band between its two guarantees)
     for r in records.iter().filter(|r| !r.measure.above) {
-        if !matches!(
-            r.target.op,
-            torchlean::OpKind::Matmul | torchlean::OpKind::Linear
-        ) {
+        if !campaign::product_checked(r.target.op) {
             assert_ne!(r.strict, campaign::Outcome::Checker, "{r:?}");
         }
     }

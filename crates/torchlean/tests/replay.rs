@@ -563,3 +563,143 @@ fn view_results_are_checked_by_their_layout_and_elements() {
         "a swapped copy was accepted"
     );
 }
+
+/// The convolution checker (Freivalds over the unfolded operands, `checkers/conv.rs`):
+/// accepts what the native kernels compute over random geometries (stride, padding,
+/// dilation, groups, output padding, with and without bias), forward and VJP, for every
+/// seed; rejects corrupted results and gradients and dropped gradients; and reaches the
+/// whole-call f64 recomputation's verdict on non-finite operands.
+#[test]
+fn convolution_checker_accepts_kernels_and_rejects_corruptions() {
+    use torchlean::graph::{Conv2dGeometry, ConvTranspose2dGeometry};
+    support::checked_cpu_default();
+    let mut cases: Vec<(Op, Vec<Tensor>)> = vec![];
+    for (k, (stride, padding, dilation, groups, bias)) in [
+        (1, 0, 1, 1, true),
+        (2, 1, 1, 1, false),
+        (1, 2, 2, 2, true),
+        (2, 1, 1, 3, true),
+        (3, 0, 2, 1, false),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let s = 100 + 10 * k as u64;
+        let cin = 3 * groups;
+        let mut xs = vec![
+            Tensor::randn(&[2, cin, 9, 8], s).unwrap(),
+            Tensor::randn(&[2 * groups, 3, 3, 2], s + 1).unwrap(),
+        ];
+        if bias {
+            xs.push(Tensor::randn(&[2 * groups], s + 2).unwrap());
+        }
+        cases.push((
+            Op::Conv2d(Conv2dGeometry {
+                stride: [stride, stride.max(2) - 1],
+                padding: [padding, 1],
+                dilation: [dilation, 1],
+                groups,
+            }),
+            xs,
+        ));
+        let mut ts = vec![
+            Tensor::randn(&[2, cin, 5, 4], s + 3).unwrap(),
+            Tensor::randn(&[cin, 2, 3, 2], s + 4).unwrap(),
+        ];
+        if bias {
+            ts.push(Tensor::randn(&[2 * groups], s + 5).unwrap());
+        }
+        cases.push((
+            Op::ConvTranspose2d(ConvTranspose2dGeometry {
+                stride: [stride, 1],
+                padding: [padding.min(1), 0],
+                output_padding: [(stride > 1) as usize, 0],
+                dilation: [dilation, 1],
+                groups,
+            }),
+            ts,
+        ));
+    }
+    for (op, xs) in &cases {
+        let name = format!("{op:?}");
+        let (ins, y) = forward(op, xs);
+        for seed in 0..8 {
+            check_forward(op, &ins, &y, seed).unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+        for (what, bad) in corruptions(&y.0, &y.1) {
+            for seed in 0..8 {
+                assert!(
+                    check_forward(op, &ins, &(bad.clone(), y.1.clone()), seed).is_err(),
+                    "{name}: {what} accepted (seed {seed})"
+                );
+            }
+        }
+        // the VJP: correct gradients accepted, each corrupted or dropped one rejected
+        let refs: Vec<&Tensor> = xs.iter().collect();
+        let yt = native_cpu::forward(op, &refs).unwrap();
+        let g = Tensor::randn(yt.shape(), 7).unwrap();
+        let needs = vec![true; xs.len()];
+        let grads = native_cpu::vjp(op, &refs, &yt, &g, &needs).unwrap();
+        let correct: Vec<Option<Values>> = grads
+            .iter()
+            .map(|g| g.as_ref().map(|g| (g.to_vec(), g.shape().to_vec())))
+            .collect();
+        let gv = (g.to_vec(), g.shape().to_vec());
+        let verdict = |grads: &[Option<Values>], seed| {
+            with_vjp_call(&ins, &y, &gv, &needs, grads, seed, |call| {
+                replay_vjp(op, call)
+            })
+        };
+        for seed in 0..4 {
+            verdict(&correct, seed).unwrap_or_else(|e| panic!("{name}: gradients rejected: {e}"));
+        }
+        for i in 0..correct.len() {
+            let mut dropped = correct.clone();
+            dropped[i] = None;
+            assert!(
+                verdict(&dropped, 0).is_err(),
+                "{name}: dropped gradient {i} accepted"
+            );
+            let (gi, shape) = correct[i].clone().unwrap();
+            for (what, bad) in corruptions(&gi, &shape) {
+                let mut c = correct.clone();
+                c[i] = Some((bad, shape.clone()));
+                for seed in 0..4 {
+                    assert!(
+                        verdict(&c, seed).is_err(),
+                        "{name}: gradient {i} {what} accepted (seed {seed})"
+                    );
+                }
+            }
+        }
+        // non-finite operands: the same verdict as the whole-call recomputation
+        let special: Vec<Tensor> = xs
+            .iter()
+            .enumerate()
+            .map(|(k, t)| {
+                if k == 0 {
+                    with_specials(t.shape(), 9)
+                } else {
+                    t.clone()
+                }
+            })
+            .collect();
+        let (sins, sy) = forward(op, &special);
+        let ins_ops: Vec<Operand> = sins.iter().map(|(d, s)| dense(d, s)).collect();
+        for out in [sy.0.clone(), corruptions(&sy.0, &sy.1)[3].1.clone()] {
+            let call = Call {
+                inputs: &ins_ops,
+                output: dense(&out, &sy.1),
+                cotangent: None,
+                needs: &[],
+                grads: &[],
+                seed: 1,
+            };
+            assert_eq!(
+                replay_forward(op, &call).is_ok(),
+                replay_forward_whole(op, &call).is_ok(),
+                "{name}: non-finite operands"
+            );
+        }
+    }
+}

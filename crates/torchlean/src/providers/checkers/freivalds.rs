@@ -49,7 +49,7 @@ fn gamma(k: usize) -> f64 {
 /// A logical `rows × cols` matrix over f32 data, row-major, or (`t`) the transpose of a
 /// row-major `cols × rows` matrix: products read it in place, accumulating in f64.
 #[derive(Clone, Copy)]
-struct MatRef<'a> {
+pub(super) struct MatRef<'a> {
     data: &'a [f32],
     rows: usize,
     cols: usize,
@@ -57,7 +57,7 @@ struct MatRef<'a> {
 }
 
 impl<'a> MatRef<'a> {
-    fn new(data: &'a [f32], rows: usize, cols: usize) -> MatRef<'a> {
+    pub(super) fn new(data: &'a [f32], rows: usize, cols: usize) -> MatRef<'a> {
         MatRef {
             data: &data[..rows * cols],
             rows,
@@ -65,7 +65,7 @@ impl<'a> MatRef<'a> {
             t: false,
         }
     }
-    fn t(self) -> MatRef<'a> {
+    pub(super) fn t(self) -> MatRef<'a> {
         MatRef {
             rows: self.cols,
             cols: self.rows,
@@ -192,9 +192,9 @@ fn dot(a: &[f32], v: &[f32], abs: bool) -> f64 {
 }
 
 /// Draws from the call's seed (never from the kernel).
-struct Signs {
-    key: u64,
-    i: u64,
+pub(super) struct Signs {
+    pub key: u64,
+    pub i: u64,
 }
 
 impl Signs {
@@ -212,22 +212,22 @@ impl Signs {
     }
 }
 
-/// One product claim: `c ≈ Σ_t p_t·q_t (+ bias on every row)`, each term summing `k`
-/// products per element.
-struct Claim<'a> {
-    c: MatRef<'a>,
-    terms: Vec<(MatRef<'a>, MatRef<'a>)>,
-    bias: Option<&'a [f32]>,
-    k: usize,
+/// One product claim: `c ≈ Σ_t p_t·q_t (+ bias on every row)`; each element sums
+/// [`Claim::adds`] products.
+pub(super) struct Claim<'a> {
+    pub c: MatRef<'a>,
+    pub terms: Vec<(MatRef<'a>, MatRef<'a>)>,
+    pub bias: Option<&'a [f32]>,
 }
 
 impl Claim<'_> {
+    /// Products summed per element: the inner dimensions of the terms, plus the bias.
     fn adds(&self) -> usize {
-        self.k * self.terms.len() + self.bias.is_some() as usize
+        self.terms.iter().map(|(p, _)| p.cols).sum::<usize>() + self.bias.is_some() as usize
     }
 }
 
-// `check` shares each pass among the allowance and exactly two random vectors.
+// `Passes` shares each pass among the allowance and exactly two random vectors.
 const _: () = assert!(VECTORS == 2);
 
 /// The f64 values rounded to f32 (the P pass reads Q's products as f32 lanes).
@@ -235,68 +235,112 @@ fn to_f32(v: &[f64]) -> Vec<f32> {
     v.iter().map(|&x| x as f32).collect()
 }
 
-fn check(what: &str, claim: &Claim, signs: &mut Signs) -> Result<(), String> {
-    let (m, n) = (claim.c.rows, claim.c.cols);
-    let ones = vec![1.0f32; n];
-    let rs: [Vec<f32>; VECTORS] = std::array::from_fn(|_| signs.vector(n));
-    // one pass over each operand: Q gives (|Q|·1, Q·r_1, Q·r_2), P then gives the row
-    // allowances |P|(|Q|·1) and the products P(Q·r_v), and C gives (|C|·1, C·r_1, C·r_2)
-    let mut allowance = vec![0.0; m];
-    let mut want: [Vec<f64>; VECTORS] = std::array::from_fn(|_| vec![0.0; m]);
-    for (p, q) in &claim.terms {
-        let [qa, q1, q2] = q.mul_vecs::<3, true>([&ones, &rs[0], &rs[1]]);
+/// The passes of one claim `C (m×n) ≈ Σ_t P_t·Q_t`, fed one term at a time (so that a
+/// caller can build each term's operands, use them and drop them: the convolution checker's
+/// unfolded inputs), then compared with C by [`Passes::verdict`].
+pub(super) struct Passes {
+    rs: [Vec<f32>; VECTORS],
+    ones: Vec<f32>,
+    allowance: Vec<f64>,
+    want: [Vec<f64>; VECTORS],
+    adds: usize,
+}
+
+impl Passes {
+    pub(super) fn new(m: usize, n: usize, signs: &mut Signs) -> Passes {
+        Passes {
+            rs: std::array::from_fn(|_| signs.vector(n)),
+            ones: vec![1.0f32; n],
+            allowance: vec![0.0; m],
+            want: std::array::from_fn(|_| vec![0.0; m]),
+            adds: 0,
+        }
+    }
+
+    /// Adds the term `p·q` (p m×k, q k×n): one pass over q gives (|q|·1, q·r_1, q·r_2), one
+    /// over p then gives the row allowances |p|(|q|·1) and the products p(q·r_v).
+    pub(super) fn add(&mut self, p: MatRef, q: MatRef) {
+        let [qa, q1, q2] = q.mul_vecs::<3, true>([&self.ones, &self.rs[0], &self.rs[1]]);
         let (qa, q1, q2) = (to_f32(&qa), to_f32(&q1), to_f32(&q2));
         let [pa, p1, p2] = p.mul_vecs::<3, true>([&qa, &q1, &q2]);
-        let [w1, w2] = &mut want;
-        for (acc, part) in [&mut allowance, w1, w2].into_iter().zip([pa, p1, p2]) {
+        let [w1, w2] = &mut self.want;
+        for (acc, part) in [&mut self.allowance, w1, w2].into_iter().zip([pa, p1, p2]) {
             for (a, v) in acc.iter_mut().zip(part) {
                 *a += v;
             }
         }
+        self.adds += p.cols;
     }
-    let [ca, c1, c2] = claim.c.mul_vecs::<3, true>([&ones, &rs[0], &rs[1]]);
-    // A non-finite operand makes some allowance non-finite (|x|·y is inf or NaN for x or y
-    // infinite, NaN for NaN), and a result that overflowed (or is NaN), or an f32 lane that
-    // overflowed, makes some pass non-finite: the exact recomputation, which knows IEEE
-    // classes, decides those.
-    let finite = |v: &[f64]| v.iter().all(|x| x.is_finite());
-    if ![&allowance, &ca, &c1, &c2].into_iter().all(|v| finite(v)) {
-        return recompute_exactly(what, claim);
-    }
-    let g8 = gamma(BLOCK);
-    let delta = g8 + U * (1.0 + g8);
-    // computed sums of non-negative terms are raised to upper bounds of the exact ones: the
-    // allowance went through two blocked sums and one rounding to f32, |C|·1 through one
-    let a_up = 1.0 / ((1.0 - g8) * (1.0 - g8) * (1.0 - U));
-    let c_up = 1.0 / (1.0 - g8);
-    let mut bias_abs = 0.0;
-    if let Some(b) = claim.bias {
-        bias_abs = b.iter().map(|v| v.abs() as f64).sum::<f64>();
-        for (w, r) in want.iter_mut().zip(&rs) {
-            let br: f64 = b.iter().zip(r).map(|(&a, &b)| a as f64 * b as f64).sum();
-            for x in w.iter_mut() {
-                *x += br;
+
+    /// Compares `c` (+ `bias` on every row) with the terms added so far. `None` when a pass
+    /// is not finite: a non-finite operand makes some allowance non-finite (|x|·y is inf or
+    /// NaN for x or y infinite, NaN for NaN), and a result that overflowed (or is NaN), or an
+    /// f32 lane that overflowed, makes some pass non-finite; the caller then decides by an
+    /// exact recomputation, which knows IEEE classes.
+    pub(super) fn verdict(
+        mut self,
+        what: &str,
+        c: MatRef,
+        bias: Option<&[f32]>,
+    ) -> Option<Result<(), String>> {
+        let (m, n) = (c.rows, c.cols);
+        let [ca, c1, c2] = c.mul_vecs::<3, true>([&self.ones, &self.rs[0], &self.rs[1]]);
+        let finite = |v: &[f64]| v.iter().all(|x| x.is_finite());
+        if ![&self.allowance, &ca, &c1, &c2]
+            .into_iter()
+            .all(|v| finite(v))
+        {
+            return None;
+        }
+        let g8 = gamma(BLOCK);
+        let delta = g8 + U * (1.0 + g8);
+        // computed sums of non-negative terms are raised to upper bounds of the exact ones:
+        // the allowance went through two blocked sums and one rounding to f32, |C|·1 through
+        // one
+        let a_up = 1.0 / ((1.0 - g8) * (1.0 - g8) * (1.0 - U));
+        let c_up = 1.0 / (1.0 - g8);
+        let mut bias_abs = 0.0;
+        if let Some(b) = bias {
+            self.adds += 1;
+            bias_abs = b.iter().map(|v| v.abs() as f64).sum::<f64>();
+            for (w, r) in self.want.iter_mut().zip(&self.rs) {
+                let br: f64 = b.iter().zip(r).map(|(&a, &b)| a as f64 * b as f64).sum();
+                for x in w.iter_mut() {
+                    *x += br;
+                }
             }
         }
-    }
-    let g = gamma(claim.adds());
-    let floor = (claim.adds() + 2 * (m + n) + 3) as f64 * f32::MIN_POSITIVE as f64;
-    for (cr, want) in [c1, c2].iter().zip(&want) {
-        for (i, (got, want)) in cr.iter().zip(want).enumerate() {
-            let a = allowance[i] * a_up;
-            let bound =
-                (g * (a + bias_abs) + (g8 * (1.0 + delta) + delta) * a + g8 * ca[i] * c_up + floor)
+        let g = gamma(self.adds);
+        let floor = (self.adds + 2 * (m + n) + 3) as f64 * f32::MIN_POSITIVE as f64;
+        for (cr, want) in [c1, c2].iter().zip(&self.want) {
+            for (i, (got, want)) in cr.iter().zip(want).enumerate() {
+                let a = self.allowance[i] * a_up;
+                let bound = (g * (a + bias_abs)
+                    + (g8 * (1.0 + delta) + delta) * a
+                    + g8 * ca[i] * c_up
+                    + floor)
                     * (1.0 + 1e-9);
-            if (got - want).abs() > bound {
-                return Err(format!(
-                    "{what}: row {i} of the product check is off by {:e}, allowed {bound:e} (gamma_{} bound)",
-                    (got - want).abs(),
-                    claim.adds()
-                ));
+                if (got - want).abs() > bound {
+                    return Some(Err(format!(
+                        "{what}: row {i} of the product check is off by {:e}, allowed {bound:e} (gamma_{} bound)",
+                        (got - want).abs(),
+                        self.adds
+                    )));
+                }
             }
         }
+        Some(Ok(()))
     }
-    Ok(())
+}
+
+fn check(what: &str, claim: &Claim, signs: &mut Signs) -> Result<(), String> {
+    let mut passes = Passes::new(claim.c.rows, claim.c.cols, signs);
+    for &(p, q) in &claim.terms {
+        passes.add(p, q);
+    }
+    passes
+        .verdict(what, claim.c, claim.bias)
+        .unwrap_or_else(|| recompute_exactly(what, claim))
 }
 
 /// The exact check for non-finite operands: every element recomputed in f64, compared by
@@ -392,7 +436,6 @@ pub(super) fn matmul_forward(call: &Call) -> Result<(), String> {
                 block(&bv, k, n, if bb { t } else { 0 }),
             )],
             bias: None,
-            k,
         };
         check(&format!("matmul batch {t}"), &claim, &mut s)?;
     }
@@ -427,7 +470,6 @@ pub(super) fn matmul_vjp(call: &Call) -> Result<(), String> {
                         })
                         .collect(),
                     bias: None,
-                    k: n,
                 };
                 check(&format!("matmul gradient of a, batch {t}"), &claim, &mut s)?;
             }
@@ -454,7 +496,6 @@ pub(super) fn matmul_vjp(call: &Call) -> Result<(), String> {
                         })
                         .collect(),
                     bias: None,
-                    k: m,
                 };
                 check(&format!("matmul gradient of b, batch {t}"), &claim, &mut s)?;
             }
@@ -485,7 +526,6 @@ pub(super) fn linear_forward(call: &Call) -> Result<(), String> {
         c: MatRef::new(&yv, rows, out),
         terms: vec![(MatRef::new(&xv, rows, inp), MatRef::new(&wv, out, inp).t())],
         bias: bias.as_deref(),
-        k: inp,
     };
     check("linear", &claim, &mut signs(call))
 }
@@ -509,24 +549,18 @@ pub(super) fn linear_vjp(call: &Call) -> Result<(), String> {
     }
     let mut claims = Vec::new();
     for (i, gr) in &grads {
-        let (c, term, k) = match i {
+        let (c, term) = match i {
             // dx = G·W
-            0 => (
-                MatRef::new(gr, rows, inp),
-                (gm, MatRef::new(&wv, out, inp)),
-                out,
-            ),
+            0 => (MatRef::new(gr, rows, inp), (gm, MatRef::new(&wv, out, inp))),
             // dW = Gᵀ·X
             1 => (
                 MatRef::new(gr, out, inp),
                 (gm.t(), MatRef::new(&xv, rows, inp)),
-                rows,
             ),
             // db = Gᵀ·1 (column sums)
             _ => (
                 MatRef::new(gr, out, 1),
                 (gm.t(), MatRef::new(&ones, rows, 1)),
-                rows,
             ),
         };
         expect_len(&format!("gradient {i}"), gr, c.rows * c.cols)?;
@@ -534,7 +568,6 @@ pub(super) fn linear_vjp(call: &Call) -> Result<(), String> {
             c,
             terms: vec![term],
             bias: None,
-            k,
         };
         claims.push((format!("linear gradient {i}"), claim));
     }

@@ -86,6 +86,7 @@ pub fn canonical_layout(op: &Op, call: &Call) -> Result<(), String> {
     canonical("result", &call.output, &expected)
 }
 
+mod conv;
 mod freivalds;
 mod layout;
 mod pieces;

@@ -2,17 +2,18 @@
 //! then a checker replays this call's actual inputs and results and accepts or rejects.
 //!
 //! - [`replay_forward`] checks a forward result: `matmul` and `linear` by a Freivalds-style
-//!   randomized product check against a rigorous float32 bound (see `freivalds.rs`); every
-//!   other op by recomputing every output with the f64 spec against the declared bound (see
-//!   `recompute.rs`).
-//! - [`replay_vjp`] checks the gradients of a VJP call the same way (the VJP products of
-//!   `matmul` and `linear` by Freivalds, every other VJP by recomputation).
+//!   randomized product check against a rigorous float32 bound (see `freivalds.rs`),
+//!   `conv2d` and `conv_transpose2d` by the same check on their unfolded operands (see
+//!   `conv.rs`); every other op by recomputing every output with the f64 spec against the
+//!   declared bound (see `recompute.rs`).
+//! - [`replay_vjp`] checks the gradients of a VJP call the same way (the gradients of
+//!   `matmul`, `linear` and the convolutions by Freivalds, every other VJP by recomputation).
 //!
 //! The random vectors come from the call's `seed`, which the runtime draws per call from a
 //! per-thread stream the kernels never see. docs/assurance.md states each checker's
 //! soundness, its argument and its cost.
 
-use super::{freivalds, recompute};
+use super::{conv, freivalds, recompute};
 use crate::backend::Call;
 use crate::graph::{Op, OpKind};
 
@@ -21,13 +22,14 @@ use crate::graph::{Op, OpKind};
 pub const VECTORS: usize = 2;
 
 /// Soundness statement of [`replay_forward`] (shown in reports).
-pub const FORWARD_SOUNDNESS: &str = "matmul/linear: a correct f32 kernel is never rejected (its error is within gamma_k*|A||B| for any summation order, Higham Thm 3.5, and the check's own f32-lane rounding eps_i is bounded and allowed for); an element error above T_i = (1+1e-5)(gamma_k*(|A||B|1)_i + 2 eps_i) + floor, about 1.2 gamma_k times its row's summed |A||B|, is accepted with probability <= 2^-2 (two random +-1 vectors; docs/assurance.md). Other ops: every output recomputed with the f64 spec; accepted => each element of the spec's class (NaN/inf exactly where the spec has them) and within 2e-4*(1+max|spec|) of it";
+pub const FORWARD_SOUNDNESS: &str = "matmul/linear, and conv2d/conv_transpose2d as products of their unfolded operands: a correct f32 kernel is never rejected (its error is within gamma_k*|A||B| for any summation order, Higham Thm 3.5, and the check's own f32-lane rounding eps_i is bounded and allowed for); an element error above T_i = (1+1e-5)(gamma_k*(|A||B|1)_i + 2 eps_i) + floor, about 1.2 gamma_k times its row's summed |A||B|, is accepted with probability <= 2^-2 (two random +-1 vectors; docs/assurance.md). Other ops: every output recomputed with the f64 spec; accepted => each element of the spec's class (NaN/inf exactly where the spec has them) and within 2e-4*(1+max|spec|) of it";
 
 /// Soundness statement of [`replay_vjp`] (shown in reports).
-pub const VJP_SOUNDNESS: &str = "matmul/linear gradient products: Freivalds against T_i (as for the forward); other VJPs: every gradient element recomputed with the f64 spec VJP; accepted => of the spec's class and within 2e-4*(1+max|spec|); a gradient missing where the spec has one is rejected";
+pub const VJP_SOUNDNESS: &str = "matmul/linear and convolution gradients (input, weight, bias) as products: Freivalds against T_i (as for the forward); other VJPs: every gradient element recomputed with the f64 spec VJP; accepted => of the spec's class and within 2e-4*(1+max|spec|); a gradient missing where the spec has one is rejected";
 
 /// The whole-call check of a forward result, without the piecewise fast paths of
-/// `pieces.rs` and `unary.rs`: the reference those paths are tested against
+/// `pieces.rs` and `unary.rs` and without the convolutions' product check (`conv.rs`), which
+/// recompute every element instead: the reference those paths are tested against
 /// (tests/replay.rs::fast_paths_agree_with_the_whole_call_check).
 pub fn replay_forward_whole(op: &Op, call: &Call) -> Result<(), String> {
     match op.kind() {
@@ -51,6 +53,7 @@ pub fn replay_forward(op: &Op, call: &Call) -> Result<(), String> {
     match op.kind() {
         OpKind::Matmul => freivalds::matmul_forward(call),
         OpKind::Linear => freivalds::linear_forward(call),
+        OpKind::Conv2d | OpKind::ConvTranspose2d => conv::forward(op, call),
         _ => recompute::forward(op, call),
     }
 }
@@ -60,6 +63,7 @@ pub fn replay_vjp(op: &Op, call: &Call) -> Result<(), String> {
     match op.kind() {
         OpKind::Matmul => freivalds::matmul_vjp(call),
         OpKind::Linear => freivalds::linear_vjp(call),
+        OpKind::Conv2d | OpKind::ConvTranspose2d => conv::vjp(op, call),
         _ => recompute::vjp(op, call),
     }
 }

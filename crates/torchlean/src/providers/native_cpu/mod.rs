@@ -320,6 +320,7 @@ pub const REPLAY_MUTATION_TESTS: &[&str] = &[
     "tests/replay.rs::vjp_checkers_reject_corrupted_or_missing_gradients",
     "tests/replay.rs::fast_paths_agree_with_the_whole_call_check",
     "tests/replay.rs::view_results_are_checked_by_their_layout_and_elements",
+    "tests/replay.rs::convolution_checker_accepts_kernels_and_rejects_corruptions",
 ];
 
 /// The replayed native capsule of one op: the same kernels, every obligation discharged by a
@@ -378,13 +379,13 @@ pub fn replayed_capsule(op: OpKind) -> KernelCapsule {
         ),
         value_contract: descriptor(
             value_claim(op),
-            "every call replayed: Freivalds product check (matmul, linear) or f64 spec recomputation",
+            "every call replayed: Freivalds product check (matmul, linear, conv2d, conv_transpose2d) or f64 spec recomputation",
             replay_checker(crate::checker!(replay::replay_forward), replay::FORWARD_SOUNDNESS),
             here("forward"),
         ),
         vjp_contract: descriptor(
             vjp_claim(op, base.vjp_mode),
-            "every VJP call replayed: Freivalds for the product gradients, f64 spec VJP otherwise",
+            "every VJP call replayed: Freivalds for the product and convolution gradients, f64 spec VJP otherwise",
             if op.differentiable() {
                 replay_checker(crate::checker!(replay::replay_vjp), replay::VJP_SOUNDNESS)
             } else {
