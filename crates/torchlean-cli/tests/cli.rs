@@ -242,8 +242,36 @@ fn plan_exit_codes() {
         run(&["plan", "--profile", "strict_cpu", "--ops", "linear,relu"]).0,
         0
     );
-    // every op has a CUDA capsule now: a provider with none (cufft) is refused readably,
-    // naming the CUDA capsules it passed over
+    // the spectral op plans cuFFT's capsule on CUDA by default, the direct sums on request
+    // (planning needs no GPU)
+    let (code, out, _) = run(&[
+        "plan",
+        "--profile",
+        "checked_cuda",
+        "--ops",
+        "spectral_conv1d",
+    ]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("spectral_conv1d: cufft.spectral_conv1d"),
+        "{out}"
+    );
+    let (code, out, _) = run(&[
+        "plan",
+        "--profile",
+        "checked_cuda",
+        "--provider",
+        "prefer:native_cuda",
+        "--ops",
+        "spectral_conv1d",
+    ]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("spectral_conv1d: native_cuda.spectral_conv1d"),
+        "{out}"
+    );
+    // a provider without a capsule for the op (cufft has only the spectral op) is refused
+    // readably, naming the CUDA capsules it passed over
     let (code, out, _) = run(&[
         "plan",
         "--device",

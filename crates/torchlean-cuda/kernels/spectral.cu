@@ -137,3 +137,44 @@ extern "C" __global__ void spectral_mix_vjp_w(const float* __restrict__ gr,
         gwi[p] = im;
     }
 }
+
+// ---- the cufft capsule's glue (kernels/fft.rs): cuFFT computes the transforms, these two
+// kernels move between its half spectra and the planar first-m frequencies above ----
+
+// One thread per (row, k < m): frequency k of a cuFFT R2C result (interleaved re, im;
+// n/2 + 1 frequencies per row), times irfft_scale(k) when `scaled`, as spectral_dft writes.
+extern "C" __global__ void fft_take(const float* __restrict__ z, float* __restrict__ outr,
+                                    float* __restrict__ outi, long long rows, long long n,
+                                    long long m, int scaled) {
+    long long nf = n / 2 + 1, total = rows * m;
+    for (long long p = blockIdx.x * (long long)blockDim.x + threadIdx.x; p < total;
+         p += (long long)gridDim.x * blockDim.x) {
+        long long k = p % m, row = p / m;
+        float f = scaled ? irfft_scale(k, n) : 1.0f;
+        outr[p] = f * z[2 * (row * nf + k)];
+        outi[p] = f * z[2 * (row * nf + k) + 1];
+    }
+}
+
+// One thread per (row, k < n/2 + 1): the half spectrum Z whose cuFFT C2R is spectral_idft's
+// Σ_{k<m} f_k (yr cos θ − yi sin θ). C2R counts each frequency other than DC and Nyquist
+// twice (c_k = 2) and reads only the real part of those two, so Z_k = f_k·Y_k / c_k for
+// k < m (1/n when `scaled`, else 1/c_k) and 0 above.
+extern "C" __global__ void fft_put(const float* __restrict__ yr, const float* __restrict__ yi,
+                                   float* __restrict__ z, long long rows, long long n,
+                                   long long m, int scaled) {
+    long long nf = n / 2 + 1, total = rows * nf;
+    for (long long p = blockIdx.x * (long long)blockDim.x + threadIdx.x; p < total;
+         p += (long long)gridDim.x * blockDim.x) {
+        long long k = p % nf, row = p / nf;
+        float re = 0.0f, im = 0.0f;
+        if (k < m) {
+            bool edge = k == 0 || (n % 2 == 0 && k == n / 2);
+            float f = scaled ? 1.0f / (float)n : (edge ? 1.0f : 0.5f);
+            re = f * yr[row * m + k];
+            im = f * yi[row * m + k];
+        }
+        z[2 * p] = re;
+        z[2 * p + 1] = im;
+    }
+}

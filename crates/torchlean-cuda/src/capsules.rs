@@ -1,16 +1,18 @@
-//! The capsules of the CUDA module: `native_cuda.*` (NVRTC kernels of this crate) and
-//! `cublas.*` (NVIDIA's library), each with its four contracts and evidence.
+//! The capsules of the CUDA module: `native_cuda.*` (NVRTC kernels of this crate),
+//! `cublas.*` and `cufft.*` (NVIDIA's libraries), each with its four contracts and evidence.
 //!
 //! Evidence: shape by the shared shape guard, layout by [`crate::guard::cuda_inputs_dense`]
 //! (both run before every call); value and VJP by the GPU conformance tests, which compare
 //! every kernel with the f64 spec **on a GPU only** — their file name says so
 //! (`tests/gpu_only_conformance.rs`), they print that they were skipped on a machine
 //! without CUDA and fail instead under `TORCHLEAN_REQUIRE_CUDA=1`; docs/cuda.md records each
-//! GPU run. cuBLAS is NVIDIA's code: its provenance names the library (with the same
-//! (GPU-only) conformance tests beside it), and its version is read at run time (the
-//! report's target line). Trust: `checked` for both: cuBLAS is admitted by `checked-runtime`
-//! on the strength of the same conformance suite as the native kernels, never as
-//! `verified` (docs/cuda.md, "Evidence on CUDA").
+//! GPU run. cuBLAS and cuFFT are NVIDIA's code: their provenance names the library (with the
+//! same (GPU-only) conformance tests beside it), and its version is read at run time (the
+//! report's target line). Trust: `checked` for all three: the libraries are admitted by
+//! `checked-runtime` on the strength of the same conformance suite as the native kernels,
+//! never as `verified` (docs/cuda.md, "Evidence on CUDA"). `cufft.spectral_conv1d` is
+//! registered before `native_cuda.spectral_conv1d`, so `auto` plans it (O(n log n) against
+//! the direct sums' O(n·modes)); `prefer:native_cuda` picks the other.
 //!
 //! Each of those kernels is registered a second time as a *replayed* capsule
 //! (`native_cuda.replayed.*`, `cublas.replayed.*`: [`replayed_capsule`]): the same kernel,
@@ -67,23 +69,25 @@ fn capsule(op: OpKind, provider: Provider, file: &str) -> KernelCapsule {
     } else {
         VjpMode::None
     };
-    let cublas = provider == Provider::Cublas;
-    // cuBLAS is NVIDIA's code: its provenance names the library (version read at run time,
-    // in the report's target line); what backs its value claim is the same GPU conformance
-    // suite as the native kernels' (see the module docs)
-    let provenance = |symbol: &str| {
-        if cublas {
-            Provenance {
-                source: Some(format!("crates/torchlean-cuda/src/{file}")),
-                symbol: Some(format!(
-                    "{symbol} -> cublasSgemm / cublasSgemmStridedBatched"
-                )),
-                library: Some("cuBLAS (NVIDIA)".into()),
-                version: Some("read at run time: the report's target line".into()),
-            }
-        } else {
-            here(file, symbol)
-        }
+    // cuBLAS and cuFFT are NVIDIA's code: the provenance names the library (version read at
+    // run time, in the report's target line); what backs their value claims is the same GPU
+    // conformance suite as the native kernels' (see the module docs)
+    let library = match provider {
+        Provider::Cublas => Some(("cublasSgemm / cublasSgemmStridedBatched", "cuBLAS (NVIDIA)")),
+        Provider::Cufft => Some((
+            "cufftExecR2C / cufftExecC2R (batched 1-D real transforms)",
+            "cuFFT (NVIDIA)",
+        )),
+        _ => None,
+    };
+    let provenance = |symbol: &str| match library {
+        Some((calls, name)) => Provenance {
+            source: Some(format!("crates/torchlean-cuda/src/{file}")),
+            symbol: Some(format!("{symbol} -> {calls}")),
+            library: Some(name.into()),
+            version: Some("read at run time: the report's target line".into()),
+        },
+        None => here(file, symbol),
     };
     let vjp_evidence = if op.differentiable() {
         tests(VJP_TESTS)
@@ -189,7 +193,7 @@ pub fn replayed_capsule(base: KernelCapsule) -> KernelCapsule {
         ),
         value_contract: with(
             &base.value_contract,
-            "every call replayed on host copies: Freivalds product check (matmul, linear) or f64 spec recomputation",
+            "every call replayed on host copies: Freivalds product check (matmul, linear, convolutions) or f64 spec recomputation",
             Evidence::Checker {
                 checker: torchlean::checker!(replay::replay_forward),
                 soundness: replay::FORWARD_SOUNDNESS.into(),
@@ -198,7 +202,7 @@ pub fn replayed_capsule(base: KernelCapsule) -> KernelCapsule {
         ),
         vjp_contract: with(
             &base.vjp_contract,
-            "every VJP call replayed on host copies: Freivalds for the product gradients, f64 spec VJP otherwise",
+            "every VJP call replayed on host copies: Freivalds for the product and convolution gradients, f64 spec VJP otherwise",
             if op.differentiable() {
                 Evidence::Checker {
                     checker: torchlean::checker!(replay::replay_vjp),
@@ -230,6 +234,16 @@ pub fn native_cuda_capsule(op: OpKind) -> KernelCapsule {
         "kernels/elementwise.rs"
     };
     capsule(op, Provider::NativeCuda, file)
+}
+
+/// The cufft capsule of `op` (one of [`spectral::KINDS`]).
+pub fn cufft_capsule(op: OpKind) -> KernelCapsule {
+    capsule(op, Provider::Cufft, "kernels/spectral.rs")
+}
+
+/// The binding of the cufft capsules (the spectral kernels with cuFFT's transforms).
+pub fn cufft_binding() -> KernelBinding {
+    KernelBinding::new("cufft", spectral::forward_fft, Some(spectral::vjp_fft))
 }
 
 /// The cublas capsule of `op` (one of [`blas::KINDS`]).
@@ -310,8 +324,9 @@ pub fn composition_capsule(op: OpKind) -> KernelCapsule {
     )
 }
 
-/// Registers every capsule of the module (native_cuda first, then cublas, then the
-/// compositions, then the replayed native_cuda and cublas capsules of `strict_native_cuda`).
+/// Registers every capsule of the module (native_cuda first — cufft before it for the
+/// spectral op —, then cublas, then the compositions, then the replayed native_cuda, cufft
+/// and cublas capsules of `strict_native_cuda`).
 pub fn register(r: &mut Registry) -> Result<(), RegistryError> {
     register_checked(r)?;
     for &op in elementwise::KINDS {
@@ -333,6 +348,7 @@ pub fn register(r: &mut Registry) -> Result<(), RegistryError> {
         )?;
     }
     for &op in spectral::KINDS {
+        r.register(replayed_capsule(cufft_capsule(op)), cufft_binding())?;
         r.register(
             replayed_capsule(native_cuda_capsule(op)),
             native_cuda_spectral_binding(),
@@ -368,6 +384,7 @@ fn register_checked(r: &mut Registry) -> Result<(), RegistryError> {
         r.register(native_cuda_capsule(op), native_cuda_conv_binding())?;
     }
     for &op in spectral::KINDS {
+        r.register(cufft_capsule(op), cufft_binding())?;
         r.register(native_cuda_capsule(op), native_cuda_spectral_binding())?;
     }
     for &op in reduce::KINDS {

@@ -69,6 +69,8 @@ pub struct Functions {
     pub spectral_mix: CudaFunction,
     pub spectral_mix_vjp_x: CudaFunction,
     pub spectral_mix_vjp_w: CudaFunction,
+    pub fft_take: CudaFunction,
+    pub fft_put: CudaFunction,
 }
 
 /// cuBLAS behind a lock: one handle, used by one thread at a time.
@@ -217,6 +219,8 @@ fn create() -> Result<Context, String> {
         spectral_mix: f("spectral_mix")?,
         spectral_mix_vjp_x: f("spectral_mix_vjp_x")?,
         spectral_mix_vjp_w: f("spectral_mix_vjp_w")?,
+        fft_take: f("fft_take")?,
+        fft_put: f("fft_put")?,
     };
     let cublas = format!(
         "{}.{}.{}",

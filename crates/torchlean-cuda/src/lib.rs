@@ -2,7 +2,7 @@
 //!
 //! Linking this module ([`link`], at program start) adds device `cuda` and the providers
 //! `native_cuda` (kernels in `kernels/*.cu`, compiled at run time by NVRTC for the device's
-//! architecture and cached on disk) and `cublas` to the process's registry, target and
+//! architecture and cached on disk), `cublas` and `cufft` to the process's registry, target and
 //! availability. Every kernel it runs is planned, audited and admitted by the gate like a CPU
 //! kernel; the report's target line names the GPU, its compute capability, and the driver,
 //! NVRTC, cuBLAS and cuFFT versions.
@@ -45,6 +45,7 @@ impl ProviderModule for CudaModule {
         vec![
             (Provider::NativeCuda, Device::Cuda),
             (Provider::Cublas, Device::Cuda),
+            (Provider::Cufft, Device::Cuda),
             (Provider::Torchlean, Device::Cuda),
         ]
     }

@@ -21,7 +21,7 @@ use torchlean::runtime::{install, Session};
 use torchlean::spec::{self, Array};
 use torchlean::{Error, OpKind, Tensor};
 use torchlean_cuda::capsules::{
-    composed_ops, cublas_binding, native_cuda_binding, native_cuda_conv_binding,
+    composed_ops, cublas_binding, cufft_binding, native_cuda_binding, native_cuda_conv_binding,
     native_cuda_fused_binding, native_cuda_reduce_binding, native_cuda_rows_binding,
     native_cuda_spectral_binding,
 };
@@ -42,26 +42,31 @@ fn gpu(test: &str) -> bool {
     }
 }
 
-fn binding(kind: OpKind) -> Option<KernelBinding> {
+/// The CUDA bindings of an op's capsules, each with its provider's name: the spectral op has
+/// two (cufft, native_cuda), every other op one.
+fn bindings(kind: OpKind) -> Vec<(&'static str, KernelBinding)> {
     if elementwise::KINDS.contains(&kind) {
-        Some(native_cuda_binding())
+        vec![("native_cuda", native_cuda_binding())]
     } else if rows::KINDS.contains(&kind) {
-        Some(native_cuda_rows_binding())
+        vec![("native_cuda", native_cuda_rows_binding())]
     } else if conv::KINDS.contains(&kind) {
-        Some(native_cuda_conv_binding())
+        vec![("native_cuda", native_cuda_conv_binding())]
     } else if spectral::KINDS.contains(&kind) {
-        Some(native_cuda_spectral_binding())
+        vec![
+            ("cufft", cufft_binding()),
+            ("native_cuda", native_cuda_spectral_binding()),
+        ]
     } else if reduce::KINDS.contains(&kind) {
-        Some(native_cuda_reduce_binding())
+        vec![("native_cuda", native_cuda_reduce_binding())]
     } else if fused::KINDS.contains(&kind) {
-        Some(native_cuda_fused_binding())
+        vec![("native_cuda", native_cuda_fused_binding())]
     } else if blas::KINDS.contains(&kind) {
-        Some(cublas_binding())
+        vec![("cublas", cublas_binding())]
     } else if composed_ops().contains(&kind) {
         // its parts run as ops of the session: a checked_cuda one is installed by the tests
-        Some(torchlean::providers::composition::binding())
+        vec![("torchlean", torchlean::providers::composition::binding())]
     } else {
-        None
+        vec![]
     }
 }
 
@@ -92,7 +97,7 @@ fn rows() -> Vec<(usize, Case)> {
     table()
         .into_iter()
         .enumerate()
-        .filter(|(_, c)| binding(c.op.kind()).is_some())
+        .filter(|(_, c)| !bindings(c.op.kind()).is_empty())
         .collect()
 }
 
@@ -157,32 +162,33 @@ fn forward_matches_spec_on_the_gpu() {
         });
         let ts: Vec<Tensor> = xs.iter().map(on_gpu).collect();
         let tr: Vec<&Tensor> = ts.iter().collect();
-        let b = binding(case.op.kind()).expect("covered");
-        // random draws are claimed bit-identical to the spec's (their values are exact in f32)
-        let exact = case.op.kind().is_random();
-        match (b.forward())(&case.op, &tr) {
-            Ok(got) if exact => {
-                let w: Vec<f32> = want.data.iter().map(|&v| v as f32).collect();
-                let g = got.try_to_vec().expect("read back");
-                let same = got.shape() == want.shape.as_slice()
-                    && g.iter().zip(&w).all(|(a, b)| a.to_bits() == b.to_bits());
-                if !same {
-                    failures.push(format!(
-                        "{} forward: not bit-identical to the spec's draw",
-                        case.name()
-                    ));
+        for (provider, b) in bindings(case.op.kind()) {
+            let name = format!("{} [{provider}]", case.name());
+            // random draws are claimed bit-identical to the spec's (their values are exact in f32)
+            let exact = case.op.kind().is_random();
+            match (b.forward())(&case.op, &tr) {
+                Ok(got) if exact => {
+                    let w: Vec<f32> = want.data.iter().map(|&v| v as f32).collect();
+                    let g = got.try_to_vec().expect("read back");
+                    let same = got.shape() == want.shape.as_slice()
+                        && g.iter().zip(&w).all(|(a, b)| a.to_bits() == b.to_bits());
+                    if !same {
+                        failures.push(format!(
+                            "{name} forward: not bit-identical to the spec's draw"
+                        ));
+                    }
                 }
+                Ok(got) => check(
+                    &mut failures,
+                    format!("{name} forward"),
+                    &got,
+                    &want,
+                    alt.clone(),
+                ),
+                Err(e) => failures.push(format!("{name} forward: {e}")),
             }
-            Ok(got) => check(
-                &mut failures,
-                format!("{} forward", case.name()),
-                &got,
-                &want,
-                alt,
-            ),
-            Err(e) => failures.push(format!("{} forward: {e}", case.name())),
+            ran += 1;
         }
-        ran += 1;
     }
     assert!(
         failures.is_empty(),
@@ -224,47 +230,49 @@ fn vjp_matches_spec_on_the_gpu() {
         });
         let ts: Vec<Tensor> = xs.iter().map(on_gpu).collect();
         let tr: Vec<&Tensor> = ts.iter().collect();
-        let b = binding(case.op.kind()).expect("covered");
-        let out = match (b.forward())(&case.op, &tr) {
-            Ok(o) => o,
-            Err(e) => {
-                failures.push(format!("{} forward (for the VJP): {e}", case.name()));
-                continue;
+        for (provider, b) in bindings(case.op.kind()) {
+            let name = format!("{} [{provider}]", case.name());
+            let out = match (b.forward())(&case.op, &tr) {
+                Ok(o) => o,
+                Err(e) => {
+                    failures.push(format!("{name} forward (for the VJP): {e}"));
+                    continue;
+                }
+            };
+            let g = on_gpu(&gy);
+            let n = tr.len();
+            let mut masks = vec![vec![true; n]];
+            if n > 1 {
+                masks.extend((0..n).map(|j| (0..n).map(|i| i == j).collect()));
             }
-        };
-        let g = on_gpu(&gy);
-        let n = tr.len();
-        let mut masks = vec![vec![true; n]];
-        if n > 1 {
-            masks.extend((0..n).map(|j| (0..n).map(|i| i == j).collect()));
-        }
-        let vjp = b.vjp().expect("differentiable ops have a VJP");
-        for needs in masks {
-            match vjp(&case.op, &tr, &out, &g, &needs) {
-                Err(e) => failures.push(format!("{} vjp {needs:?}: {e}", case.name())),
-                Ok(got) => {
-                    for (j, w) in grads.iter().enumerate() {
-                        if !needs[j] {
-                            continue;
-                        }
-                        let what = format!("{} vjp {needs:?} input {j}", case.name());
-                        match (got.get(j).cloned().flatten(), w) {
-                            (Some(gj), Some(wj)) => {
-                                let a = alt.as_ref().and_then(|a| a[j].clone());
-                                check(&mut failures, what, &gj, wj, a)
+            let vjp = b.vjp().expect("differentiable ops have a VJP");
+            for needs in masks {
+                match vjp(&case.op, &tr, &out, &g, &needs) {
+                    Err(e) => failures.push(format!("{name} vjp {needs:?}: {e}")),
+                    Ok(got) => {
+                        for (j, w) in grads.iter().enumerate() {
+                            if !needs[j] {
+                                continue;
                             }
-                            (None, None) => {}
-                            (g, _) => failures.push(format!(
-                                "{what}: cotangent {} where the spec has {}",
-                                if g.is_some() { "present" } else { "missing" },
-                                if w.is_some() { "one" } else { "none" }
-                            )),
+                            let what = format!("{name} vjp {needs:?} input {j}");
+                            match (got.get(j).cloned().flatten(), w) {
+                                (Some(gj), Some(wj)) => {
+                                    let a = alt.as_ref().and_then(|a| a[j].clone());
+                                    check(&mut failures, what, &gj, wj, a)
+                                }
+                                (None, None) => {}
+                                (g, _) => failures.push(format!(
+                                    "{what}: cotangent {} where the spec has {}",
+                                    if g.is_some() { "present" } else { "missing" },
+                                    if w.is_some() { "one" } else { "none" }
+                                )),
+                            }
                         }
                     }
                 }
             }
+            ran += 1;
         }
-        ran += 1;
     }
     assert!(
         failures.is_empty(),

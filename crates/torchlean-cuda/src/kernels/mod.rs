@@ -9,6 +9,7 @@
 pub mod blas;
 pub mod conv;
 pub mod elementwise;
+pub mod fft;
 pub mod fused;
 pub mod reduce;
 pub mod rows;

@@ -1,13 +1,15 @@
-//! native_cuda kernels for `spectral_conv1d` and its VJP (CUDA source `kernels/spectral.cu`):
-//! the spec's direct DFT on the first `modes` frequencies, complex channel mixing, and the
-//! normalized inverse real FFT. Direct sums cost O(n·modes) per signal (a cuFFT capsule,
-//! O(n log n), is not written yet: docs/cuda.md).
+//! Kernels for `spectral_conv1d` and its VJP (CUDA source `kernels/spectral.cu`): a DFT on the
+//! first `modes` frequencies, complex channel mixing, and the normalized inverse real FFT.
+//! Two capsules share this file and differ only in how the transforms are computed
+//! ([`Dft`]): `native_cuda.spectral_conv1d` sums the spec's direct DFT (O(n·modes) per
+//! signal, the spec's own angles), `cufft.spectral_conv1d` calls cuFFT's real transforms
+//! (O(n log n), `fft.rs`); the mixing kernels are the same.
 //!
 //! Forward: x [B, Ci, N] → (Xr, Xi) [B, Ci, m] → (Yr, Yi) [B, Co, m] → y [B, Co, N].
 //! VJP: gy → scaled DFT (gYr, gYi) → the mixing's cotangents (of X, and of the weights,
 //! summed over the batch) → unscaled inverse DFT of gX → gx.
 
-use super::{buffer, cx, grid, launched, output, tensor};
+use super::{buffer, cx, fft, grid, launched, output, tensor};
 use crate::memory::CudaBuffer;
 use cudarc::driver::PushKernelArg;
 use torchlean::graph::{Op, OpKind};
@@ -27,11 +29,21 @@ fn dims(op: &Op, x: &[usize], w: &[usize]) -> Result<(usize, usize, usize, usize
     }
 }
 
-/// One of the DFT kernels (`spectral_dft`: `a` → (`o1`, `o2`); `spectral_idft`: (`a`, `b`)
-/// → `o1`) over `rows` signals of `n` points and `m` frequencies.
+/// How the transforms are computed.
+#[derive(Clone, Copy)]
+pub enum Dft {
+    /// The spec's direct sums (`spectral_dft`, `spectral_idft`): native_cuda.
+    Direct,
+    /// cuFFT's batched real transforms (`fft.rs`): cufft.
+    Cufft,
+}
+
+/// One transform (DFT: `a` → (`o1`, `o2`); inverse: (`a`, `b`) → `o1`) over `rows` signals
+/// of `n` points and `m` frequencies.
 #[allow(clippy::too_many_arguments)]
 fn transform(
     op: &Op,
+    dft: Dft,
     inverse: bool,
     ins: (&CudaBuffer, Option<&CudaBuffer>),
     outs: (&mut CudaBuffer, Option<&mut CudaBuffer>),
@@ -40,6 +52,17 @@ fn transform(
     m: usize,
     scaled: bool,
 ) -> Result<()> {
+    if let Dft::Cufft = dft {
+        let dims = (rows, n, m);
+        return match (inverse, ins, outs) {
+            (false, (a, _), (o1, Some(o2))) => fft::dft(op, a, (o1, o2), dims, scaled),
+            (true, (a, Some(b)), (o1, _)) => fft::idft(op, (a, b), o1, dims, scaled),
+            _ => Err(Error::Other(format!(
+                "op `{}`: a transform called without both planar halves",
+                op.name()
+            ))),
+        };
+    }
     let cx = cx()?;
     let (r64, n64, m64, s) = (rows as i64, n as i64, m as i64, scaled as i32);
     let threads = rows * if inverse { n } else { m };
@@ -68,8 +91,39 @@ fn transform(
     Ok(())
 }
 
-/// The forward kernel of `spectral_conv1d`.
+/// The forward kernel of `native_cuda.spectral_conv1d`.
 pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
+    forward_with(op, inputs, Dft::Direct)
+}
+
+/// The forward kernel of `cufft.spectral_conv1d`.
+pub fn forward_fft(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
+    forward_with(op, inputs, Dft::Cufft)
+}
+
+/// The VJP kernel of `native_cuda.spectral_conv1d`.
+pub fn vjp(
+    op: &Op,
+    inputs: &[&Tensor],
+    output: &Tensor,
+    gy: &Tensor,
+    needs: &[bool],
+) -> Result<Vec<Option<Tensor>>> {
+    vjp_with(op, inputs, output, gy, needs, Dft::Direct)
+}
+
+/// The VJP kernel of `cufft.spectral_conv1d`.
+pub fn vjp_fft(
+    op: &Op,
+    inputs: &[&Tensor],
+    output: &Tensor,
+    gy: &Tensor,
+    needs: &[bool],
+) -> Result<Vec<Option<Tensor>>> {
+    vjp_with(op, inputs, output, gy, needs, Dft::Cufft)
+}
+
+fn forward_with(op: &Op, inputs: &[&Tensor], dft: Dft) -> Result<Tensor> {
     let shapes: Vec<&[usize]> = inputs.iter().map(|t| t.shape()).collect();
     let shape = torchlean::spec::infer_shape(op, &shapes)?;
     let (b, ci, n, co, m) = dims(op, inputs[0].shape(), inputs[1].shape())?;
@@ -84,6 +138,7 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
     let mut out = output(cx, op, b * co * n)?;
     transform(
         op,
+        dft,
         false,
         (x, None),
         (&mut xr, Some(&mut xi)),
@@ -112,6 +167,7 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
     }
     transform(
         op,
+        dft,
         true,
         (&yr, Some(&yi)),
         (&mut out, None),
@@ -123,13 +179,13 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
     tensor(out, &shape)
 }
 
-/// The VJP kernel of `spectral_conv1d`.
-pub fn vjp(
+fn vjp_with(
     op: &Op,
     inputs: &[&Tensor],
     _output: &Tensor,
     gy: &Tensor,
     needs: &[bool],
+    dft: Dft,
 ) -> Result<Vec<Option<Tensor>>> {
     let (b, ci, n, co, m) = dims(op, inputs[0].shape(), inputs[1].shape())?;
     let cx = cx()?;
@@ -145,6 +201,7 @@ pub fn vjp(
     let (mut gr, mut gi) = (output(cx, op, b * co * m)?, output(cx, op, b * co * m)?);
     transform(
         op,
+        dft,
         false,
         (g, None),
         (&mut gr, Some(&mut gi)),
@@ -176,6 +233,7 @@ pub fn vjp(
         let mut gx = output(cx, op, b * ci * n)?;
         transform(
             op,
+            dft,
             true,
             (&gxr, Some(&gxi)),
             (&mut gx, None),
@@ -190,6 +248,7 @@ pub fn vjp(
         let (mut xr, mut xi) = (output(cx, op, b * ci * m)?, output(cx, op, b * ci * m)?);
         transform(
             op,
+            dft,
             false,
             (x, None),
             (&mut xr, Some(&mut xi)),

@@ -1,0 +1,134 @@
+//! cuFFT plumbing for the `cufft` capsule of `spectral_conv1d`: batched 1-D real transforms
+//! (R2C, C2R) on the module's stream, their plans cached per (length, batch, direction), and
+//! the two glue kernels (`fft_take`, `fft_put` in `kernels/spectral.cu`) that move between
+//! cuFFT's interleaved half spectra and the planar first-m frequencies the spectral kernels
+//! read and write. What the transforms compute is spelled out in `spectral.rs`.
+
+use super::{cx, grid, launched, output};
+use crate::memory::CudaBuffer;
+use cudarc::cufft::{sys, CudaFft};
+use cudarc::driver::PushKernelArg;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use torchlean::graph::Op;
+use torchlean::{Error, Result};
+
+/// Plans by (n, rows, inverse). A plan belongs to the module's one stream.
+type Plans = Mutex<HashMap<(usize, usize, bool), Arc<CudaFft>>>;
+
+static PLANS: OnceLock<Plans> = OnceLock::new();
+
+fn as_i32(op: &Op, what: &str, v: usize) -> Result<i32> {
+    i32::try_from(v).map_err(|_| {
+        Error::Other(format!(
+            "op `{}`: cuFFT takes a {what} below 2^31, got {v}",
+            op.name()
+        ))
+    })
+}
+
+/// The plan of `rows` transforms of length `n` (R2C, or C2R when `inverse`).
+fn plan(op: &Op, n: usize, rows: usize, inverse: bool) -> Result<Arc<CudaFft>> {
+    let plans = PLANS.get_or_init(Default::default);
+    // a poisoned lock only means another thread panicked while inserting: the map is intact
+    let mut plans = plans.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(p) = plans.get(&(n, rows, inverse)) {
+        return Ok(Arc::clone(p));
+    }
+    let kind = if inverse {
+        sys::cufftType::CUFFT_C2R
+    } else {
+        sys::cufftType::CUFFT_R2C
+    };
+    let p = CudaFft::plan_1d(
+        as_i32(op, "length", n)?,
+        kind,
+        as_i32(op, "batch", rows)?,
+        cx()?.stream.clone(),
+    )
+    .map(Arc::new)
+    .map_err(|e| super::super::device::failure(op.name(), format!("cuFFT plan: {e:?}")))?;
+    plans.insert((n, rows, inverse), Arc::clone(&p));
+    Ok(p)
+}
+
+/// Half-spectrum scratch for `rows` signals of length `n`: (n/2 + 1) complex values each,
+/// stored as interleaved f32 pairs.
+fn half_spectra(op: &Op, rows: usize, n: usize) -> Result<CudaBuffer> {
+    output(cx()?, op, 2 * rows * (n / 2 + 1))
+}
+
+fn complex(b: &mut CudaBuffer, len: usize) -> cudarc::driver::CudaViewMut<'_, sys::float2> {
+    // SAFETY: float2 is two f32 (8 bytes; device allocations are 256-byte aligned) and the
+    // buffer holds 2·len f32 (`half_spectra`), so the view covers exactly its memory.
+    unsafe { b.slice_mut().transmute_mut::<sys::float2>(len) }
+        .expect("half_spectra sized the buffer for len complex values")
+}
+
+/// The first `m` frequencies (planar re, im: rows × m) of the real DFT of `rows` signals of
+/// `n` points, each times irfft_scale(k) when `scaled` (`spectral_dft`'s result, by cuFFT).
+pub fn dft(
+    op: &Op,
+    x: &CudaBuffer,
+    (outr, outi): (&mut CudaBuffer, &mut CudaBuffer),
+    (rows, n, m): (usize, usize, usize),
+    scaled: bool,
+) -> Result<()> {
+    if rows * m == 0 {
+        return Ok(());
+    }
+    let nf = n / 2 + 1;
+    let mut z = half_spectra(op, rows, n)?;
+    let p = plan(op, n, rows, false)?;
+    p.exec_r2c(x.slice(), &mut complex(&mut z, rows * nf))
+        .map_err(|e| super::super::device::failure(op.name(), format!("cuFFT R2C: {e:?}")))?;
+    let cx = cx()?;
+    let (r64, n64, m64, s) = (rows as i64, n as i64, m as i64, scaled as i32);
+    let mut l = cx.stream.launch_builder(&cx.functions.fft_take);
+    l.arg(z.slice())
+        .arg(outr.slice_mut())
+        .arg(outi.slice_mut())
+        .arg(&r64)
+        .arg(&n64)
+        .arg(&m64)
+        .arg(&s);
+    // SAFETY: thread p < rows·m reads the interleaved pair (row, k) of z (rows·(n/2+1)
+    // pairs, k < m <= n/2 + 1 by the shape rule) and writes element p of both outputs
+    // (rows·m each, sized by the caller).
+    launched(op, unsafe { l.launch(grid(rows * m)) })?;
+    Ok(())
+}
+
+/// `spectral_idft`'s result by cuFFT: rows × n real values Σ_{k<m} f_k (yr cos θ − yi sin θ),
+/// f_k = irfft_scale(k) when `scaled`, else 1.
+pub fn idft(
+    op: &Op,
+    (yr, yi): (&CudaBuffer, &CudaBuffer),
+    out: &mut CudaBuffer,
+    (rows, n, m): (usize, usize, usize),
+    scaled: bool,
+) -> Result<()> {
+    if rows * n == 0 {
+        return Ok(());
+    }
+    let nf = n / 2 + 1;
+    let mut z = half_spectra(op, rows, n)?;
+    let cx = cx()?;
+    let (r64, n64, m64, s) = (rows as i64, n as i64, m as i64, scaled as i32);
+    let mut l = cx.stream.launch_builder(&cx.functions.fft_put);
+    l.arg(yr.slice())
+        .arg(yi.slice())
+        .arg(z.slice_mut())
+        .arg(&r64)
+        .arg(&n64)
+        .arg(&m64)
+        .arg(&s);
+    // SAFETY: thread p < rows·(n/2+1) reads (row, k < m) of yr and yi (rows·m each) and
+    // writes the interleaved pair p of z (rows·(n/2+1) pairs).
+    launched(op, unsafe { l.launch(grid(rows * nf)) })?;
+    let p = plan(op, n, rows, true)?;
+    // C2R overwrites its input: z is this call's scratch
+    p.exec_c2r(&mut complex(&mut z, rows * nf), out.slice_mut())
+        .map_err(|e| super::super::device::failure(op.name(), format!("cuFFT C2R: {e:?}")))?;
+    Ok(())
+}
