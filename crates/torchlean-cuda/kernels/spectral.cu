@@ -23,14 +23,17 @@ __device__ __forceinline__ float irfft_scale(long long k, long long n) {
 }
 
 // One thread per (row, k < m): outr = Σ_t x[row, t] cos θ, outi = -Σ_t x[row, t] sin θ, each
-// times irfft_scale(k) when `scaled` (the cotangent of the inverse transform).
+// times irfft_scale(k) when `scaled` (the cotangent of the inverse transform). When `only` is
+// not null, only the rows with only[row] != 0 are written (the cufft capsule's rows that hold
+// a non-finite value, see fft_take).
 extern "C" __global__ void spectral_dft(const float* __restrict__ x, float* __restrict__ outr,
                                         float* __restrict__ outi, long long rows, long long n,
-                                        long long m, int scaled) {
+                                        long long m, int scaled, const float* __restrict__ only) {
     long long total = rows * m;
     for (long long p = blockIdx.x * (long long)blockDim.x + threadIdx.x; p < total;
          p += (long long)gridDim.x * blockDim.x) {
         long long k = p % m, row = p / m;
+        if (only != 0 && only[row] == 0.0f) continue;
         float re = 0.0f, im = 0.0f;
         for (long long t = 0; t < n; ++t) {
             float s, c;
@@ -46,14 +49,17 @@ extern "C" __global__ void spectral_dft(const float* __restrict__ x, float* __re
 }
 
 // One thread per (row, t < n): out = Σ_{k<m} f_k (yr cos θ − yi sin θ), f_k = irfft_scale(k)
-// when `scaled` (the inverse transform), else 1 (the cotangent of the forward DFT).
+// when `scaled` (the inverse transform), else 1 (the cotangent of the forward DFT). `only` as
+// for spectral_dft.
 extern "C" __global__ void spectral_idft(const float* __restrict__ yr,
                                          const float* __restrict__ yi, float* __restrict__ out,
-                                         long long rows, long long n, long long m, int scaled) {
+                                         long long rows, long long n, long long m, int scaled,
+                                         const float* __restrict__ only) {
     long long total = rows * n;
     for (long long p = blockIdx.x * (long long)blockDim.x + threadIdx.x; p < total;
          p += (long long)gridDim.x * blockDim.x) {
         long long t = p % n, row = p / n;
+        if (only != 0 && only[row] == 0.0f) continue;
         float acc = 0.0f;
         for (long long k = 0; k < m; ++k) {
             float s, c;
@@ -138,8 +144,26 @@ extern "C" __global__ void spectral_mix_vjp_w(const float* __restrict__ gr,
     }
 }
 
-// ---- the cufft capsule's glue (kernels/fft.rs): cuFFT computes the transforms, these two
-// kernels move between its half spectra and the planar first-m frequencies above ----
+// ---- the cufft capsule's glue (kernels/fft.rs): cuFFT computes the transforms, these
+// kernels move between its half spectra and the planar first-m frequencies above. A row that
+// holds a non-finite value is summed again directly (spectral_dft / spectral_idft with
+// `only`): an FFT combines terms in another order, so an infinity can meet another infinity
+// (NaN) where the direct sum keeps it, or the other way round, and the spec's IEEE classes
+// are those of the direct sums ----
+
+// One thread per row: flags[row] = 1 if a[row, ·] (len values) holds a NaN or an infinity,
+// or'ed into the flag already there when `accumulate`.
+extern "C" __global__ void rows_nonfinite(const float* __restrict__ a, float* __restrict__ flags,
+                                          long long rows, long long len, int accumulate) {
+    for (long long row = blockIdx.x * (long long)blockDim.x + threadIdx.x; row < rows;
+         row += (long long)gridDim.x * blockDim.x) {
+        float any = accumulate ? flags[row] : 0.0f;
+        for (long long t = 0; t < len; ++t) {
+            if (!isfinite(a[row * len + t])) any = 1.0f;
+        }
+        flags[row] = any;
+    }
+}
 
 // One thread per (row, k < m): frequency k of a cuFFT R2C result (interleaved re, im;
 // n/2 + 1 frequencies per row), times irfft_scale(k) when `scaled`, as spectral_dft writes.

@@ -71,6 +71,7 @@ pub struct Functions {
     pub spectral_mix_vjp_w: CudaFunction,
     pub fft_take: CudaFunction,
     pub fft_put: CudaFunction,
+    pub rows_nonfinite: CudaFunction,
 }
 
 /// cuBLAS behind a lock: one handle, used by one thread at a time.
@@ -221,6 +222,7 @@ fn create() -> Result<Context, String> {
         spectral_mix_vjp_w: f("spectral_mix_vjp_w")?,
         fft_take: f("fft_take")?,
         fft_put: f("fft_put")?,
+        rows_nonfinite: f("rows_nonfinite")?,
     };
     let cublas = format!(
         "{}.{}.{}",

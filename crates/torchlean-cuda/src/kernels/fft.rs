@@ -3,6 +3,13 @@
 //! the two glue kernels (`fft_take`, `fft_put` in `kernels/spectral.cu`) that move between
 //! cuFFT's interleaved half spectra and the planar first-m frequencies the spectral kernels
 //! read and write. What the transforms compute is spelled out in `spectral.rs`.
+//!
+//! IEEE classes: an FFT combines the terms in another order than the spec's direct sum, so
+//! on a signal holding an infinity it can give NaN where the spec keeps ±inf, or the other
+//! way round (seen on the H200 on 2026-12-01 in the VJP rows with special values). So each
+//! transform flags the rows whose input holds a NaN or an infinity (`rows_nonfinite`) and
+//! sums those rows again directly (`spectral::direct` restricted to the flagged rows), on the
+//! device, after cuFFT: finite rows are cuFFT's, the others follow the spec's classes.
 
 use super::{cx, grid, launched, output};
 use crate::memory::CudaBuffer;
@@ -96,7 +103,37 @@ pub fn dft(
     // pairs, k < m <= n/2 + 1 by the shape rule) and writes element p of both outputs
     // (rows·m each, sized by the caller).
     launched(op, unsafe { l.launch(grid(rows * m)) })?;
-    Ok(())
+    let flags = nonfinite_rows(op, &[x], rows, n)?;
+    super::spectral::direct(
+        op,
+        false,
+        (x, None),
+        (outr, Some(outi)),
+        (rows, n, m),
+        scaled,
+        Some(&flags),
+    )
+}
+
+/// One flag per row (1.0 where a row of any of `parts`, `len` values each, holds a NaN or an
+/// infinity, else 0.0).
+fn nonfinite_rows(op: &Op, parts: &[&CudaBuffer], rows: usize, len: usize) -> Result<CudaBuffer> {
+    let cx = cx()?;
+    let mut flags = output(cx, op, rows)?;
+    let (r64, l64) = (rows as i64, len as i64);
+    for (i, part) in parts.iter().enumerate() {
+        let accumulate = (i > 0) as i32;
+        let mut l = cx.stream.launch_builder(&cx.functions.rows_nonfinite);
+        l.arg(part.slice())
+            .arg(flags.slice_mut())
+            .arg(&r64)
+            .arg(&l64)
+            .arg(&accumulate);
+        // SAFETY: thread `row` < rows reads row `row` of `part` (rows·len values, sized by
+        // the caller) and writes flags[row] (rows values).
+        launched(op, unsafe { l.launch(grid(rows)) })?;
+    }
+    Ok(flags)
 }
 
 /// `spectral_idft`'s result by cuFFT: rows × n real values Σ_{k<m} f_k (yr cos θ − yi sin θ),
@@ -130,5 +167,14 @@ pub fn idft(
     // C2R overwrites its input: z is this call's scratch
     p.exec_c2r(&mut complex(&mut z, rows * nf), out.slice_mut())
         .map_err(|e| super::super::device::failure(op.name(), format!("cuFFT C2R: {e:?}")))?;
-    Ok(())
+    let flags = nonfinite_rows(op, &[yr, yi], rows, m)?;
+    super::spectral::direct(
+        op,
+        true,
+        (yr, Some(yi)),
+        (out, None),
+        (rows, n, m),
+        scaled,
+        Some(&flags),
+    )
 }

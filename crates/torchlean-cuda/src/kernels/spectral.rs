@@ -63,6 +63,20 @@ fn transform(
             ))),
         };
     }
+    direct(op, inverse, ins, outs, (rows, n, m), scaled, None)
+}
+
+/// The direct sums (`spectral_dft`, or `spectral_idft` when `inverse`), on every row, or only
+/// on the rows whose flag in `only` is nonzero.
+pub(super) fn direct(
+    op: &Op,
+    inverse: bool,
+    ins: (&CudaBuffer, Option<&CudaBuffer>),
+    outs: (&mut CudaBuffer, Option<&mut CudaBuffer>),
+    (rows, n, m): (usize, usize, usize),
+    scaled: bool,
+    only: Option<&CudaBuffer>,
+) -> Result<()> {
     let cx = cx()?;
     let (r64, n64, m64, s) = (rows as i64, n as i64, m as i64, scaled as i32);
     let threads = rows * if inverse { n } else { m };
@@ -84,9 +98,16 @@ fn transform(
         l.arg(o.slice_mut());
     }
     l.arg(&r64).arg(&n64).arg(&m64).arg(&s);
+    // a null pointer: every row
+    let everything = 0u64;
+    match only {
+        Some(flags) => l.arg(flags.slice()),
+        None => l.arg(&everything),
+    };
     // SAFETY: the DFT's rows·m threads read a row of n inputs and write element p < rows·m
     // of both outputs; the inverse's rows·n threads read a row of m frequencies (two
-    // buffers) and write element p < rows·n; the caller sized every buffer so.
+    // buffers) and write element p < rows·n; `only`, when given, holds one flag per row;
+    // the caller sized every buffer so.
     launched(op, unsafe { l.launch(grid(threads)) })?;
     Ok(())
 }
