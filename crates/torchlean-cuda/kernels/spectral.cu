@@ -165,9 +165,11 @@ extern "C" __global__ void rows_nonfinite(const float* __restrict__ a, float* __
     }
 }
 
-// One thread per (row, k < m): frequency k of a cuFFT R2C result (interleaved re, im;
-// n/2 + 1 frequencies per row), times irfft_scale(k) when `scaled`, as spectral_dft writes.
-extern "C" __global__ void fft_take(const float* __restrict__ z, float* __restrict__ outr,
+// One thread per (row, k < m): frequency k of a cuFFT R2C result z (interleaved re, im;
+// n/2 + 1 frequencies per row) of the signals x, times irfft_scale(k) when `scaled`, as
+// spectral_dft writes.
+extern "C" __global__ void fft_take(const float* __restrict__ z, const float* __restrict__ x,
+                                    float* __restrict__ outr,
                                     float* __restrict__ outi, long long rows, long long n,
                                     long long m, int scaled) {
     long long nf = n / 2 + 1, total = rows * m;
@@ -175,8 +177,20 @@ extern "C" __global__ void fft_take(const float* __restrict__ z, float* __restri
          p += (long long)gridDim.x * blockDim.x) {
         long long k = p % m, row = p / m;
         float f = scaled ? irfft_scale(k, n) : 1.0f;
+        float im = z[2 * (row * nf + k) + 1];
+        if (n % 2 == 0 && k == n / 2) {
+            // the Nyquist frequency's imaginary part is exactly 0 in an FFT, but not in the
+            // spec, whose sin(fl(π)) is 1.2e-16 (dft_angle): summed as spectral_dft sums it,
+            // so that a later product with an infinity has the spec's class
+            im = 0.0f;
+            for (long long t = 0; t < n; ++t) {
+                float s, c;
+                dft_angle(k, t, n, &s, &c);
+                im -= x[row * n + t] * s;
+            }
+        }
         outr[p] = f * z[2 * (row * nf + k)];
-        outi[p] = f * z[2 * (row * nf + k) + 1];
+        outi[p] = f * im;
     }
 }
 

@@ -9,7 +9,10 @@
 //! way round (seen on the H200 on 2026-12-01 in the VJP rows with special values). So each
 //! transform flags the rows whose input holds a NaN or an infinity (`rows_nonfinite`) and
 //! sums those rows again directly (`spectral::direct` restricted to the flagged rows), on the
-//! device, after cuFFT: finite rows are cuFFT's, the others follow the spec's classes.
+//! device, after cuFFT: finite rows are cuFFT's, the others follow the spec's classes. And
+//! the Nyquist frequency's imaginary part, exactly 0 in an FFT but 1.2e-16-scaled in the spec
+//! (its sin(fl(π))), is summed as the spec sums it: a later product with an infinity (the
+//! VJP's weight gradient) then has the spec's class (0·inf is NaN, 1e-16·inf is inf).
 
 use super::{cx, grid, launched, output};
 use crate::memory::CudaBuffer;
@@ -93,6 +96,7 @@ pub fn dft(
     let (r64, n64, m64, s) = (rows as i64, n as i64, m as i64, scaled as i32);
     let mut l = cx.stream.launch_builder(&cx.functions.fft_take);
     l.arg(z.slice())
+        .arg(x.slice())
         .arg(outr.slice_mut())
         .arg(outi.slice_mut())
         .arg(&r64)
@@ -100,8 +104,9 @@ pub fn dft(
         .arg(&m64)
         .arg(&s);
     // SAFETY: thread p < rows·m reads the interleaved pair (row, k) of z (rows·(n/2+1)
-    // pairs, k < m <= n/2 + 1 by the shape rule) and writes element p of both outputs
-    // (rows·m each, sized by the caller).
+    // pairs, k < m <= n/2 + 1 by the shape rule) and, for the Nyquist frequency, row `row`
+    // of x (rows·n), and writes element p of both outputs (rows·m each, sized by the
+    // caller).
     launched(op, unsafe { l.launch(grid(rows * m)) })?;
     let flags = nonfinite_rows(op, &[x], rows, n)?;
     super::spectral::direct(
