@@ -220,3 +220,186 @@ fn flash_attention_refuses_bad_calls_with_typed_errors() {
     let wrong_gy = Array::from_fn(&[3, 2], |_| 1.0);
     assert!(flash::vjp(&sdpa, &[&q, &k, &v], &wrong_gy, tiles).is_err());
 }
+
+/// One random attention call at f64 (inputs, op) over sizes that cross the native kernel's
+/// tiles (64 queries, 512 keys), every mask kind, causal or not; now and then a fully blocked
+/// row (boolean), a row whose allowed scores are all −inf (additive: NaN), or a NaN input.
+fn kernel_case(r: &mut Draws) -> (Op, Vec<Array<f64>>) {
+    let lead: Vec<usize> = (0..r.below(3)).map(|_| 1 + r.below(3)).collect();
+    // small; crossing the query and key tiles; or more keys than the VJP's one-stripe
+    // bound (2048), so that its two-pass path runs
+    let (l, s) = match r.below(6) {
+        0 | 1 => (1 + r.below(150), 1 + r.below(300)),
+        2 => (1 + r.below(70), 2049 + r.below(300)),
+        _ => (1 + r.below(9), 1 + r.below(9)),
+    };
+    let (d, dv) = (1 + r.below(9), 1 + r.below(9));
+    let mask = match r.below(3) {
+        0 => AttentionMask::None,
+        1 => AttentionMask::Boolean,
+        _ => AttentionMask::AdditiveBias,
+    };
+    let op = Op::ScaledDotProductAttention {
+        scale: if r.below(3) == 0 { Some(0.37) } else { None },
+        causal: r.below(2) == 0,
+        mask,
+    };
+    let with = |last: [usize; 2]| -> Vec<usize> {
+        let mut v = lead.clone();
+        v.extend(last);
+        v
+    };
+    let mut xs = vec![
+        r.array(&with([l, d])),
+        r.array(&with([s, d])),
+        r.array(&with([s, dv])),
+    ];
+    if mask != AttentionMask::None {
+        let shape = if r.below(2) == 0 {
+            vec![l, s]
+        } else {
+            with([l, s])
+        };
+        let mut m = r.array(&shape);
+        let row = r.below(l);
+        let rows = m.data.len() / s;
+        let special = r.below(3) == 0;
+        if mask == AttentionMask::Boolean {
+            for x in &mut m.data {
+                *x = if r.below(4) == 0 { 0.0 } else { 1.0 };
+            }
+        }
+        if special {
+            for rr in (row..rows).step_by(l) {
+                m.data[rr * s..(rr + 1) * s].iter_mut().for_each(|x| {
+                    *x = if mask == AttentionMask::Boolean {
+                        0.0
+                    } else {
+                        f64::NEG_INFINITY
+                    }
+                });
+            }
+        }
+        xs.push(m);
+    }
+    // now and then a NaN in q, k or v
+    if r.below(4) == 0 {
+        let which = r.below(3);
+        let at = r.below(xs[which].data.len());
+        xs[which].data[at] = f64::NAN;
+    }
+    (op, xs)
+}
+
+fn tensor(a: &Array<f64>) -> torchlean::Tensor {
+    torchlean::Tensor::from_vec(a.data.iter().map(|&v| v as f32).collect(), &a.shape).unwrap()
+}
+
+fn widen(t: &torchlean::Tensor) -> Vec<f64> {
+    t.to_vec().into_iter().map(|v| v as f64).collect()
+}
+
+/// `got` within `tol`·(1 + max finite |want|) of `want`, NaN and ±inf exactly where `want` has
+/// them; the largest relative error otherwise (∞ on a class mismatch).
+fn error(got: &[f64], want: &[f64]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    let scale = 1.0
+        + want
+            .iter()
+            .filter(|v| v.is_finite())
+            .fold(0.0f64, |m, v| m.max(v.abs()));
+    got.iter().zip(want).fold(0.0f64, |m, (&g, &w)| {
+        if w.is_nan() || g.is_nan() || w.is_infinite() || g.is_infinite() {
+            if (w.is_nan() && g.is_nan()) || w == g {
+                m
+            } else {
+                f64::INFINITY
+            }
+        } else {
+            m.max((g - w).abs() / scale)
+        }
+    })
+}
+
+/// The flash kernel's forward and VJP on `xs`, and another kernel's (or the spec's, at f64).
+type Outputs = (Vec<f64>, Vec<Option<Vec<f64>>>);
+
+fn run_kernel(
+    forward: torchlean::runtime::kernel::ForwardKernel,
+    vjp: torchlean::runtime::kernel::VjpKernel,
+    op: &Op,
+    xs: &[Array<f64>],
+    gy: &Array<f64>,
+) -> Outputs {
+    let ts: Vec<torchlean::Tensor> = xs.iter().map(tensor).collect();
+    let refs: Vec<&torchlean::Tensor> = ts.iter().collect();
+    let y = forward(op, &refs).expect("the kernel accepts the call");
+    let needs = vec![true; ts.len()];
+    let grads = vjp(op, &refs, &y, &tensor(gy), &needs).expect("the VJP kernel");
+    (
+        widen(&y),
+        grads.iter().map(|g| g.as_ref().map(widen)).collect(),
+    )
+}
+
+#[test]
+fn native_flash_kernel_matches_the_spec() {
+    use torchlean::providers::native_cpu::{flash_forward, flash_vjp};
+    let mut r = Draws(3300);
+    let (mut worst_forward, mut worst_vjp) = (0.0f64, 0.0f64);
+    for case in 0..60 {
+        let (op, xs) = kernel_case(&mut r);
+        let refs: Vec<&Array<f64>> = xs.iter().collect();
+        let want = spec::forward(&op, &refs).expect("the spec accepts the call");
+        let gy = r.array(&want.shape);
+        let want_grads = spec::vjp(&op, &refs, &want, &gy).expect("the spec VJP");
+        let (y, grads) = run_kernel(flash_forward, flash_vjp, &op, &xs, &gy);
+        let e = error(&y, &want.data);
+        assert!(
+            e <= 2e-4,
+            "case {case} {op:?} {:?}: forward error {e}",
+            xs[0].shape
+        );
+        worst_forward = worst_forward.max(e);
+        for (i, (g, w)) in grads.iter().zip(&want_grads).enumerate() {
+            match (g, w) {
+                (Some(g), Some(w)) => {
+                    let e = error(g, &w.data);
+                    assert!(e <= 2e-4, "case {case} {op:?}: gradient {i} error {e}");
+                    worst_vjp = worst_vjp.max(e);
+                }
+                (None, None) => {}
+                _ => panic!("case {case}: gradient {i} present on one side only"),
+            }
+        }
+    }
+    eprintln!("flash kernel vs spec: worst forward {worst_forward:e}, worst VJP {worst_vjp:e}");
+}
+
+#[test]
+fn native_flash_kernel_equals_the_native_sdpa_kernel() {
+    use torchlean::providers::native_cpu::{flash_forward, flash_vjp, forward, vjp};
+    let mut r = Draws(3301);
+    for case in 0..60 {
+        let (op, xs) = kernel_case(&mut r);
+        let shape_y = {
+            let shapes: Vec<&[usize]> = xs.iter().map(|a| a.shape.as_slice()).collect();
+            spec::infer_shape(&op, &shapes).expect("shape")
+        };
+        let gy = r.array(&shape_y);
+        let (fy, fg) = run_kernel(flash_forward, flash_vjp, &op, &xs, &gy);
+        let (ny, ng) = run_kernel(forward, vjp, &op, &xs, &gy);
+        let e = error(&fy, &ny);
+        assert!(e <= 1e-5, "case {case} {op:?}: forward differs by {e}");
+        for (i, (a, b)) in fg.iter().zip(&ng).enumerate() {
+            match (a, b) {
+                (Some(a), Some(b)) => {
+                    let e = error(a, b);
+                    assert!(e <= 1e-4, "case {case} {op:?}: gradient {i} differs by {e}");
+                }
+                (None, None) => {}
+                _ => panic!("case {case}: gradient {i} present in one kernel only"),
+            }
+        }
+    }
+}

@@ -13,6 +13,7 @@
 mod conv;
 mod dense;
 mod elementwise;
+mod flash;
 pub mod guard;
 mod index;
 mod layout;
@@ -225,6 +226,88 @@ pub fn forward_in_place(op: &Op, mut input: Tensor) -> Result<Tensor> {
     Ok(input)
 }
 
+/// The forward kernel of `native_cpu.flash_attention` (`flash.rs`).
+pub fn flash_forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
+    if op.kind() != OpKind::ScaledDotProductAttention {
+        return Err(crate::error::OpError::Payload {
+            op: op.name(),
+            reason: "the flash-attention kernel computes scaled_dot_product_attention only".into(),
+        }
+        .into());
+    }
+    let out_shape = guard::output_shape(op, inputs)?;
+    crate::runtime::buffers::check_output(op.name(), crate::spec::numel(&out_shape))?;
+    if crate::spec::numel(&out_shape) == 0 {
+        return Ok(tensor(Vec::new(), out_shape));
+    }
+    let data = flash::forward(op, inputs, &out_shape);
+    Ok(tensor(data, out_shape))
+}
+
+/// The VJP kernel of `native_cpu.flash_attention` (recomputing, `flash.rs`).
+pub fn flash_vjp(
+    op: &Op,
+    inputs: &[&Tensor],
+    output: &Tensor,
+    grad_out: &Tensor,
+    needs: &[bool],
+) -> Result<Vec<Option<Tensor>>> {
+    if op.kind() != OpKind::ScaledDotProductAttention {
+        return Err(crate::error::OpError::Payload {
+            op: op.name(),
+            reason: "the flash-attention kernel computes scaled_dot_product_attention only".into(),
+        }
+        .into());
+    }
+    guard::output_shape(op, inputs)?;
+    crate::runtime::buffers::check_gradients(op.name(), inputs, Some(needs))?;
+    if grad_out.numel() == 0 {
+        if let Some(grads) = empty_result_grads(op, inputs, needs) {
+            return Ok(grads);
+        }
+    }
+    Ok(flash::vjp(op, inputs, output, grad_out))
+}
+
+/// The binding of `native_cpu.flash_attention`.
+pub fn flash_binding() -> KernelBinding {
+    KernelBinding::new("native_cpu", flash_forward, Some(flash_vjp))
+}
+
+/// The tests that hold the flash kernel to the spec (and to the other native capsule).
+pub const FLASH_TESTS: &[&str] = &[
+    "tests/flash_attention.rs::native_flash_kernel_matches_the_spec",
+    "tests/flash_attention.rs::native_flash_kernel_equals_the_native_sdpa_kernel",
+];
+
+/// `native_cpu.flash_attention`: the second native capsule of `scaled_dot_product_attention`
+/// (tiled, online softmax, no L×S matrix; `flash.rs`), with the flash tests as evidence.
+pub fn flash_capsule() -> KernelCapsule {
+    let op = OpKind::ScaledDotProductAttention;
+    let here =
+        |sym: &str| Provenance::source("crates/torchlean/src/providers/native_cpu/flash.rs", sym);
+    let tests = Evidence::TestSuite {
+        tests: FLASH_TESTS.iter().map(|s| s.to_string()).collect(),
+    };
+    let base = capsule(op);
+    KernelCapsule {
+        name: "native_cpu.flash_attention".into(),
+        value_contract: descriptor(
+            value_claim(op),
+            "tiled attention with an online softmax; matches the f64 spec (and the native SDPA kernel) on random shapes, masks and tile-crossing sizes",
+            tests.clone(),
+            here("forward"),
+        ),
+        vjp_contract: descriptor(
+            vjp_claim(op, base.vjp_mode),
+            "recomputing tiled VJP (log-sum-exp pass, then the gradient products per tile); matches the f64 spec VJP on the same inputs",
+            tests,
+            here("vjp"),
+        ),
+        ..base
+    }
+}
+
 /// The tensor kernels shared by every native CPU capsule.
 pub fn binding() -> KernelBinding {
     KernelBinding::new("native_cpu", forward, Some(vjp)).with_in_place(forward_in_place)
@@ -399,6 +482,9 @@ pub fn replayed_capsule(op: OpKind) -> KernelCapsule {
 
 /// Registers a native capsule (test evidence) for every op.
 pub fn register(r: &mut Registry) -> std::result::Result<(), RegistryError> {
+    // the flash kernel before the materializing one: `auto` and `only:native_cpu` plan it
+    // for attention (the other stays registered: the equality tests compare the two)
+    r.register(flash_capsule(), flash_binding())?;
     for &op in OpKind::ALL {
         r.register(capsule(op), binding_for(op))?;
     }
@@ -407,6 +493,15 @@ pub fn register(r: &mut Registry) -> std::result::Result<(), RegistryError> {
 
 /// Registers a replayed native capsule (checker evidence) for every op.
 pub fn register_replayed(r: &mut Registry) -> std::result::Result<(), RegistryError> {
+    // the flash kernel first, as in `register`: strict_native_cpu runs the kernels
+    // checked_cpu runs, so the checkers are the only difference between the two
+    r.register(
+        KernelCapsule {
+            name: "native_cpu.replayed.flash_attention".into(),
+            ..replayed_capsule(OpKind::ScaledDotProductAttention)
+        },
+        flash_binding(),
+    )?;
     for &op in OpKind::ALL {
         r.register(replayed_capsule(op), binding_for(op))?;
     }

@@ -297,24 +297,25 @@ fn scan_vjp(x: &[&Tensor], y: &Tensor, gy: &Tensor) -> Vec<Option<Tensor>> {
 // ---------------------------------------------------------------------------------------
 // scaled_dot_product_attention
 
-/// Per-batch-matrix geometry and masking of an attention call.
-struct Attention<'a> {
-    batch: usize,
-    l: usize,
-    s: usize,
-    d: usize,
-    dv: usize,
-    scale: f32,
-    causal: bool,
-    mask: AttentionMask,
+/// Per-batch-matrix geometry and masking of an attention call (shared with the flash kernel,
+/// `flash.rs`).
+pub(super) struct Attention<'a> {
+    pub(super) batch: usize,
+    pub(super) l: usize,
+    pub(super) s: usize,
+    pub(super) d: usize,
+    pub(super) dv: usize,
+    pub(super) scale: f32,
+    pub(super) causal: bool,
+    pub(super) mask: AttentionMask,
     /// The fourth input (boolean mask or additive bias), if any.
-    extra: Option<&'a [f32]>,
+    pub(super) extra: Option<&'a [f32]>,
     /// Whether `extra` has one [L, S] matrix per batch matrix (else one shared).
-    per_batch: bool,
+    pub(super) per_batch: bool,
 }
 
 impl<'a> Attention<'a> {
-    fn new(op: &Op, x: &[&Tensor], extra: Option<&'a [f32]>) -> Self {
+    pub(super) fn new(op: &Op, x: &[&Tensor], extra: Option<&'a [f32]>) -> Self {
         let Op::ScaledDotProductAttention {
             scale,
             causal,
@@ -337,6 +338,79 @@ impl<'a> Attention<'a> {
             mask: *mask,
             extra,
             per_batch: x.get(3).is_some_and(|m| m.rank() > 2),
+        }
+    }
+
+    /// Whether query row `i` of batch matrix `bi` has every key blocked (by the boolean mask
+    /// and the causal cut): its output is zeros and it passes no gradient.
+    pub(super) fn fully_blocked(&self, bi: usize, i: usize) -> bool {
+        let allowed = if self.causal {
+            (i + 1).min(self.s)
+        } else {
+            self.s
+        };
+        match (self.mask, self.extra) {
+            (AttentionMask::Boolean, Some(m)) => {
+                let at = if self.per_batch {
+                    bi * self.l * self.s
+                } else {
+                    0
+                } + i * self.s;
+                m[at..at + allowed].iter().all(|&k| k == 0.0)
+            }
+            _ => allowed == 0,
+        }
+    }
+
+    /// The scores of query rows `rows` against keys `cols` of batch matrix `bi`, scaled,
+    /// masked (-inf where blocked, the bias added) and causally cut, into `out`
+    /// (rows.len() × cols.len(), row-major). `q` and `k` are read through their row strides
+    /// `d` (their batch matrices dense, one after another).
+    pub(super) fn tile_scores(
+        &self,
+        bi: usize,
+        rows: std::ops::Range<usize>,
+        cols: std::ops::Range<usize>,
+        (q, k): (&[f32], &[f32]),
+        out: &mut [f32],
+    ) {
+        let (l, s, d) = (self.l, self.s, self.d);
+        let (bq, bk) = (rows.len(), cols.len());
+        gemm(
+            bq,
+            bk,
+            d,
+            Mat::rows(&q[(bi * l + rows.start) * d..], d),
+            Mat::transposed(&k[(bi * s + cols.start) * d..], d),
+            out,
+            false,
+            false,
+        );
+        let moff = if self.per_batch { bi * l * s } else { 0 };
+        let scale = self.scale;
+        for (r, row) in out[..bq * bk].chunks_mut(bk.max(1)).enumerate() {
+            let i = rows.start + r;
+            let extra = self
+                .extra
+                .map(|m| &m[moff + i * s + cols.start..moff + i * s + cols.end]);
+            match (self.mask, extra) {
+                (AttentionMask::AdditiveBias, Some(m)) => {
+                    row.iter_mut().zip(m).for_each(|(v, b)| *v = *v * scale + b)
+                }
+                (AttentionMask::Boolean, Some(m)) => {
+                    row.iter_mut().zip(m).for_each(|(v, &keep)| {
+                        *v = if keep != 0.0 {
+                            *v * scale
+                        } else {
+                            f32::NEG_INFINITY
+                        }
+                    })
+                }
+                _ => row.iter_mut().for_each(|v| *v *= scale),
+            }
+            if self.causal && i + 1 < cols.end {
+                row[(i + 1).saturating_sub(cols.start)..].fill(f32::NEG_INFINITY);
+            }
         }
     }
 
@@ -413,7 +487,7 @@ impl<'a> Attention<'a> {
 /// Zeros the rows (of width `w`) of `m` that belong to fully blocked query rows: a product
 /// with a zero row of `P` is 0 · NaN = NaN when the other factor holds NaN, but a fully
 /// blocked row outputs zeros and passes no gradient whatever the inputs hold (DESIGN §4).
-fn zero_blocked_rows(m: &mut [f32], w: usize, blocked: &[bool]) {
+pub(super) fn zero_blocked_rows(m: &mut [f32], w: usize, blocked: &[bool]) {
     if w == 0 {
         return;
     }
@@ -423,7 +497,7 @@ fn zero_blocked_rows(m: &mut [f32], w: usize, blocked: &[bool]) {
 }
 
 /// `m` (rows of width `w`) with the fully blocked rows zeroed: borrowed when none is.
-fn without_blocked_rows<'m>(
+pub(super) fn without_blocked_rows<'m>(
     m: &'m [f32],
     w: usize,
     blocked: &[bool],
@@ -475,7 +549,7 @@ fn attention_forward(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Vec<f32> {
 }
 
 /// Gradients of one batch matrix: (gq [L, D], gk [S, D], gv [S, Dv], gs [L, S]).
-type BatchGrads = (Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>);
+pub(super) type BatchGrads = (Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>);
 
 fn attention_vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
     let (q, k, v, go) = (x[0].data(), x[1].data(), x[2].data(), gy.data());
@@ -561,10 +635,19 @@ fn attention_vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
     } else {
         (0..at.batch).map(|bi| one(bi, true)).collect()
     };
-    let mut gq = Vec::with_capacity(q.len());
-    let mut gk = Vec::with_capacity(k.len());
-    let mut gv = Vec::with_capacity(v.len());
-    for (a, b, c, _) in &parts {
+    assemble(x, &at, &parts)
+}
+
+/// The gradients of an attention call from each batch matrix's (gq, gk, gv, gs): q, k and v
+/// concatenated, the additive bias's summed over the batch matrices that share it (a boolean
+/// mask gets none).
+pub(super) fn assemble(x: &[&Tensor], at: &Attention, parts: &[BatchGrads]) -> Vec<Option<Tensor>> {
+    let (l, s) = (at.l, at.s);
+    let extra_len = at.extra.map_or(0, |m| m.len());
+    let mut gq = Vec::with_capacity(x[0].numel());
+    let mut gk = Vec::with_capacity(x[1].numel());
+    let mut gv = Vec::with_capacity(x[2].numel());
+    for (a, b, c, _) in parts {
         gq.extend_from_slice(a);
         gk.extend_from_slice(b);
         gv.extend_from_slice(c);
@@ -578,13 +661,13 @@ fn attention_vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
         AttentionMask::None => {}
         AttentionMask::Boolean => grads.push(None),
         AttentionMask::AdditiveBias => {
-            let mut gb = super::par::zeroed(extra.as_ref().map_or(0, |m| m.len()));
+            let mut gb = super::par::zeroed(extra_len);
             if at.per_batch {
-                for (o, (_, _, _, gs)) in gb.chunks_mut((l * s).max(1)).zip(&parts) {
+                for (o, (_, _, _, gs)) in gb.chunks_mut((l * s).max(1)).zip(parts) {
                     o.copy_from_slice(gs);
                 }
             } else {
-                for (_, _, _, gs) in &parts {
+                for (_, _, _, gs) in parts {
                     for (o, g) in gb.iter_mut().zip(gs) {
                         *o += g;
                     }

@@ -1,0 +1,411 @@
+//! `native_cpu.flash_attention`: scaled dot-product attention computed tile by tile, the
+//! kernel form of `spec::flash` (issue 12). No L×S matrix is formed: per tile of [`QT`] query
+//! rows the forward walks tiles of [`KT`] keys with an online softmax (a running maximum,
+//! normalizer and output per row), and skips the key tiles a causal mask blocks entirely.
+//! The VJP recomputes: a first pass over the key tiles gives each row's log-sum-exp, a second
+//! recomputes each tile's probabilities from it and accumulates dV, dQ and dK
+//! (FlashAttention-2's backward, with D = rowsum(dO ∘ O) read from the forward output).
+//!
+//! Masks, fully blocked rows (zeros, no gradient), NaN rows and the additive bias's gradient
+//! follow `special.rs` (the shared [`Attention`] geometry and [`assemble`]), so the two
+//! native capsules of the op compute the same function; the conformance table and the
+//! equality tests hold both to the spec. Work is split over batch matrices (and, for the
+//! forward of a single one, over query tiles); the tile products go through `par::gemm`.
+
+use super::par::{gemm, Mat};
+use super::special::{assemble, without_blocked_rows, Attention, BatchGrads};
+use super::vmath;
+use crate::graph::Op;
+use crate::tensor::Tensor;
+use rayon::prelude::*;
+
+/// Query rows per tile.
+const QT: usize = 64;
+/// Keys per tile.
+const KT: usize = 512;
+/// Up to this many keys, the VJP computes a query tile's scores once, over every key (a
+/// stripe of QT × S, 2 MiB at most per thread: not an L×S matrix), instead of a log-sum-exp
+/// pass and a recomputing pass.
+const STRIPE_KEYS: usize = 2048;
+
+/// The key tiles that query rows `rows` attend to: all of them, or up to the last row's
+/// causal cut when `skip`. The spec multiplies a blocked entry's zero weight by the value
+/// (and, in the VJP, by the key, query and cotangent), so a NaN or an infinity there reaches
+/// rows that attend no key of its tile: with one present the caller passes `skip = false`
+/// and every tile is visited, as the spec's sums do.
+fn key_tiles(
+    at: &Attention,
+    rows: &std::ops::Range<usize>,
+    skip: bool,
+) -> impl Iterator<Item = std::ops::Range<usize>> {
+    let end = if at.causal && skip {
+        rows.end.min(at.s)
+    } else {
+        at.s
+    };
+    (0..end).step_by(KT).map(move |j0| j0..(j0 + KT).min(end))
+}
+
+/// Per-row state of the online softmax over one query tile.
+struct Rows {
+    max: Vec<f32>,
+    sum: Vec<f32>,
+    nan: Vec<bool>,
+}
+
+impl Rows {
+    fn new(n: usize) -> Rows {
+        Rows {
+            max: vec![f32::NEG_INFINITY; n],
+            sum: vec![0.0; n],
+            nan: vec![false; n],
+        }
+    }
+
+    /// Folds one tile of scores (rows of width `w`) into the state and overwrites them with
+    /// exp(score − new max) (zeros for a row still without an allowed key, or holding NaN);
+    /// returns each row's rescaling factor of what was accumulated before.
+    fn fold(&mut self, scores: &mut [f32], w: usize) -> Vec<f32> {
+        let mut corr = vec![1.0f32; self.max.len()];
+        for (r, row) in scores.chunks_mut(w.max(1)).enumerate() {
+            let mx = vmath::max(row);
+            if mx.is_nan() {
+                self.nan[r] = true;
+            }
+            let m_new = self.max[r].max(mx);
+            if self.nan[r] || m_new == f32::NEG_INFINITY {
+                row.fill(0.0);
+                continue;
+            }
+            corr[r] = vmath::exp(self.max[r] - m_new);
+            self.sum[r] = self.sum[r] * corr[r] + vmath::exp_shifted_sum(row, m_new);
+            self.max[r] = m_new;
+        }
+        corr
+    }
+}
+
+/// Whether every value is finite (so that blocked key tiles may be skipped).
+fn finite(parts: &[&[f32]]) -> bool {
+    parts.iter().all(|p| p.iter().all(|x| x.is_finite()))
+}
+
+/// The forward of query rows `rows` of batch matrix `bi` into `out` (rows × dv).
+fn forward_tile(
+    at: &Attention,
+    bi: usize,
+    rows: std::ops::Range<usize>,
+    (q, k, v): (&[f32], &[f32], &[f32]),
+    skip: bool,
+    out: &mut [f32],
+) {
+    let (s, dv, bq) = (at.s, at.dv, rows.len());
+    let mut state = Rows::new(bq);
+    let mut scores = vec![0.0f32; bq * KT];
+    out.fill(0.0);
+    for cols in key_tiles(at, &rows, skip) {
+        let bk = cols.len();
+        let tile = &mut scores[..bq * bk];
+        at.tile_scores(bi, rows.clone(), cols.clone(), (q, k), tile);
+        let corr = state.fold(tile, bk);
+        for (o, &c) in out.chunks_mut(dv.max(1)).zip(&corr) {
+            if c != 1.0 {
+                o.iter_mut().for_each(|x| *x *= c);
+            }
+        }
+        gemm(
+            bq,
+            dv,
+            bk,
+            Mat::rows(tile, bk),
+            Mat::rows(&v[(bi * s + cols.start) * dv..], dv),
+            out,
+            true,
+            false,
+        );
+    }
+    for (r, o) in out.chunks_mut(dv.max(1)).enumerate() {
+        if at.fully_blocked(bi, rows.start + r) {
+            o.fill(0.0);
+        } else if state.nan[r] {
+            o.fill(f32::NAN);
+        } else {
+            // a row whose allowed scores are all -inf (an additive bias) has sum 0: 0/0 = NaN,
+            // as the spec
+            let inv = 1.0 / state.sum[r];
+            o.iter_mut()
+                .for_each(|x| *x = if inv.is_finite() { *x * inv } else { f32::NAN });
+        }
+    }
+}
+
+/// The forward kernel.
+pub fn forward(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Vec<f32> {
+    let (q, k, v) = (x[0].data(), x[1].data(), x[2].data());
+    let extra = x.get(3).map(|m| m.data());
+    let at = Attention::new(op, x, extra.as_deref());
+    let (l, dv) = (at.l, at.dv);
+    let mut out = super::par::zeroed(out_shape.iter().product());
+    let per = l * dv;
+    if per == 0 {
+        return out;
+    }
+    let tile = (QT * dv).max(1);
+    let skip = finite(&[&v]);
+    let run = |bi: usize, t: usize, o: &mut [f32]| {
+        let rows = t * QT..((t + 1) * QT).min(l);
+        forward_tile(&at, bi, rows, (&q, &k, &v), skip, o);
+    };
+    if at.batch > 1 {
+        out.par_chunks_mut(per).enumerate().for_each(|(bi, ob)| {
+            ob.chunks_mut(tile)
+                .enumerate()
+                .for_each(|(t, o)| run(bi, t, o))
+        });
+    } else {
+        out.par_chunks_mut(tile)
+            .enumerate()
+            .for_each(|(t, o)| run(0, t, o));
+    }
+    out
+}
+
+/// The operands of one batch matrix's gradient products (blocked rows zeroed where the
+/// spec passes them no gradient) and the gradients being accumulated.
+struct GradStep<'a> {
+    at: &'a Attention<'a>,
+    go: &'a [f32],
+    q: &'a [f32],
+    k: &'a [f32],
+    v: &'a [f32],
+    blocked: &'a [bool],
+    threads: bool,
+    gq: Vec<f32>,
+    gk: Vec<f32>,
+    gv: Vec<f32>,
+    gs: Vec<f32>,
+}
+
+impl GradStep<'_> {
+    /// Accumulates the gradients of query rows `rows` against keys `cols` from their
+    /// probabilities `p` (rows × cols, overwritten) and D = rowsum(dO ∘ O) per row.
+    fn tile(
+        &mut self,
+        rows: &std::ops::Range<usize>,
+        cols: &std::ops::Range<usize>,
+        p: &[f32],
+        dsum: &[f32],
+        dp: &mut [f32],
+    ) {
+        let (s, d, dv) = (self.at.s, self.at.d, self.at.dv);
+        let (bq, bk) = (rows.len(), cols.len());
+        let go_t = &self.go[rows.start * dv..];
+        let q_t = &self.q[rows.start * d..];
+        // dV += Pᵀ dO
+        gemm(
+            bk,
+            dv,
+            bq,
+            Mat::transposed(p, bk),
+            Mat::rows(go_t, dv),
+            &mut self.gv[cols.start * dv..],
+            true,
+            self.threads,
+        );
+        // dS = P ∘ (dO Vᵀ − D)
+        let ds = &mut dp[..bq * bk];
+        gemm(
+            bq,
+            bk,
+            dv,
+            Mat::rows(go_t, dv),
+            Mat::transposed(&self.v[cols.start * dv..], dv),
+            ds,
+            false,
+            self.threads,
+        );
+        for (r, (drow, prow)) in ds
+            .chunks_mut(bk.max(1))
+            .zip(p.chunks(bk.max(1)))
+            .enumerate()
+        {
+            if self.blocked[rows.start + r] {
+                drow.fill(0.0);
+                continue;
+            }
+            for (g, &pv) in drow.iter_mut().zip(prow) {
+                *g = pv * (*g - dsum[r]);
+            }
+        }
+        if !self.gs.is_empty() {
+            for (r, drow) in ds.chunks(bk.max(1)).enumerate() {
+                let at_row = (rows.start + r) * s + cols.start;
+                self.gs[at_row..at_row + bk].copy_from_slice(drow);
+            }
+        }
+        // dQ += dS K, dK += dSᵀ Q (scaled at the end)
+        gemm(
+            bq,
+            d,
+            bk,
+            Mat::rows(ds, bk),
+            Mat::rows(&self.k[cols.start * d..], d),
+            &mut self.gq[rows.start * d..],
+            true,
+            self.threads,
+        );
+        gemm(
+            bk,
+            d,
+            bq,
+            Mat::transposed(ds, bk),
+            Mat::rows(q_t, d),
+            &mut self.gk[cols.start * d..],
+            true,
+            self.threads,
+        );
+    }
+}
+
+/// The probabilities of a tile's rows from their scores: blocked rows 0, NaN rows NaN, the
+/// others `f(score, row)`.
+fn probabilities(
+    p: &mut [f32],
+    w: usize,
+    first_row: usize,
+    blocked: &[bool],
+    nan: &[bool],
+    f: impl Fn(f32, usize) -> f32,
+) {
+    for (r, row) in p.chunks_mut(w.max(1)).enumerate() {
+        if blocked[first_row + r] {
+            row.fill(0.0);
+        } else if nan[r] {
+            row.fill(f32::NAN);
+        } else {
+            row.iter_mut().for_each(|x| *x = f(*x, r));
+        }
+    }
+}
+
+/// The gradients of batch matrix `bi`. Per query tile: when S is at most [`STRIPE_KEYS`],
+/// one tile over every visited key (scores, softmax and gradient products from one score
+/// computation); otherwise a log-sum-exp pass over the key tiles, then a second pass
+/// recomputing each tile's probabilities from it.
+fn vjp_batch(
+    at: &Attention,
+    bi: usize,
+    (q, k, v): (&[f32], &[f32], &[f32]),
+    (y, go): (&[f32], &[f32]),
+    threads: bool,
+) -> BatchGrads {
+    let (l, s, d, dv) = (at.l, at.s, at.d, at.dv);
+    // the spec's gradient products run over every key, blocked ones with weight zero: a NaN
+    // or an infinity anywhere in q, k, v, the output or the cotangent reaches rows or keys
+    // of the causally skipped tiles
+    let skip = finite(&[
+        &q[bi * l * d..(bi + 1) * l * d],
+        &k[bi * s * d..(bi + 1) * s * d],
+        &v[bi * s * dv..(bi + 1) * s * dv],
+        &y[bi * l * dv..(bi + 1) * l * dv],
+        &go[bi * l * dv..(bi + 1) * l * dv],
+    ]);
+    let blocked: Vec<bool> = (0..l).map(|i| at.fully_blocked(bi, i)).collect();
+    // a fully blocked row takes no part in any product (not even as 0 · NaN)
+    let gob = without_blocked_rows(&go[bi * l * dv..(bi + 1) * l * dv], dv, &blocked);
+    let qz = without_blocked_rows(&q[bi * l * d..(bi + 1) * l * d], d, &blocked);
+    let yb = &y[bi * l * dv..(bi + 1) * l * dv];
+    let additive = matches!(at.mask, crate::graph::AttentionMask::AdditiveBias);
+    let mut step = GradStep {
+        at,
+        go: &gob,
+        q: &qz,
+        k: &k[bi * s * d..(bi + 1) * s * d],
+        v: &v[bi * s * dv..(bi + 1) * s * dv],
+        blocked: &blocked,
+        threads,
+        gq: vec![0.0f32; l * d],
+        gk: vec![0.0f32; s * d],
+        gv: vec![0.0f32; s * dv],
+        gs: if additive {
+            vec![0.0f32; l * s]
+        } else {
+            vec![]
+        },
+    };
+    let stripe = s <= STRIPE_KEYS;
+    let width = if stripe { s } else { KT };
+    let mut scores = vec![0.0f32; QT * width];
+    let mut dp = vec![0.0f32; QT * width];
+    for t in 0..l.div_ceil(QT) {
+        let rows = t * QT..((t + 1) * QT).min(l);
+        let bq = rows.len();
+        // D = rowsum(dO ∘ O)
+        let dsum: Vec<f32> = rows
+            .clone()
+            .map(|i| {
+                vmath::sum_zip(
+                    &gob[i * dv..(i + 1) * dv],
+                    &yb[i * dv..(i + 1) * dv],
+                    |a, b| a * b,
+                )
+            })
+            .collect();
+        let mut state = Rows::new(bq);
+        if stripe {
+            let end = if at.causal && skip {
+                rows.end.min(s)
+            } else {
+                s
+            };
+            let cols = 0..end;
+            let p = &mut scores[..bq * end];
+            at.tile_scores(bi, rows.clone(), cols.clone(), (q, k), p);
+            state.fold(p, end);
+            let inv: Vec<f32> = state.sum.iter().map(|z| 1.0 / z).collect();
+            let nan = state.nan.clone();
+            probabilities(p, end, rows.start, &blocked, &nan, |x, r| x * inv[r]);
+            step.tile(&rows, &cols, p, &dsum, &mut dp);
+            continue;
+        }
+        // pass 1: each row's log-sum-exp
+        for cols in key_tiles(at, &rows, true) {
+            let tile = &mut scores[..bq * cols.len()];
+            at.tile_scores(bi, rows.clone(), cols.clone(), (q, k), tile);
+            state.fold(tile, cols.len());
+        }
+        let lse: Vec<f32> = (0..bq).map(|r| state.max[r] + state.sum[r].ln()).collect();
+        // pass 2: probabilities from the log-sum-exp, and the gradient products
+        for cols in key_tiles(at, &rows, skip) {
+            let p = &mut scores[..bq * cols.len()];
+            at.tile_scores(bi, rows.clone(), cols.clone(), (q, k), p);
+            probabilities(p, cols.len(), rows.start, &blocked, &state.nan, |x, r| {
+                vmath::exp(x - lse[r])
+            });
+            step.tile(&rows, &cols, p, &dsum, &mut dp);
+        }
+    }
+    let (mut gq, mut gk) = (step.gq, step.gk);
+    super::special::zero_blocked_rows(&mut gq, d, &blocked);
+    for g in gq.iter_mut().chain(gk.iter_mut()) {
+        *g *= at.scale;
+    }
+    (gq, gk, step.gv, step.gs)
+}
+
+/// The VJP kernel (recomputing the probabilities tile by tile).
+pub fn vjp(op: &Op, x: &[&Tensor], y: &Tensor, gy: &Tensor) -> Vec<Option<Tensor>> {
+    let (q, k, v, go, yv) = (x[0].data(), x[1].data(), x[2].data(), gy.data(), y.data());
+    let extra = x.get(3).map(|m| m.data());
+    let at = Attention::new(op, x, extra.as_deref());
+    let one = |bi: usize, threads: bool| vjp_batch(&at, bi, (&q, &k, &v), (&yv, &go), threads);
+    let parts: Vec<BatchGrads> = if at.batch > 1 {
+        (0..at.batch)
+            .into_par_iter()
+            .map(|bi| one(bi, false))
+            .collect()
+    } else {
+        (0..at.batch).map(|bi| one(bi, true)).collect()
+    };
+    assemble(x, &at, &parts)
+}
