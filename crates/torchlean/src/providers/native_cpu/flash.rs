@@ -24,7 +24,7 @@ const QT: usize = 64;
 /// Keys per tile.
 const KT: usize = 512;
 /// Up to this many keys, the VJP computes a query tile's scores once, over every key (a
-/// stripe of QT × S, 2 MiB at most per thread: not an L×S matrix), instead of a log-sum-exp
+/// stripe of QT × S, 512 KiB at most per thread: not an L×S matrix), instead of a log-sum-exp
 /// pass and a recomputing pass.
 const STRIPE_KEYS: usize = 2048;
 
