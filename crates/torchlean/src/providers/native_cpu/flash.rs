@@ -13,7 +13,7 @@
 //! forward of a single one, over query tiles); the tile products go through `par::gemm`.
 
 use super::par::{gemm, Mat};
-use super::special::{assemble, without_blocked_rows, Attention, BatchGrads};
+use super::special::{per_batch_grads, without_blocked_rows, Attention, BatchGrads};
 use super::vmath;
 use crate::graph::Op;
 use crate::tensor::Tensor;
@@ -399,13 +399,5 @@ pub fn vjp(op: &Op, x: &[&Tensor], y: &Tensor, gy: &Tensor) -> Vec<Option<Tensor
     let extra = x.get(3).map(|m| m.data());
     let at = Attention::new(op, x, extra.as_deref());
     let one = |bi: usize, threads: bool| vjp_batch(&at, bi, (&q, &k, &v), (&yv, &go), threads);
-    let parts: Vec<BatchGrads> = if at.batch > 1 {
-        (0..at.batch)
-            .into_par_iter()
-            .map(|bi| one(bi, false))
-            .collect()
-    } else {
-        (0..at.batch).map(|bi| one(bi, true)).collect()
-    };
-    assemble(x, &at, &parts)
+    per_batch_grads(x, &at, one)
 }

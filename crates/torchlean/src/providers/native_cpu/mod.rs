@@ -122,6 +122,24 @@ fn empty_result_grads(op: &Op, inputs: &[&Tensor], needs: &[bool]) -> Option<Vec
     )
 }
 
+/// What every native VJP kernel checks first: the call's shapes, that its gradients can be
+/// allocated (a large cotangent that cannot be is an error, not an abort); and, for an empty
+/// result, its gradients (zeros, without the loops: `Some`).
+fn vjp_prologue(
+    op: &Op,
+    inputs: &[&Tensor],
+    grad_out: &Tensor,
+    needs: &[bool],
+) -> Result<Option<Vec<Option<Tensor>>>> {
+    guard::output_shape(op, inputs)?;
+    crate::runtime::buffers::check_gradients(op.name(), inputs, Some(needs))?;
+    Ok(if grad_out.numel() == 0 {
+        empty_result_grads(op, inputs, needs)
+    } else {
+        None
+    })
+}
+
 /// The native VJP kernel (bound to every differentiable native capsule).
 pub fn vjp(
     op: &Op,
@@ -130,15 +148,10 @@ pub fn vjp(
     grad_out: &Tensor,
     needs: &[bool],
 ) -> Result<Vec<Option<Tensor>>> {
-    guard::output_shape(op, inputs)?;
-    // a large cotangent that cannot be allocated is an error, not an abort
-    crate::runtime::buffers::check_gradients(op.name(), inputs, Some(needs))?;
-    use OpKind as K;
-    if grad_out.numel() == 0 {
-        if let Some(grads) = empty_result_grads(op, inputs, needs) {
-            return Ok(grads);
-        }
+    if let Some(grads) = vjp_prologue(op, inputs, grad_out, needs)? {
+        return Ok(grads);
     }
+    use OpKind as K;
     Ok(match op.kind() {
         K::RandUniform | K::BernoulliMask | K::Argmax | K::EmaUpdate | K::AdamUpdate => {
             return Err(crate::error::OpError::NotDifferentiable { op: op.name() }.into())
@@ -226,15 +239,21 @@ pub fn forward_in_place(op: &Op, mut input: Tensor) -> Result<Tensor> {
     Ok(input)
 }
 
+/// The flash kernels compute attention only (their capsule is bound to that op alone).
+fn attention_only(op: &Op) -> Result<()> {
+    if op.kind() == OpKind::ScaledDotProductAttention {
+        return Ok(());
+    }
+    Err(crate::error::OpError::Payload {
+        op: op.name(),
+        reason: "the flash-attention kernel computes scaled_dot_product_attention only".into(),
+    }
+    .into())
+}
+
 /// The forward kernel of `native_cpu.flash_attention` (`flash.rs`).
 pub fn flash_forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
-    if op.kind() != OpKind::ScaledDotProductAttention {
-        return Err(crate::error::OpError::Payload {
-            op: op.name(),
-            reason: "the flash-attention kernel computes scaled_dot_product_attention only".into(),
-        }
-        .into());
-    }
+    attention_only(op)?;
     let out_shape = guard::output_shape(op, inputs)?;
     crate::runtime::buffers::check_output(op.name(), crate::spec::numel(&out_shape))?;
     if crate::spec::numel(&out_shape) == 0 {
@@ -252,19 +271,9 @@ pub fn flash_vjp(
     grad_out: &Tensor,
     needs: &[bool],
 ) -> Result<Vec<Option<Tensor>>> {
-    if op.kind() != OpKind::ScaledDotProductAttention {
-        return Err(crate::error::OpError::Payload {
-            op: op.name(),
-            reason: "the flash-attention kernel computes scaled_dot_product_attention only".into(),
-        }
-        .into());
-    }
-    guard::output_shape(op, inputs)?;
-    crate::runtime::buffers::check_gradients(op.name(), inputs, Some(needs))?;
-    if grad_out.numel() == 0 {
-        if let Some(grads) = empty_result_grads(op, inputs, needs) {
-            return Ok(grads);
-        }
+    attention_only(op)?;
+    if let Some(grads) = vjp_prologue(op, inputs, grad_out, needs)? {
+        return Ok(grads);
     }
     Ok(flash::vjp(op, inputs, output, grad_out))
 }

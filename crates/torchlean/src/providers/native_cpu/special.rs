@@ -393,21 +393,7 @@ impl<'a> Attention<'a> {
             let extra = self
                 .extra
                 .map(|m| &m[moff + i * s + cols.start..moff + i * s + cols.end]);
-            match (self.mask, extra) {
-                (AttentionMask::AdditiveBias, Some(m)) => {
-                    row.iter_mut().zip(m).for_each(|(v, b)| *v = *v * scale + b)
-                }
-                (AttentionMask::Boolean, Some(m)) => {
-                    row.iter_mut().zip(m).for_each(|(v, &keep)| {
-                        *v = if keep != 0.0 {
-                            *v * scale
-                        } else {
-                            f32::NEG_INFINITY
-                        }
-                    })
-                }
-                _ => row.iter_mut().for_each(|v| *v *= scale),
-            }
+            scale_and_mask(row, scale, self.mask, extra);
             if self.causal && i + 1 < cols.end {
                 row[(i + 1).saturating_sub(cols.start)..].fill(f32::NEG_INFINITY);
             }
@@ -443,21 +429,7 @@ impl<'a> Attention<'a> {
             // branch-free passes (they vectorize): scale fused with the bias or boolean mask,
             // then the causal cut, the max, exp fused with the sum, and the normalization
             let scale = self.scale;
-            match (self.mask, extra) {
-                (AttentionMask::AdditiveBias, Some(m)) => {
-                    row.iter_mut().zip(m).for_each(|(v, b)| *v = *v * scale + b)
-                }
-                (AttentionMask::Boolean, Some(m)) => {
-                    row.iter_mut().zip(m).for_each(|(v, &keep)| {
-                        *v = if keep != 0.0 {
-                            *v * scale
-                        } else {
-                            f32::NEG_INFINITY
-                        }
-                    })
-                }
-                _ => row.iter_mut().for_each(|v| *v *= scale),
-            }
+            scale_and_mask(row, scale, self.mask, extra);
             if self.causal && i + 1 < s {
                 row[i + 1..].fill(f32::NEG_INFINITY);
             }
@@ -481,6 +453,24 @@ impl<'a> Attention<'a> {
             }
         }
         (p, blocked)
+    }
+}
+
+/// Scales a row of raw scores and applies its mask row: the additive bias added, a boolean
+/// mask's blocked entries set to -inf.
+fn scale_and_mask(row: &mut [f32], scale: f32, mask: AttentionMask, extra: Option<&[f32]>) {
+    match (mask, extra) {
+        (AttentionMask::AdditiveBias, Some(m)) => {
+            row.iter_mut().zip(m).for_each(|(v, b)| *v = *v * scale + b)
+        }
+        (AttentionMask::Boolean, Some(m)) => row.iter_mut().zip(m).for_each(|(v, &keep)| {
+            *v = if keep != 0.0 {
+                *v * scale
+            } else {
+                f32::NEG_INFINITY
+            }
+        }),
+        _ => row.iter_mut().for_each(|v| *v *= scale),
     }
 }
 
@@ -627,6 +617,16 @@ fn attention_vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
         }
         (gq, gk, gv, gs)
     };
+    per_batch_grads(x, &at, one)
+}
+
+/// The gradients of a call from `one(batch matrix, threads)`: batch matrices in parallel
+/// (one thread each), or a single one with threaded products; then [`assemble`]d.
+pub(super) fn per_batch_grads(
+    x: &[&Tensor],
+    at: &Attention,
+    one: impl Fn(usize, bool) -> BatchGrads + Sync,
+) -> Vec<Option<Tensor>> {
     let parts: Vec<BatchGrads> = if at.batch > 1 {
         (0..at.batch)
             .into_par_iter()
@@ -635,7 +635,7 @@ fn attention_vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
     } else {
         (0..at.batch).map(|bi| one(bi, true)).collect()
     };
-    assemble(x, &at, &parts)
+    assemble(x, at, &parts)
 }
 
 /// The gradients of an attention call from each batch matrix's (gq, gk, gv, gs): q, k and v
