@@ -661,6 +661,9 @@ fn convolution_checker_accepts_kernels_and_rejects_corruptions() {
                 "{name}: dropped gradient {i} accepted"
             );
             let (gi, shape) = correct[i].clone().unwrap();
+            let mut short = correct.clone();
+            short[i] = Some((gi[..gi.len() - 1].to_vec(), shape.clone()));
+            assert!(verdict(&short, 0).is_err(), "{name}: a short gradient {i} accepted");
             for (what, bad) in corruptions(&gi, &shape) {
                 let mut c = correct.clone();
                 c[i] = Some((bad, shape.clone()));
@@ -672,6 +675,19 @@ fn convolution_checker_accepts_kernels_and_rejects_corruptions() {
                 }
             }
         }
+        // a result whose storage is short is rejected (not indexed past its end)
+        let short = Call {
+            inputs: &ins.iter().map(|(d, s)| dense(d, s)).collect::<Vec<_>>(),
+            output: dense(&y.0[..y.0.len() - 1], &y.1),
+            cotangent: None,
+            needs: &[],
+            grads: &[],
+            seed: 0,
+        };
+        assert!(
+            replay_forward(op, &short).is_err(),
+            "{name}: a short result accepted"
+        );
         // non-finite operands: the same verdict as the whole-call recomputation
         let special: Vec<Tensor> = xs
             .iter()

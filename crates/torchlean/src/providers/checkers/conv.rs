@@ -321,6 +321,22 @@ fn all_finite(operands: &[&Operand]) -> bool {
         .all(|o| dense(o).iter().all(|v| v.is_finite()))
 }
 
+/// An operand's row-major values, all of them: a short storage (or a view past it) is a
+/// rejection, not a short slice for the claims to index.
+fn full<'a>(what: &str, o: &Operand<'a>) -> Result<std::borrow::Cow<'a, [f32]>, String> {
+    let v = dense(o);
+    let n: usize = o.shape.iter().product();
+    if v.len() == n {
+        Ok(v)
+    } else {
+        Err(format!(
+            "{what} of shape {:?} has {} readable elements, expected {n}",
+            o.shape,
+            v.len()
+        ))
+    }
+}
+
 fn expect_shape(what: &str, got: &[usize], want: &[usize]) -> Result<(), String> {
     if got == want {
         Ok(())
@@ -341,11 +357,11 @@ pub(super) fn forward(op: &Op, call: &Call) -> Result<(), String> {
     }
     let geo = Geometry::of(op, shapes[0], shapes[1], &want)?;
     let (x, w, y) = (
-        dense(&call.inputs[0]),
-        dense(&call.inputs[1]),
-        dense(&call.output),
+        full("input 0", &call.inputs[0])?,
+        full("input 1", &call.inputs[1])?,
+        full("the result", &call.output)?,
     );
-    let b = call.inputs.get(2).map(dense);
+    let b = call.inputs.get(2).map(|o| full("input 2", o)).transpose()?;
     let verdict = match op {
         Op::Conv2d(_) => {
             let sides = Sides {
@@ -396,10 +412,14 @@ pub(super) fn vjp(op: &Op, call: &Call) -> Result<(), String> {
         return recompute::whole_vjp(op, call);
     }
     let geo = Geometry::of(op, shapes[0], shapes[1], &want)?;
-    let (x, w, gy) = (dense(&call.inputs[0]), dense(&call.inputs[1]), dense(cot));
+    let (x, w, gy) = (
+        full("input 0", &call.inputs[0])?,
+        full("input 1", &call.inputs[1])?,
+        full("the cotangent", cot)?,
+    );
     let conv = matches!(op, Op::Conv2d(_));
     for (i, g) in grads {
-        let g = dense(g);
+        let g = full(&format!("gradient {i}"), g)?;
         let seed = call.seed ^ splitmix64(i as u64 + 11);
         let verdict = match (i, conv) {
             // the input gradient: conv2d's scatters the cotangent, conv_transpose2d's gathers it
