@@ -47,6 +47,10 @@ pub struct BackendArgs {
     /// Trust policy: strict, checked-runtime or allow-trusted-runtime.
     #[arg(long)]
     pub policy: Option<String>,
+    /// Allow (and prefer) capsules whose products use TF32 (cuBLAS's tensor-core mode: a
+    /// looser declared error bound, shown in the report). Off by default.
+    #[arg(long)]
+    pub tf32: bool,
     /// Print the backend report (plan, evidence, verdict) before running.
     #[arg(long)]
     pub show_backend: bool,
@@ -57,13 +61,14 @@ pub struct BackendArgs {
 
 impl BackendArgs {
     pub fn profile(&self) -> Result<BackendProfile, CliError> {
-        BackendProfile::resolve(
+        let p = BackendProfile::resolve(
             self.profile.as_deref(),
             self.device.as_deref(),
             self.provider.as_deref(),
             self.policy.as_deref(),
         )
-        .map_err(CliError::usage)
+        .map_err(CliError::usage)?;
+        Ok(if self.tf32 { p.with_tf32() } else { p })
     }
 
     /// Installs an eager session for the profile on this thread: every tensor the command

@@ -270,6 +270,56 @@ fn plan_exit_codes() {
         out.contains("spectral_conv1d: native_cuda.spectral_conv1d"),
         "{out}"
     );
+    // TF32 is opt-in: the default plans cuBLAS's f32 capsule, --tf32 (or checked_cuda_tf32)
+    // the TF32 one with its precision in the report, and strict never (its checkers' f32
+    // bound would reject TF32 results)
+    let (code, out, _) = run(&["plan", "--profile", "checked_cuda", "--ops", "linear"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("linear: cublas.linear ") && !out.contains("tf32"),
+        "{out}"
+    );
+    for args in [
+        &[
+            "plan",
+            "--profile",
+            "checked_cuda",
+            "--tf32",
+            "--ops",
+            "linear",
+        ][..],
+        &["plan", "--profile", "checked_cuda_tf32", "--ops", "linear"][..],
+    ] {
+        let (code, out, _) = run(args);
+        assert_eq!(code, 0, "{out}");
+        assert!(
+            out.contains("linear: cublas.tf32.linear")
+                && out.contains("precision=tf32")
+                && out.contains("policy=checked-runtime+tf32"),
+            "{out}"
+        );
+    }
+    let (code, out, _) = run(&[
+        "plan",
+        "--profile",
+        "checked_cuda",
+        "--provider",
+        "only:cublas",
+        "--ops",
+        "linear",
+    ]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("linear: cublas.linear "), "{out}");
+    let (code, out, _) = run(&[
+        "plan",
+        "--profile",
+        "strict_native_cuda",
+        "--tf32",
+        "--ops",
+        "linear",
+    ]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("linear: cublas.replayed.linear"), "{out}");
     // a provider without a capsule for the op (cufft has only the spectral op) is refused
     // readably, naming the CUDA capsules it passed over
     let (code, out, _) = run(&[

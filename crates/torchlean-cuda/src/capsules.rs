@@ -106,6 +106,7 @@ fn capsule(op: OpKind, provider: Provider, file: &str) -> KernelCapsule {
         runtime_support: RuntimeSupport::Eager,
         deterministic: true,
         parts: vec![],
+        precision: torchlean::backend::Precision::F32,
         shape_contract: d(
             ContractClaim::ShapeSafety { op },
             "every call validates input shapes with spec::infer_shape",
@@ -244,6 +245,47 @@ pub fn cufft_capsule(op: OpKind) -> KernelCapsule {
 /// The binding of the cufft capsules (the spectral kernels with cuFFT's transforms).
 pub fn cufft_binding() -> KernelBinding {
     KernelBinding::new("cufft", spectral::forward_fft, Some(spectral::vjp_fft))
+}
+
+/// The GPU-only test that backs the TF32 capsules' value and VJP claims (their own, looser
+/// bound).
+pub const TF32_TESTS: &[&str] = &[
+    "crates/torchlean-cuda/tests/gpu_only_conformance.rs::tf32_products_stay_within_their_declared_bound",
+];
+
+/// The declared error bound of a TF32 product (shown in the report).
+pub const TF32_BOUND: &str = "every element within (2^-9 + gamma_k) * (|A||B|)_ij of the exact product: each input rounded to TF32's 10-bit mantissa (relative error <= 2^-10 even if truncated), products accumulated in f32 (gamma_k, k the inner dimension); about 1000x the f32 capsule's bound";
+
+/// The opt-in TF32 capsule of `op` (one of [`blas::KINDS`]): cuBLAS with
+/// `CUBLAS_TF32_TENSOR_OP_MATH`, its own declared bound, planned only under a policy that
+/// opted into TF32 (`--tf32`, `checked_cuda_tf32`). No replayed twin: the replay checkers'
+/// f32 bound would (rightly) reject TF32 results, so `strict` never runs TF32.
+pub fn cublas_tf32_capsule(op: OpKind) -> KernelCapsule {
+    let base = cublas_capsule(op);
+    let with = |d: &ContractDescriptor, what: &str| ContractDescriptor {
+        summary: format!(
+            "{what} with TF32 products: {TF32_BOUND} (GPU-only test; skipped without CUDA)"
+        ),
+        evidence: tests(TF32_TESTS),
+        ..d.clone()
+    };
+    let vjp_contract = if op.differentiable() {
+        with(&base.vjp_contract, "VJP products")
+    } else {
+        base.vjp_contract.clone()
+    };
+    KernelCapsule {
+        name: format!("cublas.tf32.{}", op.name()),
+        precision: torchlean::backend::Precision::Tf32,
+        value_contract: with(&base.value_contract, "forward"),
+        vjp_contract,
+        ..base
+    }
+}
+
+/// The binding of the TF32 capsules.
+pub fn cublas_tf32_binding() -> KernelBinding {
+    KernelBinding::new("cublas", blas::forward_tf32, Some(blas::vjp_tf32))
 }
 
 /// The cublas capsule of `op` (one of [`blas::KINDS`]).
@@ -395,6 +437,7 @@ fn register_checked(r: &mut Registry) -> Result<(), RegistryError> {
     }
     for &op in blas::KINDS {
         r.register(cublas_capsule(op), cublas_binding())?;
+        r.register(cublas_tf32_capsule(op), cublas_tf32_binding())?;
     }
     for op in composed_ops() {
         r.register(

@@ -616,3 +616,117 @@ fn every_op_of_the_vocabulary_has_a_cuda_capsule() {
         "the compositions declared on CUDA changed: update docs/cuda.md"
     );
 }
+
+/// `exact` and `|P||Q|` of C = P·Q (P m×k, Q k×n, row-major f64), batch by batch.
+fn product_and_allowance(
+    p: &[f64],
+    q: &[f64],
+    m: usize,
+    k: usize,
+    n: usize,
+) -> (Vec<f64>, Vec<f64>) {
+    let (mut c, mut a) = (vec![0.0; m * n], vec![0.0; m * n]);
+    for i in 0..m {
+        for l in 0..k {
+            let x = p[i * k + l];
+            for j in 0..n {
+                let y = q[l * n + j];
+                c[i * n + j] += x * y;
+                a[i * n + j] += (x * y).abs();
+            }
+        }
+    }
+    (c, a)
+}
+
+fn transpose(v: &[f64], r: usize, c: usize) -> Vec<f64> {
+    let mut t = vec![0.0; v.len()];
+    for i in 0..r {
+        for j in 0..c {
+            t[j * r + i] = v[i * c + j];
+        }
+    }
+    t
+}
+
+/// The opt-in TF32 capsules (`cublas.tf32.matmul`, `cublas.tf32.linear`): every element of
+/// the forward result and of each VJP product within their declared bound,
+/// (2^-9 + γ_k)·(|A||B|)_ij of the exact product; and TF32 really engaged: some element
+/// lies outside the f32 capsule's bound γ_k·(|A||B|)_ij (else the capsule would claim a
+/// precision it does not use).
+#[test]
+fn tf32_products_stay_within_their_declared_bound() {
+    if !gpu("tf32_products_stay_within_their_declared_bound") {
+        return;
+    }
+    install(Session::new(checked_cuda())).expect("install");
+    let b = torchlean_cuda::capsules::cublas_tf32_binding();
+    let gamma = |k: usize| {
+        let ku = k as f64 / (1u64 << 24) as f64;
+        ku / (1.0 - ku)
+    };
+    let (m, k, n) = (64, 256, 96);
+    let a = draw(&[m, k], Gen::Normal, 31);
+    let w = draw(&[k, n], Gen::Normal, 32);
+    let g = draw(&[m, n], Gen::Normal, 33);
+    let mut beyond_f32 = 0usize;
+    let mut worst = 0.0f64;
+    let mut check = |what: &str, got: &[f64], exact: &[f64], allow: &[f64], k: usize| {
+        for (i, ((&x, &e), &al)) in got.iter().zip(exact).zip(allow).enumerate() {
+            let err = (x - e).abs();
+            let bound = (2f64.powi(-9) + gamma(k)) * al + 1e-30;
+            assert!(
+                err <= bound,
+                "{what}: element {i} off by {err:e}, declared bound {bound:e}"
+            );
+            worst = worst.max(err / bound);
+            if err > gamma(k) * al {
+                beyond_f32 += 1;
+            }
+        }
+    };
+    // matmul: C = A·W, dA = G·Wᵀ, dB = Aᵀ·G
+    let (ta, tw, tg) = (on_gpu(&a), on_gpu(&w), on_gpu(&g));
+    let y = (b.forward())(&torchlean::graph::Op::Matmul, &[&ta, &tw]).expect("tf32 matmul");
+    let (c, al) = product_and_allowance(&a.data, &w.data, m, k, n);
+    check("matmul forward", &widen(&y), &c, &al, k);
+    let grads = (b.vjp().expect("vjp"))(
+        &torchlean::graph::Op::Matmul,
+        &[&ta, &tw],
+        &y,
+        &tg,
+        &[true, true],
+    )
+    .expect("tf32 matmul vjp");
+    let (da, da_al) = product_and_allowance(&g.data, &transpose(&w.data, k, n), m, n, k);
+    check(
+        "matmul dA",
+        &widen(grads[0].as_ref().expect("dA")),
+        &da,
+        &da_al,
+        n,
+    );
+    let (db, db_al) = product_and_allowance(&transpose(&a.data, m, k), &g.data, k, m, n);
+    check(
+        "matmul dB",
+        &widen(grads[1].as_ref().expect("dB")),
+        &db,
+        &db_al,
+        m,
+    );
+    // linear: y = x·Wᵀ with W [n, k]
+    let wt = Array {
+        shape: vec![n, k],
+        data: transpose(&w.data, k, n),
+    };
+    let y =
+        (b.forward())(&torchlean::graph::Op::Linear, &[&ta, &on_gpu(&wt)]).expect("tf32 linear");
+    check("linear forward", &widen(&y), &c, &al, k);
+    assert!(
+        beyond_f32 > 0,
+        "no element outside the f32 bound: TF32 products were not used"
+    );
+    eprintln!(
+        "tf32_products_stay_within_their_declared_bound: worst error / bound {worst:.3}, {beyond_f32} elements outside the f32 bound"
+    );
+}

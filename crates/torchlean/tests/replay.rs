@@ -663,7 +663,10 @@ fn convolution_checker_accepts_kernels_and_rejects_corruptions() {
             let (gi, shape) = correct[i].clone().unwrap();
             let mut short = correct.clone();
             short[i] = Some((gi[..gi.len() - 1].to_vec(), shape.clone()));
-            assert!(verdict(&short, 0).is_err(), "{name}: a short gradient {i} accepted");
+            assert!(
+                verdict(&short, 0).is_err(),
+                "{name}: a short gradient {i} accepted"
+            );
             for (what, bad) in corruptions(&gi, &shape) {
                 let mut c = correct.clone();
                 c[i] = Some((bad, shape.clone()));

@@ -50,6 +50,7 @@ fn capsule_with(
         runtime_support: RuntimeSupport::Eager,
         deterministic: true,
         parts: vec![],
+        precision: torchlean::backend::Precision::F32,
         shape_contract: descriptor(shape_claim(op), "s", evidence.clone(), p.clone()),
         layout_contract: descriptor(layout_claim(op), "l", evidence.clone(), p.clone()),
         value_contract: descriptor(value_claim(op), "v", evidence.clone(), p.clone()),

@@ -1,5 +1,9 @@
 //! cuBLAS products: `matmul` (batched, with a shared side) and `linear`, forward and VJP,
-//! in f32 with cuBLAS's default math mode (no TF32: the products round like f32 GEMM).
+//! in f32 with cuBLAS's default math mode (no TF32: the products round like f32 GEMM) — or,
+//! for the opt-in `cublas.tf32.*` capsules ([`forward_tf32`], [`vjp_tf32`]), with
+//! `CUBLAS_TF32_TENSOR_OP_MATH`: inputs rounded to TF32 on tensor cores, f32 accumulation.
+//! The math mode is set on the shared handle before every product, under its lock, so one
+//! capsule's mode never leaks into another's call.
 //!
 //! torchlean tensors are row-major and cuBLAS is column-major: a row-major [r, c] matrix is
 //! a column-major [c, r] one, so row-major C = op(A)·op(B) is computed as column-major
@@ -108,6 +112,19 @@ fn row_gemm<A: DevicePtr<f32>, B: DevicePtr<f32>>(
         ldc: int(op, g.n)?,
     };
     let blas = cx.blas();
+    let mode = if TF32.with(|t| t.get()) {
+        cudarc::cublas::sys::cublasMath_t::CUBLAS_TF32_TENSOR_OP_MATH
+    } else {
+        cudarc::cublas::sys::cublasMath_t::CUBLAS_DEFAULT_MATH
+    };
+    // SAFETY: the handle is live and held under the context's lock for this whole call.
+    let status = unsafe { cudarc::cublas::sys::cublasSetMathMode(*blas.0.handle(), mode) };
+    if status != cudarc::cublas::sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+        return Err(crate::device::failure(
+            op.name(),
+            format!("cublasSetMathMode: {status:?}"),
+        ));
+    }
     if g.batch == 1 {
         // SAFETY: B, A and C hold at least k·n, m·k and m·n elements (shapes checked by the
         // guard and the allocation), and the leading dimensions match those layouts.
@@ -138,6 +155,40 @@ fn dims(op: &Op, a: &[usize], b: &[usize]) -> Result<torchlean::spec::MatmulDims
             }
             .into()
         })
+}
+
+thread_local! {
+    /// Whether this thread's current cuBLAS call belongs to a `cublas.tf32.*` capsule.
+    static TF32: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` with TF32 products on this thread (reset afterwards, also on an error).
+fn in_tf32<T>(f: impl FnOnce() -> T) -> T {
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            TF32.with(|t| t.set(false));
+        }
+    }
+    TF32.with(|t| t.set(true));
+    let _reset = Reset;
+    f()
+}
+
+/// The forward kernel of the `cublas.tf32.*` capsules.
+pub fn forward_tf32(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
+    in_tf32(|| forward(op, inputs))
+}
+
+/// The VJP kernel of the `cublas.tf32.*` capsules.
+pub fn vjp_tf32(
+    op: &Op,
+    inputs: &[&Tensor],
+    output: &Tensor,
+    gy: &Tensor,
+    needs: &[bool],
+) -> Result<Vec<Option<Tensor>>> {
+    in_tf32(|| vjp(op, inputs, output, gy, needs))
 }
 
 /// The forward kernel of `matmul` and `linear`.

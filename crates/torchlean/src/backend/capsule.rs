@@ -261,6 +261,8 @@ pub struct KernelCapsule {
     /// and reported as rows nested under it.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub parts: Vec<OpKind>,
+    /// The arithmetic of its products (f32 for every capsule but the opt-in TF32 ones).
+    pub precision: super::Precision,
     pub shape_contract: ContractDescriptor,
     pub layout_contract: ContractDescriptor,
     pub value_contract: ContractDescriptor,

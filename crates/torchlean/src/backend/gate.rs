@@ -52,6 +52,10 @@ pub struct AcceptancePolicy {
     pub name: String,
     pub evidence: Vec<EvidenceKind>,
     pub trust_levels: Vec<TrustLevel>,
+    /// Whether capsules with reduced-precision products (TF32) may be planned; off unless the
+    /// user opts in (`--tf32`, or a `*_tf32` profile), and then preferred where one exists.
+    #[serde(default)]
+    pub allow_tf32: bool,
 }
 
 impl AcceptancePolicy {
@@ -88,6 +92,7 @@ impl AcceptancePolicy {
             name: name.label().to_string(),
             evidence,
             trust_levels: trust,
+            allow_tf32: false,
         })
     }
 
@@ -108,7 +113,17 @@ impl AcceptancePolicy {
             name: "custom".into(),
             evidence,
             trust_levels,
+            allow_tf32: false,
         }
+    }
+
+    /// This policy with TF32 capsules allowed (and preferred); its name says so.
+    pub fn with_tf32(mut self) -> AcceptancePolicy {
+        if !self.allow_tf32 {
+            self.allow_tf32 = true;
+            self.name.push_str("+tf32");
+        }
+        self
     }
 
     pub fn allows_evidence(&self, e: EvidenceKind) -> bool {
@@ -145,6 +160,8 @@ pub struct KernelAudit {
     pub vjp_mode: VjpMode,
     pub runtime_support: RuntimeSupport,
     pub deterministic: bool,
+    /// The arithmetic of its products (`tf32` only for an opted-in reduced-precision capsule).
+    pub precision: super::Precision,
     pub obligations: Vec<ObligationReport>,
     /// For the part of a composite kernel: the composite's capsule.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -179,6 +196,7 @@ pub fn audit(capsule: &KernelCapsule, vjp: VjpMode) -> KernelAudit {
         vjp_mode: capsule.vjp_mode,
         runtime_support: capsule.runtime_support,
         deterministic: capsule.deterministic,
+        precision: capsule.precision,
         obligations,
         part_of: None,
     }

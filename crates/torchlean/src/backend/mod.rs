@@ -43,6 +43,6 @@ pub use registry::{trust_supports, validate, RegisteredCapsule, Registry, Regist
 pub use report::BackendReport;
 pub use target::{Availability, Target};
 pub use vocab::{
-    Device, Disposition, EvidenceKind, ExecutionMode, PolicyName, Provider, RuntimeSupport,
-    TensorLayout, TrustLevel, VjpMode,
+    Device, Disposition, EvidenceKind, ExecutionMode, PolicyName, Precision, Provider,
+    RuntimeSupport, TensorLayout, TrustLevel, VjpMode,
 };

@@ -92,6 +92,11 @@ pub enum Refusal {
         level: TrustLevel,
         policy: String,
     },
+    /// A reduced-precision (TF32) capsule under a policy that did not opt in.
+    PrecisionNotAllowed {
+        precision: super::Precision,
+        policy: String,
+    },
     NotAvailable {
         provider: Provider,
         device: Device,
@@ -127,6 +132,10 @@ impl fmt::Display for Refusal {
             Refusal::TrustLevelNotAllowed { level, policy } => write!(
                 f,
                 "trust level `{level}` is not allowed by policy `{policy}`"
+            ),
+            Refusal::PrecisionNotAllowed { precision, policy } => write!(
+                f,
+                "its products use `{precision}` (a looser declared error bound), which policy `{policy}` did not opt into (--tf32)"
             ),
             Refusal::NotAvailable { provider, device } => write!(
                 f,
@@ -233,6 +242,12 @@ pub fn request_refusal(
             mode: request.mode,
         });
     }
+    if c.precision != super::Precision::F32 && !request.policy.allow_tf32 {
+        return Some(Refusal::PrecisionNotAllowed {
+            precision: c.precision,
+            policy: request.policy.name.clone(),
+        });
+    }
     if c.device != request.device {
         return Some(Refusal::WrongDevice {
             capsule_device: c.device,
@@ -291,6 +306,10 @@ pub fn plan_op(
                 refusal: r,
             }),
         }
+    }
+    // an opted-in TF32 capsule comes first (under the provider preference below)
+    if request.policy.allow_tf32 {
+        admissible.sort_by_key(|e| e.capsule.precision == super::Precision::F32);
     }
     if let ProviderPreference::Prefer(p) = request.preference {
         if let Some(e) = admissible.iter().find(|e| e.capsule.provider == p) {

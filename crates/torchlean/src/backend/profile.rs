@@ -74,6 +74,15 @@ impl BackendProfile {
                 PolicyName::Strict,
                 Tape,
             ),
+            // checked_cuda with TF32 products where a capsule offers them (cuBLAS's)
+            profile(
+                "checked_cuda_tf32",
+                Device::Cuda,
+                Auto,
+                PolicyName::CheckedRuntime,
+                Tape,
+            )
+            .with_tf32(),
             profile(
                 "libtorch_forward_cuda",
                 Device::Cuda,
@@ -104,6 +113,12 @@ impl BackendProfile {
     }
 
     /// Looks a named profile up.
+    /// This profile with its policy opted into TF32 capsules (`--tf32`).
+    pub fn with_tf32(mut self) -> BackendProfile {
+        self.policy = self.policy.with_tf32();
+        self
+    }
+
     pub fn named(name: &str) -> Result<BackendProfile, String> {
         BackendProfile::all_named()
             .into_iter()

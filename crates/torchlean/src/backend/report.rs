@@ -107,7 +107,7 @@ impl BackendReport {
             let indent = if k.part_of.is_some() { "    " } else { "" };
             let _ = writeln!(
                 s,
-                "{indent}{}{}: {} provider={} trust={} vjp={} runtime={}{}",
+                "{indent}{}{}: {} provider={} trust={} vjp={} runtime={}{}{}",
                 k.part_of
                     .as_deref()
                     .map(|c| format!("(part of {c}) "))
@@ -118,6 +118,11 @@ impl BackendReport {
                 k.trust_level,
                 k.vjp_mode,
                 k.runtime_support,
+                if k.precision == super::Precision::F32 {
+                    String::new()
+                } else {
+                    format!(" precision={}", k.precision)
+                },
                 if k.deterministic {
                     ""
                 } else {

@@ -56,6 +56,13 @@ impl Device {
 }
 
 labeled_enum!(
+    /// The arithmetic a kernel's products use: IEEE f32, or TF32 (inputs rounded to a 10-bit
+    /// mantissa on tensor cores, f32 accumulation), whose declared error bound is looser. A
+    /// TF32 capsule is planned only when the policy opts in (`--tf32`).
+    Precision { F32 => "f32", Tf32 => "tf32" }
+);
+
+labeled_enum!(
     /// Implementation families.
     Provider {
         Reference => "reference", Torchlean => "torchlean", NativeCpu => "native_cpu",

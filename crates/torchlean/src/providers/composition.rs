@@ -265,6 +265,7 @@ pub fn capsule_on(op: OpKind, device: Device, on: ComposedOn) -> KernelCapsule {
         runtime_support: RuntimeSupport::Eager,
         deterministic: true,
         parts: parts(op).to_vec(),
+        precision: crate::backend::Precision::F32,
         shape_contract: descriptor(
             shape_claim(op),
             "inputs validated with spec::infer_shape before composing",

@@ -114,6 +114,7 @@ pub fn capsule(op: OpKind) -> KernelCapsule {
         runtime_support: RuntimeSupport::Eager,
         deterministic: true,
         parts: vec![],
+        precision: crate::backend::Precision::F32,
         shape_contract: descriptor(shape_claim(op), "output shape is spec::infer_shape of the inputs", theorem(shape_claim(op), "the kernel applies spec::infer_shape"), here("spec_forward_f32")),
         layout_contract: descriptor(
             layout_claim(op),

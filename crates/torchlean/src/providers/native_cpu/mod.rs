@@ -369,6 +369,7 @@ pub fn capsule(op: OpKind) -> KernelCapsule {
         runtime_support: RuntimeSupport::Eager,
         deterministic: true,
         parts: vec![],
+        precision: crate::backend::Precision::F32,
         shape_contract: descriptor(
             shape_claim(op),
             "every call validates input shapes with spec::infer_shape",
