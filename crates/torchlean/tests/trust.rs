@@ -1112,3 +1112,44 @@ fn planning_and_gate_errors_keep_their_structure() {
         "{e}"
     );
 }
+
+/// A reduced-precision (TF32) capsule is planned only under a policy that opted in, is then
+/// preferred over the f32 capsule of the same op, and a plan made under the opt-in does not
+/// pass the gate under a policy without it (the gate re-checks the request).
+#[test]
+fn reduced_precision_capsules_need_the_policy_to_opt_in() {
+    support::checked_cpu_default();
+    let mut tf32 = native_cpu::capsule(OpKind::Matmul);
+    tf32.name = "native_cpu.tf32_test.matmul".into();
+    tf32.precision = torchlean::backend::Precision::Tf32;
+    let mut r = Registry::new();
+    r.register(native_cpu::capsule(OpKind::Matmul), native_cpu::binding())
+        .unwrap();
+    r.register(tf32, native_cpu::binding()).unwrap();
+    let plain = request(
+        ProviderPreference::Auto,
+        "checked-runtime",
+        VjpMode::TorchleanTape,
+    );
+    let planned = plan_op(&r, OpKind::Matmul, &plain, &cpu_availability()).unwrap();
+    assert_eq!(planned.capsule().name, "native_cpu.matmul");
+    let mut opted = plain.clone();
+    opted.policy = opted.policy.with_tf32();
+    assert_eq!(opted.policy.name, "checked-runtime+tf32");
+    let planned = plan_op(&r, OpKind::Matmul, &opted, &cpu_availability()).unwrap();
+    assert_eq!(planned.capsule().name, "native_cpu.tf32_test.matmul");
+    assert!(gate_kernel(&planned, &opted).is_ok());
+    let rejection = gate_kernel(&planned, &plain).unwrap_err();
+    let text = format!("{:?}", rejection.failures);
+    assert!(text.contains("PrecisionNotAllowed"), "{text}");
+    // only the TF32 capsule registered: without the opt-in, planning names why
+    let mut only = Registry::new();
+    let mut c = native_cpu::capsule(OpKind::Matmul);
+    c.precision = torchlean::backend::Precision::Tf32;
+    only.register(c, native_cpu::binding()).unwrap();
+    let err = plan_op(&only, OpKind::Matmul, &plain, &cpu_availability()).unwrap_err();
+    assert!(
+        err.to_string().contains("did not opt into (--tf32)"),
+        "{err}"
+    );
+}
