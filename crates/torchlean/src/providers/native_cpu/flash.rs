@@ -1,15 +1,16 @@
 //! `native_cpu.flash_attention`: scaled dot-product attention computed tile by tile, the
 //! kernel form of `spec::flash` (issue 12). No L×S matrix is formed: per tile of [`QT`] query
 //! rows the forward walks tiles of [`KT`] keys with an online softmax (a running maximum,
-//! normalizer and output per row), and skips the key tiles a causal mask blocks entirely.
-//! The VJP recomputes: a first pass over the key tiles gives each row's log-sum-exp, a second
-//! recomputes each tile's probabilities from it and accumulates dV, dQ and dK
-//! (FlashAttention-2's backward, with D = rowsum(dO ∘ O) read from the forward output).
+//! normalizer and output per row), and skips the key tiles a causal mask blocks entirely
+//! when every value is finite (see [`key_tiles`]). The VJP recomputes the probabilities: up
+//! to [`STRIPE_KEYS`] keys from one score stripe per query tile; above, from a log-sum-exp
+//! pass over the key tiles and a second pass that recomputes each tile (FlashAttention-2's
+//! backward); either way with D = rowsum(dO ∘ O) read from the forward output.
 //!
 //! Masks, fully blocked rows (zeros, no gradient), NaN rows and the additive bias's gradient
-//! follow `special.rs` (the shared [`Attention`] geometry and [`assemble`]), so the two
-//! native capsules of the op compute the same function; the conformance table and the
-//! equality tests hold both to the spec. Work is split over batch matrices (and, for the
+//! follow `special.rs` (the shared [`Attention`] geometry and `special::assemble`), so the
+//! two native capsules of the op compute the same function; tests/flash_attention.rs holds
+//! this one to the spec and to the other. Work is split over batch matrices (and, for the
 //! forward of a single one, over query tiles); the tile products go through `par::gemm`.
 
 use super::par::{gemm, Mat};
