@@ -11,6 +11,23 @@ struct Conv {
     long long n, cin, h, w, cout, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, groups;
 };
 
+// The indices of flat element p of a row-major [*, d1, d2, d3] array (an NCHW tensor, or an
+// OIHW weight).
+struct Idx4 {
+    long long i0, i1, i2, i3;
+};
+__device__ __forceinline__ Idx4 unflatten4(long long p, long long d1, long long d2,
+                                           long long d3) {
+    Idx4 r;
+    r.i3 = p % d3;
+    p /= d3;
+    r.i2 = p % d2;
+    p /= d2;
+    r.i1 = p % d1;
+    r.i0 = p / d1;
+    return r;
+}
+
 // The input value under a tap: padding is a zero that takes part in the product (as the
 // spec: an infinite weight on a padded tap gives NaN).
 __device__ __forceinline__ float conv_x(const float* __restrict__ x, const Conv& g, long long nn,
@@ -29,10 +46,8 @@ extern "C" __global__ void conv2d_forward(const float* __restrict__ x,
     long long cin_g = g.cin / g.groups, cout_g = g.cout / g.groups;
     for (long long p = blockIdx.x * (long long)blockDim.x + threadIdx.x; p < total;
          p += (long long)gridDim.x * blockDim.x) {
-        long long ow_ = p % g.ow, t = p / g.ow;
-        long long oh_ = t % g.oh;
-        t /= g.oh;
-        long long co = t % g.cout, nn = t / g.cout;
+        Idx4 e = unflatten4(p, g.cout, g.oh, g.ow);
+        long long nn = e.i0, co = e.i1, oh_ = e.i2, ow_ = e.i3;
         long long c0 = (co / cout_g) * cin_g;
         float acc = 0.0f;
         for (long long ci = 0; ci < cin_g; ++ci) {
@@ -59,10 +74,8 @@ extern "C" __global__ void conv2d_grad_input(const float* __restrict__ gy,
     long long cin_g = g.cin / g.groups, cout_g = g.cout / g.groups;
     for (long long p = blockIdx.x * (long long)blockDim.x + threadIdx.x; p < total;
          p += (long long)gridDim.x * blockDim.x) {
-        long long iw = p % g.w, t = p / g.w;
-        long long ih = t % g.h;
-        t /= g.h;
-        long long c = t % g.cin, nn = t / g.cin;
+        Idx4 e = unflatten4(p, g.cin, g.h, g.w);
+        long long nn = e.i0, c = e.i1, ih = e.i2, iw = e.i3;
         long long grp = c / cin_g, ci = c % cin_g;
         float acc = 0.0f;
         for (long long co = grp * cout_g; co < (grp + 1) * cout_g; ++co) {
@@ -113,10 +126,8 @@ extern "C" __global__ void conv2d_grad_weight(const float* __restrict__ x,
     long long weights = g.cout * cin_g * g.kh * g.kw;
     long long per = g.oh * g.ow, terms = g.n * per;
     for (long long q = blockIdx.x; q < weights; q += gridDim.x) {
-        long long b = q % g.kw, t = q / g.kw;
-        long long a = t % g.kh;
-        t /= g.kh;
-        long long ci = t % cin_g, co = t / cin_g;
+        Idx4 e = unflatten4(q, cin_g, g.kh, g.kw);
+        long long co = e.i0, ci = e.i1, a = e.i2, b = e.i3;
         long long c = (co / cout_g) * cin_g + ci;
         float sum;
         BLOCK_SUM(sum, terms,
@@ -147,10 +158,8 @@ extern "C" __global__ void conv_transpose2d_forward(const float* __restrict__ x,
     long long cin_g = g.cin / g.groups, cout_g = g.cout / g.groups;
     for (long long p = blockIdx.x * (long long)blockDim.x + threadIdx.x; p < total;
          p += (long long)gridDim.x * blockDim.x) {
-        long long j = p % g.ow, t = p / g.ow;
-        long long i = t % g.oh;
-        t /= g.oh;
-        long long co = t % g.cout, nn = t / g.cout;
+        Idx4 e = unflatten4(p, g.cout, g.oh, g.ow);
+        long long nn = e.i0, co = e.i1, i = e.i2, j = e.i3;
         long long grp = co / cout_g, oc = co % cout_g;
         float acc = has_bias ? bias[co] : 0.0f;
         for (long long ci = grp * cin_g; ci < (grp + 1) * cin_g; ++ci) {
@@ -182,10 +191,8 @@ extern "C" __global__ void conv_transpose2d_grad_input(const float* __restrict__
     long long cin_g = g.cin / g.groups, cout_g = g.cout / g.groups;
     for (long long p = blockIdx.x * (long long)blockDim.x + threadIdx.x; p < total;
          p += (long long)gridDim.x * blockDim.x) {
-        long long s = p % g.w, t = p / g.w;
-        long long r = t % g.h;
-        t /= g.h;
-        long long ci = t % g.cin, nn = t / g.cin;
+        Idx4 e = unflatten4(p, g.cin, g.h, g.w);
+        long long nn = e.i0, ci = e.i1, r = e.i2, s = e.i3;
         long long grp = ci / cin_g;
         float acc = 0.0f;
         for (long long oc = 0; oc < cout_g; ++oc) {
@@ -211,10 +218,8 @@ extern "C" __global__ void conv_transpose2d_grad_weight(const float* __restrict_
     long long weights = g.cin * cout_g * g.kh * g.kw;
     long long per = g.h * g.w, terms = g.n * per;
     for (long long q = blockIdx.x; q < weights; q += gridDim.x) {
-        long long b = q % g.kw, t = q / g.kw;
-        long long a = t % g.kh;
-        t /= g.kh;
-        long long oc = t % cout_g, ci = t / cout_g;
+        Idx4 e = unflatten4(q, cout_g, g.kh, g.kw);
+        long long ci = e.i0, oc = e.i1, a = e.i2, b = e.i3;
         long long co = (ci / cin_g) * cout_g + oc;
         float sum;
         BLOCK_SUM(sum, terms,

@@ -68,11 +68,19 @@ fn half_spectra(op: &Op, rows: usize, n: usize) -> Result<CudaBuffer> {
     output(cx()?, op, 2 * rows * (n / 2 + 1))
 }
 
-fn complex(b: &mut CudaBuffer, len: usize) -> cudarc::driver::CudaViewMut<'_, sys::float2> {
-    // SAFETY: float2 is two f32 (8 bytes; device allocations are 256-byte aligned) and the
-    // buffer holds 2·len f32 (`half_spectra`), so the view covers exactly its memory.
-    unsafe { b.slice_mut().transmute_mut::<sys::float2>(len) }
-        .expect("half_spectra sized the buffer for len complex values")
+fn complex<'b>(
+    op: &Op,
+    b: &'b mut CudaBuffer,
+    len: usize,
+) -> Result<cudarc::driver::CudaViewMut<'b, sys::float2>> {
+    // SAFETY: float2 is two f32 (8 bytes; device allocations are 256-byte aligned), and
+    // transmute_mut checks that `len` of them fit in the buffer (`half_spectra` sizes it so).
+    unsafe { b.slice_mut().transmute_mut::<sys::float2>(len) }.ok_or_else(|| {
+        Error::Other(format!(
+            "op `{}`: a half-spectrum buffer smaller than {len} complex values",
+            op.name()
+        ))
+    })
 }
 
 /// The first `m` frequencies (planar re, im: rows × m) of the real DFT of `rows` signals of
@@ -90,7 +98,7 @@ pub fn dft(
     let nf = n / 2 + 1;
     let mut z = half_spectra(op, rows, n)?;
     let p = plan(op, n, rows, false)?;
-    p.exec_r2c(x.slice(), &mut complex(&mut z, rows * nf))
+    p.exec_r2c(x.slice(), &mut complex(op, &mut z, rows * nf)?)
         .map_err(|e| super::super::device::failure(op.name(), format!("cuFFT R2C: {e:?}")))?;
     let cx = cx()?;
     let (r64, n64, m64, s) = (rows as i64, n as i64, m as i64, scaled as i32);
@@ -170,7 +178,7 @@ pub fn idft(
     launched(op, unsafe { l.launch(grid(rows * nf)) })?;
     let p = plan(op, n, rows, true)?;
     // C2R overwrites its input: z is this call's scratch
-    p.exec_c2r(&mut complex(&mut z, rows * nf), out.slice_mut())
+    p.exec_c2r(&mut complex(op, &mut z, rows * nf)?, out.slice_mut())
         .map_err(|e| super::super::device::failure(op.name(), format!("cuFFT C2R: {e:?}")))?;
     let flags = nonfinite_rows(op, &[yr, yi], rows, m)?;
     super::spectral::direct(

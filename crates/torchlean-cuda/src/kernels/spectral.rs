@@ -112,6 +112,53 @@ pub(super) fn direct(
     Ok(())
 }
 
+/// The three complex channel mixings (forward Y = Σ_i X·W; the cotangents of X and of W).
+#[derive(Clone, Copy)]
+enum Mix {
+    Forward,
+    InputGradient,
+    WeightGradient,
+}
+
+/// One mixing kernel over planar complex operands `(a, b)` into `out`, for sizes (batch,
+/// ci, co, m): forward reads X [b, ci, m] and W [ci, co, m] into Y [b, co, m]; the input
+/// gradient reads gY [b, co, m] and W into gX [b, ci, m]; the weight gradient reads gY and
+/// X (summed over the batch) into gW [ci, co, m].
+fn mix(
+    op: &Op,
+    which: Mix,
+    ((ar, ai), (br, bi)): ((&CudaBuffer, &CudaBuffer), (&CudaBuffer, &CudaBuffer)),
+    (or, oi): (&mut CudaBuffer, &mut CudaBuffer),
+    (b, ci, co, m): (usize, usize, usize, usize),
+) -> Result<()> {
+    let cx = cx()?;
+    let (f, total) = match which {
+        Mix::Forward => (&cx.functions.spectral_mix, b * co * m),
+        Mix::InputGradient => (&cx.functions.spectral_mix_vjp_x, b * ci * m),
+        Mix::WeightGradient => (&cx.functions.spectral_mix_vjp_w, ci * co * m),
+    };
+    if total == 0 {
+        return Ok(());
+    }
+    let (b64, ci64, co64, m64) = (b as i64, ci as i64, co as i64, m as i64);
+    let mut l = cx.stream.launch_builder(f);
+    l.arg(ar.slice())
+        .arg(ai.slice())
+        .arg(br.slice())
+        .arg(bi.slice())
+        .arg(or.slice_mut())
+        .arg(oi.slice_mut())
+        .arg(&b64)
+        .arg(&ci64)
+        .arg(&co64)
+        .arg(&m64);
+    // SAFETY: each of the `total` threads reads one row of its two planar complex operands
+    // and writes one element of both outputs, all inside the [b, ci, m], [ci, co, m] and
+    // [b, co, m] buffers the callers allocated for these sizes (the shape rule's).
+    launched(op, unsafe { l.launch(grid(total)) })?;
+    Ok(())
+}
+
 /// The forward kernel of `native_cuda.spectral_conv1d`.
 pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
     forward_with(op, inputs, Dft::Direct)
@@ -168,24 +215,13 @@ fn forward_with(op: &Op, inputs: &[&Tensor], dft: Dft) -> Result<Tensor> {
         m,
         false,
     )?;
-    let total = b * co * m;
-    if total > 0 {
-        let (b64, ci64, co64, m64) = (b as i64, ci as i64, co as i64, m as i64);
-        let mut l = cx.stream.launch_builder(&cx.functions.spectral_mix);
-        l.arg(xr.slice())
-            .arg(xi.slice())
-            .arg(wr.slice())
-            .arg(wi.slice())
-            .arg(yr.slice_mut())
-            .arg(yi.slice_mut())
-            .arg(&b64)
-            .arg(&ci64)
-            .arg(&co64)
-            .arg(&m64);
-        // SAFETY: thread (b, o, k) reads X[b, ·, k] ([b, ci, m]) and W[·, o, k] ([ci, co,
-        // m], the shape rule) and writes Y[b, o, k] ([b, co, m]).
-        launched(op, unsafe { l.launch(grid(total)) })?;
-    }
+    mix(
+        op,
+        Mix::Forward,
+        ((&xr, &xi), (wr, wi)),
+        (&mut yr, &mut yi),
+        (b, ci, co, m),
+    )?;
     transform(
         op,
         dft,
@@ -217,7 +253,6 @@ fn vjp_with(
         buffer(op, gy)?,
     );
     let need = |i: usize| needs.get(i).copied().unwrap_or(false);
-    let (b64, ci64, co64, m64) = (b as i64, ci as i64, co as i64, m as i64);
     // the cotangent of the inverse transform: a scaled DFT of gy
     let (mut gr, mut gi) = (output(cx, op, b * co * m)?, output(cx, op, b * co * m)?);
     transform(
@@ -234,23 +269,13 @@ fn vjp_with(
     let mut grads = vec![None, None, None];
     if need(0) {
         let (mut gxr, mut gxi) = (output(cx, op, b * ci * m)?, output(cx, op, b * ci * m)?);
-        let total = b * ci * m;
-        if total > 0 {
-            let mut l = cx.stream.launch_builder(&cx.functions.spectral_mix_vjp_x);
-            l.arg(gr.slice())
-                .arg(gi.slice())
-                .arg(wr.slice())
-                .arg(wi.slice())
-                .arg(gxr.slice_mut())
-                .arg(gxi.slice_mut())
-                .arg(&b64)
-                .arg(&ci64)
-                .arg(&co64)
-                .arg(&m64);
-            // SAFETY: thread (b, i, k) reads gY[b, ·, k] and W[i, ·, k] and writes
-            // gX[b, i, k], all inside their [b, co, m], [ci, co, m], [b, ci, m] buffers.
-            launched(op, unsafe { l.launch(grid(total)) })?;
-        }
+        mix(
+            op,
+            Mix::InputGradient,
+            ((&gr, &gi), (wr, wi)),
+            (&mut gxr, &mut gxi),
+            (b, ci, co, m),
+        )?;
         let mut gx = output(cx, op, b * ci * n)?;
         transform(
             op,
@@ -279,23 +304,13 @@ fn vjp_with(
             false,
         )?;
         let (mut gwr, mut gwi) = (output(cx, op, ci * co * m)?, output(cx, op, ci * co * m)?);
-        let total = ci * co * m;
-        if total > 0 {
-            let mut l = cx.stream.launch_builder(&cx.functions.spectral_mix_vjp_w);
-            l.arg(gr.slice())
-                .arg(gi.slice())
-                .arg(xr.slice())
-                .arg(xi.slice())
-                .arg(gwr.slice_mut())
-                .arg(gwi.slice_mut())
-                .arg(&b64)
-                .arg(&ci64)
-                .arg(&co64)
-                .arg(&m64);
-            // SAFETY: thread (i, o, k) reads gY[·, o, k] and X[·, i, k] over the batch and
-            // writes gW[i, o, k], inside their buffers.
-            launched(op, unsafe { l.launch(grid(total)) })?;
-        }
+        mix(
+            op,
+            Mix::WeightGradient,
+            ((&gr, &gi), (&xr, &xi)),
+            (&mut gwr, &mut gwi),
+            (b, ci, co, m),
+        )?;
         let w_shape = inputs[1].shape();
         grads[1] = need(1).then(|| tensor(gwr, w_shape)).transpose()?;
         grads[2] = need(2).then(|| tensor(gwi, w_shape)).transpose()?;

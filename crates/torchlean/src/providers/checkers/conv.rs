@@ -315,10 +315,8 @@ fn bias_gradient(db: &[f32], cot: &[f32], batch: usize, seed: u64) -> Option<Res
     passes.verdict("bias gradient", MatRef::new(db, channels, 1), None)
 }
 
-fn all_finite(operands: &[&Operand]) -> bool {
-    operands
-        .iter()
-        .all(|o| dense(o).iter().all(|v| v.is_finite()))
+fn all_finite(values: &[&[f32]]) -> bool {
+    values.iter().all(|v| v.iter().all(|x| x.is_finite()))
 }
 
 /// An operand's row-major values, all of them: a short storage (or a view past it) is a
@@ -350,18 +348,16 @@ pub(super) fn forward(op: &Op, call: &Call) -> Result<(), String> {
     let shapes: Vec<&[usize]> = call.inputs.iter().map(|o| o.shape).collect();
     let want = infer_shape(op, &shapes).map_err(|e| format!("the spec refuses the call: {e}"))?;
     expect_shape("the result", call.output.shape, &want)?;
-    let mut operands: Vec<&Operand> = call.inputs.iter().collect();
-    operands.push(&call.output);
-    if !all_finite(&operands) {
-        return recompute::whole_forward(op, call);
-    }
-    let geo = Geometry::of(op, shapes[0], shapes[1], &want)?;
     let (x, w, y) = (
         full("input 0", &call.inputs[0])?,
         full("input 1", &call.inputs[1])?,
         full("the result", &call.output)?,
     );
     let b = call.inputs.get(2).map(|o| full("input 2", o)).transpose()?;
+    if !all_finite(&[&x, &w, &y, b.as_deref().unwrap_or(&[])]) {
+        return recompute::whole_forward(op, call);
+    }
+    let geo = Geometry::of(op, shapes[0], shapes[1], &want)?;
     let verdict = match op {
         Op::Conv2d(_) => {
             let sides = Sides {
@@ -398,7 +394,7 @@ pub(super) fn vjp(op: &Op, call: &Call) -> Result<(), String> {
         match call.grads.get(i) {
             Some(Some(g)) => {
                 expect_shape(&format!("gradient {i}"), g.shape, x.shape)?;
-                grads.push((i, g));
+                grads.push((i, full(&format!("gradient {i}"), g)?));
             }
             _ if call.needs.get(i) == Some(&true) => {
                 return Err(format!("gradient {i} is missing"))
@@ -406,20 +402,23 @@ pub(super) fn vjp(op: &Op, call: &Call) -> Result<(), String> {
             _ => {}
         }
     }
-    let mut operands: Vec<&Operand> = call.inputs.iter().chain([cot]).collect();
-    operands.extend(grads.iter().map(|(_, g)| *g));
-    if !all_finite(&operands) {
+    let inputs: Vec<_> = call
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(i, o)| full(&format!("input {i}"), o))
+        .collect::<Result<_, _>>()?;
+    let gy = full("the cotangent", cot)?;
+    let mut values: Vec<&[f32]> = inputs.iter().map(|v| &v[..]).collect();
+    values.push(&gy);
+    values.extend(grads.iter().map(|(_, g)| &g[..]));
+    if !all_finite(&values) {
         return recompute::whole_vjp(op, call);
     }
     let geo = Geometry::of(op, shapes[0], shapes[1], &want)?;
-    let (x, w, gy) = (
-        full("input 0", &call.inputs[0])?,
-        full("input 1", &call.inputs[1])?,
-        full("the cotangent", cot)?,
-    );
+    let (x, w) = (&inputs[0], &inputs[1]);
     let conv = matches!(op, Op::Conv2d(_));
     for (i, g) in grads {
-        let g = full(&format!("gradient {i}"), g)?;
         let seed = call.seed ^ splitmix64(i as u64 + 11);
         let verdict = match (i, conv) {
             // the input gradient: conv2d's scatters the cotangent, conv_transpose2d's gathers it
@@ -429,7 +428,7 @@ pub(super) fn vjp(op: &Op, call: &Call) -> Result<(), String> {
                 &Sides {
                     small: &gy,
                     big: &g,
-                    weight: &w,
+                    weight: w,
                     bias: None,
                 },
                 seed,
@@ -440,7 +439,7 @@ pub(super) fn vjp(op: &Op, call: &Call) -> Result<(), String> {
                 &Sides {
                     small: &g,
                     big: &gy,
-                    weight: &w,
+                    weight: w,
                     bias: None,
                 },
                 seed,
@@ -449,7 +448,7 @@ pub(super) fn vjp(op: &Op, call: &Call) -> Result<(), String> {
                 &geo,
                 &Sides {
                     small: &gy,
-                    big: &x,
+                    big: x,
                     weight: &g,
                     bias: None,
                 },
@@ -458,7 +457,7 @@ pub(super) fn vjp(op: &Op, call: &Call) -> Result<(), String> {
             (1, false) => weight_gradient(
                 &geo,
                 &Sides {
-                    small: &x,
+                    small: x,
                     big: &gy,
                     weight: &g,
                     bias: None,
