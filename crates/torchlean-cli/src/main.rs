@@ -96,7 +96,9 @@ enum Command {
     Bench(commands::bench::Args),
     /// Capture a model and write its graph (torchlean.ir.v1 JSON or DOT) and parameters.
     Export(commands::graph_files::ExportArgs),
-    /// Run a graph file: named inputs in, named outputs (and gradients with --grad) out.
+    /// Translate an ONNX model into a graph file and its parameters.
+    Import(commands::onnx::ImportArgs),
+    /// Run a graph file or an ONNX model: named inputs in, named outputs (and gradients with --grad) out.
     RunGraph(commands::graph_files::RunGraphArgs),
     /// Train a small CNN on synthetic 8x8 images (4 classes).
     QuickstartCnn(commands::examples::classify::QuickstartCnnArgs),
@@ -150,6 +152,7 @@ fn main() -> ExitCode {
         Command::Bench(a) => commands::bench::run(a),
         Command::Export(a) => commands::graph_files::export(a),
         Command::RunGraph(a) => commands::graph_files::run_graph(a),
+        Command::Import(a) => commands::onnx::import(a),
         Command::QuickstartCnn(a) => commands::examples::classify::quickstart_cnn(a),
         Command::Mlp(a) => commands::examples::classify::mlp(a),
         Command::Cnn(a) => commands::examples::classify::cnn(a),

@@ -94,9 +94,11 @@ pub fn export(a: ExportArgs) -> CliResult {
 
 #[derive(clap::Args)]
 pub struct RunGraphArgs {
-    /// The graph file (torchlean.ir.v1 JSON).
+    /// The graph file (torchlean.ir.v1 JSON), or an ONNX model (`.onnx`: translated on load,
+    /// its initializers as parameters).
     graph: PathBuf,
-    /// Parameters and constants (safetensors).
+    /// Parameters and constants (safetensors). With an ONNX model, values given here replace
+    /// the model's initializers of the same name.
     #[arg(long)]
     params: Option<PathBuf>,
     /// Named inputs (safetensors).
@@ -114,14 +116,23 @@ pub struct RunGraphArgs {
 }
 
 pub fn run_graph(a: RunGraphArgs) -> CliResult {
-    // the file is read capped, parsed strictly and validated by the library
-    let mut graph = Graph::load(&a.graph).map_err(|e| CliError::usage(e.to_string()))?;
     let usage = |e: torchlean::Error| CliError::usage(e.to_string());
-    let params = match &a.params {
-        Some(p) => read_safetensors(p).map_err(usage)?,
-        None => vec![],
-    };
     let inputs = read_safetensors(&a.inputs).map_err(usage)?;
+    // the file is read capped, parsed strictly and validated by the library
+    let (mut graph, mut params) = if super::onnx::is_onnx(&a.graph) {
+        super::onnx::load_for_inputs(&a.graph, &inputs)?
+    } else {
+        let graph = Graph::load(&a.graph).map_err(|e| CliError::usage(e.to_string()))?;
+        (graph, vec![])
+    };
+    if let Some(p) = &a.params {
+        for (name, t) in read_safetensors(p).map_err(usage)? {
+            match params.iter_mut().find(|(n, _)| *n == name) {
+                Some(slot) => slot.1 = t,
+                None => params.push((name, t)),
+            }
+        }
+    }
     if a.grad {
         let loss = graph
             .loss_output()

@@ -3,6 +3,7 @@ pub mod capsules;
 pub mod examples;
 pub mod fuzz;
 pub mod graph_files;
+pub mod onnx;
 pub mod ops;
 pub mod plan;
 pub mod quickstart_mlp;

@@ -1,0 +1,110 @@
+//! `torchlean import`, and the ONNX side of `run-graph` and `plan --model`: an ONNX file is
+//! translated by `torchlean-onnx` into an ordinary graph plus values, and from there it is
+//! planned, gated and run like any graph file.
+
+use crate::{CliError, CliResult};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use torchlean::graph::Graph;
+use torchlean::tensor::io::write_safetensors;
+use torchlean::Tensor;
+
+/// Whether `path` names an ONNX model (by its extension) rather than a graph file.
+pub fn is_onnx(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("onnx"))
+}
+
+/// `--input-shape NAME=D0,D1,...` values, parsed.
+pub fn parse_input_shapes(specs: &[String]) -> Result<HashMap<String, Vec<usize>>, CliError> {
+    let mut out = HashMap::new();
+    for s in specs {
+        let (name, dims) = s.split_once('=').ok_or_else(|| {
+            CliError::usage(format!("--input-shape `{s}`: expected NAME=D0,D1,..."))
+        })?;
+        let dims = if dims.trim().is_empty() {
+            vec![]
+        } else {
+            dims.split(',')
+                .map(|d| d.trim().parse::<usize>())
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| CliError::usage(format!("--input-shape `{s}`: {e}")))?
+        };
+        if out.insert(name.to_string(), dims).is_some() {
+            return Err(CliError::usage(format!(
+                "--input-shape gives `{name}` twice"
+            )));
+        }
+    }
+    Ok(out)
+}
+
+/// Reads and translates an ONNX model; every failure is a usage error (exit 2) listing every
+/// unsupported node.
+pub fn load(
+    path: &Path,
+    input_shapes: &HashMap<String, Vec<usize>>,
+) -> Result<(Graph, Vec<(String, Tensor)>), CliError> {
+    let usage = |e: torchlean_onnx::OnnxError| CliError::usage(e.to_string());
+    let model = torchlean_onnx::read_model(path).map_err(usage)?;
+    let imported =
+        torchlean_onnx::import_model(&model, &path.display().to_string(), input_shapes)
+            .map_err(usage)?;
+    Ok((imported.graph, imported.values))
+}
+
+/// Translates an ONNX model for `run-graph`: inputs whose ONNX shape is symbolic take the
+/// shape of the tensor supplied for them.
+pub fn load_for_inputs(
+    path: &Path,
+    inputs: &[(String, Tensor)],
+) -> Result<(Graph, Vec<(String, Tensor)>), CliError> {
+    let usage = |e: torchlean_onnx::OnnxError| CliError::usage(e.to_string());
+    let model = torchlean_onnx::read_model(path).map_err(usage)?;
+    let declared: Vec<&str> = model
+        .graph
+        .as_ref()
+        .map(|g| g.input.iter().map(|i| i.name.as_str()).collect())
+        .unwrap_or_default();
+    let shapes: HashMap<String, Vec<usize>> = inputs
+        .iter()
+        .filter(|(n, _)| declared.contains(&n.as_str()))
+        .map(|(n, t)| (n.clone(), t.shape().to_vec()))
+        .collect();
+    let imported = torchlean_onnx::import_model(&model, &path.display().to_string(), &shapes)
+        .map_err(usage)?;
+    Ok((imported.graph, imported.values))
+}
+
+#[derive(clap::Args)]
+pub struct ImportArgs {
+    /// The ONNX model.
+    model: PathBuf,
+    /// Write the graph (torchlean.ir.v1 JSON) here.
+    #[arg(long)]
+    out: PathBuf,
+    /// Write the parameters (the model's initializers) and constants here (safetensors).
+    #[arg(long)]
+    params: PathBuf,
+    /// The shape of an input whose ONNX shape is symbolic (repeatable): NAME=D0,D1,...
+    #[arg(long = "input-shape")]
+    input_shape: Vec<String>,
+}
+
+pub fn import(a: ImportArgs) -> CliResult {
+    let (graph, values) = load(&a.model, &parse_input_shapes(&a.input_shape)?)?;
+    let text =
+        serde_json::to_string_pretty(&graph).map_err(|e| CliError::runtime(e.to_string()))?;
+    torchlean::files::write_atomic(&a.out, text.as_bytes())
+        .map_err(|e| CliError::runtime(format!("cannot write {}: {e}", a.out.display())))?;
+    write_safetensors(&a.params, &values, None)?;
+    println!(
+        "imported {}: {} node(s), {} input(s), {} parameter(s) and constant(s), {} output(s)",
+        a.model.display(),
+        graph.nodes.len(),
+        graph.inputs.len(),
+        graph.parameters.len(),
+        graph.outputs.len()
+    );
+    Ok(())
+}

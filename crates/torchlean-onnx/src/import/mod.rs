@@ -1,0 +1,381 @@
+//! ONNX graph → torchlean graph.
+//!
+//! The walk is node by node in file order (ONNX requires a topological order; a node that
+//! reads a value not yet defined is reported). Each ONNX value becomes one of:
+//! - a graph node (the output of a mapped op, a graph input, a parameter once used as data);
+//! - an import-time constant (`Constant` nodes, shapes, and what is computed from them only),
+//!   materialized as a torchlean `constant` node if an op reads it as data;
+//! - a parameter: every float initializer. Initializers are never folded, so gradients reach
+//!   them under `--grad` with their ONNX names (PyTorch's `state_dict` names).
+//!
+//! Failures are collected, not raised: an unsupported node poisons its outputs, nodes that
+//! read a poisoned value are skipped silently (their cause is already listed), and the walk
+//! goes on, so the error lists every node that needs something torchlean lacks.
+//!
+//! After each node, the shapes ONNX declares for its outputs (`value_info`, graph outputs)
+//! are compared with torchlean's inference: a mismatch is reported like an unsupported node.
+
+mod attrs;
+mod ops;
+
+use crate::constant::{dtype, sizes, Const};
+use crate::error::{OnnxError, Unsupported};
+use crate::model::default_opset;
+use onnx_protobuf::{tensor_shape_proto::dimension, type_proto, ModelProto, ValueInfoProto};
+use std::collections::HashMap;
+use torchlean::graph::{Graph, NodeKind, Op, OutputDecl, ValueDecl};
+use torchlean::Tensor;
+
+/// An imported model: the graph and the values of its parameters and constants.
+pub struct Imported {
+    pub graph: Graph,
+    /// Parameters (the model's initializers) and constants, by name.
+    pub values: Vec<(String, Tensor)>,
+    /// The model's default-domain opset.
+    pub opset: i64,
+}
+
+/// The prefix of the names of constants the importer materializes (`onnx.const.<value>`).
+pub const CONSTANT_PREFIX: &str = "onnx.const.";
+
+/// What an ONNX value is during the import.
+#[derive(Clone)]
+pub(crate) enum Value {
+    /// A graph node.
+    Node(usize),
+    /// A value known at import time (not derived from inputs or parameters).
+    Const(std::rc::Rc<Const>),
+    /// A float initializer: a parameter, declared on first use as data.
+    Param(String),
+}
+
+/// The import state shared by the op mappings.
+pub(crate) struct Builder {
+    pub graph: Graph,
+    pub opset: i64,
+    values: HashMap<String, Value>,
+    initializers: HashMap<String, Const>,
+    materialized: HashMap<String, usize>,
+    stored: Vec<(String, Tensor)>,
+    constants: usize,
+}
+
+type Map<T> = Result<T, String>;
+
+impl Builder {
+    /// The graph node of a value, declaring a parameter or constant on first use.
+    pub fn node(&mut self, v: &Value) -> Map<usize> {
+        match v {
+            Value::Node(id) => Ok(*id),
+            Value::Param(name) => {
+                if let Some(&id) = self.materialized.get(name) {
+                    return Ok(id);
+                }
+                let c = &self.initializers[name];
+                if !matches!(c.data, crate::constant::Data::F32(_)) {
+                    return Err(format!(
+                        "the integer initializer `{name}` is read as data (torchlean's tensors are f32)"
+                    ));
+                }
+                let t = Tensor::from_vec(c.floats(), &c.dims).map_err(|e| e.to_string())?;
+                self.graph.parameters.push(ValueDecl {
+                    name: name.clone(),
+                    shape: c.dims.clone(),
+                });
+                self.stored.push((name.clone(), t));
+                let id = self.push(NodeKind::Parameter { name: name.clone() }, vec![])?;
+                self.materialized.insert(name.clone(), id);
+                Ok(id)
+            }
+            Value::Const(c) => {
+                self.constants += 1;
+                let name = format!("{CONSTANT_PREFIX}{}", self.constants);
+                let t = Tensor::from_vec(c.floats(), &c.dims).map_err(|e| e.to_string())?;
+                self.graph.parameters.push(ValueDecl {
+                    name: name.clone(),
+                    shape: c.dims.clone(),
+                });
+                self.stored.push((name.clone(), t));
+                self.push(NodeKind::Constant { name }, vec![])
+            }
+        }
+    }
+
+    fn push(&mut self, kind: NodeKind, parents: Vec<usize>) -> Map<usize> {
+        self.graph.push(kind, parents).map_err(|e| e.to_string())
+    }
+
+    /// Appends an op over graph nodes.
+    pub fn op(&mut self, op: Op, parents: Vec<usize>) -> Map<usize> {
+        self.push(NodeKind::Op { op }, parents)
+    }
+
+    /// Appends an op over values (materializing constants and parameters).
+    pub fn op_on(&mut self, op: Op, inputs: &[&Value]) -> Map<Value> {
+        let parents = inputs
+            .iter()
+            .map(|v| self.node(v))
+            .collect::<Map<Vec<usize>>>()?;
+        self.op(op, parents).map(Value::Node)
+    }
+
+    /// The shape of a value.
+    pub fn shape(&self, v: &Value) -> Vec<usize> {
+        match v {
+            Value::Node(id) => self.graph.nodes[*id].shape.clone(),
+            Value::Const(c) => c.dims.clone(),
+            Value::Param(name) => self.initializers[name].dims.clone(),
+        }
+    }
+
+    /// The value as an import-time constant, if it is one (initializers included: reading
+    /// an integer initializer as a shape is not a use of a parameter).
+    pub fn known(&self, v: &Value) -> Option<Const> {
+        match v {
+            Value::Node(_) => None,
+            Value::Const(c) => Some((**c).clone()),
+            Value::Param(name) => self.initializers.get(name).cloned(),
+        }
+    }
+
+    /// The value as a folding operand: constants only (never a parameter).
+    pub fn folded(&self, v: &Value) -> Option<std::rc::Rc<Const>> {
+        match v {
+            Value::Const(c) => Some(c.clone()),
+            _ => None,
+        }
+    }
+
+    /// Integers an operand must hold at import time (a shape, axes, starts, ...).
+    pub fn ints(&self, v: &Value, what: &str) -> Map<Vec<i64>> {
+        self.known(v)
+            .ok_or_else(|| format!("`{what}` must be known at import time (a constant or an initializer), but it is computed from the inputs"))?
+            .ints()
+    }
+}
+
+fn declared_shape(v: &ValueInfoProto) -> Option<Vec<Option<usize>>> {
+    match v.type_.as_ref()?.value.as_ref()? {
+        type_proto::Value::TensorType(t) => Some(
+            t.shape
+                .as_ref()?
+                .dim
+                .iter()
+                .map(|d| match &d.value {
+                    Some(dimension::Value::DimValue(n)) => usize::try_from(*n).ok(),
+                    _ => None,
+                })
+                .collect(),
+        ),
+        _ => None,
+    }
+}
+
+fn elem_type(v: &ValueInfoProto) -> Option<i32> {
+    match v.type_.as_ref()?.value.as_ref()? {
+        type_proto::Value::TensorType(t) => Some(t.elem_type),
+        _ => None,
+    }
+}
+
+/// Translates a decoded model. `input_shapes` fixes inputs whose ONNX shape has symbolic or
+/// missing dimensions (a shape that ONNX states concretely must be given as stated). `name`
+/// is used in messages.
+pub fn import_model(
+    model: &ModelProto,
+    name: &str,
+    input_shapes: &HashMap<String, Vec<usize>>,
+) -> Result<Imported, OnnxError> {
+    let opset = default_opset(model, name)?;
+    let g = model.graph.as_ref().ok_or_else(|| OnnxError::Model {
+        path: name.into(),
+        reason: "the model has no graph".into(),
+    })?;
+    let mut failures: Vec<Unsupported> = vec![];
+    let mut fail = |name: &str, op_type: &str, reason: String| {
+        failures.push(Unsupported {
+            name: name.to_string(),
+            op_type: op_type.to_string(),
+            reason,
+        })
+    };
+    let mut b = Builder {
+        graph: Graph::new(),
+        opset,
+        values: HashMap::new(),
+        initializers: HashMap::new(),
+        materialized: HashMap::new(),
+        stored: vec![],
+        constants: 0,
+    };
+    for t in &g.initializer {
+        match Const::from_proto(t) {
+            Ok(c) => {
+                b.initializers.insert(t.name.clone(), c);
+                b.values.insert(t.name.clone(), Value::Param(t.name.clone()));
+            }
+            Err(e) => fail(&t.name, "initializer", e),
+        }
+    }
+    // graph inputs (older IR versions also list the initializers here)
+    for input in &g.input {
+        if b.initializers.contains_key(&input.name) {
+            continue;
+        }
+        let given = input_shapes.get(&input.name);
+        let shape = match (declared_shape(input), given) {
+            (_, _) if elem_type(input) != Some(dtype::FLOAT) => {
+                fail(&input.name, "input", format!(
+                    "inputs of type {} are not supported (torchlean's tensors are float32)",
+                    elem_type(input).map_or("unknown".into(), dtype::name)));
+                continue;
+            }
+            (Some(dims), Some(given)) => {
+                let agrees = dims.len() == given.len()
+                    && dims.iter().zip(given).all(|(d, g)| d.is_none_or(|d| d == *g));
+                if !agrees {
+                    fail(&input.name, "input", format!("the model declares shape {} but {given:?} was given", show_dims(&dims)));
+                    continue;
+                }
+                given.clone()
+            }
+            (Some(dims), None) if dims.iter().all(Option::is_some) => dims.into_iter().flatten().collect(),
+            (dims, None) => {
+                fail(&input.name, "input", format!(
+                    "the shape {} has symbolic or missing dimensions; give the input's shape (--input-shape {}=D0,D1,...)",
+                    dims.as_deref().map_or("(none)".into(), show_dims), input.name));
+                continue;
+            }
+            (None, Some(given)) => given.clone(),
+        };
+        if let Err(e) = sizes(&shape.iter().map(|&d| d as i64).collect::<Vec<_>>()) {
+            fail(&input.name, "input", e);
+            continue;
+        }
+        b.graph.inputs.push(ValueDecl { name: input.name.clone(), shape });
+        match b.push(NodeKind::Input { name: input.name.clone() }, vec![]) {
+            Ok(id) => {
+                b.values.insert(input.name.clone(), Value::Node(id));
+            }
+            Err(e) => fail(&input.name, "input", e),
+        }
+    }
+    for given in input_shapes.keys() {
+        if !g.input.iter().any(|i| &i.name == given) {
+            fail(given, "input", "a shape was given for an input the model does not have".into());
+        }
+    }
+    let declared: HashMap<&str, Vec<Option<usize>>> = g
+        .value_info
+        .iter()
+        .chain(&g.output)
+        .filter_map(|v| Some((v.name.as_str(), declared_shape(v)?)))
+        .collect();
+    let mut poisoned: std::collections::HashSet<String> = Default::default();
+    for (index, node) in g.node.iter().enumerate() {
+        let label = if node.name.is_empty() {
+            node.output.first().cloned().unwrap_or_else(|| format!("node {index}"))
+        } else {
+            node.name.clone()
+        };
+        let mut fail_node = |reason: String| fail(&label, &node.op_type, reason);
+        if !(node.domain.is_empty() || node.domain == "ai.onnx") {
+            fail_node(format!("operators of domain `{}` are not supported (only the default ai.onnx domain)", node.domain));
+            poisoned.extend(node.output.iter().cloned());
+            continue;
+        }
+        if !ops::is_known(&node.op_type) {
+            fail_node(format!("no torchlean mapping for `{}` (docs/onnx.md lists the supported operators)", node.op_type));
+            poisoned.extend(node.output.iter().cloned());
+            continue;
+        }
+        // inputs: "" is an omitted optional input
+        let mut inputs: Vec<Option<Value>> = Vec::with_capacity(node.input.len());
+        let mut blocked = false;
+        for i in &node.input {
+            if i.is_empty() {
+                inputs.push(None);
+            } else if poisoned.contains(i) {
+                blocked = true;
+            } else if let Some(v) = b.values.get(i) {
+                inputs.push(Some(v.clone()));
+            } else {
+                fail_node(format!("reads `{i}`, which no earlier node, input or initializer defines"));
+                blocked = true;
+            }
+        }
+        if blocked {
+            poisoned.extend(node.output.iter().cloned());
+            continue;
+        }
+        let attrs = attrs::Attrs::new(node);
+        let result = ops::map(&mut b, &node.op_type, &attrs, &inputs).and_then(|outs| {
+            let unread = attrs.unread();
+            if unread.is_empty() {
+                Ok(outs)
+            } else {
+                Err(format!("attribute(s) {} are not supported", unread.join(", ")))
+            }
+        });
+        match result {
+            Ok(outs) => {
+                let wanted = node.output.iter().filter(|o| !o.is_empty()).count();
+                if outs.len() < wanted {
+                    fail_node(format!("only the first {} output(s) are supported", outs.len()));
+                    poisoned.extend(node.output.iter().cloned());
+                    continue;
+                }
+                for (out, v) in node.output.iter().zip(outs) {
+                    if out.is_empty() {
+                        continue;
+                    }
+                    if let Some(dims) = declared.get(out.as_str()) {
+                        let ours = b.shape(&v);
+                        let agrees = dims.len() == ours.len()
+                            && dims.iter().zip(&ours).all(|(d, o)| d.is_none_or(|d| d == *o));
+                        if !agrees {
+                            fail_node(format!("ONNX declares `{out}` with shape {}, torchlean infers {ours:?}", show_dims(dims)));
+                        }
+                    }
+                    b.values.insert(out.clone(), v);
+                }
+            }
+            Err(reason) => {
+                fail_node(reason);
+                poisoned.extend(node.output.iter().cloned());
+            }
+        }
+    }
+    for out in &g.output {
+        if poisoned.contains(&out.name) {
+            continue;
+        }
+        let v = match b.values.get(&out.name) {
+            Some(v) => v.clone(),
+            None => {
+                fail(&out.name, "output", "no node, input or initializer defines it".into());
+                continue;
+            }
+        };
+        match b.node(&v) {
+            Ok(node) => b.graph.outputs.push(OutputDecl { name: out.name.clone(), node }),
+            Err(e) => fail(&out.name, "output", e),
+        }
+    }
+    if !failures.is_empty() {
+        return Err(OnnxError::Unsupported { path: name.into(), list: failures });
+    }
+    b.graph
+        .check_user_names()
+        .and_then(|()| b.graph.validate())
+        .map_err(|e| OnnxError::Model { path: name.into(), reason: e.to_string() })?;
+    Ok(Imported { graph: b.graph, values: b.stored, opset })
+}
+
+fn show_dims(dims: &[Option<usize>]) -> String {
+    let parts: Vec<String> = dims
+        .iter()
+        .map(|d| d.map_or("?".into(), |d| d.to_string()))
+        .collect();
+    format!("[{}]", parts.join(", "))
+}

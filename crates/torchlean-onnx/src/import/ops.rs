@@ -1,0 +1,746 @@
+//! The ONNX operator table: each supported operator as torchlean ops (or an import-time
+//! evaluation when every operand is a constant). docs/onnx.md lists the same table.
+
+use super::attrs::Attrs;
+use super::{Builder, Value};
+use crate::constant::{
+    broadcast_shapes, dtype, normalize_axis, normalize_index, slice_range, Binary, Const, Data,
+};
+use std::rc::Rc;
+use torchlean::graph::{Conv2dGeometry, Op, Pool2dGeometry};
+
+type Map<T> = Result<T, String>;
+
+/// Every operator type the table maps.
+const KNOWN: &[&str] = &[
+    "Abs", "Add", "AveragePool", "BatchNormalization", "Cast", "CastLike", "Clip", "Concat",
+    "Constant", "ConstantOfShape", "Conv", "Cos", "Div", "Dropout", "Equal", "Exp", "Expand",
+    "Flatten", "Gather", "Gelu", "Gemm", "GlobalAveragePool", "Greater", "Identity",
+    "LayerNormalization", "Less", "Log", "LogSoftmax", "MatMul", "Max", "MaxPool", "Min", "Mul",
+    "Neg", "Not", "Pow", "Range", "Reciprocal", "ReduceMean", "ReduceSum", "Relu", "Reshape",
+    "Shape", "Sigmoid", "Sin", "Size", "Slice", "Softmax", "Softplus", "Split", "Sqrt",
+    "Squeeze", "Sub", "Tanh", "Transpose", "Unsqueeze", "Where",
+];
+
+pub fn is_known(op_type: &str) -> bool {
+    KNOWN.contains(&op_type)
+}
+
+/// The supported operator types (for docs and listings).
+pub fn known() -> &'static [&'static str] {
+    KNOWN
+}
+
+fn konst(c: Const) -> Value {
+    Value::Const(Rc::new(c))
+}
+
+/// Input `i`, which the operator requires.
+fn arg<'v>(inputs: &'v [Option<Value>], i: usize) -> Map<&'v Value> {
+    inputs
+        .get(i)
+        .and_then(Option::as_ref)
+        .ok_or_else(|| format!("input {i} is required"))
+}
+
+fn opt(inputs: &[Option<Value>], i: usize) -> Option<&Value> {
+    inputs.get(i).and_then(Option::as_ref)
+}
+
+/// Maps one node; returns its output values in order.
+pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Map<Vec<Value>> {
+    let one = |v: Value| Ok(vec![v]);
+    match op {
+        "Constant" => one(konst(a.constant_value()?)),
+        "Identity" => one(arg(inputs, 0)?.clone()),
+        "Dropout" => {
+            // inference (or ratio 0): the identity; a training-mode dropout with a ratio is not
+            a.int("seed", 0)?;
+            let ratio = match opt(inputs, 1) {
+                Some(r) => b.known(r).and_then(|c| c.scalar()).ok_or("Dropout's ratio must be a constant")?,
+                None => 0.5,
+            };
+            let training = match opt(inputs, 2) {
+                Some(t) => b.known(t).and_then(|c| c.scalar()).ok_or("Dropout's training_mode must be a constant")? != 0.0,
+                None => false,
+            };
+            if training && ratio != 0.0 {
+                return Err("training-mode Dropout with a non-zero ratio (export in eval mode)".into());
+            }
+            one(arg(inputs, 0)?.clone())
+        }
+        "Cast" | "CastLike" => {
+            let x = arg(inputs, 0)?;
+            let to = if op == "Cast" {
+                a.int("saturate", 1)?;
+                a.int("to", 0)? as i32
+            } else {
+                a.int("saturate", 1)?;
+                match arg(inputs, 1)? {
+                    Value::Const(c) => match c.data {
+                        Data::F32(_) => dtype::FLOAT,
+                        Data::I64(_) => dtype::INT64,
+                        Data::Bool(_) => dtype::BOOL,
+                    },
+                    _ => dtype::FLOAT,
+                }
+            };
+            match b.folded(x) {
+                Some(c) => one(konst(c.cast(to)?)),
+                None if to == dtype::FLOAT => one(x.clone()),
+                None => Err(format!(
+                    "casting a computed value to {} (torchlean's tensors are float32)",
+                    dtype::name(to)
+                )),
+            }
+        }
+        "Shape" => {
+            let shape = b.shape(arg(inputs, 0)?);
+            let rank = shape.len() as i64;
+            let clampi = |v: i64| (if v < 0 { v + rank } else { v }).clamp(0, rank) as usize;
+            let start = clampi(a.int("start", 0)?);
+            let end = clampi(a.int("end", rank)?);
+            let dims: Vec<i64> = shape[start..end.max(start)].iter().map(|&d| d as i64).collect();
+            one(konst(Const::i64s(dims)))
+        }
+        "Size" => {
+            let n: usize = b.shape(arg(inputs, 0)?).iter().product();
+            one(konst(Const { dims: vec![], data: Data::I64(vec![n as i64]) }))
+        }
+        "ConstantOfShape" => {
+            let dims = crate::constant::sizes(&b.ints(arg(inputs, 0)?, "shape")?)?;
+            let n: usize = dims.iter().product();
+            let fill = match a.get_tensor_value()? {
+                Some(c) => c,
+                None => Const::f32(vec![1], vec![0.0]),
+            };
+            let data = match &fill.data {
+                Data::F32(v) => Data::F32(vec![*v.first().ok_or("empty value")?; n]),
+                Data::I64(v) => Data::I64(vec![*v.first().ok_or("empty value")?; n]),
+                Data::Bool(v) => Data::Bool(vec![*v.first().ok_or("empty value")?; n]),
+            };
+            one(konst(Const { dims, data }))
+        }
+        "Range" => {
+            let get = |i: usize| -> Map<Const> {
+                b.known(arg(inputs, i)?).ok_or_else(|| "Range of computed values".to_string())
+            };
+            let (s, l, d) = (get(0)?, get(1)?, get(2)?);
+            match (&s.data, &l.data, &d.data) {
+                (Data::I64(s), Data::I64(l), Data::I64(d)) => {
+                    let (s, l, d) = (s[0], l[0], d[0]);
+                    if d == 0 {
+                        return Err("Range with delta 0".into());
+                    }
+                    let n = ((l - s) as f64 / d as f64).ceil().max(0.0) as usize;
+                    crate::constant::sizes(&[n as i64])?;
+                    one(konst(Const::i64s((0..n as i64).map(|k| s + k * d).collect())))
+                }
+                _ => {
+                    let (s, l, d) = (s.floats()[0], l.floats()[0], d.floats()[0]);
+                    let n = ((l - s) / d).ceil().max(0.0) as usize;
+                    crate::constant::sizes(&[n as i64])?;
+                    one(konst(Const::f32(vec![n], (0..n).map(|k| s + k as f32 * d).collect())))
+                }
+            }
+        }
+        "Add" | "Sub" | "Mul" | "Div" => binary(b, op, inputs),
+        "Equal" | "Less" | "Greater" => {
+            let (x, y) = (arg(inputs, 0)?, arg(inputs, 1)?);
+            let bin = match op {
+                "Equal" => Binary::Equal,
+                "Less" => Binary::Less,
+                _ => Binary::Greater,
+            };
+            match (b.folded(x), b.folded(y)) {
+                (Some(x), Some(y)) => one(konst(x.binary(&y, bin)?)),
+                _ => Err(format!("`{op}` of computed values (torchlean has no comparison ops; pass masks as float inputs)")),
+            }
+        }
+        "Not" => match b.folded(arg(inputs, 0)?) {
+            Some(c) => one(konst(Const {
+                dims: c.dims.clone(),
+                data: Data::Bool(c.floats().iter().map(|&v| v == 0.0).collect()),
+            })),
+            None => Err("`Not` of a computed value (torchlean has no boolean ops)".into()),
+        },
+        "Where" => {
+            let (c, x, y) = (arg(inputs, 0)?, arg(inputs, 1)?, arg(inputs, 2)?);
+            if let (Some(c), Some(x), Some(y)) = (b.folded(c), b.folded(x), b.folded(y)) {
+                let dims = broadcast_shapes(&broadcast_shapes(&c.dims, &x.dims)?, &y.dims)?;
+                let (c, x, y) = (c.broadcast(&dims)?, x.broadcast(&dims)?, y.broadcast(&dims)?);
+                let v = c.floats().iter().zip(x.floats()).zip(y.floats()).map(|((&c, x), y)| if c != 0.0 { x } else { y }).collect();
+                return one(konst(Const::f32(dims, v)));
+            }
+            one(b.op_on(Op::Where, &[c, x, y])?)
+        }
+        "Neg" | "Sqrt" | "Reciprocal" | "Exp" | "Log" | "Abs" | "Relu" | "Tanh" | "Sigmoid"
+        | "Sin" | "Cos" | "Softplus" => unary(b, op, arg(inputs, 0)?).map(|v| vec![v]),
+        "Gelu" => {
+            if a.string("approximate", "none")? != "none" {
+                return Err("Gelu with approximate=\"tanh\" (torchlean's gelu is the exact erf form)".into());
+            }
+            one(b.op_on(Op::Gelu, &[arg(inputs, 0)?])?)
+        }
+        "Pow" => {
+            let e = b
+                .known(arg(inputs, 1)?)
+                .and_then(|c| c.scalar())
+                .ok_or("Pow with a computed or non-scalar exponent")?;
+            one(b.op_on(Op::Pow { exponent: e }, &[arg(inputs, 0)?])?)
+        }
+        "Max" | "Min" => {
+            let mut acc = arg(inputs, 0)?.clone();
+            for v in inputs.iter().skip(1).flatten() {
+                let op = if op == "Max" { Op::Maximum } else { Op::Minimum };
+                acc = b.op_on(op, &[&acc, v])?;
+            }
+            one(acc)
+        }
+        "Clip" => {
+            let bound = |i: usize, d: f32| -> Map<f32> {
+                match opt(inputs, i) {
+                    None => Ok(d),
+                    Some(v) => b.known(v).and_then(|c| c.scalar()).ok_or_else(|| "Clip bounds must be constants".to_string()),
+                }
+            };
+            let (lo, hi) = (bound(1, f32::MIN)?, bound(2, f32::MAX)?);
+            one(b.op_on(Op::Clamp { min: lo, max: hi }, &[arg(inputs, 0)?])?)
+        }
+        "Softmax" | "LogSoftmax" => {
+            let x = arg(inputs, 0)?;
+            let axis = normalize_axis(a.int("axis", -1)?, b.shape(x).len())?;
+            let op = if op == "Softmax" { Op::Softmax { axis } } else { Op::LogSoftmax { axis } };
+            one(b.op_on(op, &[x])?)
+        }
+        "Transpose" => {
+            let x = arg(inputs, 0)?;
+            let rank = b.shape(x).len();
+            let perm = match a.ints("perm")? {
+                Some(p) => p.iter().map(|&p| normalize_axis(p, rank)).collect::<Map<Vec<_>>>()?,
+                None => (0..rank).rev().collect(),
+            };
+            match b.folded(x) {
+                Some(c) if perm.len() == rank => one(konst(c.transpose(&perm))),
+                _ => one(b.op_on(Op::Permute { axes: perm }, &[x])?),
+            }
+        }
+        "Reshape" => {
+            let x = arg(inputs, 0)?;
+            let allowzero = a.int("allowzero", 0)? != 0;
+            let spec = b.ints(arg(inputs, 1)?, "shape")?;
+            let dims = reshape_dims(&b.shape(x), &spec, allowzero)?;
+            reshape(b, x, dims).map(|v| vec![v])
+        }
+        "Flatten" => {
+            let x = arg(inputs, 0)?;
+            let shape = b.shape(x);
+            let axis = match a.int("axis", 1)? {
+                v if v < 0 => v + shape.len() as i64,
+                v => v,
+            };
+            if !(0..=shape.len() as i64).contains(&axis) {
+                return Err(format!("Flatten axis out of range for rank {}", shape.len()));
+            }
+            let axis = axis as usize;
+            let dims = vec![shape[..axis].iter().product(), shape[axis..].iter().product()];
+            reshape(b, x, dims).map(|v| vec![v])
+        }
+        "Squeeze" | "Unsqueeze" => {
+            let x = arg(inputs, 0)?;
+            let shape = b.shape(x);
+            let axes = match opt(inputs, 1) {
+                Some(v) => Some(b.ints(v, "axes")?),
+                None => None,
+            };
+            let dims = if op == "Squeeze" {
+                match axes {
+                    None => shape.iter().copied().filter(|&d| d != 1).collect(),
+                    Some(axes) => {
+                        let axes = axes.iter().map(|&ax| normalize_axis(ax, shape.len())).collect::<Map<Vec<_>>>()?;
+                        if axes.iter().any(|&ax| shape[ax] != 1) {
+                            return Err(format!("Squeeze of axes {axes:?} of shape {shape:?}: not all of size 1"));
+                        }
+                        shape.iter().enumerate().filter(|(i, _)| !axes.contains(i)).map(|(_, &d)| d).collect()
+                    }
+                }
+            } else {
+                let axes = axes.ok_or("Unsqueeze needs axes")?;
+                let rank = shape.len() + axes.len();
+                let axes = axes.iter().map(|&ax| normalize_axis(ax, rank)).collect::<Map<Vec<_>>>()?;
+                let mut rest = shape.iter();
+                (0..rank).map(|i| if axes.contains(&i) { 1 } else { *rest.next().unwrap_or(&1) }).collect()
+            };
+            reshape(b, x, dims).map(|v| vec![v])
+        }
+        "Expand" => {
+            let x = arg(inputs, 0)?;
+            let spec = crate::constant::sizes(&b.ints(arg(inputs, 1)?, "shape")?)?;
+            let dims = broadcast_shapes(&b.shape(x), &spec)?;
+            match b.folded(x) {
+                Some(c) => one(konst(c.broadcast(&dims)?)),
+                None if dims == b.shape(x) => one(x.clone()),
+                None => one(b.op_on(Op::BroadcastTo { shape: dims }, &[x])?),
+            }
+        }
+        "Concat" => {
+            let parts: Vec<&Value> = inputs.iter().flatten().collect();
+            let rank = b.shape(parts.first().ok_or("Concat of no inputs")?).len();
+            let axis = normalize_axis(a.int("axis", 0)?, rank)?;
+            let folded: Option<Vec<Rc<Const>>> = parts.iter().map(|p| b.folded(p)).collect();
+            match folded {
+                Some(cs) => one(konst(Const::concat(&cs.iter().map(|c| c.as_ref()).collect::<Vec<_>>(), axis)?)),
+                None => one(b.op_on(Op::Concat { axis }, &parts)?),
+            }
+        }
+        "Gather" => {
+            let (x, idx) = (arg(inputs, 0)?, arg(inputs, 1)?);
+            let shape = b.shape(x);
+            let axis = normalize_axis(a.int("axis", 0)?, shape.len())?;
+            let index = b.known(idx).ok_or("Gather with computed indices")?;
+            if let Some(c) = b.folded(x) {
+                return one(konst(c.gather(axis, &index)?));
+            }
+            let picks = index.ints()?.into_iter().map(|i| normalize_index(i, shape[axis])).collect::<Map<Vec<_>>>()?;
+            let mut out_shape = shape[..axis].to_vec();
+            out_shape.extend_from_slice(&index.dims);
+            out_shape.extend_from_slice(&shape[axis + 1..]);
+            let picked = match picks.as_slice() {
+                [k] => b.op_on(Op::Slice { axis, start: *k, end: k + 1 }, &[x])?,
+                _ => {
+                    let ix = konst(Const::f32(vec![picks.len()], picks.iter().map(|&k| k as f32).collect()));
+                    b.op_on(Op::IndexSelect { axis }, &[x, &ix])?
+                }
+            };
+            reshape(b, &picked, out_shape).map(|v| vec![v])
+        }
+        "Slice" => slice(b, inputs).map(|v| vec![v]),
+        "Split" => split(b, a, inputs),
+        "ReduceMean" | "ReduceSum" => {
+            let x = arg(inputs, 0)?;
+            let rank = b.shape(x).len();
+            let keepdim = a.int("keepdims", 1)? != 0;
+            let noop = a.int("noop_with_empty_axes", 0)? != 0;
+            let axes = if op == "ReduceMean" && b.opset < 18 {
+                a.ints("axes")?
+            } else {
+                opt(inputs, 1).map(|v| b.ints(v, "axes")).transpose()?
+            };
+            let mut axes = match axes {
+                Some(ax) if !ax.is_empty() => ax.iter().map(|&ax| normalize_axis(ax, rank)).collect::<Map<Vec<_>>>()?,
+                _ if noop => return one(x.clone()),
+                _ => (0..rank).collect(),
+            };
+            axes.sort_unstable();
+            axes.dedup();
+            let op = if op == "ReduceMean" { Op::ReduceMean { axes, keepdim } } else { Op::ReduceSum { axes, keepdim } };
+            one(b.op_on(op, &[x])?)
+        }
+        "GlobalAveragePool" => {
+            let x = arg(inputs, 0)?;
+            let rank = b.shape(x).len();
+            if rank < 3 {
+                return Err("GlobalAveragePool of a tensor of rank < 3".into());
+            }
+            one(b.op_on(Op::ReduceMean { axes: (2..rank).collect(), keepdim: true }, &[x])?)
+        }
+        "MatMul" => matmul(b, arg(inputs, 0)?, arg(inputs, 1)?).map(|v| vec![v]),
+        "Gemm" => gemm(b, a, inputs).map(|v| vec![v]),
+        "Conv" => conv(b, a, inputs).map(|v| vec![v]),
+        "MaxPool" | "AveragePool" => pool(b, op, a, arg(inputs, 0)?).map(|v| vec![v]),
+        "BatchNormalization" => batch_norm(b, a, inputs).map(|v| vec![v]),
+        "LayerNormalization" => layer_norm(b, a, inputs),
+        _ => Err(format!("no torchlean mapping for `{op}`")),
+    }
+}
+
+impl Attrs<'_> {
+    /// `ConstantOfShape`'s optional `value` tensor.
+    fn get_tensor_value(&self) -> Map<Option<Const>> {
+        match self.tensor("value")? {
+            Some(t) => Const::from_proto(t).map(Some),
+            None => Ok(None),
+        }
+    }
+}
+
+fn unary(b: &mut Builder, op: &str, x: &Value) -> Map<Value> {
+    if let Some(c) = b.folded(x) {
+        let f: fn(f32) -> f32 = match op {
+            "Neg" => |v| -v,
+            "Sqrt" => f32::sqrt,
+            "Reciprocal" => |v| 1.0 / v,
+            "Exp" => f32::exp,
+            "Log" => f32::ln,
+            "Abs" => f32::abs,
+            "Relu" => |v| v.max(0.0),
+            "Tanh" => f32::tanh,
+            "Sigmoid" => |v| 1.0 / (1.0 + (-v).exp()),
+            "Sin" => f32::sin,
+            "Cos" => f32::cos,
+            _ => |v| v.exp().ln_1p(),
+        };
+        let i: Option<fn(i64) -> i64> = match op {
+            "Neg" => Some(|v| v.wrapping_neg()),
+            "Abs" => Some(|v| v.wrapping_abs()),
+            _ => None,
+        };
+        return Ok(konst(c.map(f, i)));
+    }
+    let op = match op {
+        "Neg" => Op::Neg,
+        "Sqrt" => Op::Sqrt,
+        "Reciprocal" => Op::Inv,
+        "Exp" => Op::Exp,
+        "Log" => Op::Log,
+        "Abs" => Op::Abs,
+        "Relu" => Op::Relu,
+        "Tanh" => Op::Tanh,
+        "Sigmoid" => Op::Sigmoid,
+        "Sin" => Op::Sin,
+        "Cos" => Op::Cos,
+        _ => Op::Softplus,
+    };
+    b.op_on(op, &[x])
+}
+
+/// Add/Sub/Mul/Div. A one-element constant on a side whose shape it does not widen becomes
+/// a scalar op (`scale`, `add_scalar`: the same f32 operation, no constant tensor).
+fn binary(b: &mut Builder, op: &str, inputs: &[Option<Value>]) -> Map<Vec<Value>> {
+    let (x, y) = (arg(inputs, 0)?, arg(inputs, 1)?);
+    if let (Some(cx), Some(cy)) = (b.folded(x), b.folded(y)) {
+        let bin = match op {
+            "Add" => Binary::Add,
+            "Sub" => Binary::Sub,
+            "Mul" => Binary::Mul,
+            _ => Binary::Div,
+        };
+        return Ok(vec![konst(cx.binary(&cy, bin)?)]);
+    }
+    let (sx, sy) = (b.shape(x), b.shape(y));
+    let scalar_of = |v: &Value, other: &[usize], own: &[usize]| {
+        b.folded(v)
+            .filter(|c| own.len() <= other.len() && matches!(c.data, Data::F32(_)))
+            .and_then(|c| c.scalar())
+    };
+    let out = match (op, scalar_of(y, &sx, &sy), scalar_of(x, &sy, &sx)) {
+        ("Mul", Some(c), _) => b.op_on(Op::Scale { factor: c }, &[x])?,
+        ("Mul", _, Some(c)) => b.op_on(Op::Scale { factor: c }, &[y])?,
+        ("Add", Some(c), _) => b.op_on(Op::AddScalar { value: c }, &[x])?,
+        ("Add", _, Some(c)) => b.op_on(Op::AddScalar { value: c }, &[y])?,
+        // x − c = x + (−c) exactly in IEEE arithmetic
+        ("Sub", Some(c), _) => b.op_on(Op::AddScalar { value: -c }, &[x])?,
+        _ => {
+            let op = match op {
+                "Add" => Op::Add,
+                "Sub" => Op::Sub,
+                "Mul" => Op::Mul,
+                _ => Op::Div,
+            };
+            b.op_on(op, &[x, y])?
+        }
+    };
+    Ok(vec![out])
+}
+
+/// ONNX `Reshape`'s target: 0 copies the input's dim (unless `allowzero`), −1 is inferred.
+fn reshape_dims(shape: &[usize], spec: &[i64], allowzero: bool) -> Map<Vec<usize>> {
+    let total: usize = shape.iter().product();
+    let mut dims = Vec::with_capacity(spec.len());
+    let mut infer = None;
+    for (i, &d) in spec.iter().enumerate() {
+        match d {
+            -1 if infer.is_none() => {
+                infer = Some(i);
+                dims.push(1);
+            }
+            0 if !allowzero => dims.push(*shape.get(i).ok_or("Reshape copies a dim the input does not have")?),
+            d if d >= 0 => dims.push(d as usize),
+            _ => return Err(format!("Reshape to {spec:?}: bad dimension {d}")),
+        }
+    }
+    crate::constant::sizes(&dims.iter().map(|&d| d as i64).collect::<Vec<_>>())?;
+    if let Some(i) = infer {
+        let known: usize = dims.iter().product();
+        if known == 0 || total % known != 0 {
+            return Err(format!("Reshape of {shape:?} to {spec:?}: cannot infer the -1"));
+        }
+        dims[i] = total / known;
+    }
+    if dims.iter().product::<usize>() != total {
+        return Err(format!("Reshape of {shape:?} ({total} elements) to {dims:?}"));
+    }
+    Ok(dims)
+}
+
+fn reshape(b: &mut Builder, x: &Value, dims: Vec<usize>) -> Map<Value> {
+    if let Some(c) = b.folded(x) {
+        return Ok(konst(c.reshaped(dims)?));
+    }
+    if b.shape(x) == dims {
+        return Ok(x.clone());
+    }
+    b.op_on(Op::Reshape { shape: dims }, &[x])
+}
+
+fn slice(b: &mut Builder, inputs: &[Option<Value>]) -> Map<Value> {
+    let x = arg(inputs, 0)?;
+    let shape = b.shape(x);
+    let starts = b.ints(arg(inputs, 1)?, "starts")?;
+    let ends = b.ints(arg(inputs, 2)?, "ends")?;
+    let axes = match opt(inputs, 3) {
+        Some(v) => b.ints(v, "axes")?,
+        None => (0..starts.len() as i64).collect(),
+    };
+    let steps = match opt(inputs, 4) {
+        Some(v) => b.ints(v, "steps")?,
+        None => vec![1; starts.len()],
+    };
+    if ends.len() != starts.len() || axes.len() != starts.len() || steps.len() != starts.len() {
+        return Err("Slice's starts, ends, axes and steps differ in length".into());
+    }
+    let mut ranges = vec![];
+    for i in 0..starts.len() {
+        let axis = normalize_axis(axes[i], shape.len())?;
+        ranges.push((axis, slice_range(starts[i], ends[i], steps[i], shape[axis])?));
+    }
+    if let Some(c) = b.folded(x) {
+        return Ok(c.slice(&ranges)).map(konst);
+    }
+    let mut out = x.clone();
+    for (i, (axis, keep)) in ranges.iter().enumerate() {
+        if keep.len() == shape[*axis] && steps[i] == 1 {
+            continue;
+        }
+        if steps[i] != 1 {
+            return Err(format!("Slice with step {} of a computed value (only step 1)", steps[i]));
+        }
+        let start = keep.first().copied().unwrap_or(0);
+        out = b.op_on(Op::Slice { axis: *axis, start, end: start + keep.len() }, &[&out])?;
+    }
+    Ok(out)
+}
+
+fn split(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Vec<Value>> {
+    let x = arg(inputs, 0)?;
+    let shape = b.shape(x);
+    let axis = normalize_axis(a.int("axis", 0)?, shape.len())?;
+    let sizes: Vec<usize> = match opt(inputs, 1) {
+        Some(v) => b.ints(v, "split")?.iter().map(|&s| s.max(0) as usize).collect(),
+        None => {
+            let n = a.int("num_outputs", 0)?;
+            if n <= 0 {
+                return Err("Split without `split` sizes needs num_outputs".into());
+            }
+            let n = n as usize;
+            let chunk = shape[axis].div_ceil(n);
+            (0..n).map(|i| chunk.min(shape[axis].saturating_sub(i * chunk))).collect()
+        }
+    };
+    if sizes.iter().sum::<usize>() != shape[axis] {
+        return Err(format!("Split sizes {sizes:?} do not sum to {}", shape[axis]));
+    }
+    let mut start = 0;
+    let mut outs = vec![];
+    for s in sizes {
+        outs.push(match b.folded(x) {
+            Some(c) => konst(c.slice(&[(axis, (start..start + s).collect())])),
+            None => b.op_on(Op::Slice { axis, start, end: start + s }, &[x])?,
+        });
+        start += s;
+    }
+    Ok(outs)
+}
+
+/// NumPy matmul: 1-D operands are promoted and their axis removed after; batch dims broadcast.
+fn matmul(b: &mut Builder, x: &Value, y: &Value) -> Map<Value> {
+    let (sx, sy) = (b.shape(x), b.shape(y));
+    if sx.is_empty() || sy.is_empty() {
+        return Err("MatMul of a scalar".into());
+    }
+    let x2 = if sx.len() == 1 { reshape(b, x, vec![1, sx[0]])? } else { x.clone() };
+    let y2 = if sy.len() == 1 { reshape(b, y, vec![sy[0], 1])? } else { y.clone() };
+    let (mut ax, mut ay) = (b.shape(&x2), b.shape(&y2));
+    let (mut x2, mut y2) = (x2, y2);
+    if ax.len() > 2 && ay.len() > 2 && ax[..ax.len() - 2] != ay[..ay.len() - 2] {
+        let batch = broadcast_shapes(&ax[..ax.len() - 2], &ay[..ay.len() - 2])?;
+        let widen = |s: &[usize]| [batch.as_slice(), &s[s.len() - 2..]].concat();
+        let (wx, wy) = (widen(&ax), widen(&ay));
+        if wx != ax {
+            x2 = b.op_on(Op::BroadcastTo { shape: wx.clone() }, &[&x2])?;
+        }
+        if wy != ay {
+            y2 = b.op_on(Op::BroadcastTo { shape: wy.clone() }, &[&y2])?;
+        }
+        (ax, ay) = (wx, wy);
+    }
+    let _ = (&ax, &ay);
+    let out = b.op_on(Op::Matmul, &[&x2, &y2])?;
+    let mut dims = b.shape(&out);
+    if sy.len() == 1 {
+        dims.pop();
+    }
+    if sx.len() == 1 {
+        let last = dims.pop();
+        dims.pop();
+        dims.extend(last);
+    }
+    reshape(b, &out, dims)
+}
+
+/// `alpha · A' · B' + beta · C`: a `linear` when B is transposed (PyTorch's layout).
+fn gemm(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Value> {
+    let (x, w) = (arg(inputs, 0)?, arg(inputs, 1)?);
+    let (alpha, beta) = (a.float("alpha", 1.0)?, a.float("beta", 1.0)?);
+    let (ta, tb) = (a.int("transA", 0)? != 0, a.int("transB", 0)? != 0);
+    let x = if ta { b.op_on(Op::Permute { axes: vec![1, 0] }, &[x])? } else { x.clone() };
+    // linear wants the weight as [out, in]: B as given when transB, else transposed
+    let w = if tb { w.clone() } else { b.op_on(Op::Permute { axes: vec![1, 0] }, &[w])? };
+    let c = opt(inputs, 2);
+    let n = b.shape(&w)[0];
+    let fused_bias = c.filter(|c| beta == 1.0 && alpha == 1.0 && b.shape(c) == [n]);
+    let mut out = match fused_bias {
+        Some(c) => b.op_on(Op::Linear, &[&x, &w, c])?,
+        None => b.op_on(Op::Linear, &[&x, &w])?,
+    };
+    if alpha != 1.0 {
+        out = b.op_on(Op::Scale { factor: alpha }, &[&out])?;
+    }
+    if let (Some(c), None) = (c, fused_bias) {
+        let c = if beta != 1.0 { b.op_on(Op::Scale { factor: beta }, &[c])? } else { c.clone() };
+        out = b.op_on(Op::Add, &[&out, &c])?;
+    }
+    Ok(out)
+}
+
+/// The 2-D window attributes shared by Conv and the pools: symmetric pads only.
+fn window(a: &Attrs, rank: usize) -> Map<([usize; 2], [usize; 2], [usize; 2])> {
+    if rank != 4 {
+        return Err(format!("only 2-D windows (rank-4 inputs) are supported, got rank {rank}"));
+    }
+    let auto_pad = a.string("auto_pad", "NOTSET")?;
+    if auto_pad != "NOTSET" && auto_pad != "VALID" {
+        return Err(format!("auto_pad={auto_pad} (give explicit pads)"));
+    }
+    let pair = |name: &str, default: usize| -> Map<[usize; 2]> {
+        match a.ints(name)? {
+            None => Ok([default; 2]),
+            Some(v) if v.len() == 2 && v.iter().all(|&d| d >= 0) => Ok([v[0] as usize, v[1] as usize]),
+            Some(v) => Err(format!("`{name}` {v:?}: expected two non-negative values")),
+        }
+    };
+    let pads = match a.ints("pads")? {
+        None => [0, 0],
+        Some(p) if p.len() == 4 && p[0] == p[2] && p[1] == p[3] && p.iter().all(|&d| d >= 0) => {
+            [p[0] as usize, p[1] as usize]
+        }
+        Some(p) => return Err(format!("pads {p:?}: only symmetric pads (begin = end) are supported")),
+    };
+    Ok((pair("strides", 1)?, pads, pair("dilations", 1)?))
+}
+
+fn conv(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Value> {
+    let (x, w) = (arg(inputs, 0)?, arg(inputs, 1)?);
+    let (stride, padding, dilation) = window(a, b.shape(x).len())?;
+    let ws = b.shape(w);
+    if let Some(k) = a.ints("kernel_shape")? {
+        if ws.len() != 4 || k != [ws[2] as i64, ws[3] as i64] {
+            return Err(format!("kernel_shape {k:?} differs from the weight's {ws:?}"));
+        }
+    }
+    let groups = usize::try_from(a.int("group", 1)?).map_err(|_| "negative group".to_string())?;
+    let op = Op::Conv2d(Conv2dGeometry { stride, padding, dilation, groups });
+    match opt(inputs, 2) {
+        Some(bias) => b.op_on(op, &[x, w, bias]),
+        None => b.op_on(op, &[x, w]),
+    }
+}
+
+fn pool(b: &mut Builder, op: &str, a: &Attrs, x: &Value) -> Map<Value> {
+    let (stride, padding, dilation) = window(a, b.shape(x).len())?;
+    if dilation != [1, 1] {
+        return Err("pooling with dilations".into());
+    }
+    if a.int("ceil_mode", 0)? != 0 {
+        return Err("ceil_mode=1".into());
+    }
+    let kernel = match a.ints("kernel_shape")? {
+        Some(k) if k.len() == 2 && k.iter().all(|&d| d > 0) => [k[0] as usize, k[1] as usize],
+        _ => return Err("kernel_shape must hold two positive values".into()),
+    };
+    let geometry = Pool2dGeometry { kernel, stride, padding };
+    if op == "MaxPool" {
+        if a.int("storage_order", 0)? != 0 {
+            return Err("storage_order=1".into());
+        }
+        b.op_on(Op::MaxPool2d(geometry), &[x])
+    } else {
+        let count_include_pad = a.int("count_include_pad", 0)? != 0;
+        b.op_on(Op::AvgPool2d { geometry, count_include_pad }, &[x])
+    }
+}
+
+/// Inference-mode batch norm: `(x − mean) · (scale / √(var + eps)) + bias`, per channel
+/// (axis 1), with the statistics and affine parameters kept as parameters.
+fn batch_norm(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Value> {
+    if a.int("training_mode", 0)? != 0 {
+        return Err("training_mode=1 (export in eval mode)".into());
+    }
+    let eps = a.float("epsilon", 1e-5)?;
+    a.float("momentum", 0.9)?; // only used in training mode
+    let x = arg(inputs, 0)?;
+    let shape = b.shape(x);
+    if shape.len() < 2 {
+        return Err("BatchNormalization of a tensor of rank < 2".into());
+    }
+    let c = shape[1];
+    let per_channel: Vec<usize> = std::iter::once(c).chain(std::iter::repeat_n(1, shape.len() - 2)).collect();
+    let mut column = |v: &Value| -> Map<Value> {
+        if b.shape(v) != [c] {
+            return Err(format!("BatchNormalization parameters must have shape [{c}]"));
+        }
+        reshape(b, v, per_channel.clone())
+    };
+    let (scale, bias, mean, var) = (
+        column(arg(inputs, 1)?)?,
+        column(arg(inputs, 2)?)?,
+        column(arg(inputs, 3)?)?,
+        column(arg(inputs, 4)?)?,
+    );
+    let shifted = b.op_on(Op::Sub, &[x, &mean])?;
+    let var_eps = b.op_on(Op::AddScalar { value: eps }, &[&var])?;
+    let std = b.op_on(Op::Sqrt, &[&var_eps])?;
+    let inv_std = b.op_on(Op::Inv, &[&std])?;
+    let gain = b.op_on(Op::Mul, &[&scale, &inv_std])?;
+    let scaled = b.op_on(Op::Mul, &[&shifted, &gain])?;
+    b.op_on(Op::Add, &[&scaled, &bias])
+}
+
+/// LayerNormalization over the trailing axes from `axis` (torchlean's layer_norm normalizes
+/// the last axis: other trailing spans are flattened into it and restored).
+fn layer_norm(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Vec<Value>> {
+    let x = arg(inputs, 0)?;
+    let shape = b.shape(x);
+    let axis = normalize_axis(a.int("axis", -1)?, shape.len())?;
+    let eps = a.float("epsilon", 1e-5)?;
+    if a.int("stash_type", 1)? != 1 {
+        return Err("stash_type other than float32".into());
+    }
+    let d: usize = shape[axis..].iter().product();
+    let flat = |b: &mut Builder, v: &Value| -> Map<Value> {
+        let s = b.shape(v);
+        if s.iter().product::<usize>() != d || s.len() > shape.len() - axis {
+            return Err(format!("LayerNormalization scale/bias of shape {s:?} for normalized shape {:?} (broadcast affine parameters are not supported)", &shape[axis..]));
+        }
+        reshape(b, v, vec![d])
+    };
+    let scale = flat(b, arg(inputs, 1)?)?;
+    let bias = match opt(inputs, 2) {
+        Some(v) => flat(b, v)?,
+        None => konst(Const::f32(vec![d], vec![0.0; d])),
+    };
+    let rows: Vec<usize> = shape[..axis].iter().copied().chain([d]).collect();
+    let x2 = reshape(b, x, rows)?;
+    let y = b.op_on(Op::LayerNorm { eps }, &[&x2, &scale, &bias])?;
+    Ok(vec![reshape(b, &y, shape)?])
+}
