@@ -18,6 +18,8 @@
 mod attrs;
 mod ops;
 
+pub use ops::supported_operators;
+
 use crate::constant::{dtype, sizes, Const};
 use crate::error::{OnnxError, Unsupported};
 use crate::model::default_opset;

@@ -27,7 +27,7 @@ pub fn is_known(op_type: &str) -> bool {
 }
 
 /// The supported operator types (for docs and listings).
-pub fn known() -> &'static [&'static str] {
+pub fn supported_operators() -> &'static [&'static str] {
     KNOWN
 }
 

@@ -1,0 +1,52 @@
+//! ONNX models exported by PyTorch (scripts/make-onnx-fixtures.py) import and run under
+//! several profiles, and their outputs and parameter gradients match what PyTorch computed
+//! for the same inputs (stored beside each model).
+
+mod common;
+
+use common::*;
+use torchlean::backend::BackendProfile;
+
+const MODELS: &[&str] = &["mlp", "cnn", "encoder"];
+const PROFILES: &[&str] = &["checked_cpu", "strict_cpu", "strict_native_cpu"];
+
+#[test]
+fn pytorch_fixtures_match_pytorch_forward_and_gradients_under_every_cpu_profile() {
+    for model in MODELS {
+        let (graph, values) = import_fixture(model);
+        let inputs = load_values(&format!("{model}.inputs.safetensors"));
+        let expected = load_values(&format!("{model}.expected.safetensors"));
+        for profile in PROFILES {
+            let p = BackendProfile::named(profile).unwrap();
+            let out = run_graph(graph.clone(), &values, &inputs, &p, true)
+                .unwrap_or_else(|e| panic!("{model} under {profile}: {e}"));
+            for (name, want) in &expected {
+                let got = out
+                    .get(name)
+                    .unwrap_or_else(|| panic!("{model} under {profile}: no output `{name}`"));
+                assert_close(
+                    &format!("{model} under {profile}: {name}"),
+                    &got.to_vec(),
+                    &want.to_vec(),
+                    2e-5,
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn gradients_reach_the_initializers_under_their_pytorch_names() {
+    // every parameter PyTorch has a gradient for is a parameter of the imported graph
+    for model in MODELS {
+        let (graph, _) = import_fixture(model);
+        let expected = load_values(&format!("{model}.expected.safetensors"));
+        for (name, _) in expected.iter().filter(|(n, _)| n.starts_with("grad.")) {
+            let param = &name["grad.".len()..];
+            assert!(
+                graph.parameters.iter().any(|p| p.name == param),
+                "{model}: `{param}` is not a parameter of the imported graph"
+            );
+        }
+    }
+}
