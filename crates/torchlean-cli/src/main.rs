@@ -84,7 +84,7 @@ enum Command {
     Ops(commands::ops::Args),
     /// List the capsule registry.
     Capsules(commands::capsules::Args),
-    /// Plan, audit and gate a list of ops; print the verdict (exit 0 accepted, 2 planning failed, 3 rejected).
+    /// Plan, audit and gate a list of ops or a model (graph file or ONNX); print the verdict (exit 0 accepted, 2 planning failed, 3 rejected).
     Plan(commands::plan::Args),
     /// A guided tour of tensors.
     QuickstartTensors,

@@ -178,7 +178,9 @@ impl Const {
                     .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as i64)
                     .collect(),
             ),
-            dtype::BOOL if raw.is_empty() => Data::Bool(t.int32_data.iter().map(|&v| v != 0).collect()),
+            dtype::BOOL if raw.is_empty() => {
+                Data::Bool(t.int32_data.iter().map(|&v| v != 0).collect())
+            }
             _ => Data::Bool(raw.iter().map(|&b| b != 0).collect()),
         };
         Ok(Const { dims, data })
@@ -263,8 +265,7 @@ impl Const {
         let rank = first.dims.len();
         if axis >= rank
             || parts.iter().any(|p| {
-                p.dims.len() != rank
-                    || (0..rank).any(|a| a != axis && p.dims[a] != first.dims[a])
+                p.dims.len() != rank || (0..rank).any(|a| a != axis && p.dims[a] != first.dims[a])
             })
         {
             return Err(format!(
@@ -414,8 +415,11 @@ impl Const {
                 ),
                 // ONNX integer division truncates
                 Binary::Div => Data::I64(
-                    z.map(|(p, q)| p.checked_div(q).ok_or("integer division by zero at import time".to_string()))
-                        .collect::<Fold<_>>()?,
+                    z.map(|(p, q)| {
+                        p.checked_div(q)
+                            .ok_or("integer division by zero at import time".to_string())
+                    })
+                    .collect::<Fold<_>>()?,
                 ),
                 Binary::Equal => Data::Bool(z.map(|(p, q)| p == q).collect()),
                 Binary::Less => Data::Bool(z.map(|(p, q)| p < q).collect()),
@@ -461,8 +465,16 @@ pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Fold<Vec<usize>> {
     let rank = a.len().max(b.len());
     (0..rank)
         .map(|i| {
-            let da = if i + a.len() >= rank { a[i + a.len() - rank] } else { 1 };
-            let db = if i + b.len() >= rank { b[i + b.len() - rank] } else { 1 };
+            let da = if i + a.len() >= rank {
+                a[i + a.len() - rank]
+            } else {
+                1
+            };
+            let db = if i + b.len() >= rank {
+                b[i + b.len() - rank]
+            } else {
+                1
+            };
             match (da, db) {
                 (x, y) if x == y => Ok(x),
                 (1, y) => Ok(y),
@@ -534,14 +546,28 @@ mod tests {
     #[test]
     fn constants_gather_transpose_and_broadcast_like_numpy() {
         let t = Const::f32(vec![2, 3], vec![0., 1., 2., 3., 4., 5.]);
-        let g = t.gather(1, &Const { dims: vec![], data: Data::I64(vec![-1]) }).unwrap();
+        let g = t
+            .gather(
+                1,
+                &Const {
+                    dims: vec![],
+                    data: Data::I64(vec![-1]),
+                },
+            )
+            .unwrap();
         assert_eq!((g.dims.clone(), g.floats()), (vec![2], vec![2., 5.]));
         let tr = t.transpose(&[1, 0]);
         assert_eq!(tr.floats(), vec![0., 3., 1., 4., 2., 5.]);
-        let b = Const::f32(vec![3], vec![1., 2., 3.]).broadcast(&[2, 3]).unwrap();
+        let b = Const::f32(vec![3], vec![1., 2., 3.])
+            .broadcast(&[2, 3])
+            .unwrap();
         assert_eq!(b.floats(), vec![1., 2., 3., 1., 2., 3.]);
-        let s = Const::i64s(vec![4, 256]).binary(&Const::i64s(vec![2]), Binary::Mul).unwrap();
+        let s = Const::i64s(vec![4, 256])
+            .binary(&Const::i64s(vec![2]), Binary::Mul)
+            .unwrap();
         assert_eq!(s.ints().unwrap(), vec![8, 512]);
-        assert!(Const::i64s(vec![i64::MAX]).binary(&Const::i64s(vec![2]), Binary::Mul).is_err());
+        assert!(Const::i64s(vec![i64::MAX])
+            .binary(&Const::i64s(vec![2]), Binary::Mul)
+            .is_err());
     }
 }

@@ -32,7 +32,10 @@ pub enum OnnxError {
     Model { path: String, reason: String },
     /// Every node (and value) that cannot be translated.
     #[error("{path}: {} unsupported node(s):\n{}", .list.len(), list_lines(.list))]
-    Unsupported { path: String, list: Vec<Unsupported> },
+    Unsupported {
+        path: String,
+        list: Vec<Unsupported>,
+    },
     /// A torchlean graph that cannot be written as ONNX.
     #[error("export: {0}")]
     Export(String),

@@ -21,9 +21,11 @@
 
 pub mod constant;
 pub mod error;
+pub mod export;
 pub mod import;
 pub mod model;
 
 pub use error::{OnnxError, Unsupported};
-pub use import::{import_model, Imported};
+pub use export::{export_model, EXPORT_OPSET};
+pub use import::{import_model, supported_operators, Imported};
 pub use model::{decode_model, read_model, OPSET_RANGE};

@@ -17,12 +17,11 @@ pub const OPSET_RANGE: std::ops::RangeInclusive<i64> = 13..=22;
 /// Reads and decodes `path` (capped at [`MAX_MODEL_BYTES`]).
 pub fn read_model(path: &Path) -> Result<ModelProto, OnnxError> {
     let shown = path.display().to_string();
-    let bytes = torchlean::files::read_capped(path, MAX_MODEL_BYTES).map_err(|e| {
-        OnnxError::File {
+    let bytes =
+        torchlean::files::read_capped(path, MAX_MODEL_BYTES).map_err(|e| OnnxError::File {
             path: shown.clone(),
             reason: e.to_string(),
-        }
-    })?;
+        })?;
     decode_model(&bytes, &shown)
 }
 
@@ -65,4 +64,11 @@ pub fn default_opset(model: &ModelProto, name: &str) -> Result<i64, OnnxError> {
         });
     }
     Ok(version)
+}
+
+/// Encodes a model as protobuf bytes (the file `torchlean export --format onnx` writes).
+pub fn encode_model(model: &ModelProto) -> Result<Vec<u8>, OnnxError> {
+    model
+        .write_to_bytes()
+        .map_err(|e| OnnxError::Export(format!("protobuf encoding failed: {e}")))
 }

@@ -8,7 +8,9 @@ use torchlean::backend::BackendProfile;
 use tract_onnx::prelude::*;
 
 fn tract_run(path: &std::path::Path, inputs: &[(String, torchlean::Tensor)]) -> Vec<Vec<f32>> {
-    let model = tract_onnx::onnx().model_for_path(path).expect("tract reads the model");
+    let model = tract_onnx::onnx()
+        .model_for_path(path)
+        .expect("tract reads the model");
     let names: Vec<String> = model
         .input_outlets()
         .unwrap()
@@ -27,7 +29,13 @@ fn tract_run(path: &std::path::Path, inputs: &[(String, torchlean::Tensor)]) -> 
     plan.run(feed)
         .expect("tract runs the model")
         .iter()
-        .map(|v| v.to_plain_array_view::<f32>().unwrap().iter().copied().collect())
+        .map(|v| {
+            v.to_plain_array_view::<f32>()
+                .unwrap()
+                .iter()
+                .copied()
+                .collect()
+        })
         .collect()
 }
 
@@ -39,7 +47,14 @@ fn tract_and_torchlean_agree_on_the_pytorch_fixtures() {
         let theirs = tract_run(&path, &inputs);
         let (graph, values) = import_fixture(model);
         let names: Vec<String> = graph.outputs.iter().map(|o| o.name.clone()).collect();
-        let ours = run_graph(graph, &values, &inputs, &BackendProfile::default_cpu(), false).unwrap();
+        let ours = run_graph(
+            graph,
+            &values,
+            &inputs,
+            &BackendProfile::default_cpu(),
+            false,
+        )
+        .unwrap();
         for (name, t) in names.iter().zip(&theirs) {
             assert_close(&format!("{model}: {name}"), &ours[name].to_vec(), t, 2e-5);
         }

@@ -15,10 +15,11 @@ use torchlean::Tensor;
 
 #[derive(clap::Args)]
 pub struct ExportArgs {
-    /// The model to capture: mlp (the quickstart MLP with its MSE loss).
+    /// The model to capture: mlp (the quickstart MLP with its MSE loss), cnn (the small CNN
+    /// on 8x8 images, forward), transformer (a 2-block causal encoder, d=32, forward).
     #[arg(long, default_value = "mlp")]
     model: String,
-    /// json (torchlean.ir.v1) or dot.
+    /// json (torchlean.ir.v1), dot, or onnx (opset 20; needs --out).
     #[arg(long, default_value = "json")]
     format: String,
     /// Write the graph here (default: standard output).
@@ -36,58 +37,114 @@ pub struct ExportArgs {
     seed: u64,
 }
 
+/// A captured model: its graph with parameter values, and the example inputs used.
+struct Exported {
+    captured: torchlean::runtime::capture::Captured,
+    inputs: Vec<(String, Tensor)>,
+}
+
+fn named_parameters(m: &dyn Module) -> Vec<(String, Tensor)> {
+    m.parameters()
+        .into_iter()
+        .map(|(n, t)| (n, t.clone()))
+        .collect()
+}
+
+/// The quickstart MLP with its MSE loss (outputs `prediction` and `loss`).
+fn capture_mlp(batch: usize, seed: u64) -> Result<Exported, CliError> {
+    let model = Mlp::new(
+        &[SyntheticRegression::FEATURES, 64, 64, 1],
+        Activation::Tanh,
+        seed,
+    )?;
+    let data = SyntheticRegression::new(1024, seed.wrapping_add(17))?;
+    let (x, y) = data.batch(0, batch)?;
+    let inputs = vec![("x".to_string(), x), ("y".to_string(), y)];
+    let captured = capture(&inputs, &named_parameters(&model), |xs| {
+        let prediction = model.forward(&xs[0])?;
+        let loss = prediction.mse_loss(&xs[1])?;
+        Ok(vec![
+            ("prediction".into(), prediction),
+            ("loss".into(), loss),
+        ])
+    })?;
+    Ok(Exported { captured, inputs })
+}
+
+/// A forward-only capture of `model` on `x` (output `logits` or `y`).
+fn capture_forward(model: &dyn Module, x: Tensor, output: &str) -> Result<Exported, CliError> {
+    let inputs = vec![("x".to_string(), x)];
+    let captured = capture(&inputs, &named_parameters(model), |xs| {
+        Ok(vec![(output.to_string(), model.forward(&xs[0])?)])
+    })?;
+    Ok(Exported { captured, inputs })
+}
+
 pub fn export(a: ExportArgs) -> CliResult {
-    if a.model != "mlp" {
-        return Err(CliError::usage(format!(
-            "unknown model `{}` (available: mlp)",
-            a.model
-        )));
-    }
     if a.batch_size == 0 {
         return Err(CliError::usage("--batch-size must be positive"));
     }
     // export has no backend flags: it captures under `checked_cpu`, installed here explicitly
     torchlean::runtime::install(Session::new(BackendProfile::default_cpu()))?;
-    let model = Mlp::new(
-        &[SyntheticRegression::FEATURES, 64, 64, 1],
-        Activation::Tanh,
-        a.seed,
-    )?;
-    let data = SyntheticRegression::new(1024, a.seed.wrapping_add(17))?;
-    let (x, y) = data.batch(0, a.batch_size)?;
-    let params: Vec<(String, Tensor)> = model
-        .parameters()
-        .into_iter()
-        .map(|(n, t)| (n, t.clone()))
-        .collect();
-    let captured = capture(
-        &[("x".into(), x.clone()), ("y".into(), y.clone())],
-        &params,
-        |xs| {
-            let prediction = model.forward(&xs[0])?;
-            let loss = prediction.mse_loss(&xs[1])?;
-            Ok(vec![
-                ("prediction".into(), prediction),
-                ("loss".into(), loss),
-            ])
-        },
-    )?;
-    let text = match a.format.as_str() {
+    let (b, seed) = (a.batch_size, a.seed);
+    let exported = match a.model.as_str() {
+        "mlp" => capture_mlp(b, seed)?,
+        "cnn" => {
+            let model = torchlean::nn::models::small_cnn(1, 8, 4, 8, seed)?;
+            let x = Tensor::uniform(&[b, 1, 8, 8], -1.0, 1.0, seed.wrapping_add(1))?;
+            capture_forward(&model, x, "logits")?
+        }
+        "transformer" => {
+            let config = torchlean::nn::TransformerConfig {
+                embed_dim: 32,
+                heads: 4,
+                ff_dim: 64,
+                dropout: 0.0,
+                causal: true,
+            };
+            let model = torchlean::nn::TransformerEncoder::new(config, 2, true, seed)?;
+            let x = Tensor::uniform(&[b, 16, 32], -1.0, 1.0, seed.wrapping_add(1))?;
+            capture_forward(&model, x, "y")?
+        }
+        m => {
+            return Err(CliError::usage(format!(
+                "unknown model `{m}` (available: mlp, cnn, transformer)"
+            )))
+        }
+    };
+    let Exported { captured, inputs } = exported;
+    let bytes = match a.format.as_str() {
         "json" => serde_json::to_string_pretty(&captured.graph)
-            .map_err(|e| CliError::runtime(e.to_string()))?,
-        "dot" => to_dot(&captured.graph),
-        f => return Err(CliError::usage(format!("unknown format `{f}` (json, dot)"))),
+            .map_err(|e| CliError::runtime(e.to_string()))?
+            .into_bytes(),
+        "dot" => to_dot(&captured.graph).into_bytes(),
+        "onnx" => {
+            if a.out.is_none() {
+                return Err(CliError::usage(
+                    "--format onnx writes a binary file: give --out",
+                ));
+            }
+            let model = torchlean_onnx::export_model(&captured.graph, &captured.values)
+                .map_err(|e| CliError::usage(e.to_string()))?;
+            torchlean_onnx::model::encode_model(&model)
+                .map_err(|e| CliError::runtime(e.to_string()))?
+        }
+        f => {
+            return Err(CliError::usage(format!(
+                "unknown format `{f}` (json, dot, onnx)"
+            )))
+        }
     };
     match &a.out {
-        Some(p) => torchlean::files::write_atomic(p, text.as_bytes())
+        Some(p) => torchlean::files::write_atomic(p, &bytes)
             .map_err(|e| CliError::runtime(format!("cannot write {}: {e}", p.display())))?,
-        None => println!("{text}"),
+        None => println!("{}", String::from_utf8_lossy(&bytes)),
     }
     if let Some(p) = &a.params {
         write_safetensors(p, &captured.values, None)?;
     }
     if let Some(p) = &a.example_inputs {
-        write_safetensors(p, &[("x".into(), x), ("y".into(), y)], None)?;
+        write_safetensors(p, &inputs, None)?;
     }
     Ok(())
 }

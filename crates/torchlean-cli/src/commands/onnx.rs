@@ -47,9 +47,8 @@ pub fn load(
 ) -> Result<(Graph, Vec<(String, Tensor)>), CliError> {
     let usage = |e: torchlean_onnx::OnnxError| CliError::usage(e.to_string());
     let model = torchlean_onnx::read_model(path).map_err(usage)?;
-    let imported =
-        torchlean_onnx::import_model(&model, &path.display().to_string(), input_shapes)
-            .map_err(usage)?;
+    let imported = torchlean_onnx::import_model(&model, &path.display().to_string(), input_shapes)
+        .map_err(usage)?;
     Ok((imported.graph, imported.values))
 }
 

@@ -2,6 +2,7 @@
 
 use crate::{CliError, CliResult};
 use torchlean::backend::{gate_plan, plan_ops, BackendReport, ExecutionMode, PlanRequest, VjpMode};
+use torchlean::graph::NodeKind;
 use torchlean::runtime::session::standard_registry;
 use torchlean::OpKind;
 
@@ -13,13 +14,44 @@ pub struct Args {
     #[arg(long)]
     vjp: Option<String>,
     /// Comma-separated op names (see `torchlean ops`).
-    #[arg(long, value_delimiter = ',', required = true)]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        required_unless_present = "model",
+        conflicts_with = "model"
+    )]
     ops: Vec<String>,
+    /// Plan every op of a model instead: a graph file or an ONNX model (`.onnx`), audited and
+    /// gated without running it.
+    #[arg(long)]
+    model: Option<std::path::PathBuf>,
+    /// With --model: the shape of an input whose ONNX shape is symbolic (NAME=D0,D1,...).
+    #[arg(long = "input-shape", requires = "model")]
+    input_shape: Vec<String>,
     /// Execution mode the plan is for.
     #[arg(long, default_value = "eager")]
     mode: String,
     #[arg(long)]
     json: bool,
+}
+
+/// The distinct ops of a model's graph, in node order (an ONNX model is translated first).
+fn model_ops(path: &std::path::Path, input_shape: &[String]) -> Result<Vec<OpKind>, CliError> {
+    let graph = if super::onnx::is_onnx(path) {
+        let shapes = super::onnx::parse_input_shapes(input_shape)?;
+        super::onnx::load(path, &shapes)?.0
+    } else {
+        torchlean::graph::Graph::load(path).map_err(|e| CliError::usage(e.to_string()))?
+    };
+    let mut ops: Vec<OpKind> = vec![];
+    for n in &graph.nodes {
+        if let NodeKind::Op { op } | NodeKind::Vjp { op, .. } = &n.kind {
+            if !ops.contains(&op.kind()) {
+                ops.push(op.kind());
+            }
+        }
+    }
+    Ok(ops)
 }
 
 pub fn run(a: Args) -> CliResult {
@@ -33,14 +65,18 @@ pub fn run(a: Args) -> CliResult {
     }
     let mode = ExecutionMode::from_label(&a.mode)
         .ok_or_else(|| CliError::usage(format!("unknown mode `{}` (eager, compiled)", a.mode)))?;
-    let ops: Vec<OpKind> = a
-        .ops
-        .iter()
-        .map(|o| {
-            OpKind::from_name(o.trim())
-                .ok_or_else(|| CliError::usage(format!("unknown op `{o}` (see `torchlean ops`)")))
-        })
-        .collect::<Result<_, _>>()?;
+    let ops: Vec<OpKind> = match &a.model {
+        Some(path) => model_ops(path, &a.input_shape)?,
+        None => a
+            .ops
+            .iter()
+            .map(|o| {
+                OpKind::from_name(o.trim()).ok_or_else(|| {
+                    CliError::usage(format!("unknown op `{o}` (see `torchlean ops`)"))
+                })
+            })
+            .collect::<Result<_, _>>()?,
+    };
     let request = PlanRequest {
         device: profile.device,
         preference: profile.preference,

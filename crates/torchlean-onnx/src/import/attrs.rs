@@ -38,7 +38,9 @@ impl<'a> Attrs<'a> {
     }
 
     pub fn float(&self, name: &str, default: f32) -> Read<f32> {
-        Ok(self.get(name, AttributeType::FLOAT)?.map_or(default, |a| a.f))
+        Ok(self
+            .get(name, AttributeType::FLOAT)?
+            .map_or(default, |a| a.f))
     }
 
     pub fn ints(&self, name: &str) -> Read<Option<Vec<i64>>> {
@@ -72,9 +74,7 @@ impl<'a> Attrs<'a> {
                 Some(t) => Const::from_proto(t),
                 None => Err("the `value` attribute holds no tensor".into()),
             },
-            "value_float" if ty == AttributeType::FLOAT as i32 => {
-                Ok(Const::f32(vec![], vec![a.f]))
-            }
+            "value_float" if ty == AttributeType::FLOAT as i32 => Ok(Const::f32(vec![], vec![a.f])),
             "value_floats" if ty == AttributeType::FLOATS as i32 => {
                 Ok(Const::f32(vec![a.floats.len()], a.floats.clone()))
             }

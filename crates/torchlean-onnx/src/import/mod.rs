@@ -74,10 +74,19 @@ impl Builder {
                     return Ok(id);
                 }
                 let c = &self.initializers[name];
-                if !matches!(c.data, crate::constant::Data::F32(_)) {
-                    return Err(format!(
-                        "the integer initializer `{name}` is read as data (torchlean's tensors are f32)"
-                    ));
+                match c.data {
+                    crate::constant::Data::F32(_) => {}
+                    // a boolean initializer (a mask) is data, not a trainable parameter
+                    crate::constant::Data::Bool(_) => {
+                        let id = self.node(&Value::Const(std::rc::Rc::new(c.clone())))?;
+                        self.materialized.insert(name.clone(), id);
+                        return Ok(id);
+                    }
+                    crate::constant::Data::I64(_) => {
+                        return Err(format!(
+                            "the integer initializer `{name}` is read as data (torchlean's tensors are f32)"
+                        ))
+                    }
                 }
                 let t = Tensor::from_vec(c.floats(), &c.dims).map_err(|e| e.to_string())?;
                 self.graph.parameters.push(ValueDecl {
@@ -214,7 +223,8 @@ pub fn import_model(
         match Const::from_proto(t) {
             Ok(c) => {
                 b.initializers.insert(t.name.clone(), c);
-                b.values.insert(t.name.clone(), Value::Param(t.name.clone()));
+                b.values
+                    .insert(t.name.clone(), Value::Param(t.name.clone()));
             }
             Err(e) => fail(&t.name, "initializer", e),
         }
@@ -227,21 +237,38 @@ pub fn import_model(
         let given = input_shapes.get(&input.name);
         let shape = match (declared_shape(input), given) {
             (_, _) if elem_type(input) != Some(dtype::FLOAT) => {
-                fail(&input.name, "input", format!(
-                    "inputs of type {} are not supported (torchlean's tensors are float32)",
-                    elem_type(input).map_or("unknown".into(), dtype::name)));
+                fail(
+                    &input.name,
+                    "input",
+                    format!(
+                        "inputs of type {} are not supported (torchlean's tensors are float32)",
+                        elem_type(input).map_or("unknown".into(), dtype::name)
+                    ),
+                );
                 continue;
             }
             (Some(dims), Some(given)) => {
                 let agrees = dims.len() == given.len()
-                    && dims.iter().zip(given).all(|(d, g)| d.is_none_or(|d| d == *g));
+                    && dims
+                        .iter()
+                        .zip(given)
+                        .all(|(d, g)| d.is_none_or(|d| d == *g));
                 if !agrees {
-                    fail(&input.name, "input", format!("the model declares shape {} but {given:?} was given", show_dims(&dims)));
+                    fail(
+                        &input.name,
+                        "input",
+                        format!(
+                            "the model declares shape {} but {given:?} was given",
+                            show_dims(&dims)
+                        ),
+                    );
                     continue;
                 }
                 given.clone()
             }
-            (Some(dims), None) if dims.iter().all(Option::is_some) => dims.into_iter().flatten().collect(),
+            (Some(dims), None) if dims.iter().all(Option::is_some) => {
+                dims.into_iter().flatten().collect()
+            }
             (dims, None) => {
                 fail(&input.name, "input", format!(
                     "the shape {} has symbolic or missing dimensions; give the input's shape (--input-shape {}=D0,D1,...)",
@@ -254,8 +281,16 @@ pub fn import_model(
             fail(&input.name, "input", e);
             continue;
         }
-        b.graph.inputs.push(ValueDecl { name: input.name.clone(), shape });
-        match b.push(NodeKind::Input { name: input.name.clone() }, vec![]) {
+        b.graph.inputs.push(ValueDecl {
+            name: input.name.clone(),
+            shape,
+        });
+        match b.push(
+            NodeKind::Input {
+                name: input.name.clone(),
+            },
+            vec![],
+        ) {
             Ok(id) => {
                 b.values.insert(input.name.clone(), Value::Node(id));
             }
@@ -264,7 +299,11 @@ pub fn import_model(
     }
     for given in input_shapes.keys() {
         if !g.input.iter().any(|i| &i.name == given) {
-            fail(given, "input", "a shape was given for an input the model does not have".into());
+            fail(
+                given,
+                "input",
+                "a shape was given for an input the model does not have".into(),
+            );
         }
     }
     let declared: HashMap<&str, Vec<Option<usize>>> = g
@@ -276,18 +315,27 @@ pub fn import_model(
     let mut poisoned: std::collections::HashSet<String> = Default::default();
     for (index, node) in g.node.iter().enumerate() {
         let label = if node.name.is_empty() {
-            node.output.first().cloned().unwrap_or_else(|| format!("node {index}"))
+            node.output
+                .first()
+                .cloned()
+                .unwrap_or_else(|| format!("node {index}"))
         } else {
             node.name.clone()
         };
         let mut fail_node = |reason: String| fail(&label, &node.op_type, reason);
         if !(node.domain.is_empty() || node.domain == "ai.onnx") {
-            fail_node(format!("operators of domain `{}` are not supported (only the default ai.onnx domain)", node.domain));
+            fail_node(format!(
+                "operators of domain `{}` are not supported (only the default ai.onnx domain)",
+                node.domain
+            ));
             poisoned.extend(node.output.iter().cloned());
             continue;
         }
         if !ops::is_known(&node.op_type) {
-            fail_node(format!("no torchlean mapping for `{}` (docs/onnx.md lists the supported operators)", node.op_type));
+            fail_node(format!(
+                "no torchlean mapping for `{}` (docs/onnx.md lists the supported operators)",
+                node.op_type
+            ));
             poisoned.extend(node.output.iter().cloned());
             continue;
         }
@@ -302,7 +350,9 @@ pub fn import_model(
             } else if let Some(v) = b.values.get(i) {
                 inputs.push(Some(v.clone()));
             } else {
-                fail_node(format!("reads `{i}`, which no earlier node, input or initializer defines"));
+                fail_node(format!(
+                    "reads `{i}`, which no earlier node, input or initializer defines"
+                ));
                 blocked = true;
             }
         }
@@ -316,14 +366,20 @@ pub fn import_model(
             if unread.is_empty() {
                 Ok(outs)
             } else {
-                Err(format!("attribute(s) {} are not supported", unread.join(", ")))
+                Err(format!(
+                    "attribute(s) {} are not supported",
+                    unread.join(", ")
+                ))
             }
         });
         match result {
             Ok(outs) => {
                 let wanted = node.output.iter().filter(|o| !o.is_empty()).count();
                 if outs.len() < wanted {
-                    fail_node(format!("only the first {} output(s) are supported", outs.len()));
+                    fail_node(format!(
+                        "only the first {} output(s) are supported",
+                        outs.len()
+                    ));
                     poisoned.extend(node.output.iter().cloned());
                     continue;
                 }
@@ -334,9 +390,15 @@ pub fn import_model(
                     if let Some(dims) = declared.get(out.as_str()) {
                         let ours = b.shape(&v);
                         let agrees = dims.len() == ours.len()
-                            && dims.iter().zip(&ours).all(|(d, o)| d.is_none_or(|d| d == *o));
+                            && dims
+                                .iter()
+                                .zip(&ours)
+                                .all(|(d, o)| d.is_none_or(|d| d == *o));
                         if !agrees {
-                            fail_node(format!("ONNX declares `{out}` with shape {}, torchlean infers {ours:?}", show_dims(dims)));
+                            fail_node(format!(
+                                "ONNX declares `{out}` with shape {}, torchlean infers {ours:?}",
+                                show_dims(dims)
+                            ));
                         }
                     }
                     b.values.insert(out.clone(), v);
@@ -355,23 +417,40 @@ pub fn import_model(
         let v = match b.values.get(&out.name) {
             Some(v) => v.clone(),
             None => {
-                fail(&out.name, "output", "no node, input or initializer defines it".into());
+                fail(
+                    &out.name,
+                    "output",
+                    "no node, input or initializer defines it".into(),
+                );
                 continue;
             }
         };
         match b.node(&v) {
-            Ok(node) => b.graph.outputs.push(OutputDecl { name: out.name.clone(), node }),
+            Ok(node) => b.graph.outputs.push(OutputDecl {
+                name: out.name.clone(),
+                node,
+            }),
             Err(e) => fail(&out.name, "output", e),
         }
     }
     if !failures.is_empty() {
-        return Err(OnnxError::Unsupported { path: name.into(), list: failures });
+        return Err(OnnxError::Unsupported {
+            path: name.into(),
+            list: failures,
+        });
     }
     b.graph
         .check_user_names()
         .and_then(|()| b.graph.validate())
-        .map_err(|e| OnnxError::Model { path: name.into(), reason: e.to_string() })?;
-    Ok(Imported { graph: b.graph, values: b.stored, opset })
+        .map_err(|e| OnnxError::Model {
+            path: name.into(),
+            reason: e.to_string(),
+        })?;
+    Ok(Imported {
+        graph: b.graph,
+        values: b.stored,
+        opset,
+    })
 }
 
 fn show_dims(dims: &[Option<usize>]) -> String {

@@ -13,13 +13,63 @@ type Map<T> = Result<T, String>;
 
 /// Every operator type the table maps.
 const KNOWN: &[&str] = &[
-    "Abs", "Add", "AveragePool", "BatchNormalization", "Cast", "CastLike", "Clip", "Concat",
-    "Constant", "ConstantOfShape", "Conv", "Cos", "Div", "Dropout", "Equal", "Exp", "Expand",
-    "Flatten", "Gather", "Gelu", "Gemm", "GlobalAveragePool", "Greater", "Identity",
-    "LayerNormalization", "Less", "Log", "LogSoftmax", "MatMul", "Max", "MaxPool", "Min", "Mul",
-    "Neg", "Not", "Pow", "Range", "Reciprocal", "ReduceMean", "ReduceSum", "Relu", "Reshape",
-    "Shape", "Sigmoid", "Sin", "Size", "Slice", "Softmax", "Softplus", "Split", "Sqrt",
-    "Squeeze", "Sub", "Tanh", "Transpose", "Unsqueeze", "Where",
+    "Abs",
+    "Add",
+    "AveragePool",
+    "BatchNormalization",
+    "Cast",
+    "CastLike",
+    "Clip",
+    "Concat",
+    "Constant",
+    "ConstantOfShape",
+    "Conv",
+    "Cos",
+    "Div",
+    "Dropout",
+    "Equal",
+    "Exp",
+    "Expand",
+    "Flatten",
+    "Gather",
+    "Gelu",
+    "Gemm",
+    "GlobalAveragePool",
+    "Greater",
+    "Identity",
+    "LayerNormalization",
+    "Less",
+    "Log",
+    "LogSoftmax",
+    "MatMul",
+    "Max",
+    "MaxPool",
+    "Min",
+    "Mul",
+    "Neg",
+    "Not",
+    "Pow",
+    "Range",
+    "Reciprocal",
+    "ReduceMean",
+    "ReduceSum",
+    "Relu",
+    "Reshape",
+    "Shape",
+    "Sigmoid",
+    "Sin",
+    "Size",
+    "Slice",
+    "Softmax",
+    "Softplus",
+    "Split",
+    "Sqrt",
+    "Squeeze",
+    "Sub",
+    "Tanh",
+    "Transpose",
+    "Unsqueeze",
+    "Where",
 ];
 
 pub fn is_known(op_type: &str) -> bool {
@@ -57,15 +107,25 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
             // inference (or ratio 0): the identity; a training-mode dropout with a ratio is not
             a.int("seed", 0)?;
             let ratio = match opt(inputs, 1) {
-                Some(r) => b.known(r).and_then(|c| c.scalar()).ok_or("Dropout's ratio must be a constant")?,
+                Some(r) => b
+                    .known(r)
+                    .and_then(|c| c.scalar())
+                    .ok_or("Dropout's ratio must be a constant")?,
                 None => 0.5,
             };
             let training = match opt(inputs, 2) {
-                Some(t) => b.known(t).and_then(|c| c.scalar()).ok_or("Dropout's training_mode must be a constant")? != 0.0,
+                Some(t) => {
+                    b.known(t)
+                        .and_then(|c| c.scalar())
+                        .ok_or("Dropout's training_mode must be a constant")?
+                        != 0.0
+                }
                 None => false,
             };
             if training && ratio != 0.0 {
-                return Err("training-mode Dropout with a non-zero ratio (export in eval mode)".into());
+                return Err(
+                    "training-mode Dropout with a non-zero ratio (export in eval mode)".into(),
+                );
             }
             one(arg(inputs, 0)?.clone())
         }
@@ -85,7 +145,15 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
                     _ => dtype::FLOAT,
                 }
             };
-            match b.folded(x) {
+            // an initializer cast to a non-float type is data (a mask, indices), not a
+            // parameter: it is evaluated here like a constant
+            let known = match x {
+                Value::Param(_) if to != dtype::FLOAT && to != dtype::DOUBLE => {
+                    b.known(x).map(Rc::new)
+                }
+                _ => b.folded(x),
+            };
+            match known {
                 Some(c) => one(konst(c.cast(to)?)),
                 None if to == dtype::FLOAT => one(x.clone()),
                 None => Err(format!(
@@ -100,12 +168,18 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
             let clampi = |v: i64| (if v < 0 { v + rank } else { v }).clamp(0, rank) as usize;
             let start = clampi(a.int("start", 0)?);
             let end = clampi(a.int("end", rank)?);
-            let dims: Vec<i64> = shape[start..end.max(start)].iter().map(|&d| d as i64).collect();
+            let dims: Vec<i64> = shape[start..end.max(start)]
+                .iter()
+                .map(|&d| d as i64)
+                .collect();
             one(konst(Const::i64s(dims)))
         }
         "Size" => {
             let n: usize = b.shape(arg(inputs, 0)?).iter().product();
-            one(konst(Const { dims: vec![], data: Data::I64(vec![n as i64]) }))
+            one(konst(Const {
+                dims: vec![],
+                data: Data::I64(vec![n as i64]),
+            }))
         }
         "ConstantOfShape" => {
             let dims = crate::constant::sizes(&b.ints(arg(inputs, 0)?, "shape")?)?;
@@ -123,7 +197,8 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
         }
         "Range" => {
             let get = |i: usize| -> Map<Const> {
-                b.known(arg(inputs, i)?).ok_or_else(|| "Range of computed values".to_string())
+                b.known(arg(inputs, i)?)
+                    .ok_or_else(|| "Range of computed values".to_string())
             };
             let (s, l, d) = (get(0)?, get(1)?, get(2)?);
             match (&s.data, &l.data, &d.data) {
@@ -134,13 +209,18 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
                     }
                     let n = ((l - s) as f64 / d as f64).ceil().max(0.0) as usize;
                     crate::constant::sizes(&[n as i64])?;
-                    one(konst(Const::i64s((0..n as i64).map(|k| s + k * d).collect())))
+                    one(konst(Const::i64s(
+                        (0..n as i64).map(|k| s + k * d).collect(),
+                    )))
                 }
                 _ => {
                     let (s, l, d) = (s.floats()[0], l.floats()[0], d.floats()[0]);
                     let n = ((l - s) / d).ceil().max(0.0) as usize;
                     crate::constant::sizes(&[n as i64])?;
-                    one(konst(Const::f32(vec![n], (0..n).map(|k| s + k as f32 * d).collect())))
+                    one(konst(Const::f32(
+                        vec![n],
+                        (0..n).map(|k| s + k as f32 * d).collect(),
+                    )))
                 }
             }
         }
@@ -168,8 +248,18 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
             let (c, x, y) = (arg(inputs, 0)?, arg(inputs, 1)?, arg(inputs, 2)?);
             if let (Some(c), Some(x), Some(y)) = (b.folded(c), b.folded(x), b.folded(y)) {
                 let dims = broadcast_shapes(&broadcast_shapes(&c.dims, &x.dims)?, &y.dims)?;
-                let (c, x, y) = (c.broadcast(&dims)?, x.broadcast(&dims)?, y.broadcast(&dims)?);
-                let v = c.floats().iter().zip(x.floats()).zip(y.floats()).map(|((&c, x), y)| if c != 0.0 { x } else { y }).collect();
+                let (c, x, y) = (
+                    c.broadcast(&dims)?,
+                    x.broadcast(&dims)?,
+                    y.broadcast(&dims)?,
+                );
+                let v = c
+                    .floats()
+                    .iter()
+                    .zip(x.floats())
+                    .zip(y.floats())
+                    .map(|((&c, x), y)| if c != 0.0 { x } else { y })
+                    .collect();
                 return one(konst(Const::f32(dims, v)));
             }
             one(b.op_on(Op::Where, &[c, x, y])?)
@@ -178,7 +268,10 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
         | "Sin" | "Cos" | "Softplus" => unary(b, op, arg(inputs, 0)?).map(|v| vec![v]),
         "Gelu" => {
             if a.string("approximate", "none")? != "none" {
-                return Err("Gelu with approximate=\"tanh\" (torchlean's gelu is the exact erf form)".into());
+                return Err(
+                    "Gelu with approximate=\"tanh\" (torchlean's gelu is the exact erf form)"
+                        .into(),
+                );
             }
             one(b.op_on(Op::Gelu, &[arg(inputs, 0)?])?)
         }
@@ -192,7 +285,11 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
         "Max" | "Min" => {
             let mut acc = arg(inputs, 0)?.clone();
             for v in inputs.iter().skip(1).flatten() {
-                let op = if op == "Max" { Op::Maximum } else { Op::Minimum };
+                let op = if op == "Max" {
+                    Op::Maximum
+                } else {
+                    Op::Minimum
+                };
                 acc = b.op_on(op, &[&acc, v])?;
             }
             one(acc)
@@ -201,7 +298,10 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
             let bound = |i: usize, d: f32| -> Map<f32> {
                 match opt(inputs, i) {
                     None => Ok(d),
-                    Some(v) => b.known(v).and_then(|c| c.scalar()).ok_or_else(|| "Clip bounds must be constants".to_string()),
+                    Some(v) => b
+                        .known(v)
+                        .and_then(|c| c.scalar())
+                        .ok_or_else(|| "Clip bounds must be constants".to_string()),
                 }
             };
             let (lo, hi) = (bound(1, f32::MIN)?, bound(2, f32::MAX)?);
@@ -210,14 +310,21 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
         "Softmax" | "LogSoftmax" => {
             let x = arg(inputs, 0)?;
             let axis = normalize_axis(a.int("axis", -1)?, b.shape(x).len())?;
-            let op = if op == "Softmax" { Op::Softmax { axis } } else { Op::LogSoftmax { axis } };
+            let op = if op == "Softmax" {
+                Op::Softmax { axis }
+            } else {
+                Op::LogSoftmax { axis }
+            };
             one(b.op_on(op, &[x])?)
         }
         "Transpose" => {
             let x = arg(inputs, 0)?;
             let rank = b.shape(x).len();
             let perm = match a.ints("perm")? {
-                Some(p) => p.iter().map(|&p| normalize_axis(p, rank)).collect::<Map<Vec<_>>>()?,
+                Some(p) => p
+                    .iter()
+                    .map(|&p| normalize_axis(p, rank))
+                    .collect::<Map<Vec<_>>>()?,
                 None => (0..rank).rev().collect(),
             };
             match b.folded(x) {
@@ -240,10 +347,16 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
                 v => v,
             };
             if !(0..=shape.len() as i64).contains(&axis) {
-                return Err(format!("Flatten axis out of range for rank {}", shape.len()));
+                return Err(format!(
+                    "Flatten axis out of range for rank {}",
+                    shape.len()
+                ));
             }
             let axis = axis as usize;
-            let dims = vec![shape[..axis].iter().product(), shape[axis..].iter().product()];
+            let dims = vec![
+                shape[..axis].iter().product(),
+                shape[axis..].iter().product(),
+            ];
             reshape(b, x, dims).map(|v| vec![v])
         }
         "Squeeze" | "Unsqueeze" => {
@@ -257,19 +370,40 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
                 match axes {
                     None => shape.iter().copied().filter(|&d| d != 1).collect(),
                     Some(axes) => {
-                        let axes = axes.iter().map(|&ax| normalize_axis(ax, shape.len())).collect::<Map<Vec<_>>>()?;
+                        let axes = axes
+                            .iter()
+                            .map(|&ax| normalize_axis(ax, shape.len()))
+                            .collect::<Map<Vec<_>>>()?;
                         if axes.iter().any(|&ax| shape[ax] != 1) {
-                            return Err(format!("Squeeze of axes {axes:?} of shape {shape:?}: not all of size 1"));
+                            return Err(format!(
+                                "Squeeze of axes {axes:?} of shape {shape:?}: not all of size 1"
+                            ));
                         }
-                        shape.iter().enumerate().filter(|(i, _)| !axes.contains(i)).map(|(_, &d)| d).collect()
+                        shape
+                            .iter()
+                            .enumerate()
+                            .filter(|(i, _)| !axes.contains(i))
+                            .map(|(_, &d)| d)
+                            .collect()
                     }
                 }
             } else {
                 let axes = axes.ok_or("Unsqueeze needs axes")?;
                 let rank = shape.len() + axes.len();
-                let axes = axes.iter().map(|&ax| normalize_axis(ax, rank)).collect::<Map<Vec<_>>>()?;
+                let axes = axes
+                    .iter()
+                    .map(|&ax| normalize_axis(ax, rank))
+                    .collect::<Map<Vec<_>>>()?;
                 let mut rest = shape.iter();
-                (0..rank).map(|i| if axes.contains(&i) { 1 } else { *rest.next().unwrap_or(&1) }).collect()
+                (0..rank)
+                    .map(|i| {
+                        if axes.contains(&i) {
+                            1
+                        } else {
+                            *rest.next().unwrap_or(&1)
+                        }
+                    })
+                    .collect()
             };
             reshape(b, x, dims).map(|v| vec![v])
         }
@@ -289,7 +423,10 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
             let axis = normalize_axis(a.int("axis", 0)?, rank)?;
             let folded: Option<Vec<Rc<Const>>> = parts.iter().map(|p| b.folded(p)).collect();
             match folded {
-                Some(cs) => one(konst(Const::concat(&cs.iter().map(|c| c.as_ref()).collect::<Vec<_>>(), axis)?)),
+                Some(cs) => one(konst(Const::concat(
+                    &cs.iter().map(|c| c.as_ref()).collect::<Vec<_>>(),
+                    axis,
+                )?)),
                 None => one(b.op_on(Op::Concat { axis }, &parts)?),
             }
         }
@@ -301,14 +438,28 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
             if let Some(c) = b.folded(x) {
                 return one(konst(c.gather(axis, &index)?));
             }
-            let picks = index.ints()?.into_iter().map(|i| normalize_index(i, shape[axis])).collect::<Map<Vec<_>>>()?;
+            let picks = index
+                .ints()?
+                .into_iter()
+                .map(|i| normalize_index(i, shape[axis]))
+                .collect::<Map<Vec<_>>>()?;
             let mut out_shape = shape[..axis].to_vec();
             out_shape.extend_from_slice(&index.dims);
             out_shape.extend_from_slice(&shape[axis + 1..]);
             let picked = match picks.as_slice() {
-                [k] => b.op_on(Op::Slice { axis, start: *k, end: k + 1 }, &[x])?,
+                [k] => b.op_on(
+                    Op::Slice {
+                        axis,
+                        start: *k,
+                        end: k + 1,
+                    },
+                    &[x],
+                )?,
                 _ => {
-                    let ix = konst(Const::f32(vec![picks.len()], picks.iter().map(|&k| k as f32).collect()));
+                    let ix = konst(Const::f32(
+                        vec![picks.len()],
+                        picks.iter().map(|&k| k as f32).collect(),
+                    ));
                     b.op_on(Op::IndexSelect { axis }, &[x, &ix])?
                 }
             };
@@ -327,13 +478,20 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
                 opt(inputs, 1).map(|v| b.ints(v, "axes")).transpose()?
             };
             let mut axes = match axes {
-                Some(ax) if !ax.is_empty() => ax.iter().map(|&ax| normalize_axis(ax, rank)).collect::<Map<Vec<_>>>()?,
+                Some(ax) if !ax.is_empty() => ax
+                    .iter()
+                    .map(|&ax| normalize_axis(ax, rank))
+                    .collect::<Map<Vec<_>>>()?,
                 _ if noop => return one(x.clone()),
                 _ => (0..rank).collect(),
             };
             axes.sort_unstable();
             axes.dedup();
-            let op = if op == "ReduceMean" { Op::ReduceMean { axes, keepdim } } else { Op::ReduceSum { axes, keepdim } };
+            let op = if op == "ReduceMean" {
+                Op::ReduceMean { axes, keepdim }
+            } else {
+                Op::ReduceSum { axes, keepdim }
+            };
             one(b.op_on(op, &[x])?)
         }
         "GlobalAveragePool" => {
@@ -342,7 +500,13 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
             if rank < 3 {
                 return Err("GlobalAveragePool of a tensor of rank < 3".into());
             }
-            one(b.op_on(Op::ReduceMean { axes: (2..rank).collect(), keepdim: true }, &[x])?)
+            one(b.op_on(
+                Op::ReduceMean {
+                    axes: (2..rank).collect(),
+                    keepdim: true,
+                },
+                &[x],
+            )?)
         }
         "MatMul" => matmul(b, arg(inputs, 0)?, arg(inputs, 1)?).map(|v| vec![v]),
         "Gemm" => gemm(b, a, inputs).map(|v| vec![v]),
@@ -454,7 +618,11 @@ fn reshape_dims(shape: &[usize], spec: &[i64], allowzero: bool) -> Map<Vec<usize
                 infer = Some(i);
                 dims.push(1);
             }
-            0 if !allowzero => dims.push(*shape.get(i).ok_or("Reshape copies a dim the input does not have")?),
+            0 if !allowzero => dims.push(
+                *shape
+                    .get(i)
+                    .ok_or("Reshape copies a dim the input does not have")?,
+            ),
             d if d >= 0 => dims.push(d as usize),
             _ => return Err(format!("Reshape to {spec:?}: bad dimension {d}")),
         }
@@ -463,12 +631,16 @@ fn reshape_dims(shape: &[usize], spec: &[i64], allowzero: bool) -> Map<Vec<usize
     if let Some(i) = infer {
         let known: usize = dims.iter().product();
         if known == 0 || total % known != 0 {
-            return Err(format!("Reshape of {shape:?} to {spec:?}: cannot infer the -1"));
+            return Err(format!(
+                "Reshape of {shape:?} to {spec:?}: cannot infer the -1"
+            ));
         }
         dims[i] = total / known;
     }
     if dims.iter().product::<usize>() != total {
-        return Err(format!("Reshape of {shape:?} ({total} elements) to {dims:?}"));
+        return Err(format!(
+            "Reshape of {shape:?} ({total} elements) to {dims:?}"
+        ));
     }
     Ok(dims)
 }
@@ -502,7 +674,10 @@ fn slice(b: &mut Builder, inputs: &[Option<Value>]) -> Map<Value> {
     let mut ranges = vec![];
     for i in 0..starts.len() {
         let axis = normalize_axis(axes[i], shape.len())?;
-        ranges.push((axis, slice_range(starts[i], ends[i], steps[i], shape[axis])?));
+        ranges.push((
+            axis,
+            slice_range(starts[i], ends[i], steps[i], shape[axis])?,
+        ));
     }
     if let Some(c) = b.folded(x) {
         return Ok(c.slice(&ranges)).map(konst);
@@ -513,10 +688,20 @@ fn slice(b: &mut Builder, inputs: &[Option<Value>]) -> Map<Value> {
             continue;
         }
         if steps[i] != 1 {
-            return Err(format!("Slice with step {} of a computed value (only step 1)", steps[i]));
+            return Err(format!(
+                "Slice with step {} of a computed value (only step 1)",
+                steps[i]
+            ));
         }
         let start = keep.first().copied().unwrap_or(0);
-        out = b.op_on(Op::Slice { axis: *axis, start, end: start + keep.len() }, &[&out])?;
+        out = b.op_on(
+            Op::Slice {
+                axis: *axis,
+                start,
+                end: start + keep.len(),
+            },
+            &[&out],
+        )?;
     }
     Ok(out)
 }
@@ -526,7 +711,11 @@ fn split(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Vec<Value>
     let shape = b.shape(x);
     let axis = normalize_axis(a.int("axis", 0)?, shape.len())?;
     let sizes: Vec<usize> = match opt(inputs, 1) {
-        Some(v) => b.ints(v, "split")?.iter().map(|&s| s.max(0) as usize).collect(),
+        Some(v) => b
+            .ints(v, "split")?
+            .iter()
+            .map(|&s| s.max(0) as usize)
+            .collect(),
         None => {
             let n = a.int("num_outputs", 0)?;
             if n <= 0 {
@@ -534,18 +723,30 @@ fn split(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Vec<Value>
             }
             let n = n as usize;
             let chunk = shape[axis].div_ceil(n);
-            (0..n).map(|i| chunk.min(shape[axis].saturating_sub(i * chunk))).collect()
+            (0..n)
+                .map(|i| chunk.min(shape[axis].saturating_sub(i * chunk)))
+                .collect()
         }
     };
     if sizes.iter().sum::<usize>() != shape[axis] {
-        return Err(format!("Split sizes {sizes:?} do not sum to {}", shape[axis]));
+        return Err(format!(
+            "Split sizes {sizes:?} do not sum to {}",
+            shape[axis]
+        ));
     }
     let mut start = 0;
     let mut outs = vec![];
     for s in sizes {
         outs.push(match b.folded(x) {
             Some(c) => konst(c.slice(&[(axis, (start..start + s).collect())])),
-            None => b.op_on(Op::Slice { axis, start, end: start + s }, &[x])?,
+            None => b.op_on(
+                Op::Slice {
+                    axis,
+                    start,
+                    end: start + s,
+                },
+                &[x],
+            )?,
         });
         start += s;
     }
@@ -558,8 +759,16 @@ fn matmul(b: &mut Builder, x: &Value, y: &Value) -> Map<Value> {
     if sx.is_empty() || sy.is_empty() {
         return Err("MatMul of a scalar".into());
     }
-    let x2 = if sx.len() == 1 { reshape(b, x, vec![1, sx[0]])? } else { x.clone() };
-    let y2 = if sy.len() == 1 { reshape(b, y, vec![sy[0], 1])? } else { y.clone() };
+    let x2 = if sx.len() == 1 {
+        reshape(b, x, vec![1, sx[0]])?
+    } else {
+        x.clone()
+    };
+    let y2 = if sy.len() == 1 {
+        reshape(b, y, vec![sy[0], 1])?
+    } else {
+        y.clone()
+    };
     let (mut ax, mut ay) = (b.shape(&x2), b.shape(&y2));
     let (mut x2, mut y2) = (x2, y2);
     if ax.len() > 2 && ay.len() > 2 && ax[..ax.len() - 2] != ay[..ay.len() - 2] {
@@ -593,9 +802,17 @@ fn gemm(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Value> {
     let (x, w) = (arg(inputs, 0)?, arg(inputs, 1)?);
     let (alpha, beta) = (a.float("alpha", 1.0)?, a.float("beta", 1.0)?);
     let (ta, tb) = (a.int("transA", 0)? != 0, a.int("transB", 0)? != 0);
-    let x = if ta { b.op_on(Op::Permute { axes: vec![1, 0] }, &[x])? } else { x.clone() };
+    let x = if ta {
+        b.op_on(Op::Permute { axes: vec![1, 0] }, &[x])?
+    } else {
+        x.clone()
+    };
     // linear wants the weight as [out, in]: B as given when transB, else transposed
-    let w = if tb { w.clone() } else { b.op_on(Op::Permute { axes: vec![1, 0] }, &[w])? };
+    let w = if tb {
+        w.clone()
+    } else {
+        b.op_on(Op::Permute { axes: vec![1, 0] }, &[w])?
+    };
     let c = opt(inputs, 2);
     let n = b.shape(&w)[0];
     let fused_bias = c.filter(|c| beta == 1.0 && alpha == 1.0 && b.shape(c) == [n]);
@@ -607,7 +824,11 @@ fn gemm(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Value> {
         out = b.op_on(Op::Scale { factor: alpha }, &[&out])?;
     }
     if let (Some(c), None) = (c, fused_bias) {
-        let c = if beta != 1.0 { b.op_on(Op::Scale { factor: beta }, &[c])? } else { c.clone() };
+        let c = if beta != 1.0 {
+            b.op_on(Op::Scale { factor: beta }, &[c])?
+        } else {
+            c.clone()
+        };
         out = b.op_on(Op::Add, &[&out, &c])?;
     }
     Ok(out)
@@ -616,7 +837,9 @@ fn gemm(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Value> {
 /// The 2-D window attributes shared by Conv and the pools: symmetric pads only.
 fn window(a: &Attrs, rank: usize) -> Map<([usize; 2], [usize; 2], [usize; 2])> {
     if rank != 4 {
-        return Err(format!("only 2-D windows (rank-4 inputs) are supported, got rank {rank}"));
+        return Err(format!(
+            "only 2-D windows (rank-4 inputs) are supported, got rank {rank}"
+        ));
     }
     let auto_pad = a.string("auto_pad", "NOTSET")?;
     if auto_pad != "NOTSET" && auto_pad != "VALID" {
@@ -625,7 +848,9 @@ fn window(a: &Attrs, rank: usize) -> Map<([usize; 2], [usize; 2], [usize; 2])> {
     let pair = |name: &str, default: usize| -> Map<[usize; 2]> {
         match a.ints(name)? {
             None => Ok([default; 2]),
-            Some(v) if v.len() == 2 && v.iter().all(|&d| d >= 0) => Ok([v[0] as usize, v[1] as usize]),
+            Some(v) if v.len() == 2 && v.iter().all(|&d| d >= 0) => {
+                Ok([v[0] as usize, v[1] as usize])
+            }
             Some(v) => Err(format!("`{name}` {v:?}: expected two non-negative values")),
         }
     };
@@ -634,7 +859,11 @@ fn window(a: &Attrs, rank: usize) -> Map<([usize; 2], [usize; 2], [usize; 2])> {
         Some(p) if p.len() == 4 && p[0] == p[2] && p[1] == p[3] && p.iter().all(|&d| d >= 0) => {
             [p[0] as usize, p[1] as usize]
         }
-        Some(p) => return Err(format!("pads {p:?}: only symmetric pads (begin = end) are supported")),
+        Some(p) => {
+            return Err(format!(
+                "pads {p:?}: only symmetric pads (begin = end) are supported"
+            ))
+        }
     };
     Ok((pair("strides", 1)?, pads, pair("dilations", 1)?))
 }
@@ -645,11 +874,18 @@ fn conv(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Value> {
     let ws = b.shape(w);
     if let Some(k) = a.ints("kernel_shape")? {
         if ws.len() != 4 || k != [ws[2] as i64, ws[3] as i64] {
-            return Err(format!("kernel_shape {k:?} differs from the weight's {ws:?}"));
+            return Err(format!(
+                "kernel_shape {k:?} differs from the weight's {ws:?}"
+            ));
         }
     }
     let groups = usize::try_from(a.int("group", 1)?).map_err(|_| "negative group".to_string())?;
-    let op = Op::Conv2d(Conv2dGeometry { stride, padding, dilation, groups });
+    let op = Op::Conv2d(Conv2dGeometry {
+        stride,
+        padding,
+        dilation,
+        groups,
+    });
     match opt(inputs, 2) {
         Some(bias) => b.op_on(op, &[x, w, bias]),
         None => b.op_on(op, &[x, w]),
@@ -668,7 +904,11 @@ fn pool(b: &mut Builder, op: &str, a: &Attrs, x: &Value) -> Map<Value> {
         Some(k) if k.len() == 2 && k.iter().all(|&d| d > 0) => [k[0] as usize, k[1] as usize],
         _ => return Err("kernel_shape must hold two positive values".into()),
     };
-    let geometry = Pool2dGeometry { kernel, stride, padding };
+    let geometry = Pool2dGeometry {
+        kernel,
+        stride,
+        padding,
+    };
     if op == "MaxPool" {
         if a.int("storage_order", 0)? != 0 {
             return Err("storage_order=1".into());
@@ -676,7 +916,13 @@ fn pool(b: &mut Builder, op: &str, a: &Attrs, x: &Value) -> Map<Value> {
         b.op_on(Op::MaxPool2d(geometry), &[x])
     } else {
         let count_include_pad = a.int("count_include_pad", 0)? != 0;
-        b.op_on(Op::AvgPool2d { geometry, count_include_pad }, &[x])
+        b.op_on(
+            Op::AvgPool2d {
+                geometry,
+                count_include_pad,
+            },
+            &[x],
+        )
     }
 }
 
@@ -694,10 +940,14 @@ fn batch_norm(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Value
         return Err("BatchNormalization of a tensor of rank < 2".into());
     }
     let c = shape[1];
-    let per_channel: Vec<usize> = std::iter::once(c).chain(std::iter::repeat_n(1, shape.len() - 2)).collect();
+    let per_channel: Vec<usize> = std::iter::once(c)
+        .chain(std::iter::repeat_n(1, shape.len() - 2))
+        .collect();
     let mut column = |v: &Value| -> Map<Value> {
         if b.shape(v) != [c] {
-            return Err(format!("BatchNormalization parameters must have shape [{c}]"));
+            return Err(format!(
+                "BatchNormalization parameters must have shape [{c}]"
+            ));
         }
         reshape(b, v, per_channel.clone())
     };

@@ -1,0 +1,515 @@
+//! torchlean graph → ONNX model (opset [`EXPORT_OPSET`]).
+//!
+//! Each op becomes one ONNX operator where ONNX has it (`linear` → `Gemm`, `layer_norm` →
+//! `LayerNormalization`, `gelu` → `Gelu`), or a short decomposition (`mse_loss`, `silu`,
+//! `batch_norm`'s batch statistics, attention as MatMul → Softmax → MatMul). Parameters and
+//! constants become initializers under their names; graph outputs keep theirs. An op with no
+//! ONNX counterpart (random sources, optimizer updates, `vjp` nodes, the spectral and scan
+//! ops) is refused with its name: export the forward graph.
+//!
+//! Masked attention keeps torchlean's meaning: a blocked entry is `-inf` before the softmax
+//! (so it contributes exactly zero), and a row whose entries are all blocked is set to zero
+//! after it (where ONNX's softmax alone would give NaN).
+
+use crate::error::OnnxError;
+use onnx_protobuf::{
+    attribute_proto::AttributeType, tensor_shape_proto, type_proto, AttributeProto, GraphProto,
+    ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto, TypeProto,
+    ValueInfoProto,
+};
+use torchlean::graph::{AttentionMask, Graph, NodeKind, Op};
+use torchlean::Tensor;
+
+/// The opset exported models declare (Gelu is a standard operator from 20 on).
+pub const EXPORT_OPSET: i64 = 20;
+
+type Out<T> = Result<T, OnnxError>;
+
+fn value_info(name: &str, shape: &[usize]) -> ValueInfoProto {
+    let mut s = TensorShapeProto::new();
+    for &d in shape {
+        let mut dim = tensor_shape_proto::Dimension::new();
+        dim.value = Some(tensor_shape_proto::dimension::Value::DimValue(d as i64));
+        s.dim.push(dim);
+    }
+    let mut t = type_proto::Tensor::new();
+    t.elem_type = crate::constant::dtype::FLOAT;
+    t.shape = Some(s).into();
+    let mut ty = TypeProto::new();
+    ty.value = Some(type_proto::Value::TensorType(t));
+    let mut v = ValueInfoProto::new();
+    v.name = name.into();
+    v.type_ = Some(ty).into();
+    v
+}
+
+fn float_tensor(name: &str, dims: &[usize], data: &[f32]) -> TensorProto {
+    let mut t = TensorProto::new();
+    t.name = name.into();
+    t.dims = dims.iter().map(|&d| d as i64).collect();
+    t.data_type = crate::constant::dtype::FLOAT;
+    t.raw_data = data.iter().flat_map(|v| v.to_le_bytes()).collect();
+    t
+}
+
+/// An attribute.
+enum A {
+    I(i64),
+    F(f32),
+    Is(Vec<i64>),
+}
+
+/// The nodes and constant initializers being written.
+struct Emitter {
+    nodes: Vec<NodeProto>,
+    inits: Vec<TensorProto>,
+    fresh: usize,
+}
+
+impl Emitter {
+    fn name(&mut self, what: &str) -> String {
+        self.fresh += 1;
+        format!("{what}_{}", self.fresh)
+    }
+
+    /// Appends `op_type(inputs)` with attributes; returns its (fresh) output name.
+    fn node(&mut self, op_type: &str, inputs: &[&str], attrs: Vec<(&str, A)>) -> String {
+        let out = self.name(&op_type.to_lowercase());
+        let mut n = NodeProto::new();
+        n.op_type = op_type.into();
+        n.name = out.clone();
+        n.input = inputs.iter().map(|s| s.to_string()).collect();
+        n.output = vec![out.clone()];
+        for (name, v) in attrs {
+            let mut a = AttributeProto::new();
+            a.name = name.into();
+            match v {
+                A::I(i) => {
+                    a.type_ = AttributeType::INT.into();
+                    a.i = i;
+                }
+                A::F(f) => {
+                    a.type_ = AttributeType::FLOAT.into();
+                    a.f = f;
+                }
+                A::Is(v) => {
+                    a.type_ = AttributeType::INTS.into();
+                    a.ints = v;
+                }
+            }
+            n.attribute.push(a);
+        }
+        self.nodes.push(n);
+        out
+    }
+
+    fn ints(&mut self, v: &[i64]) -> String {
+        let name = self.name("ints");
+        let mut t = TensorProto::new();
+        t.name = name.clone();
+        t.dims = vec![v.len() as i64];
+        t.data_type = crate::constant::dtype::INT64;
+        t.int64_data = v.to_vec();
+        self.inits.push(t);
+        name
+    }
+
+    fn floats(&mut self, dims: &[usize], v: &[f32]) -> String {
+        let name = self.name("const");
+        self.inits.push(float_tensor(&name, dims, v));
+        name
+    }
+
+    fn scalar(&mut self, v: f32) -> String {
+        self.floats(&[], &[v])
+    }
+
+    fn reshape(&mut self, x: &str, shape: &[usize]) -> String {
+        let s = self.ints(&shape.iter().map(|&d| d as i64).collect::<Vec<_>>());
+        self.node("Reshape", &[x, &s], vec![])
+    }
+
+    fn as_bool(&mut self, x: &str) -> String {
+        self.node(
+            "Cast",
+            &[x],
+            vec![("to", A::I(crate::constant::dtype::BOOL as i64))],
+        )
+    }
+}
+
+fn pair(v: [usize; 2]) -> A {
+    A::Is(v.iter().map(|&d| d as i64).collect())
+}
+
+fn pads(p: [usize; 2]) -> A {
+    A::Is(vec![p[0] as i64, p[1] as i64, p[0] as i64, p[1] as i64])
+}
+
+fn refuse(op: &Op, why: &str) -> OnnxError {
+    OnnxError::Export(format!("`{}` {why}", op.name()))
+}
+
+/// One op over input value names and shapes; returns the name of its result.
+fn emit(
+    e: &mut Emitter,
+    op: &Op,
+    x: &[String],
+    shapes: &[&[usize]],
+    out_shape: &[usize],
+) -> Out<String> {
+    let xs: Vec<&str> = x.iter().map(String::as_str).collect();
+    let unary = |e: &mut Emitter, t: &str| e.node(t, &[xs[0]], vec![]);
+    Ok(match op {
+        Op::Add => e.node("Add", &xs, vec![]),
+        Op::Sub => e.node("Sub", &xs, vec![]),
+        Op::Mul => e.node("Mul", &xs, vec![]),
+        Op::Div => e.node("Div", &xs, vec![]),
+        Op::Maximum => e.node("Max", &xs, vec![]),
+        Op::Minimum => e.node("Min", &xs, vec![]),
+        Op::Where => {
+            let c = e.as_bool(xs[0]);
+            e.node("Where", &[&c, xs[1], xs[2]], vec![])
+        }
+        Op::Neg => unary(e, "Neg"),
+        Op::Abs => unary(e, "Abs"),
+        Op::Sqrt => unary(e, "Sqrt"),
+        Op::Exp => unary(e, "Exp"),
+        Op::Log => unary(e, "Log"),
+        Op::Sin => unary(e, "Sin"),
+        Op::Cos => unary(e, "Cos"),
+        Op::Tanh => unary(e, "Tanh"),
+        Op::Sigmoid => unary(e, "Sigmoid"),
+        Op::Relu => unary(e, "Relu"),
+        Op::Gelu => unary(e, "Gelu"),
+        Op::Softplus => unary(e, "Softplus"),
+        Op::Inv => unary(e, "Reciprocal"),
+        Op::Silu => {
+            let s = unary(e, "Sigmoid");
+            e.node("Mul", &[xs[0], &s], vec![])
+        }
+        Op::SafeLog { eps } => {
+            let c = e.scalar(*eps);
+            let m = e.node("Max", &[xs[0], &c], vec![]);
+            e.node("Log", &[&m], vec![])
+        }
+        Op::Scale { factor } => {
+            let c = e.scalar(*factor);
+            e.node("Mul", &[xs[0], &c], vec![])
+        }
+        Op::AddScalar { value } => {
+            let c = e.scalar(*value);
+            e.node("Add", &[xs[0], &c], vec![])
+        }
+        Op::Clamp { min, max } => {
+            let (lo, hi) = (e.scalar(*min), e.scalar(*max));
+            e.node("Clip", &[xs[0], &lo, &hi], vec![])
+        }
+        Op::Pow { exponent } => {
+            let c = e.scalar(*exponent);
+            e.node("Pow", &[xs[0], &c], vec![])
+        }
+        Op::Softmax { axis } => e.node("Softmax", &xs, vec![("axis", A::I(*axis as i64))]),
+        Op::LogSoftmax { axis } => e.node("LogSoftmax", &xs, vec![("axis", A::I(*axis as i64))]),
+        Op::SumAll => {
+            let s = e.node("ReduceSum", &xs, vec![("keepdims", A::I(0))]);
+            e.reshape(&s, out_shape)
+        }
+        Op::ReduceSum { axes, keepdim } | Op::ReduceMean { axes, keepdim } => {
+            let t = if matches!(op, Op::ReduceSum { .. }) {
+                "ReduceSum"
+            } else {
+                "ReduceMean"
+            };
+            if axes.is_empty() {
+                return Ok(e.node("Identity", &xs, vec![]));
+            }
+            let a = e.ints(&axes.iter().map(|&a| a as i64).collect::<Vec<_>>());
+            e.node(t, &[xs[0], &a], vec![("keepdims", A::I(*keepdim as i64))])
+        }
+        Op::Argmax { axis } => {
+            let i = e.node(
+                "ArgMax",
+                &xs,
+                vec![("axis", A::I(*axis as i64)), ("keepdims", A::I(0))],
+            );
+            e.node(
+                "Cast",
+                &[&i],
+                vec![("to", A::I(crate::constant::dtype::FLOAT as i64))],
+            )
+        }
+        Op::Reshape { shape } => e.reshape(xs[0], shape),
+        Op::Permute { axes } => e.node(
+            "Transpose",
+            &xs,
+            vec![("perm", A::Is(axes.iter().map(|&a| a as i64).collect()))],
+        ),
+        Op::BroadcastTo { shape } => {
+            let s = e.ints(&shape.iter().map(|&d| d as i64).collect::<Vec<_>>());
+            e.node("Expand", &[xs[0], &s], vec![])
+        }
+        Op::Concat { axis } => e.node("Concat", &xs, vec![("axis", A::I(*axis as i64))]),
+        Op::Slice { axis, start, end } => {
+            let (s, t, a) = (
+                e.ints(&[*start as i64]),
+                e.ints(&[*end as i64]),
+                e.ints(&[*axis as i64]),
+            );
+            e.node("Slice", &[xs[0], &s, &t, &a], vec![])
+        }
+        Op::IndexSelect { axis } | Op::Gather { axis } => {
+            let i = e.node(
+                "Cast",
+                &[xs[1]],
+                vec![("to", A::I(crate::constant::dtype::INT64 as i64))],
+            );
+            let t = if matches!(op, Op::IndexSelect { .. }) {
+                "Gather"
+            } else {
+                "GatherElements"
+            };
+            e.node(t, &[xs[0], &i], vec![("axis", A::I(*axis as i64))])
+        }
+        Op::Matmul => e.node("MatMul", &xs, vec![]),
+        Op::Linear if shapes[0].len() == 2 => e.node("Gemm", &xs, vec![("transB", A::I(1))]),
+        Op::Linear => {
+            let wt = e.node("Transpose", &[xs[1]], vec![("perm", A::Is(vec![1, 0]))]);
+            let y = e.node("MatMul", &[xs[0], &wt], vec![]);
+            match xs.get(2) {
+                Some(b) => e.node("Add", &[&y, b], vec![]),
+                None => y,
+            }
+        }
+        Op::MseLoss => {
+            let d = e.node("Sub", &xs, vec![]);
+            let sq = e.node("Mul", &[&d, &d], vec![]);
+            let m = e.node("ReduceMean", &[&sq], vec![("keepdims", A::I(0))]);
+            e.reshape(&m, out_shape)
+        }
+        Op::LayerNorm { eps } => e.node(
+            "LayerNormalization",
+            &xs,
+            vec![("axis", A::I(-1)), ("epsilon", A::F(*eps))],
+        ),
+        Op::BatchNorm { eps, channel_axis } => {
+            // batch statistics (torchlean's batch_norm is the training-mode formula)
+            let rank = shapes[0].len();
+            let axes: Vec<i64> = (0..rank)
+                .filter(|a| a != channel_axis)
+                .map(|a| a as i64)
+                .collect();
+            let a = e.ints(&axes);
+            let mean = e.node("ReduceMean", &[xs[0], &a], vec![("keepdims", A::I(1))]);
+            let d = e.node("Sub", &[xs[0], &mean], vec![]);
+            let sq = e.node("Mul", &[&d, &d], vec![]);
+            let a2 = e.ints(&axes);
+            let var = e.node("ReduceMean", &[&sq, &a2], vec![("keepdims", A::I(1))]);
+            let c = e.scalar(*eps);
+            let ve = e.node("Add", &[&var, &c], vec![]);
+            let sd = e.node("Sqrt", &[&ve], vec![]);
+            let n = e.node("Div", &[&d, &sd], vec![]);
+            let per: Vec<usize> = (0..rank)
+                .map(|a| if a == *channel_axis { shapes[0][a] } else { 1 })
+                .collect();
+            let g = e.reshape(xs[1], &per);
+            let b = e.reshape(xs[2], &per);
+            let y = e.node("Mul", &[&n, &g], vec![]);
+            e.node("Add", &[&y, &b], vec![])
+        }
+        Op::Conv2d(g) => {
+            let k = [shapes[1][2], shapes[1][3]];
+            e.node(
+                "Conv",
+                &xs,
+                vec![
+                    ("kernel_shape", pair(k)),
+                    ("strides", pair(g.stride)),
+                    ("pads", pads(g.padding)),
+                    ("dilations", pair(g.dilation)),
+                    ("group", A::I(g.groups as i64)),
+                ],
+            )
+        }
+        Op::ConvTranspose2d(g) => {
+            let k = [shapes[1][2], shapes[1][3]];
+            e.node(
+                "ConvTranspose",
+                &xs,
+                vec![
+                    ("kernel_shape", pair(k)),
+                    ("strides", pair(g.stride)),
+                    ("pads", pads(g.padding)),
+                    ("output_padding", pair(g.output_padding)),
+                    ("dilations", pair(g.dilation)),
+                    ("group", A::I(g.groups as i64)),
+                ],
+            )
+        }
+        Op::MaxPool2d(g) => e.node(
+            "MaxPool",
+            &xs,
+            vec![
+                ("kernel_shape", pair(g.kernel)),
+                ("strides", pair(g.stride)),
+                ("pads", pads(g.padding)),
+            ],
+        ),
+        Op::AvgPool2d {
+            geometry: g,
+            count_include_pad,
+        } => e.node(
+            "AveragePool",
+            &xs,
+            vec![
+                ("kernel_shape", pair(g.kernel)),
+                ("strides", pair(g.stride)),
+                ("pads", pads(g.padding)),
+                ("count_include_pad", A::I(*count_include_pad as i64)),
+            ],
+        ),
+        Op::ScaledDotProductAttention {
+            scale,
+            causal,
+            mask,
+        } => attention(e, &xs, shapes, *scale, *causal, *mask),
+        Op::FusedUnary { ops } => {
+            let mut cur = x[0].clone();
+            for part in ops {
+                cur = emit(e, part, std::slice::from_ref(&cur), shapes, out_shape)?;
+            }
+            cur
+        }
+        Op::RandUniform { .. } | Op::BernoulliMask { .. } => {
+            return Err(refuse(
+                op,
+                "is a random source: export in evaluation mode (no dropout)",
+            ))
+        }
+        Op::EmaUpdate { .. } | Op::AdamUpdate { .. } => {
+            return Err(refuse(
+                op,
+                "is an optimizer update: export the forward graph",
+            ))
+        }
+        _ => {
+            return Err(refuse(
+                op,
+                "has no ONNX export yet (docs/onnx.md lists the exported ops)",
+            ))
+        }
+    })
+}
+
+/// softmax(scale · q kᵀ (+ bias | masked) (causal)) v, with fully blocked rows zeroed.
+fn attention(
+    e: &mut Emitter,
+    xs: &[&str],
+    shapes: &[&[usize]],
+    scale: Option<f32>,
+    causal: bool,
+    mask: AttentionMask,
+) -> String {
+    let q = shapes[0];
+    let r = q.len();
+    let (l, s, d) = (q[r - 2], shapes[1][r - 2], q[r - 1]);
+    let mut perm: Vec<i64> = (0..r as i64).collect();
+    perm.swap(r - 2, r - 1);
+    let kt = e.node("Transpose", &[xs[1]], vec![("perm", A::Is(perm))]);
+    let qk = e.node("MatMul", &[xs[0], &kt], vec![]);
+    let c = e.scalar(scale.unwrap_or(1.0 / (d as f32).sqrt()));
+    let mut scores = e.node("Mul", &[&qk, &c], vec![]);
+    let mut keep: Option<String> = None;
+    match mask {
+        AttentionMask::None => {}
+        AttentionMask::AdditiveBias => scores = e.node("Add", &[&scores, xs[3]], vec![]),
+        AttentionMask::Boolean => keep = Some(e.as_bool(xs[3])),
+    }
+    if causal {
+        // key j is visible from query i when j <= i
+        let t = e.name("causal");
+        let mut tri = TensorProto::new();
+        tri.name = t.clone();
+        tri.dims = vec![l as i64, s as i64];
+        tri.data_type = crate::constant::dtype::BOOL;
+        tri.raw_data = (0..l * s).map(|i| (i % s <= i / s) as u8).collect();
+        e.inits.push(tri);
+        keep = Some(match keep {
+            Some(k) => e.node("And", &[&k, &t], vec![]),
+            None => t,
+        });
+    }
+    if let Some(k) = &keep {
+        let ninf = e.scalar(f32::NEG_INFINITY);
+        scores = e.node("Where", &[k, &scores, &ninf], vec![]);
+    }
+    let mut p = e.node("Softmax", &[&scores], vec![("axis", A::I(-1))]);
+    if let Some(k) = &keep {
+        let zero = e.scalar(0.0);
+        p = e.node("Where", &[k, &p, &zero], vec![]);
+    }
+    e.node("MatMul", &[&p, xs[2]], vec![])
+}
+
+/// Writes `graph` as an ONNX model; `values` holds every parameter and constant it names.
+pub fn export_model(graph: &Graph, values: &[(String, Tensor)]) -> Out<ModelProto> {
+    let mut e = Emitter {
+        nodes: vec![],
+        inits: vec![],
+        fresh: 0,
+    };
+    let mut g = GraphProto::new();
+    g.name = "torchlean".into();
+    let mut names: Vec<String> = Vec::with_capacity(graph.nodes.len());
+    for n in &graph.nodes {
+        let name = match &n.kind {
+            NodeKind::Input { name } => {
+                g.input.push(value_info(name, &n.shape));
+                name.clone()
+            }
+            NodeKind::Parameter { name } | NodeKind::Constant { name } => {
+                let t = values
+                    .iter()
+                    .find(|(k, _)| k == name)
+                    .map(|(_, t)| t)
+                    .ok_or_else(|| OnnxError::Export(format!("no value for `{name}`")))?;
+                if t.shape() != n.shape.as_slice() {
+                    return Err(OnnxError::Export(format!("`{name}` has shape {:?}, the graph declares {:?}", t.shape(), n.shape)));
+                }
+                let data = t.try_to_vec().map_err(|err| OnnxError::Export(format!("`{name}`: {err}")))?;
+                e.inits.push(float_tensor(name, &n.shape, &data));
+                name.clone()
+            }
+            NodeKind::Op { op } => {
+                let x: Vec<String> = n.parents.iter().map(|&p| names[p].clone()).collect();
+                let shapes: Vec<&[usize]> = n.parents.iter().map(|&p| graph.nodes[p].shape.as_slice()).collect();
+                emit(&mut e, op, &x, &shapes, &n.shape)?
+            }
+            NodeKind::Vjp { op, .. } => {
+                return Err(OnnxError::Export(format!("node {} is a vjp node of `{}`: backward graphs have no ONNX counterpart; export the forward graph", n.id, op.name())))
+            }
+        };
+        names.push(name);
+    }
+    for o in &graph.outputs {
+        let mut n = NodeProto::new();
+        n.op_type = "Identity".into();
+        n.name = format!("output_{}", o.name);
+        n.input = vec![names[o.node].clone()];
+        n.output = vec![o.name.clone()];
+        e.nodes.push(n);
+        g.output
+            .push(value_info(&o.name, &graph.nodes[o.node].shape));
+    }
+    g.node = e.nodes;
+    g.initializer = e.inits;
+    let mut m = ModelProto::new();
+    m.ir_version = 9;
+    m.producer_name = "torchlean".into();
+    m.producer_version = env!("CARGO_PKG_VERSION").into();
+    let mut o = OperatorSetIdProto::new();
+    o.version = EXPORT_OPSET;
+    m.opset_import.push(o);
+    m.graph = Some(g).into();
+    Ok(m)
+}

@@ -1,0 +1,167 @@
+//! torchlean graphs exported as ONNX: tract (an independent engine) loads them and computes
+//! the same outputs as torchlean, and importing an exported model gives the same outputs
+//! again (import ∘ export).
+
+mod common;
+
+use common::*;
+use std::collections::HashMap;
+use torchlean::backend::BackendProfile;
+use torchlean::nn::{Activation, Mlp, Module, TransformerConfig, TransformerEncoder};
+use torchlean::runtime::capture::capture;
+use torchlean::Tensor;
+use tract_onnx::prelude::*;
+
+fn captured(
+    model: &dyn Module,
+    x: Tensor,
+) -> (
+    torchlean::graph::Graph,
+    Vec<(String, Tensor)>,
+    Vec<(String, Tensor)>,
+) {
+    torchlean::runtime::install(torchlean::runtime::Session::new(
+        BackendProfile::default_cpu(),
+    ))
+    .unwrap();
+    let params: Vec<(String, Tensor)> = model
+        .parameters()
+        .into_iter()
+        .map(|(n, t)| (n, t.clone()))
+        .collect();
+    let inputs = vec![("x".to_string(), x)];
+    let c = capture(&inputs, &params, |xs| {
+        Ok(vec![("y".into(), model.forward(&xs[0])?)])
+    })
+    .unwrap();
+    (c.graph, c.values, inputs)
+}
+
+fn tract_outputs(bytes: &[u8], x: &Tensor) -> Vec<f32> {
+    let model = tract_onnx::onnx()
+        .model_for_read(&mut &bytes[..])
+        .expect("tract reads the export");
+    let plan = model.into_optimized().unwrap().into_runnable().unwrap();
+    let a = tract_ndarray::ArrayD::from_shape_vec(x.shape().to_vec(), x.to_vec()).unwrap();
+    let out = plan
+        .run(tvec!(tract_onnx::prelude::Tensor::from(a).into()))
+        .unwrap();
+    out[0]
+        .to_plain_array_view::<f32>()
+        .unwrap()
+        .iter()
+        .copied()
+        .collect()
+}
+
+#[test]
+fn exported_example_models_run_in_tract_and_survive_import() {
+    let config = TransformerConfig {
+        embed_dim: 32,
+        heads: 4,
+        ff_dim: 64,
+        dropout: 0.0,
+        causal: true,
+    };
+    let models: Vec<(&str, Box<dyn Module>, Tensor)> = vec![
+        (
+            "mlp",
+            Box::new(Mlp::new(&[5, 16, 16, 3], Activation::Tanh, 1).unwrap()),
+            Tensor::uniform(&[4, 5], -1.0, 1.0, 2).unwrap(),
+        ),
+        (
+            "cnn",
+            Box::new(torchlean::nn::models::small_cnn(1, 8, 4, 8, 3).unwrap()),
+            Tensor::uniform(&[2, 1, 8, 8], -1.0, 1.0, 4).unwrap(),
+        ),
+        (
+            "transformer",
+            Box::new(TransformerEncoder::new(config, 2, true, 5).unwrap()),
+            Tensor::uniform(&[2, 16, 32], -1.0, 1.0, 6).unwrap(),
+        ),
+    ];
+    for (name, model, x) in models {
+        let (graph, values, inputs) = captured(model.as_ref(), x.clone());
+        let ours = run_graph(
+            graph.clone(),
+            &values,
+            &inputs,
+            &BackendProfile::default_cpu(),
+            false,
+        )
+        .unwrap()["y"]
+            .to_vec();
+        let onnx = torchlean_onnx::export_model(&graph, &values).unwrap();
+        let bytes = torchlean_onnx::model::encode_model(&onnx).unwrap();
+        assert_close(
+            &format!("{name}: tract on the export"),
+            &tract_outputs(&bytes, &x),
+            &ours,
+            1e-5,
+        );
+        let decoded = torchlean_onnx::decode_model(&bytes, name).unwrap();
+        let back = torchlean_onnx::import_model(&decoded, name, &HashMap::new()).unwrap();
+        let again = run_graph(
+            back.graph,
+            &back.values,
+            &inputs,
+            &BackendProfile::default_cpu(),
+            false,
+        )
+        .unwrap()["y"]
+            .to_vec();
+        assert_close(
+            &format!("{name}: import of the export"),
+            &again,
+            &ours,
+            1e-5,
+        );
+    }
+}
+
+#[test]
+fn ops_without_an_onnx_counterpart_are_refused_by_name() {
+    let mut g = torchlean::graph::Graph::new();
+    g.inputs.push(torchlean::graph::ValueDecl {
+        name: "x".into(),
+        shape: vec![4],
+    });
+    let x = g
+        .push(
+            torchlean::graph::NodeKind::Input { name: "x".into() },
+            vec![],
+        )
+        .unwrap();
+    let n = g
+        .push(
+            torchlean::graph::NodeKind::Op {
+                op: torchlean::Op::BernoulliMask {
+                    shape: vec![4],
+                    keep: 0.5,
+                    seed: 1,
+                },
+            },
+            vec![],
+        )
+        .unwrap();
+    let y = g
+        .push(
+            torchlean::graph::NodeKind::Op {
+                op: torchlean::Op::Mul,
+            },
+            vec![x, n],
+        )
+        .unwrap();
+    g.outputs.push(torchlean::graph::OutputDecl {
+        name: "y".into(),
+        node: y,
+    });
+    let e = torchlean_onnx::export_model(&g, &[])
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("bernoulli_mask") && e.contains("random source"),
+        "{e}"
+    );
+}

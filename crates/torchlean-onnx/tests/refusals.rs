@@ -1,0 +1,257 @@
+//! Models torchlean cannot translate are refused before anything runs, with every
+//! unsupported node listed (name, op type, what is missing), and hostile bytes are errors.
+
+use onnx_protobuf::{
+    attribute_proto::AttributeType, tensor_shape_proto, type_proto, AttributeProto, GraphProto,
+    Message, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto, TypeProto,
+    ValueInfoProto,
+};
+use std::collections::HashMap;
+use torchlean_onnx::{decode_model, import_model, OnnxError};
+
+fn value(name: &str, dims: &[i64]) -> ValueInfoProto {
+    let mut shape = TensorShapeProto::new();
+    for &d in dims {
+        let mut dim = tensor_shape_proto::Dimension::new();
+        dim.value = Some(if d >= 0 {
+            tensor_shape_proto::dimension::Value::DimValue(d)
+        } else {
+            tensor_shape_proto::dimension::Value::DimParam("batch".into())
+        });
+        shape.dim.push(dim);
+    }
+    let mut tensor = type_proto::Tensor::new();
+    tensor.elem_type = 1;
+    tensor.shape = Some(shape).into();
+    let mut ty = TypeProto::new();
+    ty.value = Some(type_proto::Value::TensorType(tensor));
+    let mut v = ValueInfoProto::new();
+    v.name = name.into();
+    v.type_ = Some(ty).into();
+    v
+}
+
+fn node(name: &str, op: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
+    let mut n = NodeProto::new();
+    n.name = name.into();
+    n.op_type = op.into();
+    n.input = inputs.iter().map(|s| s.to_string()).collect();
+    n.output = outputs.iter().map(|s| s.to_string()).collect();
+    n
+}
+
+fn ints(name: &str, v: &[i64]) -> AttributeProto {
+    let mut a = AttributeProto::new();
+    a.name = name.into();
+    a.type_ = AttributeType::INTS.into();
+    a.ints = v.to_vec();
+    a
+}
+
+fn weights(name: &str, dims: &[i64], n: usize) -> TensorProto {
+    let mut t = TensorProto::new();
+    t.name = name.into();
+    t.dims = dims.to_vec();
+    t.data_type = 1;
+    t.float_data = vec![0.5; n];
+    t
+}
+
+fn model(
+    nodes: Vec<NodeProto>,
+    inits: Vec<TensorProto>,
+    inputs: Vec<ValueInfoProto>,
+    outputs: Vec<ValueInfoProto>,
+    opset: i64,
+) -> ModelProto {
+    let mut g = GraphProto::new();
+    g.node = nodes;
+    g.initializer = inits;
+    g.input = inputs;
+    g.output = outputs;
+    let mut m = ModelProto::new();
+    m.ir_version = 8;
+    let mut o = OperatorSetIdProto::new();
+    o.version = opset;
+    m.opset_import.push(o);
+    m.graph = Some(g).into();
+    m
+}
+
+fn unsupported(m: &ModelProto) -> Vec<(String, String, String)> {
+    match import_model(m, "test.onnx", &HashMap::new()) {
+        Err(OnnxError::Unsupported { list, .. }) => list
+            .into_iter()
+            .map(|u| (u.name, u.op_type, u.reason))
+            .collect(),
+        Err(e) => panic!("expected the unsupported list, got {e}"),
+        Ok(_) => panic!("expected a refusal"),
+    }
+}
+
+#[test]
+fn every_unsupported_node_is_listed_not_only_the_first() {
+    let mut conv = node("conv_asym", "Conv", &["x4", "w"], &["c"]);
+    conv.attribute.push(ints("pads", &[0, 0, 1, 1]));
+    let mut ms = node("ms_op", "FusedMatMul", &["x"], &["m"]);
+    ms.domain = "com.microsoft".into();
+    let m = model(
+        vec![
+            node("erf", "Erf", &["x"], &["e"]),
+            // reads the output of an unsupported node: its cause is already listed
+            node("after_erf", "Relu", &["e"], &["r"]),
+            node("leaky", "LeakyRelu", &["x"], &["l"]),
+            node("cmp", "Less", &["x", "x"], &["b"]),
+            conv,
+            ms,
+            node("dangling", "Relu", &["nowhere"], &["d"]),
+        ],
+        vec![weights("w", &[2, 1, 3, 3], 18)],
+        vec![value("x", &[2, 3]), value("x4", &[1, 1, 5, 5])],
+        vec![value("r", &[2, 3])],
+        17,
+    );
+    let list = unsupported(&m);
+    let names: Vec<&str> = list.iter().map(|(n, _, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        ["erf", "leaky", "cmp", "conv_asym", "ms_op", "dangling"],
+        "{list:?}"
+    );
+    let reason = |n: &str| list.iter().find(|(k, _, _)| k == n).unwrap().2.clone();
+    assert!(reason("erf").contains("no torchlean mapping for `Erf`"));
+    assert!(reason("cmp").contains("no comparison ops"));
+    assert!(reason("conv_asym").contains("symmetric pads"));
+    assert!(reason("ms_op").contains("com.microsoft"));
+    assert!(reason("dangling").contains("nowhere"));
+    // the whole list is in the message a user sees
+    let msg = import_model(&m, "test.onnx", &HashMap::new())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        msg.contains("6 unsupported node(s)") && msg.contains("leaky (LeakyRelu)"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn unknown_attributes_and_training_mode_ops_are_refused() {
+    let mut softmax = node("sm", "Softmax", &["x"], &["s"]);
+    softmax.attribute.push(ints("mystery", &[1]));
+    let mut bn = node(
+        "bn",
+        "BatchNormalization",
+        &["x", "g", "g", "g", "g"],
+        &["y"],
+    );
+    let mut training = AttributeProto::new();
+    training.name = "training_mode".into();
+    training.type_ = AttributeType::INT.into();
+    training.i = 1;
+    bn.attribute.push(training);
+    let m = model(
+        vec![softmax, bn],
+        vec![weights("g", &[3], 3)],
+        vec![value("x", &[2, 3])],
+        vec![value("s", &[2, 3]), value("y", &[2, 3])],
+        17,
+    );
+    let list = unsupported(&m);
+    assert_eq!(list.len(), 2, "{list:?}");
+    assert!(list[0].2.contains("mystery"), "{list:?}");
+    assert!(list[1].2.contains("training_mode"), "{list:?}");
+}
+
+#[test]
+fn declared_shapes_are_checked_against_torchlean_inference() {
+    let m = model(
+        vec![node("t", "Transpose", &["x"], &["y"])],
+        vec![],
+        vec![value("x", &[2, 3])],
+        vec![value("y", &[2, 3])], // a transpose of [2, 3] is [3, 2]
+        17,
+    );
+    let list = unsupported(&m);
+    assert_eq!(list.len(), 1, "{list:?}");
+    assert!(
+        list[0]
+            .2
+            .contains("declares `y` with shape [2, 3], torchlean infers [3, 2]"),
+        "{list:?}"
+    );
+}
+
+#[test]
+fn symbolic_input_dimensions_need_a_given_shape() {
+    let m = model(
+        vec![node("r", "Relu", &["x"], &["y"])],
+        vec![],
+        vec![value("x", &[-1, 3])],
+        vec![value("y", &[-1, 3])],
+        17,
+    );
+    let list = unsupported(&m);
+    assert!(list[0].2.contains("--input-shape x="), "{list:?}");
+    let shapes = HashMap::from([("x".to_string(), vec![5, 3])]);
+    let ok = import_model(&m, "t", &shapes).unwrap();
+    assert_eq!(ok.graph.inputs[0].shape, vec![5, 3]);
+    // a given shape must agree with the dims the model states
+    let wrong = HashMap::from([("x".to_string(), vec![5, 4])]);
+    assert!(import_model(&m, "t", &wrong).is_err());
+}
+
+#[test]
+fn hostile_bytes_and_models_are_errors_not_panics() {
+    let good = model(
+        vec![node("r", "Relu", &["x"], &["y"])],
+        vec![],
+        vec![value("x", &[2, 3])],
+        vec![value("y", &[2, 3])],
+        17,
+    );
+    let bytes = good.write_to_bytes().unwrap();
+    // every truncation either decodes to something importable or is an error
+    for cut in 0..bytes.len() {
+        if let Ok(m) = decode_model(&bytes[..cut], "cut") {
+            let _ = import_model(&m, "cut", &HashMap::new());
+        }
+    }
+    assert!(matches!(
+        decode_model(b"\xff\xff\xff\xff", "junk"),
+        Err(OnnxError::Decode { .. })
+    ));
+    // opsets outside the translated range
+    let mut old = good.clone();
+    old.opset_import[0].version = 9;
+    let e = import_model(&old, "old", &HashMap::new())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("opset 9 is not supported"), "{e}");
+    // an initializer whose data does not match its dims; one that claims 2^40 elements
+    let bad = model(
+        vec![
+            node("a", "Add", &["x", "w"], &["y"]),
+            node("b", "Add", &["x", "huge"], &["z"]),
+        ],
+        vec![
+            weights("w", &[2, 3], 5),
+            weights("huge", &[1 << 20, 1 << 20], 1),
+        ],
+        vec![value("x", &[2, 3])],
+        vec![value("y", &[2, 3])],
+        17,
+    );
+    let list = unsupported(&bad);
+    assert!(
+        list.iter()
+            .any(|(n, _, r)| n == "w" && r.contains("6 elements")),
+        "{list:?}"
+    );
+    assert!(
+        list.iter()
+            .any(|(n, _, r)| n == "huge" && r.contains("2^31")),
+        "{list:?}"
+    );
+}
