@@ -15,13 +15,15 @@
 //!   the import-time evaluation of the shape arithmetic exporters emit.
 //! - [`import`]: node-by-node mapping, with every unsupported node collected (not only the
 //!   first) so that a user sees the whole list at once.
-//! - [`export`]: a torchlean graph as an ONNX model (opset 18).
+//! - [`export`]: a torchlean graph as an ONNX model (opset 20).
+//! - [`fuzz`]: ONNX files as a target of the fuzz campaign driver (`torchlean fuzz onnx`).
 //!
 //! The supported operators and the round-trip guarantees are in docs/onnx.md.
 
 pub mod constant;
 pub mod error;
 pub mod export;
+pub mod fuzz;
 pub mod import;
 pub mod model;
 

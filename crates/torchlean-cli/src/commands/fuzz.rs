@@ -1,7 +1,8 @@
 //! `torchlean fuzz`: long fuzzing campaigns over every untrusted input (issue 13).
 //!
-//! File formats (`graph`, `safetensors`, `checkpoint`, `npy`, `idx`, `csv`, or `files` for
-//! all six in turn) run in-process through the library's fuzzer (`torchlean::fuzz`). The
+//! File formats (`graph`, `safetensors`, `checkpoint`, `npy`, `idx`, `csv`, `onnx`, or
+//! `files` for all seven in turn) run in-process through the library's fuzzer
+//! (`torchlean::fuzz`; ONNX models through `torchlean_onnx::fuzz`'s target). The
 //! `flags` format fuzzes the command line: it spawns this binary with mutated argument
 //! vectors (extreme numbers, unknown values and flags, repeated and dropped flags, swapped
 //! subcommands) in a scratch directory, under an address-space limit and a timeout, and
@@ -15,12 +16,13 @@ use crate::{CliError, CliResult};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-use torchlean::fuzz::{run_campaign, Campaign, Executed, Format, Rng};
+use torchlean::fuzz::{run_campaign, Campaign, Executed, Format, Rng, Target};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// graph, safetensors, checkpoint, npy, idx, csv, files (all six in turn) or flags.
+    /// graph, safetensors, checkpoint, npy, idx, csv, onnx, files (all seven in turn) or flags.
     #[arg(long)]
     format: String,
     /// Mutated inputs per format (the seed files run in addition).
@@ -66,16 +68,24 @@ pub fn run(a: Args) -> CliResult {
         }
         return flags(&a, timeout);
     }
-    let formats: Vec<Format> = match a.format.as_str() {
-        "files" => Format::ALL.to_vec(),
-        f => vec![Format::from_name(f).ok_or_else(|| {
+    let all = || -> Vec<Arc<dyn Target>> {
+        let mut v: Vec<Arc<dyn Target>> = Format::ALL
+            .iter()
+            .map(|f| Arc::new(*f) as Arc<dyn Target>)
+            .collect();
+        v.push(Arc::new(torchlean_onnx::fuzz::OnnxTarget));
+        v
+    };
+    let formats: Vec<Arc<dyn Target>> = match a.format.as_str() {
+        "files" => all(),
+        f => vec![all().into_iter().find(|t| t.name() == f).ok_or_else(|| {
             CliError::usage(format!(
-                "unknown format `{f}` (graph, safetensors, checkpoint, npy, idx, csv, files, flags)"
+                "unknown format `{f}` (graph, safetensors, checkpoint, npy, idx, csv, onnx, files, flags)"
             ))
         })?],
     };
     if let Some(path) = &a.replay {
-        let [format] = formats[..] else {
+        let [format] = &formats[..] else {
             return Err(CliError::usage("--replay needs one format"));
         };
         let bytes = torchlean::files::read_capped(path, 1 << 30)
@@ -103,7 +113,7 @@ pub fn run(a: Args) -> CliResult {
     let mut findings = 0;
     for format in formats {
         let c = Campaign {
-            format,
+            format: Arc::clone(&format),
             iterations: a.iterations,
             seed: a.seed,
             time_bound,

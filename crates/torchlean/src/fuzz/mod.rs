@@ -21,7 +21,7 @@
 mod mutate;
 mod targets;
 
-pub use mutate::Rng;
+pub use mutate::{interesting_u64, mutate_bytes, random_bytes, Rng};
 pub use targets::sample_op;
 
 use std::collections::BTreeMap;
@@ -94,6 +94,35 @@ impl Format {
     /// input is `Ok(Executed::Invariant(..))`. Panics propagate (the campaign catches them).
     pub fn execute(self, input: &[u8]) -> Result<Executed, Refusal> {
         targets::execute(self, input)
+    }
+}
+
+/// An untrusted input format the campaign driver can fuzz. [`Format`] covers the formats
+/// this crate reads; a crate that reads another format (the ONNX importer) implements this
+/// trait and runs the same driver, so its campaigns have the same contract and report.
+pub trait Target: Send + Sync + std::fmt::Debug {
+    /// The stable name (used in reports and findings' file names).
+    fn name(&self) -> &'static str;
+    /// Valid seed files, written by the library itself.
+    fn seeds(&self) -> crate::Result<Vec<Vec<u8>>>;
+    /// A mutation of `seeds` drawn from `rng`.
+    fn mutate(&self, seeds: &[Vec<u8>], rng: &mut Rng) -> Vec<u8>;
+    /// Runs `input` through the entry point (see [`Format::execute`] for the contract).
+    fn execute(&self, input: &[u8]) -> Result<Executed, Refusal>;
+}
+
+impl Target for Format {
+    fn name(&self) -> &'static str {
+        Format::name(*self)
+    }
+    fn seeds(&self) -> crate::Result<Vec<Vec<u8>>> {
+        Format::seeds(*self)
+    }
+    fn mutate(&self, seeds: &[Vec<u8>], rng: &mut Rng) -> Vec<u8> {
+        Format::mutate(*self, seeds, rng)
+    }
+    fn execute(&self, input: &[u8]) -> Result<Executed, Refusal> {
+        Format::execute(*self, input)
     }
 }
 
@@ -177,7 +206,8 @@ pub struct Finding {
 /// How to run a campaign.
 #[derive(Debug, Clone)]
 pub struct Campaign {
-    pub format: Format,
+    /// What is fuzzed (a [`Format`] or another crate's [`Target`]).
+    pub format: Arc<dyn Target>,
     /// Number of mutated inputs (the seeds themselves are run first, in addition).
     pub iterations: u64,
     pub seed: u64,
@@ -195,9 +225,9 @@ pub struct Campaign {
 impl Campaign {
     /// A campaign of `iterations` inputs of `format` from `seed`: time bound 1 s, no
     /// watchdog, no findings directory.
-    pub fn new(format: Format, iterations: u64, seed: u64) -> Campaign {
+    pub fn new(format: impl Target + 'static, iterations: u64, seed: u64) -> Campaign {
         Campaign {
-            format,
+            format: Arc::new(format),
             iterations,
             seed,
             time_bound: Duration::from_secs(1),
@@ -211,7 +241,8 @@ impl Campaign {
 /// The result of a campaign.
 #[derive(Debug, Clone, Default)]
 pub struct Report {
-    pub format: Option<Format>,
+    /// The name of the fuzzed format.
+    pub format: Option<&'static str>,
     /// Inputs run (seeds included).
     pub inputs: u64,
     pub outcomes: BTreeMap<Outcome, u64>,
@@ -242,7 +273,7 @@ impl Report {
 
     /// A few lines for a terminal.
     pub fn to_text(&self) -> String {
-        let name = self.format.map_or("?", Format::name);
+        let name = self.format.unwrap_or("?");
         let mut s = format!(
             "{name}: {} inputs in {:.1} s ({:.0}/s, {:.1} MB), slowest {:.3} s (input {})\n",
             self.inputs,
@@ -347,7 +378,7 @@ thread_local! {
 
 /// Runs one input, catching panics; returns the outcome, a message (a refusal's class) and
 /// the seconds taken.
-fn run_one(format: Format, input: &[u8]) -> (Outcome, String, f64) {
+fn run_one(format: &dyn Target, input: &[u8]) -> (Outcome, String, f64) {
     let start = Instant::now();
     IN_TARGET.with(|t| t.set(true));
     let r = catch_unwind(AssertUnwindSafe(|| format.execute(input)));
@@ -379,7 +410,7 @@ struct Current {
 
 fn save(
     dir: &Path,
-    format: Format,
+    format: &'static str,
     seed: u64,
     iteration: u64,
     o: Outcome,
@@ -387,7 +418,7 @@ fn save(
     msg: &str,
 ) -> Option<PathBuf> {
     std::fs::create_dir_all(dir).ok()?;
-    let stem = format!("{}-{seed}-{iteration}-{}", format.name(), o.name());
+    let stem = format!("{format}-{seed}-{iteration}-{}", o.name());
     let bin = dir.join(format!("{stem}.bin"));
     std::fs::write(&bin, input).ok()?;
     std::fs::write(dir.join(format!("{stem}.txt")), msg).ok()?;
@@ -423,7 +454,7 @@ pub fn run_campaign(c: &Campaign, mut progress: impl FnMut(&Report)) -> crate::R
     });
     let watchdog = c.hard_timeout.map(|limit| {
         let current = Arc::clone(&current);
-        let (format, seed, dir) = (c.format, c.seed, c.findings_dir.clone());
+        let (format, seed, dir) = (c.format.name(), c.seed, c.findings_dir.clone());
         std::thread::spawn(move || {
             while !current.done.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(200));
@@ -445,9 +476,7 @@ pub fn run_campaign(c: &Campaign, mut progress: impl FnMut(&Report)) -> crate::R
                     });
                     eprintln!(
                         "fuzz {}: HANG: input {it} has run for more than {:?}; saved to {:?}",
-                        format.name(),
-                        limit,
-                        saved
+                        format, limit, saved
                     );
                     std::process::exit(70);
                 }
@@ -455,7 +484,7 @@ pub fn run_campaign(c: &Campaign, mut progress: impl FnMut(&Report)) -> crate::R
         })
     });
     let mut report = Report {
-        format: Some(c.format),
+        format: Some(c.format.name()),
         ..Report::default()
     };
     let record = |report: &mut Report, iteration: u64, input: &[u8], is_seed: bool| {
@@ -469,7 +498,7 @@ pub fn run_campaign(c: &Campaign, mut progress: impl FnMut(&Report)) -> crate::R
                 .started_ms
                 .store(epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
         }
-        let (mut outcome, mut msg, secs) = run_one(c.format, input);
+        let (mut outcome, mut msg, secs) = run_one(c.format.as_ref(), input);
         current.started_ms.store(u64::MAX, Ordering::Relaxed);
         if is_seed && outcome == Outcome::Refused {
             outcome = Outcome::Invariant;
@@ -492,7 +521,7 @@ pub fn run_campaign(c: &Campaign, mut progress: impl FnMut(&Report)) -> crate::R
             let saved = if report.findings.len() < 100 {
                 c.findings_dir
                     .as_ref()
-                    .and_then(|d| save(d, c.format, c.seed, iteration, outcome, input, &msg))
+                    .and_then(|d| save(d, c.format.name(), c.seed, iteration, outcome, input, &msg))
             } else {
                 None
             };
@@ -538,7 +567,7 @@ pub fn run_campaign(c: &Campaign, mut progress: impl FnMut(&Report)) -> crate::R
 }
 
 /// The input `iteration` of a campaign of `format` with `seed` (to reproduce a finding).
-pub fn input_of(format: Format, seed: u64, iteration: u64) -> crate::Result<Vec<u8>> {
+pub fn input_of(format: &dyn Target, seed: u64, iteration: u64) -> crate::Result<Vec<u8>> {
     let seeds = format.seeds()?;
     Ok(format.mutate(&seeds, &mut Rng::for_input(seed, iteration)))
 }
