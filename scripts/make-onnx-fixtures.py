@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Exports the ONNX fixtures of crates/torchlean-onnx/tests/fixtures with PyTorch.
 
-    python3 scripts/make-onnx-fixtures.py [OUT_DIR]
+    python3 scripts/make-onnx-fixtures.py [OUT_DIR] [--batch N]
+
+With --batch N every model is exported for batch N instead of the small test batches (the
+inference benchmark uses `bench/onnx`, batch 32: scripts/bench-onnx.sh).
 
 Needs torch, onnx, onnxscript and safetensors (pip). For every model it writes:
 
@@ -12,8 +15,8 @@ Needs torch, onnx, onnxscript and safetensors (pip). For every model it writes:
                              the names `torchlean run-graph --grad` writes
 
 The models are small on purpose (the files are committed): an MLP, a CNN with batch norm and
-pooling (eval mode, running statistics set to non-trivial values), and a transformer encoder
-layer with a padding mask. The loss is the mean squared error against a fixed target, so
+pooling (eval mode, running statistics set to non-trivial values), a transformer encoder
+layer with a padding mask, and a GRU sequence regressor. The loss is the mean squared error against a fixed target, so
 that `--grad` has a scalar to differentiate.
 """
 import os
@@ -24,7 +27,13 @@ import torch.nn as nn
 import torch.nn.functional as F
 from safetensors.torch import save_file
 
-OUT = sys.argv[1] if len(sys.argv) > 1 else "crates/torchlean-onnx/tests/fixtures"
+ARGS = sys.argv[1:]
+BATCH = None
+if "--batch" in ARGS:
+    i = ARGS.index("--batch")
+    BATCH = int(ARGS[i + 1])
+    del ARGS[i:i + 2]
+OUT = ARGS[0] if ARGS else "crates/torchlean-onnx/tests/fixtures"
 OPSET = 18
 
 
@@ -82,6 +91,20 @@ class Encoder(nn.Module):
         return self.layer(x, src_key_padding_mask=pad)
 
 
+class Gru(nn.Module):
+    """A GRU sequence regressor: the last step's hidden state through a linear head.
+    PyTorch 2.11 exports nn.GRU as ONNX's GRU operator (torchlean unrolls it)."""
+
+    def __init__(self):
+        super().__init__()
+        self.gru = nn.GRU(8, 16, batch_first=True)
+        self.fc = nn.Linear(16, 1)
+
+    def forward(self, x):
+        out, _ = self.gru(x)
+        return self.fc(out[:, -1])
+
+
 def randomize_batch_norm(model, gen):
     for m in model.modules():
         if isinstance(m, nn.BatchNorm2d):
@@ -133,13 +156,18 @@ def main():
     os.makedirs(OUT, exist_ok=True)
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(1)
-    export("mlp", Mlp(), [torch.randn(8, 20, generator=gen)], ["x"], (8, 10))
-    export("cnn", Cnn(), [torch.randn(4, 1, 16, 16, generator=gen)], ["x"], (4, 10))
-    pad = torch.zeros(2, 10)
+    b = BATCH or 8
+    export("mlp", Mlp(), [torch.randn(b, 20, generator=gen)], ["x"], (b, 10))
+    b = BATCH or 4
+    export("cnn", Cnn(), [torch.randn(b, 1, 16, 16, generator=gen)], ["x"], (b, 10))
+    b = BATCH or 2
+    pad = torch.zeros(b, 10)
     pad[0, 7:] = float("-inf")  # the first sequence has three padding tokens
     # train mode with dropout 0: the same function as eval, without the fused fast path
-    export("encoder", Encoder(), [torch.randn(2, 10, 32, generator=gen), pad],
-           ["x", "pad"], (2, 10, 32), train=True)
+    export("encoder", Encoder(), [torch.randn(b, 10, 32, generator=gen), pad],
+           ["x", "pad"], (b, 10, 32), train=True)
+    b = BATCH or 4
+    export("gru", Gru(), [torch.randn(b, 6, 8, generator=gen)], ["x"], (b, 1))
 
 
 if __name__ == "__main__":

@@ -12,14 +12,14 @@ use torchlean::runtime::capture::capture;
 use torchlean::Tensor;
 use tract_onnx::prelude::*;
 
-fn captured(
-    model: &dyn Module,
-    x: Tensor,
-) -> (
+/// A captured forward graph, its parameter values and its example inputs.
+type Captured = (
     torchlean::graph::Graph,
     Vec<(String, Tensor)>,
     Vec<(String, Tensor)>,
-) {
+);
+
+fn captured(model: &dyn Module, x: Tensor) -> Captured {
     torchlean::runtime::install(torchlean::runtime::Session::new(
         BackendProfile::default_cpu(),
     ))

@@ -12,7 +12,7 @@ use torchlean::{no_grad, Tensor};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// gemm-N (e.g. gemm-1024) | add-N (e.g. add-268435456) | mlp-step | quickstart-step | transformer-step | sdpa | tiny-ops | tiny-ops-tape
+    /// gemm-N (e.g. gemm-1024) | add-N (e.g. add-268435456) | mlp-step | quickstart-step | transformer-step | sdpa | tiny-ops | tiny-ops-tape | onnx:MODEL.onnx (inference of an imported model, compiled)
     workload: String,
     #[command(flatten)]
     backend: BackendArgs,
@@ -319,9 +319,14 @@ pub fn run(a: Args) -> CliResult {
                 serde_json::json!({ "ops_per_rep": 1000, "tape": tape }),
             )
         }
+        w if w.starts_with("onnx:") => {
+            let (t, report, extra) = onnx_inference(&a, std::path::Path::new(&w[5..]))?;
+            compiled_report = Some(report);
+            (t, 1e3, "ms", extra)
+        }
         other => {
             return Err(CliError::usage(format!(
-                "unknown workload `{other}` (gemm-N, add-N, mlp-step, mlp-big-step, quickstart-step, transformer-step, sdpa, tiny-ops, tiny-ops-tape)"
+                "unknown workload `{other}` (onnx:MODEL.onnx, gemm-N, add-N, mlp-step, mlp-big-step, quickstart-step, transformer-step, sdpa, tiny-ops, tiny-ops-tape)"
             )))
         }
     };
@@ -348,4 +353,50 @@ pub fn run(a: Args) -> CliResult {
         print!("{}", report.to_text());
     }
     a.backend.write_report(report)
+}
+
+/// Inference of an imported ONNX model in compiled mode (its memory plan applies), on
+/// deterministic inputs of the model's declared shapes.
+fn onnx_inference(
+    a: &Args,
+    path: &std::path::Path,
+) -> Result<
+    (
+        Vec<f64>,
+        torchlean::backend::BackendReport,
+        serde_json::Value,
+    ),
+    CliError,
+> {
+    let (graph, values) = super::onnx::load(path, &Default::default())?;
+    let inputs: Vec<(String, Tensor)> = graph
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            Ok((
+                d.name.clone(),
+                Tensor::uniform(&d.shape, -1.0, 1.0, 7 + i as u64)?,
+            ))
+        })
+        .collect::<torchlean::Result<_>>()?;
+    let nodes = graph.nodes.len();
+    let profile = a.backend.profile()?;
+    a.backend.install_session()?;
+    let compiled = torchlean::runtime::compiled::CompiledGraph::compile(graph, &profile)
+        .map_err(|e| CliError::from(torchlean::Error::from(e)))?;
+    let lookup = |name: &str| {
+        inputs
+            .iter()
+            .chain(&values)
+            .find(|(n, _)| n == name)
+            .map(|(_, t)| t.clone())
+    };
+    let t = time((a.warmup, a.warmup_seconds), a.reps, Device::Cpu, || {
+        let out = compiled.run(lookup)?;
+        compiled.give_back(out.into_iter().map(|(_, t)| t));
+        Ok(())
+    })?;
+    let extra = serde_json::json!({ "model": path.display().to_string(), "nodes": nodes, "mode": "compiled" });
+    Ok((t, compiled.report().clone(), extra))
 }

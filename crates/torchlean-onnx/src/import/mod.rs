@@ -17,6 +17,7 @@
 
 mod attrs;
 mod ops;
+mod recurrent;
 
 pub use ops::supported_operators;
 

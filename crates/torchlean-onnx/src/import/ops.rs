@@ -36,6 +36,7 @@ const KNOWN: &[&str] = &[
     "Gemm",
     "GlobalAveragePool",
     "Greater",
+    "GRU",
     "Identity",
     "LayerNormalization",
     "Less",
@@ -81,19 +82,19 @@ pub fn supported_operators() -> &'static [&'static str] {
     KNOWN
 }
 
-fn konst(c: Const) -> Value {
+pub(super) fn konst(c: Const) -> Value {
     Value::Const(Rc::new(c))
 }
 
 /// Input `i`, which the operator requires.
-fn arg<'v>(inputs: &'v [Option<Value>], i: usize) -> Map<&'v Value> {
+pub(super) fn arg(inputs: &[Option<Value>], i: usize) -> Map<&Value> {
     inputs
         .get(i)
         .and_then(Option::as_ref)
         .ok_or_else(|| format!("input {i} is required"))
 }
 
-fn opt(inputs: &[Option<Value>], i: usize) -> Option<&Value> {
+pub(super) fn opt(inputs: &[Option<Value>], i: usize) -> Option<&Value> {
     inputs.get(i).and_then(Option::as_ref)
 }
 
@@ -514,6 +515,7 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
         "MaxPool" | "AveragePool" => pool(b, op, a, arg(inputs, 0)?).map(|v| vec![v]),
         "BatchNormalization" => batch_norm(b, a, inputs).map(|v| vec![v]),
         "LayerNormalization" => layer_norm(b, a, inputs),
+        "GRU" => super::recurrent::gru(b, a, inputs),
         _ => Err(format!("no torchlean mapping for `{op}`")),
     }
 }
@@ -645,7 +647,7 @@ fn reshape_dims(shape: &[usize], spec: &[i64], allowzero: bool) -> Map<Vec<usize
     Ok(dims)
 }
 
-fn reshape(b: &mut Builder, x: &Value, dims: Vec<usize>) -> Map<Value> {
+pub(super) fn reshape(b: &mut Builder, x: &Value, dims: Vec<usize>) -> Map<Value> {
     if let Some(c) = b.folded(x) {
         return Ok(konst(c.reshaped(dims)?));
     }
@@ -680,7 +682,7 @@ fn slice(b: &mut Builder, inputs: &[Option<Value>]) -> Map<Value> {
         ));
     }
     if let Some(c) = b.folded(x) {
-        return Ok(c.slice(&ranges)).map(konst);
+        return Ok(konst(c.slice(&ranges)));
     }
     let mut out = x.clone();
     for (i, (axis, keep)) in ranges.iter().enumerate() {
@@ -926,8 +928,9 @@ fn pool(b: &mut Builder, op: &str, a: &Attrs, x: &Value) -> Map<Value> {
     }
 }
 
-/// Inference-mode batch norm: `(x − mean) · (scale / √(var + eps)) + bias`, per channel
-/// (axis 1), with the statistics and affine parameters kept as parameters.
+/// Inference-mode batch norm: `x · gain + shift` with `gain = scale / √(var + eps)` and
+/// `shift = bias − mean · gain` per channel (axis 1), computed in the graph from the
+/// statistics and affine parameters, which stay parameters (their gradients are reported).
 fn batch_norm(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Value> {
     if a.int("training_mode", 0)? != 0 {
         return Err("training_mode=1 (export in eval mode)".into());
@@ -957,13 +960,16 @@ fn batch_norm(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Value
         column(arg(inputs, 3)?)?,
         column(arg(inputs, 4)?)?,
     );
-    let shifted = b.op_on(Op::Sub, &[x, &mean])?;
+    // per channel: gain = scale / √(var + eps), shift = bias − mean · gain (the form
+    // PyTorch's CPU kernel evaluates); then two passes over x instead of three
     let var_eps = b.op_on(Op::AddScalar { value: eps }, &[&var])?;
     let std = b.op_on(Op::Sqrt, &[&var_eps])?;
     let inv_std = b.op_on(Op::Inv, &[&std])?;
     let gain = b.op_on(Op::Mul, &[&scale, &inv_std])?;
-    let scaled = b.op_on(Op::Mul, &[&shifted, &gain])?;
-    b.op_on(Op::Add, &[&scaled, &bias])
+    let mean_gain = b.op_on(Op::Mul, &[&mean, &gain])?;
+    let shift = b.op_on(Op::Sub, &[&bias, &mean_gain])?;
+    let scaled = b.op_on(Op::Mul, &[x, &gain])?;
+    b.op_on(Op::Add, &[&scaled, &shift])
 }
 
 /// LayerNormalization over the trailing axes from `axis` (torchlean's layer_norm normalizes

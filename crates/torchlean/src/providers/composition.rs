@@ -161,7 +161,7 @@ fn compose(op: &Op, x: &[&Tensor]) -> Result<Tensor> {
 pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
     guard::output_shape(op, inputs)?;
     let _no_grad = NoGradGuard::new();
-    compose(op, inputs).map(|t| t.contiguous())
+    compose(op, inputs).map(|t| t.canonical())
 }
 
 /// VJP: backpropagate the cotangent through the composition's parts.
@@ -203,7 +203,8 @@ pub fn vjp(
         out.push(if !differentiable(i) {
             None
         } else if let Some(g) = grads.get(l) {
-            Some(g.clone())
+            // canonical, as the VJP layout contract declares (a tape gradient may be a view)
+            Some(g.canonical())
         } else {
             // an input the composition did not reach: a zero cotangent on its device
             let zeros = Tensor::from_parts(vec![0.0; l.numel()], l.shape().to_vec());

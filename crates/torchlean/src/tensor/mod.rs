@@ -336,6 +336,26 @@ impl Tensor {
         }
     }
 
+    /// This tensor if it is canonical (row-major from offset 0 over a storage of exactly its
+    /// elements), else a canonical copy. "Contiguous" is weaker: a dense slice of a larger
+    /// storage is contiguous but shares that storage; kernels whose results the contracts
+    /// declare canonical (every VJP's gradients) return this form.
+    pub fn canonical(&self) -> Tensor {
+        let host_canonical = self.device_buffer().is_none()
+            && self.is_contiguous()
+            && self.0.layout.offset == 0
+            && self.storage_slice().len() == self.numel();
+        if host_canonical || self.device_buffer().is_some() {
+            return self.clone();
+        }
+        let mut v = crate::runtime::buffers::take_overwritten(self.numel());
+        v.clear();
+        self.0
+            .layout
+            .gather_into_unchecked(self.storage_slice(), &mut v);
+        Tensor::from_parts(v, self.shape().to_vec())
+    }
+
     /// The element at a multi-index.
     pub fn get(&self, index: &[usize]) -> Result<f32> {
         crate::runtime::capture::note_host_access(self, "get");

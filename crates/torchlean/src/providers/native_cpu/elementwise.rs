@@ -48,25 +48,82 @@ pub fn zip_map_into<const K: usize>(
         });
         return;
     }
-    let rank = out_shape.len();
-    let strides: Vec<Vec<usize>> = shapes.iter().map(|s| bstrides(s, out_shape)).collect();
-    let width = out_shape[rank - 1];
-    let last: [usize; K] = std::array::from_fn(|k| strides[k][rank - 1]);
+    let strides: [Vec<usize>; K] = std::array::from_fn(|k| bstrides(shapes[k], out_shape));
+    let (dims, strides) = collapse(out_shape, &strides);
+    let rank = dims.len();
+    let width = dims[rank - 1];
+    let last: [usize; K] = std::array::from_fn(|k| strides[rank - 1][k]);
+    // rows whose operands are each contiguous or one repeated value (a bias over channels,
+    // a per-row scale) run as a contiguous loop over copies of the repeated values
+    let unit = last.iter().all(|&l| l <= 1);
     for_rows(out, width, |row, o| {
         // base offset of this row for each input
         let mut rem = row;
         let mut base = [0usize; K];
         for d in (0..rank - 1).rev() {
-            let i = rem % out_shape[d];
-            rem /= out_shape[d];
+            let i = rem % dims[d];
+            rem /= dims[d];
             for k in 0..K {
-                base[k] += i * strides[k][d];
+                base[k] += i * strides[d][k];
             }
         }
-        for (j, v) in o.iter_mut().enumerate() {
-            *v = f(std::array::from_fn(|k| xs[k][base[k] + j * last[k]]));
+        if unit {
+            let repeated: [Vec<f32>; K] = std::array::from_fn(|k| {
+                if last[k] == 0 {
+                    vec![xs[k][base[k]]; width]
+                } else {
+                    Vec::new()
+                }
+            });
+            let src: [&[f32]; K] = std::array::from_fn(|k| {
+                if last[k] == 0 {
+                    &repeated[k][..]
+                } else {
+                    &xs[k][base[k]..base[k] + width]
+                }
+            });
+            for j in 0..width {
+                o[j] = f(std::array::from_fn(|k| src[k][j]));
+            }
+        } else {
+            for (j, v) in o.iter_mut().enumerate() {
+                *v = f(std::array::from_fn(|k| xs[k][base[k] + j * last[k]]));
+            }
         }
     });
+}
+
+/// The output axes with adjacent axes merged where every operand steps through them as one
+/// axis (its stride on the outer axis is its inner stride times the inner size, e.g. both
+/// 0 for a broadcast operand), and size-1 axes dropped; strides per axis, per operand.
+/// `[32, 8, 16, 16]` against a `[8, 1, 1]` bias becomes `[32, 8, 256]`.
+fn collapse<const K: usize>(
+    out_shape: &[usize],
+    strides: &[Vec<usize>; K],
+) -> (Vec<usize>, Vec<[usize; K]>) {
+    let mut dims: Vec<usize> = Vec::with_capacity(out_shape.len());
+    let mut st: Vec<[usize; K]> = Vec::with_capacity(out_shape.len());
+    for d in (0..out_shape.len()).rev() {
+        let size = out_shape[d];
+        if size == 1 {
+            continue;
+        }
+        let s: [usize; K] = std::array::from_fn(|k| strides[k][d]);
+        if let (Some(inner), Some(inner_st)) = (dims.last_mut(), st.last()) {
+            if (0..K).all(|k| s[k] == inner_st[k] * *inner) {
+                *inner *= size;
+                continue;
+            }
+        }
+        dims.push(size);
+        st.push(s);
+    }
+    if dims.is_empty() {
+        return (vec![1], vec![[0; K]]);
+    }
+    dims.reverse();
+    st.reverse();
+    (dims, st)
 }
 
 /// `out[i] = f(x[i])` into `out` (of `x`'s length).

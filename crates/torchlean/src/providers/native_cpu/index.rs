@@ -136,7 +136,7 @@ pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Result<Vec<Option<Tensor>>> {
                 .map(|p| g[p])
                 .collect();
             Ok(vec![
-                Some(gy.contiguous()),
+                Some(gy.canonical()),
                 None,
                 Some(Tensor::from_parts(gsrc, x[2].shape().to_vec())),
             ])

@@ -36,20 +36,18 @@ pub fn forward(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Tensor {
 
 pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
     match op {
+        // gradients are canonical (the VJP layout contract): a view of the cotangent's
+        // storage (a slice of a concat's cotangent, say) is copied out
         Op::Reshape { .. } => {
-            let g = gy.contiguous();
-            let offset = g.layout().offset;
-            vec![Some(g.view(Layout {
-                offset,
-                ..Layout::contiguous(x[0].shape().to_vec())
-            }))]
+            let g = gy.canonical();
+            vec![Some(g.view(Layout::contiguous(x[0].shape().to_vec())))]
         }
         Op::Permute { axes } => {
             let mut inverse = vec![0; axes.len()];
             for (i, &a) in axes.iter().enumerate() {
                 inverse[a] = i;
             }
-            vec![Some(gy.view(gy.layout().permuted(&inverse)).contiguous())]
+            vec![Some(gy.view(gy.layout().permuted(&inverse)).canonical())]
         }
         Op::BroadcastTo { .. } => vec![Some(sum_to_shape(&gy.data(), gy.shape(), x[0].shape()))],
         Op::Slice { axis, start, end } => {
@@ -70,7 +68,7 @@ pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
                     let n = t.shape()[*axis];
                     let g = gy
                         .view(gy.layout().sliced(*axis, start, start + n))
-                        .contiguous();
+                        .canonical();
                     start += n;
                     Some(g)
                 })
