@@ -19,7 +19,7 @@ while [ $# -gt 0 ]; do
     *) models+=("$1"); shift ;;
   esac
 done
-[ ${#models[@]} -gt 0 ] || models=(cnn encoder mlp)
+[ ${#models[@]} -gt 0 ] || models=(cnn encoder mlp gru)
 cargo build --release -p torchlean-cli --quiet
 cargo build --release -p torchlean-onnx --example tract_bench --quiet
 tl=target/release/torchlean; tract=target/release/examples/tract_bench

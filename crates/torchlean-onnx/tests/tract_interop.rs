@@ -60,3 +60,144 @@ fn tract_and_torchlean_agree_on_the_pytorch_fixtures() {
         }
     }
 }
+
+/// The GRU variants the PyTorch fixture does not exercise (`linear_before_reset=0`,
+/// `layout=1`, an initial state, no bias), built by hand and run by tract and by torchlean.
+#[test]
+fn gru_variants_agree_with_tract() {
+    use onnx_protobuf::{
+        attribute_proto::AttributeType, tensor_shape_proto, type_proto, AttributeProto, GraphProto,
+        Message, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto,
+        TypeProto, ValueInfoProto,
+    };
+    fn info(name: &str, dims: &[usize]) -> ValueInfoProto {
+        let mut shape = TensorShapeProto::new();
+        for &d in dims {
+            let mut dim = tensor_shape_proto::Dimension::new();
+            dim.value = Some(tensor_shape_proto::dimension::Value::DimValue(d as i64));
+            shape.dim.push(dim);
+        }
+        let mut t = type_proto::Tensor::new();
+        t.elem_type = 1;
+        t.shape = Some(shape).into();
+        let mut ty = TypeProto::new();
+        ty.value = Some(type_proto::Value::TensorType(t));
+        let mut v = ValueInfoProto::new();
+        v.name = name.into();
+        v.type_ = Some(ty).into();
+        v
+    }
+    fn weights(name: &str, dims: &[usize], seed: usize) -> TensorProto {
+        let n: usize = dims.iter().product();
+        let mut t = TensorProto::new();
+        t.name = name.into();
+        t.dims = dims.iter().map(|&d| d as i64).collect();
+        t.data_type = 1;
+        t.float_data = (0..n)
+            .map(|i| (((i * 37 + seed * 101) % 23) as f32 - 11.0) / 20.0)
+            .collect();
+        t
+    }
+    fn int_attr(name: &str, v: i64) -> AttributeProto {
+        let mut a = AttributeProto::new();
+        a.name = name.into();
+        a.type_ = AttributeType::INT.into();
+        a.i = v;
+        a
+    }
+    let (steps, batch, input, hidden) = (5, 3, 4, 6);
+    for (before_reset, layout, with_bias, with_h0) in
+        [(0, 0, true, false), (1, 1, true, true), (0, 1, false, true)]
+    {
+        let x_dims = if layout == 0 {
+            [steps, batch, input]
+        } else {
+            [batch, steps, input]
+        };
+        let h_dims = if layout == 0 {
+            [1, batch, hidden]
+        } else {
+            [batch, 1, hidden]
+        };
+        let y_dims = if layout == 0 {
+            vec![steps, 1, batch, hidden]
+        } else {
+            vec![batch, steps, 1, hidden]
+        };
+        let mut node = NodeProto::new();
+        node.op_type = "GRU".into();
+        node.name = "gru".into();
+        node.input = vec![
+            "x".into(),
+            "w".into(),
+            "r".into(),
+            if with_bias { "b".into() } else { String::new() },
+            String::new(),
+            if with_h0 { "h0".into() } else { String::new() },
+        ];
+        node.output = vec!["y".into(), "y_h".into()];
+        node.attribute = vec![
+            int_attr("hidden_size", hidden as i64),
+            int_attr("linear_before_reset", before_reset),
+            int_attr("layout", layout),
+        ];
+        let mut g = GraphProto::new();
+        g.node = vec![node];
+        g.initializer = vec![
+            weights("w", &[1, 3 * hidden, input], 1),
+            weights("r", &[1, 3 * hidden, hidden], 2),
+        ];
+        if with_bias {
+            g.initializer.push(weights("b", &[1, 6 * hidden], 3));
+        }
+        g.input = vec![info("x", &x_dims)];
+        if with_h0 {
+            g.input.push(info("h0", &h_dims));
+        }
+        g.output = vec![info("y", &y_dims), info("y_h", &h_dims)];
+        let mut m = ModelProto::new();
+        m.ir_version = 8;
+        let mut o = OperatorSetIdProto::new();
+        o.version = 14;
+        m.opset_import.push(o);
+        m.graph = Some(g).into();
+        let bytes = m.write_to_bytes().unwrap();
+        let path = std::env::temp_dir().join(format!(
+            "torchlean-gru-{before_reset}-{layout}-{with_bias}-{with_h0}-{}.onnx",
+            std::process::id()
+        ));
+        std::fs::write(&path, &bytes).unwrap();
+        let mut inputs = vec![(
+            "x".to_string(),
+            torchlean::Tensor::uniform(&x_dims, -1.0, 1.0, 11).unwrap(),
+        )];
+        if with_h0 {
+            inputs.push((
+                "h0".to_string(),
+                torchlean::Tensor::uniform(&h_dims, -1.0, 1.0, 12).unwrap(),
+            ));
+        }
+        let theirs = tract_run(&path, &inputs);
+        let _ = std::fs::remove_file(&path);
+        let imported =
+            torchlean_onnx::import_model(&m, "gru", &std::collections::HashMap::new()).unwrap();
+        let ours = run_graph(
+            imported.graph,
+            &imported.values,
+            &inputs,
+            &BackendProfile::default_cpu(),
+            false,
+        )
+        .unwrap();
+        let what = format!(
+            "GRU linear_before_reset={before_reset} layout={layout} bias={with_bias} h0={with_h0}"
+        );
+        assert_close(&format!("{what}: y"), &ours["y"].to_vec(), &theirs[0], 1e-5);
+        assert_close(
+            &format!("{what}: y_h"),
+            &ours["y_h"].to_vec(),
+            &theirs[1],
+            1e-5,
+        );
+    }
+}

@@ -103,11 +103,10 @@ pub fn gru(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Vec<Valu
     };
     let mut state = match opt(inputs, 5) {
         Some(h0) => {
-            if b.shape(h0) != [1, n, h] {
-                return Err(format!(
-                    "initial_h {:?}: expected [1, {n}, {h}]",
-                    b.shape(h0)
-                ));
+            // [num_directions, N, H] in layout 0, [N, num_directions, H] in layout 1
+            let want = if layout == 0 { [1, n, h] } else { [n, 1, h] };
+            if b.shape(h0) != want {
+                return Err(format!("initial_h {:?}: expected {want:?}", b.shape(h0)));
             }
             reshape(b, h0, vec![n, h])?
         }
