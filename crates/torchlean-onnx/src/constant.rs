@@ -341,7 +341,7 @@ impl Const {
         self.pick(&flat, dims)
     }
 
-    /// Axis permutation.
+    /// Axis permutation (`perm` a permutation of the axes, checked by the caller).
     pub fn transpose(&self, perm: &[usize]) -> Const {
         let dims: Vec<usize> = perm.iter().map(|&p| self.dims[p]).collect();
         let src = strides(&self.dims);
@@ -359,6 +359,9 @@ impl Const {
     /// Broadcast to `dims` (which must be a broadcast of this shape).
     pub fn broadcast(&self, dims: &[usize]) -> Fold<Const> {
         numel(dims)?;
+        if broadcast_shapes(&self.dims, dims)? != dims {
+            return Err(format!("{:?} does not broadcast to {dims:?}", self.dims));
+        }
         let offset = dims.len() - self.dims.len();
         let src = strides(&self.dims);
         let mut flat = vec![0usize];

@@ -25,7 +25,8 @@ pub const EXPORT_OPSET: i64 = 20;
 
 type Out<T> = Result<T, OnnxError>;
 
-fn value_info(name: &str, shape: &[usize]) -> ValueInfoProto {
+/// A float32 tensor value of a static shape (a graph input or output declaration).
+pub fn value_info(name: &str, shape: &[usize]) -> ValueInfoProto {
     let mut s = TensorShapeProto::new();
     for &d in shape {
         let mut dim = tensor_shape_proto::Dimension::new();
@@ -453,6 +454,10 @@ fn attention(
 
 /// Writes `graph` as an ONNX model; `values` holds every parameter and constant it names.
 pub fn export_model(graph: &Graph, values: &[(String, Tensor)]) -> Out<ModelProto> {
+    // a validated graph has every op's arity and every parent before its node
+    graph
+        .validate()
+        .map_err(|e| OnnxError::Export(e.to_string()))?;
     let mut e = Emitter {
         nodes: vec![],
         inits: vec![],

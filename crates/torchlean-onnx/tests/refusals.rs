@@ -255,3 +255,52 @@ fn hostile_bytes_and_models_are_errors_not_panics() {
         "{list:?}"
     );
 }
+
+fn constant(name: &str, out: &str, dims: &[i64], data: Vec<i64>) -> NodeProto {
+    let mut t = TensorProto::new();
+    t.dims = dims.to_vec();
+    t.data_type = 7;
+    t.int64_data = data;
+    let mut a = AttributeProto::new();
+    a.name = "value".into();
+    a.type_ = AttributeType::TENSOR.into();
+    a.t = Some(t).into();
+    let mut n = node(name, "Constant", &[], &[out]);
+    n.attribute.push(a);
+    n
+}
+
+#[test]
+fn hostile_operands_of_mapped_nodes_are_refused_not_panics() {
+    let mut transpose = node("t_repeat", "Transpose", &["c2"], &["t"]);
+    transpose.attribute.push(ints("perm", &[0, 0]));
+    let m = model(
+        vec![
+            constant("c2", "c2", &[2, 2], vec![1, 2, 3, 4]),
+            transpose,
+            constant("empty", "e", &[0], vec![]),
+            node("range_empty", "Range", &["e", "e", "e"], &["r1"]),
+            constant("lo", "lo", &[], vec![i64::MIN]),
+            constant("hi", "hi", &[], vec![i64::MAX]),
+            constant("one", "one", &[], vec![1]),
+            node("range_huge", "Range", &["lo", "hi", "one"], &["r2"]),
+            node("gemm_1d", "Gemm", &["v", "v"], &["g"]),
+        ],
+        vec![],
+        vec![value("v", &[3])],
+        vec![value("g", &[3])],
+        17,
+    );
+    let list = unsupported(&m);
+    let names: Vec<&str> = list.iter().map(|(n, _, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        ["t_repeat", "range_empty", "range_huge", "gemm_1d"],
+        "{list:?}"
+    );
+    assert!(list[0].2.contains("not a permutation"), "{list:?}");
+    assert!(
+        list[2].2.contains("too long") || list[2].2.contains("2^31"),
+        "{list:?}"
+    );
+}

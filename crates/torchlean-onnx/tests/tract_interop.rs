@@ -66,27 +66,9 @@ fn tract_and_torchlean_agree_on_the_pytorch_fixtures() {
 #[test]
 fn gru_variants_agree_with_tract() {
     use onnx_protobuf::{
-        attribute_proto::AttributeType, tensor_shape_proto, type_proto, AttributeProto, GraphProto,
-        Message, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto,
-        TypeProto, ValueInfoProto,
+        attribute_proto::AttributeType, AttributeProto, GraphProto, Message, ModelProto, NodeProto,
+        OperatorSetIdProto, TensorProto,
     };
-    fn info(name: &str, dims: &[usize]) -> ValueInfoProto {
-        let mut shape = TensorShapeProto::new();
-        for &d in dims {
-            let mut dim = tensor_shape_proto::Dimension::new();
-            dim.value = Some(tensor_shape_proto::dimension::Value::DimValue(d as i64));
-            shape.dim.push(dim);
-        }
-        let mut t = type_proto::Tensor::new();
-        t.elem_type = 1;
-        t.shape = Some(shape).into();
-        let mut ty = TypeProto::new();
-        ty.value = Some(type_proto::Value::TensorType(t));
-        let mut v = ValueInfoProto::new();
-        v.name = name.into();
-        v.type_ = Some(ty).into();
-        v
-    }
     fn weights(name: &str, dims: &[usize], seed: usize) -> TensorProto {
         let n: usize = dims.iter().product();
         let mut t = TensorProto::new();
@@ -150,11 +132,15 @@ fn gru_variants_agree_with_tract() {
         if with_bias {
             g.initializer.push(weights("b", &[1, 6 * hidden], 3));
         }
-        g.input = vec![info("x", &x_dims)];
+        g.input = vec![torchlean_onnx::export::value_info("x", &x_dims)];
         if with_h0 {
-            g.input.push(info("h0", &h_dims));
+            g.input
+                .push(torchlean_onnx::export::value_info("h0", &h_dims));
         }
-        g.output = vec![info("y", &y_dims), info("y_h", &h_dims)];
+        g.output = vec![
+            torchlean_onnx::export::value_info("y", &y_dims),
+            torchlean_onnx::export::value_info("y_h", &h_dims),
+        ];
         let mut m = ModelProto::new();
         m.ir_version = 8;
         let mut o = OperatorSetIdProto::new();

@@ -202,22 +202,46 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
                     .ok_or_else(|| "Range of computed values".to_string())
             };
             let (s, l, d) = (get(0)?, get(1)?, get(2)?);
+            if [&s, &l, &d].iter().any(|c| c.len() != 1) {
+                return Err("Range's start, limit and delta must be scalars".into());
+            }
             match (&s.data, &l.data, &d.data) {
                 (Data::I64(s), Data::I64(l), Data::I64(d)) => {
                     let (s, l, d) = (s[0], l[0], d[0]);
                     if d == 0 {
                         return Err("Range with delta 0".into());
                     }
-                    let n = ((l - s) as f64 / d as f64).ceil().max(0.0) as usize;
-                    crate::constant::sizes(&[n as i64])?;
-                    one(konst(Const::i64s(
-                        (0..n as i64).map(|k| s + k * d).collect(),
-                    )))
+                    // ceil((limit − start) / delta), clamped at 0, in i128 (no overflow for
+                    // any i64 operands), then bounded
+                    let (mut span, mut step) = (l as i128 - s as i128, d as i128);
+                    if step < 0 {
+                        (span, step) = (-span, -step);
+                    }
+                    let n = if span <= 0 {
+                        0
+                    } else {
+                        (span + step - 1) / step
+                    };
+                    let n = i64::try_from(n).map_err(|_| "Range too long".to_string())?;
+                    crate::constant::sizes(&[n])?;
+                    let values = (0..n)
+                        .map(|k| {
+                            k.checked_mul(d)
+                                .and_then(|v| v.checked_add(s))
+                                .ok_or_else(|| "Range overflows int64".to_string())
+                        })
+                        .collect::<Map<Vec<i64>>>()?;
+                    one(konst(Const::i64s(values)))
                 }
                 _ => {
                     let (s, l, d) = (s.floats()[0], l.floats()[0], d.floats()[0]);
-                    let n = ((l - s) / d).ceil().max(0.0) as usize;
-                    crate::constant::sizes(&[n as i64])?;
+                    let n = ((l - s) / d).ceil();
+                    if !n.is_finite() {
+                        return Err(format!("Range({s}, {l}, {d}) has no finite length"));
+                    }
+                    let n = n.max(0.0).min(i64::MAX as f32) as i64;
+                    crate::constant::sizes(&[n])?;
+                    let n = n as usize;
                     one(konst(Const::f32(
                         vec![n],
                         (0..n).map(|k| s + k as f32 * d).collect(),
@@ -328,8 +352,15 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
                     .collect::<Map<Vec<_>>>()?,
                 None => (0..rank).rev().collect(),
             };
+            let mut sorted = perm.clone();
+            sorted.sort_unstable();
+            if sorted != (0..rank).collect::<Vec<_>>() {
+                return Err(format!(
+                    "perm {perm:?} is not a permutation of the {rank} axes"
+                ));
+            }
             match b.folded(x) {
-                Some(c) if perm.len() == rank => one(konst(c.transpose(&perm))),
+                Some(c) => one(konst(c.transpose(&perm))),
                 _ => one(b.op_on(Op::Permute { axes: perm }, &[x])?),
             }
         }
@@ -802,6 +833,13 @@ fn matmul(b: &mut Builder, x: &Value, y: &Value) -> Map<Value> {
 /// `alpha · A' · B' + beta · C`: a `linear` when B is transposed (PyTorch's layout).
 fn gemm(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Value> {
     let (x, w) = (arg(inputs, 0)?, arg(inputs, 1)?);
+    if b.shape(x).len() != 2 || b.shape(w).len() != 2 {
+        return Err(format!(
+            "Gemm of shapes {:?} and {:?}: both operands must be 2-D",
+            b.shape(x),
+            b.shape(w)
+        ));
+    }
     let (alpha, beta) = (a.float("alpha", 1.0)?, a.float("beta", 1.0)?);
     let (ta, tb) = (a.int("transA", 0)? != 0, a.int("transB", 0)? != 0);
     let x = if ta {

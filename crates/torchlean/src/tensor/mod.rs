@@ -325,15 +325,19 @@ impl Tensor {
         if self.is_contiguous() || self.device_buffer().is_some() {
             self.clone()
         } else {
-            // into a buffer from the storage cache (already mapped), which the new tensor
-            // gives back when dropped
-            let mut v = crate::runtime::buffers::take_overwritten(self.numel());
-            v.clear();
-            self.0
-                .layout
-                .gather_into_unchecked(self.storage_slice(), &mut v);
-            Tensor::from_parts(v, self.shape().to_vec())
+            self.host_copy()
         }
+    }
+
+    /// A canonical host copy of this host tensor's elements, into a buffer from the storage
+    /// cache (already mapped), which the new tensor gives back when dropped.
+    fn host_copy(&self) -> Tensor {
+        let mut v = crate::runtime::buffers::take_overwritten(self.numel());
+        v.clear();
+        self.0
+            .layout
+            .gather_into_unchecked(self.storage_slice(), &mut v);
+        Tensor::from_parts(v, self.shape().to_vec())
     }
 
     /// This tensor if it is canonical (row-major from offset 0 over a storage of exactly its
@@ -348,12 +352,7 @@ impl Tensor {
         if host_canonical || self.device_buffer().is_some() {
             return self.clone();
         }
-        let mut v = crate::runtime::buffers::take_overwritten(self.numel());
-        v.clear();
-        self.0
-            .layout
-            .gather_into_unchecked(self.storage_slice(), &mut v);
-        Tensor::from_parts(v, self.shape().to_vec())
+        self.host_copy()
     }
 
     /// The element at a multi-index.
