@@ -225,26 +225,32 @@ pub fn run_graph(a: RunGraphArgs) -> CliResult {
         }
     }
     let profile = a.backend.profile()?;
-    // the few eager ops around the plan (reshaping the seed) run under the same profile
+    // the session of this profile (device uploads and the compiled run's eager parts)
     a.backend.install_session()?;
     let compiled = CompiledGraph::compile(graph, &profile)
         .map_err(|e| CliError::from(torchlean::Error::from(e)))?;
     if a.backend.show_backend {
         print!("{}", compiled.report().to_text());
     }
-    let seed = Tensor::ones(&[1])?;
-    let seed_shape = compiled
-        .graph()
-        .parameters
-        .iter()
-        .find(|p| p.name == SEED)
-        .map(|p| p.shape.clone());
+    // values go to the profile's device explicitly (an op never moves them: an input left on
+    // the host is refused by the first kernel), and the outputs come back explicitly
+    let device = profile.device;
+    let place = |list: Vec<(String, Tensor)>| -> Result<Vec<(String, Tensor)>, CliError> {
+        list.into_iter()
+            .map(|(n, t)| Ok((n, t.to_device(device)?)))
+            .collect()
+    };
+    let (inputs, params) = (place(inputs)?, place(params)?);
+    let seed = match compiled.graph().parameters.iter().find(|p| p.name == SEED) {
+        Some(p) => {
+            let n = p.shape.iter().product();
+            Some(Tensor::from_vec(vec![1.0; n], &p.shape)?.to_device(device)?)
+        }
+        None => None,
+    };
     let outputs = compiled.run(|name| {
         if name == SEED {
-            return seed_shape.as_ref().and_then(|s| {
-                seed.reshape(&s.iter().map(|&d| d as isize).collect::<Vec<_>>())
-                    .ok()
-            });
+            return seed.clone();
         }
         inputs
             .iter()
@@ -252,6 +258,10 @@ pub fn run_graph(a: RunGraphArgs) -> CliResult {
             .find(|(n, _)| n == name)
             .map(|(_, t)| t.clone())
     })?;
+    let outputs = outputs
+        .into_iter()
+        .map(|(n, t)| Ok((n, t.to_cpu()?)))
+        .collect::<Result<Vec<_>, CliError>>()?;
     write_safetensors(&a.out, &outputs, None)?;
     if let Some(path) = &a.backend.report_json {
         let text = serde_json::to_string_pretty(&compiled.report().to_json())
