@@ -16,7 +16,7 @@ Needs torch, onnx, onnxscript and safetensors (pip). For every model it writes:
 
 The models are small on purpose (the files are committed): an MLP, a CNN with batch norm and
 pooling (eval mode, running statistics set to non-trivial values), a transformer encoder
-layer with a padding mask, and a GRU sequence regressor. The loss is the mean squared error against a fixed target, so
+layer with a padding mask, and GRU and LSTM sequence regressors. The loss is the mean squared error against a fixed target, so
 that `--grad` has a scalar to differentiate.
 """
 import os
@@ -77,14 +77,16 @@ class Cnn(nn.Module):
 
 
 class Encoder(nn.Module):
-    """One post-norm encoder layer with a padding mask given as an additive float mask (0 for a
+    """One post-norm encoder layer (GELU feed-forward) with a padding mask given as an additive float mask (0 for a
     real token, -inf for padding; PyTorch adds float masks to the scores). A boolean mask
     would reach ONNX as a comparison (`Less`), which torchlean's f32 vocabulary lacks."""
 
     def __init__(self):
         super().__init__()
+        # GELU as in BERT-style layers: exported at opset 18 as Div → Erf → Add → Mul → Mul
         self.layer = nn.TransformerEncoderLayer(
-            d_model=32, nhead=4, dim_feedforward=64, dropout=0.0, batch_first=True
+            d_model=32, nhead=4, dim_feedforward=64, dropout=0.0, batch_first=True,
+            activation="gelu",
         )
 
     def forward(self, x, pad):
@@ -102,6 +104,19 @@ class Gru(nn.Module):
 
     def forward(self, x):
         out, _ = self.gru(x)
+        return self.fc(out[:, -1])
+
+
+class Lstm(nn.Module):
+    """An LSTM sequence regressor (exported as ONNX's LSTM operator, unrolled by torchlean)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(8, 12, batch_first=True)
+        self.fc = nn.Linear(12, 2)
+
+    def forward(self, x):
+        out, _ = self.lstm(x)
         return self.fc(out[:, -1])
 
 
@@ -168,6 +183,7 @@ def main():
            ["x", "pad"], (b, 10, 32), train=True)
     b = BATCH or 4
     export("gru", Gru(), [torch.randn(b, 6, 8, generator=gen)], ["x"], (b, 1))
+    export("lstm", Lstm(), [torch.randn(b, 5, 8, generator=gen)], ["x"], (b, 2))
 
 
 if __name__ == "__main__":

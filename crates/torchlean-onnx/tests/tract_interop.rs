@@ -41,7 +41,7 @@ fn tract_run(path: &std::path::Path, inputs: &[(String, torchlean::Tensor)]) -> 
 
 #[test]
 fn tract_and_torchlean_agree_on_the_pytorch_fixtures() {
-    for model in ["mlp", "cnn", "encoder", "gru"] {
+    for model in ["mlp", "cnn", "encoder", "gru", "lstm"] {
         let path = fixture(&format!("{model}.onnx"));
         let inputs = load_values(&format!("{model}.inputs.safetensors"));
         let theirs = tract_run(&path, &inputs);
@@ -185,5 +185,134 @@ fn gru_variants_agree_with_tract() {
             &theirs[1],
             1e-5,
         );
+    }
+}
+
+/// The Erf forms of GELU that exporters write (scaling by Div or Mul, the halving on the
+/// sum, on x or on the product, operands in either order) import as torchlean's `gelu`
+/// and agree with tract's evaluation of the same nodes; a near miss keeps its `Erf` and is
+/// refused.
+#[test]
+fn erf_gelu_forms_import_as_gelu() {
+    use onnx_protobuf::{
+        GraphProto, Message, ModelProto, NodeProto, OperatorSetIdProto, TensorProto,
+    };
+    fn scalar(name: &str, v: f32) -> TensorProto {
+        let mut t = TensorProto::new();
+        t.name = name.into();
+        t.data_type = 1;
+        t.float_data = vec![v];
+        t
+    }
+    fn node(op: &str, inputs: &[&str], out: &str) -> NodeProto {
+        let mut n = NodeProto::new();
+        n.op_type = op.into();
+        n.name = out.into();
+        n.input = inputs.iter().map(|s| s.to_string()).collect();
+        n.output = vec![out.into()];
+        n
+    }
+    let sqrt2 = std::f32::consts::SQRT_2;
+    let forms: Vec<(&str, f32, Vec<NodeProto>)> = vec![
+        (
+            "div, 0.5 on the sum",
+            sqrt2,
+            vec![
+                node("Div", &["x", "k"], "s"),
+                node("Erf", &["s"], "e"),
+                node("Add", &["e", "one"], "p"),
+                node("Mul", &["half", "p"], "h"),
+                node("Mul", &["x", "h"], "y"),
+            ],
+        ),
+        (
+            "mul by 1/sqrt2, 0.5 on x",
+            1.0 / sqrt2,
+            vec![
+                node("Mul", &["k", "x"], "s"),
+                node("Erf", &["s"], "e"),
+                node("Add", &["one", "e"], "p"),
+                node("Mul", &["x", "half"], "h"),
+                node("Mul", &["h", "p"], "y"),
+            ],
+        ),
+        (
+            "0.5 on the product",
+            sqrt2,
+            vec![
+                node("Div", &["x", "k"], "s"),
+                node("Erf", &["s"], "e"),
+                node("Add", &["e", "one"], "p"),
+                node("Mul", &["x", "p"], "h"),
+                node("Mul", &["h", "half"], "y"),
+            ],
+        ),
+        (
+            "near miss: 0.25 instead of 0.5",
+            sqrt2,
+            vec![
+                node("Div", &["x", "k"], "s"),
+                node("Erf", &["s"], "e"),
+                node("Add", &["e", "one"], "p"),
+                node("Mul", &["x", "p"], "h"),
+                node("Mul", &["h", "quarter"], "y"),
+            ],
+        ),
+    ];
+    let x = torchlean::Tensor::uniform(&[3, 7], -4.0, 4.0, 9).unwrap();
+    for (what, k, nodes) in forms {
+        let mut g = GraphProto::new();
+        g.node = nodes;
+        g.initializer = vec![
+            scalar("k", k),
+            scalar("one", 1.0),
+            scalar("half", 0.5),
+            scalar("quarter", 0.25),
+        ];
+        g.input = vec![torchlean_onnx::export::value_info("x", &[3, 7])];
+        g.output = vec![torchlean_onnx::export::value_info("y", &[3, 7])];
+        let mut m = ModelProto::new();
+        m.ir_version = 8;
+        let mut o = OperatorSetIdProto::new();
+        o.version = 17;
+        m.opset_import.push(o);
+        m.graph = Some(g).into();
+        let imported = torchlean_onnx::import_model(&m, what, &Default::default());
+        if what.starts_with("near miss") {
+            let e = imported
+                .err()
+                .expect("the Erf stays and is refused")
+                .to_string();
+            assert!(e.contains("Erf"), "{what}: {e}");
+            continue;
+        }
+        let imported = imported.unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert!(
+            imported.graph.nodes.iter().any(|n| matches!(
+                &n.kind,
+                torchlean::graph::NodeKind::Op {
+                    op: torchlean::Op::Gelu
+                }
+            )),
+            "{what}: no gelu node"
+        );
+        let path = std::env::temp_dir().join(format!(
+            "torchlean-gelu-{}-{}.onnx",
+            what.len(),
+            std::process::id()
+        ));
+        std::fs::write(&path, m.write_to_bytes().unwrap()).unwrap();
+        let inputs = vec![("x".to_string(), x.clone())];
+        let theirs = tract_run(&path, &inputs);
+        let _ = std::fs::remove_file(&path);
+        let ours = run_graph(
+            imported.graph,
+            &imported.values,
+            &inputs,
+            &BackendProfile::default_cpu(),
+            false,
+        )
+        .unwrap();
+        assert_close(what, &ours["y"].to_vec(), &theirs[0], 1e-6);
     }
 }

@@ -17,6 +17,7 @@
 
 mod attrs;
 mod ops;
+mod patterns;
 mod recurrent;
 
 pub use ops::supported_operators;
@@ -314,7 +315,9 @@ pub fn import_model(
         .filter_map(|v| Some((v.name.as_str(), declared_shape(v)?)))
         .collect();
     let mut poisoned: std::collections::HashSet<String> = Default::default();
-    for (index, node) in g.node.iter().enumerate() {
+    // exporters' multi-node forms of one torchlean op (the Erf form of GELU) become one node
+    let nodes = patterns::fuse_gelu(g);
+    for (index, node) in nodes.iter().enumerate() {
         let label = if node.name.is_empty() {
             node.output
                 .first()

@@ -42,6 +42,7 @@ const KNOWN: &[&str] = &[
     "Less",
     "Log",
     "LogSoftmax",
+    "LSTM",
     "MatMul",
     "Max",
     "MaxPool",
@@ -547,6 +548,7 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
         "BatchNormalization" => batch_norm(b, a, inputs).map(|v| vec![v]),
         "LayerNormalization" => layer_norm(b, a, inputs),
         "GRU" => super::recurrent::gru(b, a, inputs),
+        "LSTM" => super::recurrent::lstm(b, a, inputs),
         _ => Err(format!("no torchlean mapping for `{op}`")),
     }
 }

@@ -1,4 +1,4 @@
-//! ONNX's recurrent operators, unrolled over the (static) sequence length into torchlean
+//! ONNX's recurrent operators (GRU, LSTM), unrolled over the (static) sequence length into torchlean
 //! ops. The weights stay parameters: every step reads the same `linear` weights, so their
 //! gradients sum over the steps as they do in PyTorch's autograd.
 
@@ -34,15 +34,22 @@ fn cols(b: &mut Builder, v: &Value, from: usize, to: usize) -> Map<Value> {
     )
 }
 
-/// `GRU` (forward direction, default activations; gate order z, r, h as ONNX specifies):
-///
-///   z = σ(x Wzᵀ + Wbz + h Rzᵀ + Rbz),  r = σ(x Wrᵀ + Wbr + h Rrᵀ + Rbr)
-///   n = tanh(x Whᵀ + Wbh + r ⊙ (h Rhᵀ + Rbh))        (linear_before_reset = 1)
-///   n = tanh(x Whᵀ + Wbh + (r ⊙ h) Rhᵀ + Rbh)        (linear_before_reset = 0)
-///   h' = n + z ⊙ (h − n)                              (PyTorch's evaluation order)
-///
-/// Outputs Y [S, 1, N, H] (layout 0) or [N, S, 1, H] (layout 1), and Y_h [1, N, H] / [N, 1, H].
-pub fn gru(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Vec<Value>> {
+/// What GRU and LSTM share: the checked attributes and shapes, the weights as [G·H, I] and
+/// [G·H, H] (G gates), the input and recurrent biases, and every step's input projections.
+struct Unrolled {
+    steps: usize,
+    n: usize,
+    h: usize,
+    layout: i64,
+    /// R as [G·H, H].
+    r2: Value,
+    /// The recurrent bias Rb ([G·H]), if the node has B.
+    rb: Option<Value>,
+    /// x·Wᵀ + Wb for every step: [S, N, G·H].
+    xw: Value,
+}
+
+fn prepare(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>], gates: usize) -> Map<Unrolled> {
     let direction = a.string("direction", "forward")?;
     if direction != "forward" {
         return Err(format!("direction={direction} (only forward)"));
@@ -50,7 +57,6 @@ pub fn gru(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Vec<Valu
     if a.ints("activations")?.is_some() || a.float("clip", 0.0)? != 0.0 {
         return Err("custom activations or clip".into());
     }
-    let before_reset = a.int("linear_before_reset", 0)? != 0;
     let layout = a.int("layout", 0)?;
     let (x, w, r) = (arg(inputs, 0)?, arg(inputs, 1)?, arg(inputs, 2)?);
     if opt(inputs, 4).is_some() {
@@ -68,129 +74,222 @@ pub fn gru(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Vec<Valu
     };
     let xs = b.shape(&x);
     let (ws, rs) = (b.shape(w), b.shape(r));
-    if xs.len() != 3 || ws.len() != 3 || ws[0] != 1 || ws[1] % 3 != 0 || ws[2] != xs[2] {
+    if xs.len() != 3 || ws.len() != 3 || ws[0] != 1 || ws[1] % gates != 0 || ws[2] != xs[2] {
         return Err(format!(
-            "X {xs:?} and W {ws:?}: expected [S, N, I] and [1, 3H, I]"
+            "X {xs:?} and W {ws:?}: expected [S, N, I] and [1, {gates}H, I]"
         ));
     }
-    let (steps, n, h) = (xs[0], xs[1], ws[1] / 3);
-    if rs != [1, 3 * h, h] {
-        return Err(format!("R {rs:?}: expected [1, {}, {h}]", 3 * h));
+    let (steps, n, h) = (xs[0], xs[1], ws[1] / gates);
+    if rs != [1, gates * h, h] {
+        return Err(format!("R {rs:?}: expected [1, {}, {h}]", gates * h));
     }
     let hidden = a.int("hidden_size", h as i64)?;
     if hidden != h as i64 {
         return Err(format!("hidden_size {hidden} differs from W's {h}"));
     }
-    let w2 = reshape(b, w, vec![3 * h, xs[2]])?;
-    let r2 = reshape(b, r, vec![3 * h, h])?;
+    let w2 = reshape(b, w, vec![gates * h, xs[2]])?;
+    let r2 = reshape(b, r, vec![gates * h, h])?;
     let (wb, rb) = match opt(inputs, 3) {
         Some(bias) => {
-            if b.shape(bias) != [1, 6 * h] {
-                return Err(format!("B {:?}: expected [1, {}]", b.shape(bias), 6 * h));
+            if b.shape(bias) != [1, 2 * gates * h] {
+                return Err(format!(
+                    "B {:?}: expected [1, {}]",
+                    b.shape(bias),
+                    2 * gates * h
+                ));
             }
-            let flat = reshape(b, bias, vec![6 * h])?;
+            let flat = reshape(b, bias, vec![2 * gates * h])?;
             (
-                Some(rows(b, &flat, 0, 3 * h)?),
-                Some(rows(b, &flat, 3 * h, 6 * h)?),
+                Some(rows(b, &flat, 0, gates * h)?),
+                Some(rows(b, &flat, gates * h, 2 * gates * h)?),
             )
         }
         None => (None, None),
     };
-    // the input projections of every step at once: [S, N, 3H]
-    let xw = match &wb {
-        Some(bias) => b.op_on(Op::Linear, &[&x, &w2, bias])?,
-        None => b.op_on(Op::Linear, &[&x, &w2])?,
-    };
-    let mut state = match opt(inputs, 5) {
-        Some(h0) => {
-            // [num_directions, N, H] in layout 0, [N, num_directions, H] in layout 1
-            let want = if layout == 0 { [1, n, h] } else { [n, 1, h] };
-            if b.shape(h0) != want {
-                return Err(format!("initial_h {:?}: expected {want:?}", b.shape(h0)));
-            }
-            reshape(b, h0, vec![n, h])?
-        }
-        None => konst(Const::f32(vec![n, h], vec![0.0; n * h])),
-    };
-    // with linear_before_reset = 0 the candidate's recurrent product reads r ⊙ h
-    let (rzr, rh, rbzr, rbh) = if before_reset {
-        (None, None, None, None)
-    } else {
-        let rzr = rows(b, &r2, 0, 2 * h)?;
-        let rh = rows(b, &r2, 2 * h, 3 * h)?;
-        let (bzr, bh) = match &rb {
-            Some(rb) => (
-                Some(rows(b, rb, 0, 2 * h)?),
-                Some(rows(b, rb, 2 * h, 3 * h)?),
-            ),
-            None => (None, None),
-        };
-        (Some(rzr), Some(rh), bzr, bh)
-    };
-    let linear = |b: &mut Builder, v: &Value, w: &Value, bias: &Option<Value>| match bias {
+    let xw = linear(b, &x, &w2, &wb)?;
+    Ok(Unrolled {
+        steps,
+        n,
+        h,
+        layout,
+        r2,
+        rb,
+        xw,
+    })
+}
+
+fn linear(b: &mut Builder, v: &Value, w: &Value, bias: &Option<Value>) -> Map<Value> {
+    match bias {
         Some(bias) => b.op_on(Op::Linear, &[v, w, bias]),
         None => b.op_on(Op::Linear, &[v, w]),
+    }
+}
+
+impl Unrolled {
+    /// Input `index` (initial_h, initial_c) as [N, H], or zeros.
+    fn initial(&self, b: &mut Builder, inputs: &[Option<Value>], index: usize) -> Map<Value> {
+        let (n, h) = (self.n, self.h);
+        match opt(inputs, index) {
+            Some(v) => {
+                // [num_directions, N, H] in layout 0, [N, num_directions, H] in layout 1
+                let want = if self.layout == 0 {
+                    [1, n, h]
+                } else {
+                    [n, 1, h]
+                };
+                if b.shape(v) != want {
+                    return Err(format!(
+                        "input {index} (initial state) {:?}: expected {want:?}",
+                        b.shape(v)
+                    ));
+                }
+                reshape(b, v, vec![n, h])
+            }
+            None => Ok(konst(Const::f32(vec![n, h], vec![0.0; n * h]))),
+        }
+    }
+
+    /// Step t's input projections as [N, G·H], split into the G gates' [N, H] blocks.
+    fn step_inputs(&self, b: &mut Builder, t: usize, gates: usize) -> Map<Vec<Value>> {
+        let xt = rows(b, &self.xw, t, t + 1)?;
+        let xt = reshape(b, &xt, vec![self.n, gates * self.h])?;
+        (0..gates)
+            .map(|g| cols(b, &xt, g * self.h, (g + 1) * self.h))
+            .collect()
+    }
+
+    /// Y from the per-step states, then the final states ([1, N, H] each), in the layout.
+    fn outputs(&self, b: &mut Builder, states: &[Value], finals: &[&Value]) -> Map<Vec<Value>> {
+        let (n, h) = (self.n, self.h);
+        let steps = states
+            .iter()
+            .map(|s| reshape(b, s, vec![1, 1, n, h]))
+            .collect::<Map<Vec<_>>>()?;
+        let refs: Vec<&Value> = steps.iter().collect();
+        let mut y = match refs.as_slice() {
+            [one] => (*one).clone(),
+            _ => b.op_on(Op::Concat { axis: 0 }, &refs)?,
+        };
+        if self.layout == 1 {
+            y = b.op_on(
+                Op::Permute {
+                    axes: vec![2, 0, 1, 3],
+                },
+                &[&y],
+            )?;
+        }
+        let mut out = vec![y];
+        for f in finals {
+            let last = reshape(b, f, vec![1, n, h])?;
+            out.push(if self.layout == 1 {
+                b.op_on(
+                    Op::Permute {
+                        axes: vec![1, 0, 2],
+                    },
+                    &[&last],
+                )?
+            } else {
+                last
+            });
+        }
+        Ok(out)
+    }
+}
+
+/// `GRU` (forward direction, default activations; gate order z, r, h as ONNX specifies):
+///
+///   z = σ(x Wzᵀ + Wbz + h Rzᵀ + Rbz),  r = σ(x Wrᵀ + Wbr + h Rrᵀ + Rbr)
+///   n = tanh(x Whᵀ + Wbh + r ⊙ (h Rhᵀ + Rbh))        (linear_before_reset = 1)
+///   n = tanh(x Whᵀ + Wbh + (r ⊙ h) Rhᵀ + Rbh)        (linear_before_reset = 0)
+///   h' = n + z ⊙ (h − n)                              (PyTorch's evaluation order)
+///
+/// Outputs Y [S, 1, N, H] (layout 0) or [N, S, 1, H] (layout 1), and Y_h [1, N, H] / [N, 1, H].
+pub fn gru(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Vec<Value>> {
+    let before_reset = a.int("linear_before_reset", 0)? != 0;
+    let u = prepare(b, a, inputs, 3)?;
+    let h = u.h;
+    let mut state = u.initial(b, inputs, 5)?;
+    // with linear_before_reset = 0 the candidate's recurrent product reads r ⊙ h
+    let split = |b: &mut Builder, v: &Option<Value>| -> Map<(Option<Value>, Option<Value>)> {
+        match v {
+            Some(v) => Ok((Some(rows(b, v, 0, 2 * h)?), Some(rows(b, v, 2 * h, 3 * h)?))),
+            None => Ok((None, None)),
+        }
     };
-    let mut outputs = Vec::with_capacity(steps);
-    for t in 0..steps {
-        let xt = rows(b, &xw, t, t + 1)?;
-        let xt = reshape(b, &xt, vec![n, 3 * h])?;
-        let (xz, xr, xh) = (
-            cols(b, &xt, 0, h)?,
-            cols(b, &xt, h, 2 * h)?,
-            cols(b, &xt, 2 * h, 3 * h)?,
-        );
+    let (rzr, rh) = split(b, &Some(u.r2.clone()))?;
+    let (rbzr, rbh) = split(b, &u.rb)?;
+    let mut states = Vec::with_capacity(u.steps);
+    for t in 0..u.steps {
+        let xg = u.step_inputs(b, t, 3)?;
         let (hz, hr, candidate) = if before_reset {
-            let hp = linear(b, &state, &r2, &rb)?;
+            let hp = linear(b, &state, &u.r2, &u.rb)?;
             (
                 cols(b, &hp, 0, h)?,
                 cols(b, &hp, h, 2 * h)?,
                 Some(cols(b, &hp, 2 * h, 3 * h)?),
             )
         } else {
-            let (rzr, bzr) = (rzr.as_ref().ok_or("unreachable")?, &rbzr);
-            let hp = linear(b, &state, rzr, bzr)?;
+            let hp = linear(b, &state, rzr.as_ref().ok_or("R rows")?, &rbzr)?;
             (cols(b, &hp, 0, h)?, cols(b, &hp, h, 2 * h)?, None)
         };
-        let zs = b.op_on(Op::Add, &[&xz, &hz])?;
+        let zs = b.op_on(Op::Add, &[&xg[0], &hz])?;
         let z = b.op_on(Op::Sigmoid, &[&zs])?;
-        let rsum = b.op_on(Op::Add, &[&xr, &hr])?;
+        let rsum = b.op_on(Op::Add, &[&xg[1], &hr])?;
         let gate = b.op_on(Op::Sigmoid, &[&rsum])?;
         let recurrent = match candidate {
             Some(hh) => b.op_on(Op::Mul, &[&gate, &hh])?,
             None => {
                 let gated = b.op_on(Op::Mul, &[&gate, &state])?;
-                linear(b, &gated, rh.as_ref().ok_or("unreachable")?, &rbh)?
+                linear(b, &gated, rh.as_ref().ok_or("R rows")?, &rbh)?
             }
         };
-        let pre = b.op_on(Op::Add, &[&xh, &recurrent])?;
+        let pre = b.op_on(Op::Add, &[&xg[2], &recurrent])?;
         let cand = b.op_on(Op::Tanh, &[&pre])?;
         let diff = b.op_on(Op::Sub, &[&state, &cand])?;
         let kept = b.op_on(Op::Mul, &[&z, &diff])?;
         state = b.op_on(Op::Add, &[&cand, &kept])?;
-        outputs.push(reshape(b, &state, vec![1, 1, n, h])?);
+        states.push(state.clone());
     }
-    let refs: Vec<&Value> = outputs.iter().collect();
-    let y = if refs.len() == 1 {
-        refs[0].clone()
-    } else {
-        b.op_on(Op::Concat { axis: 0 }, &refs)?
-    };
-    let y_h = reshape(b, &state, vec![1, n, h])?;
-    if layout == 1 {
-        let y = b.op_on(
-            Op::Permute {
-                axes: vec![2, 0, 1, 3],
-            },
-            &[&y],
-        )?;
-        let y_h = b.op_on(
-            Op::Permute {
-                axes: vec![1, 0, 2],
-            },
-            &[&y_h],
-        )?;
-        return Ok(vec![y, y_h]);
+    u.outputs(b, &states, &[&state])
+}
+
+/// `LSTM` (forward direction, default activations, no peepholes, `input_forget=0`; gate
+/// order i, o, f, c as ONNX specifies):
+///
+///   g = x Wᵀ + Wb + h Rᵀ + Rb,  i = σ(g_i), o = σ(g_o), f = σ(g_f), c̃ = tanh(g_c)
+///   c' = f ⊙ c + i ⊙ c̃,  h' = o ⊙ tanh(c')
+///
+/// Outputs Y, Y_h and Y_c (Y_c like Y_h).
+pub fn lstm(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Vec<Value>> {
+    if a.int("input_forget", 0)? != 0 {
+        return Err("input_forget=1 (coupled input and forget gates)".into());
     }
-    Ok(vec![y, y_h])
+    if opt(inputs, 7).is_some() {
+        return Err("peephole weights (P)".into());
+    }
+    let u = prepare(b, a, inputs, 4)?;
+    let h = u.h;
+    let mut hidden = u.initial(b, inputs, 5)?;
+    let mut cell = u.initial(b, inputs, 6)?;
+    let mut states = Vec::with_capacity(u.steps);
+    for t in 0..u.steps {
+        let xg = u.step_inputs(b, t, 4)?;
+        let hp = linear(b, &hidden, &u.r2, &u.rb)?;
+        let gate = |b: &mut Builder, k: usize, op: Op| -> Map<Value> {
+            let hk = cols(b, &hp, k * h, (k + 1) * h)?;
+            let sum = b.op_on(Op::Add, &[&xg[k], &hk])?;
+            b.op_on(op, &[&sum])
+        };
+        let i = gate(b, 0, Op::Sigmoid)?;
+        let o = gate(b, 1, Op::Sigmoid)?;
+        let f = gate(b, 2, Op::Sigmoid)?;
+        let c_new = gate(b, 3, Op::Tanh)?;
+        let kept = b.op_on(Op::Mul, &[&f, &cell])?;
+        let added = b.op_on(Op::Mul, &[&i, &c_new])?;
+        cell = b.op_on(Op::Add, &[&kept, &added])?;
+        let squashed = b.op_on(Op::Tanh, &[&cell])?;
+        hidden = b.op_on(Op::Mul, &[&o, &squashed])?;
+        states.push(hidden.clone());
+    }
+    u.outputs(b, &states, &[&hidden, &cell])
 }

@@ -1,0 +1,153 @@
+//! Subgraphs that exporters emit for one torchlean op, recognized before the node walk.
+//!
+//! PyTorch exports the exact GELU at opsets before 20 as
+//! `x · (0.5 · (Erf(x / √2) + 1))` — five nodes around an `Erf`, for which torchlean has no
+//! op of its own. When every intermediate value of that shape is read only inside it (and
+//! is not a graph output), the five nodes are replaced by one `Gelu` node producing the
+//! last one's output, which maps to torchlean's `gelu` (the same function, x·Φ(x)). The
+//! accepted forms: the scaling as `Div(x, √2)` or `Mul(x, 1/√2)`, operands of `Add`/`Mul`
+//! in either order, and the halving applied to the sum, to x, or to their product.
+//! Anything else keeps its nodes (and an `Erf` is then listed as unsupported).
+
+use crate::constant::Const;
+use onnx_protobuf::{attribute_proto::AttributeType, GraphProto, NodeProto};
+use std::collections::{HashMap, HashSet};
+
+/// The graph's nodes with every recognized GELU subgraph replaced by one `Gelu` node.
+pub fn fuse_gelu(g: &GraphProto) -> Vec<NodeProto> {
+    let producer: HashMap<&str, usize> = g
+        .node
+        .iter()
+        .enumerate()
+        .flat_map(|(i, n)| n.output.iter().map(move |o| (o.as_str(), i)))
+        .collect();
+    let mut readers: HashMap<&str, usize> = HashMap::new();
+    for n in &g.node {
+        for i in &n.input {
+            *readers.entry(i.as_str()).or_default() += 1;
+        }
+    }
+    for o in &g.output {
+        *readers.entry(o.name.as_str()).or_default() += 1;
+    }
+    let scalar = |name: &str| -> Option<f32> {
+        if let Some(t) = g.initializer.iter().find(|t| t.name == name) {
+            return Const::from_proto(t).ok()?.scalar();
+        }
+        let n = &g.node[*producer.get(name)?];
+        if n.op_type != "Constant" || n.attribute.len() != 1 {
+            return None;
+        }
+        let a = &n.attribute[0];
+        match a.name.as_str() {
+            "value" if a.type_.value() == AttributeType::TENSOR as i32 => {
+                Const::from_proto(a.t.as_ref()?).ok()?.scalar()
+            }
+            "value_float" => Some(a.f),
+            _ => None,
+        }
+    };
+    let near = |v: Option<f32>, want: f32| v.is_some_and(|v| (v - want).abs() <= 1e-6 * want.abs());
+    // the node producing `name`, if it is an `op` read exactly once
+    let only = |name: &str, op: &str| -> Option<usize> {
+        let i = *producer.get(name)?;
+        (g.node[i].op_type == op && readers.get(name) == Some(&1)).then_some(i)
+    };
+    // for a binary node: (the operand that is the scalar `want`, the other one)
+    let with_scalar = |n: &NodeProto, want: f32| -> Option<String> {
+        match n.input.as_slice() {
+            [a, b] if near(scalar(b), want) => Some(a.clone()),
+            [a, b] if near(scalar(a), want) => Some(b.clone()),
+            _ => None,
+        }
+    };
+    let mut replaced: HashSet<usize> = HashSet::new();
+    let mut at: HashMap<usize, NodeProto> = HashMap::new();
+    for (e, erf) in g.node.iter().enumerate() {
+        if erf.op_type != "Erf" || erf.input.len() != 1 || erf.output.len() != 1 {
+            continue;
+        }
+        let Some(found) = (|| {
+            // s = x / √2 (or x · 1/√2)
+            let s = only(&erf.input[0], "Div").or_else(|| only(&erf.input[0], "Mul"))?;
+            let sn = &g.node[s];
+            let x = if sn.op_type == "Div" {
+                match sn.input.as_slice() {
+                    [x, k] if near(scalar(k), std::f32::consts::SQRT_2) => x.clone(),
+                    _ => return None,
+                }
+            } else {
+                with_scalar(sn, std::f32::consts::FRAC_1_SQRT_2)?
+            };
+            // p = erf + 1: its single reader
+            let p = g
+                .node
+                .iter()
+                .position(|n| n.op_type == "Add" && n.input.contains(&erf.output[0]))?;
+            if readers.get(erf.output[0].as_str()) != Some(&1)
+                || with_scalar(&g.node[p], 1.0)? != erf.output[0]
+            {
+                return None;
+            }
+            let p_out = g.node[p].output.first()?.clone();
+            // the halving and the product with x, in one of three arrangements
+            let reader_of = |name: &str| -> Option<usize> {
+                (readers.get(name) == Some(&1)).then_some(())?;
+                g.node
+                    .iter()
+                    .position(|n| n.op_type == "Mul" && n.input.iter().any(|i| i == name))
+            };
+            let m1 = reader_of(&p_out)?;
+            let other = |n: &NodeProto, this: &str| -> Option<String> {
+                match n.input.as_slice() {
+                    [a, b] if a == this => Some(b.clone()),
+                    [a, b] if b == this => Some(a.clone()),
+                    _ => None,
+                }
+            };
+            let o1 = other(&g.node[m1], &p_out)?;
+            let m1_out = g.node[m1].output.first()?.clone();
+            let (middle, last) = if near(scalar(&o1), 0.5) {
+                // 0.5·p, then x·(0.5·p)
+                let m2 = reader_of(&m1_out)?;
+                (m1, (m2, other(&g.node[m2], &m1_out)? == x))
+            } else if o1 == x {
+                // x·p, then (x·p)·0.5
+                let m2 = reader_of(&m1_out)?;
+                (m1, (m2, near(scalar(&other(&g.node[m2], &m1_out)?), 0.5)))
+            } else {
+                // (0.5·x)·p: o1 must be 0.5·x, read only here
+                let h = only(&o1, "Mul")?;
+                (h, (m1, with_scalar(&g.node[h], 0.5)? == x))
+            };
+            let (last, ok) = last;
+            ok.then_some((vec![s, e, p, middle, last], x, last))
+        })() else {
+            continue;
+        };
+        let (nodes, x, last) = found;
+        if nodes.iter().any(|i| replaced.contains(i)) {
+            continue;
+        }
+        let out = match g.node[last].output.first() {
+            Some(o) => o.clone(),
+            None => continue,
+        };
+        let mut gelu = NodeProto::new();
+        gelu.op_type = "Gelu".into();
+        gelu.name = format!("{} (Erf GELU pattern)", g.node[last].name);
+        gelu.input = vec![x];
+        gelu.output = vec![out];
+        replaced.extend(nodes);
+        at.insert(last, gelu);
+    }
+    g.node
+        .iter()
+        .enumerate()
+        .filter_map(|(i, n)| match at.remove(&i) {
+            Some(gelu) => Some(gelu),
+            None if replaced.contains(&i) => None,
+            None => Some(n.clone()),
+        })
+        .collect()
+}
