@@ -9,7 +9,7 @@ inference benchmark uses `bench/onnx`, batch 32: scripts/bench-onnx.sh).
 Needs torch, onnx, onnxscript and safetensors (pip). For every model it writes:
 
   NAME.onnx                  torch.onnx.export of a wrapper (inputs..., target) -> (prediction, loss)
-  NAME.inputs.safetensors    the fixed inputs (float32; boolean masks as 0/1 float32)
+  NAME.inputs.safetensors    the fixed inputs (float32; integer token ids as float32 integers)
   NAME.expected.safetensors  PyTorch's outputs for them (`prediction`, `loss`) and the
                              gradients of `loss` for every parameter (`grad.<parameter name>`),
                              the names `torchlean run-graph --grad` writes
@@ -120,6 +120,19 @@ class Lstm(nn.Module):
         return self.fc(out[:, -1])
 
 
+class EmbeddingBag(nn.Module):
+    """Token ids (int64 in PyTorch and ONNX; float32 integers in the inputs file) through an
+    embedding, mean-pooled over the sequence, and a linear head."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(50, 16)
+        self.fc = nn.Linear(16, 3)
+
+    def forward(self, ids):
+        return self.fc(self.embed(ids).mean(dim=1))
+
+
 def randomize_batch_norm(model, gen):
     for m in model.modules():
         if isinstance(m, nn.BatchNorm2d):
@@ -184,6 +197,7 @@ def main():
     b = BATCH or 4
     export("gru", Gru(), [torch.randn(b, 6, 8, generator=gen)], ["x"], (b, 1))
     export("lstm", Lstm(), [torch.randn(b, 5, 8, generator=gen)], ["x"], (b, 2))
+    export("embedding", EmbeddingBag(), [torch.randint(0, 50, (b, 7), generator=gen)], ["ids"], (b, 3))
 
 
 if __name__ == "__main__":

@@ -27,6 +27,10 @@ type Out<T> = Result<T, OnnxError>;
 
 /// A float32 tensor value of a static shape (a graph input or output declaration).
 pub fn value_info(name: &str, shape: &[usize]) -> ValueInfoProto {
+    typed_value_info(name, shape, crate::constant::dtype::FLOAT)
+}
+
+fn typed_value_info(name: &str, shape: &[usize], elem_type: i32) -> ValueInfoProto {
     let mut s = TensorShapeProto::new();
     for &d in shape {
         let mut dim = tensor_shape_proto::Dimension::new();
@@ -34,7 +38,7 @@ pub fn value_info(name: &str, shape: &[usize]) -> ValueInfoProto {
         s.dim.push(dim);
     }
     let mut t = type_proto::Tensor::new();
-    t.elem_type = crate::constant::dtype::FLOAT;
+    t.elem_type = elem_type;
     t.shape = Some(s).into();
     let mut ty = TypeProto::new();
     ty.value = Some(type_proto::Value::TensorType(t));
@@ -65,6 +69,8 @@ struct Emitter {
     nodes: Vec<NodeProto>,
     inits: Vec<TensorProto>,
     fresh: usize,
+    /// Inputs declared int64 (read only as indices): no Cast before their Gather.
+    int_inputs: std::collections::HashSet<String>,
 }
 
 impl Emitter {
@@ -260,11 +266,15 @@ fn emit(
             e.node("Slice", &[xs[0], &s, &t, &a], vec![])
         }
         Op::IndexSelect { axis } | Op::Gather { axis } => {
-            let i = e.node(
-                "Cast",
-                &[xs[1]],
-                vec![("to", A::I(crate::constant::dtype::INT64 as i64))],
-            );
+            let i = if e.int_inputs.contains(xs[1]) {
+                xs[1].to_string()
+            } else {
+                e.node(
+                    "Cast",
+                    &[xs[1]],
+                    vec![("to", A::I(crate::constant::dtype::INT64 as i64))],
+                )
+            };
             let t = if matches!(op, Op::IndexSelect { .. }) {
                 "Gather"
             } else {
@@ -458,10 +468,49 @@ pub fn export_model(graph: &Graph, values: &[(String, Tensor)]) -> Out<ModelProt
     graph
         .validate()
         .map_err(|e| OnnxError::Export(e.to_string()))?;
+    // an input whose values reach only index operands of index_select/gather (directly or
+    // through reshape/permute/slice/concat/broadcast_to) is exported as int64 — token ids,
+    // as PyTorch's exporter declares them; torchlean holds them as float32 integers
+    let layout = |op: &Op| {
+        matches!(
+            op,
+            Op::Reshape { .. }
+                | Op::Permute { .. }
+                | Op::Slice { .. }
+                | Op::Concat { .. }
+                | Op::BroadcastTo { .. }
+        )
+    };
+    let mut index_only = vec![true; graph.nodes.len()];
+    for o in &graph.outputs {
+        index_only[o.node] = false;
+    }
+    // consumers come after their parents: walking backwards settles each node's consumers first
+    for n in graph.nodes.iter().rev() {
+        for (k, &p) in n.parents.iter().enumerate() {
+            let ok = match &n.kind {
+                NodeKind::Op {
+                    op: Op::IndexSelect { .. } | Op::Gather { .. },
+                } => k == 1,
+                NodeKind::Op { op } if layout(op) => index_only[n.id],
+                _ => false,
+            };
+            index_only[p] &= ok;
+        }
+    }
+    let int_inputs = graph
+        .nodes
+        .iter()
+        .filter_map(|n| match &n.kind {
+            NodeKind::Input { name } if index_only[n.id] => Some(name.clone()),
+            _ => None,
+        })
+        .collect();
     let mut e = Emitter {
         nodes: vec![],
         inits: vec![],
         fresh: 0,
+        int_inputs,
     };
     let mut g = GraphProto::new();
     g.name = "torchlean".into();
@@ -469,7 +518,12 @@ pub fn export_model(graph: &Graph, values: &[(String, Tensor)]) -> Out<ModelProt
     for n in &graph.nodes {
         let name = match &n.kind {
             NodeKind::Input { name } => {
-                g.input.push(value_info(name, &n.shape));
+                let ty = if e.int_inputs.contains(name) {
+                    crate::constant::dtype::INT64
+                } else {
+                    crate::constant::dtype::FLOAT
+                };
+                g.input.push(typed_value_info(name, &n.shape, ty));
                 name.clone()
             }
             NodeKind::Parameter { name } | NodeKind::Constant { name } => {

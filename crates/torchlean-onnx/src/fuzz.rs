@@ -29,6 +29,9 @@ const FIXTURES: &[&[u8]] = &[
     include_bytes!("../tests/fixtures/mlp.onnx"),
     include_bytes!("../tests/fixtures/cnn.onnx"),
     include_bytes!("../tests/fixtures/encoder.onnx"),
+    include_bytes!("../tests/fixtures/gru.onnx"),
+    include_bytes!("../tests/fixtures/lstm.onnx"),
+    include_bytes!("../tests/fixtures/embedding.onnx"),
 ];
 
 impl Target for OnnxTarget {
@@ -105,8 +108,9 @@ impl Target for OnnxTarget {
             .iter()
             .map(|d| {
                 let n: usize = d.shape.iter().product();
+                // small non-negative integers: valid values for float inputs and token ids
                 let v = (0..n)
-                    .map(|i| ((i * 7919) % 13) as f32 / 6.5 - 1.0)
+                    .map(|i| ((i * 7919) % 13) as f32)
                     .collect();
                 Tensor::from_vec(v, &d.shape).map(|t| (d.name.clone(), t))
             })

@@ -62,6 +62,10 @@ pub(crate) struct Builder {
     materialized: HashMap<String, usize>,
     stored: Vec<(String, Tensor)>,
     constants: usize,
+    /// Nodes holding integers: graph inputs the model declares as integers (read as float32
+    /// integers) and what only moves their elements. A `Cast` of one to an integer type
+    /// changes nothing.
+    pub integral: std::collections::HashSet<usize>,
 }
 
 type Map<T> = Result<T, String>;
@@ -129,7 +133,21 @@ impl Builder {
             .iter()
             .map(|v| self.node(v))
             .collect::<Map<Vec<usize>>>()?;
-        self.op(op, parents).map(Value::Node)
+        // integer values stay integer through the ops that only move elements
+        let moves = matches!(
+            op,
+            Op::Reshape { .. }
+                | Op::Permute { .. }
+                | Op::Slice { .. }
+                | Op::Concat { .. }
+                | Op::BroadcastTo { .. }
+        );
+        let integral = moves && parents.iter().all(|p| self.integral.contains(p));
+        let id = self.op(op, parents)?;
+        if integral {
+            self.integral.insert(id);
+        }
+        Ok(Value::Node(id))
     }
 
     /// The shape of a value.
@@ -220,6 +238,7 @@ pub fn import_model(
         materialized: HashMap::new(),
         stored: vec![],
         constants: 0,
+        integral: Default::default(),
     };
     for t in &g.initializer {
         match Const::from_proto(t) {
@@ -238,12 +257,19 @@ pub fn import_model(
         }
         let given = input_shapes.get(&input.name);
         let shape = match (declared_shape(input), given) {
-            (_, _) if elem_type(input) != Some(dtype::FLOAT) => {
+            // integer inputs (token ids, indices) are read as float32 holding integers,
+            // exact up to 2^24: an index tensor in torchlean's vocabulary
+            (_, _)
+                if !matches!(
+                    elem_type(input),
+                    Some(dtype::FLOAT | dtype::INT64 | dtype::INT32)
+                ) =>
+            {
                 fail(
                     &input.name,
                     "input",
                     format!(
-                        "inputs of type {} are not supported (torchlean's tensors are float32)",
+                        "inputs of type {} are not supported (float32, and int64/int32 read as float32 integers)",
                         elem_type(input).map_or("unknown".into(), dtype::name)
                     ),
                 );
@@ -294,6 +320,9 @@ pub fn import_model(
             vec![],
         ) {
             Ok(id) => {
+                if elem_type(input) != Some(dtype::FLOAT) {
+                    b.integral.insert(id);
+                }
                 b.values.insert(input.name.clone(), Value::Node(id));
             }
             Err(e) => fail(&input.name, "input", e),

@@ -158,6 +158,12 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
             match known {
                 Some(c) => one(konst(c.cast(to)?)),
                 None if to == dtype::FLOAT => one(x.clone()),
+                // an integer input cast to an integer type: already its integer values
+                None if matches!(x, Value::Node(id) if b.integral.contains(id))
+                    && matches!(to, dtype::INT64 | dtype::INT32) =>
+                {
+                    one(x.clone())
+                }
                 None => Err(format!(
                     "casting a computed value to {} (torchlean's tensors are float32)",
                     dtype::name(to)
@@ -467,7 +473,18 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
             let (x, idx) = (arg(inputs, 0)?, arg(inputs, 1)?);
             let shape = b.shape(x);
             let axis = normalize_axis(a.int("axis", 0)?, shape.len())?;
-            let index = b.known(idx).ok_or("Gather with computed indices")?;
+            let Some(index) = b.known(idx) else {
+                // indices computed at run time (token ids): index_select over the flattened
+                // indices, which must lie in [0, n) (checked by the kernel)
+                let ishape = b.shape(idx);
+                let count: usize = ishape.iter().product();
+                let flat = reshape(b, idx, vec![count])?;
+                let picked = b.op_on(Op::IndexSelect { axis }, &[x, &flat])?;
+                let mut out_shape = shape[..axis].to_vec();
+                out_shape.extend_from_slice(&ishape);
+                out_shape.extend_from_slice(&shape[axis + 1..]);
+                return one(reshape(b, &picked, out_shape)?);
+            };
             if let Some(c) = b.folded(x) {
                 return one(konst(c.gather(axis, &index)?));
             }
