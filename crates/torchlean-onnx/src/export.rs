@@ -468,9 +468,10 @@ pub fn export_model(graph: &Graph, values: &[(String, Tensor)]) -> Out<ModelProt
     graph
         .validate()
         .map_err(|e| OnnxError::Export(e.to_string()))?;
-    // an input whose values reach only index operands of index_select/gather (directly or
-    // through reshape/permute/slice/concat/broadcast_to) is exported as int64 — token ids,
-    // as PyTorch's exporter declares them; torchlean holds them as float32 integers
+    // an input whose values reach the indices of index_select/gather (directly or through
+    // reshape/permute/slice/concat/broadcast_to) is exported as int64 — token ids, as
+    // PyTorch's exporter declares them; torchlean holds them as float32 integers. When it
+    // has other uses too, they read it through a Cast to float.
     let layout = |op: &Op| {
         matches!(
             op,
@@ -482,27 +483,29 @@ pub fn export_model(graph: &Graph, values: &[(String, Tensor)]) -> Out<ModelProt
         )
     };
     let mut index_only = vec![true; graph.nodes.len()];
+    let mut reaches_index = vec![false; graph.nodes.len()];
     for o in &graph.outputs {
         index_only[o.node] = false;
     }
     // consumers come after their parents: walking backwards settles each node's consumers first
     for n in graph.nodes.iter().rev() {
         for (k, &p) in n.parents.iter().enumerate() {
-            let ok = match &n.kind {
+            let (only, reaches) = match &n.kind {
                 NodeKind::Op {
                     op: Op::IndexSelect { .. } | Op::Gather { .. },
-                } => k == 1,
-                NodeKind::Op { op } if layout(op) => index_only[n.id],
-                _ => false,
+                } => (k == 1, k == 1),
+                NodeKind::Op { op } if layout(op) => (index_only[n.id], reaches_index[n.id]),
+                _ => (false, false),
             };
-            index_only[p] &= ok;
+            index_only[p] &= only;
+            reaches_index[p] |= reaches;
         }
     }
     let int_inputs = graph
         .nodes
         .iter()
         .filter_map(|n| match &n.kind {
-            NodeKind::Input { name } if index_only[n.id] => Some(name.clone()),
+            NodeKind::Input { name } if reaches_index[n.id] => Some(name.clone()),
             _ => None,
         })
         .collect();
@@ -518,13 +521,18 @@ pub fn export_model(graph: &Graph, values: &[(String, Tensor)]) -> Out<ModelProt
     for n in &graph.nodes {
         let name = match &n.kind {
             NodeKind::Input { name } => {
-                let ty = if e.int_inputs.contains(name) {
-                    crate::constant::dtype::INT64
+                if !e.int_inputs.contains(name) {
+                    g.input.push(value_info(name, &n.shape));
+                    name.clone()
                 } else {
-                    crate::constant::dtype::FLOAT
-                };
-                g.input.push(typed_value_info(name, &n.shape, ty));
-                name.clone()
+                    g.input.push(typed_value_info(name, &n.shape, crate::constant::dtype::INT64));
+                    if index_only[n.id] {
+                        name.clone()
+                    } else {
+                        let float = crate::constant::dtype::FLOAT as i64;
+                        e.node("Cast", &[name], vec![("to", A::I(float))])
+                    }
+                }
             }
             NodeKind::Parameter { name } | NodeKind::Constant { name } => {
                 let t = values

@@ -109,9 +109,7 @@ impl Target for OnnxTarget {
             .map(|d| {
                 let n: usize = d.shape.iter().product();
                 // small non-negative integers: valid values for float inputs and token ids
-                let v = (0..n)
-                    .map(|i| ((i * 7919) % 13) as f32)
-                    .collect();
+                let v = (0..n).map(|i| ((i * 7919) % 13) as f32).collect();
                 Tensor::from_vec(v, &d.shape).map(|t| (d.name.clone(), t))
             })
             .collect::<Result<_, _>>()

@@ -304,3 +304,33 @@ fn hostile_operands_of_mapped_nodes_are_refused_not_panics() {
         "{list:?}"
     );
 }
+
+/// ONNX types Gather's indices as integers: run-time indices computed from float values
+/// are refused (an ill-typed model; the fuzz campaign's round-trip invariant found that
+/// such a model imported but its export did not), while an integer input is accepted.
+#[test]
+fn gather_indices_must_be_integers() {
+    let mut ids = value("ids", &[2]);
+    if let Some(onnx_protobuf::type_proto::Value::TensorType(t)) =
+        ids.type_.as_mut().and_then(|t| t.value.as_mut())
+    {
+        t.elem_type = 7; // int64
+    }
+    let float_indices = model(
+        vec![node("g", "Gather", &["w", "x"], &["y"])],
+        vec![weights("w", &[5, 3], 15)],
+        vec![value("x", &[2])],
+        vec![value("y", &[2, 3])],
+        17,
+    );
+    let list = unsupported(&float_indices);
+    assert!(list[0].2.contains("integer indices"), "{list:?}");
+    let int_indices = model(
+        vec![node("g", "Gather", &["w", "ids"], &["y"])],
+        vec![weights("w", &[5, 3], 15)],
+        vec![ids],
+        vec![value("y", &[2, 3])],
+        17,
+    );
+    assert!(import_model(&int_indices, "ids", &HashMap::new()).is_ok());
+}

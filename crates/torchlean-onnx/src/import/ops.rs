@@ -475,7 +475,11 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
             let axis = normalize_axis(a.int("axis", 0)?, shape.len())?;
             let Some(index) = b.known(idx) else {
                 // indices computed at run time (token ids): index_select over the flattened
-                // indices, which must lie in [0, n) (checked by the kernel)
+                // indices, which must lie in [0, n) (checked by the kernel). ONNX types them
+                // as integers: an integer input, or elements moved from one.
+                if !matches!(idx, Value::Node(id) if b.integral.contains(id)) {
+                    return Err("Gather indices computed from float values (ONNX requires integer indices: an integer input or values moved from one)".into());
+                }
                 let ishape = b.shape(idx);
                 let count: usize = ishape.iter().product();
                 let flat = reshape(b, idx, vec![count])?;
