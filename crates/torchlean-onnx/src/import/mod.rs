@@ -79,6 +79,7 @@ impl Builder {
                 if let Some(&id) = self.materialized.get(name) {
                     return Ok(id);
                 }
+                // invariant: a Param value is made only for a decoded initializer (import_model)
                 let c = &self.initializers[name];
                 match c.data {
                     crate::constant::Data::F32(_) => {}
@@ -155,6 +156,7 @@ impl Builder {
         match v {
             Value::Node(id) => self.graph.nodes[*id].shape.clone(),
             Value::Const(c) => c.dims.clone(),
+            // invariant: a Param value is made only for a decoded initializer
             Value::Param(name) => self.initializers[name].dims.clone(),
         }
     }
