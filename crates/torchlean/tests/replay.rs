@@ -376,7 +376,45 @@ fn fast_paths_agree_with_the_whole_call_check() {
         ),
         (
             sdpa(false, AttentionMask::Boolean),
-            vec![qkv(61), qkv(62), qkv(63), tensor(&[8, 8], blocked)],
+            vec![qkv(61), qkv(62), qkv(63), tensor(&[8, 8], blocked.clone())],
+        ),
+        // the attention fast path (checkers/attention.rs): an additive bias shared by every
+        // slice (its gradient summed over slices), a full-rank one, more query rows than one
+        // block (70 > 64) with L != S, a causal call with a boolean mask, and special values
+        // (answered by the spec)
+        (
+            sdpa(false, AttentionMask::AdditiveBias),
+            vec![
+                qkv(72),
+                qkv(73),
+                qkv(74),
+                Tensor::randn(&[8, 8], 75).unwrap(),
+            ],
+        ),
+        (
+            sdpa(false, AttentionMask::AdditiveBias),
+            vec![
+                qkv(76),
+                qkv(77),
+                qkv(78),
+                Tensor::randn(&[2, 3, 8, 8], 79).unwrap(),
+            ],
+        ),
+        (
+            sdpa(false, AttentionMask::None),
+            vec![
+                Tensor::randn(&[2, 70, 16], 80).unwrap(),
+                Tensor::randn(&[2, 50, 16], 81).unwrap(),
+                Tensor::randn(&[2, 50, 8], 82).unwrap(),
+            ],
+        ),
+        (
+            sdpa(true, AttentionMask::Boolean),
+            vec![qkv(83), qkv(84), qkv(85), tensor(&[8, 8], blocked.clone())],
+        ),
+        (
+            sdpa(false, AttentionMask::None),
+            vec![with_specials(&[2, 3, 8, 4], 86), qkv(87), qkv(88)],
         ),
         (
             Op::Slice {

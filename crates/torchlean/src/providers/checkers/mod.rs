@@ -86,7 +86,9 @@ pub fn canonical_layout(op: &Op, call: &Call) -> Result<(), String> {
     canonical("result", &call.output, &expected)
 }
 
+mod attention;
 mod conv;
+mod exp64;
 mod freivalds;
 mod layout;
 mod pieces;

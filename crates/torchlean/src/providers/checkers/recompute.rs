@@ -151,6 +151,7 @@ fn compare(
 /// the same verdict.
 pub(super) fn forward(op: &Op, call: &Call) -> Result<(), String> {
     super::layout::forward(op, call)
+        .or_else(|| super::attention::forward(op, call))
         .or_else(|| super::pieces::forward(op, call))
         .unwrap_or_else(|| whole_forward(op, call))
 }
@@ -179,6 +180,7 @@ pub(super) fn whole_forward(op: &Op, call: &Call) -> Result<(), String> {
 /// Recomputes every gradient with the spec VJP at f64.
 pub(super) fn vjp(op: &Op, call: &Call) -> Result<(), String> {
     super::layout::vjp(op, call)
+        .or_else(|| super::attention::vjp(op, call))
         .or_else(|| super::pieces::vjp(op, call))
         .unwrap_or_else(|| whole_vjp(op, call))
 }

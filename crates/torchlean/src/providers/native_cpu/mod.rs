@@ -19,7 +19,7 @@ mod index;
 mod layout;
 mod linalg;
 mod norm;
-mod par;
+pub(crate) mod par;
 mod pool;
 mod reduce;
 mod special;

@@ -50,17 +50,34 @@ pub fn for_rows(out: &mut [f32], width: usize, f: impl Fn(usize, &mut [f32]) + S
     }
 }
 
+/// The element types [`gemm`] multiplies: f32 for the kernels, f64 for the replay checkers'
+/// recomputations (the `gemm` crate's f64 micro-kernels, not the f32 ones).
+pub trait GemmScalar: Copy + Send + Sync + 'static {
+    const ZERO: Self;
+    const ONE: Self;
+}
+
+impl GemmScalar for f32 {
+    const ZERO: Self = 0.0;
+    const ONE: Self = 1.0;
+}
+
+impl GemmScalar for f64 {
+    const ZERO: Self = 0.0;
+    const ONE: Self = 1.0;
+}
+
 /// A read-only strided matrix operand: element (i, j) is at `data[i * rs + j * cs]`.
 #[derive(Clone, Copy)]
-pub struct Mat<'a> {
-    pub data: &'a [f32],
+pub struct Mat<'a, T = f32> {
+    pub data: &'a [T],
     pub rs: usize,
     pub cs: usize,
 }
 
-impl<'a> Mat<'a> {
+impl<'a, T> Mat<'a, T> {
     /// A row-major [rows, cols] matrix.
-    pub fn rows(data: &'a [f32], cols: usize) -> Self {
+    pub fn rows(data: &'a [T], cols: usize) -> Self {
         Mat {
             data,
             rs: cols,
@@ -68,7 +85,7 @@ impl<'a> Mat<'a> {
         }
     }
     /// The transpose of a row-major [rows, cols] matrix, read as [cols, rows].
-    pub fn transposed(data: &'a [f32], cols: usize) -> Self {
+    pub fn transposed(data: &'a [T], cols: usize) -> Self {
         Mat {
             data,
             rs: 1,
@@ -80,13 +97,13 @@ impl<'a> Mat<'a> {
 #[allow(clippy::too_many_arguments)] // the GEMM shape: m, n, k, operands, output, two flags
 /// `c[m, n] (+)= a[m, k] @ b[k, n]` with `c` row-major, through the `gemm` crate.
 /// `threads`: use rayon inside the product (set false when already inside a parallel loop).
-pub fn gemm(
+pub fn gemm<T: GemmScalar>(
     m: usize,
     n: usize,
     k: usize,
-    a: Mat,
-    b: Mat,
-    c: &mut [f32],
+    a: Mat<T>,
+    b: Mat<T>,
+    c: &mut [T],
     accumulate: bool,
     threads: bool,
 ) {
@@ -96,7 +113,7 @@ pub fn gemm(
     }
     if k == 0 {
         if !accumulate {
-            c[..m * n].fill(0.0);
+            c[..m * n].fill(T::ZERO);
         }
         return;
     }
@@ -129,8 +146,8 @@ pub fn gemm(
             b.data.as_ptr(),
             b.cs as isize,
             b.rs as isize,
-            if accumulate { 1.0 } else { 0.0 },
-            1.0,
+            if accumulate { T::ONE } else { T::ZERO },
+            T::ONE,
             false,
             false,
             false,

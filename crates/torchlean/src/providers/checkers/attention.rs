@@ -1,0 +1,414 @@
+//! The recompute check of `scaled_dot_product_attention`, with the products at f64 through
+//! the `gemm` crate instead of the spec's scalar loops.
+//!
+//! The spec (`spec::special`) evaluates attention one query row at a time with scalar dot
+//! products: at f64 that costs more than the f32 kernel it checks (on the transformer step
+//! it was a fifth of the whole check). This module computes the same quantities — scores,
+//! the hard-masked softmax, the output, and for the VJP the four gradient products — with the
+//! mask, causal rule and softmax written exactly as the spec writes them, and the five matrix
+//! products (`q kᵀ`, `P v`, `Pᵀ gO`, `gO vᵀ`, `gS k`, `gSᵀ q`) done by the `gemm` crate at
+//! f64, blocked over [`ROWS`] query rows (and the softmax's exponentials by the vectorizable
+//! `exp64`, within 4e-15 relative of `f64::exp`) so that no `L × S` matrix of a whole call is held,
+//! and in parallel over the batch × head slices.
+//!
+//! What differs from the spec is the order of the f64 sums inside a product (the spec's
+//! order is not part of it either: the difference is at most γ_n·Σ|a||b| at f64, n the
+//! product's inner length) and the exponential (4e-15 relative): together about 1e-13 of the
+//! values compared, against a bound of 2e-4, so a verdict can differ from the spec's only for
+//! a result within that much of the bound. The
+//! comparison is the same [`Tally`] as the other fast paths: an acceptance here is the
+//! whole-call check's acceptance; anything else answers `None` and the whole-call check (the
+//! spec itself) decides and names the element. Calls with a non-finite input also answer
+//! `None`: the spec's NaN and infinity rules (a fully blocked row ignores a NaN in `v`, …) are
+//! left to the spec.
+//!
+//! What the check trusts beyond the spec: the `gemm` crate's f64 products (its f64
+//! micro-kernels; the f32 kernels being checked use its f32 ones).
+
+use super::exp64;
+use super::pieces::Tally;
+use super::recompute::{dense_slice, values};
+use crate::backend::{Call, Operand};
+use crate::graph::{AttentionMask, Op};
+use crate::providers::native_cpu::par::{gemm, Mat};
+use crate::scalar::max_of;
+use crate::spec::{infer_shape, numel};
+use rayon::prelude::*;
+
+/// Query rows per block (the scores of one block are `ROWS × S` values at f64).
+const ROWS: usize = 64;
+
+/// One call's operands at f64 (row-major, read through their strides), with its geometry.
+struct Attention<'a> {
+    q: Vec<f64>,
+    k: Vec<f64>,
+    v: Vec<f64>,
+    /// The mask, and whether it is one `[L, S]` matrix shared by every batch slice.
+    mask: Option<(&'a [f32], bool)>,
+    kind: AttentionMask,
+    causal: bool,
+    scale: f64,
+    batch: usize,
+    l: usize,
+    s: usize,
+    d: usize,
+    dv: usize,
+}
+
+fn finite(x: &[f32]) -> bool {
+    x.iter().all(|v| v.is_finite())
+}
+
+/// An operand's values at f64 when every one is finite and it has all of them.
+fn finite_values(o: &Operand) -> Option<Vec<f64>> {
+    let x = values(o);
+    (x.len() == numel(o.shape) && x.iter().all(|v| v.is_finite())).then_some(x)
+}
+
+impl<'a> Attention<'a> {
+    /// The call's operands when the fast path applies: the spec's shape rule accepts the
+    /// call and gives the output's shape, the mask is dense, every input finite.
+    fn of(op: &Op, call: &Call<'a>) -> Option<Attention<'a>> {
+        let Op::ScaledDotProductAttention {
+            scale,
+            causal,
+            mask,
+        } = op
+        else {
+            return None;
+        };
+        let shapes: Vec<&[usize]> = call.inputs.iter().map(|o| o.shape).collect();
+        if infer_shape(op, &shapes).ok()?.as_slice() != call.output.shape {
+            return None;
+        }
+        let (qs, ks, vs) = (shapes.first()?, shapes.get(1)?, shapes.get(2)?);
+        let r = qs.len();
+        if r < 2 || ks.len() != r || vs.len() != r || ks[..r - 2] != qs[..r - 2] {
+            return None;
+        }
+        let (q, k, v) = (
+            finite_values(&call.inputs[0])?,
+            finite_values(&call.inputs[1])?,
+            finite_values(&call.inputs[2])?,
+        );
+        let (l, d, s, dv) = (qs[r - 2], qs[r - 1], ks[r - 2], vs[r - 1]);
+        let kind = *mask;
+        let mask = match kind {
+            AttentionMask::None => None,
+            _ => {
+                let m = call.inputs.get(3)?;
+                let shared = m.shape.len() == 2;
+                if m.shape.len() != r && !shared {
+                    return None;
+                }
+                Some((dense_slice(m).filter(|x| finite(x))?, shared))
+            }
+        };
+        Some(Attention {
+            q,
+            k,
+            v,
+            mask,
+            kind,
+            causal: *causal,
+            scale: scale.map_or(1.0 / (d as f64).sqrt(), |v| v as f64),
+            batch: numel(&qs[..r - 2]),
+            l,
+            s,
+            d,
+            dv,
+        })
+    }
+
+    /// Row `i`'s mask entries (of batch slice `b`), when there is a mask.
+    fn mask_row(&self, b: usize, i: usize) -> Option<&'a [f32]> {
+        self.mask.map(|(m, shared)| {
+            let row = if shared { i } else { b * self.l + i };
+            &m[row * self.s..(row + 1) * self.s]
+        })
+    }
+
+    /// The attention probabilities of query rows `i0..i0 + rows` of slice `b`, from the raw
+    /// products `qk` (rows × S): the spec's rule entry by entry (`spec::special`'s
+    /// `Scores::at` and `attention_row`). Returns whether each row has a key it may attend
+    /// to; a fully blocked row is left all zeros.
+    fn probabilities(&self, b: usize, i0: usize, qk: &mut [f64]) -> Vec<bool> {
+        let s = self.s;
+        qk.chunks_mut(s)
+            .enumerate()
+            .map(|(r, row)| {
+                let i = i0 + r;
+                let m = self.mask_row(b, i);
+                let mut any = false;
+                for (j, x) in row.iter_mut().enumerate() {
+                    let mj = m.map(|m| m[j] as f64);
+                    let blocked = (self.causal && j > i)
+                        || (self.kind == AttentionMask::Boolean && mj == Some(0.0));
+                    if blocked {
+                        *x = f64::NEG_INFINITY;
+                        continue;
+                    }
+                    any = true;
+                    *x *= self.scale;
+                    if self.kind == AttentionMask::AdditiveBias {
+                        *x += mj.unwrap_or(0.0);
+                    }
+                }
+                if !any {
+                    row.fill(0.0);
+                    return false;
+                }
+                // a blocked entry (-inf) gives exp(-inf) = 0, as the spec's explicit zero
+                let mx = max_of(row.iter().copied());
+                row.iter_mut().for_each(|x| *x = exp64::exp(*x - mx));
+                let z: f64 = row.iter().sum();
+                row.iter_mut().for_each(|x| *x /= z);
+                true
+            })
+            .collect()
+    }
+
+    /// q, k and v of slice `b`.
+    fn slice(&self, b: usize) -> (&[f64], &[f64], &[f64]) {
+        let (l, s, d, dv) = (self.l, self.s, self.d, self.dv);
+        (
+            &self.q[b * l * d..(b + 1) * l * d],
+            &self.k[b * s * d..(b + 1) * s * d],
+            &self.v[b * s * dv..(b + 1) * s * dv],
+        )
+    }
+
+    /// The probabilities of rows `i0..i1` of a slice whose q and k are `q`, `k`.
+    fn block(&self, b: usize, i0: usize, i1: usize, q: &[f64], k: &[f64]) -> Vec<f64> {
+        let (s, d) = (self.s, self.d);
+        let mut p = vec![0.0; (i1 - i0) * s];
+        gemm(
+            i1 - i0,
+            s,
+            d,
+            Mat::rows(&q[i0 * d..], d),
+            Mat::transposed(k, d),
+            &mut p,
+            false,
+            false,
+        );
+        self.probabilities(b, i0, &mut p);
+        p
+    }
+}
+
+/// The forward check; `None`: not applicable, or not accepted (the whole-call check decides).
+pub(super) fn forward(op: &Op, call: &Call) -> Option<Result<(), String>> {
+    let a = Attention::of(op, call)?;
+    let out = dense_slice(&call.output)?;
+    let (l, s, dv) = (a.l, a.s, a.dv);
+    let tallies: Vec<Tally> = (0..a.batch)
+        .into_par_iter()
+        .map(|b| {
+            let (q, k, v) = a.slice(b);
+            let mut t = Tally::default();
+            for i0 in (0..l).step_by(ROWS) {
+                let i1 = (i0 + ROWS).min(l);
+                let p = a.block(b, i0, i1, q, k);
+                let mut o = vec![0.0; (i1 - i0) * dv];
+                gemm(
+                    i1 - i0,
+                    dv,
+                    s,
+                    Mat::rows(&p, s),
+                    Mat::rows(v, dv),
+                    &mut o,
+                    false,
+                    false,
+                );
+                t.feed(&out[(b * l + i0) * dv..(b * l + i1) * dv], &o);
+            }
+            t
+        })
+        .collect();
+    let mut total = Tally::default();
+    tallies.iter().for_each(|t| total.merge(t));
+    total.accepts().then_some(Ok(()))
+}
+
+/// What one batch slice of the VJP check found.
+struct SliceGrads {
+    /// Tallies of the q, k and v gradients (and of a full-rank bias's gradient).
+    tallies: [Tally; 4],
+    /// This slice's gradient of a shared `[L, S]` bias (summed over slices by the caller).
+    shared_bias: Option<Vec<f64>>,
+}
+
+/// The VJP check; `None`: not applicable, or not accepted (the whole-call check decides).
+pub(super) fn vjp(op: &Op, call: &Call) -> Option<Result<(), String>> {
+    let a = Attention::of(op, call)?;
+    let go = finite_values(call.cotangent.as_ref()?)?;
+    if go.len() != a.batch * a.l * a.dv {
+        return None;
+    }
+    let n_grads = if a.kind == AttentionMask::AdditiveBias {
+        4
+    } else {
+        3
+    };
+    if call.grads.len() != call.inputs.len() {
+        return None;
+    }
+    // a gradient the spec has is dense and of its input's shape, or absent where the
+    // input needed none
+    let mut got: Vec<Option<&[f32]>> = Vec::with_capacity(n_grads);
+    for (i, (g, x)) in call.grads.iter().zip(call.inputs).take(n_grads).enumerate() {
+        match g {
+            Some(g) if g.shape == x.shape => got.push(Some(dense_slice(g)?)),
+            None if call.needs.get(i) != Some(&true) => got.push(None),
+            _ => return None,
+        }
+    }
+    let feed = |t: &mut Tally, i: usize, lo: usize, hi: usize, want: &[f64]| {
+        if let Some(g) = got[i] {
+            t.feed(&g[lo..hi], want);
+        }
+    };
+    let shared_bias = a.mask.is_some_and(|(_, shared)| shared);
+    let (l, s, d, dv, sc) = (a.l, a.s, a.d, a.dv, a.scale);
+    let slices: Vec<SliceGrads> = (0..a.batch)
+        .into_par_iter()
+        .map(|b| {
+            let (q, k, v) = a.slice(b);
+            let (mut gk, mut gv) = (vec![0.0; s * d], vec![0.0; s * dv]);
+            let mut tallies = [Tally::default(); 4];
+            let mut bias =
+                (a.kind == AttentionMask::AdditiveBias && shared_bias).then(|| vec![0.0; l * s]);
+            for i0 in (0..l).step_by(ROWS) {
+                let i1 = (i0 + ROWS).min(l);
+                let rows = i1 - i0;
+                let p = a.block(b, i0, i1, q, k);
+                let g = &go[(b * l + i0) * dv..(b * l + i1) * dv];
+                // gV += Pᵀ gO (a fully blocked row of P is zero: it passes nothing)
+                let pt = Mat::transposed(&p, s);
+                gemm(s, dv, rows, pt, Mat::rows(g, dv), &mut gv, true, false);
+                // gP = gO vᵀ; gS = P ∘ (gP − Σ_j P gP), zero on fully blocked rows
+                let mut gs = vec![0.0; rows * s];
+                let vt = Mat::transposed(v, dv);
+                gemm(rows, s, dv, Mat::rows(g, dv), vt, &mut gs, false, false);
+                for (pr, gr) in p.chunks(s).zip(gs.chunks_mut(s)) {
+                    let dot: f64 = pr.iter().zip(gr.iter()).map(|(x, y)| x * y).sum();
+                    gr.iter_mut()
+                        .zip(pr)
+                        .for_each(|(g, &p)| *g = p * (*g - dot));
+                }
+                // gQ = sc·gS k (this block's rows), gK += sc·gSᵀ q
+                let mut gq = vec![0.0; rows * d];
+                gemm(
+                    rows,
+                    d,
+                    s,
+                    Mat::rows(&gs, s),
+                    Mat::rows(k, d),
+                    &mut gq,
+                    false,
+                    false,
+                );
+                gq.iter_mut().for_each(|x| *x *= sc);
+                feed(&mut tallies[0], 0, (b * l + i0) * d, (b * l + i1) * d, &gq);
+                let qb = Mat::rows(&q[i0 * d..], d);
+                let mut gk_part = vec![0.0; s * d];
+                let gst = Mat::transposed(&gs, s);
+                gemm(s, d, rows, gst, qb, &mut gk_part, false, false);
+                gk.iter_mut().zip(&gk_part).for_each(|(a, x)| *a += sc * x);
+                match &mut bias {
+                    Some(acc) => acc[i0 * s..i1 * s].copy_from_slice(&gs),
+                    None if n_grads == 4 => {
+                        feed(&mut tallies[3], 3, (b * l + i0) * s, (b * l + i1) * s, &gs)
+                    }
+                    None => {}
+                }
+            }
+            feed(&mut tallies[1], 1, b * s * d, (b + 1) * s * d, &gk);
+            feed(&mut tallies[2], 2, b * s * dv, (b + 1) * s * dv, &gv);
+            SliceGrads {
+                tallies,
+                shared_bias: bias,
+            }
+        })
+        .collect();
+    let mut totals = [Tally::default(); 4];
+    for sl in &slices {
+        for (t, x) in totals.iter_mut().zip(&sl.tallies) {
+            t.merge(x);
+        }
+    }
+    if a.kind == AttentionMask::AdditiveBias && shared_bias {
+        let mut sum = vec![0.0; l * s];
+        for part in slices.iter().filter_map(|x| x.shared_bias.as_ref()) {
+            sum.iter_mut().zip(part).for_each(|(a, x)| *a += x);
+        }
+        feed(&mut totals[3], 3, 0, l * s, &sum);
+    }
+    totals
+        .iter()
+        .take(n_grads)
+        .all(Tally::accepts)
+        .then_some(Ok(()))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::backend::Call;
+    use crate::graph::{AttentionMask, Op};
+    use crate::providers::native_cpu;
+    use crate::runtime::guarded::tensor_operand;
+    use crate::tensor::Tensor;
+
+    /// The fast path applies to head-split views (q, k, v permuted out of [B, L, H, D], as
+    /// `nn::attention` makes them) and accepts the native kernel's results; a gradient one
+    /// element off is not accepted here (the whole-call check then decides).
+    #[test]
+    fn attention_fast_path_reads_strided_operands_and_accepts_correct_calls() {
+        let session = crate::runtime::Session::new(crate::backend::BackendProfile::default_cpu());
+        // a test thread of its own: installing cannot meet another session here
+        let _ = crate::runtime::install(session);
+        let heads = |seed| {
+            Tensor::randn(&[2, 24, 3, 8], seed)
+                .unwrap()
+                .permute(&[0, 2, 1, 3])
+                .unwrap()
+        };
+        let (q, k, v) = (heads(1), heads(2), heads(3));
+        assert!(!q.is_contiguous(), "the test needs strided operands");
+        let op = Op::ScaledDotProductAttention {
+            scale: None,
+            causal: true,
+            mask: AttentionMask::None,
+        };
+        let y = native_cpu::forward(&op, &[&q, &k, &v]).unwrap();
+        let gy = Tensor::randn(y.shape(), 4).unwrap();
+        let grads = native_cpu::vjp(&op, &[&q, &k, &v], &y, &gy, &[true; 3]).unwrap();
+        let ins = [tensor_operand(&q), tensor_operand(&k), tensor_operand(&v)];
+        let forward = Call {
+            inputs: &ins,
+            output: tensor_operand(&y),
+            cotangent: None,
+            needs: &[],
+            grads: &[],
+            seed: 1,
+        };
+        assert_eq!(super::forward(&op, &forward), Some(Ok(())));
+        let gs: Vec<_> = grads
+            .iter()
+            .map(|g| g.as_ref().map(tensor_operand))
+            .collect();
+        let vjp = Call {
+            cotangent: Some(tensor_operand(&gy)),
+            needs: &[true; 3],
+            grads: &gs,
+            ..forward
+        };
+        assert_eq!(super::vjp(&op, &vjp), Some(Ok(())));
+        let mut bad = grads[1].as_ref().unwrap().to_vec();
+        bad[17] += 0.05;
+        let bad = Tensor::from_vec(bad, grads[1].as_ref().unwrap().shape()).unwrap();
+        let gs = [gs[0], Some(tensor_operand(&bad)), gs[2]];
+        assert_eq!(super::vjp(&op, &Call { grads: &gs, ..vjp }), None);
+    }
+}
