@@ -83,30 +83,46 @@ pub(super) fn binary_forward<T: Scalar>(
     xs: &[&Array<T>],
     out_shape: Vec<usize>,
 ) -> Array<T> {
-    let maps: Vec<Vec<usize>> = xs
-        .iter()
-        .map(|x| broadcast_source_index(&x.shape, &out_shape))
-        .collect();
+    let maps = SourceMaps::new(xs, &out_shape);
+    let at = |k: usize, i: usize| xs[k].data[maps.source(k, i)];
     Array::from_fn(&out_shape, |i| {
         if let Op::Where = op {
-            if xs[0].data[maps[0][i]] != T::zero() {
-                xs[1].data[maps[1][i]]
+            if at(0, i) != T::zero() {
+                at(1, i)
             } else {
-                xs[2].data[maps[2][i]]
+                at(2, i)
             }
         } else {
-            binary(op, xs[0].data[maps[0][i]], xs[1].data[maps[1][i]])
+            binary(op, at(0, i), at(1, i))
         }
     })
 }
 
+/// For each operand, the flat index of its element that output element `i` reads: the
+/// broadcast source map, or `i` itself for an operand of the output's shape (no map built).
+struct SourceMaps(Vec<Option<Vec<usize>>>);
+
+impl SourceMaps {
+    fn new<T>(xs: &[&Array<T>], out_shape: &[usize]) -> SourceMaps {
+        SourceMaps(
+            xs.iter()
+                .map(|x| {
+                    (x.shape != out_shape).then(|| broadcast_source_index(&x.shape, out_shape))
+                })
+                .collect(),
+        )
+    }
+    #[inline]
+    fn source(&self, k: usize, i: usize) -> usize {
+        self.0[k].as_ref().map_or(i, |m| m[i])
+    }
+}
+
 pub(super) fn binary_vjp<T: Scalar>(op: &Op, xs: &[&Array<T>], gy: &Array<T>) -> InputGrads<T> {
-    let maps: Vec<Vec<usize>> = xs
-        .iter()
-        .map(|x| broadcast_source_index(&x.shape, &gy.shape))
-        .collect();
+    let maps = SourceMaps::new(xs, &gy.shape);
+    let at = |k: usize, i: usize| xs[k].data[maps.source(k, i)];
     if let Op::Where = op {
-        let cond = |i: usize| xs[0].data[maps[0][i]] != T::zero();
+        let cond = |i: usize| at(0, i) != T::zero();
         let ga = Array::from_fn(&gy.shape, |i| if cond(i) { gy.data[i] } else { T::zero() });
         let gb = Array::from_fn(&gy.shape, |i| if cond(i) { T::zero() } else { gy.data[i] });
         return vec![
@@ -118,7 +134,7 @@ pub(super) fn binary_vjp<T: Scalar>(op: &Op, xs: &[&Array<T>], gy: &Array<T>) ->
     let mut ga = Array::zeros(&gy.shape);
     let mut gb = Array::zeros(&gy.shape);
     for i in 0..gy.data.len() {
-        let (da, db) = binary_partials(op, xs[0].data[maps[0][i]], xs[1].data[maps[1][i]]);
+        let (da, db) = binary_partials(op, at(0, i), at(1, i));
         ga.data[i] = gy.data[i] * da;
         gb.data[i] = gy.data[i] * db;
     }
