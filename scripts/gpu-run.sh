@@ -32,7 +32,7 @@ echo "== bench (torchlean vs PyTorch 2.x, same machine, alternating)"
 field() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d[sys.argv[2]] if sys.argv[2] in d else d["details"][sys.argv[2]])' "$1" "$2"; }
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 printf '%-16s %12s %12s %8s  %s\n' workload torchlean pytorch ratio unit | tee "$log/bench.txt"
-for w in gemm-4096 add-268435456 tiny-ops tiny-ops-tape mlp-big-step mlp-step quickstart-step; do
+for w in gemm-4096 add-268435456 tiny-ops tiny-ops-tape mlp-big-step mlp-step quickstart-step transformer-step transformer-big-step; do
   : > "$log/$w.tl"; : > "$log/$w.pt"
   for r in 1 2 3; do
     if ! $tl bench "$w" --device cuda --reps 20 --json > "$log/$w.tl.$r.json" 2> "$log/$w.tl.err"; then

@@ -37,6 +37,7 @@ def main():
     p.add_argument("--device", default="cpu")
     p.add_argument("--batch-size", type=int, default=None)
     p.add_argument("--backend", default="eager", help="accepted for symmetry; PyTorch runs eagerly")
+    p.add_argument("--compile", action="store_true", help="transformer workloads: torch.compile the model")
     a = p.parse_args()
     dev = torch.device(a.device)
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
@@ -75,22 +76,26 @@ def main():
 
         t = timed(step, a.warmup, a.reps, sync)
         details = {"batch": batch, "layers": [784, hidden, hidden, 10]}
-    elif w == "transformer-step":
-        # 2-layer pre-norm encoder, d=128, 4 heads, FFN 512 (GELU), L=64, batch 16, Adam, MSE on the output
-        layer = torch.nn.TransformerEncoderLayer(d_model=128, nhead=4, dim_feedforward=512, dropout=0.0,
+    elif w in ("transformer-step", "transformer-big-step"):
+        # pre-norm encoder, GELU FFN, Adam, MSE on the output; transformer-step: 2 layers, d=128, 4 heads,
+        # FFN 512, L=64, batch 16; transformer-big-step (issue 11's GPU workload): 6 layers, d=512, 8 heads,
+        # FFN 2048, L=512, batch 16. --compile: the step's forward and backward under torch.compile.
+        layers, d, heads, ff, l, batch = (6, 512, 8, 2048, 512, 16) if w == "transformer-big-step" else (2, 128, 4, 512, 64, 16)
+        layer = torch.nn.TransformerEncoderLayer(d_model=d, nhead=heads, dim_feedforward=ff, dropout=0.0,
                                                  activation="gelu", batch_first=True, norm_first=True)
-        model = torch.nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False).to(dev)
+        model = torch.nn.TransformerEncoder(layer, num_layers=layers, enable_nested_tensor=False).to(dev)
         opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-        x = torch.randn(16, 64, 128, device=dev)
-        target = torch.randn(16, 64, 128, device=dev)
+        x = torch.randn(batch, l, d, device=dev)
+        target = torch.randn(batch, l, d, device=dev)
+        forward = torch.compile(model) if a.compile else model
 
         def step():
             opt.zero_grad(set_to_none=True)
-            torch.nn.functional.mse_loss(model(x), target).backward()
+            torch.nn.functional.mse_loss(forward(x), target).backward()
             opt.step()
 
         t = timed(step, a.warmup, a.reps, sync)
-        details = {"layers": 2, "d": 128, "heads": 4, "ff": 512, "L": 64, "batch": 16}
+        details = {"layers": layers, "d": d, "heads": heads, "ff": ff, "L": l, "batch": batch, "compiled": a.compile}
     elif w == "sdpa":
         b, h, l, d = 4, 8, 512, 64
         q = torch.randn(b, h, l, d, device=dev, requires_grad=True)

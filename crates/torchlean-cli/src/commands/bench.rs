@@ -12,7 +12,7 @@ use torchlean::{no_grad, Tensor};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// gemm-N (e.g. gemm-1024) | add-N (e.g. add-268435456) | mlp-step | quickstart-step | transformer-step | sdpa | tiny-ops | tiny-ops-tape | onnx:MODEL.onnx (inference of an imported model, compiled)
+    /// gemm-N (e.g. gemm-1024) | add-N (e.g. add-268435456) | mlp-step | mlp-big-step | quickstart-step | transformer-step | transformer-big-step | sdpa | tiny-ops | tiny-ops-tape | onnx:MODEL.onnx (inference of an imported model, compiled)
     workload: String,
     #[command(flatten)]
     backend: BackendArgs,
@@ -76,9 +76,13 @@ pub fn run(a: Args) -> CliResult {
         a.workload.as_str(),
         "mlp-step" | "quickstart-step" | "mlp-big-step"
     );
-    if a.mode.backend.is_some() && !(step_workload || a.workload == "transformer-step") {
+    let transformer = matches!(
+        a.workload.as_str(),
+        "transformer-step" | "transformer-big-step"
+    );
+    if a.mode.backend.is_some() && !(step_workload || transformer) {
         return Err(CliError::usage(format!(
-            "--backend is not used by workload `{}` (only mlp-step, quickstart-step and transformer-step run in both modes)",
+            "--backend is not used by workload `{}` (only mlp-step, mlp-big-step, quickstart-step, transformer-step and transformer-big-step run in both modes)",
             a.workload
         )));
     }
@@ -94,10 +98,11 @@ pub fn run(a: Args) -> CliResult {
     let device_workload = a.workload.starts_with("gemm-")
         || a.workload.starts_with("add-")
         || a.workload.starts_with("tiny-ops")
-        || step_workload;
+        || step_workload
+        || transformer;
     if device != Device::Cpu && !device_workload {
         return Err(CliError::usage(format!(
-            "workload `{}` runs on the cpu only for now (on {device}: gemm-N, add-N, tiny-ops, tiny-ops-tape, mlp-step, mlp-big-step, quickstart-step)",
+            "workload `{}` runs on the cpu only for now (on {device}: gemm-N, add-N, tiny-ops, tiny-ops-tape, mlp-step, mlp-big-step, quickstart-step, transformer-step, transformer-big-step)",
             a.workload
         )));
     }
@@ -187,21 +192,29 @@ pub fn run(a: Args) -> CliResult {
                 serde_json::json!({ "batch": batch, "layers": sizes, "mode": mode.label() }),
             )
         }
-        "transformer-step" => {
-            // 2-layer pre-norm encoder, d=128, 4 heads, FFN 512 (GELU), L=64, batch 16, Adam, MSE
+        "transformer-step" | "transformer-big-step" => {
+            // pre-norm encoder, GELU FFN, Adam, MSE on the output. transformer-step: 2 layers,
+            // d=128, 4 heads, FFN 512, L=64, batch 16; transformer-big-step (issue 11's GPU
+            // workload): 6 layers, d=512, 8 heads, FFN 2048, L=512, batch 16
             let mode = a.mode.mode();
+            let big = a.workload == "transformer-big-step";
+            let (layers, d, heads, ff, l, batch) = if big {
+                (6, 512, 8, 2048, 512, 16)
+            } else {
+                (2, 128, 4, 512, 64, 16)
+            };
             let config = TransformerConfig {
-                embed_dim: 128,
-                heads: 4,
-                ff_dim: 512,
+                embed_dim: d,
+                heads,
+                ff_dim: ff,
                 dropout: 0.0,
                 causal: false,
             };
             let setup = || -> torchlean::Result<(TransformerEncoder, Tensor, Tensor)> {
                 Ok((
-                    TransformerEncoder::new(config, 2, false, 0)?,
-                    Tensor::randn(&[16, 64, 128], 3)?,
-                    Tensor::randn(&[16, 64, 128], 4)?,
+                    TransformerEncoder::new(config, layers, false, 0)?,
+                    Tensor::randn(&[batch, l, d], 3)?,
+                    Tensor::randn(&[batch, l, d], 4)?,
                 ))
             };
             let loss_fn = |m: &dyn Module, xs: &[Tensor]| -> torchlean::Result<Tensor> {
@@ -212,7 +225,8 @@ pub fn run(a: Args) -> CliResult {
                 loss_fn(&model, &[x, target]).map(drop)
             })?;
             let (mut model, x, target) = setup()?;
-            let inputs = [("x".to_string(), x), ("y".to_string(), target)];
+            model.to_device(device)?;
+            let inputs = [("x".to_string(), on(x)?), ("y".to_string(), on(target)?)];
             let step = TrainStep::new(mode, &model, &inputs, &loss_fn, &a.backend.profile()?)?;
             let mut opt = Adam::new(1e-3)?;
             let t = time((a.warmup, a.warmup_seconds), a.reps, device, || {
@@ -224,7 +238,7 @@ pub fn run(a: Args) -> CliResult {
                 t,
                 1e3,
                 "ms",
-                serde_json::json!({ "layers": 2, "d": 128, "heads": 4, "ff": 512, "L": 64, "batch": 16, "mode": mode.label() }),
+                serde_json::json!({ "layers": layers, "d": d, "heads": heads, "ff": ff, "L": l, "batch": batch, "mode": mode.label() }),
             )
         }
         "sdpa" => {
