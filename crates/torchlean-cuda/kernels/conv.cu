@@ -368,15 +368,6 @@ extern "C" __global__ void pool2d_vjp(int mode, float beta, const float* __restr
     }
 }
 
-// mse_loss: the mean of (a - b)^2 over n elements, one block in a fixed order (0/0 = NaN
-// for n = 0, as the spec).
-extern "C" __global__ void mse_forward(const float* __restrict__ a, const float* __restrict__ b,
-                                       float* __restrict__ out, long long n) {
-    float sum;
-    BLOCK_SUM(sum, n, (a[i] - b[i]) * (a[i] - b[i]));
-    if (threadIdx.x == 0) out[0] = sum / (float)n;
-}
-
 // The mse_loss VJP: ga = 2·gy·(a - b)/n, gb = -ga.
 extern "C" __global__ void mse_vjp(const float* __restrict__ a, const float* __restrict__ b,
                                    const float* __restrict__ gy, float* __restrict__ ga,

@@ -402,19 +402,44 @@ extern "C" __global__ void argmax_rows(const float* __restrict__ x, float* __res
     }
 }
 
-// sum_all: one block, fixed per-thread strides and a fixed tree: the same order every run.
-extern "C" __global__ void sum_all(const float* __restrict__ x, float* __restrict__ out,
-                                   long long n) {
-    __shared__ float part[1024];
+// Deterministic sums over many blocks (sum_all, mse_loss), stage 1: block b sums the terms
+// of its chunk [b*chunk, min(n, (b+1)*chunk)) — thread t the terms t, t + 256, ... — then a
+// fixed tree in shared memory; part[b] = the chunk's sum. Terms: x[i] (mode 0) or
+// (x[i] - y[i])^2 (mode 1). Launched with 256 threads per block.
+extern "C" __global__ void sum_partial(int mode, const float* __restrict__ x,
+                                       const float* __restrict__ y, float* __restrict__ part,
+                                       long long n, long long chunk) {
+    __shared__ float s[256];
+    long long lo = blockIdx.x * chunk;
+    long long hi = lo + chunk < n ? lo + chunk : n;
     float acc = 0.0f;
-    for (long long i = threadIdx.x; i < n; i += blockDim.x) acc += x[i];
-    part[threadIdx.x] = acc;
+    for (long long i = lo + threadIdx.x; i < hi; i += 256) {
+        float t = mode ? (x[i] - y[i]) * (x[i] - y[i]) : x[i];
+        acc += t;
+    }
+    s[threadIdx.x] = acc;
     __syncthreads();
-    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) part[threadIdx.x] += part[threadIdx.x + s];
+    for (int k = 128; k > 0; k >>= 1) {
+        if (threadIdx.x < k) s[threadIdx.x] += s[threadIdx.x + k];
         __syncthreads();
     }
-    if (threadIdx.x == 0) out[0] = part[0];
+    if (threadIdx.x == 0) part[blockIdx.x] = s[0];
+}
+
+// Stage 2: out[0] = (the sum of part[0 .. parts) by the same scheme) / divisor (one block of
+// 256 threads; 0/0 = NaN for the mean of nothing, as the spec).
+extern "C" __global__ void sum_finish(const float* __restrict__ part, float* __restrict__ out,
+                                      long long parts, float divisor) {
+    __shared__ float s[256];
+    float acc = 0.0f;
+    for (long long i = threadIdx.x; i < parts; i += 256) acc += part[i];
+    s[threadIdx.x] = acc;
+    __syncthreads();
+    for (int k = 128; k > 0; k >>= 1) {
+        if (threadIdx.x < k) s[threadIdx.x] += s[threadIdx.x + k];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[0] = s[0] / divisor;
 }
 
 // out[i] = v[0] for every i (the VJP of sum_all).

@@ -2,6 +2,71 @@
 // VJPs), gather along one axis (and its VJP). Compiled by NVRTC with elementwise.cu.
 // Semantics follow crates/torchlean/src/spec/softmax.rs and spec/index.rs.
 
+// Warp helpers for the one-warp-per-row kernels (launched with whole warps, rows taken in a
+// warp-uniform loop, so every shuffle has all 32 lanes). The xor butterfly gives every lane
+// the same total (each pairwise sum is computed from the same two operands), in the same
+// order every run.
+__device__ __forceinline__ long long warp_index() {
+    return ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+}
+__device__ __forceinline__ long long warp_count() {
+    return ((long long)gridDim.x * blockDim.x) >> 5;
+}
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+// The spec's maximum(m, v): v when m < v or v is NaN (a NaN anywhere makes the max NaN).
+__device__ __forceinline__ float spec_max(float m, float v) { return (m < v || v != v) ? v : m; }
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = spec_max(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// softmax / log_softmax over the last axis (inner = 1): one warp per row of `d` contiguous
+// elements, the same formulas as `softmax_rows` below.
+extern "C" __global__ void softmax_lastdim(int log_out, const float* __restrict__ x,
+                                           float* __restrict__ y, long long rows, long long d) {
+    int lane = threadIdx.x & 31;
+    for (long long r = warp_index(); r < rows; r += warp_count()) {
+        const float* xr = x + r * d;
+        float* yr = y + r * d;
+        float m = __int_as_float(0xff800000);  // -inf
+        for (long long j = lane; j < d; j += 32) m = spec_max(m, xr[j]);
+        m = warp_max(m);
+        float z = 0.0f;
+        for (long long j = lane; j < d; j += 32) z += expf(xr[j] - m);
+        z = warp_sum(z);
+        if (log_out) {
+            float lz = logf(z);
+            for (long long j = lane; j < d; j += 32) yr[j] = xr[j] - m - lz;
+        } else {
+            for (long long j = lane; j < d; j += 32) yr[j] = expf(xr[j] - m) / z;
+        }
+    }
+}
+
+// Its VJP (as `softmax_rows_vjp`), one warp per row.
+extern "C" __global__ void softmax_lastdim_vjp(int log_out, const float* __restrict__ y,
+                                               const float* __restrict__ gy,
+                                               float* __restrict__ gx, long long rows,
+                                               long long d) {
+    int lane = threadIdx.x & 31;
+    for (long long r = warp_index(); r < rows; r += warp_count()) {
+        long long base = r * d;
+        float s = 0.0f;
+        for (long long j = lane; j < d; j += 32) {
+            long long p = base + j;
+            s += log_out ? gy[p] : gy[p] * y[p];
+        }
+        s = warp_sum(s);
+        for (long long j = lane; j < d; j += 32) {
+            long long p = base + j;
+            gx[p] = log_out ? gy[p] - expf(y[p]) * s : y[p] * (gy[p] - s);
+        }
+    }
+}
+
 // One thread per (outer, inner) row of `dim` elements at stride `inner`. As the spec: the
 // max is NaN when any element is NaN (so the row is NaN), and +inf or an all -inf row gives
 // NaN through inf - inf.
@@ -209,18 +274,21 @@ extern "C" __global__ void index_select_vjp(const float* __restrict__ gy,
 }
 
 // Layer norm (rms = 0) and RMS norm (rms = 1) over the last axis: `rows` rows of `d`, one
-// thread per row, the spec's formulas (crates/torchlean/src/spec/norm.rs): mean (0 for RMS),
-// biased variance, rstd = 1/sqrt(var + eps).
+// warp per row (lanes stride over the row: coalesced), the spec's formulas
+// (crates/torchlean/src/spec/norm.rs): mean (0 for RMS), biased variance,
+// rstd = 1/sqrt(var + eps). Sums: each lane in a fixed order, then the fixed warp tree.
 __device__ __forceinline__ void norm_stats(const float* x, long long d, int rms, float eps,
                                            float* mu, float* rstd) {
+    int lane = threadIdx.x & 31;
     float m = 0.0f;
     if (!rms) {
-        for (long long i = 0; i < d; ++i) m += x[i];
-        m /= (float)d;
+        float s = 0.0f;
+        for (long long i = lane; i < d; i += 32) s += x[i];
+        m = warp_sum(s) / (float)d;
     }
     float v = 0.0f;
-    for (long long i = 0; i < d; ++i) v += (x[i] - m) * (x[i] - m);
-    v /= (float)d;
+    for (long long i = lane; i < d; i += 32) v += (x[i] - m) * (x[i] - m);
+    v = warp_sum(v) / (float)d;
     *mu = m;
     *rstd = 1.0f / sqrtf(v + eps);
 }
@@ -229,62 +297,99 @@ extern "C" __global__ void norm_rows(int rms, float eps, const float* __restrict
                                      const float* __restrict__ gamma,
                                      const float* __restrict__ beta, int has_beta,
                                      float* __restrict__ out, long long rows, long long d) {
-    for (long long r = blockIdx.x * (long long)blockDim.x + threadIdx.x; r < rows;
-         r += (long long)gridDim.x * blockDim.x) {
+    int lane = threadIdx.x & 31;
+    for (long long r = warp_index(); r < rows; r += warp_count()) {
         const float* xr = x + r * d;
         float mu, rstd;
         norm_stats(xr, d, rms, eps, &mu, &rstd);
-        for (long long i = 0; i < d; ++i) {
+        for (long long i = lane; i < d; i += 32) {
             float xhat = (xr[i] - mu) * rstd;
             out[r * d + i] = xhat * gamma[i] + (has_beta ? beta[i] : 0.0f);
         }
     }
 }
 
-// gx per row, and each row's (mean, rstd) into `stats` for `norm_params_vjp`.
+// gx per row (one warp per row), and each row's (mean, rstd) into `stats` for
+// `norm_params_partial`.
 extern "C" __global__ void norm_rows_vjp(int rms, float eps, const float* __restrict__ x,
                                          const float* __restrict__ gamma,
                                          const float* __restrict__ gy, float* __restrict__ gx,
                                          float* __restrict__ stats, long long rows, long long d) {
-    for (long long r = blockIdx.x * (long long)blockDim.x + threadIdx.x; r < rows;
-         r += (long long)gridDim.x * blockDim.x) {
+    int lane = threadIdx.x & 31;
+    for (long long r = warp_index(); r < rows; r += warp_count()) {
         const float* xr = x + r * d;
         const float* gr = gy + r * d;
         float mu, rstd;
         norm_stats(xr, d, rms, eps, &mu, &rstd);
         float mean_g = 0.0f, mean_gx = 0.0f;
-        for (long long i = 0; i < d; ++i) {
+        for (long long i = lane; i < d; i += 32) {
             float gxhat = gr[i] * gamma[i];
             if (!rms) mean_g += gxhat;
             mean_gx += gxhat * ((xr[i] - mu) * rstd);
         }
-        mean_g /= (float)d;
-        mean_gx /= (float)d;
-        for (long long i = 0; i < d; ++i) {
+        mean_g = warp_sum(mean_g) / (float)d;
+        mean_gx = warp_sum(mean_gx) / (float)d;
+        for (long long i = lane; i < d; i += 32) {
             float xhat = (xr[i] - mu) * rstd;
             gx[r * d + i] = rstd * (gr[i] * gamma[i] - mean_g - xhat * mean_gx);
         }
-        stats[2 * r] = mu;
-        stats[2 * r + 1] = rstd;
+        if (lane == 0) {
+            stats[2 * r] = mu;
+            stats[2 * r + 1] = rstd;
+        }
     }
 }
 
-// The affine parameters' gradients: one thread per column sums its rows in order.
-extern "C" __global__ void norm_params_vjp(const float* __restrict__ x,
-                                           const float* __restrict__ gy,
-                                           const float* __restrict__ stats,
-                                           float* __restrict__ ggamma, float* __restrict__ gbeta,
-                                           int has_beta, long long rows, long long d) {
-    for (long long c = blockIdx.x * (long long)blockDim.x + threadIdx.x; c < d;
-         c += (long long)gridDim.x * blockDim.x) {
-        float ag = 0.0f, ab = 0.0f;
-        for (long long r = 0; r < rows; ++r) {
+// The affine parameters' gradients, stage 1: block (bx, by) of 32 x 8 threads owns columns
+// bx*32 .. bx*32+31 and the rows of chunk by; thread (tx, ty) sums rows ty, ty + 8, ... of
+// the chunk for its column (reads coalesced across tx), the 8 partials are added in order,
+// and part[(by * d + c) * 2 + {0, 1}] receives the chunk's (gamma, beta) sums.
+extern "C" __global__ void norm_params_partial(const float* __restrict__ x,
+                                               const float* __restrict__ gy,
+                                               const float* __restrict__ stats,
+                                               float* __restrict__ part, long long rows,
+                                               long long d, long long chunk) {
+    __shared__ float sg[8][33];
+    __shared__ float sb[8][33];
+    long long c = blockIdx.x * 32LL + threadIdx.x;
+    long long r0 = blockIdx.y * chunk;
+    long long r1 = r0 + chunk < rows ? r0 + chunk : rows;
+    float ag = 0.0f, ab = 0.0f;
+    if (c < d) {
+        for (long long r = r0 + threadIdx.y; r < r1; r += 8) {
             float xhat = (x[r * d + c] - stats[2 * r]) * stats[2 * r + 1];
             ag += gy[r * d + c] * xhat;
             ab += gy[r * d + c];
         }
-        ggamma[c] = ag;
-        if (has_beta) gbeta[c] = ab;
+    }
+    sg[threadIdx.y][threadIdx.x] = ag;
+    sb[threadIdx.y][threadIdx.x] = ab;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < d) {
+        float g = 0.0f, b = 0.0f;
+        for (int k = 0; k < 8; ++k) {
+            g += sg[k][threadIdx.x];
+            b += sb[k][threadIdx.x];
+        }
+        part[(blockIdx.y * d + c) * 2] = g;
+        part[(blockIdx.y * d + c) * 2 + 1] = b;
+    }
+}
+
+// Stage 2: one thread per column adds the chunks' partial sums in chunk order.
+extern "C" __global__ void norm_params_finish(const float* __restrict__ part,
+                                              float* __restrict__ ggamma,
+                                              float* __restrict__ gbeta, int has_beta,
+                                              long long chunks, long long d) {
+    for (long long c = blockIdx.x * (long long)blockDim.x + threadIdx.x; c < d;
+         c += (long long)gridDim.x * blockDim.x) {
+        float g = 0.0f, b = 0.0f;
+        for (long long k = 0; k < chunks; ++k) {
+            g += part[(k * d + c) * 2];
+            b += part[(k * d + c) * 2 + 1];
+        }
+        ggamma[c] = g;
+        if (has_beta) gbeta[c] = b;
     }
 }
 

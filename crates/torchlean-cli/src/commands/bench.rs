@@ -58,6 +58,8 @@ fn time(
         run()?;
         done += 1;
     }
+    // the per-capsule table (TORCHLEAN_OP_TIMES) covers the timed repetitions only
+    drop(torchlean::runtime::op_times::take());
     (0..reps)
         .map(|_| {
             let s = Instant::now();
@@ -349,6 +351,19 @@ pub fn run(a: Args) -> CliResult {
         Some(r) => r,
         None => torchlean::runtime::with_current(|s| s.report())?,
     };
+    if torchlean::runtime::op_times::enabled() {
+        // TORCHLEAN_OP_TIMES: where the time went, per capsule (synchronized, so slower)
+        eprintln!("kernel time per capsule over the {} timed repetitions (TORCHLEAN_OP_TIMES; composites include their parts):", a.reps);
+        for r in torchlean::runtime::op_times::take() {
+            eprintln!(
+                "  {:>10.3} ms {:>7} calls  {} {}",
+                r.total.as_secs_f64() * 1e3,
+                r.calls,
+                r.capsule,
+                r.phase
+            );
+        }
+    }
     if a.json {
         let v = serde_json::json!({
             "workload": a.workload, "unit": unit, "median": median * unit_scale, "min": min * unit_scale, "max": max * unit_scale,

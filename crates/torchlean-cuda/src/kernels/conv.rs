@@ -251,13 +251,12 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
             }
         }
         Op::MseLoss => {
+            // the mean of (a - b)², summed in a fixed order over many blocks (0/0 = NaN for
+            // no elements, as the spec)
             let b = buffer(op, inputs[1])?;
-            let m = inputs[0].numel() as i64;
-            let mut l = cx.stream.launch_builder(&cx.functions.mse_forward);
-            l.arg(x.slice()).arg(b.slice()).arg(out.slice_mut()).arg(&m);
-            // SAFETY: one block reads the m elements of both inputs (same shape: the shape
-            // rule) and writes the one output element.
-            launched(op, unsafe { l.launch(blocks(1)) })?;
+            let n = inputs[0].numel();
+            let terms = super::SumTerms::SquaredDifferences(x, b);
+            super::deterministic_sum(cx, op, terms, n, n as f32, &mut out)?;
         }
         other => {
             return Err(Error::Other(format!(

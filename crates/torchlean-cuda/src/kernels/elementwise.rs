@@ -7,7 +7,7 @@
 //! The CUDA source is `kernels/elementwise.cu`; opcodes here match its `#define`s.
 
 use super::{buffer, cx, grid, launched, output, row_major, tensor};
-use cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{DeviceRepr, PushKernelArg};
 use torchlean::graph::{Op, OpKind};
 use torchlean::{Error, OpError, Result, Tensor};
 
@@ -293,17 +293,8 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
         launched(op, unsafe { l.launch(grid(n)) })?;
     } else if op.kind() == OpKind::SumAll {
         let x = buffer(op, inputs[0])?;
-        let m = inputs[0].numel() as i64;
-        let mut l = cx.stream.launch_builder(&cx.functions.sum_all);
-        l.arg(x.slice()).arg(out.slice_mut()).arg(&m);
-        let cfg = LaunchConfig {
-            grid_dim: (1, 1, 1),
-            block_dim: (1024, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        // SAFETY: one block of 1024 threads (the kernel's shared array size) reads m
-        // elements of x and writes out[0].
-        launched(op, unsafe { l.launch(cfg) })?;
+        let terms = super::SumTerms::Values(x);
+        super::deterministic_sum(cx, op, terms, inputs[0].numel(), 1.0, &mut out)?;
     } else {
         return Err(Error::Other(format!(
             "native_cuda has no elementwise kernel for op `{}`",

@@ -36,6 +36,76 @@ pub fn grid(n: usize) -> LaunchConfig {
     }
 }
 
+/// A launch of the one-warp-per-row kernels over `rows` rows (8 warps per block; the kernels
+/// take rows in a warp-uniform grid-stride loop, so any grid covers them).
+pub fn warp_grid(rows: usize) -> LaunchConfig {
+    let blocks = rows.div_ceil(8).clamp(1, 65_535) as u32;
+    LaunchConfig {
+        grid_dim: (blocks, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// What [`deterministic_sum`] adds up.
+pub enum SumTerms<'a> {
+    /// `x[i]`.
+    Values(&'a CudaBuffer),
+    /// `(x[i] - y[i])²`.
+    SquaredDifferences(&'a CudaBuffer, &'a CudaBuffer),
+}
+
+/// `out[0] = (Σ terms over n elements) / divisor`, over many blocks in a fixed order (the
+/// `sum_partial` / `sum_finish` kernels): each of at most 1024 blocks sums a fixed chunk,
+/// then one block adds the chunk sums in a fixed tree, so the result is the same every run.
+pub fn deterministic_sum(
+    cx: &Context,
+    op: &Op,
+    terms: SumTerms,
+    n: usize,
+    divisor: f32,
+    out: &mut CudaBuffer,
+) -> Result<()> {
+    use cudarc::driver::PushKernelArg;
+    let parts = n.div_ceil(8192).clamp(1, 1024);
+    let chunk = n.div_ceil(parts).max(1);
+    let mut part = output(cx, op, parts)?;
+    let (mode, x, y) = match terms {
+        SumTerms::Values(x) => (0i32, x, x),
+        SumTerms::SquaredDifferences(x, y) => (1i32, x, y),
+    };
+    let (n64, chunk64, parts64) = (n as i64, chunk as i64, parts as i64);
+    let mut l = cx.stream.launch_builder(&cx.functions.sum_partial);
+    l.arg(&mode)
+        .arg(x.slice())
+        .arg(y.slice())
+        .arg(part.slice_mut())
+        .arg(&n64)
+        .arg(&chunk64);
+    let cfg = LaunchConfig {
+        grid_dim: (parts as u32, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: block b reads elements [b·chunk, min(n, (b+1)·chunk)) of x (and y, same length
+    // n: the callers' shape rules), all < n, and writes part[b] (b < parts, its length).
+    launched(op, unsafe { l.launch(cfg) })?;
+    let mut l = cx.stream.launch_builder(&cx.functions.sum_finish);
+    l.arg(part.slice())
+        .arg(out.slice_mut())
+        .arg(&parts64)
+        .arg(&divisor);
+    let one = LaunchConfig {
+        grid_dim: (1, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: one block of 256 threads (the kernel's shared array) reads part[0..parts) and
+    // writes out[0].
+    launched(op, unsafe { l.launch(one) })?;
+    Ok(())
+}
+
 /// The module's buffer under a device tensor (an error naming the op when the tensor is not
 /// a dense CUDA tensor of this module).
 pub fn buffer<'t>(op: &Op, t: &'t Tensor) -> Result<&'t CudaBuffer> {

@@ -12,10 +12,10 @@
 //! an integer in range waits for the device (a 4-byte read) and returns the spec's error for
 //! it (naming the first bad position and value), never a result.
 
-use super::{buffer, cx, grid, launched, output, row_major, tensor};
+use super::{buffer, cx, grid, launched, output, row_major, tensor, warp_grid};
 use crate::device::Context;
 use crate::memory::CudaBuffer;
-use cudarc::driver::{DeviceRepr, PushKernelArg};
+use cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
 use torchlean::graph::{Op, OpKind};
 use torchlean::spec::Array;
 use torchlean::{Error, OpError, Result, Tensor};
@@ -249,8 +249,20 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
     match op {
         Op::Softmax { axis } | Op::LogSoftmax { axis } => {
             let (o, d, i) = split(&shape, *axis);
-            if o * i > 0 && d > 0 {
-                let log = matches!(op, Op::LogSoftmax { .. }) as i32;
+            let log = matches!(op, Op::LogSoftmax { .. }) as i32;
+            if i == 1 && o > 0 && d > 0 {
+                // the last axis: one warp per row, coalesced
+                let (o64, d64) = (o as i64, d as i64);
+                let mut l = cx.stream.launch_builder(&cx.functions.softmax_lastdim);
+                l.arg(&log)
+                    .arg(x.slice())
+                    .arg(out.slice_mut())
+                    .arg(&o64)
+                    .arg(&d64);
+                // SAFETY: each row's warp reads and writes its d contiguous elements of x and
+                // out, all inside the o·d elements each holds.
+                launched(op, unsafe { l.launch(warp_grid(o)) })?;
+            } else if o * i > 0 && d > 0 {
                 let (o64, d64, i64_) = (o as i64, d as i64, i as i64);
                 let mut l = cx.stream.launch_builder(&cx.functions.softmax_rows);
                 l.arg(&log)
@@ -393,9 +405,9 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
                     .arg(out.slice_mut())
                     .arg(&r64)
                     .arg(&d64);
-                // SAFETY: each row thread reads its d elements of x and the d of gamma (and
+                // SAFETY: each row's warp reads its d elements of x and the d of gamma (and
                 // beta: shapes [d], the shape guard) and writes its d elements of out.
-                launched(op, unsafe { l.launch(grid(rows)) })?;
+                launched(op, unsafe { l.launch(warp_grid(rows)) })?;
             }
         }
         Op::SelectiveScan => {
@@ -442,8 +454,19 @@ pub fn vjp(
         Op::Softmax { axis } | Op::LogSoftmax { axis } => {
             let y = buffer(op, output_t)?;
             let (o, d, i) = split(x_shape, *axis);
-            if o * i > 0 && d > 0 {
-                let log = matches!(op, Op::LogSoftmax { .. }) as i32;
+            let log = matches!(op, Op::LogSoftmax { .. }) as i32;
+            if i == 1 && o > 0 && d > 0 {
+                let (o64, d64) = (o as i64, d as i64);
+                let mut l = cx.stream.launch_builder(&cx.functions.softmax_lastdim_vjp);
+                l.arg(&log)
+                    .arg(y.slice())
+                    .arg(g.slice())
+                    .arg(gx.slice_mut())
+                    .arg(&o64)
+                    .arg(&d64);
+                // SAFETY: as the forward: each row's warp reads and writes its d elements.
+                launched(op, unsafe { l.launch(warp_grid(o)) })?;
+            } else if o * i > 0 && d > 0 {
                 let (o64, d64, i64_) = (o as i64, d as i64, i as i64);
                 let mut l = cx.stream.launch_builder(&cx.functions.softmax_rows_vjp);
                 l.arg(&log)
@@ -616,21 +639,42 @@ pub fn vjp(
                     .arg(stats.slice_mut())
                     .arg(&r64)
                     .arg(&d64);
-                // SAFETY: each row thread reads its d elements of x, gy and gamma, writes its
+                // SAFETY: each row's warp reads its d elements of x, gy and gamma, writes its
                 // d elements of gx and two of stats (2·rows elements).
-                launched(op, unsafe { l.launch(grid(rows)) })?;
-                let hb = has_beta as i32;
-                let mut l = cx.stream.launch_builder(&cx.functions.norm_params_vjp);
+                launched(op, unsafe { l.launch(warp_grid(rows)) })?;
+                // the affine parameters' gradients: column sums over row chunks, then the
+                // chunks in order (a fixed order every run)
+                let chunks = rows.div_ceil(64).clamp(1, 1024);
+                let chunk = rows.div_ceil(chunks);
+                let mut part = output(cx, op, chunks * d * 2)?;
+                let chunk64 = chunk as i64;
+                let mut l = cx.stream.launch_builder(&cx.functions.norm_params_partial);
                 l.arg(xb.slice())
                     .arg(g.slice())
                     .arg(stats.slice())
+                    .arg(part.slice_mut())
+                    .arg(&r64)
+                    .arg(&d64)
+                    .arg(&chunk64);
+                let cfg = LaunchConfig {
+                    grid_dim: (d.div_ceil(32) as u32, chunks as u32, 1),
+                    block_dim: (32, 8, 1),
+                    shared_mem_bytes: 0,
+                };
+                // SAFETY: block (bx, by) reads columns bx·32.. (< d) of rows by·chunk.. (<
+                // rows) of x and gy (rows·d each) and those rows' stats, and writes
+                // part[(by·d + c)·2 + {0, 1}] for its columns c < d (chunks·d·2 elements).
+                launched(op, unsafe { l.launch(cfg) })?;
+                let (hb, chunks64) = (has_beta as i32, chunks as i64);
+                let mut l = cx.stream.launch_builder(&cx.functions.norm_params_finish);
+                l.arg(part.slice())
                     .arg(ggamma.slice_mut())
                     .arg(gbeta.slice_mut())
                     .arg(&hb)
-                    .arg(&r64)
+                    .arg(&chunks64)
                     .arg(&d64);
-                // SAFETY: each column thread c < d reads column c of x and gy (rows·d each)
-                // and the rows' stats, and writes ggamma[c] and gbeta[c] (d each).
+                // SAFETY: column thread c < d reads part[(k·d + c)·2 + {0, 1}] for k < chunks
+                // and writes ggamma[c] and gbeta[c] (d each).
                 launched(op, unsafe { l.launch(grid(d)) })?;
             }
             let param = inputs[1].shape();

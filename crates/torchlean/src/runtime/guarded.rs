@@ -214,7 +214,10 @@ pub(crate) fn run_vjp(
     let grads = {
         let _kernel = super::autograd::KernelScope::enter();
         let _composite = CompositeScope::enter(k);
-        vjp(op, inputs, output, cotangent, needs)?
+        let name = &k.capsule().name;
+        super::op_times::timed(name, "vjp", output.device(), || {
+            vjp(op, inputs, output, cotangent, needs)
+        })?
     };
     #[cfg(feature = "fault-injection")]
     let grads = fault::after_vjp(vjp, op, inputs, output, cotangent, needs, grads)?;
@@ -261,7 +264,10 @@ pub(crate) fn run_forward(k: &AcceptedKernel, op: &Op, inputs: &[&Tensor]) -> Re
     let out = {
         let _kernel = super::autograd::KernelScope::enter();
         let _composite = CompositeScope::enter(k);
-        (binding.forward())(op, inputs)?
+        let device = inputs.first().map_or(Device::Cpu, |t| t.device());
+        super::op_times::timed(&k.capsule().name, "forward", device, || {
+            (binding.forward())(op, inputs)
+        })?
     };
     #[cfg(feature = "fault-injection")]
     let out = fault::after_forward(binding.forward(), op, inputs, out)?;

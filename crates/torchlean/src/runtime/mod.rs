@@ -9,6 +9,7 @@ pub mod compiled;
 mod dense_plan;
 pub(crate) mod guarded;
 pub mod kernel;
+pub mod op_times;
 pub mod probe;
 pub mod session;
 pub mod trace;
