@@ -378,6 +378,16 @@ pub fn cases() -> Vec<Case> {
         Op::RmsNorm { eps: 1e-6 },
         &[(&[64, 512], Normal), (&[512], Normal)],
     ));
+    // many rows and a width that is not a multiple of 32: the CUDA norms' parameter
+    // gradients sum over several row chunks, and their warps over partial strides
+    v.push(c(
+        Op::LayerNorm { eps: 1e-5 },
+        &[(&[300, 40], Normal), (&[40], Normal), (&[40], Normal)],
+    ));
+    v.push(c(
+        Op::RmsNorm { eps: 1e-6 },
+        &[(&[130, 33], Normal), (&[33], Normal)],
+    ));
     v.push(c(
         Op::BatchNorm {
             eps: 1e-5,
