@@ -161,6 +161,17 @@ __device__ __forceinline__ long long reduce_pos(const Reduce& r, long long base,
     return pos;
 }
 
+// binary_grad for operands of the output's shape (nothing to reduce): one term per element.
+extern "C" __global__ void binary_grad_same(int op, int which, const float* __restrict__ a,
+                                            const float* __restrict__ b,
+                                            const float* __restrict__ gy,
+                                            float* __restrict__ out, long long n) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        out[i] = gy[i] * binary_partial(op, which, a[i], b[i]);
+    }
+}
+
 extern "C" __global__ void binary_grad(int op, int which, const float* __restrict__ a,
                                        const float* __restrict__ b,
                                        const float* __restrict__ gy, float* __restrict__ out,

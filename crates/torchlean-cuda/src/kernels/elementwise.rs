@@ -327,7 +327,23 @@ pub fn vjp(
             let own = inputs[which].shape();
             let n_own = inputs[which].numel();
             let mut out = output(cx, op, n_own)?;
-            if n_own > 0 {
+            let same =
+                inputs[0].shape() == shape.as_slice() && inputs[1].shape() == shape.as_slice();
+            if n_own > 0 && same {
+                // no broadcasting: one term per element, no index walk
+                let (which32, n64) = (which as i32, n_own as i64);
+                let mut l = cx.stream.launch_builder(&cx.functions.binary_grad_same);
+                l.arg(&code)
+                    .arg(&which32)
+                    .arg(a.slice())
+                    .arg(b.slice())
+                    .arg(g.slice())
+                    .arg(out.slice_mut())
+                    .arg(&n64);
+                // SAFETY: a, b, gy and out all hold n_own elements (the output's shape);
+                // thread i reads element i of each and writes out[i].
+                launched(op, unsafe { l.launch(grid(n_own)) })?;
+            } else if n_own > 0 {
                 let red = reduce_geometry(own, &shape);
                 let (which32, n64) = (which as i32, n_own as i64);
                 let mut l = cx.stream.launch_builder(&cx.functions.binary_grad);

@@ -98,7 +98,15 @@ fn compose(op: &Op, x: &[&Tensor]) -> Result<Tensor> {
             let sc = scale.unwrap_or(1.0 / (d as f32).sqrt());
             let bias = (*mask == AttentionMask::AdditiveBias).then(|| x[3]);
             let scores_of = |q: &Tensor, k: &Tensor, bias: Option<&Tensor>| -> Result<Tensor> {
-                let scores = q.matmul(&k.transpose(-2, -1)?)?.scale(sc)?;
+                let kt = k.transpose(-2, -1)?;
+                // a scale of at most 1 is applied to q ([.., L, d]) rather than to the scores
+                // ([.., L, S]): the same product up to rounding, d/S as many elements, and
+                // nothing overflows; a larger one scales the scores, as the spec writes it
+                let scores = if sc.abs() <= 1.0 {
+                    q.scale(sc)?.matmul(&kt)?
+                } else {
+                    q.matmul(&kt)?.scale(sc)?
+                };
                 match bias {
                     Some(b) => scores.add(b),
                     None => Ok(scores),
@@ -196,8 +204,7 @@ pub fn vjp(
         .collect();
     let refs: Vec<&Tensor> = leaves.iter().collect();
     let out = compose(op, &refs)?;
-    let objective = out.mul(&grad_out.detach())?.sum_all()?;
-    let grads = objective.backward()?;
+    let grads = out.backward_with(grad_out)?;
     let mut out = Vec::with_capacity(leaves.len());
     for (i, l) in leaves.iter().enumerate() {
         out.push(if !differentiable(i) {

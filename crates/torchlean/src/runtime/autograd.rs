@@ -286,14 +286,37 @@ impl Tensor {
                 self.shape()
             )));
         }
+        // the seed lives where the output does (an explicit upload for a device output)
+        let seed = Tensor::from_parts(vec![1.0], self.shape().to_vec()).to_device(self.device())?;
+        self.backward_seeded(seed, grads)
+    }
+
+    /// The vector-Jacobian product from this (any-shaped) output: backpropagates `cotangent`
+    /// (the gradient of some objective with respect to this tensor: same shape and device)
+    /// and returns the gradients of the leaves. `t.backward_with(&g)` gives what
+    /// `t.mul(&g)?.sum_all()?.backward()` gives, without the product and the sum.
+    pub fn backward_with(&self, cotangent: &Tensor) -> Result<Gradients> {
+        if cotangent.shape() != self.shape() || cotangent.device() != self.device() {
+            return Err(Error::Autograd(format!(
+                "backward_with: a cotangent of shape {:?} on {} for an output of shape {:?} on {}",
+                cotangent.shape(),
+                cotangent.device(),
+                self.shape(),
+                self.device()
+            )));
+        }
+        let mut grads = Gradients::default();
+        self.backward_seeded(cotangent.detach(), &mut grads)?;
+        Ok(grads)
+    }
+
+    fn backward_seeded(&self, seed: Tensor, grads: &mut Gradients) -> Result<()> {
         if !self.is_tracked() {
             return Err(Error::Autograd(
                 "backward from a tensor that does not require gradients (nothing was recorded)"
                     .into(),
             ));
         }
-        // the seed lives where the output does (an explicit upload for a device output)
-        let seed = Tensor::from_parts(vec![1.0], self.shape().to_vec()).to_device(self.device())?;
         let mut pending: IdMap<Tensor> = IdMap::default();
         pending.insert(self.id(), seed.clone());
         let mut leaves = Gradients::default();
