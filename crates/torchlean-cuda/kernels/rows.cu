@@ -196,8 +196,11 @@ extern "C" __global__ void gather_vjp(const float* __restrict__ idx,
 // dst[dst_offset + sum_k i_k dst_stride_k] = src[src_offset + sum_k i_k src_stride_k].
 // Shared with src/kernels/rows.rs (`struct Strided`).
 #define COPY_MAX_RANK 8
+// `narrow`: every index, offset and address fits in 31 bits (the host checks), so the index
+// arithmetic runs in 32 bits (64-bit division is several times slower on the GPU).
 struct Strided {
     int rank;
+    int narrow;
     long long shape[COPY_MAX_RANK];
     long long src_stride[COPY_MAX_RANK];
     long long dst_stride[COPY_MAX_RANK];
@@ -207,6 +210,22 @@ struct Strided {
 
 extern "C" __global__ void strided_copy(const float* __restrict__ src, float* __restrict__ dst,
                                         long long n, Strided g) {
+    if (g.narrow) {
+        unsigned int step = gridDim.x * blockDim.x;
+        for (unsigned int p = blockIdx.x * blockDim.x + threadIdx.x; p < (unsigned int)n;
+             p += step) {
+            unsigned int rest = p, s = (unsigned int)g.src_offset, d = (unsigned int)g.dst_offset;
+            for (int k = g.rank - 1; k >= 0; --k) {
+                unsigned int e = (unsigned int)g.shape[k];
+                unsigned int i = rest % e;
+                rest /= e;
+                s += i * (unsigned int)g.src_stride[k];
+                d += i * (unsigned int)g.dst_stride[k];
+            }
+            dst[d] = src[s];
+        }
+        return;
+    }
     for (long long p = blockIdx.x * (long long)blockDim.x + threadIdx.x; p < n;
          p += (long long)gridDim.x * blockDim.x) {
         long long rest = p, s = g.src_offset, d = g.dst_offset;

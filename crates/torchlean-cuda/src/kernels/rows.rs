@@ -88,6 +88,7 @@ fn gather_geometry(op: &Op, x: &[usize], idx: &[usize], axis: usize) -> Result<G
 #[derive(Clone, Copy, Default)]
 struct Strided {
     rank: i32,
+    narrow: i32,
     shape: [i64; MAX_RANK],
     src_stride: [i64; MAX_RANK],
     dst_stride: [i64; MAX_RANK],
@@ -107,6 +108,30 @@ struct CopyPlan<'a> {
     dst_offset: usize,
 }
 
+/// The copy's axes as (extent, source stride, destination stride), without axes of extent 1
+/// and with each pair of neighbours merged where both sides step through them as one axis
+/// (outer stride = inner extent × inner stride, in the source and in the destination): the
+/// same element pairs, fewer index divisions per element. At least one axis.
+fn collapse(c: &CopyPlan) -> Vec<(usize, usize, usize)> {
+    let mut axes: Vec<(usize, usize, usize)> = Vec::with_capacity(c.shape.len());
+    for d in 0..c.shape.len() {
+        let axis = (c.shape[d], c.src_stride[d], c.dst_stride[d]);
+        if axis.0 == 1 {
+            continue;
+        }
+        match axes.last_mut() {
+            Some(outer) if outer.1 == axis.0 * axis.1 && outer.2 == axis.0 * axis.2 => {
+                *outer = (outer.0 * axis.0, axis.1, axis.2);
+            }
+            _ => axes.push(axis),
+        }
+    }
+    if axes.is_empty() {
+        axes.push((1, 1, 1));
+    }
+    axes
+}
+
 /// Runs one strided copy of `c` from `src` into `dst`. The caller derives the strides from
 /// the spec's shapes, so every address stays inside the two buffers.
 fn strided_copy(op: &Op, src: &CudaBuffer, dst: &mut CudaBuffer, c: CopyPlan) -> Result<()> {
@@ -122,17 +147,28 @@ fn strided_copy(op: &Op, src: &CudaBuffer, dst: &mut CudaBuffer, c: CopyPlan) ->
         }
         .into());
     }
+    let axes = collapse(&c);
     let mut g = Strided {
-        rank: c.shape.len() as i32,
+        rank: axes.len() as i32,
         src_offset: c.src_offset as i64,
         dst_offset: c.dst_offset as i64,
         ..Default::default()
     };
-    for d in 0..c.shape.len() {
-        g.shape[d] = c.shape[d] as i64;
-        g.src_stride[d] = c.src_stride[d] as i64;
-        g.dst_stride[d] = c.dst_stride[d] as i64;
+    for (d, &(extent, s, t)) in axes.iter().enumerate() {
+        g.shape[d] = extent as i64;
+        g.src_stride[d] = s as i64;
+        g.dst_stride[d] = t as i64;
     }
+    // the largest address either side reaches (the caller's strides keep both in bounds)
+    let last = |offset: usize, stride: fn(&(usize, usize, usize)) -> usize| {
+        axes.iter().try_fold(offset, |acc, a| {
+            acc.checked_add((a.0 - 1).checked_mul(stride(a))?)
+        })
+    };
+    let fits = |v: Option<usize>| v.is_some_and(|v| v < (1 << 31));
+    g.narrow = (n < (1 << 31)
+        && fits(last(c.src_offset, |a| a.1))
+        && fits(last(c.dst_offset, |a| a.2))) as i32;
     let cx = cx()?;
     let n64 = n as i64;
     let mut l = cx.stream.launch_builder(&cx.functions.strided_copy);
@@ -732,5 +768,90 @@ pub fn vjp(
             "native_cuda has no row VJP for op `{}`",
             other.name()
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{collapse, CopyPlan};
+
+    /// Every (source, destination) address pair of a copy, in row-major index order.
+    fn pairs(axes: &[(usize, usize, usize)], src: usize, dst: usize) -> Vec<(usize, usize)> {
+        let n: usize = axes.iter().map(|a| a.0).product();
+        (0..n)
+            .map(|p| {
+                let (mut rest, mut s, mut d) = (p, src, dst);
+                for a in axes.iter().rev() {
+                    let i = rest % a.0;
+                    rest /= a.0;
+                    s += i * a.1;
+                    d += i * a.2;
+                }
+                (s, d)
+            })
+            .collect()
+    }
+
+    /// Collapsing axes keeps exactly the copy's element pairs, in order: permutations of
+    /// row-major layouts (head split and merge among them), windows (slice) and axes of
+    /// extent 1.
+    #[test]
+    fn collapsed_axes_address_the_same_element_pairs() {
+        let row_major = |shape: &[usize]| -> Vec<usize> {
+            let mut s = vec![1; shape.len()];
+            for d in (0..shape.len().saturating_sub(1)).rev() {
+                s[d] = s[d + 1] * shape[d + 1];
+            }
+            s
+        };
+        // (source shape, permutation): the destination is the permuted shape, row-major
+        let cases: &[(&[usize], &[usize])] = &[
+            (&[2, 5, 3, 4], &[0, 2, 1, 3]),
+            (&[2, 5, 3, 4], &[0, 1, 2, 3]),
+            (&[3, 1, 4, 1, 2], &[0, 1, 2, 3, 4]),
+            (&[3, 1, 4, 1, 2], &[2, 0, 4, 1, 3]),
+            (&[6, 7], &[1, 0]),
+            (&[1], &[0]),
+        ];
+        for (shape, perm) in cases {
+            let src_rm = row_major(shape);
+            let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+            let src_stride: Vec<usize> = perm.iter().map(|&p| src_rm[p]).collect();
+            let dst_stride = row_major(&out_shape);
+            let plan = CopyPlan {
+                shape: &out_shape,
+                src_stride: &src_stride,
+                dst_stride: &dst_stride,
+                src_offset: 3,
+                dst_offset: 0,
+            };
+            let full: Vec<(usize, usize, usize)> = (0..out_shape.len())
+                .map(|d| (out_shape[d], src_stride[d], dst_stride[d]))
+                .collect();
+            let merged = collapse(&plan);
+            assert!(merged.len() <= full.len().max(1));
+            assert_eq!(pairs(&merged, 3, 0), pairs(&full, 3, 0), "{shape:?} {perm:?}");
+        }
+        // a window: columns 2..5 of a [4, 9] source into a [4, 3] destination
+        let (shape, src_stride, dst_stride) = ([4usize, 3], [9usize, 1], [3usize, 1]);
+        let plan = CopyPlan {
+            shape: &shape,
+            src_stride: &src_stride,
+            dst_stride: &dst_stride,
+            src_offset: 2,
+            dst_offset: 0,
+        };
+        let full = [(4, 9, 3), (3, 1, 1)];
+        assert_eq!(pairs(&collapse(&plan), 2, 0), pairs(&full, 2, 0));
+        // a contiguous copy collapses to one axis
+        let (shape, st) = ([2usize, 3, 4], [12usize, 4, 1]);
+        let plan = CopyPlan {
+            shape: &shape,
+            src_stride: &st,
+            dst_stride: &st,
+            src_offset: 0,
+            dst_offset: 0,
+        };
+        assert_eq!(collapse(&plan), vec![(24, 1, 1)]);
     }
 }
