@@ -77,6 +77,6 @@ pub fn take() -> Vec<OpTime> {
             total,
         })
         .collect();
-    rows.sort_by(|a, b| b.total.cmp(&a.total));
+    rows.sort_by_key(|r| std::cmp::Reverse(r.total));
     rows
 }
