@@ -6,7 +6,8 @@
 //! executor's) is bracketed by synchronizations of its
 //! device, so the time of a call is its kernels' time plus launch and synchronization
 //! latency, and an enabled run is slower than a plain one: use it to rank kernels, not to
-//! report speed. The time of a composite capsule's row includes its parts' rows. Off (one
+//! report speed. The time of a composite capsule's row includes its parts' rows. The replay
+//! checkers a call runs after its kernel are timed as rows of their own (`… checks`). Off (one
 //! relaxed load per call) unless the variable is set when the first kernel runs.
 
 use crate::backend::Device;
@@ -19,7 +20,8 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Clone, PartialEq)]
 pub struct OpTime {
     pub capsule: String,
-    /// `forward` or `vjp`.
+    /// `forward`, `vjp`, or the checkers run after them: `forward checks`, `vjp checks`
+    /// (rows only for capsules whose checkers run on every call, each with its calls).
     pub phase: &'static str,
     pub calls: u64,
     pub total: Duration,
