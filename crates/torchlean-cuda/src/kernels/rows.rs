@@ -830,7 +830,11 @@ mod tests {
                 .collect();
             let merged = collapse(&plan);
             assert!(merged.len() <= full.len().max(1));
-            assert_eq!(pairs(&merged, 3, 0), pairs(&full, 3, 0), "{shape:?} {perm:?}");
+            assert_eq!(
+                pairs(&merged, 3, 0),
+                pairs(&full, 3, 0),
+                "{shape:?} {perm:?}"
+            );
         }
         // a window: columns 2..5 of a [4, 9] source into a [4, 3] destination
         let (shape, src_stride, dst_stride) = ([4usize, 3], [9usize, 1], [3usize, 1]);
