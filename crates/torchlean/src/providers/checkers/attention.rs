@@ -18,31 +18,107 @@
 //! a result within that much of the bound. The
 //! comparison is the same [`Tally`] as the other fast paths: an acceptance here is the
 //! whole-call check's acceptance; anything else answers `None` and the whole-call check (the
-//! spec itself) decides and names the element. Calls with a non-finite input also answer
-//! `None`: the spec's NaN and infinity rules (a fully blocked row ignores a NaN in `v`, …) are
+//! spec itself) decides and names the element. Calls with a non-finite input (found as each
+//! slice is read) also answer `None`: the spec's NaN and infinity rules (a fully blocked row ignores a NaN in `v`, …) are
 //! left to the spec.
 //!
 //! What the check trusts beyond the spec: the `gemm` crate's f64 products (its f64
 //! micro-kernels; the f32 kernels being checked use its f32 ones).
 
 use super::exp64;
+use super::layout::last_address;
 use super::pieces::Tally;
-use super::recompute::{dense_slice, values};
+use super::recompute::dense_slice;
 use crate::backend::{Call, Operand};
 use crate::graph::{AttentionMask, Op};
 use crate::providers::native_cpu::par::{gemm, Mat};
 use crate::scalar::max_of;
-use crate::spec::{infer_shape, numel};
+use crate::spec::{contiguous_strides, infer_shape, numel};
 use rayon::prelude::*;
 
 /// Query rows per block (the scores of one block are `ROWS × S` values at f64).
 const ROWS: usize = 64;
 
-/// One call's operands at f64 (row-major, read through their strides), with its geometry.
+/// The spec's softmax of one row of scores in place: a blocked entry (-inf) gives
+/// exp(-inf) = 0, as the spec's explicit zero.
+fn softmax_in_place(row: &mut [f64]) {
+    let mx = max_of(row.iter().copied());
+    row.iter_mut().for_each(|x| *x = exp64::exp(*x - mx));
+    let z: f64 = row.iter().sum();
+    row.iter_mut().for_each(|x| *x /= z);
+}
+
+/// An operand of shape `[..., rows, cols]` read one batch slice at a time, at f64, through its
+/// strides (a head-split view needs no copy of the whole tensor first: each slice is read by
+/// the thread that checks it, into a buffer that stays in cache).
+struct Slices<'a> {
+    storage: &'a [f32],
+    /// The storage index of element (0, 0) of each batch slice.
+    starts: Vec<usize>,
+    rows: usize,
+    cols: usize,
+    row_stride: usize,
+    col_stride: usize,
+}
+
+impl<'a> Slices<'a> {
+    /// The slices of `o`, when its rank is at least 2 and every address it names lies inside
+    /// its storage.
+    fn of(o: &Operand<'a>) -> Option<Slices<'a>> {
+        let r = o.shape.len();
+        if r < 2 {
+            return None;
+        }
+        let strides = o
+            .strides
+            .map_or_else(|| contiguous_strides(o.shape), |s| s.to_vec());
+        if numel(o.shape) > 0 && last_address(o.shape, &strides, o.offset)? >= o.storage.len() {
+            return None;
+        }
+        let batch = &o.shape[..r - 2];
+        let starts = (0..numel(batch))
+            .map(|b| {
+                let (mut rest, mut at) = (b, o.offset);
+                for ax in (0..r - 2).rev() {
+                    at += rest % batch[ax] * strides[ax];
+                    rest /= batch[ax];
+                }
+                at
+            })
+            .collect();
+        Some(Slices {
+            storage: o.storage,
+            starts,
+            rows: o.shape[r - 2],
+            cols: o.shape[r - 1],
+            row_stride: strides[r - 2],
+            col_stride: strides[r - 1],
+        })
+    }
+
+    /// Slice `b`, row-major at f64; `None` when one of its values is not finite.
+    fn read(&self, b: usize) -> Option<Vec<f64>> {
+        let mut out = Vec::with_capacity(self.rows * self.cols);
+        if self.cols > 0 {
+            for i in 0..self.rows {
+                let row = self.starts[b] + i * self.row_stride;
+                if self.col_stride == 1 {
+                    out.extend(self.storage[row..row + self.cols].iter().map(|&v| v as f64));
+                } else {
+                    let at = |j: usize| self.storage[row + j * self.col_stride] as f64;
+                    out.extend((0..self.cols).map(at));
+                }
+            }
+        }
+        out.iter().all(|v| v.is_finite()).then_some(out)
+    }
+}
+
+/// One call's operands (q, k, v read slice by slice), with its geometry.
 struct Attention<'a> {
-    q: Vec<f64>,
-    k: Vec<f64>,
-    v: Vec<f64>,
+    q: Slices<'a>,
+    k: Slices<'a>,
+    v: Slices<'a>,
     /// The mask, and whether it is one `[L, S]` matrix shared by every batch slice.
     mask: Option<(&'a [f32], bool)>,
     kind: AttentionMask,
@@ -57,12 +133,6 @@ struct Attention<'a> {
 
 fn finite(x: &[f32]) -> bool {
     x.iter().all(|v| v.is_finite())
-}
-
-/// An operand's values at f64 when every one is finite and it has all of them.
-fn finite_values(o: &Operand) -> Option<Vec<f64>> {
-    let x = values(o);
-    (x.len() == numel(o.shape) && x.iter().all(|v| v.is_finite())).then_some(x)
 }
 
 impl<'a> Attention<'a> {
@@ -87,9 +157,9 @@ impl<'a> Attention<'a> {
             return None;
         }
         let (q, k, v) = (
-            finite_values(&call.inputs[0])?,
-            finite_values(&call.inputs[1])?,
-            finite_values(&call.inputs[2])?,
+            Slices::of(&call.inputs[0])?,
+            Slices::of(&call.inputs[1])?,
+            Slices::of(&call.inputs[2])?,
         );
         let (l, d, s, dv) = (qs[r - 2], qs[r - 1], ks[r - 2], vs[r - 1]);
         let kind = *mask;
@@ -139,6 +209,19 @@ impl<'a> Attention<'a> {
             .map(|(r, row)| {
                 let i = i0 + r;
                 let m = self.mask_row(b, i);
+                if m.is_none() {
+                    // no mask: the scaled scores, the causal rule blocking j > i (a row
+                    // always keeps j = 0), then the softmax below
+                    row.iter_mut().for_each(|x| *x *= self.scale);
+                    if self.causal && i + 1 < s {
+                        row[i + 1..].fill(f64::NEG_INFINITY);
+                    }
+                    if s > 0 {
+                        softmax_in_place(row);
+                        return true;
+                    }
+                    return false;
+                }
                 let mut any = false;
                 for (j, x) in row.iter_mut().enumerate() {
                     let mj = m.map(|m| m[j] as f64);
@@ -158,24 +241,15 @@ impl<'a> Attention<'a> {
                     row.fill(0.0);
                     return false;
                 }
-                // a blocked entry (-inf) gives exp(-inf) = 0, as the spec's explicit zero
-                let mx = max_of(row.iter().copied());
-                row.iter_mut().for_each(|x| *x = exp64::exp(*x - mx));
-                let z: f64 = row.iter().sum();
-                row.iter_mut().for_each(|x| *x /= z);
+                softmax_in_place(row);
                 true
             })
             .collect()
     }
 
-    /// q, k and v of slice `b`.
-    fn slice(&self, b: usize) -> (&[f64], &[f64], &[f64]) {
-        let (l, s, d, dv) = (self.l, self.s, self.d, self.dv);
-        (
-            &self.q[b * l * d..(b + 1) * l * d],
-            &self.k[b * s * d..(b + 1) * s * d],
-            &self.v[b * s * dv..(b + 1) * s * dv],
-        )
+    /// q, k and v of slice `b` at f64; `None` when one holds a non-finite value.
+    fn slice(&self, b: usize) -> Option<(Vec<f64>, Vec<f64>, Vec<f64>)> {
+        Some((self.q.read(b)?, self.k.read(b)?, self.v.read(b)?))
     }
 
     /// The probabilities of rows `i0..i1` of a slice whose q and k are `q`, `k`.
@@ -202,10 +276,11 @@ pub(super) fn forward(op: &Op, call: &Call) -> Option<Result<(), String>> {
     let a = Attention::of(op, call)?;
     let out = dense_slice(&call.output)?;
     let (l, s, dv) = (a.l, a.s, a.dv);
-    let tallies: Vec<Tally> = (0..a.batch)
+    let tallies: Option<Vec<Tally>> = (0..a.batch)
         .into_par_iter()
         .map(|b| {
-            let (q, k, v) = a.slice(b);
+            let (q, k, v) = a.slice(b)?;
+            let (q, k, v) = (&q[..], &k[..], &v[..]);
             let mut t = Tally::default();
             for i0 in (0..l).step_by(ROWS) {
                 let i1 = (i0 + ROWS).min(l);
@@ -223,11 +298,11 @@ pub(super) fn forward(op: &Op, call: &Call) -> Option<Result<(), String>> {
                 );
                 t.feed(&out[(b * l + i0) * dv..(b * l + i1) * dv], &o);
             }
-            t
+            Some(t)
         })
         .collect();
     let mut total = Tally::default();
-    tallies.iter().for_each(|t| total.merge(t));
+    tallies?.iter().for_each(|t| total.merge(t));
     total.accepts().then_some(Ok(()))
 }
 
@@ -242,8 +317,8 @@ struct SliceGrads {
 /// The VJP check; `None`: not applicable, or not accepted (the whole-call check decides).
 pub(super) fn vjp(op: &Op, call: &Call) -> Option<Result<(), String>> {
     let a = Attention::of(op, call)?;
-    let go = finite_values(call.cotangent.as_ref()?)?;
-    if go.len() != a.batch * a.l * a.dv {
+    let go = Slices::of(call.cotangent.as_ref()?)?;
+    if (go.starts.len(), go.rows, go.cols) != (a.batch, a.l, a.dv) {
         return None;
     }
     let n_grads = if a.kind == AttentionMask::AdditiveBias {
@@ -271,10 +346,12 @@ pub(super) fn vjp(op: &Op, call: &Call) -> Option<Result<(), String>> {
     };
     let shared_bias = a.mask.is_some_and(|(_, shared)| shared);
     let (l, s, d, dv, sc) = (a.l, a.s, a.d, a.dv, a.scale);
-    let slices: Vec<SliceGrads> = (0..a.batch)
+    let slices: Option<Vec<SliceGrads>> = (0..a.batch)
         .into_par_iter()
         .map(|b| {
-            let (q, k, v) = a.slice(b);
+            let (q, k, v) = a.slice(b)?;
+            let (q, k, v) = (&q[..], &k[..], &v[..]);
+            let go = go.read(b)?;
             let (mut gk, mut gv) = (vec![0.0; s * d], vec![0.0; s * dv]);
             let mut tallies = [Tally::default(); 4];
             let mut bias =
@@ -283,7 +360,7 @@ pub(super) fn vjp(op: &Op, call: &Call) -> Option<Result<(), String>> {
                 let i1 = (i0 + ROWS).min(l);
                 let rows = i1 - i0;
                 let p = a.block(b, i0, i1, q, k);
-                let g = &go[(b * l + i0) * dv..(b * l + i1) * dv];
+                let g = &go[i0 * dv..i1 * dv];
                 // gV += Pᵀ gO (a fully blocked row of P is zero: it passes nothing)
                 let pt = Mat::transposed(&p, s);
                 gemm(s, dv, rows, pt, Mat::rows(g, dv), &mut gv, true, false);
@@ -326,12 +403,13 @@ pub(super) fn vjp(op: &Op, call: &Call) -> Option<Result<(), String>> {
             }
             feed(&mut tallies[1], 1, b * s * d, (b + 1) * s * d, &gk);
             feed(&mut tallies[2], 2, b * s * dv, (b + 1) * s * dv, &gv);
-            SliceGrads {
+            Some(SliceGrads {
                 tallies,
                 shared_bias: bias,
-            }
+            })
         })
         .collect();
+    let slices = slices?;
     let mut totals = [Tally::default(); 4];
     for sl in &slices {
         for (t, x) in totals.iter_mut().zip(&sl.tallies) {
@@ -410,5 +488,22 @@ mod tests {
         let bad = Tensor::from_vec(bad, grads[1].as_ref().unwrap().shape()).unwrap();
         let gs = [gs[0], Some(tensor_operand(&bad)), gs[2]];
         assert_eq!(super::vjp(&op, &Call { grads: &gs, ..vjp }), None);
+        // a NaN in a strided input: the fast path does not decide (the spec does)
+        let mut with_nan = Tensor::randn(&[2, 24, 3, 8], 1).unwrap().to_vec();
+        with_nan[100] = f32::NAN;
+        let q_nan = Tensor::from_vec(with_nan, &[2, 24, 3, 8])
+            .unwrap()
+            .permute(&[0, 2, 1, 3])
+            .unwrap();
+        let ins = [
+            tensor_operand(&q_nan),
+            tensor_operand(&k),
+            tensor_operand(&v),
+        ];
+        let call = Call {
+            inputs: &ins,
+            ..forward
+        };
+        assert_eq!(super::forward(&op, &call), None);
     }
 }

@@ -87,6 +87,17 @@ pub(super) fn read_view(
     offset: usize,
     storage: &[f32],
 ) -> Option<Vec<f32>> {
+    read_view_as(shape, strides, offset, storage, |v| v)
+}
+
+/// [`read_view`], each element converted by `f` as it is read (one pass, one allocation).
+pub(super) fn read_view_as<T>(
+    shape: &[usize],
+    strides: &[usize],
+    offset: usize,
+    storage: &[f32],
+    f: impl Fn(f32) -> T,
+) -> Option<Vec<T>> {
     let n: usize = shape.iter().product();
     if n == 0 {
         return Some(Vec::new());
@@ -96,7 +107,7 @@ pub(super) fn read_view(
     }
     let rank = shape.len();
     if rank == 0 {
-        return Some(vec![storage[offset]]);
+        return Some(vec![f(storage[offset])]);
     }
     let (len, step) = (shape[rank - 1], strides[rank - 1]);
     let mut out = Vec::with_capacity(n);
@@ -104,9 +115,9 @@ pub(super) fn read_view(
     let mut start = offset;
     for _ in 0..n / len {
         if step == 1 {
-            out.extend_from_slice(&storage[start..start + len]);
+            out.extend(storage[start..start + len].iter().map(|&v| f(v)));
         } else {
-            out.extend((0..len).map(|j| storage[start + j * step]));
+            out.extend((0..len).map(|j| f(storage[start + j * step])));
         }
         for ax in (0..rank - 1).rev() {
             idx[ax] += 1;

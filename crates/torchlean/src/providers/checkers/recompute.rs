@@ -38,11 +38,10 @@ pub(super) fn values(o: &Operand) -> Vec<f64> {
     }
     let n: usize = o.shape.iter().product();
     match o.strides {
-        Some(strides) => super::layout::read_view(o.shape, strides, o.offset, o.storage)
-            .unwrap_or_default()
-            .into_iter()
-            .map(|v| v as f64)
-            .collect(),
+        Some(strides) => {
+            super::layout::read_view_as(o.shape, strides, o.offset, o.storage, f64::from)
+                .unwrap_or_default()
+        }
         None => {
             let rest = o.storage.get(o.offset..).unwrap_or(&[]);
             rest.iter().take(n).map(|&v| v as f64).collect()
