@@ -90,6 +90,7 @@ mod attention;
 mod conv;
 mod exp64;
 mod freivalds;
+mod gelu;
 mod layout;
 mod pieces;
 pub mod recompute;

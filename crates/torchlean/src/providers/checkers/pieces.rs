@@ -166,6 +166,9 @@ pub(super) struct Tally {
     err: f64,
     scale: f64,
     other_class: bool,
+    /// The largest error bound of approximate reference values fed (`feed_approx`): 0 when
+    /// every reference value was the spec's own.
+    slack: f64,
 }
 
 impl Tally {
@@ -211,6 +214,15 @@ impl Tally {
         }
         self.classify(&got[whole..n], &want[whole..n]);
     }
+    /// [`Tally::feed`] with reference values `want` that are within `delta` of the spec's
+    /// (an approximation with a proven error bound, e.g. `checkers/gelu.rs`); [`accepts`]
+    /// then tightens the bound so that an acceptance still implies the spec's verdict.
+    ///
+    /// [`accepts`]: Tally::accepts
+    pub(super) fn feed_approx(&mut self, got: &[f32], want: &[f64], delta: f64) {
+        self.slack = self.slack.max(delta);
+        self.feed(got, want);
+    }
     /// The element-by-element comparison at f64, with IEEE classes.
     fn classify(&mut self, got: &[f32], want: &[f64]) {
         for (&g, &w) in got.iter().zip(want) {
@@ -231,11 +243,22 @@ impl Tally {
         self.scale = self.scale.max(o.scale);
         self.err = self.err.max(o.err);
         self.other_class |= o.other_class;
+        self.slack = self.slack.max(o.slack);
     }
     /// True when every element is of the spec's class and within the bound; otherwise the
     /// whole-call check decides (and words the rejection).
+    ///
+    /// With approximate reference values (slack δ > 0): each compared value fl32(w') may
+    /// differ from the spec's fl32(w) by at most ρ = δ + 2⁻²²·(S' + δ) (|w' − w| ≤ δ, plus
+    /// half an f32 ulp of each), so the spec's error is at most err + ρ and its scale at least
+    /// S' − ρ; accepting only when err + ρ ≤ TOL·(1 + S' − ρ) implies the spec's acceptance.
     pub(super) fn accepts(&self) -> bool {
-        !self.other_class && self.err <= TOL * (1.0 + self.scale)
+        let rho = if self.slack > 0.0 {
+            self.slack + (self.scale + self.slack) / (1u64 << 22) as f64
+        } else {
+            0.0
+        };
+        !self.other_class && self.err + rho <= TOL * (1.0 + self.scale - rho)
     }
 }
 

@@ -13,13 +13,13 @@ use crate::graph::Op;
 use crate::spec::{unary, unary_derivative};
 
 /// Elements recomputed per stack buffer.
-const CHUNK: usize = 256;
+pub(super) const CHUNK: usize = 256;
 
 /// Elements per parallel part (calls of at least two parts run on the rayon pool).
 const PART: usize = 1 << 15;
 
 /// The merged tallies of `part(lo, hi)` over parts of `n` elements, in parallel when large.
-fn over_parts(n: usize, part: impl Fn(usize, usize) -> Tally + Sync) -> Tally {
+pub(super) fn over_parts(n: usize, part: impl Fn(usize, usize) -> Tally + Sync) -> Tally {
     use rayon::prelude::*;
     let mut t = Tally::default();
     if n < 2 * PART {
@@ -128,6 +128,9 @@ macro_rules! each_unary {
 
 /// The tally of `y` against the spec's `op(x)`; `None` when `op` is not a unary map.
 pub(super) fn forward(op: &Op, x: &[f32], y: &[f32]) -> Option<Tally> {
+    if let Op::Gelu = op {
+        return Some(super::gelu::forward(x, y));
+    }
     let n = x.len().min(y.len());
     each_unary!(op, _o => (), return None);
     // the match runs once per part; each arm's loop is specialized to its variant
@@ -149,6 +152,9 @@ pub(super) fn forward(op: &Op, x: &[f32], y: &[f32]) -> Option<Tally> {
 /// The tally of the gradient `gx` against the spec's `gy · op'(x, y)` (y the forward
 /// output, as the spec's VJP takes it); `None` when `op` is not a unary map.
 pub(super) fn vjp(op: &Op, x: &[f32], y: &[f32], gy: &[f32], gx: &[f32]) -> Option<Tally> {
+    if let Op::Gelu = op {
+        return Some(super::gelu::vjp(x, gy, gx));
+    }
     let n = x.len().min(y.len()).min(gy.len()).min(gx.len());
     each_unary!(op, _o => (), return None);
     Some(over_parts(n, |lo, hi| {
