@@ -252,12 +252,24 @@ pub(super) fn vjp(op: &Op, call: &Call) -> Option<Result<(), String>> {
     if g.shape != x.shape {
         return None;
     }
-    let cot = View::of(cot).read(cot.storage)?;
-    let gv = View::of(g);
-    // the gradient's elements at the positions the op moves, in the cotangent's order
-    let placed = moved(op, g)?;
-    if !same(&placed, &cot) {
-        return None;
+    let (gv, cv) = (View::of(g), View::of(cot));
+    // the gradient's elements at the positions the op moves, in the cotangent's order,
+    // compared in place row by row when the op defines a view on the gradient's layout
+    match view_of(op, &gv) {
+        Some(pv)
+            if pv.shape == cv.shape && pv.fits(g.storage.len()) && cv.fits(cot.storage.len()) =>
+        {
+            let equal = |a: f32, b: f32| a == b || (a.is_nan() && b.is_nan());
+            if !zip_rows(&pv, g.storage, &cv, cot.storage, equal) {
+                return None;
+            }
+        }
+        _ => {
+            let placed = moved(op, g)?;
+            if !same(&placed, &cv.read(cot.storage)?) {
+                return None;
+            }
+        }
     }
     if let Op::Slice { axis, start, end } = op {
         // the rest of the gradient is zero: the slices before `start` and after `end`
@@ -268,14 +280,56 @@ pub(super) fn vjp(op: &Op, call: &Call) -> Option<Result<(), String>> {
                 start: lo,
                 end: hi,
             };
-            if !view_of(&rest, &gv)?
-                .read(g.storage)?
-                .iter()
-                .all(|&v| v == 0.0)
+            let rv = view_of(&rest, &gv)?;
+            if !rv.fits(g.storage.len())
+                || !zip_rows(&rv, g.storage, &rv, g.storage, |a, _| a == 0.0)
             {
                 return None;
             }
         }
     }
     Some(Ok(()))
+}
+
+/// Whether `f(a, b)` holds for every pair of elements at the same index of two views of one
+/// shape (`a` over `sa`, `b` over `sb`, both inside their storages: the callers check
+/// `fits`), walked row by row in row-major order without copying either.
+fn zip_rows(a: &View, sa: &[f32], b: &View, sb: &[f32], f: impl Fn(f32, f32) -> bool) -> bool {
+    let n = a.numel();
+    if n == 0 {
+        return true;
+    }
+    let rank = a.shape.len();
+    if rank == 0 {
+        return f(sa[a.offset], sb[b.offset]);
+    }
+    let len = a.shape[rank - 1];
+    let (step_a, step_b) = (a.strides[rank - 1], b.strides[rank - 1]);
+    let mut idx = vec![0usize; rank - 1];
+    let (mut start_a, mut start_b) = (a.offset, b.offset);
+    for _ in 0..n / len {
+        let ok = if step_a == 1 && step_b == 1 {
+            sa[start_a..start_a + len]
+                .iter()
+                .zip(&sb[start_b..start_b + len])
+                .all(|(&x, &y)| f(x, y))
+        } else {
+            (0..len).all(|j| f(sa[start_a + j * step_a], sb[start_b + j * step_b]))
+        };
+        if !ok {
+            return false;
+        }
+        for ax in (0..rank - 1).rev() {
+            idx[ax] += 1;
+            start_a += a.strides[ax];
+            start_b += b.strides[ax];
+            if idx[ax] < a.shape[ax] {
+                break;
+            }
+            start_a -= idx[ax] * a.strides[ax];
+            start_b -= idx[ax] * b.strides[ax];
+            idx[ax] = 0;
+        }
+    }
+    true
 }
