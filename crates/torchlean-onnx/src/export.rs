@@ -472,16 +472,6 @@ pub fn export_model(graph: &Graph, values: &[(String, Tensor)]) -> Out<ModelProt
     // reshape/permute/slice/concat/broadcast_to) is exported as int64 — token ids, as
     // PyTorch's exporter declares them; torchlean holds them as float32 integers. When it
     // has other uses too, they read it through a Cast to float.
-    let layout = |op: &Op| {
-        matches!(
-            op,
-            Op::Reshape { .. }
-                | Op::Permute { .. }
-                | Op::Slice { .. }
-                | Op::Concat { .. }
-                | Op::BroadcastTo { .. }
-        )
-    };
     let mut index_only = vec![true; graph.nodes.len()];
     let mut reaches_index = vec![false; graph.nodes.len()];
     for o in &graph.outputs {
@@ -494,7 +484,9 @@ pub fn export_model(graph: &Graph, values: &[(String, Tensor)]) -> Out<ModelProt
                 NodeKind::Op {
                     op: Op::IndexSelect { .. } | Op::Gather { .. },
                 } => (k == 1, k == 1),
-                NodeKind::Op { op } if layout(op) => (index_only[n.id], reaches_index[n.id]),
+                NodeKind::Op { op } if op.kind().only_moves_elements() => {
+                    (index_only[n.id], reaches_index[n.id])
+                }
                 _ => (false, false),
             };
             index_only[p] &= only;

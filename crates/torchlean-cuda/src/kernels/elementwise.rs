@@ -318,6 +318,7 @@ pub fn vjp(
     if let Some(code) = binary_code(op.kind()) {
         let (a, b) = (buffer(op, inputs[0])?, buffer(op, inputs[1])?);
         let geo = bcast(op, inputs[0].shape(), inputs[1].shape(), &shape)?;
+        let same = inputs[0].shape() == shape.as_slice() && inputs[1].shape() == shape.as_slice();
         let mut grads = Vec::with_capacity(2);
         for which in 0..2usize {
             if !needs[which] {
@@ -327,8 +328,6 @@ pub fn vjp(
             let own = inputs[which].shape();
             let n_own = inputs[which].numel();
             let mut out = output(cx, op, n_own)?;
-            let same =
-                inputs[0].shape() == shape.as_slice() && inputs[1].shape() == shape.as_slice();
             if n_own > 0 && same {
                 // no broadcasting: one term per element, no index walk
                 let (which32, n64) = (which as i32, n_own as i64);

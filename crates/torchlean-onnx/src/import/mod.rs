@@ -135,15 +135,8 @@ impl Builder {
             .map(|v| self.node(v))
             .collect::<Map<Vec<usize>>>()?;
         // integer values stay integer through the ops that only move elements
-        let moves = matches!(
-            op,
-            Op::Reshape { .. }
-                | Op::Permute { .. }
-                | Op::Slice { .. }
-                | Op::Concat { .. }
-                | Op::BroadcastTo { .. }
-        );
-        let integral = moves && parents.iter().all(|p| self.integral.contains(p));
+        let integral =
+            op.kind().only_moves_elements() && parents.iter().all(|p| self.integral.contains(p));
         let id = self.op(op, parents)?;
         if integral {
             self.integral.insert(id);

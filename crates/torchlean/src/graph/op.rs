@@ -444,6 +444,14 @@ impl OpKind {
         )
     }
 
+    /// Whether every output element is one input element, unchanged (reshape, permute,
+    /// slice, concat, broadcast_to): such ops keep a property of the values themselves
+    /// (e.g. being integers) from their inputs to their output.
+    pub fn only_moves_elements(self) -> bool {
+        use OpKind::*;
+        matches!(self, Reshape | Permute | Slice | Concat | BroadcastTo)
+    }
+
     /// Whether the op is a unary elementwise map (what elementwise fusion chains).
     pub fn is_unary_map(self) -> bool {
         use OpKind::*;

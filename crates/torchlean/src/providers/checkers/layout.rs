@@ -111,25 +111,46 @@ pub(super) fn read_view_as<T>(
     }
     let (len, step) = (shape[rank - 1], strides[rank - 1]);
     let mut out = Vec::with_capacity(n);
-    let mut idx = vec![0usize; rank - 1];
-    let mut start = offset;
-    for _ in 0..n / len {
+    row_starts(shape, [(strides, offset), (strides, offset)], |start, _| {
         if step == 1 {
             out.extend(storage[start..start + len].iter().map(|&v| f(v)));
         } else {
             out.extend((0..len).map(|j| f(storage[start + j * step])));
         }
+        true
+    });
+    Some(out)
+}
+
+/// Calls `f(start_a, start_b)` with the storage index where each innermost row begins in two
+/// views of `shape` (strides and offsets `a`, `b`), in row-major order, while it returns true;
+/// false when `f` stopped the walk. `shape` has at least one axis and no empty one.
+fn row_starts(
+    shape: &[usize],
+    [(sa, oa), (sb, ob)]: [(&[usize], usize); 2],
+    mut f: impl FnMut(usize, usize) -> bool,
+) -> bool {
+    let rank = shape.len();
+    let rows: usize = shape[..rank - 1].iter().product();
+    let mut idx = vec![0usize; rank - 1];
+    let (mut a, mut b) = (oa, ob);
+    for _ in 0..rows {
+        if !f(a, b) {
+            return false;
+        }
         for ax in (0..rank - 1).rev() {
             idx[ax] += 1;
-            start += strides[ax];
+            a += sa[ax];
+            b += sb[ax];
             if idx[ax] < shape[ax] {
                 break;
             }
-            start -= idx[ax] * strides[ax];
+            a -= idx[ax] * sa[ax];
+            b -= idx[ax] * sb[ax];
             idx[ax] = 0;
         }
     }
-    Some(out)
+    true
 }
 
 /// The view the op defines on an input of view `x` (for `reshape`, only of a contiguous
@@ -305,31 +326,15 @@ fn zip_rows(a: &View, sa: &[f32], b: &View, sb: &[f32], f: impl Fn(f32, f32) -> 
     }
     let len = a.shape[rank - 1];
     let (step_a, step_b) = (a.strides[rank - 1], b.strides[rank - 1]);
-    let mut idx = vec![0usize; rank - 1];
-    let (mut start_a, mut start_b) = (a.offset, b.offset);
-    for _ in 0..n / len {
-        let ok = if step_a == 1 && step_b == 1 {
+    let views = [(&a.strides[..], a.offset), (&b.strides[..], b.offset)];
+    row_starts(&a.shape, views, |start_a, start_b| {
+        if step_a == 1 && step_b == 1 {
             sa[start_a..start_a + len]
                 .iter()
                 .zip(&sb[start_b..start_b + len])
                 .all(|(&x, &y)| f(x, y))
         } else {
             (0..len).all(|j| f(sa[start_a + j * step_a], sb[start_b + j * step_b]))
-        };
-        if !ok {
-            return false;
         }
-        for ax in (0..rank - 1).rev() {
-            idx[ax] += 1;
-            start_a += a.strides[ax];
-            start_b += b.strides[ax];
-            if idx[ax] < a.shape[ax] {
-                break;
-            }
-            start_a -= idx[ax] * a.strides[ax];
-            start_b -= idx[ax] * b.strides[ax];
-            idx[ax] = 0;
-        }
-    }
-    true
+    })
 }
