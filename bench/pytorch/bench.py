@@ -110,6 +110,34 @@ def main():
 
         t = timed(attn, a.warmup, a.reps, sync)
         details = {"B": b, "H": h, "L": l, "D": d, "mask": "boolean"}
+    elif w.startswith("attn-"):
+        # attn-{fwd|step}-{none|mask|causal}[-L<n>][-B<n>]: q, k, v [B, 16, L, 64] (B=8, L=2048 by default),
+        # forward only or forward + backward, no mask / boolean lower-triangular [L, L] mask / is_causal
+        parts = w.split("-")[1:]
+        backward, kind = parts[0] == "step", parts[1]
+        b, h, l, d = 8, 16, 2048, 64
+        for p in parts[2:]:
+            if p[0] == "L":
+                l = int(p[1:])
+            elif p[0] == "B":
+                b = int(p[1:])
+        q, k, v, g = (torch.randn(b, h, l, d, device=dev, requires_grad=backward) for _ in range(4))
+        g = g.detach()
+        mask = torch.ones(l, l, dtype=torch.bool, device=dev).tril() if kind == "mask" else None
+        if dev.type == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+
+        def attn():
+            if backward:
+                o = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=kind == "causal")
+                (o * g).sum().backward()
+            else:
+                with torch.no_grad():
+                    torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=kind == "causal")
+
+        t = timed(attn, a.warmup, a.reps, sync)
+        details = {"B": b, "H": h, "L": l, "D": d, "mask": kind, "backward": backward,
+                   "peak_bytes": torch.cuda.max_memory_allocated() if dev.type == "cuda" else None}
     elif w == "quickstart-step":
         model = torch.nn.Sequential(torch.nn.Linear(4, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1)).to(dev)
         opt = torch.optim.Adam(model.parameters(), lr=1e-3)

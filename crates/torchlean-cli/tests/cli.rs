@@ -341,8 +341,9 @@ fn plan_exit_codes() {
             && out.contains("native_cuda.conv2d (provider native_cuda, device cuda)"),
         "{out}"
     );
-    // strict on CUDA plans the replayed capsules (planning needs no GPU); attention, a
-    // composition with test evidence on CUDA, is refused by the strict policy
+    // strict on CUDA plans the replayed capsules (planning needs no GPU), attention's flash
+    // kernel included; attention's composition (test evidence on CUDA) is refused by the
+    // strict policy
     let (code, out, _) = run(&[
         "plan",
         "--profile",
@@ -363,10 +364,27 @@ fn plan_exit_codes() {
         "--ops",
         "scaled_dot_product_attention",
     ]);
-    assert_eq!(code, 2);
+    assert_eq!(code, 0, "{out}");
     assert!(
-        out.contains("trust level `checked` is not allowed by policy `strict`"),
+        out.contains("scaled_dot_product_attention: native_cuda.replayed.flash_attention"),
         "{out}"
+    );
+    // asked for by name, the composition is planned and then rejected by the gate (exit 3)
+    let (code, out, err) = run(&[
+        "plan",
+        "--profile",
+        "strict_native_cuda",
+        "--provider",
+        "only:torchlean",
+        "--ops",
+        "scaled_dot_product_attention",
+    ]);
+    let all = format!("{out}{err}");
+    assert_eq!(code, 3, "{all}");
+    assert!(
+        all.contains("capsule `torchlean.cuda.scaled_dot_product_attention`")
+            && all.contains("trust_level_not_allowed"),
+        "{all}"
     );
     let (code, out, err) = run(&[
         "plan",

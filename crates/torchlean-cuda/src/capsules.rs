@@ -20,7 +20,7 @@
 //! call (on host copies of the call's device tensors). Profile `strict_native_cuda` plans
 //! those; `checked_cuda` plans the tested ones.
 
-use crate::kernels::{blas, conv, elementwise, fused, reduce, rows, spectral};
+use crate::kernels::{attention, blas, conv, elementwise, fused, reduce, rows, spectral};
 use torchlean::backend::{
     ContractClaim, ContractDescriptor, Device, Evidence, KernelCapsule, Provenance, Provider,
     Registry, RegistryError, RuntimeSupport, TensorLayout, TrustLevel, VjpMode,
@@ -237,6 +237,45 @@ pub fn native_cuda_capsule(op: OpKind) -> KernelCapsule {
     capsule(op, Provider::NativeCuda, file)
 }
 
+/// The GPU-only tests that hold the flash-attention kernels to the spec (random shapes
+/// crossing the tiles and chunks, every mask kind, causal, fully blocked rows, non-finite
+/// values), beside the conformance table's attention rows.
+pub const FLASH_TESTS: &[&str] = &[
+    "crates/torchlean-cuda/tests/gpu_only_conformance.rs::flash_attention_matches_the_spec_on_the_gpu",
+    "crates/torchlean-cuda/tests/gpu_only_conformance.rs::forward_matches_spec_on_the_gpu",
+    "crates/torchlean-cuda/tests/gpu_only_conformance.rs::vjp_matches_spec_on_the_gpu",
+];
+
+/// `native_cuda.flash_attention`: FlashAttention-2-style fused attention (no L×S matrix in
+/// device memory, recomputing VJP; `kernels/attention.rs`), registered before the
+/// composition so that `auto` plans it.
+pub fn flash_capsule() -> KernelCapsule {
+    let op = OpKind::ScaledDotProductAttention;
+    let base = capsule(op, Provider::NativeCuda, "kernels/attention.rs");
+    let with = |d: &ContractDescriptor, summary: &str| ContractDescriptor {
+        summary: summary.into(),
+        evidence: tests(FLASH_TESTS),
+        ..d.clone()
+    };
+    KernelCapsule {
+        name: "native_cuda.flash_attention".into(),
+        value_contract: with(
+            &base.value_contract,
+            "tiled attention with an online softmax; matches the f64 spec on random shapes crossing the tiles, every mask kind, causal, fully blocked rows and non-finite values, and on the conformance table's rows (GPU-only tests; skipped without CUDA)",
+        ),
+        vjp_contract: with(
+            &base.vjp_contract,
+            "recomputing tiled VJP (row statistics, then dK/dV per key tile and dQ per query tile, no atomics); matches the f64 spec VJP on the same inputs (GPU-only tests; skipped without CUDA)",
+        ),
+        ..base
+    }
+}
+
+/// The binding of `native_cuda.flash_attention`.
+pub fn native_cuda_attention_binding() -> KernelBinding {
+    KernelBinding::new("native_cuda", attention::forward, Some(attention::vjp))
+}
+
 /// The cufft capsule of `op` (one of [`spectral::KINDS`]).
 pub fn cufft_capsule(op: OpKind) -> KernelCapsule {
     capsule(op, Provider::Cufft, "kernels/spectral.rs")
@@ -367,7 +406,7 @@ pub fn composition_capsule(op: OpKind) -> KernelCapsule {
 }
 
 /// Registers every capsule of the module (native_cuda first — cufft before it for the
-/// spectral op —, then cublas, then the compositions, then the replayed native_cuda, cufft
+/// spectral op —, then cublas, then native_cuda.flash_attention, then the compositions, then the replayed native_cuda, cufft
 /// and cublas capsules of `strict_native_cuda`).
 pub fn register(r: &mut Registry) -> Result<(), RegistryError> {
     register_checked(r)?;
@@ -411,6 +450,13 @@ pub fn register(r: &mut Registry) -> Result<(), RegistryError> {
     for &op in blas::KINDS {
         r.register(replayed_capsule(cublas_capsule(op)), cublas_binding())?;
     }
+    r.register(
+        KernelCapsule {
+            name: "native_cuda.replayed.flash_attention".into(),
+            ..replayed_capsule(flash_capsule())
+        },
+        native_cuda_attention_binding(),
+    )?;
     Ok(())
 }
 
@@ -439,6 +485,7 @@ fn register_checked(r: &mut Registry) -> Result<(), RegistryError> {
         r.register(cublas_capsule(op), cublas_binding())?;
         r.register(cublas_tf32_capsule(op), cublas_tf32_binding())?;
     }
+    r.register(flash_capsule(), native_cuda_attention_binding())?;
     for op in composed_ops() {
         r.register(
             composition_capsule(op),

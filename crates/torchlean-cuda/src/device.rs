@@ -76,6 +76,12 @@ pub struct Functions {
     pub fft_take: CudaFunction,
     pub fft_put: CudaFunction,
     pub rows_nonfinite: CudaFunction,
+    pub flash_pack_mask: CudaFunction,
+    pub flash_nonfinite: CudaFunction,
+    pub flash_sum_batches: CudaFunction,
+    pub flash_forward: CudaFunction,
+    pub flash_bwd_kv: CudaFunction,
+    pub flash_bwd_q: CudaFunction,
 }
 
 /// cuBLAS behind a lock: one handle, used by one thread at a time.
@@ -231,7 +237,14 @@ fn create() -> Result<Context, String> {
         fft_take: f("fft_take")?,
         fft_put: f("fft_put")?,
         rows_nonfinite: f("rows_nonfinite")?,
+        flash_pack_mask: f("flash_pack_mask")?,
+        flash_nonfinite: f("flash_nonfinite")?,
+        flash_sum_batches: f("flash_sum_batches")?,
+        flash_forward: f("flash_forward")?,
+        flash_bwd_kv: f("flash_bwd_kv")?,
+        flash_bwd_q: f("flash_bwd_q")?,
     };
+    crate::kernels::attention::allow_shared_memory(&functions)?;
     let cublas = format!(
         "{}.{}.{}",
         cublas_v / 10000,

@@ -17,6 +17,7 @@ pub const SOURCES: &[&str] = &[
     include_str!("../kernels/rows.cu"),
     include_str!("../kernels/conv.cu"),
     include_str!("../kernels/spectral.cu"),
+    include_str!("../kernels/attention.cu"),
 ];
 
 /// The program NVRTC compiles: every source, in order.

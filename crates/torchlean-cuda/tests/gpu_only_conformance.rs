@@ -21,11 +21,11 @@ use torchlean::runtime::{install, Session};
 use torchlean::spec::{self, Array};
 use torchlean::{Error, OpKind, Tensor};
 use torchlean_cuda::capsules::{
-    composed_ops, cublas_binding, cufft_binding, native_cuda_binding, native_cuda_conv_binding,
-    native_cuda_fused_binding, native_cuda_reduce_binding, native_cuda_rows_binding,
-    native_cuda_spectral_binding,
+    composed_ops, cublas_binding, cufft_binding, native_cuda_attention_binding,
+    native_cuda_binding, native_cuda_conv_binding, native_cuda_fused_binding,
+    native_cuda_reduce_binding, native_cuda_rows_binding, native_cuda_spectral_binding,
 };
-use torchlean_cuda::kernels::{blas, conv, elementwise, fused, reduce, rows, spectral};
+use torchlean_cuda::kernels::{attention, blas, conv, elementwise, fused, reduce, rows, spectral};
 
 /// Whether CUDA is usable; prints why not (or panics under TORCHLEAN_REQUIRE_CUDA=1).
 fn gpu(test: &str) -> bool {
@@ -62,6 +62,12 @@ fn bindings(kind: OpKind) -> Vec<(&'static str, KernelBinding)> {
         vec![("native_cuda", native_cuda_fused_binding())]
     } else if blas::KINDS.contains(&kind) {
         vec![("cublas", cublas_binding())]
+    } else if attention::KINDS.contains(&kind) {
+        // the fused kernel, and the composition (its parts run as ops of the session)
+        vec![
+            ("native_cuda", native_cuda_attention_binding()),
+            ("torchlean", torchlean::providers::composition::binding()),
+        ]
     } else if composed_ops().contains(&kind) {
         // its parts run as ops of the session: a checked_cuda one is installed by the tests
         vec![("torchlean", torchlean::providers::composition::binding())]
@@ -281,6 +287,185 @@ fn vjp_matches_spec_on_the_gpu() {
         failures.join("\n")
     );
     eprintln!("vjp_matches_spec_on_the_gpu: {ran} rows passed");
+}
+
+/// A random attention call for the flash kernels: leading dims, L and S crossing the 64-row
+/// tiles, d and dv crossing the 64-column chunks, every mask kind (shared or per batch),
+/// causal or not, the default or an explicit scale; now and then a fully blocked row, a row
+/// whose allowed scores are all −inf, or a NaN or ±inf in q, k or v.
+fn flash_case(seed: u64) -> (torchlean::graph::Op, Vec<Array<f64>>) {
+    use torchlean::graph::{AttentionMask, Op};
+    let mut n = seed;
+    let mut below = |k: usize| -> usize {
+        n = n.wrapping_add(1);
+        (torchlean::spec::splitmix64(n) % k as u64) as usize
+    };
+    let lead: Vec<usize> = (0..below(3)).map(|_| 1 + below(3)).collect();
+    let (l, s) = match below(4) {
+        0 | 1 => (1 + below(200), 1 + below(200)),
+        2 => (1 + below(9), 1 + below(9)),
+        _ => (60 + below(80), 60 + below(80)),
+    };
+    // one chunk, exactly one, just over one, three
+    const DIMS: [usize; 7] = [1, 7, 16, 32, 64, 65, 133];
+    let (d, dv) = (DIMS[below(7)], DIMS[below(7)]);
+    let mask = match below(3) {
+        0 => AttentionMask::None,
+        1 => AttentionMask::Boolean,
+        _ => AttentionMask::AdditiveBias,
+    };
+    let op = Op::ScaledDotProductAttention {
+        scale: if below(3) == 0 { Some(0.37) } else { None },
+        causal: below(2) == 0,
+        mask,
+    };
+    let with = |last: [usize; 2]| -> Vec<usize> {
+        let mut v = lead.clone();
+        v.extend(last);
+        v
+    };
+    let seed2 = seed.wrapping_mul(7919);
+    let mut xs = vec![
+        draw(&with([l, d]), Gen::Normal, seed2),
+        draw(&with([s, d]), Gen::Normal, seed2 + 1),
+        draw(&with([s, dv]), Gen::Normal, seed2 + 2),
+    ];
+    if mask != AttentionMask::None {
+        let shape = if below(2) == 0 {
+            vec![l, s]
+        } else {
+            with([l, s])
+        };
+        let mut m = draw(&shape, Gen::Normal, seed2 + 3);
+        if mask == AttentionMask::Boolean {
+            for x in &mut m.data {
+                *x = if below(4) == 0 { 0.0 } else { 1.0 };
+            }
+        }
+        if below(3) == 0 {
+            let row = below(l);
+            let rows = m.data.len() / s;
+            for rr in (row..rows).step_by(l) {
+                let fill = if mask == AttentionMask::Boolean {
+                    0.0
+                } else {
+                    f64::NEG_INFINITY
+                };
+                m.data[rr * s..(rr + 1) * s]
+                    .iter_mut()
+                    .for_each(|x| *x = fill);
+            }
+        }
+        xs.push(m);
+    }
+    if below(4) == 0 {
+        let which = below(3);
+        let at = below(xs[which].data.len());
+        xs[which].data[at] = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY][below(3)];
+    }
+    (op, xs)
+}
+
+/// `got` within `tol`·(1 + max finite |want|) of `want`, NaN and ±inf exactly where `want`
+/// has them (an error message otherwise).
+fn flash_compare(got: &[f64], want: &[f64], tol: f64) -> Result<f64, String> {
+    if got.len() != want.len() {
+        return Err(format!("{} values, spec {}", got.len(), want.len()));
+    }
+    let scale = 1.0
+        + want
+            .iter()
+            .filter(|v| v.is_finite())
+            .fold(0.0f64, |m, v| m.max(v.abs()));
+    let mut worst = 0.0f64;
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        if !(g.is_finite() && w.is_finite()) {
+            if !((w.is_nan() && g.is_nan()) || w == g) {
+                return Err(format!("element {i}: {g}, spec {w}"));
+            }
+        } else {
+            let e = (g - w).abs() / scale;
+            if e > tol {
+                return Err(format!("element {i}: {g}, spec {w} (error {e:e})"));
+            }
+            worst = worst.max(e);
+        }
+    }
+    Ok(worst)
+}
+
+#[test]
+fn flash_attention_matches_the_spec_on_the_gpu() {
+    if !gpu("flash_attention_matches_the_spec_on_the_gpu") {
+        return;
+    }
+    let b = native_cuda_attention_binding();
+    let vjp = b.vjp().expect("the flash capsule has a VJP");
+    let (mut failures, mut worst) = (vec![], (0.0f64, 0.0f64));
+    let cases = 120;
+    for case in 0..cases {
+        let (op, xs) = flash_case(5_000 + case * 101);
+        let refs: Vec<&Array<f64>> = xs.iter().collect();
+        let want = spec::forward(&op, &refs).expect("the spec accepts the call");
+        let gy = draw(&want.shape, Gen::Normal, 90_000 + case);
+        let want_grads = spec::vjp(&op, &refs, &want, &gy).expect("the spec VJP");
+        let ts: Vec<Tensor> = xs.iter().map(on_gpu).collect();
+        let tr: Vec<&Tensor> = ts.iter().collect();
+        let what = format!(
+            "case {case} {op:?} q {:?} k {:?} v {:?}",
+            xs[0].shape, xs[1].shape, xs[2].shape
+        );
+        let y = match (b.forward())(&op, &tr) {
+            Ok(y) => y,
+            Err(e) => {
+                failures.push(format!("{what}: forward: {e}"));
+                continue;
+            }
+        };
+        match flash_compare(&widen(&y), &want.data, 2e-4) {
+            Ok(e) => worst.0 = worst.0.max(e),
+            Err(e) => failures.push(format!("{what}: forward: {e}")),
+        }
+        // every gradient, then each input's alone (the kernels skip what is not needed)
+        let n = tr.len();
+        let mut masks = vec![vec![true; n]];
+        masks.extend((0..n).map(|j| (0..n).map(|i| i == j).collect::<Vec<bool>>()));
+        for needs in masks {
+            let got = match vjp(&op, &tr, &y, &on_gpu(&gy), &needs) {
+                Ok(g) => g,
+                Err(e) => {
+                    failures.push(format!("{what}: vjp {needs:?}: {e}"));
+                    continue;
+                }
+            };
+            for (j, w) in want_grads.iter().enumerate() {
+                if !needs[j] {
+                    continue;
+                }
+                match (got.get(j).cloned().flatten(), w) {
+                    (Some(g), Some(w)) => match flash_compare(&widen(&g), &w.data, 2e-4) {
+                        Ok(e) => worst.1 = worst.1.max(e),
+                        Err(e) => failures.push(format!("{what}: vjp {needs:?} input {j}: {e}")),
+                    },
+                    (None, None) => {}
+                    (g, _) => failures.push(format!(
+                        "{what}: vjp input {j}: cotangent present on one side only ({})",
+                        g.is_some()
+                    )),
+                }
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} failures over {cases} calls:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    eprintln!(
+        "flash_attention_matches_the_spec_on_the_gpu: {cases} calls, worst forward {:e}, worst VJP {:e}",
+        worst.0, worst.1
+    );
 }
 
 fn checked_cuda() -> BackendProfile {

@@ -100,6 +100,7 @@ pub fn run(a: Args) -> CliResult {
     let device_workload = a.workload.starts_with("gemm-")
         || a.workload.starts_with("add-")
         || a.workload.starts_with("tiny-ops")
+        || a.workload.starts_with("attn-")
         || step_workload
         || transformer;
     if device != Device::Cpu && !device_workload {
@@ -285,6 +286,71 @@ pub fn run(a: Args) -> CliResult {
                 serde_json::json!({ "B": b, "H": h, "L": l, "D": d, "mask": "boolean" }),
             )
         }
+        w if w.starts_with("attn-") => {
+            let spec = AttnWorkload::parse(w)?;
+            let AttnWorkload {
+                backward,
+                mask,
+                causal,
+                b,
+                h,
+                l,
+                d,
+            } = spec;
+            let setup = || -> torchlean::Result<Vec<Tensor>> {
+                let mut v = vec![
+                    on(Tensor::randn(&[b, h, l, d], 6)?)?,
+                    on(Tensor::randn(&[b, h, l, d], 7)?)?,
+                    on(Tensor::randn(&[b, h, l, d], 8)?)?,
+                    on(Tensor::randn(&[b, h, l, d], 9)?)?,
+                ];
+                if mask {
+                    // the sdpa workload's pattern: a lower-triangular boolean [L, L] mask
+                    v.push(on(Tensor::from_vec(
+                        (0..l * l)
+                            .map(|i| ((i % l) <= (i / l)) as u8 as f32)
+                            .collect(),
+                        &[l, l],
+                    )?)?);
+                }
+                Ok(v)
+            };
+            let forward = |t: &[Tensor], grad: bool| -> torchlean::Result<Tensor> {
+                let (q, k, v) = if grad {
+                    (
+                        t[0].detach().requires_grad(),
+                        t[1].detach().requires_grad(),
+                        t[2].detach().requires_grad(),
+                    )
+                } else {
+                    (t[0].clone(), t[1].clone(), t[2].clone())
+                };
+                let m = t.get(4).map(|m| (m, AttentionMask::Boolean));
+                q.scaled_dot_product_attention(&k, &v, m, causal, None)
+            };
+            let run = |t: &[Tensor]| -> torchlean::Result<()> {
+                if backward {
+                    let y = forward(t, true)?;
+                    std::hint::black_box(y.mul(&t[3])?.sum_all()?.backward()?);
+                } else {
+                    std::hint::black_box(no_grad(|| forward(t, false))?);
+                }
+                Ok(())
+            };
+            a.backend
+                .start_session(ExecutionMode::Eager, || run(&setup()?))?;
+            let inputs = setup()?;
+            let t = time((a.warmup, a.warmup_seconds), a.reps, device, || {
+                run(&inputs)?;
+                Ok(())
+            })?;
+            (
+                t,
+                1e3,
+                "ms",
+                serde_json::json!({ "B": b, "H": h, "L": l, "D": d, "mask": if mask { "boolean" } else { "none" }, "causal": causal, "backward": backward, "memory": torchlean::module::memory_stats(device) }),
+            )
+        }
         w if w.starts_with("add-") => {
             let n: usize = w[4..]
                 .parse()
@@ -382,6 +448,59 @@ pub fn run(a: Args) -> CliResult {
         print!("{}", report.to_text());
     }
     a.backend.write_report(report)
+}
+
+/// An attention workload: `attn-{fwd|step}-{none|mask|causal}[-L<n>][-B<n>]` — forward only
+/// or forward + backward of q, k, v [B, 16, L, 64] (default B = 8, L = 2048: issue 12's GPU
+/// figure), without a mask, with a boolean lower-triangular [L, L] mask, or `causal`.
+struct AttnWorkload {
+    backward: bool,
+    mask: bool,
+    causal: bool,
+    b: usize,
+    h: usize,
+    l: usize,
+    d: usize,
+}
+
+impl AttnWorkload {
+    fn parse(w: &str) -> Result<AttnWorkload, CliError> {
+        let bad = || {
+            CliError::usage(format!(
+                "bad attention workload `{w}`: expected attn-{{fwd|step}}-{{none|mask|causal}}[-L<n>][-B<n>]"
+            ))
+        };
+        let mut parts = w.split('-').skip(1);
+        let backward = match parts.next() {
+            Some("fwd") => false,
+            Some("step") => true,
+            _ => return Err(bad()),
+        };
+        let (mask, causal) = match parts.next() {
+            Some("none") => (false, false),
+            Some("mask") => (true, false),
+            Some("causal") => (false, true),
+            _ => return Err(bad()),
+        };
+        let mut spec = AttnWorkload {
+            backward,
+            mask,
+            causal,
+            b: 8,
+            h: 16,
+            l: 2048,
+            d: 64,
+        };
+        for p in parts {
+            let n = |s: &str| s.parse::<usize>().ok().filter(|&n| n > 0).ok_or_else(bad);
+            match (p.get(..1), p.get(1..)) {
+                (Some("L"), Some(v)) => spec.l = n(v)?,
+                (Some("B"), Some(v)) => spec.b = n(v)?,
+                _ => return Err(bad()),
+            }
+        }
+        Ok(spec)
+    }
 }
 
 /// Inference of an imported ONNX model in compiled mode (its memory plan applies), on

@@ -1,11 +1,12 @@
 //! The module's kernels over device tensors: [`elementwise`], [`fused`], [`reduce`], [`rows`],
-//! [`conv`] and [`spectral`] (native_cuda, NVRTC-compiled `.cu` sources) and [`blas`] (cuBLAS products).
+//! [`conv`], [`spectral`] and [`attention`] (native_cuda, NVRTC-compiled `.cu` sources) and [`blas`] (cuBLAS products).
 //!
 //! Every kernel takes the op and device tensors, reads the execution context
 //! ([`crate::device::context`]: stream, cuBLAS handle, functions, allocator), launches on the
 //! one stream and returns new device tensors without waiting. The guards cited by the
 //! capsules ([`crate::guard`]) have already run; kernels re-check what they index with.
 
+pub mod attention;
 pub mod blas;
 pub mod conv;
 pub mod elementwise;

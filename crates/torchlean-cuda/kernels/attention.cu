@@ -1,0 +1,448 @@
+// ---- native_cuda.flash_attention (kernels/attention.rs) ----
+//
+// Scaled dot-product attention in the FlashAttention-2 style over dense row-major
+// q [BH, L, d], k [BH, S, d], v [BH, S, dv]: no L×S matrix in device memory. Tiles of 64
+// query rows × 64 keys, 256 threads, each owning a 4×4 block of the tile; the head
+// dimensions are walked in chunks of 64 (any d, dv). Semantics are the spec's
+// (spec::special, DESIGN §4): a blocked entry (causal j > i, a boolean mask's 0) has weight
+// exactly 0 by selection, never through its score; a fully blocked row gives zeros and takes
+// no part in any gradient; a row whose allowed scores are all -inf is NaN (0/0); a blocked
+// entry of an attending row still multiplies its weight (the spec's 0 / z: 0, or NaN in a
+// row whose normalizer is NaN or 0) into v (forward) and into the gradient products (VJP),
+// as the spec's sums do, so a non-finite value there gives NaN where the spec's does. Causal
+// key tiles are skipped only when the device flag `nonfinite` says every value those
+// products read is finite (then a skipped entry adds exactly 0).
+
+#define FA_T 64   // query rows and keys per tile
+#define FA_C 64   // head-dimension chunk
+#define FA_P 68   // row stride of a shared tile (float4-aligned, fewer bank conflicts)
+#define FA_TILE (FA_T * FA_P)
+
+struct Flash {
+    long long bh, l, s, d, dv;
+    long long mask_bstride;  // per batch matrix: words of the bit mask / floats of the bias; 0 when shared
+    long long words;         // 32-key words per row of the bit mask
+    float scale;
+    int causal;
+    int mask;                // 0 none, 1 boolean (bits), 2 additive bias
+    int pad_;
+};
+
+// bits[r * words + j / 32] bit j % 32 = (m[r * s + j] != 0): NaN is nonzero, as in the spec.
+extern "C" __global__ void flash_pack_mask(const float* __restrict__ m, unsigned* __restrict__ bits,
+                                           long long rows, long long s, long long words) {
+    long long total = rows * words * 32;
+    // total and the stride are multiples of 32: every warp runs the loop uniformly
+    for (long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x; t < total;
+         t += (long long)gridDim.x * blockDim.x) {
+        long long r = t / (words * 32), j = t % (words * 32);
+        bool on = j < s && m[r * s + j] != 0.0f;
+        unsigned b = __ballot_sync(0xffffffffu, on);
+        if ((threadIdx.x & 31) == 0) bits[t / 32] = b;
+    }
+}
+
+// flag[0] = 1 when any of the n values of a is not finite (left as it is otherwise).
+extern "C" __global__ void flash_nonfinite(const float* __restrict__ a, long long n,
+                                           int* __restrict__ flag) {
+    bool bad = false;
+    for (long long p = blockIdx.x * (long long)blockDim.x + threadIdx.x; p < n;
+         p += (long long)gridDim.x * blockDim.x) {
+        if (!isfinite(a[p])) bad = true;
+    }
+    if (bad) flag[0] = 1;
+}
+
+// out[i, j] = sum over b of full[b, i, j], b in order (a shared additive mask's gradient).
+extern "C" __global__ void flash_sum_batches(const float* __restrict__ full, float* __restrict__ out,
+                                             long long bh, long long n) {
+    for (long long p = blockIdx.x * (long long)blockDim.x + threadIdx.x; p < n;
+         p += (long long)gridDim.x * blockDim.x) {
+        float acc = 0.0f;
+        for (long long b = 0; b < bh; ++b) acc += full[b * n + p];
+        out[p] = acc;
+    }
+}
+
+// tile[c * FA_P + r] = x[(base + r0 + r) * ld + c0 + c] for r < rows, c < cols; 0 elsewhere
+// (a transposed chunk: column c of the tile is row-major data's column c0 + c).
+__device__ __forceinline__ void fa_load_t(float* tile, const float* __restrict__ x, long long row0,
+                                          long long rows, long long ld, long long c0, long long cols,
+                                          const float* __restrict__ keep, long long keep0) {
+    for (int e = threadIdx.x; e < FA_T * FA_C; e += blockDim.x) {
+        int r = e / FA_C, c = e % FA_C;
+        float val = 0.0f;
+        if (r < rows && c < cols && (keep == nullptr || keep[keep0 + r] != 0.0f))
+            val = x[(row0 + r) * ld + c0 + c];
+        tile[c * FA_P + r] = val;
+    }
+}
+
+// tile[r * FA_P + c] = x[(row0 + r) * ld + c0 + c] (a row-major chunk), 0 outside, and 0 for
+// the rows whose `keep` entry is 0 (rows that take no part in a gradient).
+__device__ __forceinline__ void fa_load_r(float* tile, const float* __restrict__ x, long long row0,
+                                          long long rows, long long ld, long long c0, long long cols,
+                                          const float* __restrict__ keep, long long keep0) {
+    for (int e = threadIdx.x; e < FA_T * FA_C; e += blockDim.x) {
+        int r = e / FA_C, c = e % FA_C;
+        float val = 0.0f;
+        if (r < rows && c < cols && (keep == nullptr || keep[keep0 + r] != 0.0f))
+            val = x[(row0 + r) * ld + c0 + c];
+        tile[r * FA_P + c] = val;
+    }
+}
+
+// acc[a][b] += sum over c < n of A[c][ra + a] * B[c][rb + b] (two transposed tiles).
+__device__ __forceinline__ void fa_outer(float acc[4][4], const float* A, int ra, const float* B,
+                                         int rb, int n) {
+#pragma unroll 4
+    for (int c = 0; c < n; ++c) {
+        float4 x = *reinterpret_cast<const float4*>(&A[c * FA_P + ra]);
+        float4 y = *reinterpret_cast<const float4*>(&B[c * FA_P + rb]);
+        float xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
+#pragma unroll
+        for (int a = 0; a < 4; ++a)
+#pragma unroll
+            for (int b = 0; b < 4; ++b) acc[a][b] = fmaf(xs[a], ys[b], acc[a][b]);
+    }
+}
+
+// The mask bits of row i for the 4 keys j0..j0+3 (j0 a multiple of 4, so one word holds
+// them), as the low 4 bits; every key passes when there is no boolean mask.
+__device__ __forceinline__ unsigned fa_bits(const Flash& g, const unsigned* __restrict__ bits,
+                                            long long b, long long i, long long j0) {
+    if (g.mask != 1) return 0xfu;
+    if (i >= g.l || j0 >= g.s) return 0u;
+    return (bits[b * g.mask_bstride + i * g.words + j0 / 32] >> (j0 % 32)) & 0xfu;
+}
+
+// Whether entry (i, j) exists and is not blocked (mask bit m).
+__device__ __forceinline__ bool fa_allowed(const Flash& g, long long i, long long j, unsigned m) {
+    return i < g.l && j < g.s && !(g.causal && j > i) && (m & 1u);
+}
+
+// The score of an allowed entry from its product: scale · q·k (+ the bias).
+__device__ __forceinline__ float fa_score(const Flash& g, const float* __restrict__ bias,
+                                          long long b, long long i, long long j, float dot) {
+    float v = dot * g.scale;
+    if (g.mask == 2) v += bias[b * g.mask_bstride + i * g.s + j];
+    return v;
+}
+
+// 16-lane reductions: the lanes of one half-warp share the rows of a thread's block.
+__device__ __forceinline__ float fa_max16(float x) {
+    for (int o = 8; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+    return x;
+}
+__device__ __forceinline__ float fa_sum16(float x) {
+    for (int o = 8; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+
+// Forward. Grid (query tiles, batches (grid-stride), dv chunks); 256 threads; dynamic shared
+// memory 3 tiles. mode 0: out = attention (columns of chunk blockIdx.z). mode 1 (the VJP's
+// first pass; one chunk): stats[row] = log-sum-exp of the row's allowed scores,
+// stats[R + row] = 1 when the row attends some key (else 0), stats[2R + row] = dO·O.
+extern "C" __global__ void __launch_bounds__(256) flash_forward(
+    const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
+    const unsigned* __restrict__ bits, const float* __restrict__ bias,
+    const int* __restrict__ nonfinite, float* __restrict__ out, float* __restrict__ stats,
+    const float* __restrict__ dout, Flash g, int mode) {
+    extern __shared__ __align__(16) float smem[];
+    float* qs = smem;              // q chunk, transposed [c][i]
+    float* ks = smem + FA_TILE;    // k chunk, transposed [c][j]; then the v chunk [j][c]
+    float* ps = smem + 2 * FA_TILE;  // probabilities, transposed [j][i]
+    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+    const long long q0 = (long long)blockIdx.x * FA_T;
+    const long long z0 = (long long)blockIdx.z * FA_C;
+    const long long rows = min((long long)FA_T, g.l - q0);
+    const long long nkt = (g.s + FA_T - 1) / FA_T;
+    const bool skip = g.causal && nonfinite[0] == 0;
+    const long long kt_end = skip ? min(nkt, (q0 + rows - 1) / FA_T + 1) : nkt;
+    const bool single = g.d <= FA_C;
+    for (long long b = blockIdx.y; b < g.bh; b += gridDim.y) {
+        float o[4][4] = {}, m[4], l[4] = {};
+        bool any[4] = {};
+        for (int r = 0; r < 4; ++r) m[r] = -INFINITY;
+        __syncthreads();
+        if (single) fa_load_t(qs, q, b * g.l + q0, rows, g.d, 0, g.d, nullptr, 0);
+        for (long long kt = 0; kt < kt_end; ++kt) {
+            const long long k0 = kt * FA_T, keys = min((long long)FA_T, g.s - k0);
+            float sc[4][4] = {};
+            for (long long c0 = 0; c0 < g.d; c0 += FA_C) {
+                const int cn = (int)min((long long)FA_C, g.d - c0);
+                if (!single) fa_load_t(qs, q, b * g.l + q0, rows, g.d, c0, cn, nullptr, 0);
+                fa_load_t(ks, k, b * g.s + k0, keys, g.d, c0, cn, nullptr, 0);
+                __syncthreads();
+                fa_outer(sc, qs, ty * 4, ks, tx * 4, cn);
+                __syncthreads();
+            }
+            float p[4][4];
+            for (int r = 0; r < 4; ++r) {
+                const long long i = q0 + ty * 4 + r;
+                const unsigned mb = fa_bits(g, bits, b, i, k0 + tx * 4);
+                bool ok[4];
+                float mx = -INFINITY;
+                for (int c = 0; c < 4; ++c) {
+                    const long long j = k0 + tx * 4 + c;
+                    ok[c] = fa_allowed(g, i, j, mb >> c);
+                    sc[r][c] = ok[c] ? fa_score(g, bias, b, i, j, sc[r][c]) : -INFINITY;
+                    mx = fmaxf(mx, sc[r][c]);
+                    any[r] |= ok[c];
+                }
+                mx = fa_max16(mx);
+                const float mn = fmaxf(m[r], mx);
+                const float mu = mn == -INFINITY ? 0.0f : mn;
+                const float alpha = expf(m[r] - mu);
+                float sum = 0.0f;
+                for (int c = 0; c < 4; ++c) {
+                    p[r][c] = ok[c] ? expf(sc[r][c] - mu) : 0.0f;
+                    sum += p[r][c];
+                }
+                l[r] = l[r] * alpha + fa_sum16(sum);
+                m[r] = mn;
+                for (int c = 0; c < 4; ++c) o[r][c] *= alpha;
+            }
+            if (mode == 1) continue;
+            for (int c = 0; c < 4; ++c)
+                *reinterpret_cast<float4*>(&ps[(tx * 4 + c) * FA_P + ty * 4]) =
+                    make_float4(p[0][c], p[1][c], p[2][c], p[3][c]);
+            fa_load_r(ks, v, b * g.s + k0, keys, g.dv, z0, min((long long)FA_C, g.dv - z0), nullptr,
+                      0);
+            __syncthreads();
+            fa_outer(o, ps, ty * 4, ks, tx * 4, (int)keys);
+            __syncthreads();
+        }
+        const long long R = g.bh * g.l;
+        for (int r = 0; r < 4; ++r) {
+            const long long i = q0 + ty * 4 + r;
+            // every lane of the half-warp takes part in the reductions (they shuffle); only
+            // rows that exist are written. A fully blocked row has no allowed entry in any
+            // tile of any lane.
+            const bool attends = fa_sum16(any[r] ? 1.0f : 0.0f) > 0.0f;
+            float dot = 0.0f;
+            if (mode == 1 && i < g.l) {
+                const long long row = b * g.l + i;
+                for (long long col = tx; col < g.dv; col += 16)
+                    dot += dout[row * g.dv + col] * out[row * g.dv + col];
+            }
+            dot = fa_sum16(dot);
+            if (i >= g.l) continue;
+            const long long row = b * g.l + i;
+            if (mode == 0) {
+                for (int c = 0; c < 4; ++c) {
+                    const long long col = z0 + tx * 4 + c;
+                    if (col < g.dv) out[row * g.dv + col] = attends ? o[r][c] / l[r] : 0.0f;
+                }
+            } else if (tx == 0) {
+                const float mu = m[r] == -INFINITY ? 0.0f : m[r];
+                // a row that attends nothing keeps 0: its stats are never read, and the
+                // caller's finiteness check over the log-sum-exps then sees only real rows
+                stats[row] = attends ? mu + logf(l[r]) : 0.0f;
+                stats[R + row] = attends ? 1.0f : 0.0f;
+                stats[2 * R + row] = dot;
+            }
+        }
+    }
+}
+
+// The probability and score gradient of entry (i, j) from its recomputed product `dot`,
+// dP = dO_i·v_j, and the row's stats (lse, attends, D = dO_i·O_i): p = exp(score - lse) when
+// allowed, else exactly 0; dS = p (dP - D) for every existing entry of an attending row (so
+// 0 · a non-finite value is NaN, as in the spec), exactly 0 for a row that attends nothing.
+__device__ __forceinline__ void fa_grad_entry(const Flash& g, const float* __restrict__ bias,
+                                              long long b, long long i, long long j, unsigned m,
+                                              float lse, float att, float D, float dot, float dp,
+                                              float& p, float& ds) {
+    const bool part = i < g.l && j < g.s && att != 0.0f;
+    const bool ok = part && fa_allowed(g, i, j, m);
+    // a blocked entry's probability is the spec's 0 / z: 0, or NaN when the row's normalizer
+    // z is NaN or 0 (its log-sum-exp NaN or -inf)
+    const float blocked = part && !(lse > -INFINITY) ? NAN : 0.0f;
+    p = ok ? expf(fa_score(g, bias, b, i, j, dot) - lse) : blocked;
+    ds = part ? p * (dp - D) : 0.0f;
+}
+
+// VJP, keys and values: one block per 64 keys (blockIdx.x) and chunk of d / dv
+// (blockIdx.z): dK = scale · dSᵀ Q, dV = Pᵀ dO over every query tile that can see these keys.
+// Dynamic shared memory 6 tiles. stats as flash_forward's mode 1 wrote them.
+extern "C" __global__ void __launch_bounds__(256) flash_bwd_kv(
+    const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
+    const unsigned* __restrict__ bits, const float* __restrict__ bias,
+    const int* __restrict__ nonfinite, const float* __restrict__ stats,
+    const float* __restrict__ dout, float* __restrict__ dk, float* __restrict__ dv, Flash g) {
+    extern __shared__ __align__(16) float smem[];
+    float* kt_ = smem;                 // k chunk, transposed [c][j]
+    float* vt = smem + FA_TILE;        // v chunk, transposed [c][j]
+    float* qt_ = smem + 2 * FA_TILE;   // q chunk, transposed [c][i]
+    float* ot = smem + 3 * FA_TILE;    // dO chunk, transposed [c][i]
+    float* pb = smem + 4 * FA_TILE;    // P, then dS, as [i][j]
+    float* xr = smem + 5 * FA_TILE;    // dO, then q, rows [i][c] of chunk z
+    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+    const long long k0 = (long long)blockIdx.x * FA_T, z0 = (long long)blockIdx.z * FA_C;
+    const long long keys = min((long long)FA_T, g.s - k0);
+    const long long R = g.bh * g.l, nqt = (g.l + FA_T - 1) / FA_T;
+    const bool skip = g.causal && nonfinite[0] == 0;
+    const long long qt_begin = skip ? k0 / FA_T : 0;
+    const bool single_d = g.d <= FA_C, single_v = g.dv <= FA_C;
+    const bool do_dk = z0 < g.d, do_dv = z0 < g.dv;
+    for (long long b = blockIdx.y; b < g.bh; b += gridDim.y) {
+        float ak[4][4] = {}, av[4][4] = {};
+        __syncthreads();
+        if (single_d) fa_load_t(kt_, k, b * g.s + k0, keys, g.d, 0, g.d, nullptr, 0);
+        if (single_v) fa_load_t(vt, v, b * g.s + k0, keys, g.dv, 0, g.dv, nullptr, 0);
+        for (long long qt = qt_begin; qt < nqt; ++qt) {
+            const long long i0 = qt * FA_T, rows = min((long long)FA_T, g.l - i0);
+            float st[4][4] = {}, dp[4][4] = {};
+            for (long long c0 = 0; c0 < g.d; c0 += FA_C) {
+                const int cn = (int)min((long long)FA_C, g.d - c0);
+                if (!single_d) fa_load_t(kt_, k, b * g.s + k0, keys, g.d, c0, cn, nullptr, 0);
+                fa_load_t(qt_, q, b * g.l + i0, rows, g.d, c0, cn, nullptr, 0);
+                __syncthreads();
+                fa_outer(st, kt_, ty * 4, qt_, tx * 4, cn);
+                __syncthreads();
+            }
+            for (long long c0 = 0; c0 < g.dv; c0 += FA_C) {
+                const int cn = (int)min((long long)FA_C, g.dv - c0);
+                if (!single_v) fa_load_t(vt, v, b * g.s + k0, keys, g.dv, c0, cn, nullptr, 0);
+                fa_load_t(ot, dout, b * g.l + i0, rows, g.dv, c0, cn, nullptr, 0);
+                __syncthreads();
+                fa_outer(dp, vt, ty * 4, ot, tx * 4, cn);
+                __syncthreads();
+            }
+            // entry (key k0 + ty·4 + r, query i0 + tx·4 + c)
+            float p[4][4], ds[4][4];
+            for (int c = 0; c < 4; ++c) {
+                const long long i = i0 + tx * 4 + c, row = b * g.l + i;
+                const bool in = i < g.l;
+                const float lse = in ? stats[row] : 0.0f, att = in ? stats[R + row] : 0.0f,
+                            D = in ? stats[2 * R + row] : 0.0f;
+                const unsigned mb = fa_bits(g, bits, b, i, k0 + ty * 4);
+                for (int r = 0; r < 4; ++r)
+                    fa_grad_entry(g, bias, b, i, k0 + ty * 4 + r, mb >> r, lse, att, D, st[r][c],
+                                  dp[r][c], p[r][c], ds[r][c]);
+            }
+            if (do_dv) {
+                for (int c = 0; c < 4; ++c)
+                    *reinterpret_cast<float4*>(&pb[(tx * 4 + c) * FA_P + ty * 4]) =
+                        make_float4(p[0][c], p[1][c], p[2][c], p[3][c]);
+                // rows that attend nothing take no part: their dO is read as 0
+                fa_load_r(xr, dout, b * g.l + i0, rows, g.dv, z0, min((long long)FA_C, g.dv - z0),
+                          stats + R, b * g.l + i0);
+                __syncthreads();
+                fa_outer(av, pb, ty * 4, xr, tx * 4, (int)rows);
+                __syncthreads();
+            }
+            if (do_dk) {
+                for (int c = 0; c < 4; ++c)
+                    *reinterpret_cast<float4*>(&pb[(tx * 4 + c) * FA_P + ty * 4]) =
+                        make_float4(ds[0][c], ds[1][c], ds[2][c], ds[3][c]);
+                fa_load_r(xr, q, b * g.l + i0, rows, g.d, z0, min((long long)FA_C, g.d - z0),
+                          stats + R, b * g.l + i0);
+                __syncthreads();
+                fa_outer(ak, pb, ty * 4, xr, tx * 4, (int)rows);
+                __syncthreads();
+            }
+        }
+        for (int r = 0; r < 4; ++r) {
+            const long long j = k0 + ty * 4 + r;
+            if (j >= g.s) continue;
+            for (int c = 0; c < 4; ++c) {
+                const long long col = z0 + tx * 4 + c;
+                if (do_dk && col < g.d) dk[(b * g.s + j) * g.d + col] = g.scale * ak[r][c];
+                if (do_dv && col < g.dv) dv[(b * g.s + j) * g.dv + col] = av[r][c];
+            }
+        }
+    }
+}
+
+// VJP, queries (and the additive mask): one block per 64 query rows (blockIdx.x) and chunk
+// of d (blockIdx.z): dQ = scale · dS K over every key tile the rows can see; with want_bias
+// (chunk 0 only), dbias[b, i, j] = dS for every entry visited (the caller zeroes the buffer
+// first: skipped causal tiles hold exact zeros). Dynamic shared memory 5 tiles.
+extern "C" __global__ void __launch_bounds__(256) flash_bwd_q(
+    const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
+    const unsigned* __restrict__ bits, const float* __restrict__ bias,
+    const int* __restrict__ nonfinite, const float* __restrict__ stats,
+    const float* __restrict__ dout, float* __restrict__ dq, float* __restrict__ dbias, Flash g,
+    int want_dq, int want_bias) {
+    extern __shared__ __align__(16) float smem[];
+    float* qt_ = smem;                 // q chunk, transposed [c][i]
+    float* ot = smem + FA_TILE;        // dO chunk, transposed [c][i]
+    float* kt_ = smem + 2 * FA_TILE;   // k chunk, transposed [c][j]; then k rows [j][c] of chunk z
+    float* vt = smem + 3 * FA_TILE;    // v chunk, transposed [c][j]
+    float* db = smem + 4 * FA_TILE;    // dS, transposed [j][i]
+    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+    const long long i0 = (long long)blockIdx.x * FA_T, z0 = (long long)blockIdx.z * FA_C;
+    const long long rows = min((long long)FA_T, g.l - i0);
+    const long long R = g.bh * g.l, nkt = (g.s + FA_T - 1) / FA_T;
+    const bool skip = g.causal && nonfinite[0] == 0;
+    const long long kt_end = skip ? min(nkt, (i0 + rows - 1) / FA_T + 1) : nkt;
+    const bool single_d = g.d <= FA_C, single_v = g.dv <= FA_C;
+    const bool bias_here = want_bias && blockIdx.z == 0;
+    for (long long b = blockIdx.y; b < g.bh; b += gridDim.y) {
+        float aq[4][4] = {}, lse[4], att[4], D[4];
+        for (int r = 0; r < 4; ++r) {
+            const long long i = i0 + ty * 4 + r, row = b * g.l + i;
+            const bool in = i < g.l;
+            lse[r] = in ? stats[row] : 0.0f;
+            att[r] = in ? stats[R + row] : 0.0f;
+            D[r] = in ? stats[2 * R + row] : 0.0f;
+        }
+        __syncthreads();
+        if (single_d) fa_load_t(qt_, q, b * g.l + i0, rows, g.d, 0, g.d, nullptr, 0);
+        if (single_v) fa_load_t(ot, dout, b * g.l + i0, rows, g.dv, 0, g.dv, nullptr, 0);
+        for (long long kt = 0; kt < kt_end; ++kt) {
+            const long long k0 = kt * FA_T, keys = min((long long)FA_T, g.s - k0);
+            float st[4][4] = {}, dp[4][4] = {};
+            for (long long c0 = 0; c0 < g.d; c0 += FA_C) {
+                const int cn = (int)min((long long)FA_C, g.d - c0);
+                if (!single_d) fa_load_t(qt_, q, b * g.l + i0, rows, g.d, c0, cn, nullptr, 0);
+                fa_load_t(kt_, k, b * g.s + k0, keys, g.d, c0, cn, nullptr, 0);
+                __syncthreads();
+                fa_outer(st, qt_, ty * 4, kt_, tx * 4, cn);
+                __syncthreads();
+            }
+            for (long long c0 = 0; c0 < g.dv; c0 += FA_C) {
+                const int cn = (int)min((long long)FA_C, g.dv - c0);
+                if (!single_v) fa_load_t(ot, dout, b * g.l + i0, rows, g.dv, c0, cn, nullptr, 0);
+                fa_load_t(vt, v, b * g.s + k0, keys, g.dv, c0, cn, nullptr, 0);
+                __syncthreads();
+                fa_outer(dp, ot, ty * 4, vt, tx * 4, cn);
+                __syncthreads();
+            }
+            // entry (query i0 + ty·4 + r, key k0 + tx·4 + c)
+            float ds[4][4];
+            for (int r = 0; r < 4; ++r) {
+                const long long i = i0 + ty * 4 + r;
+                const unsigned mb = fa_bits(g, bits, b, i, k0 + tx * 4);
+                for (int c = 0; c < 4; ++c) {
+                    const long long j = k0 + tx * 4 + c;
+                    float p;
+                    fa_grad_entry(g, bias, b, i, j, mb >> c, lse[r], att[r], D[r], st[r][c],
+                                  dp[r][c], p, ds[r][c]);
+                    if (bias_here && i < g.l && j < g.s) dbias[(b * g.l + i) * g.s + j] = ds[r][c];
+                }
+            }
+            if (!want_dq) continue;
+            for (int c = 0; c < 4; ++c)
+                *reinterpret_cast<float4*>(&db[(tx * 4 + c) * FA_P + ty * 4]) =
+                    make_float4(ds[0][c], ds[1][c], ds[2][c], ds[3][c]);
+            fa_load_r(kt_, k, b * g.s + k0, keys, g.d, z0, min((long long)FA_C, g.d - z0), nullptr,
+                      0);
+            __syncthreads();
+            fa_outer(aq, db, ty * 4, kt_, tx * 4, (int)keys);
+            __syncthreads();
+        }
+        if (!want_dq) continue;
+        for (int r = 0; r < 4; ++r) {
+            const long long i = i0 + ty * 4 + r;
+            if (i >= g.l) continue;
+            for (int c = 0; c < 4; ++c) {
+                const long long col = z0 + tx * 4 + c;
+                // a row that attends nothing passes no gradient (not 0 · its keys)
+                if (col < g.d) dq[(b * g.l + i) * g.d + col] = att[r] != 0.0f ? g.scale * aq[r][c] : 0.0f;
+            }
+        }
+    }
+}

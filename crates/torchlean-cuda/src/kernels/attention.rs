@@ -1,0 +1,441 @@
+//! `native_cuda.flash_attention`: scaled dot-product attention in the FlashAttention-2 style
+//! (issue 12), the CUDA source `kernels/attention.cu`. No L×S matrix is kept in device
+//! memory (an additive mask's gradient, which *is* such a matrix, is the one exception):
+//!
+//! - forward: one block per 64 query rows and 64-column chunk of dv, walking 64-key tiles
+//!   with an online softmax (running maximum, normalizer and output per row);
+//! - VJP, recomputing: a stats pass (each row's log-sum-exp of its allowed scores, whether it
+//!   attends any key, and D = dO·O), then one kernel per 64 keys for dK and dV and one per
+//!   64 query rows for dQ (and the additive mask's gradient): no atomics, so every run gives
+//!   the same bits.
+//!
+//! A boolean mask is packed to bits first (one pass over it; [L, S] shared or one per batch
+//! matrix, as the shape rule allows). Causal key tiles past a query tile's last row are
+//! skipped when a device-side flag says every value the skipped products would read is
+//! finite — the spec multiplies a blocked entry's zero weight into v and into the gradient
+//! products, so a NaN there reaches rows that attend none of its keys (docs/attention.md).
+//!
+//! The guards cited by the capsule (shape rule, dense CUDA inputs) have already run.
+
+use super::{buffer, cx, launched, output, tensor};
+use crate::device::Context;
+use crate::memory::CudaBuffer;
+use cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
+use torchlean::graph::{AttentionMask, Op, OpKind};
+use torchlean::{Error, Result, Tensor};
+
+/// The op these kernels compute.
+pub const KINDS: &[OpKind] = &[OpKind::ScaledDotProductAttention];
+
+/// Rows / keys per tile and head-dimension chunk (`FA_T`, `FA_C` in the source).
+const TILE: usize = 64;
+/// Floats of one shared tile (`FA_TILE`: 64 rows of stride 68).
+const TILE_FLOATS: u32 = 64 * 68;
+/// Shared tiles of each kernel.
+const FORWARD_TILES: u32 = 3;
+const BWD_KV_TILES: u32 = 6;
+const BWD_Q_TILES: u32 = 5;
+
+/// Lets each flash kernel take the dynamic shared memory it needs (more than the default
+/// 48 KiB): called once when the module loads ([`crate::device`]).
+pub fn allow_shared_memory(f: &crate::device::Functions) -> std::result::Result<(), String> {
+    use cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES as MAX;
+    for (name, func, tiles) in [
+        ("flash_forward", &f.flash_forward, FORWARD_TILES),
+        ("flash_bwd_kv", &f.flash_bwd_kv, BWD_KV_TILES),
+        ("flash_bwd_q", &f.flash_bwd_q, BWD_Q_TILES),
+    ] {
+        let bytes = tiles * TILE_FLOATS * 4;
+        func.set_attribute(MAX, bytes as i32).map_err(|e| {
+            format!("kernel `{name}`: cannot allow {bytes} bytes of shared memory: {e}")
+        })?;
+    }
+    Ok(())
+}
+
+/// Mirror of `struct Flash` in `attention.cu`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct Flash {
+    bh: i64,
+    l: i64,
+    s: i64,
+    d: i64,
+    dv: i64,
+    mask_bstride: i64,
+    words: i64,
+    scale: f32,
+    causal: i32,
+    mask: i32,
+    pad: i32,
+}
+// SAFETY: plain `repr(C)` integers and a float, laid out exactly as the CUDA struct.
+unsafe impl DeviceRepr for Flash {}
+
+/// One call's geometry and its device-side mask and finiteness flag.
+struct Call<'a> {
+    g: Flash,
+    q: &'a CudaBuffer,
+    k: &'a CudaBuffer,
+    v: &'a CudaBuffer,
+    /// The packed boolean mask, or any buffer (unread) when there is none.
+    bits: CudaBuffer,
+    /// The additive mask, or any buffer (unread) when there is none.
+    bias: &'a CudaBuffer,
+    /// 1 when some value the skipped causal products would read is not finite.
+    nonfinite: CudaBuffer,
+}
+
+fn attention_only(op: &Op) -> Result<(Option<f32>, bool, AttentionMask)> {
+    match op {
+        Op::ScaledDotProductAttention {
+            scale,
+            causal,
+            mask,
+        } => Ok((*scale, *causal, *mask)),
+        other => Err(torchlean::OpError::Payload {
+            op: other.name(),
+            reason: "the flash-attention kernel computes scaled_dot_product_attention only".into(),
+        }
+        .into()),
+    }
+}
+
+/// The launch of a flash kernel: 256 threads, `tiles` shared tiles, `x` blocks along the
+/// rows or keys, the batch matrices along y (the kernels step through any more), `z` chunks.
+fn launch_cfg(x: usize, bh: usize, z: usize, tiles: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (x as u32, bh.clamp(1, 65_535) as u32, z as u32),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: tiles * TILE_FLOATS * 4,
+    }
+}
+
+/// Geometry, packed mask and (zeroed) finiteness flag of a call whose shapes the shape guard
+/// accepted; `finite` are the tensors whose finiteness lets causal tiles be skipped.
+fn prepare<'a>(
+    cx: &Context,
+    op: &Op,
+    inputs: &[&'a Tensor],
+    finite: &[&Tensor],
+) -> Result<Call<'a>> {
+    let (scale, causal, mask) = attention_only(op)?;
+    let qs = inputs[0].shape();
+    let r = qs.len();
+    let (l, d) = (qs[r - 2], qs[r - 1]);
+    let (s, dv) = (inputs[1].shape()[r - 2], inputs[2].shape()[r - 1]);
+    let bh: usize = qs[..r - 2].iter().product();
+    let words = s.div_ceil(32).max(1);
+    let (q, k, v) = (
+        buffer(op, inputs[0])?,
+        buffer(op, inputs[1])?,
+        buffer(op, inputs[2])?,
+    );
+    // the mask's batch stride: 0 for a shared [L, S] mask (the shape rule's other form is
+    // the full [..., L, S])
+    let shared = mask != AttentionMask::None && inputs[3].shape().len() == 2;
+    let mut bits = output(cx, op, 1)?;
+    let mut mask_bstride = 0i64;
+    let mut bias = q;
+    match mask {
+        AttentionMask::None => {}
+        AttentionMask::Boolean => {
+            let m = buffer(op, inputs[3])?;
+            let rows = if shared { l } else { bh * l };
+            bits = output(cx, op, rows * words)?;
+            if rows > 0 {
+                let (rows64, s64, w64) = (rows as i64, s as i64, words as i64);
+                let mut b = cx.stream.launch_builder(&cx.functions.flash_pack_mask);
+                b.arg(m.slice())
+                    .arg(bits.slice_mut())
+                    .arg(&rows64)
+                    .arg(&s64)
+                    .arg(&w64);
+                // SAFETY: thread t reads m[r·s + j] for j < s (r < rows: the mask holds
+                // rows·s elements, the shape rule) and lane 0 of each warp writes word t/32
+                // < rows·words, the length of `bits`.
+                launched(op, unsafe { b.launch(super::grid(rows * words * 32)) })?;
+            }
+            if !shared {
+                mask_bstride = (l * words) as i64;
+            }
+        }
+        AttentionMask::AdditiveBias => {
+            bias = buffer(op, inputs[3])?;
+            if !shared {
+                mask_bstride = (l * s) as i64;
+            }
+        }
+    }
+    let mut nonfinite = output(cx, op, 1)?;
+    launched(op, cx.stream.memset_zeros(nonfinite.slice_mut()))?;
+    if causal {
+        for t in finite {
+            flag_nonfinite(cx, op, buffer(op, t)?, t.numel(), &mut nonfinite)?;
+        }
+    }
+    let scale = scale.unwrap_or(1.0 / (d as f32).sqrt());
+    Ok(Call {
+        g: Flash {
+            bh: bh as i64,
+            l: l as i64,
+            s: s as i64,
+            d: d as i64,
+            dv: dv as i64,
+            mask_bstride,
+            words: words as i64,
+            scale,
+            causal: causal as i32,
+            mask: match mask {
+                AttentionMask::None => 0,
+                AttentionMask::Boolean => 1,
+                AttentionMask::AdditiveBias => 2,
+            },
+            pad: 0,
+        },
+        q,
+        k,
+        v,
+        bits,
+        bias,
+        nonfinite,
+    })
+}
+
+/// Sets `flag` when one of the first `n` values of `x` is not finite.
+fn flag_nonfinite(
+    cx: &Context,
+    op: &Op,
+    x: &CudaBuffer,
+    n: usize,
+    flag: &mut CudaBuffer,
+) -> Result<()> {
+    if n == 0 {
+        return Ok(());
+    }
+    let n64 = n as i64;
+    let mut b = cx.stream.launch_builder(&cx.functions.flash_nonfinite);
+    b.arg(x.slice()).arg(&n64).arg(flag.slice_mut());
+    // SAFETY: reads the first n elements of x (callers pass at most its length) and writes
+    // the one-element flag.
+    launched(op, unsafe { b.launch(super::grid(n)) })?;
+    Ok(())
+}
+
+/// The row statistics of a call (`flash_forward` mode 1): log-sum-exp, attends, dO·O, each
+/// over the BH·L rows. `out` is the forward's output and `dout` the cotangent.
+fn stats(
+    cx: &Context,
+    op: &Op,
+    c: &Call,
+    out: &CudaBuffer,
+    dout: &CudaBuffer,
+) -> Result<CudaBuffer> {
+    let rows = (c.g.bh * c.g.l) as usize;
+    let mut st = output(cx, op, 3 * rows)?;
+    let mode = 1i32;
+    let mut b = cx.stream.launch_builder(&cx.functions.flash_forward);
+    b.arg(c.q.slice())
+        .arg(c.k.slice())
+        .arg(c.v.slice())
+        .arg(c.bits.slice())
+        .arg(c.bias.slice())
+        .arg(c.nonfinite.slice())
+        .arg(out.slice())
+        .arg(st.slice_mut())
+        .arg(dout.slice())
+        .arg(&c.g)
+        .arg(&mode);
+    let cfg = launch_cfg(
+        (c.g.l as usize).div_ceil(TILE),
+        c.g.bh as usize,
+        1,
+        FORWARD_TILES,
+    );
+    // SAFETY: as the forward (below); mode 1 reads `out` and `dout` ([BH, L, dv] each, the
+    // output's and the cotangent's shape) and writes the 3·BH·L stats only.
+    launched(op, unsafe { b.launch(cfg) })?;
+    Ok(st)
+}
+
+/// The VJP's call: the flag also covers the additive mask and, after the stats pass, every
+/// attending row's log-sum-exp (a row whose normalizer is NaN or 0 gives its blocked entries
+/// the spec's NaN weight, which a skipped tile would miss).
+fn prepare_vjp<'a>(
+    cx: &Context,
+    op: &Op,
+    inputs: &[&'a Tensor],
+    out: &'a Tensor,
+    gy: &'a Tensor,
+) -> Result<(Call<'a>, CudaBuffer)> {
+    let mut finite: Vec<&Tensor> = vec![inputs[0], inputs[1], inputs[2], out, gy];
+    if let Some(bias) = inputs.get(3) {
+        finite.push(bias);
+    }
+    let mut c = prepare(cx, op, inputs, &finite)?;
+    let st = stats(cx, op, &c, buffer(op, out)?, buffer(op, gy)?)?;
+    if c.g.causal != 0 {
+        let rows = (c.g.bh * c.g.l) as usize;
+        flag_nonfinite(cx, op, &st, rows, &mut c.nonfinite)?;
+    }
+    Ok((c, st))
+}
+
+/// The forward kernel of `native_cuda.flash_attention`.
+pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
+    let shapes: Vec<&[usize]> = inputs.iter().map(|t| t.shape()).collect();
+    let shape = torchlean::spec::infer_shape(op, &shapes)?;
+    let n = torchlean::spec::numel(&shape);
+    let cx = cx()?;
+    let mut out = output(cx, op, n)?;
+    if n == 0 {
+        return tensor(out, &shape);
+    }
+    let c = prepare(cx, op, inputs, &[inputs[2]])?;
+    let mode = 0i32;
+    let mut b = cx.stream.launch_builder(&cx.functions.flash_forward);
+    b.arg(c.q.slice())
+        .arg(c.k.slice())
+        .arg(c.v.slice())
+        .arg(c.bits.slice())
+        .arg(c.bias.slice())
+        .arg(c.nonfinite.slice())
+        .arg(out.slice_mut())
+        .arg(c.nonfinite.slice())
+        .arg(c.q.slice())
+        .arg(&c.g)
+        .arg(&mode);
+    let cfg = launch_cfg(
+        (c.g.l as usize).div_ceil(TILE),
+        c.g.bh as usize,
+        (c.g.dv as usize).div_ceil(TILE),
+        FORWARD_TILES,
+    );
+    // SAFETY: block (x, y, z) reads rows of q [BH, L, d], k [BH, S, d], v [BH, S, dv] inside
+    // their shapes (every index is bounded by l, s, d, dv: the shape rule gave these
+    // buffers exactly those shapes), the packed mask's words (rows·words, as packed) or the
+    // bias (its shape, [L, S] or [BH, L, S]), the flag's one element, and writes the output
+    // rows of its tile and chunk ([BH, L, dv]); mode 0 reads neither stats nor dout.
+    launched(op, unsafe { b.launch(cfg) })?;
+    tensor(out, &shape)
+}
+
+/// The VJP kernel of `native_cuda.flash_attention` (recomputing).
+pub fn vjp(
+    op: &Op,
+    inputs: &[&Tensor],
+    output_t: &Tensor,
+    gy: &Tensor,
+    needs: &[bool],
+) -> Result<Vec<Option<Tensor>>> {
+    let (_, _, mask) = attention_only(op)?;
+    let cx = cx()?;
+    let need = |i: usize| needs.get(i).copied().unwrap_or(false);
+    // every element of a gradient the kernels compute is written by them; one they do not
+    // run for (no rows, no keys) is zeroed below
+    let mut gq = output(cx, op, inputs[0].numel())?;
+    let mut gk = output(cx, op, inputs[1].numel())?;
+    let mut gv = output(cx, op, inputs[2].numel())?;
+    let (mut wrote_q, mut wrote_kv) = (false, false);
+    let wants_bias = mask == AttentionMask::AdditiveBias && need(3);
+    let qs = inputs[0].shape();
+    let r = qs.len();
+    let (l, s) = (qs[r - 2], inputs[1].shape()[r - 2]);
+    let bh: usize = qs[..r - 2].iter().product();
+    let mut gbias_full = output(cx, op, if wants_bias { bh * l * s } else { 1 })?;
+    launched(op, cx.stream.memset_zeros(gbias_full.slice_mut()))?;
+    if bh * l * s > 0 {
+        let g = buffer(op, gy)?;
+        let (c, st) = prepare_vjp(cx, op, inputs, output_t, gy)?;
+        let (d, dv) = (c.g.d as usize, c.g.dv as usize);
+        if (need(1) || need(2)) && d.max(dv) > 0 {
+            let mut b = cx.stream.launch_builder(&cx.functions.flash_bwd_kv);
+            b.arg(c.q.slice())
+                .arg(c.k.slice())
+                .arg(c.v.slice())
+                .arg(c.bits.slice())
+                .arg(c.bias.slice())
+                .arg(c.nonfinite.slice())
+                .arg(st.slice())
+                .arg(g.slice())
+                .arg(gk.slice_mut())
+                .arg(gv.slice_mut())
+                .arg(&c.g);
+            let cfg = launch_cfg(s.div_ceil(TILE), bh, d.max(dv).div_ceil(TILE), BWD_KV_TILES);
+            // SAFETY: reads as the forward plus the stats (3·BH·L) and the cotangent
+            // ([BH, L, dv]); block (x, y, z) writes the rows of its 64 keys in columns of
+            // chunk z of gk ([BH, S, d]) and gv ([BH, S, dv]): disjoint between blocks.
+            launched(op, unsafe { b.launch(cfg) })?;
+            wrote_kv = true;
+        }
+        if need(0) || wants_bias {
+            let (want_dq, want_bias) = (need(0) as i32, wants_bias as i32);
+            let mut b = cx.stream.launch_builder(&cx.functions.flash_bwd_q);
+            b.arg(c.q.slice())
+                .arg(c.k.slice())
+                .arg(c.v.slice())
+                .arg(c.bits.slice())
+                .arg(c.bias.slice())
+                .arg(c.nonfinite.slice())
+                .arg(st.slice())
+                .arg(g.slice())
+                .arg(gq.slice_mut())
+                .arg(gbias_full.slice_mut())
+                .arg(&c.g)
+                .arg(&want_dq)
+                .arg(&want_bias);
+            let cfg = launch_cfg(l.div_ceil(TILE), bh, d.div_ceil(TILE).max(1), BWD_Q_TILES);
+            // SAFETY: reads as the KV kernel; block (x, y, z) writes the rows of its 64
+            // queries in columns of chunk z of gq ([BH, L, d]) and, with want_bias, chunk 0
+            // writes their entries of gbias_full ([BH, L, S], allocated so when wanted).
+            launched(op, unsafe { b.launch(cfg) })?;
+            wrote_q = need(0);
+        }
+    }
+    for (wrote, g) in [(wrote_q, &mut gq), (wrote_kv, &mut gk), (wrote_kv, &mut gv)] {
+        if !wrote {
+            launched(op, cx.stream.memset_zeros(g.slice_mut()))?;
+        }
+    }
+    let mut grads = vec![
+        need(0).then(|| tensor(gq, inputs[0].shape())).transpose()?,
+        need(1).then(|| tensor(gk, inputs[1].shape())).transpose()?,
+        need(2).then(|| tensor(gv, inputs[2].shape())).transpose()?,
+    ];
+    match mask {
+        AttentionMask::None => {}
+        AttentionMask::Boolean => grads.push(None),
+        AttentionMask::AdditiveBias if !wants_bias => grads.push(None),
+        AttentionMask::AdditiveBias => {
+            let bias_shape = inputs[3].shape();
+            if bias_shape.len() == 2 {
+                // a shared [L, S] mask: its gradient sums the batch matrices', in order
+                let n = l * s;
+                let mut g = output(cx, op, n)?;
+                if n > 0 {
+                    let (bh64, n64) = (bh as i64, n as i64);
+                    let mut b = cx.stream.launch_builder(&cx.functions.flash_sum_batches);
+                    b.arg(gbias_full.slice())
+                        .arg(g.slice_mut())
+                        .arg(&bh64)
+                        .arg(&n64);
+                    // SAFETY: thread p reads full[b·n + p] for b < bh (bh·n elements
+                    // allocated) and writes out[p], p < n.
+                    launched(op, unsafe { b.launch(super::grid(n)) })?;
+                }
+                grads.push(Some(tensor(g, bias_shape)?));
+            } else {
+                grads.push(Some(tensor(gbias_full, bias_shape)?));
+            }
+        }
+    }
+    if grads.len() != inputs.len() {
+        return Err(Error::Other(format!(
+            "op `{}`: {} gradients for {} inputs",
+            op.name(),
+            grads.len(),
+            inputs.len()
+        )));
+    }
+    Ok(grads)
+}
