@@ -237,10 +237,12 @@ pub fn native_cuda_capsule(op: OpKind) -> KernelCapsule {
     capsule(op, Provider::NativeCuda, file)
 }
 
-/// The GPU-only tests that hold the flash-attention kernels to the spec (random shapes
-/// crossing the tiles and chunks, every mask kind, causal, fully blocked rows, non-finite
-/// values), beside the conformance table's attention rows.
+/// The tests that hold the flash-attention kernels to the spec (random shapes crossing the
+/// tiles and chunks, every mask kind, causal, fully blocked rows, non-finite values): on the
+/// GPU (GPU-only), beside the conformance table's attention rows, and the same kernel source
+/// under a CPU emulation of CUDA's threads (runs everywhere a C++ compiler is).
 pub const FLASH_TESTS: &[&str] = &[
+    "crates/torchlean-cuda/tests/emulated_flash.rs::flash_kernels_match_the_spec_under_cpu_emulation",
     "crates/torchlean-cuda/tests/gpu_only_conformance.rs::flash_attention_matches_the_spec_on_the_gpu",
     "crates/torchlean-cuda/tests/gpu_only_conformance.rs::forward_matches_spec_on_the_gpu",
     "crates/torchlean-cuda/tests/gpu_only_conformance.rs::vjp_matches_spec_on_the_gpu",
@@ -261,7 +263,7 @@ pub fn flash_capsule() -> KernelCapsule {
         name: "native_cuda.flash_attention".into(),
         value_contract: with(
             &base.value_contract,
-            "tiled attention with an online softmax; matches the f64 spec on random shapes crossing the tiles, every mask kind, causal, fully blocked rows and non-finite values, and on the conformance table's rows (GPU-only tests; skipped without CUDA)",
+            "tiled attention with an online softmax; matches the f64 spec on random shapes crossing the tiles, every mask kind, causal, fully blocked rows and non-finite values, and on the conformance table's rows (GPU-only tests, skipped without CUDA; and the same source under a CPU emulation of its threads)",
         ),
         vjp_contract: with(
             &base.vjp_contract,

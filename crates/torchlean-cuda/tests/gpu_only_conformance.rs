@@ -13,8 +13,10 @@
 
 #[path = "../../torchlean/tests/common.rs"]
 mod common;
+mod flash_cases;
 
 use common::{compare, draw, table, Case, Gen, F32_TOL};
+use flash_cases::{flash_case, flash_compare};
 use torchlean::backend::{BackendProfile, Device};
 use torchlean::runtime::kernel::KernelBinding;
 use torchlean::runtime::{install, Session};
@@ -289,111 +291,6 @@ fn vjp_matches_spec_on_the_gpu() {
     eprintln!("vjp_matches_spec_on_the_gpu: {ran} rows passed");
 }
 
-/// A random attention call for the flash kernels: leading dims, L and S crossing the 64-row
-/// tiles, d and dv crossing the 64-column chunks, every mask kind (shared or per batch),
-/// causal or not, the default or an explicit scale; now and then a fully blocked row, a row
-/// whose allowed scores are all −inf, or a NaN or ±inf in q, k or v.
-fn flash_case(seed: u64) -> (torchlean::graph::Op, Vec<Array<f64>>) {
-    use torchlean::graph::{AttentionMask, Op};
-    let mut n = seed;
-    let mut below = |k: usize| -> usize {
-        n = n.wrapping_add(1);
-        (torchlean::spec::splitmix64(n) % k as u64) as usize
-    };
-    let lead: Vec<usize> = (0..below(3)).map(|_| 1 + below(3)).collect();
-    let (l, s) = match below(4) {
-        0 | 1 => (1 + below(200), 1 + below(200)),
-        2 => (1 + below(9), 1 + below(9)),
-        _ => (60 + below(80), 60 + below(80)),
-    };
-    // one chunk, exactly one, just over one, three
-    const DIMS: [usize; 7] = [1, 7, 16, 32, 64, 65, 133];
-    let (d, dv) = (DIMS[below(7)], DIMS[below(7)]);
-    let mask = match below(3) {
-        0 => AttentionMask::None,
-        1 => AttentionMask::Boolean,
-        _ => AttentionMask::AdditiveBias,
-    };
-    let op = Op::ScaledDotProductAttention {
-        scale: if below(3) == 0 { Some(0.37) } else { None },
-        causal: below(2) == 0,
-        mask,
-    };
-    let with = |last: [usize; 2]| -> Vec<usize> {
-        let mut v = lead.clone();
-        v.extend(last);
-        v
-    };
-    let seed2 = seed.wrapping_mul(7919);
-    let mut xs = vec![
-        draw(&with([l, d]), Gen::Normal, seed2),
-        draw(&with([s, d]), Gen::Normal, seed2 + 1),
-        draw(&with([s, dv]), Gen::Normal, seed2 + 2),
-    ];
-    if mask != AttentionMask::None {
-        let shape = if below(2) == 0 {
-            vec![l, s]
-        } else {
-            with([l, s])
-        };
-        let mut m = draw(&shape, Gen::Normal, seed2 + 3);
-        if mask == AttentionMask::Boolean {
-            for x in &mut m.data {
-                *x = if below(4) == 0 { 0.0 } else { 1.0 };
-            }
-        }
-        if below(3) == 0 {
-            let row = below(l);
-            let rows = m.data.len() / s;
-            for rr in (row..rows).step_by(l) {
-                let fill = if mask == AttentionMask::Boolean {
-                    0.0
-                } else {
-                    f64::NEG_INFINITY
-                };
-                m.data[rr * s..(rr + 1) * s]
-                    .iter_mut()
-                    .for_each(|x| *x = fill);
-            }
-        }
-        xs.push(m);
-    }
-    if below(4) == 0 {
-        let which = below(3);
-        let at = below(xs[which].data.len());
-        xs[which].data[at] = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY][below(3)];
-    }
-    (op, xs)
-}
-
-/// `got` within `tol`·(1 + max finite |want|) of `want`, NaN and ±inf exactly where `want`
-/// has them (an error message otherwise).
-fn flash_compare(got: &[f64], want: &[f64], tol: f64) -> Result<f64, String> {
-    if got.len() != want.len() {
-        return Err(format!("{} values, spec {}", got.len(), want.len()));
-    }
-    let scale = 1.0
-        + want
-            .iter()
-            .filter(|v| v.is_finite())
-            .fold(0.0f64, |m, v| m.max(v.abs()));
-    let mut worst = 0.0f64;
-    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
-        if !(g.is_finite() && w.is_finite()) {
-            if !((w.is_nan() && g.is_nan()) || w == g) {
-                return Err(format!("element {i}: {g}, spec {w}"));
-            }
-        } else {
-            let e = (g - w).abs() / scale;
-            if e > tol {
-                return Err(format!("element {i}: {g}, spec {w} (error {e:e})"));
-            }
-            worst = worst.max(e);
-        }
-    }
-    Ok(worst)
-}
-
 #[test]
 fn flash_attention_matches_the_spec_on_the_gpu() {
     if !gpu("flash_attention_matches_the_spec_on_the_gpu") {
@@ -404,7 +301,7 @@ fn flash_attention_matches_the_spec_on_the_gpu() {
     let (mut failures, mut worst) = (vec![], (0.0f64, 0.0f64));
     let cases = 120;
     for case in 0..cases {
-        let (op, xs) = flash_case(5_000 + case * 101);
+        let (op, xs) = flash_case(5_000 + case * 101, false);
         let refs: Vec<&Array<f64>> = xs.iter().collect();
         let want = spec::forward(&op, &refs).expect("the spec accepts the call");
         let gy = draw(&want.shape, Gen::Normal, 90_000 + case);

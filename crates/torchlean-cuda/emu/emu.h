@@ -1,0 +1,67 @@
+// A CPU emulation of the CUDA features kernels/attention.cu uses, so that its kernels run,
+// unchanged, on a machine without a GPU (tests/emulated_flash.rs): one OS thread per CUDA
+// thread, a barrier for __syncthreads and per-warp barriers for shuffles and ballots (every
+// lane of a warp reaches them together, as the kernels guarantee); blocks run one after
+// another, and shared memory is poisoned with NaN before each block so that a read of stale
+// or unwritten shared memory shows in the results. It checks the kernels' logic, indexing
+// and synchronization, not NVRTC's code generation or the GPU's timing.
+#include <barrier>
+#include <thread>
+#include <vector>
+#include <cmath>
+#include <cstring>
+#include <algorithm>
+#include <functional>
+#include <memory>
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __launch_bounds__(x)
+#define __restrict__
+#define __shared__
+#define __align__(x)
+struct dim3 { unsigned x = 1, y = 1, z = 1; };
+thread_local dim3 threadIdx;
+dim3 blockIdx, blockDim, gridDim;
+struct float4 { float x, y, z, w; };
+inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
+std::barrier<>* g_block;
+std::barrier<>* g_warp[32];
+float g_shfl[1024];
+unsigned g_bal[1024];
+inline void __syncthreads() { g_block->arrive_and_wait(); }
+inline float __shfl_xor_sync(unsigned, float x, int o) {
+    int t = threadIdx.x, w = t / 32;
+    g_shfl[t] = x;
+    g_warp[w]->arrive_and_wait();
+    float r = g_shfl[(t & ~31) | ((t & 31) ^ o)];
+    g_warp[w]->arrive_and_wait();
+    return r;
+}
+inline unsigned __ballot_sync(unsigned, bool p) {
+    int t = threadIdx.x, w = t / 32;
+    g_bal[t] = p;
+    g_warp[w]->arrive_and_wait();
+    unsigned b = 0;
+    for (int i = 0; i < 32; ++i) b |= (g_bal[w * 32 + i] ? 1u : 0u) << i;
+    g_warp[w]->arrive_and_wait();
+    return b;
+}
+using std::isfinite;
+inline long long min(long long a, long long b) { return a < b ? a : b; }
+inline int min(int a, int b) { return a < b ? a : b; }
+alignas(16) float smem[6 * 64 * 68];
+template <class F> void launch(dim3 grid, unsigned threads, F f) {
+    gridDim = grid; blockDim = {threads, 1, 1};
+    for (unsigned z = 0; z < grid.z; ++z) for (unsigned y = 0; y < grid.y; ++y) for (unsigned x = 0; x < grid.x; ++x) {
+        blockIdx = {x, y, z};
+        for (float& v : smem) v = NAN;  // stale shared memory must never be read
+        std::barrier<> bb(threads);
+        g_block = &bb;
+        std::vector<std::unique_ptr<std::barrier<>>> ws;
+        for (unsigned w = 0; w < (threads + 31) / 32; ++w) { ws.emplace_back(new std::barrier<>(32)); g_warp[w] = ws.back().get(); }
+        std::vector<std::thread> ts;
+        for (unsigned t = 0; t < threads; ++t) ts.emplace_back([t, &f] { threadIdx = {t, 0, 0}; f(); });
+        for (auto& t : ts) t.join();
+    }
+}

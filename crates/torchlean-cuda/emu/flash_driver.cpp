@@ -1,0 +1,115 @@
+// Runs the flash-attention kernels of kernels/attention.cu under emu.h on the calls in a
+// binary file, with the host logic of src/kernels/attention.rs (mask packing, finiteness
+// flag, forward, stats, dK/dV, dQ and the additive mask's gradient), and writes each call's
+// results (tests/emulated_flash.rs writes the calls and compares the results with the spec).
+//
+// Input, per call: i64 bh, l, s, d, dv, mask (0 none, 1 boolean, 2 additive), shared,
+// causal; f32 scale; f32 q, k, v, mask values (none without a mask), cotangent.
+// Output, per call: f32 out, dq, dk, dv, then the mask's gradient (additive masks only).
+#include "emu.h"
+#include <cstdio>
+#include <cstdint>
+#include ATTENTION_CU
+
+static std::vector<float> read_f32(FILE* f, long n) {
+    std::vector<float> v(n > 0 ? n : 1, 0.0f);
+    if (n > 0 && fread(v.data(), 4, n, f) != (size_t)n) { fprintf(stderr, "short input\n"); exit(2); }
+    return v;
+}
+
+static void write_f32(FILE* f, const std::vector<float>& v, long n) {
+    if (n > 0) fwrite(v.data(), 4, n, f);
+}
+
+int main(int argc, char** argv) {
+    if (argc != 3) { fprintf(stderr, "usage: flash_driver IN OUT\n"); return 2; }
+    FILE* in = fopen(argv[1], "rb");
+    FILE* out_f = fopen(argv[2], "wb");
+    if (!in || !out_f) { fprintf(stderr, "cannot open files\n"); return 2; }
+    long long h[8];
+    while (fread(h, 8, 8, in) == 8) {
+        long long bh = h[0], l = h[1], s = h[2], d = h[3], dv = h[4];
+        int mask = (int)h[5];
+        bool shared = h[6] != 0, causal = h[7] != 0;
+        float scale;
+        if (fread(&scale, 4, 1, in) != 1) return 2;
+        long mrows = shared ? l : bh * l;
+        auto q = read_f32(in, bh * l * d), k = read_f32(in, bh * s * d), v = read_f32(in, bh * s * dv);
+        auto m = read_f32(in, mask ? mrows * s : 0);
+        auto gy = read_f32(in, bh * l * dv);
+        long long words = std::max(1LL, (s + 31) / 32);
+        std::vector<unsigned> bits(std::max<long>(1, mrows * words), 0xdeadbeefu);
+        Flash g{bh, l, s, d, dv, 0, words, scale, causal, mask, 0};
+        if (mask == 1) {
+            launch({(unsigned)((mrows * words * 32 + 255) / 256), 1, 1}, 256,
+                   [&] { flash_pack_mask(m.data(), bits.data(), mrows, s, words); });
+            if (!shared) g.mask_bstride = l * words;
+        }
+        if (mask == 2 && !shared) g.mask_bstride = l * s;
+        const float* bias = mask == 2 ? m.data() : q.data();
+        auto flag_over = [&](const std::vector<float>& x, long n, int* flag) {
+            if (n > 0)
+                launch({(unsigned)((n + 255) / 256), 1, 1}, 256, [&] { flash_nonfinite(x.data(), n, flag); });
+        };
+        unsigned qt = (unsigned)((l + 63) / 64), kt = (unsigned)((s + 63) / 64);
+        std::vector<float> y(std::max(1LL, bh * l * dv), NAN);
+        if (bh * l * dv > 0) {
+            int flag = 0;
+            if (causal) flag_over(v, bh * s * dv, &flag);
+            launch({qt, (unsigned)bh, (unsigned)((dv + 63) / 64)}, 256, [&] {
+                flash_forward(q.data(), k.data(), v.data(), bits.data(), bias, &flag, y.data(), nullptr,
+                              nullptr, g, 0);
+            });
+        }
+        std::vector<float> dq(q.size(), 0.0f), dk(k.size(), 0.0f), dvv(v.size(), 0.0f);
+        std::vector<float> dbf(std::max(1LL, bh * l * s), 0.0f);
+        if (bh * l * s > 0) {
+            std::vector<float> st(3 * bh * l, NAN);
+            int flag = 0;
+            if (causal) {
+                flag_over(q, bh * l * d, &flag);
+                flag_over(k, bh * s * d, &flag);
+                flag_over(v, bh * s * dv, &flag);
+                flag_over(y, bh * l * dv, &flag);
+                flag_over(gy, bh * l * dv, &flag);
+                if (mask) flag_over(m, mrows * s, &flag);
+            }
+            launch({qt, (unsigned)bh, 1}, 256, [&] {
+                flash_forward(q.data(), k.data(), v.data(), bits.data(), bias, &flag, y.data(), st.data(),
+                              gy.data(), g, 1);
+            });
+            if (causal) flag_over(st, bh * l, &flag);
+            if (std::max(d, dv) > 0) {
+                std::fill(dk.begin(), dk.end(), NAN);
+                std::fill(dvv.begin(), dvv.end(), NAN);
+                launch({kt, (unsigned)bh, (unsigned)((std::max(d, dv) + 63) / 64)}, 256, [&] {
+                    flash_bwd_kv(q.data(), k.data(), v.data(), bits.data(), bias, &flag, st.data(), gy.data(),
+                                 dk.data(), dvv.data(), g);
+                });
+            }
+            std::fill(dq.begin(), dq.end(), NAN);
+            launch({qt, (unsigned)bh, (unsigned)std::max(1LL, (d + 63) / 64)}, 256, [&] {
+                flash_bwd_q(q.data(), k.data(), v.data(), bits.data(), bias, &flag, st.data(), gy.data(),
+                            dq.data(), dbf.data(), g, 1, mask == 2);
+            });
+        }
+        write_f32(out_f, y, bh * l * dv);
+        write_f32(out_f, dq, bh * l * d);
+        write_f32(out_f, dk, bh * s * d);
+        write_f32(out_f, dvv, bh * s * dv);
+        if (mask == 2) {
+            if (shared) {
+                long n = l * s;
+                std::vector<float> dm(std::max(1L, n), NAN);
+                if (n > 0)
+                    launch({(unsigned)((n + 255) / 256), 1, 1}, 256,
+                           [&] { flash_sum_batches(dbf.data(), dm.data(), bh, n); });
+                write_f32(out_f, dm, n);
+            } else {
+                write_f32(out_f, dbf, bh * l * s);
+            }
+        }
+    }
+    fclose(out_f);
+    return 0;
+}

@@ -1,0 +1,118 @@
+//! Random flash-attention calls and the comparison with the spec, shared by the GPU test
+//! (`gpu_only_conformance.rs`) and the CPU emulation of the same kernels (`emulated_flash.rs`).
+
+use super::common::{draw, Gen};
+use torchlean::spec::Array;
+
+/// A random attention call for the flash kernels: leading dims, L and S crossing the 64-row
+/// tiles, d and dv crossing the 64-column chunks, every mask kind (shared or per batch),
+/// causal or not, the default or an explicit scale; now and then a fully blocked row, a row
+/// whose allowed scores are all −inf, or a NaN or ±inf in q, k or v.
+pub fn flash_case(seed: u64, small: bool) -> (torchlean::graph::Op, Vec<Array<f64>>) {
+    use torchlean::graph::{AttentionMask, Op};
+    let mut n = seed;
+    let mut below = |k: usize| -> usize {
+        n = n.wrapping_add(1);
+        (torchlean::spec::splitmix64(n) % k as u64) as usize
+    };
+    // `small`: at most two batch matrices and 140 rows or keys (the emulated kernels run one
+    // OS thread per CUDA thread)
+    let (nb, nl) = if small { (2, 140) } else { (3, 200) };
+    let lead: Vec<usize> = (0..below(3)).map(|_| 1 + below(nb)).collect();
+    let lead = if small && lead.iter().product::<usize>() > 2 {
+        vec![2]
+    } else {
+        lead
+    };
+    let (l, s) = match below(4) {
+        0 | 1 => (1 + below(nl), 1 + below(nl)),
+        2 => (1 + below(9), 1 + below(9)),
+        _ => (60 + below(80), 60 + below(80)),
+    };
+    // one chunk, exactly one, just over one, three
+    const DIMS: [usize; 7] = [1, 7, 16, 32, 64, 65, 133];
+    let (d, dv) = (DIMS[below(7)], DIMS[below(7)]);
+    let mask = match below(3) {
+        0 => AttentionMask::None,
+        1 => AttentionMask::Boolean,
+        _ => AttentionMask::AdditiveBias,
+    };
+    let op = Op::ScaledDotProductAttention {
+        scale: if below(3) == 0 { Some(0.37) } else { None },
+        causal: below(2) == 0,
+        mask,
+    };
+    let with = |last: [usize; 2]| -> Vec<usize> {
+        let mut v = lead.clone();
+        v.extend(last);
+        v
+    };
+    let seed2 = seed.wrapping_mul(7919);
+    let mut xs = vec![
+        draw(&with([l, d]), Gen::Normal, seed2),
+        draw(&with([s, d]), Gen::Normal, seed2 + 1),
+        draw(&with([s, dv]), Gen::Normal, seed2 + 2),
+    ];
+    if mask != AttentionMask::None {
+        let shape = if below(2) == 0 {
+            vec![l, s]
+        } else {
+            with([l, s])
+        };
+        let mut m = draw(&shape, Gen::Normal, seed2 + 3);
+        if mask == AttentionMask::Boolean {
+            for x in &mut m.data {
+                *x = if below(4) == 0 { 0.0 } else { 1.0 };
+            }
+        }
+        if below(3) == 0 {
+            let row = below(l);
+            let rows = m.data.len() / s;
+            for rr in (row..rows).step_by(l) {
+                let fill = if mask == AttentionMask::Boolean {
+                    0.0
+                } else {
+                    f64::NEG_INFINITY
+                };
+                m.data[rr * s..(rr + 1) * s]
+                    .iter_mut()
+                    .for_each(|x| *x = fill);
+            }
+        }
+        xs.push(m);
+    }
+    if below(4) == 0 {
+        let which = below(3);
+        let at = below(xs[which].data.len());
+        xs[which].data[at] = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY][below(3)];
+    }
+    (op, xs)
+}
+
+/// `got` within `tol`·(1 + max finite |want|) of `want`, NaN and ±inf exactly where `want`
+/// has them (an error message otherwise).
+pub fn flash_compare(got: &[f64], want: &[f64], tol: f64) -> Result<f64, String> {
+    if got.len() != want.len() {
+        return Err(format!("{} values, spec {}", got.len(), want.len()));
+    }
+    let scale = 1.0
+        + want
+            .iter()
+            .filter(|v| v.is_finite())
+            .fold(0.0f64, |m, v| m.max(v.abs()));
+    let mut worst = 0.0f64;
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        if !(g.is_finite() && w.is_finite()) {
+            if !((w.is_nan() && g.is_nan()) || w == g) {
+                return Err(format!("element {i}: {g}, spec {w}"));
+            }
+        } else {
+            let e = (g - w).abs() / scale;
+            if e > tol {
+                return Err(format!("element {i}: {g}, spec {w} (error {e:e})"));
+            }
+            worst = worst.max(e);
+        }
+    }
+    Ok(worst)
+}
