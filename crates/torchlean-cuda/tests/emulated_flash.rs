@@ -11,7 +11,6 @@
 //! passes, unless `TORCHLEAN_REQUIRE_EMULATION=1`.
 
 #[path = "../../torchlean/tests/common.rs"]
-#[allow(dead_code)]
 mod common;
 mod flash_cases;
 
