@@ -48,6 +48,7 @@ inline unsigned __ballot_sync(unsigned, bool p) {
     return b;
 }
 using std::isfinite;
+inline float __int_as_float(unsigned x) { float f; std::memcpy(&f, &x, 4); return f; }
 inline long long min(long long a, long long b) { return a < b ? a : b; }
 inline int min(int a, int b) { return a < b ? a : b; }
 alignas(16) float smem[6 * 64 * 68];

@@ -17,6 +17,9 @@
 #define FA_C 64   // head-dimension chunk
 #define FA_P 68   // row stride of a shared tile (float4-aligned, fewer bank conflicts)
 #define FA_TILE (FA_T * FA_P)
+// NVRTC has no math.h: -inf and a quiet NaN by their bits
+#define FA_NEG_INF __int_as_float(0xff800000)
+#define FA_NAN __int_as_float(0x7fffffff)
 
 struct Flash {
     long long bh, l, s, d, dv;
@@ -163,7 +166,7 @@ extern "C" __global__ void __launch_bounds__(256) flash_forward(
     for (long long b = blockIdx.y; b < g.bh; b += gridDim.y) {
         float o[4][4] = {}, m[4], l[4] = {};
         bool any[4] = {};
-        for (int r = 0; r < 4; ++r) m[r] = -INFINITY;
+        for (int r = 0; r < 4; ++r) m[r] = FA_NEG_INF;
         __syncthreads();
         if (single) fa_load_t(qs, q, b * g.l + q0, rows, g.d, 0, g.d, nullptr, 0);
         for (long long kt = 0; kt < kt_end; ++kt) {
@@ -182,17 +185,17 @@ extern "C" __global__ void __launch_bounds__(256) flash_forward(
                 const long long i = q0 + ty * 4 + r;
                 const unsigned mb = fa_bits(g, bits, b, i, k0 + tx * 4);
                 bool ok[4];
-                float mx = -INFINITY;
+                float mx = FA_NEG_INF;
                 for (int c = 0; c < 4; ++c) {
                     const long long j = k0 + tx * 4 + c;
                     ok[c] = fa_allowed(g, i, j, mb >> c);
-                    sc[r][c] = ok[c] ? fa_score(g, bias, b, i, j, sc[r][c]) : -INFINITY;
+                    sc[r][c] = ok[c] ? fa_score(g, bias, b, i, j, sc[r][c]) : FA_NEG_INF;
                     mx = fmaxf(mx, sc[r][c]);
                     any[r] |= ok[c];
                 }
                 mx = fa_max16(mx);
                 const float mn = fmaxf(m[r], mx);
-                const float mu = mn == -INFINITY ? 0.0f : mn;
+                const float mu = mn == FA_NEG_INF ? 0.0f : mn;
                 const float alpha = expf(m[r] - mu);
                 float sum = 0.0f;
                 for (int c = 0; c < 4; ++c) {
@@ -235,7 +238,7 @@ extern "C" __global__ void __launch_bounds__(256) flash_forward(
                     if (col < g.dv) out[row * g.dv + col] = attends ? o[r][c] / l[r] : 0.0f;
                 }
             } else if (tx == 0) {
-                const float mu = m[r] == -INFINITY ? 0.0f : m[r];
+                const float mu = m[r] == FA_NEG_INF ? 0.0f : m[r];
                 // a row that attends nothing keeps 0: its stats are never read, and the
                 // caller's finiteness check over the log-sum-exps then sees only real rows
                 stats[row] = attends ? mu + logf(l[r]) : 0.0f;
@@ -258,7 +261,7 @@ __device__ __forceinline__ void fa_grad_entry(const Flash& g, const float* __res
     const bool ok = part && fa_allowed(g, i, j, m);
     // a blocked entry's probability is the spec's 0 / z: 0, or NaN when the row's normalizer
     // z is NaN or 0 (its log-sum-exp NaN or -inf)
-    const float blocked = part && !(lse > -INFINITY) ? NAN : 0.0f;
+    const float blocked = part && !(lse > FA_NEG_INF) ? FA_NAN : 0.0f;
     p = ok ? expf(fa_score(g, bias, b, i, j, dot) - lse) : blocked;
     ds = part ? p * (dp - D) : 0.0f;
 }
