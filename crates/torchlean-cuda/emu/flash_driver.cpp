@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
         if (bh * l * dv > 0) {
             int flag = 0;
             if (causal) flag_over(v, bh * s * dv, &flag);
-            launch({qt, (unsigned)bh, (unsigned)((dv + 63) / 64)}, 256, [&] {
+            launch({qt, (unsigned)bh, (unsigned)((dv + 63) / 64)}, FA_THREADS, [&] {
                 flash_forward(q.data(), k.data(), v.data(), bits.data(), bias, &flag, y.data(), nullptr,
                               nullptr, g, 0);
             });
@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
                 flag_over(gy, bh * l * dv, &flag);
                 if (mask) flag_over(m, mrows * s, &flag);
             }
-            launch({qt, (unsigned)bh, 1}, 256, [&] {
+            launch({qt, (unsigned)bh, 1}, FA_THREADS, [&] {
                 flash_forward(q.data(), k.data(), v.data(), bits.data(), bias, &flag, y.data(), st.data(),
                               gy.data(), g, 1);
             });
@@ -82,13 +82,13 @@ int main(int argc, char** argv) {
             if (std::max(d, dv) > 0) {
                 std::fill(dk.begin(), dk.end(), NAN);
                 std::fill(dvv.begin(), dvv.end(), NAN);
-                launch({kt, (unsigned)bh, (unsigned)((std::max(d, dv) + 63) / 64)}, 256, [&] {
+                launch({kt, (unsigned)bh, (unsigned)((std::max(d, dv) + 63) / 64)}, FA_THREADS, [&] {
                     flash_bwd_kv(q.data(), k.data(), v.data(), bits.data(), bias, &flag, st.data(), gy.data(),
                                  dk.data(), dvv.data(), g);
                 });
             }
             std::fill(dq.begin(), dq.end(), NAN);
-            launch({qt, (unsigned)bh, (unsigned)std::max(1LL, (d + 63) / 64)}, 256, [&] {
+            launch({qt, (unsigned)bh, (unsigned)std::max(1LL, (d + 63) / 64)}, FA_THREADS, [&] {
                 flash_bwd_q(q.data(), k.data(), v.data(), bits.data(), bias, &flag, st.data(), gy.data(),
                             dq.data(), dbf.data(), g, 1, mask == 2);
             });

@@ -2,8 +2,12 @@
 //
 // Scaled dot-product attention in the FlashAttention-2 style over dense row-major
 // q [BH, L, d], k [BH, S, d], v [BH, S, dv]: no L×S matrix in device memory. Tiles of 64
-// query rows × 64 keys, 256 threads, each owning a 4×4 block of the tile; the head
-// dimensions are walked in chunks of 64 (any d, dv). Semantics are the spec's
+// query rows × 64 keys in shared memory, row-major (loaded with float4 reads where rows
+// allow); 128 threads, thread (tx = t % 8, ty = t / 8) owning rows ty·4 + a (a < 4) and
+// either the scattered columns tx + 8b (b < 8) of a score tile (so that the 8 lanes of a row
+// group read 8 consecutive rows of the other operand: no bank conflicts) or the grouped
+// columns tx·4 + c, 32 + tx·4 + c (c < 4) of an output chunk. The head dimensions are walked
+// in chunks of 64 (any d, dv). Semantics are the spec's
 // (spec::special, DESIGN §4): a blocked entry (causal j > i, a boolean mask's 0) has weight
 // exactly 0 by selection, never through its score; a fully blocked row gives zeros and takes
 // no part in any gradient; a row whose allowed scores are all -inf is NaN (0/0); a blocked
@@ -17,6 +21,7 @@
 #define FA_C 64   // head-dimension chunk
 #define FA_P 68   // row stride of a shared tile (float4-aligned, fewer bank conflicts)
 #define FA_TILE (FA_T * FA_P)
+#define FA_THREADS 128
 // NVRTC has no math.h: -inf and a quiet NaN by their bits
 #define FA_NEG_INF __int_as_float(0xff800000)
 #define FA_NAN __int_as_float(0x7fffffff)
@@ -67,56 +72,103 @@ extern "C" __global__ void flash_sum_batches(const float* __restrict__ full, flo
     }
 }
 
-// tile[c * FA_P + r] = x[(base + r0 + r) * ld + c0 + c] for r < rows, c < cols; 0 elsewhere
-// (a transposed chunk: column c of the tile is row-major data's column c0 + c).
-__device__ __forceinline__ void fa_load_t(float* tile, const float* __restrict__ x, long long row0,
-                                          long long rows, long long ld, long long c0, long long cols,
-                                          const float* __restrict__ keep, long long keep0) {
-    for (int e = threadIdx.x; e < FA_T * FA_C; e += blockDim.x) {
-        int r = e / FA_C, c = e % FA_C;
-        float val = 0.0f;
-        if (r < rows && c < cols && (keep == nullptr || keep[keep0 + r] != 0.0f))
-            val = x[(row0 + r) * ld + c0 + c];
-        tile[c * FA_P + r] = val;
+// tile[r * FA_P + c] = x[(row0 + r) * ld + c0 + c] for r < rows and c < cols, 0 elsewhere in
+// the 64 × 64 tile, and 0 for the rows whose `keep` entry is 0 (rows that attend nothing:
+// they take no part in a gradient). float4 reads when the rows allow them.
+__device__ __forceinline__ void fa_load(float* tile, const float* __restrict__ x, long long row0,
+                                        long long rows, long long ld, long long c0, long long cols,
+                                        const float* __restrict__ keep, long long keep0) {
+    if (ld % 4 == 0 && cols % 4 == 0) {
+        for (int e = threadIdx.x; e < FA_T * (FA_C / 4); e += blockDim.x) {
+            const int r = e / (FA_C / 4), c = (e % (FA_C / 4)) * 4;
+            float4 val = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (r < rows && c < cols && (keep == nullptr || keep[keep0 + r] != 0.0f))
+                val = *reinterpret_cast<const float4*>(&x[(row0 + r) * ld + c0 + c]);
+            *reinterpret_cast<float4*>(&tile[r * FA_P + c]) = val;
+        }
+    } else {
+        for (int e = threadIdx.x; e < FA_T * FA_C; e += blockDim.x) {
+            const int r = e / FA_C, c = e % FA_C;
+            float val = 0.0f;
+            if (r < rows && c < cols && (keep == nullptr || keep[keep0 + r] != 0.0f))
+                val = x[(row0 + r) * ld + c0 + c];
+            tile[r * FA_P + c] = val;
+        }
     }
 }
 
-// tile[r * FA_P + c] = x[(row0 + r) * ld + c0 + c] (a row-major chunk), 0 outside, and 0 for
-// the rows whose `keep` entry is 0 (rows that take no part in a gradient).
-__device__ __forceinline__ void fa_load_r(float* tile, const float* __restrict__ x, long long row0,
-                                          long long rows, long long ld, long long c0, long long cols,
-                                          const float* __restrict__ keep, long long keep0) {
-    for (int e = threadIdx.x; e < FA_T * FA_C; e += blockDim.x) {
-        int r = e / FA_C, c = e % FA_C;
-        float val = 0.0f;
-        if (r < rows && c < cols && (keep == nullptr || keep[keep0 + r] != 0.0f))
-            val = x[(row0 + r) * ld + c0 + c];
-        tile[r * FA_P + c] = val;
-    }
-}
-
-// acc[a][b] += sum over c < n of A[c][ra + a] * B[c][rb + b] (two transposed tiles).
-__device__ __forceinline__ void fa_outer(float acc[4][4], const float* A, int ra, const float* B,
-                                         int rb, int n) {
-#pragma unroll 4
-    for (int c = 0; c < n; ++c) {
-        float4 x = *reinterpret_cast<const float4*>(&A[c * FA_P + ra]);
-        float4 y = *reinterpret_cast<const float4*>(&B[c * FA_P + rb]);
-        float xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
+// acc[a][b] += sum over c < n of A[ra + a][c] · B[tx + 8b][c] (two row-major tiles; n a
+// multiple of 4 — the tiles are zero beyond their columns).
+__device__ __forceinline__ void fa_dot_rows(float acc[4][8], const float* A, int ra, const float* B,
+                                            int tx, int n) {
+    for (int c = 0; c < n; c += 4) {
+        float4 x[4];
 #pragma unroll
-        for (int a = 0; a < 4; ++a)
+        for (int a = 0; a < 4; ++a) x[a] = *reinterpret_cast<const float4*>(&A[(ra + a) * FA_P + c]);
 #pragma unroll
-            for (int b = 0; b < 4; ++b) acc[a][b] = fmaf(xs[a], ys[b], acc[a][b]);
+        for (int b = 0; b < 8; ++b) {
+            const float4 y = *reinterpret_cast<const float4*>(&B[(tx + 8 * b) * FA_P + c]);
+#pragma unroll
+            for (int a = 0; a < 4; ++a) {
+                float t = acc[a][b];
+                t = fmaf(x[a].x, y.x, t);
+                t = fmaf(x[a].y, y.y, t);
+                t = fmaf(x[a].z, y.z, t);
+                acc[a][b] = fmaf(x[a].w, y.w, t);
+            }
+        }
     }
 }
 
-// The mask bits of row i for the 4 keys j0..j0+3 (j0 a multiple of 4, so one word holds
-// them), as the low 4 bits; every key passes when there is no boolean mask.
-__device__ __forceinline__ unsigned fa_bits(const Flash& g, const unsigned* __restrict__ bits,
+// acc[a][c] += sum over j < n of A[ra + a][j] · B[j][col c] with col c the grouped columns
+// tx·4 + c, 32 + tx·4 + c - 4 (A row-major over j, B row-major; n a multiple of 4, both
+// zero beyond their rows / columns).
+__device__ __forceinline__ void fa_mul_rows(float acc[4][8], const float* A, int ra, const float* B,
+                                            int tx, int n) {
+    for (int j = 0; j < n; j += 4) {
+        float4 x[4];
+#pragma unroll
+        for (int a = 0; a < 4; ++a) x[a] = *reinterpret_cast<const float4*>(&A[(ra + a) * FA_P + j]);
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+            const float4 y0 = *reinterpret_cast<const float4*>(&B[(j + t) * FA_P + tx * 4]);
+            const float4 y1 = *reinterpret_cast<const float4*>(&B[(j + t) * FA_P + 32 + tx * 4]);
+#pragma unroll
+            for (int a = 0; a < 4; ++a) {
+                const float w = t == 0 ? x[a].x : t == 1 ? x[a].y : t == 2 ? x[a].z : x[a].w;
+                acc[a][0] = fmaf(w, y0.x, acc[a][0]);
+                acc[a][1] = fmaf(w, y0.y, acc[a][1]);
+                acc[a][2] = fmaf(w, y0.z, acc[a][2]);
+                acc[a][3] = fmaf(w, y0.w, acc[a][3]);
+                acc[a][4] = fmaf(w, y1.x, acc[a][4]);
+                acc[a][5] = fmaf(w, y1.y, acc[a][5]);
+                acc[a][6] = fmaf(w, y1.z, acc[a][6]);
+                acc[a][7] = fmaf(w, y1.w, acc[a][7]);
+            }
+        }
+    }
+}
+
+// Grouped output column c (< 8) of thread tx.
+__device__ __forceinline__ int fa_gcol(int tx, int c) { return c < 4 ? tx * 4 + c : 32 + tx * 4 + c - 4; }
+
+__device__ __forceinline__ int fa_round4(long long n) { return (int)((n + 3) / 4 * 4); }
+
+// The mask word of row i holding key j0 (a multiple of 32): every key passes without a
+// boolean mask; none for a row or key that does not exist.
+__device__ __forceinline__ unsigned fa_word(const Flash& g, const unsigned* __restrict__ bits,
                                             long long b, long long i, long long j0) {
-    if (g.mask != 1) return 0xfu;
+    if (g.mask != 1) return 0xffffffffu;
     if (i >= g.l || j0 >= g.s) return 0u;
-    return (bits[b * g.mask_bstride + i * g.words + j0 / 32] >> (j0 % 32)) & 0xfu;
+    return bits[b * g.mask_bstride + i * g.words + j0 / 32];
+}
+
+// The mask bit of row i and key j.
+__device__ __forceinline__ unsigned fa_bit(const Flash& g, const unsigned* __restrict__ bits,
+                                           long long b, long long i, long long j) {
+    if (g.mask != 1) return 1u;
+    if (i >= g.l || j >= g.s) return 0u;
+    return (bits[b * g.mask_bstride + i * g.words + j / 32] >> (j % 32)) & 1u;
 }
 
 // Whether entry (i, j) exists and is not blocked (mask bit m).
@@ -132,30 +184,31 @@ __device__ __forceinline__ float fa_score(const Flash& g, const float* __restric
     return v;
 }
 
-// 16-lane reductions: the lanes of one half-warp share the rows of a thread's block.
-__device__ __forceinline__ float fa_max16(float x) {
-    for (int o = 8; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+// Reductions over the 8 lanes of a row group (they share the rows of their blocks).
+__device__ __forceinline__ float fa_max8(float x) {
+    for (int o = 4; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
     return x;
 }
-__device__ __forceinline__ float fa_sum16(float x) {
-    for (int o = 8; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+__device__ __forceinline__ float fa_sum8(float x) {
+    for (int o = 4; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
     return x;
 }
 
-// Forward. Grid (query tiles, batches (grid-stride), dv chunks); 256 threads; dynamic shared
-// memory 3 tiles. mode 0: out = attention (columns of chunk blockIdx.z). mode 1 (the VJP's
-// first pass; one chunk): stats[row] = log-sum-exp of the row's allowed scores,
-// stats[R + row] = 1 when the row attends some key (else 0), stats[2R + row] = dO·O.
-extern "C" __global__ void __launch_bounds__(256) flash_forward(
+// Forward. Grid (query tiles, batches (grid-stride), dv chunks); FA_THREADS threads; dynamic
+// shared memory 3 tiles. mode 0: out = attention (columns of chunk blockIdx.z). mode 1 (the
+// VJP's first pass; one chunk): stats[row] = log-sum-exp of the row's allowed scores (0 for
+// a row that attends nothing), stats[R + row] = 1 when the row attends some key (else 0),
+// stats[2R + row] = dO·O.
+extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_forward(
     const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
     const unsigned* __restrict__ bits, const float* __restrict__ bias,
     const int* __restrict__ nonfinite, float* __restrict__ out, float* __restrict__ stats,
     const float* __restrict__ dout, Flash g, int mode) {
     extern __shared__ __align__(16) float smem[];
-    float* qs = smem;              // q chunk, transposed [c][i]
-    float* ks = smem + FA_TILE;    // k chunk, transposed [c][j]; then the v chunk [j][c]
-    float* ps = smem + 2 * FA_TILE;  // probabilities, transposed [j][i]
-    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+    float* qs = smem;                // q rows, chunk of d
+    float* ks = smem + FA_TILE;      // k rows, chunk of d; then v rows, chunk z of dv
+    float* ps = smem + 2 * FA_TILE;  // probabilities [i][j]
+    const int tx = threadIdx.x % 8, ty = threadIdx.x / 8;
     const long long q0 = (long long)blockIdx.x * FA_T;
     const long long z0 = (long long)blockIdx.z * FA_C;
     const long long rows = min((long long)FA_T, g.l - q0);
@@ -164,77 +217,75 @@ extern "C" __global__ void __launch_bounds__(256) flash_forward(
     const long long kt_end = skip ? min(nkt, (q0 + rows - 1) / FA_T + 1) : nkt;
     const bool single = g.d <= FA_C;
     for (long long b = blockIdx.y; b < g.bh; b += gridDim.y) {
-        float o[4][4] = {}, m[4], l[4] = {};
+        float o[4][8] = {}, m[4], l[4] = {};
         bool any[4] = {};
         for (int r = 0; r < 4; ++r) m[r] = FA_NEG_INF;
         __syncthreads();
-        if (single) fa_load_t(qs, q, b * g.l + q0, rows, g.d, 0, g.d, nullptr, 0);
+        if (single) fa_load(qs, q, b * g.l + q0, rows, g.d, 0, g.d, nullptr, 0);
         for (long long kt = 0; kt < kt_end; ++kt) {
             const long long k0 = kt * FA_T, keys = min((long long)FA_T, g.s - k0);
-            float sc[4][4] = {};
+            float sc[4][8] = {};
             for (long long c0 = 0; c0 < g.d; c0 += FA_C) {
-                const int cn = (int)min((long long)FA_C, g.d - c0);
-                if (!single) fa_load_t(qs, q, b * g.l + q0, rows, g.d, c0, cn, nullptr, 0);
-                fa_load_t(ks, k, b * g.s + k0, keys, g.d, c0, cn, nullptr, 0);
+                const long long cn = min((long long)FA_C, g.d - c0);
+                if (!single) fa_load(qs, q, b * g.l + q0, rows, g.d, c0, cn, nullptr, 0);
+                fa_load(ks, k, b * g.s + k0, keys, g.d, c0, cn, nullptr, 0);
                 __syncthreads();
-                fa_outer(sc, qs, ty * 4, ks, tx * 4, cn);
+                fa_dot_rows(sc, qs, ty * 4, ks, tx, fa_round4(cn));
                 __syncthreads();
             }
-            float p[4][4];
             for (int r = 0; r < 4; ++r) {
                 const long long i = q0 + ty * 4 + r;
-                const unsigned mb = fa_bits(g, bits, b, i, k0 + tx * 4);
-                bool ok[4];
+                const unsigned w0 = fa_word(g, bits, b, i, k0), w1 = fa_word(g, bits, b, i, k0 + 32);
+                bool ok[8];
                 float mx = FA_NEG_INF;
-                for (int c = 0; c < 4; ++c) {
-                    const long long j = k0 + tx * 4 + c;
-                    ok[c] = fa_allowed(g, i, j, mb >> c);
+                for (int c = 0; c < 8; ++c) {
+                    const long long j = k0 + tx + 8 * c;
+                    const unsigned bit = (c < 4 ? w0 : w1) >> (tx + 8 * (c % 4));
+                    ok[c] = fa_allowed(g, i, j, bit);
                     sc[r][c] = ok[c] ? fa_score(g, bias, b, i, j, sc[r][c]) : FA_NEG_INF;
                     mx = fmaxf(mx, sc[r][c]);
                     any[r] |= ok[c];
                 }
-                mx = fa_max16(mx);
+                mx = fa_max8(mx);
                 const float mn = fmaxf(m[r], mx);
                 const float mu = mn == FA_NEG_INF ? 0.0f : mn;
                 const float alpha = expf(m[r] - mu);
                 float sum = 0.0f;
-                for (int c = 0; c < 4; ++c) {
-                    p[r][c] = ok[c] ? expf(sc[r][c] - mu) : 0.0f;
-                    sum += p[r][c];
+                for (int c = 0; c < 8; ++c) {
+                    sc[r][c] = ok[c] ? expf(sc[r][c] - mu) : 0.0f;
+                    sum += sc[r][c];
                 }
-                l[r] = l[r] * alpha + fa_sum16(sum);
+                l[r] = l[r] * alpha + fa_sum8(sum);
                 m[r] = mn;
-                for (int c = 0; c < 4; ++c) o[r][c] *= alpha;
+                for (int c = 0; c < 8; ++c) o[r][c] *= alpha;
             }
             if (mode == 1) continue;
-            for (int c = 0; c < 4; ++c)
-                *reinterpret_cast<float4*>(&ps[(tx * 4 + c) * FA_P + ty * 4]) =
-                    make_float4(p[0][c], p[1][c], p[2][c], p[3][c]);
-            fa_load_r(ks, v, b * g.s + k0, keys, g.dv, z0, min((long long)FA_C, g.dv - z0), nullptr,
-                      0);
+            for (int r = 0; r < 4; ++r)
+                for (int c = 0; c < 8; ++c) ps[(ty * 4 + r) * FA_P + tx + 8 * c] = sc[r][c];
+            fa_load(ks, v, b * g.s + k0, keys, g.dv, z0, min((long long)FA_C, g.dv - z0), nullptr, 0);
             __syncthreads();
-            fa_outer(o, ps, ty * 4, ks, tx * 4, (int)keys);
+            fa_mul_rows(o, ps, ty * 4, ks, tx, fa_round4(keys));
             __syncthreads();
         }
         const long long R = g.bh * g.l;
         for (int r = 0; r < 4; ++r) {
             const long long i = q0 + ty * 4 + r;
-            // every lane of the half-warp takes part in the reductions (they shuffle); only
+            // every lane of the row group takes part in the reductions (they shuffle); only
             // rows that exist are written. A fully blocked row has no allowed entry in any
             // tile of any lane.
-            const bool attends = fa_sum16(any[r] ? 1.0f : 0.0f) > 0.0f;
+            const bool attends = fa_sum8(any[r] ? 1.0f : 0.0f) > 0.0f;
             float dot = 0.0f;
             if (mode == 1 && i < g.l) {
                 const long long row = b * g.l + i;
-                for (long long col = tx; col < g.dv; col += 16)
+                for (long long col = tx; col < g.dv; col += 8)
                     dot += dout[row * g.dv + col] * out[row * g.dv + col];
             }
-            dot = fa_sum16(dot);
+            dot = fa_sum8(dot);
             if (i >= g.l) continue;
             const long long row = b * g.l + i;
             if (mode == 0) {
-                for (int c = 0; c < 4; ++c) {
-                    const long long col = z0 + tx * 4 + c;
+                for (int c = 0; c < 8; ++c) {
+                    const long long col = z0 + fa_gcol(tx, c);
                     if (col < g.dv) out[row * g.dv + col] = attends ? o[r][c] / l[r] : 0.0f;
                 }
             } else if (tx == 0) {
@@ -251,37 +302,37 @@ extern "C" __global__ void __launch_bounds__(256) flash_forward(
 
 // The probability and score gradient of entry (i, j) from its recomputed product `dot`,
 // dP = dO_i·v_j, and the row's stats (lse, attends, D = dO_i·O_i): p = exp(score - lse) when
-// allowed, else exactly 0; dS = p (dP - D) for every existing entry of an attending row (so
-// 0 · a non-finite value is NaN, as in the spec), exactly 0 for a row that attends nothing.
+// allowed; a blocked entry's probability is the spec's 0 / z (0, or NaN when the row's
+// normalizer z is NaN or 0: its log-sum-exp NaN or -inf); dS = p (dP - D) for every existing
+// entry of an attending row (so 0 · a non-finite value is NaN, as in the spec), exactly 0
+// for a row that attends nothing.
 __device__ __forceinline__ void fa_grad_entry(const Flash& g, const float* __restrict__ bias,
                                               long long b, long long i, long long j, unsigned m,
                                               float lse, float att, float D, float dot, float dp,
                                               float& p, float& ds) {
     const bool part = i < g.l && j < g.s && att != 0.0f;
     const bool ok = part && fa_allowed(g, i, j, m);
-    // a blocked entry's probability is the spec's 0 / z: 0, or NaN when the row's normalizer
-    // z is NaN or 0 (its log-sum-exp NaN or -inf)
     const float blocked = part && !(lse > FA_NEG_INF) ? FA_NAN : 0.0f;
     p = ok ? expf(fa_score(g, bias, b, i, j, dot) - lse) : blocked;
     ds = part ? p * (dp - D) : 0.0f;
 }
 
-// VJP, keys and values: one block per 64 keys (blockIdx.x) and chunk of d / dv
+// VJP, keys and values: one block per 64 keys (blockIdx.x) and chunk z of d / dv
 // (blockIdx.z): dK = scale · dSᵀ Q, dV = Pᵀ dO over every query tile that can see these keys.
-// Dynamic shared memory 6 tiles. stats as flash_forward's mode 1 wrote them.
-extern "C" __global__ void __launch_bounds__(256) flash_bwd_kv(
+// Thread rows are keys, scattered columns queries. Dynamic shared memory 5 tiles. stats as
+// flash_forward's mode 1 wrote them. Query rows that attend nothing are read as zeros.
+extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_bwd_kv(
     const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
     const unsigned* __restrict__ bits, const float* __restrict__ bias,
     const int* __restrict__ nonfinite, const float* __restrict__ stats,
     const float* __restrict__ dout, float* __restrict__ dk, float* __restrict__ dv, Flash g) {
     extern __shared__ __align__(16) float smem[];
-    float* kt_ = smem;                 // k chunk, transposed [c][j]
-    float* vt = smem + FA_TILE;        // v chunk, transposed [c][j]
-    float* qt_ = smem + 2 * FA_TILE;   // q chunk, transposed [c][i]
-    float* ot = smem + 3 * FA_TILE;    // dO chunk, transposed [c][i]
-    float* pb = smem + 4 * FA_TILE;    // P, then dS, as [i][j]
-    float* xr = smem + 5 * FA_TILE;    // dO, then q, rows [i][c] of chunk z
-    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+    float* ks = smem;                // k rows, chunk of d
+    float* vs = smem + FA_TILE;      // v rows, chunk of dv
+    float* qs = smem + 2 * FA_TILE;  // q rows, chunk of d (chunk z for dK)
+    float* os = smem + 3 * FA_TILE;  // dO rows, chunk of dv (chunk z for dV)
+    float* pt = smem + 4 * FA_TILE;  // Pᵀ, then dSᵀ: [j][i]
+    const int tx = threadIdx.x % 8, ty = threadIdx.x / 8;
     const long long k0 = (long long)blockIdx.x * FA_T, z0 = (long long)blockIdx.z * FA_C;
     const long long keys = min((long long)FA_T, g.s - k0);
     const long long R = g.bh * g.l, nqt = (g.l + FA_T - 1) / FA_T;
@@ -289,93 +340,97 @@ extern "C" __global__ void __launch_bounds__(256) flash_bwd_kv(
     const long long qt_begin = skip ? k0 / FA_T : 0;
     const bool single_d = g.d <= FA_C, single_v = g.dv <= FA_C;
     const bool do_dk = z0 < g.d, do_dv = z0 < g.dv;
+    const float* att_of = stats + R;
     for (long long b = blockIdx.y; b < g.bh; b += gridDim.y) {
-        float ak[4][4] = {}, av[4][4] = {};
+        float ak[4][8] = {}, av[4][8] = {};
         __syncthreads();
-        if (single_d) fa_load_t(kt_, k, b * g.s + k0, keys, g.d, 0, g.d, nullptr, 0);
-        if (single_v) fa_load_t(vt, v, b * g.s + k0, keys, g.dv, 0, g.dv, nullptr, 0);
+        if (single_d) fa_load(ks, k, b * g.s + k0, keys, g.d, 0, g.d, nullptr, 0);
+        if (single_v) fa_load(vs, v, b * g.s + k0, keys, g.dv, 0, g.dv, nullptr, 0);
         for (long long qt = qt_begin; qt < nqt; ++qt) {
             const long long i0 = qt * FA_T, rows = min((long long)FA_T, g.l - i0);
-            float st[4][4] = {}, dp[4][4] = {};
+            float st[4][8] = {}, dp[4][8] = {};
             for (long long c0 = 0; c0 < g.d; c0 += FA_C) {
-                const int cn = (int)min((long long)FA_C, g.d - c0);
-                if (!single_d) fa_load_t(kt_, k, b * g.s + k0, keys, g.d, c0, cn, nullptr, 0);
-                fa_load_t(qt_, q, b * g.l + i0, rows, g.d, c0, cn, nullptr, 0);
+                const long long cn = min((long long)FA_C, g.d - c0);
+                if (!single_d) fa_load(ks, k, b * g.s + k0, keys, g.d, c0, cn, nullptr, 0);
+                fa_load(qs, q, b * g.l + i0, rows, g.d, c0, cn, att_of, b * g.l + i0);
                 __syncthreads();
-                fa_outer(st, kt_, ty * 4, qt_, tx * 4, cn);
+                fa_dot_rows(st, ks, ty * 4, qs, tx, fa_round4(cn));
                 __syncthreads();
             }
             for (long long c0 = 0; c0 < g.dv; c0 += FA_C) {
-                const int cn = (int)min((long long)FA_C, g.dv - c0);
-                if (!single_v) fa_load_t(vt, v, b * g.s + k0, keys, g.dv, c0, cn, nullptr, 0);
-                fa_load_t(ot, dout, b * g.l + i0, rows, g.dv, c0, cn, nullptr, 0);
+                const long long cn = min((long long)FA_C, g.dv - c0);
+                if (!single_v) fa_load(vs, v, b * g.s + k0, keys, g.dv, c0, cn, nullptr, 0);
+                fa_load(os, dout, b * g.l + i0, rows, g.dv, c0, cn, att_of, b * g.l + i0);
                 __syncthreads();
-                fa_outer(dp, vt, ty * 4, ot, tx * 4, cn);
+                fa_dot_rows(dp, vs, ty * 4, os, tx, fa_round4(cn));
                 __syncthreads();
             }
-            // entry (key k0 + ty·4 + r, query i0 + tx·4 + c)
-            float p[4][4], ds[4][4];
-            for (int c = 0; c < 4; ++c) {
-                const long long i = i0 + tx * 4 + c, row = b * g.l + i;
+            // entry (key k0 + ty·4 + a, query i0 + tx + 8c): st becomes P, dp becomes dS
+            for (int c = 0; c < 8; ++c) {
+                const long long i = i0 + tx + 8 * c, row = b * g.l + i;
                 const bool in = i < g.l;
                 const float lse = in ? stats[row] : 0.0f, att = in ? stats[R + row] : 0.0f,
                             D = in ? stats[2 * R + row] : 0.0f;
-                const unsigned mb = fa_bits(g, bits, b, i, k0 + ty * 4);
-                for (int r = 0; r < 4; ++r)
-                    fa_grad_entry(g, bias, b, i, k0 + ty * 4 + r, mb >> r, lse, att, D, st[r][c],
-                                  dp[r][c], p[r][c], ds[r][c]);
+                for (int a = 0; a < 4; ++a) {
+                    const long long j = k0 + ty * 4 + a;
+                    float p, ds;
+                    fa_grad_entry(g, bias, b, i, j, fa_bit(g, bits, b, i, j), lse, att, D, st[a][c],
+                                  dp[a][c], p, ds);
+                    st[a][c] = p;
+                    dp[a][c] = ds;
+                }
             }
             if (do_dv) {
-                for (int c = 0; c < 4; ++c)
-                    *reinterpret_cast<float4*>(&pb[(tx * 4 + c) * FA_P + ty * 4]) =
-                        make_float4(p[0][c], p[1][c], p[2][c], p[3][c]);
-                // rows that attend nothing take no part: their dO is read as 0
-                fa_load_r(xr, dout, b * g.l + i0, rows, g.dv, z0, min((long long)FA_C, g.dv - z0),
-                          stats + R, b * g.l + i0);
+                for (int a = 0; a < 4; ++a)
+                    for (int c = 0; c < 8; ++c) pt[(ty * 4 + a) * FA_P + tx + 8 * c] = st[a][c];
+                if (!single_v)
+                    fa_load(os, dout, b * g.l + i0, rows, g.dv, z0, min((long long)FA_C, g.dv - z0),
+                            att_of, b * g.l + i0);
                 __syncthreads();
-                fa_outer(av, pb, ty * 4, xr, tx * 4, (int)rows);
+                fa_mul_rows(av, pt, ty * 4, os, tx, fa_round4(rows));
                 __syncthreads();
             }
             if (do_dk) {
-                for (int c = 0; c < 4; ++c)
-                    *reinterpret_cast<float4*>(&pb[(tx * 4 + c) * FA_P + ty * 4]) =
-                        make_float4(ds[0][c], ds[1][c], ds[2][c], ds[3][c]);
-                fa_load_r(xr, q, b * g.l + i0, rows, g.d, z0, min((long long)FA_C, g.d - z0),
-                          stats + R, b * g.l + i0);
+                for (int a = 0; a < 4; ++a)
+                    for (int c = 0; c < 8; ++c) pt[(ty * 4 + a) * FA_P + tx + 8 * c] = dp[a][c];
+                if (!single_d)
+                    fa_load(qs, q, b * g.l + i0, rows, g.d, z0, min((long long)FA_C, g.d - z0), att_of,
+                            b * g.l + i0);
                 __syncthreads();
-                fa_outer(ak, pb, ty * 4, xr, tx * 4, (int)rows);
+                fa_mul_rows(ak, pt, ty * 4, qs, tx, fa_round4(rows));
                 __syncthreads();
             }
         }
-        for (int r = 0; r < 4; ++r) {
-            const long long j = k0 + ty * 4 + r;
+        for (int a = 0; a < 4; ++a) {
+            const long long j = k0 + ty * 4 + a;
             if (j >= g.s) continue;
-            for (int c = 0; c < 4; ++c) {
-                const long long col = z0 + tx * 4 + c;
-                if (do_dk && col < g.d) dk[(b * g.s + j) * g.d + col] = g.scale * ak[r][c];
-                if (do_dv && col < g.dv) dv[(b * g.s + j) * g.dv + col] = av[r][c];
+            for (int c = 0; c < 8; ++c) {
+                const long long col = z0 + fa_gcol(tx, c);
+                if (do_dk && col < g.d) dk[(b * g.s + j) * g.d + col] = g.scale * ak[a][c];
+                if (do_dv && col < g.dv) dv[(b * g.s + j) * g.dv + col] = av[a][c];
             }
         }
     }
 }
 
 // VJP, queries (and the additive mask): one block per 64 query rows (blockIdx.x) and chunk
-// of d (blockIdx.z): dQ = scale · dS K over every key tile the rows can see; with want_bias
-// (chunk 0 only), dbias[b, i, j] = dS for every entry visited (the caller zeroes the buffer
-// first: skipped causal tiles hold exact zeros). Dynamic shared memory 5 tiles.
-extern "C" __global__ void __launch_bounds__(256) flash_bwd_q(
+// z of d (blockIdx.z): dQ = scale · dS K over every key tile the rows can see; with
+// want_bias (chunk 0 only), dbias[b, i, j] = dS for every entry visited (the caller zeroes
+// the buffer first: skipped causal tiles hold exact zeros). Thread rows are queries,
+// scattered columns keys. Dynamic shared memory 5 tiles.
+extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_bwd_q(
     const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
     const unsigned* __restrict__ bits, const float* __restrict__ bias,
     const int* __restrict__ nonfinite, const float* __restrict__ stats,
     const float* __restrict__ dout, float* __restrict__ dq, float* __restrict__ dbias, Flash g,
     int want_dq, int want_bias) {
     extern __shared__ __align__(16) float smem[];
-    float* qt_ = smem;                 // q chunk, transposed [c][i]
-    float* ot = smem + FA_TILE;        // dO chunk, transposed [c][i]
-    float* kt_ = smem + 2 * FA_TILE;   // k chunk, transposed [c][j]; then k rows [j][c] of chunk z
-    float* vt = smem + 3 * FA_TILE;    // v chunk, transposed [c][j]
-    float* db = smem + 4 * FA_TILE;    // dS, transposed [j][i]
-    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+    float* qs = smem;                // q rows, chunk of d
+    float* os = smem + FA_TILE;      // dO rows, chunk of dv
+    float* ks = smem + 2 * FA_TILE;  // k rows, chunk of d (chunk z for dQ)
+    float* vs = smem + 3 * FA_TILE;  // v rows, chunk of dv
+    float* dsb = smem + 4 * FA_TILE; // dS [i][j]
+    const int tx = threadIdx.x % 8, ty = threadIdx.x / 8;
     const long long i0 = (long long)blockIdx.x * FA_T, z0 = (long long)blockIdx.z * FA_C;
     const long long rows = min((long long)FA_T, g.l - i0);
     const long long R = g.bh * g.l, nkt = (g.s + FA_T - 1) / FA_T;
@@ -384,7 +439,7 @@ extern "C" __global__ void __launch_bounds__(256) flash_bwd_q(
     const bool single_d = g.d <= FA_C, single_v = g.dv <= FA_C;
     const bool bias_here = want_bias && blockIdx.z == 0;
     for (long long b = blockIdx.y; b < g.bh; b += gridDim.y) {
-        float aq[4][4] = {}, lse[4], att[4], D[4];
+        float aq[4][8] = {}, lse[4], att[4], D[4];
         for (int r = 0; r < 4; ++r) {
             const long long i = i0 + ty * 4 + r, row = b * g.l + i;
             const bool in = i < g.l;
@@ -393,56 +448,56 @@ extern "C" __global__ void __launch_bounds__(256) flash_bwd_q(
             D[r] = in ? stats[2 * R + row] : 0.0f;
         }
         __syncthreads();
-        if (single_d) fa_load_t(qt_, q, b * g.l + i0, rows, g.d, 0, g.d, nullptr, 0);
-        if (single_v) fa_load_t(ot, dout, b * g.l + i0, rows, g.dv, 0, g.dv, nullptr, 0);
+        if (single_d) fa_load(qs, q, b * g.l + i0, rows, g.d, 0, g.d, nullptr, 0);
+        if (single_v) fa_load(os, dout, b * g.l + i0, rows, g.dv, 0, g.dv, nullptr, 0);
         for (long long kt = 0; kt < kt_end; ++kt) {
             const long long k0 = kt * FA_T, keys = min((long long)FA_T, g.s - k0);
-            float st[4][4] = {}, dp[4][4] = {};
+            float st[4][8] = {}, dp[4][8] = {};
             for (long long c0 = 0; c0 < g.d; c0 += FA_C) {
-                const int cn = (int)min((long long)FA_C, g.d - c0);
-                if (!single_d) fa_load_t(qt_, q, b * g.l + i0, rows, g.d, c0, cn, nullptr, 0);
-                fa_load_t(kt_, k, b * g.s + k0, keys, g.d, c0, cn, nullptr, 0);
+                const long long cn = min((long long)FA_C, g.d - c0);
+                if (!single_d) fa_load(qs, q, b * g.l + i0, rows, g.d, c0, cn, nullptr, 0);
+                fa_load(ks, k, b * g.s + k0, keys, g.d, c0, cn, nullptr, 0);
                 __syncthreads();
-                fa_outer(st, qt_, ty * 4, kt_, tx * 4, cn);
+                fa_dot_rows(st, qs, ty * 4, ks, tx, fa_round4(cn));
                 __syncthreads();
             }
             for (long long c0 = 0; c0 < g.dv; c0 += FA_C) {
-                const int cn = (int)min((long long)FA_C, g.dv - c0);
-                if (!single_v) fa_load_t(ot, dout, b * g.l + i0, rows, g.dv, c0, cn, nullptr, 0);
-                fa_load_t(vt, v, b * g.s + k0, keys, g.dv, c0, cn, nullptr, 0);
+                const long long cn = min((long long)FA_C, g.dv - c0);
+                if (!single_v) fa_load(os, dout, b * g.l + i0, rows, g.dv, c0, cn, nullptr, 0);
+                fa_load(vs, v, b * g.s + k0, keys, g.dv, c0, cn, nullptr, 0);
                 __syncthreads();
-                fa_outer(dp, ot, ty * 4, vt, tx * 4, cn);
+                fa_dot_rows(dp, os, ty * 4, vs, tx, fa_round4(cn));
                 __syncthreads();
             }
-            // entry (query i0 + ty·4 + r, key k0 + tx·4 + c)
-            float ds[4][4];
+            // entry (query i0 + ty·4 + r, key k0 + tx + 8c): dp becomes dS
             for (int r = 0; r < 4; ++r) {
                 const long long i = i0 + ty * 4 + r;
-                const unsigned mb = fa_bits(g, bits, b, i, k0 + tx * 4);
-                for (int c = 0; c < 4; ++c) {
-                    const long long j = k0 + tx * 4 + c;
-                    float p;
-                    fa_grad_entry(g, bias, b, i, j, mb >> c, lse[r], att[r], D[r], st[r][c],
-                                  dp[r][c], p, ds[r][c]);
-                    if (bias_here && i < g.l && j < g.s) dbias[(b * g.l + i) * g.s + j] = ds[r][c];
+                const unsigned w0 = fa_word(g, bits, b, i, k0), w1 = fa_word(g, bits, b, i, k0 + 32);
+                for (int c = 0; c < 8; ++c) {
+                    const long long j = k0 + tx + 8 * c;
+                    const unsigned bit = (c < 4 ? w0 : w1) >> (tx + 8 * (c % 4));
+                    float p, ds;
+                    fa_grad_entry(g, bias, b, i, j, bit, lse[r], att[r], D[r], st[r][c], dp[r][c], p,
+                                  ds);
+                    dp[r][c] = ds;
+                    if (bias_here && i < g.l && j < g.s) dbias[(b * g.l + i) * g.s + j] = ds;
                 }
             }
             if (!want_dq) continue;
-            for (int c = 0; c < 4; ++c)
-                *reinterpret_cast<float4*>(&db[(tx * 4 + c) * FA_P + ty * 4]) =
-                    make_float4(ds[0][c], ds[1][c], ds[2][c], ds[3][c]);
-            fa_load_r(kt_, k, b * g.s + k0, keys, g.d, z0, min((long long)FA_C, g.d - z0), nullptr,
-                      0);
+            for (int r = 0; r < 4; ++r)
+                for (int c = 0; c < 8; ++c) dsb[(ty * 4 + r) * FA_P + tx + 8 * c] = dp[r][c];
+            if (!single_d)
+                fa_load(ks, k, b * g.s + k0, keys, g.d, z0, min((long long)FA_C, g.d - z0), nullptr, 0);
             __syncthreads();
-            fa_outer(aq, db, ty * 4, kt_, tx * 4, (int)keys);
+            fa_mul_rows(aq, dsb, ty * 4, ks, tx, fa_round4(keys));
             __syncthreads();
         }
         if (!want_dq) continue;
         for (int r = 0; r < 4; ++r) {
             const long long i = i0 + ty * 4 + r;
             if (i >= g.l) continue;
-            for (int c = 0; c < 4; ++c) {
-                const long long col = z0 + tx * 4 + c;
+            for (int c = 0; c < 8; ++c) {
+                const long long col = z0 + fa_gcol(tx, c);
                 // a row that attends nothing passes no gradient (not 0 · its keys)
                 if (col < g.d) dq[(b * g.l + i) * g.d + col] = att[r] != 0.0f ? g.scale * aq[r][c] : 0.0f;
             }

@@ -328,17 +328,27 @@ pub fn run(a: Args) -> CliResult {
                 let m = t.get(4).map(|m| (m, AttentionMask::Boolean));
                 q.scaled_dot_product_attention(&k, &v, m, causal, None)
             };
-            let run = |t: &[Tensor]| -> torchlean::Result<()> {
+            // forward + backward: the gradient of sum(attention · g)
+            let objective = |t: &[Tensor]| -> torchlean::Result<Tensor> {
                 if backward {
-                    let y = forward(t, true)?;
-                    std::hint::black_box(y.mul(&t[3])?.sum_all()?.backward()?);
+                    forward(t, true)?.mul(&t[3])?.sum_all()
                 } else {
-                    std::hint::black_box(no_grad(|| forward(t, false))?);
+                    no_grad(|| forward(t, false))
+                }
+            };
+            let run = |t: &[Tensor]| -> torchlean::Result<()> {
+                let y = objective(t)?;
+                if backward {
+                    std::hint::black_box(y.backward()?);
+                } else {
+                    std::hint::black_box(y);
                 }
                 Ok(())
             };
+            // the session is planned from the ops a traced objective uses (the trace records
+            // no backward; the tape's VJPs are planned with their forwards)
             a.backend
-                .start_session(ExecutionMode::Eager, || run(&setup()?))?;
+                .start_session(ExecutionMode::Eager, || objective(&setup()?).map(drop))?;
             let inputs = setup()?;
             let t = time((a.warmup, a.warmup_seconds), a.reps, device, || {
                 run(&inputs)?;

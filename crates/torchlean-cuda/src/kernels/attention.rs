@@ -33,7 +33,7 @@ const TILE: usize = 64;
 const TILE_FLOATS: u32 = 64 * 68;
 /// Shared tiles of each kernel.
 const FORWARD_TILES: u32 = 3;
-const BWD_KV_TILES: u32 = 6;
+const BWD_KV_TILES: u32 = 5;
 const BWD_Q_TILES: u32 = 5;
 
 /// Lets each flash kernel take the dynamic shared memory it needs (more than the default
@@ -101,12 +101,15 @@ fn attention_only(op: &Op) -> Result<(Option<f32>, bool, AttentionMask)> {
     }
 }
 
-/// The launch of a flash kernel: 256 threads, `tiles` shared tiles, `x` blocks along the
+/// Threads per block of the flash kernels (`FA_THREADS`).
+const THREADS: u32 = 128;
+
+/// The launch of a flash kernel: [`THREADS`] threads, `tiles` shared tiles, `x` blocks along the
 /// rows or keys, the batch matrices along y (the kernels step through any more), `z` chunks.
 fn launch_cfg(x: usize, bh: usize, z: usize, tiles: u32) -> LaunchConfig {
     LaunchConfig {
         grid_dim: (x as u32, bh.clamp(1, 65_535) as u32, z as u32),
-        block_dim: (256, 1, 1),
+        block_dim: (THREADS, 1, 1),
         shared_mem_bytes: tiles * TILE_FLOATS * 4,
     }
 }
