@@ -195,7 +195,8 @@ __device__ __forceinline__ float fa_sum8(float x) {
 }
 
 // Forward. Grid (query tiles, batches (grid-stride), dv chunks); FA_THREADS threads; dynamic
-// shared memory 3 tiles. mode 0: out = attention (columns of chunk blockIdx.z). mode 1 (the
+// shared memory 3 tiles. mode 0: out = attention (columns of chunk blockIdx.z), and, when
+// `stats` is given, each row's log-sum-exp and attends as below (the VJP's). mode 1 (the
 // VJP's first pass; one chunk): stats[row] = log-sum-exp of the row's allowed scores (0 for
 // a row that attends nothing), stats[R + row] = 1 when the row attends some key (else 0),
 // stats[2R + row] = dO·O.
@@ -288,15 +289,32 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_forward(
                     const long long col = z0 + fa_gcol(tx, c);
                     if (col < g.dv) out[row * g.dv + col] = attends ? o[r][c] / l[r] : 0.0f;
                 }
-            } else if (tx == 0) {
+            }
+            // mode 0 with stats (chunk 0): the row's log-sum-exp and attends for the VJP, as
+            // mode 1 writes them (mode 1 adds dO·O)
+            if (tx == 0 && (mode == 1 || (stats != nullptr && blockIdx.z == 0))) {
                 const float mu = m[r] == FA_NEG_INF ? 0.0f : m[r];
                 // a row that attends nothing keeps 0: its stats are never read, and the
                 // caller's finiteness check over the log-sum-exps then sees only real rows
                 stats[row] = attends ? mu + logf(l[r]) : 0.0f;
                 stats[R + row] = attends ? 1.0f : 0.0f;
-                stats[2 * R + row] = dot;
+                if (mode == 1) stats[2 * R + row] = dot;
             }
         }
+    }
+}
+
+// stats[2R + row] = dO·O of each of the R rows (one warp per row), for a VJP whose
+// log-sum-exps the forward left.
+extern "C" __global__ void flash_row_dot(const float* __restrict__ dout, const float* __restrict__ out,
+                                         float* __restrict__ stats, long long R, long long dv) {
+    const long long warps = (long long)gridDim.x * blockDim.x / 32;
+    // R rows in a warp-uniform grid-stride loop
+    for (long long row = (blockIdx.x * (long long)blockDim.x + threadIdx.x) / 32; row < R; row += warps) {
+        float dot = 0.0f;
+        for (long long c = threadIdx.x % 32; c < dv; c += 32) dot += dout[row * dv + c] * out[row * dv + c];
+        for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+        if (threadIdx.x % 32 == 0) stats[2 * R + row] = dot;
     }
 }
 

@@ -111,6 +111,7 @@ impl Pool {
             slice: Some(slice),
             len,
             pool: Arc::clone(self),
+            attachment: std::sync::OnceLock::new(),
         })
     }
 
@@ -164,6 +165,16 @@ pub struct CudaBuffer {
     slice: Option<CudaSlice<f32>>,
     len: usize,
     pool: Arc<Pool>,
+    /// What the kernel that wrote this buffer left for its VJP (set at most once).
+    attachment: std::sync::OnceLock<Attachment>,
+}
+
+/// Values a forward kernel computed beside its output for the VJP of the same call (flash
+/// attention's row statistics), under a key naming that call: a VJP uses them only when its
+/// own call has the same key, and recomputes them otherwise.
+pub struct Attachment {
+    pub key: u64,
+    pub values: Box<CudaBuffer>,
 }
 
 impl std::fmt::Debug for CudaBuffer {
@@ -182,6 +193,22 @@ impl CudaBuffer {
     pub fn slice_mut(&mut self) -> &mut CudaSlice<f32> {
         // invariant: `slice` is Some until Drop
         self.slice.as_mut().expect("live buffer")
+    }
+
+    /// Leaves `values` for the VJP of the call named `key` (ignored if one is already set).
+    pub fn attach(&self, key: u64, values: CudaBuffer) {
+        let _ = self.attachment.set(Attachment {
+            key,
+            values: Box::new(values),
+        });
+    }
+
+    /// The values left for the call named `key`, if this buffer holds them.
+    pub fn attached(&self, key: u64) -> Option<&CudaBuffer> {
+        self.attachment
+            .get()
+            .filter(|a| a.key == key)
+            .map(|a| &*a.values)
     }
 }
 

@@ -205,6 +205,29 @@ fn prepare<'a>(
     })
 }
 
+/// A name for one call (its op and its inputs' identities and shapes), under which the
+/// forward leaves its row statistics for the VJP of the same call. A VJP handed an output of
+/// another call, or of another kernel, finds no statistics under its key and recomputes them.
+fn call_key(op: &Op, inputs: &[&Tensor]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    if let Op::ScaledDotProductAttention {
+        scale,
+        causal,
+        mask,
+    } = op
+    {
+        scale.map(f32::to_bits).hash(&mut h);
+        causal.hash(&mut h);
+        (*mask as u8).hash(&mut h);
+    }
+    for t in inputs {
+        t.id().hash(&mut h);
+        t.shape().hash(&mut h);
+    }
+    h.finish()
+}
+
 /// Sets `flag` when one of the first `n` values of `x` is not finite.
 fn flag_nonfinite(
     cx: &Context,
@@ -276,7 +299,29 @@ fn prepare_vjp<'a>(
         finite.push(bias);
     }
     let mut c = prepare(cx, op, inputs, &finite)?;
-    let st = stats(cx, op, &c, buffer(op, out)?, buffer(op, gy)?)?;
+    let (o, g) = (buffer(op, out)?, buffer(op, gy)?);
+    let st = match o.attached(call_key(op, inputs)) {
+        Some(left) => {
+            // the forward's log-sum-exps and attends, and dO·O computed now
+            let rows = (c.g.bh * c.g.l) as usize;
+            let mut st = output(cx, op, 3 * rows)?;
+            let from = left.slice().slice(0..2 * rows);
+            let mut to = st.slice_mut().slice_mut(0..2 * rows);
+            launched(op, cx.stream.memcpy_dtod(&from, &mut to))?;
+            let (r64, dv64) = (rows as i64, c.g.dv);
+            let mut b = cx.stream.launch_builder(&cx.functions.flash_row_dot);
+            b.arg(g.slice())
+                .arg(o.slice())
+                .arg(st.slice_mut())
+                .arg(&r64)
+                .arg(&dv64);
+            // SAFETY: warp `row` reads the dv elements of row `row` < R of the cotangent and
+            // the output ([BH, L, dv] each) and writes stats[2R + row] (3R allocated).
+            launched(op, unsafe { b.launch(super::warp_grid(rows)) })?;
+            st
+        }
+        None => stats(cx, op, &c, o, g)?,
+    };
     if c.g.causal != 0 {
         let rows = (c.g.bh * c.g.l) as usize;
         flag_nonfinite(cx, op, &st, rows, &mut c.nonfinite)?;
@@ -295,6 +340,9 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
         return tensor(out, &shape);
     }
     let c = prepare(cx, op, inputs, &[inputs[2]])?;
+    // the rows' log-sum-exps and whether they attend, left beside the output for this
+    // call's VJP (which recomputes them for any other output)
+    let mut stats = output(cx, op, 3 * (c.g.bh * c.g.l) as usize)?;
     let mode = 0i32;
     let mut b = cx.stream.launch_builder(&cx.functions.flash_forward);
     b.arg(c.q.slice())
@@ -304,7 +352,7 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
         .arg(c.bias.slice())
         .arg(c.nonfinite.slice())
         .arg(out.slice_mut())
-        .arg(c.nonfinite.slice())
+        .arg(stats.slice_mut())
         .arg(c.q.slice())
         .arg(&c.g)
         .arg(&mode);
@@ -318,8 +366,10 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
     // their shapes (every index is bounded by l, s, d, dv: the shape rule gave these
     // buffers exactly those shapes), the packed mask's words (rows·words, as packed) or the
     // bias (its shape, [L, S] or [BH, L, S]), the flag's one element, and writes the output
-    // rows of its tile and chunk ([BH, L, dv]); mode 0 reads neither stats nor dout.
+    // rows of its tile and chunk ([BH, L, dv]) and, chunk 0, their two stats (2·BH·L of
+    // the 3·BH·L allocated); mode 0 does not read dout.
     launched(op, unsafe { b.launch(cfg) })?;
+    out.attach(call_key(op, inputs), stats);
     tensor(out, &shape)
 }
 
