@@ -17,7 +17,8 @@ for mode in eager compiled; do
     out="$log/tr-cuda-$name-$mode.txt"
     if [ "$name" = strict ]; then dev=""; else dev="--device cuda"; fi
     $tl transformer --backend $mode --steps $steps $dev $flags --show-backend > "$out" 2>&1; rc=$?
-    worst=$(paste <(losses "$log/tr-cpu-$mode.txt") <(losses "$out") | awk '{d=$2-$4; if (d<0) d=-d; if (d>m) m=d} END {printf "%.2e", m}')
+    # the steps both runs logged, joined by step number
+    worst=$(join <(losses "$log/tr-cpu-$mode.txt" | sort -k1,1) <(losses "$out" | sort -k1,1) | awk '{d=$2-$3; if (d<0) d=-d; if (d>m) m=d} END {printf "%.2e", m}')
     row=$(grep -m1 '^scaled_dot_product_attention:' "$out" | cut -d' ' -f2)
     echo "transformer --backend $mode [$name $flags]: exit $rc, attention ran $row, $(losses "$out" | wc -l) logged steps, last loss $(losses "$out" | tail -1 | cut -d' ' -f2) (cpu $(losses "$log/tr-cpu-$mode.txt" | tail -1 | cut -d' ' -f2)), largest |loss - cpu loss| $worst" | tee -a "$log/attention.txt"
   done
