@@ -36,6 +36,7 @@ fn core_code(e: &torchlean::Error) -> u8 {
     match e {
         torchlean::Error::Planning(_)
         | torchlean::Error::DeviceUnavailable { .. }
+        | torchlean::Error::ProviderUnavailable { .. }
         | torchlean::Error::Creation(_) => 2,
         torchlean::Error::Gate(_) => 3,
         _ => 1,
