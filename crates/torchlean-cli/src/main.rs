@@ -142,6 +142,13 @@ fn main() -> ExitCode {
         eprintln!("error: {e}");
         return ExitCode::from(1);
     }
+    // the LibTorch bridge, when built with `--features libtorch` (after the CUDA module,
+    // whose `cuda` memory its capsules read)
+    #[cfg(feature = "libtorch")]
+    if let Err(e) = torchlean_libtorch::link() {
+        eprintln!("error: {e}");
+        return ExitCode::from(1);
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Ops(a) => commands::ops::run(a),

@@ -393,7 +393,11 @@ fn capsules_cite_tests_that_exist() {
     use torchlean::backend::Registry;
     let mut r = Registry::new();
     torchlean_libtorch::capsules::register(&mut r).expect("capsules register");
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    // the repository root (the GPU bundle carries copies of the cited files: run.sh sets
+    // TORCHLEAN_REPO_ROOT to them)
+    let root = std::env::var_os("TORCHLEAN_REPO_ROOT")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."));
     let mut checked = 0;
     for e in r.entries() {
         for o in Obligation::ALL {
