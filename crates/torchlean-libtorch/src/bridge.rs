@@ -35,6 +35,10 @@ pub fn tch_device(device: Device) -> BResult<tch::Device> {
     match device {
         Device::Cpu => Ok(tch::Device::Cpu),
         Device::Cuda => {
+            crate::probe::load_cuda().map_err(|reason| BridgeError::Device {
+                device: device.label().into(),
+                reason: format!("LibTorch's CUDA library is not usable: {reason}"),
+            })?;
             if tch::Cuda::is_available() {
                 Ok(tch::Device::Cuda(0))
             } else {

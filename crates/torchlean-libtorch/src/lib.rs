@@ -116,5 +116,8 @@ impl ProviderModule for LibtorchModule {
 /// Links the LibTorch module into this process (at startup, before the first session; see
 /// `torchlean::module::link`).
 pub fn link() -> torchlean::Result<()> {
+    // LibTorch's CUDA library first, before anything can query LibTorch's CUDA backend (it is
+    // looked up once and cached); a failure is reported by the `cuda` probe, not here
+    let _ = probe::load_cuda();
     torchlean::module::link(Arc::new(LibtorchModule))
 }

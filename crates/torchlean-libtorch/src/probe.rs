@@ -22,6 +22,54 @@ fn loaded_library() -> Option<std::path::PathBuf> {
         .map(std::path::PathBuf::from)
 }
 
+/// Loads LibTorch's CUDA library (`libtorch_cuda.so`, from the directory of the
+/// `libtorch_cpu` this process loaded), once. The linker drops it from the binaries
+/// (`--as-needed`: no symbol of it is referenced), and without it LibTorch registers no CUDA
+/// backend, so `tch::Cuda::is_available()` is false even on a GPU machine; loading it runs its
+/// static initializers, which register the backend (what `import torch` does). Returns why it
+/// could not be loaded, if so (a CPU-only LibTorch, or missing CUDA libraries).
+///
+/// LibTorch looks its CUDA hooks up once, at the first CUDA query, and keeps what it found:
+/// this must run before any (`crate::link` calls it first thing).
+pub fn load_cuda() -> Result<(), String> {
+    static LOADED: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    LOADED
+        .get_or_init(|| {
+            let lib =
+                loaded_library().ok_or("no libtorch_cpu library is mapped into this process")?;
+            let path = lib.with_file_name("libtorch_cuda.so");
+            if !path.exists() {
+                return Err(format!(
+                    "{} does not exist (a CPU-only LibTorch)",
+                    path.display()
+                ));
+            }
+            let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+                .map_err(|_| format!("{} contains a NUL byte", path.display()))?;
+            // SAFETY: dlopen with a valid NUL-terminated path; RTLD_GLOBAL so that its
+            // symbols serve later lookups, as when Python loads it. The handle is never
+            // closed (the library stays loaded for the process's lifetime, as LibTorch
+            // expects). dlerror is read right after a failure, on this thread.
+            let handle =
+                unsafe { libc::dlopen(c_path.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
+            if handle.is_null() {
+                // SAFETY: dlerror returns NULL or a NUL-terminated string valid until the next
+                // dl* call on this thread; it is copied at once.
+                let why = unsafe {
+                    let e = libc::dlerror();
+                    if e.is_null() {
+                        "unknown dlopen error".to_string()
+                    } else {
+                        std::ffi::CStr::from_ptr(e).to_string_lossy().into_owned()
+                    }
+                };
+                return Err(format!("cannot load {}: {why}", path.display()));
+            }
+            Ok(())
+        })
+        .clone()
+}
+
 /// The version of the loaded LibTorch, read beside the library: `torch/version.py` of a
 /// pip-installed PyTorch (`__version__ = '2.11.0+cu130'`) or `build-version` of a LibTorch
 /// archive.

@@ -36,7 +36,13 @@ fn link() {
 fn devices(test: &str) -> Vec<Device> {
     link();
     let mut v = vec![Device::Cpu];
+    // the bridge loads LibTorch's CUDA library itself before its first CUDA call; here too
+    let loaded = torchlean_libtorch::probe::load_cuda();
     let why = match (tch::Cuda::is_available(), torchlean_cuda::available()) {
+        (false, _) if loaded.is_err() => format!(
+            "LibTorch's CUDA library is not loaded: {}",
+            loaded.err().unwrap_or_default()
+        ),
         (true, Ok(_)) => {
             v.push(Device::Cuda);
             return v;
@@ -431,4 +437,24 @@ fn capsules_cite_tests_that_exist() {
             "`{t}` is not a test of this binary"
         );
     }
+}
+
+/// The pip wheel is a CUDA build: its CUDA library loads (no GPU needed) and registers
+/// LibTorch's CUDA backend, which then answers the CUDA runtime version (without it, LibTorch
+/// refuses the query: "without ATen_cuda library"). Without this load, LibTorch would see no
+/// GPU on the GPU machine (the linker drops libtorch_cuda from the binaries). LibTorch
+/// caches its CUDA hooks at the first CUDA query, so the load must come first: `link` does it.
+#[test]
+fn libtorch_cuda_loads_and_registers_its_backend() {
+    let quiet = |f: fn() -> i64| {
+        let hook = std::panic::take_hook();
+        std::panic::set_hook(Box::new(|_| {}));
+        let r = std::panic::catch_unwind(f);
+        std::panic::set_hook(hook);
+        r
+    };
+    link();
+    torchlean_libtorch::probe::load_cuda().expect("libtorch_cuda loads");
+    let v = quiet(tch::utils::version_cudart).expect("LibTorch's CUDA backend is registered");
+    assert!(v >= 12000, "CUDA runtime version {v}");
 }
