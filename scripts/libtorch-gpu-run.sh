@@ -7,7 +7,8 @@
 #     TORCHLEAN_REQUIRE_CUDA=1 (a missing GPU fails them instead of skipping);
 #  2. the transformer example trained end to end under libtorch_forward_cuda and
 #     libtorch_autograd_cuda (and checked_cuda beside them), each with its backend report
-#     (text and JSON): the attention rows show the trusted-external LibTorch boundary.
+#     (text and JSON): the attention rows show the trusted-external LibTorch boundary;
+#  3. the same two libtorch profiles in compiled mode.
 set -uo pipefail
 bin=$(cd "$(dirname "$0")" && pwd)
 log=${OUT:-$bin/../libtorch-logs}
@@ -33,5 +34,12 @@ for p in libtorch_forward_cuda libtorch_autograd_cuda checked_cuda; do
   echo "$p: exit $rc"
   grep -E "^(profile|target)|scaled_dot_product_attention|^summary" "$log/transformer-$p.txt" | head -12
   grep -E "value:.*trusted_boundary|vjp:.*trusted_boundary" "$log/transformer-$p.txt" | head -4
+done
+echo "== transformer, compiled mode, both libtorch profiles"
+for p in libtorch_forward_cuda libtorch_autograd_cuda; do
+  "$bin/torchlean" transformer --profile "$p" --backend compiled --show-backend \
+    --report-json "$log/transformer-$p-compiled.report.json" > "$log/transformer-$p-compiled.txt" 2>&1
+  echo "$p --backend compiled: exit $?"
+  grep -E "^scaled_dot_product_attention|^summary" "$log/transformer-$p-compiled.txt" | head -3
 done
 echo "logs in $log"
