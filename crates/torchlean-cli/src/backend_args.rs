@@ -59,6 +59,25 @@ pub struct BackendArgs {
     pub report_json: Option<String>,
 }
 
+/// A profile that names provider `libtorch` (prefer:libtorch, only:libtorch — the two
+/// libtorch profiles) needs the LibTorch bridge, which this binary links only when built
+/// with `--features libtorch`: without it, a usage error (exit 2) before anything runs.
+fn refuse_unlinked_libtorch(p: &BackendProfile) -> Result<(), CliError> {
+    use torchlean::backend::{Provider, ProviderPreference};
+    let names_libtorch = matches!(
+        p.preference,
+        ProviderPreference::Prefer(Provider::Libtorch)
+            | ProviderPreference::Only(Provider::Libtorch)
+    );
+    if names_libtorch && !cfg!(feature = "libtorch") {
+        return Err(CliError::usage(format!(
+            "profile `{}` asks for provider `libtorch`, but the LibTorch bridge is not linked into this build of torchlean: rebuild with `cargo build --release -p torchlean-cli --features libtorch` against PyTorch 2.11 (docs/libtorch.md)",
+            p.name
+        )));
+    }
+    Ok(())
+}
+
 impl BackendArgs {
     pub fn profile(&self) -> Result<BackendProfile, CliError> {
         let p = BackendProfile::resolve(
@@ -68,6 +87,7 @@ impl BackendArgs {
             self.policy.as_deref(),
         )
         .map_err(CliError::usage)?;
+        refuse_unlinked_libtorch(&p)?;
         Ok(if self.tf32 { p.with_tf32() } else { p })
     }
 

@@ -36,6 +36,7 @@ fn core_code(e: &torchlean::Error) -> u8 {
     match e {
         torchlean::Error::Planning(_)
         | torchlean::Error::DeviceUnavailable { .. }
+        | torchlean::Error::ProviderUnavailable { .. }
         | torchlean::Error::Creation(_) => 2,
         torchlean::Error::Gate(_) => 3,
         _ => 1,
@@ -138,6 +139,13 @@ fn main() -> ExitCode {
     // the CUDA provider module, linked before anything reads the registry; it loads CUDA
     // only when a cuda profile is probed, so this costs nothing on a CPU-only machine
     if let Err(e) = torchlean_cuda::link() {
+        eprintln!("error: {e}");
+        return ExitCode::from(1);
+    }
+    // the LibTorch bridge, when built with `--features libtorch` (after the CUDA module,
+    // whose `cuda` memory its capsules read)
+    #[cfg(feature = "libtorch")]
+    if let Err(e) = torchlean_libtorch::link() {
         eprintln!("error: {e}");
         return ExitCode::from(1);
     }

@@ -419,6 +419,45 @@ fn plan_exit_codes() {
     assert_eq!(run(&["plan", "--ops", "nonsense"]).0, 2);
 }
 
+/// Without `--features libtorch`, the libtorch profiles stop before anything runs, naming
+/// the missing bridge (exit 2), whatever the command.
+#[cfg(not(feature = "libtorch"))]
+#[test]
+fn libtorch_profiles_say_the_bridge_is_not_linked() {
+    for args in [
+        &[
+            "transformer",
+            "--profile",
+            "libtorch_forward_cuda",
+            "--steps",
+            "1",
+        ][..],
+        &[
+            "transformer",
+            "--profile",
+            "libtorch_autograd_cuda",
+            "--steps",
+            "1",
+        ][..],
+        &[
+            "plan",
+            "--profile",
+            "libtorch_autograd_cuda",
+            "--ops",
+            "scaled_dot_product_attention",
+        ][..],
+        &["quickstart-mlp", "--provider", "prefer:libtorch"][..],
+    ] {
+        let (code, out, err) = run(args);
+        assert_eq!(code, 2, "{args:?}: {out}{err}");
+        assert!(
+            err.contains("the LibTorch bridge is not linked into this build")
+                && err.contains("--features libtorch"),
+            "{args:?}: {err}"
+        );
+    }
+}
+
 #[test]
 fn capsules_json_has_all_fields() {
     let (code, out, _) = run(&[

@@ -95,6 +95,14 @@ pub enum Error {
     ProcessDefaultSet { current: String, requested: String },
     #[error("device `{device}` is not available: {reason}")]
     DeviceUnavailable { device: String, reason: String },
+    /// The profile asks for a provider (`prefer:P`, `only:P`) that no linked module declares
+    /// on its device, or whose module's probe failed: refused before any kernel runs.
+    #[error("provider `{provider}` is not available on `{device}`: {reason}")]
+    ProviderUnavailable {
+        provider: String,
+        device: String,
+        reason: String,
+    },
     /// An op's inputs live on different devices, or on another device than the session's
     /// profile runs on. Never resolved by an implicit copy.
     #[error("op `{op}`: {detail}; move tensors explicitly with `to_device` / `to_cpu` (torchlean never copies between devices implicitly)")]

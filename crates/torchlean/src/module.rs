@@ -16,7 +16,9 @@
 //! This module owns the linking and the dispatch of probes and uploads to the module that
 //! declares a device; it must not plan, gate or run kernels.
 
-use crate::backend::{Availability, Device, Provider, Registry, RegistryError, Target};
+use crate::backend::{
+    Availability, Device, Provider, ProviderPreference, Registry, RegistryError, Target,
+};
 use crate::error::{Error, Result};
 use crate::runtime::probe::ProbeReport;
 use crate::tensor::DeviceBuffer;
@@ -180,6 +182,78 @@ pub fn probe(device: Device) -> Result<ProbeReport> {
             device: device.label().into(),
             reason: "no provider module for this device is linked into this build".into(),
         }),
+    }
+}
+
+/// Probes `device` for a profile whose provider preference is `preference`, before its first
+/// kernel: a provider the profile names (`prefer:P`, `only:P`) must be declared on `device` by
+/// a linked module — never a silent run without it —, then the device's owner is probed
+/// ([`probe`]), then every other linked module that declares a provider on `device` (the
+/// LibTorch bridge on `cuda`): its detail (versions) is added to the report's, and its
+/// failure refuses the run when the profile names one of its providers (otherwise it is
+/// noted in the detail).
+pub fn probe_for(device: Device, preference: ProviderPreference) -> Result<ProbeReport> {
+    let wanted = match preference {
+        ProviderPreference::Prefer(p) | ProviderPreference::Only(p) => Some(p),
+        ProviderPreference::Auto => None,
+    };
+    if let Some(p) = wanted {
+        if !linked().iter().any(|m| m.declares().contains(&(p, device))) {
+            return Err(Error::ProviderUnavailable {
+                provider: p.label().into(),
+                device: device.label().into(),
+                reason: format!(
+                    "the profile asks for it ({}), but no provider module linked into this build declares it there{}",
+                    preference.label(),
+                    missing_module_hint(p)
+                ),
+            });
+        }
+    }
+    let mut report = probe(device)?;
+    for m in linked() {
+        if m.devices().contains(&device) {
+            continue;
+        }
+        let here: Vec<Provider> = m
+            .declares()
+            .into_iter()
+            .filter(|&(_, d)| d == device)
+            .map(|(p, _)| p)
+            .collect();
+        if here.is_empty() {
+            continue;
+        }
+        match m.probe(device) {
+            Ok(r) => {
+                report.detail.push_str("; ");
+                report.detail.push_str(&r.detail);
+            }
+            Err(e) => match wanted.filter(|p| here.contains(p)) {
+                Some(p) => {
+                    return Err(Error::ProviderUnavailable {
+                        provider: p.label().into(),
+                        device: device.label().into(),
+                        reason: format!("the probe of module `{}` failed: {e}", m.name()),
+                    })
+                }
+                None => report
+                    .detail
+                    .push_str(&format!("; module `{}` not usable here: {e}", m.name())),
+            },
+        }
+    }
+    Ok(report)
+}
+
+/// Where the module of a provider that is not linked comes from.
+fn missing_module_hint(p: Provider) -> &'static str {
+    match p {
+        Provider::Libtorch => " (the LibTorch bridge, crate torchlean-libtorch, is not linked into this build; the `torchlean` command links it when built with `--features libtorch`: docs/libtorch.md)",
+        Provider::NativeCuda | Provider::Cublas | Provider::Cufft => {
+            " (the CUDA module, crate torchlean-cuda, is not linked into this build)"
+        }
+        _ => "",
     }
 }
 

@@ -191,3 +191,46 @@ fn an_eager_report_nests_a_composites_parts_under_it() {
         .to_text()
         .contains(&format!("    (part of {composite}) matmul:")));
 }
+
+/// A profile that asks for a provider no linked module declares on its device (here the
+/// LibTorch bridge, never linked into this test binary) stops before any kernel, naming what
+/// is missing — `prefer:` falls through to other providers only when the preferred one
+/// exists but has no capsule for an op, never when it is absent from the build.
+#[test]
+fn a_profile_asking_for_an_unlinked_provider_stops_before_any_kernel() {
+    for pref in ["prefer:libtorch", "only:libtorch"] {
+        let profile =
+            BackendProfile::resolve(None, Some("cpu"), Some(pref), Some("allow-trusted-runtime"))
+                .unwrap();
+        let prev = runtime::install(Session::new(profile)).unwrap();
+        let r = Tensor::ones(&[2]).unwrap().sin();
+        let report = runtime::take().unwrap().unwrap().report();
+        if let Some(p) = prev {
+            runtime::install(p).unwrap();
+        }
+        let e = r.unwrap_err();
+        let msg = e.to_string();
+        if pref.starts_with("prefer") {
+            assert!(
+                matches!(&e, Error::ProviderUnavailable { provider, device, .. } if provider == "libtorch" && device == "cpu"),
+                "{e:?}"
+            );
+            assert!(
+                msg.contains("torchlean-libtorch") && msg.contains("--features libtorch"),
+                "{msg}"
+            );
+        } else {
+            // only:libtorch finds no capsule to plan first: a planning error listing them
+            assert!(matches!(&e, Error::Planning(_)), "{e:?}");
+        }
+        assert!(
+            report.kernels.is_empty(),
+            "no kernel ran: {}",
+            report.to_text()
+        );
+    }
+    // with the default preference nothing changes
+    runtime::install(Session::new(BackendProfile::default_cpu())).unwrap();
+    assert_eq!(Tensor::ones(&[2]).unwrap().sin().unwrap().to_vec().len(), 2);
+    runtime::take().unwrap();
+}

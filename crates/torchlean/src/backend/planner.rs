@@ -3,7 +3,8 @@
 //! request that cannot be honoured stops here.
 //!
 //! Admissibility (DESIGN §3): supports forward; runtime support fits the mode; device matches;
-//! provider matches the preference; the VJP mode fits the session; the provider is available
+//! provider matches the preference; the VJP mode fits the session (an external-autograd
+//! session under `prefer:P` lets the ops P does not bridge keep the tape); the provider is available
 //! on the target; and, when the planner is choosing among providers (`auto`, `prefer:P`), the
 //! capsule's trust level is one the policy allows. Under `only:P` the user pinned the
 //! provider, so the trust level is left to the gate, which then reports exactly which
@@ -262,11 +263,20 @@ pub fn request_refusal(
             });
         }
     }
+    let tape = matches!(c.vjp_mode, VjpMode::TorchleanTape | VjpMode::BackendVjp);
     let vjp_fits = match request.vjp {
         VjpMode::None => true,
         _ if !c.op.differentiable() => true,
-        VjpMode::TorchleanTape => {
-            matches!(c.vjp_mode, VjpMode::TorchleanTape | VjpMode::BackendVjp)
+        VjpMode::TorchleanTape => tape,
+        // external autograd is asked of the preferred provider: under `prefer:P` an op that
+        // another provider runs (P has no external-autograd capsule for it) keeps the
+        // torchlean tape, so a whole model trains with P owning the backward of the ops it
+        // bridges (profile libtorch_autograd_cuda); P's own capsules and every capsule under
+        // `auto` or `only:P` must match exactly
+        VjpMode::ExternalAutograd => {
+            c.vjp_mode == VjpMode::ExternalAutograd
+                || (tape
+                    && matches!(request.preference, ProviderPreference::Prefer(p) if p != c.provider))
         }
         exact => c.vjp_mode == exact,
     };
@@ -310,6 +320,11 @@ pub fn plan_op(
     // an opted-in TF32 capsule comes first (under the provider preference below)
     if request.policy.allow_tf32 {
         admissible.sort_by_key(|e| e.capsule.precision == super::Precision::F32);
+    }
+    // an external-autograd session takes an external-autograd capsule wherever one is
+    // admissible (the tape capsules admitted beside it are for the other ops)
+    if request.vjp == VjpMode::ExternalAutograd {
+        admissible.sort_by_key(|e| e.capsule.vjp_mode != VjpMode::ExternalAutograd);
     }
     if let ProviderPreference::Prefer(p) = request.preference {
         if let Some(e) = admissible.iter().find(|e| e.capsule.provider == p) {
@@ -407,5 +422,173 @@ pub fn plan_ops(
         })
     } else {
         Err(errors)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The LibTorch profiles' planning, with stand-in capsules declared for `cuda` (planning
+    //! reads declarations only: no CUDA module or LibTorch is needed).
+    use super::*;
+    use crate::backend::{
+        Availability, BackendProfile, ContractClaim, Evidence, KernelCapsule, Registry,
+    };
+    use crate::providers::{composition, native_cpu};
+
+    fn moved(mut c: KernelCapsule, name: &str, provider: Provider) -> KernelCapsule {
+        c.name = name.into();
+        c.provider = provider;
+        c.device = Device::Cuda;
+        c
+    }
+
+    /// A LibTorch SDPA stand-in with vjp mode `mode` and trusted-boundary value evidence.
+    fn libtorch_sdpa(name: &str, mode: VjpMode) -> KernelCapsule {
+        let op = OpKind::ScaledDotProductAttention;
+        let mut c = moved(composition::capsule(op), name, Provider::Libtorch);
+        c.parts = vec![];
+        c.trust_level = TrustLevel::TrustedExternal;
+        c.vjp_mode = mode;
+        c.value_contract.evidence = Evidence::TrustedBoundary {
+            boundary: "stand-in".into(),
+        };
+        c.vjp_contract.claim = ContractClaim::VjpRefinement {
+            op,
+            spec: "spec::scaled_dot_product_attention.vjp".into(),
+            mode,
+        };
+        c
+    }
+
+    fn fixture() -> (Registry, Availability) {
+        let mut r = Registry::new();
+        let attention = OpKind::ScaledDotProductAttention;
+        // registered before LibTorch's, so that only the preference can pick LibTorch
+        r.register(
+            moved(
+                composition::capsule(attention),
+                "torchlean.cuda.scaled_dot_product_attention",
+                Provider::Torchlean,
+            ),
+            composition::binding(),
+        )
+        .unwrap();
+        for op in [OpKind::Matmul, OpKind::Relu] {
+            r.register(
+                moved(
+                    native_cpu::capsule(op),
+                    &format!("native_cuda.{}", op.name()),
+                    Provider::NativeCuda,
+                ),
+                native_cpu::binding_for(op),
+            )
+            .unwrap();
+        }
+        r.register(
+            libtorch_sdpa("libtorch.sdpa_forward", VjpMode::BackendVjp),
+            composition::binding(),
+        )
+        .unwrap();
+        r.register(
+            libtorch_sdpa("libtorch.sdpa_autograd", VjpMode::ExternalAutograd),
+            composition::binding(),
+        )
+        .unwrap();
+        let providers = [
+            Provider::Torchlean,
+            Provider::NativeCuda,
+            Provider::Libtorch,
+        ]
+        .into_iter()
+        .map(|p| (p, Device::Cuda))
+        .collect();
+        let availability = Availability {
+            devices: [Device::Cuda].into_iter().collect(),
+            providers,
+        };
+        (r, availability)
+    }
+
+    fn request(profile: &str, recording: bool) -> PlanRequest {
+        let p = BackendProfile::named(profile).unwrap();
+        PlanRequest {
+            device: p.device,
+            preference: p.preference,
+            policy: p.policy,
+            vjp: if recording { p.vjp } else { VjpMode::None },
+            mode: ExecutionMode::Eager,
+        }
+    }
+
+    fn planned(r: &Registry, a: &Availability, op: OpKind, req: &PlanRequest) -> String {
+        plan_op(r, op, req, a)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .capsule()
+            .name
+            .clone()
+    }
+
+    #[test]
+    fn libtorch_forward_profile_plans_its_forward_bridge_and_cuda_for_the_rest() {
+        let (r, a) = fixture();
+        for recording in [false, true] {
+            let req = request("libtorch_forward_cuda", recording);
+            assert_eq!(
+                planned(&r, &a, OpKind::ScaledDotProductAttention, &req),
+                "libtorch.sdpa_forward"
+            );
+            assert_eq!(planned(&r, &a, OpKind::Matmul, &req), "native_cuda.matmul");
+        }
+        // the tape session never takes the external-autograd capsule
+        let req = request("libtorch_forward_cuda", true);
+        let c = &r.get("libtorch.sdpa_autograd").unwrap().capsule;
+        assert!(matches!(
+            request_refusal(c, &req),
+            Some(Refusal::VjpMode { .. })
+        ));
+    }
+
+    #[test]
+    fn libtorch_autograd_profile_plans_external_autograd_for_attention_only() {
+        let (r, a) = fixture();
+        let req = request("libtorch_autograd_cuda", true);
+        assert_eq!(req.vjp, VjpMode::ExternalAutograd);
+        assert_eq!(
+            planned(&r, &a, OpKind::ScaledDotProductAttention, &req),
+            "libtorch.sdpa_autograd"
+        );
+        // the ops LibTorch does not bridge keep the torchlean tape
+        assert_eq!(planned(&r, &a, OpKind::Matmul, &req), "native_cuda.matmul");
+        assert_eq!(planned(&r, &a, OpKind::Relu, &req), "native_cuda.relu");
+        // LibTorch's own tape capsule is refused: external autograd is asked of it
+        let c = &r.get("libtorch.sdpa_forward").unwrap().capsule;
+        assert!(matches!(
+            request_refusal(c, &req),
+            Some(Refusal::VjpMode { .. })
+        ));
+        // without recording, the forward bridge is as good as the other (registry order)
+        let req = request("libtorch_autograd_cuda", false);
+        assert_eq!(
+            planned(&r, &a, OpKind::ScaledDotProductAttention, &req),
+            "libtorch.sdpa_forward"
+        );
+    }
+
+    #[test]
+    fn external_autograd_under_auto_or_only_still_matches_exactly() {
+        let (r, a) = fixture();
+        let mut req = request("libtorch_autograd_cuda", true);
+        for pref in [
+            ProviderPreference::Auto,
+            ProviderPreference::Only(Provider::NativeCuda),
+        ] {
+            req.preference = pref;
+            let e = plan_op(&r, OpKind::Matmul, &req, &a).unwrap_err();
+            assert!(
+                e.to_string()
+                    .contains("vjp mode `backend_vjp` does not fit"),
+                "{e}"
+            );
+        }
     }
 }

@@ -83,17 +83,21 @@ impl BackendProfile {
                 Tape,
             )
             .with_tf32(),
+            // LibTorch only where it has an explicit bridge (attention: libtorch.sdpa_forward,
+            // libtorch.sdpa_autograd), the CUDA providers for the rest of the model; the
+            // session refuses either profile before any kernel when the bridge is not linked
+            // (runtime::probe::probe_for)
             profile(
                 "libtorch_forward_cuda",
                 Device::Cuda,
-                Only(Provider::Libtorch),
+                Prefer(Provider::Libtorch),
                 PolicyName::AllowTrustedRuntime,
                 Tape,
             ),
             profile(
                 "libtorch_autograd_cuda",
                 Device::Cuda,
-                Only(Provider::Libtorch),
+                Prefer(Provider::Libtorch),
                 PolicyName::AllowTrustedRuntime,
                 VjpMode::ExternalAutograd,
             ),

@@ -246,8 +246,8 @@ impl CompiledGraph {
             )))
         });
         // the same probe as eager mode's, before any kernel of the plan can run
-        let probed =
-            super::probe::probe(profile.device).map_err(|e| CompileError::Device(Box::new(e)))?;
+        let probed = super::probe::probe_for(profile.device, profile.preference)
+            .map_err(|e| CompileError::Device(Box::new(e)))?;
         let mut report = BackendReport::new(
             profile,
             ExecutionMode::Compiled,

@@ -17,6 +17,15 @@ pub fn probe(device: Device) -> Result<ProbeReport> {
     crate::module::probe(device)
 }
 
+/// Probes `device` for a profile with provider preference `preference` (see
+/// [`crate::module::probe_for`]): a provider the profile names must be linked and usable.
+pub fn probe_for(
+    device: Device,
+    preference: crate::backend::ProviderPreference,
+) -> Result<ProbeReport> {
+    crate::module::probe_for(device, preference)
+}
+
 /// The CPU module's probe: the CPU is always present (its SIMD features are reported).
 pub(crate) fn probe_cpu(device: Device) -> Result<ProbeReport> {
     match device {

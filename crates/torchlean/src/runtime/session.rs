@@ -140,7 +140,8 @@ impl Session {
         let accepted = gate_kernel(&planned, &request)
             .map_err(|r| Error::Gate(GateRejection::Kernel(Box::new(r))))?;
         if self.probed.is_none() {
-            self.probed = Some(probe::probe(self.profile.device)?.detail);
+            self.probed =
+                Some(probe::probe_for(self.profile.device, self.profile.preference)?.detail);
         }
         let kernel = Arc::new(accepted);
         self.cache[slot] = Some(Slot {
@@ -188,7 +189,8 @@ impl Session {
     pub fn preplan(&mut self, uses: &OpUses) -> Result<BackendReport> {
         // the device first: a machine without it is told what is missing, whatever the plan
         if self.probed.is_none() {
-            self.probed = Some(probe::probe(self.profile.device)?.detail);
+            self.probed =
+                Some(probe::probe_for(self.profile.device, self.profile.preference)?.detail);
         }
         let mut audits = Vec::new();
         for &(k, recording) in uses.uses() {

@@ -1,0 +1,277 @@
+//! The kernels of the LibTorch capsules: torchlean tensors to LibTorch and back, and
+//! scaled dot-product attention with torchlean's mask semantics.
+//!
+//! **Data path.** A torchlean tensor (host, or a CUDA buffer of the CUDA module) is read to
+//! the host, copied into a LibTorch tensor on the same device (`cuda:0` or the CPU), and the
+//! result comes back the same way. Two host round trips per call: correct on every device and
+//! independent of how the CUDA module allocates, but not fast (docs/libtorch.md; wrapping the
+//! device pointers with `from_blob` is the next step).
+//!
+//! **Masks** (torchlean's spec, `spec::special`): a boolean mask (nonzero = may attend, NaN
+//! included; shape `[L, S]` or `[..., L, S]`) and `causal` (key j blocked for query i when
+//! j > i) are combined into one boolean `allowed` mask, passed to LibTorch directly. A query
+//! row with no allowed key outputs zeros and passes no gradient in torchlean, where LibTorch's
+//! SDPA gives NaN or an unspecified value; such a row is unblocked for LibTorch (a finite
+//! dummy row) and its output is replaced by zeros after (`masked_fill`), so its cotangent is
+//! zero and reaches no input. `causal` alone never blocks a whole row (key 0 is always
+//! allowed), so it is passed as LibTorch's `is_causal` (the same top-left alignment as the
+//! spec's j > i). Additive-bias masks are refused by the layout guard.
+
+use crate::BridgeError;
+use tch::{Kind, Tensor as TchTensor};
+use torchlean::backend::Device;
+use torchlean::graph::{AttentionMask, Op};
+use torchlean::providers::native_cpu::guard::output_shape;
+use torchlean::Tensor;
+
+type BResult<T> = Result<T, BridgeError>;
+
+fn torch(call: &'static str) -> impl FnOnce(tch::TchError) -> BridgeError {
+    move |source| BridgeError::Torch { call, source }
+}
+
+/// LibTorch's device for a torchlean device.
+pub fn tch_device(device: Device) -> BResult<tch::Device> {
+    match device {
+        Device::Cpu => Ok(tch::Device::Cpu),
+        Device::Cuda => {
+            crate::probe::load_cuda().map_err(|reason| BridgeError::Device {
+                device: device.label().into(),
+                reason: format!("LibTorch's CUDA library is not usable: {reason}"),
+            })?;
+            if tch::Cuda::is_available() {
+                Ok(tch::Device::Cuda(0))
+            } else {
+                Err(BridgeError::Device {
+                    device: device.label().into(),
+                    reason: "LibTorch finds no usable CUDA device (libtorch_cuda not loaded, no driver, or no GPU)".into(),
+                })
+            }
+        }
+        other => Err(BridgeError::Device {
+            device: other.label().into(),
+            reason: "the bridge runs on `cpu` and `cuda` only".into(),
+        }),
+    }
+}
+
+fn dims(shape: &[usize]) -> BResult<Vec<i64>> {
+    shape
+        .iter()
+        .map(|&d| i64::try_from(d).map_err(|_| BridgeError::Size(d)))
+        .collect()
+}
+
+/// A LibTorch copy of `t` (float32) on `device`, through the host.
+pub fn to_tch(t: &Tensor, device: tch::Device) -> torchlean::Result<TchTensor> {
+    let values = t.try_to_vec()?;
+    let shape = dims(t.shape()).map_err(|e| e.into_core("to_libtorch", t.device()))?;
+    let out = TchTensor::f_from_slice(&values)
+        .and_then(|x| x.f_reshape(shape.as_slice()))
+        .and_then(|x| x.f_to_device(device))
+        .map_err(torch("from_slice / reshape / to_device"))
+        .map_err(|e| e.into_core("to_libtorch", t.device()))?;
+    Ok(out)
+}
+
+/// A torchlean tensor on `device` with the values of `t` (float32, any LibTorch device),
+/// through the host.
+pub fn from_tch(t: &TchTensor, device: Device) -> torchlean::Result<Tensor> {
+    let fail = |e: BridgeError| e.into_core("from_libtorch", device);
+    let host = t
+        .f_to_device(tch::Device::Cpu)
+        .and_then(|x| x.f_to_kind(Kind::Float))
+        .and_then(|x| x.f_contiguous())
+        .map_err(torch("to_device(cpu) / contiguous"))
+        .map_err(fail)?;
+    let shape: Vec<usize> = host
+        .size()
+        .iter()
+        .map(|&d| usize::try_from(d).unwrap_or(0))
+        .collect();
+    let n = host.numel();
+    let mut values = vec![0f32; n];
+    host.f_copy_data(&mut values, n)
+        .map_err(torch("copy_data"))
+        .map_err(fail)?;
+    Tensor::from_vec(values, &shape)?.to_device(device)
+}
+
+/// The payload of an SDPA op.
+fn payload(op: &Op) -> torchlean::Result<(Option<f32>, bool, AttentionMask)> {
+    match op {
+        Op::ScaledDotProductAttention {
+            scale,
+            causal,
+            mask,
+        } => Ok((*scale, *causal, *mask)),
+        other => Err(torchlean::OpError::Payload {
+            op: other.name(),
+            reason: "the LibTorch bridge runs scaled_dot_product_attention only".into(),
+        }
+        .into()),
+    }
+}
+
+/// One call's LibTorch operands.
+pub struct Prepared {
+    pub q: TchTensor,
+    pub k: TchTensor,
+    pub v: TchTensor,
+    /// The boolean mask passed to LibTorch (`allowed`, with fully blocked rows unblocked).
+    pub mask: Option<TchTensor>,
+    /// Passed as LibTorch's `is_causal` (causal without a boolean mask).
+    pub is_causal: bool,
+    /// `[..., L, 1]`: the rows with no allowed key (output zeros, no gradient).
+    pub blocked_rows: Option<TchTensor>,
+    pub scale: Option<f64>,
+}
+
+/// LibTorch operands of one call on `device`; with `grad`, q, k and v are leaves that
+/// require a gradient.
+pub fn prepare(
+    op: &Op,
+    inputs: &[&Tensor],
+    device: tch::Device,
+    grad: bool,
+) -> torchlean::Result<Prepared> {
+    let (scale, causal, mask) = payload(op)?;
+    let dev = inputs[0].device();
+    let fail = |e: BridgeError| e.into_core(op.name(), dev);
+    let leaf = |t: &Tensor| -> torchlean::Result<TchTensor> {
+        let x = to_tch(t, device)?;
+        if grad {
+            x.f_set_requires_grad(true)
+                .map_err(torch("set_requires_grad"))
+                .map_err(fail)
+        } else {
+            Ok(x)
+        }
+    };
+    let (q, k, v) = (leaf(inputs[0])?, leaf(inputs[1])?, leaf(inputs[2])?);
+    let r = inputs[0].rank();
+    let (l, s) = (inputs[0].shape()[r - 2], inputs[1].shape()[r - 2]);
+    let (mask_t, is_causal, blocked_rows) = match mask {
+        AttentionMask::None => (None, causal, None),
+        AttentionMask::Boolean => {
+            let m = to_tch(inputs[3], device)?;
+            let ls = dims(&[l, s]).map_err(fail)?;
+            let build = || -> Result<(TchTensor, TchTensor), tch::TchError> {
+                // nonzero (NaN included) may attend, as in the spec
+                let mut allowed = m.f_ne(0.0)?;
+                if causal {
+                    let tri = TchTensor::f_ones([ls[0], ls[1]], (Kind::Bool, device))?.f_tril(0)?;
+                    allowed = allowed.f_logical_and(&tri)?;
+                }
+                let blocked = allowed.f_any_dim(-1, true)?.f_logical_not()?;
+                let passed = allowed.f_logical_or(&blocked)?;
+                Ok((passed, blocked))
+            };
+            let (passed, blocked) = build()
+                .map_err(torch("mask: ne / tril / logical_and / any / logical_or"))
+                .map_err(fail)?;
+            (Some(passed), false, Some(blocked))
+        }
+        AttentionMask::AdditiveBias => {
+            return Err(torchlean::OpError::Payload {
+                op: op.name(),
+                reason: "the LibTorch bridge does not run additive-bias masks (boolean masks and causal only)".into(),
+            }
+            .into())
+        }
+    };
+    Ok(Prepared {
+        q,
+        k,
+        v,
+        mask: mask_t,
+        is_causal,
+        blocked_rows,
+        scale: scale.map(f64::from),
+    })
+}
+
+/// LibTorch's SDPA on prepared operands, with fully blocked rows zeroed.
+pub fn attend(p: &Prepared) -> BResult<TchTensor> {
+    let y = TchTensor::f_scaled_dot_product_attention(
+        &p.q,
+        &p.k,
+        &p.v,
+        p.mask.as_ref(),
+        0.0,
+        p.is_causal,
+        p.scale,
+        false,
+    )
+    .map_err(torch("scaled_dot_product_attention"))?;
+    match &p.blocked_rows {
+        Some(b) => y.f_masked_fill(b, 0.0).map_err(torch("masked_fill")),
+        None => Ok(y),
+    }
+}
+
+/// Whether the call has no work for LibTorch: an empty output, or no keys (every row fully
+/// blocked: zeros).
+fn trivially_zero(inputs: &[&Tensor], out: &[usize]) -> bool {
+    let r = inputs[0].rank();
+    out.iter().product::<usize>() == 0 || inputs[1].shape()[r - 2] == 0
+}
+
+/// Forward kernel of both capsules: LibTorch's SDPA value, on the inputs' device.
+pub fn sdpa_forward(op: &Op, inputs: &[&Tensor]) -> torchlean::Result<Tensor> {
+    let out = output_shape(op, inputs)?;
+    let dev = inputs[0].device();
+    if trivially_zero(inputs, &out) {
+        payload(op)?;
+        return Tensor::zeros(&out)?.to_device(dev);
+    }
+    let device = tch_device(dev).map_err(|e| e.into_core(op.name(), dev))?;
+    let _no_grad = tch::no_grad_guard();
+    let p = prepare(op, inputs, device, false)?;
+    let y = attend(&p).map_err(|e| e.into_core(op.name(), dev))?;
+    from_tch(&y, dev)
+}
+
+/// VJP kernel of `libtorch.sdpa_autograd`: LibTorch's autograd owns the local backward — the
+/// forward is re-run on leaves that require a gradient and `torch::autograd::grad` gives the
+/// cotangents of q, k and v for the objective Σ y·ḡ (whose gradient in y is exactly ḡ).
+/// A boolean mask takes no gradient (`None`).
+pub fn sdpa_autograd_vjp(
+    op: &Op,
+    inputs: &[&Tensor],
+    _output: &Tensor,
+    grad_out: &Tensor,
+    _needs: &[bool],
+) -> torchlean::Result<Vec<Option<Tensor>>> {
+    let out = output_shape(op, inputs)?;
+    let dev = inputs[0].device();
+    let mut grads: Vec<Option<Tensor>> = Vec::with_capacity(inputs.len());
+    if trivially_zero(inputs, &out) {
+        payload(op)?;
+        for t in &inputs[..3] {
+            grads.push(Some(Tensor::zeros(t.shape())?.to_device(dev)?));
+        }
+    } else {
+        let device = tch_device(dev).map_err(|e| e.into_core(op.name(), dev))?;
+        let p = prepare(op, inputs, device, true)?;
+        let g = to_tch(grad_out, device)?;
+        let run = || -> BResult<Vec<TchTensor>> {
+            let y = attend(&p)?;
+            let objective = y
+                .f_mul(&g)
+                .and_then(|x| x.f_sum(Kind::Float))
+                .map_err(torch("mul / sum"))?;
+            TchTensor::f_run_backward(&[objective], &[&p.q, &p.k, &p.v], false, false)
+                .map_err(torch("autograd::grad"))
+        };
+        let gs = run().map_err(|e| e.into_core(op.name(), dev))?;
+        for g in &gs {
+            grads.push(Some(from_tch(g, dev)?));
+        }
+    }
+    // the boolean mask is not differentiable
+    if inputs.len() == 4 {
+        grads.push(None);
+    }
+    Ok(grads)
+}
