@@ -382,7 +382,7 @@ fn plan_exit_codes() {
     let all = format!("{out}{err}");
     assert_eq!(code, 3, "{all}");
     assert!(
-        all.contains("capsule `torchlean.cuda.scaled_dot_product_attention`")
+        all.contains("capsule `torchlean.cuda.composed_attention`")
             && all.contains("trust_level_not_allowed"),
         "{all}"
     );

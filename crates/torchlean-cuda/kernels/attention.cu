@@ -154,6 +154,25 @@ __device__ __forceinline__ int fa_gcol(int tx, int c) { return c < 4 ? tx * 4 + 
 
 __device__ __forceinline__ int fa_round4(long long n) { return (int)((n + 3) / 4 * 4); }
 
+// acc[a][b] += the products over the head dimension (n columns, in chunks of 64) of rows
+// ty·4 + a of A (tile `as`, rows a0.. of a) and rows tx + 8b of B (tile `bs`, rows b0.. of b,
+// read as zeros where `bkeep` is 0). A is loaded here only when n spans several chunks: a
+// one-chunk A is loaded once by the caller and stays; B is loaded for every chunk.
+__device__ __forceinline__ void fa_products(float acc[4][8], float* as, const float* __restrict__ a,
+                                            long long a0, long long arows, float* bs,
+                                            const float* __restrict__ b, long long b0,
+                                            long long brows, const float* __restrict__ bkeep,
+                                            long long n, int tx, int ty) {
+    for (long long c0 = 0; c0 < n; c0 += FA_C) {
+        const long long cn = min((long long)FA_C, n - c0);
+        if (n > FA_C) fa_load(as, a, a0, arows, n, c0, cn, nullptr, 0);
+        fa_load(bs, b, b0, brows, n, c0, cn, bkeep, b0);
+        __syncthreads();
+        fa_dot_rows(acc, as, ty * 4, bs, tx, fa_round4(cn));
+        __syncthreads();
+    }
+}
+
 // The mask word of row i holding key j0 (a multiple of 32): every key passes without a
 // boolean mask; none for a row or key that does not exist.
 __device__ __forceinline__ unsigned fa_word(const Flash& g, const unsigned* __restrict__ bits,
@@ -220,25 +239,21 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_forward(
     for (long long b = blockIdx.y; b < g.bh; b += gridDim.y) {
         float o[4][8] = {}, m[4], l[4] = {};
         bool any[4] = {};
+        #pragma unroll
         for (int r = 0; r < 4; ++r) m[r] = FA_NEG_INF;
         __syncthreads();
         if (single) fa_load(qs, q, b * g.l + q0, rows, g.d, 0, g.d, nullptr, 0);
         for (long long kt = 0; kt < kt_end; ++kt) {
             const long long k0 = kt * FA_T, keys = min((long long)FA_T, g.s - k0);
             float sc[4][8] = {};
-            for (long long c0 = 0; c0 < g.d; c0 += FA_C) {
-                const long long cn = min((long long)FA_C, g.d - c0);
-                if (!single) fa_load(qs, q, b * g.l + q0, rows, g.d, c0, cn, nullptr, 0);
-                fa_load(ks, k, b * g.s + k0, keys, g.d, c0, cn, nullptr, 0);
-                __syncthreads();
-                fa_dot_rows(sc, qs, ty * 4, ks, tx, fa_round4(cn));
-                __syncthreads();
-            }
+            fa_products(sc, qs, q, b * g.l + q0, rows, ks, k, b * g.s + k0, keys, nullptr, g.d, tx, ty);
+            #pragma unroll
             for (int r = 0; r < 4; ++r) {
                 const long long i = q0 + ty * 4 + r;
                 const unsigned w0 = fa_word(g, bits, b, i, k0), w1 = fa_word(g, bits, b, i, k0 + 32);
                 bool ok[8];
                 float mx = FA_NEG_INF;
+                #pragma unroll
                 for (int c = 0; c < 8; ++c) {
                     const long long j = k0 + tx + 8 * c;
                     const unsigned bit = (c < 4 ? w0 : w1) >> (tx + 8 * (c % 4));
@@ -252,16 +267,20 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_forward(
                 const float mu = mn == FA_NEG_INF ? 0.0f : mn;
                 const float alpha = expf(m[r] - mu);
                 float sum = 0.0f;
+                #pragma unroll
                 for (int c = 0; c < 8; ++c) {
                     sc[r][c] = ok[c] ? expf(sc[r][c] - mu) : 0.0f;
                     sum += sc[r][c];
                 }
                 l[r] = l[r] * alpha + fa_sum8(sum);
                 m[r] = mn;
+                #pragma unroll
                 for (int c = 0; c < 8; ++c) o[r][c] *= alpha;
             }
             if (mode == 1) continue;
+            #pragma unroll
             for (int r = 0; r < 4; ++r)
+                #pragma unroll
                 for (int c = 0; c < 8; ++c) ps[(ty * 4 + r) * FA_P + tx + 8 * c] = sc[r][c];
             fa_load(ks, v, b * g.s + k0, keys, g.dv, z0, min((long long)FA_C, g.dv - z0), nullptr, 0);
             __syncthreads();
@@ -269,6 +288,7 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_forward(
             __syncthreads();
         }
         const long long R = g.bh * g.l;
+        #pragma unroll
         for (int r = 0; r < 4; ++r) {
             const long long i = q0 + ty * 4 + r;
             // every lane of the row group takes part in the reductions (they shuffle); only
@@ -285,6 +305,7 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_forward(
             if (i >= g.l) continue;
             const long long row = b * g.l + i;
             if (mode == 0) {
+                #pragma unroll
                 for (int c = 0; c < 8; ++c) {
                     const long long col = z0 + fa_gcol(tx, c);
                     if (col < g.dv) out[row * g.dv + col] = attends ? o[r][c] / l[r] : 0.0f;
@@ -367,28 +388,17 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_bwd_kv(
         for (long long qt = qt_begin; qt < nqt; ++qt) {
             const long long i0 = qt * FA_T, rows = min((long long)FA_T, g.l - i0);
             float st[4][8] = {}, dp[4][8] = {};
-            for (long long c0 = 0; c0 < g.d; c0 += FA_C) {
-                const long long cn = min((long long)FA_C, g.d - c0);
-                if (!single_d) fa_load(ks, k, b * g.s + k0, keys, g.d, c0, cn, nullptr, 0);
-                fa_load(qs, q, b * g.l + i0, rows, g.d, c0, cn, att_of, b * g.l + i0);
-                __syncthreads();
-                fa_dot_rows(st, ks, ty * 4, qs, tx, fa_round4(cn));
-                __syncthreads();
-            }
-            for (long long c0 = 0; c0 < g.dv; c0 += FA_C) {
-                const long long cn = min((long long)FA_C, g.dv - c0);
-                if (!single_v) fa_load(vs, v, b * g.s + k0, keys, g.dv, c0, cn, nullptr, 0);
-                fa_load(os, dout, b * g.l + i0, rows, g.dv, c0, cn, att_of, b * g.l + i0);
-                __syncthreads();
-                fa_dot_rows(dp, vs, ty * 4, os, tx, fa_round4(cn));
-                __syncthreads();
-            }
+            fa_products(st, ks, k, b * g.s + k0, keys, qs, q, b * g.l + i0, rows, att_of, g.d, tx, ty);
+            fa_products(dp, vs, v, b * g.s + k0, keys, os, dout, b * g.l + i0, rows, att_of, g.dv, tx,
+                        ty);
             // entry (key k0 + ty·4 + a, query i0 + tx + 8c): st becomes P, dp becomes dS
+            #pragma unroll
             for (int c = 0; c < 8; ++c) {
                 const long long i = i0 + tx + 8 * c, row = b * g.l + i;
                 const bool in = i < g.l;
                 const float lse = in ? stats[row] : 0.0f, att = in ? stats[R + row] : 0.0f,
                             D = in ? stats[2 * R + row] : 0.0f;
+                #pragma unroll
                 for (int a = 0; a < 4; ++a) {
                     const long long j = k0 + ty * 4 + a;
                     float p, ds;
@@ -399,7 +409,9 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_bwd_kv(
                 }
             }
             if (do_dv) {
+                #pragma unroll
                 for (int a = 0; a < 4; ++a)
+                    #pragma unroll
                     for (int c = 0; c < 8; ++c) pt[(ty * 4 + a) * FA_P + tx + 8 * c] = st[a][c];
                 if (!single_v)
                     fa_load(os, dout, b * g.l + i0, rows, g.dv, z0, min((long long)FA_C, g.dv - z0),
@@ -409,7 +421,9 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_bwd_kv(
                 __syncthreads();
             }
             if (do_dk) {
+                #pragma unroll
                 for (int a = 0; a < 4; ++a)
+                    #pragma unroll
                     for (int c = 0; c < 8; ++c) pt[(ty * 4 + a) * FA_P + tx + 8 * c] = dp[a][c];
                 if (!single_d)
                     fa_load(qs, q, b * g.l + i0, rows, g.d, z0, min((long long)FA_C, g.d - z0), att_of,
@@ -419,9 +433,11 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_bwd_kv(
                 __syncthreads();
             }
         }
+        #pragma unroll
         for (int a = 0; a < 4; ++a) {
             const long long j = k0 + ty * 4 + a;
             if (j >= g.s) continue;
+            #pragma unroll
             for (int c = 0; c < 8; ++c) {
                 const long long col = z0 + fa_gcol(tx, c);
                 if (do_dk && col < g.d) dk[(b * g.s + j) * g.d + col] = g.scale * ak[a][c];
@@ -458,6 +474,7 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_bwd_q(
     const bool bias_here = want_bias && blockIdx.z == 0;
     for (long long b = blockIdx.y; b < g.bh; b += gridDim.y) {
         float aq[4][8] = {}, lse[4], att[4], D[4];
+        #pragma unroll
         for (int r = 0; r < 4; ++r) {
             const long long i = i0 + ty * 4 + r, row = b * g.l + i;
             const bool in = i < g.l;
@@ -471,26 +488,15 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_bwd_q(
         for (long long kt = 0; kt < kt_end; ++kt) {
             const long long k0 = kt * FA_T, keys = min((long long)FA_T, g.s - k0);
             float st[4][8] = {}, dp[4][8] = {};
-            for (long long c0 = 0; c0 < g.d; c0 += FA_C) {
-                const long long cn = min((long long)FA_C, g.d - c0);
-                if (!single_d) fa_load(qs, q, b * g.l + i0, rows, g.d, c0, cn, nullptr, 0);
-                fa_load(ks, k, b * g.s + k0, keys, g.d, c0, cn, nullptr, 0);
-                __syncthreads();
-                fa_dot_rows(st, qs, ty * 4, ks, tx, fa_round4(cn));
-                __syncthreads();
-            }
-            for (long long c0 = 0; c0 < g.dv; c0 += FA_C) {
-                const long long cn = min((long long)FA_C, g.dv - c0);
-                if (!single_v) fa_load(os, dout, b * g.l + i0, rows, g.dv, c0, cn, nullptr, 0);
-                fa_load(vs, v, b * g.s + k0, keys, g.dv, c0, cn, nullptr, 0);
-                __syncthreads();
-                fa_dot_rows(dp, os, ty * 4, vs, tx, fa_round4(cn));
-                __syncthreads();
-            }
+            fa_products(st, qs, q, b * g.l + i0, rows, ks, k, b * g.s + k0, keys, nullptr, g.d, tx, ty);
+            fa_products(dp, os, dout, b * g.l + i0, rows, vs, v, b * g.s + k0, keys, nullptr, g.dv, tx,
+                        ty);
             // entry (query i0 + ty·4 + r, key k0 + tx + 8c): dp becomes dS
+            #pragma unroll
             for (int r = 0; r < 4; ++r) {
                 const long long i = i0 + ty * 4 + r;
                 const unsigned w0 = fa_word(g, bits, b, i, k0), w1 = fa_word(g, bits, b, i, k0 + 32);
+                #pragma unroll
                 for (int c = 0; c < 8; ++c) {
                     const long long j = k0 + tx + 8 * c;
                     const unsigned bit = (c < 4 ? w0 : w1) >> (tx + 8 * (c % 4));
@@ -502,7 +508,9 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_bwd_q(
                 }
             }
             if (!want_dq) continue;
+            #pragma unroll
             for (int r = 0; r < 4; ++r)
+                #pragma unroll
                 for (int c = 0; c < 8; ++c) dsb[(ty * 4 + r) * FA_P + tx + 8 * c] = dp[r][c];
             if (!single_d)
                 fa_load(ks, k, b * g.s + k0, keys, g.d, z0, min((long long)FA_C, g.d - z0), nullptr, 0);
@@ -511,9 +519,11 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_bwd_q(
             __syncthreads();
         }
         if (!want_dq) continue;
+        #pragma unroll
         for (int r = 0; r < 4; ++r) {
             const long long i = i0 + ty * 4 + r;
             if (i >= g.l) continue;
+            #pragma unroll
             for (int c = 0; c < 8; ++c) {
                 const long long col = z0 + fa_gcol(tx, c);
                 // a row that attends nothing passes no gradient (not 0 · its keys)

@@ -162,7 +162,7 @@ fn an_eager_report_nests_a_composites_parts_under_it() {
     if let Some(p) = prev {
         runtime::install(p).unwrap();
     }
-    let composite = "torchlean.scaled_dot_product_attention";
+    let composite = "torchlean.composed_attention";
     let at = report
         .kernels
         .iter()

@@ -329,6 +329,24 @@ fn prepare_vjp<'a>(
     Ok((c, st))
 }
 
+/// The arguments both VJP kernels take first: q, k, v, the mask's bits, the bias, the
+/// finiteness flag, the row statistics and the cotangent.
+fn vjp_inputs<'a>(
+    b: &mut cudarc::driver::LaunchArgs<'a>,
+    c: &'a Call,
+    st: &'a CudaBuffer,
+    g: &'a CudaBuffer,
+) {
+    b.arg(c.q.slice())
+        .arg(c.k.slice())
+        .arg(c.v.slice())
+        .arg(c.bits.slice())
+        .arg(c.bias.slice())
+        .arg(c.nonfinite.slice())
+        .arg(st.slice())
+        .arg(g.slice());
+}
+
 /// The forward kernel of `native_cuda.flash_attention`.
 pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
     let shapes: Vec<&[usize]> = inputs.iter().map(|t| t.shape()).collect();
@@ -403,17 +421,8 @@ pub fn vjp(
         let (d, dv) = (c.g.d as usize, c.g.dv as usize);
         if (need(1) || need(2)) && d.max(dv) > 0 {
             let mut b = cx.stream.launch_builder(&cx.functions.flash_bwd_kv);
-            b.arg(c.q.slice())
-                .arg(c.k.slice())
-                .arg(c.v.slice())
-                .arg(c.bits.slice())
-                .arg(c.bias.slice())
-                .arg(c.nonfinite.slice())
-                .arg(st.slice())
-                .arg(g.slice())
-                .arg(gk.slice_mut())
-                .arg(gv.slice_mut())
-                .arg(&c.g);
+            vjp_inputs(&mut b, &c, &st, g);
+            b.arg(gk.slice_mut()).arg(gv.slice_mut()).arg(&c.g);
             let cfg = launch_cfg(s.div_ceil(TILE), bh, d.max(dv).div_ceil(TILE), BWD_KV_TILES);
             // SAFETY: reads as the forward plus the stats (3·BH·L) and the cotangent
             // ([BH, L, dv]); block (x, y, z) writes the rows of its 64 keys in columns of
@@ -424,15 +433,8 @@ pub fn vjp(
         if need(0) || wants_bias {
             let (want_dq, want_bias) = (need(0) as i32, wants_bias as i32);
             let mut b = cx.stream.launch_builder(&cx.functions.flash_bwd_q);
-            b.arg(c.q.slice())
-                .arg(c.k.slice())
-                .arg(c.v.slice())
-                .arg(c.bits.slice())
-                .arg(c.bias.slice())
-                .arg(c.nonfinite.slice())
-                .arg(st.slice())
-                .arg(g.slice())
-                .arg(gq.slice_mut())
+            vjp_inputs(&mut b, &c, &st, g);
+            b.arg(gq.slice_mut())
                 .arg(gbias_full.slice_mut())
                 .arg(&c.g)
                 .arg(&want_dq)

@@ -2,7 +2,8 @@
 //! gated and run by the current session like any other op ("built from accepted ops").
 //!
 //! - `torchlean.mse_loss` = mean((a - b)²) from `sub`, `mul`, `sum_all`, `scale`.
-//! - `torchlean.scaled_dot_product_attention` = softmax(scale · q kᵀ (+ bias)) v with the
+//! - `torchlean.composed_attention` (`torchlean.cuda.composed_attention` on CUDA), the
+//!   composition of `scaled_dot_product_attention` = softmax(scale · q kᵀ (+ bias)) v with the
 //!   spec's masking semantics (`spec::special`, DESIGN §4) on every value, NaN, ±inf, ±0 and
 //!   subnormals included, from `permute`, `matmul`, `scale`, `add`, `sub`, `pow`, `where`,
 //!   `softmax`. Without a boolean mask or `causal` it is softmax(scores) v. Otherwise:
@@ -249,7 +250,7 @@ pub struct ComposedOn {
 }
 
 /// The composition capsule of `op` on `device` (named `torchlean.OP` on the CPU and
-/// `torchlean.DEVICE.OP` elsewhere). The parts run through the session on that device, so
+/// `torchlean.DEVICE.OP` elsewhere; attention's OP is `composed_attention`). The parts run through the session on that device, so
 /// they are planned and gated there; a device module registers it only where it has
 /// capsules for every part.
 pub fn capsule_on(op: OpKind, device: Device, on: ComposedOn) -> KernelCapsule {
@@ -258,10 +259,17 @@ pub fn capsule_on(op: OpKind, device: Device, on: ComposedOn) -> KernelCapsule {
         tests: vec![t.to_string()],
     };
     KernelCapsule {
-        name: if device == Device::Cpu {
-            format!("torchlean.{}", op.name())
-        } else {
-            format!("torchlean.{}.{}", device.label(), op.name())
+        name: {
+            // attention's composition carries the chapter's name for it
+            let what = match op {
+                OpKind::ScaledDotProductAttention => "composed_attention",
+                other => other.name(),
+            };
+            if device == Device::Cpu {
+                format!("torchlean.{what}")
+            } else {
+                format!("torchlean.{}.{what}", device.label())
+            }
         },
         op,
         provider: Provider::Torchlean,
