@@ -261,13 +261,8 @@ fn stats(
     let mut st = output(cx, op, 3 * rows)?;
     let mode = 1i32;
     let mut b = cx.stream.launch_builder(&cx.functions.flash_forward);
-    b.arg(c.q.slice())
-        .arg(c.k.slice())
-        .arg(c.v.slice())
-        .arg(c.bits.slice())
-        .arg(c.bias.slice())
-        .arg(c.nonfinite.slice())
-        .arg(out.slice())
+    call_args(&mut b, c);
+    b.arg(out.slice())
         .arg(st.slice_mut())
         .arg(dout.slice())
         .arg(&c.g)
@@ -329,22 +324,27 @@ fn prepare_vjp<'a>(
     Ok((c, st))
 }
 
-/// The arguments both VJP kernels take first: q, k, v, the mask's bits, the bias, the
-/// finiteness flag, the row statistics and the cotangent.
+/// The arguments every flash kernel takes first: q, k, v, the mask's bits, the bias and the
+/// finiteness flag.
+fn call_args<'a>(b: &mut cudarc::driver::LaunchArgs<'a>, c: &'a Call) {
+    b.arg(c.q.slice())
+        .arg(c.k.slice())
+        .arg(c.v.slice())
+        .arg(c.bits.slice())
+        .arg(c.bias.slice())
+        .arg(c.nonfinite.slice());
+}
+
+/// The arguments both VJP kernels take first: the call's ([`call_args`]), the row
+/// statistics and the cotangent.
 fn vjp_inputs<'a>(
     b: &mut cudarc::driver::LaunchArgs<'a>,
     c: &'a Call,
     st: &'a CudaBuffer,
     g: &'a CudaBuffer,
 ) {
-    b.arg(c.q.slice())
-        .arg(c.k.slice())
-        .arg(c.v.slice())
-        .arg(c.bits.slice())
-        .arg(c.bias.slice())
-        .arg(c.nonfinite.slice())
-        .arg(st.slice())
-        .arg(g.slice());
+    call_args(b, c);
+    b.arg(st.slice()).arg(g.slice());
 }
 
 /// The forward kernel of `native_cuda.flash_attention`.
@@ -363,13 +363,8 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
     let mut stats = output(cx, op, 3 * (c.g.bh * c.g.l) as usize)?;
     let mode = 0i32;
     let mut b = cx.stream.launch_builder(&cx.functions.flash_forward);
-    b.arg(c.q.slice())
-        .arg(c.k.slice())
-        .arg(c.v.slice())
-        .arg(c.bits.slice())
-        .arg(c.bias.slice())
-        .arg(c.nonfinite.slice())
-        .arg(out.slice_mut())
+    call_args(&mut b, &c);
+    b.arg(out.slice_mut())
         .arg(stats.slice_mut())
         .arg(c.q.slice())
         .arg(&c.g)
