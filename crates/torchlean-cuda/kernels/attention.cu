@@ -25,7 +25,6 @@
 // NVRTC has no math.h: -inf and a quiet NaN by their bits
 #define FA_NEG_INF __int_as_float(0xff800000)
 #define FA_NAN __int_as_float(0x7fffffff)
-#define FA_LOG2E 1.4426950408889634f
 
 struct Flash {
     long long bh, l, s, d, dv;
@@ -196,13 +195,11 @@ __device__ __forceinline__ bool fa_allowed(const Flash& g, long long i, long lon
     return i < g.l && j < g.s && !(g.causal && j > i) && (m & 1u);
 }
 
-// The score of an allowed entry from its product, in base 2: (scale · q·k (+ the bias)) ·
-// log2(e). The kernels keep every score, running maximum and log-sum-exp in base 2 and take
-// exp2 (cheaper than exp); p = 2^(s₂ - m₂) = e^(s - m) up to rounding.
+// The score of an allowed entry from its product: scale · q·k (+ the bias).
 __device__ __forceinline__ float fa_score(const Flash& g, const float* __restrict__ bias,
                                           long long b, long long i, long long j, float dot) {
-    float v = dot * (g.scale * FA_LOG2E);
-    if (g.mask == 2) v = fmaf(bias[b * g.mask_bstride + i * g.s + j], FA_LOG2E, v);
+    float v = dot * g.scale;
+    if (g.mask == 2) v += bias[b * g.mask_bstride + i * g.s + j];
     return v;
 }
 
@@ -219,7 +216,7 @@ __device__ __forceinline__ float fa_sum8(float x) {
 // Forward. Grid (query tiles, batches (grid-stride), dv chunks); FA_THREADS threads; dynamic
 // shared memory 3 tiles. mode 0: out = attention (columns of chunk blockIdx.z), and, when
 // `stats` is given, each row's log-sum-exp and attends as below (the VJP's). mode 1 (the
-// VJP's first pass; one chunk): stats[row] = log-sum-exp (base 2) of the row's allowed scores (0 for
+// VJP's first pass; one chunk): stats[row] = log-sum-exp of the row's allowed scores (0 for
 // a row that attends nothing), stats[R + row] = 1 when the row attends some key (else 0),
 // stats[2R + row] = dO·O.
 extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_forward(
@@ -268,11 +265,11 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_forward(
                 mx = fa_max8(mx);
                 const float mn = fmaxf(m[r], mx);
                 const float mu = mn == FA_NEG_INF ? 0.0f : mn;
-                const float alpha = exp2f(m[r] - mu);
+                const float alpha = expf(m[r] - mu);
                 float sum = 0.0f;
                 #pragma unroll
                 for (int c = 0; c < 8; ++c) {
-                    sc[r][c] = ok[c] ? exp2f(sc[r][c] - mu) : 0.0f;
+                    sc[r][c] = ok[c] ? expf(sc[r][c] - mu) : 0.0f;
                     sum += sc[r][c];
                 }
                 l[r] = l[r] * alpha + fa_sum8(sum);
@@ -320,7 +317,7 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_forward(
                 const float mu = m[r] == FA_NEG_INF ? 0.0f : m[r];
                 // a row that attends nothing keeps 0: its stats are never read, and the
                 // caller's finiteness check over the log-sum-exps then sees only real rows
-                stats[row] = attends ? mu + log2f(l[r]) : 0.0f;
+                stats[row] = attends ? mu + logf(l[r]) : 0.0f;
                 stats[R + row] = attends ? 1.0f : 0.0f;
                 if (mode == 1) stats[2 * R + row] = dot;
             }
@@ -355,7 +352,7 @@ __device__ __forceinline__ void fa_grad_entry(const Flash& g, const float* __res
     const bool part = i < g.l && j < g.s && att != 0.0f;
     const bool ok = part && fa_allowed(g, i, j, m);
     const float blocked = part && !(lse > FA_NEG_INF) ? FA_NAN : 0.0f;
-    p = ok ? exp2f(fa_score(g, bias, b, i, j, dot) - lse) : blocked;
+    p = ok ? expf(fa_score(g, bias, b, i, j, dot) - lse) : blocked;
     ds = part ? p * (dp - D) : 0.0f;
 }
 
