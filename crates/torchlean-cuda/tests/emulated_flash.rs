@@ -64,14 +64,7 @@ fn push(buf: &mut Vec<u8>, a: &Array<f64>) {
 
 /// The call in the driver's input format.
 fn encode(op: &Op, xs: &[Array<f64>], gy: &Array<f64>, buf: &mut Vec<u8>) {
-    let Op::ScaledDotProductAttention {
-        scale,
-        causal,
-        mask,
-    } = op
-    else {
-        panic!("attention calls only")
-    };
+    let (scale, causal, mask) = op.attention_payload().expect("attention calls only");
     let r = xs[0].shape.len();
     let (l, d) = (xs[0].shape[r - 2], xs[0].shape[r - 1]);
     let (s, dv) = (xs[1].shape[r - 2], xs[2].shape[r - 1]);
@@ -82,16 +75,7 @@ fn encode(op: &Op, xs: &[Array<f64>], gy: &Array<f64>, buf: &mut Vec<u8>) {
         AttentionMask::AdditiveBias => 2,
     };
     let shared = xs.get(3).is_some_and(|m| m.shape.len() == 2);
-    for v in [
-        bh,
-        l,
-        s,
-        d,
-        dv,
-        mask_kind,
-        shared as usize,
-        *causal as usize,
-    ] {
+    for v in [bh, l, s, d, dv, mask_kind, shared as usize, causal as usize] {
         buf.extend((v as i64).to_le_bytes());
     }
     let sc = scale.unwrap_or(1.0 / (d as f32).sqrt());

@@ -86,21 +86,6 @@ struct Call<'a> {
     nonfinite: CudaBuffer,
 }
 
-fn attention_only(op: &Op) -> Result<(Option<f32>, bool, AttentionMask)> {
-    match op {
-        Op::ScaledDotProductAttention {
-            scale,
-            causal,
-            mask,
-        } => Ok((*scale, *causal, *mask)),
-        other => Err(torchlean::OpError::Payload {
-            op: other.name(),
-            reason: "the flash-attention kernel computes scaled_dot_product_attention only".into(),
-        }
-        .into()),
-    }
-}
-
 /// Threads per block of the flash kernels (`FA_THREADS`).
 const THREADS: u32 = 128;
 
@@ -122,7 +107,7 @@ fn prepare<'a>(
     inputs: &[&'a Tensor],
     finite: &[&Tensor],
 ) -> Result<Call<'a>> {
-    let (scale, causal, mask) = attention_only(op)?;
+    let (scale, causal, mask) = torchlean::providers::native_cpu::flash_payload(op)?;
     let qs = inputs[0].shape();
     let r = qs.len();
     let (l, d) = (qs[r - 2], qs[r - 1]);
@@ -394,7 +379,7 @@ pub fn vjp(
     gy: &Tensor,
     needs: &[bool],
 ) -> Result<Vec<Option<Tensor>>> {
-    let (_, _, mask) = attention_only(op)?;
+    let (_, _, mask) = torchlean::providers::native_cpu::flash_payload(op)?;
     let cx = cx()?;
     let need = |i: usize| needs.get(i).copied().unwrap_or(false);
     // every element of a gradient the kernels compute is written by them; one they do not

@@ -426,6 +426,18 @@ impl Op {
     }
 
     /// The stable name of this op's kind.
+    /// Attention's payload (scale, causal, mask kind); `None` for any other op.
+    pub fn attention_payload(&self) -> Option<(Option<f32>, bool, AttentionMask)> {
+        match self {
+            Op::ScaledDotProductAttention {
+                scale,
+                causal,
+                mask,
+            } => Some((*scale, *causal, *mask)),
+            _ => None,
+        }
+    }
+
     pub fn name(&self) -> &'static str {
         self.kind().name()
     }

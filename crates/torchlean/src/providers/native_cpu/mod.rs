@@ -239,21 +239,21 @@ pub fn forward_in_place(op: &Op, mut input: Tensor) -> Result<Tensor> {
     Ok(input)
 }
 
-/// The flash kernels compute attention only (their capsule is bound to that op alone).
-fn attention_only(op: &Op) -> Result<()> {
-    if op.kind() == OpKind::ScaledDotProductAttention {
-        return Ok(());
-    }
-    Err(crate::error::OpError::Payload {
-        op: op.name(),
-        reason: "the flash-attention kernel computes scaled_dot_product_attention only".into(),
-    }
-    .into())
+/// Attention's payload for a flash kernel (CPU or CUDA: their capsules are bound to that op
+/// alone), a typed error for any other op.
+pub fn flash_payload(op: &Op) -> Result<(Option<f32>, bool, crate::graph::AttentionMask)> {
+    op.attention_payload().ok_or_else(|| {
+        crate::error::OpError::Payload {
+            op: op.name(),
+            reason: "the flash-attention kernel computes scaled_dot_product_attention only".into(),
+        }
+        .into()
+    })
 }
 
 /// The forward kernel of `native_cpu.flash_attention` (`flash.rs`).
 pub fn flash_forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
-    attention_only(op)?;
+    flash_payload(op)?;
     let out_shape = guard::output_shape(op, inputs)?;
     crate::runtime::buffers::check_output(op.name(), crate::spec::numel(&out_shape))?;
     if crate::spec::numel(&out_shape) == 0 {
@@ -271,7 +271,7 @@ pub fn flash_vjp(
     grad_out: &Tensor,
     needs: &[bool],
 ) -> Result<Vec<Option<Tensor>>> {
-    attention_only(op)?;
+    flash_payload(op)?;
     if let Some(grads) = vjp_prologue(op, inputs, grad_out, needs)? {
         return Ok(grads);
     }
