@@ -98,6 +98,9 @@ pub struct Context {
     pub blas: Mutex<Blas>,
     pub functions: Functions,
     pub pool: Arc<Pool>,
+    /// cuBLAS's workspace, set on the handle at creation so that cuBLAS never allocates
+    /// while a device graph is being recorded (`graph.rs`).
+    pub blas_workspace: cudarc::driver::CudaSlice<u8>,
     /// The probe's description of the device and libraries.
     pub detail: String,
 }
@@ -108,6 +111,9 @@ unsafe impl Send for Context {}
 unsafe impl Sync for Context {}
 
 static CONTEXT: OnceLock<Result<Context, String>> = OnceLock::new();
+
+/// cuBLAS's workspace (32 MiB: what NVIDIA's cuBLAS documentation recommends for Hopper).
+const BLAS_WORKSPACE_BYTES: usize = 32 << 20;
 
 /// The device failure of a CUDA call made for `op`.
 pub fn failure(op: &str, e: impl std::fmt::Display) -> Error {
@@ -166,6 +172,25 @@ fn create() -> Result<Context, String> {
         .unwrap_or(0);
     let nvrtc = probe::nvrtc_version().unwrap_or_else(|| "unknown".into());
     let blas = CudaBlas::new(stream.clone()).map_err(|e| format!("cuBLAS: {e}"))?;
+    let blas_workspace = stream
+        .alloc_zeros::<u8>(BLAS_WORKSPACE_BYTES)
+        .map_err(|e| format!("cannot allocate cuBLAS's workspace: {e}"))?;
+    {
+        use cudarc::driver::DevicePtr;
+        let (ptr, _sync) = blas_workspace.device_ptr(&stream);
+        // SAFETY: `blas` holds a live handle; the workspace is a live allocation of
+        // `BLAS_WORKSPACE_BYTES` that the context keeps for as long as the handle.
+        let status = unsafe {
+            cudarc::cublas::sys::cublasSetWorkspace_v2(
+                *blas.handle(),
+                ptr as *mut std::ffi::c_void,
+                BLAS_WORKSPACE_BYTES,
+            )
+        };
+        if status != cudarc::cublas::sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+            return Err(format!("cuBLAS refused its workspace: {status:?}"));
+        }
+    }
     let mut cublas_v = 0;
     // SAFETY: `blas` holds a live handle; the out pointer is valid.
     unsafe { cudarc::cublas::sys::cublasGetVersion_v2(*blas.handle(), &mut cublas_v) };
@@ -269,6 +294,7 @@ fn create() -> Result<Context, String> {
         total as f64 / (1u64 << 30) as f64,
     );
     Ok(Context {
+        blas_workspace,
         pool: Pool::new(stream.clone()),
         ctx,
         stream,

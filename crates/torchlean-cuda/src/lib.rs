@@ -13,12 +13,14 @@
 //! with [`torchlean::Error::DeviceUnavailable`] naming it (the CLI's exit code 2).
 //!
 //! Layout: [`probe`] (libraries and versions), [`device`] (context, stream, handles,
-//! functions), [`memory`] (the caching allocator and [`memory::CudaBuffer`]), [`nvrtc`]
+//! functions), [`memory`] (the caching allocator and [`memory::CudaBuffer`]), [`graph`]
+//! (recording and replaying CUDA Graphs), [`nvrtc`]
 //! (run-time compilation and its disk cache), [`kernels`] (the kernels), [`guard`] (their
 //! runtime guards), [`capsules`] (their contracts and evidence).
 
 pub mod capsules;
 pub mod device;
+pub mod graph;
 pub mod guard;
 pub mod kernels;
 pub mod memory;
@@ -77,6 +79,8 @@ impl ProviderModule for CudaModule {
         }
         // the context is the probe: an error naming what is missing when CUDA is not usable
         let cx = device::context()?;
+        // a copy from pageable host memory cannot be part of a device graph
+        graph::refuse_while_recording("to_device")?;
         let mut b = cx.pool.alloc(data.len(), "a host-to-device copy")?;
         if !data.is_empty() {
             let mut dst = b.slice_mut().slice_mut(0..data.len());
@@ -98,6 +102,59 @@ impl ProviderModule for CudaModule {
             None => Ok(()),
         }
     }
+    fn zeros(&self, device: Device, len: usize) -> torchlean::Result<Arc<dyn DeviceBuffer>> {
+        let cx = cuda_context(device)?;
+        let mut b = cx.pool.alloc(len, "zeros")?;
+        cx.stream
+            .memset_zeros(b.slice_mut())
+            .map_err(|e| device::failure("zeros", e))?;
+        Ok(Arc::new(b))
+    }
+    fn duplicate(&self, src: &dyn DeviceBuffer) -> torchlean::Result<Arc<dyn DeviceBuffer>> {
+        let cx = cuda_context(src.device())?;
+        let src = cuda_buffer(src)?;
+        let mut b = cx.pool.alloc(src.len(), "a device copy")?;
+        if src.len() > 0 {
+            let view = src.slice().slice(0..src.len());
+            let mut dst = b.slice_mut().slice_mut(0..src.len());
+            cx.stream
+                .memcpy_dtod(&view, &mut dst)
+                .map_err(|e| device::failure("a device copy", e))?;
+        }
+        Ok(Arc::new(b))
+    }
+    fn copy_into(&self, dst: &dyn DeviceBuffer, src: &dyn DeviceBuffer) -> torchlean::Result<()> {
+        let cx = cuda_context(dst.device())?;
+        let (dst, src) = (cuda_buffer(dst)?, cuda_buffer(src)?);
+        if dst.len() != src.len() {
+            return Err(device::failure(
+                "copy_into",
+                format!("{} elements into a buffer of {}", src.len(), dst.len()),
+            ));
+        }
+        if src.len() == 0 {
+            return Ok(());
+        }
+        use cudarc::driver::DevicePtr;
+        let (d, _d) = dst.slice().device_ptr(&cx.stream);
+        let (s, _s) = src.slice().device_ptr(&cx.stream);
+        // SAFETY: both pointers address live buffers of at least `len` f32 (checked above);
+        // the copy is ordered on the module's one stream after every earlier use of either
+        // buffer. `dst` is written through a shared handle: its only holder is a device
+        // graph's static buffer (`torchlean::runtime::device_graph`), which nothing else reads.
+        unsafe {
+            cudarc::driver::result::memcpy_dtod_async(d, s, src.len() * 4, cx.stream.cu_stream())
+        }
+        .map_err(|e| device::failure("copy_into", e))
+    }
+    fn capture(
+        &self,
+        device: Device,
+        work: &mut dyn FnMut() -> torchlean::Result<()>,
+    ) -> torchlean::Result<Box<dyn torchlean::module::DeviceGraph>> {
+        cuda_context(device)?;
+        Ok(Box::new(graph::record(work)?))
+    }
     fn memory_stats(&self, device: Device) -> Option<serde_json::Value> {
         if device != Device::Cuda {
             return None;
@@ -105,6 +162,24 @@ impl ProviderModule for CudaModule {
         // only once the context exists: statistics never create it
         device::context_if_created().map(|cx| cx.pool.stats().to_json())
     }
+}
+
+/// The context, for `device` = cuda.
+fn cuda_context(device: Device) -> torchlean::Result<&'static device::Context> {
+    if device != Device::Cuda {
+        return Err(torchlean::Error::DeviceUnavailable {
+            device: device.label().into(),
+            reason: "the CUDA module keeps `cuda` memory only".into(),
+        });
+    }
+    device::context()
+}
+
+/// `b` as this module's buffer.
+fn cuda_buffer(b: &dyn DeviceBuffer) -> torchlean::Result<&memory::CudaBuffer> {
+    b.as_any()
+        .downcast_ref::<memory::CudaBuffer>()
+        .ok_or_else(|| device::failure("a device copy", "not a CUDA buffer of this module"))
 }
 
 /// Links the CUDA module into this process (call once at startup, before the first session;

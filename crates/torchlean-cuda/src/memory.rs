@@ -6,6 +6,14 @@
 //! Out of memory: the pool is emptied and the allocation tried once more; a second failure
 //! is [`torchlean::Error::OutOfMemory`] naming the bytes asked for and the bytes free.
 //!
+//! **Device graphs** (`graph.rs`): while a graph is being recorded, allocations come from
+//! the graph's own free buffers or the cache, never from the driver (an allocation would be
+//! recorded into the graph); a request the cache cannot serve is counted as a miss and fails,
+//! and the recorder reserves the missing buffers and records again. A buffer handed out while
+//! recording belongs to that graph: dropped, it returns to the graph's free list, never to
+//! the cache, so no other tensor can get memory that a replay writes. When the graph is
+//! dropped, its buffers go back to the cache.
+//!
 //! Owns: allocation, reuse and statistics. Must not launch kernels.
 
 use cudarc::driver::{CudaSlice, CudaStream};
@@ -31,6 +39,8 @@ pub struct MemoryStats {
     pub device_allocations: u64,
     /// Allocations served from the pool.
     pub cache_hits: u64,
+    /// Bytes held free by recorded device graphs (their static buffers not in use).
+    pub graph_bytes: usize,
 }
 
 impl MemoryStats {
@@ -41,14 +51,24 @@ impl MemoryStats {
             "cached_bytes": self.cached_bytes,
             "device_allocations": self.device_allocations,
             "cache_hits": self.cache_hits,
+            "graph_bytes": self.graph_bytes,
         })
     }
 }
 
+type FreeLists = HashMap<usize, Vec<CudaSlice<f32>>>;
+
 #[derive(Default)]
 struct PoolState {
-    free: HashMap<usize, Vec<CudaSlice<f32>>>,
+    free: FreeLists,
     stats: MemoryStats,
+    /// The free buffers of each live device graph, by graph id.
+    graphs: HashMap<u64, FreeLists>,
+    /// The graph being recorded, if any.
+    recording: Option<u64>,
+    /// Requests the cache could not serve while recording: bucket → count.
+    misses: HashMap<usize, usize>,
+    next_graph: u64,
 }
 
 /// The caching allocator of one device (shared by every buffer it handed out).
@@ -89,14 +109,33 @@ impl Pool {
     pub fn alloc(self: &Arc<Pool>, len: usize, what: &str) -> torchlean::Result<CudaBuffer> {
         let cap = rounded(len);
         let bytes = cap * 4;
-        let reused = {
+        let (reused, home) = {
             let mut s = self.lock();
-            let slice = s.free.get_mut(&cap).and_then(|v| v.pop());
-            if slice.is_some() {
-                s.stats.cache_hits += 1;
-                s.stats.cached_bytes -= bytes;
+            let home = s.recording;
+            let own = home
+                .and_then(|g| s.graphs.get_mut(&g))
+                .and_then(|f| f.get_mut(&cap))
+                .and_then(Vec::pop);
+            if own.is_some() {
+                s.stats.graph_bytes -= bytes;
+                (own, home)
+            } else {
+                let slice = s.free.get_mut(&cap).and_then(|v| v.pop());
+                if slice.is_some() {
+                    s.stats.cache_hits += 1;
+                    s.stats.cached_bytes -= bytes;
+                } else if home.is_some() {
+                    *s.misses.entry(cap).or_default() += 1;
+                    return Err(torchlean::Error::DeviceFailure {
+                        op: what.to_string(),
+                        device: "cuda".into(),
+                        reason: format!(
+                            "no cached buffer of {bytes} bytes while recording a device graph"
+                        ),
+                    });
+                }
+                (slice, home)
             }
-            slice
         };
         let slice = match reused {
             Some(s) => s,
@@ -111,8 +150,53 @@ impl Pool {
             slice: Some(slice),
             len,
             pool: Arc::clone(self),
+            home,
             attachment: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Starts recording a device graph: allocations from now on belong to it. Returns its id.
+    pub(crate) fn begin_recording(&self) -> u64 {
+        let mut s = self.lock();
+        s.next_graph += 1;
+        let id = s.next_graph;
+        s.graphs.insert(id, FreeLists::new());
+        s.recording = Some(id);
+        s.misses.clear();
+        id
+    }
+
+    /// Stops recording; returns the requests the cache could not serve (bucket → count).
+    pub(crate) fn end_recording(&self) -> HashMap<usize, usize> {
+        let mut s = self.lock();
+        s.recording = None;
+        std::mem::take(&mut s.misses)
+    }
+
+    /// Puts `count` new buffers of each bucket in the cache (for a recording that missed).
+    pub(crate) fn reserve(&self, misses: &HashMap<usize, usize>) -> torchlean::Result<()> {
+        for (&cap, &count) in misses {
+            for _ in 0..count {
+                let slice = self.fresh(cap, "a device graph's buffers")?;
+                let mut s = self.lock();
+                s.stats.cached_bytes += cap * 4;
+                s.free.entry(cap).or_default().push(slice);
+            }
+        }
+        Ok(())
+    }
+
+    /// Gives graph `id`'s free buffers back to the cache (the graph is gone); its buffers
+    /// still in use go to the cache when dropped.
+    pub(crate) fn forget_graph(&self, id: u64) {
+        let mut s = self.lock();
+        if let Some(lists) = s.graphs.remove(&id) {
+            for (cap, slices) in lists {
+                s.stats.graph_bytes -= cap * 4 * slices.len();
+                s.stats.cached_bytes += cap * 4 * slices.len();
+                s.free.entry(cap).or_default().extend(slices);
+            }
+        }
     }
 
     fn fresh(&self, cap: usize, what: &str) -> torchlean::Result<CudaSlice<f32>> {
@@ -150,12 +234,26 @@ impl Pool {
         s.stats.cached_bytes = 0;
     }
 
-    fn give_back(&self, slice: CudaSlice<f32>) {
+    fn give_back(&self, slice: CudaSlice<f32>, home: Option<u64>) {
         let cap = slice.len();
         let mut s = self.lock();
         s.stats.live_bytes -= cap * 4;
-        s.stats.cached_bytes += cap * 4;
-        s.free.entry(cap).or_default().push(slice);
+        match home.filter(|g| s.graphs.contains_key(g)) {
+            Some(g) => {
+                s.stats.graph_bytes += cap * 4;
+                // invariant: filtered on `contains_key` just above
+                s.graphs
+                    .get_mut(&g)
+                    .expect("the graph's free lists")
+                    .entry(cap)
+                    .or_default()
+                    .push(slice);
+            }
+            None => {
+                s.stats.cached_bytes += cap * 4;
+                s.free.entry(cap).or_default().push(slice);
+            }
+        }
     }
 }
 
@@ -165,6 +263,8 @@ pub struct CudaBuffer {
     slice: Option<CudaSlice<f32>>,
     len: usize,
     pool: Arc<Pool>,
+    /// The device graph that owns this buffer (allocated while it was recorded), if any.
+    home: Option<u64>,
     /// What the kernel that wrote this buffer left for its VJP (set at most once).
     attachment: std::sync::OnceLock<Attachment>,
 }
@@ -215,7 +315,7 @@ impl CudaBuffer {
 impl Drop for CudaBuffer {
     fn drop(&mut self) {
         if let Some(s) = self.slice.take() {
-            self.pool.give_back(s);
+            self.pool.give_back(s, self.home);
         }
     }
 }
@@ -231,6 +331,7 @@ impl DeviceBuffer for CudaBuffer {
         self.len
     }
     fn read(&self) -> torchlean::Result<Vec<f32>> {
+        crate::graph::refuse_while_recording("read to host")?;
         let stream = &self.pool.stream;
         let view = self.slice().slice(0..self.len);
         stream

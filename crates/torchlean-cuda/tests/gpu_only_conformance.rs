@@ -820,3 +820,120 @@ fn tf32_products_stay_within_their_declared_bound() {
         "tf32_products_stay_within_their_declared_bound: worst error / bound {worst:.3}, {beyond_f32} elements outside the f32 bound"
     );
 }
+
+/// Trains `make()` for 6 steps (a new batch every step, Adam updating the parameters) twice
+/// under checked_cuda in compiled mode: kernel by kernel, and replayed as a device graph.
+/// Replay runs the same kernels on the same values, so every loss and every gradient must be
+/// bit-identical; the report must say the graph was recorded and replayed.
+fn replay_equals_kernel_by_kernel<M: torchlean::nn::Module>(
+    name: &str,
+    make: impl Fn() -> M,
+    batch: impl Fn(u64) -> [Tensor; 2],
+) {
+    use torchlean::nn::{Adam, Optimizer};
+    use torchlean::runtime::compiled::CompiledStep;
+    let profile = checked_cuda();
+    install(Session::new(profile.clone())).expect("install");
+    let loss_of = |m: &M, xs: &[Tensor]| m.forward(&xs[0])?.mse_loss(&xs[1]);
+    let named = |s: u64| {
+        let [x, y] = batch(s);
+        [("x".to_string(), x), ("y".to_string(), y)]
+    };
+    let mut runs = vec![];
+    for replay in [false, true] {
+        let mut model = make();
+        model.to_device(Device::Cuda).expect("move the model");
+        let params: Vec<(String, Tensor)> = model
+            .parameters()
+            .into_iter()
+            .map(|(n, t)| (n, t.clone()))
+            .collect();
+        let mut step = CompiledStep::build(&named(0), &params, |xs| loss_of(&model, xs), &profile)
+            .expect("compile");
+        if replay {
+            step.replay_as_device_graph();
+        }
+        let mut opt = Adam::new(1e-2).expect("adam");
+        let mut trace: Vec<Vec<f32>> = vec![];
+        for s in 0..6 {
+            let (loss, grads) = step
+                .run_visiting(&named(s), |f| model.visit_parameters(f))
+                .expect("step");
+            let mut seen = loss.to_vec();
+            for (_, p) in model.parameters() {
+                seen.extend(grads.get(p).expect("a gradient").to_vec());
+            }
+            trace.push(seen);
+            drop(loss);
+            opt.step(&mut model, &grads).expect("update");
+        }
+        assert_eq!(step.replays_device_graph(), replay, "{name}");
+        let text = step.report().to_text();
+        if replay {
+            assert!(
+                text.contains("recorded once") && text.contains("(5 replays)"),
+                "{name}: {text}"
+            );
+            // holding an output across steps is refused: the replay would rewrite it
+            let (loss, grads) = step
+                .run_visiting(&named(6), |f| model.visit_parameters(f))
+                .expect("step");
+            drop(grads);
+            let err = step
+                .run_visiting(&named(7), |f| model.visit_parameters(f))
+                .err()
+                .expect("a held output is refused");
+            assert!(err.to_string().contains("still held"), "{name}: {err}");
+            drop(loss);
+            step.run_visiting(&named(7), |f| model.visit_parameters(f))
+                .expect("a step once the output is dropped");
+        }
+        eprintln!("{name} (replay {replay}): {text}");
+        runs.push(trace);
+    }
+    for (s, (a, b)) in runs[0].iter().zip(&runs[1]).enumerate() {
+        assert_eq!(a.len(), b.len(), "{name} step {s}");
+        let same = a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+        assert!(
+            same,
+            "{name} step {s}: replay differs from kernel-by-kernel (loss {} vs {})",
+            a[0], b[0]
+        );
+    }
+}
+
+#[test]
+fn device_graph_replay_equals_kernel_by_kernel_execution() {
+    if !gpu("device_graph_replay_equals_kernel_by_kernel_execution") {
+        return;
+    }
+    use torchlean::nn::{Activation, Mlp, TransformerConfig, TransformerEncoder};
+    let on = |t: Tensor| t.to_device(Device::Cuda).expect("to cuda");
+    replay_equals_kernel_by_kernel(
+        "mlp",
+        || Mlp::new(&[16, 64, 64, 4], Activation::Tanh, 0).expect("mlp"),
+        |s| {
+            [
+                on(Tensor::randn(&[32, 16], 100 + s).expect("x")),
+                on(Tensor::randn(&[32, 4], 200 + s).expect("y")),
+            ]
+        },
+    );
+    let config = TransformerConfig {
+        embed_dim: 32,
+        heads: 4,
+        ff_dim: 64,
+        dropout: 0.0,
+        causal: true,
+    };
+    replay_equals_kernel_by_kernel(
+        "transformer",
+        || TransformerEncoder::new(config, 2, false, 0).expect("transformer"),
+        |s| {
+            [
+                on(Tensor::randn(&[4, 16, 32], 300 + s).expect("x")),
+                on(Tensor::randn(&[4, 16, 32], 400 + s).expect("y")),
+            ]
+        },
+    );
+}

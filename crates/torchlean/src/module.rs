@@ -53,6 +53,46 @@ pub trait ProviderModule: Send + Sync + 'static {
     fn synchronize(&self, _device: Device) -> Result<()> {
         Ok(())
     }
+    /// A new buffer on `device` of `len` elements, all zero, written on the device (no host
+    /// copy, so that it can be recorded in a device graph).
+    fn zeros(&self, device: Device, len: usize) -> Result<Arc<dyn DeviceBuffer>> {
+        self.upload(device, &vec![0.0; len])
+    }
+    /// A new buffer with `src`'s elements, copied on the device.
+    fn duplicate(&self, src: &dyn DeviceBuffer) -> Result<Arc<dyn DeviceBuffer>> {
+        self.upload(src.device(), &src.read()?)
+    }
+    /// Copies `src`'s elements into `dst` (same device, same length), ordered after the work
+    /// launched before. For a device graph's static buffers, which the caller owns alone.
+    fn copy_into(&self, dst: &dyn DeviceBuffer, _src: &dyn DeviceBuffer) -> Result<()> {
+        Err(no_graphs(dst.device()))
+    }
+    /// Records the device work that `work` launches into a graph that [`DeviceGraph::replay`]
+    /// runs again with the same buffers (CUDA Graphs), or says why it cannot. The work itself
+    /// does not run while it is recorded.
+    fn capture(
+        &self,
+        device: Device,
+        _work: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<Box<dyn DeviceGraph>> {
+        Err(no_graphs(device))
+    }
+}
+
+/// Device work recorded once and replayed (a CUDA Graph): every replay runs the same kernels
+/// on the same buffers, in the order they were recorded.
+pub trait DeviceGraph: Send {
+    /// Launches the recorded work again (asynchronously, ordered after earlier work).
+    fn replay(&mut self) -> Result<()>;
+    /// What was recorded, for the report (e.g. `412 nodes`).
+    fn describe(&self) -> String;
+}
+
+fn no_graphs(device: Device) -> Error {
+    Error::DeviceUnavailable {
+        device: device.label().into(),
+        reason: "this device's module cannot record device graphs".into(),
+    }
 }
 
 /// The always-linked CPU module: the reference, native CPU and composition providers.
@@ -259,11 +299,7 @@ fn missing_module_hint(p: Provider) -> &'static str {
 
 /// Copies host values to `device` through its module (whose `upload` probes the device).
 pub fn upload(device: Device, data: &[f32]) -> Result<Arc<dyn DeviceBuffer>> {
-    let m = owner(device).ok_or_else(|| Error::DeviceUnavailable {
-        device: device.label().into(),
-        reason: "no provider module for this device is linked into this build".into(),
-    })?;
-    m.upload(device, data)
+    owner_of(device)?.upload(device, data)
 }
 
 /// Waits for the work launched on `device` (see [`ProviderModule::synchronize`]).
@@ -272,6 +308,45 @@ pub fn synchronize(device: Device) -> Result<()> {
         Some(m) => m.synchronize(device),
         None => Ok(()),
     }
+}
+
+fn owner_of(device: Device) -> Result<&'static Arc<dyn ProviderModule>> {
+    owner(device).ok_or_else(|| Error::DeviceUnavailable {
+        device: device.label().into(),
+        reason: "no provider module for this device is linked into this build".into(),
+    })
+}
+
+/// A zero-filled buffer of `len` elements written on `device` (see [`ProviderModule::zeros`]).
+pub fn zeros(device: Device, len: usize) -> Result<Arc<dyn DeviceBuffer>> {
+    owner_of(device)?.zeros(device, len)
+}
+
+/// A device-side copy of `src` (see [`ProviderModule::duplicate`]).
+pub fn duplicate(src: &dyn DeviceBuffer) -> Result<Arc<dyn DeviceBuffer>> {
+    owner_of(src.device())?.duplicate(src)
+}
+
+/// Copies `src` into `dst` on their device (see [`ProviderModule::copy_into`]).
+pub fn copy_into(dst: &dyn DeviceBuffer, src: &dyn DeviceBuffer) -> Result<()> {
+    if dst.device() != src.device() || dst.len() != src.len() {
+        return Err(Error::Other(format!(
+            "copy_into: a {} buffer of {} elements cannot take a {} buffer of {} elements",
+            dst.device(),
+            dst.len(),
+            src.device(),
+            src.len()
+        )));
+    }
+    owner_of(dst.device())?.copy_into(dst, src)
+}
+
+/// Records `work` on `device` as a replayable graph (see [`ProviderModule::capture`]).
+pub fn capture(
+    device: Device,
+    work: &mut dyn FnMut() -> Result<()>,
+) -> Result<Box<dyn DeviceGraph>> {
+    owner_of(device)?.capture(device, work)
 }
 
 /// Memory statistics of `device`, if its module keeps any.

@@ -187,7 +187,7 @@ pub fn run(a: Args) -> CliResult {
                 step.run(&mut model, &mut opt, &inputs, &loss_fn)?;
                 Ok(())
             })?;
-            compiled_report = step.compiled_report().cloned();
+            compiled_report = step.compiled_report();
             (
                 t,
                 1e3,
@@ -236,7 +236,7 @@ pub fn run(a: Args) -> CliResult {
                 step.run(&mut model, &mut opt, &inputs, &loss_fn)?;
                 Ok(())
             })?;
-            compiled_report = step.compiled_report().cloned();
+            compiled_report = step.compiled_report();
             (
                 t,
                 1e3,

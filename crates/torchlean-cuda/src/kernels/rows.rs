@@ -244,6 +244,7 @@ fn flag(cx: &Context, op: &Op) -> Result<CudaBuffer> {
 /// Waits for the flag; when set, the spec's error for this call's index (read to the host).
 fn check_flag(op: &Op, f: &CudaBuffer, x_shape: &[usize], idx: &Tensor) -> Result<()> {
     let cx = cx()?;
+    crate::graph::refuse_while_recording(op.name())?;
     let set = launched(op, cx.stream.clone_dtoh(&f.slice().slice(0..1)))?;
     if set[0] == 0.0 {
         return Ok(());

@@ -155,7 +155,7 @@ impl Gru {
                 h0.clone()
             }
             // the initial state lives where the input does (never an implicit copy later)
-            None => Tensor::zeros(&[b, self.hidden])?.to_device(x.device())?,
+            None => Tensor::zeros_on(&[b, self.hidden], x.device())?,
         };
         let mut states = Vec::with_capacity(t);
         for step in 0..t {
@@ -232,8 +232,8 @@ impl Lstm {
             }
             // the initial state lives where the input does (never an implicit copy later)
             None => (
-                Tensor::zeros(&[b, self.hidden])?.to_device(x.device())?,
-                Tensor::zeros(&[b, self.hidden])?.to_device(x.device())?,
+                Tensor::zeros_on(&[b, self.hidden], x.device())?,
+                Tensor::zeros_on(&[b, self.hidden], x.device())?,
             ),
         };
         let mut states = Vec::with_capacity(t);

@@ -207,9 +207,10 @@ impl CompiledStepExecutor {
         }
     }
 
-    /// The report of the compiled plan, once built.
-    pub fn report(&self) -> Option<&crate::backend::BackendReport> {
-        self.graph.as_ref().map(|(_, _, s)| s.compiled().report())
+    /// The report of the compiled plan, once built (its executor line says whether the step
+    /// is replayed as a device graph).
+    pub fn report(&self) -> Option<crate::backend::BackendReport> {
+        self.graph.as_ref().map(|(_, _, s)| s.report())
     }
 }
 
@@ -218,7 +219,7 @@ impl StepExecutor for CompiledStepExecutor {
         "compiled"
     }
     fn plan_report(&self) -> Option<crate::backend::BackendReport> {
-        self.report().cloned()
+        self.report()
     }
     fn run(
         &mut self,
@@ -247,7 +248,7 @@ impl StepExecutor for CompiledStepExecutor {
                 .map(|(n, t)| (n, t.clone()))
                 .collect();
             let m: &dyn Module = model;
-            let built = CompiledStep::build(
+            let mut built = CompiledStep::build(
                 &named,
                 &params,
                 |xs| task.loss(&m.forward(&xs[0])?, &xs[1]),
@@ -265,6 +266,8 @@ impl StepExecutor for CompiledStepExecutor {
             if random {
                 return Err(TrainError::Config("compiled mode: the model draws random numbers (e.g. dropout) each step; a captured graph would reuse one draw, so train it in eager mode".into()).into());
             }
+            // `run` below hands the loss and the gradients back before the next step
+            built.replay_as_device_graph();
             self.graph = Some((inputs.shape().to_vec(), targets.shape().to_vec(), built));
         }
         let Some((_, _, compiled)) = &self.graph else {

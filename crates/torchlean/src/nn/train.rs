@@ -80,12 +80,11 @@ impl TrainStep {
                     .into_iter()
                     .map(|(n, t)| (n, t.clone()))
                     .collect();
-                Some(CompiledStep::build(
-                    example,
-                    &params,
-                    |xs| loss_fn(model, xs),
-                    profile,
-                )?)
+                let mut step =
+                    CompiledStep::build(example, &params, |xs| loss_fn(model, xs), profile)?;
+                // `run` drops the loss and the gradients before it returns
+                step.replay_as_device_graph();
+                Some(step)
             }
         };
         Ok(TrainStep { compiled })
@@ -96,9 +95,10 @@ impl TrainStep {
         self.compiled.as_ref().map(|c| c.compiled())
     }
 
-    /// The compiled plan's report (compiled mode only).
-    pub fn compiled_report(&self) -> Option<&BackendReport> {
-        self.compiled.as_ref().map(|c| c.compiled().report())
+    /// The compiled plan's report (compiled mode only), its executor line saying whether the
+    /// step is replayed as a device graph.
+    pub fn compiled_report(&self) -> Option<BackendReport> {
+        self.compiled.as_ref().map(CompiledStep::report)
     }
 
     /// Runs one step on `inputs` and returns the loss.
@@ -176,7 +176,6 @@ pub fn train_regression_compiled(
     }
     let report = step
         .compiled_report()
-        .cloned()
         .ok_or_else(|| crate::error::Error::Other("compiled step without a plan".into()))?;
     Ok((losses, report))
 }

@@ -330,6 +330,11 @@ impl CompiledGraph {
         &self.report
     }
 
+    /// The accepted plan's kernels.
+    pub(crate) fn accepted_kernels(&self) -> &[crate::backend::AcceptedKernel] {
+        self.plan.kernels()
+    }
+
     /// Whether the plan runs on the dense path (every node has destination-passing kernels),
     /// and then its number of buffers.
     pub fn dense_buffers(&self) -> Option<usize> {
@@ -515,7 +520,7 @@ impl CompiledGraph {
                     let mut take = |i: usize, shape: &[usize]| -> Result<Tensor> {
                         match grads.get_mut(i).and_then(Option::take) {
                             Some(g) => Ok(g),
-                            None => Tensor::zeros(shape)?.to_device(self.profile.device),
+                            None => Tensor::zeros_on(shape, self.profile.device),
                         }
                     };
                     for &(sib, j) in group.iter().filter(|&&(sib, _)| sib != n.id) {
@@ -554,6 +559,10 @@ pub struct CompiledStep {
     sources: Vec<Source>,
     /// What each graph output is: the loss, or the gradient of parameter j.
     roles: Vec<Role>,
+    /// Whether each external value changes from step to step (inputs and parameters).
+    changing: Vec<bool>,
+    /// Replay as a device graph (see `device_graph.rs`), when asked for.
+    device_graph: super::device_graph::StepGraph,
 }
 
 /// The meaning of one output of a compiled step's graph.
@@ -608,7 +617,7 @@ impl CompiledStep {
             .collect::<Result<_>>()?;
         let compiled = CompiledGraph::compile(graph, profile)?;
         let seed = Tensor::full(&seed_shape, 1.0)?.to_device(profile.device)?;
-        let sources = compiled
+        let sources: Vec<Source> = compiled
             .external_names()
             .into_iter()
             .map(|name| {
@@ -642,8 +651,16 @@ impl CompiledStep {
                 }
             })
             .collect();
+        let changing = sources
+            .iter()
+            .map(|s| matches!(s, Source::Input(_) | Source::Param(_)))
+            .collect();
+        let device_graph =
+            super::device_graph::StepGraph::off(profile.device, "not requested by the caller");
         Ok(CompiledStep {
             roles,
+            changing,
+            device_graph,
             compiled,
             seed,
             constants,
@@ -707,7 +724,9 @@ impl CompiledStep {
                 Source::Constant(t) => t.clone(),
             })
             .collect();
-        let outputs = self.compiled.run_ordered_outputs(values)?;
+        let outputs =
+            self.device_graph
+                .run(&self.compiled, values, &self.changing, &self.output_names())?;
         let mut loss = None;
         let mut grads: Vec<Option<Tensor>> = vec![None; params.len()];
         for (role, t) in self.roles.iter().zip(outputs) {
@@ -725,6 +744,44 @@ impl CompiledStep {
 
     pub fn compiled(&self) -> &CompiledGraph {
         &self.compiled
+    }
+
+    fn output_names(&self) -> Vec<String> {
+        self.compiled
+            .graph()
+            .outputs
+            .iter()
+            .map(|o| o.name.clone())
+            .collect()
+    }
+
+    /// Asks for the step to be replayed as a device graph (CUDA Graphs) where the plan and
+    /// the device allow it: recorded at the second run, replayed from then on (see
+    /// [`super::device_graph`]). The caller promises to drop the loss and the gradients of a
+    /// step before running the next one (a replay rewrites them in place, and refuses to run
+    /// while one is still held). Without effect on the host.
+    pub fn replay_as_device_graph(&mut self) {
+        self.device_graph =
+            super::device_graph::StepGraph::requested(&self.compiled, self.compiled.profile.device);
+    }
+
+    /// Whether the step is being replayed as a device graph.
+    pub fn replays_device_graph(&self) -> bool {
+        self.device_graph.replaying()
+    }
+
+    /// The report of the compiled plan, its executor line also saying how the step runs on
+    /// a device (recorded and replayed as a device graph, or why not).
+    pub fn report(&self) -> BackendReport {
+        let mut report = self.compiled.report().clone();
+        if self.compiled.profile.device != crate::backend::Device::Cpu {
+            let line = self.device_graph.describe();
+            report.executor = Some(match report.executor.take() {
+                Some(e) => format!("{e}; {line}"),
+                None => line,
+            });
+        }
+        report
     }
 
     /// Runs forward and backward: returns the loss and `grad.<param>` tensors by param name.

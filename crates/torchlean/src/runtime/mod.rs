@@ -7,6 +7,7 @@ pub mod buffers;
 pub mod capture;
 pub mod compiled;
 mod dense_plan;
+pub mod device_graph;
 pub(crate) mod guarded;
 pub mod kernel;
 pub mod op_times;

@@ -48,6 +48,15 @@ impl Tensor {
         Tensor::full(shape, 0.0)
     }
 
+    /// A tensor of zeros on `device`, written there (no host copy for a device).
+    pub fn zeros_on(shape: &[usize], device: crate::backend::Device) -> Result<Tensor> {
+        if device == crate::backend::Device::Cpu {
+            return Tensor::zeros(shape);
+        }
+        let n = checked_numel("zeros", shape)?;
+        Tensor::from_device_buffer(crate::module::zeros(device, n)?, shape)
+    }
+
     /// A tensor of ones.
     pub fn ones(shape: &[usize]) -> Result<Tensor> {
         Tensor::full(shape, 1.0)

@@ -176,6 +176,12 @@ impl Tensor {
         }
     }
 
+    /// Whether this handle is the only one on its storage: no clone, view or tape node of it
+    /// is alive elsewhere (a device graph's outputs are rewritten in place by the next replay).
+    pub(crate) fn is_sole_handle(&self) -> bool {
+        Arc::strong_count(&self.0) == 1 && self.0.storage.handles() == 1
+    }
+
     /// The device the elements live on.
     pub fn device(&self) -> Device {
         self.0.storage.device()

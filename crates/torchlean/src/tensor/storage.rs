@@ -102,6 +102,14 @@ impl Storage {
         }
     }
 
+    /// How many storage handles (tensors and views) share this memory.
+    pub(crate) fn handles(&self) -> usize {
+        match self {
+            Storage::Host(a) => Arc::strong_count(a),
+            Storage::Device(b) => Arc::strong_count(b),
+        }
+    }
+
     pub(crate) fn same(&self, other: &Storage) -> bool {
         match (self, other) {
             (Storage::Host(a), Storage::Host(b)) => Arc::ptr_eq(a, b),

@@ -1,0 +1,148 @@
+//! Device graphs: recording the work of a closure as a CUDA Graph and replaying it.
+//!
+//! [`record`] puts the module's stream in capture mode (thread-local: a call on this thread
+//! that would synchronize or allocate from the driver fails instead of running), lets the
+//! pool hand out only cached buffers and keep them for the graph (`memory.rs`), runs the
+//! closure — whose kernels are recorded, not executed — and instantiates the result. A
+//! recording that needed a buffer the cache did not have reserves the missing buffers and
+//! records again. Work that reads device values on the host (a copy to the host, a
+//! host-to-device upload from pageable memory) is refused while recording
+//! ([`refuse_while_recording`]), so such a plan fails to record with a reason instead of
+//! recording a copy of stale host memory.
+//!
+//! Owns: capture mode, instantiation, replay. Must not plan, gate or choose kernels.
+
+use crate::device::{context, failure};
+use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+use cudarc::driver::CudaGraph;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use torchlean::module::DeviceGraph;
+
+/// Whether a graph is being recorded now.
+static RECORDING: AtomicBool = AtomicBool::new(false);
+
+/// How many times a recording is retried after reserving the buffers it missed.
+const ATTEMPTS: usize = 8;
+
+/// An error for `op` when it would read device values on the host (or upload pageable host
+/// memory) while a graph is being recorded: such work cannot be part of a replay.
+pub fn refuse_while_recording(op: &str) -> torchlean::Result<()> {
+    if RECORDING.load(Ordering::Acquire) {
+        return Err(torchlean::Error::DeviceFailure {
+            op: op.to_string(),
+            device: "cuda".into(),
+            reason: "it moves values between host and device, which a device graph cannot record"
+                .into(),
+        });
+    }
+    Ok(())
+}
+
+/// A recorded, instantiated graph and the buffers it owns.
+pub struct RecordedGraph {
+    /// Declared before `id`'s release so that it is destroyed first.
+    graph: CudaGraph,
+    nodes: usize,
+    id: u64,
+    pool: Arc<crate::memory::Pool>,
+}
+
+// SAFETY: a CUgraphExec may be used from any thread as long as uses do not overlap; every use
+// goes through `&mut self` (`replay`) or `Drop`, which Rust serializes.
+unsafe impl Send for RecordedGraph {}
+
+impl Drop for RecordedGraph {
+    fn drop(&mut self) {
+        // `graph` is dropped after this body runs; no replay can follow, and a replay already
+        // launched is ordered before any later use of these buffers on the one stream
+        self.pool.forget_graph(self.id);
+    }
+}
+
+impl DeviceGraph for RecordedGraph {
+    fn replay(&mut self) -> torchlean::Result<()> {
+        self.graph
+            .launch()
+            .map_err(|e| failure("device graph replay", e))
+    }
+    fn describe(&self) -> String {
+        format!("a CUDA Graph of {} nodes", self.nodes)
+    }
+}
+
+/// Resets the recording flag and the pool's recording state however `work` ends.
+struct Recording<'a> {
+    pool: &'a crate::memory::Pool,
+}
+
+impl Drop for Recording<'_> {
+    fn drop(&mut self) {
+        RECORDING.store(false, Ordering::Release);
+        self.pool.end_recording();
+    }
+}
+
+/// Records the device work `work` launches (see the module docs).
+pub fn record(work: &mut dyn FnMut() -> torchlean::Result<()>) -> torchlean::Result<RecordedGraph> {
+    let cx = context()?;
+    // everything launched before is finished or ordered before the recording
+    for _ in 0..ATTEMPTS {
+        let id = cx.pool.begin_recording();
+        let guard = Recording { pool: &cx.pool };
+        RECORDING.store(true, Ordering::Release);
+        let began = cx
+            .stream
+            .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+        if let Err(e) = began {
+            drop(guard);
+            cx.pool.forget_graph(id);
+            return Err(failure("device graph recording", e));
+        }
+        let ran = work();
+        let ended = cx.stream.end_capture(CUgraphInstantiate_flags(0));
+        RECORDING.store(false, Ordering::Release);
+        let misses = cx.pool.end_recording();
+        drop(guard);
+        if !misses.is_empty() {
+            drop(ended);
+            cx.pool.forget_graph(id);
+            cx.pool.reserve(&misses)?;
+            continue;
+        }
+        let graph = match (ran, ended) {
+            (Ok(()), Ok(Some(graph))) => graph,
+            (Err(e), _) => {
+                cx.pool.forget_graph(id);
+                return Err(e);
+            }
+            (Ok(()), Err(e)) => {
+                cx.pool.forget_graph(id);
+                return Err(failure("device graph recording", e));
+            }
+            (Ok(()), Ok(None)) => {
+                cx.pool.forget_graph(id);
+                return Err(failure("device graph recording", "nothing was recorded"));
+            }
+        };
+        let mut nodes = 0usize;
+        // SAFETY: `graph` holds a live CUgraph; a null node array asks only for the count,
+        // written to `nodes`, a valid out pointer.
+        unsafe {
+            cudarc::driver::sys::cuGraphGetNodes(graph.cu_graph(), std::ptr::null_mut(), &mut nodes)
+        };
+        graph
+            .upload()
+            .map_err(|e| failure("device graph upload", e))?;
+        return Ok(RecordedGraph {
+            graph,
+            nodes,
+            id,
+            pool: Arc::clone(&cx.pool),
+        });
+    }
+    Err(failure(
+        "device graph recording",
+        format!("the buffer cache still missed buffers after {ATTEMPTS} reservations"),
+    ))
+}
