@@ -3,9 +3,11 @@
 //! [`record`] puts the module's stream in capture mode (thread-local: a call on this thread
 //! that would synchronize or allocate from the driver fails instead of running), lets the
 //! pool hand out only cached buffers and keep them for the graph (`memory.rs`), runs the
-//! closure — whose kernels are recorded, not executed — and instantiates the result. A
-//! recording that needed a buffer the cache did not have reserves the missing buffers and
-//! records again. Work that reads device values on the host (a copy to the host, a
+//! closure — whose kernels are recorded, not executed — and instantiates the result. Before
+//! recording, the closure runs once for real under a census of the pool (the most buffers of
+//! each size live at once), and the cache is filled to that census, so the recording finds
+//! every buffer it asks for; a recording that still missed one (the closure allocated
+//! differently the second time) reserves what it missed and records again. Work that reads device values on the host (a copy to the host, a
 //! host-to-device upload from pageable memory) is refused while recording
 //! ([`refuse_while_recording`]), so such a plan fails to record with a reason instead of
 //! recording a copy of stale host memory.
@@ -86,7 +88,11 @@ impl Drop for Recording<'_> {
 /// Records the device work `work` launches (see the module docs).
 pub fn record(work: &mut dyn FnMut() -> torchlean::Result<()>) -> torchlean::Result<RecordedGraph> {
     let cx = context()?;
-    // everything launched before is finished or ordered before the recording
+    cx.pool.begin_census();
+    let ran = work();
+    let census = cx.pool.end_census();
+    ran?;
+    cx.pool.fill_cache(&census)?;
     for _ in 0..ATTEMPTS {
         let id = cx.pool.begin_recording();
         let guard = Recording { pool: &cx.pool };

@@ -68,6 +68,9 @@ struct PoolState {
     recording: Option<u64>,
     /// Requests the cache could not serve while recording: bucket → count.
     misses: HashMap<usize, usize>,
+    /// While a census runs: per bucket, the buffers it allocated that are live, and the
+    /// most that were live at once.
+    census: Option<HashMap<usize, (usize, usize)>>,
     next_graph: u64,
 }
 
@@ -109,16 +112,25 @@ impl Pool {
     pub fn alloc(self: &Arc<Pool>, len: usize, what: &str) -> torchlean::Result<CudaBuffer> {
         let cap = rounded(len);
         let bytes = cap * 4;
-        let (reused, home) = {
+        let (reused, home, counted) = {
             let mut s = self.lock();
             let home = s.recording;
+            let counted = match s.census.as_mut() {
+                Some(c) => {
+                    let e = c.entry(cap).or_default();
+                    e.0 += 1;
+                    e.1 = e.1.max(e.0);
+                    true
+                }
+                None => false,
+            };
             let own = home
                 .and_then(|g| s.graphs.get_mut(&g))
                 .and_then(|f| f.get_mut(&cap))
                 .and_then(Vec::pop);
             if own.is_some() {
                 s.stats.graph_bytes -= bytes;
-                (own, home)
+                (own, home, counted)
             } else {
                 let slice = s.free.get_mut(&cap).and_then(|v| v.pop());
                 if slice.is_some() {
@@ -134,7 +146,7 @@ impl Pool {
                         ),
                     });
                 }
-                (slice, home)
+                (slice, home, counted)
             }
         };
         let slice = match reused {
@@ -151,8 +163,35 @@ impl Pool {
             len,
             pool: Arc::clone(self),
             home,
+            counted,
             attachment: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Starts counting, per bucket, the most buffers live at once among those allocated from
+    /// now on (a run before a recording: see `graph.rs`).
+    pub(crate) fn begin_census(&self) {
+        self.lock().census = Some(HashMap::new());
+    }
+
+    /// Stops counting; returns bucket → the most buffers that were live at once.
+    pub(crate) fn end_census(&self) -> HashMap<usize, usize> {
+        let census = self.lock().census.take().unwrap_or_default();
+        census
+            .into_iter()
+            .map(|(cap, (_, peak))| (cap, peak))
+            .collect()
+    }
+
+    /// Allocates buffers into the cache until it holds at least `count` free buffers of each
+    /// bucket (so that a recording of a run with that census needs nothing from the driver).
+    pub(crate) fn fill_cache(&self, counts: &HashMap<usize, usize>) -> torchlean::Result<()> {
+        for (&cap, &count) in counts {
+            let held = self.lock().free.get(&cap).map_or(0, Vec::len);
+            let missing = count.saturating_sub(held);
+            self.reserve(&HashMap::from([(cap, missing)]))?;
+        }
+        Ok(())
     }
 
     /// Starts recording a device graph: allocations from now on belong to it. Returns its id.
@@ -234,10 +273,18 @@ impl Pool {
         s.stats.cached_bytes = 0;
     }
 
-    fn give_back(&self, slice: CudaSlice<f32>, home: Option<u64>) {
+    fn give_back(&self, slice: CudaSlice<f32>, home: Option<u64>, counted: bool) {
         let cap = slice.len();
         let mut s = self.lock();
         s.stats.live_bytes -= cap * 4;
+        if let Some(e) = s
+            .census
+            .as_mut()
+            .filter(|_| counted)
+            .and_then(|c| c.get_mut(&cap))
+        {
+            e.0 = e.0.saturating_sub(1);
+        }
         match home.filter(|g| s.graphs.contains_key(g)) {
             Some(g) => {
                 s.stats.graph_bytes += cap * 4;
@@ -265,6 +312,8 @@ pub struct CudaBuffer {
     pool: Arc<Pool>,
     /// The device graph that owns this buffer (allocated while it was recorded), if any.
     home: Option<u64>,
+    /// Whether it was allocated during a census (see [`Pool::begin_census`]).
+    counted: bool,
     /// What the kernel that wrote this buffer left for its VJP (set at most once).
     attachment: std::sync::OnceLock<Attachment>,
 }
@@ -315,7 +364,7 @@ impl CudaBuffer {
 impl Drop for CudaBuffer {
     fn drop(&mut self) {
         if let Some(s) = self.slice.take() {
-            self.pool.give_back(s, self.home);
+            self.pool.give_back(s, self.home, self.counted);
         }
     }
 }

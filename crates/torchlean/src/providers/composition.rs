@@ -82,6 +82,47 @@ fn finite_copy(x: &Tensor) -> Result<Tensor> {
     Tensor::where_(&xd.sub(&xd)?, &x.pow(0.0)?, x)
 }
 
+/// A constant of the composition, by what it holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Constant {
+    /// A one-element tensor of this value (by its bits).
+    Scalar(u32),
+    /// An [s, 1] column of ones.
+    Ones(usize),
+    /// The [l, s] causal pattern (1 where the key index ≤ the query index).
+    Causal(usize, usize),
+}
+
+/// How many constants are kept (a program uses a handful of attention shapes).
+const CONSTANTS_KEPT: usize = 256;
+
+type Constants = std::collections::HashMap<(Device, Constant), Tensor>;
+
+/// The constant `which` on `dev`: made (on the host, then moved) the first time and kept for
+/// the process, so a warm call makes no host-to-device copy, and a device graph that recorded
+/// a call can read it on every replay (it is never freed). Past [`CONSTANTS_KEPT`] entries a
+/// constant is made per call (and such a call cannot be recorded in a device graph).
+fn constant(dev: Device, which: Constant, make: impl FnOnce() -> Result<Tensor>) -> Result<Tensor> {
+    static KEPT: std::sync::OnceLock<std::sync::Mutex<Constants>> = std::sync::OnceLock::new();
+    let kept = KEPT.get_or_init(Default::default);
+    let lock = || kept.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(t) = lock().get(&(dev, which)) {
+        return Ok(t.clone());
+    }
+    let t = make()?.to_device(dev)?;
+    let mut k = lock();
+    if k.len() < CONSTANTS_KEPT {
+        k.insert((dev, which), t.clone());
+    }
+    Ok(t)
+}
+
+fn scalar(dev: Device, value: f32) -> Result<Tensor> {
+    constant(dev, Constant::Scalar(value.to_bits()), || {
+        Tensor::full(&[1], value)
+    })
+}
+
 fn compose(op: &Op, x: &[&Tensor]) -> Result<Tensor> {
     match op {
         Op::MseLoss => {
@@ -116,13 +157,15 @@ fn compose(op: &Op, x: &[&Tensor]) -> Result<Tensor> {
             // the constants live on the inputs' device (a composite on cuda makes cuda
             // constants: ops never mix devices)
             let dev = q.device();
-            let zero = Tensor::full(&[1], 0.0)?.to_device(dev)?;
+            let zero = scalar(dev, 0.0)?;
             // the entries that may attend (nonzero, NaN included, as in the spec)
             let tri = if *causal {
-                let tri: Vec<f32> = (0..l * s)
-                    .map(|f| ((f % s) <= (f / s)) as u8 as f32)
-                    .collect();
-                Some(Tensor::from_vec(tri, &[l, s])?.to_device(dev)?)
+                Some(constant(dev, Constant::Causal(l, s), || {
+                    let tri: Vec<f32> = (0..l * s)
+                        .map(|f| ((f % s) <= (f / s)) as u8 as f32)
+                        .collect();
+                    Tensor::from_vec(tri, &[l, s])
+                })?)
             } else {
                 None
             };
@@ -133,8 +176,8 @@ fn compose(op: &Op, x: &[&Tensor]) -> Result<Tensor> {
                 (true, Some(tri)) => Tensor::where_(&tri, x[3], &zero)?,
             };
             // per query row, how many keys it may attend: zero for a fully blocked row
-            let one = Tensor::full(&[1], 1.0)?.to_device(dev)?;
-            let ones = Tensor::ones(&[s, 1])?.to_device(dev)?;
+            let one = scalar(dev, 1.0)?;
+            let ones = constant(dev, Constant::Ones(s), || Tensor::ones(&[s, 1]))?;
             let any = Tensor::where_(&allowed, &one, &zero)?.matmul(&ones)?;
             // a fully blocked row's query is zeroed: its zero cotangent then never meets a
             // non-finite key in the products' VJPs (0 · inf = NaN), nor its key cotangents a
@@ -143,7 +186,7 @@ fn compose(op: &Op, x: &[&Tensor]) -> Result<Tensor> {
             let scores = scores_of(&q, k, bias)?;
             // a blocked entry's score: exactly -inf; on the tape (the VJP), computed so that it
             // carries the spec's cotangent to q, k and the bias (see the module doc)
-            let neg_inf = Tensor::full(&[1], f32::NEG_INFINITY)?.to_device(dev)?;
+            let neg_inf = scalar(dev, f32::NEG_INFINITY)?;
             let blocked = if grad_enabled() {
                 let carrier = scores_of(
                     &finite_copy(&q)?,
@@ -215,8 +258,7 @@ pub fn vjp(
             Some(g.canonical())
         } else {
             // an input the composition did not reach: a zero cotangent on its device
-            let zeros = Tensor::from_parts(vec![0.0; l.numel()], l.shape().to_vec());
-            Some(zeros.to_device(l.device())?)
+            Some(Tensor::zeros_on(l.shape(), l.device())?)
         });
     }
     Ok(out)

@@ -372,6 +372,12 @@ pub fn run<M: Module>(
         }
     }
     progress.finish();
+    if args.backend.show_backend {
+        // the compiled step's executor line changes once its device graph is recorded
+        if let Some(e) = trainer.step_report().and_then(|r| r.executor) {
+            println!("executor at the end: {e}");
+        }
+    }
     let elapsed = start.elapsed().as_secs_f64();
     step_log.finish()?;
 
