@@ -7,10 +7,15 @@
 //! recording, the closure runs once for real under a census of the pool (the most buffers of
 //! each size live at once), and the cache is filled to that census, so the recording finds
 //! every buffer it asks for; a recording that still missed one (the closure allocated
-//! differently the second time) reserves what it missed and records again. Work that reads device values on the host (a copy to the host, a
-//! host-to-device upload from pageable memory) is refused while recording
-//! ([`refuse_while_recording`]), so such a plan fails to record with a reason instead of
-//! recording a copy of stale host memory.
+//! differently the second time) reserves what it missed and records again.
+//!
+//! Work that moves values between host and device (a copy to the host, an upload from
+//! pageable host memory) is refused while recording ([`refuse_while_recording`]), so such a
+//! plan fails to record, with a reason, instead of recording a copy of stale host memory. A
+//! kernel that checks its call on the host after the device ran it (the index kernels'
+//! invalid-index flag) hands the check to [`check_now_or_after_each_replay`]: while
+//! recording, the check runs after every replay instead, so a replay with an invalid index
+//! fails with the same error as a direct call.
 //!
 //! Owns: capture mode, instantiation, replay. Must not plan, gate or choose kernels.
 
@@ -18,11 +23,32 @@ use crate::device::{context, failure};
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::CudaGraph;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use torchlean::module::DeviceGraph;
 
 /// Whether a graph is being recorded now.
 static RECORDING: AtomicBool = AtomicBool::new(false);
+
+/// A check of a recorded call, run after the device ran it.
+pub type Check = Box<dyn Fn() -> torchlean::Result<()> + Send>;
+
+/// The checks handed over while the current graph is recorded.
+static DEFERRED: Mutex<Vec<Check>> = Mutex::new(Vec::new());
+
+fn deferred() -> std::sync::MutexGuard<'static, Vec<Check>> {
+    // a poisoned list only means a panic while pushing; the list itself is whole
+    DEFERRED.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Runs `check` now, or, while a graph is being recorded, after each replay of that graph.
+pub fn check_now_or_after_each_replay(check: Check) -> torchlean::Result<()> {
+    if RECORDING.load(Ordering::Acquire) {
+        deferred().push(check);
+        Ok(())
+    } else {
+        check()
+    }
+}
 
 /// How many times a recording is retried after reserving the buffers it missed.
 const ATTEMPTS: usize = 8;
@@ -48,6 +74,8 @@ pub struct RecordedGraph {
     nodes: usize,
     id: u64,
     pool: Arc<crate::memory::Pool>,
+    /// The checks of recorded calls, run after every replay.
+    checks: Vec<Check>,
 }
 
 // SAFETY: a CUgraphExec may be used from any thread as long as uses do not overlap; every use
@@ -66,7 +94,8 @@ impl DeviceGraph for RecordedGraph {
     fn replay(&mut self) -> torchlean::Result<()> {
         self.graph
             .launch()
-            .map_err(|e| failure("device graph replay", e))
+            .map_err(|e| failure("device graph replay", e))?;
+        self.checks.iter().try_for_each(|check| check())
     }
     fn describe(&self) -> String {
         format!("a CUDA Graph of {} nodes", self.nodes)
@@ -95,6 +124,7 @@ pub fn record(work: &mut dyn FnMut() -> torchlean::Result<()>) -> torchlean::Res
     cx.pool.fill_cache(&census)?;
     for _ in 0..ATTEMPTS {
         let id = cx.pool.begin_recording();
+        deferred().clear();
         let guard = Recording { pool: &cx.pool };
         RECORDING.store(true, Ordering::Release);
         let began = cx
@@ -110,7 +140,9 @@ pub fn record(work: &mut dyn FnMut() -> torchlean::Result<()>) -> torchlean::Res
         RECORDING.store(false, Ordering::Release);
         let misses = cx.pool.end_recording();
         drop(guard);
+        let checks = std::mem::take(&mut *deferred());
         if !misses.is_empty() {
+            drop(checks);
             drop(ended);
             cx.pool.forget_graph(id);
             cx.pool.reserve(&misses)?;
@@ -145,6 +177,7 @@ pub fn record(work: &mut dyn FnMut() -> torchlean::Result<()>) -> torchlean::Res
             nodes,
             id,
             pool: Arc::clone(&cx.pool),
+            checks,
         });
     }
     Err(failure(

@@ -919,6 +919,23 @@ fn device_graph_replay_equals_kernel_by_kernel_execution() {
             ]
         },
     );
+    // the embedding's index check runs after every replay (see the next test)
+    let tokens = |s: u64| {
+        let v: Vec<f32> = (0..20)
+            .map(|i| ((i * 7 + s as usize * 3) % 10) as f32)
+            .collect();
+        on(Tensor::from_vec(v, &[4, 5]).expect("tokens"))
+    };
+    replay_equals_kernel_by_kernel(
+        "embedding",
+        || torchlean::nn::Embedding::new(10, 8, 0).expect("embedding"),
+        |s| {
+            [
+                tokens(s),
+                on(Tensor::randn(&[4, 5, 8], 500 + s).expect("y")),
+            ]
+        },
+    );
     let config = TransformerConfig {
         embed_dim: 32,
         heads: 4,
@@ -936,4 +953,76 @@ fn device_graph_replay_equals_kernel_by_kernel_execution() {
             ]
         },
     );
+}
+
+/// An index kernel's check (the invalid-index flag, read on the host) runs after every
+/// replay of a recorded step: an invalid index in a replayed step fails with the error a
+/// direct call gives, and the next valid step runs.
+#[test]
+fn an_invalid_index_in_a_replayed_step_fails_as_a_direct_call_does() {
+    if !gpu("an_invalid_index_in_a_replayed_step_fails_as_a_direct_call_does") {
+        return;
+    }
+    use torchlean::nn::{Embedding, Module};
+    use torchlean::runtime::compiled::CompiledStep;
+    let profile = checked_cuda();
+    install(Session::new(profile.clone())).expect("install");
+    let mut model = Embedding::new(10, 8, 0).expect("embedding");
+    model.to_device(Device::Cuda).expect("move");
+    let batch = |top: f32| {
+        let v: Vec<f32> = (0..20).map(|i| (i % 10) as f32).collect();
+        let mut v = v;
+        v[13] = top;
+        [
+            (
+                "x".to_string(),
+                Tensor::from_vec(v, &[4, 5])
+                    .expect("x")
+                    .to_device(Device::Cuda)
+                    .expect("x"),
+            ),
+            (
+                "y".to_string(),
+                Tensor::randn(&[4, 5, 8], 9)
+                    .expect("y")
+                    .to_device(Device::Cuda)
+                    .expect("y"),
+            ),
+        ]
+    };
+    let params: Vec<(String, Tensor)> = model
+        .parameters()
+        .into_iter()
+        .map(|(n, t)| (n, t.clone()))
+        .collect();
+    let mut step = CompiledStep::build(
+        &batch(3.0),
+        &params,
+        |xs| model.forward(&xs[0])?.mse_loss(&xs[1]),
+        &profile,
+    )
+    .expect("compile");
+    step.replay_as_device_graph();
+    for _ in 0..3 {
+        step.run_visiting(&batch(3.0), |f| model.visit_parameters(f))
+            .expect("a valid step");
+    }
+    assert!(step.replays_device_graph());
+    let direct = model
+        .forward(&batch(10.0)[0].1)
+        .expect_err("a direct call refuses index 10")
+        .to_string();
+    let replayed = step
+        .run_visiting(&batch(10.0), |f| model.visit_parameters(f))
+        .err()
+        .expect("a replay refuses index 10")
+        .to_string();
+    // the same error (the replay's may carry the compiled step's context around it)
+    assert!(
+        replayed.contains(&direct) || direct.contains(&replayed),
+        "replayed: {replayed}\ndirect: {direct}"
+    );
+    step.run_visiting(&batch(3.0), |f| model.visit_parameters(f))
+        .expect("a valid step after the refused one");
+    eprintln!("refused as a direct call is: {replayed}");
 }

@@ -707,3 +707,55 @@ fn composite_parts_are_planned_gated_reported_and_run_under_the_plan() {
         ),
     }
 }
+
+/// On the host, asking a compiled step for device-graph replay changes nothing: the step
+/// runs kernel by kernel, outputs held across steps stay valid (they are never rewritten),
+/// and the report says nothing about a device graph.
+#[test]
+fn device_graph_replay_is_inert_on_the_host() {
+    support::checked_cpu_default();
+    let model = Mlp::new(&[4, 8, 1], Activation::Tanh, 1).unwrap();
+    let data = SyntheticRegression::new(64, 3).unwrap();
+    let named = |s: usize| {
+        let (x, y) = data.batch(s, 8).unwrap();
+        [("x".to_string(), x), ("y".to_string(), y)]
+    };
+    let profile = BackendProfile::default_cpu();
+    let m = &model;
+    let plain = CompiledStep::build(
+        &named(0),
+        &named_params(m),
+        |xs| m.forward(&xs[0])?.mse_loss(&xs[1]),
+        &profile,
+    )
+    .unwrap();
+    let mut asked = CompiledStep::build(
+        &named(0),
+        &named_params(m),
+        |xs| m.forward(&xs[0])?.mse_loss(&xs[1]),
+        &profile,
+    )
+    .unwrap();
+    asked.replay_as_device_graph();
+    let mut held = vec![];
+    for s in 0..4 {
+        let (a, _) = plain
+            .run_visiting(&named(s), |f| model.visit_parameters(f))
+            .unwrap();
+        let (b, _) = asked
+            .run_visiting(&named(s), |f| model.visit_parameters(f))
+            .unwrap();
+        assert_eq!(a.to_vec(), b.to_vec(), "step {s}");
+        held.push((s, b));
+    }
+    // every held loss still has its own step's value
+    for (s, b) in &held {
+        let (a, _) = plain
+            .run_visiting(&named(*s), |f| model.visit_parameters(f))
+            .unwrap();
+        assert_eq!(a.to_vec(), b.to_vec(), "held loss of step {s}");
+    }
+    assert!(!asked.replays_device_graph());
+    let text = asked.report().to_text();
+    assert!(!text.contains("device graph"), "{text}");
+}

@@ -241,10 +241,19 @@ fn flag(cx: &Context, op: &Op) -> Result<CudaBuffer> {
     Ok(f)
 }
 
+/// The spec's error for this call's index when the kernel set the flag: checked now, or —
+/// while a device graph is being recorded — after each replay of that graph (the kernels
+/// never touch memory outside their inputs and outputs either way; see `graph.rs`).
+fn check_flag(op: &Op, f: CudaBuffer, x_shape: &[usize], idx: &Tensor) -> Result<()> {
+    let (op, x_shape, idx) = (op.clone(), x_shape.to_vec(), idx.clone());
+    crate::graph::check_now_or_after_each_replay(Box::new(move || {
+        read_flag(&op, &f, &x_shape, &idx)
+    }))
+}
+
 /// Waits for the flag; when set, the spec's error for this call's index (read to the host).
-fn check_flag(op: &Op, f: &CudaBuffer, x_shape: &[usize], idx: &Tensor) -> Result<()> {
+fn read_flag(op: &Op, f: &CudaBuffer, x_shape: &[usize], idx: &Tensor) -> Result<()> {
     let cx = cx()?;
-    crate::graph::refuse_while_recording(op.name())?;
     let set = launched(op, cx.stream.clone_dtoh(&f.slice().slice(0..1)))?;
     if set[0] == 0.0 {
         return Ok(());
@@ -330,7 +339,7 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
                 // kernel), one element of x inside its shape; writes out[p] (p < n).
                 launched(op, unsafe { l.launch(grid(n)) })?;
             }
-            check_flag(op, &bad, inputs[0].shape(), inputs[1])?;
+            check_flag(op, bad, inputs[0].shape(), inputs[1])?;
         }
         Op::Reshape { .. } => {
             if n > 0 {
@@ -366,7 +375,7 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
                 // distinct lines of out; src has the index's shape (the shape rule).
                 launched(op, unsafe { l.launch(grid(lines)) })?;
             }
-            check_flag(op, &bad, inputs[0].shape(), inputs[1])?;
+            check_flag(op, bad, inputs[0].shape(), inputs[1])?;
         }
         Op::Permute { axes } => {
             let src_stride = permuted_strides(inputs[0].shape(), axes);
@@ -418,7 +427,7 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
                 let f = &cx.functions.index_select_forward;
                 launch_select(op, f, x, idx, &mut out, &mut bad, geometry, n)?;
             }
-            check_flag(op, &bad, inputs[0].shape(), inputs[1])?;
+            check_flag(op, bad, inputs[0].shape(), inputs[1])?;
         }
         Op::LayerNorm { eps } | Op::RmsNorm { eps } => {
             let (rows, d) = norm_rows_of(inputs[0].shape());
@@ -538,7 +547,7 @@ pub fn vjp(
                 // address (checked in the kernel); distinct lines address distinct lines of x.
                 launched(op, unsafe { l.launch(grid(lines)) })?;
             }
-            check_flag(op, &bad, x_shape, inputs[1])?;
+            check_flag(op, bad, x_shape, inputs[1])?;
             Ok(vec![Some(tensor(gx, x_shape)?), None])
         }
         Op::Reshape { .. } => {
@@ -574,7 +583,7 @@ pub fn vjp(
                 // kernel), one element of gy (x's shape); writes gsrc[p].
                 launched(op, unsafe { l.launch(grid(m)) })?;
             }
-            check_flag(op, &bad, x_shape, inputs[1])?;
+            check_flag(op, bad, x_shape, inputs[1])?;
             let need = |i: usize| needs.get(i).copied().unwrap_or(false);
             Ok(vec![
                 need(0).then(|| tensor(gx, x_shape)).transpose()?,
@@ -649,7 +658,7 @@ pub fn vjp(
             } else {
                 launched(op, cx.stream.memset_zeros(gx.slice_mut()))?;
             }
-            check_flag(op, &bad, x_shape, inputs[1])?;
+            check_flag(op, bad, x_shape, inputs[1])?;
             Ok(vec![Some(tensor(gx, x_shape)?), None])
         }
         Op::LayerNorm { eps } | Op::RmsNorm { eps } => {
