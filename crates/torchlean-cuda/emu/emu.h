@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <functional>
 #include <memory>
+#include <mutex>
 #define __global__
 #define __device__
 #define __forceinline__ inline
@@ -46,6 +47,13 @@ inline unsigned __ballot_sync(unsigned, bool p) {
     for (int i = 0; i < 32; ++i) b |= (g_bal[w * 32 + i] ? 1u : 0u) << i;
     g_warp[w]->arrive_and_wait();
     return b;
+}
+std::mutex g_atomic;
+inline float atomicAdd(float* p, float v) {
+    std::lock_guard<std::mutex> lock(g_atomic);
+    float old = *p;
+    *p = old + v;
+    return old;
 }
 using std::isfinite;
 inline float __int_as_float(unsigned x) { float f; std::memcpy(&f, &x, 4); return f; }

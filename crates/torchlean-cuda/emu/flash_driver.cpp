@@ -91,19 +91,23 @@ int main(int argc, char** argv) {
                 });
             }
             if (causal) flag_over(st, bh * l, &flag);
+            // as kernels/attention.rs: with one chunk of each head dimension the key kernel
+            // adds dQ itself (every other call here, so that both paths are checked)
+            const bool fuse = std::max(d, dv) > 0 && std::max(d, dv) <= 64 && (call % 4) < 2;
+            std::fill(dq.begin(), dq.end(), fuse ? 0.0f : NAN);
             if (std::max(d, dv) > 0) {
                 std::fill(dk.begin(), dk.end(), NAN);
                 std::fill(dvv.begin(), dvv.end(), NAN);
                 launch({kt, (unsigned)bh, (unsigned)((std::max(d, dv) + 63) / 64)}, FA_THREADS, [&] {
                     flash_bwd_kv(q.data(), k.data(), v.data(), bits.data(), bias, &flag, st.data(), gy.data(),
-                                 dk.data(), dvv.data(), g);
+                                 dk.data(), dvv.data(), g, dq.data(), fuse ? 1 : 0);
                 });
             }
-            std::fill(dq.begin(), dq.end(), NAN);
-            launch({qt, (unsigned)bh, (unsigned)std::max(1LL, (d + 63) / 64)}, FA_THREADS, [&] {
-                flash_bwd_q(q.data(), k.data(), v.data(), bits.data(), bias, &flag, st.data(), gy.data(),
-                            dq.data(), dbf.data(), g, 1, mask == 2);
-            });
+            if (!fuse || mask == 2)
+                launch({qt, (unsigned)bh, (unsigned)std::max(1LL, (d + 63) / 64)}, FA_THREADS, [&] {
+                    flash_bwd_q(q.data(), k.data(), v.data(), bits.data(), bias, &flag, st.data(), gy.data(),
+                                dq.data(), dbf.data(), g, fuse ? 0 : 1, mask == 2);
+                });
         }
         write_f32(out_f, y, bh * l * dv);
         write_f32(out_f, dq, bh * l * d);

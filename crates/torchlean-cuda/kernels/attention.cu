@@ -360,11 +360,16 @@ __device__ __forceinline__ void fa_grad_entry(const Flash& g, const float* __res
 // (blockIdx.z): dK = scale · dSᵀ Q, dV = Pᵀ dO over every query tile that can see these keys.
 // Thread rows are keys, scattered columns queries. Dynamic shared memory 5 tiles. stats as
 // flash_forward's mode 1 wrote them. Query rows that attend nothing are read as zeros.
+// With fuse_dq (one chunk: d, dv ≤ 64), also dQ += scale · dS K for each query tile, added
+// into dq (zeroed by the caller) with atomicAdd: the query kernel's recomputation of S and
+// dP is saved, at the price of an order of additions that varies from run to run; rows that
+// attend nothing receive nothing.
 extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_bwd_kv(
     const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
     const unsigned* __restrict__ bits, const float* __restrict__ bias,
     const int* __restrict__ nonfinite, const float* __restrict__ stats,
-    const float* __restrict__ dout, float* __restrict__ dk, float* __restrict__ dv, Flash g) {
+    const float* __restrict__ dout, float* __restrict__ dk, float* __restrict__ dv, Flash g,
+    float* __restrict__ dq, int fuse_dq) {
     extern __shared__ __align__(16) float smem[];
     float* ks = smem;                // k rows, chunk of d
     float* vs = smem + FA_TILE;      // v rows, chunk of dv
@@ -431,6 +436,28 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_bwd_kv(
                 __syncthreads();
                 fa_mul_rows(ak, pt, ty * 4, qs, tx, fa_round4(rows));
                 __syncthreads();
+            }
+            if (fuse_dq) {
+                // dS again, query-major: pt[i][j]; thread rows become queries, grouped
+                // columns the head dimension (ks holds every column: one chunk)
+                #pragma unroll
+                for (int a = 0; a < 4; ++a)
+                    #pragma unroll
+                    for (int c = 0; c < 8; ++c) pt[(tx + 8 * c) * FA_P + ty * 4 + a] = dp[a][c];
+                __syncthreads();
+                float aq[4][8] = {};
+                fa_mul_rows(aq, pt, ty * 4, ks, tx, fa_round4(keys));
+                __syncthreads();
+                #pragma unroll
+                for (int a = 0; a < 4; ++a) {
+                    const long long i = i0 + ty * 4 + a, row = b * g.l + i;
+                    if (i >= g.l || stats[R + row] == 0.0f) continue;
+                    #pragma unroll
+                    for (int c = 0; c < 8; ++c) {
+                        const long long col = fa_gcol(tx, c);
+                        if (col < g.d) atomicAdd(&dq[row * g.d + col], g.scale * aq[a][c]);
+                    }
+                }
             }
         }
         #pragma unroll

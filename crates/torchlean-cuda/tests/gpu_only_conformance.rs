@@ -1026,3 +1026,74 @@ fn an_invalid_index_in_a_replayed_step_fails_as_a_direct_call_does() {
         .expect("a valid step after the refused one");
     eprintln!("refused as a direct call is: {replayed}");
 }
+
+/// On the GPU a training step reads one value (the loss plus zero times every gradient's
+/// sum): a non-finite loss still stops the step as `NonFiniteLoss`, and a finite loss with a
+/// non-finite gradient (0 · d sqrt(x)/dx at x = 0) as `NonFiniteGradient` naming the
+/// tensor, both with the parameters unchanged — as on the CPU (`nn_train.rs`).
+#[test]
+fn non_finite_steps_stop_on_the_gpu_as_on_the_cpu() {
+    if !gpu("non_finite_steps_stop_on_the_gpu_as_on_the_cpu") {
+        return;
+    }
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use torchlean::nn::{
+        Activation, Adam, Config, Error as NnError, Mlp, Module, Task, TrainError, TrainOptions,
+        Trainer,
+    };
+    for kind in ["loss", "gradient"] {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let counter = calls.clone();
+        let task = Task::custom("non-finite-at-3", move |p: &Tensor, y: &Tensor| {
+            let l = torchlean::nn::mse(p, y)?;
+            // call 0 is the shape-only trace that finds the ops to plan; call 3 is step 3
+            if counter.fetch_add(1, Ordering::SeqCst) != 3 {
+                Ok(l)
+            } else if kind == "loss" {
+                l.scale(f32::NAN)
+            } else {
+                l.add(&p.sub(p)?.sqrt()?.sum_all()?.scale(0.0)?)
+            }
+        });
+        let mut model = Mlp::new(&[4, 16, 1], Activation::Tanh, 1).expect("mlp");
+        model.to_device(Device::Cuda).expect("move");
+        let mut config = Config::new(task, Adam::new(0.01).expect("adam"));
+        config.profile = Some(checked_cuda());
+        let mut t = Trainer::new(model, config).expect("trainer");
+        let data = torchlean::data::synthetic::regression(64, 2).expect("data");
+        let opts = TrainOptions {
+            steps: 10,
+            batch_size: 16,
+            ..Default::default()
+        };
+        let e = t.train(&data, &opts).expect_err("step 3 stops");
+        match (&e, kind) {
+            (NnError::Train(TrainError::NonFiniteLoss { step, loss, .. }), "loss") => {
+                assert_eq!(*step, 3);
+                assert!(loss.is_nan());
+            }
+            (
+                NnError::Train(TrainError::NonFiniteGradient {
+                    step,
+                    tensor,
+                    value,
+                    ..
+                }),
+                "gradient",
+            ) => {
+                assert_eq!(*step, 3);
+                assert!(tensor.starts_with("gradient of `"), "{tensor}");
+                assert!(!value.is_finite());
+            }
+            (other, _) => panic!("{kind}: unexpected {other:?}"),
+        }
+        assert_eq!(t.step(), 2, "{kind}");
+        assert!(t
+            .model()
+            .parameters()
+            .iter()
+            .all(|(_, p)| p.to_vec().iter().all(|v| v.is_finite())));
+        eprintln!("{kind}: {e}");
+    }
+}

@@ -399,19 +399,34 @@ pub fn vjp(
         let g = buffer(op, gy)?;
         let (c, st) = prepare_vjp(cx, op, inputs, output_t, gy)?;
         let (d, dv) = (c.g.d as usize, c.g.dv as usize);
-        if (need(1) || need(2)) && d.max(dv) > 0 {
+        let kv = (need(1) || need(2)) && d.max(dv) > 0;
+        // one chunk of each head dimension: the key kernel also adds dQ (atomically), and
+        // the query kernel runs only for an additive mask's gradient
+        let fuse_dq = kv && need(0) && d.max(dv) <= TILE;
+        if fuse_dq {
+            launched(op, cx.stream.memset_zeros(gq.slice_mut()))?;
+        }
+        if kv {
+            let fuse = fuse_dq as i32;
             let mut b = cx.stream.launch_builder(&cx.functions.flash_bwd_kv);
             vjp_inputs(&mut b, &c, &st, g);
-            b.arg(gk.slice_mut()).arg(gv.slice_mut()).arg(&c.g);
+            b.arg(gk.slice_mut())
+                .arg(gv.slice_mut())
+                .arg(&c.g)
+                .arg(gq.slice_mut())
+                .arg(&fuse);
             let cfg = launch_cfg(s.div_ceil(TILE), bh, d.max(dv).div_ceil(TILE), BWD_KV_TILES);
             // SAFETY: reads as the forward plus the stats (3·BH·L) and the cotangent
             // ([BH, L, dv]); block (x, y, z) writes the rows of its 64 keys in columns of
-            // chunk z of gk ([BH, S, d]) and gv ([BH, S, dv]): disjoint between blocks.
+            // chunk z of gk ([BH, S, d]) and gv ([BH, S, dv]): disjoint between blocks; with
+            // fuse (one chunk), it adds into rows of gq ([BH, L, d], zeroed above) inside
+            // its shape with atomicAdd only.
             launched(op, unsafe { b.launch(cfg) })?;
             wrote_kv = true;
+            wrote_q = fuse_dq;
         }
-        if need(0) || wants_bias {
-            let (want_dq, want_bias) = (need(0) as i32, wants_bias as i32);
+        if (need(0) && !fuse_dq) || wants_bias {
+            let (want_dq, want_bias) = ((need(0) && !fuse_dq) as i32, wants_bias as i32);
             let mut b = cx.stream.launch_builder(&cx.functions.flash_bwd_q);
             vjp_inputs(&mut b, &c, &st, g);
             b.arg(gq.slice_mut())
@@ -424,7 +439,7 @@ pub fn vjp(
             // queries in columns of chunk z of gq ([BH, L, d]) and, with want_bias, chunk 0
             // writes their entries of gbias_full ([BH, L, S], allocated so when wanted).
             launched(op, unsafe { b.launch(cfg) })?;
-            wrote_q = need(0);
+            wrote_q |= need(0);
         }
     }
     for (wrote, g) in [(wrote_q, &mut gq), (wrote_kv, &mut gk), (wrote_kv, &mut gv)] {

@@ -64,11 +64,11 @@ impl StepExecutor for EagerStep {
         step: u64,
     ) -> Result<StepOutput> {
         let loss = task.loss(&model.forward(inputs)?, targets)?;
-        let value = loss.item()?;
-        check_loss(value, step)?;
         let grads = loss.backward()?;
+        let (value, grads_finite) = loss_and_finite(&*model, &loss, &grads)?;
+        check_loss(value, step)?;
         drop(loss);
-        finish(model, optimizer, grads, value, clip, step)
+        finish(model, optimizer, grads, (value, grads_finite), clip, step)
     }
 }
 
@@ -101,33 +101,42 @@ fn finish(
     model: &mut dyn Module,
     optimizer: &mut dyn Optimizer,
     grads: crate::runtime::Gradients,
-    value: f32,
+    loss: (f32, bool),
     clip: Option<f32>,
     step: u64,
 ) -> Result<StepOutput> {
-    finish_keep(model, optimizer, grads, value, clip, step).map(|(out, _)| out)
+    finish_keep(model, optimizer, grads, loss, clip, step).map(|(out, _)| out)
 }
 
-/// Whether every gradient element is finite, computed on the gradients' device with ops of
-/// the session (planned and gated) and read as one value.
-fn all_finite_on_device(model: &dyn Module, grads: &crate::runtime::Gradients) -> Result<bool> {
-    let mut total: Option<crate::tensor::Tensor> = None;
-    crate::runtime::no_grad(|| -> Result<()> {
+/// The loss value, and whether every gradient element is known to be finite, from one read.
+/// On a device: `loss + Σ sum_all(g · 0)`, computed there with ops of the session (planned and
+/// gated), is the loss exactly when every gradient element is finite (it adds zeros) and NaN
+/// otherwise, so a step reads one value; only when that value is not finite is the loss read
+/// apart, to tell a non-finite loss from a non-finite gradient. On the host: the loss, and
+/// `false` (the gradients are scanned where they are).
+fn loss_and_finite(
+    model: &dyn Module,
+    loss: &Tensor,
+    grads: &crate::runtime::Gradients,
+) -> Result<(f32, bool)> {
+    if model.device() == crate::backend::Device::Cpu {
+        return Ok((loss.item()?, false));
+    }
+    let probe = crate::runtime::no_grad(|| -> Result<Tensor> {
+        let mut total = loss.detach();
         for (_, p) in model.parameters() {
             if let Some(g) = grads.get(p) {
-                let s = g.scale(0.0)?.sum_all()?;
-                total = Some(match total.take() {
-                    Some(t) => t.add(&s)?,
-                    None => s,
-                });
+                total = total.add(&g.scale(0.0)?.sum_all()?)?;
             }
         }
-        Ok(())
+        Ok(total)
     })?;
-    Ok(match total {
-        Some(t) => t.item()?.is_finite(),
-        None => true,
-    })
+    let value = probe.item()?;
+    if value.is_finite() {
+        return Ok((value, true));
+    }
+    // the loss or a gradient is not finite: the loss itself says which
+    Ok((loss.item()?, false))
 }
 
 /// [`finish`], handing the gradients back (the compiled step recycles their buffers).
@@ -135,21 +144,15 @@ fn finish_keep(
     model: &mut dyn Module,
     optimizer: &mut dyn Optimizer,
     mut grads: crate::runtime::Gradients,
-    value: f32,
+    (value, grads_finite): (f32, bool),
     clip: Option<f32>,
     step: u64,
 ) -> Result<(StepOutput, crate::runtime::Gradients)> {
     // every step, clipping or not: a NaN that relu hid from the loss still reaches a
-    // gradient, and an update with it would poison the parameters. On a device, one scalar
-    // (Σ sum_all(g · 0), NaN exactly when some element is not finite) is computed there and
-    // read once; only a failing step scans the gradients on the host to name the tensor.
-    let checked_on_device =
-        model.device() != crate::backend::Device::Cpu && all_finite_on_device(model, &grads)?;
-    for (name, p) in model
-        .parameters()
-        .into_iter()
-        .filter(|_| !checked_on_device)
-    {
+    // gradient, and an update with it would poison the parameters. On a device the check
+    // came with the loss's read (`loss_and_finite`); the gradients are scanned on the host
+    // only there, or when that read found something not finite (to name the tensor).
+    for (name, p) in model.parameters().into_iter().filter(|_| !grads_finite) {
         if let Some(g) = grads.get(p) {
             if let Some(&value) = g.data().iter().find(|v| !v.is_finite()) {
                 return Err(non_finite_gradient(
@@ -274,9 +277,9 @@ impl StepExecutor for CompiledStepExecutor {
             unreachable!("the compiled step was built just above")
         };
         let (loss, grads) = compiled.run_visiting(&named, |f| model.visit_parameters(f))?;
-        let value = loss.item()?;
+        let (value, grads_finite) = loss_and_finite(&*model, &loss, &grads)?;
         check_loss(value, step)?;
-        let grads = finish_keep(model, optimizer, grads, value, clip, step)?;
+        let grads = finish_keep(model, optimizer, grads, (value, grads_finite), clip, step)?;
         // the step's buffers come back for the next run
         compiled
             .compiled()
