@@ -8,8 +8,10 @@
 //!
 //! **Device graphs** (`graph.rs`): while a graph is being recorded, allocations come from
 //! the graph's own free buffers or the cache, never from the driver (an allocation would be
-//! recorded into the graph); a request the cache cannot serve is counted as a miss and fails,
-//! and the recorder reserves the missing buffers and records again. A buffer handed out while
+//! recorded into the graph). The recorder first fills the cache to a census of a real run
+//! (the most buffers of each size live at once); a request the cache still cannot serve is
+//! counted as a miss and fails, and the recorder reserves the missing buffers and records
+//! again. A buffer handed out while
 //! recording belongs to that graph: dropped, it returns to the graph's free list, never to
 //! the cache, so no other tensor can get memory that a replay writes. When the graph is
 //! dropped, its buffers go back to the cache.
