@@ -3,11 +3,31 @@
 
 use super::module::Module;
 use super::optim::{
-    check_lr, check_range, for_each_param, grad_of, update_elementwise, Optimizer, OptimizerState,
-    ParamNames, SlotStore,
+    check_lr, check_range, for_each_param, grad_of, update_by_ops, update_elementwise, Optimizer,
+    OptimizerState, ParamNames, SlotStore,
 };
 use crate::error::Result;
 use crate::runtime::Gradients;
+use crate::tensor::Tensor;
+
+/// One Adagrad update of `w` by `g` with accumulator `s` as ops (for parameters on a device):
+/// the host loop's arithmetic, term by term, with `(clr, wd, eps)` the step's decayed learning
+/// rate, weight decay and epsilon. Returns the new weight and the new accumulator.
+fn update_with_ops(
+    w: &Tensor,
+    g: &Tensor,
+    s: &Tensor,
+    (clr, wd, eps): (f32, f32, f32),
+) -> Result<(Tensor, Tensor)> {
+    let gi = if wd != 0.0 {
+        g.add(&w.scale(wd)?)?
+    } else {
+        g.clone()
+    };
+    let s1 = s.add(&gi.mul(&gi)?)?;
+    let w1 = w.sub(&gi.scale(clr)?.div(&s1.sqrt()?.add_scalar(eps)?)?)?;
+    Ok((w1, s1))
+}
 
 /// Adagrad; slot `sum` (starting at `initial_accumulator_value`).
 pub struct Adagrad {
@@ -63,6 +83,21 @@ impl Optimizer for Adagrad {
             let Some(g) = grad_of(name, p, grads)? else {
                 return Ok(());
             };
+            if p.device() != crate::backend::Device::Cpu {
+                // on a device: the same update as ops of the session (planned and gated), no
+                // host round trip
+                let bufs = store.device_buffers(name, p)?;
+                let mut new = None;
+                update_by_ops(p, |w| {
+                    let (w1, s1) = update_with_ops(w, g, &bufs[0], (clr, wd, eps))?;
+                    new = Some(s1);
+                    Ok(w1)
+                })?;
+                if let (Some(b), Some(s1)) = (bufs.first_mut(), new) {
+                    *b = s1;
+                }
+                return Ok(());
+            }
             let g = g.data();
             let shape = p.shape().to_vec();
             if let [s] = store.buffers(name, &shape)? {
@@ -93,5 +128,44 @@ impl Optimizer for Adagrad {
     fn import_state(&mut self, model: &dyn Module, state: &OptimizerState) -> Result<()> {
         self.steps = self.store.import(model, state)?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::BackendProfile;
+    use crate::runtime::{install, Session};
+
+    /// The ops form of the update (what a device runs) against an f64 evaluation of the
+    /// documented formula, three steps with a decaying learning rate and weight decay.
+    #[test]
+    fn the_ops_update_matches_the_formula() {
+        // a session for this thread's ops; the previous one (none) is dropped
+        let _ = install(Session::new(BackendProfile::default_cpu()));
+        let n = 6;
+        let w0: Vec<f32> = (0..n).map(|i| (i as f32 * 0.53).cos()).collect();
+        let mut w = Tensor::from_vec(w0.clone(), &[n]).unwrap();
+        let mut s = Tensor::full(&[n], 0.1).unwrap();
+        let mut rw: Vec<f64> = w0.iter().map(|&x| x as f64).collect();
+        let mut rs = vec![0.1f32 as f64; n];
+        for t in 0..3 {
+            let g: Vec<f32> = (0..n).map(|i| ((i + 2 * t) as f32 * 0.9).sin()).collect();
+            let clr = 0.1 / (1.0 + t as f32 * 0.5);
+            let gt = Tensor::from_vec(g.clone(), &[n]).unwrap();
+            let (w1, s1) = update_with_ops(&w, &gt, &s, (clr, 0.05, 1e-10)).unwrap();
+            (w, s) = (w1, s1);
+            for i in 0..n {
+                let gi = g[i] as f64 + 0.05f32 as f64 * rw[i];
+                rs[i] += gi * gi;
+                rw[i] -= clr as f64 * gi / (rs[i].sqrt() + 1e-10);
+            }
+            for (i, (&a, &b)) in w.to_vec().iter().zip(&rw).enumerate() {
+                assert!(
+                    (a as f64 - b).abs() <= 1e-6 * (1.0 + b.abs()),
+                    "step {t} element {i}: {a} vs {b}"
+                );
+            }
+        }
     }
 }

@@ -4,11 +4,77 @@
 
 use super::module::Module;
 use super::optim::{
-    check_lr, check_range, for_each_param, grad_of, update_elementwise, Optimizer, OptimizerState,
-    ParamNames, SlotStore,
+    check_lr, check_range, for_each_param, grad_of, update_by_ops, update_elementwise, Optimizer,
+    OptimizerState, ParamNames, SlotStore,
 };
 use crate::error::Result;
-use crate::runtime::Gradients;
+use crate::graph::Op;
+use crate::runtime::{apply, Gradients};
+use crate::tensor::Tensor;
+
+/// The hyperparameters of one step.
+#[derive(Debug, Clone, Copy)]
+struct Hyper {
+    lr: f32,
+    alpha: f32,
+    eps: f32,
+    wd: f32,
+    momentum: f32,
+}
+
+/// One RMSprop update of `w` by `g` as ops (for parameters on a device): the host loop's
+/// arithmetic, term by term. `bufs` are the slots in `RmsProp::slots` order (square_avg, then
+/// momentum_buffer when momentum > 0, then grad_avg when centered). Returns the new weight
+/// and the new slots, in the same order.
+fn update_with_ops(
+    w: &Tensor,
+    g: &Tensor,
+    bufs: &[Tensor],
+    h: Hyper,
+) -> Result<(Tensor, Vec<Tensor>)> {
+    let gi = if h.wd != 0.0 {
+        g.add(&w.scale(h.wd)?)?
+    } else {
+        g.clone()
+    };
+    let ema = |b: &Tensor, square: bool| {
+        apply(
+            Op::EmaUpdate {
+                decay: h.alpha,
+                square,
+            },
+            &[b, &gi],
+        )
+    };
+    let (momentum, centered) = match bufs.len() {
+        1 => (false, false),
+        2 => (h.momentum > 0.0, h.momentum <= 0.0),
+        _ => (true, true),
+    };
+    let s1 = ema(&bufs[0], true)?;
+    let a1 = if centered {
+        Some(ema(&bufs[bufs.len() - 1], false)?)
+    } else {
+        None
+    };
+    let spread = match &a1 {
+        Some(a) => s1.sub(&a.mul(a)?)?,
+        None => s1.clone(),
+    };
+    let denom = spread.sqrt()?.add_scalar(h.eps)?;
+    let mut slots = vec![s1];
+    let w1 = if momentum {
+        let b1 = bufs[1].scale(h.momentum)?.add(&gi.div(&denom)?)?;
+        let w1 = w.sub(&b1.scale(h.lr)?)?;
+        slots.push(b1);
+        w1
+    } else {
+        // lr·g / d, in the host loop's order
+        w.sub(&gi.scale(h.lr)?.div(&denom)?)?
+    };
+    slots.extend(a1);
+    Ok((w1, slots))
+}
 
 /// RMSprop; slots `square_avg`, plus `momentum_buffer` (momentum > 0) and `grad_avg`
 /// (centered).
@@ -68,10 +134,32 @@ impl Optimizer for RmsProp {
         let denom = |s: f32, a: f32| (s - a * a).sqrt() + eps;
         let names = self.names.resolve(&*model);
         let store = &mut self.store;
+        let hyper = Hyper {
+            lr,
+            alpha: al,
+            eps,
+            wd,
+            momentum: mom,
+        };
         for_each_param(names, model, |name, p| {
             let Some(g) = grad_of(name, p, grads)? else {
                 return Ok(());
             };
+            if p.device() != crate::backend::Device::Cpu {
+                // on a device: the same update as ops of the session (planned and gated), no
+                // host round trip
+                let bufs = store.device_buffers(name, p)?;
+                let mut new = vec![];
+                update_by_ops(p, |w| {
+                    let (w1, slots) = update_with_ops(w, g, bufs, hyper)?;
+                    new = slots;
+                    Ok(w1)
+                })?;
+                for (b, n) in bufs.iter_mut().zip(new) {
+                    *b = n;
+                }
+                return Ok(());
+            }
             let g = g.data();
             let shape = p.shape().to_vec();
             match store.buffers(name, &shape)? {
@@ -146,5 +234,80 @@ impl Optimizer for RmsProp {
         self.store.set_slots(self.slots());
         self.steps = self.store.import(model, state)?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::BackendProfile;
+    use crate::runtime::{install, Session};
+
+    /// The ops form of the update (what a device runs) against an f64 evaluation of the
+    /// documented formula, three steps, every slot layout, with and without weight decay.
+    #[test]
+    fn the_ops_update_matches_the_formula() {
+        // a session for this thread's ops; the previous one (none) is dropped
+        let _ = install(Session::new(BackendProfile::default_cpu()));
+        let n = 7;
+        let w0: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin()).collect();
+        let grad = |t: usize| -> Vec<f32> {
+            (0..n)
+                .map(|i| ((i * 3 + t) as f32 * 0.71).cos() * 0.5)
+                .collect()
+        };
+        for (momentum, centered, wd) in [
+            (0.0, false, 0.0),
+            (0.9, false, 0.1),
+            (0.0, true, 0.0),
+            (0.9, true, 0.1),
+        ] {
+            let h = Hyper {
+                lr: 0.01,
+                alpha: 0.99,
+                eps: 1e-8,
+                wd,
+                momentum,
+            };
+            let slots = 1 + (momentum > 0.0) as usize + centered as usize;
+            let mut w = Tensor::from_vec(w0.clone(), &[n]).unwrap();
+            let mut bufs = vec![Tensor::zeros(&[n]).unwrap(); slots];
+            let (mut rw, mut rs, mut rb, mut ra) = (
+                w0.iter().map(|&x| x as f64).collect::<Vec<f64>>(),
+                vec![0.0f64; n],
+                vec![0.0f64; n],
+                vec![0.0f64; n],
+            );
+            for t in 0..3 {
+                let g = grad(t);
+                let gt = Tensor::from_vec(g.clone(), &[n]).unwrap();
+                let (w1, b1) = update_with_ops(&w, &gt, &bufs, h).unwrap();
+                w = w1;
+                bufs = b1;
+                let (lr, al, eps, wd, mom) =
+                    (0.01f64, 0.99f64, 1e-8f64, wd as f64, momentum as f64);
+                for i in 0..n {
+                    let gi = g[i] as f64 + wd * rw[i];
+                    rs[i] = al * rs[i] + (1.0 - al) * gi * gi;
+                    if centered {
+                        ra[i] = al * ra[i] + (1.0 - al) * gi;
+                    }
+                    let d = (rs[i] - ra[i] * ra[i]).sqrt() + eps;
+                    if mom > 0.0 {
+                        rb[i] = mom * rb[i] + gi / d;
+                        rw[i] -= lr * rb[i];
+                    } else {
+                        rw[i] -= lr * gi / d;
+                    }
+                }
+                for (i, (&a, &b)) in w.to_vec().iter().zip(&rw).enumerate() {
+                    assert!(
+                        (a as f64 - b).abs() <= 1e-6 * (1.0 + b.abs()),
+                        "momentum {momentum} centered {centered} wd {wd} step {t} element {i}: {a} vs {b}"
+                    );
+                }
+            }
+            assert_eq!(bufs.len(), slots);
+        }
     }
 }
