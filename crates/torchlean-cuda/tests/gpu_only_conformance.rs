@@ -1110,7 +1110,8 @@ fn rmsprop_and_adagrad_on_the_gpu_match_the_cpu() {
     use torchlean::nn::{
         train::train_regression, Activation, Adagrad, Mlp, Module, Optimizer, RmsProp,
     };
-    let optimizers: Vec<(&str, fn() -> Box<dyn Optimizer>)> = vec![
+    type Make = fn() -> Box<dyn Optimizer>;
+    let optimizers: Vec<(&str, Make)> = vec![
         ("rmsprop", || Box::new(RmsProp::new(0.01).expect("rmsprop"))),
         ("rmsprop momentum centered", || {
             let mut r = RmsProp::new(0.01).expect("rmsprop");
