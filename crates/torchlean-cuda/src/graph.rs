@@ -137,7 +137,7 @@ pub fn record(work: &mut dyn FnMut() -> torchlean::Result<()>) -> torchlean::Res
         }
         let ran = work();
         let ended = cx.stream.end_capture(CUgraphInstantiate_flags(0));
-        RECORDING.store(false, Ordering::Release);
+        // the guard clears the recording flag and the pool's recording state
         let misses = cx.pool.end_recording();
         drop(guard);
         let checks = std::mem::take(&mut *deferred());

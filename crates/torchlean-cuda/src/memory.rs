@@ -287,20 +287,15 @@ impl Pool {
         {
             e.0 = e.0.saturating_sub(1);
         }
-        match home.filter(|g| s.graphs.contains_key(g)) {
-            Some(g) => {
-                s.stats.graph_bytes += cap * 4;
-                // invariant: filtered on `contains_key` just above
-                s.graphs
-                    .get_mut(&g)
-                    .expect("the graph's free lists")
-                    .entry(cap)
-                    .or_default()
-                    .push(slice);
+        let state = &mut *s;
+        match home.and_then(|g| state.graphs.get_mut(&g)) {
+            Some(lists) => {
+                state.stats.graph_bytes += cap * 4;
+                lists.entry(cap).or_default().push(slice);
             }
             None => {
-                s.stats.cached_bytes += cap * 4;
-                s.free.entry(cap).or_default().push(slice);
+                state.stats.cached_bytes += cap * 4;
+                state.free.entry(cap).or_default().push(slice);
             }
         }
     }

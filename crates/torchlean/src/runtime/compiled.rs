@@ -724,9 +724,9 @@ impl CompiledStep {
                 Source::Constant(t) => t.clone(),
             })
             .collect();
-        let outputs =
-            self.device_graph
-                .run(&self.compiled, values, &self.changing, &self.output_names())?;
+        let outputs = self
+            .device_graph
+            .run(&self.compiled, values, &self.changing)?;
         let mut loss = None;
         let mut grads: Vec<Option<Tensor>> = vec![None; params.len()];
         for (role, t) in self.roles.iter().zip(outputs) {
@@ -744,15 +744,6 @@ impl CompiledStep {
 
     pub fn compiled(&self) -> &CompiledGraph {
         &self.compiled
-    }
-
-    fn output_names(&self) -> Vec<String> {
-        self.compiled
-            .graph()
-            .outputs
-            .iter()
-            .map(|o| o.name.clone())
-            .collect()
     }
 
     /// Asks for the step to be replayed as a device graph (CUDA Graphs) where the plan and

@@ -129,13 +129,12 @@ impl StepGraph {
 
     /// Runs `graph` on `values` (its externals in order); `changing[k]` says whether value k
     /// changes from step to step (inputs, parameters) or is the same tensor every step
-    /// (constants). `names` names the outputs for errors.
+    /// (constants).
     pub(crate) fn run(
         &self,
         graph: &CompiledGraph,
         values: Vec<Tensor>,
         changing: &[bool],
-        names: &[String],
     ) -> Result<Vec<Tensor>> {
         let mut state = self.lock();
         match &mut *state {
@@ -158,7 +157,12 @@ impl StepGraph {
             },
             State::Ready(r) => {
                 if let Some(k) = r.outputs.iter().position(|t| !t.is_sole_handle()) {
-                    let name = names.get(k).map_or("?", String::as_str);
+                    // named only here, on the refusal: nothing is built per step
+                    let name = graph
+                        .graph()
+                        .outputs
+                        .get(k)
+                        .map_or("?", |o| o.name.as_str());
                     return Err(Error::Other(format!(
                         "compiled step: output `{name}` of the previous step is still held; the next device-graph replay rewrites it in place, so drop it (or copy its values) before the next step"
                     )));
@@ -199,8 +203,10 @@ impl StepGraph {
             Ok(g) => g,
             Err(e) => return Ok(Err(format!("recording failed: {e}"))),
         };
-        // invariant: `capture` returns a graph only after `work` returned Ok, which set it
-        let outputs = outputs.expect("a recorded run produced its outputs");
+        // `capture` returns a graph only after `work` returned Ok, which set the outputs
+        let Some(outputs) = outputs else {
+            return Ok(Err("the recorded run produced no outputs".into()));
+        };
         // the outputs must be the graph's alone: one shared with an external or with another
         // output would be rewritten behind its other holder's back
         for (k, t) in outputs.iter().enumerate() {
