@@ -403,3 +403,100 @@ fn native_flash_kernel_equals_the_native_sdpa_kernel() {
         }
     }
 }
+
+/// `a` ([..lead, n, w]) as a strided view of a larger buffer, the way attention reads the
+/// heads of a projection: the storage holds [n, ..lead, w + 3] (rows of one batch matrix
+/// far apart, three extra floats per row), permuted to [..lead, n, w + 3] and sliced to
+/// columns 1..=w (a nonzero offset). The view holds `a`'s values and is not contiguous.
+fn strided_view(a: &Array<f64>, r: &mut Draws) -> torchlean::Tensor {
+    let rank = a.shape.len();
+    let (n, w) = (a.shape[rank - 2], a.shape[rank - 1]);
+    let lead = &a.shape[..rank - 2];
+    let batch: usize = lead.iter().product();
+    let padded = w + 3;
+    let mut buf = vec![0.0f32; n * batch * padded];
+    for (slot, v) in buf.iter_mut().enumerate() {
+        *v = r.normal() as f32; // the padding: values the kernel must never read
+        let (i, rest) = (slot / (batch * padded), slot % (batch * padded));
+        let (b, j) = (rest / padded, rest % padded);
+        if (1..=w).contains(&j) {
+            *v = a.data[(b * n + i) * w + j - 1] as f32;
+        }
+    }
+    let mut shape = vec![n];
+    shape.extend_from_slice(lead);
+    shape.push(padded);
+    let packed = torchlean::Tensor::from_vec(buf, &shape).unwrap();
+    let mut axes: Vec<usize> = (1..rank - 1).collect();
+    axes.push(0);
+    axes.push(rank - 1);
+    let view = packed
+        .permute(&axes)
+        .and_then(|t| t.slice(rank - 1, 1, w + 1))
+        .expect("a permuted slice");
+    assert_eq!(view.shape(), a.shape.as_slice());
+    view
+}
+
+#[test]
+fn native_flash_kernel_reads_strided_operands_in_place() {
+    use torchlean::backend::BackendProfile;
+    use torchlean::providers::native_cpu::{flash_forward, flash_vjp};
+    use torchlean::runtime::{self, Session};
+    // the views are made by the session's permute and slice (views on the host)
+    let before =
+        runtime::install(Session::new(BackendProfile::named("checked_cpu").unwrap())).unwrap();
+    let mut r = Draws(3302);
+    let mut strided_calls = 0;
+    for case in 0..40 {
+        let (op, xs) = kernel_case(&mut r);
+        let refs: Vec<&Array<f64>> = xs.iter().collect();
+        let want = spec::forward(&op, &refs).expect("the spec accepts the call");
+        let gy = r.array(&want.shape);
+        let want_grads = spec::vjp(&op, &refs, &want, &gy).expect("the spec VJP");
+        // q, k, v (and a mask or bias of full rank) as strided views
+        let ts: Vec<torchlean::Tensor> = xs
+            .iter()
+            .map(|a| {
+                if a.shape.len() >= 2 {
+                    strided_view(a, &mut r)
+                } else {
+                    tensor(a)
+                }
+            })
+            .collect();
+        strided_calls += ts.iter().filter(|t| !t.is_contiguous()).count();
+        let ts_refs: Vec<&torchlean::Tensor> = ts.iter().collect();
+        let y = flash_forward(&op, &ts_refs).expect("the kernel accepts strided inputs");
+        let e = error(&widen(&y), &want.data);
+        assert!(
+            e <= 2e-4,
+            "case {case} {op:?}: forward error {e} on strided inputs"
+        );
+        let needs = vec![true; ts.len()];
+        let grads = flash_vjp(&op, &ts_refs, &y, &tensor(&gy), &needs).expect("the VJP");
+        for (i, (g, w)) in grads.iter().zip(&want_grads).enumerate() {
+            match (g, w) {
+                (Some(g), Some(w)) => {
+                    assert_eq!(g.shape(), w.shape.as_slice(), "case {case}: gradient {i}");
+                    let e = error(&widen(g), &w.data);
+                    assert!(
+                        e <= 2e-4,
+                        "case {case} {op:?}: gradient {i} error {e} (strided)"
+                    );
+                }
+                (None, None) => {}
+                _ => panic!("case {case}: gradient {i} present on one side only"),
+            }
+        }
+    }
+    runtime::take().unwrap();
+    if let Some(s) = before {
+        runtime::install(s).unwrap();
+    }
+    // the views really were strided (else this test would check nothing new)
+    assert!(
+        strided_calls >= 100,
+        "only {strided_calls} strided operands"
+    );
+}

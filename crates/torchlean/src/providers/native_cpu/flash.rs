@@ -14,7 +14,10 @@
 //! forward of a single one, over query tiles); the tile products go through `par::gemm`.
 
 use super::par::{gemm, Mat};
-use super::special::{per_batch_grads, without_blocked_rows, Attention, BatchGrads};
+use super::special::{
+    per_batch_grads, scale_and_mask, without_blocked_rows, Attention, BatchGrads,
+};
+use super::strided::{Operand, Rows as Matrix};
 use super::vmath;
 use crate::graph::Op;
 use crate::tensor::Tensor;
@@ -91,23 +94,55 @@ fn finite(parts: &[&[f32]]) -> bool {
     parts.iter().all(|p| p.iter().all(|x| x.is_finite()))
 }
 
+/// The scores of query rows `rows` against keys `cols` of batch matrix `bi`, scaled,
+/// masked (-inf where blocked, the bias added) and causally cut, into `out`
+/// (rows.len() × cols.len(), row-major). `q` and `k` are that batch matrix's, read in place.
+fn tile_scores(
+    at: &Attention,
+    bi: usize,
+    rows: std::ops::Range<usize>,
+    cols: std::ops::Range<usize>,
+    (q, k): (Matrix, Matrix),
+    out: &mut [f32],
+) {
+    let (bq, bk) = (rows.len(), cols.len());
+    gemm(
+        bq,
+        bk,
+        at.d,
+        q.mat(rows.start),
+        k.mat_t(cols.start),
+        out,
+        false,
+        false,
+    );
+    for (r, row) in out[..bq * bk].chunks_mut(bk.max(1)).enumerate() {
+        let i = rows.start + r;
+        let extra = at.extra_row(bi, i).map(|m| &m[cols.clone()]);
+        scale_and_mask(row, at.scale, at.mask, extra);
+        if at.causal && i + 1 < cols.end {
+            row[(i + 1).saturating_sub(cols.start)..].fill(f32::NEG_INFINITY);
+        }
+    }
+}
+
 /// The forward of query rows `rows` of batch matrix `bi` into `out` (rows × dv).
 fn forward_tile(
     at: &Attention,
     bi: usize,
     rows: std::ops::Range<usize>,
-    (q, k, v): (&[f32], &[f32], &[f32]),
+    (q, k, v): (Matrix, Matrix, Matrix),
     skip: bool,
     out: &mut [f32],
 ) {
-    let (s, dv, bq) = (at.s, at.dv, rows.len());
+    let (dv, bq) = (at.dv, rows.len());
     let mut state = Rows::new(bq);
     let mut scores = vec![0.0f32; bq * KT];
     out.fill(0.0);
     for cols in key_tiles(at, &rows, skip) {
         let bk = cols.len();
         let tile = &mut scores[..bq * bk];
-        at.tile_scores(bi, rows.clone(), cols.clone(), (q, k), tile);
+        tile_scores(at, bi, rows.clone(), cols.clone(), (q, k), tile);
         let corr = state.fold(tile, bk);
         for (o, &c) in out.chunks_mut(dv.max(1)).zip(&corr) {
             if c != 1.0 {
@@ -119,7 +154,7 @@ fn forward_tile(
             dv,
             bk,
             Mat::rows(tile, bk),
-            Mat::rows(&v[(bi * s + cols.start) * dv..], dv),
+            v.mat(cols.start),
             out,
             true,
             false,
@@ -142,9 +177,9 @@ fn forward_tile(
 
 /// The forward kernel.
 pub fn forward(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Vec<f32> {
-    let (q, k, v) = (x[0].data(), x[1].data(), x[2].data());
-    let extra = x.get(3).map(|m| m.data());
-    let at = Attention::new(op, x, extra.as_deref());
+    // q, k and v read where they lie (heads of a permuted projection need no copy)
+    let (q, k, v) = (Operand::new(x[0]), Operand::new(x[1]), Operand::new(x[2]));
+    let at = Attention::new(op, x);
     let (l, dv) = (at.l, at.dv);
     let mut out = super::par::zeroed(out_shape.iter().product());
     let per = l * dv;
@@ -152,10 +187,11 @@ pub fn forward(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Vec<f32> {
         return out;
     }
     let tile = (QT * dv).max(1);
-    let skip = finite(&[&v]);
+    let skip = (0..at.batch).all(|bi| v.finite(bi));
     let run = |bi: usize, t: usize, o: &mut [f32]| {
         let rows = t * QT..((t + 1) * QT).min(l);
-        forward_tile(&at, bi, rows, (&q, &k, &v), skip, o);
+        let operands = (q.matrix(bi), k.matrix(bi), v.matrix(bi));
+        forward_tile(&at, bi, rows, operands, skip, o);
     };
     if at.batch > 1 {
         out.par_chunks_mut(per).enumerate().for_each(|(bi, ob)| {
@@ -176,9 +212,9 @@ pub fn forward(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Vec<f32> {
 struct GradStep<'a> {
     at: &'a Attention<'a>,
     go: &'a [f32],
-    q: &'a [f32],
-    k: &'a [f32],
-    v: &'a [f32],
+    q: Matrix<'a>,
+    k: Matrix<'a>,
+    v: Matrix<'a>,
     blocked: &'a [bool],
     threads: bool,
     gq: Vec<f32>,
@@ -201,7 +237,6 @@ impl GradStep<'_> {
         let (s, d, dv) = (self.at.s, self.at.d, self.at.dv);
         let (bq, bk) = (rows.len(), cols.len());
         let go_t = &self.go[rows.start * dv..];
-        let q_t = &self.q[rows.start * d..];
         // dV += Pᵀ dO
         gemm(
             bk,
@@ -220,7 +255,7 @@ impl GradStep<'_> {
             bk,
             dv,
             Mat::rows(go_t, dv),
-            Mat::transposed(&self.v[cols.start * dv..], dv),
+            self.v.mat_t(cols.start),
             ds,
             false,
             self.threads,
@@ -250,7 +285,7 @@ impl GradStep<'_> {
             d,
             bk,
             Mat::rows(ds, bk),
-            Mat::rows(&self.k[cols.start * d..], d),
+            self.k.mat(cols.start),
             &mut self.gq[rows.start * d..],
             true,
             self.threads,
@@ -260,7 +295,7 @@ impl GradStep<'_> {
             d,
             bq,
             Mat::transposed(ds, bk),
-            Mat::rows(q_t, d),
+            self.q.mat(rows.start),
             &mut self.gk[cols.start * d..],
             true,
             self.threads,
@@ -296,7 +331,7 @@ fn probabilities(
 fn vjp_batch(
     at: &Attention,
     bi: usize,
-    (q, k, v): (&[f32], &[f32], &[f32]),
+    (q, k, v): (&Operand, &Operand, &Operand),
     (y, go): (&[f32], &[f32]),
     threads: bool,
 ) -> BatchGrads {
@@ -304,25 +339,30 @@ fn vjp_batch(
     // the spec's gradient products run over every key, blocked ones with weight zero: a NaN
     // or an infinity anywhere in q, k, v, the output or the cotangent reaches rows or keys
     // of the causally skipped tiles
-    let skip = finite(&[
-        &q[bi * l * d..(bi + 1) * l * d],
-        &k[bi * s * d..(bi + 1) * s * d],
-        &v[bi * s * dv..(bi + 1) * s * dv],
-        &y[bi * l * dv..(bi + 1) * l * dv],
-        &go[bi * l * dv..(bi + 1) * l * dv],
-    ]);
+    let skip = q.finite(bi)
+        && k.finite(bi)
+        && v.finite(bi)
+        && finite(&[
+            &y[bi * l * dv..(bi + 1) * l * dv],
+            &go[bi * l * dv..(bi + 1) * l * dv],
+        ]);
     let blocked: Vec<bool> = (0..l).map(|i| at.fully_blocked(bi, i)).collect();
     // a fully blocked row takes no part in any product (not even as 0 · NaN)
     let gob = without_blocked_rows(&go[bi * l * dv..(bi + 1) * l * dv], dv, &blocked);
-    let qz = without_blocked_rows(&q[bi * l * d..(bi + 1) * l * d], d, &blocked);
+    let qz = blocked
+        .iter()
+        .any(|&b| b)
+        .then(|| q.dense_zeroing(bi, &blocked));
     let yb = &y[bi * l * dv..(bi + 1) * l * dv];
     let additive = matches!(at.mask, crate::graph::AttentionMask::AdditiveBias);
     let mut step = GradStep {
         at,
         go: &gob,
-        q: &qz,
-        k: &k[bi * s * d..(bi + 1) * s * d],
-        v: &v[bi * s * dv..(bi + 1) * s * dv],
+        q: qz
+            .as_deref()
+            .map_or_else(|| q.matrix(bi), |z| Matrix::dense(z, d)),
+        k: k.matrix(bi),
+        v: v.matrix(bi),
         blocked: &blocked,
         threads,
         gq: vec![0.0f32; l * d],
@@ -361,7 +401,14 @@ fn vjp_batch(
             };
             let cols = 0..end;
             let p = &mut scores[..bq * end];
-            at.tile_scores(bi, rows.clone(), cols.clone(), (q, k), p);
+            tile_scores(
+                at,
+                bi,
+                rows.clone(),
+                cols.clone(),
+                (q.matrix(bi), step.k),
+                p,
+            );
             state.fold(p, end);
             let inv: Vec<f32> = state.sum.iter().map(|z| 1.0 / z).collect();
             let nan = state.nan.clone();
@@ -372,14 +419,28 @@ fn vjp_batch(
         // pass 1: each row's log-sum-exp
         for cols in key_tiles(at, &rows, true) {
             let tile = &mut scores[..bq * cols.len()];
-            at.tile_scores(bi, rows.clone(), cols.clone(), (q, k), tile);
+            tile_scores(
+                at,
+                bi,
+                rows.clone(),
+                cols.clone(),
+                (q.matrix(bi), step.k),
+                tile,
+            );
             state.fold(tile, cols.len());
         }
         let lse: Vec<f32> = (0..bq).map(|r| state.max[r] + state.sum[r].ln()).collect();
         // pass 2: probabilities from the log-sum-exp, and the gradient products
         for cols in key_tiles(at, &rows, skip) {
             let p = &mut scores[..bq * cols.len()];
-            at.tile_scores(bi, rows.clone(), cols.clone(), (q, k), p);
+            tile_scores(
+                at,
+                bi,
+                rows.clone(),
+                cols.clone(),
+                (q.matrix(bi), step.k),
+                p,
+            );
             probabilities(p, cols.len(), rows.start, &blocked, &state.nan, |x, r| {
                 vmath::exp(x - lse[r])
             });
@@ -396,9 +457,9 @@ fn vjp_batch(
 
 /// The VJP kernel (recomputing the probabilities tile by tile).
 pub fn vjp(op: &Op, x: &[&Tensor], y: &Tensor, gy: &Tensor) -> Vec<Option<Tensor>> {
-    let (q, k, v, go, yv) = (x[0].data(), x[1].data(), x[2].data(), gy.data(), y.data());
-    let extra = x.get(3).map(|m| m.data());
-    let at = Attention::new(op, x, extra.as_deref());
+    let (q, k, v) = (Operand::new(x[0]), Operand::new(x[1]), Operand::new(x[2]));
+    let (go, yv) = (gy.data(), y.data());
+    let at = Attention::new(op, x);
     let one = |bi: usize, threads: bool| vjp_batch(&at, bi, (&q, &k, &v), (&yv, &go), threads);
     per_batch_grads(x, &at, one)
 }

@@ -23,6 +23,7 @@ pub(crate) mod par;
 mod pool;
 mod reduce;
 mod special;
+mod strided;
 pub mod vmath;
 
 use super::capsules::{descriptor, layout_claim, shape_claim, spec_name, value_claim, vjp_claim};

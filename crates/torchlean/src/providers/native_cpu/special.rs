@@ -12,6 +12,7 @@
 //!   summed in batch order, so results are deterministic.
 
 use super::par::{for_rows, gemm, Mat, PAR_THRESHOLD};
+use super::strided::Operand;
 use crate::graph::{AttentionMask, Op};
 use crate::tensor::Tensor;
 use rayon::prelude::*;
@@ -308,14 +309,14 @@ pub(super) struct Attention<'a> {
     pub(super) scale: f32,
     pub(super) causal: bool,
     pub(super) mask: AttentionMask,
-    /// The fourth input (boolean mask or additive bias), if any.
-    pub(super) extra: Option<&'a [f32]>,
+    /// The fourth input (boolean mask or additive bias), if any, read in place.
+    extra: Option<Operand<'a>>,
     /// Whether `extra` has one [L, S] matrix per batch matrix (else one shared).
     pub(super) per_batch: bool,
 }
 
 impl<'a> Attention<'a> {
-    pub(super) fn new(op: &Op, x: &[&Tensor], extra: Option<&'a [f32]>) -> Self {
+    pub(super) fn new(op: &Op, x: &[&'a Tensor]) -> Self {
         let Op::ScaledDotProductAttention {
             scale,
             causal,
@@ -336,9 +337,15 @@ impl<'a> Attention<'a> {
             scale: scale.unwrap_or((1.0 / (d as f64).sqrt()) as f32),
             causal: *causal,
             mask: *mask,
-            extra,
+            extra: x.get(3).map(|m| Operand::new(m)),
             per_batch: x.get(3).is_some_and(|m| m.rank() > 2),
         }
+    }
+
+    /// Row `i` (S wide) of the mask or bias that batch matrix `bi` reads, if there is one.
+    pub(super) fn extra_row(&self, bi: usize, i: usize) -> Option<&[f32]> {
+        let m = self.extra.as_ref()?;
+        Some(m.row(if self.per_batch { bi } else { 0 }, i))
     }
 
     /// Whether query row `i` of batch matrix `bi` has every key blocked (by the boolean mask
@@ -349,54 +356,9 @@ impl<'a> Attention<'a> {
         } else {
             self.s
         };
-        match (self.mask, self.extra) {
-            (AttentionMask::Boolean, Some(m)) => {
-                let at = if self.per_batch {
-                    bi * self.l * self.s
-                } else {
-                    0
-                } + i * self.s;
-                m[at..at + allowed].iter().all(|&k| k == 0.0)
-            }
+        match (self.mask, self.extra_row(bi, i)) {
+            (AttentionMask::Boolean, Some(m)) => m[..allowed].iter().all(|&k| k == 0.0),
             _ => allowed == 0,
-        }
-    }
-
-    /// The scores of query rows `rows` against keys `cols` of batch matrix `bi`, scaled,
-    /// masked (-inf where blocked, the bias added) and causally cut, into `out`
-    /// (rows.len() × cols.len(), row-major). `q` and `k` are read through their row strides
-    /// `d` (their batch matrices dense, one after another).
-    pub(super) fn tile_scores(
-        &self,
-        bi: usize,
-        rows: std::ops::Range<usize>,
-        cols: std::ops::Range<usize>,
-        (q, k): (&[f32], &[f32]),
-        out: &mut [f32],
-    ) {
-        let (l, s, d) = (self.l, self.s, self.d);
-        let (bq, bk) = (rows.len(), cols.len());
-        gemm(
-            bq,
-            bk,
-            d,
-            Mat::rows(&q[(bi * l + rows.start) * d..], d),
-            Mat::transposed(&k[(bi * s + cols.start) * d..], d),
-            out,
-            false,
-            false,
-        );
-        let moff = if self.per_batch { bi * l * s } else { 0 };
-        let scale = self.scale;
-        for (r, row) in out[..bq * bk].chunks_mut(bk.max(1)).enumerate() {
-            let i = rows.start + r;
-            let extra = self
-                .extra
-                .map(|m| &m[moff + i * s + cols.start..moff + i * s + cols.end]);
-            scale_and_mask(row, scale, self.mask, extra);
-            if self.causal && i + 1 < cols.end {
-                row[(i + 1).saturating_sub(cols.start)..].fill(f32::NEG_INFINITY);
-            }
         }
     }
 
@@ -423,9 +385,8 @@ impl<'a> Attention<'a> {
         if s == 0 {
             return (p, blocked);
         }
-        let moff = if self.per_batch { bi * l * s } else { 0 };
         for (i, row) in p.chunks_mut(s).enumerate() {
-            let extra = self.extra.map(|m| &m[moff + i * s..moff + (i + 1) * s]);
+            let extra = self.extra_row(bi, i);
             // branch-free passes (they vectorize): scale fused with the bias or boolean mask,
             // then the causal cut, the max, exp fused with the sum, and the normalization
             let scale = self.scale;
@@ -458,7 +419,12 @@ impl<'a> Attention<'a> {
 
 /// Scales a row of raw scores and applies its mask row: the additive bias added, a boolean
 /// mask's blocked entries set to -inf.
-fn scale_and_mask(row: &mut [f32], scale: f32, mask: AttentionMask, extra: Option<&[f32]>) {
+pub(super) fn scale_and_mask(
+    row: &mut [f32],
+    scale: f32,
+    mask: AttentionMask,
+    extra: Option<&[f32]>,
+) {
     match (mask, extra) {
         (AttentionMask::AdditiveBias, Some(m)) => {
             row.iter_mut().zip(m).for_each(|(v, b)| *v = *v * scale + b)
@@ -503,8 +469,7 @@ pub(super) fn without_blocked_rows<'m>(
 
 fn attention_forward(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Vec<f32> {
     let (q, k, v) = (x[0].data(), x[1].data(), x[2].data());
-    let extra = x.get(3).map(|m| m.data());
-    let at = Attention::new(op, x, extra.as_deref());
+    let at = Attention::new(op, x);
     let (l, s, dv) = (at.l, at.s, at.dv);
     let mut out = super::par::zeroed(out_shape.iter().product());
     let per = l * dv;
@@ -543,8 +508,7 @@ pub(super) type BatchGrads = (Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>);
 
 fn attention_vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
     let (q, k, v, go) = (x[0].data(), x[1].data(), x[2].data(), gy.data());
-    let extra = x.get(3).map(|m| m.data());
-    let at = Attention::new(op, x, extra.as_deref());
+    let at = Attention::new(op, x);
     let (l, s, d, dv) = (at.l, at.s, at.d, at.dv);
     let one = |bi: usize, threads: bool| -> BatchGrads {
         let (p, blocked) = at.probs(bi, &q, &k);
@@ -643,7 +607,7 @@ pub(super) fn per_batch_grads(
 /// mask gets none).
 pub(super) fn assemble(x: &[&Tensor], at: &Attention, parts: &[BatchGrads]) -> Vec<Option<Tensor>> {
     let (l, s) = (at.l, at.s);
-    let extra_len = at.extra.map_or(0, |m| m.len());
+    let extra_len = x.get(3).map_or(0, |m| m.numel());
     let mut gq = Vec::with_capacity(x[0].numel());
     let mut gk = Vec::with_capacity(x[1].numel());
     let mut gv = Vec::with_capacity(x[2].numel());
