@@ -163,11 +163,82 @@ pub fn clean_stale_temps(dir: &Path, file_name: &str) -> Vec<PathBuf> {
     removed
 }
 
+/// Where a write to `path` goes: symbolic links followed to the file they name (so the
+/// link stays a link and its target receives the bytes), then what is there decides how.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Destination {
+    /// Absent or a regular file: replaced atomically.
+    File(PathBuf),
+    /// A character device or a FIFO (`/dev/null`, `/dev/stdout`, a named pipe): written
+    /// through in place; replacing it would destroy the device node or the pipe.
+    Stream(PathBuf),
+}
+
+/// How many symbolic links a destination may go through (as the kernel's ELOOP limit).
+const MAX_LINKS: usize = 40;
+
+fn refuse(path: &Path, what: String) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::InvalidInput,
+        format!("{}: {what}; refusing to write there", path.display()),
+    )
+}
+
+/// Resolves `path` for writing (see [`Destination`]); a directory, a block device, a socket
+/// or a chain of links that does not end is refused.
+fn destination(path: &Path) -> std::io::Result<Destination> {
+    let mut at = path.to_path_buf();
+    for _ in 0..=MAX_LINKS {
+        let meta = match std::fs::symlink_metadata(&at) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Destination::File(at)),
+            Err(e) => return Err(e),
+        };
+        let ft = meta.file_type();
+        if ft.is_symlink() {
+            let target = std::fs::read_link(&at)?;
+            at = match at.parent() {
+                Some(dir) if target.is_relative() => dir.join(target),
+                _ => target,
+            };
+            continue;
+        }
+        if ft.is_file() {
+            return Ok(Destination::File(at));
+        }
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::FileTypeExt;
+            if ft.is_char_device() || ft.is_fifo() {
+                return Ok(Destination::Stream(at));
+            }
+        }
+        let kind = kind_of(&ft).unwrap_or("not a regular file");
+        return Err(refuse(path, format!("it is {kind}")));
+    }
+    Err(refuse(
+        path,
+        format!("more than {MAX_LINKS} symbolic links to follow"),
+    ))
+}
+
 /// Writes `bytes` to `path` atomically: a temp file `.NAME.tmp-PID-N` in the same directory
 /// is written and fsynced, renamed over `path`, and the directory is fsynced (best effort);
 /// a crash leaves the old file or the new one, never a torn one. Stale temp files of earlier
 /// saves of the same file that were killed are removed first ([`clean_stale_temps`]).
+///
+/// A symbolic link is followed: the file it names is replaced, the link stays. A character
+/// device or a FIFO (`/dev/null`, `/dev/stdout`, a named pipe) is written through in place,
+/// never replaced; a directory, a block device or a socket is refused.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let path = match destination(path)? {
+        Destination::Stream(p) => {
+            let mut f = std::fs::OpenOptions::new().write(true).open(&p)?;
+            return f.write_all(bytes);
+        }
+        Destination::File(p) => p,
+    };
+    let path = path.as_path();
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
@@ -200,4 +271,161 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         let _ = std::fs::remove_file(&tmp);
     }
     result
+}
+
+/// What a path names, for telling whether two paths are one file: the file's device and
+/// inode when it exists, else the absolute path it would be created at (its directory
+/// resolved). Symbolic links are followed as [`write_atomic`] follows them.
+#[derive(Debug, PartialEq, Eq)]
+enum FileIdentity {
+    Existing(u64, u64),
+    Planned(PathBuf),
+    /// A device or a pipe: many writers may share it (`/dev/null`).
+    Stream,
+}
+
+fn identity(path: &Path) -> std::io::Result<FileIdentity> {
+    let resolved = match destination(path)? {
+        Destination::Stream(_) => return Ok(FileIdentity::Stream),
+        Destination::File(p) => p,
+    };
+    match std::fs::metadata(&resolved) {
+        #[cfg(unix)]
+        Ok(m) => {
+            use std::os::unix::fs::MetadataExt;
+            Ok(FileIdentity::Existing(m.dev(), m.ino()))
+        }
+        #[cfg(not(unix))]
+        Ok(_) => Ok(FileIdentity::Planned(std::fs::canonicalize(&resolved)?)),
+        Err(_) => {
+            let dir = match resolved.parent() {
+                Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+                _ => PathBuf::from("."),
+            };
+            let dir = std::fs::canonicalize(&dir).unwrap_or(dir);
+            Ok(FileIdentity::Planned(
+                dir.join(resolved.file_name().unwrap_or_default()),
+            ))
+        }
+    }
+}
+
+/// Refuses a command whose output files would overwrite one of its inputs or each other:
+/// `inputs` and `outputs` are (flag, path) pairs; the error names both flags and the file.
+/// Devices and pipes (`/dev/null`) may be shared.
+pub fn check_distinct_outputs(
+    inputs: &[(&str, &Path)],
+    outputs: &[(&str, &Path)],
+) -> Result<(), String> {
+    let ids = |list: &[(&str, &Path)]| -> Vec<(String, PathBuf, Option<FileIdentity>)> {
+        list.iter()
+            .map(|(flag, p)| (flag.to_string(), p.to_path_buf(), identity(p).ok()))
+            .collect()
+    };
+    let (ins, outs) = (ids(inputs), ids(outputs));
+    for (k, (flag, path, id)) in outs.iter().enumerate() {
+        let Some(id) = id.as_ref().filter(|id| **id != FileIdentity::Stream) else {
+            continue;
+        };
+        let clash = ins
+            .iter()
+            .chain(&outs[..k])
+            .find(|(_, _, other)| other.as_ref() == Some(id));
+        if let Some((other_flag, other_path, _)) = clash {
+            return Err(format!(
+                "{flag} {} is the same file as {other_flag} {}: writing it would destroy the other; choose another path",
+                path.display(),
+                other_path.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "torchlean-files-{name}-{}-{}",
+            std::process::id(),
+            TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_symbolic_link_is_followed_and_stays_a_link() {
+        let dir = scratch("link");
+        let target = dir.join("target.bin");
+        std::fs::write(&target, b"old").unwrap();
+        let link = dir.join("out.bin");
+        std::os::unix::fs::symlink("target.bin", &link).unwrap();
+        write_atomic(&link, b"new").unwrap();
+        assert!(std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_eq!(std::fs::read(&target).unwrap(), b"new");
+        // a dangling link creates the file it names
+        let dangling = dir.join("dangling.bin");
+        std::os::unix::fs::symlink("made.bin", &dangling).unwrap();
+        write_atomic(&dangling, b"x").unwrap();
+        assert_eq!(std::fs::read(dir.join("made.bin")).unwrap(), b"x");
+        assert!(std::fs::symlink_metadata(&dangling)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        // a loop of links is refused
+        std::os::unix::fs::symlink("b", dir.join("a")).unwrap();
+        std::os::unix::fs::symlink("a", dir.join("b")).unwrap();
+        let e = write_atomic(&dir.join("a"), b"x").unwrap_err();
+        assert!(e.to_string().contains("symbolic links"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn devices_and_pipes_are_written_through_never_replaced() {
+        // /dev/null stays a character device (the write goes through it)
+        write_atomic(Path::new("/dev/null"), b"discarded").unwrap();
+        let meta = std::fs::symlink_metadata("/dev/null").unwrap();
+        use std::os::unix::fs::FileTypeExt;
+        assert!(meta.file_type().is_char_device());
+        // a directory is refused, and left alone
+        let dir = scratch("dir");
+        let e = write_atomic(&dir, b"x").unwrap_err();
+        assert!(e.to_string().contains("a directory"), "{e}");
+        assert!(dir.is_dir());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn an_output_that_is_an_input_or_another_output_is_refused() {
+        let dir = scratch("distinct");
+        let input = dir.join("in.bin");
+        std::fs::write(&input, b"data").unwrap();
+        let alias = dir.join("alias.bin");
+        std::os::unix::fs::symlink("in.bin", &alias).unwrap();
+        let out = dir.join("out.bin");
+        let via_dots = dir.join(".").join("out.bin");
+        // the input itself, through a link, and two outputs at one new path
+        for (outputs, clash) in [
+            (vec![("--out", input.as_path())], "--inputs"),
+            (vec![("--out", alias.as_path())], "--inputs"),
+            (
+                vec![("--out", out.as_path()), ("--params", via_dots.as_path())],
+                "--out",
+            ),
+        ] {
+            let e = check_distinct_outputs(&[("--inputs", &input)], &outputs).unwrap_err();
+            assert!(e.contains(clash), "{e}");
+        }
+        // distinct files, and /dev/null twice, pass
+        check_distinct_outputs(&[("--inputs", &input)], &[("--out", &out)]).unwrap();
+        let null = Path::new("/dev/null");
+        check_distinct_outputs(&[], &[("--out", null), ("--params", null)]).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -84,6 +84,15 @@ pub fn export(a: ExportArgs) -> CliResult {
     if a.batch_size == 0 {
         return Err(CliError::usage("--batch-size must be positive"));
     }
+    let writes: Vec<(&str, &std::path::Path)> = [
+        ("--out", a.out.as_deref()),
+        ("--params", a.params.as_deref()),
+        ("--example-inputs", a.example_inputs.as_deref()),
+    ]
+    .into_iter()
+    .filter_map(|(flag, p)| p.map(|p| (flag, p)))
+    .collect();
+    torchlean::files::check_distinct_outputs(&[], &writes).map_err(CliError::usage)?;
     // export has no backend flags: it captures under `checked_cpu`, installed here explicitly
     torchlean::runtime::install(Session::new(BackendProfile::default_cpu()))?;
     let (b, seed) = (a.batch_size, a.seed);
@@ -174,6 +183,12 @@ pub struct RunGraphArgs {
 
 pub fn run_graph(a: RunGraphArgs) -> CliResult {
     let usage = |e: torchlean::Error| CliError::usage(e.to_string());
+    let report_json = a.backend.report_json.as_deref().map(std::path::Path::new);
+    let mut reads = vec![("the graph", a.graph.as_path()), ("--inputs", &a.inputs)];
+    reads.extend(a.params.as_deref().map(|p| ("--params", p)));
+    let mut writes = vec![("--out", a.out.as_path())];
+    writes.extend(report_json.map(|p| ("--report-json", p)));
+    torchlean::files::check_distinct_outputs(&reads, &writes).map_err(CliError::usage)?;
     let inputs = read_safetensors(&a.inputs).map_err(usage)?;
     // the file is read capped, parsed strictly and validated by the library
     let (mut graph, mut params) = if super::onnx::is_onnx(&a.graph) {
@@ -190,6 +205,7 @@ pub fn run_graph(a: RunGraphArgs) -> CliResult {
             }
         }
     }
+    check_value_names(&graph, &inputs, &params, super::onnx::is_onnx(&a.graph))?;
     if a.grad {
         let loss = graph
             .loss_output()
@@ -248,13 +264,16 @@ pub fn run_graph(a: RunGraphArgs) -> CliResult {
         }
         None => None,
     };
+    // each name is looked up where it was validated: inputs in --inputs, parameters in
+    // --params (check_value_names refused a name given in the wrong file or in both)
     let outputs = compiled.run(|name| {
         if name == SEED {
             return seed.clone();
         }
-        inputs
+        let is_input = compiled.graph().inputs.iter().any(|i| i.name == name);
+        let source = if is_input { &inputs } else { &params };
+        source
             .iter()
-            .chain(&params)
             .find(|(n, _)| n == name)
             .map(|(_, t)| t.clone())
     })?;
@@ -271,4 +290,51 @@ pub fn run_graph(a: RunGraphArgs) -> CliResult {
     }
     println!("wrote {} output(s) to {}", outputs.len(), a.out.display());
     Ok(())
+}
+
+/// Every tensor given must name a value of the graph, in the file for its kind: a name in
+/// `--inputs` that is no input (a parameter, or a typo) and a name in `--params` that is no
+/// parameter are refused, all of them listed — a value is never silently ignored nor
+/// taken from the other file.
+fn check_value_names(
+    graph: &Graph,
+    inputs: &[(String, Tensor)],
+    params: &[(String, Tensor)],
+    onnx: bool,
+) -> CliResult {
+    let is_input = |n: &str| graph.inputs.iter().any(|d| d.name == n);
+    let is_param = |n: &str| n != SEED && graph.parameters.iter().any(|d| d.name == n);
+    let mut problems = Vec::new();
+    for (n, _) in inputs.iter().filter(|(n, _)| !is_input(n)) {
+        problems.push(if is_param(n) {
+            format!("`{n}` in --inputs is a parameter of the graph: give it in --params")
+        } else {
+            format!("`{n}` in --inputs is not an input of the graph")
+        });
+    }
+    for (n, _) in params.iter().filter(|(n, _)| !is_param(n)) {
+        problems.push(if is_input(n) {
+            format!("`{n}` in --params is an input of the graph: give it in --inputs")
+        } else if onnx {
+            format!("`{n}` in --params is not a parameter of the graph (an ONNX initializer that the import reads as a constant — a shape, an exponent, indices, a bound — cannot be replaced)")
+        } else {
+            format!("`{n}` in --params is not a parameter of the graph")
+        });
+    }
+    if problems.is_empty() {
+        return Ok(());
+    }
+    let names = |list: &[torchlean::graph::ValueDecl]| {
+        list.iter()
+            .filter(|d| d.name != SEED)
+            .map(|d| d.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    Err(CliError::usage(format!(
+        "{}\n(the graph's inputs: {}; its parameters: {})",
+        problems.join("\n"),
+        names(&graph.inputs),
+        names(&graph.parameters)
+    )))
 }

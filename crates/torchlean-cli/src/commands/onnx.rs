@@ -91,6 +91,11 @@ pub struct ImportArgs {
 }
 
 pub fn import(a: ImportArgs) -> CliResult {
+    torchlean::files::check_distinct_outputs(
+        &[("the model", &a.model)],
+        &[("--out", &a.out), ("--params", &a.params)],
+    )
+    .map_err(CliError::usage)?;
     let (graph, values) = load(&a.model, &parse_input_shapes(&a.input_shape)?)?;
     let text =
         serde_json::to_string_pretty(&graph).map_err(|e| CliError::runtime(e.to_string()))?;

@@ -25,6 +25,33 @@ pub struct DataArgs {
     pub classes: Option<usize>,
 }
 
+impl DataArgs {
+    /// `--labels` and `--classes` describe a data file: without `--data` they would be
+    /// ignored, so they are refused. The data files must not be overwritten by an output.
+    fn check(&self, common: &CommonArgs) -> CliResult {
+        if self.data.is_none() {
+            for (flag, given) in [
+                ("--labels", self.labels.is_some()),
+                ("--classes", self.classes.is_some()),
+            ] {
+                if given {
+                    return Err(CliError::usage(format!(
+                        "{flag} describes a data file: it needs --data (the synthetic data has its own classes)"
+                    )));
+                }
+            }
+        }
+        let files: Vec<(&str, &std::path::Path)> = [
+            ("--data", self.data.as_deref()),
+            ("--labels", self.labels.as_deref()),
+        ]
+        .into_iter()
+        .filter_map(|(flag, p)| p.map(|p| (flag, p)))
+        .collect();
+        common.check_files(&files)
+    }
+}
+
 /// `quickstart-cnn`: the CNN example on its synthetic images only.
 #[derive(clap::Args, Debug, Clone)]
 #[command(
@@ -89,6 +116,9 @@ fn cnn_setup(
     width: usize,
 ) -> CliResult {
     let h = common.hyper(CNN_DEFAULTS)?;
+    if let Some(d) = data {
+        d.check(common)?;
+    }
     common.backend.install_session()?;
     if width == 0 {
         return Err(CliError::usage("--width must be positive"));
@@ -160,6 +190,7 @@ fn xor_quadrants(seed: u64) -> Result<Dataset, torchlean::Error> {
 
 pub fn mlp(a: MlpArgs) -> CliResult {
     let h = a.common.hyper(MLP_DEFAULTS)?;
+    a.data.check(&a.common)?;
     a.common.backend.install_session()?;
     if a.hidden == 0 {
         return Err(CliError::usage("--hidden must be positive"));

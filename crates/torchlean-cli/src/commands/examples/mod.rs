@@ -20,7 +20,7 @@ use crate::backend_args::{BackendArgs, ModeArgs};
 use crate::{CliError, CliResult};
 use std::fs::File;
 use std::io::{BufWriter, IsTerminal, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 use torchlean::backend::{BackendReport, ExecutionMode};
 use torchlean::data::Dataset;
@@ -107,7 +107,42 @@ impl CommonArgs {
                 h.lr
             )));
         }
+        if self.save_every > 0 && self.save.is_none() {
+            return Err(CliError::usage(
+                "--save-every needs --save (the checkpoint file to write)",
+            ));
+        }
+        self.check_files(&[])?;
         Ok(h)
+    }
+
+    /// Refuses output files that would overwrite an input (`data`: the example's data files,
+    /// and `--load`) or each other. `--save` may name the `--load` checkpoint: a resumed run
+    /// saves where it started.
+    pub fn check_files(&self, data: &[(&str, &Path)]) -> Result<(), CliError> {
+        let report = self.backend.report_json.as_deref().map(Path::new);
+        let logs: Vec<(&str, &Path)> = [
+            ("--log", self.log.as_deref()),
+            ("--plot", self.plot.as_deref()),
+            ("--report-json", report),
+        ]
+        .into_iter()
+        .filter_map(|(flag, p)| p.map(|p| (flag, p)))
+        .collect();
+        let mut reads = data.to_vec();
+        reads.extend(self.load.as_deref().map(|p| ("--load", p)));
+        let mut outputs: Vec<(&str, &Path)> = self
+            .save
+            .as_deref()
+            .map(|p| ("--save", p))
+            .into_iter()
+            .collect();
+        outputs.extend(logs.iter().copied());
+        // the checkpoint against the data files and the other outputs; the logs also
+        // against the checkpoint being loaded
+        torchlean::files::check_distinct_outputs(data, &outputs)
+            .and_then(|()| torchlean::files::check_distinct_outputs(&reads, &logs))
+            .map_err(CliError::usage)
     }
 }
 

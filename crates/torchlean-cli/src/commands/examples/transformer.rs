@@ -77,6 +77,13 @@ fn generate(
 
 pub fn run_cmd(a: Args) -> CliResult {
     let h = a.common.hyper(DEFAULTS)?;
+    let data: Vec<(&str, &std::path::Path)> = a
+        .data
+        .as_deref()
+        .map(|p| ("--data", p))
+        .into_iter()
+        .collect();
+    a.common.check_files(&data)?;
     a.common.backend.install_session()?;
     if a.context == 0 || a.stride == 0 {
         return Err(CliError::usage("--context and --stride must be positive"));
