@@ -2,8 +2,9 @@
 //!
 //! Branch-free (selects only), so loops over slices auto-vectorize, unlike calls into the
 //! platform libm. Accuracy (checked by the tests below against f64 `std` over dense grids):
-//! `exp` ≤ 3e-7 relative; `tanh` ≤ 3e-7 absolute; `sigmoid` ≤ 3e-7 absolute; `erf` ≤ 5e-7
-//! absolute. `exp` underflows to exactly 0 below -87.3 and overflows to +inf above 88.7, so a
+//! `exp` ≤ 3e-7 relative for normal results (subnormal ones, below -87.3, within that plus
+//! 2^-149); `tanh` ≤ 3e-7 absolute; `sigmoid` ≤ 3e-7 absolute; `erf` ≤ 5e-7 absolute. `exp`
+//! is +inf exactly where e^x exceeds f32::MAX (above 88.7228) and exactly 0 below -104, so a
 //! masked score of -1e30 still contributes exactly zero.
 
 const LOG2E: f32 = std::f32::consts::LOG2_E;
@@ -13,7 +14,10 @@ const LN2_LO: f32 = -2.121_944_4e-4;
 /// e^x.
 #[inline(always)]
 pub fn exp(x: f32) -> f32 {
-    let xc = x.clamp(-87.33, 88.72);
+    // e^x overflows above ln(f32::MAX) = 88.7228 and is below the smallest subnormal
+    // (2^-149) under -103.97; the clamp only keeps n in range, the factors below give
+    // every value in between, subnormals and the last binade below f32::MAX included
+    let xc = x.clamp(-104.0, 88.75);
     // round to nearest with the 1.5·2^23 trick: no call to floorf, so loops vectorize on SSE2
     const SHIFT: f32 = 12_582_912.0;
     let shifted = xc * LOG2E + SHIFT;
@@ -24,14 +28,19 @@ pub fn exp(x: f32) -> f32 {
         + r * (1.0
             + r * (0.5
                 + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0))))));
-    // 2^n from the bits of `shifted`: its low mantissa bits hold n + 2^22 (|n| <= 127), and the
-    // shift by 23 discards everything above the exponent field. Integer-only, so it vectorizes
-    // (`n as i32` is a saturating conversion that LLVM scalarizes lane by lane).
-    let scale = f32::from_bits(shifted.to_bits().wrapping_add(127) << 23);
-    let y = p * scale;
-    if x < -87.33 {
+    // n (in [-151, 129]) as an integer from the bits of `shifted` (= SHIFT + n exactly: its
+    // ulp is 1), and 2^n as two normal factors 2^(n - n/2) · 2^(n/2): a single 2^n is not a
+    // normal float for n = 128 (e^x in [2^127.5, f32::MAX]) nor below -126 (subnormal
+    // results). Integer-only, so it vectorizes (`n as i32` is a saturating conversion that
+    // LLVM scalarizes lane by lane).
+    let ni = (shifted.to_bits() as i32).wrapping_sub(SHIFT.to_bits() as i32);
+    let half = ni >> 1;
+    let pow2 = |k: i32| f32::from_bits((k.wrapping_add(127) as u32) << 23);
+    // p · 2^(n - n/2) is exact (a normal float); the last factor rounds once
+    let y = p * pow2(ni - half) * pow2(half);
+    if x < -104.0 {
         0.0
-    } else if x > 88.72 {
+    } else if x > 88.75 {
         f32::INFINITY
     } else {
         y
@@ -232,9 +241,41 @@ mod tests {
             );
         }
         assert_eq!(exp(-1e30), 0.0);
-        assert_eq!(exp(-100.0), 0.0);
+        assert_eq!(exp(f32::NEG_INFINITY), 0.0);
+        assert_eq!(exp(-105.0), 0.0);
         assert_eq!(exp(100.0), f32::INFINITY);
         assert!(exp(f32::NAN).is_nan());
+    }
+
+    /// The ends of the range, where 2^n alone is not a normal float: the last binade below
+    /// f32::MAX (e^x for x in [88.03, 88.7228]: inf before the two-factor scaling) and the
+    /// subnormal results (0 before), each against f64's e^x rounded to f32.
+    #[test]
+    fn exp_is_finite_up_to_f32_max_and_subnormal_below_the_normal_range() {
+        let steps = 200_000;
+        for i in 0..=steps {
+            let x = 87.0f32 + 1.8 * i as f32 / steps as f32;
+            let want = (x as f64).exp();
+            let got = exp(x);
+            if want > f32::MAX as f64 * (1.0 + 3e-7) {
+                assert_eq!(got, f32::INFINITY, "exp({x})");
+            } else if want < f32::MAX as f64 * (1.0 - 3e-7) {
+                assert!(got.is_finite(), "exp({x}) = {got}, want {want}");
+                assert!((got as f64 - want).abs() <= 3e-7 * want, "exp({x}) = {got}");
+            }
+        }
+        let tiny = f32::from_bits(1) as f64; // 2^-149
+        for i in 0..=steps {
+            let x = -104.0f32 + 17.0 * i as f32 / steps as f32;
+            let want = (x as f64).exp();
+            let got = exp(x) as f64;
+            assert!(
+                (got - want).abs() <= tiny + 3e-7 * want,
+                "exp({x}) = {got:e}, want {want:e}"
+            );
+        }
+        assert!(exp(-100.0) > 0.0, "a subnormal, as f64's e^-100 rounded to f32");
+        assert!(exp(88.72) < f32::INFINITY);
     }
 
     #[test]
