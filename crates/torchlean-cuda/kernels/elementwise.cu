@@ -60,6 +60,12 @@ __device__ __forceinline__ float binary_apply(int op, float x, float y) {
     }
 }
 
+// The partial of maximum or minimum for the operand that loses where loser < winner: 0
+// there, 1/2 on a tie, 1 otherwise (NaN included), as the spec.
+__device__ __forceinline__ float share(float loser, float winner) {
+    return loser < winner ? 0.0f : (loser == winner ? 0.5f : 1.0f);
+}
+
 // d/da (which = 0) or d/db (which = 1) of the binary map at (a, b), as the spec.
 __device__ __forceinline__ float binary_partial(int op, int which, float a, float b) {
     switch (op) {
@@ -67,9 +73,10 @@ __device__ __forceinline__ float binary_partial(int op, int which, float a, floa
         case OP_SUB: return which == 0 ? 1.0f : -1.0f;
         case OP_MUL: return which == 0 ? b : a;
         case OP_DIV: return which == 0 ? 1.0f / b : -a / (b * b);
-        // each input loses its cotangent only where the other strictly wins (NaN keeps both)
-        case OP_MAX: return which == 0 ? (a < b ? 0.0f : 1.0f) : (a >= b ? 0.0f : 1.0f);
-        default: return which == 0 ? (a > b ? 0.0f : 1.0f) : (a <= b ? 0.0f : 1.0f);  // OP_MIN
+        // each input loses its cotangent where the other strictly wins, the two share it on
+        // a tie, NaN keeps both (PyTorch's rule)
+        case OP_MAX: return which == 0 ? share(a, b) : share(b, a);
+        default: return which == 0 ? share(b, a) : share(a, b);  // OP_MIN
     }
 }
 

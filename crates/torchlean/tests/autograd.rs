@@ -282,3 +282,50 @@ fn backward_with_is_the_vector_jacobian_product() {
     let w = w0.detach().requires_grad();
     assert!(f(&w).backward_with(&wrong).is_err());
 }
+
+/// maximum and minimum at ties, NaN and strict wins, against PyTorch's derivative formula
+/// (derivatives.yaml: `self: where(self == other, grad / 2, grad).masked_fill_(self < other,
+/// 0)`, the mirror image for `other`), worked out by hand here: on a tie each input gets half
+/// the cotangent, -0 and +0 tie, a NaN passes it to both. Earlier versions sent all of a
+/// tie's cotangent to the first input (found by a PyTorch-oracle audit).
+#[test]
+fn maximum_and_minimum_share_the_gradient_on_ties_as_pytorch_does() {
+    let a_vals = [1.0f32, 2.0, 3.0, -0.0, f32::NAN, 5.0];
+    let b_vals = [1.0f32, 1.0, 4.0, 0.0, 1.0, f32::NAN];
+    let g = [1.0f32, 2.0, 4.0, 8.0, 16.0, 32.0];
+    // PyTorch's gradients (a, b) for maximum and minimum
+    let max_a = [0.5f32, 2.0, 0.0, 4.0, 16.0, 32.0];
+    let max_b = [0.5f32, 0.0, 4.0, 4.0, 16.0, 32.0];
+    let min_a = [0.5f32, 0.0, 4.0, 4.0, 16.0, 32.0];
+    let min_b = [0.5f32, 2.0, 0.0, 4.0, 16.0, 32.0];
+    for provider in ["reference", "native_cpu"] {
+        with_profile(&format!("only:{provider}"), || {
+            for (name, want) in [("maximum", (max_a, max_b)), ("minimum", (min_a, min_b))] {
+                let a = Tensor::from_vec(a_vals.to_vec(), &[6])
+                    .unwrap()
+                    .requires_grad();
+                let b = Tensor::from_vec(b_vals.to_vec(), &[6])
+                    .unwrap()
+                    .requires_grad();
+                let w = Tensor::from_vec(g.to_vec(), &[6]).unwrap();
+                let y = if name == "maximum" {
+                    a.maximum(&b)
+                } else {
+                    a.minimum(&b)
+                }
+                .unwrap();
+                let grads = y.mul(&w).unwrap().sum_all().unwrap().backward().unwrap();
+                assert_eq!(
+                    grads.get(&a).unwrap().to_vec(),
+                    want.0,
+                    "{provider} {name} d/da"
+                );
+                assert_eq!(
+                    grads.get(&b).unwrap().to_vec(),
+                    want.1,
+                    "{provider} {name} d/db"
+                );
+            }
+        });
+    }
+}

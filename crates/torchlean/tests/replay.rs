@@ -840,11 +840,31 @@ fn calls_with_an_empty_axis_are_checked_under_strict_native_cpu() {
         mask: AttentionMask::None,
     };
     let cases: Vec<(&str, Op, Vec<Vec<usize>>)> = vec![
-        ("matmul, inner extent 0", Op::Matmul, vec![vec![3, 0], vec![0, 4]]),
-        ("batched matmul, inner 0", Op::Matmul, vec![vec![2, 3, 0], vec![2, 0, 4]]),
-        ("linear, no outputs", Op::Linear, vec![vec![3, 4], vec![0, 4], vec![0]]),
-        ("linear, no inputs", Op::Linear, vec![vec![3, 0], vec![4, 0], vec![4]]),
-        ("attention, no keys", sdpa, vec![vec![2, 3, 4], vec![2, 0, 4], vec![2, 0, 5]]),
+        (
+            "matmul, inner extent 0",
+            Op::Matmul,
+            vec![vec![3, 0], vec![0, 4]],
+        ),
+        (
+            "batched matmul, inner 0",
+            Op::Matmul,
+            vec![vec![2, 3, 0], vec![2, 0, 4]],
+        ),
+        (
+            "linear, no outputs",
+            Op::Linear,
+            vec![vec![3, 4], vec![0, 4], vec![0]],
+        ),
+        (
+            "linear, no inputs",
+            Op::Linear,
+            vec![vec![3, 0], vec![4, 0], vec![4]],
+        ),
+        (
+            "attention, no keys",
+            sdpa,
+            vec![vec![2, 3, 4], vec![2, 0, 4], vec![2, 0, 5]],
+        ),
     ];
     for (what, op, shapes) in cases {
         let xs: Vec<Tensor> = shapes.iter().map(|s| ramp(s)).collect();
@@ -853,7 +873,9 @@ fn calls_with_an_empty_axis_are_checked_under_strict_native_cpu() {
             .unwrap_or_else(|e| panic!("{what}: forward refused: {e}"));
         let values: Vec<torchlean::spec::Array<f64>> = xs
             .iter()
-            .map(|t| torchlean::spec::Array::from_vec(t.shape().to_vec(), f64s(&t.to_vec())).unwrap())
+            .map(|t| {
+                torchlean::spec::Array::from_vec(t.shape().to_vec(), f64s(&t.to_vec())).unwrap()
+            })
             .collect();
         let vrefs: Vec<&torchlean::spec::Array<f64>> = values.iter().collect();
         let want = torchlean::spec::forward(&op, &vrefs).unwrap();
@@ -863,7 +885,8 @@ fn calls_with_an_empty_axis_are_checked_under_strict_native_cpu() {
         let grads = loss
             .backward()
             .unwrap_or_else(|e| panic!("{what}: backward refused: {e}"));
-        let ones = torchlean::spec::Array::from_vec(want.shape.clone(), vec![1.0; want.data.len()]).unwrap();
+        let ones = torchlean::spec::Array::from_vec(want.shape.clone(), vec![1.0; want.data.len()])
+            .unwrap();
         let want_grads = torchlean::spec::vjp(&op, &vrefs, &want, &ones).unwrap();
         for (i, (x, w)) in xs.iter().zip(&want_grads).enumerate() {
             let g = grads.get(x).map(|g| f64s(&g.to_vec()));

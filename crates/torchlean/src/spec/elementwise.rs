@@ -56,24 +56,31 @@ fn binary<T: Scalar>(op: &Op, a: T, b: T) -> T {
     }
 }
 
+/// The partial of maximum or minimum for the operand that loses where `loser < winner`:
+/// 0 there, 1/2 on a tie, 1 otherwise (NaN included).
+fn share<T: Scalar>(loser: T, winner: T) -> T {
+    if loser < winner {
+        T::zero()
+    } else if loser == winner {
+        T::one() / (T::one() + T::one())
+    } else {
+        T::one()
+    }
+}
+
 /// Partial derivatives (d/da, d/db) of the binary map at (a, b).
 fn binary_partials<T: Scalar>(op: &Op, a: T, b: T) -> (T, T) {
-    let (one, zero) = (T::one(), T::zero());
+    let one = T::one();
     match op {
         Op::Add => (one, one),
         Op::Sub => (one, -one),
         Op::Mul => (b, a),
         Op::Div => (one / b, -a / (b * b)),
-        // each input loses its cotangent only where the other strictly wins; with a NaN
-        // neither comparison holds, so both keep it (PyTorch's masks)
-        Op::Maximum => (
-            if a < b { zero } else { one },
-            if a >= b { zero } else { one },
-        ),
-        Op::Minimum => (
-            if a > b { zero } else { one },
-            if a <= b { zero } else { one },
-        ),
+        // PyTorch's rule: each input loses its cotangent where the other strictly wins,
+        // the two share it equally on a tie, and with a NaN neither comparison holds, so
+        // both keep it
+        Op::Maximum => (share(a, b), share(b, a)),
+        Op::Minimum => (share(b, a), share(a, b)),
         _ => unreachable!("not a binary op: {}", op.name()),
     }
 }

@@ -270,31 +270,15 @@ pub fn binary_vjp_into(
             // the spec's order of operations (`b * b` may underflow in f32)
             grad!(1, [a, b, g], ss, |[a, b, g]: [f32; 3]| g * (-a / (b * b)));
         }
-        // as the spec: an input loses its cotangent only where the other strictly wins (so
-        // both keep it at a NaN)
+        // as the spec (PyTorch's rule): an input loses its cotangent where the other
+        // strictly wins, the two share it on a tie, both keep it at a NaN
         Op::Maximum => {
-            grad!(0, [a, b, g], ss, |[a, b, g]: [f32; 3]| if a < b {
-                0.0
-            } else {
-                g
-            });
-            grad!(1, [a, b, g], ss, |[a, b, g]: [f32; 3]| if a >= b {
-                0.0
-            } else {
-                g
-            });
+            grad!(0, [a, b, g], ss, |[a, b, g]: [f32; 3]| g * share(a, b));
+            grad!(1, [a, b, g], ss, |[a, b, g]: [f32; 3]| g * share(b, a));
         }
         Op::Minimum => {
-            grad!(0, [a, b, g], ss, |[a, b, g]: [f32; 3]| if a > b {
-                0.0
-            } else {
-                g
-            });
-            grad!(1, [a, b, g], ss, |[a, b, g]: [f32; 3]| if a <= b {
-                0.0
-            } else {
-                g
-            });
+            grad!(0, [a, b, g], ss, |[a, b, g]: [f32; 3]| g * share(b, a));
+            grad!(1, [a, b, g], ss, |[a, b, g]: [f32; 3]| g * share(a, b));
         }
         _ => unreachable!("not a binary op: {}", op.name()),
     }
@@ -303,6 +287,19 @@ pub fn binary_vjp_into(
 #[inline(always)]
 fn gelu(x: f32) -> f32 {
     0.5 * x * (1.0 + vmath::erf(x * std::f32::consts::FRAC_1_SQRT_2))
+}
+
+/// The partial of maximum or minimum for the operand that loses where `loser < winner`:
+/// 0 there, 1/2 on a tie, 1 otherwise (NaN included) — the spec's `share`.
+#[inline(always)]
+fn share(loser: f32, winner: f32) -> f32 {
+    if loser < winner {
+        0.0
+    } else if loser == winner {
+        0.5
+    } else {
+        1.0
+    }
 }
 
 #[inline(always)]

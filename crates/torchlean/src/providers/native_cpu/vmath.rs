@@ -274,7 +274,10 @@ mod tests {
                 "exp({x}) = {got:e}, want {want:e}"
             );
         }
-        assert!(exp(-100.0) > 0.0, "a subnormal, as f64's e^-100 rounded to f32");
+        assert!(
+            exp(-100.0) > 0.0,
+            "a subnormal, as f64's e^-100 rounded to f32"
+        );
         assert!(exp(88.72) < f32::INFINITY);
     }
 
