@@ -88,7 +88,23 @@ impl BackendArgs {
         )
         .map_err(CliError::usage)?;
         refuse_unlinked_libtorch(&p)?;
-        Ok(if self.tf32 { p.with_tf32() } else { p })
+        if !self.tf32 {
+            return Ok(p);
+        }
+        // an opt-in that nothing could honour is refused, never silently ignored
+        if p.device != torchlean::backend::Device::Cuda {
+            return Err(CliError::usage(format!(
+                "--tf32 selects cuBLAS's TF32 tensor-core products, which exist on device `cuda` only (this profile runs on `{}`)",
+                p.device.label()
+            )));
+        }
+        if p.policy.name.starts_with("strict") {
+            return Err(CliError::usage(format!(
+                "--tf32 has no effect under policy `{}`: no TF32 capsule has a replay checker (the checkers' f32 bound would reject TF32 results), so strict never plans one; use the checked-runtime policy (e.g. --profile checked_cuda_tf32)",
+                p.policy.name
+            )));
+        }
+        Ok(p.with_tf32())
     }
 
     /// Installs an eager session for the profile on this thread: every tensor the command

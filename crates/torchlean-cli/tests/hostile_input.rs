@@ -308,3 +308,143 @@ fn a_closed_output_pipe_ends_printing_commands_quietly() {
         );
     }
 }
+
+/// Runs the binary (no memory limit): exit code and stderr.
+fn run_plain(dir: &str, args: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(BIN)
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Found by a hostile-input audit: values given in the wrong file, or naming nothing, were
+/// used or dropped silently; an output path equal to an input destroyed the input; a
+/// symbolic link, a device or a pipe given as an output was replaced by a regular file (as
+/// root, `--out /dev/null` replaced the device node); flags that only make sense with
+/// another one were ignored.
+#[test]
+fn misnamed_values_clobbering_outputs_and_ignored_flags_are_refused() {
+    let d = Dir::new("names");
+    let dir = d.0.to_string_lossy().into_owned();
+    let (code, err) = run_plain(
+        &dir,
+        &[
+            "export",
+            "--out",
+            "g.json",
+            "--params",
+            "p.st",
+            "--example-inputs",
+            "x.st",
+        ],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    // a parameter named in --inputs (it used to override the one in --params)
+    let (code, err) = run_plain(
+        &dir,
+        &[
+            "run-graph",
+            "g.json",
+            "--params",
+            "p.st",
+            "--inputs",
+            "p.st",
+            "--out",
+            "o.st",
+        ],
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("is a parameter of the graph: give it in --params"),
+        "{err}"
+    );
+    // an output that is an input
+    let before = std::fs::read(d.p("x.st")).unwrap();
+    let (code, err) = run_plain(
+        &dir,
+        &[
+            "run-graph",
+            "g.json",
+            "--params",
+            "p.st",
+            "--inputs",
+            "x.st",
+            "--out",
+            "x.st",
+        ],
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("is the same file as --inputs"), "{err}");
+    assert_eq!(
+        std::fs::read(d.p("x.st")).unwrap(),
+        before,
+        "the input is intact"
+    );
+    // a symbolic link given as --out stays a link, its target receives the outputs
+    #[cfg(unix)]
+    {
+        std::os::unix::fs::symlink("target.st", d.p("link.st")).unwrap();
+        let (code, err) = run_plain(
+            &dir,
+            &[
+                "run-graph",
+                "g.json",
+                "--params",
+                "p.st",
+                "--inputs",
+                "x.st",
+                "--out",
+                "link.st",
+            ],
+        );
+        assert_eq!(code, Some(0), "{err}");
+        let meta = std::fs::symlink_metadata(d.p("link.st")).unwrap();
+        assert!(meta.file_type().is_symlink());
+        assert!(std::fs::metadata(d.p("target.st")).unwrap().len() > 0);
+    }
+    // flags that would be ignored
+    for (args, expect) in [
+        (
+            &["mlp", "--steps", "1", "--save-every", "1"][..],
+            "--save-every needs --save",
+        ),
+        (
+            &["mlp", "--steps", "1", "--classes", "5"][..],
+            "--classes describes a data file",
+        ),
+        (
+            &["mlp", "--steps", "1", "--tf32"][..],
+            "exist on device `cuda` only",
+        ),
+        (
+            &["bench", "mlp-step", "--reps", "1", "--batch-size", "0"][..],
+            "--batch-size must be positive",
+        ),
+        (
+            &[
+                "bench",
+                "mlp-step",
+                "--reps",
+                "1",
+                "--warmup-seconds",
+                "inf",
+            ][..],
+            "--warmup-seconds must be finite",
+        ),
+        (&["bench", "gemm-0"][..], "positive integer"),
+        (
+            &["plan", "--model", "g.json", "--input-shape", "x=1,2"][..],
+            "--input-shape applies to ONNX models",
+        ),
+    ] {
+        let (code, err) = run_plain(&dir, args);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert!(err.contains(expect), "{args:?}: {err}");
+    }
+}

@@ -245,7 +245,7 @@ pub fn probe_for(device: Device, preference: ProviderPreference) -> Result<Probe
                 reason: format!(
                     "the profile asks for it ({}), but no provider module linked into this build declares it there{}",
                     preference.label(),
-                    missing_module_hint(p)
+                    provider_hint(p)
                 ),
             });
         }
@@ -284,6 +284,30 @@ pub fn probe_for(device: Device, preference: ProviderPreference) -> Result<Probe
         }
     }
     Ok(report)
+}
+
+/// Why a provider is not available on the asked device: the devices a linked module does
+/// declare it on (a device mismatch, e.g. cublas asked for on the cpu), else where its
+/// module comes from.
+fn provider_hint(p: Provider) -> String {
+    let elsewhere: Vec<String> = linked()
+        .iter()
+        .flat_map(|m| {
+            m.declares()
+                .into_iter()
+                .filter(|(q, _)| *q == p)
+                .map(|(_, d)| format!("`{}` (module `{}`)", d.label(), m.name()))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    if elsewhere.is_empty() {
+        missing_module_hint(p).to_string()
+    } else {
+        format!(
+            " (it is a provider of device {}: choose that device with --device)",
+            elsewhere.join(", ")
+        )
+    }
 }
 
 /// Where the module of a provider that is not linked comes from.

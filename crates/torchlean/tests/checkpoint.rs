@@ -337,3 +337,41 @@ fn a_non_finite_loss_keeps_the_last_good_checkpoint() {
         .iter()
         .all(|(_, v)| v.iter().all(|x| x.is_finite())));
 }
+
+/// A checkpoint records its trainer's `checkpoint_tag` (what the model is beyond its
+/// shapes: the example, a text's vocabulary); a trainer with another tag refuses it before
+/// anything changes, one with the same tag (or a file without a tag) loads it. Two models
+/// with equal shapes loaded silently before (an audit found a character model resuming
+/// from a checkpoint of another text).
+#[test]
+fn a_checkpoint_of_another_model_tag_is_refused_untouched() {
+    support::checked_cpu_default();
+    let d = tmpdir("tag");
+    let ck = d.join("tagged.safetensors");
+    let data = synthetic::regression(64, 5).unwrap();
+    let tagged = |tag: Option<&str>| {
+        let mut c = config();
+        c.checkpoint_tag = tag.map(str::to_string);
+        c
+    };
+    let mut first = Trainer::new(model(1), tagged(Some("text A"))).unwrap();
+    first.train(&data, &opts(2, Some((&ck, 0)), None)).unwrap();
+    let meta = torchlean::nn::read_checkpoint(&ck).unwrap().metadata;
+    assert_eq!(meta.get("model").map(String::as_str), Some("text A"));
+
+    let mut other = Trainer::new(model(9), tagged(Some("text B"))).unwrap();
+    let before = params(other.model());
+    let e = other
+        .train(&data, &opts(1, None, Some(&ck)))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("text A") && e.contains("text B"), "{e}");
+    assert_eq!(params(other.model()), before, "nothing changed");
+    assert_eq!(other.step(), 0);
+
+    let mut same = Trainer::new(model(9), tagged(Some("text A"))).unwrap();
+    same.train(&data, &opts(1, None, Some(&ck))).unwrap();
+    assert_eq!(same.step(), 3);
+    let mut untagged = Trainer::new(model(9), tagged(None)).unwrap();
+    untagged.train(&data, &opts(1, None, Some(&ck))).unwrap();
+}

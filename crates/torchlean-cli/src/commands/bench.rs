@@ -69,9 +69,30 @@ fn time(
         .collect()
 }
 
+/// The N of a `gemm-N` or `add-N` workload: a positive integer.
+fn size_of(workload: &str, prefix: &str, what: &str) -> Result<usize, CliError> {
+    match workload[prefix.len()..].parse::<usize>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(CliError::usage(format!(
+            "bad {what} in `{workload}`: expected {prefix}N with N a positive integer"
+        ))),
+    }
+}
+
 pub fn run(a: Args) -> CliResult {
     if a.reps == 0 {
         return Err(CliError::usage("--reps must be positive"));
+    }
+    // an infinite warm-up never ends and NaN compares false everywhere
+    if !(a.warmup_seconds.is_finite() && a.warmup_seconds >= 0.0) {
+        return Err(CliError::usage(format!(
+            "--warmup-seconds must be finite and >= 0, got {}",
+            a.warmup_seconds
+        )));
+    }
+    // a timing of no work is not a benchmark
+    if a.batch_size == Some(0) {
+        return Err(CliError::usage("--batch-size must be positive"));
     }
     // flags that only some workloads read are refused by the others, never ignored
     let step_workload = matches!(
@@ -115,9 +136,7 @@ pub fn run(a: Args) -> CliResult {
         .as_str()
     {
         w if w.starts_with("gemm-") => {
-            let n: usize = w[5..]
-                .parse()
-                .map_err(|_| CliError::usage(format!("bad gemm size in `{w}`")))?;
+            let n = size_of(w, "gemm-", "matrix size")?;
             let setup = || -> torchlean::Result<(Tensor, Tensor)> {
                 Ok((on(Tensor::randn(&[n, n], 1)?)?, on(Tensor::randn(&[n, n], 2)?)?))
             };
@@ -362,9 +381,7 @@ pub fn run(a: Args) -> CliResult {
             )
         }
         w if w.starts_with("add-") => {
-            let n: usize = w[4..]
-                .parse()
-                .map_err(|_| CliError::usage(format!("bad element count in `{w}`")))?;
+            let n = size_of(w, "add-", "element count")?;
             let setup = || -> torchlean::Result<(Tensor, Tensor)> {
                 Ok((on(Tensor::randn(&[n], 1)?)?, on(Tensor::randn(&[n], 2)?)?))
             };

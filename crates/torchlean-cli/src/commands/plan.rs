@@ -41,6 +41,11 @@ fn model_ops(path: &std::path::Path, input_shape: &[String]) -> Result<Vec<OpKin
         let shapes = super::onnx::parse_input_shapes(input_shape)?;
         super::onnx::load(path, &shapes)?.0
     } else {
+        if !input_shape.is_empty() {
+            return Err(CliError::usage(
+                "--input-shape applies to ONNX models (whose input shapes may be symbolic); a graph file declares its input shapes",
+            ));
+        }
         torchlean::graph::Graph::load(path).map_err(|e| CliError::usage(e.to_string()))?
     };
     let mut ops: Vec<OpKind> = vec![];

@@ -27,6 +27,7 @@ const KEY_VERSION: &str = "version";
 const KEY_STEP: &str = "step";
 const KEY_OPTIM: &str = "optim.kind";
 const KEY_OPTIM_STEP: &str = "optim.step";
+const KEY_MODEL: &str = "model";
 pub(crate) const KEY_CHECKSUM: &str = "checksum.fnv1a64";
 
 /// What a loaded checkpoint said about itself.
@@ -77,6 +78,17 @@ pub fn save_checkpoint(
     optimizer: Option<&dyn Optimizer>,
     step: u64,
 ) -> Result<()> {
+    save_checkpoint_tagged(path, model, optimizer, step, None)
+}
+
+/// [`save_checkpoint`] with the model's tag (see `Config::checkpoint_tag`) in the metadata.
+pub fn save_checkpoint_tagged(
+    path: impl AsRef<Path>,
+    model: &dyn Module,
+    optimizer: Option<&dyn Optimizer>,
+    step: u64,
+    tag: Option<&str>,
+) -> Result<()> {
     let path = path.as_ref();
     let mismatch = |reason: String| -> super::error::Error {
         CheckpointError::Mismatch {
@@ -116,6 +128,9 @@ pub fn save_checkpoint(
     metadata.insert(KEY_FORMAT.to_string(), FORMAT_NAME.to_string());
     metadata.insert(KEY_VERSION.to_string(), VERSION.to_string());
     metadata.insert(KEY_STEP.to_string(), step.to_string());
+    if let Some(tag) = tag {
+        metadata.insert(KEY_MODEL.to_string(), tag.to_string());
+    }
     if let Some(opt) = optimizer {
         let state = opt.export_state();
         for (n, t) in &state.tensors {
@@ -241,6 +256,19 @@ fn list(names: &[&String]) -> String {
         format!("{} (and {more} more)", shown.join(", "))
     } else {
         shown.join(", ")
+    }
+}
+
+/// Refuses `contents` when it records a model tag other than `expected` (a file without one,
+/// or a caller without one, is not compared).
+pub fn check_tag(contents: &CheckpointContents, name: &str, expected: Option<&str>) -> Result<()> {
+    match (contents.metadata.get(KEY_MODEL), expected) {
+        (Some(saved), Some(expected)) if saved != expected => Err(CheckpointError::Mismatch {
+            path: name.to_string(),
+            reason: format!("it was saved by model `{saved}`, this run is model `{expected}`"),
+        }
+        .into()),
+        _ => Ok(()),
     }
 }
 

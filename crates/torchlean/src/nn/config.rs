@@ -58,6 +58,11 @@ pub struct Config {
     pub schedule: Option<LrSchedule>,
     /// Clip gradients to this global norm before each update.
     pub clip_grad_norm: Option<f32>,
+    /// What the model is beyond its parameter shapes (an example's name, the vocabulary it
+    /// was trained on): written into checkpoints as metadata `model`; a checkpoint that
+    /// records a different one is refused on load (two models with the same shapes, e.g. a
+    /// character model of another text, would load silently otherwise).
+    pub checkpoint_tag: Option<String>,
 }
 
 impl Config {
@@ -74,6 +79,7 @@ impl Config {
             seed: 0,
             schedule: None,
             clip_grad_norm: None,
+            checkpoint_tag: None,
         }
     }
 

@@ -40,8 +40,8 @@ pub use adagrad::Adagrad;
 pub use adam::{Adam, AdamW};
 pub use attention::{key_padding_mask, MultiheadAttention};
 pub use checkpoint::{
-    apply_checkpoint, load_checkpoint, parse_checkpoint, read_checkpoint, save_checkpoint,
-    CheckpointContents, CheckpointInfo,
+    apply_checkpoint, check_tag, load_checkpoint, parse_checkpoint, read_checkpoint,
+    save_checkpoint, save_checkpoint_tagged, CheckpointContents, CheckpointInfo,
 };
 pub use clip::{clip_grad_norm, global_grad_norm};
 pub use config::{Config, DType, ExecutionBackend, SaveOptions, TrainOptions};

@@ -10,7 +10,9 @@
 //! the learning rate and every dropout mask depend only on (seed, step), so a run resumed
 //! from a checkpoint continues exactly as an uninterrupted one.
 
-use super::checkpoint::{load_checkpoint, save_checkpoint, CheckpointInfo};
+use super::checkpoint::{
+    apply_checkpoint, check_tag, read_checkpoint, save_checkpoint_tagged, CheckpointInfo,
+};
 use super::config::{Config, DType, SaveOptions, TrainOptions};
 use super::error::TrainError;
 use super::error::{Error, Result};
@@ -106,6 +108,8 @@ pub struct Trainer<M: Module> {
     seed: u64,
     step: u64,
     planned: [bool; 2],
+    /// See `Config::checkpoint_tag`.
+    checkpoint_tag: Option<String>,
 }
 
 impl<M: Module> Trainer<M> {
@@ -141,6 +145,7 @@ impl<M: Module> Trainer<M> {
             seed: config.seed,
             step: 0,
             planned: [false; 2],
+            checkpoint_tag: config.checkpoint_tag,
         })
     }
 
@@ -226,14 +231,29 @@ impl<M: Module> Trainer<M> {
 
     /// Saves parameters, buffers, optimizer state and the step to `path` (atomically).
     pub fn save_checkpoint(&self, path: impl AsRef<Path>) -> Result<()> {
-        save_checkpoint(path, &self.model, Some(self.optimizer.as_ref()), self.step)
+        save_checkpoint_tagged(
+            path,
+            &self.model,
+            Some(self.optimizer.as_ref()),
+            self.step,
+            self.checkpoint_tag.as_deref(),
+        )
     }
 
     /// Restores parameters, buffers, optimizer state and the step from `path` (the file must
     /// hold state for this trainer's optimizer; for parameters only, use
     /// [`load_checkpoint`](super::load_checkpoint) on [`Trainer::model_mut`] with `None`).
     pub fn load_checkpoint(&mut self, path: impl AsRef<Path>) -> Result<CheckpointInfo> {
-        let info = load_checkpoint(path, &mut self.model, Some(self.optimizer.as_mut()))?;
+        let path = path.as_ref();
+        let name = path.display().to_string();
+        let contents = read_checkpoint(path)?;
+        check_tag(&contents, &name, self.checkpoint_tag.as_deref())?;
+        let info = apply_checkpoint(
+            contents,
+            &name,
+            &mut self.model,
+            Some(self.optimizer.as_mut()),
+        )?;
         self.step = info.step;
         Ok(info)
     }
@@ -281,6 +301,7 @@ impl<M: Module> Trainer<M> {
             seed,
             step,
             planned,
+            checkpoint_tag,
         } = self;
         let compiled = step_fn.name() == "compiled";
         // the model lives on the profile's device; batches are made on the host and moved
@@ -334,7 +355,13 @@ impl<M: Module> Trainer<M> {
                 }
                 if let Some(SaveOptions { path, every }) = &options.save {
                     if last || (*every > 0 && *step % *every as u64 == 0) {
-                        save_checkpoint(path, &*model, Some(optimizer.as_ref()), *step)?;
+                        save_checkpoint_tagged(
+                            path,
+                            &*model,
+                            Some(optimizer.as_ref()),
+                            *step,
+                            checkpoint_tag.as_deref(),
+                        )?;
                         summary.last_checkpoint = Some(path.clone());
                         last_good = Some(path.clone());
                     }

@@ -341,6 +341,12 @@ pub fn run<M: Module>(
     };
     config.profile = Some(args.backend.profile()?);
     config.seed = hyper.seed;
+    // checkpoints say which example (and, where the example adds it, which data: the
+    // transformer's vocabulary) they come from; --load refuses another one
+    config.checkpoint_tag = Some(match config.checkpoint_tag.take() {
+        Some(t) => format!("{name}; {t}"),
+        None => name.to_string(),
+    });
     let params = model.parameter_count();
     let mut trainer = Trainer::new(model, config).map_err(lib_err)?;
     println!(

@@ -133,6 +133,9 @@ pub fn run_cmd(a: Args) -> CliResult {
         .with_warmup(WARMUP),
     );
     config.clip_grad_norm = Some(1.0);
+    // the embedding rows mean characters of this vocabulary: a checkpoint of a text with
+    // another character set has the same shapes but other meanings
+    config.checkpoint_tag = Some(vocab.signature());
     let windows = data.len();
     let mut trainer = run(
         &a.common,

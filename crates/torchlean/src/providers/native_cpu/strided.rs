@@ -129,14 +129,14 @@ impl<'a> Rows<'a> {
 
     /// The storage from row `row` on (empty past the end: only a product with a zero
     /// extent reads it then).
-    fn from_row(&self, row: usize) -> &'a [f32] {
+    fn rows_from(&self, row: usize) -> &'a [f32] {
         self.data.get(row * self.rs..).unwrap_or(&[])
     }
 
     /// Rows `row..` as a matrix operand (rows × width).
     pub(super) fn mat(&self, row: usize) -> Mat<'a> {
         Mat {
-            data: self.from_row(row),
+            data: self.rows_from(row),
             rs: self.rs,
             cs: 1,
         }
@@ -145,7 +145,7 @@ impl<'a> Rows<'a> {
     /// The transpose of rows `row..` (read as width × rows).
     pub(super) fn mat_t(&self, row: usize) -> Mat<'a> {
         Mat {
-            data: self.from_row(row),
+            data: self.rows_from(row),
             rs: 1,
             cs: self.rs,
         }
@@ -153,6 +153,6 @@ impl<'a> Rows<'a> {
 
     /// Row `i`.
     pub(super) fn row(&self, i: usize) -> &'a [f32] {
-        &self.from_row(i)[..self.width]
+        &self.rows_from(i)[..self.width]
     }
 }
