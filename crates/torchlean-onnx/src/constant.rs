@@ -56,6 +56,111 @@ pub struct Const {
 
 type Fold<T> = Result<T, String>;
 
+/// The most elements the import-time evaluation may compute, all constants of one import
+/// together (2^26: at most 512 MiB of i64, 256 MiB of f32). Every constant is counted
+/// against it before its elements are allocated. The shape arithmetic exporters emit is a
+/// few dozen elements; the largest legitimate constants (a causal mask, a position table)
+/// are a few million. Initializers and `Constant` tensors are not counted: their size is
+/// bounded by the file's.
+pub const MAX_CONSTANT_ELEMENTS: usize = 1 << 26;
+
+/// What is left of [`MAX_CONSTANT_ELEMENTS`] in one import.
+#[derive(Debug, Default)]
+pub struct Budget {
+    used: std::cell::Cell<usize>,
+}
+
+impl Budget {
+    /// Counts a constant of shape `dims` against the budget, before it is allocated; returns
+    /// its element count.
+    pub fn take(&self, dims: &[usize]) -> Fold<usize> {
+        let n = dims
+            .iter()
+            .try_fold(1usize, |n, &d| n.checked_mul(d))
+            .ok_or_else(|| {
+                format!("the constant of shape {dims:?} evaluated at import time would have more than 2^64 elements")
+            })?;
+        let total = self.used.get().saturating_add(n);
+        if total > MAX_CONSTANT_ELEMENTS {
+            return Err(format!(
+                "the constant of shape {dims:?} evaluated at import time would have {n} elements, \
+                 bringing the import's constants to {total}, above the limit of \
+                 {MAX_CONSTANT_ELEMENTS} (2^26) elements"
+            ));
+        }
+        self.used.set(total);
+        Ok(n)
+    }
+
+    /// Elements counted so far.
+    pub fn used(&self) -> usize {
+        self.used.get()
+    }
+}
+
+/// An empty vector with room for `n` elements, or an error when the allocation fails.
+fn room<T>(n: usize) -> Fold<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| {
+        format!("cannot allocate {n} elements for a constant evaluated at import time")
+    })?;
+    Ok(v)
+}
+
+/// `data` rebuilt from the same variant by `$f(values)`, where `$f` is generic over the
+/// element type (each arm is expanded with its own type).
+macro_rules! per_kind {
+    ($data:expr, $v:ident => $e:expr) => {
+        match $data {
+            Data::F32($v) => Data::F32($e),
+            Data::I64($v) => Data::I64($e),
+            Data::Bool($v) => Data::Bool($e),
+        }
+    };
+}
+
+/// The elements of `src` at `base + Σ_a k_a · steps[a]` for every multi-index `k` of `dims`,
+/// in row-major order, computed as they are copied (no index list). The caller guarantees
+/// that every such offset lies in `src` and has counted the output against the budget.
+fn walk<T: Copy>(src: &[T], dims: &[usize], base: isize, steps: &[isize]) -> Fold<Vec<T>> {
+    let n: usize = dims.iter().product();
+    let mut out = room(n)?;
+    if n == 0 {
+        return Ok(out);
+    }
+    let Some((&inner, outer_dims)) = dims.split_last() else {
+        // rank 0: the one element at `base`
+        out.push(src[base as usize]);
+        return Ok(out);
+    };
+    let inner_step = steps[outer_dims.len()];
+    let mut idx = vec![0usize; outer_dims.len()];
+    let mut offset = base;
+    loop {
+        let mut o = offset;
+        for _ in 0..inner {
+            // invariant: the caller's offsets lie in `src` (checked ranges and strides)
+            out.push(src[o as usize]);
+            o += inner_step;
+        }
+        // the next row: an odometer over the outer axes
+        let mut a = outer_dims.len();
+        loop {
+            if a == 0 {
+                return Ok(out);
+            }
+            a -= 1;
+            idx[a] += 1;
+            offset += steps[a];
+            if idx[a] < outer_dims[a] {
+                break;
+            }
+            offset -= steps[a] * outer_dims[a] as isize;
+            idx[a] = 0;
+        }
+    }
+}
+
 fn numel(dims: &[usize]) -> Fold<usize> {
     dims.iter()
         .try_fold(1usize, |n, &d| n.checked_mul(d))
@@ -71,6 +176,19 @@ pub fn sizes(dims: &[i64]) -> Fold<Vec<usize>> {
         .collect::<Fold<Vec<usize>>>()?;
     numel(&out)?;
     Ok(out)
+}
+
+/// A float64 value as f32, refusing a finite value beyond the f32 range (it would become an
+/// infinity; the graph-file reader refuses such payloads the same way). Finite values that
+/// only round, infinities and NaN convert as they are.
+fn narrow(v: f64, i: usize) -> Fold<f32> {
+    let x = v as f32;
+    if x.is_infinite() && v.is_finite() {
+        return Err(format!(
+            "float64 element {i} is {v:e}, outside the range of f32 (torchlean computes in float32; it would become an infinity)"
+        ));
+    }
+    Ok(x)
 }
 
 impl Const {
@@ -100,9 +218,20 @@ impl Const {
         self.len() == 0
     }
 
+    /// The ONNX data type this constant holds (float32, int64 or bool: the types the
+    /// import computes in).
+    pub fn dtype(&self) -> i32 {
+        match self.data {
+            Data::F32(_) => dtype::FLOAT,
+            Data::I64(_) => dtype::INT64,
+            Data::Bool(_) => dtype::BOOL,
+        }
+    }
+
     /// Decodes an initializer or a `Constant` node's tensor. Element counts are checked
     /// against the dims before anything is allocated; external data and data types without
-    /// an f32, i64 or bool reading are refused.
+    /// an f32, i64 or bool reading are refused, and so are float64 values beyond the f32
+    /// range.
     pub fn from_proto(t: &TensorProto) -> Fold<Const> {
         if !t.external_data.is_empty() || t.data_location.value() == 1 {
             return Err("the tensor's data is stored outside the model file (external data); re-export with external_data=False".into());
@@ -148,17 +277,22 @@ impl Const {
                     .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
                     .collect(),
             ),
-            dtype::DOUBLE if raw.is_empty() => {
-                Data::F32(t.double_data.iter().map(|&v| v as f32).collect())
-            }
+            dtype::DOUBLE if raw.is_empty() => Data::F32(
+                t.double_data
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &v)| narrow(v, i))
+                    .collect::<Fold<_>>()?,
+            ),
             dtype::DOUBLE => Data::F32(
                 chunks(8)
-                    .map(|c| {
+                    .enumerate()
+                    .map(|(i, c)| {
                         let mut b = [0u8; 8];
                         b.copy_from_slice(c);
-                        f64::from_le_bytes(b) as f32
+                        narrow(f64::from_le_bytes(b), i)
                     })
-                    .collect(),
+                    .collect::<Fold<_>>()?,
             ),
             dtype::INT64 if raw.is_empty() => Data::I64(t.int64_data.clone()),
             dtype::INT64 => Data::I64(
@@ -218,49 +352,92 @@ impl Const {
         (self.len() == 1).then(|| self.floats()[0])
     }
 
-    fn same_kind(&self, data: Data, dims: Vec<usize>) -> Const {
-        Const { dims, data }
+    /// The elements at `base + Σ k_a · steps[a]` over the multi-indices of `dims` (the common
+    /// core of slice, transpose and broadcast), counted against the budget first.
+    fn strided(
+        &self,
+        dims: Vec<usize>,
+        base: isize,
+        steps: &[isize],
+        budget: &Budget,
+    ) -> Fold<Const> {
+        budget.take(&dims)?;
+        let data = per_kind!(&self.data, v => walk(v, &dims, base, steps)?);
+        Ok(Const { dims, data })
     }
 
-    /// Picks elements by flat index (the common core of gather, slice, transpose, expand).
-    fn pick(&self, index: &[usize], dims: Vec<usize>) -> Const {
-        let data = match &self.data {
-            Data::F32(v) => Data::F32(index.iter().map(|&i| v[i]).collect()),
-            Data::I64(v) => Data::I64(index.iter().map(|&i| v[i]).collect()),
-            Data::Bool(v) => Data::Bool(index.iter().map(|&i| v[i]).collect()),
-        };
-        self.same_kind(data, dims)
-    }
-
-    pub fn reshaped(&self, dims: Vec<usize>) -> Fold<Const> {
+    pub fn reshaped(&self, dims: Vec<usize>, budget: &Budget) -> Fold<Const> {
         if numel(&dims)? != self.len() {
             return Err(format!(
                 "cannot reshape {} elements to {dims:?}",
                 self.len()
             ));
         }
+        budget.take(&dims)?;
         Ok(Const {
             dims,
             data: self.data.clone(),
         })
     }
 
-    /// Converts to an ONNX data type (`Cast`).
-    pub fn cast(&self, to: i32) -> Fold<Const> {
+    /// Converts to an ONNX data type (`Cast`). A conversion to an integer type of NaN, an
+    /// infinity or a value outside the target type's range (undefined in ONNX; 0 or
+    /// saturation in practice) is refused.
+    pub fn cast(&self, to: i32, budget: &Budget) -> Fold<Const> {
+        budget.take(&self.dims)?;
         let data = match to {
             dtype::FLOAT | dtype::DOUBLE => Data::F32(self.floats()),
-            dtype::INT64 | dtype::INT32 => Data::I64(match &self.data {
-                Data::F32(v) => v.iter().map(|&x| x.trunc() as i64).collect(),
-                _ => self.ints()?,
-            }),
+            dtype::INT64 | dtype::INT32 => {
+                // [lo, hi) of the target type, exact in f64
+                let (lo, hi) = if to == dtype::INT32 {
+                    (-(2f64.powi(31)), 2f64.powi(31))
+                } else {
+                    (-(2f64.powi(63)), 2f64.powi(63))
+                };
+                let refuse = |x: &dyn std::fmt::Display, i: usize| {
+                    format!(
+                        "Cast of element {i} ({x}) to {}: NaN, infinite or outside the range of the integer type (ONNX leaves the result undefined)",
+                        dtype::name(to)
+                    )
+                };
+                Data::I64(match &self.data {
+                    Data::F32(v) => v
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &x)| {
+                            let t = (x as f64).trunc();
+                            if t.is_nan() || t < lo || t >= hi {
+                                Err(refuse(&x, i))
+                            } else {
+                                Ok(t as i64)
+                            }
+                        })
+                        .collect::<Fold<_>>()?,
+                    Data::I64(v) => v
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &x)| {
+                            if (x as f64) < lo || (x as f64) >= hi {
+                                Err(refuse(&x, i))
+                            } else {
+                                Ok(x)
+                            }
+                        })
+                        .collect::<Fold<_>>()?,
+                    Data::Bool(_) => self.ints()?,
+                })
+            }
             dtype::BOOL => Data::Bool(self.floats().iter().map(|&x| x != 0.0).collect()),
             other => return Err(format!("cast to {} is not supported", dtype::name(other))),
         };
-        Ok(self.same_kind(data, self.dims.clone()))
+        Ok(Const {
+            dims: self.dims.clone(),
+            data,
+        })
     }
 
-    /// Concatenation along `axis` (all parts of one kind).
-    pub fn concat(parts: &[&Const], axis: usize) -> Fold<Const> {
+    /// Concatenation along `axis` (all parts of one kind). Each part is converted once.
+    pub fn concat(parts: &[&Const], axis: usize, budget: &Budget) -> Fold<Const> {
         let first = parts.first().ok_or("Concat of no tensors")?;
         let rank = first.dims.len();
         if axis >= rank
@@ -276,33 +453,42 @@ impl Const {
         let outer: usize = first.dims[..axis].iter().product();
         let inner: usize = first.dims[axis + 1..].iter().product();
         let mut dims = first.dims.clone();
-        dims[axis] = parts.iter().map(|p| p.dims[axis]).sum();
-        let floats = parts.iter().any(|p| matches!(p.data, Data::F32(_)));
-        let mut f = vec![];
-        let mut i = vec![];
-        for o in 0..outer {
-            for p in parts {
-                let run = p.dims[axis] * inner;
-                if floats {
-                    f.extend_from_slice(&p.floats()[o * run..(o + 1) * run]);
-                } else {
-                    i.extend_from_slice(&p.ints()?[o * run..(o + 1) * run]);
+        dims[axis] = parts
+            .iter()
+            .try_fold(0usize, |n, p| n.checked_add(p.dims[axis]))
+            .ok_or("Concat: the axis length overflows")?;
+        let n = budget.take(&dims)?;
+        fn join<T: Copy>(parts: &[Vec<T>], runs: &[usize], outer: usize, n: usize) -> Fold<Vec<T>> {
+            let mut out = room(n)?;
+            for o in 0..outer {
+                for (p, &run) in parts.iter().zip(runs) {
+                    out.extend_from_slice(&p[o * run..(o + 1) * run]);
                 }
             }
+            Ok(out)
         }
-        Ok(Const {
-            dims,
-            data: if floats { Data::F32(f) } else { Data::I64(i) },
-        })
+        let runs: Vec<usize> = parts.iter().map(|p| p.dims[axis] * inner).collect();
+        let data = if parts.iter().any(|p| matches!(p.data, Data::F32(_))) {
+            let conv: Vec<Vec<f32>> = parts.iter().map(|p| p.floats()).collect();
+            Data::F32(join(&conv, &runs, outer, n)?)
+        } else {
+            let conv = parts.iter().map(|p| p.ints()).collect::<Fold<Vec<_>>>()?;
+            Data::I64(join(&conv, &runs, outer, n)?)
+        };
+        Ok(Const { dims, data })
     }
 
     /// `Gather` along `axis` with integer indices (negative ones count from the end).
-    pub fn gather(&self, axis: usize, index: &Const) -> Fold<Const> {
+    pub fn gather(&self, axis: usize, index: &Const, budget: &Budget) -> Fold<Const> {
         let rank = self.dims.len();
         if axis >= rank {
             return Err(format!("Gather axis {axis} of a rank-{rank} tensor"));
         }
         let n = self.dims[axis];
+        let mut dims = self.dims[..axis].to_vec();
+        dims.extend_from_slice(&index.dims);
+        dims.extend_from_slice(&self.dims[axis + 1..]);
+        let total = budget.take(&dims)?;
         let idx = index
             .ints()?
             .into_iter()
@@ -310,82 +496,92 @@ impl Const {
             .collect::<Fold<Vec<usize>>>()?;
         let outer: usize = self.dims[..axis].iter().product();
         let inner: usize = self.dims[axis + 1..].iter().product();
-        let mut flat = Vec::with_capacity(outer * idx.len() * inner);
-        for o in 0..outer {
-            for &k in &idx {
-                flat.extend((0..inner).map(|i| (o * n + k) * inner + i));
+        fn pick<T: Copy>(
+            v: &[T],
+            idx: &[usize],
+            outer: usize,
+            n: usize,
+            inner: usize,
+            total: usize,
+        ) -> Fold<Vec<T>> {
+            let mut out = room(total)?;
+            for o in 0..outer {
+                for &k in idx {
+                    let at = (o * n + k) * inner;
+                    out.extend_from_slice(&v[at..at + inner]);
+                }
             }
+            Ok(out)
         }
-        let mut dims = self.dims[..axis].to_vec();
-        dims.extend_from_slice(&index.dims);
-        dims.extend_from_slice(&self.dims[axis + 1..]);
-        Ok(self.pick(&flat, dims))
+        let data = per_kind!(&self.data, v => pick(v, &idx, outer, n, inner, total)?);
+        Ok(Const { dims, data })
     }
 
-    /// `Slice` with per-axis (start, end, step), already clamped by [`slice_range`].
-    pub fn slice(&self, ranges: &[(usize, Vec<usize>)]) -> Const {
-        let mut kept: Vec<Vec<usize>> = self.dims.iter().map(|&d| (0..d).collect()).collect();
-        for (axis, keep) in ranges {
-            kept[*axis] = keep.clone();
+    /// `Slice` with per-axis ranges from [`slice_range`] (axes not listed are kept whole).
+    pub fn slice(&self, ranges: &[(usize, Stride)], budget: &Budget) -> Fold<Const> {
+        let src = strides(&self.dims);
+        let mut dims = self.dims.clone();
+        let mut steps: Vec<isize> = src.iter().map(|&s| s as isize).collect();
+        let mut base = 0isize;
+        for &(axis, r) in ranges {
+            if axis >= dims.len() || (r.len > 0 && r.last() >= self.dims[axis]) {
+                return Err(format!(
+                    "Slice of axis {axis} of shape {:?}: range {r:?} outside it",
+                    self.dims
+                ));
+            }
+            dims[axis] = r.len;
+            if r.len > 0 {
+                base += (r.start * src[axis]) as isize;
+            }
+            steps[axis] = r.step as isize * src[axis] as isize;
         }
-        let dims: Vec<usize> = kept.iter().map(|k| k.len()).collect();
-        let strides = strides(&self.dims);
-        let mut flat = vec![0usize];
-        for (a, keep) in kept.iter().enumerate() {
-            let stride = strides[a];
-            flat = flat
-                .iter()
-                .flat_map(|&base| keep.iter().map(move |&k| base + k * stride))
-                .collect();
-        }
-        self.pick(&flat, dims)
+        self.strided(dims, base, &steps, budget)
     }
 
     /// Axis permutation (`perm` a permutation of the axes, checked by the caller).
-    pub fn transpose(&self, perm: &[usize]) -> Const {
-        let dims: Vec<usize> = perm.iter().map(|&p| self.dims[p]).collect();
+    pub fn transpose(&self, perm: &[usize], budget: &Budget) -> Fold<Const> {
         let src = strides(&self.dims);
-        let mut flat = vec![0usize];
-        for &p in perm {
-            let stride = src[p];
-            flat = flat
-                .iter()
-                .flat_map(|&base| (0..self.dims[p]).map(move |k| base + k * stride))
-                .collect();
-        }
-        self.pick(&flat, dims)
+        let dims: Vec<usize> = perm.iter().map(|&p| self.dims[p]).collect();
+        let steps: Vec<isize> = perm.iter().map(|&p| src[p] as isize).collect();
+        self.strided(dims, 0, &steps, budget)
     }
 
     /// Broadcast to `dims` (which must be a broadcast of this shape).
-    pub fn broadcast(&self, dims: &[usize]) -> Fold<Const> {
-        numel(dims)?;
+    pub fn broadcast(&self, dims: &[usize], budget: &Budget) -> Fold<Const> {
         if broadcast_shapes(&self.dims, dims)? != dims {
             return Err(format!("{:?} does not broadcast to {dims:?}", self.dims));
         }
         let offset = dims.len() - self.dims.len();
         let src = strides(&self.dims);
-        let mut flat = vec![0usize];
-        for (a, &d) in dims.iter().enumerate() {
-            let (size, stride) = if a < offset {
-                (1, 0)
-            } else {
-                (self.dims[a - offset], src[a - offset])
-            };
-            let stride = if size == 1 { 0 } else { stride };
-            flat = flat
-                .iter()
-                .flat_map(|&base| (0..d).map(move |k| base + k * stride))
-                .collect();
+        let steps: Vec<isize> = (0..dims.len())
+            .map(|a| {
+                if a < offset || self.dims[a - offset] == 1 {
+                    0
+                } else {
+                    src[a - offset] as isize
+                }
+            })
+            .collect();
+        self.strided(dims.to_vec(), 0, &steps, budget)
+    }
+
+    /// This constant broadcast to `dims`, borrowed when it already has that shape.
+    fn widened<'a>(&'a self, dims: &[usize], budget: &Budget) -> Fold<std::borrow::Cow<'a, Const>> {
+        if self.dims == dims {
+            Ok(std::borrow::Cow::Borrowed(self))
+        } else {
+            Ok(std::borrow::Cow::Owned(self.broadcast(dims, budget)?))
         }
-        Ok(self.pick(&flat, dims.to_vec()))
     }
 
     /// An elementwise binary op with NumPy broadcasting: floats if either side is float,
     /// else integers (checked), with bool results for comparisons.
-    pub fn binary(&self, other: &Const, op: Binary) -> Fold<Const> {
+    pub fn binary(&self, other: &Const, op: Binary, budget: &Budget) -> Fold<Const> {
         let dims = broadcast_shapes(&self.dims, &other.dims)?;
-        let a = self.broadcast(&dims)?;
-        let b = other.broadcast(&dims)?;
+        let a = self.widened(&dims, budget)?;
+        let b = other.widened(&dims, budget)?;
+        budget.take(&dims)?;
         let floats = matches!(a.data, Data::F32(_)) || matches!(b.data, Data::F32(_));
         let data = if floats {
             let (x, y) = (a.floats(), b.floats());
@@ -432,13 +628,27 @@ impl Const {
         Ok(Const { dims, data })
     }
 
-    /// A float map (`Sqrt`, `Neg`, `Reciprocal`, ...) or an integer one where defined.
-    pub fn map(&self, f32_op: fn(f32) -> f32, i64_op: Option<fn(i64) -> i64>) -> Const {
+    /// A float map (`Sqrt`, `Neg`, `Reciprocal`, ...), or an integer one where defined
+    /// (`None` from it is an overflow, refused).
+    pub fn map(
+        &self,
+        f32_op: impl Fn(f32) -> f32,
+        i64_op: Option<fn(i64) -> Option<i64>>,
+        budget: &Budget,
+    ) -> Fold<Const> {
+        budget.take(&self.dims)?;
         let data = match (&self.data, i64_op) {
-            (Data::I64(v), Some(g)) => Data::I64(v.iter().map(|&x| g(x)).collect()),
+            (Data::I64(v), Some(g)) => Data::I64(
+                v.iter()
+                    .map(|&x| g(x).ok_or_else(|| format!("integer overflow at import time ({x})")))
+                    .collect::<Fold<_>>()?,
+            ),
             _ => Data::F32(self.floats().into_iter().map(f32_op).collect()),
         };
-        self.same_kind(data, self.dims.clone())
+        Ok(Const {
+            dims: self.dims.clone(),
+            data,
+        })
     }
 }
 
@@ -504,32 +714,71 @@ pub fn normalize_axis(axis: i64, rank: usize) -> Fold<usize> {
     normalize_index(axis, rank).map_err(|_| format!("axis {axis} out of range for rank {rank}"))
 }
 
-/// The indices ONNX `Slice` keeps on an axis of length `n` (starts and ends clamped as the
+/// The indices ONNX `Slice` keeps on one axis: `start`, `start + step`, ... (`len` of them),
+/// described, not listed (an axis may be 2^31 long).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stride {
+    pub start: usize,
+    pub step: i64,
+    pub len: usize,
+}
+
+impl Stride {
+    /// The last index kept (meaningful when `len > 0`).
+    pub fn last(&self) -> usize {
+        (self.start as i128 + (self.len as i128 - 1) * self.step as i128) as usize
+    }
+
+    /// The indices kept, in order.
+    pub fn indices(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.len).map(|k| (self.start as i128 + k as i128 * self.step as i128) as usize)
+    }
+}
+
+/// The range ONNX `Slice` keeps on an axis of length `n` (starts and ends clamped as the
 /// operator specifies, any non-zero step).
-pub fn slice_range(start: i64, end: i64, step: i64, n: usize) -> Fold<Vec<usize>> {
+pub fn slice_range(start: i64, end: i64, step: i64, n: usize) -> Fold<Stride> {
     if step == 0 {
         return Err("Slice with step 0".into());
     }
-    let n = n as i64;
-    let clamp = |v: i64, lo: i64, hi: i64| v.max(lo).min(hi);
-    let fix = |v: i64| if v < 0 { v.saturating_add(n) } else { v };
-    let mut out = vec![];
-    if step > 0 {
-        let (s, e) = (clamp(fix(start), 0, n), clamp(fix(end), 0, n));
-        let mut i = s;
-        while i < e {
-            out.push(i as usize);
-            i += step;
+    let n = n as i128;
+    let clamp = |v: i128, lo: i128, hi: i128| v.max(lo).min(hi);
+    let fix = |v: i64| {
+        let v = v as i128;
+        if v < 0 {
+            v + n
+        } else {
+            v
         }
+    };
+    let step_w = step as i128;
+    let (s, len) = if step > 0 {
+        let (s, e) = (clamp(fix(start), 0, n), clamp(fix(end), 0, n));
+        (
+            s,
+            if e > s {
+                (e - s + step_w - 1) / step_w
+            } else {
+                0
+            },
+        )
     } else {
         let (s, e) = (clamp(fix(start), -1, n - 1), clamp(fix(end), -1, n - 1));
-        let mut i = s;
-        while i > e {
-            out.push(i as usize);
-            i += step;
-        }
-    }
-    Ok(out)
+        (
+            s,
+            if s > e {
+                (s - e - step_w - 1) / -step_w
+            } else {
+                0
+            },
+        )
+    };
+    Ok(Stride {
+        start: if len > 0 { s as usize } else { 0 },
+        step,
+        // at most n (≤ usize::MAX)
+        len: len as usize,
+    })
 }
 
 #[cfg(test)]
@@ -538,17 +787,147 @@ mod tests {
 
     #[test]
     fn slice_ranges_follow_the_onnx_clamping_rules() {
-        assert_eq!(slice_range(0, i64::MAX, 1, 4).unwrap(), vec![0, 1, 2, 3]);
-        assert_eq!(slice_range(-1, i64::MAX, 1, 4).unwrap(), vec![3]);
-        assert_eq!(slice_range(i64::MIN, -2, 1, 4).unwrap(), vec![0, 1]);
-        assert_eq!(slice_range(-1, i64::MIN, -1, 4).unwrap(), vec![3, 2, 1, 0]);
-        assert_eq!(slice_range(1, 4, 2, 4).unwrap(), vec![1, 3]);
+        let kept = |s, e, st, n| {
+            slice_range(s, e, st, n)
+                .unwrap()
+                .indices()
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(kept(0, i64::MAX, 1, 4), vec![0, 1, 2, 3]);
+        assert_eq!(kept(-1, i64::MAX, 1, 4), vec![3]);
+        assert_eq!(kept(i64::MIN, -2, 1, 4), vec![0, 1]);
+        assert_eq!(kept(-1, i64::MIN, -1, 4), vec![3, 2, 1, 0]);
+        assert_eq!(kept(1, 4, 2, 4), vec![1, 3]);
+        assert_eq!(kept(3, 0, -2, 4), vec![3, 1]);
+        assert_eq!(kept(0, 4, i64::MAX, 4), vec![0]);
+        assert_eq!(kept(3, -5, i64::MIN, 4), vec![3]);
+        assert_eq!(kept(2, 1, 1, 4), Vec::<usize>::new());
         assert!(slice_range(0, 1, 0, 4).is_err());
+        // an axis of 2^31 is described, not listed
+        let big = slice_range(0, i64::MAX, 1, 1 << 31).unwrap();
+        assert_eq!((big.start, big.len), (0, 1 << 31));
+    }
+
+    /// The strided copies (slice, transpose, broadcast) against index arithmetic written out
+    /// directly, on a 3-D tensor with steps of both signs.
+    #[test]
+    fn strided_copies_match_direct_index_arithmetic() {
+        let budget = Budget::default();
+        let dims = [3usize, 4, 5];
+        let t = Const::f32(dims.to_vec(), (0..60).map(|v| v as f32).collect());
+        let at = |i: usize, j: usize, k: usize| (i * 20 + j * 5 + k) as f32;
+        let r1 = slice_range(-1, i64::MIN, -2, 3).unwrap(); // 2, 0
+        let r2 = slice_range(1, 5, 2, 5).unwrap(); // 1, 3
+        let s = t.slice(&[(0, r1), (2, r2)], &budget).unwrap();
+        assert_eq!(s.dims, vec![2, 4, 2]);
+        let mut want = vec![];
+        for i in [2, 0] {
+            for j in 0..4 {
+                for k in [1, 3] {
+                    want.push(at(i, j, k));
+                }
+            }
+        }
+        assert_eq!(s.floats(), want);
+        let p = t.transpose(&[2, 0, 1], &budget).unwrap();
+        assert_eq!(p.dims, vec![5, 3, 4]);
+        let mut want = vec![];
+        for k in 0..5 {
+            for i in 0..3 {
+                for j in 0..4 {
+                    want.push(at(i, j, k));
+                }
+            }
+        }
+        assert_eq!(p.floats(), want);
+        let row = Const::f32(vec![1, 5], (0..5).map(|v| v as f32).collect());
+        let b = row.broadcast(&[2, 3, 5], &budget).unwrap();
+        assert_eq!(
+            b.floats(),
+            (0..6)
+                .flat_map(|_| 0..5)
+                .map(|v| v as f32)
+                .collect::<Vec<_>>()
+        );
+        let scalar = Const::f32(vec![], vec![7.0]);
+        assert_eq!(scalar.transpose(&[], &budget).unwrap().floats(), vec![7.0]);
+    }
+
+    #[test]
+    fn the_budget_refuses_before_allocating() {
+        let budget = Budget::default();
+        // a [1, 2^16] table gathered by 2^16 indices would be 2^32 elements
+        let table = Const::f32(vec![1, 1 << 16], vec![0.0; 1 << 16]);
+        let index = Const {
+            dims: vec![1 << 16],
+            data: Data::I64(vec![0; 1 << 16]),
+        };
+        let e = table.gather(0, &index, &budget).unwrap_err();
+        assert!(
+            e.contains("4294967296 elements") && e.contains("2^26"),
+            "{e}"
+        );
+        let e = Const::f32(vec![1], vec![1.0])
+            .broadcast(&[1 << 31], &budget)
+            .unwrap_err();
+        assert!(e.contains("2147483648 elements"), "{e}");
+        // the limit is on all constants together
+        let half = Const::f32(vec![1], vec![1.0]);
+        half.broadcast(&[MAX_CONSTANT_ELEMENTS / 2], &budget)
+            .unwrap();
+        half.broadcast(&[MAX_CONSTANT_ELEMENTS / 2], &budget)
+            .unwrap();
+        assert!(half.broadcast(&[1], &budget).is_err());
+    }
+
+    #[test]
+    fn concat_converts_each_part_once_and_interleaves_rows() {
+        let budget = Budget::default();
+        let a = Const::f32(vec![2, 2], vec![1., 2., 3., 4.]);
+        let b = Const {
+            dims: vec![2, 1],
+            data: Data::I64(vec![9, 8]),
+        };
+        let c = Const::concat(&[&a, &b], 1, &budget).unwrap();
+        assert_eq!(c.dims, vec![2, 3]);
+        assert_eq!(c.floats(), vec![1., 2., 9., 3., 4., 8.]);
+        // 2^20 rows of two parts: linear work (quadratic took minutes)
+        let rows = Const::f32(vec![1 << 20, 1], vec![1.0; 1 << 20]);
+        let start = std::time::Instant::now();
+        let big = Const::concat(&[&rows, &rows], 1, &budget).unwrap();
+        assert_eq!(big.dims, vec![1 << 20, 2]);
+        assert!(start.elapsed().as_secs() < 20);
+    }
+
+    #[test]
+    fn float64_beyond_f32_and_casts_without_an_integer_are_refused() {
+        let mut t = TensorProto::new();
+        t.dims = vec![2];
+        t.data_type = dtype::DOUBLE;
+        t.double_data = vec![1.5, 1e300];
+        let e = Const::from_proto(&t).unwrap_err();
+        assert!(e.contains("element 1") && e.contains("1e300"), "{e}");
+        // a finite value that rounds is kept; so is an infinity (representable)
+        t.double_data = vec![0.1, f64::INFINITY];
+        let c = Const::from_proto(&t).unwrap();
+        assert_eq!(c.floats(), vec![0.1f32, f32::INFINITY]);
+        let budget = Budget::default();
+        let cast = |v: f32, to| Const::f32(vec![1], vec![v]).cast(to, &budget);
+        assert_eq!(cast(-2.7, dtype::INT64).unwrap().ints().unwrap(), vec![-2]);
+        for bad in [f32::NAN, f32::INFINITY, 3e30, -1e19] {
+            assert!(cast(bad, dtype::INT64).is_err(), "{bad}");
+        }
+        assert!(cast(3e9, dtype::INT32).is_err());
+        assert_eq!(
+            cast(3e9, dtype::INT64).unwrap().ints().unwrap(),
+            vec![3_000_000_000]
+        );
     }
 
     #[test]
     fn constants_gather_transpose_and_broadcast_like_numpy() {
         let t = Const::f32(vec![2, 3], vec![0., 1., 2., 3., 4., 5.]);
+        let budget = Budget::default();
         let g = t
             .gather(
                 1,
@@ -556,21 +935,22 @@ mod tests {
                     dims: vec![],
                     data: Data::I64(vec![-1]),
                 },
+                &budget,
             )
             .unwrap();
         assert_eq!((g.dims.clone(), g.floats()), (vec![2], vec![2., 5.]));
-        let tr = t.transpose(&[1, 0]);
+        let tr = t.transpose(&[1, 0], &budget).unwrap();
         assert_eq!(tr.floats(), vec![0., 3., 1., 4., 2., 5.]);
         let b = Const::f32(vec![3], vec![1., 2., 3.])
-            .broadcast(&[2, 3])
+            .broadcast(&[2, 3], &budget)
             .unwrap();
         assert_eq!(b.floats(), vec![1., 2., 3., 1., 2., 3.]);
         let s = Const::i64s(vec![4, 256])
-            .binary(&Const::i64s(vec![2]), Binary::Mul)
+            .binary(&Const::i64s(vec![2]), Binary::Mul, &budget)
             .unwrap();
         assert_eq!(s.ints().unwrap(), vec![8, 512]);
         assert!(Const::i64s(vec![i64::MAX])
-            .binary(&Const::i64s(vec![2]), Binary::Mul)
+            .binary(&Const::i64s(vec![2]), Binary::Mul, &budget)
             .is_err());
     }
 }

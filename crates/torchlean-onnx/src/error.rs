@@ -36,6 +36,10 @@ pub enum OnnxError {
         path: String,
         list: Vec<Unsupported>,
     },
+    /// A value supplied for an input of an imported model that the model's declared type
+    /// does not admit (a fraction for an int64 input).
+    #[error("input `{name}`: {reason}")]
+    Input { name: String, reason: String },
     /// A torchlean graph that cannot be written as ONNX.
     #[error("export: {0}")]
     Export(String),

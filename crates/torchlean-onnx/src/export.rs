@@ -550,16 +550,43 @@ pub fn export_model(graph: &Graph, values: &[(String, Tensor)]) -> Out<ModelProt
         };
         names.push(name);
     }
+    // ONNX names each value once: an output that is already the value of that name (an
+    // input or parameter output as itself) needs no Identity, and an output named like
+    // another value cannot be written
+    let defined: std::collections::HashSet<&str> = g
+        .input
+        .iter()
+        .map(|i| i.name.as_str())
+        .chain(e.inits.iter().map(|t| t.name.as_str()))
+        .chain(
+            e.nodes
+                .iter()
+                .flat_map(|n| n.output.iter().map(|o| o.as_str())),
+        )
+        .collect();
+    let mut extra = vec![];
     for o in &graph.outputs {
+        if names[o.node] == o.name {
+            g.output
+                .push(value_info(&o.name, &graph.nodes[o.node].shape));
+            continue;
+        }
+        if defined.contains(o.name.as_str()) {
+            return Err(OnnxError::Export(format!(
+                "output `{}` has the name of another value of the graph (ONNX names each value once)",
+                o.name
+            )));
+        }
         let mut n = NodeProto::new();
         n.op_type = "Identity".into();
         n.name = format!("output_{}", o.name);
         n.input = vec![names[o.node].clone()];
         n.output = vec![o.name.clone()];
-        e.nodes.push(n);
+        extra.push(n);
         g.output
             .push(value_info(&o.name, &graph.nodes[o.node].shape));
     }
+    e.nodes.extend(extra);
     g.node = e.nodes;
     g.initializer = e.inits;
     let mut m = ModelProto::new();

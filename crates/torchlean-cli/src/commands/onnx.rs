@@ -53,7 +53,8 @@ pub fn load(
 }
 
 /// Translates an ONNX model for `run-graph`: inputs whose ONNX shape is symbolic take the
-/// shape of the tensor supplied for them.
+/// shape of the tensor supplied for them, and the values supplied for inputs the model
+/// declares as integers must be integers (a usage error otherwise).
 pub fn load_for_inputs(
     path: &Path,
     inputs: &[(String, Tensor)],
@@ -72,6 +73,8 @@ pub fn load_for_inputs(
         .collect();
     let imported = torchlean_onnx::import_model(&model, &path.display().to_string(), &shapes)
         .map_err(usage)?;
+    // an input the model declares as an integer must receive integers
+    imported.check_inputs(inputs).map_err(usage)?;
     Ok((imported.graph, imported.values))
 }
 

@@ -89,6 +89,11 @@ impl<'a> Attrs<'a> {
         }
     }
 
+    /// How many outputs the node names.
+    pub fn output_count(&self) -> usize {
+        self.node.output.len()
+    }
+
     /// Names of attributes present on the node that the mapping never read.
     pub fn unread(&self) -> Vec<String> {
         let read = self.read.borrow();

@@ -26,7 +26,8 @@ use crate::constant::{dtype, sizes, Const};
 use crate::error::{OnnxError, Unsupported};
 use crate::model::default_opset;
 use onnx_protobuf::{tensor_shape_proto::dimension, type_proto, ModelProto, ValueInfoProto};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::rc::Rc;
 use torchlean::graph::{Graph, NodeKind, Op, OutputDecl, ValueDecl};
 use torchlean::Tensor;
 
@@ -37,6 +38,40 @@ pub struct Imported {
     pub values: Vec<(String, Tensor)>,
     /// The model's default-domain opset.
     pub opset: i64,
+    /// The inputs the model declares as integers (int64, int32), with their ONNX type code:
+    /// torchlean reads them as float32 holding integers, so the values bound to them must be
+    /// integers in the type's range ([`Imported::check_inputs`]).
+    pub integer_inputs: Vec<(String, i32)>,
+}
+
+impl Imported {
+    /// Checks values supplied for the model's inputs against the element types the model
+    /// declares: an input declared int64 or int32 must hold integers within that type's range
+    /// (and within 2^24, where float32 holds every integer). Names the model does not declare
+    /// as integers are not checked here.
+    pub fn check_inputs(&self, inputs: &[(String, Tensor)]) -> Result<(), OnnxError> {
+        for (name, t) in inputs {
+            let Some((_, ty)) = self.integer_inputs.iter().find(|(n, _)| n == name) else {
+                continue;
+            };
+            let limit = (1u32 << 24) as f32;
+            if let Some((i, v)) = t
+                .data()
+                .iter()
+                .enumerate()
+                .find(|(_, v)| !(v.fract() == 0.0 && v.abs() <= limit))
+            {
+                return Err(OnnxError::Input {
+                    name: name.clone(),
+                    reason: format!(
+                        "the model declares it {}, but element {i} is {v} (an integer of magnitude at most 2^24 is required: torchlean reads integer inputs as float32)",
+                        dtype::name(*ty)
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The prefix of the names of constants the importer materializes (`onnx.const.<value>`).
@@ -48,7 +83,7 @@ pub(crate) enum Value {
     /// A graph node.
     Node(usize),
     /// A value known at import time (not derived from inputs or parameters).
-    Const(std::rc::Rc<Const>),
+    Const(Rc<Const>),
     /// A float initializer: a parameter, declared on first use as data.
     Param(String),
 }
@@ -58,14 +93,18 @@ pub(crate) struct Builder {
     pub graph: Graph,
     pub opset: i64,
     values: HashMap<String, Value>,
-    initializers: HashMap<String, Const>,
+    initializers: HashMap<String, Rc<Const>>,
+    /// Each initializer's element type as the file declares it (what `CastLike` casts to).
+    init_types: HashMap<String, i32>,
+    /// The bound on the elements of all constants evaluated at import time.
+    pub budget: crate::constant::Budget,
     materialized: HashMap<String, usize>,
     stored: Vec<(String, Tensor)>,
     constants: usize,
     /// Nodes holding integers: graph inputs the model declares as integers (read as float32
     /// integers) and what only moves their elements. A `Cast` of one to an integer type
     /// changes nothing.
-    pub integral: std::collections::HashSet<usize>,
+    pub integral: HashSet<usize>,
 }
 
 type Map<T> = Result<T, String>;
@@ -80,12 +119,12 @@ impl Builder {
                     return Ok(id);
                 }
                 // invariant: a Param value is made only for a decoded initializer (import_model)
-                let c = &self.initializers[name];
+                let c = self.initializers[name].clone();
                 match c.data {
                     crate::constant::Data::F32(_) => {}
                     // a boolean initializer (a mask) is data, not a trainable parameter
                     crate::constant::Data::Bool(_) => {
-                        let id = self.node(&Value::Const(std::rc::Rc::new(c.clone())))?;
+                        let id = self.node(&Value::Const(c.clone()))?;
                         self.materialized.insert(name.clone(), id);
                         return Ok(id);
                     }
@@ -156,16 +195,28 @@ impl Builder {
 
     /// The value as an import-time constant, if it is one (initializers included: reading
     /// an integer initializer as a shape is not a use of a parameter).
-    pub fn known(&self, v: &Value) -> Option<Const> {
+    pub fn known(&self, v: &Value) -> Option<Rc<Const>> {
         match v {
             Value::Node(_) => None,
-            Value::Const(c) => Some((**c).clone()),
+            Value::Const(c) => Some(c.clone()),
             Value::Param(name) => self.initializers.get(name).cloned(),
         }
     }
 
+    /// The ONNX element type of a value (what `CastLike` casts to): a constant's, an
+    /// initializer's as declared in the file, and for a node int64 when the import tracks it
+    /// as integral, else float32.
+    pub fn elem_type(&self, v: &Value) -> i32 {
+        match v {
+            Value::Const(c) => c.dtype(),
+            Value::Param(name) => self.init_types.get(name).copied().unwrap_or(dtype::FLOAT),
+            Value::Node(id) if self.integral.contains(id) => dtype::INT64,
+            Value::Node(_) => dtype::FLOAT,
+        }
+    }
+
     /// The value as a folding operand: constants only (never a parameter).
-    pub fn folded(&self, v: &Value) -> Option<std::rc::Rc<Const>> {
+    pub fn folded(&self, v: &Value) -> Option<Rc<Const>> {
         match v {
             Value::Const(c) => Some(c.clone()),
             _ => None,
@@ -230,24 +281,53 @@ pub fn import_model(
         opset,
         values: HashMap::new(),
         initializers: HashMap::new(),
+        init_types: HashMap::new(),
+        budget: Default::default(),
         materialized: HashMap::new(),
         stored: vec![],
         constants: 0,
         integral: Default::default(),
     };
+    // every name a value is defined under: initializers, graph inputs, node outputs (ONNX
+    // graphs are in SSA form: each name is defined once)
+    let mut defined: HashSet<String> = HashSet::new();
+    // names whose definition failed: what reads them is skipped (the cause is listed)
+    let mut poisoned: HashSet<String> = HashSet::new();
     for t in &g.initializer {
+        if !defined.insert(t.name.clone()) {
+            fail(
+                &t.name,
+                "initializer",
+                "two initializers have this name (ONNX names each value once)".into(),
+            );
+            continue;
+        }
         match Const::from_proto(t) {
             Ok(c) => {
-                b.initializers.insert(t.name.clone(), c);
+                b.init_types.insert(t.name.clone(), t.data_type);
+                b.initializers.insert(t.name.clone(), Rc::new(c));
                 b.values
                     .insert(t.name.clone(), Value::Param(t.name.clone()));
             }
-            Err(e) => fail(&t.name, "initializer", e),
+            Err(e) => {
+                fail(&t.name, "initializer", e);
+                poisoned.insert(t.name.clone());
+            }
         }
     }
     // graph inputs (older IR versions also list the initializers here)
+    let initializer_names = defined.clone();
+    let mut integer_inputs = vec![];
     for input in &g.input {
-        if b.initializers.contains_key(&input.name) {
+        if initializer_names.contains(&input.name) {
+            continue;
+        }
+        if !defined.insert(input.name.clone()) {
+            fail(
+                &input.name,
+                "input",
+                "two graph inputs have this name (ONNX names each value once)".into(),
+            );
             continue;
         }
         let given = input_shapes.get(&input.name);
@@ -315,12 +395,19 @@ pub fn import_model(
             vec![],
         ) {
             Ok(id) => {
-                if elem_type(input) != Some(dtype::FLOAT) {
+                if let Some(ty) = elem_type(input).filter(|&t| t != dtype::FLOAT) {
                     b.integral.insert(id);
+                    integer_inputs.push((input.name.clone(), ty));
                 }
                 b.values.insert(input.name.clone(), Value::Node(id));
             }
             Err(e) => fail(&input.name, "input", e),
+        }
+    }
+    // an input refused above: what reads it is skipped (its cause is listed)
+    for input in &g.input {
+        if !b.values.contains_key(&input.name) {
+            poisoned.insert(input.name.clone());
         }
     }
     for given in input_shapes.keys() {
@@ -338,7 +425,6 @@ pub fn import_model(
         .chain(&g.output)
         .filter_map(|v| Some((v.name.as_str(), declared_shape(v)?)))
         .collect();
-    let mut poisoned: std::collections::HashSet<String> = Default::default();
     // exporters' multi-node forms of one torchlean op (the Erf form of GELU) become one node
     let nodes = patterns::fuse_gelu(g);
     for (index, node) in nodes.iter().enumerate() {
@@ -351,6 +437,27 @@ pub fn import_model(
             node.name.clone()
         };
         let mut fail_node = |reason: String| fail(&label, &node.op_type, reason);
+        // SSA: an output name defined before (an initializer, a graph input, an earlier
+        // node's output, or this node's own other output) is refused, and the name poisoned
+        if let Some(again) = node
+            .output
+            .iter()
+            .filter(|o| !o.is_empty())
+            .find(|o| !defined.insert(o.to_string()))
+        {
+            let what = if initializer_names.contains(again) {
+                "an initializer"
+            } else if g.input.iter().any(|i| &i.name == again) {
+                "a graph input"
+            } else {
+                "an earlier output"
+            };
+            fail_node(format!(
+                "writes `{again}`, which {what} already defines (ONNX graphs define each name once)"
+            ));
+            poisoned.extend(node.output.iter().cloned());
+            continue;
+        }
         if !(node.domain.is_empty() || node.domain == "ai.onnx") {
             fail_node(format!(
                 "operators of domain `{}` are not supported (only the default ai.onnx domain)",
@@ -478,6 +585,7 @@ pub fn import_model(
         graph: b.graph,
         values: b.stored,
         opset,
+        integer_inputs,
     })
 }
 

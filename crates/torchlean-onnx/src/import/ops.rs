@@ -99,9 +99,21 @@ pub(super) fn opt(inputs: &[Option<Value>], i: usize) -> Option<&Value> {
     inputs.get(i).and_then(Option::as_ref)
 }
 
+/// Operators of the table that the default domain introduced after opset 13 (the oldest
+/// the importer reads), with the opset that introduced them.
+const INTRODUCED: &[(&str, i64)] = &[("CastLike", 15), ("LayerNormalization", 17)];
+
 /// Maps one node; returns its output values in order.
 pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Map<Vec<Value>> {
     let one = |v: Value| Ok(vec![v]);
+    if let Some(&(_, since)) = INTRODUCED.iter().find(|(o, _)| *o == op) {
+        if b.opset < since {
+            return Err(format!(
+                "`{op}` exists from opset {since}; the model declares opset {}",
+                b.opset
+            ));
+        }
+    }
     match op {
         "Constant" => one(konst(a.constant_value()?)),
         "Identity" => one(arg(inputs, 0)?.clone()),
@@ -133,30 +145,26 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
         }
         "Cast" | "CastLike" => {
             let x = arg(inputs, 0)?;
-            let to = if op == "Cast" {
+            // `saturate` (float8 targets only) exists from opset 19
+            if b.opset >= 19 {
                 a.int("saturate", 1)?;
+            }
+            // CastLike is Cast to the element type of its second input: a constant's, an
+            // initializer's (as the file declares it), or a node's (integers for the values
+            // the import tracks as integral, else float32)
+            let to = if op == "Cast" {
                 a.int("to", 0)? as i32
             } else {
-                a.int("saturate", 1)?;
-                match arg(inputs, 1)? {
-                    Value::Const(c) => match c.data {
-                        Data::F32(_) => dtype::FLOAT,
-                        Data::I64(_) => dtype::INT64,
-                        Data::Bool(_) => dtype::BOOL,
-                    },
-                    _ => dtype::FLOAT,
-                }
+                b.elem_type(arg(inputs, 1)?)
             };
             // an initializer cast to a non-float type is data (a mask, indices), not a
             // parameter: it is evaluated here like a constant
             let known = match x {
-                Value::Param(_) if to != dtype::FLOAT && to != dtype::DOUBLE => {
-                    b.known(x).map(Rc::new)
-                }
+                Value::Param(_) if to != dtype::FLOAT && to != dtype::DOUBLE => b.known(x),
                 _ => b.folded(x),
             };
             match known {
-                Some(c) => one(konst(c.cast(to)?)),
+                Some(c) => one(konst(c.cast(to, &b.budget)?)),
                 None if to == dtype::FLOAT => one(x.clone()),
                 // an integer input cast to an integer type: already its integer values
                 None if matches!(x, Value::Node(id) if b.integral.contains(id))
@@ -174,8 +182,12 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
             let shape = b.shape(arg(inputs, 0)?);
             let rank = shape.len() as i64;
             let clampi = |v: i64| (if v < 0 { v + rank } else { v }).clamp(0, rank) as usize;
-            let start = clampi(a.int("start", 0)?);
-            let end = clampi(a.int("end", rank)?);
+            // `start` and `end` exist from opset 15 (before, they stay unread: refused)
+            let (start, end) = if b.opset >= 15 {
+                (clampi(a.int("start", 0)?), clampi(a.int("end", rank)?))
+            } else {
+                (0, rank as usize)
+            };
             let dims: Vec<i64> = shape[start..end.max(start)]
                 .iter()
                 .map(|&d| d as i64)
@@ -191,20 +203,26 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
         }
         "ConstantOfShape" => {
             let dims = crate::constant::sizes(&b.ints(arg(inputs, 0)?, "shape")?)?;
-            let n: usize = dims.iter().product();
             let fill = match a.get_tensor_value()? {
                 Some(c) => c,
                 None => Const::f32(vec![1], vec![0.0]),
             };
+            if fill.len() != 1 {
+                return Err(format!(
+                    "ConstantOfShape's `value` must hold one element, it has shape {:?}",
+                    fill.dims
+                ));
+            }
+            let n = b.budget.take(&dims)?;
             let data = match &fill.data {
-                Data::F32(v) => Data::F32(vec![*v.first().ok_or("empty value")?; n]),
-                Data::I64(v) => Data::I64(vec![*v.first().ok_or("empty value")?; n]),
-                Data::Bool(v) => Data::Bool(vec![*v.first().ok_or("empty value")?; n]),
+                Data::F32(v) => Data::F32(vec![v[0]; n]),
+                Data::I64(v) => Data::I64(vec![v[0]; n]),
+                Data::Bool(v) => Data::Bool(vec![v[0]; n]),
             };
             one(konst(Const { dims, data }))
         }
         "Range" => {
-            let get = |i: usize| -> Map<Const> {
+            let get = |i: usize| -> Map<Rc<Const>> {
                 b.known(arg(inputs, i)?)
                     .ok_or_else(|| "Range of computed values".to_string())
             };
@@ -231,6 +249,7 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
                     };
                     let n = i64::try_from(n).map_err(|_| "Range too long".to_string())?;
                     crate::constant::sizes(&[n])?;
+                    b.budget.take(&[n as usize])?;
                     let values = (0..n)
                         .map(|k| {
                             k.checked_mul(d)
@@ -248,7 +267,7 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
                     }
                     let n = n.max(0.0).min(i64::MAX as f32) as i64;
                     crate::constant::sizes(&[n])?;
-                    let n = n as usize;
+                    let n = b.budget.take(&[n as usize])?;
                     one(konst(Const::f32(
                         vec![n],
                         (0..n).map(|k| s + k as f32 * d).collect(),
@@ -265,15 +284,18 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
                 _ => Binary::Greater,
             };
             match (b.folded(x), b.folded(y)) {
-                (Some(x), Some(y)) => one(konst(x.binary(&y, bin)?)),
+                (Some(x), Some(y)) => one(konst(x.binary(&y, bin, &b.budget)?)),
                 _ => Err(format!("`{op}` of computed values (torchlean has no comparison ops; pass masks as float inputs)")),
             }
         }
         "Not" => match b.folded(arg(inputs, 0)?) {
-            Some(c) => one(konst(Const {
-                dims: c.dims.clone(),
-                data: Data::Bool(c.floats().iter().map(|&v| v == 0.0).collect()),
-            })),
+            Some(c) => {
+                b.budget.take(&c.dims)?;
+                one(konst(Const {
+                    dims: c.dims.clone(),
+                    data: Data::Bool(c.floats().iter().map(|&v| v == 0.0).collect()),
+                }))
+            }
             None => Err("`Not` of a computed value (torchlean has no boolean ops)".into()),
         },
         "Where" => {
@@ -281,10 +303,11 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
             if let (Some(c), Some(x), Some(y)) = (b.folded(c), b.folded(x), b.folded(y)) {
                 let dims = broadcast_shapes(&broadcast_shapes(&c.dims, &x.dims)?, &y.dims)?;
                 let (c, x, y) = (
-                    c.broadcast(&dims)?,
-                    x.broadcast(&dims)?,
-                    y.broadcast(&dims)?,
+                    c.broadcast(&dims, &b.budget)?,
+                    x.broadcast(&dims, &b.budget)?,
+                    y.broadcast(&dims, &b.budget)?,
                 );
+                b.budget.take(&dims)?;
                 let v = c
                     .floats()
                     .iter()
@@ -367,7 +390,7 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
                 ));
             }
             match b.folded(x) {
-                Some(c) => one(konst(c.transpose(&perm))),
+                Some(c) => one(konst(c.transpose(&perm, &b.budget)?)),
                 _ => one(b.op_on(Op::Permute { axes: perm }, &[x])?),
             }
         }
@@ -427,12 +450,21 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
                     }
                 }
             } else {
-                let axes = axes.ok_or("Unsqueeze needs axes")?;
-                let rank = shape.len() + axes.len();
-                let axes = axes
+                let given = axes.ok_or("Unsqueeze needs axes")?;
+                let rank = shape.len() + given.len();
+                let axes = given
                     .iter()
                     .map(|&ax| normalize_axis(ax, rank))
                     .collect::<Map<Vec<_>>>()?;
+                let mut unique = axes.clone();
+                unique.sort_unstable();
+                unique.dedup();
+                if unique.len() != axes.len() {
+                    return Err(format!(
+                        "Unsqueeze axes {given:?} of a rank-{} tensor repeat an axis",
+                        shape.len()
+                    ));
+                }
                 let mut rest = shape.iter();
                 (0..rank)
                     .map(|i| {
@@ -451,7 +483,7 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
             let spec = crate::constant::sizes(&b.ints(arg(inputs, 1)?, "shape")?)?;
             let dims = broadcast_shapes(&b.shape(x), &spec)?;
             match b.folded(x) {
-                Some(c) => one(konst(c.broadcast(&dims)?)),
+                Some(c) => one(konst(c.broadcast(&dims, &b.budget)?)),
                 None if dims == b.shape(x) => one(x.clone()),
                 None => one(b.op_on(Op::BroadcastTo { shape: dims }, &[x])?),
             }
@@ -465,6 +497,7 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
                 Some(cs) => one(konst(Const::concat(
                     &cs.iter().map(|c| c.as_ref()).collect::<Vec<_>>(),
                     axis,
+                    &b.budget,
                 )?)),
                 None => one(b.op_on(Op::Concat { axis }, &parts)?),
             }
@@ -490,7 +523,7 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
                 return one(reshape(b, &picked, out_shape)?);
             };
             if let Some(c) = b.folded(x) {
-                return one(konst(c.gather(axis, &index)?));
+                return one(konst(c.gather(axis, &index, &b.budget)?));
             }
             let picks = index
                 .ints()?
@@ -525,11 +558,22 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
             let x = arg(inputs, 0)?;
             let rank = b.shape(x).len();
             let keepdim = a.int("keepdims", 1)? != 0;
-            let noop = a.int("noop_with_empty_axes", 0)? != 0;
-            let axes = if op == "ReduceMean" && b.opset < 18 {
-                a.ints("axes")?
-            } else {
+            // the model's opset decides the form: ReduceSum takes `axes` as an input and has
+            // `noop_with_empty_axes` from opset 13, the other reductions from opset 18 (before,
+            // `axes` is an attribute). An attribute or input of the other form stays unread
+            // and is refused.
+            let new_form = op == "ReduceSum" || b.opset >= 18;
+            let noop = new_form && a.int("noop_with_empty_axes", 0)? != 0;
+            let axes = if new_form {
                 opt(inputs, 1).map(|v| b.ints(v, "axes")).transpose()?
+            } else {
+                if inputs.len() > 1 {
+                    return Err(format!(
+                        "{op} in opset {} takes `axes` as an attribute, not as an input (the input form is opset 18's)",
+                        b.opset
+                    ));
+                }
+                a.ints("axes")?
             };
             let mut axes = match axes {
                 Some(ax) if !ax.is_empty() => ax
@@ -585,28 +629,6 @@ impl Attrs<'_> {
 }
 
 fn unary(b: &mut Builder, op: &str, x: &Value) -> Map<Value> {
-    if let Some(c) = b.folded(x) {
-        let f: fn(f32) -> f32 = match op {
-            "Neg" => |v| -v,
-            "Sqrt" => f32::sqrt,
-            "Reciprocal" => |v| 1.0 / v,
-            "Exp" => f32::exp,
-            "Log" => f32::ln,
-            "Abs" => f32::abs,
-            "Relu" => |v| v.max(0.0),
-            "Tanh" => f32::tanh,
-            "Sigmoid" => |v| 1.0 / (1.0 + (-v).exp()),
-            "Sin" => f32::sin,
-            "Cos" => f32::cos,
-            _ => |v| v.exp().ln_1p(),
-        };
-        let i: Option<fn(i64) -> i64> = match op {
-            "Neg" => Some(|v| v.wrapping_neg()),
-            "Abs" => Some(|v| v.wrapping_abs()),
-            _ => None,
-        };
-        return Ok(konst(c.map(f, i)));
-    }
     let op = match op {
         "Neg" => Op::Neg,
         "Sqrt" => Op::Sqrt,
@@ -621,6 +643,17 @@ fn unary(b: &mut Builder, op: &str, x: &Value) -> Map<Value> {
         "Cos" => Op::Cos,
         _ => Op::Softplus,
     };
+    if let Some(c) = b.folded(x) {
+        // folded with the reference kernel's own formula (the spec at f32: stable softplus,
+        // sigmoid), so a folded value is the one the graph would compute
+        let f = |v: f32| torchlean::spec::unary_f32(&op, v).unwrap_or(f32::NAN);
+        let i: Option<fn(i64) -> Option<i64>> = match op {
+            Op::Neg => Some(i64::checked_neg),
+            Op::Abs => Some(i64::checked_abs),
+            _ => None,
+        };
+        return Ok(konst(c.map(f, i, &b.budget)?));
+    }
     b.op_on(op, &[x])
 }
 
@@ -635,7 +668,7 @@ fn binary(b: &mut Builder, op: &str, inputs: &[Option<Value>]) -> Map<Vec<Value>
             "Mul" => Binary::Mul,
             _ => Binary::Div,
         };
-        return Ok(vec![konst(cx.binary(&cy, bin)?)]);
+        return Ok(vec![konst(cx.binary(&cy, bin, &b.budget)?)]);
     }
     let (sx, sy) = (b.shape(x), b.shape(y));
     let scalar_of = |v: &Value, other: &[usize], own: &[usize]| {
@@ -703,7 +736,7 @@ fn reshape_dims(shape: &[usize], spec: &[i64], allowzero: bool) -> Map<Vec<usize
 
 pub(super) fn reshape(b: &mut Builder, x: &Value, dims: Vec<usize>) -> Map<Value> {
     if let Some(c) = b.folded(x) {
-        return Ok(konst(c.reshaped(dims)?));
+        return Ok(konst(c.reshaped(dims, &b.budget)?));
     }
     if b.shape(x) == dims {
         return Ok(x.clone());
@@ -727,34 +760,36 @@ fn slice(b: &mut Builder, inputs: &[Option<Value>]) -> Map<Value> {
     if ends.len() != starts.len() || axes.len() != starts.len() || steps.len() != starts.len() {
         return Err("Slice's starts, ends, axes and steps differ in length".into());
     }
-    let mut ranges = vec![];
+    let mut ranges: Vec<(usize, crate::constant::Stride)> = vec![];
     for i in 0..starts.len() {
         let axis = normalize_axis(axes[i], shape.len())?;
+        if ranges.iter().any(|(a, _)| *a == axis) {
+            return Err(format!("Slice axes {axes:?} repeat axis {axis}"));
+        }
         ranges.push((
             axis,
             slice_range(starts[i], ends[i], steps[i], shape[axis])?,
         ));
     }
     if let Some(c) = b.folded(x) {
-        return Ok(konst(c.slice(&ranges)));
+        return Ok(konst(c.slice(&ranges, &b.budget)?));
     }
     let mut out = x.clone();
-    for (i, (axis, keep)) in ranges.iter().enumerate() {
-        if keep.len() == shape[*axis] && steps[i] == 1 {
+    for (axis, keep) in &ranges {
+        if keep.len == shape[*axis] && keep.step == 1 {
             continue;
         }
-        if steps[i] != 1 {
+        if keep.step != 1 {
             return Err(format!(
                 "Slice with step {} of a computed value (only step 1)",
-                steps[i]
+                keep.step
             ));
         }
-        let start = keep.first().copied().unwrap_or(0);
         out = b.op_on(
             Op::Slice {
                 axis: *axis,
-                start,
-                end: start + keep.len(),
+                start: keep.start,
+                end: keep.start + keep.len,
             },
             &[&out],
         )?;
@@ -766,35 +801,61 @@ fn split(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Vec<Value>
     let x = arg(inputs, 0)?;
     let shape = b.shape(x);
     let axis = normalize_axis(a.int("axis", 0)?, shape.len())?;
+    let len = shape[axis];
+    // `num_outputs` exists from opset 18; before, the parts are as many as the node's
+    // outputs, and equal
+    let outputs = a.output_count();
     let sizes: Vec<usize> = match opt(inputs, 1) {
-        Some(v) => b
-            .ints(v, "split")?
-            .iter()
-            .map(|&s| s.max(0) as usize)
-            .collect(),
-        None => {
+        Some(v) => {
+            let given = b.ints(v, "split")?;
+            let sizes = given
+                .iter()
+                .map(|&s| usize::try_from(s))
+                .collect::<Result<Vec<usize>, _>>()
+                .map_err(|_| format!("Split sizes {given:?}: a size is negative"))?;
+            if sizes.iter().try_fold(0usize, |n, &s| n.checked_add(s)) != Some(len) {
+                return Err(format!(
+                    "Split sizes {given:?} do not sum to the axis length {len}"
+                ));
+            }
+            sizes
+        }
+        None if b.opset >= 18 => {
             let n = a.int("num_outputs", 0)?;
             if n <= 0 {
                 return Err("Split without `split` sizes needs num_outputs".into());
             }
+            if n as usize != outputs {
+                return Err(format!(
+                    "Split with num_outputs={n} but {outputs} output(s)"
+                ));
+            }
             let n = n as usize;
-            let chunk = shape[axis].div_ceil(n);
+            let chunk = len.div_ceil(n);
             (0..n)
-                .map(|i| chunk.min(shape[axis].saturating_sub(i * chunk)))
+                .map(|i| chunk.min(len.saturating_sub(i * chunk)))
                 .collect()
         }
+        None => {
+            if outputs == 0 || len % outputs != 0 {
+                return Err(format!(
+                    "Split of an axis of length {len} into {outputs} equal parts (opset {} needs equal parts, or `split` sizes)",
+                    b.opset
+                ));
+            }
+            vec![len / outputs; outputs]
+        }
     };
-    if sizes.iter().sum::<usize>() != shape[axis] {
-        return Err(format!(
-            "Split sizes {sizes:?} do not sum to {}",
-            shape[axis]
-        ));
-    }
     let mut start = 0;
     let mut outs = vec![];
     for s in sizes {
+        let range = crate::constant::Stride {
+            start,
+            step: 1,
+            len: s,
+        };
         outs.push(match b.folded(x) {
-            Some(c) => konst(c.slice(&[(axis, (start..start + s).collect())])),
+            Some(c) => konst(c.slice(&[(axis, range)], &b.budget)?),
             None => b.op_on(
                 Op::Slice {
                     axis,
@@ -841,14 +902,16 @@ fn matmul(b: &mut Builder, x: &Value, y: &Value) -> Map<Value> {
     }
     let _ = (&ax, &ay);
     let out = b.op_on(Op::Matmul, &[&x2, &y2])?;
+    // drop exactly the promoted axes: y's (the last) when y was 1-D, x's (the second to
+    // last of the product) when x was 1-D
     let mut dims = b.shape(&out);
-    if sy.len() == 1 {
+    let rank = dims.len();
+    if sx.len() == 1 && sy.len() == 1 {
+        dims.truncate(rank - 2);
+    } else if sy.len() == 1 {
         dims.pop();
-    }
-    if sx.len() == 1 {
-        let last = dims.pop();
-        dims.pop();
-        dims.extend(last);
+    } else if sx.len() == 1 {
+        dims.remove(rank - 2);
     }
     reshape(b, &out, dims)
 }
@@ -993,7 +1056,8 @@ fn pool(b: &mut Builder, op: &str, a: &Attrs, x: &Value) -> Map<Value> {
 /// `shift = bias − mean · gain` per channel (axis 1), computed in the graph from the
 /// statistics and affine parameters, which stay parameters (their gradients are reported).
 fn batch_norm(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Value> {
-    if a.int("training_mode", 0)? != 0 {
+    // `training_mode` exists from opset 14 (before, it stays unread: refused)
+    if b.opset >= 14 && a.int("training_mode", 0)? != 0 {
         return Err("training_mode=1 (export in eval mode)".into());
     }
     let eps = a.float("epsilon", 1e-5)?;
@@ -1054,7 +1118,10 @@ fn layer_norm(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Vec<V
     let scale = flat(b, arg(inputs, 1)?)?;
     let bias = match opt(inputs, 2) {
         Some(v) => flat(b, v)?,
-        None => konst(Const::f32(vec![d], vec![0.0; d])),
+        None => {
+            b.budget.take(&[d])?;
+            konst(Const::f32(vec![d], vec![0.0; d]))
+        }
     };
     let rows: Vec<usize> = shape[..axis].iter().copied().chain([d]).collect();
     let x2 = reshape(b, x, rows)?;

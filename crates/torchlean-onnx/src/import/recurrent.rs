@@ -6,9 +6,12 @@ use super::attrs::Attrs;
 use super::ops::{arg, konst, opt, reshape};
 use super::{Builder, Value};
 use crate::constant::Const;
-use torchlean::graph::Op;
+use torchlean::graph::{Op, MAX_NODES};
 
 type Map<T> = Result<T, String>;
+
+/// The fewest graph nodes one unrolled step adds (GRU and LSTM both add more).
+const MIN_NODES_PER_STEP: usize = 12;
 
 /// Rows `[from, to)` of a value along axis 0.
 fn rows(b: &mut Builder, v: &Value, from: usize, to: usize) -> Map<Value> {
@@ -87,6 +90,16 @@ fn prepare(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>], gates: usize) -
     if hidden != h as i64 {
         return Err(format!("hidden_size {hidden} differs from W's {h}"));
     }
+    // the unrolled graph has at least MIN_NODES_PER_STEP nodes per step: a sequence length
+    // that cannot fit under the graph's node limit is refused before any step is built
+    // (`Graph::push` would stop it at the limit, after a million nodes)
+    let room = MAX_NODES.saturating_sub(b.graph.nodes.len());
+    if steps.saturating_mul(MIN_NODES_PER_STEP) > room {
+        return Err(format!(
+            "a sequence of {steps} steps unrolls to at least {} nodes, above the graph limit of {MAX_NODES} ({room} left)",
+            steps.saturating_mul(MIN_NODES_PER_STEP)
+        ));
+    }
     let w2 = reshape(b, w, vec![gates * h, xs[2]])?;
     let r2 = reshape(b, r, vec![gates * h, h])?;
     let (wb, rb) = match opt(inputs, 3) {
@@ -145,7 +158,10 @@ impl Unrolled {
                 }
                 reshape(b, v, vec![n, h])
             }
-            None => Ok(konst(Const::f32(vec![n, h], vec![0.0; n * h]))),
+            None => {
+                b.budget.take(&[n, h])?;
+                Ok(konst(Const::f32(vec![n, h], vec![0.0; n * h])))
+            }
         }
     }
 

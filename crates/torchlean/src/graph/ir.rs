@@ -347,9 +347,15 @@ impl Graph {
         }
     }
 
-    /// Appends a node whose shape is inferred; returns its id.
+    /// Appends a node whose shape is inferred; returns its id. The node limit
+    /// ([`MAX_NODES`]) applies here, as each node is added, so that a builder (an importer
+    /// unrolling a recurrence over a declared sequence length) is stopped at the limit, not
+    /// after it has built a graph of any size that `validate` then refuses.
     pub fn push(&mut self, kind: NodeKind, parents: Vec<usize>) -> Result<usize, GraphError> {
         let id = self.nodes.len();
+        if id >= MAX_NODES {
+            return Err(GraphError::TooManyNodes { count: id + 1 });
+        }
         let shape = self.infer(id, &kind, &parents)?;
         check_size(id, &shape)?;
         self.nodes.push(Node {
@@ -602,5 +608,31 @@ impl Graph {
 impl Default for Graph {
     fn default() -> Self {
         Graph::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn push_refuses_the_node_past_the_limit() {
+        let mut g = Graph::new();
+        g.inputs.push(ValueDecl {
+            name: "x".into(),
+            shape: vec![1],
+        });
+        for _ in 0..MAX_NODES {
+            g.push(NodeKind::Input { name: "x".into() }, vec![])
+                .expect("below the limit");
+        }
+        let err = g
+            .push(NodeKind::Input { name: "x".into() }, vec![])
+            .expect_err("the node past the limit");
+        assert!(
+            matches!(err, GraphError::TooManyNodes { count } if count == MAX_NODES + 1),
+            "{err}"
+        );
+        assert_eq!(g.nodes.len(), MAX_NODES);
     }
 }

@@ -50,6 +50,14 @@ pub use array::{
 };
 pub(crate) use elementwise::{fused_chain_derivative, fused_chain_value, unary, unary_derivative};
 pub use linalg::{matmul_dims, MatmulDims};
+
+/// The unary map `op` at `x` in f32: the spec instantiated at f32, which is the reference
+/// kernel's formula; `None` when `op` is not a unary map. Import-time evaluation (the ONNX
+/// importer's constant folding) computes with it, so that a folded value is the one the
+/// graph would have computed (the stable forms included: softplus never overflows).
+pub fn unary_f32(op: &Op, x: f32) -> Option<f32> {
+    op.kind().is_unary_map().then(|| unary(op, x))
+}
 pub(crate) use pool::smooth_shift;
 pub use random::{splitmix64, uniform_from_bits};
 
