@@ -843,3 +843,92 @@ fn an_output_that_is_an_input_exports_as_valid_ssa() {
     let back = import(&exported).expect("the export imports");
     assert_eq!(back.graph.inputs, imported.graph.inputs);
 }
+
+// ------------------------------------------------ PyTorch-oracle audit: BatchNorm, Pow rank
+
+/// Eval-mode BatchNormalization was imported as x·gain + (bias − mean·gain): with a running
+/// mean far from the data's spread the scale's gradient came out as the difference of two
+/// large sums (1.4% off PyTorch's with mean 1000, variance 0.01). Now (x − mean)·gain + bias;
+/// the gradient is checked against the definition evaluated in f64.
+#[test]
+fn batch_norm_gradients_are_accurate_with_a_large_running_mean() {
+    let (c, hw) = (2usize, 6usize);
+    let mean = [1000.0f32, -250.0];
+    let var = [0.01f32, 0.04];
+    let scale = [1.5f32, -0.75];
+    let bias = [0.25f32, 2.0];
+    let eps = 1e-5f32;
+    let x: Vec<f32> = (0..c * hw)
+        .map(|i| mean[i / hw] + ((i * 7 % 11) as f32 - 5.0) * 0.03)
+        .collect();
+    let w: Vec<f32> = (0..c * hw)
+        .map(|i| ((i * 5 % 7) as f32 - 3.0) * 0.5)
+        .collect();
+    let mut reduce = node("sum", "ReduceSum", &["weighted"], &["loss"]);
+    reduce = with_int(reduce, "keepdims", 0);
+    let m = model(
+        vec![
+            node(
+                "bn",
+                "BatchNormalization",
+                &["x", "scale", "bias", "mean", "var"],
+                &["y"],
+            ),
+            node("mul", "Mul", &["y", "w"], &["weighted"]),
+            reduce,
+        ],
+        vec![
+            floats("scale", &[2], &scale),
+            floats("bias", &[2], &bias),
+            floats("mean", &[2], &mean),
+            floats("var", &[2], &var),
+            floats("w", &[1, 2, 2, 3], &w),
+        ],
+        vec![vi("x", &[1, 2, 2, 3], FLOAT)],
+        vec![out("loss")],
+        18,
+    );
+    let imported = import(&m).unwrap_or_else(|e| panic!("importable: {e}"));
+    let inputs = vec![(
+        "x".to_string(),
+        Tensor::from_vec(x.clone(), &[1, 2, 2, 3]).unwrap(),
+    )];
+    let profile = BackendProfile::named("checked_cpu").unwrap();
+    let outs = run_graph(imported.graph, &imported.values, &inputs, &profile, true).unwrap();
+    let grad = outs
+        .iter()
+        .find(|(k, _)| k.ends_with("scale") && k.contains("grad"))
+        .map(|(_, t)| t.to_vec())
+        .unwrap_or_else(|| panic!("a gradient of `scale` among {:?}", outs.keys()));
+    // d loss / d scale_c = Σ w·(x − mean_c) / √(var_c + eps), in f64
+    let want: Vec<f32> = (0..c)
+        .map(|ch| {
+            let inv = 1.0 / (var[ch] as f64 + eps as f64).sqrt();
+            (ch * hw..(ch + 1) * hw)
+                .map(|i| w[i] as f64 * (x[i] as f64 - mean[ch] as f64) * inv)
+                .sum::<f64>() as f32
+        })
+        .collect();
+    assert_close("d loss / d scale", &grad, &want, 1e-5);
+}
+
+/// A one-element exponent of higher rank than the base broadcasts the base up to its rank,
+/// as every other binary op does (Pow took it as a plain scalar and kept the base's shape).
+#[test]
+fn pow_with_a_higher_rank_exponent_broadcasts() {
+    let m = model(
+        vec![
+            constant("e", floats("e", &[1, 1, 1, 1], &[2.0])),
+            node("pow", "Pow", &["x", "e"], &["y"]),
+        ],
+        vec![],
+        vec![vi("x", &[2, 3, 4], FLOAT)],
+        vec![out("y")],
+        18,
+    );
+    let x: Vec<f32> = (0..24).map(|i| i as f32 * 0.25 - 3.0).collect();
+    let y = &run(&m, &[("x", &[2, 3, 4], &x)])["y"];
+    assert_eq!(y.shape(), &[1, 2, 3, 4]);
+    let want: Vec<f32> = x.iter().map(|v| v * v).collect();
+    assert_close("x^2", &y.to_vec(), &want, 1e-6);
+}

@@ -331,11 +331,22 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
             one(b.op_on(Op::Gelu, &[arg(inputs, 0)?])?)
         }
         "Pow" => {
-            let e = b
+            let x = arg(inputs, 0)?;
+            let (e, e_dims) = b
                 .known(arg(inputs, 1)?)
-                .and_then(|c| c.scalar())
+                .and_then(|c| c.scalar().map(|e| (e, c.dims.clone())))
                 .ok_or("Pow with a computed or non-scalar exponent")?;
-            one(b.op_on(Op::Pow { exponent: e }, &[arg(inputs, 0)?])?)
+            let y = b.op_on(Op::Pow { exponent: e }, &[x])?;
+            // a one-element exponent of higher rank broadcasts x up to its rank (leading
+            // axes of extent 1), as numpy and ONNX do
+            let x_dims = b.shape(x);
+            if e_dims.len() > x_dims.len() {
+                let mut out = vec![1; e_dims.len() - x_dims.len()];
+                out.extend_from_slice(&x_dims);
+                one(reshape(b, &y, out)?)
+            } else {
+                one(y)
+            }
         }
         "Max" | "Min" => {
             let mut acc = arg(inputs, 0)?.clone();
@@ -1085,16 +1096,17 @@ fn batch_norm(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Value
         column(arg(inputs, 3)?)?,
         column(arg(inputs, 4)?)?,
     );
-    // per channel: gain = scale / √(var + eps), shift = bias − mean · gain (the form
-    // PyTorch's CPU kernel evaluates); then two passes over x instead of three
+    // per channel gain = scale / √(var + eps); y = (x − mean) · gain + bias. Not the folded
+    // x · gain + (bias − mean · gain), one pass fewer: its gradients with respect to the
+    // scale and the mean are differences of two large sums when |mean| ≫ the spread of x
+    // (1.4% off PyTorch's with mean 1000 and variance 0.01: found by a PyTorch-oracle audit)
     let var_eps = b.op_on(Op::AddScalar { value: eps }, &[&var])?;
     let std = b.op_on(Op::Sqrt, &[&var_eps])?;
     let inv_std = b.op_on(Op::Inv, &[&std])?;
     let gain = b.op_on(Op::Mul, &[&scale, &inv_std])?;
-    let mean_gain = b.op_on(Op::Mul, &[&mean, &gain])?;
-    let shift = b.op_on(Op::Sub, &[&bias, &mean_gain])?;
-    let scaled = b.op_on(Op::Mul, &[x, &gain])?;
-    b.op_on(Op::Add, &[&scaled, &shift])
+    let centered = b.op_on(Op::Sub, &[x, &mean])?;
+    let scaled = b.op_on(Op::Mul, &[&centered, &gain])?;
+    b.op_on(Op::Add, &[&scaled, &bias])
 }
 
 /// LayerNormalization over the trailing axes from `axis` (torchlean's layer_norm normalizes
