@@ -310,7 +310,8 @@ fn plan_exit_codes() {
     ]);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("linear: cublas.linear "), "{out}");
-    let (code, out, _) = run(&[
+    // strict never plans a TF32 capsule, so --tf32 under strict is refused, not ignored
+    let (code, _, err) = run(&[
         "plan",
         "--profile",
         "strict_native_cuda",
@@ -318,6 +319,12 @@ fn plan_exit_codes() {
         "--ops",
         "linear",
     ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--tf32 has no effect under policy `strict`"),
+        "{err}"
+    );
+    let (code, out, _) = run(&["plan", "--profile", "strict_native_cuda", "--ops", "linear"]);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("linear: cublas.replayed.linear"), "{out}");
     // a provider without a capsule for the op (cufft has only the spectral op) is refused

@@ -209,6 +209,55 @@ impl Layout {
         }
     }
 
+    /// The layout of a reshape to `shape` (same element count) as a view of the same
+    /// storage, when one exists: each run of axes that are contiguous with one another may be
+    /// split or merged (PyTorch's `view` rule); `None` when the reshape needs a copy (e.g.
+    /// merging the axes of a transposed matrix). Splitting the last axis of a slice of a
+    /// fused projection into heads is a view.
+    pub(crate) fn reshaped(&self, shape: &[usize]) -> Option<Layout> {
+        if numel(shape) != self.numel() || self.strides.len() != self.shape.len() {
+            return None;
+        }
+        if self.numel() == 0 || self.is_contiguous() {
+            return Some(Layout {
+                offset: self.offset,
+                ..Layout::contiguous(shape.to_vec())
+            });
+        }
+        let (old, old_strides) = (&self.shape, &self.strides);
+        let mut strides = vec![0usize; shape.len()];
+        // walk the old axes from the last, closing a chunk where the next axis up is not
+        // contiguous with it; the new axes of that chunk take strides inside it
+        let mut view_d = shape.len();
+        let mut chunk_base = *old_strides.last()?;
+        let (mut old_count, mut new_count) = (1usize, 1usize);
+        for d in (0..old.len()).rev() {
+            old_count *= old[d];
+            let chunk_ends =
+                d == 0 || (old[d - 1] != 1 && old_strides[d - 1] != old_count * chunk_base);
+            if chunk_ends {
+                while view_d > 0 && (new_count < old_count || shape[view_d - 1] == 1) {
+                    strides[view_d - 1] = new_count * chunk_base;
+                    new_count *= shape[view_d - 1];
+                    view_d -= 1;
+                }
+                if new_count != old_count {
+                    return None;
+                }
+                if d > 0 {
+                    chunk_base = old_strides[d - 1];
+                    old_count = 1;
+                    new_count = 1;
+                }
+            }
+        }
+        (view_d == 0).then(|| Layout {
+            shape: shape.to_vec(),
+            strides,
+            offset: self.offset,
+        })
+    }
+
     /// The layout of a broadcast to `shape` (a view: broadcast axes get stride 0), or an
     /// error when this layout does not broadcast to `shape` (NumPy rules) or the target is
     /// beyond the size limit.
@@ -274,5 +323,71 @@ impl Layout {
             strides: self.strides.clone(),
             offset: self.offset + start * self.strides[axis],
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Layout;
+
+    fn gather(l: &Layout, storage: &[f32]) -> Vec<f32> {
+        let mut out = Vec::new();
+        l.gather_into(storage, &mut out).unwrap();
+        out
+    }
+
+    /// Every reshape that `reshaped` calls a view reads, in row-major order, exactly the
+    /// elements of the source in row-major order (the meaning of a reshape), over views
+    /// made by permutes and slices of a few storages and every factorization of their sizes
+    /// tried; and the views it must find are found.
+    #[test]
+    fn a_reshape_view_reads_the_elements_in_row_major_order() {
+        let storage: Vec<f32> = (0..720).map(|v| v as f32).collect();
+        let base = Layout::contiguous(vec![4, 5, 6, 6]);
+        let mut sources = vec![base.clone()];
+        for axes in [[0, 2, 1, 3], [3, 2, 1, 0], [1, 0, 2, 3], [0, 1, 3, 2]] {
+            sources.push(base.permuted(&axes));
+        }
+        for axis in 0..4 {
+            sources.push(base.sliced(axis, 1, 3));
+            sources.push(base.permuted(&[0, 2, 1, 3]).sliced(axis, 0, 2));
+        }
+        sources.push(base.sliced(3, 2, 4).permuted(&[1, 0, 2, 3]));
+        let targets = |n: usize| -> Vec<Vec<usize>> {
+            let mut out = vec![vec![n], vec![1, n], vec![n, 1]];
+            for a in 1..=n {
+                if n % a == 0 {
+                    out.push(vec![a, n / a]);
+                    for b in 1..=n / a {
+                        if (n / a) % b == 0 {
+                            out.push(vec![a, b, n / a / b]);
+                            out.push(vec![a, 1, b, n / a / b]);
+                        }
+                    }
+                }
+            }
+            out
+        };
+        let mut views = 0;
+        for src in &sources {
+            let want = gather(src, &storage);
+            for shape in targets(src.numel()) {
+                if let Some(l) = src.reshaped(&shape) {
+                    assert_eq!(l.shape, shape);
+                    assert_eq!(gather(&l, &storage), want, "{src:?} -> {shape:?}");
+                    views += 1;
+                }
+            }
+        }
+        assert!(views > 100, "only {views} views");
+        // splitting the last axis of a slice (heads of a fused projection) is a view ...
+        let qkv = Layout::contiguous(vec![2, 3, 12]).sliced(2, 4, 8);
+        let heads = qkv.reshaped(&[2, 3, 2, 2]).expect("a view");
+        assert_eq!(heads.strides, vec![36, 12, 2, 1]);
+        assert_eq!(heads.offset, 4);
+        // ... merging the axes of a transpose is not
+        let t = Layout::contiguous(vec![3, 4]).permuted(&[1, 0]);
+        assert!(t.reshaped(&[12]).is_none());
+        assert!(t.reshaped(&[4, 3, 1]).is_some());
     }
 }

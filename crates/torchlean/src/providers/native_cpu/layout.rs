@@ -1,5 +1,5 @@
-//! Native shape ops. `reshape` (of a contiguous tensor), `permute`, `broadcast_to` and
-//! `slice` return views that share storage; `concat` copies.
+//! Native shape ops. `reshape` (where the strides allow: `Layout::reshaped`), `permute`,
+//! `broadcast_to` and `slice` return views that share storage; `concat` copies.
 
 use super::reduce::{split, sum_to_shape};
 use crate::graph::Op;
@@ -7,14 +7,19 @@ use crate::tensor::{Layout, Tensor};
 
 pub fn forward(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Tensor {
     match op {
-        Op::Reshape { .. } => {
-            let src = x[0].contiguous();
-            let offset = src.layout().offset;
-            src.view(Layout {
-                offset,
-                ..Layout::contiguous(out_shape.to_vec())
-            })
-        }
+        // a view where the strides allow one (splitting the heads off a slice of a fused
+        // projection), else a contiguous copy
+        Op::Reshape { .. } => match x[0].layout().reshaped(out_shape) {
+            Some(l) => x[0].view(l),
+            None => {
+                let src = x[0].contiguous();
+                let offset = src.layout().offset;
+                src.view(Layout {
+                    offset,
+                    ..Layout::contiguous(out_shape.to_vec())
+                })
+            }
+        },
         Op::Permute { axes } => x[0].view(x[0].layout().permuted(axes)),
         Op::BroadcastTo { shape } => x[0].view(x[0].layout().broadcast(shape)),
         Op::Slice { axis, start, end } => x[0].view(x[0].layout().sliced(*axis, *start, *end)),
