@@ -346,6 +346,13 @@ fn misnamed_values_clobbering_outputs_and_ignored_flags_are_refused() {
     );
     assert_eq!(code, Some(0), "{err}");
     // a parameter named in --inputs (it used to override the one in --params)
+    let io = torchlean::tensor::io::read_safetensors;
+    let mut shadow = io(std::path::Path::new(&d.p("x.st"))).unwrap();
+    let params = io(std::path::Path::new(&d.p("p.st"))).unwrap();
+    shadow.push(params[0].clone());
+    let shadow_path = d.p("shadow.st");
+    torchlean::tensor::io::write_safetensors(std::path::Path::new(&shadow_path), &shadow, None)
+        .unwrap();
     let (code, err) = run_plain(
         &dir,
         &[
@@ -354,7 +361,7 @@ fn misnamed_values_clobbering_outputs_and_ignored_flags_are_refused() {
             "--params",
             "p.st",
             "--inputs",
-            "p.st",
+            "shadow.st",
             "--out",
             "o.st",
         ],

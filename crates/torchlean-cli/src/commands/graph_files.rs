@@ -205,7 +205,6 @@ pub fn run_graph(a: RunGraphArgs) -> CliResult {
             }
         }
     }
-    check_value_names(&graph, &inputs, &params, super::onnx::is_onnx(&a.graph))?;
     if a.grad {
         let loss = graph
             .loss_output()
@@ -240,6 +239,7 @@ pub fn run_graph(a: RunGraphArgs) -> CliResult {
             _ => {}
         }
     }
+    check_value_names(&graph, &inputs, &params, super::onnx::is_onnx(&a.graph))?;
     let profile = a.backend.profile()?;
     // the session of this profile (device uploads and the compiled run's eager parts)
     a.backend.install_session()?;
