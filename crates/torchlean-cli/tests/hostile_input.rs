@@ -332,6 +332,21 @@ fn run_plain(dir: &str, args: &[&str]) -> (Option<i32>, String) {
 fn misnamed_values_clobbering_outputs_and_ignored_flags_are_refused() {
     let d = Dir::new("names");
     let dir = d.0.to_string_lossy().into_owned();
+    let run_graph = |inputs: &str, out: &str| {
+        run_plain(
+            &dir,
+            &[
+                "run-graph",
+                "g.json",
+                "--params",
+                "p.st",
+                "--inputs",
+                inputs,
+                "--out",
+                out,
+            ],
+        )
+    };
     let (code, err) = run_plain(
         &dir,
         &[
@@ -353,19 +368,7 @@ fn misnamed_values_clobbering_outputs_and_ignored_flags_are_refused() {
     let shadow_path = d.p("shadow.st");
     torchlean::tensor::io::write_safetensors(std::path::Path::new(&shadow_path), &shadow, None)
         .unwrap();
-    let (code, err) = run_plain(
-        &dir,
-        &[
-            "run-graph",
-            "g.json",
-            "--params",
-            "p.st",
-            "--inputs",
-            "shadow.st",
-            "--out",
-            "o.st",
-        ],
-    );
+    let (code, err) = run_graph("shadow.st", "o.st");
     assert_eq!(code, Some(2), "{err}");
     assert!(
         err.contains("is a parameter of the graph: give it in --params"),
@@ -373,19 +376,7 @@ fn misnamed_values_clobbering_outputs_and_ignored_flags_are_refused() {
     );
     // an output that is an input
     let before = std::fs::read(d.p("x.st")).unwrap();
-    let (code, err) = run_plain(
-        &dir,
-        &[
-            "run-graph",
-            "g.json",
-            "--params",
-            "p.st",
-            "--inputs",
-            "x.st",
-            "--out",
-            "x.st",
-        ],
-    );
+    let (code, err) = run_graph("x.st", "x.st");
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("is the same file as --inputs"), "{err}");
     assert_eq!(
@@ -397,19 +388,7 @@ fn misnamed_values_clobbering_outputs_and_ignored_flags_are_refused() {
     #[cfg(unix)]
     {
         std::os::unix::fs::symlink("target.st", d.p("link.st")).unwrap();
-        let (code, err) = run_plain(
-            &dir,
-            &[
-                "run-graph",
-                "g.json",
-                "--params",
-                "p.st",
-                "--inputs",
-                "x.st",
-                "--out",
-                "link.st",
-            ],
-        );
+        let (code, err) = run_graph("x.st", "link.st");
         assert_eq!(code, Some(0), "{err}");
         let meta = std::fs::symlink_metadata(d.p("link.st")).unwrap();
         assert!(meta.file_type().is_symlink());

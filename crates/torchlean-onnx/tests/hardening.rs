@@ -5,11 +5,10 @@
 
 mod common;
 
-use common::{assert_close, run_graph};
+use common::{assert_close, model, node, run_graph};
 use onnx_protobuf::{
-    attribute_proto::AttributeType, tensor_shape_proto, type_proto, AttributeProto, GraphProto,
-    ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto, TypeProto,
-    ValueInfoProto,
+    attribute_proto::AttributeType, tensor_shape_proto, type_proto, AttributeProto, ModelProto,
+    NodeProto, TensorProto, TensorShapeProto, TypeProto, ValueInfoProto,
 };
 use std::collections::HashMap;
 use torchlean::backend::BackendProfile;
@@ -44,15 +43,6 @@ fn out(name: &str) -> ValueInfoProto {
     let mut v = ValueInfoProto::new();
     v.name = name.into();
     v
-}
-
-fn node(name: &str, op: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
-    let mut n = NodeProto::new();
-    n.name = name.into();
-    n.op_type = op.into();
-    n.input = inputs.iter().map(|s| s.to_string()).collect();
-    n.output = outputs.iter().map(|s| s.to_string()).collect();
-    n
 }
 
 fn with_int(mut n: NodeProto, name: &str, v: i64) -> NodeProto {
@@ -103,27 +93,6 @@ fn floats(name: &str, dims: &[i64], data: &[f32]) -> TensorProto {
 /// A `Constant` node named `out` producing `t`.
 fn constant(out: &str, t: TensorProto) -> NodeProto {
     with_tensor(node(out, "Constant", &[], &[out]), "value", t)
-}
-
-fn model(
-    nodes: Vec<NodeProto>,
-    inits: Vec<TensorProto>,
-    inputs: Vec<ValueInfoProto>,
-    outputs: Vec<ValueInfoProto>,
-    opset: i64,
-) -> ModelProto {
-    let mut g = GraphProto::new();
-    g.node = nodes;
-    g.initializer = inits;
-    g.input = inputs;
-    g.output = outputs;
-    let mut m = ModelProto::new();
-    m.ir_version = 8;
-    let mut o = OperatorSetIdProto::new();
-    o.version = opset;
-    m.opset_import.push(o);
-    m.graph = Some(g).into();
-    m
 }
 
 fn import(m: &ModelProto) -> Result<Imported, OnnxError> {

@@ -1,10 +1,12 @@
 //! Models torchlean cannot translate are refused before anything runs, with every
 //! unsupported node listed (name, op type, what is missing), and hostile bytes are errors.
 
+mod common;
+
+use common::{model, node};
 use onnx_protobuf::{
-    attribute_proto::AttributeType, tensor_shape_proto, type_proto, AttributeProto, GraphProto,
-    Message, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto, TypeProto,
-    ValueInfoProto,
+    attribute_proto::AttributeType, tensor_shape_proto, type_proto, AttributeProto, Message,
+    ModelProto, NodeProto, TensorProto, TensorShapeProto, TypeProto, ValueInfoProto,
 };
 use std::collections::HashMap;
 use torchlean_onnx::{decode_model, import_model, OnnxError};
@@ -31,15 +33,6 @@ fn value(name: &str, dims: &[i64]) -> ValueInfoProto {
     v
 }
 
-fn node(name: &str, op: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
-    let mut n = NodeProto::new();
-    n.name = name.into();
-    n.op_type = op.into();
-    n.input = inputs.iter().map(|s| s.to_string()).collect();
-    n.output = outputs.iter().map(|s| s.to_string()).collect();
-    n
-}
-
 fn ints(name: &str, v: &[i64]) -> AttributeProto {
     let mut a = AttributeProto::new();
     a.name = name.into();
@@ -55,27 +48,6 @@ fn weights(name: &str, dims: &[i64], n: usize) -> TensorProto {
     t.data_type = 1;
     t.float_data = vec![0.5; n];
     t
-}
-
-fn model(
-    nodes: Vec<NodeProto>,
-    inits: Vec<TensorProto>,
-    inputs: Vec<ValueInfoProto>,
-    outputs: Vec<ValueInfoProto>,
-    opset: i64,
-) -> ModelProto {
-    let mut g = GraphProto::new();
-    g.node = nodes;
-    g.initializer = inits;
-    g.input = inputs;
-    g.output = outputs;
-    let mut m = ModelProto::new();
-    m.ir_version = 8;
-    let mut o = OperatorSetIdProto::new();
-    o.version = opset;
-    m.opset_import.push(o);
-    m.graph = Some(g).into();
-    m
 }
 
 fn unsupported(m: &ModelProto) -> Vec<(String, String, String)> {

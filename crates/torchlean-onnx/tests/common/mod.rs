@@ -1,7 +1,11 @@
 //! Shared by the ONNX tests: the fixture files, running an imported graph under a profile,
-//! and comparing tensors with a tolerance relative to the reference's scale.
+//! comparing tensors with a tolerance relative to the reference's scale, and building small
+//! models from the protobuf types.
 #![allow(dead_code)]
 
+use onnx_protobuf::{
+    GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, ValueInfoProto,
+};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use torchlean::backend::BackendProfile;
@@ -73,4 +77,37 @@ pub fn assert_close(what: &str, got: &[f32], want: &[f32], tol: f64) {
         err <= tol * scale,
         "{what}: max |difference| {err:.3e} above {tol:.1e} x scale {scale:.3e}"
     );
+}
+
+/// A node `name` of type `op` reading `inputs` and writing `outputs` (no attributes).
+pub fn node(name: &str, op: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
+    let mut n = NodeProto::new();
+    n.name = name.into();
+    n.op_type = op.into();
+    n.input = inputs.iter().map(|s| s.to_string()).collect();
+    n.output = outputs.iter().map(|s| s.to_string()).collect();
+    n
+}
+
+/// A model of one graph with `nodes`, initializers, declared inputs and outputs, importing
+/// the default domain at `opset`.
+pub fn model(
+    nodes: Vec<NodeProto>,
+    inits: Vec<TensorProto>,
+    inputs: Vec<ValueInfoProto>,
+    outputs: Vec<ValueInfoProto>,
+    opset: i64,
+) -> ModelProto {
+    let mut g = GraphProto::new();
+    g.node = nodes;
+    g.initializer = inits;
+    g.input = inputs;
+    g.output = outputs;
+    let mut m = ModelProto::new();
+    m.ir_version = 8;
+    let mut o = OperatorSetIdProto::new();
+    o.version = opset;
+    m.opset_import.push(o);
+    m.graph = Some(g).into();
+    m
 }

@@ -393,6 +393,12 @@ fn vjp_batch(
             })
             .collect();
         let mut state = Rows::new(bq);
+        // the scores of these query rows against keys `cols` (from q itself: a blocked row's
+        // scores are computed, then dropped, as the spec's)
+        let (q_b, k_b) = (q.matrix(bi), step.k);
+        let scores_of = |cols: std::ops::Range<usize>, out: &mut [f32]| {
+            tile_scores(at, bi, rows.clone(), cols, (q_b, k_b), out)
+        };
         if stripe {
             let end = if at.causal && skip {
                 rows.end.min(s)
@@ -401,14 +407,7 @@ fn vjp_batch(
             };
             let cols = 0..end;
             let p = &mut scores[..bq * end];
-            tile_scores(
-                at,
-                bi,
-                rows.clone(),
-                cols.clone(),
-                (q.matrix(bi), step.k),
-                p,
-            );
+            scores_of(cols.clone(), p);
             state.fold(p, end);
             let inv: Vec<f32> = state.sum.iter().map(|z| 1.0 / z).collect();
             let nan = state.nan.clone();
@@ -419,28 +418,14 @@ fn vjp_batch(
         // pass 1: each row's log-sum-exp
         for cols in key_tiles(at, &rows, true) {
             let tile = &mut scores[..bq * cols.len()];
-            tile_scores(
-                at,
-                bi,
-                rows.clone(),
-                cols.clone(),
-                (q.matrix(bi), step.k),
-                tile,
-            );
+            scores_of(cols.clone(), tile);
             state.fold(tile, cols.len());
         }
         let lse: Vec<f32> = (0..bq).map(|r| state.max[r] + state.sum[r].ln()).collect();
         // pass 2: probabilities from the log-sum-exp, and the gradient products
         for cols in key_tiles(at, &rows, skip) {
             let p = &mut scores[..bq * cols.len()];
-            tile_scores(
-                at,
-                bi,
-                rows.clone(),
-                cols.clone(),
-                (q.matrix(bi), step.k),
-                p,
-            );
+            scores_of(cols.clone(), p);
             probabilities(p, cols.len(), rows.start, &blocked, &state.nan, |x, r| {
                 vmath::exp(x - lse[r])
             });
