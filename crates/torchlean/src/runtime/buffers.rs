@@ -130,14 +130,19 @@ fn oom(what: &str, bytes: u64) -> Error {
 
 /// An empty vector with room for `n` values, reserved fallibly: a request the process has no
 /// memory for is an [`Error::OutOfMemory`] naming `what` and the bytes, not an abort.
+///
+/// Without a limit, Linux overcommits: a reservation of more than the machine has succeeds,
+/// and touching its pages gets the process killed (or swaps it to a halt). So a request of
+/// [`CHECKED_OUTPUT_BYTES`] or more that exceeds what the system reports it can still give
+/// (`MemAvailable` + `SwapFree`, read from /proc/meminfo at each such request) is refused
+/// the same way, before anything is reserved.
 pub fn try_with_capacity<T>(n: usize, what: &str) -> Result<Vec<T>> {
+    let bytes = (n as u64).saturating_mul(std::mem::size_of::<T>() as u64);
+    if bytes >= CHECKED_OUTPUT_BYTES && system_available().is_some_and(|avail| bytes > avail) {
+        return Err(oom(what, bytes));
+    }
     let mut v = Vec::new();
-    v.try_reserve_exact(n).map_err(|_| {
-        oom(
-            what,
-            (n as u64).saturating_mul(std::mem::size_of::<T>() as u64),
-        )
-    })?;
+    v.try_reserve_exact(n).map_err(|_| oom(what, bytes))?;
     Ok(v)
 }
 
@@ -153,6 +158,7 @@ pub fn try_filled(n: usize, value: f32, what: &str) -> Result<Vec<f32>> {
 /// allocates its output infallibly, deep inside, where an allocation failure aborts the
 /// process). Under a memory limit (`ulimit -v`, a cgroup without overcommit) a request
 /// beyond it becomes an [`Error::OutOfMemory`] naming the op and the bytes.
+/// Without a limit, the system's available memory bounds it (see [`try_with_capacity`]).
 pub fn check_output(op: &str, n: usize) -> Result<()> {
     let bytes = (n as u64).saturating_mul(4);
     if bytes < CHECKED_OUTPUT_BYTES {
@@ -179,6 +185,23 @@ pub fn check_gradients(
         }
     }
     Ok(())
+}
+
+/// The bytes the system can still give a process (Linux: `MemAvailable` + `SwapFree` from
+/// /proc/meminfo), when known.
+pub fn system_available() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let field = |name: &str| -> Option<u64> {
+        let line = text.lines().find(|l| l.starts_with(name))?;
+        let kib: u64 = line[name.len()..]
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .ok()?;
+        Some(kib.saturating_mul(1024))
+    };
+    Some(field("MemAvailable:")?.saturating_add(field("SwapFree:").unwrap_or(0)))
 }
 
 fn cache_has(n: usize) -> bool {
@@ -266,5 +289,34 @@ impl Drop for ActivePool<'_> {
         if let Some(pool) = ACTIVE.with(|a| a.borrow_mut().take()) {
             *self.home.lock().unwrap_or_else(|e| e.into_inner()) = pool;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A request for more than the system can still give is refused before anything is
+    /// reserved, with what it was for and the bytes: under Linux's default overcommit a
+    /// reservation a little above `MemAvailable` succeeds, and the pages it would touch get
+    /// the process killed instead (found by a hostile-input audit: a 1 KB graph asking for
+    /// outputs of 8 GiB each took the whole machine).
+    #[test]
+    fn a_request_beyond_the_available_memory_is_refused() {
+        let Some(avail) = system_available() else {
+            eprintln!("skipped: the system does not report its available memory");
+            return;
+        };
+        let n = (avail / 4 + (512 << 20)) as usize; // 2 GiB more than available
+        match try_with_capacity::<f32>(n, "a test buffer") {
+            Err(Error::OutOfMemory { what, bytes }) => {
+                assert_eq!(what, "a test buffer");
+                assert_eq!(bytes, n as u64 * 4);
+            }
+            Err(e) => panic!("another error: {e}"),
+            Ok(_) => panic!("{} bytes reserved with {avail} available", n * 4),
+        }
+        // small requests never read /proc/meminfo's verdict
+        assert!(try_with_capacity::<f32>(1024, "small").is_ok());
     }
 }
