@@ -307,7 +307,7 @@ mod tests {
             eprintln!("skipped: the system does not report its available memory");
             return;
         };
-        let n = (avail / 4 + (512 << 20)) as usize; // 2 GiB more than available
+        let n = (avail / 4 + (64 << 20)) as usize; // 256 MiB more than available
         match try_with_capacity::<f32>(n, "a test buffer") {
             Err(Error::OutOfMemory { what, bytes }) => {
                 assert_eq!(what, "a test buffer");
