@@ -310,6 +310,17 @@ fn plan_exit_codes() {
     ]);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("linear: cublas.linear "), "{out}");
+    // a static plan for a device this machine cannot run says so (CI has no GPU; where one
+    // is usable the note is absent)
+    let (code, _, err) = run(&["plan", "--device", "cuda", "--ops", "matmul"]);
+    assert_eq!(code, 0, "{err}");
+    let _ = torchlean_cuda::link(); // as the binary does: the CUDA module, then its probe
+    let usable = torchlean::module::probe_for(
+        torchlean::backend::Device::Cuda,
+        torchlean::backend::ProviderPreference::Auto,
+    )
+    .is_ok();
+    assert_eq!(err.contains("note: this plan is static"), !usable, "{err}");
     // strict never plans a TF32 capsule, so --tf32 under strict is refused, not ignored
     let (code, _, err) = run(&[
         "plan",

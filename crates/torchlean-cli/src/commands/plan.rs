@@ -132,6 +132,16 @@ pub fn run(a: Args) -> CliResult {
         }
         print!("{}", report.to_text());
     }
+    // the plan is static (registry, planner, gate): say so when the device it was made for
+    // cannot run here, so an accepted verdict is not read as "this would run"
+    if profile.device != torchlean::backend::Device::Cpu {
+        if let Err(e) = torchlean::module::probe_for(profile.device, profile.preference) {
+            eprintln!(
+                "note: this plan is static (nothing was run); device `{}` is not usable on this machine, so an executing command would stop before any kernel: {e}",
+                profile.device.label()
+            );
+        }
+    }
     let failures = report.failures.clone();
     a.backend.write_report(report)?;
     if failures.is_empty() {
