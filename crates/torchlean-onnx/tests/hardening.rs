@@ -5,10 +5,10 @@
 
 mod common;
 
-use common::{assert_close, model, node, run_graph};
+use common::{assert_close, model, node, run_graph, value_info as vi};
 use onnx_protobuf::{
-    attribute_proto::AttributeType, tensor_shape_proto, type_proto, AttributeProto, ModelProto,
-    NodeProto, TensorProto, TensorShapeProto, TypeProto, ValueInfoProto,
+    attribute_proto::AttributeType, AttributeProto, ModelProto, NodeProto, TensorProto,
+    ValueInfoProto,
 };
 use std::collections::HashMap;
 use torchlean::backend::BackendProfile;
@@ -19,24 +19,6 @@ const FLOAT: i32 = 1;
 const INT32: i32 = 6;
 const INT64: i32 = 7;
 const DOUBLE: i32 = 11;
-
-fn vi(name: &str, dims: &[i64], elem: i32) -> ValueInfoProto {
-    let mut shape = TensorShapeProto::new();
-    for &d in dims {
-        let mut dim = tensor_shape_proto::Dimension::new();
-        dim.value = Some(tensor_shape_proto::dimension::Value::DimValue(d));
-        shape.dim.push(dim);
-    }
-    let mut tensor = type_proto::Tensor::new();
-    tensor.elem_type = elem;
-    tensor.shape = Some(shape).into();
-    let mut ty = TypeProto::new();
-    ty.value = Some(type_proto::Value::TensorType(tensor));
-    let mut v = ValueInfoProto::new();
-    v.name = name.into();
-    v.type_ = Some(ty).into();
-    v
-}
 
 /// A graph output without a declared shape (torchlean's inference is what is checked).
 fn out(name: &str) -> ValueInfoProto {

@@ -5,32 +5,15 @@ mod common;
 
 use common::{model, node};
 use onnx_protobuf::{
-    attribute_proto::AttributeType, tensor_shape_proto, type_proto, AttributeProto, Message,
-    ModelProto, NodeProto, TensorProto, TensorShapeProto, TypeProto, ValueInfoProto,
+    attribute_proto::AttributeType, AttributeProto, Message, ModelProto, NodeProto, TensorProto,
+    ValueInfoProto,
 };
 use std::collections::HashMap;
 use torchlean_onnx::{decode_model, import_model, OnnxError};
 
+/// A float value of shape `dims` (a negative extent is the symbolic `batch`).
 fn value(name: &str, dims: &[i64]) -> ValueInfoProto {
-    let mut shape = TensorShapeProto::new();
-    for &d in dims {
-        let mut dim = tensor_shape_proto::Dimension::new();
-        dim.value = Some(if d >= 0 {
-            tensor_shape_proto::dimension::Value::DimValue(d)
-        } else {
-            tensor_shape_proto::dimension::Value::DimParam("batch".into())
-        });
-        shape.dim.push(dim);
-    }
-    let mut tensor = type_proto::Tensor::new();
-    tensor.elem_type = 1;
-    tensor.shape = Some(shape).into();
-    let mut ty = TypeProto::new();
-    ty.value = Some(type_proto::Value::TensorType(tensor));
-    let mut v = ValueInfoProto::new();
-    v.name = name.into();
-    v.type_ = Some(ty).into();
-    v
+    common::value_info(name, dims, 1)
 }
 
 fn ints(name: &str, v: &[i64]) -> AttributeProto {

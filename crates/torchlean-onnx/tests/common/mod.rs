@@ -4,7 +4,8 @@
 #![allow(dead_code)]
 
 use onnx_protobuf::{
-    GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, ValueInfoProto,
+    tensor_shape_proto, type_proto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto,
+    TensorProto, TensorShapeProto, TypeProto, ValueInfoProto,
 };
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -110,4 +111,28 @@ pub fn model(
     m.opset_import.push(o);
     m.graph = Some(g).into();
     m
+}
+
+/// A declared value `name` of element type `elem` and shape `dims`; a negative extent is
+/// the symbolic dimension `batch`.
+pub fn value_info(name: &str, dims: &[i64], elem: i32) -> ValueInfoProto {
+    let mut shape = TensorShapeProto::new();
+    for &d in dims {
+        let mut dim = tensor_shape_proto::Dimension::new();
+        dim.value = Some(if d >= 0 {
+            tensor_shape_proto::dimension::Value::DimValue(d)
+        } else {
+            tensor_shape_proto::dimension::Value::DimParam("batch".into())
+        });
+        shape.dim.push(dim);
+    }
+    let mut tensor = type_proto::Tensor::new();
+    tensor.elem_type = elem;
+    tensor.shape = Some(shape).into();
+    let mut ty = TypeProto::new();
+    ty.value = Some(type_proto::Value::TensorType(tensor));
+    let mut v = ValueInfoProto::new();
+    v.name = name.into();
+    v.type_ = Some(ty).into();
+    v
 }
