@@ -502,7 +502,8 @@ extern "C" __global__ void add_row_bias(float* __restrict__ out, const float* __
 }
 
 // Counter-based SplitMix64 (crates/torchlean/src/spec/random.rs): element i of a draw with
-// key `seed` uses splitmix64(seed + i), its top 24 bits over 2^24 as the uniform value, so a
+// key `seed` (the host passes the seed's stream key, `spec::stream_key`) uses
+// splitmix64(seed + i), its top 24 bits over 2^24 as the uniform value, so a
 // draw is bit-identical to the CPU's. `bernoulli`: 1 where u < keep, else 0.
 __device__ __forceinline__ unsigned long long splitmix64(unsigned long long x) {
     unsigned long long z = x + 0x9E3779B97F4A7C15ULL;

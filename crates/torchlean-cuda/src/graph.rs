@@ -13,9 +13,12 @@
 //! pageable host memory) is refused while recording ([`refuse_while_recording`]), so such a
 //! plan fails to record, with a reason, instead of recording a copy of stale host memory. A
 //! kernel that checks its call on the host after the device ran it (the index kernels'
-//! invalid-index flag) hands the check to [`check_now_or_after_each_replay`]: while
-//! recording, the check runs after every replay instead, so a replay with an invalid index
-//! fails with the same error as a direct call.
+//! invalid-index flag) hands the check to [`check_at_next_read`]: the check runs at the next
+//! read of device values to the host (or explicit synchronization), which waits for the
+//! device anyway — so a call costs no synchronization of its own, and a training step on the
+//! device still reads one value. While recording, the check is kept by the graph instead and
+//! handed to the same pending list after every replay, so a replay with an invalid index
+//! fails with the same error as a direct call, at the same point (the next read).
 //!
 //! Owns: capture mode, instantiation, replay. Must not plan, gate or choose kernels.
 
@@ -29,25 +32,64 @@ use torchlean::module::DeviceGraph;
 /// Whether a graph is being recorded now.
 static RECORDING: AtomicBool = AtomicBool::new(false);
 
-/// A check of a recorded call, run after the device ran it.
-pub type Check = Box<dyn Fn() -> torchlean::Result<()> + Send>;
+/// A check of a call, run on the host after the device ran the call (it may read device
+/// memory: it runs when the stream has been synchronized anyway).
+pub type Check = Arc<dyn Fn() -> torchlean::Result<()> + Send + Sync>;
 
 /// The checks handed over while the current graph is recorded.
 static DEFERRED: Mutex<Vec<Check>> = Mutex::new(Vec::new());
 
-fn deferred() -> std::sync::MutexGuard<'static, Vec<Check>> {
+/// The checks of calls launched since the last read to the host, in launch order.
+static PENDING: Mutex<Vec<Check>> = Mutex::new(Vec::new());
+
+/// The most checks kept pending: a program that launches more index kernels than this
+/// without reading anything runs them then (one synchronization per this many calls).
+pub const MAX_PENDING: usize = 256;
+
+fn locked(list: &'static Mutex<Vec<Check>>) -> std::sync::MutexGuard<'static, Vec<Check>> {
     // a poisoned list only means a panic while pushing; the list itself is whole
-    DEFERRED.lock().unwrap_or_else(|p| p.into_inner())
+    list.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Runs `check` now, or, while a graph is being recorded, after each replay of that graph.
-pub fn check_now_or_after_each_replay(check: Check) -> torchlean::Result<()> {
+fn deferred() -> std::sync::MutexGuard<'static, Vec<Check>> {
+    locked(&DEFERRED)
+}
+
+/// Hands `check` to the next read of device values to the host ([`run_pending`]), or, while
+/// a graph is being recorded, to every replay of that graph (each replay then hands it to
+/// the next read). Runs the pending checks now when [`MAX_PENDING`] are waiting.
+pub fn check_at_next_read(check: Check) -> torchlean::Result<()> {
     if RECORDING.load(Ordering::Acquire) {
         deferred().push(check);
-        Ok(())
-    } else {
-        check()
+        return Ok(());
     }
+    pend(std::iter::once(check))
+}
+
+fn pend(checks: impl IntoIterator<Item = Check>) -> torchlean::Result<()> {
+    let full = {
+        let mut pending = locked(&PENDING);
+        pending.extend(checks);
+        pending.len() >= MAX_PENDING
+    };
+    if full {
+        run_pending()
+    } else {
+        Ok(())
+    }
+}
+
+/// How many checks wait for the next read.
+pub fn pending_checks() -> usize {
+    locked(&PENDING).len()
+}
+
+/// Runs the pending checks in launch order, after the stream was synchronized (a read to the
+/// host or an explicit synchronization): the first failing check's error, and the list is
+/// empty afterwards either way (a check that failed once is reported once).
+pub fn run_pending() -> torchlean::Result<()> {
+    let checks = std::mem::take(&mut *locked(&PENDING));
+    checks.iter().try_for_each(|check| check())
 }
 
 /// How many times a recording is retried after reserving the buffers it missed.
@@ -74,7 +116,7 @@ pub struct RecordedGraph {
     nodes: usize,
     id: u64,
     pool: Arc<crate::memory::Pool>,
-    /// The checks of recorded calls, run after every replay.
+    /// The checks of recorded calls, handed to the next read after every replay.
     checks: Vec<Check>,
 }
 
@@ -95,7 +137,7 @@ impl DeviceGraph for RecordedGraph {
         self.graph
             .launch()
             .map_err(|e| failure("device graph replay", e))?;
-        self.checks.iter().try_for_each(|check| check())
+        pend(self.checks.iter().cloned())
     }
     fn describe(&self) -> String {
         format!("a CUDA Graph of {} nodes", self.nodes)

@@ -95,10 +95,13 @@ impl ProviderModule for CudaModule {
             return Ok(());
         }
         match device::context_if_created() {
-            Some(cx) => cx
-                .stream
-                .synchronize()
-                .map_err(|e| device::failure("synchronize", e)),
+            Some(cx) => {
+                cx.stream
+                    .synchronize()
+                    .map_err(|e| device::failure("synchronize", e))?;
+                // the checks of the calls launched so far (see `graph::check_at_next_read`)
+                graph::run_pending()
+            }
             None => Ok(()),
         }
     }

@@ -43,6 +43,10 @@ pub struct MemoryStats {
     pub cache_hits: u64,
     /// Bytes held free by recorded device graphs (their static buffers not in use).
     pub graph_bytes: usize,
+    /// Reads of device values to the host (each waits for the stream): the synchronizations
+    /// a program asked for. The index kernels' pending checks, which copy a 4-byte flag each
+    /// after such a read, are not counted.
+    pub host_reads: u64,
 }
 
 impl MemoryStats {
@@ -54,6 +58,7 @@ impl MemoryStats {
             "device_allocations": self.device_allocations,
             "cache_hits": self.cache_hits,
             "graph_bytes": self.graph_bytes,
+            "host_reads": self.host_reads,
         })
     }
 }
@@ -380,9 +385,14 @@ impl DeviceBuffer for CudaBuffer {
         crate::graph::refuse_while_recording("read to host")?;
         let stream = &self.pool.stream;
         let view = self.slice().slice(0..self.len);
-        stream
+        self.pool.lock().stats.host_reads += 1;
+        let values = stream
             .clone_dtoh(&view)
-            .map_err(|e| crate::device::failure("read to host", e))
+            .map_err(|e| crate::device::failure("read to host", e))?;
+        // the stream is synchronized now: the checks of the calls launched before this read
+        // (an invalid index) fail it rather than hand over values computed after them
+        crate::graph::run_pending()?;
+        Ok(values)
     }
     fn as_any(&self) -> &dyn std::any::Any {
         self

@@ -955,12 +955,13 @@ fn device_graph_replay_equals_kernel_by_kernel_execution() {
     );
 }
 
-/// An index kernel's check (the invalid-index flag, read on the host) runs after every
-/// replay of a recorded step: an invalid index in a replayed step fails with the error a
-/// direct call gives, and the next valid step runs.
+/// An index kernel's check (the invalid-index flag) runs at the next read of device values
+/// to the host — directly and after every replay of a recorded step: an invalid index fails
+/// that read with the spec's error (the same in both), the call itself costs no
+/// synchronization, and the next valid step runs.
 #[test]
-fn an_invalid_index_in_a_replayed_step_fails_as_a_direct_call_does() {
-    if !gpu("an_invalid_index_in_a_replayed_step_fails_as_a_direct_call_does") {
+fn an_invalid_index_fails_at_the_next_read_directly_and_in_a_replay() {
+    if !gpu("an_invalid_index_fails_at_the_next_read_directly_and_in_a_replay") {
         return;
     }
     use torchlean::nn::{Embedding, Module};
@@ -1008,14 +1009,31 @@ fn an_invalid_index_in_a_replayed_step_fails_as_a_direct_call_does() {
             .expect("a valid step");
     }
     assert!(step.replays_device_graph());
-    let direct = model
-        .forward(&batch(10.0)[0].1)
-        .expect_err("a direct call refuses index 10")
+    let reads = |what: &str| {
+        torchlean::module::memory_stats(Device::Cuda).expect(what)["host_reads"]
+            .as_u64()
+            .expect(what)
+    };
+    let before = reads("stats before");
+    let bad = batch(10.0);
+    let launched = model
+        .forward(&bad[0].1)
+        .expect("the call launches without waiting for the device");
+    assert_eq!(
+        reads("stats after the call"),
+        before,
+        "the call read nothing"
+    );
+    assert!(torchlean_cuda::graph::pending_checks() > 0);
+    let direct = launched
+        .try_to_vec()
+        .expect_err("the next read refuses index 10")
         .to_string();
+    assert_eq!(torchlean_cuda::graph::pending_checks(), 0);
     let replayed = step
-        .run_visiting(&batch(10.0), |f| model.visit_parameters(f))
-        .err()
-        .expect("a replay refuses index 10")
+        .run_visiting(&bad, |f| model.visit_parameters(f))
+        .and_then(|(loss, _)| loss.try_to_vec())
+        .expect_err("the read after a replay refuses index 10")
         .to_string();
     // the same error (the replay's may carry the compiled step's context around it)
     assert!(
@@ -1025,6 +1043,73 @@ fn an_invalid_index_in_a_replayed_step_fails_as_a_direct_call_does() {
     step.run_visiting(&batch(3.0), |f| model.visit_parameters(f))
         .expect("a valid step after the refused one");
     eprintln!("refused as a direct call is: {replayed}");
+}
+
+/// A training step on the GPU of a model with index kernels (an embedding: `index_select`
+/// forward, `scatter_add`-style VJP) reads one value from the device, its loss, in eager and
+/// in compiled mode: the index kernels' checks wait for that read instead of reading a flag
+/// per call.
+#[test]
+fn a_training_step_with_an_embedding_reads_one_value() {
+    if !gpu("a_training_step_with_an_embedding_reads_one_value") {
+        return;
+    }
+    use torchlean::backend::ExecutionMode;
+    use torchlean::nn::train::TrainStep;
+    use torchlean::nn::{Adam, Embedding, Module};
+    let profile = checked_cuda();
+    install(Session::new(profile.clone())).expect("install");
+    let reads = || {
+        torchlean::module::memory_stats(Device::Cuda).expect("stats")["host_reads"]
+            .as_u64()
+            .expect("host_reads")
+    };
+    for mode in [ExecutionMode::Eager, ExecutionMode::Compiled] {
+        let mut model = Embedding::new(10, 8, 0).expect("embedding");
+        model.to_device(Device::Cuda).expect("move");
+        let idx: Vec<f32> = (0..20).map(|i| ((i * 7) % 10) as f32).collect();
+        let inputs = [
+            (
+                "x".to_string(),
+                Tensor::from_vec(idx, &[4, 5])
+                    .and_then(|t| t.to_device(Device::Cuda))
+                    .expect("x"),
+            ),
+            (
+                "y".to_string(),
+                Tensor::randn(&[4, 5, 8], 9)
+                    .and_then(|t| t.to_device(Device::Cuda))
+                    .expect("y"),
+            ),
+        ];
+        let loss_fn = |m: &dyn Module, xs: &[Tensor]| m.forward(&xs[0])?.mse_loss(&xs[1]);
+        let step = TrainStep::new(mode, &model, &inputs, &loss_fn, &profile).expect("step");
+        let mut opt = Adam::new(1e-2).expect("adam");
+        // warm-up: the compiled step records its device graph on its second run
+        let mut last = f32::INFINITY;
+        for _ in 0..3 {
+            last = step
+                .run(&mut model, &mut opt, &inputs, &loss_fn)
+                .expect("step");
+        }
+        let before = reads();
+        for _ in 0..5 {
+            let loss = step
+                .run(&mut model, &mut opt, &inputs, &loss_fn)
+                .expect("step");
+            assert!(
+                loss.is_finite() && loss < last,
+                "{mode:?}: the loss goes down"
+            );
+            last = loss;
+        }
+        assert_eq!(
+            reads() - before,
+            5,
+            "{mode:?}: one read per step (the loss), none per index kernel"
+        );
+        assert_eq!(torchlean_cuda::graph::pending_checks(), 0);
+    }
 }
 
 /// On the GPU a training step reads one value (the loss plus zero times every gradient's

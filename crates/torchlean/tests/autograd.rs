@@ -211,8 +211,16 @@ fn rng_is_counter_based_and_seeded() {
     let a = Tensor::rand(&[1000], 7).unwrap().to_vec();
     assert_eq!(a, Tensor::rand(&[1000], 7).unwrap().to_vec());
     assert_ne!(a, Tensor::rand(&[1000], 8).unwrap().to_vec());
-    // element i of a draw with key k is element 0 of a draw with key k + i
-    assert_eq!(a[5], Tensor::rand(&[1], 12).unwrap().to_vec()[0]);
+    // element i is the spec's: the top 24 bits of splitmix64(stream_key(seed) + i) over 2^24
+    let key = torchlean::spec::stream_key(7);
+    for (i, v) in a.iter().enumerate() {
+        let bits = torchlean::spec::splitmix64(key.wrapping_add(i as u64));
+        assert_eq!(*v as f64, (bits >> 40) as f64 / 16_777_216.0);
+    }
+    // and a draw is not a shift of the draw of a nearby seed (keyed by the seed itself,
+    // element i of seed k was element 0 of seed k + i)
+    assert_ne!(a[5], Tensor::rand(&[1], 12).unwrap().to_vec()[0]);
+    assert_ne!(&a[1..], &Tensor::rand(&[999], 8).unwrap().to_vec()[..]);
     let mean = a.iter().sum::<f32>() / 1000.0;
     assert!((mean - 0.5).abs() < 0.05 && a.iter().all(|v| (0.0..1.0).contains(v)));
     let n = Tensor::randn(&[20000], 3).unwrap().to_vec();

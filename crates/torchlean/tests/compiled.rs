@@ -130,7 +130,10 @@ fn compiled_and_eager_training_give_the_same_losses() {
             "step {i}: eager {a} vs compiled {b}"
         );
     }
-    assert!(e[39] < e[0]);
+    // training makes progress: the last ten batches' mean loss is below the first ten's (one
+    // batch of 16 against another is noise)
+    let mean = |l: &[f32]| l.iter().sum::<f32>() / l.len() as f32;
+    assert!(mean(&e[30..]) < mean(&e[..10]), "{e:?}");
 }
 
 #[test]

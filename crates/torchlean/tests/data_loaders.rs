@@ -559,3 +559,45 @@ fn non_finite_values_are_refused_in_every_format() {
         "element 1",
     );
 }
+
+/// The first line of a headerless file is data, whatever its defect: a byte-order mark is
+/// ignored (the file has two rows, not one), a first row with a missing or non-numeric
+/// field is refused (it was taken as a header and dropped without a word), lone-CR line
+/// endings are line breaks, and a BOM before a header leaves the first column's name clean.
+#[test]
+fn a_defective_first_row_is_never_dropped_as_a_header() {
+    support::checked_cpu_default();
+    let o = CsvOptions::default();
+    let ds = torchlean::data::parse_csv("\u{feff}1,2,3\n4,5,6\n", "bom.csv", &o).unwrap();
+    assert_eq!(ds.len(), 2);
+    assert_eq!(ds.targets().unwrap().to_vec(), vec![3.0, 6.0]);
+    for text in [
+        "1,,3\n4,5,6\n7,8,9\n",
+        "1,NA,3\n4,5,6\n",
+        "1,\u{2212}2,3\n4,5,6\n",
+    ] {
+        let e = torchlean::data::parse_csv(text, "first.csv", &o)
+            .expect_err("a defective first row is refused")
+            .to_string();
+        assert!(e.contains("mixes numbers and text"), "{text:?}: {e}");
+    }
+    // explicit options still decide
+    let absent = CsvOptions {
+        header: Header::Absent,
+        ..Default::default()
+    };
+    let e = torchlean::data::parse_csv("1,NA,3\n4,5,6\n", "first.csv", &absent)
+        .expect_err("NA is no number")
+        .to_string();
+    assert!(e.contains("line 1, column 2"), "{e}");
+    let ds = torchlean::data::parse_csv("a,b,c\r1,2,3\r4,5,6\r", "cr.csv", &o).unwrap();
+    assert_eq!(ds.len(), 2);
+    assert_eq!(ds.features().unwrap().to_vec(), vec![1.0, 2.0, 4.0, 5.0]);
+    let by_name = CsvOptions {
+        label: LabelColumn::Name("y".into()),
+        ..Default::default()
+    };
+    let ds =
+        torchlean::data::parse_csv("\u{feff}y,x\r\n1,2\r\n3,4\r\n", "h.csv", &by_name).unwrap();
+    assert_eq!(ds.targets().unwrap().to_vec(), vec![1.0, 3.0]);
+}

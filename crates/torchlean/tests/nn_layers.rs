@@ -479,3 +479,83 @@ fn initializations_are_seeded_and_bounded() {
     assert!((std - 0.02).abs() < 0.002, "std {std}");
     assert!(init::kaiming_uniform(&[2], 0, 0.0, 0).is_err());
 }
+
+/// The longest run of equal consecutive values that `a` and `b` share at some offset (`b`
+/// shifted against `a` by 1..=max_shift in either direction): a few for independent streams,
+/// the whole overlap for streams that are shifts of one another.
+fn longest_shared_run(a: &[f32], b: &[f32], max_shift: usize) -> usize {
+    let mut best = 0;
+    for shift in 1..=max_shift {
+        for (x, y) in [(a, b), (b, a)] {
+            let mut run = 0;
+            for (u, v) in x[shift.min(x.len())..].iter().zip(y) {
+                run = if u == v { run + 1 } else { 0 };
+                best = best.max(run);
+            }
+        }
+    }
+    best
+}
+
+/// Draws with different seeds are independent streams, not shifts of one another: keyed by
+/// the seed itself, element i of seed s + 1 was element i + 1 of seed s (so a `Linear` bias,
+/// seeded a few thousand apart from its weight, was a copy of part of it, and consecutive
+/// MLP layers were scaled copies of each other — the training-side oracle audit).
+#[test]
+fn draws_with_nearby_seeds_and_layer_parameters_are_independent() {
+    for seed in [0u64, 1, 6, 41, 1000] {
+        for other in [seed + 1, seed + 2, seed + 1000] {
+            let a = Tensor::rand(&[2048], seed).unwrap().to_vec();
+            let b = Tensor::rand(&[2048], other).unwrap().to_vec();
+            let run = longest_shared_run(&a, &b, 1100);
+            assert!(
+                run < 8,
+                "rand seeds {seed} and {other} share a run of {run}"
+            );
+            let a = Tensor::randn(&[2048], seed).unwrap().to_vec();
+            let b = Tensor::randn(&[2048], other).unwrap().to_vec();
+            assert!(
+                longest_shared_run(&a, &b, 1100) < 4,
+                "randn seeds {seed}, {other}"
+            );
+        }
+    }
+    // a bias is no window of its weight (the audit's case: bias == weight[45477..45605])
+    let l = Linear::new(784, 128, true, 0).unwrap();
+    let (w, b) = (l.weight.to_vec(), l.bias.as_ref().unwrap().to_vec());
+    let copied = w.windows(b.len()).any(|win| win == b.as_slice());
+    assert!(!copied, "the bias is a copy of part of the weight");
+    // consecutive MLP layers are not proportional: the correlation of layer 1's weight with
+    // layer 0's at every offset up to 2000 stays at the level of independent draws
+    let mlp = torchlean::nn::Mlp::new(&[784, 128, 10], Activation::Relu, 0).unwrap();
+    let params = mlp.parameters();
+    let find = |name: &str| {
+        let p = params.iter().find(|(n, _)| n == name);
+        p.unwrap_or_else(|| panic!("no parameter {name}"))
+            .1
+            .to_vec()
+    };
+    let (w0, w1) = (find("layers.0.weight"), find("layers.1.weight"));
+    let corr = |x: &[f32], y: &[f32]| {
+        let n = x.len().min(y.len()) as f64;
+        let (mx, my) = (
+            x.iter().map(|&v| v as f64).sum::<f64>() / n,
+            y.iter().map(|&v| v as f64).sum::<f64>() / n,
+        );
+        let (mut sxy, mut sxx, mut syy) = (0.0, 0.0, 0.0);
+        for (&u, &v) in x.iter().zip(y) {
+            let (du, dv) = (u as f64 - mx, v as f64 - my);
+            sxy += du * dv;
+            sxx += du * du;
+            syy += dv * dv;
+        }
+        sxy / (sxx * syy).sqrt()
+    };
+    for offset in 0..2000 {
+        let c = corr(&w0[offset..], &w1);
+        assert!(
+            c.abs() < 0.2,
+            "layer weights correlate {c} at offset {offset}"
+        );
+    }
+}

@@ -301,3 +301,150 @@ fn large_parameters_take_the_chunked_path_with_the_same_result() {
     let expect: Vec<f64> = w0.iter().map(|&w| w as f64 * 0.5751).collect();
     close(&big, &expect, 1e-4);
 }
+
+/// Two parameters; `b` gets no gradient in the first step.
+struct Two {
+    a: Tensor,
+    b: Tensor,
+}
+
+impl Module for Two {
+    fn forward(&self, _x: &Tensor) -> torchlean::Result<Tensor> {
+        Ok(self.a.clone())
+    }
+    fn parameters(&self) -> Vec<(String, &Tensor)> {
+        vec![("a".into(), &self.a), ("b".into(), &self.b)]
+    }
+    fn parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
+        vec![("a".into(), &mut self.a), ("b".into(), &mut self.b)]
+    }
+}
+
+/// Gradients of 0.5·a² (+ 0.5·b² when `with_b`): a (and b).
+fn two_grads(m: &Two, with_b: bool) -> Gradients {
+    let half_sq = |t: &Tensor| t.mul(t).unwrap().sum_all().unwrap().scale(0.5).unwrap();
+    let mut loss = half_sq(&m.a);
+    if with_b {
+        loss = loss.add(&half_sq(&m.b)).unwrap();
+    }
+    loss.backward().unwrap()
+}
+
+/// PyTorch's Adam for one scalar parameter over the gradients g(w) = w of the steps in which
+/// it has one: its own step count t (f64).
+fn adam_ref(w0: f64, steps: usize, lr: f64) -> f64 {
+    let (b1, b2, eps) = (0.9f64, 0.999f64, 1e-8f64);
+    let (mut w, mut m, mut v) = (w0, 0.0, 0.0);
+    for t in 1..=steps as i32 {
+        let g = w;
+        m = b1 * m + (1.0 - b1) * g;
+        v = b2 * v + (1.0 - b2) * g * g;
+        w -= lr / (1.0 - b1.powi(t)) * m / (v.sqrt() / (1.0 - b2.powi(t)).sqrt() + eps);
+    }
+    w
+}
+
+/// PyTorch's Adagrad (lr_decay) for one scalar parameter, its own step count t (f64).
+fn adagrad_ref(w0: f64, steps: usize, lr: f64, lr_decay: f64) -> f64 {
+    let (mut w, mut s) = (w0, 0.0);
+    for t in 1..=steps {
+        let g = w;
+        s += g * g;
+        w -= lr / (1.0 + (t - 1) as f64 * lr_decay) * g / (s.sqrt() + 1e-10);
+    }
+    w
+}
+
+/// A parameter without a gradient in some steps counts only its own steps (PyTorch's
+/// per-parameter `state['step']`): Adam's bias corrections and Adagrad's decayed rate of
+/// its first update are those of step 1. Counting the optimizer's steps instead gave b
+/// 0.9256 instead of 0.9 after one update (the training-side oracle audit). The counts
+/// survive a checkpoint: a run resumed after the first step matches the uninterrupted one.
+#[test]
+fn a_parameter_without_a_gradient_counts_only_its_own_steps() {
+    support::checked_cpu_default();
+    let fresh = || Two {
+        a: Tensor::from_vec(vec![1.0], &[1]).unwrap().requires_grad(),
+        b: Tensor::from_vec(vec![1.0], &[1]).unwrap().requires_grad(),
+    };
+    // three steps: b has no gradient in the first
+    let train = |opt: &mut dyn Optimizer, m: &mut Two, from: usize| {
+        for s in from..3 {
+            let g = two_grads(m, s > 0);
+            opt.step(m, &g).unwrap();
+        }
+    };
+    let mut adam = Adam::new(0.1).unwrap();
+    let mut m = fresh();
+    train(&mut adam, &mut m, 0);
+    close(&m.a.to_vec(), &[adam_ref(1.0, 3, 0.1)], 1e-6);
+    close(&m.b.to_vec(), &[adam_ref(1.0, 2, 0.1)], 1e-6);
+    let mut ada = Adagrad::new(0.1).unwrap();
+    ada.lr_decay = 1.0;
+    let mut m = fresh();
+    train(&mut ada, &mut m, 0);
+    close(&m.a.to_vec(), &[adagrad_ref(1.0, 3, 0.1, 1.0)], 1e-6);
+    close(&m.b.to_vec(), &[adagrad_ref(1.0, 2, 0.1, 1.0)], 1e-6);
+
+    // resumed from a checkpoint written after the first step
+    let path = std::env::temp_dir().join(format!(
+        "torchlean-per-param-steps-{}.safetensors",
+        std::process::id()
+    ));
+    let mut adam = Adam::new(0.1).unwrap();
+    let mut m = fresh();
+    let g = two_grads(&m, false);
+    adam.step(&mut m, &g).unwrap();
+    torchlean::nn::save_checkpoint(&path, &m, Some(&adam), 1).unwrap();
+    let mut resumed = fresh();
+    let mut adam2 = Adam::new(0.1).unwrap();
+    torchlean::nn::load_checkpoint(&path, &mut resumed, Some(&mut adam2)).unwrap();
+    assert_eq!(adam2.export_state().param_steps.get("a"), Some(&1));
+    assert_eq!(adam2.export_state().param_steps.get("b"), None);
+    train(&mut adam2, &mut resumed, 1);
+    close(&resumed.b.to_vec(), &[adam_ref(1.0, 2, 0.1)], 1e-6);
+    close(&resumed.a.to_vec(), &[adam_ref(1.0, 3, 0.1)], 1e-6);
+    let _ = std::fs::remove_file(&path);
+}
+
+/// One tensor listed under two names (tied weights).
+struct Tied {
+    w: Tensor,
+}
+
+impl Module for Tied {
+    fn forward(&self, _x: &Tensor) -> torchlean::Result<Tensor> {
+        Ok(self.w.clone())
+    }
+    fn parameters(&self) -> Vec<(String, &Tensor)> {
+        vec![("encoder.w".into(), &self.w), ("decoder.w".into(), &self.w)]
+    }
+    fn parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
+        vec![("encoder.w".into(), &mut self.w)]
+    }
+}
+
+/// A tied weight's gradient counts once in the global norm (PyTorch lists each tensor once):
+/// counted under both names, the norm of (3, 4) was 5·√2 and clipping started too early.
+#[test]
+fn a_tied_weight_counts_once_in_the_global_norm() {
+    support::checked_cpu_default();
+    let m = Tied {
+        w: Tensor::from_vec(vec![3.0, 4.0], &[2])
+            .unwrap()
+            .requires_grad(),
+    };
+    let g =
+        m.w.mul(&m.w)
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .scale(0.5)
+            .unwrap()
+            .backward()
+            .unwrap();
+    assert_eq!(global_grad_norm(&m, &g), 5.0);
+    let mut g2 = g.clone();
+    assert_eq!(clip_grad_norm(&m, &mut g2, 6.0).unwrap(), 5.0);
+    assert_eq!(g2.get(&m.w).unwrap().to_vec(), vec![3.0, 4.0]);
+}

@@ -237,8 +237,10 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
             Op::BernoulliMask { keep, .. } => (1i32, f64::from(*keep)),
             _ => (0i32, 0.0f64),
         };
+        // the kernel draws element i from splitmix64(key + i), key the seed's stream key
+        let key = torchlean::spec::stream_key(*seed);
         let mut l = cx.stream.launch_builder(&cx.functions.random_fill);
-        l.arg(seed)
+        l.arg(&key)
             .arg(&bernoulli)
             .arg(&keep)
             .arg(out.slice_mut())

@@ -241,12 +241,14 @@ fn flag(cx: &Context, op: &Op) -> Result<CudaBuffer> {
     Ok(f)
 }
 
-/// The spec's error for this call's index when the kernel set the flag: checked now, or —
-/// while a device graph is being recorded — after each replay of that graph (the kernels
-/// never touch memory outside their inputs and outputs either way; see `graph.rs`).
+/// The spec's error for this call's index when the kernel set the flag, checked at the next
+/// read of device values to the host — or, when a device graph records this call, at the
+/// next read after each replay (see `graph.rs`). The kernels never touch memory outside
+/// their inputs and outputs with an invalid index, so the work launched meanwhile is only
+/// wasted, and no value computed from it reaches the host before the error does.
 fn check_flag(op: &Op, f: CudaBuffer, x_shape: &[usize], idx: &Tensor) -> Result<()> {
     let (op, x_shape, idx) = (op.clone(), x_shape.to_vec(), idx.clone());
-    crate::graph::check_now_or_after_each_replay(Box::new(move || {
+    crate::graph::check_at_next_read(std::sync::Arc::new(move || {
         read_flag(&op, &f, &x_shape, &idx)
     }))
 }

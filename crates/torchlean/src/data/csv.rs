@@ -12,7 +12,10 @@ const FORMAT: &str = "CSV";
 /// Whether the first line is a header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Header {
-    /// A header when some field of the first line is not a number.
+    /// A header when no field of the first line is a number, data when every field is; a
+    /// first line that mixes numbers and other text is refused (it is a header with a number
+    /// for a name, or a data row with a defect: reading it either way could silently drop
+    /// or invent a row).
     Auto,
     Present,
     Absent,
@@ -64,13 +67,22 @@ fn field(s: &str) -> &str {
         .map_or(s, str::trim)
 }
 
-/// Parses CSV text (`name` is used in messages). Empty lines are skipped; every row must
-/// have the header's (or first row's) number of fields, all finite numbers.
+/// The lines of `text`: broken at LF, CRLF and a lone CR (the line ending of old Mac
+/// files, which would otherwise read as one long line).
+fn split_lines(text: &str) -> impl Iterator<Item = &str> {
+    text.split('\n')
+        .flat_map(|l| l.strip_suffix('\r').unwrap_or(l).split('\r'))
+}
+
+/// Parses CSV text (`name` is used in messages). A leading byte-order mark is ignored, empty
+/// lines are skipped; every row must have the header's (or first row's) number of fields,
+/// all finite numbers.
 pub fn parse_csv(text: &str, name: &str, options: &CsvOptions) -> Result<Dataset> {
     let bad =
         |reason: String| -> crate::Error { DataError::malformed(name, FORMAT, reason).into() };
-    let mut lines = text
-        .lines()
+    // a UTF-8 byte-order mark (spreadsheets write one) is not part of the first field
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let mut lines = split_lines(text)
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
         .peekable();
@@ -81,7 +93,24 @@ pub fn parse_csv(text: &str, name: &str, options: &CsvOptions) -> Result<Dataset
     let has_header = match options.header {
         Header::Present => true,
         Header::Absent => false,
-        Header::Auto => first_fields.iter().any(|f| f.parse::<f32>().is_err()),
+        Header::Auto => {
+            let numbers = first_fields
+                .iter()
+                .filter(|f| f.parse::<f32>().is_ok())
+                .count();
+            if numbers > 0 && numbers < first_fields.len() {
+                let text: Vec<&&str> = first_fields
+                    .iter()
+                    .filter(|f| f.parse::<f32>().is_err())
+                    .collect();
+                return Err(bad(format!(
+                    "the first line mixes numbers and text ({text:?} are not numbers): it is \
+                     neither a header (every field a name) nor a data row; fix the row, or \
+                     say whether the file has a header (`Header::Present` / `Header::Absent`)"
+                )));
+            }
+            numbers == 0
+        }
     };
     let header: Option<Vec<String>> = if has_header {
         lines.next();
@@ -119,7 +148,7 @@ pub fn parse_csv(text: &str, name: &str, options: &CsvOptions) -> Result<Dataset
     };
     // reserved up front, fallibly: every row has `cols` fields, so this is at most a few
     // times the text's size, and a text the process has no memory for is an error
-    let rows = text.lines().count();
+    let rows = split_lines(text).count();
     let mut features: Vec<f32> = Vec::new();
     let mut targets: Vec<f32> = Vec::new();
     let want = rows.saturating_mul(cols);

@@ -1,5 +1,6 @@
 //! Adagrad as `torch.optim.Adagrad`:
-//! g = ∇ + wd·w; s += g²; w -= lr / (1 + (t-1)·lr_decay) · g / (sqrt(s) + ε).
+//! g = ∇ + wd·w; s += g²; w -= lr / (1 + (t-1)·lr_decay) · g / (sqrt(s) + ε), t the
+//! parameter's own step count (the steps in which it had a gradient), as PyTorch.
 
 use super::module::Module;
 use super::optim::{
@@ -75,7 +76,9 @@ impl Optimizer for Adagrad {
         self.store
             .set_slots(vec![("sum", self.initial_accumulator_value)]);
         self.steps += 1;
-        let clr = self.lr / (1.0 + (self.steps - 1) as f32 * self.lr_decay);
+        // the decayed rate of a parameter's own step count (`SlotStore::advance`)
+        let (lr, lr_decay) = (self.lr, self.lr_decay);
+        let rate = |t: u64| lr / (1.0 + (t - 1) as f32 * lr_decay);
         let (wd, eps) = (self.weight_decay, self.eps);
         let names = self.names.resolve(&*model);
         let store = &mut self.store;
@@ -83,6 +86,7 @@ impl Optimizer for Adagrad {
             let Some(g) = grad_of(name, p, grads)? else {
                 return Ok(());
             };
+            let clr = rate(store.advance(name));
             if p.device() != crate::backend::Device::Cpu {
                 // on a device: the same update as ops of the session (planned and gated), no
                 // host round trip

@@ -1,7 +1,8 @@
 //! Adam (Kingma & Ba) with L2 weight decay, as `torch.optim.Adam`, and AdamW (decoupled
 //! weight decay, Loshchilov & Hutter), as `torch.optim.AdamW`:
 //! AdamW first shrinks w by (1 - lr·wd); Adam adds wd·w to the gradient. Then
-//! m = β₁m + (1-β₁)g, v = β₂v + (1-β₂)g², w -= (lr / (1-β₁ᵗ)) · m / (sqrt(v) / sqrt(1-β₂ᵗ) + ε).
+//! m = β₁m + (1-β₁)g, v = β₂v + (1-β₂)g², w -= (lr / (1-β₁ᵗ)) · m / (sqrt(v) / sqrt(1-β₂ᵗ) + ε),
+//! t the parameter's own step count (the steps in which it had a gradient), as PyTorch.
 
 use super::module::Module;
 use super::optim::{
@@ -43,10 +44,12 @@ impl AdamCore {
         check_range("Adam beta1", b1, 0.0, 1.0, false)?;
         check_range("Adam beta2", b2, 0.0, 1.0, false)?;
         self.steps += 1;
-        let t = self.steps.min(i32::MAX as u64) as i32;
-        let c1 = 1.0 - b1.powi(t);
-        let c2_sqrt = (1.0 - b2.powi(t)).sqrt();
-        let step_size = lr / c1;
+        // the bias corrections of a parameter's own step count (`SlotStore::advance`)
+        let corrections = |t: u64| {
+            let t = t.min(i32::MAX as u64) as i32;
+            let c1 = 1.0 - b1.powi(t);
+            (lr / c1, (1.0 - b2.powi(t)).sqrt())
+        };
         let (l2, shrink) = if decoupled {
             (0.0, 1.0 - lr * wd)
         } else {
@@ -58,6 +61,7 @@ impl AdamCore {
             let Some(g) = grad_of(name, p, grads)? else {
                 return Ok(());
             };
+            let (step_size, c2_sqrt) = corrections(store.advance(name));
             if p.device() != crate::backend::Device::Cpu {
                 // on a device, as ops of the session (planned, gated, reported): the moments
                 // (`ema_update`), then the step (`adam_update`), one pass each, the same

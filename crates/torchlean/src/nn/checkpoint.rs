@@ -27,6 +27,9 @@ const KEY_VERSION: &str = "version";
 const KEY_STEP: &str = "step";
 const KEY_OPTIM: &str = "optim.kind";
 const KEY_OPTIM_STEP: &str = "optim.step";
+/// Per-parameter step counts, a JSON object `{parameter: steps}` (absent in files written
+/// before they were kept: every parameter with state then counts `optim.step`).
+const KEY_OPTIM_PARAM_STEPS: &str = "optim.param_steps";
 const KEY_MODEL: &str = "model";
 pub(crate) const KEY_CHECKSUM: &str = "checksum.fnv1a64";
 
@@ -138,6 +141,11 @@ pub fn save_checkpoint_tagged(
         }
         metadata.insert(KEY_OPTIM.to_string(), state.kind);
         metadata.insert(KEY_OPTIM_STEP.to_string(), state.step.to_string());
+        if !state.param_steps.is_empty() {
+            let steps = serde_json::to_string(&state.param_steps)
+                .map_err(|e| mismatch(format!("per-parameter step counts: {e}")))?;
+            metadata.insert(KEY_OPTIM_PARAM_STEPS.to_string(), steps);
+        }
     }
     let sum = checksum(
         named
@@ -361,9 +369,18 @@ pub fn apply_checkpoint(
                 .map_err(|_| mismatch(format!("metadata optim.step `{s}` is not a number")))?,
             None => 0,
         };
+        let param_steps = match contents.metadata.get(KEY_OPTIM_PARAM_STEPS) {
+            Some(s) => serde_json::from_str::<BTreeMap<String, u64>>(s).map_err(|e| {
+                mismatch(format!(
+                    "metadata {KEY_OPTIM_PARAM_STEPS} is not an object of step counts: {e}"
+                ))
+            })?,
+            None => BTreeMap::new(),
+        };
         let state = OptimizerState {
             kind: kind.clone(),
             step: opt_step,
+            param_steps,
             tensors: contents
                 .tensors
                 .iter()

@@ -4,10 +4,16 @@ use super::module::Module;
 use crate::error::{Error, Result};
 use crate::runtime::Gradients;
 
-/// The L2 norm of the gradients of all of `model`'s parameters together (in f64).
+/// The L2 norm of the gradients of all of `model`'s parameters together (in f64). A tensor
+/// listed under several names (tied weights) counts once, as in PyTorch, whose
+/// `model.parameters()` lists each tensor once.
 pub fn global_grad_norm(model: &dyn Module, grads: &Gradients) -> f32 {
     let mut sq = 0f64;
+    let mut seen = std::collections::HashSet::new();
     for (_, p) in model.parameters() {
+        if !seen.insert(p.id()) {
+            continue;
+        }
         if let Some(g) = grads.get(p) {
             sq += g
                 .data()

@@ -1,5 +1,6 @@
 //! Fully connected layers and the multilayer perceptron.
 
+use super::init::derive_seed;
 use super::module::Module;
 use crate::error::{Error, Result};
 use crate::graph::OpKind;
@@ -12,7 +13,8 @@ pub struct Linear {
 }
 
 impl Linear {
-    /// PyTorch's default initialization: W, b ~ U(-1/sqrt(in), 1/sqrt(in)), drawn with `seed`.
+    /// PyTorch's default initialization: W, b ~ U(-1/sqrt(in), 1/sqrt(in)), drawn with `seed`
+    /// (the bias with a seed derived from it: an independent stream).
     pub fn new(input: usize, output: usize, bias: bool, seed: u64) -> Result<Linear> {
         if input == 0 || output == 0 {
             return Err(Error::Creation(format!(
@@ -22,7 +24,10 @@ impl Linear {
         let bound = 1.0 / (input as f32).sqrt();
         let weight = Tensor::uniform(&[output, input], -bound, bound, seed)?.requires_grad();
         let bias = if bias {
-            Some(Tensor::uniform(&[output], -bound, bound, seed ^ 0xB1A5)?.requires_grad())
+            Some(
+                Tensor::uniform(&[output], -bound, bound, derive_seed(seed, 0xB1A5))?
+                    .requires_grad(),
+            )
         } else {
             None
         };
@@ -110,7 +115,7 @@ impl Mlp {
         let layers = sizes
             .windows(2)
             .enumerate()
-            .map(|(i, w)| Linear::new(w[0], w[1], true, seed.wrapping_add(1000 * i as u64)))
+            .map(|(i, w)| Linear::new(w[0], w[1], true, derive_seed(seed, i as u64)))
             .collect::<Result<_>>()?;
         Ok(Mlp { layers, activation })
     }

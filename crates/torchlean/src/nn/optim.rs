@@ -34,6 +34,7 @@ pub trait Optimizer {
             kind: self.kind().to_string(),
             step: 0,
             tensors: Vec::new(),
+            param_steps: BTreeMap::new(),
         }
     }
     /// Replaces the state by `state` after validating its kind, names and shapes against
@@ -60,6 +61,12 @@ pub struct OptimizerState {
     pub step: u64,
     /// Named buffers, `optim.<kind>.<slot>.<parameter name>`.
     pub tensors: Vec<(String, Tensor)>,
+    /// Per parameter, the steps in which it had a gradient (as `state[p]['step']` in
+    /// `torch.optim`): Adam's bias corrections and Adagrad's decayed rate count a parameter's
+    /// own steps, not the optimizer's. Empty for optimizers that keep no count; a parameter
+    /// with slots but no entry (a checkpoint written before the counts were kept) counts
+    /// `step`.
+    pub param_steps: BTreeMap<String, u64>,
 }
 
 pub(crate) fn check_lr(lr: f32) -> Result<()> {
@@ -194,6 +201,8 @@ pub(crate) struct SlotStore {
     slots: Vec<(&'static str, f32)>,
     params: BTreeMap<String, ParamSlots>,
     device: BTreeMap<String, Vec<Tensor>>,
+    /// Per parameter, the steps in which it was updated.
+    steps: BTreeMap<String, u64>,
 }
 
 impl SlotStore {
@@ -203,7 +212,18 @@ impl SlotStore {
             slots,
             params: BTreeMap::new(),
             device: BTreeMap::new(),
+            steps: BTreeMap::new(),
         }
+    }
+
+    /// Counts a step of parameter `name` (one in which it has a gradient) and returns its
+    /// step number, 1 for its first update — PyTorch's per-parameter `step`, so that a
+    /// parameter without a gradient in early steps (frozen, or unused by some batches) gets
+    /// the bias correction of its own first step, not of the optimizer's.
+    pub(crate) fn advance(&mut self, name: &str) -> u64 {
+        let t = self.steps.entry(name.to_string()).or_insert(0);
+        *t = t.saturating_add(1);
+        *t
     }
 
     /// Redefines the slot list (when hyperparameters change which buffers exist); existing
@@ -213,6 +233,7 @@ impl SlotStore {
             self.slots = slots;
             self.params.clear();
             self.device.clear();
+            self.steps.clear();
         }
     }
 
@@ -287,6 +308,7 @@ impl SlotStore {
             kind: self.kind.to_string(),
             step,
             tensors,
+            param_steps: self.steps.clone(),
         }
     }
 
@@ -342,15 +364,33 @@ impl SlotStore {
                 return Err(err(format!("tensor `{name}` appears twice")));
             }
         }
+        let mut steps = BTreeMap::new();
+        for (pname, &t) in &state.param_steps {
+            if !shapes.contains_key(pname) {
+                return Err(err(format!(
+                    "a step count is kept for unknown parameter `{pname}`"
+                )));
+            }
+            if t > state.step {
+                return Err(err(format!(
+                    "parameter `{pname}` took {t} steps, more than the optimizer's {}",
+                    state.step
+                )));
+            }
+            steps.insert(pname.clone(), t);
+        }
         let mut params = BTreeMap::new();
         for (pname, bufs) in found {
             let bufs: Option<Vec<Vec<f32>>> = bufs.into_iter().collect();
             let bufs = bufs
                 .ok_or_else(|| err(format!("parameter `{pname}` is missing some of its slots")))?;
             let shape = shapes.get(&pname).cloned().unwrap_or_default();
+            // state written before the counts were kept: every updated parameter took every step
+            steps.entry(pname.clone()).or_insert(state.step);
             params.insert(pname, ParamSlots { shape, bufs });
         }
         self.params = params;
+        self.steps = steps;
         // device slots are rebuilt from the imported buffers on their next use
         self.device.clear();
         Ok(state.step)

@@ -15,7 +15,9 @@ pub enum LrSchedule {
         gamma: f32,
     },
     /// `min + (base - min) · (1 + cos(π · step / total)) / 2` for step < total, then `min`
-    /// (`CosineAnnealingLR` without restarts).
+    /// held. Equal to `torch.optim.lr_scheduler.CosineAnnealingLR(T_max=total, eta_min=min)`
+    /// up to step `total`; after it PyTorch's keeps following the cosine (the rate rises back
+    /// towards `base` over the next `total` steps), this one stays at `min`.
     Cosine {
         base: f32,
         min_lr: f32,

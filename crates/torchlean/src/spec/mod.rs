@@ -59,7 +59,7 @@ pub fn unary_f32(op: &Op, x: f32) -> Option<f32> {
     op.kind().is_unary_map().then(|| unary(op, x))
 }
 pub(crate) use pool::smooth_shift;
-pub use random::{splitmix64, uniform_from_bits};
+pub use random::{splitmix64, stream_bits, stream_key, uniform_from_bits};
 
 use crate::error::OpError;
 use crate::graph::{Op, OpKind};

@@ -1,7 +1,10 @@
 //! Seeded random sources: counter-based SplitMix64 (DESIGN §4).
 //!
-//! Element `i` of a draw with key `k` uses `splitmix64(k + i)`, so a draw is a pure function
-//! of (key, shape): bit-identical on every provider and device.
+//! Element `i` of a draw with seed `s` uses `splitmix64(stream_key(s) + i)`, so a draw is a
+//! pure function of (seed, shape): bit-identical on every provider and device. The seed is
+//! hashed into the stream's key first ([`stream_key`]): with the seed itself as the key, the
+//! draws of seeds `s` and `s + 1` were the same values shifted by one element (a weight and a
+//! bias seeded a few apart, or two inputs drawn with seeds 6 and 7, were copies of each other).
 
 use super::{expect_arity, payload_err, Array};
 use crate::error::OpError;
@@ -15,6 +18,19 @@ pub fn splitmix64(x: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
+}
+
+/// The key of the stream drawn for `seed`. Two seeds' streams of n elements share values only
+/// when their keys lie within n of each other: about n / 2^63 for two different seeds.
+#[inline]
+pub fn stream_key(seed: u64) -> u64 {
+    splitmix64(seed ^ 0xD1B5_4A32_D192_ED03)
+}
+
+/// The 64 random bits of element `i` of the stream with key `key` (see [`stream_key`]).
+#[inline]
+pub fn stream_bits(key: u64, i: usize) -> u64 {
+    splitmix64(key.wrapping_add(i as u64))
 }
 
 /// The uniform value in [0, 1) carried by 64 random bits: the top 24 bits over 2^24.
@@ -43,13 +59,16 @@ pub(super) fn shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError>
 
 pub(super) fn forward<T: Scalar>(op: &Op, out_shape: Vec<usize>) -> Result<Array<T>, OpError> {
     match op {
-        Op::RandUniform { seed, .. } => Ok(Array::from_fn(&out_shape, |i| {
-            T::c(uniform_from_bits(splitmix64(seed.wrapping_add(i as u64))))
-        })),
-        Op::BernoulliMask { keep, seed, .. } => {
-            let keep = *keep as f64;
+        Op::RandUniform { seed, .. } => {
+            let key = stream_key(*seed);
             Ok(Array::from_fn(&out_shape, |i| {
-                let u = uniform_from_bits(splitmix64(seed.wrapping_add(i as u64)));
+                T::c(uniform_from_bits(stream_bits(key, i)))
+            }))
+        }
+        Op::BernoulliMask { keep, seed, .. } => {
+            let (keep, key) = (*keep as f64, stream_key(*seed));
+            Ok(Array::from_fn(&out_shape, |i| {
+                let u = uniform_from_bits(stream_bits(key, i));
                 if u < keep {
                     T::one()
                 } else {

@@ -5,7 +5,7 @@
 use super::Tensor;
 use crate::error::{Error, Result};
 use crate::runtime::buffers::{try_filled, try_with_capacity};
-use crate::spec::{check_shape, numel, splitmix64, uniform_from_bits, MAX_ELEMENTS};
+use crate::spec::{check_shape, numel, stream_bits, stream_key, uniform_from_bits, MAX_ELEMENTS};
 
 /// The element count of `shape`, refusing a shape beyond [`MAX_ELEMENTS`] (2^34 f32 = 64 GiB)
 /// or whose strides overflow, such as `(0, 2^40, 2^40)` (see [`crate::spec::check_shape`]):
@@ -76,7 +76,8 @@ impl Tensor {
         Ok(Tensor::from_parts(data, vec![count]))
     }
 
-    /// Uniform values in [0, 1) drawn with key `seed` (element i uses splitmix64(seed + i)).
+    /// Uniform values in [0, 1) drawn with seed `seed` (element i uses
+    /// `splitmix64(stream_key(seed) + i)`: `spec::stream_key`).
     /// This is the `rand_uniform` op, run through the eager runtime.
     pub fn rand(shape: &[usize], seed: u64) -> Result<Tensor> {
         checked_numel("rand", shape)?;
@@ -89,14 +90,15 @@ impl Tensor {
         )
     }
 
-    /// Standard normal values drawn with key `seed`: element i takes the two 32-bit halves of
-    /// splitmix64(seed + i) as uniforms (u1 in (0,1], u2 in [0,1)) and applies Box–Muller.
+    /// Standard normal values drawn with seed `seed`: element i takes the two 32-bit halves of
+    /// `splitmix64(stream_key(seed) + i)` as uniforms (u1 in (0,1], u2 in [0,1)) and applies Box–Muller.
     /// A creation helper (for initialization), not a graph op.
     pub fn randn(shape: &[usize], seed: u64) -> Result<Tensor> {
         let n = checked_numel("randn", shape)?;
         let mut data = try_with_capacity(n, &format!("a tensor of shape {shape:?}"))?;
+        let key = stream_key(seed);
         data.extend((0..n).map(|i| {
-            let bits = splitmix64(seed.wrapping_add(i as u64));
+            let bits = stream_bits(key, i);
             let u1 = ((bits >> 40) + 1) as f64 / (1u64 << 24) as f64;
             let u2 = uniform_from_bits(bits << 32);
             ((-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()) as f32
@@ -108,9 +110,8 @@ impl Tensor {
     pub fn uniform(shape: &[usize], lo: f32, hi: f32, seed: u64) -> Result<Tensor> {
         let n = checked_numel("uniform", shape)?;
         let mut data = try_with_capacity(n, &format!("a tensor of shape {shape:?}"))?;
-        data.extend((0..n).map(|i| {
-            lo + (hi - lo) * uniform_from_bits(splitmix64(seed.wrapping_add(i as u64))) as f32
-        }));
+        let key = stream_key(seed);
+        data.extend((0..n).map(|i| lo + (hi - lo) * uniform_from_bits(stream_bits(key, i)) as f32));
         Ok(Tensor::from_parts(data, shape.to_vec()))
     }
 

@@ -34,7 +34,7 @@ use crate::backend::{
 use crate::error::Result;
 use crate::graph::{Op, OpKind};
 use crate::runtime::kernel::KernelBinding;
-use crate::spec::{splitmix64, uniform_from_bits};
+use crate::spec::{stream_bits, stream_key, uniform_from_bits};
 use crate::tensor::Tensor;
 use rayon::prelude::*;
 
@@ -48,8 +48,9 @@ fn random(op: &Op, n: usize) -> Vec<f32> {
         Op::BernoulliMask { seed, keep, .. } => (*seed, Some(*keep as f64)),
         _ => unreachable!("random called for {}", op.name()),
     };
+    let key = stream_key(seed);
     let draw = |i: usize| {
-        let u = uniform_from_bits(splitmix64(seed.wrapping_add(i as u64)));
+        let u = uniform_from_bits(stream_bits(key, i));
         match keep {
             None => u as f32,
             Some(p) => (u < p) as u8 as f32,
