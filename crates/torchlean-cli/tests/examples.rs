@@ -384,6 +384,28 @@ fn user_data_files_train_and_bad_ones_exit_2() {
         stdout(&o)
     );
 
+    // a header with numbers for names (pandas' integer column labels): refused by the
+    // default detection (the same first line could be a defective data row), read with
+    // --csv-header present; --csv-header on an IDX file or without --data is refused
+    let numbered = dir.join("numbered.csv");
+    std::fs::write(&numbered, csv.replacen("a,b,label", "0,1,label", 1)).unwrap();
+    let o = torchlean(&["mlp", "--data", s(&numbered), "--steps", "3"]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("--csv-header"), "{}", stderr(&o));
+    let o = torchlean(&[
+        "mlp",
+        "--data",
+        s(&numbered),
+        "--steps",
+        "3",
+        "--csv-header",
+        "present",
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(stdout(&o).contains("60 samples"), "{}", stdout(&o));
+    let o = torchlean(&["mlp", "--steps", "3", "--csv-header", "absent"]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+
     // good IDX images 8x8 with the labels sibling, for the CNN
     let n = 20u32;
     let images = dir.join("t-images-idx3-ubyte");
@@ -396,6 +418,16 @@ fn user_data_files_train_and_bad_ones_exit_2() {
     assert!(stdout(&o).contains("3 classes"), "{}", stdout(&o));
     let o = torchlean(&["mlp", "--data", s(&images), "--steps", "3"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = torchlean(&[
+        "mlp",
+        "--data",
+        s(&images),
+        "--steps",
+        "3",
+        "--csv-header",
+        "auto",
+    ]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
 
     let write = |name: &str, content: &[u8]| {
         let p = dir.join(name);

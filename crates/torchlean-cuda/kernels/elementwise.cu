@@ -502,8 +502,8 @@ extern "C" __global__ void add_row_bias(float* __restrict__ out, const float* __
 }
 
 // Counter-based SplitMix64 (crates/torchlean/src/spec/random.rs): element i of a draw with
-// key `seed` (the host passes the seed's stream key, `spec::stream_key`) uses
-// splitmix64(seed + i), its top 24 bits over 2^24 as the uniform value, so a
+// key `key` (the host passes the seed's stream key, `spec::stream_key`) uses
+// splitmix64(key + i), its top 24 bits over 2^24 as the uniform value, so a
 // draw is bit-identical to the CPU's. `bernoulli`: 1 where u < keep, else 0.
 __device__ __forceinline__ unsigned long long splitmix64(unsigned long long x) {
     unsigned long long z = x + 0x9E3779B97F4A7C15ULL;
@@ -512,11 +512,11 @@ __device__ __forceinline__ unsigned long long splitmix64(unsigned long long x) {
     return z ^ (z >> 31);
 }
 
-extern "C" __global__ void random_fill(unsigned long long seed, int bernoulli, double keep,
+extern "C" __global__ void random_fill(unsigned long long key, int bernoulli, double keep,
                                        float* __restrict__ out, long long n) {
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
          i += (long long)gridDim.x * blockDim.x) {
-        unsigned long long bits = splitmix64(seed + (unsigned long long)i);
+        unsigned long long bits = splitmix64(key + (unsigned long long)i);
         double u = (double)(bits >> 40) / 16777216.0;
         out[i] = bernoulli ? (u < keep ? 1.0f : 0.0f) : (float)u;
     }

@@ -86,7 +86,10 @@ pub fn pending_checks() -> usize {
 
 /// Runs the pending checks in launch order, after the stream was synchronized (a read to the
 /// host or an explicit synchronization): the first failing check's error, and the list is
-/// empty afterwards either way (a check that failed once is reported once).
+/// empty afterwards either way. A failure is reported once, at that read — not sticky: work
+/// launched before the read already ran on the invalid call's output (a training step reads
+/// its loss before the optimizer update, so a step with an invalid index updates nothing),
+/// and a later read returns values again.
 pub fn run_pending() -> torchlean::Result<()> {
     let checks = std::mem::take(&mut *locked(&PENDING));
     checks.iter().try_for_each(|check| check())
@@ -132,8 +135,23 @@ impl Drop for RecordedGraph {
     }
 }
 
+impl RecordedGraph {
+    /// Whether a check of this graph (from an earlier replay) still waits for a read.
+    fn checks_pending(&self) -> bool {
+        let pending = locked(&PENDING);
+        self.checks
+            .iter()
+            .any(|c| pending.iter().any(|p| Arc::ptr_eq(c, p)))
+    }
+}
+
 impl DeviceGraph for RecordedGraph {
     fn replay(&mut self) -> torchlean::Result<()> {
+        // a replay reuses the recorded flag and index buffers (and zeroes the flag): the
+        // checks of the previous replay must run before this one overwrites what they read
+        if self.checks_pending() {
+            run_pending()?;
+        }
         self.graph
             .launch()
             .map_err(|e| failure("device graph replay", e))?;

@@ -43,9 +43,10 @@ pub struct MemoryStats {
     pub cache_hits: u64,
     /// Bytes held free by recorded device graphs (their static buffers not in use).
     pub graph_bytes: usize,
-    /// Reads of device values to the host (each waits for the stream): the synchronizations
-    /// a program asked for. The index kernels' pending checks, which copy a 4-byte flag each
-    /// after such a read, are not counted.
+    /// Reads of device values to the host through `DeviceBuffer::read` (each waits for the
+    /// stream). Not counted: explicit synchronizations, and the index kernels' pending
+    /// checks, which copy a 4-byte flag each once the stream is idle (a flag found set reads
+    /// the call's index through `read`, counted).
     pub host_reads: u64,
 }
 

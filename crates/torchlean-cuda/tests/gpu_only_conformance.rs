@@ -919,7 +919,7 @@ fn device_graph_replay_equals_kernel_by_kernel_execution() {
             ]
         },
     );
-    // the embedding's index check runs after every replay (see the next test)
+    // the embedding's index check runs at the next read after every replay (see the next test)
     let tokens = |s: u64| {
         let v: Vec<f32> = (0..20)
             .map(|i| ((i * 7 + s as usize * 3) % 10) as f32)

@@ -49,7 +49,9 @@ pub trait ProviderModule: Send + Sync + 'static {
         None
     }
     /// Waits until every kernel launched on `device` so far has finished (for timing; reads
-    /// of values wait by themselves). Devices that run synchronously have nothing to wait for.
+    /// of values wait by themselves), then runs the checks that wait for it: an error may be
+    /// an earlier call's (an invalid index on CUDA). Devices that run synchronously have
+    /// nothing to wait for.
     fn synchronize(&self, _device: Device) -> Result<()> {
         Ok(())
     }

@@ -405,6 +405,29 @@ fn a_parameter_without_a_gradient_counts_only_its_own_steps() {
     close(&resumed.b.to_vec(), &[adam_ref(1.0, 2, 0.1)], 1e-6);
     close(&resumed.a.to_vec(), &[adam_ref(1.0, 3, 0.1)], 1e-6);
     let _ = std::fs::remove_file(&path);
+
+    // imported counts must belong to moments: a count for a parameter without slots, or a
+    // count of 0 beside slots, is refused (either would pair one step's bias correction
+    // with another step's moments)
+    let state = adam.export_state();
+    assert_eq!(state.param_steps.get("a"), Some(&1));
+    for (name, t) in [("b", 1u64), ("a", 0)] {
+        let mut bad = state.clone();
+        bad.param_steps.insert(name.to_string(), t);
+        let mut fresh_opt = Adam::new(0.1).unwrap();
+        let e = fresh_opt
+            .import_state(&fresh(), &bad)
+            .expect_err("refused")
+            .to_string();
+        assert!(e.contains(&format!("`{name}`")), "{e}");
+    }
+    // a state without counts (written before they were kept) gives every parameter with
+    // slots the optimizer's count
+    let mut old = state.clone();
+    old.param_steps.clear();
+    let mut opt = Adam::new(0.1).unwrap();
+    opt.import_state(&fresh(), &old).unwrap();
+    assert_eq!(opt.export_state().param_steps.get("a"), Some(&state.step));
 }
 
 /// One tensor listed under two names (tied weights).

@@ -8,9 +8,11 @@
 //! sequence, forwards and then backwards in time), with their VJPs. The CUDA source is `kernels/rows.cu`. Results are dense row-major copies, never
 //! views.
 //!
-//! Gather checks its index values on the device; a call whose index holds a value that is not
-//! an integer in range waits for the device (a 4-byte read) and returns the spec's error for
-//! it (naming the first bad position and value), never a result.
+//! Gather checks its index values on the device: a value that is not an integer in range sets
+//! a flag (and the kernel touches no memory outside its operands). The call returns without
+//! waiting; the next read of device values to the host (or synchronization) fails with the
+//! spec's error for that call (naming the first bad position and value) instead of handing
+//! over values (`graph::check_at_next_read`).
 
 use super::{buffer, cx, grid, launched, output, row_major, tensor, warp_grid};
 use crate::device::Context;

@@ -15,7 +15,8 @@ pub enum Header {
     /// A header when no field of the first line is a number, data when every field is; a
     /// first line that mixes numbers and other text is refused (it is a header with a number
     /// for a name, or a data row with a defect: reading it either way could silently drop
-    /// or invent a row).
+    /// or invent a row). A header whose names are all numbers (pandas' `0,1,2,…` for
+    /// unnamed columns) cannot be told from data: it is read as a row — say `Present`.
     Auto,
     Present,
     Absent,
@@ -86,7 +87,7 @@ pub fn parse_csv(text: &str, name: &str, options: &CsvOptions) -> Result<Dataset
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
         .peekable();
-    let Some(&(_, first)) = lines.peek() else {
+    let Some(&(first_line, first)) = lines.peek() else {
         return Err(bad("the file has no rows".into()));
     };
     let first_fields: Vec<&str> = first.split(options.delimiter).map(field).collect();
@@ -104,9 +105,12 @@ pub fn parse_csv(text: &str, name: &str, options: &CsvOptions) -> Result<Dataset
                     .filter(|f| f.parse::<f32>().is_err())
                     .collect();
                 return Err(bad(format!(
-                    "the first line mixes numbers and text ({text:?} are not numbers): it is \
-                     neither a header (every field a name) nor a data row; fix the row, or \
-                     say whether the file has a header (`Header::Present` / `Header::Absent`)"
+                    "line {}, the first: it mixes numbers and text ({text:?} are not numbers), \
+                     so it could be a header with numbers for names or a data row with a \
+                     defect; fix the row, or say whether the file has a header (the CLI's \
+                     `--csv-header present|absent`, the library's `Header::Present` / \
+                     `Header::Absent`)",
+                    first_line + 1
                 )));
             }
             numbers == 0

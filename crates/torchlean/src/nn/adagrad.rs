@@ -86,7 +86,8 @@ impl Optimizer for Adagrad {
             let Some(g) = grad_of(name, p, grads)? else {
                 return Ok(());
             };
-            let clr = rate(store.advance(name));
+            let t = store.next_step(name);
+            let clr = rate(t);
             if p.device() != crate::backend::Device::Cpu {
                 // on a device: the same update as ops of the session (planned and gated), no
                 // host round trip
@@ -100,6 +101,7 @@ impl Optimizer for Adagrad {
                 if let (Some(b), Some(s1)) = (bufs.first_mut(), new) {
                     *b = s1;
                 }
+                store.commit_step(name, t);
                 return Ok(());
             }
             let g = g.data();
@@ -112,6 +114,7 @@ impl Optimizer for Adagrad {
                         *w -= clr * g / (s.sqrt() + eps);
                     })
                 });
+                store.commit_step(name, t);
             }
             Ok(())
         })?;

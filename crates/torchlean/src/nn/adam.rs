@@ -61,7 +61,8 @@ impl AdamCore {
             let Some(g) = grad_of(name, p, grads)? else {
                 return Ok(());
             };
-            let (step_size, c2_sqrt) = corrections(store.advance(name));
+            let t = store.next_step(name);
+            let (step_size, c2_sqrt) = corrections(t);
             if p.device() != crate::backend::Device::Cpu {
                 // on a device, as ops of the session (planned, gated, reported): the moments
                 // (`ema_update`), then the step (`adam_update`), one pass each, the same
@@ -102,6 +103,7 @@ impl AdamCore {
                 update_by_ops(p, |w| apply(step, &[w, &m1, &v1]))?;
                 *m = m1;
                 *v = v1;
+                store.commit_step(name, t);
                 return Ok(());
             }
             let g = g.data();
@@ -121,6 +123,7 @@ impl AdamCore {
                         },
                     )
                 });
+                store.commit_step(name, t);
             }
             Ok(())
         })?;

@@ -102,7 +102,8 @@ pub fn save_checkpoint_tagged(
     };
     let mut named: BTreeMap<String, (Vec<usize>, Vec<u8>)> = BTreeMap::new();
     let mut add = |name: String, t: &Tensor| -> Result<()> {
-        let values = t.data();
+        // fallible: a device tensor's read can fail (and report an earlier call's check)
+        let values = t.try_to_vec()?;
         if let Some((index, &value)) = values.iter().enumerate().find(|(_, v)| !v.is_finite()) {
             return Err(CheckpointError::NonFinite {
                 path: path.display().to_string(),

@@ -28,7 +28,7 @@ pub trait Optimizer {
         "custom"
     }
     /// The optimizer's state as named tensors `optim.<kind>.<slot>.<parameter>` plus the
-    /// step count.
+    /// step count (and, for optimizers that count each parameter's steps, those counts).
     fn export_state(&self) -> OptimizerState {
         OptimizerState {
             kind: self.kind().to_string(),
@@ -216,14 +216,18 @@ impl SlotStore {
         }
     }
 
-    /// Counts a step of parameter `name` (one in which it has a gradient) and returns its
-    /// step number, 1 for its first update — PyTorch's per-parameter `step`, so that a
-    /// parameter without a gradient in early steps (frozen, or unused by some batches) gets
-    /// the bias correction of its own first step, not of the optimizer's.
-    pub(crate) fn advance(&mut self, name: &str) -> u64 {
-        let t = self.steps.entry(name.to_string()).or_insert(0);
-        *t = t.saturating_add(1);
-        *t
+    /// The step number the next update of parameter `name` takes (1 for its first) —
+    /// PyTorch's per-parameter `step`, so that a parameter without a gradient in early steps
+    /// (frozen, or unused by some batches) gets the bias correction of its own first step,
+    /// not of the optimizer's. Counted by [`SlotStore::commit_step`] once the update ran.
+    pub(crate) fn next_step(&self, name: &str) -> u64 {
+        self.steps.get(name).copied().unwrap_or(0).saturating_add(1)
+    }
+
+    /// Records that parameter `name` took step `t` (from [`SlotStore::next_step`]): an update
+    /// that failed is not counted.
+    pub(crate) fn commit_step(&mut self, name: &str, t: u64) {
+        self.steps.insert(name.to_string(), t);
     }
 
     /// Redefines the slot list (when hyperparameters change which buffers exist); existing
@@ -369,6 +373,19 @@ impl SlotStore {
             if !shapes.contains_key(pname) {
                 return Err(err(format!(
                     "a step count is kept for unknown parameter `{pname}`"
+                )));
+            }
+            // a count and the slots are made by the same update: a count without slots (or
+            // slots with a count of 0, below) would apply one step's bias correction to
+            // another step's moments
+            if !found.contains_key(pname) {
+                return Err(err(format!(
+                    "parameter `{pname}` has a step count ({t}) but no slots"
+                )));
+            }
+            if t == 0 {
+                return Err(err(format!(
+                    "parameter `{pname}` has slots and a step count of 0"
                 )));
             }
             if t > state.step {

@@ -279,8 +279,9 @@ impl Tensor {
     /// fallible [`Tensor::to_cpu`] / [`Tensor::try_to_vec`] for device tensors.
     ///
     /// # Panics
-    /// Only when the device fails the read of a device tensor (a driver or hardware fault,
-    /// never a caller's mistake); `try_to_vec` returns that failure as an error.
+    /// When the read of a device tensor fails: a driver or hardware fault, or an earlier
+    /// call's check that waited for this read (an invalid index given to a CUDA index kernel
+    /// is reported at the next read); `try_to_vec` returns either as an error.
     pub fn data(&self) -> Cow<'_, [f32]> {
         crate::runtime::capture::note_host_access(self, "data");
         self.host_data()

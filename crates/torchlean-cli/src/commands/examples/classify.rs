@@ -23,6 +23,29 @@ pub struct DataArgs {
     /// Number of classes (default: the largest label + 1).
     #[arg(long)]
     pub classes: Option<usize>,
+    /// Whether a CSV file's first line is a header (default `auto`: a header when no field is
+    /// a number, data when every field is; a first line that mixes numbers and text is
+    /// refused, since it could be either).
+    #[arg(long, value_enum)]
+    pub csv_header: Option<CsvHeader>,
+}
+
+/// `--csv-header`.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CsvHeader {
+    Auto,
+    Present,
+    Absent,
+}
+
+impl CsvHeader {
+    pub fn header(self) -> torchlean::data::Header {
+        match self {
+            CsvHeader::Auto => torchlean::data::Header::Auto,
+            CsvHeader::Present => torchlean::data::Header::Present,
+            CsvHeader::Absent => torchlean::data::Header::Absent,
+        }
+    }
 }
 
 impl DataArgs {
@@ -33,6 +56,7 @@ impl DataArgs {
             for (flag, given) in [
                 ("--labels", self.labels.is_some()),
                 ("--classes", self.classes.is_some()),
+                ("--csv-header", self.csv_header.is_some()),
             ] {
                 if given {
                     return Err(CliError::usage(format!(
@@ -139,8 +163,7 @@ fn cnn_setup(
             )
         }
         Some((path, d)) => {
-            let (ds, classes) =
-                load_classification(path, d.labels.as_deref(), d.classes, Layout::Square)?;
+            let (ds, classes) = load_classification(path, d, Layout::Square)?;
             let size = ds.feature_shape()[2];
             let what = format!(
                 "{} ({} samples, {classes} classes)",
@@ -203,8 +226,7 @@ pub fn mlp(a: MlpArgs) -> CliResult {
             (train, test, 2, 2, Goal::AccuracyAtLeast(0.93), what)
         }
         Some(path) => {
-            let (ds, classes) =
-                load_classification(path, a.data.labels.as_deref(), a.data.classes, Layout::Flat)?;
+            let (ds, classes) = load_classification(path, &a.data, Layout::Flat)?;
             let features = ds.feature_shape()[0];
             let what = format!(
                 "{} ({} samples, {classes} classes)",

@@ -3,13 +3,15 @@
 use super::lib_err;
 use crate::CliError;
 use std::path::{Path, PathBuf};
-use torchlean::data::{load_csv, load_mnist, CsvOptions, Dataset, MAX_CLASSES};
+use torchlean::data::{load_csv, load_mnist, CsvOptions, Dataset, Header, MAX_CLASSES};
 
 /// The rule, as shown in `--help` (a macro so that commands can `concat!` it).
 macro_rules! data_help {
     () => {
         "Data files (--data PATH):
-  *.csv  numeric CSV, one sample per line, optional header, the LAST column is the class label.
+  *.csv  numeric CSV, one sample per line, optional header (--csv-header auto|present|absent;
+         auto: a header when no field of the first line is a number, data when every field is,
+         refused when it mixes both), the LAST column is the class label.
   other  an IDX (MNIST-format) images file [N, H, W]; u8 pixels are scaled to [0, 1]. Labels come
          from --labels PATH, or else from the sibling file named like the images file with
          `images` replaced by `labels` and `idx3` by `idx1` (train-images-idx3-ubyte ->
@@ -60,10 +62,10 @@ fn labels_path(images: &Path, labels: Option<&Path>) -> Result<PathBuf, CliError
 /// number of classes.
 pub fn load_classification(
     data: &Path,
-    labels: Option<&Path>,
-    classes: Option<usize>,
+    args: &super::classify::DataArgs,
     layout: Layout,
 ) -> Result<(Dataset, usize), CliError> {
+    let (labels, classes) = (args.labels.as_deref(), args.classes);
     let is_csv = data
         .extension()
         .and_then(|e| e.to_str())
@@ -74,8 +76,17 @@ pub fn load_classification(
                 "--labels is for IDX images; a CSV file holds its labels in the last column",
             ));
         }
-        load_csv(data, &CsvOptions::default()).map_err(lib_err)?
+        let options = CsvOptions {
+            header: args.csv_header.map_or(Header::Auto, |h| h.header()),
+            ..CsvOptions::default()
+        };
+        load_csv(data, &options).map_err(lib_err)?
     } else {
+        if args.csv_header.is_some() {
+            return Err(CliError::usage(
+                "--csv-header describes a CSV file; the data file is read as IDX images (its name does not end in .csv)",
+            ));
+        }
         load_mnist(data, labels_path(data, labels)?, true).map_err(lib_err)?
     };
     let what = data.display();

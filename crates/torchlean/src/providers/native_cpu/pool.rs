@@ -100,6 +100,82 @@ fn divisor(op: &Op, g: &Pool2dGeometry, rows: (usize, usize), cols: (usize, usiz
     }
 }
 
+/// Whether the plane's windows are the common 2×2, stride 2, no padding: every window then
+/// lies inside the plane (oh = ⌊h/2⌋, ow = ⌊w/2⌋), and the 2×2 loops below replace the
+/// general window walk (which spent most of a small CNN's inference in per-window range
+/// arithmetic). They compare and add in the general loops' order — the same first
+/// maximum, the same sums bit for bit.
+fn is_2x2(pl: &Plane) -> bool {
+    let g = &pl.g;
+    g.kernel == [2, 2]
+        && g.stride == [2, 2]
+        && g.padding == [0, 0]
+        && 2 * pl.oh <= pl.h
+        && 2 * pl.ow <= pl.w
+}
+
+/// The in-window offset (0..4, row-major) of the first maximum of (a, b; c, d), as
+/// [`first_max`] finds it.
+#[inline]
+fn first_max_2x2(v: [f32; 4]) -> usize {
+    let mut best = 0;
+    for k in 1..4 {
+        if crate::scalar::beats_max(v[k], v[best]) {
+            best = k;
+        }
+    }
+    best
+}
+
+/// The two input rows under output row `i` of a 2×2 plane (`2·ow` values each).
+#[inline]
+fn rows_2x2<'a>(xp: &'a [f32], pl: &Plane, i: usize) -> (&'a [f32], &'a [f32]) {
+    let (r0, r1) = (2 * i * pl.w, (2 * i + 1) * pl.w);
+    (&xp[r0..r0 + 2 * pl.ow], &xp[r1..r1 + 2 * pl.ow])
+}
+
+/// Max or average pooling of one 2×2 plane (see [`is_2x2`]).
+fn forward_2x2(max: bool, xp: &[f32], yp: &mut [f32], pl: &Plane) {
+    for i in 0..pl.oh {
+        let (top, bottom) = rows_2x2(xp, pl, i);
+        let out = &mut yp[i * pl.ow..(i + 1) * pl.ow];
+        for ((y, t), b) in out
+            .iter_mut()
+            .zip(top.chunks_exact(2))
+            .zip(bottom.chunks_exact(2))
+        {
+            let v = [t[0], t[1], b[0], b[1]];
+            *y = if max {
+                v[first_max_2x2(v)]
+            } else {
+                // `window_sum`'s order: each row summed from 0, rows added to a sum from 0
+                let s = 0.0 + ((0.0 + v[0]) + v[1]);
+                (s + ((0.0 + v[2]) + v[3])) / 4.0
+            };
+        }
+    }
+}
+
+/// The VJP of [`forward_2x2`] into the zeroed plane gradient `gp`.
+fn vjp_2x2(max: bool, xp: &[f32], gyp: &[f32], gp: &mut [f32], pl: &Plane) {
+    for i in 0..pl.oh {
+        let (top, bottom) = rows_2x2(xp, pl, i);
+        for j in 0..pl.ow {
+            let g = gyp[i * pl.ow + j];
+            let at = |k: usize| (2 * i + k / 2) * pl.w + 2 * j + k % 2;
+            if max {
+                let v = [top[2 * j], top[2 * j + 1], bottom[2 * j], bottom[2 * j + 1]];
+                gp[at(first_max_2x2(v))] += g;
+            } else {
+                let v = g / 4.0;
+                for k in 0..4 {
+                    gp[at(k)] += v;
+                }
+            }
+        }
+    }
+}
+
 /// Runs `f(plane_index, out_plane)` over chunks of `out` of length `per`, in parallel when
 /// large.
 fn planes(out: &mut [f32], per: usize, f: impl Fn(usize, &mut [f32]) + Sync + Send) {
@@ -120,9 +196,13 @@ pub fn forward(op: &Op, x: &Tensor, out_shape: &[usize]) -> Vec<f32> {
     let xd = x.data();
     let (hw, ohw) = (pl.h * pl.w, pl.oh * pl.ow);
     let mut y = super::par::zeroed(out_shape.iter().product());
+    let fast = is_2x2(&pl);
     planes(&mut y, ohw, |p, yp| {
         let xp = &xd[p * hw..(p + 1) * hw];
         match op {
+            Op::MaxPool2d(_) | Op::AvgPool2d { .. } if fast => {
+                forward_2x2(matches!(op, Op::MaxPool2d(_)), xp, yp, &pl)
+            }
             Op::MaxPool2d(_) => pl.for_each_window(|o, rows, cols| {
                 yp[o] = first_max(xp, pl.w, rows, cols).map_or(f32::NEG_INFINITY, |f| xp[f]);
             }),
@@ -158,10 +238,14 @@ pub fn vjp(op: &Op, x: &Tensor, y: &Tensor, gy: &Tensor) -> Vec<f32> {
     let (xd, yd, gyd) = (x.data(), y.data(), gy.data());
     let (hw, ohw) = (pl.h * pl.w, pl.oh * pl.ow);
     let mut gx = super::par::zeroed(xd.len());
+    let fast = is_2x2(&pl);
     planes(&mut gx, hw, |p, gp| {
         let xp = &xd[p * hw..(p + 1) * hw];
         let (yp, gyp) = (&yd[p * ohw..(p + 1) * ohw], &gyd[p * ohw..(p + 1) * ohw]);
         match op {
+            Op::MaxPool2d(_) | Op::AvgPool2d { .. } if fast => {
+                vjp_2x2(matches!(op, Op::MaxPool2d(_)), xp, gyp, gp, &pl)
+            }
             Op::MaxPool2d(_) => pl.for_each_window(|o, rows, cols| {
                 if let Some(f) = first_max(xp, pl.w, rows, cols) {
                     gp[f] += gyp[o];
@@ -192,4 +276,90 @@ pub fn vjp(op: &Op, x: &Tensor, y: &Tensor, gy: &Tensor) -> Vec<f32> {
         }
     });
     gx
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The 2×2 loops give the general window walk's values bit for bit — forward and VJP,
+    /// max and average — on planes with odd sizes (an unread last row and column), ties,
+    /// signed zeros, NaNs and infinities.
+    #[test]
+    fn the_2x2_loops_equal_the_general_window_walk_bit_for_bit() {
+        let special = [
+            0.0,
+            -0.0,
+            1.0,
+            1.0,
+            f32::NAN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            -2.5,
+        ];
+        for (h, w) in [(2, 2), (4, 6), (5, 7), (9, 4)] {
+            let pl = Plane {
+                h,
+                w,
+                oh: h / 2,
+                ow: w / 2,
+                g: Pool2dGeometry::square(2),
+            };
+            assert!(is_2x2(&pl));
+            let mut state = (h * 31 + w) as u64;
+            let mut next = || {
+                state = crate::spec::splitmix64(state);
+                state
+            };
+            let xp: Vec<f32> = (0..h * w)
+                .map(|_| match next() % 4 {
+                    0 => special[(next() % 8) as usize],
+                    _ => (next() % 7) as f32 - 3.0,
+                })
+                .collect();
+            let gyp: Vec<f32> = (0..pl.oh * pl.ow)
+                .map(|_| (next() % 9) as f32 - 4.5)
+                .collect();
+            for max in [true, false] {
+                let op = if max {
+                    Op::MaxPool2d(pl.g)
+                } else {
+                    Op::AvgPool2d {
+                        geometry: pl.g,
+                        count_include_pad: true,
+                    }
+                };
+                let mut fast = vec![7.0; pl.oh * pl.ow];
+                forward_2x2(max, &xp, &mut fast, &pl);
+                let mut general = vec![7.0; pl.oh * pl.ow];
+                pl.for_each_window(|o, rows, cols| {
+                    general[o] = if max {
+                        first_max(&xp, w, rows, cols).map_or(f32::NEG_INFINITY, |f| xp[f])
+                    } else {
+                        window_sum(&xp, w, rows, cols) / divisor(&op, &pl.g, rows, cols)
+                    };
+                });
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&fast), bits(&general), "forward {op:?} {h}x{w}");
+                let mut gfast = vec![0.0; h * w];
+                vjp_2x2(max, &xp, &gyp, &mut gfast, &pl);
+                let mut ggeneral = vec![0.0; h * w];
+                pl.for_each_window(|o, rows, cols| {
+                    if max {
+                        if let Some(f) = first_max(&xp, w, rows, cols) {
+                            ggeneral[f] += gyp[o];
+                        }
+                    } else {
+                        let v = gyp[o] / divisor(&op, &pl.g, rows, cols);
+                        for r in rows.0..rows.1 {
+                            for a in &mut ggeneral[r * w + cols.0..r * w + cols.1] {
+                                *a += v;
+                            }
+                        }
+                    }
+                });
+                assert_eq!(bits(&gfast), bits(&ggeneral), "vjp {op:?} {h}x{w}");
+            }
+        }
+    }
 }
