@@ -1042,6 +1042,22 @@ fn an_invalid_index_fails_at_the_next_read_directly_and_in_a_replay() {
     );
     step.run_visiting(&batch(3.0), |f| model.visit_parameters(f))
         .expect("a valid step after the refused one");
+    // two replays without a read between them: the second waits for the first's checks
+    // (it reuses the flag and index buffers they read), so the invalid index is not lost
+    step.run_visiting(&bad, |f| model.visit_parameters(f))
+        .expect("the replay launches without a read");
+    let second = step
+        .run_visiting(&batch(3.0), |f| model.visit_parameters(f))
+        .and_then(|(loss, _)| loss.try_to_vec())
+        .expect_err("the next replay reports the previous replay's invalid index")
+        .to_string();
+    assert!(
+        second.contains(&direct) || direct.contains(&second),
+        "second: {second}\ndirect: {direct}"
+    );
+    step.run_visiting(&batch(3.0), |f| model.visit_parameters(f))
+        .and_then(|(loss, _)| loss.try_to_vec())
+        .expect("a valid step after that");
     eprintln!("refused as a direct call is: {replayed}");
 }
 

@@ -26,6 +26,9 @@ pub fn zip_map<const K: usize>(
     out
 }
 
+/// Elements per block of a repeated operand in [`zip_map_into`]'s row loop.
+const REPEAT_BLOCK: usize = 256;
+
 /// [`zip_map`] into `out` (of the output's element count), every element written.
 pub fn zip_map_into<const K: usize>(
     xs: [&[f32]; K],
@@ -68,22 +71,23 @@ pub fn zip_map_into<const K: usize>(
             }
         }
         if unit {
-            let repeated: [Vec<f32>; K] = std::array::from_fn(|k| {
-                if last[k] == 0 {
-                    vec![xs[k][base[k]]; width]
-                } else {
-                    Vec::new()
-                }
+            // the repeated values as blocks on the stack (no allocation per row: a small
+            // CNN's batch-norm maps have thousands of short rows)
+            let repeated: [[f32; REPEAT_BLOCK]; K] = std::array::from_fn(|k| {
+                [if last[k] == 0 { xs[k][base[k]] } else { 0.0 }; REPEAT_BLOCK]
             });
-            let src: [&[f32]; K] = std::array::from_fn(|k| {
-                if last[k] == 0 {
-                    &repeated[k][..]
-                } else {
-                    &xs[k][base[k]..base[k] + width]
+            for (b, o) in o.chunks_mut(REPEAT_BLOCK).enumerate() {
+                let (start, n) = (b * REPEAT_BLOCK, o.len());
+                let src: [&[f32]; K] = std::array::from_fn(|k| {
+                    if last[k] == 0 {
+                        &repeated[k][..n]
+                    } else {
+                        &xs[k][base[k] + start..base[k] + start + n]
+                    }
+                });
+                for j in 0..n {
+                    o[j] = f(std::array::from_fn(|k| src[k][j]));
                 }
-            });
-            for j in 0..width {
-                o[j] = f(std::array::from_fn(|k| src[k][j]));
             }
         } else {
             for (j, v) in o.iter_mut().enumerate() {

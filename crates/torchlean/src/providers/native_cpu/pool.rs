@@ -116,15 +116,28 @@ fn is_2x2(pl: &Plane) -> bool {
 
 /// The in-window offset (0..4, row-major) of the first maximum of (a, b; c, d), as
 /// [`first_max`] finds it.
-#[inline]
+/// Branch-free (`beats_max` with non-short-circuit operators, so the compiler selects instead
+/// of branching on data: a max pool's comparisons are unpredictable).
+#[inline(always)]
 fn first_max_2x2(v: [f32; 4]) -> usize {
-    let mut best = 0;
-    for k in 1..4 {
-        if crate::scalar::beats_max(v[k], v[best]) {
-            best = k;
-        }
+    let (mut best, mut bv) = (0usize, v[0]);
+    for (k, &x) in v.iter().enumerate().skip(1) {
+        let take = (x > bv) | (x.is_nan() & !bv.is_nan());
+        best = if take { k } else { best };
+        bv = if take { x } else { bv };
     }
     best
+}
+
+/// The value [`first_max_2x2`] selects.
+#[inline(always)]
+fn max_2x2(v: [f32; 4]) -> f32 {
+    let mut bv = v[0];
+    for &x in &v[1..] {
+        let take = (x > bv) | (x.is_nan() & !bv.is_nan());
+        bv = if take { x } else { bv };
+    }
+    bv
 }
 
 /// The two input rows under output row `i` of a 2×2 plane (`2·ow` values each).
@@ -146,7 +159,7 @@ fn forward_2x2(max: bool, xp: &[f32], yp: &mut [f32], pl: &Plane) {
         {
             let v = [t[0], t[1], b[0], b[1]];
             *y = if max {
-                v[first_max_2x2(v)]
+                max_2x2(v)
             } else {
                 // `window_sum`'s order: each row summed from 0, rows added to a sum from 0
                 let s = 0.0 + ((0.0 + v[0]) + v[1]);
