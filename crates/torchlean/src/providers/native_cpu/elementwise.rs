@@ -27,7 +27,7 @@ pub fn zip_map<const K: usize>(
 }
 
 /// Elements per block of a repeated operand in [`zip_map_into`]'s row loop.
-const REPEAT_BLOCK: usize = 256;
+const REPEAT_BLOCK: usize = 64;
 
 /// [`zip_map`] into `out` (of the output's element count), every element written.
 pub fn zip_map_into<const K: usize>(
@@ -71,11 +71,16 @@ pub fn zip_map_into<const K: usize>(
             }
         }
         if unit {
-            // the repeated values as blocks on the stack (no allocation per row: a small
-            // CNN's batch-norm maps have thousands of short rows)
-            let repeated: [[f32; REPEAT_BLOCK]; K] = std::array::from_fn(|k| {
-                [if last[k] == 0 { xs[k][base[k]] } else { 0.0 }; REPEAT_BLOCK]
-            });
+            // the repeated values as blocks on the stack, as long as the row needs (no
+            // allocation per row: a small CNN's batch-norm maps and an attention mask's adds
+            // have thousands of short rows)
+            let n0 = width.min(REPEAT_BLOCK);
+            let mut repeated = [[0.0f32; REPEAT_BLOCK]; K];
+            for k in 0..K {
+                if last[k] == 0 {
+                    repeated[k][..n0].fill(xs[k][base[k]]);
+                }
+            }
             for (b, o) in o.chunks_mut(REPEAT_BLOCK).enumerate() {
                 let (start, n) = (b * REPEAT_BLOCK, o.len());
                 let src: [&[f32]; K] = std::array::from_fn(|k| {
