@@ -123,7 +123,10 @@ pub fn gemm<T: GemmScalar>(
         max_a < a.data.len() && max_b < b.data.len(),
         "gemm: operand buffer too small"
     );
-    let parallelism = if threads && m * n * k >= 1 << 18 {
+    // below about a million multiply-adds (tens of microseconds on one core) waking the
+    // pool's other thread costs more than it saves: with 2^18 the imported encoder's
+    // [320, 32] x [32, 64] products ran 14% slower end to end (BENCHMARKS.md, ONNX inference)
+    let parallelism = if threads && m * n * k >= 1 << 20 {
         gemm::Parallelism::Rayon(0)
     } else {
         gemm::Parallelism::None
