@@ -373,6 +373,13 @@ fn flash_attention_matches_the_spec_on_the_gpu() {
     );
 }
 
+/// The CUDA pool's count of reads to the host (`MemoryStats::host_reads`).
+fn host_reads() -> u64 {
+    torchlean::module::memory_stats(Device::Cuda).expect("CUDA memory statistics")["host_reads"]
+        .as_u64()
+        .expect("host_reads")
+}
+
 fn checked_cuda() -> BackendProfile {
     BackendProfile::named("checked_cuda").expect("named profile")
 }
@@ -1009,21 +1016,12 @@ fn an_invalid_index_fails_at_the_next_read_directly_and_in_a_replay() {
             .expect("a valid step");
     }
     assert!(step.replays_device_graph());
-    let reads = |what: &str| {
-        torchlean::module::memory_stats(Device::Cuda).expect(what)["host_reads"]
-            .as_u64()
-            .expect(what)
-    };
-    let before = reads("stats before");
+    let before = host_reads();
     let bad = batch(10.0);
     let launched = model
         .forward(&bad[0].1)
         .expect("the call launches without waiting for the device");
-    assert_eq!(
-        reads("stats after the call"),
-        before,
-        "the call read nothing"
-    );
+    assert_eq!(host_reads(), before, "the call read nothing");
     assert!(torchlean_cuda::graph::pending_checks() > 0);
     let direct = launched
         .try_to_vec()
@@ -1075,11 +1073,6 @@ fn a_training_step_with_an_embedding_reads_one_value() {
     use torchlean::nn::{Adam, Embedding, Module};
     let profile = checked_cuda();
     install(Session::new(profile.clone())).expect("install");
-    let reads = || {
-        torchlean::module::memory_stats(Device::Cuda).expect("stats")["host_reads"]
-            .as_u64()
-            .expect("host_reads")
-    };
     for mode in [ExecutionMode::Eager, ExecutionMode::Compiled] {
         let mut model = Embedding::new(10, 8, 0).expect("embedding");
         model.to_device(Device::Cuda).expect("move");
@@ -1108,7 +1101,7 @@ fn a_training_step_with_an_embedding_reads_one_value() {
                 .run(&mut model, &mut opt, &inputs, &loss_fn)
                 .expect("step");
         }
-        let before = reads();
+        let before = host_reads();
         for _ in 0..5 {
             let loss = step
                 .run(&mut model, &mut opt, &inputs, &loss_fn)
@@ -1120,7 +1113,7 @@ fn a_training_step_with_an_embedding_reads_one_value() {
             last = loss;
         }
         assert_eq!(
-            reads() - before,
+            host_reads() - before,
             5,
             "{mode:?}: one read per step (the loss), none per index kernel"
         );

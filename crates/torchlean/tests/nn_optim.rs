@@ -35,16 +35,14 @@ fn model(w: &[f32]) -> P {
     }
 }
 
+/// 0.5·Σt², whose gradient is t.
+fn half_sq(t: &Tensor) -> Tensor {
+    t.mul(t).unwrap().sum_all().unwrap().scale(0.5).unwrap()
+}
+
 /// Gradients of 0.5·Σw² (= w).
 fn grads(m: &P) -> Gradients {
-    m.w.mul(&m.w)
-        .unwrap()
-        .sum_all()
-        .unwrap()
-        .scale(0.5)
-        .unwrap()
-        .backward()
-        .unwrap()
+    half_sq(&m.w).backward().unwrap()
 }
 
 fn run(opt: &mut dyn Optimizer, w0: &[f32], steps: usize) -> Vec<f32> {
@@ -322,7 +320,6 @@ impl Module for Two {
 
 /// Gradients of 0.5·a² (+ 0.5·b² when `with_b`): a (and b).
 fn two_grads(m: &Two, with_b: bool) -> Gradients {
-    let half_sq = |t: &Tensor| t.mul(t).unwrap().sum_all().unwrap().scale(0.5).unwrap();
     let mut loss = half_sq(&m.a);
     if with_b {
         loss = loss.add(&half_sq(&m.b)).unwrap();
@@ -457,15 +454,7 @@ fn a_tied_weight_counts_once_in_the_global_norm() {
             .unwrap()
             .requires_grad(),
     };
-    let g =
-        m.w.mul(&m.w)
-            .unwrap()
-            .sum_all()
-            .unwrap()
-            .scale(0.5)
-            .unwrap()
-            .backward()
-            .unwrap();
+    let g = half_sq(&m.w).backward().unwrap();
     assert_eq!(global_grad_norm(&m, &g), 5.0);
     let mut g2 = g.clone();
     assert_eq!(clip_grad_norm(&m, &mut g2, 6.0).unwrap(), 5.0);

@@ -95,15 +95,11 @@ pub fn parse_csv(text: &str, name: &str, options: &CsvOptions) -> Result<Dataset
         Header::Present => true,
         Header::Absent => false,
         Header::Auto => {
-            let numbers = first_fields
+            let text: Vec<&&str> = first_fields
                 .iter()
-                .filter(|f| f.parse::<f32>().is_ok())
-                .count();
-            if numbers > 0 && numbers < first_fields.len() {
-                let text: Vec<&&str> = first_fields
-                    .iter()
-                    .filter(|f| f.parse::<f32>().is_err())
-                    .collect();
+                .filter(|f| f.parse::<f32>().is_err())
+                .collect();
+            if !text.is_empty() && text.len() < first_fields.len() {
                 return Err(bad(format!(
                     "line {}, the first: it mixes numbers and text ({text:?} are not numbers), \
                      so it could be a header with numbers for names or a data row with a \
@@ -113,7 +109,7 @@ pub fn parse_csv(text: &str, name: &str, options: &CsvOptions) -> Result<Dataset
                     first_line + 1
                 )));
             }
-            numbers == 0
+            !text.is_empty()
         }
     };
     let header: Option<Vec<String>> = if has_header {

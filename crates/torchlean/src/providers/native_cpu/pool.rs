@@ -115,29 +115,18 @@ fn is_2x2(pl: &Plane) -> bool {
 }
 
 /// The in-window offset (0..4, row-major) of the first maximum of (a, b; c, d), as
-/// [`first_max`] finds it.
-/// Branch-free (`beats_max` with non-short-circuit operators, so the compiler selects instead
-/// of branching on data: a max pool's comparisons are unpredictable).
+/// [`first_max`] finds it, and its value. Branch-free (`beats_max` with non-short-circuit
+/// operators, so the compiler selects instead of branching on data: a max pool's
+/// comparisons are unpredictable); a caller that uses only the value loses the index work.
 #[inline(always)]
-fn first_max_2x2(v: [f32; 4]) -> usize {
+fn first_max_2x2(v: [f32; 4]) -> (usize, f32) {
     let (mut best, mut bv) = (0usize, v[0]);
     for (k, &x) in v.iter().enumerate().skip(1) {
         let take = (x > bv) | (x.is_nan() & !bv.is_nan());
         best = if take { k } else { best };
         bv = if take { x } else { bv };
     }
-    best
-}
-
-/// The value [`first_max_2x2`] selects.
-#[inline(always)]
-fn max_2x2(v: [f32; 4]) -> f32 {
-    let mut bv = v[0];
-    for &x in &v[1..] {
-        let take = (x > bv) | (x.is_nan() & !bv.is_nan());
-        bv = if take { x } else { bv };
-    }
-    bv
+    (best, bv)
 }
 
 /// The two input rows under output row `i` of a 2×2 plane (`2·ow` values each).
@@ -159,7 +148,7 @@ fn forward_2x2(max: bool, xp: &[f32], yp: &mut [f32], pl: &Plane) {
         {
             let v = [t[0], t[1], b[0], b[1]];
             *y = if max {
-                max_2x2(v)
+                first_max_2x2(v).1
             } else {
                 // `window_sum`'s order: each row summed from 0, rows added to a sum from 0
                 let s = 0.0 + ((0.0 + v[0]) + v[1]);
@@ -178,7 +167,7 @@ fn vjp_2x2(max: bool, xp: &[f32], gyp: &[f32], gp: &mut [f32], pl: &Plane) {
             let at = |k: usize| (2 * i + k / 2) * pl.w + 2 * j + k % 2;
             if max {
                 let v = [top[2 * j], top[2 * j + 1], bottom[2 * j], bottom[2 * j + 1]];
-                gp[at(first_max_2x2(v))] += g;
+                gp[at(first_max_2x2(v).0)] += g;
             } else {
                 let v = g / 4.0;
                 for k in 0..4 {
