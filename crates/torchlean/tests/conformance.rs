@@ -668,6 +668,40 @@ fn native_cpu_vjp_matches_spec() {
     r.assert_ran("native_cpu vjp", |c| c.op.kind().differentiable(), &kinds);
 }
 
+/// Every provider's attention scales the scores, not the query: a subnormal query entry
+/// that a scale rounds to zero, times an infinite key entry, is NaN (0·inf) where the
+/// spec's q·k is -inf. The composition scaled q first until this was found (its output row
+/// was NaN where the spec's is v's second row).
+#[test]
+fn attention_scales_the_scores_so_a_subnormal_query_meets_an_infinite_key_as_the_spec() {
+    support::checked_cpu_default();
+    let op = Op::ScaledDotProductAttention {
+        scale: None,
+        causal: false,
+        mask: torchlean::graph::AttentionMask::None,
+    };
+    let tiny = f64::from(f32::from_bits(1)); // the smallest subnormal; times 1/2 rounds to 0
+    let array = |shape: Vec<usize>, data: Vec<f64>| Array::from_vec(shape, data).expect("shape");
+    let q = array(vec![1, 1, 4], vec![1.0, tiny, 0.5, 0.25]);
+    let k = array(
+        vec![1, 2, 4],
+        vec![0.5, f64::NEG_INFINITY, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6],
+    );
+    let v = array(vec![1, 2, 2], vec![1.0, 2.0, 3.0, 4.0]);
+    let want = spec::forward(&op, &[&q, &k, &v]).expect("spec");
+    assert_eq!(
+        want.data,
+        vec![3.0, 4.0],
+        "the spec: the first key's score is -inf"
+    );
+    let xs = [to_tensor(&q), to_tensor(&k), to_tensor(&v)];
+    let refs: Vec<&Tensor> = xs.iter().collect();
+    for (name, bind) in providers_under_test() {
+        let got = (bind.forward())(&op, &refs).expect("forward").to_vec();
+        assert_eq!(got, vec![3.0f32, 4.0], "{name}");
+    }
+}
+
 #[test]
 fn composition_forward_matches_spec() {
     support::checked_cpu_default();

@@ -141,14 +141,11 @@ fn compose(op: &Op, x: &[&Tensor]) -> Result<Tensor> {
             let bias = (*mask == AttentionMask::AdditiveBias).then(|| x[3]);
             let scores_of = |q: &Tensor, k: &Tensor, bias: Option<&Tensor>| -> Result<Tensor> {
                 let kt = k.transpose(-2, -1)?;
-                // a scale of at most 1 is applied to q ([.., L, d]) rather than to the scores
-                // ([.., L, S]): the same product up to rounding, d/S as many elements, and
-                // nothing overflows; a larger one scales the scores, as the spec writes it
-                let scores = if sc.abs() <= 1.0 {
-                    q.scale(sc)?.matmul(&kt)?
-                } else {
-                    q.matmul(&kt)?.scale(sc)?
-                };
+                // the scores are scaled after the product, as the spec writes it. Scaling q
+                // first (d/S as many elements) is not the same function: a q entry that the
+                // scale rounds to zero (a subnormal) times an infinite key entry is NaN
+                // where the spec's q·k is ±inf (found by the special-value conformance rows)
+                let scores = q.matmul(&kt)?.scale(sc)?;
                 match bias {
                     Some(b) => scores.add(b),
                     None => Ok(scores),
