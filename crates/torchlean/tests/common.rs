@@ -450,6 +450,21 @@ pub fn cases() -> Vec<Case> {
             (&[32], Normal),
         ],
     ));
+    // several images per call with stride, dilation and groups (the forward unfolds several
+    // images side by side into one product)
+    v.push(c(
+        Op::Conv2d(Conv2dGeometry {
+            stride: [2, 1],
+            padding: [1, 2],
+            dilation: [1, 2],
+            groups: 2,
+        }),
+        &[
+            (&[3, 4, 7, 6], Normal),
+            (&[6, 2, 3, 2], Normal),
+            (&[6], Normal),
+        ],
+    ));
     let t = ConvTranspose2dGeometry::default();
     v.push(c(
         Op::ConvTranspose2d(t),

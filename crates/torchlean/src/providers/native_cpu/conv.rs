@@ -68,6 +68,12 @@ impl Unfold {
     /// Unfolds `img` (row-major [channels, img]) into `col` ([rows, cols]); every element of
     /// `col` is written (padding taps are zero).
     fn im2col(&self, img: &[f32], col: &mut [f32]) {
+        self.im2col_strided(img, col, self.cols());
+    }
+
+    /// [`Unfold::im2col`] into rows `ld` apart: row r is `col[r * ld..r * ld + cols]` (the
+    /// columns of one image inside a matrix that holds several images side by side).
+    fn im2col_strided(&self, img: &[f32], col: &mut [f32], ld: usize) {
         let (ih, iw) = (self.img[0], self.img[1]);
         let ow = self.out[1];
         let p = self.cols();
@@ -78,7 +84,7 @@ impl Unfold {
                 let (ilo, ihi, roff) = self.valid(0, kp);
                 for kq in 0..self.k[1] {
                     let (jlo, jhi, coff) = self.valid(1, kq);
-                    let dst = &mut col[row * p..(row + 1) * p];
+                    let dst = &mut col[row * ld..row * ld + p];
                     row += 1;
                     if jlo >= jhi || ilo >= ihi {
                         dst.fill(0.0);
@@ -100,6 +106,64 @@ impl Unfold {
                             let st = self.stride[1];
                             for (t, v) in d[jlo..jhi].iter_mut().enumerate() {
                                 *v = src[s0 + t * st];
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The image's planes with `pad` zeros around them: [channels, img + 2·pad].
+    fn padded_len(&self) -> usize {
+        self.channels * (self.img[0] + 2 * self.pad[0]) * (self.img[1] + 2 * self.pad[1])
+    }
+
+    /// Writes `img` with its zero border into `padded` (length [`Unfold::padded_len`]).
+    fn pad_into(&self, img: &[f32], padded: &mut [f32]) {
+        let (ih, iw) = (self.img[0], self.img[1]);
+        let (ph, pw) = (self.pad[0], self.pad[1]);
+        let w = iw + 2 * pw;
+        let plane = (ih + 2 * ph) * w;
+        for (src, dst) in img
+            .chunks_exact(ih * iw)
+            .zip(padded.chunks_exact_mut(plane))
+        {
+            dst[..ph * w].fill(0.0);
+            dst[(ph + ih) * w..].fill(0.0);
+            for (s, d) in src.chunks_exact(iw).zip(dst[ph * w..].chunks_exact_mut(w)) {
+                d[..pw].fill(0.0);
+                d[pw..pw + iw].copy_from_slice(s);
+                d[pw + iw..].fill(0.0);
+            }
+        }
+    }
+
+    /// [`Unfold::im2col_strided`] from the zero-padded image (`padded`, as
+    /// [`Unfold::pad_into`] writes it): every tap reads inside it, so each output row is one
+    /// copy (stride 1) or one strided read, with no per-row bounds or zero fills. Small
+    /// images have rows of 8 or 16 values, where a `memcpy` call and two clipped fills per
+    /// row cost more than the copy itself.
+    fn im2col_padded(&self, padded: &[f32], col: &mut [f32], ld: usize) {
+        let w = self.img[1] + 2 * self.pad[1];
+        let plane = (self.img[0] + 2 * self.pad[0]) * w;
+        let (oh, ow) = (self.out[0], self.out[1]);
+        let p = self.cols();
+        let mut row = 0;
+        for c in 0..self.channels {
+            let src = &padded[c * plane..(c + 1) * plane];
+            for kp in 0..self.k[0] {
+                for kq in 0..self.k[1] {
+                    let dst = &mut col[row * ld..row * ld + p];
+                    row += 1;
+                    for (i, d) in dst.chunks_exact_mut(ow.max(1)).take(oh).enumerate() {
+                        let start = (i * self.stride[0] + kp * self.dil[0]) * w + kq * self.dil[1];
+                        if self.stride[1] == 1 {
+                            copy_short(d, &src[start..start + ow]);
+                        } else {
+                            let st = self.stride[1];
+                            for (t, v) in d.iter_mut().enumerate() {
+                                *v = src[start + t * st];
                             }
                         }
                     }
@@ -150,6 +214,25 @@ impl Unfold {
     /// padding, same size).
     fn is_identity(&self) -> bool {
         self.k == [1, 1] && self.stride == [1, 1] && self.pad == [0, 0] && self.img == self.out
+    }
+}
+
+/// `dst.copy_from_slice(src)` for short rows, in blocks of eight values the compiler keeps
+/// in registers instead of a `memcpy` call per row.
+#[inline]
+fn copy_short(dst: &mut [f32], src: &[f32]) {
+    if dst.len() > 64 {
+        dst.copy_from_slice(src);
+        return;
+    }
+    let mut d = dst.chunks_exact_mut(8);
+    let mut s = src.chunks_exact(8);
+    for (a, b) in (&mut d).zip(&mut s) {
+        let block: [f32; 8] = [b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]];
+        a.copy_from_slice(&block);
+    }
+    for (a, b) in d.into_remainder().iter_mut().zip(s.remainder()) {
+        *a = *b;
     }
 }
 
@@ -235,8 +318,15 @@ pub fn forward(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Vec<f32> {
     let out_plane = out_shape[2] * out_shape[3];
     let per_out = out_shape[1] * out_plane;
     let per_in = x[0].shape()[1] * x[0].shape()[2] * x[0].shape()[3];
-    let mut y = super::par::zeroed(out_shape[0] * per_out);
     let is_conv = matches!(op, Op::Conv2d(_));
+    if is_conv && !u.is_identity() && out_shape[0] > 1 && per_out > 0 {
+        let mut y = super::par::overwritten(out_shape[0] * per_out);
+        let per_image_macs = (g.groups * g.other * p * kr).max(1);
+        let nb = (BATCH_MACS / per_image_macs).clamp(1, out_shape[0]);
+        conv2d_images_side_by_side(&g, &xd, &wd, bias, per_in, &mut y, out_plane, nb);
+        return y;
+    }
+    let mut y = super::par::zeroed(out_shape[0] * per_out);
     per_image(&mut y, per_out, |b, yb, threads| {
         fill_bias(yb, out_plane, bias);
         let xb = &xd[b * per_in..(b + 1) * per_in];
@@ -296,6 +386,86 @@ pub fn forward(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Vec<f32> {
         }
     });
     y
+}
+
+/// Multiply-adds per batch of images that a forward conv2d unfolds side by side into one
+/// column matrix (and one product): enough to amortize the product's setup and packing,
+/// small enough to stay in the caches. Derived from the geometry only, never from the
+/// thread count, so results do not depend on the machine's threads.
+const BATCH_MACS: usize = 1 << 18;
+
+/// Forward conv2d of several images per product: the images of each batch of `nb` (chosen
+/// by [`BATCH_MACS`]) are unfolded side by side (`col` [kr, nb·p]), multiplied once
+/// (`z` [other, nb·p] = W_g @ col), and `z`'s rows are written to each image's output
+/// channels with the bias added. A small image (a CNN's 16×16 planes) makes a product of a
+/// few thousand multiply-adds per image, which costs more to set up than to run. Each output
+/// element is the same sum of products as one image's product computes (then + bias, as the
+/// per-image path's accumulation onto the bias); batches run in parallel.
+#[allow(clippy::too_many_arguments)]
+fn conv2d_images_side_by_side(
+    g: &Geometry,
+    xd: &[f32],
+    wd: &[f32],
+    bias: Option<&[f32]>,
+    per_in: usize,
+    y: &mut [f32],
+    out_plane: usize,
+    nb: usize,
+) {
+    let u = g.unfold;
+    let (kr, p) = (u.rows(), u.cols());
+    let per_out = g.groups * g.other * p;
+    let images = y.len() / per_out;
+    let run = |c: usize, ys: &mut [f32]| {
+        let b0 = c * nb;
+        let n = ys.len() / per_out;
+        let ld = n * p;
+        super::par::with_scratch((kr + g.other) * ld + u.padded_len(), |scratch| {
+            let (col, rest) = scratch.split_at_mut(kr * ld);
+            let (z, padded) = rest.split_at_mut(g.other * ld);
+            for grp in 0..g.groups {
+                for i in 0..n {
+                    let xb = &xd[(b0 + i) * per_in..(b0 + i + 1) * per_in];
+                    let xg = &xb[grp * u.img_len()..(grp + 1) * u.img_len()];
+                    u.pad_into(xg, padded);
+                    u.im2col_padded(padded, &mut col[i * p..], ld);
+                }
+                let wg = &wd[grp * g.other * kr..(grp + 1) * g.other * kr];
+                gemm(
+                    g.other,
+                    ld,
+                    kr,
+                    Mat::rows(wg, kr),
+                    Mat::rows(col, ld),
+                    z,
+                    false,
+                    false,
+                );
+                for (i, yb) in ys.chunks_mut(per_out).enumerate() {
+                    let yg = &mut yb[grp * g.other * p..(grp + 1) * g.other * p];
+                    for (o, dst) in yg.chunks_mut(out_plane).enumerate() {
+                        let src = &z[o * ld + i * p..o * ld + (i + 1) * p];
+                        match bias {
+                            Some(b) => {
+                                let bv = b[grp * g.other + o];
+                                for (d, s) in dst.iter_mut().zip(src) {
+                                    *d = bv + s;
+                                }
+                            }
+                            None => dst.copy_from_slice(src),
+                        }
+                    }
+                }
+            }
+        });
+    };
+    if images > nb {
+        y.par_chunks_mut(nb * per_out)
+            .enumerate()
+            .for_each(|(c, ys)| run(c, ys));
+    } else {
+        run(0, y);
+    }
 }
 
 /// Skips the input cotangent when `needs[0]` is false (e.g. the first layer of a network).
@@ -458,5 +628,112 @@ pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor, needs: &[bool]) -> Vec<Option<Te
 fn add_into(acc: &mut [f32], part: &[f32]) {
     for (a, b) in acc.iter_mut().zip(part) {
         *a += b;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::Conv2dGeometry;
+
+    fn values(n: usize, seed: u64) -> Vec<f32> {
+        (0..n)
+            .map(|i| {
+                let h = crate::spec::splitmix64(seed.wrapping_add(i as u64));
+                (crate::spec::uniform_from_bits(h) * 2.0 - 1.0) as f32
+            })
+            .collect()
+    }
+
+    /// The side-by-side forward (any number of images per product, a last batch left over)
+    /// gives every image exactly the bits of a one-image call, which takes the per-image
+    /// path: padding, stride, dilation, groups, with and without a bias.
+    #[test]
+    fn images_side_by_side_equal_one_image_calls_bit_for_bit() {
+        let geometries = [
+            (
+                Conv2dGeometry {
+                    padding: [1, 1],
+                    ..Default::default()
+                },
+                [2, 3, 3],
+                8,
+            ),
+            (
+                Conv2dGeometry {
+                    stride: [2, 2],
+                    padding: [1, 0],
+                    ..Default::default()
+                },
+                [3, 4, 2],
+                7,
+            ),
+            (
+                Conv2dGeometry {
+                    stride: [1, 2],
+                    padding: [2, 1],
+                    dilation: [2, 1],
+                    groups: 2,
+                },
+                [4, 6, 3],
+                9,
+            ),
+        ];
+        for (k, (geom, [cin, cout, kw], h)) in geometries.into_iter().enumerate() {
+            let images = 5;
+            let x = values(images * cin * h * (h + 1), 10 + k as u64);
+            let w = values(cout * (cin / geom.groups) * 3 * kw, 20 + k as u64);
+            let b = values(cout, 30 + k as u64);
+            let op = Op::Conv2d(geom);
+            let xt = Tensor::from_parts(x.clone(), vec![images, cin, h, h + 1]);
+            let wt = Tensor::from_parts(w, vec![cout, cin / geom.groups, 3, kw]);
+            let bt = Tensor::from_parts(b, vec![cout]);
+            let out = crate::spec::infer_shape(&op, &[xt.shape(), wt.shape(), bt.shape()])
+                .expect("valid geometry");
+            let per_in = cin * h * (h + 1);
+            for with_bias in [true, false] {
+                let args: Vec<&Tensor> = if with_bias {
+                    vec![&xt, &wt, &bt]
+                } else {
+                    vec![&xt, &wt]
+                };
+                let mut one_shape = out.clone();
+                one_shape[0] = 1;
+                let per_out: usize = one_shape.iter().product();
+                let mut singles = Vec::new();
+                for i in 0..images {
+                    let xi = Tensor::from_parts(
+                        x[i * per_in..(i + 1) * per_in].to_vec(),
+                        vec![1, cin, h, h + 1],
+                    );
+                    let mut a = args.clone();
+                    a[0] = &xi;
+                    singles.extend(forward(&op, &a, &one_shape));
+                }
+                let g = geometry(&op, xt.shape(), wt.shape(), &out);
+                let bias = with_bias.then(|| bt.data());
+                for nb in [1, 2, images] {
+                    let mut y = vec![f32::NAN; images * per_out];
+                    conv2d_images_side_by_side(
+                        &g,
+                        &xt.data(),
+                        &wt.data(),
+                        bias.as_deref(),
+                        per_in,
+                        &mut y,
+                        out[2] * out[3],
+                        nb,
+                    );
+                    let same = y
+                        .iter()
+                        .zip(&singles)
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(
+                        same,
+                        "geometry {k}, bias {with_bias}, {nb} images per product"
+                    );
+                }
+            }
+        }
     }
 }

@@ -20,6 +20,30 @@ pub fn overwritten(n: usize) -> Vec<f32> {
     crate::runtime::buffers::take_overwritten(n)
 }
 
+/// The most scratch elements a thread keeps between calls (16 MiB); larger requests are
+/// served and then freed.
+const SCRATCH_KEEP: usize = 1 << 22;
+
+thread_local! {
+    static SCRATCH: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// Runs `f` on a scratch buffer of `n` elements with unspecified contents (`f` must write
+/// before it reads), reused by this thread from call to call: kernels that need a work area
+/// per task (an im2col matrix) do not allocate one per call. Re-entrant: a nested call
+/// allocates its own.
+pub fn with_scratch<R>(n: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
+    let mut buf = SCRATCH.with(|s| s.take());
+    if buf.len() < n {
+        buf = vec![0.0; n];
+    }
+    let r = f(&mut buf[..n]);
+    if buf.len() <= SCRATCH_KEEP {
+        SCRATCH.with(|s| s.set(buf));
+    }
+    r
+}
+
 /// Below this many elements, elementwise work stays on the calling thread.
 pub const PAR_THRESHOLD: usize = 1 << 15;
 /// Elements per parallel task.

@@ -34,6 +34,12 @@ pub fn sum_to_shape_into(data: &[f32], from: &[usize], to: &[usize], out: &mut [
         .zip(from)
         .take_while(|(k, f)| **k == 1 && **f != 1)
         .count();
+    if keep[lead..] == from[lead..] && n_out == 1 {
+        // a total (a mean loss over every axis): one vectorized sum, not a chain of
+        // dependent one-element additions
+        out[0] = super::vmath::sum(data);
+        return;
+    }
     if keep[lead..] == from[lead..] && n_out > 0 {
         for row in data.chunks(n_out) {
             for (o, &v) in out.iter_mut().zip(row) {
