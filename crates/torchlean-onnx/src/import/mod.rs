@@ -15,6 +15,7 @@
 //! After each node, the shapes ONNX declares for its outputs (`value_info`, graph outputs)
 //! are compared with torchlean's inference: a mismatch is reported like an unsupported node.
 
+mod attention;
 mod attrs;
 mod ops;
 mod patterns;
@@ -574,15 +575,20 @@ pub fn import_model(
             list: failures,
         });
     }
-    b.graph
+    // the exporter's attention subgraphs become `scaled_dot_product_attention` nodes
+    let graph = attention::fuse_attention(&b.graph).map_err(|e| OnnxError::Model {
+        path: name.into(),
+        reason: e.to_string(),
+    })?;
+    graph
         .check_user_names()
-        .and_then(|()| b.graph.validate())
+        .and_then(|()| graph.validate())
         .map_err(|e| OnnxError::Model {
             path: name.into(),
             reason: e.to_string(),
         })?;
     Ok(Imported {
-        graph: b.graph,
+        graph,
         values: b.stored,
         opset,
         integer_inputs,

@@ -172,11 +172,16 @@ pub fn exp_shifted_sum(x: &mut [f32], shift: f32) -> f32 {
             *a += *v;
         }
     }
-    let mut tail = 0.0f32;
-    for v in chunks.into_remainder() {
-        *v = exp(*v - shift);
-        tail += *v;
+    // the tail (a whole row when rows are shorter than a block: attention over ten keys)
+    // through one padded block, so it is vectorized too; the same values, summed in order
+    let rest = chunks.into_remainder();
+    let mut block = [0.0f32; LANES];
+    block[..rest.len()].copy_from_slice(rest);
+    for b in block.iter_mut() {
+        *b = exp(*b - shift);
     }
+    rest.copy_from_slice(&block[..rest.len()]);
+    let tail: f32 = rest.iter().fold(0.0, |t, &v| t + v);
     acc.iter().sum::<f32>() + tail
 }
 

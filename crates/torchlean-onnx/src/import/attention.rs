@@ -1,0 +1,253 @@
+//! Attention as exporters write it, recognized after the node walk.
+//!
+//! PyTorch exports `nn.MultiheadAttention` (and `scaled_dot_product_attention`) as
+//! `MatMul(Mul(q, s₁), Mul(kᵀ, s₂))`, an optional `Add` of an additive mask, `Softmax` over
+//! the last axis and `MatMul` with v. Node by node that is five kernels and an L×S matrix
+//! written and read four times; torchlean's `scaled_dot_product_attention` computes the same
+//! function in one kernel (the CPU's flash kernel reads q, k and v in place). So the mapped
+//! graph is searched for
+//!
+//! ```text
+//!   matmul(softmax_last(add(matmul(scale*(q), scale*(kt)), bias) | matmul(..)), v)
+//! ```
+//!
+//! (each `scale` optional, also one around the first product), every intermediate value read
+//! only inside the pattern and not a graph output, the `add` not broadcasting the scores,
+//! and `scaled_dot_product_attention(q, permute(kt), v[, bias])` with the product of the
+//! scales inferring the same shape; such a subgraph becomes `permute` + that op, with
+//! `mask: additive_bias` when there is an `add`.
+//!
+//! What changes: rounding only — the scores are s₁·s₂·(q·k) rounded once instead of
+//! (s₁q)·(s₂k) — except where the node-by-node form underflows: a tiny q or k entry that a
+//! scale rounds to zero, times an infinite entry, is NaN node by node and ±inf in the op, as
+//! in the exact function. Fully masked rows (every bias -inf) are NaN in both (softmax's 0/0).
+//! docs/onnx.md lists the pattern.
+
+use torchlean::graph::{AttentionMask, Graph, GraphError, NodeKind, Op, OpKind, OutputDecl};
+
+/// One recognized attention subgraph.
+struct Found {
+    /// The final product's node: replaced by the attention node.
+    at: usize,
+    /// Nodes absorbed (dropped from the graph).
+    absorbed: Vec<usize>,
+    q: usize,
+    kt: usize,
+    v: usize,
+    bias: Option<usize>,
+    /// The shape the bias is broadcast to first, when the op cannot read it as it is (the
+    /// op reads [L, S] or the whole [..., L, S]; a key-padding mask is [B, 1, 1, S]).
+    bias_to: Option<Vec<usize>>,
+    scale: f32,
+}
+
+/// The graph with every recognized attention subgraph replaced (or an identical copy).
+pub fn fuse_attention(g: &Graph) -> Result<Graph, GraphError> {
+    let found = find(g);
+    if found.is_empty() {
+        return Ok(g.clone());
+    }
+    let n = g.nodes.len();
+    let mut absorbed = vec![false; n];
+    let mut at = vec![None; n];
+    for (k, f) in found.iter().enumerate() {
+        f.absorbed.iter().for_each(|&i| absorbed[i] = true);
+        at[f.at] = Some(k);
+    }
+    let mut out = Graph {
+        nodes: vec![],
+        outputs: vec![],
+        ..g.clone()
+    };
+    let mut new_id: Vec<Option<usize>> = vec![None; n];
+    let map = |new_id: &[Option<usize>], p: usize| {
+        new_id[p]
+            .ok_or_else(|| GraphError::Other(format!("attention: node {p} has no replacement")))
+    };
+    for node in &g.nodes {
+        if absorbed[node.id] {
+            continue;
+        }
+        let id = match at[node.id] {
+            Some(k) => {
+                let f = &found[k];
+                let kt = map(&new_id, f.kt)?;
+                let rank = g.nodes[f.kt].shape.len();
+                let mut axes: Vec<usize> = (0..rank).collect();
+                axes.swap(rank - 2, rank - 1);
+                let key = out.push(
+                    NodeKind::Op {
+                        op: Op::Permute { axes },
+                    },
+                    vec![kt],
+                )?;
+                let mut parents = vec![map(&new_id, f.q)?, key, map(&new_id, f.v)?];
+                if let Some(b) = f.bias {
+                    let b = map(&new_id, b)?;
+                    parents.push(match &f.bias_to {
+                        Some(shape) => out.push(
+                            NodeKind::Op {
+                                op: Op::BroadcastTo {
+                                    shape: shape.clone(),
+                                },
+                            },
+                            vec![b],
+                        )?,
+                        None => b,
+                    });
+                }
+                out.push(NodeKind::Op { op: attention(f) }, parents)?
+            }
+            None => {
+                let parents = node
+                    .parents
+                    .iter()
+                    .map(|&p| map(&new_id, p))
+                    .collect::<Result<Vec<_>, _>>()?;
+                out.push(node.kind.clone(), parents)?
+            }
+        };
+        new_id[node.id] = Some(id);
+    }
+    for o in &g.outputs {
+        out.outputs.push(OutputDecl {
+            name: o.name.clone(),
+            node: map(&new_id, o.node)?,
+        });
+    }
+    Ok(out)
+}
+
+fn attention(f: &Found) -> Op {
+    Op::ScaledDotProductAttention {
+        scale: Some(f.scale),
+        causal: false,
+        mask: if f.bias.is_some() {
+            AttentionMask::AdditiveBias
+        } else {
+            AttentionMask::None
+        },
+    }
+}
+
+/// Every attention subgraph of `g`, none sharing a node.
+fn find(g: &Graph) -> Vec<Found> {
+    let n = g.nodes.len();
+    let mut readers = vec![0usize; n];
+    for node in &g.nodes {
+        for &p in &node.parents {
+            readers[p] += 1;
+        }
+    }
+    for o in &g.outputs {
+        readers[o.node] += 1; // an output is read by the caller: never absorbed
+    }
+    let op = |id: usize| match &g.nodes[id].kind {
+        NodeKind::Op { op } => Some(op),
+        _ => None,
+    };
+    let kind = |id: usize| op(id).map(Op::kind);
+    // a node read once (here) whose kind is `k`
+    let inner = |id: usize, k: OpKind| readers[id] == 1 && kind(id) == Some(k);
+    // strips a `scale` read once: (the value under it, its factor)
+    let unscale = |id: usize, absorbed: &mut Vec<usize>| -> (usize, f32) {
+        match op(id) {
+            Some(Op::Scale { factor }) if readers[id] == 1 => {
+                absorbed.push(id);
+                (g.nodes[id].parents[0], *factor)
+            }
+            _ => (id, 1.0),
+        }
+    };
+    let mut used = vec![false; n];
+    let mut found = vec![];
+    for node in &g.nodes {
+        let Some(Op::Matmul) = op(node.id) else {
+            continue;
+        };
+        let Some(f) = (|| {
+            let (s, v) = (node.parents[0], node.parents[1]);
+            let rank = g.nodes[s].shape.len();
+            match op(s) {
+                Some(Op::Softmax { axis }) if readers[s] == 1 && rank >= 2 && *axis == rank - 1 => {
+                }
+                _ => return None,
+            }
+            let mut absorbed = vec![s];
+            let x = g.nodes[s].parents[0];
+            // an additive mask on the scores, in either operand order, not broadcasting them
+            let (scores, bias) = if inner(x, OpKind::Add) {
+                let [a, b] = g.nodes[x].parents[..] else {
+                    return None;
+                };
+                let product = |id: usize| {
+                    let under = match op(id) {
+                        Some(Op::Scale { .. }) if readers[id] == 1 => g.nodes[id].parents[0],
+                        _ => id,
+                    };
+                    inner(under, OpKind::Matmul) && g.nodes[id].shape == g.nodes[x].shape
+                };
+                absorbed.push(x);
+                if product(a) {
+                    (a, Some(b))
+                } else if product(b) {
+                    (b, Some(a))
+                } else {
+                    return None;
+                }
+            } else {
+                (x, None)
+            };
+            if readers[scores] != 1 {
+                return None;
+            }
+            let (m, outer) = unscale(scores, &mut absorbed);
+            if !inner(m, OpKind::Matmul) {
+                return None;
+            }
+            absorbed.push(m);
+            let (q, sq) = unscale(g.nodes[m].parents[0], &mut absorbed);
+            let (kt, sk) = unscale(g.nodes[m].parents[1], &mut absorbed);
+            let mut f = Found {
+                at: node.id,
+                absorbed,
+                q,
+                kt,
+                v,
+                bias,
+                bias_to: None,
+                scale: outer * sq * sk,
+            };
+            // the op must take these operands and give the product's shape
+            let rk = g.nodes[kt].shape.len();
+            if rk < 2 {
+                return None;
+            }
+            let mut kshape = g.nodes[kt].shape.clone();
+            kshape.swap(rk - 2, rk - 1);
+            let scores_shape = &g.nodes[scores].shape;
+            let mut shapes: Vec<&[usize]> = vec![&g.nodes[q].shape, &kshape, &g.nodes[v].shape];
+            if let Some(b) = bias {
+                let bs = &g.nodes[b].shape;
+                let tail = &scores_shape[scores_shape.len().saturating_sub(2)..];
+                if bs != scores_shape && bs.as_slice() != tail {
+                    // broadcast to the scores' shape (the add broadcast it there)
+                    f.bias_to = Some(scores_shape.clone());
+                    shapes.push(scores_shape);
+                } else {
+                    shapes.push(bs);
+                }
+            }
+            let inferred = torchlean::spec::infer_shape(&attention(&f), &shapes).ok()?;
+            (inferred == node.shape).then_some(f)
+        })() else {
+            continue;
+        };
+        if f.absorbed.iter().any(|&i| used[i]) {
+            continue;
+        }
+        f.absorbed.iter().for_each(|&i| used[i] = true);
+        found.push(f);
+    }
+    found
+}

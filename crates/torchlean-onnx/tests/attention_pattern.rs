@@ -1,0 +1,186 @@
+//! The importer's attention pattern (`import/attention.rs`): `MatMul(Mul(q, s), Mul(kᵀ, s))`,
+//! an additive mask, `Softmax` and `MatMul` with v become one `scaled_dot_product_attention`
+//! node, which computes what the nodes compute; a pattern whose intermediate value is read
+//! elsewhere stays node by node. The reference is the same model imported node by node (the
+//! softmax also a graph output, so nothing is absorbed), whose kernels are each
+//! conformance-tested against the spec.
+
+mod common;
+
+use common::{assert_close, import_fixture, model, node, run_graph, value_info as vi};
+use onnx_protobuf::{
+    attribute_proto::AttributeType, AttributeProto, ModelProto, NodeProto, TensorProto,
+};
+use std::collections::HashMap;
+use torchlean::backend::BackendProfile;
+use torchlean::graph::{AttentionMask, Graph, NodeKind, Op, OpKind};
+use torchlean::Tensor;
+
+const FLOAT: i32 = 1;
+
+fn with_axis(mut n: NodeProto, axis: i64) -> NodeProto {
+    let mut a = AttributeProto::new();
+    a.name = "axis".into();
+    a.type_ = AttributeType::INT.into();
+    a.i = axis;
+    n.attribute.push(a);
+    n
+}
+
+fn scalar(name: &str, v: f32) -> TensorProto {
+    let mut t = TensorProto::new();
+    t.name = name.into();
+    t.data_type = FLOAT;
+    t.float_data = vec![v];
+    t
+}
+
+/// q [2,3,5,4], kᵀ [2,3,4,6], v [2,3,6,4], a key-padding mask [2,1,1,6]; with
+/// `softmax_out`, the softmax's value is also a graph output.
+fn attention_model(softmax_out: bool) -> ModelProto {
+    // the scale as PyTorch's exporter writes it: a `Constant` node (an initializer would be
+    // a trainable parameter, and its product a `mul`)
+    let mut value = AttributeProto::new();
+    value.name = "value".into();
+    value.type_ = AttributeType::TENSOR.into();
+    value.t = Some(scalar("s", 0.707_106_77)).into();
+    let mut s = node("s", "Constant", &[], &["s"]);
+    s.attribute.push(value);
+    let nodes = vec![
+        s,
+        node("mq", "Mul", &["q", "s"], &["qs"]),
+        node("mk", "Mul", &["kt", "s"], &["ks"]),
+        node("qk", "MatMul", &["qs", "ks"], &["scores"]),
+        node("mask", "Add", &["scores", "bias"], &["masked"]),
+        with_axis(node("sm", "Softmax", &["masked"], &["p"]), -1),
+        node("pv", "MatMul", &["p", "v"], &["y"]),
+    ];
+    let mut outputs = vec![vi("y", &[2, 3, 5, 4], FLOAT)];
+    if softmax_out {
+        outputs.push(vi("p", &[2, 3, 5, 6], FLOAT));
+    }
+    model(
+        nodes,
+        vec![],
+        vec![
+            vi("q", &[2, 3, 5, 4], FLOAT),
+            vi("kt", &[2, 3, 4, 6], FLOAT),
+            vi("v", &[2, 3, 6, 4], FLOAT),
+            vi("bias", &[2, 1, 1, 6], FLOAT),
+        ],
+        outputs,
+        18,
+    )
+}
+
+fn kinds(g: &Graph) -> Vec<OpKind> {
+    g.nodes
+        .iter()
+        .filter_map(|n| match &n.kind {
+            NodeKind::Op { op } => Some(op.kind()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn values(n: usize, seed: u32) -> Vec<f32> {
+    (0..n)
+        .map(|i| {
+            let h = (i as u32)
+                .wrapping_mul(2_654_435_761)
+                .wrapping_add(seed * 97);
+            ((h >> 8) % 2001) as f32 / 1000.0 - 1.0
+        })
+        .collect()
+}
+
+fn run(m: &ModelProto, bias: &[f32]) -> HashMap<String, Tensor> {
+    let imported = torchlean_onnx::import_model(m, "attention", &HashMap::new()).expect("imports");
+    let t = |v: Vec<f32>, s: &[usize]| Tensor::from_vec(v, s).expect("shape");
+    let inputs = vec![
+        ("q".to_string(), t(values(120, 1), &[2, 3, 5, 4])),
+        ("kt".to_string(), t(values(144, 2), &[2, 3, 4, 6])),
+        ("v".to_string(), t(values(144, 3), &[2, 3, 6, 4])),
+        ("bias".to_string(), t(bias.to_vec(), &[2, 1, 1, 6])),
+    ];
+    let p = BackendProfile::named("checked_cpu").expect("profile");
+    run_graph(imported.graph, &imported.values, &inputs, &p, false).expect("runs")
+}
+
+#[test]
+fn the_pattern_imports_as_one_attention_node_and_the_reader_of_an_intermediate_keeps_the_nodes() {
+    let fused = torchlean_onnx::import_model(&attention_model(false), "a", &HashMap::new())
+        .expect("imports")
+        .graph;
+    let ks = kinds(&fused);
+    assert_eq!(
+        ks.iter()
+            .filter(|k| **k == OpKind::ScaledDotProductAttention)
+            .count(),
+        1,
+        "{ks:?}"
+    );
+    assert!(
+        !ks.contains(&OpKind::Softmax) && !ks.contains(&OpKind::Matmul),
+        "{ks:?}"
+    );
+    let attention = fused.nodes.iter().find_map(|n| match &n.kind {
+        NodeKind::Op {
+            op:
+                Op::ScaledDotProductAttention {
+                    scale,
+                    causal,
+                    mask,
+                },
+        } => Some((*scale, *causal, *mask)),
+        _ => None,
+    });
+    let (scale, causal, mask) = attention.expect("an attention node");
+    assert!((scale.expect("explicit scale") - 0.5).abs() < 1e-6);
+    assert!(!causal && mask == AttentionMask::AdditiveBias);
+
+    let kept = torchlean_onnx::import_model(&attention_model(true), "a", &HashMap::new())
+        .expect("imports")
+        .graph;
+    let ks = kinds(&kept);
+    assert!(!ks.contains(&OpKind::ScaledDotProductAttention), "{ks:?}");
+    assert_eq!(ks.iter().filter(|k| **k == OpKind::Matmul).count(), 2);
+}
+
+#[test]
+fn the_attention_node_computes_what_the_nodes_compute_masked_and_fully_masked_rows_included() {
+    // the second sequence pads its last two keys; the first attends everything
+    let mut bias = vec![0.0f32; 12];
+    bias[10] = f32::NEG_INFINITY;
+    bias[11] = f32::NEG_INFINITY;
+    let fused = run(&attention_model(false), &bias);
+    let nodes = run(&attention_model(true), &bias);
+    let (a, b) = (fused["y"].to_vec(), nodes["y"].to_vec());
+    assert!(a.iter().all(|v| v.is_finite()));
+    assert_close("masked keys", &a, &b, 1e-6);
+
+    // every key of the second sequence masked: softmax's 0/0 gives NaN rows both ways
+    let mut bias = vec![0.0f32; 12];
+    bias[6..].fill(f32::NEG_INFINITY);
+    let (a, b) = (
+        run(&attention_model(false), &bias)["y"].to_vec(),
+        run(&attention_model(true), &bias)["y"].to_vec(),
+    );
+    let half = a.len() / 2;
+    assert!(a[half..].iter().all(|v| v.is_nan()) && b[half..].iter().all(|v| v.is_nan()));
+    assert_close("unmasked sequence", &a[..half], &b[..half], 1e-6);
+}
+
+#[test]
+fn pytorchs_encoder_layer_imports_its_attention_as_one_node() {
+    // the fixture's outputs and gradients against PyTorch's: tests/pytorch_fixtures.rs
+    let (graph, _) = import_fixture("encoder");
+    let ks = kinds(&graph);
+    assert_eq!(
+        ks.iter()
+            .filter(|k| **k == OpKind::ScaledDotProductAttention)
+            .count(),
+        1
+    );
+    assert!(!ks.contains(&OpKind::Softmax), "{ks:?}");
+}
