@@ -13,7 +13,7 @@ use onnx_protobuf::{
 };
 use std::collections::HashMap;
 use torchlean::backend::BackendProfile;
-use torchlean::graph::{AttentionMask, Graph, NodeKind, Op, OpKind};
+use torchlean::graph::{AttentionMask, Graph, NodeKind, OpKind};
 use torchlean::Tensor;
 
 const FLOAT: i32 = 1;
@@ -125,14 +125,7 @@ fn the_pattern_imports_as_one_attention_node_and_the_reader_of_an_intermediate_k
         "{ks:?}"
     );
     let attention = fused.nodes.iter().find_map(|n| match &n.kind {
-        NodeKind::Op {
-            op:
-                Op::ScaledDotProductAttention {
-                    scale,
-                    causal,
-                    mask,
-                },
-        } => Some((*scale, *causal, *mask)),
+        NodeKind::Op { op } => op.attention_payload(),
         _ => None,
     });
     let (scale, causal, mask) = attention.expect("an attention node");

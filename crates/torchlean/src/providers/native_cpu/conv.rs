@@ -68,12 +68,6 @@ impl Unfold {
     /// Unfolds `img` (row-major [channels, img]) into `col` ([rows, cols]); every element of
     /// `col` is written (padding taps are zero).
     fn im2col(&self, img: &[f32], col: &mut [f32]) {
-        self.im2col_strided(img, col, self.cols());
-    }
-
-    /// [`Unfold::im2col`] into rows `ld` apart: row r is `col[r * ld..r * ld + cols]` (the
-    /// columns of one image inside a matrix that holds several images side by side).
-    fn im2col_strided(&self, img: &[f32], col: &mut [f32], ld: usize) {
         let (ih, iw) = (self.img[0], self.img[1]);
         let ow = self.out[1];
         let p = self.cols();
@@ -84,7 +78,7 @@ impl Unfold {
                 let (ilo, ihi, roff) = self.valid(0, kp);
                 for kq in 0..self.k[1] {
                     let (jlo, jhi, coff) = self.valid(1, kq);
-                    let dst = &mut col[row * ld..row * ld + p];
+                    let dst = &mut col[row * p..(row + 1) * p];
                     row += 1;
                     if jlo >= jhi || ilo >= ihi {
                         dst.fill(0.0);
@@ -125,6 +119,10 @@ impl Unfold {
         let (ph, pw) = (self.pad[0], self.pad[1]);
         let w = iw + 2 * pw;
         let plane = (ih + 2 * ph) * w;
+        if ih * iw == 0 {
+            padded.fill(0.0); // an empty image: only its border (the taps read zeros)
+            return;
+        }
         for (src, dst) in img
             .chunks_exact(ih * iw)
             .zip(padded.chunks_exact_mut(plane))
@@ -139,8 +137,9 @@ impl Unfold {
         }
     }
 
-    /// [`Unfold::im2col_strided`] from the zero-padded image (`padded`, as
-    /// [`Unfold::pad_into`] writes it): every tap reads inside it, so each output row is one
+    /// [`Unfold::im2col`] from the zero-padded image (`padded`, as [`Unfold::pad_into`]
+    /// writes it), into rows `ld` apart (row r is `col[r * ld..r * ld + cols]`: one image's
+    /// columns among several side by side): every tap reads inside it, so each output row is one
     /// copy (stride 1) or one strided read, with no per-row bounds or zero fills. Small
     /// images have rows of 8 or 16 values, where a `memcpy` call and two clipped fills per
     /// row cost more than the copy itself.
@@ -678,19 +677,29 @@ mod tests {
                 [4, 6, 3],
                 9,
             ),
+            (
+                Conv2dGeometry {
+                    padding: [2, 1],
+                    ..Default::default()
+                },
+                [2, 3, 3],
+                4,
+            ),
         ];
         for (k, (geom, [cin, cout, kw], h)) in geometries.into_iter().enumerate() {
             let images = 5;
-            let x = values(images * cin * h * (h + 1), 10 + k as u64);
+            // the last geometry runs on images with no rows (every tap reads the padding)
+            let rows = if k == 3 { 0 } else { h };
+            let x = values(images * cin * rows * (h + 1), 10 + k as u64);
             let w = values(cout * (cin / geom.groups) * 3 * kw, 20 + k as u64);
             let b = values(cout, 30 + k as u64);
             let op = Op::Conv2d(geom);
-            let xt = Tensor::from_parts(x.clone(), vec![images, cin, h, h + 1]);
+            let xt = Tensor::from_parts(x.clone(), vec![images, cin, rows, h + 1]);
             let wt = Tensor::from_parts(w, vec![cout, cin / geom.groups, 3, kw]);
             let bt = Tensor::from_parts(b, vec![cout]);
             let out = crate::spec::infer_shape(&op, &[xt.shape(), wt.shape(), bt.shape()])
                 .expect("valid geometry");
-            let per_in = cin * h * (h + 1);
+            let per_in = cin * rows * (h + 1);
             for with_bias in [true, false] {
                 let args: Vec<&Tensor> = if with_bias {
                     vec![&xt, &wt, &bt]
@@ -704,7 +713,7 @@ mod tests {
                 for i in 0..images {
                     let xi = Tensor::from_parts(
                         x[i * per_in..(i + 1) * per_in].to_vec(),
-                        vec![1, cin, h, h + 1],
+                        vec![1, cin, rows, h + 1],
                     );
                     let mut a = args.clone();
                     a[0] = &xi;
