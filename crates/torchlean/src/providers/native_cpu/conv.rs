@@ -9,9 +9,14 @@
 //! the input (H, W) with the same stride / padding / dilation: its forward is
 //! `col = W_g^T @ x` folded with col2im into the output, and its VJPs unfold `gy` with im2col.
 //!
-//! Batch images run in parallel (rayon, GEMM single-threaded inside); a single image uses
-//! GEMM's own threads. Weight gradients are accumulated per image and then summed in batch
-//! order, so results are bit-identical run to run and across thread counts.
+//! The forward conv2d of a batch unfolds several images side by side into one column matrix
+//! (as many as make about [`BATCH_MACS`] multiply-adds, from a zero-padded copy of each
+//! image) and runs one product per such group, the groups in parallel: a small image's own
+//! product would cost more to set up than to run. Otherwise batch images run in parallel
+//! (rayon, GEMM single-threaded inside); a single image uses GEMM's own threads. Every
+//! output element is the same sum either way (tested bit for bit). Weight gradients are
+//! accumulated per image and then summed in batch order, so results are bit-identical run
+//! to run and across thread counts.
 
 use super::par::{gemm, Mat};
 use crate::graph::Op;
