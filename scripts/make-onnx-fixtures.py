@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Exports the ONNX fixtures of crates/torchlean-onnx/tests/fixtures with PyTorch.
 
-    python3 scripts/make-onnx-fixtures.py [OUT_DIR] [--batch N]
+    python3 scripts/make-onnx-fixtures.py [OUT_DIR] [--batch N] [--only NAME,NAME]
 
 With --batch N every model is exported for batch N instead of the small test batches (the
-inference benchmark uses `bench/onnx`, batch 32: scripts/bench-onnx.sh).
+inference benchmark uses `bench/onnx`, batch 32: scripts/bench-onnx.sh). With --only, just
+the named models (the others' files are left as they are).
 
 Needs torch, onnx, onnxscript and safetensors (pip). For every model it writes:
 
@@ -32,6 +33,11 @@ BATCH = None
 if "--batch" in ARGS:
     i = ARGS.index("--batch")
     BATCH = int(ARGS[i + 1])
+    del ARGS[i:i + 2]
+ONLY = None
+if "--only" in ARGS:
+    i = ARGS.index("--only")
+    ONLY = ARGS[i + 1].split(",")
     del ARGS[i:i + 2]
 OUT = ARGS[0] if ARGS else "crates/torchlean-onnx/tests/fixtures"
 OPSET = 18
@@ -133,6 +139,33 @@ class EmbeddingBag(nn.Module):
         return self.fc(self.embed(ids).mean(dim=1))
 
 
+class Attention(nn.Module):
+    """Two attention layers written with `F.scaled_dot_product_attention`, as user code and
+    `nn.MultiheadAttention`'s fast paths call it: the first with an additive float mask
+    (padding keys at -inf), the second causal (`is_causal=True`, which PyTorch's exporter
+    writes as a `Trilu` constant turned into a -inf mask). Each is exported as
+    Mul(q, √s) · Mul(kᵀ, √s) → Add mask → Softmax → MatMul v, which torchlean's import maps
+    to one `scaled_dot_product_attention` node."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv1 = nn.Linear(16, 48)
+        self.qkv2 = nn.Linear(16, 48)
+        self.out = nn.Linear(16, 16)
+
+    def heads(self, proj, x):
+        b, l, _ = x.shape
+        return proj(x).reshape(b, l, 3, 2, 8).permute(2, 0, 3, 1, 4)
+
+    def forward(self, x, mask):
+        b, l, _ = x.shape
+        q, k, v = self.heads(self.qkv1, x)
+        h = F.scaled_dot_product_attention(q, k, v, attn_mask=mask).transpose(1, 2).reshape(b, l, 16)
+        q, k, v = self.heads(self.qkv2, torch.tanh(h))
+        h = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, l, 16)
+        return self.out(h)
+
+
 def randomize_batch_norm(model, gen):
     for m in model.modules():
         if isinstance(m, nn.BatchNorm2d):
@@ -144,6 +177,8 @@ def randomize_batch_norm(model, gen):
 
 
 def export(name, net, inputs, input_names, target_shape, train=False):
+    if ONLY is not None and name not in ONLY:
+        return
     gen = torch.Generator().manual_seed(7)
     randomize_batch_norm(net, gen)
     net.train(train)
@@ -198,6 +233,11 @@ def main():
     export("gru", Gru(), [torch.randn(b, 6, 8, generator=gen)], ["x"], (b, 1))
     export("lstm", Lstm(), [torch.randn(b, 5, 8, generator=gen)], ["x"], (b, 2))
     export("embedding", EmbeddingBag(), [torch.randint(0, 50, (b, 7), generator=gen)], ["ids"], (b, 3))
+    b = BATCH or 3
+    mask = torch.zeros(b, 1, 1, 6)
+    mask[1, :, :, 4:] = float("-inf")  # the second sequence pads its last two keys
+    export("attention", Attention(), [torch.randn(b, 6, 16, generator=gen), mask],
+           ["x", "mask"], (b, 6, 16))
 
 
 if __name__ == "__main__":

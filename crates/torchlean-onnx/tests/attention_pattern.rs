@@ -177,3 +177,27 @@ fn pytorchs_encoder_layer_imports_its_attention_as_one_node() {
     );
     assert!(!ks.contains(&OpKind::Softmax), "{ks:?}");
 }
+
+#[test]
+fn pytorchs_sdpa_with_a_float_mask_and_causal_imports_as_two_attention_nodes() {
+    // `F.scaled_dot_product_attention` with an additive mask, then with is_causal (exported
+    // with a `Trilu` constant): outputs and gradients against PyTorch's in
+    // tests/pytorch_fixtures.rs
+    let (graph, _) = import_fixture("attention");
+    let ks = kinds(&graph);
+    let attention: Vec<_> = graph
+        .nodes
+        .iter()
+        .filter_map(|n| match &n.kind {
+            NodeKind::Op { op } => op.attention_payload(),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(attention.len(), 2, "{ks:?}");
+    assert!(!ks.contains(&OpKind::Softmax), "{ks:?}");
+    for (scale, causal, mask) in attention {
+        // the exporter scales q and k by √(1/√8) each
+        assert!((scale.expect("explicit") - 8f32.sqrt().recip()).abs() < 1e-6);
+        assert!(!causal && mask == AttentionMask::AdditiveBias);
+    }
+}

@@ -7,7 +7,15 @@ mod common;
 use common::*;
 use torchlean::backend::BackendProfile;
 
-const MODELS: &[&str] = &["mlp", "cnn", "encoder", "gru", "lstm", "embedding"];
+const MODELS: &[&str] = &[
+    "mlp",
+    "cnn",
+    "encoder",
+    "gru",
+    "lstm",
+    "embedding",
+    "attention",
+];
 const PROFILES: &[&str] = &["checked_cpu", "strict_cpu", "strict_native_cpu"];
 
 #[test]

@@ -70,6 +70,7 @@ const KNOWN: &[&str] = &[
     "Sub",
     "Tanh",
     "Transpose",
+    "Trilu",
     "Unsqueeze",
     "Where",
 ];
@@ -319,6 +320,7 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
             }
             one(b.op_on(Op::Where, &[c, x, y])?)
         }
+        "Trilu" => trilu(b, a, inputs).map(|v| vec![v]),
         "Neg" | "Sqrt" | "Reciprocal" | "Exp" | "Log" | "Abs" | "Relu" | "Tanh" | "Sigmoid"
         | "Sin" | "Cos" | "Softplus" => unary(b, op, arg(inputs, 0)?).map(|v| vec![v]),
         "Gelu" => {
@@ -1107,6 +1109,74 @@ fn batch_norm(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Value
     let centered = b.op_on(Op::Sub, &[x, &mean])?;
     let scaled = b.op_on(Op::Mul, &[&centered, &gain])?;
     b.op_on(Op::Add, &[&scaled, &bias])
+}
+
+/// Trilu: the lower (`upper=0`) or upper (`upper=1`, the default) triangle of the last two
+/// axes, from diagonal `k` (input 1, default 0), the rest zero. Evaluated at import on a
+/// constant (PyTorch's exporter builds a causal mask as `Trilu` of a constant); on a
+/// computed value, `where(triangle, x, 0)` with the triangle a constant [rows, cols] mask —
+/// a select, so a NaN or an infinity outside the triangle gives 0 as Trilu does.
+fn trilu(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Value> {
+    let x = arg(inputs, 0)?;
+    let upper = a.int("upper", 1)? != 0;
+    let k = match inputs.get(1).and_then(Option::as_ref) {
+        Some(kv) => match b.ints(kv, "Trilu k")?.as_slice() {
+            [k] => *k,
+            other => {
+                return Err(format!(
+                    "Trilu k must be one integer, got {} values",
+                    other.len()
+                ))
+            }
+        },
+        None => 0,
+    };
+    let dims = b.shape(x);
+    let rank = dims.len();
+    if rank < 2 {
+        return Err(format!(
+            "Trilu of a tensor of rank {rank} (it needs at least 2)"
+        ));
+    }
+    let (rows, cols) = (dims[rank - 2], dims[rank - 1]);
+    // element e of a [.., rows, cols] tensor is kept when its column minus its row is on the
+    // kept side of k (in i128: no overflow whatever k and the sizes are)
+    let keep = move |e: usize| {
+        let (i, j) = ((e / cols.max(1)) % rows.max(1), e % cols.max(1));
+        let d = j as i128 - i as i128;
+        if upper {
+            d >= k as i128
+        } else {
+            d <= k as i128
+        }
+    };
+    if let Some(c) = b.folded(x) {
+        b.budget.take(&c.dims)?;
+        let data = match &c.data {
+            Data::F32(v) => Data::F32(
+                v.iter()
+                    .enumerate()
+                    .map(|(e, &x)| if keep(e) { x } else { 0.0 })
+                    .collect(),
+            ),
+            Data::I64(v) => Data::I64(
+                v.iter()
+                    .enumerate()
+                    .map(|(e, &x)| if keep(e) { x } else { 0 })
+                    .collect(),
+            ),
+            Data::Bool(v) => Data::Bool(v.iter().enumerate().map(|(e, &x)| x && keep(e)).collect()),
+        };
+        return Ok(konst(Const {
+            dims: c.dims.clone(),
+            data,
+        }));
+    }
+    b.budget.take(&[rows, cols])?;
+    let mask = (0..rows * cols).map(|e| keep(e) as u8 as f32).collect();
+    let mask = konst(Const::f32(vec![rows, cols], mask));
+    let zero = konst(Const::f32(vec![1], vec![0.0]));
+    b.op_on(Op::Where, &[&mask, x, &zero])
 }
 
 /// LayerNormalization over the trailing axes from `axis` (torchlean's layer_norm normalizes

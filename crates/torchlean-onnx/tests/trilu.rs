@@ -1,0 +1,160 @@
+//! ONNX `Trilu` (PyTorch's exporter writes a causal mask as `Trilu` of a constant): folded at
+//! import on a constant, `where(triangle, x, 0)` on a computed value; both against the
+//! operator's definition written out here (keep element (i, j) of the last two axes when
+//! j − i ≥ k for `upper=1`, j − i ≤ k for `upper=0`, else 0).
+
+mod common;
+
+use common::{model, node, run_graph, value_info as vi};
+use onnx_protobuf::{attribute_proto::AttributeType, AttributeProto, NodeProto, TensorProto};
+use std::collections::HashMap;
+use torchlean::backend::BackendProfile;
+use torchlean::Tensor;
+
+const FLOAT: i32 = 1;
+const INT64: i32 = 7;
+
+fn with_upper(mut n: NodeProto, upper: i64) -> NodeProto {
+    let mut a = AttributeProto::new();
+    a.name = "upper".into();
+    a.type_ = AttributeType::INT.into();
+    a.i = upper;
+    n.attribute.push(a);
+    n
+}
+
+fn int64s(name: &str, dims: &[i64], data: &[i64]) -> TensorProto {
+    let mut t = TensorProto::new();
+    t.name = name.into();
+    t.dims = dims.to_vec();
+    t.data_type = INT64;
+    t.int64_data = data.to_vec();
+    t
+}
+
+fn floats(name: &str, dims: &[i64], data: &[f32]) -> TensorProto {
+    let mut t = TensorProto::new();
+    t.name = name.into();
+    t.dims = dims.to_vec();
+    t.data_type = FLOAT;
+    t.float_data = data.to_vec();
+    t
+}
+
+fn constant(out: &str, t: TensorProto) -> NodeProto {
+    let mut n = node(out, "Constant", &[], &[out]);
+    let mut a = AttributeProto::new();
+    a.name = "value".into();
+    a.type_ = AttributeType::TENSOR.into();
+    a.t = Some(t).into();
+    n.attribute.push(a);
+    n
+}
+
+/// The definition, on a row-major [.., rows, cols] tensor.
+fn trilu(x: &[f32], rows: usize, cols: usize, upper: bool, k: i64) -> Vec<f32> {
+    x.iter()
+        .enumerate()
+        .map(|(e, &v)| {
+            let (i, j) = ((e / cols) % rows, e % cols);
+            let d = j as i64 - i as i64;
+            if (upper && d >= k) || (!upper && d <= k) {
+                v
+            } else {
+                0.0
+            }
+        })
+        .collect()
+}
+
+fn same(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()))
+}
+
+/// `y = x + Trilu(c)` with c a `Constant` and `z = Trilu(x)` with x the input, for every
+/// `upper` and a few diagonals, against the definition (values of x include NaN and ±inf
+/// outside and inside the triangle).
+#[test]
+fn trilu_of_constants_and_of_computed_values_follows_the_definition() {
+    let (rows, cols) = (3usize, 4usize);
+    let x: Vec<f32> = (0..2 * rows * cols)
+        .map(|i| match i % 7 {
+            0 => f32::NAN,
+            3 => f32::INFINITY,
+            5 => f32::NEG_INFINITY,
+            _ => i as f32 * 0.5 - 3.0,
+        })
+        .collect();
+    let c: Vec<f32> = (0..2 * rows * cols).map(|i| i as f32 + 1.0).collect();
+    for upper in [0, 1] {
+        for k in [-2i64, -1, 0, 1, 3, 1 << 40] {
+            let m = model(
+                vec![
+                    constant("c", floats("c", &[2, 3, 4], &c)),
+                    constant("k", int64s("k", &[], &[k])),
+                    with_upper(node("tc", "Trilu", &["c", "k"], &["tc"]), upper),
+                    node("add", "Add", &["x", "tc"], &["y"]),
+                    with_upper(node("tx", "Trilu", &["x", "k"], &["z"]), upper),
+                ],
+                vec![],
+                vec![vi("x", &[2, 3, 4], FLOAT)],
+                vec![vi("y", &[2, 3, 4], FLOAT), vi("z", &[2, 3, 4], FLOAT)],
+                18,
+            );
+            let imported = torchlean_onnx::import_model(&m, "trilu", &HashMap::new())
+                .unwrap_or_else(|e| panic!("upper {upper}, k {k}: {e}"));
+            let inputs = vec![(
+                "x".to_string(),
+                Tensor::from_vec(x.clone(), &[2, 3, 4]).expect("shape"),
+            )];
+            let p = BackendProfile::named("checked_cpu").expect("profile");
+            let out =
+                run_graph(imported.graph, &imported.values, &inputs, &p, false).expect("runs");
+            let tc = trilu(&c, rows, cols, upper == 1, k);
+            let want_y: Vec<f32> = x.iter().zip(&tc).map(|(a, b)| a + b).collect();
+            let want_z = trilu(&x, rows, cols, upper == 1, k);
+            assert!(
+                same(&out["y"].to_vec(), &want_y),
+                "constant, upper {upper}, k {k}"
+            );
+            assert!(
+                same(&out["z"].to_vec(), &want_z),
+                "computed, upper {upper}, k {k}"
+            );
+        }
+    }
+}
+
+#[test]
+fn trilu_of_a_vector_or_with_several_diagonals_is_refused() {
+    let vector = model(
+        vec![node("t", "Trilu", &["x"], &["y"])],
+        vec![],
+        vec![vi("x", &[4], FLOAT)],
+        vec![vi("y", &[4], FLOAT)],
+        18,
+    );
+    let e = torchlean_onnx::import_model(&vector, "v", &HashMap::new())
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(e.contains("rank 1"), "{e}");
+    let two = model(
+        vec![
+            constant("k", int64s("k", &[2], &[0, 1])),
+            node("t", "Trilu", &["x", "k"], &["y"]),
+        ],
+        vec![],
+        vec![vi("x", &[2, 2], FLOAT)],
+        vec![vi("y", &[2, 2], FLOAT)],
+        18,
+    );
+    let e = torchlean_onnx::import_model(&two, "k", &HashMap::new())
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(e.contains("one integer"), "{e}");
+}
