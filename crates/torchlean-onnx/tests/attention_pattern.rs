@@ -195,9 +195,94 @@ fn pytorchs_sdpa_with_a_float_mask_and_causal_imports_as_two_attention_nodes() {
         .collect();
     assert_eq!(attention.len(), 2, "{ks:?}");
     assert!(!ks.contains(&OpKind::Softmax), "{ks:?}");
-    for (scale, causal, mask) in attention {
+    for (scale, _, _) in &attention {
         // the exporter scales q and k by √(1/√8) each
         assert!((scale.expect("explicit") - 8f32.sqrt().recip()).abs() < 1e-6);
-        assert!(!causal && mask == AttentionMask::AdditiveBias);
+    }
+    // the float mask stays an additive bias; the exporter's causal mask (f32::MIN above the
+    // diagonal) becomes the causal flag, and its constant is gone
+    assert!(!attention[0].1 && attention[0].2 == AttentionMask::AdditiveBias);
+    assert!(attention[1].1 && attention[1].2 == AttentionMask::None);
+    assert_eq!(graph.parameters.len(), 6, "{:?}", graph.parameters);
+}
+
+/// q [2,3,5,4] against kᵀ [2,3,4,6] with a constant [5, 6] mask: `block` above the
+/// diagonal (j > i), 0 elsewhere, with `off` added to entry (0, 0).
+fn constant_mask_model(block: f32, off: f32, softmax_out: bool) -> ModelProto {
+    let mut mask = vec![0.0f32; 30];
+    for i in 0..5 {
+        for j in (i + 1)..6 {
+            mask[i * 6 + j] = block;
+        }
+    }
+    mask[0] += off;
+    let mut value = AttributeProto::new();
+    value.name = "value".into();
+    value.type_ = AttributeType::TENSOR.into();
+    let mut t = scalar("m", 0.0);
+    t.dims = vec![5, 6];
+    t.float_data = mask;
+    value.t = Some(t).into();
+    let mut m = node("m", "Constant", &[], &["m"]);
+    m.attribute.push(value);
+    let mut outputs = vec![vi("y", &[2, 3, 5, 4], FLOAT)];
+    if softmax_out {
+        outputs.push(vi("p", &[2, 3, 5, 6], FLOAT));
+    }
+    model(
+        vec![
+            m,
+            node("qk", "MatMul", &["q", "kt"], &["scores"]),
+            node("mask", "Add", &["scores", "m"], &["masked"]),
+            with_axis(node("sm", "Softmax", &["masked"], &["p"]), -1),
+            node("pv", "MatMul", &["p", "v"], &["y"]),
+        ],
+        vec![],
+        vec![
+            vi("q", &[2, 3, 5, 4], FLOAT),
+            vi("kt", &[2, 3, 4, 6], FLOAT),
+            vi("v", &[2, 3, 6, 4], FLOAT),
+        ],
+        outputs,
+        18,
+    )
+}
+
+#[test]
+fn a_constant_causal_mask_becomes_the_causal_flag_and_computes_what_the_nodes_compute() {
+    let t = |v: Vec<f32>, s: &[usize]| Tensor::from_vec(v, s).expect("shape");
+    let inputs = vec![
+        ("q".to_string(), t(values(120, 1), &[2, 3, 5, 4])),
+        ("kt".to_string(), t(values(144, 2), &[2, 3, 4, 6])),
+        ("v".to_string(), t(values(144, 3), &[2, 3, 6, 4])),
+    ];
+    let p = BackendProfile::named("checked_cpu").expect("profile");
+    let run = |m: &ModelProto| {
+        let imported = torchlean_onnx::import_model(m, "a", &HashMap::new()).expect("imports");
+        let payload = imported.graph.nodes.iter().find_map(|n| match &n.kind {
+            NodeKind::Op { op } => op.attention_payload(),
+            _ => None,
+        });
+        let out = run_graph(imported.graph, &imported.values, &inputs, &p, false).expect("runs");
+        (payload, out["y"].to_vec())
+    };
+    for block in [f32::NEG_INFINITY, f32::MIN] {
+        let (fused, y) = run(&constant_mask_model(block, 0.0, false));
+        assert_eq!(
+            fused,
+            Some((Some(1.0), true, AttentionMask::None)),
+            "{block}"
+        );
+        let (kept, want) = run(&constant_mask_model(block, 0.0, true));
+        assert_eq!(kept, None, "the softmax is an output: node by node");
+        assert_close("causal", &y, &want, 1e-6);
+    }
+    // not the causal mask (one allowed entry shifted, or a finite "large negative" block):
+    // an additive bias, still the nodes' values
+    for (block, off) in [(f32::NEG_INFINITY, 0.5), (-1e4, 0.0)] {
+        let (fused, y) = run(&constant_mask_model(block, off, false));
+        assert_eq!(fused, Some((Some(1.0), false, AttentionMask::AdditiveBias)));
+        let (_, want) = run(&constant_mask_model(block, off, true));
+        assert_close("additive", &y, &want, 1e-6);
     }
 }

@@ -17,6 +17,13 @@
 //! scales inferring the same shape; such a subgraph becomes `permute` + that op, with
 //! `mask: additive_bias` when there is an `add`.
 //!
+//! A mask that is a constant causal mask (0 on and below the diagonal, -inf or f32::MIN
+//! above: PyTorch's exporter writes `is_causal=True` with f32::MIN) read only here becomes
+//! the op's `causal` flag instead (its constant is dropped): the same weights whenever the
+//! scores are finite and within ±2¹²⁶ (see [`is_causal_mask`]); beyond that (a blocked score
+//! of +inf or NaN, or scores near f32's range) the node-by-node form lets a blocked entry
+//! change its row and the flag does not, as `is_causal` itself means.
+//!
 //! What changes: rounding only — the scores are s₁·s₂·(q·k) rounded once instead of
 //! (s₁q)·(s₂k) — except where the node-by-node form underflows: a tiny q or k entry that a
 //! scale rounds to zero, times an infinite entry, is NaN node by node and ±inf in the op, as
@@ -38,12 +45,19 @@ struct Found {
     /// The shape the bias is broadcast to first, when the op cannot read it as it is (the
     /// op reads [L, S] or the whole [..., L, S]; a key-padding mask is [B, 1, 1, S]).
     bias_to: Option<Vec<usize>>,
+    /// The mask was a constant causal mask (0 where j ≤ i, -inf where j > i): the op's
+    /// `causal` flag replaces it.
+    causal: bool,
     scale: f32,
 }
 
-/// The graph with every recognized attention subgraph replaced (or an identical copy).
-pub fn fuse_attention(g: &Graph) -> Result<Graph, GraphError> {
-    let found = find(g);
+/// The graph with every recognized attention subgraph replaced (or an identical copy);
+/// `constant` gives the values of a constant node by name (to recognize a causal mask).
+pub fn fuse_attention(
+    g: &Graph,
+    constant: &dyn Fn(&str) -> Option<Vec<f32>>,
+) -> Result<Graph, GraphError> {
+    let found = find(g, constant);
     if found.is_empty() {
         return Ok(g.clone());
     }
@@ -121,7 +135,7 @@ pub fn fuse_attention(g: &Graph) -> Result<Graph, GraphError> {
 fn attention(f: &Found) -> Op {
     Op::ScaledDotProductAttention {
         scale: Some(f.scale),
-        causal: false,
+        causal: f.causal,
         mask: if f.bias.is_some() {
             AttentionMask::AdditiveBias
         } else {
@@ -130,8 +144,30 @@ fn attention(f: &Found) -> Op {
     }
 }
 
+/// Whether `values` of `shape` (leading axes of size 1, then [l, s]) are the causal mask as
+/// an additive bias: 0 where key j ≤ query i, and above the diagonal -inf or, as PyTorch's
+/// exporter writes it, f32::MIN (-3.4·10³⁸). The spec's `causal` gives those entries weight
+/// exactly 0, and so does the mask added to the scores: with -inf whenever the score is
+/// not +inf or NaN, with f32::MIN whenever every score of the row lies within ±2¹²⁶ (then a
+/// blocked entry ends at least 1.7·10³⁸ below the row's maximum, and its exp is 0).
+fn is_causal_mask(values: &[f32], shape: &[usize], l: usize, s: usize) -> bool {
+    let r = shape.len();
+    r >= 2
+        && shape[..r - 2].iter().all(|&d| d == 1)
+        && shape[r - 2..] == [l, s]
+        && values.len() == l * s
+        && values.iter().enumerate().all(|(e, &v)| {
+            let (i, j) = (e / s.max(1), e % s.max(1));
+            if j <= i {
+                v == 0.0
+            } else {
+                v == f32::NEG_INFINITY || v == f32::MIN
+            }
+        })
+}
+
 /// Every attention subgraph of `g`, none sharing a node.
-fn find(g: &Graph) -> Vec<Found> {
+fn find(g: &Graph, constant: &dyn Fn(&str) -> Option<Vec<f32>>) -> Vec<Found> {
     let n = g.nodes.len();
     let mut readers = vec![0usize; n];
     for node in &g.nodes {
@@ -208,6 +244,29 @@ fn find(g: &Graph) -> Vec<Found> {
             absorbed.push(m);
             let (q, sq) = unscale(g.nodes[m].parents[0], &mut absorbed);
             let (kt, sk) = unscale(g.nodes[m].parents[1], &mut absorbed);
+            // a constant causal mask read only here becomes the op's causal flag (the flash
+            // kernels skip the blocked tiles, and no L×S mask is read)
+            let (bias, causal) = match bias {
+                Some(b) if readers[b] == 1 => {
+                    let shape = &g.nodes[b].shape;
+                    let scores_shape = &g.nodes[scores].shape;
+                    let r = scores_shape.len();
+                    let causal = r >= 2
+                        && match &g.nodes[b].kind {
+                            NodeKind::Constant { name } => constant(name).is_some_and(|v| {
+                                is_causal_mask(&v, shape, scores_shape[r - 2], scores_shape[r - 1])
+                            }),
+                            _ => false,
+                        };
+                    if causal {
+                        absorbed.push(b);
+                        (None, true)
+                    } else {
+                        (Some(b), false)
+                    }
+                }
+                other => (other, false),
+            };
             let mut f = Found {
                 at: node.id,
                 absorbed,
@@ -216,6 +275,7 @@ fn find(g: &Graph) -> Vec<Found> {
                 v,
                 bias,
                 bias_to: None,
+                causal,
                 scale: outer * sq * sk,
             };
             // the op must take these operands and give the product's shape

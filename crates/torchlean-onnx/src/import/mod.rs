@@ -576,10 +576,29 @@ pub fn import_model(
         });
     }
     // the exporter's attention subgraphs become `scaled_dot_product_attention` nodes
-    let graph = attention::fuse_attention(&b.graph).map_err(|e| OnnxError::Model {
-        path: name.into(),
-        reason: e.to_string(),
-    })?;
+    let constant = |n: &str| {
+        b.stored
+            .iter()
+            .find(|(k, _)| k == n)
+            .map(|(_, t)| t.to_vec())
+    };
+    let mut graph =
+        attention::fuse_attention(&b.graph, &constant).map_err(|e| OnnxError::Model {
+            path: name.into(),
+            reason: e.to_string(),
+        })?;
+    // constants no node reads any more (a causal mask the attention op replaced)
+    let used: HashSet<String> = graph
+        .nodes
+        .iter()
+        .filter_map(|n| match &n.kind {
+            NodeKind::Constant { name } => Some(name.clone()),
+            _ => None,
+        })
+        .collect();
+    let dropped = |n: &str| n.starts_with(CONSTANT_PREFIX) && !used.contains(n);
+    graph.parameters.retain(|p| !dropped(&p.name));
+    b.stored.retain(|(n, _)| !dropped(n));
     graph
         .check_user_names()
         .and_then(|()| graph.validate())
