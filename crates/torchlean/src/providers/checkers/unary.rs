@@ -6,7 +6,8 @@
 //! variant inside one match arm per variant, so the (inlined) spec formula is specialized to
 //! that variant and the loop runs without a per-element match. The values are the spec's
 //! exactly, so the verdict is the whole-call check's (tests/trust.rs holds both to the same
-//! mutations).
+//! mutations). ReLU, exact in f32, is first compared with its exact value (see
+//! [`relu_exact_forward`]).
 
 use super::pieces::Tally;
 use crate::graph::Op;
@@ -126,10 +127,48 @@ macro_rules! each_unary {
     };
 }
 
+/// Whether `got[i] == want(a[i], b[i])` for every i (f32 `==`: a NaN is never equal), in
+/// blocks whose comparisons do not branch, so the loop vectorizes.
+fn exactly(a: &[f32], b: &[f32], got: &[f32], want: impl Fn(f32, f32) -> f32) -> bool {
+    const BLOCK: usize = 256;
+    let n = a.len().min(b.len()).min(got.len());
+    a[..n]
+        .chunks(BLOCK)
+        .zip(b[..n].chunks(BLOCK))
+        .zip(got[..n].chunks(BLOCK))
+        .all(|((ac, bc), gc)| {
+            ac.iter()
+                .zip(bc)
+                .zip(gc)
+                .fold(true, |ok, ((&a, &b), &g)| ok & (want(a, b) == g))
+        })
+}
+
+/// ReLU's outputs and gradients are exact in f32: the spec's max(x, 0) is x or 0, and its
+/// g·relu'(x) is g·1 or g·0, each representable. When every element equals that value
+/// (compared with `==`, so a NaN anywhere goes on to the full tally), the error is zero and
+/// the call is accepted without the f64 recomputation: the verdict the tally would give
+/// (an error of 0 is within every bound), at the cost of one comparison per element.
+/// Anything else (a NaN, a wrong element) is decided by the tally as before.
+fn relu_exact_forward(x: &[f32], y: &[f32]) -> bool {
+    x.len() == y.len() && exactly(x, x, y, |x, _| if x <= 0.0 { 0.0 } else { x })
+}
+
+/// [`relu_exact_forward`] for the gradient: gx = gy where x > 0 (or NaN: the spec passes
+/// the cotangent), gy·0 elsewhere.
+fn relu_exact_vjp(x: &[f32], gy: &[f32], gx: &[f32]) -> bool {
+    x.len() == gx.len()
+        && gy.len() == gx.len()
+        && exactly(x, gy, gx, |x, g| if x <= 0.0 { g * 0.0 } else { g })
+}
+
 /// The tally of `y` against the spec's `op(x)`; `None` when `op` is not a unary map.
 pub(super) fn forward(op: &Op, x: &[f32], y: &[f32]) -> Option<Tally> {
     if let Op::Gelu = op {
         return Some(super::gelu::forward(x, y));
+    }
+    if matches!(op, Op::Relu) && relu_exact_forward(x, y) {
+        return Some(Tally::default());
     }
     let n = x.len().min(y.len());
     each_unary!(op, _o => (), return None);
@@ -154,6 +193,9 @@ pub(super) fn forward(op: &Op, x: &[f32], y: &[f32]) -> Option<Tally> {
 pub(super) fn vjp(op: &Op, x: &[f32], y: &[f32], gy: &[f32], gx: &[f32]) -> Option<Tally> {
     if let Op::Gelu = op {
         return Some(super::gelu::vjp(x, gy, gx));
+    }
+    if matches!(op, Op::Relu) && relu_exact_vjp(x, gy, gx) {
+        return Some(Tally::default());
     }
     let n = x.len().min(y.len()).min(gy.len()).min(gx.len());
     each_unary!(op, _o => (), return None);
