@@ -18,7 +18,7 @@ if [ -z "${SKIP_TESTS:-}" ]; then
   grep -E "^test |test result|panicked|tests rc" $log/tests.txt | cut -c1-250
 fi
 fx=crates/torchlean-onnx/tests/fixtures
-for m in mlp cnn encoder gru lstm embedding; do
+for m in ${MODELS:-mlp cnn encoder gru lstm embedding attention}; do
   for p in auto prefer:native_cuda; do
     tag=$m.$(echo $p | tr ':' '_')
     timeout 120 gpu-bin/torchlean run-graph $fx/$m.onnx --inputs $fx/$m.inputs.safetensors \
