@@ -7,10 +7,11 @@
 
 mod common;
 
-use common::{assert_close, import_fixture, model, node, run_graph, value_info as vi};
-use onnx_protobuf::{
-    attribute_proto::AttributeType, AttributeProto, ModelProto, NodeProto, TensorProto,
+use common::{
+    assert_close, constant, floats, import_fixture, model, node, run_graph, value_info as vi,
+    with_int,
 };
+use onnx_protobuf::ModelProto;
 use std::collections::HashMap;
 use torchlean::backend::BackendProfile;
 use torchlean::graph::{AttentionMask, Graph, NodeKind, OpKind};
@@ -18,41 +19,18 @@ use torchlean::Tensor;
 
 const FLOAT: i32 = 1;
 
-fn with_axis(mut n: NodeProto, axis: i64) -> NodeProto {
-    let mut a = AttributeProto::new();
-    a.name = "axis".into();
-    a.type_ = AttributeType::INT.into();
-    a.i = axis;
-    n.attribute.push(a);
-    n
-}
-
-fn scalar(name: &str, v: f32) -> TensorProto {
-    let mut t = TensorProto::new();
-    t.name = name.into();
-    t.data_type = FLOAT;
-    t.float_data = vec![v];
-    t
-}
-
 /// q [2,3,5,4], kᵀ [2,3,4,6], v [2,3,6,4], a key-padding mask [2,1,1,6]; with
 /// `softmax_out`, the softmax's value is also a graph output.
 fn attention_model(softmax_out: bool) -> ModelProto {
     // the scale as PyTorch's exporter writes it: a `Constant` node (an initializer would be
     // a trainable parameter, and its product a `mul`)
-    let mut value = AttributeProto::new();
-    value.name = "value".into();
-    value.type_ = AttributeType::TENSOR.into();
-    value.t = Some(scalar("s", 0.707_106_77)).into();
-    let mut s = node("s", "Constant", &[], &["s"]);
-    s.attribute.push(value);
     let nodes = vec![
-        s,
+        constant("s", floats("s", &[], &[0.707_106_77])),
         node("mq", "Mul", &["q", "s"], &["qs"]),
         node("mk", "Mul", &["kt", "s"], &["ks"]),
         node("qk", "MatMul", &["qs", "ks"], &["scores"]),
         node("mask", "Add", &["scores", "bias"], &["masked"]),
-        with_axis(node("sm", "Softmax", &["masked"], &["p"]), -1),
+        with_int(node("sm", "Softmax", &["masked"], &["p"]), "axis", -1),
         node("pv", "MatMul", &["p", "v"], &["y"]),
     ];
     let mut outputs = vec![vi("y", &[2, 3, 5, 4], FLOAT)];
@@ -216,15 +194,7 @@ fn constant_mask_model(block: f32, off: f32, softmax_out: bool) -> ModelProto {
         }
     }
     mask[0] += off;
-    let mut value = AttributeProto::new();
-    value.name = "value".into();
-    value.type_ = AttributeType::TENSOR.into();
-    let mut t = scalar("m", 0.0);
-    t.dims = vec![5, 6];
-    t.float_data = mask;
-    value.t = Some(t).into();
-    let mut m = node("m", "Constant", &[], &["m"]);
-    m.attribute.push(value);
+    let m = constant("m", floats("m", &[5, 6], &mask));
     let mut outputs = vec![vi("y", &[2, 3, 5, 4], FLOAT)];
     if softmax_out {
         outputs.push(vi("p", &[2, 3, 5, 6], FLOAT));
@@ -234,7 +204,7 @@ fn constant_mask_model(block: f32, off: f32, softmax_out: bool) -> ModelProto {
             m,
             node("qk", "MatMul", &["q", "kt"], &["scores"]),
             node("mask", "Add", &["scores", "m"], &["masked"]),
-            with_axis(node("sm", "Softmax", &["masked"], &["p"]), -1),
+            with_int(node("sm", "Softmax", &["masked"], &["p"]), "axis", -1),
             node("pv", "MatMul", &["p", "v"], &["y"]),
         ],
         vec![],

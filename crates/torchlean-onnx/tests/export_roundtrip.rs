@@ -165,3 +165,36 @@ fn ops_without_an_onnx_counterpart_are_refused_by_name() {
         "{e}"
     );
 }
+
+/// Every PyTorch fixture imported, exported and imported again computes the same outputs
+/// (the attention fixture's causal mask, dropped for the causal flag on the first import,
+/// and its exported constants named like the import's own, included).
+#[test]
+fn imported_pytorch_fixtures_survive_export_and_import() {
+    for model in FIXTURES {
+        let (graph, values) = import_fixture(model);
+        let inputs = load_values(&format!("{model}.inputs.safetensors"));
+        let p = BackendProfile::default_cpu();
+        let first = run_graph(graph.clone(), &values, &inputs, &p, false)
+            .unwrap_or_else(|e| panic!("{model}: {e}"));
+        let onnx = torchlean_onnx::export_model(&graph, &values)
+            .unwrap_or_else(|e| panic!("{model}: export: {e}"));
+        let bytes = torchlean_onnx::model::encode_model(&onnx).unwrap();
+        let decoded = torchlean_onnx::decode_model(&bytes, model).unwrap();
+        let back = torchlean_onnx::import_model(&decoded, model, &HashMap::new())
+            .unwrap_or_else(|e| panic!("{model}: import of the export: {e}"));
+        let again = run_graph(back.graph, &back.values, &inputs, &p, false)
+            .unwrap_or_else(|e| panic!("{model}: run of the re-import: {e}"));
+        for (name, want) in &first {
+            let got = again
+                .get(name)
+                .unwrap_or_else(|| panic!("{model}: the re-import lacks `{name}`"));
+            assert_close(
+                &format!("{model}: {name} after export and import"),
+                &got.to_vec(),
+                &want.to_vec(),
+                1e-5,
+            );
+        }
+    }
+}

@@ -5,11 +5,11 @@
 
 mod common;
 
-use common::{assert_close, model, node, run_graph, value_info as vi};
-use onnx_protobuf::{
-    attribute_proto::AttributeType, AttributeProto, ModelProto, NodeProto, TensorProto,
-    ValueInfoProto,
+use common::{
+    assert_close, constant, floats, ints, model, node, run_graph, value_info as vi, with_int,
+    with_ints, with_tensor,
 };
+use onnx_protobuf::{ModelProto, TensorProto, ValueInfoProto};
 use std::collections::HashMap;
 use torchlean::backend::BackendProfile;
 use torchlean::Tensor;
@@ -25,56 +25,6 @@ fn out(name: &str) -> ValueInfoProto {
     let mut v = ValueInfoProto::new();
     v.name = name.into();
     v
-}
-
-fn with_int(mut n: NodeProto, name: &str, v: i64) -> NodeProto {
-    let mut a = AttributeProto::new();
-    a.name = name.into();
-    a.type_ = AttributeType::INT.into();
-    a.i = v;
-    n.attribute.push(a);
-    n
-}
-
-fn with_ints(mut n: NodeProto, name: &str, v: &[i64]) -> NodeProto {
-    let mut a = AttributeProto::new();
-    a.name = name.into();
-    a.type_ = AttributeType::INTS.into();
-    a.ints = v.to_vec();
-    n.attribute.push(a);
-    n
-}
-
-fn with_tensor(mut n: NodeProto, name: &str, t: TensorProto) -> NodeProto {
-    let mut a = AttributeProto::new();
-    a.name = name.into();
-    a.type_ = AttributeType::TENSOR.into();
-    a.t = Some(t).into();
-    n.attribute.push(a);
-    n
-}
-
-fn ints(name: &str, dims: &[i64], data: &[i64]) -> TensorProto {
-    let mut t = TensorProto::new();
-    t.name = name.into();
-    t.dims = dims.to_vec();
-    t.data_type = INT64;
-    t.int64_data = data.to_vec();
-    t
-}
-
-fn floats(name: &str, dims: &[i64], data: &[f32]) -> TensorProto {
-    let mut t = TensorProto::new();
-    t.name = name.into();
-    t.dims = dims.to_vec();
-    t.data_type = FLOAT;
-    t.float_data = data.to_vec();
-    t
-}
-
-/// A `Constant` node named `out` producing `t`.
-fn constant(out: &str, t: TensorProto) -> NodeProto {
-    with_tensor(node(out, "Constant", &[], &[out]), "value", t)
 }
 
 fn import(m: &ModelProto) -> Result<Imported, OnnxError> {

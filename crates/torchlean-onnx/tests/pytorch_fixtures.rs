@@ -7,20 +7,11 @@ mod common;
 use common::*;
 use torchlean::backend::BackendProfile;
 
-const MODELS: &[&str] = &[
-    "mlp",
-    "cnn",
-    "encoder",
-    "gru",
-    "lstm",
-    "embedding",
-    "attention",
-];
 const PROFILES: &[&str] = &["checked_cpu", "strict_cpu", "strict_native_cpu"];
 
 #[test]
 fn pytorch_fixtures_match_pytorch_forward_and_gradients_under_every_cpu_profile() {
-    for model in MODELS {
+    for model in FIXTURES {
         let (graph, values) = import_fixture(model);
         let inputs = load_values(&format!("{model}.inputs.safetensors"));
         let expected = load_values(&format!("{model}.expected.safetensors"));
@@ -46,7 +37,7 @@ fn pytorch_fixtures_match_pytorch_forward_and_gradients_under_every_cpu_profile(
 #[test]
 fn gradients_reach_the_initializers_under_their_pytorch_names() {
     // every parameter PyTorch has a gradient for is a parameter of the imported graph
-    for model in MODELS {
+    for model in FIXTURES {
         let (graph, _) = import_fixture(model);
         let expected = load_values(&format!("{model}.expected.safetensors"));
         for (name, _) in expected.iter().filter(|(n, _)| n.starts_with("grad.")) {

@@ -54,15 +54,7 @@ fn tract_run(path: &std::path::Path, inputs: &[(String, torchlean::Tensor)]) -> 
 
 #[test]
 fn tract_and_torchlean_agree_on_the_pytorch_fixtures() {
-    for model in [
-        "mlp",
-        "cnn",
-        "encoder",
-        "gru",
-        "lstm",
-        "embedding",
-        "attention",
-    ] {
+    for model in FIXTURES {
         let path = fixture(&format!("{model}.onnx"));
         let inputs = load_values(&format!("{model}.inputs.safetensors"));
         let theirs = tract_run(&path, &inputs);

@@ -5,51 +5,12 @@
 
 mod common;
 
-use common::{model, node, run_graph, value_info as vi};
-use onnx_protobuf::{attribute_proto::AttributeType, AttributeProto, NodeProto, TensorProto};
+use common::{constant, floats, ints, model, node, run_graph, value_info as vi, with_int};
 use std::collections::HashMap;
 use torchlean::backend::BackendProfile;
 use torchlean::Tensor;
 
 const FLOAT: i32 = 1;
-const INT64: i32 = 7;
-
-fn with_upper(mut n: NodeProto, upper: i64) -> NodeProto {
-    let mut a = AttributeProto::new();
-    a.name = "upper".into();
-    a.type_ = AttributeType::INT.into();
-    a.i = upper;
-    n.attribute.push(a);
-    n
-}
-
-fn int64s(name: &str, dims: &[i64], data: &[i64]) -> TensorProto {
-    let mut t = TensorProto::new();
-    t.name = name.into();
-    t.dims = dims.to_vec();
-    t.data_type = INT64;
-    t.int64_data = data.to_vec();
-    t
-}
-
-fn floats(name: &str, dims: &[i64], data: &[f32]) -> TensorProto {
-    let mut t = TensorProto::new();
-    t.name = name.into();
-    t.dims = dims.to_vec();
-    t.data_type = FLOAT;
-    t.float_data = data.to_vec();
-    t
-}
-
-fn constant(out: &str, t: TensorProto) -> NodeProto {
-    let mut n = node(out, "Constant", &[], &[out]);
-    let mut a = AttributeProto::new();
-    a.name = "value".into();
-    a.type_ = AttributeType::TENSOR.into();
-    a.t = Some(t).into();
-    n.attribute.push(a);
-    n
-}
 
 /// The definition, on a row-major [.., rows, cols] tensor.
 fn trilu(x: &[f32], rows: usize, cols: usize, upper: bool, k: i64) -> Vec<f32> {
@@ -94,10 +55,10 @@ fn trilu_of_constants_and_of_computed_values_follows_the_definition() {
             let m = model(
                 vec![
                     constant("c", floats("c", &[2, 3, 4], &c)),
-                    constant("k", int64s("k", &[], &[k])),
-                    with_upper(node("tc", "Trilu", &["c", "k"], &["tc"]), upper),
+                    constant("k", ints("k", &[], &[k])),
+                    with_int(node("tc", "Trilu", &["c", "k"], &["tc"]), "upper", upper),
                     node("add", "Add", &["x", "tc"], &["y"]),
-                    with_upper(node("tx", "Trilu", &["x", "k"], &["z"]), upper),
+                    with_int(node("tx", "Trilu", &["x", "k"], &["z"]), "upper", upper),
                 ],
                 vec![],
                 vec![vi("x", &[2, 3, 4], FLOAT)],
@@ -144,7 +105,7 @@ fn trilu_of_a_vector_or_with_several_diagonals_is_refused() {
     assert!(e.contains("rank 1"), "{e}");
     let two = model(
         vec![
-            constant("k", int64s("k", &[2], &[0, 1])),
+            constant("k", ints("k", &[2], &[0, 1])),
             node("t", "Trilu", &["x", "k"], &["y"]),
         ],
         vec![],

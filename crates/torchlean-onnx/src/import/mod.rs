@@ -587,12 +587,14 @@ pub fn import_model(
             path: name.into(),
             reason: e.to_string(),
         })?;
-    // constants no node reads any more (a causal mask the attention op replaced)
+    // constants of this import that no node reads any more (a causal mask the attention op
+    // replaced); a value named like one but read as a parameter (an initializer of that
+    // name, as in a re-imported export) stays
     let used: HashSet<String> = graph
         .nodes
         .iter()
         .filter_map(|n| match &n.kind {
-            NodeKind::Constant { name } => Some(name.clone()),
+            NodeKind::Constant { name } | NodeKind::Parameter { name } => Some(name.clone()),
             _ => None,
         })
         .collect();

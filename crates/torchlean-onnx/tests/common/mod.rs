@@ -4,8 +4,9 @@
 #![allow(dead_code)]
 
 use onnx_protobuf::{
-    tensor_shape_proto, type_proto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto,
-    TensorProto, TensorShapeProto, TypeProto, ValueInfoProto,
+    attribute_proto::AttributeType, tensor_shape_proto, type_proto, AttributeProto, GraphProto,
+    ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto, TypeProto,
+    ValueInfoProto,
 };
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -14,6 +15,17 @@ use torchlean::graph::{append_backward, Graph, SEED};
 use torchlean::runtime::compiled::CompiledGraph;
 use torchlean::tensor::io::read_safetensors;
 use torchlean::Tensor;
+
+/// The PyTorch-exported models in tests/fixtures (scripts/make-onnx-fixtures.py).
+pub const FIXTURES: &[&str] = &[
+    "mlp",
+    "cnn",
+    "encoder",
+    "gru",
+    "lstm",
+    "embedding",
+    "attention",
+];
 
 pub fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -135,4 +147,55 @@ pub fn value_info(name: &str, dims: &[i64], elem: i32) -> ValueInfoProto {
     v.name = name.into();
     v.type_ = Some(ty).into();
     v
+}
+
+/// An INT attribute `name` = `v` added to `n`.
+pub fn with_int(mut n: NodeProto, name: &str, v: i64) -> NodeProto {
+    let mut a = AttributeProto::new();
+    a.name = name.into();
+    a.type_ = AttributeType::INT.into();
+    a.i = v;
+    n.attribute.push(a);
+    n
+}
+
+pub fn with_ints(mut n: NodeProto, name: &str, v: &[i64]) -> NodeProto {
+    let mut a = AttributeProto::new();
+    a.name = name.into();
+    a.type_ = AttributeType::INTS.into();
+    a.ints = v.to_vec();
+    n.attribute.push(a);
+    n
+}
+
+pub fn with_tensor(mut n: NodeProto, name: &str, t: TensorProto) -> NodeProto {
+    let mut a = AttributeProto::new();
+    a.name = name.into();
+    a.type_ = AttributeType::TENSOR.into();
+    a.t = Some(t).into();
+    n.attribute.push(a);
+    n
+}
+
+pub fn ints(name: &str, dims: &[i64], data: &[i64]) -> TensorProto {
+    let mut t = TensorProto::new();
+    t.name = name.into();
+    t.dims = dims.to_vec();
+    t.data_type = 7; // INT64
+    t.int64_data = data.to_vec();
+    t
+}
+
+pub fn floats(name: &str, dims: &[i64], data: &[f32]) -> TensorProto {
+    let mut t = TensorProto::new();
+    t.name = name.into();
+    t.dims = dims.to_vec();
+    t.data_type = 1; // FLOAT
+    t.float_data = data.to_vec();
+    t
+}
+
+/// A `Constant` node named `out` producing `t`.
+pub fn constant(out: &str, t: TensorProto) -> NodeProto {
+    with_tensor(node(out, "Constant", &[], &[out]), "value", t)
 }
