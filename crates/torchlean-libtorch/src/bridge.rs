@@ -15,7 +15,10 @@
 //! dummy row) and its output is replaced by zeros after (`masked_fill`), so its cotangent is
 //! zero and reaches no input. `causal` alone never blocks a whole row (key 0 is always
 //! allowed), so it is passed as LibTorch's `is_causal` (the same top-left alignment as the
-//! spec's j > i). Additive-bias masks are refused by the layout guard.
+//! spec's j > i). An additive bias is passed as LibTorch's float mask (with `causal`, its
+//! blocked entries set to -inf first by a select); a row whose every entry is -inf is NaN in
+//! the spec (0/0), where PyTorch 2.11's SDPA gives zeros, so such rows are set to NaN after,
+//! and in `sdpa_autograd`'s gradients NaN as the spec's (see [`nan_rows_in_gradients`]).
 
 use crate::BridgeError;
 use tch::{Kind, Tensor as TchTensor};
@@ -124,6 +127,9 @@ pub struct Prepared {
     pub is_causal: bool,
     /// `[..., L, 1]`: the rows with no allowed key (output zeros, no gradient).
     pub blocked_rows: Option<TchTensor>,
+    /// An additive bias: the leaf (with `grad`, requiring a gradient), and `[..., L, 1]`: the
+    /// rows whose every bias entry is -inf (after `causal`), which the spec makes NaN.
+    pub bias: Option<(TchTensor, TchTensor)>,
     pub scale: Option<f64>,
 }
 
@@ -151,6 +157,7 @@ pub fn prepare(
     let (q, k, v) = (leaf(inputs[0])?, leaf(inputs[1])?, leaf(inputs[2])?);
     let r = inputs[0].rank();
     let (l, s) = (inputs[0].shape()[r - 2], inputs[1].shape()[r - 2]);
+    let mut bias = None;
     let (mask_t, is_causal, blocked_rows) = match mask {
         AttentionMask::None => (None, causal, None),
         AttentionMask::Boolean => {
@@ -173,11 +180,26 @@ pub fn prepare(
             (Some(passed), false, Some(blocked))
         }
         AttentionMask::AdditiveBias => {
-            return Err(torchlean::OpError::Payload {
-                op: op.name(),
-                reason: "the LibTorch bridge does not run additive-bias masks (boolean masks and causal only)".into(),
-            }
-            .into())
+            let b = leaf(inputs[3])?;
+            let ls = dims(&[l, s]).map_err(fail)?;
+            let build = || -> Result<(TchTensor, TchTensor), tch::TchError> {
+                // causal: the blocked entries are -inf whatever their bias (a select, as the
+                // spec's blocked entries ignore their score); LibTorch refuses a mask with
+                // is_causal
+                let effective = if causal {
+                    let tri = TchTensor::f_ones([ls[0], ls[1]], (Kind::Bool, device))?.f_tril(0)?;
+                    b.f_masked_fill(&tri.f_logical_not()?, f64::NEG_INFINITY)?
+                } else {
+                    b.shallow_clone()
+                };
+                let all_neg_inf = effective.f_eq(f64::NEG_INFINITY)?.f_all_dim(-1, true)?;
+                Ok((effective, all_neg_inf))
+            };
+            let (effective, all_neg_inf) = build()
+                .map_err(torch("bias: tril / masked_fill / eq / all"))
+                .map_err(fail)?;
+            bias = Some((b, all_neg_inf));
+            (Some(effective), false, None)
         }
     };
     Ok(Prepared {
@@ -187,6 +209,7 @@ pub fn prepare(
         mask: mask_t,
         is_causal,
         blocked_rows,
+        bias,
         scale: scale.map(f64::from),
     })
 }
@@ -204,8 +227,16 @@ pub fn attend(p: &Prepared) -> BResult<TchTensor> {
         false,
     )
     .map_err(torch("scaled_dot_product_attention"))?;
-    match &p.blocked_rows {
-        Some(b) => y.f_masked_fill(b, 0.0).map_err(torch("masked_fill")),
+    let y = match &p.blocked_rows {
+        Some(b) => y.f_masked_fill(b, 0.0).map_err(torch("masked_fill"))?,
+        None => y,
+    };
+    // a row whose scores are all -inf is 0/0 in the spec (NaN), where PyTorch 2.11's SDPA
+    // gives zeros (its "safe softmax")
+    match &p.bias {
+        Some((_, rows)) => y
+            .f_masked_fill(rows, f64::NAN)
+            .map_err(torch("masked_fill")),
         None => Ok(y),
     }
 }
@@ -247,8 +278,13 @@ pub fn sdpa_autograd_vjp(
     let dev = inputs[0].device();
     let mut grads: Vec<Option<Tensor>> = Vec::with_capacity(inputs.len());
     if trivially_zero(inputs, &out) {
-        payload(op)?;
-        for t in &inputs[..3] {
+        let (_, _, mask) = payload(op)?;
+        let differentiable = if mask == AttentionMask::AdditiveBias {
+            4
+        } else {
+            3
+        };
+        for t in &inputs[..differentiable.min(inputs.len())] {
             grads.push(Some(Tensor::zeros(t.shape())?.to_device(dev)?));
         }
     } else {
@@ -261,17 +297,48 @@ pub fn sdpa_autograd_vjp(
                 .f_mul(&g)
                 .and_then(|x| x.f_sum(Kind::Float))
                 .map_err(torch("mul / sum"))?;
-            TchTensor::f_run_backward(&[objective], &[&p.q, &p.k, &p.v], false, false)
+            let mut leaves = vec![&p.q, &p.k, &p.v];
+            if let Some((b, _)) = &p.bias {
+                leaves.push(b);
+            }
+            TchTensor::f_run_backward(&[objective], &leaves, false, false)
                 .map_err(torch("autograd::grad"))
         };
         let gs = run().map_err(|e| e.into_core(op.name(), dev))?;
+        let gs = match &p.bias {
+            Some((_, rows)) => {
+                nan_rows_in_gradients(gs, rows).map_err(|e| e.into_core(op.name(), dev))?
+            }
+            None => gs,
+        };
         for g in &gs {
             grads.push(Some(from_tch(g, dev)?));
         }
     }
-    // the boolean mask is not differentiable
-    if inputs.len() == 4 {
+    // the boolean mask is not differentiable (the additive bias got its gradient above)
+    if grads.len() < inputs.len() {
         grads.push(None);
     }
     Ok(grads)
+}
+
+/// The spec's gradients where a query row's scores are all -inf (`rows`, `[..., L, 1]`): its
+/// probabilities are NaN (0/0), so its query's and its bias row's cotangents are NaN, and
+/// through the products every key's and value's of that batch matrix; LibTorch's autograd
+/// (of the output zeroed, then set to NaN, by `attend`) passes zeros there instead.
+fn nan_rows_in_gradients(gs: Vec<TchTensor>, rows: &TchTensor) -> BResult<Vec<TchTensor>> {
+    let fill = || -> Result<Vec<TchTensor>, tch::TchError> {
+        // the batch matrices with such a row: [..., 1, 1]
+        let any = rows.f_any_dim(-1, true)?.f_any_dim(-2, true)?;
+        let mut out = Vec::with_capacity(gs.len());
+        for (i, g) in gs.iter().enumerate() {
+            out.push(match i {
+                0 => g.f_masked_fill(rows, f64::NAN)?,
+                1 | 2 => g.f_masked_fill(&any, f64::NAN)?,
+                _ => g.f_masked_fill(rows, f64::NAN)?,
+            });
+        }
+        Ok(out)
+    };
+    fill().map_err(torch("masked_fill (NaN rows)"))
 }

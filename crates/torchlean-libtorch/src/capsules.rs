@@ -142,7 +142,7 @@ fn capsule(name: &str, device: Device, mode: VjpMode) -> KernelCapsule {
                 op: OP,
                 layout: TensorLayout::CanonicalTensor,
             },
-            "inputs on one device (cpu or cuda) inside their storage, read row-major and copied into dense LibTorch tensors; additive-bias masks refused".into(),
+            "inputs on one device (cpu or cuda) inside their storage, read row-major and copied into dense LibTorch tensors".into(),
             Evidence::RuntimeGuard {
                 guard: torchlean::guard!(crate::guard::libtorch_inputs),
             },

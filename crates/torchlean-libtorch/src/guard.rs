@@ -2,28 +2,17 @@
 //! `torchlean::backend::guard`).
 
 use torchlean::backend::{Device, Operand};
-use torchlean::graph::{AttentionMask, Op};
+use torchlean::graph::Op;
 use torchlean::OpError;
 
-/// Layout guard: every input is on one device the bridge runs on (`cpu` or `cuda`), lies
-/// inside its storage (host operands; device buffers are dense by construction), and the
-/// call is one the bridge runs with the spec's meaning (no additive-bias mask).
+/// Layout guard: every input is on one device the bridge runs on (`cpu` or `cuda`) and lies
+/// inside its storage (host operands; device buffers are dense by construction).
 pub fn libtorch_inputs(op: &Op, inputs: &[Operand]) -> Result<(), OpError> {
     let refuse = |reason: String| OpError::Layout {
         op: op.name(),
         shapes: inputs.iter().map(|o| o.shape.to_vec()).collect(),
         reason,
     };
-    if let Op::ScaledDotProductAttention {
-        mask: AttentionMask::AdditiveBias,
-        ..
-    } = op
-    {
-        return Err(refuse(
-            "the LibTorch bridge does not run additive-bias masks (boolean masks and causal only)"
-                .into(),
-        ));
-    }
     let device = inputs.first().map(|o| o.device);
     for (i, o) in inputs.iter().enumerate() {
         if !matches!(o.device, Device::Cpu | Device::Cuda) {

@@ -1,6 +1,6 @@
 //! The LibTorch capsules against the f64 spec (`torchlean::spec`), forward and VJP, over
 //! random shapes, boolean masks (`[L, S]` and full, broadcast over the batch; fully blocked
-//! rows), causal (also with a mask, and L != S) and explicit scales; then the capsules
+//! rows), additive masks (-inf entries, rows entirely -inf: NaN in the spec), causal (also with a mask, and L != S) and explicit scales; then the capsules
 //! planned and run through eager sessions of the libtorch profiles' shape.
 //!
 //! Every test runs on the CPU (LibTorch's CPU kernels) and, where CUDA is usable (LibTorch
@@ -110,7 +110,8 @@ fn cases() -> Vec<Case> {
         let causal = i % 3 == 1;
         let scale = (i % 4 == 2).then(|| 0.25 + rng.uniform().abs() as f32);
         let mask_kind = match i % 5 {
-            0 | 3 => AttentionMask::None,
+            0 => AttentionMask::None,
+            3 => AttentionMask::AdditiveBias,
             _ => AttentionMask::Boolean,
         };
         let shape = |last: &[usize]| -> Vec<usize> { batch.iter().chain(last).copied().collect() };
@@ -138,6 +139,27 @@ fn cases() -> Vec<Case> {
             }
             mask_desc = format!("{mshape:?} with fully blocked rows");
             inputs.push(Array::from_vec(mshape, m).expect("mask shape"));
+        } else if mask_kind == AttentionMask::AdditiveBias {
+            // [L, S] or the full shape; about one entry in four -inf, and in every other
+            // case query row 0 entirely -inf (a NaN row in the spec: 0/0)
+            let mshape = if i % 2 == 0 {
+                vec![l, s]
+            } else {
+                shape(&[l, s])
+            };
+            let mut b = array(&mut rng, &mshape);
+            let whole_row = i % 2 == 1;
+            for (e, x) in b.data.iter_mut().enumerate() {
+                let row = (e / s) % l;
+                if rng.below(4) == 0 || (whole_row && row == 0) {
+                    *x = f64::NEG_INFINITY;
+                }
+            }
+            mask_desc = format!(
+                "additive {mshape:?}{}",
+                if whole_row { " with a -inf row" } else { "" }
+            );
+            inputs.push(b);
         }
         out.push(Case {
             name: format!(
@@ -165,12 +187,19 @@ fn tensor(a: &Array<f64>, device: Device) -> Tensor {
 fn compare(what: &str, got: &Tensor, want: &Array<f64>) {
     assert_eq!(got.shape(), want.shape.as_slice(), "{what}: shape");
     let got = got.try_to_vec().expect("read back");
-    let scale = want.data.iter().fold(1.0f64, |m, x| m.max(x.abs()));
+    let scale = want
+        .data
+        .iter()
+        .filter(|x| x.is_finite())
+        .fold(1.0f64, |m, x| m.max(x.abs()));
     for (i, (&g, &w)) in got.iter().zip(&want.data).enumerate() {
-        assert!(
-            ((g as f64) - w).abs() <= TOL * scale,
-            "{what}: element {i}: got {g}, spec {w}"
-        );
+        // NaN exactly where the spec has NaN (a row of an additive bias that is all -inf)
+        let ok = if w.is_nan() || g.is_nan() {
+            w.is_nan() && g.is_nan()
+        } else {
+            ((g as f64) - w).abs() <= TOL * scale
+        };
+        assert!(ok, "{what}: element {i}: got {g}, spec {w}");
     }
 }
 
