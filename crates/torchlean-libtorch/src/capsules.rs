@@ -42,7 +42,7 @@ pub fn composition_vjp_test(device: Device) -> &'static str {
 }
 
 /// The boundary LibTorch's forward value rests on.
-pub const VALUE_BOUNDARY: &str = "LibTorch at::scaled_dot_product_attention (float32, boolean mask passed directly; version read at run time), with the bridge's mask combination and zeroing of fully blocked rows (crates/torchlean-libtorch/src/bridge.rs)";
+pub const VALUE_BOUNDARY: &str = "LibTorch at::scaled_dot_product_attention (float32, boolean mask or additive bias passed as its attn_mask; version read at run time), with the bridge's mask combination, zeroing of fully blocked rows and NaN for all -inf bias rows (crates/torchlean-libtorch/src/bridge.rs)";
 /// The boundary LibTorch's autograd VJP rests on.
 pub const VJP_BOUNDARY: &str = "LibTorch autograd of at::scaled_dot_product_attention (torch::autograd::grad of sum(y * cotangent); version read at run time)";
 

@@ -5,7 +5,7 @@
 //! ([`capsules`]):
 //!
 //! - `libtorch.sdpa_forward`: LibTorch computes the value (`at::scaled_dot_product_attention`
-//!   with the boolean mask passed directly); torchlean's tape applies its own backward rule
+//!   with the boolean mask or additive bias as its mask); torchlean's tape applies its own backward rule
 //!   (the `torchlean` composition's VJP, its parts planned and gated under the same profile);
 //!   VJP mode `backend_vjp`.
 //! - `libtorch.sdpa_autograd`: external autograd — LibTorch owns the local backward: the VJP
