@@ -332,11 +332,9 @@ fn nan_rows_in_gradients(gs: Vec<TchTensor>, rows: &TchTensor) -> BResult<Vec<Tc
         let any = rows.f_any_dim(-1, true)?.f_any_dim(-2, true)?;
         let mut out = Vec::with_capacity(gs.len());
         for (i, g) in gs.iter().enumerate() {
-            out.push(match i {
-                0 => g.f_masked_fill(rows, f64::NAN)?,
-                1 | 2 => g.f_masked_fill(&any, f64::NAN)?,
-                _ => g.f_masked_fill(rows, f64::NAN)?,
-            });
+            // q (0) and the bias (3) by row; k (1) and v (2) by batch matrix
+            let mask = if i == 1 || i == 2 { &any } else { rows };
+            out.push(g.f_masked_fill(mask, f64::NAN)?);
         }
         Ok(out)
     };

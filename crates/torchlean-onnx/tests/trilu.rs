@@ -6,6 +6,7 @@
 mod common;
 
 use common::{constant, floats, ints, model, node, run_graph, value_info as vi, with_int};
+use onnx_protobuf::NodeProto;
 use std::collections::HashMap;
 use torchlean::backend::BackendProfile;
 use torchlean::Tensor;
@@ -91,31 +92,24 @@ fn trilu_of_constants_and_of_computed_values_follows_the_definition() {
 
 #[test]
 fn trilu_of_a_vector_or_with_several_diagonals_is_refused() {
-    let vector = model(
-        vec![node("t", "Trilu", &["x"], &["y"])],
-        vec![],
-        vec![vi("x", &[4], FLOAT)],
-        vec![vi("y", &[4], FLOAT)],
-        18,
-    );
-    let e = torchlean_onnx::import_model(&vector, "v", &HashMap::new())
-        .err()
-        .expect("refused")
-        .to_string();
+    // Trilu on an input of `dims`, after `nodes`; the import's refusal
+    let refusal = |mut nodes: Vec<NodeProto>, dims: &[i64]| {
+        nodes.push(node("t", "Trilu", &["x", "k"], &["y"]));
+        let m = model(
+            nodes,
+            vec![],
+            vec![vi("x", dims, FLOAT)],
+            vec![vi("y", dims, FLOAT)],
+            18,
+        );
+        torchlean_onnx::import_model(&m, "t", &HashMap::new())
+            .err()
+            .expect("refused")
+            .to_string()
+    };
+    let k = |v: &[i64]| constant("k", ints("k", &[v.len() as i64], v));
+    let e = refusal(vec![k(&[0])], &[4]);
     assert!(e.contains("rank 1"), "{e}");
-    let two = model(
-        vec![
-            constant("k", ints("k", &[2], &[0, 1])),
-            node("t", "Trilu", &["x", "k"], &["y"]),
-        ],
-        vec![],
-        vec![vi("x", &[2, 2], FLOAT)],
-        vec![vi("y", &[2, 2], FLOAT)],
-        18,
-    );
-    let e = torchlean_onnx::import_model(&two, "k", &HashMap::new())
-        .err()
-        .expect("refused")
-        .to_string();
+    let e = refusal(vec![k(&[0, 1])], &[2, 2]);
     assert!(e.contains("one integer"), "{e}");
 }

@@ -51,16 +51,25 @@ struct Found {
     scale: f32,
 }
 
-/// The graph with every recognized attention subgraph replaced (or an identical copy);
+/// The graph with every recognized attention subgraph replaced (or an identical copy), and
+/// the names of the constants no node reads any more (causal masks the flag replaced);
 /// `constant` gives the values of a constant node by name (to recognize a causal mask).
 pub fn fuse_attention(
     g: &Graph,
     constant: &dyn Fn(&str) -> Option<Vec<f32>>,
-) -> Result<Graph, GraphError> {
+) -> Result<(Graph, Vec<String>), GraphError> {
     let found = find(g, constant);
     if found.is_empty() {
-        return Ok(g.clone());
+        return Ok((g.clone(), vec![]));
     }
+    let dropped = found
+        .iter()
+        .flat_map(|f| &f.absorbed)
+        .filter_map(|&i| match &g.nodes[i].kind {
+            NodeKind::Constant { name } => Some(name.clone()),
+            _ => None,
+        })
+        .collect();
     let n = g.nodes.len();
     let mut absorbed = vec![false; n];
     let mut at = vec![None; n];
@@ -129,7 +138,7 @@ pub fn fuse_attention(
             node: map(&new_id, o.node)?,
         });
     }
-    Ok(out)
+    Ok((out, dropped))
 }
 
 fn attention(f: &Found) -> Op {
@@ -185,15 +194,20 @@ fn find(g: &Graph, constant: &dyn Fn(&str) -> Option<Vec<f32>>) -> Vec<Found> {
     let kind = |id: usize| op(id).map(Op::kind);
     // a node read once (here) whose kind is `k`
     let inner = |id: usize, k: OpKind| readers[id] == 1 && kind(id) == Some(k);
-    // strips a `scale` read once: (the value under it, its factor)
-    let unscale = |id: usize, absorbed: &mut Vec<usize>| -> (usize, f32) {
+    // under a `scale` read once: (the value under it, its factor), else (id, 1)
+    let under_scale = |id: usize| -> (usize, f32) {
         match op(id) {
-            Some(Op::Scale { factor }) if readers[id] == 1 => {
-                absorbed.push(id);
-                (g.nodes[id].parents[0], *factor)
-            }
+            Some(Op::Scale { factor }) if readers[id] == 1 => (g.nodes[id].parents[0], *factor),
             _ => (id, 1.0),
         }
+    };
+    // strips a `scale` read once, absorbing it
+    let unscale = |id: usize, absorbed: &mut Vec<usize>| -> (usize, f32) {
+        let (under, factor) = under_scale(id);
+        if under != id {
+            absorbed.push(id);
+        }
+        (under, factor)
     };
     let mut used = vec![false; n];
     let mut found = vec![];
@@ -217,11 +231,8 @@ fn find(g: &Graph, constant: &dyn Fn(&str) -> Option<Vec<f32>>) -> Vec<Found> {
                     return None;
                 };
                 let product = |id: usize| {
-                    let under = match op(id) {
-                        Some(Op::Scale { .. }) if readers[id] == 1 => g.nodes[id].parents[0],
-                        _ => id,
-                    };
-                    inner(under, OpKind::Matmul) && g.nodes[id].shape == g.nodes[x].shape
+                    inner(under_scale(id).0, OpKind::Matmul)
+                        && g.nodes[id].shape == g.nodes[x].shape
                 };
                 absorbed.push(x);
                 if product(a) {
@@ -244,12 +255,12 @@ fn find(g: &Graph, constant: &dyn Fn(&str) -> Option<Vec<f32>>) -> Vec<Found> {
             absorbed.push(m);
             let (q, sq) = unscale(g.nodes[m].parents[0], &mut absorbed);
             let (kt, sk) = unscale(g.nodes[m].parents[1], &mut absorbed);
+            let scores_shape = &g.nodes[scores].shape;
             // a constant causal mask read only here becomes the op's causal flag (the flash
             // kernels skip the blocked tiles, and no L×S mask is read)
             let (bias, causal) = match bias {
                 Some(b) if readers[b] == 1 => {
                     let shape = &g.nodes[b].shape;
-                    let scores_shape = &g.nodes[scores].shape;
                     let r = scores_shape.len();
                     let causal = r >= 2
                         && match &g.nodes[b].kind {
@@ -285,7 +296,6 @@ fn find(g: &Graph, constant: &dyn Fn(&str) -> Option<Vec<f32>>) -> Vec<Found> {
             }
             let mut kshape = g.nodes[kt].shape.clone();
             kshape.swap(rk - 2, rk - 1);
-            let scores_shape = &g.nodes[scores].shape;
             let mut shapes: Vec<&[usize]> = vec![&g.nodes[q].shape, &kshape, &g.nodes[v].shape];
             if let Some(b) = bias {
                 let bs = &g.nodes[b].shape;

@@ -582,25 +582,27 @@ pub fn import_model(
             .find(|(k, _)| k == n)
             .map(|(_, t)| t.to_vec())
     };
-    let mut graph =
+    let (mut graph, dropped) =
         attention::fuse_attention(&b.graph, &constant).map_err(|e| OnnxError::Model {
             path: name.into(),
             reason: e.to_string(),
         })?;
-    // constants of this import that no node reads any more (a causal mask the attention op
-    // replaced); a value named like one but read as a parameter (an initializer of that
-    // name, as in a re-imported export) stays
-    let used: HashSet<String> = graph
+    // the constants the attention ops replaced (causal masks), unless a node still reads a
+    // value of that name (an initializer named like one, in a re-imported export)
+    let read: HashSet<&str> = graph
         .nodes
         .iter()
         .filter_map(|n| match &n.kind {
-            NodeKind::Constant { name } | NodeKind::Parameter { name } => Some(name.clone()),
+            NodeKind::Constant { name } | NodeKind::Parameter { name } => Some(name.as_str()),
             _ => None,
         })
         .collect();
-    let dropped = |n: &str| n.starts_with(CONSTANT_PREFIX) && !used.contains(n);
-    graph.parameters.retain(|p| !dropped(&p.name));
-    b.stored.retain(|(n, _)| !dropped(n));
+    let gone: HashSet<String> = dropped
+        .into_iter()
+        .filter(|n| !read.contains(n.as_str()))
+        .collect();
+    graph.parameters.retain(|p| !gone.contains(&p.name));
+    b.stored.retain(|(n, _)| !gone.contains(n));
     graph
         .check_user_names()
         .and_then(|()| graph.validate())
