@@ -414,7 +414,7 @@ fn check_in_place(bind: Bind, select: Select) -> Report {
     let mut report = Report::default();
     for row in rows()
         .iter()
-        .filter(|r| r.inputs.len() == 1 && select(&r.case))
+        .filter(|r| !r.inputs.is_empty() && select(&r.case))
     {
         let binding = bind(row.kind());
         let Some(in_place) = binding.in_place() else {
@@ -422,24 +422,44 @@ fn check_in_place(bind: Bind, select: Select) -> Report {
         };
         report.start(row);
         let op = &row.case.op;
-        let x = to_tensor(&row.inputs[0]);
-        let want = match (binding.forward())(op, &[&x]) {
+        let xs = row.tensors();
+        let (x, rest) = (&xs[0], xs[1..].iter().collect::<Vec<_>>());
+        let all: Vec<&Tensor> = xs.iter().collect();
+        let want = match (binding.forward())(op, &all) {
             Ok(w) => w,
             Err(e) => {
                 report.fail(row, format!("forward: {e}"));
                 continue;
             }
         };
-        let owned = Tensor::from_vec(x.to_vec(), x.shape()).expect("same shape");
-        match in_place(op, owned) {
-            Err(e) => report.fail(row, format!("in_place (owned input): {e}")),
-            Ok(got) => check_same(&mut report, row, "in_place (owned input)", &got, &want),
-        }
         let before = x.to_vec();
-        let shared = x.clone(); // shares `x`'s storage: must not be written
-        match in_place(op, shared) {
+        if want.shape() != x.shape() {
+            // a value of another shape cannot be written over the first input: refused,
+            // the input untouched
+            let mut owned = Tensor::from_vec(before.clone(), x.shape()).expect("same shape");
+            if in_place(op, &mut owned, &rest).is_ok() {
+                report.fail(
+                    row,
+                    "in_place accepted a value of another shape than its target",
+                );
+            } else if !same_values(&owned.to_vec(), &before) || owned.shape() != x.shape() {
+                report.fail(row, "in_place changed its target before refusing");
+            }
+            continue;
+        }
+        let mut owned = Tensor::from_vec(before.clone(), x.shape()).expect("same shape");
+        let id = owned.id();
+        match in_place(op, &mut owned, &rest) {
+            Err(e) => report.fail(row, format!("in_place (owned input): {e}")),
+            Ok(()) if owned.id() != id => {
+                report.fail(row, "in_place (owned input) changed the target's id")
+            }
+            Ok(()) => check_same(&mut report, row, "in_place (owned input)", &owned, &want),
+        }
+        let mut shared = x.clone(); // shares `x`'s storage: must not be written
+        match in_place(op, &mut shared, &rest) {
             Err(e) => report.fail(row, format!("in_place (shared input): {e}")),
-            Ok(got) => check_same(&mut report, row, "in_place (shared input)", &got, &want),
+            Ok(()) => check_same(&mut report, row, "in_place (shared input)", &shared, &want),
         }
         if !same_values(&x.to_vec(), &before) {
             report.fail(row, "in_place overwrote an input it shared");
@@ -761,24 +781,36 @@ fn native_cpu_vjp_skipping_unneeded_inputs_keeps_the_others() {
     );
 }
 
-/// The native in-place kernel gives exactly the forward kernel's values and shape on every
-/// one-input row (unary maps overwrite an owned input; other ops fall back to forward), and
-/// leaves a shared input alone.
+/// The native in-place kernel gives exactly the forward kernel's values on every row whose
+/// value has its first input's shape (unary maps, the optimizer maps and same-shape binary
+/// maps overwrite an owned target; other ops compute their value and the target takes it),
+/// keeps the target's id, leaves a shared target's storage alone, and refuses every row
+/// whose value has another shape without touching the target.
 #[test]
 fn native_cpu_in_place_matches_forward() {
     let r = check_in_place(&providers::native_cpu::binding_for, &all_ops);
     r.assert_clean("native_cpu in_place");
-    let one_input: Vec<OpKind> = OpKind::ALL
+    let kinds: Vec<OpKind> = OpKind::ALL
         .iter()
         .copied()
         .filter(|&k| {
             cases()
                 .iter()
-                .any(|c| c.op.kind() == k && c.inputs.len() == 1)
+                .any(|c| c.op.kind() == k && !c.inputs.is_empty())
         })
         .collect();
-    assert!(one_input.contains(&OpKind::Tanh) && one_input.contains(&OpKind::Softmax));
-    r.assert_ran("native_cpu in_place", |c| c.inputs.len() == 1, &one_input);
+    for k in [
+        OpKind::Tanh,
+        OpKind::Softmax,
+        OpKind::EmaUpdate,
+        OpKind::AdamUpdate,
+        OpKind::Add,
+        OpKind::Sub,
+        OpKind::Linear,
+    ] {
+        assert!(kinds.contains(&k), "{k:?}");
+    }
+    r.assert_ran("native_cpu in_place", |c| !c.inputs.is_empty(), &kinds);
 }
 
 /// The native destination-passing kernels (used by the compiled executor's dense path) give
@@ -969,32 +1001,39 @@ mod mutants {
         })
     }
 
-    /// Right on the unary maps (the only ops the old harness ran it on), the input unchanged
-    /// for every other one-input op.
-    pub fn in_place_only_for_unary_maps(op: &Op, x: Tensor) -> Result<Tensor> {
+    /// Right on the unary maps (the only ops the old harness ran it on), the target unchanged
+    /// for every other op whose value has its shape.
+    pub fn in_place_only_for_unary_maps(op: &Op, x: &mut Tensor, rest: &[&Tensor]) -> Result<()> {
         if op.kind().is_unary_map() || op.kind() == OpKind::FusedUnary {
-            return native::forward_in_place(op, x);
+            return native::forward_in_place(op, x, rest);
         }
-        let right = native::forward(op, &[&x])?;
-        if right.shape() != x.shape() || !same_values(&right.to_vec(), &x.to_vec()) {
+        let all: Vec<&Tensor> = std::iter::once(&*x).chain(rest.iter().copied()).collect();
+        let right = native::forward(op, &all)?;
+        if right.shape() != x.shape() {
+            return native::forward_in_place(op, x, rest); // the refusal
+        }
+        if !same_values(&right.to_vec(), &x.to_vec()) {
             corrupted();
         }
-        Ok(x)
+        Ok(())
     }
 
-    /// Right when it owns its input; when the input is shared (its storage copied on
+    /// Right when it owns its target; when the target is shared (its storage copied on
     /// write), one element of the copy comes back as NaN. The old harness discarded the
     /// shared call's result.
-    pub fn in_place_wrong_on_a_shared_input(op: &Op, mut x: Tensor) -> Result<Tensor> {
+    pub fn in_place_wrong_on_a_shared_input(
+        op: &Op,
+        x: &mut Tensor,
+        rest: &[&Tensor],
+    ) -> Result<()> {
         let before = x.data().as_ptr();
         x.update_data(|_| {});
         let owned = x.is_contiguous() && x.data().as_ptr() == before;
-        let y = native::forward_in_place(op, x)?;
-        if owned {
-            Ok(y)
-        } else {
-            with_data(&y, one_nan)
+        native::forward_in_place(op, x, rest)?;
+        if !owned {
+            *x = with_data(x, one_nan)?;
         }
+        Ok(())
     }
 
     fn native_dense(op: &Op) -> DenseKernels {
@@ -1562,10 +1601,10 @@ fn nan_is_never_dropped() {
                 matches_exactly(&buf, &row.want),
                 format!("in_place_into {}", row.op.name()),
             );
-            let t = Tensor::from_vec(row.inputs[0].0.clone(), &row.inputs[0].1).unwrap();
-            let got = (native.in_place().expect("in-place kernel"))(&row.op, t).unwrap();
+            let mut t = Tensor::from_vec(row.inputs[0].0.clone(), &row.inputs[0].1).unwrap();
+            (native.in_place().expect("in-place kernel"))(&row.op, &mut t, &[]).unwrap();
             check(
-                matches_exactly(&got.to_vec(), &row.want),
+                matches_exactly(&t.to_vec(), &row.want),
                 format!("in_place {}", row.op.name()),
             );
         }

@@ -31,5 +31,17 @@ fn strict_native_cpu_catches_every_fault_above_the_declared_bound() {
             assert_ne!(r.strict, campaign::Outcome::Checker, "{r:?}");
         }
     }
-    assert!(records.iter().all(|r| r.same_fault));
+    let differ: Vec<String> = records
+        .iter()
+        .filter(|r| !r.same_fault)
+        .map(|r| {
+            format!(
+                "{:?} {} on {}",
+                r.model,
+                r.target.class.name(),
+                r.target.op.name()
+            )
+        })
+        .collect();
+    assert!(differ.is_empty(), "{differ:?}");
 }

@@ -460,3 +460,107 @@ fn a_tied_weight_counts_once_in_the_global_norm() {
     assert_eq!(clip_grad_norm(&m, &mut g2, 6.0).unwrap(), 5.0);
     assert_eq!(g2.get(&m.w).unwrap().to_vec(), vec![3.0, 4.0]);
 }
+
+/// Runs `f` on a fresh thread under a session of profile `profile` (so that the report holds
+/// exactly what `f` ran) and returns its result with the capsules of the report's rows.
+fn under_profile<R: Send + 'static>(
+    profile: &'static str,
+    f: impl FnOnce() -> R + Send + 'static,
+) -> (R, Vec<torchlean::backend::KernelAudit>) {
+    std::thread::spawn(move || {
+        let profile = torchlean::backend::BackendProfile::named(profile).unwrap();
+        torchlean::runtime::install(torchlean::runtime::Session::new(profile)).unwrap();
+        let r = f();
+        let report = torchlean::runtime::with_current(|s| s.report()).unwrap();
+        (r, report.kernels)
+    })
+    .join()
+    .unwrap()
+}
+
+/// Every optimizer's update on the CPU is ops of the session — planned, admitted by the gate
+/// and listed in the report — with the same values as the formulas (`run` above is checked
+/// against hand-computed references); the updates that have in-place kernels write the
+/// parameter's own buffer and keep its id. Before, the CPU updated with host loops that no
+/// report listed.
+#[test]
+fn updates_on_the_cpu_are_gated_ops_that_write_the_parameter_in_place() {
+    type Make = fn() -> Box<dyn Optimizer>;
+    let cases: [(&str, Make, &[&str], bool); 4] = [
+        (
+            "sgd",
+            || Box::new(Sgd::new(0.1, 0.9, 0.01).unwrap()),
+            &["native_cpu.scale", "native_cpu.add", "native_cpu.sub"],
+            true,
+        ),
+        (
+            "adam",
+            || Box::new(Adam::new(0.01).unwrap()),
+            &["native_cpu.ema_update", "native_cpu.adam_update"],
+            true,
+        ),
+        (
+            "rmsprop",
+            || Box::new(RmsProp::new(0.01).unwrap()),
+            &["native_cpu.ema_update", "native_cpu.sqrt", "native_cpu.div"],
+            false,
+        ),
+        (
+            "adagrad",
+            || Box::new(Adagrad::new(0.1).unwrap()),
+            &["native_cpu.mul", "native_cpu.sqrt", "native_cpu.div"],
+            false,
+        ),
+    ];
+    for (name, make, capsules, in_place) in cases {
+        let ((same_buffer, same_id, w), kernels) = under_profile("checked_cpu", move || {
+            let mut opt = make();
+            let mut m = model(&[1.0, -2.0, 0.5]);
+            let mut same_buffer = true;
+            let id = m.w.id();
+            for _ in 0..2 {
+                let g = grads(&m);
+                let before = m.w.data().as_ptr();
+                opt.step(&mut m, &g).unwrap();
+                same_buffer &= m.w.data().as_ptr() == before;
+            }
+            (same_buffer, m.w.id() == id, m.w.to_vec())
+        });
+        let ran: Vec<&str> = kernels.iter().map(|k| k.capsule.as_str()).collect();
+        for c in capsules {
+            assert!(ran.contains(c), "{name}: {c} not in the report: {ran:?}");
+        }
+        assert!(same_id, "{name}: the parameter's id changed");
+        assert_eq!(same_buffer, in_place, "{name}: in place or not");
+        // the same values as the update run on the process default's session
+        support::checked_cpu_default();
+        let want = run(&mut *make(), &[1.0, -2.0, 0.5], 2);
+        assert_eq!(w, want, "{name}");
+    }
+}
+
+/// Under `strict_native_cpu` the update ops are replay-checked like every other kernel: the
+/// report's rows for them carry checker evidence, and the values are those of `checked_cpu`.
+#[test]
+fn strict_native_cpu_checks_the_update_ops() {
+    let step = || {
+        let mut adam = Adam::new(0.01).unwrap();
+        let mut m = model(&[1.0, -2.0, 0.5, 3.0]);
+        for _ in 0..3 {
+            let g = grads(&m);
+            adam.step(&mut m, &g).unwrap();
+        }
+        m.w.to_vec()
+    };
+    let (strict, kernels) = under_profile("strict_native_cpu", step);
+    let (checked, _) = under_profile("checked_cpu", step);
+    assert_eq!(strict, checked);
+    for op in ["ema_update", "adam_update"] {
+        let row = kernels
+            .iter()
+            .find(|k| k.capsule == format!("native_cpu.replayed.{op}"))
+            .unwrap_or_else(|| panic!("no replayed {op} row"));
+        let text = format!("{:?}", row.obligations);
+        assert!(text.contains("replay_forward"), "{op}: {text}");
+    }
+}

@@ -4,15 +4,15 @@
 
 use super::module::Module;
 use super::optim::{
-    check_lr, check_range, for_each_param, grad_of, update_by_ops, update_elementwise, Optimizer,
-    OptimizerState, ParamNames, SlotStore,
+    check_lr, check_range, for_each_param, grad_of, update_by_ops, Optimizer, OptimizerState,
+    ParamNames, SlotStore,
 };
 use crate::error::Result;
 use crate::runtime::Gradients;
 use crate::tensor::Tensor;
 
-/// One Adagrad update of `w` by `g` with accumulator `s` as ops (for parameters on a device):
-/// the host loop's arithmetic, term by term, with `(clr, wd, eps)` the step's decayed learning
+/// One Adagrad update of `w` by `g` with accumulator `s` as ops of the session: the module
+/// doc's formula, term by term, with `(clr, wd, eps)` the step's decayed learning
 /// rate, weight decay and epsilon. Returns the new weight and the new accumulator.
 fn update_with_ops(
     w: &Tensor,
@@ -88,34 +88,19 @@ impl Optimizer for Adagrad {
             };
             let t = store.next_step(name);
             let clr = rate(t);
-            if p.device() != crate::backend::Device::Cpu {
-                // on a device: the same update as ops of the session (planned and gated), no
-                // host round trip
-                let bufs = store.device_buffers(name, p)?;
-                let mut new = None;
-                update_by_ops(p, |w| {
-                    let (w1, s1) = update_with_ops(w, g, &bufs[0], (clr, wd, eps))?;
-                    new = Some(s1);
-                    Ok(w1)
-                })?;
-                if let (Some(b), Some(s1)) = (bufs.first_mut(), new) {
-                    *b = s1;
-                }
-                store.commit_step(name, t);
-                return Ok(());
+            // as ops of the session on every device (planned, gated, checked where the
+            // profile says so, and reported): see `update_with_ops`
+            let bufs = store.slots(name, p)?;
+            let mut new = None;
+            update_by_ops(p, |w| {
+                let (w1, s1) = update_with_ops(w, g, &bufs[0], (clr, wd, eps))?;
+                new = Some(s1);
+                Ok(w1)
+            })?;
+            if let (Some(b), Some(s1)) = (bufs.first_mut(), new) {
+                *b = s1;
             }
-            let g = g.data();
-            let shape = p.shape().to_vec();
-            if let [s] = store.buffers(name, &shape)? {
-                p.update_data(|w| {
-                    update_elementwise(w, &g, [s.as_mut_slice()], |w, g, [s]| {
-                        let g = g + wd * *w;
-                        *s += g * g;
-                        *w -= clr * g / (s.sqrt() + eps);
-                    })
-                });
-                store.commit_step(name, t);
-            }
+            store.commit_step(name, t);
             Ok(())
         })?;
         Ok(())

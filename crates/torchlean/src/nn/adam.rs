@@ -6,13 +6,12 @@
 
 use super::module::Module;
 use super::optim::{
-    check_lr, check_range, for_each_param, grad_of, update_by_ops, update_elementwise, Optimizer,
-    OptimizerState, ParamNames, SlotStore,
+    check_lr, check_range, for_each_param, grad_of, Optimizer, OptimizerState, ParamNames,
+    SlotStore,
 };
 use crate::error::Result;
 use crate::graph::Op;
-use crate::runtime::{apply, Gradients};
-use crate::tensor::Tensor;
+use crate::runtime::{apply_update, Gradients};
 
 /// The update shared by Adam and AdamW.
 struct AdamCore {
@@ -63,68 +62,33 @@ impl AdamCore {
             };
             let t = store.next_step(name);
             let (step_size, c2_sqrt) = corrections(t);
-            if p.device() != crate::backend::Device::Cpu {
-                // on a device, as ops of the session (planned, gated, reported): the moments
-                // (`ema_update`), then the step (`adam_update`), one pass each, the same
-                // arithmetic as the loop below
-                let [m, v] = store.device_buffers(name, p)? else {
-                    return Ok(()); // invariant: Adam has two slots
+            // as ops of the session (planned, gated, checked where the profile says so, and
+            // reported), on every device: the moments (`ema_update`), then the step
+            // (`adam_update`), one pass each, each written over its state's buffer when the
+            // kernel can (`apply_update`)
+            let [m, v] = store.slots(name, p)? else {
+                return Ok(()); // invariant: Adam has two slots
+            };
+            crate::runtime::no_grad(|| -> Result<()> {
+                // L2 decay (Adam) reads the weight before the step; AdamW's shrink is applied
+                // by the step (one of the two is neutral)
+                let gi = if l2 != 0.0 {
+                    g.add(&p.detach().scale(l2)?)?
+                } else {
+                    g.clone()
                 };
-                let (m1, v1) = crate::runtime::no_grad(|| -> Result<(Tensor, Tensor)> {
-                    // L2 decay (Adam) reads the weight before the step; AdamW's shrink is
-                    // applied by the step (one of the two is neutral)
-                    let gi = if l2 != 0.0 {
-                        g.add(&p.detach().scale(l2)?)?
-                    } else {
-                        g.clone()
-                    };
-                    let m1 = apply(
-                        Op::EmaUpdate {
-                            decay: b1,
-                            square: false,
-                        },
-                        &[m, &gi],
-                    )?;
-                    let v1 = apply(
-                        Op::EmaUpdate {
-                            decay: b2,
-                            square: true,
-                        },
-                        &[v, &gi],
-                    )?;
-                    Ok((m1, v1))
-                })?;
+                let ema = |decay, square| Op::EmaUpdate { decay, square };
+                apply_update(ema(b1, false), m, &[&gi])?;
+                apply_update(ema(b2, true), v, &[&gi])?;
                 let step = Op::AdamUpdate {
                     step_size,
                     c2_sqrt,
                     eps,
                     shrink,
                 };
-                update_by_ops(p, |w| apply(step, &[w, &m1, &v1]))?;
-                *m = m1;
-                *v = v1;
-                store.commit_step(name, t);
-                return Ok(());
-            }
-            let g = g.data();
-            let shape = p.shape().to_vec();
-            if let [m, v] = store.buffers(name, &shape)? {
-                p.update_data(|w| {
-                    update_elementwise(
-                        w,
-                        &g,
-                        [m.as_mut_slice(), v.as_mut_slice()],
-                        |w, g, [m, v]| {
-                            *w *= shrink;
-                            let gi = g + l2 * *w;
-                            *m = b1 * *m + (1.0 - b1) * gi;
-                            *v = b2 * *v + (1.0 - b2) * gi * gi;
-                            *w -= step_size * *m / (v.sqrt() / c2_sqrt + eps);
-                        },
-                    )
-                });
-                store.commit_step(name, t);
-            }
+                apply_update(step, p, &[m, v])
+            })?;
+            store.commit_step(name, t);
             Ok(())
         })?;
         Ok(())

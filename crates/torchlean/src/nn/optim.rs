@@ -1,20 +1,19 @@
 //! The optimizer abstraction and the machinery every optimizer shares: per-parameter state
-//! buffers keyed by parameter name, their export/import as named tensors (for checkpoints),
-//! and the chunked (parallel for large parameters) elementwise update loop.
+//! tensors keyed by parameter name, and their export/import as named tensors (for
+//! checkpoints).
 //!
-//! Updates are plain f32 arithmetic on parameter storage (in place when the parameter is not
-//! shared), outside the op graph — like PyTorch's fused optimizer loops. The concrete
-//! optimizers live in `sgd.rs`, `adam.rs`, `rmsprop.rs` and `adagrad.rs`.
+//! Updates are ops of the session on every device (`ema_update`, `adam_update`, and the
+//! elementwise ops), so every kernel of a training step — the update included — is planned,
+//! admitted by the gate, checked where the profile's evidence says so, and listed in the
+//! report. `runtime::apply_update` writes an update over its state's buffer when the kernel
+//! can (the parameter, a moment), so a step allocates no new parameter or state buffers. The
+//! concrete optimizers live in `sgd.rs`, `adam.rs`, `rmsprop.rs` and `adagrad.rs`.
 
 use super::module::Module;
 use crate::error::{Error, Result};
 use crate::runtime::Gradients;
 use crate::tensor::{Tensor, TensorId};
-use rayon::prelude::*;
 use std::collections::BTreeMap;
-
-/// Elements per parallel task of an update (fixed, so results do not depend on threads).
-const CHUNK: usize = 1 << 14;
 
 /// Updates a module's parameters from their gradients.
 pub trait Optimizer {
@@ -92,40 +91,6 @@ pub(crate) fn check_range(what: &str, v: f32, lo: f32, hi: f32, closed: bool) ->
     }
 }
 
-/// Applies `f(w, g, state)` to every element of a parameter, its gradient and `K` state
-/// buffers of the same length; in parallel over fixed-size chunks for large parameters.
-pub(crate) fn update_elementwise<const K: usize, F>(
-    w: &mut [f32],
-    g: &[f32],
-    bufs: [&mut [f32]; K],
-    f: F,
-) where
-    F: Fn(&mut f32, f32, [&mut f32; K]) + Sync + Send,
-{
-    let run = |w: &mut [f32], g: &[f32], bufs: [&mut [f32]; K]| {
-        // re-slice everything to one length so the bounds checks hoist out of the loop and
-        // the update vectorizes
-        let n = w.len().min(g.len());
-        let (w, g) = (&mut w[..n], &g[..n]);
-        let mut bufs = bufs.map(|b| &mut b[..n]);
-        for i in 0..n {
-            f(&mut w[i], g[i], bufs.each_mut().map(|b| &mut b[i]));
-        }
-    };
-    if w.len() < 2 * CHUNK {
-        run(w, g, bufs);
-        return;
-    }
-    let mut parts = bufs.map(|b| b.chunks_mut(CHUNK));
-    let groups: Vec<[&mut [f32]; K]> = (0..w.len().div_ceil(CHUNK))
-        .map(|_| std::array::from_fn(|k| parts[k].next().unwrap_or_default()))
-        .collect();
-    w.par_chunks_mut(CHUNK)
-        .zip(g.par_chunks(CHUNK))
-        .zip(groups.into_par_iter())
-        .for_each(|((w, g), b)| run(w, g, b));
-}
-
 /// The dotted names of a model's parameters, resolved once and reused while the model's
 /// parameters are the same tensors (by identity; an in-place update keeps it). Building the
 /// names costs a string per parameter and per container level, which is a visible share of
@@ -174,7 +139,7 @@ pub(crate) fn for_each_param(
 }
 
 /// Replaces `p`'s values by `update(p)`, computed by ops of the session with the tape off
-/// (the optimizer update of a parameter on a device).
+/// (an update that reads the weight in several ops: RMSprop, Adagrad).
 pub(crate) fn update_by_ops(
     p: &mut Tensor,
     update: impl FnOnce(&Tensor) -> Result<Tensor>,
@@ -191,16 +156,16 @@ struct ParamSlots {
     bufs: Vec<Vec<f32>>,
 }
 
-/// Per-parameter state buffers ("slots"), keyed by parameter name: host buffers for
-/// parameters in host memory, device tensors for parameters on a device (whose updates are
-/// ops of the session, so every kernel of a step on the device is planned and gated).
+/// Per-parameter state ("slots"), keyed by parameter name: imported state as host buffers
+/// until the parameter's next update, live state as tensors on the parameter's device, which
+/// the update ops read and write.
 #[derive(Debug, Clone)]
 pub(crate) struct SlotStore {
     kind: &'static str,
     /// Slot names and their initial values.
     slots: Vec<(&'static str, f32)>,
-    params: BTreeMap<String, ParamSlots>,
-    device: BTreeMap<String, Vec<Tensor>>,
+    imported: BTreeMap<String, ParamSlots>,
+    live: BTreeMap<String, Vec<Tensor>>,
     /// Per parameter, the steps in which it was updated.
     steps: BTreeMap<String, u64>,
 }
@@ -210,8 +175,8 @@ impl SlotStore {
         SlotStore {
             kind,
             slots,
-            params: BTreeMap::new(),
-            device: BTreeMap::new(),
+            imported: BTreeMap::new(),
+            live: BTreeMap::new(),
             steps: BTreeMap::new(),
         }
     }
@@ -235,40 +200,20 @@ impl SlotStore {
     pub(crate) fn set_slots(&mut self, slots: Vec<(&'static str, f32)>) {
         if slots != self.slots {
             self.slots = slots;
-            self.params.clear();
-            self.device.clear();
+            self.imported.clear();
+            self.live.clear();
             self.steps.clear();
         }
     }
 
-    /// The buffers of parameter `name` (created at their initial values on first use).
-    pub(crate) fn buffers(&mut self, name: &str, shape: &[usize]) -> Result<&mut [Vec<f32>]> {
-        let n: usize = shape.iter().product();
-        if !self.params.contains_key(name) {
-            let bufs = self.slots.iter().map(|&(_, init)| vec![init; n]).collect();
-            let shape = shape.to_vec();
-            self.params
-                .insert(name.to_string(), ParamSlots { shape, bufs });
-        }
-        // invariant: inserted just above when it was missing
-        let entry = self.params.get_mut(name).expect("slot entry exists");
-        if entry.shape != shape {
-            return Err(Error::Other(format!(
-                "optimizer `{}`: parameter `{name}` changed shape from {:?} to {shape:?}",
-                self.kind, entry.shape
-            )));
-        }
-        Ok(&mut entry.bufs)
-    }
-
-    /// The device slots of parameter `p` named `name`, on `p`'s device: created from the
-    /// host buffers when a checkpoint's state was imported, else at their initial values.
-    pub(crate) fn device_buffers(&mut self, name: &str, p: &Tensor) -> Result<&mut [Tensor]> {
-        let bufs = match self.device.entry(name.to_string()) {
+    /// The slots of parameter `p` named `name`, on `p`'s device: created from the imported
+    /// state when a checkpoint's state was imported, else at their initial values.
+    pub(crate) fn slots(&mut self, name: &str, p: &Tensor) -> Result<&mut [Tensor]> {
+        let bufs = match self.live.entry(name.to_string()) {
             std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::btree_map::Entry::Vacant(e) => {
                 let shape = p.shape().to_vec();
-                let host = self.params.remove(name);
+                let host = self.imported.remove(name);
                 let mut bufs = Vec::with_capacity(self.slots.len());
                 for (k, &(_, init)) in self.slots.iter().enumerate() {
                     let values = match &host {
@@ -293,14 +238,14 @@ impl SlotStore {
     /// The state as named tensors (device slots read to the host: see `Tensor::to_vec`).
     pub(crate) fn export(&self, step: u64) -> OptimizerState {
         let mut tensors = Vec::new();
-        for (pname, bufs) in &self.device {
+        for (pname, bufs) in &self.live {
             for ((slot, _), buf) in self.slots.iter().zip(bufs) {
                 if let Ok(t) = Tensor::from_vec(buf.to_vec(), buf.shape()) {
                     tensors.push((format!("optim.{}.{slot}.{pname}", self.kind), t));
                 }
             }
         }
-        for (pname, p) in &self.params {
+        for (pname, p) in &self.imported {
             for ((slot, _), buf) in self.slots.iter().zip(&p.bufs) {
                 // the buffer was created with the element count of `shape`
                 if let Ok(t) = Tensor::from_vec(buf.clone(), &p.shape) {
@@ -406,10 +351,10 @@ impl SlotStore {
             steps.entry(pname.clone()).or_insert(state.step);
             params.insert(pname, ParamSlots { shape, bufs });
         }
-        self.params = params;
+        self.imported = params;
         self.steps = steps;
-        // device slots are rebuilt from the imported buffers on their next use
-        self.device.clear();
+        // live slots are rebuilt from the imported buffers on their next use
+        self.live.clear();
         Ok(state.step)
     }
 }

@@ -4,8 +4,8 @@
 
 use super::module::Module;
 use super::optim::{
-    check_lr, check_range, for_each_param, grad_of, update_by_ops, update_elementwise, Optimizer,
-    OptimizerState, ParamNames, SlotStore,
+    check_lr, check_range, for_each_param, grad_of, update_by_ops, Optimizer, OptimizerState,
+    ParamNames, SlotStore,
 };
 use crate::error::Result;
 use crate::graph::Op;
@@ -22,8 +22,8 @@ struct Hyper {
     momentum: f32,
 }
 
-/// One RMSprop update of `w` by `g` as ops (for parameters on a device): the host loop's
-/// arithmetic, term by term. `bufs` are the slots in `RmsProp::slots` order (square_avg, then
+/// One RMSprop update of `w` by `g` as ops of the session: the module doc's formula, term by
+/// term, left to right. `bufs` are the slots in `RmsProp::slots` order (square_avg, then
 /// momentum_buffer when momentum > 0, then grad_avg when centered). Returns the new weight
 /// and the new slots, in the same order.
 fn update_with_ops(
@@ -69,7 +69,7 @@ fn update_with_ops(
         slots.push(b1);
         w1
     } else {
-        // lr·g / d, in the host loop's order
+        // (lr·g) / d, as `torch.optim.RMSprop` orders it
         w.sub(&gi.scale(h.lr)?.div(&denom)?)?
     };
     slots.extend(a1);
@@ -131,7 +131,6 @@ impl Optimizer for RmsProp {
             self.weight_decay,
             self.momentum,
         );
-        let denom = |s: f32, a: f32| (s - a * a).sqrt() + eps;
         let names = self.names.resolve(&*model);
         let store = &mut self.store;
         let hyper = Hyper {
@@ -145,73 +144,17 @@ impl Optimizer for RmsProp {
             let Some(g) = grad_of(name, p, grads)? else {
                 return Ok(());
             };
-            if p.device() != crate::backend::Device::Cpu {
-                // on a device: the same update as ops of the session (planned and gated), no
-                // host round trip
-                let bufs = store.device_buffers(name, p)?;
-                let mut new = vec![];
-                update_by_ops(p, |w| {
-                    let (w1, slots) = update_with_ops(w, g, bufs, hyper)?;
-                    new = slots;
-                    Ok(w1)
-                })?;
-                for (b, n) in bufs.iter_mut().zip(new) {
-                    *b = n;
-                }
-                return Ok(());
-            }
-            let g = g.data();
-            let shape = p.shape().to_vec();
-            match store.buffers(name, &shape)? {
-                [s] => p.update_data(|w| {
-                    update_elementwise(w, &g, [s.as_mut_slice()], |w, g, [s]| {
-                        let g = g + wd * *w;
-                        *s = al * *s + (1.0 - al) * g * g;
-                        *w -= lr * g / denom(*s, 0.0);
-                    })
-                }),
-                [s, x] if mom > 0.0 => p.update_data(|w| {
-                    update_elementwise(
-                        w,
-                        &g,
-                        [s.as_mut_slice(), x.as_mut_slice()],
-                        |w, g, [s, b]| {
-                            let g = g + wd * *w;
-                            *s = al * *s + (1.0 - al) * g * g;
-                            *b = mom * *b + g / denom(*s, 0.0);
-                            *w -= lr * *b;
-                        },
-                    )
-                }),
-                [s, a] => p.update_data(|w| {
-                    update_elementwise(
-                        w,
-                        &g,
-                        [s.as_mut_slice(), a.as_mut_slice()],
-                        |w, g, [s, a]| {
-                            let g = g + wd * *w;
-                            *s = al * *s + (1.0 - al) * g * g;
-                            *a = al * *a + (1.0 - al) * g;
-                            *w -= lr * g / denom(*s, *a);
-                        },
-                    )
-                }),
-                [s, b, a] => p.update_data(|w| {
-                    update_elementwise(
-                        w,
-                        &g,
-                        [s.as_mut_slice(), b.as_mut_slice(), a.as_mut_slice()],
-                        |w, g, [s, b, a]| {
-                            let g = g + wd * *w;
-                            *s = al * *s + (1.0 - al) * g * g;
-                            *a = al * *a + (1.0 - al) * g;
-                            *b = mom * *b + g / denom(*s, *a);
-                            *w -= lr * *b;
-                        },
-                    )
-                }),
-                // the slot list built by `slots()` has one to three entries
-                _ => {}
+            // as ops of the session on every device (planned, gated, checked where the
+            // profile says so, and reported): see `update_with_ops`
+            let bufs = store.slots(name, p)?;
+            let mut new = vec![];
+            update_by_ops(p, |w| {
+                let (w1, slots) = update_with_ops(w, g, bufs, hyper)?;
+                new = slots;
+                Ok(w1)
+            })?;
+            for (b, n) in bufs.iter_mut().zip(new) {
+                *b = n;
             }
             Ok(())
         })?;

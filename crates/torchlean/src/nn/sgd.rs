@@ -5,11 +5,12 @@
 
 use super::module::Module;
 use super::optim::{
-    check_lr, check_range, for_each_param, grad_of, update_by_ops, update_elementwise, Optimizer,
-    OptimizerState, ParamNames, SlotStore,
+    check_lr, check_range, for_each_param, grad_of, Optimizer, OptimizerState, ParamNames,
+    SlotStore,
 };
 use crate::error::{Error, Result};
-use crate::runtime::Gradients;
+use crate::graph::Op;
+use crate::runtime::{apply_update, Gradients};
 
 /// SGD; the momentum buffer slot is `momentum_buffer` (present when momentum > 0).
 pub struct Sgd {
@@ -68,53 +69,33 @@ impl Optimizer for Sgd {
             let Some(g) = grad_of(name, p, grads)? else {
                 return Ok(());
             };
-            if p.device() != crate::backend::Device::Cpu {
-                // on a device: the same update as ops of the session (planned and gated)
-                let bufs = store.device_buffers(name, p)?;
-                let mut new_b = None;
-                update_by_ops(p, |w| {
-                    let gi = if wd != 0.0 {
-                        g.add(&w.scale(wd)?)?
-                    } else {
-                        g.clone()
-                    };
-                    let d = match bufs.first() {
-                        Some(b) => {
-                            let b1 = b.scale(mom)?.add(&gi)?;
-                            let d = if nesterov {
-                                gi.add(&b1.scale(mom)?)?
-                            } else {
-                                b1.clone()
-                            };
-                            new_b = Some(b1);
-                            d
+            // as ops of the session (planned, gated, checked where the profile says so, and
+            // reported), on every device; the momentum buffer and the weight are written over
+            // their buffers when the kernels can (`apply_update`)
+            let bufs = store.slots(name, p)?;
+            crate::runtime::no_grad(|| -> Result<()> {
+                let gi = if wd != 0.0 {
+                    g.add(&p.detach().scale(wd)?)?
+                } else {
+                    g.clone()
+                };
+                let d = match bufs.first_mut() {
+                    Some(b) => {
+                        // b = momentum·b + g
+                        apply_update(Op::Scale { factor: mom }, b, &[])?;
+                        apply_update(Op::Add, b, &[&gi])?;
+                        if nesterov {
+                            gi.add(&b.scale(mom)?)?
+                        } else {
+                            b.clone()
                         }
-                        None => gi,
-                    };
-                    w.sub(&d.scale(lr)?)
-                })?;
-                if let (Some(b), Some(b1)) = (bufs.first_mut(), new_b) {
-                    *b = b1;
-                }
-                return Ok(());
-            }
-            let g = g.data();
-            let shape = p.shape().to_vec();
-            let bufs = store.buffers(name, &shape)?;
-            match bufs {
-                [buf] => p.update_data(|w| {
-                    update_elementwise(w, &g, [buf.as_mut_slice()], |w, g, [b]| {
-                        let gi = g + wd * *w;
-                        *b = mom * *b + gi;
-                        *w -= lr * if nesterov { gi + mom * *b } else { *b };
-                    })
-                }),
-                _ => p.update_data(|w| {
-                    update_elementwise(w, &g, [], |w, g, []| {
-                        *w -= lr * (g + wd * *w);
-                    })
-                }),
-            }
+                    }
+                    None => gi,
+                };
+                let step = d.scale(lr)?;
+                drop(d);
+                apply_update(Op::Sub, p, &[&step])
+            })?;
             Ok(())
         })?;
         self.steps += 1;

@@ -182,17 +182,18 @@ impl Gradients {
         self.map.into_values()
     }
 
-    /// Multiplies every stored gradient by `factor` (gradient clipping, loss scaling).
-    /// Gradients on a device are scaled there by the session's `scale` op (planned, gated
-    /// and reported); a device failure is returned.
+    /// Multiplies every stored gradient by `factor` (gradient clipping, loss scaling): the
+    /// session's `scale` op on each (planned, gated and reported; written over the
+    /// gradient's buffer when the kernel can). A failure is returned.
+    /// The gradients are scaled in the order their leaves were created (by id), not the
+    /// map's hash order, so that the calls of a step come in the same order on every run.
     pub fn scale(&mut self, factor: f32) -> Result<()> {
-        for g in self.map.values_mut() {
-            if g.device() != crate::backend::Device::Cpu {
-                *g = no_grad(|| g.scale(factor))?;
-                continue;
+        let mut ids: Vec<TensorId> = self.map.keys().copied().collect();
+        ids.sort_unstable();
+        for id in ids {
+            if let Some(g) = self.map.get_mut(&id) {
+                no_grad(|| crate::runtime::apply_update(Op::Scale { factor }, g, &[]))?;
             }
-            let data: Vec<f32> = g.data().iter().map(|v| v * factor).collect();
-            *g = Tensor::from_parts(data, g.shape().to_vec());
         }
         Ok(())
     }
@@ -206,7 +207,7 @@ impl Gradients {
     }
 }
 
-/// Adds a cotangent into the store (runtime-owned f32 addition of equal shapes).
+/// Adds a cotangent into the store (equal shapes: the session's `add` op).
 fn add_into(map: &mut IdMap<Tensor>, id: TensorId, g: Tensor) -> Result<()> {
     match map.remove(&id) {
         None => {
@@ -220,21 +221,10 @@ fn add_into(map: &mut IdMap<Tensor>, id: TensorId, g: Tensor) -> Result<()> {
                     g.shape()
                 )));
             }
-            if prev.device() != crate::backend::Device::Cpu {
-                // on a device: an `add` op of the session (planned, gated, reported), off the
-                // tape, so the sum stays on the device
-                let sum = no_grad(|| prev.add(&g))?;
-                map.insert(id, sum);
-                return Ok(());
-            }
-            // in place when `prev` is the only handle of a contiguous storage (usual)
+            // the session's `add` op (planned, gated, checked where the profile says so, and
+            // reported), off the tape, written over `prev`'s buffer when the kernel can
             let mut sum = prev;
-            let gd = g.data();
-            sum.update_data(|w| {
-                for (a, b) in w.iter_mut().zip(gd.iter()) {
-                    *a += b;
-                }
-            });
+            no_grad(|| crate::runtime::apply_update(Op::Add, &mut sum, &[&g]))?;
             map.insert(id, sum);
         }
     }

@@ -487,17 +487,21 @@ impl CompiledGraph {
                     let checked = !k.checkers(Phase::Forward).is_empty();
                     match (binding.in_place(), n.parents.as_slice()) {
                         // in place: the one input dies here, so its buffer may be overwritten
+                        // by a value of its shape
                         (Some(in_place), &[p])
-                            if self.consumable[p] && self.last_use[p] == n.id && !checked =>
+                            if self.consumable[p]
+                                && self.last_use[p] == n.id
+                                && !checked
+                                && self.graph.nodes[p].shape == n.shape =>
                         {
-                            let input = slots[p].take().ok_or_else(|| {
+                            let mut input = slots[p].take().ok_or_else(|| {
                                 Error::Other(format!(
                                     "graph node {p} was released before node {} used it",
                                     n.id
                                 ))
                             })?;
-                            guarded::guard_tensors(k, Phase::Forward, op, &[&input])?;
-                            in_place(op, input)?
+                            guarded::run_in_place(k, op, in_place, &mut input, &[])?;
+                            input
                         }
                         _ => {
                             let inputs: Vec<&Tensor> =

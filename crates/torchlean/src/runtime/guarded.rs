@@ -285,6 +285,51 @@ pub(crate) fn run_forward(k: &AcceptedKernel, op: &Op, inputs: &[&Tensor]) -> Re
     Ok(out)
 }
 
+/// Runs the in-place kernel `in_place` of the CPU binding of `k` after its guards:
+/// `op(target, rest…)` written into `target` (see `runtime::kernel::InPlaceKernel`). Only
+/// for kernels whose evidence holds no forward checker: a checker replays the call on its
+/// inputs, which this kernel overwrites, so callers run checked kernels by [`run_forward`].
+pub(crate) fn run_in_place(
+    k: &AcceptedKernel,
+    op: &Op,
+    in_place: super::kernel::InPlaceKernel,
+    target: &mut Tensor,
+    rest: &[&Tensor],
+) -> Result<()> {
+    if !k.checkers(Phase::Forward).is_empty() {
+        return Err(Error::Other(format!(
+            "capsule `{}`: an in-place call would overwrite the inputs its checkers replay",
+            k.capsule().name
+        )));
+    }
+    {
+        let mut inputs: Vec<&Tensor> = Vec::with_capacity(1 + rest.len());
+        inputs.push(target);
+        inputs.extend_from_slice(rest);
+        guard_tensors(k, Phase::Forward, op, &inputs)?;
+    }
+    // a fault-injection build counts and corrupts calls in `run_forward`: while a campaign
+    // runs there, an update is computed out of place (the same values: the conformance
+    // harness holds in-place kernels to the forward kernel's bits) so that it is counted
+    // and can be injected like every other call
+    #[cfg(feature = "fault-injection")]
+    if fault::active() {
+        let value = {
+            let mut inputs: Vec<&Tensor> = Vec::with_capacity(1 + rest.len());
+            inputs.push(target);
+            inputs.extend_from_slice(rest);
+            run_forward(k, op, &inputs)?
+        };
+        return target.assign(value);
+    }
+    let _kernel = super::autograd::KernelScope::enter();
+    let _composite = CompositeScope::enter(k);
+    let device = target.device();
+    super::op_times::timed(&k.capsule().name, "forward", device, || {
+        in_place(op, target, rest)
+    })
+}
+
 /// Fault injection (cargo feature `fault-injection`, off by default): corrupts the result of
 /// one chosen kernel call after the kernel and before the checkers, to measure what the
 /// checkers and the runtime catch (`examples/fault_injection.rs`, docs/assurance.md).
@@ -292,7 +337,8 @@ pub(crate) fn run_forward(k: &AcceptedKernel, op: &Op, inputs: &[&Tensor]) -> Re
 /// A thread-local plan is armed with a [`fault::Target`] — an op kind, a phase, which of its
 /// calls on this thread (0-based), a [`fault::FaultClass`] and a seed — and fires on exactly
 /// that call of [`run_forward`] or [`run_vjp`] (the eager path, the tape's backward pass and
-/// the compiled executor's general path; not the dense executor nor in-place kernels). After
+/// the compiled executor's general path, and in-place calls, which run out of place while
+/// a plan is armed or calls are counted; not the dense executor). After
 /// it fires the plan is spent; [`fault::disarm`] returns what was injected, with copies of
 /// the call's inputs and of the clean and corrupted results so that a harness can measure
 /// the fault against a checker's declared bound.
@@ -440,6 +486,11 @@ pub mod fault {
             State::Counting(v) => v,
             _ => Vec::new(),
         }
+    }
+
+    /// Whether this thread counts calls or has a plan armed.
+    pub(crate) fn active() -> bool {
+        STATE.with(|s| matches!(&*s.borrow(), State::Counting(_) | State::Armed { .. }))
     }
 
     /// Whether this call is the target (and so the plan fires now).

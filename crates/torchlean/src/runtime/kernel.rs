@@ -23,9 +23,14 @@ pub type ForwardKernel = fn(&Op, &[&Tensor]) -> Result<Tensor>;
 /// Computes an op's local VJP.
 pub type VjpKernel = fn(&Op, &[&Tensor], &Tensor, &Tensor, &[bool]) -> Result<Vec<Option<Tensor>>>;
 
-/// Computes a one-input op, taking the input by value so that it may overwrite its buffer
-/// (when the caller held the only reference). Must give the same values as the forward kernel.
-pub type InPlaceKernel = fn(&Op, Tensor) -> Result<Tensor>;
+/// Computes `op(target, rest…)` into `target`, an op whose value has `target`'s shape:
+/// overwriting `target`'s buffer when it is the only handle of a contiguous host storage,
+/// replacing its storage by the value otherwise (a storage other handles share is never
+/// written). `target` keeps its handle: id, `requires_grad` flag (its tape link is dropped).
+/// Must give the same values as the forward kernel, and refuse (before writing anything) an
+/// op whose value has another shape. Used by the compiled executor on a one-input node whose
+/// input dies there, and by `runtime::apply_update` (optimizer updates, gradient sums).
+pub type InPlaceKernel = fn(&Op, &mut Tensor, &[&Tensor]) -> Result<()>;
 
 /// A dense row-major operand of a destination-passing kernel.
 #[derive(Debug, Clone, Copy)]

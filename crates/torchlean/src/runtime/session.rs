@@ -420,6 +420,68 @@ pub(crate) fn check_devices(op: &'static str, device: Device, inputs: &[&Tensor]
     Ok(())
 }
 
+/// Runs an update eagerly: `target := op(target, rest…)`, for an op whose value has the
+/// target's shape (an optimizer map, a gradient sum, a scaling). Planned, gated, guarded,
+/// checked and reported like [`apply`], never recorded on the tape: the target keeps its
+/// handle (id, `requires_grad` flag) and loses any tape link.
+///
+/// When the accepted kernel has an in-place variant and no checker must replay the call,
+/// the value is written over the target's buffer (when the target's handle owns it alone,
+/// else into a copy: other handles never see the write). Otherwise the forward kernel
+/// computes the value (its checkers replay the call on the untouched inputs) and the target
+/// takes it. In a shape-only trace the op is recorded and the target is left as it was.
+pub fn apply_update(op: Op, target: &mut Tensor, rest: &[&Tensor]) -> Result<()> {
+    let kind = op.kind();
+    let (kernel, ran, device) = {
+        let mut inputs: Vec<&Tensor> = Vec::with_capacity(1 + rest.len());
+        inputs.push(target);
+        inputs.extend_from_slice(rest);
+        if super::trace::intercept(&op, &inputs)?.is_some() {
+            return Ok(());
+        }
+        let (kernel, ran, device) = with_current(|s| {
+            s.accepted(kind, false)
+                .map(|(k, r)| (k, r, s.profile.device))
+        })??;
+        check_devices(op.name(), device, &inputs)?;
+        (kernel, ran, device)
+    };
+    let binding = super::kernel::cpu_binding(&kernel)?;
+    let checked = !kernel.checkers(crate::backend::Phase::Forward).is_empty();
+    match binding.in_place() {
+        Some(in_place) if !checked && device == Device::Cpu => {
+            super::guarded::run_in_place(&kernel, &op, in_place, target, rest)?;
+        }
+        _ => {
+            let value = {
+                let mut inputs: Vec<&Tensor> = Vec::with_capacity(1 + rest.len());
+                inputs.push(target);
+                inputs.extend_from_slice(rest);
+                super::guarded::run_forward(&kernel, &op, &inputs)?
+            };
+            if value.shape() != target.shape() {
+                return Err(crate::error::OpError::Shape {
+                    op: op.name(),
+                    shapes: vec![target.shape().to_vec(), value.shape().to_vec()],
+                    expected: "an update whose value has the shape of its target (the first input)"
+                        .into(),
+                }
+                .into());
+            }
+            target.assign(value)?;
+        }
+    }
+    let as_part = super::guarded::with_running_composite(|c| {
+        c.map(|name| with_current(|s| s.mark_ran_part(kind, false, name)))
+    });
+    match as_part {
+        Some(marked) => marked?,
+        None if !ran => with_current(|s| s.mark_ran(kind, false))?,
+        None => {}
+    }
+    Ok(())
+}
+
 /// Runs one op eagerly: plan + gate (cached), run the accepted kernel, record the tape.
 pub fn apply(op: Op, inputs: &[&Tensor]) -> Result<Tensor> {
     // a shape-only trace records the op and returns zeros of its shape: no kernel runs

@@ -44,7 +44,7 @@ pub(super) fn unary_shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, Op
 }
 
 /// The binary map of `op` on one pair of scalars.
-fn binary<T: Scalar>(op: &Op, a: T, b: T) -> T {
+pub(crate) fn binary<T: Scalar>(op: &Op, a: T, b: T) -> T {
     match op {
         Op::Add => a + b,
         Op::Sub => a - b,

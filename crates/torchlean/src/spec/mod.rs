@@ -48,8 +48,11 @@ pub use array::{
     broadcast_shapes, check_shape, checked_contiguous_strides, checked_numel, contiguous_strides,
     numel, reduce_to, Array, MAX_ELEMENTS, MAX_WORK,
 };
-pub(crate) use elementwise::{fused_chain_derivative, fused_chain_value, unary, unary_derivative};
+pub(crate) use elementwise::{
+    binary, fused_chain_derivative, fused_chain_value, unary, unary_derivative,
+};
 pub use linalg::{matmul_dims, MatmulDims};
+pub(crate) use optim::{adam_constants, adam_value, ema_value};
 
 /// The unary map `op` at `x` in f32: the spec instantiated at f32, which is the reference
 /// kernel's formula; `None` when `op` is not a unary map. Import-time evaluation (the ONNX

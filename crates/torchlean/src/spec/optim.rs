@@ -43,34 +43,54 @@ pub(super) fn shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError>
     Ok(shapes[0].to_vec())
 }
 
-pub(super) fn forward<T: Scalar>(op: &Op, inputs: &[&Array<T>]) -> Array<T> {
-    let mut out = Array::zeros(&inputs[0].shape);
-    match op {
-        Op::EmaUpdate { decay, square } => {
-            let d = T::c(*decay as f64);
-            let rest = T::one() - d;
-            for (k, o) in out.data.iter_mut().enumerate() {
-                let x = inputs[1].data[k];
-                // (1 − decay)·x·x, left to right, as the optimizers' loops
-                let y = if *square { rest * x * x } else { rest * x };
-                *o = d * inputs[0].data[k] + y;
-            }
-        }
+/// `ema_update`'s value for one element: decay·s + (1 − decay)·x (`square`: ·x·x), the
+/// product left to right, as the optimizers compute it.
+#[inline]
+pub(crate) fn ema_value<T: Scalar>(decay: T, square: bool, s: T, x: T) -> T {
+    let rest = T::one() - decay;
+    let y = if square { rest * x * x } else { rest * x };
+    decay * s + y
+}
+
+/// `adam_update`'s value for one element: w·shrink − step_size · m / (√v / c2_sqrt + eps).
+#[inline]
+pub(crate) fn adam_value<T: Scalar>(
+    [step_size, c2_sqrt, eps, shrink]: [T; 4],
+    w: T,
+    m: T,
+    v: T,
+) -> T {
+    w * shrink - step_size * m / (v.sqrt() / c2_sqrt + eps)
+}
+
+/// `adam_update`'s payload as scalars, in [`adam_value`]'s order.
+pub(crate) fn adam_constants<T: Scalar>(op: &Op) -> Option<[T; 4]> {
+    match *op {
         Op::AdamUpdate {
             step_size,
             c2_sqrt,
             eps,
             shrink,
-        } => {
-            let (step, c2, eps, shrink) = (
-                T::c(*step_size as f64),
-                T::c(*c2_sqrt as f64),
-                T::c(*eps as f64),
-                T::c(*shrink as f64),
-            );
+        } => Some([step_size, c2_sqrt, eps, shrink].map(|v| T::c(v as f64))),
+        _ => None,
+    }
+}
+
+pub(super) fn forward<T: Scalar>(op: &Op, inputs: &[&Array<T>]) -> Array<T> {
+    let mut out = Array::zeros(&inputs[0].shape);
+    match op {
+        Op::EmaUpdate { decay, square } => {
+            let d = T::c(*decay as f64);
+            for (k, o) in out.data.iter_mut().enumerate() {
+                *o = ema_value(d, *square, inputs[0].data[k], inputs[1].data[k]);
+            }
+        }
+        Op::AdamUpdate { .. } => {
+            // invariant: this arm matched an `adam_update` op, whose constants always exist
+            let c = adam_constants(op).expect("an adam_update op has constants");
             for (k, o) in out.data.iter_mut().enumerate() {
                 let (w, m, v) = (inputs[0].data[k], inputs[1].data[k], inputs[2].data[k]);
-                *o = w * shrink - step * m / (v.sqrt() / c2 + eps);
+                *o = adam_value(c, w, m, v);
             }
         }
         _ => unreachable!("optim::forward called for {}", op.name()),

@@ -92,6 +92,7 @@ mod exp64;
 mod freivalds;
 mod gelu;
 mod layout;
+mod maps;
 mod pieces;
 pub mod recompute;
 pub mod replay;

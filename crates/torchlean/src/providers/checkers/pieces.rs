@@ -341,6 +341,9 @@ pub(super) fn forward(op: &Op, call: &Call) -> Option<Result<(), String>> {
         let t = super::unary::forward(op, dense(x)?, dense(y)?)?;
         return t.accepts().then_some(Ok(()));
     }
+    if let Some(t) = super::maps::forward(op, call) {
+        return t.accepts().then_some(Ok(()));
+    }
     let p = prepare(op, call)?;
     let shapes: Vec<&[usize]> = call.inputs.iter().map(|o| o.shape).collect();
     if spec::infer_shape(op, &shapes).ok()?.as_slice() != call.output.shape {

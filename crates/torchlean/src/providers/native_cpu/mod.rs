@@ -24,6 +24,7 @@ mod pool;
 mod reduce;
 mod special;
 mod strided;
+mod update;
 pub mod vmath;
 
 use super::capsules::{descriptor, layout_claim, shape_claim, spec_name, value_claim, vjp_claim};
@@ -37,6 +38,7 @@ use crate::runtime::kernel::KernelBinding;
 use crate::spec::{stream_bits, stream_key, uniform_from_bits};
 use crate::tensor::Tensor;
 use rayon::prelude::*;
+pub use update::forward_in_place;
 
 fn tensor(data: Vec<f32>, shape: Vec<usize>) -> Tensor {
     Tensor::from_parts(data, shape)
@@ -99,7 +101,7 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
         K::SpectralConv1d | K::SelectiveScan | K::ScaledDotProductAttention => {
             special::forward(op, inputs, &out_shape)
         }
-        K::EmaUpdate | K::AdamUpdate => optim_forward(op, inputs),
+        K::EmaUpdate | K::AdamUpdate => update::optim_forward(op, inputs),
         _ => elementwise::unary_forward(op, &inputs[0].host_data()),
     };
     Ok(tensor(data, out_shape))
@@ -194,51 +196,8 @@ pub fn vjp(
     })
 }
 
-/// The optimizer updates (`ema_update`, `adam_update`): one pass over equal-shaped inputs,
-/// the same arithmetic as the optimizers' host loops (spec/optim.rs).
-fn optim_forward(op: &Op, inputs: &[&Tensor]) -> Vec<f32> {
-    let xs: Vec<_> = inputs.iter().map(|t| t.host_data()).collect();
-    match *op {
-        Op::EmaUpdate { decay, square } => xs[0]
-            .iter()
-            .zip(xs[1].iter())
-            .map(|(&s, &x)| {
-                let y = if square {
-                    (1.0 - decay) * x * x
-                } else {
-                    (1.0 - decay) * x
-                };
-                decay * s + y
-            })
-            .collect(),
-        Op::AdamUpdate {
-            step_size,
-            c2_sqrt,
-            eps,
-            shrink,
-        } => xs[0]
-            .iter()
-            .zip(xs[1].iter().zip(xs[2].iter()))
-            .map(|(&w, (&m, &v))| w * shrink - step_size * m / (v.sqrt() / c2_sqrt + eps))
-            .collect(),
-        _ => unreachable!("optim_forward called for {}", op.name()),
-    }
-}
-
 fn unary_grad(op: &Op, x: &[f32], y: &Tensor, g: &Tensor) -> Vec<f32> {
     elementwise::unary_vjp(op, x, &y.data(), &g.data(), y.shape())
-}
-
-/// The in-place kernel of the unary maps (and fused chains): overwrites the input's buffer
-/// when the caller hands over sole ownership of a contiguous input, computes into a new
-/// buffer otherwise. Same values as [`forward`] (tested by the conformance harness).
-pub fn forward_in_place(op: &Op, mut input: Tensor) -> Result<Tensor> {
-    guard::output_shape(op, &[&input])?;
-    if !(op.kind().is_unary_map() || op.kind() == OpKind::FusedUnary) || !input.is_contiguous() {
-        return forward(op, &[&input]);
-    }
-    input.update_data(|w| elementwise::unary_in_place(op, w));
-    Ok(input)
 }
 
 /// Attention's payload for a flash kernel (CPU or CUDA: their capsules are bound to that op

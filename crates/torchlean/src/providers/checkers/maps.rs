@@ -1,0 +1,141 @@
+//! The recompute check of the elementwise maps whose operands all have the output's shape —
+//! the binary maps (`add`, `sub`, `mul`, `div`, `maximum`, `minimum`) and the optimizer maps
+//! (`ema_update`, `adam_update`) — over dense slices, as `unary.rs` does for the unary maps.
+//!
+//! Each output is recomputed with the spec's own scalar formula (`spec::binary`,
+//! `spec::ema_value`, `spec::adam_value`) at f64 and compared through a [`Tally`]; one match
+//! arm per variant specializes the formula, so the loop runs without a per-element match.
+//! The values are the spec's exactly, so the verdict is the whole-call check's (an element
+//! the tally does not accept goes to the whole-call check, which words the rejection).
+//!
+//! First, every result is compared with the same formula evaluated in f32, in the spec's
+//! written order ([`exactly`]); when all are bit-identical the call is accepted without the
+//! f64 pass:
+//! - for a binary map, one correctly rounded f32 operation, that value is within 2^-24
+//!   relative of the exact one (or overflows where the spec at f32 does), so the tally would
+//!   accept it: the same verdict, as ReLU's exact path (`unary.rs`);
+//! - for `ema_update` and `adam_update` it is the spec's own formula instantiated at f32 —
+//!   the reference provider's value, bit for bit — which their declared bound admits
+//!   besides the f64 tolerance (`replay::FORWARD_SOUNDNESS`, docs/assurance.md): an
+//!   optimizer's update is defined as f32 arithmetic in this order, as `torch.optim`'s loops.
+//!   A result that differs in any bit is held to the f64 tolerance.
+//!
+//! Before this path these calls went through the piecewise spec evaluation (an f64 array per
+//! piece and operand): about 3.6 ns per element of an optimizer update on this machine.
+
+use super::pieces::Tally;
+use super::unary::{over_parts, CHUNK};
+use crate::backend::Call;
+use crate::graph::Op;
+use crate::spec::{adam_constants, adam_value, binary, ema_value};
+
+/// The tally of `y` against `f` of the inputs `xs` (all of `y`'s length), element by element.
+fn tally<const K: usize>(xs: [&[f32]; K], y: &[f32], f: impl Fn([f64; K]) -> f64 + Sync) -> Tally {
+    over_parts(y.len(), |lo, hi| {
+        let mut t = Tally::default();
+        let mut want = [0.0f64; CHUNK];
+        let mut at = lo;
+        for yc in y[lo..hi].chunks(CHUNK) {
+            let src: [&[f32]; K] = std::array::from_fn(|k| &xs[k][at..at + yc.len()]);
+            for (j, w) in want[..yc.len()].iter_mut().enumerate() {
+                *w = f(std::array::from_fn(|k| src[k][j] as f64));
+            }
+            t.feed(yc, &want[..yc.len()]);
+            at += yc.len();
+        }
+        t
+    })
+}
+
+/// Elements per parallel part of [`exactly`].
+const PART: usize = 1 << 15;
+
+/// Whether `y[i] == f(xs[·][i])` for every i (f32 `==`: a NaN is never equal), in blocks
+/// whose comparisons do not branch (so the loop vectorizes), in parallel parts when large.
+fn exactly<const K: usize>(xs: [&[f32]; K], y: &[f32], f: impl Fn([f32; K]) -> f32 + Sync) -> bool {
+    use rayon::prelude::*;
+    const BLOCK: usize = 256;
+    let part = |lo: usize, hi: usize| {
+        (lo..hi).step_by(BLOCK).all(|b| {
+            let e = (b + BLOCK).min(hi);
+            let src: [&[f32]; K] = std::array::from_fn(|k| &xs[k][b..e]);
+            y[b..e].iter().enumerate().fold(true, |ok, (j, &g)| {
+                ok & (f(std::array::from_fn(|k| src[k][j])) == g)
+            })
+        })
+    };
+    let n = y.len();
+    if n < 2 * PART {
+        return part(0, n);
+    }
+    (0..n.div_ceil(PART))
+        .into_par_iter()
+        .all(|c| part(c * PART, ((c + 1) * PART).min(n)))
+}
+
+/// The tally of the call's result, when `op` is one of this module's maps and every operand
+/// is dense with the output's shape; `None` otherwise (another path decides).
+pub(super) fn forward(op: &Op, call: &Call) -> Option<Tally> {
+    let y = &call.output;
+    if call.inputs.iter().any(|x| x.shape != y.shape) {
+        return None;
+    }
+    let dense = super::recompute::dense_slice;
+    let xs: Vec<&[f32]> = call.inputs.iter().map(dense).collect::<Option<_>>()?;
+    let y = dense(y)?;
+    if xs.iter().any(|x| x.len() != y.len()) {
+        return None;
+    }
+    // each arm: the f32 evaluation first (see the module doc), then the f64 tally
+    macro_rules! check {
+        ($k:literal, $f32:expr, $f64:expr) => {{
+            let xs = <[&[f32]; $k]>::try_from(xs.as_slice()).ok()?;
+            if exactly(xs, y, $f32) {
+                return Some(Tally::default());
+            }
+            Some(tally(xs, y, $f64))
+        }};
+    }
+    macro_rules! binary_map {
+        ($op:expr) => {
+            check!(
+                2,
+                |[a, b]: [f32; 2]| binary(&$op, a, b),
+                |[a, b]: [f64; 2]| binary(&$op, a, b)
+            )
+        };
+    }
+    match *op {
+        Op::Add => binary_map!(Op::Add),
+        Op::Sub => binary_map!(Op::Sub),
+        Op::Mul => binary_map!(Op::Mul),
+        Op::Div => binary_map!(Op::Div),
+        Op::Maximum => binary_map!(Op::Maximum),
+        Op::Minimum => binary_map!(Op::Minimum),
+        Op::EmaUpdate { decay, square } => {
+            let (d32, d64) = (decay, decay as f64);
+            if square {
+                check!(
+                    2,
+                    |[s, x]: [f32; 2]| ema_value(d32, true, s, x),
+                    |[s, x]: [f64; 2]| ema_value(d64, true, s, x)
+                )
+            } else {
+                check!(
+                    2,
+                    |[s, x]: [f32; 2]| ema_value(d32, false, s, x),
+                    |[s, x]: [f64; 2]| ema_value(d64, false, s, x)
+                )
+            }
+        }
+        Op::AdamUpdate { .. } => {
+            let (c32, c64) = (adam_constants::<f32>(op)?, adam_constants::<f64>(op)?);
+            check!(
+                3,
+                |[w, m, v]: [f32; 3]| adam_value(c32, w, m, v),
+                |[w, m, v]: [f64; 3]| adam_value(c64, w, m, v)
+            )
+        }
+        _ => None,
+    }
+}
