@@ -303,9 +303,7 @@ pub(crate) fn run_in_place(
         )));
     }
     {
-        let mut inputs: Vec<&Tensor> = Vec::with_capacity(1 + rest.len());
-        inputs.push(target);
-        inputs.extend_from_slice(rest);
+        let inputs = super::kernel::update_operands(target, rest);
         guard_tensors(k, Phase::Forward, op, &inputs)?;
     }
     // a fault-injection build counts and corrupts calls in `run_forward`: while a campaign
@@ -315,9 +313,7 @@ pub(crate) fn run_in_place(
     #[cfg(feature = "fault-injection")]
     if fault::active() {
         let value = {
-            let mut inputs: Vec<&Tensor> = Vec::with_capacity(1 + rest.len());
-            inputs.push(target);
-            inputs.extend_from_slice(rest);
+            let inputs = super::kernel::update_operands(target, rest);
             run_forward(k, op, &inputs)?
         };
         return target.assign(value);

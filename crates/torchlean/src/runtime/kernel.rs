@@ -32,6 +32,14 @@ pub type VjpKernel = fn(&Op, &[&Tensor], &Tensor, &Tensor, &[bool]) -> Result<Ve
 /// input dies there, and by `runtime::apply_update` (optimizer updates, gradient sums).
 pub type InPlaceKernel = fn(&Op, &mut Tensor, &[&Tensor]) -> Result<()>;
 
+/// The operands of an update call `op(target, rest…)`, target first.
+pub fn update_operands<'a>(target: &'a Tensor, rest: &[&'a Tensor]) -> Vec<&'a Tensor> {
+    let mut inputs = Vec::with_capacity(1 + rest.len());
+    inputs.push(target);
+    inputs.extend_from_slice(rest);
+    inputs
+}
+
 /// A dense row-major operand of a destination-passing kernel.
 #[derive(Debug, Clone, Copy)]
 pub struct Dense<'a> {

@@ -433,9 +433,7 @@ pub(crate) fn check_devices(op: &'static str, device: Device, inputs: &[&Tensor]
 pub fn apply_update(op: Op, target: &mut Tensor, rest: &[&Tensor]) -> Result<()> {
     let kind = op.kind();
     let (kernel, ran, device) = {
-        let mut inputs: Vec<&Tensor> = Vec::with_capacity(1 + rest.len());
-        inputs.push(target);
-        inputs.extend_from_slice(rest);
+        let inputs = super::kernel::update_operands(target, rest);
         if super::trace::intercept(&op, &inputs)?.is_some() {
             return Ok(());
         }
@@ -454,9 +452,7 @@ pub fn apply_update(op: Op, target: &mut Tensor, rest: &[&Tensor]) -> Result<()>
         }
         _ => {
             let value = {
-                let mut inputs: Vec<&Tensor> = Vec::with_capacity(1 + rest.len());
-                inputs.push(target);
-                inputs.extend_from_slice(rest);
+                let inputs = super::kernel::update_operands(target, rest);
                 super::guarded::run_forward(&kernel, &op, &inputs)?
             };
             if value.shape() != target.shape() {
@@ -471,12 +467,18 @@ pub fn apply_update(op: Op, target: &mut Tensor, rest: &[&Tensor]) -> Result<()>
             target.assign(value)?;
         }
     }
+    note_ran(kind, false, ran)
+}
+
+/// Logs that the accepted kernel of `(kind, recording)` ran (once per session, or once per
+/// composite it ran inside): what the report lists.
+fn note_ran(kind: OpKind, recording: bool, ran: bool) -> Result<()> {
     let as_part = super::guarded::with_running_composite(|c| {
-        c.map(|name| with_current(|s| s.mark_ran_part(kind, false, name)))
+        c.map(|name| with_current(|s| s.mark_ran_part(kind, recording, name)))
     });
     match as_part {
         Some(marked) => marked?,
-        None if !ran => with_current(|s| s.mark_ran(kind, false))?,
+        None if !ran => with_current(|s| s.mark_ran(kind, recording))?,
         None => {}
     }
     Ok(())
@@ -509,14 +511,7 @@ pub fn apply(op: Op, inputs: &[&Tensor]) -> Result<Tensor> {
     })??;
     check_devices(op.name(), device, inputs)?;
     let out = super::guarded::run_forward(&kernel, &op, inputs)?;
-    let as_part = super::guarded::with_running_composite(|c| {
-        c.map(|name| with_current(|s| s.mark_ran_part(kind, recording, name)))
-    });
-    match as_part {
-        Some(marked) => marked?,
-        None if !ran => with_current(|s| s.mark_ran(kind, recording))?,
-        None => {}
-    }
+    note_ran(kind, recording, ran)?;
     Ok(if recording || autograd::capturing() {
         autograd::record(op, inputs, out, kernel)
     } else {

@@ -116,9 +116,7 @@ pub fn optim_forward(op: &Op, inputs: &[&Tensor]) -> Vec<f32> {
 /// (the conformance harness checks every op, on owned and on shared inputs).
 pub fn forward_in_place(op: &Op, target: &mut Tensor, rest: &[&Tensor]) -> Result<()> {
     let out_shape = {
-        let mut inputs: Vec<&Tensor> = Vec::with_capacity(1 + rest.len());
-        inputs.push(target);
-        inputs.extend_from_slice(rest);
+        let inputs = crate::runtime::kernel::update_operands(target, rest);
         let out_shape = super::guard::output_shape(op, &inputs)?;
         if out_shape != target.shape() {
             let shapes = inputs.iter().map(|t| t.shape().to_vec()).collect();
@@ -162,9 +160,7 @@ pub fn forward_in_place(op: &Op, target: &mut Tensor, rest: &[&Tensor]) -> Resul
     }
     // every other op: its forward value, which the target takes
     let value = {
-        let mut inputs: Vec<&Tensor> = Vec::with_capacity(1 + rest.len());
-        inputs.push(target);
-        inputs.extend_from_slice(rest);
+        let inputs = crate::runtime::kernel::update_operands(target, rest);
         super::forward(op, &inputs)?
     };
     target.assign(value)
