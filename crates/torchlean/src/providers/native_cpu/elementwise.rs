@@ -313,9 +313,11 @@ fn share(loser: f32, winner: f32) -> f32 {
 
 #[inline(always)]
 fn gelu_grad(x: f32) -> f32 {
-    let cdf = 0.5 * (1.0 + vmath::erf(x * std::f32::consts::FRAC_1_SQRT_2));
-    let pdf = vmath::exp(-0.5 * x * x) * 0.398_942_3; // 1/sqrt(2π)
-    cdf + x * pdf
+    // e^(−x²/2) is both the density's factor and erf's e^(−u²) at u = x/√2: computed once
+    let u = x * std::f32::consts::FRAC_1_SQRT_2;
+    let e = vmath::exp(-u * u);
+    let cdf = 0.5 * (1.0 + vmath::erf_given_exp(u, e));
+    cdf + x * (e * 0.398_942_3) // 1/sqrt(2π)
 }
 
 use super::vmath::{self, sigmoid};
@@ -326,41 +328,64 @@ pub fn unary_forward(op: &Op, x: &[f32]) -> Vec<f32> {
     out
 }
 
-/// [`unary_forward`] into `out` (of `x`'s length): the same in-place table on a copy.
+/// [`unary_forward`] into `out` (of `x`'s length): the same table as the in-place kernel,
+/// read from `x` (no copy of the input first).
 pub fn unary_forward_into(op: &Op, x: &[f32], out: &mut [f32]) {
-    out.copy_from_slice(x);
-    unary_in_place(op, out);
+    unary_table(op, Into(x, out));
+}
+
+/// Applies a unary map (or a fused chain of them) to `w` in place.
+pub fn unary_in_place(op: &Op, w: &mut [f32]) {
+    unary_table(op, InPlace(w));
+}
+
+/// Where a unary map's values go: each closure of [`unary_table`] is monomorphized per sink,
+/// so both loops are specialized to the map and vectorize.
+trait MapSink {
+    fn run(self, f: impl Fn(f32) -> f32 + Sync + Send);
 }
 
 /// `w[i] = f(w[i])` in fixed parallel chunks when large.
-fn map_in_place(w: &mut [f32], f: impl Fn(f32) -> f32 + Sync + Send) {
-    for_chunks(w, |_, c| c.iter_mut().for_each(|v| *v = f(*v)));
+struct InPlace<'a>(&'a mut [f32]);
+/// `out[i] = f(x[i])` in fixed parallel chunks when large.
+struct Into<'a>(&'a [f32], &'a mut [f32]);
+
+impl MapSink for InPlace<'_> {
+    fn run(self, f: impl Fn(f32) -> f32 + Sync + Send) {
+        for_chunks(self.0, |_, c| c.iter_mut().for_each(|v| *v = f(*v)));
+    }
 }
 
-/// Applies a unary map (or a fused chain of them) to `w` in place: the one table of the
-/// native unary maps, used by the forward kernel and by the in-place kernel.
-pub fn unary_in_place(op: &Op, w: &mut [f32]) {
+impl MapSink for Into<'_> {
+    fn run(self, f: impl Fn(f32) -> f32 + Sync + Send) {
+        map_into(self.0, self.1, f);
+    }
+}
+
+/// The one table of the native unary maps, used by the forward, in-place and
+/// destination-passing kernels (the same closure for each, so the same bits).
+fn unary_table(op: &Op, sink: impl MapSink) {
     match op {
-        Op::FusedUnary { ops } => map_in_place(w, |v| crate::spec::fused_chain_value(ops, v)),
-        Op::Neg => map_in_place(w, |v| -v),
-        Op::Abs => map_in_place(w, f32::abs),
-        Op::Sqrt => map_in_place(w, f32::sqrt),
-        Op::Exp => map_in_place(w, vmath::exp),
-        Op::Log => map_in_place(w, f32::ln),
-        Op::Sin => map_in_place(w, f32::sin),
-        Op::Cos => map_in_place(w, f32::cos),
-        Op::Tanh => map_in_place(w, vmath::tanh),
-        Op::Sigmoid => map_in_place(w, sigmoid),
-        Op::Relu => map_in_place(w, |v| maximum(v, 0.0)),
-        Op::Gelu => map_in_place(w, gelu),
-        Op::Silu => map_in_place(w, |v| v * sigmoid(v)),
-        Op::Softplus => map_in_place(w, |v| maximum(v, 0.0) + vmath::exp(-v.abs()).ln_1p()),
-        Op::Inv => map_in_place(w, |v| 1.0 / v),
-        &Op::SafeLog { eps } => map_in_place(w, move |v| maximum(v, eps).ln()),
-        &Op::Scale { factor } => map_in_place(w, move |v| v * factor),
-        &Op::AddScalar { value } => map_in_place(w, move |v| v + value),
-        &Op::Clamp { min, max } => map_in_place(w, move |v| clamp(v, min, max)),
-        &Op::Pow { exponent } => map_in_place(w, move |v| v.powf(exponent)),
+        Op::FusedUnary { ops } => sink.run(|v| crate::spec::fused_chain_value(ops, v)),
+        Op::Neg => sink.run(|v| -v),
+        Op::Abs => sink.run(f32::abs),
+        Op::Sqrt => sink.run(f32::sqrt),
+        Op::Exp => sink.run(vmath::exp),
+        Op::Log => sink.run(f32::ln),
+        Op::Sin => sink.run(f32::sin),
+        Op::Cos => sink.run(f32::cos),
+        Op::Tanh => sink.run(vmath::tanh),
+        Op::Sigmoid => sink.run(sigmoid),
+        Op::Relu => sink.run(|v| maximum(v, 0.0)),
+        Op::Gelu => sink.run(gelu),
+        Op::Silu => sink.run(|v| v * sigmoid(v)),
+        Op::Softplus => sink.run(|v| maximum(v, 0.0) + vmath::exp(-v.abs()).ln_1p()),
+        Op::Inv => sink.run(|v| 1.0 / v),
+        &Op::SafeLog { eps } => sink.run(move |v| maximum(v, eps).ln()),
+        &Op::Scale { factor } => sink.run(move |v| v * factor),
+        &Op::AddScalar { value } => sink.run(move |v| v + value),
+        &Op::Clamp { min, max } => sink.run(move |v| clamp(v, min, max)),
+        &Op::Pow { exponent } => sink.run(move |v| v.powf(exponent)),
         _ => unreachable!("not a unary op: {}", op.name()),
     }
 }

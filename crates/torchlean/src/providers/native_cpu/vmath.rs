@@ -74,6 +74,13 @@ pub fn sigmoid(x: f32) -> f32 {
 /// 7.1.26 above (absolute error ≤ 1.5e-7 in exact arithmetic).
 #[inline(always)]
 pub fn erf(x: f32) -> f32 {
+    erf_given_exp(x, exp(-x * x))
+}
+
+/// [`erf`] with e^(−x²) given by the caller (`gelu`'s derivative computes it once for its
+/// density term as well).
+#[inline(always)]
+pub fn erf_given_exp(x: f32, exp_neg_x2: f32) -> f32 {
     let a = x.abs();
     let x2 = x * x;
     let series = std::f32::consts::FRAC_2_SQRT_PI
@@ -83,7 +90,7 @@ pub fn erf(x: f32) -> f32 {
     let poly = t
         * (0.254_829_6
             + t * (-0.284_496_74 + t * (1.421_413_8 + t * (-1.453_152_1 + t * 1.061_405_4))));
-    let far = (1.0 - poly * exp(-a * a)).copysign(x);
+    let far = (1.0 - poly * exp_neg_x2).copysign(x);
     if a < 0.4 {
         series
     } else {
