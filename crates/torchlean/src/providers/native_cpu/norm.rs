@@ -22,18 +22,63 @@ fn row_stats(row: &[f32], rms: bool, eps: f32) -> (f32, f32) {
     (mu, 1.0 / (var + eps).sqrt())
 }
 
-/// The (mean, 1/std) of every row of width `d`.
+/// The (mean, 1/std) of every row of width `d` (rows in parallel when large).
 fn all_row_stats(xd: &[f32], d: usize, rms: bool, eps: f32) -> Vec<(f32, f32)> {
-    xd.chunks(d.max(1))
+    use rayon::prelude::*;
+    if xd.len() < super::par::PAR_THRESHOLD {
+        return xd
+            .chunks(d.max(1))
+            .map(|row| row_stats(row, rms, eps))
+            .collect();
+    }
+    xd.par_chunks(d.max(1))
         .map(|row| row_stats(row, rms, eps))
         .collect()
+}
+
+/// Rows per block of the parameter gradients' column sums (fixed, so the sums' order does
+/// not depend on the thread count).
+const PARAM_ROWS: usize = 64;
+
+/// The column sums of layer/RMS norm's parameter gradients, (Σ_r g·x̂, Σ_r g): partial sums
+/// over fixed blocks of [`PARAM_ROWS`] rows (in parallel when large), added in block order.
+fn param_grads(xd: &[f32], g: &[f32], stats: &[(f32, f32)], d: usize) -> (Vec<f32>, Vec<f32>) {
+    use rayon::prelude::*;
+    let block = |b: usize| {
+        let (mut gg, mut gb) = (vec![0.0f32; d], vec![0.0f32; d]);
+        let rows = b * PARAM_ROWS..((b + 1) * PARAM_ROWS).min(stats.len());
+        for r in rows {
+            let (mu, rstd) = stats[r];
+            let (row, gr) = (&xd[r * d..(r + 1) * d], &g[r * d..(r + 1) * d]);
+            for j in 0..d {
+                gg[j] += gr[j] * (row[j] - mu) * rstd;
+                gb[j] += gr[j];
+            }
+        }
+        (gg, gb)
+    };
+    let blocks = stats.len().div_ceil(PARAM_ROWS);
+    let parts: Vec<(Vec<f32>, Vec<f32>)> = if xd.len() < super::par::PAR_THRESHOLD {
+        (0..blocks).map(block).collect()
+    } else {
+        (0..blocks).into_par_iter().map(block).collect()
+    };
+    let (mut gg, mut gb) = (vec![0.0f32; d], vec![0.0f32; d]);
+    for (pg, pb) in parts {
+        for j in 0..d {
+            gg[j] += pg[j];
+            gb[j] += pb[j];
+        }
+    }
+    (gg, gb)
 }
 
 pub fn forward(op: &Op, x: &[&Tensor]) -> Vec<f32> {
     let (xd, gamma) = (x[0].data(), x[1].data());
     let beta = x.get(2).map(|b| b.data());
     let e = eps(op);
-    let mut y = super::par::zeroed(xd.len());
+    // every element is written below (each row, or each channel's elements)
+    let mut y = super::par::overwritten(xd.len());
     match op {
         Op::LayerNorm { .. } | Op::RmsNorm { .. } => {
             let d = *x[0].shape().last().unwrap_or(&1);
@@ -93,7 +138,8 @@ fn channel_stats(
 pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
     let (xd, gamma, g) = (x[0].data(), x[1].data(), gy.data());
     let e = eps(op);
-    let mut gx = super::par::zeroed(xd.len());
+    // every element of gx is written below (each row, or each channel's elements)
+    let mut gx = super::par::overwritten(xd.len());
     let mut ggamma = super::par::zeroed(gamma.len());
     let mut gbeta = super::par::zeroed(gamma.len());
     match op {
@@ -112,14 +158,8 @@ pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
                     out[j] = rstd * (gr[j] * gamma[j] - mg - xh * mgx);
                 }
             });
-            // parameter gradients: column sums in row order (deterministic)
-            for (r, &(mu, rstd)) in stats.iter().enumerate() {
-                let (row, gr) = (&xd[r * d..(r + 1) * d], &g[r * d..(r + 1) * d]);
-                for j in 0..d {
-                    ggamma[j] += gr[j] * (row[j] - mu) * rstd;
-                    gbeta[j] += gr[j];
-                }
-            }
+            // parameter gradients: column sums over fixed row blocks (deterministic)
+            (ggamma, gbeta) = param_grads(&xd, &g, &stats, d);
         }
         Op::BatchNorm { channel_axis, .. } => {
             let (outer, c, inner) = split(x[0].shape(), *channel_axis);
