@@ -187,12 +187,12 @@ fn clipping_scales_to_the_max_norm_and_returns_the_pre_clip_norm() {
     support::checked_cpu_default();
     let m = model(&[3.0, 4.0]);
     let mut g = grads(&m);
-    assert_eq!(global_grad_norm(&m, &g), 5.0);
+    assert_eq!(global_grad_norm(&m, &g).unwrap(), 5.0);
     let norm = clip_grad_norm(&m, &mut g, 1.0).unwrap();
     assert_eq!(norm, 5.0);
     let clipped = g.get(&m.w).unwrap().to_vec();
     close(&clipped, &[0.6, 0.8], 1e-6);
-    assert!((global_grad_norm(&m, &g) - 1.0).abs() < 1e-5);
+    assert!((global_grad_norm(&m, &g).unwrap() - 1.0).abs() < 1e-5);
     // below the threshold nothing changes
     let mut g = grads(&m);
     assert_eq!(clip_grad_norm(&m, &mut g, 10.0).unwrap(), 5.0);
@@ -455,7 +455,7 @@ fn a_tied_weight_counts_once_in_the_global_norm() {
             .requires_grad(),
     };
     let g = half_sq(&m.w).backward().unwrap();
-    assert_eq!(global_grad_norm(&m, &g), 5.0);
+    assert_eq!(global_grad_norm(&m, &g).unwrap(), 5.0);
     let mut g2 = g.clone();
     assert_eq!(clip_grad_norm(&m, &mut g2, 6.0).unwrap(), 5.0);
     assert_eq!(g2.get(&m.w).unwrap().to_vec(), vec![3.0, 4.0]);
@@ -562,5 +562,28 @@ fn strict_native_cpu_checks_the_update_ops() {
             .unwrap_or_else(|| panic!("no replayed {op} row"));
         let text = format!("{:?}", row.obligations);
         assert!(text.contains("replay_forward"), "{op}: {text}");
+    }
+}
+
+/// The global norm is ops of the session (listed in the report) and survives gradients whose
+/// squares overflow f32: (3e20, 4e20) has norm 5e20 (the f64 value, to f32 rounding), and
+/// clipping then scales it to the limit.
+#[test]
+fn the_global_norm_is_gated_ops_and_survives_f32_overflow_of_the_squares() {
+    let ((norm, big, clipped), kernels) = under_profile("checked_cpu", || {
+        let m = model(&[3.0, 4.0]);
+        let g = grads(&m);
+        let norm = global_grad_norm(&m, &g).unwrap();
+        let big_m = model(&[3e20, 4e20]);
+        let mut big_g = grads(&big_m);
+        let big = clip_grad_norm(&big_m, &mut big_g, 1.0).unwrap();
+        (norm, big, big_g.get(&big_m.w).unwrap().to_vec())
+    });
+    assert_eq!(norm, 5.0);
+    assert!(((big as f64) - 5e20).abs() <= 5e20 * 1e-6, "{big}");
+    close(&clipped, &[0.6, 0.8], 1e-5);
+    let ran: Vec<&str> = kernels.iter().map(|k| k.capsule.as_str()).collect();
+    for c in ["native_cpu.mul", "native_cpu.sum_all"] {
+        assert!(ran.contains(&c), "{c} not in {ran:?}");
     }
 }

@@ -4,25 +4,53 @@ use super::module::Module;
 use crate::error::{Error, Result};
 use crate::runtime::Gradients;
 
-/// The L2 norm of the gradients of all of `model`'s parameters together (in f64). A tensor
-/// listed under several names (tied weights) counts once, as in PyTorch, whose
-/// `model.parameters()` lists each tensor once.
-pub fn global_grad_norm(model: &dyn Module, grads: &Gradients) -> f32 {
-    let mut sq = 0f64;
-    let mut seen = std::collections::HashSet::new();
-    for (_, p) in model.parameters() {
-        if !seen.insert(p.id()) {
-            continue;
-        }
-        if let Some(g) = grads.get(p) {
-            sq += g
-                .data()
-                .iter()
-                .map(|&v| (v as f64) * (v as f64))
-                .sum::<f64>();
-        }
+/// The L2 norm of the gradients of all of `model`'s parameters together. A tensor listed
+/// under several names (tied weights) counts once, as in PyTorch, whose `model.parameters()`
+/// lists each tensor once.
+///
+/// Computed by ops of the session (each gradient's `mul` by itself and `sum_all`, the sums
+/// added: planned, gated, checked where the profile says so, and reported), in f32 as
+/// PyTorch; one value is read to the host, whatever the device. When the sum of squares
+/// overflows f32 (finite gradients above about 1.8e19), it is recomputed on the gradients
+/// scaled by 2^-100 (exact), and the norm scaled back on the host.
+pub fn global_grad_norm(model: &dyn Module, grads: &Gradients) -> Result<f32> {
+    let sq = sum_of_squares(model, grads, 1.0)?;
+    if sq.is_finite() || sq.is_nan() {
+        return Ok(sq.sqrt() as f32);
     }
-    sq.sqrt() as f32
+    const DOWN: f32 = 1.0 / (1u128 << 100) as f32; // 2^-100, exact in f32
+    let scaled = sum_of_squares(model, grads, DOWN)?;
+    Ok((scaled.sqrt() / DOWN as f64) as f32)
+}
+
+/// Σ over the model's distinct parameters of Σ (factor·g)², by ops of the session, read as
+/// one value (0 when no parameter has a gradient).
+fn sum_of_squares(model: &dyn Module, grads: &Gradients, factor: f32) -> Result<f64> {
+    let mut seen = std::collections::HashSet::new();
+    let mut total: Option<crate::Tensor> = None;
+    crate::runtime::no_grad(|| -> Result<()> {
+        for (_, p) in model.parameters() {
+            if !seen.insert(p.id()) {
+                continue;
+            }
+            let Some(g) = grads.get(p) else { continue };
+            let g = if factor == 1.0 {
+                g.clone()
+            } else {
+                g.scale(factor)?
+            };
+            let sq = g.mul(&g)?.sum_all()?;
+            total = Some(match total.take() {
+                None => sq,
+                Some(t) => t.add(&sq)?,
+            });
+        }
+        Ok(())
+    })?;
+    Ok(match total {
+        None => 0.0,
+        Some(t) => t.try_to_vec()?.first().copied().unwrap_or(0.0) as f64,
+    })
 }
 
 /// Scales the gradients so that their global norm is at most `max_norm`: by
@@ -34,7 +62,7 @@ pub fn clip_grad_norm(model: &dyn Module, grads: &mut Gradients, max_norm: f32) 
             "clip_grad_norm: max_norm must be finite and > 0, got {max_norm}"
         )));
     }
-    let norm = global_grad_norm(model, grads);
+    let norm = global_grad_norm(model, grads)?;
     if norm.is_finite() && norm > max_norm {
         grads.scale(max_norm / (norm + 1e-6))?;
     }
