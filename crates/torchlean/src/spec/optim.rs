@@ -1,11 +1,11 @@
 //! Optimizer updates as ops (non-differentiable, elementwise over equal shapes): what an
-//! optimizer computes for a parameter on a device, where no host loop can touch the memory.
+//! optimizer computes for a parameter, on every device (`nn::adam`).
 //!
 //! - `ema_update(s, x)` = decay·s + (1 − decay)·x, or with `square` decay·s + (1 − decay)·x·x
 //!   (Adam's first and second moments).
 //! - `adam_update(w, m, v)` = w·shrink − step_size · m / (√v / c2_sqrt + eps) (Adam's and
 //!   AdamW's parameter step, with the bias corrections folded into `step_size` and
-//!   `c2_sqrt`, exactly as the CPU optimizer's host loop computes it).
+//!   `c2_sqrt`, in the order `torch.optim`'s loops compute it).
 
 use super::{expect_arity, payload_err, shape_err, Array};
 use crate::error::OpError;

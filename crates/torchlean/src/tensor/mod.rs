@@ -429,7 +429,7 @@ impl Tensor {
 
     /// Replaces this handle's values by `values` (same shape and device), keeping its id and
     /// `requires_grad` flag and dropping any tape link: how optimizers write an update that
-    /// was computed by ops (on a device, where no host loop can touch the memory).
+    /// was computed out of place by ops (`runtime::apply_update`).
     pub fn assign(&mut self, values: Tensor) -> Result<()> {
         if values.shape() != self.shape() || values.device() != self.device() {
             return Err(Error::Other(format!(
