@@ -464,6 +464,19 @@ impl OpKind {
         matches!(self, Reshape | Permute | Slice | Concat | BroadcastTo)
     }
 
+    /// Whether the op maps two operands of one shape element by element (`add`, `sub`,
+    /// `mul`, `div`, `maximum`, `minimum`; broadcasting aside).
+    pub fn is_binary_map(self) -> bool {
+        use OpKind::*;
+        matches!(self, Add | Sub | Mul | Div | Maximum | Minimum)
+    }
+
+    /// Whether the op is an optimizer map (`ema_update`, `adam_update`): elementwise over
+    /// inputs of one shape, its value of the first input's shape.
+    pub fn is_optimizer_map(self) -> bool {
+        matches!(self, OpKind::EmaUpdate | OpKind::AdamUpdate)
+    }
+
     /// Whether the op is a unary elementwise map (what elementwise fusion chains).
     pub fn is_unary_map(self) -> bool {
         use OpKind::*;

@@ -46,19 +46,9 @@ fn split(op: &Op, call: &Call) -> Option<Split> {
     let same_shape = call.inputs.iter().all(|x| x.shape == out);
     let kind = op.kind();
     let elementwise = kind.is_unary_map()
-        || matches!(
-            kind,
-            OpKind::FusedUnary
-                | OpKind::Add
-                | OpKind::Sub
-                | OpKind::Mul
-                | OpKind::Div
-                | OpKind::Maximum
-                | OpKind::Minimum
-                | OpKind::Where
-                | OpKind::EmaUpdate
-                | OpKind::AdamUpdate
-        );
+        || kind.is_binary_map()
+        || kind.is_optimizer_map()
+        || matches!(kind, OpKind::FusedUnary | OpKind::Where);
     if elementwise && same_shape && n_in >= 1 {
         let rows = out.iter().product();
         return Some(Split {

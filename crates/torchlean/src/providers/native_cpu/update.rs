@@ -137,19 +137,7 @@ pub fn forward_in_place(op: &Op, target: &mut Tensor, rest: &[&Tensor]) -> Resul
         return Ok(());
     }
     let same = rest.iter().all(|t| t.shape() == out_shape.as_slice());
-    if same
-        && matches!(
-            kind,
-            OpKind::EmaUpdate
-                | OpKind::AdamUpdate
-                | OpKind::Add
-                | OpKind::Sub
-                | OpKind::Mul
-                | OpKind::Div
-                | OpKind::Maximum
-                | OpKind::Minimum
-        )
-    {
+    if same && (kind.is_binary_map() || kind.is_optimizer_map()) {
         let data: Vec<_> = rest.iter().map(|t| t.host_data()).collect();
         let slices: Vec<&[f32]> = data.iter().map(|d| &d[..]).collect();
         let mut ran = false;
