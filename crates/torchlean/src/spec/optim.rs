@@ -78,19 +78,18 @@ pub(crate) fn adam_constants<T: Scalar>(op: &Op) -> Option<[T; 4]> {
 
 pub(super) fn forward<T: Scalar>(op: &Op, inputs: &[&Array<T>]) -> Array<T> {
     let mut out = Array::zeros(&inputs[0].shape);
+    if let Some(c) = adam_constants(op) {
+        for (k, o) in out.data.iter_mut().enumerate() {
+            let (w, m, v) = (inputs[0].data[k], inputs[1].data[k], inputs[2].data[k]);
+            *o = adam_value(c, w, m, v);
+        }
+        return out;
+    }
     match op {
         Op::EmaUpdate { decay, square } => {
             let d = T::c(*decay as f64);
             for (k, o) in out.data.iter_mut().enumerate() {
                 *o = ema_value(d, *square, inputs[0].data[k], inputs[1].data[k]);
-            }
-        }
-        Op::AdamUpdate { .. } => {
-            // invariant: this arm matched an `adam_update` op, whose constants always exist
-            let c = adam_constants(op).expect("an adam_update op has constants");
-            for (k, o) in out.data.iter_mut().enumerate() {
-                let (w, m, v) = (inputs[0].data[k], inputs[1].data[k], inputs[2].data[k]);
-                *o = adam_value(c, w, m, v);
             }
         }
         _ => unreachable!("optim::forward called for {}", op.name()),

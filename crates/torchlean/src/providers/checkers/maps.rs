@@ -24,7 +24,7 @@
 //! piece and operand): about 3.6 ns per element of an optimizer update on this machine.
 
 use super::pieces::Tally;
-use super::unary::{over_parts, CHUNK};
+use super::unary::{exactly, over_parts, CHUNK};
 use crate::backend::Call;
 use crate::graph::Op;
 use crate::spec::{adam_constants, adam_value, binary, ema_value};
@@ -45,32 +45,6 @@ fn tally<const K: usize>(xs: [&[f32]; K], y: &[f32], f: impl Fn([f64; K]) -> f64
         }
         t
     })
-}
-
-/// Elements per parallel part of [`exactly`].
-const PART: usize = 1 << 15;
-
-/// Whether `y[i] == f(xs[·][i])` for every i (f32 `==`: a NaN is never equal), in blocks
-/// whose comparisons do not branch (so the loop vectorizes), in parallel parts when large.
-fn exactly<const K: usize>(xs: [&[f32]; K], y: &[f32], f: impl Fn([f32; K]) -> f32 + Sync) -> bool {
-    use rayon::prelude::*;
-    const BLOCK: usize = 256;
-    let part = |lo: usize, hi: usize| {
-        (lo..hi).step_by(BLOCK).all(|b| {
-            let e = (b + BLOCK).min(hi);
-            let src: [&[f32]; K] = std::array::from_fn(|k| &xs[k][b..e]);
-            y[b..e].iter().enumerate().fold(true, |ok, (j, &g)| {
-                ok & (f(std::array::from_fn(|k| src[k][j])) == g)
-            })
-        })
-    };
-    let n = y.len();
-    if n < 2 * PART {
-        return part(0, n);
-    }
-    (0..n.div_ceil(PART))
-        .into_par_iter()
-        .all(|c| part(c * PART, ((c + 1) * PART).min(n)))
 }
 
 /// The tally of the call's result, when `op` is one of this module's maps and every operand

@@ -127,21 +127,32 @@ macro_rules! each_unary {
     };
 }
 
-/// Whether `got[i] == want(a[i], b[i])` for every i (f32 `==`: a NaN is never equal), in
-/// blocks whose comparisons do not branch, so the loop vectorizes.
-fn exactly(a: &[f32], b: &[f32], got: &[f32], want: impl Fn(f32, f32) -> f32) -> bool {
+/// Whether `y[i] == f(xs[·][i])` for every i (f32 `==`: a NaN is never equal), in blocks
+/// whose comparisons do not branch (so the loop vectorizes), in parallel parts when large.
+/// The inputs hold at least `y`'s length.
+pub(super) fn exactly<const K: usize>(
+    xs: [&[f32]; K],
+    y: &[f32],
+    f: impl Fn([f32; K]) -> f32 + Sync,
+) -> bool {
+    use rayon::prelude::*;
     const BLOCK: usize = 256;
-    let n = a.len().min(b.len()).min(got.len());
-    a[..n]
-        .chunks(BLOCK)
-        .zip(b[..n].chunks(BLOCK))
-        .zip(got[..n].chunks(BLOCK))
-        .all(|((ac, bc), gc)| {
-            ac.iter()
-                .zip(bc)
-                .zip(gc)
-                .fold(true, |ok, ((&a, &b), &g)| ok & (want(a, b) == g))
+    let part = |lo: usize, hi: usize| {
+        (lo..hi).step_by(BLOCK).all(|b| {
+            let e = (b + BLOCK).min(hi);
+            let src: [&[f32]; K] = std::array::from_fn(|k| &xs[k][b..e]);
+            y[b..e].iter().enumerate().fold(true, |ok, (j, &g)| {
+                ok & (f(std::array::from_fn(|k| src[k][j])) == g)
+            })
         })
+    };
+    let n = y.len();
+    if n < 2 * PART {
+        return part(0, n);
+    }
+    (0..n.div_ceil(PART))
+        .into_par_iter()
+        .all(|c| part(c * PART, ((c + 1) * PART).min(n)))
 }
 
 /// ReLU's outputs and gradients are exact in f32: the spec's max(x, 0) is x or 0, and its
@@ -151,7 +162,7 @@ fn exactly(a: &[f32], b: &[f32], got: &[f32], want: impl Fn(f32, f32) -> f32) ->
 /// (an error of 0 is within every bound), at the cost of one comparison per element.
 /// Anything else (a NaN, a wrong element) is decided by the tally as before.
 fn relu_exact_forward(x: &[f32], y: &[f32]) -> bool {
-    x.len() == y.len() && exactly(x, x, y, |x, _| if x <= 0.0 { 0.0 } else { x })
+    x.len() == y.len() && exactly([x], y, |[x]| if x <= 0.0 { 0.0 } else { x })
 }
 
 /// [`relu_exact_forward`] for the gradient: gx = gy where x > 0 (or NaN: the spec passes
@@ -159,7 +170,7 @@ fn relu_exact_forward(x: &[f32], y: &[f32]) -> bool {
 fn relu_exact_vjp(x: &[f32], gy: &[f32], gx: &[f32]) -> bool {
     x.len() == gx.len()
         && gy.len() == gx.len()
-        && exactly(x, gy, gx, |x, g| if x <= 0.0 { g * 0.0 } else { g })
+        && exactly([x, gy], gx, |[x, g]| if x <= 0.0 { g * 0.0 } else { g })
 }
 
 /// The tally of `y` against the spec's `op(x)`; `None` when `op` is not a unary map.
