@@ -137,7 +137,7 @@ fn forward_tile(
 ) {
     let (dv, bq) = (at.dv, rows.len());
     let mut state = Rows::new(bq);
-    let mut scores = vec![0.0f32; bq * KT];
+    let mut scores = vec![0.0f32; bq * KT.min(at.s)];
     out.fill(0.0);
     for cols in key_tiles(at, &rows, skip) {
         let bk = cols.len();
@@ -175,6 +175,78 @@ fn forward_tile(
     }
 }
 
+/// Up to this many keys (and value features), the forward computes a query row at a time
+/// with no tile buffers and no GEMM: attention over a handful of tokens (an imported
+/// encoder's ten keys of eight features per head), where packing and dispatching tile
+/// products cost more than their arithmetic. One pass covers every key, so no online
+/// rescaling is needed.
+const SMALL_KEYS: usize = 64;
+
+/// `Σ a_i·b_i` in f32: eight lanes over blocks of eight (so that it vectorizes), then the
+/// lanes and the tail in a fixed order.
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    const L: usize = 8;
+    let mut acc = [0.0f32; L];
+    let (ac, bc) = (a.chunks_exact(L), b.chunks_exact(L));
+    let (ar, br) = (ac.remainder(), bc.remainder());
+    for (x, y) in ac.zip(bc) {
+        for l in 0..L {
+            acc[l] = x[l].mul_add(y[l], acc[l]);
+        }
+    }
+    let lanes = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    ar.iter().zip(br).fold(lanes, |t, (&x, &y)| x.mul_add(y, t))
+}
+
+/// The forward of query rows `rows` of batch matrix `bi` into `out` (rows × dv) when
+/// `at.s <= SMALL_KEYS` and `at.dv <= SMALL_KEYS`: per row the scores against every key,
+/// scaled, masked and causally cut as [`tile_scores`] does, their softmax, and the weighted
+/// sum of the value rows. Every key is visited (a blocked key's zero weight times its value
+/// row, as the spec's sum), and the special rows come out as in [`forward_tile`]: zeros for
+/// a fully blocked row, NaN for a row with a NaN score or with no finite score.
+fn forward_small(
+    at: &Attention,
+    bi: usize,
+    rows: std::ops::Range<usize>,
+    (q, k, v): (Matrix, Matrix, Matrix),
+    out: &mut [f32],
+) {
+    let (s, dv) = (at.s, at.dv);
+    let mut scores = [0.0f32; SMALL_KEYS];
+    let mut acc = [0.0f32; SMALL_KEYS];
+    for (i, o) in rows.zip(out.chunks_mut(dv.max(1))) {
+        let row = &mut scores[..s];
+        let qi = q.row(i);
+        for (j, x) in row.iter_mut().enumerate() {
+            *x = dot(qi, k.row(j));
+        }
+        scale_and_mask(row, at.scale, at.mask, at.extra_row(bi, i));
+        if at.causal && i + 1 < s {
+            row[i + 1..].fill(f32::NEG_INFINITY);
+        }
+        let mx = vmath::max(row);
+        if at.fully_blocked(bi, i) {
+            o.fill(0.0);
+            continue;
+        }
+        if mx.is_nan() || mx == f32::NEG_INFINITY {
+            o.fill(f32::NAN);
+            continue;
+        }
+        let inv = 1.0 / vmath::exp_shifted_sum(row, mx);
+        let acc = &mut acc[..dv];
+        acc.fill(0.0);
+        for (j, &w) in row.iter().enumerate() {
+            for (a, &y) in acc.iter_mut().zip(v.row(j)) {
+                *a = w.mul_add(y, *a);
+            }
+        }
+        for (x, &a) in o.iter_mut().zip(acc.iter()) {
+            *x = if inv.is_finite() { a * inv } else { f32::NAN };
+        }
+    }
+}
+
 /// The forward kernel.
 pub fn forward(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Vec<f32> {
     // q, k and v read where they lie (heads of a permuted projection need no copy)
@@ -187,11 +259,16 @@ pub fn forward(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Vec<f32> {
         return out;
     }
     let tile = (QT * dv).max(1);
-    let skip = (0..at.batch).all(|bi| v.finite(bi));
+    let small = at.s <= SMALL_KEYS && dv <= SMALL_KEYS;
+    let skip = !small && (0..at.batch).all(|bi| v.finite(bi));
     let run = |bi: usize, t: usize, o: &mut [f32]| {
         let rows = t * QT..((t + 1) * QT).min(l);
         let operands = (q.matrix(bi), k.matrix(bi), v.matrix(bi));
-        forward_tile(&at, bi, rows, operands, skip, o);
+        if small {
+            forward_small(&at, bi, rows, operands, o);
+        } else {
+            forward_tile(&at, bi, rows, operands, skip, o);
+        }
     };
     if at.batch > 1 {
         out.par_chunks_mut(per).enumerate().for_each(|(bi, ob)| {
