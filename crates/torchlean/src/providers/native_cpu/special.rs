@@ -337,7 +337,7 @@ impl<'a> Attention<'a> {
             scale: scale.unwrap_or((1.0 / (d as f64).sqrt()) as f32),
             causal: *causal,
             mask: *mask,
-            extra: x.get(3).map(|m| Operand::new(m)),
+            extra: x.get(3).map(|m| Operand::rows_only(m)),
             per_batch: x.get(3).is_some_and(|m| m.rank() > 2),
         }
     }

@@ -31,6 +31,17 @@ impl<'a> Operand<'a> {
     /// Reads `t` (rank ≥ 2) in place when its rows are contiguous runs in host memory, else a
     /// dense copy of it. A tensor of rank < 2 is read as one matrix of one row.
     pub(super) fn new(t: &'a Tensor) -> Operand<'a> {
+        Operand::read(t, false)
+    }
+
+    /// As [`Operand::new`], for an operand read only row by row ([`Operand::row`], never as
+    /// a product operand): rows repeated by a zero stride (a mask broadcast over query rows)
+    /// are read in place too.
+    pub(super) fn rows_only(t: &'a Tensor) -> Operand<'a> {
+        Operand::read(t, true)
+    }
+
+    fn read(t: &'a Tensor, repeated_rows: bool) -> Operand<'a> {
         let shape = t.shape();
         let r = shape.len();
         let width = shape.last().copied().unwrap_or(1);
@@ -40,7 +51,7 @@ impl<'a> Operand<'a> {
         let strides = &layout.strides;
         let dense_rows = r >= 2 && (width <= 1 || strides[r - 1] == 1);
         // a zero row stride (rows broadcast) would hand the product kernels aliased rows
-        let distinct_rows = r >= 2 && (rows <= 1 || strides[r - 2] != 0);
+        let distinct_rows = r >= 2 && (repeated_rows || rows <= 1 || strides[r - 2] != 0);
         if t.device() == Device::Cpu && dense_rows && distinct_rows && t.numel() > 0 {
             let batch_shape = &shape[..r - 2];
             let batch_strides = &strides[..r - 2];
