@@ -413,11 +413,13 @@ impl Const {
                             }
                         })
                         .collect::<Fold<_>>()?,
+                    // integers are compared as integers: i64::MAX rounds to 2^63 in f64
+                    // (the slice end `x[a:]` exports as Cast(int64 9223372036854775807))
                     Data::I64(v) => v
                         .iter()
                         .enumerate()
                         .map(|(i, &x)| {
-                            if (x as f64) < lo || (x as f64) >= hi {
+                            if to == dtype::INT32 && i32::try_from(x).is_err() {
                                 Err(refuse(&x, i))
                             } else {
                                 Ok(x)
@@ -922,6 +924,16 @@ mod tests {
             cast(3e9, dtype::INT64).unwrap().ints().unwrap(),
             vec![3_000_000_000]
         );
+        // integers keep every value of the target type, its ends included (PyTorch's exporter
+        // writes `x[a:]`'s end as Cast(int64 i64::MAX), which rounds to 2^63 in f64)
+        let ints = |v: Vec<i64>, to| Const::i64s(v).cast(to, &budget);
+        let ends = vec![i64::MAX, i64::MIN, 0, -1];
+        assert_eq!(ints(ends.clone(), dtype::INT64).unwrap().ints().unwrap(), ends);
+        let ends32 = vec![i32::MAX as i64, i32::MIN as i64];
+        assert_eq!(ints(ends32.clone(), dtype::INT32).unwrap().ints().unwrap(), ends32);
+        for bad in [i32::MAX as i64 + 1, i32::MIN as i64 - 1, i64::MAX] {
+            assert!(ints(vec![bad], dtype::INT32).is_err(), "{bad}");
+        }
     }
 
     #[test]
