@@ -928,9 +928,15 @@ mod tests {
         // writes `x[a:]`'s end as Cast(int64 i64::MAX), which rounds to 2^63 in f64)
         let ints = |v: Vec<i64>, to| Const::i64s(v).cast(to, &budget);
         let ends = vec![i64::MAX, i64::MIN, 0, -1];
-        assert_eq!(ints(ends.clone(), dtype::INT64).unwrap().ints().unwrap(), ends);
+        assert_eq!(
+            ints(ends.clone(), dtype::INT64).unwrap().ints().unwrap(),
+            ends
+        );
         let ends32 = vec![i32::MAX as i64, i32::MIN as i64];
-        assert_eq!(ints(ends32.clone(), dtype::INT32).unwrap().ints().unwrap(), ends32);
+        assert_eq!(
+            ints(ends32.clone(), dtype::INT32).unwrap().ints().unwrap(),
+            ends32
+        );
         for bad in [i32::MAX as i64 + 1, i32::MIN as i64 - 1, i64::MAX] {
             assert!(ints(vec![bad], dtype::INT32).is_err(), "{bad}");
         }

@@ -552,16 +552,22 @@ fn verdict(changed: bool, worst: f64, relative_bound: f64) -> Measure {
 use torchlean::providers::checkers::recompute::{class, Class};
 
 /// The recompute bound: each element of the f64 spec's class and within
-/// TOL·(1 + max finite |spec|) of it; where the spec at f32 lands in another class than at
-/// f64, that class (and value) is allowed too. Returns the largest ratio of error to bound.
-fn recompute_ratio(got: &[f32], want64: &[f64], alt32: Option<&[f64]>) -> (f64, f64) {
+/// TOL·(1 + max finite |spec|) + A of it (A: the spec's cancellation allowance for this
+/// tensor); where the spec at f32 lands in another class than at f64, that class (and value)
+/// is allowed too. Returns the largest ratio of error to bound.
+fn recompute_ratio(
+    got: &[f32],
+    want64: &[f64],
+    alt32: Option<&[f64]>,
+    allowance: f64,
+) -> (f64, f64) {
     let want: Vec<f64> = want64.iter().map(|&v| v as f32 as f64).collect();
     let scale = 1.0
         + want
             .iter()
             .filter(|v| v.is_finite())
             .fold(0.0f64, |m, v| m.max(v.abs()));
-    let bound = TOL * scale;
+    let bound = TOL * scale + allowance;
     let ratio = |g: f64, w: f64| match (class(g), class(w)) {
         (Class::Finite, Class::Finite) => (g - w).abs() / bound,
         (a, b) if a == b => 0.0,
@@ -599,6 +605,10 @@ fn measure_recompute(inj: &Injection) -> Measure {
     let xs32: Vec<Array<f32>> = inj.inputs.iter().map(arr).collect();
     let r64: Vec<&Array<f64>> = xs64.iter().collect();
     let r32: Vec<&Array<f32>> = xs32.iter().collect();
+    let allowances = match &inj.cotangent {
+        None => spec::cancellation_allowance(&inj.op, &r64, None),
+        Some(cot) => spec::cancellation_allowance(&inj.op, &r64, Some(&arr(cot))),
+    };
     let (want, alt): (Vec<Values>, Vec<Values>) = match &inj.cotangent {
         None => {
             let w = spec::forward(&inj.op, &r64).expect("the spec accepts the call");
@@ -638,7 +648,8 @@ fn measure_recompute(inj: &Injection) -> Measure {
                 .zip(data(c))
                 .any(|(a, b)| a.to_bits() != b.to_bits());
         }
-        let (r, rel) = recompute_ratio(&got, want, alt[i].as_deref());
+        let allowance = allowances.get(i).copied().unwrap_or(0.0);
+        let (r, rel) = recompute_ratio(&got, want, alt[i].as_deref(), allowance);
         worst = worst.max(r);
         relative = relative.max(rel);
     }

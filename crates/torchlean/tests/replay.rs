@@ -906,3 +906,99 @@ fn calls_with_an_empty_axis_are_checked_under_strict_native_cpu() {
 fn f64s(v: &[f32]) -> Vec<f64> {
     v.iter().map(|&x| x as f64).collect()
 }
+
+/// Inputs large against their result: rows of `randn + 1e4` under layer and batch norm (the
+/// mean cancels; the oracle run of session 14 found strict_native_cpu rejecting the native
+/// kernel's correct f32 result, forward 1.36e-3 against 8.4e-4 allowed), and sums whose
+/// terms cancel. The native kernels' values and gradients are accepted; the cancellation
+/// allowance is zero for zero-mean rows, so a corruption there is still caught.
+#[test]
+fn results_that_cancel_large_inputs_are_accepted_and_corruptions_still_caught() {
+    use torchlean::spec::{cancellation_allowance, Array};
+    support::checked_cpu_default();
+    let offset = |shape: &[usize], seed: u64, by: f32| -> Tensor {
+        let t = Tensor::randn(shape, seed).unwrap();
+        tensor(shape, t.to_vec().iter().map(|v| v + by).collect())
+    };
+    let gamma = Tensor::randn(&[64], 41).unwrap();
+    let beta = Tensor::randn(&[64], 42).unwrap();
+    let c_gamma = Tensor::randn(&[8], 43).unwrap();
+    let c_beta = Tensor::randn(&[8], 44).unwrap();
+    // a sum of ±1e4-sized terms whose total is a few units
+    let cancel: Vec<f32> = (0..4096)
+        .map(|i| {
+            if i % 2 == 0 {
+                1e4 + (i % 7) as f32
+            } else {
+                -1e4
+            }
+        })
+        .collect();
+    let cases: Vec<(Op, Vec<Tensor>)> = vec![
+        (
+            Op::LayerNorm { eps: 1e-5 },
+            vec![offset(&[16, 64], 40, 1e4), gamma.clone(), beta.clone()],
+        ),
+        (
+            Op::BatchNorm {
+                eps: 1e-5,
+                channel_axis: 1,
+            },
+            vec![
+                offset(&[32, 8, 5], 45, -3e4),
+                c_gamma.clone(),
+                c_beta.clone(),
+            ],
+        ),
+        (Op::SumAll, vec![tensor(&[4096], cancel.clone())]),
+        (
+            Op::ReduceMean {
+                axes: vec![1],
+                keepdim: false,
+            },
+            vec![tensor(&[2, 2048], cancel)],
+        ),
+    ];
+    for (op, xs) in &cases {
+        let (ins, y) = forward(op, xs);
+        for seed in 0..4 {
+            check_forward(op, &ins, &y, seed).unwrap_or_else(|e| panic!("{}: {e}", op.name()));
+        }
+        if matches!(op, Op::LayerNorm { .. } | Op::BatchNorm { .. }) {
+            let refs: Vec<&Tensor> = xs.iter().collect();
+            let cot = Tensor::randn(&y.1, 46).unwrap();
+            let yt = tensor(&y.1, y.0.clone());
+            let grads = native_cpu::vjp(op, &refs, &yt, &cot, &[true; 3]).unwrap();
+            let grads: Vec<Option<Values>> = grads
+                .iter()
+                .map(|g| g.as_ref().map(|g| (g.to_vec(), g.shape().to_vec())))
+                .collect();
+            let cot = (cot.to_vec(), cot.shape().to_vec());
+            with_vjp_call(&ins, &y, &cot, &[true; 3], &grads, 0, |call| {
+                replay_vjp(op, call)
+            })
+            .unwrap_or_else(|e| panic!("{} VJP: {e}", op.name()));
+        }
+    }
+    // zero-mean rows get no allowance: the bound is the relative tolerance, and a result
+    // scaled by 1 + 1e-3 is rejected
+    let x = Tensor::randn(&[16, 64], 47).unwrap();
+    let arr = |t: &Tensor| Array {
+        shape: t.shape().to_vec(),
+        data: t.to_vec().iter().map(|&v| v as f64).collect(),
+    };
+    let (xa, ga, ba) = (arr(&x), arr(&gamma), arr(&beta));
+    let ln = Op::LayerNorm { eps: 1e-5 };
+    let allow = cancellation_allowance(&ln, &[&xa, &ga, &ba], None)[0];
+    assert!(allow < 1e-4, "zero-mean rows: allowance {allow}");
+    let (ins, y) = forward(&ln, &[x, gamma, beta]);
+    let scaled: Vec<f32> = y.0.iter().map(|v| v * (1.0 + 1e-3)).collect();
+    assert!(check_forward(&ln, &ins, &(scaled, y.1.clone()), 0).is_err());
+    // and on offset rows the allowance stays far below the values it guards (|y| ~ 1)
+    let xo = offset(&[16, 64], 40, 1e4);
+    let allow = cancellation_allowance(&ln, &[&arr(&xo), &ga, &ba], None)[0];
+    assert!(
+        allow > 1e-3 && allow < 1.0,
+        "offset rows: allowance {allow}"
+    );
+}

@@ -162,6 +162,28 @@ pub fn forward<T: Scalar>(op: &Op, inputs: &[&Array<T>]) -> Result<Array<T>, OpE
     }
 }
 
+/// The error a correct f32 kernel may add to each compared tensor beyond a tolerance
+/// relative to that tensor's values, where the op cancels terms larger than its result: a
+/// sum of large terms of small total, a normalization of a group whose mean is large against
+/// its spread. `[output]` for the forward (`grad_out` None), one per input for the VJP; zeros
+/// for ops without such cancellation. The replay checkers add it to their declared bound
+/// (docs/assurance.md); each argument is written beside its formula.
+pub fn cancellation_allowance(
+    op: &Op,
+    inputs: &[&Array<f64>],
+    grad_out: Option<&Array<f64>>,
+) -> Vec<f64> {
+    use OpKind as K;
+    let none = vec![0.0; if grad_out.is_some() { inputs.len() } else { 1 }];
+    match op.kind() {
+        K::LayerNorm | K::BatchNorm => norm::cancellation_allowance(op, inputs, grad_out),
+        K::SumAll | K::ReduceSum | K::ReduceMean if grad_out.is_none() => inputs
+            .first()
+            .map_or(none, |x| vec![reduce::cancellation_allowance(op, x)]),
+        _ => none,
+    }
+}
+
 /// The vector-Jacobian product of `op`: given the inputs, the forward output and the
 /// cotangent `grad_out` of the output, the cotangent of each input.
 pub fn vjp<T: Scalar>(

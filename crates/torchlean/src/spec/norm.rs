@@ -140,3 +140,65 @@ pub(super) fn vjp<T: Scalar>(op: &Op, xs: &[&Array<T>], gy: &Array<T>) -> InputG
     }
     grads
 }
+
+/// `γ_k = k·u/(1 − k·u)` at f32's unit roundoff (Higham, *Accuracy and Stability*, §3.1).
+pub(super) fn gamma32(k: usize) -> f64 {
+    let ku = k as f64 / (1u64 << 24) as f64;
+    ku / (1.0 - ku).max(0.5)
+}
+
+/// The error a correct f32 kernel may add, beyond a tolerance relative to the result, when a
+/// group's mean is large against its spread (cancellation in `x − μ`): per compared tensor,
+/// `[y]` for the forward (`gy` None) and `[gx, gγ, gβ]` for the VJP. `layer_norm` and
+/// `batch_norm` only (`rms_norm` subtracts no mean: all zeros).
+///
+/// Argument, per group of n elements with mean μ and σ = 1/rstd: any f32 summation of the
+/// mean errs by |δμ| ≤ γ_n·Σ|x|/n ≤ γ_n·(|μ| + mean|x − μ|) (Higham Thm 3.5, the division
+/// included); the second part is the ordinary conditioning that the relative tolerance
+/// covers, the first is the offset's, large when |μ|/σ ≫ 1 (inputs like `randn + 1e4`). Its
+/// effect e = γ_{n+1}·|μ|/σ shifts every x̂ of the group by the same constant (x − μ̂ =
+/// (x − μ) − δμ) and changes the variance only at second order (Σ(d − δμ)² = Σd² + n·δμ²
+/// since Σd = 0): |x̂' − x̂| ≤ δ = e·(1 + e·(1 + X)), X = max|x̂| in the group. Hence
+/// y = x̂·γ + β moves by δ·max|γ|; gx = rstd·(ĝ − mean ĝ − x̂·mean(ĝ·x̂)) (ĝ = gy·γ,
+/// G = max|ĝ|) by at most 2·rstd·δ·G·(X + δ); gγ_p = Σ gy·x̂ by Σ δ·|gy| over the elements
+/// of parameter p; gβ by 0. Zero-mean groups get no allowance.
+pub fn cancellation_allowance(op: &Op, xs: &[&Array<f64>], gy: Option<&Array<f64>>) -> Vec<f64> {
+    let zeros = vec![0.0; if gy.is_some() { xs.len() } else { 1 }];
+    if matches!(op, Op::RmsNorm { .. }) || xs.len() < 2 {
+        return zeros;
+    }
+    let (x, gamma) = (xs[0], xs[1]);
+    let (gs, param) = groups(op, &x.shape);
+    let max_gamma = gamma.data.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    let (mut a_y, mut a_gx) = (0.0f64, 0.0f64);
+    let mut a_gg = vec![0.0f64; gamma.data.len()];
+    for g in &gs {
+        let (mu, rstd) = stats(op, &x.data, g);
+        let big_x = g
+            .iter()
+            .fold(0.0f64, |m, &f| m.max(((x.data[f] - mu) * rstd).abs()));
+        let e = gamma32(g.len() + 1) * mu.abs() * rstd;
+        let delta = e * (1.0 + e * (1.0 + big_x));
+        if !delta.is_finite() {
+            return zeros;
+        }
+        a_y = a_y.max(delta * max_gamma);
+        if let Some(gy) = gy {
+            let big_g = g.iter().fold(0.0f64, |m, &f| {
+                m.max((gy.data[f] * gamma.data[param[f]]).abs())
+            });
+            a_gx = a_gx.max(2.0 * rstd * delta * big_g * (big_x + delta));
+            for &f in g {
+                a_gg[param[f]] += delta * gy.data[f].abs();
+            }
+        }
+    }
+    match gy {
+        None => vec![a_y],
+        Some(_) => {
+            let mut v = vec![a_gx, a_gg.iter().fold(0.0f64, |m, &v| m.max(v))];
+            v.resize(xs.len(), 0.0);
+            v
+        }
+    }
+}

@@ -142,3 +142,48 @@ pub(super) fn vjp<T: Scalar>(op: &Op, x: &Array<T>, gy: &Array<T>) -> InputGrads
     };
     vec![Some(g)]
 }
+
+/// The error a correct f32 kernel may make in a sum that cancels (`sum_all`, `reduce_sum`,
+/// `reduce_mean`), beyond a tolerance relative to the result: any summation order of n terms
+/// errs by at most γ_{n−1}·Σ|x| (Higham Thm 3.5; a mean divides both sides by n), which
+/// exceeds a relative tolerance of the result when the terms are large against their sum.
+/// The largest over the outputs; 0 for other ops.
+pub fn cancellation_allowance(op: &Op, x: &Array<f64>) -> f64 {
+    let out: usize = match op {
+        Op::SumAll => 1,
+        Op::ReduceSum { axes, .. } | Op::ReduceMean { axes, .. } => {
+            let kept: usize = (0..x.shape.len())
+                .filter(|a| !axes.contains(a))
+                .map(|a| x.shape[a])
+                .product();
+            kept
+        }
+        _ => return 0.0,
+    };
+    let n = x.data.len().checked_div(out).unwrap_or(0);
+    if n < 2 {
+        return 0.0;
+    }
+    let abs = Array {
+        shape: x.shape.clone(),
+        data: x.data.iter().map(|v| v.abs()).collect(),
+    };
+    let out_shape = match op {
+        Op::SumAll => vec![],
+        _ => reduced_shape(&x.shape, op_axes(op), false),
+    };
+    let magnitudes = forward(op, &abs, out_shape);
+    let worst = magnitudes
+        .data
+        .iter()
+        .filter(|v| v.is_finite())
+        .fold(0.0f64, |m, &v| m.max(v));
+    super::norm::gamma32(n - 1) * worst
+}
+
+fn op_axes(op: &Op) -> &[usize] {
+    match op {
+        Op::ReduceSum { axes, .. } | Op::ReduceMean { axes, .. } => axes,
+        _ => &[],
+    }
+}
