@@ -175,35 +175,26 @@ fn forward_tile(
     }
 }
 
-/// Up to this many keys (and value features), the forward computes a query row at a time
+/// Up to this many keys, the forward computes a query row at a time
 /// with no tile buffers and no GEMM: attention over a handful of tokens (an imported
 /// encoder's ten keys of eight features per head), where packing and dispatching tile
 /// products cost more than their arithmetic. One pass covers every key, so no online
 /// rescaling is needed.
 const SMALL_KEYS: usize = 64;
 
-/// `Σ a_i·b_i` in f32: eight lanes over blocks of eight (so that it vectorizes), then the
-/// lanes and the tail in a fixed order.
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    const L: usize = 8;
-    let mut acc = [0.0f32; L];
-    let (ac, bc) = (a.chunks_exact(L), b.chunks_exact(L));
-    let (ar, br) = (ac.remainder(), bc.remainder());
-    for (x, y) in ac.zip(bc) {
-        for l in 0..L {
-            acc[l] = x[l].mul_add(y[l], acc[l]);
-        }
-    }
-    let lanes = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-    ar.iter().zip(br).fold(lanes, |t, (&x, &y)| x.mul_add(y, t))
-}
+/// Lanes of the small path's register blocks.
+const LANE: usize = 8;
 
 /// The forward of query rows `rows` of batch matrix `bi` into `out` (rows × dv) when
-/// `at.s <= SMALL_KEYS` and `at.dv <= SMALL_KEYS`: per row the scores against every key,
-/// scaled, masked and causally cut as [`tile_scores`] does, their softmax, and the weighted
-/// sum of the value rows. Every key is visited (a blocked key's zero weight times its value
-/// row, as the spec's sum), and the special rows come out as in [`forward_tile`]: zeros for
-/// a fully blocked row, NaN for a row with a NaN score or with no finite score.
+/// `at.s <= SMALL_KEYS`, in three passes over the tile's rows: (1) each row's scores against
+/// every key, scaled, masked and causally cut as [`tile_scores`] does, minus the row's
+/// maximum; (2) one exponential over the whole tile (many rows of a few keys vectorize as
+/// one long row, not a short one at a time); (3) each row's sum and the weighted sum of the
+/// value rows. The keys are transposed once into rows of `sp` (s rounded up to [`LANE`],
+/// zero padded), so each block of eight scores and each block of eight output features is a
+/// register accumulator. Every key is visited (a blocked key's zero weight times its value
+/// row, as the spec's sum), and the special rows come out as in [`forward_tile`]: zeros for a
+/// fully blocked row, NaN for a row with a NaN score or with no finite score.
 fn forward_small(
     at: &Attention,
     bi: usize,
@@ -211,38 +202,81 @@ fn forward_small(
     (q, k, v): (Matrix, Matrix, Matrix),
     out: &mut [f32],
 ) {
-    let (s, dv) = (at.s, at.dv);
-    let mut scores = [0.0f32; SMALL_KEYS];
-    let mut acc = [0.0f32; SMALL_KEYS];
-    for (i, o) in rows.zip(out.chunks_mut(dv.max(1))) {
-        let row = &mut scores[..s];
-        let qi = q.row(i);
-        for (j, x) in row.iter_mut().enumerate() {
-            *x = dot(qi, k.row(j));
+    let (s, d, dv) = (at.s, at.d, at.dv);
+    let sp = s.div_ceil(LANE) * LANE;
+    let mut kt = vec![0.0f32; d * sp];
+    for j in 0..s {
+        for (c, &x) in k.row(j).iter().enumerate() {
+            kt[c * sp + j] = x;
         }
+    }
+    let n = rows.len();
+    let mut p = vec![0.0f32; n * sp];
+    // per row: the value of every output of a row whose output is fixed (zeros for a fully
+    // blocked row, NaN), None for a row computed from its probabilities
+    let mut special: Vec<Option<f32>> = vec![None; n];
+    for (r, pr) in p.chunks_mut(sp.max(1)).enumerate() {
+        let i = rows.start + r;
+        let qi = q.row(i);
+        for jb in (0..sp).step_by(LANE) {
+            let mut a = [0.0f32; LANE];
+            for (c, &qc) in qi.iter().enumerate() {
+                let kr = &kt[c * sp + jb..][..LANE];
+                for l in 0..LANE {
+                    a[l] = qc.mul_add(kr[l], a[l]);
+                }
+            }
+            pr[jb..jb + LANE].copy_from_slice(&a);
+        }
+        pr[s..].fill(f32::NEG_INFINITY);
+        let row = &mut pr[..s];
         scale_and_mask(row, at.scale, at.mask, at.extra_row(bi, i));
         if at.causal && i + 1 < s {
             row[i + 1..].fill(f32::NEG_INFINITY);
         }
         let mx = vmath::max(row);
-        if at.fully_blocked(bi, i) {
-            o.fill(0.0);
+        special[r] = if at.fully_blocked(bi, i) {
+            Some(0.0)
+        } else if mx.is_nan() || mx == f32::NEG_INFINITY {
+            Some(f32::NAN)
+        } else {
+            row.iter_mut().for_each(|x| *x -= mx);
+            None
+        };
+        if special[r].is_some() {
+            pr.fill(f32::NEG_INFINITY);
+        }
+    }
+    vmath::exp_in_place(&mut p);
+    for ((o, pr), fixed) in out
+        .chunks_mut(dv.max(1))
+        .zip(p.chunks(sp.max(1)))
+        .zip(&special)
+    {
+        if let Some(value) = fixed {
+            o.fill(*value);
             continue;
         }
-        if mx.is_nan() || mx == f32::NEG_INFINITY {
-            o.fill(f32::NAN);
-            continue;
-        }
-        let inv = 1.0 / vmath::exp_shifted_sum(row, mx);
-        let acc = &mut acc[..dv];
-        acc.fill(0.0);
-        for (j, &w) in row.iter().enumerate() {
-            for (a, &y) in acc.iter_mut().zip(v.row(j)) {
-                *a = w.mul_add(y, *a);
+        let row = &pr[..s];
+        let inv = 1.0 / vmath::sum(row);
+        for (cb, oc) in o.chunks_mut(LANE).enumerate() {
+            let w8 = oc.len();
+            let mut a = [0.0f32; LANE];
+            for (j, &w) in row.iter().enumerate() {
+                let vr = &v.row(j)[cb * LANE..][..w8];
+                if w8 == LANE {
+                    for l in 0..LANE {
+                        a[l] = w.mul_add(vr[l], a[l]);
+                    }
+                } else {
+                    for (al, &y) in a.iter_mut().zip(vr) {
+                        *al = w.mul_add(y, *al);
+                    }
+                }
             }
-        }
-        for (x, &a) in o.iter_mut().zip(acc.iter()) {
-            *x = if inv.is_finite() { a * inv } else { f32::NAN };
+            for (x, &al) in oc.iter_mut().zip(&a) {
+                *x = if inv.is_finite() { al * inv } else { f32::NAN };
+            }
         }
     }
 }
@@ -259,7 +293,7 @@ pub fn forward(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Vec<f32> {
         return out;
     }
     let tile = (QT * dv).max(1);
-    let small = at.s <= SMALL_KEYS && dv <= SMALL_KEYS;
+    let small = at.s <= SMALL_KEYS;
     let skip = !small && (0..at.batch).all(|bi| v.finite(bi));
     let run = |bi: usize, t: usize, o: &mut [f32]| {
         let rows = t * QT..((t + 1) * QT).min(l);

@@ -168,6 +168,13 @@ pub fn max(x: &[f32]) -> f32 {
         .fold(f32::NEG_INFINITY, |a, &b| maximum(a, b))
 }
 
+/// Replaces every `x` by `exp(x)` (one vectorized pass).
+pub fn exp_in_place(x: &mut [f32]) {
+    for v in x.iter_mut() {
+        *v = exp(*v);
+    }
+}
+
 /// Replaces every `x` by `exp(x - shift)` and returns their sum (16 lanes, fixed order).
 #[inline]
 pub fn exp_shifted_sum(x: &mut [f32], shift: f32) -> f32 {
