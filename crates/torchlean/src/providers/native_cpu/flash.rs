@@ -200,21 +200,22 @@ fn forward_small(
     bi: usize,
     rows: std::ops::Range<usize>,
     (q, k, v): (Matrix, Matrix, Matrix),
+    scratch: &mut Scratch,
     out: &mut [f32],
 ) {
     let (s, d, dv) = (at.s, at.d, at.dv);
     let sp = s.div_ceil(LANE) * LANE;
-    let mut kt = vec![0.0f32; d * sp];
+    let n = rows.len();
+    scratch.fit(d * sp, n * sp, n);
+    let Scratch { kt, p, special } = scratch;
+    // the padding columns s..sp of `kt` keep whatever they held: the scores they give are
+    // overwritten with -inf below
     for j in 0..s {
         for (c, &x) in k.row(j).iter().enumerate() {
             kt[c * sp + j] = x;
         }
     }
-    let n = rows.len();
-    let mut p = vec![0.0f32; n * sp];
-    // per row: the value of every output of a row whose output is fixed (zeros for a fully
-    // blocked row, NaN), None for a row computed from its probabilities
-    let mut special: Vec<Option<f32>> = vec![None; n];
+    let p = &mut p[..n * sp];
     for (r, pr) in p.chunks_mut(sp.max(1)).enumerate() {
         let i = rows.start + r;
         let qi = q.row(i);
@@ -247,11 +248,11 @@ fn forward_small(
             pr.fill(f32::NEG_INFINITY);
         }
     }
-    vmath::exp_in_place(&mut p);
+    vmath::exp_in_place(p);
     for ((o, pr), fixed) in out
         .chunks_mut(dv.max(1))
         .zip(p.chunks(sp.max(1)))
-        .zip(&special)
+        .zip(&special[..n])
     {
         if let Some(value) = fixed {
             o.fill(*value);
@@ -264,7 +265,7 @@ fn forward_small(
             let mut a = [0.0f32; LANE];
             for (j, &w) in row.iter().enumerate() {
                 let vr = &v.row(j)[cb * LANE..][..w8];
-                if w8 == LANE {
+                if let Ok(vr) = <&[f32; LANE]>::try_from(vr) {
                     for l in 0..LANE {
                         a[l] = w.mul_add(vr[l], a[l]);
                     }
@@ -277,6 +278,33 @@ fn forward_small(
             for (x, &al) in oc.iter_mut().zip(&a) {
                 *x = if inv.is_finite() { al * inv } else { f32::NAN };
             }
+        }
+    }
+}
+
+/// Buffers of [`forward_small`], reused across the batch matrices one task computes.
+#[derive(Default)]
+struct Scratch {
+    /// The keys transposed, `d` rows of `sp`.
+    kt: Vec<f32>,
+    /// The tile's scores, then probabilities, rows of `sp`.
+    p: Vec<f32>,
+    /// Per row: the value of every output of a row whose output is fixed (zeros for a fully
+    /// blocked row, NaN), None for a row computed from its probabilities.
+    special: Vec<Option<f32>>,
+}
+
+impl Scratch {
+    /// Grows the buffers to at least these lengths (never shrinks, never clears).
+    fn fit(&mut self, kt: usize, p: usize, rows: usize) {
+        if self.kt.len() < kt {
+            self.kt.resize(kt, 0.0);
+        }
+        if self.p.len() < p {
+            self.p.resize(p, 0.0);
+        }
+        if self.special.len() < rows {
+            self.special.resize(rows, None);
         }
     }
 }
@@ -295,25 +323,27 @@ pub fn forward(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Vec<f32> {
     let tile = (QT * dv).max(1);
     let small = at.s <= SMALL_KEYS;
     let skip = !small && (0..at.batch).all(|bi| v.finite(bi));
-    let run = |bi: usize, t: usize, o: &mut [f32]| {
+    let run = |scratch: &mut Scratch, bi: usize, t: usize, o: &mut [f32]| {
         let rows = t * QT..((t + 1) * QT).min(l);
         let operands = (q.matrix(bi), k.matrix(bi), v.matrix(bi));
         if small {
-            forward_small(&at, bi, rows, operands, o);
+            forward_small(&at, bi, rows, operands, scratch, o);
         } else {
             forward_tile(&at, bi, rows, operands, skip, o);
         }
     };
     if at.batch > 1 {
-        out.par_chunks_mut(per).enumerate().for_each(|(bi, ob)| {
-            ob.chunks_mut(tile)
-                .enumerate()
-                .for_each(|(t, o)| run(bi, t, o))
-        });
+        out.par_chunks_mut(per)
+            .enumerate()
+            .for_each_init(Scratch::default, |scratch, (bi, ob)| {
+                ob.chunks_mut(tile)
+                    .enumerate()
+                    .for_each(|(t, o)| run(scratch, bi, t, o))
+            });
     } else {
         out.par_chunks_mut(tile)
             .enumerate()
-            .for_each(|(t, o)| run(0, t, o));
+            .for_each_init(Scratch::default, |scratch, (t, o)| run(scratch, 0, t, o));
     }
     out
 }
