@@ -974,29 +974,48 @@ fn gemm(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Value> {
 }
 
 /// The 2-D window attributes shared by Conv and the pools: symmetric pads only.
+/// The window geometry (strides, pads, dilations) of a 2-D window over a rank-4 input, or of
+/// a 1-D window over a rank-3 input lifted to 2-D with a unit height: strides and dilations
+/// `[1, s]`, pads `[0, p]` (the caller reshapes `[N, C, L]` to `[N, C, 1, L]`; see [`lift`]).
 fn window(a: &Attrs, rank: usize) -> Map<([usize; 2], [usize; 2], [usize; 2])> {
-    if rank != 4 {
-        return Err(format!(
-            "only 2-D windows (rank-4 inputs) are supported, got rank {rank}"
-        ));
-    }
+    let dims = match rank {
+        4 => 2,
+        3 => 1,
+        _ => {
+            return Err(format!(
+                "only 1-D and 2-D windows (rank-3 and rank-4 inputs) are supported, got rank {rank}"
+            ))
+        }
+    };
     let auto_pad = a.string("auto_pad", "NOTSET")?;
     if auto_pad != "NOTSET" && auto_pad != "VALID" {
         return Err(format!("auto_pad={auto_pad} (give explicit pads)"));
     }
+    // a 1-D value v becomes [lifted, v]: the unit height's stride or dilation 1, pad 0
+    let to_pair = |v: &[usize], lifted: usize| -> [usize; 2] {
+        if dims == 2 {
+            [v[0], v[1]]
+        } else {
+            [lifted, v[0]]
+        }
+    };
     let pair = |name: &str, default: usize| -> Map<[usize; 2]> {
         match a.ints(name)? {
             None => Ok([default; 2]),
-            Some(v) if v.len() == 2 && v.iter().all(|&d| d >= 0) => {
-                Ok([v[0] as usize, v[1] as usize])
+            Some(v) if v.len() == dims && v.iter().all(|&d| d >= 0) => {
+                let v: Vec<usize> = v.iter().map(|&d| d as usize).collect();
+                Ok(to_pair(&v, 1))
             }
-            Some(v) => Err(format!("`{name}` {v:?}: expected two non-negative values")),
+            Some(v) => Err(format!(
+                "`{name}` {v:?}: expected {dims} non-negative value(s)"
+            )),
         }
     };
     let pads = match a.ints("pads")? {
         None => [0, 0],
-        Some(p) if p.len() == 4 && p[0] == p[2] && p[1] == p[3] && p.iter().all(|&d| d >= 0) => {
-            [p[0] as usize, p[1] as usize]
+        Some(p) if p.len() == 2 * dims && p[..dims] == p[dims..] && p.iter().all(|&d| d >= 0) => {
+            let v: Vec<usize> = p[..dims].iter().map(|&d| d as usize).collect();
+            to_pair(&v, 0)
         }
         Some(p) => {
             return Err(format!(
@@ -1007,12 +1026,40 @@ fn window(a: &Attrs, rank: usize) -> Map<([usize; 2], [usize; 2], [usize; 2])> {
     Ok((pair("strides", 1)?, pads, pair("dilations", 1)?))
 }
 
+/// `[N, C, L]` as `[N, C, 1, L]` (a rank-3 input of a 1-D window), else `x` itself.
+fn lift(b: &mut Builder, x: &Value) -> Map<Value> {
+    let s = b.shape(x);
+    if s.len() == 3 {
+        reshape(b, x, vec![s[0], s[1], 1, s[2]])
+    } else {
+        Ok(x.clone())
+    }
+}
+
+/// The result of a window op on a lifted input back to rank 3 (`[N, C, 1, L]` → `[N, C, L]`)
+/// when the op's input had rank 3.
+fn lower(b: &mut Builder, y: Value, rank: usize) -> Map<Value> {
+    let s = b.shape(&y);
+    if rank == 3 && s.len() == 4 {
+        reshape(b, &y, vec![s[0], s[1], s[3]])
+    } else {
+        Ok(y)
+    }
+}
+
 fn conv(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Value> {
     let (x, w) = (arg(inputs, 0)?, arg(inputs, 1)?);
-    let (stride, padding, dilation) = window(a, b.shape(x).len())?;
+    let rank = b.shape(x).len();
+    let (stride, padding, dilation) = window(a, rank)?;
     let ws = b.shape(w);
+    if ws.len() != rank {
+        return Err(format!(
+            "a weight of shape {ws:?} for an input of rank {rank}"
+        ));
+    }
     if let Some(k) = a.ints("kernel_shape")? {
-        if ws.len() != 4 || k != [ws[2] as i64, ws[3] as i64] {
+        let given: Vec<i64> = ws[2..].iter().map(|&d| d as i64).collect();
+        if k != given {
             return Err(format!(
                 "kernel_shape {k:?} differs from the weight's {ws:?}"
             ));
@@ -1025,14 +1072,19 @@ fn conv(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Value> {
         dilation,
         groups,
     });
-    match opt(inputs, 2) {
-        Some(bias) => b.op_on(op, &[x, w, bias]),
-        None => b.op_on(op, &[x, w]),
-    }
+    // a 1-D convolution is the 2-D one over a unit height (input and weight reshaped; the
+    // weight stays the model's parameter, its gradient flows back through the reshape)
+    let (x, w) = (lift(b, x)?, lift(b, w)?);
+    let y = match opt(inputs, 2) {
+        Some(bias) => b.op_on(op, &[&x, &w, bias])?,
+        None => b.op_on(op, &[&x, &w])?,
+    };
+    lower(b, y, rank)
 }
 
 fn pool(b: &mut Builder, op: &str, a: &Attrs, x: &Value) -> Map<Value> {
-    let (stride, padding, dilation) = window(a, b.shape(x).len())?;
+    let rank = b.shape(x).len();
+    let (stride, padding, dilation) = window(a, rank)?;
     if dilation != [1, 1] {
         return Err("pooling with dilations".into());
     }
@@ -1040,29 +1092,37 @@ fn pool(b: &mut Builder, op: &str, a: &Attrs, x: &Value) -> Map<Value> {
         return Err("ceil_mode=1".into());
     }
     let kernel = match a.ints("kernel_shape")? {
-        Some(k) if k.len() == 2 && k.iter().all(|&d| d > 0) => [k[0] as usize, k[1] as usize],
-        _ => return Err("kernel_shape must hold two positive values".into()),
+        Some(k) if k.len() == 2 && rank == 4 && k.iter().all(|&d| d > 0) => {
+            [k[0] as usize, k[1] as usize]
+        }
+        Some(k) if k.len() == 1 && rank == 3 && k[0] > 0 => [1, k[0] as usize],
+        _ => {
+            return Err(format!(
+                "kernel_shape must hold {} positive value(s)",
+                rank - 2
+            ))
+        }
     };
     let geometry = Pool2dGeometry {
         kernel,
         stride,
         padding,
     };
-    if op == "MaxPool" {
+    let pooled = if op == "MaxPool" {
         if a.int("storage_order", 0)? != 0 {
             return Err("storage_order=1".into());
         }
-        b.op_on(Op::MaxPool2d(geometry), &[x])
+        Op::MaxPool2d(geometry)
     } else {
         let count_include_pad = a.int("count_include_pad", 0)? != 0;
-        b.op_on(
-            Op::AvgPool2d {
-                geometry,
-                count_include_pad,
-            },
-            &[x],
-        )
-    }
+        Op::AvgPool2d {
+            geometry,
+            count_include_pad,
+        }
+    };
+    let x = lift(b, x)?;
+    let y = b.op_on(pooled, &[&x])?;
+    lower(b, y, rank)
 }
 
 /// Inference-mode batch norm: `x · gain + shift` with `gain = scale / √(var + eps)` and
