@@ -17,7 +17,8 @@ Needs torch, onnx, onnxscript and safetensors (pip). For every model it writes:
 
 The models are small on purpose (the files are committed): an MLP, a CNN with batch norm and
 pooling (eval mode, running statistics set to non-trivial values), a transformer encoder
-layer with a padding mask, and GRU and LSTM sequence regressors. The loss is the mean squared error against a fixed target, so
+layer with a padding mask, GRU and LSTM sequence regressors, and 1-D and transposed
+convolutions (`upsample`). The loss is the mean squared error against a fixed target, so
 that `--grad` has a scalar to differentiate.
 """
 import os
@@ -166,6 +167,25 @@ class Attention(nn.Module):
         return self.out(h)
 
 
+class Upsample(nn.Module):
+    """1-D and transposed convolutions: a Conv1d → ReLU → MaxPool1d → AvgPool1d encoder over
+    a sequence, a ConvTranspose1d back up, and a grouped ConvTranspose2d (with output_padding)
+    over the result read as an image."""
+
+    def __init__(self):
+        super().__init__()
+        self.enc = nn.Conv1d(3, 8, 5, stride=2, padding=2)
+        self.pool = nn.MaxPool1d(2)
+        self.avg = nn.AvgPool1d(3, stride=1, padding=1, count_include_pad=False)
+        self.dec = nn.ConvTranspose1d(8, 4, 4, stride=2, padding=1)
+        self.up = nn.ConvTranspose2d(4, 2, 3, stride=2, padding=1, output_padding=1, groups=2)
+
+    def forward(self, x):
+        h = self.avg(self.pool(torch.relu(self.enc(x))))
+        d = torch.tanh(self.dec(h))
+        return self.up(d.reshape(d.shape[0], 4, 4, 4))
+
+
 def randomize_batch_norm(model, gen):
     for m in model.modules():
         if isinstance(m, nn.BatchNorm2d):
@@ -238,6 +258,8 @@ def main():
     mask[1, :, :, 4:] = float("-inf")  # the second sequence pads its last two keys
     export("attention", Attention(), [torch.randn(b, 6, 16, generator=gen), mask],
            ["x", "mask"], (b, 6, 16))
+    b = BATCH or 2
+    export("upsample", Upsample(), [torch.randn(b, 3, 32, generator=gen)], ["x"], (b, 2, 8, 8))
 
 
 if __name__ == "__main__":

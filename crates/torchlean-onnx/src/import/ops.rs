@@ -7,7 +7,7 @@ use crate::constant::{
     broadcast_shapes, dtype, normalize_axis, normalize_index, slice_range, Binary, Const, Data,
 };
 use std::rc::Rc;
-use torchlean::graph::{Conv2dGeometry, Op, Pool2dGeometry};
+use torchlean::graph::{Conv2dGeometry, ConvTranspose2dGeometry, Op, Pool2dGeometry};
 
 type Map<T> = Result<T, String>;
 
@@ -24,6 +24,7 @@ const KNOWN: &[&str] = &[
     "Constant",
     "ConstantOfShape",
     "Conv",
+    "ConvTranspose",
     "Cos",
     "Div",
     "Dropout",
@@ -622,6 +623,7 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
         "MatMul" => matmul(b, arg(inputs, 0)?, arg(inputs, 1)?).map(|v| vec![v]),
         "Gemm" => gemm(b, a, inputs).map(|v| vec![v]),
         "Conv" => conv(b, a, inputs).map(|v| vec![v]),
+        "ConvTranspose" => conv_transpose(b, a, inputs).map(|v| vec![v]),
         "MaxPool" | "AveragePool" => pool(b, op, a, arg(inputs, 0)?).map(|v| vec![v]),
         "BatchNormalization" => batch_norm(b, a, inputs).map(|v| vec![v]),
         "LayerNormalization" => layer_norm(b, a, inputs),
@@ -1047,10 +1049,9 @@ fn lower(b: &mut Builder, y: Value, rank: usize) -> Map<Value> {
     }
 }
 
-fn conv(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Value> {
-    let (x, w) = (arg(inputs, 0)?, arg(inputs, 1)?);
-    let rank = b.shape(x).len();
-    let (stride, padding, dilation) = window(a, rank)?;
+/// The weight of a convolution over an input of rank `rank`, checked against
+/// `kernel_shape` when the node gives one.
+fn conv_weight(b: &Builder, a: &Attrs, w: &Value, rank: usize) -> Map<()> {
     let ws = b.shape(w);
     if ws.len() != rank {
         return Err(format!(
@@ -1065,6 +1066,14 @@ fn conv(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Value> {
             ));
         }
     }
+    Ok(())
+}
+
+fn conv(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Value> {
+    let (x, w) = (arg(inputs, 0)?, arg(inputs, 1)?);
+    let rank = b.shape(x).len();
+    let (stride, padding, dilation) = window(a, rank)?;
+    conv_weight(b, a, w, rank)?;
     let groups = usize::try_from(a.int("group", 1)?).map_err(|_| "negative group".to_string())?;
     let op = Op::Conv2d(Conv2dGeometry {
         stride,
@@ -1074,6 +1083,50 @@ fn conv(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Value> {
     });
     // a 1-D convolution is the 2-D one over a unit height (input and weight reshaped; the
     // weight stays the model's parameter, its gradient flows back through the reshape)
+    let (x, w) = (lift(b, x)?, lift(b, w)?);
+    let y = match opt(inputs, 2) {
+        Some(bias) => b.op_on(op, &[&x, &w, bias])?,
+        None => b.op_on(op, &[&x, &w])?,
+    };
+    lower(b, y, rank)
+}
+
+/// `ConvTranspose` (2-D, and 1-D over a unit height as [`conv`]): `conv_transpose2d` with
+/// the same strides, symmetric pads, dilations, group and `output_padding`; the weight
+/// [C, O/group, k…] as PyTorch's `ConvTranspose2d`/`ConvTranspose1d` store it. `output_shape`
+/// is refused (give pads and output_padding: PyTorch's exporter does).
+fn conv_transpose(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Value> {
+    let (x, w) = (arg(inputs, 0)?, arg(inputs, 1)?);
+    let rank = b.shape(x).len();
+    let (stride, padding, dilation) = window(a, rank)?;
+    conv_weight(b, a, w, rank)?;
+    if a.ints("output_shape")?.is_some() {
+        return Err("output_shape (give pads and output_padding)".into());
+    }
+    let output_padding = match a.ints("output_padding")? {
+        None => [0, 0],
+        Some(v) if v.len() == rank - 2 && v.iter().all(|&d| d >= 0) => {
+            if rank == 4 {
+                [v[0] as usize, v[1] as usize]
+            } else {
+                [0, v[0] as usize]
+            }
+        }
+        Some(v) => {
+            return Err(format!(
+                "`output_padding` {v:?}: expected {} non-negative value(s)",
+                rank - 2
+            ))
+        }
+    };
+    let groups = usize::try_from(a.int("group", 1)?).map_err(|_| "negative group".to_string())?;
+    let op = Op::ConvTranspose2d(ConvTranspose2dGeometry {
+        stride,
+        padding,
+        output_padding,
+        dilation,
+        groups,
+    });
     let (x, w) = (lift(b, x)?, lift(b, w)?);
     let y = match opt(inputs, 2) {
         Some(bias) => b.op_on(op, &[&x, &w, bias])?,

@@ -25,6 +25,7 @@ pub const FIXTURES: &[&str] = &[
     "lstm",
     "embedding",
     "attention",
+    "upsample",
 ];
 
 pub fn fixture(name: &str) -> PathBuf {
