@@ -95,6 +95,46 @@ fn stats<T: Scalar>(op: &Op, x: &[T], g: &[usize]) -> (T, T) {
 }
 
 pub(super) fn forward<T: Scalar>(op: &Op, xs: &[&Array<T>]) -> Array<T> {
+    if matches!(op, Op::BatchNorm { .. }) {
+        forward_groups(op, xs)
+    } else {
+        forward_rows(op, xs)
+    }
+}
+
+/// `layer_norm`/`rms_norm` over the rows of the last axis: the arithmetic of
+/// [`forward_groups`] in the same order (each row is a group, its parameters indexed by the
+/// column), read from row slices instead of index lists (`rows_equal_groups` below).
+fn forward_rows<T: Scalar>(op: &Op, xs: &[&Array<T>]) -> Array<T> {
+    let x = xs[0];
+    let d = x.shape.last().copied().unwrap_or(1);
+    let mut y = Array::zeros(&x.shape);
+    if d == 0 {
+        return y;
+    }
+    for (row, out) in x.data.chunks(d).zip(y.data.chunks_mut(d)) {
+        let (mu, rstd) = row_stats(op, row);
+        for (j, (o, &v)) in out.iter_mut().zip(row).enumerate() {
+            let xhat = (v - mu) * rstd;
+            *o = xhat * xs[1].data[j] + xs.get(2).map_or(T::zero(), |b| b.data[j]);
+        }
+    }
+    y
+}
+
+/// [`stats`] of one row.
+fn row_stats<T: Scalar>(op: &Op, row: &[T]) -> (T, T) {
+    let n = T::c(row.len() as f64);
+    let mu = if matches!(op, Op::RmsNorm { .. }) {
+        T::zero()
+    } else {
+        row.iter().copied().sum::<T>() / n
+    };
+    let var = row.iter().map(|&v| (v - mu) * (v - mu)).sum::<T>() / n;
+    (mu, T::one() / (var + eps_of::<T>(op)).sqrt())
+}
+
+fn forward_groups<T: Scalar>(op: &Op, xs: &[&Array<T>]) -> Array<T> {
     let x = xs[0];
     let (gs, param) = groups(op, &x.shape);
     let mut y = Array::zeros(&x.shape);
@@ -110,6 +150,54 @@ pub(super) fn forward<T: Scalar>(op: &Op, xs: &[&Array<T>]) -> Array<T> {
 }
 
 pub(super) fn vjp<T: Scalar>(op: &Op, xs: &[&Array<T>], gy: &Array<T>) -> InputGrads<T> {
+    if matches!(op, Op::BatchNorm { .. }) {
+        vjp_groups(op, xs, gy)
+    } else {
+        vjp_rows(op, xs, gy)
+    }
+}
+
+/// The VJP of `layer_norm`/`rms_norm` over rows: [`vjp_groups`]'s arithmetic in the same
+/// order, from row slices (`rows_equal_groups` below).
+fn vjp_rows<T: Scalar>(op: &Op, xs: &[&Array<T>], gy: &Array<T>) -> InputGrads<T> {
+    let (x, gamma) = (xs[0], xs[1]);
+    let d = x.shape.last().copied().unwrap_or(1);
+    let mut gx = Array::zeros(&x.shape);
+    let mut ggamma = Array::zeros(&gamma.shape);
+    let mut gbeta = Array::zeros(&gamma.shape);
+    let rms = matches!(op, Op::RmsNorm { .. });
+    if d > 0 {
+        let n = T::c(d as f64);
+        for ((row, g), out) in x
+            .data
+            .chunks(d)
+            .zip(gy.data.chunks(d))
+            .zip(gx.data.chunks_mut(d))
+        {
+            let (mu, rstd) = row_stats(op, row);
+            let xhat = |j: usize| (row[j] - mu) * rstd;
+            let gxhat = |j: usize| g[j] * gamma.data[j];
+            let mean_g = if rms {
+                T::zero()
+            } else {
+                (0..d).map(gxhat).sum::<T>() / n
+            };
+            let mean_gx = (0..d).map(|j| gxhat(j) * xhat(j)).sum::<T>() / n;
+            for j in 0..d {
+                out[j] = rstd * (gxhat(j) - mean_g - xhat(j) * mean_gx);
+                ggamma.data[j] += g[j] * xhat(j);
+                gbeta.data[j] += g[j];
+            }
+        }
+    }
+    let mut grads = vec![Some(gx), Some(ggamma)];
+    if xs.len() == 3 {
+        grads.push(Some(gbeta));
+    }
+    grads
+}
+
+fn vjp_groups<T: Scalar>(op: &Op, xs: &[&Array<T>], gy: &Array<T>) -> InputGrads<T> {
     let x = xs[0];
     let gamma = xs[1];
     let (gs, param) = groups(op, &x.shape);
@@ -199,6 +287,76 @@ pub fn cancellation_allowance(op: &Op, xs: &[&Array<f64>], gy: Option<&Array<f64
             let mut v = vec![a_gx, a_gg.iter().fold(0.0f64, |m, &v| m.max(v))];
             v.resize(xs.len(), 0.0);
             v
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The row loops compute exactly what the group loops do (the same operations in the same
+    /// order), at f64 and f32, forward and VJP, with and without β, NaN and ±inf included.
+    #[test]
+    fn rows_equal_groups() {
+        let mut k = 0u64;
+        let mut next = || {
+            k += 1;
+            let z = crate::spec::splitmix64(k);
+            match z % 29 {
+                0 => f64::NAN,
+                1 => f64::INFINITY,
+                _ => (z >> 11) as f64 / (1u64 << 53) as f64 * 8.0 - 3.0,
+            }
+        };
+        for (rows, d) in [(1usize, 1usize), (3, 7), (5, 32), (2, 0)] {
+            for op in [Op::LayerNorm { eps: 1e-5 }, Op::RmsNorm { eps: 1e-3 }] {
+                let arr = |shape: &[usize], next: &mut dyn FnMut() -> f64| Array::<f64> {
+                    shape: shape.to_vec(),
+                    data: (0..shape.iter().product()).map(|_| next()).collect(),
+                };
+                let x = arr(&[rows, d], &mut next);
+                let (g, b) = (arr(&[d], &mut next), arr(&[d], &mut next));
+                let gy = arr(&[rows, d], &mut next);
+                let same = |a: &Array<f64>, b: &Array<f64>| {
+                    a.shape == b.shape
+                        && a.data
+                            .iter()
+                            .zip(&b.data)
+                            .all(|(u, v)| u.to_bits() == v.to_bits())
+                };
+                let n_in = if matches!(op, Op::RmsNorm { .. }) {
+                    2
+                } else {
+                    3
+                };
+                let xs: Vec<&Array<f64>> = [&x, &g, &b][..n_in].to_vec();
+                assert!(same(&forward_rows(&op, &xs), &forward_groups(&op, &xs)));
+                let (r, w) = (vjp_rows(&op, &xs, &gy), vjp_groups(&op, &xs, &gy));
+                assert_eq!(r.len(), w.len());
+                for (a, b) in r.iter().zip(&w) {
+                    assert!(
+                        same(a.as_ref().unwrap(), b.as_ref().unwrap()),
+                        "{op:?} {rows}x{d}"
+                    );
+                }
+                // and at f32
+                let narrow = |a: &Array<f64>| Array::<f32> {
+                    shape: a.shape.clone(),
+                    data: a.data.iter().map(|&v| v as f32).collect(),
+                };
+                let (x32, g32, b32, gy32) = (narrow(&x), narrow(&g), narrow(&b), narrow(&gy));
+                let xs32: Vec<&Array<f32>> = [&x32, &g32, &b32][..n_in].to_vec();
+                let bits = |a: &Array<f32>| a.data.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                assert_eq!(
+                    bits(&forward_rows(&op, &xs32)),
+                    bits(&forward_groups(&op, &xs32))
+                );
+                let (r, w) = (vjp_rows(&op, &xs32, &gy32), vjp_groups(&op, &xs32, &gy32));
+                for (a, b) in r.iter().zip(&w) {
+                    assert_eq!(bits(a.as_ref().unwrap()), bits(b.as_ref().unwrap()));
+                }
+            }
         }
     }
 }
