@@ -447,6 +447,21 @@ fn fast_paths_agree_with_the_whole_call_check() {
             },
             vec![Tensor::randn(&[4, 1], 71).unwrap()],
         ),
+        // mse_loss's VJP: an elementwise map of the two operands (checkers/maps.rs)
+        (
+            Op::MseLoss,
+            vec![
+                with_specials(&[9, 40], 91),
+                Tensor::randn(&[9, 40], 92).unwrap(),
+            ],
+        ),
+        (
+            Op::MseLoss,
+            vec![
+                Tensor::randn(&[300, 70], 93).unwrap(),
+                Tensor::randn(&[300, 70], 94).unwrap(),
+            ],
+        ),
         (
             Op::Linear,
             vec![

@@ -113,3 +113,66 @@ pub(super) fn forward(op: &Op, call: &Call) -> Option<Tally> {
         _ => None,
     }
 }
+
+/// The tallies of a VJP call's gradients, for the ops whose VJP is an elementwise map of
+/// same-shaped operands: `mse_loss` (`ga = 2·gy/n · (a − b)`, `gb = −ga`, the spec's
+/// expressions in its order). `None` when another path decides: another op, an operand that
+/// is not dense, or a gradient missing (the whole-call check words that rejection).
+pub(super) fn vjp(op: &Op, call: &Call) -> Option<Vec<Tally>> {
+    if !matches!(op, Op::MseLoss) || call.inputs.len() != 2 || call.grads.len() != 2 {
+        return None;
+    }
+    let dense = super::recompute::dense_slice;
+    let (a, b) = (dense(&call.inputs[0])?, dense(&call.inputs[1])?);
+    let gy = dense(call.cotangent.as_ref()?)?;
+    if a.len() != b.len() || gy.len() != 1 || call.inputs[0].shape != call.inputs[1].shape {
+        return None;
+    }
+    let scale = 2.0 * gy[0] as f64 / a.len() as f64;
+    let mut tallies = Vec::with_capacity(2);
+    for (i, g) in call.grads.iter().enumerate() {
+        match g {
+            Some(g) if g.shape == call.inputs[i].shape => {
+                let g = dense(g)?;
+                let sign = if i == 0 { 1.0 } else { -1.0 };
+                tallies.push(tally([a, b], g, |[x, y]| {
+                    let ga = scale * (x - y);
+                    if sign > 0.0 {
+                        ga
+                    } else {
+                        -ga
+                    }
+                }));
+            }
+            None if call.needs.get(i) != Some(&true) => {}
+            _ => return None,
+        }
+    }
+    Some(tallies)
+}
+
+/// The tally of an `mse_loss` result: Σ(a − b)²/n at f64 in the spec's order (a sequential
+/// sum), streamed over the two dense operands without f64 copies. `None` for other ops or
+/// operands that are not dense and same-shaped.
+pub(super) fn reduction_forward(op: &Op, call: &Call) -> Option<Tally> {
+    if !matches!(op, Op::MseLoss) || call.inputs.len() != 2 {
+        return None;
+    }
+    let dense = super::recompute::dense_slice;
+    let (a, b, y) = (
+        dense(&call.inputs[0])?,
+        dense(&call.inputs[1])?,
+        dense(&call.output)?,
+    );
+    if call.inputs[0].shape != call.inputs[1].shape || a.len() != b.len() || y.len() != 1 {
+        return None;
+    }
+    let s: f64 = a
+        .iter()
+        .zip(b)
+        .map(|(&x, &z)| (x as f64 - z as f64) * (x as f64 - z as f64))
+        .sum();
+    let mut t = Tally::default();
+    t.feed(y, &[s / a.len() as f64]);
+    Some(t)
+}

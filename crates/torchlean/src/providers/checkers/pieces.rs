@@ -331,7 +331,9 @@ pub(super) fn forward(op: &Op, call: &Call) -> Option<Result<(), String>> {
         let t = super::unary::forward(op, dense(x)?, dense(y)?)?;
         return t.accepts().then_some(Ok(()));
     }
-    if let Some(t) = super::maps::forward(op, call) {
+    if let Some(t) =
+        super::maps::forward(op, call).or_else(|| super::maps::reduction_forward(op, call))
+    {
         return t.accepts().then_some(Ok(()));
     }
     let p = prepare(op, call)?;
@@ -380,6 +382,9 @@ pub(super) fn vjp(op: &Op, call: &Call) -> Option<Result<(), String>> {
         let (x, y, gy, gx) = (dense(x)?, dense(y)?, dense(gy)?, dense(gx)?);
         let t = super::unary::vjp(op, x, y, gy, gx)?;
         return t.accepts().then_some(Ok(()));
+    }
+    if let Some(tallies) = super::maps::vjp(op, call) {
+        return tallies.iter().all(Tally::accepts).then_some(Ok(()));
     }
     let p = prepare(op, call)?;
     let cot = dense_operand(call.cotangent.as_ref()?)?;
