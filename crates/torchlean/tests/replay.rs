@@ -447,6 +447,18 @@ fn fast_paths_agree_with_the_whole_call_check() {
             },
             vec![Tensor::randn(&[4, 1], 71).unwrap()],
         ),
+        // same-shaped binary maps' VJPs: elementwise maps of the operands (checkers/maps.rs)
+        (
+            Op::Div,
+            vec![
+                with_specials(&[7, 30], 95),
+                Tensor::randn(&[7, 30], 96).unwrap(),
+            ],
+        ),
+        (
+            Op::Maximum,
+            vec![with_specials(&[7, 30], 97), with_specials(&[7, 30], 97)],
+        ),
         // mse_loss's VJP: an elementwise map of the two operands (checkers/maps.rs)
         (
             Op::MseLoss,

@@ -69,7 +69,7 @@ fn share<T: Scalar>(loser: T, winner: T) -> T {
 }
 
 /// Partial derivatives (d/da, d/db) of the binary map at (a, b).
-fn binary_partials<T: Scalar>(op: &Op, a: T, b: T) -> (T, T) {
+pub(crate) fn binary_partials<T: Scalar>(op: &Op, a: T, b: T) -> (T, T) {
     let one = T::one();
     match op {
         Op::Add => (one, one),

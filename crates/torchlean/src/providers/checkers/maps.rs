@@ -27,7 +27,7 @@ use super::pieces::Tally;
 use super::unary::{exactly, over_parts, CHUNK};
 use crate::backend::Call;
 use crate::graph::Op;
-use crate::spec::{adam_constants, adam_value, binary, ema_value};
+use crate::spec::{adam_constants, adam_value, binary, binary_partials, ema_value};
 
 /// The tally of `y` against `f` of the inputs `xs` (all of `y`'s length), element by element.
 fn tally<const K: usize>(xs: [&[f32]; K], y: &[f32], f: impl Fn([f64; K]) -> f64 + Sync) -> Tally {
@@ -115,10 +115,14 @@ pub(super) fn forward(op: &Op, call: &Call) -> Option<Tally> {
 }
 
 /// The tallies of a VJP call's gradients, for the ops whose VJP is an elementwise map of
-/// same-shaped operands: `mse_loss` (`ga = 2·gy/n · (a − b)`, `gb = −ga`, the spec's
+/// same-shaped operands: the binary maps (`ga = gy·∂a`, `gb = gy·∂b` with the spec's
+/// partials, [`binary_vjp`]) and `mse_loss` (`ga = 2·gy/n · (a − b)`, `gb = −ga`, the spec's
 /// expressions in its order). `None` when another path decides: another op, an operand that
 /// is not dense, or a gradient missing (the whole-call check words that rejection).
 pub(super) fn vjp(op: &Op, call: &Call) -> Option<Vec<Tally>> {
+    if op.kind().is_binary_map() {
+        return binary_vjp(op, call);
+    }
     if !matches!(op, Op::MseLoss) || call.inputs.len() != 2 || call.grads.len() != 2 {
         return None;
     }
@@ -175,4 +179,57 @@ pub(super) fn reduction_forward(op: &Op, call: &Call) -> Option<Tally> {
     let mut t = Tally::default();
     t.feed(y, &[s / a.len() as f64]);
     Some(t)
+}
+
+/// [`vjp`] of a binary map whose operands and cotangent all have one shape (no broadcast, so
+/// no sum over broadcast axes): each gradient element is the spec's `gy · partial(a, b)`.
+fn binary_vjp(op: &Op, call: &Call) -> Option<Vec<Tally>> {
+    let dense = super::recompute::dense_slice;
+    let gy_op = call.cotangent.as_ref()?;
+    if call.inputs.len() != 2
+        || call.grads.len() != 2
+        || call.inputs.iter().any(|x| x.shape != gy_op.shape)
+    {
+        return None;
+    }
+    let (a, b, gy) = (
+        dense(&call.inputs[0])?,
+        dense(&call.inputs[1])?,
+        dense(gy_op)?,
+    );
+    if a.len() != gy.len() || b.len() != gy.len() {
+        return None;
+    }
+    let mut tallies = Vec::with_capacity(2);
+    for (i, g) in call.grads.iter().enumerate() {
+        match g {
+            Some(g) if g.shape == gy_op.shape => {
+                let g = dense(g)?;
+                if g.len() != gy.len() {
+                    return None;
+                }
+                // add and sub: the partials are ±1, so the spec's gradient is ±gy exactly in
+                // both precisions; a gradient equal to it (==) has error 0
+                let sign = |i: usize| match (op, i) {
+                    (Op::Add, _) | (Op::Sub, 0) => Some(1.0f32),
+                    (Op::Sub, _) => Some(-1.0f32),
+                    _ => None,
+                };
+                if let Some(s) = sign(i) {
+                    if exactly([gy], g, |[c]: [f32; 1]| s * c) {
+                        tallies.push(Tally::default());
+                        continue;
+                    }
+                }
+                tallies.push(if i == 0 {
+                    tally([a, b, gy], g, |[x, y, c]| c * binary_partials(op, x, y).0)
+                } else {
+                    tally([a, b, gy], g, |[x, y, c]| c * binary_partials(op, x, y).1)
+                });
+            }
+            None if call.needs.get(i) != Some(&true) => {}
+            _ => return None,
+        }
+    }
+    Some(tallies)
 }
