@@ -839,34 +839,26 @@ fn pow_with_a_higher_rank_exponent_broadcasts() {
 /// f64, where i64::MAX rounds to 2^63, and refused the model (oracle run of session 14).
 #[test]
 fn slice_to_the_end_through_a_cast_of_i64_max_imports_and_runs() {
-    let m = model(
-        vec![
-            constant("e64", ints("", &[1], &[i64::MAX])),
-            with_int(node("cast", "Cast", &["e64"], &["e"]), "to", INT64 as i64),
-            constant("s", ints("", &[1], &[1])),
-            node("tail", "Slice", &["x", "s", "e"], &["y"]),
-        ],
-        vec![],
-        vec![vi("x", &[4, 3], FLOAT)],
-        vec![out("y")],
-        18,
-    );
+    // x[1:] with the end cast to `to`
+    let tail = |to: i32| {
+        model(
+            vec![
+                constant("e64", ints("", &[1], &[i64::MAX])),
+                with_int(node("cast", "Cast", &["e64"], &["e"]), "to", to as i64),
+                constant("s", ints("", &[1], &[1])),
+                node("tail", "Slice", &["x", "s", "e"], &["y"]),
+            ],
+            vec![],
+            vec![vi("x", &[4, 3], FLOAT)],
+            vec![out("y")],
+            18,
+        )
+    };
     let x: Vec<f32> = (0..12).map(|v| v as f32).collect();
-    let y = run(&m, &[("x", &[4, 3], &x)]);
+    let y = run(&tail(INT64), &[("x", &[4, 3], &x)]);
     assert_eq!(y["y"].shape(), &[3, 3]);
     assert_eq!(y["y"].to_vec(), x[3..].to_vec());
     // a cast of i64::MAX to int32 stays refused (out of that type's range)
-    let m32 = model(
-        vec![
-            constant("e64", ints("", &[1], &[i64::MAX])),
-            with_int(node("cast", "Cast", &["e64"], &["e"]), "to", INT32 as i64),
-            constant("s", ints("", &[1], &[1])),
-            node("tail", "Slice", &["x", "s", "e"], &["y"]),
-        ],
-        vec![],
-        vec![vi("x", &[4, 3], FLOAT)],
-        vec![out("y")],
-        18,
-    );
+    let m32 = tail(INT32);
     refused_once(&m32, "cast", "Cast", &["outside the range"]);
 }

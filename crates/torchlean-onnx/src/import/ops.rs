@@ -1069,26 +1069,35 @@ fn conv_weight(b: &Builder, a: &Attrs, w: &Value, rank: usize) -> Map<()> {
     Ok(())
 }
 
+fn group(a: &Attrs) -> Map<usize> {
+    usize::try_from(a.int("group", 1)?).map_err(|_| "negative group".to_string())
+}
+
+/// The convolution `op` of (x, w[, bias]) as a 2-D op: a 1-D one (`rank` 3) over a unit
+/// height, input and weight reshaped (the weight stays the model's parameter, its gradient
+/// flows back through the reshape) and the result reshaped back.
+fn on_unit_height(b: &mut Builder, op: Op, inputs: &[Option<Value>], rank: usize) -> Map<Value> {
+    let (x, w) = (lift(b, arg(inputs, 0)?)?, lift(b, arg(inputs, 1)?)?);
+    let y = match opt(inputs, 2) {
+        Some(bias) => b.op_on(op, &[&x, &w, bias])?,
+        None => b.op_on(op, &[&x, &w])?,
+    };
+    lower(b, y, rank)
+}
+
 fn conv(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Value> {
     let (x, w) = (arg(inputs, 0)?, arg(inputs, 1)?);
     let rank = b.shape(x).len();
     let (stride, padding, dilation) = window(a, rank)?;
     conv_weight(b, a, w, rank)?;
-    let groups = usize::try_from(a.int("group", 1)?).map_err(|_| "negative group".to_string())?;
+    let groups = group(a)?;
     let op = Op::Conv2d(Conv2dGeometry {
         stride,
         padding,
         dilation,
         groups,
     });
-    // a 1-D convolution is the 2-D one over a unit height (input and weight reshaped; the
-    // weight stays the model's parameter, its gradient flows back through the reshape)
-    let (x, w) = (lift(b, x)?, lift(b, w)?);
-    let y = match opt(inputs, 2) {
-        Some(bias) => b.op_on(op, &[&x, &w, bias])?,
-        None => b.op_on(op, &[&x, &w])?,
-    };
-    lower(b, y, rank)
+    on_unit_height(b, op, inputs, rank)
 }
 
 /// `ConvTranspose` (2-D, and 1-D over a unit height as [`conv`]): `conv_transpose2d` with
@@ -1119,7 +1128,7 @@ fn conv_transpose(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<V
             ))
         }
     };
-    let groups = usize::try_from(a.int("group", 1)?).map_err(|_| "negative group".to_string())?;
+    let groups = group(a)?;
     let op = Op::ConvTranspose2d(ConvTranspose2dGeometry {
         stride,
         padding,
@@ -1127,12 +1136,7 @@ fn conv_transpose(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<V
         dilation,
         groups,
     });
-    let (x, w) = (lift(b, x)?, lift(b, w)?);
-    let y = match opt(inputs, 2) {
-        Some(bias) => b.op_on(op, &[&x, &w, bias])?,
-        None => b.op_on(op, &[&x, &w])?,
-    };
-    lower(b, y, rank)
+    on_unit_height(b, op, inputs, rank)
 }
 
 fn pool(b: &mut Builder, op: &str, a: &Attrs, x: &Value) -> Map<Value> {
