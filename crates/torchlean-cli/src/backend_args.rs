@@ -6,7 +6,9 @@ use torchlean::backend::{BackendProfile, BackendReport, ExecutionMode};
 use torchlean::runtime::Session;
 
 /// The execution mode flag, flattened only into the commands that honour it (a command that
-/// cannot run both modes does not accept `--backend` at all: clap refuses it, exit 2).
+/// cannot run both modes does not accept `--backend` at all: clap refuses it, exit 2; except
+/// `run-graph`, which names its one mode: `--backend compiled` is accepted and `eager`
+/// refused with the reason).
 #[derive(Args, Debug, Clone, Default)]
 pub struct ModeArgs {
     /// Execution mode: eager (tape) or compiled (capture once, plan and gate once, replay).

@@ -572,6 +572,36 @@ fn flags_are_honoured_or_refused() {
     }
     let dir = std::env::temp_dir().join(format!("torchlean-flags-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
+    // run-graph names the one mode a graph runs in: `--backend eager` is refused saying why,
+    // `--backend compiled` is what runs anyway and is accepted
+    let (_, _, err) = run(&[
+        "run-graph",
+        "g.json",
+        "--inputs",
+        "x",
+        "--out",
+        "y",
+        "--backend",
+        "eager",
+    ]);
+    assert!(err.contains("compiled mode only"), "{err}");
+    let fixtures = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../torchlean-onnx/tests/fixtures"
+    );
+    let y = dir.join("y.safetensors");
+    let (code, _, err) = run(&[
+        "run-graph",
+        &format!("{fixtures}/mlp.onnx"),
+        "--inputs",
+        &format!("{fixtures}/mlp.inputs.safetensors"),
+        "--out",
+        y.to_str().unwrap(),
+        "--backend",
+        "compiled",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(y.exists());
     let report = dir.join("plan.json");
     let (code, _, err) = run(&[
         "plan",

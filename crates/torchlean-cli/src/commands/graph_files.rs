@@ -1,6 +1,6 @@
 //! `torchlean export` and `torchlean run-graph`: graph files in and out.
 
-use crate::backend_args::BackendArgs;
+use crate::backend_args::{BackendArgs, ModeChoice};
 use crate::{CliError, CliResult};
 use std::path::PathBuf;
 use torchlean::backend::BackendProfile;
@@ -177,11 +177,22 @@ pub struct RunGraphArgs {
     /// (the output named `loss`, or the only one-element output).
     #[arg(long)]
     grad: bool,
+    /// Execution mode: compiled, the only mode of a graph file or ONNX model (a captured graph,
+    /// planned and gated once); `eager` is refused with the reason.
+    #[arg(long = "backend", value_enum)]
+    mode: Option<ModeChoice>,
     #[command(flatten)]
     backend: BackendArgs,
 }
 
 pub fn run_graph(a: RunGraphArgs) -> CliResult {
+    if a.mode == Some(ModeChoice::Eager) {
+        return Err(CliError::usage(
+            "run-graph runs a captured graph, which executes in compiled mode only: --backend eager \
+             is not available here (omit --backend, or pass --backend compiled; the examples' \
+             commands run eager)",
+        ));
+    }
     let usage = |e: torchlean::Error| CliError::usage(e.to_string());
     let report_json = a.backend.report_json.as_deref().map(std::path::Path::new);
     let mut reads = vec![("the graph", a.graph.as_path()), ("--inputs", &a.inputs)];
