@@ -1049,9 +1049,21 @@ fn lower(b: &mut Builder, y: Value, rank: usize) -> Map<Value> {
     }
 }
 
-/// The weight of a convolution over an input of rank `rank`, checked against
-/// `kernel_shape` when the node gives one.
-fn conv_weight(b: &Builder, a: &Attrs, w: &Value, rank: usize) -> Map<()> {
+/// The attributes both convolutions read: the input's rank (3 for a 1-D window), the window
+/// geometry of [`window`] and the group count, with the weight checked against the rank and
+/// against `kernel_shape` when the node gives one.
+struct ConvAttrs {
+    rank: usize,
+    stride: [usize; 2],
+    padding: [usize; 2],
+    dilation: [usize; 2],
+    groups: usize,
+}
+
+fn conv_attrs(b: &Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<ConvAttrs> {
+    let (x, w) = (arg(inputs, 0)?, arg(inputs, 1)?);
+    let rank = b.shape(x).len();
+    let (stride, padding, dilation) = window(a, rank)?;
     let ws = b.shape(w);
     if ws.len() != rank {
         return Err(format!(
@@ -1066,7 +1078,13 @@ fn conv_weight(b: &Builder, a: &Attrs, w: &Value, rank: usize) -> Map<()> {
             ));
         }
     }
-    Ok(())
+    Ok(ConvAttrs {
+        rank,
+        stride,
+        padding,
+        dilation,
+        groups: group(a)?,
+    })
 }
 
 fn group(a: &Attrs) -> Map<usize> {
@@ -1086,18 +1104,14 @@ fn on_unit_height(b: &mut Builder, op: Op, inputs: &[Option<Value>], rank: usize
 }
 
 fn conv(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Value> {
-    let (x, w) = (arg(inputs, 0)?, arg(inputs, 1)?);
-    let rank = b.shape(x).len();
-    let (stride, padding, dilation) = window(a, rank)?;
-    conv_weight(b, a, w, rank)?;
-    let groups = group(a)?;
+    let c = conv_attrs(b, a, inputs)?;
     let op = Op::Conv2d(Conv2dGeometry {
-        stride,
-        padding,
-        dilation,
-        groups,
+        stride: c.stride,
+        padding: c.padding,
+        dilation: c.dilation,
+        groups: c.groups,
     });
-    on_unit_height(b, op, inputs, rank)
+    on_unit_height(b, op, inputs, c.rank)
 }
 
 /// `ConvTranspose` (2-D, and 1-D over a unit height as [`conv`]): `conv_transpose2d` with
@@ -1105,10 +1119,8 @@ fn conv(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Value> {
 /// [C, O/group, k…] as PyTorch's `ConvTranspose2d`/`ConvTranspose1d` store it. `output_shape`
 /// is refused (give pads and output_padding: PyTorch's exporter does).
 fn conv_transpose(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Value> {
-    let (x, w) = (arg(inputs, 0)?, arg(inputs, 1)?);
-    let rank = b.shape(x).len();
-    let (stride, padding, dilation) = window(a, rank)?;
-    conv_weight(b, a, w, rank)?;
+    let c = conv_attrs(b, a, inputs)?;
+    let rank = c.rank;
     if a.ints("output_shape")?.is_some() {
         return Err("output_shape (give pads and output_padding)".into());
     }
@@ -1128,13 +1140,12 @@ fn conv_transpose(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<V
             ))
         }
     };
-    let groups = group(a)?;
     let op = Op::ConvTranspose2d(ConvTranspose2dGeometry {
-        stride,
-        padding,
+        stride: c.stride,
+        padding: c.padding,
         output_padding,
-        dilation,
-        groups,
+        dilation: c.dilation,
+        groups: c.groups,
     });
     on_unit_height(b, op, inputs, rank)
 }

@@ -83,14 +83,23 @@ fn eps_of<T: Scalar>(op: &Op) -> T {
 
 /// Mean and reciprocal standard deviation of a group (rms: mean 0, rstd = 1/sqrt(mean(x²)+eps)).
 fn stats<T: Scalar>(op: &Op, x: &[T], g: &[usize]) -> (T, T) {
-    let n = T::c(g.len() as f64);
-    let rms = matches!(op, Op::RmsNorm { .. });
-    let mu = if rms {
+    stats_of(op, g.iter().map(|&f| x[f]))
+}
+
+/// [`stats`] of one row.
+fn row_stats<T: Scalar>(op: &Op, row: &[T]) -> (T, T) {
+    stats_of(op, row.iter().copied())
+}
+
+/// Mean and 1/std of a group's values, summed in the iterator's order.
+fn stats_of<T: Scalar>(op: &Op, values: impl Iterator<Item = T> + Clone) -> (T, T) {
+    let n = T::c(values.clone().count() as f64);
+    let mu = if matches!(op, Op::RmsNorm { .. }) {
         T::zero()
     } else {
-        g.iter().map(|&f| x[f]).sum::<T>() / n
+        values.clone().sum::<T>() / n
     };
-    let var = g.iter().map(|&f| (x[f] - mu) * (x[f] - mu)).sum::<T>() / n;
+    let var = values.map(|v| (v - mu) * (v - mu)).sum::<T>() / n;
     (mu, T::one() / (var + eps_of::<T>(op)).sqrt())
 }
 
@@ -120,18 +129,6 @@ fn forward_rows<T: Scalar>(op: &Op, xs: &[&Array<T>]) -> Array<T> {
         }
     }
     y
-}
-
-/// [`stats`] of one row.
-fn row_stats<T: Scalar>(op: &Op, row: &[T]) -> (T, T) {
-    let n = T::c(row.len() as f64);
-    let mu = if matches!(op, Op::RmsNorm { .. }) {
-        T::zero()
-    } else {
-        row.iter().copied().sum::<T>() / n
-    };
-    let var = row.iter().map(|&v| (v - mu) * (v - mu)).sum::<T>() / n;
-    (mu, T::one() / (var + eps_of::<T>(op)).sqrt())
 }
 
 fn forward_groups<T: Scalar>(op: &Op, xs: &[&Array<T>]) -> Array<T> {

@@ -149,28 +149,20 @@ pub(super) fn vjp<T: Scalar>(op: &Op, x: &Array<T>, gy: &Array<T>) -> InputGrads
 /// exceeds a relative tolerance of the result when the terms are large against their sum.
 /// The largest over the outputs; 0 for other ops.
 pub fn cancellation_allowance(op: &Op, x: &Array<f64>) -> f64 {
-    let out: usize = match op {
-        Op::SumAll => 1,
+    let out_shape = match op {
+        Op::SumAll => vec![],
         Op::ReduceSum { axes, .. } | Op::ReduceMean { axes, .. } => {
-            let kept: usize = (0..x.shape.len())
-                .filter(|a| !axes.contains(a))
-                .map(|a| x.shape[a])
-                .product();
-            kept
+            reduced_shape(&x.shape, axes, false)
         }
         _ => return 0.0,
     };
-    let n = x.data.len().checked_div(out).unwrap_or(0);
+    let n = x.data.len().checked_div(numel(&out_shape)).unwrap_or(0);
     if n < 2 {
         return 0.0;
     }
     let abs = Array {
         shape: x.shape.clone(),
         data: x.data.iter().map(|v| v.abs()).collect(),
-    };
-    let out_shape = match op {
-        Op::SumAll => vec![],
-        _ => reduced_shape(&x.shape, op_axes(op), false),
     };
     let magnitudes = forward(op, &abs, out_shape);
     let worst = magnitudes
@@ -179,11 +171,4 @@ pub fn cancellation_allowance(op: &Op, x: &Array<f64>) -> f64 {
         .filter(|v| v.is_finite())
         .fold(0.0f64, |m, &v| m.max(v));
     super::norm::gamma32(n - 1) * worst
-}
-
-fn op_axes(op: &Op) -> &[usize] {
-    match op {
-        Op::ReduceSum { axes, .. } | Op::ReduceMean { axes, .. } => axes,
-        _ => &[],
-    }
 }

@@ -138,15 +138,9 @@ pub(super) fn vjp(op: &Op, call: &Call) -> Option<Vec<Tally>> {
         match g {
             Some(g) if g.shape == call.inputs[i].shape => {
                 let g = dense(g)?;
+                // gb = −ga: the sign flip is exact
                 let sign = if i == 0 { 1.0 } else { -1.0 };
-                tallies.push(tally([a, b], g, |[x, y]| {
-                    let ga = scale * (x - y);
-                    if sign > 0.0 {
-                        ga
-                    } else {
-                        -ga
-                    }
-                }));
+                tallies.push(tally([a, b], g, |[x, y]| sign * (scale * (x - y))));
             }
             None if call.needs.get(i) != Some(&true) => {}
             _ => return None,
@@ -200,6 +194,13 @@ fn binary_vjp(op: &Op, call: &Call) -> Option<Vec<Tally>> {
     if a.len() != gy.len() || b.len() != gy.len() {
         return None;
     }
+    // add and sub: the partials are ±1, so the spec's gradient is ±gy exactly in both
+    // precisions; a gradient equal to it (==) has error 0
+    let sign = |i: usize| match (op, i) {
+        (Op::Add, _) | (Op::Sub, 0) => Some(1.0f32),
+        (Op::Sub, _) => Some(-1.0f32),
+        _ => None,
+    };
     let mut tallies = Vec::with_capacity(2);
     for (i, g) in call.grads.iter().enumerate() {
         match g {
@@ -208,13 +209,6 @@ fn binary_vjp(op: &Op, call: &Call) -> Option<Vec<Tally>> {
                 if g.len() != gy.len() {
                     return None;
                 }
-                // add and sub: the partials are ±1, so the spec's gradient is ±gy exactly in
-                // both precisions; a gradient equal to it (==) has error 0
-                let sign = |i: usize| match (op, i) {
-                    (Op::Add, _) | (Op::Sub, 0) => Some(1.0f32),
-                    (Op::Sub, _) => Some(-1.0f32),
-                    _ => None,
-                };
                 if let Some(s) = sign(i) {
                     if exactly([gy], g, |[c]: [f32; 1]| s * c) {
                         tallies.push(Tally::default());
