@@ -1,8 +1,9 @@
 //! `native_cpu.flash_attention`: scaled dot-product attention computed tile by tile, the
 //! kernel form of `spec::flash` (issue 12). No L×S matrix is formed: per tile of [`QT`] query
 //! rows the forward walks tiles of [`KT`] keys with an online softmax (a running maximum,
-//! normalizer and output per row), and skips the key tiles a causal mask blocks entirely
-//! when every value is finite (see [`key_tiles`]). The VJP recomputes the probabilities: up
+//! normalizer and output per row), and, when every value is finite, visits only the keys
+//! that some row of the query tile may attend (the causal cut and the keys a boolean mask
+//! blocks for the whole tile are skipped: see [`key_tiles`]). The VJP recomputes the probabilities: up
 //! to [`STRIPE_KEYS`] keys from one score stripe per query tile; above, from a log-sum-exp
 //! pass over the key tiles and a second pass that recomputes each tile (FlashAttention-2's
 //! backward); either way with D = rowsum(dO ∘ O) read from the forward output.
@@ -32,22 +33,23 @@ const KT: usize = 512;
 /// pass and a recomputing pass.
 const STRIPE_KEYS: usize = 2048;
 
-/// The key tiles that query rows `rows` attend to: all of them, or up to the last row's
-/// causal cut when `skip`. The spec multiplies a blocked entry's zero weight by the value
-/// (and, in the VJP, by the key, query and cotangent), so a NaN or an infinity there reaches
-/// rows that attend no key of its tile: with one present the caller passes `skip = false`
-/// and every tile is visited, as the spec's sums do.
+/// The key tiles that query rows `rows` of batch matrix `bi` attend to: all of them, or,
+/// when `skip`, those of the rows' key span (`Attention::key_span`: up to the causal cut, and
+/// without the keys a boolean mask blocks for every one of these rows). The spec multiplies a
+/// blocked entry's zero weight by the value (and, in the VJP, by the key, query and
+/// cotangent), so a NaN or an infinity there reaches rows that attend no key of its tile:
+/// with one present the caller passes `skip = false` and every tile is visited, as the
+/// spec's sums do.
 fn key_tiles(
     at: &Attention,
+    bi: usize,
     rows: &std::ops::Range<usize>,
     skip: bool,
 ) -> impl Iterator<Item = std::ops::Range<usize>> {
-    let end = if at.causal && skip {
-        rows.end.min(at.s)
-    } else {
-        at.s
-    };
-    (0..end).step_by(KT).map(move |j0| j0..(j0 + KT).min(end))
+    let span = if skip { at.key_span(bi, rows) } else { 0..at.s };
+    (span.start..span.end)
+        .step_by(KT)
+        .map(move |j0| j0..(j0 + KT).min(span.end))
 }
 
 /// Per-row state of the online softmax over one query tile.
@@ -139,7 +141,7 @@ fn forward_tile(
     let mut state = Rows::new(bq);
     let mut scores = vec![0.0f32; bq * KT.min(at.s)];
     out.fill(0.0);
-    for cols in key_tiles(at, &rows, skip) {
+    for cols in key_tiles(at, bi, &rows, skip) {
         let bk = cols.len();
         let tile = &mut scores[..bq * bk];
         tile_scores(at, bi, rows.clone(), cols.clone(), (q, k), tile);
@@ -541,30 +543,30 @@ fn vjp_batch(
             tile_scores(at, bi, rows.clone(), cols, (q_b, k_b), out)
         };
         if stripe {
-            let end = if at.causal && skip {
-                rows.end.min(s)
-            } else {
-                s
-            };
-            let cols = 0..end;
-            let p = &mut scores[..bq * end];
+            let cols = if skip { at.key_span(bi, &rows) } else { 0..s };
+            if cols.is_empty() {
+                // every row of the tile is fully blocked: no part in any product
+                continue;
+            }
+            let w = cols.len();
+            let p = &mut scores[..bq * w];
             scores_of(cols.clone(), p);
-            state.fold(p, end);
+            state.fold(p, w);
             let inv: Vec<f32> = state.sum.iter().map(|z| 1.0 / z).collect();
             let nan = state.nan.clone();
-            probabilities(p, end, rows.start, &blocked, &nan, |x, r| x * inv[r]);
+            probabilities(p, w, rows.start, &blocked, &nan, |x, r| x * inv[r]);
             step.tile(&rows, &cols, p, &dsum, &mut dp);
             continue;
         }
         // pass 1: each row's log-sum-exp
-        for cols in key_tiles(at, &rows, true) {
+        for cols in key_tiles(at, bi, &rows, true) {
             let tile = &mut scores[..bq * cols.len()];
             scores_of(cols.clone(), tile);
             state.fold(tile, cols.len());
         }
         let lse: Vec<f32> = (0..bq).map(|r| state.max[r] + state.sum[r].ln()).collect();
         // pass 2: probabilities from the log-sum-exp, and the gradient products
-        for cols in key_tiles(at, &rows, skip) {
+        for cols in key_tiles(at, bi, &rows, skip) {
             let p = &mut scores[..bq * cols.len()];
             scores_of(cols.clone(), p);
             probabilities(p, cols.len(), rows.start, &blocked, &state.nan, |x, r| {

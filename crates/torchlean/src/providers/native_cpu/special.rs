@@ -348,6 +348,59 @@ impl<'a> Attention<'a> {
         Some(m.row(if self.per_batch { bi } else { 0 }, i))
     }
 
+    /// The keys that some row of `rows` (of batch matrix `bi`) may attend, as one range: every
+    /// key outside it is blocked for each of these rows, by the boolean mask (zero; NaN is
+    /// nonzero, so it may attend) or the causal cut, so its weight is exactly 0 in all of
+    /// them. Empty when every row is fully blocked. Without a boolean mask: every key up to
+    /// the causal cut. The flash kernel visits only these keys when every value is finite (a
+    /// zero weight times a finite value adds nothing): a padding mask's padded keys, a causal
+    /// pattern given as a mask, a block-sparse mask's empty blocks.
+    pub(super) fn key_span(
+        &self,
+        bi: usize,
+        rows: &std::ops::Range<usize>,
+    ) -> std::ops::Range<usize> {
+        let cut = |i: usize| {
+            if self.causal {
+                (i + 1).min(self.s)
+            } else {
+                self.s
+            }
+        };
+        let end = if self.causal {
+            rows.end.min(self.s)
+        } else {
+            self.s
+        };
+        if self.mask != AttentionMask::Boolean || self.extra.is_none() {
+            return 0..end;
+        }
+        // the first allowed key over the rows, and one past the last
+        let (mut lo, mut hi) = (self.s, 0);
+        for i in rows.clone() {
+            let Some(m) = self.extra_row(bi, i) else {
+                return 0..end;
+            };
+            let allowed = &m[..cut(i)];
+            if let Some(first) = allowed[..lo.min(allowed.len())]
+                .iter()
+                .position(|&k| k != 0.0)
+            {
+                lo = first;
+            }
+            if hi < allowed.len() {
+                if let Some(last) = allowed[hi..].iter().rposition(|&k| k != 0.0) {
+                    hi += last + 1;
+                }
+            }
+        }
+        if lo < hi {
+            lo..hi
+        } else {
+            0..0
+        }
+    }
+
     /// Whether query row `i` of batch matrix `bi` has every key blocked (by the boolean mask
     /// and the causal cut): its output is zeros and it passes no gradient.
     pub(super) fn fully_blocked(&self, bi: usize, i: usize) -> bool {
