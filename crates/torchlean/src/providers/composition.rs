@@ -123,89 +123,6 @@ fn scalar(dev: Device, value: f32) -> Result<Tensor> {
     })
 }
 
-/// Attention's probabilities P = softmax(masked scores) and, under a mask or `causal`, the
-/// per-row count of keys a row may attend (`any`, zero for a fully blocked row). The output
-/// is `P v`, and `where(any, P v, 0)` when `any` is given ([`attention_output`]).
-fn attention_probs(
-    scale: Option<f32>,
-    causal: bool,
-    mask: AttentionMask,
-    x: &[&Tensor],
-) -> Result<(Tensor, Option<Tensor>)> {
-    let (q, k) = (x[0], x[1]);
-    let r = q.rank();
-    let (l, d, s) = (q.shape()[r - 2], q.shape()[r - 1], k.shape()[r - 2]);
-    let sc = scale.unwrap_or(1.0 / (d as f32).sqrt());
-    let bias = (mask == AttentionMask::AdditiveBias).then(|| x[3]);
-    let scores_of = |q: &Tensor, k: &Tensor, bias: Option<&Tensor>| -> Result<Tensor> {
-        let kt = k.transpose(-2, -1)?;
-        // the scores are scaled after the product, as the spec writes it. Scaling q
-        // first (d/S as many elements) is not the same function: a q entry that the
-        // scale rounds to zero (a subnormal) times an infinite key entry is NaN
-        // where the spec's q·k is ±inf (found by the special-value conformance rows)
-        let scores = q.matmul(&kt)?.scale(sc)?;
-        match bias {
-            Some(b) => scores.add(b),
-            None => Ok(scores),
-        }
-    };
-    // the constants live on the inputs' device (a composite on cuda makes cuda
-    // constants: ops never mix devices)
-    let dev = q.device();
-    let zero = scalar(dev, 0.0)?;
-    // the entries that may attend (nonzero, NaN included, as in the spec)
-    let tri = if causal {
-        Some(constant(dev, Constant::Causal(l, s), || {
-            let tri: Vec<f32> = (0..l * s)
-                .map(|f| ((f % s) <= (f / s)) as u8 as f32)
-                .collect();
-            Tensor::from_vec(tri, &[l, s])
-        })?)
-    } else {
-        None
-    };
-    let allowed = match (mask == AttentionMask::Boolean, tri) {
-        (false, None) => return Ok((scores_of(q, k, bias)?.softmax(-1)?, None)),
-        (false, Some(tri)) => tri,
-        (true, None) => x[3].clone(),
-        (true, Some(tri)) => Tensor::where_(&tri, x[3], &zero)?,
-    };
-    // per query row, how many keys it may attend: zero for a fully blocked row
-    let one = scalar(dev, 1.0)?;
-    let ones = constant(dev, Constant::Ones(s), || Tensor::ones(&[s, 1]))?;
-    let any = Tensor::where_(&allowed, &one, &zero)?.matmul(&ones)?;
-    // a fully blocked row's query is zeroed: its zero cotangent then never meets a
-    // non-finite key in the products' VJPs (0 · inf = NaN), nor its key cotangents a
-    // non-finite query
-    let q = Tensor::where_(&any, q, &zero)?;
-    let scores = scores_of(&q, k, bias)?;
-    // a blocked entry's score: exactly -inf; on the tape (the VJP), computed so that it
-    // carries the spec's cotangent to q, k and the bias (see the module doc)
-    let neg_inf = scalar(dev, f32::NEG_INFINITY)?;
-    let blocked = if grad_enabled() {
-        let carrier = scores_of(
-            &finite_copy(&q)?,
-            &finite_copy(k)?,
-            bias.map(finite_copy).transpose()?.as_ref(),
-        )?;
-        finite_copy(&carrier)?.add(&neg_inf)?
-    } else {
-        neg_inf
-    };
-    // a fully blocked row scores 0 everywhere (a finite softmax, discarded below)
-    let fill = Tensor::where_(&any, &blocked, &zero)?;
-    let probs = Tensor::where_(&allowed, &scores, &fill)?.softmax(-1)?;
-    Ok((probs, Some(any)))
-}
-
-/// `where(any, y, 0)`: a fully blocked row's output (or cotangent) is exactly zero.
-fn zero_blocked_rows(any: Option<&Tensor>, y: Tensor) -> Result<Tensor> {
-    match any {
-        Some(any) => Tensor::where_(any, &y, &scalar(y.device(), 0.0)?),
-        None => Ok(y),
-    }
-}
-
 fn compose(op: &Op, x: &[&Tensor]) -> Result<Tensor> {
     match op {
         Op::MseLoss => {
@@ -217,47 +134,76 @@ fn compose(op: &Op, x: &[&Tensor]) -> Result<Tensor> {
             causal,
             mask,
         } => {
-            let (probs, any) = attention_probs(*scale, *causal, *mask, x)?;
-            zero_blocked_rows(any.as_ref(), probs.matmul(x[2])?)
+            let (q, k, v) = (x[0], x[1], x[2]);
+            let r = q.rank();
+            let (l, d, s) = (q.shape()[r - 2], q.shape()[r - 1], k.shape()[r - 2]);
+            let sc = scale.unwrap_or(1.0 / (d as f32).sqrt());
+            let bias = (*mask == AttentionMask::AdditiveBias).then(|| x[3]);
+            let scores_of = |q: &Tensor, k: &Tensor, bias: Option<&Tensor>| -> Result<Tensor> {
+                let kt = k.transpose(-2, -1)?;
+                // the scores are scaled after the product, as the spec writes it. Scaling q
+                // first (d/S as many elements) is not the same function: a q entry that the
+                // scale rounds to zero (a subnormal) times an infinite key entry is NaN
+                // where the spec's q·k is ±inf (found by the special-value conformance rows)
+                let scores = q.matmul(&kt)?.scale(sc)?;
+                match bias {
+                    Some(b) => scores.add(b),
+                    None => Ok(scores),
+                }
+            };
+            // the constants live on the inputs' device (a composite on cuda makes cuda
+            // constants: ops never mix devices)
+            let dev = q.device();
+            let zero = scalar(dev, 0.0)?;
+            // the entries that may attend (nonzero, NaN included, as in the spec)
+            let tri = if *causal {
+                Some(constant(dev, Constant::Causal(l, s), || {
+                    let tri: Vec<f32> = (0..l * s)
+                        .map(|f| ((f % s) <= (f / s)) as u8 as f32)
+                        .collect();
+                    Tensor::from_vec(tri, &[l, s])
+                })?)
+            } else {
+                None
+            };
+            let allowed = match (*mask == AttentionMask::Boolean, tri) {
+                (false, None) => return scores_of(q, k, bias)?.softmax(-1)?.matmul(v),
+                (false, Some(tri)) => tri,
+                (true, None) => x[3].clone(),
+                (true, Some(tri)) => Tensor::where_(&tri, x[3], &zero)?,
+            };
+            // per query row, how many keys it may attend: zero for a fully blocked row
+            let one = scalar(dev, 1.0)?;
+            let ones = constant(dev, Constant::Ones(s), || Tensor::ones(&[s, 1]))?;
+            let any = Tensor::where_(&allowed, &one, &zero)?.matmul(&ones)?;
+            // a fully blocked row's query is zeroed: its zero cotangent then never meets a
+            // non-finite key in the products' VJPs (0 · inf = NaN), nor its key cotangents a
+            // non-finite query
+            let q = Tensor::where_(&any, q, &zero)?;
+            let scores = scores_of(&q, k, bias)?;
+            // a blocked entry's score: exactly -inf; on the tape (the VJP), computed so that it
+            // carries the spec's cotangent to q, k and the bias (see the module doc)
+            let neg_inf = scalar(dev, f32::NEG_INFINITY)?;
+            let blocked = if grad_enabled() {
+                let carrier = scores_of(
+                    &finite_copy(&q)?,
+                    &finite_copy(k)?,
+                    bias.map(finite_copy).transpose()?.as_ref(),
+                )?;
+                finite_copy(&carrier)?.add(&neg_inf)?
+            } else {
+                neg_inf
+            };
+            // a fully blocked row scores 0 everywhere (a finite softmax, discarded below)
+            let fill = Tensor::where_(&any, &blocked, &zero)?;
+            let probs = Tensor::where_(&allowed, &scores, &fill)?.softmax(-1)?;
+            Tensor::where_(&any, &probs.matmul(v)?, &zero)
         }
         other => Err(Error::NoKernel {
             provider: "torchlean",
             op: other.name(),
         }),
     }
-}
-
-/// Attention's VJP without recomputing the output: with g the cotangent, zeroed on fully
-/// blocked rows as `where`'s VJP does, `dv = Pᵀ g` and `dP = g vᵀ` — the products the tape
-/// would run for `P v` — then `dP` is backpropagated through the recomputed probabilities
-/// (on the tape) to q, k and the bias. The same parts and the same arithmetic as
-/// backpropagating through [`compose`], one product fewer.
-fn attention_vjp(
-    (scale, causal, mask): (Option<f32>, bool, AttentionMask),
-    leaves: &[Tensor],
-    grad_out: &Tensor,
-) -> Result<Vec<Option<Tensor>>> {
-    let refs: Vec<&Tensor> = leaves.iter().collect();
-    let (probs, any) = attention_probs(scale, causal, mask, &refs)?;
-    let g = zero_blocked_rows(any.as_ref(), grad_out.clone())?;
-    let v = &leaves[2];
-    let (dv, dprobs) = {
-        let _off_tape = NoGradGuard::new();
-        let p = probs.detach();
-        (
-            p.transpose(-2, -1)?.matmul(&g)?,
-            g.matmul(&v.detach().transpose(-2, -1)?)?,
-        )
-    };
-    let grads = probs.backward_with(&dprobs)?;
-    Ok(leaves
-        .iter()
-        .enumerate()
-        .map(|(i, l)| match i {
-            2 => Some(dv.clone()),
-            _ => grads.get(l).cloned(),
-        })
-        .collect())
 }
 
 /// Forward: the composition, untracked (the composite itself is the tape node).
@@ -297,23 +243,14 @@ pub fn vjp(
             }
         })
         .collect();
-    let reached: Vec<Option<Tensor>> = match op {
-        Op::ScaledDotProductAttention {
-            scale,
-            causal,
-            mask,
-        } => attention_vjp((*scale, *causal, *mask), &leaves, grad_out)?,
-        _ => {
-            let refs: Vec<&Tensor> = leaves.iter().collect();
-            let grads = compose(op, &refs)?.backward_with(grad_out)?;
-            leaves.iter().map(|l| grads.get(l).cloned()).collect()
-        }
-    };
+    let refs: Vec<&Tensor> = leaves.iter().collect();
+    let out = compose(op, &refs)?;
+    let grads = out.backward_with(grad_out)?;
     let mut out = Vec::with_capacity(leaves.len());
-    for (i, (l, reached)) in leaves.iter().zip(reached).enumerate() {
+    for (i, l) in leaves.iter().enumerate() {
         out.push(if !differentiable(i) {
             None
-        } else if let Some(g) = reached {
+        } else if let Some(g) = grads.get(l) {
             // canonical, as the VJP layout contract declares (a tape gradient may be a view)
             Some(g.canonical())
         } else {
