@@ -3,7 +3,7 @@
 //! rows the forward walks tiles of [`KT`] keys with an online softmax (a running maximum,
 //! normalizer and output per row), and, when every value is finite, visits only the keys
 //! that some row of the query tile may attend (the causal cut and the keys a boolean mask
-//! blocks for the whole tile are skipped: see [`key_tiles`]). The VJP recomputes the probabilities: up
+//! blocks for the whole tile are skipped: see [`Spans`]). The VJP recomputes the probabilities: up
 //! to [`STRIPE_KEYS`] keys from one score stripe per query tile; above, from a log-sum-exp
 //! pass over the key tiles and a second pass that recomputes each tile (FlashAttention-2's
 //! backward); either way with D = rowsum(dO ∘ O) read from the forward output.
@@ -33,23 +33,47 @@ const KT: usize = 512;
 /// pass and a recomputing pass.
 const STRIPE_KEYS: usize = 2048;
 
-/// The key tiles that query rows `rows` of batch matrix `bi` attend to: all of them, or,
-/// when `skip`, those of the rows' key span (`Attention::key_span`: up to the causal cut, and
-/// without the keys a boolean mask blocks for every one of these rows). The spec multiplies a
-/// blocked entry's zero weight by the value (and, in the VJP, by the key, query and
-/// cotangent), so a NaN or an infinity there reaches rows that attend no key of its tile:
-/// with one present the caller passes `skip = false` and every tile is visited, as the
-/// spec's sums do.
-fn key_tiles(
-    at: &Attention,
-    bi: usize,
-    rows: &std::ops::Range<usize>,
-    skip: bool,
-) -> impl Iterator<Item = std::ops::Range<usize>> {
-    let span = if skip { at.key_span(bi, rows) } else { 0..at.s };
-    (span.start..span.end)
+/// The key span of every query tile ([`QT`] rows), per mask matrix (one when the mask is
+/// shared by the batch matrices, or there is none): computed once per call, not per batch
+/// matrix and pass.
+struct Spans(Vec<Vec<std::ops::Range<usize>>>);
+
+impl Spans {
+    fn new(at: &Attention) -> Spans {
+        let mats = if at.per_batch { at.batch } else { 1 };
+        let tiles = at.l.div_ceil(QT);
+        Spans(
+            (0..mats)
+                .into_par_iter()
+                .map(|bi| {
+                    (0..tiles)
+                        .map(|t| at.key_span(bi, &(t * QT..((t + 1) * QT).min(at.l))))
+                        .collect()
+                })
+                .collect(),
+        )
+    }
+
+    /// The keys that query tile `t` of batch matrix `bi` visits: its key span (up to the
+    /// causal cut, without the keys a boolean mask blocks for every row of the tile) when
+    /// `skip`, else every key. The spec multiplies a blocked entry's zero weight by the value
+    /// (and, in the VJP, by the key, query and cotangent), so a NaN or an infinity there
+    /// reaches rows that attend no key of its tile: with one present the caller passes
+    /// `skip = false` and every key is visited, as the spec's sums do.
+    fn keys(&self, at: &Attention, bi: usize, t: usize, skip: bool) -> std::ops::Range<usize> {
+        if !skip {
+            return 0..at.s;
+        }
+        let per_mat = if self.0.len() == 1 { 0 } else { bi };
+        self.0[per_mat][t].clone()
+    }
+}
+
+/// `keys` in tiles of at most [`KT`].
+fn key_tiles(keys: std::ops::Range<usize>) -> impl Iterator<Item = std::ops::Range<usize>> {
+    (keys.start..keys.end)
         .step_by(KT)
-        .map(move |j0| j0..(j0 + KT).min(span.end))
+        .map(move |j0| j0..(j0 + KT).min(keys.end))
 }
 
 /// Per-row state of the online softmax over one query tile.
@@ -128,20 +152,21 @@ fn tile_scores(
     }
 }
 
-/// The forward of query rows `rows` of batch matrix `bi` into `out` (rows × dv).
+/// The forward of query rows `rows` of batch matrix `bi` into `out` (rows × dv), visiting
+/// `keys`.
 fn forward_tile(
     at: &Attention,
     bi: usize,
     rows: std::ops::Range<usize>,
     (q, k, v): (Matrix, Matrix, Matrix),
-    skip: bool,
+    keys: std::ops::Range<usize>,
     out: &mut [f32],
 ) {
     let (dv, bq) = (at.dv, rows.len());
     let mut state = Rows::new(bq);
     let mut scores = vec![0.0f32; bq * KT.min(at.s)];
     out.fill(0.0);
-    for cols in key_tiles(at, bi, &rows, skip) {
+    for cols in key_tiles(keys) {
         let bk = cols.len();
         let tile = &mut scores[..bq * bk];
         tile_scores(at, bi, rows.clone(), cols.clone(), (q, k), tile);
@@ -325,13 +350,18 @@ pub fn forward(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Vec<f32> {
     let tile = (QT * dv).max(1);
     let small = at.s <= SMALL_KEYS;
     let skip = !small && (0..at.batch).all(|bi| v.finite(bi));
+    let spans = if skip {
+        Spans::new(&at)
+    } else {
+        Spans(Vec::new())
+    };
     let run = |scratch: &mut Scratch, bi: usize, t: usize, o: &mut [f32]| {
         let rows = t * QT..((t + 1) * QT).min(l);
         let operands = (q.matrix(bi), k.matrix(bi), v.matrix(bi));
         if small {
             forward_small(&at, bi, rows, operands, scratch, o);
         } else {
-            forward_tile(&at, bi, rows, operands, skip, o);
+            forward_tile(&at, bi, rows, operands, spans.keys(&at, bi, t, skip), o);
         }
     };
     if at.batch > 1 {
@@ -473,6 +503,7 @@ fn probabilities(
 /// recomputing each tile's probabilities from it.
 fn vjp_batch(
     at: &Attention,
+    spans: &Spans,
     bi: usize,
     (q, k, v): (&Operand, &Operand, &Operand),
     (y, go): (&[f32], &[f32]),
@@ -543,7 +574,7 @@ fn vjp_batch(
             tile_scores(at, bi, rows.clone(), cols, (q_b, k_b), out)
         };
         if stripe {
-            let cols = if skip { at.key_span(bi, &rows) } else { 0..s };
+            let cols = spans.keys(at, bi, t, skip);
             if cols.is_empty() {
                 // every row of the tile is fully blocked: no part in any product
                 continue;
@@ -559,14 +590,14 @@ fn vjp_batch(
             continue;
         }
         // pass 1: each row's log-sum-exp
-        for cols in key_tiles(at, bi, &rows, true) {
+        for cols in key_tiles(spans.keys(at, bi, t, true)) {
             let tile = &mut scores[..bq * cols.len()];
             scores_of(cols.clone(), tile);
             state.fold(tile, cols.len());
         }
         let lse: Vec<f32> = (0..bq).map(|r| state.max[r] + state.sum[r].ln()).collect();
         // pass 2: probabilities from the log-sum-exp, and the gradient products
-        for cols in key_tiles(at, bi, &rows, skip) {
+        for cols in key_tiles(spans.keys(at, bi, t, skip)) {
             let p = &mut scores[..bq * cols.len()];
             scores_of(cols.clone(), p);
             probabilities(p, cols.len(), rows.start, &blocked, &state.nan, |x, r| {
@@ -588,6 +619,8 @@ pub fn vjp(op: &Op, x: &[&Tensor], y: &Tensor, gy: &Tensor) -> Vec<Option<Tensor
     let (q, k, v) = (Operand::new(x[0]), Operand::new(x[1]), Operand::new(x[2]));
     let (go, yv) = (gy.data(), y.data());
     let at = Attention::new(op, x);
-    let one = |bi: usize, threads: bool| vjp_batch(&at, bi, (&q, &k, &v), (&yv, &go), threads);
+    let spans = Spans::new(&at);
+    let one =
+        |bi: usize, threads: bool| vjp_batch(&at, &spans, bi, (&q, &k, &v), (&yv, &go), threads);
     per_batch_grads(x, &at, one)
 }

@@ -382,14 +382,11 @@ impl<'a> Attention<'a> {
                 return 0..end;
             };
             let allowed = &m[..cut(i)];
-            if let Some(first) = allowed[..lo.min(allowed.len())]
-                .iter()
-                .position(|&k| k != 0.0)
-            {
+            if let Some(first) = first_nonzero(&allowed[..lo.min(allowed.len())]) {
                 lo = first;
             }
             if hi < allowed.len() {
-                if let Some(last) = allowed[hi..].iter().rposition(|&k| k != 0.0) {
+                if let Some(last) = last_nonzero(&allowed[hi..]) {
                     hi += last + 1;
                 }
             }
@@ -468,6 +465,28 @@ impl<'a> Attention<'a> {
         }
         (p, blocked)
     }
+}
+
+/// Lanes per step of the mask scans (a whole step is tested at once, so it vectorizes).
+const SCAN: usize = 16;
+
+/// Whether an element of `m` is nonzero (NaN is).
+fn any_nonzero(m: &[f32]) -> bool {
+    m.iter().fold(false, |any, &k| any | (k != 0.0))
+}
+
+/// The index of the first nonzero (NaN included) element of `m`.
+fn first_nonzero(m: &[f32]) -> Option<usize> {
+    let step = m.chunks(SCAN).position(any_nonzero)?;
+    let at = step * SCAN;
+    m[at..].iter().position(|&k| k != 0.0).map(|p| at + p)
+}
+
+/// The index of the last nonzero (NaN included) element of `m`.
+fn last_nonzero(m: &[f32]) -> Option<usize> {
+    let step = m.chunks(SCAN).rposition(any_nonzero)?;
+    let at = step * SCAN;
+    m[at..].iter().rposition(|&k| k != 0.0).map(|p| at + p)
 }
 
 /// Scales a row of raw scores and applies its mask row: the additive bias added, a boolean
