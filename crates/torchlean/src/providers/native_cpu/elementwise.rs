@@ -195,7 +195,9 @@ pub fn binary_forward_into(
     }
 }
 
-pub fn binary_vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
+/// The cotangents of a binary (or `where`) map: those of the inputs that `needs` marks (all
+/// when it is shorter), None for the others.
+pub fn binary_vjp(op: &Op, x: &[&Tensor], gy: &Tensor, needs: &[bool]) -> Vec<Option<Tensor>> {
     let g = gy.data();
     let data: Vec<_> = x.iter().map(|t| t.data()).collect();
     let slices: Vec<&[f32]> = data.iter().map(|d| &d[..]).collect();
@@ -205,7 +207,10 @@ pub fn binary_vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
     let mut bufs: Vec<Option<Vec<f32>>> = x
         .iter()
         .enumerate()
-        .map(|(i, t)| (i >= first).then(|| super::par::overwritten(t.numel())))
+        .map(|(i, t)| {
+            (i >= first && needs.get(i).copied().unwrap_or(true))
+                .then(|| super::par::overwritten(t.numel()))
+        })
         .collect();
     let mut outs: Vec<Option<&mut [f32]>> = bufs.iter_mut().map(|b| b.as_deref_mut()).collect();
     binary_vjp_into(op, &slices, &shapes, &g, gy.shape(), &mut outs);

@@ -161,7 +161,7 @@ pub fn vjp(
             return Err(crate::error::OpError::NotDifferentiable { op: op.name() }.into())
         }
         K::Add | K::Sub | K::Mul | K::Div | K::Maximum | K::Minimum | K::Where => {
-            elementwise::binary_vjp(op, inputs, grad_out)
+            elementwise::binary_vjp(op, inputs, grad_out, needs)
         }
         K::Softmax | K::LogSoftmax => vec![Some(tensor(
             reduce::softmax_vjp(op, output, grad_out),

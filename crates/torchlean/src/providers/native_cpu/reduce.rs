@@ -128,7 +128,13 @@ pub fn forward(op: &Op, x: &Tensor, out_shape: &[usize]) -> Vec<f32> {
 pub fn vjp(op: &Op, x: &Tensor, gy: &Tensor) -> Tensor {
     let shape = x.shape().to_vec();
     match op {
-        Op::SumAll => Tensor::from_parts(vec![gy.data()[0]; numel(&shape)], shape),
+        Op::SumAll => {
+            // a cached buffer, filled on both threads (a fresh one faults in every page)
+            let mut out = super::par::overwritten(numel(&shape));
+            let g = gy.data()[0];
+            super::par::for_chunks(&mut out, |_, c| c.fill(g));
+            Tensor::from_parts(out, shape)
+        }
         Op::ReduceSum { axes, .. } | Op::ReduceMean { axes, .. } => {
             let keep = keepdim_shape(&shape, axes);
             let g = gy.data();
