@@ -1,5 +1,5 @@
 // Runs the flash-attention kernels of kernels/attention.cu under emu.h on the calls in a
-// binary file, with the host logic of src/kernels/attention.rs (mask packing, finiteness
+// binary file, with the host logic of src/kernels/attention.rs (mask packing and tile words, finiteness
 // flag, forward, stats, dK/dV, dQ and the additive mask's gradient), and writes each call's
 // results (tests/emulated_flash.rs writes the calls and compares the results with the spec).
 //
@@ -39,11 +39,18 @@ int main(int argc, char** argv) {
         auto m = read_f32(in, mask ? mrows * s : 0);
         auto gy = read_f32(in, bh * l * dv);
         long long words = std::max(1LL, (s + 31) / 32);
-        std::vector<unsigned> bits(std::max<long>(1, mrows * words), 0xdeadbeefu);
+        long long mats = shared ? 1 : bh;
+        long long tile_words = mats * ((l + 63) / 64) * ((s + 63) / 64);
+        std::vector<unsigned> bits(std::max<long>(1, mrows * words + tile_words), 0xdeadbeefu);
         Flash g{bh, l, s, d, dv, 0, words, scale, causal, mask, 0};
         if (mask == 1) {
             launch({(unsigned)((mrows * words * 32 + 255) / 256), 1, 1}, 256,
                    [&] { flash_pack_mask(m.data(), bits.data(), mrows, s, words); });
+            if (mrows > 0 && tile_words > 0) {
+                launch({(unsigned)((tile_words + 255) / 256), 1, 1}, 256,
+                       [&] { flash_tile_any(bits.data(), mats, l, s, words); });
+                g.tiles = 1;
+            }
             if (!shared) g.mask_bstride = l * words;
         }
         if (mask == 2 && !shared) g.mask_bstride = l * s;
@@ -60,7 +67,7 @@ int main(int argc, char** argv) {
         const bool use_left = (call++ % 2) == 0;
         if (bh * l * dv > 0) {
             int flag = 0;
-            if (causal) flag_over(v, bh * s * dv, &flag);
+            if (causal || g.tiles) flag_over(v, bh * s * dv, &flag);
             launch({qt, (unsigned)bh, (unsigned)((dv + 63) / 64)}, FA_THREADS, [&] {
                 flash_forward(q.data(), k.data(), v.data(), bits.data(), bias, &flag, y.data(), left.data(),
                               nullptr, g, 0);
@@ -71,7 +78,7 @@ int main(int argc, char** argv) {
         if (bh * l * s > 0) {
             std::vector<float> st(3 * bh * l, NAN);
             int flag = 0;
-            if (causal) {
+            if (causal || g.tiles) {
                 flag_over(q, bh * l * d, &flag);
                 flag_over(k, bh * s * d, &flag);
                 flag_over(v, bh * s * dv, &flag);
@@ -90,7 +97,7 @@ int main(int argc, char** argv) {
                                   gy.data(), g, 1);
                 });
             }
-            if (causal) flag_over(st, bh * l, &flag);
+            if (causal || g.tiles) flag_over(st, bh * l, &flag);
             // as kernels/attention.rs: with one chunk of each head dimension the key kernel
             // adds dQ itself (every other call here, so that both paths are checked)
             const bool fuse = std::max(d, dv) > 0 && std::max(d, dv) <= 64 && (call % 4) < 2;

@@ -14,8 +14,9 @@
 // entry of an attending row still multiplies its weight (the spec's 0 / z: 0, or NaN in a
 // row whose normalizer is NaN or 0) into v (forward) and into the gradient products (VJP),
 // as the spec's sums do, so a non-finite value there gives NaN where the spec's does. Causal
-// key tiles are skipped only when the device flag `nonfinite` says every value those
-// products read is finite (then a skipped entry adds exactly 0).
+// key tiles, and tiles a boolean mask blocks entirely (flash_tile_any), are skipped only when
+// the device flag `nonfinite` says every value those products read is finite (then a skipped
+// entry adds exactly 0).
 
 #define FA_T 64   // query rows and keys per tile
 #define FA_C 64   // head-dimension chunk
@@ -33,7 +34,7 @@ struct Flash {
     float scale;
     int causal;
     int mask;                // 0 none, 1 boolean (bits), 2 additive bias
-    int pad_;
+    int tiles;               // 1 when the tile flags follow the packed bits (flash_tile_any)
 };
 
 // bits[r * words + j / 32] bit j % 32 = (m[r * s + j] != 0): NaN is nonzero, as in the spec.
@@ -47,6 +48,26 @@ extern "C" __global__ void flash_pack_mask(const float* __restrict__ m, unsigned
         bool on = j < s && m[r * s + j] != 0.0f;
         unsigned b = __ballot_sync(0xffffffffu, on);
         if ((threadIdx.x & 31) == 0) bits[t / 32] = b;
+    }
+}
+
+// After the packed bits of `mats` mask matrices (l rows of `words` words each), one word
+// per (matrix, query tile, key tile) of FA_T × FA_T entries: nonzero when some entry of the
+// tile may attend (a bit set; bits past s are 0). A tile whose word is 0 is blocked for every
+// row of its query tile, so the kernels skip it when every value is finite (as causal tiles).
+extern "C" __global__ void flash_tile_any(unsigned* __restrict__ bits, long long mats,
+                                          long long l, long long s, long long words) {
+    const long long nqt = (l + FA_T - 1) / FA_T, nkt = (s + FA_T - 1) / FA_T;
+    const long long total = mats * nqt * nkt;
+    for (long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x; t < total;
+         t += (long long)gridDim.x * blockDim.x) {
+        const long long mat = t / (nqt * nkt), qt = (t / nkt) % nqt, kt = t % nkt;
+        const long long i_end = min(l, (qt + 1) * FA_T);
+        const long long w0 = kt * (FA_T / 32), w_end = min(words, w0 + FA_T / 32);
+        unsigned any = 0u;
+        for (long long i = qt * FA_T; i < i_end; ++i)
+            for (long long w = w0; w < w_end; ++w) any |= bits[(mat * l + i) * words + w];
+        bits[mats * l * words + t] = any != 0u;
     }
 }
 
@@ -190,6 +211,17 @@ __device__ __forceinline__ unsigned fa_bit(const Flash& g, const unsigned* __res
     return (bits[b * g.mask_bstride + i * g.words + j / 32] >> (j % 32)) & 1u;
 }
 
+// Whether tile (qt, kt) of batch matrix b has an entry the boolean mask lets attend (the
+// words flash_tile_any appended to the packed bits); true when there are no tile words.
+__device__ __forceinline__ bool fa_tile_any(const Flash& g, const unsigned* __restrict__ bits,
+                                            long long b, long long qt, long long kt) {
+    if (!g.tiles) return true;
+    const long long nqt = (g.l + FA_T - 1) / FA_T, nkt = (g.s + FA_T - 1) / FA_T;
+    const long long mats = g.mask_bstride ? g.bh : 1;
+    const unsigned* t = bits + mats * g.l * g.words;
+    return t[((g.mask_bstride ? b : 0) * nqt + qt) * nkt + kt] != 0u;
+}
+
 // Whether entry (i, j) exists and is not blocked (mask bit m).
 __device__ __forceinline__ bool fa_allowed(const Flash& g, long long i, long long j, unsigned m) {
     return i < g.l && j < g.s && !(g.causal && j > i) && (m & 1u);
@@ -234,6 +266,7 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_forward(
     const long long rows = min((long long)FA_T, g.l - q0);
     const long long nkt = (g.s + FA_T - 1) / FA_T;
     const bool skip = g.causal && nonfinite[0] == 0;
+    const bool skip_tiles = g.tiles && nonfinite[0] == 0;
     const long long kt_end = skip ? min(nkt, (q0 + rows - 1) / FA_T + 1) : nkt;
     const bool single = g.d <= FA_C;
     for (long long b = blockIdx.y; b < g.bh; b += gridDim.y) {
@@ -244,6 +277,8 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_forward(
         __syncthreads();
         if (single) fa_load(qs, q, b * g.l + q0, rows, g.d, 0, g.d, nullptr, 0);
         for (long long kt = 0; kt < kt_end; ++kt) {
+            // uniform in the block: every thread skips the same tiles
+            if (skip_tiles && !fa_tile_any(g, bits, b, blockIdx.x, kt)) continue;
             const long long k0 = kt * FA_T, keys = min((long long)FA_T, g.s - k0);
             float sc[4][8] = {};
             fa_products(sc, qs, q, b * g.l + q0, rows, ks, k, b * g.s + k0, keys, nullptr, g.d, tx, ty);
@@ -381,6 +416,7 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_bwd_kv(
     const long long keys = min((long long)FA_T, g.s - k0);
     const long long R = g.bh * g.l, nqt = (g.l + FA_T - 1) / FA_T;
     const bool skip = g.causal && nonfinite[0] == 0;
+    const bool skip_tiles = g.tiles && nonfinite[0] == 0;
     const long long qt_begin = skip ? k0 / FA_T : 0;
     const bool single_d = g.d <= FA_C, single_v = g.dv <= FA_C;
     const bool do_dk = z0 < g.d, do_dv = z0 < g.dv;
@@ -391,6 +427,7 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_bwd_kv(
         if (single_d) fa_load(ks, k, b * g.s + k0, keys, g.d, 0, g.d, nullptr, 0);
         if (single_v) fa_load(vs, v, b * g.s + k0, keys, g.dv, 0, g.dv, nullptr, 0);
         for (long long qt = qt_begin; qt < nqt; ++qt) {
+            if (skip_tiles && !fa_tile_any(g, bits, b, qt, blockIdx.x)) continue;
             const long long i0 = qt * FA_T, rows = min((long long)FA_T, g.l - i0);
             float st[4][8] = {}, dp[4][8] = {};
             fa_products(st, ks, k, b * g.s + k0, keys, qs, q, b * g.l + i0, rows, att_of, g.d, tx, ty);
@@ -496,6 +533,7 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_bwd_q(
     const long long rows = min((long long)FA_T, g.l - i0);
     const long long R = g.bh * g.l, nkt = (g.s + FA_T - 1) / FA_T;
     const bool skip = g.causal && nonfinite[0] == 0;
+    const bool skip_tiles = g.tiles && nonfinite[0] == 0;
     const long long kt_end = skip ? min(nkt, (i0 + rows - 1) / FA_T + 1) : nkt;
     const bool single_d = g.d <= FA_C, single_v = g.dv <= FA_C;
     const bool bias_here = want_bias && blockIdx.z == 0;
@@ -513,6 +551,7 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_bwd_q(
         if (single_d) fa_load(qs, q, b * g.l + i0, rows, g.d, 0, g.d, nullptr, 0);
         if (single_v) fa_load(os, dout, b * g.l + i0, rows, g.dv, 0, g.dv, nullptr, 0);
         for (long long kt = 0; kt < kt_end; ++kt) {
+            if (skip_tiles && !fa_tile_any(g, bits, b, blockIdx.x, kt)) continue;
             const long long k0 = kt * FA_T, keys = min((long long)FA_T, g.s - k0);
             float st[4][8] = {}, dp[4][8] = {};
             fa_products(st, qs, q, b * g.l + i0, rows, ks, k, b * g.s + k0, keys, nullptr, g.d, tx, ty);

@@ -67,7 +67,8 @@ struct Flash {
     scale: f32,
     causal: i32,
     mask: i32,
-    pad: i32,
+    /// 1 when the tile words of `flash_tile_any` follow the packed bits.
+    tiles: i32,
 }
 // SAFETY: plain `repr(C)` integers and a float, laid out exactly as the CUDA struct.
 unsafe impl DeviceRepr for Flash {}
@@ -99,8 +100,9 @@ fn launch_cfg(x: usize, bh: usize, z: usize, tiles: u32) -> LaunchConfig {
     }
 }
 
-/// Geometry, packed mask and (zeroed) finiteness flag of a call whose shapes the shape guard
-/// accepted; `finite` are the tensors whose finiteness lets causal tiles be skipped.
+/// Geometry, packed mask (with its tile words) and finiteness flag of a call whose shapes the
+/// shape guard accepted; `finite` are the tensors whose finiteness lets causal tiles and the
+/// mask's blocked tiles be skipped.
 fn prepare<'a>(
     cx: &Context,
     op: &Op,
@@ -123,6 +125,7 @@ fn prepare<'a>(
     // the full [..., L, S])
     let shared = mask != AttentionMask::None && inputs[3].shape().len() == 2;
     let mut bits = output(cx, op, 1)?;
+    let mut tiles = 0i32;
     let mut mask_bstride = 0i64;
     let mut bias = q;
     match mask {
@@ -130,7 +133,9 @@ fn prepare<'a>(
         AttentionMask::Boolean => {
             let m = buffer(op, inputs[3])?;
             let rows = if shared { l } else { bh * l };
-            bits = output(cx, op, rows * words)?;
+            let mats = if shared { 1 } else { bh };
+            let tile_words = mats * l.div_ceil(TILE) * s.div_ceil(TILE);
+            bits = output(cx, op, rows * words + tile_words)?;
             if rows > 0 {
                 let (rows64, s64, w64) = (rows as i64, s as i64, words as i64);
                 let mut b = cx.stream.launch_builder(&cx.functions.flash_pack_mask);
@@ -143,6 +148,20 @@ fn prepare<'a>(
                 // rows·s elements, the shape rule) and lane 0 of each warp writes word t/32
                 // < rows·words, the length of `bits`.
                 launched(op, unsafe { b.launch(super::grid(rows * words * 32)) })?;
+                if tile_words > 0 {
+                    let (mats64, l64) = (mats as i64, l as i64);
+                    let mut b = cx.stream.launch_builder(&cx.functions.flash_tile_any);
+                    b.arg(bits.slice_mut())
+                        .arg(&mats64)
+                        .arg(&l64)
+                        .arg(&s64)
+                        .arg(&w64);
+                    // SAFETY: thread t < mats·⌈l/64⌉·⌈s/64⌉ = tile_words reads words of rows
+                    // below mats·l = rows (rows·words packed above) and writes word
+                    // rows·words + t, inside the rows·words + tile_words allocated.
+                    launched(op, unsafe { b.launch(super::grid(tile_words)) })?;
+                    tiles = 1;
+                }
             }
             if !shared {
                 mask_bstride = (l * words) as i64;
@@ -157,7 +176,8 @@ fn prepare<'a>(
     }
     let mut nonfinite = output(cx, op, 1)?;
     launched(op, cx.stream.memset_zeros(nonfinite.slice_mut()))?;
-    if causal {
+    // the flag lets causal tiles and the boolean mask's blocked tiles be skipped
+    if causal || tiles != 0 {
         for t in finite {
             flag_nonfinite(cx, op, buffer(op, t)?, t.numel(), &mut nonfinite)?;
         }
@@ -179,7 +199,7 @@ fn prepare<'a>(
                 AttentionMask::Boolean => 1,
                 AttentionMask::AdditiveBias => 2,
             },
-            pad: 0,
+            tiles,
         },
         q,
         k,
@@ -302,7 +322,7 @@ fn prepare_vjp<'a>(
         }
         None => stats(cx, op, &c, o, g)?,
     };
-    if c.g.causal != 0 {
+    if c.g.causal != 0 || c.g.tiles != 0 {
         let rows = (c.g.bh * c.g.l) as usize;
         flag_nonfinite(cx, op, &st, rows, &mut c.nonfinite)?;
     }

@@ -61,8 +61,19 @@ pub fn flash_case(seed: u64, small: bool) -> (torchlean::graph::Op, Vec<Array<f6
         };
         let mut m = draw(&shape, Gen::Normal, seed2 + 3);
         if mask == AttentionMask::Boolean {
-            for x in &mut m.data {
-                *x = if below(4) == 0 { 0.0 } else { 1.0 };
+            // random entries, or a structure whose blocked entries fill whole 64 × 64 tiles
+            // (which the kernels skip when every value is finite): a causal pattern given as
+            // a mask, blocks along the diagonal, key padding (a length per batch matrix)
+            let (structure, block, pad) = (below(4), 1 + below(80), below(s + 1));
+            for (p, x) in m.data.iter_mut().enumerate() {
+                let (mat, i, j) = (p / (l * s), (p / s) % l, p % s);
+                let allowed = match structure {
+                    0 => j <= i,
+                    1 => i / block == j / block,
+                    2 => j < (pad + 37 * mat) % (s + 1),
+                    _ => below(4) != 0,
+                };
+                *x = if allowed { 1.0 } else { 0.0 };
             }
         }
         if below(3) == 0 {
