@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
             int flag = 0;
             if (causal || g.tiles) flag_over(v, bh * s * dv, &flag);
             launch({qt, (unsigned)bh, (unsigned)((dv + 63) / 64)}, FA_THREADS, [&] {
-                flash_forward(q.data(), k.data(), v.data(), bits.data(), bias, &flag, y.data(), left.data(),
+                (g.tiles ? flash_forward_tiles : flash_forward)(q.data(), k.data(), v.data(), bits.data(), bias, &flag, y.data(), left.data(),
                               nullptr, g, 0);
             });
         }
@@ -93,7 +93,7 @@ int main(int argc, char** argv) {
                        [&] { flash_row_dot(gy.data(), y.data(), st.data(), R, dv); });
             } else {
                 launch({qt, (unsigned)bh, 1}, FA_THREADS, [&] {
-                    flash_forward(q.data(), k.data(), v.data(), bits.data(), bias, &flag, y.data(), st.data(),
+                    (g.tiles ? flash_forward_tiles : flash_forward)(q.data(), k.data(), v.data(), bits.data(), bias, &flag, y.data(), st.data(),
                                   gy.data(), g, 1);
                 });
             }
@@ -106,13 +106,13 @@ int main(int argc, char** argv) {
                 std::fill(dk.begin(), dk.end(), NAN);
                 std::fill(dvv.begin(), dvv.end(), NAN);
                 launch({kt, (unsigned)bh, (unsigned)((std::max(d, dv) + 63) / 64)}, FA_THREADS, [&] {
-                    flash_bwd_kv(q.data(), k.data(), v.data(), bits.data(), bias, &flag, st.data(), gy.data(),
+                    (g.tiles ? flash_bwd_kv_tiles : flash_bwd_kv)(q.data(), k.data(), v.data(), bits.data(), bias, &flag, st.data(), gy.data(),
                                  dk.data(), dvv.data(), g, dq.data(), fuse ? 1 : 0);
                 });
             }
             if (!fuse || mask == 2)
                 launch({qt, (unsigned)bh, (unsigned)std::max(1LL, (d + 63) / 64)}, FA_THREADS, [&] {
-                    flash_bwd_q(q.data(), k.data(), v.data(), bits.data(), bias, &flag, st.data(), gy.data(),
+                    (g.tiles ? flash_bwd_q_tiles : flash_bwd_q)(q.data(), k.data(), v.data(), bits.data(), bias, &flag, st.data(), gy.data(),
                                 dq.data(), dbf.data(), g, fuse ? 0 : 1, mask == 2);
                 });
         }

@@ -251,7 +251,8 @@ __device__ __forceinline__ float fa_sum8(float x) {
 // VJP's first pass; one chunk): stats[row] = log-sum-exp of the row's allowed scores (0 for
 // a row that attends nothing), stats[R + row] = 1 when the row attends some key (else 0),
 // stats[2R + row] = dO·O.
-extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_forward(
+template <bool TILES>
+__device__ __forceinline__ void flash_forward_impl(
     const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
     const unsigned* __restrict__ bits, const float* __restrict__ bias,
     const int* __restrict__ nonfinite, float* __restrict__ out, float* __restrict__ stats,
@@ -266,7 +267,7 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_forward(
     const long long rows = min((long long)FA_T, g.l - q0);
     const long long nkt = (g.s + FA_T - 1) / FA_T;
     const bool skip = g.causal && nonfinite[0] == 0;
-    const bool skip_tiles = g.tiles && nonfinite[0] == 0;
+    const bool skip_tiles = TILES && g.tiles && nonfinite[0] == 0;
     const long long kt_end = skip ? min(nkt, (q0 + rows - 1) / FA_T + 1) : nkt;
     const bool single = g.d <= FA_C;
     for (long long b = blockIdx.y; b < g.bh; b += gridDim.y) {
@@ -359,6 +360,22 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_forward(
         }
     }
 }
+// Without tile words (no boolean mask) the tile test is compiled out, so those calls run the
+// same code as before tiles existed; with them, the _tiles entry point.
+extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_forward(
+    const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
+    const unsigned* __restrict__ bits, const float* __restrict__ bias,
+    const int* __restrict__ nonfinite, float* __restrict__ out, float* __restrict__ stats,
+    const float* __restrict__ dout, Flash g, int mode) {
+    flash_forward_impl<false>(q, k, v, bits, bias, nonfinite, out, stats, dout, g, mode);
+}
+extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_forward_tiles(
+    const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
+    const unsigned* __restrict__ bits, const float* __restrict__ bias,
+    const int* __restrict__ nonfinite, float* __restrict__ out, float* __restrict__ stats,
+    const float* __restrict__ dout, Flash g, int mode) {
+    flash_forward_impl<true>(q, k, v, bits, bias, nonfinite, out, stats, dout, g, mode);
+}
 
 // stats[2R + row] = dO·O of each of the R rows (one warp per row), for a VJP whose
 // log-sum-exps the forward left.
@@ -399,7 +416,8 @@ __device__ __forceinline__ void fa_grad_entry(const Flash& g, const float* __res
 // into dq (zeroed by the caller) with atomicAdd: the query kernel's recomputation of S and
 // dP is saved, at the price of an order of additions that varies from run to run; rows that
 // attend nothing receive nothing.
-extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_bwd_kv(
+template <bool TILES>
+__device__ __forceinline__ void flash_bwd_kv_impl(
     const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
     const unsigned* __restrict__ bits, const float* __restrict__ bias,
     const int* __restrict__ nonfinite, const float* __restrict__ stats,
@@ -416,7 +434,7 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_bwd_kv(
     const long long keys = min((long long)FA_T, g.s - k0);
     const long long R = g.bh * g.l, nqt = (g.l + FA_T - 1) / FA_T;
     const bool skip = g.causal && nonfinite[0] == 0;
-    const bool skip_tiles = g.tiles && nonfinite[0] == 0;
+    const bool skip_tiles = TILES && g.tiles && nonfinite[0] == 0;
     const long long qt_begin = skip ? k0 / FA_T : 0;
     const bool single_d = g.d <= FA_C, single_v = g.dv <= FA_C;
     const bool do_dk = z0 < g.d, do_dv = z0 < g.dv;
@@ -510,13 +528,32 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_bwd_kv(
         }
     }
 }
+// Without tile words (no boolean mask) the tile test is compiled out, so those calls run the
+// same code as before tiles existed; with them, the _tiles entry point.
+extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_bwd_kv(
+    const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
+    const unsigned* __restrict__ bits, const float* __restrict__ bias,
+    const int* __restrict__ nonfinite, const float* __restrict__ stats,
+    const float* __restrict__ dout, float* __restrict__ dk, float* __restrict__ dv, Flash g,
+    float* __restrict__ dq, int fuse_dq) {
+    flash_bwd_kv_impl<false>(q, k, v, bits, bias, nonfinite, stats, dout, dk, dv, g, dq, fuse_dq);
+}
+extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_bwd_kv_tiles(
+    const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
+    const unsigned* __restrict__ bits, const float* __restrict__ bias,
+    const int* __restrict__ nonfinite, const float* __restrict__ stats,
+    const float* __restrict__ dout, float* __restrict__ dk, float* __restrict__ dv, Flash g,
+    float* __restrict__ dq, int fuse_dq) {
+    flash_bwd_kv_impl<true>(q, k, v, bits, bias, nonfinite, stats, dout, dk, dv, g, dq, fuse_dq);
+}
 
 // VJP, queries (and the additive mask): one block per 64 query rows (blockIdx.x) and chunk
 // z of d (blockIdx.z): dQ = scale · dS K over every key tile the rows can see; with
 // want_bias (chunk 0 only), dbias[b, i, j] = dS for every entry visited (the caller zeroes
 // the buffer first: skipped causal tiles hold exact zeros). Thread rows are queries,
 // scattered columns keys. Dynamic shared memory 5 tiles.
-extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_bwd_q(
+template <bool TILES>
+__device__ __forceinline__ void flash_bwd_q_impl(
     const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
     const unsigned* __restrict__ bits, const float* __restrict__ bias,
     const int* __restrict__ nonfinite, const float* __restrict__ stats,
@@ -533,7 +570,7 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_bwd_q(
     const long long rows = min((long long)FA_T, g.l - i0);
     const long long R = g.bh * g.l, nkt = (g.s + FA_T - 1) / FA_T;
     const bool skip = g.causal && nonfinite[0] == 0;
-    const bool skip_tiles = g.tiles && nonfinite[0] == 0;
+    const bool skip_tiles = TILES && g.tiles && nonfinite[0] == 0;
     const long long kt_end = skip ? min(nkt, (i0 + rows - 1) / FA_T + 1) : nkt;
     const bool single_d = g.d <= FA_C, single_v = g.dv <= FA_C;
     const bool bias_here = want_bias && blockIdx.z == 0;
@@ -597,4 +634,22 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_bwd_q(
             }
         }
     }
+}
+// Without tile words (no boolean mask) the tile test is compiled out, so those calls run the
+// same code as before tiles existed; with them, the _tiles entry point.
+extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_bwd_q(
+    const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
+    const unsigned* __restrict__ bits, const float* __restrict__ bias,
+    const int* __restrict__ nonfinite, const float* __restrict__ stats,
+    const float* __restrict__ dout, float* __restrict__ dq, float* __restrict__ dbias, Flash g,
+    int want_dq, int want_bias) {
+    flash_bwd_q_impl<false>(q, k, v, bits, bias, nonfinite, stats, dout, dq, dbias, g, want_dq, want_bias);
+}
+extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_bwd_q_tiles(
+    const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
+    const unsigned* __restrict__ bits, const float* __restrict__ bias,
+    const int* __restrict__ nonfinite, const float* __restrict__ stats,
+    const float* __restrict__ dout, float* __restrict__ dq, float* __restrict__ dbias, Flash g,
+    int want_dq, int want_bias) {
+    flash_bwd_q_impl<true>(q, k, v, bits, bias, nonfinite, stats, dout, dq, dbias, g, want_dq, want_bias);
 }

@@ -84,6 +84,10 @@ pub struct Functions {
     pub flash_forward: CudaFunction,
     pub flash_bwd_kv: CudaFunction,
     pub flash_bwd_q: CudaFunction,
+    /// The flash kernels that skip the tiles a boolean mask blocks (tile words present).
+    pub flash_forward_tiles: CudaFunction,
+    pub flash_bwd_kv_tiles: CudaFunction,
+    pub flash_bwd_q_tiles: CudaFunction,
 }
 
 /// cuBLAS behind a lock: one handle, used by one thread at a time.
@@ -272,6 +276,9 @@ fn create() -> Result<Context, String> {
         flash_forward: f("flash_forward")?,
         flash_bwd_kv: f("flash_bwd_kv")?,
         flash_bwd_q: f("flash_bwd_q")?,
+        flash_forward_tiles: f("flash_forward_tiles")?,
+        flash_bwd_kv_tiles: f("flash_bwd_kv_tiles")?,
+        flash_bwd_q_tiles: f("flash_bwd_q_tiles")?,
     };
     crate::kernels::attention::allow_shared_memory(&functions)?;
     let cublas = format!(

@@ -20,7 +20,7 @@
 use super::{buffer, cx, launched, output, tensor};
 use crate::device::Context;
 use crate::memory::CudaBuffer;
-use cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, DeviceRepr, LaunchConfig, PushKernelArg};
 use torchlean::graph::{AttentionMask, Op, OpKind};
 use torchlean::{Error, Result, Tensor};
 
@@ -44,6 +44,9 @@ pub fn allow_shared_memory(f: &crate::device::Functions) -> std::result::Result<
         ("flash_forward", &f.flash_forward, FORWARD_TILES),
         ("flash_bwd_kv", &f.flash_bwd_kv, BWD_KV_TILES),
         ("flash_bwd_q", &f.flash_bwd_q, BWD_Q_TILES),
+        ("flash_forward_tiles", &f.flash_forward_tiles, FORWARD_TILES),
+        ("flash_bwd_kv_tiles", &f.flash_bwd_kv_tiles, BWD_KV_TILES),
+        ("flash_bwd_q_tiles", &f.flash_bwd_q_tiles, BWD_Q_TILES),
     ] {
         let bytes = tiles * TILE_FLOATS * 4;
         func.set_attribute(MAX, bytes as i32).map_err(|e| {
@@ -210,6 +213,18 @@ fn prepare<'a>(
     })
 }
 
+impl Call<'_> {
+    /// The entry point of a flash kernel for this call: the one that tests the tile words
+    /// when the packed mask has them, else the one compiled without the test.
+    fn kernel<'f>(&self, plain: &'f CudaFunction, tiles: &'f CudaFunction) -> &'f CudaFunction {
+        if self.g.tiles != 0 {
+            tiles
+        } else {
+            plain
+        }
+    }
+}
+
 /// A name for one call (its op and its inputs' identities and shapes), under which the
 /// forward leaves its row statistics for the VJP of the same call. A VJP handed an output of
 /// another call, or of another kernel, finds no statistics under its key and recomputes them.
@@ -265,7 +280,10 @@ fn stats(
     let rows = (c.g.bh * c.g.l) as usize;
     let mut st = output(cx, op, 3 * rows)?;
     let mode = 1i32;
-    let mut b = cx.stream.launch_builder(&cx.functions.flash_forward);
+    let mut b = cx.stream.launch_builder(c.kernel(
+        &cx.functions.flash_forward,
+        &cx.functions.flash_forward_tiles,
+    ));
     call_args(&mut b, c);
     b.arg(out.slice())
         .arg(st.slice_mut())
@@ -367,7 +385,10 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
     // call's VJP (which recomputes them for any other output)
     let mut stats = output(cx, op, 3 * (c.g.bh * c.g.l) as usize)?;
     let mode = 0i32;
-    let mut b = cx.stream.launch_builder(&cx.functions.flash_forward);
+    let mut b = cx.stream.launch_builder(c.kernel(
+        &cx.functions.flash_forward,
+        &cx.functions.flash_forward_tiles,
+    ));
     call_args(&mut b, &c);
     b.arg(out.slice_mut())
         .arg(stats.slice_mut())
@@ -428,7 +449,9 @@ pub fn vjp(
         }
         if kv {
             let fuse = fuse_dq as i32;
-            let mut b = cx.stream.launch_builder(&cx.functions.flash_bwd_kv);
+            let mut b = cx.stream.launch_builder(
+                c.kernel(&cx.functions.flash_bwd_kv, &cx.functions.flash_bwd_kv_tiles),
+            );
             vjp_inputs(&mut b, &c, &st, g);
             b.arg(gk.slice_mut())
                 .arg(gv.slice_mut())
@@ -447,7 +470,9 @@ pub fn vjp(
         }
         if (need(0) && !fuse_dq) || wants_bias {
             let (want_dq, want_bias) = ((need(0) && !fuse_dq) as i32, wants_bias as i32);
-            let mut b = cx.stream.launch_builder(&cx.functions.flash_bwd_q);
+            let mut b = cx.stream.launch_builder(
+                c.kernel(&cx.functions.flash_bwd_q, &cx.functions.flash_bwd_q_tiles),
+            );
             vjp_inputs(&mut b, &c, &st, g);
             b.arg(gq.slice_mut())
                 .arg(gbias_full.slice_mut())
