@@ -527,15 +527,16 @@ fn native_flash_kernel_skips_only_keys_the_mask_blocks_for_a_whole_tile() {
             .map(|b| if b == 1 { 0 } else { r.below(s + 1) })
             .collect();
         let block = 1 + r.below(70);
-        for b in 0..batch {
+        for (b, &length) in lengths.iter().enumerate() {
             for i in 0..l {
                 for j in 0..s {
                     let allowed = match kind {
                         0 => j <= i,
-                        1 => j < lengths[b],
+                        1 => j < length,
                         2 => i / block == j / block,
-                        _ => (64..128).contains(&i) && j > s, // rows 64..128 fully blocked
-                    } || (kind == 3 && !(64..128).contains(&i) && (i + j) % 3 != 0);
+                        // rows 64..128 (a whole query tile) fully blocked, the others a pattern
+                        _ => !(64..128).contains(&i) && (i + j) % 3 != 0,
+                    };
                     mask.data[(b * l + i) * s + j] = allowed as u8 as f64;
                 }
             }
