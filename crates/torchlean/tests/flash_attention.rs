@@ -342,36 +342,48 @@ fn run_kernel(
     )
 }
 
+/// Runs the native flash kernel's forward and VJP on `xs` (a cotangent drawn from `r`) and
+/// asserts both within 2e-4·(1 + max |spec|) of the f64 spec, every gradient present on both
+/// sides or neither; returns the worst forward and gradient errors.
+fn flash_within_bound_of_the_spec(
+    what: &str,
+    op: &Op,
+    xs: &[Array<f64>],
+    r: &mut Draws,
+) -> (f64, f64) {
+    use torchlean::providers::native_cpu::{flash_forward, flash_vjp};
+    let refs: Vec<&Array<f64>> = xs.iter().collect();
+    let want = spec::forward(op, &refs).expect("the spec accepts the call");
+    let gy = r.array(&want.shape);
+    let want_grads = spec::vjp(op, &refs, &want, &gy).expect("the spec VJP");
+    let (y, grads) = run_kernel(flash_forward, flash_vjp, op, xs, &gy);
+    let forward = error(&y, &want.data);
+    assert!(forward <= 2e-4, "{what}: forward error {forward}");
+    let mut worst = 0.0f64;
+    for (i, (g, w)) in grads.iter().zip(&want_grads).enumerate() {
+        match (g, w) {
+            (Some(g), Some(w)) => {
+                let e = error(g, &w.data);
+                assert!(e <= 2e-4, "{what}: gradient {i} error {e}");
+                worst = worst.max(e);
+            }
+            (None, None) => {}
+            _ => panic!("{what}: gradient {i} present on one side only"),
+        }
+    }
+    (forward, worst)
+}
+
 #[test]
 fn native_flash_kernel_matches_the_spec() {
-    use torchlean::providers::native_cpu::{flash_forward, flash_vjp};
     let mut r = Draws(3300);
     let (mut worst_forward, mut worst_vjp) = (0.0f64, 0.0f64);
     for case in 0..60 {
         let (op, xs) = kernel_case(&mut r);
-        let refs: Vec<&Array<f64>> = xs.iter().collect();
-        let want = spec::forward(&op, &refs).expect("the spec accepts the call");
-        let gy = r.array(&want.shape);
-        let want_grads = spec::vjp(&op, &refs, &want, &gy).expect("the spec VJP");
-        let (y, grads) = run_kernel(flash_forward, flash_vjp, &op, &xs, &gy);
-        let e = error(&y, &want.data);
-        assert!(
-            e <= 2e-4,
-            "case {case} {op:?} {:?}: forward error {e}",
-            xs[0].shape
-        );
-        worst_forward = worst_forward.max(e);
-        for (i, (g, w)) in grads.iter().zip(&want_grads).enumerate() {
-            match (g, w) {
-                (Some(g), Some(w)) => {
-                    let e = error(g, &w.data);
-                    assert!(e <= 2e-4, "case {case} {op:?}: gradient {i} error {e}");
-                    worst_vjp = worst_vjp.max(e);
-                }
-                (None, None) => {}
-                _ => panic!("case {case}: gradient {i} present on one side only"),
-            }
-        }
+        let what = format!("case {case} {op:?} {:?}", xs[0].shape);
+        let (f, v) = flash_within_bound_of_the_spec(&what, &op, &xs, &mut r);
+        worst_forward = worst_forward.max(f);
+        worst_vjp = worst_vjp.max(v);
     }
     eprintln!("flash kernel vs spec: worst forward {worst_forward:e}, worst VJP {worst_vjp:e}");
 }
@@ -511,7 +523,6 @@ fn native_flash_kernel_reads_strided_operands_in_place() {
 /// passes above).
 #[test]
 fn native_flash_kernel_skips_only_keys_the_mask_blocks_for_a_whole_tile() {
-    use torchlean::providers::native_cpu::{flash_forward, flash_vjp};
     let mut r = Draws(4400);
     for case in 0..40 {
         let batch = 1 + r.below(3);
@@ -561,24 +572,7 @@ fn native_flash_kernel_skips_only_keys_the_mask_blocks_for_a_whole_tile() {
                 f64::INFINITY
             };
         }
-        let refs: Vec<&Array<f64>> = xs.iter().collect();
-        let want = spec::forward(&op, &refs).expect("the spec accepts the call");
-        let gy = r.array(&want.shape);
-        let want_grads = spec::vjp(&op, &refs, &want, &gy).expect("the spec VJP");
-        let (y, grads) = run_kernel(flash_forward, flash_vjp, &op, &xs, &gy);
-        let e = error(&y, &want.data);
-        assert!(
-            e <= 2e-4,
-            "case {case} (mask kind {kind}, L {l}, S {s}): forward error {e}"
-        );
-        for (i, (g, w)) in grads.iter().zip(&want_grads).enumerate() {
-            if let (Some(g), Some(w)) = (g, w) {
-                let e = error(g, &w.data);
-                assert!(
-                    e <= 2e-4,
-                    "case {case} (mask kind {kind}, L {l}, S {s}): gradient {i} error {e}"
-                );
-            }
-        }
+        let what = format!("case {case} (mask kind {kind}, L {l}, S {s})");
+        flash_within_bound_of_the_spec(&what, &op, &xs, &mut r);
     }
 }
