@@ -64,6 +64,9 @@ impl Spans {
         if !skip {
             return 0..at.s;
         }
+        // in range by construction: one list per mask matrix (one, or one per batch matrix
+        // bi < batch), each of ⌈L / QT⌉ tiles (t < that); called with `skip` only on spans
+        // built by `Spans::new`
         let per_mat = if self.0.len() == 1 { 0 } else { bi };
         self.0[per_mat][t].clone()
     }
