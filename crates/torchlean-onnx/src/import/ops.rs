@@ -51,6 +51,7 @@ const KNOWN: &[&str] = &[
     "Mul",
     "Neg",
     "Not",
+    "Pad",
     "Pow",
     "Range",
     "Reciprocal",
@@ -567,6 +568,7 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
             reshape(b, &picked, out_shape).map(|v| vec![v])
         }
         "Slice" => slice(b, inputs).map(|v| vec![v]),
+        "Pad" => pad(b, a, inputs).map(|v| vec![v]),
         "Split" => split(b, a, inputs),
         "ReduceMean" | "ReduceSum" => {
             let x = arg(inputs, 0)?;
@@ -808,6 +810,92 @@ fn slice(b: &mut Builder, inputs: &[Option<Value>]) -> Map<Value> {
             },
             &[&out],
         )?;
+    }
+    Ok(out)
+}
+
+/// `Pad` in `constant` mode (the default; PyTorch's `F.pad`, `nn.ZeroPad2d`,
+/// `nn.ConstantPad*d`): per axis, a negative amount crops (`slice`), then a positive one
+/// concatenates blocks of the constant before and after (`concat`, whose VJP hands the input
+/// exactly its own cotangent). Pads, axes and the value must be known at import; the blocks
+/// count against the import's constant budget. `reflect`, `edge` and `wrap` are refused.
+fn pad(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Value> {
+    let mode = a.string("mode", "constant")?;
+    if mode != "constant" {
+        return Err(format!("Pad mode `{mode}` (only `constant`)"));
+    }
+    let x = arg(inputs, 0)?;
+    let rank = b.shape(x).len();
+    let pads = b.ints(arg(inputs, 1)?, "pads")?;
+    let axes: Vec<usize> = match opt(inputs, 3) {
+        Some(v) => b
+            .ints(v, "axes")?
+            .into_iter()
+            .map(|ax| normalize_axis(ax, rank))
+            .collect::<Result<_, _>>()?,
+        None => (0..rank).collect(),
+    };
+    if pads.len() != 2 * axes.len() {
+        return Err(format!(
+            "Pad with {} pads for {} axes (expected begins then ends: 2 per axis)",
+            pads.len(),
+            axes.len()
+        ));
+    }
+    if (1..axes.len()).any(|i| axes[..i].contains(&axes[i])) {
+        return Err(format!("Pad with a repeated axis in {axes:?}"));
+    }
+    let value = match opt(inputs, 2) {
+        None => 0.0,
+        Some(v) => b
+            .known(v)
+            .and_then(|c| c.scalar())
+            .ok_or("Pad's constant_value computed at run time (only a constant scalar)")?,
+    };
+    let mut out = x.clone();
+    for (i, &axis) in axes.iter().enumerate() {
+        let (before, after) = (pads[i], pads[i + axes.len()]);
+        let n = b.shape(&out)[axis] as i64;
+        // a negative amount removes elements from that end
+        let (start, end) = (
+            before.min(0).saturating_neg(),
+            n.saturating_add(after.min(0)),
+        );
+        if start > end {
+            return Err(format!(
+                "Pad crops {} of the {n} elements of axis {axis}",
+                start.saturating_add(n.saturating_sub(end))
+            ));
+        }
+        if start > 0 || end < n {
+            out = b.op_on(
+                Op::Slice {
+                    axis,
+                    start: start as usize,
+                    end: end as usize,
+                },
+                &[&out],
+            )?;
+        }
+        let mut parts = Vec::with_capacity(3);
+        for (k, at_end) in [(before, false), (after, true)] {
+            if k <= 0 {
+                continue;
+            }
+            let mut dims = b.shape(&out).to_vec();
+            dims[axis] = usize::try_from(k).map_err(|_| format!("Pad amount {k}"))?;
+            let count = b.budget.take(&dims)?;
+            let block = konst(Const::f32(dims, vec![value; count]));
+            parts.push((at_end, block));
+        }
+        if parts.is_empty() {
+            continue;
+        }
+        let mut order: Vec<&Value> = parts.iter().filter(|p| !p.0).map(|p| &p.1).collect();
+        order.push(&out);
+        order.extend(parts.iter().filter(|p| p.0).map(|p| &p.1));
+        let padded = b.op_on(Op::Concat { axis }, &order)?;
+        out = padded;
     }
     Ok(out)
 }
