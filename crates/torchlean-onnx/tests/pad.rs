@@ -7,21 +7,12 @@
 
 mod common;
 
-use common::{floats, ints, model, node, run_graph, value_info as vi, with_int};
+use common::{floats, ints, model, node, run_graph, value_info as vi, values, with_int};
 use onnx_protobuf::{attribute_proto::AttributeType, AttributeProto};
 use std::collections::HashMap;
 use torchlean::backend::BackendProfile;
 
 const FLOAT: i32 = 1;
-
-fn values(n: usize, seed: u64) -> Vec<f32> {
-    (0..n)
-        .map(|i| {
-            let z = torchlean::spec::splitmix64(seed ^ (i as u64).wrapping_mul(0x9e37_79b9));
-            (z >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-        })
-        .collect()
-}
 
 /// Pad's definition: output extent n + before + after per axis; output index o reads input
 /// index o − before when that lies in [0, n), else holds `value`.

@@ -6,22 +6,12 @@
 
 mod common;
 
-use common::{floats, model, node, run_graph, value_info as vi, with_int, with_ints};
+use common::{floats, model, node, run_graph, value_info as vi, values, with_int, with_ints};
 use std::collections::HashMap;
 use torchlean::backend::BackendProfile;
 use torchlean::Tensor;
 
 const FLOAT: i32 = 1;
-
-/// Deterministic values in [-1, 1).
-fn values(n: usize, seed: u64) -> Vec<f32> {
-    (0..n)
-        .map(|i| {
-            let z = torchlean::spec::splitmix64(seed ^ (i as u64).wrapping_mul(0x9e37_79b9));
-            (z >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-        })
-        .collect()
-}
 
 struct Conv1d {
     n: usize,

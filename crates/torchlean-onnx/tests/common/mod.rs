@@ -200,3 +200,13 @@ pub fn floats(name: &str, dims: &[i64], data: &[f32]) -> TensorProto {
 pub fn constant(out: &str, t: TensorProto) -> NodeProto {
     with_tensor(node(out, "Constant", &[], &[out]), "value", t)
 }
+
+/// Deterministic values in [-1, 1).
+pub fn values(n: usize, seed: u64) -> Vec<f32> {
+    (0..n)
+        .map(|i| {
+            let z = torchlean::spec::splitmix64(seed ^ (i as u64).wrapping_mul(0x9e37_79b9));
+            (z >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        })
+        .collect()
+}
