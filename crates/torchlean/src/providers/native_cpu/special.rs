@@ -360,13 +360,8 @@ impl<'a> Attention<'a> {
         bi: usize,
         rows: &std::ops::Range<usize>,
     ) -> std::ops::Range<usize> {
-        let cut = |i: usize| {
-            if self.causal {
-                (i + 1).min(self.s)
-            } else {
-                self.s
-            }
-        };
+        let cut = |i: usize| self.causal_cut(i);
+        // the last row's cut: every row's is at most it
         let end = if self.causal {
             rows.end.min(self.s)
         } else {
@@ -398,14 +393,19 @@ impl<'a> Attention<'a> {
         }
     }
 
-    /// Whether query row `i` of batch matrix `bi` has every key blocked (by the boolean mask
-    /// and the causal cut): its output is zeros and it passes no gradient.
-    pub(super) fn fully_blocked(&self, bi: usize, i: usize) -> bool {
-        let allowed = if self.causal {
+    /// How many keys row `i` may see before the mask: up to the causal cut, or all of them.
+    pub(super) fn causal_cut(&self, i: usize) -> usize {
+        if self.causal {
             (i + 1).min(self.s)
         } else {
             self.s
-        };
+        }
+    }
+
+    /// Whether query row `i` of batch matrix `bi` has every key blocked (by the boolean mask
+    /// and the causal cut): its output is zeros and it passes no gradient.
+    pub(super) fn fully_blocked(&self, bi: usize, i: usize) -> bool {
+        let allowed = self.causal_cut(i);
         match (self.mask, self.extra_row(bi, i)) {
             (AttentionMask::Boolean, Some(m)) => m[..allowed].iter().all(|&k| k == 0.0),
             _ => allowed == 0,
@@ -444,7 +444,7 @@ impl<'a> Attention<'a> {
             if self.causal && i + 1 < s {
                 row[i + 1..].fill(f32::NEG_INFINITY);
             }
-            let allowed = if self.causal { (i + 1).min(s) } else { s };
+            let allowed = self.causal_cut(i);
             let all_blocked = match (self.mask, extra) {
                 (AttentionMask::Boolean, Some(m)) => m[..allowed].iter().all(|&k| k == 0.0),
                 _ => allowed == 0,
