@@ -57,6 +57,33 @@ inline float atomicAdd(float* p, float v) {
 }
 using std::isfinite;
 inline float __int_as_float(unsigned x) { float f; std::memcpy(&f, &x, 4); return f; }
+inline float __uint_as_float(unsigned x) { return __int_as_float(x); }
+inline unsigned __float_as_uint(float x) { unsigned u; std::memcpy(&u, &x, 4); return u; }
+// mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 by its definition, for the warp of the
+// calling thread (every lane calls it together, as the instruction requires): D = A·B + C
+// with A 16×8, B 8×8, C 16×8 in the PTX fragment layout (lane = 4·gq + tq; A a0 (gq, tq),
+// a1 (gq+8, tq), a2 (gq, tq+4), a3 (gq+8, tq+4); B b0 (k tq, n gq), b1 (k tq+4, n gq); C c0
+// (gq, 2tq), c1 (gq, 2tq+1), c2 (gq+8, 2tq), c3 (gq+8, 2tq+1)). The operands are TF32 values
+// (low 13 bits zero), so each product is exact in f32; the sum runs over k in order.
+unsigned g_mma_a[1024][4], g_mma_b[1024][2];
+inline void fa_emu_mma(float c[4], const unsigned a[4], const unsigned b[2]) {
+    int t = threadIdx.x, w = t / 32, lane = t % 32;
+    for (int r = 0; r < 4; ++r) g_mma_a[t][r] = a[r];
+    for (int r = 0; r < 2; ++r) g_mma_b[t][r] = b[r];
+    g_warp[w]->arrive_and_wait();
+    const int gq = lane >> 2, tq = lane & 3;
+    for (int e = 0; e < 4; ++e) {
+        const int row = gq + 8 * (e >> 1), col = 2 * tq + (e & 1);
+        float acc = c[e];
+        for (int k = 0; k < 8; ++k) {
+            const float x = __uint_as_float(g_mma_a[w * 32 + (row % 8) * 4 + k % 4][row / 8 + 2 * (k / 4)]);
+            const float y = __uint_as_float(g_mma_b[w * 32 + col * 4 + k % 4][k / 4]);
+            acc += x * y;
+        }
+        c[e] = acc;
+    }
+    g_warp[w]->arrive_and_wait();
+}
 inline long long min(long long a, long long b) { return a < b ? a : b; }
 inline int min(int a, int b) { return a < b ? a : b; }
 alignas(16) float smem[6 * 64 * 68];

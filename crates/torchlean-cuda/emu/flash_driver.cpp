@@ -55,9 +55,9 @@ int main(int argc, char** argv) {
         }
         if (mask == 2 && !shared) g.mask_bstride = l * s;
         const float* bias = mask == 2 ? m.data() : q.data();
-        auto flag_over = [&](const std::vector<float>& x, long n, int* flag) {
+        auto flag_over = [&](const std::vector<float>& x, long n, int* flag, float limit = INFINITY) {
             if (n > 0)
-                launch({(unsigned)((n + 255) / 256), 1, 1}, 256, [&] { flash_nonfinite(x.data(), n, flag); });
+                launch({(unsigned)((n + 255) / 256), 1, 1}, 256, [&] { flash_nonfinite(x.data(), n, flag, limit); });
         };
         unsigned qt = (unsigned)((l + 63) / 64), kt = (unsigned)((s + 63) / 64);
         std::vector<float> y(std::max(1LL, bh * l * dv), NAN);
@@ -68,9 +68,22 @@ int main(int argc, char** argv) {
         if (bh * l * dv > 0) {
             int flag = 0;
             if (causal || g.tiles) flag_over(v, bh * s * dv, &flag);
+            // as kernels/attention.rs: with d, dv <= 64 the tensor-core kernel takes the call
+            // unless a value is too large to split (then the f32 kernel, gated on that flag)
+            const bool mma = d <= 64 && dv <= 64;
+            int wide = 0;
+            if (mma) {
+                flag_over(q, bh * l * d, &wide, FA_LIMIT);
+                flag_over(k, bh * s * d, &wide, FA_LIMIT);
+                flag_over(v, bh * s * dv, &wide, FA_LIMIT);
+                launch({qt, (unsigned)bh, 1}, FA_THREADS, [&] {
+                    (g.tiles ? flash_forward_mma_tiles : flash_forward_mma)(q.data(), k.data(), v.data(), bits.data(), bias, &flag, &wide,
+                                  y.data(), left.data(), g);
+                });
+            }
             launch({qt, (unsigned)bh, (unsigned)((dv + 63) / 64)}, FA_THREADS, [&] {
                 (g.tiles ? flash_forward_tiles : flash_forward)(q.data(), k.data(), v.data(), bits.data(), bias, &flag, y.data(), left.data(),
-                              nullptr, g, 0);
+                              nullptr, g, 0, mma ? &wide : nullptr);
             });
         }
         std::vector<float> dq(q.size(), 0.0f), dk(k.size(), 0.0f), dvv(v.size(), 0.0f);
@@ -94,10 +107,21 @@ int main(int argc, char** argv) {
             } else {
                 launch({qt, (unsigned)bh, 1}, FA_THREADS, [&] {
                     (g.tiles ? flash_forward_tiles : flash_forward)(q.data(), k.data(), v.data(), bits.data(), bias, &flag, y.data(), st.data(),
-                                  gy.data(), g, 1);
+                                  gy.data(), g, 1, nullptr);
                 });
             }
             if (causal || g.tiles) flag_over(st, bh * l, &flag);
+            // as kernels/attention.rs: with d, dv <= 64 the tensor-core key kernel takes the
+            // call unless a value of q, k, v, O or dO is too large to split
+            const bool mma_kv = d <= 64 && dv <= 64;
+            int wide_kv = 0;
+            if (mma_kv) {
+                flag_over(q, bh * l * d, &wide_kv, FA_LIMIT);
+                flag_over(k, bh * s * d, &wide_kv, FA_LIMIT);
+                flag_over(v, bh * s * dv, &wide_kv, FA_LIMIT);
+                flag_over(y, bh * l * dv, &wide_kv, FA_LIMIT);
+                flag_over(gy, bh * l * dv, &wide_kv, FA_LIMIT);
+            }
             // as kernels/attention.rs: with one chunk of each head dimension the key kernel
             // adds dQ itself (every other call here, so that both paths are checked)
             const bool fuse = std::max(d, dv) > 0 && std::max(d, dv) <= 64 && (call % 4) < 2;
@@ -105,9 +129,14 @@ int main(int argc, char** argv) {
             if (std::max(d, dv) > 0) {
                 std::fill(dk.begin(), dk.end(), NAN);
                 std::fill(dvv.begin(), dvv.end(), NAN);
+                if (mma_kv)
+                    launch({kt, (unsigned)bh, 1}, FA_THREADS, [&] {
+                        (g.tiles ? flash_bwd_kv_mma_tiles : flash_bwd_kv_mma)(q.data(), k.data(), v.data(), bits.data(), bias, &flag, &wide_kv,
+                                     st.data(), gy.data(), dk.data(), dvv.data(), g, dq.data(), fuse ? 1 : 0);
+                    });
                 launch({kt, (unsigned)bh, (unsigned)((std::max(d, dv) + 63) / 64)}, FA_THREADS, [&] {
                     (g.tiles ? flash_bwd_kv_tiles : flash_bwd_kv)(q.data(), k.data(), v.data(), bits.data(), bias, &flag, st.data(), gy.data(),
-                                 dk.data(), dvv.data(), g, dq.data(), fuse ? 1 : 0);
+                                 dk.data(), dvv.data(), g, dq.data(), fuse ? 1 : 0, mma_kv ? &wide_kv : nullptr);
                 });
             }
             if (!fuse || mask == 2)

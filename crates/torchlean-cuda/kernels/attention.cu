@@ -71,13 +71,14 @@ extern "C" __global__ void flash_tile_any(unsigned* __restrict__ bits, long long
     }
 }
 
-// flag[0] = 1 when any of the n values of a is not finite (left as it is otherwise).
+// flag[0] = 1 when any of the n values of a is not below `limit` in magnitude (left as it is
+// otherwise): with limit = +inf, when one is not finite (NaN and ±inf fail the comparison).
 extern "C" __global__ void flash_nonfinite(const float* __restrict__ a, long long n,
-                                           int* __restrict__ flag) {
+                                           int* __restrict__ flag, float limit) {
     bool bad = false;
     for (long long p = blockIdx.x * (long long)blockDim.x + threadIdx.x; p < n;
          p += (long long)gridDim.x * blockDim.x) {
-        if (!isfinite(a[p])) bad = true;
+        if (!(fabsf(a[p]) < limit)) bad = true;
     }
     if (bad) flag[0] = 1;
 }
@@ -246,7 +247,8 @@ __device__ __forceinline__ float fa_sum8(float x) {
 }
 
 // Forward. Grid (query tiles, batches (grid-stride), dv chunks); FA_THREADS threads; dynamic
-// shared memory 3 tiles. mode 0: out = attention (columns of chunk blockIdx.z), and, when
+// shared memory 3 tiles. `gate` (mode 0 only): when given, the call runs only if gate[0] is
+// nonzero — the tensor-core forward below declined it (a value too large to split). mode 0: out = attention (columns of chunk blockIdx.z), and, when
 // `stats` is given, each row's log-sum-exp and attends as below (the VJP's). mode 1 (the
 // VJP's first pass; one chunk): stats[row] = log-sum-exp of the row's allowed scores (0 for
 // a row that attends nothing), stats[R + row] = 1 when the row attends some key (else 0),
@@ -256,7 +258,9 @@ __device__ __forceinline__ void flash_forward_impl(
     const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
     const unsigned* __restrict__ bits, const float* __restrict__ bias,
     const int* __restrict__ nonfinite, float* __restrict__ out, float* __restrict__ stats,
-    const float* __restrict__ dout, Flash g, int mode) {
+    const float* __restrict__ dout, Flash g, int mode, const int* __restrict__ gate) {
+    // the tensor-core forward (flash_forward_mma) took the call unless its flag says not
+    if (gate != nullptr && gate[0] == 0) return;
     extern __shared__ __align__(16) float smem[];
     float* qs = smem;                // q rows, chunk of d
     float* ks = smem + FA_TILE;      // k rows, chunk of d; then v rows, chunk z of dv
@@ -366,15 +370,249 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_forward(
     const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
     const unsigned* __restrict__ bits, const float* __restrict__ bias,
     const int* __restrict__ nonfinite, float* __restrict__ out, float* __restrict__ stats,
-    const float* __restrict__ dout, Flash g, int mode) {
-    flash_forward_impl<false>(q, k, v, bits, bias, nonfinite, out, stats, dout, g, mode);
+    const float* __restrict__ dout, Flash g, int mode, const int* __restrict__ gate) {
+    flash_forward_impl<false>(q, k, v, bits, bias, nonfinite, out, stats, dout, g, mode, gate);
 }
 extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_forward_tiles(
     const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
     const unsigned* __restrict__ bits, const float* __restrict__ bias,
     const int* __restrict__ nonfinite, float* __restrict__ out, float* __restrict__ stats,
-    const float* __restrict__ dout, Flash g, int mode) {
-    flash_forward_impl<true>(q, k, v, bits, bias, nonfinite, out, stats, dout, g, mode);
+    const float* __restrict__ dout, Flash g, int mode, const int* __restrict__ gate) {
+    flash_forward_impl<true>(q, k, v, bits, bias, nonfinite, out, stats, dout, g, mode, gate);
+}
+
+// ---- the tensor-core forward: flash_forward_mma (d, dv <= 64) ----
+//
+// The same online softmax, masks and corner cases as flash_forward (the score, mask and
+// softmax code is the same, on the same f32 values), with the two products on tensor cores
+// in split-TF32 ("3xTF32", as CUTLASS's OpMultiplyAddFastF32, which PyTorch's f32
+// memory-efficient attention uses): each f32 operand x is split into big = x rounded to TF32
+// (cvt.rna, 10-bit mantissa) and small = (x - big) rounded to TF32, and a·b is taken as
+// big·big + big·small + small·big with f32 accumulation. |x - big - small| <= 2^-22 |x| and the
+// dropped small·small is below 2^-20 |a||b|, so each product is within about 2^-20 |a||b|
+// (against 2^-24 for an f32 product) before the f32 sums that both paths share. The split
+// needs x - big to be finite and big not to round to infinity: the host runs this kernel
+// only when every |q|, |k|, |v| is below 2^24 (flag `wide`, computed on the device; the
+// kernel returns at once otherwise and flash_forward, gated on the same flag, takes the call),
+// so a non-finite or huge value always goes through the f32 FMA kernel and its exact
+// non-finite semantics. Mode 0 only (the output, and the stats for the VJP).
+//
+// Layout: 128 threads = 4 warps, each owning 16 query rows of the block's 64; per 64-key tile,
+// K and V rows in shared memory (fa_load, zero beyond their rows and columns). The mma
+// m16n8k8 fragments (lane = 4·gq + tq): A (16×8, row) a0 (gq, tq), a1 (gq+8, tq), a2 (gq, tq+4),
+// a3 (gq+8, tq+4); B (8×8, col) b0 (k tq, n gq), b1 (k tq+4, n gq); C (16×8) c0 (gq, 2tq),
+// c1 (gq, 2tq+1), c2 (gq+8, 2tq), c3 (gq+8, 2tq+1). The score fragment of keys 8n.. becomes
+// the A operand of P·V without moving between lanes by giving the product's inner index
+// tq the key 2tq and tq+4 the key 2tq+1 (a sum over keys does not depend on their order):
+// a = (c0, c2, c1, c3), and V's B fragment reads keys 2tq and 2tq+1 to match.
+
+#define FA_LIMIT 16777216.0f  // 2^24: every |value| the split-TF32 kernels read is below it
+
+// x rounded to TF32 (round to nearest, ties away from zero), as its bits.
+__device__ __forceinline__ unsigned fa_tf32(float x) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    unsigned r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r & 0xffffe000u;  // the TF32 value as an f32 (its low 13 bits zero)
+#else
+    // the same rounding on the magnitude's bits (x finite and far below 2^128 here)
+    return (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+#endif
+}
+
+// x split into TF32 big and small parts (bits).
+__device__ __forceinline__ void fa_split(float x, unsigned& big, unsigned& small) {
+    big = fa_tf32(x);
+    small = fa_tf32(x - __uint_as_float(big));
+}
+
+// c += A·B for one m16n8k8 TF32 fragment triple (f32 accumulation).
+__device__ __forceinline__ void fa_mma(float c[4], const unsigned a[4], const unsigned b[2]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#elif defined(__CUDA_ARCH__)
+    // below sm_80 the host never launches this kernel; a launch by mistake gives NaN
+    c[0] = c[1] = c[2] = c[3] = FA_NAN;
+#else
+    fa_emu_mma(c, a, b);  // emu/emu.h: the instruction's definition, one warp at a time
+#endif
+}
+
+// c += a·b in split-TF32: three products, the small ones first (as CUTLASS orders them).
+__device__ __forceinline__ void fa_mma3(float c[4], const unsigned ab[4], const unsigned as[4],
+                                        const unsigned bb[2], const unsigned bs[2]) {
+    fa_mma(c, as, bb);
+    fa_mma(c, ab, bs);
+    fa_mma(c, ab, bb);
+}
+
+// Sums over the 4 lanes of a quad (they share the rows of their fragments).
+__device__ __forceinline__ float fa_max4(float x) {
+    for (int o = 2; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+    return x;
+}
+__device__ __forceinline__ float fa_sum4(float x) {
+    for (int o = 2; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+
+template <bool TILES>
+__device__ __forceinline__ void flash_forward_mma_impl(
+    const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
+    const unsigned* __restrict__ bits, const float* __restrict__ bias,
+    const int* __restrict__ nonfinite, const int* __restrict__ wide, float* __restrict__ out,
+    float* __restrict__ stats, Flash g) {
+    if (wide[0] != 0) return;  // flash_forward takes the call (uniform over the grid)
+    extern __shared__ __align__(16) float smem[];
+    float* ks = smem;            // k rows of the key tile
+    float* vs = smem + FA_TILE;  // v rows of the key tile
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int gq = lane >> 2, tq = lane & 3;
+    const long long q0 = (long long)blockIdx.x * FA_T;
+    const long long rows = min((long long)FA_T, g.l - q0);
+    const long long nkt = (g.s + FA_T - 1) / FA_T;
+    const bool skip = g.causal && nonfinite[0] == 0;
+    const bool skip_tiles = TILES && g.tiles && nonfinite[0] == 0;
+    const long long kt_end = skip ? min(nkt, (q0 + rows - 1) / FA_T + 1) : nkt;
+    const int dsteps = (int)((g.d + 7) / 8), vsteps = (int)((g.dv + 7) / 8);
+    for (long long b = blockIdx.y; b < g.bh; b += gridDim.y) {
+        // this warp's q rows as A fragments, split once: rows warp·16 + gq (+8), columns
+        // 8s + tq (+4), zero beyond l and d
+        unsigned qb[8][4], qsm[8][4];
+        #pragma unroll
+        for (int st = 0; st < 8; ++st)
+            #pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                const long long i = q0 + warp * 16 + gq + 8 * (r & 1);
+                const long long col = st * 8 + tq + 4 * (r >> 1);
+                const float x = i < g.l && col < g.d ? q[(b * g.l + i) * g.d + col] : 0.0f;
+                fa_split(x, qb[st][r], qsm[st][r]);
+            }
+        float o[8][4] = {}, m[2] = {FA_NEG_INF, FA_NEG_INF}, l[2] = {0.0f, 0.0f};
+        bool any[2] = {false, false};
+        for (long long kt = 0; kt < kt_end; ++kt) {
+            // uniform in the block: every thread skips the same tiles
+            if (skip_tiles && !fa_tile_any(g, bits, b, blockIdx.x, kt)) continue;
+            const long long k0 = kt * FA_T, keys = min((long long)FA_T, g.s - k0);
+            __syncthreads();  // the previous tile's reads are done
+            fa_load(ks, k, b * g.s + k0, keys, g.d, 0, g.d, nullptr, 0);
+            fa_load(vs, v, b * g.s + k0, keys, g.dv, 0, g.dv, nullptr, 0);
+            __syncthreads();
+            // scores: sc[n] is the C fragment of keys 8n..8n+7
+            float sc[8][4] = {};
+            #pragma unroll
+            for (int st = 0; st < 8; ++st) {
+                if (st >= dsteps) break;  // uniform
+                #pragma unroll
+                for (int n = 0; n < 8; ++n) {
+                    const float* kr = ks + (n * 8 + gq) * FA_P + st * 8 + tq;
+                    unsigned bb[2], bs[2];
+                    fa_split(kr[0], bb[0], bs[0]);
+                    fa_split(kr[4], bb[1], bs[1]);
+                    fa_mma3(sc[n], qb[st], qsm[st], bb, bs);
+                }
+            }
+            // the online softmax of rows gq (h = 0) and gq + 8 (h = 1), as flash_forward's
+            #pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const long long i = q0 + warp * 16 + gq + 8 * h;
+                const unsigned w0 = fa_word(g, bits, b, i, k0), w1 = fa_word(g, bits, b, i, k0 + 32);
+                unsigned okm = 0u;
+                float mx = FA_NEG_INF;
+                #pragma unroll
+                for (int n = 0; n < 8; ++n)
+                    #pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        const int jj = n * 8 + 2 * tq + e;
+                        const long long j = k0 + jj;
+                        const bool ok = fa_allowed(g, i, j, (jj < 32 ? w0 : w1) >> (jj % 32));
+                        float& x = sc[n][2 * h + e];
+                        x = ok ? fa_score(g, bias, b, i, j, x) : FA_NEG_INF;
+                        mx = fmaxf(mx, x);
+                        okm |= (ok ? 1u : 0u) << (2 * n + e);
+                    }
+                any[h] |= okm != 0u;
+                mx = fa_max4(mx);
+                const float mn = fmaxf(m[h], mx);
+                const float mu = mn == FA_NEG_INF ? 0.0f : mn;
+                const float alpha = expf(m[h] - mu);
+                float sum = 0.0f;
+                #pragma unroll
+                for (int n = 0; n < 8; ++n)
+                    #pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        float& x = sc[n][2 * h + e];
+                        x = (okm >> (2 * n + e)) & 1u ? expf(x - mu) : 0.0f;
+                        sum += x;
+                    }
+                l[h] = l[h] * alpha + fa_sum4(sum);
+                m[h] = mn;
+                #pragma unroll
+                for (int c = 0; c < 8; ++c) {
+                    o[c][2 * h] *= alpha;
+                    o[c][2 * h + 1] *= alpha;
+                }
+            }
+            // o += P·V: keys 8n..8n+7 are the inner index (tq ↔ key 2tq, tq + 4 ↔ 2tq + 1)
+            #pragma unroll
+            for (int n = 0; n < 8; ++n) {
+                unsigned pb[4], ps[4];
+                fa_split(sc[n][0], pb[0], ps[0]);
+                fa_split(sc[n][2], pb[1], ps[1]);
+                fa_split(sc[n][1], pb[2], ps[2]);
+                fa_split(sc[n][3], pb[3], ps[3]);
+                const float* vr = vs + (n * 8 + 2 * tq) * FA_P + gq;
+                #pragma unroll
+                for (int c = 0; c < 8; ++c) {
+                    if (c >= vsteps) break;  // uniform
+                    unsigned bb[2], bs[2];
+                    fa_split(vr[c * 8], bb[0], bs[0]);
+                    fa_split(vr[FA_P + c * 8], bb[1], bs[1]);
+                    fa_mma3(o[c], pb, ps, bb, bs);
+                }
+            }
+        }
+        const long long R = g.bh * g.l;
+        #pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const long long i = q0 + warp * 16 + gq + 8 * h;
+            // every lane of the quad takes part in the reduction; only rows that exist are
+            // written, and a fully blocked row has no allowed entry in any lane's tiles
+            const bool attends = fa_sum4(any[h] ? 1.0f : 0.0f) > 0.0f;
+            if (i >= g.l) continue;
+            const long long row = b * g.l + i;
+            #pragma unroll
+            for (int c = 0; c < 8; ++c)
+                #pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const long long col = c * 8 + 2 * tq + e;
+                    if (col < g.dv) out[row * g.dv + col] = attends ? o[c][2 * h + e] / l[h] : 0.0f;
+                }
+            if (tq == 0 && stats != nullptr) {
+                const float mu = m[h] == FA_NEG_INF ? 0.0f : m[h];
+                stats[row] = attends ? mu + logf(l[h]) : 0.0f;
+                stats[R + row] = attends ? 1.0f : 0.0f;
+            }
+        }
+    }
+}
+extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_forward_mma(
+    const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
+    const unsigned* __restrict__ bits, const float* __restrict__ bias,
+    const int* __restrict__ nonfinite, const int* __restrict__ wide, float* __restrict__ out,
+    float* __restrict__ stats, Flash g) {
+    flash_forward_mma_impl<false>(q, k, v, bits, bias, nonfinite, wide, out, stats, g);
+}
+extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_forward_mma_tiles(
+    const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
+    const unsigned* __restrict__ bits, const float* __restrict__ bias,
+    const int* __restrict__ nonfinite, const int* __restrict__ wide, float* __restrict__ out,
+    float* __restrict__ stats, Flash g) {
+    flash_forward_mma_impl<true>(q, k, v, bits, bias, nonfinite, wide, out, stats, g);
 }
 
 // stats[2R + row] = dO·O of each of the R rows (one warp per row), for a VJP whose
@@ -415,14 +653,16 @@ __device__ __forceinline__ void fa_grad_entry(const Flash& g, const float* __res
 // With fuse_dq (one chunk: d, dv ≤ 64), also dQ += scale · dS K for each query tile, added
 // into dq (zeroed by the caller) with atomicAdd: the query kernel's recomputation of S and
 // dP is saved, at the price of an order of additions that varies from run to run; rows that
-// attend nothing receive nothing.
+// attend nothing receive nothing. `gate`: as flash_forward's (flash_bwd_kv_mma's flag).
 template <bool TILES>
 __device__ __forceinline__ void flash_bwd_kv_impl(
     const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
     const unsigned* __restrict__ bits, const float* __restrict__ bias,
     const int* __restrict__ nonfinite, const float* __restrict__ stats,
     const float* __restrict__ dout, float* __restrict__ dk, float* __restrict__ dv, Flash g,
-    float* __restrict__ dq, int fuse_dq) {
+    float* __restrict__ dq, int fuse_dq, const int* __restrict__ gate) {
+    // the tensor-core kernel (flash_bwd_kv_mma) took the call unless its flag says not
+    if (gate != nullptr && gate[0] == 0) return;
     extern __shared__ __align__(16) float smem[];
     float* ks = smem;                // k rows, chunk of d
     float* vs = smem + FA_TILE;      // v rows, chunk of dv
@@ -535,16 +775,237 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_bwd_kv(
     const unsigned* __restrict__ bits, const float* __restrict__ bias,
     const int* __restrict__ nonfinite, const float* __restrict__ stats,
     const float* __restrict__ dout, float* __restrict__ dk, float* __restrict__ dv, Flash g,
-    float* __restrict__ dq, int fuse_dq) {
-    flash_bwd_kv_impl<false>(q, k, v, bits, bias, nonfinite, stats, dout, dk, dv, g, dq, fuse_dq);
+    float* __restrict__ dq, int fuse_dq, const int* __restrict__ gate) {
+    flash_bwd_kv_impl<false>(q, k, v, bits, bias, nonfinite, stats, dout, dk, dv, g, dq, fuse_dq, gate);
 }
 extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_bwd_kv_tiles(
     const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
     const unsigned* __restrict__ bits, const float* __restrict__ bias,
     const int* __restrict__ nonfinite, const float* __restrict__ stats,
     const float* __restrict__ dout, float* __restrict__ dk, float* __restrict__ dv, Flash g,
-    float* __restrict__ dq, int fuse_dq) {
-    flash_bwd_kv_impl<true>(q, k, v, bits, bias, nonfinite, stats, dout, dk, dv, g, dq, fuse_dq);
+    float* __restrict__ dq, int fuse_dq, const int* __restrict__ gate) {
+    flash_bwd_kv_impl<true>(q, k, v, bits, bias, nonfinite, stats, dout, dk, dv, g, dq, fuse_dq, gate);
+}
+
+// ---- the tensor-core VJP for keys and values: flash_bwd_kv_mma (d, dv <= 64) ----
+//
+// flash_bwd_kv's computation (dV = Pᵀ dO, dK = scale · dSᵀ Q per key tile, and with fuse_dq
+// dQ += scale · dS K added atomically) with its five products in split-TF32 on tensor cores
+// (fa_mma3), the probabilities and score gradients from the same fa_grad_entry on the same
+// f32 values. Run only when every |q|, |k|, |v|, |O|, |dO| is below FA_LIMIT (flag `wide`;
+// then |dP|, |D| <= 64 · 2^48 and |dS| < 2^55, so every split operand is finite and far from
+// overflow); otherwise it returns at once and flash_bwd_kv, gated on the same flag, takes the
+// call. Warp w owns keys k0 + 16w .. k0 + 16w + 15 as the fragments' rows; per query tile,
+// Sᵀ and dPᵀ are C fragments whose columns are queries, turned into the A operand of the
+// Pᵀ dO and dSᵀ Q products in place (inner index tq ↔ query 2tq, tq + 4 ↔ 2tq + 1, as the
+// forward's P·V), and for dQ, dSᵀ goes through shared memory. Shared memory: k, v, q, dO
+// rows (four tiles), dSᵀ (64 × FA_PT) and the 64 queries' statistics.
+#define FA_PT 72  // row stride of the dSᵀ tile (read down its columns for dQ)
+#define FA_MMA_BWD_FLOATS (4 * FA_TILE + FA_T * FA_PT + 3 * FA_T)
+
+template <bool TILES>
+__device__ __forceinline__ void flash_bwd_kv_mma_impl(
+    const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
+    const unsigned* __restrict__ bits, const float* __restrict__ bias,
+    const int* __restrict__ nonfinite, const int* __restrict__ wide,
+    const float* __restrict__ stats, const float* __restrict__ dout, float* __restrict__ dk,
+    float* __restrict__ dv, Flash g, float* __restrict__ dq, int fuse_dq) {
+    if (wide[0] != 0) return;  // flash_bwd_kv takes the call (uniform over the grid)
+    extern __shared__ __align__(16) float smem[];
+    float* ks = smem;                         // k rows of this block's keys
+    float* vs = smem + FA_TILE;               // v rows of this block's keys
+    float* qs = smem + 2 * FA_TILE;           // q rows of the query tile
+    float* os = smem + 3 * FA_TILE;           // dO rows of the query tile
+    float* pt = smem + 4 * FA_TILE;           // dSᵀ [key][query], stride FA_PT
+    float* sh = pt + FA_T * FA_PT;            // lse, attends, D of the tile's 64 queries
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int gq = lane >> 2, tq = lane & 3;
+    const long long k0 = (long long)blockIdx.x * FA_T;
+    const long long keys = min((long long)FA_T, g.s - k0);
+    const long long R = g.bh * g.l, nqt = (g.l + FA_T - 1) / FA_T;
+    const bool skip = g.causal && nonfinite[0] == 0;
+    const bool skip_tiles = TILES && g.tiles && nonfinite[0] == 0;
+    const long long qt_begin = skip ? k0 / FA_T : 0;
+    const int dsteps = (int)((g.d + 7) / 8), vsteps = (int)((g.dv + 7) / 8);
+    const float* att_of = stats + R;
+    for (long long b = blockIdx.y; b < g.bh; b += gridDim.y) {
+        float ak[8][4] = {}, av[8][4] = {};
+        __syncthreads();
+        fa_load(ks, k, b * g.s + k0, keys, g.d, 0, g.d, nullptr, 0);
+        fa_load(vs, v, b * g.s + k0, keys, g.dv, 0, g.dv, nullptr, 0);
+        for (long long qt = qt_begin; qt < nqt; ++qt) {
+            if (skip_tiles && !fa_tile_any(g, bits, b, qt, blockIdx.x)) continue;
+            const long long i0 = qt * FA_T, rows = min((long long)FA_T, g.l - i0);
+            __syncthreads();  // the previous tile's reads are done
+            fa_load(qs, q, b * g.l + i0, rows, g.d, 0, g.d, att_of, b * g.l + i0);
+            fa_load(os, dout, b * g.l + i0, rows, g.dv, 0, g.dv, att_of, b * g.l + i0);
+            for (int r = threadIdx.x; r < FA_T; r += blockDim.x) {
+                const bool in = r < rows;
+                const long long row = b * g.l + i0 + r;
+                sh[r] = in ? stats[row] : 0.0f;
+                sh[FA_T + r] = in ? stats[R + row] : 0.0f;
+                sh[2 * FA_T + r] = in ? stats[2 * R + row] : 0.0f;
+            }
+            __syncthreads();
+            // Sᵀ and dPᵀ: rows keys 16w + gq (+8), C fragment n of queries 8n..8n+7
+            float sT[8][4] = {}, dpT[8][4] = {};
+            #pragma unroll
+            for (int st = 0; st < 8; ++st) {
+                if (st >= dsteps) break;  // uniform
+                const float* kr = ks + (warp * 16 + gq) * FA_P + st * 8 + tq;
+                unsigned ab[4], as[4];
+                fa_split(kr[0], ab[0], as[0]);
+                fa_split(kr[8 * FA_P], ab[1], as[1]);
+                fa_split(kr[4], ab[2], as[2]);
+                fa_split(kr[8 * FA_P + 4], ab[3], as[3]);
+                #pragma unroll
+                for (int n = 0; n < 8; ++n) {
+                    const float* qr = qs + (n * 8 + gq) * FA_P + st * 8 + tq;
+                    unsigned bb[2], bs[2];
+                    fa_split(qr[0], bb[0], bs[0]);
+                    fa_split(qr[4], bb[1], bs[1]);
+                    fa_mma3(sT[n], ab, as, bb, bs);
+                }
+            }
+            #pragma unroll
+            for (int st = 0; st < 8; ++st) {
+                if (st >= vsteps) break;  // uniform
+                const float* vr = vs + (warp * 16 + gq) * FA_P + st * 8 + tq;
+                unsigned ab[4], as[4];
+                fa_split(vr[0], ab[0], as[0]);
+                fa_split(vr[8 * FA_P], ab[1], as[1]);
+                fa_split(vr[4], ab[2], as[2]);
+                fa_split(vr[8 * FA_P + 4], ab[3], as[3]);
+                #pragma unroll
+                for (int n = 0; n < 8; ++n) {
+                    const float* orow = os + (n * 8 + gq) * FA_P + st * 8 + tq;
+                    unsigned bb[2], bs[2];
+                    fa_split(orow[0], bb[0], bs[0]);
+                    fa_split(orow[4], bb[1], bs[1]);
+                    fa_mma3(dpT[n], ab, as, bb, bs);
+                }
+            }
+            // sT becomes Pᵀ, dpT becomes dSᵀ (entry: key j, query i)
+            #pragma unroll
+            for (int n = 0; n < 8; ++n)
+                #pragma unroll
+                for (int h = 0; h < 2; ++h)
+                    #pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        const int ii = n * 8 + 2 * tq + e;
+                        const long long i = i0 + ii, j = k0 + warp * 16 + gq + 8 * h;
+                        float p, ds;
+                        fa_grad_entry(g, bias, b, i, j, fa_bit(g, bits, b, i, j), sh[ii],
+                                      sh[FA_T + ii], sh[2 * FA_T + ii], sT[n][2 * h + e],
+                                      dpT[n][2 * h + e], p, ds);
+                        sT[n][2 * h + e] = p;
+                        dpT[n][2 * h + e] = ds;
+                    }
+            // dV += Pᵀ dO and dK += dSᵀ Q: queries 8n..8n+7 are the inner index
+            #pragma unroll
+            for (int n = 0; n < 8; ++n) {
+                unsigned pb[4], ps[4], sb[4], ss[4];
+                fa_split(sT[n][0], pb[0], ps[0]);
+                fa_split(sT[n][2], pb[1], ps[1]);
+                fa_split(sT[n][1], pb[2], ps[2]);
+                fa_split(sT[n][3], pb[3], ps[3]);
+                fa_split(dpT[n][0], sb[0], ss[0]);
+                fa_split(dpT[n][2], sb[1], ss[1]);
+                fa_split(dpT[n][1], sb[2], ss[2]);
+                fa_split(dpT[n][3], sb[3], ss[3]);
+                const float* orow = os + (n * 8 + 2 * tq) * FA_P + gq;
+                const float* qr = qs + (n * 8 + 2 * tq) * FA_P + gq;
+                #pragma unroll
+                for (int c = 0; c < 8; ++c) {
+                    if (c < vsteps) {  // uniform
+                        unsigned bb[2], bs[2];
+                        fa_split(orow[c * 8], bb[0], bs[0]);
+                        fa_split(orow[FA_P + c * 8], bb[1], bs[1]);
+                        fa_mma3(av[c], pb, ps, bb, bs);
+                    }
+                    if (c < dsteps) {  // uniform
+                        unsigned bb[2], bs[2];
+                        fa_split(qr[c * 8], bb[0], bs[0]);
+                        fa_split(qr[FA_P + c * 8], bb[1], bs[1]);
+                        fa_mma3(ak[c], sb, ss, bb, bs);
+                    }
+                }
+            }
+            if (fuse_dq) {
+                // dQ += scale · dS K for the tile's queries: dSᵀ to shared memory, then warp w
+                // takes queries 16w + gq (+8) as rows, keys as the inner index
+                #pragma unroll
+                for (int n = 0; n < 8; ++n)
+                    #pragma unroll
+                    for (int h = 0; h < 2; ++h)
+                        #pragma unroll
+                        for (int e = 0; e < 2; ++e)
+                            pt[(warp * 16 + gq + 8 * h) * FA_PT + n * 8 + 2 * tq + e] = dpT[n][2 * h + e];
+                __syncthreads();
+                float aq[8][4] = {};
+                #pragma unroll
+                for (int st = 0; st < 8; ++st) {  // keys 8st..8st+7
+                    const float* dr = pt + (st * 8 + tq) * FA_PT + warp * 16 + gq;
+                    unsigned ab[4], as[4];
+                    fa_split(dr[0], ab[0], as[0]);
+                    fa_split(dr[8], ab[1], as[1]);
+                    fa_split(dr[4 * FA_PT], ab[2], as[2]);
+                    fa_split(dr[4 * FA_PT + 8], ab[3], as[3]);
+                    const float* kr = ks + (st * 8 + tq) * FA_P + gq;
+                    #pragma unroll
+                    for (int c = 0; c < 8; ++c) {
+                        if (c >= dsteps) break;  // uniform
+                        unsigned bb[2], bs[2];
+                        fa_split(kr[c * 8], bb[0], bs[0]);
+                        fa_split(kr[4 * FA_P + c * 8], bb[1], bs[1]);
+                        fa_mma3(aq[c], ab, as, bb, bs);
+                    }
+                }
+                #pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int ii = warp * 16 + gq + 8 * h;
+                    const long long i = i0 + ii, row = b * g.l + i;
+                    if (i >= g.l || sh[FA_T + ii] == 0.0f) continue;
+                    #pragma unroll
+                    for (int c = 0; c < 8; ++c)
+                        #pragma unroll
+                        for (int e = 0; e < 2; ++e) {
+                            const long long col = c * 8 + 2 * tq + e;
+                            if (col < g.d) atomicAdd(&dq[row * g.d + col], g.scale * aq[c][2 * h + e]);
+                        }
+                }
+            }
+        }
+        #pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const long long j = k0 + warp * 16 + gq + 8 * h;
+            if (j >= g.s) continue;
+            #pragma unroll
+            for (int c = 0; c < 8; ++c)
+                #pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const long long col = c * 8 + 2 * tq + e;
+                    if (col < g.d) dk[(b * g.s + j) * g.d + col] = g.scale * ak[c][2 * h + e];
+                    if (col < g.dv) dv[(b * g.s + j) * g.dv + col] = av[c][2 * h + e];
+                }
+        }
+    }
+}
+extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_bwd_kv_mma(
+    const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
+    const unsigned* __restrict__ bits, const float* __restrict__ bias,
+    const int* __restrict__ nonfinite, const int* __restrict__ wide,
+    const float* __restrict__ stats, const float* __restrict__ dout, float* __restrict__ dk,
+    float* __restrict__ dv, Flash g, float* __restrict__ dq, int fuse_dq) {
+    flash_bwd_kv_mma_impl<false>(q, k, v, bits, bias, nonfinite, wide, stats, dout, dk, dv, g, dq, fuse_dq);
+}
+extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_bwd_kv_mma_tiles(
+    const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
+    const unsigned* __restrict__ bits, const float* __restrict__ bias,
+    const int* __restrict__ nonfinite, const int* __restrict__ wide,
+    const float* __restrict__ stats, const float* __restrict__ dout, float* __restrict__ dk,
+    float* __restrict__ dv, Flash g, float* __restrict__ dq, int fuse_dq) {
+    flash_bwd_kv_mma_impl<true>(q, k, v, bits, bias, nonfinite, wide, stats, dout, dk, dv, g, dq, fuse_dq);
 }
 
 // VJP, queries (and the additive mask): one block per 64 query rows (blockIdx.x) and chunk

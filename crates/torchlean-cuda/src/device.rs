@@ -88,6 +88,13 @@ pub struct Functions {
     pub flash_forward_tiles: CudaFunction,
     pub flash_bwd_kv_tiles: CudaFunction,
     pub flash_bwd_q_tiles: CudaFunction,
+    /// The forward on tensor cores (split-TF32 products; d, dv <= 64), with and without the
+    /// tile test.
+    pub flash_forward_mma: CudaFunction,
+    pub flash_forward_mma_tiles: CudaFunction,
+    /// The key/value VJP on tensor cores (split-TF32; d, dv <= 64).
+    pub flash_bwd_kv_mma: CudaFunction,
+    pub flash_bwd_kv_mma_tiles: CudaFunction,
 }
 
 /// cuBLAS behind a lock: one handle, used by one thread at a time.
@@ -108,6 +115,11 @@ pub struct Context {
     pub blas_workspace: cudarc::driver::CudaSlice<u8>,
     /// The probe's description of the device and libraries.
     pub detail: String,
+    /// Whether flash attention's forward and key/value VJP may run their products on tensor
+    /// cores in split-TF32 (`flash_forward_mma`, `flash_bwd_kv_mma`): compute capability 8.0 or newer, unless the environment sets
+    /// `TORCHLEAN_FLASH_MMA=0` (then every call runs the f32 FMA kernel). The report's target
+    /// line says which.
+    pub flash_mma: bool,
 }
 
 // SAFETY: the CUDA driver's handles (functions, modules) are context-global and may be used
@@ -279,6 +291,10 @@ fn create() -> Result<Context, String> {
         flash_forward_tiles: f("flash_forward_tiles")?,
         flash_bwd_kv_tiles: f("flash_bwd_kv_tiles")?,
         flash_bwd_q_tiles: f("flash_bwd_q_tiles")?,
+        flash_forward_mma: f("flash_forward_mma")?,
+        flash_forward_mma_tiles: f("flash_forward_mma_tiles")?,
+        flash_bwd_kv_mma: f("flash_bwd_kv_mma")?,
+        flash_bwd_kv_mma_tiles: f("flash_bwd_kv_mma_tiles")?,
     };
     crate::kernels::attention::allow_shared_memory(&functions)?;
     let cublas = format!(
@@ -298,8 +314,16 @@ fn create() -> Result<Context, String> {
     } else {
         "compiled now"
     };
+    let flash_mma = major >= 8 && std::env::var("TORCHLEAN_FLASH_MMA").as_deref() != Ok("0");
+    let flash = if flash_mma {
+        "split-TF32 tensor-core products when d, dv <= 64 and every |value| < 2^24"
+    } else if major >= 8 {
+        "f32 FMA products (TORCHLEAN_FLASH_MMA=0)"
+    } else {
+        "f32 FMA products (no TF32 tensor cores below sm_80)"
+    };
     let detail = format!(
-        "{name} (sm_{major}{minor}, {sms} SMs, {:.1} GiB), CUDA driver API {driver}, NVRTC {nvrtc} (kernels {source}), cuBLAS {cublas}, cuFFT {cufft}",
+        "{name} (sm_{major}{minor}, {sms} SMs, {:.1} GiB), CUDA driver API {driver}, NVRTC {nvrtc} (kernels {source}), cuBLAS {cublas}, cuFFT {cufft}, flash attention: {flash}",
         total as f64 / (1u64 << 30) as f64,
     );
     Ok(Context {
@@ -310,6 +334,7 @@ fn create() -> Result<Context, String> {
         blas: Mutex::new(Blas(blas)),
         functions,
         detail,
+        flash_mma,
     })
 }
 

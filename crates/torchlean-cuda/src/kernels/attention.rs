@@ -3,7 +3,13 @@
 //! memory (an additive mask's gradient, which *is* such a matrix, is the one exception):
 //!
 //! - forward: one block per 64 query rows and 64-column chunk of dv, walking 64-key tiles
-//!   with an online softmax (running maximum, normalizer and output per row);
+//!   with an online softmax (running maximum, normalizer and output per row). With d, dv <=
+//!   64 on sm_80 or newer its two products run on tensor cores in split-TF32
+//!   (`flash_forward_mma`: three TF32 products per f32 product, each product within about
+//!   2^-20 of |a||b|), unless a value of q, k or v is 2^24 or more in magnitude or not finite
+//!   — a device-side flag, on which the f32 FMA kernel is gated, so that such calls keep the
+//!   f32 kernel's exact non-finite semantics without the host waiting; the same holds for the
+//!   key/value VJP kernel below (`flash_bwd_kv_mma`, also over O and dO);
 //! - VJP, recomputing: a stats pass (each row's log-sum-exp of its allowed scores, whether it
 //!   attends any key, and D = dO·O), then one kernel per 64 keys for dK and dV and one per
 //!   64 query rows for dQ (and the additive mask's gradient): no atomics, so every run gives
@@ -35,20 +41,45 @@ const TILE_FLOATS: u32 = 64 * 68;
 const FORWARD_TILES: u32 = 3;
 const BWD_KV_TILES: u32 = 5;
 const BWD_Q_TILES: u32 = 5;
+/// Shared tiles of the tensor-core forward (k and v rows; within the default 48 KiB).
+const MMA_TILES: u32 = 2;
+/// Shared memory of the tensor-core key/value VJP (`FA_MMA_BWD_FLOATS`: k, v, q, dO tiles,
+/// the 64 × 72 dSᵀ tile and three rows of 64 statistics).
+const MMA_BWD_BYTES: u32 = (4 * TILE_FLOATS + 64 * 72 + 3 * 64) * 4;
+/// A null `gate` of `flash_forward`: the f32 forward takes every call it is launched for.
+const NO_GATE: u64 = 0;
 
 /// Lets each flash kernel take the dynamic shared memory it needs (more than the default
 /// 48 KiB): called once when the module loads ([`crate::device`]).
 pub fn allow_shared_memory(f: &crate::device::Functions) -> std::result::Result<(), String> {
     use cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES as MAX;
-    for (name, func, tiles) in [
-        ("flash_forward", &f.flash_forward, FORWARD_TILES),
-        ("flash_bwd_kv", &f.flash_bwd_kv, BWD_KV_TILES),
-        ("flash_bwd_q", &f.flash_bwd_q, BWD_Q_TILES),
-        ("flash_forward_tiles", &f.flash_forward_tiles, FORWARD_TILES),
-        ("flash_bwd_kv_tiles", &f.flash_bwd_kv_tiles, BWD_KV_TILES),
-        ("flash_bwd_q_tiles", &f.flash_bwd_q_tiles, BWD_Q_TILES),
+    let tiles = |n: u32| n * TILE_FLOATS * 4;
+    for (name, func, bytes) in [
+        ("flash_forward", &f.flash_forward, tiles(FORWARD_TILES)),
+        ("flash_bwd_kv", &f.flash_bwd_kv, tiles(BWD_KV_TILES)),
+        ("flash_bwd_q", &f.flash_bwd_q, tiles(BWD_Q_TILES)),
+        (
+            "flash_forward_tiles",
+            &f.flash_forward_tiles,
+            tiles(FORWARD_TILES),
+        ),
+        (
+            "flash_bwd_kv_tiles",
+            &f.flash_bwd_kv_tiles,
+            tiles(BWD_KV_TILES),
+        ),
+        (
+            "flash_bwd_q_tiles",
+            &f.flash_bwd_q_tiles,
+            tiles(BWD_Q_TILES),
+        ),
+        ("flash_bwd_kv_mma", &f.flash_bwd_kv_mma, MMA_BWD_BYTES),
+        (
+            "flash_bwd_kv_mma_tiles",
+            &f.flash_bwd_kv_mma_tiles,
+            MMA_BWD_BYTES,
+        ),
     ] {
-        let bytes = tiles * TILE_FLOATS * 4;
         func.set_attribute(MAX, bytes as i32).map_err(|e| {
             format!("kernel `{name}`: cannot allow {bytes} bytes of shared memory: {e}")
         })?;
@@ -256,12 +287,43 @@ fn flag_nonfinite(
     n: usize,
     flag: &mut CudaBuffer,
 ) -> Result<()> {
+    flag_beyond(cx, op, x, n, f32::INFINITY, flag)
+}
+
+/// The magnitude every value the tensor-core kernels read must stay below (`FA_LIMIT`,
+/// 2^24): then every split operand (q, k, v, dO, P, and dS = P (dP - D) with |dP|, |D| <=
+/// 64 · 2^48) and every product stays finite and far from overflow, so the results differ
+/// from f32 products only by rounding. Other calls run the f32 FMA kernels.
+const MMA_LIMIT: f32 = (1u32 << 24) as f32;
+
+/// A flag (on the device, never read by the host) that is 1 when some value of `tensors` is
+/// not below [`MMA_LIMIT`] in magnitude: the tensor-core kernels return at once then, and the
+/// f32 kernels gated on the same flag take the call.
+fn wide_flag(cx: &Context, op: &Op, tensors: &[&Tensor]) -> Result<CudaBuffer> {
+    let mut flag = output(cx, op, 1)?;
+    launched(op, cx.stream.memset_zeros(flag.slice_mut()))?;
+    for t in tensors {
+        flag_beyond(cx, op, buffer(op, t)?, t.numel(), MMA_LIMIT, &mut flag)?;
+    }
+    Ok(flag)
+}
+
+/// Sets `flag` when one of the first `n` values of `x` is not below `limit` in magnitude (NaN
+/// included).
+fn flag_beyond(
+    cx: &Context,
+    op: &Op,
+    x: &CudaBuffer,
+    n: usize,
+    limit: f32,
+    flag: &mut CudaBuffer,
+) -> Result<()> {
     if n == 0 {
         return Ok(());
     }
     let n64 = n as i64;
     let mut b = cx.stream.launch_builder(&cx.functions.flash_nonfinite);
-    b.arg(x.slice()).arg(&n64).arg(flag.slice_mut());
+    b.arg(x.slice()).arg(&n64).arg(flag.slice_mut()).arg(&limit);
     // SAFETY: reads the first n elements of x (callers pass at most its length) and writes
     // the one-element flag.
     launched(op, unsafe { b.launch(super::grid(n)) })?;
@@ -289,7 +351,8 @@ fn stats(
         .arg(st.slice_mut())
         .arg(dout.slice())
         .arg(&c.g)
-        .arg(&mode);
+        .arg(&mode)
+        .arg(&NO_GATE);
     let cfg = launch_cfg(
         (c.g.l as usize).div_ceil(TILE),
         c.g.bh as usize,
@@ -384,6 +447,29 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
     // the rows' log-sum-exps and whether they attend, left beside the output for this
     // call's VJP (which recomputes them for any other output)
     let mut stats = output(cx, op, 3 * (c.g.bh * c.g.l) as usize)?;
+    let blocks = (c.g.l as usize).div_ceil(TILE);
+    // with one chunk of each head dimension the tensor-core kernel takes the call unless a
+    // value of q, k or v is too large to split (flag `wide`, on the device: the host never
+    // waits for it); the f32 kernel, gated on the same flag, then takes it instead
+    let mut wide = None;
+    if cx.flash_mma && c.g.d <= TILE as i64 && c.g.dv <= TILE as i64 {
+        let flag = wide_flag(cx, op, &inputs[..3])?;
+        let mut b = cx.stream.launch_builder(c.kernel(
+            &cx.functions.flash_forward_mma,
+            &cx.functions.flash_forward_mma_tiles,
+        ));
+        call_args(&mut b, &c);
+        b.arg(flag.slice())
+            .arg(out.slice_mut())
+            .arg(stats.slice_mut())
+            .arg(&c.g);
+        // SAFETY: as the f32 forward below, with one chunk (d, dv <= 64: blockIdx.z = 0 only)
+        // and two shared tiles; it also reads the one-element flag `wide`.
+        launched(op, unsafe {
+            b.launch(launch_cfg(blocks, c.g.bh as usize, 1, MMA_TILES))
+        })?;
+        wide = Some(flag);
+    }
     let mode = 0i32;
     let mut b = cx.stream.launch_builder(c.kernel(
         &cx.functions.flash_forward,
@@ -395,6 +481,10 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
         .arg(c.q.slice())
         .arg(&c.g)
         .arg(&mode);
+    match &wide {
+        Some(flag) => b.arg(flag.slice()),
+        None => b.arg(&NO_GATE),
+    };
     let cfg = launch_cfg(
         (c.g.l as usize).div_ceil(TILE),
         c.g.bh as usize,
@@ -449,6 +539,34 @@ pub fn vjp(
         }
         if kv {
             let fuse = fuse_dq as i32;
+            // with one chunk of each head dimension the tensor-core kernel takes the call
+            // unless a value it would split is too large (the f32 kernel is gated on that)
+            let mut wide = None;
+            if cx.flash_mma && d <= TILE && dv <= TILE {
+                let flag = wide_flag(cx, op, &[inputs[0], inputs[1], inputs[2], output_t, gy])?;
+                let mut b = cx.stream.launch_builder(c.kernel(
+                    &cx.functions.flash_bwd_kv_mma,
+                    &cx.functions.flash_bwd_kv_mma_tiles,
+                ));
+                call_args(&mut b, &c);
+                b.arg(flag.slice())
+                    .arg(st.slice())
+                    .arg(g.slice())
+                    .arg(gk.slice_mut())
+                    .arg(gv.slice_mut())
+                    .arg(&c.g)
+                    .arg(gq.slice_mut())
+                    .arg(&fuse);
+                let cfg = LaunchConfig {
+                    shared_mem_bytes: MMA_BWD_BYTES,
+                    ..launch_cfg(s.div_ceil(TILE), bh, 1, 0)
+                };
+                // SAFETY: as the f32 key kernel below with one chunk (d, dv <= 64:
+                // blockIdx.z = 0 only), and the one-element flag `wide`; its shared memory is
+                // MMA_BWD_BYTES, allowed when the module loaded.
+                launched(op, unsafe { b.launch(cfg) })?;
+                wide = Some(flag);
+            }
             let mut b = cx.stream.launch_builder(
                 c.kernel(&cx.functions.flash_bwd_kv, &cx.functions.flash_bwd_kv_tiles),
             );
@@ -458,6 +576,10 @@ pub fn vjp(
                 .arg(&c.g)
                 .arg(gq.slice_mut())
                 .arg(&fuse);
+            match &wide {
+                Some(flag) => b.arg(flag.slice()),
+                None => b.arg(&NO_GATE),
+            };
             let cfg = launch_cfg(s.div_ceil(TILE), bh, d.max(dv).div_ceil(TILE), BWD_KV_TILES);
             // SAFETY: reads as the forward plus the stats (3·BH·L) and the cotangent
             // ([BH, L, dv]); block (x, y, z) writes the rows of its 64 keys in columns of
