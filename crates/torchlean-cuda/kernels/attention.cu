@@ -803,6 +803,31 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_bwd_kv_tiles(
 #define FA_PT 72  // row stride of the dSᵀ tile (read down its columns for dQ)
 #define FA_MMA_BWD_FLOATS (4 * FA_TILE + FA_T * FA_PT + 3 * FA_T)
 
+// acc[n] += A·Bᵀ over `steps` chunks of 8 inner columns, in split-TF32: A the 16 rows at `a`
+// and B the 64 rows at `b` (row-major shared tiles of stride FA_P, zero beyond their columns);
+// C fragment n holds B's rows 8n..8n+7.
+__device__ __forceinline__ void fa_mma_abt(float acc[8][4], const float* a, const float* b,
+                                           int steps, int gq, int tq) {
+    #pragma unroll
+    for (int st = 0; st < 8; ++st) {
+        if (st >= steps) break;  // uniform
+        const float* ar = a + gq * FA_P + st * 8 + tq;
+        unsigned ab[4], as[4];
+        fa_split(ar[0], ab[0], as[0]);
+        fa_split(ar[8 * FA_P], ab[1], as[1]);
+        fa_split(ar[4], ab[2], as[2]);
+        fa_split(ar[8 * FA_P + 4], ab[3], as[3]);
+        #pragma unroll
+        for (int n = 0; n < 8; ++n) {
+            const float* br = b + (n * 8 + gq) * FA_P + st * 8 + tq;
+            unsigned bb[2], bs[2];
+            fa_split(br[0], bb[0], bs[0]);
+            fa_split(br[4], bb[1], bs[1]);
+            fa_mma3(acc[n], ab, as, bb, bs);
+        }
+    }
+}
+
 template <bool TILES>
 __device__ __forceinline__ void flash_bwd_kv_mma_impl(
     const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
@@ -849,42 +874,8 @@ __device__ __forceinline__ void flash_bwd_kv_mma_impl(
             __syncthreads();
             // Sᵀ and dPᵀ: rows keys 16w + gq (+8), C fragment n of queries 8n..8n+7
             float sT[8][4] = {}, dpT[8][4] = {};
-            #pragma unroll
-            for (int st = 0; st < 8; ++st) {
-                if (st >= dsteps) break;  // uniform
-                const float* kr = ks + (warp * 16 + gq) * FA_P + st * 8 + tq;
-                unsigned ab[4], as[4];
-                fa_split(kr[0], ab[0], as[0]);
-                fa_split(kr[8 * FA_P], ab[1], as[1]);
-                fa_split(kr[4], ab[2], as[2]);
-                fa_split(kr[8 * FA_P + 4], ab[3], as[3]);
-                #pragma unroll
-                for (int n = 0; n < 8; ++n) {
-                    const float* qr = qs + (n * 8 + gq) * FA_P + st * 8 + tq;
-                    unsigned bb[2], bs[2];
-                    fa_split(qr[0], bb[0], bs[0]);
-                    fa_split(qr[4], bb[1], bs[1]);
-                    fa_mma3(sT[n], ab, as, bb, bs);
-                }
-            }
-            #pragma unroll
-            for (int st = 0; st < 8; ++st) {
-                if (st >= vsteps) break;  // uniform
-                const float* vr = vs + (warp * 16 + gq) * FA_P + st * 8 + tq;
-                unsigned ab[4], as[4];
-                fa_split(vr[0], ab[0], as[0]);
-                fa_split(vr[8 * FA_P], ab[1], as[1]);
-                fa_split(vr[4], ab[2], as[2]);
-                fa_split(vr[8 * FA_P + 4], ab[3], as[3]);
-                #pragma unroll
-                for (int n = 0; n < 8; ++n) {
-                    const float* orow = os + (n * 8 + gq) * FA_P + st * 8 + tq;
-                    unsigned bb[2], bs[2];
-                    fa_split(orow[0], bb[0], bs[0]);
-                    fa_split(orow[4], bb[1], bs[1]);
-                    fa_mma3(dpT[n], ab, as, bb, bs);
-                }
-            }
+            fa_mma_abt(sT, ks + warp * 16 * FA_P, qs, dsteps, gq, tq);
+            fa_mma_abt(dpT, vs + warp * 16 * FA_P, os, vsteps, gq, tq);
             // sT becomes Pᵀ, dpT becomes dSᵀ (entry: key j, query i)
             #pragma unroll
             for (int n = 0; n < 8; ++n)

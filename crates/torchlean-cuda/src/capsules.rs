@@ -244,6 +244,7 @@ pub fn native_cuda_capsule(op: OpKind) -> KernelCapsule {
 pub const FLASH_TESTS: &[&str] = &[
     "crates/torchlean-cuda/tests/emulated_flash.rs::flash_kernels_match_the_spec_under_cpu_emulation",
     "crates/torchlean-cuda/tests/gpu_only_conformance.rs::flash_attention_matches_the_spec_on_the_gpu",
+    "crates/torchlean-cuda/tests/gpu_only_conformance.rs::flash_tensor_core_kernels_keep_f32_level_accuracy",
     "crates/torchlean-cuda/tests/gpu_only_conformance.rs::forward_matches_spec_on_the_gpu",
     "crates/torchlean-cuda/tests/gpu_only_conformance.rs::vjp_matches_spec_on_the_gpu",
 ];
