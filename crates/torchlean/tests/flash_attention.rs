@@ -233,7 +233,16 @@ fn kernel_case(r: &mut Draws) -> (Op, Vec<Array<f64>>) {
         2 => (1 + r.below(70), 2049 + r.below(300)),
         _ => (1 + r.below(9), 1 + r.below(9)),
     };
-    let (d, dv) = (1 + r.below(9), 1 + r.below(9));
+    // head dimensions mostly below a register lane (8), now and then wide enough for the
+    // small-key forward's side-by-side blocks (4 × 8 columns) and their remainders
+    let mut dim = || {
+        if r.below(4) == 0 {
+            [16, 32, 33, 64, 70][r.below(5)]
+        } else {
+            1 + r.below(9)
+        }
+    };
+    let (d, dv) = (dim(), dim());
     let mask = match r.below(3) {
         0 => AttentionMask::None,
         1 => AttentionMask::Boolean,
