@@ -429,8 +429,9 @@ __device__ __forceinline__ void fa_split(float x, unsigned& big, unsigned& small
 // c += A·B for one m16n8k8 TF32 fragment triple (f32 accumulation).
 __device__ __forceinline__ void fa_mma(float c[4], const unsigned a[4], const unsigned b[2]) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile(
-        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+    // not volatile: the compiler may interleave independent products (their operands and
+    // accumulators order them)
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
         "{%8,%9}, {%0,%1,%2,%3};"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
@@ -442,12 +443,38 @@ __device__ __forceinline__ void fa_mma(float c[4], const unsigned a[4], const un
 #endif
 }
 
-// c += a·b in split-TF32: three products, the small ones first (as CUTLASS orders them).
-__device__ __forceinline__ void fa_mma3(float c[4], const unsigned ab[4], const unsigned as[4],
-                                        const unsigned bb[2], const unsigned bs[2]) {
-    fa_mma(c, as, bb);
-    fa_mma(c, ab, bs);
-    fa_mma(c, ab, bb);
+// c[n] += a·b[n] for n < count (at most N, uniform) in split-TF32: three products each, the
+// small ones first (as CUTLASS orders them). The products are issued pass by pass over n,
+// so consecutive mma instructions are independent (each accumulator's three products would
+// otherwise wait for one another's latency). Callers pass N = 4 blocks at a time, which
+// keeps the B fragments in 16 registers (with 8, ptxas hit 255 and spilled).
+template <int N>
+__device__ __forceinline__ void fa_mma3n(float (*c)[4], const unsigned ab[4], const unsigned as[4],
+                                         const unsigned (*bb)[2], const unsigned (*bs)[2],
+                                         int count) {
+    #pragma unroll
+    for (int n = 0; n < N; ++n)
+        if (n < count) fa_mma(c[n], as, bb[n]);
+    #pragma unroll
+    for (int n = 0; n < N; ++n)
+        if (n < count) fa_mma(c[n], ab, bs[n]);
+    #pragma unroll
+    for (int n = 0; n < N; ++n)
+        if (n < count) fa_mma(c[n], ab, bb[n]);
+}
+
+// acc[n0 + n] += A·B[n] for n < min(4, count - n0), B fragment n read at `b + n·bstep` (rows
+// 0 and `off` of the fragment) and split here.
+__device__ __forceinline__ void fa_mma3_quarter(float (*acc)[4], int n0, const unsigned ab[4],
+                                                const unsigned as[4], const float* b, int bstep,
+                                                int off, int count) {
+    unsigned bb[4][2], bs[4][2];
+    #pragma unroll
+    for (int n = 0; n < 4; ++n) {
+        fa_split(b[(n0 + n) * bstep], bb[n][0], bs[n][0]);
+        fa_split(b[(n0 + n) * bstep + off], bb[n][1], bs[n][1]);
+    }
+    fa_mma3n<4>(acc + n0, ab, as, bb, bs, count - n0);
 }
 
 // Sums over the 4 lanes of a quad (they share the rows of their fragments).
@@ -470,6 +497,9 @@ __device__ __forceinline__ void flash_forward_mma_impl(
     extern __shared__ __align__(16) float smem[];
     float* ks = smem;            // k rows of the key tile
     float* vs = smem + FA_TILE;  // v rows of the key tile
+    // the block's q rows, split once per batch matrix (big and small TF32 parts)
+    unsigned* qbs = reinterpret_cast<unsigned*>(smem + 2 * FA_TILE);
+    unsigned* qss = qbs + FA_TILE;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int gq = lane >> 2, tq = lane & 3;
     const long long q0 = (long long)blockIdx.x * FA_T;
@@ -480,18 +510,14 @@ __device__ __forceinline__ void flash_forward_mma_impl(
     const long long kt_end = skip ? min(nkt, (q0 + rows - 1) / FA_T + 1) : nkt;
     const int dsteps = (int)((g.d + 7) / 8), vsteps = (int)((g.dv + 7) / 8);
     for (long long b = blockIdx.y; b < g.bh; b += gridDim.y) {
-        // this warp's q rows as A fragments, split once: rows warp·16 + gq (+8), columns
-        // 8s + tq (+4), zero beyond l and d
-        unsigned qb[8][4], qsm[8][4];
-        #pragma unroll
-        for (int st = 0; st < 8; ++st)
-            #pragma unroll
-            for (int r = 0; r < 4; ++r) {
-                const long long i = q0 + warp * 16 + gq + 8 * (r & 1);
-                const long long col = st * 8 + tq + 4 * (r >> 1);
-                const float x = i < g.l && col < g.d ? q[(b * g.l + i) * g.d + col] : 0.0f;
-                fa_split(x, qb[st][r], qsm[st][r]);
-            }
+        // the q rows split once into shared memory, zero beyond l and d (the key loop's
+        // barriers make them visible before any read)
+        __syncthreads();
+        for (int e = threadIdx.x; e < FA_T * FA_C; e += blockDim.x) {
+            const int r = e / FA_C, c = e % FA_C;
+            const float x = r < rows && c < g.d ? q[(b * g.l + q0 + r) * g.d + c] : 0.0f;
+            fa_split(x, qbs[r * FA_P + c], qss[r * FA_P + c]);
+        }
         float o[8][4] = {}, m[2] = {FA_NEG_INF, FA_NEG_INF}, l[2] = {0.0f, 0.0f};
         bool any[2] = {false, false};
         for (long long kt = 0; kt < kt_end; ++kt) {
@@ -507,14 +533,13 @@ __device__ __forceinline__ void flash_forward_mma_impl(
             #pragma unroll
             for (int st = 0; st < 8; ++st) {
                 if (st >= dsteps) break;  // uniform
-                #pragma unroll
-                for (int n = 0; n < 8; ++n) {
-                    const float* kr = ks + (n * 8 + gq) * FA_P + st * 8 + tq;
-                    unsigned bb[2], bs[2];
-                    fa_split(kr[0], bb[0], bs[0]);
-                    fa_split(kr[4], bb[1], bs[1]);
-                    fa_mma3(sc[n], qb[st], qsm[st], bb, bs);
-                }
+                // this warp's A fragment: rows warp·16 + gq (+8), columns 8st + tq (+4)
+                const int qa = (warp * 16 + gq) * FA_P + st * 8 + tq;
+                const unsigned ab[4] = {qbs[qa], qbs[qa + 8 * FA_P], qbs[qa + 4], qbs[qa + 8 * FA_P + 4]};
+                const unsigned as[4] = {qss[qa], qss[qa + 8 * FA_P], qss[qa + 4], qss[qa + 8 * FA_P + 4]};
+                const float* kr = ks + gq * FA_P + st * 8 + tq;  // B fragment n at kr + 8n·FA_P
+                fa_mma3_quarter(sc, 0, ab, as, kr, 8 * FA_P, 4, 8);
+                fa_mma3_quarter(sc, 4, ab, as, kr, 8 * FA_P, 4, 8);
             }
             // the online softmax of rows gq (h = 0) and gq + 8 (h = 1), as flash_forward's
             #pragma unroll
@@ -565,15 +590,10 @@ __device__ __forceinline__ void flash_forward_mma_impl(
                 fa_split(sc[n][2], pb[1], ps[1]);
                 fa_split(sc[n][1], pb[2], ps[2]);
                 fa_split(sc[n][3], pb[3], ps[3]);
+                // B fragment c: v rows 8n + 2tq (+1), column 8c + gq
                 const float* vr = vs + (n * 8 + 2 * tq) * FA_P + gq;
-                #pragma unroll
-                for (int c = 0; c < 8; ++c) {
-                    if (c >= vsteps) break;  // uniform
-                    unsigned bb[2], bs[2];
-                    fa_split(vr[c * 8], bb[0], bs[0]);
-                    fa_split(vr[FA_P + c * 8], bb[1], bs[1]);
-                    fa_mma3(o[c], pb, ps, bb, bs);
-                }
+                fa_mma3_quarter(o, 0, pb, ps, vr, 8, FA_P, vsteps);
+                if (vsteps > 4) fa_mma3_quarter(o, 4, pb, ps, vr, 8, FA_P, vsteps);
             }
         }
         const long long R = g.bh * g.l;
@@ -600,14 +620,14 @@ __device__ __forceinline__ void flash_forward_mma_impl(
         }
     }
 }
-extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_forward_mma(
+extern "C" __global__ void __launch_bounds__(FA_THREADS, 3) flash_forward_mma(
     const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
     const unsigned* __restrict__ bits, const float* __restrict__ bias,
     const int* __restrict__ nonfinite, const int* __restrict__ wide, float* __restrict__ out,
     float* __restrict__ stats, Flash g) {
     flash_forward_mma_impl<false>(q, k, v, bits, bias, nonfinite, wide, out, stats, g);
 }
-extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_forward_mma_tiles(
+extern "C" __global__ void __launch_bounds__(FA_THREADS, 3) flash_forward_mma_tiles(
     const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
     const unsigned* __restrict__ bits, const float* __restrict__ bias,
     const int* __restrict__ nonfinite, const int* __restrict__ wide, float* __restrict__ out,
@@ -817,14 +837,9 @@ __device__ __forceinline__ void fa_mma_abt(float acc[8][4], const float* a, cons
         fa_split(ar[8 * FA_P], ab[1], as[1]);
         fa_split(ar[4], ab[2], as[2]);
         fa_split(ar[8 * FA_P + 4], ab[3], as[3]);
-        #pragma unroll
-        for (int n = 0; n < 8; ++n) {
-            const float* br = b + (n * 8 + gq) * FA_P + st * 8 + tq;
-            unsigned bb[2], bs[2];
-            fa_split(br[0], bb[0], bs[0]);
-            fa_split(br[4], bb[1], bs[1]);
-            fa_mma3(acc[n], ab, as, bb, bs);
-        }
+        const float* br = b + gq * FA_P + st * 8 + tq;  // B fragment n at br + 8n·FA_P
+        fa_mma3_quarter(acc, 0, ab, as, br, 8 * FA_P, 4, 8);
+        fa_mma3_quarter(acc, 4, ab, as, br, 8 * FA_P, 4, 8);
     }
 }
 
@@ -906,21 +921,10 @@ __device__ __forceinline__ void flash_bwd_kv_mma_impl(
                 fa_split(dpT[n][3], sb[3], ss[3]);
                 const float* orow = os + (n * 8 + 2 * tq) * FA_P + gq;
                 const float* qr = qs + (n * 8 + 2 * tq) * FA_P + gq;
-                #pragma unroll
-                for (int c = 0; c < 8; ++c) {
-                    if (c < vsteps) {  // uniform
-                        unsigned bb[2], bs[2];
-                        fa_split(orow[c * 8], bb[0], bs[0]);
-                        fa_split(orow[FA_P + c * 8], bb[1], bs[1]);
-                        fa_mma3(av[c], pb, ps, bb, bs);
-                    }
-                    if (c < dsteps) {  // uniform
-                        unsigned bb[2], bs[2];
-                        fa_split(qr[c * 8], bb[0], bs[0]);
-                        fa_split(qr[FA_P + c * 8], bb[1], bs[1]);
-                        fa_mma3(ak[c], sb, ss, bb, bs);
-                    }
-                }
+                fa_mma3_quarter(av, 0, pb, ps, orow, 8, FA_P, vsteps);
+                if (vsteps > 4) fa_mma3_quarter(av, 4, pb, ps, orow, 8, FA_P, vsteps);
+                fa_mma3_quarter(ak, 0, sb, ss, qr, 8, FA_P, dsteps);
+                if (dsteps > 4) fa_mma3_quarter(ak, 4, sb, ss, qr, 8, FA_P, dsteps);
             }
             if (fuse_dq) {
                 // dQ += scale · dS K for the tile's queries: dSᵀ to shared memory, then warp w
@@ -943,14 +947,8 @@ __device__ __forceinline__ void flash_bwd_kv_mma_impl(
                     fa_split(dr[4 * FA_PT], ab[2], as[2]);
                     fa_split(dr[4 * FA_PT + 8], ab[3], as[3]);
                     const float* kr = ks + (st * 8 + tq) * FA_P + gq;
-                    #pragma unroll
-                    for (int c = 0; c < 8; ++c) {
-                        if (c >= dsteps) break;  // uniform
-                        unsigned bb[2], bs[2];
-                        fa_split(kr[c * 8], bb[0], bs[0]);
-                        fa_split(kr[4 * FA_P + c * 8], bb[1], bs[1]);
-                        fa_mma3(aq[c], ab, as, bb, bs);
-                    }
+                    fa_mma3_quarter(aq, 0, ab, as, kr, 8, 4 * FA_P, dsteps);
+                    if (dsteps > 4) fa_mma3_quarter(aq, 4, ab, as, kr, 8, 4 * FA_P, dsteps);
                 }
                 #pragma unroll
                 for (int h = 0; h < 2; ++h) {

@@ -116,9 +116,9 @@ pub struct Context {
     /// The probe's description of the device and libraries.
     pub detail: String,
     /// Whether flash attention's forward and key/value VJP may run their products on tensor
-    /// cores in split-TF32 (`flash_forward_mma`, `flash_bwd_kv_mma`): compute capability 8.0 or newer, unless the environment sets
-    /// `TORCHLEAN_FLASH_MMA=0` (then every call runs the f32 FMA kernel). The report's target
-    /// line says which.
+    /// cores in split-TF32 (`flash_forward_mma`, `flash_bwd_kv_mma`): compute capability 8.0
+    /// or newer, and `TORCHLEAN_FLASH_MMA` set to 1 (or, when unset, [`FLASH_MMA_DEFAULT`]).
+    /// The report's target line says which.
     pub flash_mma: bool,
 }
 
@@ -128,6 +128,12 @@ unsafe impl Send for Context {}
 unsafe impl Sync for Context {}
 
 static CONTEXT: OnceLock<Result<Context, String>> = OnceLock::new();
+
+/// Whether the split-TF32 tensor-core flash kernels run when `TORCHLEAN_FLASH_MMA` is unset.
+/// Off: on the H200 (sixteenth session, docs/BENCHMARKS.md) their first versions were slower
+/// than the f32 FMA kernels (forward 7.25 against 5.07 ms at B=8 H=16 L=2048 D=64), so they
+/// stay opt-in until a version measures faster.
+pub const FLASH_MMA_DEFAULT: bool = false;
 
 /// cuBLAS's workspace (32 MiB: what NVIDIA's cuBLAS documentation recommends for Hopper).
 const BLAS_WORKSPACE_BYTES: usize = 32 << 20;
@@ -314,11 +320,16 @@ fn create() -> Result<Context, String> {
     } else {
         "compiled now"
     };
-    let flash_mma = major >= 8 && std::env::var("TORCHLEAN_FLASH_MMA").as_deref() != Ok("0");
+    let wanted = match std::env::var("TORCHLEAN_FLASH_MMA").as_deref() {
+        Ok("1") => true,
+        Ok("0") => false,
+        _ => FLASH_MMA_DEFAULT,
+    };
+    let flash_mma = major >= 8 && wanted;
     let flash = if flash_mma {
         "split-TF32 tensor-core products when d, dv <= 64 and every |value| < 2^24"
     } else if major >= 8 {
-        "f32 FMA products (TORCHLEAN_FLASH_MMA=0)"
+        "f32 FMA products (split-TF32 tensor cores off: TORCHLEAN_FLASH_MMA=1 turns them on)"
     } else {
         "f32 FMA products (no TF32 tensor cores below sm_80)"
     };

@@ -447,6 +447,24 @@ fn flash_tensor_core_kernels_keep_f32_level_accuracy() {
     eprintln!(
         "flash_tensor_core_kernels_keep_f32_level_accuracy: tensor-core path {mma}, worst error {worst:e} (bound 3e-5)"
     );
+    // what ptxas made of the kernels (registers per thread, local memory: spills), for the
+    // GPU run's log
+    if let Some(cx) = torchlean_cuda::device::context_if_created() {
+        use cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES as LOCAL;
+        let f = &cx.functions;
+        for (name, func) in [
+            ("flash_forward", &f.flash_forward),
+            ("flash_forward_mma", &f.flash_forward_mma),
+            ("flash_bwd_kv", &f.flash_bwd_kv),
+            ("flash_bwd_kv_mma", &f.flash_bwd_kv_mma),
+        ] {
+            eprintln!(
+                "  {name}: {:?} registers, {:?} bytes of local memory",
+                func.num_regs(),
+                func.get_attribute(LOCAL)
+            );
+        }
+    }
 }
 
 /// The CUDA pool's count of reads to the host (`MemoryStats::host_reads`).
