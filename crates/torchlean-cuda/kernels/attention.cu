@@ -236,19 +236,23 @@ __device__ __forceinline__ float fa_score(const Flash& g, const float* __restric
     return v;
 }
 
-// Reductions over the 8 lanes of a row group (they share the rows of their blocks).
-__device__ __forceinline__ float fa_max8(float x) {
-    for (int o = 4; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+// Reductions over W adjacent lanes that share rows: the 8 lanes of a row group (the f32
+// kernels' blocks), the 4 of a quad (the mma fragments).
+template <int W>
+__device__ __forceinline__ float fa_max_over(float x) {
+    for (int o = W / 2; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
     return x;
 }
-__device__ __forceinline__ float fa_sum8(float x) {
-    for (int o = 4; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+template <int W>
+__device__ __forceinline__ float fa_sum_over(float x) {
+    for (int o = W / 2; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
     return x;
 }
 
 // Forward. Grid (query tiles, batches (grid-stride), dv chunks); FA_THREADS threads; dynamic
 // shared memory 3 tiles. `gate` (mode 0 only): when given, the call runs only if gate[0] is
-// nonzero — the tensor-core forward below declined it (a value too large to split). mode 0: out = attention (columns of chunk blockIdx.z), and, when
+// nonzero — the tensor-core forward below declined it (a value too large to split). mode 0:
+// out = attention (columns of chunk blockIdx.z), and, when
 // `stats` is given, each row's log-sum-exp and attends as below (the VJP's). mode 1 (the
 // VJP's first pass; one chunk): stats[row] = log-sum-exp of the row's allowed scores (0 for
 // a row that attends nothing), stats[R + row] = 1 when the row attends some key (else 0),
@@ -302,7 +306,7 @@ __device__ __forceinline__ void flash_forward_impl(
                     mx = fmaxf(mx, sc[r][c]);
                     any[r] |= ok[c];
                 }
-                mx = fa_max8(mx);
+                mx = fa_max_over<8>(mx);
                 const float mn = fmaxf(m[r], mx);
                 const float mu = mn == FA_NEG_INF ? 0.0f : mn;
                 const float alpha = expf(m[r] - mu);
@@ -312,7 +316,7 @@ __device__ __forceinline__ void flash_forward_impl(
                     sc[r][c] = ok[c] ? expf(sc[r][c] - mu) : 0.0f;
                     sum += sc[r][c];
                 }
-                l[r] = l[r] * alpha + fa_sum8(sum);
+                l[r] = l[r] * alpha + fa_sum_over<8>(sum);
                 m[r] = mn;
                 #pragma unroll
                 for (int c = 0; c < 8; ++c) o[r][c] *= alpha;
@@ -334,14 +338,14 @@ __device__ __forceinline__ void flash_forward_impl(
             // every lane of the row group takes part in the reductions (they shuffle); only
             // rows that exist are written. A fully blocked row has no allowed entry in any
             // tile of any lane.
-            const bool attends = fa_sum8(any[r] ? 1.0f : 0.0f) > 0.0f;
+            const bool attends = fa_sum_over<8>(any[r] ? 1.0f : 0.0f) > 0.0f;
             float dot = 0.0f;
             if (mode == 1 && i < g.l) {
                 const long long row = b * g.l + i;
                 for (long long col = tx; col < g.dv; col += 8)
                     dot += dout[row * g.dv + col] * out[row * g.dv + col];
             }
-            dot = fa_sum8(dot);
+            dot = fa_sum_over<8>(dot);
             if (i >= g.l) continue;
             const long long row = b * g.l + i;
             if (mode == 0) {
@@ -397,8 +401,9 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_forward_tiles(
 // so a non-finite or huge value always goes through the f32 FMA kernel and its exact
 // non-finite semantics. Mode 0 only (the output, and the stats for the VJP).
 //
-// Layout: 128 threads = 4 warps, each owning 16 query rows of the block's 64; per 64-key tile,
-// K and V rows in shared memory (fa_load, zero beyond their rows and columns). The mma
+// Layout: 128 threads = 4 warps, each owning 16 query rows of the block's 64; the block's q
+// rows split once into shared memory; per 64-key tile, K and V rows in shared memory
+// (fa_load, zero beyond their rows and columns), split as the fragments are read. The mma
 // m16n8k8 fragments (lane = 4·gq + tq): A (16×8, row) a0 (gq, tq), a1 (gq+8, tq), a2 (gq, tq+4),
 // a3 (gq+8, tq+4); B (8×8, col) b0 (k tq, n gq), b1 (k tq+4, n gq); C (16×8) c0 (gq, 2tq),
 // c1 (gq, 2tq+1), c2 (gq+8, 2tq), c3 (gq+8, 2tq+1). The score fragment of keys 8n.. becomes
@@ -477,16 +482,6 @@ __device__ __forceinline__ void fa_mma3_quarter(float (*acc)[4], int n0, const u
     fa_mma3n<4>(acc + n0, ab, as, bb, bs, count - n0);
 }
 
-// Sums over the 4 lanes of a quad (they share the rows of their fragments).
-__device__ __forceinline__ float fa_max4(float x) {
-    for (int o = 2; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
-    return x;
-}
-__device__ __forceinline__ float fa_sum4(float x) {
-    for (int o = 2; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-    return x;
-}
-
 template <bool TILES>
 __device__ __forceinline__ void flash_forward_mma_impl(
     const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
@@ -561,7 +556,7 @@ __device__ __forceinline__ void flash_forward_mma_impl(
                         okm |= (ok ? 1u : 0u) << (2 * n + e);
                     }
                 any[h] |= okm != 0u;
-                mx = fa_max4(mx);
+                mx = fa_max_over<4>(mx);
                 const float mn = fmaxf(m[h], mx);
                 const float mu = mn == FA_NEG_INF ? 0.0f : mn;
                 const float alpha = expf(m[h] - mu);
@@ -574,7 +569,7 @@ __device__ __forceinline__ void flash_forward_mma_impl(
                         x = (okm >> (2 * n + e)) & 1u ? expf(x - mu) : 0.0f;
                         sum += x;
                     }
-                l[h] = l[h] * alpha + fa_sum4(sum);
+                l[h] = l[h] * alpha + fa_sum_over<4>(sum);
                 m[h] = mn;
                 #pragma unroll
                 for (int c = 0; c < 8; ++c) {
@@ -602,7 +597,7 @@ __device__ __forceinline__ void flash_forward_mma_impl(
             const long long i = q0 + warp * 16 + gq + 8 * h;
             // every lane of the quad takes part in the reduction; only rows that exist are
             // written, and a fully blocked row has no allowed entry in any lane's tiles
-            const bool attends = fa_sum4(any[h] ? 1.0f : 0.0f) > 0.0f;
+            const bool attends = fa_sum_over<4>(any[h] ? 1.0f : 0.0f) > 0.0f;
             if (i >= g.l) continue;
             const long long row = b * g.l + i;
             #pragma unroll
