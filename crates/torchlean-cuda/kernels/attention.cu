@@ -387,6 +387,9 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_forward_tiles(
 
 // ---- the tensor-core forward: flash_forward_mma (d, dv <= 64) ----
 //
+// Opt-in (TORCHLEAN_FLASH_MMA=1, src/device.rs): the first version was slower on the H200
+// than flash_forward (docs/BENCHMARKS.md, sixteenth session).
+//
 // The same online softmax, masks and corner cases as flash_forward (the score, mask and
 // softmax code is the same, on the same f32 values), with the two products on tensor cores
 // in split-TF32 ("3xTF32", as CUTLASS's OpMultiplyAddFastF32, which PyTorch's f32

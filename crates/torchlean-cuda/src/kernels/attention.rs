@@ -3,17 +3,19 @@
 //! memory (an additive mask's gradient, which *is* such a matrix, is the one exception):
 //!
 //! - forward: one block per 64 query rows and 64-column chunk of dv, walking 64-key tiles
-//!   with an online softmax (running maximum, normalizer and output per row). With d, dv <=
-//!   64 on sm_80 or newer its two products run on tensor cores in split-TF32
+//!   with an online softmax (running maximum, normalizer and output per row). With the
+//!   opt-in `TORCHLEAN_FLASH_MMA=1` (`Context::flash_mma`), d, dv <= 64 and sm_80 or newer,
+//!   its two products run on tensor cores in split-TF32
 //!   (`flash_forward_mma`: three TF32 products per f32 product, each product within about
 //!   2^-20 of |a||b|), unless a value of q, k or v is 2^24 or more in magnitude or not finite
 //!   — a device-side flag, on which the f32 FMA kernel is gated, so that such calls keep the
 //!   f32 kernel's exact non-finite semantics without the host waiting; the same holds for the
 //!   key/value VJP kernel below (`flash_bwd_kv_mma`, also over O and dO);
 //! - VJP, recomputing: a stats pass (each row's log-sum-exp of its allowed scores, whether it
-//!   attends any key, and D = dO·O), then one kernel per 64 keys for dK and dV and one per
-//!   64 query rows for dQ (and the additive mask's gradient): no atomics, so every run gives
-//!   the same bits.
+//!   attends any key, and D = dO·O), then one kernel per 64 keys for dK and dV which, with
+//!   one chunk of each head dimension (d, dv <= 64), also adds dQ with `atomicAdd` (an order
+//!   that varies from run to run: the capsule is declared nondeterministic); otherwise, and
+//!   for the additive mask's gradient, one kernel per 64 query rows.
 //!
 //! A boolean mask is packed to bits first (one pass over it; [L, S] shared or one per batch
 //! matrix, as the shape rule allows). Causal key tiles past a query tile's last row are
