@@ -6,15 +6,9 @@
 # (`--provider prefer:native_cuda`): gpu-bin/torchlean beside gpu-bin/torchlean-base (the
 # commit before the tiles, when present) and PyTorch's SDPA, alternating, three rounds.
 # Binaries from scripts/gpu-check.sh (gpu-bin/); logs under $OUT.
-set -u
-cd "$(dirname "$0")/.."
-export TORCHLEAN_CACHE_DIR=/tmp/torchlean-cache
-log=${OUT:-/tmp/out}; mkdir -p $log
-nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader > $log/gpu.txt 2>&1
-cat gpu-bin/COMMIT >> $log/gpu.txt; cat $log/gpu.txt
+source "$(dirname "$0")/gpu-session-start.sh"
 TORCHLEAN_REQUIRE_CUDA=1 timeout 300 gpu-bin/gpu_only_conformance --test-threads 1 --nocapture > $log/tests.txt 2>&1; echo "tests rc=$?" >> $log/tests.txt
 grep -E "test result|panicked|tests rc|worst" $log/tests.txt | cut -c1-200
-field() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(round(d[sys.argv[2]],3))' "$1" "$2"; }
 for r in 1 2 3; do
   for w in attn-fwd-none attn-fwd-mask attn-fwd-causal attn-step-none attn-step-mask attn-step-causal; do
     line="round $r $w:"

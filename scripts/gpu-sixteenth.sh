@@ -6,15 +6,9 @@
 # the same binary with TORCHLEAN_FLASH_MMA=0 (the f32 FMA kernels), and PyTorch's SDPA, alternating, three rounds;
 # then transformer-big-step with `auto` (the composition) and with flash attention on tensor cores. Binaries
 # from scripts/gpu-check.sh (gpu-bin/); logs under $OUT.
-set -u
-cd "$(dirname "$0")/.."
-export TORCHLEAN_CACHE_DIR=/tmp/torchlean-cache
-log=${OUT:-/tmp/out}; mkdir -p $log
-nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader > $log/gpu.txt 2>&1
-cat gpu-bin/COMMIT >> $log/gpu.txt; cat $log/gpu.txt
+source "$(dirname "$0")/gpu-session-start.sh"
 TORCHLEAN_FLASH_MMA=1 TORCHLEAN_REQUIRE_CUDA=1 timeout 300 gpu-bin/gpu_only_conformance ${TESTS:-} --test-threads 1 --nocapture > $log/tests.txt 2>&1; echo "tests rc=$?" >> $log/tests.txt
 grep -E "test result|panicked|tests rc|worst|error|registers" $log/tests.txt | cut -c1-300 | head -40
-field() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(round(d[sys.argv[2]],3))' "$1" "$2" 2>/dev/null || echo "?"; }
 TORCHLEAN_FLASH_MMA=1 gpu-bin/torchlean bench attn-fwd-none --device cuda --provider prefer:native_cuda --reps 3 --show-backend > $log/report.txt 2>&1
 grep -iE "target|flash" $log/report.txt | head -5 | cut -c1-400
 for r in $(seq 1 ${ROUNDS:-3}); do

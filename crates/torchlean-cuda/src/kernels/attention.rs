@@ -287,6 +287,15 @@ fn call_key(op: &Op, inputs: &[&Tensor]) -> u64 {
     h.finish()
 }
 
+/// The `gate` argument of an f32 kernel that a tensor-core kernel may have taken the call
+/// from: that kernel's flag `wide`, or a null pointer when none was launched.
+fn gate_arg<'a>(b: &mut cudarc::driver::LaunchArgs<'a>, wide: &'a Option<CudaBuffer>) {
+    match wide {
+        Some(flag) => b.arg(flag.slice()),
+        None => b.arg(&NO_GATE),
+    };
+}
+
 /// Sets `flag` when one of the first `n` values of `x` is not finite.
 fn flag_nonfinite(
     cx: &Context,
@@ -490,10 +499,7 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
         .arg(c.q.slice())
         .arg(&c.g)
         .arg(&mode);
-    match &wide {
-        Some(flag) => b.arg(flag.slice()),
-        None => b.arg(&NO_GATE),
-    };
+    gate_arg(&mut b, &wide);
     let cfg = launch_cfg(
         (c.g.l as usize).div_ceil(TILE),
         c.g.bh as usize,
@@ -585,10 +591,7 @@ pub fn vjp(
                 .arg(&c.g)
                 .arg(gq.slice_mut())
                 .arg(&fuse);
-            match &wide {
-                Some(flag) => b.arg(flag.slice()),
-                None => b.arg(&NO_GATE),
-            };
+            gate_arg(&mut b, &wide);
             let cfg = launch_cfg(s.div_ceil(TILE), bh, d.max(dv).div_ceil(TILE), BWD_KV_TILES);
             // SAFETY: reads as the forward plus the stats (3·BH·L) and the cotangent
             // ([BH, L, dv]); block (x, y, z) writes the rows of its 64 keys in columns of
