@@ -26,6 +26,8 @@ thread_local dim3 threadIdx;
 dim3 blockIdx, blockDim, gridDim;
 struct float4 { float x, y, z, w; };
 inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
+struct uint4 { unsigned x, y, z, w; };
+inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return {a, b, c, d}; }
 std::barrier<>* g_block;
 std::barrier<>* g_warp[32];
 float g_shfl[1024];
@@ -86,7 +88,7 @@ inline void fa_emu_mma(float c[4], const unsigned a[4], const unsigned b[2]) {
 }
 inline long long min(long long a, long long b) { return a < b ? a : b; }
 inline int min(int a, int b) { return a < b ? a : b; }
-alignas(16) float smem[6 * 64 * 68];
+alignas(16) float smem[7 * 64 * 144];  // the largest kernel's dynamic shared memory
 template <class F> void launch(dim3 grid, unsigned threads, F f) {
     gridDim = grid; blockDim = {threads, 1, 1};
     for (unsigned z = 0; z < grid.z; ++z) for (unsigned y = 0; y < grid.y; ++y) for (unsigned x = 0; x < grid.x; ++x) {

@@ -485,6 +485,150 @@ __device__ __forceinline__ void fa_mma3_quarter(float (*acc)[4], int n0, const u
     fa_mma3n<4>(acc + n0, ab, as, bb, bs, count - n0);
 }
 
+// ---- split tiles: f32 tiles stored once as TF32 big and small parts, in fragment order ----
+//
+// A row-split tile holds rows of a row-major operand whose columns are the mma's inner index:
+// word r·FA_MP + 16·g + 4·t + (0, 1, 2, 3) = (big x[r][8g + t], big x[r][8g + t + 4], small
+// x[r][8g + t], small x[r][8g + t + 4]), so that an A fragment's row (a0, a2) and a B
+// fragment (b0, b1) of a row-major operand whose rows are the n index are one 16-byte read.
+// A column-split tile holds the columns of a row-major operand whose rows are the inner
+// index: word c·FA_MP + 16·n + 4·t + (0..3) = (big x[8n + 2t][c], big x[8n + 2t + 1][c],
+// small x[8n + 2t][c], small x[8n + 2t + 1][c]) — the B fragment of an inner index ordered
+// tq ↔ 2tq, tq + 4 ↔ 2tq + 1 (see flash_forward_mma) in one read. FA_MP = 144 words (144 mod 32
+// = 16): the eight lanes of a quarter warp, reading rows gq ∈ {0, 1} at offsets 4tq, touch
+// 32 distinct banks. Each value is split once per block and tile, not once per warp.
+#define FA_MP 144
+#define FA_SPLIT_TILE (FA_T * FA_MP)
+
+// The four words (big a, big b, small a, small b) at p.
+__device__ __forceinline__ void fa_store_split(unsigned* p, float a, float b) {
+    unsigned ab, as, bb, bs;
+    fa_split(a, ab, as);
+    fa_split(b, bb, bs);
+    *reinterpret_cast<uint4*>(p) = make_uint4(ab, bb, as, bs);
+}
+
+// Staging: a thread's share of a 64 × 64 tile as eight float4 registers, fetched from global
+// memory before the tile is needed (the next key tile's loads are in flight while the
+// current tile is computed) and split into shared memory after. Item i < 4 of thread x is
+// e = x + FA_THREADS·i, lane l = e % 32.
+
+// Four floats of row `row` from column c (zero beyond `cols` and for a row that does not
+// exist): one 16-byte read when the row's start allows it (ld a multiple of 4).
+__device__ __forceinline__ float4 fa_fetch4(const float* __restrict__ x, long long row, bool in,
+                                            long long ld, long long cols, int c) {
+    float4 r = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (!in) return r;
+    const float* p = x + row * ld;
+    if (ld % 4 == 0 && c + 4 <= cols) return *reinterpret_cast<const float4*>(p + c);
+    if (c < cols) r.x = p[c];
+    if (c + 1 < cols) r.y = p[c + 1];
+    if (c + 2 < cols) r.z = p[c + 2];
+    if (c + 3 < cols) r.w = p[c + 3];
+    return r;
+}
+
+// For a row-split tile: item e holds row (l >> 3) + 4(e >> 5), columns 8g..8g + 7 of group
+// g = l & 7 (a warp reads four whole rows).
+__device__ __forceinline__ void fa_fetch_rows(float4 (&st)[4][2], const float* __restrict__ x,
+                                              long long row0, long long rows, long long ld,
+                                              long long cols) {
+    #pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int e = threadIdx.x + FA_THREADS * i, l = e & 31;
+        const int r = (l >> 3) + 4 * (e >> 5), c = (l & 7) * 8;
+        st[i][0] = fa_fetch4(x, row0 + r, r < rows, ld, cols, c);
+        st[i][1] = fa_fetch4(x, row0 + r, r < rows, ld, cols, c + 4);
+    }
+}
+__device__ __forceinline__ void fa_put_rows(unsigned* tile, const float4 (&st)[4][2]) {
+    #pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int e = threadIdx.x + FA_THREADS * i, l = e & 31;
+        unsigned* p = tile + ((l >> 3) + 4 * (e >> 5)) * FA_MP + (l & 7) * 16;
+        fa_store_split(p, st[i][0].x, st[i][1].x);
+        fa_store_split(p + 4, st[i][0].y, st[i][1].y);
+        fa_store_split(p + 8, st[i][0].z, st[i][1].z);
+        fa_store_split(p + 12, st[i][0].w, st[i][1].w);
+    }
+}
+
+// For a column-split tile: item e holds rows 8n + 2t and 8n + 2t + 1, columns c..c + 3, with
+// t = l & 3, n = 2(w & 3) + ((l >> 2) & 1), c = 4((l >> 3) + 4(w >> 2)), w = e >> 5 (the eight
+// lanes of a quarter warp then store to eight distinct 4-bank sets).
+__device__ __forceinline__ void fa_col_item(int i, int& r, int& n, int& t, int& c) {
+    const int e = threadIdx.x + FA_THREADS * i, l = e & 31, w = e >> 5;
+    t = l & 3;
+    n = 2 * (w & 3) + ((l >> 2) & 1);
+    c = 4 * ((l >> 3) + 4 * (w >> 2));
+    r = n * 8 + 2 * t;
+}
+__device__ __forceinline__ void fa_fetch_cols(float4 (&st)[4][2], const float* __restrict__ x,
+                                              long long row0, long long rows, long long ld,
+                                              long long cols) {
+    #pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        int r, n, t, c;
+        fa_col_item(i, r, n, t, c);
+        st[i][0] = fa_fetch4(x, row0 + r, r < rows, ld, cols, c);
+        st[i][1] = fa_fetch4(x, row0 + r + 1, r + 1 < rows, ld, cols, c);
+    }
+}
+__device__ __forceinline__ void fa_put_cols(unsigned* tile, const float4 (&st)[4][2]) {
+    #pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        int r, n, t, c;
+        fa_col_item(i, r, n, t, c);
+        unsigned* p = tile + c * FA_MP + n * 16 + 4 * t;
+        fa_store_split(p, st[i][0].x, st[i][1].x);
+        fa_store_split(p + FA_MP, st[i][0].y, st[i][1].y);
+        fa_store_split(p + 2 * FA_MP, st[i][0].z, st[i][1].z);
+        fa_store_split(p + 3 * FA_MP, st[i][0].w, st[i][1].w);
+    }
+}
+
+// The split A fragment (ab, as) of rows `row` and row + 8, columns 8st.. of a row-split tile.
+__device__ __forceinline__ void fa_a_fragment(const unsigned* tile, int row, int st, int tq,
+                                              unsigned ab[4], unsigned as[4]) {
+    const uint4 x = *reinterpret_cast<const uint4*>(tile + row * FA_MP + st * 16 + 4 * tq);
+    const uint4 y = *reinterpret_cast<const uint4*>(tile + (row + 8) * FA_MP + st * 16 + 4 * tq);
+    ab[0] = x.x; ab[1] = y.x; ab[2] = x.y; ab[3] = y.y;
+    as[0] = x.z; as[1] = y.z; as[2] = x.w; as[3] = y.w;
+}
+
+// c[n] += A·B[n] for n < count (at most 8, uniform) in split-TF32, B fragment n the 16-byte
+// split word group at b + n·step: three products each, the small ones first (as CUTLASS
+// orders them), issued pass by pass so that consecutive products are independent.
+__device__ __forceinline__ void fa_mma3_split(float (*c)[4], const unsigned ab[4],
+                                              const unsigned as[4], const unsigned* b, int step,
+                                              int count) {
+    uint4 z[8];
+    #pragma unroll
+    for (int n = 0; n < 8; ++n)
+        if (n < count) z[n] = *reinterpret_cast<const uint4*>(b + n * step);
+    #pragma unroll
+    for (int n = 0; n < 8; ++n)
+        if (n < count) {
+            const unsigned bb[2] = {z[n].x, z[n].y};
+            fa_mma(c[n], as, bb);
+        }
+    #pragma unroll
+    for (int n = 0; n < 8; ++n)
+        if (n < count) {
+            const unsigned bs[2] = {z[n].z, z[n].w};
+            fa_mma(c[n], ab, bs);
+        }
+    #pragma unroll
+    for (int n = 0; n < 8; ++n)
+        if (n < count) {
+            const unsigned bb[2] = {z[n].x, z[n].y};
+            fa_mma(c[n], ab, bb);
+        }
+}
+
+#define FA_LOG2E 1.4426950408889634f
+#define FA_LN2 0.6931471805599453f
+
 template <bool TILES>
 __device__ __forceinline__ void flash_forward_mma_impl(
     const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
@@ -493,11 +637,9 @@ __device__ __forceinline__ void flash_forward_mma_impl(
     float* __restrict__ stats, Flash g) {
     if (wide[0] != 0) return;  // flash_forward takes the call (uniform over the grid)
     extern __shared__ __align__(16) float smem[];
-    float* ks = smem;            // k rows of the key tile
-    float* vs = smem + FA_TILE;  // v rows of the key tile
-    // the block's q rows, split once per batch matrix (big and small TF32 parts)
-    unsigned* qbs = reinterpret_cast<unsigned*>(smem + 2 * FA_TILE);
-    unsigned* qss = qbs + FA_TILE;
+    unsigned* qsp = reinterpret_cast<unsigned*>(smem);  // the block's q rows, row-split
+    unsigned* ksp = qsp + FA_SPLIT_TILE;                // the key tile's k rows, row-split
+    unsigned* vsp = ksp + FA_SPLIT_TILE;                // the key tile's v, column-split
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int gq = lane >> 2, tq = lane & 3;
     const long long q0 = (long long)blockIdx.x * FA_T;
@@ -507,69 +649,99 @@ __device__ __forceinline__ void flash_forward_mma_impl(
     const bool skip_tiles = TILES && g.tiles && nonfinite[0] == 0;
     const long long kt_end = skip ? min(nkt, (q0 + rows - 1) / FA_T + 1) : nkt;
     const int dsteps = (int)((g.d + 7) / 8), vsteps = (int)((g.dv + 7) / 8);
+    // scores in base-2 units: x = scale · log2(e) · q·k (+ log2(e) · bias), weights 2^(x - m)
+    const float sl2 = g.scale * FA_LOG2E;
     for (long long b = blockIdx.y; b < g.bh; b += gridDim.y) {
-        // the q rows split once into shared memory, zero beyond l and d (the key loop's
-        // barriers make them visible before any read)
-        __syncthreads();
-        for (int e = threadIdx.x; e < FA_T * FA_C; e += blockDim.x) {
-            const int r = e / FA_C, c = e % FA_C;
-            const float x = r < rows && c < g.d ? q[(b * g.l + q0 + r) * g.d + c] : 0.0f;
-            fa_split(x, qbs[r * FA_P + c], qss[r * FA_P + c]);
+        __syncthreads();  // the previous batch matrix's reads of qsp are done
+        // (the key loop's barriers make the split rows visible before any read)
+        {
+            float4 qst[4][2];
+            fa_fetch_rows(qst, q, b * g.l + q0, rows, g.d, g.d);
+            fa_put_rows(qsp, qst);
         }
         float o[8][4] = {}, m[2] = {FA_NEG_INF, FA_NEG_INF}, l[2] = {0.0f, 0.0f};
         bool any[2] = {false, false};
-        for (long long kt = 0; kt < kt_end; ++kt) {
-            // uniform in the block: every thread skips the same tiles
-            if (skip_tiles && !fa_tile_any(g, bits, b, blockIdx.x, kt)) continue;
+        // the next key tile to compute (uniform in the block: every thread skips the same
+        // tiles), its k rows and v rows fetched one tile ahead
+        auto next_tile = [&](long long t) {
+            while (t < kt_end && skip_tiles && !fa_tile_any(g, bits, b, blockIdx.x, t)) ++t;
+            return t;
+        };
+        float4 kst[4][2], vst[4][2];
+        long long kt = next_tile(0);
+        if (kt < kt_end) {
+            fa_fetch_rows(kst, k, b * g.s + kt * FA_T, min((long long)FA_T, g.s - kt * FA_T), g.d, g.d);
+            fa_fetch_cols(vst, v, b * g.s + kt * FA_T, min((long long)FA_T, g.s - kt * FA_T), g.dv, g.dv);
+        }
+        while (kt < kt_end) {
             const long long k0 = kt * FA_T, keys = min((long long)FA_T, g.s - k0);
             __syncthreads();  // the previous tile's reads are done
-            fa_load(ks, k, b * g.s + k0, keys, g.d, 0, g.d, nullptr, 0);
-            fa_load(vs, v, b * g.s + k0, keys, g.dv, 0, g.dv, nullptr, 0);
+            fa_put_rows(ksp, kst);
+            fa_put_cols(vsp, vst);
             __syncthreads();
+            const long long next = next_tile(kt + 1);
+            if (next < kt_end) {
+                const long long n0 = next * FA_T, nkeys = min((long long)FA_T, g.s - n0);
+                fa_fetch_rows(kst, k, b * g.s + n0, nkeys, g.d, g.d);
+                fa_fetch_cols(vst, v, b * g.s + n0, nkeys, g.dv, g.dv);
+            }
             // scores: sc[n] is the C fragment of keys 8n..8n+7
             float sc[8][4] = {};
             #pragma unroll
             for (int st = 0; st < 8; ++st) {
                 if (st >= dsteps) break;  // uniform
-                // this warp's A fragment: rows warp·16 + gq (+8), columns 8st + tq (+4)
-                const int qa = (warp * 16 + gq) * FA_P + st * 8 + tq;
-                const unsigned ab[4] = {qbs[qa], qbs[qa + 8 * FA_P], qbs[qa + 4], qbs[qa + 8 * FA_P + 4]};
-                const unsigned as[4] = {qss[qa], qss[qa + 8 * FA_P], qss[qa + 4], qss[qa + 8 * FA_P + 4]};
-                const float* kr = ks + gq * FA_P + st * 8 + tq;  // B fragment n at kr + 8n·FA_P
-                fa_mma3_quarter(sc, 0, ab, as, kr, 8 * FA_P, 4, 8);
-                fa_mma3_quarter(sc, 4, ab, as, kr, 8 * FA_P, 4, 8);
+                unsigned ab[4], as[4];
+                fa_a_fragment(qsp, warp * 16 + gq, st, tq, ab, as);
+                fa_mma3_split(sc, ab, as, ksp + gq * FA_MP + st * 16 + 4 * tq, 8 * FA_MP, 8);
             }
-            // the online softmax of rows gq (h = 0) and gq + 8 (h = 1), as flash_forward's
+            // the online softmax of rows gq (h = 0) and gq + 8 (h = 1). Entry (n, e) of a
+            // row is key jj = 8n + 2tq + e of the tile; it is allowed when jj < lim (the
+            // row exists, the key exists, causal) and its mask bit is set.
             #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const long long i = q0 + warp * 16 + gq + 8 * h;
-                const unsigned w0 = fa_word(g, bits, b, i, k0), w1 = fa_word(g, bits, b, i, k0 + 32);
+                long long lim = i < g.l ? keys : 0;
+                const long long seen = i - k0 + 1;  // causal: keys j <= i
+                if (g.causal) lim = min(lim, seen < 0 ? 0LL : seen);
+                const int lim2 = (int)lim - 2 * tq;
+                // the row's mask words, shifted so that bit 8n' + e is entry (n' + 4·word, e)
+                const unsigned w0 = fa_word(g, bits, b, i, k0) >> (2 * tq);
+                const unsigned w1 = fa_word(g, bits, b, i, k0 + 32) >> (2 * tq);
                 unsigned okm = 0u;
                 float mx = FA_NEG_INF;
                 #pragma unroll
                 for (int n = 0; n < 8; ++n)
                     #pragma unroll
                     for (int e = 0; e < 2; ++e) {
-                        const int jj = n * 8 + 2 * tq + e;
-                        const long long j = k0 + jj;
-                        const bool ok = fa_allowed(g, i, j, (jj < 32 ? w0 : w1) >> (jj % 32));
+                        const int jj = n * 8 + e;  // + 2tq
+                        const bool ok = jj < lim2 && (((n < 4 ? w0 : w1) >> ((n % 4) * 8 + e)) & 1u);
                         float& x = sc[n][2 * h + e];
-                        x = ok ? fa_score(g, bias, b, i, j, x) : FA_NEG_INF;
+                        if (g.mask == 2) {
+                            x = ok ? fa_score(g, bias, b, i, k0 + jj + 2 * tq, x) * FA_LOG2E : FA_NEG_INF;
+                            okm |= (ok ? 1u : 0u) << (2 * n + e);
+                        } else {
+                            // scores are finite here (flag `wide`): a blocked entry is the
+                            // only -inf, and its weight 2^-inf is exactly 0
+                            x = ok ? x * sl2 : FA_NEG_INF;
+                        }
                         mx = fmaxf(mx, x);
-                        okm |= (ok ? 1u : 0u) << (2 * n + e);
                     }
-                any[h] |= okm != 0u;
+                if (g.mask == 2) any[h] |= okm != 0u;
+                else any[h] |= mx != FA_NEG_INF;
                 mx = fa_max_over<4>(mx);
                 const float mn = fmaxf(m[h], mx);
                 const float mu = mn == FA_NEG_INF ? 0.0f : mn;
-                const float alpha = expf(m[h] - mu);
+                const float alpha = exp2f(m[h] - mu);
                 float sum = 0.0f;
                 #pragma unroll
                 for (int n = 0; n < 8; ++n)
                     #pragma unroll
                     for (int e = 0; e < 2; ++e) {
                         float& x = sc[n][2 * h + e];
-                        x = (okm >> (2 * n + e)) & 1u ? expf(x - mu) : 0.0f;
+                        // with a bias, an allowed score may be -inf too: its weight is 0
+                        // and the row still attends (0/0 if every weight is)
+                        if (g.mask == 2) x = (okm >> (2 * n + e)) & 1u ? exp2f(x - mu) : 0.0f;
+                        else x = exp2f(x - mu);
                         sum += x;
                     }
                 l[h] = l[h] * alpha + fa_sum_over<4>(sum);
@@ -588,11 +760,10 @@ __device__ __forceinline__ void flash_forward_mma_impl(
                 fa_split(sc[n][2], pb[1], ps[1]);
                 fa_split(sc[n][1], pb[2], ps[2]);
                 fa_split(sc[n][3], pb[3], ps[3]);
-                // B fragment c: v rows 8n + 2tq (+1), column 8c + gq
-                const float* vr = vs + (n * 8 + 2 * tq) * FA_P + gq;
-                fa_mma3_quarter(o, 0, pb, ps, vr, 8, FA_P, vsteps);
-                if (vsteps > 4) fa_mma3_quarter(o, 4, pb, ps, vr, 8, FA_P, vsteps);
+                // B fragment c: v column 8c + gq, keys 8n + 2tq (+1)
+                fa_mma3_split(o, pb, ps, vsp + gq * FA_MP + n * 16 + 4 * tq, 8 * FA_MP, vsteps);
             }
+            kt = next;
         }
         const long long R = g.bh * g.l;
         #pragma unroll
@@ -611,21 +782,22 @@ __device__ __forceinline__ void flash_forward_mma_impl(
                     if (col < g.dv) out[row * g.dv + col] = attends ? o[c][2 * h + e] / l[h] : 0.0f;
                 }
             if (tq == 0 && stats != nullptr) {
+                // the natural log-sum-exp: ln(2^mu · l) = mu · ln 2 + ln l
                 const float mu = m[h] == FA_NEG_INF ? 0.0f : m[h];
-                stats[row] = attends ? mu + logf(l[h]) : 0.0f;
+                stats[row] = attends ? mu * FA_LN2 + logf(l[h]) : 0.0f;
                 stats[R + row] = attends ? 1.0f : 0.0f;
             }
         }
     }
 }
-extern "C" __global__ void __launch_bounds__(FA_THREADS, 3) flash_forward_mma(
+extern "C" __global__ void __launch_bounds__(FA_THREADS, 2) flash_forward_mma(
     const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
     const unsigned* __restrict__ bits, const float* __restrict__ bias,
     const int* __restrict__ nonfinite, const int* __restrict__ wide, float* __restrict__ out,
     float* __restrict__ stats, Flash g) {
     flash_forward_mma_impl<false>(q, k, v, bits, bias, nonfinite, wide, out, stats, g);
 }
-extern "C" __global__ void __launch_bounds__(FA_THREADS, 3) flash_forward_mma_tiles(
+extern "C" __global__ void __launch_bounds__(FA_THREADS, 2) flash_forward_mma_tiles(
     const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
     const unsigned* __restrict__ bits, const float* __restrict__ bias,
     const int* __restrict__ nonfinite, const int* __restrict__ wide, float* __restrict__ out,

@@ -43,8 +43,9 @@ const TILE_FLOATS: u32 = 64 * 68;
 const FORWARD_TILES: u32 = 3;
 const BWD_KV_TILES: u32 = 5;
 const BWD_Q_TILES: u32 = 5;
-/// Shared tiles of the tensor-core forward (k and v rows, and the q rows split in two).
-const MMA_TILES: u32 = 4;
+/// Shared memory of the tensor-core forward: three split tiles (`FA_SPLIT_TILE`: 64 rows of
+/// 144 words — q rows, k rows, v columns, each value as its TF32 big and small parts).
+const MMA_FWD_BYTES: u32 = 3 * 64 * 144 * 4;
 /// Shared memory of the tensor-core key/value VJP (`FA_MMA_BWD_FLOATS`: k, v, q, dO tiles,
 /// the 64 × 72 dSᵀ tile and three rows of 64 statistics).
 const MMA_BWD_BYTES: u32 = (4 * TILE_FLOATS + 64 * 72 + 3 * 64) * 4;
@@ -76,11 +77,11 @@ pub fn allow_shared_memory(f: &crate::device::Functions) -> std::result::Result<
             tiles(BWD_Q_TILES),
         ),
         ("flash_bwd_kv_mma", &f.flash_bwd_kv_mma, MMA_BWD_BYTES),
-        ("flash_forward_mma", &f.flash_forward_mma, tiles(MMA_TILES)),
+        ("flash_forward_mma", &f.flash_forward_mma, MMA_FWD_BYTES),
         (
             "flash_forward_mma_tiles",
             &f.flash_forward_mma_tiles,
-            tiles(MMA_TILES),
+            MMA_FWD_BYTES,
         ),
         (
             "flash_bwd_kv_mma_tiles",
@@ -481,10 +482,13 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
             .arg(stats.slice_mut())
             .arg(&c.g);
         // SAFETY: as the f32 forward below, with one chunk (d, dv <= 64: blockIdx.z = 0 only)
-        // and four shared tiles (allowed when the module loaded); it also reads the
+        // and MMA_FWD_BYTES of shared memory (allowed when the module loaded); it also reads the
         // one-element flag `wide`.
         launched(op, unsafe {
-            b.launch(launch_cfg(blocks, c.g.bh as usize, 1, MMA_TILES))
+            b.launch(LaunchConfig {
+                shared_mem_bytes: MMA_FWD_BYTES,
+                ..launch_cfg(blocks, c.g.bh as usize, 1, 0)
+            })
         })?;
         wide = Some(flag);
     }
