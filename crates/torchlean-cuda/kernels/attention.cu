@@ -387,11 +387,12 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_forward_tiles(
 
 // ---- the tensor-core forward: flash_forward_mma (d, dv <= 64) ----
 //
-// Opt-in (TORCHLEAN_FLASH_MMA=1, src/device.rs): the first version was slower on the H200
-// than flash_forward (docs/BENCHMARKS.md, sixteenth session).
+// On by default (TORCHLEAN_FLASH_MMA=0 turns it off, src/device.rs): on the H200 it beats
+// flash_forward with and without masks (docs/BENCHMARKS.md, seventeenth session).
 //
-// The same online softmax, masks and corner cases as flash_forward (the score, mask and
-// softmax code is the same, on the same f32 values), with the two products on tensor cores
+// The same online softmax, masks and corner cases as flash_forward (in base 2: the row
+// maximum and normalizer of 2^(log2(e)·score), the log-sum-exp converted back), with the
+// two products on tensor cores
 // in split-TF32 ("3xTF32", as CUTLASS's OpMultiplyAddFastF32, which PyTorch's f32
 // memory-efficient attention uses): each f32 operand x is split into big = x rounded to TF32
 // (cvt.rna, 10-bit mantissa) and small = (x - big) rounded to TF32, and a·b is taken as
@@ -404,15 +405,17 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_forward_tiles(
 // so a non-finite or huge value always goes through the f32 FMA kernel and its exact
 // non-finite semantics. Mode 0 only (the output, and the stats for the VJP).
 //
-// Layout: 128 threads = 4 warps, each owning 16 query rows of the block's 64; the block's q
-// rows split once into shared memory; per 64-key tile, K and V rows in shared memory
-// (fa_load, zero beyond their rows and columns), split as the fragments are read. The mma
-// m16n8k8 fragments (lane = 4·gq + tq): A (16×8, row) a0 (gq, tq), a1 (gq+8, tq), a2 (gq, tq+4),
+// Layout: 128 threads = 4 warps, each owning 16 query rows of the block's 64. The block's q
+// rows, and per 64-key tile the k rows and v columns, are split once into shared memory in
+// fragment order (the split tiles below: one 16-byte read per fragment); the next tile's k
+// and v are fetched into registers while the current tile is computed. The mma m16n8k8
+// fragments (lane = 4·gq + tq): A (16×8, row) a0 (gq, tq), a1 (gq+8, tq), a2 (gq, tq+4),
 // a3 (gq+8, tq+4); B (8×8, col) b0 (k tq, n gq), b1 (k tq+4, n gq); C (16×8) c0 (gq, 2tq),
 // c1 (gq, 2tq+1), c2 (gq+8, 2tq), c3 (gq+8, 2tq+1). The score fragment of keys 8n.. becomes
 // the A operand of P·V without moving between lanes by giving the product's inner index
 // tq the key 2tq and tq+4 the key 2tq+1 (a sum over keys does not depend on their order):
-// a = (c0, c2, c1, c3), and V's B fragment reads keys 2tq and 2tq+1 to match.
+// a = (c0, c2, c1, c3), and V's B fragment reads keys 2tq and 2tq+1 to match. The softmax
+// runs in base 2 (scores times log2(e), weights exp2), as FlashAttention-2's.
 
 #define FA_LIMIT 16777216.0f  // 2^24: every |value| the split-TF32 kernels read is below it
 

@@ -265,11 +265,11 @@ pub fn flash_capsule() -> KernelCapsule {
         name: "native_cuda.flash_attention".into(),
         value_contract: with(
             &base.value_contract,
-            "tiled attention with an online softmax (f32 FMA products; with the opt-in TORCHLEAN_FLASH_MMA=1 on sm_80+, named on the report's target line, and d, dv <= 64 and every |q|, |k|, |v| < 2^24, its two products in split-TF32 on tensor cores instead: three TF32 products per f32 product, each within about 2^-20 |a||b|, f32 sums); matches the f64 spec on random shapes crossing the tiles, every mask kind, causal, fully blocked rows and non-finite values, and on the conformance table's rows (GPU-only tests, skipped without CUDA; and the same source under a CPU emulation of its threads)",
+            "tiled attention with an online softmax (on sm_80+ with d, dv <= 64 and every |q|, |k|, |v| < 2^24, its two products in split-TF32 on tensor cores: three TF32 products per f32 product, each within about 2^-20 |a||b|, f32 sums; otherwise, or with TORCHLEAN_FLASH_MMA=0, f32 FMA products; the report's target line says which); matches the f64 spec on random shapes crossing the tiles, every mask kind, causal, fully blocked rows and non-finite values, and on the conformance table's rows (GPU-only tests, skipped without CUDA; and the same source under a CPU emulation of its threads)",
         ),
         vjp_contract: with(
             &base.vjp_contract,
-            "recomputing tiled VJP (row statistics, then dK/dV per key tile; dQ added atomically by the same kernel when d, dv <= 64, else by a kernel per query tile; with the forward's opt-in and d, dv <= 64 and every |q|, |k|, |v|, |O|, |dO| < 2^24, the key kernel's five products in split-TF32 on tensor cores); matches the f64 spec VJP on the same inputs (GPU-only tests, skipped without CUDA; and the CPU emulation, both dQ paths)",
+            "recomputing tiled VJP (row statistics, then dK/dV per key tile; dQ added atomically by the same kernel when d, dv <= 64, else by a kernel per query tile; with the opt-in TORCHLEAN_FLASH_MMA=1 and d, dv <= 64 and every |q|, |k|, |v|, |O|, |dO| < 2^24, the key kernel's five products in split-TF32 on tensor cores); matches the f64 spec VJP on the same inputs (GPU-only tests, skipped without CUDA; and the CPU emulation, both dQ paths)",
         ),
         // dQ's atomic additions (d, dv <= 64) come in an order that varies from run to run
         deterministic: false,

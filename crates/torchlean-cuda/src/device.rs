@@ -115,11 +115,19 @@ pub struct Context {
     pub blas_workspace: cudarc::driver::CudaSlice<u8>,
     /// The probe's description of the device and libraries.
     pub detail: String,
-    /// Whether flash attention's forward and key/value VJP may run their products on tensor
-    /// cores in split-TF32 (`flash_forward_mma`, `flash_bwd_kv_mma`): compute capability 8.0
-    /// or newer, and `TORCHLEAN_FLASH_MMA` set to 1 (or, when unset, [`FLASH_MMA_DEFAULT`]).
-    /// The report's target line says which.
-    pub flash_mma: bool,
+    /// Which of flash attention's kernels run their products on tensor cores in split-TF32
+    /// (`flash_forward_mma`, `flash_bwd_kv_mma`). The report's target line says which.
+    pub flash_mma: FlashMma,
+}
+
+/// Where flash attention's split-TF32 tensor-core kernels run: compute capability 8.0 or
+/// newer, and `TORCHLEAN_FLASH_MMA` = 1 (both), 0 (neither) or unset ([`FLASH_MMA_DEFAULT`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlashMma {
+    /// The forward (`flash_forward_mma`).
+    pub forward: bool,
+    /// The key/value VJP (`flash_bwd_kv_mma`).
+    pub vjp: bool,
 }
 
 // SAFETY: the CUDA driver's handles (functions, modules) are context-global and may be used
@@ -129,11 +137,30 @@ unsafe impl Sync for Context {}
 
 static CONTEXT: OnceLock<Result<Context, String>> = OnceLock::new();
 
-/// Whether the split-TF32 tensor-core flash kernels run when `TORCHLEAN_FLASH_MMA` is unset.
-/// Off: on the H200 (sixteenth session, docs/BENCHMARKS.md) their first versions were slower
-/// than the f32 FMA kernels (forward 7.25 against 5.07 ms at B=8 H=16 L=2048 D=64), so they
-/// stay opt-in until a version measures faster.
-pub const FLASH_MMA_DEFAULT: bool = false;
+/// Where the split-TF32 tensor-core flash kernels run when `TORCHLEAN_FLASH_MMA` is unset.
+/// Measured on the H200 (docs/BENCHMARKS.md, seventeenth session): the forward beats the f32
+/// FMA kernel in every case (B=8 H=16 L=2048 D=64: 4.16 against 5.10 ms unmasked, 2.85
+/// against 3.33 with a mask, 2.55 against 2.83 causal), so it is on; the key/value VJP was
+/// slower than the f32 one (sixteenth session), so it stays opt-in.
+pub const FLASH_MMA_DEFAULT: FlashMma = FlashMma {
+    forward: true,
+    vjp: false,
+};
+
+/// The target line's account of flash attention's products.
+fn flash_description(major: i32, m: FlashMma) -> String {
+    const MMA: &str = "split-TF32 tensor-core products when d, dv <= 64 and every |value| < 2^24";
+    const FMA: &str = "f32 FMA products";
+    if major < 8 {
+        return format!("{FMA} (no TF32 tensor cores below sm_80)");
+    }
+    let part = |on: bool| if on { MMA } else { FMA };
+    format!(
+        "forward {}, key/value VJP {} (TORCHLEAN_FLASH_MMA=1: both on tensor cores, =0: neither)",
+        part(m.forward),
+        part(m.vjp)
+    )
+}
 
 /// cuBLAS's workspace (32 MiB: what NVIDIA's cuBLAS documentation recommends for Hopper).
 const BLAS_WORKSPACE_BYTES: usize = 32 << 20;
@@ -321,18 +348,21 @@ fn create() -> Result<Context, String> {
         "compiled now"
     };
     let wanted = match std::env::var("TORCHLEAN_FLASH_MMA").as_deref() {
-        Ok("1") => true,
-        Ok("0") => false,
+        Ok("1") => FlashMma {
+            forward: true,
+            vjp: true,
+        },
+        Ok("0") => FlashMma {
+            forward: false,
+            vjp: false,
+        },
         _ => FLASH_MMA_DEFAULT,
     };
-    let flash_mma = major >= 8 && wanted;
-    let flash = if flash_mma {
-        "split-TF32 tensor-core products when d, dv <= 64 and every |value| < 2^24"
-    } else if major >= 8 {
-        "f32 FMA products (split-TF32 tensor cores off: TORCHLEAN_FLASH_MMA=1 turns them on)"
-    } else {
-        "f32 FMA products (no TF32 tensor cores below sm_80)"
+    let flash_mma = FlashMma {
+        forward: major >= 8 && wanted.forward,
+        vjp: major >= 8 && wanted.vjp,
     };
+    let flash = flash_description(major, flash_mma);
     let detail = format!(
         "{name} (sm_{major}{minor}, {sms} SMs, {:.1} GiB), CUDA driver API {driver}, NVRTC {nvrtc} (kernels {source}), cuBLAS {cublas}, cuFFT {cufft}, flash attention: {flash}",
         total as f64 / (1u64 << 30) as f64,

@@ -3,14 +3,15 @@
 //! memory (an additive mask's gradient, which *is* such a matrix, is the one exception):
 //!
 //! - forward: one block per 64 query rows and 64-column chunk of dv, walking 64-key tiles
-//!   with an online softmax (running maximum, normalizer and output per row). With the
-//!   opt-in `TORCHLEAN_FLASH_MMA=1` (`Context::flash_mma`), d, dv <= 64 and sm_80 or newer,
-//!   its two products run on tensor cores in split-TF32
+//!   with an online softmax (running maximum, normalizer and output per row). On sm_80 or
+//!   newer with d, dv <= 64 its two products run on tensor cores in split-TF32
 //!   (`flash_forward_mma`: three TF32 products per f32 product, each product within about
-//!   2^-20 of |a||b|), unless a value of q, k or v is 2^24 or more in magnitude or not finite
-//!   — a device-side flag, on which the f32 FMA kernel is gated, so that such calls keep the
-//!   f32 kernel's exact non-finite semantics without the host waiting; the same holds for the
-//!   key/value VJP kernel below (`flash_bwd_kv_mma`, also over O and dO);
+//!   2^-20 of |a||b|; on by default, `TORCHLEAN_FLASH_MMA=0` turns it off:
+//!   `Context::flash_mma`), unless a value of q, k or v is 2^24 or more in magnitude or not
+//!   finite — a device-side flag, on which the f32 FMA kernel is gated, so that such calls
+//!   keep the f32 kernel's exact non-finite semantics without the host waiting; the same
+//!   holds for the key/value VJP kernel below (`flash_bwd_kv_mma`, also over O and dO;
+//!   opt-in with `TORCHLEAN_FLASH_MMA=1`: slower than the f32 kernel so far);
 //! - VJP, recomputing: a stats pass (each row's log-sum-exp of its allowed scores, whether it
 //!   attends any key, and D = dO·O), then one kernel per 64 keys for dK and dV which, with
 //!   one chunk of each head dimension (d, dv <= 64), also adds dQ with `atomicAdd` (an order
@@ -470,7 +471,7 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
     // value of q, k or v is too large to split (flag `wide`, on the device: the host never
     // waits for it); the f32 kernel, gated on the same flag, then takes it instead
     let mut wide = None;
-    if cx.flash_mma && c.g.d <= TILE as i64 && c.g.dv <= TILE as i64 {
+    if cx.flash_mma.forward && c.g.d <= TILE as i64 && c.g.dv <= TILE as i64 {
         let flag = wide_flag(cx, op, &inputs[..3])?;
         let mut b = cx.stream.launch_builder(c.kernel(
             &cx.functions.flash_forward_mma,
@@ -561,7 +562,7 @@ pub fn vjp(
             // with one chunk of each head dimension the tensor-core kernel takes the call
             // unless a value it would split is too large (the f32 kernel is gated on that)
             let mut wide = None;
-            if cx.flash_mma && d <= TILE && dv <= TILE {
+            if cx.flash_mma.vjp && d <= TILE && dv <= TILE {
                 let flag = wide_flag(cx, op, &[inputs[0], inputs[1], inputs[2], output_t, gy])?;
                 let mut b = cx.stream.launch_builder(c.kernel(
                     &cx.functions.flash_bwd_kv_mma,
