@@ -26,6 +26,7 @@ thread_local dim3 threadIdx;
 dim3 blockIdx, blockDim, gridDim;
 struct float4 { float x, y, z, w; };
 inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
+struct float2 { float x, y; };
 struct uint4 { unsigned x, y, z, w; };
 inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return {a, b, c, d}; }
 std::barrier<>* g_block;

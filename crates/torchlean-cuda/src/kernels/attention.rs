@@ -47,9 +47,10 @@ const BWD_Q_TILES: u32 = 5;
 /// Shared memory of the tensor-core forward: three split tiles (`FA_SPLIT_TILE`: 64 rows of
 /// 144 words — q rows, k rows, v columns, each value as its TF32 big and small parts).
 const MMA_FWD_BYTES: u32 = 3 * 64 * 144 * 4;
-/// Shared memory of the tensor-core key/value VJP (`FA_MMA_BWD_FLOATS`: k, v, q, dO tiles,
-/// the 64 × 72 dSᵀ tile and three rows of 64 statistics).
-const MMA_BWD_BYTES: u32 = (4 * TILE_FLOATS + 64 * 72 + 3 * 64) * 4;
+/// Shared memory of the tensor-core key/value VJP (`FA_MMA_BWD_FLOATS`: the block's k and v
+/// tiles; q, dO and dS of a 32-query tile, rows of stride 68; the tile's three statistics
+/// and two mask words per query).
+const MMA_BWD_BYTES: u32 = (2 * TILE_FLOATS + 3 * 32 * 68 + 5 * 32) * 4;
 /// A null `gate` of `flash_forward`: the f32 forward takes every call it is launched for.
 const NO_GATE: u64 = 0;
 
