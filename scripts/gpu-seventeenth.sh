@@ -5,9 +5,15 @@
 # alternating: the default (tensor-core forward, f32 key/value VJP), both on tensor cores
 # (=1), and PyTorch's SDPA; then transformer-big-step with `auto` (the composition), flash
 # attention by default and flash attention with both kernels on tensor cores. Binaries from
-# scripts/gpu-check.sh (gpu-bin/); env TESTS, ROUNDS, BIG_ROUNDS, WORKLOADS, SKIP_BIG; logs
+# scripts/gpu-check.sh (gpu-bin/); env DEFAULT_TESTS (a test filter run with the default
+# kernels first), TESTS, ROUNDS, BIG_ROUNDS, WORKLOADS, SKIP_BIG; logs
 # under $OUT (only the lines printed here come back whole).
 source "$(dirname "$0")/gpu-session-start.sh"
+if [ -n "${DEFAULT_TESTS:-}" ]; then
+  # the default kernels (tensor-core forward, f32 key/value VJP)
+  TORCHLEAN_REQUIRE_CUDA=1 timeout 300 gpu-bin/gpu_only_conformance $DEFAULT_TESTS --test-threads 1 --nocapture > $log/tests-default.txt 2>&1; echo "default tests rc=$?" >> $log/tests-default.txt
+  grep -E "test result|panicked|tests rc|worst|FAILED" $log/tests-default.txt | cut -c1-300 | head -20
+fi
 TORCHLEAN_FLASH_MMA=1 TORCHLEAN_REQUIRE_CUDA=1 timeout 300 gpu-bin/gpu_only_conformance ${TESTS:-} --test-threads 1 --nocapture > $log/tests.txt 2>&1; echo "tests rc=$?" >> $log/tests.txt
 grep -E "test result|panicked|tests rc|worst|error|registers|FAILED" $log/tests.txt | cut -c1-300 | head -40
 gpu-bin/torchlean bench attn-fwd-none --device cuda --provider prefer:native_cuda --reps 3 --show-backend > $log/report.txt 2>&1

@@ -497,28 +497,43 @@ __device__ __forceinline__ float4 fa_fetch4(const float* __restrict__ x, long lo
     return r;
 }
 
-// For a row-split tile: item e holds row (l >> 3) + 4(e >> 5), columns 8g..8g + 7 of group
-// g = l & 7 (a warp reads four whole rows).
-__device__ __forceinline__ void fa_fetch_rows(float4 (&st)[4][2], const float* __restrict__ x,
+// For a row-split tile of 32·I rows: item e holds row (l >> 3) + 4(e >> 5), columns
+// 8g..8g + 7 of group g = l & 7 (a warp reads four whole rows); rows past `rows`, and rows
+// whose `keep` entry is 0 (when given), are zeros.
+template <int I>
+__device__ __forceinline__ void fa_fetch_rows(float4 (&st)[I][2], const float* __restrict__ x,
                                               long long row0, long long rows, long long ld,
-                                              long long cols) {
+                                              long long cols, const float* __restrict__ keep) {
     #pragma unroll
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < I; ++i) {
         const int e = threadIdx.x + FA_THREADS * i, l = e & 31;
         const int r = (l >> 3) + 4 * (e >> 5), c = (l & 7) * 8;
-        st[i][0] = fa_fetch4(x, row0 + r, r < rows, ld, cols, c);
-        st[i][1] = fa_fetch4(x, row0 + r, r < rows, ld, cols, c + 4);
+        const bool in = r < rows && (keep == nullptr || keep[row0 + r] != 0.0f);
+        st[i][0] = fa_fetch4(x, row0 + r, in, ld, cols, c);
+        st[i][1] = fa_fetch4(x, row0 + r, in, ld, cols, c + 4);
     }
 }
-__device__ __forceinline__ void fa_put_rows(unsigned* tile, const float4 (&st)[4][2]) {
+template <int I>
+__device__ __forceinline__ void fa_put_rows(unsigned* tile, const float4 (&st)[I][2]) {
     #pragma unroll
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < I; ++i) {
         const int e = threadIdx.x + FA_THREADS * i, l = e & 31;
         unsigned* p = tile + ((l >> 3) + 4 * (e >> 5)) * FA_MP + (l & 7) * 16;
         fa_store_split(p, st[i][0].x, st[i][1].x);
         fa_store_split(p + 4, st[i][0].y, st[i][1].y);
         fa_store_split(p + 8, st[i][0].z, st[i][1].z);
         fa_store_split(p + 12, st[i][0].w, st[i][1].w);
+    }
+}
+// The same rows as they are (an f32 tile of stride FA_P).
+template <int I>
+__device__ __forceinline__ void fa_put_raw(float* tile, const float4 (&st)[I][2]) {
+    #pragma unroll
+    for (int i = 0; i < I; ++i) {
+        const int e = threadIdx.x + FA_THREADS * i, l = e & 31;
+        float* p = tile + ((l >> 3) + 4 * (e >> 5)) * FA_P + (l & 7) * 8;
+        *reinterpret_cast<float4*>(p) = st[i][0];
+        *reinterpret_cast<float4*>(p + 4) = st[i][1];
     }
 }
 
@@ -625,8 +640,8 @@ __device__ __forceinline__ void flash_forward_mma_impl(
         // (the key loop's barriers make the split rows visible before any read)
         {
             float4 qst[4][2];
-            fa_fetch_rows(qst, q, b * g.l + q0, rows, g.d, g.d);
-            fa_put_rows(qsp, qst);
+            fa_fetch_rows<4>(qst, q, b * g.l + q0, rows, g.d, g.d, nullptr);
+            fa_put_rows<4>(qsp, qst);
         }
         float o[8][4] = {}, m[2] = {FA_NEG_INF, FA_NEG_INF}, l[2] = {0.0f, 0.0f};
         bool any[2] = {false, false};
@@ -639,19 +654,19 @@ __device__ __forceinline__ void flash_forward_mma_impl(
         float4 kst[4][2], vst[4][2];
         long long kt = next_tile(0);
         if (kt < kt_end) {
-            fa_fetch_rows(kst, k, b * g.s + kt * FA_T, min((long long)FA_T, g.s - kt * FA_T), g.d, g.d);
+            fa_fetch_rows<4>(kst, k, b * g.s + kt * FA_T, min((long long)FA_T, g.s - kt * FA_T), g.d, g.d, nullptr);
             fa_fetch_cols(vst, v, b * g.s + kt * FA_T, min((long long)FA_T, g.s - kt * FA_T), g.dv, g.dv);
         }
         while (kt < kt_end) {
             const long long k0 = kt * FA_T, keys = min((long long)FA_T, g.s - k0);
             __syncthreads();  // the previous tile's reads are done
-            fa_put_rows(ksp, kst);
+            fa_put_rows<4>(ksp, kst);
             fa_put_cols(vsp, vst);
             __syncthreads();
             const long long next = next_tile(kt + 1);
             if (next < kt_end) {
                 const long long n0 = next * FA_T, nkeys = min((long long)FA_T, g.s - n0);
-                fa_fetch_rows(kst, k, b * g.s + n0, nkeys, g.d, g.d);
+                fa_fetch_rows<4>(kst, k, b * g.s + n0, nkeys, g.d, g.d, nullptr);
                 fa_fetch_cols(vst, v, b * g.s + n0, nkeys, g.dv, g.dv);
             }
             // scores: sc[n] is the C fragment of keys 8n..8n+7
@@ -959,14 +974,14 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_bwd_kv_tiles(
 // tile's q and dO rows fetched into registers while the current one is computed. Sᵀ and
 // dPᵀ are C fragments whose columns are queries, turned into the A operand of the Pᵀ dO and
 // dSᵀ Q products in place (inner index tq ↔ query 2tq, tq + 4 ↔ 2tq + 1, as the forward's
-// P·V); the products over the head dimension order their inner index the same way (tq ↔
-// column 2tq, tq + 4 ↔ 2tq + 1: both fragments of a row in one 8-byte read); for dQ, dS goes
-// through shared memory as [query][key]. Probabilities in base 2 (exp2 of log2(e)·score −
+// P·V); for dQ, dS goes through shared memory as [query][key], its inner index (keys)
+// ordered the same way (both fragments of a row in one 8-byte read). Probabilities in base 2 (exp2 of log2(e)·score −
 // log2(e)·lse) without an additive mask; with one, fa_grad_entry's f32 code. Shared memory
 // (FA_MMA_BWD_FLOATS): k and v rows of the block, q and dO rows of the query tile, dS, and
-// the tile's statistics and mask words.
+// the tile's statistics and mask words; q and dO rows are also kept row-split (FA_MP), the B
+// operands of Sᵀ and dPᵀ, split once per block instead of once per warp.
 #define FA_QB 32
-#define FA_MMA_BWD_FLOATS (2 * FA_TILE + 3 * FA_QB * FA_P + 5 * FA_QB)
+#define FA_MMA_BWD_FLOATS (2 * FA_TILE + 3 * FA_QB * FA_P + 2 * FA_QB * FA_MP + 5 * FA_QB)
 
 // The split pair (x[0], x[1]) of an 8-byte aligned read: fragment registers r0 (inner tq) and
 // r1 (inner tq + 4) of one row.
@@ -977,28 +992,22 @@ __device__ __forceinline__ void fa_split_pair(const float* p, unsigned& b0, unsi
     fa_split(x.y, b1, s1);
 }
 
-// acc[n] += A·Bᵀ for n < N over the head dimension (`steps` chunks of 8 columns; tiles of
-// stride FA_P, zero beyond their columns), A the 16 rows at `a`, B's rows 8n.. at `b`; the
-// inner index tq ↔ column 2tq, tq + 4 ↔ 2tq + 1.
+// acc[n] += A·Bᵀ for n < N over the head dimension (`steps` chunks of 8 columns), A the 16
+// rows at `a` (an f32 tile of stride FA_P, split here) and B's rows 8n.. in the row-split
+// tile `bsp` (FA_MP), zero beyond their columns.
 template <int N>
-__device__ __forceinline__ void fa_mma_rows(float (*acc)[4], const float* a, const float* b,
+__device__ __forceinline__ void fa_mma_rows(float (*acc)[4], const float* a, const unsigned* bsp,
                                             int steps, int gq, int tq) {
     #pragma unroll
     for (int st = 0; st < 8; ++st) {
         if (st >= steps) break;  // uniform
+        const float* ar = a + gq * FA_P + st * 8 + tq;
         unsigned ab[4], as[4];
-        fa_split_pair(a + gq * FA_P + st * 8 + 2 * tq, ab[0], as[0], ab[2], as[2]);
-        fa_split_pair(a + (gq + 8) * FA_P + st * 8 + 2 * tq, ab[1], as[1], ab[3], as[3]);
-        unsigned bb[N][2], bs[N][2];
-        #pragma unroll
-        for (int n = 0; n < N; ++n)
-            fa_split_pair(b + (n * 8 + gq) * FA_P + st * 8 + 2 * tq, bb[n][0], bs[n][0], bb[n][1], bs[n][1]);
-        #pragma unroll
-        for (int n = 0; n < N; ++n) fa_mma(acc[n], as, bb[n]);
-        #pragma unroll
-        for (int n = 0; n < N; ++n) fa_mma(acc[n], ab, bs[n]);
-        #pragma unroll
-        for (int n = 0; n < N; ++n) fa_mma(acc[n], ab, bb[n]);
+        fa_split(ar[0], ab[0], as[0]);
+        fa_split(ar[8 * FA_P], ab[1], as[1]);
+        fa_split(ar[4], ab[2], as[2]);
+        fa_split(ar[8 * FA_P + 4], ab[3], as[3]);
+        fa_mma3_split(acc, ab, as, bsp + gq * FA_MP + st * 16 + 4 * tq, 8 * FA_MP, N);
     }
 }
 
@@ -1031,27 +1040,6 @@ __device__ __forceinline__ void fa_mma_cols(float (*acc)[4], const unsigned ab[4
     }
 }
 
-// The raw rows i0.. of a query tile (FA_QB rows of 64 columns): item i < 4 of a thread is
-// row e >> 4, columns 4(e & 15).., e = threadIdx.x + FA_THREADS·i; rows past `rows` and
-// rows that attend nothing (att 0) are zeros.
-__device__ __forceinline__ void fa_fetch_qtile(float4 (&st)[4], const float* __restrict__ x,
-                                               long long row0, long long rows, long long ld,
-                                               const float* __restrict__ att) {
-    #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const int e = threadIdx.x + FA_THREADS * i, r = e >> 4, c = (e & 15) * 4;
-        const bool in = r < rows && att[row0 + r] != 0.0f;
-        st[i] = fa_fetch4(x, row0 + r, in, ld, ld, c);
-    }
-}
-__device__ __forceinline__ void fa_put_qtile(float* tile, const float4 (&st)[4]) {
-    #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const int e = threadIdx.x + FA_THREADS * i;
-        *reinterpret_cast<float4*>(tile + (e >> 4) * FA_P + (e & 15) * 4) = st[i];
-    }
-}
-
 template <bool TILES>
 __device__ __forceinline__ void flash_bwd_kv_mma_impl(
     const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
@@ -1066,7 +1054,9 @@ __device__ __forceinline__ void flash_bwd_kv_mma_impl(
     float* qs = smem + 2 * FA_TILE;        // q rows of the query tile
     float* os = qs + FA_QB * FA_P;         // dO rows of the query tile
     float* dsq = os + FA_QB * FA_P;        // dS [query][key] of the tile (for dQ)
-    float* sh = dsq + FA_QB * FA_P;        // lse, attends, D of the tile's queries
+    unsigned* qsp = reinterpret_cast<unsigned*>(dsq + FA_QB * FA_P);  // q rows, row-split
+    unsigned* osp = qsp + FA_QB * FA_MP;                              // dO rows, row-split
+    float* sh = reinterpret_cast<float*>(osp + FA_QB * FA_MP);  // lse, attends, D of the tile's queries
     unsigned* shw = reinterpret_cast<unsigned*>(sh + 3 * FA_QB);  // their mask words (2 each)
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int gq = lane >> 2, tq = lane & 3;
@@ -1090,18 +1080,20 @@ __device__ __forceinline__ void flash_bwd_kv_mma_impl(
             while (t < nqt && skip_tiles && !fa_tile_any(g, bits, b, t * FA_QB / FA_T, blockIdx.x)) ++t;
             return t;
         };
-        float4 qst[4], ost[4];
+        float4 qst[2][2], ost[2][2];
         long long qt = next_tile(qt_begin);
         if (qt < nqt) {
             const long long i0 = qt * FA_QB, rows = min((long long)FA_QB, g.l - i0);
-            fa_fetch_qtile(qst, q, b * g.l + i0, rows, g.d, att_of);
-            fa_fetch_qtile(ost, dout, b * g.l + i0, rows, g.dv, att_of);
+            fa_fetch_rows<2>(qst, q, b * g.l + i0, rows, g.d, g.d, att_of);
+            fa_fetch_rows<2>(ost, dout, b * g.l + i0, rows, g.dv, g.dv, att_of);
         }
         while (qt < nqt) {
             const long long i0 = qt * FA_QB, rows = min((long long)FA_QB, g.l - i0);
             __syncthreads();  // the previous tile's reads are done
-            fa_put_qtile(qs, qst);
-            fa_put_qtile(os, ost);
+            fa_put_raw<2>(qs, qst);
+            fa_put_raw<2>(os, ost);
+            fa_put_rows<2>(qsp, qst);
+            fa_put_rows<2>(osp, ost);
             if (threadIdx.x < FA_QB) {
                 const int r = threadIdx.x;
                 const bool in = r < rows;
@@ -1117,13 +1109,13 @@ __device__ __forceinline__ void flash_bwd_kv_mma_impl(
             const long long next = next_tile(qt + 1);
             if (next < nqt) {
                 const long long n0 = next * FA_QB, nrows = min((long long)FA_QB, g.l - n0);
-                fa_fetch_qtile(qst, q, b * g.l + n0, nrows, g.d, att_of);
-                fa_fetch_qtile(ost, dout, b * g.l + n0, nrows, g.dv, att_of);
+                fa_fetch_rows<2>(qst, q, b * g.l + n0, nrows, g.d, g.d, att_of);
+                fa_fetch_rows<2>(ost, dout, b * g.l + n0, nrows, g.dv, g.dv, att_of);
             }
             // Sᵀ and dPᵀ: rows keys 16w + gq (+8), C fragment n of queries 8n..8n+7
             float sT[4][4] = {}, dpT[4][4] = {};
-            fa_mma_rows<4>(sT, ks + warp * 16 * FA_P, qs, dsteps, gq, tq);
-            fa_mma_rows<4>(dpT, vs + warp * 16 * FA_P, os, vsteps, gq, tq);
+            fa_mma_rows<4>(sT, ks + warp * 16 * FA_P, qsp, dsteps, gq, tq);
+            fa_mma_rows<4>(dpT, vs + warp * 16 * FA_P, osp, vsteps, gq, tq);
             // sT becomes Pᵀ, dpT becomes dSᵀ (entry: key kk, query ii)
             #pragma unroll
             for (int h = 0; h < 2; ++h) {

@@ -48,9 +48,9 @@ const BWD_Q_TILES: u32 = 5;
 /// 144 words — q rows, k rows, v columns, each value as its TF32 big and small parts).
 const MMA_FWD_BYTES: u32 = 3 * 64 * 144 * 4;
 /// Shared memory of the tensor-core key/value VJP (`FA_MMA_BWD_FLOATS`: the block's k and v
-/// tiles; q, dO and dS of a 32-query tile, rows of stride 68; the tile's three statistics
-/// and two mask words per query).
-const MMA_BWD_BYTES: u32 = (2 * TILE_FLOATS + 3 * 32 * 68 + 5 * 32) * 4;
+/// tiles; q, dO and dS of a 32-query tile, rows of stride 68; q and dO again row-split, rows
+/// of 144 words; the tile's three statistics and two mask words per query).
+const MMA_BWD_BYTES: u32 = (2 * TILE_FLOATS + 3 * 32 * 68 + 2 * 32 * 144 + 5 * 32) * 4;
 /// A null `gate` of `flash_forward`: the f32 forward takes every call it is launched for.
 const NO_GATE: u64 = 0;
 
