@@ -141,7 +141,8 @@ static CONTEXT: OnceLock<Result<Context, String>> = OnceLock::new();
 /// Measured on the H200 (docs/BENCHMARKS.md, seventeenth session): the forward beats the f32
 /// FMA kernel in every case (B=8 H=16 L=2048 D=64: 4.16 against 5.10 ms unmasked, 2.85
 /// against 3.33 with a mask, 2.55 against 2.83 causal), so it is on; the key/value VJP was
-/// slower than the f32 one (sixteenth session), so it stays opt-in.
+/// slower than the f32 one (sixteenth and seventeenth sessions: 21.5 against 20.9 ms forward
+/// + backward at the same shape), so it stays opt-in.
 pub const FLASH_MMA_DEFAULT: FlashMma = FlashMma {
     forward: true,
     vjp: false,
