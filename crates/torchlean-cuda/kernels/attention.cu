@@ -500,14 +500,20 @@ __device__ __forceinline__ float4 fa_fetch4(const float* __restrict__ x, long lo
 // For a row-split tile of 32·I rows: item e holds row (l >> 3) + 4(e >> 5), columns
 // 8g..8g + 7 of group g = l & 7 (a warp reads four whole rows); rows past `rows`, and rows
 // whose `keep` entry is 0 (when given), are zeros.
+__device__ __forceinline__ void fa_row_item(int i, int& r, int& grp) {
+    const int e = threadIdx.x + FA_THREADS * i, l = e & 31;
+    r = (l >> 3) + 4 * (e >> 5);
+    grp = l & 7;
+}
 template <int I>
 __device__ __forceinline__ void fa_fetch_rows(float4 (&st)[I][2], const float* __restrict__ x,
                                               long long row0, long long rows, long long ld,
                                               long long cols, const float* __restrict__ keep) {
     #pragma unroll
     for (int i = 0; i < I; ++i) {
-        const int e = threadIdx.x + FA_THREADS * i, l = e & 31;
-        const int r = (l >> 3) + 4 * (e >> 5), c = (l & 7) * 8;
+        int r, grp;
+        fa_row_item(i, r, grp);
+        const int c = grp * 8;
         const bool in = r < rows && (keep == nullptr || keep[row0 + r] != 0.0f);
         st[i][0] = fa_fetch4(x, row0 + r, in, ld, cols, c);
         st[i][1] = fa_fetch4(x, row0 + r, in, ld, cols, c + 4);
@@ -517,8 +523,9 @@ template <int I>
 __device__ __forceinline__ void fa_put_rows(unsigned* tile, const float4 (&st)[I][2]) {
     #pragma unroll
     for (int i = 0; i < I; ++i) {
-        const int e = threadIdx.x + FA_THREADS * i, l = e & 31;
-        unsigned* p = tile + ((l >> 3) + 4 * (e >> 5)) * FA_MP + (l & 7) * 16;
+        int r, grp;
+        fa_row_item(i, r, grp);
+        unsigned* p = tile + r * FA_MP + grp * 16;
         fa_store_split(p, st[i][0].x, st[i][1].x);
         fa_store_split(p + 4, st[i][0].y, st[i][1].y);
         fa_store_split(p + 8, st[i][0].z, st[i][1].z);
@@ -530,8 +537,9 @@ template <int I>
 __device__ __forceinline__ void fa_put_raw(float* tile, const float4 (&st)[I][2]) {
     #pragma unroll
     for (int i = 0; i < I; ++i) {
-        const int e = threadIdx.x + FA_THREADS * i, l = e & 31;
-        float* p = tile + ((l >> 3) + 4 * (e >> 5)) * FA_P + (l & 7) * 8;
+        int r, grp;
+        fa_row_item(i, r, grp);
+        float* p = tile + r * FA_P + grp * 8;
         *reinterpret_cast<float4*>(p) = st[i][0];
         *reinterpret_cast<float4*>(p + 4) = st[i][1];
     }
