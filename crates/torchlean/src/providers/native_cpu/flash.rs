@@ -14,6 +14,7 @@
 //! this one to the spec and to the other. Work is split over batch matrices (and, for the
 //! forward of a single one, over query tiles); the tile products go through `par::gemm`.
 
+use super::flash_small::{forward_small, Scratch, SMALL_KEYS};
 use super::par::{gemm, Mat};
 use super::special::{
     per_batch_grads, scale_and_mask, without_blocked_rows, Attention, BatchGrads,
@@ -26,6 +27,9 @@ use rayon::prelude::*;
 
 /// Query rows per tile.
 const QT: usize = 64;
+/// The least multiply-adds a task of the forward is given when batch matrices are small.
+const MIN_TASK_WORK: usize = 1 << 16;
+
 /// Keys per tile.
 const KT: usize = 512;
 /// Up to this many keys, the VJP computes a query tile's scores once, over every key (a
@@ -205,187 +209,6 @@ fn forward_tile(
     }
 }
 
-/// Up to this many keys, the forward computes a query row at a time
-/// with no tile buffers and no GEMM: attention over a handful of tokens (an imported
-/// encoder's ten keys of eight features per head), where packing and dispatching tile
-/// products cost more than their arithmetic. One pass covers every key, so no online
-/// rescaling is needed.
-const SMALL_KEYS: usize = 64;
-
-/// Lanes of the small path's register blocks.
-const LANE: usize = 8;
-
-/// The forward of query rows `rows` of batch matrix `bi` into `out` (rows × dv) when
-/// `at.s <= SMALL_KEYS`, in three passes over the tile's rows: (1) each row's scores against
-/// every key, scaled, masked and causally cut as [`tile_scores`] does, minus the row's
-/// maximum; (2) one exponential over the whole tile (many rows of a few keys vectorize as
-/// one long row, not a short one at a time); (3) each row's sum and the weighted sum of the
-/// value rows. The keys are transposed once into rows of `sp` (s rounded up to [`LANE`],
-/// zero padded), so each block of eight scores and each block of eight output features is a
-/// register accumulator. Every key is visited (a blocked key's zero weight times its value
-/// row, as the spec's sum), and the special rows come out as in [`forward_tile`]: zeros for a
-/// fully blocked row, NaN for a row with a NaN score or with no finite score.
-fn forward_small(
-    at: &Attention,
-    bi: usize,
-    rows: std::ops::Range<usize>,
-    (q, k, v): (Matrix, Matrix, Matrix),
-    scratch: &mut Scratch,
-    out: &mut [f32],
-) {
-    let (s, d, dv) = (at.s, at.d, at.dv);
-    let sp = s.div_ceil(LANE) * LANE;
-    let n = rows.len();
-    scratch.fit(d * sp, n * sp, n);
-    let Scratch { kt, p, special } = scratch;
-    // the padding columns s..sp of `kt` keep whatever they held: the scores they give are
-    // overwritten with -inf below
-    for j in 0..s {
-        for (c, &x) in k.row(j).iter().enumerate() {
-            kt[c * sp + j] = x;
-        }
-    }
-    let p = &mut p[..n * sp];
-    for (r, pr) in p.chunks_mut(sp.max(1)).enumerate() {
-        let i = rows.start + r;
-        let qi = q.row(i);
-        let mut jb = 0;
-        while jb + BLOCKS * LANE <= sp {
-            score_blocks::<BLOCKS>(qi, kt, sp, jb, pr);
-            jb += BLOCKS * LANE;
-        }
-        while jb < sp {
-            score_blocks::<1>(qi, kt, sp, jb, pr);
-            jb += LANE;
-        }
-        pr[s..].fill(f32::NEG_INFINITY);
-        let row = &mut pr[..s];
-        scale_and_mask(row, at.scale, at.mask, at.extra_row(bi, i));
-        if at.causal && i + 1 < s {
-            row[i + 1..].fill(f32::NEG_INFINITY);
-        }
-        let mx = vmath::max(row);
-        special[r] = if at.fully_blocked(bi, i) {
-            Some(0.0)
-        } else if mx.is_nan() || mx == f32::NEG_INFINITY {
-            Some(f32::NAN)
-        } else {
-            row.iter_mut().for_each(|x| *x -= mx);
-            None
-        };
-        if special[r].is_some() {
-            pr.fill(f32::NEG_INFINITY);
-        }
-    }
-    vmath::exp_in_place(p);
-    for ((o, pr), fixed) in out
-        .chunks_mut(dv.max(1))
-        .zip(p.chunks(sp.max(1)))
-        .zip(&special[..n])
-    {
-        if let Some(value) = fixed {
-            o.fill(*value);
-            continue;
-        }
-        let row = &pr[..s];
-        let inv = 1.0 / vmath::sum(row);
-        let full = dv / LANE * LANE;
-        let mut c0 = 0;
-        while c0 + BLOCKS * LANE <= full {
-            weighted_blocks::<BLOCKS>(row, v, c0, inv, o);
-            c0 += BLOCKS * LANE;
-        }
-        while c0 < full {
-            weighted_blocks::<1>(row, v, c0, inv, o);
-            c0 += LANE;
-        }
-        if c0 < dv {
-            // the last columns, fewer than a lane
-            let mut a = [0.0f32; LANE];
-            for (j, &w) in row.iter().enumerate() {
-                for (al, &y) in a.iter_mut().zip(&v.row(j)[c0..dv]) {
-                    *al = w.mul_add(y, *al);
-                }
-            }
-            for (x, &al) in o[c0..].iter_mut().zip(&a) {
-                *x = if inv.is_finite() { al * inv } else { f32::NAN };
-            }
-        }
-    }
-}
-
-/// Register blocks of [`LANE`] accumulated side by side by the small path: independent
-/// accumulation chains, so that a row's loop is bound by the FMA units' throughput rather
-/// than by one chain's latency (with a single block, the sixteenth session measured the
-/// transformer-step's 64-key attention at about 15 GFLOP/s). Each lane still sums its terms
-/// in the same order, so the results are the single-block loop's, bit for bit.
-const BLOCKS: usize = 4;
-
-/// Scores `pr[jb .. jb + B·LANE]` of query row `qi` against the keys of `kt` (transposed,
-/// rows of `sp`): B blocks of [`LANE`] keys, each lane summing over the features in order.
-#[inline(always)]
-fn score_blocks<const B: usize>(qi: &[f32], kt: &[f32], sp: usize, jb: usize, pr: &mut [f32]) {
-    let mut a = [[0.0f32; LANE]; B];
-    for (c, &qc) in qi.iter().enumerate() {
-        let kr = &kt[c * sp + jb..][..B * LANE];
-        for (b, ab) in a.iter_mut().enumerate() {
-            for l in 0..LANE {
-                ab[l] = qc.mul_add(kr[b * LANE + l], ab[l]);
-            }
-        }
-    }
-    for (b, ab) in a.iter().enumerate() {
-        pr[jb + b * LANE..][..LANE].copy_from_slice(ab);
-    }
-}
-
-/// Output columns `c0 .. c0 + B·LANE` of one row: the weights `row` times the value rows,
-/// each lane summing over the keys in order, times `inv` (NaN when `inv` is not finite).
-#[inline(always)]
-fn weighted_blocks<const B: usize>(row: &[f32], v: Matrix, c0: usize, inv: f32, o: &mut [f32]) {
-    let mut a = [[0.0f32; LANE]; B];
-    for (j, &w) in row.iter().enumerate() {
-        let vr = &v.row(j)[c0..][..B * LANE];
-        for (b, ab) in a.iter_mut().enumerate() {
-            for l in 0..LANE {
-                ab[l] = w.mul_add(vr[b * LANE + l], ab[l]);
-            }
-        }
-    }
-    for (b, ab) in a.iter().enumerate() {
-        for (x, &al) in o[c0 + b * LANE..][..LANE].iter_mut().zip(ab) {
-            *x = if inv.is_finite() { al * inv } else { f32::NAN };
-        }
-    }
-}
-
-/// Buffers of [`forward_small`], reused across the batch matrices one task computes.
-#[derive(Default)]
-struct Scratch {
-    /// The keys transposed, `d` rows of `sp`.
-    kt: Vec<f32>,
-    /// The tile's scores, then probabilities, rows of `sp`.
-    p: Vec<f32>,
-    /// Per row: the value of every output of a row whose output is fixed (zeros for a fully
-    /// blocked row, NaN), None for a row computed from its probabilities.
-    special: Vec<Option<f32>>,
-}
-
-impl Scratch {
-    /// Grows the buffers to at least these lengths (never shrinks, never clears).
-    fn fit(&mut self, kt: usize, p: usize, rows: usize) {
-        if self.kt.len() < kt {
-            self.kt.resize(kt, 0.0);
-        }
-        if self.p.len() < p {
-            self.p.resize(p, 0.0);
-        }
-        if self.special.len() < rows {
-            self.special.resize(rows, None);
-        }
-    }
-}
-
 /// The forward kernel.
 pub fn forward(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Vec<f32> {
     // q, k and v read where they lie (heads of a permuted projection need no copy)
@@ -415,8 +238,12 @@ pub fn forward(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Vec<f32> {
         }
     };
     if at.batch > 1 {
+        // batch matrices of a few dozen multiply-adds each (an encoder's ten-token heads)
+        // go several to a task: a task per matrix costs more in scheduling than in work
+        let work = (l * at.s * (at.d + dv)).max(1);
         out.par_chunks_mut(per)
             .enumerate()
+            .with_min_len(MIN_TASK_WORK.div_ceil(work))
             .for_each_init(Scratch::default, |scratch, (bi, ob)| {
                 ob.chunks_mut(tile)
                     .enumerate()

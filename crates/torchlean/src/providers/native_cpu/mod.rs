@@ -14,6 +14,7 @@ mod conv;
 mod dense;
 mod elementwise;
 mod flash;
+mod flash_small;
 pub mod guard;
 mod index;
 mod layout;

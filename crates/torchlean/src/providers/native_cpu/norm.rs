@@ -83,11 +83,21 @@ pub fn forward(op: &Op, x: &[&Tensor]) -> Vec<f32> {
         Op::LayerNorm { .. } | Op::RmsNorm { .. } => {
             let d = *x[0].shape().last().unwrap_or(&1);
             let rms = matches!(op, Op::RmsNorm { .. });
+            // no shift is adding +0.0, as the formula with a zero shift does
+            let zeros;
+            let shift: &[f32] = match &beta {
+                Some(b) => b,
+                None => {
+                    zeros = vec![0.0f32; d];
+                    &zeros
+                }
+            };
+            let (gamma, shift) = (&gamma[..d], &shift[..d]);
             for_rows(&mut y, d, |r, out| {
                 let row = &xd[r * d..(r + 1) * d];
                 let (mu, rstd) = row_stats(row, rms, e);
-                for j in 0..d {
-                    out[j] = (row[j] - mu) * rstd * gamma[j] + beta.as_ref().map_or(0.0, |b| b[j]);
+                for (((o, &x), &g), &b) in out.iter_mut().zip(row).zip(gamma).zip(shift) {
+                    *o = (x - mu) * rstd * g + b;
                 }
             });
         }

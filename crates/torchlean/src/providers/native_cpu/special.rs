@@ -674,20 +674,32 @@ pub(super) fn per_batch_grads(
     assemble(x, at, &parts)
 }
 
+/// `parts` one after the other in a buffer of `n` elements drawn like a kernel output (from
+/// the storage cache when one of that size is free: a fresh allocation of a gradient this
+/// size is page faults and kernel zeroing, call after call).
+fn concat<'a>(n: usize, parts: impl Iterator<Item = &'a [f32]>) -> Vec<f32> {
+    let mut out = super::par::overwritten(n);
+    let mut at = 0;
+    for p in parts {
+        if out.len() < at + p.len() {
+            out.resize(at + p.len(), 0.0);
+        }
+        out[at..at + p.len()].copy_from_slice(p);
+        at += p.len();
+    }
+    out.truncate(at);
+    out
+}
+
 /// The gradients of an attention call from each batch matrix's (gq, gk, gv, gs): q, k and v
 /// concatenated, the additive bias's summed over the batch matrices that share it (a boolean
 /// mask gets none).
 pub(super) fn assemble(x: &[&Tensor], at: &Attention, parts: &[BatchGrads]) -> Vec<Option<Tensor>> {
     let (l, s) = (at.l, at.s);
     let extra_len = x.get(3).map_or(0, |m| m.numel());
-    let mut gq = Vec::with_capacity(x[0].numel());
-    let mut gk = Vec::with_capacity(x[1].numel());
-    let mut gv = Vec::with_capacity(x[2].numel());
-    for (a, b, c, _) in parts {
-        gq.extend_from_slice(a);
-        gk.extend_from_slice(b);
-        gv.extend_from_slice(c);
-    }
+    let gq = concat(x[0].numel(), parts.iter().map(|p| p.0.as_slice()));
+    let gk = concat(x[1].numel(), parts.iter().map(|p| p.1.as_slice()));
+    let gv = concat(x[2].numel(), parts.iter().map(|p| p.2.as_slice()));
     let mut grads = vec![
         Some(Tensor::from_parts(gq, x[0].shape().to_vec())),
         Some(Tensor::from_parts(gk, x[1].shape().to_vec())),

@@ -162,6 +162,15 @@ impl<'a> Rows<'a> {
         }
     }
 
+    /// Rows `row..` as a matrix of their own.
+    pub(super) fn rows_on(&self, row: usize) -> Rows<'a> {
+        Rows {
+            data: self.rows_from(row),
+            rs: self.rs,
+            width: self.width,
+        }
+    }
+
     /// Row `i`.
     pub(super) fn row(&self, i: usize) -> &'a [f32] {
         &self.rows_from(i)[..self.width]

@@ -100,6 +100,21 @@ pub fn erf_given_exp(x: f32, exp_neg_x2: f32) -> f32 {
 
 const LANES: usize = 16;
 
+/// The sum of the lanes as a tree (halves added pairwise: four dependent vector adds, not
+/// fifteen dependent scalar ones, which on rows of a few dozen elements, a layer norm's or a
+/// softmax's, cost more than the lanes' own sums). A fixed order, so still deterministic.
+#[inline(always)]
+fn reduce_lanes(mut a: [f32; LANES]) -> f32 {
+    let mut w = LANES / 2;
+    while w > 0 {
+        for i in 0..w {
+            a[i] += a[i + w];
+        }
+        w /= 2;
+    }
+    a[0]
+}
+
 /// Σ f(x[i], y[i], z[i]) over the common length, with 16 independent accumulators (fixed
 /// order, so deterministic; it vectorizes, unlike a sequential fold). The shorter forms below
 /// pass the same slice again for unused operands.
@@ -120,7 +135,7 @@ pub fn sum_zip3(x: &[f32], y: &[f32], z: &[f32], f: impl Fn(f32, f32, f32) -> f3
         }
     }
     let rest: f32 = (tail..n).map(|i| f(x[i], y[i], z[i])).sum();
-    acc.iter().sum::<f32>() + rest
+    reduce_lanes(acc) + rest
 }
 
 /// Σ f(x[i]) with 16 independent accumulators.
@@ -147,25 +162,39 @@ pub fn sum(x: &[f32]) -> f32 {
             *a += v;
         }
     }
-    acc.iter().sum::<f32>() + tail.iter().sum::<f32>()
+    reduce_lanes(acc) + tail.iter().sum::<f32>()
 }
 
 /// Maximum with 16 independent lanes, NaN when any element is NaN (a lane that meets a NaN
-/// keeps it: [`crate::scalar::maximum`]); -inf for an empty slice.
+/// keeps it: [`crate::scalar::maximum`]); -inf for an empty slice. The last elements (a whole
+/// row when rows are shorter than a block: attention over ten keys) go through one block
+/// padded with -inf and the lanes meet as a tree, so a short row is a few vector operations,
+/// not a scalar fold. Used as a softmax's shift: on a tie between -0 and +0 either may be
+/// returned.
 #[inline]
 pub fn max(x: &[f32]) -> f32 {
     use crate::scalar::maximum;
     let mut acc = [f32::NEG_INFINITY; LANES];
-    let chunks = x.chunks_exact(LANES);
-    let tail = chunks.remainder();
-    for c in chunks {
+    let mut chunks = x.chunks_exact(LANES);
+    for c in &mut chunks {
         for (a, &v) in acc.iter_mut().zip(c) {
             *a = maximum(*a, v);
         }
     }
-    acc.iter()
-        .chain(tail)
-        .fold(f32::NEG_INFINITY, |a, &b| maximum(a, b))
+    let rest = chunks.remainder();
+    let mut block = [f32::NEG_INFINITY; LANES];
+    block[..rest.len()].copy_from_slice(rest);
+    for (a, &v) in acc.iter_mut().zip(&block) {
+        *a = maximum(*a, v);
+    }
+    let mut w = LANES / 2;
+    while w > 0 {
+        for i in 0..w {
+            acc[i] = maximum(acc[i], acc[i + w]);
+        }
+        w /= 2;
+    }
+    acc[0]
 }
 
 /// Replaces every `x` by `exp(x)` (one vectorized pass).
@@ -196,7 +225,7 @@ pub fn exp_shifted_sum(x: &mut [f32], shift: f32) -> f32 {
     }
     rest.copy_from_slice(&block[..rest.len()]);
     let tail: f32 = rest.iter().fold(0.0, |t, &v| t + v);
-    acc.iter().sum::<f32>() + tail
+    reduce_lanes(acc) + tail
 }
 
 #[cfg(test)]
