@@ -431,6 +431,19 @@ __device__ __forceinline__ unsigned fa_tf32(float x) {
 #endif
 }
 
+// 2^x by the special-function unit, a result below the normal range flushed to zero (a
+// weight below 2^-126 of its row's largest: nothing a float32 sum of them keeps). exp2f
+// compiles to the same instruction plus a rescaling for that range.
+__device__ __forceinline__ float fa_exp2(float x) {
+#if defined(__CUDA_ARCH__)
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+#else
+    return exp2f(x);  // emulation: the library's
+#endif
+}
+
 // x split into TF32 big and small parts (bits).
 __device__ __forceinline__ void fa_split(float x, unsigned& big, unsigned& small) {
     big = fa_tf32(x);
@@ -701,6 +714,18 @@ __device__ __forceinline__ void flash_forward_mma_impl(
                 const unsigned w1 = fa_word(g, bits, b, i, k0 + 32) >> (2 * tq);
                 unsigned okm = 0u;
                 float mx = FA_NEG_INF;
+                if (g.mask == 0 && lim == FA_T) {
+                    // every entry allowed (a whole key tile, no mask, not cut by causality):
+                    // no per-entry tests
+                    #pragma unroll
+                    for (int n = 0; n < 8; ++n)
+                        #pragma unroll
+                        for (int e = 0; e < 2; ++e) {
+                            float& x = sc[n][2 * h + e];
+                            x *= sl2;
+                            mx = fmaxf(mx, x);
+                        }
+                } else {
                 #pragma unroll
                 for (int n = 0; n < 8; ++n)
                     #pragma unroll
@@ -718,12 +743,13 @@ __device__ __forceinline__ void flash_forward_mma_impl(
                         }
                         mx = fmaxf(mx, x);
                     }
+                }
                 if (g.mask == 2) any[h] |= okm != 0u;
                 else any[h] |= mx != FA_NEG_INF;
                 mx = fa_max_over<4>(mx);
                 const float mn = fmaxf(m[h], mx);
                 const float mu = mn == FA_NEG_INF ? 0.0f : mn;
-                const float alpha = exp2f(m[h] - mu);
+                const float alpha = fa_exp2(m[h] - mu);
                 float sum = 0.0f;
                 #pragma unroll
                 for (int n = 0; n < 8; ++n)
@@ -732,8 +758,8 @@ __device__ __forceinline__ void flash_forward_mma_impl(
                         float& x = sc[n][2 * h + e];
                         // with a bias, an allowed score may be -inf too: its weight is 0
                         // and the row still attends (0/0 if every weight is)
-                        if (g.mask == 2) x = (okm >> (2 * n + e)) & 1u ? exp2f(x - mu) : 0.0f;
-                        else x = exp2f(x - mu);
+                        if (g.mask == 2) x = (okm >> (2 * n + e)) & 1u ? fa_exp2(x - mu) : 0.0f;
+                        else x = fa_exp2(x - mu);
                         sum += x;
                     }
                 l[h] = l[h] * alpha + fa_sum_over<4>(sum);
@@ -824,7 +850,7 @@ __device__ __forceinline__ void fa_grad_entry(const Flash& g, const float* __res
     const bool part = i < g.l && j < g.s && att != 0.0f;
     const bool ok = part && fa_allowed(g, i, j, m);
     const float blocked = part && !(lse > FA_NEG_INF) ? FA_NAN : 0.0f;
-    p = ok ? expf(fa_score(g, bias, b, i, j, dot) - lse) : blocked;
+    p = ok ? fa_exp2((fa_score(g, bias, b, i, j, dot) - lse) * FA_LOG2E) : blocked;
     ds = part ? p * (dp - D) : 0.0f;
 }
 
@@ -1149,7 +1175,7 @@ __device__ __forceinline__ void flash_bwd_kv_mma_impl(
                             const bool ok = ii < rows && kk < keys && sh[FA_QB + ii] != 0.0f &&
                                             !(g.causal && j > i) &&
                                             ((shw[2 * ii + (kk >> 5)] >> (kk & 31)) & 1u);
-                            const float p = ok ? exp2f(s * sl2 - sh[ii] * FA_LOG2E) : 0.0f;
+                            const float p = ok ? fa_exp2(s * sl2 - sh[ii] * FA_LOG2E) : 0.0f;
                             s = p;
                             dp = p * (dp - sh[2 * FA_QB + ii]);
                         }
