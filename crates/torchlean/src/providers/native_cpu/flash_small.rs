@@ -6,9 +6,9 @@
 //! The keys are transposed once per batch matrix into rows of `sp` (S rounded up to
 //! [`LANE`]); scores and outputs are then register blocks of up to [`ROWS`] query rows ×
 //! a few lanes of columns, so that several independent accumulation chains run side by side
-//! (a single chain per row is bound by the FMA latency: the sixteenth session measured the
-//! transformer-step's 64-key attention at about 15 GFLOP/s so, and the encoder's eight-wide
-//! heads spent most of their attention time in it). Every lane sums its terms in index order,
+//! (one chain is bound by the FMA latency: with one per row the sixteenth session measured
+//! the transformer-step's 64-key attention at about 15 GFLOP/s, and an eight-wide head, an
+//! imported encoder's, has only one lane block per row). Every lane sums its terms in index order,
 //! so an output does not depend on the block it was computed in. Every key is visited (a
 //! blocked key's zero weight times its value row, as the spec's sum), and the special rows
 //! come out as in the tiled path: zeros for a fully blocked row, NaN for a row with a NaN
