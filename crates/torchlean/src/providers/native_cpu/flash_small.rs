@@ -48,18 +48,17 @@ pub(super) struct Scratch {
 impl Scratch {
     /// Grows the buffers to at least these lengths (never shrinks, never clears).
     fn fit(&mut self, kt: usize, p: usize, rows: usize) {
-        if self.kt.len() < kt {
-            self.kt.resize(kt, 0.0);
-        }
-        if self.p.len() < p {
-            self.p.resize(p, 0.0);
-        }
-        if self.inv.len() < rows {
-            self.inv.resize(rows, 0.0);
-        }
-        if self.special.len() < rows {
-            self.special.resize(rows, None);
-        }
+        grow(&mut self.kt, kt, 0.0);
+        grow(&mut self.p, p, 0.0);
+        grow(&mut self.inv, rows, 0.0);
+        grow(&mut self.special, rows, None);
+    }
+}
+
+/// Grows `v` to at least `n` elements (never shrinks).
+fn grow<T: Clone>(v: &mut Vec<T>, n: usize, fill: T) {
+    if v.len() < n {
+        v.resize(n, fill);
     }
 }
 
@@ -180,22 +179,34 @@ fn score_block<const R: usize, const W: usize>(
     jb: usize,
     p: &mut [f32],
 ) {
-    let d = qs[0].len();
-    let mut acc = [[0.0f32; W]; R];
-    for c in 0..d {
-        // the operands first, then only arithmetic: a bounds check between the
-        // multiply-adds keeps the compiler from turning the lanes into vector instructions
-        let w: [f32; R] = std::array::from_fn(|r| qs[r][c]);
-        let kr = &kt[c * sp + jb..][..W];
-        for (ar, &wr) in acc.iter_mut().zip(&w) {
-            for l in 0..W {
-                ar[l] = wr.mul_add(kr[l], ar[l]);
-            }
-        }
-    }
+    let acc = block::<R, W>(qs, |c| &kt[c * sp..], jb);
     for (r, ar) in acc.iter().enumerate() {
         p[r * sp + jb..][..W].copy_from_slice(ar);
     }
+}
+
+/// The register block both products are made of: `acc[r][l] = Σ_k a[r][k] · b(k)[c0 + l]`
+/// for the R rows of `a` and W columns from `c0`, each lane summing over `k` in order.
+#[inline(always)]
+fn block<'b, const R: usize, const W: usize>(
+    a: &[&[f32]; R],
+    b: impl Fn(usize) -> &'b [f32],
+    c0: usize,
+) -> [[f32; W]; R] {
+    let mut acc = [[0.0f32; W]; R];
+    #[allow(clippy::needless_range_loop)] // k indexes R rows of `a` and selects b's row at once
+    for k in 0..a[0].len() {
+        // the operands first, then only arithmetic: a bounds check between the
+        // multiply-adds keeps the compiler from turning the lanes into vector instructions
+        let w: [f32; R] = std::array::from_fn(|r| a[r][k]);
+        let br = &b(k)[c0..][..W];
+        for (ar, &wr) in acc.iter_mut().zip(&w) {
+            for l in 0..W {
+                ar[l] = wr.mul_add(br[l], ar[l]);
+            }
+        }
+    }
+    acc
 }
 
 /// The outputs of rows `r0 .. r0 + R`: each row's probabilities (`p`, rows of `sp`, the first
@@ -248,18 +259,7 @@ fn weighted_block<const R: usize, const W: usize>(
     out: &mut [f32],
     dv: usize,
 ) {
-    let s = ps[0].len();
-    let mut acc = [[0.0f32; W]; R];
-    #[allow(clippy::needless_range_loop)] // j indexes the value rows and R weight rows at once
-    for j in 0..s {
-        let w: [f32; R] = std::array::from_fn(|r| ps[r][j]);
-        let vr = &v.row(j)[c0..][..W];
-        for (ar, &wr) in acc.iter_mut().zip(&w) {
-            for l in 0..W {
-                ar[l] = wr.mul_add(vr[l], ar[l]);
-            }
-        }
-    }
+    let acc = block::<R, W>(ps, |j| v.row(j), c0);
     for (r, ar) in acc.iter().enumerate() {
         for (x, &al) in out[r * dv + c0..][..W].iter_mut().zip(ar) {
             *x = al * inv[r];
