@@ -150,7 +150,10 @@ fn main() -> ExitCode {
         return ExitCode::from(1);
     }
     let cli = Cli::parse();
-    let result = match cli.command {
+    // the whole command runs on a compute-pool thread, so that each op's parallel split
+    // keeps half of the work on the calling thread instead of waking the pool and sleeping
+    // (torchlean::runtime::compute_threads); no session exists yet to move
+    let result = torchlean::runtime::on_compute_threads(|| match cli.command {
         Command::Ops(a) => commands::ops::run(a),
         Command::Capsules(a) => commands::capsules::run(a),
         Command::Plan(a) => commands::plan::run(a),
@@ -169,7 +172,8 @@ fn main() -> ExitCode {
         Command::Fno1d(a) => commands::examples::fno1d::run_cmd(a),
         Command::Rnn(a) => commands::examples::rnn::run_cmd(a),
         Command::Fuzz(a) => commands::fuzz::run(a),
-    };
+    })
+    .unwrap_or_else(|e| Err(e.into()));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -234,3 +234,47 @@ fn a_profile_asking_for_an_unlinked_provider_stops_before_any_kernel() {
     assert_eq!(Tensor::ones(&[2]).unwrap().sin().unwrap().to_vec().len(), 2);
     runtime::take().unwrap();
 }
+
+/// `on_compute_threads` runs its closure on a pool thread under the caller's own session,
+/// moved there and back: the ops run under the caller's profile and are in its report, the
+/// pool thread keeps no session afterwards, and a caller without a session gets none there.
+#[test]
+fn on_compute_threads_moves_the_callers_session_to_a_pool_thread_and_back() {
+    on_plain_thread(|| {
+        runtime::install(strict()).unwrap();
+        let (on_pool, profile, capsule) = runtime::on_compute_threads(|| {
+            let y = Tensor::ones(&[3]).unwrap().requires_grad().cos().unwrap();
+            (
+                rayon::current_thread_index().is_some(),
+                runtime::with_current(|s| s.profile().name.clone()).unwrap(),
+                y.producer().map(|(_, c)| c.to_string()),
+            )
+        })
+        .unwrap();
+        assert!(on_pool, "the closure ran on the caller's thread");
+        assert_eq!(profile, "strict_cpu");
+        assert_eq!(capsule.as_deref(), Some("reference.cos"));
+        // back on the caller, with the op in its report
+        let report = runtime::with_current(|s| s.report()).unwrap();
+        assert!(
+            report.kernels.iter().any(|k| k.capsule == "reference.cos"),
+            "{:?}",
+            report.kernels
+        );
+        // no pool thread kept the session: every thread of the pool is without one
+        let left: Vec<bool> = rayon::broadcast(|_| runtime::has_session());
+        assert!(left.iter().all(|has| !has), "{left:?}");
+    });
+    // a caller without a session: the closure runs, and an op there is NoSession
+    let r = on_plain_thread(|| {
+        runtime::on_compute_threads(|| Tensor::ones(&[2]).unwrap().sin().map(|t| t.to_vec()))
+    });
+    assert!(matches!(r, Ok(Err(Error::NoSession { .. }))), "{r:?}");
+    // inside `with_current` the session is lent and cannot be moved: an error, not a panic
+    on_plain_thread(|| {
+        runtime::install(strict()).unwrap();
+        let r = runtime::with_current(|_| runtime::on_compute_threads(|| ()));
+        assert!(matches!(r, Ok(Err(Error::SessionBusy { .. }))), "{r:?}");
+        assert!(runtime::has_session(), "the session stayed on its thread");
+    });
+}

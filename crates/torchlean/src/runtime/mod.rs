@@ -6,6 +6,7 @@ pub mod autograd;
 pub mod buffers;
 pub mod capture;
 pub mod compiled;
+pub mod compute_threads;
 mod dense_plan;
 pub mod device_graph;
 pub(crate) mod guarded;
@@ -19,6 +20,7 @@ pub mod trace;
 pub use guarded::fault;
 
 pub use autograd::{grad_enabled, no_grad, Gradients, NoGradGuard};
+pub use compute_threads::on_compute_threads;
 pub use session::{
     apply, apply_update, fork_current, has_session, install, process_default, set_process_default,
     spawn, take, with_current, Session, SessionOrigin,
