@@ -314,6 +314,21 @@ fn fill_bias(out: &mut [f32], plane: usize, bias: Option<&[f32]>) {
 
 pub fn forward(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Vec<f32> {
     let g = geometry(op, x[0].shape(), x[1].shape(), out_shape);
+    match direct(op, &g) {
+        Some(d) => {
+            let (xd, wd) = (x[0].data(), x[1].data());
+            let bias = x.get(2).map(|b| b.data());
+            let mut y = super::par::overwritten(out_shape.iter().product());
+            super::conv_direct::forward(&d, &xd, &wd, bias.as_deref(), &mut y);
+            y
+        }
+        None => forward_unfolded(op, x, out_shape),
+    }
+}
+
+/// The forward through im2col and the GEMM crate (every geometry).
+fn forward_unfolded(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Vec<f32> {
+    let g = geometry(op, x[0].shape(), x[1].shape(), out_shape);
     let (xd, wd) = (x[0].data(), x[1].data());
     let bias = x.get(2).map(|b| b.data());
     let bias = bias.as_deref();
@@ -390,6 +405,29 @@ pub fn forward(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Vec<f32> {
         }
     });
     y
+}
+
+/// The direct path's geometry when a forward conv2d takes it (conv_direct.rs): stride 1,
+/// dilation 1, a kernel wider than one tap, at most [`super::conv_direct::MAX_TAPS`] taps
+/// per output. Decided from the geometry alone, so a given image gives the same bits in any
+/// batch.
+fn direct(op: &Op, g: &Geometry) -> Option<super::conv_direct::Direct> {
+    let u = g.unfold;
+    let small = u.rows() <= super::conv_direct::MAX_TAPS;
+    (matches!(op, Op::Conv2d(_))
+        && u.stride == [1, 1]
+        && u.dil == [1, 1]
+        && !u.is_identity()
+        && small)
+        .then_some(super::conv_direct::Direct {
+            groups: g.groups,
+            cg: u.channels,
+            other: g.other,
+            img: u.img,
+            out: u.out,
+            k: u.k,
+            pad: u.pad,
+        })
 }
 
 /// Multiply-adds per batch of images that a forward conv2d unfolds side by side into one
@@ -722,7 +760,7 @@ mod tests {
                     );
                     let mut a = args.clone();
                     a[0] = &xi;
-                    singles.extend(forward(&op, &a, &one_shape));
+                    singles.extend(forward_unfolded(&op, &a, &one_shape));
                 }
                 let g = geometry(&op, xt.shape(), wt.shape(), &out);
                 let bias = with_bias.then(|| bt.data());
@@ -746,6 +784,79 @@ mod tests {
                         same,
                         "geometry {k}, bias {with_bias}, {nb} images per product"
                     );
+                }
+            }
+        }
+    }
+
+    /// The direct path (stride 1, dilation 1, small kernels) against the im2col path over
+    /// geometries that reach its corners: outputs narrower and wider than a vector, rows
+    /// that end mid-vector, channel counts that end mid-block, padding wider than the
+    /// kernel, groups, one-row kernels, no bias; within the error bound of two f32 sums of
+    /// the same terms. And a batch gives each image the bits of a one-image call.
+    #[test]
+    fn the_direct_path_matches_im2col_and_is_batch_invariant() {
+        // (groups, cin, cout, h, w, kh, kw, pad_h, pad_w)
+        let cases = [
+            (1, 1, 8, 16, 16, 3, 3, 1, 1),
+            (1, 8, 16, 8, 8, 3, 3, 1, 1),
+            (1, 3, 5, 7, 13, 3, 3, 1, 1),
+            (1, 2, 7, 5, 21, 5, 3, 2, 1),
+            (2, 4, 6, 6, 9, 3, 2, 4, 0),
+            (1, 32, 9, 4, 4, 3, 3, 1, 1),
+            (3, 3, 3, 9, 1, 1, 3, 0, 2),
+        ];
+        for (k, &(groups, cin, cout, h, w, kh, kw, ph, pw)) in cases.iter().enumerate() {
+            let geom = Conv2dGeometry {
+                padding: [ph, pw],
+                groups,
+                ..Default::default()
+            };
+            let op = Op::Conv2d(geom);
+            let images = 3;
+            let x = values(images * cin * h * w, 40 + k as u64);
+            let wv = values(cout * (cin / groups) * kh * kw, 50 + k as u64);
+            let xt = Tensor::from_parts(x.clone(), vec![images, cin, h, w]);
+            let wt = Tensor::from_parts(wv, vec![cout, cin / groups, kh, kw]);
+            let bt = Tensor::from_parts(values(cout, 60 + k as u64), vec![cout]);
+            let out = crate::spec::infer_shape(&op, &[xt.shape(), wt.shape(), bt.shape()])
+                .expect("valid geometry");
+            let g = geometry(&op, xt.shape(), wt.shape(), &out);
+            assert!(direct(&op, &g).is_some(), "case {k} takes the direct path");
+            let taps = (cin / groups) * kh * kw;
+            for with_bias in [true, false] {
+                let args: Vec<&Tensor> = if with_bias {
+                    vec![&xt, &wt, &bt]
+                } else {
+                    vec![&xt, &wt]
+                };
+                let direct_y = forward(&op, &args, &out);
+                let unfolded = forward_unfolded(&op, &args, &out);
+                // |error| of each f32 sum ≤ taps·u·Σ|terms| ≤ taps·u·(taps + 1) (|values| ≤ 1)
+                let bound = 2.0 * (taps + 1) as f32 * (taps + 1) as f32 * f32::EPSILON;
+                for (i, (a, b)) in direct_y.iter().zip(&unfolded).enumerate() {
+                    assert!(
+                        (a - b).abs() <= bound,
+                        "case {k}, bias {with_bias}, element {i}: {a} vs {b}"
+                    );
+                }
+                let per_in = cin * h * w;
+                let mut one = out.clone();
+                one[0] = 1;
+                let per_out: usize = one.iter().product();
+                for i in 0..images {
+                    let xi = Tensor::from_parts(
+                        x[i * per_in..(i + 1) * per_in].to_vec(),
+                        vec![1, cin, h, w],
+                    );
+                    let mut a = args.clone();
+                    a[0] = &xi;
+                    let single = forward(&op, &a, &one);
+                    let same = single
+                        .iter()
+                        .zip(&direct_y[i * per_out..(i + 1) * per_out])
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(same, "case {k}, bias {with_bias}, image {i}");
                 }
             }
         }

@@ -59,8 +59,8 @@ pub fn zip_map_into<const K: usize>(
     // rows whose operands are each contiguous or one repeated value (a bias over channels,
     // a per-row scale) run as a contiguous loop over copies of the repeated values
     let unit = last.iter().all(|&l| l <= 1);
-    for_rows(out, width, |row, o| {
-        // base offset of this row for each input
+    // base offset of a row for each input
+    let base_of = |row: usize| {
         let mut rem = row;
         let mut base = [0usize; K];
         for d in (0..rank - 1).rev() {
@@ -70,6 +70,30 @@ pub fn zip_map_into<const K: usize>(
                 base[k] += i * strides[d][k];
             }
         }
+        base
+    };
+    if K == 2 && unit && last[0] != last[1] {
+        // one operand contiguous along the row, the other one value per row (a per-channel
+        // shift or scale of a CNN's batch norm): the value stays in a register
+        let row_major = usize::from(last[0] == 0); // the contiguous operand
+        for_rows(out, width, |row, o| {
+            let base = base_of(row);
+            let x = &xs[row_major][base[row_major]..base[row_major] + width];
+            let v = xs[1 - row_major][base[1 - row_major]];
+            if row_major == 0 {
+                for (o, &x) in o.iter_mut().zip(x) {
+                    *o = f(std::array::from_fn(|k| if k == 0 { x } else { v }));
+                }
+            } else {
+                for (o, &x) in o.iter_mut().zip(x) {
+                    *o = f(std::array::from_fn(|k| if k == 0 { v } else { x }));
+                }
+            }
+        });
+        return;
+    }
+    for_rows(out, width, |row, o| {
+        let base = base_of(row);
         if unit {
             // the repeated values as blocks on the stack, as long as the row needs (no
             // allocation per row: a small CNN's batch-norm maps and an attention mask's adds

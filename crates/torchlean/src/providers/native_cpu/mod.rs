@@ -11,6 +11,7 @@
 //! spec on random inputs. Trust level: `checked`.
 
 mod conv;
+mod conv_direct;
 mod dense;
 mod elementwise;
 mod flash;

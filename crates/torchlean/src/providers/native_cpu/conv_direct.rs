@@ -1,0 +1,257 @@
+//! Direct forward conv2d for small, stride-1 convolutions: no im2col matrix.
+//!
+//! A CNN's early layers (one to a few dozen input channels, 3×3 kernels, images of 8–32
+//! pixels a side) make products that are too small for the GEMM crate: the im2col path
+//! writes a column matrix `kernel taps` times the size of the input and then packs it again,
+//! and measured here on the imported CNN's two convolutions (batch 32, 1→8 channels at 16×16
+//! and 8→16 at 8×8) both cost more than the multiply-adds. This kernel reads each image once
+//! into a zero-bordered copy and accumulates register blocks of [`OB`] output channels ×
+//! [`SLOTS`] vectors of [`LANE`] output positions directly from it: per kernel tap, one load
+//! per vector, one broadcast weight per output channel, `OB · SLOTS` fused multiply-adds.
+//!
+//! Every output is `bias + Σ_taps w · x` summed in tap order (input channel, kernel row,
+//! kernel column), whichever block, task or thread computes it, so results do not depend on
+//! the batch size or the thread count. Padding taps read zeros, as the spec's sum skips them.
+//!
+//! Owns: the direct path's arithmetic, buffers and split over threads. Must not decide when
+//! it applies (conv.rs does, from the geometry alone).
+
+use super::par;
+use rayon::prelude::*;
+
+/// Output positions per vector (AVX2's eight lanes; the build targets x86-64-v3).
+const LANE: usize = 8;
+
+/// Output channels per register block.
+const OB: usize = 4;
+
+/// Vectors of output positions per register block: `OB · SLOTS` = 12 accumulators, plus the
+/// `SLOTS` input loads and one broadcast, inside AVX2's 16 vector registers.
+const SLOTS: usize = 2;
+
+/// The most kernel taps per output (input channels per group × kernel height × width) this
+/// path takes: above that, the im2col path's GEMM blocks for the caches and wins.
+pub(super) const MAX_TAPS: usize = 288;
+
+/// Multiply-adds a parallel task gets at least (several images per task for small images).
+const TASK_MACS: usize = 1 << 16;
+
+/// The geometry of a stride-1, dilation-1 conv2d, per group.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Direct {
+    pub groups: usize,
+    /// Input channels per group.
+    pub cg: usize,
+    /// Output channels per group.
+    pub other: usize,
+    pub img: [usize; 2],
+    pub out: [usize; 2],
+    pub k: [usize; 2],
+    pub pad: [usize; 2],
+}
+
+impl Direct {
+    /// Kernel taps per output.
+    fn taps(&self) -> usize {
+        self.cg * self.k[0] * self.k[1]
+    }
+    /// Vectors per output row.
+    fn slots_per_row(&self) -> usize {
+        self.out[1].div_ceil(LANE)
+    }
+    /// Width of a padded row: every vector's loads for every kernel column stay inside it.
+    fn wid(&self) -> usize {
+        self.slots_per_row() * LANE + self.k[1] - 1
+    }
+    /// Rows of a padded plane (`img + 2·pad` for a stride-1 output).
+    fn rows(&self) -> usize {
+        self.out[0] + self.k[0] - 1
+    }
+    fn plane(&self) -> usize {
+        self.rows() * self.wid()
+    }
+    /// Output channel blocks per group.
+    fn blocks(&self) -> usize {
+        self.other.div_ceil(OB)
+    }
+
+    /// Writes one group's input planes (`img`, [cg, ih, iw]) with their zero border into
+    /// `padded` ([cg, rows, wid]); taps beyond the border (the last vector's spare lanes)
+    /// read zeros too.
+    fn pad_into(&self, img: &[f32], padded: &mut [f32]) {
+        padded.fill(0.0);
+        let (ih, iw) = (self.img[0], self.img[1]);
+        if ih * iw == 0 {
+            return;
+        }
+        let (wid, plane) = (self.wid(), self.plane());
+        // rows of the image that land inside the padded plane (all of them for an output
+        // of at least one row: rows = ih + 2·pad)
+        let keep_rows = ih.min(self.rows().saturating_sub(self.pad[0]));
+        let keep_cols = iw.min(wid.saturating_sub(self.pad[1]));
+        for (src, dst) in img
+            .chunks_exact(ih * iw)
+            .zip(padded.chunks_exact_mut(plane))
+        {
+            for (r, s) in src.chunks_exact(iw).take(keep_rows).enumerate() {
+                let at = (r + self.pad[0]) * wid + self.pad[1];
+                dst[at..at + keep_cols].copy_from_slice(&s[..keep_cols]);
+            }
+        }
+    }
+
+    /// The weights of one group ([other, cg, kh, kw]) as blocks of [`OB`] output channels,
+    /// tap-major within a block (`[block][tap][OB]`), zero for the channels past `other`.
+    fn pack_weights(&self, w: &[f32]) -> Vec<f32> {
+        let taps = self.taps();
+        let mut packed = vec![0.0; self.blocks() * taps * OB * LANE];
+        for (o, wo) in w.chunks_exact(taps).take(self.other).enumerate() {
+            let block = &mut packed[(o / OB) * taps * OB * LANE..];
+            for (t, v) in wo.iter().enumerate() {
+                let at = (t * OB + o % OB) * LANE;
+                block[at..at + LANE].fill(*v);
+            }
+        }
+        packed
+    }
+}
+
+/// `y = conv2d(x, w) + bias` for `x` [n, groups·cg, ih, iw], `w` [groups·other, cg, kh, kw],
+/// `y` [n, groups·other, oh, ow] (every element written).
+pub(super) fn forward(d: &Direct, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32]) {
+    let out_plane = d.out[0] * d.out[1];
+    let per_out = d.groups * d.other * out_plane;
+    let per_in = d.groups * d.cg * d.img[0] * d.img[1];
+    if per_out == 0 {
+        return;
+    }
+    let taps = d.taps();
+    let packed: Vec<Vec<f32>> = (0..d.groups)
+        .map(|g| d.pack_weights(&w[g * d.other * taps..(g + 1) * d.other * taps]))
+        .collect();
+    let prepared = Prepared::new(d);
+    let image_macs = (per_out * taps).max(1);
+    let per_task = (TASK_MACS / image_macs).max(1);
+    y.par_chunks_mut(per_out)
+        .enumerate()
+        .with_min_len(per_task)
+        .for_each(|(b, yb)| {
+            let xb = &x[b * per_in..(b + 1) * per_in];
+            par::with_scratch(d.cg * d.plane(), |padded| {
+                for (g, yg) in yb.chunks_exact_mut(d.other * out_plane).enumerate() {
+                    let img = d.cg * d.img[0] * d.img[1];
+                    d.pad_into(&xb[g * img..(g + 1) * img], padded);
+                    let bias_g = bias.map(|b| &b[g * d.other..(g + 1) * d.other]);
+                    group(&prepared, padded, &packed[g], bias_g, yg);
+                }
+            });
+        });
+}
+
+/// What every register block of a call reads: the geometry in the form the loops use.
+struct Prepared {
+    /// Each tap's offset in the padded planes from a vector's start, in tap order.
+    offsets: Vec<usize>,
+    /// Vectors per output row, padded row width, output row width, output channels.
+    spr: usize,
+    wid: usize,
+    ow: usize,
+    other: usize,
+}
+
+impl Prepared {
+    fn new(d: &Direct) -> Prepared {
+        let (plane, wid, (kh, kw)) = (d.plane(), d.wid(), (d.k[0], d.k[1]));
+        let mut offsets = Vec::with_capacity(d.taps());
+        for c in 0..d.cg {
+            for kp in 0..kh {
+                for kq in 0..kw {
+                    offsets.push(c * plane + kp * wid + kq);
+                }
+            }
+        }
+        Prepared {
+            offsets,
+            spr: d.slots_per_row(),
+            wid,
+            ow: d.out[1],
+            other: d.other,
+        }
+    }
+
+    /// The output row and first column of vector `t`.
+    fn position(&self, t: usize) -> (usize, usize) {
+        (t / self.spr, (t % self.spr) * LANE)
+    }
+}
+
+/// One group of one image: every output channel block over every vector of positions.
+fn group(p: &Prepared, padded: &[f32], packed: &[f32], bias: Option<&[f32]>, y: &mut [f32]) {
+    let slots = (y.len() / p.other.max(1) / p.ow.max(1)) * p.spr;
+    let per_block = p.offsets.len() * OB * LANE;
+    for (blk, wb) in packed.chunks_exact(per_block).enumerate() {
+        let o0 = blk * OB;
+        let init: [f32; OB] =
+            std::array::from_fn(|r| bias.and_then(|b| b.get(o0 + r)).copied().unwrap_or(0.0));
+        let mut t = 0;
+        while t < slots {
+            t += match slots - t {
+                left if left >= SLOTS => block::<SLOTS>(p, padded, wb, init, t, o0, y),
+                left if left >= 2 => block::<2>(p, padded, wb, init, t, o0, y),
+                _ => block::<1>(p, padded, wb, init, t, o0, y),
+            };
+        }
+    }
+}
+
+/// The register block: output channels `o0..o0 + OB` × vectors `t..t + S`, accumulated from
+/// `init` over every tap in order, then written to the group's output `y` [other, oh, ow]
+/// (the channels that exist, each vector's valid positions). Returns `S`.
+#[inline(always)]
+fn block<const S: usize>(
+    p: &Prepared,
+    padded: &[f32],
+    wb: &[f32],
+    init: [f32; OB],
+    t: usize,
+    o0: usize,
+    y: &mut [f32],
+) -> usize {
+    let at: [(usize, usize); S] = std::array::from_fn(|s| p.position(t + s));
+    let starts: [usize; S] = std::array::from_fn(|s| at[s].0 * p.wid + at[s].1);
+    let mut acc: [[[f32; LANE]; S]; OB] = std::array::from_fn(|r| [[init[r]; LANE]; S]);
+    for (&off, wv) in p.offsets.iter().zip(wb.chunks_exact(OB * LANE)) {
+        let xs: [[f32; LANE]; S] = std::array::from_fn(|s| {
+            let mut v = [0.0; LANE];
+            v.copy_from_slice(&padded[starts[s] + off..starts[s] + off + LANE]);
+            v
+        });
+        for (accr, wr) in acc.iter_mut().zip(wv.chunks_exact(LANE)) {
+            for (a, x) in accr.iter_mut().zip(&xs) {
+                for l in 0..LANE {
+                    a[l] = wr[l].mul_add(x[l], a[l]);
+                }
+            }
+        }
+    }
+    let out_plane = y.len() / p.other.max(1);
+    for (r, accr) in acc.iter().enumerate() {
+        let o = o0 + r;
+        if o >= p.other {
+            break;
+        }
+        let plane = &mut y[o * out_plane..(o + 1) * out_plane];
+        for (v, &(i, j0)) in accr.iter().zip(&at) {
+            let at = i * p.ow + j0;
+            if p.ow - j0 >= LANE {
+                // a whole vector: one store
+                plane[at..at + LANE].copy_from_slice(v);
+            } else {
+                for (dst, src) in plane[at..at + p.ow - j0].iter_mut().zip(v) {
+                    *dst = *src;
+                }
+            }
+        }
+    }
+    S
+}
