@@ -152,11 +152,18 @@ pub(super) fn forward(d: &Direct, x: &[f32], w: &[f32], bias: Option<&[f32]>, y:
 struct Prepared {
     /// Each tap's offset in the padded planes from a vector's start, in tap order.
     offsets: Vec<usize>,
-    /// Vectors per output row, padded row width, output row width, output channels.
-    spr: usize,
-    wid: usize,
-    ow: usize,
+    /// Per vector of output positions, in order: the offset of its first tap in a padded
+    /// plane, its offset in an output plane, and how many of its lanes are positions.
+    vectors: Vec<Vector>,
+    /// Output channels per group.
     other: usize,
+}
+
+#[derive(Clone, Copy)]
+struct Vector {
+    start: usize,
+    out: usize,
+    lanes: usize,
 }
 
 impl Prepared {
@@ -170,24 +177,27 @@ impl Prepared {
                 }
             }
         }
+        let ow = d.out[1];
+        let vectors = (0..d.out[0])
+            .flat_map(|i| {
+                (0..d.slots_per_row()).map(move |v| Vector {
+                    start: i * wid + v * LANE,
+                    out: i * ow + v * LANE,
+                    lanes: (ow - v * LANE).min(LANE),
+                })
+            })
+            .collect();
         Prepared {
             offsets,
-            spr: d.slots_per_row(),
-            wid,
-            ow: d.out[1],
+            vectors,
             other: d.other,
         }
-    }
-
-    /// The output row and first column of vector `t`.
-    fn position(&self, t: usize) -> (usize, usize) {
-        (t / self.spr, (t % self.spr) * LANE)
     }
 }
 
 /// One group of one image: every output channel block over every vector of positions.
 fn group(p: &Prepared, padded: &[f32], packed: &[f32], bias: Option<&[f32]>, y: &mut [f32]) {
-    let slots = (y.len() / p.other.max(1) / p.ow.max(1)) * p.spr;
+    let slots = p.vectors.len();
     let per_block = p.offsets.len() * OB * LANE;
     for (blk, wb) in packed.chunks_exact(per_block).enumerate() {
         let o0 = blk * OB;
@@ -217,8 +227,8 @@ fn block<const S: usize>(
     o0: usize,
     y: &mut [f32],
 ) -> usize {
-    let at: [(usize, usize); S] = std::array::from_fn(|s| p.position(t + s));
-    let starts: [usize; S] = std::array::from_fn(|s| at[s].0 * p.wid + at[s].1);
+    let at: [Vector; S] = std::array::from_fn(|s| p.vectors[t + s]);
+    let starts: [usize; S] = std::array::from_fn(|s| at[s].start);
     let mut acc: [[[f32; LANE]; S]; OB] = std::array::from_fn(|r| [[init[r]; LANE]; S]);
     for (&off, wv) in p.offsets.iter().zip(wb.chunks_exact(OB * LANE)) {
         let xs: [[f32; LANE]; S] = std::array::from_fn(|s| {
@@ -241,13 +251,13 @@ fn block<const S: usize>(
             break;
         }
         let plane = &mut y[o * out_plane..(o + 1) * out_plane];
-        for (v, &(i, j0)) in accr.iter().zip(&at) {
-            let at = i * p.ow + j0;
-            if p.ow - j0 >= LANE {
+        for (v, vec) in accr.iter().zip(&at) {
+            let o = vec.out;
+            if vec.lanes == LANE {
                 // a whole vector: one store
-                plane[at..at + LANE].copy_from_slice(v);
+                plane[o..o + LANE].copy_from_slice(v);
             } else {
-                for (dst, src) in plane[at..at + p.ow - j0].iter_mut().zip(v) {
+                for (dst, src) in plane[o..o + vec.lanes].iter_mut().zip(v) {
                     *dst = *src;
                 }
             }

@@ -380,8 +380,9 @@ struct InPlace<'a>(&'a mut [f32]);
 struct Into<'a>(&'a [f32], &'a mut [f32]);
 
 impl MapSink for InPlace<'_> {
+    /// Through [`super::par::overwrite_each`]: no masked stores for maps such as relu.
     fn run(self, f: impl Fn(f32) -> f32 + Sync + Send) {
-        for_chunks(self.0, |_, c| c.iter_mut().for_each(|v| *v = f(*v)));
+        for_chunks(self.0, |_, c| super::par::overwrite_each(c, |_, v| f(v)));
     }
 }
 

@@ -60,6 +60,28 @@ pub fn for_chunks(out: &mut [f32], f: impl Fn(usize, &mut [f32]) + Sync + Send) 
     }
 }
 
+/// Elements per block of [`overwrite_each`].
+const WRITE_BACK_BLOCK: usize = 64;
+
+/// `c[j] = f(j, c[j])` for every element, computed block by block into a stack buffer and
+/// copied back whole. Written as `c[j] = f(j, c[j])`, a map that leaves some values unchanged
+/// (relu, clamp, a maximum) compiles to a masked store (`vmaskmovps`), which AMD cores run
+/// slowly: relu in place took 33 µs against 5 µs into another buffer on a [32, 8, 16, 16]
+/// tensor, one thread.
+#[inline(always)]
+pub fn overwrite_each(c: &mut [f32], f: impl Fn(usize, f32) -> f32) {
+    let mut block = [0.0f32; WRITE_BACK_BLOCK];
+    for (b, cb) in c.chunks_mut(WRITE_BACK_BLOCK).enumerate() {
+        let n = cb.len();
+        let at = b * WRITE_BACK_BLOCK;
+        let tmp = &mut block[..n];
+        for j in 0..n {
+            tmp[j] = f(at + j, cb[j]);
+        }
+        cb.copy_from_slice(tmp);
+    }
+}
+
 /// Runs `f(row_index, row)` over rows of length `width`, in parallel when large.
 pub fn for_rows(out: &mut [f32], width: usize, f: impl Fn(usize, &mut [f32]) + Sync + Send) {
     if width == 0 {

@@ -25,9 +25,8 @@ fn zip_in_place<const K: usize>(
         let n = c.len();
         // re-slice to the chunk's length so the bounds checks hoist and the loop vectorizes
         let src: [&[f32]; K] = std::array::from_fn(|k| &xs[k][off..off + n]);
-        for j in 0..n {
-            c[j] = f(c[j], std::array::from_fn(|k| src[k][j]));
-        }
+        // block-wise write-back: no masked stores for maps such as a maximum
+        super::par::overwrite_each(c, |j, v| f(v, std::array::from_fn(|k| src[k][j])));
     });
 }
 
