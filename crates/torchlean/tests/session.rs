@@ -278,3 +278,43 @@ fn on_compute_threads_moves_the_callers_session_to_a_pool_thread_and_back() {
         assert!(runtime::has_session(), "the session stayed on its thread");
     });
 }
+
+/// A panic in the closure resumes on the caller, which keeps its session; the grad mode
+/// moves with the closure; inside a shape-only trace (whose state does not move) it is an
+/// error, not a change of meaning.
+#[test]
+fn on_compute_threads_keeps_the_session_through_a_panic_and_carries_the_grad_mode() {
+    on_plain_thread(|| {
+        runtime::install(strict()).unwrap();
+        let r = std::panic::catch_unwind(|| {
+            runtime::on_compute_threads(|| -> () { panic!("a failing step") })
+        });
+        assert!(r.is_err(), "the panic reaches the caller");
+        assert!(runtime::has_session(), "the caller kept its session");
+        let left: Vec<bool> = rayon::broadcast(|_| runtime::has_session());
+        assert!(left.iter().all(|has| !has), "{left:?}");
+        // under no_grad the closure records nothing
+        let x = Tensor::ones(&[3]).unwrap().requires_grad();
+        let recorded = runtime::no_grad(|| {
+            runtime::on_compute_threads(|| x.cos().unwrap().producer().is_some()).unwrap()
+        });
+        assert!(
+            !recorded,
+            "an op under no_grad was recorded on the pool thread"
+        );
+        let recorded =
+            runtime::on_compute_threads(|| x.cos().unwrap().producer().is_some()).unwrap();
+        assert!(recorded);
+        // a trace's shape-only mode would not move: refused
+        let mut inner = None;
+        let _ = runtime::trace(|| {
+            inner = Some(runtime::on_compute_threads(|| ()));
+            Ok(())
+        });
+        let msg = match inner {
+            Some(Err(e)) => e.to_string(),
+            other => panic!("expected an error, got {other:?}"),
+        };
+        assert!(msg.contains("trace"), "{msg}");
+    });
+}

@@ -45,6 +45,11 @@ impl Drop for KernelScope {
     }
 }
 
+/// Whether a graph capture has been started on this thread (whatever the grad mode).
+pub(crate) fn capture_started() -> bool {
+    CAPTURING.with(|c| c.get())
+}
+
 /// Whether a graph capture is in progress on this thread (every op is recorded while grad
 /// mode is on, differentiable or not; kernels that compose other ops turn grad mode off, so
 /// their parts are not captured).

@@ -271,6 +271,11 @@ pub(crate) fn recycle(t: Tensor) {
     }
 }
 
+/// Whether a compiled run's buffer pool is active on this thread.
+pub(crate) fn pool_active() -> bool {
+    ACTIVE.with(|a| a.try_borrow().map(|a| a.is_some()).unwrap_or(true))
+}
+
 /// Makes `pool` this thread's active pool until dropped, then puts it back.
 pub(crate) struct ActivePool<'a> {
     home: &'a Mutex<BufferPool>,

@@ -11,17 +11,25 @@
 //! (docs/BENCHMARKS.md, nineteenth session).
 //!
 //! [`on_compute_threads`] runs a closure on a pool thread, with the calling thread's eager
-//! session moved there for the duration and moved back afterwards: ops in the closure run
+//! session moved there for the duration and moved back afterwards (also when the closure
+//! panics: the panic resumes on the caller, which keeps its session): ops in the closure run
 //! under exactly the session (profile, registry, report) they would have had on the caller,
-//! never a weaker one, and the session's report includes them. Called from a pool thread, it
-//! just runs the closure.
+//! never a weaker one, and the session's report includes them. The grad mode moves with it
+//! (inside [`super::no_grad`] the closure runs without recording). Per-thread states that do
+//! not move — a graph capture, a shape-only trace, a compiled run's buffer pool, a composite
+//! kernel's parts — make it an error, never a silent change of meaning. Called from a pool
+//! thread, it just runs the closure.
 //!
 //! This module owns only that hand-over; it plans, gates and runs nothing itself.
 //!
-//! Caveat for callers: while the closure runs, one pool thread is busy with it. A closure
+//! Caveats for callers: while the closure runs, one pool thread is busy with it. A closure
 //! that blocks waiting for work that itself needs the pool (e.g. a channel fed by another
 //! thread whose ops are parallel) leaves one thread fewer for that work, and on a one-thread
-//! pool would wait forever; run such producer/consumer loops outside this helper.
+//! pool would wait forever; run such producer/consumer loops outside this helper. Rayon may
+//! run the closure's own parallel tasks on its thread, so a task that installs a session
+//! ([`super::install`]) would replace the closure's: give such tasks threads of their own
+//! ([`super::spawn`]). The pool gets a main thread's 8 MiB stacks only when this helper
+//! starts it; a pool that kernels started earlier keeps rayon's default stack.
 
 use super::session::{install, take, Session};
 use crate::error::Result;
@@ -38,14 +46,22 @@ where
     if rayon::current_thread_index().is_some() {
         return Ok(f());
     }
+    if let Some(state) = unmovable_state() {
+        return Err(crate::Error::Other(format!(
+            "on_compute_threads: called inside {state}, whose per-thread state does not move \
+             to another thread; call it outside"
+        )));
+    }
     ensure_pool_stack();
+    let grad = super::grad_enabled();
     let session = take()?;
     // `rayon::scope` runs its body on a pool thread and blocks this one until it ends
     let (result, session) = rayon::scope(move |_| {
         let mut session = session;
         match Lent::swap_in(&mut session) {
             Ok(lent) => {
-                let result = f();
+                let run = || if grad { f() } else { super::no_grad(f) };
+                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(run));
                 (Ok(result), lent.give_back())
             }
             Err(e) => (Err(e), session),
@@ -55,7 +71,25 @@ where
         // this thread's slot was emptied by `take` above and nothing borrows it
         install(s)?;
     }
-    result
+    match result? {
+        Ok(r) => Ok(r),
+        Err(panic) => std::panic::resume_unwind(panic),
+    }
+}
+
+/// The per-thread state of the calling thread that a move to another thread would lose.
+fn unmovable_state() -> Option<&'static str> {
+    if super::autograd::capture_started() {
+        Some("a graph capture")
+    } else if super::trace::tracing() {
+        Some("a shape-only trace")
+    } else if super::buffers::pool_active() {
+        Some("a compiled run (its buffer pool)")
+    } else if super::guarded::composite_running() {
+        Some("a composite kernel")
+    } else {
+        None
+    }
 }
 
 /// The stack a pool thread gets when this module starts the pool: the 8 MiB of a program's

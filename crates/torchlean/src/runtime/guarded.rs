@@ -235,6 +235,11 @@ thread_local! {
     static COMPOSITES: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
+/// Whether a composite capsule's kernel is running on this thread.
+pub(crate) fn composite_running() -> bool {
+    COMPOSITES.with(|c| c.try_borrow().map(|c| !c.is_empty()).unwrap_or(true))
+}
+
 /// While alive, the ops this thread applies are parts of the composite capsule of `k` (when
 /// it has parts): the session's report nests them under it.
 struct CompositeScope(bool);

@@ -408,12 +408,17 @@ fn forward_unfolded(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Vec<f32> {
 }
 
 /// The direct path's geometry when a forward conv2d takes it (conv_direct.rs): stride 1,
-/// dilation 1, a kernel wider than one tap, at most [`super::conv_direct::MAX_TAPS`] taps
-/// per output. Decided from the geometry alone, so a given image gives the same bits in any
+/// dilation 1, a kernel wider than one tap, between 1 and [`super::conv_direct::MAX_TAPS`]
+/// taps per output, and packed weights of at most [`super::conv_direct::MAX_PACKED`]
+/// values. Decided from the geometry alone, so a given image gives the same bits in any
 /// batch.
 fn direct(op: &Op, g: &Geometry) -> Option<super::conv_direct::Direct> {
     let u = g.unfold;
-    let small = u.rows() <= super::conv_direct::MAX_TAPS;
+    let packed = g
+        .groups
+        .saturating_mul(super::conv_direct::packed_len(g.other, u.rows()));
+    let small = (1..=super::conv_direct::MAX_TAPS).contains(&u.rows())
+        && packed <= super::conv_direct::MAX_PACKED;
     (matches!(op, Op::Conv2d(_))
         && u.stride == [1, 1]
         && u.dil == [1, 1]
@@ -860,5 +865,49 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Geometries with no kernel taps (no input channels, a kernel row of zero width) have
+    /// outputs (the bias); they stay on the im2col path, which gives the bias, instead of
+    /// dividing the packed weights into zero-length blocks. A very wide layer too.
+    #[test]
+    fn convolutions_without_taps_or_with_huge_weights_skip_the_direct_path() {
+        let geom = Conv2dGeometry {
+            padding: [1, 1],
+            ..Default::default()
+        };
+        let op = Op::Conv2d(geom);
+        for (x, w) in [
+            (vec![1, 0, 5, 5], vec![4, 0, 3, 3]),
+            (vec![1, 1, 4, 4], vec![2, 1, 0, 3]),
+        ] {
+            let xt = Tensor::from_parts(values(x.iter().product(), 1), x.clone());
+            let wt = Tensor::from_parts(values(w.iter().product(), 2), w.clone());
+            let bt = Tensor::from_parts(values(w[0], 3), vec![w[0]]);
+            let out = crate::spec::infer_shape(&op, &[xt.shape(), wt.shape(), bt.shape()])
+                .expect("valid geometry");
+            assert!(out.iter().product::<usize>() > 0, "{x:?} {w:?}: {out:?}");
+            let g = geometry(&op, xt.shape(), wt.shape(), &out);
+            assert!(direct(&op, &g).is_none(), "{x:?} {w:?}");
+            let y = forward(&op, &[&xt, &wt, &bt], &out);
+            let plane = out[2] * out[3];
+            for (o, ch) in y.chunks(plane).enumerate() {
+                assert!(ch.iter().all(|v| *v == bt.data()[o]), "{x:?} {w:?}");
+            }
+        }
+        let wide = Geometry {
+            groups: 1,
+            unfold: Unfold {
+                channels: 32,
+                img: [8, 8],
+                out: [8, 8],
+                k: [3, 3],
+                stride: [1, 1],
+                pad: [1, 1],
+                dil: [1, 1],
+            },
+            other: 1 << 16,
+        };
+        assert!(direct(&op, &wide).is_none());
     }
 }
