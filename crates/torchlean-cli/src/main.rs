@@ -150,10 +150,28 @@ fn main() -> ExitCode {
         return ExitCode::from(1);
     }
     let cli = Cli::parse();
+    let run = move || dispatch(cli.command);
     // the whole command runs on a compute-pool thread, so that each op's parallel split
     // keeps half of the work on the calling thread instead of waking the pool and sleeping
-    // (torchlean::runtime::compute_threads); no session exists yet to move
-    let result = torchlean::runtime::on_compute_threads(|| match cli.command {
+    // (torchlean::runtime::compute_threads); no session exists yet to move.
+    // TORCHLEAN_COMPUTE_THREADS=0 runs it on the main thread (for comparisons)
+    let result = if std::env::var("TORCHLEAN_COMPUTE_THREADS").as_deref() == Ok("0") {
+        run()
+    } else {
+        torchlean::runtime::on_compute_threads(run).unwrap_or_else(|e| Err(e.into()))
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {}", e.message);
+            ExitCode::from(e.code)
+        }
+    }
+}
+
+/// Runs one parsed command.
+fn dispatch(command: Command) -> Result<(), CliError> {
+    match command {
         Command::Ops(a) => commands::ops::run(a),
         Command::Capsules(a) => commands::capsules::run(a),
         Command::Plan(a) => commands::plan::run(a),
@@ -172,13 +190,5 @@ fn main() -> ExitCode {
         Command::Fno1d(a) => commands::examples::fno1d::run_cmd(a),
         Command::Rnn(a) => commands::examples::rnn::run_cmd(a),
         Command::Fuzz(a) => commands::fuzz::run(a),
-    })
-    .unwrap_or_else(|e| Err(e.into()));
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {}", e.message);
-            ExitCode::from(e.code)
-        }
     }
 }
