@@ -168,8 +168,9 @@ struct Prepared {
     /// Per vector of output positions, in order: the offset of its first tap in a padded
     /// plane, its offset in an output plane, and how many of its lanes are positions.
     vectors: Vec<Vector>,
-    /// Output channels per group.
+    /// Output channels per group, and positions per output channel plane.
     other: usize,
+    out_plane: usize,
 }
 
 #[derive(Clone, Copy)]
@@ -204,6 +205,7 @@ impl Prepared {
             offsets,
             vectors,
             other: d.other,
+            out_plane: d.out[0] * ow,
         }
     }
 }
@@ -257,7 +259,7 @@ fn block<const S: usize>(
             }
         }
     }
-    let out_plane = y.len() / p.other.max(1);
+    let out_plane = p.out_plane;
     for (r, accr) in acc.iter().enumerate() {
         let o = o0 + r;
         if o >= p.other {
