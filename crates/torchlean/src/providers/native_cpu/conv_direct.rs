@@ -27,11 +27,12 @@ const LANE: usize = 8;
 /// Output channels per register block.
 const OB: usize = 4;
 
-/// Vectors of output positions per register block: `OB · SLOTS` = 8 accumulators, plus the
-/// `SLOTS` input loads and a weight vector, inside AVX2's 16 vector registers (measured on the
-/// imported CNN's layers, single-threaded: 4 × 2 as fast as 4 × 3 or 6 × 2, 8 × 1 and 2 × 4
-/// slower).
-const SLOTS: usize = 2;
+/// Vectors of output positions per register block: `OB · SLOTS` = 12 accumulators, plus the
+/// `SLOTS` input loads and a weight vector, fill AVX2's 16 vector registers. Measured on the
+/// imported CNN's two layers (batch 32, two threads) with the register loop of
+/// [`accumulate_avx2`]: 4 × 3 took 18 and 38 µs, 4 × 2 22 and 47, 6 × 2 26 and 45, 2 × 4 22
+/// and 48, 8 × 1 30 and 73.
+const SLOTS: usize = 3;
 
 /// The most kernel taps per output (input channels per group × kernel height × width) this
 /// path takes: above that, the im2col path's GEMM blocks for the caches and wins.
@@ -165,6 +166,8 @@ pub(super) fn forward(d: &Direct, x: &[f32], w: &[f32], bias: Option<&[f32]>, y:
 struct Prepared {
     /// Each tap's offset in the padded planes from a vector's start, in tap order.
     offsets: Vec<usize>,
+    /// The largest of `offsets` (0 when there are none).
+    max_offset: usize,
     /// Per vector of output positions, in order: the offset of its first tap in a padded
     /// plane, its offset in an output plane, and how many of its lanes are positions.
     vectors: Vec<Vector>,
@@ -202,6 +205,7 @@ impl Prepared {
             })
             .collect();
         Prepared {
+            max_offset: offsets.iter().copied().max().unwrap_or(0),
             offsets,
             vectors,
             other: d.other,
@@ -229,21 +233,38 @@ fn group(p: &Prepared, padded: &[f32], packed: &[f32], bias: Option<&[f32]>, y: 
     }
 }
 
-/// The register block: output channels `o0..o0 + OB` × vectors `t..t + S`, accumulated from
-/// `init` over every tap in order, then written to the group's output `y` [other, oh, ow]
-/// (the channels that exist, each vector's valid positions). Returns `S`.
+/// The sums of one register block: `init[r] + Σ_taps w · x` for output channel `o0 + r` and the
+/// `LANE` positions of each vector starting at `starts[s]`, accumulated tap by tap in order.
+/// On x86-64 with AVX2 and FMA (the build's target level) the accumulators live in vector
+/// registers ([`accumulate_avx2`]); elsewhere, or if a load could leave `padded` or `wb`,
+/// the portable loop computes the same fused multiply-adds in the same order.
 #[inline(always)]
-fn block<const S: usize>(
+fn accumulate<const S: usize>(
     p: &Prepared,
     padded: &[f32],
     wb: &[f32],
     init: [f32; OB],
-    t: usize,
-    o0: usize,
-    y: &mut [f32],
-) -> usize {
-    let at: [Vector; S] = std::array::from_fn(|s| p.vectors[t + s]);
-    let starts: [usize; S] = std::array::from_fn(|s| at[s].start);
+    starts: [usize; S],
+) -> [[[f32; LANE]; S]; OB] {
+    #[cfg(all(
+        target_arch = "x86_64",
+        target_feature = "avx2",
+        target_feature = "fma"
+    ))]
+    {
+        let loads_in_bounds = starts
+            .iter()
+            .all(|&s| s + p.max_offset + LANE <= padded.len())
+            && wb.len() >= p.offsets.len() * OB * LANE;
+        if loads_in_bounds {
+            // SAFETY: every load below reads LANE values at `padded[start + off]` with
+            // `off <= max_offset` (Prepared::new computes it as the largest offset) and
+            // `start + max_offset + LANE <= padded.len()` (checked just above), or at
+            // `wb[t * OB * LANE + r * LANE]` for tap t < offsets.len() and r < OB, inside
+            // `wb` by the second check; AVX2 and FMA are enabled for the whole build (cfg).
+            return unsafe { accumulate_avx2::<S>(&p.offsets, padded, wb, init, starts) };
+        }
+    }
     let mut acc: [[[f32; LANE]; S]; OB] = std::array::from_fn(|r| [[init[r]; LANE]; S]);
     for (&off, wv) in p.offsets.iter().zip(wb.chunks_exact(OB * LANE)) {
         let xs: [[f32; LANE]; S] = std::array::from_fn(|s| {
@@ -259,6 +280,68 @@ fn block<const S: usize>(
             }
         }
     }
+    acc
+}
+
+/// [`accumulate`]'s tap loop in AVX2 registers: per tap, `S` unaligned input loads, `OB`
+/// weight loads and `OB · S` fused multiply-adds (`w · x + acc`, as `f32::mul_add`).
+///
+/// # Safety
+/// Every `padded[starts[s] + off .. + LANE]` (off in `offsets`) and every
+/// `wb[t · OB · LANE .. (t + 1) · OB · LANE]` (t < `offsets.len()`) must be in bounds.
+#[cfg(all(
+    target_arch = "x86_64",
+    target_feature = "avx2",
+    target_feature = "fma"
+))]
+#[inline(always)]
+unsafe fn accumulate_avx2<const S: usize>(
+    offsets: &[usize],
+    padded: &[f32],
+    wb: &[f32],
+    init: [f32; OB],
+    starts: [usize; S],
+) -> [[[f32; LANE]; S]; OB] {
+    use std::arch::x86_64::{
+        __m256, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_set1_ps, _mm256_storeu_ps,
+    };
+    let mut acc: [[__m256; S]; OB] = std::array::from_fn(|r| [_mm256_set1_ps(init[r]); S]);
+    let (x, mut w) = (padded.as_ptr(), wb.as_ptr());
+    for &off in offsets {
+        let xs: [__m256; S] = std::array::from_fn(|s| _mm256_loadu_ps(x.add(starts[s] + off)));
+        for (r, accr) in acc.iter_mut().enumerate() {
+            let wr = _mm256_loadu_ps(w.add(r * LANE));
+            for (a, xv) in accr.iter_mut().zip(&xs) {
+                *a = _mm256_fmadd_ps(wr, *xv, *a);
+            }
+        }
+        w = w.add(OB * LANE);
+    }
+    let mut out = [[[0.0; LANE]; S]; OB];
+    for (o, a) in out.iter_mut().zip(&acc) {
+        for (v, av) in o.iter_mut().zip(a) {
+            _mm256_storeu_ps(v.as_mut_ptr(), *av);
+        }
+    }
+    out
+}
+
+/// The register block: output channels `o0..o0 + OB` × vectors `t..t + S`, accumulated from
+/// `init` over every tap in order, then written to the group's output `y` [other, oh, ow]
+/// (the channels that exist, each vector's valid positions). Returns `S`.
+#[inline(always)]
+fn block<const S: usize>(
+    p: &Prepared,
+    padded: &[f32],
+    wb: &[f32],
+    init: [f32; OB],
+    t: usize,
+    o0: usize,
+    y: &mut [f32],
+) -> usize {
+    let at: [Vector; S] = std::array::from_fn(|s| p.vectors[t + s]);
+    let starts: [usize; S] = std::array::from_fn(|s| at[s].start);
+    let acc = accumulate::<S>(p, padded, wb, init, starts);
     let out_plane = p.out_plane;
     for (r, accr) in acc.iter().enumerate() {
         let o = o0 + r;
