@@ -391,6 +391,31 @@ fn emit(
             }
             cur
         }
+        Op::FusedMap { steps } => {
+            // the chain's steps, the value's shape throughout (sides broadcast onto it)
+            let mut cur = x[0].clone();
+            let mut sides = x[1..].iter().zip(&shapes[1..]);
+            for step in steps {
+                let (args, arg_shapes): (Vec<String>, Vec<&[usize]>) = match step.side {
+                    None => (vec![cur.clone()], vec![out_shape]),
+                    Some(at) => {
+                        let (s, s_shape) = sides
+                            .next()
+                            .ok_or_else(|| refuse(op, "has fewer side inputs than steps"))?;
+                        match at {
+                            torchlean::graph::SideOperand::Right => {
+                                (vec![cur.clone(), s.clone()], vec![out_shape, *s_shape])
+                            }
+                            torchlean::graph::SideOperand::Left => {
+                                (vec![s.clone(), cur.clone()], vec![*s_shape, out_shape])
+                            }
+                        }
+                    }
+                };
+                cur = emit(e, &step.op, &args, &arg_shapes, out_shape)?;
+            }
+            cur
+        }
         Op::RandUniform { .. } | Op::BernoulliMask { .. } => {
             return Err(refuse(
                 op,

@@ -589,6 +589,53 @@ pub fn cases() -> Vec<Case> {
         Op::SelectiveScan,
         &[(&[4, 128, 64], Unit), (&[4, 128, 64], Normal)],
     ));
+    // fused maps: a CNN's batch norm with its ReLU (per-channel sides over [N, C, H, W], large
+    // enough for the parallel split), a bias over the last axis and a divisor on the left, a
+    // same-shape side with a scalar side, and one side input of shape [1] before a unary map
+    {
+        use torchlean::graph::{FusedStep, SideOperand as S};
+        let st = |op: Op, side: Option<S>| FusedStep { op, side };
+        let map = |steps: Vec<FusedStep>| Op::FusedMap { steps };
+        v.push(c(
+            map(vec![
+                st(Op::Sub, Some(S::Right)),
+                st(Op::Mul, Some(S::Right)),
+                st(Op::Add, Some(S::Right)),
+                st(Op::Relu, None),
+            ]),
+            &[
+                (&[4, 8, 16, 16], Normal),
+                (&[8, 1, 1], Normal),
+                (&[8, 1, 1], Positive),
+                (&[1, 8, 1, 1], Normal),
+            ],
+        ));
+        v.push(c(
+            map(vec![
+                st(Op::Add, Some(S::Right)),
+                st(Op::Tanh, None),
+                st(Op::Div, Some(S::Left)),
+            ]),
+            &[(&[3, 5, 7], Normal), (&[7], Normal), (&[5, 1], Positive)],
+        ));
+        v.push(c(
+            map(vec![
+                st(Op::Maximum, Some(S::Left)),
+                st(Op::Minimum, Some(S::Right)),
+                st(Op::Sub, Some(S::Left)),
+            ]),
+            &[
+                (&[2, 3], Normal),
+                (&[2, 3], Normal),
+                (&[], Normal),
+                (&[3], Normal),
+            ],
+        ));
+        v.push(c(
+            map(vec![st(Op::Mul, Some(S::Right)), st(Op::Exp, None)]),
+            &[(&[6, 300], Normal), (&[1], Normal)],
+        ));
+    }
     let fused = |ops: Vec<Op>| Op::FusedUnary { ops };
     v.push(c(fused(vec![Op::Exp, Op::Tanh]), &[(&[3, 4], Normal)]));
     v.push(c(

@@ -258,6 +258,86 @@ fn elementwise_chains_are_fused_with_their_own_capsule_and_match_the_parts() {
     }
 }
 
+/// A batch norm's shift, scale and bias with a ReLU after a convolution (the imported CNN's
+/// pattern) fuse into one `fused_map` node over the conv output with the three per-channel
+/// operands as side inputs; the per-channel gain's own chain fuses too; compiled mode gives
+/// eager mode's values bit for bit (the fused kernel runs the native maps' operations in
+/// order); a value needed twice (x - t used by both operands of a product) stays unfused.
+#[test]
+fn broadcast_binary_chains_fuse_into_a_fused_map_and_match_eager_bit_for_bit() {
+    support::checked_cpu_default();
+    let x = Tensor::randn(&[4, 3, 6, 6], 21).unwrap();
+    let w = Tensor::randn(&[5, 3, 3, 3], 22).unwrap();
+    let mean = Tensor::randn(&[5, 1, 1], 23).unwrap();
+    let var = Tensor::randn(&[5, 1, 1], 24).unwrap().abs().unwrap();
+    let scale = Tensor::randn(&[5, 1, 1], 25).unwrap();
+    let bias = Tensor::randn(&[5, 1, 1], 26).unwrap();
+    let t = Tensor::randn(&[4, 5, 4, 4], 27).unwrap();
+    let conv = torchlean::graph::Op::Conv2d(torchlean::graph::Conv2dGeometry::default());
+    let forward = |x: &Tensor, w: &Tensor, p: &[Tensor]| -> torchlean::Result<Vec<Tensor>> {
+        let y = x.apply(conv.clone(), &[w])?;
+        let gain = p[1].add_scalar(1e-5)?.sqrt()?.inv()?.mul(&p[2])?;
+        let bn = y.sub(&p[0])?.mul(&gain)?.add(&p[3])?.relu()?;
+        let d = bn.sub(&p[4])?;
+        Ok(vec![bn, d.mul(&d)?])
+    };
+    let params = [mean, var, scale, bias, t];
+    let eager = forward(&x, &w, &params).unwrap();
+    let names = ["mean", "var", "scale", "bias", "t"];
+    let mut leaves: Vec<(String, Tensor)> = vec![("w".into(), w.clone())];
+    leaves.extend(
+        names
+            .iter()
+            .zip(&params)
+            .map(|(n, p)| (n.to_string(), p.clone())),
+    );
+    let c = capture(&[("x".into(), x.clone())], &leaves, |xs| {
+        let ps: Vec<Tensor> = names
+            .iter()
+            .map(|n| leaves.iter().find(|(m, _)| m == n).unwrap().1.clone())
+            .collect();
+        let out = forward(&xs[0], &w, &ps)?;
+        Ok(vec![
+            ("bn".into(), out[0].clone()),
+            ("sq".into(), out[1].clone()),
+        ])
+    })
+    .unwrap();
+    let (fused, chains) = torchlean::graph::fuse_elementwise(&c.graph).unwrap();
+    fused.validate().unwrap();
+    let maps: Vec<&torchlean::graph::Op> = fused
+        .nodes
+        .iter()
+        .filter_map(|n| match &n.kind {
+            NodeKind::Op { op } if op.kind().name() == "fused_map" => Some(op),
+            _ => None,
+        })
+        .collect();
+    // the gain's chain (add_scalar, sqrt, inv, mul by the scale) and the batch norm's
+    // (sub, mul, add, relu); `bn` is an output, so `d` and the product stay unfused
+    assert_eq!(maps.len(), 2, "{chains:?}");
+    assert_eq!(chains.iter().map(|c| c.replaced.len()).sum::<usize>(), 8);
+    let compiled = CompiledGraph::compile(c.graph.clone(), &BackendProfile::default_cpu()).unwrap();
+    let report = compiled.report().to_text();
+    assert!(
+        report.contains("fused_map: native_cpu.fused_map"),
+        "{report}"
+    );
+    let out = compiled
+        .run(|n| {
+            if n == "x" {
+                Some(x.clone())
+            } else {
+                leaves.iter().find(|(m, _)| m == n).map(|(_, t)| t.clone())
+            }
+        })
+        .unwrap();
+    for ((name, got), want) in out.iter().zip(&eager) {
+        let bits = |t: &Tensor| t.to_vec().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(got), bits(want), "output {name}");
+    }
+}
+
 #[test]
 fn training_graphs_keep_the_intermediates_their_backward_needs() {
     support::checked_cpu_default();

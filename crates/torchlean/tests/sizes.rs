@@ -161,6 +161,23 @@ fn build(kind: OpKind, v: &[usize], rank: usize, flag: bool) -> Op {
                 vec![Op::Relu, Op::Exp]
             },
         },
+        K::FusedMap => Op::FusedMap {
+            steps: if flag {
+                vec![]
+            } else {
+                use torchlean::graph::{FusedStep, SideOperand};
+                vec![
+                    FusedStep {
+                        op: Op::Mul,
+                        side: Some(SideOperand::Right),
+                    },
+                    FusedStep {
+                        op: Op::Relu,
+                        side: None,
+                    },
+                ]
+            },
+        },
     }
 }
 

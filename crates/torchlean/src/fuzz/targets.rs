@@ -148,6 +148,16 @@ pub fn sample_op(kind: OpKind) -> Op {
         K::FusedUnary => Op::FusedUnary {
             ops: vec![Op::Relu, Op::Scale { factor: 0.5 }, Op::Exp],
         },
+        K::FusedMap => {
+            let step = |op, side| crate::graph::FusedStep { op, side };
+            Op::FusedMap {
+                steps: vec![
+                    step(Op::Sub, Some(crate::graph::SideOperand::Right)),
+                    step(Op::Relu, None),
+                    step(Op::Mul, Some(crate::graph::SideOperand::Left)),
+                ],
+            }
+        }
     }
 }
 

@@ -1,12 +1,14 @@
-//! Elementwise fusion, a lowering step of its own: maximal chains of unary elementwise op
-//! nodes become one `fused_unary` node, planned like any op — with its own capsule and
-//! evidence (the conformance harness checks the fused kernel against the composition of its
-//! parts). A chain only grows through a node whose value nobody else needs: exactly one
+//! Elementwise fusion, a lowering step of its own: maximal chains of elementwise op nodes
+//! become one node, planned like any op — with its own capsule and evidence (the conformance
+//! harness checks the fused kernel against the composition of its parts). A chain of unary
+//! maps becomes `fused_unary`; a chain with binary maps whose other operand broadcasts onto
+//! the running value (a batch norm's per-channel shift, scale and bias, a bias, a residual)
+//! becomes `fused_map`, those operands its side inputs. A chain only grows through a node whose value nobody else needs: exactly one
 //! consumer, not a graph output, not read by a `vjp` node (a backward pass needs the
 //! intermediate values, so training graphs keep them).
 
 use super::ir::{Graph, GraphError, NodeKind, OutputDecl};
-use super::op::Op;
+use super::op::{FusedStep, Op, SideOperand};
 
 /// A fused chain: the node ids it replaced (in order) and the id of the fused node.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,6 +35,15 @@ pub fn fuse_elementwise(g: &Graph) -> Result<(Graph, Vec<FusedChain>), GraphErro
     }
     let unary =
         |id: usize| matches!(&g.nodes[id].kind, NodeKind::Op { op } if op.kind().is_unary_map());
+    // a binary map whose value (the operand that `value` names) keeps its shape: the other
+    // operand becomes a side input of a `fused_map`
+    let binary_on = |id: usize, value: usize| {
+        let node = &g.nodes[id];
+        matches!(&node.kind, NodeKind::Op { op } if op.kind().is_binary_map())
+            && node.parents.len() == 2
+            && node.parents.iter().filter(|&&p| p == value).count() == 1
+            && node.shape == g.nodes[value].shape
+    };
     // the single consumer of each node, when there is exactly one
     let mut only_consumer = vec![None; n];
     for node in &g.nodes {
@@ -42,26 +53,36 @@ pub fn fuse_elementwise(g: &Graph) -> Result<(Graph, Vec<FusedChain>), GraphErro
             }
         }
     }
-    // chains, found from their first node
+    // chains, found from their first node, with the value each node reads
     let mut in_chain = vec![false; n];
-    let mut chains: Vec<Vec<usize>> = vec![];
+    let mut chains: Vec<Vec<(usize, usize)>> = vec![];
     for id in 0..n {
-        if in_chain[id] || !unary(id) {
+        if in_chain[id] {
             continue;
         }
-        let mut chain = vec![id];
+        let start = if unary(id) {
+            g.nodes[id].parents[0]
+        } else {
+            match g.nodes[id].parents.iter().find(|&&p| binary_on(id, p)) {
+                Some(&p) => p,
+                None => continue,
+            }
+        };
+        let mut chain = vec![(id, start)];
         let mut last = id;
         while !pinned[last] {
             match only_consumer[last] {
-                Some(c) if unary(c) => {
-                    chain.push(c);
+                // (a binary node has two parents: it may end two candidate chains, and
+                // joins the first)
+                Some(c) if !in_chain[c] && (unary(c) || binary_on(c, last)) => {
+                    chain.push((c, last));
                     last = c;
                 }
                 _ => break,
             }
         }
         if chain.len() >= 2 {
-            chain.iter().for_each(|&c| in_chain[c] = true);
+            chain.iter().for_each(|&(c, _)| in_chain[c] = true);
             chains.push(chain);
         }
     }
@@ -75,7 +96,7 @@ pub fn fuse_elementwise(g: &Graph) -> Result<(Graph, Vec<FusedChain>), GraphErro
     let mut chain_of_last = vec![None; n];
     for (k, c) in chains.iter().enumerate() {
         // invariant: only chains of two or more nodes are kept above
-        chain_of_last[*c.last().expect("chains have two or more nodes")] = Some(k);
+        chain_of_last[c.last().expect("chains have two or more nodes").0] = Some(k);
     }
     let mut fused = vec![];
     for node in &g.nodes {
@@ -89,22 +110,10 @@ pub fn fuse_elementwise(g: &Graph) -> Result<(Graph, Vec<FusedChain>), GraphErro
         let id = match chain_of_last[node.id] {
             Some(k) => {
                 let chain = &chains[k];
-                let ops: Vec<Op> = chain
-                    .iter()
-                    .map(|&c| match &g.nodes[c].kind {
-                        NodeKind::Op { op } => op.clone(),
-                        _ => unreachable!("chains hold op nodes only"),
-                    })
-                    .collect();
-                let parent = map(g.nodes[chain[0]].parents[0])?;
-                let id = out.push(
-                    NodeKind::Op {
-                        op: Op::FusedUnary { ops },
-                    },
-                    vec![parent],
-                )?;
+                let (kind, parents) = fused_node(g, chain, &map)?;
+                let id = out.push(kind, parents)?;
                 fused.push(FusedChain {
-                    replaced: chain.clone(),
+                    replaced: chain.iter().map(|&(c, _)| c).collect(),
                     node: id,
                 });
                 id
@@ -130,4 +139,45 @@ pub fn fuse_elementwise(g: &Graph) -> Result<(Graph, Vec<FusedChain>), GraphErro
         });
     }
     Ok((out, fused))
+}
+
+/// The fused node of `chain` (nodes with the value each reads, in order) and its parents
+/// (through `map`, old ids to new): `fused_unary` over the first value when every step is
+/// unary, else `fused_map` over it with each binary step's other operand as a side input.
+fn fused_node(
+    g: &Graph,
+    chain: &[(usize, usize)],
+    map: &impl Fn(usize) -> Result<usize, GraphError>,
+) -> Result<(NodeKind, Vec<usize>), GraphError> {
+    let mut steps = vec![];
+    let mut parents = vec![map(chain[0].1)?];
+    for &(id, value) in chain {
+        let node = &g.nodes[id];
+        let NodeKind::Op { op } = &node.kind else {
+            unreachable!("chains hold op nodes only")
+        };
+        let side = if op.kind().is_unary_map() {
+            None
+        } else {
+            let (at, other) = if node.parents[0] == value {
+                (SideOperand::Right, node.parents[1])
+            } else {
+                (SideOperand::Left, node.parents[0])
+            };
+            parents.push(map(other)?);
+            Some(at)
+        };
+        steps.push(FusedStep {
+            op: op.clone(),
+            side,
+        });
+    }
+    let op = if steps.iter().all(|s| s.side.is_none()) {
+        Op::FusedUnary {
+            ops: steps.into_iter().map(|s| s.op).collect(),
+        }
+    } else {
+        Op::FusedMap { steps }
+    };
+    Ok((NodeKind::Op { op }, parents))
 }

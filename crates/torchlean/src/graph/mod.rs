@@ -18,4 +18,7 @@ pub use ir::{
     check_user_name, Graph, GraphError, Node, NodeKind, OutputDecl, ValueDecl, FORMAT,
     MAX_GRAPH_BYTES, MAX_NODES, MAX_NODE_ELEMENTS, RESERVED_PREFIX,
 };
-pub use op::{AttentionMask, Conv2dGeometry, ConvTranspose2dGeometry, Op, OpKind, Pool2dGeometry};
+pub use op::{
+    AttentionMask, Conv2dGeometry, ConvTranspose2dGeometry, FusedStep, Op, OpKind, Pool2dGeometry,
+    SideOperand,
+};

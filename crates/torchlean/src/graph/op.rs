@@ -255,6 +255,35 @@ pub enum Op {
     FusedUnary {
         ops: Vec<Op>,
     },
+    /// A chain of elementwise steps over one value (input 0) applied in one pass: unary maps,
+    /// and binary maps whose other operand is the next side input (inputs 1..), broadcast
+    /// onto the value's shape. Produced by the compiled path's elementwise fusion (a batch
+    /// norm's shift, scale and bias with the ReLU after it); its meaning is the composition
+    /// of its parts.
+    FusedMap {
+        steps: Vec<FusedStep>,
+    },
+}
+
+/// One step of a [`Op::FusedMap`] chain.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FusedStep {
+    /// A unary map, or a binary map (`add`, `sub`, `mul`, `div`, `maximum`, `minimum`).
+    pub op: Op,
+    /// For a binary map, where the next side input goes; `None` for a unary map.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub side: Option<SideOperand>,
+}
+
+/// Where a [`FusedStep`]'s side input goes in its binary map.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SideOperand {
+    /// `value ⊕ side`.
+    Right,
+    /// `side ⊕ value`.
+    Left,
 }
 
 macro_rules! op_kinds {
@@ -356,6 +385,7 @@ op_kinds! {
     SelectiveScan => "selective_scan", ["selective_scan"], "special";
     ScaledDotProductAttention => "scaled_dot_product_attention", ["scaled_dot_product_attention"], "special";
     FusedUnary => "fused_unary", [], "fused";
+    FusedMap => "fused_map", [], "fused";
 }
 
 impl Op {
@@ -422,6 +452,7 @@ impl Op {
             SelectiveScan => OpKind::SelectiveScan,
             ScaledDotProductAttention { .. } => OpKind::ScaledDotProductAttention,
             FusedUnary { .. } => OpKind::FusedUnary,
+            FusedMap { .. } => OpKind::FusedMap,
         }
     }
 

@@ -33,6 +33,7 @@ mod array;
 mod conv;
 mod elementwise;
 pub mod flash;
+mod fused_map;
 mod index;
 mod layout;
 mod linalg;
@@ -61,6 +62,7 @@ pub(crate) use optim::{adam_constants, adam_value, ema_value};
 pub fn unary_f32(op: &Op, x: f32) -> Option<f32> {
     op.kind().is_unary_map().then(|| unary(op, x))
 }
+pub use fused_map::side_count as fused_map_sides;
 pub(crate) use pool::smooth_shift;
 pub use random::{splitmix64, stream_bits, stream_key, uniform_from_bits};
 
@@ -118,6 +120,7 @@ fn family_shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError> {
             special::shape(op, shapes)
         }
         K::FusedUnary => elementwise::fused_shape(op, shapes),
+        K::FusedMap => fused_map::shape(op, shapes),
         K::EmaUpdate | K::AdamUpdate => optim::shape(op, shapes),
         _ => elementwise::unary_shape(op, shapes),
     }
@@ -157,6 +160,7 @@ pub fn forward<T: Scalar>(op: &Op, inputs: &[&Array<T>]) -> Result<Array<T>, OpE
             Ok(special::forward(op, inputs, out_shape))
         }
         K::FusedUnary => Ok(elementwise::fused_forward(op, inputs[0])),
+        K::FusedMap => fused_map::forward(op, inputs),
         K::EmaUpdate | K::AdamUpdate => Ok(optim::forward(op, inputs)),
         _ => Ok(elementwise::unary_forward(op, inputs[0])),
     }
@@ -236,6 +240,7 @@ pub fn vjp<T: Scalar>(
             Ok(special::vjp(op, inputs, output, grad_out))
         }
         K::FusedUnary => Ok(elementwise::fused_vjp(op, inputs[0], grad_out)),
+        K::FusedMap => fused_map::vjp(op, inputs, grad_out),
         _ => Ok(elementwise::unary_vjp(op, inputs[0], output, grad_out)),
     }
 }

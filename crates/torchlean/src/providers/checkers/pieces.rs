@@ -48,7 +48,7 @@ fn split(op: &Op, call: &Call) -> Option<Split> {
     let elementwise = kind.is_unary_map()
         || kind.is_binary_map()
         || kind.is_optimizer_map()
-        || matches!(kind, OpKind::FusedUnary | OpKind::Where);
+        || matches!(kind, OpKind::FusedUnary | OpKind::FusedMap | OpKind::Where);
     if elementwise && same_shape && n_in >= 1 {
         let rows = out.iter().product();
         return Some(Split {

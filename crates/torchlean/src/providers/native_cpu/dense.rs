@@ -1,6 +1,6 @@
 //! The native provider's destination-passing kernels (`forward_into`, `vjp_into`,
 //! `in_place_into`) for the ops small dense training graphs are made of: `linear`,
-//! `mse_loss`, the unary maps and fused unary chains, the binary maps and `where` (with
+//! `mse_loss`, the unary maps and fused unary chains, fused maps, the binary maps and `where` (with
 //! broadcasting), and the cross-entropy pieces (`softmax`, `log_softmax`, `gather`,
 //! `reshape`, `sum_all`). The tensor kernels of these ops
 //! are implemented on top of the same functions (`linalg::linear_into`,
@@ -17,6 +17,7 @@ use crate::error::{Error, Result};
 use crate::graph::{Op, OpKind};
 use crate::runtime::kernel::{Dense, DenseKernels};
 use crate::spec::{infer_shape, numel};
+use crate::tensor::Tensor;
 
 /// The destination-passing kernels of `op`, when the native provider has them.
 pub fn kernels(op: OpKind) -> Option<DenseKernels> {
@@ -39,6 +40,13 @@ pub fn kernels(op: OpKind) -> Option<DenseKernels> {
             | K::Minimum
             | K::Where
     );
+    if op == K::FusedMap {
+        return Some(DenseKernels {
+            forward_into,
+            vjp_into: Some(vjp_into),
+            in_place_into: None,
+        });
+    }
     (unary || others).then_some(DenseKernels {
         forward_into,
         vjp_into: Some(vjp_into),
@@ -105,6 +113,11 @@ pub fn forward_into(op: &Op, x: &[Dense], out: &mut [f32]) -> Result<()> {
             let (data, shapes) = operands(x);
             elementwise::binary_forward_into(op, &data[..x.len()], &shapes[..x.len()], &shape, out)
         }
+        Op::FusedMap { steps } => {
+            let data: Vec<&[f32]> = x.iter().map(|d| d.data).collect();
+            let shapes: Vec<&[usize]> = x.iter().map(|d| d.shape).collect();
+            super::fused_map::forward_into(steps, &data, &shapes, &shape, out)
+        }
         _ => elementwise::unary_forward_into(op, x[0].data, out),
     }
     Ok(())
@@ -139,6 +152,20 @@ pub fn vjp_into(
         }
     }
     match op {
+        // the tensor VJP (the parts' native VJPs over recomputed values) on copies: fusion
+        // never takes a value a backward pass reads, so this runs only for graphs that
+        // hold a fused map themselves
+        Op::FusedMap { steps } => {
+            let tensor = |d: &Dense| Tensor::from_vec(d.data.to_vec(), d.shape);
+            let xs = x.iter().map(tensor).collect::<Result<Vec<_>>>()?;
+            let refs: Vec<&Tensor> = xs.iter().collect();
+            let grads = super::fused_map::vjp(steps, &refs, &tensor(&g)?)?;
+            for (o, gi) in outs.iter_mut().zip(grads) {
+                if let (Some(o), Some(gi)) = (o.as_deref_mut(), gi) {
+                    o.copy_from_slice(&gi.data());
+                }
+            }
+        }
         Op::Reshape { .. } => {
             if let Some(o) = outs[0].as_deref_mut() {
                 o.copy_from_slice(g.data);

@@ -16,6 +16,7 @@ mod dense;
 mod elementwise;
 mod flash;
 mod flash_small;
+mod fused_map;
 pub mod guard;
 mod index;
 mod layout;
@@ -104,6 +105,10 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
             special::forward(op, inputs, &out_shape)
         }
         K::EmaUpdate | K::AdamUpdate => update::optim_forward(op, inputs),
+        K::FusedMap => match op {
+            Op::FusedMap { steps } => fused_map::forward(steps, inputs, &out_shape),
+            _ => unreachable!("the kind is fused_map"),
+        },
         _ => elementwise::unary_forward(op, &inputs[0].host_data()),
     };
     Ok(tensor(data, out_shape))
@@ -186,6 +191,10 @@ pub fn vjp(
         K::SpectralConv1d | K::SelectiveScan | K::ScaledDotProductAttention => {
             special::vjp(op, inputs, output, grad_out)
         }
+        K::FusedMap => match op {
+            Op::FusedMap { steps } => fused_map::vjp(steps, inputs, grad_out)?,
+            _ => unreachable!("the kind is fused_map"),
+        },
         K::FusedUnary => {
             let g = elementwise::fused_vjp(op, &inputs[0].data(), &grad_out.data());
             vec![Some(tensor(g, inputs[0].shape().to_vec()))]
