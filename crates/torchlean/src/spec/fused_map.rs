@@ -40,12 +40,13 @@ pub(super) fn shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError>
         let kind = step.op.kind();
         match step.side {
             None if kind.is_unary_map() => {
-                super::infer_shape(&step.op, &[value])?;
+                super::infer_shape(&step.op, &[value]).map_err(|e| in_step(op, shapes, e))?;
             }
             Some(side) if kind.is_binary_map() => {
                 // invariant: the arity check above gave one shape per side step
                 let s = sides.next().expect("one side input per binary step");
-                let out = super::infer_shape(&step.op, &ordered(side, &value, s).map(|x| *x))?;
+                let out = super::infer_shape(&step.op, &ordered(side, &value, s).map(|x| *x))
+                    .map_err(|e| in_step(op, shapes, e))?;
                 if out != value {
                     return Err(shape_err(
                         op,
@@ -71,6 +72,11 @@ pub(super) fn shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError>
         }
     }
     Ok(value.to_vec())
+}
+
+/// A step's shape error as the fused op's (it names the fused op, the step and why).
+fn in_step(op: &Op, shapes: &[&[usize]], e: OpError) -> OpError {
+    shape_err(op, shapes, format!("steps whose shapes are valid: {e}"))
 }
 
 /// The value after each step: `values[0]` is the input, `values[i + 1]` step i's result.
