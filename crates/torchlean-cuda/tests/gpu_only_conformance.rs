@@ -805,7 +805,11 @@ fn every_op_of_the_vocabulary_has_a_cuda_capsule() {
     );
     assert_eq!(
         composed_ops(),
-        vec![OpKind::MseLoss, OpKind::ScaledDotProductAttention],
+        vec![
+            OpKind::MseLoss,
+            OpKind::ScaledDotProductAttention,
+            OpKind::FusedMap
+        ],
         "the compositions declared on CUDA changed: update docs/cuda.md"
     );
 }

@@ -2,6 +2,8 @@
 //! gated and run by the current session like any other op ("built from accepted ops").
 //!
 //! - `torchlean.mse_loss` = mean((a - b)²) from `sub`, `mul`, `sum_all`, `scale`.
+//! - `torchlean.fused_map` (`torchlean.cuda.fused_map` on CUDA): each step of the chain as
+//!   its own unary or binary map, the side inputs in order.
 //! - `torchlean.composed_attention` (`torchlean.cuda.composed_attention` on CUDA), the
 //!   composition of `scaled_dot_product_attention` = softmax(scale · q kᵀ (+ bias)) v with the
 //!   spec's masking semantics (`spec::special`, DESIGN §4) on every value, NaN, ±inf, ±0 and
@@ -41,13 +43,48 @@ use crate::backend::{
     TrustLevel, VjpMode,
 };
 use crate::error::{Error, Result};
-use crate::graph::{AttentionMask, Op, OpKind};
+use crate::graph::{AttentionMask, Op, OpKind, SideOperand};
 use crate::runtime::autograd::{grad_enabled, NoGradGuard};
 use crate::runtime::kernel::KernelBinding;
 use crate::tensor::Tensor;
 
 /// The ops this provider composes.
-pub const OPS: &[OpKind] = &[OpKind::MseLoss, OpKind::ScaledDotProductAttention];
+pub const OPS: &[OpKind] = &[
+    OpKind::MseLoss,
+    OpKind::ScaledDotProductAttention,
+    OpKind::FusedMap,
+];
+
+/// The ops a `fused_map` step may be (every unary and binary elementwise map), and those of
+/// the VJP's objective.
+const FUSED_MAP_PARTS: &[OpKind] = &[
+    OpKind::Neg,
+    OpKind::Abs,
+    OpKind::Sqrt,
+    OpKind::Exp,
+    OpKind::Log,
+    OpKind::Sin,
+    OpKind::Cos,
+    OpKind::Tanh,
+    OpKind::Sigmoid,
+    OpKind::Relu,
+    OpKind::Gelu,
+    OpKind::Silu,
+    OpKind::Softplus,
+    OpKind::Inv,
+    OpKind::SafeLog,
+    OpKind::Scale,
+    OpKind::AddScalar,
+    OpKind::Clamp,
+    OpKind::Pow,
+    OpKind::Add,
+    OpKind::Sub,
+    OpKind::Mul,
+    OpKind::Div,
+    OpKind::Maximum,
+    OpKind::Minimum,
+    OpKind::SumAll,
+];
 
 /// The ops the composition of `op` runs (planned and gated with the composite), and those
 /// of the VJP's objective (`mul`, `sum_all`).
@@ -66,6 +103,7 @@ pub fn parts(op: OpKind) -> &'static [OpKind] {
             OpKind::Mul,
             OpKind::SumAll,
         ],
+        OpKind::FusedMap => FUSED_MAP_PARTS,
         _ => &[],
     }
 }
@@ -198,6 +236,26 @@ fn compose(op: &Op, x: &[&Tensor]) -> Result<Tensor> {
             let fill = Tensor::where_(&any, &blocked, &zero)?;
             let probs = Tensor::where_(&allowed, &scores, &fill)?.softmax(-1)?;
             Tensor::where_(&any, &probs.matmul(v)?, &zero)
+        }
+        Op::FusedMap { steps } => {
+            // each step as its own op of the session (sides in order, on their side)
+            let mut value = x[0].clone();
+            let mut sides = x[1..].iter();
+            for step in steps {
+                value = match step.side {
+                    None => value.apply(step.op.clone(), &[])?,
+                    Some(at) => {
+                        let side: &Tensor = sides.next().ok_or_else(|| {
+                            Error::Other("fused_map: fewer side inputs than binary steps".into())
+                        })?;
+                        match at {
+                            SideOperand::Right => value.apply(step.op.clone(), &[side])?,
+                            SideOperand::Left => side.apply(step.op.clone(), &[&value])?,
+                        }
+                    }
+                };
+            }
+            Ok(value)
         }
         other => Err(Error::NoKernel {
             provider: "torchlean",
