@@ -4,10 +4,14 @@
 //!
 //! The output is cut into rows over which every side input is either one value (a
 //! per-channel shift over a channel's plane) or a contiguous run (a bias over the last
-//! axis); each row is computed in blocks of [`BLOCK`] values that stay in L1 while every step
-//! runs over them. A unary step is the native unary map (`elementwise::unary_in_place`) and a
-//! binary step the native binary map's scalar function, so each element goes through the
-//! same f32 operations, in the same order, as the unfused kernels: the same bits.
+//! axis), and computed in blocks of [`BLOCK`] values that stay in L1 while every step runs
+//! over them: several whole rows per block when rows are shorter (a side's per-row values are
+//! then laid out in a side buffer of the block's length: with an 8×8 plane per row, per-row
+//! blocks cost more in calls than in arithmetic), else one row in blocks. A unary step is the
+//! native unary map (`elementwise::unary_forward_into`) and a binary step the native binary
+//! map's scalar function, so each element goes through the same f32 operations, in the same
+//! order, as the unfused kernels: the same bits. Steps write every element of a scratch
+//! block (never in place: an in-place max with 0 compiles to masked stores, slow on AMD).
 //!
 //! Owns: the fused pass and its row split. Must not decide what is fused (graph/fuse.rs does).
 
@@ -19,7 +23,7 @@ use crate::tensor::{Layout, Tensor};
 use rayon::prelude::*;
 
 /// Values per block of a row.
-const BLOCK: usize = 256;
+const BLOCK: usize = 512;
 
 /// How a side input varies along a row.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -186,9 +190,65 @@ pub fn forward_into(
     }
     // whole rows per task, about CHUNK values each
     let per_task = (CHUNK / width).max(1) * width;
+    if let Some(aff) = Affine::of(steps, &rows.along) {
+        let per_task = (CHUNK / width).max(1) * width;
+        let task = |first_row: usize, o: &mut [f32]| {
+            let mut at = rows.cursor(first_row);
+            for (r, row) in o.chunks_mut(width).enumerate() {
+                if r > 0 {
+                    at.advance();
+                }
+                let start = (first_row + r) * width;
+                let side = |k: usize| x[1 + k][at.bases[k]];
+                aff.row(&value[start..start + width], row, side);
+            }
+        };
+        if out.len() < PAR_THRESHOLD {
+            task(0, out);
+        } else {
+            out.par_chunks_mut(per_task)
+                .enumerate()
+                .for_each(|(t, o)| task(t * (per_task / width), o));
+        }
+        return;
+    }
+    let sides = rows.along.len();
+    // rows per block: whole rows when they are shorter than a block (a side's per-row values
+    // are then laid out in a side buffer), else one row in blocks of BLOCK values
+    let group = (BLOCK / width).max(1);
     let task = |first_row: usize, o: &mut [f32]| {
         let mut at = rows.cursor(first_row);
         let mut scratch = [[0.0f32; BLOCK]; 2];
+        let mut side_bufs = vec![[0.0f32; BLOCK]; if group > 1 { sides } else { 0 }];
+        if group > 1 {
+            for (g, block) in o.chunks_mut(group * width).enumerate() {
+                let start = (first_row + g * group) * width;
+                let n = block.len();
+                for r in 0..n / width {
+                    if g + r > 0 {
+                        at.advance();
+                    }
+                    for (k, buf) in side_bufs.iter_mut().enumerate() {
+                        let seg = &mut buf[r * width..(r + 1) * width];
+                        let base = at.bases[k];
+                        match rows.along[k] {
+                            Along::Constant => seg.fill(x[1 + k][base]),
+                            Along::Contiguous => seg.copy_from_slice(&x[1 + k][base..base + width]),
+                        }
+                    }
+                }
+                let operands: Vec<Operand> =
+                    side_bufs.iter().map(|b| Operand::Run(&b[..n])).collect();
+                run_steps(
+                    steps,
+                    &value[start..start + n],
+                    block,
+                    &operands,
+                    &mut scratch,
+                );
+            }
+            return;
+        }
         for (r, row) in o.chunks_mut(width).enumerate() {
             if r > 0 {
                 at.advance();
@@ -196,41 +256,19 @@ pub fn forward_into(
             let start = (first_row + r) * width;
             for (b, block) in row.chunks_mut(BLOCK).enumerate() {
                 let (off, n) = (b * BLOCK, block.len());
-                // step i reads the value (i = 0) or scratch block (i + 1) % 2, which step
-                // i - 1 wrote, and writes scratch block i % 2, or the output (the last step)
-                let mut k = 0;
-                for (i, step) in steps.iter().enumerate() {
-                    let (first, second) = scratch.split_at_mut(1);
-                    let (read, write) = if i % 2 == 0 {
-                        (&second[0], &mut first[0])
-                    } else {
-                        (&first[0], &mut second[0])
-                    };
-                    let input: &[f32] = if i == 0 {
-                        &value[start + off..start + off + n]
-                    } else {
-                        &read[..n]
-                    };
-                    let dst: &mut [f32] = if i + 1 == steps.len() {
-                        &mut *block
-                    } else {
-                        &mut write[..n]
-                    };
-                    match step.side {
-                        None => unary_forward_into(&step.op, input, dst),
-                        Some(side_at) => {
-                            let base = at.bases[k];
-                            let side = match rows.along[k] {
-                                Along::Constant => Operand::Value(x[1 + k][base]),
-                                Along::Contiguous => {
-                                    Operand::Run(&x[1 + k][base + off..base + off + n])
-                                }
-                            };
-                            binary_step(&step.op, input, dst, side, side_at);
-                            k += 1;
+                let operands: Vec<Operand> = (0..sides)
+                    .map(|k| {
+                        let base = at.bases[k];
+                        match rows.along[k] {
+                            Along::Constant => Operand::Value(x[1 + k][base]),
+                            Along::Contiguous => {
+                                Operand::Run(&x[1 + k][base + off..base + off + n])
+                            }
                         }
-                    }
-                }
+                    })
+                    .collect();
+                let input = &value[start + off..start + off + n];
+                run_steps(steps, input, block, &operands, &mut scratch);
             }
         }
     };
@@ -240,6 +278,100 @@ pub fn forward_into(
         out.par_chunks_mut(per_task)
             .enumerate()
             .for_each(|(t, o)| task(t * (per_task / width), o));
+    }
+}
+
+/// The batch-norm epilogue, `((x − a) · b) + c` or `(x · b) + c`, then optionally a ReLU,
+/// with one value per row for every side input: one loop over the row with the steps'
+/// operations in order (each rounded to f32 as the steps round it; no fused multiply-add),
+/// instead of a pass per step. The steps' own kernels would store every intermediate value.
+#[derive(Clone, Copy)]
+struct Affine {
+    shift: bool,
+    relu: bool,
+}
+
+impl Affine {
+    fn of(steps: &[FusedStep], along: &[Along]) -> Option<Affine> {
+        if along.iter().any(|a| *a != Along::Constant) {
+            return None;
+        }
+        let right = |s: &FusedStep, op: Op| s.op == op && s.side == Some(SideOperand::Right);
+        let (shift, rest) = match steps {
+            [first, rest @ ..] if right(first, Op::Sub) => (true, rest),
+            _ => (false, steps),
+        };
+        let relu = match rest {
+            [m, a] if right(m, Op::Mul) && right(a, Op::Add) => false,
+            [m, a, r] if right(m, Op::Mul) && right(a, Op::Add) => {
+                if r.side.is_some() || r.op != Op::Relu {
+                    return None;
+                }
+                true
+            }
+            _ => return None,
+        };
+        Some(Affine { shift, relu })
+    }
+
+    /// One row: `side(k)` is side input k's value for the row.
+    fn row(self, x: &[f32], out: &mut [f32], side: impl Fn(usize) -> f32) {
+        fn each(x: &[f32], out: &mut [f32], f: impl Fn(f32) -> f32) {
+            out.iter_mut().zip(x).for_each(|(o, &v)| *o = f(v));
+        }
+        match (self.shift, self.relu) {
+            (true, relu) => {
+                let (a, b, c) = (side(0), side(1), side(2));
+                if relu {
+                    each(x, out, |v| maximum(((v - a) * b) + c, 0.0))
+                } else {
+                    each(x, out, |v| ((v - a) * b) + c)
+                }
+            }
+            (false, relu) => {
+                let (b, c) = (side(0), side(1));
+                if relu {
+                    each(x, out, |v| maximum((v * b) + c, 0.0))
+                } else {
+                    each(x, out, |v| (v * b) + c)
+                }
+            }
+        }
+    }
+}
+
+/// The steps over one block: `input` (the value's elements) to `out`, side input k's values
+/// in `sides[k]`. Step i reads the input (i = 0) or scratch block (i + 1) % 2, which step
+/// i - 1 wrote, and writes scratch block i % 2, or `out` (the last step).
+fn run_steps(
+    steps: &[FusedStep],
+    input: &[f32],
+    out: &mut [f32],
+    sides: &[Operand],
+    scratch: &mut [[f32; BLOCK]; 2],
+) {
+    let n = out.len();
+    let mut k = 0;
+    for (i, step) in steps.iter().enumerate() {
+        let (first, second) = scratch.split_at_mut(1);
+        let (read, write) = if i % 2 == 0 {
+            (&second[0], &mut first[0])
+        } else {
+            (&first[0], &mut second[0])
+        };
+        let src: &[f32] = if i == 0 { input } else { &read[..n] };
+        let dst: &mut [f32] = if i + 1 == steps.len() {
+            &mut *out
+        } else {
+            &mut write[..n]
+        };
+        match step.side {
+            None => unary_forward_into(&step.op, src, dst),
+            Some(at) => {
+                binary_step(&step.op, src, dst, sides[k], at);
+                k += 1;
+            }
+        }
     }
 }
 
@@ -303,5 +435,115 @@ fn ordered<'a>(at: SideOperand, value: &'a Tensor, side: &'a Tensor) -> [&'a Ten
     match at {
         SideOperand::Right => [value, side],
         SideOperand::Left => [side, value],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The fused kernel gives the unfused native kernels' values bit for bit: the batch-norm
+    /// epilogue's four forms (one loop per row) and chains on the general path (a bias, left
+    /// operands, a same-shape side, several rows per block, rows longer than a block), on
+    /// values with NaNs, infinities and signed zeros.
+    #[test]
+    fn fused_maps_equal_their_unfused_steps_bit_for_bit() {
+        use SideOperand::{Left as L, Right as R};
+        let st = |op: Op, side: Option<SideOperand>| FusedStep { op, side };
+        let special = [0.0, -0.0, f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 1e-40];
+        let draw = |shape: &[usize], seed: u64| {
+            let mut state = seed;
+            let n: usize = shape.iter().product();
+            let data = (0..n)
+                .map(|_| {
+                    state = crate::spec::splitmix64(state);
+                    match state % 11 {
+                        0 => special[(state >> 8) as usize % special.len()],
+                        _ => ((state >> 16) % 2001) as f32 / 250.0 - 4.0,
+                    }
+                })
+                .collect();
+            Tensor::from_vec(data, shape).unwrap()
+        };
+        let bn = |shift: bool, relu: bool| {
+            let mut steps = vec![];
+            if shift {
+                steps.push(st(Op::Sub, Some(R)));
+            }
+            steps.push(st(Op::Mul, Some(R)));
+            steps.push(st(Op::Add, Some(R)));
+            if relu {
+                steps.push(st(Op::Relu, None));
+            }
+            steps
+        };
+        let per_channel: Vec<usize> = vec![6, 1, 1];
+        let mut cases: Vec<(Vec<FusedStep>, Vec<usize>, Vec<Vec<usize>>)> = vec![];
+        for shift in [true, false] {
+            for relu in [true, false] {
+                let sides = if shift { 3 } else { 2 };
+                cases.push((
+                    bn(shift, relu),
+                    vec![3, 6, 5, 7],
+                    vec![per_channel.clone(); sides],
+                ));
+            }
+        }
+        cases.push((
+            vec![
+                st(Op::Add, Some(R)),
+                st(Op::Tanh, None),
+                st(Op::Div, Some(L)),
+            ],
+            vec![4, 9, 33],
+            vec![vec![33], vec![9, 1]],
+        ));
+        cases.push((
+            vec![
+                st(Op::Maximum, Some(L)),
+                st(Op::Relu, None),
+                st(Op::Sub, Some(L)),
+            ],
+            vec![2, 700],
+            vec![vec![2, 700], vec![1]],
+        ));
+        cases.push((
+            vec![
+                st(Op::Mul, Some(R)),
+                st(Op::Minimum, Some(R)),
+                st(Op::Exp, None),
+            ],
+            vec![3, 2, 1100],
+            vec![vec![2, 1], vec![1100]],
+        ));
+        for (i, (steps, shape, side_shapes)) in cases.into_iter().enumerate() {
+            let x = draw(&shape, 7 + i as u64);
+            let sides: Vec<Tensor> = side_shapes
+                .iter()
+                .enumerate()
+                .map(|(k, s)| draw(s, 100 * i as u64 + k as u64))
+                .collect();
+            let mut inputs = vec![&x];
+            inputs.extend(sides.iter());
+            let fused = Tensor::from_vec(forward(&steps, &inputs, &shape), &shape).unwrap();
+            let mut v = x.clone();
+            let mut k = 0;
+            for step in &steps {
+                v = match step.side {
+                    None => super::super::forward(&step.op, &[&v]).unwrap(),
+                    Some(at) => {
+                        let s = &sides[k];
+                        k += 1;
+                        let args = match at {
+                            R => [&v, s],
+                            L => [s, &v],
+                        };
+                        super::super::forward(&step.op, &args).unwrap()
+                    }
+                };
+            }
+            let bits = |t: &Tensor| t.data().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&fused), bits(&v), "case {i}: {steps:?}");
+        }
     }
 }
