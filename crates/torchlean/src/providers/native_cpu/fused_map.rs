@@ -478,7 +478,9 @@ mod tests {
             steps
         };
         let per_channel: Vec<usize> = vec![6, 1, 1];
-        let mut cases: Vec<(Vec<FusedStep>, Vec<usize>, Vec<Vec<usize>>)> = vec![];
+        // (steps, value shape, side shapes)
+        type Case = (Vec<FusedStep>, Vec<usize>, Vec<Vec<usize>>);
+        let mut cases: Vec<Case> = vec![];
         for shift in [true, false] {
             for relu in [true, false] {
                 let sides = if shift { 3 } else { 2 };
