@@ -56,35 +56,14 @@ pub const OPS: &[OpKind] = &[
 ];
 
 /// The ops a `fused_map` step may be (every unary and binary elementwise map), and those of
-/// the VJP's objective.
-const FUSED_MAP_PARTS: &[OpKind] = &[
-    OpKind::Neg,
-    OpKind::Abs,
-    OpKind::Sqrt,
-    OpKind::Exp,
-    OpKind::Log,
-    OpKind::Sin,
-    OpKind::Cos,
-    OpKind::Tanh,
-    OpKind::Sigmoid,
-    OpKind::Relu,
-    OpKind::Gelu,
-    OpKind::Silu,
-    OpKind::Softplus,
-    OpKind::Inv,
-    OpKind::SafeLog,
-    OpKind::Scale,
-    OpKind::AddScalar,
-    OpKind::Clamp,
-    OpKind::Pow,
-    OpKind::Add,
-    OpKind::Sub,
-    OpKind::Mul,
-    OpKind::Div,
-    OpKind::Maximum,
-    OpKind::Minimum,
-    OpKind::SumAll,
-];
+/// the VJP's objective (`mul`, `sum_all`).
+static FUSED_MAP_PARTS: std::sync::LazyLock<Vec<OpKind>> = std::sync::LazyLock::new(|| {
+    OpKind::ALL
+        .iter()
+        .copied()
+        .filter(|k| k.is_unary_map() || k.is_binary_map() || *k == OpKind::SumAll)
+        .collect()
+});
 
 /// The ops the composition of `op` runs (planned and gated with the composite), and those
 /// of the VJP's objective (`mul`, `sum_all`).
@@ -103,7 +82,7 @@ pub fn parts(op: OpKind) -> &'static [OpKind] {
             OpKind::Mul,
             OpKind::SumAll,
         ],
-        OpKind::FusedMap => FUSED_MAP_PARTS,
+        OpKind::FusedMap => &FUSED_MAP_PARTS,
         _ => &[],
     }
 }

@@ -51,9 +51,14 @@ impl Rows {
             .collect();
         let mut along: Vec<Option<Along>> = vec![None; side_shapes.len()];
         let (mut width, mut split) = (1usize, out_shape.len());
-        // the longest run of trailing axes over which every side is one value or contiguous
+        // the longest run of trailing axes over which every side is one value or contiguous,
+        // and rows of at most CHUNK values once a row has an axis (so a large tensor whose
+        // sides all match it, or are scalars, still has rows to split over threads)
         'axes: for d in (0..out_shape.len()).rev() {
             if out_shape[d] != 1 {
+                if width > 1 && width.saturating_mul(out_shape[d]) > CHUNK {
+                    break 'axes;
+                }
                 let mut next = along.clone();
                 for (k, a) in next.iter_mut().enumerate() {
                     let class = match strides[k][d] {
@@ -182,16 +187,15 @@ pub fn forward_into(
     out_shape: &[usize],
     out: &mut [f32],
 ) {
+    // an empty output has nothing to compute (and its rows' axes may hold a 0, which the
+    // cursor's index arithmetic would divide by)
+    if out.is_empty() {
+        return;
+    }
     let rows = Rows::new(out_shape, &shapes[1..]);
     let value = x[0];
     let width = rows.width;
-    if width == 0 {
-        return;
-    }
-    // whole rows per task, about CHUNK values each
-    let per_task = (CHUNK / width).max(1) * width;
     if let Some(aff) = Affine::of(steps, &rows.along) {
-        let per_task = (CHUNK / width).max(1) * width;
         let task = |first_row: usize, o: &mut [f32]| {
             let mut at = rows.cursor(first_row);
             for (r, row) in o.chunks_mut(width).enumerate() {
@@ -203,14 +207,7 @@ pub fn forward_into(
                 aff.row(&value[start..start + width], row, side);
             }
         };
-        if out.len() < PAR_THRESHOLD {
-            task(0, out);
-        } else {
-            out.par_chunks_mut(per_task)
-                .enumerate()
-                .for_each(|(t, o)| task(t * (per_task / width), o));
-        }
-        return;
+        return by_rows(out, width, task);
     }
     let sides = rows.along.len();
     // rows per block: whole rows when they are shorter than a block (a side's per-row values
@@ -272,6 +269,13 @@ pub fn forward_into(
             }
         }
     };
+    by_rows(out, width, task)
+}
+
+/// Runs `task(first_row, rows)` over `out` ([rows, width]) on whole rows, about [`CHUNK`]
+/// values per task, in parallel when large.
+fn by_rows(out: &mut [f32], width: usize, task: impl Fn(usize, &mut [f32]) + Sync + Send) {
+    let per_task = (CHUNK / width).max(1) * width;
     if out.len() < PAR_THRESHOLD {
         task(0, out);
     } else {
@@ -518,6 +522,17 @@ mod tests {
             vec![3, 2, 1100],
             vec![vec![2, 1], vec![1100]],
         ));
+        // same-shape and scalar sides over a large tensor: rows capped at CHUNK values, split
+        // over threads
+        cases.push((
+            vec![
+                st(Op::Add, Some(R)),
+                st(Op::Relu, None),
+                st(Op::Mul, Some(L)),
+            ],
+            vec![3, 5, 7000],
+            vec![vec![3, 5, 7000], vec![]],
+        ));
         for (i, (steps, shape, side_shapes)) in cases.into_iter().enumerate() {
             let x = draw(&shape, 7 + i as u64);
             let sides: Vec<Tensor> = side_shapes
@@ -547,5 +562,23 @@ mod tests {
             let bits = |t: &Tensor| t.data().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&fused), bits(&v), "case {i}: {steps:?}");
         }
+    }
+
+    /// An empty output (a zero-size leading axis under a row that is not empty) computes
+    /// nothing and does not divide by its zero axis.
+    #[test]
+    fn an_empty_output_is_left_alone() {
+        let steps = [
+            FusedStep {
+                op: Op::Add,
+                side: Some(SideOperand::Right),
+            },
+            FusedStep {
+                op: Op::Relu,
+                side: None,
+            },
+        ];
+        let b = [1.0, 2.0];
+        forward_into(&steps, &[&[], &b], &[&[0, 2], &[2]], &[0, 2], &mut []);
     }
 }

@@ -281,11 +281,22 @@ pub fn forward(op: &Op, x: &Tensor, out_shape: &[usize]) -> Vec<f32> {
     let mut y = super::par::zeroed(out_shape.iter().product());
     let fast = is_2x2(&pl);
     let max = matches!(op, Op::MaxPool2d(_));
-    if (max || matches!(op, Op::AvgPool2d { .. }))
-        && is_flat_2x2(&pl)
-        && forward_2x2_flat(max, &xd, &mut y, pl.ow)
-    {
-        return y;
+    if (max || matches!(op, Op::AvgPool2d { .. })) && is_flat_2x2(&pl) && y.len() % 8 == 0 {
+        // whole output rows per task, a multiple of 8 of them (so every task's outputs are a
+        // multiple of 8): output row r reads input rows 2r and 2r + 1, 4 · ow values
+        let rows = (PAR_THRESHOLD / 4 / pl.ow).next_multiple_of(8).max(8);
+        let chunk = rows * pl.ow;
+        let ran = if y.len() < PAR_THRESHOLD {
+            forward_2x2_flat(max, &xd, &mut y, pl.ow)
+        } else {
+            y.par_chunks_mut(chunk)
+                .zip(xd.par_chunks(4 * chunk))
+                .map(|(yc, xc)| forward_2x2_flat(max, xc, yc, pl.ow))
+                .reduce(|| true, |a, b| a && b)
+        };
+        if ran {
+            return y;
+        }
     }
     planes(&mut y, ohw, |p, yp| {
         let xp = &xd[p * hw..(p + 1) * hw];
@@ -502,6 +513,50 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    /// Through `forward`, a tensor large enough to split over threads (whole output rows per
+    /// task) gives the per-plane loop's values bit for bit.
+    #[test]
+    fn the_parallel_flat_2x2_path_equals_the_per_plane_loop() {
+        let (planes, h, w) = (20, 64, 104);
+        let x: Vec<f32> = (0..planes * h * w)
+            .map(|i| match i % 37 {
+                0 => f32::NAN,
+                1 => -0.0,
+                _ => ((i * 7919) % 1001) as f32 / 100.0 - 5.0,
+            })
+            .collect();
+        let t = Tensor::from_vec(x.clone(), &[1, planes, h, w]).unwrap();
+        let g = Pool2dGeometry::square(2);
+        let pl = Plane {
+            h,
+            w,
+            oh: h / 2,
+            ow: w / 2,
+            g,
+        };
+        assert!(planes * pl.oh * pl.ow >= PAR_THRESHOLD);
+        for max in [true, false] {
+            let op = if max {
+                Op::MaxPool2d(g)
+            } else {
+                Op::AvgPool2d {
+                    geometry: g,
+                    count_include_pad: true,
+                }
+            };
+            let got = forward(&op, &t, &[1, planes, pl.oh, pl.ow]);
+            let mut want = vec![7.0; planes * pl.oh * pl.ow];
+            for (xp, yp) in x
+                .chunks_exact(h * w)
+                .zip(want.chunks_exact_mut(pl.oh * pl.ow))
+            {
+                forward_2x2(max, xp, yp, &pl);
+            }
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&want), "max {max}");
         }
     }
 }
