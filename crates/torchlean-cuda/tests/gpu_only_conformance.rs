@@ -808,7 +808,8 @@ fn every_op_of_the_vocabulary_has_a_cuda_capsule() {
         vec![
             OpKind::MseLoss,
             OpKind::ScaledDotProductAttention,
-            OpKind::FusedMap
+            OpKind::FusedMap,
+            OpKind::Conv2dMap
         ],
         "the compositions declared on CUDA changed: update docs/cuda.md"
     );

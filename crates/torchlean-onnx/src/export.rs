@@ -158,6 +158,41 @@ fn refuse(op: &Op, why: &str) -> OnnxError {
 }
 
 /// One op over input value names and shapes; returns the name of its result.
+/// A chain's steps over `value` (of `out_shape` throughout: the sides broadcast onto it), each
+/// as its own node; the name of the last.
+fn steps_over(
+    e: &mut Emitter,
+    op: &Op,
+    steps: &[torchlean::graph::FusedStep],
+    value: String,
+    sides: &[String],
+    side_shapes: &[&[usize]],
+    out_shape: &[usize],
+) -> Out<String> {
+    let mut cur = value;
+    let mut sides = sides.iter().zip(side_shapes);
+    for step in steps {
+        let (args, arg_shapes): (Vec<String>, Vec<&[usize]>) = match step.side {
+            None => (vec![cur.clone()], vec![out_shape]),
+            Some(at) => {
+                let (s, s_shape) = sides
+                    .next()
+                    .ok_or_else(|| refuse(op, "has fewer side inputs than steps"))?;
+                match at {
+                    torchlean::graph::SideOperand::Right => {
+                        (vec![cur.clone(), s.clone()], vec![out_shape, *s_shape])
+                    }
+                    torchlean::graph::SideOperand::Left => {
+                        (vec![s.clone(), cur.clone()], vec![*s_shape, out_shape])
+                    }
+                }
+            }
+        };
+        cur = emit(e, &step.op, &args, &arg_shapes, out_shape)?;
+    }
+    Ok(cur)
+}
+
 fn emit(
     e: &mut Emitter,
     op: &Op,
@@ -392,29 +427,13 @@ fn emit(
             cur
         }
         Op::FusedMap { steps } => {
-            // the chain's steps, the value's shape throughout (sides broadcast onto it)
-            let mut cur = x[0].clone();
-            let mut sides = x[1..].iter().zip(&shapes[1..]);
-            for step in steps {
-                let (args, arg_shapes): (Vec<String>, Vec<&[usize]>) = match step.side {
-                    None => (vec![cur.clone()], vec![out_shape]),
-                    Some(at) => {
-                        let (s, s_shape) = sides
-                            .next()
-                            .ok_or_else(|| refuse(op, "has fewer side inputs than steps"))?;
-                        match at {
-                            torchlean::graph::SideOperand::Right => {
-                                (vec![cur.clone(), s.clone()], vec![out_shape, *s_shape])
-                            }
-                            torchlean::graph::SideOperand::Left => {
-                                (vec![s.clone(), cur.clone()], vec![*s_shape, out_shape])
-                            }
-                        }
-                    }
-                };
-                cur = emit(e, &step.op, &args, &arg_shapes, out_shape)?;
-            }
-            cur
+            steps_over(e, op, steps, x[0].clone(), &x[1..], &shapes[1..], out_shape)?
+        }
+        Op::Conv2dMap { geometry, steps } => {
+            // the conv, then its epilogue's steps over the conv's value
+            let k = x.len() - torchlean::spec::fused_map_sides(steps);
+            let z = emit(e, &Op::Conv2d(*geometry), &x[..k], &shapes[..k], out_shape)?;
+            steps_over(e, op, steps, z, &x[k..], &shapes[k..], out_shape)?
         }
         Op::RandUniform { .. } | Op::BernoulliMask { .. } => {
             return Err(refuse(

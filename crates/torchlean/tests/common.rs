@@ -636,6 +636,87 @@ pub fn cases() -> Vec<Case> {
             &[(&[6, 300], Normal), (&[1], Normal)],
         ));
     }
+    // conv2d with an epilogue: a CNN's batch norm and ReLU over per-channel sides (the
+    // direct path, with and without a bias), a left-hand side and a relu between steps
+    // (grouped, two images), a side that varies over positions (not per channel: the
+    // unfused form) and a strided conv (the im2col path)
+    {
+        use torchlean::graph::{FusedStep, SideOperand as S};
+        let st = |op: Op, side: Option<S>| FusedStep { op, side };
+        let bn = vec![
+            st(Op::Sub, Some(S::Right)),
+            st(Op::Mul, Some(S::Right)),
+            st(Op::Add, Some(S::Right)),
+            st(Op::Relu, None),
+        ];
+        let pad1 = Conv2dGeometry {
+            padding: [1, 1],
+            ..Conv2dGeometry::default()
+        };
+        let cm = |geometry, steps| Op::Conv2dMap { geometry, steps };
+        v.push(c(
+            cm(pad1, bn.clone()),
+            &[
+                (&[3, 2, 9, 10], Normal),
+                (&[5, 2, 3, 3], Normal),
+                (&[5], Normal),
+                (&[5, 1, 1], Normal),
+                (&[5, 1, 1], Positive),
+                (&[1, 5, 1, 1], Normal),
+            ],
+        ));
+        v.push(c(
+            cm(pad1, bn),
+            &[
+                (&[2, 3, 6, 6], Normal),
+                (&[4, 3, 3, 3], Normal),
+                (&[4, 1, 1], Normal),
+                (&[4, 1, 1], Positive),
+                (&[4, 1, 1], Normal),
+            ],
+        ));
+        v.push(c(
+            cm(
+                Conv2dGeometry { groups: 2, ..pad1 },
+                vec![
+                    st(Op::Mul, Some(S::Left)),
+                    st(Op::Relu, None),
+                    st(Op::Sub, Some(S::Left)),
+                ],
+            ),
+            &[
+                (&[2, 4, 5, 7], Normal),
+                (&[6, 2, 3, 3], Normal),
+                (&[6], Normal),
+                (&[6, 1, 1], Normal),
+                (&[1], Normal),
+            ],
+        ));
+        v.push(c(
+            cm(pad1, vec![st(Op::Add, Some(S::Right)), st(Op::Relu, None)]),
+            &[
+                (&[2, 2, 4, 4], Normal),
+                (&[3, 2, 3, 3], Normal),
+                (&[3], Normal),
+                (&[4, 4], Normal),
+            ],
+        ));
+        v.push(c(
+            cm(
+                Conv2dGeometry {
+                    stride: [2, 2],
+                    ..pad1
+                },
+                vec![st(Op::Mul, Some(S::Right)), st(Op::Add, Some(S::Left))],
+            ),
+            &[
+                (&[2, 3, 7, 7], Normal),
+                (&[4, 3, 3, 3], Normal),
+                (&[4, 1, 1], Positive),
+                (&[4, 1, 1], Normal),
+            ],
+        ));
+    }
     let fused = |ops: Vec<Op>| Op::FusedUnary { ops };
     v.push(c(fused(vec![Op::Exp, Op::Tanh]), &[(&[3, 4], Normal)]));
     v.push(c(

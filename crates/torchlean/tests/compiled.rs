@@ -338,6 +338,102 @@ fn broadcast_binary_chains_fuse_into_a_fused_map_and_match_eager_bit_for_bit() {
     }
 }
 
+/// A conv2d whose value only feeds its epilogue merges with it into one `conv2d_map` node:
+/// a batch norm and ReLU (after elementwise fusion, one `fused_map`), a lone ReLU, a residual
+/// sum of two convs (the first conv takes the sum, the other stays a side input); a conv whose
+/// value is an output, or feeds a non-epilogue step (tanh), stays a conv2d. Compiled mode
+/// (conv2d_map's capsule) gives eager mode's values bit for bit.
+#[test]
+fn convs_merge_with_their_epilogues_and_match_eager_bit_for_bit() {
+    support::checked_cpu_default();
+    use torchlean::graph::{Conv2dGeometry, Op};
+    let g1 = Conv2dGeometry {
+        padding: [1, 1],
+        ..Conv2dGeometry::default()
+    };
+    let x = Tensor::randn(&[2, 3, 6, 6], 31).unwrap();
+    let names = ["w1", "w2", "w3", "w4", "w5", "m", "s", "b"];
+    let shapes: [&[usize]; 8] = [
+        &[4, 3, 3, 3],
+        &[4, 4, 3, 3],
+        &[4, 4, 3, 3],
+        &[4, 4, 3, 3],
+        &[4, 4, 3, 3],
+        &[4, 1, 1],
+        &[4, 1, 1],
+        &[4, 1, 1],
+    ];
+    let leaves: Vec<(String, Tensor)> = names
+        .iter()
+        .zip(shapes)
+        .enumerate()
+        .map(|(i, (n, s))| (n.to_string(), Tensor::randn(s, 40 + i as u64).unwrap()))
+        .collect();
+    let p = |n: &str| leaves.iter().find(|(m, _)| m == n).unwrap().1.clone();
+    let forward = |x: &Tensor, p: &dyn Fn(&str) -> Tensor| -> torchlean::Result<Vec<Tensor>> {
+        let conv = |x: &Tensor, w: &str| x.apply(Op::Conv2d(g1), &[&p(w)]);
+        // batch norm + relu
+        let a = conv(x, "w1")?
+            .sub(&p("m"))?
+            .mul(&p("s"))?
+            .add(&p("b"))?
+            .relu()?;
+        // a lone relu
+        let r = conv(&a, "w2")?.relu()?;
+        // a residual sum of two convs
+        let sum = conv(&r, "w3")?.add(&conv(&r, "w4")?)?;
+        // a conv feeding tanh (no epilogue step), and one whose value is an output
+        let t = conv(&sum, "w5")?.tanh()?;
+        let out = conv(&t, "w5")?;
+        Ok(vec![t, out])
+    };
+    let eager = forward(&x, &p).unwrap();
+    let c = capture(&[("x".into(), x.clone())], &leaves, |xs| {
+        let out = forward(&xs[0], &p)?;
+        Ok(vec![
+            ("t".into(), out[0].clone()),
+            ("out".into(), out[1].clone()),
+        ])
+    })
+    .unwrap();
+    let (chains, _) = torchlean::graph::fuse_elementwise(&c.graph).unwrap();
+    let (fused, merged) = torchlean::graph::fuse_conv_epilogues(&chains).unwrap();
+    fused.validate().unwrap();
+    let count = |name: &str| {
+        fused
+            .nodes
+            .iter()
+            .filter(|n| matches!(&n.kind, NodeKind::Op { op } if op.kind().name() == name))
+            .count()
+    };
+    assert_eq!(merged.len(), 3, "{merged:?}");
+    assert_eq!(count("conv2d_map"), 3);
+    assert_eq!(
+        count("conv2d"),
+        3,
+        "w4 (a side of the residual sum), w5 twice"
+    );
+    let compiled = CompiledGraph::compile(c.graph.clone(), &BackendProfile::default_cpu()).unwrap();
+    let report = compiled.report().to_text();
+    assert!(
+        report.contains("conv2d_map: native_cpu.conv2d_map"),
+        "{report}"
+    );
+    let out = compiled
+        .run(|n| {
+            if n == "x" {
+                Some(x.clone())
+            } else {
+                leaves.iter().find(|(m, _)| m == n).map(|(_, t)| t.clone())
+            }
+        })
+        .unwrap();
+    for ((name, got), want) in out.iter().zip(&eager) {
+        let bits = |t: &Tensor| t.to_vec().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(got), bits(want), "output {name}");
+    }
+}
+
 #[test]
 fn training_graphs_keep_the_intermediates_their_backward_needs() {
     support::checked_cpu_default();

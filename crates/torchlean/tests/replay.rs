@@ -1029,3 +1029,96 @@ fn results_that_cancel_large_inputs_are_accepted_and_corruptions_still_caught() 
         "offset rows: allowance {allow}"
     );
 }
+
+/// `conv2d_map` (a conv with a batch-norm and ReLU epilogue) under the replay checkers: the
+/// native kernel's result and gradients are accepted, and its result also where the conv's
+/// sums cancel terms 10⁴ times larger than they are (the allowance `γ_{K+1}·max(|w|·|x| +
+/// |b|)` scaled by the mul side; without it this case is rejected); corrupted results and
+/// gradients, and a dropped gradient, are rejected.
+#[test]
+fn conv2d_map_checker_accepts_the_kernel_and_rejects_corruptions() {
+    use torchlean::graph::{Conv2dGeometry, FusedStep, SideOperand};
+    support::checked_cpu_default();
+    let st = |op: Op, side: Option<SideOperand>| FusedStep { op, side };
+    let op = |pad: usize| Op::Conv2dMap {
+        geometry: Conv2dGeometry {
+            padding: [pad, pad],
+            ..Conv2dGeometry::default()
+        },
+        steps: vec![
+            st(Op::Sub, Some(SideOperand::Right)),
+            st(Op::Mul, Some(SideOperand::Right)),
+            st(Op::Add, Some(SideOperand::Right)),
+            st(Op::Relu, None),
+        ],
+    };
+    // weights whose taps sum to zero per output channel: on inputs offset by 3·10⁴ (and no
+    // padding, whose zeros would not cancel) the sums cancel (|w|·|x| ≈ 10⁴ × the result)
+    let w = Tensor::randn(&[4, 3, 3, 3], 61).unwrap().to_vec();
+    let w: Vec<f32> = w
+        .chunks(27)
+        .flat_map(|c| {
+            let m = c.iter().sum::<f32>() / 27.0;
+            c.iter().map(move |v| v - m).collect::<Vec<_>>()
+        })
+        .collect();
+    let w = tensor(&[4, 3, 3, 3], w);
+    let sides = || {
+        vec![
+            Tensor::randn(&[4, 1, 1], 62).unwrap(),
+            tensor(&[4, 1, 1], vec![0.5, 2.0, 1.5, 3.0]),
+            Tensor::randn(&[4, 1, 1], 63).unwrap(),
+        ]
+    };
+    let x = Tensor::randn(&[2, 3, 5, 6], 64).unwrap();
+    let offset = tensor(x.shape(), x.to_vec().iter().map(|v| v + 3e4).collect());
+    for (op, xin, corrupt) in [(op(1), x, true), (op(0), offset, false)] {
+        let mut xs = vec![xin, w.clone(), Tensor::randn(&[4], 65).unwrap()];
+        xs.extend(sides());
+        let (ins, y) = forward(&op, &xs);
+        for seed in 0..4 {
+            check_forward(&op, &ins, &y, seed).unwrap_or_else(|e| panic!("forward: {e}"));
+        }
+        if !corrupt {
+            // (the VJP's allowance covers the conv's products, not the side gradients or
+            // relu masks of cancelling sums: docs/assurance.md, "conv2d_map")
+            continue;
+        }
+        let refs: Vec<&Tensor> = xs.iter().collect();
+        let cot = Tensor::randn(&y.1, 66).unwrap();
+        let yt = tensor(&y.1, y.0.clone());
+        let needs = vec![true; xs.len()];
+        let grads = native_cpu::vjp(&op, &refs, &yt, &cot, &needs).unwrap();
+        let grads: Vec<Option<Values>> = grads
+            .iter()
+            .map(|g| g.as_ref().map(|g| (g.to_vec(), g.shape().to_vec())))
+            .collect();
+        let cot = (cot.to_vec(), cot.shape().to_vec());
+        let verdict = |grads: &[Option<Values>]| {
+            with_vjp_call(&ins, &y, &cot, &needs, grads, 5, |call| {
+                replay_vjp(&op, call)
+            })
+        };
+        verdict(&grads).unwrap_or_else(|e| panic!("VJP: {e}"));
+        for (what, bad) in corruptions(&y.0, &y.1) {
+            if bad != y.0 {
+                assert!(
+                    check_forward(&op, &ins, &(bad, y.1.clone()), 0).is_err(),
+                    "forward {what} accepted"
+                );
+            }
+        }
+        // the input's and the weight's gradients (the conv's products) and a side's
+        for i in [0, 1, 4] {
+            let mut dropped = grads.clone();
+            dropped[i] = None;
+            assert!(verdict(&dropped).is_err(), "dropped gradient {i} accepted");
+            let (g, shape) = grads[i].clone().unwrap();
+            for (what, bad) in corruptions(&g, &shape) {
+                let mut c = grads.clone();
+                c[i] = Some((bad, shape.clone()));
+                assert!(verdict(&c).is_err(), "gradient {i} {what} accepted");
+            }
+        }
+    }
+}

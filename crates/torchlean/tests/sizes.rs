@@ -178,6 +178,29 @@ fn build(kind: OpKind, v: &[usize], rank: usize, flag: bool) -> Op {
                 ]
             },
         },
+        K::Conv2dMap => Op::Conv2dMap {
+            geometry: Conv2dGeometry {
+                stride: [u(0), u(1)],
+                padding: [u(2), u(3)],
+                dilation: [u(4), u(5)],
+                groups: u(6),
+            },
+            steps: if flag {
+                vec![]
+            } else {
+                use torchlean::graph::{FusedStep, SideOperand};
+                vec![
+                    FusedStep {
+                        op: Op::Sub,
+                        side: Some(SideOperand::Right),
+                    },
+                    FusedStep {
+                        op: Op::Relu,
+                        side: None,
+                    },
+                ]
+            },
+        },
     }
 }
 

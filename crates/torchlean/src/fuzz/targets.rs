@@ -158,6 +158,20 @@ pub fn sample_op(kind: OpKind) -> Op {
                 ],
             }
         }
+        K::Conv2dMap => {
+            let step = |op, side| crate::graph::FusedStep { op, side };
+            Op::Conv2dMap {
+                geometry: Conv2dGeometry {
+                    padding: [1, 1],
+                    ..Conv2dGeometry::default()
+                },
+                steps: vec![
+                    step(Op::Sub, Some(crate::graph::SideOperand::Right)),
+                    step(Op::Mul, Some(crate::graph::SideOperand::Left)),
+                    step(Op::Relu, None),
+                ],
+            }
+        }
     }
 }
 

@@ -181,3 +181,174 @@ fn fused_node(
     };
     Ok((NodeKind::Op { op }, parents))
 }
+
+/// The graph with each `conv2d` whose value only feeds an epilogue — a `fused_map`, a
+/// `fused_unary` of relus, or one relu, add, sub or mul over it (the other operand broadcast
+/// onto it) — merged with it into one `conv2d_map` node (run after [`fuse_elementwise`], so
+/// the epilogue is already one node). Only epilogue steps qualify (`spec::is_epilogue_step`:
+/// a batch norm's shift, scale and bias and a ReLU); a conv whose value is an output or is
+/// read by a `vjp` node is kept, as for elementwise chains.
+pub fn fuse_conv_epilogues(g: &Graph) -> Result<(Graph, Vec<FusedChain>), GraphError> {
+    let n = g.nodes.len();
+    let mut consumers = vec![0usize; n];
+    let mut pinned = vec![false; n];
+    let mut only_consumer = vec![None; n];
+    for node in &g.nodes {
+        for &p in &node.parents {
+            consumers[p] += 1;
+            only_consumer[p] = Some(node.id);
+            if matches!(node.kind, NodeKind::Vjp { .. }) {
+                pinned[p] = true;
+            }
+        }
+    }
+    for o in &g.outputs {
+        pinned[o.node] = true;
+    }
+    // conv id -> its epilogue
+    let mut epilogue_of: Vec<Option<Epilogue>> = vec![None; n];
+    let mut absorbed = vec![false; n];
+    for node in &g.nodes {
+        let NodeKind::Op {
+            op: Op::Conv2d(_), ..
+        } = &node.kind
+        else {
+            continue;
+        };
+        let c = node.id;
+        if pinned[c] || consumers[c] != 1 {
+            continue;
+        }
+        // (an epilogue over two convs, a residual sum of both, takes the first)
+        let Some(e) = only_consumer[c].filter(|&e| !absorbed[e]) else {
+            continue;
+        };
+        if let Some((steps, sides)) = epilogue_steps(g, e, c) {
+            if !steps.is_empty() && steps.iter().all(crate::spec::is_epilogue_step) {
+                epilogue_of[c] = Some((e, steps, sides));
+                absorbed[e] = true;
+            }
+        }
+    }
+    let mut out = Graph {
+        nodes: vec![],
+        outputs: vec![],
+        ..g.clone()
+    };
+    let mut new_id: Vec<Option<usize>> = vec![None; n];
+    let mut fused = vec![];
+    let mut conv_of = vec![None; n]; // epilogue node -> its conv
+    for (c, e) in epilogue_of.iter().enumerate() {
+        if let Some((e, ..)) = e {
+            conv_of[*e] = Some(c);
+        }
+    }
+    let map = |new_id: &[Option<usize>], p: usize| {
+        new_id[p].ok_or_else(|| GraphError::Other(format!("fusion: node {p} has no replacement")))
+    };
+    for node in &g.nodes {
+        if epilogue_of[node.id].is_some() {
+            continue; // emitted at its epilogue's place (its sides may come after it)
+        }
+        let id = match conv_of[node.id] {
+            Some(c) if absorbed[node.id] => {
+                let conv = &g.nodes[c];
+                // invariant: conv_of[e] = c only where epilogue_of[c] is set (just above)
+                let (_, steps, sides) = epilogue_of[c].clone().expect("conv_of names a fused conv");
+                let NodeKind::Op {
+                    op: Op::Conv2d(geometry),
+                } = &conv.kind
+                else {
+                    unreachable!("epilogues are recorded for conv2d nodes only")
+                };
+                let parents = conv
+                    .parents
+                    .iter()
+                    .chain(&sides)
+                    .map(|&p| map(&new_id, p))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let op = Op::Conv2dMap {
+                    geometry: *geometry,
+                    steps,
+                };
+                let id = out.push(NodeKind::Op { op }, parents)?;
+                fused.push(FusedChain {
+                    replaced: vec![c, node.id],
+                    node: id,
+                });
+                new_id[c] = Some(id);
+                id
+            }
+            _ => {
+                let parents = node
+                    .parents
+                    .iter()
+                    .map(|&p| map(&new_id, p))
+                    .collect::<Result<Vec<_>, _>>()?;
+                out.push(node.kind.clone(), parents)?
+            }
+        };
+        new_id[node.id] = Some(id);
+    }
+    for o in &g.outputs {
+        let node = map(&new_id, o.node)?;
+        out.outputs.push(OutputDecl {
+            name: o.name.clone(),
+            node,
+        });
+    }
+    Ok((out, fused))
+}
+
+/// A conv's epilogue: its node, its steps and their side inputs (node ids).
+type Epilogue = (usize, Vec<FusedStep>, Vec<usize>);
+
+/// The steps and side inputs of node `e` as an epilogue over the value of node `c`, when it is
+/// an elementwise op over it: a `fused_map` or `fused_unary` whose value is `c`, a unary map
+/// of `c`, or a binary map with `c` as exactly one operand and the result of `c`'s shape.
+fn epilogue_steps(g: &Graph, e: usize, c: usize) -> Option<(Vec<FusedStep>, Vec<usize>)> {
+    let node = &g.nodes[e];
+    let NodeKind::Op { op } = &node.kind else {
+        return None;
+    };
+    let value_once = node.parents.iter().filter(|&&p| p == c).count() == 1;
+    if !value_once || node.shape != g.nodes[c].shape {
+        return None;
+    }
+    match op {
+        Op::FusedMap { steps } if node.parents[0] == c => {
+            Some((steps.clone(), node.parents[1..].to_vec()))
+        }
+        Op::FusedUnary { ops } if node.parents[0] == c => Some((
+            ops.iter()
+                .map(|op| FusedStep {
+                    op: op.clone(),
+                    side: None,
+                })
+                .collect(),
+            vec![],
+        )),
+        _ if op.kind().is_unary_map() => Some((
+            vec![FusedStep {
+                op: op.clone(),
+                side: None,
+            }],
+            vec![],
+        )),
+        _ if op.kind().is_binary_map() && node.parents.len() == 2 => {
+            let (side, other) = if node.parents[0] == c {
+                (SideOperand::Right, node.parents[1])
+            } else {
+                (SideOperand::Left, node.parents[0])
+            };
+            Some((
+                vec![FusedStep {
+                    op: op.clone(),
+                    side: Some(side),
+                }],
+                vec![other],
+            ))
+        }
+        _ => None,
+    }
+}

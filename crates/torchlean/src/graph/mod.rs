@@ -13,7 +13,7 @@ mod op;
 
 pub use autodiff::{append_backward, depends_on_leaves, SEED};
 pub use dot::to_dot;
-pub use fuse::{fuse_elementwise, FusedChain};
+pub use fuse::{fuse_conv_epilogues, fuse_elementwise, FusedChain};
 pub use ir::{
     check_user_name, Graph, GraphError, Node, NodeKind, OutputDecl, ValueDecl, FORMAT,
     MAX_GRAPH_BYTES, MAX_NODES, MAX_NODE_ELEMENTS, RESERVED_PREFIX,

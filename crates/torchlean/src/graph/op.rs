@@ -263,6 +263,15 @@ pub enum Op {
     FusedMap {
         steps: Vec<FusedStep>,
     },
+    /// A conv2d (inputs `x`, `w` and an optional bias) followed by an epilogue of elementwise
+    /// steps over its result — add, sub or mul with a side input broadcast onto it, and
+    /// relu — the side inputs after the conv's: a CNN's batch norm (shift, scale, bias per
+    /// channel) and ReLU computed while the conv's sums are still in registers. Produced by
+    /// the compiled path's fusion; its meaning is `fused_map(steps)` of `conv2d(geometry)`.
+    Conv2dMap {
+        geometry: Conv2dGeometry,
+        steps: Vec<FusedStep>,
+    },
 }
 
 /// One step of a [`Op::FusedMap`] chain.
@@ -386,6 +395,7 @@ op_kinds! {
     ScaledDotProductAttention => "scaled_dot_product_attention", ["scaled_dot_product_attention"], "special";
     FusedUnary => "fused_unary", [], "fused";
     FusedMap => "fused_map", [], "fused";
+    Conv2dMap => "conv2d_map", [], "fused";
 }
 
 impl Op {
@@ -453,6 +463,7 @@ impl Op {
             ScaledDotProductAttention { .. } => OpKind::ScaledDotProductAttention,
             FusedUnary { .. } => OpKind::FusedUnary,
             FusedMap { .. } => OpKind::FusedMap,
+            Conv2dMap { .. } => OpKind::Conv2dMap,
         }
     }
 

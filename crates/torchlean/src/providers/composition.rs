@@ -4,6 +4,8 @@
 //! - `torchlean.mse_loss` = mean((a - b)²) from `sub`, `mul`, `sum_all`, `scale`.
 //! - `torchlean.fused_map` (`torchlean.cuda.fused_map` on CUDA): each step of the chain as
 //!   its own unary or binary map, the side inputs in order.
+//! - `torchlean.conv2d_map` (`torchlean.cuda.conv2d_map` on CUDA): `conv2d`, then each step
+//!   of its epilogue as its own map.
 //! - `torchlean.composed_attention` (`torchlean.cuda.composed_attention` on CUDA), the
 //!   composition of `scaled_dot_product_attention` = softmax(scale · q kᵀ (+ bias)) v with the
 //!   spec's masking semantics (`spec::special`, DESIGN §4) on every value, NaN, ±inf, ±0 and
@@ -43,7 +45,7 @@ use crate::backend::{
     TrustLevel, VjpMode,
 };
 use crate::error::{Error, Result};
-use crate::graph::{AttentionMask, Op, OpKind, SideOperand};
+use crate::graph::{AttentionMask, FusedStep, Op, OpKind, SideOperand};
 use crate::runtime::autograd::{grad_enabled, NoGradGuard};
 use crate::runtime::kernel::KernelBinding;
 use crate::tensor::Tensor;
@@ -53,6 +55,7 @@ pub const OPS: &[OpKind] = &[
     OpKind::MseLoss,
     OpKind::ScaledDotProductAttention,
     OpKind::FusedMap,
+    OpKind::Conv2dMap,
 ];
 
 /// The ops a `fused_map` step may be (every unary and binary elementwise map), and those of
@@ -83,6 +86,15 @@ pub fn parts(op: OpKind) -> &'static [OpKind] {
             OpKind::SumAll,
         ],
         OpKind::FusedMap => &FUSED_MAP_PARTS,
+        // the epilogue's steps (spec::is_epilogue_step), and the VJP objective's parts
+        OpKind::Conv2dMap => &[
+            OpKind::Conv2d,
+            OpKind::Add,
+            OpKind::Sub,
+            OpKind::Mul,
+            OpKind::Relu,
+            OpKind::SumAll,
+        ],
         _ => &[],
     }
 }
@@ -216,31 +228,42 @@ fn compose(op: &Op, x: &[&Tensor]) -> Result<Tensor> {
             let probs = Tensor::where_(&allowed, &scores, &fill)?.softmax(-1)?;
             Tensor::where_(&any, &probs.matmul(v)?, &zero)
         }
-        Op::FusedMap { steps } => {
-            // each step as its own op of the session (sides in order, on their side)
-            let mut value = x[0].clone();
-            let mut sides = x[1..].iter();
-            for step in steps {
-                value = match step.side {
-                    None => value.apply(step.op.clone(), &[])?,
-                    Some(at) => {
-                        let side: &Tensor = sides.next().ok_or_else(|| {
-                            Error::Other("fused_map: fewer side inputs than binary steps".into())
-                        })?;
-                        match at {
-                            SideOperand::Right => value.apply(step.op.clone(), &[side])?,
-                            SideOperand::Left => side.apply(step.op.clone(), &[&value])?,
-                        }
-                    }
-                };
-            }
-            Ok(value)
+        Op::FusedMap { steps } => map_steps(op, steps, x[0].clone(), &x[1..]),
+        Op::Conv2dMap { geometry, steps } => {
+            let k = x.len() - crate::spec::fused_map_sides(steps);
+            let (conv_inputs, sides) = x.split_at(k);
+            let z = conv_inputs[0].apply(Op::Conv2d(*geometry), &conv_inputs[1..])?;
+            map_steps(op, steps, z, sides)
         }
         other => Err(Error::NoKernel {
             provider: "torchlean",
             op: other.name(),
         }),
     }
+}
+
+/// Each step of a chain over `value` as its own op of the session (sides in order, on their
+/// side).
+fn map_steps(op: &Op, steps: &[FusedStep], mut value: Tensor, sides: &[&Tensor]) -> Result<Tensor> {
+    let mut sides = sides.iter();
+    for step in steps {
+        value = match step.side {
+            None => value.apply(step.op.clone(), &[])?,
+            Some(at) => {
+                let side: &Tensor = sides.next().ok_or_else(|| {
+                    Error::Other(format!(
+                        "{}: fewer side inputs than binary steps",
+                        op.name()
+                    ))
+                })?;
+                match at {
+                    SideOperand::Right => value.apply(step.op.clone(), &[side])?,
+                    SideOperand::Left => side.apply(step.op.clone(), &[&value])?,
+                }
+            }
+        };
+    }
+    Ok(value)
 }
 
 /// Forward: the composition, untracked (the composite itself is the tape node).

@@ -146,7 +146,8 @@ impl CompiledGraph {
         // lowering: elementwise fusion (a fused node gets its own capsule when planned)
         // (on the CPU only: the fused chains' capsule is a CPU kernel)
         let graph = if profile.device == crate::backend::Device::Cpu {
-            crate::graph::fuse_elementwise(&graph)?.0
+            let chains = crate::graph::fuse_elementwise(&graph)?.0;
+            crate::graph::fuse_conv_epilogues(&chains)?.0
         } else {
             graph
         };

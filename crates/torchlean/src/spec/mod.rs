@@ -31,6 +31,7 @@
 
 mod array;
 mod conv;
+mod conv2d_map;
 mod elementwise;
 pub mod flash;
 mod fused_map;
@@ -62,6 +63,7 @@ pub(crate) use optim::{adam_constants, adam_value, ema_value};
 pub fn unary_f32(op: &Op, x: f32) -> Option<f32> {
     op.kind().is_unary_map().then(|| unary(op, x))
 }
+pub use conv2d_map::is_epilogue_step;
 pub use fused_map::side_count as fused_map_sides;
 pub(crate) use pool::smooth_shift;
 pub use random::{splitmix64, stream_bits, stream_key, uniform_from_bits};
@@ -121,6 +123,7 @@ fn family_shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError> {
         }
         K::FusedUnary => elementwise::fused_shape(op, shapes),
         K::FusedMap => fused_map::shape(op, shapes),
+        K::Conv2dMap => conv2d_map::shape(op, shapes),
         K::EmaUpdate | K::AdamUpdate => optim::shape(op, shapes),
         _ => elementwise::unary_shape(op, shapes),
     }
@@ -161,6 +164,7 @@ pub fn forward<T: Scalar>(op: &Op, inputs: &[&Array<T>]) -> Result<Array<T>, OpE
         }
         K::FusedUnary => Ok(elementwise::fused_forward(op, inputs[0])),
         K::FusedMap => fused_map::forward(op, inputs),
+        K::Conv2dMap => conv2d_map::forward(op, inputs),
         K::EmaUpdate | K::AdamUpdate => Ok(optim::forward(op, inputs)),
         _ => Ok(elementwise::unary_forward(op, inputs[0])),
     }
@@ -184,6 +188,9 @@ pub fn cancellation_allowance(
         K::SumAll | K::ReduceSum | K::ReduceMean if grad_out.is_none() => inputs
             .first()
             .map_or(none, |x| vec![reduce::cancellation_allowance(op, x)]),
+        // (an error here means shapes the checked kernel's call already failed on: no
+        // allowance, which can only reject)
+        K::Conv2dMap => conv2d_map::cancellation_allowance(op, inputs, grad_out).unwrap_or(none),
         _ => none,
     }
 }
@@ -241,6 +248,7 @@ pub fn vjp<T: Scalar>(
         }
         K::FusedUnary => Ok(elementwise::fused_vjp(op, inputs[0], grad_out)),
         K::FusedMap => fused_map::vjp(op, inputs, grad_out),
+        K::Conv2dMap => conv2d_map::vjp(op, inputs, grad_out),
         _ => Ok(elementwise::unary_vjp(op, inputs[0], output, grad_out)),
     }
 }

@@ -313,17 +313,24 @@ fn fill_bias(out: &mut [f32], plane: usize, bias: Option<&[f32]>) {
 }
 
 pub fn forward(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Vec<f32> {
+    direct_forward(op, x, out_shape, &[]).unwrap_or_else(|| forward_unfolded(op, x, out_shape))
+}
+
+/// `epilogue(conv2d(x))` through the direct path ([`super::conv_direct`]) when the geometry
+/// takes it, `None` otherwise.
+pub(super) fn direct_forward(
+    op: &Op,
+    x: &[&Tensor],
+    out_shape: &[usize],
+    epilogue: &super::conv_direct::Epilogue,
+) -> Option<Vec<f32>> {
     let g = geometry(op, x[0].shape(), x[1].shape(), out_shape);
-    match direct(op, &g) {
-        Some(d) => {
-            let (xd, wd) = (x[0].data(), x[1].data());
-            let bias = x.get(2).map(|b| b.data());
-            let mut y = super::par::overwritten(out_shape.iter().product());
-            super::conv_direct::forward(&d, &xd, &wd, bias.as_deref(), &mut y);
-            y
-        }
-        None => forward_unfolded(op, x, out_shape),
-    }
+    let d = direct(op, &g)?;
+    let (xd, wd) = (x[0].data(), x[1].data());
+    let bias = x.get(2).map(|b| b.data());
+    let mut y = super::par::overwritten(out_shape.iter().product());
+    super::conv_direct::forward(&d, &xd, &wd, bias.as_deref(), epilogue, &mut y);
+    Some(y)
 }
 
 /// The forward through im2col and the GEMM crate (every geometry).

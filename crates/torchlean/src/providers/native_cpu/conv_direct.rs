@@ -15,11 +15,161 @@
 //! the batch size or the thread count. Padding taps read zeros (the spec multiplies the
 //! weight by the zero padding too).
 //!
+//! An [`Epilogue`] (a `conv2d_map`'s per-channel add, sub, mul and relu steps) runs over each
+//! image's output planes as soon as they are written, while they are in L1: the same f32
+//! operations, in the same order, as the native maps would apply to the stored conv result,
+//! so the same bits, without the separate pass over the whole output (measured on the
+//! imported CNN's layers, applying the steps to the register blocks instead cost more: the
+//! registers spilled around the per-step dispatch).
+//!
 //! Owns: the direct path's arithmetic, buffers and split over threads. Must not decide when
 //! it applies (conv.rs does, from the geometry alone).
 
 use super::par;
+use crate::graph::SideOperand;
 use rayon::prelude::*;
+
+/// The binary maps an epilogue step may apply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum EpilogueOp {
+    Add,
+    Sub,
+    Mul,
+}
+
+/// One step of an [`Epilogue`].
+#[derive(Clone, Debug)]
+pub(super) enum EpilogueStep {
+    /// `y ⊕ v[c]` (`Right`) or `v[c] ⊕ y` (`Left`), `v[c]` the side's value for output
+    /// channel `c` (numbered over every group).
+    Side {
+        op: EpilogueOp,
+        at: SideOperand,
+        per_channel: Vec<f32>,
+    },
+    /// `maximum(y, 0)`, the native relu.
+    Relu,
+}
+
+/// Steps applied to every output, in order (none: a plain conv).
+pub(super) type Epilogue = [EpilogueStep];
+
+/// Applies `epilogue` to the output plane of channel `ch`: the batch-norm form in one pass
+/// ([`affine_form`]), any other epilogue step by step over the values.
+fn finish_plane(epilogue: &Epilogue, ch: usize, plane: &mut [f32]) {
+    #[cfg(all(target_arch = "x86_64", target_feature = "avx2"))]
+    if let Some(form) = affine_form(epilogue) {
+        let (a, b, c) = (form.a[ch], form.b[ch], form.c[ch]);
+        let rest = affine_plane_avx2(plane, [a, b, c], form.relu);
+        for y in rest.iter_mut() {
+            let v = (*y - a) * b + c;
+            *y = if form.relu {
+                crate::scalar::maximum(v, 0.0)
+            } else {
+                v
+            };
+        }
+        return;
+    }
+    finish_values(epilogue, ch, plane);
+}
+
+/// The batch-norm epilogue `(y − a)·b + c`, then relu if `relu`: each value per channel.
+struct AffineForm<'e> {
+    a: &'e [f32],
+    b: &'e [f32],
+    c: &'e [f32],
+    relu: bool,
+}
+
+/// `epilogue` as [`AffineForm`], when it is exactly sub, mul and add of right-hand sides,
+/// optionally followed by relu (a CNN's batch norm as the importer writes it).
+fn affine_form(epilogue: &Epilogue) -> Option<AffineForm<'_>> {
+    let side = |i: usize, want: EpilogueOp| match epilogue.get(i)? {
+        EpilogueStep::Side {
+            op,
+            at: SideOperand::Right,
+            per_channel,
+        } if *op == want => Some(&per_channel[..]),
+        _ => None,
+    };
+    let relu = match epilogue.len() {
+        3 => false,
+        4 if matches!(epilogue[3], EpilogueStep::Relu) => true,
+        _ => return None,
+    };
+    Some(AffineForm {
+        a: side(0, EpilogueOp::Sub)?,
+        b: side(1, EpilogueOp::Mul)?,
+        c: side(2, EpilogueOp::Add)?,
+        relu,
+    })
+}
+
+/// [`affine_form`]'s pass over the whole vectors of a plane: `(y − a)·b + c` as three
+/// separate roundings (no fused multiply-add: the unfused maps' bits), relu as `max(0, v)`
+/// (v where v is NaN or either is zero, as `maximum(v, 0)`). Returns the remainder (fewer
+/// than eight values) it left.
+#[cfg(all(target_arch = "x86_64", target_feature = "avx2"))]
+fn affine_plane_avx2(plane: &mut [f32], [a, b, c]: [f32; 3], relu: bool) -> &mut [f32] {
+    use std::arch::x86_64::{
+        _mm256_add_ps, _mm256_loadu_ps, _mm256_max_ps, _mm256_mul_ps, _mm256_set1_ps,
+        _mm256_setzero_ps, _mm256_storeu_ps, _mm256_sub_ps,
+    };
+    let mut vectors = plane.chunks_exact_mut(LANE);
+    // SAFETY: AVX is enabled for the whole build (cfg); set1 and setzero only make register
+    // values, and each load and store reads or writes one chunk of exactly LANE = 8 f32s.
+    unsafe {
+        let (va, vb, vc, zero) = (
+            _mm256_set1_ps(a),
+            _mm256_set1_ps(b),
+            _mm256_set1_ps(c),
+            _mm256_setzero_ps(),
+        );
+        for v in &mut vectors {
+            let y = _mm256_loadu_ps(v.as_ptr());
+            let mut r = _mm256_add_ps(_mm256_mul_ps(_mm256_sub_ps(y, va), vb), vc);
+            if relu {
+                r = _mm256_max_ps(zero, r);
+            }
+            _mm256_storeu_ps(v.as_mut_ptr(), r);
+        }
+    }
+    vectors.into_remainder()
+}
+
+/// Applies `epilogue` to `values` of channel `ch`, step by step (each step's operation chosen
+/// once; every element stored).
+fn finish_values(epilogue: &Epilogue, ch: usize, plane: &mut [f32]) {
+    #[inline(always)]
+    fn each(plane: &mut [f32], f: impl Fn(f32) -> f32) {
+        for x in plane.iter_mut() {
+            *x = f(*x);
+        }
+    }
+    use EpilogueOp::{Add, Mul, Sub};
+    use SideOperand::{Left, Right};
+    for step in epilogue {
+        match step {
+            EpilogueStep::Relu => each(plane, |y| crate::scalar::maximum(y, 0.0)),
+            EpilogueStep::Side {
+                op,
+                at,
+                per_channel,
+            } => {
+                let c = per_channel[ch];
+                match (op, at) {
+                    (Add, Right) => each(plane, |y| y + c),
+                    (Add, Left) => each(plane, |y| c + y),
+                    (Sub, Right) => each(plane, |y| y - c),
+                    (Sub, Left) => each(plane, |y| c - y),
+                    (Mul, Right) => each(plane, |y| y * c),
+                    (Mul, Left) => each(plane, |y| c * y),
+                }
+            }
+        }
+    }
+}
 
 /// Output positions per vector (AVX2's eight lanes; the build targets x86-64-v3).
 const LANE: usize = 8;
@@ -130,9 +280,17 @@ impl Direct {
     }
 }
 
-/// `y = conv2d(x, w) + bias` for `x` [n, groups·cg, ih, iw], `w` [groups·other, cg, kh, kw],
-/// `y` [n, groups·other, oh, ow] (every element written).
-pub(super) fn forward(d: &Direct, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32]) {
+/// `y = epilogue(conv2d(x, w) + bias)` for `x` [n, groups·cg, ih, iw], `w`
+/// [groups·other, cg, kh, kw], `y` [n, groups·other, oh, ow] (every element written); each
+/// side step of `epilogue` holds one value per output channel.
+pub(super) fn forward(
+    d: &Direct,
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    epilogue: &Epilogue,
+    y: &mut [f32],
+) {
     let out_plane = d.out[0] * d.out[1];
     let per_out = d.groups * d.other * out_plane;
     let per_in = d.groups * d.cg * d.img[0] * d.img[1];
@@ -157,6 +315,11 @@ pub(super) fn forward(d: &Direct, x: &[f32], w: &[f32], bias: Option<&[f32]>, y:
                     d.pad_into(&xb[g * img..(g + 1) * img], padded);
                     let bias_g = bias.map(|b| &b[g * d.other..(g + 1) * d.other]);
                     group(&prepared, padded, &packed[g], bias_g, yg);
+                    if !epilogue.is_empty() {
+                        for (o, plane) in yg.chunks_exact_mut(out_plane).enumerate() {
+                            finish_plane(epilogue, g * d.other + o, plane);
+                        }
+                    }
                 }
             });
         });

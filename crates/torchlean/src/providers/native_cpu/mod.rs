@@ -12,6 +12,7 @@
 
 mod conv;
 mod conv_direct;
+mod conv_map;
 mod dense;
 mod elementwise;
 mod flash;
@@ -109,6 +110,7 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
             Op::FusedMap { steps } => fused_map::forward(steps, inputs, &out_shape),
             _ => unreachable!("the kind is fused_map"),
         },
+        K::Conv2dMap => conv_map::forward(op, inputs, &out_shape),
         _ => elementwise::unary_forward(op, &inputs[0].host_data()),
     };
     Ok(tensor(data, out_shape))
@@ -195,6 +197,7 @@ pub fn vjp(
             Op::FusedMap { steps } => fused_map::vjp(steps, inputs, grad_out)?,
             _ => unreachable!("the kind is fused_map"),
         },
+        K::Conv2dMap => conv_map::vjp(op, inputs, grad_out, needs)?,
         K::FusedUnary => {
             let g = elementwise::fused_vjp(op, &inputs[0].data(), &grad_out.data());
             vec![Some(tensor(g, inputs[0].shape().to_vec()))]
