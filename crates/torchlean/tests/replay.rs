@@ -1072,6 +1072,28 @@ fn conv2d_map_checker_accepts_the_kernel_and_rejects_corruptions() {
     };
     let x = Tensor::randn(&[2, 3, 5, 6], 64).unwrap();
     let offset = tensor(x.shape(), x.to_vec().iter().map(|v| v + 3e4).collect());
+    // an infinite input: the outputs it reaches are compared by class; the allowance of the
+    // others must stay finite (a maximum over |w|·|x| that kept the inf accepted anything)
+    {
+        let mut xv = x.to_vec();
+        xv[0] = f32::INFINITY;
+        let mut xs = vec![
+            tensor(x.shape(), xv),
+            w.clone(),
+            Tensor::randn(&[4], 65).unwrap(),
+        ];
+        xs.extend(sides());
+        let (ins, y) = forward(&op(1), &xs);
+        check_forward(&op(1), &ins, &y, 0).unwrap_or_else(|e| panic!("inf input: {e}"));
+        let far = y.0.len() - 1;
+        assert!(y.0[far].is_finite());
+        let mut bad = y.0.clone();
+        bad[far] += 1.0;
+        assert!(
+            check_forward(&op(1), &ins, &(bad, y.1.clone()), 0).is_err(),
+            "a wrong finite output beside an infinite one accepted"
+        );
+    }
     for (op, xin, corrupt) in [(op(1), x, true), (op(0), offset, false)] {
         let mut xs = vec![xin, w.clone(), Tensor::randn(&[4], 65).unwrap()];
         xs.extend(sides());

@@ -266,7 +266,7 @@ pub enum Op {
     /// A conv2d (inputs `x`, `w` and an optional bias) followed by an epilogue of elementwise
     /// steps over its result — add, sub or mul with a side input broadcast onto it, and
     /// relu — the side inputs after the conv's: a CNN's batch norm (shift, scale, bias per
-    /// channel) and ReLU computed while the conv's sums are still in registers. Produced by
+    /// channel) and ReLU applied to each image's conv output while it is in L1. Produced by
     /// the compiled path's fusion; its meaning is `fused_map(steps)` of `conv2d(geometry)`.
     Conv2dMap {
         geometry: Conv2dGeometry,

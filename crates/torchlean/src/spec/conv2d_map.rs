@@ -115,29 +115,40 @@ fn abs_of(a: &Array<f64>) -> Array<f64> {
 /// the conv's sums carry up to `γ_{K+1}·(|w|·|x| + |b|)` (K taps per output, any summation
 /// order: Higham Thm 3.5), an error that relu and the add and sub steps pass on unchanged and
 /// a mul step scales by its side's value; the steps' own roundings are relative to their
-/// values and within the tolerance. Forward: `[γ_{K+1}·max(|w|·|x| + |b|)·Π max|mul side|]`.
+/// values and within the tolerance — unless a later add or sub cancels an intermediate much
+/// larger than the result, which (as for `fused_map`) can make the check reject a correct
+/// kernel, never accept a wrong one. Forward: `[γ_{K+1}·max(|w|·|x| + |b|)·Π max|mul side|]`.
 /// VJP: the conv's gradients are products of the cotangent `gz` that reaches the conv (the
-/// spec's, at f64) with `|w|` or `|x|` (`γ_{n+2}`, n the longest such sum, the 2 for the
-/// rounding of `gz` itself, at most two steps of one ulp); the side inputs' gradients as the
-/// fused map's (0).
+/// spec's, at f64) with `|w|` or `|x|` (`γ_{n+1+s}`, n the longest such sum, s the steps:
+/// each rounds `gz` once at most); the side inputs' gradients as the fused map's (0).
+/// Maxima are over finite values (an element that is ±inf or NaN is compared by its class),
+/// and an allowance that is not finite is 0: it can then only reject.
 pub(super) fn cancellation_allowance(
     op: &Op,
     inputs: &[&Array<f64>],
     grad_out: Option<&Array<f64>>,
 ) -> Result<Vec<f64>, OpError> {
+    let shapes: Vec<&[usize]> = inputs.iter().map(|a| a.shape.as_slice()).collect();
+    super::infer_shape(op, &shapes)?;
     let (conv, map) = parts(op);
+    let Op::Conv2dMap { steps, .. } = op else {
+        unreachable!("parts checked the op")
+    };
     let k = conv_inputs(op, inputs.len());
     let abs: Vec<Array<f64>> = inputs[..k].iter().map(|a| abs_of(a)).collect();
     let abs_refs: Vec<&Array<f64>> = abs.iter().collect();
     let w = &inputs[1].shape;
     let taps = w.get(1..).map_or(0, |s| s.iter().product::<usize>());
-    let max = |a: &Array<f64>| a.data.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    let max = |a: &Array<f64>| {
+        a.data
+            .iter()
+            .filter(|v| v.is_finite())
+            .fold(0.0f64, |m, v| m.max(v.abs()))
+    };
+    let finite_or_zero = |a: f64| if a.is_finite() { a } else { 0.0 };
     match grad_out {
         None => {
             let sums = super::forward(&conv, &abs_refs)?;
-            let Op::Conv2dMap { steps, .. } = op else {
-                unreachable!("parts checked the op")
-            };
             let mut scale = 1.0;
             let mut side = k;
             for s in steps {
@@ -148,7 +159,9 @@ pub(super) fn cancellation_allowance(
                     side += 1;
                 }
             }
-            Ok(vec![super::norm::gamma32(taps + 1) * max(&sums) * scale])
+            Ok(vec![finite_or_zero(
+                super::norm::gamma32(taps + 1) * max(&sums) * scale,
+            )])
         }
         Some(g) => {
             let z = super::forward(&conv, &inputs[..k])?;
@@ -166,10 +179,10 @@ pub(super) fn cancellation_allowance(
                 * z_shape.get(2..).map_or(1, |s| s.iter().product::<usize>());
             let per_input = z_shape.get(1).copied().unwrap_or(1)
                 * w.get(2..).map_or(1, |s| s.iter().product::<usize>());
-            let gamma = super::norm::gamma32(positions.max(per_input) + 2);
+            let gamma = super::norm::gamma32(positions.max(per_input) + 1 + steps.len());
             Ok(sums
                 .iter()
-                .map(|s| s.as_ref().map_or(0.0, |s| gamma * max(s)))
+                .map(|s| s.as_ref().map_or(0.0, |s| finite_or_zero(gamma * max(s))))
                 .chain(std::iter::repeat(0.0))
                 .take(inputs.len())
                 .collect())
