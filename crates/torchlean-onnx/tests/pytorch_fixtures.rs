@@ -9,17 +9,21 @@ use torchlean::backend::BackendProfile;
 
 const PROFILES: &[&str] = &["checked_cpu", "strict_cpu", "strict_native_cpu"];
 
-#[test]
-fn pytorch_fixtures_match_pytorch_forward_and_gradients_under_every_cpu_profile() {
+/// Every fixture under every CPU profile matches PyTorch's stored values: outputs and, with
+/// `grad`, the parameter gradients (`grad.<name>`).
+fn fixtures_match_pytorch(grad: bool) {
     for model in FIXTURES {
         let (graph, values) = import_fixture(model);
         let inputs = load_values(&format!("{model}.inputs.safetensors"));
         let expected = load_values(&format!("{model}.expected.safetensors"));
         for profile in PROFILES {
             let p = BackendProfile::named(profile).unwrap();
-            let out = run_graph(graph.clone(), &values, &inputs, &p, true)
+            let out = run_graph(graph.clone(), &values, &inputs, &p, grad)
                 .unwrap_or_else(|e| panic!("{model} under {profile}: {e}"));
-            for (name, want) in &expected {
+            for (name, want) in expected
+                .iter()
+                .filter(|(n, _)| grad || !n.starts_with("grad."))
+            {
                 let got = out
                     .get(name)
                     .unwrap_or_else(|| panic!("{model} under {profile}: no output `{name}`"));
@@ -34,33 +38,18 @@ fn pytorch_fixtures_match_pytorch_forward_and_gradients_under_every_cpu_profile(
     }
 }
 
+#[test]
+fn pytorch_fixtures_match_pytorch_forward_and_gradients_under_every_cpu_profile() {
+    fixtures_match_pytorch(true);
+}
+
 /// Inference graphs (no `--grad`) are where compiled mode fuses (elementwise chains, and the
 /// CNN's convolutions with their batch norm and ReLU into `conv2d_map`): the forward outputs
 /// match PyTorch's under every profile there too, the fused capsules planned and gated by each
 /// (the replayed `conv2d_map` under strict_native_cpu).
 #[test]
 fn pytorch_fixtures_match_pytorch_forward_without_gradients_under_every_cpu_profile() {
-    for model in FIXTURES {
-        let (graph, values) = import_fixture(model);
-        let inputs = load_values(&format!("{model}.inputs.safetensors"));
-        let expected = load_values(&format!("{model}.expected.safetensors"));
-        for profile in PROFILES {
-            let p = BackendProfile::named(profile).unwrap();
-            let out = run_graph(graph.clone(), &values, &inputs, &p, false)
-                .unwrap_or_else(|e| panic!("{model} under {profile}: {e}"));
-            for (name, want) in expected.iter().filter(|(n, _)| !n.starts_with("grad.")) {
-                let got = out
-                    .get(name)
-                    .unwrap_or_else(|| panic!("{model} under {profile}: no output `{name}`"));
-                assert_close(
-                    &format!("{model} under {profile}: {name}"),
-                    &got.to_vec(),
-                    &want.to_vec(),
-                    2e-5,
-                );
-            }
-        }
-    }
+    fixtures_match_pytorch(false);
 }
 
 #[test]

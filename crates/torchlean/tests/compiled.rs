@@ -258,6 +258,33 @@ fn elementwise_chains_are_fused_with_their_own_capsule_and_match_the_parts() {
     }
 }
 
+/// Compiles `graph` under `default_cpu`, checks that its report holds `row`, runs it on `x`
+/// and `leaves`, and compares every output with `eager`'s bit for bit.
+fn compiled_equals_eager_bit_for_bit(
+    graph: &Graph,
+    row: &str,
+    x: &Tensor,
+    leaves: &[(String, Tensor)],
+    eager: &[Tensor],
+) {
+    let compiled = CompiledGraph::compile(graph.clone(), &BackendProfile::default_cpu()).unwrap();
+    let report = compiled.report().to_text();
+    assert!(report.contains(row), "{report}");
+    let out = compiled
+        .run(|n| {
+            if n == "x" {
+                Some(x.clone())
+            } else {
+                leaves.iter().find(|(m, _)| m == n).map(|(_, t)| t.clone())
+            }
+        })
+        .unwrap();
+    for ((name, got), want) in out.iter().zip(eager) {
+        let bits = |t: &Tensor| t.to_vec().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(got), bits(want), "output {name}");
+    }
+}
+
 /// A batch norm's shift, scale and bias with a ReLU after a convolution (the imported CNN's
 /// pattern) fuse into one `fused_map` node over the conv output with the three per-channel
 /// operands as side inputs; the per-channel gain's own chain fuses too; compiled mode gives
@@ -317,25 +344,13 @@ fn broadcast_binary_chains_fuse_into_a_fused_map_and_match_eager_bit_for_bit() {
     // (sub, mul, add, relu); `bn` is an output, so `d` and the product stay unfused
     assert_eq!(maps.len(), 2, "{chains:?}");
     assert_eq!(chains.iter().map(|c| c.replaced.len()).sum::<usize>(), 8);
-    let compiled = CompiledGraph::compile(c.graph.clone(), &BackendProfile::default_cpu()).unwrap();
-    let report = compiled.report().to_text();
-    assert!(
-        report.contains("fused_map: native_cpu.fused_map"),
-        "{report}"
+    compiled_equals_eager_bit_for_bit(
+        &c.graph,
+        "fused_map: native_cpu.fused_map",
+        &x,
+        &leaves,
+        &eager,
     );
-    let out = compiled
-        .run(|n| {
-            if n == "x" {
-                Some(x.clone())
-            } else {
-                leaves.iter().find(|(m, _)| m == n).map(|(_, t)| t.clone())
-            }
-        })
-        .unwrap();
-    for ((name, got), want) in out.iter().zip(&eager) {
-        let bits = |t: &Tensor| t.to_vec().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-        assert_eq!(bits(got), bits(want), "output {name}");
-    }
 }
 
 /// A conv2d whose value only feeds its epilogue merges with it into one `conv2d_map` node:
@@ -413,25 +428,13 @@ fn convs_merge_with_their_epilogues_and_match_eager_bit_for_bit() {
         3,
         "w4 (a side of the residual sum), w5 twice"
     );
-    let compiled = CompiledGraph::compile(c.graph.clone(), &BackendProfile::default_cpu()).unwrap();
-    let report = compiled.report().to_text();
-    assert!(
-        report.contains("conv2d_map: native_cpu.conv2d_map"),
-        "{report}"
+    compiled_equals_eager_bit_for_bit(
+        &c.graph,
+        "conv2d_map: native_cpu.conv2d_map",
+        &x,
+        &leaves,
+        &eager,
     );
-    let out = compiled
-        .run(|n| {
-            if n == "x" {
-                Some(x.clone())
-            } else {
-                leaves.iter().find(|(m, _)| m == n).map(|(_, t)| t.clone())
-            }
-        })
-        .unwrap();
-    for ((name, got), want) in out.iter().zip(&eager) {
-        let bits = |t: &Tensor| t.to_vec().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-        assert_eq!(bits(got), bits(want), "output {name}");
-    }
 }
 
 #[test]
