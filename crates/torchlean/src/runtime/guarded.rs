@@ -211,6 +211,14 @@ pub(crate) fn run_vjp(
         ))
     })?;
     guard_tensors(k, Phase::Vjp, op, inputs)?;
+    // a pointwise call with checkers runs and is checked tile by tile (runtime/tiled.rs)
+    let tiled = {
+        let _kernel = super::autograd::KernelScope::enter();
+        super::tiled::vjp(k, &binding, op, inputs, output, cotangent, needs)
+    };
+    if let Some(grads) = tiled {
+        return grads;
+    }
     let grads = {
         let _kernel = super::autograd::KernelScope::enter();
         let _composite = CompositeScope::enter(k);
@@ -271,6 +279,14 @@ pub(crate) fn with_running_composite<R>(f: impl FnOnce(Option<&str>) -> R) -> R 
 pub(crate) fn run_forward(k: &AcceptedKernel, op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
     let binding = super::kernel::cpu_binding(k)?;
     guard_tensors(k, Phase::Forward, op, inputs)?;
+    // a pointwise call with checkers runs and is checked tile by tile (runtime/tiled.rs)
+    let tiled = {
+        let _kernel = super::autograd::KernelScope::enter();
+        super::tiled::forward(k, &binding, op, inputs)
+    };
+    if let Some(out) = tiled {
+        return out;
+    }
     let out = {
         let _kernel = super::autograd::KernelScope::enter();
         let _composite = CompositeScope::enter(k);

@@ -14,6 +14,7 @@ pub mod kernel;
 pub mod op_times;
 pub mod probe;
 pub mod session;
+mod tiled;
 pub mod trace;
 
 #[cfg(feature = "fault-injection")]

@@ -33,7 +33,7 @@ use crate::spec::splitmix64;
 const U: f64 = 1.0 / (1u64 << 24) as f64;
 
 /// Products each f32 lane sums before it is added into f64.
-const BLOCK: usize = 8;
+pub(super) const BLOCK: usize = 8;
 
 /// Calls whose claims read at least this many elements check them on several threads.
 const PAR_ELEMENTS: usize = 1 << 18;
@@ -90,6 +90,7 @@ impl<'a> MatRef<'a> {
         let rows = self.rows;
         let span = if self.data.len() >= PAR_MATRIX {
             rows.div_ceil(rayon::current_num_threads().max(1) * 2)
+                .next_multiple_of(16)
                 .max(64)
         } else {
             rows.max(1)
@@ -116,24 +117,22 @@ impl<'a> MatRef<'a> {
     ) -> [Vec<f64>; N] {
         let mut o: [Vec<f64>; N] = std::array::from_fn(|_| vec![0.0; hi - lo]);
         if self.t {
-            // stored row j holds column j of the logical matrix: BLOCK stored rows are
-            // accumulated into one f32 lane array per vector (one pass over the data), then
-            // added into the f64 outputs
+            // stored row j holds column j of the logical matrix: each block of BLOCK stored
+            // rows is read once, and each output element's BLOCK products are summed in an
+            // f32 lane before they are added into its f64 output
             let width = self.rows.max(1);
-            let mut lanes: [Vec<f32>; N] = std::array::from_fn(|_| vec![0.0f32; hi - lo]);
             let stored: Vec<&[f32]> = self.data.chunks_exact(width).collect();
             for (b, block) in stored.chunks(BLOCK).enumerate() {
-                lanes.iter_mut().for_each(|l| l.fill(0.0));
-                for (u, row) in block.iter().enumerate() {
-                    for (s, lane) in lanes.iter_mut().enumerate() {
-                        axpy(lane, &row[lo..hi], v[s][b * BLOCK + u], ABS && s == 0);
-                    }
-                }
-                for (os, lane) in o.iter_mut().zip(&lanes) {
-                    for (acc, &x) in os.iter_mut().zip(lane) {
-                        *acc += x as f64;
-                    }
-                }
+                let w: [[f32; BLOCK]; N] = std::array::from_fn(|s| {
+                    std::array::from_fn(|u| {
+                        if u < block.len() {
+                            v[s][b * BLOCK + u]
+                        } else {
+                            0.0
+                        }
+                    })
+                });
+                super::lanes::column_block::<N, ABS>(block, &w, lo, hi, &mut o);
             }
         } else {
             let cols = self.cols.max(1);
@@ -141,54 +140,14 @@ impl<'a> MatRef<'a> {
                 .chunks_exact(cols)
                 .enumerate()
             {
+                let d = super::lanes::dots::<N, ABS>(row, v);
                 for s in 0..N {
-                    o[s][i] = dot(row, &v[s][..row.len()], ABS && s == 0);
+                    o[s][i] += d[s];
                 }
             }
         }
         o
     }
-}
-
-/// `lanes[l] += f(row[l])·w` (f = |·| when `abs`), one f32 FMA per element.
-fn axpy(lanes: &mut [f32], row: &[f32], w: f32, abs: bool) {
-    if abs {
-        for (acc, &a) in lanes.iter_mut().zip(row) {
-            *acc = a.abs().mul_add(w, *acc);
-        }
-    } else {
-        for (acc, &a) in lanes.iter_mut().zip(row) {
-            *acc = a.mul_add(w, *acc);
-        }
-    }
-}
-
-/// `Σ f(a_i)·v_i` (f = |·| when `abs`): eight f32 lanes, each summing [`BLOCK`] products per
-/// 64 elements before it is added into an f64 lane (so the loop vectorizes and each f32 sum
-/// has at most BLOCK terms); the tail is summed at f64.
-fn dot(a: &[f32], v: &[f32], abs: bool) -> f64 {
-    const L: usize = 8;
-    const SPAN: usize = L * BLOCK;
-    let mut wide = [0.0f64; L];
-    let (ac, vc) = (a.chunks_exact(SPAN), v.chunks_exact(SPAN));
-    let (ar, vr) = (ac.remainder(), vc.remainder());
-    for (x, y) in ac.zip(vc) {
-        let mut acc = [0.0f32; L];
-        for (xb, yb) in x.chunks_exact(L).zip(y.chunks_exact(L)) {
-            for l in 0..L {
-                let xl = if abs { xb[l].abs() } else { xb[l] };
-                acc[l] = xl.mul_add(yb[l], acc[l]);
-            }
-        }
-        for l in 0..L {
-            wide[l] += acc[l] as f64;
-        }
-    }
-    let mut s: f64 = wide.iter().sum();
-    for (&x, &y) in ar.iter().zip(vr) {
-        s += if abs { x.abs() } else { x } as f64 * y as f64;
-    }
-    s
 }
 
 /// Draws from the call's seed (never from the kernel).

@@ -91,6 +91,7 @@ mod conv;
 mod exp64;
 mod freivalds;
 mod gelu;
+mod lanes;
 mod layout;
 mod maps;
 mod pieces;

@@ -40,6 +40,14 @@ pub fn kernels(op: OpKind) -> Option<DenseKernels> {
             | K::Minimum
             | K::Where
     );
+    if op.is_optimizer_map() {
+        // not differentiable; run by tiles under a replay checker (runtime/tiled.rs)
+        return Some(DenseKernels {
+            forward_into,
+            vjp_into: None,
+            in_place_into: None,
+        });
+    }
     if op == K::FusedMap {
         return Some(DenseKernels {
             forward_into,
@@ -117,6 +125,10 @@ pub fn forward_into(op: &Op, x: &[Dense], out: &mut [f32]) -> Result<()> {
             let data: Vec<&[f32]> = x.iter().map(|d| d.data).collect();
             let shapes: Vec<&[usize]> = x.iter().map(|d| d.shape).collect();
             super::fused_map::forward_into(steps, &data, &shapes, &shape, out)
+        }
+        Op::EmaUpdate { .. } | Op::AdamUpdate { .. } => {
+            let data: Vec<&[f32]> = x.iter().map(|d| d.data).collect();
+            super::update::optim_forward_into(op, &data, out)?
         }
         _ => elementwise::unary_forward_into(op, x[0].data, out),
     }

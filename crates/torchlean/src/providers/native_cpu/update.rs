@@ -107,6 +107,28 @@ pub fn optim_forward(op: &Op, inputs: &[&Tensor]) -> Vec<f32> {
     out
 }
 
+/// [`optim_forward`] into `out` over dense slices (the destination-passing kernel): `xs[0]`
+/// the state, the others of its length (the shape guard checked the shapes).
+pub fn optim_forward_into(op: &Op, xs: &[&[f32]], out: &mut [f32]) -> Result<()> {
+    let Some((state, rest)) = xs.split_first() else {
+        return Err(OpError::Arity {
+            op: op.name(),
+            expected: "the state and the map's other operands".into(),
+            got: 0,
+        }
+        .into());
+    };
+    if update_map(op, Dest::Into(state, out), rest) {
+        Ok(())
+    } else {
+        Err(crate::error::Error::Other(format!(
+            "{}: no optimizer map for {} operands",
+            op.name(),
+            xs.len()
+        )))
+    }
+}
+
 /// The in-place kernel of the native capsules (`runtime::kernel::InPlaceKernel`): computes
 /// `op(target, rest…)` into `target`. Unary maps, the optimizer maps and binary maps whose
 /// other operand has `target`'s shape run over `target`'s buffer (overwritten when the

@@ -1,0 +1,254 @@
+//! Pointwise calls under a replay checker run and are checked tile by tile
+//! (`runtime/tiled.rs`): the values are those of the unchecked profile, bit for bit, and a
+//! wrong element is rejected with its tile named, in the forward pass, the backward pass and
+//! an optimizer update.
+
+use std::sync::Arc;
+use torchlean::backend::{BackendProfile, Registry};
+use torchlean::graph::{Op, OpKind};
+use torchlean::providers::native_cpu;
+use torchlean::runtime::kernel::{Dense, DenseKernels, KernelBinding};
+use torchlean::runtime::{self, Session};
+use torchlean::{Error, Result, Tensor};
+
+/// Larger than two tiles (2 · 16384), and not a multiple of one.
+const N: usize = 100_000;
+/// Where the faulty kernels below go wrong: element 70000, in tile 65536..81920.
+const MARK_AT: usize = 70_000;
+const MARK: f32 = 7.0;
+
+fn ramp(n: usize, seed: u32) -> Vec<f32> {
+    (0..n)
+        .map(|i| {
+            ((i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) % 2001) as f32 / 1000.0 - 1.0
+        })
+        .collect()
+}
+
+fn with_profile<R>(name: &str, registry: Option<Arc<Registry>>, f: impl FnOnce() -> R) -> R {
+    let profile = BackendProfile::named(name).unwrap();
+    let session = match registry {
+        Some(r) => Session::with_registry(profile, r),
+        None => Session::new(profile),
+    };
+    let before = runtime::install(session).unwrap();
+    let out = f();
+    runtime::take().unwrap();
+    if let Some(s) = before {
+        runtime::install(s).unwrap();
+    }
+    out
+}
+
+/// Forward values and gradients of relu, gelu and a same-shape mul, and two optimizer
+/// updates, over N elements.
+fn pointwise_values() -> Vec<Vec<f32>> {
+    let x = Tensor::from_vec(ramp(N, 1), &[N]).unwrap().requires_grad();
+    let w = Tensor::from_vec(ramp(N, 2), &[N]).unwrap().requires_grad();
+    let y = x.relu().unwrap().mul(&w).unwrap().gelu().unwrap();
+    let loss = y.mul(&y).unwrap().sum_all().unwrap();
+    let grads = loss.backward().unwrap();
+    let gx = grads.get(&x).unwrap().to_vec();
+    let mut m = Tensor::from_vec(ramp(N, 3), &[N]).unwrap();
+    runtime::apply_update(
+        Op::EmaUpdate {
+            decay: 0.9,
+            square: false,
+        },
+        &mut m,
+        &[&Tensor::from_vec(gx.clone(), &[N]).unwrap()],
+    )
+    .unwrap();
+    let mut v = Tensor::from_vec(ramp(N, 4).iter().map(|a| a * a).collect(), &[N]).unwrap();
+    let mut p = Tensor::from_vec(ramp(N, 5), &[N]).unwrap();
+    runtime::apply_update(
+        Op::AdamUpdate {
+            step_size: 1e-3,
+            c2_sqrt: 0.3,
+            eps: 1e-8,
+            shrink: 1.0,
+        },
+        &mut p,
+        &[&m, &v],
+    )
+    .unwrap();
+    runtime::apply_update(
+        Op::EmaUpdate {
+            decay: 0.999,
+            square: true,
+        },
+        &mut v,
+        &[&Tensor::from_vec(gx.clone(), &[N]).unwrap()],
+    )
+    .unwrap();
+    vec![
+        y.to_vec(),
+        gx,
+        grads.get(&w).unwrap().to_vec(),
+        m.to_vec(),
+        p.to_vec(),
+        v.to_vec(),
+    ]
+}
+
+#[test]
+fn tiled_checks_leave_every_value_as_the_unchecked_profile_computes_it() {
+    let checked = with_profile("checked_cpu", None, pointwise_values);
+    let strict = with_profile("strict_native_cpu", None, pointwise_values);
+    for (i, (c, s)) in checked.iter().zip(&strict).enumerate() {
+        assert_eq!(c.len(), N);
+        let same = c.iter().zip(s).all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(
+            same,
+            "result {i} differs between checked_cpu and strict_native_cpu"
+        );
+    }
+}
+
+/// Native relu, except that an input equal to MARK gives MARK + 0.5.
+fn faulty_forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
+    let y = native_cpu::forward(op, inputs)?;
+    let x = inputs[0].to_vec();
+    let v: Vec<f32> = y
+        .to_vec()
+        .iter()
+        .zip(&x)
+        .map(|(&y, &x)| if x == MARK { MARK + 0.5 } else { y })
+        .collect();
+    Tensor::from_vec(v, y.shape())
+}
+
+fn faulty_forward_into(op: &Op, x: &[Dense], out: &mut [f32]) -> Result<()> {
+    let native = native_cpu::binding_for(OpKind::Relu)
+        .dense()
+        .expect("relu has dense kernels");
+    (native.forward_into)(op, x, out)?;
+    for (o, &v) in out.iter_mut().zip(x[0].data) {
+        if v == MARK {
+            *o = MARK + 0.5;
+        }
+    }
+    Ok(())
+}
+
+/// Native relu's VJP, except that the gradient at an input equal to MARK is doubled.
+fn faulty_vjp(
+    op: &Op,
+    inputs: &[&Tensor],
+    output: &Tensor,
+    cotangent: &Tensor,
+    needs: &[bool],
+) -> Result<Vec<Option<Tensor>>> {
+    let mut grads = native_cpu::vjp(op, inputs, output, cotangent, needs)?;
+    let x = inputs[0].to_vec();
+    if let Some(Some(g)) = grads.first_mut() {
+        let v: Vec<f32> = g
+            .to_vec()
+            .iter()
+            .zip(&x)
+            .map(|(&g, &x)| if x == MARK { 2.0 * g } else { g })
+            .collect();
+        *g = Tensor::from_vec(v, g.shape())?;
+    }
+    Ok(grads)
+}
+
+fn faulty_vjp_into(
+    op: &Op,
+    x: &[Dense],
+    y: Dense,
+    g: Dense,
+    outs: &mut [Option<&mut [f32]>],
+) -> Result<()> {
+    let native = native_cpu::binding_for(OpKind::Relu)
+        .dense()
+        .and_then(|d| d.vjp_into)
+        .expect("relu has a dense VJP");
+    native(op, x, y, g, outs)?;
+    if let Some(o) = outs[0].as_deref_mut() {
+        for (o, &v) in o.iter_mut().zip(x[0].data) {
+            if v == MARK {
+                *o *= 2.0;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The replayed native registry with relu bound to the faulty kernels (forward or VJP).
+fn registry_with_faulty_relu(forward: bool) -> Arc<Registry> {
+    let mut r = Registry::new();
+    for &op in OpKind::ALL {
+        let binding = if op != OpKind::Relu {
+            native_cpu::binding_for(op)
+        } else if forward {
+            KernelBinding::new("faulty_relu", faulty_forward, Some(native_cpu::vjp)).with_dense(
+                Some(DenseKernels {
+                    forward_into: faulty_forward_into,
+                    vjp_into: native_cpu::binding_for(OpKind::Relu)
+                        .dense()
+                        .and_then(|d| d.vjp_into),
+                    in_place_into: None,
+                }),
+            )
+        } else {
+            KernelBinding::new("faulty_relu", native_cpu::forward, Some(faulty_vjp)).with_dense(
+                Some(DenseKernels {
+                    forward_into: native_cpu::binding_for(OpKind::Relu)
+                        .dense()
+                        .expect("relu has dense kernels")
+                        .forward_into,
+                    vjp_into: Some(faulty_vjp_into),
+                    in_place_into: None,
+                }),
+            )
+        };
+        r.register(native_cpu::replayed_capsule(op), binding)
+            .unwrap();
+    }
+    Arc::new(r)
+}
+
+fn marked(n: usize) -> Tensor {
+    let mut v = ramp(n, 9);
+    v[MARK_AT.min(n - 1)] = MARK;
+    Tensor::from_vec(v, &[n]).unwrap().requires_grad()
+}
+
+fn rejection(r: Result<impl Sized>) -> String {
+    match r {
+        Err(e @ Error::CheckerRejected { .. }) => e.to_string(),
+        Err(e) => panic!("wrong error: {e}"),
+        Ok(_) => panic!("the faulty kernel's result was accepted"),
+    }
+}
+
+#[test]
+fn a_wrong_element_is_rejected_with_its_tile_named() {
+    let tile = "elements 65536..81920 of 100000 (checked by tiles)";
+    // forward, large: by tiles
+    let msg = with_profile(
+        "strict_native_cpu",
+        Some(registry_with_faulty_relu(true)),
+        || rejection(marked(N).relu()),
+    );
+    assert!(msg.contains(tile) && msg.contains("relu"), "{msg}");
+    // forward, small: the whole call (no tile named), still rejected
+    let msg = with_profile(
+        "strict_native_cpu",
+        Some(registry_with_faulty_relu(true)),
+        || rejection(marked(1000).relu()),
+    );
+    assert!(!msg.contains("checked by tiles"), "{msg}");
+    // backward, large
+    let msg = with_profile(
+        "strict_native_cpu",
+        Some(registry_with_faulty_relu(false)),
+        || {
+            let x = marked(N);
+            let y = x.relu().unwrap();
+            rejection(y.mul(&y).unwrap().sum_all().unwrap().backward())
+        },
+    );
+    assert!(msg.contains(tile), "{msg}");
+}
