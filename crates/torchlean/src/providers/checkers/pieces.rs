@@ -156,7 +156,7 @@ pub(super) struct Tally {
     err: f64,
     scale: f64,
     other_class: bool,
-    /// The largest error bound of approximate reference values fed (`feed_approx`): 0 when
+    /// The largest error bound of approximate reference values fed (`feed_approx32`): 0 when
     /// every reference value was the spec's own.
     slack: f64,
 }
@@ -204,14 +204,46 @@ impl Tally {
         }
         self.classify(&got[whole..n], &want[whole..n]);
     }
-    /// [`Tally::feed`] with reference values `want` that are within `delta` of the spec's
+    /// [`Tally::feed`] for reference values that are f32 already (the same comparison: `feed`
+    /// rounds its f64 references to f32 first).
+    pub(super) fn feed32(&mut self, got: &[f32], want: &[f32]) {
+        const L: usize = 8;
+        let n = got.len().min(want.len());
+        let whole = n / L * L;
+        let (mut err, mut scale, mut poison) = ([0.0f32; L], [0.0f32; L], [0.0f32; L]);
+        for (gc, wc) in got[..whole]
+            .chunks_exact(L)
+            .zip(want[..whole].chunks_exact(L))
+        {
+            for l in 0..L {
+                let (g, w) = (gc[l], wc[l]);
+                let e = (g - w).abs();
+                err[l] = if e > err[l] { e } else { err[l] };
+                let a = w.abs();
+                scale[l] = if a > scale[l] { a } else { scale[l] };
+                poison[l] += g * 0.0 + w * 0.0;
+            }
+        }
+        let wide = |w: &[f32]| -> Vec<f64> { w.iter().map(|&v| v as f64).collect() };
+        if poison.iter().all(|p| *p == 0.0) {
+            let e = err.iter().fold(0.0f32, |m, &v| m.max(v)) as f64;
+            self.err = self.err.max(e * (1.0 + f32::EPSILON as f64));
+            self.scale = self
+                .scale
+                .max(scale.iter().fold(0.0f32, |m, &v| m.max(v)) as f64);
+        } else {
+            self.classify(&got[..whole], &wide(&want[..whole]));
+        }
+        self.classify(&got[whole..n], &wide(&want[whole..n]));
+    }
+    /// [`Tally::feed32`] with reference values `want` that are within `delta` of the spec's
     /// (an approximation with a proven error bound, e.g. `checkers/gelu.rs`); [`accepts`]
     /// then tightens the bound so that an acceptance still implies the spec's verdict.
     ///
     /// [`accepts`]: Tally::accepts
-    pub(super) fn feed_approx(&mut self, got: &[f32], want: &[f64], delta: f64) {
+    pub(super) fn feed_approx32(&mut self, got: &[f32], want: &[f32], delta: f64) {
         self.slack = self.slack.max(delta);
-        self.feed(got, want);
+        self.feed32(got, want);
     }
     /// The element-by-element comparison at f64, with IEEE classes.
     fn classify(&mut self, got: &[f32], want: &[f64]) {
