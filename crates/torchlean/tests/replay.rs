@@ -634,6 +634,37 @@ fn view_results_are_checked_by_their_layout_and_elements() {
         fast.is_err() && whole.is_err(),
         "a swapped copy was accepted"
     );
+    // a reshape of a non-contiguous input (the permuted view) is a copy of its elements in
+    // its own row-major order: compared in place against the input's strided rows
+    copy.swap(0, 1);
+    let xp = strided(&data, &shape, &good, 0);
+    let reshape = Op::Reshape { shape: vec![15, 4] };
+    let run_p = |y: Operand| {
+        let inputs = [xp];
+        let call = Call {
+            inputs: &inputs,
+            output: y,
+            cotangent: None,
+            needs: &[],
+            grads: &[],
+            seed: 1,
+        };
+        (
+            replay_forward(&reshape, &call),
+            replay_forward_whole(&reshape, &call),
+        )
+    };
+    let (fast, whole) = run_p(dense(&copy, &[15, 4]));
+    assert!(fast.is_ok() && whole.is_ok(), "{fast:?} {whole:?}");
+    for at in [0, 7, 59] {
+        let mut bad = copy.clone();
+        bad[at] += 0.5;
+        let (fast, whole) = run_p(dense(&bad, &[15, 4]));
+        assert!(
+            fast.is_err() && whole.is_err(),
+            "a reshape copy wrong at {at} was accepted"
+        );
+    }
 }
 
 /// The convolution checker (Freivalds over the unfolded operands, `checkers/conv.rs`):
