@@ -1,7 +1,7 @@
 //! Pointwise calls under a replay checker run and are checked tile by tile
 //! (`runtime/tiled.rs`): the values are those of the unchecked profile, bit for bit, and a
 //! wrong element is rejected with its tile named, in the forward pass, the backward pass and
-//! an optimizer update.
+//! an optimizer update (whose target is then left as it was).
 
 use std::sync::Arc;
 use torchlean::backend::{BackendProfile, Registry};
@@ -175,6 +175,73 @@ fn faulty_vjp_into(
     Ok(())
 }
 
+/// Native `ema_update`, except that a state equal to MARK gives MARK + 0.5 (tensor and
+/// destination-passing kernels alike).
+fn faulty_ema(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
+    let y = native_cpu::forward(op, inputs)?;
+    let s = inputs[0].to_vec();
+    let v: Vec<f32> = y
+        .to_vec()
+        .iter()
+        .zip(&s)
+        .map(|(&y, &s)| if s == MARK { MARK + 0.5 } else { y })
+        .collect();
+    Tensor::from_vec(v, y.shape())
+}
+
+fn faulty_ema_into(op: &Op, x: &[Dense], out: &mut [f32]) -> Result<()> {
+    let native = native_cpu::binding_for(OpKind::EmaUpdate)
+        .dense()
+        .expect("ema_update has dense kernels");
+    (native.forward_into)(op, x, out)?;
+    for (o, &s) in out.iter_mut().zip(x[0].data) {
+        if s == MARK {
+            *o = MARK + 0.5;
+        }
+    }
+    Ok(())
+}
+
+/// An optimizer update computed wrong in one element is rejected by tiles, and the state it
+/// would have replaced is left as it was.
+#[test]
+fn a_wrong_update_is_rejected_and_leaves_its_target_untouched() {
+    let mut r = Registry::new();
+    for &op in OpKind::ALL {
+        let binding = if op == OpKind::EmaUpdate {
+            KernelBinding::new("faulty_ema", faulty_ema, None).with_dense(Some(DenseKernels {
+                forward_into: faulty_ema_into,
+                vjp_into: None,
+                in_place_into: None,
+            }))
+        } else {
+            native_cpu::binding_for(op)
+        };
+        r.register(native_cpu::replayed_capsule(op), binding)
+            .unwrap();
+    }
+    let state: Vec<f32> = {
+        let mut v = ramp(N, 12);
+        v[MARK_AT] = MARK;
+        v
+    };
+    let msg = with_profile("strict_native_cpu", Some(Arc::new(r)), || {
+        let mut m = Tensor::from_vec(state.clone(), &[N]).unwrap();
+        let g = Tensor::from_vec(ramp(N, 13), &[N]).unwrap();
+        let ema = Op::EmaUpdate {
+            decay: 0.9,
+            square: false,
+        };
+        let msg = rejection(runtime::apply_update(ema, &mut m, &[&g]));
+        assert_eq!(m.to_vec(), state, "a rejected update changed its target");
+        msg
+    });
+    assert!(
+        msg.contains("elements 65536..81920 of 100000 (checked by tiles"),
+        "{msg}"
+    );
+}
+
 /// The replayed native registry with relu bound to the faulty kernels (forward or VJP).
 fn registry_with_faulty_relu(forward: bool) -> Arc<Registry> {
     let mut r = Registry::new();
@@ -225,7 +292,7 @@ fn rejection(r: Result<impl Sized>) -> String {
 
 #[test]
 fn a_wrong_element_is_rejected_with_its_tile_named() {
-    let tile = "elements 65536..81920 of 100000 (checked by tiles)";
+    let tile = "elements 65536..81920 of 100000 (checked by tiles";
     // forward, large: by tiles
     let msg = with_profile(
         "strict_native_cpu",

@@ -52,6 +52,21 @@ pub(crate) fn pointwise(op: &Op) -> bool {
     kind.is_unary_map() || kind.is_binary_map() || kind.is_optimizer_map()
 }
 
+/// Whether every checker of `phase` is one whose verdicts decompose over tiles (a tile's
+/// acceptance implies the call's): the built-in layout and replay checkers, whose bounds are
+/// per element or relative to a maximum over what they compare (docs/assurance.md, "Checked
+/// by tiles"). A checker registered from elsewhere may hold a per-call budget, so a call it
+/// checks runs whole.
+fn decomposes(k: &AcceptedKernel, phase: Phase) -> bool {
+    use crate::providers::checkers::{canonical_layout, replay};
+    let known = [
+        crate::checker!(canonical_layout),
+        crate::checker!(replay::replay_forward),
+        crate::checker!(replay::replay_vjp),
+    ];
+    k.checkers(phase).iter().all(|c| known.contains(c))
+}
+
 /// The elements of a dense host tensor of shape `shape`; `None` for anything else.
 fn dense_host<'a>(t: &'a Tensor, shape: &[usize]) -> Option<&'a [f32]> {
     if t.device() != Device::Cpu || t.shape() != shape || !t.is_contiguous() {
@@ -71,7 +86,11 @@ fn qualifies<'a>(
     op: &Op,
     operands: &[&'a Tensor],
 ) -> Option<(DenseKernels, Vec<&'a [f32]>)> {
-    if !pointwise(op) || !k.capsule().parts.is_empty() || k.checkers(phase).is_empty() {
+    if !pointwise(op)
+        || !k.capsule().parts.is_empty()
+        || k.checkers(phase).is_empty()
+        || !decomposes(k, phase)
+    {
         return None;
     }
     let dense = binding.dense()?;
@@ -106,7 +125,9 @@ fn within_tile(e: Error, lo: usize, hi: usize, n: usize) -> Error {
             op,
             capsule,
             checker,
-            reason: format!("elements {lo}..{hi} of {n} (checked by tiles): {reason}"),
+            reason: format!(
+                "elements {lo}..{hi} of {n} (checked by tiles; positions below count from {lo}): {reason}"
+            ),
         },
         other => other,
     }

@@ -274,6 +274,31 @@ mod tests {
         }
     }
 
+    /// Data where the blocking decides the error: 2^24 at the first eight positions of every
+    /// span and 1.0 elsewhere, so each f32 lane that starts at 2^24 loses every 1.0 it adds
+    /// (ties to even). With at most eight products per lane a span loses 8·7 = 56 against a
+    /// bound of γ₈·8·2^24 ≈ 64; a lane summing sixteen products would lose 8·15 = 120.
+    #[test]
+    fn dots_sum_at_most_eight_products_per_f32_lane() {
+        let u = 1.0 / (1u64 << 24) as f64;
+        let g8 = 8.0 * u / (1.0 - 8.0 * u);
+        let n = 4 * SPAN;
+        let a: Vec<f32> = (0..n)
+            .map(|i| if i % SPAN < 8 { 16_777_216.0 } else { 1.0 })
+            .collect();
+        let ones = vec![1.0f32; n];
+        let exact: f64 = a.iter().map(|&x| x as f64).sum();
+        let three = dots::<3, true>(&a, &[&ones, &ones, &ones]);
+        let two = dots::<2, false>(&a, &[&ones, &ones]);
+        for d in three.iter().chain(&two) {
+            assert!(
+                exact - d > 0.0,
+                "the data must make f32 sums lose: {d} vs {exact}"
+            );
+            assert!((d - exact).abs() <= g8 * exact, "{d} vs {exact}");
+        }
+    }
+
     /// The column pass against exact sums, for ranges with and without a tail and a short
     /// last block.
     #[test]

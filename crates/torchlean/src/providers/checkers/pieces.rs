@@ -241,9 +241,17 @@ impl Tally {
     /// then tightens the bound so that an acceptance still implies the spec's verdict.
     ///
     /// [`accepts`]: Tally::accepts
+    ///
+    /// A chunk whose references are not all finite, or come within `delta` of the f32 range,
+    /// makes the tally reject (the spec's own formula then decides): there the reference's
+    /// IEEE class could differ from the spec's, which the slack does not cover.
     pub(super) fn feed_approx32(&mut self, got: &[f32], want: &[f32], delta: f64) {
         self.slack = self.slack.max(delta);
         self.feed32(got, want);
+        let poison = want.iter().fold(0.0f32, |p, &w| p + w * 0.0);
+        if poison != 0.0 || self.scale + delta >= f32::MAX as f64 {
+            self.other_class = true;
+        }
     }
     /// The element-by-element comparison at f64, with IEEE classes.
     fn classify(&mut self, got: &[f32], want: &[f64]) {
