@@ -568,6 +568,25 @@ fn strided<'a>(
     }
 }
 
+/// The forward check of `op` on one input and a result: the fast path's verdict and the
+/// whole-call check's.
+fn both_forward_checks(
+    op: &Op,
+    x: Operand,
+    y: Operand,
+) -> (Result<(), String>, Result<(), String>) {
+    let inputs = [x];
+    let call = Call {
+        inputs: &inputs,
+        output: y,
+        cotangent: None,
+        needs: &[],
+        grads: &[],
+        seed: 1,
+    };
+    (replay_forward(op, &call), replay_forward_whole(op, &call))
+}
+
 /// The exact check of data-movement ops on views: a result that is a view of its input's own
 /// storage with the op's layout is accepted without reading it; a view of the same storage
 /// with another layout, or a strided input whose moved elements a copy gets wrong, is judged
@@ -578,18 +597,7 @@ fn view_results_are_checked_by_their_layout_and_elements() {
     let x_shape = [3usize, 4, 5];
     let x_strides = [20usize, 5, 1];
     let x = strided(&data, &x_shape, &x_strides, 0);
-    let run = |op: &Op, y: Operand| {
-        let inputs = [x];
-        let call = Call {
-            inputs: &inputs,
-            output: y,
-            cotangent: None,
-            needs: &[],
-            grads: &[],
-            seed: 1,
-        };
-        (replay_forward(op, &call), replay_forward_whole(op, &call))
-    };
+    let run = |op: &Op, y: Operand| both_forward_checks(op, x, y);
     // permute [2, 0, 1] of x: shape [5, 3, 4], strides [1, 20, 5]
     let permute = Op::Permute {
         axes: vec![2, 0, 1],
@@ -639,21 +647,7 @@ fn view_results_are_checked_by_their_layout_and_elements() {
     copy.swap(0, 1);
     let xp = strided(&data, &shape, &good, 0);
     let reshape = Op::Reshape { shape: vec![15, 4] };
-    let run_p = |y: Operand| {
-        let inputs = [xp];
-        let call = Call {
-            inputs: &inputs,
-            output: y,
-            cotangent: None,
-            needs: &[],
-            grads: &[],
-            seed: 1,
-        };
-        (
-            replay_forward(&reshape, &call),
-            replay_forward_whole(&reshape, &call),
-        )
-    };
+    let run_p = |y: Operand| both_forward_checks(&reshape, xp, y);
     let (fast, whole) = run_p(dense(&copy, &[15, 4]));
     assert!(fast.is_ok() && whole.is_ok(), "{fast:?} {whole:?}");
     for at in [0, 7, 59] {

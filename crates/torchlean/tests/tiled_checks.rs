@@ -105,17 +105,25 @@ fn tiled_checks_leave_every_value_as_the_unchecked_profile_computes_it() {
     }
 }
 
+/// `values` with `wrong(v)` in place of each element whose `marker` element is MARK.
+fn patched(values: &mut [f32], marker: &[f32], wrong: impl Fn(f32) -> f32) {
+    for (v, &m) in values.iter_mut().zip(marker) {
+        if m == MARK {
+            *v = wrong(*v);
+        }
+    }
+}
+
+/// A tensor's values patched as [`patched`] does.
+fn patched_tensor(t: &Tensor, marker: &Tensor, wrong: impl Fn(f32) -> f32) -> Result<Tensor> {
+    let mut v = t.to_vec();
+    patched(&mut v, &marker.to_vec(), wrong);
+    Tensor::from_vec(v, t.shape())
+}
+
 /// Native relu, except that an input equal to MARK gives MARK + 0.5.
 fn faulty_forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
-    let y = native_cpu::forward(op, inputs)?;
-    let x = inputs[0].to_vec();
-    let v: Vec<f32> = y
-        .to_vec()
-        .iter()
-        .zip(&x)
-        .map(|(&y, &x)| if x == MARK { MARK + 0.5 } else { y })
-        .collect();
-    Tensor::from_vec(v, y.shape())
+    patched_tensor(&native_cpu::forward(op, inputs)?, inputs[0], |_| MARK + 0.5)
 }
 
 fn faulty_forward_into(op: &Op, x: &[Dense], out: &mut [f32]) -> Result<()> {
@@ -123,11 +131,7 @@ fn faulty_forward_into(op: &Op, x: &[Dense], out: &mut [f32]) -> Result<()> {
         .dense()
         .expect("relu has dense kernels");
     (native.forward_into)(op, x, out)?;
-    for (o, &v) in out.iter_mut().zip(x[0].data) {
-        if v == MARK {
-            *o = MARK + 0.5;
-        }
-    }
+    patched(out, x[0].data, |_| MARK + 0.5);
     Ok(())
 }
 
@@ -140,15 +144,8 @@ fn faulty_vjp(
     needs: &[bool],
 ) -> Result<Vec<Option<Tensor>>> {
     let mut grads = native_cpu::vjp(op, inputs, output, cotangent, needs)?;
-    let x = inputs[0].to_vec();
     if let Some(Some(g)) = grads.first_mut() {
-        let v: Vec<f32> = g
-            .to_vec()
-            .iter()
-            .zip(&x)
-            .map(|(&g, &x)| if x == MARK { 2.0 * g } else { g })
-            .collect();
-        *g = Tensor::from_vec(v, g.shape())?;
+        *g = patched_tensor(g, inputs[0], |g| 2.0 * g)?;
     }
     Ok(grads)
 }
@@ -166,11 +163,7 @@ fn faulty_vjp_into(
         .expect("relu has a dense VJP");
     native(op, x, y, g, outs)?;
     if let Some(o) = outs[0].as_deref_mut() {
-        for (o, &v) in o.iter_mut().zip(x[0].data) {
-            if v == MARK {
-                *o *= 2.0;
-            }
-        }
+        patched(o, x[0].data, |g| 2.0 * g);
     }
     Ok(())
 }
@@ -178,15 +171,7 @@ fn faulty_vjp_into(
 /// Native `ema_update`, except that a state equal to MARK gives MARK + 0.5 (tensor and
 /// destination-passing kernels alike).
 fn faulty_ema(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
-    let y = native_cpu::forward(op, inputs)?;
-    let s = inputs[0].to_vec();
-    let v: Vec<f32> = y
-        .to_vec()
-        .iter()
-        .zip(&s)
-        .map(|(&y, &s)| if s == MARK { MARK + 0.5 } else { y })
-        .collect();
-    Tensor::from_vec(v, y.shape())
+    patched_tensor(&native_cpu::forward(op, inputs)?, inputs[0], |_| MARK + 0.5)
 }
 
 fn faulty_ema_into(op: &Op, x: &[Dense], out: &mut [f32]) -> Result<()> {
@@ -194,11 +179,7 @@ fn faulty_ema_into(op: &Op, x: &[Dense], out: &mut [f32]) -> Result<()> {
         .dense()
         .expect("ema_update has dense kernels");
     (native.forward_into)(op, x, out)?;
-    for (o, &s) in out.iter_mut().zip(x[0].data) {
-        if s == MARK {
-            *o = MARK + 0.5;
-        }
-    }
+    patched(out, x[0].data, |_| MARK + 0.5);
     Ok(())
 }
 

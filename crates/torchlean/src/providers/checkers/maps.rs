@@ -29,22 +29,32 @@ use crate::backend::Call;
 use crate::graph::Op;
 use crate::spec::{adam_constants, adam_value, binary, binary_partials, ema_value};
 
-/// The tally of `y` against `f` of the inputs `xs` (all of `y`'s length), element by element.
-fn tally<const K: usize>(xs: [&[f32]; K], y: &[f32], f: impl Fn([f64; K]) -> f64 + Sync) -> Tally {
+/// The tally of `y` against `want(x, y)` of the inputs `xs` (all of `y`'s length), element
+/// by element.
+fn tally_with<const K: usize>(
+    xs: [&[f32]; K],
+    y: &[f32],
+    want: impl Fn([f32; K], f32) -> f64 + Sync,
+) -> Tally {
     over_parts(y.len(), |lo, hi| {
         let mut t = Tally::default();
-        let mut want = [0.0f64; CHUNK];
+        let mut refs = [0.0f64; CHUNK];
         let mut at = lo;
         for yc in y[lo..hi].chunks(CHUNK) {
             let src: [&[f32]; K] = std::array::from_fn(|k| &xs[k][at..at + yc.len()]);
-            for (j, w) in want[..yc.len()].iter_mut().enumerate() {
-                *w = f(std::array::from_fn(|k| src[k][j] as f64));
+            for (j, w) in refs[..yc.len()].iter_mut().enumerate() {
+                *w = want(std::array::from_fn(|k| src[k][j]), yc[j]);
             }
-            t.feed(yc, &want[..yc.len()]);
+            t.feed(yc, &refs[..yc.len()]);
             at += yc.len();
         }
         t
     })
+}
+
+/// The tally of `y` against `f` of the inputs `xs` at f64.
+fn tally<const K: usize>(xs: [&[f32]; K], y: &[f32], f: impl Fn([f64; K]) -> f64 + Sync) -> Tally {
+    tally_with(xs, y, |x, _| f(x.map(|v| v as f64)))
 }
 
 /// [`tally`] for the optimizer maps, whose declared bound is per element: an element equal
@@ -60,24 +70,12 @@ fn tally_either<const K: usize>(
     f32_formula: impl Fn([f32; K]) -> f32 + Sync,
     f64_formula: impl Fn([f64; K]) -> f64 + Sync,
 ) -> Tally {
-    over_parts(y.len(), |lo, hi| {
-        let mut t = Tally::default();
-        let mut want = [0.0f64; CHUNK];
-        let mut at = lo;
-        for yc in y[lo..hi].chunks(CHUNK) {
-            let src: [&[f32]; K] = std::array::from_fn(|k| &xs[k][at..at + yc.len()]);
-            for (j, w) in want[..yc.len()].iter_mut().enumerate() {
-                let x32: [f32; K] = std::array::from_fn(|k| src[k][j]);
-                *w = if f32_formula(x32) == yc[j] {
-                    yc[j] as f64
-                } else {
-                    f64_formula(std::array::from_fn(|k| x32[k] as f64))
-                };
-            }
-            t.feed(yc, &want[..yc.len()]);
-            at += yc.len();
+    tally_with(xs, y, |x, got| {
+        if f32_formula(x) == got {
+            got as f64
+        } else {
+            f64_formula(x.map(|v| v as f64))
         }
-        t
     })
 }
 

@@ -161,6 +161,35 @@ pub(super) struct Tally {
     slack: f64,
 }
 
+/// A reference value as [`Tally`] compares it: rounded to f32 for the lanes, and at f64 for
+/// the element-by-element classification (which rounds it to f32 again).
+trait Reference: Copy {
+    fn rounded(self) -> f32;
+    fn wide(self) -> f64;
+}
+
+impl Reference for f64 {
+    #[inline(always)]
+    fn rounded(self) -> f32 {
+        self as f32
+    }
+    #[inline(always)]
+    fn wide(self) -> f64 {
+        self
+    }
+}
+
+impl Reference for f32 {
+    #[inline(always)]
+    fn rounded(self) -> f32 {
+        self
+    }
+    #[inline(always)]
+    fn wide(self) -> f64 {
+        self as f64
+    }
+}
+
 impl Tally {
     /// A tally that never accepts (the whole-call check then decides).
     pub(super) fn rejecting() -> Tally {
@@ -176,37 +205,16 @@ impl Tally {
     /// 0 for finite values and NaN otherwise, detects the rest; a block with a non-finite
     /// value makes the whole slice classified element by element at f64.
     pub(super) fn feed(&mut self, got: &[f32], want: &[f64]) {
-        const L: usize = 8;
-        let n = got.len().min(want.len());
-        let whole = n / L * L;
-        let (mut err, mut scale, mut poison) = ([0.0f32; L], [0.0f32; L], [0.0f32; L]);
-        for (gc, wc) in got[..whole]
-            .chunks_exact(L)
-            .zip(want[..whole].chunks_exact(L))
-        {
-            for l in 0..L {
-                let (g, w) = (gc[l], wc[l] as f32);
-                let e = (g - w).abs();
-                err[l] = if e > err[l] { e } else { err[l] };
-                let a = w.abs();
-                scale[l] = if a > scale[l] { a } else { scale[l] };
-                poison[l] += g * 0.0 + w * 0.0;
-            }
-        }
-        if poison.iter().all(|p| *p == 0.0) {
-            let e = err.iter().fold(0.0f32, |m, &v| m.max(v)) as f64;
-            self.err = self.err.max(e * (1.0 + f32::EPSILON as f64));
-            self.scale = self
-                .scale
-                .max(scale.iter().fold(0.0f32, |m, &v| m.max(v)) as f64);
-        } else {
-            self.classify(&got[..whole], &want[..whole]);
-        }
-        self.classify(&got[whole..n], &want[whole..n]);
+        self.feed_refs(got, want);
     }
     /// [`Tally::feed`] for reference values that are f32 already (the same comparison: `feed`
     /// rounds its f64 references to f32 first).
     pub(super) fn feed32(&mut self, got: &[f32], want: &[f32]) {
+        self.feed_refs(got, want);
+    }
+    /// [`Tally::feed`] over references of either width (monomorphized, so each loop
+    /// vectorizes as written).
+    fn feed_refs<T: Reference>(&mut self, got: &[f32], want: &[T]) {
         const L: usize = 8;
         let n = got.len().min(want.len());
         let whole = n / L * L;
@@ -216,7 +224,7 @@ impl Tally {
             .zip(want[..whole].chunks_exact(L))
         {
             for l in 0..L {
-                let (g, w) = (gc[l], wc[l]);
+                let (g, w) = (gc[l], wc[l].rounded());
                 let e = (g - w).abs();
                 err[l] = if e > err[l] { e } else { err[l] };
                 let a = w.abs();
@@ -224,7 +232,7 @@ impl Tally {
                 poison[l] += g * 0.0 + w * 0.0;
             }
         }
-        let wide = |w: &[f32]| -> Vec<f64> { w.iter().map(|&v| v as f64).collect() };
+        let wide = |w: &[T]| -> Vec<f64> { w.iter().map(|v| v.wide()).collect() };
         if poison.iter().all(|p| *p == 0.0) {
             let e = err.iter().fold(0.0f32, |m, &v| m.max(v)) as f64;
             self.err = self.err.max(e * (1.0 + f32::EPSILON as f64));
