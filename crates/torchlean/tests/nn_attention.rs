@@ -289,3 +289,116 @@ fn causal_encoder_stack_is_causal_and_trains() {
     let grads = loss.backward().unwrap();
     assert!(enc.parameters().iter().all(|(_, p)| grads.get(p).is_some()));
 }
+
+/// A mask that broadcasts to the scores' [B, H, L, S] (a key-padding [B, 1, 1, S], a
+/// per-head [H, L, S], a [B, 1, L, S]) means what its full expansion means: the op's
+/// values and gradients equal the f64 spec's with the mask expanded by hand, and an
+/// additive mask's gradient is the spec's full gradient summed over the broadcast axes.
+#[test]
+fn broadcastable_masks_mean_their_full_expansion() {
+    use torchlean::graph::{AttentionMask, Op};
+    use torchlean::spec::{self, Array};
+    support::checked_cpu_default();
+    let (b, h, l, s, d) = (2, 3, 5, 6, 4);
+    let full = [b, h, l, s];
+    let data = |shape: &[usize], seed: u64| Tensor::randn(shape, seed).unwrap();
+    let array = |t: &Tensor| Array {
+        shape: t.shape().to_vec(),
+        data: f64s(t),
+    };
+    // the element of a mask of `shape` that full-shape element `flat` reads (NumPy's rule)
+    let source = |flat: usize, shape: &[usize]| -> usize {
+        let (mut rem, mut idx) = (flat, [0usize; 4]);
+        for ax in (0..4).rev() {
+            idx[ax] = rem % full[ax];
+            rem /= full[ax];
+        }
+        let lead = full.len() - shape.len();
+        shape.iter().enumerate().fold(0, |acc, (ax, &n)| {
+            acc * n + if n == 1 { 0 } else { idx[lead + ax] }
+        })
+    };
+    let cells = full.iter().product::<usize>();
+    let (q, k, v) = (
+        data(&[b, h, l, d], 1),
+        data(&[b, h, s, d], 2),
+        data(&[b, h, s, d], 3),
+    );
+    for (kind, shape) in [
+        (AttentionMask::Boolean, vec![b, 1, 1, s]),
+        (AttentionMask::Boolean, vec![h, l, s]),
+        (AttentionMask::AdditiveBias, vec![b, 1, l, s]),
+        (AttentionMask::AdditiveBias, vec![1, s]),
+    ] {
+        let raw = data(&shape, 4);
+        let m = if kind == AttentionMask::Boolean {
+            Tensor::from_vec(
+                raw.to_vec()
+                    .iter()
+                    .map(|&x| (x > -0.3) as u8 as f32)
+                    .collect(),
+                &shape,
+            )
+            .unwrap()
+        } else {
+            raw.requires_grad()
+        };
+        let (qg, kg, vg) = (
+            q.clone().requires_grad(),
+            k.clone().requires_grad(),
+            v.clone().requires_grad(),
+        );
+        let y = qg
+            .scaled_dot_product_attention(&kg, &vg, Some((&m, kind)), false, None)
+            .unwrap();
+        let gy = data(y.shape(), 5);
+        let grads = y.mul(&gy).unwrap().sum_all().unwrap().backward().unwrap();
+        // the spec with the mask expanded by hand
+        let op = Op::ScaledDotProductAttention {
+            scale: None,
+            causal: false,
+            mask: kind,
+        };
+        let mfull = Array {
+            shape: full.to_vec(),
+            data: {
+                let mv = f64s(&m);
+                (0..cells).map(|f| mv[source(f, &shape)]).collect()
+            },
+        };
+        let ins = [array(&q), array(&k), array(&v), mfull];
+        let refs: Vec<&Array<f64>> = ins.iter().collect();
+        let want = spec::forward(&op, &refs).unwrap();
+        let gwant = spec::vjp(&op, &refs, &want, &array(&gy)).unwrap();
+        let close = |got: &[f64], want: &[f64], what: &str| {
+            let scale = 1.0 + want.iter().fold(0.0f64, |a, v| a.max(v.abs()));
+            let err = got
+                .iter()
+                .zip(want)
+                .fold(0.0f64, |a, (g, w)| a.max((g - w).abs()));
+            assert!(err <= 1e-5 * scale, "{what}, mask {shape:?}: error {err:e}");
+        };
+        close(&f64s(&y), &want.data, "values");
+        for (t, g, what) in [
+            (&qg, &gwant[0], "dq"),
+            (&kg, &gwant[1], "dk"),
+            (&vg, &gwant[2], "dv"),
+        ] {
+            close(
+                &f64s(grads.get(t).unwrap()),
+                &g.as_ref().unwrap().data,
+                what,
+            );
+        }
+        if kind == AttentionMask::AdditiveBias {
+            // the full gradient summed onto the mask's own elements
+            let gm = gwant[3].as_ref().unwrap();
+            let n: usize = shape.iter().product();
+            let mut want = vec![0.0; n];
+            for (flat, g) in gm.data.iter().enumerate() {
+                want[source(flat, &shape)] += g;
+            }
+            close(&f64s(grads.get(&m).unwrap()), &want, "dmask");
+        }
+    }
+}

@@ -87,7 +87,7 @@ pub(super) fn shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError>
                     return Err(shape_err(
                         op,
                         shapes,
-                        format!("a mask of shape [{l}, {s}] or {full:?}"),
+                        format!("a mask of shape [{l}, {s}] or {full:?} (the Tensor API broadcasts any other broadcastable mask there first; in a graph, a broadcast_to node does)"),
                     ));
                 }
             }

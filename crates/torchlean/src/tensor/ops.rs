@@ -294,7 +294,12 @@ impl Tensor {
         apply(Op::SpectralConv1d { modes }, &[self, w_re, w_im])
     }
     /// Scaled dot-product attention of `self` (queries) over `k`, `v`, with an optional mask
-    /// (boolean: nonzero = may attend; or additive bias).
+    /// (boolean: nonzero = may attend; or additive bias). The mask may have any shape that
+    /// broadcasts to the scores' `[..., L, S]` (PyTorch's rule: a key-padding mask
+    /// `[B, 1, 1, S]`, a per-head `[H, L, S]`, …): the op itself takes `[L, S]` (shared by
+    /// every batch and head) or the full shape, so another broadcastable mask is expanded with
+    /// `broadcast_to` first — a recorded op (a strided view on the CPU), whose VJP sums an
+    /// additive mask's gradient back to the mask's own shape.
     pub fn scaled_dot_product_attention(
         &self,
         k: &Tensor,
@@ -312,14 +317,17 @@ impl Tensor {
                 },
                 &[self, k, v],
             ),
-            Some((m, kind)) => apply(
-                Op::ScaledDotProductAttention {
-                    scale,
-                    causal,
-                    mask: kind,
-                },
-                &[self, k, v, m],
-            ),
+            Some((m, kind)) => {
+                let m = broadcast_mask(m, self.shape(), k.shape())?;
+                apply(
+                    Op::ScaledDotProductAttention {
+                        scale,
+                        causal,
+                        mask: kind,
+                    },
+                    &[self, k, v, &m],
+                )
+            }
         }
     }
     /// Inverted dropout with a seeded Bernoulli mask: keeps each element with probability
@@ -359,4 +367,28 @@ impl Tensor {
         let picked = self.log_softmax(1)?.gather(1, &idx)?;
         picked.mean_all()?.neg()
     }
+}
+
+/// `m` as a mask the attention op takes: broadcast to the full `[..., L, S]` of queries `q`
+/// and keys `k` when it broadcasts there and is neither `[L, S]` nor already full; as it is
+/// otherwise (the attention op's shape rule then names what does not fit).
+fn broadcast_mask(m: &Tensor, q: &[usize], k: &[usize]) -> Result<Tensor> {
+    let r = q.len();
+    if r < 2 || k.len() != r {
+        // the attention op's shape rule names the problem
+        return Ok(m.clone());
+    }
+    let mut full = q[..r - 2].to_vec();
+    full.extend([q[r - 2], k[r - 2]]);
+    let ms = m.shape();
+    let broadcasts = ms.len() <= r
+        && ms
+            .iter()
+            .rev()
+            .zip(full.iter().rev())
+            .all(|(&a, &b)| a == b || a == 1);
+    if !broadcasts || ms == &full[r - 2..] || ms == full.as_slice() {
+        return Ok(m.clone());
+    }
+    m.broadcast_to(&full)
 }
