@@ -203,14 +203,17 @@ pub fn reduce_to<T: Scalar>(g: &Array<T>, shape: &[usize]) -> Array<T> {
     if g.shape == shape {
         return g.clone();
     }
-    let mut out = Array::zeros(shape);
+    let mut out = super::sum::Sums::new(shape.iter().product());
     for (i, src) in broadcast_source_index(shape, &g.shape)
         .into_iter()
         .enumerate()
     {
-        out.data[src] += g.data[i];
+        out.add(src, g.data[i]);
     }
-    out
+    Array {
+        shape: shape.to_vec(),
+        data: out.totals(),
+    }
 }
 
 /// Broadcasts `a` to `shape` (which must be a valid broadcast target).

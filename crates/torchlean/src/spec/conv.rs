@@ -280,21 +280,29 @@ pub(super) fn forward<T: Scalar>(op: &Op, xs: &[&Array<T>], out_shape: Vec<usize
 
 pub(super) fn vjp<T: Scalar>(op: &Op, xs: &[&Array<T>], gy: &Array<T>) -> InputGrads<T> {
     let mut gx = Array::zeros(&xs[0].shape);
-    let mut gw = Array::zeros(&xs[1].shape);
+    // a weight's and a bias's gradient sum over every output position: cascaded
+    let mut gw = super::sum::Sums::new(xs[1].numel());
     for_each_tap(op, &xs[0].shape, &xs[1].shape, &gy.shape, |xi, wi, yi| {
         let g = yi.map_or(T::zero(), |yi| gy.data[yi]);
         if let Some(xi) = xi {
             gx.data[xi] += g * xs[1].data[wi];
         }
-        gw.data[wi] += xi.map_or(T::zero(), |xi| xs[0].data[xi]) * g;
+        gw.add(wi, xi.map_or(T::zero(), |xi| xs[0].data[xi]) * g);
     });
+    let gw = Array {
+        shape: xs[1].shape.clone(),
+        data: gw.totals(),
+    };
     let mut grads = vec![Some(gx), Some(gw)];
     if let Some(b) = xs.get(2) {
-        let mut gb = Array::zeros(&b.shape);
+        let mut gb = super::sum::Sums::new(b.numel());
         for (yi, &g) in gy.data.iter().enumerate() {
-            gb.data[channel_of(yi, &gy.shape)] += g;
+            gb.add(channel_of(yi, &gy.shape), g);
         }
-        grads.push(Some(gb));
+        grads.push(Some(Array {
+            shape: b.shape.clone(),
+            data: gb.totals(),
+        }));
     }
     grads
 }

@@ -166,12 +166,13 @@ pub(super) fn forward<T: Scalar>(op: &Op, xs: &[&Array<T>], out_shape: Vec<usize
         }
         Op::MseLoss => {
             let n = T::c(xs[0].numel() as f64);
-            let s: T = xs[0]
-                .data
-                .iter()
-                .zip(&xs[1].data)
-                .map(|(&a, &b)| (a - b) * (a - b))
-                .sum();
+            let s: T = super::sum::sum(
+                xs[0]
+                    .data
+                    .iter()
+                    .zip(&xs[1].data)
+                    .map(|(&a, &b)| (a - b) * (a - b)),
+            );
             Array {
                 shape: out_shape,
                 data: vec![s / n],
@@ -232,13 +233,16 @@ pub(super) fn vjp<T: Scalar>(op: &Op, xs: &[&Array<T>], gy: &Array<T>) -> InputG
                 }),
             ];
             if xs.len() == 3 {
-                let mut gb = Array::zeros(&[outf]);
+                let mut gb = super::sum::Sums::new(outf);
                 for r in 0..rows {
                     for o in 0..outf {
-                        gb.data[o] += gy.data[r * outf + o];
+                        gb.add(o, gy.data[r * outf + o]);
                     }
                 }
-                grads.push(Some(gb));
+                grads.push(Some(Array {
+                    shape: vec![outf],
+                    data: gb.totals(),
+                }));
             }
             grads
         }

@@ -45,6 +45,7 @@ mod random;
 mod reduce;
 mod softmax;
 mod special;
+pub mod sum;
 
 pub use array::{
     broadcast_shapes, check_shape, checked_contiguous_strides, checked_numel, contiguous_strides,

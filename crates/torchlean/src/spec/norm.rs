@@ -97,9 +97,9 @@ fn stats_of<T: Scalar>(op: &Op, values: impl Iterator<Item = T> + Clone) -> (T, 
     let mu = if matches!(op, Op::RmsNorm { .. }) {
         T::zero()
     } else {
-        values.clone().sum::<T>() / n
+        super::sum::sum(values.clone()) / n
     };
-    let var = values.map(|v| (v - mu) * (v - mu)).sum::<T>() / n;
+    let var = super::sum::sum(values.map(|v| (v - mu) * (v - mu))) / n;
     (mu, T::one() / (var + eps_of::<T>(op)).sqrt())
 }
 
@@ -160,8 +160,9 @@ fn vjp_rows<T: Scalar>(op: &Op, xs: &[&Array<T>], gy: &Array<T>) -> InputGrads<T
     let (x, gamma) = (xs[0], xs[1]);
     let d = x.shape.last().copied().unwrap_or(1);
     let mut gx = Array::zeros(&x.shape);
-    let mut ggamma = Array::zeros(&gamma.shape);
-    let mut gbeta = Array::zeros(&gamma.shape);
+    // the affine parameters' gradients sum over every row or group member: cascaded
+    let mut ggamma = super::sum::Sums::new(gamma.numel());
+    let mut gbeta = super::sum::Sums::new(gamma.numel());
     let rms = matches!(op, Op::RmsNorm { .. });
     if d > 0 {
         let n = T::c(d as f64);
@@ -177,19 +178,34 @@ fn vjp_rows<T: Scalar>(op: &Op, xs: &[&Array<T>], gy: &Array<T>) -> InputGrads<T
             let mean_g = if rms {
                 T::zero()
             } else {
-                (0..d).map(gxhat).sum::<T>() / n
+                super::sum::sum((0..d).map(gxhat)) / n
             };
-            let mean_gx = (0..d).map(|j| gxhat(j) * xhat(j)).sum::<T>() / n;
+            let mean_gx = super::sum::sum((0..d).map(|j| gxhat(j) * xhat(j))) / n;
             for j in 0..d {
                 out[j] = rstd * (gxhat(j) - mean_g - xhat(j) * mean_gx);
-                ggamma.data[j] += g[j] * xhat(j);
-                gbeta.data[j] += g[j];
+                ggamma.add(j, g[j] * xhat(j));
+                gbeta.add(j, g[j]);
             }
         }
     }
-    let mut grads = vec![Some(gx), Some(ggamma)];
-    if xs.len() == 3 {
-        grads.push(Some(gbeta));
+    norm_grads(gx, &ggamma, &gbeta, &gamma.shape, xs.len() == 3)
+}
+
+/// The gradients of x, γ and (with a bias) β, from the parameters' cascaded sums.
+fn norm_grads<T: Scalar>(
+    gx: Array<T>,
+    ggamma: &super::sum::Sums<T>,
+    gbeta: &super::sum::Sums<T>,
+    shape: &[usize],
+    with_beta: bool,
+) -> InputGrads<T> {
+    let param = |s: &super::sum::Sums<T>| Array {
+        shape: shape.to_vec(),
+        data: s.totals(),
+    };
+    let mut grads = vec![Some(gx), Some(param(ggamma))];
+    if with_beta {
+        grads.push(Some(param(gbeta)));
     }
     grads
 }
@@ -199,8 +215,9 @@ fn vjp_groups<T: Scalar>(op: &Op, xs: &[&Array<T>], gy: &Array<T>) -> InputGrads
     let gamma = xs[1];
     let (gs, param) = groups(op, &x.shape);
     let mut gx = Array::zeros(&x.shape);
-    let mut ggamma = Array::zeros(&gamma.shape);
-    let mut gbeta = Array::zeros(&gamma.shape);
+    // the affine parameters' gradients sum over every row or group member: cascaded
+    let mut ggamma = super::sum::Sums::new(gamma.numel());
+    let mut gbeta = super::sum::Sums::new(gamma.numel());
     let rms = matches!(op, Op::RmsNorm { .. });
     for g in &gs {
         let n = T::c(g.len() as f64);
@@ -210,20 +227,16 @@ fn vjp_groups<T: Scalar>(op: &Op, xs: &[&Array<T>], gy: &Array<T>) -> InputGrads
         let mean_g = if rms {
             T::zero()
         } else {
-            g.iter().map(|&f| gxhat(f)).sum::<T>() / n
+            super::sum::sum(g.iter().map(|&f| gxhat(f))) / n
         };
-        let mean_gx = g.iter().map(|&f| gxhat(f) * xhat(f)).sum::<T>() / n;
+        let mean_gx = super::sum::sum(g.iter().map(|&f| gxhat(f) * xhat(f))) / n;
         for &f in g {
             gx.data[f] = rstd * (gxhat(f) - mean_g - xhat(f) * mean_gx);
-            ggamma.data[param[f]] += gy.data[f] * xhat(f);
-            gbeta.data[param[f]] += gy.data[f];
+            ggamma.add(param[f], gy.data[f] * xhat(f));
+            gbeta.add(param[f], gy.data[f]);
         }
     }
-    let mut grads = vec![Some(gx), Some(ggamma)];
-    if xs.len() == 3 {
-        grads.push(Some(gbeta));
-    }
-    grads
+    norm_grads(gx, &ggamma, &gbeta, &gamma.shape, xs.len() == 3)
 }
 
 /// `γ_k = k·u/(1 − k·u)` at f32's unit roundoff (Higham, *Accuracy and Stability*, §3.1).

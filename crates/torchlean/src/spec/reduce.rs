@@ -71,24 +71,25 @@ pub(super) fn shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError>
     }
 }
 
-/// Sums `x` over `axes` into `out_shape` (with or without kept dims: same flat layout).
+/// Sums `x` over `axes` into `out_shape` (with or without kept dims: same flat layout),
+/// each output's terms in flat order, cascaded (`spec::sum`).
 fn sum_axes<T: Scalar>(x: &Array<T>, axes: &[usize]) -> Vec<T> {
     let keep = reduced_shape(&x.shape, axes, true);
-    let mut out = vec![T::zero(); numel(&keep)];
+    let mut out = super::sum::Sums::new(numel(&keep));
     for (i, src) in super::array::broadcast_source_index(&keep, &x.shape)
         .into_iter()
         .enumerate()
     {
-        out[src] += x.data[i];
+        out.add(src, x.data[i]);
     }
-    out
+    out.totals()
 }
 
 pub(super) fn forward<T: Scalar>(op: &Op, x: &Array<T>, out_shape: Vec<usize>) -> Array<T> {
     match op {
         Op::SumAll => Array {
             shape: out_shape,
-            data: vec![x.data.iter().copied().sum()],
+            data: vec![super::sum::sum(x.data.iter().copied())],
         },
         Op::ReduceSum { axes, .. } => Array {
             shape: out_shape,

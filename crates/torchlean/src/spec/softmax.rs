@@ -37,7 +37,7 @@ pub(super) fn forward<T: Scalar>(op: &Op, x: &Array<T>) -> Array<T> {
         for i in 0..inner {
             let at = |j: usize| o * dim * inner + j * inner + i;
             let m = max_of((0..dim).map(|j| x.data[at(j)]));
-            let z: T = (0..dim).map(|j| (x.data[at(j)] - m).exp()).sum();
+            let z: T = super::sum::sum((0..dim).map(|j| (x.data[at(j)] - m).exp()));
             for j in 0..dim {
                 y.data[at(j)] = if log {
                     x.data[at(j)] - m - z.ln()
@@ -59,13 +59,13 @@ pub(super) fn vjp<T: Scalar>(op: &Op, y: &Array<T>, gy: &Array<T>) -> InputGrads
             let at = |j: usize| o * dim * inner + j * inner + i;
             if log {
                 // d/dx = gy - softmax * sum(gy)
-                let s: T = (0..dim).map(|j| gy.data[at(j)]).sum();
+                let s: T = super::sum::sum((0..dim).map(|j| gy.data[at(j)]));
                 for j in 0..dim {
                     gx.data[at(j)] = gy.data[at(j)] - y.data[at(j)].exp() * s;
                 }
             } else {
                 // d/dx = y * (gy - sum(gy * y))
-                let s: T = (0..dim).map(|j| gy.data[at(j)] * y.data[at(j)]).sum();
+                let s: T = super::sum::sum((0..dim).map(|j| gy.data[at(j)] * y.data[at(j)]));
                 for j in 0..dim {
                     gx.data[at(j)] = y.data[at(j)] * (gy.data[at(j)] - s);
                 }

@@ -237,7 +237,7 @@ fn attention_row<T: Scalar>(scores: &Scores<T>, bi: usize, i: usize) -> Option<V
             }
         })
         .collect();
-    let z: T = e.iter().copied().sum();
+    let z: T = super::sum::sum(e.iter().copied());
     Some(e.into_iter().map(|v| v / z).collect())
 }
 
