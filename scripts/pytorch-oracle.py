@@ -7,15 +7,18 @@ reductions, strided and tiled kernel paths (large sizes), and NaN / ±inf / ±0 
 inputs.
 
     python3 -m venv .oracle-venv && .oracle-venv/bin/pip install torch numpy
-    .oracle-venv/bin/python scripts/pytorch-oracle.py [--torchlean target/release/torchlean]
+    .oracle-venv/bin/python scripts/pytorch-oracle.py [--torchlean target/release/torchlean] [--profiles checked_cuda,strict_native_cuda]
 
 Prints every disagreement (op, profile, where, both values) and exits 1 if there is one.
 """
 import json, os, struct, subprocess, sys, itertools
 import numpy as np, torch
-import argparse, tempfile
+import argparse, concurrent.futures, shlex, shutil, tempfile
 ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
 ap.add_argument("--torchlean", default="target/release/torchlean")
+ap.add_argument("--jobs", type=int, default=2, help="run-graph processes at once")
+ap.add_argument("--extra", default="", help="arguments added to every run-graph command (e.g. '--provider prefer:native_cuda')")
+ap.add_argument("--profiles", default=None, help="comma-separated profiles for every case (e.g. checked_cuda,strict_native_cuda); default: each case's CPU profiles")
 ARGS = ap.parse_args()
 BIN = ARGS.torchlean
 WORK = tempfile.mkdtemp(prefix="torchlean-oracle-")
@@ -40,7 +43,9 @@ def read_st(path):
         out[k] = np.frombuffer(data[8 + n + a:8 + n + b], dtype=np.float32).reshape(v["shape"])
     return out
 
-def run(op, xs, out_shape, profile, grad=True):
+def run(op, xs, c, profile, grad=True):
+    out_shape = c.shape
+    work = tempfile.mkdtemp(dir=WORK)
     names = [f"x{i}" for i in range(len(xs))]
     nodes = [{"id": i, "kind": "input", "name": nm, "parents": [], "shape": list(x.shape), "dtype": "f32"} for i, (nm, x) in enumerate(zip(names, xs))]
     k = len(xs)
@@ -50,14 +55,15 @@ def run(op, xs, out_shape, profile, grad=True):
     nodes.append({"id": k + 3, "kind": "op", "op": {"op": "sum_all"}, "parents": [k + 2], "shape": [], "dtype": "f32"})
     g = {"format": "torchlean.ir.v1", "inputs": [{"name": nm, "shape": list(x.shape)} for nm, x in zip(names, xs)] + [{"name": "c", "shape": list(out_shape)}],
          "parameters": [], "nodes": nodes, "outputs": [{"name": "y", "node": k}, {"name": "loss", "node": k + 3}]}
-    c = rng.standard_normal(out_shape).astype(np.float32)
-    json.dump(g, open(f"{WORK}/g.json", "w"))
-    write_st(f"{WORK}/in.st", dict(zip(names + ["c"], list(xs) + [c])))
-    cmd = [BIN, "run-graph", f"{WORK}/g.json", "--inputs", f"{WORK}/in.st", "--out", f"{WORK}/out.st", "--profile", profile] + (["--grad"] if grad else [])
+    json.dump(g, open(f"{work}/g.json", "w"))
+    write_st(f"{work}/in.st", dict(zip(names + ["c"], list(xs) + [c])))
+    cmd = [BIN, "run-graph", f"{work}/g.json", "--inputs", f"{work}/in.st", "--out", f"{work}/out.st", "--profile", profile] + shlex.split(ARGS.extra) + (["--grad"] if grad else [])
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
-        return None, c, (p.stderr or p.stdout).strip()[-400:]
-    return read_st(f"{WORK}/out.st"), c, None
+        return None, (p.stderr or p.stdout).strip()[-400:]
+    out = read_st(f"{work}/out.st")
+    shutil.rmtree(work, ignore_errors=True)
+    return out, None
 
 def close(a, b, rtol, atol):
     a = np.asarray(a, np.float64); b = np.asarray(b, np.float64)
@@ -79,31 +85,45 @@ def close(a, b, rtol, atol):
     return None
 
 FAILS = []
+def fail(*f):
+    FAILS.append(f)
+    print("disagreement:", " | ".join(f)[:600], flush=True)
+POOL = concurrent.futures.ThreadPoolExecutor(max_workers=ARGS.jobs)
+JOBS = []
 def check(label, op, xs, tfn, profiles=("checked_cpu", "strict_cpu", "strict_native_cpu"), diff=None, rtol=1e-4, atol=2e-5, grad=True):
+    """Queues the case on every profile; PyTorch's values and gradients are computed here."""
+    profiles = ARGS.profiles.split(",") if ARGS.profiles else profiles
     # special values against PyTorch's f32 (overflow as in f32), except GELU: PyTorch's f32
     # kernel gives NaN at +inf where its f64 one (and the formula in IEEE arithmetic) gives +inf
     dt = torch.float32 if "special" in label and not label.startswith("gelu") else torch.float64
     ts = [torch.tensor(x, dtype=dt, requires_grad=(diff is None or i in diff)) for i, x in enumerate(xs)]
     y = tfn(*ts)
-    c_shape = tuple(y.shape)
     for prof in profiles:
-        out, c, err = run(op, xs, c_shape, prof, grad)
-        if err:
-            FAILS.append((label, prof, "refused/failed: " + err.replace("\n", " | ")));
+        c = rng.standard_normal(tuple(y.shape)).astype(np.float32)
+        grads = {}
+        if grad:
+            for t in ts: t.grad = None
+            (y * torch.tensor(c, dtype=y.dtype)).sum().backward(retain_graph=True)
+            grads = {f"grad.x{i}": (t.grad.numpy().copy() if t.grad is not None else np.zeros(t.shape))
+                     for i, t in enumerate(ts) if t.requires_grad}
+        JOBS.append(POOL.submit(compare_run, label, op, xs, c, prof, y.detach().numpy().copy(), grads, grad, rtol, atol))
+
+def compare_run(label, op, xs, c, prof, want_y, grads, grad, rtol, atol):
+    out, err = run(op, xs, c, prof, grad)
+    if err:
+        fail(label, prof, "refused/failed: " + err.replace("\n", " | "))
+        return
+    msg = close(out["y"], want_y, rtol, atol)
+    if msg:
+        fail(label, prof, "forward " + msg)
+        return
+    for key, want in grads.items():
+        if key not in out:
+            fail(label, prof, f"no {key} in output ({list(out)})")
             continue
-        msg = close(out["y"], y.detach().numpy(), rtol, atol)
-        if msg: FAILS.append((label, prof, "forward " + msg)); continue
-        if not grad: continue
-        for t in ts: t.grad = None
-        (y * torch.tensor(c, dtype=y.dtype)).sum().backward(retain_graph=True)
-        for i, t in enumerate(ts):
-            if not t.requires_grad: continue
-            key = f"grad.x{i}"
-            if key not in out:
-                FAILS.append((label, prof, f"no {key} in output ({list(out)})")); continue
-            want = t.grad.numpy() if t.grad is not None else np.zeros(t.shape)
-            msg = close(out[key], want, rtol * 5, atol * 5)
-            if msg: FAILS.append((label, prof, f"{key} " + msg))
+        msg = close(out[key], want, rtol * 5, atol * 5)
+        if msg:
+            fail(label, prof, f"{key} " + msg)
 
 def randn(*s, lo=None):
     a = rng.standard_normal(s).astype(np.float32)
@@ -289,7 +309,9 @@ def scan(a, u):
     return T.stack(hs, 1)
 check("selective_scan", {"op": "selective_scan"}, [rng.uniform(0.5, 1.0, (2, 9, 3)).astype(np.float32), randn(2, 9, 3)], scan, profiles=P)
 
+for job in JOBS:
+    job.result()  # re-raises a job's own error (a harness bug, not a disagreement)
 print(f"{len(FAILS)} disagreements")
-for f in FAILS:
+for f in sorted(FAILS):
     print(" | ".join(f)[:600])
 sys.exit(1 if FAILS else 0)
