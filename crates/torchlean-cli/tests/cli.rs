@@ -112,6 +112,14 @@ fn ops_json_covers_all_68_torchlean_names_on_both_cpu_providers() {
             providers.contains(&"reference") && providers.contains(&"native_cpu"),
             "{name}: {providers:?}"
         );
+        let mut once = providers.clone();
+        once.sort_unstable();
+        once.dedup();
+        assert_eq!(
+            once.len(),
+            providers.len(),
+            "{name}: a provider listed twice: {providers:?}"
+        );
         assert!(row["name"].is_string());
     }
 }

@@ -6,6 +6,69 @@
 
 #define MAX_RANK 8
 
+// A cascade sum, as the spec's (crates/torchlean/src/spec/sum.rs): terms added left to right
+// from +0 in blocks of 32, then the blocks' sums pairwise (a binary counter over completed
+// blocks), so a long sequential sum errs by (31 + log2(n / 32))·u instead of (n − 1)·u. The
+// spec's order term for term up to 2^(CASCADE_LEVELS + 5) terms (beyond, the top level
+// accumulates left to right). The level loops are unrolled so that every index is a
+// constant and the levels stay in registers (a dynamically indexed array would live in
+// local memory).
+#define CASCADE_LEVELS 20
+struct Cascade {
+    float block;
+    int in_block;
+    unsigned done;  // completed blocks; bit i set: levels[i] holds 2^i of them
+    float levels[CASCADE_LEVELS];
+};
+
+__device__ __forceinline__ void cascade_init(Cascade* c) {
+    c->block = 0.0f;
+    c->in_block = 0;
+    c->done = 0;
+}
+
+__device__ __forceinline__ void cascade_push(Cascade* c, float v) {
+    c->block = c->block + v;  // from +0, as the spec: a sum of -0s is +0
+    if (++c->in_block == 32) {
+        float carry = c->block;
+        bool live = true;
+#pragma unroll
+        for (int level = 0; level < CASCADE_LEVELS; ++level) {
+            if (live) {
+                bool top = level == CASCADE_LEVELS - 1;
+                if ((c->done >> level) & 1u) {
+                    carry = c->levels[level] + carry;
+                    if (top) {
+                        c->levels[level] = carry;
+                        live = false;
+                    }
+                } else {
+                    c->levels[level] = carry;
+                    live = false;
+                }
+            }
+        }
+        c->done += 1;
+        if (c->done >> (CASCADE_LEVELS - 1)) c->done |= 1u << (CASCADE_LEVELS - 1);
+        c->block = 0.0f;
+        c->in_block = 0;
+    }
+}
+
+__device__ __forceinline__ float cascade_total(const Cascade* c) {
+    float acc = 0.0f;
+    bool any = false;
+#pragma unroll
+    for (int level = CASCADE_LEVELS - 1; level >= 0; --level) {
+        if ((c->done >> level) & 1u) {
+            acc = any ? acc + c->levels[level] : c->levels[level];
+            any = true;
+        }
+    }
+    if (c->in_block > 0) acc = any ? acc + c->block : c->block;
+    return acc;  // +0 for no terms
+}
+
 // Broadcast geometry: output shape and each input's strides over it (0 on broadcast axes).
 struct Bcast {
     int rank;
@@ -187,13 +250,14 @@ extern "C" __global__ void binary_grad(int op, int which, const float* __restric
     for (long long j = blockIdx.x * (long long)blockDim.x + threadIdx.x; j < n_own;
          j += (long long)gridDim.x * blockDim.x) {
         long long base = reduce_base(r, j);
-        float acc = 0.0f;
+        Cascade acc;
+        cascade_init(&acc);
         for (long long t = 0; t < count; ++t) {
             long long pos = reduce_pos(r, base, t), ia, ib;
             bcast_index(g, pos, &ia, &ib);
-            acc += gy[pos] * binary_partial(op, which, a[ia], b[ib]);
+            cascade_push(&acc, gy[pos] * binary_partial(op, which, a[ia], b[ib]));
         }
-        out[j] = acc;
+        out[j] = cascade_total(&acc);
     }
 }
 
@@ -224,14 +288,15 @@ extern "C" __global__ void where_grad(int which, const float* __restrict__ c,
     for (long long j = blockIdx.x * (long long)blockDim.x + threadIdx.x; j < n_own;
          j += (long long)gridDim.x * blockDim.x) {
         long long base = reduce_base(r, j);
-        float acc = 0.0f;
+        Cascade acc;
+        cascade_init(&acc);
         for (long long t = 0; t < count; ++t) {
             long long pos = reduce_pos(r, base, t), ic, unused;
             bcast_index(gc, pos, &ic, &unused);
             bool picks_a = c[ic] != 0.0f;
-            if (picks_a == (which == 0)) acc += gy[pos];
+            cascade_push(&acc, picks_a == (which == 0) ? gy[pos] : 0.0f);
         }
-        out[j] = acc;
+        out[j] = cascade_total(&acc);
     }
 }
 
@@ -384,9 +449,10 @@ extern "C" __global__ void reduce_to(const float* __restrict__ big, float* __res
     for (long long j = blockIdx.x * (long long)blockDim.x + threadIdx.x; j < n_own;
          j += (long long)gridDim.x * blockDim.x) {
         long long base = reduce_base(r, j);
-        float acc = 0.0f;
-        for (long long t = 0; t < count; ++t) acc += big[reduce_pos(r, base, t)];
-        out[j] = acc / divisor;
+        Cascade acc;
+        cascade_init(&acc);
+        for (long long t = 0; t < count; ++t) cascade_push(&acc, big[reduce_pos(r, base, t)]);
+        out[j] = cascade_total(&acc) / divisor;
     }
 }
 

@@ -279,16 +279,17 @@ extern "C" __global__ void index_select_vjp(const float* __restrict__ gy,
     for (long long p = blockIdx.x * (long long)blockDim.x + threadIdx.x; p < n;
          p += (long long)gridDim.x * blockDim.x) {
         long long i = p % inner, r = (p / inner) % dim, o = p / (inner * dim);
-        float acc = 0.0f;
+        Cascade acc;  // a row selected many times sums many cotangents (the spec's order)
+        cascade_init(&acc);
         for (long long j = 0; j < k; ++j) {
             long long s = select_row(idx, j, dim);
             if (s < 0) {
                 bad[0] = 1.0f;
             } else if (s == r) {
-                acc += gy[(o * k + j) * inner + i];
+                cascade_push(&acc, gy[(o * k + j) * inner + i]);
             }
         }
-        gx[p] = acc;
+        gx[p] = cascade_total(&acc);
     }
 }
 

@@ -12,11 +12,15 @@ pub struct Args {
 }
 
 fn providers_of(op: OpKind) -> Vec<String> {
-    let mut v: Vec<String> = standard_registry()
-        .for_op(op)
-        .map(|e| e.capsule.provider.label().to_string())
-        .collect();
-    v.dedup();
+    // each provider once, in registry order (a provider may hold several capsules for an
+    // op, e.g. native_cpu's plain and replay-checked ones, not next to each other)
+    let mut v: Vec<String> = Vec::new();
+    for e in standard_registry().for_op(op) {
+        let label = e.capsule.provider.label().to_string();
+        if !v.contains(&label) {
+            v.push(label);
+        }
+    }
     v
 }
 

@@ -179,23 +179,34 @@ pub(super) fn vjp<T: Scalar>(
         Op::IndexSelect { .. } => {
             let sel = select_indices(op, xs[1], x.shape[axis])?;
             let (outer, dim, inner) = super::array::split_at_axis(&x.shape, axis);
-            let mut g = Array::zeros(&x.shape);
+            // a row selected many times (a frequent token) sums many cotangents: cascaded
+            let mut g = super::sum::Sums::new(x.numel());
             for o in 0..outer {
                 for (k, &s) in sel.iter().enumerate() {
                     for i in 0..inner {
-                        g.data[o * dim * inner + s * inner + i] +=
-                            gy.data[(o * sel.len() + k) * inner + i];
+                        g.add(
+                            o * dim * inner + s * inner + i,
+                            gy.data[(o * sel.len() + k) * inner + i],
+                        );
                     }
                 }
             }
+            let g = Array {
+                shape: x.shape.clone(),
+                data: g.totals(),
+            };
             Ok(vec![Some(g), None])
         }
         Op::Gather { .. } => {
             let pos = addressed_positions(op, &x.shape, xs[1], axis)?;
-            let mut g = Array::zeros(&x.shape);
+            let mut g = super::sum::Sums::new(x.numel());
             for (i, p) in pos.into_iter().enumerate() {
-                g.data[p] += gy.data[i];
+                g.add(p, gy.data[i]);
             }
+            let g = Array {
+                shape: x.shape.clone(),
+                data: g.totals(),
+            };
             Ok(vec![Some(g), None])
         }
         Op::ScatterAdd { .. } => {

@@ -40,14 +40,12 @@ impl<T: Scalar> Default for Cascade<T> {
 impl<T: Scalar> Cascade<T> {
     /// Adds the next term.
     pub fn push(&mut self, v: T) {
-        self.block = if self.in_block == 0 {
-            v
-        } else {
-            self.block + v
-        };
+        // a block starts from +0, as a plain sum does: a sum of -0s is +0 (PyTorch's too)
+        self.block += v;
         self.in_block += 1;
         if self.in_block == BLOCK {
             let mut carry = self.block;
+            self.block = T::zero();
             self.in_block = 0;
             for level in self.levels.iter_mut() {
                 match level.take() {
@@ -152,6 +150,14 @@ mod tests {
         // and far below what a left-to-right f32 sum reaches here
         let plain = xs.iter().fold(0.0f32, |a, &v| a + v) as f64;
         assert!((got - exact).abs() * 100.0 < (plain - exact).abs());
+    }
+
+    #[test]
+    fn a_sum_of_negative_zeros_is_positive_zero_as_in_pytorch() {
+        for n in [1, 2, 32, 33, 100] {
+            assert_eq!(sum(vec![-0.0f32; n]).to_bits(), 0.0f32.to_bits(), "n = {n}");
+        }
+        assert_eq!(sum(Vec::<f32>::new()).to_bits(), 0.0f32.to_bits());
     }
 
     #[test]

@@ -225,12 +225,7 @@ pub fn linear_vjp_into(x: &[Dense], g: &[f32], outs: &mut [Option<&mut [f32]>]) 
         );
     }
     if let Some(gb) = outs.get_mut(2).and_then(|o| o.as_deref_mut()) {
-        gb.fill(0.0);
-        for row in g.chunks(outf.max(1)) {
-            for (o, &v) in gb.iter_mut().zip(row) {
-                *o += v;
-            }
-        }
+        super::reduce::column_sums_into(g, outf, gb);
     }
 }
 

@@ -17,6 +17,59 @@ pub fn sum_to_shape(data: &[f32], from: &[usize], to: &[usize]) -> Tensor {
 }
 
 /// [`sum_to_shape`] into `out` (of `to`'s element count), every element written.
+/// `out[j]` = the sum over the rows of `data` (rows of `width`) of column j, each column a
+/// cascade sum in the spec's order (`spec::sum`: rows added in blocks of 32, the blocks'
+/// sums pairwise), so a bias gradient over a large batch errs by O(log rows)·u rather than
+/// O(rows)·u. Vectorized across the columns.
+pub fn column_sums_into(data: &[f32], width: usize, out: &mut [f32]) {
+    let block_rows = crate::spec::sum::BLOCK;
+    let mut levels: Vec<Option<Vec<f32>>> = Vec::new();
+    let mut block = vec![0.0f32; width];
+    let mut in_block = 0;
+    for row in data.chunks_exact(width.max(1)) {
+        for (b, &v) in block.iter_mut().zip(row) {
+            *b += v;
+        }
+        in_block += 1;
+        if in_block == block_rows {
+            let mut carry = std::mem::replace(&mut block, vec![0.0f32; width]);
+            in_block = 0;
+            let mut level = 0;
+            loop {
+                if level == levels.len() {
+                    levels.push(None);
+                }
+                match levels[level].take() {
+                    Some(older) => {
+                        // older + carry, element by element (addition commutes exactly)
+                        for (c, o) in carry.iter_mut().zip(&older) {
+                            *c += *o;
+                        }
+                        level += 1;
+                    }
+                    None => {
+                        levels[level] = Some(carry);
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    out.fill(0.0);
+    let mut any = false;
+    for s in levels.iter().rev().flatten() {
+        for (o, &v) in out.iter_mut().zip(s) {
+            *o = if any { *o + v } else { v };
+        }
+        any = true;
+    }
+    if in_block > 0 {
+        for (o, &v) in out.iter_mut().zip(&block) {
+            *o = if any { *o + v } else { v };
+        }
+    }
+}
+
 pub fn sum_to_shape_into(data: &[f32], from: &[usize], to: &[usize], out: &mut [f32]) {
     if from == to {
         out.copy_from_slice(data);
@@ -41,11 +94,7 @@ pub fn sum_to_shape_into(data: &[f32], from: &[usize], to: &[usize], out: &mut [
         return;
     }
     if keep[lead..] == from[lead..] && n_out > 0 {
-        for row in data.chunks(n_out) {
-            for (o, &v) in out.iter_mut().zip(row) {
-                *o += v;
-            }
-        }
+        column_sums_into(data, n_out, out);
         return;
     }
     // fast path: reduce only trailing axes -> row sums
@@ -263,6 +312,27 @@ pub fn softmax_vjp_into(op: &Op, yd: &[f32], shape: &[usize], gd: &[f32], out: &
             for i in 0..inner {
                 let at = |j: usize| (oi * dim + j) * inner + i;
                 row_vjp(&|j| yd[at(j)], &|j| gd[at(j)], &mut |j, v| out[at(j)] = v);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Each column is the spec's cascade sum of that column, bit for bit, at every row count
+    /// around the block and level boundaries.
+    #[test]
+    fn column_sums_are_the_spec_cascade_of_each_column() {
+        let width = 5;
+        for rows in [0, 1, 31, 32, 33, 64, 65, 96, 127, 128, 129, 1000, 4097] {
+            let data: Vec<f32> = (0..rows * width)
+                .map(|i| ((i * 7919 % 1009) as f32 - 504.0) / 37.0 + 100.0)
+                .collect();
+            let mut out = vec![f32::NAN; width];
+            super::column_sums_into(&data, width, &mut out);
+            for (j, &got) in out.iter().enumerate() {
+                let want = crate::spec::sum::sum((0..rows).map(|r| data[r * width + j]));
+                assert_eq!(got.to_bits(), want.to_bits(), "rows {rows}, column {j}");
             }
         }
     }
