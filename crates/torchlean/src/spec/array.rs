@@ -210,10 +210,7 @@ pub fn reduce_to<T: Scalar>(g: &Array<T>, shape: &[usize]) -> Array<T> {
     {
         out.add(src, g.data[i]);
     }
-    Array {
-        shape: shape.to_vec(),
-        data: out.totals(),
-    }
+    out.into_array(shape)
 }
 
 /// Broadcasts `a` to `shape` (which must be a valid broadcast target).

@@ -289,20 +289,13 @@ pub(super) fn vjp<T: Scalar>(op: &Op, xs: &[&Array<T>], gy: &Array<T>) -> InputG
         }
         gw.add(wi, xi.map_or(T::zero(), |xi| xs[0].data[xi]) * g);
     });
-    let gw = Array {
-        shape: xs[1].shape.clone(),
-        data: gw.totals(),
-    };
-    let mut grads = vec![Some(gx), Some(gw)];
+    let mut grads = vec![Some(gx), Some(gw.into_array(&xs[1].shape))];
     if let Some(b) = xs.get(2) {
         let mut gb = super::sum::Sums::new(b.numel());
         for (yi, &g) in gy.data.iter().enumerate() {
             gb.add(channel_of(yi, &gy.shape), g);
         }
-        grads.push(Some(Array {
-            shape: b.shape.clone(),
-            data: gb.totals(),
-        }));
+        grads.push(Some(gb.into_array(&b.shape)));
     }
     grads
 }

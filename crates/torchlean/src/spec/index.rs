@@ -191,11 +191,7 @@ pub(super) fn vjp<T: Scalar>(
                     }
                 }
             }
-            let g = Array {
-                shape: x.shape.clone(),
-                data: g.totals(),
-            };
-            Ok(vec![Some(g), None])
+            Ok(vec![Some(g.into_array(&x.shape)), None])
         }
         Op::Gather { .. } => {
             let pos = addressed_positions(op, &x.shape, xs[1], axis)?;
@@ -203,11 +199,7 @@ pub(super) fn vjp<T: Scalar>(
             for (i, p) in pos.into_iter().enumerate() {
                 g.add(p, gy.data[i]);
             }
-            let g = Array {
-                shape: x.shape.clone(),
-                data: g.totals(),
-            };
-            Ok(vec![Some(g), None])
+            Ok(vec![Some(g.into_array(&x.shape)), None])
         }
         Op::ScatterAdd { .. } => {
             let pos = addressed_positions(op, &x.shape, xs[1], axis)?;

@@ -239,10 +239,7 @@ pub(super) fn vjp<T: Scalar>(op: &Op, xs: &[&Array<T>], gy: &Array<T>) -> InputG
                         gb.add(o, gy.data[r * outf + o]);
                     }
                 }
-                grads.push(Some(Array {
-                    shape: vec![outf],
-                    data: gb.totals(),
-                }));
+                grads.push(Some(gb.into_array(&[outf])));
             }
             grads
         }

@@ -188,24 +188,20 @@ fn vjp_rows<T: Scalar>(op: &Op, xs: &[&Array<T>], gy: &Array<T>) -> InputGrads<T
             }
         }
     }
-    norm_grads(gx, &ggamma, &gbeta, &gamma.shape, xs.len() == 3)
+    norm_grads(gx, ggamma, gbeta, &gamma.shape, xs.len() == 3)
 }
 
 /// The gradients of x, γ and (with a bias) β, from the parameters' cascaded sums.
 fn norm_grads<T: Scalar>(
     gx: Array<T>,
-    ggamma: &super::sum::Sums<T>,
-    gbeta: &super::sum::Sums<T>,
+    ggamma: super::sum::Sums<T>,
+    gbeta: super::sum::Sums<T>,
     shape: &[usize],
     with_beta: bool,
 ) -> InputGrads<T> {
-    let param = |s: &super::sum::Sums<T>| Array {
-        shape: shape.to_vec(),
-        data: s.totals(),
-    };
-    let mut grads = vec![Some(gx), Some(param(ggamma))];
+    let mut grads = vec![Some(gx), Some(ggamma.into_array(shape))];
     if with_beta {
-        grads.push(Some(param(gbeta)));
+        grads.push(Some(gbeta.into_array(shape)));
     }
     grads
 }
@@ -236,7 +232,7 @@ fn vjp_groups<T: Scalar>(op: &Op, xs: &[&Array<T>], gy: &Array<T>) -> InputGrads
             gbeta.add(param[f], gy.data[f]);
         }
     }
-    norm_grads(gx, &ggamma, &gbeta, &gamma.shape, xs.len() == 3)
+    norm_grads(gx, ggamma, gbeta, &gamma.shape, xs.len() == 3)
 }
 
 /// `γ_k = k·u/(1 − k·u)` at f32's unit roundoff (Higham, *Accuracy and Stability*, §3.1).

@@ -108,6 +108,13 @@ impl<T: Scalar> Sums<T> {
     pub fn totals(&self) -> Vec<T> {
         self.cells.iter().map(Cascade::total).collect()
     }
+    /// The totals as an array of `shape` (whose element count is the number of outputs).
+    pub fn into_array(self, shape: &[usize]) -> super::Array<T> {
+        super::Array {
+            shape: shape.to_vec(),
+            data: self.totals(),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -381,12 +381,7 @@ fn broadcast_mask(m: &Tensor, q: &[usize], k: &[usize]) -> Result<Tensor> {
     let mut full = q[..r - 2].to_vec();
     full.extend([q[r - 2], k[r - 2]]);
     let ms = m.shape();
-    let broadcasts = ms.len() <= r
-        && ms
-            .iter()
-            .rev()
-            .zip(full.iter().rev())
-            .all(|(&a, &b)| a == b || a == 1);
+    let broadcasts = crate::spec::broadcast_shapes(ms, &full).as_deref() == Some(&full[..]);
     if !broadcasts || ms == &full[r - 2..] || ms == full.as_slice() {
         return Ok(m.clone());
     }

@@ -16,7 +16,6 @@ pub fn sum_to_shape(data: &[f32], from: &[usize], to: &[usize]) -> Tensor {
     Tensor::from_parts(out, to.to_vec())
 }
 
-/// [`sum_to_shape`] into `out` (of `to`'s element count), every element written.
 /// `out[j]` = the sum over the rows of `data` (rows of `width`) of column j, each column a
 /// cascade sum in the spec's order (`spec::sum`: rows added in blocks of 32, the blocks'
 /// sums pairwise), so a bias gradient over a large batch errs by O(log rows)·u rather than
@@ -70,6 +69,7 @@ pub fn column_sums_into(data: &[f32], width: usize, out: &mut [f32]) {
     }
 }
 
+/// [`sum_to_shape`] into `out` (of `to`'s element count), every element written.
 pub fn sum_to_shape_into(data: &[f32], from: &[usize], to: &[usize], out: &mut [f32]) {
     if from == to {
         out.copy_from_slice(data);
