@@ -164,10 +164,15 @@ fn pads_it_cannot_honour_are_refused_with_the_reason() {
                 Err(e) => e.to_string(),
             }
         };
+    // `wrap` exists from opset 19; `reflect` by the axis length or more is undefined
+    let mut wrap = node("p", "Pad", &["w", "pads"], &["y"]);
+    wrap.attribute.push(string_attr("mode", "wrap"));
+    let e = refused(wrap, vec![ints("pads", &[4], &[0, 1, 0, 1])], 13);
+    assert!(e.contains("Pad mode `wrap` in opset 13"), "{e}");
     let mut reflect = node("p", "Pad", &["w", "pads"], &["y"]);
     reflect.attribute.push(string_attr("mode", "reflect"));
-    let e = refused(reflect, vec![ints("pads", &[4], &[0, 1, 0, 1])], 13);
-    assert!(e.contains("Pad mode `reflect`"), "{e}");
+    let e = refused(reflect, vec![ints("pads", &[4], &[0, 3, 0, 0])], 13);
+    assert!(e.contains("each amount must be below the length"), "{e}");
     // a constant value computed at run time
     let e = refused(
         node("p", "Pad", &["w", "pads", "x"], &["y"]),

@@ -5,52 +5,6 @@ mod common;
 
 use common::*;
 use torchlean::backend::BackendProfile;
-use tract_onnx::prelude::*;
-use tract_onnx::tract_hir::infer::Factoid;
-
-fn tract_run(path: &std::path::Path, inputs: &[(String, torchlean::Tensor)]) -> Vec<Vec<f32>> {
-    let model = tract_onnx::onnx()
-        .model_for_path(path)
-        .expect("tract reads the model");
-    // each input with the element type the model declares (token ids are int64 in the
-    // model and float32 integers in torchlean's inputs file)
-    let names: Vec<(String, Option<DatumType>)> = model
-        .input_outlets()
-        .unwrap()
-        .iter()
-        .enumerate()
-        .map(|(i, o)| {
-            let dt = model.input_fact(i).unwrap().datum_type.concretize();
-            (model.node(o.node).name.clone(), dt)
-        })
-        .collect();
-    let plan = model.into_optimized().unwrap().into_runnable().unwrap();
-    let feed: TVec<TValue> = names
-        .iter()
-        .map(|(n, dt)| {
-            let t = &inputs.iter().find(|(k, _)| k == n).expect("input given").1;
-            let a = tract_ndarray::ArrayD::from_shape_vec(t.shape().to_vec(), t.to_vec()).unwrap();
-            let t = Tensor::from(a);
-            match dt {
-                Some(dt) if *dt != f32::datum_type() => {
-                    t.cast_to_dt(*dt).unwrap().into_owned().into()
-                }
-                _ => t.into(),
-            }
-        })
-        .collect();
-    plan.run(feed)
-        .expect("tract runs the model")
-        .iter()
-        .map(|v| {
-            v.to_plain_array_view::<f32>()
-                .unwrap()
-                .iter()
-                .copied()
-                .collect()
-        })
-        .collect()
-}
 
 #[test]
 fn tract_and_torchlean_agree_on_the_pytorch_fixtures() {

@@ -18,8 +18,10 @@
 mod attention;
 mod attrs;
 mod ops;
+mod pad;
 mod patterns;
 mod recurrent;
+mod window;
 
 pub use ops::supported_operators;
 
@@ -216,11 +218,19 @@ impl Builder {
         }
     }
 
-    /// The value as a folding operand: constants only (never a parameter).
+    /// The value as a folding operand: constants, and integer (or boolean) initializers,
+    /// which can never be parameters (torchlean's tensors are f32) — exporters store shape
+    /// arithmetic's operands such as `[-1]` as initializers. A float initializer is a
+    /// parameter and never folded.
     pub fn folded(&self, v: &Value) -> Option<Rc<Const>> {
         match v {
             Value::Const(c) => Some(c.clone()),
-            _ => None,
+            Value::Param(name) => self
+                .initializers
+                .get(name)
+                .filter(|c| matches!(c.data, crate::constant::Data::I64(_)))
+                .cloned(),
+            Value::Node(_) => None,
         }
     }
 

@@ -7,9 +7,9 @@ use crate::constant::{
     broadcast_shapes, dtype, normalize_axis, normalize_index, slice_range, Binary, Const, Data,
 };
 use std::rc::Rc;
-use torchlean::graph::{Conv2dGeometry, ConvTranspose2dGeometry, Op, Pool2dGeometry};
+use torchlean::graph::Op;
 
-type Map<T> = Result<T, String>;
+pub(super) type Map<T> = Result<T, String>;
 
 /// Every operator type the table maps.
 const KNOWN: &[&str] = &[
@@ -325,15 +325,11 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
         "Trilu" => trilu(b, a, inputs).map(|v| vec![v]),
         "Neg" | "Sqrt" | "Reciprocal" | "Exp" | "Log" | "Abs" | "Relu" | "Tanh" | "Sigmoid"
         | "Sin" | "Cos" | "Softplus" => unary(b, op, arg(inputs, 0)?).map(|v| vec![v]),
-        "Gelu" => {
-            if a.string("approximate", "none")? != "none" {
-                return Err(
-                    "Gelu with approximate=\"tanh\" (torchlean's gelu is the exact erf form)"
-                        .into(),
-                );
-            }
-            one(b.op_on(Op::Gelu, &[arg(inputs, 0)?])?)
-        }
+        "Gelu" => match a.string("approximate", "none")?.as_str() {
+            "none" => one(b.op_on(Op::Gelu, &[arg(inputs, 0)?])?),
+            "tanh" => one(gelu_tanh(b, arg(inputs, 0)?)?),
+            other => Err(format!("Gelu with approximate=\"{other}\"")),
+        },
         "Pow" => {
             let x = arg(inputs, 0)?;
             let (e, e_dims) = b
@@ -548,27 +544,11 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
             let mut out_shape = shape[..axis].to_vec();
             out_shape.extend_from_slice(&index.dims);
             out_shape.extend_from_slice(&shape[axis + 1..]);
-            let picked = match picks.as_slice() {
-                [k] => b.op_on(
-                    Op::Slice {
-                        axis,
-                        start: *k,
-                        end: k + 1,
-                    },
-                    &[x],
-                )?,
-                _ => {
-                    let ix = konst(Const::f32(
-                        vec![picks.len()],
-                        picks.iter().map(|&k| k as f32).collect(),
-                    ));
-                    b.op_on(Op::IndexSelect { axis }, &[x, &ix])?
-                }
-            };
+            let picked = super::pad::pick(b, x, axis, &picks)?;
             reshape(b, &picked, out_shape).map(|v| vec![v])
         }
         "Slice" => slice(b, inputs).map(|v| vec![v]),
-        "Pad" => pad(b, a, inputs).map(|v| vec![v]),
+        "Pad" => super::pad::pad(b, a, inputs).map(|v| vec![v]),
         "Split" => split(b, a, inputs),
         "ReduceMean" | "ReduceSum" => {
             let x = arg(inputs, 0)?;
@@ -597,6 +577,8 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
                     .map(|&ax| normalize_axis(ax, rank))
                     .collect::<Map<Vec<_>>>()?,
                 _ if noop => return one(x.clone()),
+                // every axis of a 0-d tensor: none, and the sum or mean of one value is itself
+                _ if rank == 0 => return one(x.clone()),
                 _ => (0..rank).collect(),
             };
             axes.sort_unstable();
@@ -624,9 +606,11 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
         }
         "MatMul" => matmul(b, arg(inputs, 0)?, arg(inputs, 1)?).map(|v| vec![v]),
         "Gemm" => gemm(b, a, inputs).map(|v| vec![v]),
-        "Conv" => conv(b, a, inputs).map(|v| vec![v]),
-        "ConvTranspose" => conv_transpose(b, a, inputs).map(|v| vec![v]),
-        "MaxPool" | "AveragePool" => pool(b, op, a, arg(inputs, 0)?).map(|v| vec![v]),
+        "Conv" => super::window::conv(b, a, inputs).map(|v| vec![v]),
+        "ConvTranspose" => super::window::conv_transpose(b, a, inputs).map(|v| vec![v]),
+        "MaxPool" | "AveragePool" => {
+            super::window::pool(b, op, a, arg(inputs, 0)?).map(|v| vec![v])
+        }
         "BatchNormalization" => batch_norm(b, a, inputs).map(|v| vec![v]),
         "LayerNormalization" => layer_norm(b, a, inputs),
         "GRU" => super::recurrent::gru(b, a, inputs),
@@ -643,6 +627,24 @@ impl Attrs<'_> {
             None => Ok(None),
         }
     }
+}
+
+/// GELU's tanh approximation as ONNX (opset 20) and PyTorch (`approximate="tanh"`) define it,
+/// `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`, op by op (torchlean's `gelu` is the erf form).
+fn gelu_tanh(b: &mut Builder, x: &Value) -> Map<Value> {
+    let cube = b.op_on(Op::Pow { exponent: 3.0 }, &[x])?;
+    let cube = b.op_on(Op::Scale { factor: 0.044715 }, &[&cube])?;
+    let inner = b.op_on(Op::Add, &[x, &cube])?;
+    let inner = b.op_on(
+        Op::Scale {
+            factor: (2.0 / std::f32::consts::PI).sqrt(),
+        },
+        &[&inner],
+    )?;
+    let t = b.op_on(Op::Tanh, &[&inner])?;
+    let t = b.op_on(Op::AddScalar { value: 1.0 }, &[&t])?;
+    let half = b.op_on(Op::Scale { factor: 0.5 }, &[x])?;
+    b.op_on(Op::Mul, &[&half, &t])
 }
 
 fn unary(b: &mut Builder, op: &str, x: &Value) -> Map<Value> {
@@ -797,10 +799,10 @@ fn slice(b: &mut Builder, inputs: &[Option<Value>]) -> Map<Value> {
             continue;
         }
         if keep.step != 1 {
-            return Err(format!(
-                "Slice with step {} of a computed value (only step 1)",
-                keep.step
-            ));
+            // strided or reversed: the kept positions as an index list
+            let picks: Vec<usize> = keep.indices().collect();
+            out = super::pad::pick(b, &out, *axis, &picks)?;
+            continue;
         }
         out = b.op_on(
             Op::Slice {
@@ -810,92 +812,6 @@ fn slice(b: &mut Builder, inputs: &[Option<Value>]) -> Map<Value> {
             },
             &[&out],
         )?;
-    }
-    Ok(out)
-}
-
-/// `Pad` in `constant` mode (the default; PyTorch's `F.pad`, `nn.ZeroPad2d`,
-/// `nn.ConstantPad*d`): per axis, a negative amount crops (`slice`), then a positive one
-/// concatenates blocks of the constant before and after (`concat`, whose VJP hands the input
-/// exactly its own cotangent). Pads, axes and the value must be known at import; the blocks
-/// count against the import's constant budget. `reflect`, `edge` and `wrap` are refused.
-fn pad(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Value> {
-    let mode = a.string("mode", "constant")?;
-    if mode != "constant" {
-        return Err(format!("Pad mode `{mode}` (only `constant`)"));
-    }
-    let x = arg(inputs, 0)?;
-    let rank = b.shape(x).len();
-    let pads = b.ints(arg(inputs, 1)?, "pads")?;
-    let axes: Vec<usize> = match opt(inputs, 3) {
-        Some(v) => b
-            .ints(v, "axes")?
-            .into_iter()
-            .map(|ax| normalize_axis(ax, rank))
-            .collect::<Result<_, _>>()?,
-        None => (0..rank).collect(),
-    };
-    if pads.len() != 2 * axes.len() {
-        return Err(format!(
-            "Pad with {} pads for {} axes (expected begins then ends: 2 per axis)",
-            pads.len(),
-            axes.len()
-        ));
-    }
-    if (1..axes.len()).any(|i| axes[..i].contains(&axes[i])) {
-        return Err(format!("Pad with a repeated axis in {axes:?}"));
-    }
-    let value = match opt(inputs, 2) {
-        None => 0.0,
-        Some(v) => b
-            .known(v)
-            .and_then(|c| c.scalar())
-            .ok_or("Pad's constant_value computed at run time (only a constant scalar)")?,
-    };
-    let mut out = x.clone();
-    for (i, &axis) in axes.iter().enumerate() {
-        let (before, after) = (pads[i], pads[i + axes.len()]);
-        let n = b.shape(&out)[axis] as i64;
-        // a negative amount removes elements from that end
-        let (start, end) = (
-            before.min(0).saturating_neg(),
-            n.saturating_add(after.min(0)),
-        );
-        if start > end {
-            return Err(format!(
-                "Pad crops {} of the {n} elements of axis {axis}",
-                start.saturating_add(n.saturating_sub(end))
-            ));
-        }
-        if start > 0 || end < n {
-            out = b.op_on(
-                Op::Slice {
-                    axis,
-                    start: start as usize,
-                    end: end as usize,
-                },
-                &[&out],
-            )?;
-        }
-        let mut parts = Vec::with_capacity(3);
-        for (k, at_end) in [(before, false), (after, true)] {
-            if k <= 0 {
-                continue;
-            }
-            let mut dims = b.shape(&out).to_vec();
-            dims[axis] = usize::try_from(k).map_err(|_| format!("Pad amount {k}"))?;
-            let count = b.budget.take(&dims)?;
-            let block = konst(Const::f32(dims, vec![value; count]));
-            parts.push((at_end, block));
-        }
-        if parts.is_empty() {
-            continue;
-        }
-        let mut order: Vec<&Value> = parts.iter().filter(|p| !p.0).map(|p| &p.1).collect();
-        order.push(&out);
-        order.extend(parts.iter().filter(|p| p.0).map(|p| &p.1));
-        let padded = b.op_on(Op::Concat { axis }, &order)?;
-        out = padded;
     }
     Ok(out)
 }
@@ -1061,224 +977,6 @@ fn gemm(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Value> {
         out = b.op_on(Op::Add, &[&out, &c])?;
     }
     Ok(out)
-}
-
-/// The 2-D window attributes shared by Conv and the pools: symmetric pads only.
-/// The window geometry (strides, pads, dilations) of a 2-D window over a rank-4 input, or of
-/// a 1-D window over a rank-3 input lifted to 2-D with a unit height: strides and dilations
-/// `[1, s]`, pads `[0, p]` (the caller reshapes `[N, C, L]` to `[N, C, 1, L]`; see [`lift`]).
-fn window(a: &Attrs, rank: usize) -> Map<([usize; 2], [usize; 2], [usize; 2])> {
-    let dims = match rank {
-        4 => 2,
-        3 => 1,
-        _ => {
-            return Err(format!(
-                "only 1-D and 2-D windows (rank-3 and rank-4 inputs) are supported, got rank {rank}"
-            ))
-        }
-    };
-    let auto_pad = a.string("auto_pad", "NOTSET")?;
-    if auto_pad != "NOTSET" && auto_pad != "VALID" {
-        return Err(format!("auto_pad={auto_pad} (give explicit pads)"));
-    }
-    // a 1-D value v becomes [lifted, v]: the unit height's stride or dilation 1, pad 0
-    let to_pair = |v: &[usize], lifted: usize| -> [usize; 2] {
-        if dims == 2 {
-            [v[0], v[1]]
-        } else {
-            [lifted, v[0]]
-        }
-    };
-    let pair = |name: &str, default: usize| -> Map<[usize; 2]> {
-        match a.ints(name)? {
-            None => Ok([default; 2]),
-            Some(v) if v.len() == dims && v.iter().all(|&d| d >= 0) => {
-                let v: Vec<usize> = v.iter().map(|&d| d as usize).collect();
-                Ok(to_pair(&v, 1))
-            }
-            Some(v) => Err(format!(
-                "`{name}` {v:?}: expected {dims} non-negative value(s)"
-            )),
-        }
-    };
-    let pads = match a.ints("pads")? {
-        None => [0, 0],
-        Some(p) if p.len() == 2 * dims && p[..dims] == p[dims..] && p.iter().all(|&d| d >= 0) => {
-            let v: Vec<usize> = p[..dims].iter().map(|&d| d as usize).collect();
-            to_pair(&v, 0)
-        }
-        Some(p) => {
-            return Err(format!(
-                "pads {p:?}: only symmetric pads (begin = end) are supported"
-            ))
-        }
-    };
-    Ok((pair("strides", 1)?, pads, pair("dilations", 1)?))
-}
-
-/// `[N, C, L]` as `[N, C, 1, L]` (a rank-3 input of a 1-D window), else `x` itself.
-fn lift(b: &mut Builder, x: &Value) -> Map<Value> {
-    let s = b.shape(x);
-    if s.len() == 3 {
-        reshape(b, x, vec![s[0], s[1], 1, s[2]])
-    } else {
-        Ok(x.clone())
-    }
-}
-
-/// The result of a window op on a lifted input back to rank 3 (`[N, C, 1, L]` → `[N, C, L]`)
-/// when the op's input had rank 3.
-fn lower(b: &mut Builder, y: Value, rank: usize) -> Map<Value> {
-    let s = b.shape(&y);
-    if rank == 3 && s.len() == 4 {
-        reshape(b, &y, vec![s[0], s[1], s[3]])
-    } else {
-        Ok(y)
-    }
-}
-
-/// The attributes both convolutions read: the input's rank (3 for a 1-D window), the window
-/// geometry of [`window`] and the group count, with the weight checked against the rank and
-/// against `kernel_shape` when the node gives one.
-struct ConvAttrs {
-    rank: usize,
-    stride: [usize; 2],
-    padding: [usize; 2],
-    dilation: [usize; 2],
-    groups: usize,
-}
-
-fn conv_attrs(b: &Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<ConvAttrs> {
-    let (x, w) = (arg(inputs, 0)?, arg(inputs, 1)?);
-    let rank = b.shape(x).len();
-    let (stride, padding, dilation) = window(a, rank)?;
-    let ws = b.shape(w);
-    if ws.len() != rank {
-        return Err(format!(
-            "a weight of shape {ws:?} for an input of rank {rank}"
-        ));
-    }
-    if let Some(k) = a.ints("kernel_shape")? {
-        let given: Vec<i64> = ws[2..].iter().map(|&d| d as i64).collect();
-        if k != given {
-            return Err(format!(
-                "kernel_shape {k:?} differs from the weight's {ws:?}"
-            ));
-        }
-    }
-    Ok(ConvAttrs {
-        rank,
-        stride,
-        padding,
-        dilation,
-        groups: group(a)?,
-    })
-}
-
-fn group(a: &Attrs) -> Map<usize> {
-    usize::try_from(a.int("group", 1)?).map_err(|_| "negative group".to_string())
-}
-
-/// The convolution `op` of (x, w[, bias]) as a 2-D op: a 1-D one (`rank` 3) over a unit
-/// height, input and weight reshaped (the weight stays the model's parameter, its gradient
-/// flows back through the reshape) and the result reshaped back.
-fn on_unit_height(b: &mut Builder, op: Op, inputs: &[Option<Value>], rank: usize) -> Map<Value> {
-    let (x, w) = (lift(b, arg(inputs, 0)?)?, lift(b, arg(inputs, 1)?)?);
-    let y = match opt(inputs, 2) {
-        Some(bias) => b.op_on(op, &[&x, &w, bias])?,
-        None => b.op_on(op, &[&x, &w])?,
-    };
-    lower(b, y, rank)
-}
-
-fn conv(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Value> {
-    let c = conv_attrs(b, a, inputs)?;
-    let op = Op::Conv2d(Conv2dGeometry {
-        stride: c.stride,
-        padding: c.padding,
-        dilation: c.dilation,
-        groups: c.groups,
-    });
-    on_unit_height(b, op, inputs, c.rank)
-}
-
-/// `ConvTranspose` (2-D, and 1-D over a unit height as [`conv`]): `conv_transpose2d` with
-/// the same strides, symmetric pads, dilations, group and `output_padding`; the weight
-/// [C, O/group, k…] as PyTorch's `ConvTranspose2d`/`ConvTranspose1d` store it. `output_shape`
-/// is refused (give pads and output_padding: PyTorch's exporter does).
-fn conv_transpose(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Value> {
-    let c = conv_attrs(b, a, inputs)?;
-    let rank = c.rank;
-    if a.ints("output_shape")?.is_some() {
-        return Err("output_shape (give pads and output_padding)".into());
-    }
-    let output_padding = match a.ints("output_padding")? {
-        None => [0, 0],
-        Some(v) if v.len() == rank - 2 && v.iter().all(|&d| d >= 0) => {
-            if rank == 4 {
-                [v[0] as usize, v[1] as usize]
-            } else {
-                [0, v[0] as usize]
-            }
-        }
-        Some(v) => {
-            return Err(format!(
-                "`output_padding` {v:?}: expected {} non-negative value(s)",
-                rank - 2
-            ))
-        }
-    };
-    let op = Op::ConvTranspose2d(ConvTranspose2dGeometry {
-        stride: c.stride,
-        padding: c.padding,
-        output_padding,
-        dilation: c.dilation,
-        groups: c.groups,
-    });
-    on_unit_height(b, op, inputs, rank)
-}
-
-fn pool(b: &mut Builder, op: &str, a: &Attrs, x: &Value) -> Map<Value> {
-    let rank = b.shape(x).len();
-    let (stride, padding, dilation) = window(a, rank)?;
-    if dilation != [1, 1] {
-        return Err("pooling with dilations".into());
-    }
-    if a.int("ceil_mode", 0)? != 0 {
-        return Err("ceil_mode=1".into());
-    }
-    let kernel = match a.ints("kernel_shape")? {
-        Some(k) if k.len() == 2 && rank == 4 && k.iter().all(|&d| d > 0) => {
-            [k[0] as usize, k[1] as usize]
-        }
-        Some(k) if k.len() == 1 && rank == 3 && k[0] > 0 => [1, k[0] as usize],
-        _ => {
-            return Err(format!(
-                "kernel_shape must hold {} positive value(s)",
-                rank - 2
-            ))
-        }
-    };
-    let geometry = Pool2dGeometry {
-        kernel,
-        stride,
-        padding,
-    };
-    let pooled = if op == "MaxPool" {
-        if a.int("storage_order", 0)? != 0 {
-            return Err("storage_order=1".into());
-        }
-        Op::MaxPool2d(geometry)
-    } else {
-        let count_include_pad = a.int("count_include_pad", 0)? != 0;
-        Op::AvgPool2d {
-            geometry,
-            count_include_pad,
-        }
-    };
-    let x = lift(b, x)?;
-    let y = b.op_on(pooled, &[&x])?;
-    lower(b, y, rank)
 }
 
 /// Inference-mode batch norm: `x · gain + shift` with `gain = scale / √(var + eps)` and

@@ -1,0 +1,367 @@
+//! Operator forms the import lowers onto other ops — `Pad` in `reflect`/`edge`/`wrap` mode
+//! and `Slice` steps (an index list read by `index_select`), windows whose pads differ between
+//! the ends (`auto_pad` SAME_UPPER/SAME_LOWER, explicit asymmetric pads, `ceil_mode`: the op's
+//! symmetric padding plus constant blocks, or a slice of a transposed convolution's output),
+//! GELU's tanh form (op by op), a reduction of a 0-d value and shape arithmetic on integer
+//! initializers — checked against an independent engine (tract) on the same model file, and
+//! their gradients against central differences of tract's outputs (these maps are linear or
+//! piecewise linear in the input, so the differences are exact up to rounding).
+
+mod common;
+
+use common::*;
+use onnx_protobuf::{attribute_proto::AttributeType, AttributeProto, Message, NodeProto};
+use std::collections::HashMap;
+use torchlean::backend::BackendProfile;
+use torchlean::Tensor;
+
+const FLOAT: i32 = 1;
+
+fn with_string(mut n: NodeProto, name: &str, v: &str) -> NodeProto {
+    let mut a = AttributeProto::new();
+    a.name = name.into();
+    a.type_ = AttributeType::STRING.into();
+    a.s = v.as_bytes().to_vec();
+    n.attribute.push(a);
+    n
+}
+
+/// One case: nodes reading the input `x` of `dims` and writing `y`, with initializers.
+struct Case {
+    what: &'static str,
+    nodes: Vec<NodeProto>,
+    inits: Vec<onnx_protobuf::TensorProto>,
+    dims: Vec<usize>,
+    opset: i64,
+}
+
+fn case(
+    what: &'static str,
+    nodes: Vec<NodeProto>,
+    inits: Vec<onnx_protobuf::TensorProto>,
+    dims: &[usize],
+    opset: i64,
+) -> Case {
+    Case {
+        what,
+        nodes,
+        inits,
+        dims: dims.to_vec(),
+        opset,
+    }
+}
+
+/// A declared float value of unstated shape (torchlean infers it, tract too).
+fn open(name: &str) -> onnx_protobuf::ValueInfoProto {
+    let mut v = value_info(name, &[], FLOAT);
+    if let Some(onnx_protobuf::type_proto::Value::TensorType(t)) =
+        v.type_.mut_or_insert_default().value.as_mut()
+    {
+        t.shape = None.into();
+    }
+    v
+}
+
+/// The model of `c`; with `with_loss`, also `loss = ReduceSum(y · cot)`, `cot` a second input.
+fn build(c: &Case, with_loss: bool) -> onnx_protobuf::ModelProto {
+    let dims: Vec<i64> = c.dims.iter().map(|&d| d as i64).collect();
+    let mut nodes = c.nodes.clone();
+    let mut inputs = vec![value_info("x", &dims, FLOAT)];
+    let mut outputs = vec![open("y")];
+    if with_loss {
+        inputs.push(open("cot"));
+        nodes.push(node("yc", "Mul", &["y", "cot"], &["yc"]));
+        nodes.push(with_int(
+            node("loss", "ReduceSum", &["yc"], &["loss"]),
+            "keepdims",
+            0,
+        ));
+        outputs.push(open("loss"));
+    }
+    model(nodes, c.inits.clone(), inputs, outputs, c.opset)
+}
+
+fn tract_y(c: &Case, x: &Tensor, dir: &std::path::Path) -> Vec<f32> {
+    let path = dir.join(format!("{}.onnx", c.what.replace([' ', '/'], "_")));
+    std::fs::write(&path, build(c, false).write_to_bytes().unwrap()).unwrap();
+    tract_run(&path, &[("x".into(), x.clone())]).remove(0)
+}
+
+#[test]
+fn lowered_forms_agree_with_tract_values_and_gradients() {
+    let dir = std::env::temp_dir().join(format!("torchlean-lowered-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pad = |mode: &str, pads: &[i64], dims: &[usize]| {
+        let n = with_string(node("p", "Pad", &["x", "pads"], &["y"]), "mode", mode);
+        case(
+            "pad",
+            vec![n],
+            vec![ints("pads", &[pads.len() as i64], pads)],
+            dims,
+            13,
+        )
+    };
+    let slice = |what, starts: &[i64], ends: &[i64], axes: &[i64], steps: &[i64]| {
+        let k = starts.len() as i64;
+        case(
+            what,
+            vec![node("s", "Slice", &["x", "st", "en", "ax", "sp"], &["y"])],
+            vec![
+                ints("st", &[k], starts),
+                ints("en", &[k], ends),
+                ints("ax", &[k], axes),
+                ints("sp", &[k], steps),
+            ],
+            &[5, 7],
+            13,
+        )
+    };
+    let conv = |what, attrs: Vec<(&str, Vec<i64>)>, auto_pad: Option<&str>, k: [i64; 2]| {
+        let mut n = node("c", "Conv", &["x", "w", "b"], &["y"]);
+        for (name, v) in attrs {
+            n = with_ints(n, name, &v);
+        }
+        if let Some(a) = auto_pad {
+            n = with_string(n, "auto_pad", a);
+        }
+        let w = values((4 * 3 * k[0] * k[1]) as usize, 3);
+        case(
+            what,
+            vec![n],
+            vec![
+                floats("w", &[4, 3, k[0], k[1]], &w),
+                floats("b", &[4], &values(4, 4)),
+            ],
+            &[2, 3, 7, 6],
+            17,
+        )
+    };
+    let pool = |what,
+                op: &str,
+                attrs: Vec<(&str, Vec<i64>)>,
+                ints_: Vec<(&str, i64)>,
+                auto_pad: Option<&str>| {
+        let mut n = node("p", op, &["x"], &["y"]);
+        for (name, v) in attrs {
+            n = with_ints(n, name, &v);
+        }
+        for (name, v) in ints_ {
+            n = with_int(n, name, v);
+        }
+        if let Some(a) = auto_pad {
+            n = with_string(n, "auto_pad", a);
+        }
+        case(what, vec![n], vec![], &[2, 3, 7, 8], 17)
+    };
+    let cases = vec![
+        pad("reflect", &[1, 2, 3, 1], &[4, 5]),
+        pad("edge", &[2, 0, 1, 3], &[4, 5]),
+        pad("reflect", &[0, 0, 2, 1, 0, 0, 1, 2], &[2, 3, 4, 5]),
+        pad("edge", &[0, 0, 3, 0, 0, 0, 0, 2], &[2, 3, 1, 5]),
+        slice("slice step 2", &[0], &[7], &[1], &[2]),
+        slice("slice reversed", &[-1], &[i64::MIN], &[1], &[-1]),
+        slice("slice two axes", &[4, 1], &[0, 7], &[0, 1], &[-2, 3]),
+        conv("conv same_upper", vec![], Some("SAME_UPPER"), [3, 2]),
+        conv(
+            "conv same_lower",
+            vec![("strides", vec![2, 2])],
+            Some("SAME_LOWER"),
+            [4, 3],
+        ),
+        conv(
+            "conv asymmetric pads",
+            vec![("pads", vec![0, 2, 1, 0])],
+            None,
+            [3, 3],
+        ),
+        pool(
+            "maxpool ceil_mode",
+            "MaxPool",
+            vec![("kernel_shape", vec![3, 3]), ("strides", vec![2, 2])],
+            vec![("ceil_mode", 1)],
+            None,
+        ),
+        pool(
+            "maxpool same_upper",
+            "MaxPool",
+            vec![("kernel_shape", vec![2, 3]), ("strides", vec![2, 2])],
+            vec![],
+            Some("SAME_UPPER"),
+        ),
+        pool(
+            "avgpool asymmetric, counting the padding",
+            "AveragePool",
+            vec![("kernel_shape", vec![3, 3]), ("pads", vec![1, 0, 0, 2])],
+            vec![("count_include_pad", 1)],
+            None,
+        ),
+        {
+            let n = with_ints(
+                with_ints(
+                    node("t", "ConvTranspose", &["x", "w"], &["y"]),
+                    "strides",
+                    &[2, 2],
+                ),
+                "pads",
+                &[0, 1, 1, 2],
+            );
+            case(
+                "conv_transpose asymmetric pads",
+                vec![n],
+                vec![floats("w", &[3, 2, 3, 3], &values(54, 5))],
+                &[2, 3, 4, 5],
+                17,
+            )
+        },
+    ];
+    let profile = BackendProfile::named("checked_cpu").expect("profile");
+    for c in &cases {
+        let x = Tensor::from_vec(values(c.dims.iter().product(), 7), &c.dims).unwrap();
+        let want = tract_y(c, &x, &dir);
+        let ny = want.len();
+        let cot = values(ny, 11);
+        // the shape torchlean infers for y (its element count must be tract's)
+        let y_shape = {
+            let plain = torchlean_onnx::import_model(&build(c, false), c.what, &HashMap::new())
+                .unwrap_or_else(|e| panic!("{}: {e}", c.what));
+            let out = run_graph(
+                plain.graph,
+                &plain.values,
+                &[("x".into(), x.clone())],
+                &profile,
+                false,
+            )
+            .unwrap_or_else(|e| panic!("{}: {e}", c.what));
+            out["y"].shape().to_vec()
+        };
+        let shapes = HashMap::from([("cot".to_string(), y_shape.clone())]);
+        let imported = torchlean_onnx::import_model(&build(c, true), c.what, &shapes)
+            .unwrap_or_else(|e| panic!("{}: {e}", c.what));
+        let cot_t = Tensor::from_vec(cot.clone(), &y_shape).unwrap();
+        let out = run_graph(
+            imported.graph,
+            &imported.values,
+            &[("x".into(), x.clone()), ("cot".into(), cot_t)],
+            &profile,
+            true,
+        )
+        .unwrap_or_else(|e| panic!("{}: {e}", c.what));
+        assert_close(c.what, &out["y"].to_vec(), &want, 1e-5);
+        // the gradient along a direction u against (L(x + hu) − L(x − hu)) / 2h by tract
+        let u = values(x.numel(), 13);
+        let grad = out["grad.x"].to_vec();
+        let along: f64 = grad
+            .iter()
+            .zip(&u)
+            .map(|(g, u)| *g as f64 * *u as f64)
+            .sum();
+        let h = 1e-3f32;
+        let shifted = |sign: f32| {
+            let xs: Vec<f32> = x
+                .to_vec()
+                .iter()
+                .zip(&u)
+                .map(|(a, b)| a + sign * h * b)
+                .collect();
+            let xs = Tensor::from_vec(xs, &c.dims).unwrap();
+            let y = tract_y(c, &xs, &dir);
+            y.iter()
+                .zip(&cot)
+                .map(|(a, b)| *a as f64 * *b as f64)
+                .sum::<f64>()
+        };
+        let fd = (shifted(1.0) - shifted(-1.0)) / (2.0 * h as f64);
+        let mag: f64 = grad
+            .iter()
+            .zip(&u)
+            .map(|(g, u)| (*g as f64 * *u as f64).abs())
+            .sum();
+        assert!(
+            (along - fd).abs() <= 1e-3 * mag.max(1.0),
+            "{}: gradient along u {along}, finite differences {fd}",
+            c.what
+        );
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `Gelu(approximate="tanh")` (opset 20) against its definition in f64,
+/// 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))); a reduction of a 0-d value is the value; a
+/// reshape target computed from `Shape` and an integer initializer (`[-1]`, as exporters
+/// store it) folds at import.
+#[test]
+fn gelu_tanh_zero_rank_reductions_and_integer_initializers() {
+    let profile = BackendProfile::named("checked_cpu").expect("profile");
+    let run = |c: &Case, x: &Tensor| {
+        let m = torchlean_onnx::import_model(&build(c, false), c.what, &HashMap::new())
+            .unwrap_or_else(|e| panic!("{}: {e}", c.what));
+        run_graph(
+            m.graph,
+            &m.values,
+            &[("x".into(), x.clone())],
+            &profile,
+            false,
+        )
+        .unwrap_or_else(|e| panic!("{}: {e}", c.what))
+        .remove("y")
+        .unwrap()
+    };
+    let gelu = case(
+        "gelu tanh",
+        vec![with_string(
+            node("g", "Gelu", &["x"], &["y"]),
+            "approximate",
+            "tanh",
+        )],
+        vec![],
+        &[4, 50],
+        20,
+    );
+    let x: Vec<f32> = values(200, 21).iter().map(|v| v * 6.0).collect();
+    let y = run(&gelu, &Tensor::from_vec(x.clone(), &[4, 50]).unwrap()).to_vec();
+    let want: Vec<f32> = x
+        .iter()
+        .map(|&v| {
+            let v = v as f64;
+            let k = (2.0 / std::f64::consts::PI).sqrt();
+            (0.5 * v * (1.0 + (k * (v + 0.044715 * v * v * v)).tanh())) as f32
+        })
+        .collect();
+    assert_close("gelu tanh", &y, &want, 1e-6);
+
+    for (op, opset) in [("ReduceSum", 13), ("ReduceMean", 17)] {
+        let c = case(
+            "0-d",
+            vec![node("r", op, &["x"], &["y"])],
+            vec![],
+            &[],
+            opset,
+        );
+        let y = run(&c, &Tensor::from_vec(vec![-2.5], &[]).unwrap());
+        assert_eq!(
+            (y.shape().to_vec(), y.to_vec()),
+            (vec![], vec![-2.5]),
+            "{op}"
+        );
+    }
+
+    let c = case(
+        "shape arithmetic",
+        vec![
+            node("s", "Shape", &["x"], &["s"]),
+            node("g", "Gather", &["s", "zero"], &["b"]),
+            node("u", "Unsqueeze", &["b", "ax"], &["b1"]),
+            with_int(node("c", "Concat", &["b1", "minus1"], &["ns"]), "axis", 0),
+            node("r", "Reshape", &["x", "ns"], &["y"]),
+        ],
+        vec![
+            ints("zero", &[], &[0]),
+            ints("ax", &[1], &[0]),
+            ints("minus1", &[1], &[-1]),
+        ],
+        &[2, 3, 4],
+        17,
+    );
+    let y = run(&c, &Tensor::from_vec(values(24, 1), &[2, 3, 4]).unwrap());
+    assert_eq!(y.shape(), &[2, 12]);
+}
