@@ -308,7 +308,10 @@ fn broken_safetensors_files_are_rejected() {
     let mut f64_file = (header.len() as u64).to_le_bytes().to_vec();
     f64_file.extend_from_slice(header);
     f64_file.extend_from_slice(&1.0f64.to_le_bytes());
-    try_params(&f64_file, "dtype F64 is not supported (only F32)");
+    try_params(
+        &f64_file,
+        "dtype F64 is not supported (F32; BOOL, I64 and I32 are read as f32)",
+    );
     // a graph file that is not JSON
     std::fs::write(d.p("junk.json"), b"\x00\x01 not json").unwrap();
     let (code, _, err) = run(&[

@@ -233,8 +233,10 @@ impl Const {
     /// an f32, i64 or bool reading are refused, and so are float64 values beyond the f32
     /// range.
     pub fn from_proto(t: &TensorProto) -> Fold<Const> {
-        if !t.external_data.is_empty() || t.data_location.value() == 1 {
-            return Err("the tensor's data is stored outside the model file (external data); re-export with external_data=False".into());
+        if crate::external::is_external(t) {
+            // initializers' external data is read with the model file (`read_model`); a model
+            // decoded from bytes, or a Constant node's tensor, has no file to read it from
+            return Err("the tensor's data is stored outside the model (external data), which is read only for the initializers of a model loaded from its file; re-export with external_data=False".into());
         }
         let dims = sizes(&t.dims)?;
         let n = numel(&dims)?;

@@ -23,6 +23,7 @@
 pub mod constant;
 pub mod error;
 pub mod export;
+pub mod external;
 pub mod fuzz;
 pub mod import;
 pub mod model;

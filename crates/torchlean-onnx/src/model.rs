@@ -5,8 +5,8 @@ use crate::error::OnnxError;
 use onnx_protobuf::{Message, ModelProto};
 use std::path::Path;
 
-/// Largest ONNX file read (protobuf's own limit is 2 GiB; a model with external data is
-/// refused, so everything is inside this file).
+/// Largest ONNX file read (protobuf's own limit is 2 GiB; external data files, read by
+/// [`crate::external`], have their own bound).
 pub const MAX_MODEL_BYTES: u64 = 2 << 30;
 
 /// The default-domain (`ai.onnx`) opset versions the importer translates. Before 13,
@@ -14,7 +14,8 @@ pub const MAX_MODEL_BYTES: u64 = 2 << 30;
 /// semantics of this range.
 pub const OPSET_RANGE: std::ops::RangeInclusive<i64> = 13..=22;
 
-/// Reads and decodes `path` (capped at [`MAX_MODEL_BYTES`]).
+/// Reads and decodes `path` (capped at [`MAX_MODEL_BYTES`]), with the external data of its
+/// initializers read from the files beside it ([`crate::external`]).
 pub fn read_model(path: &Path) -> Result<ModelProto, OnnxError> {
     let shown = path.display().to_string();
     let bytes =
@@ -22,7 +23,9 @@ pub fn read_model(path: &Path) -> Result<ModelProto, OnnxError> {
             path: shown.clone(),
             reason: e.to_string(),
         })?;
-    decode_model(&bytes, &shown)
+    let mut model = decode_model(&bytes, &shown)?;
+    crate::external::load_external_data(&mut model, path)?;
+    Ok(model)
 }
 
 /// Decodes a model from bytes (`name` is used in messages). protobuf's decoder bounds the

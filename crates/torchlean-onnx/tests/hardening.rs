@@ -483,6 +483,75 @@ fn integer_inputs_must_receive_integers() {
     imported.check_inputs(&fine).unwrap();
 }
 
+/// A boolean input (a padding mask, as PyTorch exports `src_key_padding_mask`) is read as
+/// float32 0/1: `Where` selects by it and `Not` is 1 − m, against their definitions; any
+/// other value is refused for it, and `Not` of a non-boolean value stays refused.
+#[test]
+fn boolean_inputs_are_masks_of_zeros_and_ones() {
+    const BOOL: i32 = 9;
+    let m = model(
+        vec![
+            node("w", "Where", &["mask", "x", "zero"], &["w"]),
+            node("n", "Not", &["mask"], &["n"]),
+            node("u", "Unsqueeze", &["n", "ax"], &["nu"]),
+            node("f", "Cast", &["nu"], &["nf"]),
+        ],
+        vec![floats("zero", &[], &[0.0]), ints("ax", &[1], &[0])],
+        vec![vi("mask", &[3], BOOL), vi("x", &[3], FLOAT)],
+        vec![out("w"), out("nf")],
+        17,
+    );
+    let m = {
+        let mut m = m;
+        let g = m.graph.as_mut().unwrap();
+        let cast = g.node.iter_mut().find(|n| n.name == "f").unwrap();
+        let mut a = onnx_protobuf::AttributeProto::new();
+        a.name = "to".into();
+        a.type_ = onnx_protobuf::attribute_proto::AttributeType::INT.into();
+        a.i = 1;
+        cast.attribute.push(a);
+        m
+    };
+    let imported = import(&m).unwrap();
+    assert_eq!(imported.integer_inputs, vec![("mask".to_string(), BOOL)]);
+    let t = |v: Vec<f32>| Tensor::from_vec(v, &[3]).unwrap();
+    let inputs = [
+        ("mask".to_string(), t(vec![1.0, 0.0, 1.0])),
+        ("x".to_string(), t(vec![2.5, -1.0, 4.0])),
+    ];
+    imported.check_inputs(&inputs).unwrap();
+    let profile = BackendProfile::named("checked_cpu").unwrap();
+    let outs = run_graph(
+        imported.graph.clone(),
+        &imported.values,
+        &inputs,
+        &profile,
+        false,
+    )
+    .unwrap();
+    assert_eq!(outs["w"].to_vec(), vec![2.5, 0.0, 4.0]);
+    assert_eq!(outs["nf"].to_vec(), vec![0.0, 1.0, 0.0]);
+    let half = [("mask".to_string(), t(vec![1.0, 0.5, 0.0]))];
+    let e = imported.check_inputs(&half).unwrap_err().to_string();
+    assert!(
+        e.contains("element 1 is 0.5") && e.contains("0 or 1"),
+        "{e}"
+    );
+    // Not of an int64 input is not a boolean op: refused
+    let m = model(
+        vec![node("n", "Not", &["ids"], &["n"])],
+        vec![],
+        vec![vi("ids", &[3], INT64)],
+        vec![out("n")],
+        17,
+    );
+    let e = import(&m).err().expect("refused").to_string();
+    assert!(
+        e.contains("`Not` of a computed value that is not a boolean input"),
+        "{e}"
+    );
+}
+
 // ---------------------------------------------------------------- F11: malformed graphs
 
 #[test]

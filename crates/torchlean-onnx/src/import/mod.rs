@@ -58,16 +58,20 @@ impl Imported {
                 continue;
             };
             let limit = (1u32 << 24) as f32;
-            if let Some((i, v)) = t
-                .data()
-                .iter()
-                .enumerate()
-                .find(|(_, v)| !(v.fract() == 0.0 && v.abs() <= limit))
-            {
+            let fits = |v: f32| match *ty {
+                dtype::BOOL => v == 0.0 || v == 1.0,
+                _ => v.fract() == 0.0 && v.abs() <= limit,
+            };
+            if let Some((i, v)) = t.data().iter().enumerate().find(|(_, v)| !fits(**v)) {
+                let required = if *ty == dtype::BOOL {
+                    "0 or 1 is required: torchlean reads a boolean input as float32 0/1"
+                } else {
+                    "an integer of magnitude at most 2^24 is required: torchlean reads integer inputs as float32"
+                };
                 return Err(OnnxError::Input {
                     name: name.clone(),
                     reason: format!(
-                        "the model declares it {}, but element {i} is {v} (an integer of magnitude at most 2^24 is required: torchlean reads integer inputs as float32)",
+                        "the model declares it {}, but element {i} is {v} ({required})",
                         dtype::name(*ty)
                     ),
                 });
@@ -108,6 +112,9 @@ pub(crate) struct Builder {
     /// integers) and what only moves their elements. A `Cast` of one to an integer type
     /// changes nothing.
     pub integral: HashSet<usize>,
+    /// The integral nodes that hold booleans as 0/1: graph inputs the model declares bool and
+    /// what only moves their elements (what `Not` may read).
+    pub boolean: HashSet<usize>,
 }
 
 type Map<T> = Result<T, String>;
@@ -177,11 +184,15 @@ impl Builder {
             .map(|v| self.node(v))
             .collect::<Map<Vec<usize>>>()?;
         // integer values stay integer through the ops that only move elements
-        let integral =
-            op.kind().only_moves_elements() && parents.iter().all(|p| self.integral.contains(p));
+        let moves = op.kind().only_moves_elements();
+        let integral = moves && parents.iter().all(|p| self.integral.contains(p));
+        let boolean = moves && parents.iter().all(|p| self.boolean.contains(p));
         let id = self.op(op, parents)?;
         if integral {
             self.integral.insert(id);
+        }
+        if boolean {
+            self.boolean.insert(id);
         }
         Ok(Value::Node(id))
     }
@@ -298,6 +309,7 @@ pub fn import_model(
         stored: vec![],
         constants: 0,
         integral: Default::default(),
+        boolean: Default::default(),
     };
     // every name a value is defined under: initializers, graph inputs, node outputs (ONNX
     // graphs are in SSA form: each name is defined once)
@@ -348,14 +360,14 @@ pub fn import_model(
             (_, _)
                 if !matches!(
                     elem_type(input),
-                    Some(dtype::FLOAT | dtype::INT64 | dtype::INT32)
+                    Some(dtype::FLOAT | dtype::INT64 | dtype::INT32 | dtype::BOOL)
                 ) =>
             {
                 fail(
                     &input.name,
                     "input",
                     format!(
-                        "inputs of type {} are not supported (float32, and int64/int32 read as float32 integers)",
+                        "inputs of type {} are not supported (float32, and int64/int32/bool read as float32 integers)",
                         elem_type(input).map_or("unknown".into(), dtype::name)
                     ),
                 );
@@ -408,6 +420,9 @@ pub fn import_model(
             Ok(id) => {
                 if let Some(ty) = elem_type(input).filter(|&t| t != dtype::FLOAT) {
                     b.integral.insert(id);
+                    if ty == dtype::BOOL {
+                        b.boolean.insert(id);
+                    }
                     integer_inputs.push((input.name.clone(), ty));
                 }
                 b.values.insert(input.name.clone(), Value::Node(id));

@@ -299,7 +299,13 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
                     data: Data::Bool(c.floats().iter().map(|&v| v == 0.0).collect()),
                 }))
             }
-            None => Err("`Not` of a computed value (torchlean has no boolean ops)".into()),
+            // a boolean input (or what only moves its elements), held as 0/1: 1 − x
+            None if matches!(arg(inputs, 0)?, Value::Node(id) if b.boolean.contains(id)) => {
+                let x = arg(inputs, 0)?;
+                let neg = b.op_on(Op::Scale { factor: -1.0 }, &[x])?;
+                one(b.op_on(Op::AddScalar { value: 1.0 }, &[&neg])?)
+            }
+            None => Err("`Not` of a computed value that is not a boolean input (torchlean has no comparison ops)".into()),
         },
         "Where" => {
             let (c, x, y) = (arg(inputs, 0)?, arg(inputs, 1)?, arg(inputs, 2)?);

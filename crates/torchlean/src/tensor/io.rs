@@ -28,6 +28,71 @@ pub fn read_safetensors(path: &Path) -> Result<Vec<(String, Tensor)>> {
     parse_safetensors(path, &bytes)
 }
 
+/// The elements of a stored tensor as f32: F32 as is; BOOL as 0/1 and I64/I32 as the same
+/// integers, which f32 holds exactly up to 2^24 (a mask or token ids saved from PyTorch
+/// without a cast). A larger integer, or another dtype, is an error naming the tensor: a
+/// value is never rounded silently.
+fn f32_elements(
+    path: &Path,
+    name: &str,
+    dtype: safetensors::Dtype,
+    bytes: &[u8],
+) -> Result<Vec<f32>> {
+    use safetensors::Dtype;
+    let width = match dtype {
+        Dtype::F32 | Dtype::I32 => 4,
+        Dtype::I64 => 8,
+        Dtype::BOOL => 1,
+        other => {
+            return Err(io_err(
+                path,
+                &format!("tensor `{name}`"),
+                format!(
+                    "dtype {other:?} is not supported (F32; BOOL, I64 and I32 are read as f32)"
+                ),
+            ))
+        }
+    };
+    let mut data: Vec<f32> = crate::runtime::buffers::try_with_capacity(
+        bytes.len() / width,
+        &format!("tensor `{name}` of {}", path.display()),
+    )?;
+    let exact = |i: usize, v: i64| -> Result<f32> {
+        if v.unsigned_abs() <= 1 << 24 {
+            Ok(v as f32)
+        } else {
+            Err(io_err(
+                path,
+                &format!("tensor `{name}`"),
+                format!("element {i} is {v}: integers are read as f32, exact only up to 2^24 in magnitude"),
+            ))
+        }
+    };
+    for (i, b) in bytes.chunks_exact(width).enumerate() {
+        data.push(match dtype {
+            Dtype::F32 => f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+            Dtype::I32 => exact(i, i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as i64)?,
+            Dtype::I64 => exact(
+                i,
+                i64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]),
+            )?,
+            // BOOL: safetensors stores one byte, 0 or 1
+            _ => match b[0] {
+                0 => 0.0,
+                1 => 1.0,
+                v => {
+                    return Err(io_err(
+                        path,
+                        &format!("tensor `{name}`"),
+                        format!("element {i} of a BOOL tensor is the byte {v} (0 or 1 expected)"),
+                    ))
+                }
+            },
+        });
+    }
+    Ok(data)
+}
+
 /// Parses safetensors bytes (`path` names the source in errors).
 pub fn parse_safetensors(path: &Path, bytes: &[u8]) -> Result<Vec<(String, Tensor)>> {
     let st = safetensors::SafeTensors::deserialize(bytes)
@@ -37,22 +102,7 @@ pub fn parse_safetensors(path: &Path, bytes: &[u8]) -> Result<Vec<(String, Tenso
     // file order: by data offset
     entries.sort_by_key(|(_, v)| v.data().as_ptr() as usize);
     for (name, view) in entries {
-        if view.dtype() != safetensors::Dtype::F32 {
-            return Err(io_err(
-                path,
-                &format!("tensor `{name}`"),
-                format!("dtype {:?} is not supported (only F32)", view.dtype()),
-            ));
-        }
-        let mut data: Vec<f32> = crate::runtime::buffers::try_with_capacity(
-            view.data().len() / 4,
-            &format!("tensor `{name}` of {}", path.display()),
-        )?;
-        data.extend(
-            view.data()
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
-        );
+        let data = f32_elements(path, &name, view.dtype(), view.data())?;
         let t = Tensor::from_vec(data, view.shape())
             .map_err(|e| io_err(path, &format!("tensor `{name}`"), e))?;
         out.push((name, t));
@@ -143,4 +193,50 @@ pub fn write_safetensors(
     let bytes =
         encode_safetensors(&views, &metadata).map_err(|e| io_err(path, "cannot encode", e))?;
     crate::files::write_atomic(path, &bytes).map_err(|e| io_err(path, "cannot write", e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_safetensors;
+    use std::path::Path;
+
+    /// A safetensors file of one tensor `t` with `dtype`, `shape` and raw little-endian bytes.
+    fn file(dtype: &str, shape: &[usize], data: &[u8]) -> Vec<u8> {
+        let header = format!(
+            r#"{{"t":{{"dtype":"{dtype}","shape":{shape:?},"data_offsets":[0,{}]}}}}"#,
+            data.len()
+        );
+        let mut out = (header.len() as u64).to_le_bytes().to_vec();
+        out.extend(header.as_bytes());
+        out.extend(data);
+        out
+    }
+
+    #[test]
+    fn bool_and_integer_tensors_read_as_exact_f32() {
+        let read = |bytes: Vec<u8>| parse_safetensors(Path::new("t"), &bytes);
+        let b = read(file("BOOL", &[4], &[1, 0, 0, 1])).unwrap();
+        assert_eq!(b[0].1.to_vec(), vec![1.0, 0.0, 0.0, 1.0]);
+        let ints: Vec<u8> = [-3i64, 16_777_216, 7]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        assert_eq!(
+            read(file("I64", &[3], &ints)).unwrap()[0].1.to_vec(),
+            vec![-3.0, 16_777_216.0, 7.0]
+        );
+        let ints: Vec<u8> = [5i32, -9].iter().flat_map(|v| v.to_le_bytes()).collect();
+        assert_eq!(
+            read(file("I32", &[2], &ints)).unwrap()[0].1.to_vec(),
+            vec![5.0, -9.0]
+        );
+        // never rounded: 2^24 + 1 has no f32; a BOOL byte other than 0/1 is malformed
+        let big: Vec<u8> = (16_777_217i64).to_le_bytes().to_vec();
+        let e = read(file("I64", &[1], &big)).unwrap_err().to_string();
+        assert!(e.contains("exact only up to 2^24"), "{e}");
+        let e = read(file("BOOL", &[2], &[1, 2])).unwrap_err().to_string();
+        assert!(e.contains("the byte 2"), "{e}");
+        let e = read(file("F16", &[1], &[0, 0])).unwrap_err().to_string();
+        assert!(e.contains("F16 is not supported"), "{e}");
+    }
 }
