@@ -488,6 +488,37 @@ for bias, st in ((1, 1), (0, 0)):
     case(f"LSTM(bias={bias}, states={st})", [N("LSTM", ins, ["y", "yh", "yc"], hidden_size=hid)], inputs, ["y", "yh", "yc"], inits=inits)
 
 # ---- refusals the docs promise (exit 2, not a wrong answer) ----
+# ---- operators written with other ops (import/composite.rs, import/resize.rs) ----
+xs = randn(3, 4, 5, scale=2)
+for op, kw, opset in [("LeakyRelu", {}, 16), ("LeakyRelu", {"alpha": 0.3}, 16), ("Elu", {}, 13), ("Elu", {"alpha": 0.5}, 13), ("Selu", {}, 13),
+                      ("HardSigmoid", {}, 13), ("HardSigmoid", {"alpha": 1 / 6, "beta": 0.5}, 13), ("HardSwish", {}, 14), ("Mish", {}, 18), ("Softsign", {}, 13)]:
+    case(f"{op}{kw}", [N(op, ["x"], ["y"], **kw)], {"x": xs}, ["y"], opset=opset)
+    case(f"{op}{kw}/special", [N(op, ["x"], ["y"], **kw)], {"x": SPECIAL.reshape(3, 4)}, ["y"], opset=opset, grad=False)
+for sshape in [(4, 1), (1,), (4, 5)]:
+    case(f"PRelu(slope {sshape})", [N("PRelu", ["x", "s"], ["y"])], {"x": xs}, ["y"], inits={"s": randn(*sshape, scale=0.3)}, opset=16)
+for op in ("ReduceL1", "ReduceL2", "ReduceSumSquare"):
+    for kd in (0, 1):
+        for axes in (None, [1], [0, -1]):
+            if axes is None:
+                case(f"{op}(all, keepdims={kd})", [N(op, ["x"], ["y"], keepdims=kd)], {"x": xs}, ["y"], opset=13)
+            else:
+                case(f"{op}(axes={axes}, keepdims={kd}) opset 13", [N(op, ["x"], ["y"], keepdims=kd, axes=axes)], {"x": xs}, ["y"], opset=13)
+                case(f"{op}(axes={axes}, keepdims={kd}) opset 18", [N(op, ["x", "a"], ["y"], keepdims=kd)], {"x": xs}, ["y"], inits={"a": i64(*axes)}, opset=18)
+for shape in [(2, 3, 5), (2, 3, 4, 5)]:
+    case(f"InstanceNormalization{shape}", [N("InstanceNormalization", ["x", "s", "b"], ["y"], epsilon=1e-4)], {"x": randn(*shape, scale=2)}, ["y"], inits={"s": randn(3), "b": randn(3)})
+x_img = randn(2, 3, 5, 6)
+for mode in ("nearest", "linear"):
+    for ct in ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric"):
+        for sc in ((1, 1, 2, 2), (1, 1, 1.5, 0.5), (1, 1, 3, 1)):
+            rules = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil") if mode == "nearest" else ("round_prefer_floor",)
+            for rule in rules:
+                case(f"Resize({mode}, {ct}, {rule}, scales={sc})", [N("Resize", ["x", "", "sc"], ["y"], mode=mode, coordinate_transformation_mode=ct, nearest_mode=rule)],
+                     {"x": x_img}, ["y"], inits={"sc": f32(*sc)}, opset=13, consts={"sc"})
+    case(f"Resize({mode}, sizes)", [N("Resize", ["x", "", "", "sz"], ["y"], mode=mode)], {"x": x_img}, ["y"], inits={"sz": i64(2, 3, 9, 4)}, opset=13)
+    case(f"Resize({mode}, 3-D, opset 19)", [N("Resize", ["x", "", "sc"], ["y"], mode=mode, coordinate_transformation_mode="asymmetric")], {"x": randn(2, 3, 7)}, ["y"], inits={"sc": f32(1, 1, 2)}, opset=19, consts={"sc"})
+    case(f"Resize({mode}, axes) opset 18", [N("Resize", ["x", "", "sc"], ["y"], mode=mode, axes=[2, 3])], {"x": x_img}, ["y"], inits={"sc": f32(2, 2)}, opset=18, consts={"sc"})
+case("Resize(cubic)", [N("Resize", ["x", "", "sc"], ["y"], mode="cubic")], {"x": x_img}, ["y"], inits={"sc": f32(1, 1, 2, 2)}, opset=13, consts={"sc"})
+
 # ---- sizes that take the SIMD, parallel and tiled kernel paths ----
 case("large Gemm", [N("Gemm", ["x", "w", "b"], ["y"], transB=1)], {"x": randn(128, 300)}, ["y"], inits={"w": randn(257, 300, scale=0.1), "b": randn(257)}, rtol=1e-3, atol=1e-4)
 case("large MatMul batched", [N("MatMul", ["a", "b"], ["y"])], {"a": randn(4, 70, 90), "b": randn(90, 66)}, ["y"], rtol=1e-3, atol=1e-4)

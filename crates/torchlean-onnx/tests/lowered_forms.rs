@@ -87,6 +87,79 @@ fn tract_y(c: &Case, x: &Tensor, dir: &std::path::Path) -> Vec<f32> {
     tract_run(&path, &[("x".into(), x.clone())]).remove(0)
 }
 
+/// Each case's `y` against tract's on the same model file, and the gradient of
+/// `Σ y · cot` along a direction against central differences of tract's outputs.
+fn agree_with_tract(cases: &[Case], dir: &std::path::Path) {
+    let profile = BackendProfile::named("checked_cpu").expect("profile");
+    for c in cases {
+        let x = Tensor::from_vec(values(c.dims.iter().product(), 7), &c.dims).unwrap();
+        let want = tract_y(c, &x, dir);
+        let ny = want.len();
+        let cot = values(ny, 11);
+        // the shape torchlean infers for y (its element count must be tract's)
+        let y_shape = {
+            let plain = torchlean_onnx::import_model(&build(c, false), c.what, &HashMap::new())
+                .unwrap_or_else(|e| panic!("{}: {e}", c.what));
+            let out = run_graph(
+                plain.graph,
+                &plain.values,
+                &[("x".into(), x.clone())],
+                &profile,
+                false,
+            )
+            .unwrap_or_else(|e| panic!("{}: {e}", c.what));
+            out["y"].shape().to_vec()
+        };
+        let shapes = HashMap::from([("cot".to_string(), y_shape.clone())]);
+        let imported = torchlean_onnx::import_model(&build(c, true), c.what, &shapes)
+            .unwrap_or_else(|e| panic!("{}: {e}", c.what));
+        let cot_t = Tensor::from_vec(cot.clone(), &y_shape).unwrap();
+        let out = run_graph(
+            imported.graph,
+            &imported.values,
+            &[("x".into(), x.clone()), ("cot".into(), cot_t)],
+            &profile,
+            true,
+        )
+        .unwrap_or_else(|e| panic!("{}: {e}", c.what));
+        assert_close(c.what, &out["y"].to_vec(), &want, 1e-5);
+        // the gradient along a direction u against (L(x + hu) − L(x − hu)) / 2h by tract
+        let u = values(x.numel(), 13);
+        let grad = out["grad.x"].to_vec();
+        let along: f64 = grad
+            .iter()
+            .zip(&u)
+            .map(|(g, u)| *g as f64 * *u as f64)
+            .sum();
+        let h = 1e-3f32;
+        let shifted = |sign: f32| {
+            let xs: Vec<f32> = x
+                .to_vec()
+                .iter()
+                .zip(&u)
+                .map(|(a, b)| a + sign * h * b)
+                .collect();
+            let xs = Tensor::from_vec(xs, &c.dims).unwrap();
+            let y = tract_y(c, &xs, dir);
+            y.iter()
+                .zip(&cot)
+                .map(|(a, b)| *a as f64 * *b as f64)
+                .sum::<f64>()
+        };
+        let fd = (shifted(1.0) - shifted(-1.0)) / (2.0 * h as f64);
+        let mag: f64 = grad
+            .iter()
+            .zip(&u)
+            .map(|(g, u)| (*g as f64 * *u as f64).abs())
+            .sum();
+        assert!(
+            (along - fd).abs() <= 1e-3 * mag.max(1.0),
+            "{}: gradient along u {along}, finite differences {fd}",
+            c.what
+        );
+    }
+}
+
 #[test]
 fn lowered_forms_agree_with_tract_values_and_gradients() {
     let dir = std::env::temp_dir().join(format!("torchlean-lowered-{}", std::process::id()));
@@ -214,74 +287,7 @@ fn lowered_forms_agree_with_tract_values_and_gradients() {
             )
         },
     ];
-    let profile = BackendProfile::named("checked_cpu").expect("profile");
-    for c in &cases {
-        let x = Tensor::from_vec(values(c.dims.iter().product(), 7), &c.dims).unwrap();
-        let want = tract_y(c, &x, &dir);
-        let ny = want.len();
-        let cot = values(ny, 11);
-        // the shape torchlean infers for y (its element count must be tract's)
-        let y_shape = {
-            let plain = torchlean_onnx::import_model(&build(c, false), c.what, &HashMap::new())
-                .unwrap_or_else(|e| panic!("{}: {e}", c.what));
-            let out = run_graph(
-                plain.graph,
-                &plain.values,
-                &[("x".into(), x.clone())],
-                &profile,
-                false,
-            )
-            .unwrap_or_else(|e| panic!("{}: {e}", c.what));
-            out["y"].shape().to_vec()
-        };
-        let shapes = HashMap::from([("cot".to_string(), y_shape.clone())]);
-        let imported = torchlean_onnx::import_model(&build(c, true), c.what, &shapes)
-            .unwrap_or_else(|e| panic!("{}: {e}", c.what));
-        let cot_t = Tensor::from_vec(cot.clone(), &y_shape).unwrap();
-        let out = run_graph(
-            imported.graph,
-            &imported.values,
-            &[("x".into(), x.clone()), ("cot".into(), cot_t)],
-            &profile,
-            true,
-        )
-        .unwrap_or_else(|e| panic!("{}: {e}", c.what));
-        assert_close(c.what, &out["y"].to_vec(), &want, 1e-5);
-        // the gradient along a direction u against (L(x + hu) − L(x − hu)) / 2h by tract
-        let u = values(x.numel(), 13);
-        let grad = out["grad.x"].to_vec();
-        let along: f64 = grad
-            .iter()
-            .zip(&u)
-            .map(|(g, u)| *g as f64 * *u as f64)
-            .sum();
-        let h = 1e-3f32;
-        let shifted = |sign: f32| {
-            let xs: Vec<f32> = x
-                .to_vec()
-                .iter()
-                .zip(&u)
-                .map(|(a, b)| a + sign * h * b)
-                .collect();
-            let xs = Tensor::from_vec(xs, &c.dims).unwrap();
-            let y = tract_y(c, &xs, &dir);
-            y.iter()
-                .zip(&cot)
-                .map(|(a, b)| *a as f64 * *b as f64)
-                .sum::<f64>()
-        };
-        let fd = (shifted(1.0) - shifted(-1.0)) / (2.0 * h as f64);
-        let mag: f64 = grad
-            .iter()
-            .zip(&u)
-            .map(|(g, u)| (*g as f64 * *u as f64).abs())
-            .sum();
-        assert!(
-            (along - fd).abs() <= 1e-3 * mag.max(1.0),
-            "{}: gradient along u {along}, finite differences {fd}",
-            c.what
-        );
-    }
+    agree_with_tract(&cases, &dir);
     std::fs::remove_dir_all(&dir).ok();
 }
 
@@ -364,4 +370,128 @@ fn gelu_tanh_zero_rank_reductions_and_integer_initializers() {
     );
     let y = run(&c, &Tensor::from_vec(values(24, 1), &[2, 3, 4]).unwrap());
     assert_eq!(y.shape(), &[2, 12]);
+}
+
+/// The activations, norm reductions, instance norm and resizes the import writes with other
+/// ops (import/composite.rs, import/resize.rs) against tract, values and gradients.
+#[test]
+fn composite_operators_agree_with_tract_values_and_gradients() {
+    let dir = std::env::temp_dir().join(format!("torchlean-composite-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let unary = |what: &'static str, op: &str, floats_: Vec<(&str, f32)>, opset| {
+        let mut n = node("a", op, &["x"], &["y"]);
+        for (name, v) in floats_ {
+            let mut at = AttributeProto::new();
+            at.name = name.into();
+            at.type_ = AttributeType::FLOAT.into();
+            at.f = v;
+            n.attribute.push(at);
+        }
+        case(what, vec![n], vec![], &[3, 4, 5], opset)
+    };
+    let resize = |what: &'static str, mode: &str, transform: &str, scales: &[f32]| {
+        let n = with_string(
+            with_string(node("r", "Resize", &["x", "", "sc"], &["y"]), "mode", mode),
+            "coordinate_transformation_mode",
+            transform,
+        );
+        case(
+            what,
+            vec![n],
+            vec![floats("sc", &[4], scales)],
+            &[2, 3, 5, 6],
+            13,
+        )
+    };
+    let cases = vec![
+        unary("leaky_relu", "LeakyRelu", vec![("alpha", 0.2)], 16),
+        unary("elu", "Elu", vec![("alpha", 0.7)], 13),
+        unary("selu", "Selu", vec![], 13),
+        unary(
+            "hard_sigmoid",
+            "HardSigmoid",
+            vec![("alpha", 0.3), ("beta", 0.4)],
+            13,
+        ),
+        unary("hard_swish", "HardSwish", vec![], 14),
+        unary("softsign", "Softsign", vec![], 13),
+        case(
+            "prelu",
+            vec![node("p", "PRelu", &["x", "s"], &["y"])],
+            vec![floats("s", &[4, 1], &[0.1, -0.2, 0.3, 0.5])],
+            &[3, 4, 5],
+            16,
+        ),
+        case(
+            "reduce_l2",
+            vec![with_int(
+                with_ints(node("r", "ReduceL2", &["x"], &["y"]), "axes", &[1]),
+                "keepdims",
+                0,
+            )],
+            vec![],
+            &[3, 4, 5],
+            13,
+        ),
+        case(
+            "reduce_l1",
+            vec![with_ints(
+                node("r", "ReduceL1", &["x"], &["y"]),
+                "axes",
+                &[0, 2],
+            )],
+            vec![],
+            &[3, 4, 5],
+            13,
+        ),
+        case(
+            "reduce_sum_square",
+            vec![node("r", "ReduceSumSquare", &["x", "ax"], &["y"])],
+            vec![ints("ax", &[1], &[-1])],
+            &[3, 4, 5],
+            18,
+        ),
+        case(
+            "instance_norm",
+            vec![node("i", "InstanceNormalization", &["x", "s", "b"], &["y"])],
+            vec![
+                floats("s", &[3], &[0.5, 1.5, -1.0]),
+                floats("b", &[3], &[0.1, 0.0, -0.3]),
+            ],
+            &[2, 3, 4, 5],
+            13,
+        ),
+        resize(
+            "resize nearest asymmetric",
+            "nearest",
+            "asymmetric",
+            &[1.0, 1.0, 2.0, 2.0],
+        ),
+        resize(
+            "resize nearest half_pixel",
+            "nearest",
+            "half_pixel",
+            &[1.0, 1.0, 1.5, 0.5],
+        ),
+        resize(
+            "resize linear half_pixel",
+            "linear",
+            "half_pixel",
+            &[1.0, 1.0, 2.0, 2.0],
+        ),
+        resize(
+            "resize linear align_corners",
+            "linear",
+            "align_corners",
+            &[1.0, 1.0, 1.6, 3.0],
+        ),
+        resize(
+            "resize linear pytorch_half_pixel",
+            "linear",
+            "pytorch_half_pixel",
+            &[1.0, 1.0, 0.6, 2.0],
+        ),
+    ];
+    agree_with_tract(&cases, &dir);
+    std::fs::remove_dir_all(&dir).ok();
 }

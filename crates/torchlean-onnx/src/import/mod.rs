@@ -17,10 +17,12 @@
 
 mod attention;
 mod attrs;
+mod composite;
 mod ops;
 mod pad;
 mod patterns;
 mod recurrent;
+mod resize;
 mod window;
 
 pub use ops::supported_operators;

@@ -1,0 +1,190 @@
+//! ONNX operators with no torchlean op of their own, written with the ops torchlean has:
+//! the activations PyTorch's exporter writes for `nn.LeakyReLU`, `nn.PReLU`, `nn.ELU`,
+//! `nn.SELU`, `nn.Hardsigmoid`, `nn.Hardswish`, `nn.Mish` and `nn.Softsign`; the reductions
+//! `ReduceL1`, `ReduceL2` and `ReduceSumSquare` (`torch.linalg.vector_norm`, `F.normalize`);
+//! and `InstanceNormalization` (`nn.InstanceNorm*d`, and `nn.GroupNorm`, which the exporter
+//! writes as one over reshaped groups). Each is the operator's definition op by op, so its
+//! gradient is the composition's; where that differs from PyTorch's hand-written backward
+//! (only at isolated points) the docs say so (docs/onnx.md).
+
+use super::attrs::Attrs;
+use super::ops::{arg, konst, opt, reshape, Map};
+use super::{Builder, Value};
+use crate::constant::{normalize_axis, Const};
+use torchlean::graph::Op;
+
+/// Whether `op` is one of this module's activations.
+pub(super) fn is_activation(op: &str) -> bool {
+    matches!(
+        op,
+        "LeakyRelu" | "PRelu" | "Elu" | "Selu" | "HardSigmoid" | "HardSwish" | "Mish" | "Softsign"
+    )
+}
+
+fn scale(b: &mut Builder, x: &Value, factor: f32) -> Map<Value> {
+    b.op_on(Op::Scale { factor }, &[x])
+}
+
+/// relu(−x) = −min(x, 0): the negative part, as a non-negative value.
+fn negative_part(b: &mut Builder, x: &Value) -> Map<Value> {
+    let neg = scale(b, x, -1.0)?;
+    b.op_on(Op::Relu, &[&neg])
+}
+
+/// relu(x) − slope·relu(−x): x where x > 0, slope·x elsewhere (exactly: one of the two terms
+/// is zero). Its gradient at exactly 0 is 0 (PyTorch's is the slope there). `LeakyRelu` is
+/// the same with a constant slope (`scale`).
+fn leaky(b: &mut Builder, x: &Value, slope: &Value) -> Map<Value> {
+    let pos = b.op_on(Op::Relu, &[x])?;
+    let neg = negative_part(b, x)?;
+    let neg = b.op_on(Op::Mul, &[&neg, slope])?;
+    b.op_on(Op::Sub, &[&pos, &neg])
+}
+
+/// relu(x) + α·(exp(−relu(−x)) − 1): x where x > 0, α(eˣ − 1) elsewhere (eˣ − 1 rather than
+/// expm1: within one ulp of α near 0).
+fn elu(b: &mut Builder, x: &Value, alpha: f32) -> Map<Value> {
+    let pos = b.op_on(Op::Relu, &[x])?;
+    let neg = negative_part(b, x)?;
+    let neg = scale(b, &neg, -1.0)?;
+    let e = b.op_on(Op::Exp, &[&neg])?;
+    let e = b.op_on(Op::AddScalar { value: -1.0 }, &[&e])?;
+    let e = scale(b, &e, alpha)?;
+    b.op_on(Op::Add, &[&pos, &e])
+}
+
+/// clamp(α·x + β, 0, 1).
+fn hard_sigmoid(b: &mut Builder, x: &Value, alpha: f32, beta: f32) -> Map<Value> {
+    let y = scale(b, x, alpha)?;
+    let y = b.op_on(Op::AddScalar { value: beta }, &[&y])?;
+    b.op_on(Op::Clamp { min: 0.0, max: 1.0 }, &[&y])
+}
+
+pub(super) fn activation(
+    b: &mut Builder,
+    op: &str,
+    a: &Attrs,
+    inputs: &[Option<Value>],
+) -> Map<Value> {
+    let x = arg(inputs, 0)?;
+    match op {
+        "LeakyRelu" => {
+            let alpha = a.float("alpha", 0.01)?;
+            let pos = b.op_on(Op::Relu, &[x])?;
+            let neg = negative_part(b, x)?;
+            let neg = scale(b, &neg, alpha)?;
+            b.op_on(Op::Sub, &[&pos, &neg])
+        }
+        // the slope broadcasts to x (a learned parameter: it gets its gradient)
+        "PRelu" => leaky(b, x, arg(inputs, 1)?),
+        "Elu" => elu(b, x, a.float("alpha", 1.0)?),
+        "Selu" => {
+            let y = elu(b, x, a.float("alpha", 1.673_263_2)?)?;
+            scale(b, &y, a.float("gamma", 1.050_701)?)
+        }
+        "HardSigmoid" => hard_sigmoid(b, x, a.float("alpha", 0.2)?, a.float("beta", 0.5)?),
+        "HardSwish" => {
+            let h = hard_sigmoid(b, x, 1.0 / 6.0, 0.5)?;
+            b.op_on(Op::Mul, &[x, &h])
+        }
+        "Mish" => {
+            let s = b.op_on(Op::Softplus, &[x])?;
+            let t = b.op_on(Op::Tanh, &[&s])?;
+            b.op_on(Op::Mul, &[x, &t])
+        }
+        // x / (1 + |x|)
+        _ => {
+            let d = b.op_on(Op::Abs, &[x])?;
+            let d = b.op_on(Op::AddScalar { value: 1.0 }, &[&d])?;
+            b.op_on(Op::Div, &[x, &d])
+        }
+    }
+}
+
+/// `ReduceL1` (Σ|x|), `ReduceL2` (√Σx², whose gradient at a zero vector is NaN where
+/// PyTorch's norm gives 0) and `ReduceSumSquare` (Σx²), with `ReduceSum`'s axes rules of the
+/// model's opset (an `axes` input from opset 18, an attribute before).
+pub(super) fn norm_reduction(
+    b: &mut Builder,
+    op: &str,
+    a: &Attrs,
+    inputs: &[Option<Value>],
+) -> Map<Value> {
+    let x = arg(inputs, 0)?;
+    let rank = b.shape(x).len();
+    let keepdim = a.int("keepdims", 1)? != 0;
+    let (axes, noop) = if b.opset >= 18 {
+        let axes = opt(inputs, 1).map(|v| b.ints(v, "axes")).transpose()?;
+        (axes, a.int("noop_with_empty_axes", 0)? != 0)
+    } else {
+        if inputs.len() > 1 {
+            return Err(format!(
+                "{op} in opset {} takes `axes` as an attribute",
+                b.opset
+            ));
+        }
+        (a.ints("axes")?, false)
+    };
+    let mut axes = match axes {
+        Some(ax) if !ax.is_empty() => ax
+            .iter()
+            .map(|&ax| normalize_axis(ax, rank))
+            .collect::<Map<Vec<_>>>()?,
+        _ if noop || rank == 0 => vec![],
+        _ => (0..rank).collect(),
+    };
+    axes.sort_unstable();
+    axes.dedup();
+    let terms = match op {
+        "ReduceL1" => b.op_on(Op::Abs, &[x])?,
+        _ => b.op_on(Op::Mul, &[x, x])?,
+    };
+    let sum = if axes.is_empty() {
+        terms // no axis reduced: each element's own term
+    } else {
+        b.op_on(Op::ReduceSum { axes, keepdim }, &[&terms])?
+    };
+    if op == "ReduceL2" {
+        b.op_on(Op::Sqrt, &[&sum])
+    } else {
+        Ok(sum)
+    }
+}
+
+/// `InstanceNormalization`: each (sample, channel) of x [N, C, ...] normalized over its
+/// spatial elements (`layer_norm` over the flattened spatial axis, its own affine neutral),
+/// then `· scale[c] + bias[c]` (parameters: they get their gradients).
+pub(super) fn instance_norm(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Value> {
+    let x = arg(inputs, 0)?;
+    let shape = b.shape(x);
+    if shape.len() < 3 {
+        return Err(format!(
+            "InstanceNormalization of a rank-{} input (expected [N, C, D1, ...])",
+            shape.len()
+        ));
+    }
+    let eps = a.float("epsilon", 1e-5)?;
+    let (n, c) = (shape[0], shape[1]);
+    let d: usize = shape[2..].iter().product();
+    for (i, what) in [(1, "scale"), (2, "B")] {
+        let s = b.shape(arg(inputs, i)?);
+        if s != [c] {
+            return Err(format!(
+                "InstanceNormalization {what} of shape {s:?} for {c} channels"
+            ));
+        }
+    }
+    b.budget.take(&[2 * d])?;
+    let ones = konst(Const::f32(vec![d], vec![1.0; d]));
+    let zeros = konst(Const::f32(vec![d], vec![0.0; d]));
+    let rows = reshape(b, x, vec![n, c, d])?;
+    let normed = b.op_on(Op::LayerNorm { eps }, &[&rows, &ones, &zeros])?;
+    let per_channel = |b: &mut Builder, v: &Value| reshape(b, v, vec![c, 1]);
+    let (gain, bias) = (
+        per_channel(b, arg(inputs, 1)?)?,
+        per_channel(b, arg(inputs, 2)?)?,
+    );
+    let y = b.op_on(Op::Mul, &[&normed, &gain])?;
+    let y = b.op_on(Op::Add, &[&y, &bias])?;
+    reshape(b, &y, shape)
+}
