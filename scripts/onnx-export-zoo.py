@@ -62,6 +62,7 @@ def zoo():
     yield "lstm last step", Fn(lambda L, x: L["fc"](L["rnn"](x)[0][:, -1]), rnn=nn.LSTM(5, 8, batch_first=True), fc=nn.Linear(8, 2)), (torch.randn(3, 6, 5),)
     yield "gru two layers", Fn(lambda L, x: L["rnn"](x)[0], rnn=nn.GRU(5, 8, num_layers=2, batch_first=True)), (torch.randn(3, 6, 5),)
     yield "bidirectional lstm", Fn(lambda L, x: L["rnn"](x)[0], rnn=nn.LSTM(5, 8, batch_first=True, bidirectional=True)), (torch.randn(3, 6, 5),)
+    yield "bidirectional gru, two layers, last state", Fn(lambda L, x: L["rnn"](x)[1], rnn=nn.GRU(5, 8, num_layers=2, bidirectional=True)), (torch.randn(6, 3, 5),)
     yield "multihead attention", Fn(lambda L, x: L["mha"](x, x, x, need_weights=False)[0], mha=nn.MultiheadAttention(16, 4, batch_first=True)), (torch.randn(2, 5, 16),)
     yield "sdpa causal", Fn(lambda L, q: F.scaled_dot_product_attention(L["q"](q), L["k"](q), L["v"](q), is_causal=True), q=nn.Linear(8, 8), k=nn.Linear(8, 8), v=nn.Linear(8, 8)), (torch.randn(2, 6, 8),)
     enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True, norm_first=True, activation="gelu"), 2, enable_nested_tensor=False)

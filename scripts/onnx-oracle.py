@@ -487,6 +487,18 @@ for bias, st in ((1, 1), (0, 0)):
     if st: inputs.update({"h0": randn(1, B, hid), "c0": randn(1, B, hid)})
     case(f"LSTM(bias={bias}, states={st})", [N("LSTM", ins, ["y", "yh", "yc"], hidden_size=hid)], inputs, ["y", "yh", "yc"], inits=inits)
 
+# ---- reverse and bidirectional recurrences ----
+for direction, D in (("reverse", 1), ("bidirectional", 2)):
+    hid, inp, T, B = 4, 3, 5, 2
+    for lbr in (0, 1):
+        case(f"GRU({direction}, lbr={lbr})", [N("GRU", ["x", "w", "r", "b", "", "h0"], ["y", "yh"], hidden_size=hid, direction=direction, linear_before_reset=lbr)],
+             {"x": randn(T, B, inp), "h0": randn(D, B, hid)}, ["y", "yh"], inits={"w": randn(D, 3 * hid, inp, scale=0.5), "r": randn(D, 3 * hid, hid, scale=0.5), "b": randn(D, 6 * hid, scale=0.5)})
+    case(f"LSTM({direction})", [N("LSTM", ["x", "w", "r", "b", "", "h0", "c0"], ["y", "yh", "yc"], hidden_size=hid, direction=direction)],
+         {"x": randn(T, B, inp), "h0": randn(D, B, hid), "c0": randn(D, B, hid)}, ["y", "yh", "yc"],
+         inits={"w": randn(D, 4 * hid, inp, scale=0.5), "r": randn(D, 4 * hid, hid, scale=0.5), "b": randn(D, 8 * hid, scale=0.5)})
+    case(f"LSTM({direction}, no bias, no states)", [N("LSTM", ["x", "w", "r"], ["y", "yh"], hidden_size=hid, direction=direction)],
+         {"x": randn(T, B, inp)}, ["y", "yh"], inits={"w": randn(D, 4 * hid, inp, scale=0.5), "r": randn(D, 4 * hid, hid, scale=0.5)})
+
 # ---- refusals the docs promise (exit 2, not a wrong answer) ----
 # ---- operators written with other ops (import/composite.rs, import/resize.rs) ----
 xs = randn(3, 4, 5, scale=2)

