@@ -516,6 +516,17 @@ for op in ("ReduceL1", "ReduceL2", "ReduceSumSquare"):
             else:
                 case(f"{op}(axes={axes}, keepdims={kd}) opset 13", [N(op, ["x"], ["y"], keepdims=kd, axes=axes)], {"x": xs}, ["y"], opset=13)
                 case(f"{op}(axes={axes}, keepdims={kd}) opset 18", [N(op, ["x", "a"], ["y"], keepdims=kd)], {"x": xs}, ["y"], inits={"a": i64(*axes)}, opset=18)
+for op in ("ReduceMax", "ReduceMin", "ReduceLogSumExp"):
+    for kd in (0, 1):
+        for axes in (None, [1], [0, -1], [2]):
+            if axes is None:
+                case(f"{op}(all, keepdims={kd})", [N(op, ["x"], ["y"], keepdims=kd)], {"x": xs}, ["y"], opset=13)
+            else:
+                case(f"{op}(axes={axes}, keepdims={kd}) opset 13", [N(op, ["x"], ["y"], keepdims=kd, axes=axes)], {"x": xs}, ["y"], opset=13)
+                case(f"{op}(axes={axes}, keepdims={kd}) opset 18", [N(op, ["x", "a"], ["y"], keepdims=kd)], {"x": xs}, ["y"], inits={"a": i64(*axes)}, opset=18)
+    case(f"{op}/special", [N(op, ["x"], ["y"], keepdims=0, axes=[1])], {"x": SPECIAL.reshape(3, 4)}, ["y"], opset=13, grad=False)
+    case(f"{op}/long axis", [N(op, ["x"], ["y"], keepdims=0, axes=[1])], {"x": randn(3, 1000, scale=3)}, ["y"], opset=13)
+case("GlobalMaxPool", [N("GlobalMaxPool", ["x"], ["y"])], {"x": randn(2, 3, 5, 7)}, ["y"])
 for shape in [(2, 3, 5), (2, 3, 4, 5)]:
     case(f"InstanceNormalization{shape}", [N("InstanceNormalization", ["x", "s", "b"], ["y"], epsilon=1e-4)], {"x": randn(*shape, scale=2)}, ["y"], inits={"s": randn(3), "b": randn(3)})
 x_img = randn(2, 3, 5, 6)

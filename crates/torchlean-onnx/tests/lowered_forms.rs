@@ -486,6 +486,42 @@ fn composite_operators_agree_with_tract_values_and_gradients() {
             &[2, 3, 4, 5],
             13,
         ),
+        case(
+            "reduce_max",
+            vec![with_int(
+                with_ints(node("r", "ReduceMax", &["x"], &["y"]), "axes", &[2]),
+                "keepdims",
+                0,
+            )],
+            vec![],
+            &[3, 4, 7],
+            13,
+        ),
+        case(
+            "reduce_min",
+            vec![with_ints(
+                node("r", "ReduceMin", &["x"], &["y"]),
+                "axes",
+                &[0, 2],
+            )],
+            vec![],
+            &[3, 4, 5],
+            13,
+        ),
+        case(
+            "reduce_log_sum_exp",
+            vec![node("r", "ReduceLogSumExp", &["x", "ax"], &["y"])],
+            vec![ints("ax", &[1], &[1])],
+            &[3, 5, 4],
+            18,
+        ),
+        case(
+            "global_max_pool",
+            vec![node("g", "GlobalMaxPool", &["x"], &["y"])],
+            vec![],
+            &[2, 3, 5, 3],
+            13,
+        ),
         rnn("gru bidirectional", "GRU", "bidirectional", 3),
         rnn("lstm bidirectional", "LSTM", "bidirectional", 4),
         resize(

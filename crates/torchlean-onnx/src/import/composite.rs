@@ -2,6 +2,8 @@
 //! the activations PyTorch's exporter writes for `nn.LeakyReLU`, `nn.PReLU`, `nn.ELU`,
 //! `nn.SELU`, `nn.Hardsigmoid`, `nn.Hardswish`, `nn.Mish` and `nn.Softsign`; the reductions
 //! `ReduceL1`, `ReduceL2` and `ReduceSumSquare` (`torch.linalg.vector_norm`, `F.normalize`);
+//! `ReduceMax`, `ReduceMin`, `ReduceLogSumExp` and `GlobalMaxPool` (`amax`, `amin`,
+//! `logsumexp`, `nn.AdaptiveMaxPool2d(1)`) by a tournament of `maximum`s;
 //! and `InstanceNormalization` (`nn.InstanceNorm*d`, and `nn.GroupNorm`, which the exporter
 //! writes as one over reshaped groups). Each is the operator's definition op by op, so its
 //! gradient is the composition's; where that differs from PyTorch's hand-written backward
@@ -113,28 +115,7 @@ pub(super) fn norm_reduction(
     let x = arg(inputs, 0)?;
     let rank = b.shape(x).len();
     let keepdim = a.int("keepdims", 1)? != 0;
-    let (axes, noop) = if b.opset >= 18 {
-        let axes = opt(inputs, 1).map(|v| b.ints(v, "axes")).transpose()?;
-        (axes, a.int("noop_with_empty_axes", 0)? != 0)
-    } else {
-        if inputs.len() > 1 {
-            return Err(format!(
-                "{op} in opset {} takes `axes` as an attribute",
-                b.opset
-            ));
-        }
-        (a.ints("axes")?, false)
-    };
-    let mut axes = match axes {
-        Some(ax) if !ax.is_empty() => ax
-            .iter()
-            .map(|&ax| normalize_axis(ax, rank))
-            .collect::<Map<Vec<_>>>()?,
-        _ if noop || rank == 0 => vec![],
-        _ => (0..rank).collect(),
-    };
-    axes.sort_unstable();
-    axes.dedup();
+    let axes = reduction_axes(b, op, a, inputs, rank)?;
     let terms = match op {
         "ReduceL1" => b.op_on(Op::Abs, &[x])?,
         _ => b.op_on(Op::Mul, &[x, x])?,
@@ -187,4 +168,127 @@ pub(super) fn instance_norm(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]
     let y = b.op_on(Op::Mul, &[&normed, &gain])?;
     let y = b.op_on(Op::Add, &[&y, &bias])?;
     reshape(b, &y, shape)
+}
+
+/// The maximum of `x` along `axis` (kept as extent 1): halves compared by `maximum` until one
+/// element is left — ⌈log₂ n⌉ rounds of `slice`, `maximum` (and a `concat` of an odd one out),
+/// so its gradient reaches the element that won every round; equal ones share it as
+/// `maximum` does, a half per round they tie (PyTorch's `amax` splits it evenly among all
+/// equal maxima). NaN wins, as in `amax`.
+fn max_along(b: &mut Builder, x: &Value, axis: usize) -> Map<Value> {
+    let mut cur = x.clone();
+    let n = b.shape(x)[axis];
+    if n == 0 {
+        return Err(format!("a max-reduction over the empty axis {axis}"));
+    }
+    let mut len = n;
+    while len > 1 {
+        let half = len / 2;
+        let part = |b: &mut Builder, start: usize, end: usize, v: &Value| {
+            b.op_on(Op::Slice { axis, start, end }, &[v])
+        };
+        let lo = part(b, 0, half, &cur)?;
+        let hi = part(b, half, 2 * half, &cur)?;
+        let mut next = b.op_on(Op::Maximum, &[&lo, &hi])?;
+        if len % 2 == 1 {
+            let rest = part(b, 2 * half, len, &cur)?;
+            next = b.op_on(Op::Concat { axis }, &[&next, &rest])?;
+        }
+        cur = next;
+        len = half + len % 2;
+    }
+    Ok(cur)
+}
+
+/// The axes a reduction names (ReduceSum's rules: an `axes` input from opset 18 — 13 for
+/// ReduceSum itself —, an attribute before; none means all unless `noop_with_empty_axes`).
+fn reduction_axes(
+    b: &Builder,
+    op: &str,
+    a: &Attrs,
+    inputs: &[Option<Value>],
+    rank: usize,
+) -> Map<Vec<usize>> {
+    let (axes, noop) = if b.opset >= 18 {
+        let axes = opt(inputs, 1).map(|v| b.ints(v, "axes")).transpose()?;
+        (axes, a.int("noop_with_empty_axes", 0)? != 0)
+    } else {
+        if inputs.len() > 1 {
+            return Err(format!(
+                "{op} in opset {} takes `axes` as an attribute",
+                b.opset
+            ));
+        }
+        (a.ints("axes")?, false)
+    };
+    let mut axes = match axes {
+        Some(ax) if !ax.is_empty() => ax
+            .iter()
+            .map(|&ax| normalize_axis(ax, rank))
+            .collect::<Map<Vec<_>>>()?,
+        _ if noop || rank == 0 => vec![],
+        _ => (0..rank).collect(),
+    };
+    axes.sort_unstable();
+    axes.dedup();
+    Ok(axes)
+}
+
+/// `ReduceMax`, `ReduceMin` (−max(−x)) and `ReduceLogSumExp` (m + log Σ exp(x − m), m the
+/// max: no overflow; a row of −∞ gives NaN where PyTorch's `logsumexp` gives −∞), and
+/// `GlobalMaxPool` (the max over the spatial axes, kept), by [`max_along`] on each axis.
+pub(super) fn max_reduction(
+    b: &mut Builder,
+    op: &str,
+    a: &Attrs,
+    inputs: &[Option<Value>],
+) -> Map<Value> {
+    let x = arg(inputs, 0)?;
+    let shape = b.shape(x);
+    let rank = shape.len();
+    let (axes, keepdim) = if op == "GlobalMaxPool" {
+        if rank < 3 {
+            return Err("GlobalMaxPool of a tensor of rank < 3".into());
+        }
+        ((2..rank).collect::<Vec<_>>(), true)
+    } else {
+        (
+            reduction_axes(b, op, a, inputs, rank)?,
+            a.int("keepdims", 1)? != 0,
+        )
+    };
+    let src = if op == "ReduceMin" {
+        scale(b, x, -1.0)?
+    } else {
+        x.clone()
+    };
+    let mut m = src.clone();
+    for &axis in &axes {
+        m = max_along(b, &m, axis)?;
+    }
+    let mut y = match op {
+        "ReduceMin" => scale(b, &m, -1.0)?,
+        "ReduceLogSumExp" if !axes.is_empty() => {
+            let shifted = b.op_on(Op::Sub, &[x, &m])?;
+            let e = b.op_on(Op::Exp, &[&shifted])?;
+            let s = b.op_on(
+                Op::ReduceSum {
+                    axes: axes.clone(),
+                    keepdim: true,
+                },
+                &[&e],
+            )?;
+            let l = b.op_on(Op::Log, &[&s])?;
+            b.op_on(Op::Add, &[&m, &l])?
+        }
+        _ => m,
+    };
+    if !keepdim && !axes.is_empty() {
+        let dims: Vec<usize> = (0..rank)
+            .filter(|d| !axes.contains(d))
+            .map(|d| shape[d])
+            .collect();
+        y = reshape(b, &y, dims)?;
+    }
+    Ok(y)
 }

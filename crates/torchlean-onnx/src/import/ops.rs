@@ -37,6 +37,7 @@ const KNOWN: &[&str] = &[
     "Gelu",
     "Gemm",
     "GlobalAveragePool",
+    "GlobalMaxPool",
     "Greater",
     "GRU",
     "HardSigmoid",
@@ -64,7 +65,10 @@ const KNOWN: &[&str] = &[
     "Reciprocal",
     "ReduceL1",
     "ReduceL2",
+    "ReduceLogSumExp",
+    "ReduceMax",
     "ReduceMean",
+    "ReduceMin",
     "ReduceSum",
     "ReduceSumSquare",
     "Relu",
@@ -639,6 +643,9 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
             one(super::composite::norm_reduction(b, op, a, inputs)?)
         }
         "InstanceNormalization" => one(super::composite::instance_norm(b, a, inputs)?),
+        "ReduceMax" | "ReduceMin" | "ReduceLogSumExp" | "GlobalMaxPool" => {
+            one(super::composite::max_reduction(b, op, a, inputs)?)
+        }
         "Resize" => one(super::resize::resize(b, a, inputs)?),
         "GRU" => super::recurrent::gru(b, a, inputs),
         "LSTM" => super::recurrent::lstm(b, a, inputs),
