@@ -17,7 +17,7 @@ import numpy as np
 import onnx, onnxruntime as ort
 from onnx import helper as H, numpy_helper, TensorProto as TP
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from oracle_common import write_st, read_st, close
+from oracle_common import write_st, read_st, close, judge_run, save_case
 
 ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 ap.add_argument("--torchlean", default="target/release/torchlean")
@@ -25,6 +25,7 @@ ap.add_argument("--jobs", type=int, default=2)
 ap.add_argument("--profiles", default="checked_cpu,strict_native_cpu")
 ap.add_argument("--extra", default="", help="arguments added to every run-graph command")
 ap.add_argument("--only", default="", help="run only the cases whose label contains this")
+ap.add_argument("--emit", default="", help="write every case (model, inputs, onnxruntime's outputs and differences) under this directory instead of running torchlean: replay it with scripts/onnx-oracle-replay.py on a machine without onnxruntime (the GPU machine)")
 ARGS = ap.parse_args()
 WORK = tempfile.mkdtemp(prefix="torchlean-onnx-oracle-")
 rng = np.random.default_rng(1)
@@ -99,7 +100,7 @@ def case(label, nodes, inputs, outputs, inits=None, opset=17, grad=True, rtol=1e
     inits = inits or {}
     plain = build(nodes, inputs, outputs, inits, opset, False)
     if expect_refusal:  # onnxruntime may refuse it too (an unknown attribute): nothing to compare
-        for prof in ARGS.profiles.split(","):
+        for prof in ([""] if ARGS.emit else ARGS.profiles.split(",")):
             JOBS.append(POOL.submit(compare, label, plain, inputs, {}, prof, {}, {}, False, rtol, atol, True, None))
         return
     try:
@@ -114,7 +115,7 @@ def case(label, nodes, inputs, outputs, inits=None, opset=17, grad=True, rtol=1e
     cs = {f"c_{y}": rng.standard_normal(want[y].shape).astype(np.float32) for y in outputs}
     model = build(nodes, inputs, outputs, inits, opset, grad)
     fd = finite_differences(nodes, inputs, outputs, inits, opset, cs, consts) if grad else {}
-    for prof in ARGS.profiles.split(","):
+    for prof in ([""] if ARGS.emit else ARGS.profiles.split(",")):
         JOBS.append(POOL.submit(compare, label, model, inputs, cs if grad else {}, prof, want, fd, grad, rtol, atol, expect_refusal, expect_error))
 
 def finite_differences(nodes, inputs, outputs, inits, opset, cs, consts):
@@ -152,43 +153,28 @@ def finite_differences(nodes, inputs, outputs, inits, opset, cs, consts):
         res[name] = (u, (loss_at(np.asarray(x + eps * u, dtype=dt)) - loss_at(np.asarray(x - eps * u, dtype=dt))) / (2 * eps))
     return res
 
+EMITTED = [0]
 def compare(label, model, inputs, cs, prof, want, fd, grad, rtol, atol, expect_refusal, expect_error):
     work = tempfile.mkdtemp(dir=WORK)
     onnx.save(model, f"{work}/m.onnx")
     write_st(f"{work}/in.st", {**{k: v.astype(np.float32) for k, v in inputs.items()}, **cs})
-    cmd = [ARGS.torchlean, "run-graph", f"{work}/m.onnx", "--inputs", f"{work}/in.st", "--out", f"{work}/out.st", "--profile", prof] + shlex.split(ARGS.extra) + (["--grad"] if grad else [])
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if p.returncode != 0:
-        msg = (p.stderr or p.stdout).strip().replace("\n", " | ")[-500:]
-        if expect_error and p.returncode == 1 and expect_error in msg:
-            PASSED.append((label, prof)); return
-        if p.returncode == 2:
-            (PASSED if expect_refusal else REFUSED).append((label, prof, msg))
-            if not expect_refusal: print(f"refused: {label} | {prof} | {msg}", flush=True)
-        else:
-            fail(label, prof, f"exit {p.returncode}: {msg}")
+    meta = dict(label=label, grad=grad, rtol=rtol, atol=atol, expect_refusal=expect_refusal, expect_error=expect_error)
+    if ARGS.emit:
+        # a case to replay where onnxruntime is not (scripts/onnx-oracle-replay.py)
+        EMITTED[0] += 1
+        d = os.path.join(ARGS.emit, f"{EMITTED[0]:05d}")
+        shutil.copytree(work, d)
+        save_case(d, meta, want, fd)
         return
-    if expect_refusal:
-        fail(label, prof, "expected a refusal, but it ran"); return
-    out = read_st(f"{work}/out.st")
-    for y, v in want.items():
-        if y not in out: fail(label, prof, f"no output {y} (got {sorted(out)})"); return
-        msg = close(out[y], v, rtol, atol)
-        if msg: fail(label, prof, f"{y}: " + msg.replace("ref", "onnxruntime")); return
-    if fd:
-        tol = 2e-2 if fd["_f32"] else 2e-3
-        for name, val in fd.items():
-            if name == "_f32": continue
-            u, want_d = val
-            key = f"grad.{name}"
-            if key not in out: fail(label, prof, f"no {key} (got {sorted(out)})"); return
-            g = out[key].astype(np.float64)
-            if g.shape != u.shape: fail(label, prof, f"{key} shape {g.shape}, input {u.shape}"); return
-            got = float((g * u).sum()); mag = float(np.abs(g * u).sum())
-            if not abs(got - want_d) <= tol * max(mag, abs(want_d)) + 1e-5:
-                fail(label, prof, f"{key}·u = {got:.7g}, finite differences {want_d:.7g} (Σ|g·u| {mag:.3g})"); return
-    PASSED.append((label, prof))
+    verdict = judge_run(ARGS.torchlean, work, prof, shlex.split(ARGS.extra), meta, want, fd)
+    record(verdict, label, prof)
     shutil.rmtree(work, ignore_errors=True)
+
+def record(verdict, label, prof):
+    kind, msg = verdict
+    if kind == "pass": PASSED.append((label, prof))
+    elif kind == "refused": REFUSED.append((label, prof, msg)); print(f"refused: {label} | {prof} | {msg}", flush=True)
+    else: fail(label, prof, msg)
 
 N = H.make_node
 def i64(*v): return np.array(v, np.int64)

@@ -1,7 +1,7 @@
 """Helpers shared by the oracle scripts (scripts/pytorch-oracle.py, scripts/onnx-oracle.py):
 safetensors files without the safetensors package, and the comparison rule (NaN where the
 reference has NaN, infinities equal, finite values within atol·(1 + max|ref|) + rtol·|ref|)."""
-import json, struct
+import json, os, struct, subprocess
 import numpy as np
 
 def write_st(path, tensors):
@@ -41,3 +41,57 @@ def close(a, b, rtol, atol):
         idx = tuple(np.argwhere(fin)[j])
         return f"value at {idx}: got {a[idx]!r}, ref {b[idx]!r} (max err {err.max():.3g}, scale {scale:.3g})"
     return None
+
+
+def save_case(d, meta, want, fd):
+    """Stores a case's expectations beside its model and inputs: meta.json, want.npz (the
+    reference outputs) and fd.npz (per differentiable value, its direction u and the
+    reference's directional derivative)."""
+    meta = dict(meta, fd_f32=bool(fd.get("_f32", False)), fd=[k for k in fd if k != "_f32"])
+    json.dump(meta, open(os.path.join(d, "meta.json"), "w"))
+    np.savez(os.path.join(d, "want.npz"), **want)
+    np.savez(os.path.join(d, "fd.npz"), **{f"u.{k}": v[0] for k, v in fd.items() if k != "_f32"},
+             **{f"d.{k}": np.array(v[1]) for k, v in fd.items() if k != "_f32"})
+
+def load_case(d):
+    meta = json.load(open(os.path.join(d, "meta.json")))
+    want = dict(np.load(os.path.join(d, "want.npz")))
+    z = np.load(os.path.join(d, "fd.npz"))
+    fd = {"_f32": meta["fd_f32"]} if meta["fd"] else {}
+    for k in meta["fd"]:
+        fd[k] = (z[f"u.{k}"], float(z[f"d.{k}"]))
+    return meta, want, fd
+
+def judge_run(torchlean, work, prof, extra, meta, want, fd):
+    """Runs `work/m.onnx` on `work/in.st` under `prof` and judges the result against the
+    reference outputs `want` and the directional derivatives `fd`: ("pass", None),
+    ("refused", reason) for a refusal (exit 2), or ("fail", what)."""
+    cmd = [torchlean, "run-graph", f"{work}/m.onnx", "--inputs", f"{work}/in.st", "--out", f"{work}/out.st", "--profile", prof] + extra + (["--grad"] if meta["grad"] else [])
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        msg = (p.stderr or p.stdout).strip().replace("\n", " | ")[-500:]
+        if meta["expect_error"] and p.returncode == 1 and meta["expect_error"] in msg:
+            return ("pass", None)
+        if p.returncode == 2:
+            return ("pass", None) if meta["expect_refusal"] else ("refused", msg)
+        return ("fail", f"exit {p.returncode}: {msg}")
+    if meta["expect_refusal"]:
+        return ("fail", "expected a refusal, but it ran")
+    out = read_st(f"{work}/out.st")
+    for y, v in want.items():
+        if y not in out: return ("fail", f"no output {y} (got {sorted(out)})")
+        msg = close(out[y], v, meta["rtol"], meta["atol"])
+        if msg: return ("fail", f"{y}: " + msg)
+    if fd:
+        tol = 2e-2 if fd["_f32"] else 2e-3
+        for name, val in fd.items():
+            if name == "_f32": continue
+            u, want_d = val
+            key = f"grad.{name}"
+            if key not in out: return ("fail", f"no {key} (got {sorted(out)})")
+            g = out[key].astype(np.float64)
+            if g.shape != u.shape: return ("fail", f"{key} shape {g.shape}, input {u.shape}")
+            got = float((g * u).sum()); mag = float(np.abs(g * u).sum())
+            if not abs(got - want_d) <= tol * max(mag, abs(want_d)) + 1e-5:
+                return ("fail", f"{key}·u = {got:.7g}, finite differences {want_d:.7g} (Σ|g·u| {mag:.3g})")
+    return ("pass", None)
