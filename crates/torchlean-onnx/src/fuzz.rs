@@ -154,6 +154,50 @@ const OP_TYPES: &[&str] = &[
     "ReduceMean",
     "Erf",
     "Loop",
+    "Pad",
+    "Resize",
+    "AveragePool",
+    "ConvTranspose",
+    "LeakyRelu",
+    "PRelu",
+    "HardSwish",
+    "InstanceNormalization",
+    "ReduceMax",
+    "ReduceLogSumExp",
+    "ReduceL2",
+    "GlobalMaxPool",
+    "GRU",
+    "LSTM",
+    "Not",
+    "",
+];
+
+/// Attribute names and string values whose meaning the importer reads (modes, padding rules,
+/// directions), added to or set on a node.
+const ATTRIBUTE_NAMES: &[&str] = &[
+    "mode",
+    "auto_pad",
+    "direction",
+    "ceil_mode",
+    "coordinate_transformation_mode",
+    "nearest_mode",
+    "approximate",
+    "axes",
+    "pads",
+    "strides",
+];
+const STRINGS: &[&str] = &[
+    "reflect",
+    "edge",
+    "wrap",
+    "SAME_UPPER",
+    "SAME_LOWER",
+    "bidirectional",
+    "reverse",
+    "linear",
+    "cubic",
+    "tanh",
+    "align_corners",
     "",
 ];
 
@@ -185,7 +229,18 @@ fn mutate_model(m: &mut ModelProto, rng: &mut Rng) {
         1 if !g.node.is_empty() => {
             let i = rng.below(g.node.len());
             let n = &mut g.node[i];
-            if n.attribute.is_empty() {
+            if n.attribute.is_empty() || rng.one_in(3) {
+                // a new attribute the importer reads, of a random kind
+                let mut a = onnx_protobuf::AttributeProto::new();
+                a.name = rng.pick(ATTRIBUTE_NAMES).to_string();
+                if rng.one_in(2) {
+                    a.type_ = AttributeType::STRING.into();
+                    a.s = rng.pick(STRINGS).as_bytes().to_vec();
+                } else {
+                    a.type_ = AttributeType::INTS.into();
+                    a.ints = (0..rng.range(1, 5)).map(|_| interesting_i64(rng)).collect();
+                }
+                n.attribute.push(a);
                 return;
             }
             let k = rng.below(n.attribute.len());
@@ -201,6 +256,10 @@ fn mutate_model(m: &mut ModelProto, rng: &mut Rng) {
                     }
                 }
                 2 => a.f = f32::from_bits(interesting_u64(rng) as u32),
+                3 if rng.one_in(2) => {
+                    a.type_ = AttributeType::STRING.into();
+                    a.s = rng.pick(STRINGS).as_bytes().to_vec();
+                }
                 _ => a.type_ = AttributeType::INTS.into(),
             }
         }
