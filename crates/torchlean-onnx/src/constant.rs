@@ -17,6 +17,16 @@ pub mod dtype {
     pub const BOOL: i32 = 9;
     pub const DOUBLE: i32 = 11;
 
+    /// Bytes per element of the types the importer reads (stored raw or externally).
+    pub fn width(code: i32) -> Option<usize> {
+        match code {
+            FLOAT | INT32 => Some(4),
+            INT64 | DOUBLE => Some(8),
+            BOOL => Some(1),
+            _ => None,
+        }
+    }
+
     /// A readable name for a data type code.
     pub fn name(code: i32) -> String {
         match code {
@@ -241,17 +251,12 @@ impl Const {
         let dims = sizes(&t.dims)?;
         let n = numel(&dims)?;
         let raw = &t.raw_data;
-        let width = match t.data_type {
-            dtype::FLOAT | dtype::INT32 => 4,
-            dtype::INT64 | dtype::DOUBLE => 8,
-            dtype::BOOL => 1,
-            other => {
-                return Err(format!(
-                    "{} tensors are not supported (float32, float64, int32, int64 and bool are)",
-                    dtype::name(other)
-                ))
-            }
-        };
+        let width = dtype::width(t.data_type).ok_or_else(|| {
+            format!(
+                "{} tensors are not supported (float32, float64, int32, int64 and bool are)",
+                dtype::name(t.data_type)
+            )
+        })?;
         let stored = if raw.is_empty() {
             match t.data_type {
                 dtype::FLOAT => t.float_data.len(),

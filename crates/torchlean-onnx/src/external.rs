@@ -72,17 +72,9 @@ fn read_one(t: &TensorProto, dir: &Path, budget: &mut u64) -> Result<Vec<u8>, St
     };
     let location = entry("location").ok_or("no `location` entry")?;
     let file = inside(dir, location)?;
-    let width: u64 = match t.data_type {
-        dtype::FLOAT | dtype::INT32 => 4,
-        dtype::INT64 | dtype::DOUBLE => 8,
-        dtype::BOOL => 1,
-        other => {
-            return Err(format!(
-                "element type {} is not supported",
-                dtype::name(other)
-            ))
-        }
-    };
+    let width = dtype::width(t.data_type)
+        .ok_or_else(|| format!("element type {} is not supported", dtype::name(t.data_type)))?
+        as u64;
     let count = sizes(&t.dims)?
         .iter()
         .try_fold(1u64, |n, &d| n.checked_mul(d as u64))
