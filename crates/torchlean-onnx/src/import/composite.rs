@@ -10,9 +10,9 @@
 //! (only at isolated points) the docs say so (docs/onnx.md).
 
 use super::attrs::Attrs;
-use super::ops::{arg, konst, opt, reshape, Map};
+use super::ops::{arg, konst, reduction_axes, reshape, Map};
 use super::{Builder, Value};
-use crate::constant::{normalize_axis, Const};
+use crate::constant::Const;
 use torchlean::graph::Op;
 
 /// Whether `op` is one of this module's activations.
@@ -198,40 +198,6 @@ fn max_along(b: &mut Builder, x: &Value, axis: usize) -> Map<Value> {
         len = half + len % 2;
     }
     Ok(cur)
-}
-
-/// The axes a reduction names (ReduceSum's rules: an `axes` input from opset 18 — 13 for
-/// ReduceSum itself —, an attribute before; none means all unless `noop_with_empty_axes`).
-fn reduction_axes(
-    b: &Builder,
-    op: &str,
-    a: &Attrs,
-    inputs: &[Option<Value>],
-    rank: usize,
-) -> Map<Vec<usize>> {
-    let (axes, noop) = if b.opset >= 18 {
-        let axes = opt(inputs, 1).map(|v| b.ints(v, "axes")).transpose()?;
-        (axes, a.int("noop_with_empty_axes", 0)? != 0)
-    } else {
-        if inputs.len() > 1 {
-            return Err(format!(
-                "{op} in opset {} takes `axes` as an attribute",
-                b.opset
-            ));
-        }
-        (a.ints("axes")?, false)
-    };
-    let mut axes = match axes {
-        Some(ax) if !ax.is_empty() => ax
-            .iter()
-            .map(|&ax| normalize_axis(ax, rank))
-            .collect::<Map<Vec<_>>>()?,
-        _ if noop || rank == 0 => vec![],
-        _ => (0..rank).collect(),
-    };
-    axes.sort_unstable();
-    axes.dedup();
-    Ok(axes)
 }
 
 /// `ReduceMax`, `ReduceMin` (−max(−x)) and `ReduceLogSumExp` (m + log Σ exp(x − m), m the

@@ -575,37 +575,13 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
         "Split" => split(b, a, inputs),
         "ReduceMean" | "ReduceSum" => {
             let x = arg(inputs, 0)?;
-            let rank = b.shape(x).len();
             let keepdim = a.int("keepdims", 1)? != 0;
-            // the model's opset decides the form: ReduceSum takes `axes` as an input and has
-            // `noop_with_empty_axes` from opset 13, the other reductions from opset 18 (before,
-            // `axes` is an attribute). An attribute or input of the other form stays unread
-            // and is refused.
-            let new_form = op == "ReduceSum" || b.opset >= 18;
-            let noop = new_form && a.int("noop_with_empty_axes", 0)? != 0;
-            let axes = if new_form {
-                opt(inputs, 1).map(|v| b.ints(v, "axes")).transpose()?
-            } else {
-                if inputs.len() > 1 {
-                    return Err(format!(
-                        "{op} in opset {} takes `axes` as an attribute, not as an input (the input form is opset 18's)",
-                        b.opset
-                    ));
-                }
-                a.ints("axes")?
-            };
-            let mut axes = match axes {
-                Some(ax) if !ax.is_empty() => ax
-                    .iter()
-                    .map(|&ax| normalize_axis(ax, rank))
-                    .collect::<Map<Vec<_>>>()?,
-                _ if noop => return one(x.clone()),
-                // every axis of a 0-d tensor: none, and the sum or mean of one value is itself
-                _ if rank == 0 => return one(x.clone()),
-                _ => (0..rank).collect(),
-            };
-            axes.sort_unstable();
-            axes.dedup();
+            let axes = reduction_axes(b, op, a, inputs, b.shape(x).len())?;
+            if axes.is_empty() {
+                // noop_with_empty_axes, or every axis of a 0-d value: the sum or mean of one
+                // value is itself
+                return one(x.clone());
+            }
             let op = if op == "ReduceMean" {
                 Op::ReduceMean { axes, keepdim }
             } else {
@@ -661,6 +637,44 @@ impl Attrs<'_> {
             None => Ok(None),
         }
     }
+}
+
+/// The axes a reduction node names, sorted and distinct. The model's opset decides the
+/// form: ReduceSum takes `axes` as an input and has `noop_with_empty_axes` from opset 13, the
+/// other reductions from opset 18 (before, `axes` is an attribute); an attribute or input of
+/// the other form stays unread and is refused. No axes means every axis; empty when
+/// `noop_with_empty_axes` asks for no reduction or the value is 0-d.
+pub(super) fn reduction_axes(
+    b: &Builder,
+    op: &str,
+    a: &Attrs,
+    inputs: &[Option<Value>],
+    rank: usize,
+) -> Map<Vec<usize>> {
+    let new_form = op == "ReduceSum" || b.opset >= 18;
+    let noop = new_form && a.int("noop_with_empty_axes", 0)? != 0;
+    let axes = if new_form {
+        opt(inputs, 1).map(|v| b.ints(v, "axes")).transpose()?
+    } else {
+        if inputs.len() > 1 {
+            return Err(format!(
+                "{op} in opset {} takes `axes` as an attribute, not as an input (the input form is opset 18's)",
+                b.opset
+            ));
+        }
+        a.ints("axes")?
+    };
+    let mut axes = match axes {
+        Some(ax) if !ax.is_empty() => ax
+            .iter()
+            .map(|&ax| normalize_axis(ax, rank))
+            .collect::<Map<Vec<_>>>()?,
+        _ if noop || rank == 0 => vec![],
+        _ => (0..rank).collect(),
+    };
+    axes.sort_unstable();
+    axes.dedup();
+    Ok(axes)
 }
 
 /// GELU's tanh approximation as ONNX (opset 20) and PyTorch (`approximate="tanh"`) define it,

@@ -17,7 +17,9 @@ const MAX_PICKED_AXIS: usize = 1 << 24;
 
 /// `x` at the positions `picks` along `axis`, in that order: `x` itself when `picks` is
 /// every position in order, a `slice` when it is one ascending run, else `index_select`
-/// with the positions as a constant index vector.
+/// with the positions as a constant index vector. The caller has bounded `picks` (the
+/// constant budget for lists it computes from amounts or sizes, the axis or the file for the
+/// others).
 pub(super) fn pick(b: &mut Builder, x: &Value, axis: usize, picks: &[usize]) -> Map<Value> {
     let n = b.shape(x)[axis];
     let run = picks.windows(2).all(|w| w[1] == w[0] + 1);
@@ -34,7 +36,6 @@ pub(super) fn pick(b: &mut Builder, x: &Value, axis: usize, picks: &[usize]) -> 
             "reading positions of an axis of {n} elements by an index list (index tensors are float32: at most 2^24 positions)"
         ));
     }
-    b.budget.take(&[picks.len()])?;
     let index = konst(Const::f32(
         vec![picks.len()],
         picks.iter().map(|&k| k as f32).collect(),
