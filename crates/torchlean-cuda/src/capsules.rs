@@ -73,7 +73,10 @@ fn capsule(op: OpKind, provider: Provider, file: &str) -> KernelCapsule {
     // run time, in the report's target line); what backs their value claims is the same GPU
     // conformance suite as the native kernels' (see the module docs)
     let library = match provider {
-        Provider::Cublas => Some(("cublasSgemm / cublasSgemmStridedBatched", "cuBLAS (NVIDIA)")),
+        Provider::Cublas => Some((
+            "cublasSgemm / cublasSgemmStridedBatched; cublas.linear: cublasLtMatmul (f32 compute, bias and bias-gradient epilogues) unless TORCHLEAN_CUBLASLT=0 or cuBLASLt declines the shape",
+            "cuBLAS and cuBLASLt (NVIDIA)",
+        )),
         Provider::Cufft => Some((
             "cufftExecR2C / cufftExecC2R (batched 1-D real transforms)",
             "cuFFT (NVIDIA)",

@@ -39,6 +39,8 @@ pub struct Functions {
     pub gather_forward: CudaFunction,
     pub gather_vjp: CudaFunction,
     pub strided_copy: CudaFunction,
+    /// The same copy moving float4s (innermost axis dense, everything a multiple of 4).
+    pub strided_copy4: CudaFunction,
     pub index_select_forward: CudaFunction,
     pub index_select_vjp: CudaFunction,
     pub norm_rows: CudaFunction,
@@ -108,6 +110,10 @@ pub struct Context {
     pub ctx: Arc<CudaContext>,
     pub stream: Arc<CudaStream>,
     pub blas: Mutex<Blas>,
+    /// cuBLASLt (linear's products, where [`Context::lt_products`] says so).
+    pub lt: Mutex<crate::lt::Lt>,
+    /// Which of linear's products run through cuBLASLt.
+    pub lt_products: LtProducts,
     pub functions: Functions,
     pub pool: Arc<Pool>,
     /// cuBLAS's workspace, set on the handle at creation so that cuBLAS never allocates
@@ -128,6 +134,51 @@ pub struct FlashMma {
     pub forward: bool,
     /// The key/value VJP (`flash_bwd_kv_mma`).
     pub vjp: bool,
+}
+
+/// Which of the `cublas.linear` capsule's products go through cuBLASLt ([`crate::lt`]):
+/// `TORCHLEAN_CUBLASLT` = `0` (none: the classic API, the bias added and summed by
+/// native kernels), `forward` (the forward product with its bias epilogue), `1` (forward and
+/// VJP, the bias gradient fused into the weight gradient's product), unset:
+/// [`LT_PRODUCTS_DEFAULT`]. A shape cuBLASLt has no algorithm for takes the classic API.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LtProducts {
+    pub forward: bool,
+    pub vjp: bool,
+}
+
+/// Where linear's products run when `TORCHLEAN_CUBLASLT` is unset.
+pub const LT_PRODUCTS_DEFAULT: LtProducts = LtProducts {
+    forward: true,
+    vjp: true,
+};
+
+fn lt_products() -> LtProducts {
+    match std::env::var("TORCHLEAN_CUBLASLT").as_deref() {
+        Ok("0") => LtProducts {
+            forward: false,
+            vjp: false,
+        },
+        Ok("forward") => LtProducts {
+            forward: true,
+            vjp: false,
+        },
+        Ok("1") => LtProducts {
+            forward: true,
+            vjp: true,
+        },
+        _ => LT_PRODUCTS_DEFAULT,
+    }
+}
+
+/// The target line's account of linear's products.
+fn lt_description(p: LtProducts) -> &'static str {
+    match (p.forward, p.vjp) {
+        (true, true) => "cuBLASLt with bias epilogues (forward and VJP)",
+        (true, false) => "cuBLASLt with a bias epilogue (forward), cuBLAS (VJP)",
+        (false, true) => "cuBLAS (forward), cuBLASLt with a bias-gradient epilogue (VJP)",
+        (false, false) => "cuBLAS",
+    }
 }
 
 // SAFETY: the CUDA driver's handles (functions, modules) are context-global and may be used
@@ -242,6 +293,8 @@ fn create() -> Result<Context, String> {
             return Err(format!("cuBLAS refused its workspace: {status:?}"));
         }
     }
+    let lt = crate::lt::Lt::new(&stream)?;
+    let lt_products = lt_products();
     let mut cublas_v = 0;
     // SAFETY: `blas` holds a live handle; the out pointer is valid.
     unsafe { cudarc::cublas::sys::cublasGetVersion_v2(*blas.handle(), &mut cublas_v) };
@@ -277,6 +330,7 @@ fn create() -> Result<Context, String> {
         gather_forward: f("gather_forward")?,
         gather_vjp: f("gather_vjp")?,
         strided_copy: f("strided_copy")?,
+        strided_copy4: f("strided_copy4")?,
         index_select_forward: f("index_select_forward")?,
         index_select_vjp: f("index_select_vjp")?,
         norm_rows: f("norm_rows")?,
@@ -365,8 +419,9 @@ fn create() -> Result<Context, String> {
     };
     let flash = flash_description(major, flash_mma);
     let detail = format!(
-        "{name} (sm_{major}{minor}, {sms} SMs, {:.1} GiB), CUDA driver API {driver}, NVRTC {nvrtc} (kernels {source}), cuBLAS {cublas}, cuFFT {cufft}, flash attention: {flash}",
+        "{name} (sm_{major}{minor}, {sms} SMs, {:.1} GiB), CUDA driver API {driver}, NVRTC {nvrtc} (kernels {source}), cuBLAS {cublas}, cuFFT {cufft}, linear products: {}, flash attention: {flash}",
         total as f64 / (1u64 << 30) as f64,
+        lt_description(lt_products),
     );
     Ok(Context {
         blas_workspace,
@@ -374,6 +429,8 @@ fn create() -> Result<Context, String> {
         ctx,
         stream,
         blas: Mutex::new(Blas(blas)),
+        lt: Mutex::new(lt),
+        lt_products,
         functions,
         detail,
         flash_mma,
@@ -385,6 +442,12 @@ impl Context {
     pub fn blas(&self) -> std::sync::MutexGuard<'_, Blas> {
         // a poisoned lock only means another thread panicked during a call
         self.blas.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The cuBLASLt handle and plans (serialized).
+    pub fn lt(&self) -> std::sync::MutexGuard<'_, crate::lt::Lt> {
+        // a poisoned lock only means another thread panicked during a call
+        self.lt.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 

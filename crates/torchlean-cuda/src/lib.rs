@@ -13,7 +13,7 @@
 //! with [`torchlean::Error::DeviceUnavailable`] naming it (the CLI's exit code 2).
 //!
 //! Layout: [`probe`] (libraries and versions), [`device`] (context, stream, handles,
-//! functions), [`memory`] (the caching allocator and [`memory::CudaBuffer`]), [`graph`]
+//! functions), [`lt`] (cuBLASLt: plans for linear's products), [`memory`] (the caching allocator and [`memory::CudaBuffer`]), [`graph`]
 //! (recording and replaying CUDA Graphs), [`nvrtc`]
 //! (run-time compilation and its disk cache), [`kernels`] (the kernels), [`guard`] (their
 //! runtime guards), [`capsules`] (their contracts and evidence).
@@ -23,6 +23,7 @@ pub mod device;
 pub mod graph;
 pub mod guard;
 pub mod kernels;
+pub mod lt;
 pub mod memory;
 pub mod nvrtc;
 pub mod probe;

@@ -1346,3 +1346,139 @@ fn rmsprop_and_adagrad_on_the_gpu_match_the_cpu() {
         eprintln!("{name}: gpu {:?}", &gpu[gpu.len() - 3..]);
     }
 }
+
+/// `cublas.linear` through cuBLASLt (bias epilogue in the forward, bias-gradient epilogue
+/// in the weight gradient's product): at shapes of a transformer's projections, every
+/// element of y = x·Wᵀ + b, dX, dW and db within the f32 product bound γ_k·(|A||B|)_ij (+
+/// one rounding of the bias add) of the exact f64 values; and cuBLASLt really ran (its
+/// count of products grew), unless `TORCHLEAN_CUBLASLT=0` chose the classic API.
+#[test]
+fn cublaslt_linear_products_stay_within_the_f32_bound() {
+    if !gpu("cublaslt_linear_products_stay_within_the_f32_bound") {
+        return;
+    }
+    install(Session::new(checked_cuda())).expect("install");
+    let cx = torchlean_cuda::device::context().expect("context");
+    let before = cx.lt().stats();
+    let b = cublas_binding();
+    let gamma = |k: usize| {
+        let ku = k as f64 / (1u64 << 24) as f64;
+        ku / (1.0 - ku)
+    };
+    let ulp = 2f64.powi(-24);
+    let mut worst = 0.0f64;
+    for (rows, i, o, seed) in [(512, 256, 768, 41u64), (300, 64, 40, 42), (7, 5, 3, 43)] {
+        let x = draw(&[rows, i], Gen::Normal, seed);
+        let w = draw(&[o, i], Gen::Normal, seed + 100);
+        let bias = draw(&[o], Gen::Normal, seed + 200);
+        let g = draw(&[rows, o], Gen::Normal, seed + 300);
+        let (tx, tw, tb, tg) = (on_gpu(&x), on_gpu(&w), on_gpu(&bias), on_gpu(&g));
+        let op = torchlean::graph::Op::Linear;
+        let y = (b.forward())(&op, &[&tx, &tw, &tb]).expect("linear");
+        let grads = (b.vjp().expect("vjp"))(&op, &[&tx, &tw, &tb], &y, &tg, &[true; 3])
+            .expect("linear vjp");
+        let mut check = |what: &str, got: &Tensor, exact: &[f64], allow: &[f64], k: usize| {
+            for (e, ((&v, &ex), &al)) in widen(got).iter().zip(exact).zip(allow).enumerate() {
+                let err = (v - ex).abs();
+                let bound = gamma(k + 1) * al + ulp * ex.abs() + 1e-30;
+                assert!(
+                    err <= bound,
+                    "{what} [{rows}x{i} -> {o}]: element {e} off by {err:e}, bound {bound:e}"
+                );
+                worst = worst.max(err / bound);
+            }
+        };
+        // y = x·Wᵀ + b: the product's allowance plus |b|
+        let (mut c, mut al) = product_and_allowance(&x.data, &transpose(&w.data, o, i), rows, i, o);
+        for r in 0..rows {
+            for j in 0..o {
+                c[r * o + j] += bias.data[j];
+                al[r * o + j] += bias.data[j].abs();
+            }
+        }
+        check("y", &y, &c, &al, i);
+        let (dx, dx_al) = product_and_allowance(&g.data, &w.data, rows, o, i);
+        check("dX", grads[0].as_ref().expect("dX"), &dx, &dx_al, o);
+        let (dw, dw_al) = product_and_allowance(&transpose(&g.data, rows, o), &x.data, o, rows, i);
+        check("dW", grads[1].as_ref().expect("dW"), &dw, &dw_al, rows);
+        let ones = vec![1.0; rows];
+        let (db, db_al) = product_and_allowance(&ones, &g.data, 1, rows, o);
+        check("db", grads[2].as_ref().expect("db"), &db, &db_al, rows);
+    }
+    let after = cx.lt().stats();
+    if cx.lt_products.forward && cx.lt_products.vjp {
+        assert!(
+            after.products >= before.products + 9,
+            "cuBLASLt ran {} products for 9 asked ({} declined)",
+            after.products - before.products,
+            after.declined - before.declined
+        );
+    }
+    eprintln!(
+        "cublaslt_linear_products_stay_within_the_f32_bound: worst error / bound {worst:.3}; cuBLASLt products {}, declined {}",
+        after.products - before.products,
+        after.declined - before.declined
+    );
+}
+
+/// Layout copies on the device — permute and slice, forward and VJP, over shapes whose
+/// innermost axis takes the 16-byte path (dense, a multiple of 4, aligned offsets) and
+/// shapes that do not — equal the host's bit for bit; a reshape (and its VJP) shares its
+/// input's device buffer instead of copying it.
+#[test]
+fn layout_copies_and_reshape_views_match_the_host() {
+    if !gpu("layout_copies_and_reshape_views_match_the_host") {
+        return;
+    }
+    // (shape, permutation, (slice axis, start, end))
+    type CopyCase = (Vec<usize>, Vec<usize>, (usize, usize, usize));
+    let cases: Vec<CopyCase> = vec![
+        (vec![2, 8, 4, 16], vec![0, 2, 1, 3], (3, 4, 12)),
+        (vec![3, 5, 7, 6], vec![0, 2, 1, 3], (3, 1, 5)),
+        (vec![4, 12, 8], vec![2, 0, 1], (2, 4, 8)),
+        (vec![2, 3, 4, 8], vec![1, 0, 3, 2], (1, 1, 3)),
+    ];
+    for (shape, axes, (axis, start, end)) in cases {
+        let x = draw(&shape, Gen::Normal, 77);
+        let host = Tensor::from_vec(x.data.iter().map(|&v| v as f32).collect(), &shape)
+            .expect("host tensor");
+        let run = |device: Device| -> Vec<Vec<f32>> {
+            let profile = if device == Device::Cuda {
+                checked_cuda()
+            } else {
+                BackendProfile::named("checked_cpu").expect("profile")
+            };
+            install(Session::new(profile)).expect("install");
+            let t = host.to_device(device).expect("move").requires_grad();
+            let p = t.permute(&axes).expect("permute");
+            let s = t.slice(axis, start, end).expect("slice");
+            let loss = p
+                .mul(&p)
+                .and_then(|q| q.sum_all())
+                .and_then(|a| s.mul(&s).and_then(|q| q.sum_all()).and_then(|b| a.add(&b)))
+                .expect("loss");
+            let g = loss.backward().expect("backward");
+            vec![
+                p.try_to_vec().expect("p"),
+                s.try_to_vec().expect("s"),
+                g.get(&t).expect("grad").try_to_vec().expect("g"),
+            ]
+        };
+        let (cpu, gpu_values) = (run(Device::Cpu), run(Device::Cuda));
+        for (k, (a, b)) in cpu.iter().zip(&gpu_values).enumerate() {
+            let same =
+                a.len() == b.len() && a.iter().zip(b).all(|(u, v)| u.to_bits() == v.to_bits());
+            assert!(same, "shape {shape:?}: value {k} (permute {axes:?}, slice {axis} {start}..{end}) differs from the host");
+        }
+    }
+    install(Session::new(checked_cuda())).expect("install");
+    let t = on_gpu(&draw(&[6, 10], Gen::Normal, 5)).requires_grad();
+    let r = t.reshape(&[3, 20]).expect("reshape");
+    assert!(
+        r.shares_storage_with(&t),
+        "a device reshape copied its input"
+    );
+    assert_eq!(r.try_to_vec().expect("r"), t.try_to_vec().expect("t"));
+    let g = r.sum_all().and_then(|l| l.backward()).expect("backward");
+    assert_eq!(g.get(&t).expect("grad").shape(), &[6, 10]);
+}

@@ -13,7 +13,7 @@ use super::{buffer, cx, grid, launched, output, tensor};
 use crate::device::Context;
 use cudarc::cublas::sys::cublasOperation_t as Trans;
 use cudarc::cublas::{Gemm, GemmConfig, StridedBatchedConfig};
-use cudarc::driver::{CudaSlice, DevicePtr, PushKernelArg};
+use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, PushKernelArg};
 use torchlean::graph::{Op, OpKind};
 use torchlean::{Error, OpError, Result, Tensor};
 
@@ -143,6 +143,42 @@ fn row_gemm<A: DevicePtr<f32>, B: DevicePtr<f32>>(
     }
 }
 
+/// One product of `g` (a single one, overwriting C) through cuBLASLt with `epilogue`, its
+/// vector at `bias` (see [`crate::lt::Epilogue`]: for row-major C = op(A)·op(B), `Bias` adds
+/// a vector over C's columns, `BiasGradB` writes the sums of op(A) over the inner
+/// dimension). `Ok(false)`: not run — the TF32 capsules, a batched or accumulating product,
+/// or a shape cuBLASLt has no algorithm for; the caller runs the classic API instead.
+fn lt_gemm(
+    cx: &Context,
+    op: &Op,
+    g: &RowGemm,
+    (a, b, c): (&CudaSlice<f32>, &CudaSlice<f32>, &mut CudaSlice<f32>),
+    epilogue: crate::lt::Epilogue,
+    bias: cudarc::driver::sys::CUdeviceptr,
+) -> Result<bool> {
+    if TF32.with(|t| t.get()) || g.batch != 1 || g.beta != 0.0 || g.m == 0 || g.n == 0 || g.k == 0 {
+        return Ok(false);
+    }
+    // row-major C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ (as `row_gemm`)
+    let shape = crate::lt::Shape {
+        m: g.n as u64,
+        n: g.m as u64,
+        k: g.k as u64,
+        ta: g.tb,
+        tb: g.ta,
+    };
+    let (pa, _ra) = b.device_ptr(&cx.stream);
+    let (pb, _rb) = a.device_ptr(&cx.stream);
+    let (pc, _rc) = c.device_ptr_mut(&cx.stream);
+    let stream = cx.stream.cu_stream() as cudarc::cublaslt::sys::cudaStream_t;
+    // SAFETY: A, B and C hold m·k, k·n and m·n elements of dense row-major storage (shapes
+    // checked by the guard and the allocation), the bias vector (when the epilogue has one)
+    // the length the epilogue addresses (the callers pass linear's bias or its gradient,
+    // of C's column count), and every use is ordered on the module's one stream.
+    let ran = unsafe { cx.lt().matmul(stream, shape, epilogue, pa, pb, pc, bias) };
+    ran.map_err(|e| crate::device::failure(op.name(), e))
+}
+
 fn dims(op: &Op, a: &[usize], b: &[usize]) -> Result<torchlean::spec::MatmulDims> {
     torchlean::spec::matmul_dims(a, b)
         .map(|(d, _)| d)
@@ -222,8 +258,21 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
                 .checked_div(i)
                 .unwrap_or_else(|| torchlean::spec::numel(&shape) / o.max(1));
             let g = RowGemm::one(rows, o, i, false, true);
-            row_gemm(cx, op, g, a.slice(), b.slice(), out.slice_mut())?;
-            if inputs.len() == 3 && rows * o > 0 {
+            let fused = cx.lt_products.forward && {
+                let (epilogue, bias) = match inputs.get(2) {
+                    Some(t) => {
+                        let (p, _record) = buffer(op, t)?.slice().device_ptr(&cx.stream);
+                        (crate::lt::Epilogue::Bias, p)
+                    }
+                    None => (crate::lt::Epilogue::Plain, 0),
+                };
+                let operands = (a.slice(), b.slice(), out.slice_mut());
+                lt_gemm(cx, op, &g, operands, epilogue, bias)?
+            };
+            if !fused {
+                row_gemm(cx, op, g, a.slice(), b.slice(), out.slice_mut())?;
+            }
+            if !fused && inputs.len() == 3 && rows * o > 0 {
                 let bias = buffer(op, inputs[2])?;
                 let (r64, c64) = (rows as i64, o as i64);
                 let mut l = cx.stream.launch_builder(&cx.functions.add_row_bias);
@@ -306,21 +355,46 @@ pub fn vjp(
         OpKind::Linear => {
             let (o, i) = (inputs[1].shape()[0], inputs[1].shape()[1]);
             let rows = gy.numel() / o.max(1);
+            let lt = cx.lt_products.vjp;
+            let plain = crate::lt::Epilogue::Plain;
             if needs[0] {
                 let mut dx = output(cx, op, inputs[0].numel())?;
                 let gg = RowGemm::one(rows, i, o, false, false);
-                row_gemm(cx, op, gg, g.slice(), b.slice(), dx.slice_mut())?;
+                let operands = (g.slice(), b.slice(), dx.slice_mut());
+                if !(lt && lt_gemm(cx, op, &gg, operands, plain, 0)?) {
+                    row_gemm(cx, op, gg, g.slice(), b.slice(), dx.slice_mut())?;
+                }
                 grads[0] = Some(tensor(dx, inputs[0].shape())?);
             }
+            let wants_db = inputs.len() == 3 && needs[2];
+            let mut db = if wants_db {
+                Some(output(cx, op, o)?)
+            } else {
+                None
+            };
+            // the bias gradient (column sums of dY) fused into dW's product when both are
+            // needed: dW = dYᵀ·X sums over the same rows
+            let mut db_done = false;
             if needs[1] {
                 let mut dw = output(cx, op, inputs[1].numel())?;
                 let gg = RowGemm::one(o, i, rows, true, false);
-                row_gemm(cx, op, gg, g.slice(), a.slice(), dw.slice_mut())?;
+                let (epilogue, bias) = match db.as_mut() {
+                    Some(v) => {
+                        let (p, _record) = v.slice_mut().device_ptr_mut(&cx.stream);
+                        (crate::lt::Epilogue::BiasGradB, p)
+                    }
+                    None => (plain, 0),
+                };
+                let operands = (g.slice(), a.slice(), dw.slice_mut());
+                let fused = lt && lt_gemm(cx, op, &gg, operands, epilogue, bias)?;
+                if !fused {
+                    row_gemm(cx, op, gg, g.slice(), a.slice(), dw.slice_mut())?;
+                }
+                db_done = fused && db.is_some();
                 grads[1] = Some(tensor(dw, inputs[1].shape())?);
             }
-            if inputs.len() == 3 && needs[2] {
-                let mut db = output(cx, op, o)?;
-                if o > 0 {
+            if let Some(mut db) = db.take() {
+                if o > 0 && !db_done {
                     let (r64, c64) = (rows as i64, o as i64);
                     let mut l = cx.stream.launch_builder(&cx.functions.sum_rows);
                     l.arg(g.slice()).arg(db.slice_mut()).arg(&r64).arg(&c64);

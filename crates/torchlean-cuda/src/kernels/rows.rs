@@ -18,6 +18,7 @@ use super::{buffer, cx, grid, launched, output, row_major, tensor, warp_grid};
 use crate::device::Context;
 use crate::memory::CudaBuffer;
 use cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
+use std::sync::Arc;
 use torchlean::graph::{Op, OpKind};
 use torchlean::spec::Array;
 use torchlean::{Error, OpError, Result, Tensor};
@@ -149,11 +150,35 @@ fn strided_copy(op: &Op, src: &CudaBuffer, dst: &mut CudaBuffer, c: CopyPlan) ->
         }
         .into());
     }
-    let axes = collapse(&c);
+    let mut axes = collapse(&c);
+    let (mut src_offset, mut dst_offset, mut n) = (c.src_offset, c.dst_offset, n);
+    // 16-byte moves when the innermost axis is dense on both sides and every stride and
+    // offset is a multiple of 4 elements (the buffers themselves start 256-byte aligned):
+    // the same element pairs in float4 units
+    let vec4 = axes
+        .last()
+        .is_some_and(|&(e, s, t)| e % 4 == 0 && s == 1 && t == 1)
+        && axes[..axes.len() - 1]
+            .iter()
+            .all(|&(_, s, t)| s % 4 == 0 && t % 4 == 0)
+        && src_offset % 4 == 0
+        && dst_offset % 4 == 0;
+    if vec4 {
+        let inner = axes.len() - 1;
+        for (d, axis) in axes.iter_mut().enumerate() {
+            if d == inner {
+                axis.0 /= 4;
+            } else {
+                axis.1 /= 4;
+                axis.2 /= 4;
+            }
+        }
+        (src_offset, dst_offset, n) = (src_offset / 4, dst_offset / 4, n / 4);
+    }
     let mut g = Strided {
         rank: axes.len() as i32,
-        src_offset: c.src_offset as i64,
-        dst_offset: c.dst_offset as i64,
+        src_offset: src_offset as i64,
+        dst_offset: dst_offset as i64,
         ..Default::default()
     };
     for (d, &(extent, s, t)) in axes.iter().enumerate() {
@@ -168,17 +193,22 @@ fn strided_copy(op: &Op, src: &CudaBuffer, dst: &mut CudaBuffer, c: CopyPlan) ->
         })
     };
     let fits = |v: Option<usize>| v.is_some_and(|v| v < (1 << 31));
-    g.narrow = (n < (1 << 31)
-        && fits(last(c.src_offset, |a| a.1))
-        && fits(last(c.dst_offset, |a| a.2))) as i32;
+    g.narrow = (n < (1 << 31) && fits(last(src_offset, |a| a.1)) && fits(last(dst_offset, |a| a.2)))
+        as i32;
     let cx = cx()?;
     let n64 = n as i64;
-    let mut l = cx.stream.launch_builder(&cx.functions.strided_copy);
+    let kernel = if vec4 {
+        &cx.functions.strided_copy4
+    } else {
+        &cx.functions.strided_copy
+    };
+    let mut l = cx.stream.launch_builder(kernel);
     l.arg(src.slice()).arg(dst.slice_mut()).arg(&n64).arg(&g);
     // SAFETY: for every index of `shape` the source and destination addresses are inside the
     // source and destination tensors (strides and offsets of their own row-major shapes, or
     // a permutation or an in-range window of them), and distinct indices write distinct
-    // destination elements.
+    // destination elements; in float4 units the same holds for groups of four elements,
+    // 16-byte aligned (offsets and strides multiples of 4 on 256-byte aligned buffers).
     launched(op, unsafe { l.launch(grid(n)) })?;
     Ok(())
 }
@@ -288,10 +318,31 @@ fn read_flag(op: &Op, f: &CudaBuffer, x_shape: &[usize], idx: &Tensor) -> Result
     }
 }
 
+/// `reshape` (and its VJP) on the device: the same dense buffer under another shape of as
+/// many elements — no copy, no kernel, as PyTorch's `view`. Whoever updates a buffer in
+/// place checks first that no other handle shares it (`Tensor::is_unique`), so an alias
+/// is never written through behind its other owner's back.
+fn alias(op: &Op, x: &Tensor, shape: &[usize]) -> Result<Tensor> {
+    buffer(op, x)?; // a dense CUDA tensor from offset 0
+    let whole = x.device_buffer().filter(|b| b.len() == x.numel());
+    match whole {
+        Some(b) => Tensor::from_device_buffer(Arc::clone(b), shape),
+        None => Err(OpError::Layout {
+            op: op.name(),
+            shapes: vec![x.shape().to_vec(), shape.to_vec()],
+            reason: "a reshape on the device reads a whole dense buffer".into(),
+        }
+        .into()),
+    }
+}
+
 /// The forward kernel of every op in [`KINDS`].
 pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
     let shapes: Vec<&[usize]> = inputs.iter().map(|t| t.shape()).collect();
     let shape = torchlean::spec::infer_shape(op, &shapes)?;
+    if let Op::Reshape { .. } = op {
+        return alias(op, inputs[0], &shape);
+    }
     let n = torchlean::spec::numel(&shape);
     let cx = cx()?;
     let mut out = output(cx, op, n)?;
@@ -344,13 +395,6 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
                 launched(op, unsafe { l.launch(grid(n)) })?;
             }
             check_flag(op, bad, inputs[0].shape(), inputs[1])?;
-        }
-        Op::Reshape { .. } => {
-            if n > 0 {
-                let src = x.slice().slice(0..n);
-                let mut dst = out.slice_mut().slice_mut(0..n);
-                launched(op, cx.stream.memcpy_dtod(&src, &mut dst))?;
-            }
         }
         // out = x, then each index line adds its src values into the line of out it
         // addresses, in index order (gather's VJP kernel: distinct lines, no atomics)
@@ -495,9 +539,12 @@ pub fn vjp(
     gy: &Tensor,
     needs: &[bool],
 ) -> Result<Vec<Option<Tensor>>> {
+    let x_shape = inputs[0].shape();
+    if let Op::Reshape { .. } = op {
+        return Ok(vec![Some(alias(op, gy, x_shape)?)]);
+    }
     let cx = cx()?;
     let g = buffer(op, gy)?;
-    let x_shape = inputs[0].shape();
     let n = inputs[0].numel();
     let mut gx = output(cx, op, n)?;
     match op {
@@ -553,14 +600,6 @@ pub fn vjp(
             }
             check_flag(op, bad, x_shape, inputs[1])?;
             Ok(vec![Some(tensor(gx, x_shape)?), None])
-        }
-        Op::Reshape { .. } => {
-            if n > 0 {
-                let src = g.slice().slice(0..n);
-                let mut dst = gx.slice_mut().slice_mut(0..n);
-                launched(op, cx.stream.memcpy_dtod(&src, &mut dst))?;
-            }
-            Ok(vec![Some(tensor(gx, x_shape)?)])
         }
         // gx = gy; gsrc = gy gathered at the addressed positions (gather's forward kernel)
         Op::ScatterAdd { axis } => {

@@ -1,0 +1,40 @@
+#!/bin/bash
+# On the GPU machine (twenty-fifth session): linear's products through cuBLASLt (bias and
+# bias-gradient epilogues), device reshapes as views, 16-byte layout copies. The GPU
+# conformance binary; the examples on cuda against the cpu (20 losses); then
+# transformer-big-step and mlp-big-step side by side: this build with TORCHLEAN_CUBLASLT
+# unset (= forward and VJP), =forward and =0, the parent build (gpu-bin/torchlean-base) and
+# PyTorch (eager, and torch.compile for the transformer), alternating, two rounds; last the
+# per-capsule kernel times of this build (TORCHLEAN_OP_TIMES: synchronized, for ranking).
+# Binaries from scripts/gpu-check.sh (gpu-bin/); logs under $OUT.
+source "$(dirname "$0")/gpu-session-start.sh"
+TORCHLEAN_REQUIRE_CUDA=1 timeout 300 gpu-bin/gpu_only_conformance --test-threads 1 > $log/tests.txt 2>&1; echo "tests rc=$?" >> $log/tests.txt
+grep -E "test result|panicked|tests rc|FAILED|cublaslt_linear|layout_copies" $log/tests.txt | cut -c1-300 | head -20
+for ex in quickstart-mlp mlp transformer; do
+  timeout 120 gpu-bin/torchlean $ex --steps 20 --log-every 1 --device cpu > $log/$ex.cpu.txt 2>&1
+  for m in eager compiled; do
+    timeout 120 gpu-bin/torchlean $ex --steps 20 --log-every 1 --device cuda --backend $m > $log/$ex.$m.txt 2>&1; rc=$?
+    if [ $rc -ne 0 ]; then echo "$ex $m rc=$rc: $(tail -c 300 $log/$ex.$m.txt | tr '\n' ' ')"; continue; fi
+    paste <(grep -o "loss [0-9.]*" $log/$ex.cpu.txt | head -20) <(grep -o "loss [0-9.]*" $log/$ex.$m.txt | head -20) \
+      | awk -v n="$ex $m" '{d=$2-$4; if (d<0) d=-d; r=d/($2>1e-9?$2:1); if (r>w) w=r} END {printf "%s: %d losses, worst relative difference to the CPU %.2e\n", n, NR, w}'
+  done
+done
+big=transformer-big-step
+for r in 1 2; do
+  for v in lt forward classic base; do
+    b=torchlean; env=""
+    case $v in forward) env="TORCHLEAN_CUBLASLT=forward";; classic) env="TORCHLEAN_CUBLASLT=0";; base) b=torchlean-base;; esac
+    env $env gpu-bin/$b bench $big --device cuda --provider prefer:native_cuda --reps 10 --json > $log/big.$v.$r.json 2> $log/big.$v.err
+    env $env gpu-bin/$b bench mlp-big-step --device cuda --reps 20 --json > $log/mlp.$v.$r.json 2> $log/mlp.$v.err
+    echo "round $r $v: transformer-big-step $(field $log/big.$v.$r.json median) ms, mlp-big-step $(field $log/mlp.$v.$r.json median) ms"
+  done
+  gpu-bin/torchlean bench $big --device cuda --provider prefer:native_cuda --backend compiled --reps 10 --json > $log/big.compiled.$r.json 2> $log/big.compiled.err
+  gpu-bin/torchlean-base bench $big --device cuda --provider prefer:native_cuda --backend compiled --reps 10 --json > $log/big.compiled-base.$r.json 2> $log/big.compiled-base.err
+  python3 bench/pytorch/bench.py $big --device cuda --reps 10 > $log/big.pt.$r.json 2>> $log/pt.err
+  python3 bench/pytorch/bench.py $big --device cuda --reps 10 --compile > $log/big.ptc.$r.json 2>> $log/pt.err
+  python3 bench/pytorch/bench.py mlp-big-step --device cuda --reps 20 > $log/mlp.pt.$r.json 2>> $log/pt.err
+  echo "round $r compiled: this $(field $log/big.compiled.$r.json median), base $(field $log/big.compiled-base.$r.json median); PyTorch eager $(field $log/big.pt.$r.json median), torch.compile $(field $log/big.ptc.$r.json median), mlp-big-step $(field $log/mlp.pt.$r.json median) ms"
+done
+TORCHLEAN_OP_TIMES=1 gpu-bin/torchlean bench $big --device cuda --provider prefer:native_cuda --reps 5 > $log/optimes.txt 2>&1
+head -24 $log/optimes.txt | cut -c1-150
+grep -m1 "^target" $log/optimes.txt | cut -c1-400
