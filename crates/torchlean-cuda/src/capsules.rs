@@ -500,10 +500,12 @@ fn register_checked(r: &mut Registry) -> Result<(), RegistryError> {
             torchlean::providers::composition::binding(),
         )?;
     }
-    // after the composition: on the H200 the composition (cuBLAS products) trains the
-    // transformer-big-step workload faster than the flash kernels do today (docs/cuda.md), so
-    // `auto` plans it; `prefer:native_cuda` (or a strict policy, which refuses the
-    // composition's test evidence) plans flash attention, whose memory grows linearly in L
+    // after the composition, so that `auto` plans the composition: its results are
+    // bit-identical run to run, while the flash VJP adds dQ with atomicAdd (declared
+    // nondeterministic). Flash attention is faster on the H200 (transformer-big-step and the
+    // attention workloads, docs/BENCHMARKS.md) and its memory grows linearly in L:
+    // `prefer:native_cuda` (or a strict policy, which refuses the composition's test
+    // evidence) plans it — a choice of reproducibility the user makes, not the planner
     r.register(flash_capsule(), native_cuda_attention_binding())?;
     Ok(())
 }

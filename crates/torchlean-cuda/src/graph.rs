@@ -146,12 +146,19 @@ impl RecordedGraph {
 }
 
 impl DeviceGraph for RecordedGraph {
-    fn replay(&mut self) -> torchlean::Result<()> {
-        // a replay reuses the recorded flag and index buffers (and zeroes the flag): the
-        // checks of the previous replay must run before this one overwrites what they read
+    fn settle(&mut self) -> torchlean::Result<()> {
+        // the checks of the previous replay read its flag and index buffers — graph inputs
+        // among them (an index tensor given to the graph as is): they run before the caller
+        // rewrites those inputs, or they would judge the next step's indices
         if self.checks_pending() {
             run_pending()?;
         }
+        Ok(())
+    }
+    fn replay(&mut self) -> torchlean::Result<()> {
+        // a replay reuses the recorded flag and index buffers (and zeroes the flag): the
+        // checks of the previous replay must run before this one overwrites what they read
+        self.settle()?;
         self.graph
             .launch()
             .map_err(|e| failure("device graph replay", e))?;

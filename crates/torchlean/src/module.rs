@@ -86,6 +86,10 @@ pub trait ProviderModule: Send + Sync + 'static {
 pub trait DeviceGraph: Send {
     /// Launches the recorded work again (asynchronously, ordered after earlier work).
     fn replay(&mut self) -> Result<()>;
+    /// Finishes what the previous replay left pending that reads the graph's memory — its
+    /// inputs included (e.g. the deferred check of an index it read) — so that the caller may
+    /// overwrite the inputs for the next replay. Called before the inputs are rewritten.
+    fn settle(&mut self) -> Result<()>;
     /// What was recorded, for the report (e.g. `412 nodes`).
     fn describe(&self) -> String;
 }

@@ -129,6 +129,24 @@ pub fn buffer<'t>(op: &Op, t: &'t Tensor) -> Result<&'t CudaBuffer> {
     Ok(b)
 }
 
+/// `x`'s dense device buffer under `shape` (as many elements): no copy, no kernel, as
+/// PyTorch's `view` — `reshape` and its VJP, and a VJP whose value is its cotangent exactly
+/// (add's, sub's first operand's). Whoever writes a buffer in place checks first that no
+/// other handle shares it (`Tensor::is_sole_handle`, the device graphs' outputs), so a view
+/// is never written through behind its other owner's back.
+pub fn view_of(op: &Op, x: &Tensor, shape: &[usize]) -> Result<Tensor> {
+    buffer(op, x)?; // a dense CUDA tensor from offset 0
+    match x.device_buffer().filter(|b| b.len() == x.numel()) {
+        Some(b) => Tensor::from_device_buffer(Arc::clone(b), shape),
+        None => Err(torchlean::OpError::Layout {
+            op: op.name(),
+            shapes: vec![x.shape().to_vec(), shape.to_vec()],
+            reason: "a view on the device covers a whole dense buffer".into(),
+        }
+        .into()),
+    }
+}
+
 /// A fresh output buffer of `n` elements for `op`.
 pub fn output(cx: &Context, op: &Op, n: usize) -> Result<CudaBuffer> {
     cx.pool.alloc(n, &format!("op `{}`", op.name()))

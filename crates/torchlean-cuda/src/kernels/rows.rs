@@ -18,7 +18,6 @@ use super::{buffer, cx, grid, launched, output, row_major, tensor, warp_grid};
 use crate::device::Context;
 use crate::memory::CudaBuffer;
 use cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
-use std::sync::Arc;
 use torchlean::graph::{Op, OpKind};
 use torchlean::spec::Array;
 use torchlean::{Error, OpError, Result, Tensor};
@@ -318,30 +317,13 @@ fn read_flag(op: &Op, f: &CudaBuffer, x_shape: &[usize], idx: &Tensor) -> Result
     }
 }
 
-/// `reshape` (and its VJP) on the device: the same dense buffer under another shape of as
-/// many elements — no copy, no kernel, as PyTorch's `view`. Whoever updates a buffer in
-/// place checks first that no other handle shares it (`Tensor::is_unique`), so an alias
-/// is never written through behind its other owner's back.
-fn alias(op: &Op, x: &Tensor, shape: &[usize]) -> Result<Tensor> {
-    buffer(op, x)?; // a dense CUDA tensor from offset 0
-    let whole = x.device_buffer().filter(|b| b.len() == x.numel());
-    match whole {
-        Some(b) => Tensor::from_device_buffer(Arc::clone(b), shape),
-        None => Err(OpError::Layout {
-            op: op.name(),
-            shapes: vec![x.shape().to_vec(), shape.to_vec()],
-            reason: "a reshape on the device reads a whole dense buffer".into(),
-        }
-        .into()),
-    }
-}
-
 /// The forward kernel of every op in [`KINDS`].
 pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
     let shapes: Vec<&[usize]> = inputs.iter().map(|t| t.shape()).collect();
     let shape = torchlean::spec::infer_shape(op, &shapes)?;
     if let Op::Reshape { .. } = op {
-        return alias(op, inputs[0], &shape);
+        // a view: no copy, no kernel (`view_of`)
+        return super::view_of(op, inputs[0], &shape);
     }
     let n = torchlean::spec::numel(&shape);
     let cx = cx()?;
@@ -541,7 +523,8 @@ pub fn vjp(
 ) -> Result<Vec<Option<Tensor>>> {
     let x_shape = inputs[0].shape();
     if let Op::Reshape { .. } = op {
-        return Ok(vec![Some(alias(op, gy, x_shape)?)]);
+        // the same buffer under the input's shape, as the forward
+        return Ok(vec![Some(super::view_of(op, gy, x_shape)?)]);
     }
     let cx = cx()?;
     let g = buffer(op, gy)?;

@@ -167,6 +167,9 @@ impl StepGraph {
                         "compiled step: output `{name}` of the previous step is still held; the next device-graph replay rewrites it in place, so drop it (or copy its values) before the next step"
                     )));
                 }
+                // the previous replay's pending checks may read these inputs: settle them
+                // before the inputs are rewritten
+                r.graph.settle()?;
                 for (k, v) in values.iter().enumerate().filter(|&(k, _)| changing[k]) {
                     copy_into(&r.externals[k], v)?;
                 }
