@@ -303,27 +303,32 @@ impl Lt {
         }
         let (alpha, beta) = (1.0f32, 0.0f32);
         let ws = self.workspace_ptr;
-        ok(
-            "cublasLtMatmul",
-            sys::cublasLtMatmul(
-                self.handle,
-                plan.desc,
-                &alpha as *const f32 as *const c_void,
-                a as *const c_void,
-                plan.a,
-                b as *const c_void,
-                plan.b,
-                &beta as *const f32 as *const c_void,
-                d as *const c_void,
-                plan.d,
-                d as *mut c_void,
-                plan.d,
-                &plan.algo,
-                ws as *mut c_void,
-                WORKSPACE_BYTES,
-                stream,
-            ),
-        )?;
+        let status = sys::cublasLtMatmul(
+            self.handle,
+            plan.desc,
+            &alpha as *const f32 as *const c_void,
+            a as *const c_void,
+            plan.a,
+            b as *const c_void,
+            plan.b,
+            &beta as *const f32 as *const c_void,
+            d as *const c_void,
+            plan.d,
+            d as *mut c_void,
+            plan.d,
+            &plan.algo,
+            ws as *mut c_void,
+            WORKSPACE_BYTES,
+            stream,
+        );
+        if status == sys::cublasStatus_t::CUBLAS_STATUS_NOT_SUPPORTED {
+            // refused before launching anything (the call's validation): the shape goes to
+            // the classic API from now on
+            self.plans.insert(key, None);
+            self.stats.declined += 1;
+            return Ok(false);
+        }
+        ok("cublasLtMatmul", status)?;
         self.stats.products += 1;
         Ok(true)
     }
