@@ -125,7 +125,13 @@ impl MultiheadAttention {
                 expected: "query [B, L, E], key and value [B, S, E]".into(),
             }));
         }
-        let (q, k, v) = if query.id() == key.id() && key.id() == value.id() {
+        // Self-attention on the CPU: one product over the stacked weights, q, k and v slices of
+        // it — views there, read in place. On a device, slices are copies and their VJPs
+        // zero-padded gradients of the whole projection summed by the tape (about 0.5 GB of
+        // traffic per layer at the H200 benchmark's shape, docs/BENCHMARKS.md twenty-fifth
+        // session), so each projection is its own product there, as for cross-attention.
+        let self_attention = query.id() == key.id() && key.id() == value.id();
+        let (q, k, v) = if self_attention && query.device() == crate::backend::Device::Cpu {
             let e = self.embed_dim();
             let qkv = query.linear(&self.in_proj_weight, Some(&self.in_proj_bias))?;
             (
