@@ -74,7 +74,7 @@ fn capsule(op: OpKind, provider: Provider, file: &str) -> KernelCapsule {
     // conformance suite as the native kernels' (see the module docs)
     let library = match provider {
         Provider::Cublas => Some((
-            "cublasSgemm / cublasSgemmStridedBatched; cublas.linear: cublasLtMatmul (f32 compute, bias and bias-gradient epilogues) unless TORCHLEAN_CUBLASLT=0 or cuBLASLt declines the shape",
+            "cublasLtMatmul for single products (f32 compute; linear's bias and bias gradient in the epilogues), cublasSgemm / cublasSgemmStridedBatched for batched and accumulating ones, and where TORCHLEAN_CUBLASLT=0 or cuBLASLt declines a shape",
             "cuBLAS and cuBLASLt (NVIDIA)",
         )),
         Provider::Cufft => Some((

@@ -110,9 +110,9 @@ pub struct Context {
     pub ctx: Arc<CudaContext>,
     pub stream: Arc<CudaStream>,
     pub blas: Mutex<Blas>,
-    /// cuBLASLt (linear's products, where [`Context::lt_products`] says so).
+    /// cuBLASLt (single products, where [`Context::lt_products`] says so).
     pub lt: Mutex<crate::lt::Lt>,
-    /// Which of linear's products run through cuBLASLt.
+    /// Which single products run through cuBLASLt.
     pub lt_products: LtProducts,
     pub functions: Functions,
     pub pool: Arc<Pool>,
@@ -136,7 +136,8 @@ pub struct FlashMma {
     pub vjp: bool,
 }
 
-/// Which of the `cublas.linear` capsule's products go through cuBLASLt ([`crate::lt`]):
+/// Which single (unbatched) products of the `cublas` capsules go through cuBLASLt
+/// ([`crate::lt`]: linear's, with its bias in the epilogues, and unbatched matmuls'):
 /// `TORCHLEAN_CUBLASLT` = `0` (none: the classic API, the bias added and summed by
 /// native kernels), `forward` (the forward product with its bias epilogue), `1` (forward and
 /// VJP, the bias gradient fused into the weight gradient's product), unset:
@@ -147,7 +148,7 @@ pub struct LtProducts {
     pub vjp: bool,
 }
 
-/// Where linear's products run when `TORCHLEAN_CUBLASLT` is unset.
+/// Where single products run when `TORCHLEAN_CUBLASLT` is unset.
 pub const LT_PRODUCTS_DEFAULT: LtProducts = LtProducts {
     forward: true,
     vjp: true,
@@ -171,12 +172,12 @@ fn lt_products() -> LtProducts {
     }
 }
 
-/// The target line's account of linear's products.
+/// The target line's account of the single products.
 fn lt_description(p: LtProducts) -> &'static str {
     match (p.forward, p.vjp) {
-        (true, true) => "cuBLASLt with bias epilogues (forward and VJP)",
-        (true, false) => "cuBLASLt with a bias epilogue (forward), cuBLAS (VJP)",
-        (false, true) => "cuBLAS (forward), cuBLASLt with a bias-gradient epilogue (VJP)",
+        (true, true) => "cuBLASLt, linear's bias in the epilogues (forward and VJP)",
+        (true, false) => "cuBLASLt, linear's bias in the epilogue (forward), cuBLAS (VJP)",
+        (false, true) => "cuBLAS (forward), cuBLASLt, linear's bias gradient in the epilogue (VJP)",
         (false, false) => "cuBLAS",
     }
 }
@@ -419,7 +420,7 @@ fn create() -> Result<Context, String> {
     };
     let flash = flash_description(major, flash_mma);
     let detail = format!(
-        "{name} (sm_{major}{minor}, {sms} SMs, {:.1} GiB), CUDA driver API {driver}, NVRTC {nvrtc} (kernels {source}), cuBLAS {cublas}, cuFFT {cufft}, linear products: {}, flash attention: {flash}",
+        "{name} (sm_{major}{minor}, {sms} SMs, {:.1} GiB), CUDA driver API {driver}, NVRTC {nvrtc} (kernels {source}), cuBLAS {cublas}, cuFFT {cufft}, single products: {}, flash attention: {flash}",
         total as f64 / (1u64 << 30) as f64,
         lt_description(lt_products),
     );

@@ -1,6 +1,7 @@
-//! cuBLASLt for the `cublas.linear` capsule's products: one handle, its own workspace, and a
-//! plan per product shape (descriptors and the algorithm cuBLASLt's heuristic picked), so a
-//! training step asks the heuristic once per shape, not once per call.
+//! cuBLASLt for the `cublas` capsules' single products (linear's, unbatched matmuls'): one
+//! handle, its own workspace, and a plan per product shape (descriptors and the algorithm
+//! cuBLASLt's heuristic picked), so a training step asks the heuristic once per shape, not
+//! once per call.
 //!
 //! Why cuBLASLt beside cuBLAS: its epilogues fuse linear's bias into the product (`BIAS`:
 //! added to the f32 accumulator before the one store) and the bias gradient into the weight

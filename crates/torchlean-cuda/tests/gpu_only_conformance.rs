@@ -1350,8 +1350,9 @@ fn rmsprop_and_adagrad_on_the_gpu_match_the_cpu() {
 /// `cublas.linear` through cuBLASLt (bias epilogue in the forward, bias-gradient epilogue
 /// in the weight gradient's product): at shapes of a transformer's projections, every
 /// element of y = x·Wᵀ + b, dX, dW and db within the f32 product bound γ_k·(|A||B|)_ij (+
-/// one rounding of the bias add) of the exact f64 values; and cuBLASLt really ran (its
-/// count of products grew), unless `TORCHLEAN_CUBLASLT=0` chose the classic API.
+/// one rounding of the bias add) of the exact f64 values; the same for an unbatched
+/// `cublas.matmul` (stacked rows times a shared right side) and its VJP; and cuBLASLt really
+/// ran (its count of products grew), unless `TORCHLEAN_CUBLASLT` chose the classic API.
 #[test]
 fn cublaslt_linear_products_stay_within_the_f32_bound() {
     if !gpu("cublaslt_linear_products_stay_within_the_f32_bound") {
@@ -1405,11 +1406,36 @@ fn cublaslt_linear_products_stay_within_the_f32_bound() {
         let (db, db_al) = product_and_allowance(&ones, &g.data, 1, rows, o);
         check("db", grads[2].as_ref().expect("db"), &db, &db_al, rows);
     }
+    // matmul with a shared right side (one product over the stacked rows), forward and VJP
+    let (bt, m, k, n) = (3, 40, 64, 48);
+    let a = draw(&[bt, m, k], Gen::Normal, 51);
+    let w = draw(&[k, n], Gen::Normal, 52);
+    let g = draw(&[bt, m, n], Gen::Normal, 53);
+    let (ta, tw, tg) = (on_gpu(&a), on_gpu(&w), on_gpu(&g));
+    let op = torchlean::graph::Op::Matmul;
+    let y = (b.forward())(&op, &[&ta, &tw]).expect("matmul");
+    let grads = (b.vjp().expect("vjp"))(&op, &[&ta, &tw], &y, &tg, &[true; 2]).expect("vjp");
+    let mut check = |what: &str, got: &Tensor, exact: &[f64], allow: &[f64], k: usize| {
+        for (e, ((&v, &ex), &al)) in widen(got).iter().zip(exact).zip(allow).enumerate() {
+            let (err, bound) = ((v - ex).abs(), gamma(k) * al + 1e-30);
+            assert!(
+                err <= bound,
+                "matmul {what}: element {e} off by {err:e}, bound {bound:e}"
+            );
+            worst = worst.max(err / bound);
+        }
+    };
+    let (c, al) = product_and_allowance(&a.data, &w.data, bt * m, k, n);
+    check("C", &y, &c, &al, k);
+    let (da, da_al) = product_and_allowance(&g.data, &transpose(&w.data, k, n), bt * m, n, k);
+    check("dA", grads[0].as_ref().expect("dA"), &da, &da_al, n);
+    let (dw, dw_al) = product_and_allowance(&transpose(&a.data, bt * m, k), &g.data, k, bt * m, n);
+    check("dB", grads[1].as_ref().expect("dB"), &dw, &dw_al, bt * m);
     let after = cx.lt().stats();
     if cx.lt_products.forward && cx.lt_products.vjp {
         assert!(
-            after.products >= before.products + 9,
-            "cuBLASLt ran {} products for 9 asked ({} declined)",
+            after.products >= before.products + 12,
+            "cuBLASLt ran {} products for 12 asked ({} declined)",
             after.products - before.products,
             after.declined - before.declined
         );

@@ -1,4 +1,6 @@
-//! cuBLAS products: `matmul` (batched, with a shared side) and `linear`, forward and VJP,
+//! cuBLAS products: `matmul` (batched, with a shared side) and `linear`, forward and VJP —
+//! single products through cuBLASLt where the context says so ([`crate::lt`]: linear's bias
+//! epilogues, and unbatched matmuls), batched and accumulating ones through the classic API —
 //! in f32 with cuBLAS's default math mode (no TF32: the products round like f32 GEMM) — or,
 //! for the opt-in `cublas.tf32.*` capsules ([`forward_tf32`], [`vjp_tf32`]), with
 //! `CUBLAS_TF32_TENSOR_OP_MATH`: inputs rounded to TF32 on tensor cores, f32 accumulation.
@@ -179,6 +181,21 @@ fn lt_gemm(
     ran.map_err(|e| crate::device::failure(op.name(), e))
 }
 
+/// One plain product of `g` over whole buffers: through cuBLASLt when `lt` (the context's
+/// choice for this phase) and cuBLASLt takes it, else the classic API.
+fn product(
+    cx: &Context,
+    op: &Op,
+    g: RowGemm,
+    (a, b, c): (&CudaSlice<f32>, &CudaSlice<f32>, &mut CudaSlice<f32>),
+    lt: bool,
+) -> Result<()> {
+    if lt && lt_gemm(cx, op, &g, (a, b, &mut *c), crate::lt::Epilogue::Plain, 0)? {
+        return Ok(());
+    }
+    row_gemm(cx, op, g, a, b, c)
+}
+
 fn dims(op: &Op, a: &[usize], b: &[usize]) -> Result<torchlean::spec::MatmulDims> {
     torchlean::spec::matmul_dims(a, b)
         .map(|(d, _)| d)
@@ -249,7 +266,8 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
                 // a shared B: one product over the stacked rows of A
                 RowGemm::one(d.batch * d.m, d.n, d.k, false, false)
             };
-            row_gemm(cx, op, g, a.slice(), b.slice(), out.slice_mut())?;
+            let operands = (a.slice(), b.slice(), out.slice_mut());
+            product(cx, op, g, operands, cx.lt_products.forward)?;
         }
         OpKind::Linear => {
             let (o, i) = (inputs[1].shape()[0], inputs[1].shape()[1]);
@@ -314,7 +332,8 @@ pub fn vjp(
                 if d.a_batched && !d.b_batched {
                     // stacked rows: dA[batch·m, k] = dC[batch·m, n] · Bᵀ
                     let gg = RowGemm::one(d.batch * m, k, n, false, true);
-                    row_gemm(cx, op, gg, g.slice(), b.slice(), da.slice_mut())?;
+                    let operands = (g.slice(), b.slice(), da.slice_mut());
+                    product(cx, op, gg, operands, cx.lt_products.vjp)?;
                 } else if d.a_batched {
                     let gg =
                         RowGemm::one(m, k, n, false, true).batched(d.batch, m * n, k * n, m * k);
@@ -347,7 +366,8 @@ pub fn vjp(
                     // a shared B: dB[k, n] = A_stackedᵀ[k, batch·m] · dC[batch·m, n]
                     let rows = if d.a_batched { d.batch * m } else { m };
                     let gg = RowGemm::one(k, n, rows, true, false);
-                    row_gemm(cx, op, gg, a.slice(), g.slice(), db.slice_mut())?;
+                    let operands = (a.slice(), g.slice(), db.slice_mut());
+                    product(cx, op, gg, operands, cx.lt_products.vjp)?;
                 }
                 grads[1] = Some(tensor(db, inputs[1].shape())?);
             }
@@ -360,10 +380,7 @@ pub fn vjp(
             if needs[0] {
                 let mut dx = output(cx, op, inputs[0].numel())?;
                 let gg = RowGemm::one(rows, i, o, false, false);
-                let operands = (g.slice(), b.slice(), dx.slice_mut());
-                if !(lt && lt_gemm(cx, op, &gg, operands, plain, 0)?) {
-                    row_gemm(cx, op, gg, g.slice(), b.slice(), dx.slice_mut())?;
-                }
+                product(cx, op, gg, (g.slice(), b.slice(), dx.slice_mut()), lt)?;
                 grads[0] = Some(tensor(dx, inputs[0].shape())?);
             }
             let wants_db = inputs.len() == 3 && needs[2];
