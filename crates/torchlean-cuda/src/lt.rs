@@ -6,9 +6,9 @@
 //! Why cuBLASLt beside cuBLAS: its epilogues fuse linear's bias into the product (`BIAS`:
 //! added to the f32 accumulator before the one store) and the bias gradient into the weight
 //! gradient's product (`BGRADB`: the column sums of dY over the product's inner dimension),
-//! saving a pass over the output each; and its heuristic, given a workspace, picks the
-//! kernels PyTorch's `addmm` runs (measured on the H200: docs/BENCHMARKS.md, twenty-fifth
-//! session). Arithmetic: compute type `CUBLAS_COMPUTE_32F` — f32 inputs, f32 accumulation,
+//! saving a pass over the output each; and for the forward products of linear, given a
+//! workspace, its heuristic picks faster kernels than the classic API's (PyTorch's `addmm`
+//! runs cuBLASLt too; measured on the H200: docs/BENCHMARKS.md, twenty-fifth session). Arithmetic: compute type `CUBLAS_COMPUTE_32F` — f32 inputs, f32 accumulation,
 //! never TF32 (the `cublas.tf32.*` capsules keep the classic API with TF32 math).
 //!
 //! Owns: the handle, the workspace, the plans. Must not choose which products run here (the
@@ -93,7 +93,8 @@ pub struct Lt {
 pub struct LtStats {
     /// Products launched through cuBLASLt.
     pub products: u64,
-    /// Calls cuBLASLt had no algorithm for (run by the classic API instead).
+    /// Calls cuBLASLt had no algorithm for, or refused before launching (run by the classic
+    /// API instead).
     pub declined: u64,
 }
 
