@@ -15,15 +15,8 @@ source "$(dirname "$0")/gpu-session-start.sh"
 dest=$log; log=/tmp/run25; mkdir -p $log; cp $dest/gpu.txt $log/
 TORCHLEAN_REQUIRE_CUDA=1 timeout 300 gpu-bin/gpu_only_conformance --test-threads 1 > $log/tests.txt 2>&1; echo "tests rc=$?" >> $log/tests.txt
 grep -E "test result|panicked|tests rc|FAILED|cublaslt_linear|layout_copies" $log/tests.txt | cut -c1-300 | head -20
-for ex in quickstart-mlp mlp transformer; do
-  timeout 120 gpu-bin/torchlean $ex --steps 20 --log-every 1 --device cpu > $log/$ex.cpu.txt 2>&1
-  for m in eager compiled; do
-    timeout 120 gpu-bin/torchlean $ex --steps 20 --log-every 1 --device cuda --backend $m > $log/$ex.$m.txt 2>&1; rc=$?
-    if [ $rc -ne 0 ]; then echo "$ex $m rc=$rc: $(tail -c 300 $log/$ex.$m.txt | tr '\n' ' ')"; continue; fi
-    paste <(grep -o "loss [0-9.]*" $log/$ex.cpu.txt | head -20) <(grep -o "loss [0-9.]*" $log/$ex.$m.txt | head -20) \
-      | awk -v n="$ex $m" '{d=$2-$4; if (d<0) d=-d; r=d/($2>1e-9?$2:1); if (r>w) w=r} END {printf "%s: %d losses, worst relative difference to the CPU %.2e\n", n, NR, w}'
-  done
-done
+source "$(dirname "$0")/gpu-examples.sh"
+examples_against_cpu quickstart-mlp mlp transformer
 big=transformer-big-step
 variants="lt forward classic base"; [ "${RUN:-1}" = 2 ] && variants="lt mid base auto"
 for r in 1 2; do
