@@ -336,9 +336,18 @@ pub fn cublas_tf32_binding() -> KernelBinding {
     KernelBinding::new("cublas", blas::forward_tf32, Some(blas::vjp_tf32))
 }
 
-/// The cublas capsule of `op` (one of [`blas::KINDS`]).
+/// The GPU-only test that holds the cuBLASLt products (linear's bias epilogues, unbatched
+/// matmuls, forward and VJP) to the f32 product bound at larger shapes than the table's.
+pub const CUBLASLT_TEST: &str =
+    "crates/torchlean-cuda/tests/gpu_only_conformance.rs::cublaslt_linear_products_stay_within_the_f32_bound";
+
+/// The cublas capsule of `op` (one of [`blas::KINDS`]): the conformance table's tests and
+/// the cuBLASLt products' test back its value and VJP claims.
 pub fn cublas_capsule(op: OpKind) -> KernelCapsule {
-    capsule(op, Provider::Cublas, "kernels/blas.rs")
+    let mut c = capsule(op, Provider::Cublas, "kernels/blas.rs");
+    c.value_contract.evidence = tests(&[VALUE_TESTS[0], CUBLASLT_TEST]);
+    c.vjp_contract.evidence = tests(&[VJP_TESTS[0], CUBLASLT_TEST]);
+    c
 }
 
 /// The binding of the native_cuda kernels.
