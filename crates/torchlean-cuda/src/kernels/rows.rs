@@ -110,6 +110,9 @@ struct CopyPlan<'a> {
     dst_offset: usize,
 }
 
+/// One axis of a strided copy: (extent, source stride, destination stride).
+type Axis = (usize, usize, usize);
+
 /// The copy's axes as (extent, source stride, destination stride), without axes of extent 1
 /// and with each pair of neighbours merged where both sides step through them as one axis
 /// (outer stride = inner extent × inner stride, in the source and in the destination): the
@@ -134,6 +137,32 @@ fn collapse(c: &CopyPlan) -> Vec<(usize, usize, usize)> {
     axes
 }
 
+/// The copy of `axes` (from [`collapse`]) in float4 units, when the innermost axis is dense on
+/// both sides and of a multiple of 4 elements and every other stride and both offsets are
+/// multiples of 4: the innermost extent, the other strides and the offsets divided by 4
+/// address the same element pairs, four at a time (16-byte aligned on buffers that start
+/// 256-byte aligned). `None` when the copy must move single elements.
+fn in_float4s(
+    axes: &[Axis],
+    src_offset: usize,
+    dst_offset: usize,
+) -> Option<(Vec<Axis>, usize, usize)> {
+    let (&(extent, s, t), outer) = axes.split_last()?;
+    let fits = extent % 4 == 0
+        && s == 1
+        && t == 1
+        && outer.iter().all(|&(_, s, t)| s % 4 == 0 && t % 4 == 0)
+        && src_offset % 4 == 0
+        && dst_offset % 4 == 0;
+    if !fits {
+        return None;
+    }
+    let mut v: Vec<(usize, usize, usize)> =
+        outer.iter().map(|&(e, s, t)| (e, s / 4, t / 4)).collect();
+    v.push((extent / 4, 1, 1));
+    Some((v, src_offset / 4, dst_offset / 4))
+}
+
 /// Runs one strided copy of `c` from `src` into `dst`. The caller derives the strides from
 /// the spec's shapes, so every address stays inside the two buffers.
 fn strided_copy(op: &Op, src: &CudaBuffer, dst: &mut CudaBuffer, c: CopyPlan) -> Result<()> {
@@ -149,31 +178,12 @@ fn strided_copy(op: &Op, src: &CudaBuffer, dst: &mut CudaBuffer, c: CopyPlan) ->
         }
         .into());
     }
-    let mut axes = collapse(&c);
-    let (mut src_offset, mut dst_offset, mut n) = (c.src_offset, c.dst_offset, n);
-    // 16-byte moves when the innermost axis is dense on both sides and every stride and
-    // offset is a multiple of 4 elements (the buffers themselves start 256-byte aligned):
-    // the same element pairs in float4 units
-    let vec4 = axes
-        .last()
-        .is_some_and(|&(e, s, t)| e % 4 == 0 && s == 1 && t == 1)
-        && axes[..axes.len() - 1]
-            .iter()
-            .all(|&(_, s, t)| s % 4 == 0 && t % 4 == 0)
-        && src_offset % 4 == 0
-        && dst_offset % 4 == 0;
-    if vec4 {
-        let inner = axes.len() - 1;
-        for (d, axis) in axes.iter_mut().enumerate() {
-            if d == inner {
-                axis.0 /= 4;
-            } else {
-                axis.1 /= 4;
-                axis.2 /= 4;
-            }
-        }
-        (src_offset, dst_offset, n) = (src_offset / 4, dst_offset / 4, n / 4);
-    }
+    let plain = collapse(&c);
+    let (axes, src_offset, dst_offset, n, vec4) =
+        match in_float4s(&plain, c.src_offset, c.dst_offset) {
+            Some((axes, so, dof)) => (axes, so, dof, n / 4, true),
+            None => (plain, c.src_offset, c.dst_offset, n, false),
+        };
     let mut g = Strided {
         rank: axes.len() as i32,
         src_offset: src_offset as i64,
@@ -186,7 +196,7 @@ fn strided_copy(op: &Op, src: &CudaBuffer, dst: &mut CudaBuffer, c: CopyPlan) ->
         g.dst_stride[d] = t as i64;
     }
     // the largest address either side reaches (the caller's strides keep both in bounds)
-    let last = |offset: usize, stride: fn(&(usize, usize, usize)) -> usize| {
+    let last = |offset: usize, stride: fn(&Axis) -> usize| {
         axes.iter().try_fold(offset, |acc, a| {
             acc.checked_add((a.0 - 1).checked_mul(stride(a))?)
         })
@@ -809,7 +819,7 @@ pub fn vjp(
 
 #[cfg(test)]
 mod tests {
-    use super::{collapse, CopyPlan};
+    use super::{collapse, in_float4s, CopyPlan};
 
     /// Every (source, destination) address pair of a copy, in row-major index order.
     fn pairs(axes: &[(usize, usize, usize)], src: usize, dst: usize) -> Vec<(usize, usize)> {
@@ -893,5 +903,41 @@ mod tests {
             dst_offset: 0,
         };
         assert_eq!(collapse(&plan), vec![(24, 1, 1)]);
+    }
+
+    /// The float4 form of a copy addresses the same element pairs, four at a time: each of
+    /// its (source, destination) pairs, times 4 plus 0..4, lists the element pairs of the
+    /// plain copy in order; copies with an odd innermost extent, a strided innermost axis or
+    /// an unaligned offset keep single elements.
+    #[test]
+    fn float4_copies_address_the_same_element_pairs() {
+        // (axes, source offset, destination offset, takes the float4 path)
+        type Case<'a> = (&'a [super::Axis], usize, usize, bool);
+        let cases: &[Case] = &[
+            // head split [2, 8, 4, 16] -> [2, 4, 8, 16], collapsed
+            (
+                &[(2, 512, 512), (4, 16, 128), (8, 64, 16), (16, 1, 1)],
+                0,
+                0,
+                true,
+            ),
+            // a slice of columns 8..24 of rows of 32 into rows of 16
+            (&[(5, 32, 16), (16, 1, 1)], 8, 0, true),
+            (&[(5, 32, 16), (16, 1, 1)], 6, 0, false),
+            (&[(3, 35, 42), (6, 1, 1)], 0, 0, false),
+            (&[(4, 1, 4), (8, 4, 1)], 0, 0, false),
+            (&[(12, 1, 1)], 4, 8, true),
+        ];
+        for &(axes, so, dof, expect) in cases {
+            let got = in_float4s(axes, so, dof);
+            assert_eq!(got.is_some(), expect, "{axes:?} offsets {so}, {dof}");
+            if let Some((v, so4, do4)) = got {
+                let wide: Vec<(usize, usize)> = pairs(&v, so4, do4)
+                    .into_iter()
+                    .flat_map(|(s, d)| (0..4).map(move |l| (4 * s + l, 4 * d + l)))
+                    .collect();
+                assert_eq!(wide, pairs(axes, so, dof), "{axes:?}");
+            }
+        }
     }
 }
