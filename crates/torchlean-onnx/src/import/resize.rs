@@ -110,13 +110,7 @@ pub(super) fn resize(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Ma
     match (scales, sizes) {
         (Some(s), None) => {
             let s = s.floats();
-            if s.len() != axes.len() {
-                return Err(format!(
-                    "Resize with {} scales for {} axes",
-                    s.len(),
-                    axes.len()
-                ));
-            }
+            one_per_axis("scales", s.len(), axes.len())?;
             for (&ax, &f) in axes.iter().zip(s.iter()) {
                 let f = f as f64;
                 if !(f.is_finite() && f > 0.0) {
@@ -131,13 +125,7 @@ pub(super) fn resize(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Ma
         }
         (None, Some(z)) => {
             let z = z.ints()?;
-            if z.len() != axes.len() {
-                return Err(format!(
-                    "Resize with {} sizes for {} axes",
-                    z.len(),
-                    axes.len()
-                ));
-            }
+            one_per_axis("sizes", z.len(), axes.len())?;
             for (&ax, &n) in axes.iter().zip(z.iter()) {
                 let out = usize::try_from(n).map_err(|_| format!("Resize size {n}"))?;
                 let scale = if shape[ax] == 0 {
@@ -192,6 +180,15 @@ pub(super) fn resize(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Ma
         y = b.op_on(Op::Add, &[&left, &right])?;
     }
     Ok(y)
+}
+
+/// Resize's scales or sizes give one value per resized axis.
+fn one_per_axis(what: &str, given: usize, axes: usize) -> Result<(), String> {
+    if given == axes {
+        Ok(())
+    } else {
+        Err(format!("Resize with {given} {what} for {axes} axes"))
+    }
 }
 
 #[cfg(test)]
