@@ -111,9 +111,10 @@ int main(int argc, char** argv) {
                 });
             }
             if (causal || g.tiles) flag_over(st, bh * l, &flag);
-            // as kernels/attention.rs: with d, dv <= 64 the tensor-core key kernel takes the
-            // call unless a value of q, k, v, O or dO is too large to split
-            const bool mma_kv = d <= 64 && dv <= 64;
+            // with d, dv <= 64 the opt-in tensor-core key kernel (TORCHLEAN_FLASH_MMA=1) takes
+            // the call unless a value of q, k, v, O or dO is too large to split: every third
+            // call here; the others go to the f32 key kernel directly, as by default
+            const bool mma_kv = d <= 64 && dv <= 64 && (call % 3) == 0;
             int wide_kv = 0;
             if (mma_kv) {
                 flag_over(q, bh * l * d, &wide_kv, FA_LIMIT);

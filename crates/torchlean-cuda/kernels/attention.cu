@@ -171,6 +171,47 @@ __device__ __forceinline__ void fa_mul_rows(float acc[4][8], const float* A, int
     }
 }
 
+// acc[a][c] += sum over j < n of At[j][ra + a] · B[j][col c]: fa_mul_rows with its first
+// operand stored transposed (At row-major over j, so one float4 holds the four rows' values
+// at j; ra a multiple of 4). The key/value VJP reads the dSᵀ it stored for dK this way for dQ.
+__device__ __forceinline__ void fa_mul_cols(float acc[4][8], const float* At, int ra, const float* B,
+                                            int tx, int n) {
+#pragma unroll 4
+    for (int j = 0; j < n; ++j) {
+        const float4 x = *reinterpret_cast<const float4*>(&At[j * FA_P + ra]);
+        const float4 y0 = *reinterpret_cast<const float4*>(&B[j * FA_P + tx * 4]);
+        const float4 y1 = *reinterpret_cast<const float4*>(&B[j * FA_P + 32 + tx * 4]);
+        const float w[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+        for (int a = 0; a < 4; ++a) {
+            acc[a][0] = fmaf(w[a], y0.x, acc[a][0]);
+            acc[a][1] = fmaf(w[a], y0.y, acc[a][1]);
+            acc[a][2] = fmaf(w[a], y0.z, acc[a][2]);
+            acc[a][3] = fmaf(w[a], y0.w, acc[a][3]);
+            acc[a][4] = fmaf(w[a], y1.x, acc[a][4]);
+            acc[a][5] = fmaf(w[a], y1.y, acc[a][5]);
+            acc[a][6] = fmaf(w[a], y1.z, acc[a][6]);
+            acc[a][7] = fmaf(w[a], y1.w, acc[a][7]);
+        }
+    }
+}
+
+// p[0..3] += (x, y, z, w), each element atomically (p 16-byte aligned, in global memory):
+// one vector reduction on sm_90 and later (red.global.add.v4.f32: a warp's 32 lanes then
+// cover whole 32-byte sectors), four scalar atomics before and in the emulation.
+__device__ __forceinline__ void fa_red4(float* p, float x, float y, float z, float w) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(x), "f"(y), "f"(z),
+                 "f"(w)
+                 : "memory");
+#else
+    atomicAdd(p, x);
+    atomicAdd(p + 1, y);
+    atomicAdd(p + 2, z);
+    atomicAdd(p + 3, w);
+#endif
+}
+
 // Grouped output column c (< 8) of thread tx.
 __device__ __forceinline__ int fa_gcol(int tx, int c) { return c < 4 ? tx * 4 + c : 32 + tx * 4 + c - 4; }
 
@@ -854,14 +895,131 @@ __device__ __forceinline__ void fa_grad_entry(const Flash& g, const float* __res
     ds = part ? p * (dp - D) : 0.0f;
 }
 
+// The key/value VJP with one chunk of each head dimension (d, dv <= 64; blockIdx.z = 0):
+// flash_bwd_kv_impl's work in three barriers per query tile. q and dO tiles are loaded
+// together; S = K Qᵀ and dP = V dOᵀ (thread rows keys, scattered columns queries) become P
+// and dS entry by entry and are stored at once as Pᵀ and dSᵀ (key-major); after one barrier
+// dV += Pᵀ dO, dK += dSᵀ Q and, with fuse_dq, dQ += scale · dS K read from the same dSᵀ tile
+// (fa_mul_cols), added with vector reductions where d is a multiple of 4. A tile inside the
+// matrix that no mask, bias or causal limit reaches (every entry exists and is allowed) takes
+// fa_grad_entry's values without its tests. Dynamic shared memory 6 tiles.
+template <bool TILES>
+__device__ __forceinline__ void flash_bwd_kv_one_chunk(
+    const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
+    const unsigned* __restrict__ bits, const float* __restrict__ bias,
+    const int* __restrict__ nonfinite, const float* __restrict__ stats,
+    const float* __restrict__ dout, float* __restrict__ dk, float* __restrict__ dv, const Flash& g,
+    float* __restrict__ dq, int fuse_dq) {
+    extern __shared__ __align__(16) float smem[];
+    float* ks = smem;                // k rows
+    float* vs = smem + FA_TILE;      // v rows
+    float* qs = smem + 2 * FA_TILE;  // q rows of the query tile (rows that attend nothing: 0)
+    float* os = smem + 3 * FA_TILE;  // dO rows of the query tile (likewise)
+    float* pt = smem + 4 * FA_TILE;  // Pᵀ: [j][i]
+    float* dt = smem + 5 * FA_TILE;  // dSᵀ: [j][i]
+    const int tx = threadIdx.x % 8, ty = threadIdx.x / 8;
+    const long long k0 = (long long)blockIdx.x * FA_T;
+    const long long keys = min((long long)FA_T, g.s - k0);
+    const long long R = g.bh * g.l, nqt = (g.l + FA_T - 1) / FA_T;
+    const bool skip = g.causal && nonfinite[0] == 0;
+    const bool skip_tiles = TILES && g.tiles && nonfinite[0] == 0;
+    const long long qt_begin = skip ? k0 / FA_T : 0;
+    const float* att_of = stats + R;
+    const bool vec_dq = g.d % 4 == 0;
+    for (long long b = blockIdx.y; b < g.bh; b += gridDim.y) {
+        float ak[4][8] = {}, av[4][8] = {};
+        __syncthreads();
+        fa_load(ks, k, b * g.s + k0, keys, g.d, 0, g.d, nullptr, 0);
+        fa_load(vs, v, b * g.s + k0, keys, g.dv, 0, g.dv, nullptr, 0);
+        for (long long qt = qt_begin; qt < nqt; ++qt) {
+            if (skip_tiles && !fa_tile_any(g, bits, b, qt, blockIdx.x)) continue;
+            const long long i0 = qt * FA_T, rows = min((long long)FA_T, g.l - i0);
+            // every thread is done with the previous tile's q, dO, Pᵀ and dSᵀ
+            __syncthreads();
+            fa_load(qs, q, b * g.l + i0, rows, g.d, 0, g.d, att_of, b * g.l + i0);
+            fa_load(os, dout, b * g.l + i0, rows, g.dv, 0, g.dv, att_of, b * g.l + i0);
+            __syncthreads();
+            // entry (key k0 + ty·4 + a, query i0 + tx + 8c); the tiles are zero past d, dv
+            float st[4][8] = {}, dp[4][8] = {};
+            fa_dot_rows(st, ks, ty * 4, qs, tx, FA_C);
+            fa_dot_rows(dp, vs, ty * 4, os, tx, FA_C);
+            const bool plain = g.mask == 0 && i0 + FA_T <= g.l && k0 + FA_T <= g.s &&
+                               !(g.causal && k0 + FA_T - 1 > i0);
+            #pragma unroll
+            for (int c = 0; c < 8; ++c) {
+                const long long i = i0 + tx + 8 * c, row = b * g.l + i;
+                const bool in = i < g.l;
+                const float lse = in ? stats[row] : 0.0f, att = in ? stats[R + row] : 0.0f,
+                            D = in ? stats[2 * R + row] : 0.0f;
+                #pragma unroll
+                for (int a = 0; a < 4; ++a) {
+                    const long long j = k0 + ty * 4 + a;
+                    float p, ds;
+                    if (plain) {
+                        // fa_grad_entry for an existing, allowed entry without a bias
+                        const bool part = att != 0.0f;
+                        p = part ? fa_exp2((st[a][c] * g.scale - lse) * FA_LOG2E) : 0.0f;
+                        ds = part ? p * (dp[a][c] - D) : 0.0f;
+                    } else {
+                        fa_grad_entry(g, bias, b, i, j, fa_bit(g, bits, b, i, j), lse, att, D,
+                                      st[a][c], dp[a][c], p, ds);
+                    }
+                    pt[(ty * 4 + a) * FA_P + tx + 8 * c] = p;
+                    dt[(ty * 4 + a) * FA_P + tx + 8 * c] = ds;
+                }
+            }
+            __syncthreads();
+            fa_mul_rows(av, pt, ty * 4, os, tx, FA_T);
+            fa_mul_rows(ak, dt, ty * 4, qs, tx, FA_T);
+            if (fuse_dq) {
+                // dQ rows i0 + ty·4 + a, grouped columns: dS K from dSᵀ and the k rows
+                float aq[4][8] = {};
+                fa_mul_cols(aq, dt, ty * 4, ks, tx, FA_T);
+                #pragma unroll
+                for (int a = 0; a < 4; ++a) {
+                    const long long i = i0 + ty * 4 + a, row = b * g.l + i;
+                    if (i >= g.l || stats[R + row] == 0.0f) continue;
+                    float* out = dq + row * g.d;
+                    #pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const long long col = h * 32 + tx * 4;
+                        if (vec_dq) {
+                            if (col < g.d)
+                                fa_red4(out + col, g.scale * aq[a][4 * h], g.scale * aq[a][4 * h + 1],
+                                        g.scale * aq[a][4 * h + 2], g.scale * aq[a][4 * h + 3]);
+                        } else {
+                            #pragma unroll
+                            for (int e = 0; e < 4; ++e)
+                                if (col + e < g.d) atomicAdd(&out[col + e], g.scale * aq[a][4 * h + e]);
+                        }
+                    }
+                }
+            }
+        }
+        #pragma unroll
+        for (int a = 0; a < 4; ++a) {
+            const long long j = k0 + ty * 4 + a;
+            if (j >= g.s) continue;
+            #pragma unroll
+            for (int c = 0; c < 8; ++c) {
+                const long long col = fa_gcol(tx, c);
+                if (col < g.d) dk[(b * g.s + j) * g.d + col] = g.scale * ak[a][c];
+                if (col < g.dv) dv[(b * g.s + j) * g.dv + col] = av[a][c];
+            }
+        }
+    }
+}
+
 // VJP, keys and values: one block per 64 keys (blockIdx.x) and chunk z of d / dv
 // (blockIdx.z): dK = scale · dSᵀ Q, dV = Pᵀ dO over every query tile that can see these keys.
-// Thread rows are keys, scattered columns queries. Dynamic shared memory 5 tiles. stats as
+// Thread rows are keys, scattered columns queries. Dynamic shared memory 5 tiles (6 for
+// flash_bwd_kv_one_chunk: the launch gives 6). stats as
 // flash_forward's mode 1 wrote them. Query rows that attend nothing are read as zeros.
-// With fuse_dq (one chunk: d, dv ≤ 64), also dQ += scale · dS K for each query tile, added
-// into dq (zeroed by the caller) with atomicAdd: the query kernel's recomputation of S and
-// dP is saved, at the price of an order of additions that varies from run to run; rows that
-// attend nothing receive nothing. `gate`: as flash_forward's (flash_bwd_kv_mma's flag).
+// With one chunk of each head dimension (d, dv ≤ 64) the call goes to flash_bwd_kv_one_chunk,
+// which with fuse_dq also adds dQ += scale · dS K for each query tile into dq (zeroed by the
+// caller) atomically: the query kernel's recomputation of S and dP is saved, at the price of
+// an order of additions that varies from run to run; rows that attend nothing receive
+// nothing. `gate`: as flash_forward's (flash_bwd_kv_mma's flag).
 template <bool TILES>
 __device__ __forceinline__ void flash_bwd_kv_impl(
     const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
@@ -871,6 +1029,10 @@ __device__ __forceinline__ void flash_bwd_kv_impl(
     float* __restrict__ dq, int fuse_dq, const int* __restrict__ gate) {
     // the tensor-core kernel (flash_bwd_kv_mma) took the call unless its flag says not
     if (gate != nullptr && gate[0] == 0) return;
+    if (g.d <= FA_C && g.dv <= FA_C) {
+        flash_bwd_kv_one_chunk<TILES>(q, k, v, bits, bias, nonfinite, stats, dout, dk, dv, g, dq, fuse_dq);
+        return;
+    }
     extern __shared__ __align__(16) float smem[];
     float* ks = smem;                // k rows, chunk of d
     float* vs = smem + FA_TILE;      // v rows, chunk of dv
@@ -939,28 +1101,6 @@ __device__ __forceinline__ void flash_bwd_kv_impl(
                 __syncthreads();
                 fa_mul_rows(ak, pt, ty * 4, qs, tx, fa_round4(rows));
                 __syncthreads();
-            }
-            if (fuse_dq) {
-                // dS again, query-major: pt[i][j]; thread rows become queries, grouped
-                // columns the head dimension (ks holds every column: one chunk)
-                #pragma unroll
-                for (int a = 0; a < 4; ++a)
-                    #pragma unroll
-                    for (int c = 0; c < 8; ++c) pt[(tx + 8 * c) * FA_P + ty * 4 + a] = dp[a][c];
-                __syncthreads();
-                float aq[4][8] = {};
-                fa_mul_rows(aq, pt, ty * 4, ks, tx, fa_round4(keys));
-                __syncthreads();
-                #pragma unroll
-                for (int a = 0; a < 4; ++a) {
-                    const long long i = i0 + ty * 4 + a, row = b * g.l + i;
-                    if (i >= g.l || stats[R + row] == 0.0f) continue;
-                    #pragma unroll
-                    for (int c = 0; c < 8; ++c) {
-                        const long long col = fa_gcol(tx, c);
-                        if (col < g.d) atomicAdd(&dq[row * g.d + col], g.scale * aq[a][c]);
-                    }
-                }
             }
         }
         #pragma unroll

@@ -42,7 +42,7 @@ const TILE: usize = 64;
 const TILE_FLOATS: u32 = 64 * 68;
 /// Shared tiles of each kernel.
 const FORWARD_TILES: u32 = 3;
-const BWD_KV_TILES: u32 = 5;
+const BWD_KV_TILES: u32 = 6;
 const BWD_Q_TILES: u32 = 5;
 /// Shared memory of the tensor-core forward: three split tiles (`FA_SPLIT_TILE`: 64 rows of
 /// 144 words — q rows, k rows, v columns, each value as its TF32 big and small parts).
