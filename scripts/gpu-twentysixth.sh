@@ -7,6 +7,8 @@
 # on the new key kernel (one launch). Env TESTS, ROUNDS, WORKLOADS, SKIP_BIG, SKIP_NCU; logs
 # under $OUT, packed into logs.tgz.
 source "$(dirname "$0")/gpu-session-start.sh"
+# only logs.tgz under $OUT (the device returns a few files whole)
+log=/tmp/gpu-logs; mkdir -p $log
 mkdir -p $log/ptx
 cat crates/torchlean-cuda/kernels/{elementwise,rows,conv,spectral,attention}.cu > $log/ptx/all.cu
 nvcc -arch=sm_90 -cubin -std=c++17 -Xptxas -v -o $log/ptx/all.cubin $log/ptx/all.cu > $log/ptx/ptxas.txt 2>&1
@@ -29,9 +31,13 @@ for r in $(seq 1 ${ROUNDS:-2}); do
   fi
 done
 if [ -z "${SKIP_NCU:-}" ]; then
-  timeout 200 ncu --clock-control none -k regex:"flash_bwd_kv" -c 1 --set full --import-source no \
-    gpu-bin/torchlean bench attn-step-none --device cuda --provider prefer:native_cuda --reps 1 > $log/ncu.txt 2>&1
+  timeout 240 ncu --clock-control none -k regex:"flash_bwd_kv" -c 1 --set full --import-source no -o $log/kv \
+    --metrics regex:'smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
+    gpu-bin/torchlean bench attn-step-none --device cuda --provider prefer:native_cuda --reps 1 > $log/ncu-run.txt 2>&1
   echo "ncu rc=$?"
-  grep -E "^  flash|Duration|Registers Per|Achieved Occupancy|Compute \(SM\) Throughput|Executed Ipc Active|Issue Slots Busy|No Eligible|Executed Instructions  |highest-utilized|stalled waiting|bank conflicts" $log/ncu.txt 2>/dev/null | cut -c1-200 | head -30
+  ncu -i $log/kv.ncu-rep --print-details all > $log/ncu.txt 2>&1
+  ncu -i $log/kv.ncu-rep --page source --csv --print-source sass > $log/sass.csv 2>&1
+  grep -E "^  flash|Duration|Registers Per|Achieved Occupancy|Compute \(SM\) Throughput|Executed Ipc Active|Issue Slots Busy|No Eligible|Executed Instructions  |highest-utilized|bank conflicts" $log/ncu.txt | cut -c1-200 | head -20
+  grep -E "issue_stalled" $log/ncu.txt | awk '{print $1, $NF}' | sort -k2 -n -r | head -12
 fi
-tar czf $OUT/logs.tgz -C $log --exclude=logs.tgz . 2>/dev/null || true
+rm -f $log/kv.ncu-rep; tar czf $OUT/logs.tgz -C $log . 2>/dev/null || true

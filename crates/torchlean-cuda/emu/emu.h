@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <atomic>
 #define __global__
 #define __device__
 #define __forceinline__ inline
@@ -34,6 +35,21 @@ std::barrier<>* g_warp[32];
 float g_shfl[1024];
 unsigned g_bal[1024];
 inline void __syncthreads() { g_block->arrive_and_wait(); }
+// __syncthreads_or: a barrier that returns whether some thread's predicate was nonzero. Two
+// flags used alternately by successive calls (each thread counts its own calls): call k sets
+// slot k % 2 before the first barrier and reads it after; between the two barriers thread 0
+// clears the other slot, which no thread sets again before passing call k's second barrier.
+inline std::atomic<int> g_or_slot[2];
+inline thread_local unsigned t_or_calls = 0;
+inline int __syncthreads_or(int p) {
+    const unsigned k = t_or_calls++;
+    if (p) g_or_slot[k % 2] = 1;
+    g_block->arrive_and_wait();
+    const int any = g_or_slot[k % 2];
+    if (threadIdx.x == 0) g_or_slot[(k + 1) % 2] = 0;
+    g_block->arrive_and_wait();
+    return any;
+}
 inline float __shfl_xor_sync(unsigned, float x, int o) {
     int t = threadIdx.x, w = t / 32;
     g_shfl[t] = x;
@@ -94,6 +110,7 @@ template <class F> void launch(dim3 grid, unsigned threads, F f) {
     gridDim = grid; blockDim = {threads, 1, 1};
     for (unsigned z = 0; z < grid.z; ++z) for (unsigned y = 0; y < grid.y; ++y) for (unsigned x = 0; x < grid.x; ++x) {
         blockIdx = {x, y, z};
+        g_or_slot[0] = 0; g_or_slot[1] = 0;
         for (float& v : smem) v = NAN;  // stale shared memory must never be read
         std::barrier<> bb(threads);
         g_block = &bb;

@@ -142,15 +142,24 @@ __device__ __forceinline__ void fa_dot_rows(float acc[4][8], const float* A, int
     }
 }
 
+// The column swizzle of the key VJP's Pᵀ and dSᵀ tiles: row r's columns are XORed with 8
+// for r % 16 >= 8. A warp's threads store rows ty·4 + a (ty < 4) at columns tx + 8c; with
+// stride 68 rows 16 apart share banks, so without it ty and ty + 2 collide (two wavefronts
+// per store). Groups of 4 columns stay together (float4 reads).
+__device__ __forceinline__ int fa_swizzle(int r) { return ((r >> 3) & 1) * 8; }
+
 // acc[a][c] += sum over j < n of A[ra + a][j] · B[j][col c] with col c the grouped columns
 // tx·4 + c, 32 + tx·4 + c - 4 (A row-major over j, B row-major; n a multiple of 4, both
 // zero beyond their rows / columns).
+// With SW, A is stored swizzled (fa_swizzle): column j of row r at j ^ fa_swizzle(r).
+template <bool SW = false>
 __device__ __forceinline__ void fa_mul_rows(float acc[4][8], const float* A, int ra, const float* B,
                                             int tx, int n) {
     for (int j = 0; j < n; j += 4) {
         float4 x[4];
 #pragma unroll
-        for (int a = 0; a < 4; ++a) x[a] = *reinterpret_cast<const float4*>(&A[(ra + a) * FA_P + j]);
+        for (int a = 0; a < 4; ++a)
+            x[a] = *reinterpret_cast<const float4*>(&A[(ra + a) * FA_P + (SW ? j ^ fa_swizzle(ra + a) : j)]);
 #pragma unroll
         for (int t = 0; t < 4; ++t) {
             const float4 y0 = *reinterpret_cast<const float4*>(&B[(j + t) * FA_P + tx * 4]);
@@ -174,11 +183,13 @@ __device__ __forceinline__ void fa_mul_rows(float acc[4][8], const float* A, int
 // acc[a][c] += sum over j < n of At[j][ra + a] · B[j][col c]: fa_mul_rows with its first
 // operand stored transposed (At row-major over j, so one float4 holds the four rows' values
 // at j; ra a multiple of 4). The key/value VJP reads the dSᵀ it stored for dK this way for dQ.
+// With SW, At is stored swizzled (fa_swizzle).
+template <bool SW = false>
 __device__ __forceinline__ void fa_mul_cols(float acc[4][8], const float* At, int ra, const float* B,
                                             int tx, int n) {
 #pragma unroll 4
     for (int j = 0; j < n; ++j) {
-        const float4 x = *reinterpret_cast<const float4*>(&At[j * FA_P + ra]);
+        const float4 x = *reinterpret_cast<const float4*>(&At[j * FA_P + (SW ? ra ^ fa_swizzle(j) : ra)]);
         const float4 y0 = *reinterpret_cast<const float4*>(&B[j * FA_P + tx * 4]);
         const float4 y1 = *reinterpret_cast<const float4*>(&B[j * FA_P + 32 + tx * 4]);
         const float w[4] = {x.x, x.y, x.z, x.w};
@@ -895,14 +906,87 @@ __device__ __forceinline__ void fa_grad_entry(const Flash& g, const float* __res
     ds = part ? p * (dp - D) : 0.0f;
 }
 
+// Asynchronous copies into shared memory (cp.async, sm_80 and later): 16 or 4 bytes, or
+// zeros where `fill` is false (nothing is read then); in the emulation and before sm_80,
+// plain copies, complete when they return. fa_cp_wait waits for the calling thread's copies;
+// a barrier after it makes them visible to the block.
+__device__ __forceinline__ void fa_cp16(float* dst, const float* __restrict__ src, bool fill) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(fill ? 16 : 0)
+                 : "memory");
+#else
+    *reinterpret_cast<float4*>(dst) =
+        fill ? *reinterpret_cast<const float4*>(src) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#endif
+}
+__device__ __forceinline__ void fa_cp4(float* dst, const float* __restrict__ src, bool fill) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(d), "l"(src), "r"(fill ? 4 : 0)
+                 : "memory");
+#else
+    *dst = fill ? *src : 0.0f;
+#endif
+}
+__device__ __forceinline__ void fa_cp_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+}
+
+// Starts copying query tile i0 (`rows` rows) of batch matrix b: its q rows into qs, dO rows
+// into os (zeros past the matrix and past d, dv; 16-byte copies when d and dv are multiples
+// of 4, else plain loads) and its three statistics into rs (lse, attends, D; zeros past the
+// matrix). Rows that attend nothing are copied as they are: the caller zeroes them.
+__device__ __forceinline__ void fa_stage(float* qs, float* os, float* rs, const float* __restrict__ q,
+                                         const float* __restrict__ dout,
+                                         const float* __restrict__ stats, const Flash& g,
+                                         long long b, long long i0, long long rows) {
+    const long long R = g.bh * g.l, row0 = b * g.l + i0;
+    if (g.d % 4 == 0 && g.dv % 4 == 0) {
+        for (int e = threadIdx.x; e < FA_T * (FA_C / 4); e += blockDim.x) {
+            const int r = e / (FA_C / 4), c = (e % (FA_C / 4)) * 4;
+            const bool fq = r < rows && c < g.d, fo = r < rows && c < g.dv;
+            fa_cp16(&qs[r * FA_P + c], fq ? &q[(row0 + r) * g.d + c] : q, fq);
+            fa_cp16(&os[r * FA_P + c], fo ? &dout[(row0 + r) * g.dv + c] : dout, fo);
+        }
+    } else {
+        for (int e = threadIdx.x; e < FA_T * FA_C; e += blockDim.x) {
+            const int r = e / FA_C, c = e % FA_C;
+            qs[r * FA_P + c] = r < rows && c < g.d ? q[(row0 + r) * g.d + c] : 0.0f;
+            os[r * FA_P + c] = r < rows && c < g.dv ? dout[(row0 + r) * g.dv + c] : 0.0f;
+        }
+    }
+    if (threadIdx.x < FA_T) {
+        const int t = threadIdx.x;
+        const bool in = t < rows;
+        fa_cp4(&rs[t], in ? &stats[row0 + t] : stats, in);
+        fa_cp4(&rs[FA_T + t], in ? &stats[R + row0 + t] : stats, in);
+        fa_cp4(&rs[2 * FA_T + t], in ? &stats[2 * R + row0 + t] : stats, in);
+    }
+}
+
+// The first query tile at or after qt that the key block kt visits (nqt when none).
+template <bool TILES>
+__device__ __forceinline__ long long fa_next_tile(const Flash& g, const unsigned* __restrict__ bits,
+                                                  bool skip_tiles, long long b, long long qt,
+                                                  long long nqt, long long kt) {
+    while (qt < nqt && TILES && skip_tiles && !fa_tile_any(g, bits, b, qt, kt)) ++qt;
+    return qt;
+}
+
 // The key/value VJP with one chunk of each head dimension (d, dv <= 64; blockIdx.z = 0):
-// flash_bwd_kv_impl's work in three barriers per query tile. q and dO tiles are loaded
-// together; S = K Qᵀ and dP = V dOᵀ (thread rows keys, scattered columns queries) become P
-// and dS entry by entry and are stored at once as Pᵀ and dSᵀ (key-major); after one barrier
-// dV += Pᵀ dO, dK += dSᵀ Q and, with fuse_dq, dQ += scale · dS K read from the same dSᵀ tile
-// (fa_mul_cols), added with vector reductions where d is a multiple of 4. A tile inside the
-// matrix that no mask, bias or causal limit reaches (every entry exists and is allowed) takes
-// fa_grad_entry's values without its tests. Dynamic shared memory 6 tiles.
+// flash_bwd_kv_impl's work in three barriers per query tile, the next tile's q, dO and
+// statistics copied in (fa_stage) while this tile's dQ product runs. S = K Qᵀ and dP = V dOᵀ
+// (thread rows keys, scattered columns queries) become P and dS entry by entry and are stored
+// at once as Pᵀ and dSᵀ (key-major, swizzled); after one barrier dV += Pᵀ dO, dK += dSᵀ Q
+// and, with fuse_dq, dQ += scale · dS K read from the same dSᵀ tile (fa_mul_cols), added with
+// vector reductions where d is a multiple of 4. Query rows that attend nothing are zeroed in
+// the staged tiles (when a tile has any: the first barrier tells) so that they take no part.
+// A tile inside the matrix that no mask, bias or causal limit reaches (every entry exists and
+// is allowed) takes fa_grad_entry's values without its tests. Dynamic shared memory 6 tiles
+// and 3 × 64 floats.
 template <bool TILES>
 __device__ __forceinline__ void flash_bwd_kv_one_chunk(
     const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
@@ -915,30 +999,35 @@ __device__ __forceinline__ void flash_bwd_kv_one_chunk(
     float* vs = smem + FA_TILE;      // v rows
     float* qs = smem + 2 * FA_TILE;  // q rows of the query tile (rows that attend nothing: 0)
     float* os = smem + 3 * FA_TILE;  // dO rows of the query tile (likewise)
-    float* pt = smem + 4 * FA_TILE;  // Pᵀ: [j][i]
-    float* dt = smem + 5 * FA_TILE;  // dSᵀ: [j][i]
+    float* pt = smem + 4 * FA_TILE;  // Pᵀ: [j][i], swizzled (fa_swizzle)
+    float* dt = smem + 5 * FA_TILE;  // dSᵀ: [j][i], swizzled
+    float* rs = smem + 6 * FA_TILE;  // the query tile's stats: lse, attends, D (3 × 64)
     const int tx = threadIdx.x % 8, ty = threadIdx.x / 8;
     const long long k0 = (long long)blockIdx.x * FA_T;
     const long long keys = min((long long)FA_T, g.s - k0);
-    const long long R = g.bh * g.l, nqt = (g.l + FA_T - 1) / FA_T;
+    const long long nqt = (g.l + FA_T - 1) / FA_T;
     const bool skip = g.causal && nonfinite[0] == 0;
     const bool skip_tiles = TILES && g.tiles && nonfinite[0] == 0;
     const long long qt_begin = skip ? k0 / FA_T : 0;
-    const float* att_of = stats + R;
     const bool vec_dq = g.d % 4 == 0;
     for (long long b = blockIdx.y; b < g.bh; b += gridDim.y) {
         float ak[4][8] = {}, av[4][8] = {};
         __syncthreads();
         fa_load(ks, k, b * g.s + k0, keys, g.d, 0, g.d, nullptr, 0);
         fa_load(vs, v, b * g.s + k0, keys, g.dv, 0, g.dv, nullptr, 0);
-        for (long long qt = qt_begin; qt < nqt; ++qt) {
-            if (skip_tiles && !fa_tile_any(g, bits, b, qt, blockIdx.x)) continue;
+        long long qt = fa_next_tile<TILES>(g, bits, skip_tiles, b, qt_begin, nqt, blockIdx.x);
+        if (qt < nqt) fa_stage(qs, os, rs, q, dout, stats, g, b, qt * FA_T, min((long long)FA_T, g.l - qt * FA_T));
+        while (qt < nqt) {
             const long long i0 = qt * FA_T, rows = min((long long)FA_T, g.l - i0);
-            // every thread is done with the previous tile's q, dO, Pᵀ and dSᵀ
-            __syncthreads();
-            fa_load(qs, q, b * g.l + i0, rows, g.d, 0, g.d, att_of, b * g.l + i0);
-            fa_load(os, dout, b * g.l + i0, rows, g.dv, 0, g.dv, att_of, b * g.l + i0);
-            __syncthreads();
+            fa_cp_wait();
+            // the staged tile is visible; some row of it attends nothing?
+            if (__syncthreads_or(threadIdx.x < rows && rs[FA_T + threadIdx.x] == 0.0f)) {
+                for (int e = threadIdx.x; e < FA_T * FA_C; e += blockDim.x) {
+                    const int r = e / FA_C, c = e % FA_C;
+                    if (rs[FA_T + r] == 0.0f) qs[r * FA_P + c] = os[r * FA_P + c] = 0.0f;
+                }
+                __syncthreads();
+            }
             // entry (key k0 + ty·4 + a, query i0 + tx + 8c); the tiles are zero past d, dv
             float st[4][8] = {}, dp[4][8] = {};
             fa_dot_rows(st, ks, ty * 4, qs, tx, FA_C);
@@ -947,10 +1036,8 @@ __device__ __forceinline__ void flash_bwd_kv_one_chunk(
                                !(g.causal && k0 + FA_T - 1 > i0);
             #pragma unroll
             for (int c = 0; c < 8; ++c) {
-                const long long i = i0 + tx + 8 * c, row = b * g.l + i;
-                const bool in = i < g.l;
-                const float lse = in ? stats[row] : 0.0f, att = in ? stats[R + row] : 0.0f,
-                            D = in ? stats[2 * R + row] : 0.0f;
+                const long long i = i0 + tx + 8 * c;
+                const float lse = rs[tx + 8 * c], att = rs[FA_T + tx + 8 * c], D = rs[2 * FA_T + tx + 8 * c];
                 #pragma unroll
                 for (int a = 0; a < 4; ++a) {
                     const long long j = k0 + ty * 4 + a;
@@ -964,21 +1051,30 @@ __device__ __forceinline__ void flash_bwd_kv_one_chunk(
                         fa_grad_entry(g, bias, b, i, j, fa_bit(g, bits, b, i, j), lse, att, D,
                                       st[a][c], dp[a][c], p, ds);
                     }
-                    pt[(ty * 4 + a) * FA_P + tx + 8 * c] = p;
-                    dt[(ty * 4 + a) * FA_P + tx + 8 * c] = ds;
+                    const int r = ty * 4 + a, col = (tx + 8 * c) ^ fa_swizzle(r);
+                    pt[r * FA_P + col] = p;
+                    dt[r * FA_P + col] = ds;
                 }
             }
             __syncthreads();
-            fa_mul_rows(av, pt, ty * 4, os, tx, FA_T);
-            fa_mul_rows(ak, dt, ty * 4, qs, tx, FA_T);
+            fa_mul_rows<true>(av, pt, ty * 4, os, tx, FA_T);
+            fa_mul_rows<true>(ak, dt, ty * 4, qs, tx, FA_T);
+            // whether this thread's dQ rows attend (rs is restaged below)
+            bool attends[4];
+            #pragma unroll
+            for (int a = 0; a < 4; ++a) attends[a] = rs[FA_T + ty * 4 + a] != 0.0f;
+            const long long next = fa_next_tile<TILES>(g, bits, skip_tiles, b, qt + 1, nqt, blockIdx.x);
+            // every thread is done with this tile's q, dO and stats: stage the next
+            __syncthreads();
+            if (next < nqt) fa_stage(qs, os, rs, q, dout, stats, g, b, next * FA_T, min((long long)FA_T, g.l - next * FA_T));
             if (fuse_dq) {
                 // dQ rows i0 + ty·4 + a, grouped columns: dS K from dSᵀ and the k rows
                 float aq[4][8] = {};
-                fa_mul_cols(aq, dt, ty * 4, ks, tx, FA_T);
+                fa_mul_cols<true>(aq, dt, ty * 4, ks, tx, FA_T);
                 #pragma unroll
                 for (int a = 0; a < 4; ++a) {
                     const long long i = i0 + ty * 4 + a, row = b * g.l + i;
-                    if (i >= g.l || stats[R + row] == 0.0f) continue;
+                    if (i >= g.l || !attends[a]) continue;
                     float* out = dq + row * g.d;
                     #pragma unroll
                     for (int h = 0; h < 2; ++h) {
@@ -995,6 +1091,7 @@ __device__ __forceinline__ void flash_bwd_kv_one_chunk(
                     }
                 }
             }
+            qt = next;
         }
         #pragma unroll
         for (int a = 0; a < 4; ++a) {

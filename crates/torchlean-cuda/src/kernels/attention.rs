@@ -43,6 +43,9 @@ const TILE_FLOATS: u32 = 64 * 68;
 /// Shared tiles of each kernel.
 const FORWARD_TILES: u32 = 3;
 const BWD_KV_TILES: u32 = 6;
+/// The key/value VJP's shared memory: its tiles and a query tile's three statistics
+/// (`flash_bwd_kv_one_chunk`'s `rs`).
+const BWD_KV_BYTES: u32 = BWD_KV_TILES * TILE_FLOATS * 4 + 3 * 64 * 4;
 const BWD_Q_TILES: u32 = 5;
 /// Shared memory of the tensor-core forward: three split tiles (`FA_SPLIT_TILE`: 64 rows of
 /// 144 words — q rows, k rows, v columns, each value as its TF32 big and small parts).
@@ -61,18 +64,14 @@ pub fn allow_shared_memory(f: &crate::device::Functions) -> std::result::Result<
     let tiles = |n: u32| n * TILE_FLOATS * 4;
     for (name, func, bytes) in [
         ("flash_forward", &f.flash_forward, tiles(FORWARD_TILES)),
-        ("flash_bwd_kv", &f.flash_bwd_kv, tiles(BWD_KV_TILES)),
+        ("flash_bwd_kv", &f.flash_bwd_kv, BWD_KV_BYTES),
         ("flash_bwd_q", &f.flash_bwd_q, tiles(BWD_Q_TILES)),
         (
             "flash_forward_tiles",
             &f.flash_forward_tiles,
             tiles(FORWARD_TILES),
         ),
-        (
-            "flash_bwd_kv_tiles",
-            &f.flash_bwd_kv_tiles,
-            tiles(BWD_KV_TILES),
-        ),
+        ("flash_bwd_kv_tiles", &f.flash_bwd_kv_tiles, BWD_KV_BYTES),
         (
             "flash_bwd_q_tiles",
             &f.flash_bwd_q_tiles,
@@ -598,7 +597,10 @@ pub fn vjp(
                 .arg(gq.slice_mut())
                 .arg(&fuse);
             gate_arg(&mut b, &wide);
-            let cfg = launch_cfg(s.div_ceil(TILE), bh, d.max(dv).div_ceil(TILE), BWD_KV_TILES);
+            let cfg = LaunchConfig {
+                shared_mem_bytes: BWD_KV_BYTES,
+                ..launch_cfg(s.div_ceil(TILE), bh, d.max(dv).div_ceil(TILE), 0)
+            };
             // SAFETY: reads as the forward plus the stats (3·BH·L) and the cotangent
             // ([BH, L, dv]); block (x, y, z) writes the rows of its 64 keys in columns of
             // chunk z of gk ([BH, S, d]) and gv ([BH, S, dv]): disjoint between blocks; with
