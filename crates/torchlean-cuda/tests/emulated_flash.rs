@@ -14,7 +14,7 @@
 mod common;
 mod flash_cases;
 
-use flash_cases::{flash_case, flash_compare};
+use flash_cases::{fixed_case, flash_case, flash_compare, FIXED_CASES};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -86,41 +86,6 @@ fn encode(op: &Op, xs: &[Array<f64>], gy: &Array<f64>, buf: &mut Vec<u8>) {
     push(buf, gy);
 }
 
-/// An unmasked call over [2, 130, d] queries and [2, 140, d] keys (d, dv <= 64: the key
-/// kernel's one-chunk path), causal for odd `c`.
-fn plain_tiles_case(c: u64) -> (Op, Vec<Array<f64>>) {
-    let (d, dv) = if c % 2 == 0 { (32, 64) } else { (64, 16) };
-    let op = Op::ScaledDotProductAttention {
-        scale: None,
-        causal: c % 2 == 1,
-        mask: AttentionMask::None,
-    };
-    let xs = [[2, 130, d], [2, 140, d], [2, 140, dv]]
-        .iter()
-        .enumerate()
-        .map(|(i, shape)| common::draw(shape, common::Gen::Normal, 90_000 + 10 * c + i as u64))
-        .collect();
-    (op, xs)
-}
-
-/// A boolean mask that blocks every key of query row 5, whose q holds a NaN: the row gives
-/// zeros and takes no part in any gradient (its NaN must not reach dK through 0 · NaN).
-fn dead_row_case() -> (Op, Vec<Array<f64>>) {
-    let (l, s, d) = (70, 80, 16);
-    let op = Op::ScaledDotProductAttention {
-        scale: None,
-        causal: false,
-        mask: AttentionMask::Boolean,
-    };
-    let mut q = common::draw(&[1, l, d], common::Gen::Normal, 91_000);
-    q.data[5 * d + 3] = f64::NAN;
-    let k = common::draw(&[1, s, d], common::Gen::Normal, 91_001);
-    let v = common::draw(&[1, s, d], common::Gen::Normal, 91_002);
-    let mut m = Array::from_vec(vec![l, s], vec![1.0; l * s]).expect("shape and length agree");
-    m.data[5 * s..6 * s].iter_mut().for_each(|x| *x = 0.0);
-    (op, vec![q, k, v, m])
-}
-
 #[test]
 fn flash_kernels_match_the_spec_under_cpu_emulation() {
     let dir = std::env::temp_dir().join(format!("torchlean-emu-{}", std::process::id()));
@@ -135,15 +100,12 @@ fn flash_kernels_match_the_spec_under_cpu_emulation() {
             return;
         }
     };
-    let cases: Vec<(Op, Vec<Array<f64>>, Array<f64>)> = (0..29u64)
+    let cases: Vec<(Op, Vec<Array<f64>>, Array<f64>)> = (0..24 + FIXED_CASES as u64)
         .map(|c| {
-            // then four with whole 64 × 64 tiles without a mask (the key kernel's path without
-            // per-entry tests), causal or not, which random shapes reach only now and then,
-            // and a NaN in a query row that attends nothing
+            // then the fixed cases (whole unmasked tiles, a NaN in a row that attends nothing)
             let (op, xs) = match c {
                 0..24 => flash_case(70_000 + c * 31, true),
-                24..28 => plain_tiles_case(c),
-                _ => dead_row_case(),
+                _ => fixed_case((c - 24) as usize),
             };
             let refs: Vec<&Array<f64>> = xs.iter().collect();
             let y = spec::forward(&op, &refs).expect("the spec accepts the call");

@@ -16,7 +16,7 @@ mod common;
 mod flash_cases;
 
 use common::{compare, draw, table, Case, Gen, F32_TOL};
-use flash_cases::{flash_case, flash_compare};
+use flash_cases::{fixed_case, flash_case, flash_compare, FIXED_CASES};
 use torchlean::backend::{BackendProfile, Device};
 use torchlean::runtime::kernel::KernelBinding;
 use torchlean::runtime::{install, Session};
@@ -299,9 +299,15 @@ fn flash_attention_matches_the_spec_on_the_gpu() {
     let b = native_cuda_attention_binding();
     let vjp = b.vjp().expect("the flash capsule has a VJP");
     let (mut failures, mut worst) = (vec![], (0.0f64, 0.0f64));
-    let cases = 120;
+    // 120 random calls, then the fixed ones (whole unmasked tiles, a NaN in a row that
+    // attends nothing)
+    let cases = 120 + FIXED_CASES as u64;
     for case in 0..cases {
-        let (op, xs) = flash_case(5_000 + case * 101, false);
+        let (op, xs) = if case < 120 {
+            flash_case(5_000 + case * 101, false)
+        } else {
+            fixed_case((case - 120) as usize)
+        };
         let refs: Vec<&Array<f64>> = xs.iter().collect();
         let want = spec::forward(&op, &refs).expect("the spec accepts the call");
         let gy = draw(&want.shape, Gen::Normal, 90_000 + case);

@@ -101,6 +101,46 @@ pub fn flash_case(seed: u64, small: bool) -> (torchlean::graph::Op, Vec<Array<f6
 }
 
 /// `got` within `tol`·(1 + max finite |want|) of `want`, NaN and ±inf exactly where `want`
+
+/// How many fixed calls `fixed_case` has.
+pub const FIXED_CASES: usize = 5;
+
+/// Fixed calls that random shapes reach only now and then. 0–3: unmasked [2, 130, d] queries
+/// against [2, 140, d] keys (d, dv <= 64: the key kernel's one-chunk path over whole 64 × 64
+/// tiles without per-entry tests), causal for odd `c`. 4: a boolean mask that blocks every key
+/// of query row 5, whose q holds a NaN: the row gives zeros and takes no part in any gradient
+/// (its NaN must not reach dK through 0 · NaN).
+pub fn fixed_case(c: usize) -> (torchlean::graph::Op, Vec<Array<f64>>) {
+    use torchlean::graph::{AttentionMask, Op};
+    if c < 4 {
+        let (d, dv) = if c % 2 == 0 { (32, 64) } else { (64, 16) };
+        let op = Op::ScaledDotProductAttention {
+            scale: None,
+            causal: c % 2 == 1,
+            mask: AttentionMask::None,
+        };
+        let xs = [[2, 130, d], [2, 140, d], [2, 140, dv]]
+            .iter()
+            .enumerate()
+            .map(|(i, shape)| draw(shape, Gen::Normal, 90_000 + 10 * c as u64 + i as u64))
+            .collect();
+        return (op, xs);
+    }
+    let (l, s, d) = (70, 80, 16);
+    let op = Op::ScaledDotProductAttention {
+        scale: None,
+        causal: false,
+        mask: AttentionMask::Boolean,
+    };
+    let mut q = draw(&[1, l, d], Gen::Normal, 91_000);
+    q.data[5 * d + 3] = f64::NAN;
+    let k = draw(&[1, s, d], Gen::Normal, 91_001);
+    let v = draw(&[1, s, d], Gen::Normal, 91_002);
+    let mut m = Array::from_vec(vec![l, s], vec![1.0; l * s]).expect("shape and length agree");
+    m.data[5 * s..6 * s].iter_mut().for_each(|x| *x = 0.0);
+    (op, vec![q, k, v, m])
+}
+
 /// has them (an error message otherwise).
 pub fn flash_compare(got: &[f64], want: &[f64], tol: f64) -> Result<f64, String> {
     if got.len() != want.len() {
