@@ -100,8 +100,6 @@ pub fn flash_case(seed: u64, small: bool) -> (torchlean::graph::Op, Vec<Array<f6
     (op, xs)
 }
 
-/// `got` within `tol`·(1 + max finite |want|) of `want`, NaN and ±inf exactly where `want`
-
 /// How many fixed calls `fixed_case` has.
 pub const FIXED_CASES: usize = 5;
 
@@ -141,6 +139,7 @@ pub fn fixed_case(c: usize) -> (torchlean::graph::Op, Vec<Array<f64>>) {
     (op, vec![q, k, v, m])
 }
 
+/// `got` within `tol`·(1 + max finite |want|) of `want`, NaN and ±inf exactly where `want`
 /// has them (an error message otherwise).
 pub fn flash_compare(got: &[f64], want: &[f64], tol: f64) -> Result<f64, String> {
     if got.len() != want.len() {
