@@ -79,13 +79,45 @@ impl<T: Scalar> Cascade<T> {
     }
 }
 
-/// The cascade sum of a sequence (see the module doc).
+/// The cascade sum of a sequence (see the module doc): [`Cascade`]'s arithmetic, in its
+/// order, with the levels on the stack instead of a vector (a sum of a short row allocated
+/// one before; `sum_equals_the_cascade_bit_for_bit` below holds the two equal).
 pub fn sum<T: Scalar>(values: impl IntoIterator<Item = T>) -> T {
-    let mut c = Cascade::default();
+    // 2^64 blocks cannot be reached: 64 levels always suffice
+    let mut levels = [T::zero(); 64];
+    // bit i set: levels[i] holds the sum of 2^i completed blocks; `used` levels ever filled
+    let (mut filled, mut used) = (0u64, 0usize);
+    let (mut block, mut in_block) = (T::zero(), 0usize);
     for v in values {
-        c.push(v);
+        block += v;
+        in_block += 1;
+        if in_block == BLOCK {
+            let mut carry = block;
+            (block, in_block) = (T::zero(), 0);
+            let mut i = 0;
+            while i < used && filled & (1 << i) != 0 {
+                carry = levels[i] + carry;
+                filled &= !(1 << i);
+                i += 1;
+            }
+            levels[i] = carry;
+            filled |= 1 << i;
+            used = used.max(i + 1);
+        }
     }
-    c.total()
+    let mut acc: Option<T> = None;
+    for i in (0..used).rev().filter(|&i| filled & (1 << i) != 0) {
+        acc = Some(match acc {
+            Some(a) => a + levels[i],
+            None => levels[i],
+        });
+    }
+    match (acc, in_block) {
+        (Some(a), 0) => a,
+        (Some(a), _) => a + block,
+        (None, 0) => T::zero(),
+        (None, _) => block,
+    }
 }
 
 /// Many cascade sums at once, each term added to the output it names: a scatter-add
@@ -120,6 +152,33 @@ impl<T: Scalar> Sums<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`Cascade`]'s total of a sequence: the reference for [`sum`].
+    fn cascade<T: Scalar>(xs: &[T]) -> T {
+        let mut c = Cascade::default();
+        xs.iter().for_each(|&v| c.push(v));
+        c.total()
+    }
+
+    #[test]
+    fn sum_equals_the_cascade_bit_for_bit() {
+        let mut s = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 11) as f64 / (1u64 << 53) as f64 * 200.0 - 100.0
+        };
+        let xs: Vec<f64> = (0..70_000).map(|_| next()).collect();
+        let lengths = (0..=300).chain([1023, 1024, 1025, 4096, 32 * 1000 + 7, 70_000]);
+        for n in lengths {
+            let (a, b) = (sum(xs[..n].iter().copied()), cascade(&xs[..n]));
+            assert_eq!(a.to_bits(), b.to_bits(), "f64, n = {n}");
+            let ys: Vec<f32> = xs[..n].iter().map(|&v| v as f32).collect();
+            let (a, b) = (sum(ys.iter().copied()), cascade(&ys));
+            assert_eq!(a.to_bits(), b.to_bits(), "f32, n = {n}");
+        }
+    }
 
     #[test]
     fn short_sequences_are_summed_left_to_right_bit_for_bit() {
