@@ -160,9 +160,9 @@ fn vjp_rows<T: Scalar>(op: &Op, xs: &[&Array<T>], gy: &Array<T>) -> InputGrads<T
     let (x, gamma) = (xs[0], xs[1]);
     let d = x.shape.last().copied().unwrap_or(1);
     let mut gx = Array::zeros(&x.shape);
-    // the affine parameters' gradients sum over every row or group member: cascaded
-    let mut ggamma = super::sum::Sums::new(gamma.numel());
-    let mut gbeta = super::sum::Sums::new(gamma.numel());
+    // the affine parameters' gradients sum over every row: cascaded, a row at a time
+    let mut ggamma = super::sum::RowSums::new(gamma.numel());
+    let mut gbeta = super::sum::RowSums::new(gamma.numel());
     let rms = matches!(op, Op::RmsNorm { .. });
     if d > 0 {
         let n = T::c(d as f64);
@@ -187,25 +187,37 @@ fn vjp_rows<T: Scalar>(op: &Op, xs: &[&Array<T>], gy: &Array<T>) -> InputGrads<T
             let mean_gx = super::sum::sum(gxhat.iter().zip(&xhat).map(|(&a, &b)| a * b)) / n;
             for j in 0..d {
                 out[j] = rstd * (gxhat[j] - mean_g - xhat[j] * mean_gx);
-                ggamma.add(j, g[j] * xhat[j]);
-                gbeta.add(j, g[j]);
             }
+            ggamma.push_row(|j| g[j] * xhat[j]);
+            gbeta.push_row(|j| g[j]);
         }
     }
-    norm_grads(gx, ggamma, gbeta, &gamma.shape, xs.len() == 3)
+    norm_grads(
+        gx,
+        ggamma.totals(),
+        gbeta.totals(),
+        &gamma.shape,
+        xs.len() == 3,
+    )
 }
 
 /// The gradients of x, γ and (with a bias) β, from the parameters' cascaded sums.
 fn norm_grads<T: Scalar>(
     gx: Array<T>,
-    ggamma: super::sum::Sums<T>,
-    gbeta: super::sum::Sums<T>,
+    ggamma: Vec<T>,
+    gbeta: Vec<T>,
     shape: &[usize],
     with_beta: bool,
 ) -> InputGrads<T> {
-    let mut grads = vec![Some(gx), Some(ggamma.into_array(shape))];
+    let param = |data: Vec<T>| {
+        Some(Array {
+            shape: shape.to_vec(),
+            data,
+        })
+    };
+    let mut grads = vec![Some(gx), param(ggamma)];
     if with_beta {
-        grads.push(Some(gbeta.into_array(shape)));
+        grads.push(param(gbeta));
     }
     grads
 }
@@ -236,7 +248,13 @@ fn vjp_groups<T: Scalar>(op: &Op, xs: &[&Array<T>], gy: &Array<T>) -> InputGrads
             gbeta.add(param[f], gy.data[f]);
         }
     }
-    norm_grads(gx, ggamma, gbeta, &gamma.shape, xs.len() == 3)
+    norm_grads(
+        gx,
+        ggamma.totals(),
+        gbeta.totals(),
+        &gamma.shape,
+        xs.len() == 3,
+    )
 }
 
 /// `γ_k = k·u/(1 − k·u)` at f32's unit roundoff (Higham, *Accuracy and Stability*, §3.1).

@@ -149,6 +149,88 @@ impl<T: Scalar> Sums<T> {
     }
 }
 
+/// Many cascade sums fed a row at a time: every output gets one term per row, in row order
+/// (a norm's parameter gradient over the rows of a batch). [`Sums`]'s values bit for bit
+/// (`row_sums_equal_sums_bit_for_bit` below): each output's block is added to as a whole row
+/// (a loop the compiler vectorizes), and the cascade's levels are shared, since every output
+/// has completed as many blocks as every other.
+pub struct RowSums<T> {
+    /// Each output's current block (`in_block` terms so far, from +0).
+    block: Vec<T>,
+    in_block: usize,
+    /// `levels[i]`: each output's sum of 2^i completed blocks, when bit i of `filled` is set.
+    levels: Vec<Vec<T>>,
+    filled: u64,
+}
+
+impl<T: Scalar> RowSums<T> {
+    pub fn new(n: usize) -> RowSums<T> {
+        RowSums {
+            block: vec![T::zero(); n],
+            in_block: 0,
+            levels: Vec::new(),
+            filled: 0,
+        }
+    }
+
+    /// Adds the row whose term for output `j` is `term(j)`.
+    pub fn push_row(&mut self, term: impl Fn(usize) -> T) {
+        for (j, b) in self.block.iter_mut().enumerate() {
+            *b += term(j);
+        }
+        self.in_block += 1;
+        if self.in_block < BLOCK {
+            return;
+        }
+        // a completed block joins the cascade as Cascade::push does, for every output at once
+        let n = self.block.len();
+        let mut carry = std::mem::replace(&mut self.block, vec![T::zero(); n]);
+        self.in_block = 0;
+        let mut i = 0;
+        while i < self.levels.len() && self.filled & (1 << i) != 0 {
+            for (c, &s) in carry.iter_mut().zip(&self.levels[i]) {
+                *c = s + *c;
+            }
+            self.filled &= !(1 << i);
+            i += 1;
+        }
+        if i == self.levels.len() {
+            self.levels.push(carry);
+        } else {
+            self.levels[i] = carry;
+        }
+        self.filled |= 1 << i;
+    }
+
+    /// Every output's sum, as [`Cascade::total`] adds them.
+    pub fn totals(&self) -> Vec<T> {
+        let mut acc: Option<Vec<T>> = None;
+        for i in (0..self.levels.len()).rev() {
+            if self.filled & (1 << i) == 0 {
+                continue;
+            }
+            acc = Some(match acc {
+                Some(mut a) => {
+                    a.iter_mut()
+                        .zip(&self.levels[i])
+                        .for_each(|(a, &s)| *a += s);
+                    a
+                }
+                None => self.levels[i].clone(),
+            });
+        }
+        match (acc, self.in_block) {
+            (Some(mut a), n) if n > 0 => {
+                a.iter_mut().zip(&self.block).for_each(|(a, &b)| *a += b);
+                a
+            }
+            (Some(a), _) => a,
+            (None, 0) => vec![T::zero(); self.block.len()],
+            (None, _) => self.block.clone(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -158,6 +240,50 @@ mod tests {
         let mut c = Cascade::default();
         xs.iter().for_each(|&v| c.push(v));
         c.total()
+    }
+
+    #[test]
+    fn row_sums_equal_sums_bit_for_bit() {
+        let mut k = 7u64;
+        let mut next = || {
+            k += 1;
+            (crate::spec::splitmix64(k) >> 11) as f64 / (1u64 << 53) as f64 * 20.0 - 10.0
+        };
+        for (n, rows) in [
+            (1usize, 0usize),
+            (3, 1),
+            (5, 31),
+            (5, 32),
+            (4, 33),
+            (7, 97),
+            (2, 1000),
+            (3, 2049),
+        ] {
+            let terms: Vec<f64> = (0..n * rows).map(|_| next()).collect();
+            let (mut a, mut b) = (RowSums::new(n), Sums::new(n));
+            let (mut a32, mut b32) = (RowSums::new(n), Sums::new(n));
+            for r in 0..rows {
+                let row = &terms[r * n..(r + 1) * n];
+                a.push_row(|j| row[j]);
+                a32.push_row(|j| row[j] as f32);
+                for (j, &v) in row.iter().enumerate() {
+                    b.add(j, v);
+                    b32.add(j, v as f32);
+                }
+            }
+            let bits = |v: Vec<f64>| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(a.totals()),
+                bits(b.totals()),
+                "f64, {n} outputs, {rows} rows"
+            );
+            let bits32 = |v: Vec<f32>| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits32(a32.totals()),
+                bits32(b32.totals()),
+                "f32, {n} outputs, {rows} rows"
+            );
+        }
     }
 
     #[test]
