@@ -1109,8 +1109,8 @@ __device__ __forceinline__ void flash_bwd_kv_one_chunk(
 
 // VJP, keys and values: one block per 64 keys (blockIdx.x) and chunk z of d / dv
 // (blockIdx.z): dK = scale · dSᵀ Q, dV = Pᵀ dO over every query tile that can see these keys.
-// Thread rows are keys, scattered columns queries. Dynamic shared memory 5 tiles (6 for
-// flash_bwd_kv_one_chunk: the launch gives 6). stats as
+// Thread rows are keys, scattered columns queries. Dynamic shared memory 5 tiles (the
+// launch gives flash_bwd_kv_one_chunk's 6 tiles and 3 × 64 floats). stats as
 // flash_forward's mode 1 wrote them. Query rows that attend nothing are read as zeros.
 // With one chunk of each head dimension (d, dv ≤ 64) the call goes to flash_bwd_kv_one_chunk,
 // which with fuse_dq also adds dQ += scale · dS K for each query tile into dq (zeroed by the

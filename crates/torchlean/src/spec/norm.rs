@@ -192,31 +192,25 @@ fn vjp_rows<T: Scalar>(op: &Op, xs: &[&Array<T>], gy: &Array<T>) -> InputGrads<T
             gbeta.push_row(|j| g[j]);
         }
     }
-    norm_grads(
-        gx,
-        ggamma.totals(),
-        gbeta.totals(),
-        &gamma.shape,
-        xs.len() == 3,
-    )
+    norm_grads(gx, ggamma.totals(), gbeta.totals(), xs)
 }
 
-/// The gradients of x, γ and (with a bias) β, from the parameters' cascaded sums.
+/// The gradients of x, γ and (when the call has β) β, from the parameters' cascaded sums
+/// (each shaped as γ, `xs[1]`).
 fn norm_grads<T: Scalar>(
     gx: Array<T>,
     ggamma: Vec<T>,
     gbeta: Vec<T>,
-    shape: &[usize],
-    with_beta: bool,
+    xs: &[&Array<T>],
 ) -> InputGrads<T> {
     let param = |data: Vec<T>| {
         Some(Array {
-            shape: shape.to_vec(),
+            shape: xs[1].shape.clone(),
             data,
         })
     };
     let mut grads = vec![Some(gx), param(ggamma)];
-    if with_beta {
+    if xs.len() == 3 {
         grads.push(param(gbeta));
     }
     grads
@@ -248,13 +242,7 @@ fn vjp_groups<T: Scalar>(op: &Op, xs: &[&Array<T>], gy: &Array<T>) -> InputGrads
             gbeta.add(param[f], gy.data[f]);
         }
     }
-    norm_grads(
-        gx,
-        ggamma.totals(),
-        gbeta.totals(),
-        &gamma.shape,
-        xs.len() == 3,
-    )
+    norm_grads(gx, ggamma.totals(), gbeta.totals(), xs)
 }
 
 /// `γ_k = k·u/(1 − k·u)` at f32's unit roundoff (Higham, *Accuracy and Stability*, §3.1).
