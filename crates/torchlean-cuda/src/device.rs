@@ -219,6 +219,53 @@ fn flash_description(major: i32, m: FlashMma) -> String {
 const BLAS_WORKSPACE_BYTES: usize = 32 << 20;
 
 /// The device failure of a CUDA call made for `op`.
+/// The device time of the work launched on the module's stream between two events
+/// (`TORCHLEAN_OP_TIMES=device`): recording an event does not wait for anything.
+pub struct EventSpan {
+    stream: Arc<CudaStream>,
+    start: cudarc::driver::CudaEvent,
+    end: Option<cudarc::driver::CudaEvent>,
+}
+
+impl EventSpan {
+    /// Records the start event (with timing) on `cx`'s stream.
+    pub fn start(cx: &Context) -> torchlean::Result<EventSpan> {
+        let start = cx
+            .stream
+            .record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(|e| failure("a timing event", e))?;
+        Ok(EventSpan {
+            stream: cx.stream.clone(),
+            start,
+            end: None,
+        })
+    }
+}
+
+impl torchlean::module::DeviceSpan for EventSpan {
+    fn end(&mut self) -> torchlean::Result<()> {
+        let end = self
+            .stream
+            .record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(|e| failure("a timing event", e))?;
+        self.end = Some(end);
+        Ok(())
+    }
+    fn elapsed(&self) -> torchlean::Result<std::time::Duration> {
+        let end = self
+            .end
+            .as_ref()
+            .ok_or_else(|| failure("a timing event", "the span was not ended"))?;
+        let ms = self
+            .start
+            .elapsed_ms(end)
+            .map_err(|e| failure("a timing event", e))?;
+        Ok(std::time::Duration::from_secs_f64(
+            f64::from(ms.max(0.0)) / 1e3,
+        ))
+    }
+}
+
 pub fn failure(op: &str, e: impl std::fmt::Display) -> Error {
     Error::DeviceFailure {
         op: op.to_string(),

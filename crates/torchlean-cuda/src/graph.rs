@@ -98,6 +98,11 @@ pub fn run_pending() -> torchlean::Result<()> {
 /// How many times a recording is retried after reserving the buffers it missed.
 const ATTEMPTS: usize = 8;
 
+/// Whether a graph is being recorded now (its work does not run while it is recorded).
+pub fn is_recording() -> bool {
+    RECORDING.load(Ordering::Acquire)
+}
+
 /// An error for `op` when it would read device values on the host (or upload pageable host
 /// memory) while a graph is being recorded: such work cannot be part of a replay.
 pub fn refuse_while_recording(op: &str) -> torchlean::Result<()> {

@@ -159,6 +159,18 @@ impl ProviderModule for CudaModule {
         cuda_context(device)?;
         Ok(Box::new(graph::record(work)?))
     }
+    fn start_span(
+        &self,
+        device: Device,
+    ) -> torchlean::Result<Option<Box<dyn torchlean::module::DeviceSpan>>> {
+        // nothing runs while a graph is recorded: there is no time to take
+        if device != Device::Cuda || graph::is_recording() {
+            return Ok(None);
+        }
+        Ok(Some(Box::new(device::EventSpan::start(cuda_context(
+            device,
+        )?)?)))
+    }
     fn memory_stats(&self, device: Device) -> Option<serde_json::Value> {
         if device != Device::Cuda {
             return None;

@@ -1228,6 +1228,67 @@ fn a_training_step_with_an_embedding_reads_one_value() {
     }
 }
 
+/// `TrainStep::run_queued` reads nothing on the host (the update queues behind the backward),
+/// and trains exactly as `run`, which reads the loss first: the same parameters, bit for bit,
+/// in eager and compiled (graph replay) mode; the deferred index checks run at the next
+/// synchronization.
+#[test]
+fn queued_steps_read_nothing_and_train_as_read_steps_on_the_gpu() {
+    if !gpu("queued_steps_read_nothing_and_train_as_read_steps_on_the_gpu") {
+        return;
+    }
+    use torchlean::backend::ExecutionMode;
+    use torchlean::nn::train::TrainStep;
+    use torchlean::nn::{Adam, Embedding, Module};
+    let profile = checked_cuda();
+    install(Session::new(profile.clone())).expect("install");
+    let on = |t: torchlean::Result<Tensor>| t.and_then(|t| t.to_device(Device::Cuda));
+    let idx: Vec<f32> = (0..20).map(|i| ((i * 3) % 10) as f32).collect();
+    let inputs = [
+        (
+            "x".to_string(),
+            on(Tensor::from_vec(idx, &[4, 5])).expect("x"),
+        ),
+        (
+            "y".to_string(),
+            on(Tensor::randn(&[4, 5, 8], 2)).expect("y"),
+        ),
+    ];
+    let loss_fn = |m: &dyn Module, xs: &[Tensor]| m.forward(&xs[0])?.mse_loss(&xs[1]);
+    for mode in [ExecutionMode::Eager, ExecutionMode::Compiled] {
+        let trained = |queued: bool| -> Vec<Vec<f32>> {
+            let mut model = Embedding::new(10, 8, 1).expect("embedding");
+            model.to_device(Device::Cuda).expect("move");
+            let step = TrainStep::new(mode, &model, &inputs, &loss_fn, &profile).expect("step");
+            let mut opt = Adam::new(1e-2).expect("adam");
+            let before = host_reads();
+            for _ in 0..4 {
+                if queued {
+                    step.run_queued(&mut model, &mut opt, &inputs, &loss_fn)
+                        .expect("queued step");
+                } else {
+                    step.run(&mut model, &mut opt, &inputs, &loss_fn)
+                        .expect("step");
+                }
+            }
+            let reads = host_reads() - before;
+            assert_eq!(
+                reads,
+                if queued { 0 } else { 4 },
+                "{mode:?} queued={queued}"
+            );
+            torchlean::module::synchronize(Device::Cuda).expect("synchronize");
+            assert_eq!(torchlean_cuda::graph::pending_checks(), 0);
+            model
+                .parameters()
+                .iter()
+                .map(|(_, p)| p.to_cpu().expect("read").data().to_vec())
+                .collect()
+        };
+        assert_eq!(trained(false), trained(true), "{mode:?}");
+    }
+}
+
 /// On the GPU a training step reads one value (the loss plus zero times every gradient's
 /// sum): a non-finite loss still stops the step as `NonFiniteLoss`, and a finite loss with a
 /// non-finite gradient (0 · d sqrt(x)/dx at x = 0) as `NonFiniteGradient` naming the

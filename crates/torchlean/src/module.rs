@@ -79,6 +79,21 @@ pub trait ProviderModule: Send + Sync + 'static {
     ) -> Result<Box<dyn DeviceGraph>> {
         Err(no_graphs(device))
     }
+    /// Starts timing the device work launched on `device` from now on (an event in its
+    /// stream), without waiting for anything; `None` when the device keeps no such marks
+    /// (the host: its kernels finish before they return). For opt-in profiling only.
+    fn start_span(&self, _device: Device) -> Result<Option<Box<dyn DeviceSpan>>> {
+        Ok(None)
+    }
+}
+
+/// The device time of the work launched between [`ProviderModule::start_span`] and
+/// [`DeviceSpan::end`], read later so that timing does not serialize host and device.
+pub trait DeviceSpan: Send {
+    /// Marks the end of the span (after the work to be timed was launched).
+    fn end(&mut self) -> Result<()>;
+    /// The device time between the two marks, waiting for the end mark if it is pending.
+    fn elapsed(&self) -> Result<std::time::Duration>;
 }
 
 /// Device work recorded once and replayed (a CUDA Graph): every replay runs the same kernels
@@ -345,6 +360,15 @@ fn owner_of(device: Device) -> Result<&'static Arc<dyn ProviderModule>> {
         device: device.label().into(),
         reason: "no provider module for this device is linked into this build".into(),
     })
+}
+
+/// A span timing the device work launched on `device` from now (see
+/// [`ProviderModule::start_span`]); `None` for devices without marks.
+pub fn start_span(device: Device) -> Result<Option<Box<dyn DeviceSpan>>> {
+    match owner(device) {
+        Some(m) => m.start_span(device),
+        None => Ok(None),
+    }
 }
 
 /// A zero-filled buffer of `len` elements written on `device` (see [`ProviderModule::zeros`]).

@@ -514,6 +514,54 @@ fn compiled_steps_reuse_their_buffers_after_the_first() {
     assert!(later.reused >= 5 * first.allocated / 2, "{later:?}");
 }
 
+/// `run_queued` (no host read of the loss before the update) trains exactly as `run`, in both
+/// modes: the same parameters, bit for bit, after several steps.
+#[test]
+fn queued_steps_update_the_parameters_exactly_as_read_steps() {
+    support::checked_cpu_default();
+    use torchlean::backend::ExecutionMode;
+    use torchlean::nn::train::TrainStep;
+    let data = SyntheticRegression::new(256, 2).unwrap();
+    let named = |(x, y): (Tensor, Tensor)| [("x".to_string(), x), ("y".to_string(), y)];
+    let loss_fn = |m: &dyn Module, xs: &[Tensor]| m.forward(&xs[0])?.mse_loss(&xs[1]);
+    for mode in [ExecutionMode::Eager, ExecutionMode::Compiled] {
+        let trained = |queued: bool| -> Vec<Vec<f32>> {
+            let mut model = Mlp::new(&[4, 16, 16, 1], Activation::Tanh, 5).unwrap();
+            let step = TrainStep::new(
+                mode,
+                &model,
+                &named(data.batch(0, 16).unwrap()),
+                &loss_fn,
+                &BackendProfile::default_cpu(),
+            )
+            .unwrap();
+            let mut opt = Adam::new(0.01).unwrap();
+            for s in 0..4 {
+                let inputs = named(data.batch(s, 16).unwrap());
+                if queued {
+                    step.run_queued(&mut model, &mut opt, &inputs, &loss_fn)
+                        .unwrap();
+                } else {
+                    step.run(&mut model, &mut opt, &inputs, &loss_fn).unwrap();
+                }
+            }
+            model
+                .parameters()
+                .iter()
+                .map(|(_, p)| p.data().to_vec())
+                .collect()
+        };
+        let (read, queued) = (trained(false), trained(true));
+        let initial = Mlp::new(&[4, 16, 16, 1], Activation::Tanh, 5).unwrap();
+        assert_ne!(
+            initial.parameters()[0].1.data().to_vec(),
+            read[0],
+            "{mode:?}: the steps changed the parameters"
+        );
+        assert_eq!(read, queued, "{mode:?}");
+    }
+}
+
 /// The quickstart MLP's training graph runs on the dense path (static buffers shared by
 /// liveness), and its loss and gradients are bit-identical to the eager tape's, run after run.
 #[test]

@@ -203,7 +203,9 @@ pub fn run(a: Args) -> CliResult {
             let step = TrainStep::new(mode, &model, &inputs, &loss_fn, &a.backend.profile()?)?;
             let mut opt = Adam::new(1e-3)?;
             let t = time((a.warmup, a.warmup_seconds), a.reps, device, || {
-                step.run(&mut model, &mut opt, &inputs, &loss_fn)?;
+                // no host read of the loss mid-step, as PyTorch's bench step (which never
+                // calls `.item()`): the update queues behind the backward on a device
+                step.run_queued(&mut model, &mut opt, &inputs, &loss_fn)?;
                 Ok(())
             })?;
             compiled_report = step.compiled_report();
@@ -252,7 +254,9 @@ pub fn run(a: Args) -> CliResult {
             let step = TrainStep::new(mode, &model, &inputs, &loss_fn, &a.backend.profile()?)?;
             let mut opt = Adam::new(1e-3)?;
             let t = time((a.warmup, a.warmup_seconds), a.reps, device, || {
-                step.run(&mut model, &mut opt, &inputs, &loss_fn)?;
+                // no host read of the loss mid-step, as PyTorch's bench step (which never
+                // calls `.item()`): the update queues behind the backward on a device
+                step.run_queued(&mut model, &mut opt, &inputs, &loss_fn)?;
                 Ok(())
             })?;
             compiled_report = step.compiled_report();

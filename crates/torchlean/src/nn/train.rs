@@ -101,7 +101,10 @@ impl TrainStep {
         self.compiled.as_ref().map(CompiledStep::report)
     }
 
-    /// Runs one step on `inputs` and returns the loss.
+    /// Runs one step on `inputs` and returns the loss. The loss is read (on a device: the
+    /// host waits for the forward and backward, and runs the checks their kernels deferred,
+    /// e.g. of gathered indices) before the optimizer updates the parameters, so a step whose
+    /// checks fail leaves the parameters unchanged.
     pub fn run(
         &self,
         model: &mut dyn Module,
@@ -109,25 +112,55 @@ impl TrainStep {
         inputs: &[(String, Tensor)],
         loss_fn: LossFn,
     ) -> Result<f32> {
-        let (loss, grads, loss_tensor) = match &self.compiled {
+        self.run_then(model, optimizer, inputs, loss_fn, true)
+            .map(|loss| loss.unwrap_or(f32::NAN))
+    }
+
+    /// Runs one step on `inputs` — forward, loss, backward, update — without reading the
+    /// loss: on a device the whole step stays queued behind the work launched before it (the
+    /// host does not wait for the backward before it launches the update), as a PyTorch
+    /// step that never calls `.item()`. The checks the step's kernels defer run at the next
+    /// read or synchronization, so one that fails is reported after the update ran; use
+    /// [`Self::run`] where the parameters must not change on such a step.
+    pub fn run_queued(
+        &self,
+        model: &mut dyn Module,
+        optimizer: &mut dyn Optimizer,
+        inputs: &[(String, Tensor)],
+        loss_fn: LossFn,
+    ) -> Result<()> {
+        self.run_then(model, optimizer, inputs, loss_fn, false)
+            .map(drop)
+    }
+
+    /// The step, reading the loss before the update when `read`.
+    fn run_then(
+        &self,
+        model: &mut dyn Module,
+        optimizer: &mut dyn Optimizer,
+        inputs: &[(String, Tensor)],
+        loss_fn: LossFn,
+        read: bool,
+    ) -> Result<Option<f32>> {
+        let (loss, grads) = match &self.compiled {
             None => {
                 let xs: Vec<Tensor> = inputs.iter().map(|(_, t)| t.clone()).collect();
                 let loss = loss_fn(model, &xs)?;
                 let grads = loss.backward()?;
-                (loss.item()?, grads, None)
+                (loss, grads)
             }
-            Some(step) => {
-                let (loss, grads) = step.run_visiting(inputs, |f| model.visit_parameters(f))?;
-                (loss.item()?, grads, Some(loss))
-            }
+            Some(step) => step.run_visiting(inputs, |f| model.visit_parameters(f))?,
         };
+        let value = if read { Some(loss.item()?) } else { None };
         optimizer.step(model, &grads)?;
-        if let Some(step) = &self.compiled {
+        match &self.compiled {
             // the step's buffers come back for the next run
-            step.compiled()
-                .give_back(grads.into_tensors().chain(loss_tensor));
+            Some(step) => step
+                .compiled()
+                .give_back(grads.into_tensors().chain(std::iter::once(loss))),
+            None => drop(loss),
         }
-        Ok(loss)
+        Ok(value)
     }
 }
 

@@ -9,6 +9,12 @@
 //! report speed. The time of a composite capsule's row includes its parts' rows. The replay
 //! checkers a call runs after its kernel are timed as rows of their own (`… checks`). Off (one
 //! relaxed load per call) unless the variable is set when the first kernel runs.
+//!
+//! `TORCHLEAN_OP_TIMES=device` times with the device's own marks instead (CUDA events)
+//! where the device keeps them: nothing is synchronized, a row is the device time between
+//! the marks around its calls, read when the table is taken. On a device whose queue of
+//! launched work stays ahead of the host (a step bound by its kernels) that is the kernels'
+//! own time, without launch latency; host calls (the CPU) are still timed by the wall clock.
 
 use crate::backend::Device;
 use crate::error::Result;
@@ -34,10 +40,45 @@ fn table() -> &'static Mutex<Table> {
     TABLE.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
+/// How calls are timed (`TORCHLEAN_OP_TIMES`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Off,
+    /// synchronized wall time per call
+    Synchronized,
+    /// the device's marks (events), unsynchronized
+    DeviceMarks,
+}
+
+fn mode() -> Mode {
+    static MODE: OnceLock<Mode> = OnceLock::new();
+    *MODE.get_or_init(|| match std::env::var("TORCHLEAN_OP_TIMES") {
+        Ok(v) if v == "device" => Mode::DeviceMarks,
+        Ok(v) if !v.is_empty() && v != "0" => Mode::Synchronized,
+        _ => Mode::Off,
+    })
+}
+
 /// Whether timing is on (`TORCHLEAN_OP_TIMES` set to anything but `0` or empty).
 pub fn enabled() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("TORCHLEAN_OP_TIMES").is_ok_and(|v| !v.is_empty() && v != "0"))
+    mode() != Mode::Off
+}
+
+/// Spans whose device time is read when the table is taken.
+type Pending = Vec<(String, &'static str, Box<dyn crate::module::DeviceSpan>)>;
+
+fn pending() -> &'static Mutex<Pending> {
+    static PENDING: OnceLock<Mutex<Pending>> = OnceLock::new();
+    PENDING.get_or_init(|| Mutex::new(Vec::new()))
+}
+
+fn add(capsule: &str, phase: &'static str, spent: Duration) {
+    // a poisoned table (a panic elsewhere while it was held) only loses diagnostics
+    if let Ok(mut t) = table().lock() {
+        let row = t.entry((capsule.to_string(), phase)).or_default();
+        row.0 += 1;
+        row.1 += spent;
+    }
 }
 
 /// Runs `f` (one kernel call on `device`) and, when timing is on, adds its synchronized wall
@@ -48,25 +89,44 @@ pub(crate) fn timed<R>(
     device: Device,
     f: impl FnOnce() -> Result<R>,
 ) -> Result<R> {
-    if !enabled() {
-        return f();
+    match mode() {
+        Mode::Off => return f(),
+        Mode::DeviceMarks => {
+            if let Some(mut span) = crate::module::start_span(device)? {
+                let out = f()?;
+                span.end()?;
+                if let Ok(mut p) = pending().lock() {
+                    p.push((capsule.to_string(), phase, span));
+                }
+                return Ok(out);
+            }
+            let start = Instant::now();
+            let out = f()?;
+            add(capsule, phase, start.elapsed());
+            return Ok(out);
+        }
+        Mode::Synchronized => {}
     }
     crate::module::synchronize(device)?;
     let start = Instant::now();
     let out = f()?;
     crate::module::synchronize(device)?;
-    let spent = start.elapsed();
-    // a poisoned table (a panic elsewhere while it was held) only loses diagnostics
-    if let Ok(mut t) = table().lock() {
-        let row = t.entry((capsule.to_string(), phase)).or_default();
-        row.0 += 1;
-        row.1 += spent;
-    }
+    add(capsule, phase, start.elapsed());
     Ok(out)
 }
 
 /// The rows accumulated so far, largest total first, and clears them.
 pub fn take() -> Vec<OpTime> {
+    let spans = pending()
+        .lock()
+        .map(|mut p| std::mem::take(&mut *p))
+        .unwrap_or_default();
+    for (capsule, phase, span) in spans {
+        // a span whose device time cannot be read (a failed device) is left out
+        if let Ok(spent) = span.elapsed() {
+            add(&capsule, phase, spent);
+        }
+    }
     let Ok(mut t) = table().lock() else {
         return Vec::new();
     };
