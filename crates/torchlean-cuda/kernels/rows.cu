@@ -254,6 +254,28 @@ extern "C" __global__ void strided_copy4(const float4* __restrict__ src,
     strided_copy_of<float4>(src, dst, n, g);
 }
 
+// Several whole-buffer copies in one launch (a compiled step's inputs and parameters copied
+// into its device graph's static buffers before a replay): `table` holds, per copy, the
+// destination address, the source address and the length in floats (three 64-bit words);
+// blockIdx.y is the copy. Float4 moves when both addresses are 16-byte aligned.
+extern "C" __global__ void copy_segments(const unsigned long long* __restrict__ table) {
+    const unsigned long long* c = table + 3 * blockIdx.y;
+    float* dst = (float*)c[0];
+    const float* src = (const float*)c[1];
+    long long n = (long long)c[2];
+    long long i0 = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    long long step = (long long)gridDim.x * blockDim.x;
+    long long head = 0;
+    if (((c[0] | c[1]) & 15ull) == 0) {
+        long long n4 = n >> 2;
+        const float4* s4 = (const float4*)src;
+        float4* d4 = (float4*)dst;
+        for (long long i = i0; i < n4; i += step) d4[i] = s4[i];
+        head = 4 * n4;
+    }
+    for (long long i = head + i0; i < n; i += step) dst[i] = src[i];
+}
+
 // index_select along an axis: x viewed as [outer, dim, inner], a 1-D index of k values, out
 // [outer, k, inner]. An index value that is not an integer in [0, dim) sets `bad` (the caller
 // reports the spec's error).

@@ -41,6 +41,7 @@ pub struct Functions {
     pub strided_copy: CudaFunction,
     /// The same copy moving float4s (innermost axis dense, everything a multiple of 4).
     pub strided_copy4: CudaFunction,
+    pub copy_segments: CudaFunction,
     pub index_select_forward: CudaFunction,
     pub index_select_vjp: CudaFunction,
     pub norm_rows: CudaFunction,
@@ -379,6 +380,7 @@ fn create() -> Result<Context, String> {
         gather_vjp: f("gather_vjp")?,
         strided_copy: f("strided_copy")?,
         strided_copy4: f("strided_copy4")?,
+        copy_segments: f("copy_segments")?,
         index_select_forward: f("index_select_forward")?,
         index_select_vjp: f("index_select_vjp")?,
         norm_rows: f("norm_rows")?,

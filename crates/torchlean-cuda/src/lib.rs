@@ -151,6 +151,67 @@ impl ProviderModule for CudaModule {
         }
         .map_err(|e| device::failure("copy_into", e))
     }
+    fn copy_many(&self, pairs: &[(&dyn DeviceBuffer, &dyn DeviceBuffer)]) -> torchlean::Result<()> {
+        let Some((first, _)) = pairs.first() else {
+            return Ok(());
+        };
+        if pairs.len() == 1 {
+            return self.copy_into(pairs[0].0, pairs[0].1);
+        }
+        let cx = cuda_context(first.device())?;
+        graph::refuse_while_recording("copy_many")?;
+        use cudarc::driver::DevicePtr;
+        // per copy: destination address, source address, length in floats (each u64 as two
+        // f32 bit patterns: the pool's buffers hold f32)
+        let mut desc: Vec<f32> = Vec::with_capacity(6 * pairs.len());
+        let mut longest = 0usize;
+        let mut held = Vec::with_capacity(pairs.len());
+        for (dst, src) in pairs {
+            let (d, s) = (cuda_buffer(*dst)?, cuda_buffer(*src)?);
+            if d.len() != s.len() {
+                return Err(device::failure(
+                    "copy_many",
+                    format!("{} elements into a buffer of {}", s.len(), d.len()),
+                ));
+            }
+            let (dp, dg) = d.slice().device_ptr(&cx.stream);
+            let (sp, sg) = s.slice().device_ptr(&cx.stream);
+            held.push((dg, sg));
+            for word in [dp, sp, s.len() as u64] {
+                desc.push(f32::from_bits(word as u32));
+                desc.push(f32::from_bits((word >> 32) as u32));
+            }
+            longest = longest.max(s.len());
+        }
+        let mut table = cx.pool.alloc(desc.len(), "copy_many's table")?;
+        cx.stream
+            .memcpy_htod(&desc, &mut table.slice_mut().slice_mut(0..desc.len()))
+            .map_err(|e| device::failure("copy_many", e))?;
+        let blocks = longest.div_ceil(4 * 256).clamp(1, 264) as u32;
+        let count = pairs.len() as u32;
+        if count > 65_535 {
+            return Err(device::failure(
+                "copy_many",
+                format!("{count} copies in one batch (at most 65535)"),
+            ));
+        }
+        let cfg = cudarc::driver::LaunchConfig {
+            grid_dim: (blocks, count, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        use cudarc::driver::PushKernelArg;
+        let mut l = cx.stream.launch_builder(&cx.functions.copy_segments);
+        l.arg(table.slice());
+        // SAFETY: the table holds, per copy, the addresses of two live buffers of the module's
+        // (held above until the launch is queued; freed buffers return to the pool, which
+        // reuses them only for later work on the same stream) and their common length (checked
+        // above); each destination is a device graph's static buffer, which nothing else
+        // writes (`copy_into`'s contract), and no two copies share one.
+        unsafe { l.launch(cfg) }.map_err(|e| device::failure("copy_many", e))?;
+        drop(held);
+        Ok(())
+    }
     fn capture(
         &self,
         device: Device,

@@ -1228,6 +1228,60 @@ fn a_training_step_with_an_embedding_reads_one_value() {
     }
 }
 
+/// `copy_many` (a device graph's inputs and parameters before a replay, one launch) copies
+/// every pair whole — lengths that are and are not multiples of four, from 1 to 70 000
+/// elements — and refuses pairs of different lengths before copying anything.
+#[test]
+fn copy_many_copies_every_pair_in_one_batch() {
+    if !gpu("copy_many_copies_every_pair_in_one_batch") {
+        return;
+    }
+    install(Session::new(checked_cuda())).expect("install");
+    let lens = [1usize, 3, 4, 5, 64, 1000, 4097, 70_000];
+    let src: Vec<Tensor> = lens
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| {
+            Tensor::randn(&[n], 40 + i as u64)
+                .and_then(|t| t.to_device(Device::Cuda))
+                .expect("source")
+        })
+        .collect();
+    let dst: Vec<Tensor> = lens
+        .iter()
+        .map(|&n| Tensor::zeros_on(&[n], Device::Cuda).expect("destination"))
+        .collect();
+    let buffers = |ts: &[Tensor]| -> Vec<std::sync::Arc<dyn torchlean::tensor::DeviceBuffer>> {
+        ts.iter()
+            .map(|t| t.device_buffer().expect("device").clone())
+            .collect()
+    };
+    let (d, s) = (buffers(&dst), buffers(&src));
+    let pairs: Vec<_> = d.iter().zip(&s).map(|(d, s)| (&**d, &**s)).collect();
+    torchlean::module::copy_many(&pairs).expect("copy_many");
+    for ((a, b), n) in dst.iter().zip(&src).zip(lens) {
+        assert_eq!(
+            a.to_cpu().expect("read").data().to_vec(),
+            b.to_cpu().expect("read").data().to_vec(),
+            "{n} elements"
+        );
+    }
+    // a valid pair first, then 1 element into 5: refused, and the valid one not copied
+    let fresh: Vec<Tensor> = (0..2)
+        .map(|_| Tensor::zeros_on(&[5], Device::Cuda).expect("destination"))
+        .collect();
+    let f = buffers(&fresh);
+    let bad = [(&*f[0], &*s[3]), (&*f[1], &*s[0])];
+    assert!(
+        torchlean::module::copy_many(&bad).is_err(),
+        "1 element into 5 is refused"
+    );
+    assert_eq!(
+        fresh[0].to_cpu().expect("read").data().to_vec(),
+        vec![0.0; 5]
+    );
+}
+
 /// `TrainStep::run_queued` reads nothing on the host (the update queues behind the backward),
 /// and trains exactly as `run`, which reads the loss first: the same parameters, bit for bit,
 /// in eager and compiled (graph replay) mode; the deferred index checks run at the next

@@ -69,6 +69,15 @@ pub trait ProviderModule: Send + Sync + 'static {
     fn copy_into(&self, dst: &dyn DeviceBuffer, _src: &dyn DeviceBuffer) -> Result<()> {
         Err(no_graphs(dst.device()))
     }
+    /// Copies each `(dst, src)` pair as [`Self::copy_into`] does, all ordered after the work
+    /// launched before; a module may do them in one launch (a compiled step's inputs and
+    /// parameters copied into its device graph's static buffers before each replay).
+    fn copy_many(&self, pairs: &[(&dyn DeviceBuffer, &dyn DeviceBuffer)]) -> Result<()> {
+        for (dst, src) in pairs {
+            self.copy_into(*dst, *src)?;
+        }
+        Ok(())
+    }
     /// Records the device work that `work` launches into a graph that [`DeviceGraph::replay`]
     /// runs again with the same buffers (CUDA Graphs), or says why it cannot. The work itself
     /// does not run while it is recorded.
@@ -360,6 +369,26 @@ fn owner_of(device: Device) -> Result<&'static Arc<dyn ProviderModule>> {
         device: device.label().into(),
         reason: "no provider module for this device is linked into this build".into(),
     })
+}
+
+/// Copies each `(dst, src)` pair on their device (see [`ProviderModule::copy_many`]); every
+/// buffer is on the first destination's device.
+pub fn copy_many(pairs: &[(&dyn DeviceBuffer, &dyn DeviceBuffer)]) -> Result<()> {
+    let Some((first, _)) = pairs.first() else {
+        return Ok(());
+    };
+    let device = first.device();
+    if let Some((d, s)) = pairs
+        .iter()
+        .find(|(d, s)| d.device() != device || s.device() != device)
+    {
+        return Err(Error::Other(format!(
+            "copy_many: a copy from `{}` to `{}` among copies on `{device}`",
+            s.device(),
+            d.device()
+        )));
+    }
+    owner_of(device)?.copy_many(pairs)
 }
 
 /// A span timing the device work launched on `device` from now (see

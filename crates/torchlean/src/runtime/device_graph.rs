@@ -170,9 +170,13 @@ impl StepGraph {
                 // the previous replay's pending checks may read these inputs: settle them
                 // before the inputs are rewritten
                 r.graph.settle()?;
+                // one batch (one launch on CUDA), not a launch per parameter
+                let mut pairs = Vec::new();
                 for (k, v) in values.iter().enumerate().filter(|&(k, _)| changing[k]) {
-                    copy_into(&r.externals[k], v)?;
+                    pairs.push(copy_pair(&r.externals[k], v)?);
                 }
+                let pairs: Vec<_> = pairs.iter().map(|(d, s)| (&**d, &**s)).collect();
+                crate::module::copy_many(&pairs)?;
                 r.graph.replay()?;
                 r.replays += 1;
                 Ok(r.outputs.clone())
@@ -256,8 +260,15 @@ fn host_value() -> Error {
     Error::Other("device graph: a value of the step is not a whole device buffer".into())
 }
 
-/// Copies `v`'s values into the graph's static buffer `dst` (same shape).
-fn copy_into(dst: &Tensor, v: &Tensor) -> Result<()> {
+/// The device buffers of the static buffer `dst` and the value `v` copied into it (same
+/// shape).
+fn copy_pair(
+    dst: &Tensor,
+    v: &Tensor,
+) -> Result<(
+    std::sync::Arc<dyn crate::tensor::DeviceBuffer>,
+    std::sync::Arc<dyn crate::tensor::DeviceBuffer>,
+)> {
     if dst.shape() != v.shape() {
         return Err(Error::Other(format!(
             "compiled step: a value of shape {:?} where the recorded step has {:?}",
@@ -267,7 +278,7 @@ fn copy_into(dst: &Tensor, v: &Tensor) -> Result<()> {
     }
     let src = whole_buffer(v)?;
     match (dst.device_buffer(), src.device_buffer()) {
-        (Some(d), Some(s)) => crate::module::copy_into(&**d, &**s),
+        (Some(d), Some(s)) => Ok((d.clone(), s.clone())),
         _ => Err(host_value()),
     }
 }
