@@ -213,7 +213,7 @@ pub fn run(a: Args) -> CliResult {
                 t,
                 1e3,
                 "ms",
-                serde_json::json!({ "batch": batch, "layers": sizes, "mode": mode.label() }),
+                serde_json::json!({ "batch": batch, "layers": sizes, "mode": mode.label(), "loss_read_each_step": false }),
             )
         }
         "transformer-step" | "transformer-big-step" => {
@@ -264,7 +264,7 @@ pub fn run(a: Args) -> CliResult {
                 t,
                 1e3,
                 "ms",
-                serde_json::json!({ "layers": layers, "d": d, "heads": heads, "ff": ff, "L": l, "batch": batch, "mode": mode.label() }),
+                serde_json::json!({ "layers": layers, "d": d, "heads": heads, "ff": ff, "L": l, "batch": batch, "mode": mode.label(), "loss_read_each_step": false }),
             )
         }
         "sdpa" => {
