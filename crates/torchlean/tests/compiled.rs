@@ -470,41 +470,48 @@ fn training_graphs_keep_the_intermediates_their_backward_needs() {
         .is_empty());
 }
 
+/// Batch `s` (16 rows) of `data` as a regression step's named inputs.
+fn batch(data: &SyntheticRegression, s: usize) -> [(String, Tensor); 2] {
+    let (x, y) = data.batch(s, 16).unwrap();
+    [("x".to_string(), x), ("y".to_string(), y)]
+}
+
+/// The regression loss of the training-step tests.
+fn mse(m: &dyn Module, xs: &[Tensor]) -> torchlean::Result<Tensor> {
+    m.forward(&xs[0])?.mse_loss(&xs[1])
+}
+
+/// A training step of `model` on `data`'s batches in `mode`, under the default CPU profile.
+fn regression_step(
+    mode: torchlean::backend::ExecutionMode,
+    model: &Mlp,
+    data: &SyntheticRegression,
+) -> torchlean::nn::train::TrainStep {
+    torchlean::nn::train::TrainStep::new(
+        mode,
+        model,
+        &batch(data, 0),
+        &mse,
+        &BackendProfile::default_cpu(),
+    )
+    .unwrap()
+}
+
 #[test]
 fn compiled_steps_reuse_their_buffers_after_the_first() {
     support::checked_cpu_default();
     use torchlean::backend::ExecutionMode;
-    use torchlean::nn::train::TrainStep;
     let mut model = Mlp::new(&[4, 32, 32, 1], Activation::Tanh, 0).unwrap();
     let data = SyntheticRegression::new(256, 1).unwrap();
-    let named = |(x, y): (Tensor, Tensor)| [("x".to_string(), x), ("y".to_string(), y)];
-    let loss_fn = |m: &dyn Module, xs: &[Tensor]| m.forward(&xs[0])?.mse_loss(&xs[1]);
-    let step = TrainStep::new(
-        ExecutionMode::Compiled,
-        &model,
-        &named(data.batch(0, 16).unwrap()),
-        &loss_fn,
-        &BackendProfile::default_cpu(),
-    )
-    .unwrap();
+    let step = regression_step(ExecutionMode::Compiled, &model, &data);
     let mut opt = Adam::new(0.01).unwrap();
-    step.run(
-        &mut model,
-        &mut opt,
-        &named(data.batch(0, 16).unwrap()),
-        &loss_fn,
-    )
-    .unwrap();
+    step.run(&mut model, &mut opt, &batch(&data, 0), &mse)
+        .unwrap();
     let first = step.compiled_graph().unwrap().pool_stats();
     assert!(first.allocated > 0 && first.recycled > 0, "{first:?}");
     for s in 1..6 {
-        step.run(
-            &mut model,
-            &mut opt,
-            &named(data.batch(s, 16).unwrap()),
-            &loss_fn,
-        )
-        .unwrap();
+        step.run(&mut model, &mut opt, &batch(&data, s), &mse)
+            .unwrap();
     }
     let later = step.compiled_graph().unwrap().pool_stats();
     assert_eq!(
@@ -520,29 +527,19 @@ fn compiled_steps_reuse_their_buffers_after_the_first() {
 fn queued_steps_update_the_parameters_exactly_as_read_steps() {
     support::checked_cpu_default();
     use torchlean::backend::ExecutionMode;
-    use torchlean::nn::train::TrainStep;
     let data = SyntheticRegression::new(256, 2).unwrap();
-    let named = |(x, y): (Tensor, Tensor)| [("x".to_string(), x), ("y".to_string(), y)];
-    let loss_fn = |m: &dyn Module, xs: &[Tensor]| m.forward(&xs[0])?.mse_loss(&xs[1]);
     for mode in [ExecutionMode::Eager, ExecutionMode::Compiled] {
         let trained = |queued: bool| -> Vec<Vec<f32>> {
             let mut model = Mlp::new(&[4, 16, 16, 1], Activation::Tanh, 5).unwrap();
-            let step = TrainStep::new(
-                mode,
-                &model,
-                &named(data.batch(0, 16).unwrap()),
-                &loss_fn,
-                &BackendProfile::default_cpu(),
-            )
-            .unwrap();
+            let step = regression_step(mode, &model, &data);
             let mut opt = Adam::new(0.01).unwrap();
             for s in 0..4 {
-                let inputs = named(data.batch(s, 16).unwrap());
+                let inputs = batch(&data, s);
                 if queued {
-                    step.run_queued(&mut model, &mut opt, &inputs, &loss_fn)
+                    step.run_queued(&mut model, &mut opt, &inputs, &mse)
                         .unwrap();
                 } else {
-                    step.run(&mut model, &mut opt, &inputs, &loss_fn).unwrap();
+                    step.run(&mut model, &mut opt, &inputs, &mse).unwrap();
                 }
             }
             model
