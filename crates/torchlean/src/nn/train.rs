@@ -133,8 +133,26 @@ impl TrainStep {
             .map(drop)
     }
 
-    /// The step, reading the loss before the update when `read`.
+    /// The step, reading the loss before the update when `read`; on the host with the compute
+    /// pool's other workers kept awake for its kernels (`runtime::hot_workers`).
     fn run_then(
+        &self,
+        model: &mut dyn Module,
+        optimizer: &mut dyn Optimizer,
+        inputs: &[(String, Tensor)],
+        loss_fn: LossFn,
+        read: bool,
+    ) -> Result<Option<f32>> {
+        if model.device() == crate::backend::Device::Cpu {
+            crate::runtime::hot_workers::with_hot_workers(|| {
+                self.step(model, optimizer, inputs, loss_fn, read)
+            })
+        } else {
+            self.step(model, optimizer, inputs, loss_fn, read)
+        }
+    }
+
+    fn step(
         &self,
         model: &mut dyn Module,
         optimizer: &mut dyn Optimizer,

@@ -432,6 +432,16 @@ impl CompiledGraph {
     /// Runs the plan. `value(name)` supplies inputs, parameters and constants by name; every
     /// supplied tensor must have its declared shape. Returns the named outputs.
     pub fn run(&self, value: impl Fn(&str) -> Option<Tensor>) -> Result<Vec<(String, Tensor)>> {
+        if self.profile.device == crate::backend::Device::Cpu {
+            // the CPU kernels' parallel splits find the pool's other workers awake
+            super::hot_workers::with_hot_workers(|| self.run_here(value))
+        } else {
+            self.run_here(value)
+        }
+    }
+
+    /// [`Self::run`] on this thread's schedule.
+    fn run_here(&self, value: impl Fn(&str) -> Option<Tensor>) -> Result<Vec<(String, Tensor)>> {
         if self.dense.is_some() {
             let values = self
                 .external_names()

@@ -10,6 +10,7 @@ pub mod compute_threads;
 mod dense_plan;
 pub mod device_graph;
 pub(crate) mod guarded;
+pub mod hot_workers;
 pub mod kernel;
 pub mod op_times;
 pub mod probe;
