@@ -63,20 +63,15 @@ impl StepExecutor for EagerStep {
         clip: Option<f32>,
         step: u64,
     ) -> Result<StepOutput> {
-        let run = |model: &mut dyn Module, optimizer: &mut dyn Optimizer| {
+        // the CPU kernels' parallel splits find the pool's other workers awake
+        crate::runtime::hot_workers::with_hot_workers_on(model.device(), || {
             let loss = task.loss(&model.forward(inputs)?, targets)?;
             let grads = loss.backward()?;
             let (value, grads_finite) = loss_and_finite(&*model, &loss, &grads)?;
             check_loss(value, step)?;
             drop(loss);
             finish(model, optimizer, grads, (value, grads_finite), clip, step)
-        };
-        if model.device() == crate::backend::Device::Cpu {
-            // the CPU kernels' parallel splits find the pool's other workers awake
-            crate::runtime::hot_workers::with_hot_workers(|| run(model, optimizer))
-        } else {
-            run(model, optimizer)
-        }
+        })
     }
 }
 

@@ -143,42 +143,28 @@ impl TrainStep {
         loss_fn: LossFn,
         read: bool,
     ) -> Result<Option<f32>> {
-        if model.device() == crate::backend::Device::Cpu {
-            crate::runtime::hot_workers::with_hot_workers(|| {
-                self.step(model, optimizer, inputs, loss_fn, read)
-            })
-        } else {
-            self.step(model, optimizer, inputs, loss_fn, read)
-        }
-    }
-
-    fn step(
-        &self,
-        model: &mut dyn Module,
-        optimizer: &mut dyn Optimizer,
-        inputs: &[(String, Tensor)],
-        loss_fn: LossFn,
-        read: bool,
-    ) -> Result<Option<f32>> {
-        let (loss, grads) = match &self.compiled {
-            None => {
-                let xs: Vec<Tensor> = inputs.iter().map(|(_, t)| t.clone()).collect();
-                let loss = loss_fn(model, &xs)?;
-                let grads = loss.backward()?;
-                (loss, grads)
+        let device = model.device();
+        crate::runtime::hot_workers::with_hot_workers_on(device, || {
+            let (loss, grads) = match &self.compiled {
+                None => {
+                    let xs: Vec<Tensor> = inputs.iter().map(|(_, t)| t.clone()).collect();
+                    let loss = loss_fn(model, &xs)?;
+                    let grads = loss.backward()?;
+                    (loss, grads)
+                }
+                Some(step) => step.run_visiting(inputs, |f| model.visit_parameters(f))?,
+            };
+            let value = if read { Some(loss.item()?) } else { None };
+            optimizer.step(model, &grads)?;
+            match &self.compiled {
+                // the step's buffers come back for the next run
+                Some(step) => step
+                    .compiled()
+                    .give_back(grads.into_tensors().chain(std::iter::once(loss))),
+                None => drop(loss),
             }
-            Some(step) => step.run_visiting(inputs, |f| model.visit_parameters(f))?,
-        };
-        let value = if read { Some(loss.item()?) } else { None };
-        optimizer.step(model, &grads)?;
-        match &self.compiled {
-            // the step's buffers come back for the next run
-            Some(step) => step
-                .compiled()
-                .give_back(grads.into_tensors().chain(std::iter::once(loss))),
-            None => drop(loss),
-        }
-        Ok(value)
+            Ok(value)
+        })
     }
 }
 

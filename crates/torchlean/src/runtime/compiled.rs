@@ -432,12 +432,8 @@ impl CompiledGraph {
     /// Runs the plan. `value(name)` supplies inputs, parameters and constants by name; every
     /// supplied tensor must have its declared shape. Returns the named outputs.
     pub fn run(&self, value: impl Fn(&str) -> Option<Tensor>) -> Result<Vec<(String, Tensor)>> {
-        if self.profile.device == crate::backend::Device::Cpu {
-            // the CPU kernels' parallel splits find the pool's other workers awake
-            super::hot_workers::with_hot_workers(|| self.run_here(value))
-        } else {
-            self.run_here(value)
-        }
+        // the CPU kernels' parallel splits find the pool's other workers awake
+        super::hot_workers::with_hot_workers_on(self.profile.device, || self.run_here(value))
     }
 
     /// [`Self::run`] on this thread's schedule.

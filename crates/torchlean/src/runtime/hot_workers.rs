@@ -50,6 +50,15 @@ fn enabled() -> bool {
     *ON.get_or_init(|| std::env::var(HOT_WORKERS_ENV).map_or(true, |v| v != "0"))
 }
 
+/// [`with_hot_workers`] when `device` is the host (whose kernels use the pool), else just `f`.
+pub fn with_hot_workers_on<R>(device: crate::backend::Device, f: impl FnOnce() -> R) -> R {
+    if device == crate::backend::Device::Cpu {
+        with_hot_workers(f)
+    } else {
+        f()
+    }
+}
+
 /// Runs `f` on this pool thread while the pool's other workers spin, ready for its kernels'
 /// parallel work (see the module docs).
 pub fn with_hot_workers<R>(f: impl FnOnce() -> R) -> R {
