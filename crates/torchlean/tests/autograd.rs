@@ -337,3 +337,89 @@ fn maximum_and_minimum_share_the_gradient_on_ties_as_pytorch_does() {
         });
     }
 }
+
+/// The tape places the cotangents of slices of one tensor along one axis with one `concat`
+/// (runtime/slice_pieces.rs) instead of each slice's zero-padded VJP and the adds. The
+/// gradients equal the hand-computed ones — each position receives the sum over the
+/// slices that read it of that slice's weight, times 3 (h = 3x) — for slices that
+/// partition the axis, leave gaps, overlap, mix axes, cover the whole axis, and for slices
+/// of a leaf (the slice's own VJP); `concat` ran when the slices were placed, and was
+/// planned by `preplan` from the traced uses.
+#[test]
+fn slices_of_one_tensor_take_their_cotangents_side_by_side() {
+    use torchlean::graph::OpKind;
+    type Slices = Vec<(usize, usize, usize)>; // (axis, start, end)
+    let cases: Vec<(&str, Slices, bool)> = vec![
+        ("partition", vec![(1, 0, 3), (1, 3, 5), (1, 5, 9)], true),
+        ("gaps", vec![(1, 5, 7), (1, 0, 2)], true),
+        ("overlap", vec![(1, 0, 4), (1, 2, 6)], true),
+        ("mixed axes", vec![(1, 0, 4), (0, 1, 3), (1, 4, 9)], true),
+        ("whole axis", vec![(1, 0, 9)], true),
+        ("slices of a leaf", vec![(1, 0, 3), (1, 3, 9)], false),
+    ];
+    let shape = [4usize, 9];
+    for (what, slices, through_h) in cases {
+        let before =
+            runtime::install(Session::new(BackendProfile::named("checked_cpu").unwrap())).unwrap();
+        let x = Tensor::randn(&shape, 11).unwrap().requires_grad();
+        let h = if through_h {
+            x.scale(3.0).unwrap()
+        } else {
+            x.clone()
+        };
+        let mut expected = vec![0.0f32; 36];
+        let mut loss: Option<Tensor> = None;
+        for (k, &(axis, start, end)) in slices.iter().enumerate() {
+            let mut s = shape.to_vec();
+            s[axis] = end - start;
+            let c = Tensor::randn(&s, 100 + k as u64).unwrap();
+            let cv = c.to_vec();
+            for i in 0..s[0] {
+                for j in 0..s[1] {
+                    let (xi, xj) = if axis == 0 {
+                        (i + start, j)
+                    } else {
+                        (i, j + start)
+                    };
+                    let factor = if through_h { 3.0 } else { 1.0 };
+                    expected[xi * 9 + xj] += factor * cv[i * s[1] + j];
+                }
+            }
+            let term = h
+                .slice(axis, start, end)
+                .unwrap()
+                .mul(&c)
+                .unwrap()
+                .sum_all()
+                .unwrap();
+            loss = Some(match loss {
+                None => term,
+                Some(l) => l.add(&term).unwrap(),
+            });
+        }
+        let grads = loss.unwrap().backward().unwrap();
+        let got = grads.get(&x).unwrap().to_vec();
+        for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
+            assert!(
+                (g - e).abs() <= 1e-5 * (1.0 + e.abs()),
+                "{what}: gradient {i} is {g}, expected {e}"
+            );
+        }
+        let report = runtime::take().unwrap().unwrap().report();
+        let ran_concat = report.kernels.iter().any(|k| k.op == OpKind::Concat);
+        let placed = through_h && what != "whole axis";
+        assert_eq!(ran_concat, placed, "{what}: concat ran = {ran_concat}");
+        if let Some(s) = before {
+            runtime::install(s).unwrap();
+        }
+    }
+    // preplan: a recorded slice plans concat before the first kernel
+    let mut session = Session::new(BackendProfile::named("checked_cpu").unwrap());
+    let uses = runtime::trace(|| {
+        let x = Tensor::randn(&shape, 1).unwrap().requires_grad();
+        x.scale(2.0)?.slice(1, 0, 3)?.sum_all()
+    })
+    .unwrap();
+    let planned = session.preplan(&uses).unwrap();
+    assert!(planned.kernels.iter().any(|k| k.op == OpKind::Concat));
+}

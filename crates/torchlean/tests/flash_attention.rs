@@ -585,3 +585,97 @@ fn native_flash_kernel_skips_only_keys_the_mask_blocks_for_a_whole_tile() {
         flash_within_bound_of_the_spec(&what, &op, &xs, &mut r);
     }
 }
+
+/// Head split and merge without copies: q, k and v split off one `[B, L, 3·H·D]` projection
+/// as a multi-head layer does (slice, reshape, permute: views). The kernel's output is then
+/// stored like the query (head-interleaved), so the merge (permute back, reshape to
+/// `[B, L, H·D]`) is a view of it; each gradient is stored like its input, so the split's
+/// permute taken back is contiguous. Values and gradients equal the f64 spec; a row-major
+/// query still gets a row-major output.
+#[test]
+fn native_flash_kernel_stores_results_like_its_head_split_inputs() {
+    use torchlean::backend::BackendProfile;
+    use torchlean::providers::native_cpu::{flash_forward, flash_vjp};
+    use torchlean::runtime::{self, Session};
+    let before =
+        runtime::install(Session::new(BackendProfile::named("checked_cpu").unwrap())).unwrap();
+    let mut r = Draws(7301);
+    for (case, &(b, l, h, d, causal)) in [
+        (2, 70, 3, 8, false),
+        (1, 130, 4, 16, true),
+        (3, 5, 2, 4, false),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let e = h * d;
+        let packed = tensor(&r.array(&[b, l, 3 * e]));
+        let split = |k: usize| {
+            packed
+                .slice(2, k * e, (k + 1) * e)
+                .and_then(|t| t.reshape(&[b as isize, l as isize, h as isize, d as isize]))
+                .and_then(|t| t.permute(&[0, 2, 1, 3]))
+                .expect("a head split")
+        };
+        let (q, k, v) = (split(0), split(1), split(2));
+        let op = Op::ScaledDotProductAttention {
+            scale: None,
+            causal,
+            mask: AttentionMask::None,
+        };
+        let arrays: Vec<Array<f64>> = [&q, &k, &v]
+            .iter()
+            .map(|t| Array::from_vec(t.shape().to_vec(), widen(t)).unwrap())
+            .collect();
+        let refs: Vec<&Array<f64>> = arrays.iter().collect();
+        let want = spec::forward(&op, &refs).unwrap();
+        let y = flash_forward(&op, &[&q, &k, &v]).unwrap();
+        assert!(
+            error(&widen(&y), &want.data) <= 2e-4,
+            "case {case}: forward"
+        );
+        let merged = y
+            .permute(&[0, 2, 1, 3])
+            .and_then(|t| t.reshape(&[b as isize, l as isize, e as isize]))
+            .unwrap();
+        assert!(
+            merged.is_contiguous() && merged.shares_storage_with(&y),
+            "case {case}: the merge of the heads is a view of the output"
+        );
+        let gy = r.array(&want.shape);
+        let want_grads = spec::vjp(&op, &refs, &want, &gy).unwrap();
+        let grads = flash_vjp(&op, &[&q, &k, &v], &y, &tensor(&gy), &[true; 3]).unwrap();
+        for (i, (g, w)) in grads.iter().zip(&want_grads).enumerate() {
+            let (g, w) = (g.as_ref().unwrap(), w.as_ref().unwrap());
+            assert_eq!(g.shape(), w.shape.as_slice());
+            assert!(
+                error(&widen(g), &w.data) <= 2e-4,
+                "case {case}: gradient {i}"
+            );
+            assert!(
+                g.permute(&[0, 2, 1, 3]).unwrap().is_contiguous(),
+                "case {case}: gradient {i} is stored like its input ([B, L, H, D])"
+            );
+        }
+        // a row-major query: a row-major output and gradients
+        let dense: Vec<torchlean::Tensor> = arrays.iter().map(tensor).collect();
+        let y = flash_forward(&op, &[&dense[0], &dense[1], &dense[2]]).unwrap();
+        assert!(
+            y.is_contiguous(),
+            "case {case}: row-major query, row-major output"
+        );
+        let grads = flash_vjp(
+            &op,
+            &[&dense[0], &dense[1], &dense[2]],
+            &y,
+            &tensor(&gy),
+            &[true; 3],
+        )
+        .unwrap();
+        assert!(grads.iter().all(|g| g.as_ref().unwrap().is_contiguous()));
+    }
+    runtime::take().unwrap();
+    if let Some(s) = before {
+        runtime::install(s).unwrap();
+    }
+}

@@ -447,6 +447,15 @@ fn fast_paths_agree_with_the_whole_call_check() {
             },
             vec![Tensor::randn(&[4, 1], 71).unwrap()],
         ),
+        // concat: each input against its block of the result, in place (checkers/layout.rs)
+        (
+            Op::Concat { axis: 1 },
+            vec![
+                with_specials(&[3, 2, 4], 98),
+                Tensor::randn(&[3, 5, 4], 99).unwrap(),
+                Tensor::randn(&[3, 1, 4], 100).unwrap(),
+            ],
+        ),
         // same-shaped binary maps' VJPs: elementwise maps of the operands (checkers/maps.rs)
         (
             Op::Div,
@@ -659,6 +668,114 @@ fn view_results_are_checked_by_their_layout_and_elements() {
             "a reshape copy wrong at {at} was accepted"
         );
     }
+    // a reshape that is a view of a strided input (heads split off a slice: [3, 4, 2] of
+    // x's storage at offset 1, strides [20, 5, 1], read as [3, 4, 2, 1] or [3, 8]): the same
+    // address map is accepted without reading; another map over the same storage is not
+    let x_slice = strided(&data, &[3, 4, 2], &x_strides, 1);
+    let split = Op::Reshape {
+        shape: vec![3, 4, 2, 1],
+    };
+    let (fast, whole) = both_forward_checks(
+        &split,
+        x_slice,
+        strided(&data, &[3, 4, 2, 1], &[20, 5, 1, 1], 1),
+    );
+    assert!(fast.is_ok() && whole.is_ok(), "{fast:?} {whole:?}");
+    for (what, strides, offset) in [
+        ("shifted by one", [20usize, 5, 1, 1], 2usize),
+        ("rows in another order", [5, 15, 1, 1], 1),
+    ] {
+        let (fast, whole) = both_forward_checks(
+            &split,
+            x_slice,
+            strided(&data, &[3, 4, 2, 1], &strides, offset),
+        );
+        assert!(
+            fast.is_err() && whole.is_err(),
+            "a reshape view {what} was accepted"
+        );
+    }
+    // a reshape that merges axes a strided view cannot merge is not a view: [3, 8] of the
+    // slice (rows 2 apart inside runs 5 apart) over the same storage is rejected
+    let merged = Op::Reshape { shape: vec![3, 8] };
+    let (fast, whole) = both_forward_checks(&merged, x_slice, strided(&data, &[3, 8], &[20, 1], 1));
+    assert!(
+        fast.is_err() && whole.is_err(),
+        "a merge the strides do not allow was accepted"
+    );
+}
+
+/// The VJPs of permute and reshape may return a view of the cotangent's own storage (the
+/// flash kernel stores q's gradient like q, so the head split's permute VJP moves nothing):
+/// such a gradient is accepted without reading when each position addresses the cotangent
+/// element the op moves there, and judged like the whole-call check otherwise.
+#[test]
+fn vjp_views_of_the_cotangent_are_checked_by_their_layout() {
+    let data: Vec<f32> = (0..24).map(|v| v as f32 * 0.25 - 2.0).collect();
+    let x_store = vec![0.0f32; 24];
+    // permute [0, 2, 1] of x [2, 3, 4]: the cotangent [2, 4, 3] stored with strides [12, 1, 4]
+    // (x's own order), the gradient the same storage read as x: [12, 4, 1]
+    let permute = Op::Permute {
+        axes: vec![0, 2, 1],
+    };
+    let x = strided(&x_store, &[2, 3, 4], &[12, 4, 1], 0);
+    let cot = strided(&data, &[2, 4, 3], &[12, 1, 4], 0);
+    let y = strided(&x_store, &[2, 4, 3], &[12, 1, 4], 0);
+    let check = |op: &Op, x: Operand, y: Operand, cot: Operand, g: Operand| {
+        let (inputs, grads) = ([x], [Some(g)]);
+        let call = Call {
+            inputs: &inputs,
+            output: y,
+            cotangent: Some(cot),
+            needs: &[true],
+            grads: &grads,
+            seed: 3,
+        };
+        (replay_vjp(op, &call), replay_vjp_whole(op, &call))
+    };
+    let (fast, whole) = check(
+        &permute,
+        x,
+        y,
+        cot,
+        strided(&data, &[2, 3, 4], &[12, 4, 1], 0),
+    );
+    assert!(fast.is_ok() && whole.is_ok(), "{fast:?} {whole:?}");
+    for (what, strides, offset) in [
+        ("read in the cotangent's order", [12usize, 3, 1], 0usize),
+        ("shifted by one", [12, 4, 1], 1),
+    ] {
+        let len = if offset == 0 { 24 } else { 23 };
+        let g = strided(&data[..len + offset], &[2, 3, 4], &strides, offset);
+        let (fast, whole) = check(&permute, x, y, cot, g);
+        assert!(
+            fast.is_err() && whole.is_err(),
+            "a permute VJP view {what} was accepted"
+        );
+    }
+    // reshape [2, 3, 4] -> [6, 4]: the gradient a view of the cotangent with x's shape
+    let reshape = Op::Reshape { shape: vec![6, 4] };
+    let cot = strided(&data, &[6, 4], &[4, 1], 0);
+    let y = strided(&x_store, &[6, 4], &[4, 1], 0);
+    let (fast, whole) = check(
+        &reshape,
+        x,
+        y,
+        cot,
+        strided(&data, &[2, 3, 4], &[12, 4, 1], 0),
+    );
+    assert!(fast.is_ok() && whole.is_ok(), "{fast:?} {whole:?}");
+    let (fast, whole) = check(
+        &reshape,
+        x,
+        y,
+        cot,
+        strided(&data, &[2, 3, 4], &[1, 2, 6], 0),
+    );
+    assert!(
+        fast.is_err() && whole.is_err(),
+        "a reshape VJP view in another order was accepted"
+    );
 }
 
 /// The convolution checker (Freivalds over the unfolded operands, `checkers/conv.rs`):

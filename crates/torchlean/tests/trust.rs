@@ -690,6 +690,55 @@ fn layout_checker_rejects_non_canonical_view() {
     );
 }
 
+/// The dense layout checker (the replayed flash capsule's: results stored in some axis
+/// order) accepts a row-major and a head-interleaved [2, 3, 4, 5] result, and rejects
+/// overlapping strides, gaps, an offset, short or long storage and a wrong shape.
+#[test]
+fn dense_layout_checker_rejects_overlaps_gaps_and_offsets() {
+    let storage = vec![0.0f32; 120];
+    let shape = [2usize, 3, 4, 5];
+    let input = [operand(&shape, &[60, 20, 5, 1], 0, &storage)];
+    let verdict = |output: Operand| {
+        let call = Call {
+            inputs: &input,
+            output,
+            cotangent: None,
+            needs: &[],
+            grads: &[],
+            seed: 0,
+        };
+        checkers::dense_layout(&Op::Relu, &call)
+    };
+    let big = vec![0.0f32; 240];
+    assert!(verdict(operand(&shape, &[60, 20, 5, 1], 0, &storage)).is_ok());
+    assert!(
+        verdict(operand(&shape, &[60, 5, 15, 1], 0, &storage)).is_ok(),
+        "heads interleaved ([2, 4, 3, 5] in memory)"
+    );
+    for (what, strides, offset, stored) in [
+        (
+            "overlapping rows",
+            [60usize, 20, 4, 1],
+            0usize,
+            &storage[..],
+        ),
+        ("a gap between rows", [120, 40, 10, 1], 0, &big[..]),
+        ("two axes with one stride", [60, 5, 5, 1], 0, &storage[..]),
+        ("an offset", [60, 20, 5, 1], 1, &big[..]),
+        ("storage too long", [60, 20, 5, 1], 0, &big[..]),
+        ("storage too short", [60, 20, 5, 1], 0, &storage[..119]),
+    ] {
+        assert!(
+            verdict(operand(&shape, &strides, offset, stored)).is_err(),
+            "{what}"
+        );
+    }
+    assert!(
+        verdict(operand(&[2, 3, 20], &[60, 20, 1], 0, &storage)).is_err(),
+        "a wrong shape"
+    );
+}
+
 /// A certificate covers every kernel a binding carries, identified by kernel identities that
 /// only `backend::proof` mints: the reference theorems do not pass with the spec forward and
 /// another VJP, nor with an added in-place or destination-passing variant.

@@ -314,15 +314,31 @@ impl Tensor {
         }
         let mut pending: IdMap<Tensor> = IdMap::default();
         pending.insert(self.id(), seed.clone());
+        let mut pieces = super::slice_pieces::Pending::default();
         let mut leaves = Gradients::default();
         if self.requires_grad_flag() {
             leaves.map.insert(self.id(), seed.clone());
         }
         for t in reverse_topological(self) {
             let Some(node) = t.grad_fn() else { continue };
+            // the cotangents of slices of `t` along one axis, placed by one concat
+            if let Some(placed) = pieces.take(&t)? {
+                add_into(&mut pending, t.id(), placed)?;
+            }
             let Some(g) = pending.remove(&t.id()) else {
                 continue;
             };
+            let input = node.inputs.first();
+            if let (Op::Slice { axis, start, end }, Some(x), 1) =
+                (&node.op, input, node.inputs.len())
+            {
+                if x.is_tracked()
+                    && !x.requires_grad_flag()
+                    && pieces.hold(x, *axis, *start, *end, &g)
+                {
+                    continue;
+                }
+            }
             let inputs: Vec<&Tensor> = node.inputs.iter().collect();
             let needs: Vec<bool> = node.inputs.iter().map(|t| t.is_tracked()).collect();
             let input_grads =

@@ -15,6 +15,7 @@ pub mod kernel;
 pub mod op_times;
 pub mod probe;
 pub mod session;
+mod slice_pieces;
 mod tiled;
 pub mod trace;
 

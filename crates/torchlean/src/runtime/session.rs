@@ -194,6 +194,15 @@ impl Session {
         }
         let mut audits = Vec::new();
         for &(k, recording) in uses.uses() {
+            if k == OpKind::Slice && recording {
+                // the backward pass places slices' cotangents with `concat`
+                // (runtime/slice_pieces.rs): planned and gated before the first kernel too
+                let (concat, _) = self.accepted(OpKind::Concat, false)?;
+                let a = concat.audit().clone();
+                if !audits.contains(&a) {
+                    audits.push(a);
+                }
+            }
             let (kernel, _) = self.accepted(k, recording)?;
             let composite = kernel.capsule().name.clone();
             let parts = kernel.capsule().parts.clone();

@@ -98,19 +98,31 @@ impl<'a> Slices<'a> {
 
     /// Slice `b`, row-major at f64; `None` when one of its values is not finite.
     fn read(&self, b: usize) -> Option<Vec<f64>> {
+        let out = self.read_as(b, |v| v as f64);
+        out.iter().all(|v| v.is_finite()).then_some(out)
+    }
+
+    /// Slice `b`, row-major, each element converted by `f` (a result read where it lies: a
+    /// head-interleaved output or gradient needs no copy of the whole tensor).
+    fn read_as<T>(&self, b: usize, f: impl Fn(f32) -> T) -> Vec<T> {
         let mut out = Vec::with_capacity(self.rows * self.cols);
         if self.cols > 0 {
             for i in 0..self.rows {
                 let row = self.starts[b] + i * self.row_stride;
                 if self.col_stride == 1 {
-                    out.extend(self.storage[row..row + self.cols].iter().map(|&v| v as f64));
+                    out.extend(self.storage[row..row + self.cols].iter().map(|&v| f(v)));
                 } else {
-                    let at = |j: usize| self.storage[row + j * self.col_stride] as f64;
+                    let at = |j: usize| f(self.storage[row + j * self.col_stride]);
                     out.extend((0..self.cols).map(at));
                 }
             }
         }
-        out.iter().all(|v| v.is_finite()).then_some(out)
+        out
+    }
+
+    /// Whether these are `batch` slices of `rows × cols`.
+    fn is(&self, batch: usize, rows: usize, cols: usize) -> bool {
+        (self.starts.len(), self.rows, self.cols) == (batch, rows, cols)
     }
 }
 
@@ -274,14 +286,15 @@ impl<'a> Attention<'a> {
 /// The forward check; `None`: not applicable, or not accepted (the whole-call check decides).
 pub(super) fn forward(op: &Op, call: &Call) -> Option<Result<(), String>> {
     let a = Attention::of(op, call)?;
-    let out = dense_slice(&call.output)?;
     let (l, s, dv) = (a.l, a.s, a.dv);
+    let out = Slices::of(&call.output).filter(|o| o.is(a.batch, l, dv))?;
     let tallies: Option<Vec<Tally>> = (0..a.batch)
         .into_par_iter()
         .map(|b| {
             let (q, k, v) = a.slice(b)?;
             let (q, k, v) = (&q[..], &k[..], &v[..]);
             let mut t = Tally::default();
+            let got = out.read_as(b, |v| v);
             for i0 in (0..l).step_by(ROWS) {
                 let i1 = (i0 + ROWS).min(l);
                 let p = a.block(b, i0, i1, q, k);
@@ -296,7 +309,7 @@ pub(super) fn forward(op: &Op, call: &Call) -> Option<Result<(), String>> {
                     false,
                     false,
                 );
-                t.feed(&out[(b * l + i0) * dv..(b * l + i1) * dv], &o);
+                t.feed(&got[i0 * dv..i1 * dv], &o);
             }
             Some(t)
         })
@@ -331,16 +344,33 @@ pub(super) fn vjp(op: &Op, call: &Call) -> Option<Result<(), String>> {
     }
     // a gradient the spec has is dense and of its input's shape, or absent where the
     // input needed none
-    let mut got: Vec<Option<&[f32]>> = Vec::with_capacity(n_grads);
+    // q's, k's and v's gradients read slice by slice where they lie (stored like their
+    // inputs, perhaps head-interleaved); the additive bias's, dense
+    let mut got: Vec<Option<Slices>> = Vec::with_capacity(3);
+    let mut bias_got: Option<&[f32]> = None;
     for (i, (g, x)) in call.grads.iter().zip(call.inputs).take(n_grads).enumerate() {
         match g {
-            Some(g) if g.shape == x.shape => got.push(Some(dense_slice(g)?)),
+            Some(g) if g.shape == x.shape && i < 3 => got.push(Some(Slices::of(g)?)),
+            Some(g) if g.shape == x.shape => bias_got = Some(dense_slice(g)?),
             None if call.needs.get(i) != Some(&true) => got.push(None),
             _ => return None,
         }
     }
-    let feed = |t: &mut Tally, i: usize, lo: usize, hi: usize, want: &[f64]| {
-        if let Some(g) = got[i] {
+    let sizes = [(a.l, a.d), (a.s, a.d), (a.s, a.dv)];
+    if got
+        .iter()
+        .zip(sizes)
+        .any(|(g, (r, c))| g.as_ref().is_some_and(|g| !g.is(a.batch, r, c)))
+    {
+        return None;
+    }
+    let feed = |t: &mut Tally, got: &Option<Vec<f32>>, lo: usize, hi: usize, want: &[f64]| {
+        if let Some(g) = got {
+            t.feed(&g[lo..hi], want);
+        }
+    };
+    let feed_bias = |t: &mut Tally, lo: usize, hi: usize, want: &[f64]| {
+        if let Some(g) = bias_got {
             t.feed(&g[lo..hi], want);
         }
     };
@@ -352,6 +382,8 @@ pub(super) fn vjp(op: &Op, call: &Call) -> Option<Result<(), String>> {
             let (q, k, v) = a.slice(b)?;
             let (q, k, v) = (&q[..], &k[..], &v[..]);
             let go = go.read(b)?;
+            let mine = |i: usize| got.get(i)?.as_ref().map(|g| g.read_as(b, |v| v));
+            let (got_q, got_k, got_v) = (mine(0), mine(1), mine(2));
             let (mut gk, mut gv) = (vec![0.0; s * d], vec![0.0; s * dv]);
             let mut tallies = [Tally::default(); 4];
             let mut bias =
@@ -387,7 +419,7 @@ pub(super) fn vjp(op: &Op, call: &Call) -> Option<Result<(), String>> {
                     false,
                 );
                 gq.iter_mut().for_each(|x| *x *= sc);
-                feed(&mut tallies[0], 0, (b * l + i0) * d, (b * l + i1) * d, &gq);
+                feed(&mut tallies[0], &got_q, i0 * d, i1 * d, &gq);
                 let qb = Mat::rows(&q[i0 * d..], d);
                 let mut gk_part = vec![0.0; s * d];
                 let gst = Mat::transposed(&gs, s);
@@ -396,13 +428,13 @@ pub(super) fn vjp(op: &Op, call: &Call) -> Option<Result<(), String>> {
                 match &mut bias {
                     Some(acc) => acc[i0 * s..i1 * s].copy_from_slice(&gs),
                     None if n_grads == 4 => {
-                        feed(&mut tallies[3], 3, (b * l + i0) * s, (b * l + i1) * s, &gs)
+                        feed_bias(&mut tallies[3], (b * l + i0) * s, (b * l + i1) * s, &gs)
                     }
                     None => {}
                 }
             }
-            feed(&mut tallies[1], 1, b * s * d, (b + 1) * s * d, &gk);
-            feed(&mut tallies[2], 2, b * s * dv, (b + 1) * s * dv, &gv);
+            feed(&mut tallies[1], &got_k, 0, s * d, &gk);
+            feed(&mut tallies[2], &got_v, 0, s * dv, &gv);
             Some(SliceGrads {
                 tallies,
                 shared_bias: bias,
@@ -421,7 +453,7 @@ pub(super) fn vjp(op: &Op, call: &Call) -> Option<Result<(), String>> {
         for part in slices.iter().filter_map(|x| x.shared_bias.as_ref()) {
             sum.iter_mut().zip(part).for_each(|(a, x)| *a += x);
         }
-        feed(&mut totals[3], 3, 0, l * s, &sum);
+        feed_bias(&mut totals[3], 0, l * s, &sum);
     }
     totals
         .iter()

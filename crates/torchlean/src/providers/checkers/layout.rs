@@ -67,6 +67,46 @@ impl View {
     }
 }
 
+/// The view's address map in normal form: axes of extent 1 dropped, and each axis merged
+/// into the one inside it when its stride is that axis's stride times its extent (the two
+/// then step through one arithmetic run). Two views of one storage with the same offset and
+/// the same normal form address the same element at every row-major position (each is the
+/// same mixed-radix affine map of the flat index): a reshape between them moves nothing.
+fn normal_form(v: &View) -> Vec<(usize, usize)> {
+    let mut out: Vec<(usize, usize)> = Vec::with_capacity(v.shape.len());
+    for (&d, &s) in v.shape.iter().zip(&v.strides).rev() {
+        if d == 1 {
+            continue;
+        }
+        match out.last_mut() {
+            Some((inner_d, inner_s)) if inner_s.checked_mul(*inner_d) == Some(s) => {
+                *inner_d *= d;
+            }
+            _ => out.push((d, s)),
+        }
+    }
+    out
+}
+
+/// Whether `y` is a view of `x`'s own storage that addresses, at every row-major position,
+/// the element the op moves there: nothing to compare.
+fn same_storage_view(op: &Op, x: (&View, &[f32]), y: (&View, &[f32])) -> bool {
+    let shares = std::ptr::eq(x.1.as_ptr(), y.1.as_ptr()) && x.1.len() == y.1.len();
+    if !shares || !y.0.fits(y.1.len()) || !x.0.fits(x.1.len()) {
+        return false;
+    }
+    match (op, view_of(op, x.0)) {
+        (_, Some(e)) => e.same_elements(y.0),
+        // a reshape of a strided input (a head split of a slice): the same address map
+        (Op::Reshape { .. }, None) => {
+            x.0.numel() == y.0.numel()
+                && x.0.offset == y.0.offset
+                && normal_form(x.0) == normal_form(y.0)
+        }
+        _ => false,
+    }
+}
+
 /// The largest storage index a strided view of a non-empty shape addresses (`None` on
 /// overflow, or when the strides do not match the rank).
 pub(super) fn last_address(shape: &[usize], strides: &[usize], offset: usize) -> Option<usize> {
@@ -260,17 +300,17 @@ fn is_movement(op: &Op) -> bool {
 
 /// The forward check of a data-movement op; `None`: the whole-call check decides.
 pub(super) fn forward(op: &Op, call: &Call) -> Option<Result<(), String>> {
+    if let Op::Concat { axis } = op {
+        return concat(*axis, call);
+    }
     if !is_movement(op) || call.inputs.len() != 1 {
         return None;
     }
     let (x, y) = (&call.inputs[0], &call.output);
     let expected = view_of(op, &View::of(x));
-    // a view of the input's own storage with exactly the op's layout: nothing to compare
-    let shares =
-        std::ptr::eq(x.storage.as_ptr(), y.storage.as_ptr()) && x.storage.len() == y.storage.len();
     let yv = View::of(y);
-    if shares && yv.fits(y.storage.len()) && expected.as_ref().is_some_and(|e| e.same_elements(&yv))
-    {
+    // a view of the input's own storage with exactly the op's layout: nothing to compare
+    if same_storage_view(op, (&View::of(x), x.storage), (&yv, y.storage)) {
         return Some(Ok(()));
     }
     // the result against the input read through the op's view, row by row in place; a
@@ -316,6 +356,14 @@ pub(super) fn vjp(op: &Op, call: &Call) -> Option<Result<(), String>> {
         return None;
     }
     let (gv, cv) = (View::of(g), View::of(cot));
+    // the gradient a view of the cotangent's own storage, each position holding the
+    // cotangent element the op moves there (a reshape's or permute's VJP that moved
+    // nothing): nothing to compare (a slice's VJP also writes zeros: never a view)
+    if !matches!(op, Op::Slice { .. })
+        && same_storage_view(op, (&gv, g.storage), (&cv, cot.storage))
+    {
+        return Some(Ok(()));
+    }
     // the gradient's elements at the positions the op moves, in the cotangent's order,
     // compared in place row by row when the op defines a view on the gradient's layout
     match view_of(op, &gv) {
@@ -351,6 +399,36 @@ pub(super) fn vjp(op: &Op, call: &Call) -> Option<Result<(), String>> {
         }
     }
     Some(Ok(()))
+}
+
+/// The forward check of `concat` along `axis`: each input equals its block of the result
+/// exactly (NaN where it is NaN), compared in place; `None`: the whole-call check decides.
+fn concat(axis: usize, call: &Call) -> Option<Result<(), String>> {
+    let y = View::of(&call.output);
+    if axis >= y.shape.len() || !y.fits(call.output.storage.len()) {
+        return None;
+    }
+    let mut start = 0;
+    for x in call.inputs {
+        let xv = View::of(x);
+        let n = *xv.shape.get(axis)?;
+        let block = view_of(
+            &Op::Slice {
+                axis,
+                start,
+                end: start.checked_add(n)?,
+            },
+            &y,
+        )?;
+        if block.shape != xv.shape
+            || !xv.fits(x.storage.len())
+            || !zip_rows(&xv, x.storage, &block, call.output.storage, equal_or_nan)
+        {
+            return None;
+        }
+        start += n;
+    }
+    (start == y.shape[axis]).then_some(Ok(()))
 }
 
 /// Whether `f(a, b)` holds for every pair of elements at the same index of two views of one

@@ -70,6 +70,63 @@ pub fn view_layout(op: &Op, call: &Call) -> Result<(), String> {
     }
 }
 
+/// Whether `o` has exactly `expected`'s shape, offset 0, exactly `numel` elements of storage,
+/// and strides that are the row-major strides of `expected` with its axes in some order, so
+/// that every element is stored exactly once (axes of extent ≤ 1 may have any stride).
+fn dense(what: &str, o: &Operand, expected: &[usize]) -> Result<(), String> {
+    let n = numel(expected);
+    let strides_dense = match o.strides {
+        None => true,
+        Some(s) if s.len() != expected.len() => false,
+        // no element: nothing is addressed
+        Some(_) if n == 0 => true,
+        Some(s) => {
+            // the axes that move, innermost (smallest stride) first: each stride must be the
+            // product of the extents of the axes inside it
+            let mut axes: Vec<(usize, usize)> = expected
+                .iter()
+                .zip(s)
+                .filter(|(&d, _)| d > 1)
+                .map(|(&d, &st)| (st, d))
+                .collect();
+            axes.sort_unstable();
+            let mut inner = Some(1usize);
+            axes.iter().all(|&(st, d)| {
+                let ok = inner == Some(st);
+                inner = inner.and_then(|i| i.checked_mul(d));
+                ok
+            })
+        }
+    };
+    if o.shape == expected && o.offset == 0 && strides_dense && o.storage.len() == n {
+        Ok(())
+    } else {
+        Err(format!(
+            "{what} has shape {:?} strides {:?} offset {} over {} stored elements; expected a dense tensor of shape {expected:?} (every element stored once, from offset 0, in some axis order)",
+            o.shape, o.strides, o.offset, o.storage.len()
+        ))
+    }
+}
+
+/// Checks that the call's result (output, or each gradient of a VJP call) has the shape the
+/// spec assigns and is dense: every element stored exactly once from offset 0, its axes in
+/// some order (a head-interleaved attention output, say). Soundness: an integer check of
+/// this call's result, as for [`canonical_layout`]; acceptance implies the storage holds the
+/// tensor's elements and nothing else, each at the address its strides give.
+pub fn dense_layout(op: &Op, call: &Call) -> Result<(), String> {
+    if call.cotangent.is_some() {
+        for (i, (g, x)) in call.grads.iter().zip(call.inputs).enumerate() {
+            if let Some(g) = g {
+                dense(&format!("gradient {i}"), g, x.shape)?;
+            }
+        }
+        return Ok(());
+    }
+    let shapes: Vec<&[usize]> = call.inputs.iter().map(|o| o.shape).collect();
+    let expected = infer_shape(op, &shapes).map_err(|e| e.to_string())?;
+    dense("result", &call.output, &expected)
+}
+
 /// Checks that the call's result (output, or each gradient of a VJP call) is canonical
 /// row-major with the shape the spec assigns.
 pub fn canonical_layout(op: &Op, call: &Call) -> Result<(), String> {

@@ -16,9 +16,7 @@
 
 use super::flash_small::{forward_small, Scratch, SMALL_KEYS};
 use super::par::{gemm, Mat};
-use super::special::{
-    per_batch_grads, scale_and_mask, without_blocked_rows, Attention, BatchGrads,
-};
+use super::special::{per_batch_grads, scale_and_mask, Attention, BatchGrads};
 use super::strided::{Operand, Rows as Matrix};
 use super::vmath;
 use crate::graph::Op;
@@ -122,11 +120,6 @@ impl Rows {
     }
 }
 
-/// Whether every value is finite (so that blocked key tiles may be skipped).
-fn finite(parts: &[&[f32]]) -> bool {
-    parts.iter().all(|p| p.iter().all(|x| x.is_finite()))
-}
-
 /// The scores of query rows `rows` against keys `cols` of batch matrix `bi`, scaled,
 /// masked (-inf where blocked, the bias added) and causally cut, into `out`
 /// (rows.len() × cols.len(), row-major). `q` and `k` are that batch matrix's, read in place.
@@ -209,8 +202,9 @@ fn forward_tile(
     }
 }
 
-/// The forward kernel.
-pub fn forward(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Vec<f32> {
+/// The forward kernel: the output row-major, or stored head-interleaved when `interleave`
+/// (a `[B, H, L, Dv]` output; see [`super::heads`]).
+pub fn forward(op: &Op, x: &[&Tensor], out_shape: &[usize], interleave: bool) -> Vec<f32> {
     // q, k and v read where they lie (heads of a permuted projection need no copy)
     let (q, k, v) = (Operand::new(x[0]), Operand::new(x[1]), Operand::new(x[2]));
     let at = Attention::new(op, x);
@@ -237,7 +231,27 @@ pub fn forward(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Vec<f32> {
             forward_tile(&at, bi, rows, operands, spans.keys(&at, bi, t, skip), o);
         }
     };
-    if at.batch > 1 {
+    if interleave {
+        // one task per (b, query tile) computes that tile of every head and places its rows
+        // between the other heads' (a chunk of the output holds exactly those rows)
+        let h = out_shape[1];
+        out.par_chunks_mut(l * h * dv)
+            .enumerate()
+            .for_each(|(b, ob)| {
+                ob.par_chunks_mut(QT * h * dv).enumerate().for_each_init(
+                    || (Scratch::default(), vec![0.0f32; QT * dv]),
+                    |(scratch, tile), (t, chunk)| {
+                        let o = &mut tile[..chunk.len() / h];
+                        for hi in 0..h {
+                            run(scratch, b * h + hi, t, o);
+                            for (r, row) in o.chunks_exact(dv).enumerate() {
+                                chunk[(r * h + hi) * dv..][..dv].copy_from_slice(row);
+                            }
+                        }
+                    },
+                )
+            });
+    } else if at.batch > 1 {
         // batch matrices of a few dozen multiply-adds each (an encoder's ten-token heads)
         // go several to a task: a task per matrix costs more in scheduling than in work
         let work = (l * at.s * (at.d + dv)).max(1);
@@ -383,28 +397,22 @@ fn vjp_batch(
     spans: &Spans,
     bi: usize,
     (q, k, v): (&Operand, &Operand, &Operand),
-    (y, go): (&[f32], &[f32]),
+    (y, go): (&Operand, &Operand),
     threads: bool,
 ) -> BatchGrads {
     let (l, s, d, dv) = (at.l, at.s, at.d, at.dv);
     // the spec's gradient products run over every key, blocked ones with weight zero: a NaN
     // or an infinity anywhere in q, k, v, the output or the cotangent reaches rows or keys
     // of the causally skipped tiles
-    let skip = q.finite(bi)
-        && k.finite(bi)
-        && v.finite(bi)
-        && finite(&[
-            &y[bi * l * dv..(bi + 1) * l * dv],
-            &go[bi * l * dv..(bi + 1) * l * dv],
-        ]);
+    let skip = q.finite(bi) && k.finite(bi) && v.finite(bi) && y.finite(bi) && go.finite(bi);
     let blocked: Vec<bool> = (0..l).map(|i| at.fully_blocked(bi, i)).collect();
-    // a fully blocked row takes no part in any product (not even as 0 · NaN)
-    let gob = without_blocked_rows(&go[bi * l * dv..(bi + 1) * l * dv], dv, &blocked);
+    // a fully blocked row takes no part in any product (not even as 0 · NaN); y and the
+    // cotangent are read where they lie (a head-interleaved output, say)
+    let gob = go.dense_zeroing(bi, &blocked);
     let qz = blocked
         .iter()
         .any(|&b| b)
         .then(|| q.dense_zeroing(bi, &blocked));
-    let yb = &y[bi * l * dv..(bi + 1) * l * dv];
     let additive = matches!(at.mask, crate::graph::AttentionMask::AdditiveBias);
     let mut step = GradStep {
         at,
@@ -435,13 +443,7 @@ fn vjp_batch(
         // D = rowsum(dO ∘ O)
         let dsum: Vec<f32> = rows
             .clone()
-            .map(|i| {
-                vmath::sum_zip(
-                    &gob[i * dv..(i + 1) * dv],
-                    &yb[i * dv..(i + 1) * dv],
-                    |a, b| a * b,
-                )
-            })
+            .map(|i| vmath::sum_zip(&gob[i * dv..(i + 1) * dv], y.row(bi, i), |a, b| a * b))
             .collect();
         let mut state = Rows::new(bq);
         // the scores of these query rows against keys `cols` (from q itself: a blocked row's
@@ -494,10 +496,11 @@ fn vjp_batch(
 /// The VJP kernel (recomputing the probabilities tile by tile).
 pub fn vjp(op: &Op, x: &[&Tensor], y: &Tensor, gy: &Tensor) -> Vec<Option<Tensor>> {
     let (q, k, v) = (Operand::new(x[0]), Operand::new(x[1]), Operand::new(x[2]));
-    let (go, yv) = (gy.data(), y.data());
+    let (go, y) = (Operand::new(gy), Operand::new(y));
     let at = Attention::new(op, x);
     let spans = Spans::new(&at);
     let one =
-        |bi: usize, threads: bool| vjp_batch(&at, &spans, bi, (&q, &k, &v), (&yv, &go), threads);
-    per_batch_grads(x, &at, one)
+        |bi: usize, threads: bool| vjp_batch(&at, &spans, bi, (&q, &k, &v), (&y, &go), threads);
+    // each gradient stored like the input it belongs to (see `super::heads`)
+    per_batch_grads(x, &at, one, true)
 }

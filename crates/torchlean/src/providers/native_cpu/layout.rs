@@ -26,11 +26,14 @@ pub fn forward(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Tensor {
         Op::Concat { axis } => {
             let (outer, _, inner) = split(out_shape, *axis);
             let parts: Vec<_> = x.iter().map(|t| t.data()).collect();
-            let mut data = Vec::with_capacity(crate::spec::numel(out_shape));
+            // drawn like every kernel output (a fresh buffer is page faults, call after call)
+            let mut data = super::par::overwritten(crate::spec::numel(out_shape));
+            let mut at = 0;
             for o in 0..outer {
                 for (p, t) in parts.iter().zip(x) {
                     let chunk = t.shape()[*axis] * inner;
-                    data.extend_from_slice(&p[o * chunk..(o + 1) * chunk]);
+                    data[at..at + chunk].copy_from_slice(&p[o * chunk..(o + 1) * chunk]);
+                    at += chunk;
                 }
             }
             Tensor::from_parts(data, out_shape.to_vec())

@@ -19,6 +19,7 @@ mod flash;
 mod flash_small;
 mod fused_map;
 pub mod guard;
+mod heads;
 mod index;
 mod layout;
 mod linalg;
@@ -234,8 +235,10 @@ pub fn flash_forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
     if crate::spec::numel(&out_shape) == 0 {
         return Ok(tensor(Vec::new(), out_shape));
     }
-    let data = flash::forward(op, inputs, &out_shape);
-    Ok(tensor(data, out_shape))
+    // stored head-interleaved when the query is (the heads' merge is then a view)
+    let interleave = out_shape.len() == 4 && heads::interleaved(inputs[0]);
+    let data = flash::forward(op, inputs, &out_shape, interleave);
+    Ok(heads::tensor(data, out_shape, interleave))
 }
 
 /// The VJP kernel of `native_cpu.flash_attention` (recomputing, `flash.rs`).
@@ -264,6 +267,7 @@ pub const FLASH_TESTS: &[&str] = &[
     "tests/flash_attention.rs::native_flash_kernel_equals_the_native_sdpa_kernel",
     "tests/flash_attention.rs::native_flash_kernel_reads_strided_operands_in_place",
     "tests/flash_attention.rs::native_flash_kernel_skips_only_keys_the_mask_blocks_for_a_whole_tile",
+    "tests/flash_attention.rs::native_flash_kernel_stores_results_like_its_head_split_inputs",
 ];
 
 /// `native_cpu.flash_attention`: the second native capsule of `scaled_dot_product_attention`
@@ -467,6 +471,42 @@ pub fn replayed_capsule(op: OpKind) -> KernelCapsule {
     }
 }
 
+/// The replayed capsule of the flash kernel: the replay checkers of attention, and its
+/// results checked dense rather than row-major (the output is stored like the query, each
+/// gradient like its input: head-interleaved for a head split, see `heads.rs`).
+pub fn replayed_flash_capsule() -> KernelCapsule {
+    let op = OpKind::ScaledDotProductAttention;
+    let here =
+        |sym: &str| Provenance::source("crates/torchlean/src/providers/native_cpu/flash.rs", sym);
+    let dense = || {
+        Evidence::Checker {
+        checker: crate::checker!(super::checkers::dense_layout),
+        soundness: "accepted => the result (or each gradient) has exactly the shape spec::infer_shape assigns to this call's inputs (its input's shape), and is dense: offset 0, exactly numel elements of storage, strides the row-major strides of its axes in some order, so every element is stored once (integer check)".into(),
+        mutation_tests: vec![
+            "tests/trust.rs::dense_layout_checker_rejects_overlaps_gaps_and_offsets".into(),
+            "tests/trust.rs::layout_checker_rejects_wrong_shape".into(),
+        ],
+    }
+    };
+    let base = replayed_capsule(op);
+    KernelCapsule {
+        name: "native_cpu.replayed.flash_attention".into(),
+        shape_contract: descriptor(
+            shape_claim(op),
+            "every result's shape is checked against spec::infer_shape of the call's inputs",
+            dense(),
+            here("forward"),
+        ),
+        layout_contract: descriptor(
+            layout_claim(op),
+            "every result is checked dense (stored like the query; gradients like their inputs)",
+            dense(),
+            here("forward"),
+        ),
+        ..base
+    }
+}
+
 /// Registers a native capsule (test evidence) for every op.
 pub fn register(r: &mut Registry) -> std::result::Result<(), RegistryError> {
     // the flash kernel before the materializing one: `auto` and `only:native_cpu` plan it
@@ -482,13 +522,7 @@ pub fn register(r: &mut Registry) -> std::result::Result<(), RegistryError> {
 pub fn register_replayed(r: &mut Registry) -> std::result::Result<(), RegistryError> {
     // the flash kernel first, as in `register`: strict_native_cpu runs the kernels
     // checked_cpu runs, so the checkers are the only difference between the two
-    r.register(
-        KernelCapsule {
-            name: "native_cpu.replayed.flash_attention".into(),
-            ..replayed_capsule(OpKind::ScaledDotProductAttention)
-        },
-        flash_binding(),
-    )?;
+    r.register(replayed_flash_capsule(), flash_binding())?;
     for &op in OpKind::ALL {
         r.register(replayed_capsule(op), binding_for(op))?;
     }

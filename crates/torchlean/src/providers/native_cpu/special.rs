@@ -653,15 +653,19 @@ fn attention_vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
         }
         (gq, gk, gv, gs)
     };
-    per_batch_grads(x, &at, one)
+    per_batch_grads(x, &at, one, false)
 }
 
 /// The gradients of a call from `one(batch matrix, threads)`: batch matrices in parallel
 /// (one thread each), or a single one with threaded products; then [`assemble`]d.
+///
+/// With `like_inputs`, the gradients of q, k and v are each stored like their input (head-
+/// interleaved when it is, see `super::heads`); otherwise row-major.
 pub(super) fn per_batch_grads(
     x: &[&Tensor],
     at: &Attention,
     one: impl Fn(usize, bool) -> BatchGrads + Sync,
+    like_inputs: bool,
 ) -> Vec<Option<Tensor>> {
     let parts: Vec<BatchGrads> = if at.batch > 1 {
         (0..at.batch)
@@ -671,7 +675,7 @@ pub(super) fn per_batch_grads(
     } else {
         (0..at.batch).map(|bi| one(bi, true)).collect()
     };
-    assemble(x, at, &parts)
+    assemble(x, at, &parts, like_inputs)
 }
 
 /// `parts` one after the other in a buffer of `n` elements drawn like a kernel output (from
@@ -694,16 +698,28 @@ fn concat<'a>(n: usize, parts: impl Iterator<Item = &'a [f32]>) -> Vec<f32> {
 /// The gradients of an attention call from each batch matrix's (gq, gk, gv, gs): q, k and v
 /// concatenated, the additive bias's summed over the batch matrices that share it (a boolean
 /// mask gets none).
-pub(super) fn assemble(x: &[&Tensor], at: &Attention, parts: &[BatchGrads]) -> Vec<Option<Tensor>> {
+pub(super) fn assemble(
+    x: &[&Tensor],
+    at: &Attention,
+    parts: &[BatchGrads],
+    like_inputs: bool,
+) -> Vec<Option<Tensor>> {
     let (l, s) = (at.l, at.s);
     let extra_len = x.get(3).map_or(0, |m| m.numel());
-    let gq = concat(x[0].numel(), parts.iter().map(|p| p.0.as_slice()));
-    let gk = concat(x[1].numel(), parts.iter().map(|p| p.1.as_slice()));
-    let gv = concat(x[2].numel(), parts.iter().map(|p| p.2.as_slice()));
+    let grad = |input: &Tensor, part: fn(&BatchGrads) -> &[f32]| {
+        let shape = input.shape().to_vec();
+        let rows = parts.iter().map(part);
+        if like_inputs && super::heads::interleaved(input) {
+            let data = super::heads::placed(&shape, rows);
+            Some(super::heads::tensor(data, shape, true))
+        } else {
+            Some(Tensor::from_parts(concat(input.numel(), rows), shape))
+        }
+    };
     let mut grads = vec![
-        Some(Tensor::from_parts(gq, x[0].shape().to_vec())),
-        Some(Tensor::from_parts(gk, x[1].shape().to_vec())),
-        Some(Tensor::from_parts(gv, x[2].shape().to_vec())),
+        grad(x[0], |p| &p.0),
+        grad(x[1], |p| &p.1),
+        grad(x[2], |p| &p.2),
     ];
     match at.mask {
         AttentionMask::None => {}
