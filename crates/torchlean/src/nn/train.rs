@@ -155,13 +155,13 @@ impl TrainStep {
                 Some(step) => step.run_visiting(inputs, |f| model.visit_parameters(f))?,
             };
             let value = if read { Some(loss.item()?) } else { None };
+            // an eager loss holds the tape, and the tape the parameters: dropped before the
+            // update, which can then write over each parameter's buffer instead of copying it
+            let loss = self.compiled.as_ref().map(|_| loss);
             optimizer.step(model, &grads)?;
-            match &self.compiled {
+            if let Some(step) = &self.compiled {
                 // the step's buffers come back for the next run
-                Some(step) => step
-                    .compiled()
-                    .give_back(grads.into_tensors().chain(std::iter::once(loss))),
-                None => drop(loss),
+                step.compiled().give_back(grads.into_tensors().chain(loss));
             }
             Ok(value)
         })
