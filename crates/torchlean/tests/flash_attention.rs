@@ -679,3 +679,38 @@ fn native_flash_kernel_stores_results_like_its_head_split_inputs() {
         runtime::install(s).unwrap();
     }
 }
+
+/// The VJP of the heads' merge (permute [0, 2, 1, 3]) hands the attention VJP its cotangent
+/// as it lies: a dense cotangent gives a gradient that is a view of it (its axes in another
+/// order, equal to the permuted values); a cotangent that is not dense (a slice of a larger
+/// tensor) gives a row-major copy.
+#[test]
+fn permute_vjp_of_a_dense_cotangent_is_a_view() {
+    use torchlean::providers::native_cpu;
+    support_session();
+    let op = Op::Permute {
+        axes: vec![0, 2, 1, 3],
+    };
+    let x = torchlean::Tensor::randn(&[2, 3, 5, 4], 1).unwrap();
+    let y = native_cpu::forward(&op, &[&x]).unwrap();
+    let dense = torchlean::Tensor::randn(&[2, 5, 3, 4], 2).unwrap();
+    let wide = torchlean::Tensor::randn(&[2, 5, 3, 6], 3).unwrap();
+    let strided = wide.slice(3, 1, 5).unwrap();
+    for (what, gy, view) in [("dense", &dense, true), ("a slice", &strided, false)] {
+        let g = native_cpu::vjp(&op, &[&x], &y, gy, &[true]).unwrap()[0]
+            .clone()
+            .unwrap();
+        assert_eq!(g.shape(), x.shape());
+        assert_eq!(g.shares_storage_with(gy), view, "{what}");
+        assert_eq!(g.is_contiguous(), !view, "{what}");
+        let back = g.permute(&[0, 2, 1, 3]).unwrap();
+        assert_eq!(back.to_vec(), gy.to_vec(), "{what}: the permuted values");
+    }
+}
+
+fn support_session() {
+    use torchlean::backend::BackendProfile;
+    use torchlean::runtime::{self, Session};
+    // a test thread of its own: nothing else installed here
+    let _ = runtime::install(Session::new(BackendProfile::named("checked_cpu").unwrap()));
+}

@@ -65,6 +65,35 @@ impl Layout {
         true
     }
 
+    /// Whether this layout stores every element of its shape exactly once from offset 0 over
+    /// a storage of `storage_len` elements, its axes in some order (row-major, or a
+    /// permutation of it: a head-interleaved attention tensor). Strides of size-1 axes are
+    /// ignored.
+    pub fn is_dense_in(&self, storage_len: usize) -> bool {
+        if self.shape.len() != self.strides.len() || self.offset != 0 {
+            return false;
+        }
+        let mut axes: Vec<(usize, usize)> = self
+            .shape
+            .iter()
+            .zip(&self.strides)
+            .filter(|(&d, _)| d > 1)
+            .map(|(&d, &s)| (s, d))
+            .collect();
+        axes.sort_unstable();
+        let mut expected = 1usize;
+        for (s, d) in axes {
+            if s != expected {
+                return false;
+            }
+            match expected.checked_mul(d) {
+                Some(e) => expected = e,
+                None => return false,
+            }
+        }
+        expected == storage_len && self.numel() == storage_len
+    }
+
     /// Checks that this layout is well formed over a storage of `storage_len` elements:
     /// shape and strides of equal rank, a valid shape, and every element's position (computed
     /// without overflow) inside the storage.
@@ -329,6 +358,35 @@ impl Layout {
 #[cfg(test)]
 mod tests {
     use super::Layout;
+
+    #[test]
+    fn dense_layouts_store_every_element_once_from_offset_zero() {
+        let l = |shape: &[usize], strides: &[usize], offset| Layout {
+            shape: shape.to_vec(),
+            strides: strides.to_vec(),
+            offset,
+        };
+        assert!(l(&[2, 3, 4], &[12, 4, 1], 0).is_dense_in(24));
+        assert!(
+            l(&[2, 3, 4], &[12, 1, 3], 0).is_dense_in(24),
+            "axes 1, 2 swapped"
+        );
+        assert!(
+            l(&[2, 1, 4], &[4, 99, 1], 0).is_dense_in(8),
+            "size-1 stride ignored"
+        );
+        assert!(!l(&[2, 3, 4], &[12, 4, 1], 1).is_dense_in(25), "offset");
+        assert!(
+            !l(&[2, 3, 4], &[12, 4, 1], 0).is_dense_in(30),
+            "longer storage"
+        );
+        assert!(!l(&[2, 3, 4], &[24, 4, 1], 0).is_dense_in(48), "a gap");
+        assert!(!l(&[2, 3, 4], &[12, 3, 1], 0).is_dense_in(24), "overlap");
+        assert!(
+            !l(&[2, 3, 4], &[4, 4, 1], 0).is_dense_in(24),
+            "one stride twice"
+        );
+    }
 
     fn gather(l: &Layout, storage: &[f32]) -> Vec<f32> {
         let mut out = Vec::new();

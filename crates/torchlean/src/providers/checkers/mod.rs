@@ -36,11 +36,14 @@ fn canonical(what: &str, o: &Operand, expected: &[usize]) -> Result<(), String> 
 
 /// Checks that the result of a view op (reshape, permute, broadcast_to, slice, concat, which
 /// may return views of their input's storage) has the shape the spec assigns and a strided
-/// layout that addresses only elements of its storage; gradients are checked canonical.
+/// layout that addresses only elements of its storage; gradients are checked dense (see
+/// [`dense_layout`]).
 /// Soundness: an integer check of this call's result, as for [`canonical_layout`].
 pub fn view_layout(op: &Op, call: &Call) -> Result<(), String> {
     if call.cotangent.is_some() {
-        return canonical_layout(op, call);
+        // gradients dense: row-major, or (a permute's VJP of a dense cotangent) its axes in
+        // another order
+        return dense_layout(op, call);
     }
     let shapes: Vec<&[usize]> = call.inputs.iter().map(|o| o.shape).collect();
     let expected = infer_shape(op, &shapes).map_err(|e| e.to_string())?;

@@ -44,8 +44,8 @@ pub fn forward(op: &Op, x: &[&Tensor], out_shape: &[usize]) -> Tensor {
 
 pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
     match op {
-        // gradients are canonical (the VJP layout contract): a view of the cotangent's
-        // storage (a slice of a concat's cotangent, say) is copied out
+        // gradients are dense (the VJP layout contract; row-major but for permute's): a view
+        // of the cotangent's storage (a slice of a concat's cotangent, say) is copied out
         Op::Reshape { .. } => {
             let g = gy.canonical();
             vec![Some(g.view(Layout::contiguous(x[0].shape().to_vec())))]
@@ -55,7 +55,13 @@ pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
             for (i, &a) in axes.iter().enumerate() {
                 inverse[a] = i;
             }
-            vec![Some(gy.view(gy.layout().permuted(&inverse)).canonical())]
+            let g = gy.view(gy.layout().permuted(&inverse));
+            // a dense cotangent gives a dense gradient with no copy (its axes in another
+            // order: the VJP of a head merge hands the attention VJP its cotangent as it
+            // lies); anything else is copied out row-major
+            let dense = gy.device() == crate::backend::Device::Cpu
+                && g.layout().is_dense_in(g.storage_slice().len());
+            vec![Some(if dense { g } else { g.canonical() })]
         }
         Op::BroadcastTo { .. } => vec![Some(sum_to_shape(&gy.data(), gy.shape(), x[0].shape()))],
         Op::Slice { axis, start, end } => {

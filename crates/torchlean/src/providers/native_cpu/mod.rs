@@ -416,15 +416,22 @@ pub fn replayed_capsule(op: OpKind) -> KernelCapsule {
             crate::checker!(super::checkers::canonical_layout)
         },
         soundness: if view_op {
-            "accepted => the result has exactly the shape spec::infer_shape assigns to this call's inputs and a strided layout inside its storage (a view); each gradient canonical row-major of its input's shape (integer check)"
+            "accepted => the result has exactly the shape spec::infer_shape assigns to this call's inputs and a strided layout inside its storage (a view); each gradient of its input's shape and dense: offset 0, exactly numel elements, the row-major strides of its axes in some order (integer check)"
         } else {
             "accepted => the result (or each gradient) has exactly the shape spec::infer_shape assigns to this call's inputs (its input's shape), dense row-major from offset 0 over exactly numel elements (integer check)"
         }
         .into(),
-        mutation_tests: vec![
-            "tests/trust.rs::layout_checker_rejects_wrong_shape".into(),
-            "tests/trust.rs::layout_checker_rejects_non_canonical_view".into(),
-        ],
+        mutation_tests: if view_op {
+            vec![
+                "tests/trust.rs::layout_checker_rejects_wrong_shape".into(),
+                "tests/trust.rs::dense_layout_checker_rejects_overlaps_gaps_and_offsets".into(),
+            ]
+        } else {
+            vec![
+                "tests/trust.rs::layout_checker_rejects_wrong_shape".into(),
+                "tests/trust.rs::layout_checker_rejects_non_canonical_view".into(),
+            ]
+        },
     }
     };
     let replay_checker = |checker, soundness: &str| Evidence::Checker {
