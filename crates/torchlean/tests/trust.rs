@@ -648,19 +648,32 @@ fn operand<'a>(
     }
 }
 
-/// The layout checker replays a relu call of a [2, 3] input against what the kernel returned.
-fn layout_verdict(output: Operand) -> Result<(), String> {
-    let storage = [0.0f32; 6];
-    let input = [operand(&[2, 3], &[3, 1], 0, &storage)];
+/// A layout checker's verdict on a relu call of `input` against what the kernel returned.
+fn relu_verdict(
+    checker: fn(&Op, &Call) -> Result<(), String>,
+    input: Operand,
+    output: Operand,
+) -> Result<(), String> {
+    let inputs = [input];
     let call = Call {
-        inputs: &input,
+        inputs: &inputs,
         output,
         cotangent: None,
         needs: &[],
         grads: &[],
         seed: 0,
     };
-    checkers::canonical_layout(&Op::Relu, &call)
+    checker(&Op::Relu, &call)
+}
+
+/// The layout checker replays a relu call of a [2, 3] input against what the kernel returned.
+fn layout_verdict(output: Operand) -> Result<(), String> {
+    let storage = [0.0f32; 6];
+    relu_verdict(
+        checkers::canonical_layout,
+        operand(&[2, 3], &[3, 1], 0, &storage),
+        output,
+    )
 }
 
 #[test]
@@ -697,18 +710,8 @@ fn layout_checker_rejects_non_canonical_view() {
 fn dense_layout_checker_rejects_overlaps_gaps_and_offsets() {
     let storage = vec![0.0f32; 120];
     let shape = [2usize, 3, 4, 5];
-    let input = [operand(&shape, &[60, 20, 5, 1], 0, &storage)];
-    let verdict = |output: Operand| {
-        let call = Call {
-            inputs: &input,
-            output,
-            cotangent: None,
-            needs: &[],
-            grads: &[],
-            seed: 0,
-        };
-        checkers::dense_layout(&Op::Relu, &call)
-    };
+    let input = operand(&shape, &[60, 20, 5, 1], 0, &storage);
+    let verdict = |output: Operand| relu_verdict(checkers::dense_layout, input, output);
     let big = vec![0.0f32; 240];
     assert!(verdict(operand(&shape, &[60, 20, 5, 1], 0, &storage)).is_ok());
     assert!(

@@ -24,11 +24,30 @@ fn canonical(what: &str, o: &Operand, expected: &[usize]) -> Result<(), String> 
             .zip(contiguous_strides(expected))
             .all(|((&d, &s), c)| d <= 1 || s == c),
     };
-    if o.shape == expected && o.offset == 0 && dense_strides && o.storage.len() == numel(expected) {
+    verdict(
+        what,
+        o,
+        expected,
+        dense_strides,
+        "a canonical row-major tensor",
+    )
+}
+
+/// Accepts `o` when it has `expected`'s shape, offset 0, exactly `numel(expected)` elements
+/// of storage and acceptable strides (`strides_ok`); otherwise says what it has and that
+/// `wanted` of that shape was expected.
+fn verdict(
+    what: &str,
+    o: &Operand,
+    expected: &[usize],
+    strides_ok: bool,
+    wanted: &str,
+) -> Result<(), String> {
+    if o.shape == expected && o.offset == 0 && strides_ok && o.storage.len() == numel(expected) {
         Ok(())
     } else {
         Err(format!(
-            "{what} has shape {:?} strides {:?} offset {} over {} stored elements; expected a canonical row-major tensor of shape {expected:?}",
+            "{what} has shape {:?} strides {:?} offset {} over {} stored elements; expected {wanted} of shape {expected:?}",
             o.shape, o.strides, o.offset, o.storage.len()
         ))
     }
@@ -101,14 +120,13 @@ fn dense(what: &str, o: &Operand, expected: &[usize]) -> Result<(), String> {
             })
         }
     };
-    if o.shape == expected && o.offset == 0 && strides_dense && o.storage.len() == n {
-        Ok(())
-    } else {
-        Err(format!(
-            "{what} has shape {:?} strides {:?} offset {} over {} stored elements; expected a dense tensor of shape {expected:?} (every element stored once, from offset 0, in some axis order)",
-            o.shape, o.strides, o.offset, o.storage.len()
-        ))
-    }
+    verdict(
+        what,
+        o,
+        expected,
+        strides_dense,
+        "a dense tensor (every element stored once, from offset 0, in some axis order)",
+    )
 }
 
 /// Checks that the call's result (output, or each gradient of a VJP call) has the shape the
@@ -117,33 +135,34 @@ fn dense(what: &str, o: &Operand, expected: &[usize]) -> Result<(), String> {
 /// this call's result, as for [`canonical_layout`]; acceptance implies the storage holds the
 /// tensor's elements and nothing else, each at the address its strides give.
 pub fn dense_layout(op: &Op, call: &Call) -> Result<(), String> {
+    each_result(op, call, dense)
+}
+
+/// `check(what, result, expected shape)` on each gradient of a VJP call (against its
+/// input's shape), or on a forward call's output (against the spec's shape for the call's
+/// inputs).
+fn each_result(
+    op: &Op,
+    call: &Call,
+    check: fn(&str, &Operand, &[usize]) -> Result<(), String>,
+) -> Result<(), String> {
     if call.cotangent.is_some() {
         for (i, (g, x)) in call.grads.iter().zip(call.inputs).enumerate() {
             if let Some(g) = g {
-                dense(&format!("gradient {i}"), g, x.shape)?;
+                check(&format!("gradient {i}"), g, x.shape)?;
             }
         }
         return Ok(());
     }
     let shapes: Vec<&[usize]> = call.inputs.iter().map(|o| o.shape).collect();
     let expected = infer_shape(op, &shapes).map_err(|e| e.to_string())?;
-    dense("result", &call.output, &expected)
+    check("result", &call.output, &expected)
 }
 
 /// Checks that the call's result (output, or each gradient of a VJP call) is canonical
 /// row-major with the shape the spec assigns.
 pub fn canonical_layout(op: &Op, call: &Call) -> Result<(), String> {
-    if call.cotangent.is_some() {
-        for (i, (g, x)) in call.grads.iter().zip(call.inputs).enumerate() {
-            if let Some(g) = g {
-                canonical(&format!("gradient {i}"), g, x.shape)?;
-            }
-        }
-        return Ok(());
-    }
-    let shapes: Vec<&[usize]> = call.inputs.iter().map(|o| o.shape).collect();
-    let expected = infer_shape(op, &shapes).map_err(|e| e.to_string())?;
-    canonical("result", &call.output, &expected)
+    each_result(op, call, canonical)
 }
 
 mod attention;
