@@ -35,6 +35,7 @@ use crate::providers::native_cpu::par::{gemm, Mat};
 use crate::scalar::max_of;
 use crate::spec::{contiguous_strides, infer_shape, numel};
 use rayon::prelude::*;
+use std::borrow::Cow;
 
 /// Query rows per block (the scores of one block are `ROWS × S` values at f64).
 const ROWS: usize = 64;
@@ -118,6 +119,16 @@ impl<'a> Slices<'a> {
             }
         }
         out
+    }
+
+    /// Slice `b` as f32, borrowed where it is stored row-major in one run, else read.
+    fn f32s(&self, b: usize) -> Cow<'a, [f32]> {
+        let n = self.rows * self.cols;
+        let run = self.col_stride == 1 && (self.rows <= 1 || self.row_stride == self.cols);
+        match self.storage.get(self.starts[b]..self.starts[b] + n) {
+            Some(d) if run => Cow::Borrowed(d),
+            _ => Cow::Owned(self.read_as(b, |v| v)),
+        }
     }
 
     /// Whether these are `batch` slices of `rows × cols`.
@@ -294,7 +305,7 @@ pub(super) fn forward(op: &Op, call: &Call) -> Option<Result<(), String>> {
             let (q, k, v) = a.slice(b)?;
             let (q, k, v) = (&q[..], &k[..], &v[..]);
             let mut t = Tally::default();
-            let got = out.read_as(b, |v| v);
+            let got = out.f32s(b);
             for i0 in (0..l).step_by(ROWS) {
                 let i1 = (i0 + ROWS).min(l);
                 let p = a.block(b, i0, i1, q, k);
@@ -364,7 +375,7 @@ pub(super) fn vjp(op: &Op, call: &Call) -> Option<Result<(), String>> {
     {
         return None;
     }
-    let feed = |t: &mut Tally, got: &Option<Vec<f32>>, lo: usize, hi: usize, want: &[f64]| {
+    let feed = |t: &mut Tally, got: &Option<Cow<[f32]>>, lo: usize, hi: usize, want: &[f64]| {
         if let Some(g) = got {
             t.feed(&g[lo..hi], want);
         }
@@ -382,7 +393,7 @@ pub(super) fn vjp(op: &Op, call: &Call) -> Option<Result<(), String>> {
             let (q, k, v) = a.slice(b)?;
             let (q, k, v) = (&q[..], &k[..], &v[..]);
             let go = go.read(b)?;
-            let mine = |i: usize| got.get(i)?.as_ref().map(|g| g.read_as(b, |v| v));
+            let mine = |i: usize| got.get(i)?.as_ref().map(|g| g.f32s(b));
             let (got_q, got_k, got_v) = (mine(0), mine(1), mine(2));
             let (mut gk, mut gv) = (vec![0.0; s * d], vec![0.0; s * dv]);
             let mut tallies = [Tally::default(); 4];

@@ -95,6 +95,8 @@ pub fn view_layout(op: &Op, call: &Call) -> Result<(), String> {
 /// Whether `o` has exactly `expected`'s shape, offset 0, exactly `numel` elements of storage,
 /// and strides that are the row-major strides of `expected` with its axes in some order, so
 /// that every element is stored exactly once (axes of extent ≤ 1 may have any stride).
+/// Written here from the claim, not by calling `tensor::Layout::is_dense_in`, which the
+/// kernels under check use to decide what they return.
 fn dense(what: &str, o: &Operand, expected: &[usize]) -> Result<(), String> {
     let n = numel(expected);
     let strides_dense = match o.strides {

@@ -408,7 +408,7 @@ fn vjp_batch(
     let blocked: Vec<bool> = (0..l).map(|i| at.fully_blocked(bi, i)).collect();
     // a fully blocked row takes no part in any product (not even as 0 · NaN); y and the
     // cotangent are read where they lie (a head-interleaved output, say)
-    let gob = go.dense_zeroing(bi, &blocked);
+    let gob = go.dense_or_zeroing(bi, &blocked);
     let qz = blocked
         .iter()
         .any(|&b| b)

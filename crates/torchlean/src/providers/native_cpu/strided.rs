@@ -104,6 +104,17 @@ impl<'a> Operand<'a> {
         (0..self.rows).all(|i| m.row(i).iter().all(|x| x.is_finite()))
     }
 
+    /// Batch matrix `bi` as a dense row-major slice, borrowed when its rows lie back to back
+    /// and no row is to be zeroed, else a copy with the rows where `zero` holds set to zeros.
+    pub(super) fn dense_or_zeroing(&self, bi: usize, zero: &[bool]) -> Cow<'_, [f32]> {
+        let n = self.rows * self.width;
+        let back_to_back = self.rows <= 1 || self.rs == self.width;
+        match self.data.get(self.offsets[bi]..self.offsets[bi] + n) {
+            Some(d) if back_to_back && !zero.iter().any(|&z| z) => Cow::Borrowed(d),
+            _ => Cow::Owned(self.dense_zeroing(bi, zero)),
+        }
+    }
+
     /// Batch matrix `bi` as a dense row-major copy with the rows where `zero` holds set to
     /// zeros.
     pub(super) fn dense_zeroing(&self, bi: usize, zero: &[bool]) -> Vec<f32> {
