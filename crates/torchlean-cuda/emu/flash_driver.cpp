@@ -21,8 +21,44 @@ static void write_f32(FILE* f, const std::vector<float>& v, long n) {
     if (n > 0) fwrite(v.data(), 4, n, f);
 }
 
+// flash_flags on crafted tensors: which flag each kind of value sets (a finite value of 2^24
+// or more sets only `wide`; ±inf and NaN set `nonfinite` where finiteness is asked, `wide`
+// where width is), float4 and scalar tails alike; false (and a message) on a wrong flag.
+static bool flags_self_check() {
+    struct Want { std::vector<float> x; bool fin, wid; int nonfinite, wide; };
+    const float big = 3e7f, at_limit = 16777216.0f, below = 16777215.0f;
+    std::vector<Want> wants = {
+        {{1, 2, 3, 4, 5, big}, true, true, 0, 1},      // tail element too large
+        {{big, 1, 2, 3, 4}, true, true, 0, 1},         // float4 element too large
+        {{1, 2, at_limit}, false, true, 0, 1},         // exactly 2^24: too large
+        {{1, 2, below, -below}, true, true, 0, 0},     // below 2^24: neither
+        {{1, INFINITY, 2}, true, false, 1, 0},         // inf, finiteness only
+        {{1, 2, 3, 4, NAN}, true, true, 1, 1},         // NaN: both
+        {{1, 2, 3, 4, NAN}, false, true, 0, 1},        // NaN, width only
+        {{-INFINITY, 1, 2, 3}, false, false, 0, 0},    // nothing asked
+    };
+    for (size_t i = 0; i < wants.size(); ++i) {
+        const Want& w = wants[i];
+        Scan sc{};
+        sc.limit = FA_LIMIT;
+        sc.p[0] = (unsigned long long)w.x.data();
+        sc.n[0] = (long long)w.x.size();
+        sc.finite[0] = w.fin;
+        sc.wide[0] = w.wid;
+        int nonfinite = 0, wide = 0;
+        launch({1, 1, 1}, 4, [&] { flash_flags(sc, &nonfinite, &wide); });
+        if (nonfinite != w.nonfinite || wide != w.wide) {
+            fprintf(stderr, "flash_flags self-check %zu: nonfinite %d wide %d, expected %d %d\n", i, nonfinite,
+                    wide, w.nonfinite, w.wide);
+            return false;
+        }
+    }
+    return true;
+}
+
 int main(int argc, char** argv) {
     if (argc != 3) { fprintf(stderr, "usage: flash_driver IN OUT\n"); return 2; }
+    if (!flags_self_check()) return 3;
     FILE* in = fopen(argv[1], "rb");
     FILE* out_f = fopen(argv[2], "wb");
     if (!in || !out_f) { fprintf(stderr, "cannot open files\n"); return 2; }
@@ -59,6 +95,29 @@ int main(int argc, char** argv) {
             if (n > 0)
                 launch({(unsigned)((n + 255) / 256), 1, 1}, 256, [&] { flash_nonfinite(x.data(), n, flag, limit); });
         };
+        // as kernels/attention.rs's `scan_flags`: one pass per tensor (flash_flags), each
+        // marked for the finiteness flag, the width flag or both
+        struct Entry { const std::vector<float>* x; long long n; bool fin, wid; };
+        auto scan = [&](const std::vector<Entry>& es, int* fin_flag, int* wid_flag) {
+            std::vector<Entry> list;
+            for (const Entry& e : es)
+                if (e.n > 0 && (e.fin || e.wid)) list.push_back(e);
+            for (size_t at = 0; at < list.size(); at += FA_SCAN_MAX) {
+                Scan sc{};
+                sc.limit = FA_LIMIT;
+                long long longest = 0;
+                unsigned count = 0;
+                for (size_t i = at; i < list.size() && count < FA_SCAN_MAX; ++i, ++count) {
+                    sc.p[count] = (unsigned long long)list[i].x->data();
+                    sc.n[count] = list[i].n;
+                    sc.finite[count] = list[i].fin;
+                    sc.wide[count] = list[i].wid;
+                    longest = std::max(longest, list[i].n);
+                }
+                unsigned blocks = (unsigned)std::min(std::max((longest + 1023) / 1024, 1LL), 1024LL);
+                launch({blocks, count, 1}, 256, [&] { flash_flags(sc, fin_flag, wid_flag); });
+            }
+        };
         unsigned qt = (unsigned)((l + 63) / 64), kt = (unsigned)((s + 63) / 64);
         std::vector<float> y(std::max(1LL, bh * l * dv), NAN);
         // the stats the forward leaves for the VJP (used for every other call; the others
@@ -67,15 +126,14 @@ int main(int argc, char** argv) {
         const bool use_left = (call++ % 2) == 0;
         if (bh * l * dv > 0) {
             int flag = 0;
-            if (causal || g.tiles) flag_over(v, bh * s * dv, &flag);
             // as kernels/attention.rs: with d, dv <= 64 the tensor-core kernel takes the call
             // unless a value is too large to split (then the f32 kernel, gated on that flag)
             const bool mma = d <= 64 && dv <= 64;
+            const bool fin = causal || g.tiles;
             int wide = 0;
+            scan({{&v, bh * s * dv, fin, mma}, {&q, bh * l * d, false, mma}, {&k, bh * s * d, false, mma}},
+                 &flag, &wide);
             if (mma) {
-                flag_over(q, bh * l * d, &wide, FA_LIMIT);
-                flag_over(k, bh * s * d, &wide, FA_LIMIT);
-                flag_over(v, bh * s * dv, &wide, FA_LIMIT);
                 launch({qt, (unsigned)bh, 1}, FA_THREADS, [&] {
                     (g.tiles ? flash_forward_mma_tiles : flash_forward_mma)(q.data(), k.data(), v.data(), bits.data(), bias, &flag, &wide,
                                   y.data(), left.data(), g);
@@ -91,14 +149,16 @@ int main(int argc, char** argv) {
         if (bh * l * s > 0) {
             std::vector<float> st(3 * bh * l, NAN);
             int flag = 0;
-            if (causal || g.tiles) {
-                flag_over(q, bh * l * d, &flag);
-                flag_over(k, bh * s * d, &flag);
-                flag_over(v, bh * s * dv, &flag);
-                flag_over(y, bh * l * dv, &flag);
-                flag_over(gy, bh * l * dv, &flag);
-                if (mask) flag_over(m, mrows * s, &flag);
-            }
+            // with d, dv <= 64 the opt-in tensor-core key kernel (TORCHLEAN_FLASH_MMA=1) takes
+            // the call unless a value of q, k, v, O or dO is too large to split: every third
+            // call here; the others go to the f32 key kernel directly, as by default
+            const bool mma_kv = d <= 64 && dv <= 64 && (call % 3) == 0;
+            int wide_kv = 0;
+            const bool fin = causal || g.tiles;
+            scan({{&q, bh * l * d, fin, mma_kv}, {&k, bh * s * d, fin, mma_kv}, {&v, bh * s * dv, fin, mma_kv},
+                  {&y, bh * l * dv, fin, mma_kv}, {&gy, bh * l * dv, fin, mma_kv},
+                  {&m, mask ? mrows * s : 0, fin, false}},
+                 &flag, &wide_kv);
             if (use_left && dv > 0) {
                 std::copy(left.begin(), left.begin() + 2 * bh * l, st.begin());
                 long long R = bh * l;
@@ -111,18 +171,7 @@ int main(int argc, char** argv) {
                 });
             }
             if (causal || g.tiles) flag_over(st, bh * l, &flag);
-            // with d, dv <= 64 the opt-in tensor-core key kernel (TORCHLEAN_FLASH_MMA=1) takes
-            // the call unless a value of q, k, v, O or dO is too large to split: every third
-            // call here; the others go to the f32 key kernel directly, as by default
-            const bool mma_kv = d <= 64 && dv <= 64 && (call % 3) == 0;
-            int wide_kv = 0;
-            if (mma_kv) {
-                flag_over(q, bh * l * d, &wide_kv, FA_LIMIT);
-                flag_over(k, bh * s * d, &wide_kv, FA_LIMIT);
-                flag_over(v, bh * s * dv, &wide_kv, FA_LIMIT);
-                flag_over(y, bh * l * dv, &wide_kv, FA_LIMIT);
-                flag_over(gy, bh * l * dv, &wide_kv, FA_LIMIT);
-            }
+
             // as kernels/attention.rs: with one chunk of each head dimension the key kernel
             // adds dQ itself (every other call here, so that both paths are checked)
             const bool fuse = std::max(d, dv) > 0 && std::max(d, dv) <= 64 && (call % 4) < 2;

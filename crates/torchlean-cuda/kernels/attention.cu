@@ -83,6 +83,52 @@ extern "C" __global__ void flash_nonfinite(const float* __restrict__ a, long lon
     if (bad) flag[0] = 1;
 }
 
+// The flags of a call from one pass over each tensor it reads (blockIdx.y: the tensor):
+// nonfinite[0] = 1 when a tensor marked `finite` holds a value that is not finite, wide[0] = 1
+// when a tensor marked `wide` holds one not below `limit` in magnitude (NaN included). Flags
+// are only ever set here (zeroed before the launch).
+#define FA_SCAN_MAX 6
+struct Scan {
+    unsigned long long p[FA_SCAN_MAX];  // device addresses of float tensors
+    long long n[FA_SCAN_MAX];
+    int finite[FA_SCAN_MAX];
+    int wide[FA_SCAN_MAX];
+    float limit;
+};
+
+extern "C" __global__ void flash_flags(Scan s, int* __restrict__ nonfinite, int* __restrict__ wide) {
+    const int t = blockIdx.y;
+    const float* a = (const float*)s.p[t];
+    const long long n = s.n[t];
+    const bool want_finite = s.finite[t] != 0, want_wide = s.wide[t] != 0;
+    // |x| < limit for every value (the wide test) implies finiteness when limit is finite, so
+    // one comparison against the smaller bound per value, and the exact tests only when a
+    // value fails it
+    const float bound = want_wide ? s.limit : INFINITY;
+    bool bad_finite = false, bad_wide = false;
+    auto check = [&](float x) {
+        if (!(fabsf(x) < bound)) {
+            bad_wide |= want_wide;
+            bad_finite |= want_finite && !isfinite(x);
+        }
+    };
+    const long long step = (long long)gridDim.x * blockDim.x;
+    const long long i0 = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    long long head = 0;
+    if ((s.p[t] & 15ull) == 0) {
+        const float4* a4 = (const float4*)a;
+        const long long n4 = n >> 2;
+        for (long long i = i0; i < n4; i += step) {
+            const float4 x = a4[i];
+            check(x.x); check(x.y); check(x.z); check(x.w);
+        }
+        head = 4 * n4;
+    }
+    for (long long i = head + i0; i < n; i += step) check(a[i]);
+    if (bad_finite) nonfinite[0] = 1;
+    if (bad_wide) wide[0] = 1;
+}
+
 // out[i, j] = sum over b of full[b, i, j], b in order (a shared additive mask's gradient).
 extern "C" __global__ void flash_sum_batches(const float* __restrict__ full, float* __restrict__ out,
                                              long long bh, long long n) {

@@ -160,6 +160,16 @@ impl ProviderModule for CudaModule {
         }
         let cx = cuda_context(first.device())?;
         graph::refuse_while_recording("copy_many")?;
+        // one block row per copy (grid y)
+        let count = u32::try_from(pairs.len())
+            .ok()
+            .filter(|&c| c <= 65_535)
+            .ok_or_else(|| {
+                device::failure(
+                    "copy_many",
+                    format!("{} copies in one batch (at most 65535)", pairs.len()),
+                )
+            })?;
         use cudarc::driver::DevicePtr;
         // per copy: destination address, source address, length in floats (each u64 as two
         // f32 bit patterns: the pool's buffers hold f32)
@@ -188,13 +198,6 @@ impl ProviderModule for CudaModule {
             .memcpy_htod(&desc, &mut table.slice_mut().slice_mut(0..desc.len()))
             .map_err(|e| device::failure("copy_many", e))?;
         let blocks = longest.div_ceil(4 * 256).clamp(1, 264) as u32;
-        let count = pairs.len() as u32;
-        if count > 65_535 {
-            return Err(device::failure(
-                "copy_many",
-                format!("{count} copies in one batch (at most 65535)"),
-            ));
-        }
         let cfg = cudarc::driver::LaunchConfig {
             grid_dim: (blocks, count, 1),
             block_dim: (256, 1, 1),

@@ -129,7 +129,26 @@ struct Call<'a> {
     bias: &'a CudaBuffer,
     /// 1 when some value the skipped causal products would read is not finite.
     nonfinite: CudaBuffer,
+    /// 1 when some value a tensor-core kernel would split is too large ([`MMA_LIMIT`]);
+    /// present when the call asked for it (`prepare`'s `wide`).
+    wide: Option<CudaBuffer>,
 }
+
+/// Tensors per launch of `flash_flags` (`FA_SCAN_MAX`).
+const SCAN_MAX: usize = 6;
+
+/// Mirror of `struct Scan` in `attention.cu`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct Scan {
+    p: [u64; SCAN_MAX],
+    n: [i64; SCAN_MAX],
+    finite: [i32; SCAN_MAX],
+    wide: [i32; SCAN_MAX],
+    limit: f32,
+}
+// SAFETY: plain `repr(C)` integers and a float, laid out exactly as the CUDA struct.
+unsafe impl DeviceRepr for Scan {}
 
 /// Threads per block of the flash kernels (`FA_THREADS`).
 const THREADS: u32 = 128;
@@ -144,14 +163,16 @@ fn launch_cfg(x: usize, bh: usize, z: usize, tiles: u32) -> LaunchConfig {
     }
 }
 
-/// Geometry, packed mask (with its tile words) and finiteness flag of a call whose shapes the
-/// shape guard accepted; `finite` are the tensors whose finiteness lets causal tiles and the
-/// mask's blocked tiles be skipped.
+/// Geometry, packed mask (with its tile words) and flags of a call whose shapes the shape
+/// guard accepted; `finite` are the tensors whose finiteness lets causal tiles and the mask's
+/// blocked tiles be skipped, `wide` those a tensor-core kernel would split (empty when none
+/// runs). Both flags come from one pass over each tensor ([`scan_flags`]).
 fn prepare<'a>(
     cx: &Context,
     op: &Op,
     inputs: &[&'a Tensor],
     finite: &[&Tensor],
+    wide: &[&Tensor],
 ) -> Result<Call<'a>> {
     let (scale, causal, mask) = torchlean::providers::native_cpu::flash_payload(op)?;
     let qs = inputs[0].shape();
@@ -220,12 +241,15 @@ fn prepare<'a>(
     }
     let mut nonfinite = output(cx, op, 1)?;
     launched(op, cx.stream.memset_zeros(nonfinite.slice_mut()))?;
-    // the flag lets causal tiles and the boolean mask's blocked tiles be skipped
-    if causal || tiles != 0 {
-        for t in finite {
-            flag_nonfinite(cx, op, buffer(op, t)?, t.numel(), &mut nonfinite)?;
-        }
+    let mut wide_flag = None;
+    if !wide.is_empty() {
+        let mut flag = output(cx, op, 1)?;
+        launched(op, cx.stream.memset_zeros(flag.slice_mut()))?;
+        wide_flag = Some(flag);
     }
+    // the flag lets causal tiles and the boolean mask's blocked tiles be skipped
+    let finite = if causal || tiles != 0 { finite } else { &[] };
+    scan_flags(cx, op, finite, wide, &nonfinite, wide_flag.as_ref())?;
     let scale = scale.unwrap_or(1.0 / (d as f32).sqrt());
     Ok(Call {
         g: Flash {
@@ -251,7 +275,87 @@ fn prepare<'a>(
         bits,
         bias,
         nonfinite,
+        wide: wide_flag,
     })
+}
+
+/// One pass over each tensor of `finite` and `wide` (a tensor in both is read once): sets
+/// `nonfinite` when a value of a `finite` tensor is not finite, `wide` when a value of a `wide`
+/// tensor is not below [`MMA_LIMIT`] in magnitude. Up to [`SCAN_MAX`] tensors per launch.
+fn scan_flags(
+    cx: &Context,
+    op: &Op,
+    finite: &[&Tensor],
+    wide: &[&Tensor],
+    nonfinite: &CudaBuffer,
+    wide_flag: Option<&CudaBuffer>,
+) -> Result<()> {
+    // (tensor, finite?, wide?) in first-seen order, a tensor in both lists once
+    let mut list: Vec<(&Tensor, bool, bool)> = Vec::new();
+    for (t, is_wide) in finite
+        .iter()
+        .map(|t| (t, false))
+        .chain(wide.iter().map(|t| (t, true)))
+    {
+        if t.numel() == 0 {
+            continue;
+        }
+        match list.iter_mut().find(|(u, _, _)| u.id() == t.id()) {
+            Some(e) if is_wide => e.2 = true,
+            Some(e) => e.1 = true,
+            None => list.push((t, !is_wide, is_wide)),
+        }
+    }
+    let wide_buf: &CudaBuffer = match wide_flag {
+        Some(w) => w,
+        // no wide test is asked for: the kernel never writes this pointer
+        None if list.iter().all(|e| !e.2) => nonfinite,
+        None => {
+            return Err(Error::Other(format!(
+                "op `{}`: a wide test without its flag",
+                op.name()
+            )))
+        }
+    };
+    use cudarc::driver::DevicePtr;
+    for part in list.chunks(SCAN_MAX) {
+        let mut scan = Scan {
+            limit: MMA_LIMIT,
+            ..Default::default()
+        };
+        let mut held = Vec::with_capacity(part.len());
+        let mut longest = 0usize;
+        for (i, (t, f, w)) in part.iter().enumerate() {
+            let b = buffer(op, t)?;
+            let (ptr, guard) = b.slice().device_ptr(&cx.stream);
+            held.push(guard);
+            scan.p[i] = ptr;
+            scan.n[i] = t.numel() as i64;
+            scan.finite[i] = *f as i32;
+            scan.wide[i] = *w as i32;
+            longest = longest.max(t.numel());
+        }
+        let cfg = LaunchConfig {
+            grid_dim: (
+                longest.div_ceil(4 * 256).clamp(1, 1024) as u32,
+                part.len() as u32,
+                1,
+            ),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = cx.stream.launch_builder(&cx.functions.flash_flags);
+        b.arg(&scan).arg(nonfinite.slice()).arg(wide_buf.slice());
+        // SAFETY: block row y reads the first n[y] elements of tensor y's dense buffer (its
+        // numel, which `buffer` checked the buffer holds; the buffers are held until the
+        // launch is queued and reused only by later work on this stream) and may set the
+        // first element of the two one-element flags (the same buffer when no tensor is
+        // tested for width: then the second is never written); the flags are this call's own
+        // buffers, which nothing else reads or writes until the call's kernels run after.
+        launched(op, unsafe { b.launch(cfg) })?;
+        drop(held);
+    }
+    Ok(())
 }
 
 impl Call<'_> {
@@ -314,18 +418,6 @@ fn flag_nonfinite(
 /// 64 · 2^48) and every product stays finite and far from overflow, so the results differ
 /// from f32 products only by rounding. Other calls run the f32 FMA kernels.
 const MMA_LIMIT: f32 = (1u32 << 24) as f32;
-
-/// A flag (on the device, never read by the host) that is 1 when some value of `tensors` is
-/// not below [`MMA_LIMIT`] in magnitude: the tensor-core kernels return at once then, and the
-/// f32 kernels gated on the same flag take the call.
-fn wide_flag(cx: &Context, op: &Op, tensors: &[&Tensor]) -> Result<CudaBuffer> {
-    let mut flag = output(cx, op, 1)?;
-    launched(op, cx.stream.memset_zeros(flag.slice_mut()))?;
-    for t in tensors {
-        flag_beyond(cx, op, buffer(op, t)?, t.numel(), MMA_LIMIT, &mut flag)?;
-    }
-    Ok(flag)
-}
 
 /// Sets `flag` when one of the first `n` values of `x` is not below `limit` in magnitude (NaN
 /// included).
@@ -393,12 +485,14 @@ fn prepare_vjp<'a>(
     inputs: &[&'a Tensor],
     out: &'a Tensor,
     gy: &'a Tensor,
+    wide: bool,
 ) -> Result<(Call<'a>, CudaBuffer)> {
     let mut finite: Vec<&Tensor> = vec![inputs[0], inputs[1], inputs[2], out, gy];
     if let Some(bias) = inputs.get(3) {
         finite.push(bias);
     }
-    let mut c = prepare(cx, op, inputs, &finite)?;
+    let split = [inputs[0], inputs[1], inputs[2], out, gy];
+    let mut c = prepare(cx, op, inputs, &finite, if wide { &split } else { &[] })?;
     let (o, g) = (buffer(op, out)?, buffer(op, gy)?);
     let st = match o.attached(call_key(op, inputs)) {
         Some(left) => {
@@ -462,17 +556,27 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
     if n == 0 {
         return tensor(out, &shape);
     }
-    let c = prepare(cx, op, inputs, &[inputs[2]])?;
+    // with one chunk of each head dimension the tensor-core kernel takes the call unless a
+    // value of q, k or v is too large to split (flag `wide`, on the device: the host never
+    // waits for it); the f32 kernel, gated on the same flag, then takes it instead
+    let (d, dv) = (
+        shapes[0][shapes[0].len() - 1],
+        shapes[2][shapes[2].len() - 1],
+    );
+    let mma = cx.flash_mma.forward && d <= TILE && dv <= TILE;
+    let mut c = prepare(
+        cx,
+        op,
+        inputs,
+        &[inputs[2]],
+        if mma { &inputs[..3] } else { &[] },
+    )?;
     // the rows' log-sum-exps and whether they attend, left beside the output for this
     // call's VJP (which recomputes them for any other output)
     let mut stats = output(cx, op, 3 * (c.g.bh * c.g.l) as usize)?;
     let blocks = (c.g.l as usize).div_ceil(TILE);
-    // with one chunk of each head dimension the tensor-core kernel takes the call unless a
-    // value of q, k or v is too large to split (flag `wide`, on the device: the host never
-    // waits for it); the f32 kernel, gated on the same flag, then takes it instead
     let mut wide = None;
-    if cx.flash_mma.forward && c.g.d <= TILE as i64 && c.g.dv <= TILE as i64 {
-        let flag = wide_flag(cx, op, &inputs[..3])?;
+    if let Some(flag) = c.wide.take().filter(|_| mma) {
         let mut b = cx.stream.launch_builder(c.kernel(
             &cx.functions.flash_forward_mma,
             &cx.functions.flash_forward_mma_tiles,
@@ -548,9 +652,10 @@ pub fn vjp(
     launched(op, cx.stream.memset_zeros(gbias_full.slice_mut()))?;
     if bh * l * s > 0 {
         let g = buffer(op, gy)?;
-        let (c, st) = prepare_vjp(cx, op, inputs, output_t, gy)?;
-        let (d, dv) = (c.g.d as usize, c.g.dv as usize);
+        let (d, dv) = (qs[r - 1], inputs[2].shape()[r - 1]);
         let kv = (need(1) || need(2)) && d.max(dv) > 0;
+        let mma = kv && cx.flash_mma.vjp && d <= TILE && dv <= TILE;
+        let (mut c, st) = prepare_vjp(cx, op, inputs, output_t, gy, mma)?;
         // one chunk of each head dimension: the key kernel also adds dQ (atomically), and
         // the query kernel runs only for an additive mask's gradient
         let fuse_dq = kv && need(0) && d.max(dv) <= TILE;
@@ -562,8 +667,7 @@ pub fn vjp(
             // with one chunk of each head dimension the tensor-core kernel takes the call
             // unless a value it would split is too large (the f32 kernel is gated on that)
             let mut wide = None;
-            if cx.flash_mma.vjp && d <= TILE && dv <= TILE {
-                let flag = wide_flag(cx, op, &[inputs[0], inputs[1], inputs[2], output_t, gy])?;
+            if let Some(flag) = c.wide.take().filter(|_| mma) {
                 let mut b = cx.stream.launch_builder(c.kernel(
                     &cx.functions.flash_bwd_kv_mma,
                     &cx.functions.flash_bwd_kv_mma_tiles,

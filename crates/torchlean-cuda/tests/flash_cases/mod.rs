@@ -101,13 +101,15 @@ pub fn flash_case(seed: u64, small: bool) -> (torchlean::graph::Op, Vec<Array<f6
 }
 
 /// How many fixed calls `fixed_case` has.
-pub const FIXED_CASES: usize = 5;
+pub const FIXED_CASES: usize = 6;
 
 /// Fixed calls that random shapes reach only now and then. 0–3: unmasked [2, 130, d] queries
 /// against [2, 140, d] keys (d, dv <= 64: the key kernel's one-chunk path over whole 64 × 64
 /// tiles without per-entry tests), causal for odd `c`. 4: a boolean mask that blocks every key
 /// of query row 5, whose q holds a NaN: the row gives zeros and takes no part in any gradient
-/// (its NaN must not reach dK through 0 · NaN).
+/// (its NaN must not reach dK through 0 · NaN). 5: causal, every value finite but one of v
+/// too large for the split-TF32 kernels (3·10^7 ≥ 2^24): they must decline the call while the
+/// causal tiles are still skipped.
 pub fn fixed_case(c: usize) -> (torchlean::graph::Op, Vec<Array<f64>>) {
     use torchlean::graph::{AttentionMask, Op};
     if c < 4 {
@@ -122,6 +124,18 @@ pub fn fixed_case(c: usize) -> (torchlean::graph::Op, Vec<Array<f64>>) {
             .enumerate()
             .map(|(i, shape)| draw(shape, Gen::Normal, 90_000 + 10 * c as u64 + i as u64))
             .collect();
+        return (op, xs);
+    }
+    if c == 5 {
+        let op = Op::ScaledDotProductAttention {
+            scale: None,
+            causal: true,
+            mask: AttentionMask::None,
+        };
+        let mut xs: Vec<Array<f64>> = (0..3)
+            .map(|i| draw(&[1, 70, 32], Gen::Normal, 92_000 + i))
+            .collect();
+        xs[2].data[7 * 32 + 2] = 3e7;
         return (op, xs);
     }
     let (l, s, d) = (70, 80, 16);
