@@ -9,7 +9,18 @@
 #include "emu.h"
 #include <cstdio>
 #include <cstdint>
+// NVRTC has no math.h: hide its macros from the kernels' source, so that a kernel using one
+// fails here as it would on the GPU (the driver below uses them again)
+#pragma push_macro("INFINITY")
+#pragma push_macro("NAN")
+#pragma push_macro("HUGE_VALF")
+#undef INFINITY
+#undef NAN
+#undef HUGE_VALF
 #include ATTENTION_CU
+#pragma pop_macro("HUGE_VALF")
+#pragma pop_macro("NAN")
+#pragma pop_macro("INFINITY")
 
 static std::vector<float> read_f32(FILE* f, long n) {
     std::vector<float> v(n > 0 ? n : 1, 0.0f);

@@ -25,6 +25,7 @@
 #define FA_THREADS 128
 // NVRTC has no math.h: -inf and a quiet NaN by their bits
 #define FA_NEG_INF __int_as_float(0xff800000)
+#define FA_POS_INF __int_as_float(0x7f800000)
 #define FA_NAN __int_as_float(0x7fffffff)
 
 struct Flash {
@@ -104,7 +105,7 @@ extern "C" __global__ void flash_flags(Scan s, int* __restrict__ nonfinite, int*
     // |x| < limit for every value (the wide test) implies finiteness when limit is finite, so
     // one comparison against the smaller bound per value, and the exact tests only when a
     // value fails it
-    const float bound = want_wide ? s.limit : INFINITY;
+    const float bound = want_wide ? s.limit : FA_POS_INF;
     bool bad_finite = false, bad_wide = false;
     auto check = [&](float x) {
         if (!(fabsf(x) < bound)) {
