@@ -644,4 +644,39 @@ extern "C" __global__ void adam_update(float step_size, float c2_sqrt, float eps
         float stepped = __fdiv_rn(__fmul_rn(step_size, m[i]), denom);
         out[i] = __fsub_rn(__fmul_rn(w[i], shrink), stepped);
     }
+
+// adam_step over several parameters in one launch (src/kernels/optim.rs): `table` holds, per
+// parameter, the addresses of w, m, v and g (read), of w', m' and v' (written: the read
+// addresses themselves for an update in place) and its length, eight 64-bit words;
+// blockIdx.y is the parameter. Each element gets exactly the values of Adam's L2 term,
+// ema_update, ema_update (square) and adam_update above, rounded step by step in their order
+// (spec/optim.rs); one thread reads and writes an element, so writing over the inputs is safe.
+extern "C" __global__ void adam_step_many(const unsigned long long* __restrict__ table,
+                                          float beta1, float beta2, float step_size,
+                                          float c2_sqrt, float eps, float shrink, float l2) {
+    const unsigned long long* p = table + 8 * blockIdx.y;
+    const float* w = (const float*)p[0];
+    const float* m = (const float*)p[1];
+    const float* v = (const float*)p[2];
+    const float* g = (const float*)p[3];
+    float* w_out = (float*)p[4];
+    float* m_out = (float*)p[5];
+    float* v_out = (float*)p[6];
+    long long n = (long long)p[7];
+    float rest1 = 1.0f - beta1;
+    float rest2 = 1.0f - beta2;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        float wi = w[i];
+        float gi = g[i];
+        if (l2 != 0.0f) gi = __fadd_rn(gi, __fmul_rn(wi, l2));
+        float m1 = __fadd_rn(__fmul_rn(beta1, m[i]), __fmul_rn(rest1, gi));
+        float v1 = __fadd_rn(__fmul_rn(beta2, v[i]), __fmul_rn(__fmul_rn(rest2, gi), gi));
+        float denom = __fadd_rn(__fdiv_rn(sqrtf(v1), c2_sqrt), eps);
+        float stepped = __fdiv_rn(__fmul_rn(step_size, m1), denom);
+        w_out[i] = __fsub_rn(__fmul_rn(wi, shrink), stepped);
+        m_out[i] = m1;
+        v_out[i] = v1;
+    }
+}
 }

@@ -20,7 +20,7 @@
 //! call (on host copies of the call's device tensors). Profile `strict_native_cuda` plans
 //! those; `checked_cuda` plans the tested ones.
 
-use crate::kernels::{attention, blas, conv, elementwise, fused, reduce, rows, spectral};
+use crate::kernels::{attention, blas, conv, elementwise, fused, optim, reduce, rows, spectral};
 use torchlean::backend::{
     ContractClaim, ContractDescriptor, Device, Evidence, KernelCapsule, Provenance, Provider,
     Registry, RegistryError, RuntimeSupport, TensorLayout, TrustLevel, VjpMode,
@@ -355,6 +355,12 @@ pub fn native_cuda_binding() -> KernelBinding {
     KernelBinding::new("native_cuda", elementwise::forward, Some(elementwise::vjp))
 }
 
+/// The binding of the native_cuda optimizer step over several parameters (not
+/// differentiable: no VJP), with its update-many kernel.
+pub fn native_cuda_optim_binding() -> KernelBinding {
+    KernelBinding::new("native_cuda", optim::forward, None).with_update_many(optim::update_many)
+}
+
 /// The binding of the native_cuda row, index and layout kernels.
 pub fn native_cuda_rows_binding() -> KernelBinding {
     KernelBinding::new("native_cuda", rows::forward, Some(rows::vjp))
@@ -465,6 +471,12 @@ pub fn register(r: &mut Registry) -> Result<(), RegistryError> {
             native_cuda_fused_binding(),
         )?;
     }
+    for &op in optim::KINDS {
+        r.register(
+            replayed_capsule(native_cuda_capsule(op)),
+            native_cuda_optim_binding(),
+        )?;
+    }
     for &op in blas::KINDS {
         r.register(replayed_capsule(cublas_capsule(op)), cublas_binding())?;
     }
@@ -498,6 +510,9 @@ fn register_checked(r: &mut Registry) -> Result<(), RegistryError> {
     }
     for &op in fused::KINDS {
         r.register(native_cuda_capsule(op), native_cuda_fused_binding())?;
+    }
+    for &op in optim::KINDS {
+        r.register(native_cuda_capsule(op), native_cuda_optim_binding())?;
     }
     for &op in blas::KINDS {
         r.register(cublas_capsule(op), cublas_binding())?;

@@ -25,9 +25,12 @@ use torchlean::{Error, OpKind, Tensor};
 use torchlean_cuda::capsules::{
     composed_ops, cublas_binding, cufft_binding, native_cuda_attention_binding,
     native_cuda_binding, native_cuda_conv_binding, native_cuda_fused_binding,
-    native_cuda_reduce_binding, native_cuda_rows_binding, native_cuda_spectral_binding,
+    native_cuda_optim_binding, native_cuda_reduce_binding, native_cuda_rows_binding,
+    native_cuda_spectral_binding,
 };
-use torchlean_cuda::kernels::{attention, blas, conv, elementwise, fused, reduce, rows, spectral};
+use torchlean_cuda::kernels::{
+    attention, blas, conv, elementwise, fused, optim, reduce, rows, spectral,
+};
 
 /// Whether CUDA is usable; prints why not (or panics under TORCHLEAN_REQUIRE_CUDA=1).
 fn gpu(test: &str) -> bool {
@@ -62,6 +65,8 @@ fn bindings(kind: OpKind) -> Vec<(&'static str, KernelBinding)> {
         vec![("native_cuda", native_cuda_reduce_binding())]
     } else if fused::KINDS.contains(&kind) {
         vec![("native_cuda", native_cuda_fused_binding())]
+    } else if optim::KINDS.contains(&kind) {
+        vec![("native_cuda", native_cuda_optim_binding())]
     } else if blas::KINDS.contains(&kind) {
         vec![("cublas", cublas_binding())]
     } else if attention::KINDS.contains(&kind) {
@@ -143,6 +148,7 @@ fn every_cuda_op_has_rows() {
         .chain(spectral::KINDS)
         .chain(reduce::KINDS)
         .chain(fused::KINDS)
+        .chain(optim::KINDS)
         .chain(blas::KINDS)
         .chain(&composed_ops())
     {
@@ -484,6 +490,96 @@ fn host_reads() -> u64 {
 
 fn checked_cuda() -> BackendProfile {
     BackendProfile::named("checked_cuda").expect("named profile")
+}
+
+/// `adam_step` on the GPU: its forward kernel and its update-many kernel give exactly the
+/// CPU kernel's bits on every row of the table (the same rounding, step by step); the
+/// update-many kernel writes owned targets in place (same ids, same device buffers) and gives
+/// shared ones new buffers, leaving the other handle's values alone.
+#[test]
+fn adam_step_on_the_gpu_gives_the_cpu_bits_in_place() {
+    if !gpu("adam_step_on_the_gpu_gives_the_cpu_bits_in_place") {
+        return;
+    }
+    install(Session::new(checked_cuda())).expect("install");
+    let cpu = torchlean::providers::native_cpu::binding_for(OpKind::AdamStep);
+    let gpu_binding = native_cuda_optim_binding();
+    let update_many = gpu_binding.update_many().expect("an update-many kernel");
+    let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+    let mut ran = 0;
+    for (index, case) in rows() {
+        if case.op.kind() != OpKind::AdamStep {
+            continue;
+        }
+        let name = case.name();
+        let xs = inputs(&case, index);
+        let host: Vec<Tensor> = xs
+            .iter()
+            .map(|a| Tensor::from_vec(a.data.iter().map(|&v| v as f32).collect(), &a.shape))
+            .collect::<Result<_, _>>()
+            .expect("host tensors");
+        let hr: Vec<&Tensor> = host.iter().collect();
+        let want = bits((cpu.forward())(&case.op, &hr).expect("cpu").to_vec());
+        let dev: Vec<Tensor> = xs.iter().map(on_gpu).collect();
+        let dr: Vec<&Tensor> = dev.iter().collect();
+        let got = (gpu_binding.forward())(&case.op, &dr).expect("gpu forward");
+        assert_eq!(
+            bits(got.try_to_vec().expect("read")),
+            want,
+            "{name}: forward"
+        );
+        // (w, m, v) updated, g read, per group
+        let updated: Vec<&Tensor> = dev
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| i % 4 < 3)
+            .map(|(_, t)| t)
+            .collect();
+        let read: Vec<&Tensor> = dev.iter().skip(3).step_by(4).collect();
+        let read_back = |ts: &[Tensor]| -> Vec<u32> {
+            ts.iter()
+                .flat_map(|t| bits(t.try_to_vec().expect("read")))
+                .collect()
+        };
+        let mut owned: Vec<Tensor> = updated
+            .iter()
+            .map(|t| {
+                t.to_cpu()
+                    .and_then(|c| c.to_device(Device::Cuda))
+                    .expect("copy")
+            })
+            .collect();
+        let ids: Vec<_> = owned.iter().map(|t| t.id()).collect();
+        let buffers: Vec<_> = owned
+            .iter()
+            .map(|t| std::sync::Arc::as_ptr(t.device_buffer().expect("device")) as *const u8)
+            .collect();
+        {
+            let mut targets: Vec<&mut Tensor> = owned.iter_mut().collect();
+            update_many(&case.op, &mut targets, &read).expect("update_many (owned)");
+        }
+        assert_eq!(read_back(&owned), want, "{name}: update_many (owned)");
+        for ((t, id), b) in owned.iter().zip(&ids).zip(&buffers) {
+            assert_eq!(t.id(), *id, "{name}: id changed");
+            let now = std::sync::Arc::as_ptr(t.device_buffer().expect("device")) as *const u8;
+            assert_eq!(now, *b, "{name}: not written in place");
+        }
+        let before: Vec<Tensor> = updated.iter().map(|t| (*t).clone()).collect();
+        let before_bits = read_back(&before);
+        let mut shared = before.clone();
+        {
+            let mut targets: Vec<&mut Tensor> = shared.iter_mut().collect();
+            update_many(&case.op, &mut targets, &read).expect("update_many (shared)");
+        }
+        assert_eq!(read_back(&shared), want, "{name}: update_many (shared)");
+        assert_eq!(
+            read_back(&before),
+            before_bits,
+            "{name}: a shared target was written"
+        );
+        ran += 1;
+    }
+    assert!(ran >= 2, "{ran} adam_step rows");
 }
 
 /// `Tensor::rand` and a dropout mask drawn under checked_cuda equal the CPU's bit for bit.

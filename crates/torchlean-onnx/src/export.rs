@@ -441,7 +441,7 @@ fn emit(
                 "is a random source: export in evaluation mode (no dropout)",
             ))
         }
-        Op::EmaUpdate { .. } | Op::AdamUpdate { .. } => {
+        Op::EmaUpdate { .. } | Op::AdamUpdate { .. } | Op::AdamStep { .. } => {
             return Err(refuse(
                 op,
                 "is an optimizer update: export the forward graph",

@@ -228,6 +228,25 @@ pub fn cases() -> Vec<Case> {
             v.push(c(op.clone(), &[(s, Normal), (s, Normal), (s, Positive)]));
         }
     }
+    // Adam's whole step over several parameters: groups (w, m, v, g) of different shapes
+    // (one large enough for parallel chunks), with L2 decay (Adam) or a shrink (AdamW)
+    for (shrink, l2) in [(1.0, 0.0), (0.99, 0.0), (1.0, 0.01)] {
+        let op = Op::AdamStep {
+            beta1: 0.9,
+            beta2: 0.999,
+            step_size: 0.01,
+            c2_sqrt: 0.03,
+            eps: 1e-8,
+            shrink,
+            l2,
+        };
+        let group = |s: &'static [usize]| [(s, Normal), (s, Normal), (s, Positive), (s, Normal)];
+        v.push(c(op.clone(), &group(&[3, 4])));
+        let mut three = group(&[1]).to_vec();
+        three.extend(group(&[70000]));
+        three.extend(group(&[5, 2, 3]));
+        v.push(c(op, &three));
+    }
     for op in [Op::Softmax { axis: 1 }, Op::LogSoftmax { axis: 1 }] {
         v.push(c(op.clone(), &[(&[3, 5], Normal)]));
         v.push(c(op.clone(), &[(&[2, 4, 3], Normal)]));

@@ -468,6 +468,120 @@ fn check_in_place(bind: Bind, select: Select) -> Report {
     report
 }
 
+/// The update-many kernel vs the binding's forward kernel, bit for bit, on every selected
+/// row of an op that updates several tensors (`OpKind::update_groups`): on targets it owns
+/// (written in place: same ids, same buffers) and on shared ones (which must come back
+/// unchanged while the targets get the values); and a call whose last group lacks its read
+/// tensor is refused before any target is written.
+fn check_update_many(bind: Bind, select: Select) -> Report {
+    let mut report = Report::default();
+    for row in rows().iter().filter(|r| select(&r.case)) {
+        let Some((t, r)) = row.kind().update_groups() else {
+            continue;
+        };
+        let binding = bind(row.kind());
+        let Some(update_many) = binding.update_many() else {
+            continue; // not run: `assert_ran` counts it
+        };
+        report.start(row);
+        let op = &row.case.op;
+        let xs = row.tensors();
+        let all: Vec<&Tensor> = xs.iter().collect();
+        let want = match (binding.forward())(op, &all) {
+            Ok(w) => w.to_vec(),
+            Err(e) => {
+                report.fail(row, format!("forward: {e}"));
+                continue;
+            }
+        };
+        // each group's first `t` inputs are updated, the next `r` read
+        let (updated, read): (Vec<&Tensor>, Vec<&Tensor>) = {
+            let (mut u, mut d) = (vec![], vec![]);
+            for (i, x) in xs.iter().enumerate() {
+                if i % (t + r) < t {
+                    u.push(x)
+                } else {
+                    d.push(x)
+                }
+            }
+            (u, d)
+        };
+        let parts =
+            |targets: &[Tensor]| -> Vec<f32> { targets.iter().flat_map(|x| x.to_vec()).collect() };
+        let mut owned: Vec<Tensor> = updated
+            .iter()
+            .map(|x| Tensor::from_vec(x.to_vec(), x.shape()).expect("same shape"))
+            .collect();
+        let ids: Vec<_> = owned.iter().map(|x| x.id()).collect();
+        let buffers: Vec<_> = owned.iter().map(|x| x.data().as_ptr()).collect();
+        {
+            let mut targets: Vec<&mut Tensor> = owned.iter_mut().collect();
+            if let Err(e) = update_many(op, &mut targets, &read) {
+                report.fail(row, format!("update_many (owned): {e}"));
+                continue;
+            }
+        }
+        if !same_values(&parts(&owned), &want) {
+            report.fail(
+                row,
+                "update_many (owned): values differ from the forward kernel's",
+            );
+        }
+        let kept = owned.iter().zip(&ids).all(|(x, id)| x.id() == *id);
+        let in_place = owned
+            .iter()
+            .zip(&buffers)
+            .all(|(x, b)| x.data().as_ptr() == *b);
+        if !kept || !in_place {
+            report.fail(
+                row,
+                format!("update_many (owned): ids kept {kept}, written in place {in_place}"),
+            );
+        }
+        let before: Vec<Vec<f32>> = updated.iter().map(|x| x.to_vec()).collect();
+        let mut shared: Vec<Tensor> = updated.iter().map(|x| (*x).clone()).collect();
+        {
+            let mut targets: Vec<&mut Tensor> = shared.iter_mut().collect();
+            if let Err(e) = update_many(op, &mut targets, &read) {
+                report.fail(row, format!("update_many (shared): {e}"));
+                continue;
+            }
+        }
+        if !same_values(&parts(&shared), &want) {
+            report.fail(
+                row,
+                "update_many (shared): values differ from the forward kernel's",
+            );
+        }
+        if updated
+            .iter()
+            .zip(&before)
+            .any(|(x, b)| !same_values(&x.to_vec(), b))
+        {
+            report.fail(row, "update_many overwrote a target another handle shares");
+        }
+        let mut owned: Vec<Tensor> = updated
+            .iter()
+            .map(|x| Tensor::from_vec(x.to_vec(), x.shape()).expect("same shape"))
+            .collect();
+        let short = &read[..read.len() - 1];
+        let refused = {
+            let mut targets: Vec<&mut Tensor> = owned.iter_mut().collect();
+            update_many(op, &mut targets, short).is_err()
+        };
+        if !refused {
+            report.fail(row, "update_many accepted a group without its read tensor");
+        } else if owned
+            .iter()
+            .zip(&before)
+            .any(|(x, b)| !same_values(&x.to_vec(), b))
+        {
+            report.fail(row, "update_many wrote a target before refusing");
+        }
+    }
+    report
+}
+
 /// A finite garbage value for output buffers, so that an element a kernel skips is caught
 /// even where the right value is NaN.
 const GARBAGE: f32 = -1.234_5e33;
@@ -811,6 +925,20 @@ fn native_cpu_in_place_matches_forward() {
         assert!(kinds.contains(&k), "{k:?}");
     }
     r.assert_ran("native_cpu in_place", |c| !c.inputs.is_empty(), &kinds);
+}
+
+/// The native update-many kernel (an optimizer's whole step: `adam_step`) gives exactly the
+/// forward kernel's values, in place on owned targets, into new buffers for shared ones, and
+/// refuses a malformed call before writing anything.
+#[test]
+fn native_cpu_update_many_matches_forward() {
+    let r = check_update_many(&providers::native_cpu::binding_for, &all_ops);
+    r.assert_clean("native_cpu update_many");
+    r.assert_ran(
+        "native_cpu update_many",
+        |c| c.op.kind().update_groups().is_some(),
+        &[OpKind::AdamStep],
+    );
 }
 
 /// The native destination-passing kernels (used by the compiled executor's dense path) give

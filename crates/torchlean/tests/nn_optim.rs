@@ -587,3 +587,158 @@ fn the_global_norm_is_gated_ops_and_survives_f32_overflow_of_the_squares() {
         assert!(ran.contains(&c), "{c} not in {ran:?}");
     }
 }
+
+/// Parameters of several shapes (one large enough for the kernels' parallel chunks); the
+/// third gets no gradient in the first step, so later steps hold two step counts.
+struct Several {
+    ps: Vec<Tensor>,
+}
+
+impl Module for Several {
+    fn forward(&self, _x: &Tensor) -> torchlean::Result<Tensor> {
+        Ok(self.ps[0].clone())
+    }
+    fn parameters(&self) -> Vec<(String, &Tensor)> {
+        self.ps
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (format!("p{i}"), p))
+            .collect()
+    }
+    fn parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
+        self.ps
+            .iter_mut()
+            .enumerate()
+            .map(|(i, p)| (format!("p{i}"), p))
+            .collect()
+    }
+}
+
+fn several() -> Several {
+    let make = |shape: &[usize], seed: u64| Tensor::randn(shape, seed).unwrap().requires_grad();
+    Several {
+        ps: vec![make(&[3, 4], 1), make(&[70_000], 2), make(&[5], 3)],
+    }
+}
+
+/// Three steps of `opt` on [`several`] (the loss Σ 0.5·p², the last parameter left out of
+/// the first step): the parameters and the exported state, as bits.
+fn several_steps(opt: &mut dyn Optimizer) -> (Vec<Vec<u32>>, Vec<Vec<u32>>) {
+    let mut m = several();
+    for s in 0..3 {
+        let used = if s == 0 { 2 } else { 3 };
+        let mut loss = half_sq(&m.ps[0]);
+        for p in &m.ps[1..used] {
+            loss = loss.add(&half_sq(p)).unwrap();
+        }
+        let g = loss.backward().unwrap();
+        opt.step(&mut m, &g).unwrap();
+    }
+    let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+    let params = m.ps.iter().map(|p| bits(p.to_vec())).collect();
+    let state = opt
+        .export_state()
+        .tensors
+        .into_iter()
+        .map(|(_, t)| bits(t.to_vec()))
+        .collect();
+    (params, state)
+}
+
+/// Where two runs' bits first differ (tensor, element), if anywhere.
+fn first_difference(a: &[Vec<u32>], b: &[Vec<u32>]) -> Option<(usize, usize)> {
+    if a.len() != b.len() {
+        return Some((a.len().min(b.len()), 0));
+    }
+    a.iter().zip(b).enumerate().find_map(|(t, (x, y))| {
+        (x != y).then(|| {
+            let e = x.iter().zip(y).position(|(p, q)| p != q);
+            (t, e.unwrap_or(x.len().min(y.len())))
+        })
+    })
+}
+
+/// Adam's `foreach` step (one `adam_step` op per step count for all parameters, the default
+/// on a device) gives exactly the bits of the per-parameter ops (`ema_update` twice,
+/// `adam_update`), parameters and moments, for Adam with L2 decay, AdamW and plain Adam, and
+/// across parameters with different step counts; it is one gated op in the report, writes
+/// the parameters' own buffers under `checked_cpu`, and under `strict_native_cpu` its replayed
+/// capsule's checker runs (the parts then go to the parameters by `slice` and `reshape` ops).
+#[test]
+fn adam_foreach_is_one_gated_op_with_the_per_parameter_bits() {
+    type Make = fn(Option<bool>) -> Box<dyn Optimizer>;
+    let makes: [(&str, Make); 3] = [
+        ("adam", |f| {
+            let mut o = Adam::new(0.01).unwrap();
+            o.foreach = f;
+            Box::new(o)
+        }),
+        ("adam l2", |f| {
+            let mut o = Adam::new(0.01).unwrap();
+            o.weight_decay = 0.1;
+            o.foreach = f;
+            Box::new(o)
+        }),
+        ("adamw", |f| {
+            let mut o = AdamW::new(0.01).unwrap();
+            o.foreach = f;
+            Box::new(o)
+        }),
+    ];
+    for (name, make) in makes {
+        let (per_param, _) = under_profile("checked_cpu", move || {
+            several_steps(&mut *make(Some(false)))
+        });
+        let (fused, kernels) =
+            under_profile("checked_cpu", move || several_steps(&mut *make(Some(true))));
+        for (what, got) in [("parameters", &fused.0), ("state", &fused.1)] {
+            let want = if what == "state" {
+                &per_param.1
+            } else {
+                &per_param.0
+            };
+            let d = first_difference(got, want);
+            assert!(
+                d.is_none(),
+                "{name}: foreach {what} differ at (tensor, element) {d:?}"
+            );
+        }
+        let ran: Vec<&str> = kernels.iter().map(|k| k.capsule.as_str()).collect();
+        assert!(ran.contains(&"native_cpu.adam_step"), "{name}: {ran:?}");
+        assert!(!ran.contains(&"native_cpu.ema_update"), "{name}: {ran:?}");
+        let (strict, kernels) = under_profile("strict_native_cpu", move || {
+            several_steps(&mut *make(Some(true)))
+        });
+        let d = first_difference(&strict.0, &per_param.0)
+            .or_else(|| first_difference(&strict.1, &per_param.1));
+        assert!(d.is_none(), "{name}: strict foreach differs at {d:?}");
+        let row = kernels
+            .iter()
+            .find(|k| k.capsule == "native_cpu.replayed.adam_step")
+            .unwrap_or_else(|| panic!("{name}: no replayed adam_step row"));
+        let text = format!("{:?}", row.obligations);
+        assert!(text.contains("replay_forward"), "{name}: {text}");
+    }
+    // in place: the parameter keeps its id and its buffer
+    let (same_buffer, same_id) = under_profile("checked_cpu", || {
+        let mut opt = Adam::new(0.01).unwrap();
+        opt.foreach = Some(true);
+        let mut m = model(&[1.0, -2.0, 0.5]);
+        let id = m.w.id();
+        let mut same_buffer = true;
+        for _ in 0..2 {
+            let g = grads(&m);
+            let before = m.w.data().as_ptr();
+            opt.step(&mut m, &g).unwrap();
+            same_buffer &= m.w.data().as_ptr() == before;
+        }
+        (same_buffer, m.w.id() == id)
+    })
+    .0;
+    assert!(same_buffer && same_id, "buffer {same_buffer}, id {same_id}");
+    // and the hand-computed reference of one scalar parameter
+    let mut opt = Adam::new(0.1).unwrap();
+    opt.foreach = Some(true);
+    support::checked_cpu_default();
+    close(&run(&mut opt, &[1.0], 3), &[adam_ref(1.0, 3, 0.1)], 1e-6);
+}

@@ -1,5 +1,5 @@
 //! The module's kernels over device tensors: [`elementwise`], [`fused`], [`reduce`], [`rows`],
-//! [`conv`], [`spectral`] and [`attention`] (native_cuda, NVRTC-compiled `.cu` sources) and [`blas`] (cuBLAS products).
+//! [`conv`], [`spectral`], [`attention`] and [`optim`] (native_cuda, NVRTC-compiled `.cu` sources) and [`blas`] (cuBLAS products).
 //!
 //! Every kernel takes the op and device tensors, reads the execution context
 //! ([`crate::device::context`]: stream, cuBLAS handle, functions, allocator), launches on the
@@ -12,6 +12,7 @@ pub mod conv;
 pub mod elementwise;
 pub mod fft;
 pub mod fused;
+pub mod optim;
 pub mod reduce;
 pub mod rows;
 pub mod spectral;

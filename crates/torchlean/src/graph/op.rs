@@ -157,6 +157,20 @@ pub enum Op {
         eps: f32,
         shrink: f32,
     },
+    /// Adam's whole step for several parameters at once (see spec/optim.rs): inputs
+    /// `(w, m, v, g)` per parameter, value the concatenation of each parameter's flattened
+    /// `w'`, `m'`, `v'`. Run as an update of the `(w, m, v)` tensors themselves
+    /// (`runtime::apply_update_many`): one kernel launch for a whole optimizer step on a device.
+    AdamStep {
+        beta1: f32,
+        beta2: f32,
+        step_size: f32,
+        c2_sqrt: f32,
+        eps: f32,
+        shrink: f32,
+        /// L2 weight decay added to the gradient (Adam's `weight_decay`; 0 for AdamW).
+        l2: f32,
+    },
     // softmax family
     Softmax {
         axis: usize,
@@ -365,6 +379,7 @@ op_kinds! {
     Pow => "pow", [], "elementwise";
     EmaUpdate => "ema_update", [], "optimizer";
     AdamUpdate => "adam_update", [], "optimizer";
+    AdamStep => "adam_step", [], "optimizer";
     Softmax => "softmax", ["softmax"], "softmax";
     LogSoftmax => "log_softmax", ["log_softmax"], "softmax";
     SumAll => "sum_all", ["sum"], "reductions";
@@ -433,6 +448,7 @@ impl Op {
             Pow { .. } => OpKind::Pow,
             EmaUpdate { .. } => OpKind::EmaUpdate,
             AdamUpdate { .. } => OpKind::AdamUpdate,
+            AdamStep { .. } => OpKind::AdamStep,
             Softmax { .. } => OpKind::Softmax,
             LogSoftmax { .. } => OpKind::LogSoftmax,
             SumAll => OpKind::SumAll,
@@ -495,6 +511,7 @@ impl OpKind {
                 | OpKind::Argmax
                 | OpKind::EmaUpdate
                 | OpKind::AdamUpdate
+                | OpKind::AdamStep
         )
     }
 
@@ -517,6 +534,16 @@ impl OpKind {
     /// inputs of one shape, its value of the first input's shape.
     pub fn is_optimizer_map(self) -> bool {
         matches!(self, OpKind::EmaUpdate | OpKind::AdamUpdate)
+    }
+
+    /// How an update of several tensors groups its inputs (`runtime::apply_update_many`):
+    /// per group, this many tensors it updates, then this many it only reads; `None` for an
+    /// op that updates no tensors in place. `adam_step`: `(w, m, v)` updated, `g` read.
+    pub fn update_groups(self) -> Option<(usize, usize)> {
+        match self {
+            OpKind::AdamStep => Some((3, 1)),
+            _ => None,
+        }
     }
 
     /// Whether the op is a unary elementwise map (what elementwise fusion chains).

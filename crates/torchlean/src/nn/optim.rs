@@ -235,6 +235,11 @@ impl SlotStore {
         Ok(bufs)
     }
 
+    /// The live slots of parameter `name`, if it has any (see [`SlotStore::slots`]).
+    pub(crate) fn slots_of(&mut self, name: &str) -> Option<&mut [Tensor]> {
+        self.live.get_mut(name).map(|b| b.as_mut_slice())
+    }
+
     /// The state as named tensors (device slots read to the host: see `Tensor::to_vec`).
     pub(crate) fn export(&self, step: u64) -> OptimizerState {
         let mut tensors = Vec::new();

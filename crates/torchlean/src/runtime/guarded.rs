@@ -347,6 +347,44 @@ pub(crate) fn run_in_place(
     })
 }
 
+/// Runs the update-many kernel `update_many` of the CPU binding of `k` after its guards over
+/// the call's operands (see `runtime::kernel::UpdateManyKernel`). As [`run_in_place`]: only
+/// for kernels whose evidence holds no forward checker, and in a fault-injection campaign the
+/// value is computed out of place (by [`run_forward`], counted and injectable) and each
+/// target takes its part.
+pub(crate) fn run_update_many(
+    k: &AcceptedKernel,
+    op: &Op,
+    update_many: super::kernel::UpdateManyKernel,
+    targets: &mut [&mut Tensor],
+    rest: &[&Tensor],
+) -> Result<()> {
+    if !k.checkers(Phase::Forward).is_empty() {
+        return Err(Error::Other(format!(
+            "capsule `{}`: an in-place call would overwrite the inputs its checkers replay",
+            k.capsule().name
+        )));
+    }
+    {
+        let inputs = super::kernel::update_many_operands(op, targets, rest)?;
+        guard_tensors(k, Phase::Forward, op, &inputs)?;
+    }
+    #[cfg(feature = "fault-injection")]
+    if fault::active() {
+        let value = {
+            let inputs = super::kernel::update_many_operands(op, targets, rest)?;
+            run_forward(k, op, &inputs)?
+        };
+        return super::session::take_parts(op, targets, &value);
+    }
+    let _kernel = super::autograd::KernelScope::enter();
+    let _composite = CompositeScope::enter(k);
+    let device = targets.first().map_or(Device::Cpu, |t| t.device());
+    super::op_times::timed(&k.capsule().name, "forward", device, || {
+        update_many(op, targets, rest)
+    })
+}
+
 /// Fault injection (cargo feature `fault-injection`, off by default): corrupts the result of
 /// one chosen kernel call after the kernel and before the checkers, to measure what the
 /// checkers and the runtime catch (`examples/fault_injection.rs`, docs/assurance.md).

@@ -32,6 +32,49 @@ pub type VjpKernel = fn(&Op, &[&Tensor], &Tensor, &Tensor, &[bool]) -> Result<Ve
 /// input dies there, and by `runtime::apply_update` (optimizer updates, gradient sums).
 pub type InPlaceKernel = fn(&Op, &mut Tensor, &[&Tensor]) -> Result<()>;
 
+/// Updates several tensors at once, for an op with [`crate::graph::OpKind::update_groups`]
+/// `(t, r)`: `targets` holds, group after group, the `t` tensors the op updates, `rest` the
+/// `r` tensors per group it only reads; the op's inputs are each group's targets then its
+/// rest ([`update_many_operands`]), and its value the concatenation of each target's
+/// flattened new values in that order. Each target is written in place when its handle owns
+/// its storage alone (else it gets a new buffer: other handles never see the write), keeps
+/// its handle (id, `requires_grad` flag) and loses any tape link. Must give exactly the
+/// forward kernel's values and refuse (before writing anything) a call whose shapes the
+/// op's rule refuses. Used by `runtime::apply_update_many` (an optimizer's whole step).
+pub type UpdateManyKernel = fn(&Op, &mut [&mut Tensor], &[&Tensor]) -> Result<()>;
+
+/// The operands of an update of several tensors (see [`UpdateManyKernel`]): each group's
+/// targets, then its rest. An arity error when the counts do not make whole groups.
+pub fn update_many_operands<'a>(
+    op: &Op,
+    targets: &'a [&mut Tensor],
+    rest: &[&'a Tensor],
+) -> Result<Vec<&'a Tensor>> {
+    let arity = |expected: String| crate::error::OpError::Arity {
+        op: op.name(),
+        expected,
+        got: targets.len() + rest.len(),
+    };
+    let Some((t, r)) = op.kind().update_groups() else {
+        return Err(arity("an op that updates several tensors".into()).into());
+    };
+    let groups = targets.len() / t;
+    if targets.is_empty() || targets.len() % t != 0 || rest.len() != groups * r {
+        return Err(arity(format!(
+            "{t} updated and {r} read tensors per group, at least one group ({} updated and {} read given)",
+            targets.len(),
+            rest.len()
+        ))
+        .into());
+    }
+    let mut inputs = Vec::with_capacity(targets.len() + rest.len());
+    for g in 0..groups {
+        inputs.extend(targets[g * t..(g + 1) * t].iter().map(|x| &**x));
+        inputs.extend_from_slice(&rest[g * r..(g + 1) * r]);
+    }
+    Ok(inputs)
+}
+
 /// The operands of an update call `op(target, rest…)`, target first.
 pub fn update_operands<'a>(target: &'a Tensor, rest: &[&'a Tensor]) -> Vec<&'a Tensor> {
     let mut inputs = Vec::with_capacity(1 + rest.len());
@@ -89,6 +132,7 @@ pub struct KernelBinding {
     forward: ForwardKernel,
     vjp: Option<VjpKernel>,
     in_place: Option<InPlaceKernel>,
+    update_many: Option<UpdateManyKernel>,
     dense: Option<DenseKernels>,
     construction_spec: bool,
 }
@@ -101,6 +145,7 @@ impl KernelBinding {
             forward,
             vjp,
             in_place: None,
+            update_many: None,
             dense: None,
             construction_spec: false,
         }
@@ -114,6 +159,7 @@ impl KernelBinding {
             forward,
             vjp: Some(vjp),
             in_place: None,
+            update_many: None,
             dense: None,
             construction_spec: true,
         }
@@ -122,6 +168,12 @@ impl KernelBinding {
     /// Adds an in-place variant (its identity is an ordinary one).
     pub fn with_in_place(mut self, in_place: InPlaceKernel) -> Self {
         self.in_place = Some(in_place);
+        self
+    }
+
+    /// Adds the update of several tensors at once (its identity is an ordinary one).
+    pub fn with_update_many(mut self, update_many: UpdateManyKernel) -> Self {
+        self.update_many = Some(update_many);
         self
     }
 
@@ -139,6 +191,9 @@ impl KernelBinding {
     }
     pub fn in_place(&self) -> Option<InPlaceKernel> {
         self.in_place
+    }
+    pub fn update_many(&self) -> Option<UpdateManyKernel> {
+        self.update_many
     }
     pub fn dense(&self) -> Option<DenseKernels> {
         self.dense
@@ -164,6 +219,9 @@ impl Binding for KernelBinding {
         }
         if self.in_place.is_some() {
             ids.push(self.id(KernelSlot::InPlace));
+        }
+        if self.update_many.is_some() {
+            ids.push(self.id(KernelSlot::UpdateMany));
         }
         if let Some(d) = &self.dense {
             ids.push(self.id(KernelSlot::ForwardInto));

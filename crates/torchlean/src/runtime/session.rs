@@ -479,6 +479,79 @@ pub fn apply_update(op: Op, target: &mut Tensor, rest: &[&Tensor]) -> Result<()>
     note_ran(kind, false, ran)
 }
 
+/// Runs an update of several tensors eagerly (an op with [`OpKind::update_groups`], e.g.
+/// `adam_step`: a whole optimizer step): `targets` and `rest` grouped as
+/// [`super::kernel::UpdateManyKernel`] says. Planned, gated, guarded, checked and reported
+/// like [`apply_update`], never recorded on the tape; each target keeps its handle.
+///
+/// When the accepted kernel has an update-many variant and no checker must replay the call,
+/// that kernel writes every target (in place where its handle owns its buffer alone): one
+/// launch on a device. Otherwise the forward kernel computes the value (its checkers replay
+/// the call on the untouched inputs) and each target takes its part of it through the
+/// session's `slice` and `reshape` ops ([`take_parts`]). In a shape-only trace the op is
+/// recorded and the targets are left as they were.
+pub fn apply_update_many(op: Op, targets: &mut [&mut Tensor], rest: &[&Tensor]) -> Result<()> {
+    let kind = op.kind();
+    let (kernel, ran, device) = {
+        let inputs = super::kernel::update_many_operands(&op, targets, rest)?;
+        if super::trace::intercept(&op, &inputs)?.is_some() {
+            return Ok(());
+        }
+        let (kernel, ran, device) = with_current(|s| {
+            s.accepted(kind, false)
+                .map(|(k, r)| (k, r, s.profile.device))
+        })??;
+        check_devices(op.name(), device, &inputs)?;
+        (kernel, ran, device)
+    };
+    let _ = device;
+    let binding = super::kernel::cpu_binding(&kernel)?;
+    let checked = !kernel.checkers(crate::backend::Phase::Forward).is_empty();
+    match binding.update_many() {
+        Some(update_many) if !checked => {
+            super::guarded::run_update_many(&kernel, &op, update_many, targets, rest)?;
+        }
+        _ => {
+            let value = {
+                let inputs = super::kernel::update_many_operands(&op, targets, rest)?;
+                super::guarded::run_forward(&kernel, &op, &inputs)?
+            };
+            take_parts(&op, targets, &value)?;
+        }
+    }
+    note_ran(kind, false, ran)
+}
+
+/// Gives each target of an update of several tensors its part of the op's value (the
+/// targets' flattened values side by side, in order): the session's `slice` and `reshape`
+/// ops, planned, gated and checked like any op (on the CPU, views of the value).
+pub(crate) fn take_parts(op: &Op, targets: &mut [&mut Tensor], value: &Tensor) -> Result<()> {
+    let want: usize = targets.iter().map(|t| t.numel()).sum();
+    if value.shape() != [want] {
+        return Err(crate::error::OpError::Shape {
+            op: op.name(),
+            shapes: vec![value.shape().to_vec()],
+            expected: format!("the updated tensors' {want} elements side by side, as one vector"),
+        }
+        .into());
+    }
+    let parts = super::no_grad(|| -> Result<Vec<Tensor>> {
+        let mut at = 0;
+        let mut parts = Vec::with_capacity(targets.len());
+        for t in targets.iter() {
+            let n = t.numel();
+            let shape: Vec<isize> = t.shape().iter().map(|&d| d as isize).collect();
+            parts.push(value.slice(0, at, at + n)?.reshape(&shape)?);
+            at += n;
+        }
+        Ok(parts)
+    })?;
+    for (t, part) in targets.iter_mut().zip(parts) {
+        t.assign(part)?;
+    }
+    Ok(())
+}
+
 /// Logs that the accepted kernel of `(kind, recording)` ran (once per session, or once per
 /// composite it ran inside): what the report lists.
 fn note_ran(kind: OpKind, recording: bool, ran: bool) -> Result<()> {

@@ -55,7 +55,9 @@ pub(crate) use elementwise::{
     binary, binary_partials, fused_chain_derivative, fused_chain_value, unary, unary_derivative,
 };
 pub use linalg::{matmul_dims, MatmulDims};
-pub(crate) use optim::{adam_constants, adam_value, ema_value};
+pub(crate) use optim::{
+    adam_constants, adam_step_constants, adam_step_value, adam_value, ema_value,
+};
 
 /// The unary map `op` at `x` in f32: the spec instantiated at f32, which is the reference
 /// kernel's formula; `None` when `op` is not a unary map. Import-time evaluation (the ONNX
@@ -125,7 +127,7 @@ fn family_shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError> {
         K::FusedUnary => elementwise::fused_shape(op, shapes),
         K::FusedMap => fused_map::shape(op, shapes),
         K::Conv2dMap => conv2d_map::shape(op, shapes),
-        K::EmaUpdate | K::AdamUpdate => optim::shape(op, shapes),
+        K::EmaUpdate | K::AdamUpdate | K::AdamStep => optim::shape(op, shapes),
         _ => elementwise::unary_shape(op, shapes),
     }
 }
@@ -166,7 +168,7 @@ pub fn forward<T: Scalar>(op: &Op, inputs: &[&Array<T>]) -> Result<Array<T>, OpE
         K::FusedUnary => Ok(elementwise::fused_forward(op, inputs[0])),
         K::FusedMap => fused_map::forward(op, inputs),
         K::Conv2dMap => conv2d_map::forward(op, inputs),
-        K::EmaUpdate | K::AdamUpdate => Ok(optim::forward(op, inputs)),
+        K::EmaUpdate | K::AdamUpdate | K::AdamStep => Ok(optim::forward(op, inputs)),
         _ => Ok(elementwise::unary_forward(op, inputs[0])),
     }
 }
@@ -226,9 +228,12 @@ pub fn vjp<T: Scalar>(
     }
     use OpKind as K;
     match op.kind() {
-        K::RandUniform | K::BernoulliMask | K::Argmax | K::EmaUpdate | K::AdamUpdate => {
-            Err(OpError::NotDifferentiable { op: op.name() })
-        }
+        K::RandUniform
+        | K::BernoulliMask
+        | K::Argmax
+        | K::EmaUpdate
+        | K::AdamUpdate
+        | K::AdamStep => Err(OpError::NotDifferentiable { op: op.name() }),
         K::Add | K::Sub | K::Mul | K::Div | K::Maximum | K::Minimum | K::Where => {
             Ok(elementwise::binary_vjp(op, inputs, grad_out))
         }

@@ -6,6 +6,11 @@
 //! - `adam_update(w, m, v)` = w·shrink − step_size · m / (√v / c2_sqrt + eps) (Adam's and
 //!   AdamW's parameter step, with the bias corrections folded into `step_size` and
 //!   `c2_sqrt`, in the order `torch.optim`'s loops compute it).
+//! - `adam_step(w₁, m₁, v₁, g₁, …, w_k, m_k, v_k, g_k)` = the concatenation, parameter after
+//!   parameter, of the flattened `w'`, `m'`, `v'` where (with `gi = g + w·l2` when `l2 ≠ 0`,
+//!   else `g`) `m' = ema_update(β₁)(m, gi)`, `v' = ema_update(β₂, square)(v, gi)` and
+//!   `w' = adam_update(w, m', v')`: the three ops above (and Adam's L2 term, `add` of a
+//!   `scale`), in the same order and rounding, for several parameters in one call.
 
 use super::{expect_arity, payload_err, shape_err, Array};
 use crate::error::OpError;
@@ -34,6 +39,7 @@ pub(super) fn shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError>
             }
             3
         }
+        Op::AdamStep { .. } => return adam_step_shape(op, shapes),
         _ => unreachable!("optim::shape called for {}", op.name()),
     };
     expect_arity(op, shapes, &[arity])?;
@@ -41,6 +47,92 @@ pub(super) fn shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError>
         return Err(shape_err(op, shapes, "inputs of one shape"));
     }
     Ok(shapes[0].to_vec())
+}
+
+/// `adam_step`'s rule: groups of four inputs `(w, m, v, g)` of one shape each (at least one
+/// group); the value is a vector of three elements per parameter element.
+fn adam_step_shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError> {
+    let Op::AdamStep {
+        beta1,
+        beta2,
+        step_size,
+        c2_sqrt,
+        eps,
+        shrink,
+        l2,
+    } = *op
+    else {
+        unreachable!("adam_step_shape called for {}", op.name())
+    };
+    for (name, b) in [("beta1", beta1), ("beta2", beta2)] {
+        if !(b.is_finite() && (0.0..=1.0).contains(&b)) {
+            return Err(payload_err(op, format!("{name} {b} is not in [0, 1]")));
+        }
+    }
+    if ![step_size, c2_sqrt, eps, shrink, l2]
+        .iter()
+        .all(|v| v.is_finite())
+    {
+        return Err(payload_err(op, "every payload value must be finite"));
+    }
+    if shapes.is_empty() || shapes.len() % 4 != 0 {
+        return Err(OpError::Arity {
+            op: op.name(),
+            expected: "(w, m, v, g) for each parameter: a positive multiple of 4".into(),
+            got: shapes.len(),
+        });
+    }
+    let mut total = 0usize;
+    for group in shapes.chunks(4) {
+        if group.iter().any(|s| *s != group[0]) {
+            return Err(shape_err(
+                op,
+                shapes,
+                "w, m, v and g of one shape for each parameter",
+            ));
+        }
+        let n = super::numel(group[0]);
+        total = n
+            .checked_mul(3)
+            .and_then(|n3| total.checked_add(n3))
+            .ok_or_else(|| shape_err(op, shapes, "fewer than 2^64 result elements"))?;
+    }
+    Ok(vec![total])
+}
+
+/// `adam_step`'s payload as scalars: `[β₁, β₂, l2]` and [`adam_value`]'s constants.
+pub(crate) fn adam_step_constants<T: Scalar>(op: &Op) -> Option<([T; 3], [T; 4])> {
+    match *op {
+        Op::AdamStep {
+            beta1,
+            beta2,
+            step_size,
+            c2_sqrt,
+            eps,
+            shrink,
+            l2,
+        } => Some((
+            [beta1, beta2, l2].map(|v| T::c(v as f64)),
+            [step_size, c2_sqrt, eps, shrink].map(|v| T::c(v as f64)),
+        )),
+        _ => None,
+    }
+}
+
+/// `adam_step`'s values for one parameter element: `(w', m', v')` from `(w, m, v, g)`, each
+/// the unfused ops' value in their order (see the module doc).
+#[inline]
+pub(crate) fn adam_step_value<T: Scalar>(
+    ([b1, b2, l2], c): ([T; 3], [T; 4]),
+    w: T,
+    m: T,
+    v: T,
+    g: T,
+) -> [T; 3] {
+    let gi = if l2 != T::zero() { g + w * l2 } else { g };
+    let m1 = ema_value(b1, false, m, gi);
+    let v1 = ema_value(b2, true, v, gi);
+    [adam_value(c, w, m1, v1), m1, v1]
 }
 
 /// `ema_update`'s value for one element: decay·s + (1 − decay)·x (`square`: ·x·x), the
@@ -77,6 +169,28 @@ pub(crate) fn adam_constants<T: Scalar>(op: &Op) -> Option<[T; 4]> {
 }
 
 pub(super) fn forward<T: Scalar>(op: &Op, inputs: &[&Array<T>]) -> Array<T> {
+    if let Some(c) = adam_step_constants(op) {
+        let total: usize = inputs.chunks(4).map(|g| 3 * g[0].data.len()).sum();
+        let mut out = Array::zeros(&[total]);
+        let mut at = 0;
+        for group in inputs.chunks(4) {
+            let n = group[0].data.len();
+            let (w, m, v, g) = (
+                &group[0].data,
+                &group[1].data,
+                &group[2].data,
+                &group[3].data,
+            );
+            for k in 0..n {
+                let [w1, m1, v1] = adam_step_value(c, w[k], m[k], v[k], g[k]);
+                out.data[at + k] = w1;
+                out.data[at + n + k] = m1;
+                out.data[at + 2 * n + k] = v1;
+            }
+            at += 3 * n;
+        }
+        return out;
+    }
     let mut out = Array::zeros(&inputs[0].shape);
     if let Some(c) = adam_constants(op) {
         for (k, o) in out.data.iter_mut().enumerate() {

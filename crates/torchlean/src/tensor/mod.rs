@@ -98,6 +98,12 @@ impl Tensor {
         Tensor::from_storage(Arc::new(data), Layout::contiguous(shape))
     }
 
+    /// An empty vector standing in for a tensor whose handle was handed over for a moment
+    /// (an optimizer taking a parameter out of its model to update it in place).
+    pub(crate) fn placeholder() -> Tensor {
+        Tensor::from_parts(Vec::new(), vec![0])
+    }
+
     /// A tensor over existing storage with a given layout (a view).
     pub(crate) fn from_storage(storage: Arc<Vec<f32>>, layout: Layout) -> Tensor {
         Tensor::from_any_storage(Storage::Host(storage), layout)
@@ -180,6 +186,17 @@ impl Tensor {
     /// is alive elsewhere (a device graph's outputs are rewritten in place by the next replay).
     pub(crate) fn is_sole_handle(&self) -> bool {
         Arc::strong_count(&self.0) == 1 && self.0.storage.handles() == 1
+    }
+
+    /// Whether this handle alone holds its storage, dense row-major from offset 0 over all of
+    /// it: a device module's kernel may then write the buffer in place (an update of several
+    /// tensors, `runtime::kernel::UpdateManyKernel`). Takes `&mut self`, so that no other
+    /// handle of it can appear while the caller writes.
+    pub fn owns_storage_alone(&mut self) -> bool {
+        self.is_sole_handle()
+            && self.0.layout.is_contiguous()
+            && self.0.layout.offset == 0
+            && self.0.storage.len() == self.0.layout.numel()
     }
 
     /// The device the elements live on.

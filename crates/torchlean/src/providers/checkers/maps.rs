@@ -1,6 +1,7 @@
 //! The recompute check of the elementwise maps whose operands all have the output's shape —
 //! the binary maps (`add`, `sub`, `mul`, `div`, `maximum`, `minimum`) and the optimizer maps
-//! (`ema_update`, `adam_update`) — over dense slices, as `unary.rs` does for the unary maps.
+//! (`ema_update`, `adam_update`, and `adam_step`, their fusion over several parameters) —
+//! over dense slices, as `unary.rs` does for the unary maps.
 //!
 //! Each output is recomputed with the spec's own scalar formula (`spec::binary`,
 //! `spec::ema_value`, `spec::adam_value`) at f64 and compared through a [`Tally`]; one match
@@ -27,7 +28,10 @@ use super::pieces::Tally;
 use super::unary::{exactly, over_parts, CHUNK};
 use crate::backend::Call;
 use crate::graph::Op;
-use crate::spec::{adam_constants, adam_value, binary, binary_partials, ema_value};
+use crate::spec::{
+    adam_constants, adam_step_constants, adam_step_value, adam_value, binary, binary_partials,
+    ema_value,
+};
 
 /// The tally of `y` against `want(x, y)` of the inputs `xs` (all of `y`'s length), element
 /// by element.
@@ -82,6 +86,9 @@ fn tally_either<const K: usize>(
 /// The tally of the call's result, when `op` is one of this module's maps and every operand
 /// is dense with the output's shape; `None` otherwise (another path decides).
 pub(super) fn forward(op: &Op, call: &Call) -> Option<Tally> {
+    if matches!(op, Op::AdamStep { .. }) {
+        return adam_step(op, call);
+    }
     let y = &call.output;
     if call.inputs.iter().any(|x| x.shape != y.shape) {
         return None;
@@ -154,6 +161,51 @@ pub(super) fn forward(op: &Op, call: &Call) -> Option<Tally> {
         }
         _ => None,
     }
+}
+
+/// The tally of an `adam_step` result: each parameter's `w'`, `m'` and `v'` parts against the
+/// spec's values of its `(w, m, v, g)`, element by element the f32 formula's value or the f64
+/// spec's tolerance, as the optimizer maps ([`tally_either`]). `None` when an operand is not
+/// dense or the call's shapes are not the op's (the whole-call check words that).
+fn adam_step(op: &Op, call: &Call) -> Option<Tally> {
+    let (c32, c64) = (
+        adam_step_constants::<f32>(op)?,
+        adam_step_constants::<f64>(op)?,
+    );
+    let dense = super::recompute::dense_slice;
+    let y = dense(&call.output)?;
+    if call.inputs.is_empty() || call.inputs.len() % 4 != 0 || call.output.shape.len() != 1 {
+        return None;
+    }
+    let mut tally = Tally::default();
+    let mut at = 0;
+    for group in call.inputs.chunks(4) {
+        if group.iter().any(|x| x.shape != group[0].shape) {
+            return None;
+        }
+        let xs: [&[f32]; 4] = [
+            dense(&group[0])?,
+            dense(&group[1])?,
+            dense(&group[2])?,
+            dense(&group[3])?,
+        ];
+        let n = xs[0].len();
+        if xs.iter().any(|x| x.len() != n) || y.len() < at + 3 * n {
+            return None;
+        }
+        for part in 0..3 {
+            let yp = &y[at + part * n..at + (part + 1) * n];
+            let t = tally_either(
+                xs,
+                yp,
+                |[w, m, v, g]: [f32; 4]| adam_step_value(c32, w, m, v, g)[part],
+                |[w, m, v, g]: [f64; 4]| adam_step_value(c64, w, m, v, g)[part],
+            );
+            tally.merge(&t);
+        }
+        at += 3 * n;
+    }
+    (at == y.len()).then_some(tally)
 }
 
 /// The tallies of a VJP call's gradients, for the ops whose VJP is an elementwise map of

@@ -107,6 +107,7 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
             special::forward(op, inputs, &out_shape)
         }
         K::EmaUpdate | K::AdamUpdate => update::optim_forward(op, inputs),
+        K::AdamStep => update::adam_step_forward(op, inputs)?,
         K::FusedMap => match op {
             Op::FusedMap { steps } => fused_map::forward(steps, inputs, &out_shape),
             _ => unreachable!("the kind is fused_map"),
@@ -167,7 +168,12 @@ pub fn vjp(
     }
     use OpKind as K;
     Ok(match op.kind() {
-        K::RandUniform | K::BernoulliMask | K::Argmax | K::EmaUpdate | K::AdamUpdate => {
+        K::RandUniform
+        | K::BernoulliMask
+        | K::Argmax
+        | K::EmaUpdate
+        | K::AdamUpdate
+        | K::AdamStep => {
             return Err(crate::error::OpError::NotDifferentiable { op: op.name() }.into())
         }
         K::Add | K::Sub | K::Mul | K::Div | K::Maximum | K::Minimum | K::Where => {
@@ -306,7 +312,11 @@ pub fn binding() -> KernelBinding {
 /// The binding of the native CPU capsule of `op`: the shared tensor kernels, plus the
 /// destination-passing ones where the op has them.
 pub fn binding_for(op: OpKind) -> KernelBinding {
-    binding().with_dense(dense::kernels(op))
+    let b = binding().with_dense(dense::kernels(op));
+    match op {
+        OpKind::AdamStep => b.with_update_many(update::adam_step_in_place),
+        _ => b,
+    }
 }
 
 /// The destination-passing kernels of the native capsule of `op`, if any (for the
@@ -320,6 +330,7 @@ pub const VALUE_TESTS: &[&str] = &[
     "tests/conformance.rs::native_cpu_forward_matches_spec",
     "tests/conformance.rs::native_cpu_in_place_matches_forward",
     "tests/conformance.rs::native_cpu_dense_kernels_match_the_tensor_kernels",
+    "tests/conformance.rs::native_cpu_update_many_matches_forward",
 ];
 pub const VJP_TESTS: &[&str] = &[
     "tests/conformance.rs::native_cpu_vjp_matches_spec",

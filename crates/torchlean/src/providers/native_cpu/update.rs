@@ -9,11 +9,13 @@
 //! (the conformance harness checks it on owned and shared inputs).
 
 use super::elementwise;
-use super::par::for_chunks;
+use super::par::{for_chunks, CHUNK, PAR_THRESHOLD};
 use crate::error::{OpError, Result};
 use crate::graph::{Op, OpKind};
 use crate::scalar::{maximum, minimum};
+use crate::spec::{adam_step_constants, adam_step_value};
 use crate::tensor::Tensor;
+use rayon::prelude::*;
 
 /// `w[i] = f(w[i], [x_k[i] for k])` over equal-length buffers, in parallel chunks when large.
 fn zip_in_place<const K: usize>(
@@ -127,6 +129,95 @@ pub fn optim_forward_into(op: &Op, xs: &[&[f32]], out: &mut [f32]) -> Result<()>
             xs.len()
         )))
     }
+}
+
+/// `(w, m, v) := adam_step(w, m, v, g)` element by element over one parameter's buffers (the
+/// spec's formula at f32: the unfused ops' rounding, spec/optim.rs), in parallel chunks when
+/// large. The caller checked the four lengths equal (the shape rule).
+fn adam_step_over(c: ([f32; 3], [f32; 4]), w: &mut [f32], m: &mut [f32], v: &mut [f32], g: &[f32]) {
+    let run = |w: &mut [f32], m: &mut [f32], v: &mut [f32], g: &[f32]| {
+        let n = w.len();
+        // re-sliced to one length so the bounds checks hoist
+        let (m, v, g) = (&mut m[..n], &mut v[..n], &g[..n]);
+        for k in 0..n {
+            let [w1, m1, v1] = adam_step_value(c, w[k], m[k], v[k], g[k]);
+            w[k] = w1;
+            m[k] = m1;
+            v[k] = v1;
+        }
+    };
+    if w.len() < PAR_THRESHOLD {
+        run(w, m, v, g);
+        return;
+    }
+    w.par_chunks_mut(CHUNK)
+        .zip(m.par_chunks_mut(CHUNK))
+        .zip(v.par_chunks_mut(CHUNK))
+        .zip(g.par_chunks(CHUNK))
+        .for_each(|(((w, m), v), g)| run(w, m, v, g));
+}
+
+/// `adam_step`'s payload, or a typed error for another op.
+fn adam_step_payload(op: &Op) -> Result<([f32; 3], [f32; 4])> {
+    adam_step_constants::<f32>(op).ok_or_else(|| {
+        OpError::Payload {
+            op: op.name(),
+            reason: "this kernel computes adam_step only".into(),
+        }
+        .into()
+    })
+}
+
+/// The forward kernel's value of `adam_step` (shapes already checked by the caller's shape
+/// rule): each parameter's `w'`, `m'`, `v'` side by side, computed over copies of `w`, `m`, `v`
+/// placed in the result (the in-place kernel's loop, so the two give the same bits).
+pub fn adam_step_forward(op: &Op, inputs: &[&Tensor]) -> Result<Vec<f32>> {
+    let c = adam_step_payload(op)?;
+    let total = inputs.chunks(4).map(|g| 3 * g[0].numel()).sum();
+    let mut out = super::par::overwritten(total);
+    let mut free = &mut out[..];
+    for group in inputs.chunks(4) {
+        let [w, m, v, g] = group else {
+            return Err(OpError::Arity {
+                op: op.name(),
+                expected: "(w, m, v, g) for each parameter".into(),
+                got: inputs.len(),
+            }
+            .into());
+        };
+        let n = w.numel();
+        let (seg, tail) = free.split_at_mut(3 * n);
+        free = tail;
+        let (ws, mv) = seg.split_at_mut(n);
+        let (ms, vs) = mv.split_at_mut(n);
+        ws.copy_from_slice(&w.host_data());
+        ms.copy_from_slice(&m.host_data());
+        vs.copy_from_slice(&v.host_data());
+        adam_step_over(c, ws, ms, vs, &g.host_data());
+    }
+    Ok(out)
+}
+
+/// The update-many kernel of `native_cpu.adam_step` (`runtime::kernel::UpdateManyKernel`):
+/// every parameter's `(w, m, v)` updated in one pass over its buffers, each written in place
+/// when its handle owns it alone (`Tensor::update_data`, else into a copy). The whole call's
+/// shapes are checked before anything is written.
+pub fn adam_step_in_place(op: &Op, targets: &mut [&mut Tensor], rest: &[&Tensor]) -> Result<()> {
+    let c = adam_step_payload(op)?;
+    {
+        let inputs = crate::runtime::kernel::update_many_operands(op, targets, rest)?;
+        super::guard::output_shape(op, &inputs)?;
+    }
+    for (group, g) in targets.chunks_mut(3).zip(rest) {
+        let [w, m, v] = group else {
+            unreachable!("update_many_operands checked whole groups of three")
+        };
+        let g = g.host_data();
+        w.update_data(|wd| {
+            m.update_data(|md| v.update_data(|vd| adam_step_over(c, wd, md, vd, &g)))
+        });
+    }
+    Ok(())
 }
 
 /// The in-place kernel of the native capsules (`runtime::kernel::InPlaceKernel`): computes
