@@ -644,6 +644,7 @@ extern "C" __global__ void adam_update(float step_size, float c2_sqrt, float eps
         float stepped = __fdiv_rn(__fmul_rn(step_size, m[i]), denom);
         out[i] = __fsub_rn(__fmul_rn(w[i], shrink), stepped);
     }
+}
 
 // adam_step over several parameters in one launch (src/kernels/optim.rs): `table` holds, per
 // parameter, the addresses of w, m, v and g (read), of w', m' and v' (written: the read
@@ -678,5 +679,4 @@ extern "C" __global__ void adam_step_many(const unsigned long long* __restrict__
         m_out[i] = m1;
         v_out[i] = v1;
     }
-}
 }

@@ -44,7 +44,7 @@ pub enum Model {
     /// The `mlp` example: MLP [2, 32, 32, 2] (relu) classifier on XOR quadrants, Adam.
     Mlp,
     /// The `transformer` example: char transformer (2 blocks, dim 32, 4 heads) on the
-    /// embedded corpus, AdamW, clipping at 1.
+    /// embedded corpus, AdamW (one `adam_step` call per step: `foreach`), clipping at 1.
     Transformer,
     /// The `quickstart-cnn` example: small CNN (width 4) on 8x8 synthetic images, Adam.
     Cnn,
@@ -244,7 +244,11 @@ fn step_in_session(
                 causal: true,
             };
             let m = CharTransformer::new(data.vocab, CONTEXT, cfg, 2, seed)?;
-            let mut c = Config::new(Task::Classification, AdamW::new(3e-3)?);
+            // its update as one `adam_step` call (`foreach`), the other models' per
+            // parameter (`ema_update`, `adam_update`): the campaign faults both forms
+            let mut opt = AdamW::new(3e-3)?;
+            opt.foreach = Some(true);
+            let mut c = Config::new(Task::Classification, opt);
             c.clip_grad_norm = Some(1.0);
             one_step(m, c, profile, seed, &data.text, 8)
         }

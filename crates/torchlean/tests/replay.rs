@@ -202,8 +202,43 @@ fn recompute_checker_rejects_corrupted_results() {
             vec![Tensor::randn(&[8, 8], 16).unwrap()],
         ),
         (Op::Tanh, vec![Tensor::randn(&[64], 17).unwrap()]),
+        // Adam's step over two parameters: (w, m, v ≥ 0, g) each
+        (
+            Op::AdamStep {
+                beta1: 0.9,
+                beta2: 0.999,
+                step_size: 0.01,
+                c2_sqrt: 0.03,
+                eps: 1e-8,
+                shrink: 0.99,
+                l2: 0.01,
+            },
+            [&[3usize, 5][..], &[7]]
+                .iter()
+                .enumerate()
+                .flat_map(|(i, s)| {
+                    let k = 30 + 4 * i as u64;
+                    [
+                        Tensor::randn(s, k).unwrap(),
+                        Tensor::randn(s, k + 1).unwrap(),
+                        Tensor::rand(s, k + 2).unwrap(),
+                        Tensor::randn(s, k + 3).unwrap(),
+                    ]
+                })
+                .collect(),
+        ),
     ] {
         let (ins, y) = forward(&op, &xs);
+        if let Op::AdamStep { .. } = op {
+            // the first parameter's w' and m' parts exchanged
+            let mut swapped = y.0.clone();
+            let (w1, rest) = swapped.split_at_mut(15);
+            w1.swap_with_slice(&mut rest[..15]);
+            assert!(
+                check_forward(&op, &ins, &(swapped, y.1.clone()), 0).is_err(),
+                "adam_step: parts exchanged accepted"
+            );
+        }
         for (what, bad) in corruptions(&y.0, &y.1) {
             if bad == y.0 {
                 continue; // a relu zero shifted onto a zero

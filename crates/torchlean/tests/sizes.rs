@@ -88,6 +88,15 @@ fn build(kind: OpKind, v: &[usize], rank: usize, flag: bool) -> Op {
             eps: 1e-8,
             shrink: 1.0,
         },
+        K::AdamStep => Op::AdamStep {
+            beta1: 0.9,
+            beta2: 0.999,
+            step_size: 1e-3,
+            c2_sqrt: 0.5,
+            eps: 1e-8,
+            shrink: 1.0,
+            l2: 0.0,
+        },
         K::Softmax => Op::Softmax { axis: u(0) },
         K::LogSoftmax => Op::LogSoftmax { axis: u(0) },
         K::SumAll => Op::SumAll,
@@ -458,6 +467,8 @@ proptest! {
                 let w = vec![x[1], o, *modes];
                 vec![x[..3].to_vec(), w.clone(), w]
             }
+            // (w, m, v, g) per parameter: `arity` parameters of the extreme shape
+            Op::AdamStep { .. } => vec![x.clone(); 4 * arity],
             _ => vec![x.clone(); arity],
         };
         let refs: Vec<&[usize]> = shapes.iter().map(|s| s.as_slice()).collect();
