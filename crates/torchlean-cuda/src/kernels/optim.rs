@@ -14,7 +14,7 @@ use crate::memory::CudaBuffer;
 use cudarc::driver::{DevicePtr, LaunchConfig, PushKernelArg};
 use torchlean::graph::{Op, OpKind};
 use torchlean::runtime::kernel::update_many_operands;
-use torchlean::{Error, OpError, Result, Tensor};
+use torchlean::{OpError, Result, Tensor};
 
 /// The ops of this file.
 pub const KINDS: &[OpKind] = &[OpKind::AdamStep];
@@ -54,10 +54,10 @@ fn launch(cx: &Context, op: &Op, rows: &[Row]) -> Result<()> {
         .ok()
         .filter(|&c| c <= 65_535)
         .ok_or_else(|| {
-            Error::from(crate::device::failure(
+            crate::device::failure(
                 op.name(),
                 format!("{} parameters in one call (at most 65535)", rows.len()),
-            ))
+            )
         })?;
     // each 64-bit word as two f32 bit patterns: the pool's buffers hold f32
     let words: Vec<f32> = rows

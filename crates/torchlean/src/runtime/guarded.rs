@@ -351,7 +351,7 @@ pub(crate) fn run_in_place(
 /// the call's operands (see `runtime::kernel::UpdateManyKernel`). As [`run_in_place`]: only
 /// for kernels whose evidence holds no forward checker, and in a fault-injection campaign the
 /// value is computed out of place (by [`run_forward`], counted and injectable) and each
-/// target takes its part.
+/// target takes its part by `slice`/`reshape` ops, as under a checking profile.
 pub(crate) fn run_update_many(
     k: &AcceptedKernel,
     op: &Op,
@@ -375,6 +375,8 @@ pub(crate) fn run_update_many(
             let inputs = super::kernel::update_many_operands(op, targets, rest)?;
             run_forward(k, op, &inputs)?
         };
+        // the parts go to the targets as under a checking profile (`take_parts`), so that
+        // both profiles of a campaign make the same calls
         return super::session::take_parts(op, targets, &value);
     }
     let _kernel = super::autograd::KernelScope::enter();
