@@ -954,6 +954,55 @@ fn a_cited_guard_runs_on_every_call_in_every_execution_path() {
         }
     }
 }
+/// The update-many path (`runtime::apply_update_many`: Adam's whole step) runs the cited
+/// guards too: an `adam_step` capsule citing a guard that refuses every call is refused on
+/// every call, before any target is written.
+#[test]
+fn a_cited_guard_runs_on_every_update_of_several_tensors() {
+    let mut r = Registry::new();
+    for &op in OpKind::ALL {
+        let mut c = native_cpu::capsule(op);
+        if op == OpKind::AdamStep {
+            c.layout_contract.evidence = Evidence::RuntimeGuard {
+                guard: torchlean::guard!(always_refuses),
+            };
+        }
+        r.register(c, native_cpu::binding_for(op)).unwrap();
+    }
+    let previous = runtime::install(Session::with_registry(
+        BackendProfile::default_cpu(),
+        Arc::new(r),
+    ))
+    .unwrap();
+    let op = Op::AdamStep {
+        beta1: 0.9,
+        beta2: 0.999,
+        step_size: 0.1,
+        c2_sqrt: 0.5,
+        eps: 1e-8,
+        shrink: 1.0,
+        l2: 0.0,
+    };
+    let mut w = Tensor::randn(&[5], 1).unwrap();
+    let mut m = Tensor::zeros(&[5]).unwrap();
+    let mut v = Tensor::zeros(&[5]).unwrap();
+    let g = Tensor::randn(&[5], 2).unwrap();
+    let before = w.to_vec();
+    for _ in 0..3 {
+        let e = runtime::apply_update_many(op.clone(), &mut [&mut w, &mut m, &mut v], &[&g])
+            .expect_err("the guard refuses");
+        assert!(
+            e.to_string().contains("this guard refuses every call"),
+            "{e}"
+        );
+    }
+    assert_eq!(w.to_vec(), before, "a target was written");
+    runtime::take().unwrap();
+    if let Some(p) = previous {
+        runtime::install(p).unwrap();
+    }
+}
+
 #[test]
 fn planning_error_lists_every_candidate_with_its_reason() {
     support::checked_cpu_default();

@@ -492,7 +492,7 @@ pub fn apply_update(op: Op, target: &mut Tensor, rest: &[&Tensor]) -> Result<()>
 /// recorded and the targets are left as they were.
 pub fn apply_update_many(op: Op, targets: &mut [&mut Tensor], rest: &[&Tensor]) -> Result<()> {
     let kind = op.kind();
-    let (kernel, ran, device) = {
+    let (kernel, ran) = {
         let inputs = super::kernel::update_many_operands(&op, targets, rest)?;
         if super::trace::intercept(&op, &inputs)?.is_some() {
             return Ok(());
@@ -502,9 +502,8 @@ pub fn apply_update_many(op: Op, targets: &mut [&mut Tensor], rest: &[&Tensor]) 
                 .map(|(k, r)| (k, r, s.profile.device))
         })??;
         check_devices(op.name(), device, &inputs)?;
-        (kernel, ran, device)
+        (kernel, ran)
     };
-    let _ = device;
     let binding = super::kernel::cpu_binding(&kernel)?;
     let checked = !kernel.checkers(crate::backend::Phase::Forward).is_empty();
     match binding.update_many() {
