@@ -76,6 +76,15 @@ impl Model {
     }
 }
 
+/// Adam (lr 0.01) updating each parameter with `ema_update` and `adam_update`. Explicit:
+/// its default (`foreach: None`) differs between the two profiles (one `adam_step` call where
+/// it runs in place, under checked_cpu), and a campaign needs both to make the same calls.
+fn per_parameter_adam() -> torchlean::Result<Adam> {
+    let mut opt = Adam::new(0.01)?;
+    opt.foreach = Some(false);
+    Ok(opt)
+}
+
 /// The datasets of the models (built once).
 pub struct Data {
     xor: Dataset,
@@ -229,7 +238,7 @@ fn step_in_session(
     match model {
         Model::Mlp => one_step(
             Mlp::new(&[2, 32, 32, 2], Activation::Relu, seed)?,
-            Config::new(Task::Classification, Adam::new(0.01)?),
+            Config::new(Task::Classification, per_parameter_adam()?),
             profile,
             seed,
             &data.xor,
@@ -254,7 +263,7 @@ fn step_in_session(
         }
         Model::Cnn => one_step(
             small_cnn(1, 8, synthetic::IMAGE_CLASSES, 4, seed)?,
-            Config::new(Task::Classification, Adam::new(0.01)?),
+            Config::new(Task::Classification, per_parameter_adam()?),
             profile,
             seed,
             &data.images,
@@ -262,7 +271,7 @@ fn step_in_session(
         ),
         Model::Autoencoder => one_step(
             autoencoder(16, 32, 4, seed)?,
-            Config::new(Task::Regression, Adam::new(0.01)?),
+            Config::new(Task::Regression, per_parameter_adam()?),
             profile,
             seed,
             &manifold(seed)?,
@@ -270,7 +279,7 @@ fn step_in_session(
         ),
         Model::MatmulAttention => one_step(
             MatmulAttention::new(seed)?,
-            Config::new(Task::Classification, Adam::new(0.01)?),
+            Config::new(Task::Classification, per_parameter_adam()?),
             profile,
             seed,
             &data.sequences,

@@ -486,7 +486,7 @@ fn under_profile<R: Send + 'static>(
 #[test]
 fn updates_on_the_cpu_are_gated_ops_that_write_the_parameter_in_place() {
     type Make = fn() -> Box<dyn Optimizer>;
-    let cases: [(&str, Make, &[&str], bool); 4] = [
+    let cases: [(&str, Make, &[&str], bool); 5] = [
         (
             "sgd",
             || Box::new(Sgd::new(0.1, 0.9, 0.01).unwrap()),
@@ -494,8 +494,19 @@ fn updates_on_the_cpu_are_gated_ops_that_write_the_parameter_in_place() {
             true,
         ),
         (
+            // by default one `adam_step` call: it runs in place under checked_cpu
             "adam",
             || Box::new(Adam::new(0.01).unwrap()),
+            &["native_cpu.adam_step"],
+            true,
+        ),
+        (
+            "adam per parameter",
+            || {
+                let mut a = Adam::new(0.01).unwrap();
+                a.foreach = Some(false);
+                Box::new(a)
+            },
             &["native_cpu.ema_update", "native_cpu.adam_update"],
             true,
         ),

@@ -26,6 +26,6 @@ pub use autograd::{grad_enabled, no_grad, Gradients, NoGradGuard};
 pub use compute_threads::on_compute_threads;
 pub use session::{
     apply, apply_update, apply_update_many, fork_current, has_session, install, process_default,
-    set_process_default, spawn, take, with_current, Session, SessionOrigin,
+    set_process_default, spawn, take, updates_in_place, with_current, Session, SessionOrigin,
 };
 pub use trace::{trace, OpUses};

@@ -521,6 +521,21 @@ pub fn apply_update_many(op: Op, targets: &mut [&mut Tensor], rest: &[&Tensor]) 
     note_ran(kind, false, ran)
 }
 
+/// Whether this thread's session runs `kind` (an op that updates several tensors) in place:
+/// its accepted kernel has an update-many variant and no checker must replay the call. What
+/// `Adam`'s default `foreach` asks on the CPU. False when there is no session or the op
+/// cannot be planned or admitted under it (nothing is reported: only kernels that ran are).
+pub fn updates_in_place(kind: OpKind) -> bool {
+    let accepted = with_current(|s| s.accepted(kind, false));
+    match accepted {
+        Ok(Ok((k, _))) => {
+            k.checkers(crate::backend::Phase::Forward).is_empty()
+                && super::kernel::cpu_binding(&k).is_ok_and(|b| b.update_many().is_some())
+        }
+        _ => false,
+    }
+}
+
 /// Gives each target of an update of several tensors its part of the op's value (the
 /// targets' flattened values side by side, in order): the session's `slice` and `reshape`
 /// ops, planned, gated and checked like any op (on the CPU, views of the value).
