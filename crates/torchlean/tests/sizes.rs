@@ -88,15 +88,8 @@ fn build(kind: OpKind, v: &[usize], rank: usize, flag: bool) -> Op {
             eps: 1e-8,
             shrink: 1.0,
         },
-        K::AdamStep => Op::AdamStep {
-            beta1: 0.9,
-            beta2: 0.999,
-            step_size: 1e-3,
-            c2_sqrt: 0.5,
-            eps: 1e-8,
-            shrink: 1.0,
-            l2: 0.0,
-        },
+        // no size in its payload: the fuzzer's typical op
+        K::AdamStep => torchlean::fuzz::sample_op(kind),
         K::Softmax => Op::Softmax { axis: u(0) },
         K::LogSoftmax => Op::LogSoftmax { axis: u(0) },
         K::SumAll => Op::SumAll,

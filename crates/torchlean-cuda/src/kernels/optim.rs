@@ -21,22 +21,13 @@ pub const KINDS: &[OpKind] = &[OpKind::AdamStep];
 
 /// `adam_step`'s payload in the kernel's argument order, or a typed error for another op.
 fn payload(op: &Op) -> Result<[f32; 7]> {
-    match *op {
-        Op::AdamStep {
-            beta1,
-            beta2,
-            step_size,
-            c2_sqrt,
-            eps,
-            shrink,
-            l2,
-        } => Ok([beta1, beta2, step_size, c2_sqrt, eps, shrink, l2]),
-        _ => Err(OpError::Payload {
+    op.adam_step_payload().ok_or_else(|| {
+        OpError::Payload {
             op: op.name(),
             reason: "this kernel computes adam_step only".into(),
         }
-        .into()),
-    }
+        .into()
+    })
 }
 
 /// One parameter's row of the table: the addresses of w, m, v, g (read) and w', m', v'

@@ -484,6 +484,23 @@ impl Op {
     }
 
     /// The stable name of this op's kind.
+    /// `adam_step`'s payload `[beta1, beta2, step_size, c2_sqrt, eps, shrink, l2]` (its
+    /// kernels' argument order); `None` for any other op.
+    pub fn adam_step_payload(&self) -> Option<[f32; 7]> {
+        match *self {
+            Op::AdamStep {
+                beta1,
+                beta2,
+                step_size,
+                c2_sqrt,
+                eps,
+                shrink,
+                l2,
+            } => Some([beta1, beta2, step_size, c2_sqrt, eps, shrink, l2]),
+            _ => None,
+        }
+    }
+
     /// Attention's payload (scale, causal, mask kind); `None` for any other op.
     pub fn attention_payload(&self) -> Option<(Option<f32>, bool, AttentionMask)> {
         match self {

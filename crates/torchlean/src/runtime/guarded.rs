@@ -317,12 +317,7 @@ pub(crate) fn run_in_place(
     target: &mut Tensor,
     rest: &[&Tensor],
 ) -> Result<()> {
-    if !k.checkers(Phase::Forward).is_empty() {
-        return Err(Error::Other(format!(
-            "capsule `{}`: an in-place call would overwrite the inputs its checkers replay",
-            k.capsule().name
-        )));
-    }
+    refuse_checked_in_place(k)?;
     {
         let inputs = super::kernel::update_operands(target, rest);
         guard_tensors(k, Phase::Forward, op, &inputs)?;
@@ -347,6 +342,19 @@ pub(crate) fn run_in_place(
     })
 }
 
+/// An in-place call of a kernel with forward checkers is refused: they replay the call on
+/// its inputs, which the kernel would have overwritten.
+fn refuse_checked_in_place(k: &AcceptedKernel) -> Result<()> {
+    if k.checkers(Phase::Forward).is_empty() {
+        Ok(())
+    } else {
+        Err(Error::Other(format!(
+            "capsule `{}`: an in-place call would overwrite the inputs its checkers replay",
+            k.capsule().name
+        )))
+    }
+}
+
 /// Runs the update-many kernel `update_many` of the CPU binding of `k` after its guards over
 /// the call's operands (see `runtime::kernel::UpdateManyKernel`). As [`run_in_place`]: only
 /// for kernels whose evidence holds no forward checker, and in a fault-injection campaign the
@@ -359,12 +367,7 @@ pub(crate) fn run_update_many(
     targets: &mut [&mut Tensor],
     rest: &[&Tensor],
 ) -> Result<()> {
-    if !k.checkers(Phase::Forward).is_empty() {
-        return Err(Error::Other(format!(
-            "capsule `{}`: an in-place call would overwrite the inputs its checkers replay",
-            k.capsule().name
-        )));
-    }
+    refuse_checked_in_place(k)?;
     {
         let inputs = super::kernel::update_many_operands(op, targets, rest)?;
         guard_tensors(k, Phase::Forward, op, &inputs)?;

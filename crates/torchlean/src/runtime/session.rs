@@ -441,17 +441,10 @@ pub(crate) fn check_devices(op: &'static str, device: Device, inputs: &[&Tensor]
 /// takes it. In a shape-only trace the op is recorded and the target is left as it was.
 pub fn apply_update(op: Op, target: &mut Tensor, rest: &[&Tensor]) -> Result<()> {
     let kind = op.kind();
-    let (kernel, ran, device) = {
-        let inputs = super::kernel::update_operands(target, rest);
-        if super::trace::intercept(&op, &inputs)?.is_some() {
-            return Ok(());
-        }
-        let (kernel, ran, device) = with_current(|s| {
-            s.accepted(kind, false)
-                .map(|(k, r)| (k, r, s.profile.device))
-        })??;
-        check_devices(op.name(), device, &inputs)?;
-        (kernel, ran, device)
+    let Some((kernel, ran, device)) =
+        admit_update(&op, &super::kernel::update_operands(target, rest))?
+    else {
+        return Ok(());
     };
     let binding = super::kernel::cpu_binding(&kernel)?;
     let checked = !kernel.checkers(crate::backend::Phase::Forward).is_empty();
@@ -492,17 +485,9 @@ pub fn apply_update(op: Op, target: &mut Tensor, rest: &[&Tensor]) -> Result<()>
 /// recorded and the targets are left as they were.
 pub fn apply_update_many(op: Op, targets: &mut [&mut Tensor], rest: &[&Tensor]) -> Result<()> {
     let kind = op.kind();
-    let (kernel, ran) = {
-        let inputs = super::kernel::update_many_operands(&op, targets, rest)?;
-        if super::trace::intercept(&op, &inputs)?.is_some() {
-            return Ok(());
-        }
-        let (kernel, ran, device) = with_current(|s| {
-            s.accepted(kind, false)
-                .map(|(k, r)| (k, r, s.profile.device))
-        })??;
-        check_devices(op.name(), device, &inputs)?;
-        (kernel, ran)
+    let inputs = super::kernel::update_many_operands(&op, targets, rest)?;
+    let Some((kernel, ran, _)) = admit_update(&op, &inputs)? else {
+        return Ok(());
     };
     let binding = super::kernel::cpu_binding(&kernel)?;
     let checked = !kernel.checkers(crate::backend::Phase::Forward).is_empty();
@@ -564,6 +549,24 @@ pub(crate) fn take_parts(op: &Op, targets: &mut [&mut Tensor], value: &Tensor) -
         t.assign(part)?;
     }
     Ok(())
+}
+
+/// What an update call runs under: the accepted kernel of its op (planned and gated, cached),
+/// whether it ran before, and the profile's device, after the inputs' devices are checked
+/// against it. `None` in a shape-only trace, which records the call instead.
+fn admit_update(
+    op: &Op,
+    inputs: &[&Tensor],
+) -> Result<Option<(Arc<AcceptedKernel>, bool, Device)>> {
+    if super::trace::intercept(op, inputs)?.is_some() {
+        return Ok(None);
+    }
+    let (kernel, ran, device) = with_current(|s| {
+        s.accepted(op.kind(), false)
+            .map(|(k, r)| (k, r, s.profile.device))
+    })??;
+    check_devices(op.name(), device, inputs)?;
+    Ok(Some((kernel, ran, device)))
 }
 
 /// Logs that the accepted kernel of `(kind, recording)` ran (once per session, or once per

@@ -52,27 +52,16 @@ pub(super) fn shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError>
 /// `adam_step`'s rule: groups of four inputs `(w, m, v, g)` of one shape each (at least one
 /// group); the value is a vector of three elements per parameter element.
 fn adam_step_shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError> {
-    let Op::AdamStep {
-        beta1,
-        beta2,
-        step_size,
-        c2_sqrt,
-        eps,
-        shrink,
-        l2,
-    } = *op
-    else {
+    let Some(payload) = op.adam_step_payload() else {
         unreachable!("adam_step_shape called for {}", op.name())
     };
+    let [beta1, beta2, ..] = payload;
     for (name, b) in [("beta1", beta1), ("beta2", beta2)] {
         if !(b.is_finite() && (0.0..=1.0).contains(&b)) {
             return Err(payload_err(op, format!("{name} {b} is not in [0, 1]")));
         }
     }
-    if ![step_size, c2_sqrt, eps, shrink, l2]
-        .iter()
-        .all(|v| v.is_finite())
-    {
+    if !payload.iter().all(|v| v.is_finite()) {
         return Err(payload_err(op, "every payload value must be finite"));
     }
     if shapes.is_empty() || shapes.len() % 4 != 0 {
@@ -102,21 +91,9 @@ fn adam_step_shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError> 
 
 /// `adam_step`'s payload as scalars: `[β₁, β₂, l2]` and [`adam_value`]'s constants.
 pub(crate) fn adam_step_constants<T: Scalar>(op: &Op) -> Option<([T; 3], [T; 4])> {
-    match *op {
-        Op::AdamStep {
-            beta1,
-            beta2,
-            step_size,
-            c2_sqrt,
-            eps,
-            shrink,
-            l2,
-        } => Some((
-            [beta1, beta2, l2].map(|v| T::c(v as f64)),
-            [step_size, c2_sqrt, eps, shrink].map(|v| T::c(v as f64)),
-        )),
-        _ => None,
-    }
+    let [b1, b2, step_size, c2_sqrt, eps, shrink, l2] =
+        op.adam_step_payload()?.map(|v| T::c(v as f64));
+    Some(([b1, b2, l2], [step_size, c2_sqrt, eps, shrink]))
 }
 
 /// `adam_step`'s values for one parameter element: `(w', m', v')` from `(w, m, v, g)`, each
