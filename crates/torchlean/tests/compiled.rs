@@ -521,6 +521,39 @@ fn compiled_steps_reuse_their_buffers_after_the_first() {
     assert!(later.reused >= 5 * first.allocated / 2, "{later:?}");
 }
 
+/// A compiled step's report covers the whole step: the compiled plan's kernels and the
+/// optimizer's update, which runs eagerly outside the plan (`TrainStep::compiled_report`).
+#[test]
+fn the_compiled_step_report_lists_the_optimizer_update() {
+    use torchlean::backend::ExecutionMode;
+    let data = SyntheticRegression::new(64, 3).unwrap();
+    let (capsules, executor) = std::thread::spawn(move || {
+        torchlean::runtime::install(torchlean::runtime::Session::new(
+            BackendProfile::default_cpu(),
+        ))
+        .unwrap();
+        let mut model = Mlp::new(&[4, 8, 1], Activation::Tanh, 2).unwrap();
+        let step = regression_step(ExecutionMode::Compiled, &model, &data);
+        let mut opt = Adam::new(0.01).unwrap();
+        step.run(&mut model, &mut opt, &batch(&data, 0), &mse)
+            .unwrap();
+        let report = step.compiled_report().unwrap();
+        let capsules: Vec<String> = report.kernels.iter().map(|k| k.capsule.clone()).collect();
+        (capsules, format!("{:?}", report.executor))
+    })
+    .join()
+    .unwrap();
+    assert!(
+        capsules.iter().any(|c| c == "native_cpu.adam_step"),
+        "{capsules:?}"
+    );
+    assert!(
+        capsules.iter().any(|c| c.ends_with(".linear")),
+        "{capsules:?}"
+    );
+    assert!(!executor.is_empty());
+}
+
 /// `run_queued` (no host read of the loss before the update) trains exactly as `run`, in both
 /// modes: the same parameters, bit for bit, after several steps.
 #[test]

@@ -96,9 +96,19 @@ impl TrainStep {
     }
 
     /// The compiled plan's report (compiled mode only), its executor line saying whether the
-    /// step is replayed as a device graph.
+    /// step is replayed as a device graph, followed by the kernels that ran eagerly on this
+    /// thread's session (the optimizer's update, which runs outside the compiled plan, among
+    /// them), so that the report covers every kernel of the step.
     pub fn compiled_report(&self) -> Option<BackendReport> {
-        self.compiled.as_ref().map(CompiledStep::report)
+        let mut report = self.compiled.as_ref().map(CompiledStep::report)?;
+        if let Ok(eager) = crate::runtime::with_current(|s| s.report()) {
+            for k in eager.kernels {
+                if !report.kernels.contains(&k) {
+                    report.kernels.push(k);
+                }
+            }
+        }
+        Some(report)
     }
 
     /// Runs one step on `inputs` and returns the loss. The loss is read (on a device: the
