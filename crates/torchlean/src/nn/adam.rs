@@ -162,7 +162,8 @@ impl AdamCore {
             });
             Ok(())
         });
-        let mut updated = Vec::new();
+        // the step counts whose call ran, and the first failure (later counts are not run)
+        let (mut updated, mut failed) = (Vec::new(), None);
         if took.is_ok() {
             let mut counts: Vec<u64> = taken.iter().map(|x| x.t).collect();
             counts.sort_unstable();
@@ -184,12 +185,13 @@ impl AdamCore {
                     targets.extend([&mut x.w, &mut x.m, &mut x.v]);
                     rest.push(x.g);
                 }
-                let ran = crate::runtime::no_grad(|| apply_update_many(op, &mut targets, &rest));
-                if let Err(e) = ran {
-                    updated.push(Err(e));
-                    break;
+                match crate::runtime::no_grad(|| apply_update_many(op, &mut targets, &rest)) {
+                    Ok(()) => updated.push(t),
+                    Err(e) => {
+                        failed = Some(e);
+                        break;
+                    }
                 }
-                updated.push(Ok(t));
             }
         }
         // every taken tensor goes back, whether or not its update ran
@@ -211,17 +213,13 @@ impl AdamCore {
                 *ms = m;
                 *vs = v;
             }
-            if updated.iter().any(|u| matches!(u, Ok(done) if *done == t)) {
+            if updated.contains(&t) {
                 store.commit_step(&name, t);
             }
         }
         took?;
         put?;
-        updated
-            .into_iter()
-            .find(|u| u.is_err())
-            .transpose()
-            .map(drop)
+        failed.map_or(Ok(()), Err)
     }
 }
 

@@ -193,16 +193,43 @@ fn adam_step(op: &Op, call: &Call) -> Option<Tally> {
         if xs.iter().any(|x| x.len() != n) || y.len() < at + 3 * n {
             return None;
         }
-        for part in 0..3 {
-            let yp = &y[at + part * n..at + (part + 1) * n];
-            let t = tally_either(
-                xs,
-                yp,
-                |[w, m, v, g]: [f32; 4]| adam_step_value(c32, w, m, v, g)[part],
-                |[w, m, v, g]: [f64; 4]| adam_step_value(c64, w, m, v, g)[part],
-            );
-            tally.merge(&t);
-        }
+        let parts = [
+            &y[at..at + n],
+            &y[at + n..at + 2 * n],
+            &y[at + 2 * n..at + 3 * n],
+        ];
+        // each element's three values computed once: the f32 formula's where the result
+        // equals it (compared with itself), else the f64 spec's (`tally_either`'s rule)
+        let t = over_parts(n, |lo, hi| {
+            let mut t = Tally::default();
+            let mut refs = [[0.0f64; CHUNK]; 3];
+            let mut k = lo;
+            while k < hi {
+                let len = CHUNK.min(hi - k);
+                for i in k..k + len {
+                    let j = i - k;
+                    let x = [xs[0][i], xs[1][i], xs[2][i], xs[3][i]];
+                    let narrow = adam_step_value(c32, x[0], x[1], x[2], x[3]);
+                    let mut wide = None;
+                    for p in 0..3 {
+                        refs[p][j] = if narrow[p] == parts[p][i] {
+                            narrow[p] as f64
+                        } else {
+                            wide.get_or_insert_with(|| {
+                                let w = x.map(f64::from);
+                                adam_step_value(c64, w[0], w[1], w[2], w[3])
+                            })[p]
+                        };
+                    }
+                }
+                for p in 0..3 {
+                    t.feed(&parts[p][k..k + len], &refs[p][..len]);
+                }
+                k += len;
+            }
+            t
+        });
+        tally.merge(&t);
         at += 3 * n;
     }
     (at == y.len()).then_some(tally)
