@@ -234,11 +234,23 @@ pub fn native_cuda_capsule(op: OpKind) -> KernelCapsule {
         "kernels/reduce.rs"
     } else if fused::KINDS.contains(&op) {
         "kernels/fused.rs"
+    } else if optim::KINDS.contains(&op) {
+        "kernels/optim.rs"
     } else {
         "kernels/elementwise.rs"
     };
-    capsule(op, Provider::NativeCuda, file)
+    let mut c = capsule(op, Provider::NativeCuda, file);
+    if optim::KINDS.contains(&op) {
+        // its update-many kernel (the one Adam runs) is held to the forward kernel's bits
+        c.value_contract.evidence = tests(&[VALUE_TESTS[0], OPTIM_TEST]);
+    }
+    c
 }
+
+/// The GPU-only test of `adam_step`'s kernels: the forward and the update-many kernel give
+/// the CPU kernel's bits, in place on owned targets, into new buffers for shared ones.
+pub const OPTIM_TEST: &str =
+    "crates/torchlean-cuda/tests/gpu_only_conformance.rs::adam_step_on_the_gpu_gives_the_cpu_bits_in_place";
 
 /// The tests that hold the flash-attention kernels to the spec (random shapes crossing the
 /// tiles and chunks, every mask kind, causal, fully blocked rows, non-finite values): on the
