@@ -1,7 +1,8 @@
 //! Pointwise calls under a replay checker run and are checked tile by tile
 //! (`runtime/tiled.rs`): the values are those of the unchecked profile, bit for bit, and a
-//! wrong element is rejected with its tile named, in the forward pass, the backward pass and
-//! an optimizer update (whose target is then left as it was).
+//! wrong element is rejected with its tile named, in the forward pass, the backward pass, an
+//! optimizer update (whose target is then left as it was) and an update of several tensors
+//! (`adam_step`: every target left as it was).
 
 use std::sync::Arc;
 use torchlean::backend::{BackendProfile, Registry};
@@ -81,22 +82,64 @@ fn pointwise_values() -> Vec<Vec<f32>> {
         &[&Tensor::from_vec(gx.clone(), &[N]).unwrap()],
     )
     .unwrap();
-    vec![
+    let mut values = vec![
         y.to_vec(),
         gx,
         grads.get(&w).unwrap().to_vec(),
         m.to_vec(),
         p.to_vec(),
         v.to_vec(),
-    ]
+    ];
+    values.extend(adam_step_values());
+    values
+}
+
+/// `adam_step` with L2 decay over two parameters, one of N elements (several tiles and a
+/// partial one) and one smaller than a tile.
+fn adam_step_op() -> Op {
+    Op::AdamStep {
+        beta1: 0.9,
+        beta2: 0.999,
+        step_size: 1e-3,
+        c2_sqrt: 0.3,
+        eps: 1e-8,
+        shrink: 1.0,
+        l2: 0.01,
+    }
+}
+
+/// The two parameters' (w, m, v) and gradients of [`adam_step_values`], from `seed`.
+fn adam_step_operands(seed: u32) -> (Vec<Tensor>, Vec<Tensor>) {
+    let mut state = Vec::new();
+    let mut grads = Vec::new();
+    for (i, n) in [N, 1000].into_iter().enumerate() {
+        let s = seed + 10 * i as u32;
+        state.push(Tensor::from_vec(ramp(n, s), &[n]).unwrap());
+        state.push(Tensor::from_vec(ramp(n, s + 1), &[n]).unwrap());
+        let v: Vec<f32> = ramp(n, s + 2).iter().map(|a| a * a).collect();
+        state.push(Tensor::from_vec(v, &[n]).unwrap());
+        grads.push(Tensor::from_vec(ramp(n, s + 3), &[n]).unwrap());
+    }
+    (state, grads)
+}
+
+/// The six updated tensors of one `adam_step` call.
+fn adam_step_values() -> Vec<Vec<f32>> {
+    let (mut state, grads) = adam_step_operands(20);
+    let mut targets: Vec<&mut Tensor> = state.iter_mut().collect();
+    let rest: Vec<&Tensor> = grads.iter().collect();
+    runtime::apply_update_many(adam_step_op(), &mut targets, &rest).unwrap();
+    state.iter().map(|t| t.to_vec()).collect()
 }
 
 #[test]
 fn tiled_checks_leave_every_value_as_the_unchecked_profile_computes_it() {
     let checked = with_profile("checked_cpu", None, pointwise_values);
     let strict = with_profile("strict_native_cpu", None, pointwise_values);
+    assert_eq!(checked.len(), strict.len());
     for (i, (c, s)) in checked.iter().zip(&strict).enumerate() {
-        assert_eq!(c.len(), N);
+        assert!(c.len() == N || c.len() == 1000, "result {i}: {}", c.len());
+        assert_eq!(c.len(), s.len(), "result {i}");
         let same = c.iter().zip(s).all(|(a, b)| a.to_bits() == b.to_bits());
         assert!(
             same,
@@ -219,6 +262,88 @@ fn a_wrong_update_is_rejected_and_leaves_its_target_untouched() {
     });
     assert!(
         msg.contains("elements 65536..81920 of 100000 (checked by tiles"),
+        "{msg}"
+    );
+}
+
+/// Native `adam_step`, except that a first moment equal to MARK gives a parameter of
+/// MARK + 0.5 (tensor and destination-passing kernels alike: each parameter's w' comes first
+/// in its part of the value).
+fn faulty_adam_step(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
+    let mut value = native_cpu::forward(op, inputs)?.to_vec();
+    let mut at = 0;
+    for group in inputs.chunks(4) {
+        let n = group[0].numel();
+        patched(&mut value[at..at + n], &group[1].to_vec(), |_| MARK + 0.5);
+        at += 3 * n;
+    }
+    Tensor::from_vec(value, &[at])
+}
+
+fn faulty_adam_step_into(op: &Op, x: &[Dense], out: &mut [f32]) -> Result<()> {
+    let native = native_cpu::binding_for(OpKind::AdamStep)
+        .dense()
+        .expect("adam_step has dense kernels");
+    (native.forward_into)(op, x, out)?;
+    let mut at = 0;
+    for group in x.chunks(4) {
+        let n = group[0].data.len();
+        patched(&mut out[at..at + n], group[1].data, |_| MARK + 0.5);
+        at += 3 * n;
+    }
+    Ok(())
+}
+
+/// An update of several tensors computed wrong in one element of one parameter is rejected
+/// by tiles, naming the parameter and the tile, and every tensor it would have updated — the
+/// wrong parameter's and the other's — is left as it was.
+#[test]
+fn a_wrong_update_of_several_tensors_is_rejected_and_leaves_every_target_untouched() {
+    let mut r = Registry::new();
+    for &op in OpKind::ALL {
+        let binding = if op == OpKind::AdamStep {
+            KernelBinding::new("faulty_adam_step", faulty_adam_step, None).with_dense(Some(
+                DenseKernels {
+                    forward_into: faulty_adam_step_into,
+                    vjp_into: None,
+                    in_place_into: None,
+                },
+            ))
+        } else {
+            native_cpu::binding_for(op)
+        };
+        r.register(native_cpu::replayed_capsule(op), binding)
+            .unwrap();
+    }
+    let registry = Arc::new(r);
+    // the unmarked call is accepted: the faulty kernels are native elsewhere
+    let clean = with_profile(
+        "strict_native_cpu",
+        Some(registry.clone()),
+        adam_step_values,
+    );
+    let want = with_profile("checked_cpu", None, adam_step_values);
+    assert_eq!(clean, want, "the unmarked call differs from checked_cpu's");
+    let msg = with_profile("strict_native_cpu", Some(registry), || {
+        let (mut state, grads) = adam_step_operands(20);
+        // the first moment of the first parameter, marked
+        let mut m = state[1].to_vec();
+        m[MARK_AT] = MARK;
+        state[1] = Tensor::from_vec(m, &[N]).unwrap();
+        let before: Vec<Vec<f32>> = state.iter().map(|t| t.to_vec()).collect();
+        let mut targets: Vec<&mut Tensor> = state.iter_mut().collect();
+        let rest: Vec<&Tensor> = grads.iter().collect();
+        let msg = rejection(runtime::apply_update_many(
+            adam_step_op(),
+            &mut targets,
+            &rest,
+        ));
+        let after: Vec<Vec<f32>> = state.iter().map(|t| t.to_vec()).collect();
+        assert_eq!(after, before, "a rejected update changed a target");
+        msg
+    });
+    assert!(
+        msg.contains("group 0 of 2: elements 65536..81920 of 100000 (checked by tiles"),
         "{msg}"
     );
 }

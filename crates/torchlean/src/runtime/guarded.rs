@@ -390,6 +390,28 @@ pub(crate) fn run_update_many(
     })
 }
 
+/// Runs an update of several tensors under the forward checkers of `k` by tiles
+/// (`runtime/tiled.rs`: each tile computed by the capsule's destination-passing kernel and
+/// checked while in cache; the targets take their new values only when every tile was
+/// accepted), after the guards over the whole call. `None` when the call does not qualify:
+/// the caller computes the whole value and checks it ([`run_forward`]).
+pub(crate) fn run_update_many_by_tiles(
+    k: &AcceptedKernel,
+    binding: &super::kernel::KernelBinding,
+    op: &Op,
+    targets: &mut [&mut Tensor],
+    rest: &[&Tensor],
+) -> Option<Result<()>> {
+    super::tiled::pointwise_groups(op.kind())?;
+    let guarded = super::kernel::update_many_operands(op, targets, rest)
+        .and_then(|inputs| guard_tensors(k, Phase::Forward, op, &inputs));
+    if let Err(e) = guarded {
+        return Some(Err(e));
+    }
+    let _kernel = super::autograd::KernelScope::enter();
+    super::tiled::update_many(k, binding, op, targets, rest)
+}
+
 /// Fault injection (cargo feature `fault-injection`, off by default): corrupts the result of
 /// one chosen kernel call after the kernel and before the checkers, to measure what the
 /// checkers and the runtime catch (`examples/fault_injection.rs`, docs/assurance.md).

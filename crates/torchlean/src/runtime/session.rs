@@ -479,9 +479,12 @@ pub fn apply_update(op: Op, target: &mut Tensor, rest: &[&Tensor]) -> Result<()>
 ///
 /// When the accepted kernel has an update-many variant and no checker must replay the call,
 /// that kernel writes every target (in place where its handle owns its buffer alone): one
-/// launch on a device. Otherwise the forward kernel computes the value (its checkers replay
-/// the call on the untouched inputs) and each target takes its part of it through the
-/// session's `slice` and `reshape` ops ([`take_parts`]). In a shape-only trace the op is
+/// launch on a device. Under checkers that decompose over tiles (`runtime/tiled.rs`: the
+/// replay checkers) a call on host tensors runs by tiles, each tile checked as it is
+/// computed, and the targets take new buffers once every tile was accepted. Otherwise the
+/// forward kernel computes the value (its checkers replay the call on the untouched inputs)
+/// and each target takes its part of it through the session's `slice` and `reshape` ops
+/// ([`take_parts`]). In a shape-only trace the op is
 /// recorded and the targets are left as they were.
 pub fn apply_update_many(op: Op, targets: &mut [&mut Tensor], rest: &[&Tensor]) -> Result<()> {
     let kind = op.kind();
@@ -496,11 +499,18 @@ pub fn apply_update_many(op: Op, targets: &mut [&mut Tensor], rest: &[&Tensor]) 
             super::guarded::run_update_many(&kernel, &op, update_many, targets, rest)?;
         }
         _ => {
-            let value = {
-                let inputs = super::kernel::update_many_operands(&op, targets, rest)?;
-                super::guarded::run_forward(&kernel, &op, &inputs)?
-            };
-            take_parts(&op, targets, &value)?;
+            let by_tiles =
+                super::guarded::run_update_many_by_tiles(&kernel, &binding, &op, targets, rest);
+            match by_tiles {
+                Some(done) => done?,
+                None => {
+                    let value = {
+                        let inputs = super::kernel::update_many_operands(&op, targets, rest)?;
+                        super::guarded::run_forward(&kernel, &op, &inputs)?
+                    };
+                    take_parts(&op, targets, &value)?;
+                }
+            }
         }
     }
     note_ran(kind, false, ran)
@@ -510,6 +520,9 @@ pub fn apply_update_many(op: Op, targets: &mut [&mut Tensor], rest: &[&Tensor]) 
 /// its accepted kernel has an update-many variant and no checker must replay the call. What
 /// `Adam`'s default `foreach` asks on the CPU. False when there is no session or the op
 /// cannot be planned or admitted under it (nothing is reported: only kernels that ran are).
+/// (Under replay checkers an update of several host tensors runs by tiles, checked as it is
+/// computed, into new buffers: one pass, but its kernel, its check and the copy into the new
+/// buffers cost more than the per-parameter maps' tiled checks on mlp-step — docs/ops.md.)
 pub fn updates_in_place(kind: OpKind) -> bool {
     let accepted = with_current(|s| s.accepted(kind, false));
     match accepted {

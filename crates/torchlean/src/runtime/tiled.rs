@@ -22,9 +22,18 @@
 //! implies the whole call's acceptance — tiling can only reject more (docs/assurance.md,
 //! "Checked by tiles"). A rejection names the tile's elements.
 //!
+//! An update of several tensors whose new elements each read their group's operands at their
+//! own position ([`pointwise_groups`]: `adam_step`, a parameter's `w`, `m`, `v` from its `w`,
+//! `m`, `v`, `g`) runs the same way ([`update_many`]): each parameter's tiles are calls of the
+//! op on one parameter of a tile's length, checked as they are computed, written into new
+//! buffers that the targets take only when every tile of every parameter was accepted — so a
+//! rejected update leaves every target as it was, and no flat value of all parameters is
+//! built, copied and checked out of cache.
+//!
 //! In a fault-injection build with a campaign running, the tiles' kernels run first, the
 //! fault is injected into the assembled result, then the tiles are checked: the same
-//! checks, so the campaign measures them.
+//! checks, so the campaign measures them. (An update of several tensors runs whole then: its
+//! faults are injected into the whole call's value, which the same checker replays.)
 //!
 //! Must not: run any kernel but the accepted capsule's, skip a checker, or tile an op whose
 //! output element reads other positions.
@@ -33,7 +42,7 @@ use super::guarded::{check, dense_operand, next_seed};
 use super::kernel::{Dense, DenseKernels, KernelBinding};
 use crate::backend::{AcceptedKernel, Call, Device, Operand, Phase};
 use crate::error::{Error, Result};
-use crate::graph::Op;
+use crate::graph::{Op, OpKind};
 use crate::spec::splitmix64;
 use crate::tensor::Tensor;
 use rayon::prelude::*;
@@ -105,6 +114,30 @@ fn qualifies<'a>(
     Some((dense, slices))
 }
 
+/// For an op that updates several tensors in groups (`OpKind::update_groups`) and whose
+/// every new element reads only its group's operands at its own position: the group's
+/// (updated, read) counts. `adam_step` only.
+pub(crate) fn pointwise_groups(kind: OpKind) -> Option<(usize, usize)> {
+    match kind {
+        OpKind::AdamStep => kind.update_groups(),
+        _ => None,
+    }
+}
+
+/// Whether an update of several tensors of `kind` under `k` runs by tiles
+/// ([`update_many`]) when its operands are dense host tensors.
+pub(crate) fn updates_many_by_tiles(
+    k: &AcceptedKernel,
+    binding: &KernelBinding,
+    kind: OpKind,
+) -> bool {
+    pointwise_groups(kind).is_some()
+        && k.capsule().parts.is_empty()
+        && !k.checkers(Phase::Forward).is_empty()
+        && decomposes(k, Phase::Forward)
+        && binding.dense().is_some()
+}
+
 #[cfg(feature = "fault-injection")]
 /// The tiles' element ranges over `n` elements.
 fn tiles(n: usize) -> impl IndexedParallelIterator<Item = (usize, usize)> {
@@ -115,6 +148,11 @@ fn tiles(n: usize) -> impl IndexedParallelIterator<Item = (usize, usize)> {
 
 /// A checker rejection, with the tile's elements named.
 fn within_tile(e: Error, lo: usize, hi: usize, n: usize) -> Error {
+    within(e, "", lo, hi, n)
+}
+
+/// A checker rejection, with the tile's elements (of the tensors `whose`) named.
+fn within(e: Error, whose: &str, lo: usize, hi: usize, n: usize) -> Error {
     match e {
         Error::CheckerRejected {
             op,
@@ -126,7 +164,7 @@ fn within_tile(e: Error, lo: usize, hi: usize, n: usize) -> Error {
             capsule,
             checker,
             reason: format!(
-                "elements {lo}..{hi} of {n} (checked by tiles; positions below count from {lo}): {reason}"
+                "{whose}elements {lo}..{hi} of {n} (checked by tiles; positions below count from {lo}): {reason}"
             ),
         },
         other => other,
@@ -316,4 +354,148 @@ fn run_vjp<'a>(
     bufs.into_iter()
         .map(|b| b.map(|b| Tensor::from_vec(b, shape)).transpose())
         .collect()
+}
+
+thread_local! {
+    /// A tile's value (its parts side by side) between the kernel and the checks: taken out
+    /// while in use, so a nested use on the same thread allocates instead of sharing it.
+    static SCRATCH: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// Runs an update of several tensors (`op` with [`pointwise_groups`]) under the forward
+/// checkers of `k` by tiles: per group and tile, the accepted capsule's destination-passing
+/// kernel on the tile's operands, then the checkers on that call, then the tile's parts
+/// copied into new buffers; the targets take their buffers only after every tile was
+/// accepted. `None` when the call does not qualify (the caller computes the whole value and
+/// checks it). The caller ran the guards.
+pub(crate) fn update_many(
+    k: &AcceptedKernel,
+    binding: &KernelBinding,
+    op: &Op,
+    targets: &mut [&mut Tensor],
+    rest: &[&Tensor],
+) -> Option<Result<()>> {
+    #[cfg(feature = "fault-injection")]
+    if super::guarded::fault::active() {
+        return None;
+    }
+    let (t, r) = pointwise_groups(op.kind())?;
+    if !updates_many_by_tiles(k, binding, op.kind()) {
+        return None;
+    }
+    let dense = binding.dense()?;
+    let groups = targets.len() / t;
+    if groups == 0 || targets.len() != groups * t || rest.len() != groups * r {
+        return None;
+    }
+    let buffers = {
+        // each group's operands, its targets then its other inputs, dense on the host with
+        // one shape
+        let mut operands: Vec<&[f32]> = Vec::with_capacity(groups * (t + r));
+        for gi in 0..groups {
+            let shape = targets[gi * t].shape();
+            let group = targets[gi * t..(gi + 1) * t]
+                .iter()
+                .map(|x| &**x)
+                .chain(rest[gi * r..(gi + 1) * r].iter().copied());
+            for x in group {
+                operands.push(dense_host(x, shape)?);
+            }
+        }
+        run_update_many(k, dense, op, (t, r), &operands)
+    };
+    Some(buffers.and_then(|buffers| {
+        for (target, buffer) in targets.iter_mut().zip(buffers) {
+            let value = Tensor::from_vec(buffer, target.shape())?;
+            target.assign(value)?;
+        }
+        Ok(())
+    }))
+}
+
+/// The new buffers of an update of several tensors, computed and checked by tiles
+/// ([`update_many`]); `operands` holds each group's `t` targets and `r` other inputs.
+fn run_update_many(
+    k: &AcceptedKernel,
+    dense: DenseKernels,
+    op: &Op,
+    (t, r): (usize, usize),
+    operands: &[&[f32]],
+) -> Result<Vec<Vec<f32>>> {
+    let mut buffers = Vec::with_capacity(operands.len() / (t + r) * t);
+    for group in operands.chunks(t + r) {
+        for _ in 0..t {
+            super::buffers::check_output(op.name(), group[0].len())?;
+            buffers.push(super::buffers::take_overwritten(group[0].len()));
+        }
+    }
+    // (group, first element, the tile of each of the group's new buffers)
+    let mut items: Vec<(usize, usize, Vec<&mut [f32]>)> = Vec::new();
+    for (gi, group) in buffers.chunks_mut(t).enumerate() {
+        let mut chunks: Vec<_> = group.iter_mut().map(|b| b.chunks_mut(TILE)).collect();
+        let mut lo = 0;
+        while let Some(outs) = chunks
+            .iter_mut()
+            .map(Iterator::next)
+            .collect::<Option<Vec<_>>>()
+        {
+            let len = outs[0].len();
+            items.push((gi, lo, outs));
+            lo += len;
+        }
+    }
+    let groups = operands.len() / (t + r);
+    let seed = next_seed();
+    super::op_times::timed(
+        &k.capsule().name,
+        "update + checks, by tiles",
+        Device::Cpu,
+        || {
+            items.into_par_iter().try_for_each(|(gi, lo, mut outs)| {
+                let len = outs[0].len();
+                let (hi, n) = (lo + len, operands[gi * (t + r)].len());
+                let tile = [len];
+                let parts: Vec<Dense> = operands[gi * (t + r)..(gi + 1) * (t + r)]
+                    .iter()
+                    .map(|x| Dense {
+                        data: &x[lo..hi],
+                        shape: &tile,
+                    })
+                    .collect();
+                let mut value = SCRATCH.take();
+                if value.len() < t * len {
+                    value.resize(t * len, 0.0);
+                }
+                let result = (|| -> Result<()> {
+                    let value = &mut value[..t * len];
+                    (dense.forward_into)(op, &parts, value)?;
+                    let inputs: Vec<Operand> =
+                        parts.iter().map(|d| dense_operand(d.data, &tile)).collect();
+                    let whole = [t * len];
+                    let call = Call {
+                        inputs: &inputs,
+                        output: dense_operand(value, &whole),
+                        cotangent: None,
+                        needs: &[],
+                        grads: &[],
+                        seed: splitmix64(seed ^ ((gi as u64) << 40) ^ lo as u64),
+                    };
+                    let whose = if groups > 1 {
+                        format!("group {gi} of {groups}: ")
+                    } else {
+                        String::new()
+                    };
+                    check(k, Phase::Forward, op, &call)
+                        .map_err(|e| within(e, &whose, lo, hi, n))?;
+                    for (j, out) in outs.iter_mut().enumerate() {
+                        out.copy_from_slice(&value[j * len..(j + 1) * len]);
+                    }
+                    Ok(())
+                })();
+                SCRATCH.set(value);
+                result
+            })
+        },
+    )?;
+    Ok(buffers)
 }

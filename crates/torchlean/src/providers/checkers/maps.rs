@@ -25,7 +25,7 @@
 //! piece and operand): about 3.6 ns per element of an optimizer update on this machine.
 
 use super::pieces::Tally;
-use super::unary::{exactly, over_parts, CHUNK};
+use super::unary::{exactly, exactly_parts, over_parts, CHUNK};
 use crate::backend::Call;
 use crate::graph::Op;
 use crate::spec::{
@@ -198,6 +198,12 @@ fn adam_step(op: &Op, call: &Call) -> Option<Tally> {
             &y[at + n..at + 2 * n],
             &y[at + 2 * n..at + 3 * n],
         ];
+        // first the f32 formula over the whole parameter: every value bit-identical to it is
+        // the verdict the tally below would give (each compared with itself: error 0)
+        if exactly_parts(xs, parts, |[w, m, v, g]| adam_step_value(c32, w, m, v, g)) {
+            at += 3 * n;
+            continue;
+        }
         // each element's three values computed once: the f32 formula's where the result
         // equals it (compared with itself), else the f64 spec's (`tally_either`'s rule)
         let t = over_parts(n, |lo, hi| {

@@ -163,6 +163,53 @@ pub(super) fn exactly<const K: usize>(
         .all(|c| part(c * PART, ((c + 1) * PART).min(n)))
 }
 
+/// [`exactly`] for a map with `P` results per element: whether `ys[p][i] == f(xs[·][i])[p]`
+/// for every i and p (f32 `==`). The values are computed [`CHUNK`] elements at a time into
+/// arrays (a plain loop, which vectorizes as the kernels' own loops do), then compared.
+pub(super) fn exactly_parts<const K: usize, const P: usize>(
+    xs: [&[f32]; K],
+    ys: [&[f32]; P],
+    f: impl Fn([f32; K]) -> [f32; P] + Sync,
+) -> bool {
+    use rayon::prelude::*;
+    let n = ys[0].len();
+    if xs.iter().any(|x| x.len() < n) || ys.iter().any(|y| y.len() != n) {
+        return false;
+    }
+    let part = |lo: usize, hi: usize| {
+        let mut want = [[0.0f32; CHUNK]; P];
+        let mut at = lo;
+        while at < hi {
+            let len = CHUNK.min(hi - at);
+            let src: [&[f32]; K] = std::array::from_fn(|k| &xs[k][at..at + len]);
+            for i in 0..len {
+                let v = f(std::array::from_fn(|k| src[k][i]));
+                for p in 0..P {
+                    want[p][i] = v[p];
+                }
+            }
+            let same = (0..P).all(|p| {
+                let got = &ys[p][at..at + len];
+                // a bitwise-or of "differs" flags over the chunk (no early exit: vectorizes)
+                !got.iter()
+                    .zip(&want[p][..len])
+                    .fold(false, |d, (a, b)| d | (a != b))
+            });
+            if !same {
+                return false;
+            }
+            at += len;
+        }
+        true
+    };
+    if n < 2 * PART {
+        return part(0, n);
+    }
+    (0..n.div_ceil(PART))
+        .into_par_iter()
+        .all(|c| part(c * PART, ((c + 1) * PART).min(n)))
+}
+
 /// ReLU's outputs and gradients are exact in f32: the spec's max(x, 0) is x or 0, and its
 /// g·relu'(x) is g·1 or g·0, each representable. When every element equals that value
 /// (compared with `==`, so a NaN anywhere goes on to the full tally), the error is zero and

@@ -1,7 +1,7 @@
 //! The native provider's destination-passing kernels (`forward_into`, `vjp_into`,
 //! `in_place_into`) for the ops small dense training graphs are made of: `linear`,
 //! `mse_loss`, the unary maps and fused unary chains, fused maps, the binary maps and `where` (with
-//! broadcasting), and the cross-entropy pieces (`softmax`, `log_softmax`, `gather`,
+//! broadcasting), the optimizer maps and `adam_step`, and the cross-entropy pieces (`softmax`, `log_softmax`, `gather`,
 //! `reshape`, `sum_all`). The tensor kernels of these ops
 //! are implemented on top of the same functions (`linalg::linear_into`,
 //! `reduce::softmax_forward_into`, `index::gather_into`, ...), so the conformance harness's
@@ -40,7 +40,7 @@ pub fn kernels(op: OpKind) -> Option<DenseKernels> {
             | K::Minimum
             | K::Where
     );
-    if op.is_optimizer_map() {
+    if op.is_optimizer_map() || op == K::AdamStep {
         // not differentiable; run by tiles under a replay checker (runtime/tiled.rs)
         return Some(DenseKernels {
             forward_into,
@@ -129,6 +129,10 @@ pub fn forward_into(op: &Op, x: &[Dense], out: &mut [f32]) -> Result<()> {
         Op::EmaUpdate { .. } | Op::AdamUpdate { .. } => {
             let data: Vec<&[f32]> = x.iter().map(|d| d.data).collect();
             super::update::optim_forward_into(op, &data, out)?
+        }
+        Op::AdamStep { .. } => {
+            let data: Vec<&[f32]> = x.iter().map(|d| d.data).collect();
+            super::update::adam_step_forward_into(op, &data, out)?
         }
         _ => elementwise::unary_forward_into(op, x[0].data, out),
     }

@@ -169,33 +169,84 @@ fn adam_step_payload(op: &Op) -> Result<([f32; 3], [f32; 4])> {
 }
 
 /// The forward kernel's value of `adam_step` (shapes already checked by the caller's shape
-/// rule): each parameter's `w'`, `m'`, `v'` side by side, computed over copies of `w`, `m`, `v`
-/// placed in the result (the in-place kernel's loop, so the two give the same bits).
+/// rule): each parameter's `w'`, `m'`, `v'` side by side ([`adam_step_forward_into`]).
 pub fn adam_step_forward(op: &Op, inputs: &[&Tensor]) -> Result<Vec<f32>> {
-    let c = adam_step_payload(op)?;
     let total = inputs.chunks(4).map(|g| 3 * g[0].numel()).sum();
+    let data: Vec<_> = inputs.iter().map(|t| t.host_data()).collect();
+    let slices: Vec<&[f32]> = data.iter().map(|d| &d[..]).collect();
     let mut out = super::par::overwritten(total);
+    adam_step_forward_into(op, &slices, &mut out)?;
+    Ok(out)
+}
+
+/// [`adam_step_forward`] into `out` over dense slices (the destination-passing kernel, which
+/// the runtime runs by tiles under a replay checker): for each parameter `(w, m, v, g)` of
+/// `xs`, its `w'`, `m'`, `v'` side by side in `out` (the in-place kernel's formula, so the
+/// kernels give the same bits). Lengths are checked before anything is written.
+pub fn adam_step_forward_into(op: &Op, xs: &[&[f32]], out: &mut [f32]) -> Result<()> {
+    let c = adam_step_payload(op)?;
+    let total: usize = xs.chunks(4).map(|g| 3 * g[0].len()).sum();
+    let whole = xs.len() % 4 == 0
+        && xs
+            .chunks(4)
+            .all(|g| g.iter().all(|s| s.len() == g[0].len()));
+    if !whole || out.len() != total {
+        return Err(OpError::Arity {
+            op: op.name(),
+            expected: format!(
+                "(w, m, v, g) of one length for each parameter, and {total} output elements (got {})",
+                out.len()
+            ),
+            got: xs.len(),
+        }
+        .into());
+    }
     let mut free = &mut out[..];
-    for group in inputs.chunks(4) {
-        let [w, m, v, g] = group else {
-            return Err(OpError::Arity {
-                op: op.name(),
-                expected: "(w, m, v, g) for each parameter".into(),
-                got: inputs.len(),
-            }
-            .into());
-        };
-        let n = w.numel();
+    for group in xs.chunks(4) {
+        let n = group[0].len();
         let (seg, tail) = free.split_at_mut(3 * n);
         free = tail;
         let (ws, mv) = seg.split_at_mut(n);
         let (ms, vs) = mv.split_at_mut(n);
-        ws.copy_from_slice(&w.host_data());
-        ms.copy_from_slice(&m.host_data());
-        vs.copy_from_slice(&v.host_data());
-        adam_step_over(c, ws, ms, vs, &g.host_data());
+        adam_step_into(c, [group[0], group[1], group[2], group[3]], [ws, ms, vs]);
     }
-    Ok(out)
+    Ok(())
+}
+
+/// `(w', m', v') = adam_step(w, m, v, g)` element by element into separate buffers (the
+/// formula of [`adam_step_over`], so the same bits), in parallel chunks when large. The
+/// caller checked the seven lengths equal.
+fn adam_step_into(c: ([f32; 3], [f32; 4]), x: [&[f32]; 4], out: [&mut [f32]; 3]) {
+    let run = |[w, m, v, g]: [&[f32]; 4], [wo, mo, vo]: [&mut [f32]; 3]| {
+        let n = wo.len();
+        // re-sliced to one length so the bounds checks hoist
+        let (w, m, v, g, mo, vo) = (
+            &w[..n],
+            &m[..n],
+            &v[..n],
+            &g[..n],
+            &mut mo[..n],
+            &mut vo[..n],
+        );
+        for k in 0..n {
+            let [w1, m1, v1] = adam_step_value(c, w[k], m[k], v[k], g[k]);
+            wo[k] = w1;
+            mo[k] = m1;
+            vo[k] = v1;
+        }
+    };
+    let [wo, mo, vo] = out;
+    if wo.len() < PAR_THRESHOLD {
+        run(x, [wo, mo, vo]);
+        return;
+    }
+    let [w, m, v, g] = x;
+    wo.par_chunks_mut(CHUNK)
+        .zip(mo.par_chunks_mut(CHUNK))
+        .zip(vo.par_chunks_mut(CHUNK))
+        .zip(w.par_chunks(CHUNK).zip(m.par_chunks(CHUNK)))
+        .zip(v.par_chunks(CHUNK).zip(g.par_chunks(CHUNK)))
+        .for_each(|((((wo, mo), vo), (w, m)), (v, g))| run([w, m, v, g], [wo, mo, vo]));
 }
 
 /// The update-many kernel of `native_cpu.adam_step` (`runtime::kernel::UpdateManyKernel`):
