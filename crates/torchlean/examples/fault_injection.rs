@@ -799,8 +799,126 @@ pub fn measure(inj: &Injection) -> Measure {
     match inj.op.kind() {
         OpKind::Matmul | OpKind::Linear => measure_product(inj),
         OpKind::Conv2d | OpKind::ConvTranspose2d => measure_conv(inj),
+        OpKind::EmaUpdate | OpKind::AdamUpdate | OpKind::AdamStep => measure_optimizer(inj),
         _ => measure_recompute(inj),
     }
+}
+
+/// The optimizer maps' declared bound (docs/assurance.md, `checkers/optim.rs`), evaluated
+/// here from the formulas: an element is within it when it is the spec's f32 value bit for
+/// bit (a NaN where that is NaN), of the f64 spec's non-finite class, or within
+/// γ_K·M + K·2^-149 (+ 2^-40·M for the f64 evaluation) of the f64 value, M the sum of the
+/// magnitudes of the formula's terms: K = 6 for `ema_update`, 8 for `adam_update` (where
+/// v ≥ 0, c2 > 0, ε ≥ 0; 0 elsewhere), and for `adam_step` 8 on m′ and 10 on v′ (with
+/// g + w·l2) and w′ as `adam_update` of the result's own m′ and v′. Returns the largest
+/// ratio of error to bound over the elements (infinite for a class mismatch).
+fn measure_optimizer(inj: &Injection) -> Measure {
+    const TINY: f64 = 1.401_298_464_324_817e-45;
+    let bound = |k: usize, m: f64| (gamma(k) + 1.0 / (1u64 << 40) as f64) * m + k as f64 * TINY;
+    let ratio = |got: f32, f32v: f32, want: f64, b: f64| -> f64 {
+        if got.to_bits() == f32v.to_bits() || (got.is_nan() && f32v.is_nan()) {
+            return 0.0;
+        }
+        let g = got as f64;
+        match (class(g), class(want)) {
+            (Class::Finite, Class::Finite) if b > 0.0 => (g - want).abs() / b,
+            (Class::Finite, Class::Finite) => f64::INFINITY,
+            (a, c) if a == c => 0.0,
+            _ => f64::INFINITY,
+        }
+    };
+    let ema = |d: f64, sq: bool, s: f64, x: f64| d * s + (1.0 - d) * if sq { x * x } else { x };
+    let adam = |[a, c2, eps, sh]: [f64; 4], w: f64, m: f64, v: f64| -> (f64, f64) {
+        let q = a * m / (v.sqrt() / c2 + eps);
+        let ok = v >= 0.0 && c2 > 0.0 && eps >= 0.0;
+        let b = if ok {
+            bound(8, (w * sh).abs() + q.abs())
+        } else {
+            0.0
+        };
+        (w * sh - q, b)
+    };
+    let ins: Vec<Vec<f32>> = inj.inputs.iter().map(|t| t.to_vec()).collect();
+    let xs32: Vec<Array<f32>> = inj.inputs.iter().map(arr).collect();
+    let r32: Vec<&Array<f32>> = xs32.iter().collect();
+    let f32v = spec::forward(&inj.op, &r32)
+        .expect("the spec accepts the call")
+        .data;
+    let (Some(Some(bad)), Some(Some(clean))) = (inj.corrupted.first(), inj.clean.first()) else {
+        return verdict(false, 0.0, 0.0);
+    };
+    let got = data(bad);
+    let changed = got
+        .iter()
+        .zip(data(clean))
+        .any(|(a, b)| a.to_bits() != b.to_bits());
+    let (mut worst, mut max_bound, mut max_ref) = (0.0f64, 0.0f64, 0.0f64);
+    let mut note = |r: f64, b: f64, want: f64| {
+        worst = worst.max(r);
+        max_bound = max_bound.max(b);
+        if want.is_finite() {
+            max_ref = max_ref.max(want.abs());
+        }
+    };
+    match inj.op {
+        Op::EmaUpdate { decay, square } => {
+            let d = decay as f64;
+            for i in 0..got.len() {
+                let (s, x) = (ins[0][i] as f64, ins[1][i] as f64);
+                let want = ema(d, square, s, x);
+                let xx = if square { x * x } else { x };
+                let b = bound(6, (d * s).abs() + ((1.0 - d) * xx).abs());
+                note(ratio(got[i], f32v[i], want, b), b, want);
+            }
+        }
+        Op::AdamUpdate {
+            step_size,
+            c2_sqrt,
+            eps,
+            shrink,
+        } => {
+            let c = [step_size, c2_sqrt, eps, shrink].map(f64::from);
+            for i in 0..got.len() {
+                let [w, m, v] = [0, 1, 2].map(|k| ins[k][i] as f64);
+                let (want, b) = adam(c, w, m, v);
+                note(ratio(got[i], f32v[i], want, b), b, want);
+            }
+        }
+        Op::AdamStep {
+            beta1,
+            beta2,
+            step_size,
+            c2_sqrt,
+            eps,
+            shrink,
+            l2,
+        } => {
+            let c = [step_size, c2_sqrt, eps, shrink].map(f64::from);
+            let (b1, b2, l2) = (beta1 as f64, beta2 as f64, l2 as f64);
+            let mut at = 0;
+            for group in ins.chunks(4) {
+                let n = group[0].len();
+                let columns = group[0].iter().zip(&group[1]).zip(&group[2]).zip(&group[3]);
+                for (i, (((&w, &m), &v), &g)) in columns.enumerate() {
+                    let [w, m, v, g] = [w, m, v, g].map(f64::from);
+                    let gi = if l2 != 0.0 { g + w * l2 } else { g };
+                    let big_g = g.abs() + (w * l2).abs();
+                    let (wi, mi, vi) = (at + i, at + n + i, at + 2 * n + i);
+                    let m1 = ema(b1, false, m, gi);
+                    let bm = bound(8, (b1 * m).abs() + ((1.0 - b1) * big_g).abs());
+                    note(ratio(got[mi], f32v[mi], m1, bm), bm, m1);
+                    let v1 = ema(b2, true, v, gi);
+                    let bv = bound(10, (b2 * v).abs() + ((1.0 - b2) * big_g * big_g).abs());
+                    note(ratio(got[vi], f32v[vi], v1, bv), bv, v1);
+                    let (want, b) = adam(c, w, got[mi] as f64, got[vi] as f64);
+                    note(ratio(got[wi], f32v[wi], want, b), b, want);
+                }
+                at += 3 * n;
+            }
+        }
+        _ => unreachable!("measure_optimizer called for {}", inj.op.name()),
+    }
+    verdict(changed, worst, max_bound / max_ref)
 }
 
 // ---- the campaign ----

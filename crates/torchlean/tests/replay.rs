@@ -1321,3 +1321,166 @@ fn conv2d_map_checker_accepts_the_kernel_and_rejects_corruptions() {
         }
     }
 }
+
+/// A value drawn over several orders of magnitude (Adam's moments and steps are small), with
+/// a random sign.
+fn spread(k: &mut u64) -> f32 {
+    *k += 1;
+    let z = torchlean::spec::splitmix64(*k);
+    let mantissa = 1.0 + (z >> 40) as f32 / (1u64 << 24) as f32;
+    let exponent = ((z >> 8) % 40) as i32 - 30;
+    let sign = if z & 1 == 0 { 1.0 } else { -1.0 };
+    sign * mantissa * 2f32.powi(exponent)
+}
+
+/// The optimizer maps are checked per element (checkers/optim.rs): other correct f32
+/// evaluations of the formula (fused multiply-adds, another association, a division taken as
+/// a product by a reciprocal... — each within the per-element rounding bound) are accepted
+/// whole and by parts, whereas an error of 1e-5 relative on one element, which the former
+/// per-call tolerance 2e-4·(1 + max|spec|) admitted (and admits still for the other ops), is
+/// rejected, on small second moments too.
+#[test]
+fn optimizer_maps_are_held_to_a_bound_per_element() {
+    let n = 4000;
+    let mut k = 7u64;
+    let draw = |k: &mut u64, nonneg: bool| -> Vec<f32> {
+        (0..n)
+            .map(|_| {
+                let v = spread(k);
+                if nonneg {
+                    v.abs()
+                } else {
+                    v
+                }
+            })
+            .collect()
+    };
+    let (s, x) = (draw(&mut k, false), draw(&mut k, false));
+    let (w, m, v, g) = (
+        draw(&mut k, false),
+        draw(&mut k, false),
+        draw(&mut k, true),
+        draw(&mut k, false),
+    );
+    let shape = vec![n];
+    let ema = |square| Op::EmaUpdate {
+        decay: 0.999,
+        square,
+    };
+    let adam = Op::AdamUpdate {
+        step_size: 1e-3,
+        c2_sqrt: 0.0316,
+        eps: 1e-8,
+        shrink: 0.9999,
+    };
+    let step = Op::AdamStep {
+        beta1: 0.9,
+        beta2: 0.999,
+        step_size: 1e-3,
+        c2_sqrt: 0.0316,
+        eps: 1e-8,
+        shrink: 1.0,
+        l2: 0.01,
+    };
+    // other f32 evaluations of each formula
+    let ema_alt = |d: f32, sq: bool, s: f32, x: f32| {
+        let xx = if sq { x * x } else { x };
+        d.mul_add(s, (1.0 - d) * xx)
+    };
+    let adam_alt = |w: f32, m: f32, v: f32| {
+        let den = v.sqrt().mul_add(1.0 / 0.0316, 1e-8);
+        w.mul_add(0.9999, -(1e-3 * (m * den.recip())))
+    };
+    let step_alt = |w: f32, m: f32, v: f32, g: f32| {
+        let gi = w.mul_add(0.01, g);
+        let m1 = 0.9f32.mul_add(m, (1.0 - 0.9) * gi);
+        let v1 = 0.999f32.mul_add(v, (1.0 - 0.999) * (gi * gi));
+        let q = 1e-3 * m1 / (v1.sqrt() / 0.0316 + 1e-8);
+        ([w - q, m1, v1], q)
+    };
+    let cases: Vec<(Op, Vec<Vec<f32>>, Vec<f32>)> = vec![
+        (
+            ema(false),
+            vec![s.clone(), x.clone()],
+            (0..n).map(|i| ema_alt(0.999, false, s[i], x[i])).collect(),
+        ),
+        (
+            ema(true),
+            vec![v.clone(), x.clone()],
+            (0..n).map(|i| ema_alt(0.999, true, v[i], x[i])).collect(),
+        ),
+        (
+            adam.clone(),
+            vec![w.clone(), m.clone(), v.clone()],
+            (0..n).map(|i| adam_alt(w[i], m[i], v[i])).collect(),
+        ),
+        (
+            step.clone(),
+            vec![w.clone(), m.clone(), v.clone(), g.clone()],
+            {
+                let parts: Vec<[f32; 3]> =
+                    (0..n).map(|i| step_alt(w[i], m[i], v[i], g[i]).0).collect();
+                (0..3)
+                    .flat_map(|p| parts.iter().map(move |e| e[p]))
+                    .collect()
+            },
+        ),
+    ];
+    for (op, ins, alt) in &cases {
+        let xs: Vec<Values> = ins.iter().map(|d| (d.clone(), shape.clone())).collect();
+        let out_shape = vec![alt.len()];
+        // the other evaluation differs from the spec's f32 formula somewhere, and is accepted
+        let y: Values = (alt.clone(), out_shape.clone());
+        let refs: Vec<Tensor> = ins
+            .iter()
+            .map(|d| Tensor::from_vec(d.clone(), &shape).unwrap())
+            .collect();
+        let (_, native) = forward(op, &refs);
+        assert!(
+            native
+                .0
+                .iter()
+                .zip(alt)
+                .any(|(a, b)| a.to_bits() != b.to_bits()),
+            "{}: the other evaluation gives the same bits everywhere",
+            op.name()
+        );
+        let ins_ops: Vec<Operand> = xs.iter().map(|(d, s)| dense(d, s)).collect();
+        let call = Call {
+            inputs: &ins_ops,
+            output: dense(&y.0, &y.1),
+            cotangent: None,
+            needs: &[],
+            grads: &[],
+            seed: 1,
+        };
+        assert_eq!(replay_forward(op, &call), Ok(()), "{}", op.name());
+        assert_eq!(replay_forward_whole(op, &call), Ok(()), "{}", op.name());
+        // one element off by 1e-5 relative (well inside 2e-4·(1 + max|spec|)) is rejected,
+        // in each part of adam_step's value
+        for at in [0usize, n / 2, alt.len() - 1] {
+            let mut bad = native.0.clone();
+            bad[at] *= 1.0 + 1e-5;
+            if bad[at] == native.0[at] {
+                continue; // a zero
+            }
+            let call = Call {
+                output: dense(&bad, &out_shape),
+                ..call
+            };
+            let verdict = replay_forward(op, &call);
+            assert!(verdict.is_err(), "{} element {at}: accepted", op.name());
+            assert_eq!(verdict, replay_forward_whole(op, &call), "{}", op.name());
+        }
+    }
+    // a second moment of order 1e-6 halved: below the former absolute floor of 2e-4
+    let tiny_v: Vec<f32> = (0..n).map(|i| 1e-6 * (1.0 + (i % 7) as f32)).collect();
+    let op = ema(true);
+    let refs = [
+        Tensor::from_vec(tiny_v.clone(), &shape).unwrap(),
+        Tensor::from_vec(x.iter().map(|a| a.clamp(-1e-2, 1e-2)).collect(), &shape).unwrap(),
+    ];
+    let (xs, mut y) = forward(&op, &refs);
+    y.0[17] *= 0.5;
+    assert!(check_forward(&op, &xs, &y, 3).is_err());
+}

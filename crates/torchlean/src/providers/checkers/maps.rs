@@ -1,37 +1,24 @@
-//! The recompute check of the elementwise maps whose operands all have the output's shape —
-//! the binary maps (`add`, `sub`, `mul`, `div`, `maximum`, `minimum`) and the optimizer maps
-//! (`ema_update`, `adam_update`, and `adam_step`, their fusion over several parameters) —
-//! over dense slices, as `unary.rs` does for the unary maps.
+//! The recompute check of the binary maps (`add`, `sub`, `mul`, `div`, `maximum`,
+//! `minimum`) whose operands all have the output's shape, and of the reductions' fast paths,
+//! over dense slices, as `unary.rs` does for the unary maps. (The optimizer maps have their
+//! own per-element check: `optim.rs`.)
 //!
-//! Each output is recomputed with the spec's own scalar formula (`spec::binary`,
-//! `spec::ema_value`, `spec::adam_value`) at f64 and compared through a [`Tally`]; one match
-//! arm per variant specializes the formula, so the loop runs without a per-element match.
-//! The values are the spec's exactly, so the verdict is the whole-call check's (an element
-//! the tally does not accept goes to the whole-call check, which words the rejection).
+//! Each output is recomputed with the spec's own scalar formula (`spec::binary`) at f64 and
+//! compared through a [`Tally`]; one match arm per variant specializes the formula, so the
+//! loop runs without a per-element match. The values are the spec's exactly, so the verdict
+//! is the whole-call check's (an element the tally does not accept goes to the whole-call
+//! check, which words the rejection).
 //!
-//! First, every result is compared with the same formula evaluated in f32, in the spec's
-//! written order ([`exactly`]); when all are bit-identical the call is accepted without the
-//! f64 pass:
-//! - for a binary map, one correctly rounded f32 operation, that value is within 2^-24
-//!   relative of the exact one (or overflows where the spec at f32 does), so the tally would
-//!   accept it: the same verdict, as ReLU's exact path (`unary.rs`);
-//! - for `ema_update` and `adam_update` it is the spec's own formula instantiated at f32 —
-//!   the reference provider's value, bit for bit — which their declared bound admits
-//!   besides the f64 tolerance (`replay::FORWARD_SOUNDNESS`, docs/assurance.md): an
-//!   optimizer's update is defined as f32 arithmetic in this order, as `torch.optim`'s loops.
-//!   A result that differs in any bit is held to the f64 tolerance.
-//!
-//! Before this path these calls went through the piecewise spec evaluation (an f64 array per
-//! piece and operand): about 3.6 ns per element of an optimizer update on this machine.
+//! First, every result is compared with the same formula evaluated in f32 ([`exactly`]):
+//! one correctly rounded f32 operation, that value is within 2^-24 relative of the exact one
+//! (or overflows where the spec at f32 does), so the tally would accept it: the same
+//! verdict, as ReLU's exact path (`unary.rs`).
 
 use super::pieces::Tally;
-use super::unary::{exactly, exactly_parts, over_parts, CHUNK};
+use super::unary::{exactly, over_parts, CHUNK};
 use crate::backend::Call;
 use crate::graph::Op;
-use crate::spec::{
-    adam_constants, adam_step_constants, adam_step_value, adam_value, binary, binary_partials,
-    ema_value,
-};
+use crate::spec::{binary, binary_partials};
 
 /// The tally of `y` against `want(x, y)` of the inputs `xs` (all of `y`'s length), element
 /// by element.
@@ -61,34 +48,9 @@ fn tally<const K: usize>(xs: [&[f32]; K], y: &[f32], f: impl Fn([f64; K]) -> f64
     tally_with(xs, y, |x, _| f(x.map(|v| v as f64)))
 }
 
-/// [`tally`] for the optimizer maps, whose declared bound is per element: an element equal
-/// to the spec's formula evaluated in f32 is compared with itself (error 0), any other with
-/// the f64 spec. So a call is accepted when each element is the f32 formula's value or
-/// within the tolerance of the f64 spec — a verdict that decomposes over parts of the call
-/// (runtime/tiled.rs): the f32 formula's own rounding can exceed the tolerance where its
-/// terms cancel, and a whole-call "all bit-identical, or all within tolerance" would reject
-/// a call whose parts are each accepted.
-fn tally_either<const K: usize>(
-    xs: [&[f32]; K],
-    y: &[f32],
-    f32_formula: impl Fn([f32; K]) -> f32 + Sync,
-    f64_formula: impl Fn([f64; K]) -> f64 + Sync,
-) -> Tally {
-    tally_with(xs, y, |x, got| {
-        if f32_formula(x) == got {
-            got as f64
-        } else {
-            f64_formula(x.map(|v| v as f64))
-        }
-    })
-}
-
 /// The tally of the call's result, when `op` is one of this module's maps and every operand
 /// is dense with the output's shape; `None` otherwise (another path decides).
 pub(super) fn forward(op: &Op, call: &Call) -> Option<Tally> {
-    if matches!(op, Op::AdamStep { .. }) {
-        return adam_step(op, call);
-    }
     let y = &call.output;
     if call.inputs.iter().any(|x| x.shape != y.shape) {
         return None;
@@ -109,16 +71,6 @@ pub(super) fn forward(op: &Op, call: &Call) -> Option<Tally> {
             Some(tally(xs, y, $f64))
         }};
     }
-    // the optimizer maps: the f32 formula's value or the f64 tolerance, element by element
-    macro_rules! check_either {
-        ($k:literal, $f32:expr, $f64:expr) => {{
-            let xs = <[&[f32]; $k]>::try_from(xs.as_slice()).ok()?;
-            if exactly(xs, y, $f32) {
-                return Some(Tally::default());
-            }
-            Some(tally_either(xs, y, $f32, $f64))
-        }};
-    }
     macro_rules! binary_map {
         ($op:expr) => {
             check!(
@@ -135,110 +87,8 @@ pub(super) fn forward(op: &Op, call: &Call) -> Option<Tally> {
         Op::Div => binary_map!(Op::Div),
         Op::Maximum => binary_map!(Op::Maximum),
         Op::Minimum => binary_map!(Op::Minimum),
-        Op::EmaUpdate { decay, square } => {
-            let (d32, d64) = (decay, decay as f64);
-            if square {
-                check_either!(
-                    2,
-                    |[s, x]: [f32; 2]| ema_value(d32, true, s, x),
-                    |[s, x]: [f64; 2]| ema_value(d64, true, s, x)
-                )
-            } else {
-                check_either!(
-                    2,
-                    |[s, x]: [f32; 2]| ema_value(d32, false, s, x),
-                    |[s, x]: [f64; 2]| ema_value(d64, false, s, x)
-                )
-            }
-        }
-        Op::AdamUpdate { .. } => {
-            let (c32, c64) = (adam_constants::<f32>(op)?, adam_constants::<f64>(op)?);
-            check_either!(
-                3,
-                |[w, m, v]: [f32; 3]| adam_value(c32, w, m, v),
-                |[w, m, v]: [f64; 3]| adam_value(c64, w, m, v)
-            )
-        }
         _ => None,
     }
-}
-
-/// The tally of an `adam_step` result: each parameter's `w'`, `m'` and `v'` parts against the
-/// spec's values of its `(w, m, v, g)`, element by element the f32 formula's value or the f64
-/// spec's tolerance, as the optimizer maps ([`tally_either`]). `None` when an operand is not
-/// dense or the call's shapes are not the op's (the whole-call check words that).
-fn adam_step(op: &Op, call: &Call) -> Option<Tally> {
-    let (c32, c64) = (
-        adam_step_constants::<f32>(op)?,
-        adam_step_constants::<f64>(op)?,
-    );
-    let dense = super::recompute::dense_slice;
-    let y = dense(&call.output)?;
-    if call.inputs.is_empty() || call.inputs.len() % 4 != 0 || call.output.shape.len() != 1 {
-        return None;
-    }
-    let mut tally = Tally::default();
-    let mut at = 0;
-    for group in call.inputs.chunks(4) {
-        if group.iter().any(|x| x.shape != group[0].shape) {
-            return None;
-        }
-        let xs: [&[f32]; 4] = [
-            dense(&group[0])?,
-            dense(&group[1])?,
-            dense(&group[2])?,
-            dense(&group[3])?,
-        ];
-        let n = xs[0].len();
-        if xs.iter().any(|x| x.len() != n) || y.len() < at + 3 * n {
-            return None;
-        }
-        let parts = [
-            &y[at..at + n],
-            &y[at + n..at + 2 * n],
-            &y[at + 2 * n..at + 3 * n],
-        ];
-        // first the f32 formula over the whole parameter: every value bit-identical to it is
-        // the verdict the tally below would give (each compared with itself: error 0)
-        if exactly_parts(xs, parts, |[w, m, v, g]| adam_step_value(c32, w, m, v, g)) {
-            at += 3 * n;
-            continue;
-        }
-        // each element's three values computed once: the f32 formula's where the result
-        // equals it (compared with itself), else the f64 spec's (`tally_either`'s rule)
-        let t = over_parts(n, |lo, hi| {
-            let mut t = Tally::default();
-            let mut refs = [[0.0f64; CHUNK]; 3];
-            let mut k = lo;
-            while k < hi {
-                let len = CHUNK.min(hi - k);
-                for i in k..k + len {
-                    let j = i - k;
-                    let x = [xs[0][i], xs[1][i], xs[2][i], xs[3][i]];
-                    let narrow = adam_step_value(c32, x[0], x[1], x[2], x[3]);
-                    let mut wide = None;
-                    for p in 0..3 {
-                        refs[p][j] = if narrow[p] == parts[p][i] {
-                            narrow[p] as f64
-                        } else {
-                            wide.get_or_insert_with(|| {
-                                let w = x.map(f64::from);
-                                adam_step_value(c64, w[0], w[1], w[2], w[3])
-                            })[p]
-                        };
-                    }
-                }
-                for p in 0..3 {
-                    t.feed(&parts[p][k..k + len], &refs[p][..len]);
-                }
-                k += len;
-            }
-            t
-        });
-        tally.merge(&t);
-        at += 3 * n;
-    }
-    (at == y.len()).then_some(tally)
 }
 
 /// The tallies of a VJP call's gradients, for the ops whose VJP is an elementwise map of

@@ -175,6 +175,7 @@ mod gelu;
 mod lanes;
 mod layout;
 mod maps;
+mod optim;
 mod pieces;
 pub mod recompute;
 pub mod replay;

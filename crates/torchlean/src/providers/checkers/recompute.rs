@@ -157,6 +157,9 @@ fn compare(
 /// of their leading axis independently are checked piece by piece (see `pieces.rs`), with
 /// the same verdict.
 pub(super) fn forward(op: &Op, call: &Call) -> Result<(), String> {
+    if let Some(verdict) = super::optim::forward(op, call) {
+        return verdict;
+    }
     super::layout::forward(op, call)
         .or_else(|| super::attention::forward(op, call))
         .or_else(|| super::pieces::forward(op, call))
@@ -165,6 +168,10 @@ pub(super) fn forward(op: &Op, call: &Call) -> Result<(), String> {
 
 /// The forward check on the whole call at once.
 pub(super) fn whole_forward(op: &Op, call: &Call) -> Result<(), String> {
+    // the optimizer maps' bound is per element (optim.rs): the same check whole or in parts
+    if let Some(verdict) = super::optim::forward(op, call) {
+        return verdict;
+    }
     let xs: Vec<Array<f64>> = call.inputs.iter().map(array).collect();
     let refs: Vec<&Array<f64>> = xs.iter().collect();
     let want = spec::forward(op, &refs).map_err(|e| format!("the spec refuses the call: {e}"))?;
