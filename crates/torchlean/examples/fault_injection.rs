@@ -800,8 +800,84 @@ pub fn measure(inj: &Injection) -> Measure {
         OpKind::Matmul | OpKind::Linear => measure_product(inj),
         OpKind::Conv2d | OpKind::ConvTranspose2d => measure_conv(inj),
         OpKind::EmaUpdate | OpKind::AdamUpdate | OpKind::AdamStep => measure_optimizer(inj),
+        kind if kind.is_binary_map() && same_shape_forward(inj) => measure_rounded(inj),
         _ => measure_recompute(inj),
     }
+}
+
+/// A forward call whose operands all have the result's shape.
+fn same_shape_forward(inj: &Injection) -> bool {
+    let Some(Some(out)) = inj.clean.first() else {
+        return false;
+    };
+    inj.cotangent.is_none() && inj.inputs.iter().all(|x| x.shape() == out.shape())
+}
+
+/// The same-shape binary maps' declared bound (docs/assurance.md, `checkers/rounded.rs`),
+/// evaluated here: an element is within it when it is the f32 operation's value bit for bit
+/// (a NaN where that is NaN), of the f64 value's non-finite class, or within half the
+/// spacing of the f32 values around the f64 value (2^(e-24) at binary exponent e, 2^-150 in
+/// the subnormal range; times 1 + 2^-28). Returns the largest ratio of error to bound.
+fn measure_rounded(inj: &Injection) -> Measure {
+    let half_ulp = |x: f64| {
+        let a = x.abs();
+        let h = if a < f32::MIN_POSITIVE as f64 {
+            2f64.powi(-150)
+        } else {
+            // the binary exponent, from the f64's exponent field
+            2f64.powi(((a.to_bits() >> 52) & 0x7ff) as i32 - 1023 - 24)
+        };
+        h * (1.0 + 2f64.powi(-28))
+    };
+    let (a, b) = (inj.inputs[0].to_vec(), inj.inputs[1].to_vec());
+    let op32 = |x: f32, y: f32| -> f32 {
+        match inj.op {
+            Op::Add => x + y,
+            Op::Sub => x - y,
+            Op::Mul => x * y,
+            Op::Div => x / y,
+            Op::Maximum => torchlean::scalar::maximum(x, y),
+            _ => torchlean::scalar::minimum(x, y),
+        }
+    };
+    let op64 = |x: f64, y: f64| -> f64 {
+        match inj.op {
+            Op::Add => x + y,
+            Op::Sub => x - y,
+            Op::Mul => x * y,
+            Op::Div => x / y,
+            Op::Maximum => torchlean::scalar::maximum(x, y),
+            _ => torchlean::scalar::minimum(x, y),
+        }
+    };
+    let (Some(Some(bad)), Some(Some(clean))) = (inj.corrupted.first(), inj.clean.first()) else {
+        return verdict(false, 0.0, 0.0);
+    };
+    let (got, clean) = (data(bad), data(clean));
+    let changed = got
+        .iter()
+        .zip(&clean)
+        .any(|(x, y)| x.to_bits() != y.to_bits());
+    let (mut worst, mut max_bound, mut max_ref) = (0.0f64, 0.0f64, 0.0f64);
+    for i in 0..got.len() {
+        let (fv, exact) = (op32(a[i], b[i]), op64(a[i] as f64, b[i] as f64));
+        let g = got[i];
+        let bound = half_ulp(exact);
+        max_bound = max_bound.max(bound);
+        if exact.is_finite() {
+            max_ref = max_ref.max(exact.abs());
+        }
+        if g.to_bits() == fv.to_bits() || (g.is_nan() && fv.is_nan()) {
+            continue;
+        }
+        let r = match (class(g as f64), class(exact)) {
+            (Class::Finite, Class::Finite) => (g as f64 - exact).abs() / bound,
+            (x, y) if x == y => 0.0,
+            _ => f64::INFINITY,
+        };
+        worst = worst.max(r);
+    }
+    verdict(changed, worst, max_bound / max_ref)
 }
 
 /// The optimizer maps' declared bound (docs/assurance.md, `checkers/optim.rs`), evaluated

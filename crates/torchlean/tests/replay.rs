@@ -1484,3 +1484,67 @@ fn optimizer_maps_are_held_to_a_bound_per_element() {
     y.0[17] *= 0.5;
     assert!(check_forward(&op, &xs, &y, 3).is_err());
 }
+
+/// The binary maps over operands of the output's shape are checked at half an ulp per element
+/// (checkers/rounded.rs): the native kernel's results are accepted (normal, subnormal and
+/// non-finite values included), a result one ulp off anywhere is rejected — whole and by
+/// parts alike — though it is far inside the recompute tolerance 2e-4·(1 + max|spec|).
+#[test]
+fn binary_maps_are_held_to_half_an_ulp_per_element() {
+    let n = 3000;
+    let mut k = 99u64;
+    let mut a: Vec<f32> = (0..n).map(|_| spread(&mut k)).collect();
+    let mut b: Vec<f32> = (0..n).map(|_| spread(&mut k)).collect();
+    // subnormal, zero, infinite and NaN operands
+    a[..6].copy_from_slice(&[1e-40, -3e-42, 0.0, f32::INFINITY, f32::NAN, 1e38]);
+    b[..6].copy_from_slice(&[2e-41, 7e-43, -0.0, 1.0, 2.0, 1e38]);
+    let shape = vec![n];
+    for op in [Op::Add, Op::Sub, Op::Mul, Op::Div, Op::Maximum, Op::Minimum] {
+        let ins = [
+            Tensor::from_vec(a.clone(), &shape).unwrap(),
+            Tensor::from_vec(b.clone(), &shape).unwrap(),
+        ];
+        let (xs, y) = forward(&op, &ins);
+        assert_eq!(check_forward(&op, &xs, &y, 1), Ok(()), "{}", op.name());
+        for at in [0usize, 1, 7, n / 2, n - 1] {
+            let mut bad = y.clone();
+            let v = bad.0[at];
+            if !v.is_finite() || v == 0.0 {
+                continue;
+            }
+            // one ulp further from the exact value than the correctly rounded result
+            let (x, z) = (xs[0].0[at] as f64, xs[1].0[at] as f64);
+            let exact = match op {
+                Op::Add => x + z,
+                Op::Sub => x - z,
+                Op::Mul => x * z,
+                Op::Div => x / z,
+                Op::Maximum => x.max(z),
+                _ => x.min(z),
+            };
+            let away_from_zero = (v as f64 >= exact) == (v > 0.0);
+            let bits = if away_from_zero {
+                v.to_bits() + 1
+            } else {
+                v.to_bits() - 1
+            };
+            bad.0[at] = f32::from_bits(bits);
+            let ins_ops: Vec<Operand> = xs.iter().map(|(d, s)| dense(d, s)).collect();
+            let call = Call {
+                inputs: &ins_ops,
+                output: dense(&bad.0, &bad.1),
+                cotangent: None,
+                needs: &[],
+                grads: &[],
+                seed: 2,
+            };
+            let verdict = replay_forward(&op, &call);
+            assert!(
+                verdict.is_err(),
+                "{} element {at}: one ulp accepted",
+                op.name()
+            );
+            assert_eq!(verdict, replay_forward_whole(&op, &call), "{}", op.name());
+        }
+    }
+}

@@ -1,24 +1,19 @@
-//! The recompute check of the binary maps (`add`, `sub`, `mul`, `div`, `maximum`,
-//! `minimum`) whose operands all have the output's shape, and of the reductions' fast paths,
-//! over dense slices, as `unary.rs` does for the unary maps. (The optimizer maps have their
-//! own per-element check: `optim.rs`.)
+//! Fast recompute paths over dense slices: the VJPs of the binary maps and `mse_loss` whose
+//! operands all have the output's shape, and the reductions' forward (`reduction_forward`).
+//! (The binary maps' forward is checked per element in `rounded.rs`, the optimizer maps' in
+//! `optim.rs`.)
 //!
-//! Each output is recomputed with the spec's own scalar formula (`spec::binary`) at f64 and
-//! compared through a [`Tally`]; one match arm per variant specializes the formula, so the
-//! loop runs without a per-element match. The values are the spec's exactly, so the verdict
-//! is the whole-call check's (an element the tally does not accept goes to the whole-call
-//! check, which words the rejection).
-//!
-//! First, every result is compared with the same formula evaluated in f32 ([`exactly`]):
-//! one correctly rounded f32 operation, that value is within 2^-24 relative of the exact one
-//! (or overflows where the spec at f32 does), so the tally would accept it: the same
-//! verdict, as ReLU's exact path (`unary.rs`).
+//! Each value is recomputed with the spec's own scalar formula at f64 and compared through a
+//! [`Tally`]; one match arm per variant specializes the formula, so the loop runs without a
+//! per-element match. The values are the spec's exactly, so the verdict is the whole-call
+//! check's (an element the tally does not accept goes to the whole-call check, which words
+//! the rejection).
 
 use super::pieces::Tally;
 use super::unary::{exactly, over_parts, CHUNK};
 use crate::backend::Call;
 use crate::graph::Op;
-use crate::spec::{binary, binary_partials};
+use crate::spec::binary_partials;
 
 /// The tally of `y` against `want(x, y)` of the inputs `xs` (all of `y`'s length), element
 /// by element.
@@ -46,49 +41,6 @@ fn tally_with<const K: usize>(
 /// The tally of `y` against `f` of the inputs `xs` at f64.
 fn tally<const K: usize>(xs: [&[f32]; K], y: &[f32], f: impl Fn([f64; K]) -> f64 + Sync) -> Tally {
     tally_with(xs, y, |x, _| f(x.map(|v| v as f64)))
-}
-
-/// The tally of the call's result, when `op` is one of this module's maps and every operand
-/// is dense with the output's shape; `None` otherwise (another path decides).
-pub(super) fn forward(op: &Op, call: &Call) -> Option<Tally> {
-    let y = &call.output;
-    if call.inputs.iter().any(|x| x.shape != y.shape) {
-        return None;
-    }
-    let dense = super::recompute::dense_slice;
-    let xs: Vec<&[f32]> = call.inputs.iter().map(dense).collect::<Option<_>>()?;
-    let y = dense(y)?;
-    if xs.iter().any(|x| x.len() != y.len()) {
-        return None;
-    }
-    // each arm: the f32 evaluation first (see the module doc), then the f64 tally
-    macro_rules! check {
-        ($k:literal, $f32:expr, $f64:expr) => {{
-            let xs = <[&[f32]; $k]>::try_from(xs.as_slice()).ok()?;
-            if exactly(xs, y, $f32) {
-                return Some(Tally::default());
-            }
-            Some(tally(xs, y, $f64))
-        }};
-    }
-    macro_rules! binary_map {
-        ($op:expr) => {
-            check!(
-                2,
-                |[a, b]: [f32; 2]| binary(&$op, a, b),
-                |[a, b]: [f64; 2]| binary(&$op, a, b)
-            )
-        };
-    }
-    match *op {
-        Op::Add => binary_map!(Op::Add),
-        Op::Sub => binary_map!(Op::Sub),
-        Op::Mul => binary_map!(Op::Mul),
-        Op::Div => binary_map!(Op::Div),
-        Op::Maximum => binary_map!(Op::Maximum),
-        Op::Minimum => binary_map!(Op::Minimum),
-        _ => None,
-    }
 }
 
 /// The tallies of a VJP call's gradients, for the ops whose VJP is an elementwise map of

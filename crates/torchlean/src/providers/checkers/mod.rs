@@ -179,4 +179,5 @@ mod optim;
 mod pieces;
 pub mod recompute;
 pub mod replay;
+mod rounded;
 mod unary;

@@ -379,9 +379,7 @@ pub(super) fn forward(op: &Op, call: &Call) -> Option<Result<(), String>> {
         let t = super::unary::forward(op, dense(x)?, dense(y)?)?;
         return t.accepts().then_some(Ok(()));
     }
-    if let Some(t) =
-        super::maps::forward(op, call).or_else(|| super::maps::reduction_forward(op, call))
-    {
+    if let Some(t) = super::maps::reduction_forward(op, call) {
         return t.accepts().then_some(Ok(()));
     }
     let p = prepare(op, call)?;

@@ -157,7 +157,9 @@ fn compare(
 /// of their leading axis independently are checked piece by piece (see `pieces.rs`), with
 /// the same verdict.
 pub(super) fn forward(op: &Op, call: &Call) -> Result<(), String> {
-    if let Some(verdict) = super::optim::forward(op, call) {
+    if let Some(verdict) =
+        super::optim::forward(op, call).or_else(|| super::rounded::forward(op, call))
+    {
         return verdict;
     }
     super::layout::forward(op, call)
@@ -168,8 +170,11 @@ pub(super) fn forward(op: &Op, call: &Call) -> Result<(), String> {
 
 /// The forward check on the whole call at once.
 pub(super) fn whole_forward(op: &Op, call: &Call) -> Result<(), String> {
-    // the optimizer maps' bound is per element (optim.rs): the same check whole or in parts
-    if let Some(verdict) = super::optim::forward(op, call) {
+    // the optimizer maps' bound and the same-shape binary maps' are per element (optim.rs,
+    // rounded.rs): the same check whole or in parts
+    if let Some(verdict) =
+        super::optim::forward(op, call).or_else(|| super::rounded::forward(op, call))
+    {
         return verdict;
     }
     let xs: Vec<Array<f64>> = call.inputs.iter().map(array).collect();

@@ -1,0 +1,97 @@
+//! The check of the binary maps over operands of the output's shape (`add`, `sub`, `mul`,
+//! `div`, `maximum`, `minimum`) against half a unit in the last place per element.
+//!
+//! Each element of such a call is one IEEE-754 operation on two f32 values, correctly rounded
+//! (round to nearest) by every kernel the replayed capsules bind: the native CPU loops, and
+//! the CUDA kernels, which NVRTC compiles without fast-math (IEEE division; a single
+//! operation leaves nothing to contract). So instead of the recompute tolerance
+//! 2e-4·(1 + max|spec|) of the whole call, each element is accepted when it is
+//! - the spec's operation evaluated in f32, bit for bit (a NaN where that is NaN), or
+//! - of the f64 spec's non-finite class, or
+//! - within **half an ulp** of the f64 spec's value `exact`: half the spacing of the f32
+//!   values around it, 2^(e − 24) for 2^e ≤ |exact| < 2^(e+1), 2⁻¹⁵⁰ in the subnormal range
+//!   (round to nearest errs by at most that; the f64 value is exact for `add`, `sub`, `mul`,
+//!   `maximum`, `minimum` of f32 operands in range, and within 2⁻⁵³ relative for `div`,
+//!   covered by a factor 1 + 2⁻²⁸). The other neighbour of an exact tie is within it too.
+//!
+//! A correct kernel is never rejected; a result one ulp or more from the correctly rounded
+//! value (away from the exact one; or the neighbour of a value that is not a tie) is. The verdict is per element, so it decomposes over tiles and
+//! the whole-call check is the same check. Broadcast calls (a bias added along rows) keep the
+//! recompute tolerance (`maps.rs`, `pieces.rs`).
+//!
+//! Cost: the whole call is compared with the f32 operation first (`exactly`, vectorized); only
+//! a call with another element is walked element by element.
+
+use super::recompute::{class, dense_values};
+use super::unary::exactly;
+use crate::backend::Call;
+use crate::graph::Op;
+use crate::spec::binary;
+
+/// Half the smallest positive f32 (2⁻¹⁵⁰): the rounding error bound in the subnormal range.
+const HALF_TINY: f64 = 7.006_492_321_624_085e-46;
+
+/// The element bound around the f64 value `exact`: half the spacing of the f32 values around
+/// it (2^(e − 24) for 2^e ≤ |exact| < 2^(e+1) in the normal range, 2⁻¹⁵⁰ in the subnormal
+/// range), raised by 2⁻²⁸ relative for the f64 value's own rounding (a quotient).
+fn bound(exact: f64) -> f64 {
+    let a = exact.abs();
+    let half_ulp = if a < f32::MIN_POSITIVE as f64 {
+        HALF_TINY
+    } else {
+        // the binary exponent of a normal f64, from its bits
+        let e = ((a.to_bits() >> 52) & 0x7ff) as i32 - 1023;
+        2f64.powi(e - 24)
+    };
+    half_ulp * (1.0 + 1.0 / (1u64 << 28) as f64)
+}
+
+/// The verdict on a binary map whose operands all have the output's shape; `None` for any
+/// other call (another check decides).
+pub(super) fn forward(op: &Op, call: &Call) -> Option<Result<(), String>> {
+    if !op.kind().is_binary_map() || call.inputs.len() != 2 {
+        return None;
+    }
+    let y = &call.output;
+    if call.inputs.iter().any(|x| x.shape != y.shape) {
+        return None;
+    }
+    let (a, b, y) = (
+        dense_values(&call.inputs[0]),
+        dense_values(&call.inputs[1]),
+        dense_values(y),
+    );
+    if a.len() != y.len() || b.len() != y.len() {
+        return Some(Err("operands and result of different lengths".into()));
+    }
+    let f32v = |[a, b]: [f32; 2]| binary(op, a, b);
+    if exactly([&a, &b], &y, f32v) {
+        return Some(Ok(()));
+    }
+    let reject = (0..y.len()).find_map(|i| {
+        let (got, fv) = (y[i], f32v([a[i], b[i]]));
+        if got.to_bits() == fv.to_bits() || (got.is_nan() && fv.is_nan()) {
+            return None;
+        }
+        let exact = binary(op, a[i] as f64, b[i] as f64);
+        let g = got as f64;
+        let ok = if g.is_finite() && exact.is_finite() {
+            (g - exact).abs() <= bound(exact)
+        } else {
+            class(g) == class(exact)
+        };
+        (!ok).then(|| {
+            format!(
+                "element {i} is {got:e}: {} of {:e} and {:e} is {exact:e} (correctly rounded {fv:e}); allowed {:e} (half an ulp)",
+                op.name(),
+                a[i],
+                b[i],
+                bound(exact)
+            )
+        })
+    });
+    Some(match reject {
+        Some(reason) => Err(reason),
+        None => Ok(()),
+    })
+}
