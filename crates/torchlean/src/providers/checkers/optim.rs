@@ -131,22 +131,9 @@ pub(super) fn forward(op: &Op, call: &Call) -> Option<Result<(), String>> {
         return Some(Err("operands and result of different lengths".into()));
     }
     Some(match *op {
-        Op::EmaUpdate { decay, square } => {
-            let (d32, d64) = (decay, decay as f64);
-            let f32v = |[s, x]: [f32; 2]| ema_value(d32, square, s, x);
-            let xs = [xs[0], xs[1]];
-            if exactly(xs, &y, f32v) {
-                return Some(Ok(()));
-            }
-            each(y.len(), |i| {
-                let (s, x) = (xs[0][i], xs[1][i]);
-                let (s64, x64) = (s as f64, x as f64);
-                let want = ema_value(d64, square, s64, x64);
-                let b = ema_bound(d64, square, s64, x64);
-                let fv = f32v([s, x]);
-                (!accepts(y[i], fv, want, b)).then(|| rejected("result", i, y[i], fv, want, b))
-            })
-        }
+        // `square` as a constant, so that the f32 comparison's loop has no branch
+        Op::EmaUpdate { decay, square } if square => ema::<true>(decay, [xs[0], xs[1]], &y),
+        Op::EmaUpdate { decay, .. } => ema::<false>(decay, [xs[0], xs[1]], &y),
         Op::AdamUpdate { .. } => {
             let (c32, c64) = (adam_constants::<f32>(op)?, adam_constants::<f64>(op)?);
             let f32v = |[w, m, v]: [f32; 3]| adam_value(c32, w, m, v);
@@ -164,6 +151,23 @@ pub(super) fn forward(op: &Op, call: &Call) -> Option<Result<(), String>> {
             })
         }
         _ => return None,
+    })
+}
+
+/// `ema_update` (`SQUARE`: of x·x) against its bound.
+fn ema<const SQUARE: bool>(decay: f32, xs: [&[f32]; 2], y: &[f32]) -> Result<(), String> {
+    let d64 = decay as f64;
+    let f32v = |[s, x]: [f32; 2]| ema_value(decay, SQUARE, s, x);
+    if exactly(xs, y, f32v) {
+        return Ok(());
+    }
+    each(y.len(), |i| {
+        let (s, x) = (xs[0][i], xs[1][i]);
+        let (s64, x64) = (s as f64, x as f64);
+        let want = ema_value(d64, SQUARE, s64, x64);
+        let b = ema_bound(d64, SQUARE, s64, x64);
+        let fv = f32v([s, x]);
+        (!accepts(y[i], fv, want, b)).then(|| rejected("result", i, y[i], fv, want, b))
     })
 }
 

@@ -64,16 +64,52 @@ pub(super) fn forward(op: &Op, call: &Call) -> Option<Result<(), String>> {
     if a.len() != y.len() || b.len() != y.len() {
         return Some(Err("operands and result of different lengths".into()));
     }
-    let f32v = |[a, b]: [f32; 2]| binary(op, a, b);
-    if exactly([&a, &b], &y, f32v) {
-        return Some(Ok(()));
+    // the spec's operation, one arm per op (a constant op: the f32 comparison's loop has no
+    // per-element match)
+    macro_rules! with {
+        ($op:expr) => {
+            first_rejection(
+                op,
+                [&a, &b],
+                &y,
+                |x, z| binary(&$op, x, z),
+                |x, z| binary(&$op, x, z),
+            )
+        };
     }
-    let reject = (0..y.len()).find_map(|i| {
-        let (got, fv) = (y[i], f32v([a[i], b[i]]));
+    let reject = match op {
+        Op::Add => with!(Op::Add),
+        Op::Sub => with!(Op::Sub),
+        Op::Mul => with!(Op::Mul),
+        Op::Div => with!(Op::Div),
+        Op::Maximum => with!(Op::Maximum),
+        Op::Minimum => with!(Op::Minimum),
+        _ => return None,
+    };
+    Some(match reject {
+        Some(reason) => Err(reason),
+        None => Ok(()),
+    })
+}
+
+/// The first element of `y` outside the bound of `op(a, b)` (`f32v`, `f64v`: the operation
+/// at each precision, the spec's), `None` when every element is accepted.
+fn first_rejection(
+    op: &Op,
+    [a, b]: [&[f32]; 2],
+    y: &[f32],
+    f32v: impl Fn(f32, f32) -> f32 + Sync,
+    f64v: impl Fn(f64, f64) -> f64,
+) -> Option<String> {
+    if exactly([a, b], y, |[x, z]| f32v(x, z)) {
+        return None;
+    }
+    (0..y.len()).find_map(|i| {
+        let (got, fv) = (y[i], f32v(a[i], b[i]));
         if got.to_bits() == fv.to_bits() || (got.is_nan() && fv.is_nan()) {
             return None;
         }
-        let exact = binary(op, a[i] as f64, b[i] as f64);
+        let exact = f64v(a[i] as f64, b[i] as f64);
         let g = got as f64;
         let ok = if g.is_finite() && exact.is_finite() {
             (g - exact).abs() <= bound(exact)
@@ -89,9 +125,5 @@ pub(super) fn forward(op: &Op, call: &Call) -> Option<Result<(), String>> {
                 bound(exact)
             )
         })
-    });
-    Some(match reject {
-        Some(reason) => Err(reason),
-        None => Ok(()),
     })
 }
