@@ -813,6 +813,18 @@ fn same_shape_forward(inj: &Injection) -> bool {
     inj.cotangent.is_none() && inj.inputs.iter().all(|x| x.shape() == out.shape())
 }
 
+/// A binary map's operation at one precision (written here, apart from the spec).
+fn binary_op<T: torchlean::scalar::Scalar>(op: &Op, x: T, y: T) -> T {
+    match op {
+        Op::Add => x + y,
+        Op::Sub => x - y,
+        Op::Mul => x * y,
+        Op::Div => x / y,
+        Op::Maximum => torchlean::scalar::maximum(x, y),
+        _ => torchlean::scalar::minimum(x, y),
+    }
+}
+
 /// The same-shape binary maps' declared bound (docs/assurance.md, `checkers/rounded.rs`),
 /// evaluated here: an element is within it when it is the f32 operation's value bit for bit
 /// (a NaN where that is NaN), of the f64 value's non-finite class, or within half the
@@ -830,26 +842,6 @@ fn measure_rounded(inj: &Injection) -> Measure {
         h * (1.0 + 2f64.powi(-28))
     };
     let (a, b) = (inj.inputs[0].to_vec(), inj.inputs[1].to_vec());
-    let op32 = |x: f32, y: f32| -> f32 {
-        match inj.op {
-            Op::Add => x + y,
-            Op::Sub => x - y,
-            Op::Mul => x * y,
-            Op::Div => x / y,
-            Op::Maximum => torchlean::scalar::maximum(x, y),
-            _ => torchlean::scalar::minimum(x, y),
-        }
-    };
-    let op64 = |x: f64, y: f64| -> f64 {
-        match inj.op {
-            Op::Add => x + y,
-            Op::Sub => x - y,
-            Op::Mul => x * y,
-            Op::Div => x / y,
-            Op::Maximum => torchlean::scalar::maximum(x, y),
-            _ => torchlean::scalar::minimum(x, y),
-        }
-    };
     let (Some(Some(bad)), Some(Some(clean))) = (inj.corrupted.first(), inj.clean.first()) else {
         return verdict(false, 0.0, 0.0);
     };
@@ -860,7 +852,10 @@ fn measure_rounded(inj: &Injection) -> Measure {
         .any(|(x, y)| x.to_bits() != y.to_bits());
     let (mut worst, mut max_bound, mut max_ref) = (0.0f64, 0.0f64, 0.0f64);
     for i in 0..got.len() {
-        let (fv, exact) = (op32(a[i], b[i]), op64(a[i] as f64, b[i] as f64));
+        let (fv, exact) = (
+            binary_op(&inj.op, a[i], b[i]),
+            binary_op(&inj.op, a[i] as f64, b[i] as f64),
+        );
         let g = got[i];
         let bound = half_ulp(exact);
         max_bound = max_bound.max(bound);
