@@ -800,7 +800,9 @@ pub fn measure(inj: &Injection) -> Measure {
         OpKind::Matmul | OpKind::Linear => measure_product(inj),
         OpKind::Conv2d | OpKind::ConvTranspose2d => measure_conv(inj),
         OpKind::EmaUpdate | OpKind::AdamUpdate | OpKind::AdamStep => measure_optimizer(inj),
-        kind if kind.is_binary_map() && same_shape_forward(inj) => measure_rounded(inj),
+        _ if rounded_op(&inj.op, &[0.0f64, 0.0]).is_some() && same_shape_forward(inj) => {
+            measure_rounded(inj)
+        }
         _ => measure_recompute(inj),
     }
 }
@@ -813,20 +815,36 @@ fn same_shape_forward(inj: &Injection) -> bool {
     inj.cotangent.is_none() && inj.inputs.iter().all(|x| x.shape() == out.shape())
 }
 
-/// A binary map's operation at one precision (written here, apart from the spec).
-fn binary_op<T: torchlean::scalar::Scalar>(op: &Op, x: T, y: T) -> T {
-    match op {
-        Op::Add => x + y,
-        Op::Sub => x - y,
-        Op::Mul => x * y,
-        Op::Div => x / y,
-        Op::Maximum => torchlean::scalar::maximum(x, y),
-        _ => torchlean::scalar::minimum(x, y),
-    }
+/// The operation of a map that is one correctly rounded IEEE operation (or an exact
+/// selection) per element, at one precision, written here apart from the spec: the binary
+/// maps on `x[0]`, `x[1]`, and `neg`, `abs`, `relu`, `clamp`, `sqrt`, `inv`, `scale`,
+/// `add_scalar` on `x[0]`. `None` for any other op.
+fn rounded_op<T: torchlean::scalar::Scalar>(op: &Op, x: &[T]) -> Option<T> {
+    use torchlean::scalar::{maximum, minimum};
+    let (a, b) = (x[0], x.get(1).copied().unwrap_or(T::zero()));
+    let c = |v: f32| T::c(v as f64);
+    Some(match *op {
+        Op::Add => a + b,
+        Op::Sub => a - b,
+        Op::Mul => a * b,
+        Op::Div => a / b,
+        Op::Maximum => maximum(a, b),
+        Op::Minimum => minimum(a, b),
+        Op::Neg => -a,
+        Op::Abs => a.abs(),
+        Op::Relu => maximum(a, T::zero()),
+        Op::Sqrt => a.sqrt(),
+        Op::Inv => T::one() / a,
+        Op::Scale { factor } => a * c(factor),
+        Op::AddScalar { value } => a + c(value),
+        Op::Clamp { min, max } => minimum(maximum(a, c(min)), c(max)),
+        _ => return None,
+    })
 }
 
-/// The same-shape binary maps' declared bound (docs/assurance.md, `checkers/rounded.rs`),
-/// evaluated here: an element is within it when it is the f32 operation's value bit for bit
+/// The declared bound of the maps of `rounded_op` over operands of the result's shape
+/// (docs/assurance.md, `checkers/rounded.rs`), evaluated here: an element is within it when
+/// it is the f32 operation's value bit for bit
 /// (a NaN where that is NaN), of the f64 value's non-finite class, or within half the
 /// spacing of the f32 values around the f64 value (2^(e-24) at binary exponent e, 2^-150 in
 /// the subnormal range; times 1 + 2^-28). Returns the largest ratio of error to bound.
@@ -841,7 +859,7 @@ fn measure_rounded(inj: &Injection) -> Measure {
         };
         h * (1.0 + 2f64.powi(-28))
     };
-    let (a, b) = (inj.inputs[0].to_vec(), inj.inputs[1].to_vec());
+    let ins: Vec<Vec<f32>> = inj.inputs.iter().map(|t| t.to_vec()).collect();
     let (Some(Some(bad)), Some(Some(clean))) = (inj.corrupted.first(), inj.clean.first()) else {
         return verdict(false, 0.0, 0.0);
     };
@@ -852,10 +870,11 @@ fn measure_rounded(inj: &Injection) -> Measure {
         .any(|(x, y)| x.to_bits() != y.to_bits());
     let (mut worst, mut max_bound, mut max_ref) = (0.0f64, 0.0f64, 0.0f64);
     for i in 0..got.len() {
-        let (fv, exact) = (
-            binary_op(&inj.op, a[i], b[i]),
-            binary_op(&inj.op, a[i] as f64, b[i] as f64),
-        );
+        let x32: Vec<f32> = ins.iter().map(|x| x[i]).collect();
+        let x64: Vec<f64> = x32.iter().map(|&v| v as f64).collect();
+        let (Some(fv), Some(exact)) = (rounded_op(&inj.op, &x32), rounded_op(&inj.op, &x64)) else {
+            unreachable!("measure_rounded called for {}", inj.op.name())
+        };
         let g = got[i];
         let bound = half_ulp(exact);
         max_bound = max_bound.max(bound);

@@ -1485,12 +1485,13 @@ fn optimizer_maps_are_held_to_a_bound_per_element() {
     assert!(check_forward(&op, &xs, &y, 3).is_err());
 }
 
-/// The binary maps over operands of the output's shape are checked at half an ulp per element
-/// (checkers/rounded.rs): the native kernel's results are accepted (normal, subnormal and
-/// non-finite values included), a result one ulp off anywhere is rejected — whole and by
-/// parts alike — though it is far inside the recompute tolerance 2e-4·(1 + max|spec|).
+/// The binary maps over operands of the output's shape, and the unary maps that are one
+/// correctly rounded operation, are checked at half an ulp per element (checkers/rounded.rs):
+/// the native kernel's results are accepted (normal, subnormal and non-finite values
+/// included), a result one ulp further from the exact value is rejected — whole and by parts
+/// alike — though it is far inside the recompute tolerance 2e-4·(1 + max|spec|).
 #[test]
-fn binary_maps_are_held_to_half_an_ulp_per_element() {
+fn correctly_rounded_maps_are_held_to_half_an_ulp_per_element() {
     let n = 3000;
     let mut k = 99u64;
     let mut a: Vec<f32> = (0..n).map(|_| spread(&mut k)).collect();
@@ -1499,11 +1500,26 @@ fn binary_maps_are_held_to_half_an_ulp_per_element() {
     a[..6].copy_from_slice(&[1e-40, -3e-42, 0.0, f32::INFINITY, f32::NAN, 1e38]);
     b[..6].copy_from_slice(&[2e-41, 7e-43, -0.0, 1.0, 2.0, 1e38]);
     let shape = vec![n];
-    for op in [Op::Add, Op::Sub, Op::Mul, Op::Div, Op::Maximum, Op::Minimum] {
-        let ins = [
-            Tensor::from_vec(a.clone(), &shape).unwrap(),
-            Tensor::from_vec(b.clone(), &shape).unwrap(),
-        ];
+    let binary = [Op::Add, Op::Sub, Op::Mul, Op::Div, Op::Maximum, Op::Minimum];
+    let unary = [
+        Op::Neg,
+        Op::Abs,
+        Op::Relu,
+        Op::Sqrt,
+        Op::Inv,
+        Op::Scale { factor: 0.3 },
+        Op::AddScalar { value: -1.7 },
+        Op::Clamp {
+            min: -0.5,
+            max: 2.0,
+        },
+    ];
+    for op in binary.iter().chain(&unary).cloned() {
+        let two = binary.contains(&op);
+        let mut ins = vec![Tensor::from_vec(a.clone(), &shape).unwrap()];
+        if two {
+            ins.push(Tensor::from_vec(b.clone(), &shape).unwrap());
+        }
         let (xs, y) = forward(&op, &ins);
         assert_eq!(check_forward(&op, &xs, &y, 1), Ok(()), "{}", op.name());
         for at in [0usize, 1, 7, n / 2, n - 1] {
@@ -1513,14 +1529,23 @@ fn binary_maps_are_held_to_half_an_ulp_per_element() {
                 continue;
             }
             // one ulp further from the exact value than the correctly rounded result
-            let (x, z) = (xs[0].0[at] as f64, xs[1].0[at] as f64);
+            let x = xs[0].0[at] as f64;
+            let z = if two { xs[1].0[at] as f64 } else { 0.0 };
             let exact = match op {
                 Op::Add => x + z,
                 Op::Sub => x - z,
                 Op::Mul => x * z,
                 Op::Div => x / z,
                 Op::Maximum => x.max(z),
-                _ => x.min(z),
+                Op::Minimum => x.min(z),
+                Op::Neg => -x,
+                Op::Abs => x.abs(),
+                Op::Relu => x.max(0.0),
+                Op::Sqrt => x.sqrt(),
+                Op::Inv => 1.0 / x,
+                Op::Scale { factor } => x * factor as f64,
+                Op::AddScalar { value } => x + value as f64,
+                _ => x.clamp(-0.5, 2.0),
             };
             let away_from_zero = (v as f64 >= exact) == (v > 0.0);
             let bits = if away_from_zero {

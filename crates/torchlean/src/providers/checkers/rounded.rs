@@ -1,10 +1,12 @@
-//! The check of the binary maps over operands of the output's shape (`add`, `sub`, `mul`,
-//! `div`, `maximum`, `minimum`) against half a unit in the last place per element.
+//! The check of the maps that are one correctly rounded IEEE-754 operation per element —
+//! the binary maps over operands of the output's shape (`add`, `sub`, `mul`, `div`,
+//! `maximum`, `minimum`) and the unary maps `neg`, `abs`, `relu`, `clamp`, `sqrt`, `inv`,
+//! `scale`, `add_scalar` — against half a unit in the last place per element.
 //!
-//! Each element of such a call is one IEEE-754 operation on two f32 values, correctly rounded
-//! (round to nearest) by every kernel the replayed capsules bind: the native CPU loops, and
-//! the CUDA kernels, which NVRTC compiles without fast-math (IEEE division; a single
-//! operation leaves nothing to contract). So instead of the recompute tolerance
+//! Each element of such a call is one IEEE-754 operation on f32 values (or an exact
+//! selection), correctly rounded (round to nearest) by every kernel the replayed capsules
+//! bind: the native CPU loops, and the CUDA kernels, which NVRTC compiles without fast-math
+//! (IEEE division and square root; a single operation leaves nothing to contract). So instead of the recompute tolerance
 //! 2e-4·(1 + max|spec|) of the whole call, each element is accepted when it is
 //! - the spec's operation evaluated in f32, bit for bit (a NaN where that is NaN), or
 //! - of the f64 spec's non-finite class, or
@@ -26,7 +28,7 @@ use super::recompute::{class, dense_values};
 use super::unary::exactly;
 use crate::backend::Call;
 use crate::graph::Op;
-use crate::spec::binary;
+use crate::spec::{binary, unary};
 
 /// Half the smallest positive f32 (2⁻¹⁵⁰): the rounding error bound in the subnormal range.
 const HALF_TINY: f64 = 7.006_492_321_624_085e-46;
@@ -49,6 +51,9 @@ fn bound(exact: f64) -> f64 {
 /// The verdict on a binary map whose operands all have the output's shape; `None` for any
 /// other call (another check decides).
 pub(super) fn forward(op: &Op, call: &Call) -> Option<Result<(), String>> {
+    if op.kind().is_unary_map() {
+        return unary_forward(op, call);
+    }
     if !op.kind().is_binary_map() || call.inputs.len() != 2 {
         return None;
     }
@@ -72,8 +77,8 @@ pub(super) fn forward(op: &Op, call: &Call) -> Option<Result<(), String>> {
                 op,
                 [&a, &b],
                 &y,
-                |x, z| binary(&$op, x, z),
-                |x, z| binary(&$op, x, z),
+                |[x, z]| binary(&$op, x, z),
+                |[x, z]| binary(&$op, x, z),
             )
         };
     }
@@ -92,24 +97,25 @@ pub(super) fn forward(op: &Op, call: &Call) -> Option<Result<(), String>> {
     })
 }
 
-/// The first element of `y` outside the bound of `op(a, b)` (`f32v`, `f64v`: the operation
-/// at each precision, the spec's), `None` when every element is accepted.
-fn first_rejection(
+/// The first element of `y` outside the bound of `op` at its operands `xs` (`f32v`, `f64v`:
+/// the spec's operation at each precision), `None` when every element is accepted.
+fn first_rejection<const K: usize>(
     op: &Op,
-    [a, b]: [&[f32]; 2],
+    xs: [&[f32]; K],
     y: &[f32],
-    f32v: impl Fn(f32, f32) -> f32 + Sync,
-    f64v: impl Fn(f64, f64) -> f64,
+    f32v: impl Fn([f32; K]) -> f32 + Sync,
+    f64v: impl Fn([f64; K]) -> f64,
 ) -> Option<String> {
-    if exactly([a, b], y, |[x, z]| f32v(x, z)) {
+    if exactly(xs, y, &f32v) {
         return None;
     }
     (0..y.len()).find_map(|i| {
-        let (got, fv) = (y[i], f32v(a[i], b[i]));
+        let x: [f32; K] = std::array::from_fn(|k| xs[k][i]);
+        let (got, fv) = (y[i], f32v(x));
         if got.to_bits() == fv.to_bits() || (got.is_nan() && fv.is_nan()) {
             return None;
         }
-        let exact = f64v(a[i] as f64, b[i] as f64);
+        let exact = f64v(x.map(f64::from));
         let g = got as f64;
         let ok = if g.is_finite() && exact.is_finite() {
             (g - exact).abs() <= bound(exact)
@@ -118,12 +124,45 @@ fn first_rejection(
         };
         (!ok).then(|| {
             format!(
-                "element {i} is {got:e}: {} of {:e} and {:e} is {exact:e} (correctly rounded {fv:e}); allowed {:e} (half an ulp)",
+                "element {i} is {got:e}: {} of {x:?} is {exact:e} (correctly rounded {fv:e}); allowed {:e} (half an ulp)",
                 op.name(),
-                a[i],
-                b[i],
                 bound(exact)
             )
         })
+    })
+}
+
+/// The unary maps that are one correctly rounded operation, or exact, per element: `neg`,
+/// `abs`, `relu`, `clamp` (exact), `sqrt`, `inv` (1/x), `scale` (x·factor), `add_scalar`
+/// (x + value); over an input of the output's shape. `None` for any other call.
+fn unary_forward(op: &Op, call: &Call) -> Option<Result<(), String>> {
+    let (x, y) = (call.inputs.first()?, &call.output);
+    if call.inputs.len() != 1 || x.shape != y.shape {
+        return None;
+    }
+    let (x, y) = (dense_values(x), dense_values(y));
+    if x.len() != y.len() {
+        return Some(Err("operand and result of different lengths".into()));
+    }
+    // the spec's formula of a constant op (no per-element match)
+    macro_rules! with {
+        ($op:expr) => {
+            first_rejection(op, [&x], &y, |[v]| unary($op, v), |[v]| unary($op, v))
+        };
+    }
+    let reject = match *op {
+        Op::Neg => with!(&Op::Neg),
+        Op::Abs => with!(&Op::Abs),
+        Op::Relu => with!(&Op::Relu),
+        Op::Sqrt => with!(&Op::Sqrt),
+        Op::Inv => with!(&Op::Inv),
+        Op::Scale { factor } => with!(&Op::Scale { factor }),
+        Op::AddScalar { value } => with!(&Op::AddScalar { value }),
+        Op::Clamp { min, max } => with!(&Op::Clamp { min, max }),
+        _ => return None,
+    };
+    Some(match reject {
+        Some(reason) => Err(reason),
+        None => Ok(()),
     })
 }
