@@ -842,6 +842,31 @@ fn rounded_op<T: torchlean::scalar::Scalar>(op: &Op, x: &[T]) -> Option<T> {
     })
 }
 
+/// One element's error against a per-element bound (the optimizer maps' and the correctly
+/// rounded maps' rule): 0 for the f32 formula's value bit for bit (a NaN where that is NaN)
+/// or a matching non-finite class, |got − want| / bound for finite values (0 when equal,
+/// infinite against a bound of 0), infinite for a class mismatch.
+fn element_ratio(got: f32, f32v: f32, want: f64, bound: f64) -> f64 {
+    if got.to_bits() == f32v.to_bits() || (got.is_nan() && f32v.is_nan()) {
+        return 0.0;
+    }
+    let g = got as f64;
+    match (class(g), class(want)) {
+        (Class::Finite, Class::Finite) => {
+            let e = (g - want).abs();
+            if e == 0.0 {
+                0.0
+            } else if bound > 0.0 {
+                e / bound
+            } else {
+                f64::INFINITY
+            }
+        }
+        (a, c) if a == c => 0.0,
+        _ => f64::INFINITY,
+    }
+}
+
 /// The declared bound of the maps of `rounded_op` over operands of the result's shape
 /// (docs/assurance.md, `checkers/rounded.rs`), evaluated here: an element is within it when
 /// it is the f32 operation's value bit for bit
@@ -881,15 +906,7 @@ fn measure_rounded(inj: &Injection) -> Measure {
         if exact.is_finite() {
             max_ref = max_ref.max(exact.abs());
         }
-        if g.to_bits() == fv.to_bits() || (g.is_nan() && fv.is_nan()) {
-            continue;
-        }
-        let r = match (class(g as f64), class(exact)) {
-            (Class::Finite, Class::Finite) => (g as f64 - exact).abs() / bound,
-            (x, y) if x == y => 0.0,
-            _ => f64::INFINITY,
-        };
-        worst = worst.max(r);
+        worst = worst.max(element_ratio(g, fv, exact, bound));
     }
     verdict(changed, worst, max_bound / max_ref)
 }
@@ -905,18 +922,6 @@ fn measure_rounded(inj: &Injection) -> Measure {
 fn measure_optimizer(inj: &Injection) -> Measure {
     const TINY: f64 = 1.401_298_464_324_817e-45;
     let bound = |k: usize, m: f64| (gamma(k) + 1.0 / (1u64 << 40) as f64) * m + k as f64 * TINY;
-    let ratio = |got: f32, f32v: f32, want: f64, b: f64| -> f64 {
-        if got.to_bits() == f32v.to_bits() || (got.is_nan() && f32v.is_nan()) {
-            return 0.0;
-        }
-        let g = got as f64;
-        match (class(g), class(want)) {
-            (Class::Finite, Class::Finite) if b > 0.0 => (g - want).abs() / b,
-            (Class::Finite, Class::Finite) => f64::INFINITY,
-            (a, c) if a == c => 0.0,
-            _ => f64::INFINITY,
-        }
-    };
     let ema = |d: f64, sq: bool, s: f64, x: f64| d * s + (1.0 - d) * if sq { x * x } else { x };
     let adam = |[a, c2, eps, sh]: [f64; 4], w: f64, m: f64, v: f64| -> (f64, f64) {
         let q = a * m / (v.sqrt() / c2 + eps);
@@ -958,7 +963,7 @@ fn measure_optimizer(inj: &Injection) -> Measure {
                 let want = ema(d, square, s, x);
                 let xx = if square { x * x } else { x };
                 let b = bound(6, (d * s).abs() + ((1.0 - d) * xx).abs());
-                note(ratio(got[i], f32v[i], want, b), b, want);
+                note(element_ratio(got[i], f32v[i], want, b), b, want);
             }
         }
         Op::AdamUpdate {
@@ -971,7 +976,7 @@ fn measure_optimizer(inj: &Injection) -> Measure {
             for i in 0..got.len() {
                 let [w, m, v] = [0, 1, 2].map(|k| ins[k][i] as f64);
                 let (want, b) = adam(c, w, m, v);
-                note(ratio(got[i], f32v[i], want, b), b, want);
+                note(element_ratio(got[i], f32v[i], want, b), b, want);
             }
         }
         Op::AdamStep {
@@ -996,12 +1001,12 @@ fn measure_optimizer(inj: &Injection) -> Measure {
                     let (wi, mi, vi) = (at + i, at + n + i, at + 2 * n + i);
                     let m1 = ema(b1, false, m, gi);
                     let bm = bound(8, (b1 * m).abs() + ((1.0 - b1) * big_g).abs());
-                    note(ratio(got[mi], f32v[mi], m1, bm), bm, m1);
+                    note(element_ratio(got[mi], f32v[mi], m1, bm), bm, m1);
                     let v1 = ema(b2, true, v, gi);
                     let bv = bound(10, (b2 * v).abs() + ((1.0 - b2) * big_g * big_g).abs());
-                    note(ratio(got[vi], f32v[vi], v1, bv), bv, v1);
+                    note(element_ratio(got[vi], f32v[vi], v1, bv), bv, v1);
                     let (want, b) = adam(c, w, got[mi] as f64, got[vi] as f64);
-                    note(ratio(got[wi], f32v[wi], want, b), b, want);
+                    note(element_ratio(got[wi], f32v[wi], want, b), b, want);
                 }
                 at += 3 * n;
             }

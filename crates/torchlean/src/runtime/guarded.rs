@@ -402,7 +402,9 @@ pub(crate) fn run_update_many_by_tiles(
     targets: &mut [&mut Tensor],
     rest: &[&Tensor],
 ) -> Option<Result<()>> {
-    super::tiled::pointwise_groups(op.kind())?;
+    if !super::tiled::updates_many_by_tiles(k, binding, op.kind()) {
+        return None;
+    }
     let guarded = super::kernel::update_many_operands(op, targets, rest)
         .and_then(|inputs| guard_tensors(k, Phase::Forward, op, &inputs));
     if let Err(e) = guarded {

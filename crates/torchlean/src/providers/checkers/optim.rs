@@ -37,11 +37,13 @@
 //! The f64 spec's own error (a few ulps of f64 on M) is covered by a relative slack of 2⁻⁴⁰
 //! of M. The verdict is per element, so it decomposes over tiles (`runtime/tiled.rs`).
 //!
-//! Cost: every call is first compared with the f32 formula over whole slices (`exactly`,
-//! vectorized); only a call with some other element is walked element by element.
+//! The per-element rule and its walk are `rounded.rs`'s (`accepts`, `first_outside`): every
+//! call is first compared with the f32 formula over whole slices (vectorized); only a call
+//! with some other element is walked element by element.
 
-use super::recompute::{class, dense_values};
-use super::unary::{exactly, exactly_parts};
+use super::recompute::dense_values;
+use super::rounded::{accepts, first_outside, Outside};
+use super::unary::exactly_parts;
 use crate::backend::Call;
 use crate::graph::Op;
 use crate::spec::{
@@ -65,25 +67,19 @@ fn bound(k: u32, m: f64) -> f64 {
     (gamma(k) + SPEC_SLACK) * m + k as f64 * TINY
 }
 
-/// Whether `got` is accepted against the f32 formula's value `f32v`, the f64 spec's value
-/// `want` and the element's bound `b` (module doc).
-fn accepts(got: f32, f32v: f32, want: f64, b: f64) -> bool {
-    if got.to_bits() == f32v.to_bits() || (got.is_nan() && f32v.is_nan()) {
-        return true;
-    }
-    let g = got as f64;
-    if g.is_finite() && want.is_finite() {
-        (g - want).abs() <= b
-    } else {
-        class(g) == class(want)
-    }
-}
-
 /// The rejection of element `i` of `part`.
 fn rejected(part: &str, i: usize, got: f32, f32v: f32, want: f64, b: f64) -> String {
     format!(
         "{part} element {i} is {got:e}: the spec gives {want:e} (its f32 formula {f32v:e}); allowed {b:e} per element (the rounding of the formula's terms)"
     )
+}
+
+/// The verdict on a map's result from its first element outside the bound.
+fn verdict<const K: usize>(outside: Option<Outside<K>>) -> Result<(), String> {
+    match outside {
+        None => Ok(()),
+        Some(o) => Err(rejected("result", o.i, o.got, o.f32v, o.want, o.bound)),
+    }
 }
 
 /// `ema_update`'s element bound: K = 6 on |d·s| + |r·x(·x)|.
@@ -136,19 +132,12 @@ pub(super) fn forward(op: &Op, call: &Call) -> Option<Result<(), String>> {
         Op::EmaUpdate { decay, .. } => ema::<false>(decay, [xs[0], xs[1]], &y),
         Op::AdamUpdate { .. } => {
             let (c32, c64) = (adam_constants::<f32>(op)?, adam_constants::<f64>(op)?);
-            let f32v = |[w, m, v]: [f32; 3]| adam_value(c32, w, m, v);
-            let xs = [xs[0], xs[1], xs[2]];
-            if exactly(xs, &y, f32v) {
-                return Some(Ok(()));
-            }
-            each(y.len(), |i| {
-                let x = [xs[0][i], xs[1][i], xs[2][i]];
-                let [w, m, v] = x.map(f64::from);
-                let want = adam_value(c64, w, m, v);
-                let b = adam_bound(c64, w, m, v);
-                let fv = f32v(x);
-                (!accepts(y[i], fv, want, b)).then(|| rejected("result", i, y[i], fv, want, b))
-            })
+            verdict(first_outside(
+                [xs[0], xs[1], xs[2]],
+                &y,
+                |[w, m, v]| adam_value(c32, w, m, v),
+                |[w, m, v]| (adam_value(c64, w, m, v), adam_bound(c64, w, m, v)),
+            ))
         }
         _ => return None,
     })
@@ -157,26 +146,12 @@ pub(super) fn forward(op: &Op, call: &Call) -> Option<Result<(), String>> {
 /// `ema_update` (`SQUARE`: of x·x) against its bound.
 fn ema<const SQUARE: bool>(decay: f32, xs: [&[f32]; 2], y: &[f32]) -> Result<(), String> {
     let d64 = decay as f64;
-    let f32v = |[s, x]: [f32; 2]| ema_value(decay, SQUARE, s, x);
-    if exactly(xs, y, f32v) {
-        return Ok(());
-    }
-    each(y.len(), |i| {
-        let (s, x) = (xs[0][i], xs[1][i]);
-        let (s64, x64) = (s as f64, x as f64);
-        let want = ema_value(d64, SQUARE, s64, x64);
-        let b = ema_bound(d64, SQUARE, s64, x64);
-        let fv = f32v([s, x]);
-        (!accepts(y[i], fv, want, b)).then(|| rejected("result", i, y[i], fv, want, b))
-    })
-}
-
-/// The first rejection among elements `0..n` (`check(i)` gives an element's rejection).
-fn each(n: usize, check: impl Fn(usize) -> Option<String>) -> Result<(), String> {
-    match (0..n).find_map(check) {
-        Some(reason) => Err(reason),
-        None => Ok(()),
-    }
+    verdict(first_outside(
+        xs,
+        y,
+        |[s, x]| ema_value(decay, SQUARE, s, x),
+        |[s, x]| (ema_value(d64, SQUARE, s, x), ema_bound(d64, SQUARE, s, x)),
+    ))
 }
 
 /// `adam_step`: per parameter, the three parts against their bounds (module doc).
@@ -204,7 +179,7 @@ fn adam_step(op: &Op, xs: &[&[f32]], y: &[f32]) -> Result<(), String> {
         let xs4 = [group[0], group[1], group[2], group[3]];
         let f32v = |[w, m, v, g]: [f32; 4]| adam_step_value(c32, w, m, v, g);
         if !exactly_parts(xs4, parts, f32v) {
-            each(n, |i| {
+            let outside = (0..n).find_map(|i| {
                 let x = [xs4[0][i], xs4[1][i], xs4[2][i], xs4[3][i]];
                 let [w, m, v, g] = x.map(f64::from);
                 let fv = f32v(x);
@@ -242,7 +217,10 @@ fn adam_step(op: &Op, xs: &[&[f32]], y: &[f32]) -> Result<(), String> {
                 let gw = parts[0][i];
                 (!accepts(gw, fv[0], want, b))
                     .then(|| rejected(&format!("parameter {p}: w′"), i, gw, fv[0], want, b))
-            })?;
+            });
+            if let Some(reason) = outside {
+                return Err(reason);
+            }
         }
         at += 3 * n;
     }

@@ -71,18 +71,25 @@ pub(super) fn forward(op: &Op, call: &Call) -> Option<Result<(), String>> {
     }
     // the spec's operation, one arm per op (a constant op: the f32 comparison's loop has no
     // per-element match)
+    // the spec's operation, one arm per op (a constant op: the f32 comparison's loop has no
+    // per-element match)
     macro_rules! with {
         ($op:expr) => {
-            first_rejection(
+            verdict(
                 op,
-                [&a, &b],
-                &y,
-                |[x, z]| binary(&$op, x, z),
-                |[x, z]| binary(&$op, x, z),
+                first_outside(
+                    [&a, &b],
+                    &y,
+                    |[x, z]| binary(&$op, x, z),
+                    |[x, z]| {
+                        let exact = binary(&$op, x, z);
+                        (exact, bound(exact))
+                    },
+                ),
             )
         };
     }
-    let reject = match op {
+    Some(match op {
         Op::Add => with!(Op::Add),
         Op::Sub => with!(Op::Sub),
         Op::Mul => with!(Op::Mul),
@@ -90,46 +97,76 @@ pub(super) fn forward(op: &Op, call: &Call) -> Option<Result<(), String>> {
         Op::Maximum => with!(Op::Maximum),
         Op::Minimum => with!(Op::Minimum),
         _ => return None,
-    };
-    Some(match reject {
-        Some(reason) => Err(reason),
-        None => Ok(()),
     })
 }
 
-/// The first element of `y` outside the bound of `op` at its operands `xs` (`f32v`, `f64v`:
-/// the spec's operation at each precision), `None` when every element is accepted.
-fn first_rejection<const K: usize>(
-    op: &Op,
+/// Whether an element `got` is accepted: it is the f32 formula's value `f32v` bit for bit (a
+/// NaN where that is NaN), of the f64 value `want`'s non-finite class, or within `bound` of
+/// it — the per-element rule of this module and of `optim.rs`.
+pub(super) fn accepts(got: f32, f32v: f32, want: f64, bound: f64) -> bool {
+    if got.to_bits() == f32v.to_bits() || (got.is_nan() && f32v.is_nan()) {
+        return true;
+    }
+    let g = got as f64;
+    if g.is_finite() && want.is_finite() {
+        (g - want).abs() <= bound
+    } else {
+        class(g) == class(want)
+    }
+}
+
+/// An element outside its bound.
+pub(super) struct Outside<const K: usize> {
+    pub i: usize,
+    pub x: [f32; K],
+    pub got: f32,
+    pub f32v: f32,
+    pub want: f64,
+    pub bound: f64,
+}
+
+/// The first element of `y` that [`accepts`] refuses, of a map of the operands `xs`: `f32v`
+/// its formula in f32, `reference` its f64 value and bound. The whole call is compared with
+/// `f32v` first (vectorized); only a call with another element is walked element by element.
+pub(super) fn first_outside<const K: usize>(
     xs: [&[f32]; K],
     y: &[f32],
     f32v: impl Fn([f32; K]) -> f32 + Sync,
-    f64v: impl Fn([f64; K]) -> f64,
-) -> Option<String> {
+    reference: impl Fn([f64; K]) -> (f64, f64),
+) -> Option<Outside<K>> {
     if exactly(xs, y, &f32v) {
         return None;
     }
     (0..y.len()).find_map(|i| {
         let x: [f32; K] = std::array::from_fn(|k| xs[k][i]);
         let (got, fv) = (y[i], f32v(x));
-        if got.to_bits() == fv.to_bits() || (got.is_nan() && fv.is_nan()) {
-            return None;
-        }
-        let exact = f64v(x.map(f64::from));
-        let g = got as f64;
-        let ok = if g.is_finite() && exact.is_finite() {
-            (g - exact).abs() <= bound(exact)
-        } else {
-            class(g) == class(exact)
-        };
-        (!ok).then(|| {
-            format!(
-                "element {i} is {got:e}: {} of {x:?} is {exact:e} (correctly rounded {fv:e}); allowed {:e} (half an ulp)",
-                op.name(),
-                bound(exact)
-            )
+        let (want, bound) = reference(x.map(f64::from));
+        (!accepts(got, fv, want, bound)).then_some(Outside {
+            i,
+            x,
+            got,
+            f32v: fv,
+            want,
+            bound,
         })
     })
+}
+
+/// The verdict on a call of `op` from its first element outside the bound.
+fn verdict<const K: usize>(op: &Op, outside: Option<Outside<K>>) -> Result<(), String> {
+    match outside {
+        None => Ok(()),
+        Some(o) => Err(format!(
+            "element {} is {:e}: {} of {:?} is {:e} (correctly rounded {:e}); allowed {:e} (half an ulp)",
+            o.i,
+            o.got,
+            op.name(),
+            o.x,
+            o.want,
+            o.f32v,
+            o.bound
+        )),
+    }
 }
 
 /// The unary maps that are one correctly rounded operation, or exact, per element: `neg`,
@@ -147,10 +184,21 @@ fn unary_forward(op: &Op, call: &Call) -> Option<Result<(), String>> {
     // the spec's formula of a constant op (no per-element match)
     macro_rules! with {
         ($op:expr) => {
-            first_rejection(op, [&x], &y, |[v]| unary($op, v), |[v]| unary($op, v))
+            verdict(
+                op,
+                first_outside(
+                    [&x],
+                    &y,
+                    |[v]| unary($op, v),
+                    |[v]| {
+                        let exact = unary($op, v);
+                        (exact, bound(exact))
+                    },
+                ),
+            )
         };
     }
-    let reject = match *op {
+    Some(match *op {
         Op::Neg => with!(&Op::Neg),
         Op::Abs => with!(&Op::Abs),
         Op::Relu => with!(&Op::Relu),
@@ -160,9 +208,5 @@ fn unary_forward(op: &Op, call: &Call) -> Option<Result<(), String>> {
         Op::AddScalar { value } => with!(&Op::AddScalar { value }),
         Op::Clamp { min, max } => with!(&Op::Clamp { min, max }),
         _ => return None,
-    };
-    Some(match reject {
-        Some(reason) => Err(reason),
-        None => Ok(()),
     })
 }
