@@ -22,6 +22,7 @@ pub mod runtime;
 pub mod scalar;
 pub mod spec;
 pub mod tensor;
+pub mod wide;
 
 pub use error::{Error, OpError, Result};
 pub use graph::{Op, OpKind};

@@ -32,7 +32,7 @@ use super::recompute::dense_slice;
 use crate::backend::{Call, Operand};
 use crate::graph::{AttentionMask, Op};
 use crate::providers::native_cpu::par::{gemm, Mat};
-use crate::scalar::max_of;
+use crate::scalar::{max_of, maximum};
 use crate::spec::{contiguous_strides, infer_shape, numel};
 use rayon::prelude::*;
 use std::borrow::Cow;
@@ -41,11 +41,31 @@ use std::borrow::Cow;
 const ROWS: usize = 64;
 
 /// The spec's softmax of one row of scores in place: a blocked entry (-inf) gives
-/// exp(-inf) = 0, as the spec's explicit zero.
+/// exp(-inf) = 0, as the spec's explicit zero. The maximum and the sum run in eight lanes (a
+/// sequential fold is one dependent operation per element); the sum's order is not the
+/// spec's: an f64 rounding difference (about 1e-16 relative), far below the check's
+/// tolerance.
+#[inline(always)]
 fn softmax_in_place(row: &mut [f64]) {
-    let mx = max_of(row.iter().copied());
+    const LANES: usize = 8;
+    let chunks = row.chunks_exact(LANES);
+    let mut mx = [max_of(chunks.remainder().iter().copied()); LANES];
+    for c in chunks {
+        for l in 0..LANES {
+            mx[l] = maximum(mx[l], c[l]);
+        }
+    }
+    let mx = max_of(mx);
     row.iter_mut().for_each(|x| *x = exp64::exp(*x - mx));
-    let z: f64 = row.iter().sum();
+    let chunks = row.chunks_exact(LANES);
+    let mut z = [0.0f64; LANES];
+    z[0] = chunks.remainder().iter().sum();
+    for c in chunks {
+        for l in 0..LANES {
+            z[l] += c[l];
+        }
+    }
+    let z: f64 = z.iter().sum();
     row.iter_mut().for_each(|x| *x /= z);
 }
 
@@ -226,48 +246,55 @@ impl<'a> Attention<'a> {
     /// `Scores::at` and `attention_row`). Returns whether each row has a key it may attend
     /// to; a fully blocked row is left all zeros.
     fn probabilities(&self, b: usize, i0: usize, qk: &mut [f64]) -> Vec<bool> {
+        crate::wide::wide!(self.probabilities_of(b, i0, qk))
+    }
+
+    /// [`Self::probabilities`]' body: a plain loop, so that all of it is compiled inside the
+    /// AVX-512 function (an iterator adapter's closure may be compiled apart).
+    #[inline(always)]
+    fn probabilities_of(&self, b: usize, i0: usize, qk: &mut [f64]) -> Vec<bool> {
         let s = self.s;
-        qk.chunks_mut(s)
-            .enumerate()
-            .map(|(r, row)| {
-                let i = i0 + r;
-                let m = self.mask_row(b, i);
-                if m.is_none() {
-                    // no mask: the scaled scores, the causal rule blocking j > i (a row
-                    // always keeps j = 0), then the softmax below
-                    row.iter_mut().for_each(|x| *x *= self.scale);
-                    if self.causal && i + 1 < s {
-                        row[i + 1..].fill(f64::NEG_INFINITY);
-                    }
-                    if s > 0 {
-                        softmax_in_place(row);
-                        return true;
-                    }
-                    return false;
-                }
-                let mut any = false;
-                for (j, x) in row.iter_mut().enumerate() {
-                    let mj = m.map(|m| m[j] as f64);
-                    let blocked = (self.causal && j > i)
-                        || (self.kind == AttentionMask::Boolean && mj == Some(0.0));
-                    if blocked {
-                        *x = f64::NEG_INFINITY;
-                        continue;
-                    }
-                    any = true;
+        let mut attends = Vec::with_capacity(qk.len() / s.max(1));
+        for (r, row) in qk.chunks_mut(s.max(1)).enumerate() {
+            let i = i0 + r;
+            let Some(m) = self.mask_row(b, i) else {
+                // no mask: the scaled scores, the causal rule blocking j > i (a row always
+                // keeps j = 0), then the softmax below
+                for x in row.iter_mut() {
                     *x *= self.scale;
-                    if self.kind == AttentionMask::AdditiveBias {
-                        *x += mj.unwrap_or(0.0);
-                    }
                 }
-                if !any {
-                    row.fill(0.0);
-                    return false;
+                if self.causal && i + 1 < s {
+                    row[i + 1..].fill(f64::NEG_INFINITY);
                 }
+                if s > 0 {
+                    softmax_in_place(row);
+                }
+                attends.push(s > 0);
+                continue;
+            };
+            let mut any = false;
+            for (j, x) in row.iter_mut().enumerate() {
+                let mj = m[j] as f64;
+                let blocked =
+                    (self.causal && j > i) || (self.kind == AttentionMask::Boolean && mj == 0.0);
+                if blocked {
+                    *x = f64::NEG_INFINITY;
+                    continue;
+                }
+                any = true;
+                *x *= self.scale;
+                if self.kind == AttentionMask::AdditiveBias {
+                    *x += mj;
+                }
+            }
+            if any {
                 softmax_in_place(row);
-                true
-            })
-            .collect()
+            } else {
+                row.fill(0.0);
+            }
+            attends.push(any);
+        }
+        attends
     }
 
     /// q, k and v of slice `b` at f64; `None` when one holds a non-finite value.

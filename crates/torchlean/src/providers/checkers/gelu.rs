@@ -135,23 +135,25 @@ fn max_abs(x: &[f32]) -> f64 {
 pub(super) fn forward(x: &[f32], y: &[f32]) -> Tally {
     let n = x.len().min(y.len());
     over_parts(n, |lo, hi| {
-        let mut t = Tally::default();
-        let mut near = [0.0f32; CHUNK];
-        let mut want = [0.0f64; CHUNK];
-        for (xc, yc) in x[lo..hi].chunks(CHUNK).zip(y[lo..hi].chunks(CHUNK)) {
-            if finite(xc) {
-                for (w, &v) in near.iter_mut().zip(xc) {
-                    *w = v * cdf_and_pdf(v).0;
+        crate::wide::wide!({
+            let mut t = Tally::default();
+            let mut near = [0.0f32; CHUNK];
+            let mut want = [0.0f64; CHUNK];
+            for (xc, yc) in x[lo..hi].chunks(CHUNK).zip(y[lo..hi].chunks(CHUNK)) {
+                if finite(xc) {
+                    for (w, &v) in near.iter_mut().zip(xc) {
+                        *w = v * cdf_and_pdf(v).0;
+                    }
+                    t.feed_approx32(yc, &near[..xc.len()], SLACK * max_abs(xc));
+                } else {
+                    for (w, &v) in want.iter_mut().zip(xc) {
+                        *w = unary(&Op::Gelu, v as f64);
+                    }
+                    t.feed(yc, &want[..xc.len()]);
                 }
-                t.feed_approx32(yc, &near[..xc.len()], SLACK * max_abs(xc));
-            } else {
-                for (w, &v) in want.iter_mut().zip(xc) {
-                    *w = unary(&Op::Gelu, v as f64);
-                }
-                t.feed(yc, &want[..xc.len()]);
             }
-        }
-        t
+            t
+        })
     })
 }
 
@@ -159,27 +161,29 @@ pub(super) fn forward(x: &[f32], y: &[f32]) -> Tally {
 pub(super) fn vjp(x: &[f32], gy: &[f32], gx: &[f32]) -> Tally {
     let n = x.len().min(gy.len()).min(gx.len());
     over_parts(n, |lo, hi| {
-        let mut t = Tally::default();
-        let mut near = [0.0f32; CHUNK];
-        let mut want = [0.0f64; CHUNK];
-        let (x, gy, gx) = (&x[lo..hi], &gy[lo..hi], &gx[lo..hi]);
-        let parts = x.chunks(CHUNK).zip(gy.chunks(CHUNK)).zip(gx.chunks(CHUNK));
-        for ((xc, gc), gxc) in parts {
-            if finite(xc) && finite(gc) {
-                for (w, (&a, &g)) in near.iter_mut().zip(xc.iter().zip(gc)) {
-                    let (cdf, pdf) = cdf_and_pdf(a);
-                    *w = g * (cdf + a * pdf);
+        crate::wide::wide!({
+            let mut t = Tally::default();
+            let mut near = [0.0f32; CHUNK];
+            let mut want = [0.0f64; CHUNK];
+            let (x, gy, gx) = (&x[lo..hi], &gy[lo..hi], &gx[lo..hi]);
+            let parts = x.chunks(CHUNK).zip(gy.chunks(CHUNK)).zip(gx.chunks(CHUNK));
+            for ((xc, gc), gxc) in parts {
+                if finite(xc) && finite(gc) {
+                    for (w, (&a, &g)) in near.iter_mut().zip(xc.iter().zip(gc)) {
+                        let (cdf, pdf) = cdf_and_pdf(a);
+                        *w = g * (cdf + a * pdf);
+                    }
+                    t.feed_approx32(gxc, &near[..xc.len()], SLACK * max_abs(gc));
+                } else {
+                    for (w, (&a, &g)) in want.iter_mut().zip(xc.iter().zip(gc)) {
+                        // the spec's derivative does not read the forward output for gelu
+                        *w = g as f64 * unary_derivative(&Op::Gelu, a as f64, 0.0);
+                    }
+                    t.feed(gxc, &want[..xc.len()]);
                 }
-                t.feed_approx32(gxc, &near[..xc.len()], SLACK * max_abs(gc));
-            } else {
-                for (w, (&a, &g)) in want.iter_mut().zip(xc.iter().zip(gc)) {
-                    // the spec's derivative does not read the forward output for gelu
-                    *w = g as f64 * unary_derivative(&Op::Gelu, a as f64, 0.0);
-                }
-                t.feed(gxc, &want[..xc.len()]);
             }
-        }
-        t
+            t
+        })
     })
 }
 

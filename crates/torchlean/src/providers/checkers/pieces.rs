@@ -213,8 +213,12 @@ impl Tally {
         self.feed_refs(got, want);
     }
     /// [`Tally::feed`] over references of either width (monomorphized, so each loop
-    /// vectorizes as written).
+    /// vectorizes as written; on 512-bit vectors where the CPU has them: `crate::wide`).
     fn feed_refs<T: Reference>(&mut self, got: &[f32], want: &[T]) {
+        crate::wide::wide!(self.feed_lanes(got, want))
+    }
+    #[inline(always)]
+    fn feed_lanes<T: Reference>(&mut self, got: &[f32], want: &[T]) {
         const L: usize = 8;
         let n = got.len().min(want.len());
         let whole = n / L * L;
@@ -256,8 +260,14 @@ impl Tally {
     pub(super) fn feed_approx32(&mut self, got: &[f32], want: &[f32], delta: f64) {
         self.slack = self.slack.max(delta);
         self.feed32(got, want);
-        let poison = want.iter().fold(0.0f32, |p, &w| p + w * 0.0);
-        if poison != 0.0 || self.scale + delta >= f32::MAX as f64 {
+        // w·0 is 0 for a finite w and NaN otherwise; or-ed in lanes (a sequential sum of
+        // them is one dependent addition per element)
+        let poison = crate::wide::wide!({
+            want.chunks(16).fold(false, |p, c| {
+                p | c.iter().fold(false, |q, &w| q | (w * 0.0 != 0.0))
+            })
+        });
+        if poison || self.scale + delta >= f32::MAX as f64 {
             self.other_class = true;
         }
     }

@@ -161,11 +161,14 @@ fn collapse<const K: usize>(
 
 /// `out[i] = f(x[i])` into `out` (of `x`'s length).
 pub fn map_into(x: &[f32], out: &mut [f32], f: impl Fn(f32) -> f32 + Sync + Send) {
+    // each chunk on 512-bit vectors where the CPU has them (`crate::wide`: the same bits)
     for_chunks(out, |off, c| {
-        let n = c.len();
-        for (o, &v) in c.iter_mut().zip(&x[off..off + n]) {
-            *o = f(v);
-        }
+        crate::wide::wide!({
+            let n = c.len();
+            for (o, &v) in c.iter_mut().zip(&x[off..off + n]) {
+                *o = f(v);
+            }
+        })
     });
 }
 
@@ -382,7 +385,9 @@ struct Into<'a>(&'a [f32], &'a mut [f32]);
 impl MapSink for InPlace<'_> {
     /// Through [`super::par::overwrite_each`]: no masked stores for maps such as relu.
     fn run(self, f: impl Fn(f32) -> f32 + Sync + Send) {
-        for_chunks(self.0, |_, c| super::par::overwrite_each(c, |_, v| f(v)));
+        for_chunks(self.0, |_, c| {
+            crate::wide::wide!(super::par::overwrite_each(c, |_, v| f(v)))
+        });
     }
 }
 
@@ -436,12 +441,14 @@ pub fn unary_vjp_into(op: &Op, x: &[f32], y: &[f32], g: &[f32], shape: &[usize],
         (|$xp:pat_param, $yp:pat_param, $gp:pat_param| $body:expr) => {{
             let _ = s;
             for_chunks(out, |off, c| {
-                let n = c.len();
-                let (xs, ys, gs) = (&x[off..off + n], &y[off..off + n], &g[off..off + n]);
-                for j in 0..n {
-                    let ($xp, $yp, $gp) = (xs[j], ys[j], gs[j]);
-                    c[j] = $body;
-                }
+                crate::wide::wide!({
+                    let n = c.len();
+                    let (xs, ys, gs) = (&x[off..off + n], &y[off..off + n], &g[off..off + n]);
+                    for j in 0..n {
+                        let ($xp, $yp, $gp) = (xs[j], ys[j], gs[j]);
+                        c[j] = $body;
+                    }
+                })
             });
         }};
     }

@@ -100,6 +100,7 @@ impl Rows {
     /// Folds one tile of scores (rows of width `w`) into the state and overwrites them with
     /// exp(score − new max) (zeros for a row still without an allowed key, or holding NaN);
     /// returns each row's rescaling factor of what was accumulated before.
+    #[inline(always)]
     fn fold(&mut self, scores: &mut [f32], w: usize) -> Vec<f32> {
         let mut corr = vec![1.0f32; self.max.len()];
         for (r, row) in scores.chunks_mut(w.max(1)).enumerate() {
@@ -123,6 +124,7 @@ impl Rows {
 /// The scores of query rows `rows` against keys `cols` of batch matrix `bi`, scaled,
 /// masked (-inf where blocked, the bias added) and causally cut, into `out`
 /// (rows.len() × cols.len(), row-major). `q` and `k` are that batch matrix's, read in place.
+#[inline(always)]
 fn tile_scores(
     at: &Attention,
     bi: usize,
@@ -153,8 +155,20 @@ fn tile_scores(
 }
 
 /// The forward of query rows `rows` of batch matrix `bi` into `out` (rows × dv), visiting
-/// `keys`.
+/// `keys`. On 512-bit vectors where the CPU has them (`crate::wide`: the same bits).
 fn forward_tile(
+    at: &Attention,
+    bi: usize,
+    rows: std::ops::Range<usize>,
+    operands: (Matrix, Matrix, Matrix),
+    keys: std::ops::Range<usize>,
+    out: &mut [f32],
+) {
+    crate::wide::wide!(forward_tile_body(at, bi, rows, operands, keys, out))
+}
+
+#[inline(always)]
+fn forward_tile_body(
     at: &Attention,
     bi: usize,
     rows: std::ops::Range<usize>,
@@ -290,6 +304,7 @@ struct GradStep<'a> {
 impl GradStep<'_> {
     /// Accumulates the gradients of query rows `rows` against keys `cols` from their
     /// probabilities `p` (rows × cols, overwritten) and D = rowsum(dO ∘ O) per row.
+    #[inline(always)]
     fn tile(
         &mut self,
         rows: &std::ops::Range<usize>,
@@ -369,6 +384,7 @@ impl GradStep<'_> {
 
 /// The probabilities of a tile's rows from their scores: blocked rows 0, NaN rows NaN, the
 /// others `f(score, row)`.
+#[inline(always)]
 fn probabilities(
     p: &mut [f32],
     w: usize,
@@ -391,8 +407,21 @@ fn probabilities(
 /// The gradients of batch matrix `bi`. Per query tile: when S is at most [`STRIPE_KEYS`],
 /// one tile over every visited key (scores, softmax and gradient products from one score
 /// computation); otherwise a log-sum-exp pass over the key tiles, then a second pass
-/// recomputing each tile's probabilities from it.
+/// recomputing each tile's probabilities from it. On 512-bit vectors where the CPU has them
+/// (`crate::wide`: the same bits).
 fn vjp_batch(
+    at: &Attention,
+    spans: &Spans,
+    bi: usize,
+    inputs: (&Operand, &Operand, &Operand),
+    output: (&Operand, &Operand),
+    threads: bool,
+) -> BatchGrads {
+    crate::wide::wide!(vjp_batch_body(at, spans, bi, inputs, output, threads))
+}
+
+#[inline(always)]
+fn vjp_batch_body(
     at: &Attention,
     spans: &Spans,
     bi: usize,

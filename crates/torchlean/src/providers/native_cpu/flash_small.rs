@@ -66,8 +66,21 @@ fn grow<T: Clone>(v: &mut Vec<T>, n: usize, fill: T) {
 /// passes over the tile's rows: (1) the scores against every key, scaled, masked and
 /// causally cut as the tiled path's `tile_scores`, minus each row's maximum; (2) one
 /// exponential over the whole tile (many rows of a few keys vectorize as one long row, not a
-/// short one at a time); (3) each row's sum and the weighted sum of the value rows.
+/// short one at a time); (3) each row's sum and the weighted sum of the value rows. On
+/// 512-bit vectors where the CPU has them (`crate::wide`: the same bits).
 pub(super) fn forward_small(
+    at: &Attention,
+    bi: usize,
+    rows: std::ops::Range<usize>,
+    operands: (Matrix, Matrix, Matrix),
+    scratch: &mut Scratch,
+    out: &mut [f32],
+) {
+    crate::wide::wide!(forward_small_body(at, bi, rows, operands, scratch, out))
+}
+
+#[inline(always)]
+fn forward_small_body(
     at: &Attention,
     bi: usize,
     rows: std::ops::Range<usize>,

@@ -491,6 +491,7 @@ fn last_nonzero(m: &[f32]) -> Option<usize> {
 
 /// Scales a row of raw scores and applies its mask row: the additive bias added, a boolean
 /// mask's blocked entries set to -inf.
+#[inline]
 pub(super) fn scale_and_mask(
     row: &mut [f32],
     scale: f32,
