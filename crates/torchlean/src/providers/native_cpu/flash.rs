@@ -23,28 +23,44 @@ use crate::graph::Op;
 use crate::tensor::Tensor;
 use rayon::prelude::*;
 
-/// Query rows per tile.
+/// Query rows per tile where some tile may skip keys, and the rows of the tiles whose key
+/// spans are computed ([`Spans`]).
 const QT: usize = 64;
+/// Query rows per tile when no tile skips a key (no causal cut, no key range a boolean mask
+/// blocks for a whole tile) and S is at most [`DENSE_MAX_KEYS`]: each tile's product with
+/// the keys packs them once for twice the rows. Measured on the 2-core VM at B·H = 32,
+/// L = S = 512, d = 64 (thirty-first session, docs/attention.md): forward
+/// 15.1 → 14.0 ms, forward + backward 51.5 → 48.0 ms; with a causal-pattern mask the
+/// coarser tiles would skip less (2–5% slower), hence the choice per call.
+const QT_DENSE: usize = 128;
+/// Above this many keys the VJP's stripes of [`QT_DENSE`] rows would outgrow the core's
+/// cache: tiles of [`QT`] rows then.
+const DENSE_MAX_KEYS: usize = 1024;
 /// The least multiply-adds a task of the forward is given when batch matrices are small.
 const MIN_TASK_WORK: usize = 1 << 16;
 
 /// Keys per tile.
 const KT: usize = 512;
 /// Up to this many keys, the VJP computes a query tile's scores once, over every key (a
-/// stripe of QT × S, 512 KiB at most per thread: not an L×S matrix), instead of a log-sum-exp
-/// pass and a recomputing pass.
+/// stripe of a query tile × S, 512 KiB at most per thread: not an L×S matrix), instead of a
+/// log-sum-exp pass and a recomputing pass.
 const STRIPE_KEYS: usize = 2048;
 
-/// The key span of every query tile ([`QT`] rows), per mask matrix (one when the mask is
+/// The key span of every tile of [`QT`] query rows, per mask matrix (one when the mask is
 /// shared by the batch matrices, or there is none): computed once per call, not per batch
-/// matrix and pass.
-struct Spans(Vec<Vec<std::ops::Range<usize>>>);
+/// matrix and pass; and the query rows per tile that the call runs with.
+struct Spans {
+    spans: Vec<Vec<std::ops::Range<usize>>>,
+    /// Query rows per tile: [`QT_DENSE`] when no span skips a key, else [`QT`].
+    rows: usize,
+}
 
 impl Spans {
-    fn new(at: &Attention) -> Spans {
+    /// The spans when `compute` (else none: every tile visits every key).
+    fn new(at: &Attention, compute: bool) -> Spans {
         let mats = if at.per_batch { at.batch } else { 1 };
         let tiles = at.l.div_ceil(QT);
-        Spans(
+        let spans: Vec<Vec<_>> = if compute {
             (0..mats)
                 .into_par_iter()
                 .map(|bi| {
@@ -52,25 +68,49 @@ impl Spans {
                         .map(|t| at.key_span(bi, &(t * QT..((t + 1) * QT).min(at.l))))
                         .collect()
                 })
-                .collect(),
-        )
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let skips_none = spans.iter().flatten().all(|r| *r == (0..at.s));
+        Spans {
+            spans,
+            rows: if skips_none && at.s <= DENSE_MAX_KEYS {
+                QT_DENSE
+            } else {
+                QT
+            },
+        }
     }
 
-    /// The keys that query tile `t` of batch matrix `bi` visits: its key span (up to the
-    /// causal cut, without the keys a boolean mask blocks for every row of the tile) when
-    /// `skip`, else every key. The spec multiplies a blocked entry's zero weight by the value
-    /// (and, in the VJP, by the key, query and cotangent), so a NaN or an infinity there
-    /// reaches rows that attend no key of its tile: with one present the caller passes
-    /// `skip = false` and every key is visited, as the spec's sums do.
-    fn keys(&self, at: &Attention, bi: usize, t: usize, skip: bool) -> std::ops::Range<usize> {
-        if !skip {
+    /// The keys that query rows `rows` (a tile of [`Spans::rows`]) of batch matrix `bi` visit:
+    /// the union of their span tiles' key spans (up to the causal cut, without the keys a
+    /// boolean mask blocks for every row of a span tile) when `skip`, else every key. The
+    /// spec multiplies a blocked entry's zero weight by the value (and, in the VJP, by the
+    /// key, query and cotangent), so a NaN or an infinity there reaches rows that attend no
+    /// key of its tile: with one present the caller passes `skip = false` and every key is
+    /// visited, as the spec's sums do.
+    fn keys(
+        &self,
+        at: &Attention,
+        bi: usize,
+        rows: &std::ops::Range<usize>,
+        skip: bool,
+    ) -> std::ops::Range<usize> {
+        if !skip || self.spans.is_empty() {
             return 0..at.s;
         }
         // in range by construction: one list per mask matrix (one, or one per batch matrix
-        // bi < batch), each of ⌈L / QT⌉ tiles (t < that); called with `skip` only on spans
-        // built by `Spans::new`
-        let per_mat = if self.0.len() == 1 { 0 } else { bi };
-        self.0[per_mat][t].clone()
+        // bi < batch), each of ⌈L / QT⌉ span tiles, and `rows` within 0..L
+        let per_mat = if self.spans.len() == 1 { 0 } else { bi };
+        let tiles = &self.spans[per_mat][rows.start / QT..rows.end.div_ceil(QT)];
+        let visited = tiles.iter().filter(|r| !r.is_empty());
+        let lo = visited.clone().map(|r| r.start).min();
+        let hi = visited.map(|r| r.end).max();
+        match (lo, hi) {
+            (Some(lo), Some(hi)) => lo..hi,
+            _ => 0..0,
+        }
     }
 }
 
@@ -228,21 +268,19 @@ pub fn forward(op: &Op, x: &[&Tensor], out_shape: &[usize], interleave: bool) ->
     if per == 0 {
         return out;
     }
-    let tile = (QT * dv).max(1);
     let small = at.s <= SMALL_KEYS;
     let skip = !small && (0..at.batch).all(|bi| v.finite(bi));
-    let spans = if skip {
-        Spans::new(&at)
-    } else {
-        Spans(Vec::new())
-    };
+    let spans = Spans::new(&at, skip);
+    let qt = if small { QT } else { spans.rows };
+    let tile = (qt * dv).max(1);
     let run = |scratch: &mut Scratch, bi: usize, t: usize, o: &mut [f32]| {
-        let rows = t * QT..((t + 1) * QT).min(l);
+        let rows = t * qt..((t + 1) * qt).min(l);
         let operands = (q.matrix(bi), k.matrix(bi), v.matrix(bi));
         if small {
             forward_small(&at, bi, rows, operands, scratch, o);
         } else {
-            forward_tile(&at, bi, rows, operands, spans.keys(&at, bi, t, skip), o);
+            let keys = spans.keys(&at, bi, &rows, skip);
+            forward_tile(&at, bi, rows, operands, keys, o);
         }
     };
     if interleave {
@@ -252,8 +290,8 @@ pub fn forward(op: &Op, x: &[&Tensor], out_shape: &[usize], interleave: bool) ->
         out.par_chunks_mut(l * h * dv)
             .enumerate()
             .for_each(|(b, ob)| {
-                ob.par_chunks_mut(QT * h * dv).enumerate().for_each_init(
-                    || (Scratch::default(), vec![0.0f32; QT * dv]),
+                ob.par_chunks_mut(qt * h * dv).enumerate().for_each_init(
+                    || (Scratch::default(), vec![0.0f32; qt * dv]),
                     |(scratch, tile), (t, chunk)| {
                         let o = &mut tile[..chunk.len() / h];
                         for hi in 0..h {
@@ -464,10 +502,11 @@ fn vjp_batch_body(
     };
     let stripe = s <= STRIPE_KEYS;
     let width = if stripe { s } else { KT };
-    let mut scores = vec![0.0f32; QT * width];
-    let mut dp = vec![0.0f32; QT * width];
-    for t in 0..l.div_ceil(QT) {
-        let rows = t * QT..((t + 1) * QT).min(l);
+    let qt = spans.rows;
+    let mut scores = vec![0.0f32; qt * width];
+    let mut dp = vec![0.0f32; qt * width];
+    for t in 0..l.div_ceil(qt) {
+        let rows = t * qt..((t + 1) * qt).min(l);
         let bq = rows.len();
         // D = rowsum(dO ∘ O)
         let dsum: Vec<f32> = rows
@@ -482,7 +521,7 @@ fn vjp_batch_body(
             tile_scores(at, bi, rows.clone(), cols, (q_b, k_b), out)
         };
         if stripe {
-            let cols = spans.keys(at, bi, t, skip);
+            let cols = spans.keys(at, bi, &rows, skip);
             if cols.is_empty() {
                 // every row of the tile is fully blocked: no part in any product
                 continue;
@@ -498,14 +537,14 @@ fn vjp_batch_body(
             continue;
         }
         // pass 1: each row's log-sum-exp
-        for cols in key_tiles(spans.keys(at, bi, t, true)) {
+        for cols in key_tiles(spans.keys(at, bi, &rows, true)) {
             let tile = &mut scores[..bq * cols.len()];
             scores_of(cols.clone(), tile);
             state.fold(tile, cols.len());
         }
         let lse: Vec<f32> = (0..bq).map(|r| state.max[r] + state.sum[r].ln()).collect();
         // pass 2: probabilities from the log-sum-exp, and the gradient products
-        for cols in key_tiles(spans.keys(at, bi, t, skip)) {
+        for cols in key_tiles(spans.keys(at, bi, &rows, skip)) {
             let p = &mut scores[..bq * cols.len()];
             scores_of(cols.clone(), p);
             probabilities(p, cols.len(), rows.start, &blocked, &state.nan, |x, r| {
@@ -527,7 +566,7 @@ pub fn vjp(op: &Op, x: &[&Tensor], y: &Tensor, gy: &Tensor) -> Vec<Option<Tensor
     let (q, k, v) = (Operand::new(x[0]), Operand::new(x[1]), Operand::new(x[2]));
     let (go, y) = (Operand::new(gy), Operand::new(y));
     let at = Attention::new(op, x);
-    let spans = Spans::new(&at);
+    let spans = Spans::new(&at, true);
     let one =
         |bi: usize, threads: bool| vjp_batch(&at, &spans, bi, (&q, &k, &v), (&y, &go), threads);
     // each gradient stored like the input it belongs to (see `super::heads`)
