@@ -175,6 +175,7 @@ mod gelu;
 mod lanes;
 mod layout;
 mod maps;
+mod norm;
 mod optim;
 mod pieces;
 pub mod recompute;

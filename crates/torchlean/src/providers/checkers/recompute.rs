@@ -154,8 +154,8 @@ fn compare(
 
 /// Recomputes the forward output with the spec at f64.
 /// Ops that only move data are compared exactly (see `layout.rs`), ops that act on the rows
-/// of their leading axis independently are checked piece by piece (see `pieces.rs`), with
-/// the same verdict.
+/// of their leading axis independently are checked piece by piece (see `pieces.rs`; layer
+/// and RMS norm eight rows at a time, `norm.rs`), with the same verdict.
 pub(super) fn forward(op: &Op, call: &Call) -> Result<(), String> {
     if let Some(verdict) =
         super::optim::forward(op, call).or_else(|| super::rounded::forward(op, call))
@@ -164,6 +164,7 @@ pub(super) fn forward(op: &Op, call: &Call) -> Result<(), String> {
     }
     super::layout::forward(op, call)
         .or_else(|| super::attention::forward(op, call))
+        .or_else(|| super::norm::forward(op, call))
         .or_else(|| super::pieces::forward(op, call))
         .unwrap_or_else(|| whole_forward(op, call))
 }
@@ -206,6 +207,7 @@ pub(super) fn whole_forward(op: &Op, call: &Call) -> Result<(), String> {
 pub(super) fn vjp(op: &Op, call: &Call) -> Result<(), String> {
     super::layout::vjp(op, call)
         .or_else(|| super::attention::vjp(op, call))
+        .or_else(|| super::norm::vjp(op, call))
         .or_else(|| super::pieces::vjp(op, call))
         .unwrap_or_else(|| whole_vjp(op, call))
 }
