@@ -83,20 +83,30 @@ impl<T: Scalar> Cascade<T> {
 /// order, with the levels on the stack instead of a vector (a sum of a short row allocated
 /// one before; `sum_equals_the_cascade_bit_for_bit` below holds the two equal).
 pub fn sum<T: Scalar>(values: impl IntoIterator<Item = T>) -> T {
-    // 2^64 blocks cannot be reached: 64 levels always suffice
-    let mut levels = [T::zero(); 64];
-    // bit i set: levels[i] holds the sum of 2^i completed blocks; `used` levels ever filled
+    sum_with(values, T::zero(), |a, b| a + b)
+}
+
+/// [`sum`]'s operations in its order for any type with a zero and an addition: `add(a, b)`
+/// wherever [`sum`] computes `a + b`. The checkers run it on lanes of eight rows
+/// (`providers/checkers/norm.rs`), each lane then holding its row's [`sum`] bit for bit.
+#[inline(always)]
+pub fn sum_with<T: Copy>(
+    values: impl IntoIterator<Item = T>,
+    zero: T,
+    add: impl Fn(T, T) -> T,
+) -> T {
+    let mut levels = [zero; 64];
     let (mut filled, mut used) = (0u64, 0usize);
-    let (mut block, mut in_block) = (T::zero(), 0usize);
+    let (mut block, mut in_block) = (zero, 0usize);
     for v in values {
-        block += v;
+        block = add(block, v);
         in_block += 1;
         if in_block == BLOCK {
             let mut carry = block;
-            (block, in_block) = (T::zero(), 0);
+            (block, in_block) = (zero, 0);
             let mut i = 0;
             while i < used && filled & (1 << i) != 0 {
-                carry = levels[i] + carry;
+                carry = add(levels[i], carry);
                 filled &= !(1 << i);
                 i += 1;
             }
@@ -108,14 +118,14 @@ pub fn sum<T: Scalar>(values: impl IntoIterator<Item = T>) -> T {
     let mut acc: Option<T> = None;
     for i in (0..used).rev().filter(|&i| filled & (1 << i) != 0) {
         acc = Some(match acc {
-            Some(a) => a + levels[i],
+            Some(a) => add(a, levels[i]),
             None => levels[i],
         });
     }
     match (acc, in_block) {
         (Some(a), 0) => a,
-        (Some(a), _) => a + block,
-        (None, 0) => T::zero(),
+        (Some(a), _) => add(a, block),
+        (None, 0) => zero,
         (None, _) => block,
     }
 }

@@ -25,7 +25,7 @@ use super::pieces::Tally;
 use super::recompute::dense_slice as dense;
 use crate::backend::{Call, Operand};
 use crate::graph::Op;
-use crate::spec::sum::BLOCK;
+use crate::spec::sum::sum_with;
 use rayon::prelude::*;
 
 /// Rows per vector (f64 lanes of a 512-bit register).
@@ -44,44 +44,11 @@ fn zip(a: Lanes, b: Lanes, f: impl Fn(f64, f64) -> f64) -> Lanes {
     std::array::from_fn(|l| f(a[l], b[l]))
 }
 
-/// `spec::sum::sum` of the `n` terms `term(0..n)` in each lane: left to right in blocks of
-/// [`BLOCK`], the blocks' sums carried pairwise, the levels added from the largest down,
-/// then the partial block — the same operations in the same order, lane by lane.
+/// `spec::sum::sum` of the `n` terms `term(0..n)` in each lane: `spec::sum::sum_with`, the
+/// same operations in the same order, lane by lane.
 #[inline(always)]
 fn cascade(n: usize, term: impl Fn(usize) -> Lanes) -> Lanes {
-    let mut levels = [[0.0f64; L]; 64];
-    let (mut filled, mut used) = (0u64, 0usize);
-    let (mut block, mut in_block) = ([0.0f64; L], 0usize);
-    for j in 0..n {
-        block = zip(block, term(j), |a, v| a + v);
-        in_block += 1;
-        if in_block == BLOCK {
-            let mut carry = block;
-            (block, in_block) = ([0.0; L], 0);
-            let mut i = 0;
-            while i < used && filled & (1 << i) != 0 {
-                carry = zip(levels[i], carry, |s, c| s + c);
-                filled &= !(1 << i);
-                i += 1;
-            }
-            levels[i] = carry;
-            filled |= 1 << i;
-            used = used.max(i + 1);
-        }
-    }
-    let mut acc: Option<Lanes> = None;
-    for i in (0..used).rev().filter(|&i| filled & (1 << i) != 0) {
-        acc = Some(match acc {
-            Some(a) => zip(a, levels[i], |a, s| a + s),
-            None => levels[i],
-        });
-    }
-    match (acc, in_block) {
-        (Some(a), 0) => a,
-        (Some(a), _) => zip(a, block, |a, b| a + b),
-        (None, 0) => [0.0; L],
-        (None, _) => block,
-    }
+    sum_with((0..n).map(term), [0.0; L], |a, b| zip(a, b, |x, y| x + y))
 }
 
 /// A norm call's dense operands.
