@@ -979,17 +979,14 @@ fn measure_optimizer(inj: &Injection) -> Measure {
                 note(element_ratio(got[i], f32v[i], want, b), b, want);
             }
         }
-        Op::AdamStep {
-            beta1,
-            beta2,
-            step_size,
-            c2_sqrt,
-            eps,
-            shrink,
-            l2,
-        } => {
-            let c = [step_size, c2_sqrt, eps, shrink].map(f64::from);
-            let (b1, b2, l2) = (beta1 as f64, beta2 as f64, l2 as f64);
+        Op::AdamStep { .. } => {
+            // invariant: the arm matched adam_step, whose payload this is
+            let [b1, b2, step_size, c2_sqrt, eps, shrink, l2] = inj
+                .op
+                .adam_step_payload()
+                .expect("an adam_step payload")
+                .map(f64::from);
+            let c = [step_size, c2_sqrt, eps, shrink];
             let mut at = 0;
             for group in ins.chunks(4) {
                 let n = group[0].len();

@@ -13,29 +13,27 @@
 //!
 //! One exception, shared with `pieces.rs`: the affine parameters' gradients sum a term of
 //! every row; the spec cascades those sums over all rows, this check adds each column's
-//! terms at f64 in eight lanes over a block of rows, then the lanes, then the blocks in order
+//! terms at f64 in eight lanes over a piece of rows, then the lanes, then the pieces in order
 //! — an f64 reordering, some 1e-16 relative, far below the bound.
+//!
+//! Blocks of rows run as the piece-wise check's pieces (`pieces::over_pieces`), as built: not
+//! through `crate::wide`, because the lanes' strided loads and stores (a row's elements are a
+//! column of the lane buffers) measured 1.6× slower compiled for AVX-512 (gathers and
+//! scatters) on this project's VM.
 //!
 //! An acceptance is final. Anything else — an operand that is not dense, a parameter of
 //! another shape, a tally that does not accept — answers `None`: the piece-wise and
 //! whole-call checks then decide, name the element, and add the cancellation allowance for
 //! rows whose mean is large against their spread.
 
-use super::pieces::Tally;
+use super::pieces::{over_pieces, Tally};
 use super::recompute::dense_slice as dense;
 use crate::backend::{Call, Operand};
 use crate::graph::Op;
 use crate::spec::sum::sum_with;
-use rayon::prelude::*;
 
 /// Rows per vector (f64 lanes of a 512-bit register).
 const L: usize = 8;
-
-/// Rows per task: a multiple of [`L`].
-const TASK_ROWS: usize = 64;
-
-/// Calls with at least this many elements check their rows on several threads.
-const PAR_ELEMENTS: usize = 1 << 15;
 
 type Lanes = [f64; L];
 
@@ -218,24 +216,6 @@ impl Scratch {
     }
 }
 
-/// Runs `task(first row, rows)` over blocks of [`TASK_ROWS`] rows (in parallel when the call
-/// is large) and returns their results in row order. As built, not through `crate::wide`:
-/// the lanes' strided loads and stores (a row's elements are a column of the lane buffers)
-/// measured 1.6× slower compiled for AVX-512 (gathers and scatters) on this project's VM.
-fn over_rows<T: Send>(norm: &Norm, task: impl Fn(usize, usize) -> T + Sync) -> Vec<T> {
-    let rows = norm.rows();
-    let blocks = rows.div_ceil(TASK_ROWS);
-    let one = |b: usize| {
-        let r0 = b * TASK_ROWS;
-        task(r0, TASK_ROWS.min(rows - r0))
-    };
-    if norm.x.len() >= PAR_ELEMENTS {
-        (0..blocks).into_par_iter().map(one).collect()
-    } else {
-        (0..blocks).map(one).collect()
-    }
-}
-
 /// The forward check; `None`: not this op, or not accepted here (module doc).
 pub(super) fn forward(op: &Op, call: &Call) -> Option<Result<(), String>> {
     let norm = Norm::of(op, call)?;
@@ -244,14 +224,15 @@ pub(super) fn forward(op: &Op, call: &Call) -> Option<Result<(), String>> {
         return None;
     }
     let d = norm.d;
-    let tallies = over_rows(&norm, |r0, rows| {
+    let tallies = over_pieces(norm.rows(), d, |lo, hi| {
         let (mut t, mut s) = (Tally::default(), Scratch::default());
-        for g0 in (r0..r0 + rows).step_by(L) {
-            let m = L.min(r0 + rows - g0);
+        for g0 in (lo..hi).step_by(L) {
+            let m = L.min(hi - g0);
             t.feed(&y[g0 * d..(g0 + m) * d], norm.forward_rows((g0, m), &mut s));
         }
-        t
-    });
+        Ok(t)
+    })
+    .ok()?;
     let mut total = Tally::default();
     tallies.iter().for_each(|t| total.merge(t));
     total.accepts().then_some(Ok(()))
@@ -274,18 +255,19 @@ pub(super) fn vjp(op: &Op, call: &Call) -> Option<Result<(), String>> {
         }
     }
     let d = norm.d;
-    let parts = over_rows(&norm, |r0, rows| {
+    let parts = over_pieces(norm.rows(), d, |lo, hi| {
         let (mut t, mut s) = (Tally::default(), Scratch::default());
-        for g0 in (r0..r0 + rows).step_by(L) {
-            let m = L.min(r0 + rows - g0);
+        for g0 in (lo..hi).step_by(L) {
+            let m = L.min(hi - g0);
             let want = norm.vjp_rows(gy, (g0, m), &mut s);
             if let Some(gx) = got[0] {
                 t.feed(&gx[g0 * d..(g0 + m) * d], want);
             }
         }
         let (gg, gb) = s.param_sums();
-        (t, gg, gb)
-    });
+        Ok((t, gg, gb))
+    })
+    .ok()?;
     let mut tallies = [Tally::default(); 3];
     let (mut gg, mut gb) = (vec![0.0f64; d], vec![0.0f64; d]);
     for (t, pg, pb) in &parts {

@@ -311,7 +311,7 @@ impl Tally {
 }
 
 /// Runs `piece(lo, hi)` over row blocks of `rows`, in parallel when the call is large.
-fn over_pieces<R: Send>(
+pub(super) fn over_pieces<R: Send>(
     rows: usize,
     row_len: usize,
     piece: impl Fn(usize, usize) -> Result<R, String> + Sync,
