@@ -322,6 +322,14 @@ __device__ __forceinline__ bool fa_tile_any(const Flash& g, const unsigned* __re
     return t[((g.mask_bstride ? b : 0) * nqt + qt) * nkt + kt] != 0u;
 }
 
+// The query tile of a block of the query-tile kernels (grid x = the query tiles). Blocks
+// start in blockIdx.x order; under causal the last tiles see the most keys, so they are
+// taken first and the lightest tiles fill the end of the grid, where SMs would otherwise
+// wait on one heavy tile (a permutation of the blocks: each computes what it did before).
+__device__ __forceinline__ long long fa_query_tile(const Flash& g) {
+    return g.causal ? (long long)gridDim.x - 1 - blockIdx.x : (long long)blockIdx.x;
+}
+
 // Whether entry (i, j) exists and is not blocked (mask bit m).
 __device__ __forceinline__ bool fa_allowed(const Flash& g, long long i, long long j, unsigned m) {
     return i < g.l && j < g.s && !(g.causal && j > i) && (m & 1u);
@@ -369,7 +377,7 @@ __device__ __forceinline__ void flash_forward_impl(
     float* ks = smem + FA_TILE;      // k rows, chunk of d; then v rows, chunk z of dv
     float* ps = smem + 2 * FA_TILE;  // probabilities [i][j]
     const int tx = threadIdx.x % 8, ty = threadIdx.x / 8;
-    const long long q0 = (long long)blockIdx.x * FA_T;
+    const long long qx = fa_query_tile(g), q0 = qx * FA_T;
     const long long z0 = (long long)blockIdx.z * FA_C;
     const long long rows = min((long long)FA_T, g.l - q0);
     const long long nkt = (g.s + FA_T - 1) / FA_T;
@@ -386,7 +394,7 @@ __device__ __forceinline__ void flash_forward_impl(
         if (single) fa_load(qs, q, b * g.l + q0, rows, g.d, 0, g.d, nullptr, 0);
         for (long long kt = 0; kt < kt_end; ++kt) {
             // uniform in the block: every thread skips the same tiles
-            if (skip_tiles && !fa_tile_any(g, bits, b, blockIdx.x, kt)) continue;
+            if (skip_tiles && !fa_tile_any(g, bits, b, qx, kt)) continue;
             const long long k0 = kt * FA_T, keys = min((long long)FA_T, g.s - k0);
             float sc[4][8] = {};
             fa_products(sc, qs, q, b * g.l + q0, rows, ks, k, b * g.s + k0, keys, nullptr, g.d, tx, ty);
@@ -746,7 +754,7 @@ __device__ __forceinline__ void flash_forward_mma_impl(
     unsigned* vsp = ksp + FA_SPLIT_TILE;                // the key tile's v, column-split
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int gq = lane >> 2, tq = lane & 3;
-    const long long q0 = (long long)blockIdx.x * FA_T;
+    const long long qx = fa_query_tile(g), q0 = qx * FA_T;
     const long long rows = min((long long)FA_T, g.l - q0);
     const long long nkt = (g.s + FA_T - 1) / FA_T;
     const bool skip = g.causal && nonfinite[0] == 0;
@@ -768,7 +776,7 @@ __device__ __forceinline__ void flash_forward_mma_impl(
         // the next key tile to compute (uniform in the block: every thread skips the same
         // tiles), its k rows and v rows fetched one tile ahead
         auto next_tile = [&](long long t) {
-            while (t < kt_end && skip_tiles && !fa_tile_any(g, bits, b, blockIdx.x, t)) ++t;
+            while (t < kt_end && skip_tiles && !fa_tile_any(g, bits, b, qx, t)) ++t;
             return t;
         };
         float4 kst[4][2], vst[4][2];
@@ -1585,7 +1593,7 @@ __device__ __forceinline__ void flash_bwd_q_impl(
     float* vs = smem + 3 * FA_TILE;  // v rows, chunk of dv
     float* dsb = smem + 4 * FA_TILE; // dS [i][j]
     const int tx = threadIdx.x % 8, ty = threadIdx.x / 8;
-    const long long i0 = (long long)blockIdx.x * FA_T, z0 = (long long)blockIdx.z * FA_C;
+    const long long qx = fa_query_tile(g), i0 = qx * FA_T, z0 = (long long)blockIdx.z * FA_C;
     const long long rows = min((long long)FA_T, g.l - i0);
     const long long R = g.bh * g.l, nkt = (g.s + FA_T - 1) / FA_T;
     const bool skip = g.causal && nonfinite[0] == 0;
@@ -1607,7 +1615,7 @@ __device__ __forceinline__ void flash_bwd_q_impl(
         if (single_d) fa_load(qs, q, b * g.l + i0, rows, g.d, 0, g.d, nullptr, 0);
         if (single_v) fa_load(os, dout, b * g.l + i0, rows, g.dv, 0, g.dv, nullptr, 0);
         for (long long kt = 0; kt < kt_end; ++kt) {
-            if (skip_tiles && !fa_tile_any(g, bits, b, blockIdx.x, kt)) continue;
+            if (skip_tiles && !fa_tile_any(g, bits, b, qx, kt)) continue;
             const long long k0 = kt * FA_T, keys = min((long long)FA_T, g.s - k0);
             float st[4][8] = {}, dp[4][8] = {};
             fa_products(st, qs, q, b * g.l + i0, rows, ks, k, b * g.s + k0, keys, nullptr, g.d, tx, ty);
