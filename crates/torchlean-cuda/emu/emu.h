@@ -1,10 +1,10 @@
-// A CPU emulation of the CUDA features kernels/attention.cu uses, so that its kernels run,
-// unchanged, on a machine without a GPU (tests/emulated_flash.rs): one OS thread per CUDA
-// thread, a barrier for __syncthreads and per-warp barriers for shuffles and ballots (every
-// lane of a warp reaches them together, as the kernels guarantee); blocks run one after
-// another, and shared memory is poisoned with NaN before each block so that a read of stale
-// or unwritten shared memory shows in the results. It checks the kernels' logic, indexing
-// and synchronization, not NVRTC's code generation or the GPU's timing.
+// A CPU emulation of the CUDA features the flash kernels (kernels/attention/*.cu) use, so that
+// they run, unchanged, on a machine without a GPU (tests/emulated_flash.rs): one OS thread per
+// CUDA thread, a barrier for __syncthreads and per-warp barriers for shuffles and ballots
+// (every lane of a warp reaches them together, as the kernels guarantee); blocks run one after
+// another, and shared memory is poisoned with NaN before each block so that a read of stale or
+// unwritten shared memory shows in the results. It checks the kernels' logic, indexing and
+// synchronization, not NVRTC's code generation or the GPU's timing.
 #include <barrier>
 #include <thread>
 #include <vector>

@@ -1,7 +1,8 @@
-// Runs the flash-attention kernels of kernels/attention.cu under emu.h on the calls in a
-// binary file, with the host logic of src/kernels/attention.rs (mask packing and tile words, finiteness
-// flag, forward, stats, dK/dV, dQ and the additive mask's gradient), and writes each call's
-// results (tests/emulated_flash.rs writes the calls and compares the results with the spec).
+// Runs the flash-attention kernels of kernels/attention/*.cu (joined into one file by
+// tests/emulated_flash.rs) under emu.h on the calls in a binary file, with the host logic of
+// src/kernels/attention.rs (mask packing and tile words, finiteness flag, forward, stats,
+// dK/dV, dQ and the additive mask's gradient), and writes each call's results
+// (tests/emulated_flash.rs writes the calls and compares the results with the spec).
 //
 // Input, per call: i64 bh, l, s, d, dv, mask (0 none, 1 boolean, 2 additive), shared,
 // causal; f32 scale; f32 q, k, v, mask values (none without a mask), cotangent.

@@ -17,8 +17,21 @@ pub const SOURCES: &[&str] = &[
     include_str!("../kernels/rows.cu"),
     include_str!("../kernels/conv.cu"),
     include_str!("../kernels/spectral.cu"),
-    include_str!("../kernels/attention.cu"),
+    include_str!("../kernels/attention/common.cu"),
+    include_str!("../kernels/attention/split_tf32.cu"),
+    include_str!("../kernels/attention/forward.cu"),
+    include_str!("../kernels/attention/backward.cu"),
+    include_str!("../kernels/attention/backward_mma.cu"),
 ];
+
+/// The flash-attention sources of [`SOURCES`], in order: what the CPU emulation of the
+/// flash kernels compiles (tests/emulated_flash.rs).
+pub fn attention_program() -> String {
+    SOURCES[SOURCES.len() - ATTENTION_FILES..].join("\n")
+}
+
+/// How many of [`SOURCES`] (the last ones) are the flash-attention kernels.
+const ATTENTION_FILES: usize = 5;
 
 /// The program NVRTC compiles: every source, in order.
 pub fn program() -> String {

@@ -1,4 +1,4 @@
-//! The flash-attention CUDA kernels (`kernels/attention.cu`), unchanged, run on the CPU under
+//! The flash-attention CUDA kernels (`kernels/attention/*.cu`), unchanged, run on the CPU under
 //! a thread-per-CUDA-thread emulation (`emu/emu.h`, driven by `emu/flash_driver.cpp` with the
 //! host logic of `src/kernels/attention.rs`) and compared with the f64 spec, forward and
 //! every gradient, over random calls (tiles and head-dimension chunks crossed, every mask
@@ -29,6 +29,10 @@ fn compiler() -> String {
 fn build(dir: &Path) -> Result<PathBuf, String> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let exe = dir.join("flash_driver");
+    // the flash kernels' sources as NVRTC gets them (kernels/attention/*.cu, in order)
+    let program = dir.join("attention.cu");
+    std::fs::write(&program, torchlean_cuda::nvrtc::attention_program())
+        .map_err(|e| format!("cannot write {}: {e}", program.display()))?;
     let out = Command::new(compiler())
         .args([
             "-std=c++20",
@@ -37,10 +41,7 @@ fn build(dir: &Path) -> Result<PathBuf, String> {
             "-pthread",
             "-w",
         ])
-        .arg(format!(
-            "-DATTENTION_CU=\"{}\"",
-            root.join("kernels/attention.cu").display()
-        ))
+        .arg(format!("-DATTENTION_CU=\"{}\"", program.display()))
         .arg(root.join("emu/flash_driver.cpp"))
         .arg("-o")
         .arg(&exe)

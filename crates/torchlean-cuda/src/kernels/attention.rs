@@ -1,5 +1,5 @@
 //! `native_cuda.flash_attention`: scaled dot-product attention in the FlashAttention-2 style
-//! (issue 12), the CUDA source `kernels/attention.cu`. No L×S matrix is kept in device
+//! (issue 12), the CUDA sources `kernels/attention/*.cu`. No L×S matrix is kept in device
 //! memory (an additive mask's gradient, which *is* such a matrix, is the one exception):
 //!
 //! - forward: one block per 64 query rows and 64-column chunk of dv, walking 64-key tiles
@@ -97,7 +97,7 @@ pub fn allow_shared_memory(f: &crate::device::Functions) -> std::result::Result<
     Ok(())
 }
 
-/// Mirror of `struct Flash` in `attention.cu`.
+/// Mirror of `struct Flash` in `kernels/attention/common.cu`.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
 struct Flash {
@@ -137,7 +137,7 @@ struct Call<'a> {
 /// Tensors per launch of `flash_flags` (`FA_SCAN_MAX`).
 const SCAN_MAX: usize = 6;
 
-/// Mirror of `struct Scan` in `attention.cu`.
+/// Mirror of `struct Scan` in `kernels/attention/common.cu`.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
 struct Scan {

@@ -1,0 +1,459 @@
+// ---- the VJP kernels with f32 FMA products: statistics, keys and values, queries ----
+
+extern "C" __global__ void flash_row_dot(const float* __restrict__ dout, const float* __restrict__ out,
+                                         float* __restrict__ stats, long long R, long long dv) {
+    const long long warps = (long long)gridDim.x * blockDim.x / 32;
+    // R rows in a warp-uniform grid-stride loop
+    for (long long row = (blockIdx.x * (long long)blockDim.x + threadIdx.x) / 32; row < R; row += warps) {
+        float dot = 0.0f;
+        for (long long c = threadIdx.x % 32; c < dv; c += 32) dot += dout[row * dv + c] * out[row * dv + c];
+        for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+        if (threadIdx.x % 32 == 0) stats[2 * R + row] = dot;
+    }
+}
+
+// The probability and score gradient of entry (i, j) from its recomputed product `dot`,
+// dP = dO_i·v_j, and the row's stats (lse, attends, D = dO_i·O_i): p = exp(score - lse) when
+// allowed; a blocked entry's probability is the spec's 0 / z (0, or NaN when the row's
+// normalizer z is NaN or 0: its log-sum-exp NaN or -inf); dS = p (dP - D) for every existing
+// entry of an attending row (so 0 · a non-finite value is NaN, as in the spec), exactly 0
+// for a row that attends nothing.
+__device__ __forceinline__ void fa_grad_entry(const Flash& g, const float* __restrict__ bias,
+                                              long long b, long long i, long long j, unsigned m,
+                                              float lse, float att, float D, float dot, float dp,
+                                              float& p, float& ds) {
+    const bool part = i < g.l && j < g.s && att != 0.0f;
+    const bool ok = part && fa_allowed(g, i, j, m);
+    const float blocked = part && !(lse > FA_NEG_INF) ? FA_NAN : 0.0f;
+    p = ok ? fa_exp2((fa_score(g, bias, b, i, j, dot) - lse) * FA_LOG2E) : blocked;
+    ds = part ? p * (dp - D) : 0.0f;
+}
+
+// Asynchronous copies into shared memory (cp.async, sm_80 and later): 16 or 4 bytes, or
+// zeros where `fill` is false (nothing is read then); in the emulation and before sm_80,
+// plain copies, complete when they return. fa_cp_wait waits for the calling thread's copies;
+// a barrier after it makes them visible to the block.
+__device__ __forceinline__ void fa_cp16(float* dst, const float* __restrict__ src, bool fill) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(fill ? 16 : 0)
+                 : "memory");
+#else
+    *reinterpret_cast<float4*>(dst) =
+        fill ? *reinterpret_cast<const float4*>(src) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#endif
+}
+__device__ __forceinline__ void fa_cp4(float* dst, const float* __restrict__ src, bool fill) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(d), "l"(src), "r"(fill ? 4 : 0)
+                 : "memory");
+#else
+    *dst = fill ? *src : 0.0f;
+#endif
+}
+__device__ __forceinline__ void fa_cp_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+}
+
+// Starts copying query tile i0 (`rows` rows) of batch matrix b: its q rows into qs, dO rows
+// into os (zeros past the matrix and past d, dv; 16-byte copies when d and dv are multiples
+// of 4, else plain loads) and its three statistics into rs (lse, attends, D; zeros past the
+// matrix). Rows that attend nothing are copied as they are: the caller zeroes them.
+__device__ __forceinline__ void fa_stage(float* qs, float* os, float* rs, const float* __restrict__ q,
+                                         const float* __restrict__ dout,
+                                         const float* __restrict__ stats, const Flash& g,
+                                         long long b, long long i0, long long rows) {
+    const long long R = g.bh * g.l, row0 = b * g.l + i0;
+    if (g.d % 4 == 0 && g.dv % 4 == 0) {
+        for (int e = threadIdx.x; e < FA_T * (FA_C / 4); e += blockDim.x) {
+            const int r = e / (FA_C / 4), c = (e % (FA_C / 4)) * 4;
+            const bool fq = r < rows && c < g.d, fo = r < rows && c < g.dv;
+            fa_cp16(&qs[r * FA_P + c], fq ? &q[(row0 + r) * g.d + c] : q, fq);
+            fa_cp16(&os[r * FA_P + c], fo ? &dout[(row0 + r) * g.dv + c] : dout, fo);
+        }
+    } else {
+        for (int e = threadIdx.x; e < FA_T * FA_C; e += blockDim.x) {
+            const int r = e / FA_C, c = e % FA_C;
+            qs[r * FA_P + c] = r < rows && c < g.d ? q[(row0 + r) * g.d + c] : 0.0f;
+            os[r * FA_P + c] = r < rows && c < g.dv ? dout[(row0 + r) * g.dv + c] : 0.0f;
+        }
+    }
+    if (threadIdx.x < FA_T) {
+        const int t = threadIdx.x;
+        const bool in = t < rows;
+        fa_cp4(&rs[t], in ? &stats[row0 + t] : stats, in);
+        fa_cp4(&rs[FA_T + t], in ? &stats[R + row0 + t] : stats, in);
+        fa_cp4(&rs[2 * FA_T + t], in ? &stats[2 * R + row0 + t] : stats, in);
+    }
+}
+
+// The first query tile at or after qt that the key block kt visits (nqt when none).
+template <bool TILES>
+__device__ __forceinline__ long long fa_next_tile(const Flash& g, const unsigned* __restrict__ bits,
+                                                  bool skip_tiles, long long b, long long qt,
+                                                  long long nqt, long long kt) {
+    while (qt < nqt && TILES && skip_tiles && !fa_tile_any(g, bits, b, qt, kt)) ++qt;
+    return qt;
+}
+
+// The key/value VJP with one chunk of each head dimension (d, dv <= 64; blockIdx.z = 0):
+// flash_bwd_kv_impl's work in three barriers per query tile, the next tile's q, dO and
+// statistics copied in (fa_stage) while this tile's dQ product runs. S = K Qᵀ and dP = V dOᵀ
+// (thread rows keys, scattered columns queries) become P and dS entry by entry and are stored
+// at once as Pᵀ and dSᵀ (key-major, swizzled); after one barrier dV += Pᵀ dO, dK += dSᵀ Q
+// and, with fuse_dq, dQ += scale · dS K read from the same dSᵀ tile (fa_mul_cols), added with
+// vector reductions where d is a multiple of 4. Query rows that attend nothing are zeroed in
+// the staged tiles (when a tile has any: the first barrier tells) so that they take no part.
+// A tile inside the matrix that no mask, bias or causal limit reaches (every entry exists and
+// is allowed) takes fa_grad_entry's values without its tests. Dynamic shared memory 6 tiles
+// and 3 × 64 floats.
+template <bool TILES>
+__device__ __forceinline__ void flash_bwd_kv_one_chunk(
+    const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
+    const unsigned* __restrict__ bits, const float* __restrict__ bias,
+    const int* __restrict__ nonfinite, const float* __restrict__ stats,
+    const float* __restrict__ dout, float* __restrict__ dk, float* __restrict__ dv, const Flash& g,
+    float* __restrict__ dq, int fuse_dq) {
+    extern __shared__ __align__(16) float smem[];
+    float* ks = smem;                // k rows
+    float* vs = smem + FA_TILE;      // v rows
+    float* qs = smem + 2 * FA_TILE;  // q rows of the query tile (rows that attend nothing: 0)
+    float* os = smem + 3 * FA_TILE;  // dO rows of the query tile (likewise)
+    float* pt = smem + 4 * FA_TILE;  // Pᵀ: [j][i], swizzled (fa_swizzle)
+    float* dt = smem + 5 * FA_TILE;  // dSᵀ: [j][i], swizzled
+    float* rs = smem + 6 * FA_TILE;  // the query tile's stats: lse, attends, D (3 × 64)
+    const int tx = threadIdx.x % 8, ty = threadIdx.x / 8;
+    const long long k0 = (long long)blockIdx.x * FA_T;
+    const long long keys = min((long long)FA_T, g.s - k0);
+    const long long nqt = (g.l + FA_T - 1) / FA_T;
+    const bool skip = g.causal && nonfinite[0] == 0;
+    const bool skip_tiles = TILES && g.tiles && nonfinite[0] == 0;
+    const long long qt_begin = skip ? k0 / FA_T : 0;
+    const bool vec_dq = g.d % 4 == 0;
+    for (long long b = blockIdx.y; b < g.bh; b += gridDim.y) {
+        float ak[4][8] = {}, av[4][8] = {};
+        __syncthreads();
+        fa_load(ks, k, b * g.s + k0, keys, g.d, 0, g.d, nullptr, 0);
+        fa_load(vs, v, b * g.s + k0, keys, g.dv, 0, g.dv, nullptr, 0);
+        long long qt = fa_next_tile<TILES>(g, bits, skip_tiles, b, qt_begin, nqt, blockIdx.x);
+        if (qt < nqt) fa_stage(qs, os, rs, q, dout, stats, g, b, qt * FA_T, min((long long)FA_T, g.l - qt * FA_T));
+        while (qt < nqt) {
+            const long long i0 = qt * FA_T, rows = min((long long)FA_T, g.l - i0);
+            fa_cp_wait();
+            // the staged tile is visible; some row of it attends nothing?
+            if (__syncthreads_or(threadIdx.x < rows && rs[FA_T + threadIdx.x] == 0.0f)) {
+                for (int e = threadIdx.x; e < FA_T * FA_C; e += blockDim.x) {
+                    const int r = e / FA_C, c = e % FA_C;
+                    if (rs[FA_T + r] == 0.0f) qs[r * FA_P + c] = os[r * FA_P + c] = 0.0f;
+                }
+                __syncthreads();
+            }
+            // entry (key k0 + ty·4 + a, query i0 + tx + 8c); the tiles are zero past d, dv
+            float st[4][8] = {}, dp[4][8] = {};
+            fa_dot_rows(st, ks, ty * 4, qs, tx, FA_C);
+            fa_dot_rows(dp, vs, ty * 4, os, tx, FA_C);
+            const bool plain = g.mask == 0 && i0 + FA_T <= g.l && k0 + FA_T <= g.s &&
+                               !(g.causal && k0 + FA_T - 1 > i0);
+            #pragma unroll
+            for (int c = 0; c < 8; ++c) {
+                const long long i = i0 + tx + 8 * c;
+                const float lse = rs[tx + 8 * c], att = rs[FA_T + tx + 8 * c], D = rs[2 * FA_T + tx + 8 * c];
+                #pragma unroll
+                for (int a = 0; a < 4; ++a) {
+                    const long long j = k0 + ty * 4 + a;
+                    float p, ds;
+                    if (plain) {
+                        // fa_grad_entry for an existing, allowed entry without a bias
+                        const bool part = att != 0.0f;
+                        p = part ? fa_exp2((st[a][c] * g.scale - lse) * FA_LOG2E) : 0.0f;
+                        ds = part ? p * (dp[a][c] - D) : 0.0f;
+                    } else {
+                        fa_grad_entry(g, bias, b, i, j, fa_bit(g, bits, b, i, j), lse, att, D,
+                                      st[a][c], dp[a][c], p, ds);
+                    }
+                    const int r = ty * 4 + a, col = (tx + 8 * c) ^ fa_swizzle(r);
+                    pt[r * FA_P + col] = p;
+                    dt[r * FA_P + col] = ds;
+                }
+            }
+            __syncthreads();
+            fa_mul_rows<true>(av, pt, ty * 4, os, tx, FA_T);
+            fa_mul_rows<true>(ak, dt, ty * 4, qs, tx, FA_T);
+            // whether this thread's dQ rows attend (rs is restaged below)
+            bool attends[4];
+            #pragma unroll
+            for (int a = 0; a < 4; ++a) attends[a] = rs[FA_T + ty * 4 + a] != 0.0f;
+            const long long next = fa_next_tile<TILES>(g, bits, skip_tiles, b, qt + 1, nqt, blockIdx.x);
+            // every thread is done with this tile's q, dO and stats: stage the next
+            __syncthreads();
+            if (next < nqt) fa_stage(qs, os, rs, q, dout, stats, g, b, next * FA_T, min((long long)FA_T, g.l - next * FA_T));
+            if (fuse_dq) {
+                // dQ rows i0 + ty·4 + a, grouped columns: dS K from dSᵀ and the k rows
+                float aq[4][8] = {};
+                fa_mul_cols<true>(aq, dt, ty * 4, ks, tx, FA_T);
+                #pragma unroll
+                for (int a = 0; a < 4; ++a) {
+                    const long long i = i0 + ty * 4 + a, row = b * g.l + i;
+                    if (i >= g.l || !attends[a]) continue;
+                    float* out = dq + row * g.d;
+                    #pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const long long col = h * 32 + tx * 4;
+                        if (vec_dq) {
+                            if (col < g.d)
+                                fa_red4(out + col, g.scale * aq[a][4 * h], g.scale * aq[a][4 * h + 1],
+                                        g.scale * aq[a][4 * h + 2], g.scale * aq[a][4 * h + 3]);
+                        } else {
+                            #pragma unroll
+                            for (int e = 0; e < 4; ++e)
+                                if (col + e < g.d) atomicAdd(&out[col + e], g.scale * aq[a][4 * h + e]);
+                        }
+                    }
+                }
+            }
+            qt = next;
+        }
+        #pragma unroll
+        for (int a = 0; a < 4; ++a) {
+            const long long j = k0 + ty * 4 + a;
+            if (j >= g.s) continue;
+            #pragma unroll
+            for (int c = 0; c < 8; ++c) {
+                const long long col = fa_gcol(tx, c);
+                if (col < g.d) dk[(b * g.s + j) * g.d + col] = g.scale * ak[a][c];
+                if (col < g.dv) dv[(b * g.s + j) * g.dv + col] = av[a][c];
+            }
+        }
+    }
+}
+
+// VJP, keys and values: one block per 64 keys (blockIdx.x) and chunk z of d / dv
+// (blockIdx.z): dK = scale · dSᵀ Q, dV = Pᵀ dO over every query tile that can see these keys.
+// Thread rows are keys, scattered columns queries. Dynamic shared memory 5 tiles (the
+// launch gives flash_bwd_kv_one_chunk's 6 tiles and 3 × 64 floats). stats as
+// flash_forward's mode 1 wrote them. Query rows that attend nothing are read as zeros.
+// With one chunk of each head dimension (d, dv ≤ 64) the call goes to flash_bwd_kv_one_chunk,
+// which with fuse_dq also adds dQ += scale · dS K for each query tile into dq (zeroed by the
+// caller) atomically: the query kernel's recomputation of S and dP is saved, at the price of
+// an order of additions that varies from run to run; rows that attend nothing receive
+// nothing. `gate`: as flash_forward's (flash_bwd_kv_mma's flag).
+template <bool TILES>
+__device__ __forceinline__ void flash_bwd_kv_impl(
+    const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
+    const unsigned* __restrict__ bits, const float* __restrict__ bias,
+    const int* __restrict__ nonfinite, const float* __restrict__ stats,
+    const float* __restrict__ dout, float* __restrict__ dk, float* __restrict__ dv, Flash g,
+    float* __restrict__ dq, int fuse_dq, const int* __restrict__ gate) {
+    // the tensor-core kernel (flash_bwd_kv_mma) took the call unless its flag says not
+    if (gate != nullptr && gate[0] == 0) return;
+    if (g.d <= FA_C && g.dv <= FA_C) {
+        flash_bwd_kv_one_chunk<TILES>(q, k, v, bits, bias, nonfinite, stats, dout, dk, dv, g, dq, fuse_dq);
+        return;
+    }
+    extern __shared__ __align__(16) float smem[];
+    float* ks = smem;                // k rows, chunk of d
+    float* vs = smem + FA_TILE;      // v rows, chunk of dv
+    float* qs = smem + 2 * FA_TILE;  // q rows, chunk of d (chunk z for dK)
+    float* os = smem + 3 * FA_TILE;  // dO rows, chunk of dv (chunk z for dV)
+    float* pt = smem + 4 * FA_TILE;  // Pᵀ, then dSᵀ: [j][i]
+    const int tx = threadIdx.x % 8, ty = threadIdx.x / 8;
+    const long long k0 = (long long)blockIdx.x * FA_T, z0 = (long long)blockIdx.z * FA_C;
+    const long long keys = min((long long)FA_T, g.s - k0);
+    const long long R = g.bh * g.l, nqt = (g.l + FA_T - 1) / FA_T;
+    const bool skip = g.causal && nonfinite[0] == 0;
+    const bool skip_tiles = TILES && g.tiles && nonfinite[0] == 0;
+    const long long qt_begin = skip ? k0 / FA_T : 0;
+    const bool single_d = g.d <= FA_C, single_v = g.dv <= FA_C;
+    const bool do_dk = z0 < g.d, do_dv = z0 < g.dv;
+    const float* att_of = stats + R;
+    for (long long b = blockIdx.y; b < g.bh; b += gridDim.y) {
+        float ak[4][8] = {}, av[4][8] = {};
+        __syncthreads();
+        if (single_d) fa_load(ks, k, b * g.s + k0, keys, g.d, 0, g.d, nullptr, 0);
+        if (single_v) fa_load(vs, v, b * g.s + k0, keys, g.dv, 0, g.dv, nullptr, 0);
+        for (long long qt = qt_begin; qt < nqt; ++qt) {
+            if (skip_tiles && !fa_tile_any(g, bits, b, qt, blockIdx.x)) continue;
+            const long long i0 = qt * FA_T, rows = min((long long)FA_T, g.l - i0);
+            float st[4][8] = {}, dp[4][8] = {};
+            fa_products(st, ks, k, b * g.s + k0, keys, qs, q, b * g.l + i0, rows, att_of, g.d, tx, ty);
+            fa_products(dp, vs, v, b * g.s + k0, keys, os, dout, b * g.l + i0, rows, att_of, g.dv, tx,
+                        ty);
+            // entry (key k0 + ty·4 + a, query i0 + tx + 8c): st becomes P, dp becomes dS
+            #pragma unroll
+            for (int c = 0; c < 8; ++c) {
+                const long long i = i0 + tx + 8 * c, row = b * g.l + i;
+                const bool in = i < g.l;
+                const float lse = in ? stats[row] : 0.0f, att = in ? stats[R + row] : 0.0f,
+                            D = in ? stats[2 * R + row] : 0.0f;
+                #pragma unroll
+                for (int a = 0; a < 4; ++a) {
+                    const long long j = k0 + ty * 4 + a;
+                    float p, ds;
+                    fa_grad_entry(g, bias, b, i, j, fa_bit(g, bits, b, i, j), lse, att, D, st[a][c],
+                                  dp[a][c], p, ds);
+                    st[a][c] = p;
+                    dp[a][c] = ds;
+                }
+            }
+            if (do_dv) {
+                #pragma unroll
+                for (int a = 0; a < 4; ++a)
+                    #pragma unroll
+                    for (int c = 0; c < 8; ++c) pt[(ty * 4 + a) * FA_P + tx + 8 * c] = st[a][c];
+                if (!single_v)
+                    fa_load(os, dout, b * g.l + i0, rows, g.dv, z0, min((long long)FA_C, g.dv - z0),
+                            att_of, b * g.l + i0);
+                __syncthreads();
+                fa_mul_rows(av, pt, ty * 4, os, tx, fa_round4(rows));
+                __syncthreads();
+            }
+            if (do_dk) {
+                #pragma unroll
+                for (int a = 0; a < 4; ++a)
+                    #pragma unroll
+                    for (int c = 0; c < 8; ++c) pt[(ty * 4 + a) * FA_P + tx + 8 * c] = dp[a][c];
+                if (!single_d)
+                    fa_load(qs, q, b * g.l + i0, rows, g.d, z0, min((long long)FA_C, g.d - z0), att_of,
+                            b * g.l + i0);
+                __syncthreads();
+                fa_mul_rows(ak, pt, ty * 4, qs, tx, fa_round4(rows));
+                __syncthreads();
+            }
+        }
+        #pragma unroll
+        for (int a = 0; a < 4; ++a) {
+            const long long j = k0 + ty * 4 + a;
+            if (j >= g.s) continue;
+            #pragma unroll
+            for (int c = 0; c < 8; ++c) {
+                const long long col = z0 + fa_gcol(tx, c);
+                if (do_dk && col < g.d) dk[(b * g.s + j) * g.d + col] = g.scale * ak[a][c];
+                if (do_dv && col < g.dv) dv[(b * g.s + j) * g.dv + col] = av[a][c];
+            }
+        }
+    }
+}
+// Without tile words (no boolean mask) the tile test is compiled out, so those calls run the
+// same code as before tiles existed; with them, the _tiles entry point.
+extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_bwd_kv(
+    const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
+    const unsigned* __restrict__ bits, const float* __restrict__ bias,
+    const int* __restrict__ nonfinite, const float* __restrict__ stats,
+    const float* __restrict__ dout, float* __restrict__ dk, float* __restrict__ dv, Flash g,
+    float* __restrict__ dq, int fuse_dq, const int* __restrict__ gate) {
+    flash_bwd_kv_impl<false>(q, k, v, bits, bias, nonfinite, stats, dout, dk, dv, g, dq, fuse_dq, gate);
+}
+extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_bwd_kv_tiles(
+    const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
+    const unsigned* __restrict__ bits, const float* __restrict__ bias,
+    const int* __restrict__ nonfinite, const float* __restrict__ stats,
+    const float* __restrict__ dout, float* __restrict__ dk, float* __restrict__ dv, Flash g,
+    float* __restrict__ dq, int fuse_dq, const int* __restrict__ gate) {
+    flash_bwd_kv_impl<true>(q, k, v, bits, bias, nonfinite, stats, dout, dk, dv, g, dq, fuse_dq, gate);
+}
+
+
+template <bool TILES>
+__device__ __forceinline__ void flash_bwd_q_impl(
+    const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
+    const unsigned* __restrict__ bits, const float* __restrict__ bias,
+    const int* __restrict__ nonfinite, const float* __restrict__ stats,
+    const float* __restrict__ dout, float* __restrict__ dq, float* __restrict__ dbias, Flash g,
+    int want_dq, int want_bias) {
+    extern __shared__ __align__(16) float smem[];
+    float* qs = smem;                // q rows, chunk of d
+    float* os = smem + FA_TILE;      // dO rows, chunk of dv
+    float* ks = smem + 2 * FA_TILE;  // k rows, chunk of d (chunk z for dQ)
+    float* vs = smem + 3 * FA_TILE;  // v rows, chunk of dv
+    float* dsb = smem + 4 * FA_TILE; // dS [i][j]
+    const int tx = threadIdx.x % 8, ty = threadIdx.x / 8;
+    const long long qx = fa_query_tile(g), i0 = qx * FA_T, z0 = (long long)blockIdx.z * FA_C;
+    const long long rows = min((long long)FA_T, g.l - i0);
+    const long long R = g.bh * g.l, nkt = (g.s + FA_T - 1) / FA_T;
+    const bool skip = g.causal && nonfinite[0] == 0;
+    const bool skip_tiles = TILES && g.tiles && nonfinite[0] == 0;
+    const long long kt_end = skip ? min(nkt, (i0 + rows - 1) / FA_T + 1) : nkt;
+    const bool single_d = g.d <= FA_C, single_v = g.dv <= FA_C;
+    const bool bias_here = want_bias && blockIdx.z == 0;
+    for (long long b = blockIdx.y; b < g.bh; b += gridDim.y) {
+        float aq[4][8] = {}, lse[4], att[4], D[4];
+        #pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            const long long i = i0 + ty * 4 + r, row = b * g.l + i;
+            const bool in = i < g.l;
+            lse[r] = in ? stats[row] : 0.0f;
+            att[r] = in ? stats[R + row] : 0.0f;
+            D[r] = in ? stats[2 * R + row] : 0.0f;
+        }
+        __syncthreads();
+        if (single_d) fa_load(qs, q, b * g.l + i0, rows, g.d, 0, g.d, nullptr, 0);
+        if (single_v) fa_load(os, dout, b * g.l + i0, rows, g.dv, 0, g.dv, nullptr, 0);
+        for (long long kt = 0; kt < kt_end; ++kt) {
+            if (skip_tiles && !fa_tile_any(g, bits, b, qx, kt)) continue;
+            const long long k0 = kt * FA_T, keys = min((long long)FA_T, g.s - k0);
+            float st[4][8] = {}, dp[4][8] = {};
+            fa_products(st, qs, q, b * g.l + i0, rows, ks, k, b * g.s + k0, keys, nullptr, g.d, tx, ty);
+            fa_products(dp, os, dout, b * g.l + i0, rows, vs, v, b * g.s + k0, keys, nullptr, g.dv, tx,
+                        ty);
+            // entry (query i0 + ty·4 + r, key k0 + tx + 8c): dp becomes dS
+            #pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                const long long i = i0 + ty * 4 + r;
+                const unsigned w0 = fa_word(g, bits, b, i, k0), w1 = fa_word(g, bits, b, i, k0 + 32);
+                #pragma unroll
+                for (int c = 0; c < 8; ++c) {
+                    const long long j = k0 + tx + 8 * c;
+                    const unsigned bit = (c < 4 ? w0 : w1) >> (tx + 8 * (c % 4));
+                    float p, ds;
+                    fa_grad_entry(g, bias, b, i, j, bit, lse[r], att[r], D[r], st[r][c], dp[r][c], p,
+                                  ds);
+                    dp[r][c] = ds;
+                    if (bias_here && i < g.l && j < g.s) dbias[(b * g.l + i) * g.s + j] = ds;
+                }
+            }
+            if (!want_dq) continue;
+            #pragma unroll
+            for (int r = 0; r < 4; ++r)
+                #pragma unroll
+                for (int c = 0; c < 8; ++c) dsb[(ty * 4 + r) * FA_P + tx + 8 * c] = dp[r][c];
+            if (!single_d)
+                fa_load(ks, k, b * g.s + k0, keys, g.d, z0, min((long long)FA_C, g.d - z0), nullptr, 0);
+            __syncthreads();
+            fa_mul_rows(aq, dsb, ty * 4, ks, tx, fa_round4(keys));
+            __syncthreads();
+        }
+        if (!want_dq) continue;
+        #pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            const long long i = i0 + ty * 4 + r;
+            if (i >= g.l) continue;
+            #pragma unroll
+            for (int c = 0; c < 8; ++c) {
+                const long long col = z0 + fa_gcol(tx, c);
+                // a row that attends nothing passes no gradient (not 0 · its keys)
+                if (col < g.d) dq[(b * g.l + i) * g.d + col] = att[r] != 0.0f ? g.scale * aq[r][c] : 0.0f;
+            }
+        }
+    }
+}
+// Without tile words (no boolean mask) the tile test is compiled out, so those calls run the
+// same code as before tiles existed; with them, the _tiles entry point.
+extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_bwd_q(
+    const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
+    const unsigned* __restrict__ bits, const float* __restrict__ bias,
+    const int* __restrict__ nonfinite, const float* __restrict__ stats,
+    const float* __restrict__ dout, float* __restrict__ dq, float* __restrict__ dbias, Flash g,
+    int want_dq, int want_bias) {
+    flash_bwd_q_impl<false>(q, k, v, bits, bias, nonfinite, stats, dout, dq, dbias, g, want_dq, want_bias);
+}
+extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_bwd_q_tiles(
+    const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
+    const unsigned* __restrict__ bits, const float* __restrict__ bias,
+    const int* __restrict__ nonfinite, const float* __restrict__ stats,
+    const float* __restrict__ dout, float* __restrict__ dq, float* __restrict__ dbias, Flash g,
+    int want_dq, int want_bias) {
+    flash_bwd_q_impl<true>(q, k, v, bits, bias, nonfinite, stats, dout, dq, dbias, g, want_dq, want_bias);
+}
