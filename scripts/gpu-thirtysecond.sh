@@ -1,7 +1,7 @@
 #!/bin/bash
 # On the GPU machine (thirty-second session): the whole GPU test binary on this build (the
 # causal query-tile order changed the flash kernels), then the flash kernels of this build
-# against gpu-bin/torchlean-base (commit 29e1dec) beside PyTorch's SDPA, alternating, on the
+# against gpu-bin/torchlean-base (commit 29e1dec; this build also joins the split kernels/attention/ sources) beside PyTorch's SDPA, alternating, on the
 # causal workloads (and unmasked, which the change must leave alone); every example against
 # the CPU's losses in both modes; the transformer under flash / auto / strict_native_cuda;
 # PyTorch as an oracle for every op. DEADLINE seconds in all. Logs in $OUT/logs.tgz.
