@@ -1,4 +1,4 @@
-# Sourced by the per-session GPU scripts (scripts/gpu-fifteenth.sh … gpu-seventeenth.sh) on the
+# Sourced by the per-session GPU scripts (scripts/gpu-sessions/gpu-fifteenth.sh … gpu-seventeenth.sh) on the
 # GPU machine: the repository root as working directory, the kernel cache, the log folder
 # ($OUT, else /tmp/out) as $log with the GPU's name, driver and clock and the binaries'
 # commit in gpu.txt, and `field FILE KEY` to read one number from a bench JSON file.

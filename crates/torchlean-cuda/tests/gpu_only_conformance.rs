@@ -394,7 +394,7 @@ fn flash_attention_matches_the_spec_on_the_gpu() {
 /// times on such calls (1.2e-4 to 2.5e-4 in a NumPy simulation of the rounding, forward and
 /// dV), so the test fails if the kernels lose the split's small parts. The forward's
 /// tensor-core kernel is on by default, the VJP's opt-in: with TORCHLEAN_FLASH_MMA=1
-/// (scripts/gpu-sixteenth.sh sets it) the test checks both; otherwise, or below sm_80, it
+/// (scripts/gpu-sessions/gpu-sixteenth.sh sets it) the test checks both; otherwise, or below sm_80, it
 /// holds whichever f32 kernels run to the same bound, and its log line says which path ran.
 #[test]
 fn flash_tensor_core_kernels_keep_f32_level_accuracy() {

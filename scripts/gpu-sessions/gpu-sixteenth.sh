@@ -6,7 +6,7 @@
 # the same binary with TORCHLEAN_FLASH_MMA=0 (the f32 FMA kernels), and PyTorch's SDPA, alternating, three rounds;
 # then transformer-big-step with `auto` (the composition) and with flash attention on tensor cores. Binaries
 # from scripts/gpu-check.sh (gpu-bin/); logs under $OUT.
-source "$(dirname "$0")/gpu-session-start.sh"
+source "$(dirname "$0")/../gpu-session-start.sh"
 TORCHLEAN_FLASH_MMA=1 TORCHLEAN_REQUIRE_CUDA=1 timeout 300 gpu-bin/gpu_only_conformance ${TESTS:-} --test-threads 1 --nocapture > $log/tests.txt 2>&1; echo "tests rc=$?" >> $log/tests.txt
 grep -E "test result|panicked|tests rc|worst|error|registers" $log/tests.txt | cut -c1-300 | head -40
 TORCHLEAN_FLASH_MMA=1 gpu-bin/torchlean bench attn-fwd-none --device cuda --provider prefer:native_cuda --reps 3 --show-backend > $log/report.txt 2>&1

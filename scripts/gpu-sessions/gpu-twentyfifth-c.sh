@@ -3,7 +3,7 @@
 # too. The GPU conformance binary; gemm-4096 and add-268435456 with cuBLASLt
 # (TORCHLEAN_CUBLASLT unset) and with the classic API (=0) beside PyTorch, two rounds;
 # transformer-big-step and mlp-big-step once beside PyTorch. Logs packed into $OUT/logs.tgz.
-source "$(dirname "$0")/gpu-session-start.sh"
+source "$(dirname "$0")/../gpu-session-start.sh"
 dest=$log; log=/tmp/run25c; mkdir -p $log; cp $dest/gpu.txt $log/
 TORCHLEAN_REQUIRE_CUDA=1 timeout 300 gpu-bin/gpu_only_conformance --test-threads 1 > $log/tests.txt 2>&1; echo "tests rc=$?" >> $log/tests.txt
 grep -E "test result|panicked|tests rc|FAILED" $log/tests.txt | cut -c1-300 | head -10

@@ -5,11 +5,11 @@
 # (gpu-bin/torchlean-base), PyTorch eager and torch.compile — alternating, two rounds; then
 # this build's per-capsule kernel times (TORCHLEAN_OP_TIMES: synchronized, for ranking).
 # Binaries from scripts/gpu-check.sh (gpu-bin/); logs packed into $OUT/logs.tgz.
-source "$(dirname "$0")/gpu-session-start.sh"
+source "$(dirname "$0")/../gpu-session-start.sh"
 dest=$log; log=/tmp/run26; mkdir -p $log; cp $dest/gpu.txt $log/
 TORCHLEAN_REQUIRE_CUDA=1 timeout 300 gpu-bin/gpu_only_conformance --test-threads 1 --nocapture > $log/tests.txt 2>&1; echo "tests rc=$?" >> $log/tests.txt
 grep -E "test result|panicked|tests rc|FAILED|flash_attention_matches" $log/tests.txt | cut -c1-300 | head -20
-source "$(dirname "$0")/gpu-examples.sh"
+source "$(dirname "$0")/../gpu-examples.sh"
 examples_against_cpu quickstart-mlp mlp transformer
 big=transformer-big-step
 for r in 1 2; do

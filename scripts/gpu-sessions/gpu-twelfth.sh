@@ -8,7 +8,7 @@
 # Binaries from scripts/gpu-check.sh (gpu-bin/); logs and outputs under $OUT (default
 # /tmp/out); the outputs are compared with PyTorch's stored ones on the development machine.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 export TORCHLEAN_CACHE_DIR=/tmp/torchlean-cache TORCHLEAN_REQUIRE_CUDA=1
 log=${OUT:-/tmp/out}; mkdir -p $log
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader > $log/gpu.txt 2>&1

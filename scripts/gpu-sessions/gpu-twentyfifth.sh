@@ -10,12 +10,12 @@
 # alternating; the composition (`auto`) beside flash attention. Logs are packed into one
 # tarball (the device returns a few files only).
 # Binaries from scripts/gpu-check.sh (gpu-bin/); logs under $OUT.
-source "$(dirname "$0")/gpu-session-start.sh"
+source "$(dirname "$0")/../gpu-session-start.sh"
 # every log in a scratch folder, packed into $OUT/logs.tgz at the end
 dest=$log; log=/tmp/run25; mkdir -p $log; cp $dest/gpu.txt $log/
 TORCHLEAN_REQUIRE_CUDA=1 timeout 300 gpu-bin/gpu_only_conformance --test-threads 1 > $log/tests.txt 2>&1; echo "tests rc=$?" >> $log/tests.txt
 grep -E "test result|panicked|tests rc|FAILED|cublaslt_linear|layout_copies" $log/tests.txt | cut -c1-300 | head -20
-source "$(dirname "$0")/gpu-examples.sh"
+source "$(dirname "$0")/../gpu-examples.sh"
 examples_against_cpu quickstart-mlp mlp transformer
 big=transformer-big-step
 variants="lt forward classic base"; [ "${RUN:-1}" = 2 ] && variants="lt mid base auto"

@@ -7,7 +7,7 @@
 # on cuda beside the CPU's, and mlp-big-step / transformer-big-step against PyTorch eager.
 # Binaries from scripts/gpu-check.sh (gpu-bin/); logs under $OUT (default /tmp/out).
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 export TORCHLEAN_CACHE_DIR=/tmp/torchlean-cache TORCHLEAN_REQUIRE_CUDA=1
 log=${OUT:-/tmp/out}; mkdir -p $log
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader > $log/gpu.txt 2>&1

@@ -5,9 +5,9 @@
 # (gpu-bin/torchlean-prev) and PyTorch, alternating, two rounds (eager, flash attention),
 # then compiled and torch.compile; per-capsule kernel times of this build. Logs packed into
 # $OUT/logs.tgz.
-source "$(dirname "$0")/gpu-session-start.sh"
+source "$(dirname "$0")/../gpu-session-start.sh"
 dest=$log; log=/tmp/run25b; mkdir -p $log; cp $dest/gpu.txt $log/
-source "$(dirname "$0")/gpu-examples.sh"
+source "$(dirname "$0")/../gpu-examples.sh"
 examples_against_cpu transformer
 big=transformer-big-step
 for r in 1 2; do

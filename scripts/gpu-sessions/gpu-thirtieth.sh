@@ -4,7 +4,7 @@
 # eager and compiled beside PyTorch eager and torch.compile (rounds while time is left), the
 # step's device time by kernel (TORCHLEAN_OP_TIMES=device), and tiny-ops beside PyTorch.
 # DEADLINE seconds in all (default 330). Logs in $OUT/logs.tgz.
-source "$(dirname "$0")/gpu-session-start.sh"
+source "$(dirname "$0")/../gpu-session-start.sh"
 dest=$log; log=/tmp/run30; mkdir -p $log; cp $dest/gpu.txt $log/
 start=$(date +%s); D=${DEADLINE:-330}; left() { echo $(( D - ($(date +%s) - start) )); }
 TORCHLEAN_REQUIRE_CUDA=1 timeout $((D / 3)) gpu-bin/gpu_only_conformance --test-threads 1 ${TESTS:-} > $log/tests.txt 2>&1; echo "tests rc=$?" >> $log/tests.txt

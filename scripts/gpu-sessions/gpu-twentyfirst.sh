@@ -6,7 +6,7 @@
 # through the CUDA composition); the quickstart trained on the GPU by this build and by the
 # parent's (gpu-bin/torchlean-base), loss lines compared.
 # Binaries from scripts/gpu-check.sh (gpu-bin/); logs under $OUT.
-source "$(dirname "$0")/gpu-session-start.sh"
+source "$(dirname "$0")/../gpu-session-start.sh"
 TORCHLEAN_REQUIRE_CUDA=1 timeout 300 gpu-bin/gpu_only_conformance --test-threads 1 > $log/tests.txt 2>&1; echo "tests rc=$?" >> $log/tests.txt
 grep -E "test result|panicked|tests rc|FAILED" $log/tests.txt | cut -c1-300 | head -20
 for mode in eager compiled; do

@@ -5,7 +5,7 @@
 # causal workloads (and unmasked, which the change must leave alone); every example against
 # the CPU's losses in both modes; the transformer under flash / auto / strict_native_cuda;
 # PyTorch as an oracle for every op. DEADLINE seconds in all. Logs in $OUT/logs.tgz.
-source "$(dirname "$0")/gpu-session-start.sh"
+source "$(dirname "$0")/../gpu-session-start.sh"
 dest=$log; log=/tmp/run32; mkdir -p $log; cp $dest/gpu.txt $log/
 start=$(date +%s); D=${DEADLINE:-420}; left() { echo $(( D - ($(date +%s) - start) )); }
 TORCHLEAN_REQUIRE_CUDA=1 timeout 120 gpu-bin/gpu_only_conformance --test-threads 1 > $log/tests.txt 2>&1; echo "tests rc=$?" >> $log/tests.txt

@@ -5,7 +5,7 @@
 # step and for torch.compile (bench/pytorch/profile_step.py), and the wall times side by side
 # (one round). mlp-big-step's per-capsule device time too.
 # Binaries from scripts/gpu-check.sh (gpu-bin/); logs packed into $OUT/logs.tgz.
-source "$(dirname "$0")/gpu-session-start.sh"
+source "$(dirname "$0")/../gpu-session-start.sh"
 dest=$log; log=/tmp/run27; mkdir -p $log; cp $dest/gpu.txt $log/
 big=transformer-big-step
 TORCHLEAN_OP_TIMES=device gpu-bin/torchlean bench $big --device cuda --provider prefer:native_cuda --reps 5 > $log/devtimes.txt 2>&1

@@ -7,7 +7,7 @@
 # present) and PyTorch's SDPA; then transformer-big-step (flash attention) against PyTorch.
 # Binaries from scripts/gpu-check.sh (gpu-bin/); env TESTS, ROUNDS, WORKLOADS, SKIP_BIG;
 # logs under $OUT (only the lines printed here come back whole).
-source "$(dirname "$0")/gpu-session-start.sh"
+source "$(dirname "$0")/../gpu-session-start.sh"
 TORCHLEAN_REQUIRE_CUDA=1 timeout 300 gpu-bin/gpu_only_conformance ${TESTS:-} --test-threads 1 --nocapture > $log/tests.txt 2>&1; echo "tests rc=$?" >> $log/tests.txt
 grep -E "test result|panicked|tests rc|worst|FAILED" $log/tests.txt | cut -c1-300 | head -30
 gpu-bin/torchlean bench attn-fwd-none --device cuda --provider prefer:native_cuda --reps 3 --show-backend > $log/report.txt 2>&1

@@ -6,7 +6,7 @@
 # (`--provider prefer:native_cuda`): gpu-bin/torchlean beside gpu-bin/torchlean-base (the
 # commit before the tiles, when present) and PyTorch's SDPA, alternating, three rounds.
 # Binaries from scripts/gpu-check.sh (gpu-bin/); logs under $OUT.
-source "$(dirname "$0")/gpu-session-start.sh"
+source "$(dirname "$0")/../gpu-session-start.sh"
 TORCHLEAN_REQUIRE_CUDA=1 timeout 300 gpu-bin/gpu_only_conformance --test-threads 1 --nocapture > $log/tests.txt 2>&1; echo "tests rc=$?" >> $log/tests.txt
 grep -E "test result|panicked|tests rc|worst" $log/tests.txt | cut -c1-200
 for r in 1 2 3; do

@@ -7,7 +7,7 @@
 # two rounds; mlp-big-step and quickstart-step beside PyTorch; this build's per-capsule
 # device times (TORCHLEAN_OP_TIMES=device). Binaries from scripts/gpu-check.sh (gpu-bin/);
 # logs packed into $OUT/logs.tgz.
-source "$(dirname "$0")/gpu-session-start.sh"
+source "$(dirname "$0")/../gpu-session-start.sh"
 dest=$log; log=/tmp/run27b; mkdir -p $log; cp $dest/gpu.txt $log/
 TORCHLEAN_REQUIRE_CUDA=1 timeout 300 gpu-bin/gpu_only_conformance --test-threads 1 > $log/tests.txt 2>&1; echo "tests rc=$?" >> $log/tests.txt
 grep -E "test result|panicked|tests rc|FAILED" $log/tests.txt | cut -c1-300 | head -20

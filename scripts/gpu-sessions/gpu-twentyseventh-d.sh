@@ -5,7 +5,7 @@
 # this build and the session-start build (gpu-bin/torchlean-base) beside PyTorch's SDPA
 # (is_causal), alternating, two rounds; the unmasked forward as a control. Binaries from
 # scripts/gpu-check.sh (gpu-bin/); logs packed into $OUT/logs.tgz.
-source "$(dirname "$0")/gpu-session-start.sh"
+source "$(dirname "$0")/../gpu-session-start.sh"
 dest=$log; log=/tmp/run27d; mkdir -p $log; cp $dest/gpu.txt $log/
 TORCHLEAN_REQUIRE_CUDA=1 timeout 300 gpu-bin/gpu_only_conformance --test-threads 1 > $log/tests.txt 2>&1; echo "tests rc=$?" >> $log/tests.txt
 grep -E "test result|panicked|tests rc|FAILED" $log/tests.txt | cut -c1-300 | head -20

@@ -4,7 +4,7 @@
 # the Pᵀ/dSᵀ swizzle (torchlean-N, attention-N.cu) beside the committed build (torchlean):
 # ptxas's report for each, then attn-step-{none,causal} and transformer-big-step alternating,
 # two rounds, with PyTorch. Logs packed into $OUT/logs.tgz.
-source "$(dirname "$0")/gpu-session-start.sh"
+source "$(dirname "$0")/../gpu-session-start.sh"
 dest=$log; log=/tmp/run26c; mkdir -p $log; cp $dest/gpu.txt $log/
 for v in U N; do
   cat crates/torchlean-cuda/kernels/{elementwise,rows,conv,spectral}.cu gpu-bin/attention-$v.cu > $log/all-$v.cu

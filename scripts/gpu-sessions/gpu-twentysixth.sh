@@ -6,7 +6,7 @@
 # session-start build) and PyTorch's SDPA; transformer-big-step likewise; then Nsight Compute
 # on the new key kernel (one launch). Env TESTS, ROUNDS, WORKLOADS, SKIP_BIG, SKIP_NCU; logs
 # under $OUT, packed into logs.tgz.
-source "$(dirname "$0")/gpu-session-start.sh"
+source "$(dirname "$0")/../gpu-session-start.sh"
 # only logs.tgz under $OUT (the device returns a few files whole)
 log=/tmp/gpu-logs; mkdir -p $log
 mkdir -p $log/ptx

@@ -7,11 +7,11 @@
 # eager and torch.compile, alternating, two rounds; quickstart-step and mlp-big-step compiled
 # beside the base build and PyTorch eager. Binaries from scripts/gpu-check.sh (gpu-bin/); logs
 # packed into $OUT/logs.tgz.
-source "$(dirname "$0")/gpu-session-start.sh"
+source "$(dirname "$0")/../gpu-session-start.sh"
 dest=$log; log=/tmp/run27c; mkdir -p $log; cp $dest/gpu.txt $log/
 TORCHLEAN_REQUIRE_CUDA=1 timeout 300 gpu-bin/gpu_only_conformance --test-threads 1 > $log/tests.txt 2>&1; echo "tests rc=$?" >> $log/tests.txt
 grep -E "test result|panicked|tests rc|FAILED" $log/tests.txt | cut -c1-300 | head -20
-source "$(dirname "$0")/gpu-examples.sh"
+source "$(dirname "$0")/../gpu-examples.sh"
 examples_against_cpu quickstart-mlp mlp transformer
 big=transformer-big-step
 p="--device cuda --provider prefer:native_cuda --reps 10 --json"

@@ -6,7 +6,7 @@
 # L=2048 D=64; causal also B=16 L=512) for this build and the session-start build
 # (gpu-bin/torchlean-base) beside PyTorch's SDPA, alternating, two rounds; transformer-big-step
 # eager for both builds. Binaries from scripts/gpu-check.sh (gpu-bin/); logs in $OUT/logs.tgz.
-source "$(dirname "$0")/gpu-session-start.sh"
+source "$(dirname "$0")/../gpu-session-start.sh"
 dest=$log; log=/tmp/run27e; mkdir -p $log; cp $dest/gpu.txt $log/
 TORCHLEAN_REQUIRE_CUDA=1 timeout 300 gpu-bin/gpu_only_conformance --test-threads 1 > $log/tests.txt 2>&1; echo "tests rc=$?" >> $log/tests.txt
 grep -E "test result|panicked|tests rc|FAILED" $log/tests.txt | cut -c1-300 | head -20

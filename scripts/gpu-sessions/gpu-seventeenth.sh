@@ -8,7 +8,7 @@
 # scripts/gpu-check.sh (gpu-bin/); env DEFAULT_TESTS (a test filter run with the default
 # kernels first), TESTS, ROUNDS, BIG_ROUNDS, WORKLOADS, SKIP_BIG; logs
 # under $OUT (only the lines printed here come back whole).
-source "$(dirname "$0")/gpu-session-start.sh"
+source "$(dirname "$0")/../gpu-session-start.sh"
 if [ -n "${DEFAULT_TESTS:-}" ]; then
   # the default kernels (tensor-core forward, f32 key/value VJP)
   TORCHLEAN_REQUIRE_CUDA=1 timeout 300 gpu-bin/gpu_only_conformance $DEFAULT_TESTS --test-threads 1 --nocapture > $log/tests-default.txt 2>&1; echo "default tests rc=$?" >> $log/tests-default.txt

@@ -5,7 +5,7 @@
 # beside PyTorch eager and torch.compile, then the attention workloads (flash_flags) this/base/
 # PyTorch, then a second transformer round if time is left (DEADLINE seconds in all, default
 # 330; TESTS: a test-name filter). Logs in $OUT/logs.tgz.
-source "$(dirname "$0")/gpu-session-start.sh"
+source "$(dirname "$0")/../gpu-session-start.sh"
 dest=$log; log=/tmp/run29b; mkdir -p $log; cp $dest/gpu.txt $log/
 start=$(date +%s); D=${DEADLINE:-330}; left() { echo $(( D - ($(date +%s) - start) )); }
 TORCHLEAN_REQUIRE_CUDA=1 timeout $((D / 3)) gpu-bin/gpu_only_conformance --test-threads 1 ${TESTS:-} > $log/tests.txt 2>&1; echo "tests rc=$?" >> $log/tests.txt
