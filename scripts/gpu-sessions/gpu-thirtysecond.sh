@@ -1,25 +1,14 @@
 #!/bin/bash
-# On the GPU machine (thirty-second session): the whole GPU test binary on this build (the
-# causal query-tile order changed the flash kernels), then the flash kernels of this build
-# against gpu-bin/torchlean-base (commit 29e1dec; this build also joins the split kernels/attention/ sources) beside PyTorch's SDPA, alternating, on the
-# causal workloads (and unmasked, which the change must leave alone); every example against
-# the CPU's losses in both modes; the transformer under flash / auto / strict_native_cuda;
-# PyTorch as an oracle for every op. DEADLINE seconds in all. Logs in $OUT/logs.tgz.
+# On the GPU machine (thirty-second session, second run): the whole GPU test binary on this
+# build (the flash kernels' sources split into kernels/attention/*.cu: the same code, joined
+# in one program), then every example against the CPU's losses in both modes,
+# the transformer under flash / auto / strict_native_cuda, and PyTorch as an oracle for every
+# op. DEADLINE seconds in all. Logs in $OUT/logs.tgz.
 source "$(dirname "$0")/../gpu-session-start.sh"
 dest=$log; log=/tmp/run32; mkdir -p $log; cp $dest/gpu.txt $log/
 start=$(date +%s); D=${DEADLINE:-420}; left() { echo $(( D - ($(date +%s) - start) )); }
 TORCHLEAN_REQUIRE_CUDA=1 timeout 120 gpu-bin/gpu_only_conformance --test-threads 1 > $log/tests.txt 2>&1; echo "tests rc=$?" >> $log/tests.txt
 grep -E "FAIL|panicked|test result|tests rc" $log/tests.txt | cut -c1-160 | head -20
-p="--device cuda --provider prefer:native_cuda --reps 10 --json"
-for r in 1 2 3; do
-  for w in attn-fwd-causal attn-step-causal attn-fwd-none; do
-    for b in torchlean-base torchlean; do
-      timeout 60 gpu-bin/$b bench $w $p > $log/$w.$b.$r.json 2>> $log/ab.err
-    done
-    timeout 60 python3 bench/pytorch/bench.py $w --device cuda --reps 10 > $log/$w.pt.$r.json 2>> $log/pt.err
-    echo "round $r $w: base $(field $log/$w.torchlean-base.$r.json median) this $(field $log/$w.torchlean.$r.json median) PyTorch $(field $log/$w.pt.$r.json median) ms"
-  done
-done
 source scripts/gpu-examples.sh
 [ $(left) -gt 150 ] && examples_against_cpu quickstart-mlp quickstart-cnn mlp cnn transformer autoencoder fno1d rnn 2>&1 | tee $log/examples.txt
 [ $(left) -gt 120 ] && OUT=$log/attention timeout $(( $(left) - 100 )) bash scripts/gpu-attention.sh > /dev/null 2>&1; cat $log/attention/attention.txt 2>/dev/null

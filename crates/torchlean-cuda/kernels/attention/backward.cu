@@ -370,7 +370,7 @@ __device__ __forceinline__ void flash_bwd_q_impl(
     float* vs = smem + 3 * FA_TILE;  // v rows, chunk of dv
     float* dsb = smem + 4 * FA_TILE; // dS [i][j]
     const int tx = threadIdx.x % 8, ty = threadIdx.x / 8;
-    const long long qx = fa_query_tile(g), i0 = qx * FA_T, z0 = (long long)blockIdx.z * FA_C;
+    const long long i0 = (long long)blockIdx.x * FA_T, z0 = (long long)blockIdx.z * FA_C;
     const long long rows = min((long long)FA_T, g.l - i0);
     const long long R = g.bh * g.l, nkt = (g.s + FA_T - 1) / FA_T;
     const bool skip = g.causal && nonfinite[0] == 0;
@@ -392,7 +392,7 @@ __device__ __forceinline__ void flash_bwd_q_impl(
         if (single_d) fa_load(qs, q, b * g.l + i0, rows, g.d, 0, g.d, nullptr, 0);
         if (single_v) fa_load(os, dout, b * g.l + i0, rows, g.dv, 0, g.dv, nullptr, 0);
         for (long long kt = 0; kt < kt_end; ++kt) {
-            if (skip_tiles && !fa_tile_any(g, bits, b, qx, kt)) continue;
+            if (skip_tiles && !fa_tile_any(g, bits, b, blockIdx.x, kt)) continue;
             const long long k0 = kt * FA_T, keys = min((long long)FA_T, g.s - k0);
             float st[4][8] = {}, dp[4][8] = {};
             fa_products(st, qs, q, b * g.l + i0, rows, ks, k, b * g.s + k0, keys, nullptr, g.d, tx, ty);

@@ -326,14 +326,6 @@ __device__ __forceinline__ bool fa_tile_any(const Flash& g, const unsigned* __re
     return t[((g.mask_bstride ? b : 0) * nqt + qt) * nkt + kt] != 0u;
 }
 
-// The query tile of a block of the query-tile kernels (grid x = the query tiles). Blocks
-// start in blockIdx.x order; under causal the last tiles see the most keys, so they are
-// taken first and the lightest tiles fill the end of the grid, where SMs would otherwise
-// wait on one heavy tile (a permutation of the blocks: each computes what it did before).
-__device__ __forceinline__ long long fa_query_tile(const Flash& g) {
-    return g.causal ? (long long)gridDim.x - 1 - blockIdx.x : (long long)blockIdx.x;
-}
-
 // Whether entry (i, j) exists and is not blocked (mask bit m).
 __device__ __forceinline__ bool fa_allowed(const Flash& g, long long i, long long j, unsigned m) {
     return i < g.l && j < g.s && !(g.causal && j > i) && (m & 1u);

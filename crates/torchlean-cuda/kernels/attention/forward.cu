@@ -13,7 +13,7 @@ __device__ __forceinline__ void flash_forward_impl(
     float* ks = smem + FA_TILE;      // k rows, chunk of d; then v rows, chunk z of dv
     float* ps = smem + 2 * FA_TILE;  // probabilities [i][j]
     const int tx = threadIdx.x % 8, ty = threadIdx.x / 8;
-    const long long qx = fa_query_tile(g), q0 = qx * FA_T;
+    const long long q0 = (long long)blockIdx.x * FA_T;
     const long long z0 = (long long)blockIdx.z * FA_C;
     const long long rows = min((long long)FA_T, g.l - q0);
     const long long nkt = (g.s + FA_T - 1) / FA_T;
@@ -30,7 +30,7 @@ __device__ __forceinline__ void flash_forward_impl(
         if (single) fa_load(qs, q, b * g.l + q0, rows, g.d, 0, g.d, nullptr, 0);
         for (long long kt = 0; kt < kt_end; ++kt) {
             // uniform in the block: every thread skips the same tiles
-            if (skip_tiles && !fa_tile_any(g, bits, b, qx, kt)) continue;
+            if (skip_tiles && !fa_tile_any(g, bits, b, blockIdx.x, kt)) continue;
             const long long k0 = kt * FA_T, keys = min((long long)FA_T, g.s - k0);
             float sc[4][8] = {};
             fa_products(sc, qs, q, b * g.l + q0, rows, ks, k, b * g.s + k0, keys, nullptr, g.d, tx, ty);
@@ -174,7 +174,7 @@ __device__ __forceinline__ void flash_forward_mma_impl(
     unsigned* vsp = ksp + FA_SPLIT_TILE;                // the key tile's v, column-split
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int gq = lane >> 2, tq = lane & 3;
-    const long long qx = fa_query_tile(g), q0 = qx * FA_T;
+    const long long q0 = (long long)blockIdx.x * FA_T;
     const long long rows = min((long long)FA_T, g.l - q0);
     const long long nkt = (g.s + FA_T - 1) / FA_T;
     const bool skip = g.causal && nonfinite[0] == 0;
@@ -196,7 +196,7 @@ __device__ __forceinline__ void flash_forward_mma_impl(
         // the next key tile to compute (uniform in the block: every thread skips the same
         // tiles), its k rows and v rows fetched one tile ahead
         auto next_tile = [&](long long t) {
-            while (t < kt_end && skip_tiles && !fa_tile_any(g, bits, b, qx, t)) ++t;
+            while (t < kt_end && skip_tiles && !fa_tile_any(g, bits, b, blockIdx.x, t)) ++t;
             return t;
         };
         float4 kst[4][2], vst[4][2];
