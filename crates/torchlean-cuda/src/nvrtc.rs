@@ -11,12 +11,17 @@
 use std::hash::{Hash, Hasher};
 use std::path::PathBuf;
 
-/// The kernel sources of this module, compiled together as one program.
-pub const SOURCES: &[&str] = &[
+/// The kernel sources of this module other than flash attention's.
+const KERNELS: &[&str] = &[
     include_str!("../kernels/elementwise.cu"),
     include_str!("../kernels/rows.cu"),
     include_str!("../kernels/conv.cu"),
     include_str!("../kernels/spectral.cu"),
+];
+
+/// Flash attention's sources (`kernels/attention/`), in the order they are compiled: each
+/// uses what the ones before it define.
+const ATTENTION: &[&str] = &[
     include_str!("../kernels/attention/common.cu"),
     include_str!("../kernels/attention/split_tf32.cu"),
     include_str!("../kernels/attention/forward.cu"),
@@ -24,18 +29,20 @@ pub const SOURCES: &[&str] = &[
     include_str!("../kernels/attention/backward_mma.cu"),
 ];
 
-/// The flash-attention sources of [`SOURCES`], in order: what the CPU emulation of the
-/// flash kernels compiles (tests/emulated_flash.rs).
+/// The flash-attention part of [`program`]: what the CPU emulation of the flash kernels
+/// compiles (tests/emulated_flash.rs).
 pub fn attention_program() -> String {
-    SOURCES[SOURCES.len() - ATTENTION_FILES..].join("\n")
+    ATTENTION.join("\n")
 }
 
-/// How many of [`SOURCES`] (the last ones) are the flash-attention kernels.
-const ATTENTION_FILES: usize = 5;
-
-/// The program NVRTC compiles: every source, in order.
+/// The program NVRTC compiles: every source, in order, compiled together.
 pub fn program() -> String {
-    SOURCES.join("\n")
+    KERNELS
+        .iter()
+        .chain(ATTENTION)
+        .copied()
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 fn cache_dir() -> Option<PathBuf> {
