@@ -1,10 +1,10 @@
 //! CSV files: seeds under each parse option (chosen by a leading directive line), a
 //! mutator of cells and structure, and the parse under its invariants.
 
-use super::super::mutate::{interesting_u64, mutate_bytes, Rng};
-use super::super::{Executed, Refusal};
 use super::{check_loaded, fnv};
 use crate::data::{parse_csv, CsvOptions, Header, LabelColumn};
+use crate::fuzz::mutate::{interesting_u64, mutate_bytes, Rng};
+use crate::fuzz::{Executed, Refusal};
 
 /// The directive a CSV input may start with, choosing the parse options:
 /// `#torchlean-fuzz header=auto|present|absent label=first|last|<index>|name:<column>

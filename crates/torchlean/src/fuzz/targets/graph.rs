@@ -1,20 +1,25 @@
 //! Graph files (`torchlean.ir.v1`): seeds from every op and the MLP, a mutator that edits
 //! the JSON structure, and the run of an accepted graph under its invariants.
 
-use super::super::mutate::{
+use super::{fnv, ramp, sample_op, set, values, with_session, Res};
+use crate::backend::BackendProfile;
+use crate::fuzz::mutate::{
     interesting_u64, mutate_bytes, mutate_json, mutate_json_text, Rng, STRINGS,
 };
-use super::super::{Executed, Refusal};
-use super::{
-    fnv, ramp, sample_op, set, values, with_session, Res, RUN_ELEMENTS, RUN_NODES, RUN_POOL_WORK,
-};
-use crate::backend::BackendProfile;
+use crate::fuzz::{Executed, Refusal};
 use crate::graph::{append_backward, Graph, NodeKind, Op, OpKind, OutputDecl, ValueDecl, SEED};
 use crate::nn::{Activation, Mlp, Module};
 use crate::runtime::compiled::CompiledGraph;
 use crate::tensor::Tensor;
 use serde_json::Value;
 use std::collections::BTreeMap;
+
+/// Graphs whose nodes hold more elements than this in all are validated but not run.
+const RUN_ELEMENTS: usize = 1 << 15;
+/// Nor are graphs with more nodes than this.
+const RUN_NODES: usize = 4096;
+/// Nor graphs with a pooling node of more output elements × window taps than this.
+const RUN_POOL_WORK: u128 = 1 << 22;
 
 /// The leaves seed graphs draw their op inputs from: (name, shape, kind).
 const LEAVES: &[(&str, &[usize], u8)] = &[

@@ -1,7 +1,7 @@
 //! IDX files (MNIST's format): seeds of every element code, and a mutator of the header.
 
-use super::super::mutate::{interesting_u64, mutate_bytes, poison_f32, Rng};
 use super::{ramp, Res, Scratch};
+use crate::fuzz::mutate::{interesting_u64, mutate_bytes, poison_f32, Rng};
 use crate::tensor::Tensor;
 
 fn idx_bytes(code: u8, ndims: u8, dims: &[u32], data: &[u8]) -> Vec<u8> {

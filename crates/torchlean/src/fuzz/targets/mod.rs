@@ -2,9 +2,9 @@
 //! entry point each input runs through with the invariants an accepted input must meet.
 //!
 //! One file per format (`graph`, `tensor_files` for safetensors and checkpoints, `npy`,
-//! `idx`, `csv`); this module dispatches on [`Format`] and holds what they share: the run
-//! limits, scratch files, deterministic tensors, JSON path edits, the invariants of a loaded
-//! data tensor, and [`sample_op`].
+//! `idx`, `csv`); this module dispatches on [`Format`] and holds what they share: scratch
+//! files, deterministic tensors, JSON path edits, the invariants of a loaded data tensor,
+//! and [`sample_op`].
 
 use super::mutate::{mutate_bytes, random_bytes, Rng};
 use super::{Executed, Format, Refusal};
@@ -15,13 +15,6 @@ use crate::graph::{
 };
 use crate::tensor::Tensor;
 use serde_json::Value;
-
-/// Graphs whose nodes hold more elements than this in all are validated but not run.
-const RUN_ELEMENTS: usize = 1 << 15;
-/// Nor are graphs with more nodes than this.
-const RUN_NODES: usize = 4096;
-/// Nor graphs with a pooling node of more output elements × window taps than this.
-const RUN_POOL_WORK: u128 = 1 << 22;
 
 type Res<T> = crate::Result<T>;
 

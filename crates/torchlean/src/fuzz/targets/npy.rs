@@ -1,7 +1,7 @@
 //! NPY files: seeds of every supported dtype and order, and a mutator of the header dict.
 
-use super::super::mutate::{interesting_u64, mutate_bytes, poison_f32, Rng};
 use super::{ramp, Res, Scratch};
+use crate::fuzz::mutate::{interesting_u64, mutate_bytes, poison_f32, Rng};
 
 /// The bytes of an `.npy` file: format `major.minor`, the header dict text (padded with
 /// spaces and a newline), the data.

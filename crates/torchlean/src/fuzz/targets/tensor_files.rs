@@ -1,11 +1,11 @@
 //! Safetensors files and checkpoints: seeds written by the library, mutators of the header
 //! and data (with a checkpoint's checksum repaired), and the loads under their invariants.
 
-use super::super::mutate::{
+use super::{fnv, ramp, set, with_session, Res, Scratch};
+use crate::fuzz::mutate::{
     interesting_u64, mutate_bytes, mutate_json, mutate_json_text, poison_f32, Rng, STRINGS,
 };
-use super::super::{Executed, Refusal};
-use super::{fnv, ramp, set, with_session, Res, Scratch};
+use crate::fuzz::{Executed, Refusal};
 use crate::nn::{Activation, Adam, AdamW, Mlp, Module, Optimizer, Sgd};
 use crate::tensor::Tensor;
 use serde_json::Value;
