@@ -376,6 +376,29 @@ extern "C" __global__ void unary_forward(int op, float p, const float* __restric
     }
 }
 
+// The launch queue (src/queue.rs): up to QUEUE_CAPACITY small element-wise calls, each a
+// same-shape binary map or a unary map, run in the order they were queued by one block, a
+// barrier between calls (a later call may read what an earlier one wrote: the barrier makes
+// the block's global writes visible to the block). Entry e is QUEUE_WORDS 32-bit words of
+// `table`: kind << 16 | op (kind 0: binary_apply, 1: unary_apply), the unary parameter's
+// bits, n, then the addresses of a, b and out, each as low and high word. The same
+// per-element functions as binary_same and unary_forward: the same bits.
+#define QUEUE_WORDS 10
+extern "C" __global__ void queued_maps(const unsigned* __restrict__ table, int count) {
+    for (int e = 0; e < count; ++e) {
+        const unsigned* w = table + (long long)QUEUE_WORDS * e;
+        const int kind = (int)(w[0] >> 16), op = (int)(w[0] & 0xffffu);
+        const float p = __uint_as_float(w[1]);
+        const long long n = (long long)w[2];
+        const float* a = reinterpret_cast<const float*>(((unsigned long long)w[4] << 32) | w[3]);
+        const float* b = reinterpret_cast<const float*>(((unsigned long long)w[6] << 32) | w[5]);
+        float* out = reinterpret_cast<float*>(((unsigned long long)w[8] << 32) | w[7]);
+        for (long long i = threadIdx.x; i < n; i += blockDim.x)
+            out[i] = kind == 0 ? binary_apply(op, a[i], b[i]) : unary_apply(op, a[i], p);
+        __syncthreads();
+    }
+}
+
 extern "C" __global__ void unary_vjp(int op, float p, const float* __restrict__ x,
                                      const float* __restrict__ y, const float* __restrict__ gy,
                                      float* __restrict__ out, long long n) {

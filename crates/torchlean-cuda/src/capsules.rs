@@ -244,8 +244,26 @@ pub fn native_cuda_capsule(op: OpKind) -> KernelCapsule {
         // its update-many kernel (the one Adam runs) is held to the forward kernel's bits
         c.value_contract.evidence = tests(&[VALUE_TESTS[0], OPTIM_TEST]);
     }
+    let queued = elementwise::binary_code(op).is_some() || elementwise::UNARY_KINDS.contains(&op);
+    if queued {
+        // small calls run through the launch queue (`queue.rs`), held to the direct
+        // launch's bits
+        c.value_contract.summary = format!(
+            "{}; calls of at most {} elements (same-shape binary maps, unary maps) wait in the launch queue and run, in order, up to {} per launch of `queued_maps`, with the direct kernel's per-element function (held to its bits by a GPU-only test)",
+            c.value_contract.summary,
+            crate::queue::SMALL,
+            crate::queue::CAPACITY
+        );
+        c.value_contract.evidence = tests(&[VALUE_TESTS[0], QUEUE_TEST]);
+    }
     c
 }
+
+/// The GPU-only test of the launch queue: queued maps give the bits of the same calls
+/// launched one by one, a dependent chain longer than the queue the CPU's, and kernels,
+/// cuBLAS and the host read queued results correctly.
+pub const QUEUE_TEST: &str =
+    "crates/torchlean-cuda/tests/gpu_only_conformance.rs::queued_maps_give_the_direct_launches_bits";
 
 /// The GPU-only test of `adam_step`'s kernels: the forward and the update-many kernel give
 /// the CPU kernel's bits, in place on owned targets, into new buffers for shared ones.

@@ -42,6 +42,8 @@ pub struct Functions {
     /// The same copy moving float4s (innermost axis dense, everything a multiple of 4).
     pub strided_copy4: CudaFunction,
     pub copy_segments: CudaFunction,
+    /// The launch queue's kernel (`queue.rs`).
+    pub queued_maps: CudaFunction,
     pub index_select_forward: CudaFunction,
     pub index_select_vjp: CudaFunction,
     pub norm_rows: CudaFunction,
@@ -127,6 +129,8 @@ pub struct Context {
     /// Which of flash attention's kernels run their products on tensor cores in split-TF32
     /// (`flash_forward_mma`, `flash_bwd_kv_mma`). The report's target line says which.
     pub flash_mma: FlashMma,
+    /// Small element-wise calls waiting for their launch (`queue.rs`).
+    queue: Mutex<crate::queue::LaunchQueue>,
 }
 
 /// Where flash attention's split-TF32 tensor-core kernels run: compute capability 8.0 or
@@ -247,6 +251,8 @@ impl EventSpan {
 
 impl torchlean::module::DeviceSpan for EventSpan {
     fn end(&mut self) -> torchlean::Result<()> {
+        // the span's queued calls run inside it
+        launch_queued()?;
         let end = self
             .stream
             .record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
@@ -286,11 +292,29 @@ fn unavailable(reason: String) -> Error {
 
 /// The context, created on first use (an error naming what is missing when the libraries,
 /// the driver or a device are not there; the same answer every time after).
+/// Launches the calls waiting in the launch queue first (`queue.rs`): whoever takes the
+/// context to use the stream finds every earlier call on it.
 pub fn context() -> torchlean::Result<&'static Context> {
+    let cx = context_for_queue()?;
+    cx.launch_queued()?;
+    Ok(cx)
+}
+
+/// The context without launching the queue: for the queue's own calls (`queue::forward`).
+pub(crate) fn context_for_queue() -> torchlean::Result<&'static Context> {
     CONTEXT
         .get_or_init(create)
         .as_ref()
         .map_err(|r| unavailable(r.clone()))
+}
+
+/// Launches the queued calls, when the context exists (before a read to the host, a
+/// synchronization or the end of a timing span).
+pub fn launch_queued() -> torchlean::Result<()> {
+    match context_if_created() {
+        Some(cx) => cx.launch_queued(),
+        None => Ok(()),
+    }
 }
 
 fn create() -> Result<Context, String> {
@@ -383,6 +407,7 @@ fn create() -> Result<Context, String> {
         strided_copy: f("strided_copy")?,
         strided_copy4: f("strided_copy4")?,
         copy_segments: f("copy_segments")?,
+        queued_maps: f("queued_maps")?,
         index_select_forward: f("index_select_forward")?,
         index_select_vjp: f("index_select_vjp")?,
         norm_rows: f("norm_rows")?,
@@ -473,9 +498,10 @@ fn create() -> Result<Context, String> {
     };
     let flash = flash_description(major, flash_mma);
     let detail = format!(
-        "{name} (sm_{major}{minor}, {sms} SMs, {:.1} GiB), CUDA driver API {driver}, NVRTC {nvrtc} (kernels {source}), cuBLAS {cublas}, cuFFT {cufft}, single products: {}, flash attention: {flash}",
+        "{name} (sm_{major}{minor}, {sms} SMs, {:.1} GiB), CUDA driver API {driver}, NVRTC {nvrtc} (kernels {source}), cuBLAS {cublas}, cuFFT {cufft}, single products: {}, flash attention: {flash}, small element-wise maps: {}",
         total as f64 / (1u64 << 30) as f64,
         lt_description(lt_products),
+        crate::queue::description(),
     );
     Ok(Context {
         blas_workspace,
@@ -488,6 +514,7 @@ fn create() -> Result<Context, String> {
         functions,
         detail,
         flash_mma,
+        queue: Mutex::new(crate::queue::LaunchQueue::default()),
     })
 }
 
@@ -496,6 +523,22 @@ impl Context {
     pub fn blas(&self) -> std::sync::MutexGuard<'_, Blas> {
         // a poisoned lock only means another thread panicked during a call
         self.blas.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The launch queue (serialized).
+    pub(crate) fn queue(&self) -> std::sync::MutexGuard<'_, crate::queue::LaunchQueue> {
+        // a poisoned lock only means another thread panicked while queueing; the queue's
+        // vectors are extended together after every fallible step
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Launches the calls waiting in the launch queue (nothing when none waits).
+    pub fn launch_queued(&self) -> torchlean::Result<()> {
+        let mut q = self.queue();
+        if q.is_empty() {
+            return Ok(());
+        }
+        crate::queue::launch(self, &mut q)
     }
 
     /// The cuBLASLt handle and plans (serialized).

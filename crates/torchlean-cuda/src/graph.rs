@@ -164,6 +164,8 @@ impl DeviceGraph for RecordedGraph {
         // a replay reuses the recorded flag and index buffers (and zeroes the flag): the
         // checks of the previous replay must run before this one overwrites what they read
         self.settle()?;
+        // calls waiting in the launch queue come first on the stream
+        crate::device::launch_queued()?;
         self.graph
             .launch()
             .map_err(|e| failure("device graph replay", e))?;
@@ -194,6 +196,9 @@ pub fn record(work: &mut dyn FnMut() -> torchlean::Result<()>) -> torchlean::Res
     let census = cx.pool.end_census();
     ran?;
     cx.pool.fill_cache(&census)?;
+    // the census run's small maps may wait in the launch queue: their launch (a copy of its
+    // table from host memory) cannot be part of the graph
+    cx.launch_queued()?;
     for _ in 0..ATTEMPTS {
         let id = cx.pool.begin_recording();
         deferred().clear();

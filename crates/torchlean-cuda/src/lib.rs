@@ -14,7 +14,7 @@
 //!
 //! Layout: [`probe`] (libraries and versions), [`device`] (context, stream, handles,
 //! functions), [`lt`] (cuBLASLt: plans for linear's products), [`memory`] (the caching allocator and [`memory::CudaBuffer`]), [`graph`]
-//! (recording and replaying CUDA Graphs), [`nvrtc`]
+//! (recording and replaying CUDA Graphs), [`queue`] (small element-wise calls, many to a launch), [`nvrtc`]
 //! (run-time compilation and its disk cache), [`kernels`] (the kernels), [`guard`] (their
 //! runtime guards), [`capsules`] (their contracts and evidence).
 
@@ -27,6 +27,7 @@ pub mod lt;
 pub mod memory;
 pub mod nvrtc;
 pub mod probe;
+pub mod queue;
 
 use std::sync::Arc;
 use torchlean::backend::{Device, Provider, Registry, RegistryError};
@@ -97,6 +98,7 @@ impl ProviderModule for CudaModule {
         }
         match device::context_if_created() {
             Some(cx) => {
+                cx.launch_queued()?;
                 cx.stream
                     .synchronize()
                     .map_err(|e| device::failure("synchronize", e))?;

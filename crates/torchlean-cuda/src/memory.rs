@@ -16,7 +16,8 @@
 //! the cache, so no other tensor can get memory that a replay writes. When the graph is
 //! dropped, its buffers go back to the cache.
 //!
-//! Owns: allocation, reuse and statistics. Must not launch kernels.
+//! Owns: allocation, reuse and statistics. Must not launch kernels (a read to the host has
+//! the launch queue launched first: `queue.rs`).
 
 use cudarc::driver::{CudaSlice, CudaStream};
 use std::collections::HashMap;
@@ -384,6 +385,8 @@ impl DeviceBuffer for CudaBuffer {
     }
     fn read(&self) -> torchlean::Result<Vec<f32>> {
         crate::graph::refuse_while_recording("read to host")?;
+        // the queued calls (one of which may write this buffer) run before the copy
+        crate::device::launch_queued()?;
         let stream = &self.pool.stream;
         let view = self.slice().slice(0..self.len);
         self.pool.lock().stats.host_reads += 1;

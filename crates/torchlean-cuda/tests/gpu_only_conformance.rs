@@ -156,6 +156,21 @@ fn every_cuda_op_has_rows() {
     }
 }
 
+/// `elementwise::UNARY_KINDS` (which capsules describe the launch queue in) is exactly the
+/// kinds `unary_code` maps, over every row of the table (runs without a GPU).
+#[test]
+fn unary_kinds_are_unary_code_s() {
+    for (_, case) in rows() {
+        let kind = case.op.kind();
+        assert_eq!(
+            elementwise::unary_code(&case.op).is_some(),
+            elementwise::UNARY_KINDS.contains(&kind),
+            "{}",
+            kind.name()
+        );
+    }
+}
+
 #[test]
 fn forward_matches_spec_on_the_gpu() {
     if !gpu("forward_matches_spec_on_the_gpu") {
@@ -1389,6 +1404,130 @@ fn copy_many_copies_every_pair_in_one_batch() {
         fresh[0].to_cpu().expect("read").data().to_vec(),
         vec![0.0; 5]
     );
+}
+
+/// The launch queue (`src/queue.rs`): every small map of the table that it takes gives the
+/// bits of the same call launched on its own (the input tiled past the queue's size limit, so
+/// that the call is launched directly), special values included; a chain of dependent adds
+/// longer than the queue gives the CPU's bits; a queued result read by a directly launched
+/// kernel (a large add), by cuBLAS (a matmul) and by the host is the value it should be.
+#[test]
+fn queued_maps_give_the_direct_launches_bits() {
+    if !gpu("queued_maps_give_the_direct_launches_bits") {
+        return;
+    }
+    use torchlean::graph::Op;
+    use torchlean_cuda::queue::{CAPACITY, SMALL};
+    assert!(
+        torchlean_cuda::queue::enabled(),
+        "the test needs the queue on (TORCHLEAN_LAUNCH_QUEUE unset)"
+    );
+    install(Session::new(checked_cuda())).expect("install");
+    let bits = |t: &Tensor| -> Vec<u32> {
+        let v = t.try_to_vec().expect("read back");
+        v.iter().map(|x| x.to_bits()).collect()
+    };
+    let mut failures = vec![];
+    let mut compared = 0;
+    for (index, case) in rows() {
+        let kind = case.op.kind();
+        let queued =
+            elementwise::binary_code(kind).is_some() || elementwise::unary_code(&case.op).is_some();
+        let xs = inputs(&case, index);
+        let n = xs.first().map_or(0, |x| x.data.len());
+        if !queued || n == 0 || n > SMALL || xs.iter().any(|x| x.shape != xs[0].shape) {
+            continue;
+        }
+        let small: Vec<Tensor> = xs.iter().map(on_gpu).collect();
+        // the same values repeated past SMALL elements: launched on its own
+        let reps = SMALL / n + 1;
+        let large: Vec<Tensor> = xs
+            .iter()
+            .map(|x| {
+                let v: Vec<f32> = (0..reps)
+                    .flat_map(|_| x.data.iter().map(|&v| v as f32))
+                    .collect();
+                Tensor::from_vec(v, &[n * reps])
+                    .and_then(|t| t.to_device(Device::Cuda))
+                    .expect("upload")
+            })
+            .collect();
+        let got = elementwise::forward(&case.op, &small.iter().collect::<Vec<_>>());
+        let direct = elementwise::forward(&case.op, &large.iter().collect::<Vec<_>>());
+        match (got, direct) {
+            (Ok(got), Ok(direct)) => {
+                if bits(&got) != bits(&direct)[..n] {
+                    failures.push(format!(
+                        "{}: queued bits differ from the direct launch's",
+                        case.name()
+                    ));
+                }
+                compared += 1;
+            }
+            (a, b) => failures.push(format!("{}: {:?} / {:?}", case.name(), a.err(), b.err())),
+        }
+    }
+    // a dependent chain longer than the queue: x ← x + y, 3·CAPACITY + 5 times, against the
+    // CPU's f32 additions (exact IEEE sums on both)
+    let (x0, y0) = (
+        Tensor::randn(&[37], 71).expect("x"),
+        Tensor::randn(&[37], 72).expect("y"),
+    );
+    let (mut x, y) = (
+        x0.to_device(Device::Cuda).expect("x"),
+        y0.to_device(Device::Cuda).expect("y"),
+    );
+    let mut want = x0.to_vec();
+    for _ in 0..3 * CAPACITY + 5 {
+        x = elementwise::forward(&Op::Add, &[&x, &y]).expect("add");
+        want.iter_mut().zip(y0.to_vec()).for_each(|(a, b)| *a += b);
+    }
+    // read first by a directly launched kernel and by cuBLAS, then by the host
+    let big = Tensor::ones(&[SMALL + 1])
+        .and_then(|t| t.to_device(Device::Cuda))
+        .expect("ones");
+    let small_sum = elementwise::forward(&Op::Add, &[&x, &x]).expect("queued 2x");
+    let wide = Tensor::concat(&[&small_sum, &big], 0).expect("concat");
+    let wide = elementwise::forward(&Op::Add, &[&wide, &wide]).expect("direct add");
+    let row = small_sum.reshape(&[1, 37]).expect("row");
+    let col = Tensor::ones(&[37, 1])
+        .and_then(|t| t.to_device(Device::Cuda))
+        .expect("col");
+    let dot = row
+        .matmul(&col)
+        .expect("matmul")
+        .try_to_vec()
+        .expect("read");
+    let chain: Vec<u32> = want.iter().map(|v| v.to_bits()).collect();
+    if bits(&x) != chain {
+        failures.push(format!(
+            "a chain of {} queued adds: not the CPU's bits",
+            3 * CAPACITY + 5
+        ));
+    }
+    let wide = wide.try_to_vec().expect("read");
+    let doubled: Vec<f32> = want.iter().map(|v| 4.0 * v).collect();
+    if wide[..37] != doubled[..] || wide[37..].iter().any(|&v| v != 2.0) {
+        failures.push("a direct launch read a queued result wrongly".into());
+    }
+    let sum: f64 = want.iter().map(|&v| 2.0 * f64::from(v)).sum();
+    if (f64::from(dot[0]) - sum).abs() > 1e-4 * (1.0 + sum.abs()) {
+        failures.push(format!(
+            "cuBLAS read a queued result: {} against {sum}",
+            dot[0]
+        ));
+    }
+    assert!(
+        failures.is_empty(),
+        "{} failures ({compared} rows compared):\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    assert!(
+        compared > 10,
+        "only {compared} rows of the table were queued maps"
+    );
+    eprintln!("queued_maps_give_the_direct_launches_bits: {compared} rows, the chain and the readers passed");
 }
 
 /// `TrainStep::run_queued` reads nothing on the host (the update queues behind the backward),

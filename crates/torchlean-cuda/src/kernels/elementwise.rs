@@ -76,6 +76,30 @@ pub fn unary_code(op: &Op) -> Option<(i32, f32)> {
     })
 }
 
+/// The kinds of [`unary_code`]'s ops (kept beside it: a kind listed here that it does not
+/// map, or the reverse, fails `tests/gpu_only_conformance.rs::unary_kinds_are_unary_code_s`, which runs without
+/// a GPU).
+pub const UNARY_KINDS: &[OpKind] = &[
+    OpKind::Neg,
+    OpKind::Exp,
+    OpKind::Sin,
+    OpKind::Cos,
+    OpKind::Tanh,
+    OpKind::Sigmoid,
+    OpKind::Relu,
+    OpKind::Scale,
+    OpKind::AddScalar,
+    OpKind::Sqrt,
+    OpKind::Log,
+    OpKind::Inv,
+    OpKind::Abs,
+    OpKind::Gelu,
+    OpKind::Silu,
+    OpKind::Softplus,
+    OpKind::Pow,
+    OpKind::SafeLog,
+];
+
 /// The op kinds this file implements.
 pub const KINDS: &[OpKind] = &[
     OpKind::Add,
@@ -170,6 +194,10 @@ fn out_shape(op: &Op, inputs: &[&Tensor]) -> Result<Vec<usize>> {
 /// The forward kernel of every op in [`KINDS`].
 pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
     let shape = out_shape(op, inputs)?;
+    // a small map waits in the launch queue, to run with others in one launch
+    if let Some(queued) = crate::queue::forward(op, inputs, &shape)? {
+        return Ok(queued);
+    }
     let n = torchlean::spec::numel(&shape);
     let cx = cx()?;
     let mut out = output(cx, op, n)?;
