@@ -8,7 +8,8 @@
 //! held by the queue until the launch is queued) and returns. One launch of `queued_maps`
 //! (`kernels/elementwise.cu`: one block, the calls in queue order with a barrier between
 //! them, the same per-element functions as `binary_same` and `unary_forward`, hence the same
-//! bits) runs up to [`CAPACITY`] of them.
+//! bits) runs up to [`CAPACITY`] of them; a queue of one call is launched as it would have been
+//! without the queue (a table costs a copy from host memory, which only several calls repay).
 //!
 //! **Order.** Queued calls must run before anything queued on the stream after them. The
 //! queue is launched:
@@ -57,11 +58,48 @@ pub fn enabled() -> bool {
     *ON.get_or_init(|| std::env::var("TORCHLEAN_LAUNCH_QUEUE").as_deref() != Ok("0"))
 }
 
+/// One queued call.
+#[derive(Clone, Copy)]
+struct Entry {
+    /// `Some(p)`: a unary map with parameter p; `None`: a binary map.
+    unary: Option<f32>,
+    /// Its opcode (`binary_code` or `unary_code`).
+    code: u16,
+    /// Its element count (at most [`SMALL`]).
+    n: u32,
+    /// Device addresses of its inputs (b = a for a unary map) and output.
+    a: u64,
+    b: u64,
+    out: u64,
+}
+
+impl Entry {
+    /// The entry's [`WORDS`] words in the table, as f32 bit patterns (the pool's buffers
+    /// hold f32).
+    fn words(&self) -> [f32; WORDS] {
+        let w = f32::from_bits;
+        let kind = u32::from(self.unary.is_some());
+        let half = |x: u64| [w(x as u32), w((x >> 32) as u32)];
+        let ([a0, a1], [b0, b1], [o0, o1]) = (half(self.a), half(self.b), half(self.out));
+        [
+            w(kind << 16 | u32::from(self.code)),
+            self.unary.unwrap_or(0.0),
+            w(self.n),
+            a0,
+            a1,
+            b0,
+            b1,
+            o0,
+            o1,
+            0.0,
+        ]
+    }
+}
+
 /// The calls queued and not yet launched.
 #[derive(Default)]
 pub struct LaunchQueue {
-    /// [`WORDS`] words per call, as f32 bit patterns (the pool's buffers hold f32).
-    words: Vec<f32>,
+    entries: Vec<Entry>,
     /// The inputs and outputs of the queued calls, alive until their launch is queued.
     held: Vec<Tensor>,
     /// The queued calls' op names, in order (for an error).
@@ -70,7 +108,7 @@ pub struct LaunchQueue {
 
 impl LaunchQueue {
     pub fn is_empty(&self) -> bool {
-        self.ops.is_empty()
+        self.entries.is_empty()
     }
 }
 
@@ -83,9 +121,9 @@ pub fn forward(op: &Op, inputs: &[&Tensor], shape: &[usize]) -> Result<Option<Te
         return Ok(None);
     }
     let same = |t: &&Tensor| t.shape() == shape;
-    let (kind, code, param) = match (binary_code(op.kind()), unary_code(op)) {
-        (Some(code), _) if inputs.len() == 2 && inputs.iter().all(same) => (0u32, code, 0.0f32),
-        (None, Some((code, p))) if inputs.len() == 1 && inputs.iter().all(same) => (1, code, p),
+    let (unary, code) = match (binary_code(op.kind()), unary_code(op)) {
+        (Some(code), _) if inputs.len() == 2 && inputs.iter().all(same) => (None, code),
+        (None, Some((code, p))) if inputs.len() == 1 && inputs.iter().all(same) => (Some(p), code),
         _ => return Ok(None),
     };
     let Ok(code) = u16::try_from(code) else {
@@ -99,47 +137,83 @@ pub fn forward(op: &Op, inputs: &[&Tensor], shape: &[usize]) -> Result<Option<Te
     };
     let out = output(cx, op, n)?;
     let address = |x: &crate::memory::CudaBuffer| x.slice().device_ptr(&cx.stream).0;
-    let (pa, pb, po) = (address(a), address(b), address(&out));
+    let entry = Entry {
+        unary,
+        code,
+        // n <= SMALL
+        n: n as u32,
+        a: address(a),
+        b: address(b),
+        out: address(&out),
+    };
     let out = tensor(out, shape)?;
     let mut q = cx.queue();
-    let word = |w: u32| f32::from_bits(w);
-    let entry: [f32; WORDS] = [
-        word(kind << 16 | u32::from(code)),
-        param,
-        // n <= SMALL
-        word(n as u32),
-        word(pa as u32),
-        word((pa >> 32) as u32),
-        word(pb as u32),
-        word((pb >> 32) as u32),
-        word(po as u32),
-        word((po >> 32) as u32),
-        0.0,
-    ];
-    q.words.extend(entry);
+    q.entries.push(entry);
     q.held.extend(inputs.iter().map(|t| (*t).clone()));
     q.held.push(out.clone());
     q.ops.push(op.name());
-    if q.ops.len() >= CAPACITY {
+    if q.entries.len() >= CAPACITY {
         launch(cx, &mut q)?;
     }
     Ok(Some(out))
 }
 
-/// Launches the queued calls (nothing when none is queued) and empties the queue.
+/// Launches the queued calls (nothing when none is queued) and empties the queue. One call
+/// alone is launched as it would have been without the queue (`binary_same` or
+/// `unary_forward`): a table costs a copy from the host, which only several calls repay.
 pub fn launch(cx: &Context, q: &mut LaunchQueue) -> Result<()> {
     if q.is_empty() {
         return Ok(());
     }
-    let words = std::mem::take(&mut q.words);
+    let entries = std::mem::take(&mut q.entries);
     let held = std::mem::take(&mut q.held);
     let ops = std::mem::take(&mut q.ops);
-    let what = describe(&ops);
-    let count = i32::try_from(ops.len()).map_err(|e| failure(&what, e))?;
-    let mut table = cx.pool.alloc(words.len(), "the launch queue's table")?;
+    match entries.as_slice() {
+        [one] => launch_one(cx, one),
+        _ => launch_table(cx, &entries),
+    }
+    .map_err(|e| failure(&describe(&ops), e))?;
+    // after the launch is queued: from now on the stream orders any reuse of these buffers
+    // after it
+    drop(held);
+    Ok(())
+}
+
+/// One call, by the kernel that runs it without the queue.
+fn launch_one(cx: &Context, e: &Entry) -> std::result::Result<(), String> {
+    let (code, n) = (i32::from(e.code), i64::from(e.n));
+    let f = match e.unary {
+        None => &cx.functions.binary_same,
+        Some(_) => &cx.functions.unary_forward,
+    };
+    let mut l = cx.stream.launch_builder(f);
+    l.arg(&code);
+    let p = e.unary.unwrap_or(0.0);
+    match e.unary {
+        None => l.arg(&e.a).arg(&e.b),
+        Some(_) => l.arg(&p).arg(&e.a),
+    };
+    l.arg(&e.out).arg(&n);
+    // SAFETY: the addresses are those of live pool buffers of at least n elements (`buffer`
+    // checked the inputs, `output` allocated the output), held by the caller until the
+    // launch is queued; device pointers are passed as their 64-bit values, the kernels'
+    // (int, [float,] const float*, [const float*,] float*, long long) parameters.
+    unsafe { l.launch(crate::kernels::grid((e.n as usize).div_ceil(4))) }
+        .map(drop)
+        .map_err(|err| err.to_string())
+}
+
+/// Several calls, by one launch of `queued_maps` over a table copied to the device.
+fn launch_table(cx: &Context, entries: &[Entry]) -> std::result::Result<(), String> {
+    let words: Vec<f32> = entries.iter().flat_map(Entry::words).collect();
+    let count = i32::try_from(entries.len()).map_err(|e| e.to_string())?;
+    let mut table = cx
+        .pool
+        .alloc(words.len(), "the launch queue's table")
+        .map_err(|e| e.to_string())?;
     cx.stream
         .memcpy_htod(&words, &mut table.slice_mut().slice_mut(0..words.len()))
-        .map_err(|e| failure(&what, e))?;
+        .map_err(|e| e.to_string())?;
     let mut l = cx.stream.launch_builder(&cx.functions.queued_maps);
     l.arg(table.slice()).arg(&count);
     let cfg = LaunchConfig {
@@ -149,12 +223,11 @@ pub fn launch(cx: &Context, q: &mut LaunchQueue) -> Result<()> {
     };
     // SAFETY: the table holds `count` entries of WORDS words; each names buffers of the pool
     // holding at least its n elements (`buffer` checked the inputs, `output` allocated the
-    // output), kept alive by `held` until the launch is queued; after that the stream orders
-    // any reuse of their memory after this kernel. The table itself returns to the pool when
-    // dropped below, and is likewise reused only by work queued after this launch.
-    unsafe { l.launch(cfg) }.map_err(|e| failure(&what, e))?;
-    drop(held);
-    Ok(())
+    // output), held by the caller until the launch is queued. The table returns to the pool
+    // when dropped below, and is reused only by work queued on the stream after this launch.
+    unsafe { l.launch(cfg) }
+        .map(drop)
+        .map_err(|e| e.to_string())
 }
 
 /// How the report's target line describes the queue.
