@@ -47,7 +47,7 @@ pub const SMALL: usize = 2048;
 pub const CAPACITY: usize = 256;
 
 /// 32-bit words per call in the table (kernels/elementwise.cu's `QUEUE_WORDS`).
-const WORDS: usize = 10;
+pub const WORDS: usize = 10;
 
 /// Threads of the queue's one block.
 const THREADS: u32 = 256;
@@ -74,26 +74,31 @@ struct Entry {
 }
 
 impl Entry {
-    /// The entry's [`WORDS`] words in the table, as f32 bit patterns (the pool's buffers
-    /// hold f32).
     fn words(&self) -> [f32; WORDS] {
-        let w = f32::from_bits;
-        let kind = u32::from(self.unary.is_some());
-        let half = |x: u64| [w(x as u32), w((x >> 32) as u32)];
-        let ([a0, a1], [b0, b1], [o0, o1]) = (half(self.a), half(self.b), half(self.out));
-        [
-            w(kind << 16 | u32::from(self.code)),
-            self.unary.unwrap_or(0.0),
-            w(self.n),
-            a0,
-            a1,
-            b0,
-            b1,
-            o0,
-            o1,
-            0.0,
-        ]
+        table_entry(self.unary, self.code, self.n, [self.a, self.b, self.out])
     }
+}
+
+/// One call's [`WORDS`] words in `queued_maps`' table, as f32 bit patterns (the pool's
+/// buffers hold f32): `kind << 16 | code` (kind 1 for a unary map, whose parameter is
+/// `unary`), the parameter, n, then the addresses of a, b and out, low word first. Public for
+/// the CPU emulation's test of the kernel (`tests/emulated_queue.rs`).
+pub fn table_entry(unary: Option<f32>, code: u16, n: u32, addresses: [u64; 3]) -> [f32; WORDS] {
+    let w = f32::from_bits;
+    let kind = u32::from(unary.is_some());
+    let [a, b, out] = addresses.map(|x| [w(x as u32), w((x >> 32) as u32)]);
+    [
+        w(kind << 16 | u32::from(code)),
+        unary.unwrap_or(0.0),
+        w(n),
+        a[0],
+        a[1],
+        b[0],
+        b[1],
+        out[0],
+        out[1],
+        0.0,
+    ]
 }
 
 /// The calls queued and not yet launched.
