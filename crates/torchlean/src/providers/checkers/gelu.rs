@@ -44,7 +44,7 @@ const SLACK: f64 = 1e-5;
 /// 4u: r's rounding ≤ 1u of e^r, the Horner evaluation ≤ 3u at |r| = 0.35 (≤ 2u nearer 0),
 /// the final product 1u (the test measures it against libm within 4u).
 #[inline(always)]
-fn exp_neg(v: f32) -> f32 {
+pub(super) fn exp_neg(v: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     // 0.693359375 exactly (9 significant bits)
     const LN2_HI: f32 = f32::from_bits(0x3f31_8000);

@@ -168,6 +168,7 @@ pub fn canonical_layout(op: &Op, call: &Call) -> Result<(), String> {
 }
 
 mod attention;
+mod attention32;
 mod conv;
 mod exp64;
 mod freivalds;

@@ -286,6 +286,11 @@ impl Tally {
             self.other_class |= !(finite || (g.is_nan() && w.is_nan()) || g == w);
         }
     }
+    /// The largest error, the slack and the scale (tests of the reference values' bounds).
+    #[cfg(test)]
+    pub(super) fn parts(&self) -> (f64, f64, f64) {
+        (self.err, self.slack, self.scale)
+    }
     /// Merges a tally of another part of the same tensor.
     pub(super) fn merge(&mut self, o: &Tally) {
         self.scale = self.scale.max(o.scale);
