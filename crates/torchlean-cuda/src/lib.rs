@@ -83,7 +83,7 @@ impl ProviderModule for CudaModule {
         let cx = device::context()?;
         // a copy from pageable host memory cannot be part of a device graph
         graph::refuse_while_recording("to_device")?;
-        let mut b = cx.pool.alloc(data.len(), "a host-to-device copy")?;
+        let mut b = cx.pool.alloc(data.len(), &"a host-to-device copy")?;
         if !data.is_empty() {
             let mut dst = b.slice_mut().slice_mut(0..data.len());
             cx.stream
@@ -110,7 +110,7 @@ impl ProviderModule for CudaModule {
     }
     fn zeros(&self, device: Device, len: usize) -> torchlean::Result<Arc<dyn DeviceBuffer>> {
         let cx = cuda_context(device)?;
-        let mut b = cx.pool.alloc(len, "zeros")?;
+        let mut b = cx.pool.alloc(len, &"zeros")?;
         cx.stream
             .memset_zeros(b.slice_mut())
             .map_err(|e| device::failure("zeros", e))?;
@@ -119,7 +119,7 @@ impl ProviderModule for CudaModule {
     fn duplicate(&self, src: &dyn DeviceBuffer) -> torchlean::Result<Arc<dyn DeviceBuffer>> {
         let cx = cuda_context(src.device())?;
         let src = cuda_buffer(src)?;
-        let mut b = cx.pool.alloc(src.len(), "a device copy")?;
+        let mut b = cx.pool.alloc(src.len(), &"a device copy")?;
         if src.len() > 0 {
             let view = src.slice().slice(0..src.len());
             let mut dst = b.slice_mut().slice_mut(0..src.len());
@@ -195,7 +195,7 @@ impl ProviderModule for CudaModule {
             }
             longest = longest.max(s.len());
         }
-        let mut table = cx.pool.alloc(desc.len(), "copy_many's table")?;
+        let mut table = cx.pool.alloc(desc.len(), &"copy_many's table")?;
         cx.stream
             .memcpy_htod(&desc, &mut table.slice_mut().slice_mut(0..desc.len()))
             .map_err(|e| device::failure("copy_many", e))?;

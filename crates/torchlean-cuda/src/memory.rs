@@ -117,8 +117,12 @@ impl Pool {
     }
 
     /// A buffer of `len` elements with arbitrary contents (`what` names the request in an
-    /// out-of-memory error).
-    pub fn alloc(self: &Arc<Pool>, len: usize, what: &str) -> torchlean::Result<CudaBuffer> {
+    /// out-of-memory error; formatted only then).
+    pub fn alloc(
+        self: &Arc<Pool>,
+        len: usize,
+        what: &dyn std::fmt::Display,
+    ) -> torchlean::Result<CudaBuffer> {
         let cap = rounded(len);
         let bytes = cap * 4;
         let (reused, home, counted) = {
@@ -225,7 +229,7 @@ impl Pool {
     pub(crate) fn reserve(&self, misses: &HashMap<usize, usize>) -> torchlean::Result<()> {
         for (&cap, &count) in misses {
             for _ in 0..count {
-                let slice = self.fresh(cap, "a device graph's buffers")?;
+                let slice = self.fresh(cap, &"a device graph's buffers")?;
                 let mut s = self.lock();
                 s.stats.cached_bytes += cap * 4;
                 s.free.entry(cap).or_default().push(slice);
@@ -247,7 +251,7 @@ impl Pool {
         }
     }
 
-    fn fresh(&self, cap: usize, what: &str) -> torchlean::Result<CudaSlice<f32>> {
+    fn fresh(&self, cap: usize, what: &dyn std::fmt::Display) -> torchlean::Result<CudaSlice<f32>> {
         // SAFETY: the contents are uninitialized device memory; every kernel of this module
         // writes all `len` elements of an output before anything reads them.
         let first = unsafe { self.stream.alloc::<f32>(cap) };

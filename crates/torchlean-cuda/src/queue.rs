@@ -214,7 +214,7 @@ fn launch_table(cx: &Context, entries: &[Entry]) -> std::result::Result<(), Stri
     let count = i32::try_from(entries.len()).map_err(|e| e.to_string())?;
     let mut table = cx
         .pool
-        .alloc(words.len(), "the launch queue's table")
+        .alloc(words.len(), &"the launch queue's table")
         .map_err(|e| e.to_string())?;
     cx.stream
         .memcpy_htod(&words, &mut table.slice_mut().slice_mut(0..words.len()))

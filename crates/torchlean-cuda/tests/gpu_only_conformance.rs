@@ -670,7 +670,7 @@ fn out_of_memory_is_a_typed_error_on_the_gpu() {
     }
     let cx = torchlean_cuda::device::context().expect("context");
     // 2^40 f32 = 4 TiB: more than any GPU has
-    match cx.pool.alloc(1 << 40, "the out-of-memory test") {
+    match cx.pool.alloc(1 << 40, &"the out-of-memory test") {
         Err(Error::OutOfMemory { bytes, what }) => {
             assert_eq!(bytes, 4 << 40);
             assert!(what.contains("free"), "{what}");

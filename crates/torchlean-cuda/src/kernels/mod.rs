@@ -149,8 +149,17 @@ pub fn view_of(op: &Op, x: &Tensor, shape: &[usize]) -> Result<Tensor> {
 }
 
 /// A fresh output buffer of `n` elements for `op`.
+/// "op `add`": how an op's output is named in an out-of-memory error (formatted only then).
+struct OpRequest<'a>(&'a Op);
+
+impl std::fmt::Display for OpRequest<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "op `{}`", self.0.name())
+    }
+}
+
 pub fn output(cx: &Context, op: &Op, n: usize) -> Result<CudaBuffer> {
-    cx.pool.alloc(n, &format!("op `{}`", op.name()))
+    cx.pool.alloc(n, &OpRequest(op))
 }
 
 /// The gradient of input `i` (of tensor `x`'s shape) when `needs[i]`: a fresh buffer that

@@ -56,7 +56,7 @@ fn launch(cx: &Context, op: &Op, rows: &[Row]) -> Result<()> {
         .flatten()
         .flat_map(|w| [f32::from_bits(*w as u32), f32::from_bits((*w >> 32) as u32)])
         .collect();
-    let mut table = cx.pool.alloc(words.len(), "adam_step's table")?;
+    let mut table = cx.pool.alloc(words.len(), &"adam_step's table")?;
     launched(
         op,
         cx.stream
