@@ -234,22 +234,56 @@ impl Attention<'_> {
     }
 }
 
+/// One batch matrix's q, k and v at f32 (finite), with what the score bound needs.
+struct Matrix<'a> {
+    q: Cow<'a, [f32]>,
+    k: Cow<'a, [f32]>,
+    v: Cow<'a, [f32]>,
+    /// ‖qᵢ‖ per query row, and the largest ‖kⱼ‖.
+    qn: Vec<f64>,
+    kmax: f64,
+}
+
+impl<'a> Matrix<'a> {
+    /// Batch matrix `b` of the call; `None` when a value is not finite.
+    fn read(a: &Attention<'a>, b: usize) -> Option<Matrix<'a>> {
+        let (q, k, v) = (finite32(&a.q, b)?, finite32(&a.k, b)?, finite32(&a.v, b)?);
+        let qn = row_norms(&q, a.d);
+        let kmax = row_norms(&k, a.d).into_iter().fold(0.0, f64::max);
+        Some(Matrix { q, k, v, qn, kmax })
+    }
+
+    /// The probabilities of query rows `i0..i0 + rows` into `p` (rows × S), with each row's
+    /// κ; `None` when a row's bound is too wide.
+    fn probabilities(&self, a: &Attention, b: usize, i0: usize, p: &mut [f32]) -> Option<Vec<f64>> {
+        let (d, rows) = (a.d, p.len() / a.s.max(1));
+        let q = Mat::rows(&self.q[i0 * d..], d);
+        gemm(
+            rows,
+            a.s,
+            d,
+            q,
+            Mat::transposed(&self.k, d),
+            p,
+            false,
+            false,
+        );
+        a.probabilities32(b, i0, p, &self.qn[i0..i0 + rows], self.kmax)
+    }
+}
+
 /// The forward check in f32: `Some(tally)` to accept or pass on, `None` when this path does
 /// not apply (the f64 path then runs).
 pub(super) fn forward(a: &Attention, out: &Slices) -> Option<Tally> {
     if a.kind == AttentionMask::AdditiveBias {
         return None;
     }
-    let (l, s, d, dv) = (a.l, a.s, a.d, a.dv);
+    let (l, s, dv) = (a.l, a.s, a.dv);
     let tallies: Option<Vec<Tally>> = (0..a.batch)
         .into_par_iter()
         .map(|b| {
-            let (q, k, v) = (finite32(&a.q, b)?, finite32(&a.k, b)?, finite32(&a.v, b)?);
-            let (qn, kmax) = (
-                row_norms(&q, d),
-                row_norms(&k, d).into_iter().fold(0.0, f64::max),
-            );
-            let vmax = abs_max(&v);
+            let m = Matrix::read(a, b)?;
+            let vmax = abs_max(&m.v);
             let got = out.f32s(b);
             let mut t = Tally::default();
             let mut p = vec![0.0f32; ROWS * s];
@@ -257,24 +291,14 @@ pub(super) fn forward(a: &Attention, out: &Slices) -> Option<Tally> {
             for i0 in (0..l).step_by(ROWS) {
                 let rows = (i0 + ROWS).min(l) - i0;
                 let p = &mut p[..rows * s];
-                gemm(
-                    rows,
-                    s,
-                    d,
-                    Mat::rows(&q[i0 * d..], d),
-                    Mat::transposed(&k, d),
-                    p,
-                    false,
-                    false,
-                );
-                let kappas = a.probabilities32(b, i0, p, &qn[i0..i0 + rows], kmax)?;
+                let kappas = m.probabilities(a, b, i0, p)?;
                 let o = &mut o[..rows * dv];
                 gemm(
                     rows,
                     dv,
                     s,
                     Mat::rows(p, s),
-                    Mat::rows(&v, dv),
+                    Mat::rows(&m.v, dv),
                     o,
                     false,
                     false,
@@ -303,18 +327,13 @@ pub(super) fn vjp(a: &Attention, go: &Slices, got: &[Option<Slices>]) -> Option<
     let parts: Option<Vec<[Tally; 3]>> = (0..a.batch)
         .into_par_iter()
         .map(|b| {
-            let (q, k, v, g) = (
-                finite32(&a.q, b)?,
-                finite32(&a.k, b)?,
-                finite32(&a.v, b)?,
-                finite32(go, b)?,
-            );
+            let (m, g) = (Matrix::read(a, b)?, finite32(go, b)?);
+            let (q, k, v) = (&m.q, &m.k, &m.v);
             let mine = |i: usize| got.get(i)?.as_ref().map(|x| x.f32s(b));
             let (got_q, got_k, got_v) = (mine(0), mine(1), mine(2));
-            let (qn, gn) = (row_norms(&q, d), row_norms(&g, dv));
-            let kmax = row_norms(&k, d).into_iter().fold(0.0, f64::max);
-            let vn = row_norms(&v, dv).into_iter().fold(0.0, f64::max);
-            let (qabs, kabs, gabs) = (abs_max(&q), abs_max(&k), abs_max(&g));
+            let gn = row_norms(&g, dv);
+            let vn = row_norms(v, dv).into_iter().fold(0.0, f64::max);
+            let (qabs, kabs, gabs) = (abs_max(q), abs_max(k), abs_max(&g));
             let (mut gk, mut gv) = (vec![0.0f32; s * d], vec![0.0f32; s * dv]);
             let mut colsum = vec![0.0f64; s];
             let mut tallies = [Tally::default(); 3];
@@ -325,17 +344,7 @@ pub(super) fn vjp(a: &Attention, go: &Slices, got: &[Option<Slices>]) -> Option<
             for i0 in (0..l).step_by(ROWS) {
                 let rows = (i0 + ROWS).min(l) - i0;
                 let (p, gs, gq) = (&mut p[..rows * s], &mut gs[..rows * s], &mut gq[..rows * d]);
-                gemm(
-                    rows,
-                    s,
-                    d,
-                    Mat::rows(&q[i0 * d..], d),
-                    Mat::transposed(&k, d),
-                    p,
-                    false,
-                    false,
-                );
-                let kappas = a.probabilities32(b, i0, p, &qn[i0..i0 + rows], kmax)?;
+                let kappas = m.probabilities(a, b, i0, p)?;
                 let gb = &g[i0 * dv..(i0 + rows) * dv];
                 // gV += Pᵀ gO
                 gemm(
@@ -354,7 +363,7 @@ pub(super) fn vjp(a: &Attention, go: &Slices, got: &[Option<Slices>]) -> Option<
                     s,
                     dv,
                     Mat::rows(gb, dv),
-                    Mat::transposed(&v, dv),
+                    Mat::transposed(v, dv),
                     gs,
                     false,
                     false,
@@ -379,7 +388,7 @@ pub(super) fn vjp(a: &Attention, go: &Slices, got: &[Option<Slices>]) -> Option<
                     d,
                     s,
                     Mat::rows(gs, s),
-                    Mat::rows(&k, d),
+                    Mat::rows(k, d),
                     gq,
                     false,
                     false,
