@@ -17,7 +17,8 @@
 //!   timing span goes through before it touches the stream (the queue's own calls take
 //!   [`crate::device::context_for_queue`], which does not launch it);
 //! - before every read of device values to the host ([`crate::memory::CudaBuffer`]'s `read`),
-//!   every synchronization and the end of every timing span;
+//!   every synchronization, the end of every timing span, every graph replay, and before a
+//!   graph recorder starts capturing (after its census run);
 //! - when it holds [`CAPACITY`] calls.
 //!
 //! So the stream runs the queued calls before any later work, and a value computed by a
