@@ -376,7 +376,7 @@ extern "C" __global__ void unary_forward(int op, float p, const float* __restric
     }
 }
 
-// The launch queue (src/queue.rs): up to QUEUE_CAPACITY small element-wise calls, each a
+// The launch queue (src/queue.rs): up to its CAPACITY small element-wise calls, each a
 // same-shape binary map or a unary map, run in the order they were queued by one block, a
 // barrier between calls (a later call may read what an earlier one wrote: the barrier makes
 // the block's global writes visible to the block). Entry e is QUEUE_WORDS 32-bit words of

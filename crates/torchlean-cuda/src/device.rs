@@ -291,8 +291,8 @@ fn unavailable(reason: String) -> Error {
 }
 
 /// The context, created on first use (an error naming what is missing when the libraries,
-/// the driver or a device are not there; the same answer every time after).
-/// Launches the calls waiting in the launch queue first (`queue.rs`): whoever takes the
+/// the driver or a device are not there; the same answer every time after). Launches the
+/// calls waiting in the launch queue first (`queue.rs`): whoever takes the
 /// context to use the stream finds every earlier call on it.
 pub fn context() -> torchlean::Result<&'static Context> {
     let cx = context_for_queue()?;
@@ -534,11 +534,7 @@ impl Context {
 
     /// Launches the calls waiting in the launch queue (nothing when none waits).
     pub fn launch_queued(&self) -> torchlean::Result<()> {
-        let mut q = self.queue();
-        if q.is_empty() {
-            return Ok(());
-        }
-        crate::queue::launch(self, &mut q)
+        crate::queue::launch(self, &mut self.queue())
     }
 
     /// The cuBLASLt handle and plans (serialized).

@@ -148,7 +148,6 @@ pub fn view_of(op: &Op, x: &Tensor, shape: &[usize]) -> Result<Tensor> {
     }
 }
 
-/// A fresh output buffer of `n` elements for `op`.
 /// "op `add`": how an op's output is named in an out-of-memory error (formatted only then).
 struct OpRequest<'a>(&'a Op);
 
@@ -158,6 +157,7 @@ impl std::fmt::Display for OpRequest<'_> {
     }
 }
 
+/// A fresh output buffer of `n` elements for `op`.
 pub fn output(cx: &Context, op: &Op, n: usize) -> Result<CudaBuffer> {
     cx.pool.alloc(n, &OpRequest(op))
 }
