@@ -4,11 +4,13 @@
 //!
 //! It is created by the first probe and shared by every session (one stream: the host waits
 //! only where it reads values — `DeviceBuffer::read`). Kernels reach it through
-//! [`context`]; a CUDA error becomes [`torchlean::Error::DeviceFailure`] naming the op that
+//! [`context`], whose guard ([`Cx`]) counts the use, so that a device-graph recording runs
+//! alone (`exclusive.rs`); a CUDA error becomes [`torchlean::Error::DeviceFailure`] naming the op that
 //! launched the failing call.
 //!
 //! Owns: the context, stream, handles, functions and pool. Must not plan or gate.
 
+pub use crate::exclusive::Cx;
 use crate::memory::Pool;
 use crate::probe;
 use cudarc::cublas::CudaBlas;
@@ -251,8 +253,9 @@ impl EventSpan {
 
 impl torchlean::module::DeviceSpan for EventSpan {
     fn end(&mut self) -> torchlean::Result<()> {
-        // the span's queued calls run inside it
-        launch_queued()?;
+        // the span's queued calls run inside it (`context` launches them; its guard keeps a
+        // recording on another thread from capturing the event)
+        let _in_use = context()?;
         let end = self
             .stream
             .record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
@@ -294,17 +297,18 @@ fn unavailable(reason: String) -> Error {
 /// the driver or a device are not there; the same answer every time after). Launches the
 /// calls waiting in the launch queue first (`queue.rs`): whoever takes the
 /// context to use the stream finds every earlier call on it.
-pub fn context() -> torchlean::Result<&'static Context> {
+pub fn context() -> torchlean::Result<Cx> {
     let cx = context_for_queue()?;
     cx.launch_queued()?;
     Ok(cx)
 }
 
 /// The context without launching the queue: for the queue's own calls (`queue::forward`).
-pub(crate) fn context_for_queue() -> torchlean::Result<&'static Context> {
+pub(crate) fn context_for_queue() -> torchlean::Result<Cx> {
     CONTEXT
         .get_or_init(create)
         .as_ref()
+        .map(Cx::enter)
         .map_err(|r| unavailable(r.clone()))
 }
 
@@ -545,6 +549,6 @@ impl Context {
 }
 
 /// The context if a probe already created it (never creates it).
-pub fn context_if_created() -> Option<&'static Context> {
-    CONTEXT.get().and_then(|c| c.as_ref().ok())
+pub fn context_if_created() -> Option<Cx> {
+    CONTEXT.get().and_then(|c| c.as_ref().ok()).map(Cx::enter)
 }

@@ -164,8 +164,9 @@ impl DeviceGraph for RecordedGraph {
         // a replay reuses the recorded flag and index buffers (and zeroes the flag): the
         // checks of the previous replay must run before this one overwrites what they read
         self.settle()?;
-        // calls waiting in the launch queue come first on the stream
-        crate::device::launch_queued()?;
+        // calls waiting in the launch queue come first on the stream (`context` launches
+        // them); the guard keeps a recording on another thread from starting meanwhile
+        let _in_use = context()?;
         self.graph
             .launch()
             .map_err(|e| failure("device graph replay", e))?;
@@ -190,7 +191,11 @@ impl Drop for Recording<'_> {
 
 /// Records the device work `work` launches (see the module docs).
 pub fn record(work: &mut dyn FnMut() -> torchlean::Result<()>) -> torchlean::Result<RecordedGraph> {
-    let cx = context()?;
+    // every other thread's use of the context waits until this recording ends (its work
+    // would otherwise be recorded, its reads refused, its buffers the graph's)
+    let _alone = crate::exclusive::Exclusive::begin()?;
+    let in_use = context()?;
+    let cx = &*in_use;
     cx.pool.begin_census();
     let ran = work();
     let census = cx.pool.end_census();

@@ -20,6 +20,7 @@
 
 pub mod capsules;
 pub mod device;
+mod exclusive;
 pub mod graph;
 pub mod guard;
 pub mod kernels;
@@ -233,7 +234,7 @@ impl ProviderModule for CudaModule {
         if device != Device::Cuda || graph::is_recording() {
             return Ok(None);
         }
-        Ok(Some(Box::new(device::EventSpan::start(cuda_context(
+        Ok(Some(Box::new(device::EventSpan::start(&*cuda_context(
             device,
         )?)?)))
     }
@@ -247,7 +248,7 @@ impl ProviderModule for CudaModule {
 }
 
 /// The context, for `device` = cuda.
-fn cuda_context(device: Device) -> torchlean::Result<&'static device::Context> {
+fn cuda_context(device: Device) -> torchlean::Result<device::Cx> {
     if device != Device::Cuda {
         return Err(torchlean::Error::DeviceUnavailable {
             device: device.label().into(),

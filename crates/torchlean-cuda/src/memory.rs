@@ -388,9 +388,11 @@ impl DeviceBuffer for CudaBuffer {
         self.len
     }
     fn read(&self) -> torchlean::Result<Vec<f32>> {
+        // the queued calls (one of which may write this buffer) run before the copy, which
+        // `context` does; its guard keeps a recording on another thread from starting
+        // before the copy is done (and waits for one to end)
+        let _in_use = crate::device::context()?;
         crate::graph::refuse_while_recording("read to host")?;
-        // the queued calls (one of which may write this buffer) run before the copy
-        crate::device::launch_queued()?;
         let stream = &self.pool.stream;
         let view = self.slice().slice(0..self.len);
         self.pool.lock().stats.host_reads += 1;

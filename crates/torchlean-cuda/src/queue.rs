@@ -135,7 +135,8 @@ pub fn forward(op: &Op, inputs: &[&Tensor], shape: &[usize]) -> Result<Option<Te
     let Ok(code) = u16::try_from(code) else {
         return Ok(None);
     };
-    let cx = crate::device::context_for_queue()?;
+    let in_use = crate::device::context_for_queue()?;
+    let cx = &*in_use;
     let a = buffer(op, inputs[0])?;
     let b = match inputs.get(1) {
         Some(t) => buffer(op, t)?,

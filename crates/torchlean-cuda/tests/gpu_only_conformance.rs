@@ -1193,6 +1193,110 @@ fn device_graph_replay_equals_kernel_by_kernel_execution() {
     );
 }
 
+/// A recording captures the module's one stream: work another thread launched meanwhile
+/// would be recorded instead of run, its reads refused and its buffers given to the graph.
+/// The recording waits for the other threads' calls in flight and holds their new ones until
+/// it ends (`exclusive.rs`): here a thread adds, multiplies (large maps and queued small
+/// ones) and reads in a loop while this one records and replays compiled steps; every
+/// iteration of that thread gets the CPU's bits (the maps are correctly rounded on both
+/// devices), and the replays the bits of kernel-by-kernel execution.
+#[test]
+fn a_recording_runs_alone_while_another_thread_uses_the_gpu() {
+    if !gpu("a_recording_runs_alone_while_another_thread_uses_the_gpu") {
+        return;
+    }
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    use torchlean::nn::{Activation, Mlp, TransformerConfig, TransformerEncoder};
+    let stop = Arc::new(AtomicBool::new(false));
+    let rounds = Arc::new(AtomicU64::new(0));
+    let busy = {
+        let (stop, rounds) = (Arc::clone(&stop), Arc::clone(&rounds));
+        std::thread::spawn(move || -> Result<u64, String> {
+            install(Session::new(checked_cuda())).map_err(|e| e.to_string())?;
+            let pairs: Vec<(Tensor, Tensor)> = [4096usize, 16]
+                .iter()
+                .map(|&n| {
+                    let a = Tensor::randn(&[n], 7 + n as u64).expect("a");
+                    let b = Tensor::randn(&[n], 8 + n as u64).expect("b");
+                    (a, b)
+                })
+                .collect();
+            let bits = |t: &Tensor| -> Result<Vec<u32>, String> {
+                Ok(t.to_cpu()
+                    .map_err(|e| e.to_string())?
+                    .to_vec()
+                    .iter()
+                    .map(|v| v.to_bits())
+                    .collect())
+            };
+            let mut want = vec![];
+            let mut on_gpu = vec![];
+            for (a, b) in &pairs {
+                want.push(bits(&a.add(b).and_then(|s| s.mul(a)).map_err(|e| e.to_string())?)?);
+                let ga = a.to_device(Device::Cuda).map_err(|e| e.to_string())?;
+                let gb = b.to_device(Device::Cuda).map_err(|e| e.to_string())?;
+                on_gpu.push((ga, gb));
+            }
+            let mut n = 0u64;
+            while !stop.load(Ordering::SeqCst) {
+                for (k, (a, b)) in on_gpu.iter().enumerate() {
+                    let got = a
+                        .add(b)
+                        .and_then(|s| s.mul(a))
+                        .map_err(|e| format!("iteration {n}: {e}"))?;
+                    if bits(&got).map_err(|e| format!("iteration {n}: {e}"))? != want[k] {
+                        return Err(format!("iteration {n}, size {}: not the CPU's bits", a.numel()));
+                    }
+                }
+                n += 1;
+                rounds.store(n, Ordering::SeqCst);
+            }
+            Ok(n)
+        })
+    };
+    while rounds.load(Ordering::SeqCst) < 3 && !busy.is_finished() {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let on = |t: Tensor| t.to_device(Device::Cuda).expect("to cuda");
+    let before = rounds.load(Ordering::SeqCst);
+    replay_equals_kernel_by_kernel(
+        "mlp beside a busy thread",
+        || Mlp::new(&[16, 64, 64, 4], Activation::Tanh, 0).expect("mlp"),
+        |s| {
+            [
+                on(Tensor::randn(&[32, 16], 100 + s).expect("x")),
+                on(Tensor::randn(&[32, 4], 200 + s).expect("y")),
+            ]
+        },
+    );
+    let config = TransformerConfig {
+        embed_dim: 32,
+        heads: 4,
+        ff_dim: 64,
+        dropout: 0.0,
+        causal: true,
+    };
+    replay_equals_kernel_by_kernel(
+        "transformer beside a busy thread",
+        || TransformerEncoder::new(config, 2, false, 0).expect("transformer"),
+        |s| {
+            [
+                on(Tensor::randn(&[4, 16, 32], 300 + s).expect("x")),
+                on(Tensor::randn(&[4, 16, 32], 400 + s).expect("y")),
+            ]
+        },
+    );
+    let during = rounds.load(Ordering::SeqCst) - before;
+    stop.store(true, Ordering::SeqCst);
+    let total = busy
+        .join()
+        .expect("the busy thread panicked")
+        .expect("the busy thread's results");
+    eprintln!("the busy thread ran {total} rounds, {during} of them during the compiled steps");
+    assert!(during > 0, "the busy thread never ran beside the recordings");
+}
+
 /// An index kernel's check (the invalid-index flag) runs at the next read of device values
 /// to the host — directly and after every replay of a recorded step: an invalid index fails
 /// that read with the spec's error (the same in both), the call itself costs no

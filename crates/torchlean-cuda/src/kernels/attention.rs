@@ -551,7 +551,8 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
     let shapes: Vec<&[usize]> = inputs.iter().map(|t| t.shape()).collect();
     let shape = torchlean::spec::infer_shape(op, &shapes)?;
     let n = torchlean::spec::numel(&shape);
-    let cx = cx()?;
+    let in_use = cx()?;
+    let cx = &*in_use;
     let mut out = output(cx, op, n)?;
     if n == 0 {
         return tensor(out, &shape);
@@ -635,7 +636,8 @@ pub fn vjp(
     needs: &[bool],
 ) -> Result<Vec<Option<Tensor>>> {
     let (_, _, mask) = torchlean::providers::native_cpu::flash_payload(op)?;
-    let cx = cx()?;
+    let in_use = cx()?;
+    let cx = &*in_use;
     let need = |i: usize| needs.get(i).copied().unwrap_or(false);
     // every element of a gradient the kernels compute is written by them; one they do not
     // run for (no rows, no keys) is zeroed below

@@ -248,7 +248,8 @@ pub fn vjp_tf32(
 pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
     let shapes: Vec<&[usize]> = inputs.iter().map(|t| t.shape()).collect();
     let shape = torchlean::spec::infer_shape(op, &shapes)?;
-    let cx = cx()?;
+    let in_use = cx()?;
+    let cx = &*in_use;
     let mut out = output(cx, op, torchlean::spec::numel(&shape))?;
     let (a, b) = (buffer(op, inputs[0])?, buffer(op, inputs[1])?);
     match op.kind() {
@@ -319,7 +320,8 @@ pub fn vjp(
     gy: &Tensor,
     needs: &[bool],
 ) -> Result<Vec<Option<Tensor>>> {
-    let cx = cx()?;
+    let in_use = cx()?;
+    let cx = &*in_use;
     let (a, b) = (buffer(op, inputs[0])?, buffer(op, inputs[1])?);
     let g = buffer(op, gy)?;
     let mut grads: Vec<Option<Tensor>> = vec![None; inputs.len()];

@@ -180,7 +180,8 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
     let shapes: Vec<&[usize]> = inputs.iter().map(|t| t.shape()).collect();
     let shape = torchlean::spec::infer_shape(op, &shapes)?;
     let n = torchlean::spec::numel(&shape);
-    let cx = cx()?;
+    let in_use = cx()?;
+    let cx = &*in_use;
     let mut out = output(cx, op, n)?;
     let x = buffer(op, inputs[0])?;
     match op {
@@ -276,7 +277,8 @@ pub fn vjp(
     gy: &Tensor,
     needs: &[bool],
 ) -> Result<Vec<Option<Tensor>>> {
-    let cx = cx()?;
+    let in_use = cx()?;
+    let cx = &*in_use;
     let g = buffer(op, gy)?;
     let x = buffer(op, inputs[0])?;
     let x_shape = inputs[0].shape();

@@ -199,7 +199,8 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
         return Ok(queued);
     }
     let n = torchlean::spec::numel(&shape);
-    let cx = cx()?;
+    let in_use = cx()?;
+    let cx = &*in_use;
     let mut out = output(cx, op, n)?;
     let n64 = n as i64;
     if n == 0 {
@@ -344,7 +345,8 @@ pub fn vjp(
     needs: &[bool],
 ) -> Result<Vec<Option<Tensor>>> {
     let shape = out_shape(op, inputs)?;
-    let cx = cx()?;
+    let in_use = cx()?;
+    let cx = &*in_use;
     let g = buffer(op, gy)?;
     if let Some(code) = binary_code(op.kind()) {
         let (a, b) = (buffer(op, inputs[0])?, buffer(op, inputs[1])?);

@@ -65,7 +65,7 @@ fn plan(op: &Op, n: usize, rows: usize, inverse: bool) -> Result<Arc<CudaFft>> {
 /// Half-spectrum scratch for `rows` signals of length `n`: (n/2 + 1) complex values each,
 /// stored as interleaved f32 pairs.
 fn half_spectra(op: &Op, rows: usize, n: usize) -> Result<CudaBuffer> {
-    output(cx()?, op, 2 * rows * (n / 2 + 1))
+    output(&*cx()?, op, 2 * rows * (n / 2 + 1))
 }
 
 fn complex<'b>(
@@ -100,7 +100,8 @@ pub fn dft(
     let p = plan(op, n, rows, false)?;
     p.exec_r2c(x.slice(), &mut complex(op, &mut z, rows * nf)?)
         .map_err(|e| super::super::device::failure(op.name(), format!("cuFFT R2C: {e:?}")))?;
-    let cx = cx()?;
+    let in_use = cx()?;
+    let cx = &*in_use;
     let (r64, n64, m64, s) = (rows as i64, n as i64, m as i64, scaled as i32);
     let mut l = cx.stream.launch_builder(&cx.functions.fft_take);
     l.arg(z.slice())
@@ -131,7 +132,8 @@ pub fn dft(
 /// One flag per row (1.0 where a row of any of `parts`, `len` values each, holds a NaN or an
 /// infinity, else 0.0).
 fn nonfinite_rows(op: &Op, parts: &[&CudaBuffer], rows: usize, len: usize) -> Result<CudaBuffer> {
-    let cx = cx()?;
+    let in_use = cx()?;
+    let cx = &*in_use;
     let mut flags = output(cx, op, rows)?;
     let (r64, l64) = (rows as i64, len as i64);
     for (i, part) in parts.iter().enumerate() {
@@ -163,7 +165,8 @@ pub fn idft(
     }
     let nf = n / 2 + 1;
     let mut z = half_spectra(op, rows, n)?;
-    let cx = cx()?;
+    let in_use = cx()?;
+    let cx = &*in_use;
     let (r64, n64, m64, s) = (rows as i64, n as i64, m as i64, scaled as i32);
     let mut l = cx.stream.launch_builder(&cx.functions.fft_put);
     l.arg(yr.slice())

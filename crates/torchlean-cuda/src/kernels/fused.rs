@@ -70,7 +70,8 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
     let shapes: Vec<&[usize]> = inputs.iter().map(|t| t.shape()).collect();
     let shape = torchlean::spec::infer_shape(op, &shapes)?;
     let n = inputs[0].numel();
-    let cx = cx()?;
+    let in_use = cx()?;
+    let cx = &*in_use;
     let x = buffer(op, inputs[0])?;
     let mut out = output(cx, op, n)?;
     let n64 = n as i64;
@@ -102,7 +103,8 @@ pub fn vjp(
     _needs: &[bool],
 ) -> Result<Vec<Option<Tensor>>> {
     let n = inputs[0].numel();
-    let cx = cx()?;
+    let in_use = cx()?;
+    let cx = &*in_use;
     let (x, g) = (buffer(op, inputs[0])?, buffer(op, gy)?);
     let mut d = output(cx, op, n)?;
     let mut gx = output(cx, op, n)?;

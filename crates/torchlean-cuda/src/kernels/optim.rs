@@ -107,7 +107,8 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
     payload(op)?;
     let shapes: Vec<&[usize]> = inputs.iter().map(|t| t.shape()).collect();
     let shape = torchlean::spec::infer_shape(op, &shapes)?;
-    let cx = cx()?;
+    let in_use = cx()?;
+    let cx = &*in_use;
     let out = output(cx, op, torchlean::spec::numel(&shape))?;
     let mut rows = Vec::with_capacity(inputs.len() / 4);
     let mut held = Vec::with_capacity(inputs.len() / 4 * 7);
@@ -142,7 +143,8 @@ pub fn update_many(op: &Op, targets: &mut [&mut Tensor], rest: &[&Tensor]) -> Re
         let shapes: Vec<&[usize]> = inputs.iter().map(|t| t.shape()).collect();
         torchlean::spec::infer_shape(op, &shapes)?;
     }
-    let cx = cx()?;
+    let in_use = cx()?;
+    let cx = &*in_use;
     // a new buffer for each target another handle shares (written, then taken)
     let mut fresh: Vec<Option<CudaBuffer>> = Vec::with_capacity(targets.len());
     for t in targets.iter_mut() {

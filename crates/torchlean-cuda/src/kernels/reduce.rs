@@ -54,7 +54,8 @@ fn reduce_into(
     if n == 0 {
         return Ok(());
     }
-    let cx = cx()?;
+    let in_use = cx()?;
+    let cx = &*in_use;
     let r = reduce_geometry(own, big_shape);
     let n64 = n as i64;
     let mut l = cx.stream.launch_builder(&cx.functions.reduce_to);
@@ -82,7 +83,8 @@ fn expand_into(
     if n == 0 {
         return Ok(());
     }
-    let cx = cx()?;
+    let in_use = cx()?;
+    let cx = &*in_use;
     let g = bcast(op, small_shape, small_shape, shape)?;
     let n64 = n as i64;
     let mut l = cx.stream.launch_builder(&cx.functions.expand);
@@ -102,7 +104,8 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
     let shapes: Vec<&[usize]> = inputs.iter().map(|t| t.shape()).collect();
     let shape = torchlean::spec::infer_shape(op, &shapes)?;
     let n = torchlean::spec::numel(&shape);
-    let cx = cx()?;
+    let in_use = cx()?;
+    let cx = &*in_use;
     let mut out = output(cx, op, n)?;
     let x = buffer(op, inputs[0])?;
     let xs = inputs[0].shape();
@@ -145,7 +148,8 @@ pub fn vjp(
     gy: &Tensor,
     _needs: &[bool],
 ) -> Result<Vec<Option<Tensor>>> {
-    let cx = cx()?;
+    let in_use = cx()?;
+    let cx = &*in_use;
     let g = buffer(op, gy)?;
     let xs = inputs[0].shape();
     let mut gx = output(cx, op, inputs[0].numel())?;

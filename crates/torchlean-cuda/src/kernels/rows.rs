@@ -204,7 +204,8 @@ fn strided_copy(op: &Op, src: &CudaBuffer, dst: &mut CudaBuffer, c: CopyPlan) ->
     let fits = |v: Option<usize>| v.is_some_and(|v| v < (1 << 31));
     g.narrow = (n < (1 << 31) && fits(last(src_offset, |a| a.1)) && fits(last(dst_offset, |a| a.2)))
         as i32;
-    let cx = cx()?;
+    let in_use = cx()?;
+    let cx = &*in_use;
     let n64 = n as i64;
     let kernel = if vec4 {
         &cx.functions.strided_copy4
@@ -235,7 +236,8 @@ fn launch_select(
     (o, d, k, i): (usize, usize, usize, usize),
     n: usize,
 ) -> Result<()> {
-    let cx = cx()?;
+    let in_use = cx()?;
+    let cx = &*in_use;
     let (o64, d64, k64, i64_) = (o as i64, d as i64, k as i64, i as i64);
     let mut l = cx.stream.launch_builder(f);
     l.arg(src.slice())
@@ -296,7 +298,8 @@ fn check_flag(op: &Op, f: CudaBuffer, x_shape: &[usize], idx: &Tensor) -> Result
 
 /// Waits for the flag; when set, the spec's error for this call's index (read to the host).
 fn read_flag(op: &Op, f: &CudaBuffer, x_shape: &[usize], idx: &Tensor) -> Result<()> {
-    let cx = cx()?;
+    let in_use = cx()?;
+    let cx = &*in_use;
     let set = launched(op, cx.stream.clone_dtoh(&f.slice().slice(0..1)))?;
     if set[0] == 0.0 {
         return Ok(());
@@ -336,7 +339,8 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
         return super::view_of(op, inputs[0], &shape);
     }
     let n = torchlean::spec::numel(&shape);
-    let cx = cx()?;
+    let in_use = cx()?;
+    let cx = &*in_use;
     let mut out = output(cx, op, n)?;
     let x = buffer(op, inputs[0])?;
     match op {
@@ -536,7 +540,8 @@ pub fn vjp(
         // the same buffer under the input's shape, as the forward
         return Ok(vec![Some(super::view_of(op, gy, x_shape)?)]);
     }
-    let cx = cx()?;
+    let in_use = cx()?;
+    let cx = &*in_use;
     let g = buffer(op, gy)?;
     let n = inputs[0].numel();
     let mut gx = output(cx, op, n)?;

@@ -77,7 +77,8 @@ pub(super) fn direct(
     scaled: bool,
     only: Option<&CudaBuffer>,
 ) -> Result<()> {
-    let cx = cx()?;
+    let in_use = cx()?;
+    let cx = &*in_use;
     let (r64, n64, m64, s) = (rows as i64, n as i64, m as i64, scaled as i32);
     let threads = rows * if inverse { n } else { m };
     if threads == 0 {
@@ -131,7 +132,8 @@ fn mix(
     (or, oi): (&mut CudaBuffer, &mut CudaBuffer),
     (b, ci, co, m): (usize, usize, usize, usize),
 ) -> Result<()> {
-    let cx = cx()?;
+    let in_use = cx()?;
+    let cx = &*in_use;
     let (f, total) = match which {
         Mix::Forward => (&cx.functions.spectral_mix, b * co * m),
         Mix::InputGradient => (&cx.functions.spectral_mix_vjp_x, b * ci * m),
@@ -195,7 +197,8 @@ fn forward_with(op: &Op, inputs: &[&Tensor], dft: Dft) -> Result<Tensor> {
     let shapes: Vec<&[usize]> = inputs.iter().map(|t| t.shape()).collect();
     let shape = torchlean::spec::infer_shape(op, &shapes)?;
     let (b, ci, n, co, m) = dims(op, inputs[0].shape(), inputs[1].shape())?;
-    let cx = cx()?;
+    let in_use = cx()?;
+    let cx = &*in_use;
     let (x, wr, wi) = (
         buffer(op, inputs[0])?,
         buffer(op, inputs[1])?,
@@ -245,7 +248,8 @@ fn vjp_with(
     dft: Dft,
 ) -> Result<Vec<Option<Tensor>>> {
     let (b, ci, n, co, m) = dims(op, inputs[0].shape(), inputs[1].shape())?;
-    let cx = cx()?;
+    let in_use = cx()?;
+    let cx = &*in_use;
     let (x, wr, wi, g) = (
         buffer(op, inputs[0])?,
         buffer(op, inputs[1])?,
