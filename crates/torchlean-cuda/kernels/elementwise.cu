@@ -300,6 +300,14 @@ extern "C" __global__ void where_grad(int which, const float* __restrict__ c,
     }
 }
 
+// x^p as PyTorch computes it (spec::pow): exponent 1/2 is the square root, -1/2 its
+// reciprocal; IEEE pow otherwise (they differ at -0 and -inf only).
+__device__ __forceinline__ float pow_torch(float x, float p) {
+    if (p == 0.5f) return sqrtf(x);
+    if (p == -0.5f) return 1.0f / sqrtf(x);
+    return powf(x, p);
+}
+
 __device__ __forceinline__ float unary_apply(int op, float x, float p) {
     switch (op) {
         case U_NEG: return -x;
@@ -319,7 +327,7 @@ __device__ __forceinline__ float unary_apply(int op, float x, float p) {
         case U_SILU: return x / (1.0f + expf(-x));
         // stable: max(x, 0) + log1p(exp(-|x|))
         case U_SOFTPLUS: return nan_max(x, 0.0f) + log1pf(expf(-fabsf(x)));
-        case U_POW: return powf(x, p);
+        case U_POW: return pow_torch(x, p);
         case U_SAFE_LOG: return logf(nan_max(x, p));
         default: return fabsf(x);  // U_ABS
     }
@@ -347,7 +355,7 @@ __device__ __forceinline__ float unary_derivative(int op, float x, float y, floa
         }
         case U_SOFTPLUS: return 1.0f / (1.0f + expf(-x));
         // the spec: p * x^(p-1), and 0 for p = 0
-        case U_POW: return p == 0.0f ? 0.0f : p * powf(x, p - 1.0f);
+        case U_POW: return p == 0.0f ? 0.0f : p * pow_torch(x, p - 1.0f);
         // the cotangent passes where x > eps (none for NaN), as the spec
         case U_SAFE_LOG: return x > p ? 1.0f / x : 0.0f;
         default: return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : 0.0f);  // U_ABS

@@ -185,8 +185,25 @@ pub(crate) fn unary<T: Scalar>(op: &Op, x: T) -> T {
         Op::Scale { factor } => x * T::c(*factor as f64),
         Op::AddScalar { value } => x + T::c(*value as f64),
         Op::Clamp { min, max } => clamp(x, T::c(*min as f64), T::c(*max as f64)),
-        Op::Pow { exponent } => x.powf(T::c(*exponent as f64)),
+        Op::Pow { exponent } => pow(x, T::c(*exponent as f64)),
         _ => unreachable!("not a unary op: {}", op.name()),
+    }
+}
+
+/// `x^p` as PyTorch computes it: exponent ½ is the square root and −½ its reciprocal
+/// (ATen's `pow` takes those branches), IEEE `pow` otherwise. The two differ only at special
+/// values — `pow(−0, ½) = +0` but `√−0 = −0`, `pow(−∞, ½) = +∞` but `√−∞ = NaN`,
+/// `pow(−0, −½) = +∞` but `1/√−0 = −∞`, `pow(−∞, −½) = 0` but `1/√−∞ = NaN` — and there
+/// torchlean follows PyTorch (the derivative `p·x^(p−1)` uses the same function, as
+/// PyTorch's does). Every kernel of `pow` computes it this way.
+#[inline(always)]
+pub fn pow<T: Scalar>(x: T, p: T) -> T {
+    if p == T::c(0.5) {
+        x.sqrt()
+    } else if p == T::c(-0.5) {
+        T::one() / x.sqrt()
+    } else {
+        x.powf(p)
     }
 }
 
@@ -248,7 +265,7 @@ pub(crate) fn unary_derivative<T: Scalar>(op: &Op, x: T, y: T) -> T {
             if p == zero {
                 zero
             } else {
-                p * x.powf(p - one)
+                p * pow(x, p - one)
             }
         }
         _ => unreachable!("not a unary op: {}", op.name()),

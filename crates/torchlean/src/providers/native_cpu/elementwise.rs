@@ -420,7 +420,7 @@ fn unary_table(op: &Op, sink: impl MapSink) {
         &Op::Scale { factor } => sink.run(move |v| v * factor),
         &Op::AddScalar { value } => sink.run(move |v| v + value),
         &Op::Clamp { min, max } => sink.run(move |v| clamp(v, min, max)),
-        &Op::Pow { exponent } => sink.run(move |v| v.powf(exponent)),
+        &Op::Pow { exponent } => sink.run(move |v| crate::spec::pow(v, exponent)),
         _ => unreachable!("not a unary op: {}", op.name()),
     }
 }
@@ -500,7 +500,7 @@ pub fn unary_vjp_into(op: &Op, x: &[f32], y: &[f32], g: &[f32], shape: &[usize],
                 // the spec's `g · 0` (NaN for a NaN cotangent), without 0 · x^-1 (NaN at x = 0)
                 g * 0.0
             } else {
-                g * exponent * x.powf(exponent - 1.0)
+                g * exponent * crate::spec::pow(x, exponent - 1.0)
             }
         }),
         _ => unreachable!("not a unary op: {}", op.name()),

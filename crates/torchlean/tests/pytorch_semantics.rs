@@ -1,0 +1,87 @@
+//! Special values where IEEE-754 and PyTorch part ways, with PyTorch's own results as the
+//! reference (PyTorch 2.11 and 2.15 agree on every value here; they were printed by
+//! `torch.pow` and its autograd, not by this code), on every CPU provider: the spec at f32
+//! (`only:reference`), the native kernels, and the native kernels under their replay
+//! checkers (`strict_native_cpu`, whose f64 spec must agree too or it would refuse them).
+
+use torchlean::backend::BackendProfile;
+use torchlean::runtime::{self, Session};
+use torchlean::Tensor;
+
+fn profiles() -> Vec<(&'static str, BackendProfile)> {
+    let only = |p: &str| {
+        BackendProfile::resolve(None, Some("cpu"), Some(p), Some("checked-runtime"))
+            .expect("a CPU profile")
+    };
+    vec![
+        ("only:reference", only("only:reference")),
+        ("only:native_cpu", only("only:native_cpu")),
+        (
+            "strict_native_cpu",
+            BackendProfile::named("strict_native_cpu").expect("named profile"),
+        ),
+    ]
+}
+
+/// Bit-level equality, a NaN matching any NaN.
+fn same(a: f32, b: f32) -> bool {
+    (a.is_nan() && b.is_nan()) || a.to_bits() == b.to_bits()
+}
+
+/// `pow(x, p)` and its gradient against PyTorch's (`torch.pow`, whose kernels take the square
+/// root for p = ½ and its reciprocal for p = −½: `pow(−0, ½) = −0`, `pow(−∞, ½) = NaN`,
+/// `pow(−0, −½) = −∞`), at −∞, −0, +0, 4, +∞, −4.
+#[test]
+fn pow_at_special_values_follows_pytorch() {
+    let inf = f32::INFINITY;
+    let x = [-inf, -0.0, 0.0, 4.0, inf, -4.0];
+    let nan = f32::NAN;
+    // (exponent, PyTorch's values, PyTorch's gradients for a cotangent of ones)
+    let cases: [(f32, [f32; 6], [f32; 6]); 3] = [
+        (
+            0.5,
+            [nan, -0.0, 0.0, 2.0, inf, nan],
+            [nan, -inf, inf, 0.25, 0.0, nan],
+        ),
+        (
+            -0.5,
+            [nan, -inf, inf, 0.5, 0.0, nan],
+            [-0.0, -inf, -inf, -0.0625, -0.0, nan],
+        ),
+        (
+            1.5,
+            [inf, 0.0, 0.0, 8.0, inf, nan],
+            [nan, -0.0, 0.0, 3.0, inf, nan],
+        ),
+    ];
+    for (name, profile) in profiles() {
+        let before = runtime::install(Session::new(profile)).expect("install");
+        for (p, want_y, want_g) in cases {
+            let t = Tensor::from_vec(x.to_vec(), &[6]).unwrap().requires_grad();
+            let y = t.pow(p).unwrap();
+            let got_y = y.to_vec();
+            let grads = y.sum_all().unwrap().backward().unwrap();
+            let got_g = grads.get(&t).unwrap().to_vec();
+            for k in 0..6 {
+                assert!(
+                    same(got_y[k], want_y[k]),
+                    "{name}: pow({}, {p}) = {} (PyTorch {})",
+                    x[k],
+                    got_y[k],
+                    want_y[k]
+                );
+                assert!(
+                    same(got_g[k], want_g[k]),
+                    "{name}: d/dx pow(x, {p}) at {} = {} (PyTorch {})",
+                    x[k],
+                    got_g[k],
+                    want_g[k]
+                );
+            }
+        }
+        runtime::take().unwrap();
+        if let Some(s) = before {
+            runtime::install(s).unwrap();
+        }
+    }
+}
