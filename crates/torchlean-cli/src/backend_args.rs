@@ -140,13 +140,34 @@ impl BackendArgs {
         Ok(())
     }
 
-    /// Writes the report of what ran, if asked (the compiled plan's report when given).
+    /// Writes the report of what ran, if asked, for a command that read no file (`reads`
+    /// of [`BackendArgs::write_report`]).
     pub fn finish_session(&self) -> CliResult {
-        self.write_report(torchlean::runtime::with_current(|s| s.report())?)
+        self.write_report(torchlean::runtime::with_current(|s| s.report())?, &[])
     }
 
-    /// Writes `report` to `--report-json`, if asked.
-    pub fn write_report(&self, report: BackendReport) -> CliResult {
+    /// Refuses a `--report-json` path that is the same file as one of the command's inputs
+    /// (`reads`: flag and path): writing the report would destroy it. Commands call it before
+    /// they run; [`BackendArgs::write_report`] calls it again.
+    pub fn check_report_path(&self, reads: &[(&str, &std::path::Path)]) -> CliResult {
+        match &self.report_json {
+            Some(p) => torchlean::files::check_distinct_outputs(
+                reads,
+                &[("--report-json", std::path::Path::new(p))],
+            )
+            .map_err(CliError::usage),
+            None => Ok(()),
+        }
+    }
+
+    /// Writes the report to `--report-json`, if given — never over one of the command's
+    /// inputs (`reads`, see [`BackendArgs::check_report_path`]).
+    pub fn write_report(
+        &self,
+        report: BackendReport,
+        reads: &[(&str, &std::path::Path)],
+    ) -> CliResult {
+        self.check_report_path(reads)?;
         if let Some(path) = &self.report_json {
             let text = serde_json::to_string_pretty(&report.to_json())
                 .map_err(|e| CliError::runtime(e.to_string()))?;

@@ -132,10 +132,7 @@ impl Exclusive {
             ));
         }
         let me = token();
-        while RECORDER
-            .compare_exchange(0, me, SeqCst, SeqCst)
-            .is_err()
-        {
+        while RECORDER.compare_exchange(0, me, SeqCst, SeqCst).is_err() {
             std::thread::sleep(WAIT_STEP);
         }
         while IN_USE.load(SeqCst) != 0 {
@@ -216,7 +213,10 @@ mod tests {
         }
         stop.store(true, SeqCst);
         for w in workers {
-            assert!(w.join().expect("a worker panicked") > 0, "a worker never ran");
+            assert!(
+                w.join().expect("a worker panicked") > 0,
+                "a worker never ran"
+            );
         }
         assert_eq!(violations.load(SeqCst), 0);
     }

@@ -1213,7 +1213,11 @@ fn a_recording_runs_alone_while_another_thread_uses_the_gpu() {
     let busy = {
         let (stop, rounds) = (Arc::clone(&stop), Arc::clone(&rounds));
         std::thread::spawn(move || -> Result<u64, String> {
-            install(Session::new(checked_cuda())).map_err(|e| e.to_string())?;
+            // the CPU's bits under a CPU session, then the GPU's under a CUDA one
+            install(Session::new(
+                BackendProfile::named("checked_cpu").map_err(|e| e.to_string())?,
+            ))
+            .map_err(|e| e.to_string())?;
             let pairs: Vec<(Tensor, Tensor)> = [4096usize, 16]
                 .iter()
                 .map(|&n| {
@@ -1231,9 +1235,15 @@ fn a_recording_runs_alone_while_another_thread_uses_the_gpu() {
                     .collect())
             };
             let mut want = vec![];
+            for (a, b) in &pairs {
+                want.push(bits(
+                    &a.add(b).and_then(|s| s.mul(a)).map_err(|e| e.to_string())?,
+                )?);
+            }
+            torchlean::runtime::take().map_err(|e| e.to_string())?;
+            install(Session::new(checked_cuda())).map_err(|e| e.to_string())?;
             let mut on_gpu = vec![];
             for (a, b) in &pairs {
-                want.push(bits(&a.add(b).and_then(|s| s.mul(a)).map_err(|e| e.to_string())?)?);
                 let ga = a.to_device(Device::Cuda).map_err(|e| e.to_string())?;
                 let gb = b.to_device(Device::Cuda).map_err(|e| e.to_string())?;
                 on_gpu.push((ga, gb));
@@ -1246,7 +1256,10 @@ fn a_recording_runs_alone_while_another_thread_uses_the_gpu() {
                         .and_then(|s| s.mul(a))
                         .map_err(|e| format!("iteration {n}: {e}"))?;
                     if bits(&got).map_err(|e| format!("iteration {n}: {e}"))? != want[k] {
-                        return Err(format!("iteration {n}, size {}: not the CPU's bits", a.numel()));
+                        return Err(format!(
+                            "iteration {n}, size {}: not the CPU's bits",
+                            a.numel()
+                        ));
                     }
                 }
                 n += 1;
@@ -1294,7 +1307,10 @@ fn a_recording_runs_alone_while_another_thread_uses_the_gpu() {
         .expect("the busy thread panicked")
         .expect("the busy thread's results");
     eprintln!("the busy thread ran {total} rounds, {during} of them during the compiled steps");
-    assert!(during > 0, "the busy thread never ran beside the recordings");
+    assert!(
+        during > 0,
+        "the busy thread never ran beside the recordings"
+    );
 }
 
 /// An index kernel's check (the invalid-index flag) runs at the next read of device values

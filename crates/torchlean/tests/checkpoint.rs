@@ -223,6 +223,32 @@ fn truncated_corrupted_and_foreign_files_are_rejected_untouched() {
         matches!(c, CheckpointError::Format { .. })
     });
     assert!(msg.contains("F64"));
+    // another format's file, and a later version of this one (the same header length, so
+    // the file stays valid safetensors; the checksum covers tensors only and still matches)
+    let header_len = u64::from_le_bytes(good[..8].try_into().unwrap()) as usize;
+    let header = std::str::from_utf8(&good[8..8 + header_len]).unwrap();
+    for (from, to, says) in [
+        (
+            "\"torchlean.checkpoint\"",
+            "\"pytorch.state_dic\"",
+            "format `pytorch.state_dic`",
+        ),
+        ("\"version\":\"1\"", "\"version\":\"9\"", "version `9`"),
+    ] {
+        assert!(header.contains(from), "{header}");
+        let mut other = good[..8].to_vec();
+        let renamed = header.replacen(from, &format!("{to:<w$}", w = from.len()), 1);
+        // padding with spaces keeps the JSON valid: `"pytorch.state_dic"  ` + `,`
+        assert_eq!(renamed.len(), header.len());
+        other.extend_from_slice(renamed.as_bytes());
+        other.extend_from_slice(&good[8 + header_len..]);
+        let p = d.join("other.safetensors");
+        std::fs::write(&p, &other).unwrap();
+        let msg = assert_rejected(&p, &mut m, Some(&mut opt), |c| {
+            matches!(c, CheckpointError::Format { .. })
+        });
+        assert!(msg.contains(says), "{msg}");
+    }
     match load_checkpoint(d.join("absent.safetensors"), &mut m, None) {
         Err(Error::Checkpoint(CheckpointError::Io { .. })) => {}
         other => panic!("expected an IO error, got {other:?}"),

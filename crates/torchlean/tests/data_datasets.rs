@@ -204,3 +204,30 @@ fn corpus_vocab_and_char_windows() {
     assert_eq!(&x[..], &ids[24..40]);
     assert!(char_lm_dataset("ab", &v, 2, 1).is_err());
 }
+
+/// The windows are those a naive walk finds (starts 0, stride, ... while a target window
+/// fits), for strides up to past the text's end and up to `usize::MAX` (a start never
+/// overflows: a huge stride gives the one window at 0, where it panicked before).
+#[test]
+fn char_windows_match_a_naive_walk_for_every_stride() {
+    support::checked_cpu_default();
+    let text = &CORPUS[..200];
+    let v = CharVocab::from_text(text);
+    let ids = v.encode(text).unwrap();
+    for seq_len in [1usize, 7, 64, 199] {
+        for stride in [1usize, 2, 5, 64, 198, 199, 1000, usize::MAX / 2, usize::MAX] {
+            let ds = char_lm_dataset(text, &v, seq_len, stride).unwrap();
+            let starts: Vec<usize> = (0..)
+                .map(|k: u128| k * stride as u128)
+                .take_while(|&s| s + (seq_len as u128) < ids.len() as u128)
+                .map(|s| s as usize)
+                .collect();
+            assert_eq!(ds.len(), starts.len(), "seq_len {seq_len} stride {stride}");
+            for (k, &s) in starts.iter().enumerate() {
+                let (x, y) = ds.gather(&[k]).unwrap();
+                assert_eq!(x.to_vec(), &ids[s..s + seq_len], "window {k}");
+                assert_eq!(y.to_vec(), &ids[s + 1..s + seq_len + 1], "window {k}");
+            }
+        }
+    }
+}

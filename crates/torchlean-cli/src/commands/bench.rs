@@ -79,14 +79,23 @@ fn size_of(workload: &str, prefix: &str, what: &str) -> Result<usize, CliError> 
     }
 }
 
+/// The longest warm-up `--warmup-seconds` asks for.
+const MAX_WARMUP_SECONDS: f64 = 3600.0;
+
 pub fn run(a: Args) -> CliResult {
+    // an imported model's file is the one input a workload reads
+    let model = a.workload.strip_prefix("onnx:").map(std::path::Path::new);
+    let reads: Vec<(&str, &std::path::Path)> =
+        model.map(|m| ("the model", m)).into_iter().collect();
+    a.backend.check_report_path(&reads)?;
     if a.reps == 0 {
         return Err(CliError::usage("--reps must be positive"));
     }
-    // an infinite warm-up never ends and NaN compares false everywhere
-    if !(a.warmup_seconds.is_finite() && a.warmup_seconds >= 0.0) {
+    // an infinite warm-up never ends, nor does one of 1e300 s, and NaN compares false
+    // everywhere: a warm-up is at most an hour
+    if !(a.warmup_seconds.is_finite() && (0.0..=MAX_WARMUP_SECONDS).contains(&a.warmup_seconds)) {
         return Err(CliError::usage(format!(
-            "--warmup-seconds must be finite and >= 0, got {}",
+            "--warmup-seconds must be between 0 and {MAX_WARMUP_SECONDS} (an hour), got {}",
             a.warmup_seconds
         )));
     }
@@ -478,7 +487,7 @@ pub fn run(a: Args) -> CliResult {
         );
         print!("{}", report.to_text());
     }
-    a.backend.write_report(report)
+    a.backend.write_report(report, &reads)
 }
 
 /// An attention workload: `attn-{fwd|step}-{none|mask|causal}[-L<n>][-B<n>]` — forward only

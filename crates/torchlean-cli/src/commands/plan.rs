@@ -60,6 +60,9 @@ fn model_ops(path: &std::path::Path, input_shape: &[String]) -> Result<Vec<OpKin
 }
 
 pub fn run(a: Args) -> CliResult {
+    let reads: Vec<(&str, &std::path::Path)> =
+        a.model.iter().map(|m| ("--model", m.as_path())).collect();
+    a.backend.check_report_path(&reads)?;
     let mut profile = a.backend.profile()?;
     if let Some(v) = &a.vjp {
         profile.vjp = VjpMode::from_label(v).ok_or_else(|| {
@@ -143,7 +146,7 @@ pub fn run(a: Args) -> CliResult {
         }
     }
     let failures = report.failures.clone();
-    a.backend.write_report(report)?;
+    a.backend.write_report(report, &reads)?;
     if failures.is_empty() {
         Ok(())
     } else {

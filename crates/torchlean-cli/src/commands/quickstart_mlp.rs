@@ -110,7 +110,7 @@ pub fn run(a: Args) -> CliResult {
         elapsed.as_secs_f64() * 1e3 / a.steps as f64
     );
     match compiled_report {
-        Some(r) => a.backend.write_report(r),
+        Some(r) => a.backend.write_report(r, &[]),
         None => a.backend.finish_session(),
     }
 }

@@ -97,13 +97,22 @@ pub fn char_lm_dataset(
         ))
         .into());
     }
-    let mut x = Vec::new();
-    let mut y = Vec::new();
-    let mut start = 0;
-    while start + seq_len < ids.len() {
+    // the windows start at 0, stride, 2·stride, ... while a whole target window fits: counted
+    // first (no start ever overflows, whatever the stride) and their copies reserved
+    // fallibly, so a long context over a large text is an out-of-memory error, not an abort
+    let windows = (ids.len() - seq_len - 1) / stride + 1;
+    let total = windows.checked_mul(seq_len).ok_or_else(|| {
+        DataError::Invalid(format!(
+            "{windows} windows of {seq_len} characters are more values than memory can address"
+        ))
+    })?;
+    let what = format!("{windows} training windows of {seq_len} characters");
+    let mut x = crate::runtime::buffers::try_with_capacity(total, &what)?;
+    let mut y = crate::runtime::buffers::try_with_capacity(total, &what)?;
+    for w in 0..windows {
+        let start = w * stride;
         x.extend_from_slice(&ids[start..start + seq_len]);
         y.extend_from_slice(&ids[start + 1..start + seq_len + 1]);
-        start += stride;
     }
     Dataset::from_vecs(x, &[seq_len], y, &[seq_len])
 }

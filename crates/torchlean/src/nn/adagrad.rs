@@ -75,7 +75,9 @@ impl Optimizer for Adagrad {
         check_range("Adagrad lr decay", self.lr_decay, 0.0, f32::INFINITY, false)?;
         self.store
             .set_slots(vec![("sum", self.initial_accumulator_value)]);
-        self.steps += 1;
+        // saturating: a count loaded at u64::MAX stays there (every formula that reads it
+        // is at its limit long before), never wraps to 0
+        self.steps = self.steps.saturating_add(1);
         // the decayed rate of a parameter's own step count (`SlotStore::advance`)
         let (lr, lr_decay) = (self.lr, self.lr_decay);
         let rate = |t: u64| lr / (1.0 + (t - 1) as f32 * lr_decay);

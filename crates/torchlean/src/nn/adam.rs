@@ -45,7 +45,9 @@ impl AdamCore {
     ) -> Result<()> {
         check_range("Adam beta1", b1, 0.0, 1.0, false)?;
         check_range("Adam beta2", b2, 0.0, 1.0, false)?;
-        self.steps += 1;
+        // saturating: a count loaded at u64::MAX stays there (every formula that reads it
+        // is at its limit long before), never wraps to 0
+        self.steps = self.steps.saturating_add(1);
         let (l2, shrink) = if decoupled {
             (0.0, 1.0 - lr * wd)
         } else {

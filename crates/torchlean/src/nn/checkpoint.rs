@@ -216,6 +216,19 @@ pub fn parse_checkpoint(bytes: &[u8], name: &str) -> Result<CheckpointContents> 
         .unwrap_or_default()
         .into_iter()
         .collect();
+    // a file that says what it is must say this: another format's file, or a later version
+    // of this one, may mean something else by the same names (a file that says nothing — plain
+    // safetensors weights — is read by its names, dtypes and shapes alone)
+    if let Some(f) = metadata.get(KEY_FORMAT).filter(|f| *f != FORMAT_NAME) {
+        return Err(format(format!(
+            "its metadata names format `{f}`, not `{FORMAT_NAME}`"
+        )));
+    }
+    if let Some(v) = metadata.get(KEY_VERSION).filter(|v| *v != VERSION) {
+        return Err(format(format!(
+            "it is version `{v}` of {FORMAT_NAME}; this build reads version {VERSION}"
+        )));
+    }
     let mut raw: BTreeMap<String, (Vec<usize>, &[u8])> = BTreeMap::new();
     for (name, view) in st.iter() {
         if view.dtype() != Dtype::F32 {

@@ -38,7 +38,7 @@ pub enum CheckpointError {
         action: &'static str,
         message: String,
     },
-    #[error("checkpoint `{path}` is not a valid safetensors file: {reason}")]
+    #[error("checkpoint `{path}` is not a torchlean checkpoint this build reads: {reason}")]
     Format { path: String, reason: String },
     #[error("checkpoint `{path}` is corrupted: {reason}")]
     Corrupted { path: String, reason: String },

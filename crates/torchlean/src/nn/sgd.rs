@@ -98,7 +98,9 @@ impl Optimizer for Sgd {
             })?;
             Ok(())
         })?;
-        self.steps += 1;
+        // saturating: a count loaded at u64::MAX stays there (every formula that reads it
+        // is at its limit long before), never wraps to 0
+        self.steps = self.steps.saturating_add(1);
         Ok(())
     }
     fn learning_rate(&self) -> f32 {

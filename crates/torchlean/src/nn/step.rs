@@ -76,7 +76,7 @@ impl StepExecutor for EagerStep {
 }
 
 /// A non-finite loss stops the step before the parameters change.
-fn check_loss(value: f32, step: u64) -> Result<()> {
+pub(crate) fn check_loss(value: f32, step: u64) -> Result<()> {
     if value.is_finite() {
         Ok(())
     } else {

@@ -39,6 +39,8 @@ pub fn train_regression(
         let grads = loss.backward()?;
         let value = loss.item()?;
         drop(loss);
+        // a non-finite loss stops training, before an update with it (as every trainer)
+        super::step::check_loss(value, step as u64 + 1)?;
         optimizer.step(model, &grads)?;
         losses.push(value);
         if step == 0 || step + 1 == steps || (log_every > 0 && (step + 1) % log_every == 0) {
@@ -61,6 +63,8 @@ pub type LossFn<'a> = &'a dyn Fn(&dyn Module, &[Tensor]) -> crate::Result<Tensor
 /// stays outside the graph in both modes. Same model code, same losses.
 pub struct TrainStep {
     compiled: Option<CompiledStep>,
+    /// Steps run so far (named by a non-finite loss's error).
+    runs: std::sync::atomic::AtomicU64,
 }
 
 impl TrainStep {
@@ -87,7 +91,10 @@ impl TrainStep {
                 Some(step)
             }
         };
-        Ok(TrainStep { compiled })
+        Ok(TrainStep {
+            compiled,
+            runs: Default::default(),
+        })
     }
 
     /// The compiled graph (compiled mode only).
@@ -114,7 +121,8 @@ impl TrainStep {
     /// Runs one step on `inputs` and returns the loss. The loss is read (on a device: the
     /// host waits for the forward and backward, and runs the checks their kernels deferred,
     /// e.g. of gathered indices) before the optimizer updates the parameters, so a step whose
-    /// checks fail leaves the parameters unchanged.
+    /// checks fail leaves the parameters unchanged — as does a step whose loss is not finite,
+    /// which fails with `TrainError::NonFiniteLoss` instead of updating with it.
     pub fn run(
         &self,
         model: &mut dyn Module,
@@ -164,7 +172,11 @@ impl TrainStep {
                 }
                 Some(step) => step.run_visiting(inputs, |f| model.visit_parameters(f))?,
             };
+            let step = 1 + self.runs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let value = if read { Some(loss.item()?) } else { None };
+            if let Some(v) = value {
+                super::step::check_loss(v, step)?;
+            }
             // an eager loss holds the tape, and the tape the parameters: dropped before the
             // update, which can then write over each parameter's buffer instead of copying it
             let loss = self.compiled.as_ref().map(|_| loss);

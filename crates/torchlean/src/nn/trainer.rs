@@ -304,6 +304,17 @@ impl<M: Module> Trainer<M> {
             checkpoint_tag,
         } = self;
         let compiled = step_fn.name() == "compiled";
+        // the step counter never wraps: a resumed run whose last step would not fit is refused
+        // before anything runs (a checkpoint may record any step up to u64::MAX)
+        if step.checked_add(options.steps as u64).is_none() {
+            return Err(TrainError::Config(format!(
+                "{} more steps after step {} exceed the step counter's range ({}): the checkpoint's step is not one a run can continue from",
+                options.steps,
+                *step,
+                u64::MAX
+            ))
+            .into());
+        }
         // the model lives on the profile's device; batches are made on the host and moved
         let device = profile.device;
         with_session(session, profile, || {

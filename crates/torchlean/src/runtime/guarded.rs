@@ -49,6 +49,18 @@ pub(crate) fn guard_tensors(
     op: &Op,
     inputs: &[&Tensor],
 ) -> Result<()> {
+    // a host view (a broadcast, a transpose) that a kernel copies into row-major order
+    // before it reads it needs as much memory as an output of its size: probed like one
+    // (`buffers::check_output`), so a copy the machine cannot hold is an out-of-memory error,
+    // not an abort inside the kernel
+    for (i, t) in inputs.iter().enumerate() {
+        if t.device() == Device::Cpu && !t.is_contiguous() {
+            super::buffers::check_output(
+                &format!("{} (a row-major copy of input {i})", op.name()),
+                t.numel(),
+            )?;
+        }
+    }
     if k.guards(phase).is_empty() {
         return Ok(());
     }

@@ -52,7 +52,8 @@ pub use array::{
     numel, reduce_to, Array, MAX_ELEMENTS, MAX_WORK,
 };
 pub(crate) use elementwise::{
-    binary, binary_partials, fused_chain_derivative, fused_chain_value, pow, unary, unary_derivative,
+    binary, binary_partials, fused_chain_derivative, fused_chain_value, pow, unary,
+    unary_derivative,
 };
 pub use linalg::{matmul_dims, MatmulDims};
 pub(crate) use optim::{

@@ -475,7 +475,8 @@ pub fn run<M: Module>(
     if let Some(p) = &args.plot {
         plot::write_loss_plot(p, &losses)?;
     }
-    args.backend.write_report(what_ran(&trainer)?)?;
+    let load: Vec<(&str, &Path)> = args.load.iter().map(|p| ("--load", p.as_path())).collect();
+    args.backend.write_report(what_ran(&trainer)?, &load)?;
     Ok(trainer)
 }
 
