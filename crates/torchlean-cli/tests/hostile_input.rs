@@ -421,7 +421,24 @@ fn misnamed_values_clobbering_outputs_and_ignored_flags_are_refused() {
                 "--warmup-seconds",
                 "inf",
             ][..],
-            "--warmup-seconds must be finite",
+            "--warmup-seconds must be between 0 and 3600",
+        ),
+        // finite but never ending (it hung)
+        (
+            &[
+                "bench",
+                "mlp-step",
+                "--reps",
+                "1",
+                "--warmup-seconds",
+                "1e300",
+            ][..],
+            "--warmup-seconds must be between 0 and 3600",
+        ),
+        // the report written over the model it planned (it was, exit 0)
+        (
+            &["plan", "--model", "g.json", "--report-json", "g.json"][..],
+            "--report-json g.json is the same file as --model g.json",
         ),
         (&["bench", "gemm-0"][..], "positive integer"),
         (
@@ -433,4 +450,19 @@ fn misnamed_values_clobbering_outputs_and_ignored_flags_are_refused() {
         assert_eq!(code, Some(2), "{args:?}: {err}");
         assert!(err.contains(expect), "{args:?}: {err}");
     }
+}
+
+/// Found by the thirty-fourth session's audit: `quickstart-mlp` exited 0 after its loss
+/// became NaN (every other trainer stops, exit 1), and `transformer --stride usize::MAX`
+/// panicked on a window start that wrapped.
+#[test]
+fn a_diverging_quickstart_stops_and_a_huge_stride_is_one_window() {
+    let d = Dir::new("diverge");
+    let dir = d.0.to_string_lossy().into_owned();
+    let (code, err) = run_plain(&dir, &["quickstart-mlp", "--steps", "5", "--lr", "1e30"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("non-finite loss"), "{err}");
+    let stride = usize::MAX.to_string();
+    let (code, err) = run_plain(&dir, &["transformer", "--steps", "2", "--stride", &stride]);
+    assert_eq!(code, Some(0), "{err}");
 }

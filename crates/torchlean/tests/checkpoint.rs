@@ -401,3 +401,38 @@ fn a_checkpoint_of_another_model_tag_is_refused_untouched() {
     let mut untagged = Trainer::new(model(9), tagged(None)).unwrap();
     untagged.train(&data, &opts(1, None, Some(&ck))).unwrap();
 }
+
+/// A checkpoint may record any step up to `u64::MAX` (saving one is allowed), but a run
+/// continuing from it must not wrap the counter (found by a hostile-input audit: the steps
+/// after `u64::MAX` were logged as 0, 1, 2 and the saved file then refused by its own
+/// loader). The last step that fits still runs.
+#[test]
+fn a_resumed_run_whose_step_would_wrap_is_refused_before_it_runs() {
+    support::checked_cpu_default();
+    let d = tmpdir("wrap");
+    let data = synthetic::regression(100, 5).unwrap();
+    // a trained model and its optimizer's state, saved under the step to resume from
+    let mut first = Trainer::new(model(1), config()).unwrap();
+    first.train(&data, &opts(1, None, None)).unwrap();
+    for (saved, steps, runs) in [
+        (u64::MAX, 1, false),
+        (u64::MAX - 3, 4, false),
+        (u64::MAX - 3, 3, true),
+    ] {
+        let ck = d.join(format!("at-{saved}.safetensors"));
+        save_checkpoint(&ck, first.model(), Some(first.optimizer()), saved).unwrap();
+        let mut t = Trainer::new(model(2), config()).unwrap();
+        match t.train(&data, &opts(steps, None, Some(&ck))) {
+            Ok(s) => {
+                assert!(runs, "{saved} + {steps} ran");
+                assert_eq!((s.start_step, s.end_step), (saved, saved + steps as u64));
+            }
+            Err(e) => {
+                assert!(!runs, "{saved} + {steps}: {e}");
+                assert!(e.to_string().contains("step counter's range"), "{e}");
+                // refused before any step: the model holds the checkpoint's values
+                assert_eq!(params(t.model()), params(first.model()));
+            }
+        }
+    }
+}
