@@ -383,6 +383,51 @@ extern "C" __global__ void mse_vjp(const float* __restrict__ a, const float* __r
 
 // batch_norm over `channel`s of [outer, c, inner] (training-mode statistics, as the spec:
 // mean, biased variance, rstd = 1/sqrt(var + eps)); one block per channel, fixed trees.
+// A channel of finite values whose statistics overflow f32 takes the spec's rescue
+// (spec::norm::rescaled_stats): the same statistics of x * 2^-e, 2^e > max |x|.
+#define BLOCK_MAX_ABS(result, terms, term_expr)                              \
+    do {                                                                     \
+        __shared__ float part_[256];                                         \
+        float acc_ = 0.0f;                                                   \
+        for (long long i = threadIdx.x; i < (terms); i += blockDim.x) {      \
+            float t_ = fabsf(term_expr);                                     \
+            acc_ = (acc_ < t_ || t_ != t_) ? t_ : acc_;                      \
+        }                                                                    \
+        part_[threadIdx.x] = acc_;                                           \
+        __syncthreads();                                                     \
+        for (int s_ = blockDim.x / 2; s_ > 0; s_ >>= 1) {                    \
+            if (threadIdx.x < s_) {                                          \
+                float o_ = part_[threadIdx.x + s_];                          \
+                float m_ = part_[threadIdx.x];                               \
+                part_[threadIdx.x] = (m_ < o_ || o_ != o_) ? o_ : m_;        \
+            }                                                                \
+            __syncthreads();                                                 \
+        }                                                                    \
+        result = part_[0];                                                   \
+        __syncthreads();                                                     \
+    } while (0)
+
+// The channel's (mean, rstd), rescued as above when they overflow.
+#define BN_STATS(mu, rstd, n, xat, eps)                                              \
+    do {                                                                             \
+        float s_bn, v_bn;                                                            \
+        BLOCK_SUM(s_bn, n, xat);                                                     \
+        mu = s_bn / (float)n;                                                        \
+        BLOCK_SUM(v_bn, n, ((xat) - mu) * ((xat) - mu));                             \
+        rstd = 1.0f / sqrtf(v_bn / (float)n + eps);                                  \
+        if (!(isfinite(mu) && isfinite(v_bn))) {                                     \
+            float b_bn;                                                              \
+            BLOCK_MAX_ABS(b_bn, n, xat);                                             \
+            if (isfinite(b_bn)) {                                                    \
+                float inv = ldexpf(1.0f, -(ilogbf(b_bn) + 1));                       \
+                BLOCK_SUM(s_bn, n, (xat) * inv);                                     \
+                float ms = s_bn / (float)n;                                          \
+                BLOCK_SUM(v_bn, n, ((xat) * inv - ms) * ((xat) * inv - ms));         \
+                mu = ms / inv;                                                       \
+                rstd = inv / sqrtf(v_bn / (float)n + eps * inv * inv);               \
+            }                                                                        \
+        }                                                                            \
+    } while (0)
 __device__ __forceinline__ long long bn_at(long long i, long long ch, long long c,
                                            long long inner) {
     return ((i / inner) * c + ch) * inner + (i % inner);
@@ -395,11 +440,8 @@ extern "C" __global__ void batch_norm_forward(const float* __restrict__ x,
                                               long long c, long long inner, float eps) {
     long long n = outer * inner;
     for (long long ch = blockIdx.x; ch < c; ch += gridDim.x) {
-        float s, v;
-        BLOCK_SUM(s, n, x[bn_at(i, ch, c, inner)]);
-        float mu = s / (float)n;
-        BLOCK_SUM(v, n, (x[bn_at(i, ch, c, inner)] - mu) * (x[bn_at(i, ch, c, inner)] - mu));
-        float rstd = 1.0f / sqrtf(v / (float)n + eps);
+        float mu, rstd;
+        BN_STATS(mu, rstd, n, x[bn_at(i, ch, c, inner)], eps);
         float b = has_beta ? beta[ch] : 0.0f;
         for (long long i = threadIdx.x; i < n; i += blockDim.x) {
             long long f = bn_at(i, ch, c, inner);
@@ -416,11 +458,8 @@ extern "C" __global__ void batch_norm_vjp(const float* __restrict__ x,
                                           float eps) {
     long long n = outer * inner;
     for (long long ch = blockIdx.x; ch < c; ch += gridDim.x) {
-        float s, v, sg, sgx, sb;
-        BLOCK_SUM(s, n, x[bn_at(i, ch, c, inner)]);
-        float mu = s / (float)n;
-        BLOCK_SUM(v, n, (x[bn_at(i, ch, c, inner)] - mu) * (x[bn_at(i, ch, c, inner)] - mu));
-        float rstd = 1.0f / sqrtf(v / (float)n + eps);
+        float mu, rstd, sg, sgx, sb;
+        BN_STATS(mu, rstd, n, x[bn_at(i, ch, c, inner)], eps);
         float gm = gamma[ch];
         BLOCK_SUM(sg, n, gy[bn_at(i, ch, c, inner)] * gm);
         BLOCK_SUM(sgx, n, gy[bn_at(i, ch, c, inner)] * (x[bn_at(i, ch, c, inner)] - mu) * rstd);

@@ -346,6 +346,28 @@ __device__ __forceinline__ void norm_stats(const float* x, long long d, int rms,
     float v = 0.0f;
     for (long long i = lane; i < d; i += 32) v += (x[i] - m) * (x[i] - m);
     v = warp_sum(v) / (float)d;
+    if (!(isfinite(m) && isfinite(v))) {
+        // finite values whose statistics overflowed f32 (|x| >~ 1.8e19): the spec's rescue
+        // (spec::norm::rescaled_stats) — the same statistics of x * 2^-e, 2^e > max |x|
+        float b = 0.0f;
+        for (long long i = lane; i < d; i += 32) b = spec_max(b, fabsf(x[i]));
+        b = warp_max(b);
+        if (isfinite(b)) {
+            float inv = ldexpf(1.0f, -(ilogbf(b) + 1));
+            float ms = 0.0f;
+            if (!rms) {
+                float s = 0.0f;
+                for (long long i = lane; i < d; i += 32) s += x[i] * inv;
+                ms = warp_sum(s) / (float)d;
+            }
+            float vs = 0.0f;
+            for (long long i = lane; i < d; i += 32) vs += (x[i] * inv - ms) * (x[i] * inv - ms);
+            vs = warp_sum(vs) / (float)d;
+            *mu = ms / inv;
+            *rstd = inv / sqrtf(vs + eps * inv * inv);
+            return;
+        }
+    }
     *mu = m;
     *rstd = 1.0f / sqrtf(v + eps);
 }

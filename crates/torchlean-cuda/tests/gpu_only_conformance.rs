@@ -1193,6 +1193,82 @@ fn device_graph_replay_equals_kernel_by_kernel_execution() {
     );
 }
 
+/// Layer, RMS and batch norm of finite rows whose statistics overflow f32 (|x| ~ 2^65: the
+/// squared deviations pass f32's range; the variance was +inf and every output the bias β,
+/// silently): the CUDA kernels rescue them as the spec does (`spec::norm::rescaled_stats`),
+/// values and gradients within the conformance tolerance of the f64 spec. The CPU providers'
+/// counterpart is crates/torchlean/tests/norm_overflow.rs.
+#[test]
+fn norms_of_rows_whose_statistics_overflow_f32_match_the_f64_spec_on_the_gpu() {
+    if !gpu("norms_of_rows_whose_statistics_overflow_f32_match_the_f64_spec_on_the_gpu") {
+        return;
+    }
+    use common::Gen;
+    use torchlean::graph::Op;
+    install(Session::new(checked_cuda())).expect("install");
+    let huge = |shape: &[usize], offset: f64| {
+        let mut a = draw(shape, Gen::Normal, 1);
+        for v in &mut a.data {
+            *v = ((*v * 2f64.powi(65) + offset) as f32) as f64;
+        }
+        a
+    };
+    let cases: Vec<(Op, Vec<usize>, usize)> = vec![
+        (Op::LayerNorm { eps: 1e-5 }, vec![4, 40], 3),
+        (Op::RmsNorm { eps: 1e-6 }, vec![5, 33], 2),
+        (
+            Op::BatchNorm {
+                eps: 1e-5,
+                channel_axis: 1,
+            },
+            vec![2, 3, 4, 5],
+            3,
+        ),
+    ];
+    for (op, shape, arity) in &cases {
+        for offset in [0.0, 2f64.powi(66)] {
+            let params = if matches!(op, Op::BatchNorm { .. }) {
+                vec![shape[1]]
+            } else {
+                vec![*shape.last().unwrap()]
+            };
+            let mut inputs = vec![huge(shape, offset)];
+            for j in 1..*arity {
+                inputs.push(draw(&params, Gen::Normal, 10 + j as u64));
+            }
+            let refs: Vec<&Array<f64>> = inputs.iter().collect();
+            let want = spec::forward(op, &refs).unwrap();
+            let w = draw(shape, Gen::Normal, 99);
+            let want_g = spec::vjp(op, &refs, &want, &w).unwrap();
+            let ts: Vec<Tensor> = inputs.iter().map(|a| on_gpu(a).requires_grad()).collect();
+            let tr: Vec<&Tensor> = ts.iter().collect();
+            let y = match op {
+                Op::LayerNorm { eps } => tr[0].layer_norm(tr[1], tr[2], *eps),
+                Op::RmsNorm { eps } => tr[0].rms_norm(tr[1], *eps),
+                Op::BatchNorm { eps, channel_axis } => {
+                    tr[0].batch_norm(tr[1], tr[2], *eps, *channel_axis)
+                }
+                _ => unreachable!(),
+            }
+            .expect("the norm");
+            let what = format!("{} {shape:?} offset {offset:e}", op.name());
+            compare(&widen(&y), &want.data, None, F32_TOL)
+                .unwrap_or_else(|e| panic!("{what}: forward: {e}"));
+            let grads = y
+                .mul(&on_gpu(&w))
+                .and_then(|p| p.sum_all())
+                .and_then(|l| l.backward())
+                .unwrap_or_else(|e| panic!("{what}: backward: {e}"));
+            for (j, t) in ts.iter().enumerate() {
+                let want_j = want_g[j].as_ref().expect("a spec cotangent");
+                let got = grads.get(t).expect("a gradient");
+                compare(&widen(got), &want_j.data, None, F32_TOL)
+                    .unwrap_or_else(|e| panic!("{what}: gradient of input {j}: {e}"));
+            }
+        }
+    }
+}
+
 /// A recording captures the module's one stream: work another thread launched meanwhile
 /// would be recorded instead of run, its reads refused and its buffers given to the graph.
 /// The recording waits for the other threads' calls in flight and holds their new ones until

@@ -39,6 +39,7 @@ mod index;
 mod layout;
 mod linalg;
 mod norm;
+pub(crate) use norm::rescaled_stats;
 mod optim;
 mod pool;
 mod random;

@@ -91,16 +91,52 @@ fn row_stats<T: Scalar>(op: &Op, row: &[T]) -> (T, T) {
     stats_of(op, row.iter().copied())
 }
 
-/// Mean and 1/std of a group's values, summed in the iterator's order.
+/// Mean and 1/std of a group's values, summed in the iterator's order (see
+/// [`rescaled_stats`] for finite values whose statistics overflow `T`).
 fn stats_of<T: Scalar>(op: &Op, values: impl Iterator<Item = T> + Clone) -> (T, T) {
+    let rms = matches!(op, Op::RmsNorm { .. });
+    let (mu, var) = moments(rms, values.clone());
+    let eps = eps_of::<T>(op);
+    if mu.is_finite() && var.is_finite() || !values.clone().all(|v| v.is_finite()) {
+        return (mu, T::one() / (var + eps).sqrt());
+    }
+    rescaled_stats(rms, eps, values)
+}
+
+/// (mean, variance) of the values (mean 0 for RMS norm), summed in the iterator's order.
+fn moments<T: Scalar>(rms: bool, values: impl Iterator<Item = T> + Clone) -> (T, T) {
     let n = T::c(values.clone().count() as f64);
-    let mu = if matches!(op, Op::RmsNorm { .. }) {
+    let mu = if rms {
         T::zero()
     } else {
         super::sum::sum(values.clone()) / n
     };
     let var = super::sum::sum(values.map(|v| (v - mu) * (v - mu))) / n;
-    (mu, T::one() / (var + eps_of::<T>(op)).sqrt())
+    (mu, var)
+}
+
+/// Mean and 1/std of **finite** values whose sum or sum of squared deviations overflows `T`
+/// (in f32, rows of magnitude ≳ 1.8·10¹⁹: the variance was +∞, 1/std 0, and every output
+/// the bias β — silently; PyTorch's kernels give NaN). The normalized values are ordinary
+/// numbers, so they are computed on the values scaled by 2⁻ᵉ with 2ᵉ > max|v| (exact: a
+/// power of two), where nothing overflows: mean = mean_s·2ᵉ, 1/std = 2⁻ᵉ/√(var_s + ε·2⁻²ᵉ) —
+/// the same quantities, rounded differently. The f64 evaluation of f32 inputs never gets
+/// here (f32's range squared fits f64), so the checkers' f64 reference is unchanged. Every
+/// kernel of the norms calls this when its own statistics overflow.
+pub(crate) fn rescaled_stats<T: Scalar>(
+    rms: bool,
+    eps: T,
+    values: impl Iterator<Item = T> + Clone,
+) -> (T, T) {
+    let big = values
+        .clone()
+        .fold(T::zero(), |m, v| if v.abs() > m { v.abs() } else { m });
+    // 2^e > big; e ≤ 128 for f32, and 2^-e is a normal f32 down to e = 126, subnormal (still
+    // exact) to 149
+    let e = big.f64().log2().floor() as i32 + 1;
+    let inv = T::c(2f64.powi(-e));
+    let (mu_s, var_s) = moments(rms, values.map(|v| v * inv));
+    (mu_s / inv, inv / (var_s + eps * inv * inv).sqrt())
 }
 
 pub(super) fn forward<T: Scalar>(op: &Op, xs: &[&Array<T>]) -> Array<T> {

@@ -19,6 +19,10 @@ fn row_stats(row: &[f32], rms: bool, eps: f32) -> (f32, f32) {
     let n = row.len() as f32;
     let mu = if rms { 0.0 } else { vmath::sum(row) / n };
     let var = vmath::sum_map(row, |v| (v - mu) * (v - mu)) / n;
+    if !(mu.is_finite() && var.is_finite()) && row.iter().all(|v| v.is_finite()) {
+        // finite values whose statistics overflowed f32: the spec's rescue
+        return crate::spec::rescaled_stats(rms, eps, row.iter().copied());
+    }
     (mu, 1.0 / (var + eps).sqrt())
 }
 
@@ -141,6 +145,17 @@ fn channel_stats(
             .iter()
             .map(|x| (x - mu) * (x - mu))
             .sum::<f32>();
+    }
+    let channel = || {
+        (0..outer).flat_map(move |o| {
+            xd[(o * c + ch) * inner..(o * c + ch + 1) * inner]
+                .iter()
+                .copied()
+        })
+    };
+    if !(mu.is_finite() && v.is_finite()) && channel().all(|x| x.is_finite()) {
+        // finite values whose statistics overflowed f32: the spec's rescue
+        return crate::spec::rescaled_stats(false, eps, channel());
     }
     (mu, 1.0 / (v / n + eps).sqrt())
 }
