@@ -85,3 +85,71 @@ fn pow_at_special_values_follows_pytorch() {
         }
     }
 }
+
+/// Attention with head dimension 0: every score is the empty dot product, 0, so the weights
+/// are uniform and each output row the mean of the value rows (PyTorch's
+/// `scaled_dot_product_attention` gives exactly that). The default scale 1/√0 = ∞ times that
+/// 0 made every output NaN. Gradients: q and k are empty; v's is 1/S per query for a
+/// cotangent of ones.
+#[test]
+fn attention_with_an_empty_head_dimension_averages_the_values() {
+    let (l, s, dv) = (3usize, 4usize, 5usize);
+    let v: Vec<f32> = (0..s * dv).map(|i| (i as f32 * 0.37).sin()).collect();
+    for (name, profile) in profiles() {
+        let before = runtime::install(Session::new(profile)).expect("install");
+        let q = Tensor::from_vec(vec![], &[1, 2, l, 0])
+            .unwrap()
+            .requires_grad();
+        let k = Tensor::from_vec(vec![], &[1, 2, s, 0])
+            .unwrap()
+            .requires_grad();
+        let mut vv = v.clone();
+        vv.extend(v.iter().map(|x| -2.0 * x));
+        let vt = Tensor::from_vec(vv.clone(), &[1, 2, s, dv])
+            .unwrap()
+            .requires_grad();
+        for causal in [false, true] {
+            let y = q
+                .scaled_dot_product_attention(&k, &vt, None, causal, None)
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            let got = y.to_vec();
+            for h in 0..2 {
+                for i in 0..l {
+                    // causal: query i sees keys 0..=i (PyTorch's top-left causal mask)
+                    let keys = if causal { i + 1 } else { s };
+                    for c in 0..dv {
+                        let mean = (0..keys)
+                            .map(|j| vv[(h * s + j) * dv + c] as f64)
+                            .sum::<f64>()
+                            / keys as f64;
+                        let g = got[(h * l + i) * dv + c] as f64;
+                        assert!(
+                            (g - mean).abs() <= 1e-6 * (1.0 + mean.abs()),
+                            "{name} causal {causal}: head {h} query {i} column {c}: {g} (PyTorch: the mean {mean})"
+                        );
+                    }
+                }
+            }
+            let grads = y.sum_all().unwrap().backward().unwrap();
+            let gv = grads.get(&vt).unwrap().to_vec();
+            for h in 0..2 {
+                for j in 0..s {
+                    let want: f64 = (0..l)
+                        .filter(|&i| !causal || j <= i)
+                        .map(|i| 1.0 / if causal { (i + 1) as f64 } else { s as f64 })
+                        .sum();
+                    let g = gv[(h * s + j) * dv] as f64;
+                    assert!(
+                        (g - want).abs() <= 1e-6,
+                        "{name} causal {causal}: dv[{h},{j}] = {g}, want {want}"
+                    );
+                }
+            }
+            assert_eq!(grads.get(&q).unwrap().numel(), 0);
+        }
+        runtime::take().unwrap();
+        if let Some(s) = before {
+            runtime::install(s).unwrap();
+        }
+    }
+}

@@ -166,7 +166,7 @@ fn compose(op: &Op, x: &[&Tensor]) -> Result<Tensor> {
             let (q, k, v) = (x[0], x[1], x[2]);
             let r = q.rank();
             let (l, d, s) = (q.shape()[r - 2], q.shape()[r - 1], k.shape()[r - 2]);
-            let sc = scale.unwrap_or(1.0 / (d as f32).sqrt());
+            let sc = scale.unwrap_or(crate::spec::default_attention_scale(d) as f32);
             let bias = (*mask == AttentionMask::AdditiveBias).then(|| x[3]);
             let scores_of = |q: &Tensor, k: &Tensor, bias: Option<&Tensor>| -> Result<Tensor> {
                 let kt = k.transpose(-2, -1)?;

@@ -81,6 +81,19 @@ use crate::scalar::Scalar;
 /// (index tensors, boolean masks, conditions).
 pub type InputGrads<T> = Vec<Option<Array<T>>>;
 
+/// The scale attention's scores carry when the call gives none: 1/√d for head dimension d. At
+/// d = 0 every score is the empty dot product, 0, whatever it is scaled by — so 1 there
+/// instead of 1/√0 = ∞, whose product with that 0 was NaN everywhere (PyTorch's kernels give
+/// the uniform weights of zero scores, the mean of the values). Every provider takes it from
+/// here.
+pub fn default_attention_scale(d: usize) -> f64 {
+    if d == 0 {
+        1.0
+    } else {
+        1.0 / (d as f64).sqrt()
+    }
+}
+
 /// The shape rule of `op` applied to its input shapes: the output shape, or why the inputs
 /// are invalid. Every provider uses this same rule.
 ///

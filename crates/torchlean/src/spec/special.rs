@@ -175,7 +175,7 @@ impl<'a, T: Scalar> Scores<'a, T> {
             l,
             s,
             d,
-            scale: T::c(scale.map_or(1.0 / (d as f64).sqrt(), |v| v as f64)),
+            scale: T::c(scale.map_or(super::default_attention_scale(d), |v| v as f64)),
             causal,
             mask,
         }

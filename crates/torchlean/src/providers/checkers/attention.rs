@@ -230,7 +230,7 @@ impl<'a> Attention<'a> {
             mask,
             kind,
             causal: *causal,
-            scale: scale.map_or(1.0 / (d as f64).sqrt(), |v| v as f64),
+            scale: scale.map_or(crate::spec::default_attention_scale(d), |v| v as f64),
             batch: numel(&qs[..r - 2]),
             l,
             s,

@@ -334,7 +334,7 @@ impl<'a> Attention<'a> {
             s: ks[r - 2],
             d,
             dv: vs[r - 1],
-            scale: scale.unwrap_or((1.0 / (d as f64).sqrt()) as f32),
+            scale: scale.unwrap_or(crate::spec::default_attention_scale(d) as f32),
             causal: *causal,
             mask: *mask,
             extra: x.get(3).map(|m| Operand::rows_only(m)),
