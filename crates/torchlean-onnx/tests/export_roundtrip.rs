@@ -198,3 +198,96 @@ fn imported_pytorch_fixtures_survive_export_and_import() {
         }
     }
 }
+
+/// `gather` (torch.gather) exports as ONNX `GatherElements`, which the import did not read:
+/// a graph with it did not survive export and import. Now the import maps `GatherElements`
+/// to `gather` — run-time integer indices as they are, constant ones with negative indices
+/// counted from the end (ONNX) — checked against `out[i][j] = x[i][idx[i][j]]` computed here.
+#[test]
+fn gather_survives_export_and_import_and_negative_constant_indices_count_from_the_end() {
+    use torchlean::graph::{Graph, NodeKind, OutputDecl, ValueDecl};
+    torchlean::runtime::install(torchlean::runtime::Session::new(
+        BackendProfile::default_cpu(),
+    ))
+    .ok();
+    let x: Vec<f32> = (0..12).map(|v| v as f32 * 0.5 - 2.0).collect();
+    let idx: Vec<f32> = vec![3.0, 0.0, 1.0, 1.0, 2.0, 0.0];
+    let expect = |idx: &[i64]| -> Vec<f32> {
+        (0..3)
+            .flat_map(|i| (0..2).map(move |j| (i, j)))
+            .map(|(i, j)| x[i * 4 + idx[i * 2 + j].rem_euclid(4) as usize])
+            .collect()
+    };
+    // torchlean graph → ONNX → torchlean graph
+    let mut g = Graph::new();
+    for (name, shape) in [("x", vec![3, 4]), ("idx", vec![3, 2])] {
+        g.inputs.push(ValueDecl {
+            name: name.into(),
+            shape,
+        });
+    }
+    let xn = g
+        .push(NodeKind::Input { name: "x".into() }, vec![])
+        .unwrap();
+    let ix = g
+        .push(NodeKind::Input { name: "idx".into() }, vec![])
+        .unwrap();
+    let y = g
+        .push(
+            NodeKind::Op {
+                op: torchlean::Op::Gather { axis: 1 },
+            },
+            vec![xn, ix],
+        )
+        .unwrap();
+    g.outputs.push(OutputDecl {
+        name: "y".into(),
+        node: y,
+    });
+    let inputs = vec![
+        (
+            "x".to_string(),
+            Tensor::from_vec(x.clone(), &[3, 4]).unwrap(),
+        ),
+        (
+            "idx".to_string(),
+            Tensor::from_vec(idx.clone(), &[3, 2]).unwrap(),
+        ),
+    ];
+    let profile = BackendProfile::default_cpu();
+    let ours = run_graph(g.clone(), &[], &inputs, &profile, false).unwrap()["y"].to_vec();
+    let want = expect(&idx.iter().map(|&v| v as i64).collect::<Vec<_>>());
+    assert_eq!(ours, want);
+    let bytes =
+        torchlean_onnx::model::encode_model(&torchlean_onnx::export_model(&g, &[]).unwrap())
+            .unwrap();
+    let decoded = torchlean_onnx::decode_model(&bytes, "gather").unwrap();
+    let back = torchlean_onnx::import_model(&decoded, "gather", &HashMap::new()).unwrap();
+    let again =
+        run_graph(back.graph, &back.values, &inputs, &profile, false).unwrap()["y"].to_vec();
+    assert_eq!(again, want, "import of the export");
+    // constant indices with negative entries (ONNX: counted from the end)
+    let neg: Vec<i64> = vec![-1, 0, 1, -3, 2, -4];
+    let m = model(
+        vec![with_int(
+            node("g", "GatherElements", &["x", "i"], &["y"]),
+            "axis",
+            1,
+        )],
+        vec![ints("i", &[3, 2], &neg)],
+        vec![value_info("x", &[3, 4], 1)],
+        vec![value_info("y", &[3, 2], 1)],
+        13,
+    );
+    let imported = torchlean_onnx::import_model(&m, "neg", &HashMap::new()).unwrap();
+    let got = run_graph(
+        imported.graph,
+        &imported.values,
+        &inputs[..1],
+        &profile,
+        false,
+    )
+    .unwrap()["y"]
+        .to_vec();
+    assert_eq!(got, expect(&neg));
+}

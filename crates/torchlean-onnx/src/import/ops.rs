@@ -34,6 +34,7 @@ const KNOWN: &[&str] = &[
     "Expand",
     "Flatten",
     "Gather",
+    "GatherElements",
     "Gelu",
     "Gemm",
     "GlobalAveragePool",
@@ -569,6 +570,30 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
             out_shape.extend_from_slice(&shape[axis + 1..]);
             let picked = super::pad::pick(b, x, axis, &picks)?;
             reshape(b, &picked, out_shape).map(|v| vec![v])
+        }
+        "GatherElements" => {
+            // torch.gather: out[.., i, ..] = x[.., index[.., i, ..], ..] along `axis`; the
+            // output has the index's shape (the shape rule of `gather` refuses the rest). What
+            // torchlean's export writes for `gather`, so its exports import again.
+            let (x, idx) = (arg(inputs, 0)?, arg(inputs, 1)?);
+            let rank = b.shape(x).len();
+            let axis = normalize_axis(a.int("axis", 0)?, rank)?;
+            let n = b.shape(x).get(axis).copied().unwrap_or(0);
+            let index = match b.known(idx) {
+                // constant indices: negative ones counted from the end (ONNX), as f32 values
+                Some(c) => {
+                    let picks = c
+                        .ints()?
+                        .into_iter()
+                        .map(|i| normalize_index(i, n).map(|p| p as f32))
+                        .collect::<Map<Vec<f32>>>()?;
+                    konst(Const::f32(c.dims.clone(), picks))
+                }
+                // indices computed at run time must be integers, in [0, n) (the kernel's check)
+                None if matches!(idx, Value::Node(id) if b.integral.contains(id)) => idx.clone(),
+                None => return Err("GatherElements indices computed from float values (ONNX requires integer indices: an integer input or values moved from one)".into()),
+            };
+            one(b.op_on(Op::Gather { axis }, &[x, &index])?)
         }
         "Slice" => slice(b, inputs).map(|v| vec![v]),
         "Pad" => super::pad::pad(b, a, inputs).map(|v| vec![v]),
