@@ -1269,6 +1269,77 @@ fn norms_of_rows_whose_statistics_overflow_f32_match_the_f64_spec_on_the_gpu() {
     }
 }
 
+/// Attention with head dimension 0 on the GPU, through the composition (`checked_cuda`) and
+/// the fused kernels (`prefer:native_cuda`): every score is the empty dot product, so each
+/// output row is the mean of the value rows (PyTorch's result; the default scale 1/√0 made it
+/// NaN), causal rows the mean of the keys they see; v's gradient for a cotangent of ones is
+/// the sum of the weights. The CPU's counterpart: tests/pytorch_semantics.rs.
+#[test]
+fn attention_with_an_empty_head_dimension_averages_the_values_on_the_gpu() {
+    if !gpu("attention_with_an_empty_head_dimension_averages_the_values_on_the_gpu") {
+        return;
+    }
+    let (l, s, dv) = (3usize, 4usize, 5usize);
+    let v: Vec<f32> = (0..2 * s * dv).map(|i| (i as f32 * 0.37).sin()).collect();
+    for provider in [None, Some("prefer:native_cuda")] {
+        let profile = match provider {
+            None => checked_cuda(),
+            Some(p) => {
+                BackendProfile::resolve(None, Some("cuda"), Some(p), Some("checked-runtime"))
+                    .expect("profile")
+            }
+        };
+        install(Session::new(profile)).expect("install");
+        let on = |data: Vec<f32>, shape: &[usize]| {
+            Tensor::from_vec(data, shape)
+                .and_then(|t| t.to_device(Device::Cuda))
+                .expect("upload")
+                .requires_grad()
+        };
+        let q = on(vec![], &[1, 2, l, 0]);
+        let k = on(vec![], &[1, 2, s, 0]);
+        let vt = on(v.clone(), &[1, 2, s, dv]);
+        for causal in [false, true] {
+            let what = format!("{provider:?} causal {causal}");
+            let y = q
+                .scaled_dot_product_attention(&k, &vt, None, causal, None)
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            let got = y.try_to_vec().expect("read");
+            for h in 0..2 {
+                for i in 0..l {
+                    let keys = if causal { i + 1 } else { s };
+                    for c in 0..dv {
+                        let mean = (0..keys)
+                            .map(|j| v[(h * s + j) * dv + c] as f64)
+                            .sum::<f64>()
+                            / keys as f64;
+                        let g = got[(h * l + i) * dv + c] as f64;
+                        assert!(
+                            (g - mean).abs() <= 1e-6 * (1.0 + mean.abs()),
+                            "{what}: head {h} query {i} column {c}: {g}, the mean {mean}"
+                        );
+                    }
+                }
+            }
+            let grads = y.sum_all().and_then(|t| t.backward()).expect("backward");
+            let gv = grads.get(&vt).expect("dv").try_to_vec().expect("read");
+            for h in 0..2 {
+                for j in 0..s {
+                    let want: f64 = (0..l)
+                        .filter(|&i| !causal || j <= i)
+                        .map(|i| 1.0 / if causal { (i + 1) as f64 } else { s as f64 })
+                        .sum();
+                    let g = gv[(h * s + j) * dv] as f64;
+                    assert!(
+                        (g - want).abs() <= 1e-6,
+                        "{what}: dv[{h},{j}] = {g}, want {want}"
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// A recording captures the module's one stream: work another thread launched meanwhile
 /// would be recorded instead of run, its reads refused and its buffers given to the graph.
 /// The recording waits for the other threads' calls in flight and holds their new ones until

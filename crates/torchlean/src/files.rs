@@ -25,6 +25,17 @@ pub enum FileError {
     OutOfMemory { bytes: u64 },
 }
 
+impl FileError {
+    /// The message without its leading "cannot read: ", for callers that say "cannot read"
+    /// themselves (which printed "cannot read: cannot read: ...").
+    pub fn reason(&self) -> String {
+        match self {
+            FileError::Io(m) => m.clone(),
+            e => e.to_string(),
+        }
+    }
+}
+
 fn kind_of(ft: &std::fs::FileType) -> Option<&'static str> {
     #[cfg(unix)]
     {

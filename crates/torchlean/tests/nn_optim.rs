@@ -266,6 +266,19 @@ fn state_import_validates_kind_names_and_shapes() {
     let mut missing = good.clone();
     missing.tensors.pop();
     assert!(b.import_state(&m, &missing).is_err());
+    // a negative second moment (a sum of squares) is a corrupted state: refused, not
+    // accepted to turn into NaN at the next update
+    let mut negative = good.clone();
+    let k = negative
+        .tensors
+        .iter()
+        .position(|(n, _)| n.contains("exp_avg_sq"))
+        .expect("Adam keeps a second moment");
+    let mut v = negative.tensors[k].1.to_vec();
+    v[0] = -1.0;
+    negative.tensors[k].1 = Tensor::from_vec(v, &[2]).unwrap();
+    let e = b.import_state(&m, &negative).unwrap_err().to_string();
+    assert!(e.contains("never negative"), "{e}");
     // after the failed imports b is still fresh: its first step equals a fresh Adam's
     let mut fresh = Adam::new(0.1).unwrap();
     let (mut m1, mut m2) = (model(&[1.0, 2.0]), model(&[1.0, 2.0]));

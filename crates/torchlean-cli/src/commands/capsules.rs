@@ -36,7 +36,7 @@ pub fn run(a: Args) -> CliResult {
         .op
         .as_deref()
         .map(|o| {
-            OpKind::from_name(o)
+            OpKind::from_any_name(o)
                 .ok_or_else(|| CliError::usage(format!("unknown op `{o}` (see `torchlean ops`)")))
         })
         .transpose()?;

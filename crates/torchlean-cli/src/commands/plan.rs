@@ -79,7 +79,7 @@ pub fn run(a: Args) -> CliResult {
             .ops
             .iter()
             .map(|o| {
-                OpKind::from_name(o.trim()).ok_or_else(|| {
+                OpKind::from_any_name(o.trim()).ok_or_else(|| {
                     CliError::usage(format!("unknown op `{o}` (see `torchlean ops`)"))
                 })
             })

@@ -19,10 +19,7 @@ pub(crate) fn read_bytes(path: &Path, format: &'static str) -> Result<Vec<u8>, D
         e => DataError::Io {
             path: path.display().to_string(),
             format,
-            message: e
-                .to_string()
-                .trim_start_matches("cannot read: ")
-                .to_string(),
+            message: e.reason(),
         },
     })
 }

@@ -508,9 +508,26 @@ impl Graph {
                 outputs: vec![],
             }
         };
+        // one leaf node per declared input or parameter: two nodes reading the same input
+        // ran, then gave two gradients of one name (`grad.x` declared twice under --grad)
+        let mut leaves = HashSet::new();
         for (index, node) in self.nodes.iter().enumerate() {
             if node.id != index {
                 return Err(GraphError::BadId { index, id: node.id });
+            }
+            let leaf = match &node.kind {
+                NodeKind::Input { name } => Some(("input node", name)),
+                NodeKind::Parameter { name } => Some(("parameter node", name)),
+                NodeKind::Constant { name } => Some(("constant node", name)),
+                _ => None,
+            };
+            if let Some((what, name)) = leaf {
+                if !leaves.insert(name.as_str()) {
+                    return Err(GraphError::Duplicate {
+                        what,
+                        name: name.clone(),
+                    });
+                }
             }
             if node.dtype != "f32" {
                 return Err(GraphError::Dtype {

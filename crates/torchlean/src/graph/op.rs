@@ -340,6 +340,17 @@ macro_rules! op_kinds {
                 match name { $($name => Some(OpKind::$kind),)* _ => None }
             }
 
+            /// Looks a kind up by its stable name, else by a TorchLean name it expresses
+            /// (`bmm` → matmul, `flatten` → reshape: what `torchlean ops` lists beside it).
+            pub fn from_any_name(name: &str) -> Option<OpKind> {
+                OpKind::from_name(name).or_else(|| {
+                    OpKind::ALL
+                        .iter()
+                        .copied()
+                        .find(|k| k.torchlean_names().contains(&name))
+                })
+            }
+
             /// Position in `ALL` (dense index for caches).
             pub fn index(self) -> usize {
                 self as usize
@@ -592,5 +603,35 @@ impl OpKind {
     /// Whether the op is a seeded random source (allowed forward-only in training).
     pub fn is_random(self) -> bool {
         matches!(self, OpKind::RandUniform | OpKind::BernoulliMask)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::OpKind;
+
+    /// Every name `torchlean ops` lists beside a kind finds that kind (`plan --ops bmm` and
+    /// `capsules --op flatten` said "unknown op"), and no TorchLean name is claimed by two
+    /// kinds (the lookup would then pick one arbitrarily).
+    #[test]
+    fn every_listed_name_finds_its_one_kind() {
+        for &k in OpKind::ALL {
+            assert_eq!(OpKind::from_any_name(k.name()), Some(k));
+            for &n in k.torchlean_names() {
+                let claimed: Vec<OpKind> = OpKind::ALL
+                    .iter()
+                    .copied()
+                    .filter(|o| o.torchlean_names().contains(&n))
+                    .collect();
+                assert_eq!(claimed, vec![k], "`{n}`");
+                let found = OpKind::from_any_name(n).expect("listed names resolve");
+                assert!(
+                    found == k || found.name() == n,
+                    "`{n}` found {found:?}, listed under {k:?}"
+                );
+            }
+        }
+        assert_eq!(OpKind::from_any_name("bmm"), Some(OpKind::Matmul));
+        assert_eq!(OpKind::from_any_name("no_such_op"), None);
     }
 }

@@ -186,7 +186,7 @@ pub fn read_checkpoint(path: impl AsRef<Path>) -> Result<CheckpointContents> {
                 e => CheckpointError::Io {
                     path: path.display().to_string(),
                     action: "read",
-                    message: e.to_string(),
+                    message: e.reason(),
                 }
                 .into(),
             }

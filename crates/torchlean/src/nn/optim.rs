@@ -158,6 +158,9 @@ struct ParamSlots {
 
 /// Per-parameter state ("slots"), keyed by parameter name: imported state as host buffers
 /// until the parameter's next update, live state as tensors on the parameter's device, which
+/// The slots that accumulate squares (never negative): checked when state is imported.
+const NON_NEGATIVE_SLOTS: [&str; 3] = ["exp_avg_sq", "square_avg", "sum"];
+
 /// the update ops read and write.
 #[derive(Debug, Clone)]
 pub(crate) struct SlotStore {
@@ -310,6 +313,17 @@ impl SlotStore {
                     "tensor `{name}` has shape {:?}, parameter `{pname}` has {shape:?}",
                     t.shape()
                 )));
+            }
+            // sums of squares (Adam's second moment, RMSprop's and Adagrad's accumulators) are
+            // never negative: a negative one is a corrupted file, whose square root would be
+            // NaN at the next update (it was accepted, and the run failed steps later with the
+            // file named as the "last good checkpoint")
+            if NON_NEGATIVE_SLOTS.contains(&self.slots[k].0) {
+                if let Some((i, v)) = t.to_vec().into_iter().enumerate().find(|(_, v)| *v < 0.0) {
+                    return Err(err(format!(
+                        "tensor `{name}` holds {v} at element {i}; a sum of squares is never negative"
+                    )));
+                }
             }
             let entry = found
                 .entry(pname.to_string())

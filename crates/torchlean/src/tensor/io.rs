@@ -23,7 +23,7 @@ pub fn read_safetensors(path: &Path) -> Result<Vec<(String, Tensor)>> {
             what: format!("reading {}", path.display()),
             bytes,
         },
-        e => io_err(path, "cannot read", e),
+        e => io_err(path, "cannot read", e.reason()),
     })?;
     parse_safetensors(path, &bytes)
 }
