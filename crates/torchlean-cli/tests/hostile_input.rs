@@ -408,6 +408,35 @@ fn misnamed_values_clobbering_outputs_and_ignored_flags_are_refused() {
             &["mlp", "--steps", "1", "--tf32"][..],
             "exist on device `cuda` only",
         ),
+        // an output whose folder does not exist: refused before training (it trained, then
+        // failed to write)
+        (
+            &["mlp", "--steps", "1", "--save", "no-such-folder/x.ckpt"][..],
+            "the folder no-such-folder does not exist",
+        ),
+        (
+            &[
+                "mlp",
+                "--steps",
+                "1",
+                "--report-json",
+                "no-such-folder/r.json",
+            ][..],
+            "the folder no-such-folder does not exist",
+        ),
+        // the same opt-in through a profile, moved to the CPU (it ran, its policy naming TF32)
+        (
+            &[
+                "mlp",
+                "--steps",
+                "1",
+                "--profile",
+                "checked_cuda_tf32",
+                "--device",
+                "cpu",
+            ][..],
+            "exist on device `cuda` only",
+        ),
         (
             &["bench", "mlp-step", "--reps", "1", "--batch-size", "0"][..],
             "--batch-size must be positive",

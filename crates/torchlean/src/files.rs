@@ -323,11 +323,25 @@ fn identity(path: &Path) -> std::io::Result<FileIdentity> {
 
 /// Refuses a command whose output files would overwrite one of its inputs or each other:
 /// `inputs` and `outputs` are (flag, path) pairs; the error names both flags and the file.
-/// Devices and pipes (`/dev/null`) may be shared.
+/// Devices and pipes (`/dev/null`) may be shared. Also refuses an output whose folder does
+/// not exist, before the command runs (`mlp --save /nonexistent/x.ckpt` trained, then failed).
 pub fn check_distinct_outputs(
     inputs: &[(&str, &Path)],
     outputs: &[(&str, &Path)],
 ) -> Result<(), String> {
+    for (flag, path) in outputs {
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        if !dir.is_dir() {
+            return Err(format!(
+                "{flag} {}: the folder {} does not exist (or is not a folder); the command would run and then fail to write",
+                path.display(),
+                dir.display()
+            ));
+        }
+    }
     let ids = |list: &[(&str, &Path)]| -> Vec<(String, PathBuf, Option<FileIdentity>)> {
         list.iter()
             .map(|(flag, p)| (flag.to_string(), p.to_path_buf(), identity(p).ok()))

@@ -214,6 +214,15 @@ impl BackendProfile {
             overridden |= pol != p.policy;
             p.policy = pol;
         }
+        // an opt-in that nothing could honour is refused, never silently kept: TF32 capsules
+        // exist on cuda only (`--profile checked_cuda_tf32 --device cpu` ran on the CPU with
+        // a policy naming TF32, where `--tf32` on the CPU is refused)
+        if p.policy.allow_tf32 && p.device != Device::Cuda {
+            return Err(format!(
+                "profile `{base}` opts into TF32 tensor-core products, which exist on device `cuda` only (this request runs on `{}`); choose a profile without TF32 for this device",
+                p.device.label()
+            ));
+        }
         if overridden {
             p.name = format!("custom({base})");
         }
