@@ -398,3 +398,64 @@ fn reserved_gradient_names_are_refused() {
         "reserved prefix `grad.`",
     );
 }
+
+/// `--grad` on a loss that no input reaches differentiably (through argmax) wrote the loss
+/// alone and exited 0; now it is refused with the reason. A loss some inputs reach writes
+/// their gradients and names the others.
+#[test]
+fn grad_of_a_loss_no_input_reaches_is_refused_and_unreached_inputs_are_named() {
+    let d = Dir::new("grad-unreached");
+    let graph = |loss: &str| {
+        format!(
+            r#"{{"format": "torchlean.ir.v1", "inputs": [{{"name": "x", "shape": [4]}}, {{"name": "i", "shape": [4]}}], "parameters": [],
+            "nodes": [{{"kind": "input", "name": "x", "shape": [4], "id": 0, "dtype": "f32", "parents": []}},
+                      {{"kind": "input", "name": "i", "shape": [4], "id": 1, "dtype": "f32", "parents": []}},
+                      {loss}],
+            "outputs": [{{"name": "loss", "node": 2}}]}}"#
+        )
+    };
+    std::fs::write(
+        d.p("argmax.json"),
+        graph(r#"{"kind": "op", "op": {"op": "argmax", "axis": 0}, "parents": [0], "shape": [], "id": 2, "dtype": "f32"}"#),
+    )
+    .unwrap();
+    std::fs::write(
+        d.p("sum.json"),
+        graph(r#"{"kind": "op", "op": {"op": "sum_all"}, "parents": [0], "shape": [], "id": 2, "dtype": "f32"}"#),
+    )
+    .unwrap();
+    let x = Tensor::from_vec(vec![0.5, -1.0, 2.0, 0.0], &[4]).unwrap();
+    let i = Tensor::from_vec(vec![0.0, 1.0, 2.0, 3.0], &[4]).unwrap();
+    torchlean::tensor::io::write_safetensors(
+        Path::new(&d.p("in.st")),
+        &[("x".to_string(), x), ("i".to_string(), i)],
+        None,
+    )
+    .unwrap();
+    let run_grad = |g: &str| {
+        run(&[
+            "run-graph",
+            &d.p(g),
+            "--inputs",
+            &d.p("in.st"),
+            "--out",
+            &d.p("out.st"),
+            "--grad",
+        ])
+    };
+    let (code, _, err) = run_grad("argmax.json");
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("does not depend differentiably on any input"),
+        "{err}"
+    );
+    let (code, _, err) = run_grad("sum.json");
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("does not depend differentiably on i "),
+        "{err}"
+    );
+    let out = read_safetensors(Path::new(&d.p("out.st"))).unwrap();
+    assert_eq!(get(&out, "grad.x").to_vec(), vec![1.0; 4]);
+    assert!(out.iter().all(|(n, _)| n != "grad.i"));
+}

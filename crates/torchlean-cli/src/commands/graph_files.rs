@@ -221,7 +221,29 @@ pub fn run_graph(a: RunGraphArgs) -> CliResult {
             .loss_output()
             .map_err(|e| CliError::usage(format!("--grad: {e}")))?
             .to_string();
-        append_backward(&mut graph, &loss, None).map_err(|e| CliError::usage(e.to_string()))?;
+        let added =
+            append_backward(&mut graph, &loss, None).map_err(|e| CliError::usage(e.to_string()))?;
+        // gradients asked for are written, or the command says why not (an argmax loss wrote
+        // the loss alone, exit 0)
+        if added.is_empty() {
+            return Err(CliError::usage(format!(
+                "--grad: output `{loss}` does not depend differentiably on any input or parameter (every path to it passes an op without a gradient, such as argmax, or a constant), so there is no gradient to write"
+            )));
+        }
+        let missing: Vec<&str> = graph
+            .inputs
+            .iter()
+            .chain(&graph.parameters)
+            .map(|d| d.name.as_str())
+            .filter(|n| *n != SEED && !added.iter().any(|g| g.strip_prefix("grad.") == Some(*n)))
+            .collect();
+        if !missing.is_empty() {
+            eprintln!(
+                "note: --grad: output `{loss}` does not depend differentiably on {} (no gradient written for {})",
+                missing.join(", "),
+                if missing.len() == 1 { "it" } else { "them" }
+            );
+        }
     }
     // every declared value must be supplied, with its declared shape, before anything runs
     for d in graph.inputs.iter().chain(&graph.parameters) {
