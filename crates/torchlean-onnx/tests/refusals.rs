@@ -155,7 +155,22 @@ fn symbolic_input_dimensions_need_a_given_shape() {
     assert_eq!(ok.graph.inputs[0].shape, vec![5, 3]);
     // a given shape must agree with the dims the model states
     let wrong = HashMap::from([("x".to_string(), vec![5, 4])]);
-    assert!(import_model(&m, "t", &wrong).is_err());
+    // the caller's error, named as such (it was listed as an "unsupported node")
+    match import_model(&m, "t", &wrong) {
+        Err(OnnxError::Input { name, reason }) => {
+            assert_eq!(name, "x");
+            assert!(reason.contains("[5, 4] was given"), "{reason}");
+        }
+        other => panic!("expected an input error, got {:?}", other.err()),
+    }
+    let unknown = HashMap::from([("x".to_string(), vec![5, 3]), ("nope".to_string(), vec![1])]);
+    match import_model(&m, "t", &unknown) {
+        Err(OnnxError::Input { name, reason }) => {
+            assert_eq!(name, "nope");
+            assert!(reason.contains("its inputs: x"), "{reason}");
+        }
+        other => panic!("expected an input error, got {:?}", other.err()),
+    }
 }
 
 #[test]

@@ -19,9 +19,14 @@ pub fn is_onnx(path: &Path) -> bool {
 pub fn parse_input_shapes(specs: &[String]) -> Result<HashMap<String, Vec<usize>>, CliError> {
     let mut out = HashMap::new();
     for s in specs {
-        let (name, dims) = s.split_once('=').ok_or_else(|| {
-            CliError::usage(format!("--input-shape `{s}`: expected NAME=D0,D1,..."))
-        })?;
+        let (name, dims) = s
+            .split_once('=')
+            .filter(|(name, _)| !name.trim().is_empty())
+            .ok_or_else(|| {
+                CliError::usage(format!(
+                    "--input-shape `{s}`: expected NAME=D0,D1,... (a non-empty input name)"
+                ))
+            })?;
         let dims = if dims.trim().is_empty() {
             vec![]
         } else {

@@ -292,6 +292,46 @@ pub fn import_model(
         path: name.into(),
         reason: "the model has no graph".into(),
     })?;
+    // the shapes given for inputs are the caller's (`--input-shape`), not the model's: one
+    // that names no input, or contradicts a concrete declared shape, is that error (it was
+    // listed as an "unsupported node")
+    let initializers: HashSet<&str> = g.initializer.iter().map(|t| t.name.as_str()).collect();
+    let model_inputs: Vec<&ValueInfoProto> = g
+        .input
+        .iter()
+        .filter(|i| !initializers.contains(i.name.as_str()))
+        .collect();
+    let mut given_names: Vec<&String> = input_shapes.keys().collect();
+    given_names.sort();
+    for given in given_names {
+        let shape = &input_shapes[given];
+        let Some(input) = model_inputs.iter().find(|i| &i.name == given) else {
+            let names: Vec<&str> = model_inputs.iter().map(|i| i.name.as_str()).collect();
+            return Err(OnnxError::Input {
+                name: given.clone(),
+                reason: format!(
+                    "a shape was given for an input the model does not have (its inputs: {})",
+                    names.join(", ")
+                ),
+            });
+        };
+        if let Some(dims) = declared_shape(input) {
+            let agrees = dims.len() == shape.len()
+                && dims
+                    .iter()
+                    .zip(shape)
+                    .all(|(d, g)| d.is_none_or(|d| d == *g));
+            if !agrees {
+                return Err(OnnxError::Input {
+                    name: given.clone(),
+                    reason: format!(
+                        "the model declares shape {} but {shape:?} was given",
+                        show_dims(&dims)
+                    ),
+                });
+            }
+        }
+    }
     let mut failures: Vec<Unsupported> = vec![];
     let mut fail = |name: &str, op_type: &str, reason: String| {
         failures.push(Unsupported {
