@@ -89,12 +89,17 @@ fn a_huge_csv_label_does_not_size_the_model() {
     assert_fails_cleanly(
         "CSV label 50,000,000",
         run_limited(&d.p(""), "mlp --data big.csv --steps 1"),
-        &["50000001 classes", "limit of 1000000"],
+        &["label 50000000 of sample 1", "limit of 1000000 classes"],
     );
+    // the flag is named when it is the flag that is too large (the label was blamed)
+    std::fs::write(d.p("small.csv"), "1,2,0\n3,4,1\n").unwrap();
     assert_fails_cleanly(
-        "--classes 50,000,000",
-        run_limited(&d.p(""), "mlp --data big.csv --classes 50000001 --steps 1"),
-        &["exceed the limit of 1000000"],
+        "--classes 50,000,001",
+        run_limited(
+            &d.p(""),
+            "mlp --data small.csv --classes 50000001 --steps 1",
+        ),
+        &["--classes 50000001 exceeds the limit of 1000000"],
     );
 }
 

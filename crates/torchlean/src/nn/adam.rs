@@ -61,6 +61,15 @@ impl AdamCore {
             l2,
             shrink,
         };
+        // the step size lr / (1 − β₁ᵗ) is largest at t = 1: finite there, finite for every
+        // step (an overflow was reported as an invalid payload of op `adam_step`)
+        let (first, _) = hyper.corrections(1);
+        if !first.is_finite() {
+            return Err(crate::error::Error::Other(format!(
+                "Adam: learning rate {lr} divided by the bias correction 1 − β₁ = {} gives the step size {first}, which is not finite; use a smaller learning rate",
+                1.0 - b1
+            )));
+        }
         // as `torch.optim.Adam`'s `foreach`. By default one op for all parameters on a device
         // (where each launch costs latency) and on the CPU when that op runs in place (one
         // pass over each parameter's w, m, v and g instead of three: mlp-step 3.35 → 3.03 ms);

@@ -116,14 +116,27 @@ pub fn load_classification(
     let targets = ds.targets().map_err(lib_err)?.to_vec();
     let mut max = 0usize;
     for (i, &y) in targets.iter().enumerate() {
-        if !(y >= 0.0 && y.fract() == 0.0 && y < 1e9) {
+        // (printed as f64: f32's shortest form writes 2^32 as 4294967300)
+        if !(y >= 0.0 && y.fract() == 0.0) {
             return Err(CliError::usage(format!(
-                "`{what}`: label {y} of sample {i} is not a non-negative integer"
+                "`{what}`: label {} of sample {i} is not a non-negative integer",
+                y as f64
+            )));
+        }
+        if y >= MAX_CLASSES as f32 {
+            return Err(CliError::usage(format!(
+                "`{what}`: label {} of sample {i} is not below the limit of {MAX_CLASSES} classes (labels are class indices)",
+                y as f64
             )));
         }
         max = max.max(y as usize);
     }
     let classes = match classes {
+        Some(c) if c > MAX_CLASSES => {
+            return Err(CliError::usage(format!(
+                "--classes {c} exceeds the limit of {MAX_CLASSES}"
+            )));
+        }
         Some(c) => {
             if max >= c {
                 return Err(CliError::usage(format!(
