@@ -334,3 +334,42 @@ fn tensor_and_autograd_misuse_are_errors() {
         "nothing recorded"
     );
 }
+
+/// Batch norm with batch statistics over one value per channel normalizes every value to 0:
+/// every output was β and no gradient reached x, silently. Refused as PyTorch refuses it
+/// ("Expected more than 1 value per channel when training"); two values per channel run.
+#[test]
+fn batch_norm_over_one_value_per_channel_is_refused() {
+    support::checked_cpu_default();
+    on_both(|p| {
+        let (g, b) = (Tensor::ones(&[3]).unwrap(), Tensor::zeros(&[3]).unwrap());
+        let e = Tensor::ones(&[1, 3])
+            .unwrap()
+            .batch_norm(&g, &b, 1e-5, 1)
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::Op(OpError::Shape {
+                    op: "batch_norm",
+                    ..
+                })
+            ) && e.to_string().contains("more than one value per channel"),
+            "{p}: {e}"
+        );
+        let e = Tensor::ones(&[1, 3, 1, 1])
+            .unwrap()
+            .batch_norm(&g, &b, 1e-5, 1)
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("more than one value per channel"),
+            "{p}: {e}"
+        );
+        let y = Tensor::from_vec(vec![1.0, 2.0, 3.0, 5.0, 4.0, 9.0], &[2, 3])
+            .unwrap()
+            .batch_norm(&g, &b, 0.0, 1)
+            .unwrap()
+            .to_vec();
+        assert!(y.iter().all(|v| (v.abs() - 1.0).abs() < 1e-5), "{p}: {y:?}");
+    });
+}

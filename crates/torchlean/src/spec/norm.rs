@@ -28,6 +28,23 @@ pub(super) fn shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError>
         Op::BatchNorm { .. } => None,
         _ => x.last().copied(),
     };
+    // batch statistics of one value per channel normalize it to 0: every output would be β
+    // and no gradient would reach x (PyTorch refuses the same: "Expected more than 1 value
+    // per channel when training")
+    if let (Op::BatchNorm { channel_axis, .. }, Some(c)) = (op, feature) {
+        let per_channel = x
+            .iter()
+            .enumerate()
+            .filter(|&(a, _)| a != *channel_axis)
+            .fold(1usize, |n, (_, &d)| n.saturating_mul(d));
+        if c > 0 && per_channel == 1 {
+            return Err(shape_err(
+                op,
+                shapes,
+                "more than one value per channel (batch statistics of one value normalize it to 0, every output would be beta)",
+            ));
+        }
+    }
     match feature {
         Some(f) if shapes[1..].iter().all(|s| *s == [f]) => Ok(x.to_vec()),
         _ => Err(shape_err(
