@@ -500,3 +500,46 @@ fn a_diverging_quickstart_stops_and_a_huge_stride_is_one_window() {
     let (code, err) = run_plain(&dir, &["transformer", "--steps", "2", "--stride", &stride]);
     assert_eq!(code, Some(0), "{err}");
 }
+
+/// A text that starts with a UTF-8 byte-order mark trains exactly as the same text without
+/// it (the mark became a vocabulary character, changing the model and every loss).
+#[test]
+fn a_byte_order_mark_is_not_part_of_the_text() {
+    let d = Dir::new("bom");
+    let dir = d.0.to_string_lossy().into_owned();
+    let text = "the quick brown fox jumps over the lazy dog. ".repeat(8);
+    std::fs::write(d.0.join("plain.txt"), &text).unwrap();
+    std::fs::write(d.0.join("bom.txt"), format!("\u{feff}{text}")).unwrap();
+    let losses = |file: &str| {
+        let out = Command::new(BIN)
+            .args([
+                "transformer",
+                "--data",
+                file,
+                "--steps",
+                "3",
+                "--context",
+                "8",
+                "--log-every",
+                "1",
+            ])
+            .current_dir(&dir)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.starts_with("step "))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    let (a, b) = (losses("plain.txt"), losses("bom.txt"));
+    assert!(!a.is_empty());
+    assert_eq!(a, b);
+}

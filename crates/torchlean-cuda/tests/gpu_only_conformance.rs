@@ -1140,15 +1140,12 @@ fn replay_equals_kernel_by_kernel<M: torchlean::nn::Module>(
     }
 }
 
-#[test]
-fn device_graph_replay_equals_kernel_by_kernel_execution() {
-    if !gpu("device_graph_replay_equals_kernel_by_kernel_execution") {
-        return;
-    }
-    use torchlean::nn::{Activation, Mlp, TransformerConfig, TransformerEncoder};
+/// [`replay_equals_kernel_by_kernel`] on an MLP (tanh, 16-64-64-4, batch 32).
+fn replay_mlp(name: &str) {
+    use torchlean::nn::{Activation, Mlp};
     let on = |t: Tensor| t.to_device(Device::Cuda).expect("to cuda");
     replay_equals_kernel_by_kernel(
-        "mlp",
+        name,
         || Mlp::new(&[16, 64, 64, 4], Activation::Tanh, 0).expect("mlp"),
         |s| {
             [
@@ -1157,6 +1154,39 @@ fn device_graph_replay_equals_kernel_by_kernel_execution() {
             ]
         },
     );
+}
+
+/// [`replay_equals_kernel_by_kernel`] on a causal transformer encoder (2 layers, d 32, 4
+/// heads, batch 4 of 16 tokens).
+fn replay_transformer(name: &str) {
+    use torchlean::nn::{TransformerConfig, TransformerEncoder};
+    let on = |t: Tensor| t.to_device(Device::Cuda).expect("to cuda");
+    let config = TransformerConfig {
+        embed_dim: 32,
+        heads: 4,
+        ff_dim: 64,
+        dropout: 0.0,
+        causal: true,
+    };
+    replay_equals_kernel_by_kernel(
+        name,
+        || TransformerEncoder::new(config, 2, false, 0).expect("transformer"),
+        |s| {
+            [
+                on(Tensor::randn(&[4, 16, 32], 300 + s).expect("x")),
+                on(Tensor::randn(&[4, 16, 32], 400 + s).expect("y")),
+            ]
+        },
+    );
+}
+
+#[test]
+fn device_graph_replay_equals_kernel_by_kernel_execution() {
+    if !gpu("device_graph_replay_equals_kernel_by_kernel_execution") {
+        return;
+    }
+    let on = |t: Tensor| t.to_device(Device::Cuda).expect("to cuda");
+    replay_mlp("mlp");
     // the embedding's index check runs at the next read after every replay (see the next test)
     let tokens = |s: u64| {
         let v: Vec<f32> = (0..20)
@@ -1174,23 +1204,7 @@ fn device_graph_replay_equals_kernel_by_kernel_execution() {
             ]
         },
     );
-    let config = TransformerConfig {
-        embed_dim: 32,
-        heads: 4,
-        ff_dim: 64,
-        dropout: 0.0,
-        causal: true,
-    };
-    replay_equals_kernel_by_kernel(
-        "transformer",
-        || TransformerEncoder::new(config, 2, false, 0).expect("transformer"),
-        |s| {
-            [
-                on(Tensor::randn(&[4, 16, 32], 300 + s).expect("x")),
-                on(Tensor::randn(&[4, 16, 32], 400 + s).expect("y")),
-            ]
-        },
-    );
+    replay_transformer("transformer");
 }
 
 /// Layer, RMS and batch norm of finite rows whose statistics overflow f32 (|x| ~ 2^65: the
@@ -1203,55 +1217,18 @@ fn norms_of_rows_whose_statistics_overflow_f32_match_the_f64_spec_on_the_gpu() {
     if !gpu("norms_of_rows_whose_statistics_overflow_f32_match_the_f64_spec_on_the_gpu") {
         return;
     }
-    use common::Gen;
-    use torchlean::graph::Op;
+    use common::{apply_norm, overflowing_norm_cases, overflowing_norm_inputs};
     install(Session::new(checked_cuda())).expect("install");
-    let huge = |shape: &[usize], offset: f64| {
-        let mut a = draw(shape, Gen::Normal, 1);
-        for v in &mut a.data {
-            *v = ((*v * 2f64.powi(65) + offset) as f32) as f64;
-        }
-        a
-    };
-    let cases: Vec<(Op, Vec<usize>, usize)> = vec![
-        (Op::LayerNorm { eps: 1e-5 }, vec![4, 40], 3),
-        (Op::RmsNorm { eps: 1e-6 }, vec![5, 33], 2),
-        (
-            Op::BatchNorm {
-                eps: 1e-5,
-                channel_axis: 1,
-            },
-            vec![2, 3, 4, 5],
-            3,
-        ),
-    ];
-    for (op, shape, arity) in &cases {
+    for (op, shape, arity) in overflowing_norm_cases() {
         for offset in [0.0, 2f64.powi(66)] {
-            let params = if matches!(op, Op::BatchNorm { .. }) {
-                vec![shape[1]]
-            } else {
-                vec![*shape.last().unwrap()]
-            };
-            let mut inputs = vec![huge(shape, offset)];
-            for j in 1..*arity {
-                inputs.push(draw(&params, Gen::Normal, 10 + j as u64));
-            }
+            let (inputs, w) = overflowing_norm_inputs(&op, &shape, arity, offset);
             let refs: Vec<&Array<f64>> = inputs.iter().collect();
-            let want = spec::forward(op, &refs).unwrap();
-            let w = draw(shape, Gen::Normal, 99);
-            let want_g = spec::vjp(op, &refs, &want, &w).unwrap();
+            let want = spec::forward(&op, &refs).unwrap();
+            let want_g = spec::vjp(&op, &refs, &want, &w).unwrap();
             let ts: Vec<Tensor> = inputs.iter().map(|a| on_gpu(a).requires_grad()).collect();
             let tr: Vec<&Tensor> = ts.iter().collect();
-            let y = match op {
-                Op::LayerNorm { eps } => tr[0].layer_norm(tr[1], tr[2], *eps),
-                Op::RmsNorm { eps } => tr[0].rms_norm(tr[1], *eps),
-                Op::BatchNorm { eps, channel_axis } => {
-                    tr[0].batch_norm(tr[1], tr[2], *eps, *channel_axis)
-                }
-                _ => unreachable!(),
-            }
-            .expect("the norm");
             let what = format!("{} {shape:?} offset {offset:e}", op.name());
+            let y = apply_norm(&op, &tr).unwrap_or_else(|e| panic!("{what}: {e}"));
             compare(&widen(&y), &want.data, None, F32_TOL)
                 .unwrap_or_else(|e| panic!("{what}: forward: {e}"));
             let grads = y
@@ -1304,38 +1281,11 @@ fn attention_with_an_empty_head_dimension_averages_the_values_on_the_gpu() {
             let y = q
                 .scaled_dot_product_attention(&k, &vt, None, causal, None)
                 .unwrap_or_else(|e| panic!("{what}: {e}"));
-            let got = y.try_to_vec().expect("read");
-            for h in 0..2 {
-                for i in 0..l {
-                    let keys = if causal { i + 1 } else { s };
-                    for c in 0..dv {
-                        let mean = (0..keys)
-                            .map(|j| v[(h * s + j) * dv + c] as f64)
-                            .sum::<f64>()
-                            / keys as f64;
-                        let g = got[(h * l + i) * dv + c] as f64;
-                        assert!(
-                            (g - mean).abs() <= 1e-6 * (1.0 + mean.abs()),
-                            "{what}: head {h} query {i} column {c}: {g}, the mean {mean}"
-                        );
-                    }
-                }
-            }
             let grads = y.sum_all().and_then(|t| t.backward()).expect("backward");
             let gv = grads.get(&vt).expect("dv").try_to_vec().expect("read");
-            for h in 0..2 {
-                for j in 0..s {
-                    let want: f64 = (0..l)
-                        .filter(|&i| !causal || j <= i)
-                        .map(|i| 1.0 / if causal { (i + 1) as f64 } else { s as f64 })
-                        .sum();
-                    let g = gv[(h * s + j) * dv] as f64;
-                    assert!(
-                        (g - want).abs() <= 1e-6,
-                        "{what}: dv[{h},{j}] = {g}, want {want}"
-                    );
-                }
-            }
+            let got = y.try_to_vec().expect("read");
+            common::check_empty_head_attention((l, s, dv), &v, causal, &got, &gv)
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
         }
     }
 }
@@ -1354,7 +1304,6 @@ fn a_recording_runs_alone_while_another_thread_uses_the_gpu() {
     }
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     use std::sync::Arc;
-    use torchlean::nn::{Activation, Mlp, TransformerConfig, TransformerEncoder};
     let stop = Arc::new(AtomicBool::new(false));
     let rounds = Arc::new(AtomicU64::new(0));
     let busy = {
@@ -1418,35 +1367,9 @@ fn a_recording_runs_alone_while_another_thread_uses_the_gpu() {
     while rounds.load(Ordering::SeqCst) < 3 && !busy.is_finished() {
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
-    let on = |t: Tensor| t.to_device(Device::Cuda).expect("to cuda");
     let before = rounds.load(Ordering::SeqCst);
-    replay_equals_kernel_by_kernel(
-        "mlp beside a busy thread",
-        || Mlp::new(&[16, 64, 64, 4], Activation::Tanh, 0).expect("mlp"),
-        |s| {
-            [
-                on(Tensor::randn(&[32, 16], 100 + s).expect("x")),
-                on(Tensor::randn(&[32, 4], 200 + s).expect("y")),
-            ]
-        },
-    );
-    let config = TransformerConfig {
-        embed_dim: 32,
-        heads: 4,
-        ff_dim: 64,
-        dropout: 0.0,
-        causal: true,
-    };
-    replay_equals_kernel_by_kernel(
-        "transformer beside a busy thread",
-        || TransformerEncoder::new(config, 2, false, 0).expect("transformer"),
-        |s| {
-            [
-                on(Tensor::randn(&[4, 16, 32], 300 + s).expect("x")),
-                on(Tensor::randn(&[4, 16, 32], 400 + s).expect("y")),
-            ]
-        },
-    );
+    replay_mlp("mlp beside a busy thread");
+    replay_transformer("transformer beside a busy thread");
     let during = rounds.load(Ordering::SeqCst) - before;
     stop.store(true, Ordering::SeqCst);
     let total = busy

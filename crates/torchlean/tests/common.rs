@@ -979,3 +979,115 @@ pub fn compare(got: &[f64], want: &[f64], alt: Option<&[f64]>, tol: f64) -> Resu
         Err(format!("{n} elements differ: {}", bad.join(", ")))
     }
 }
+
+/// The CPU profiles a semantics test runs under: the spec at f32 (`only:reference`), the
+/// native kernels (`only:native_cpu`), and the native kernels under their replay checkers
+/// (`strict_native_cpu`, whose f64 spec must agree too or it would refuse them).
+pub fn cpu_profiles() -> Vec<(&'static str, torchlean::backend::BackendProfile)> {
+    use torchlean::backend::BackendProfile;
+    let only = |p: &str| {
+        BackendProfile::resolve(None, Some("cpu"), Some(p), Some("checked-runtime"))
+            .expect("a CPU profile")
+    };
+    vec![
+        ("only:reference", only("only:reference")),
+        ("only:native_cpu", only("only:native_cpu")),
+        (
+            "strict_native_cpu",
+            BackendProfile::named("strict_native_cpu").expect("named profile"),
+        ),
+    ]
+}
+
+/// Norm calls whose rows' statistics overflow f32 (|x| ~ 2⁶⁵: the squared deviations pass
+/// f32's range): (op, x's shape, arity).
+pub fn overflowing_norm_cases() -> Vec<(Op, Vec<usize>, usize)> {
+    vec![
+        (Op::LayerNorm { eps: 1e-5 }, vec![4, 40], 3),
+        (Op::RmsNorm { eps: 1e-6 }, vec![5, 33], 2),
+        (
+            Op::BatchNorm {
+                eps: 1e-5,
+                channel_axis: 1,
+            },
+            vec![2, 3, 4, 5],
+            3,
+        ),
+    ]
+}
+
+/// The inputs of an [`overflowing_norm_cases`] call — x Normal·2⁶⁵ + `offset` (rounded to
+/// f32), the affine parameters Normal — and a cotangent for its VJP.
+pub fn overflowing_norm_inputs(
+    op: &Op,
+    shape: &[usize],
+    arity: usize,
+    offset: f64,
+) -> (Vec<Array<f64>>, Array<f64>) {
+    let params = if matches!(op, Op::BatchNorm { .. }) {
+        vec![shape[1]]
+    } else {
+        vec![*shape.last().expect("rank >= 1")]
+    };
+    let mut x = draw(shape, Gen::Normal, 1);
+    for v in &mut x.data {
+        *v = ((*v * 2f64.powi(65) + offset) as f32) as f64;
+    }
+    let mut inputs = vec![x];
+    for j in 1..arity {
+        inputs.push(draw(&params, Gen::Normal, 10 + j as u64));
+    }
+    (inputs, draw(shape, Gen::Normal, 99))
+}
+
+/// The norm `op` applied to tensors through the public API (on their device).
+pub fn apply_norm(op: &Op, t: &[&torchlean::Tensor]) -> torchlean::Result<torchlean::Tensor> {
+    match op {
+        Op::LayerNorm { eps } => t[0].layer_norm(t[1], t[2], *eps),
+        Op::RmsNorm { eps } => t[0].rms_norm(t[1], *eps),
+        Op::BatchNorm { eps, channel_axis } => t[0].batch_norm(t[1], t[2], *eps, *channel_axis),
+        other => panic!("not a norm: {}", other.name()),
+    }
+}
+
+/// Attention with head dimension 0 over queries [1, 2, l, 0], keys [1, 2, s, 0] and the
+/// values `v` [1, 2, s, dv]: every score is the empty dot product, so each output row is the
+/// mean of the value rows its query sees (all, or keys 0..=i when causal: PyTorch's
+/// top-left causal mask), and v's gradient for a cotangent of ones the sum of the weights
+/// each key gets. Checks `out` and `dv` (row-major) against that.
+pub fn check_empty_head_attention(
+    (l, s, dv): (usize, usize, usize),
+    v: &[f32],
+    causal: bool,
+    out: &[f32],
+    grad_v: &[f32],
+) -> Result<(), String> {
+    for h in 0..2 {
+        for i in 0..l {
+            let keys = if causal { i + 1 } else { s };
+            for c in 0..dv {
+                let mean = (0..keys)
+                    .map(|j| v[(h * s + j) * dv + c] as f64)
+                    .sum::<f64>()
+                    / keys as f64;
+                let g = out[(h * l + i) * dv + c] as f64;
+                if (g - mean).abs() > 1e-6 * (1.0 + mean.abs()) {
+                    return Err(format!(
+                        "head {h} query {i} column {c}: {g}, the mean of the values {mean}"
+                    ));
+                }
+            }
+        }
+        for j in 0..s {
+            let want: f64 = (0..l)
+                .filter(|&i| !causal || j <= i)
+                .map(|i| 1.0 / if causal { (i + 1) as f64 } else { s as f64 })
+                .sum();
+            let g = grad_v[(h * s + j) * dv] as f64;
+            if (g - want).abs() > 1e-6 {
+                return Err(format!("dv[{h}, {j}] = {g}, want {want}"));
+            }
+        }
+    }
+    Ok(())
+}

@@ -415,25 +415,8 @@ pub fn import_model(
                 );
                 continue;
             }
-            (Some(dims), Some(given)) => {
-                let agrees = dims.len() == given.len()
-                    && dims
-                        .iter()
-                        .zip(given)
-                        .all(|(d, g)| d.is_none_or(|d| d == *g));
-                if !agrees {
-                    fail(
-                        &input.name,
-                        "input",
-                        format!(
-                            "the model declares shape {} but {given:?} was given",
-                            show_dims(&dims)
-                        ),
-                    );
-                    continue;
-                }
-                given.clone()
-            }
+            // agrees with the declared dims: checked above, before anything was translated
+            (Some(_), Some(given)) => given.clone(),
             (Some(dims), None) if dims.iter().all(Option::is_some) => {
                 dims.into_iter().flatten().collect()
             }
@@ -476,15 +459,6 @@ pub fn import_model(
     for input in &g.input {
         if !b.values.contains_key(&input.name) {
             poisoned.insert(input.name.clone());
-        }
-    }
-    for given in input_shapes.keys() {
-        if !g.input.iter().any(|i| &i.name == given) {
-            fail(
-                given,
-                "input",
-                "a shape was given for an input the model does not have".into(),
-            );
         }
     }
     let declared: HashMap<&str, Vec<Option<usize>>> = g

@@ -106,9 +106,14 @@ pub fn run_cmd(a: Args) -> CliResult {
         Some(p) => {
             let bytes = torchlean::files::read_capped(p, torchlean::data::MAX_DATA_FILE_BYTES)
                 .map_err(|e| CliError::usage(format!("`{}`: {e}", p.display())))?;
-            let text = String::from_utf8(bytes).map_err(|e| {
+            let mut text = String::from_utf8(bytes).map_err(|e| {
                 CliError::usage(format!("`{}` is not UTF-8 text: {e}", p.display()))
             })?;
+            // a leading UTF-8 byte-order mark (editors write one) is not text: it became a
+            // vocabulary character (the CSV reader drops it too)
+            if text.starts_with('\u{feff}') {
+                text.drain(..'\u{feff}'.len_utf8());
+            }
             (text, p.display().to_string(), Goal::None)
         }
     };
