@@ -543,3 +543,50 @@ fn a_byte_order_mark_is_not_part_of_the_text() {
     assert!(!a.is_empty());
     assert_eq!(a, b);
 }
+
+/// IDX images state their height and width: 8×32 images were reshaped to 16×16 for the CNN
+/// (the same number of values), silently. Refused; 16×16 images of the same bytes train.
+#[test]
+fn non_square_idx_images_are_not_reshaped_into_squares() {
+    let d = Dir::new("nonsquare");
+    let dir = d.0.to_string_lossy().into_owned();
+    let idx = |dims: &[u32], values: usize| {
+        let mut b = vec![0u8, 0, 0x08, dims.len() as u8];
+        for &x in dims {
+            b.extend_from_slice(&x.to_be_bytes());
+        }
+        b.extend((0..values).map(|i| (i * 37 % 256) as u8));
+        b
+    };
+    std::fs::write(d.0.join("wide-images.idx"), idx(&[8, 8, 32], 8 * 256)).unwrap();
+    std::fs::write(d.0.join("square-images.idx"), idx(&[8, 16, 16], 8 * 256)).unwrap();
+    let labels: Vec<u8> = [0u8, 0, 0x08, 1, 0, 0, 0, 8]
+        .into_iter()
+        .chain((0..8).map(|i| (i % 2) as u8))
+        .collect();
+    std::fs::write(d.0.join("labels.idx"), labels).unwrap();
+    let cnn = |images: &str| {
+        run_plain(
+            &dir,
+            &[
+                "cnn",
+                "--data",
+                images,
+                "--labels",
+                "labels.idx",
+                "--steps",
+                "1",
+                "--batch-size",
+                "4",
+            ],
+        )
+    };
+    let (code, err) = cnn("wide-images.idx");
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("square") && err.contains("[1, 8, 32]"),
+        "{err}"
+    );
+    let (code, err) = cnn("square-images.idx");
+    assert_eq!(code, Some(0), "{err}");
+}

@@ -80,6 +80,7 @@ fn csv_with_header_label_by_name_and_without_header() {
         header: Header::Auto,
         label: LabelColumn::First,
         delimiter: ';',
+        integer_labels: false,
     };
     let ds = load_csv(&p, &opts).unwrap();
     assert_eq!(ds.targets().unwrap().to_vec(), vec![7.0, 8.0]);
@@ -89,8 +90,30 @@ fn csv_with_header_label_by_name_and_without_header() {
         header: Header::Present,
         label: LabelColumn::Index(1),
         delimiter: ';',
+        integer_labels: false,
     };
     assert_eq!(load_csv(&p, &opts).unwrap().len(), 1);
+    // class indices are checked as written: `1.00000001` and `0.99999999` round to the f32
+    // integers 1 and 1 and were read as class 1; `2.0` and `1e0` are integers
+    let classes = CsvOptions {
+        integer_labels: true,
+        ..CsvOptions::default()
+    };
+    for bad in ["1.00000001", "0.99999999", "-1", "16777217", "2.5"] {
+        let p = write(&d, "c.csv", format!("1,2,0\n3,4,{bad}\n").as_bytes());
+        let e = load_csv(&p, &classes).unwrap_err().to_string();
+        assert!(
+            e.contains("line 2, column 3") && e.contains("not a class index"),
+            "{bad}: {e}"
+        );
+        // without the option a label is a number like any target
+        assert!(load_csv(&p, &CsvOptions::default()).is_ok(), "{bad}");
+    }
+    let p = write(&d, "c.csv", b"1,2,2.0\n3,4,1e0\n");
+    assert_eq!(
+        load_csv(&p, &classes).unwrap().targets().unwrap().to_vec(),
+        vec![2.0, 1.0]
+    );
 }
 
 #[test]
@@ -223,6 +246,23 @@ fn npy_round_trips_and_reads_each_supported_dtype() {
     let t = load_npy(&p).unwrap();
     assert_eq!(t.shape(), &[3, 1]);
     assert_eq!(t.to_vec(), vec![7.0, -9.0, 1048576.0]);
+    // integers beyond 2^24 are refused, not rounded (2^53 + 1 was read as 2^53; 2^24 itself
+    // is exact)
+    for (descr, bytes) in [
+        ("<i8", ((1i64 << 53) + 1).to_le_bytes().to_vec()),
+        ("<i4", (-(1i32 << 24) - 1).to_le_bytes().to_vec()),
+    ] {
+        let p = write(
+            &d,
+            "big.npy",
+            &npy(
+                &format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': (1,)}}"),
+                &bytes,
+                false,
+            ),
+        );
+        malformed(load_npy(&p), "big.npy", "integer beyond 2^24");
+    }
     let p = write(
         &d,
         "u1.npy",
@@ -421,6 +461,35 @@ fn idx_round_trips_u8_f32_and_reads_other_types() {
         load_mnist(d.join("lab.idx"), d.join("lab.idx"), true),
         "lab.idx",
         "images must be",
+    );
+    // only u8 pixels are divided by 255: f32 images (here already in [0, 1]) are read as
+    // they are (every type was divided, so the model saw [0, 1/255])
+    let unit = Tensor::from_vec(
+        (0..2 * 3 * 4).map(|v| v as f32 / 24.0).collect(),
+        &[2, 3, 4],
+    )
+    .unwrap();
+    write_idx(d.join("unit.idx"), &unit, false).unwrap();
+    let ds = load_mnist(d.join("unit.idx"), d.join("lab.idx"), true).unwrap();
+    assert_eq!(ds.features().unwrap().to_vec(), unit.to_vec());
+    // labels are class indices as written: an f64 1.999999999 rounded to the f32 2 was read
+    // as class 2
+    let mut l = vec![0, 0, 0x0E, 1, 0, 0, 0, 2];
+    l.extend_from_slice(&3.0f64.to_be_bytes());
+    l.extend_from_slice(&1.999_999_999f64.to_be_bytes());
+    malformed(
+        load_mnist(d.join("img.idx"), write(&d, "lab_f8.idx", &l), true),
+        "lab_f8.idx",
+        "label 1.999999999 at index 1 is not a class index",
+    );
+    // integers beyond 2^24 are refused, not rounded (i32 2^24 + 1 read as 2^24)
+    let mut i = vec![0, 0, 0x0C, 1, 0, 0, 0, 2];
+    i.extend_from_slice(&(1i32 << 24).to_be_bytes());
+    i.extend_from_slice(&((1i32 << 24) + 1).to_be_bytes());
+    malformed(
+        load_idx(write(&d, "i32.idx", &i)),
+        "i32.idx",
+        "value 16777217 at index 1",
     );
 }
 

@@ -39,6 +39,10 @@ pub struct CsvOptions {
     pub header: Header,
     pub label: LabelColumn,
     pub delimiter: char,
+    /// The label column holds class indices: each must be a non-negative integer as written
+    /// — checked on the value read at f64, before the f32 rounding that made `1.00000001`
+    /// the class 1 — and below 2^24 (every such integer is exact in f32).
+    pub integer_labels: bool,
 }
 
 impl Default for CsvOptions {
@@ -47,6 +51,7 @@ impl Default for CsvOptions {
             header: Header::Auto,
             label: LabelColumn::Last,
             delimiter: ',',
+            integer_labels: false,
         }
     }
 }
@@ -183,6 +188,17 @@ pub fn parse_csv(text: &str, name: &str, options: &CsvOptions) -> Result<Dataset
                     lineno + 1,
                     c + 1
                 )));
+            }
+            if c == label && options.integer_labels {
+                // the written value, not its f32 rounding (parses as f64 whenever as f32)
+                let exact: f64 = f.parse().unwrap_or(f64::NAN);
+                if !(exact >= 0.0 && exact.fract() == 0.0 && exact < (1u64 << 24) as f64) {
+                    return Err(bad(format!(
+                        "line {}, column {}: label `{f}` is not a class index (a non-negative integer below 2^24)",
+                        lineno + 1,
+                        c + 1
+                    )));
+                }
             }
             if c == label {
                 targets.push(v);

@@ -23,26 +23,43 @@ fn elem_size(code: u8) -> Option<usize> {
     }
 }
 
-fn decode(code: u8, b: &[u8]) -> f32 {
+/// The value as written, at f64 (every IDX type is exact there).
+fn decode_exact(code: u8, b: &[u8]) -> f64 {
     match code {
-        0x08 => b[0] as f32,
-        0x09 => b[0] as i8 as f32,
-        0x0B => i16::from_be_bytes([b[0], b[1]]) as f32,
-        0x0C => i32::from_be_bytes([b[0], b[1], b[2], b[3]]) as f32,
-        0x0D => f32::from_be_bytes([b[0], b[1], b[2], b[3]]),
-        _ => f64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]) as f32,
+        0x08 => b[0] as f64,
+        0x09 => b[0] as i8 as f64,
+        0x0B => i16::from_be_bytes([b[0], b[1]]) as f64,
+        0x0C => i32::from_be_bytes([b[0], b[1], b[2], b[3]]) as f64,
+        0x0D => f32::from_be_bytes([b[0], b[1], b[2], b[3]]) as f64,
+        _ => f64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]),
     }
+}
+
+/// An IDX file's values (as f32) with its element type code.
+struct Parsed {
+    tensor: Tensor,
+    code: u8,
 }
 
 /// Loads an IDX file as an f32 tensor of its declared shape.
 pub fn load_idx(path: impl AsRef<Path>) -> Result<Tensor> {
-    let path = path.as_ref();
-    let bytes = file::read_bytes(path, FORMAT)?;
-    parse_idx(&bytes, &file::name(path))
+    load(path.as_ref(), false).map(|p| p.tensor)
 }
 
-/// Parses the bytes of an IDX file (`name` is used in messages).
+fn load(path: &Path, class_indices: bool) -> Result<Parsed> {
+    let bytes = file::read_bytes(path, FORMAT)?;
+    parse(&bytes, &file::name(path), class_indices)
+}
+
+/// Parses the bytes of an IDX file (`name` is used in messages). Integer values beyond 2^24
+/// (i32 files) are refused, not rounded to the nearest f32 (as safetensors' integer tensors).
 pub fn parse_idx(bytes: &[u8], name: &str) -> Result<Tensor> {
+    parse(bytes, name, false).map(|p| p.tensor)
+}
+
+/// [`parse_idx`]; with `class_indices`, every value must be a non-negative integer as written
+/// (an f64 label 1.999999999 rounded to the f32 2 and was read as class 2).
+fn parse(bytes: &[u8], name: &str, class_indices: bool) -> Result<Parsed> {
     let bad =
         |reason: String| -> crate::Error { DataError::malformed(name, FORMAT, reason).into() };
     if bytes.len() < 4 {
@@ -86,12 +103,35 @@ pub fn parse_idx(bytes: &[u8], name: &str) -> Result<Tensor> {
                 "dimensions {dims:?} of {size}-byte values do not match the {available} data bytes in the file"
             ))
         })?;
-    let data: Vec<f32> = bytes[data_start..]
-        .chunks_exact(size)
-        .map(|b| decode(code, b))
-        .collect();
+    let mut data: Vec<f32> = Vec::new();
+    data.try_reserve_exact(available / size).map_err(|_| {
+        crate::Error::from(DataError::OutOfMemory {
+            path: name.to_string(),
+            format: FORMAT,
+            bytes: (available / size * 4) as u64,
+        })
+    })?;
+    const EXACT: f64 = (1u64 << 24) as f64;
+    for (i, b) in bytes[data_start..].chunks_exact(size).enumerate() {
+        let v = decode_exact(code, b);
+        if code == 0x0C && v.abs() > EXACT {
+            return Err(bad(format!(
+                "value {v} at index {i} (byte {}) is an integer beyond 2^24, which float32 cannot hold exactly; refusing to round it",
+                data_start + i * size
+            )));
+        }
+        if class_indices && !(v >= 0.0 && v.fract() == 0.0 && v < EXACT) {
+            return Err(bad(format!(
+                "label {v} at index {i} is not a class index (a non-negative integer below 2^24)"
+            )));
+        }
+        data.push(v as f32);
+    }
     super::finite::refuse_non_finite(&data, data_start, size).map_err(bad)?;
-    Tensor::from_vec(data, &dims)
+    Ok(Parsed {
+        tensor: Tensor::from_vec(data, &dims)?,
+        code,
+    })
 }
 
 /// Writes `tensor` as an IDX file of type u8 (values rounded and clamped to 0..=255) or f32.
@@ -131,15 +171,17 @@ pub fn write_idx(path: impl AsRef<Path>, tensor: &Tensor, as_u8: bool) -> Result
 }
 
 /// Loads MNIST-style images [N, H, W] and labels [N] as a dataset with features
-/// [N, 1, H, W] (divided by 255 when `normalize`) and targets [N].
+/// [N, 1, H, W] and targets [N]. With `normalize`, u8 pixels (MNIST's) are divided by 255;
+/// images of any other type are read as they are (an f32 file already in [0, 1] was divided
+/// again). Labels must be class indices as written (non-negative integers below 2^24).
 pub fn load_mnist(
     images: impl AsRef<Path>,
     labels: impl AsRef<Path>,
     normalize: bool,
 ) -> Result<Dataset> {
     let (ip, lp) = (images.as_ref(), labels.as_ref());
-    let x = load_idx(ip)?;
-    let y = load_idx(lp)?;
+    let Parsed { tensor: x, code } = load(ip, false)?;
+    let y = load(lp, true)?.tensor;
     if x.rank() != 3 {
         return Err(DataError::malformed(
             &file::name(ip),
@@ -157,7 +199,11 @@ pub fn load_mnist(
         .into());
     }
     let (n, h, w) = (x.shape()[0], x.shape()[1], x.shape()[2]);
-    let scale = if normalize { 1.0 / 255.0 } else { 1.0 };
+    let scale = if normalize && code == 0x08 {
+        1.0 / 255.0
+    } else {
+        1.0
+    };
     let data: Vec<f32> = x.data().iter().map(|v| v * scale).collect();
     Dataset::new(&Tensor::from_vec(data, &[n, 1, h, w])?, &y)
 }

@@ -48,6 +48,22 @@ impl Dtype {
         }
     }
 
+    /// Whether `b` holds an integer whose magnitude exceeds 2^24 (not exact in f32).
+    fn integer_beyond_f32(self, b: &[u8]) -> bool {
+        const EXACT: u64 = 1 << 24;
+        match self {
+            Dtype::I32 => {
+                i32::from_le_bytes([b[0], b[1], b[2], b[3]]).unsigned_abs() as u64 > EXACT
+            }
+            Dtype::I64 => {
+                let mut x = [0u8; 8];
+                x.copy_from_slice(&b[..8]);
+                i64::from_le_bytes(x).unsigned_abs() > EXACT
+            }
+            _ => false,
+        }
+    }
+
     fn decode(self, b: &[u8]) -> f32 {
         let a = |n: usize| -> [u8; 8] {
             let mut x = [0u8; 8];
@@ -245,6 +261,17 @@ pub fn parse_npy(bytes: &[u8], name: &str) -> Result<Tensor> {
                 header.shape, header.descr
             ))
         })?;
+    // integers beyond 2^24 are refused, not rounded to the nearest f32 (as safetensors' and
+    // IDX's integer values): <i4 2^24 + 1 was read as 2^24
+    if let Some(i) = bytes[data_start..]
+        .chunks_exact(dtype.size())
+        .position(|b| dtype.integer_beyond_f32(b))
+    {
+        return Err(bad(format!(
+            "value at index {i} (byte {}) is an integer beyond 2^24, which float32 cannot hold exactly; refusing to round it",
+            data_start + i * dtype.size()
+        )));
+    }
     let data: Vec<f32> = bytes[data_start..]
         .chunks_exact(dtype.size())
         .map(|b| dtype.decode(b))

@@ -70,6 +70,8 @@ pub fn load_classification(
         .extension()
         .and_then(|e| e.to_str())
         .is_some_and(|e| e.eq_ignore_ascii_case("csv"));
+    // the file the labels come from (named by label errors): the CSV itself, or IDX's labels
+    let mut label_file = data.display().to_string();
     let ds = if is_csv {
         if labels.is_some() {
             return Err(CliError::usage(
@@ -78,6 +80,8 @@ pub fn load_classification(
         }
         let options = CsvOptions {
             header: args.csv_header.map_or(Header::Auto, |h| h.header()),
+            // class indices, checked as written (not after rounding to f32)
+            integer_labels: true,
             ..CsvOptions::default()
         };
         load_csv(data, &options).map_err(lib_err)?
@@ -87,7 +91,9 @@ pub fn load_classification(
                 "--csv-header describes a CSV file; the data file is read as IDX images (its name does not end in .csv)",
             ));
         }
-        load_mnist(data, labels_path(data, labels)?, true).map_err(lib_err)?
+        let labels = labels_path(data, labels)?;
+        label_file = labels.display().to_string();
+        load_mnist(data, labels, true).map_err(lib_err)?
     };
     let what = data.display();
     if ds.is_empty() {
@@ -104,7 +110,13 @@ pub fn load_classification(
         Layout::Flat => vec![width],
         Layout::Square => {
             let s = (width as f64).sqrt().round() as usize;
-            if s * s != width || s % 4 != 0 || s == 0 {
+            // images that state their height and width (IDX [1, H, W]) keep them: 8×32
+            // images were reshaped to 16×16, silently
+            let stated = match ds.feature_shape() {
+                [1, h, w] => Some((*h, *w)),
+                _ => None,
+            };
+            if s * s != width || s % 4 != 0 || s == 0 || stated.is_some_and(|(h, w)| h != w) {
                 return Err(CliError::usage(format!(
                     "`{what}`: the CNN needs square single-channel images whose side is divisible by 4; got samples of shape {:?} ({width} values)",
                     ds.feature_shape()
@@ -119,13 +131,13 @@ pub fn load_classification(
         // (printed as f64: f32's shortest form writes 2^32 as 4294967300)
         if !(y >= 0.0 && y.fract() == 0.0) {
             return Err(CliError::usage(format!(
-                "`{what}`: label {} of sample {i} is not a non-negative integer",
+                "`{label_file}`: label {} of sample {i} is not a non-negative integer",
                 y as f64
             )));
         }
         if y >= MAX_CLASSES as f32 {
             return Err(CliError::usage(format!(
-                "`{what}`: label {} of sample {i} is not below the limit of {MAX_CLASSES} classes (labels are class indices)",
+                "`{label_file}`: label {} of sample {i} is not below the limit of {MAX_CLASSES} classes (labels are class indices)",
                 y as f64
             )));
         }
