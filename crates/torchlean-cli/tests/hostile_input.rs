@@ -89,7 +89,14 @@ fn a_huge_csv_label_does_not_size_the_model() {
     assert_fails_cleanly(
         "CSV label 50,000,000",
         run_limited(&d.p(""), "mlp --data big.csv --steps 1"),
-        &["label 50000000 of sample 1", "limit of 1000000 classes"],
+        &["line 2, column 3: label `50000000` is not a class index"],
+    );
+    // a class index (below 2^24) above the class limit: the limit is named
+    std::fs::write(d.p("two-million.csv"), "1,2,0\n3,4,2000000\n").unwrap();
+    assert_fails_cleanly(
+        "CSV label 2,000,000",
+        run_limited(&d.p(""), "mlp --data two-million.csv --steps 1"),
+        &["label 2000000 of sample 1", "limit of 1000000 classes"],
     );
     // the flag is named when it is the flag that is too large (the label was blamed)
     std::fs::write(d.p("small.csv"), "1,2,0\n3,4,1\n").unwrap();

@@ -136,6 +136,12 @@ fn malformed_csv_files_are_readable_errors() {
         "nan.csv",
         "not finite",
     );
+    // a finite number beyond f32's range is said to be one (NPY and IDX say the same)
+    malformed(
+        load_csv(write(&d, "big.csv", b"1,2\n1e39,3\n"), &o),
+        "big.csv",
+        "`1e39` is beyond the float32 range",
+    );
     malformed(
         load_csv(write(&d, "empty.csv", b"\n\n"), &o),
         "empty.csv",
@@ -514,6 +520,17 @@ fn malformed_idx_files_are_readable_errors() {
         load_idx(write(&d, "magic.idx", &m)),
         "magic.idx",
         "bad magic",
+    );
+    // the formats an IDX path is often given by mistake are named
+    malformed(
+        load_idx(write(&d, "x.npy", b"\x93NUMPY\x01\x00rest")),
+        "x.npy",
+        "this is an .npy file",
+    );
+    malformed(
+        load_idx(write(&d, "x.gz", &[0x1f, 0x8b, 8, 0, 0, 0])),
+        "x.gz",
+        "gzip-compressed",
     );
     let mut m = good.clone();
     m[2] = 0x07;

@@ -183,10 +183,17 @@ pub fn parse_csv(text: &str, name: &str, options: &CsvOptions) -> Result<Dataset
                 ))
             })?;
             if !v.is_finite() {
+                // a finite number beyond f32's range, or a spelled NaN / infinity
+                let beyond = f.parse::<f64>().is_ok_and(f64::is_finite);
                 return Err(bad(format!(
-                    "line {}, column {}: value `{f}` is not finite",
+                    "line {}, column {}: value `{f}` is {}",
                     lineno + 1,
-                    c + 1
+                    c + 1,
+                    if beyond {
+                        "beyond the float32 range"
+                    } else {
+                        "not finite"
+                    }
                 )));
             }
             if c == label && options.integer_labels {

@@ -69,8 +69,16 @@ fn parse(bytes: &[u8], name: &str, class_indices: bool) -> Result<Parsed> {
         )));
     }
     if bytes[0] != 0 || bytes[1] != 0 {
+        // name the formats this is often mistaken for
+        let looks_like = if bytes.starts_with(b"\x93NUMPY") {
+            " (this is an .npy file, not IDX)"
+        } else if bytes.starts_with(&[0x1f, 0x8b]) {
+            " (this is gzip-compressed: decompress it first, e.g. `gunzip`)"
+        } else {
+            ""
+        };
         return Err(bad(format!(
-            "bad magic {:02x} {:02x} {:02x} {:02x}: the first two bytes must be zero",
+            "bad magic {:02x} {:02x} {:02x} {:02x}: the first two bytes must be zero{looks_like}",
             bytes[0], bytes[1], bytes[2], bytes[3]
         )));
     }
