@@ -52,6 +52,19 @@ fn compiled_trainer_gives_the_eager_losses() {
             "eager {a} vs compiled {b}"
         );
     }
+    // the compiled trainer's report covers every kernel that ran: the captured graph's and
+    // the optimizer's update beside it (it listed the graph plan alone)
+    let mut c = Config::new(Task::Regression, Adam::new(0.01).unwrap());
+    c.backend = ExecutionBackend::Compiled;
+    let mut t = Trainer::new(mlp(2), c).unwrap();
+    t.train(&data, &opts(2)).unwrap();
+    let report = t.step_report().expect("a compiled plan");
+    let ops: Vec<&str> = report.kernels.iter().map(|k| k.op.name()).collect();
+    assert!(ops.contains(&"linear"), "{ops:?}");
+    assert!(
+        ops.iter().any(|o| ["adam_step", "adam_update"].contains(o)),
+        "the update is missing from the compiled report: {ops:?}"
+    );
     // a model that draws random numbers each step is refused in compiled mode, readably
     let mut c = Config::new(Task::Regression, Adam::new(0.01).unwrap());
     c.backend = ExecutionBackend::Compiled;

@@ -82,6 +82,23 @@ impl BackendReport {
         }
     }
 
+    /// Adds the kernels of `eager` — what ran through the eager session beside a compiled
+    /// plan: the optimizer's update, clipping, evaluation — that this report does not list
+    /// yet (and their trusted-external ops), so that a compiled step's report covers every
+    /// kernel of the step.
+    pub fn add_eager_kernels(&mut self, eager: BackendReport) {
+        for op in eager.trusted_external_ops {
+            if !self.trusted_external_ops.contains(&op) {
+                self.trusted_external_ops.push(op);
+            }
+        }
+        for k in eager.kernels {
+            if !self.kernels.contains(&k) {
+                self.kernels.push(k);
+            }
+        }
+    }
+
     /// The report for people.
     pub fn to_text(&self) -> String {
         let mut s = String::new();

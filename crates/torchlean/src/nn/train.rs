@@ -109,11 +109,7 @@ impl TrainStep {
     pub fn compiled_report(&self) -> Option<BackendReport> {
         let mut report = self.compiled.as_ref().map(CompiledStep::report)?;
         if let Ok(eager) = crate::runtime::with_current(|s| s.report()) {
-            for k in eager.kernels {
-                if !report.kernels.contains(&k) {
-                    report.kernels.push(k);
-                }
-            }
+            report.add_eager_kernels(eager);
         }
         Some(report)
     }

@@ -184,10 +184,17 @@ impl<M: Module> Trainer<M> {
         self.session.as_ref().map(Session::report)
     }
 
-    /// The report of the plan the step executor built itself: the compiled step's graph plan
-    /// (after the first step); `None` for eager training, whose kernels are in [`Trainer::report`].
+    /// The report of the plan the step executor built itself — the compiled step's graph plan
+    /// (after the first step) — followed by the kernels that ran eagerly in this trainer's
+    /// session (the optimizer's update, clipping, evaluation), so that it covers every kernel
+    /// that ran (it listed the graph plan alone, without the updates); `None` for eager
+    /// training, whose kernels are all in [`Trainer::report`].
     pub fn step_report(&self) -> Option<BackendReport> {
-        self.step_fn.plan_report()
+        let mut report = self.step_fn.plan_report()?;
+        if let Some(eager) = self.report() {
+            report.add_eager_kernels(eager);
+        }
+        Some(report)
     }
 
     /// Plans and gates (once per mode, in the installed session) every op that the model's
