@@ -436,6 +436,12 @@ fn misnamed_values_clobbering_outputs_and_ignored_flags_are_refused() {
             ][..],
             "the folder no-such-folder does not exist",
         ),
+        // plan refuses a provider the build does not declare on the device, as a run does
+        // (it planned native_cpu and said accepted)
+        (
+            &["plan", "--provider", "prefer:cublas", "--ops", "linear"][..],
+            "no provider module linked into this build declares it there",
+        ),
         // the same opt-in through a profile, moved to the CPU (it ran, its policy naming TF32)
         (
             &[

@@ -255,18 +255,20 @@ pub fn probe(device: Device) -> Result<ProbeReport> {
     }
 }
 
-/// Probes `device` for a profile whose provider preference is `preference`, before its first
-/// kernel: a provider the profile names (`prefer:P`, `only:P`) must be declared on `device` by
-/// a linked module — never a silent run without it —, then the device's owner is probed
-/// ([`probe`]), then every other linked module that declares a provider on `device` (the
-/// LibTorch bridge on `cuda`): its detail (versions) is added to the report's, and its
-/// failure refuses the run when the profile names one of its providers (otherwise it is
-/// noted in the detail).
-pub fn probe_for(device: Device, preference: ProviderPreference) -> Result<ProbeReport> {
-    let wanted = match preference {
+/// The provider a preference names (`prefer:P`, `only:P`), if any.
+fn named_provider(preference: ProviderPreference) -> Option<Provider> {
+    match preference {
         ProviderPreference::Prefer(p) | ProviderPreference::Only(p) => Some(p),
         ProviderPreference::Auto => None,
-    };
+    }
+}
+
+/// Refuses a provider preference (`prefer:P`, `only:P`) naming a provider that no linked
+/// module declares on `device` — a property of the build, not of the machine, so `plan`
+/// (static) refuses it as a run does (`plan --provider prefer:cublas` on the CPU was
+/// accepted; the run refused it).
+pub fn check_declared(device: Device, preference: ProviderPreference) -> Result<()> {
+    let wanted = named_provider(preference);
     if let Some(p) = wanted {
         if !linked().iter().any(|m| m.declares().contains(&(p, device))) {
             return Err(Error::ProviderUnavailable {
@@ -280,6 +282,19 @@ pub fn probe_for(device: Device, preference: ProviderPreference) -> Result<Probe
             });
         }
     }
+    Ok(())
+}
+
+/// Probes `device` for a profile whose provider preference is `preference`, before its first
+/// kernel: a provider the profile names (`prefer:P`, `only:P`) must be declared on `device` by
+/// a linked module — never a silent run without it —, then the device's owner is probed
+/// ([`probe`]), then every other linked module that declares a provider on `device` (the
+/// LibTorch bridge on `cuda`): its detail (versions) is added to the report's, and its
+/// failure refuses the run when the profile names one of its providers (otherwise it is
+/// noted in the detail).
+pub fn probe_for(device: Device, preference: ProviderPreference) -> Result<ProbeReport> {
+    check_declared(device, preference)?;
+    let wanted = named_provider(preference);
     let mut report = probe(device)?;
     for m in linked() {
         if m.devices().contains(&device) {

@@ -92,6 +92,9 @@ pub fn run(a: Args) -> CliResult {
         vjp: profile.vjp,
         mode,
     };
+    // a provider the build does not declare on the device is refused here as a run refuses it
+    torchlean::module::check_declared(profile.device, profile.preference)
+        .map_err(|e| CliError::usage(e.to_string()))?;
     let availability = torchlean::module::availability();
     let plan = match plan_ops(standard_registry(), &ops, &request, &availability) {
         Ok(p) => p,
