@@ -766,3 +766,83 @@ fn adam_foreach_is_one_gated_op_with_the_per_parameter_bits() {
     support::checked_cpu_default();
     close(&run(&mut opt, &[1.0], 3), &[adam_ref(1.0, 3, 0.1)], 1e-6);
 }
+
+/// Every op an optimizer's step runs is one it declares (`Optimizer::update_ops`), which a
+/// trainer plans and gates before the first kernel of the first step (the update ops were
+/// planned only when step 1 ran them, after its forward and backward kernels). Each
+/// optimizer, in each configuration that changes its ops, takes two steps under a session of
+/// its own (the gradients come from another), under checked_cpu and strict_native_cpu; the
+/// kinds that session's report lists must all be declared.
+#[test]
+fn every_op_an_optimizer_runs_is_declared_for_planning() {
+    use torchlean::backend::{BackendProfile, Device};
+    use torchlean::runtime::{self, Session};
+    support::checked_cpu_default();
+    let rms = |momentum: f32, centered: bool, wd: f32| {
+        let mut o = RmsProp::new(0.01).unwrap();
+        (o.momentum, o.centered, o.weight_decay) = (momentum, centered, wd);
+        o
+    };
+    let adam = |foreach: Option<bool>| {
+        let mut o = Adam::new(0.01).unwrap();
+        o.foreach = foreach;
+        o
+    };
+    let optimizers = || -> Vec<(&str, Box<dyn Optimizer>)> {
+        vec![
+            ("sgd", Box::new(Sgd::new(0.1, 0.0, 0.0).unwrap())),
+            (
+                "sgd momentum wd",
+                Box::new(Sgd::new(0.1, 0.9, 0.01).unwrap()),
+            ),
+            (
+                "sgd nesterov",
+                Box::new(
+                    Sgd::new(0.1, 0.9, 0.0)
+                        .unwrap()
+                        .with_nesterov(true)
+                        .unwrap(),
+                ),
+            ),
+            ("rmsprop", Box::new(rms(0.0, false, 0.0))),
+            (
+                "rmsprop momentum centered wd",
+                Box::new(rms(0.9, true, 0.01)),
+            ),
+            ("adagrad", Box::new(Adagrad::new(0.1).unwrap())),
+            ("adam", Box::new(adam(None))),
+            ("adam foreach", Box::new(adam(Some(true)))),
+            ("adam per parameter", Box::new(adam(Some(false)))),
+            ("adamw", Box::new(AdamW::new(0.01).unwrap())),
+        ]
+    };
+    for profile in ["checked_cpu", "strict_native_cpu"] {
+        for (name, mut opt) in optimizers() {
+            let mut m = model(&[1.0, -2.0, 0.5]);
+            let g = grads(&m);
+            let p = BackendProfile::named(profile).unwrap();
+            let before = runtime::install(Session::new(p)).unwrap();
+            let declared = opt.update_ops(Device::Cpu);
+            opt.step(&mut m, &g).unwrap();
+            opt.step(&mut m, &g).unwrap();
+            let ran = runtime::take()
+                .unwrap()
+                .expect("the step's session")
+                .report();
+            if let Some(s) = before {
+                runtime::install(s).unwrap();
+            }
+            assert!(
+                !ran.kernels.is_empty(),
+                "{profile} {name}: no update op ran"
+            );
+            for k in &ran.kernels {
+                assert!(
+                    declared.contains(&k.op),
+                    "{profile} {name}: ran `{}`, declared {declared:?}",
+                    k.op.name()
+                );
+            }
+        }
+    }
+}

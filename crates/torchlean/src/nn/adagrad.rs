@@ -71,6 +71,19 @@ impl Adagrad {
 }
 
 impl Optimizer for Adagrad {
+    fn update_ops(&self, _device: crate::backend::Device) -> Vec<crate::graph::OpKind> {
+        use crate::graph::OpKind as K;
+        // `update_with_ops`, term by term
+        vec![
+            K::Add,
+            K::Scale,
+            K::Mul,
+            K::Sqrt,
+            K::AddScalar,
+            K::Div,
+            K::Sub,
+        ]
+    }
     fn step(&mut self, model: &mut dyn Module, grads: &Gradients) -> Result<()> {
         check_range("Adagrad lr decay", self.lr_decay, 0.0, f32::INFINITY, false)?;
         self.store

@@ -70,17 +70,8 @@ impl AdamCore {
                 1.0 - b1
             )));
         }
-        // as `torch.optim.Adam`'s `foreach`. By default one op for all parameters on a device
-        // (where each launch costs latency) and on the CPU when that op runs in place (one
-        // pass over each parameter's w, m, v and g instead of three: mlp-step 3.35 → 3.03 ms);
-        // per parameter on the CPU under a profile whose checkers replay the update, where the
-        // per-parameter maps' checks run tile by tile in cache (runtime/tiled.rs) and the
-        // fused op would be computed and checked out of place
-        let fused = foreach.unwrap_or_else(|| {
-            model.device() != Device::Cpu
-                || crate::runtime::updates_in_place(crate::graph::OpKind::AdamStep)
-        });
-        if fused {
+        // as `torch.optim.Adam`'s `foreach` (see `fused`)
+        if fused(foreach, model.device()) {
             self.step_fused(model, grads, hyper)
         } else {
             self.step_per_parameter(model, grads, hyper)
@@ -295,6 +286,33 @@ impl Adam {
     }
 }
 
+/// Whether a step runs `adam_step` over every parameter at once (else `ema_update` and
+/// `adam_update` per parameter): `foreach` when set; by default on a device (where each launch
+/// costs latency) and on the CPU when that op runs in place under the thread's session (one
+/// pass over each parameter's w, m, v and g instead of three: mlp-step 3.35 → 3.03 ms); per
+/// parameter on the CPU under a profile whose checkers replay the update, where the
+/// per-parameter maps' checks run tile by tile in cache (runtime/tiled.rs) and the fused op
+/// would be computed and checked out of place.
+fn fused(foreach: Option<bool>, device: Device) -> bool {
+    foreach.unwrap_or_else(|| {
+        device != Device::Cpu || crate::runtime::updates_in_place(crate::graph::OpKind::AdamStep)
+    })
+}
+
+/// The ops a step runs on `device` (see [`Optimizer::update_ops`]): `adam_step` (with the
+/// `slice`s and `reshape`s that hand each parameter its part when the op is not written in
+/// place), or `ema_update` and `adam_update`.
+fn adam_ops(foreach: Option<bool>, device: Device) -> Vec<crate::graph::OpKind> {
+    use crate::graph::OpKind as K;
+    if !fused(foreach, device) {
+        vec![K::EmaUpdate, K::AdamUpdate]
+    } else if crate::runtime::updates_in_place(K::AdamStep) {
+        vec![K::AdamStep]
+    } else {
+        vec![K::AdamStep, K::Slice, K::Reshape]
+    }
+}
+
 /// The `Optimizer` implementation of Adam and AdamW, which differ only in how weight decay
 /// is applied (`decoupled`) and in their kind label.
 macro_rules! adam_optimizer {
@@ -321,6 +339,9 @@ macro_rules! adam_optimizer {
             }
             fn kind(&self) -> &'static str {
                 $kind
+            }
+            fn update_ops(&self, device: Device) -> Vec<crate::graph::OpKind> {
+                adam_ops(self.foreach, device)
             }
             fn export_state(&self) -> OptimizerState {
                 self.core.store.export(self.core.steps)

@@ -120,6 +120,23 @@ impl RmsProp {
 }
 
 impl Optimizer for RmsProp {
+    fn update_ops(&self, _device: crate::backend::Device) -> Vec<crate::graph::OpKind> {
+        use crate::graph::OpKind as K;
+        // `update_with_ops`, term by term
+        let mut ops = vec![
+            K::Add,
+            K::Scale,
+            K::EmaUpdate,
+            K::Sqrt,
+            K::AddScalar,
+            K::Div,
+            K::Sub,
+        ];
+        if self.centered {
+            ops.push(K::Mul);
+        }
+        ops
+    }
     fn step(&mut self, model: &mut dyn Module, grads: &Gradients) -> Result<()> {
         check_range("RMSprop alpha", self.alpha, 0.0, 1.0, true)?;
         check_range("RMSprop momentum", self.momentum, 0.0, 1.0, true)?;

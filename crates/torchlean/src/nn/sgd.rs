@@ -60,6 +60,11 @@ impl Sgd {
 }
 
 impl Optimizer for Sgd {
+    fn update_ops(&self, _device: crate::backend::Device) -> Vec<crate::graph::OpKind> {
+        use crate::graph::OpKind as K;
+        // weight decay and momentum: `add` and `scale`; the step: `scale` and `sub`
+        vec![K::Add, K::Scale, K::Sub]
+    }
     fn step(&mut self, model: &mut dyn Module, grads: &Gradients) -> Result<()> {
         self.store.set_slots(self.slots());
         let (lr, mom, wd, nesterov) = (self.lr, self.momentum, self.weight_decay, self.nesterov);

@@ -202,6 +202,7 @@ impl<M: Module> Trainer<M> {
     /// runs before a refusal). Training traces with the tape on (and, for a compiled step,
     /// every differentiable op recorded, as capture records them); evaluation under
     /// `no_grad`, in evaluation mode, with the accuracy when the task has one.
+    #[allow(clippy::too_many_arguments)] // the trace's inputs, and the ops planned beside it
     fn preplan(
         model: &mut M,
         task: &Task,
@@ -210,6 +211,7 @@ impl<M: Module> Trainer<M> {
         training: bool,
         inputs: &Tensor,
         targets: Option<&Tensor>,
+        beside: &[crate::graph::OpKind],
     ) -> Result<()> {
         if planned[training as usize] {
             return Ok(());
@@ -231,6 +233,7 @@ impl<M: Module> Trainer<M> {
         if compiled && training {
             uses = uses.all_recorded();
         }
+        uses.extend(&runtime::OpUses::from_kinds(beside, false));
         runtime::with_current(|s| s.preplan(&uses))??;
         planned[training as usize] = true;
         Ok(())
@@ -334,7 +337,20 @@ impl<M: Module> Trainer<M> {
             if options.steps > 0 && !planned[1] {
                 let (x, y) = data.gather(&sampler.indices(*step))?;
                 let (x, y) = (x.to_device(device)?, y.to_device(device)?);
-                Self::preplan(model, task, planned, compiled, true, &x, Some(&y))?;
+                // the ops of a step beside the model's: the optimizer's update, the tape's
+                // gradient sums, clipping's norm and scaling, and on a device the finiteness
+                // probe read with the loss (`step::loss_and_finite`) — planned and gated now,
+                // not when step 1 first runs them after its forward and backward kernels
+                use crate::graph::OpKind as K;
+                let mut beside = optimizer.update_ops(device);
+                beside.push(K::Add);
+                if clip.is_some() {
+                    beside.extend([K::Mul, K::SumAll, K::Scale]);
+                }
+                if device != crate::backend::Device::Cpu {
+                    beside.extend([K::Scale, K::SumAll]);
+                }
+                Self::preplan(model, task, planned, compiled, true, &x, Some(&y), &beside)?;
             }
             model.set_training(true);
             let mut summary = TrainSummary {
@@ -406,7 +422,16 @@ impl<M: Module> Trainer<M> {
             let inputs = &inputs.to_device(device)?;
             // the loss is not run here: plan the forward only (evaluate plans the rest)
             let mut forward_only = [planned[0], true];
-            Self::preplan(model, task, &mut forward_only, false, false, inputs, None)?;
+            Self::preplan(
+                model,
+                task,
+                &mut forward_only,
+                false,
+                false,
+                inputs,
+                None,
+                &[],
+            )?;
             model.set_training(false);
             let out = runtime::no_grad(|| model.forward(inputs));
             model.set_training(true);
@@ -439,7 +464,7 @@ impl<M: Module> Trainer<M> {
                 batches.push((x.to_device(device)?, y.to_device(device)?));
             }
             if let Some((x, y)) = batches.first() {
-                Self::preplan(model, task, planned, false, false, x, Some(y))?;
+                Self::preplan(model, task, planned, false, false, x, Some(y), &[])?;
             }
             model.set_training(false);
             let result = runtime::no_grad(|| -> Result<Evaluation> {
