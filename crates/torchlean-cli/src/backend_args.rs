@@ -127,16 +127,29 @@ impl BackendArgs {
         mode: ExecutionMode,
         workload: impl FnOnce() -> torchlean::Result<()>,
     ) -> CliResult {
-        let mut session = Session::new(self.profile()?);
+        self.start_training_session(mode, workload, Vec::new)
+    }
+
+    /// [`BackendArgs::start_session`] for a training loop: also plans and gates the op kinds
+    /// `beside` lists — the optimizer's update (`Optimizer::update_ops`), asked with the
+    /// session installed since its choice of ops may depend on the session's plan — before
+    /// any kernel runs.
+    pub fn start_training_session(
+        &self,
+        mode: ExecutionMode,
+        workload: impl FnOnce() -> torchlean::Result<()>,
+        beside: impl FnOnce() -> Vec<torchlean::graph::OpKind>,
+    ) -> CliResult {
         let mut uses = torchlean::runtime::trace(workload)?;
         if mode == ExecutionMode::Compiled {
             uses = uses.all_recorded();
         }
-        let report = session.preplan(&uses)?;
+        torchlean::runtime::install(Session::new(self.profile()?))?;
+        uses.extend(&torchlean::runtime::OpUses::from_kinds(&beside(), false));
+        let report = torchlean::runtime::with_current(|s| s.preplan(&uses))??;
         if self.show_backend {
             print!("{}", report.to_text());
         }
-        torchlean::runtime::install(session)?;
         Ok(())
     }
 

@@ -6,7 +6,7 @@ use std::time::Instant;
 use torchlean::backend::ExecutionMode;
 use torchlean::nn::tasks::SyntheticRegression;
 use torchlean::nn::train::{train_regression, train_regression_compiled, StepLog};
-use torchlean::nn::{Activation, Adam, Mlp, Module};
+use torchlean::nn::{Activation, Adam, Mlp, Module, Optimizer};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -46,19 +46,24 @@ pub fn run(a: Args) -> CliResult {
             SyntheticRegression::new(1024, a.seed.wrapping_add(17))?,
         ))
     };
-    // every op of the setup and of a step is planned and gated before any kernel runs
-    a.backend.start_session(mode, || {
-        let (model, data) = setup()?;
-        let (x, y) = data.batch(0, a.batch_size)?;
-        model.forward(&x)?.mse_loss(&y)?;
-        Ok(())
-    })?;
+    let mut opt = Adam::new(a.lr).map_err(|e| CliError::usage(e.to_string()))?;
+    let device = a.backend.profile()?.device;
+    // every op of the setup and of a step (the optimizer's update included) is planned and
+    // gated before any kernel runs
+    a.backend.start_training_session(
+        mode,
+        || {
+            let (model, data) = setup()?;
+            let (x, y) = data.batch(0, a.batch_size)?;
+            model.forward(&x)?.mse_loss(&y)?;
+            Ok(())
+        },
+        || opt.update_ops(device),
+    )?;
     let (mut model, data) = setup()?;
     // the model is built on the host and moved to the profile's device explicitly; the
     // training loop moves each batch to the model's device
-    let device = a.backend.profile()?.device;
     model.to_device(device)?;
-    let mut opt = Adam::new(a.lr).map_err(|e| CliError::usage(e.to_string()))?;
     println!(
         "quickstart-mlp: MLP 4-64-64-1 (tanh), {} parameters, Adam lr={}, batch {}, {} steps, {mode} mode",
         model.parameter_count(),
