@@ -250,7 +250,7 @@ fn prepare<'a>(
     // the flag lets causal tiles and the boolean mask's blocked tiles be skipped
     let finite = if causal || tiles != 0 { finite } else { &[] };
     scan_flags(cx, op, finite, wide, &nonfinite, wide_flag.as_ref())?;
-    let scale = scale.unwrap_or(torchlean::spec::default_attention_scale(d as usize) as f32);
+    let scale = scale.unwrap_or(torchlean::spec::default_attention_scale(d) as f32);
     Ok(Call {
         g: Flash {
             bh: bh as i64,
