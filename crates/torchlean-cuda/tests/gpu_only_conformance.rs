@@ -1217,33 +1217,8 @@ fn norms_of_rows_whose_statistics_overflow_f32_match_the_f64_spec_on_the_gpu() {
     if !gpu("norms_of_rows_whose_statistics_overflow_f32_match_the_f64_spec_on_the_gpu") {
         return;
     }
-    use common::{apply_norm, overflowing_norm_cases, overflowing_norm_inputs};
     install(Session::new(checked_cuda())).expect("install");
-    for (op, shape, arity) in overflowing_norm_cases() {
-        for offset in [0.0, 2f64.powi(66)] {
-            let (inputs, w) = overflowing_norm_inputs(&op, &shape, arity, offset);
-            let refs: Vec<&Array<f64>> = inputs.iter().collect();
-            let want = spec::forward(&op, &refs).unwrap();
-            let want_g = spec::vjp(&op, &refs, &want, &w).unwrap();
-            let ts: Vec<Tensor> = inputs.iter().map(|a| on_gpu(a).requires_grad()).collect();
-            let tr: Vec<&Tensor> = ts.iter().collect();
-            let what = format!("{} {shape:?} offset {offset:e}", op.name());
-            let y = apply_norm(&op, &tr).unwrap_or_else(|e| panic!("{what}: {e}"));
-            compare(&widen(&y), &want.data, None, F32_TOL)
-                .unwrap_or_else(|e| panic!("{what}: forward: {e}"));
-            let grads = y
-                .mul(&on_gpu(&w))
-                .and_then(|p| p.sum_all())
-                .and_then(|l| l.backward())
-                .unwrap_or_else(|e| panic!("{what}: backward: {e}"));
-            for (j, t) in ts.iter().enumerate() {
-                let want_j = want_g[j].as_ref().expect("a spec cotangent");
-                let got = grads.get(t).expect("a gradient");
-                compare(&widen(got), &want_j.data, None, F32_TOL)
-                    .unwrap_or_else(|e| panic!("{what}: gradient of input {j}: {e}"));
-            }
-        }
-    }
+    common::check_overflowing_norms(on_gpu).unwrap_or_else(|e| panic!("{e}"));
 }
 
 /// Attention with head dimension 0 on the GPU, through the composition (`checked_cuda`) and

@@ -1091,3 +1091,50 @@ pub fn check_empty_head_attention(
     }
     Ok(())
 }
+
+/// Every [`overflowing_norm_cases`] call, at offsets 0 and 2⁶⁶, with its inputs placed by
+/// `place` (on the session's device): values and the gradients of every input against the
+/// f64 spec (which never overflows for f32 inputs), within [`F32_TOL`].
+pub fn check_overflowing_norms(
+    place: impl Fn(&Array<f64>) -> torchlean::Tensor,
+) -> Result<(), String> {
+    use torchlean::spec;
+    let read = |t: &torchlean::Tensor| -> Result<Vec<f64>, String> {
+        Ok(t.try_to_vec()
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .map(f64::from)
+            .collect())
+    };
+    for (op, shape, arity) in overflowing_norm_cases() {
+        for offset in [0.0, 2f64.powi(66)] {
+            let what = format!("{} {shape:?} offset {offset:e}", op.name());
+            let (inputs, w) = overflowing_norm_inputs(&op, &shape, arity, offset);
+            let refs: Vec<&Array<f64>> = inputs.iter().collect();
+            let want = spec::forward(&op, &refs).map_err(|e| e.to_string())?;
+            let want_g = spec::vjp(&op, &refs, &want, &w).map_err(|e| e.to_string())?;
+            let ts: Vec<torchlean::Tensor> =
+                inputs.iter().map(|a| place(a).requires_grad()).collect();
+            let tr: Vec<&torchlean::Tensor> = ts.iter().collect();
+            let y = apply_norm(&op, &tr).map_err(|e| format!("{what}: {e}"))?;
+            compare(&read(&y)?, &want.data, None, F32_TOL)
+                .map_err(|e| format!("{what}: forward: {e}"))?;
+            let grads = y
+                .mul(&place(&w))
+                .and_then(|p| p.sum_all())
+                .and_then(|l| l.backward())
+                .map_err(|e| format!("{what}: backward: {e}"))?;
+            for (j, t) in ts.iter().enumerate() {
+                let want_j = want_g[j]
+                    .as_ref()
+                    .ok_or(format!("{what}: no spec cotangent {j}"))?;
+                let got = grads
+                    .get(t)
+                    .ok_or(format!("{what}: no gradient of input {j}"))?;
+                compare(&read(got)?, &want_j.data, None, F32_TOL)
+                    .map_err(|e| format!("{what}: gradient of input {j}: {e}"))?;
+            }
+        }
+    }
+    Ok(())
+}
