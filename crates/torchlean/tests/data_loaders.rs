@@ -667,6 +667,21 @@ fn a_defective_first_row_is_never_dropped_as_a_header() {
             .to_string();
         assert!(e.contains("mixes numbers and text"), "{text:?}: {e}");
     }
+    // a first row with no number at all that does not name its columns either (every field
+    // a Unicode-minus number, or empty) was dropped as a header, silently
+    for text in [
+        "\u{2212}1,\u{2212}2,\u{2212}3\n4,5,6\n",
+        ",,\n4,5,6\n",
+        "x,,y\n4,5,6\n",
+    ] {
+        let e = torchlean::data::parse_csv(text, "first.csv", &o)
+            .expect_err("a nameless first row is refused")
+            .to_string();
+        assert!(e.contains("are not column names either"), "{text:?}: {e}");
+    }
+    // names with digits and underscores are names
+    let ds = torchlean::data::parse_csv("x_1,x2,label\n1,2,0\n", "names.csv", &o).unwrap();
+    assert_eq!(ds.len(), 1);
     // explicit options still decide
     let absent = CsvOptions {
         header: Header::Absent,

@@ -114,6 +114,22 @@ pub fn parse_csv(text: &str, name: &str, options: &CsvOptions) -> Result<Dataset
                     first_line + 1
                 )));
             }
+            // a header names its columns: a first row of no numbers whose fields are not
+            // all names (empty fields, `−1` written with a Unicode minus) is a defective data
+            // row, which was dropped as a header without a word
+            let nameless: Vec<&&&str> = text
+                .iter()
+                .filter(|f| !f.chars().any(|c| c.is_alphabetic() || c == '_'))
+                .collect();
+            if !text.is_empty() && !nameless.is_empty() {
+                return Err(bad(format!(
+                    "line {}, the first: no field is a number, yet {nameless:?} are not column names either, \
+                     so it is neither a header nor a data row; fix the row, or say whether the file has a \
+                     header (the CLI's `--csv-header present|absent`, the library's `Header::Present` / \
+                     `Header::Absent`)",
+                    first_line + 1
+                )));
+            }
             !text.is_empty()
         }
     };
