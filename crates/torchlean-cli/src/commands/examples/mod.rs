@@ -296,7 +296,7 @@ impl StepLog {
 
 /// The report of what ran: the compiled step's plan in compiled mode, else the kernels that
 /// ran in the trainer's session.
-fn what_ran<M: Module>(trainer: &Trainer<M>) -> Result<BackendReport, CliError> {
+pub(super) fn what_ran<M: Module>(trainer: &Trainer<M>) -> Result<BackendReport, CliError> {
     trainer
         .step_report()
         .or_else(|| trainer.report())

@@ -165,6 +165,17 @@ pub fn run_cmd(a: Args) -> CliResult {
         let sample =
             generate(&mut trainer, &vocab, &prompt, a.sample_len, a.context).map_err(lib_err)?;
         println!("sample (greedy): {sample:?}");
+        // the sampling's forward passes ran too: the report (written at the end of training)
+        // is written again with them
+        let load: Vec<(&str, &std::path::Path)> = a
+            .common
+            .load
+            .iter()
+            .map(|p| ("--load", p.as_path()))
+            .collect();
+        a.common
+            .backend
+            .write_report(super::what_ran(&trainer)?, &load)?;
     }
     Ok(())
 }
