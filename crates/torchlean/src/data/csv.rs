@@ -215,7 +215,10 @@ pub fn parse_csv(text: &str, name: &str, options: &CsvOptions) -> Result<Dataset
             if c == label && options.integer_labels {
                 // the written value, not its f32 rounding (parses as f64 whenever as f32)
                 let exact: f64 = f.parse().unwrap_or(f64::NAN);
-                if !(exact >= 0.0 && exact.fract() == 0.0 && exact < (1u64 << 24) as f64) {
+                if !(exact >= 0.0
+                    && exact.fract() == 0.0
+                    && exact < super::finite::EXACT_F32_INTEGER)
+                {
                     return Err(bad(format!(
                         "line {}, column {}: label `{f}` is not a class index (a non-negative integer below 2^24)",
                         lineno + 1,

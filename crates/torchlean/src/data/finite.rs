@@ -1,6 +1,11 @@
 //! The one rule for non-finite values in loaded data: refused, naming where (see the module
 //! doc of `data`).
 
+/// The largest magnitude up to which every integer is exact in f32 (2^24): integer values
+/// beyond it are refused by every reader rather than rounded (NPY, IDX, CSV class labels;
+/// safetensors' integer tensors likewise).
+pub(super) const EXACT_F32_INTEGER: f64 = 16_777_216.0;
+
 /// Checks that every decoded value is finite; otherwise a message naming the first bad
 /// element and its byte offset (`data_start` + index × `elem_size`) in the file.
 pub(super) fn refuse_non_finite(

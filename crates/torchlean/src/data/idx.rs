@@ -119,7 +119,7 @@ fn parse(bytes: &[u8], name: &str, class_indices: bool) -> Result<Parsed> {
             bytes: (available / size * 4) as u64,
         })
     })?;
-    const EXACT: f64 = (1u64 << 24) as f64;
+    const EXACT: f64 = super::finite::EXACT_F32_INTEGER;
     for (i, b) in bytes[data_start..].chunks_exact(size).enumerate() {
         let v = decode_exact(code, b);
         if code == 0x0C && v.abs() > EXACT {

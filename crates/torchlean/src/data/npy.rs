@@ -48,34 +48,24 @@ impl Dtype {
         }
     }
 
-    /// Whether `b` holds an integer whose magnitude exceeds 2^24 (not exact in f32).
-    fn integer_beyond_f32(self, b: &[u8]) -> bool {
-        const EXACT: u64 = 1 << 24;
-        match self {
-            Dtype::I32 => {
-                i32::from_le_bytes([b[0], b[1], b[2], b[3]]).unsigned_abs() as u64 > EXACT
-            }
-            Dtype::I64 => {
-                let mut x = [0u8; 8];
-                x.copy_from_slice(&b[..8]);
-                i64::from_le_bytes(x).unsigned_abs() > EXACT
-            }
-            _ => false,
-        }
+    fn is_integer(self) -> bool {
+        matches!(self, Dtype::U8 | Dtype::I32 | Dtype::I64)
     }
 
-    fn decode(self, b: &[u8]) -> f32 {
+    /// The value as written, at f64 (exact for every type but i64 beyond 2^53, which is
+    /// refused anyway: beyond 2^24).
+    fn decode(self, b: &[u8]) -> f64 {
         let a = |n: usize| -> [u8; 8] {
             let mut x = [0u8; 8];
             x[..n].copy_from_slice(&b[..n]);
             x
         };
         match self {
-            Dtype::U8 => b[0] as f32,
-            Dtype::F32 => f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
-            Dtype::I32 => i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f32,
-            Dtype::F64 => f64::from_le_bytes(a(8)) as f32,
-            Dtype::I64 => i64::from_le_bytes(a(8)) as f32,
+            Dtype::U8 => b[0] as f64,
+            Dtype::F32 => f32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64,
+            Dtype::I32 => i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64,
+            Dtype::F64 => f64::from_le_bytes(a(8)),
+            Dtype::I64 => i64::from_le_bytes(a(8)) as f64,
         }
     }
 }
@@ -261,21 +251,19 @@ pub fn parse_npy(bytes: &[u8], name: &str) -> Result<Tensor> {
                 header.shape, header.descr
             ))
         })?;
-    // integers beyond 2^24 are refused, not rounded to the nearest f32 (as safetensors' and
-    // IDX's integer values): <i4 2^24 + 1 was read as 2^24
-    if let Some(i) = bytes[data_start..]
-        .chunks_exact(dtype.size())
-        .position(|b| dtype.integer_beyond_f32(b))
-    {
-        return Err(bad(format!(
-            "value at index {i} (byte {}) is an integer beyond 2^24, which float32 cannot hold exactly; refusing to round it",
-            data_start + i * dtype.size()
-        )));
+    // one pass: integers beyond 2^24 are refused, not rounded to the nearest f32 (as
+    // safetensors' and IDX's integer values): <i4 2^24 + 1 was read as 2^24
+    let mut data: Vec<f32> = Vec::with_capacity(numel);
+    for (i, b) in bytes[data_start..].chunks_exact(dtype.size()).enumerate() {
+        let v = dtype.decode(b);
+        if dtype.is_integer() && v.abs() > super::finite::EXACT_F32_INTEGER {
+            return Err(bad(format!(
+                "value at index {i} (byte {}) is an integer beyond 2^24, which float32 cannot hold exactly; refusing to round it",
+                data_start + i * dtype.size()
+            )));
+        }
+        data.push(v as f32);
     }
-    let data: Vec<f32> = bytes[data_start..]
-        .chunks_exact(dtype.size())
-        .map(|b| dtype.decode(b))
-        .collect();
     debug_assert_eq!(data.len(), numel);
     super::finite::refuse_non_finite(&data, data_start, dtype.size()).map_err(bad)?;
     Tensor::from_vec(data, &header.shape)
