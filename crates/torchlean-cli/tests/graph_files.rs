@@ -459,3 +459,91 @@ fn grad_of_a_loss_no_input_reaches_is_refused_and_unreached_inputs_are_named() {
     assert_eq!(get(&out, "grad.x").to_vec(), vec![1.0; 4]);
     assert!(out.iter().all(|(n, _)| n != "grad.i"));
 }
+
+/// The capsules of a report JSON, in order: (op, capsule, composite it is a part of).
+fn report_kernels(path: &str) -> Vec<(String, String, Option<String>)> {
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    v["kernels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| {
+            (
+                k["op"].as_str().unwrap().to_string(),
+                k["capsule"].as_str().unwrap().to_string(),
+                k["part_of"].as_str().map(str::to_string),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_compiled_plan_names_the_capsules_a_compiled_run_reports() {
+    // the convolutional model's graph is lowered before it runs (fused epilogues); the plan
+    // must be of the lowered graph, with and without the backward run-graph appends
+    let d = Dir::new("plan-compiled");
+    for model in ["mlp", "cnn"] {
+        let (g, p, x) = (
+            d.p(&format!("{model}.json")),
+            d.p(&format!("{model}.st")),
+            d.p(&format!("{model}.x.st")),
+        );
+        let (code, _, err) = run(&[
+            "export",
+            "--model",
+            model,
+            "--out",
+            &g,
+            "--params",
+            &p,
+            "--example-inputs",
+            &x,
+        ]);
+        assert_eq!(code, 0, "{err}");
+        let grads: &[&[&str]] = if model == "mlp" {
+            &[&[], &["--grad"]]
+        } else {
+            &[&[]]
+        };
+        for grad in grads {
+            let (plan_json, run_json, out) = (d.p("plan.json"), d.p("run.json"), d.p("o.st"));
+            let mut plan = vec![
+                "plan",
+                "--model",
+                &g,
+                "--mode",
+                "compiled",
+                "--report-json",
+                &plan_json,
+            ];
+            plan.extend_from_slice(grad);
+            let (code, _, err) = run(&plan);
+            assert_eq!(code, 0, "{err}");
+            let mut exec = vec![
+                "run-graph",
+                &g,
+                "--params",
+                &p,
+                "--inputs",
+                &x,
+                "--out",
+                &out,
+                "--report-json",
+                &run_json,
+            ];
+            exec.extend_from_slice(grad);
+            let (code, _, err) = run(&exec);
+            assert_eq!(code, 0, "{err}");
+            let (planned, ran) = (report_kernels(&plan_json), report_kernels(&run_json));
+            assert!(!planned.is_empty());
+            assert_eq!(planned, ran, "{model} {grad:?}");
+            if model == "cnn" {
+                assert!(planned.iter().any(|k| k.0 == "conv2d_map"), "{planned:?}");
+            }
+        }
+    }
+    let (code, _, err) = run(&["plan", "--model", &d.p("mlp.json"), "--grad"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--grad applies to --mode compiled"), "{err}");
+}

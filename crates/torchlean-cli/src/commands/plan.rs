@@ -1,8 +1,10 @@
 //! `torchlean plan`: plan, audit and gate a list of ops, and print the verdict.
 
 use crate::{CliError, CliResult};
+use torchlean::backend::PlanningError;
 use torchlean::backend::{gate_plan, plan_ops, BackendReport, ExecutionMode, PlanRequest, VjpMode};
-use torchlean::graph::NodeKind;
+use torchlean::graph::{append_backward, Graph, NodeKind};
+use torchlean::runtime::compiled::{plan_graph, CompileError};
 use torchlean::runtime::session::standard_registry;
 use torchlean::OpKind;
 
@@ -28,16 +30,23 @@ pub struct Args {
     /// With --model: the shape of an input whose ONNX shape is symbolic (NAME=D0,D1,...).
     #[arg(long = "input-shape", requires = "model")]
     input_shape: Vec<String>,
-    /// Execution mode the plan is for.
+    /// Execution mode the plan is for. With --model, `compiled` plans the graph as a compiled
+    /// run executes it: lowered first (fused element-wise chains and convolution epilogues on
+    /// the CPU), a composite's parts nested under it, so the plan names the run's capsules.
     #[arg(long, default_value = "eager")]
     mode: String,
+    /// With --model and --mode compiled: plan the graph with its backward appended, as
+    /// `run-graph --grad` runs it (the VJP nodes of the output named `loss`, or the only
+    /// one-element output). An eager plan audits every op's VJP under the profile's VJP mode.
+    #[arg(long, requires = "model")]
+    grad: bool,
     #[arg(long)]
     json: bool,
 }
 
-/// The distinct ops of a model's graph, in node order (an ONNX model is translated first).
-fn model_ops(path: &std::path::Path, input_shape: &[String]) -> Result<Vec<OpKind>, CliError> {
-    let graph = if super::onnx::is_onnx(path) {
+/// A model's graph (an ONNX model is translated first).
+fn load_model(path: &std::path::Path, input_shape: &[String]) -> Result<Graph, CliError> {
+    Ok(if super::onnx::is_onnx(path) {
         let shapes = super::onnx::parse_input_shapes(input_shape)?;
         super::onnx::load(path, &shapes)?.0
     } else {
@@ -46,8 +55,12 @@ fn model_ops(path: &std::path::Path, input_shape: &[String]) -> Result<Vec<OpKin
                 "--input-shape applies to ONNX models (whose input shapes may be symbolic); a graph file declares its input shapes",
             ));
         }
-        torchlean::graph::Graph::load(path).map_err(|e| CliError::usage(e.to_string()))?
-    };
+        Graph::load(path).map_err(|e| CliError::usage(e.to_string()))?
+    })
+}
+
+/// The distinct ops of a graph, in node order.
+fn graph_ops(graph: &Graph) -> Vec<OpKind> {
     let mut ops: Vec<OpKind> = vec![];
     for n in &graph.nodes {
         if let NodeKind::Op { op } | NodeKind::Vjp { op, .. } = &n.kind {
@@ -56,7 +69,20 @@ fn model_ops(path: &std::path::Path, input_shape: &[String]) -> Result<Vec<OpKin
             }
         }
     }
-    Ok(ops)
+    ops
+}
+
+/// Prints planning errors (text or JSON) and returns the command's error.
+fn planning_failed(errors: &[PlanningError], profile: &str, json: bool) -> CliError {
+    if json {
+        let v = serde_json::json!({ "verdict": "planning_failed", "profile": profile, "planning_errors": errors, "messages": errors.iter().map(|e| e.to_string()).collect::<Vec<_>>() });
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+    } else {
+        for e in errors {
+            println!("{e}");
+        }
+    }
+    CliError::usage(format!("planning failed for {} op(s)", errors.len()))
 }
 
 pub fn run(a: Args) -> CliResult {
@@ -73,69 +99,95 @@ pub fn run(a: Args) -> CliResult {
     }
     let mode = ExecutionMode::from_label(&a.mode)
         .ok_or_else(|| CliError::usage(format!("unknown mode `{}` (eager, compiled)", a.mode)))?;
-    let ops: Vec<OpKind> = match &a.model {
-        Some(path) => model_ops(path, &a.input_shape)?,
-        None => a
-            .ops
-            .iter()
-            .map(|o| {
-                OpKind::from_any_name(o.trim()).ok_or_else(|| {
-                    CliError::usage(format!("unknown op `{o}` (see `torchlean ops`)"))
-                })
-            })
-            .collect::<Result<_, _>>()?,
-    };
-    let request = PlanRequest {
-        device: profile.device,
-        preference: profile.preference,
-        policy: profile.policy.clone(),
-        vjp: profile.vjp,
-        mode,
-    };
+    if a.grad && mode != ExecutionMode::Compiled {
+        return Err(CliError::usage(
+            "--grad applies to --mode compiled (the backward a compiled run appends); an eager plan already audits every op's VJP under the profile's VJP mode (--vjp)",
+        ));
+    }
     // a provider the build does not declare on the device is refused here as a run refuses it
     torchlean::module::check_declared(profile.device, profile.preference)
         .map_err(|e| CliError::usage(e.to_string()))?;
-    let availability = torchlean::module::availability();
-    let plan = match plan_ops(standard_registry(), &ops, &request, &availability) {
-        Ok(p) => p,
-        Err(errors) => {
-            if a.json {
-                let v = serde_json::json!({ "verdict": "planning_failed", "profile": profile.name, "planning_errors": errors, "messages": errors.iter().map(|e| e.to_string()).collect::<Vec<_>>() });
-                println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
-            } else {
-                for e in &errors {
-                    println!("{e}");
+    let report = match (&a.model, mode) {
+        (Some(path), ExecutionMode::Compiled) => {
+            let mut graph = load_model(path, &a.input_shape)?;
+            if a.grad {
+                let loss = graph
+                    .loss_output()
+                    .map_err(|e| CliError::usage(format!("--grad: {e}")))?
+                    .to_string();
+                append_backward(&mut graph, &loss, None)
+                    .map_err(|e| CliError::usage(e.to_string()))?;
+            }
+            // exactly what compiling it for a run decides (lowering, plan, gate, parts)
+            let report = match plan_graph(graph, &profile, standard_registry()) {
+                Ok(planned) => planned.report(&profile),
+                Err(CompileError::Planning(errors)) => {
+                    return Err(planning_failed(&errors, &profile.name, a.json))
+                }
+                Err(CompileError::Rejected(r)) => {
+                    let r = *r;
+                    BackendReport::new(&profile, mode, r.audits, r.groups, r.failures)
+                }
+                Err(e) => return Err(CliError::usage(e.to_string())),
+            };
+            if !a.json {
+                println!("plan:");
+                for k in report.kernels.iter().filter(|k| k.part_of.is_none()) {
+                    println!("  {} -> {}", k.op.name(), k.capsule);
                 }
             }
-            return Err(CliError::usage(format!(
-                "planning failed for {} op(s)",
-                errors.len()
-            )));
+            report
+        }
+        _ => {
+            let ops: Vec<OpKind> = match &a.model {
+                Some(path) => graph_ops(&load_model(path, &a.input_shape)?),
+                None => a
+                    .ops
+                    .iter()
+                    .map(|o| {
+                        OpKind::from_any_name(o.trim()).ok_or_else(|| {
+                            CliError::usage(format!("unknown op `{o}` (see `torchlean ops`)"))
+                        })
+                    })
+                    .collect::<Result<_, _>>()?,
+            };
+            let request = PlanRequest {
+                device: profile.device,
+                preference: profile.preference,
+                policy: profile.policy.clone(),
+                vjp: profile.vjp,
+                mode,
+            };
+            let availability = torchlean::module::availability();
+            let plan = plan_ops(standard_registry(), &ops, &request, &availability)
+                .map_err(|errors| planning_failed(&errors, &profile.name, a.json))?;
+            let (audits, groups, failures) = match gate_plan(&plan) {
+                Ok(accepted) => (
+                    accepted
+                        .kernels()
+                        .iter()
+                        .map(|k| k.audit().clone())
+                        .collect(),
+                    accepted.groups().to_vec(),
+                    vec![],
+                ),
+                Err(rejected) => (rejected.audits, rejected.groups, rejected.failures),
+            };
+            if !a.json {
+                println!("plan:");
+                for k in &plan.kernels {
+                    println!("  {} -> {}", k.op.name(), k.capsule().name);
+                }
+            }
+            BackendReport::new(&profile, mode, audits, groups, failures)
         }
     };
-    let (audits, groups, failures) = match gate_plan(&plan) {
-        Ok(accepted) => (
-            accepted
-                .kernels()
-                .iter()
-                .map(|k| k.audit().clone())
-                .collect(),
-            accepted.groups().to_vec(),
-            vec![],
-        ),
-        Err(rejected) => (rejected.audits, rejected.groups, rejected.failures),
-    };
-    let report = BackendReport::new(&profile, mode, audits, groups, failures);
     if a.json {
         println!(
             "{}",
             serde_json::to_string_pretty(&report.to_json()).unwrap_or_default()
         );
     } else {
-        println!("plan:");
-        for k in &plan.kernels {
-            println!("  {} -> {}", k.op.name(), k.capsule().name);
-        }
         print!("{}", report.to_text());
     }
     // the plan is static (registry, planner, gate): say so when the device it was made for

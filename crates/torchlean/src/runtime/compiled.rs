@@ -142,103 +142,13 @@ impl CompiledGraph {
         profile: &BackendProfile,
         registry: &std::sync::Arc<crate::backend::Registry>,
     ) -> std::result::Result<CompiledGraph, CompileError> {
-        graph.validate()?;
-        // lowering: elementwise fusion (a fused node gets its own capsule when planned)
-        // (on the CPU only: the fused chains' capsule is a CPU kernel)
-        let graph = if profile.device == crate::backend::Device::Cpu {
-            let chains = crate::graph::fuse_elementwise(&graph)?.0;
-            crate::graph::fuse_conv_epilogues(&chains)?.0
-        } else {
-            graph
-        };
-        let has_vjp = graph
-            .nodes
-            .iter()
-            .any(|n| matches!(n.kind, NodeKind::Vjp { .. }));
-        let request = PlanRequest {
-            device: profile.device,
-            preference: profile.preference,
-            policy: profile.policy.clone(),
-            vjp: if has_vjp { profile.vjp } else { VjpMode::None },
-            mode: ExecutionMode::Compiled,
-        };
-        let availability = crate::module::availability();
-        let mut by_kind: HashMap<OpKind, PlannedKernel> = HashMap::new();
-        let mut errors = vec![];
-        let mut kernels = vec![];
-        let mut kernel_of = vec![None; graph.nodes.len()];
-        for n in &graph.nodes {
-            let op = match &n.kind {
-                NodeKind::Op { op } | NodeKind::Vjp { op, .. } => op,
-                _ => continue,
-            };
-            let kind = op.kind();
-            let planned = match by_kind.entry(kind) {
-                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-                std::collections::hash_map::Entry::Vacant(v) => {
-                    match plan_op(registry, kind, &request, &availability) {
-                        Ok(k) => v.insert(k),
-                        Err(e) => {
-                            if !errors.iter().any(|x: &PlanningError| x.op == kind) {
-                                errors.push(e);
-                            }
-                            continue;
-                        }
-                    }
-                }
-            };
-            kernel_of[n.id] = Some(kernels.len());
-            kernels.push(planned.clone());
-        }
-        if !errors.is_empty() {
-            return Err(CompileError::Planning(errors));
-        }
-        let plan = ExecutionPlan {
-            request: request.clone(),
-            kernels,
-        };
-        let accepted = gate_plan(&plan).map_err(|r| CompileError::Rejected(Box::new(r)))?;
-        let mut audits: Vec<_> = vec![];
-        let mut composite = false;
-        for k in accepted.kernels() {
-            if audits
-                .iter()
-                .any(|a: &crate::backend::KernelAudit| a.capsule == k.audit().capsule)
-            {
-                continue;
-            }
-            audits.push(k.audit().clone());
-            // a composite's parts: planned and gated under this profile now, before any
-            // kernel runs, for its forward (no tape) and its VJP (which re-runs them taped)
-            let parts = &k.capsule().parts;
-            if parts.is_empty() {
-                continue;
-            }
-            composite = true;
-            let mut modes = vec![VjpMode::None];
-            if request.vjp != VjpMode::None {
-                modes.push(request.vjp);
-            }
-            for vjp in modes {
-                let part_request = PlanRequest {
-                    vjp,
-                    mode: ExecutionMode::Eager,
-                    ..request.clone()
-                };
-                let part_plan =
-                    crate::backend::plan_ops(registry, parts, &part_request, &availability)
-                        .map_err(CompileError::Planning)?;
-                let part_accepted =
-                    gate_plan(&part_plan).map_err(|r| CompileError::Rejected(Box::new(r)))?;
-                for pk in part_accepted.kernels() {
-                    let mut a = pk.audit().clone();
-                    a.part_of = Some(k.capsule().name.clone());
-                    if !audits.contains(&a) {
-                        audits.push(a);
-                    }
-                }
-            }
-        }
+        let GraphPlan {
+            graph,
+            accepted,
+            kernel_of,
+            audits,
+            composite,
+        } = plan_graph(graph, profile, registry)?;
         // the parts run through a session of this profile, installed for each run
         let parts_session = composite.then(|| {
             std::sync::Mutex::new(Some(super::session::Session::with_registry(
@@ -824,4 +734,153 @@ impl CompiledStep {
             grads,
         ))
     }
+}
+
+/// What compiling a graph decides before any device is probed or kernel run: the graph as it
+/// will execute (lowered: element-wise chains and convolution epilogues fused on the CPU), the
+/// accepted plan (one kernel per op and vjp node) and the audits a report lists (a composite's
+/// parts nested under it, planned and gated under the same profile). `torchlean plan --mode
+/// compiled` prints exactly this, so a plan and a run of the same graph name the same capsules.
+pub struct GraphPlan {
+    graph: Graph,
+    accepted: AcceptedGraphPlan,
+    kernel_of: Vec<Option<usize>>,
+    audits: Vec<crate::backend::KernelAudit>,
+    composite: bool,
+}
+
+impl GraphPlan {
+    /// The lowered graph the plan is for.
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+
+    /// The report of the plan (no target line, no executor line: nothing was probed or built).
+    pub fn report(&self, profile: &BackendProfile) -> BackendReport {
+        BackendReport::new(
+            profile,
+            ExecutionMode::Compiled,
+            self.audits.clone(),
+            self.accepted.groups().to_vec(),
+            vec![],
+        )
+    }
+}
+
+/// The lowering compiled mode applies before planning: on the CPU, element-wise chains and
+/// convolution epilogues become fused nodes (their capsules are CPU kernels); elsewhere the
+/// graph is unchanged.
+fn lower(graph: Graph, device: crate::backend::Device) -> std::result::Result<Graph, GraphError> {
+    if device != crate::backend::Device::Cpu {
+        return Ok(graph);
+    }
+    let chains = crate::graph::fuse_elementwise(&graph)?.0;
+    Ok(crate::graph::fuse_conv_epilogues(&chains)?.0)
+}
+
+/// Validates, lowers, plans and gates `graph` under `profile` over `registry`, with no device
+/// probe and nothing run (see [`GraphPlan`]); [`CompiledGraph::compile_with_registry`] starts
+/// here.
+pub fn plan_graph(
+    graph: Graph,
+    profile: &BackendProfile,
+    registry: &crate::backend::Registry,
+) -> std::result::Result<GraphPlan, CompileError> {
+    graph.validate()?;
+    // lowering: a fused node gets its own capsule when planned
+    let graph = lower(graph, profile.device)?;
+    let has_vjp = graph
+        .nodes
+        .iter()
+        .any(|n| matches!(n.kind, NodeKind::Vjp { .. }));
+    let request = PlanRequest {
+        device: profile.device,
+        preference: profile.preference,
+        policy: profile.policy.clone(),
+        vjp: if has_vjp { profile.vjp } else { VjpMode::None },
+        mode: ExecutionMode::Compiled,
+    };
+    let availability = crate::module::availability();
+    let mut by_kind: HashMap<OpKind, PlannedKernel> = HashMap::new();
+    let mut errors = vec![];
+    let mut kernels = vec![];
+    let mut kernel_of = vec![None; graph.nodes.len()];
+    for n in &graph.nodes {
+        let op = match &n.kind {
+            NodeKind::Op { op } | NodeKind::Vjp { op, .. } => op,
+            _ => continue,
+        };
+        let kind = op.kind();
+        let planned = match by_kind.entry(kind) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                match plan_op(registry, kind, &request, &availability) {
+                    Ok(k) => v.insert(k),
+                    Err(e) => {
+                        if !errors.iter().any(|x: &PlanningError| x.op == kind) {
+                            errors.push(e);
+                        }
+                        continue;
+                    }
+                }
+            }
+        };
+        kernel_of[n.id] = Some(kernels.len());
+        kernels.push(planned.clone());
+    }
+    if !errors.is_empty() {
+        return Err(CompileError::Planning(errors));
+    }
+    let plan = ExecutionPlan {
+        request: request.clone(),
+        kernels,
+    };
+    let accepted = gate_plan(&plan).map_err(|r| CompileError::Rejected(Box::new(r)))?;
+    let mut audits: Vec<_> = vec![];
+    let mut composite = false;
+    for k in accepted.kernels() {
+        if audits
+            .iter()
+            .any(|a: &crate::backend::KernelAudit| a.capsule == k.audit().capsule)
+        {
+            continue;
+        }
+        audits.push(k.audit().clone());
+        // a composite's parts: planned and gated under this profile now, before any
+        // kernel runs, for its forward (no tape) and its VJP (which re-runs them taped)
+        let parts = &k.capsule().parts;
+        if parts.is_empty() {
+            continue;
+        }
+        composite = true;
+        let mut modes = vec![VjpMode::None];
+        if request.vjp != VjpMode::None {
+            modes.push(request.vjp);
+        }
+        for vjp in modes {
+            let part_request = PlanRequest {
+                vjp,
+                mode: ExecutionMode::Eager,
+                ..request.clone()
+            };
+            let part_plan = crate::backend::plan_ops(registry, parts, &part_request, &availability)
+                .map_err(CompileError::Planning)?;
+            let part_accepted =
+                gate_plan(&part_plan).map_err(|r| CompileError::Rejected(Box::new(r)))?;
+            for pk in part_accepted.kernels() {
+                let mut a = pk.audit().clone();
+                a.part_of = Some(k.capsule().name.clone());
+                if !audits.contains(&a) {
+                    audits.push(a);
+                }
+            }
+        }
+    }
+    Ok(GraphPlan {
+        graph,
+        accepted,
+        kernel_of,
+        audits,
+        composite,
+    })
 }
