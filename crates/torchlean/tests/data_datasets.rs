@@ -71,28 +71,46 @@ fn epoch_batches_cover_every_sample_once_and_shuffle_by_seed() {
 #[test]
 fn sampler_steps_walk_epoch_permutations() {
     support::checked_cpu_default();
-    let p = epoch_permutation(50, 3, 0);
+    let p = epoch_permutation(50, 3, 0).unwrap();
     let mut s = p.clone();
     s.sort();
     assert_eq!(s, (0..50).collect::<Vec<_>>());
-    assert_ne!(p, epoch_permutation(50, 3, 1));
+    assert_ne!(p, epoch_permutation(50, 3, 1).unwrap());
     assert_ne!(p, (0..50).collect::<Vec<_>>());
-    // 7 samples, batches of 3: steps 0..7 cover three epochs exactly (21 positions)
-    let mut sampler = BatchSampler::new(7, 3, 9, true);
-    let stream: Vec<usize> = (0..7).flat_map(|k| sampler.indices(k)).collect();
-    for e in 0..3 {
-        assert_eq!(
-            &stream[e * 7..e * 7 + 7],
-            epoch_permutation(7, 9, e as u64).as_slice()
-        );
+    // 7 samples, batches of 3: two whole batches per epoch, the seventh sample of each
+    // epoch's permutation left out (PyTorch's drop_last): step k is batch k mod 2 of epoch
+    // k div 2, and no batch holds a sample twice
+    let mut sampler = BatchSampler::new(7, 3, 9, true).unwrap();
+    assert_eq!(sampler.batches_per_epoch(), 2);
+    let batches: Vec<Vec<usize>> = (0..8).map(|k| sampler.indices(k).unwrap()).collect();
+    for (k, batch) in batches.iter().enumerate() {
+        let epoch = epoch_permutation(7, 9, (k / 2) as u64).unwrap();
+        assert_eq!(batch.as_slice(), &epoch[(k % 2) * 3..(k % 2) * 3 + 3]);
+        let mut distinct = batch.clone();
+        distinct.sort();
+        distinct.dedup();
+        assert_eq!(distinct.len(), 3, "{batch:?}");
     }
     // any step can be asked for directly (resume), in any order
-    let mut other = BatchSampler::new(7, 3, 9, true);
-    assert_eq!(other.indices(5), stream[15..18].to_vec());
-    assert_eq!(other.indices(1), stream[3..6].to_vec());
-    let mut ordered = BatchSampler::new(4, 3, 0, false);
-    assert_eq!(ordered.indices(1), vec![3, 0, 1]);
-    assert!(BatchSampler::new(0, 3, 0, true).indices(2).is_empty());
+    let mut other = BatchSampler::new(7, 3, 9, true).unwrap();
+    assert_eq!(other.indices(5).unwrap(), batches[5]);
+    assert_eq!(other.indices(1).unwrap(), batches[1]);
+    let mut ordered = BatchSampler::new(4, 3, 0, false).unwrap();
+    assert_eq!(ordered.indices(1).unwrap(), vec![0, 1, 2]);
+    let mut ordered = BatchSampler::new(5, 2, 0, false).unwrap();
+    assert_eq!(ordered.indices(1).unwrap(), vec![2, 3]);
+    assert_eq!(ordered.indices(2).unwrap(), vec![0, 1]);
+    assert!(BatchSampler::new(0, 3, 0, true)
+        .unwrap()
+        .indices(2)
+        .unwrap()
+        .is_empty());
+    // a batch above the samples would repeat one; a length no memory holds is an error
+    let err = BatchSampler::new(3, 4, 0, true).unwrap_err().to_string();
+    assert!(err.contains("batch size 4 exceeds the 3 samples"), "{err}");
+    let mut huge = BatchSampler::new(1 << 62, 1, 0, true).unwrap();
+    assert!(huge.indices(0).is_err());
+    assert!(epoch_permutation(usize::MAX, 0, 0).is_err());
 }
 
 #[test]
@@ -230,4 +248,15 @@ fn char_windows_match_a_naive_walk_for_every_stride() {
             }
         }
     }
+}
+
+#[test]
+fn a_batch_too_large_to_hold_is_an_error_before_any_copy() {
+    support::checked_cpu_default();
+    let wide = Dataset::from_vecs(vec![0.5; 1 << 20], &[1 << 20], vec![1.0], &[1]).unwrap();
+    let err = wide.gather(&vec![0; 1 << 20]).unwrap_err().to_string();
+    assert!(err.contains("gather"), "{err}");
+    assert!(wide.gather(&[1]).is_err());
+    let (x, y) = wide.gather(&[0, 0]).unwrap();
+    assert_eq!((x.shape(), y.shape()), (&[2, 1 << 20][..], &[2, 1][..]));
 }

@@ -284,12 +284,7 @@ pub fn run(a: Args) -> CliResult {
                     Tensor::randn(&[b, h, l, d], 6)?.requires_grad(),
                     Tensor::randn(&[b, h, l, d], 7)?.requires_grad(),
                     Tensor::randn(&[b, h, l, d], 8)?.requires_grad(),
-                    Tensor::from_vec(
-                        (0..l * l)
-                            .map(|i| ((i % l) <= (i / l)) as u8 as f32)
-                            .collect(),
-                        &[l, l],
-                    )?,
+                    lower_triangular_mask(l)?,
                     Tensor::randn(&[b, h, l, d], 9)?,
                 ])
             };
@@ -338,12 +333,7 @@ pub fn run(a: Args) -> CliResult {
                 ];
                 if mask {
                     // the sdpa workload's pattern: a lower-triangular boolean [L, L] mask
-                    v.push(on(Tensor::from_vec(
-                        (0..l * l)
-                            .map(|i| ((i % l) <= (i / l)) as u8 as f32)
-                            .collect(),
-                        &[l, l],
-                    )?)?);
+                    v.push(on(lower_triangular_mask(l)?)?);
                 }
                 Ok(v)
             };
@@ -488,6 +478,12 @@ pub fn run(a: Args) -> CliResult {
         print!("{}", report.to_text());
     }
     a.backend.write_report(report, &reads)
+}
+
+/// The attention workloads' boolean mask: `[L, L]`, 1 on and below the diagonal (built by a
+/// checked, fallible creation: L comes from the workload's name).
+fn lower_triangular_mask(l: usize) -> torchlean::Result<Tensor> {
+    Tensor::from_fn(&[l, l], |i| ((i % l) <= (i / l)) as u8 as f32)
 }
 
 /// An attention workload: `attn-{fwd|step}-{none|mask|causal}[-L<n>][-B<n>]` — forward only

@@ -102,22 +102,29 @@ impl Dataset {
     /// The batch of the samples at `indices`: features [B, ...] and targets [B, ...].
     pub fn gather(&self, indices: &[usize]) -> Result<(Tensor, Tensor)> {
         let (fw, tw) = self.widths();
-        let mut x = Vec::with_capacity(indices.len() * fw);
-        let mut y = Vec::with_capacity(indices.len() * tw);
-        for &i in indices {
-            if i >= self.len {
-                return Err(invalid(format!(
-                    "sample index {i} out of range for {} samples",
-                    self.len
-                )));
-            }
-            x.extend_from_slice(&self.features[i * fw..(i + 1) * fw]);
-            y.extend_from_slice(&self.targets[i * tw..(i + 1) * tw]);
+        if let Some(&i) = indices.iter().find(|&&i| i >= self.len) {
+            return Err(invalid(format!(
+                "sample index {i} out of range for {} samples",
+                self.len
+            )));
         }
         let mut xs = vec![indices.len()];
         xs.extend_from_slice(&self.feature_shape);
         let mut ys = vec![indices.len()];
         ys.extend_from_slice(&self.target_shape);
+        // the batch's sizes are checked and its memory reserved fallibly before any copy:
+        // many indices of wide samples can ask for more than the process can hold
+        let (nx, ny) = (
+            crate::spec::check_shape("gather", &xs)?,
+            crate::spec::check_shape("gather", &ys)?,
+        );
+        let buffers = crate::runtime::buffers::try_with_capacity::<f32>;
+        let mut x = buffers(nx, &format!("a batch of features of shape {xs:?}"))?;
+        let mut y = buffers(ny, &format!("a batch of targets of shape {ys:?}"))?;
+        for &i in indices {
+            x.extend_from_slice(&self.features[i * fw..(i + 1) * fw]);
+            y.extend_from_slice(&self.targets[i * tw..(i + 1) * tw]);
+        }
         Ok((Tensor::from_vec(x, &xs)?, Tensor::from_vec(y, &ys)?))
     }
 
@@ -163,7 +170,7 @@ impl Dataset {
 
     /// A copy with samples in the order of the permutation of epoch 0 under `seed`.
     pub fn shuffled(&self, seed: u64) -> Result<Dataset> {
-        let perm = super::sampler::epoch_permutation(self.len, seed, 0);
+        let perm = super::sampler::epoch_permutation(self.len, seed, 0)?;
         let (x, y) = self.gather(&perm)?;
         Dataset::new(&x, &y)
     }
@@ -179,14 +186,15 @@ impl Dataset {
             return Err(invalid("batch size must be positive".into()));
         }
         let order: Vec<usize> = match shuffle_seed {
-            Some(seed) => super::sampler::epoch_permutation(self.len, seed, 0),
+            Some(seed) => super::sampler::epoch_permutation(self.len, seed, 0)?,
             None => (0..self.len).collect(),
         };
         order.chunks(batch_size).map(|c| self.gather(c)).collect()
     }
 
-    /// A sampler over this dataset (see [`BatchSampler`]).
-    pub fn sampler(&self, batch_size: usize, seed: u64, shuffle: bool) -> BatchSampler {
+    /// A sampler over this dataset (see [`BatchSampler`]; a batch above the dataset's size
+    /// is refused).
+    pub fn sampler(&self, batch_size: usize, seed: u64, shuffle: bool) -> Result<BatchSampler> {
         BatchSampler::new(self.len, batch_size, seed, shuffle)
     }
 }

@@ -90,7 +90,7 @@ pub fn char_lm_dataset(
     stride: usize,
 ) -> Result<Dataset> {
     let ids = vocab.encode(text)?;
-    if seq_len == 0 || stride == 0 || ids.len() < seq_len + 1 {
+    if seq_len == 0 || stride == 0 || ids.len() <= seq_len {
         return Err(DataError::Invalid(format!(
             "need seq_len >= 1, stride >= 1 and more than seq_len characters, got seq_len {seq_len}, stride {stride}, {} characters",
             ids.len()

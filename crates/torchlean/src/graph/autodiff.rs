@@ -8,18 +8,22 @@ use super::op::Op;
 /// Name of the constant holding the seed cotangent (1.0) of a scalar output.
 pub const SEED: &str = "grad.seed";
 
-/// Which nodes depend on an input or a parameter (of `wrt`, when given) and so carry a gradient.
+/// Which nodes depend on an input or a parameter (of `wrt`, when given) and so carry a
+/// gradient, by position in `g.nodes` (a parent that is not an earlier node, in a graph that
+/// was never validated, carries none).
 pub fn depends_on_leaves(g: &Graph, wrt: Option<&[&str]>) -> Vec<bool> {
-    let mut dep = vec![false; g.nodes.len()];
+    let mut dep: Vec<bool> = Vec::with_capacity(g.nodes.len());
     for n in &g.nodes {
-        dep[n.id] = match &n.kind {
+        let reached = |dep: &[bool]| n.parents.iter().any(|&p| dep.get(p) == Some(&true));
+        let d = match &n.kind {
             NodeKind::Input { name } | NodeKind::Parameter { name } => {
                 wrt.is_none_or(|w| w.contains(&name.as_str()))
             }
             NodeKind::Constant { .. } => false,
-            NodeKind::Op { op } => op.kind().differentiable() && n.parents.iter().any(|&p| dep[p]),
-            NodeKind::Vjp { .. } => n.parents.iter().any(|&p| dep[p]),
+            NodeKind::Op { op } => op.kind().differentiable() && reached(&dep),
+            NodeKind::Vjp { .. } => reached(&dep),
         };
+        dep.push(d);
     }
     dep
 }
@@ -33,6 +37,9 @@ pub fn append_backward(
     loss: &str,
     wrt: Option<&[&str]>,
 ) -> Result<Vec<String>, GraphError> {
+    // the graph's fields are public: one built by hand is validated here like a loaded one
+    // (node ids, parents before children, shapes) before any node is indexed
+    g.validate()?;
     // the names added below must not collide with (and silently replace) the user's
     g.check_user_names()?;
     let root = g

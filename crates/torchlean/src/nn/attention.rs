@@ -184,18 +184,17 @@ pub fn key_padding_mask(keep: &Tensor, query_len: usize) -> Result<Tensor> {
         }));
     }
     let (b, n) = (s[0], s[1]);
-    let data = keep.data();
-    let mut out = Vec::with_capacity(b * query_len * n);
-    for bi in 0..b {
-        for _ in 0..query_len {
-            out.extend(
-                data[bi * n..(bi + 1) * n]
-                    .iter()
-                    .map(|&v| if v != 0.0 { 1.0 } else { 0.0 }),
-            );
+    // a host read of the keep flags (fallible for a device tensor); the mask is built by a
+    // checked, fallibly reserved creation: `query_len` is the caller's
+    let keep = keep.try_to_vec()?;
+    Tensor::from_fn(&[b, query_len, n], |i| {
+        let (bi, j) = (i / (query_len * n), i % n);
+        if keep[bi * n + j] != 0.0 {
+            1.0
+        } else {
+            0.0
         }
-    }
-    Tensor::from_vec(out, &[b, query_len, n])
+    })
 }
 
 impl Module for MultiheadAttention {

@@ -329,13 +329,26 @@ pub fn apply_checkpoint(
             .map_err(|_| mismatch(format!("metadata step `{s}` is not a number")))?,
         None => 0,
     };
+    // a module of the user's own may name two tensors alike: one file tensor cannot fill
+    // both (of different shapes, its copy into the other would not fit)
     let mut expected: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-    for (n, t) in model.parameters() {
-        expected.insert(n, t.shape().to_vec());
-    }
     let buffer_names: Vec<String> = model.buffers().into_iter().map(|(n, _)| n).collect();
-    for (n, t) in model.buffers() {
-        expected.insert(n, t.shape().to_vec());
+    let shapes = model
+        .parameters()
+        .into_iter()
+        .map(|(n, t)| (n, t.shape().to_vec()))
+        .chain(
+            model
+                .buffers()
+                .into_iter()
+                .map(|(n, t)| (n, t.shape().to_vec())),
+        );
+    for (n, shape) in shapes {
+        if expected.insert(n.clone(), shape).is_some() {
+            return Err(mismatch(format!(
+                "the model names two of its parameters or buffers `{n}`; each needs its own name to be loaded"
+            )));
+        }
     }
     let missing: Vec<&String> = expected
         .keys()

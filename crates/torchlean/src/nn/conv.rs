@@ -63,6 +63,8 @@ impl Conv2d {
             )));
         }
         let cin_g = in_channels / groups;
+        // the weight's shape checked first: its product bounds the fan-in's
+        crate::spec::check_shape("conv2d layer", &[out_channels, cin_g, kernel, kernel])?;
         let fan_in = cin_g * kernel * kernel;
         let (weight, bias) = init::default_layer(
             &[out_channels, cin_g, kernel, kernel],

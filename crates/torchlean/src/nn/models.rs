@@ -33,7 +33,14 @@ pub fn small_cnn(
         padding: 1,
         ..Conv2dOptions::default()
     };
-    let flat = 2 * width * (size / 4) * (size / 4);
+    let flat = [2, width, size / 4, size / 4]
+        .iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .ok_or_else(|| {
+            Error::Creation(format!(
+                "small_cnn: width {width} at input size {size} gives more features than memory can address"
+            ))
+        })?;
     Ok(Sequential::new()
         .push(Conv2d::new(
             in_channels,

@@ -30,7 +30,11 @@ impl CellParams {
             )));
         }
         let b = 1.0 / (hidden as f32).sqrt();
-        let g = gates * hidden;
+        let g = gates.checked_mul(hidden).ok_or_else(|| {
+            Error::Creation(format!(
+                "{what}: {gates} gates of hidden size {hidden} are more rows than memory can address"
+            ))
+        })?;
         Ok(CellParams {
             weight_ih: init::uniform(&[g, input], b, derive_seed(seed, 0))?,
             weight_hh: init::uniform(&[g, hidden], b, derive_seed(seed, 1))?,

@@ -24,7 +24,8 @@ impl SpectralConv1d {
                 "spectral conv needs positive channels and modes, got {in_channels} -> {out_channels}, {modes} modes"
             )));
         }
-        let scale = 1.0 / (in_channels * out_channels) as f32;
+        // in f32: the product of two channel counts may overflow usize
+        let scale = 1.0 / (in_channels as f32 * out_channels as f32);
         let shape = [in_channels, out_channels, modes];
         Ok(SpectralConv1d {
             weight_re: Tensor::uniform(&shape, 0.0, scale, derive_seed(seed, 0))?.requires_grad(),
@@ -111,6 +112,14 @@ impl Module for Fno1d {
                 shapes: vec![x.shape().to_vec()],
                 expected: format!("[B, {}, N]", self.in_channels),
             }));
+        }
+        // the blocks are public fields: a caller may have edited them out of step
+        if self.spectral.is_empty() || self.spectral.len() != self.pointwise.len() {
+            return Err(Error::Creation(format!(
+                "fno1d: {} spectral blocks and {} pointwise layers; the blocks pair them, so both need the same positive count",
+                self.spectral.len(),
+                self.pointwise.len()
+            )));
         }
         // channels last for the pointwise layers: [B, N, C]
         let mut h = self.lift.forward(&x.permute(&[0, 2, 1])?)?;

@@ -6,10 +6,9 @@ use crate::tensor::Tensor;
 /// The quickstart regression task: x ~ N(0, 1)^4 and
 /// y = sin(2 x0) + 0.5 x1 x2 - 0.3 x3, drawn with `seed`.
 pub struct SyntheticRegression {
-    pub inputs: Vec<f32>,
-    pub targets: Vec<f32>,
-    pub features: usize,
-    pub len: usize,
+    inputs: Vec<f32>,
+    targets: Vec<f32>,
+    len: usize,
 }
 
 impl SyntheticRegression {
@@ -26,9 +25,18 @@ impl SyntheticRegression {
         Ok(SyntheticRegression {
             inputs,
             targets,
-            features: f,
             len,
         })
+    }
+
+    /// The number of samples.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the task has no samples.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
     }
 
     /// Batch number `step`: `batch` consecutive samples (wrapping around).
@@ -39,11 +47,14 @@ impl SyntheticRegression {
                 self.len
             )));
         }
-        let f = self.features;
+        let f = Self::FEATURES;
+        // batch ≤ len: the batch's memory is no more than the task's own
         let mut x = Vec::with_capacity(batch * f);
         let mut y = Vec::with_capacity(batch);
+        // the first sample's position taken modulo len in u128: no step overflows
+        let first = ((step as u128 * batch as u128) % self.len as u128) as usize;
         for k in 0..batch {
-            let i = (step * batch + k) % self.len;
+            let i = (first + k) % self.len;
             x.extend_from_slice(&self.inputs[i * f..(i + 1) * f]);
             y.push(self.targets[i]);
         }

@@ -333,9 +333,9 @@ impl<M: Module> Trainer<M> {
                 options.batch_size,
                 derive_seed(*seed, 0xDA7A),
                 options.shuffle,
-            );
+            )?;
             if options.steps > 0 && !planned[1] {
-                let (x, y) = data.gather(&sampler.indices(*step))?;
+                let (x, y) = data.gather(&sampler.indices(*step)?)?;
                 let (x, y) = (x.to_device(device)?, y.to_device(device)?);
                 // the ops of a step beside the model's: the optimizer's update, the tape's
                 // gradient sums, clipping's norm and scaling, and on a device the finiteness
@@ -367,7 +367,7 @@ impl<M: Module> Trainer<M> {
                     optimizer.set_learning_rate(sch.lr_at(s as usize));
                 }
                 model.reseed(derive_seed(*seed, s));
-                let (x, y) = data.gather(&sampler.indices(s))?;
+                let (x, y) = data.gather(&sampler.indices(s)?)?;
                 let (x, y) = (x.to_device(device)?, y.to_device(device)?);
                 let out = step_fn
                     .run(model, optimizer.as_mut(), task, &x, &y, *clip, s + 1)

@@ -110,6 +110,10 @@ impl<T: Scalar> Array<T> {
     }
 
     /// An array of zeros.
+    ///
+    /// # Panics
+    /// Like `vec!`, when the shape's element count does not fit in memory (the spec's
+    /// entry points only build arrays of shapes [`check_shape`] accepted).
     pub fn zeros(shape: &[usize]) -> Self {
         Array {
             shape: shape.to_vec(),
@@ -118,6 +122,9 @@ impl<T: Scalar> Array<T> {
     }
 
     /// An array whose flat element `i` is `f(i)`.
+    ///
+    /// # Panics
+    /// Like [`Array::zeros`], when the element count does not fit in memory.
     pub fn from_fn(shape: &[usize], f: impl FnMut(usize) -> T) -> Self {
         Array {
             shape: shape.to_vec(),
@@ -144,6 +151,26 @@ impl<T: Scalar> Array<T> {
         self.shape = shape.to_vec();
         self
     }
+}
+
+/// Checks arrays an op is given: each shape valid ([`check_shape`]) and each holding exactly
+/// its shape's element count. An [`Array`]'s fields are public, so one built by hand may
+/// disagree with itself; the spec's entry points check before any element is indexed.
+pub(crate) fn check_arrays<T>(op: &'static str, arrays: &[&Array<T>]) -> Result<(), OpError> {
+    for a in arrays {
+        let n = check_shape(op, &a.shape)?;
+        if n != a.data.len() {
+            return Err(OpError::Shape {
+                op,
+                shapes: vec![a.shape.clone()],
+                expected: format!(
+                    "an array of {n} elements (its shape's count), got {} elements of data",
+                    a.data.len()
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// NumPy broadcasting of two shapes, or `None` when they are incompatible.
@@ -199,7 +226,7 @@ pub(crate) fn broadcast_source_index(in_shape: &[usize], out_shape: &[usize]) ->
 }
 
 /// Sums `g` (of a broadcast shape) back down to `shape`: the VJP of broadcasting.
-pub fn reduce_to<T: Scalar>(g: &Array<T>, shape: &[usize]) -> Array<T> {
+pub(crate) fn reduce_to<T: Scalar>(g: &Array<T>, shape: &[usize]) -> Array<T> {
     if g.shape == shape {
         return g.clone();
     }

@@ -50,8 +50,9 @@ pub mod sum;
 
 pub use array::{
     broadcast_shapes, check_shape, checked_contiguous_strides, checked_numel, contiguous_strides,
-    numel, reduce_to, Array, MAX_ELEMENTS, MAX_WORK,
+    numel, Array, MAX_ELEMENTS, MAX_WORK,
 };
+pub(crate) use array::{check_arrays, reduce_to};
 pub(crate) use elementwise::{
     binary, binary_partials, fused_chain_derivative, fused_chain_value, pow, unary,
     unary_derivative,
@@ -149,6 +150,7 @@ fn family_shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError> {
 
 /// The forward value of `op` on `inputs`.
 pub fn forward<T: Scalar>(op: &Op, inputs: &[&Array<T>]) -> Result<Array<T>, OpError> {
+    check_arrays(op.name(), inputs)?;
     let shapes: Vec<&[usize]> = inputs.iter().map(|a| a.shape.as_slice()).collect();
     let out_shape = infer_shape(op, &shapes)?;
     use OpKind as K;
@@ -221,6 +223,8 @@ pub fn vjp<T: Scalar>(
     output: &Array<T>,
     grad_out: &Array<T>,
 ) -> Result<InputGrads<T>, OpError> {
+    check_arrays(op.name(), inputs)?;
+    check_arrays(op.name(), &[output, grad_out])?;
     let shapes: Vec<&[usize]> = inputs.iter().map(|a| a.shape.as_slice()).collect();
     let out_shape = infer_shape(op, &shapes)?;
     if grad_out.shape != out_shape || output.shape != out_shape {

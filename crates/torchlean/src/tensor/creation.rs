@@ -43,6 +43,15 @@ impl Tensor {
         Ok(Tensor::from_parts(data, shape.to_vec()))
     }
 
+    /// A tensor whose row-major element `i` is `f(i)`, for `i` in `0..numel(shape)`: the shape
+    /// checked and the memory reserved fallibly before `f` is called.
+    pub fn from_fn(shape: &[usize], f: impl FnMut(usize) -> f32) -> Result<Tensor> {
+        let n = checked_numel("from_fn", shape)?;
+        let mut data = try_with_capacity(n, &format!("a tensor of shape {shape:?}"))?;
+        data.extend((0..n).map(f));
+        Ok(Tensor::from_parts(data, shape.to_vec()))
+    }
+
     /// A tensor of zeros.
     pub fn zeros(shape: &[usize]) -> Result<Tensor> {
         Tensor::full(shape, 0.0)
