@@ -603,3 +603,125 @@ fn non_square_idx_images_are_not_reshaped_into_squares() {
     let (code, err) = cnn("square-images.idx");
     assert_eq!(code, Some(0), "{err}");
 }
+
+/// Found by an ONNX audit: every output flag accepted the model's external data file (it
+/// was compared with the `.onnx` file only), so `run-graph m.onnx --out m.onnx.data` wrote
+/// safetensors over the weights and later runs read its header as weights (exit 0 both
+/// times); an external data location naming a FIFO blocked forever at open; a model whose
+/// integer inputs were filled with uniform floats could not be benchmarked.
+#[test]
+fn an_onnx_models_external_data_is_an_input_no_output_may_overwrite() {
+    let d = Dir::new("external");
+    let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+    for f in ["external.onnx", "external.onnx.data"] {
+        std::fs::copy(format!("{fixtures}/{f}"), d.p(f)).unwrap();
+    }
+    let weights = std::fs::read(d.p("external.onnx.data")).unwrap();
+    let x = torchlean::Tensor::from_vec((0..8).map(|v| v as f32).collect(), &[2, 4]).unwrap();
+    torchlean::tensor::io::write_safetensors(
+        std::path::Path::new(&d.p("x.st")),
+        &[("x".to_string(), x)],
+        None,
+    )
+    .unwrap();
+    let dir = d.0.to_string_lossy().into_owned();
+    let data = "external.onnx.data";
+    let commands: [&[&str]; 5] = [
+        &["import", "external.onnx", "--out", data, "--params", "p.st"],
+        &[
+            "import",
+            "external.onnx",
+            "--out",
+            "g.json",
+            "--params",
+            data,
+        ],
+        &[
+            "run-graph",
+            "external.onnx",
+            "--inputs",
+            "x.st",
+            "--out",
+            data,
+        ],
+        &["plan", "--model", "external.onnx", "--report-json", data],
+        &[
+            "bench",
+            "onnx:external.onnx",
+            "--reps",
+            "1",
+            "--report-json",
+            data,
+        ],
+    ];
+    for args in commands {
+        let (code, err) = run_plain(&dir, args);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert!(err.contains("the model's external data"), "{args:?}: {err}");
+        assert_eq!(std::fs::read(d.p(data)).unwrap(), weights, "{args:?}");
+    }
+    // the model itself runs, with its weights: y = x·W + b (onnxruntime's values)
+    let (code, err) = run_plain(
+        &dir,
+        &[
+            "run-graph",
+            "external.onnx",
+            "--inputs",
+            "x.st",
+            "--out",
+            "y.st",
+        ],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let y = torchlean::tensor::io::read_safetensors(std::path::Path::new(&d.p("y.st"))).unwrap();
+    let y = y.iter().find(|(n, _)| n == "y").unwrap().1.to_vec();
+    let ort = [4.7, 3.8000002, 7.4, 11.900001, 12.6, 17.8];
+    for (a, b) in y.iter().zip(ort) {
+        assert!((a - b).abs() <= 1e-5, "{y:?}");
+    }
+}
+
+#[test]
+fn an_external_data_fifo_is_refused_without_blocking() {
+    let d = Dir::new("fifo");
+    let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+    std::fs::copy(format!("{fixtures}/external.onnx"), d.p("external.onnx")).unwrap();
+    let made = Command::new("mkfifo")
+        .arg(d.p("external.onnx.data"))
+        .status();
+    if !made.is_ok_and(|s| s.success()) {
+        eprintln!("skipped: mkfifo is not available here");
+        return;
+    }
+    let dir = d.0.to_string_lossy().into_owned();
+    // `timeout` ends the command if it blocks (the old code opened the FIFO first)
+    let out = Command::new("timeout")
+        .current_dir(&dir)
+        .args(["20", BIN, "plan", "--model", "external.onnx"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("is not a regular file"), "{err}");
+}
+
+/// A 141-byte model naming 1 GiB of external data (a sparse file: no disk used): the bytes
+/// are read fallibly, and so is every decoded copy of them (they were copied infallibly, and
+/// a 4 GiB file aborted the process). Under a 2 GB address-space limit the import is an
+/// out-of-memory error, never a signal.
+#[test]
+fn decoding_a_large_external_initializer_is_fallible() {
+    let d = Dir::new("sparse");
+    let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+    std::fs::copy(format!("{fixtures}/sparse.onnx"), d.p("sparse.onnx")).unwrap();
+    std::fs::File::create(d.p("big.bin"))
+        .unwrap()
+        .set_len(4 << 28)
+        .unwrap();
+    let dir = d.0.to_string_lossy().into_owned();
+    assert_fails_cleanly(
+        "plan --model sparse.onnx",
+        run_limited(&dir, "plan --model sparse.onnx"),
+        &["memory"],
+    );
+}

@@ -66,6 +66,25 @@ pub struct Const {
 
 type Fold<T> = Result<T, String>;
 
+/// `n` decoded values in a vector reserved fallibly (`runtime::buffers::try_with_capacity`:
+/// also refused when the system reports less memory available than asked).
+fn decoded<T>(n: usize, values: impl Iterator<Item = T>) -> Fold<Vec<T>> {
+    let mut v = torchlean::runtime::buffers::try_with_capacity(n, "an initializer's values")
+        .map_err(|e| e.to_string())?;
+    v.extend(values);
+    Ok(v)
+}
+
+/// `n` float64 values narrowed to f32 ([`narrow`]), in a vector reserved fallibly.
+fn decoded_narrowed(n: usize, values: impl Iterator<Item = f64>) -> Fold<Vec<f32>> {
+    let mut v = torchlean::runtime::buffers::try_with_capacity(n, "an initializer's values")
+        .map_err(|e| e.to_string())?;
+    for (i, x) in values.enumerate() {
+        v.push(narrow(x, i)?);
+    }
+    Ok(v)
+}
+
 /// The most elements the import-time evaluation may compute, all constants of one import
 /// together (2^26: at most 512 MiB of i64, 256 MiB of f32). Every constant is counted
 /// against it before its elements are allocated. The shape arithmetic exporters emit is a
@@ -277,52 +296,37 @@ impl Const {
             ));
         }
         let chunks = |w: usize| raw.chunks_exact(w);
+        let word4 = |c: &[u8]| [c[0], c[1], c[2], c[3]];
+        let word8 = |c: &[u8]| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(c);
+            b
+        };
+        // every decoded copy is reserved fallibly: a large initializer (up to the external
+        // data's bound) the process cannot hold is an error naming it, not an abort
         let data = match t.data_type {
-            dtype::FLOAT if raw.is_empty() => Data::F32(t.float_data.clone()),
-            dtype::FLOAT => Data::F32(
-                chunks(4)
-                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                    .collect(),
-            ),
-            dtype::DOUBLE if raw.is_empty() => Data::F32(
-                t.double_data
-                    .iter()
-                    .enumerate()
-                    .map(|(i, &v)| narrow(v, i))
-                    .collect::<Fold<_>>()?,
-            ),
-            dtype::DOUBLE => Data::F32(
-                chunks(8)
-                    .enumerate()
-                    .map(|(i, c)| {
-                        let mut b = [0u8; 8];
-                        b.copy_from_slice(c);
-                        narrow(f64::from_le_bytes(b), i)
-                    })
-                    .collect::<Fold<_>>()?,
-            ),
-            dtype::INT64 if raw.is_empty() => Data::I64(t.int64_data.clone()),
-            dtype::INT64 => Data::I64(
-                chunks(8)
-                    .map(|c| {
-                        let mut b = [0u8; 8];
-                        b.copy_from_slice(c);
-                        i64::from_le_bytes(b)
-                    })
-                    .collect(),
-            ),
+            dtype::FLOAT if raw.is_empty() => Data::F32(decoded(n, t.float_data.iter().copied())?),
+            dtype::FLOAT => Data::F32(decoded(n, chunks(4).map(|c| f32::from_le_bytes(word4(c))))?),
+            dtype::DOUBLE if raw.is_empty() => {
+                Data::F32(decoded_narrowed(n, t.double_data.iter().copied())?)
+            }
+            dtype::DOUBLE => Data::F32(decoded_narrowed(
+                n,
+                chunks(8).map(|c| f64::from_le_bytes(word8(c))),
+            )?),
+            dtype::INT64 if raw.is_empty() => Data::I64(decoded(n, t.int64_data.iter().copied())?),
+            dtype::INT64 => Data::I64(decoded(n, chunks(8).map(|c| i64::from_le_bytes(word8(c))))?),
             dtype::INT32 if raw.is_empty() => {
-                Data::I64(t.int32_data.iter().map(|&v| v as i64).collect())
+                Data::I64(decoded(n, t.int32_data.iter().map(|&v| v as i64))?)
             }
-            dtype::INT32 => Data::I64(
-                chunks(4)
-                    .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as i64)
-                    .collect(),
-            ),
+            dtype::INT32 => Data::I64(decoded(
+                n,
+                chunks(4).map(|c| i32::from_le_bytes(word4(c)) as i64),
+            )?),
             dtype::BOOL if raw.is_empty() => {
-                Data::Bool(t.int32_data.iter().map(|&v| v != 0).collect())
+                Data::Bool(decoded(n, t.int32_data.iter().map(|&v| v != 0))?)
             }
-            _ => Data::Bool(raw.iter().map(|&b| b != 0).collect()),
+            _ => Data::Bool(decoded(n, raw.iter().map(|&b| b != 0))?),
         };
         Ok(Const { dims, data })
     }
@@ -351,6 +355,16 @@ impl Const {
             Data::F32(v) => v.clone(),
             Data::I64(v) => v.iter().map(|&x| x as f32).collect(),
             Data::Bool(v) => v.iter().map(|&b| if b { 1.0 } else { 0.0 }).collect(),
+        }
+    }
+
+    /// [`Const::floats`] in a vector reserved fallibly (an initializer's values, which may be
+    /// as large as the external data's bound, become a tensor through this).
+    pub fn try_floats(&self) -> Fold<Vec<f32>> {
+        match &self.data {
+            Data::F32(v) => decoded(v.len(), v.iter().copied()),
+            Data::I64(v) => decoded(v.len(), v.iter().map(|&x| x as f32)),
+            Data::Bool(v) => decoded(v.len(), v.iter().map(|&b| if b { 1.0 } else { 0.0 })),
         }
     }
 

@@ -24,19 +24,37 @@ pub fn is_external(t: &TensorProto) -> bool {
     !t.external_data.is_empty() || t.data_location.value() == DataLocation::EXTERNAL as i32
 }
 
+/// The folder of `model_path` (`.` for a bare file name).
+fn model_dir(model_path: &Path) -> &Path {
+    match model_path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    }
+}
+
+/// The files the external data of `model`'s initializers name (read from `model_path`),
+/// resolved as [`load_external_data`] resolves them, each once: inputs of the command that
+/// reads the model, which none of its outputs may overwrite. A location that does not
+/// resolve is left out (reading it is refused).
+pub fn external_files(model: &ModelProto, model_path: &Path) -> Vec<PathBuf> {
+    let dir = model_dir(model_path);
+    let mut files: Vec<PathBuf> = vec![];
+    let initializers = model.graph.iter().flat_map(|g| &g.initializer);
+    for t in initializers.filter(|t| is_external(t)) {
+        let location = t.external_data.iter().find(|e| e.key == "location");
+        if let Some(file) = location.and_then(|e| inside(dir, &e.value).ok()) {
+            if !files.contains(&file) {
+                files.push(file);
+            }
+        }
+    }
+    files
+}
+
 /// Reads the external data of every initializer of `model` (read from `model_path`) into the
 /// initializer itself.
 pub fn load_external_data(model: &mut ModelProto, model_path: &Path) -> Result<(), OnnxError> {
-    let dir = model_path
-        .parent()
-        .map(|d| {
-            if d.as_os_str().is_empty() {
-                Path::new(".")
-            } else {
-                d
-            }
-        })
-        .unwrap_or(Path::new("."));
+    let dir = model_dir(model_path);
     let shown = model_path.display().to_string();
     let mut budget = MAX_EXTERNAL_BYTES;
     let Some(graph) = model.graph.as_mut() else {
@@ -96,10 +114,20 @@ fn read_one(t: &TensorProto, dir: &Path, budget: &mut u64) -> Result<Vec<u8>, St
             "{want} bytes, past the bound of {MAX_EXTERNAL_BYTES} bytes of external data per model"
         ));
     }
+    // the kind of file is checked before it is opened: opening a FIFO for reading blocks
+    // until a writer comes (forever, for a hostile model), and a device never ends
+    let kind = std::fs::metadata(&file).map_err(|e| format!("{location}: {e}"))?;
+    if !kind.is_file() {
+        return Err(format!(
+            "{location} is not a regular file (a named pipe, device, socket or directory holds no tensor's bytes)"
+        ));
+    }
     let mut f = std::fs::File::open(&file).map_err(|e| format!("{location}: {e}"))?;
     let meta = f.metadata().map_err(|e| format!("{location}: {e}"))?;
     if !meta.is_file() {
-        return Err(format!("{location} is not a regular file"));
+        return Err(format!(
+            "{location} is not a regular file (it changed while read)"
+        ));
     }
     if offset.checked_add(want).is_none_or(|end| end > meta.len()) {
         return Err(format!(

@@ -17,6 +17,19 @@ pub const OPSET_RANGE: std::ops::RangeInclusive<i64> = 13..=22;
 /// Reads and decodes `path` (capped at [`MAX_MODEL_BYTES`]), with the external data of its
 /// initializers read from the files beside it ([`crate::external`]).
 pub fn read_model(path: &Path) -> Result<ModelProto, OnnxError> {
+    read_model_file(path).map(|m| m.model)
+}
+
+/// A model read from its file, and the files its initializers' external data came from.
+pub struct ModelFile {
+    pub model: ModelProto,
+    /// Every external data file read (resolved paths): inputs of the command as much as the
+    /// model file, so a command checks that none of its outputs is one of them.
+    pub external_files: Vec<std::path::PathBuf>,
+}
+
+/// [`read_model`], also naming the external data files read.
+pub fn read_model_file(path: &Path) -> Result<ModelFile, OnnxError> {
     let shown = path.display().to_string();
     let bytes =
         torchlean::files::read_capped(path, MAX_MODEL_BYTES).map_err(|e| OnnxError::File {
@@ -24,8 +37,12 @@ pub fn read_model(path: &Path) -> Result<ModelProto, OnnxError> {
             reason: e.to_string(),
         })?;
     let mut model = decode_model(&bytes, &shown)?;
+    let external_files = crate::external::external_files(&model, path);
     crate::external::load_external_data(&mut model, path)?;
-    Ok(model)
+    Ok(ModelFile {
+        model,
+        external_files,
+    })
 }
 
 /// Decodes a model from bytes (`name` is used in messages). protobuf's decoder bounds the

@@ -31,6 +31,10 @@ pub struct Args {
     /// Batch size of the training-step workloads (default: 128 for mlp-step, 16 for quickstart-step).
     #[arg(long)]
     batch_size: Option<usize>,
+    /// With onnx:MODEL: the shape of an input whose ONNX shape is symbolic (repeatable):
+    /// NAME=D0,D1,...
+    #[arg(long = "input-shape")]
+    input_shape: Vec<String>,
 }
 
 /// Median, min and max of the timed repetitions, in seconds.
@@ -88,6 +92,11 @@ pub fn run(a: Args) -> CliResult {
     let reads: Vec<(&str, &std::path::Path)> =
         model.map(|m| ("the model", m)).into_iter().collect();
     a.backend.check_report_path(&reads)?;
+    if model.is_none() && !a.input_shape.is_empty() {
+        return Err(CliError::usage(
+            "--input-shape applies to onnx:MODEL workloads (an input whose ONNX shape is symbolic)",
+        ));
+    }
     if a.reps == 0 {
         return Err(CliError::usage("--reps must be positive"));
     }
@@ -552,18 +561,36 @@ fn onnx_inference(
     ),
     CliError,
 > {
-    let (graph, values) = super::onnx::load(path, &Default::default())?;
-    let inputs: Vec<(String, Tensor)> = graph
+    let writes: Vec<(&str, &std::path::Path)> = a
+        .backend
+        .report_json
+        .iter()
+        .map(|p| ("--report-json", std::path::Path::new(p)))
+        .collect();
+    let shapes = super::onnx::parse_input_shapes(&a.input_shape)?;
+    let imported = super::onnx::load(path, &shapes, &writes)?;
+    let integer = |name: &str| imported.integer_inputs.iter().any(|(n, _)| n == name);
+    // inputs the model declares as integers (token ids, positions, flags) get zeros, an
+    // index valid for any table: uniform values would be refused as indices
+    let inputs: Vec<(String, Tensor)> = imported
+        .graph
         .inputs
         .iter()
         .enumerate()
         .map(|(i, d)| {
-            Ok((
-                d.name.clone(),
-                Tensor::uniform(&d.shape, -1.0, 1.0, 7 + i as u64)?,
-            ))
+            let value = if integer(&d.name) {
+                eprintln!(
+                    "note: bench: input `{}` is declared as an integer; it is filled with zeros",
+                    d.name
+                );
+                Tensor::zeros(&d.shape)?
+            } else {
+                Tensor::uniform(&d.shape, -1.0, 1.0, 7 + i as u64)?
+            };
+            Ok((d.name.clone(), value))
         })
         .collect::<torchlean::Result<_>>()?;
+    let (graph, values) = (imported.graph, imported.values);
     let nodes = graph.nodes.len();
     let profile = a.backend.profile()?;
     a.backend.install_session()?;

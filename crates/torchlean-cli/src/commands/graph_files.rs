@@ -203,7 +203,7 @@ pub fn run_graph(a: RunGraphArgs) -> CliResult {
     let inputs = read_safetensors(&a.inputs).map_err(usage)?;
     // the file is read capped, parsed strictly and validated by the library
     let (mut graph, mut params) = if super::onnx::is_onnx(&a.graph) {
-        super::onnx::load_for_inputs(&a.graph, &inputs)?
+        super::onnx::load_for_inputs(&a.graph, &inputs, &writes)?
     } else {
         let graph = Graph::load(&a.graph).map_err(|e| CliError::usage(e.to_string()))?;
         (graph, vec![])

@@ -44,17 +44,33 @@ pub fn parse_input_shapes(specs: &[String]) -> Result<HashMap<String, Vec<usize>
     Ok(out)
 }
 
+/// Reads an ONNX model file and refuses, before anything is written, an output of the
+/// command that is one of the files the model's external data came from (`writes`: the
+/// command's (flag, path) outputs; the model file itself the caller checked).
+fn read_checked(
+    path: &Path,
+    writes: &[(&str, &Path)],
+) -> Result<torchlean_onnx::ModelFile, CliError> {
+    let file = torchlean_onnx::read_model_file(path).map_err(|e| CliError::usage(e.to_string()))?;
+    let reads: Vec<(&str, &Path)> = file
+        .external_files
+        .iter()
+        .map(|f| ("the model's external data", f.as_path()))
+        .collect();
+    torchlean::files::check_distinct_outputs(&reads, writes).map_err(CliError::usage)?;
+    Ok(file)
+}
+
 /// Reads and translates an ONNX model; every failure is a usage error (exit 2) listing every
-/// unsupported node.
+/// unsupported node. `writes` are the command's outputs (see [`read_checked`]).
 pub fn load(
     path: &Path,
     input_shapes: &HashMap<String, Vec<usize>>,
-) -> Result<(Graph, Vec<(String, Tensor)>), CliError> {
-    let usage = |e: torchlean_onnx::OnnxError| CliError::usage(e.to_string());
-    let model = torchlean_onnx::read_model(path).map_err(usage)?;
-    let imported = torchlean_onnx::import_model(&model, &path.display().to_string(), input_shapes)
-        .map_err(usage)?;
-    Ok((imported.graph, imported.values))
+    writes: &[(&str, &Path)],
+) -> Result<torchlean_onnx::Imported, CliError> {
+    let model = read_checked(path, writes)?.model;
+    torchlean_onnx::import_model(&model, &path.display().to_string(), input_shapes)
+        .map_err(|e| CliError::usage(e.to_string()))
 }
 
 /// Translates an ONNX model for `run-graph`: inputs whose ONNX shape is symbolic take the
@@ -63,9 +79,10 @@ pub fn load(
 pub fn load_for_inputs(
     path: &Path,
     inputs: &[(String, Tensor)],
+    writes: &[(&str, &Path)],
 ) -> Result<(Graph, Vec<(String, Tensor)>), CliError> {
     let usage = |e: torchlean_onnx::OnnxError| CliError::usage(e.to_string());
-    let model = torchlean_onnx::read_model(path).map_err(usage)?;
+    let model = read_checked(path, writes)?.model;
     let declared: Vec<&str> = model
         .graph
         .as_ref()
@@ -104,7 +121,12 @@ pub fn import(a: ImportArgs) -> CliResult {
         &[("--out", &a.out), ("--params", &a.params)],
     )
     .map_err(CliError::usage)?;
-    let (graph, values) = load(&a.model, &parse_input_shapes(&a.input_shape)?)?;
+    let imported = load(
+        &a.model,
+        &parse_input_shapes(&a.input_shape)?,
+        &[("--out", &a.out), ("--params", &a.params)],
+    )?;
+    let (graph, values) = (imported.graph, imported.values);
     let text =
         serde_json::to_string_pretty(&graph).map_err(|e| CliError::runtime(e.to_string()))?;
     torchlean::files::write_atomic(&a.out, text.as_bytes())

@@ -44,11 +44,16 @@ pub struct Args {
     json: bool,
 }
 
-/// A model's graph (an ONNX model is translated first).
-fn load_model(path: &std::path::Path, input_shape: &[String]) -> Result<Graph, CliError> {
+/// A model's graph (an ONNX model is translated first; `writes`, the command's outputs, may
+/// not be one of its external data files).
+fn load_model(
+    path: &std::path::Path,
+    input_shape: &[String],
+    writes: &[(&str, &std::path::Path)],
+) -> Result<Graph, CliError> {
     Ok(if super::onnx::is_onnx(path) {
         let shapes = super::onnx::parse_input_shapes(input_shape)?;
-        super::onnx::load(path, &shapes)?.0
+        super::onnx::load(path, &shapes, writes)?.graph
     } else {
         if !input_shape.is_empty() {
             return Err(CliError::usage(
@@ -89,6 +94,12 @@ pub fn run(a: Args) -> CliResult {
     let reads: Vec<(&str, &std::path::Path)> =
         a.model.iter().map(|m| ("--model", m.as_path())).collect();
     a.backend.check_report_path(&reads)?;
+    let writes: Vec<(&str, &std::path::Path)> = a
+        .backend
+        .report_json
+        .iter()
+        .map(|p| ("--report-json", std::path::Path::new(p)))
+        .collect();
     let mut profile = a.backend.profile()?;
     if let Some(v) = &a.vjp {
         profile.vjp = VjpMode::from_label(v).ok_or_else(|| {
@@ -109,7 +120,7 @@ pub fn run(a: Args) -> CliResult {
         .map_err(|e| CliError::usage(e.to_string()))?;
     let report = match (&a.model, mode) {
         (Some(path), ExecutionMode::Compiled) => {
-            let mut graph = load_model(path, &a.input_shape)?;
+            let mut graph = load_model(path, &a.input_shape, &writes)?;
             if a.grad {
                 let loss = graph
                     .loss_output()
@@ -140,7 +151,7 @@ pub fn run(a: Args) -> CliResult {
         }
         _ => {
             let ops: Vec<OpKind> = match &a.model {
-                Some(path) => graph_ops(&load_model(path, &a.input_shape)?),
+                Some(path) => graph_ops(&load_model(path, &a.input_shape, &writes)?),
                 None => a
                     .ops
                     .iter()
