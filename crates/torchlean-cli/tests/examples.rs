@@ -121,6 +121,12 @@ fn rnn_gru_and_lstm_reach_their_thresholds() {
 
 /// Steps 11..20 of an uninterrupted run equal 10 steps resumed from the checkpoint of step 10.
 fn resumes_exactly(example: &[&str], name: &str) {
+    resumes_exactly_with(example, &[], name)
+}
+
+/// [`resumes_exactly`], with `saved_flags` given to the uninterrupted run and to the one that
+/// saves, and not to the resumed one (which must take them from the checkpoint).
+fn resumes_exactly_with(example: &[&str], saved_flags: &[&str], name: &str) {
     let dir = scratch(name);
     let ck = dir.join("a.ckpt");
     let with = |extra: &[&str]| {
@@ -131,8 +137,8 @@ fn resumes_exactly(example: &[&str], name: &str) {
         assert_eq!(code(&o), 0, "{a:?}\n{}", stderr(&o));
         step_lines(&o)
     };
-    let full = with(&["--steps", "20"]);
-    let first = with(&["--steps", "10", "--save", s(&ck)]);
+    let full = with(&[&["--steps", "20"], saved_flags].concat());
+    let first = with(&[&["--steps", "10", "--save", s(&ck)], saved_flags].concat());
     assert_eq!(first, full[..10]);
     let resumed = with(&["--steps", "10", "--load", s(&ck)]);
     assert_eq!(
@@ -141,6 +147,18 @@ fn resumes_exactly(example: &[&str], name: &str) {
         "resumed run differs from the uninterrupted one"
     );
     assert_eq!(parse_step(&resumed[0]).0, 11);
+}
+
+/// A resumed run without `--lr` continues with the learning rate of the run that saved (it
+/// took the example's default, so `--lr 0.05` then `--load` trained at 0.01).
+#[test]
+fn a_resumed_run_keeps_the_checkpoints_learning_rate() {
+    resumes_exactly_with(&["mlp"], &["--lr", "0.05"], "resume-lr");
+    resumes_exactly_with(
+        &["transformer", "--sample-len", "0"],
+        &["--lr", "0.001"],
+        "resume-lr-lm",
+    );
 }
 
 #[test]

@@ -92,6 +92,23 @@ pub fn save_checkpoint_tagged(
     step: u64,
     tag: Option<&str>,
 ) -> Result<()> {
+    save_checkpoint_noted(path, model, optimizer, step, tag, &[])
+}
+
+/// The metadata key of a checkpoint note (see `Config::checkpoint_notes`).
+pub fn note_key(key: &str) -> String {
+    format!("note.{key}")
+}
+
+/// [`save_checkpoint_tagged`] with `notes` in the metadata, each under [`note_key`].
+pub fn save_checkpoint_noted(
+    path: impl AsRef<Path>,
+    model: &dyn Module,
+    optimizer: Option<&dyn Optimizer>,
+    step: u64,
+    tag: Option<&str>,
+    notes: &[(String, String)],
+) -> Result<()> {
     let path = path.as_ref();
     let mismatch = |reason: String| -> super::error::Error {
         CheckpointError::Mismatch {
@@ -134,6 +151,9 @@ pub fn save_checkpoint_tagged(
     metadata.insert(KEY_STEP.to_string(), step.to_string());
     if let Some(tag) = tag {
         metadata.insert(KEY_MODEL.to_string(), tag.to_string());
+    }
+    for (key, value) in notes {
+        metadata.insert(note_key(key), value.clone());
     }
     if let Some(opt) = optimizer {
         let state = opt.export_state();

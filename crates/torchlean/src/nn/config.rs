@@ -63,6 +63,10 @@ pub struct Config {
     /// records a different one is refused on load (two models with the same shapes, e.g. a
     /// character model of another text, would load silently otherwise).
     pub checkpoint_tag: Option<String>,
+    /// Entries written into every checkpoint the trainer saves, as metadata `note.<key>`:
+    /// what a resumed run should know that the parameters and optimizer state do not hold
+    /// (the examples write the base learning rate, `note.lr`, which `--load` reuses).
+    pub checkpoint_notes: Vec<(String, String)>,
 }
 
 impl Config {
@@ -80,6 +84,7 @@ impl Config {
             schedule: None,
             clip_grad_norm: None,
             checkpoint_tag: None,
+            checkpoint_notes: Vec::new(),
         }
     }
 

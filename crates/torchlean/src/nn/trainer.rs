@@ -11,7 +11,7 @@
 //! from a checkpoint continues exactly as an uninterrupted one.
 
 use super::checkpoint::{
-    apply_checkpoint, check_tag, read_checkpoint, save_checkpoint_tagged, CheckpointInfo,
+    apply_checkpoint, check_tag, read_checkpoint, save_checkpoint_noted, CheckpointInfo,
 };
 use super::config::{Config, DType, SaveOptions, TrainOptions};
 use super::error::TrainError;
@@ -110,6 +110,8 @@ pub struct Trainer<M: Module> {
     planned: [bool; 2],
     /// See `Config::checkpoint_tag`.
     checkpoint_tag: Option<String>,
+    /// See `Config::checkpoint_notes`.
+    checkpoint_notes: Vec<(String, String)>,
 }
 
 impl<M: Module> Trainer<M> {
@@ -146,6 +148,7 @@ impl<M: Module> Trainer<M> {
             step: 0,
             planned: [false; 2],
             checkpoint_tag: config.checkpoint_tag,
+            checkpoint_notes: config.checkpoint_notes,
         })
     }
 
@@ -241,12 +244,13 @@ impl<M: Module> Trainer<M> {
 
     /// Saves parameters, buffers, optimizer state and the step to `path` (atomically).
     pub fn save_checkpoint(&self, path: impl AsRef<Path>) -> Result<()> {
-        save_checkpoint_tagged(
+        save_checkpoint_noted(
             path,
             &self.model,
             Some(self.optimizer.as_ref()),
             self.step,
             self.checkpoint_tag.as_deref(),
+            &self.checkpoint_notes,
         )
     }
 
@@ -312,6 +316,7 @@ impl<M: Module> Trainer<M> {
             step,
             planned,
             checkpoint_tag,
+            checkpoint_notes,
         } = self;
         let compiled = step_fn.name() == "compiled";
         // the step counter never wraps: a resumed run whose last step would not fit is refused
@@ -389,12 +394,13 @@ impl<M: Module> Trainer<M> {
                 }
                 if let Some(SaveOptions { path, every }) = &options.save {
                     if last || (*every > 0 && *step % *every as u64 == 0) {
-                        save_checkpoint_tagged(
+                        save_checkpoint_noted(
                             path,
                             &*model,
                             Some(optimizer.as_ref()),
                             *step,
                             checkpoint_tag.as_deref(),
+                            checkpoint_notes,
                         )?;
                         summary.last_checkpoint = Some(path.clone());
                         last_good = Some(path.clone());

@@ -90,11 +90,33 @@ pub struct Hyper {
 }
 
 impl CommonArgs {
+    /// The learning rate a resumed run continues with when `--lr` is not given: the one the
+    /// `--load` checkpoint's run used (its `note.lr`), as PyTorch's optimizer state restores
+    /// it. A file that cannot be read is left to the load itself to report.
+    fn checkpoint_lr(&self) -> Option<f32> {
+        let path = self.load.as_deref()?;
+        let contents = torchlean::nn::read_checkpoint(path).ok()?;
+        let lr = contents
+            .metadata
+            .get(&torchlean::nn::note_key("lr"))?
+            .parse::<f32>()
+            .ok()?;
+        println!(
+            "note: lr {lr} from the checkpoint {} (--lr overrides it)",
+            path.display()
+        );
+        Some(lr)
+    }
+
     /// The flags resolved against `d`, validated.
     pub fn hyper(&self, d: Defaults) -> Result<Hyper, CliError> {
+        let lr = match self.lr {
+            Some(lr) => lr,
+            None => self.checkpoint_lr().unwrap_or(d.lr),
+        };
         let h = Hyper {
             steps: self.steps.unwrap_or(d.steps),
-            lr: self.lr.unwrap_or(d.lr),
+            lr,
             batch_size: self.batch_size.unwrap_or(d.batch_size),
             seed: self.seed,
         };
@@ -347,6 +369,10 @@ pub fn run<M: Module>(
         Some(t) => format!("{name}; {t}"),
         None => name.to_string(),
     });
+    // the base learning rate, which a resumed run reuses unless --lr is given
+    config
+        .checkpoint_notes
+        .push(("lr".to_string(), hyper.lr.to_string()));
     let params = model.parameter_count();
     let mut trainer = Trainer::new(model, config).map_err(lib_err)?;
     println!(
