@@ -846,3 +846,25 @@ fn every_op_an_optimizer_runs_is_declared_for_planning() {
         }
     }
 }
+
+/// As `torch.optim.Adam`: hyper-parameters out of range are refused at the step (the fields
+/// are public, so a value set after construction is checked where it is used), and nothing
+/// is updated.
+#[test]
+fn adam_refuses_hyperparameters_out_of_range_at_the_step() {
+    support::checked_cpu_default();
+    for (what, edit) in [
+        ("Adam eps", (|a: &mut Adam| a.eps = -1e-8) as fn(&mut Adam)),
+        ("Adam weight decay", |a: &mut Adam| a.weight_decay = -0.1),
+        ("Adam beta1", |a: &mut Adam| a.beta1 = 1.0),
+        ("Adam beta2", |a: &mut Adam| a.beta2 = f32::NAN),
+    ] {
+        let mut opt = Adam::new(0.1).unwrap();
+        edit(&mut opt);
+        let mut m = model(&[1.0, -2.0]);
+        let g = grads(&m);
+        let err = opt.step(&mut m, &g).unwrap_err().to_string();
+        assert!(err.contains(what), "{what}: {err}");
+        assert_eq!(m.w.to_vec(), vec![1.0, -2.0], "{what}");
+    }
+}

@@ -45,6 +45,10 @@ impl AdamCore {
     ) -> Result<()> {
         check_range("Adam beta1", b1, 0.0, 1.0, false)?;
         check_range("Adam beta2", b2, 0.0, 1.0, false)?;
+        // as torch.optim: a negative eps or weight decay is refused (the fields are public,
+        // so they are checked where they are used)
+        check_range("Adam eps", eps, 0.0, f32::INFINITY, false)?;
+        check_range("Adam weight decay", wd, 0.0, f32::INFINITY, false)?;
         // saturating: a count loaded at u64::MAX stays there (every formula that reads it
         // is at its limit long before), never wraps to 0
         self.steps = self.steps.saturating_add(1);
