@@ -100,6 +100,29 @@ class Encoder(nn.Module):
         return self.layer(x, src_key_padding_mask=pad)
 
 
+class EncoderTs(nn.Module):
+    """A post-norm `nn.TransformerEncoderLayer` (ReLU feed-forward, no mask) exported by the
+    TorchScript exporter (`dynamo=False`), the one older tutorials use: its graph computes
+    the attention's shape checks from `Constant`s, a `Mod` among them, which the import must
+    evaluate (docs/onnx.md: everything computed only from constants)."""
+
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.TransformerEncoderLayer(
+            d_model=16, nhead=4, dim_feedforward=32, dropout=0.0, batch_first=True,
+        )
+        # layer norms away from their initial ones and zeros: the TorchScript exporter
+        # merges equal initializers, and each parameter must stay one (its gradient is
+        # compared under its name)
+        with torch.no_grad():
+            for norm in (self.layer.norm1, self.layer.norm2):
+                norm.weight.uniform_(0.5, 1.5)
+                norm.bias.uniform_(-0.5, 0.5)
+
+    def forward(self, x):
+        return self.layer(x)
+
+
 class Gru(nn.Module):
     """A GRU sequence regressor: the last step's hidden state through a linear head.
     PyTorch 2.11 exports nn.GRU as ONNX's GRU operator (torchlean unrolls it)."""
@@ -196,7 +219,7 @@ def randomize_batch_norm(model, gen):
                 m.bias.copy_(torch.randn(m.num_features, generator=gen) * 0.1)
 
 
-def export(name, net, inputs, input_names, target_shape, train=False):
+def export(name, net, inputs, input_names, target_shape, train=False, dynamo=True):
     if ONLY is not None and name not in ONLY:
         return
     gen = torch.Generator().manual_seed(7)
@@ -207,20 +230,33 @@ def export(name, net, inputs, input_names, target_shape, train=False):
     args = tuple(inputs) + (target,)
     names = list(input_names) + ["target"]
     path = os.path.join(OUT, f"{name}.onnx")
-    torch.onnx.export(
-        model,
-        args,
-        path,
-        input_names=names,
-        output_names=["prediction", "loss"],
-        opset_version=OPSET,
-        dynamo=True,
-        external_data=False,
-        # the optimizer folds batch norm into convolutions, transposes weights into new
-        # unnamed initializers and merges equal initializers: the parameters would no longer
-        # be the model's, and their gradients could not be compared
-        optimize=False,
-    )
+    if dynamo:
+        torch.onnx.export(
+            model,
+            args,
+            path,
+            input_names=names,
+            output_names=["prediction", "loss"],
+            opset_version=OPSET,
+            dynamo=True,
+            external_data=False,
+            # the optimizer folds batch norm into convolutions, transposes weights into new
+            # unnamed initializers and merges equal initializers: the parameters would no
+            # longer be the model's, and their gradients could not be compared
+            optimize=False,
+        )
+    else:
+        # the TorchScript exporter; without constant folding for the same reason
+        torch.onnx.export(
+            model,
+            args,
+            path,
+            input_names=names,
+            output_names=["prediction", "loss"],
+            opset_version=17,
+            dynamo=False,
+            do_constant_folding=False,
+        )
     prediction, loss = model(*args)
     model.zero_grad()
     loss.backward()
@@ -260,6 +296,12 @@ def main():
            ["x", "mask"], (b, 6, 16))
     b = BATCH or 2
     export("upsample", Upsample(), [torch.randn(b, 3, 32, generator=gen)], ["x"], (b, 2, 8, 8))
+    # added later: its own seeds, so the fixtures above stay as they were
+    torch.manual_seed(2)
+    gen = torch.Generator().manual_seed(2)
+    b = BATCH or 2
+    export("encoder_ts", EncoderTs(), [torch.randn(b, 5, 16, generator=gen)], ["x"], (b, 5, 16),
+           dynamo=False)
 
 
 if __name__ == "__main__":

@@ -266,11 +266,13 @@ fn castlike_casts_to_the_type_of_an_initializer_or_node() {
     like_int32.data_type = INT32;
     like_int32.int64_data.clear();
     like_int32.int32_data = vec![0];
+    // (`a` is integers: cast to float before the `Add`, which refuses integer arithmetic)
     let nodes = model(
         vec![
             node("a", "CastLike", &["ids", "like32"], &["a"]),
             node("b", "CastLike", &["x", "x"], &["b"]),
-            node("y", "Add", &["a", "b"], &["y"]),
+            with_int(node("af", "Cast", &["a"], &["af"]), "to", FLOAT as i64),
+            node("y", "Add", &["af", "b"], &["y"]),
         ],
         vec![like_int32],
         vec![vi("ids", &[3], INT64), vi("x", &[3], FLOAT)],
@@ -453,8 +455,12 @@ fn values_beyond_their_target_type_are_refused() {
 /// are now checked (run-graph refuses them, exit 2).
 #[test]
 fn integer_inputs_must_receive_integers() {
+    // (the ids cast to float first: an `Add` of int64 values is refused, docs/onnx.md)
     let m = model(
-        vec![node("y", "Add", &["x", "ids"], &["y"])],
+        vec![
+            with_int(node("f", "Cast", &["ids"], &["idsf"]), "to", FLOAT as i64),
+            node("y", "Add", &["x", "idsf"], &["y"]),
+        ],
         vec![],
         vec![vi("ids", &[3], INT64), vi("x", &[3], FLOAT)],
         vec![out("y")],

@@ -47,6 +47,16 @@ impl<'a> Attrs<'a> {
         Ok(self.get(name, AttributeType::INTS)?.map(|a| a.ints.clone()))
     }
 
+    /// A STRINGS attribute (GRU/LSTM `activations`), each decoded as UTF-8 (lossily).
+    pub fn strings(&self, name: &str) -> Read<Option<Vec<String>>> {
+        Ok(self.get(name, AttributeType::STRINGS)?.map(|a| {
+            a.strings
+                .iter()
+                .map(|s| String::from_utf8_lossy(s).into_owned())
+                .collect()
+        }))
+    }
+
     pub fn string(&self, name: &str, default: &str) -> Read<String> {
         Ok(self
             .get(name, AttributeType::STRING)?

@@ -69,9 +69,21 @@ pub(super) fn activation(
     inputs: &[Option<Value>],
 ) -> Map<Value> {
     let x = arg(inputs, 0)?;
+    // a non-finite coefficient would reach the zero term of the lowering (NaN · 0, ∞ · 0)
+    // and make every element NaN: refused, naming it
+    let coef = |name: &str, default: f32| -> Map<f32> {
+        let v = a.float(name, default)?;
+        if v.is_finite() {
+            Ok(v)
+        } else {
+            Err(format!(
+                "{op} with {name}={v}: a non-finite {name} is not supported"
+            ))
+        }
+    };
     match op {
         "LeakyRelu" => {
-            let alpha = a.float("alpha", 0.01)?;
+            let alpha = coef("alpha", 0.01)?;
             let pos = b.op_on(Op::Relu, &[x])?;
             let neg = negative_part(b, x)?;
             let neg = scale(b, &neg, alpha)?;
@@ -79,12 +91,12 @@ pub(super) fn activation(
         }
         // the slope broadcasts to x (a learned parameter: it gets its gradient)
         "PRelu" => leaky(b, x, arg(inputs, 1)?),
-        "Elu" => elu(b, x, a.float("alpha", 1.0)?),
+        "Elu" => elu(b, x, coef("alpha", 1.0)?),
         "Selu" => {
-            let y = elu(b, x, a.float("alpha", 1.673_263_2)?)?;
-            scale(b, &y, a.float("gamma", 1.050_701)?)
+            let y = elu(b, x, coef("alpha", 1.673_263_2)?)?;
+            scale(b, &y, coef("gamma", 1.050_701)?)
         }
-        "HardSigmoid" => hard_sigmoid(b, x, a.float("alpha", 0.2)?, a.float("beta", 0.5)?),
+        "HardSigmoid" => hard_sigmoid(b, x, coef("alpha", 0.2)?, coef("beta", 0.5)?),
         "HardSwish" => {
             let h = hard_sigmoid(b, x, 1.0 / 6.0, 0.5)?;
             b.op_on(Op::Mul, &[x, &h])
@@ -201,7 +213,8 @@ fn max_along(b: &mut Builder, x: &Value, axis: usize) -> Map<Value> {
 }
 
 /// `ReduceMax`, `ReduceMin` (−max(−x)) and `ReduceLogSumExp` (m + log Σ exp(x − m), m the
-/// max: no overflow; a row of −∞ gives NaN where PyTorch's `logsumexp` gives −∞), and
+/// max clamped to the finite f32 range: no overflow, and +∞, −∞ and NaN rows give +∞, −∞
+/// and NaN as PyTorch's `logsumexp`), and
 /// `GlobalMaxPool` (the max over the spatial axes, kept), by [`max_along`] on each axis.
 pub(super) fn max_reduction(
     b: &mut Builder,
@@ -235,6 +248,16 @@ pub(super) fn max_reduction(
     let mut y = match op {
         "ReduceMin" => scale(b, &m, -1.0)?,
         "ReduceLogSumExp" if !axes.is_empty() => {
+            // the shift clamped to the finite range: a row holding +∞ gives
+            // MAX + log(∞) = +∞ (not ∞ − ∞), a row of −∞ gives MIN + log(0) = −∞, a NaN
+            // stays NaN — PyTorch's `logsumexp` and onnxruntime; finite rows are unchanged
+            let m = b.op_on(
+                Op::Clamp {
+                    min: f32::MIN,
+                    max: f32::MAX,
+                },
+                &[&m],
+            )?;
             let shifted = b.op_on(Op::Sub, &[x, &m])?;
             let e = b.op_on(Op::Exp, &[&shifted])?;
             let s = b.op_on(

@@ -18,6 +18,7 @@
 mod attention;
 mod attrs;
 mod composite;
+mod integer;
 mod ops;
 mod pad;
 mod patterns;
@@ -110,6 +111,9 @@ pub(crate) struct Builder {
     materialized: HashMap<String, usize>,
     stored: Vec<(String, Tensor)>,
     constants: usize,
+    /// Every name the model uses (initializers, inputs, outputs, node inputs and outputs,
+    /// value_info): the generated constant names skip them.
+    taken: HashSet<String>,
     /// Nodes holding integers: graph inputs the model declares as integers (read as float32
     /// integers) and what only moves their elements. A `Cast` of one to an integer type
     /// changes nothing.
@@ -157,8 +161,22 @@ impl Builder {
                 Ok(id)
             }
             Value::Const(c) => {
-                self.constants += 1;
-                let name = format!("{CONSTANT_PREFIX}{}", self.constants);
+                // integers read as data are float32 values: exact only up to 2^24
+                if let crate::constant::Data::I64(v) = &c.data {
+                    if let Some(big) = v.iter().find(|x| x.unsigned_abs() > 1 << 24) {
+                        return Err(format!(
+                            "the integer constant {big} is read as data, beyond 2^24 (torchlean's tensors are float32, exact for integers only up to 2^24)"
+                        ));
+                    }
+                }
+                // the next `onnx.const.N` that no value of the model is named
+                let name = loop {
+                    self.constants += 1;
+                    let name = format!("{CONSTANT_PREFIX}{}", self.constants);
+                    if !self.taken.contains(&name) {
+                        break name;
+                    }
+                };
                 let t = Tensor::from_vec(c.floats(), &c.dims).map_err(|e| e.to_string())?;
                 self.graph.parameters.push(ValueDecl {
                     name: name.clone(),
@@ -350,6 +368,20 @@ pub fn import_model(
         materialized: HashMap::new(),
         stored: vec![],
         constants: 0,
+        taken: g
+            .initializer
+            .iter()
+            .map(|t| &t.name)
+            .chain(
+                g.input
+                    .iter()
+                    .chain(&g.output)
+                    .chain(&g.value_info)
+                    .map(|v| &v.name),
+            )
+            .chain(g.node.iter().flat_map(|n| n.input.iter().chain(&n.output)))
+            .cloned()
+            .collect(),
         integral: Default::default(),
         boolean: Default::default(),
     };
@@ -383,6 +415,8 @@ pub fn import_model(
     // graph inputs (older IR versions also list the initializers here)
     let initializer_names = defined.clone();
     let mut integer_inputs = vec![];
+    // ONNX values of type int32/int64 computed at run time (`integer`)
+    let mut int_typed: HashSet<String> = HashSet::new();
     for input in &g.input {
         if initializer_names.contains(&input.name) {
             continue;
@@ -428,7 +462,24 @@ pub fn import_model(
             }
             (None, Some(given)) => given.clone(),
         };
-        if let Err(e) = sizes(&shape.iter().map(|&d| d as i64).collect::<Vec<_>>()) {
+        // a given dimension beyond i64 (`--input-shape x=18446744073709551615`) is named as
+        // given, not wrapped to a negative one
+        let dims = match shape
+            .iter()
+            .map(|&d| i64::try_from(d).map_err(|_| d))
+            .collect::<Result<Vec<i64>, usize>>()
+        {
+            Ok(dims) => dims,
+            Err(d) => {
+                fail(
+                    &input.name,
+                    "input",
+                    format!("the dimension {d} in {shape:?} is above the bound of 2^31 elements a tensor may have"),
+                );
+                continue;
+            }
+        };
+        if let Err(e) = sizes(&dims) {
             fail(&input.name, "input", e);
             continue;
         }
@@ -449,6 +500,9 @@ pub fn import_model(
                         b.boolean.insert(id);
                     }
                     integer_inputs.push((input.name.clone(), ty));
+                    if matches!(ty, dtype::INT32 | dtype::INT64) {
+                        int_typed.insert(input.name.clone());
+                    }
                 }
                 b.values.insert(input.name.clone(), Value::Node(id));
             }
@@ -541,6 +595,7 @@ pub fn import_model(
         let result = ops::map(&mut b, &node.op_type, &attrs, &inputs).and_then(|outs| {
             let unread = attrs.unread();
             if unread.is_empty() {
+                integer::check(&b, &int_typed, &node.op_type, &node.input, &inputs, &outs)?;
                 Ok(outs)
             } else {
                 Err(format!(
@@ -549,6 +604,7 @@ pub fn import_model(
                 ))
             }
         });
+        let cast_to = node.attribute.iter().find(|a| a.name == "to").map(|a| a.i);
         match result {
             Ok(outs) => {
                 let wanted = node.output.iter().filter(|o| !o.is_empty()).count();
@@ -577,6 +633,17 @@ pub fn import_model(
                                 show_dims(dims)
                             ));
                         }
+                    }
+                    if integer::output_is_integer(
+                        &b,
+                        &int_typed,
+                        &node.op_type,
+                        cast_to,
+                        &node.input,
+                        &inputs,
+                        &v,
+                    ) {
+                        int_typed.insert(out.clone());
                     }
                     b.values.insert(out.clone(), v);
                 }

@@ -56,6 +56,7 @@ const KNOWN: &[&str] = &[
     "MaxPool",
     "Min",
     "Mish",
+    "Mod",
     "Mul",
     "Neg",
     "Not",
@@ -297,6 +298,17 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
             }
         }
         "Add" | "Sub" | "Mul" | "Div" => binary(b, op, inputs),
+        "Mod" => {
+            let fmod = a.int("fmod", 0)?;
+            let (x, y) = (arg(inputs, 0)?, arg(inputs, 1)?);
+            match (b.folded(x), b.folded(y)) {
+                (Some(x), Some(y)) => one(konst(fold_mod(&x, &y, fmod, &b.budget)?)),
+                _ => Err(
+                    "`Mod` of values computed at run time (torchlean has no remainder op; only constants are evaluated, at import)"
+                        .into(),
+                ),
+            }
+        }
         "Equal" | "Less" | "Greater" => {
             let (x, y) = (arg(inputs, 0)?, arg(inputs, 1)?);
             let bin = match op {
@@ -373,6 +385,11 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
             }
         }
         "Max" | "Min" => {
+            let all: Vec<&Value> = inputs.iter().flatten().collect();
+            let folded: Option<Vec<Rc<Const>>> = all.iter().map(|v| b.folded(v)).collect();
+            if let Some(cs) = folded {
+                return one(konst(fold_extremum(&cs, op == "Max", &b.budget)?));
+            }
             let mut acc = arg(inputs, 0)?.clone();
             for v in inputs.iter().skip(1).flatten() {
                 let op = if op == "Max" {
@@ -395,6 +412,14 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
                 }
             };
             let (lo, hi) = (bound(1, f32::MIN)?, bound(2, f32::MAX)?);
+            for (what, v) in [("min", lo), ("max", hi)] {
+                if v.is_nan() {
+                    return Err(format!("Clip's {what} bound is NaN"));
+                }
+            }
+            if lo > hi {
+                return Err(format!("Clip with min {lo} above max {hi}"));
+            }
             one(b.op_on(Op::Clamp { min: lo, max: hi }, &[arg(inputs, 0)?])?)
         }
         "Softmax" | "LogSoftmax" => {
@@ -788,6 +813,115 @@ fn binary(b: &mut Builder, op: &str, inputs: &[Option<Value>]) -> Map<Vec<Value>
     Ok(vec![out])
 }
 
+/// The operands of a folded binary op broadcast to their common shape (counted against the
+/// budget).
+fn broadcast_all(
+    cs: &[Rc<Const>],
+    budget: &crate::constant::Budget,
+) -> Map<(Vec<usize>, Vec<Const>)> {
+    let mut dims: Vec<usize> = vec![];
+    for c in cs {
+        dims = broadcast_shapes(&dims, &c.dims)?;
+    }
+    let wide = cs
+        .iter()
+        .map(|c| {
+            if c.dims == dims {
+                Ok(c.as_ref().clone())
+            } else {
+                c.broadcast(&dims, budget)
+            }
+        })
+        .collect::<Map<Vec<Const>>>()?;
+    budget.take(&dims)?;
+    Ok((dims, wide))
+}
+
+/// `Max`/`Min` of constants (shape arithmetic such as `max(1, n)`): in i64 when every operand
+/// is an integer, else in f32 with NaN winning (torchlean's `maximum`/`minimum`).
+fn fold_extremum(cs: &[Rc<Const>], max: bool, budget: &crate::constant::Budget) -> Map<Const> {
+    let (dims, wide) = broadcast_all(cs, budget)?;
+    if wide.iter().any(|c| matches!(c.data, Data::Bool(_))) {
+        return Err("Max/Min of boolean values".into());
+    }
+    if wide.iter().all(|c| matches!(c.data, Data::I64(_))) {
+        let cols = wide.iter().map(|c| c.ints()).collect::<Map<Vec<_>>>()?;
+        let n: usize = dims.iter().product();
+        let v = (0..n)
+            .map(|i| {
+                let it = cols.iter().map(|c| c[i]);
+                if max { it.max() } else { it.min() }.unwrap_or(0)
+            })
+            .collect();
+        return Ok(Const {
+            dims,
+            data: Data::I64(v),
+        });
+    }
+    let cols: Vec<Vec<f32>> = wide.iter().map(|c| c.floats()).collect();
+    let n: usize = dims.iter().product();
+    let pick = |p: f32, q: f32| {
+        if p.is_nan() || q.is_nan() {
+            f32::NAN
+        } else if (q > p) == max && q != p {
+            q
+        } else {
+            p
+        }
+    };
+    let v = (0..n)
+        .map(|i| cols.iter().map(|c| c[i]).reduce(pick).unwrap_or(f32::NAN))
+        .collect();
+    Ok(Const::f32(dims, v))
+}
+
+/// ONNX `Mod` of constants (PyTorch's exporter writes one in `nn.TransformerEncoderLayer`'s
+/// shape checks). Integers, in i64: `fmod=0` takes the sign of the divisor (Python's `%`),
+/// `fmod=1` the sign of the dividend (C's `fmod`); a zero divisor is refused. Floats, in
+/// f32, need `fmod=1` (the spec's rule) and are C's `fmod` (NaN for a zero divisor).
+fn fold_mod(x: &Const, y: &Const, fmod: i64, budget: &crate::constant::Budget) -> Map<Const> {
+    if !matches!(fmod, 0 | 1) {
+        return Err(format!("Mod with fmod={fmod} (0 or 1)"));
+    }
+    if matches!(x.data, Data::Bool(_)) || matches!(y.data, Data::Bool(_)) {
+        return Err("Mod of boolean values".into());
+    }
+    let floats = matches!(x.data, Data::F32(_)) || matches!(y.data, Data::F32(_));
+    if floats && fmod == 0 {
+        return Err(
+            "Mod of floating-point values with fmod=0 (ONNX requires fmod=1 for them)".into(),
+        );
+    }
+    let (dims, wide) = broadcast_all(&[Rc::new(x.clone()), Rc::new(y.clone())], budget)?;
+    if floats {
+        let (p, q) = (wide[0].floats(), wide[1].floats());
+        // Rust's `%` on floats is C's fmod
+        let v = p.iter().zip(&q).map(|(a, b)| a % b).collect();
+        return Ok(Const::f32(dims, v));
+    }
+    let (p, q) = (wide[0].ints()?, wide[1].ints()?);
+    let v = p
+        .iter()
+        .zip(&q)
+        .map(|(&a, &d)| {
+            if d == 0 {
+                return Err(format!("Mod of {a} by zero at import time"));
+            }
+            // wrapping: i64::MIN % −1 is 0 (the only case that overflows)
+            let r = a.wrapping_rem(d);
+            Ok(if fmod == 0 && r != 0 && (r < 0) != (d < 0) {
+                r + d
+            } else {
+                r
+            })
+        })
+        .collect::<Map<Vec<i64>>>()?;
+    Ok(Const {
+        dims,
+        data: Data::I64(v),
+    })
+}
+
 /// ONNX `Reshape`'s target: 0 copies the input's dim (unless `allowzero`), −1 is inferred.
 fn reshape_dims(shape: &[usize], spec: &[i64], allowzero: bool) -> Map<Vec<usize>> {
     let total: usize = shape.iter().product();
@@ -924,9 +1058,18 @@ fn split(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Vec<Value>
             }
             let n = n as usize;
             let chunk = len.div_ceil(n);
-            (0..n)
+            let sizes: Vec<usize> = (0..n)
                 .map(|i| chunk.min(len.saturating_sub(i * chunk)))
-                .collect()
+                .collect();
+            // parts of ⌈len/n⌉ with a shorter last one; onnxruntime refuses a count that
+            // leaves a part empty (2, 2, 1, 0 for 4 parts of 5), and so does the import
+            if len > 0 && sizes.contains(&0) {
+                return Err(format!(
+                    "Split of an axis of length {len} into num_outputs={n} parts of {chunk}: part {} would be empty",
+                    sizes.iter().position(|&s| s == 0).unwrap_or(n - 1)
+                ));
+            }
+            sizes
         }
         None => {
             if outputs == 0 || len % outputs != 0 {
@@ -1031,7 +1174,10 @@ fn gemm(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Value> {
     } else {
         b.op_on(Op::Permute { axes: vec![1, 0] }, &[w])?
     };
-    let c = opt(inputs, 2);
+    // beta = 0 ignores C entirely (onnxruntime, and PyTorch's addmm: an infinite or NaN C
+    // must not become 0·∞ = NaN). alpha = 0 is not analogous: onnxruntime computes 0·(A·B),
+    // NaN where A·B is infinite or NaN, and so does the import.
+    let c = opt(inputs, 2).filter(|_| beta != 0.0);
     let n = b.shape(&w)[0];
     let fused_bias = c.filter(|c| beta == 1.0 && alpha == 1.0 && b.shape(c) == [n]);
     let mut out = match fused_bias {

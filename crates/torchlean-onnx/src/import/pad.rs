@@ -154,9 +154,10 @@ pub(super) fn pad(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<V
             n.saturating_add(after.min(0)),
         );
         if start > end {
+            // the amounts as given (in i128: no saturation, whatever the i64 amounts are)
+            let crop = -(before.min(0) as i128) - (after.min(0) as i128);
             return Err(format!(
-                "Pad crops {} of the {n} elements of axis {axis}",
-                start.saturating_add(n.saturating_sub(end))
+                "Pad crops {crop} of the {n} elements of axis {axis} (pads begin {before}, end {after})"
             ));
         }
         if start > 0 || end < n {

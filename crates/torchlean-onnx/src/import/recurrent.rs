@@ -73,7 +73,35 @@ impl Direction {
     }
 }
 
-fn prepare(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>], gates: usize) -> Map<Unrolled> {
+/// The `activations` attribute (a STRINGS list, `defaults` per direction): absent, or the
+/// ONNX defaults written out (as tf2onnx-style exporters do), compared case-insensitively as
+/// onnxruntime does. Any other list is refused, naming it: the unrolling computes σ and tanh.
+fn check_activations(a: &Attrs, op: &str, defaults: &[&str], dirs: usize) -> Map<()> {
+    let Some(given) = a.strings("activations")? else {
+        return Ok(());
+    };
+    let matches = given.len() == defaults.len() * dirs
+        && given
+            .iter()
+            .zip(defaults.iter().cycle())
+            .all(|(g, d)| g.eq_ignore_ascii_case(d));
+    if matches {
+        return Ok(());
+    }
+    let want: Vec<&str> = (0..dirs).flat_map(|_| defaults.iter().copied()).collect();
+    Err(format!(
+        "{op} activations {given:?}: only the defaults {want:?} ({} per direction) are supported",
+        defaults.join(", ")
+    ))
+}
+
+fn prepare(
+    b: &mut Builder,
+    a: &Attrs,
+    inputs: &[Option<Value>],
+    gates: usize,
+    op: &str,
+) -> Map<Unrolled> {
     let direction = a.string("direction", "forward")?;
     let reverse: &[bool] = match direction.as_str() {
         "forward" => &[false],
@@ -82,8 +110,17 @@ fn prepare(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>], gates: usize) -
         other => return Err(format!("direction={other}")),
     };
     let dirs = reverse.len();
-    if a.ints("activations")?.is_some() || a.float("clip", 0.0)? != 0.0 {
-        return Err("custom activations or clip".into());
+    let defaults: &[&str] = if gates == 3 {
+        &["Sigmoid", "Tanh"]
+    } else {
+        &["Sigmoid", "Tanh", "Tanh"]
+    };
+    check_activations(a, op, defaults, dirs)?;
+    let clip = a.float("clip", 0.0)?;
+    if clip != 0.0 {
+        return Err(format!(
+            "{op} with clip={clip} (cell clipping is not supported)"
+        ));
     }
     let layout = a.int("layout", 0)?;
     let (x, w, r) = (arg(inputs, 0)?, arg(inputs, 1)?, arg(inputs, 2)?);
@@ -108,6 +145,13 @@ fn prepare(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>], gates: usize) -
         ));
     }
     let (steps, n, h) = (xs[0], xs[1], ws[1] / gates);
+    // no step: onnxruntime aborts on such a node and the ONNX spec gives no Y_h for it
+    if steps == 0 {
+        return Err(format!(
+            "{op} over a sequence of length 0 (X {:?}): at least one step is required",
+            b.shape(arg(inputs, 0)?)
+        ));
+    }
     if rs != [dirs, gates * h, h] {
         return Err(format!("R {rs:?}: expected [{dirs}, {}, {h}]", gates * h));
     }
@@ -311,7 +355,7 @@ impl Unrolled {
 /// D the number of directions (Y at time t holds each direction's state after reading x_t).
 pub fn gru(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Vec<Value>> {
     let before_reset = a.int("linear_before_reset", 0)? != 0;
-    let u = prepare(b, a, inputs, 3)?;
+    let u = prepare(b, a, inputs, 3, "GRU")?;
     let h = u.h;
     // with linear_before_reset = 0 the candidate's recurrent product reads r ⊙ h
     let split = |b: &mut Builder, v: &Option<Value>| -> Map<(Option<Value>, Option<Value>)> {
@@ -377,7 +421,7 @@ pub fn lstm(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Vec<Val
     if opt(inputs, 7).is_some() {
         return Err("peephole weights (P)".into());
     }
-    let u = prepare(b, a, inputs, 4)?;
+    let u = prepare(b, a, inputs, 4, "LSTM")?;
     let h = u.h;
     let (mut states, mut hiddens, mut cells) = (vec![], vec![], vec![]);
     for d in &u.dirs {

@@ -26,6 +26,7 @@ pub const FIXTURES: &[&str] = &[
     "embedding",
     "attention",
     "upsample",
+    "encoder_ts",
 ];
 
 pub fn fixture(name: &str) -> PathBuf {

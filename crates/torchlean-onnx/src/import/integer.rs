@@ -1,0 +1,164 @@
+//! Integer-typed values computed at run time. torchlean's tensors are float32: an int64/int32
+//! graph input is read as float32 integers (exact up to 2^24, checked by
+//! `Imported::check_inputs`), and what only moves, selects or negates its elements holds the
+//! same integers. Any other arithmetic on it would silently become float arithmetic where
+//! ONNX specifies integer arithmetic: `Div` truncates (7 / 2 = 3, not 3.5), `ReduceMean`'s
+//! integer mean truncates, and sums and products are exact in int64 but not in float32 past
+//! 2^24 (4097 · 4097 = 16785409 rounds to 16785408). Such a node is refused, naming it;
+//! constants are evaluated at import in i64, exactly (`crate::constant`).
+//!
+//! The import tracks which ONNX values are integer-typed by the ONNX type rules (graph inputs
+//! as declared, `Cast`/`CastLike` to their target, the element-moving operators like their
+//! data operand), by name: a `Cast` of an integer input to float is a float value (float
+//! arithmetic on it is what the model asks for), even though it is the same graph node.
+
+use super::{Builder, Value};
+use crate::constant::{dtype, Data};
+use std::collections::HashSet;
+
+/// Operators whose float32 result on integers is exactly ONNX's integer result (for values
+/// within 2^24): they move, select, compare, clamp or negate elements, never combine them.
+const EXACT: &[&str] = &[
+    "Abs",
+    "Cast",
+    "CastLike",
+    "Clip",
+    "Concat",
+    "Constant",
+    "ConstantOfShape",
+    "Dropout",
+    "Equal",
+    "Expand",
+    "Flatten",
+    "Gather",
+    "GatherElements",
+    "Greater",
+    "Identity",
+    "Less",
+    "Max",
+    "Min",
+    "Neg",
+    "Not",
+    "Pad",
+    "Range",
+    "ReduceMax",
+    "ReduceMin",
+    "Relu",
+    "Reshape",
+    "Shape",
+    "Size",
+    "Slice",
+    "Split",
+    "Squeeze",
+    "Transpose",
+    "Trilu",
+    "Unsqueeze",
+    "Where",
+];
+
+/// Whether input `i` of `op` is one of its data operands (as opposed to axes, shapes,
+/// indices, sizes, exponents or a condition, which are integers by the operator's signature).
+fn is_data(op: &str, i: usize) -> bool {
+    match op {
+        "Where" => i == 1 || i == 2,
+        "Concat"
+        | "Max"
+        | "Min"
+        | "Add"
+        | "Sub"
+        | "Mul"
+        | "Div"
+        | "Mod"
+        | "MatMul"
+        | "Gemm"
+        | "PRelu"
+        | "LayerNormalization"
+        | "BatchNormalization"
+        | "InstanceNormalization"
+        | "Conv"
+        | "ConvTranspose" => true,
+        "GRU" | "LSTM" => i != 4,
+        _ => i == 0,
+    }
+}
+
+fn is_integer_type(ty: i32) -> bool {
+    matches!(ty, dtype::INT32 | dtype::INT64)
+}
+
+/// Whether `v` (the ONNX value `name`) holds integers: a run-time value the import tracks as
+/// integer-typed, or an integer constant.
+fn holds_integers(b: &Builder, typed: &HashSet<String>, name: &str, v: &Value) -> bool {
+    match v {
+        Value::Node(_) => typed.contains(name),
+        Value::Const(c) => matches!(c.data, Data::I64(_)),
+        Value::Param(_) => is_integer_type(b.elem_type(v)),
+    }
+}
+
+/// Why ONNX's integer result differs from float32's, for the message.
+fn difference(op: &str) -> String {
+    match op {
+        "Div" => "ONNX's integer division truncates: 7 / 2 is 3, float32 gives 3.5".into(),
+        "Mod" => "ONNX's integer remainder is not float32's".into(),
+        "ReduceMean" | "GlobalAveragePool" => {
+            "ONNX's integer mean truncates: the mean of 1 and 2 is 1, float32 gives 1.5".into()
+        }
+        "Add" | "Sub" | "Mul" | "ReduceSum" | "ReduceSumSquare" | "ReduceL1" | "MatMul"
+        | "Gemm" => "ONNX computes it exactly in int64, float32 holds integers exactly only up to 2^24 (4097 · 4097 = 16785409 would round to 16785408), and the values are not known at import".into(),
+        _ => format!("ONNX's `{op}` on integers is not float32's (or is not defined for them)"),
+    }
+}
+
+/// The refusal of a node `op` that computes on integer-typed values at run time (`outs` are
+/// its results: a node whose results are all constants was evaluated at import, exactly).
+pub(super) fn check(
+    b: &Builder,
+    typed: &HashSet<String>,
+    op: &str,
+    names: &[String],
+    inputs: &[Option<Value>],
+    outs: &[Value],
+) -> Result<(), String> {
+    if EXACT.contains(&op) || !outs.iter().any(|v| matches!(v, Value::Node(_))) {
+        return Ok(());
+    }
+    let integer = names.iter().zip(inputs).enumerate().find(|(i, (n, v))| {
+        is_data(op, *i) && v.as_ref().is_some_and(|v| holds_integers(b, typed, n, v))
+    });
+    match integer {
+        None => Ok(()),
+        Some((_, (name, _))) => Err(format!(
+            "`{op}` of the integer value `{name}` computed at run time: {}; torchlean's tensors are float32 (cast the value to float in the model where float arithmetic is meant)",
+            difference(op)
+        )),
+    }
+}
+
+/// Whether output value `out` of node `op` is integer-typed (ONNX's type rules: `Cast`'s
+/// target, `CastLike`'s second input, otherwise the data operands' type).
+pub(super) fn output_is_integer(
+    b: &Builder,
+    typed: &HashSet<String>,
+    op: &str,
+    to: Option<i64>,
+    names: &[String],
+    inputs: &[Option<Value>],
+    out: &Value,
+) -> bool {
+    if !matches!(out, Value::Node(_)) {
+        return false;
+    }
+    match op {
+        "Cast" => to.is_some_and(|t| i32::try_from(t).is_ok_and(is_integer_type)),
+        "CastLike" => match (names.get(1), inputs.get(1).and_then(Option::as_ref)) {
+            (Some(n), Some(Value::Node(_))) => typed.contains(n),
+            (_, Some(v)) => is_integer_type(b.elem_type(v)),
+            _ => false,
+        },
+        _ if EXACT.contains(&op) => names.iter().zip(inputs).enumerate().any(|(i, (n, v))| {
+            is_data(op, i) && v.as_ref().is_some_and(|v| holds_integers(b, typed, n, v))
+        }),
+        _ => false,
+    }
+}

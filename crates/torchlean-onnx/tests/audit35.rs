@@ -1,0 +1,604 @@
+//! The importer audit 35's findings on values and messages (F4-F8, F10, F12, F13), each
+//! built with the crate's protobuf types; each test failed before its fix. Expected values
+//! come from PyTorch 2.15 or NumPy (computed once with the commands quoted, written as
+//! literals), from onnxruntime 1.32 (CPU, graph optimizations off: quoted likewise), or from
+//! the ONNX definition.
+
+mod common;
+
+use common::{
+    constant, floats, ints, model, node, run_graph, value_info as vi, with_int, with_ints,
+};
+use onnx_protobuf::{attribute_proto::AttributeType, AttributeProto, ModelProto, NodeProto};
+use onnx_protobuf::{TensorProto, ValueInfoProto};
+use std::collections::HashMap;
+use torchlean::backend::BackendProfile;
+use torchlean::Tensor;
+use torchlean_onnx::{import_model, Imported, OnnxError};
+
+const FLOAT: i32 = 1;
+const INT64: i32 = 7;
+
+fn out(name: &str) -> ValueInfoProto {
+    let mut v = ValueInfoProto::new();
+    v.name = name.into();
+    v
+}
+
+fn with_float(mut n: NodeProto, name: &str, v: f32) -> NodeProto {
+    let mut a = AttributeProto::new();
+    a.name = name.into();
+    a.type_ = AttributeType::FLOAT.into();
+    a.f = v;
+    n.attribute.push(a);
+    n
+}
+
+fn with_strings(mut n: NodeProto, name: &str, v: &[&str]) -> NodeProto {
+    let mut a = AttributeProto::new();
+    a.name = name.into();
+    a.type_ = AttributeType::STRINGS.into();
+    a.strings = v.iter().map(|s| s.as_bytes().to_vec()).collect();
+    n.attribute.push(a);
+    n
+}
+
+fn import(m: &ModelProto) -> Result<Imported, OnnxError> {
+    import_model(m, "test.onnx", &HashMap::new())
+}
+
+/// The one refusal of a model: it names `name` and `op` and its reason says every `says`.
+fn refused_once(m: &ModelProto, name: &str, op: &str, says: &[&str]) {
+    let list = match import(m) {
+        Err(OnnxError::Unsupported { list, .. }) => list,
+        Err(e) => panic!("expected the unsupported list, got {e}"),
+        Ok(_) => panic!("expected a refusal of `{name}`"),
+    };
+    assert_eq!(list.len(), 1, "{list:?}");
+    let u = &list[0];
+    assert_eq!(
+        (u.name.as_str(), u.op_type.as_str()),
+        (name, op),
+        "{list:?}"
+    );
+    for s in says {
+        assert!(u.reason.contains(s), "`{s}` not in: {}", u.reason);
+    }
+}
+
+/// Imports and runs a model under the reference profile; output `name` as a vector.
+fn run(m: &ModelProto, inputs: &[(&str, &[usize], &[f32])], name: &str) -> Vec<f32> {
+    let imported = import(m).unwrap_or_else(|e| panic!("importable: {e}"));
+    let inputs: Vec<(String, Tensor)> = inputs
+        .iter()
+        .map(|(n, s, v)| (n.to_string(), Tensor::from_vec(v.to_vec(), s).unwrap()))
+        .collect();
+    let profile = BackendProfile::named("strict_cpu").unwrap();
+    let outs = run_graph(imported.graph, &imported.values, &inputs, &profile, false).expect("runs");
+    outs[name].to_vec()
+}
+
+/// Equal as IEEE values, NaN equal to NaN, within `tol` for finite ones.
+fn assert_values(what: &str, got: &[f32], want: &[f32], tol: f32) {
+    assert_eq!(got.len(), want.len(), "{what}: {got:?} vs {want:?}");
+    for (g, w) in got.iter().zip(want) {
+        let same = (g.is_nan() && w.is_nan())
+            || (g.is_infinite() && g == w)
+            || (w.is_finite() && (g - w).abs() <= tol * w.abs().max(1.0));
+        assert!(same, "{what}: got {got:?}, want {want:?}");
+    }
+}
+
+// ------------------------------------------------------------ F4: ReduceLogSumExp at ±∞
+
+/// A row holding +∞ gave NaN (∞ − ∞ in the shift), a row of −∞ NaN too; PyTorch gives +∞
+/// and −∞. `torch.logsumexp(torch.tensor([[1, inf, 2], [1, 2, 3], [-inf]*3, [nan, 1, 2],
+/// [1000, 1000, -inf]]), 1)` = [inf, 3.4076058864593506, -inf, nan, 1000.6931762695312];
+/// onnxruntime gives the same for the first three (the audit's case pt_logsumexp_inf).
+#[test]
+fn logsumexp_of_rows_with_infinities_is_pytorchs() {
+    let (inf, nan) = (f32::INFINITY, f32::NAN);
+    let x = [
+        1.0, inf, 2.0, 1.0, 2.0, 3.0, -inf, -inf, -inf, nan, 1.0, 2.0, 1000.0, 1000.0, -inf,
+    ];
+    let m = model(
+        vec![with_int(
+            with_ints(node("lse", "ReduceLogSumExp", &["x"], &["y"]), "axes", &[1]),
+            "keepdims",
+            0,
+        )],
+        vec![],
+        vec![vi("x", &[5, 3], FLOAT)],
+        vec![out("y")],
+        17,
+    );
+    let got = run(&m, &[("x", &[5, 3], &x)], "y");
+    assert_values(
+        "logsumexp",
+        &got,
+        &[inf, 3.407_606, -inf, nan, 1_000.693_2],
+        1e-6,
+    );
+}
+
+// ------------------------------------------------------------------ F5: Gemm with beta 0
+
+/// `Gemm(beta=0)` must ignore C (onnxruntime, and PyTorch's `addmm(C, a, B, beta=0)`, which
+/// exports as this node); an infinite and a NaN C gave NaN everywhere (0·∞). A·B of these
+/// values is [[4, -1], [10, -1]] (NumPy: `A @ B`).
+#[test]
+fn gemm_with_beta_zero_ignores_c() {
+    let a = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
+    let b = floats("b", &[3, 2], &[1.0, 0.0, 0.0, 1.0, 1.0, -1.0]);
+    for (c, alpha) in [
+        (floats("c", &[1, 2], &[f32::INFINITY, f32::NAN]), 1.0),
+        (floats("c", &[2], &[f32::NAN, f32::NEG_INFINITY]), 2.0),
+    ] {
+        let gemm = with_float(node("g", "Gemm", &["a", "b", "c"], &["y"]), "beta", 0.0);
+        let m = model(
+            vec![with_float(gemm, "alpha", alpha)],
+            vec![b.clone(), c],
+            vec![vi("a", &[2, 3], FLOAT)],
+            vec![out("y")],
+            17,
+        );
+        let got = run(&m, &[("a", &[2, 3], &a)], "y");
+        let want: Vec<f32> = [4.0, -1.0, 10.0, -1.0].iter().map(|v| v * alpha).collect();
+        assert_values("gemm beta 0", &got, &want, 0.0);
+    }
+}
+
+// --------------------------------------------- F6: integer arithmetic at run time refused
+
+/// Int64 values computed at run time went through float32 arithmetic: `Div` gave 3.5 where
+/// ONNX and onnxruntime give 3 ([7, -7, 9, 1] / [2, 2, 4, 3] = [3, -3, 2, 0] in onnxruntime),
+/// `ReduceMean` 2.5 where onnxruntime gives 2, `Mul` 16785408 for 4097·4097 = 16785409.
+/// Each is refused naming the node; the same arithmetic after a `Cast` to float is float
+/// arithmetic (what the model asks for) and runs; on constants it is evaluated exactly, in
+/// i64, at import.
+#[test]
+fn integer_arithmetic_on_values_computed_at_run_time_is_refused() {
+    let ab = || vec![vi("a", &[4], INT64), vi("b", &[4], INT64)];
+    let div = model(
+        vec![node("d", "Div", &["a", "b"], &["y"])],
+        vec![],
+        ab(),
+        vec![out("y")],
+        17,
+    );
+    refused_once(&div, "d", "Div", &["integer value `a`", "truncates"]);
+    // an integer constant divisor, and the quotient cast to float after
+    let div_cast = model(
+        vec![
+            constant("two", ints("", &[], &[2])),
+            node("d", "Div", &["a", "two"], &["q"]),
+            with_int(node("c", "Cast", &["q"], &["y"]), "to", FLOAT as i64),
+        ],
+        vec![],
+        vec![vi("a", &[4], INT64)],
+        vec![out("y")],
+        17,
+    );
+    refused_once(&div_cast, "d", "Div", &["truncates"]);
+    // through an element-moving op the value is still an integer
+    let mean = model(
+        vec![
+            node("t", "Unsqueeze", &["a", "ax"], &["u"]),
+            with_int(node("m", "ReduceMean", &["u"], &["y"]), "keepdims", 0),
+        ],
+        vec![ints("ax", &[1], &[0])],
+        vec![vi("a", &[4], INT64)],
+        vec![out("y")],
+        17,
+    );
+    refused_once(
+        &mean,
+        "m",
+        "ReduceMean",
+        &["integer value `u`", "mean truncates"],
+    );
+    let mul = model(
+        vec![node("p", "Mul", &["a", "b"], &["y"])],
+        vec![],
+        ab(),
+        vec![out("y")],
+        17,
+    );
+    refused_once(&mul, "p", "Mul", &["2^24"]);
+    // a ReduceMean of an integer constant is not folded: refused as well
+    let const_mean = model(
+        vec![
+            constant("k", ints("", &[2], &[1, 2])),
+            node("m", "ReduceMean", &["k"], &["y"]),
+        ],
+        vec![],
+        vec![],
+        vec![out("y")],
+        17,
+    );
+    refused_once(&const_mean, "m", "ReduceMean", &["integer value `k`"]);
+
+    // after a Cast to float: float division, 7 / 2 = 3.5 (onnxruntime: [3.5, -3.5, 2.25,
+    // 0.33333334] for Cast(a) / Cast(b))
+    let float_div = model(
+        vec![
+            with_int(node("ca", "Cast", &["a"], &["fa"]), "to", FLOAT as i64),
+            with_int(node("cb", "Cast", &["b"], &["fb"]), "to", FLOAT as i64),
+            node("d", "Div", &["fa", "fb"], &["y"]),
+        ],
+        vec![],
+        ab(),
+        vec![out("y")],
+        17,
+    );
+    let got = run(
+        &float_div,
+        &[
+            ("a", &[4], &[7.0, -7.0, 9.0, 1.0]),
+            ("b", &[4], &[2.0, 2.0, 4.0, 3.0]),
+        ],
+        "y",
+    );
+    assert_values("float div", &got, &[3.5, -3.5, 2.25, 1.0 / 3.0], 1e-7);
+    // element moves and negation keep working on integer inputs
+    let neg = model(
+        vec![
+            node("n", "Neg", &["a"], &["na"]),
+            node("mx", "Max", &["na", "b"], &["y"]),
+        ],
+        vec![],
+        ab(),
+        vec![out("y")],
+        17,
+    );
+    let got = run(
+        &neg,
+        &[
+            ("a", &[4], &[7.0, -7.0, 9.0, 1.0]),
+            ("b", &[4], &[2.0, 2.0, 4.0, 3.0]),
+        ],
+        "y",
+    );
+    assert_values("max(-a, b)", &got, &[2.0, 7.0, 4.0, 3.0], 0.0);
+    // constants: integer division truncates, in i64 ([7, -7, 9, 1] / [2, 2, 4, 3] as
+    // onnxruntime: [3, -3, 2, 0])
+    let folded = model(
+        vec![
+            constant("p", ints("", &[4], &[7, -7, 9, 1])),
+            constant("q", ints("", &[4], &[2, 2, 4, 3])),
+            node("d", "Div", &["p", "q"], &["y"]),
+        ],
+        vec![],
+        vec![],
+        vec![out("y")],
+        17,
+    );
+    assert_values(
+        "folded div",
+        &run(&folded, &[], "y"),
+        &[3.0, -3.0, 2.0, 0.0],
+        0.0,
+    );
+}
+
+// ----------------------------------------------- F7: non-finite activation coefficients
+
+/// `LeakyRelu` with alpha NaN or ∞ and `Elu` with alpha NaN gave NaN for every element
+/// (NaN·0 in the zero term of the lowering); onnxruntime gives x for x > 0. Refused, naming
+/// the coefficient.
+#[test]
+fn non_finite_activation_coefficients_are_refused() {
+    for (op, alpha, shown) in [
+        ("LeakyRelu", f32::NAN, "alpha=NaN"),
+        ("LeakyRelu", f32::INFINITY, "alpha=inf"),
+        ("Elu", f32::NAN, "alpha=NaN"),
+        ("Selu", f32::NEG_INFINITY, "alpha=-inf"),
+    ] {
+        let m = model(
+            vec![with_float(node("act", op, &["x"], &["y"]), "alpha", alpha)],
+            vec![],
+            vec![vi("x", &[4], FLOAT)],
+            vec![out("y")],
+            17,
+        );
+        refused_once(&m, "act", op, &[shown, "non-finite"]);
+    }
+}
+
+// -------------------------------------------------- F8, F13: GRU/LSTM activations, length 0
+
+fn gru_model(attrs: impl Fn(NodeProto) -> NodeProto, steps: i64, direction: &str) -> ModelProto {
+    let dirs = if direction == "bidirectional" { 2 } else { 1 };
+    let (h, i) = (4usize, 3usize);
+    let w = common::values(dirs * 3 * h * i, 1);
+    let r = common::values(dirs * 3 * h * h, 2);
+    let b = common::values(dirs * 6 * h, 3);
+    let mut n = node("gru", "GRU", &["x", "W", "R", "B"], &["", "y"]);
+    let mut d = AttributeProto::new();
+    d.name = "direction".into();
+    d.type_ = AttributeType::STRING.into();
+    d.s = direction.as_bytes().to_vec();
+    n.attribute.push(d);
+    let n = with_int(attrs(n), "hidden_size", h as i64);
+    let dirs = dirs as i64;
+    model(
+        vec![n],
+        vec![
+            floats("W", &[dirs, 3 * h as i64, i as i64], &w),
+            floats("R", &[dirs, 3 * h as i64, h as i64], &r),
+            floats("B", &[dirs, 6 * h as i64], &b),
+        ],
+        vec![vi("x", &[steps, 2, i as i64], FLOAT)],
+        vec![out("y")],
+        17,
+    )
+}
+
+/// `activations` is a STRINGS attribute; it was read as INTS ("type code 8, expected INTS")
+/// even when it spells out the defaults, as tf2onnx-style exporters write them
+/// (onnxruntime runs both the audit's gru_act_default_named and gru_act). The defaults are
+/// accepted (case-insensitively, as onnxruntime) and give the same values as no attribute;
+/// other lists are refused naming them.
+#[test]
+fn recurrent_activations_attribute_is_read_as_strings() {
+    let x = common::values(3 * 2 * 3, 9);
+    let run_gru = |m: &ModelProto| run(m, &[("x", &[3, 2, 3], &x)], "y");
+    let plain = run_gru(&gru_model(|n| n, 3, "forward"));
+    let named = run_gru(&gru_model(
+        |n| with_strings(n, "activations", &["Sigmoid", "Tanh"]),
+        3,
+        "forward",
+    ));
+    assert_values(
+        "GRU with the default activations named",
+        &named,
+        &plain,
+        0.0,
+    );
+    let both = run_gru(&gru_model(
+        |n| with_strings(n, "activations", &["sigmoid", "TANH", "Sigmoid", "tanh"]),
+        3,
+        "bidirectional",
+    ));
+    let both_plain = run_gru(&gru_model(|n| n, 3, "bidirectional"));
+    assert_values("bidirectional GRU", &both, &both_plain, 0.0);
+    let other = gru_model(
+        |n| with_strings(n, "activations", &["Tanh", "Tanh"]),
+        3,
+        "forward",
+    );
+    refused_once(&other, "gru", "GRU", &["\"Tanh\", \"Tanh\"", "Sigmoid"]);
+    // the LSTM defaults are three per direction
+    let mut lstm = node("lstm", "LSTM", &["x", "W", "R"], &["", "y"]);
+    lstm = with_int(
+        with_strings(lstm, "activations", &["Sigmoid", "Tanh", "Tanh"]),
+        "hidden_size",
+        2,
+    );
+    let lstm_model = model(
+        vec![lstm],
+        vec![
+            floats("W", &[1, 8, 3], &common::values(24, 4)),
+            floats("R", &[1, 8, 2], &common::values(16, 5)),
+        ],
+        vec![vi("x", &[3, 2, 3], FLOAT)],
+        vec![out("y")],
+        17,
+    );
+    assert!(import(&lstm_model).is_ok());
+}
+
+/// A GRU or LSTM over 0 steps reported an internal `concat` error; onnxruntime aborts the
+/// process on it (the audit's gru_seq0: "terminate called without an active exception").
+/// Refused with the node's name and the reason.
+#[test]
+fn recurrence_over_zero_steps_is_refused_readably() {
+    let m = gru_model(|n| n, 0, "forward");
+    refused_once(&m, "gru", "GRU", &["sequence of length 0"]);
+}
+
+// --------------------------------------------------- F10: generated constant names
+
+/// An initializer named `onnx.const.1` (the importer's own prefix) collided with the first
+/// generated constant ("parameter `onnx.const.1` is declared twice"); onnxruntime runs the
+/// model. z = x · init + [1, 2, 3, 4] by the definition of Mul and Add.
+#[test]
+fn generated_constant_names_avoid_the_models_names() {
+    let init = [2.0, -1.0, 0.5, 3.0];
+    let m = model(
+        vec![
+            node("mul", "Mul", &["x", "onnx.const.1"], &["y"]),
+            constant("onnx.const.2", floats("", &[4], &[1.0, 2.0, 3.0, 4.0])),
+            node("add", "Add", &["y", "onnx.const.2"], &["z"]),
+        ],
+        vec![floats("onnx.const.1", &[1, 4], &init)],
+        vec![vi("x", &[1, 4], FLOAT)],
+        vec![out("z")],
+        17,
+    );
+    let got = run(&m, &[("x", &[1, 4], &[1.0, 2.0, 3.0, 4.0])], "z");
+    assert_values("x · init + c", &got, &[3.0, 0.0, 4.5, 16.0], 0.0);
+    let imported = import(&m).unwrap();
+    assert!(imported
+        .graph
+        .parameters
+        .iter()
+        .any(|p| p.name == "onnx.const.1"));
+}
+
+// ---------------------------------------------------- F12: given dims beyond i64
+
+/// `--input-shape x=18446744073709551615,4` was reported as "negative dimension -1": the
+/// given dims were cast with `as i64`. The message names the value given.
+#[test]
+fn a_given_dimension_beyond_i64_is_named_as_given() {
+    let m = model(
+        vec![node("n", "Neg", &["x"], &["y"])],
+        vec![],
+        vec![vi("x", &[-1, 4], FLOAT)],
+        vec![out("y")],
+        17,
+    );
+    let shapes = HashMap::from([("x".to_string(), vec![usize::MAX, 4])]);
+    let e = import_model(&m, "test.onnx", &shapes)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(e.contains("18446744073709551615"), "{e}");
+    assert!(!e.contains("negative"), "{e}");
+}
+
+// --------------------------------------------- F13: Pad, Clip and Split messages
+
+/// `Pad` with −2^62 at both ends reported "crops 9223372036854775807" (a saturated sum); a
+/// NaN `Clip` bound printed "min=-340282350000000000000000000000000000000 max=NaN"; `Split`
+/// into num_outputs=4 of a length of 5 gave an empty fourth part where onnxruntime refuses
+/// ("Invalid num_outputs value of 4. Split sizes would produce a negative final split").
+#[test]
+fn pad_clip_and_split_refusals_say_what_was_given() {
+    let big = -(1i64 << 62);
+    let pad = model(
+        vec![node("p", "Pad", &["x", "pads"], &["y"])],
+        vec![ints("pads", &[4], &[0, big, 0, big])],
+        vec![vi("x", &[2, 5], FLOAT)],
+        vec![out("y")],
+        17,
+    );
+    refused_once(
+        &pad,
+        "p",
+        "Pad",
+        &["crops 9223372036854775808 of the 5", "-4611686018427387904"],
+    );
+    let clip = model(
+        vec![
+            constant("hi", floats("", &[], &[f32::NAN])),
+            node("c", "Clip", &["x", "", "hi"], &["y"]),
+        ],
+        vec![],
+        vec![vi("x", &[2, 5], FLOAT)],
+        vec![out("y")],
+        17,
+    );
+    refused_once(&clip, "c", "Clip", &["max bound is NaN"]);
+    let split = model(
+        vec![with_int(
+            with_int(node("s", "Split", &["x"], &["a", "b", "c", "d"]), "axis", 1),
+            "num_outputs",
+            4,
+        )],
+        vec![],
+        vec![vi("x", &[2, 5], FLOAT)],
+        vec![out("a"), out("b"), out("c"), out("d")],
+        18,
+    );
+    refused_once(&split, "s", "Split", &["num_outputs=4", "would be empty"]);
+}
+
+// ------------------------------------------------------ F13: Mod of constants folded
+
+/// `Mod` computed only from constants (PyTorch's TorchScript export of
+/// `nn.TransformerEncoderLayer` has one) was refused as an unknown operator. It is evaluated
+/// at import: integers with `fmod=0` take the divisor's sign, `fmod=1` the dividend's, floats
+/// need `fmod=1`. NumPy: `np.mod([7, -7, 7, -7, 0, -2**63], [3, 3, -3, -3, 5, -1])` =
+/// [1, 2, -2, -1, 0, 0], `np.fmod([7, -7, 7, -7, 0], [3, 3, -3, -3, 5])` = [1, -1, 1, -1, 0],
+/// `np.fmod(float32([5.5, -5.5, 1]), float32([2, 2, 0]))` = [1.5, -1.5, nan].
+#[test]
+fn mod_of_constants_is_evaluated_at_import() {
+    let fold = |a: TensorProto, b: TensorProto, fmod: i64| {
+        let m = model(
+            vec![
+                constant("a", a),
+                constant("b", b),
+                with_int(node("m", "Mod", &["a", "b"], &["y"]), "fmod", fmod),
+            ],
+            vec![],
+            vec![],
+            vec![out("y")],
+            17,
+        );
+        let imported = import(&m).unwrap_or_else(|e| panic!("importable: {e}"));
+        // evaluated: the output is a stored constant, no op computes it
+        assert!(imported
+            .graph
+            .nodes
+            .iter()
+            .all(|n| !matches!(n.kind, torchlean::graph::NodeKind::Op { .. })));
+        run(&m, &[], "y")
+    };
+    let got = fold(
+        ints("", &[6], &[7, -7, 7, -7, 0, i64::MIN]),
+        ints("", &[6], &[3, 3, -3, -3, 5, -1]),
+        0,
+    );
+    assert_values("fmod=0", &got, &[1.0, 2.0, -2.0, -1.0, 0.0, 0.0], 0.0);
+    let got = fold(
+        ints("", &[5], &[7, -7, 7, -7, 0]),
+        ints("", &[5], &[3, 3, -3, -3, 5]),
+        1,
+    );
+    assert_values("fmod=1", &got, &[1.0, -1.0, 1.0, -1.0, 0.0], 0.0);
+    let got = fold(
+        floats("", &[3], &[5.5, -5.5, 1.0]),
+        floats("", &[1], &[2.0]),
+        1,
+    );
+    assert_values("float fmod", &got, &[1.5, -1.5, 1.0], 0.0);
+    // refused: a zero integer divisor, floats with fmod=0, a Mod of a run-time value
+    let zero = model(
+        vec![
+            constant("a", ints("", &[1], &[3])),
+            constant("b", ints("", &[1], &[0])),
+            node("m", "Mod", &["a", "b"], &["y"]),
+        ],
+        vec![],
+        vec![],
+        vec![out("y")],
+        17,
+    );
+    refused_once(&zero, "m", "Mod", &["by zero"]);
+    let float0 = model(
+        vec![
+            constant("a", floats("", &[1], &[3.0])),
+            constant("b", floats("", &[1], &[2.0])),
+            node("m", "Mod", &["a", "b"], &["y"]),
+        ],
+        vec![],
+        vec![],
+        vec![out("y")],
+        17,
+    );
+    refused_once(&float0, "m", "Mod", &["fmod=0"]);
+    let runtime = model(
+        vec![
+            constant("b", floats("", &[1], &[2.0])),
+            with_int(node("m", "Mod", &["x", "b"], &["y"]), "fmod", 1),
+        ],
+        vec![],
+        vec![vi("x", &[2], FLOAT)],
+        vec![out("y")],
+        17,
+    );
+    refused_once(&runtime, "m", "Mod", &["computed at run time"]);
+}
+
+/// `Max`/`Min` of constants are evaluated at import too (in i64 for integers), so their
+/// result can be a shape: Reshape of x [2, 6] to Max([3, 1], [1, 4]) = [3, 4].
+#[test]
+fn max_and_min_of_constants_are_evaluated_at_import() {
+    let m = model(
+        vec![
+            constant("p", ints("", &[2], &[3, 1])),
+            constant("q", ints("", &[2], &[1, 4])),
+            node("mx", "Max", &["p", "q"], &["shape"]),
+            node("r", "Reshape", &["x", "shape"], &["y"]),
+        ],
+        vec![],
+        vec![vi("x", &[2, 6], FLOAT)],
+        vec![out("y")],
+        17,
+    );
+    let imported = import(&m).unwrap_or_else(|e| panic!("importable: {e}"));
+    let y = imported.graph.outputs[0].node;
+    assert_eq!(imported.graph.nodes[y].shape, vec![3, 4]);
+}
