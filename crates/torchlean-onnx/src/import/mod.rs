@@ -150,7 +150,7 @@ impl Builder {
                         ))
                     }
                 }
-                let t = Tensor::from_vec(c.floats(), &c.dims).map_err(|e| e.to_string())?;
+                let t = Tensor::from_vec(c.try_floats()?, &c.dims).map_err(|e| e.to_string())?;
                 self.graph.parameters.push(ValueDecl {
                     name: name.clone(),
                     shape: c.dims.clone(),
@@ -177,7 +177,7 @@ impl Builder {
                         break name;
                     }
                 };
-                let t = Tensor::from_vec(c.floats(), &c.dims).map_err(|e| e.to_string())?;
+                let t = Tensor::from_vec(c.try_floats()?, &c.dims).map_err(|e| e.to_string())?;
                 self.graph.parameters.push(ValueDecl {
                     name: name.clone(),
                     shape: c.dims.clone(),

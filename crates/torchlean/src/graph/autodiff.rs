@@ -37,11 +37,11 @@ pub fn append_backward(
     loss: &str,
     wrt: Option<&[&str]>,
 ) -> Result<Vec<String>, GraphError> {
+    // the names added below must not collide with (and silently replace) the user's
+    g.check_user_names()?;
     // the graph's fields are public: one built by hand is validated here like a loaded one
     // (node ids, parents before children, shapes) before any node is indexed
     g.validate()?;
-    // the names added below must not collide with (and silently replace) the user's
-    g.check_user_names()?;
     let root = g
         .output(loss)
         .ok_or_else(|| GraphError::Other(format!("no output named `{loss}`")))?;

@@ -1,5 +1,9 @@
-//! The importer audit 35's findings on values and messages (F4-F8, F10, F12, F13), each
-//! built with the crate's protobuf types; each test failed before its fix. Expected values
+//! Import semantics at the edges an audit (thirty-fifth session) found wrong or unclear:
+//! log-sum-exp rows with infinities, Gemm with beta 0, integer arithmetic on run-time values,
+//! non-finite activation coefficients, recurrent `activations` and empty sequences,
+//! generated constant names, oversized `--input-shape` dims, Pad/Clip/Split refusals, and
+//! constant folding of Mod, Max and Min. Models are built with the crate's protobuf types;
+//! each test failed before its fix. Expected values
 //! come from PyTorch 2.15 or NumPy (computed once with the commands quoted, written as
 //! literals), from onnxruntime 1.32 (CPU, graph optimizations off: quoted likewise), or from
 //! the ONNX definition.
