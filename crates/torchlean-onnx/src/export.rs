@@ -71,12 +71,21 @@ struct Emitter {
     fresh: usize,
     /// Inputs declared int64 (read only as indices): no Cast before their Gather.
     int_inputs: std::collections::HashSet<String>,
+    /// The graph's own names (inputs, parameters, constants, outputs), which no generated
+    /// name may take: ONNX names each value once, and a generated initializer named like a
+    /// parameter made two initializers of one name (onnxruntime silently used the last).
+    reserved: std::collections::HashSet<String>,
 }
 
 impl Emitter {
     fn name(&mut self, what: &str) -> String {
-        self.fresh += 1;
-        format!("{what}_{}", self.fresh)
+        loop {
+            self.fresh += 1;
+            let name = format!("{what}_{}", self.fresh);
+            if !self.reserved.contains(&name) {
+                return name;
+            }
+        }
     }
 
     /// Appends `op_type(inputs)` with attributes; returns its (fresh) output name.
@@ -545,11 +554,23 @@ pub fn export_model(graph: &Graph, values: &[(String, Tensor)]) -> Out<ModelProt
             _ => None,
         })
         .collect();
+    let reserved = graph
+        .nodes
+        .iter()
+        .filter_map(|n| match &n.kind {
+            NodeKind::Input { name }
+            | NodeKind::Parameter { name }
+            | NodeKind::Constant { name } => Some(name.clone()),
+            _ => None,
+        })
+        .chain(graph.outputs.iter().map(|o| o.name.clone()))
+        .collect();
     let mut e = Emitter {
         nodes: vec![],
         inits: vec![],
         fresh: 0,
         int_inputs,
+        reserved,
     };
     let mut g = GraphProto::new();
     g.name = "torchlean".into();

@@ -291,3 +291,77 @@ fn gather_survives_export_and_import_and_negative_constant_indices_count_from_th
         .to_vec();
     assert_eq!(got, expect(&neg));
 }
+
+/// The exporter's generated names (`const_N`, `ints_N`, `mul_N`, …) avoid the graph's own:
+/// a parameter named `const_1` made two initializers of one name (the checker refuses the
+/// file; onnxruntime silently used the last). Every value is named once, and tract computes
+/// what torchlean computes.
+#[test]
+fn generated_names_avoid_the_graphs_own_names() {
+    use torchlean::graph::{Graph, NodeKind, OutputDecl, ValueDecl};
+    torchlean::runtime::install(torchlean::runtime::Session::new(
+        BackendProfile::default_cpu(),
+    ))
+    .ok();
+    let mut g = Graph::new();
+    g.inputs.push(ValueDecl {
+        name: "x".into(),
+        shape: vec![2],
+    });
+    let x = g
+        .push(NodeKind::Input { name: "x".into() }, vec![])
+        .unwrap();
+    let mut values = vec![];
+    let mut y = x;
+    for k in 1..=4 {
+        let name = format!("const_{k}");
+        g.parameters.push(ValueDecl {
+            name: name.clone(),
+            shape: vec![2],
+        });
+        values.push((
+            name.clone(),
+            Tensor::from_vec(vec![k as f32, -0.5], &[2]).unwrap(),
+        ));
+        let p = g.push(NodeKind::Parameter { name }, vec![]).unwrap();
+        let m = g
+            .push(
+                NodeKind::Op {
+                    op: torchlean::Op::Mul,
+                },
+                vec![y, p],
+            )
+            .unwrap();
+        y = g
+            .push(
+                NodeKind::Op {
+                    op: torchlean::Op::Scale { factor: 1.5 },
+                },
+                vec![m],
+            )
+            .unwrap();
+    }
+    g.outputs.push(OutputDecl {
+        name: "mul_1".into(),
+        node: y,
+    });
+    let model = torchlean_onnx::export_model(&g, &values).unwrap();
+    let graph = model.graph.as_ref().unwrap();
+    let mut seen = std::collections::HashSet::new();
+    let defined = graph
+        .input
+        .iter()
+        .map(|i| i.name.clone())
+        .chain(graph.initializer.iter().map(|t| t.name.clone()))
+        .chain(graph.node.iter().flat_map(|n| n.output.clone()));
+    for name in defined {
+        assert!(seen.insert(name.clone()), "`{name}` is defined twice");
+    }
+    let x = Tensor::from_vec(vec![0.25, 2.0], &[2]).unwrap();
+    let inputs = vec![("x".to_string(), x.clone())];
+    let ours = run_graph(g, &values, &inputs, &BackendProfile::default_cpu(), false).unwrap()
+        ["mul_1"]
+        .to_vec();
+    let bytes = torchlean_onnx::model::encode_model(&model).unwrap();
+    assert_close("tract", &tract_outputs(&bytes, &x), &ours, 1e-6);
+}
