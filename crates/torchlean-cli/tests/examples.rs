@@ -598,3 +598,26 @@ fn strict_native_cpu_trains_to_the_checked_cpu_losses() {
         assert_eq!(checked, strict, "{example:?}");
     }
 }
+
+/// A CSV written as iris usually is (a header, the class by name in the last column) trains:
+/// the names are numbered in sorted order and the mapping is printed.
+#[test]
+fn a_csv_with_class_names_trains_and_prints_the_numbering() {
+    let dir = scratch("class-names");
+    let mut csv = String::from("a,b,species\n");
+    for i in 0..30 {
+        let (name, x) = [("virginica", 2.0), ("setosa", -2.0), ("versicolor", 0.0)][i % 3];
+        csv.push_str(&format!("{},{},{name}\n", x + 0.01 * i as f32, -x));
+    }
+    let path = dir.join("named.csv");
+    std::fs::write(&path, csv).unwrap();
+    let o = torchlean(&["mlp", "--data", s(&path), "--steps", "60", "--lr", "0.05"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("classes from the label column's names (sorted): 0 = setosa, 1 = versicolor, 2 = virginica"),
+        "{out}"
+    );
+    assert!(out.contains("3 classes"), "{out}");
+    assert!(out.contains("held-out accuracy 1.0000"), "{out}");
+}

@@ -5,8 +5,8 @@
 mod support;
 use std::path::{Path, PathBuf};
 use torchlean::data::{
-    load_csv, load_idx, load_mnist, load_npy, load_npy_dataset, save_npy, write_idx, CsvOptions,
-    DataError, Header, LabelColumn,
+    load_csv, load_csv_classes, load_idx, load_mnist, load_npy, load_npy_dataset, save_npy,
+    write_idx, CsvOptions, DataError, Header, LabelColumn,
 };
 use torchlean::{Error, Tensor};
 
@@ -81,6 +81,7 @@ fn csv_with_header_label_by_name_and_without_header() {
         label: LabelColumn::First,
         delimiter: ';',
         integer_labels: false,
+        class_names: false,
     };
     let ds = load_csv(&p, &opts).unwrap();
     assert_eq!(ds.targets().unwrap().to_vec(), vec![7.0, 8.0]);
@@ -91,6 +92,7 @@ fn csv_with_header_label_by_name_and_without_header() {
         label: LabelColumn::Index(1),
         delimiter: ';',
         integer_labels: false,
+        class_names: false,
     };
     assert_eq!(load_csv(&p, &opts).unwrap().len(), 1);
     // class indices are checked as written: `1.00000001` and `0.99999999` round to the f32
@@ -701,4 +703,74 @@ fn a_defective_first_row_is_never_dropped_as_a_header() {
     let ds =
         torchlean::data::parse_csv("\u{feff}y,x\r\n1,2\r\n3,4\r\n", "h.csv", &by_name).unwrap();
     assert_eq!(ds.targets().unwrap().to_vec(), vec![1.0, 3.0]);
+}
+
+/// Iris as it is usually written: a header and the species by name. With class names
+/// allowed, the classes are the sorted distinct names (scikit-learn's `LabelEncoder`), the
+/// header is told by the feature columns, and a column mixing numbers and names is refused;
+/// without the option a name is an error, as before.
+#[test]
+fn class_names_in_the_label_column_number_the_classes_in_sorted_order() {
+    support::checked_cpu_default();
+    let d = tmpdir("csv-names");
+    let iris = "sepal_length,sepal_width,petal_length,petal_width,species\n\
+                5.1,3.5,1.4,0.2,setosa\n\
+                7.0,3.2,4.7,1.4,versicolor\n\
+                6.3,3.3,6.0,2.5,virginica\n\
+                4.9,3.0,1.4,0.2,\"setosa\"\n\
+                6.4,3.2,4.5,1.5,versicolor\n";
+    let p = write(&d, "iris.csv", iris.as_bytes());
+    let options = CsvOptions {
+        class_names: true,
+        integer_labels: true,
+        ..CsvOptions::default()
+    };
+    let (ds, names) = load_csv_classes(&p, &options).unwrap();
+    assert_eq!(names, ["setosa", "versicolor", "virginica"]);
+    assert_eq!(ds.len(), 5);
+    assert_eq!(
+        ds.targets().unwrap().to_vec(),
+        vec![0.0, 1.0, 2.0, 0.0, 1.0]
+    );
+    assert_eq!(
+        ds.features().unwrap().to_vec()[..4].to_vec(),
+        vec![5.1, 3.5, 1.4, 0.2]
+    );
+    // first-seen order is not the numbering: the same rows in another order, same classes
+    let shuffled = "1,virginica\n2,setosa\n3,versicolor\n4,setosa\n";
+    let p = write(&d, "shuffled.csv", shuffled.as_bytes());
+    let (ds, names) = load_csv_classes(&p, &options).unwrap();
+    assert_eq!(names, ["setosa", "versicolor", "virginica"]);
+    assert_eq!(ds.targets().unwrap().to_vec(), vec![2.0, 0.0, 1.0, 0.0]);
+    // numeric labels are read as before, with no names
+    let p = write(&d, "numeric.csv", b"x,label\n0.5,1\n0.25,0\n");
+    let (ds, names) = load_csv_classes(&p, &options).unwrap();
+    assert!(names.is_empty());
+    assert_eq!(ds.targets().unwrap().to_vec(), vec![1.0, 0.0]);
+    // a typo among class indices is not a class
+    let p = write(&d, "mixed.csv", b"0.5,1\n0.25,0\n0.75,l\n");
+    malformed(
+        load_csv_classes(&p, &options),
+        "mixed.csv",
+        "mixes numbers (line 1) and class names (line 3: `l`)",
+    );
+    let p = write(&d, "empty_label.csv", b"0.5,a\n0.25,\n");
+    malformed(
+        load_csv_classes(&p, &options),
+        "empty_label.csv",
+        "the label is empty",
+    );
+    // names in a feature column stay an error; and without the option, in the label column
+    let p = write(&d, "feature_name.csv", b"0.5,a\nx,b\n");
+    malformed(
+        load_csv_classes(&p, &options),
+        "feature_name.csv",
+        "`x` is not a number",
+    );
+    let p = write(&d, "iris2.csv", iris.as_bytes());
+    malformed(
+        load_csv(&p, &CsvOptions::default()),
+        "iris2.csv",
+        "`setosa` is not a number",
+    );
 }

@@ -1,5 +1,6 @@
 //! Numeric CSV files: one sample per line, an optional header, one label column (the
-//! target) and the other columns as features [N, F]; targets [N].
+//! target) and the other columns as features [N, F]; targets [N]. The label column may hold
+//! class names instead of numbers ([`CsvOptions::class_names`], [`load_csv_classes`]).
 
 use super::dataset::Dataset;
 use super::error::DataError;
@@ -43,6 +44,14 @@ pub struct CsvOptions {
     /// — checked on the value read at f64, before the f32 rounding that made `1.00000001`
     /// the class 1 — and below 2^24 (every such integer is exact in f32).
     pub integer_labels: bool,
+    /// The label column may hold class names (`setosa`, `versicolor`, …) instead of numbers:
+    /// when none of its fields is a number, the classes are its distinct names in sorted
+    /// (byte) order, numbered from 0, as scikit-learn's `LabelEncoder` numbers them;
+    /// [`parse_csv_classes`] returns the names. A label column that mixes numbers and names
+    /// is refused (a typo among class indices must not become a class). With `Header::Auto`,
+    /// the header is told from data by the feature columns alone (a data row's label may be
+    /// a name). Without this option a name in the label column is an error, as in any column.
+    pub class_names: bool,
 }
 
 impl Default for CsvOptions {
@@ -52,18 +61,27 @@ impl Default for CsvOptions {
             label: LabelColumn::Last,
             delimiter: ',',
             integer_labels: false,
+            class_names: false,
         }
     }
 }
 
 /// Loads a numeric CSV file (see [`parse_csv`]).
 pub fn load_csv(path: impl AsRef<Path>, options: &CsvOptions) -> Result<Dataset> {
+    load_csv_classes(path, options).map(|(ds, _)| ds)
+}
+
+/// Loads a CSV file whose label column may hold class names (see [`parse_csv_classes`]).
+pub fn load_csv_classes(
+    path: impl AsRef<Path>,
+    options: &CsvOptions,
+) -> Result<(Dataset, Vec<String>)> {
     let path = path.as_ref();
     let bytes = file::read_bytes(path, FORMAT)?;
     let name = file::name(path);
     let text = std::str::from_utf8(&bytes)
         .map_err(|e| DataError::malformed(&name, FORMAT, format!("not UTF-8 text: {e}")))?;
-    parse_csv(text, &name, options)
+    parse_csv_classes(text, &name, options)
 }
 
 fn field(s: &str) -> &str {
@@ -84,6 +102,17 @@ fn split_lines(text: &str) -> impl Iterator<Item = &str> {
 /// lines are skipped; every row must have the header's (or first row's) number of fields,
 /// all finite numbers.
 pub fn parse_csv(text: &str, name: &str, options: &CsvOptions) -> Result<Dataset> {
+    parse_csv_classes(text, name, options).map(|(ds, _)| ds)
+}
+
+/// [`parse_csv`], with class names in the label column when [`CsvOptions::class_names`]
+/// allows them: the dataset's targets are the names' indices in the returned list (sorted);
+/// the list is empty when the labels are numbers.
+pub fn parse_csv_classes(
+    text: &str,
+    name: &str,
+    options: &CsvOptions,
+) -> Result<(Dataset, Vec<String>)> {
     let bad =
         |reason: String| -> crate::Error { DataError::malformed(name, FORMAT, reason).into() };
     // a UTF-8 byte-order mark (spreadsheets write one) is not part of the first field
@@ -100,11 +129,26 @@ pub fn parse_csv(text: &str, name: &str, options: &CsvOptions) -> Result<Dataset
         Header::Present => true,
         Header::Absent => false,
         Header::Auto => {
-            let text: Vec<&&str> = first_fields
+            // with class names allowed, a data row's label may be a name: the header is told
+            // by the other columns (when the label column is known without a header)
+            let named_label = match (&options.label, options.class_names) {
+                (LabelColumn::First, true) => Some(0),
+                (LabelColumn::Last, true) => Some(first_fields.len().saturating_sub(1)),
+                (LabelColumn::Index(i), true) => Some(*i),
+                _ => None,
+            };
+            let judged: Vec<&&str> = first_fields
                 .iter()
+                .enumerate()
+                .filter(|(c, _)| Some(*c) != named_label || first_fields.len() < 2)
+                .map(|(_, f)| f)
+                .collect();
+            let text: Vec<&&str> = judged
+                .iter()
+                .copied()
                 .filter(|f| f.parse::<f32>().is_err())
                 .collect();
-            if !text.is_empty() && text.len() < first_fields.len() {
+            if !text.is_empty() && text.len() < judged.len() {
                 return Err(bad(format!(
                     "line {}, the first: it mixes numbers and text ({text:?} are not numbers), \
                      so it could be a header with numbers for names or a data row with a \
@@ -181,6 +225,10 @@ pub fn parse_csv(text: &str, name: &str, options: &CsvOptions) -> Result<Dataset
         }
         .into());
     }
+    // class names met so far, numbered in the order first seen (renumbered sorted below),
+    // and the first line of a numeric and of a named label (a column may not mix them)
+    let mut classes: std::collections::HashMap<String, usize> = Default::default();
+    let (mut numeric_at, mut named_at): (Option<usize>, Option<(usize, &str)>) = (None, None);
     for (lineno, line) in lines {
         let fields: Vec<&str> = line.split(options.delimiter).map(field).collect();
         if fields.len() != cols {
@@ -191,6 +239,23 @@ pub fn parse_csv(text: &str, name: &str, options: &CsvOptions) -> Result<Dataset
             )));
         }
         for (c, f) in fields.iter().enumerate() {
+            if c == label && options.class_names && f.parse::<f32>().is_err() {
+                if f.is_empty() {
+                    return Err(bad(format!(
+                        "line {}, column {}: the label is empty",
+                        lineno + 1,
+                        c + 1
+                    )));
+                }
+                named_at.get_or_insert((lineno + 1, f));
+                let next = classes.len();
+                let id = *classes.entry(f.to_string()).or_insert(next);
+                targets.push(id as f32);
+                continue;
+            }
+            if c == label {
+                numeric_at.get_or_insert(lineno + 1);
+            }
             let v: f32 = f.parse().map_err(|_| {
                 bad(format!(
                     "line {}, column {}: `{f}` is not a number",
@@ -236,5 +301,35 @@ pub fn parse_csv(text: &str, name: &str, options: &CsvOptions) -> Result<Dataset
     if targets.is_empty() {
         return Err(bad("the file has a header but no data rows".into()));
     }
-    Dataset::from_vecs(features, &[cols - 1], targets, &[])
+    if let (Some(n), Some((m, class))) = (numeric_at, named_at) {
+        return Err(bad(format!(
+            "the label column mixes numbers (line {n}) and class names (line {m}: `{class}`); \
+             labels are either all class indices or all class names"
+        )));
+    }
+    if classes.len() as f64 >= super::finite::EXACT_F32_INTEGER {
+        return Err(bad(format!(
+            "{} distinct class names: more classes than a float32 target numbers exactly (2^24)",
+            classes.len()
+        )));
+    }
+    // the names sorted, and every target renumbered from first-seen to sorted order
+    let mut names: Vec<String> = classes.keys().cloned().collect();
+    names.sort();
+    if !names.is_empty() {
+        let sorted: Vec<f32> = {
+            let mut by_seen = vec![0f32; names.len()];
+            for (rank, n) in names.iter().enumerate() {
+                by_seen[classes[n]] = rank as f32;
+            }
+            by_seen
+        };
+        for t in targets.iter_mut() {
+            *t = sorted[*t as usize];
+        }
+    }
+    Ok((
+        Dataset::from_vecs(features, &[cols - 1], targets, &[])?,
+        names,
+    ))
 }

@@ -27,7 +27,9 @@ pub mod text;
 /// would ask for a 50M-way output layer).
 pub const MAX_CLASSES: usize = 1_000_000;
 
-pub use csv::{load_csv, parse_csv, CsvOptions, Header, LabelColumn};
+pub use csv::{
+    load_csv, load_csv_classes, parse_csv, parse_csv_classes, CsvOptions, Header, LabelColumn,
+};
 pub use dataset::Dataset;
 pub use error::DataError;
 pub use file::MAX_DATA_FILE_BYTES;

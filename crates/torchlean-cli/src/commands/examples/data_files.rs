@@ -3,21 +3,23 @@
 use super::lib_err;
 use crate::CliError;
 use std::path::{Path, PathBuf};
-use torchlean::data::{load_csv, load_mnist, CsvOptions, Dataset, Header, MAX_CLASSES};
+use torchlean::data::{load_csv_classes, load_mnist, CsvOptions, Dataset, Header, MAX_CLASSES};
 
 /// The rule, as shown in `--help` (a macro so that commands can `concat!` it).
 macro_rules! data_help {
     () => {
         "Data files (--data PATH):
   *.csv  numeric CSV, one sample per line, optional header (--csv-header auto|present|absent;
-         auto: a header when no field of the first line is a number, data when every field is,
-         refused when it mixes both), the LAST column is the class label.
+         auto: a header when no feature field of the first line is a number, data when every
+         one is, refused when they mix both), the LAST column is the class label: class
+         indices, or class names (iris' `setosa`, ...: numbered 0, 1, ... in sorted order,
+         printed; a column mixing numbers and names is refused).
   other  an IDX (MNIST-format) images file [N, H, W]; u8 pixels are scaled to [0, 1]. Labels come
          from --labels PATH, or else from the sibling file named like the images file with
          `images` replaced by `labels` and `idx3` by `idx1` (train-images-idx3-ubyte ->
          train-labels-idx1-ubyte).
-Labels must be integers in [0, classes); classes = --classes, or the largest label + 1 (at least 2,
-at most 1000000).
+Numeric labels must be integers in [0, classes); classes = --classes, or the largest label + 1
+(at least 2, at most 1000000).
 A fifth of the samples (shuffled with --seed) is held out for evaluation (all of them when fewer
 than 10). Bad, empty or unreadable files exit 2."
     };
@@ -80,11 +82,24 @@ pub fn load_classification(
         }
         let options = CsvOptions {
             header: args.csv_header.map_or(Header::Auto, |h| h.header()),
-            // class indices, checked as written (not after rounding to f32)
+            // class indices, checked as written (not after rounding to f32), or class names
             integer_labels: true,
+            class_names: true,
             ..CsvOptions::default()
         };
-        load_csv(data, &options).map_err(lib_err)?
+        let (ds, names) = load_csv_classes(data, &options).map_err(lib_err)?;
+        if !names.is_empty() {
+            let listed: Vec<String> = names
+                .iter()
+                .enumerate()
+                .map(|(i, n)| format!("{i} = {n}"))
+                .collect();
+            println!(
+                "classes from the label column's names (sorted): {}",
+                listed.join(", ")
+            );
+        }
+        ds
     } else {
         if args.csv_header.is_some() {
             return Err(CliError::usage(
