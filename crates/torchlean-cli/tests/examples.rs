@@ -161,6 +161,65 @@ fn a_resumed_run_keeps_the_checkpoints_learning_rate() {
     );
 }
 
+/// `--optimizer`, `--momentum` and `--weight-decay` choose torch.optim's optimizers; a
+/// resumed run takes the checkpoint's optimizer and its flags unless they are given again.
+#[test]
+fn the_optimizer_flags_choose_the_optimizer_and_a_resumed_run_keeps_it() {
+    resumes_exactly_with(
+        &["mlp"],
+        &[
+            "--optimizer",
+            "sgd",
+            "--momentum",
+            "0.9",
+            "--lr",
+            "0.05",
+            "--weight-decay",
+            "0.001",
+        ],
+        "resume-sgd",
+    );
+    resumes_exactly_with(
+        &["rnn"],
+        &["--optimizer", "rmsprop", "--lr", "0.002"],
+        "resume-rms",
+    );
+    // the choices differ (each is its own update rule), and each trains
+    let mut last = vec![];
+    for o in ["adam", "adamw", "sgd", "rmsprop", "adagrad"] {
+        let out = torchlean(&["mlp", "--steps", "30", "--lr", "0.05", "--optimizer", o]);
+        assert_eq!(code(&out), 0, "{o}: {}", stderr(&out));
+        let lines = step_lines(&out);
+        let (first, end) = (parse_step(&lines[0]).1, parse_step(lines.last().unwrap()).1);
+        assert!(end < first, "{o}: {first} -> {end}");
+        last.push(end);
+    }
+    for i in 0..last.len() {
+        for j in 0..i {
+            assert_ne!(last[i], last[j], "{last:?}");
+        }
+    }
+    // a flag the optimizer has no use for is refused, not ignored
+    for (args, expect) in [
+        (
+            &["--optimizer", "adam", "--momentum", "0.9"][..],
+            "--momentum applies to sgd and rmsprop",
+        ),
+        (
+            &["--weight-decay=-1"][..],
+            "--weight-decay must be finite and >= 0",
+        ),
+        (
+            &["--optimizer", "sgd", "--momentum", "1.5"][..],
+            "--momentum must be in [0, 1]",
+        ),
+    ] {
+        let out = torchlean(&[&["mlp", "--steps", "1"], args].concat());
+        assert_eq!(code(&out), 2, "{args:?}");
+        assert!(stderr(&out).contains(expect), "{args:?}: {}", stderr(&out));
+    }
+}
+
 #[test]
 fn rnn_resumes_from_a_checkpoint() {
     resumes_exactly(&["rnn", "--cell", "lstm"], "resume-rnn");

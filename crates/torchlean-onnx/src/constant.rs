@@ -638,8 +638,14 @@ impl Const {
                 // ONNX integer division truncates
                 Binary::Div => Data::I64(
                     z.map(|(p, q)| {
-                        p.checked_div(q)
-                            .ok_or("integer division by zero at import time".to_string())
+                        p.checked_div(q).ok_or_else(|| {
+                            if q == 0 {
+                                "integer division by zero at import time".to_string()
+                            } else {
+                                // i64::MIN / -1: the one quotient beyond int64
+                                overflow()
+                            }
+                        })
                     })
                     .collect::<Fold<_>>()?,
                 ),

@@ -302,9 +302,16 @@ pub fn parse_csv_classes(
         return Err(bad("the file has a header but no data rows".into()));
     }
     if let (Some(n), Some((m, class))) = (numeric_at, named_at) {
+        // a name on the first line with numbers below: most likely a header whose other
+        // names are numbers (pandas' `0,1,…`), which the default detection reads as data
+        let hint = if m == first_line + 1 && options.header == Header::Auto {
+            " (if the first line is a header, say so: the CLI's `--csv-header present`, the library's `Header::Present`)"
+        } else {
+            ""
+        };
         return Err(bad(format!(
             "the label column mixes numbers (line {n}) and class names (line {m}: `{class}`); \
-             labels are either all class indices or all class names"
+             labels are either all class indices or all class names{hint}"
         )));
     }
     if classes.len() as f64 >= super::finite::EXACT_F32_INTEGER {

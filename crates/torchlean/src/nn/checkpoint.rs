@@ -25,7 +25,8 @@ const VERSION: &str = "1";
 const KEY_FORMAT: &str = "format";
 const KEY_VERSION: &str = "version";
 const KEY_STEP: &str = "step";
-const KEY_OPTIM: &str = "optim.kind";
+/// The metadata key of the optimizer's kind (`Optimizer::kind`: `adam`, `sgd`, …).
+pub const KEY_OPTIM: &str = "optim.kind";
 const KEY_OPTIM_STEP: &str = "optim.step";
 /// Per-parameter step counts, a JSON object `{parameter: steps}` (absent in files written
 /// before they were kept: every parameter with state then counts `optim.step`).

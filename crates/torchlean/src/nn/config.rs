@@ -72,9 +72,14 @@ pub struct Config {
 impl Config {
     /// Eager f32 training on the default CPU profile with seed 0, no schedule, no clipping.
     pub fn new(task: Task, optimizer: impl Optimizer + 'static) -> Config {
+        Config::with_boxed_optimizer(task, Box::new(optimizer))
+    }
+
+    /// [`Config::new`] with an optimizer chosen at run time.
+    pub fn with_boxed_optimizer(task: Task, optimizer: Box<dyn Optimizer>) -> Config {
         Config {
             task,
-            optimizer: Box::new(optimizer),
+            optimizer,
             dtype: DType::F32,
             backend: ExecutionBackend::Eager,
             device: None,

@@ -1,11 +1,12 @@
 //! `autoencoder`: an MLP autoencoder on points of a curved 3-dimensional manifold in 16-D.
 
+use super::OptimizerChoice;
 use super::{lib_err, run, variance, CommonArgs, Defaults, Goal, Setup};
 use crate::CliResult;
 use torchlean::backend::Device;
 use torchlean::data::Dataset;
 use torchlean::nn::models::autoencoder;
-use torchlean::nn::{Adam, Config, Task};
+use torchlean::nn::{Config, Task};
 use torchlean::Tensor;
 
 const DEFAULTS: Defaults = Defaults {
@@ -52,7 +53,10 @@ pub fn run_cmd(a: Args) -> CliResult {
             name: "autoencoder",
             description: "MLP autoencoder 16-32-4-32-16 (tanh) on a 3-D manifold in 16-D, 500 train / 100 held out".into(),
             model,
-            config: Config::new(Task::Regression, Adam::new(h.lr).map_err(lib_err)?),
+            config: Config::with_boxed_optimizer(
+                Task::Regression,
+                a.common.optimizer(OptimizerChoice::Adam, h.lr)?,
+            ),
             train,
             test: Some(test),
             goal: Goal::RelativeMseBelow {

@@ -2,13 +2,14 @@
 //! IDX / CSV file (see `data_help!`).
 
 use super::data_files::{data_help, holdout, load_classification, Layout};
+use super::OptimizerChoice;
 use super::{lib_err, run, CommonArgs, Defaults, Goal, Setup};
 use crate::{CliError, CliResult};
 use std::path::PathBuf;
 use torchlean::data::synthetic::{self, IMAGE_CLASSES};
 use torchlean::data::Dataset;
 use torchlean::nn::models::small_cnn;
-use torchlean::nn::{Activation, Adam, Config, Mlp, Task};
+use torchlean::nn::{Activation, Config, Mlp, Task};
 use torchlean::Tensor;
 
 /// Where the samples come from.
@@ -175,7 +176,7 @@ fn cnn_setup(
         }
     };
     let model = small_cnn(1, size, classes, width, 2u64.wrapping_add(h.seed)).map_err(lib_err)?;
-    let opt = Adam::new(h.lr).map_err(lib_err)?;
+    let opt = common.optimizer(OptimizerChoice::Adam, h.lr)?;
     run(
         common,
         h,
@@ -183,7 +184,7 @@ fn cnn_setup(
             name,
             description: format!("small CNN (width {width}) on {what}"),
             model,
-            config: Config::new(Task::Classification, opt),
+            config: Config::with_boxed_optimizer(Task::Classification, opt),
             train,
             test: Some(test),
             goal,
@@ -239,7 +240,7 @@ pub fn mlp(a: MlpArgs) -> CliResult {
     };
     let sizes = [features, a.hidden, a.hidden, classes];
     let model = Mlp::new(&sizes, Activation::Relu, 4u64.wrapping_add(h.seed)).map_err(lib_err)?;
-    let opt = Adam::new(h.lr).map_err(lib_err)?;
+    let opt = a.common.optimizer(OptimizerChoice::Adam, h.lr)?;
     run(
         &a.common,
         h,
@@ -247,7 +248,7 @@ pub fn mlp(a: MlpArgs) -> CliResult {
             name: "mlp",
             description: format!("MLP {sizes:?} (relu) on {what}"),
             model,
-            config: Config::new(Task::Classification, opt),
+            config: Config::with_boxed_optimizer(Task::Classification, opt),
             train,
             test: Some(test),
             goal,

@@ -1,10 +1,11 @@
 //! `fno1d`: a 1-D Fourier neural operator (spectral convolutions) learning one step of the
 //! heat equation on a periodic grid.
 
+use super::OptimizerChoice;
 use super::{lib_err, run, variance, CommonArgs, Defaults, Goal, Setup};
 use crate::{CliError, CliResult};
 use torchlean::data::synthetic::{self, Pde};
-use torchlean::nn::{Adam, Config, Fno1d, FnoConfig, Task};
+use torchlean::nn::{Config, Fno1d, FnoConfig, Task};
 
 const DEFAULTS: Defaults = Defaults {
     steps: 250,
@@ -61,7 +62,10 @@ pub fn run_cmd(a: Args) -> CliResult {
                 a.width, a.modes
             ),
             model,
-            config: Config::new(Task::Regression, Adam::new(h.lr).map_err(lib_err)?),
+            config: Config::with_boxed_optimizer(
+                Task::Regression,
+                a.common.optimizer(OptimizerChoice::Adam, h.lr)?,
+            ),
             train,
             test: Some(test),
             goal: Goal::RelativeMseBelow {

@@ -69,6 +69,47 @@ pub struct CommonArgs {
     /// Draw the loss of every step of this run as a PNG line plot.
     #[arg(long)]
     pub plot: Option<PathBuf>,
+    /// Optimizer, with PyTorch's defaults for what no flag sets (default: the example's;
+    /// after `--load`, the checkpoint's).
+    #[arg(long, value_enum)]
+    pub optimizer: Option<OptimizerChoice>,
+    /// Momentum of `sgd` and `rmsprop` (default 0).
+    #[arg(long)]
+    pub momentum: Option<f32>,
+    /// Weight decay: L2 (added to the gradient) for adam, sgd, rmsprop and adagrad,
+    /// decoupled for adamw (default 0; adamw 0.01).
+    #[arg(long)]
+    pub weight_decay: Option<f32>,
+}
+
+/// The optimizers an example can train with (`torch.optim`'s names).
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OptimizerChoice {
+    Adam,
+    Adamw,
+    Sgd,
+    Rmsprop,
+    Adagrad,
+}
+
+impl OptimizerChoice {
+    /// The optimizer kind a checkpoint records (`Optimizer::kind`).
+    fn from_kind(kind: &str) -> Option<OptimizerChoice> {
+        use OptimizerChoice as O;
+        [O::Adam, O::Adamw, O::Sgd, O::Rmsprop, O::Adagrad]
+            .into_iter()
+            .find(|o| o.kind() == kind)
+    }
+
+    fn kind(self) -> &'static str {
+        match self {
+            OptimizerChoice::Adam => "adam",
+            OptimizerChoice::Adamw => "adamw",
+            OptimizerChoice::Sgd => "sgd",
+            OptimizerChoice::Rmsprop => "rmsprop",
+            OptimizerChoice::Adagrad => "adagrad",
+        }
+    }
 }
 
 /// The example's defaults for the unset flags.
@@ -90,29 +131,119 @@ pub struct Hyper {
 }
 
 impl CommonArgs {
-    /// The learning rate a resumed run continues with when `--lr` is not given: the one the
-    /// `--load` checkpoint's run used (its `note.lr`), as PyTorch's optimizer state restores
-    /// it. A file that cannot be read is left to the load itself to report.
-    fn checkpoint_lr(&self) -> Option<f32> {
-        let path = self.load.as_deref()?;
-        let contents = torchlean::nn::read_checkpoint(path).ok()?;
-        let lr = contents
-            .metadata
-            .get(&torchlean::nn::note_key("lr"))?
+    /// A metadata entry of the `--load` checkpoint (`None` without one; a file that cannot
+    /// be read is left to the load itself to report).
+    fn saved(&self, key: &str) -> Option<String> {
+        let contents = torchlean::nn::read_checkpoint(self.load.as_deref()?).ok()?;
+        contents.metadata.get(key).cloned()
+    }
+
+    /// A hyper-parameter a resumed run continues with when its flag is not given: the value
+    /// the `--load` checkpoint's run used (its `note.<key>`), as PyTorch's optimizer state
+    /// restores `lr`, `momentum` and `weight_decay`.
+    fn saved_number(&self, key: &str) -> Option<f32> {
+        self.saved(&torchlean::nn::note_key(key))?
             .parse::<f32>()
-            .ok()?;
-        println!(
-            "note: lr {lr} from the checkpoint {} (--lr overrides it)",
-            path.display()
-        );
-        Some(lr)
+            .ok()
+    }
+
+    /// The flag's value, else the checkpoint's (printed once, where the run is set up, when
+    /// `announce` is on).
+    fn flag_or_saved(
+        &self,
+        given: Option<f32>,
+        key: &str,
+        flag: &str,
+        announce: bool,
+    ) -> Option<f32> {
+        given.or_else(|| {
+            let v = self.saved_number(key)?;
+            if announce {
+                println!("note: {key} {v} from the checkpoint ({flag} overrides it)");
+            }
+            Some(v)
+        })
+    }
+
+    /// `--momentum`, or the checkpoint's.
+    fn momentum(&self, announce: bool) -> Option<f32> {
+        self.flag_or_saved(self.momentum, "momentum", "--momentum", announce)
+    }
+
+    /// `--weight-decay`, or the checkpoint's.
+    fn weight_decay(&self, announce: bool) -> Option<f32> {
+        self.flag_or_saved(
+            self.weight_decay,
+            "weight_decay",
+            "--weight-decay",
+            announce,
+        )
+    }
+
+    /// The optimizer of the run: `--optimizer` (else the `--load` checkpoint's kind, else
+    /// `default`) with the learning rate `lr`, `--momentum` and `--weight-decay`; a flag the
+    /// optimizer has no use for is refused rather than ignored.
+    pub fn optimizer(
+        &self,
+        default: OptimizerChoice,
+        lr: f32,
+    ) -> Result<Box<dyn torchlean::nn::Optimizer>, CliError> {
+        use torchlean::nn::{Adagrad, Adam, AdamW, RmsProp, Sgd};
+        let saved = || OptimizerChoice::from_kind(&self.saved(torchlean::nn::KEY_OPTIM)?);
+        let choice = self.optimizer.or_else(saved).unwrap_or(default);
+        use OptimizerChoice as O;
+        let (momentum, wd) = (self.momentum(true), self.weight_decay(true));
+        if momentum.is_some() && !matches!(choice, O::Sgd | O::Rmsprop) {
+            return Err(CliError::usage(format!(
+                "--momentum applies to sgd and rmsprop; the optimizer is {}",
+                choice.kind()
+            )));
+        }
+        let momentum = momentum.unwrap_or(0.0);
+        let err =
+            |e: torchlean::Error| CliError::usage(format!("--optimizer {}: {e}", choice.kind()));
+        let check_decay = |wd: f32| {
+            if wd.is_finite() && wd >= 0.0 {
+                Ok(wd)
+            } else {
+                Err(CliError::usage(format!(
+                    "--weight-decay must be finite and >= 0, got {wd}"
+                )))
+            }
+        };
+        let wd = wd.map(check_decay).transpose()?;
+        if !(momentum.is_finite() && (0.0..=1.0).contains(&momentum)) {
+            return Err(CliError::usage(format!(
+                "--momentum must be in [0, 1], got {momentum}"
+            )));
+        }
+        Ok(match choice {
+            O::Adam => {
+                let mut o = Adam::new(lr).map_err(err)?;
+                o.weight_decay = wd.unwrap_or(0.0);
+                Box::new(o)
+            }
+            O::Adamw => Box::new(AdamW::with_weight_decay(lr, wd.unwrap_or(0.01)).map_err(err)?),
+            O::Sgd => Box::new(Sgd::new(lr, momentum, wd.unwrap_or(0.0)).map_err(err)?),
+            O::Rmsprop => {
+                let mut o = RmsProp::new(lr).map_err(err)?;
+                o.momentum = momentum;
+                o.weight_decay = wd.unwrap_or(0.0);
+                Box::new(o)
+            }
+            O::Adagrad => {
+                let mut o = Adagrad::new(lr).map_err(err)?;
+                o.weight_decay = wd.unwrap_or(0.0);
+                Box::new(o)
+            }
+        })
     }
 
     /// The flags resolved against `d`, validated.
     pub fn hyper(&self, d: Defaults) -> Result<Hyper, CliError> {
         let lr = match self.lr {
             Some(lr) => lr,
-            None => self.checkpoint_lr().unwrap_or(d.lr),
+            None => self.flag_or_saved(None, "lr", "--lr", true).unwrap_or(d.lr),
         };
         let h = Hyper {
             steps: self.steps.unwrap_or(d.steps),
@@ -369,10 +500,21 @@ pub fn run<M: Module>(
         Some(t) => format!("{name}; {t}"),
         None => name.to_string(),
     });
-    // the base learning rate, which a resumed run reuses unless --lr is given
+    // the base learning rate and the optimizer's flags, which a resumed run reuses unless
+    // given again
     config
         .checkpoint_notes
         .push(("lr".to_string(), hyper.lr.to_string()));
+    for (key, value) in [
+        ("momentum", args.momentum(false)),
+        ("weight_decay", args.weight_decay(false)),
+    ] {
+        if let Some(v) = value {
+            config
+                .checkpoint_notes
+                .push((key.to_string(), v.to_string()));
+        }
+    }
     let params = model.parameter_count();
     let mut trainer = Trainer::new(model, config).map_err(lib_err)?;
     println!(

@@ -1,10 +1,11 @@
 //! `rnn`: a GRU or LSTM regressing the exponentially decayed sum of a sequence.
 
+use super::OptimizerChoice;
 use super::{lib_err, run, variance, CommonArgs, Defaults, Goal, Setup};
 use crate::{CliError, CliResult};
 use torchlean::data::synthetic;
 use torchlean::nn::models::RecurrentRegressor;
-use torchlean::nn::{Adam, Config, Task};
+use torchlean::nn::{Config, Task};
 
 const DEFAULTS: Defaults = Defaults {
     steps: 250,
@@ -66,7 +67,10 @@ pub fn run_cmd(a: Args) -> CliResult {
                 a.hidden
             ),
             model: model.map_err(lib_err)?,
-            config: Config::new(Task::Regression, Adam::new(h.lr).map_err(lib_err)?),
+            config: Config::with_boxed_optimizer(
+                Task::Regression,
+                a.common.optimizer(OptimizerChoice::Adam, h.lr)?,
+            ),
             train,
             test: Some(test),
             goal: Goal::RelativeMseBelow {

@@ -1,12 +1,13 @@
 //! `transformer`: a causal character-level transformer language model on a text file
 //! (default: the embedded corpus), with a greedy sample printed after training.
 
+use super::OptimizerChoice;
 use super::{lib_err, run, CommonArgs, Defaults, Goal, Setup};
 use crate::{CliError, CliResult};
 use std::path::PathBuf;
 use torchlean::data::text::{char_lm_dataset, CharVocab, CORPUS};
 use torchlean::nn::models::CharTransformer;
-use torchlean::nn::{AdamW, Config, LrSchedule, Task, Trainer, TransformerConfig};
+use torchlean::nn::{Config, LrSchedule, Task, Trainer, TransformerConfig};
 use torchlean::Tensor;
 
 const DEFAULTS: Defaults = Defaults {
@@ -128,7 +129,10 @@ pub fn run_cmd(a: Args) -> CliResult {
     };
     let model = CharTransformer::new(vocab.len(), a.context, cfg, 2, 5u64.wrapping_add(h.seed))
         .map_err(lib_err)?;
-    let mut config = Config::new(Task::Classification, AdamW::new(h.lr).map_err(lib_err)?);
+    let mut config = Config::with_boxed_optimizer(
+        Task::Classification,
+        a.common.optimizer(OptimizerChoice::Adamw, h.lr)?,
+    );
     config.schedule = Some(
         LrSchedule::cosine(
             h.lr,
