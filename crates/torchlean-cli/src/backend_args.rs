@@ -163,14 +163,17 @@ impl BackendArgs {
     /// (`reads`: flag and path): writing the report would destroy it. Commands call it before
     /// they run; [`BackendArgs::write_report`] calls it again.
     pub fn check_report_path(&self, reads: &[(&str, &std::path::Path)]) -> CliResult {
-        match &self.report_json {
-            Some(p) => torchlean::files::check_distinct_outputs(
-                reads,
-                &[("--report-json", std::path::Path::new(p))],
-            )
-            .map_err(CliError::usage),
-            None => Ok(()),
-        }
+        torchlean::files::check_distinct_outputs(reads, &self.report_output())
+            .map_err(CliError::usage)
+    }
+
+    /// `--report-json` as a (flag, path) output (none when not given), for the output checks
+    /// of `files::check_distinct_outputs`.
+    pub fn report_output(&self) -> Vec<(&str, &std::path::Path)> {
+        self.report_json
+            .iter()
+            .map(|p| ("--report-json", std::path::Path::new(p)))
+            .collect()
     }
 
     /// Writes the report to `--report-json`, if given — never over one of the command's

@@ -456,8 +456,9 @@ fn a_given_dimension_beyond_i64_is_named_as_given() {
 
 /// `Pad` with −2^62 at both ends reported "crops 9223372036854775807" (a saturated sum); a
 /// NaN `Clip` bound printed "min=-340282350000000000000000000000000000000 max=NaN"; `Split`
-/// into num_outputs=4 of a length of 5 gave an empty fourth part where onnxruntime refuses
-/// ("Invalid num_outputs value of 4. Split sizes would produce a negative final split").
+/// into num_outputs=4 of a length of 5 gave parts 2, 2, 1, 0 where onnxruntime refuses
+/// ("Invalid num_outputs value of 4. Split sizes would produce a negative final split"); of
+/// a length of 9 onnxruntime 1.32 gives parts 3, 3, 3, 0, and so does the import.
 #[test]
 fn pad_clip_and_split_refusals_say_what_was_given() {
     let big = -(1i64 << 62);
@@ -496,7 +497,30 @@ fn pad_clip_and_split_refusals_say_what_was_given() {
         vec![out("a"), out("b"), out("c"), out("d")],
         18,
     );
-    refused_once(&split, "s", "Split", &["num_outputs=4", "would be empty"]);
+    refused_once(&split, "s", "Split", &["num_outputs=4", "negative length"]);
+    let split9 = model(
+        vec![with_int(
+            with_int(node("s", "Split", &["x"], &["a", "b", "c", "d"]), "axis", 1),
+            "num_outputs",
+            4,
+        )],
+        vec![],
+        vec![vi("x", &[2, 9], FLOAT)],
+        vec![out("a"), out("b"), out("c"), out("d")],
+        18,
+    );
+    let graph = import(&split9).expect("4 parts of 9 import").graph;
+    let widths: Vec<usize> = graph
+        .outputs
+        .iter()
+        .map(|o| graph.nodes[o.node].shape[1])
+        .collect();
+    assert_eq!(widths, [3, 3, 3, 0]);
+    let x: Vec<f32> = (0..18).map(|v| v as f32).collect();
+    assert_eq!(
+        run(&split9, &[("x", &[2, 9], &x)], "c"),
+        [6.0, 7.0, 8.0, 15.0, 16.0, 17.0]
+    );
 }
 
 // ------------------------------------------------------ F13: Mod of constants folded

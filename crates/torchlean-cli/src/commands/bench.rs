@@ -561,12 +561,7 @@ fn onnx_inference(
     ),
     CliError,
 > {
-    let writes: Vec<(&str, &std::path::Path)> = a
-        .backend
-        .report_json
-        .iter()
-        .map(|p| ("--report-json", std::path::Path::new(p)))
-        .collect();
+    let writes = a.backend.report_output();
     let shapes = super::onnx::parse_input_shapes(&a.input_shape)?;
     let imported = super::onnx::load(path, &shapes, &writes)?;
     let integer = |name: &str| imported.integer_inputs.iter().any(|(n, _)| n == name);

@@ -94,12 +94,7 @@ pub fn run(a: Args) -> CliResult {
     let reads: Vec<(&str, &std::path::Path)> =
         a.model.iter().map(|m| ("--model", m.as_path())).collect();
     a.backend.check_report_path(&reads)?;
-    let writes: Vec<(&str, &std::path::Path)> = a
-        .backend
-        .report_json
-        .iter()
-        .map(|p| ("--report-json", std::path::Path::new(p)))
-        .collect();
+    let writes = a.backend.report_output();
     let mut profile = a.backend.profile()?;
     if let Some(v) = &a.vjp {
         profile.vjp = VjpMode::from_label(v).ok_or_else(|| {

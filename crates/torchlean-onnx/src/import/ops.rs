@@ -1061,12 +1061,13 @@ fn split(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Vec<Value>
             let sizes: Vec<usize> = (0..n)
                 .map(|i| chunk.min(len.saturating_sub(i * chunk)))
                 .collect();
-            // parts of ⌈len/n⌉ with a shorter last one; onnxruntime refuses a count that
-            // leaves a part empty (2, 2, 1, 0 for 4 parts of 5), and so does the import
-            if len > 0 && sizes.contains(&0) {
+            // parts of ⌈len/n⌉ with a shorter (possibly empty) last one, as onnxruntime
+            // splits them (3, 3, 3, 0 for 4 parts of 9); a count whose parts would overrun
+            // the axis (2, 2, 2 and −1 for 4 parts of 5) is refused, as onnxruntime refuses it
+            if chunk * (n - 1) > len {
                 return Err(format!(
-                    "Split of an axis of length {len} into num_outputs={n} parts of {chunk}: part {} would be empty",
-                    sizes.iter().position(|&s| s == 0).unwrap_or(n - 1)
+                    "Split of an axis of length {len} into num_outputs={n} parts of {chunk}: the last part would have a negative length ({len} − {} · {chunk})",
+                    n - 1
                 ));
             }
             sizes
