@@ -82,6 +82,12 @@ pub struct CommonArgs {
     pub weight_decay: Option<f32>,
 }
 
+/// A loss as printed: −0 (a cross-entropy whose every log-probability rounded to 0) as 0,
+/// which "-0.000000" would hide from a reader.
+fn shown(loss: f32) -> f32 {
+    loss + 0.0
+}
+
 /// The optimizers an example can train with (`torch.optim`'s names).
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OptimizerChoice {
@@ -372,9 +378,9 @@ impl Progress {
         match self {
             Progress::Bar(b) => {
                 b.set_position(done_in_run);
-                b.set_message(format!("{:.6}", e.loss));
+                b.set_message(format!("{:.6}", shown(e.loss)));
             }
-            Progress::Plain => println!("step {} loss {:.6}", e.step, e.loss),
+            Progress::Plain => println!("step {} loss {:.6}", e.step, shown(e.loss)),
         }
     }
 
@@ -600,9 +606,9 @@ pub fn run<M: Module>(
     };
     let n = losses.len();
     let final_loss = losses.last().copied().unwrap_or(f32::NAN);
-    let mut parts_text = vec![format!("final train loss {final_loss:.6}")];
+    let mut parts_text = vec![format!("final train loss {:.6}", shown(final_loss))];
     if let Some(ev) = &eval {
-        parts_text.push(format!("held-out loss {:.6}", ev.loss));
+        parts_text.push(format!("held-out loss {:.6}", shown(ev.loss)));
         if let Some(a) = ev.accuracy {
             parts_text.push(format!("held-out accuracy {a:.4}"));
         }
