@@ -423,3 +423,50 @@ fn slices_of_one_tensor_take_their_cotangents_side_by_side() {
     let planned = session.preplan(&uses).unwrap();
     assert!(planned.kernels.iter().any(|k| k.op == OpKind::Concat));
 }
+
+/// `requires_grad()` follows PyTorch's `requires_grad_()`: on a tensor already in the
+/// gradient (a recorded result) it changes nothing — it cut the result off the tape, so its
+/// inputs got no gradient — and each untracked handle it is called on becomes its own leaf
+/// (two leaves made from handles of one tensor shared one gradient entry). Values from
+/// PyTorch 2.15: `x = tensor([1., 2.], requires_grad=True); z = (x * 3).requires_grad_();
+/// (z * z).sum().backward()` gives `x.grad = [18., 36.]`.
+#[test]
+fn requires_grad_keeps_a_recorded_result_on_the_tape_and_makes_distinct_leaves() {
+    support::checked_cpu_default();
+    let x = Tensor::from_vec(vec![1.0, 2.0], &[2])
+        .unwrap()
+        .requires_grad();
+    let z = x.scale(3.0).unwrap().requires_grad();
+    let g = z.mul(&z).unwrap().sum_all().unwrap().backward().unwrap();
+    assert_eq!(g.get(&x).unwrap().to_vec(), vec![18.0, 36.0]);
+    // a leaf asked again stays the same leaf
+    let again = x.clone().requires_grad();
+    assert_eq!(again.id(), x.id());
+
+    let w = Tensor::from_vec(vec![1.0, 2.0], &[2]).unwrap();
+    let (a, b) = (w.clone().requires_grad(), w.clone().requires_grad());
+    assert_ne!(a.id(), b.id());
+    let loss = a
+        .mul(&a)
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .add(&b.sum_all().unwrap())
+        .unwrap();
+    let g = loss.backward().unwrap();
+    assert_eq!(g.get(&a).unwrap().to_vec(), vec![2.0, 4.0]);
+    assert_eq!(g.get(&b).unwrap().to_vec(), vec![1.0, 1.0]);
+}
+
+/// `flatten_from` refuses a start axis past the last one, as `torch.flatten` does (it
+/// appended an axis of size 1); a 0-d tensor flattens to `[1]`.
+#[test]
+fn flatten_from_refuses_a_start_axis_out_of_range() {
+    support::checked_cpu_default();
+    let t = Tensor::zeros(&[2, 3, 4]).unwrap();
+    assert_eq!(t.flatten_from(1).unwrap().shape(), &[2, 12]);
+    assert_eq!(t.flatten_from(2).unwrap().shape(), &[2, 3, 4]);
+    assert!(t.flatten_from(3).is_err());
+    assert!(Tensor::zeros(&[2, 3]).unwrap().flatten_from(2).is_err());
+    assert_eq!(Tensor::scalar(5.0).flatten_from(0).unwrap().shape(), &[1]);
+}

@@ -421,10 +421,18 @@ impl Tensor {
         self.0.requires_grad
     }
 
-    /// This tensor's values as a new leaf that requires gradients (same id, same storage).
+    /// This tensor's values as a leaf that requires gradients (same storage). A tensor that
+    /// already takes part in gradients — a leaf that requires them, or the result of a
+    /// recorded op — is returned as it is, as PyTorch's `requires_grad_()` leaves it: cutting
+    /// a recorded result off the tape here gave its inputs no gradient. An untracked tensor
+    /// becomes a new leaf with its own id, so two leaves made from handles of one tensor
+    /// (two layers built from one loaded weight) get a gradient each, not one shared entry.
     pub fn requires_grad(self) -> Tensor {
+        if self.is_tracked() {
+            return self;
+        }
         let inner = TensorImpl {
-            id: self.0.id,
+            id: TensorId::fresh(),
             storage: self.0.storage.clone(),
             layout: self.0.layout.clone(),
             requires_grad: true,

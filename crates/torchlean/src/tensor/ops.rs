@@ -48,9 +48,9 @@ impl Tensor {
         mul => Op::Mul;
         /// Elementwise quotient with broadcasting (IEEE division).
         div => Op::Div;
-        /// Elementwise maximum (ties send the gradient to `self`).
+        /// Elementwise maximum (at a tie each input gets half the gradient, as PyTorch).
         maximum => Op::Maximum;
-        /// Elementwise minimum (ties send the gradient to `self`).
+        /// Elementwise minimum (at a tie each input gets half the gradient, as PyTorch).
         minimum => Op::Minimum;
         /// Matrix product: [..., m, k] @ [..., k, n] (one side may be 2-D).
         matmul => Op::Matmul;
@@ -176,7 +176,15 @@ impl Tensor {
     }
     /// Flattens all axes from `start` on into one.
     pub fn flatten_from(&self, start: usize) -> Result<Tensor> {
-        let start = start.min(self.rank());
+        // as torch.flatten: the start axis must exist (a 0-d tensor flattens to [1]); a start
+        // past the last axis appended an axis of size 1
+        if start >= self.rank().max(1) {
+            return Err(Error::Op(OpError::Shape {
+                op: "flatten",
+                shapes: vec![self.shape().to_vec()],
+                expected: format!("a start axis below the rank {}, got {start}", self.rank()),
+            }));
+        }
         let mut shape: Vec<usize> = self.shape()[..start].to_vec();
         shape.push(self.shape()[start..].iter().product());
         apply(Op::Reshape { shape }, &[self])
