@@ -9,3 +9,12 @@ log=${OUT:-/tmp/out}; mkdir -p $log
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader > $log/gpu.txt 2>&1
 cat gpu-bin/COMMIT >> $log/gpu.txt; cat $log/gpu.txt
 field() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(round(d[sys.argv[2]],3))' "$1" "$2" 2>/dev/null || echo "?"; }
+# `pair NAME REPS TAG [torchlean flags] [PyTorch flags]`: one alternating round of a bench
+# workload, torchlean (with the caller's `$p` flags) then PyTorch, JSON under $log/TAG.*.json,
+# one summary line.
+pair() {
+  local w=$1 reps=$2 tag=$3 tl=$4 pt=$5
+  timeout 90 gpu-bin/torchlean bench $w $p --reps $reps $tl > $log/$tag.tl.json 2>> $log/err
+  timeout 150 python3 bench/pytorch/bench.py $w --device cuda --reps $reps $pt > $log/$tag.pt.json 2>> $log/err
+  echo "$tag: torchlean $(field $log/$tag.tl.json median) PyTorch $(field $log/$tag.pt.json median)"
+}

@@ -8,12 +8,6 @@ source "$(dirname "$0")/../gpu-session-start.sh"
 dest=$log; log=/tmp/run35c; mkdir -p $log; cp $dest/gpu.txt $log/
 start=$(date +%s); D=${DEADLINE:-540}; left() { echo $(( D - ($(date +%s) - start) )); }
 p="--device cuda --provider prefer:native_cuda --json"
-pair() { # pair NAME REPS [torchlean flags] -- [pytorch flags]: one alternating round
-  local w=$1 reps=$2 tag=$3 tl=$4 pt=$5
-  timeout 90 gpu-bin/torchlean bench $w $p --reps $reps $tl > $log/$tag.tl.json 2>> $log/err
-  timeout 150 python3 bench/pytorch/bench.py $w --device cuda --reps $reps $pt > $log/$tag.pt.json 2>> $log/err
-  echo "$tag: torchlean $(field $log/$tag.tl.json median) PyTorch $(field $log/$tag.pt.json median)"
-}
 for r in 1; do
   [ $(left) -gt 200 ] && pair gemm-4096 20 gemm.$r "" ""
   [ $(left) -gt 200 ] && pair add-268435456 20 add.$r "" ""
