@@ -630,3 +630,27 @@ fn max_and_min_of_constants_are_evaluated_at_import() {
     let y = imported.graph.outputs[0].node;
     assert_eq!(imported.graph.nodes[y].shape, vec![3, 4]);
 }
+
+/// Integer division of constants is folded exactly (truncating); the one quotient beyond
+/// int64, `i64::MIN / -1`, is refused as an overflow (it was reported as a division by
+/// zero), and a zero divisor as a division by zero.
+#[test]
+fn integer_division_of_constants_overflows_and_divides_by_zero_readably() {
+    let div = |a: i64, b: i64| {
+        model(
+            vec![
+                constant("a", ints("", &[1], &[a])),
+                constant("b", ints("", &[1], &[b])),
+                node("d", "Div", &["a", "b"], &["q"]),
+                with_int(node("c", "Cast", &["q"], &["y"]), "to", FLOAT as i64),
+            ],
+            vec![],
+            vec![],
+            vec![out("y")],
+            17,
+        )
+    };
+    refused_once(&div(i64::MIN, -1), "d", "Div", &["overflow"]);
+    refused_once(&div(7, 0), "d", "Div", &["division by zero"]);
+    assert_eq!(run(&div(-7, 2), &[], "y"), [-3.0]);
+}
