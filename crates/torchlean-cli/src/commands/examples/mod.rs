@@ -80,6 +80,10 @@ pub struct CommonArgs {
     /// decoupled for adamw (default 0; adamw 0.01).
     #[arg(long)]
     pub weight_decay: Option<f32>,
+    /// The `--load` checkpoint's metadata, read once when first asked for (`None` without
+    /// `--load`, or when the file cannot be read: the load itself reports that).
+    #[arg(skip)]
+    saved_metadata: std::sync::OnceLock<Option<std::collections::BTreeMap<String, String>>>,
 }
 
 /// A loss as printed: −0 (a cross-entropy whose every log-probability rounded to 0) as 0,
@@ -140,8 +144,11 @@ impl CommonArgs {
     /// A metadata entry of the `--load` checkpoint (`None` without one; a file that cannot
     /// be read is left to the load itself to report).
     fn saved(&self, key: &str) -> Option<String> {
-        let contents = torchlean::nn::read_checkpoint(self.load.as_deref()?).ok()?;
-        contents.metadata.get(key).cloned()
+        let metadata = self.saved_metadata.get_or_init(|| {
+            let contents = torchlean::nn::read_checkpoint(self.load.as_deref()?).ok()?;
+            Some(contents.metadata)
+        });
+        metadata.as_ref()?.get(key).cloned()
     }
 
     /// A hyper-parameter a resumed run continues with when its flag is not given: the value
