@@ -66,19 +66,23 @@ pub struct Const {
 
 type Fold<T> = Result<T, String>;
 
-/// `n` decoded values in a vector reserved fallibly (`runtime::buffers::try_with_capacity`:
+/// Room for `n` decoded values, reserved fallibly (`runtime::buffers::try_with_capacity`:
 /// also refused when the system reports less memory available than asked).
+fn reserved<T>(n: usize) -> Fold<Vec<T>> {
+    torchlean::runtime::buffers::try_with_capacity(n, "an initializer's values")
+        .map_err(|e| e.to_string())
+}
+
+/// `n` decoded values in a vector reserved fallibly.
 fn decoded<T>(n: usize, values: impl Iterator<Item = T>) -> Fold<Vec<T>> {
-    let mut v = torchlean::runtime::buffers::try_with_capacity(n, "an initializer's values")
-        .map_err(|e| e.to_string())?;
+    let mut v = reserved(n)?;
     v.extend(values);
     Ok(v)
 }
 
 /// `n` float64 values narrowed to f32 ([`narrow`]), in a vector reserved fallibly.
 fn decoded_narrowed(n: usize, values: impl Iterator<Item = f64>) -> Fold<Vec<f32>> {
-    let mut v = torchlean::runtime::buffers::try_with_capacity(n, "an initializer's values")
-        .map_err(|e| e.to_string())?;
+    let mut v = reserved(n)?;
     for (i, x) in values.enumerate() {
         v.push(narrow(x, i)?);
     }
