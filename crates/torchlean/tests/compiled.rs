@@ -878,6 +878,77 @@ fn generated_names_never_collide_with_user_names() {
     ));
 }
 
+/// A compiled plan's report lists every part a composite may run (planned and gated with
+/// it); the report of what ran lists the parts its calls ran: a `torchlean.fused_map` over
+/// exp, mul and tanh ran those three, not every element-wise map (a known gap of the
+/// thirty-fourth session's audit). Runs on two threads at once log into one report.
+#[test]
+fn a_compiled_report_of_what_ran_names_the_parts_a_composite_ran() {
+    use std::collections::BTreeSet;
+    support::checked_cpu_default();
+    let x = Tensor::randn(&[5, 3], 21).unwrap();
+    let y = Tensor::randn(&[5, 3], 22).unwrap();
+    let chain = |a: &Tensor, b: &Tensor| -> torchlean::Result<Tensor> { a.exp()?.mul(b)?.tanh() };
+    let want = chain(&x, &y).unwrap().to_vec();
+    let c = capture(
+        &[("x".into(), x.clone()), ("y".into(), y.clone())],
+        &[],
+        |xs| Ok(vec![("z".into(), chain(&xs[0], &xs[1])?)]),
+    )
+    .unwrap();
+    let prefer_composite =
+        BackendProfile::resolve(None, Some("cpu"), Some("prefer:torchlean"), None).unwrap();
+    let compiled = std::sync::Arc::new(CompiledGraph::compile(c.graph, &prefer_composite).unwrap());
+    let parts_of = |r: &torchlean::backend::BackendReport| -> BTreeSet<String> {
+        r.kernels
+            .iter()
+            .filter(|k| k.part_of.as_deref() == Some("torchlean.fused_map"))
+            .map(|k| k.op.name().to_string())
+            .collect()
+    };
+    let planned = parts_of(compiled.report());
+    assert!(
+        planned.contains("sin") && planned.contains("exp"),
+        "{planned:?}"
+    );
+    assert!(
+        parts_of(&compiled.ran_report()).is_empty(),
+        "nothing ran yet"
+    );
+    let runs: Vec<_> = (0..2)
+        .map(|_| {
+            let (compiled, x, y) = (compiled.clone(), x.clone(), y.clone());
+            std::thread::spawn(move || {
+                compiled
+                    .run(|n| Some(if n == "x" { x.clone() } else { y.clone() }))
+                    .map(|o| o[0].1.to_vec())
+            })
+        })
+        .collect();
+    for r in runs {
+        let got = r.join().unwrap().unwrap();
+        for (a, b) in got.iter().zip(&want) {
+            assert!((a - b).abs() <= 1e-6 * (1.0 + b.abs()), "{a} vs {b}");
+        }
+    }
+    let ran = compiled.ran_report();
+    assert!(ran
+        .kernels
+        .iter()
+        .any(|k| k.capsule == "torchlean.fused_map"));
+    let want_parts: BTreeSet<String> = ["exp", "mul", "tanh"].map(String::from).into();
+    assert_eq!(parts_of(&ran), want_parts);
+    // each part row follows its composite's row
+    let text = ran.to_text();
+    let composite_at = text
+        .find("fused_map: torchlean.fused_map")
+        .expect("composite row");
+    let part_at = text
+        .find("(part of torchlean.fused_map) tanh:")
+        .expect("part row");
+    assert!(composite_at < part_at, "{text}");
+}
+
 /// A composite kernel's parts are planned and gated under the compiled plan's profile before
 /// any kernel runs, reported as rows nested under it, and run under that profile whatever
 /// session the running thread has (they once ran under the thread's session).

@@ -604,5 +604,5 @@ fn onnx_inference(
         Ok(())
     })?;
     let extra = serde_json::json!({ "model": path.display().to_string(), "nodes": nodes, "mode": "compiled" });
-    Ok((t, compiled.report().clone(), extra))
+    Ok((t, compiled.ran_report(), extra))
 }

@@ -67,39 +67,77 @@ pub struct CompiledGraph {
     /// The dense lowering of the plan, when every node has destination-passing kernels
     /// (then it is what runs; see `dense_plan.rs`).
     dense: Option<super::dense_plan::DensePlan>,
-    /// When the plan has composite kernels: the session (this plan's profile and registry)
-    /// their parts run through, installed on the thread for each run.
-    parts_session: Option<std::sync::Mutex<Option<super::session::Session>>>,
+    /// When the plan has composite kernels: the sessions (this plan's profile and registry)
+    /// their parts run through, one installed on the thread for each run.
+    parts_session: Option<PartsSessions>,
     profile: BackendProfile,
 }
 
-/// Keeps a compiled plan's parts session installed on the thread until dropped, then puts
-/// the thread's previous session back.
+/// The sessions a compiled plan's composite kernels run their parts through: forks of one
+/// session of the plan's profile and registry, so that every run — on any thread, several
+/// at once — plans and gates the parts alike, and the parts that ran land in one log (the
+/// report of what ran, [`CompiledGraph::ran_report`]).
+struct PartsSessions {
+    /// Never installed: the forks' origin and the keeper of their shared log.
+    origin: std::sync::Mutex<super::session::Session>,
+    /// Forks between runs (their plans cached), one taken per run in progress.
+    idle: std::sync::Mutex<Vec<super::session::Session>>,
+}
+
+impl PartsSessions {
+    fn new(session: super::session::Session) -> PartsSessions {
+        let first = session.fork();
+        PartsSessions {
+            origin: std::sync::Mutex::new(session),
+            idle: std::sync::Mutex::new(vec![first]),
+        }
+    }
+
+    /// The parts' rows of every call so far, nested under their composites (`part_of`).
+    fn ran_parts(&self) -> Vec<crate::backend::KernelAudit> {
+        let origin = self.origin.lock().unwrap_or_else(|p| p.into_inner());
+        origin
+            .report()
+            .kernels
+            .into_iter()
+            .filter(|a| a.part_of.is_some())
+            .collect()
+    }
+}
+
+/// Keeps one of a compiled plan's parts sessions installed on the thread until dropped, then
+/// puts it back and the thread's previous session too.
 struct PartsScope<'a> {
-    slot: &'a std::sync::Mutex<Option<super::session::Session>>,
+    sessions: &'a PartsSessions,
     previous: Option<super::session::Session>,
 }
 
 impl<'a> PartsScope<'a> {
-    fn enter(
-        slot: &'a std::sync::Mutex<Option<super::session::Session>>,
-        profile: &BackendProfile,
-    ) -> Result<PartsScope<'a>> {
-        let session = slot
+    fn enter(sessions: &'a PartsSessions) -> Result<PartsScope<'a>> {
+        let idle = sessions
+            .idle
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .take()
-            // another thread runs this plan at the same time: a fresh session of the profile
-            .unwrap_or_else(|| super::session::Session::new(profile.clone()));
+            .pop();
+        // another thread runs this plan at the same time: a new fork of the same origin
+        let session = match idle {
+            Some(s) => s,
+            None => sessions
+                .origin
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .fork(),
+        };
         let previous = super::session::install(session)?;
-        Ok(PartsScope { slot, previous })
+        Ok(PartsScope { sessions, previous })
     }
 }
 
 impl Drop for PartsScope<'_> {
     fn drop(&mut self) {
         if let Ok(Some(s)) = super::session::take() {
-            *self.slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(s);
+            let mut idle = self.sessions.idle.lock().unwrap_or_else(|p| p.into_inner());
+            idle.push(s);
         }
         if let Some(p) = self.previous.take() {
             let _ = super::session::install(p);
@@ -151,10 +189,10 @@ impl CompiledGraph {
         } = plan_graph(graph, profile, registry)?;
         // the parts run through a session of this profile, installed for each run
         let parts_session = composite.then(|| {
-            std::sync::Mutex::new(Some(super::session::Session::with_registry(
+            PartsSessions::new(super::session::Session::with_registry(
                 profile.clone(),
                 std::sync::Arc::clone(registry),
-            )))
+            ))
         });
         // the same probe as eager mode's, before any kernel of the plan can run
         let probed = super::probe::probe_for(profile.device, profile.preference)
@@ -236,9 +274,36 @@ impl CompiledGraph {
         &self.graph
     }
 
-    /// The report of the accepted plan (every capsule the executor runs).
+    /// The report of the accepted plan (every capsule the executor runs; a composite's
+    /// rows followed by those of every part it may run, planned and gated with it).
     pub fn report(&self) -> &BackendReport {
         &self.report
+    }
+
+    /// The report of what ran: the plan's rows, each composite's followed by the parts its
+    /// calls actually ran so far (a `torchlean.fused_map` lists its chains' maps, not every
+    /// map it may run). The same as [`CompiledGraph::report`] for a plan without composites.
+    pub fn ran_report(&self) -> BackendReport {
+        let mut report = self.report.clone();
+        if let Some(sessions) = &self.parts_session {
+            let mut parts = sessions.ran_parts();
+            parts.sort_by_key(|a| a.op);
+            let tops: Vec<_> = report
+                .kernels
+                .drain(..)
+                .filter(|a| a.part_of.is_none())
+                .collect();
+            for top in tops {
+                let name = top.capsule.clone();
+                report.kernels.push(top);
+                let (mine, rest): (Vec<_>, Vec<_>) = parts
+                    .into_iter()
+                    .partition(|p| p.part_of.as_deref() == Some(name.as_str()));
+                report.kernels.extend(mine);
+                parts = rest;
+            }
+        }
+        report
     }
 
     /// The accepted plan's kernels.
@@ -361,7 +426,7 @@ impl CompiledGraph {
         }
         let _pool = super::buffers::ActivePool::enter(&self.pool);
         let _parts = match &self.parts_session {
-            Some(slot) => Some(PartsScope::enter(slot, &self.profile)?),
+            Some(sessions) => Some(PartsScope::enter(sessions)?),
             None => None,
         };
         let mut slots: Vec<Option<Tensor>> = vec![None; self.graph.nodes.len()];
@@ -682,10 +747,11 @@ impl CompiledStep {
         self.device_graph.replaying()
     }
 
-    /// The report of the compiled plan, its executor line also saying how the step runs on
-    /// a device (recorded and replayed as a device graph, or why not).
+    /// The report of what the step ran ([`CompiledGraph::ran_report`]: a composite's rows
+    /// followed by the parts its calls ran), its executor line also saying how the step runs
+    /// on a device (recorded and replayed as a device graph, or why not).
     pub fn report(&self) -> BackendReport {
-        let mut report = self.compiled.report().clone();
+        let mut report = self.compiled.ran_report();
         if self.compiled.profile.device != crate::backend::Device::Cpu {
             let line = self.device_graph.describe();
             report.executor = Some(match report.executor.take() {
