@@ -680,3 +680,139 @@ fn a_csv_with_class_names_trains_and_prints_the_numbering() {
     assert!(out.contains("3 classes"), "{out}");
     assert!(out.contains("held-out accuracy 1.0000"), "{out}");
 }
+
+/// tract's outputs (an independent ONNX engine) for the file `file` on input `x` (int64 when
+/// `ids`).
+fn tract_y(file: &Path, x: &torchlean::Tensor, ids: bool) -> Vec<f32> {
+    use tract_onnx::prelude::*;
+    let model = tract_onnx::onnx()
+        .model_for_path(file)
+        .expect("tract reads the exported file")
+        .into_optimized()
+        .unwrap()
+        .into_runnable()
+        .unwrap();
+    let shape = x.shape().to_vec();
+    let input: Tensor = if ids {
+        let v: Vec<i64> = x.to_vec().iter().map(|&f| f as i64).collect();
+        tract_ndarray::ArrayD::from_shape_vec(shape, v)
+            .unwrap()
+            .into()
+    } else {
+        tract_ndarray::ArrayD::from_shape_vec(shape, x.to_vec())
+            .unwrap()
+            .into()
+    };
+    let out = model.run(tvec!(input.into())).unwrap();
+    out[0]
+        .to_plain_array_view::<f32>()
+        .unwrap()
+        .iter()
+        .copied()
+        .collect()
+}
+
+/// `--export` writes the trained model: the file written at the end of a run is the one
+/// exported from its checkpoint with `--load … --steps 0` (byte for byte) and not one of a
+/// model trained fewer steps, and tract (an independent ONNX engine) computes on it what
+/// `run-graph` does, for every example whose ops export (the transformer's input is int64
+/// token ids; dropout is off: a random op would be refused); fno1d, whose spectral
+/// convolution has no ONNX form, is refused before its first step.
+#[test]
+fn export_writes_the_trained_model_as_onnx() {
+    let d = scratch("export");
+    let text = d.join("t.txt");
+    std::fs::write(
+        &text,
+        "the quick brown fox jumps over the lazy dog. ".repeat(30),
+    )
+    .unwrap();
+    let cases: [(&str, &[&str], bool); 5] = [
+        ("mlp", &[], false),
+        ("cnn", &[], false),
+        ("autoencoder", &[], false),
+        ("rnn", &["--cell", "lstm"], false),
+        ("transformer", &["--data", s(&text)], true),
+    ];
+    for (example, extra, ids) in cases {
+        let (ck, a, b, early) = (
+            d.join(format!("{example}.ck")),
+            d.join(format!("{example}-a.onnx")),
+            d.join(format!("{example}-b.onnx")),
+            d.join(format!("{example}-early.onnx")),
+        );
+        let run = |args: &[&str]| {
+            let mut all = vec![example];
+            all.extend_from_slice(extra);
+            all.extend_from_slice(args);
+            let o = torchlean(&all);
+            assert_eq!(code(&o), 0, "{all:?}\n{}\n{}", stdout(&o), stderr(&o));
+            o
+        };
+        let o = run(&["--steps", "6", "--save", s(&ck), "--export", s(&a)]);
+        assert!(
+            stdout(&o).contains("exported the trained model to"),
+            "{}",
+            stdout(&o)
+        );
+        run(&["--load", s(&ck), "--steps", "0", "--export", s(&b)]);
+        run(&["--steps", "2", "--export", s(&early)]);
+        let bytes = std::fs::read(&a).unwrap();
+        assert_eq!(
+            bytes,
+            std::fs::read(&b).unwrap(),
+            "{example}: export after --load differs"
+        );
+        assert_ne!(
+            bytes,
+            std::fs::read(&early).unwrap(),
+            "{example}: 2 and 6 steps export alike"
+        );
+        // an input of the declared shape: run-graph and tract on the same file
+        let shape: Vec<usize> = {
+            let text = stdout(&o);
+            let at = text.find("input `x` [").expect("input shape printed") + "input `x` [".len();
+            text[at..text[at..].find(']').unwrap() + at]
+                .split(", ")
+                .map(|n| n.parse().unwrap())
+                .collect()
+        };
+        let n: usize = shape.iter().product();
+        let values: Vec<f32> = (0..n)
+            .map(|i| {
+                if ids {
+                    (i % 7) as f32
+                } else {
+                    ((i * 37 % 101) as f32 / 50.0) - 1.0
+                }
+            })
+            .collect();
+        let x = torchlean::Tensor::from_vec(values, &shape).unwrap();
+        let (inputs, out) = (d.join("in.safetensors"), d.join("out.safetensors"));
+        // (token ids as exact f32 integers: run-graph converts them to the declared int64)
+        torchlean::tensor::io::write_safetensors(&inputs, &[("x".to_string(), x.clone())], None)
+            .unwrap();
+        let o = torchlean(&["run-graph", s(&a), "--inputs", s(&inputs), "--out", s(&out)]);
+        assert_eq!(code(&o), 0, "{example}: {}", stderr(&o));
+        let got = torchlean::tensor::io::read_safetensors(&out).unwrap();
+        let y = &got.iter().find(|(n, _)| n == "y").expect("output y").1;
+        let want = tract_y(&a, &x, ids);
+        assert_eq!(y.numel(), want.len(), "{example}");
+        let scale = want.iter().fold(1f32, |m, v| m.max(v.abs()));
+        for (i, (g, w)) in y.to_vec().iter().zip(&want).enumerate() {
+            assert!(
+                (g - w).abs() <= 1e-5 * scale,
+                "{example}: y[{i}] {g} vs tract {w}"
+            );
+        }
+    }
+    let o = torchlean(&["fno1d", "--steps", "3", "--export", s(&d.join("f.onnx"))]);
+    assert_eq!(code(&o), 2, "{}", stdout(&o));
+    assert!(stderr(&o).contains("spectral_conv1d"), "{}", stderr(&o));
+    assert!(
+        step_lines(&o).is_empty(),
+        "fno1d trained before refusing: {}",
+        stdout(&o)
+    );
+    assert!(!d.join("f.onnx").exists());
+}

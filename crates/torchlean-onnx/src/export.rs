@@ -17,7 +17,7 @@ use onnx_protobuf::{
     ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto, TypeProto,
     ValueInfoProto,
 };
-use torchlean::graph::{AttentionMask, Graph, NodeKind, Op};
+use torchlean::graph::{AttentionMask, Graph, NodeKind, Op, OpKind};
 use torchlean::Tensor;
 
 /// The opset exported models declare (Gelu is a standard operator from 20 on).
@@ -164,6 +164,29 @@ fn pads(p: [usize; 2]) -> A {
 
 fn refuse(op: &Op, why: &str) -> OnnxError {
     OnnxError::Export(format!("`{}` {why}", op.name()))
+}
+
+/// Why an op of `kind` cannot be exported, or `None` when [`export_model`] writes it: for a
+/// caller that knows a model's op kinds (a shape-only trace) before it has run anything,
+/// e.g. to refuse an export before a training run rather than after it. The same reasons
+/// [`export_model`] gives (`tests/export_roundtrip.rs` holds the two to each other).
+pub fn refusal(kind: OpKind) -> Option<&'static str> {
+    match kind {
+        OpKind::RandUniform | OpKind::BernoulliMask => {
+            Some("is a random source: export in evaluation mode (no dropout)")
+        }
+        OpKind::EmaUpdate | OpKind::AdamUpdate | OpKind::AdamStep => {
+            Some("is an optimizer update: export the forward graph")
+        }
+        OpKind::RmsNorm
+        | OpKind::ScatterAdd
+        | OpKind::SmoothMaxPool2d
+        | OpKind::SpectralConv1d
+        | OpKind::SelectiveScan => {
+            Some("has no ONNX export yet (docs/onnx.md lists the exported ops)")
+        }
+        _ => None,
+    }
 }
 
 /// One op over input value names and shapes; returns the name of its result.
@@ -444,22 +467,11 @@ fn emit(
             let z = emit(e, &Op::Conv2d(*geometry), &x[..k], &shapes[..k], out_shape)?;
             steps_over(e, op, steps, z, &x[k..], &shapes[k..], out_shape)?
         }
-        Op::RandUniform { .. } | Op::BernoulliMask { .. } => {
-            return Err(refuse(
-                op,
-                "is a random source: export in evaluation mode (no dropout)",
-            ))
-        }
-        Op::EmaUpdate { .. } | Op::AdamUpdate { .. } | Op::AdamStep { .. } => {
-            return Err(refuse(
-                op,
-                "is an optimizer update: export the forward graph",
-            ))
-        }
         _ => {
             return Err(refuse(
                 op,
-                "has no ONNX export yet (docs/onnx.md lists the exported ops)",
+                refusal(op.kind())
+                    .unwrap_or("has no ONNX export yet (docs/onnx.md lists the exported ops)"),
             ))
         }
     })

@@ -29,6 +29,6 @@ pub mod import;
 pub mod model;
 
 pub use error::{OnnxError, Unsupported};
-pub use export::{export_model, EXPORT_OPSET};
+pub use export::{export_model, refusal as export_refusal, EXPORT_OPSET};
 pub use import::{import_model, supported_operators, Imported};
 pub use model::{decode_model, read_model, read_model_file, ModelFile, OPSET_RANGE};

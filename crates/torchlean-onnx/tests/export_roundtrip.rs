@@ -166,6 +166,42 @@ fn ops_without_an_onnx_counterpart_are_refused_by_name() {
     );
 }
 
+/// `export_refusal` (what a caller checks from a model's op kinds before running anything:
+/// the training commands' `--export`) names exactly the kinds `export_model` refuses, with
+/// the same reason: a one-op graph of every kind of the vocabulary is exported.
+#[test]
+fn export_refusal_names_exactly_the_kinds_export_refuses() {
+    let mut checked = 0;
+    let mut refused = Vec::new();
+    for &kind in torchlean::OpKind::ALL {
+        let Some(g) = torchlean::fuzz::sample_graph(kind) else {
+            continue;
+        };
+        let values: Vec<(String, Tensor)> = g
+            .parameters
+            .iter()
+            .map(|d| (d.name.clone(), Tensor::full(&d.shape, 0.5).unwrap()))
+            .collect();
+        let got = torchlean_onnx::export_model(&g, &values);
+        match (torchlean_onnx::export_refusal(kind), got) {
+            (None, Ok(_)) => {}
+            (Some(why), Err(e)) => {
+                let e = e.to_string();
+                assert!(e.contains(why) && e.contains(kind.name()), "{kind:?}: {e}");
+                refused.push(kind);
+            }
+            (None, Err(e)) => panic!("{kind:?}: export refused it ({e}), export_refusal did not"),
+            (Some(why), Ok(_)) => panic!("{kind:?}: export_refusal says `{why}`, export wrote it"),
+        }
+        checked += 1;
+    }
+    assert!(checked >= 50, "only {checked} kinds had a sample graph");
+    assert!(
+        refused.contains(&torchlean::OpKind::SpectralConv1d),
+        "{refused:?}"
+    );
+}
+
 /// Every PyTorch fixture imported, exported and imported again computes the same outputs
 /// (the attention fixture's causal mask, dropped for the causal flag on the first import,
 /// and its exported constants named like the import's own, included).

@@ -22,7 +22,7 @@ mod mutate;
 mod targets;
 
 pub use mutate::{interesting_u64, mutate_bytes, random_bytes, Rng};
-pub use targets::sample_op;
+pub use targets::{sample_graph, sample_op};
 
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};

@@ -164,6 +164,49 @@ impl<M: Module> Trainer<M> {
         self.model
     }
 
+    /// Captures the model's evaluation forward on `x` (input `x`, output `output`) for
+    /// export: evaluation mode (`set_training(false)`: dropout off, batch norm on its running
+    /// statistics, as [`Trainer::evaluate`]), under this trainer's session and profile on its
+    /// device — the capture's kernels are admitted like the training's and listed in the
+    /// trainer's report. The values come back on the host. The model stays in evaluation
+    /// mode until the next training step.
+    pub fn capture_forward(
+        &mut self,
+        x: &Tensor,
+        output: &str,
+    ) -> Result<crate::runtime::capture::Captured> {
+        let Trainer {
+            model,
+            profile,
+            session,
+            ..
+        } = self;
+        let device = profile.device;
+        let captured = with_session(session, profile, || {
+            model.to_device(device)?;
+            model.set_training(false);
+            let x = x.to_device(device)?;
+            let params: Vec<(String, Tensor)> = model
+                .parameters()
+                .into_iter()
+                .map(|(n, t)| (n, t.clone()))
+                .collect();
+            let inputs = [("x".to_string(), x)];
+            Ok(crate::runtime::capture::capture(&inputs, &params, |xs| {
+                Ok(vec![(output.to_string(), model.forward(&xs[0])?)])
+            })?)
+        })?;
+        let values = captured
+            .values
+            .into_iter()
+            .map(|(n, t)| Ok((n, t.to_cpu()?)))
+            .collect::<Result<_>>()?;
+        Ok(crate::runtime::capture::Captured {
+            graph: captured.graph,
+            values,
+        })
+    }
+
     pub fn optimizer(&self) -> &dyn Optimizer {
         self.optimizer.as_ref()
     }

@@ -11,6 +11,7 @@
 pub mod autoencoder;
 pub mod classify;
 pub mod data_files;
+pub mod export;
 pub mod fno1d;
 pub mod plot;
 pub mod rnn;
@@ -69,6 +70,13 @@ pub struct CommonArgs {
     /// Draw the loss of every step of this run as a PNG line plot.
     #[arg(long)]
     pub plot: Option<PathBuf>,
+    /// Write the trained model as an ONNX file (opset 20, weights as initializers) at the
+    /// end: its evaluation forward (dropout off), captured on the first `--batch-size`
+    /// training samples, so the file's input shape is that batch's. Input `x`, output `y`;
+    /// `torchlean run-graph FILE` and onnxruntime run it. With `--load` and `--steps 0`, the
+    /// checkpoint's model is exported without training.
+    #[arg(long)]
+    pub export: Option<PathBuf>,
     /// Optimizer, with PyTorch's defaults for what no flag sets (default: the example's;
     /// after `--load`, the checkpoint's).
     #[arg(long, value_enum)]
@@ -264,8 +272,18 @@ impl CommonArgs {
             batch_size: self.batch_size.unwrap_or(d.batch_size),
             seed: self.seed,
         };
-        if h.steps == 0 || h.batch_size == 0 {
-            return Err(CliError::usage("--steps and --batch-size must be positive"));
+        if h.batch_size == 0 {
+            return Err(CliError::usage("--batch-size must be positive"));
+        }
+        if h.steps == 0 && self.load.is_none() {
+            return Err(CliError::usage(
+                "--steps must be positive (--steps 0 is for a checkpoint given by --load: evaluated, and exported with --export, without training)",
+            ));
+        }
+        if h.steps == 0 && self.plot.is_some() {
+            return Err(CliError::usage(
+                "--plot draws the losses of the run's steps: give --steps > 0",
+            ));
         }
         if !(h.lr.is_finite() && h.lr > 0.0) {
             return Err(CliError::usage(format!(
@@ -291,6 +309,7 @@ impl CommonArgs {
             ("--log", self.log.as_deref()),
             ("--plot", self.plot.as_deref()),
             ("--report-json", report),
+            ("--export", self.export.as_deref()),
         ]
         .into_iter()
         .filter_map(|(flag, p)| p.map(|p| (flag, p)))
@@ -530,6 +549,9 @@ pub fn run<M: Module>(
     }
     let params = model.parameter_count();
     let mut trainer = Trainer::new(model, config).map_err(lib_err)?;
+    if args.export.is_some() {
+        export::check_exportable(&mut trainer, &train, hyper.batch_size)?;
+    }
     println!(
         "{name}: {description}; {params} parameters, lr {}, batch {}, {} steps, {mode} mode, profile {}",
         hyper.lr,
@@ -613,7 +635,11 @@ pub fn run<M: Module>(
     };
     let n = losses.len();
     let final_loss = losses.last().copied().unwrap_or(f32::NAN);
-    let mut parts_text = vec![format!("final train loss {:.6}", shown(final_loss))];
+    let mut parts_text = vec![if n == 0 {
+        "no training step (the loaded checkpoint evaluated)".to_string()
+    } else {
+        format!("final train loss {:.6}", shown(final_loss))
+    }];
     if let Some(ev) = &eval {
         parts_text.push(format!("held-out loss {:.6}", shown(ev.loss)));
         if let Some(a) = ev.accuracy {
@@ -636,6 +662,9 @@ pub fn run<M: Module>(
                 verdict(rel < factor)
             )
         }
+        (Goal::MeanLastLossBelow { .. }, _) if n == 0 => {
+            "threshold: not judged (it is on the training losses, and no step ran)".to_string()
+        }
         (Goal::MeanLastLossBelow { window, threshold }, _) => {
             let w = &losses[n.saturating_sub(window)..];
             let mean = w.iter().sum::<f32>() / w.len().max(1) as f32;
@@ -655,6 +684,9 @@ pub fn run<M: Module>(
     );
     if let Some(p) = &args.plot {
         plot::write_loss_plot(p, &losses)?;
+    }
+    if let Some(p) = &args.export {
+        export::write_onnx(&mut trainer, &train, hyper.batch_size, p)?;
     }
     let load: Vec<(&str, &Path)> = args.load.iter().map(|p| ("--load", p.as_path())).collect();
     args.backend.write_report(what_ran(&trainer)?, &load)?;

@@ -106,6 +106,15 @@ fn op_graph(op: &Op, parents: &[usize]) -> Option<Graph> {
     Some(g)
 }
 
+/// A small graph of one typical op of `kind` ([`super::sample_op`]) over inputs, parameters
+/// and constants of fixed shapes, with output `y` (and `loss`, its sum, when the op is
+/// differentiable); `None` when no combination of those shapes suits the op. For tests that
+/// hold a per-kind rule (e.g. which ops ONNX export refuses) to what a graph of it does.
+pub fn sample_graph(kind: OpKind) -> Option<Graph> {
+    let op = sample_op(kind);
+    op_graph(&op, &parents_for(&op)?)
+}
+
 /// A derived graph as a user may write it (vjp nodes included): the names backward
 /// derivation generated (`grad.seed`, `grad.x`) moved out of the reserved namespace.
 fn user_names(mut g: Graph) -> Graph {

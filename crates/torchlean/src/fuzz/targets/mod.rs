@@ -25,6 +25,7 @@ mod npy;
 mod tensor_files;
 
 use csv::{csv_seeds, execute_csv, mutate_csv};
+pub use graph::sample_graph;
 use graph::{execute_graph, graph_seeds, mutate_graph};
 use idx::{idx_seeds, mutate_idx};
 use npy::{mutate_npy, npy_seeds};
