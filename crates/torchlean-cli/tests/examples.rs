@@ -552,7 +552,7 @@ fn user_data_files_train_and_bad_ones_exit_2() {
                 "--classes".into(),
                 "1".into(),
             ],
-            "out of range",
+            "at least 2 classes",
         ),
         (
             vec![

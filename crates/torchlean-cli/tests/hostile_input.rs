@@ -725,3 +725,98 @@ fn decoding_a_large_external_initializer_is_fallible() {
         &["memory"],
     );
 }
+
+/// Found by a documentation audit (thirty-sixth session): `--load` from a named pipe hung
+/// forever (the checkpoint's metadata was read first, draining the pipe, then the load opened
+/// it again) — it is now read once, and a resumed run from a pipe equals one from the file;
+/// an IDX images file's labels, found by name without `--labels`, could be overwritten by
+/// `--save` (and destroyed, exit 0); an output naming a folder failed (exit 1) only after the
+/// run. Each refusal comes before the first step.
+#[test]
+fn a_checkpoint_pipe_loads_and_derived_inputs_and_folders_are_not_outputs() {
+    let d = Dir::new("load-pipe");
+    let dir = d.0.to_string_lossy().into_owned();
+    let ok = |args: &[&str]| -> String {
+        let out = Command::new(BIN)
+            .current_dir(&dir)
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let steps = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| l.starts_with("step "))
+            .map(String::from)
+            .collect()
+    };
+    ok(&["mlp", "--steps", "4", "--save", "ck.safetensors"]);
+    let from_file = steps(&ok(&["mlp", "--load", "ck.safetensors", "--steps", "3"]));
+    let made = Command::new("mkfifo").arg(d.p("ck.pipe")).status();
+    if made.is_ok_and(|s| s.success()) {
+        // the writer runs beside the command; `timeout` ends a command that blocks
+        let writer = Command::new("bash")
+            .current_dir(&dir)
+            .arg("-c")
+            .arg("cat ck.safetensors > ck.pipe")
+            .spawn()
+            .unwrap();
+        let out = Command::new("timeout")
+            .current_dir(&dir)
+            .args(["60", BIN, "mlp", "--load", "ck.pipe", "--steps", "3"])
+            .output()
+            .unwrap();
+        let _ = writer.wait_with_output();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "--load from a pipe: {err}");
+        assert_eq!(steps(&String::from_utf8_lossy(&out.stdout)), from_file);
+    } else {
+        eprintln!("skipped the pipe: mkfifo is not available here");
+    }
+    // an IDX pair found by name
+    let mut images = vec![0, 0, 8, 3, 0, 0, 0, 20, 0, 0, 0, 4, 0, 0, 0, 4];
+    images.extend((0..20 * 16).map(|i| (i * 37 % 256) as u8));
+    let mut labels = vec![0, 0, 8, 1, 0, 0, 0, 20];
+    labels.extend((0..20).map(|i| (i % 2) as u8));
+    std::fs::write(d.p("t-images-idx3-ubyte"), &images).unwrap();
+    std::fs::write(d.p("t-labels-idx1-ubyte"), &labels).unwrap();
+    std::fs::create_dir_all(d.p("a-folder")).unwrap();
+    for args in [
+        &[
+            "mlp",
+            "--data",
+            "t-images-idx3-ubyte",
+            "--save",
+            "t-labels-idx1-ubyte",
+        ][..],
+        &[
+            "mlp",
+            "--data",
+            "t-images-idx3-ubyte",
+            "--log",
+            "t-labels-idx1-ubyte",
+        ][..],
+        &["mlp", "--save", "a-folder"][..],
+        &["mlp", "--plot", "a-folder"][..],
+        &["export", "--out", "a-folder"][..],
+    ] {
+        let out = Command::new(BIN)
+            .current_dir(&dir)
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            !String::from_utf8_lossy(&out.stdout).contains("step "),
+            "{args:?} trained before refusing"
+        );
+    }
+    assert_eq!(std::fs::read(d.p("t-labels-idx1-ubyte")).unwrap(), labels);
+}

@@ -323,13 +323,20 @@ fn identity(path: &Path) -> std::io::Result<FileIdentity> {
 
 /// Refuses a command whose output files would overwrite one of its inputs or each other:
 /// `inputs` and `outputs` are (flag, path) pairs; the error names both flags and the file.
-/// Devices and pipes (`/dev/null`) may be shared. Also refuses an output whose folder does
-/// not exist, before the command runs (`mlp --save /nonexistent/x.ckpt` trained, then failed).
+/// Devices and pipes (`/dev/null`) may be shared. Also refuses, before the command runs, an
+/// output whose folder does not exist (`mlp --save /nonexistent/x.ckpt` trained, then
+/// failed) and an output that is itself a folder (`--save somedir` likewise).
 pub fn check_distinct_outputs(
     inputs: &[(&str, &Path)],
     outputs: &[(&str, &Path)],
 ) -> Result<(), String> {
     for (flag, path) in outputs {
+        if path.is_dir() {
+            return Err(format!(
+                "{flag} {}: that is a folder; name a file to write (the command would run and then fail to write)",
+                path.display()
+            ));
+        }
         let dir = match path.parent() {
             Some(d) if !d.as_os_str().is_empty() => d,
             _ => Path::new("."),

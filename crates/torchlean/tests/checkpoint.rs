@@ -224,7 +224,7 @@ fn truncated_corrupted_and_foreign_files_are_rejected_untouched() {
     });
     assert!(msg.contains("F64"));
     // another format's file, and a later version of this one (the same header length, so
-    // the file stays valid safetensors; the checksum covers tensors only and still matches)
+    // the file stays valid safetensors; refused for what it says before its checksum)
     let header_len = u64::from_le_bytes(good[..8].try_into().unwrap()) as usize;
     let header = std::str::from_utf8(&good[8..8 + header_len]).unwrap();
     for (from, to, says) in [
@@ -233,7 +233,7 @@ fn truncated_corrupted_and_foreign_files_are_rejected_untouched() {
             "\"pytorch.state_dic\"",
             "format `pytorch.state_dic`",
         ),
-        ("\"version\":\"1\"", "\"version\":\"9\"", "version `9`"),
+        ("\"version\":\"2\"", "\"version\":\"9\"", "version `9`"),
     ] {
         assert!(header.contains(from), "{header}");
         let mut other = good[..8].to_vec();
@@ -297,7 +297,7 @@ fn mismatched_models_and_optimizers_are_rejected_untouched() {
     save_checkpoint(&params_only, &model(1), None, 0).unwrap();
     let mut adamw = AdamW::new(0.01).unwrap();
     let msg = assert_rejected(&params_only, &mut m, Some(&mut adamw), is_mismatch);
-    assert!(msg.contains("no optimizer state"), "{msg}");
+    assert!(msg.contains("records no optimizer"), "{msg}");
 }
 
 #[test]
@@ -435,4 +435,109 @@ fn a_resumed_run_whose_step_would_wrap_is_refused_before_it_runs() {
             }
         }
     }
+}
+
+/// FNV-1a as docs/reliability.md describes a checkpoint's checksum, written here apart from
+/// the library: over every tensor's name, a zero byte, its dims as u64 LE and its f32 LE
+/// bytes, in name order, then (version 2) every metadata entry but the checksum's own, in key
+/// order, key and value each preceded by its length as u64 LE.
+fn fnv1a(tensors: &[(String, Tensor)], metadata: Option<&[(String, String)]>) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut feed = |bytes: &[u8]| {
+        for &b in bytes {
+            h = (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    };
+    let mut sorted: Vec<&(String, Tensor)> = tensors.iter().collect();
+    sorted.sort_by(|a, b| a.0.cmp(&b.0));
+    for (name, t) in sorted {
+        feed(name.as_bytes());
+        feed(&[0]);
+        for &d in t.shape() {
+            feed(&(d as u64).to_le_bytes());
+        }
+        for v in t.to_vec() {
+            feed(&v.to_le_bytes());
+        }
+    }
+    for (k, v) in metadata.into_iter().flatten() {
+        if k == "checksum.fnv1a64" {
+            continue;
+        }
+        for text in [k, v] {
+            feed(&(text.len() as u64).to_le_bytes());
+            feed(text.as_bytes());
+        }
+    }
+    h
+}
+
+/// A checkpoint's checksum covers its metadata (version 2): a step, a learning rate or a
+/// model tag changed in place is refused as corrupted (a changed learning rate was read as
+/// written and trained at it), and so is a file that names the format but whose checksum key
+/// was lost; the recorded checksum is the documented FNV-1a, recomputed here independently;
+/// a version-1 file (its checksum over the tensors only) still loads.
+#[test]
+fn the_checksum_covers_the_metadata_and_a_checkpoint_without_one_is_refused() {
+    support::checked_cpu_default();
+    let d = tmpdir("meta");
+    let ck = d.join("good.safetensors");
+    let m0 = model(5);
+    let mut opt = Adam::new(0.01).unwrap();
+    torchlean::nn::save_checkpoint_noted(
+        &ck,
+        &m0,
+        Some(&opt),
+        5,
+        Some("tag"),
+        &[("lr".to_string(), "0.01".to_string())],
+    )
+    .unwrap();
+    let good = std::fs::read(&ck).unwrap();
+    let header_len = u64::from_le_bytes(good[..8].try_into().unwrap()) as usize;
+    let header = std::str::from_utf8(&good[8..8 + header_len])
+        .unwrap()
+        .to_string();
+    let with_header = |h: &str| -> Vec<u8> {
+        assert_eq!(h.len(), header.len());
+        let mut f = good[..8].to_vec();
+        f.extend_from_slice(h.as_bytes());
+        f.extend_from_slice(&good[8 + header_len..]);
+        f
+    };
+    // the recorded checksum is the documented function of tensors and metadata
+    let contents = torchlean::nn::read_checkpoint(&ck).unwrap();
+    let tensors: Vec<(String, Tensor)> = contents.tensors.clone().into_iter().collect();
+    let meta: Vec<(String, String)> = contents.metadata.clone().into_iter().collect();
+    let recorded = contents.metadata["checksum.fnv1a64"].clone();
+    assert_eq!(format!("{:016x}", fnv1a(&tensors, Some(&meta))), recorded);
+    let mut m = model(6);
+    for (from, to, why) in [
+        ("\"step\":\"5\"", "\"step\":\"9\"", "checksum"),
+        ("\"note.lr\":\"0.01\"", "\"note.lr\":\"9.01\"", "checksum"),
+        ("\"model\":\"tag\"", "\"model\":\"tog\"", "checksum"),
+        (
+            "\"checksum.fnv1a64\"",
+            "\"checksum.fnv1a65\"",
+            "records no checksum",
+        ),
+    ] {
+        assert!(header.contains(from), "{from} not in {header}");
+        let p = d.join("edited.safetensors");
+        std::fs::write(&p, with_header(&header.replacen(from, to, 1))).unwrap();
+        let msg = assert_rejected(&p, &mut m, Some(&mut opt), |c| {
+            matches!(c, CheckpointError::Corrupted { .. })
+        });
+        assert!(msg.contains(why), "{from} -> {to}: {msg}");
+    }
+    // version 1: the checksum over the tensors only, the metadata unchecked
+    let v1_sum = format!("{:016x}", fnv1a(&tensors, None));
+    let v1 = header
+        .replacen("\"version\":\"2\"", "\"version\":\"1\"", 1)
+        .replacen(&recorded, &v1_sum, 1);
+    let p = d.join("v1.safetensors");
+    std::fs::write(&p, with_header(&v1)).unwrap();
+    let mut fresh = Adam::new(0.01).unwrap();
+    load_checkpoint(&p, &mut m, Some(&mut fresh)).unwrap();
+    assert_eq!(params(&m), params(&m0), "the version-1 file's parameters");
 }

@@ -12,7 +12,7 @@ use torchlean::{no_grad, Tensor};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// gemm-N (e.g. gemm-1024) | add-N (e.g. add-268435456) | mlp-step | mlp-big-step | quickstart-step | transformer-step | transformer-big-step | sdpa | tiny-ops | tiny-ops-tape | onnx:MODEL.onnx (inference of an imported model, compiled)
+    /// gemm-N (e.g. gemm-1024) | add-N (e.g. add-268435456) | mlp-step | mlp-big-step | quickstart-step | transformer-step | transformer-big-step | sdpa | attn-{fwd,step}-{none,mask,causal}[-L<n>][-B<n>] (flash attention, B=8 H=16 L=2048 D=64 unless given) | tiny-ops | tiny-ops-tape | onnx:MODEL.onnx (inference of an imported model, compiled)
     workload: String,
     #[command(flatten)]
     backend: BackendArgs,
@@ -447,7 +447,7 @@ pub fn run(a: Args) -> CliResult {
         }
         other => {
             return Err(CliError::usage(format!(
-                "unknown workload `{other}` (onnx:MODEL.onnx, gemm-N, add-N, mlp-step, mlp-big-step, quickstart-step, transformer-step, sdpa, tiny-ops, tiny-ops-tape)"
+                "unknown workload `{other}` (onnx:MODEL.onnx, gemm-N, add-N, mlp-step, mlp-big-step, quickstart-step, transformer-step, transformer-big-step, sdpa, attn-{{fwd,step}}-{{none,mask,causal}}[-L<n>][-B<n>], tiny-ops, tiny-ops-tape)"
             )))
         }
     };

@@ -1,7 +1,9 @@
 //! Checkpoints: a model's parameters and buffers and an optimizer's state in one
 //! safetensors file (f32 little-endian; tensors named by parameter name, optimizer state as
 //! `optim.<kind>.<slot>.<parameter>`), with metadata: format, version, training step,
-//! optimizer kind and step, and an FNV-1a checksum over every tensor's name, shape and bytes.
+//! optimizer kind and step, notes, and an FNV-1a checksum over every tensor's name, shape
+//! and bytes and every other metadata entry (version 2; version 1 files, whose checksum
+//! covers the tensors only, are still read).
 //!
 //! Saving is atomic (temp file in the same directory, fsync, rename, fsync the directory:
 //! [`crate::files::write_atomic`], which also removes temp files of killed saves) and
@@ -21,7 +23,11 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 const FORMAT_NAME: &str = "torchlean.checkpoint";
-const VERSION: &str = "1";
+/// The version written: 2, whose checksum covers the metadata too (a corrupted learning
+/// rate or step count was read as written in version 1).
+const VERSION: &str = "2";
+/// The versions read: 1 (checksum over the tensors only) and 2.
+const VERSIONS_READ: [&str; 2] = ["1", "2"];
 const KEY_FORMAT: &str = "format";
 const KEY_VERSION: &str = "version";
 const KEY_STEP: &str = "step";
@@ -45,8 +51,13 @@ pub struct CheckpointInfo {
     pub metadata: BTreeMap<String, String>,
 }
 
-/// FNV-1a over the names, shapes and bytes of tensors in name order.
-pub(crate) fn checksum<'a>(tensors: impl Iterator<Item = (&'a str, &'a [usize], &'a [u8])>) -> u64 {
+/// FNV-1a over the names, shapes and bytes of tensors in name order, then — given the
+/// metadata (version 2) — over every metadata entry but the checksum's own, in key order,
+/// each key and value preceded by its length.
+pub(crate) fn checksum<'a>(
+    tensors: impl Iterator<Item = (&'a str, &'a [usize], &'a [u8])>,
+    metadata: Option<&BTreeMap<String, String>>,
+) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     let mut feed = |bytes: &[u8]| {
         for &b in bytes {
@@ -62,7 +73,21 @@ pub(crate) fn checksum<'a>(tensors: impl Iterator<Item = (&'a str, &'a [usize], 
         }
         feed(data);
     }
+    for (key, value) in metadata.into_iter().flatten() {
+        if key == KEY_CHECKSUM {
+            continue;
+        }
+        for text in [key, value] {
+            feed(&(text.len() as u64).to_le_bytes());
+            feed(text.as_bytes());
+        }
+    }
     h
+}
+
+/// Whether a checkpoint's checksum covers its metadata (version 2 and later).
+pub(crate) fn checksum_covers_metadata(metadata: &BTreeMap<String, String>) -> bool {
+    metadata.get(KEY_VERSION).is_some_and(|v| v != "1")
 }
 
 fn io(path: &Path, action: &'static str, e: std::io::Error) -> super::error::Error {
@@ -173,6 +198,7 @@ pub fn save_checkpoint_noted(
         named
             .iter()
             .map(|(n, (s, b))| (n.as_str(), s.as_slice(), b.as_slice())),
+        Some(&metadata),
     );
     metadata.insert(KEY_CHECKSUM.to_string(), format!("{sum:016x}"));
     let views: Vec<(&str, &[usize], &[u8])> = named
@@ -186,6 +212,7 @@ pub fn save_checkpoint_noted(
 }
 
 /// A parsed, checksum-verified checkpoint file.
+#[derive(Debug, Clone)]
 pub struct CheckpointContents {
     /// Every tensor, by name (all f32).
     pub tensors: BTreeMap<String, Tensor>,
@@ -245,10 +272,23 @@ pub fn parse_checkpoint(bytes: &[u8], name: &str) -> Result<CheckpointContents> 
             "its metadata names format `{f}`, not `{FORMAT_NAME}`"
         )));
     }
-    if let Some(v) = metadata.get(KEY_VERSION).filter(|v| *v != VERSION) {
+    if let Some(v) = metadata
+        .get(KEY_VERSION)
+        .filter(|v| !VERSIONS_READ.contains(&v.as_str()))
+    {
         return Err(format(format!(
-            "it is version `{v}` of {FORMAT_NAME}; this build reads version {VERSION}"
+            "it is version `{v}` of {FORMAT_NAME}; this build reads versions {}",
+            VERSIONS_READ.join(" and ")
         )));
+    }
+    // a file that says it is a checkpoint carries its checksum: one without it is damaged
+    // (or written by hand), and nothing in it could be trusted to be what was saved
+    if metadata.contains_key(KEY_FORMAT) && !metadata.contains_key(KEY_CHECKSUM) {
+        return Err(CheckpointError::Corrupted {
+            path: p,
+            reason: format!("its metadata names format `{FORMAT_NAME}` but records no checksum (`{KEY_CHECKSUM}`)"),
+        }
+        .into());
     }
     let mut raw: BTreeMap<String, (Vec<usize>, &[u8])> = BTreeMap::new();
     for (name, view) in st.iter() {
@@ -261,11 +301,22 @@ pub fn parse_checkpoint(bytes: &[u8], name: &str) -> Result<CheckpointContents> 
         raw.insert(name.to_string(), (view.shape().to_vec(), view.data()));
     }
     if let Some(expected) = metadata.get(KEY_CHECKSUM) {
-        let sum = checksum(raw.iter().map(|(n, (s, b))| (n.as_str(), s.as_slice(), *b)));
+        let covered = checksum_covers_metadata(&metadata).then_some(&metadata);
+        let sum = checksum(
+            raw.iter().map(|(n, (s, b))| (n.as_str(), s.as_slice(), *b)),
+            covered,
+        );
         if format!("{sum:016x}") != *expected {
+            let what = if covered.is_some() {
+                "its tensors and metadata"
+            } else {
+                "its tensors"
+            };
             return Err(CheckpointError::Corrupted {
                 path: p,
-                reason: format!("checksum {sum:016x} does not match the recorded {expected}"),
+                reason: format!(
+                    "checksum {sum:016x} of {what} does not match the recorded {expected}"
+                ),
             }
             .into());
         }
@@ -401,7 +452,7 @@ pub fn apply_checkpoint(
     if let Some(opt) = optimizer {
         let Some(kind) = &kind else {
             return Err(mismatch(format!(
-                "the file has no optimizer state, the {} optimizer needs one",
+                "the file records no optimizer (kind, step and state: plain weights, not a training checkpoint), and resuming the {} optimizer needs one; load weights alone into a model with `load_checkpoint(path, model, None)`",
                 opt.kind()
             )));
         };

@@ -11,7 +11,8 @@
 //! from a checkpoint continues exactly as an uninterrupted one.
 
 use super::checkpoint::{
-    apply_checkpoint, check_tag, read_checkpoint, save_checkpoint_noted, CheckpointInfo,
+    apply_checkpoint, check_tag, read_checkpoint, save_checkpoint_noted, CheckpointContents,
+    CheckpointInfo,
 };
 use super::config::{Config, DType, SaveOptions, TrainOptions};
 use super::error::TrainError;
@@ -302,8 +303,20 @@ impl<M: Module> Trainer<M> {
     /// [`load_checkpoint`](super::load_checkpoint) on [`Trainer::model_mut`] with `None`).
     pub fn load_checkpoint(&mut self, path: impl AsRef<Path>) -> Result<CheckpointInfo> {
         let path = path.as_ref();
-        let name = path.display().to_string();
         let contents = read_checkpoint(path)?;
+        self.load_checkpoint_contents(contents, &path.display().to_string())
+    }
+
+    /// [`Trainer::load_checkpoint`] from a checkpoint already read and verified
+    /// ([`crate::nn::read_checkpoint`], [`crate::nn::checkpoint::parse_checkpoint`]), `name`
+    /// naming its source in errors: for a caller that reads the file once (a pipe can be
+    /// read only once) and looks at its metadata first.
+    pub fn load_checkpoint_contents(
+        &mut self,
+        contents: CheckpointContents,
+        name: &str,
+    ) -> Result<CheckpointInfo> {
+        let name = name.to_string();
         check_tag(&contents, &name, self.checkpoint_tag.as_deref())?;
         let info = apply_checkpoint(
             contents,

@@ -1,7 +1,7 @@
 //! `quickstart-cnn`, `cnn` and `mlp`: classification of synthetic data (default) or of an
 //! IDX / CSV file (see `data_help!`).
 
-use super::data_files::{data_help, holdout, load_classification, Layout};
+use super::data_files::{self, data_help, holdout, load_classification, Layout};
 use super::OptimizerChoice;
 use super::{lib_err, run, CommonArgs, Defaults, Goal, Setup};
 use crate::{CliError, CliResult};
@@ -24,9 +24,10 @@ pub struct DataArgs {
     /// Number of classes (default: the largest label + 1).
     #[arg(long)]
     pub classes: Option<usize>,
-    /// Whether a CSV file's first line is a header (default `auto`: a header when no field is
-    /// a number, data when every field is; a first line that mixes numbers and text is
-    /// refused, since it could be either).
+    /// Whether a CSV file's first line is a header (default `auto`, judged on the feature
+    /// fields, the label column aside: a header when no feature field is a number, data
+    /// when every one is; a first line that mixes numbers and text there is refused, since
+    /// it could be either).
     #[arg(long, value_enum)]
     pub csv_header: Option<CsvHeader>,
 }
@@ -66,9 +67,15 @@ impl DataArgs {
                 }
             }
         }
+        // an IDX images file without --labels reads its sibling labels file: an input too
+        let sibling = match (&self.data, &self.labels) {
+            (Some(d), None) if !data_files::is_csv(d) => data_files::sibling_labels(d),
+            _ => None,
+        };
         let files: Vec<(&str, &std::path::Path)> = [
             ("--data", self.data.as_deref()),
             ("--labels", self.labels.as_deref()),
+            ("the labels file of --data", sibling.as_deref()),
         ]
         .into_iter()
         .filter_map(|(flag, p)| p.map(|p| (flag, p)))

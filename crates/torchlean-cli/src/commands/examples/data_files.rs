@@ -35,21 +35,31 @@ pub enum Layout {
     Square,
 }
 
+/// Whether `data` is read as CSV (else as IDX images).
+pub fn is_csv(data: &Path) -> bool {
+    data.extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| e.eq_ignore_ascii_case("csv"))
+}
+
+/// The labels file an IDX images file names by its own name (`images` → `labels`, `idx3`
+/// → `idx1`); `None` when its name has no `images`. An input of the run, like `--labels`.
+pub fn sibling_labels(images: &Path) -> Option<PathBuf> {
+    let name = images.file_name().and_then(|n| n.to_str())?;
+    name.contains("images")
+        .then(|| images.with_file_name(name.replace("images", "labels").replace("idx3", "idx1")))
+}
+
 fn labels_path(images: &Path, labels: Option<&Path>) -> Result<PathBuf, CliError> {
     if let Some(l) = labels {
         return Ok(l.to_path_buf());
     }
-    let name = images
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or_default();
-    if !name.contains("images") {
+    let Some(sibling) = sibling_labels(images) else {
         return Err(CliError::usage(format!(
             "cannot derive the labels file of `{}` (its name has no `images`); pass --labels PATH",
             images.display()
         )));
-    }
-    let sibling = images.with_file_name(name.replace("images", "labels").replace("idx3", "idx1"));
+    };
     if !sibling.is_file() {
         return Err(CliError::usage(format!(
             "labels file `{}` (sibling of `{}`) not found; pass --labels PATH",
@@ -68,10 +78,7 @@ pub fn load_classification(
     layout: Layout,
 ) -> Result<(Dataset, usize), CliError> {
     let (labels, classes) = (args.labels.as_deref(), args.classes);
-    let is_csv = data
-        .extension()
-        .and_then(|e| e.to_str())
-        .is_some_and(|e| e.eq_ignore_ascii_case("csv"));
+    let is_csv = is_csv(data);
     // the file the labels come from (named by label errors): the CSV itself, or IDX's labels
     let mut label_file = data.display().to_string();
     let ds = if is_csv {
@@ -159,6 +166,11 @@ pub fn load_classification(
         max = max.max(y as usize);
     }
     let classes = match classes {
+        Some(c) if c < 2 => {
+            return Err(CliError::usage(format!(
+                "--classes {c}: a classifier needs at least 2 classes"
+            )));
+        }
         Some(c) if c > MAX_CLASSES => {
             return Err(CliError::usage(format!(
                 "--classes {c} exceeds the limit of {MAX_CLASSES}"

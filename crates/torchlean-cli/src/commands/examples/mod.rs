@@ -88,10 +88,11 @@ pub struct CommonArgs {
     /// decoupled for adamw (default 0; adamw 0.01).
     #[arg(long)]
     pub weight_decay: Option<f32>,
-    /// The `--load` checkpoint's metadata, read once when first asked for (`None` without
-    /// `--load`, or when the file cannot be read: the load itself reports that).
+    /// The `--load` checkpoint, read and verified once when first asked for (`None` without
+    /// `--load`): its metadata sets up the run, its contents are loaded from the same read
+    /// (a pipe can be read only once), as a code and message when it could not be read.
     #[arg(skip)]
-    saved_metadata: std::sync::OnceLock<Option<std::collections::BTreeMap<String, String>>>,
+    loaded: std::sync::OnceLock<Option<Result<torchlean::nn::CheckpointContents, (u8, String)>>>,
 }
 
 /// A loss as printed: −0 (a cross-entropy whose every log-probability rounded to 0) as 0,
@@ -149,23 +150,68 @@ pub struct Hyper {
 }
 
 impl CommonArgs {
-    /// A metadata entry of the `--load` checkpoint (`None` without one; a file that cannot
-    /// be read is left to the load itself to report).
-    fn saved(&self, key: &str) -> Option<String> {
-        let metadata = self.saved_metadata.get_or_init(|| {
-            let contents = torchlean::nn::read_checkpoint(self.load.as_deref()?).ok()?;
-            Some(contents.metadata)
+    /// The `--load` checkpoint, read and verified on first use (`None` without `--load`); a
+    /// file that cannot be read or verified is the error its load would give (exit 2).
+    pub fn checkpoint(&self) -> Result<Option<&torchlean::nn::CheckpointContents>, CliError> {
+        let loaded = self.loaded.get_or_init(|| {
+            let path = self.load.as_deref()?;
+            Some(torchlean::nn::read_checkpoint(path).map_err(|e| {
+                let e = lib_err(e);
+                (e.code, e.message)
+            }))
         });
-        metadata.as_ref()?.get(key).cloned()
+        match loaded {
+            None => Ok(None),
+            Some(Ok(c)) => Ok(Some(c)),
+            Some(Err((code, message))) => Err(CliError {
+                code: *code,
+                message: message.clone(),
+            }),
+        }
+    }
+
+    /// A metadata entry of the `--load` checkpoint (`None` without one, or when it cannot be
+    /// read: [`CommonArgs::hyper`] reports that before anything else asks).
+    fn saved(&self, key: &str) -> Option<String> {
+        self.checkpoint().ok()??.metadata.get(key).cloned()
     }
 
     /// A hyper-parameter a resumed run continues with when its flag is not given: the value
     /// the `--load` checkpoint's run used (its `note.<key>`), as PyTorch's optimizer state
-    /// restores `lr`, `momentum` and `weight_decay`.
+    /// restores `lr`, `momentum` and `weight_decay`. (A note that is not a number is refused
+    /// by [`CommonArgs::hyper`].)
     fn saved_number(&self, key: &str) -> Option<f32> {
         self.saved(&torchlean::nn::note_key(key))?
             .parse::<f32>()
             .ok()
+    }
+
+    /// Refuses a `--load` checkpoint that cannot be read, or whose notes are not numbers.
+    fn check_checkpoint(&self) -> Result<(), CliError> {
+        let Some(c) = self.checkpoint()? else {
+            return Ok(());
+        };
+        if c.metadata.get("version").map(String::as_str) == Some("1") {
+            eprintln!(
+                "note: --load {}: a version-1 checkpoint, whose checksum covers its tensors but not its metadata (step, learning rate, optimizer kind); saving it again (--save) writes version 2",
+                self.load.as_deref().map(|p| p.display().to_string()).unwrap_or_default()
+            );
+        }
+        for key in ["lr", "momentum", "weight_decay"] {
+            let key = torchlean::nn::note_key(key);
+            if let Some(v) = c.metadata.get(&key) {
+                if v.parse::<f32>().is_err() {
+                    return Err(CliError::usage(format!(
+                        "--load {}: its `{key}` is `{v}`, not a number",
+                        self.load
+                            .as_deref()
+                            .map(|p| p.display().to_string())
+                            .unwrap_or_default()
+                    )));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The flag's value, else the checkpoint's (printed once, where the run is set up, when
@@ -262,6 +308,7 @@ impl CommonArgs {
 
     /// The flags resolved against `d`, validated.
     pub fn hyper(&self, d: Defaults) -> Result<Hyper, CliError> {
+        self.check_checkpoint()?;
         let lr = match self.lr {
             Some(lr) => lr,
             None => self.flag_or_saved(None, "lr", "--lr", true).unwrap_or(d.lr),
@@ -286,8 +333,13 @@ impl CommonArgs {
             ));
         }
         if !(h.lr.is_finite() && h.lr > 0.0) {
+            let source = if self.lr.is_some() {
+                "--lr"
+            } else {
+                "the learning rate (the --load checkpoint's `note.lr`)"
+            };
             return Err(CliError::usage(format!(
-                "--lr must be finite and > 0, got {}",
+                "{source} must be finite and > 0, got {}",
                 h.lr
             )));
         }
@@ -559,6 +611,13 @@ pub fn run<M: Module>(
         hyper.steps,
         trainer.profile().name
     );
+    // the checkpoint as read once by `CommonArgs::checkpoint` (whose metadata set up the
+    // run): loaded from that read, never opened a second time (a pipe has been drained)
+    if let (Some(contents), Some(path)) = (args.checkpoint()?, &args.load) {
+        trainer
+            .load_checkpoint_contents(contents.clone(), &path.display().to_string())
+            .map_err(lib_err)?;
+    }
     let mut step_log = StepLog::open(&args.log)?;
     let save = args.save.as_ref().map(|p| SaveOptions {
         path: p.clone(),
@@ -569,7 +628,7 @@ pub fn run<M: Module>(
         batch_size: hyper.batch_size,
         log_every: args.log_every,
         save,
-        load: args.load.clone(),
+        load: None,
         shuffle: true,
     };
     // With --show-backend, one step runs first so that the printed report is the one of the

@@ -20,8 +20,8 @@ const WARMUP: usize = 20;
 
 #[derive(clap::Args, Debug, Clone)]
 #[command(
-    after_help = "Defaults: 400 steps, AdamW lr 3e-3 with 20 warmup steps then cosine decay to lr/10 \
-at step 400 (the schedule depends only on the global step, so --load resumes exactly), gradient \
+    after_help = "Defaults: 400 steps, AdamW lr 3e-3 with 20 warmup steps (steps 1-20) then cosine decay \
+towards lr/10 over the next 380 (lr/10 from step 401 on; the schedule depends only on the global step, so --load resumes exactly), gradient \
 clipping 1.0, batch 16; windows of 32 characters every 4 characters of the text; 2 pre-norm blocks, \
 embedding 32, 4 heads, feed-forward 64. Threshold (embedded corpus): mean of the last 20 training \
 losses < 2.0 nats. A UTF-8 --data file that is unreadable or too short exits 2."

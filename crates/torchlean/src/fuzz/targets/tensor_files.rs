@@ -134,11 +134,22 @@ fn fix_checksum(file: &[u8]) -> Option<Vec<u8>> {
             (view.shape().to_vec(), view.data().to_vec()),
         );
     }
+    let (mut header, data) = split_safetensors(file)?;
+    let metadata: BTreeMap<String, String> = header
+        .get("__metadata__")
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                .collect()
+        })
+        .unwrap_or_default();
+    let covered = crate::nn::checkpoint::checksum_covers_metadata(&metadata).then_some(&metadata);
     let sum = crate::nn::checkpoint::checksum(
         raw.iter()
             .map(|(n, (s, b))| (n.as_str(), s.as_slice(), b.as_slice())),
+        covered,
     );
-    let (mut header, data) = split_safetensors(file)?;
     let meta = header
         .as_object_mut()?
         .entry("__metadata__")
