@@ -102,7 +102,9 @@ pub struct QuickstartCnnArgs {
 /// `cnn`: a small CNN classifier.
 #[derive(clap::Args, Debug, Clone)]
 #[command(after_help = concat!("Defaults: 150 steps, lr 0.01 (Adam), batch 32; synthetic data: 600 8x8 images \
-(4 classes), 400 for training, 200 held out; threshold: held-out accuracy >= 0.9 (no threshold for --data).\n\n",
+(4 classes), 400 for training, 200 held out; threshold: held-out accuracy >= 0.9 (no threshold for --data).\n\n\
+Images for the CNN are square, one channel, their side divisible by 4 (its two 2x2 poolings): IDX \
+[N, S, S], or CSV rows of S*S pixel values and the label.\n\n",
 data_help!()))]
 pub struct CnnArgs {
     #[command(flatten)]

@@ -79,6 +79,11 @@ pub fn write_loss_plot(path: &Path, losses: &[f32]) -> CliResult {
             let y = bottom - 2 - ((bottom - top - 4) as f64 * frac).round() as i64;
             let p = (x, y);
             canvas.line(prev.unwrap_or(p), p, [31, 119, 180]);
+            if losses.len() == 1 {
+                // one step: a mark, where a line of one point would be a lone pixel
+                canvas.line((x - 3, y), (x + 3, y), [31, 119, 180]);
+                canvas.line((x, y - 3), (x, y + 3), [31, 119, 180]);
+            }
             prev = Some(p);
         }
     }
