@@ -949,6 +949,110 @@ fn a_compiled_report_of_what_ran_names_the_parts_a_composite_ran() {
     assert!(composite_at < part_at, "{text}");
 }
 
+/// A graph's own op keeps its row when a composite of the same graph lists the same capsule
+/// as a part: `scale` after `mse_loss` (whose parts include `scale`) was reported only as a
+/// part of the composite, in the plan and in the report of what ran.
+#[test]
+fn a_graphs_op_keeps_its_row_beside_a_composites_part_of_the_same_capsule() {
+    support::checked_cpu_default();
+    let x = Tensor::randn(&[4, 3], 1).unwrap();
+    let y = Tensor::randn(&[4, 3], 2).unwrap();
+    let c = capture(
+        &[("x".into(), x.clone()), ("y".into(), y.clone())],
+        &[],
+        |xs| Ok(vec![("loss".into(), xs[0].mse_loss(&xs[1])?.scale(2.0)?)]),
+    )
+    .unwrap();
+    let profile =
+        BackendProfile::resolve(None, Some("cpu"), Some("prefer:torchlean"), None).unwrap();
+    let compiled = CompiledGraph::compile(c.graph, &profile).unwrap();
+    compiled
+        .run(|n| Some(if n == "x" { x.clone() } else { y.clone() }))
+        .unwrap();
+    for report in [compiled.report().clone(), compiled.ran_report()] {
+        let scale: Vec<Option<&str>> = report
+            .kernels
+            .iter()
+            .filter(|k| k.op == torchlean::OpKind::Scale)
+            .map(|k| k.part_of.as_deref())
+            .collect();
+        assert!(
+            scale.contains(&None),
+            "no row of the graph's own scale: {scale:?}"
+        );
+        assert!(scale.contains(&Some("torchlean.mse_loss")), "{scale:?}");
+    }
+}
+
+/// Every kernel a composite runs for its parts — forward, and the VJP that re-runs them on
+/// the tape (whose gradient sums are `add`s) — is one of the parts it declares, so the plan
+/// that gates the declared parts gated whatever runs (`mse_loss` ran an undeclared `add`).
+/// Eager, under `prefer:torchlean`, with a boolean mask, causal attention and an additive
+/// bias.
+#[test]
+fn composites_run_only_the_parts_they_declare() {
+    use torchlean::graph::{AttentionMask, OpKind};
+    use torchlean::providers::composition;
+    let profile =
+        BackendProfile::resolve(None, Some("cpu"), Some("prefer:torchlean"), None).unwrap();
+    torchlean::runtime::install(torchlean::runtime::Session::new(profile)).unwrap();
+    let run = || -> torchlean::Result<()> {
+        let x = Tensor::randn(&[3, 4], 1)?.requires_grad();
+        let y = Tensor::randn(&[3, 4], 2)?;
+        x.mse_loss(&y)?.backward()?;
+        let (q, k, v) = (
+            Tensor::randn(&[2, 3, 5, 4], 3)?.requires_grad(),
+            Tensor::randn(&[2, 3, 6, 4], 4)?.requires_grad(),
+            Tensor::randn(&[2, 3, 6, 4], 5)?.requires_grad(),
+        );
+        let keep = Tensor::from_fn(&[5, 6], |i| ((i * 7) % 3 != 0) as u8 as f32)?;
+        let bias = Tensor::randn(&[5, 6], 6)?.requires_grad();
+        for (mask, causal) in [
+            (None, false),
+            (Some((&keep, AttentionMask::Boolean)), true),
+            (Some((&bias, AttentionMask::AdditiveBias)), false),
+        ] {
+            q.scaled_dot_product_attention(&k, &v, mask, causal, None)?
+                .sum_all()?
+                .backward()?;
+        }
+        Ok(())
+    };
+    let result = run();
+    let report = torchlean::runtime::take().unwrap().unwrap().report();
+    result.unwrap();
+    let mut seen = 0;
+    for row in &report.kernels {
+        let Some(composite) = &row.part_of else {
+            continue;
+        };
+        let of = report
+            .kernels
+            .iter()
+            .find(|k| &k.capsule == composite && k.part_of.is_none())
+            .unwrap_or_else(|| panic!("no row for the composite {composite}"));
+        assert!(
+            composition::parts(of.op).contains(&row.op),
+            "{composite} ran `{}`, which it does not declare ({:?})",
+            row.op.name(),
+            composition::parts(of.op)
+        );
+        seen += 1;
+    }
+    let composites: Vec<OpKind> = report
+        .kernels
+        .iter()
+        .filter(|k| k.capsule.starts_with("torchlean."))
+        .map(|k| k.op)
+        .collect();
+    assert!(
+        composites.contains(&OpKind::MseLoss)
+            && composites.contains(&OpKind::ScaledDotProductAttention)
+            && seen > 10,
+        "{composites:?}, {seen} part rows"
+    );
+}
+
 /// A composite kernel's parts are planned and gated under the compiled plan's profile before
 /// any kernel runs, reported as rows nested under it, and run under that profile whatever
 /// session the running thread has (they once ran under the thread's session).

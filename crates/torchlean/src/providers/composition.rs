@@ -72,7 +72,15 @@ static FUSED_MAP_PARTS: std::sync::LazyLock<Vec<OpKind>> = std::sync::LazyLock::
 /// of the VJP's objective (`mul`, `sum_all`).
 pub fn parts(op: OpKind) -> &'static [OpKind] {
     match op {
-        OpKind::MseLoss => &[OpKind::Sub, OpKind::Mul, OpKind::SumAll, OpKind::Scale],
+        // `add`: the tape sums the two gradients `d · d` sends to `d` (an audit found it ran
+        // undeclared)
+        OpKind::MseLoss => &[
+            OpKind::Sub,
+            OpKind::Mul,
+            OpKind::SumAll,
+            OpKind::Scale,
+            OpKind::Add,
+        ],
         OpKind::ScaledDotProductAttention => &[
             OpKind::Permute,
             OpKind::Matmul,

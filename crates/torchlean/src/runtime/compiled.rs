@@ -905,10 +905,12 @@ pub fn plan_graph(
     let mut audits: Vec<_> = vec![];
     let mut composite = false;
     for k in accepted.kernels() {
-        if audits
-            .iter()
-            .any(|a: &crate::backend::KernelAudit| a.capsule == k.audit().capsule)
-        {
+        // one row per capsule among the plan's own kernels; a composite's part rows (which
+        // may name the same capsule: a `sub` both in the graph and inside `mse_loss`) are
+        // other rows, and must not hide the graph's
+        if audits.iter().any(|a: &crate::backend::KernelAudit| {
+            a.part_of.is_none() && a.capsule == k.audit().capsule
+        }) {
             continue;
         }
         audits.push(k.audit().clone());
