@@ -74,6 +74,9 @@ fn compiled_trainer_gives_the_eager_losses() {
     let mut t = Trainer::new(dropout, c).unwrap();
     let e = t.train(&data, &opts(2)).unwrap_err();
     assert!(e.to_string().contains("draws random numbers"), "{e}");
+    // ... before any kernel ran (the capture ran the forward's kernels first, then refused)
+    let ran = t.report().map(|r| r.kernels.len()).unwrap_or(0);
+    assert_eq!(ran, 0, "kernels ran before the refusal: {:?}", t.report());
 }
 
 #[test]
