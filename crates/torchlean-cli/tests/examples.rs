@@ -816,3 +816,29 @@ fn export_writes_the_trained_model_as_onnx() {
     );
     assert!(!d.join("f.onnx").exists());
 }
+
+/// The report of a run lists the kernels the command itself ran to build its data (the
+/// autoencoder's manifold: `matmul`, `scale`, `tanh` under the run's profile), which were
+/// gated but missing from the report (an audit of the thirty-sixth session).
+#[test]
+fn the_report_lists_the_kernels_that_built_the_data() {
+    let d = scratch("data-kernels");
+    let report = d.join("r.json");
+    let o = torchlean(&[
+        "autoencoder",
+        "--steps",
+        "2",
+        "--profile",
+        "strict_native_cpu",
+        "--report-json",
+        s(&report),
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let text = std::fs::read_to_string(&report).unwrap();
+    for capsule in ["native_cpu.replayed.matmul", "native_cpu.replayed.scale"] {
+        assert!(
+            text.contains(&format!("\"{capsule}\"")),
+            "{capsule} missing: {text}"
+        );
+    }
+}

@@ -534,10 +534,16 @@ impl StepLog {
 /// The report of what ran: the compiled step's plan in compiled mode, else the kernels that
 /// ran in the trainer's session.
 pub(super) fn what_ran<M: Module>(trainer: &Trainer<M>) -> Result<BackendReport, CliError> {
-    trainer
+    let mut report = trainer
         .step_report()
         .or_else(|| trainer.report())
-        .ok_or_else(|| CliError::runtime("no backend report is available"))
+        .ok_or_else(|| CliError::runtime("no backend report is available"))?;
+    // what the command itself ran under the session it installed (an example that computes
+    // its data with ops: the autoencoder's manifold), under the same profile
+    if let Ok(command) = torchlean::runtime::with_current(|s| s.report()) {
+        report.add_eager_kernels(command);
+    }
+    Ok(report)
 }
 
 /// Trains `setup` under the common flags, printing progress and a one-line summary, and
