@@ -307,6 +307,12 @@ impl SlotStore {
                 })
                 .ok_or_else(|| {
                     let known: Vec<&str> = self.slots.iter().map(|s| s.0).collect();
+                    if known.is_empty() {
+                        return err(format!(
+                            "tensor `{name}` is state this {} optimizer does not keep (configured as it is, it keeps none: e.g. SGD without momentum); configure it as the run that saved the file was (the same --momentum)",
+                            self.kind
+                        ));
+                    }
                     err(format!(
                         "tensor `{name}` names no known slot (known: {known:?})"
                     ))
