@@ -519,7 +519,13 @@ fn the_checksum_covers_the_metadata_and_a_checkpoint_without_one_is_refused() {
         (
             "\"checksum.fnv1a64\"",
             "\"checksum.fnv1a65\"",
-            "records no checksum",
+            "records no `checksum.fnv1a64`",
+        ),
+        // without its version, the checksum's coverage would fall back to version 1's
+        (
+            "\"version\":\"2\"",
+            "\"versioX\":\"2\"",
+            "records no `version`",
         ),
     ] {
         assert!(header.contains(from), "{from} not in {header}");

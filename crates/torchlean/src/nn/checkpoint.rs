@@ -283,12 +283,15 @@ pub fn parse_checkpoint(bytes: &[u8], name: &str) -> Result<CheckpointContents> 
     }
     // a file that says it is a checkpoint carries its checksum: one without it is damaged
     // (or written by hand), and nothing in it could be trusted to be what was saved
-    if metadata.contains_key(KEY_FORMAT) && !metadata.contains_key(KEY_CHECKSUM) {
-        return Err(CheckpointError::Corrupted {
-            path: p,
-            reason: format!("its metadata names format `{FORMAT_NAME}` but records no checksum (`{KEY_CHECKSUM}`)"),
+    // (and its version: without one, the checksum's coverage would fall back to version 1's)
+    for key in [KEY_CHECKSUM, KEY_VERSION] {
+        if metadata.contains_key(KEY_FORMAT) && !metadata.contains_key(key) {
+            return Err(CheckpointError::Corrupted {
+                path: p,
+                reason: format!("its metadata names format `{FORMAT_NAME}` but records no `{key}`"),
+            }
+            .into());
         }
-        .into());
     }
     let mut raw: BTreeMap<String, (Vec<usize>, &[u8])> = BTreeMap::new();
     for (name, view) in st.iter() {
@@ -314,9 +317,7 @@ pub fn parse_checkpoint(bytes: &[u8], name: &str) -> Result<CheckpointContents> 
             };
             return Err(CheckpointError::Corrupted {
                 path: p,
-                reason: format!(
-                    "checksum {sum:016x} of {what} does not match the recorded {expected}"
-                ),
+                reason: format!("the checksum of {what} does not match the recorded {expected}"),
             }
             .into());
         }

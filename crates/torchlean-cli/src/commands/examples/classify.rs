@@ -75,7 +75,10 @@ impl DataArgs {
         let files: Vec<(&str, &std::path::Path)> = [
             ("--data", self.data.as_deref()),
             ("--labels", self.labels.as_deref()),
-            ("the labels file of --data", sibling.as_deref()),
+            (
+                "the labels file found by name beside --data",
+                sibling.as_deref(),
+            ),
         ]
         .into_iter()
         .filter_map(|(flag, p)| p.map(|p| (flag, p)))
