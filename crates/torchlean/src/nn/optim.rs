@@ -28,12 +28,11 @@ pub trait Optimizer {
     }
     /// The op kinds [`Optimizer::step`] runs through the session for a model on `device`
     /// (with the thread's session installed: a choice between ops may depend on its plan), so
-    /// that a trainer plans and gates them before the first kernel of the first step. An
-    /// optimizer that lists none has its ops planned when its first step runs them.
-    fn update_ops(&self, device: crate::backend::Device) -> Vec<crate::graph::OpKind> {
-        let _ = device;
-        Vec::new()
-    }
+    /// that a trainer plans and gates them before the first kernel of the first step.
+    /// Required (no default): an optimizer of one's own says what it runs, or — returning an
+    /// empty list — accepts that its ops are planned only when its first step runs them,
+    /// after that step's forward and backward kernels.
+    fn update_ops(&self, device: crate::backend::Device) -> Vec<crate::graph::OpKind>;
     /// The optimizer's state as named tensors `optim.<kind>.<slot>.<parameter>` plus the
     /// step count (and, for optimizers that count each parameter's steps, those counts).
     fn export_state(&self) -> OptimizerState {
