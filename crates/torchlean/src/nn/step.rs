@@ -220,9 +220,6 @@ impl CompiledStepExecutor {
     }
 }
 
-/// Why compiled mode refuses a model with random ops.
-const RANDOM_IN_COMPILED: &str = "compiled mode: the model draws random numbers (e.g. dropout) each step; a captured graph would reuse one draw, so train it in eager mode";
-
 impl StepExecutor for CompiledStepExecutor {
     fn name(&self) -> &'static str {
         "compiled"
@@ -252,12 +249,12 @@ impl StepExecutor for CompiledStepExecutor {
                 return Err(TrainError::Config("compiled mode: this model updates buffers (e.g. BatchNorm running statistics) outside the graph; train it in eager mode".into()).into());
             }
             // a model that draws random numbers is refused from a shape-only trace, before
-            // the capture runs its kernels (the check after the capture below ran them first)
+            // the capture runs its kernels (a check of the captured graph ran them first)
             let uses = super::module::trace_ops(model, |m| {
                 task.loss(&m.forward(inputs)?, targets).map(drop)
             })?;
             if uses.uses().iter().any(|(k, _)| k.is_random()) {
-                return Err(TrainError::Config(RANDOM_IN_COMPILED.into()).into());
+                return Err(TrainError::Config("compiled mode: the model draws random numbers (e.g. dropout) each step; a captured graph would reuse one draw, so train it in eager mode".into()).into());
             }
             let params: Vec<(String, Tensor)> = model
                 .parameters()
@@ -271,18 +268,6 @@ impl StepExecutor for CompiledStepExecutor {
                 |xs| task.loss(&m.forward(&xs[0])?, &xs[1]),
                 &self.profile,
             )?;
-            let random = built
-                .compiled()
-                .graph()
-                .nodes
-                .iter()
-                .any(|n| match &n.kind {
-                    crate::graph::NodeKind::Op { op } => op.kind().is_random(),
-                    _ => false,
-                });
-            if random {
-                return Err(TrainError::Config(RANDOM_IN_COMPILED.into()).into());
-            }
             // `run` below hands the loss and the gradients back before the next step
             built.replay_as_device_graph();
             self.graph = Some((inputs.shape().to_vec(), targets.shape().to_vec(), built));
