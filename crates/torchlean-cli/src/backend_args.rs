@@ -148,7 +148,7 @@ impl BackendArgs {
         uses.extend(&torchlean::runtime::OpUses::from_kinds(&beside(), false));
         let report = torchlean::runtime::with_current(|s| s.preplan(&uses))??;
         if self.show_backend {
-            print!("{}", report.to_text());
+            out!("{}", report.to_text());
         }
         Ok(())
     }
@@ -163,8 +163,7 @@ impl BackendArgs {
     /// (`reads`: flag and path): writing the report would destroy it. Commands call it before
     /// they run; [`BackendArgs::write_report`] calls it again.
     pub fn check_report_path(&self, reads: &[(&str, &std::path::Path)]) -> CliResult {
-        torchlean::files::check_distinct_outputs(reads, &self.report_output())
-            .map_err(CliError::usage)
+        crate::check_outputs(reads, &self.report_output()).map_err(CliError::usage)
     }
 
     /// `--report-json` as a (flag, path) output (none when not given), for the output checks

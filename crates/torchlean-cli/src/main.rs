@@ -3,8 +3,24 @@
 //!
 //! Exit codes: 0 ok, 1 runtime failure, 2 usage or planning error, 3 rejected by the gate.
 
+#[macro_use]
+mod stdout;
 mod backend_args;
 mod commands;
+
+/// `torchlean::files::check_distinct_outputs` for a command's (flag, path) inputs and
+/// outputs; a command with outputs also outlives a closed stdout (`stdout.rs`), so that
+/// they are written whole.
+pub fn check_outputs(
+    inputs: &[(&str, &std::path::Path)],
+    outputs: &[(&str, &std::path::Path)],
+) -> Result<(), String> {
+    torchlean::files::check_distinct_outputs(inputs, outputs)?;
+    if !outputs.is_empty() {
+        stdout::keep_running_for_files();
+    }
+    Ok(())
+}
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -120,22 +136,7 @@ enum Command {
     Fuzz(commands::fuzz::Args),
 }
 
-/// Restores the default action of SIGPIPE (terminate quietly), which the Rust runtime sets to
-/// "ignore" before `main`: then a write to a closed pipe (`torchlean capsules --json | head`)
-/// ends the process as it ends `cat` or `ls`, instead of failing the write with EPIPE and
-/// panicking in `println!` ("failed printing to stdout: Broken pipe"). Files and sockets
-/// this command writes are never pipes to a reader that may go away, so nothing is lost.
-fn quiet_on_closed_pipe() {
-    #[cfg(unix)]
-    // SAFETY: called first thing in `main`, before any thread is started; `signal` with
-    // SIG_DFL installs no handler code, it only resets the disposition of SIGPIPE.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
-}
-
 fn main() -> ExitCode {
-    quiet_on_closed_pipe();
     // the CUDA provider module, linked before anything reads the registry; it loads CUDA
     // only when a cuda profile is probed, so this costs nothing on a CPU-only machine
     if let Err(e) = torchlean_cuda::link() {

@@ -712,6 +712,83 @@ fn tract_y(file: &Path, x: &torchlean::Tensor, ids: bool) -> Vec<f32> {
         .collect()
 }
 
+/// `run-graph` and tract (an independent ONNX engine) compute the same `y` from `x` on the
+/// exported `file`; returns tract's.
+fn run_graph_agrees_with_tract(
+    d: &Path,
+    file: &Path,
+    x: &torchlean::Tensor,
+    ids: bool,
+    what: &str,
+) -> Vec<f32> {
+    let (inputs, out) = (d.join("in.safetensors"), d.join("out.safetensors"));
+    // (token ids as exact f32 integers: run-graph converts them to the declared int64)
+    torchlean::tensor::io::write_safetensors(&inputs, &[("x".to_string(), x.clone())], None)
+        .unwrap();
+    let o = torchlean(&[
+        "run-graph",
+        s(file),
+        "--inputs",
+        s(&inputs),
+        "--out",
+        s(&out),
+    ]);
+    assert_eq!(code(&o), 0, "{what}: {}", stderr(&o));
+    let got = torchlean::tensor::io::read_safetensors(&out).unwrap();
+    let y = &got.iter().find(|(n, _)| n == "y").expect("output y").1;
+    let want = tract_y(file, x, ids);
+    assert_eq!(y.numel(), want.len(), "{what}");
+    let scale = want.iter().fold(1f32, |m, v| m.max(v.abs()));
+    for (i, (g, w)) in y.to_vec().iter().zip(&want).enumerate() {
+        assert!(
+            (g - w).abs() <= 1e-5 * scale,
+            "{what}: y[{i}] {g} vs tract {w}"
+        );
+    }
+    want
+}
+
+/// `quickstart-mlp --export` writes the model it trained: tract, on the file, computes what
+/// the same model trained through the library (the documented setup: MLP 4-64-64-1 tanh
+/// from the seed, Adam, the synthetic task of seed + 17) computes on the first batch; the
+/// file is that of the run's own forward, under its session (run-graph agrees).
+#[test]
+fn quickstart_mlp_exports_the_model_it_trained() {
+    use torchlean::nn::{Activation, Adam, Mlp, Module};
+    let d = scratch("export-quickstart");
+    let file = d.join("q.onnx");
+    let o = torchlean(&[
+        "quickstart-mlp",
+        "--steps",
+        "7",
+        "--seed",
+        "3",
+        "--batch-size",
+        "16",
+        "--export",
+        s(&file),
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(stdout(&o).contains("input `x` [16, 4]"), "{}", stdout(&o));
+    let profile = torchlean::backend::BackendProfile::named("checked_cpu").unwrap();
+    torchlean::runtime::install(torchlean::runtime::Session::new(profile)).unwrap();
+    let mut model = Mlp::new(&[4, 64, 64, 1], Activation::Tanh, 3).unwrap();
+    let data = torchlean::nn::tasks::SyntheticRegression::new(1024, 20).unwrap();
+    let mut opt = Adam::new(0.01).unwrap();
+    torchlean::nn::train::train_regression(&mut model, &mut opt, &data, 7, 16, 0, |_| {}).unwrap();
+    let (x, _) = data.batch(0, 16).unwrap();
+    let want = model.forward(&x).unwrap().to_vec();
+    let got = run_graph_agrees_with_tract(&d, &file, &x, false, "quickstart-mlp");
+    assert_eq!(got.len(), want.len());
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert!((g - w).abs() <= 1e-5 * (1.0 + w.abs()), "y[{i}] {g} vs {w}");
+    }
+    // and an untrained model is not that
+    let fresh = Mlp::new(&[4, 64, 64, 1], Activation::Tanh, 3).unwrap();
+    let before = fresh.forward(&x).unwrap().to_vec();
+    assert!(before.iter().zip(&want).any(|(b, w)| (b - w).abs() > 1e-3));
+}
+
 /// `--export` writes the trained model: the file written at the end of a run is the one
 /// exported from its checkpoint with `--load … --steps 0` (byte for byte) and not one of a
 /// model trained fewer steps, and tract (an independent ONNX engine) computes on it what
@@ -788,23 +865,7 @@ fn export_writes_the_trained_model_as_onnx() {
             })
             .collect();
         let x = torchlean::Tensor::from_vec(values, &shape).unwrap();
-        let (inputs, out) = (d.join("in.safetensors"), d.join("out.safetensors"));
-        // (token ids as exact f32 integers: run-graph converts them to the declared int64)
-        torchlean::tensor::io::write_safetensors(&inputs, &[("x".to_string(), x.clone())], None)
-            .unwrap();
-        let o = torchlean(&["run-graph", s(&a), "--inputs", s(&inputs), "--out", s(&out)]);
-        assert_eq!(code(&o), 0, "{example}: {}", stderr(&o));
-        let got = torchlean::tensor::io::read_safetensors(&out).unwrap();
-        let y = &got.iter().find(|(n, _)| n == "y").expect("output y").1;
-        let want = tract_y(&a, &x, ids);
-        assert_eq!(y.numel(), want.len(), "{example}");
-        let scale = want.iter().fold(1f32, |m, v| m.max(v.abs()));
-        for (i, (g, w)) in y.to_vec().iter().zip(&want).enumerate() {
-            assert!(
-                (g - w).abs() <= 1e-5 * scale,
-                "{example}: y[{i}] {g} vs tract {w}"
-            );
-        }
+        run_graph_agrees_with_tract(&d, &a, &x, ids, example);
     }
     let o = torchlean(&["fno1d", "--steps", "3", "--export", s(&d.join("f.onnx"))]);
     assert_eq!(code(&o), 2, "{}", stdout(&o));
@@ -841,4 +902,54 @@ fn the_report_lists_the_kernels_that_built_the_data() {
             "{capsule} missing: {text}"
         );
     }
+}
+
+/// `--show-backend` (which runs the first step apart, to print the report of what ran) changes
+/// nothing else: the same steps logged to stdout and to `--log`, the same checkpoint with
+/// `--save-every 1` (the split run skipped step 1's save and logged step 2 besides before the
+/// thirty-seventh session).
+#[test]
+fn show_backend_changes_nothing_saved_or_logged() {
+    let d = scratch("show-backend-split");
+    let run = |tag: &str, show: bool| {
+        let (ck, log) = (d.join(format!("{tag}.ck")), d.join(format!("{tag}.log")));
+        let mut args = vec![
+            "mlp",
+            "--steps",
+            "5",
+            "--log-every",
+            "3",
+            "--save-every",
+            "1",
+            "--save",
+            s(&ck),
+            "--log",
+            s(&log),
+        ];
+        if show {
+            args.push("--show-backend");
+        }
+        let o = torchlean(&args);
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        (
+            step_lines(&o),
+            std::fs::read_to_string(&log).unwrap(),
+            std::fs::read(&ck).unwrap(),
+        )
+    };
+    let (plain_steps, plain_log, plain_ck) = run("plain", false);
+    let (shown_steps, shown_log, shown_ck) = run("shown", true);
+    assert_eq!(plain_steps, shown_steps);
+    let steps = |log: &str| -> Vec<u64> {
+        log.lines()
+            .map(|l| {
+                serde_json::from_str::<serde_json::Value>(l).unwrap()["step"]
+                    .as_u64()
+                    .unwrap()
+            })
+            .collect()
+    };
+    assert_eq!(steps(&plain_log), vec![1, 3, 5]);
+    assert_eq!(steps(&shown_log), steps(&plain_log));
+    assert_eq!(plain_ck, shown_ck, "the checkpoints differ");
 }

@@ -143,6 +143,18 @@ __device__ __forceinline__ float binary_partial(int op, int which, float a, floa
     }
 }
 
+// The cotangent of operand `which` for the output cotangent g: g times its partial, except
+// maximum's and minimum's losing operand, which gets exactly 0 (PyTorch's masked_fill: an
+// infinite or NaN g does not make it NaN), as the spec's binary_grads.
+__device__ __forceinline__ float binary_grad_term(int op, int which, float a, float b, float g) {
+    if (op == OP_MAX || op == OP_MIN) {
+        const float loser = (op == OP_MAX) == (which == 0) ? a : b;
+        const float winner = (op == OP_MAX) == (which == 0) ? b : a;
+        if (loser < winner) return 0.0f;
+    }
+    return g * binary_partial(op, which, a, b);
+}
+
 // The elements of the two operands of `g` (a_stride, b_stride) at output position `pos`.
 __device__ __forceinline__ void bcast_index(const Bcast& g, long long pos, long long* ia,
                                             long long* ib) {
@@ -238,7 +250,7 @@ extern "C" __global__ void binary_grad_same(int op, int which, const float* __re
                                             float* __restrict__ out, long long n) {
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
          i += (long long)gridDim.x * blockDim.x) {
-        out[i] = gy[i] * binary_partial(op, which, a[i], b[i]);
+        out[i] = binary_grad_term(op, which, a[i], b[i], gy[i]);
     }
 }
 
@@ -255,7 +267,7 @@ extern "C" __global__ void binary_grad(int op, int which, const float* __restric
         for (long long t = 0; t < count; ++t) {
             long long pos = reduce_pos(r, base, t), ia, ib;
             bcast_index(g, pos, &ia, &ib);
-            cascade_push(&acc, gy[pos] * binary_partial(op, which, a[ia], b[ib]));
+            cascade_push(&acc, binary_grad_term(op, which, a[ia], b[ib], gy[pos]));
         }
         out[j] = cascade_total(&acc);
     }
@@ -407,6 +419,23 @@ extern "C" __global__ void queued_maps(const unsigned* __restrict__ table, int c
     }
 }
 
+// Whether the map's VJP selects 0 at x instead of multiplying by a zero derivative (the
+// spec's unary_selects_zero): relu where x <= 0, safe_log where x <= eps (and NaN), pow with
+// exponent 0; there the cotangent is exactly 0 whatever g is (PyTorch's where / zeros).
+__device__ __forceinline__ bool unary_selects_zero(int op, float x, float p) {
+    switch (op) {
+        case U_RELU: return x <= 0.0f;
+        case U_SAFE_LOG: return !(x > p);
+        case U_POW: return p == 0.0f;
+        default: return false;
+    }
+}
+
+// The input's cotangent for the output cotangent g (the spec's unary_grad).
+__device__ __forceinline__ float unary_grad(int op, float x, float y, float p, float g) {
+    return unary_selects_zero(op, x, p) ? 0.0f : g * unary_derivative(op, x, y, p);
+}
+
 extern "C" __global__ void unary_vjp(int op, float p, const float* __restrict__ x,
                                      const float* __restrict__ y, const float* __restrict__ gy,
                                      float* __restrict__ out, long long n) {
@@ -422,15 +451,15 @@ extern "C" __global__ void unary_vjp(int op, float p, const float* __restrict__ 
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n4; i += stride) {
         float4 a = x4[i], g = g4[i], r;
         float4 b = reads_y ? y4[i] : a;
-        r.x = g.x * unary_derivative(op, a.x, b.x, p);
-        r.y = g.y * unary_derivative(op, a.y, b.y, p);
-        r.z = g.z * unary_derivative(op, a.z, b.z, p);
-        r.w = g.w * unary_derivative(op, a.w, b.w, p);
+        r.x = unary_grad(op, a.x, b.x, p, g.x);
+        r.y = unary_grad(op, a.y, b.y, p, g.y);
+        r.z = unary_grad(op, a.z, b.z, p, g.z);
+        r.w = unary_grad(op, a.w, b.w, p, g.w);
         o4[i] = r;
     }
     for (long long i = n4 * 4 + blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
          i += stride) {
-        out[i] = gy[i] * unary_derivative(op, x[i], y[i], p);
+        out[i] = unary_grad(op, x[i], y[i], p, gy[i]);
     }
 }
 
@@ -443,13 +472,13 @@ extern "C" __global__ void clamp_forward(const float* __restrict__ x, float* __r
     }
 }
 
-// Its VJP: gy times 1 where lo <= x <= hi, else times 0 (so a NaN x, or an infinite
-// cotangent outside the range, gives what the spec's product gives).
+// Its VJP: gy where lo <= x <= hi, else exactly 0 (a NaN x included; an infinite cotangent
+// outside the range gives 0, not NaN: the spec's selection, PyTorch's).
 extern "C" __global__ void clamp_vjp(const float* __restrict__ x, const float* __restrict__ gy,
                                      float* __restrict__ out, long long n, float lo, float hi) {
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
          i += (long long)gridDim.x * blockDim.x) {
-        out[i] = gy[i] * ((x[i] >= lo && x[i] <= hi) ? 1.0f : 0.0f);
+        out[i] = (x[i] >= lo && x[i] <= hi) ? gy[i] : 0.0f;
     }
 }
 
@@ -469,6 +498,12 @@ __device__ __forceinline__ float chain_apply(const Chain& c, int k, float v) {
                                 : unary_apply(c.code[k], v, c.p[k]);
 }
 
+// Whether map k selects 0 at its input v (unary_selects_zero; clamp outside [p, p2]).
+__device__ __forceinline__ bool chain_selects_zero(const Chain& c, int k, float v) {
+    if (c.code[k] == U_CLAMP) return !(v >= c.p[k] && v <= c.p2[k]);
+    return unary_selects_zero(c.code[k], v, c.p[k]);
+}
+
 __device__ __forceinline__ float chain_derivative(const Chain& c, int k, float v, float y) {
     if (c.code[k] == U_CLAMP) return (v >= c.p[k] && v <= c.p2[k]) ? 1.0f : 0.0f;
     return unary_derivative(c.code[k], v, y, c.p[k]);
@@ -484,22 +519,38 @@ extern "C" __global__ void fused_forward(const float* __restrict__ x, float* __r
     }
 }
 
-// One segment of the chain rule: v_out = chain(v_in), d = (first ? 1 : d) times each map's
-// derivative at its input (the spec's fused_chain_derivative, segment by segment).
+// One segment of the chain rule (the spec's fused_chain_grad, segment by segment): v_out =
+// chain(v_in); d = (first ? 1 : d) times each map's derivative at its input, until a map
+// selects 0 (chain_selects_zero): then sel = 1 and d = 0 · d (0, or NaN where a derivative
+// before it is not finite), frozen for the rest of the chain. The last segment writes the
+// cotangent gx = sel ? d : gy · d instead of v_out, d and sel.
 extern "C" __global__ void fused_derivative(const float* __restrict__ v_in,
                                             float* __restrict__ v_out, float* __restrict__ d,
-                                            long long n, Chain c, int first) {
+                                            float* __restrict__ sel, long long n, Chain c,
+                                            int first, int last, const float* __restrict__ gy,
+                                            float* __restrict__ gx) {
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
          i += (long long)gridDim.x * blockDim.x) {
         float v = v_in[i];
         float dd = first ? 1.0f : d[i];
-        for (int k = 0; k < c.len; ++k) {
+        bool selected = first ? false : sel[i] != 0.0f;
+        for (int k = 0; k < c.len && !selected; ++k) {
+            if (chain_selects_zero(c, k, v)) {
+                selected = true;
+                dd = 0.0f * dd;
+                break;
+            }
             float y = chain_apply(c, k, v);
             dd *= chain_derivative(c, k, v, y);
             v = y;
         }
-        v_out[i] = v;
-        d[i] = dd;
+        if (last) {
+            gx[i] = selected ? dd : gy[i] * dd;
+        } else {
+            v_out[i] = v;
+            d[i] = dd;
+            sel[i] = selected ? 1.0f : 0.0f;
+        }
     }
 }
 

@@ -630,3 +630,202 @@ fn a_reverse_recurrence_is_the_second_half_of_a_bidirectional_one() {
         );
     }
 }
+
+/// The lowered LeakyRelu, PRelu, Elu and Selu have PyTorch's gradient at exactly 0 (its
+/// backward formulas take the x <= 0 branch there: the slope, α, γ·α), and their usual one on
+/// either side; before the thirty-seventh session both terms of the lowering had a zero
+/// gradient at 0 (an audit against PyTorch).
+#[test]
+fn activation_gradients_at_zero_are_pytorchs() {
+    let profile = BackendProfile::named("checked_cpu").expect("profile");
+    let attr = |mut n: NodeProto, name: &str, v: f32| {
+        let mut at = AttributeProto::new();
+        at.name = name.into();
+        at.type_ = AttributeType::FLOAT.into();
+        at.f = v;
+        n.attribute.push(at);
+        n
+    };
+    let (selu_alpha, selu_gamma) = (1.673_263_2f32, 1.050_701f32);
+    // (case, the gradient at -1, 0, 1 of Σ y)
+    let cases = vec![
+        (
+            case(
+                "leaky",
+                vec![attr(node("a", "LeakyRelu", &["x"], &["y"]), "alpha", 0.2)],
+                vec![],
+                &[3],
+                16,
+            ),
+            [0.2, 0.2, 1.0],
+        ),
+        (
+            case(
+                "prelu",
+                vec![node("p", "PRelu", &["x", "s"], &["y"])],
+                vec![floats("s", &[1], &[0.3])],
+                &[3],
+                16,
+            ),
+            [0.3, 0.3, 1.0],
+        ),
+        (
+            case(
+                "elu",
+                vec![attr(node("a", "Elu", &["x"], &["y"]), "alpha", 0.7)],
+                vec![],
+                &[3],
+                13,
+            ),
+            [0.7 * (-1.0f32).exp(), 0.7, 1.0],
+        ),
+        (
+            case(
+                "selu",
+                vec![node("a", "Selu", &["x"], &["y"])],
+                vec![],
+                &[3],
+                13,
+            ),
+            [
+                selu_gamma * selu_alpha * (-1.0f32).exp(),
+                selu_gamma * selu_alpha,
+                selu_gamma,
+            ],
+        ),
+    ];
+    for (c, want) in cases {
+        let shapes = HashMap::from([("cot".to_string(), vec![3])]);
+        let imported = torchlean_onnx::import_model(&build(&c, true), c.what, &shapes)
+            .unwrap_or_else(|e| panic!("{}: {e}", c.what));
+        let x = Tensor::from_vec(vec![-1.0, 0.0, 1.0], &[3]).unwrap();
+        let cot = Tensor::from_vec(vec![1.0; 3], &[3]).unwrap();
+        let out = run_graph(
+            imported.graph,
+            &imported.values,
+            &[("x".into(), x), ("cot".into(), cot)],
+            &profile,
+            true,
+        )
+        .unwrap_or_else(|e| panic!("{}: {e}", c.what));
+        assert_close(c.what, &out["grad.x"].to_vec(), &want, 1e-6);
+    }
+}
+
+/// `Resize` nearest with the asymmetric transform and `floor` (PyTorch's `nearest` export) at a
+/// scale that is not a power of two: the source index is onnxruntime's, computed in f32 —
+/// output 3 of 10 → 6 at scale 0.6 reads input 5 (3 / 0.6f rounds to exactly 5 in f32; in f64
+/// it is 4.9999998, and torchlean read input 4 before the thirty-seventh session). The
+/// expected picks are onnxruntime 1.32's output on this model (an audit of that session).
+#[test]
+fn resize_nearest_coordinates_are_onnxruntimes() {
+    let n = with_string(
+        with_string(
+            with_string(
+                node("r", "Resize", &["x", "", "sc"], &["y"]),
+                "mode",
+                "nearest",
+            ),
+            "coordinate_transformation_mode",
+            "asymmetric",
+        ),
+        "nearest_mode",
+        "floor",
+    );
+    let m = model(
+        vec![n],
+        vec![floats("sc", &[4], &[1.0, 1.0, 1.0, 0.6])],
+        vec![value_info("x", &[1, 1, 1, 10], FLOAT)],
+        vec![open("y")],
+        13,
+    );
+    let imported = torchlean_onnx::import_model(&m, "resize", &HashMap::new()).unwrap();
+    let x = Tensor::from_vec((0..10).map(|v| v as f32).collect(), &[1, 1, 1, 10]).unwrap();
+    let profile = BackendProfile::named("checked_cpu").expect("profile");
+    let out = run_graph(
+        imported.graph,
+        &imported.values,
+        &[("x".into(), x)],
+        &profile,
+        false,
+    )
+    .unwrap();
+    assert_eq!(out["y"].to_vec(), vec![0.0, 1.0, 3.0, 5.0, 6.0, 8.0]);
+}
+
+/// Token ids that pass through `Clip`, `Abs` or `Max` before a `Gather` are still integer
+/// indices (ONNX's type rules; docs/onnx.md lists them as keeping values integer): the
+/// lookup runs, on the clipped ids (`Embedding(ids.clamp(0, 9))`, as PyTorch exports it, was
+/// refused as "indices computed from float values" before the thirty-seventh session).
+#[test]
+fn ids_through_clip_abs_and_max_index_a_gather() {
+    const INT64: i32 = 7;
+    let table: Vec<f32> = (0..40).map(|v| v as f32).collect();
+    let ids = [12.0f32, -1.0, 3.0, 9.0];
+    type Case = (
+        &'static str,
+        Vec<NodeProto>,
+        Vec<onnx_protobuf::TensorProto>,
+        Vec<usize>,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            "clip",
+            vec![
+                node("c", "Clip", &["ids", "lo", "hi"], &["j"]),
+                node("g", "Gather", &["emb", "j"], &["y"]),
+            ],
+            vec![ints("lo", &[], &[0]), ints("hi", &[], &[9])],
+            vec![9, 0, 3, 9],
+        ),
+        (
+            "abs",
+            vec![
+                node("a", "Abs", &["ids"], &["j0"]),
+                node("c", "Clip", &["j0", "lo", "hi"], &["j"]),
+                node("g", "Gather", &["emb", "j"], &["y"]),
+            ],
+            vec![ints("lo", &[], &[0]), ints("hi", &[], &[9])],
+            vec![9, 1, 3, 9],
+        ),
+        (
+            "max",
+            vec![
+                constant("zero", ints("zero_t", &[1], &[0])),
+                constant("nine", ints("nine_t", &[1], &[9])),
+                node("m", "Max", &["ids", "zero"], &["j0"]),
+                node("c", "Min", &["j0", "nine"], &["j"]),
+                node("g", "Gather", &["emb", "j"], &["y"]),
+            ],
+            vec![],
+            vec![9, 0, 3, 9],
+        ),
+    ];
+    let profile = BackendProfile::named("checked_cpu").expect("profile");
+    for (what, nodes, mut inits, rows) in cases {
+        inits.push(floats("emb", &[10, 4], &table));
+        let m = model(
+            nodes,
+            inits,
+            vec![value_info("ids", &[4], INT64)],
+            vec![open("y")],
+            13,
+        );
+        let imported = torchlean_onnx::import_model(&m, what, &HashMap::new())
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let x = Tensor::from_vec(ids.to_vec(), &[4]).unwrap();
+        let out = run_graph(
+            imported.graph,
+            &imported.values,
+            &[("ids".into(), x)],
+            &profile,
+            false,
+        )
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let want: Vec<f32> = rows
+            .iter()
+            .flat_map(|&r| table[4 * r..4 * r + 4].to_vec())
+            .collect();
+        assert_eq!(out["y"].to_vec(), want, "{what}");
+    }
+}

@@ -180,9 +180,39 @@ pub fn clean_stale_temps(dir: &Path, file_name: &str) -> Vec<PathBuf> {
 enum Destination {
     /// Absent or a regular file: replaced atomically.
     File(PathBuf),
-    /// A character device or a FIFO (`/dev/null`, `/dev/stdout`, a named pipe): written
+    /// A character device or a FIFO (`/dev/null`, a terminal, a named pipe): written
     /// through in place; replacing it would destroy the device node or the pipe.
     Stream(PathBuf),
+    /// An open descriptor named through `/proc/PID/fd/N` (`/dev/stdout`, `/dev/fd/63` of a
+    /// shell's process substitution): written through the descriptor — this process's own
+    /// stdout or stderr when it is one of those, else opened to append. Following the link
+    /// to the file behind it and replacing that file destroyed what the shell had
+    /// redirected there (`--out /dev/stdout >> log` kept only the output), and a pipe
+    /// behind it has no path at all ("No such file or directory" after the whole run).
+    Descriptor(PathBuf, Option<StdStream>),
+}
+
+/// This process's standard streams, as a write destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StdStream {
+    Out,
+    Err,
+}
+
+/// Whether `link` is an entry of a process's descriptor table (`/proc/PID/fd/N`, also
+/// reached as `/proc/self/fd/N` or `/dev/fd/N`): `Some(N)` for this process's own
+/// descriptor `N`, `Some(-1)` for another process's.
+fn descriptor_link(link: &Path) -> Option<i64> {
+    let n: i64 = link.file_name()?.to_str()?.parse().ok()?;
+    let dir = std::fs::canonicalize(link.parent()?).ok()?;
+    let parts: Vec<&str> = dir.iter().filter_map(|c| c.to_str()).collect();
+    let own = std::process::id().to_string();
+    match parts.as_slice() {
+        ["/", "proc", pid, "fd"] | ["/", "proc", pid, "task", _, "fd"] => {
+            Some(if *pid == own { n } else { -1 })
+        }
+        _ => None,
+    }
 }
 
 /// How many symbolic links a destination may go through (as the kernel's ELOOP limit).
@@ -207,6 +237,13 @@ fn destination(path: &Path) -> std::io::Result<Destination> {
         };
         let ft = meta.file_type();
         if ft.is_symlink() {
+            match descriptor_link(&at) {
+                Some(0) => return Err(refuse(path, "it is this process's standard input".into())),
+                Some(1) => return Ok(Destination::Descriptor(at, Some(StdStream::Out))),
+                Some(2) => return Ok(Destination::Descriptor(at, Some(StdStream::Err))),
+                Some(_) => return Ok(Destination::Descriptor(at, None)),
+                None => {}
+            }
             let target = std::fs::read_link(&at)?;
             at = match at.parent() {
                 Some(dir) if target.is_relative() => dir.join(target),
@@ -243,11 +280,12 @@ fn destination(path: &Path) -> std::io::Result<Destination> {
 /// never replaced; a directory, a block device or a socket is refused.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let path = match destination(path)? {
-        Destination::Stream(p) => {
-            let mut f = std::fs::OpenOptions::new().write(true).open(&p)?;
-            return f.write_all(bytes);
-        }
         Destination::File(p) => p,
+        through => {
+            let mut out = stream_writer(through)?;
+            out.write_all(bytes)?;
+            return out.flush();
+        }
     };
     let path = path.as_path();
     let dir = match path.parent() {
@@ -284,6 +322,27 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     result
 }
 
+/// A writer for a destination that is written through, not replaced (see [`Destination`]).
+fn stream_writer(to: Destination) -> std::io::Result<Box<dyn Write>> {
+    Ok(match to {
+        Destination::File(p) => Box::new(std::fs::File::create(p)?),
+        Destination::Stream(p) => Box::new(std::fs::OpenOptions::new().write(true).open(p)?),
+        Destination::Descriptor(_, Some(StdStream::Out)) => Box::new(std::io::stdout()),
+        Destination::Descriptor(_, Some(StdStream::Err)) => Box::new(std::io::stderr()),
+        Destination::Descriptor(p, None) => {
+            Box::new(std::fs::OpenOptions::new().append(true).open(p)?)
+        }
+    })
+}
+
+/// Opens `path` for a file written as it goes (a log, an image): a regular file is created
+/// (truncated), a device or a pipe written through, and a descriptor path (`/dev/stdout`,
+/// `/dev/fd/N`) written through that descriptor — never reopened with truncation over what
+/// the shell redirected there. The same rules as [`write_atomic`], without its atomicity.
+pub fn create_output(path: &Path) -> std::io::Result<Box<dyn Write>> {
+    stream_writer(destination(path)?)
+}
+
 /// What a path names, for telling whether two paths are one file: the file's device and
 /// inode when it exists, else the absolute path it would be created at (its directory
 /// resolved). Symbolic links are followed as [`write_atomic`] follows them.
@@ -297,8 +356,8 @@ enum FileIdentity {
 
 fn identity(path: &Path) -> std::io::Result<FileIdentity> {
     let resolved = match destination(path)? {
-        Destination::Stream(_) => return Ok(FileIdentity::Stream),
         Destination::File(p) => p,
+        _ => return Ok(FileIdentity::Stream),
     };
     match std::fs::metadata(&resolved) {
         #[cfg(unix)]
@@ -331,6 +390,12 @@ pub fn check_distinct_outputs(
     outputs: &[(&str, &Path)],
 ) -> Result<(), String> {
     for (flag, path) in outputs {
+        // a destination refused for writing (standard input, a socket) is refused now
+        if let Err(e) = destination(path) {
+            if e.kind() == std::io::ErrorKind::InvalidInput {
+                return Err(format!("{flag} {e}"));
+            }
+        }
         if path.is_dir() {
             return Err(format!(
                 "{flag} {}: that is a folder; name a file to write (the command would run and then fail to write)",

@@ -774,3 +774,20 @@ fn class_names_in_the_label_column_number_the_classes_in_sorted_order() {
         "`setosa` is not a number",
     );
 }
+
+/// A CSV field shown in a message has its control characters escaped: a NUL or a terminal
+/// escape sequence in a data file can neither cut the message short nor drive the terminal
+/// (they were printed raw before the thirty-seventh session).
+#[test]
+fn csv_fields_in_messages_have_control_characters_escaped() {
+    let d = tmpdir("control-chars");
+    let p = write(&d, "ctl.csv", b"1,2,0\n3,\x1b[2Jx\x00y,1\n");
+    let e = torchlean::data::load_csv(&p, &CsvOptions::default()).unwrap_err();
+    let text = e.to_string();
+    assert!(!text.chars().any(|c| c.is_control()), "{text:?}");
+    malformed(
+        torchlean::data::load_csv(&p, &CsvOptions::default()),
+        "ctl.csv",
+        "`\\u{1b}[2Jx\\u{0}y` is not a number",
+    );
+}

@@ -474,9 +474,9 @@ pub fn run(a: Args) -> CliResult {
             "workload": a.workload, "unit": unit, "median": median * unit_scale, "min": min * unit_scale, "max": max * unit_scale,
             "reps": a.reps, "warmup": a.warmup, "details": extra, "backend_report": report.to_json(),
         });
-        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        outln!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
     } else {
-        println!(
+        outln!(
             "{}: median {:.4} {unit} (min {:.4}, max {:.4}) over {} reps; {extra}",
             a.workload,
             median * unit_scale,
@@ -484,7 +484,7 @@ pub fn run(a: Args) -> CliResult {
             max * unit_scale,
             a.reps
         );
-        print!("{}", report.to_text());
+        out!("{}", report.to_text());
     }
     a.backend.write_report(report, &reads)
 }

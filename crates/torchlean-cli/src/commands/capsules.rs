@@ -51,14 +51,14 @@ pub fn run(a: Args) -> CliResult {
         })
         .collect();
     if a.json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&caps).map_err(|e| CliError::runtime(e.to_string()))?
         );
         return Ok(());
     }
     for c in &caps {
-        println!(
+        outln!(
             "{}: op={} provider={} device={} trust={} vjp={} runtime={}",
             c.name,
             c.op.name(),
@@ -70,7 +70,7 @@ pub fn run(a: Args) -> CliResult {
         );
         for o in torchlean::backend::Obligation::ALL {
             let d = c.contract(o);
-            println!(
+            outln!(
                 "  {}: {}; {}",
                 o.label(),
                 d.claim.render(),
@@ -78,6 +78,6 @@ pub fn run(a: Args) -> CliResult {
             );
         }
     }
-    println!("{} capsule(s)", caps.len());
+    outln!("{} capsule(s)", caps.len());
     Ok(())
 }

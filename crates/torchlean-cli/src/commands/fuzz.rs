@@ -101,11 +101,11 @@ pub fn run(a: Args) -> CliResult {
                 "invariant broken ({secs:.3} s): {m}"
             ))),
             Ok(e) => {
-                println!("{e:?} ({secs:.3} s)");
+                outln!("{e:?} ({secs:.3} s)");
                 Ok(())
             }
             Err(r) => {
-                println!("refused ({secs:.3} s): {}\n  class: {}", r.message, r.class);
+                outln!("refused ({secs:.3} s): {}\n  class: {}", r.message, r.class);
                 Ok(())
             }
         };
@@ -130,7 +130,7 @@ pub fn run(a: Args) -> CliResult {
                 r.finding_count()
             )
         })?;
-        print!("{}", report.to_text());
+        out!("{}", report.to_text());
         findings += report.finding_count();
     }
     if findings > 0 {
@@ -918,7 +918,7 @@ fn flags(a: &Args, timeout: Duration) -> CliResult {
     let _ = std::fs::remove_dir_all(&dir);
     let total: u64 = counts.values().sum();
     let secs = start.elapsed().as_secs_f64();
-    println!("flags: {total} runs ({seeds} seed command lines) in {secs:.1} s ({:.1}/s), slowest {:.2} s: torchlean {}", total as f64 / secs, slowest.0, slowest.1);
+    outln!("flags: {total} runs ({seeds} seed command lines) in {secs:.1} s ({:.1}/s), slowest {:.2} s: torchlean {}", total as f64 / secs, slowest.0, slowest.1);
     let list: Vec<String> = counts
         .iter()
         .map(|(e, n)| match e {
@@ -927,12 +927,12 @@ fn flags(a: &Args, timeout: Duration) -> CliResult {
             Ending::Timeout => format!("timeout ({:?}): {n}", timeout),
         })
         .collect();
-    println!("  endings: {}", list.join(", "));
+    outln!("  endings: {}", list.join(", "));
     for t in timeouts.iter().take(10) {
-        println!("  timeout: torchlean {t}");
+        outln!("  timeout: torchlean {t}");
     }
     for f in &findings {
-        println!("  FINDING {f}");
+        outln!("  FINDING {f}");
     }
     if !findings.is_empty() {
         let _ = std::fs::create_dir_all(&a.findings);

@@ -92,7 +92,7 @@ pub fn export(a: ExportArgs) -> CliResult {
     .into_iter()
     .filter_map(|(flag, p)| p.map(|p| (flag, p)))
     .collect();
-    torchlean::files::check_distinct_outputs(&[], &writes).map_err(CliError::usage)?;
+    crate::check_outputs(&[], &writes).map_err(CliError::usage)?;
     // export has no backend flags: it captures under `checked_cpu`, installed here explicitly
     torchlean::runtime::install(Session::new(BackendProfile::default_cpu()))?;
     let (b, seed) = (a.batch_size, a.seed);
@@ -147,7 +147,7 @@ pub fn export(a: ExportArgs) -> CliResult {
     match &a.out {
         Some(p) => torchlean::files::write_atomic(p, &bytes)
             .map_err(|e| CliError::runtime(format!("cannot write {}: {e}", p.display())))?,
-        None => println!("{}", String::from_utf8_lossy(&bytes)),
+        None => outln!("{}", String::from_utf8_lossy(&bytes)),
     }
     if let Some(p) = &a.params {
         write_safetensors(p, &captured.values, None)?;
@@ -199,7 +199,7 @@ pub fn run_graph(a: RunGraphArgs) -> CliResult {
     reads.extend(a.params.as_deref().map(|p| ("--params", p)));
     let mut writes = vec![("--out", a.out.as_path())];
     writes.extend(report_json.map(|p| ("--report-json", p)));
-    torchlean::files::check_distinct_outputs(&reads, &writes).map_err(CliError::usage)?;
+    crate::check_outputs(&reads, &writes).map_err(CliError::usage)?;
     let inputs = read_safetensors(&a.inputs).map_err(usage)?;
     // the file is read capped, parsed strictly and validated by the library
     let (mut graph, mut params) = if super::onnx::is_onnx(&a.graph) {
@@ -279,7 +279,7 @@ pub fn run_graph(a: RunGraphArgs) -> CliResult {
     let compiled = CompiledGraph::compile(graph, &profile)
         .map_err(|e| CliError::from(torchlean::Error::from(e)))?;
     if a.backend.show_backend {
-        print!("{}", compiled.report().to_text());
+        out!("{}", compiled.report().to_text());
     }
     // values go to the profile's device explicitly (an op never moves them: an input left on
     // the host is refused by the first kernel), and the outputs come back explicitly
@@ -321,7 +321,7 @@ pub fn run_graph(a: RunGraphArgs) -> CliResult {
         std::fs::write(path, text)
             .map_err(|e| CliError::runtime(format!("cannot write report to {path}: {e}")))?;
     }
-    println!("wrote {} output(s) to {}", outputs.len(), a.out.display());
+    outln!("wrote {} output(s) to {}", outputs.len(), a.out.display());
     Ok(())
 }
 

@@ -57,7 +57,7 @@ fn read_checked(
         .iter()
         .map(|f| ("the model's external data", f.as_path()))
         .collect();
-    torchlean::files::check_distinct_outputs(&reads, writes).map_err(CliError::usage)?;
+    crate::check_outputs(&reads, writes).map_err(CliError::usage)?;
     Ok(file)
 }
 
@@ -116,7 +116,7 @@ pub struct ImportArgs {
 }
 
 pub fn import(a: ImportArgs) -> CliResult {
-    torchlean::files::check_distinct_outputs(
+    crate::check_outputs(
         &[("the model", &a.model)],
         &[("--out", &a.out), ("--params", &a.params)],
     )
@@ -132,7 +132,7 @@ pub fn import(a: ImportArgs) -> CliResult {
     torchlean::files::write_atomic(&a.out, text.as_bytes())
         .map_err(|e| CliError::runtime(format!("cannot write {}: {e}", a.out.display())))?;
     write_safetensors(&a.params, &values, None)?;
-    println!(
+    outln!(
         "imported {}: {} node(s), {} input(s), {} parameter(s) and constant(s), {} output(s)",
         a.model.display(),
         graph.nodes.len(),

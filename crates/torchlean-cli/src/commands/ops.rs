@@ -30,18 +30,20 @@ pub fn run(a: Args) -> CliResult {
             .iter()
             .map(|&k| serde_json::json!({ "name": k.name(), "family": k.family(), "torchlean_names": k.torchlean_names(), "providers": providers_of(k) }))
             .collect();
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&rows).unwrap_or_default()
         );
         return Ok(());
     }
-    println!(
+    outln!(
         "{:<30} {:<16} {:<40} providers",
-        "op", "family", "torchlean names"
+        "op",
+        "family",
+        "torchlean names"
     );
     for &k in OpKind::ALL {
-        println!(
+        outln!(
             "{:<30} {:<16} {:<40} {}",
             k.name(),
             k.family(),
@@ -50,7 +52,7 @@ pub fn run(a: Args) -> CliResult {
         );
     }
     let covered: usize = OpKind::ALL.iter().map(|k| k.torchlean_names().len()).sum();
-    println!(
+    outln!(
         "\n{} ops; {} TorchLean backend op names covered",
         OpKind::ALL.len(),
         covered

@@ -81,10 +81,10 @@ fn graph_ops(graph: &Graph) -> Vec<OpKind> {
 fn planning_failed(errors: &[PlanningError], profile: &str, json: bool) -> CliError {
     if json {
         let v = serde_json::json!({ "verdict": "planning_failed", "profile": profile, "planning_errors": errors, "messages": errors.iter().map(|e| e.to_string()).collect::<Vec<_>>() });
-        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        outln!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
     } else {
         for e in errors {
-            println!("{e}");
+            outln!("{e}");
         }
     }
     CliError::usage(format!("planning failed for {} op(s)", errors.len()))
@@ -137,9 +137,9 @@ pub fn run(a: Args) -> CliResult {
                 Err(e) => return Err(CliError::usage(e.to_string())),
             };
             if !a.json {
-                println!("plan:");
+                outln!("plan:");
                 for k in report.kernels.iter().filter(|k| k.part_of.is_none()) {
-                    println!("  {} -> {}", k.op.name(), k.capsule);
+                    outln!("  {} -> {}", k.op.name(), k.capsule);
                 }
             }
             report
@@ -180,21 +180,21 @@ pub fn run(a: Args) -> CliResult {
                 Err(rejected) => (rejected.audits, rejected.groups, rejected.failures),
             };
             if !a.json {
-                println!("plan:");
+                outln!("plan:");
                 for k in &plan.kernels {
-                    println!("  {} -> {}", k.op.name(), k.capsule().name);
+                    outln!("  {} -> {}", k.op.name(), k.capsule().name);
                 }
             }
             BackendReport::new(&profile, mode, audits, groups, failures)
         }
     };
     if a.json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&report.to_json()).unwrap_or_default()
         );
     } else {
-        print!("{}", report.to_text());
+        out!("{}", report.to_text());
     }
     // the plan is static (registry, planner, gate): say so when the device it was made for
     // cannot run here, so an accepted verdict is not read as "this would run"

@@ -94,7 +94,9 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
     tensor(out, &shape)
 }
 
-/// The VJP kernel of `fused_unary`: gx = gy times the chain's derivative at x.
+/// The VJP kernel of `fused_unary`: gx = gy times the chain's derivative at x, or exactly 0
+/// times the derivatives before the first map that selects 0 there (the spec's
+/// `fused_chain_grad`).
 pub fn vjp(
     op: &Op,
     inputs: &[&Tensor],
@@ -106,36 +108,38 @@ pub fn vjp(
     let in_use = cx()?;
     let cx = &*in_use;
     let (x, g) = (buffer(op, inputs[0])?, buffer(op, gy)?);
-    let mut d = output(cx, op, n)?;
     let mut gx = output(cx, op, n)?;
     if n > 0 {
         let n64 = n as i64;
+        let segments = segments(op)?;
+        // the running value, derivative and selection between segments (one segment, the
+        // usual case, needs none of them: 1-element placeholders)
+        let between = if segments.len() > 1 { n } else { 1 };
+        let mut d = output(cx, op, between)?;
+        let mut sel = output(cx, op, between)?;
         let mut v: Option<CudaBuffer> = None;
-        for (k, c) in segments(op)?.iter().enumerate() {
+        for (k, c) in segments.iter().enumerate() {
             let src = if k == 0 { x } else { v.as_ref().unwrap_or(x) };
-            let mut next = output(cx, op, n)?;
-            let first = (k == 0) as i32;
+            let mut next = output(cx, op, between)?;
+            let (first, last) = ((k == 0) as i32, (k + 1 == segments.len()) as i32);
             let mut l = cx.stream.launch_builder(&cx.functions.fused_derivative);
             l.arg(src.slice())
                 .arg(next.slice_mut())
                 .arg(d.slice_mut())
+                .arg(sel.slice_mut())
                 .arg(&n64)
                 .arg(c)
-                .arg(&first);
-            // SAFETY: n elements read from src, written to next, read and written in d.
+                .arg(&first)
+                .arg(&last)
+                .arg(g.slice())
+                .arg(gx.slice_mut());
+            // SAFETY: n elements read from src (x: n; an earlier segment's `next`: n, as
+            // `between` is n when there are several segments); next, d and sel are read or
+            // written only by segments that are not the last (then n long), gy read and gx
+            // written (n each) only by the last.
             launched(op, unsafe { l.launch(grid(n)) })?;
             v = Some(next);
         }
-        // gx = gy · d (the binary map kernel, opcode mul)
-        let mul = 2i32;
-        let mut l = cx.stream.launch_builder(&cx.functions.binary_same);
-        l.arg(&mul)
-            .arg(g.slice())
-            .arg(d.slice())
-            .arg(gx.slice_mut())
-            .arg(&n64);
-        // SAFETY: n elements read from gy and d and written to gx (each n long).
-        launched(op, unsafe { l.launch(grid(n.div_ceil(4))) })?;
     }
     Ok(vec![Some(tensor(gx, inputs[0].shape())?)])
 }

@@ -27,15 +27,25 @@ fn scale(b: &mut Builder, x: &Value, factor: f32) -> Map<Value> {
     b.op_on(Op::Scale { factor }, &[x])
 }
 
-/// relu(−x) = −min(x, 0): the negative part, as a non-negative value.
+/// −min(x, 0) (= relu(−x), exactly): the negative part, as a non-negative value. Taken as
+/// `−clamp(x, −∞, 0)`, whose gradient passes at exactly 0 (clamp keeps its bounds), so that
+/// LeakyRelu, PRelu, Elu and Selu have PyTorch's gradient there (the slope, α, γ·α): as
+/// `relu(−x)` both of their terms had a zero gradient at 0 (an audit of the thirty-seventh
+/// session).
 fn negative_part(b: &mut Builder, x: &Value) -> Map<Value> {
-    let neg = scale(b, x, -1.0)?;
-    b.op_on(Op::Relu, &[&neg])
+    let below = b.op_on(
+        Op::Clamp {
+            min: f32::NEG_INFINITY,
+            max: 0.0,
+        },
+        &[x],
+    )?;
+    scale(b, &below, -1.0)
 }
 
 /// relu(x) − slope·relu(−x): x where x > 0, slope·x elsewhere (exactly: one of the two terms
-/// is zero). Its gradient at exactly 0 is 0 (PyTorch's is the slope there). `LeakyRelu` is
-/// the same with a constant slope (`scale`).
+/// is zero). Its gradient at exactly 0 is the slope, as PyTorch's ([`negative_part`]).
+/// `LeakyRelu` is the same with a constant slope (`scale`).
 fn leaky(b: &mut Builder, x: &Value, slope: &Value) -> Map<Value> {
     let pos = b.op_on(Op::Relu, &[x])?;
     let neg = negative_part(b, x)?;
@@ -44,7 +54,8 @@ fn leaky(b: &mut Builder, x: &Value, slope: &Value) -> Map<Value> {
 }
 
 /// relu(x) + α·(exp(−relu(−x)) − 1): x where x > 0, α(eˣ − 1) elsewhere (eˣ − 1 rather than
-/// expm1: within one ulp of α near 0).
+/// expm1: within one ulp of α near 0); its gradient at exactly 0 is α, as PyTorch's
+/// ([`negative_part`]).
 fn elu(b: &mut Builder, x: &Value, alpha: f32) -> Map<Value> {
     let pos = b.op_on(Op::Relu, &[x])?;
     let neg = negative_part(b, x)?;

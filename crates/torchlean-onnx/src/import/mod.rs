@@ -644,6 +644,12 @@ pub fn import_model(
                         &v,
                     ) {
                         int_typed.insert(out.clone());
+                        // what reads indices (Gather, Embedding's pattern) takes it too:
+                        // `Clip`, `Abs`, `Max`, `ReduceMax`, … of token ids are ids (refused
+                        // as "computed from float values" before the thirty-seventh session)
+                        if let Value::Node(id) = &v {
+                            b.integral.insert(*id);
+                        }
                     }
                     b.values.insert(out.clone(), v);
                 }

@@ -7,8 +7,12 @@
 //! - `linear`: the coordinate clamped to [0, n − 1], its two neighbours read by [`pick`] and
 //!   weighted by constant vectors (`(1 − w)·x[i₀] + w·x[i₁]`), as onnxruntime and PyTorch do.
 //!
-//! Coordinates are computed in f64 (onnxruntime and PyTorch use f32: a nearest index at an
-//! exact .5 tie can differ for scales that are not powers of two). Refused: `cubic`,
+//! Coordinates, output sizes from scales, and linear weights are computed in f32, in
+//! onnxruntime's order of operations (`x / scale`, `(x + 0.5) / scale − 0.5`, …, with `scale`
+//! the f32 attribute or `out / in` in f32): in f64, a coordinate that f32 rounds onto an
+//! integer (asymmetric, scale 0.6: 3 / 0.6f is exactly 5 in f32, 4.99999985… in f64) floored
+//! to the index below, a different source pixel than onnxruntime's and PyTorch's (computed in
+//! f64 until the thirty-seventh session; an audit against onnxruntime). Refused: `cubic`,
 //! `tf_crop_and_resize` and `half_pixel_symmetric`, `antialias`, a `keep_aspect_ratio_policy`
 //! other than `stretch`, scales or sizes computed at run time.
 
@@ -21,13 +25,13 @@ use torchlean::graph::Op;
 
 /// The source coordinate of output position `o` on an axis of `n` inputs resized to `out`
 /// with `scale`.
-fn source(mode: &str, o: usize, n: usize, out: usize, scale: f64) -> Map<f64> {
-    let o = o as f64;
-    Ok(match mode {
+fn source(mode: &str, o: usize, n: usize, out: usize, scale: f32) -> Map<f64> {
+    let o = o as f32;
+    let c: f32 = match mode {
         "half_pixel" => (o + 0.5) / scale - 0.5,
         "pytorch_half_pixel" if out > 1 => (o + 0.5) / scale - 0.5,
         "pytorch_half_pixel" => 0.0,
-        "align_corners" if out > 1 => o * (n as f64 - 1.0) / (out as f64 - 1.0),
+        "align_corners" if out > 1 => o * (n as f32 - 1.0) / (out as f32 - 1.0),
         "align_corners" => 0.0,
         "asymmetric" => o / scale,
         "tf_half_pixel_for_nn" => (o + 0.5) / scale,
@@ -36,7 +40,8 @@ fn source(mode: &str, o: usize, n: usize, out: usize, scale: f64) -> Map<f64> {
                 "Resize with coordinate_transformation_mode={other}"
             ))
         }
-    })
+    };
+    Ok(c as f64)
 }
 
 /// The nearest input index to coordinate `x` by `nearest_mode`, clamped to `0..n`.
@@ -106,17 +111,17 @@ pub(super) fn resize(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Ma
         }
     };
     let (scales, sizes) = (known(2)?, known(3)?);
-    let mut target: Vec<(usize, f64)> = shape.iter().map(|&n| (n, 1.0)).collect();
+    let mut target: Vec<(usize, f32)> = shape.iter().map(|&n| (n, 1.0)).collect();
     match (scales, sizes) {
         (Some(s), None) => {
             let s = s.floats();
             one_per_axis("scales", s.len(), axes.len())?;
             for (&ax, &f) in axes.iter().zip(s.iter()) {
-                let f = f as f64;
                 if !(f.is_finite() && f > 0.0) {
                     return Err(format!("Resize scale {f} (a positive number)"));
                 }
-                let out = (shape[ax] as f64 * f).floor();
+                // onnxruntime's output size: the f32 product, truncated
+                let out = ((shape[ax] as f32 * f) as f64).floor();
                 if out > (1u64 << 31) as f64 {
                     return Err(format!("Resize of axis {ax} to {out} elements"));
                 }
@@ -131,7 +136,7 @@ pub(super) fn resize(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Ma
                 let scale = if shape[ax] == 0 {
                     1.0
                 } else {
-                    out as f64 / shape[ax] as f64
+                    out as f32 / shape[ax] as f32
                 };
                 target[ax] = (out, scale);
             }
@@ -161,11 +166,11 @@ pub(super) fn resize(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Ma
         }
         let (mut lo, mut hi, mut w) = (vec![], vec![], vec![]);
         for c in coords {
-            let c = c.clamp(0.0, (n - 1) as f64);
+            let c = (c as f32).clamp(0.0, (n - 1) as f32);
             let i0 = c.floor() as usize;
             lo.push(i0);
             hi.push((i0 + 1).min(n - 1));
-            w.push((c - i0 as f64) as f32);
+            w.push(c - i0 as f32);
         }
         let at = |v: Vec<f32>| {
             let mut dims = vec![1; rank];

@@ -258,18 +258,20 @@ pub fn parse_csv_classes(
             }
             let v: f32 = f.parse().map_err(|_| {
                 bad(format!(
-                    "line {}, column {}: `{f}` is not a number",
+                    "line {}, column {}: `{}` is not a number",
                     lineno + 1,
-                    c + 1
+                    c + 1,
+                    printable(f)
                 ))
             })?;
             if !v.is_finite() {
                 // a finite number beyond f32's range, or a spelled NaN / infinity
                 let beyond = f.parse::<f64>().is_ok_and(f64::is_finite);
                 return Err(bad(format!(
-                    "line {}, column {}: value `{f}` is {}",
+                    "line {}, column {}: value `{}` is {}",
                     lineno + 1,
                     c + 1,
+                    printable(f),
                     if beyond {
                         "beyond the float32 range"
                     } else {
@@ -285,9 +287,10 @@ pub fn parse_csv_classes(
                     && exact < super::finite::EXACT_F32_INTEGER)
                 {
                     return Err(bad(format!(
-                        "line {}, column {}: label `{f}` is not a class index (a non-negative integer below 2^24)",
+                        "line {}, column {}: label `{}` is not a class index (a non-negative integer below 2^24)",
                         lineno + 1,
-                        c + 1
+                        c + 1,
+                        printable(f)
                     )));
                 }
             }
@@ -310,8 +313,9 @@ pub fn parse_csv_classes(
             ""
         };
         return Err(bad(format!(
-            "the label column mixes numbers (line {n}) and class names (line {m}: `{class}`); \
-             labels are either all class indices or all class names{hint}"
+            "the label column mixes numbers (line {n}) and class names (line {m}: `{}`); \
+             labels are either all class indices or all class names{hint}",
+            printable(class)
         )));
     }
     if classes.len() as f64 >= super::finite::EXACT_F32_INTEGER {
@@ -339,4 +343,19 @@ pub fn parse_csv_classes(
         Dataset::from_vecs(features, &[cols - 1], targets, &[])?,
         names,
     ))
+}
+
+/// `text` from a data file as a message shows it: control characters (a NUL, a terminal's
+/// escape sequences) escaped (`\u{1b}`), so that a hostile field can neither garble nor
+/// drive the terminal the message is printed on; everything else as written.
+pub fn printable(text: &str) -> String {
+    text.chars()
+        .flat_map(|c| -> Box<dyn Iterator<Item = char>> {
+            if c.is_control() {
+                Box::new(c.escape_default())
+            } else {
+                Box::new(std::iter::once(c))
+            }
+        })
+        .collect()
 }

@@ -290,6 +290,10 @@ pub enum GraphError {
     /// A user-declared name in the namespace that backward derivation generates names in.
     #[error("graph: {what} `{name}` uses the reserved prefix `{RESERVED_PREFIX}` (gradient outputs and the seed cotangent are named there); rename it")]
     ReservedName { what: &'static str, name: String },
+    /// A user-declared name that the safetensors format reserves (`__metadata__`): inputs,
+    /// parameters and outputs are read and written as safetensors tensors by their names.
+    #[error("graph: {what} `{name}` is the safetensors format's metadata key, which no tensor may be named (a graph's inputs, parameters and outputs are read and written as safetensors files by name); rename it")]
+    SafetensorsKey { what: &'static str, name: String },
     #[error("graph: {0}")]
     Other(String),
     /// A graph file could not be read or parsed (not JSON, unknown field, too large, ...).
@@ -307,8 +311,19 @@ pub enum GraphError {
 /// `grad.<input or parameter>`). User graphs, captures and model parameters may not use it.
 pub const RESERVED_PREFIX: &str = "grad.";
 
-/// Refuses a user-chosen `name` in the reserved namespace (see [`RESERVED_PREFIX`]).
+/// The key a safetensors file keeps its metadata under: no tensor may be named so.
+pub const SAFETENSORS_METADATA_KEY: &str = "__metadata__";
+
+/// Refuses a user-chosen `name` in the reserved namespace (see [`RESERVED_PREFIX`]) or equal
+/// to [`SAFETENSORS_METADATA_KEY`] (such an output was computed, then could not be written:
+/// an audit of the thirty-seventh session).
 pub fn check_user_name(what: &'static str, name: &str) -> Result<(), GraphError> {
+    if name == SAFETENSORS_METADATA_KEY {
+        return Err(GraphError::SafetensorsKey {
+            what,
+            name: name.to_string(),
+        });
+    }
     if name.starts_with(RESERVED_PREFIX) {
         return Err(GraphError::ReservedName {
             what,

@@ -68,6 +68,31 @@ fn share<T: Scalar>(loser: T, winner: T) -> T {
     }
 }
 
+/// The cotangent of maximum's or minimum's operand that loses where `loser < winner`: exactly
+/// 0 there (selected, as PyTorch's `masked_fill`: an infinite or NaN `g` does not make it
+/// NaN), `g / 2` on a tie, `g` otherwise (NaN included).
+fn share_grad<T: Scalar>(loser: T, winner: T, g: T) -> T {
+    if loser < winner {
+        T::zero()
+    } else {
+        g * share(loser, winner)
+    }
+}
+
+/// The cotangents (of a, of b) of the binary map at (a, b) for the output cotangent `g`:
+/// `g` times each partial, except maximum's and minimum's losing operand, which gets exactly 0
+/// ([`share_grad`]).
+pub(crate) fn binary_grads<T: Scalar>(op: &Op, a: T, b: T, g: T) -> (T, T) {
+    match op {
+        Op::Maximum => (share_grad(a, b, g), share_grad(b, a, g)),
+        Op::Minimum => (share_grad(b, a, g), share_grad(a, b, g)),
+        _ => {
+            let (da, db) = binary_partials(op, a, b);
+            (g * da, g * db)
+        }
+    }
+}
+
 /// Partial derivatives (d/da, d/db) of the binary map at (a, b).
 pub(crate) fn binary_partials<T: Scalar>(op: &Op, a: T, b: T) -> (T, T) {
     let one = T::one();
@@ -141,9 +166,9 @@ pub(super) fn binary_vjp<T: Scalar>(op: &Op, xs: &[&Array<T>], gy: &Array<T>) ->
     let mut ga = Array::zeros(&gy.shape);
     let mut gb = Array::zeros(&gy.shape);
     for i in 0..gy.data.len() {
-        let (da, db) = binary_partials(op, at(0, i), at(1, i));
-        ga.data[i] = gy.data[i] * da;
-        gb.data[i] = gy.data[i] * db;
+        let (da, db) = binary_grads(op, at(0, i), at(1, i), gy.data[i]);
+        ga.data[i] = da;
+        gb.data[i] = db;
     }
     vec![
         Some(reduce_to(&ga, &xs[0].shape)),
@@ -204,6 +229,39 @@ pub fn pow<T: Scalar>(x: T, p: T) -> T {
         T::one() / x.sqrt()
     } else {
         x.powf(p)
+    }
+}
+
+/// Whether the unary map's VJP *selects* zero at `x` rather than multiplying by a zero
+/// derivative: relu where x <= 0, clamp outside [min, max] (and at a NaN), safe_log where
+/// x <= eps (and at a NaN), and pow with exponent 0 everywhere. There the input's cotangent
+/// is exactly 0 whatever the output's (PyTorch's `where` / `masked_fill` / zeros: an infinite
+/// or NaN cotangent from a later op, e.g. sqrt's at 0, does not become NaN). Everywhere else
+/// the cotangent is multiplied by the derivative, so abs at 0 turns an infinite cotangent
+/// into NaN (PyTorch's `grad · sgn(x)`).
+#[inline(always)]
+pub(crate) fn unary_selects_zero<T: Scalar>(op: &Op, x: T) -> bool {
+    match op {
+        Op::Relu => x <= T::zero(),
+        Op::Clamp { min, max } => !(x >= T::c(*min as f64) && x <= T::c(*max as f64)),
+        Op::SafeLog { eps } => !matches!(
+            x.partial_cmp(&T::c(*eps as f64)),
+            Some(std::cmp::Ordering::Greater)
+        ),
+        Op::Pow { exponent } => *exponent == 0.0,
+        _ => false,
+    }
+}
+
+/// The cotangent of the unary map's input at `x` (with `y` its value) for the output
+/// cotangent `g`: 0 where the map selects it ([`unary_selects_zero`]), else `g` times the
+/// derivative.
+#[inline(always)]
+pub(crate) fn unary_grad<T: Scalar>(op: &Op, x: T, y: T, g: T) -> T {
+    if unary_selects_zero(op, x) {
+        T::zero()
+    } else {
+        g * unary_derivative(op, x, y)
     }
 }
 
@@ -286,7 +344,7 @@ pub(super) fn unary_vjp<T: Scalar>(
     gy: &Array<T>,
 ) -> InputGrads<T> {
     let data = (0..x.data.len())
-        .map(|i| gy.data[i] * unary_derivative(op, x.data[i], y.data[i]))
+        .map(|i| unary_grad(op, x.data[i], y.data[i], gy.data[i]))
         .collect();
     vec![Some(Array {
         shape: x.shape.clone(),
@@ -325,16 +383,24 @@ pub(crate) fn fused_chain_value<T: Scalar>(ops: &[Op], x: T) -> T {
     ops.iter().fold(x, |v, part| unary(part, v))
 }
 
-/// The derivative of the composition at `x` (chain rule over the intermediates).
-pub(crate) fn fused_chain_derivative<T: Scalar>(ops: &[Op], x: T) -> T {
+/// The cotangent of the composition's input at `x` for the output cotangent `g`: `g` times
+/// the chain rule's product of the maps' derivatives (in the chain's order) — unless a map
+/// selects 0 at its input ([`unary_selects_zero`]): then 0 times the product of the
+/// derivatives before it (0, or NaN where one of those is infinite or NaN), as the unfused
+/// VJPs give (a selected zero stays 0 after sqrt's infinite derivative at 0 further on;
+/// an infinite derivative before it still makes 0 · ∞ = NaN).
+pub(crate) fn fused_chain_grad<T: Scalar>(ops: &[Op], x: T, g: T) -> T {
     let mut v = x;
     let mut d = T::one();
     for part in ops {
+        if unary_selects_zero(part, v) {
+            return T::zero() * d;
+        }
         let y = unary(part, v);
         d *= unary_derivative(part, v, y);
         v = y;
     }
-    d
+    g * d
 }
 
 pub(super) fn fused_forward<T: Scalar>(op: &Op, x: &Array<T>) -> Array<T> {
@@ -351,7 +417,7 @@ pub(super) fn fused_vjp<T: Scalar>(op: &Op, x: &Array<T>, gy: &Array<T>) -> Inpu
         .data
         .iter()
         .zip(&gy.data)
-        .map(|(&v, &g)| g * fused_chain_derivative(ops, v))
+        .map(|(&v, &g)| fused_chain_grad(ops, v, g))
         .collect();
     vec![Some(Array {
         shape: x.shape.clone(),

@@ -160,6 +160,8 @@ fn cnn_setup(
     if width == 0 {
         return Err(CliError::usage("--width must be positive"));
     }
+    // the classes' names, when the labels are names: a checkpoint of other names is refused
+    let mut tag = None;
     let file = data.and_then(|d| d.data.as_ref().map(|p| (p, d)));
     let (train, test, classes, size, goal, what) = match file {
         None => {
@@ -176,7 +178,8 @@ fn cnn_setup(
             )
         }
         Some((path, d)) => {
-            let (ds, classes) = load_classification(path, d, Layout::Square)?;
+            let (ds, classes, names) = load_classification(path, d, Layout::Square)?;
+            tag = data_files::classes_tag(&names);
             let size = ds.feature_shape()[2];
             let what = format!(
                 "{} ({} samples, {classes} classes)",
@@ -196,7 +199,10 @@ fn cnn_setup(
             name,
             description: format!("small CNN (width {width}) on {what}"),
             model,
-            config: Config::with_boxed_optimizer(Task::Classification, opt),
+            config: Config {
+                checkpoint_tag: tag,
+                ..Config::with_boxed_optimizer(Task::Classification, opt)
+            },
             train,
             test: Some(test),
             goal,
@@ -231,6 +237,8 @@ pub fn mlp(a: MlpArgs) -> CliResult {
     if a.hidden == 0 {
         return Err(CliError::usage("--hidden must be positive"));
     }
+    // the classes' names, when the labels are names: a checkpoint of other names is refused
+    let mut tag = None;
     let (train, test, features, classes, goal, what) = match &a.data.data {
         None => {
             let ds = xor_quadrants(3u64.wrapping_add(h.seed)).map_err(lib_err)?;
@@ -239,7 +247,8 @@ pub fn mlp(a: MlpArgs) -> CliResult {
             (train, test, 2, 2, Goal::AccuracyAtLeast(0.93), what)
         }
         Some(path) => {
-            let (ds, classes) = load_classification(path, &a.data, Layout::Flat)?;
+            let (ds, classes, names) = load_classification(path, &a.data, Layout::Flat)?;
+            tag = data_files::classes_tag(&names);
             let features = ds.feature_shape()[0];
             let what = format!(
                 "{} ({} samples, {classes} classes)",
@@ -260,7 +269,10 @@ pub fn mlp(a: MlpArgs) -> CliResult {
             name: "mlp",
             description: format!("MLP {sizes:?} (relu) on {what}"),
             model,
-            config: Config::with_boxed_optimizer(Task::Classification, opt),
+            config: Config {
+                checkpoint_tag: tag,
+                ..Config::with_boxed_optimizer(Task::Classification, opt)
+            },
             train,
             test: Some(test),
             goal,

@@ -70,17 +70,18 @@ fn labels_path(images: &Path, labels: Option<&Path>) -> Result<PathBuf, CliError
     Ok(sibling)
 }
 
-/// Loads `data` (see `data_help!`) into samples of `layout`; returns the dataset and the
-/// number of classes.
+/// Loads `data` (see `data_help!`) into samples of `layout`; returns the dataset, the
+/// number of classes and the classes' names (empty when the labels are class indices).
 pub fn load_classification(
     data: &Path,
     args: &super::classify::DataArgs,
     layout: Layout,
-) -> Result<(Dataset, usize), CliError> {
+) -> Result<(Dataset, usize, Vec<String>), CliError> {
     let (labels, classes) = (args.labels.as_deref(), args.classes);
     let is_csv = is_csv(data);
     // the file the labels come from (named by label errors): the CSV itself, or IDX's labels
     let mut label_file = data.display().to_string();
+    let mut names = Vec::new();
     let ds = if is_csv {
         if labels.is_some() {
             return Err(CliError::usage(
@@ -94,14 +95,15 @@ pub fn load_classification(
             class_names: true,
             ..CsvOptions::default()
         };
-        let (ds, names) = load_csv_classes(data, &options).map_err(lib_err)?;
+        let (ds, found) = load_csv_classes(data, &options).map_err(lib_err)?;
+        names = found;
         if !names.is_empty() {
             let listed: Vec<String> = names
                 .iter()
                 .enumerate()
-                .map(|(i, n)| format!("{i} = {n}"))
+                .map(|(i, n)| format!("{i} = {}", torchlean::data::printable(n)))
                 .collect();
-            println!(
+            outln!(
                 "classes from the label column's names (sorted): {}",
                 listed.join(", ")
             );
@@ -198,7 +200,33 @@ pub fn load_classification(
     }
     let features = ds.features().map_err(lib_err)?.to_vec();
     let ds = Dataset::from_vecs(features, &shape, targets, &[]).map_err(lib_err)?;
-    Ok((ds, classes))
+    Ok((ds, classes, names))
+}
+
+/// The checkpoint tag of a model whose classes are named (`--load` refuses a checkpoint whose
+/// class `k` meant another name: its predictions would be silently wrong): the names in
+/// order when they are few and short, else their count and an FNV-1a hash of them.
+pub fn classes_tag(names: &[String]) -> Option<String> {
+    if names.is_empty() {
+        return None;
+    }
+    let listed: Vec<String> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| format!("{i} = {n:?}"))
+        .collect();
+    let listed = listed.join(", ");
+    if names.len() <= 16 && listed.len() <= 240 {
+        return Some(format!("classes {listed}"));
+    }
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for n in names {
+        for b in n.bytes().chain([0]) {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    Some(format!("{} named classes {h:016x}", names.len()))
 }
 
 /// Holds out a fifth of `ds` (shuffled with `seed`) for evaluation; with fewer than 10

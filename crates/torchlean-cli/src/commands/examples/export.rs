@@ -52,6 +52,15 @@ pub fn write_onnx<M: Module>(
 ) -> Result<(), CliError> {
     let x = export_batch(train, batch_size)?;
     let captured = trainer.capture_forward(&x, "y").map_err(lib_err)?;
+    write_captured(&captured, path)
+}
+
+/// Writes a captured forward (input `x`, output `y`, its values on the host) to `path` as
+/// ONNX and says so on stdout.
+pub fn write_captured(
+    captured: &torchlean::runtime::capture::Captured,
+    path: &Path,
+) -> Result<(), CliError> {
     let model = torchlean_onnx::export_model(&captured.graph, &captured.values)
         .map_err(|e| CliError::usage(format!("--export: {e}")))?;
     let bytes = torchlean_onnx::model::encode_model(&model)
@@ -73,7 +82,7 @@ pub fn write_onnx<M: Module>(
             format!("`{}` {:?}", o.name, shape.unwrap_or_default())
         })
         .collect();
-    println!(
+    outln!(
         "exported the trained model to {} (ONNX opset 20; input {}, output {})",
         path.display(),
         declared(&captured.graph.inputs),

@@ -19,7 +19,6 @@ pub mod transformer;
 
 use crate::backend_args::{BackendArgs, ModeArgs};
 use crate::{CliError, CliResult};
-use std::fs::File;
 use std::io::{BufWriter, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -226,7 +225,7 @@ impl CommonArgs {
         given.or_else(|| {
             let v = self.saved_number(key)?;
             if announce {
-                println!("note: {key} {v} from the checkpoint ({flag} overrides it)");
+                outln!("note: {key} {v} from the checkpoint ({flag} overrides it)");
             }
             Some(v)
         })
@@ -256,8 +255,23 @@ impl CommonArgs {
         lr: f32,
     ) -> Result<Box<dyn torchlean::nn::Optimizer>, CliError> {
         use torchlean::nn::{Adagrad, Adam, AdamW, RmsProp, Sgd};
-        let saved = || OptimizerChoice::from_kind(&self.saved(torchlean::nn::KEY_OPTIM)?);
-        let choice = self.optimizer.or_else(saved).unwrap_or(default);
+        let saved =
+            OptimizerChoice::from_kind(&self.saved(torchlean::nn::KEY_OPTIM).unwrap_or_default());
+        // a checkpoint's optimizer state (and its notes: momentum, weight decay) belong to
+        // the optimizer that saved it: another one named by --optimizer cannot resume from
+        // it (the message blamed --momentum, which the user had not given)
+        if let (Some(asked), Some(had), Some(path)) = (self.optimizer, saved, &self.load) {
+            if asked != had {
+                return Err(CliError::usage(format!(
+                    "--optimizer {}: the checkpoint {} holds the state of optimizer {} (its moments and settings belong to it); resume with --optimizer {} or without --optimizer",
+                    asked.kind(),
+                    path.display(),
+                    had.kind(),
+                    had.kind()
+                )));
+            }
+        }
+        let choice = self.optimizer.or(saved).unwrap_or(default);
         use OptimizerChoice as O;
         let (momentum, wd) = (self.momentum(true), self.weight_decay(true));
         if momentum.is_some() && !matches!(choice, O::Sgd | O::Rmsprop) {
@@ -377,8 +391,8 @@ impl CommonArgs {
         outputs.extend(logs.iter().copied());
         // the checkpoint against the data files and the other outputs; the logs also
         // against the checkpoint being loaded
-        torchlean::files::check_distinct_outputs(data, &outputs)
-            .and_then(|()| torchlean::files::check_distinct_outputs(&reads, &logs))
+        crate::check_outputs(data, &outputs)
+            .and_then(|()| crate::check_outputs(&reads, &logs))
             .map_err(CliError::usage)
     }
 }
@@ -458,14 +472,14 @@ impl Progress {
                 b.set_position(done_in_run);
                 b.set_message(format!("{:.6}", shown(e.loss)));
             }
-            Progress::Plain => println!("step {} loss {:.6}", e.step, shown(e.loss)),
+            Progress::Plain => outln!("step {} loss {:.6}", e.step, shown(e.loss)),
         }
     }
 
     fn println(&self, text: &str) {
         match self {
-            Progress::Bar(b) => b.suspend(|| print!("{text}")),
-            Progress::Plain => print!("{text}"),
+            Progress::Bar(b) => b.suspend(|| out!("{text}")),
+            Progress::Plain => out!("{text}"),
         }
     }
 
@@ -478,7 +492,7 @@ impl Progress {
 
 /// The `--log` JSON-lines writer; the first write error is kept and reported after training.
 struct StepLog {
-    out: Option<BufWriter<File>>,
+    out: Option<BufWriter<Box<dyn Write>>>,
     path: Option<PathBuf>,
     error: Option<std::io::Error>,
 }
@@ -486,9 +500,9 @@ struct StepLog {
 impl StepLog {
     fn open(path: &Option<PathBuf>) -> Result<StepLog, CliError> {
         let out = match path {
-            Some(p) => Some(BufWriter::new(File::create(p).map_err(|e| {
-                CliError::usage(format!("cannot create log file {}: {e}", p.display()))
-            })?)),
+            Some(p) => Some(BufWriter::new(torchlean::files::create_output(p).map_err(
+                |e| CliError::usage(format!("cannot create log file {}: {e}", p.display())),
+            )?)),
             None => None,
         };
         Ok(StepLog {
@@ -569,7 +583,7 @@ pub fn run<M: Module>(
     // an explicit --batch-size larger than the data is refused by the trainer (a batch would
     // repeat samples); the example's default shrinks to the data, and says so
     if args.batch_size.is_none() && hyper.batch_size > train.len() {
-        println!(
+        outln!(
             "note: the default batch size {} exceeds the {} training samples; using {}",
             hyper.batch_size,
             train.len(),
@@ -610,7 +624,7 @@ pub fn run<M: Module>(
     if args.export.is_some() {
         export::check_exportable(&mut trainer, &train, hyper.batch_size)?;
     }
-    println!(
+    outln!(
         "{name}: {description}; {params} parameters, lr {}, batch {}, {} steps, {mode} mode, profile {}",
         hyper.lr,
         hyper.batch_size,
@@ -639,12 +653,16 @@ pub fn run<M: Module>(
     };
     // With --show-backend, one step runs first so that the printed report is the one of the
     // kernels (or compiled plan) that actually ran; batches, learning rates and masks depend
-    // only on (seed, step), so splitting the run changes no loss.
-    let parts: Vec<TrainOptions> = if args.backend.show_backend && hyper.steps > 1 {
+    // only on (seed, step), so splitting the run changes no loss — nor what is saved and
+    // logged: the first part saves only where the whole run would (`--save-every 1`), and the
+    // second part's first step is logged only where the whole run would log it (below; both
+    // differed before the thirty-seventh session).
+    let split = args.backend.show_backend && hyper.steps > 1;
+    let parts: Vec<TrainOptions> = if split {
         vec![
             TrainOptions {
                 steps: 1,
-                save: None,
+                save: options.save.clone().filter(|s| s.every == 1),
                 ..options.clone()
             },
             TrainOptions {
@@ -660,8 +678,17 @@ pub fn run<M: Module>(
     let start = Instant::now();
     let mut losses = Vec::with_capacity(hyper.steps.min(1 << 16));
     let mut first_step = None;
+    // the step the second part of a split run starts with (logged as its first step)
+    let resumed_at = trainer.step() + 2;
+    let end_step = trainer.step() + hyper.steps as u64;
+    let every = args.log_every as u64;
     for (i, part) in parts.iter().enumerate() {
         let result = trainer.train_with(&train, part, |e: &LogEntry| {
+            let whole_run_logs =
+                e.step != resumed_at || e.step == end_step || (every > 0 && e.step % every == 0);
+            if split && i == 1 && !whole_run_logs {
+                return;
+            }
             let first = *first_step.get_or_insert(e.step.saturating_sub(1));
             progress.log(e.step - first, e);
             step_log.write(e, start.elapsed().as_secs_f64());
@@ -684,7 +711,7 @@ pub fn run<M: Module>(
     if args.backend.show_backend {
         // the compiled step's executor line changes once its device graph is recorded
         if let Some(e) = trainer.step_report().and_then(|r| r.executor) {
-            println!("executor at the end: {e}");
+            outln!("executor at the end: {e}");
         }
     }
     let elapsed = start.elapsed().as_secs_f64();
@@ -741,7 +768,7 @@ pub fn run<M: Module>(
         }
         _ => "threshold: none stated for this data".to_string(),
     };
-    println!(
+    outln!(
         "summary: {name}: {}, {} steps in {elapsed:.2} s ({:.1} steps/s); {goal_text}",
         parts_text.join(", "),
         n,

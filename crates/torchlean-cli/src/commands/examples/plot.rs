@@ -90,7 +90,7 @@ pub fn write_loss_plot(path: &Path, losses: &[f32]) -> CliResult {
     let fail = |e: &dyn std::fmt::Display| {
         CliError::runtime(format!("cannot write plot {}: {e}", path.display()))
     };
-    let file = std::fs::File::create(path).map_err(|e| fail(&e))?;
+    let file = torchlean::files::create_output(path).map_err(|e| fail(&e))?;
     let mut enc = png::Encoder::new(std::io::BufWriter::new(file), W as u32, H as u32);
     enc.set_color(png::ColorType::Rgb);
     enc.set_depth(png::BitDepth::Eight);

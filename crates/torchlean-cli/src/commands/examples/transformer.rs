@@ -168,7 +168,7 @@ pub fn run_cmd(a: Args) -> CliResult {
         let prompt: String = text.chars().take(a.context.min(16)).collect();
         let sample =
             generate(&mut trainer, &vocab, &prompt, a.sample_len, a.context).map_err(lib_err)?;
-        println!("sample (greedy): {sample:?}");
+        outln!("sample (greedy): {sample:?}");
         // the sampling's forward passes ran too: the report (written at the end of training)
         // is written again with them
         let load: Vec<(&str, &std::path::Path)> = a

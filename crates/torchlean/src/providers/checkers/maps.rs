@@ -13,7 +13,7 @@ use super::pieces::Tally;
 use super::unary::{exactly, over_parts, CHUNK};
 use crate::backend::Call;
 use crate::graph::Op;
-use crate::spec::binary_partials;
+use crate::spec::binary_grads;
 
 /// The tally of `y` against `want(x, y)` of the inputs `xs` (all of `y`'s length), element
 /// by element.
@@ -145,9 +145,9 @@ fn binary_vjp(op: &Op, call: &Call) -> Option<Vec<Tally>> {
                     }
                 }
                 tallies.push(if i == 0 {
-                    tally([a, b, gy], g, |[x, y, c]| c * binary_partials(op, x, y).0)
+                    tally([a, b, gy], g, |[x, y, c]| binary_grads(op, x, y, c).0)
                 } else {
-                    tally([a, b, gy], g, |[x, y, c]| c * binary_partials(op, x, y).1)
+                    tally([a, b, gy], g, |[x, y, c]| binary_grads(op, x, y, c).1)
                 });
             }
             None if call.needs.get(i) != Some(&true) => {}

@@ -11,7 +11,7 @@
 
 use super::pieces::Tally;
 use crate::graph::Op;
-use crate::spec::{unary, unary_derivative};
+use crate::spec::{unary, unary_grad};
 
 /// Elements recomputed per stack buffer.
 pub(super) const CHUNK: usize = 256;
@@ -225,7 +225,7 @@ fn relu_exact_forward(x: &[f32], y: &[f32]) -> bool {
 fn relu_exact_vjp(x: &[f32], gy: &[f32], gx: &[f32]) -> bool {
     x.len() == gx.len()
         && gy.len() == gx.len()
-        && exactly([x, gy], gx, |[x, g]| if x <= 0.0 { g * 0.0 } else { g })
+        && exactly([x, gy], gx, |[x, g]| if x <= 0.0 { 0.0 } else { g })
 }
 
 /// The tally of `y` against the spec's `op(x)`; `None` when `op` is not a unary map.
@@ -273,7 +273,7 @@ pub(super) fn vjp(op: &Op, x: &[f32], y: &[f32], gy: &[f32], gx: &[f32]) -> Opti
         let parts = x.chunks(CHUNK).zip(y.chunks(CHUNK)).zip(gy.chunks(CHUNK).zip(gx.chunks(CHUNK)));
         for ((xc, yc), (gc, gxc)) in parts {
             for (w, ((&a, &b), &g)) in want.iter_mut().zip(xc.iter().zip(yc).zip(gc)) {
-                *w = g as f64 * unary_derivative(o, a as f64, b as f64);
+                *w = unary_grad(o, a as f64, b as f64, g as f64);
             }
             t.feed(gxc, &want[..xc.len()]);
         }

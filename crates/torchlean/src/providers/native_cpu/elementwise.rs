@@ -311,15 +311,15 @@ pub fn binary_vjp_into(
             // the spec's order of operations (`b * b` may underflow in f32)
             grad!(1, [a, b, g], ss, |[a, b, g]: [f32; 3]| g * (-a / (b * b)));
         }
-        // as the spec (PyTorch's rule): an input loses its cotangent where the other
+        // as the spec (PyTorch's rule): an input's cotangent is exactly 0 where the other
         // strictly wins, the two share it on a tie, both keep it at a NaN
         Op::Maximum => {
-            grad!(0, [a, b, g], ss, |[a, b, g]: [f32; 3]| g * share(a, b));
-            grad!(1, [a, b, g], ss, |[a, b, g]: [f32; 3]| g * share(b, a));
+            grad!(0, [a, b, g], ss, |[a, b, g]: [f32; 3]| share_grad(a, b, g));
+            grad!(1, [a, b, g], ss, |[a, b, g]: [f32; 3]| share_grad(b, a, g));
         }
         Op::Minimum => {
-            grad!(0, [a, b, g], ss, |[a, b, g]: [f32; 3]| g * share(b, a));
-            grad!(1, [a, b, g], ss, |[a, b, g]: [f32; 3]| g * share(a, b));
+            grad!(0, [a, b, g], ss, |[a, b, g]: [f32; 3]| share_grad(b, a, g));
+            grad!(1, [a, b, g], ss, |[a, b, g]: [f32; 3]| share_grad(a, b, g));
         }
         _ => unreachable!("not a binary op: {}", op.name()),
     }
@@ -330,16 +330,17 @@ fn gelu(x: f32) -> f32 {
     0.5 * x * (1.0 + vmath::erf(x * std::f32::consts::FRAC_1_SQRT_2))
 }
 
-/// The partial of maximum or minimum for the operand that loses where `loser < winner`:
-/// 0 there, 1/2 on a tie, 1 otherwise (NaN included) — the spec's `share`.
+/// The cotangent of maximum's or minimum's operand that loses where `loser < winner`: exactly
+/// 0 there (whatever `g`), `g / 2` on a tie, `g` otherwise (NaN included) — the spec's
+/// `share_grad`.
 #[inline(always)]
-fn share(loser: f32, winner: f32) -> f32 {
+fn share_grad(loser: f32, winner: f32, g: f32) -> f32 {
     if loser < winner {
         0.0
     } else if loser == winner {
-        0.5
+        g * 0.5
     } else {
-        1.0
+        g
     }
 }
 
@@ -460,7 +461,8 @@ pub fn unary_vjp_into(op: &Op, x: &[f32], y: &[f32], g: &[f32], shape: &[usize],
             } else if x < 0.0 {
                 -g
             } else {
-                0.0
+                // PyTorch's g · sgn(x) (the spec): NaN for an infinite or NaN g at 0 or NaN
+                g * 0.0
             }
         }),
         Op::Sqrt => z!(|_, y, g| 0.5 * g / y),
@@ -497,8 +499,8 @@ pub fn unary_vjp_into(op: &Op, x: &[f32], y: &[f32], g: &[f32], shape: &[usize],
         }),
         Op::Pow { exponent } => zip_map_into([x, g], [shape, shape], shape, out, move |[x, g]| {
             if exponent == 0.0 {
-                // the spec's `g · 0` (NaN for a NaN cotangent), without 0 · x^-1 (NaN at x = 0)
-                g * 0.0
+                // a constant: exactly 0, whatever the cotangent (the spec, PyTorch)
+                0.0
             } else {
                 g * exponent * crate::spec::pow(x, exponent - 1.0)
             }
@@ -521,7 +523,7 @@ pub fn fused_vjp(op: &Op, x: &[f32], g: &[f32]) -> Vec<f32> {
 pub fn fused_vjp_into(ops: &[Op], x: &[f32], g: &[f32], out: &mut [f32]) {
     super::par::for_chunks(out, |off, c| {
         for (j, o) in c.iter_mut().enumerate() {
-            *o = g[off + j] * crate::spec::fused_chain_derivative(ops, x[off + j]);
+            *o = crate::spec::fused_chain_grad(ops, x[off + j], g[off + j]);
         }
     });
 }
