@@ -292,6 +292,26 @@ fn first_op(g: &mut serde_json::Value) -> &mut serde_json::Value {
 
 /// The reader of our output goes away before we print: the command ends quietly (killed by
 /// SIGPIPE like `cat`, or exit 0), never with a panic message and exit 101.
+/// Runs the binary with `args` whose stdout's reader is gone before the first line: its exit
+/// status and stderr.
+fn with_closed_stdout(args: &[&str]) -> (std::process::ExitStatus, String) {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take()); // close the read end before the child writes
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    (child.wait().unwrap(), err)
+}
+
 #[test]
 fn a_closed_output_pipe_ends_printing_commands_quietly() {
     use std::os::unix::process::ExitStatusExt;
@@ -304,21 +324,7 @@ fn a_closed_output_pipe_ends_printing_commands_quietly() {
         &["export", "--model", "mlp"][..],
         &["quickstart-tensors"][..],
     ] {
-        let mut child = Command::new(BIN)
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        drop(child.stdout.take()); // close the read end before the child writes
-        let mut err = String::new();
-        child
-            .stderr
-            .take()
-            .unwrap()
-            .read_to_string(&mut err)
-            .unwrap();
-        let status = child.wait().unwrap();
+        let (status, err) = with_closed_stdout(args);
         assert!(
             status.success() || status.signal() == Some(13),
             "{args:?}: {status:?}: {err}"
@@ -907,23 +913,7 @@ fn a_closed_stdout_does_not_lose_the_files_a_run_writes() {
     use std::os::unix::process::ExitStatusExt;
     let d = Dir::new("closed-stdout-files");
     let (ck, onnx, report) = (d.p("m.ck"), d.p("m.onnx"), d.p("r.json"));
-    let run = |args: &[&str]| {
-        let mut child = Command::new(BIN)
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        drop(child.stdout.take()); // the reader is gone before the first line
-        let mut err = String::new();
-        child
-            .stderr
-            .take()
-            .unwrap()
-            .read_to_string(&mut err)
-            .unwrap();
-        (child.wait().unwrap(), err)
-    };
+    let run = with_closed_stdout;
     let (status, err) = run(&[
         "mlp",
         "--steps",
