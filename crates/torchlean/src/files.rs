@@ -279,15 +279,20 @@ fn destination(path: &Path) -> std::io::Result<Destination> {
 /// device or a FIFO (`/dev/null`, `/dev/stdout`, a named pipe) is written through in place,
 /// never replaced; a directory, a block device or a socket is refused.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let path = match destination(path)? {
-        Destination::File(p) => p,
-        through => {
-            let mut out = stream_writer(through)?;
-            out.write_all(bytes)?;
-            return out.flush();
-        }
-    };
-    let path = path.as_path();
+    write_atomic_all(&[(path, bytes)])
+}
+
+/// A regular file's new contents, written and synced under a temporary name beside it,
+/// waiting to be renamed over the destination.
+struct Staged {
+    tmp: PathBuf,
+    path: PathBuf,
+    dir: PathBuf,
+}
+
+/// Writes `bytes` to a temporary file beside `path` (its directory's stale temps of the same
+/// file removed first), synced to disk.
+fn stage(path: PathBuf, bytes: &[u8]) -> std::io::Result<Staged> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
@@ -308,18 +313,73 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let result = (|| -> std::io::Result<()> {
         let mut f = std::fs::File::create(&tmp)?;
         f.write_all(bytes)?;
-        f.sync_all()?;
-        drop(f);
-        std::fs::rename(&tmp, path)?;
-        if let Ok(d) = std::fs::File::open(&dir) {
+        f.sync_all()
+    })();
+    match result {
+        Ok(()) => Ok(Staged { tmp, path, dir }),
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            Err(e)
+        }
+    }
+}
+
+/// Writes several files as one: every regular file is first written and synced under a
+/// temporary name, then every stream destination (a device, a pipe, a descriptor path) is
+/// written, and only when all of that succeeded are the temporary files renamed over their
+/// destinations — so a failure (a full disk, `/dev/full`, a missing folder) leaves every
+/// destination as it was, never a graph beside the parameters of another (an export that
+/// failed on `--params /dev/full` had written its graph file). Each file as [`write_atomic`]
+/// writes it; the error names the path that failed.
+pub fn write_atomic_all(files: &[(&Path, &[u8])]) -> std::io::Result<()> {
+    // with several files, an error says which one (a single file's caller names it)
+    let named = |path: &Path, e: std::io::Error| {
+        if files.len() > 1 {
+            std::io::Error::new(e.kind(), format!("{}: {e}", path.display()))
+        } else {
+            e
+        }
+    };
+    let mut staged: Vec<Staged> = Vec::new();
+    let mut streams = Vec::new();
+    let discard = |staged: &[Staged]| {
+        for s in staged {
+            let _ = std::fs::remove_file(&s.tmp);
+        }
+    };
+    for &(path, bytes) in files {
+        let step = destination(path).and_then(|d| match d {
+            Destination::File(p) => stage(p, bytes).map(|s| staged.push(s)),
+            through => {
+                streams.push((path, through, bytes));
+                Ok(())
+            }
+        });
+        if let Err(e) = step {
+            discard(&staged);
+            return Err(named(path, e));
+        }
+    }
+    for (path, to, bytes) in streams {
+        let written = stream_writer(to).and_then(|mut out| {
+            out.write_all(bytes)?;
+            out.flush()
+        });
+        if let Err(e) = written {
+            discard(&staged);
+            return Err(named(path, e));
+        }
+    }
+    for (k, s) in staged.iter().enumerate() {
+        if let Err(e) = std::fs::rename(&s.tmp, &s.path) {
+            discard(&staged[k..]);
+            return Err(named(&s.path, e));
+        }
+        if let Ok(d) = std::fs::File::open(&s.dir) {
             let _ = d.sync_all(); // not every platform can sync a directory
         }
-        Ok(())
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
     }
-    result
+    Ok(())
 }
 
 /// A writer for a destination that is written through, not replaced (see [`Destination`]).
@@ -451,6 +511,30 @@ mod tests {
         ));
         std::fs::create_dir_all(&dir).unwrap();
         dir
+    }
+
+    /// Several files written as one: a destination that fails (`/dev/full`) leaves every
+    /// other one as it was — an earlier file is not replaced, a new one not created, no
+    /// temporary file stays — and when all succeed every file holds its bytes.
+    #[test]
+    fn files_written_as_one_change_nothing_when_one_fails() {
+        let dir = scratch("all");
+        let (kept, fresh) = (dir.join("graph.json"), dir.join("new.bin"));
+        std::fs::write(&kept, b"old").unwrap();
+        let full = Path::new("/dev/full");
+        if full.exists() {
+            let e = write_atomic_all(&[(&kept, b"new"), (&fresh, b"x"), (full, b"params")])
+                .unwrap_err();
+            assert!(e.to_string().contains("/dev/full"), "{e}");
+            assert_eq!(std::fs::read(&kept).unwrap(), b"old");
+            assert!(!fresh.exists());
+            let left: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+            assert_eq!(left.len(), 1, "temporary files left: {left:?}");
+        }
+        write_atomic_all(&[(&kept, b"new"), (&fresh, b"x")]).unwrap();
+        assert_eq!(std::fs::read(&kept).unwrap(), b"new");
+        assert_eq!(std::fs::read(&fresh).unwrap(), b"x");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -144,16 +144,27 @@ pub fn export(a: ExportArgs) -> CliResult {
             )))
         }
     };
-    match &a.out {
-        Some(p) => torchlean::files::write_atomic(p, &bytes)
-            .map_err(|e| CliError::runtime(format!("cannot write {}: {e}", p.display())))?,
-        None => outln!("{}", String::from_utf8_lossy(&bytes)),
-    }
+    // the graph, its parameters and the example inputs are written as one: a failure leaves
+    // none of them (the graph was written before a failing --params)
+    let encode = |t: &[(String, torchlean::Tensor)]| {
+        torchlean::tensor::io::safetensors_bytes(t, None).map_err(CliError::runtime)
+    };
+    let mut encoded: Vec<(&std::path::Path, Vec<u8>)> = Vec::new();
     if let Some(p) = &a.params {
-        write_safetensors(p, &captured.values, None)?;
+        encoded.push((p, encode(&captured.values)?));
     }
     if let Some(p) = &a.example_inputs {
-        write_safetensors(p, &inputs, None)?;
+        encoded.push((p, encode(&inputs)?));
+    }
+    let mut writes: Vec<(&std::path::Path, &[u8])> = Vec::new();
+    if let Some(p) = &a.out {
+        writes.push((p, &bytes));
+    }
+    writes.extend(encoded.iter().map(|(p, b)| (*p, b.as_slice())));
+    torchlean::files::write_atomic_all(&writes)
+        .map_err(|e| CliError::runtime(format!("cannot write: {e}")))?;
+    if a.out.is_none() {
+        outln!("{}", String::from_utf8_lossy(&bytes));
     }
     Ok(())
 }

@@ -6,7 +6,6 @@ use crate::{CliError, CliResult};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use torchlean::graph::Graph;
-use torchlean::tensor::io::write_safetensors;
 use torchlean::Tensor;
 
 /// Whether `path` names an ONNX model (by its extension) rather than a graph file.
@@ -129,9 +128,12 @@ pub fn import(a: ImportArgs) -> CliResult {
     let (graph, values) = (imported.graph, imported.values);
     let text =
         serde_json::to_string_pretty(&graph).map_err(|e| CliError::runtime(e.to_string()))?;
-    torchlean::files::write_atomic(&a.out, text.as_bytes())
-        .map_err(|e| CliError::runtime(format!("cannot write {}: {e}", a.out.display())))?;
-    write_safetensors(&a.params, &values, None)?;
+    let params =
+        torchlean::tensor::io::safetensors_bytes(&values, None).map_err(CliError::runtime)?;
+    // the graph and its parameters are written as one: a failure leaves neither (the graph
+    // was written before a failing --params)
+    torchlean::files::write_atomic_all(&[(&a.out, text.as_bytes()), (&a.params, &params)])
+        .map_err(|e| CliError::runtime(format!("cannot write: {e}")))?;
     outln!(
         "imported {}: {} node(s), {} input(s), {} parameter(s) and constant(s), {} output(s)",
         a.model.display(),

@@ -175,6 +175,17 @@ pub fn write_safetensors(
     tensors: &[(String, Tensor)],
     metadata: Option<HashMap<String, String>>,
 ) -> Result<()> {
+    let bytes =
+        safetensors_bytes(tensors, metadata).map_err(|e| io_err(path, "cannot encode", e))?;
+    crate::files::write_atomic(path, &bytes).map_err(|e| io_err(path, "cannot write", e))
+}
+
+/// The bytes [`write_safetensors`] writes (for a caller that writes several files as one:
+/// `files::write_atomic_all`).
+pub fn safetensors_bytes(
+    tensors: &[(String, Tensor)],
+    metadata: Option<HashMap<String, String>>,
+) -> std::result::Result<Vec<u8>, String> {
     let data: Vec<(&str, Vec<usize>, Vec<u8>)> = tensors
         .iter()
         .map(|(n, t)| {
@@ -190,9 +201,7 @@ pub fn write_safetensors(
         .map(|(n, s, b)| (*n, s.as_slice(), b.as_slice()))
         .collect();
     let metadata: BTreeMap<String, String> = metadata.unwrap_or_default().into_iter().collect();
-    let bytes =
-        encode_safetensors(&views, &metadata).map_err(|e| io_err(path, "cannot encode", e))?;
-    crate::files::write_atomic(path, &bytes).map_err(|e| io_err(path, "cannot write", e))
+    encode_safetensors(&views, &metadata)
 }
 
 #[cfg(test)]
