@@ -1002,3 +1002,54 @@ fn descriptor_paths_are_written_through_their_descriptor() {
         "KEEP\n"
     );
 }
+
+/// Small consistencies from the thirty-seventh session's audit: a graph file that starts with
+/// a UTF-8 byte-order mark is read like the CSV and text files that may (it was refused as
+/// not JSON), and an attention workload naming `-L` twice is refused (the last one was
+/// taken silently).
+#[test]
+fn a_graph_with_a_byte_order_mark_reads_and_a_repeated_workload_size_is_refused() {
+    let d = Dir::new("bom");
+    let (graph, x, params) = (d.p("g.json"), d.p("x.safetensors"), d.p("p.safetensors"));
+    let o = Command::new(BIN)
+        .args([
+            "export",
+            "--out",
+            &graph,
+            "--params",
+            &params,
+            "--example-inputs",
+            &x,
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let mut bytes = b"\xEF\xBB\xBF".to_vec();
+    bytes.extend(std::fs::read(&graph).unwrap());
+    let bom = d.p("bom.json");
+    std::fs::write(&bom, bytes).unwrap();
+    let run = |g: &str, out: &str| {
+        let o = Command::new(BIN)
+            .args([
+                "run-graph",
+                g,
+                "--params",
+                &params,
+                "--inputs",
+                &x,
+                "--out",
+                out,
+            ])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        std::fs::read(out).unwrap()
+    };
+    assert_eq!(run(&bom, &d.p("a.st")), run(&graph, &d.p("b.st")));
+    let (code, err) = run_plain(
+        &d.p(""),
+        &["bench", "attn-fwd-none-L64-L128", "--reps", "1"],
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("bad attention workload"), "{err}");
+}

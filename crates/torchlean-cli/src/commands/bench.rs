@@ -536,11 +536,13 @@ impl AttnWorkload {
             l: 2048,
             d: 64,
         };
+        // each of -L and -B at most once (a repeated one took the last value silently)
+        let (mut seen_l, mut seen_b) = (false, false);
         for p in parts {
             let n = |s: &str| s.parse::<usize>().ok().filter(|&n| n > 0).ok_or_else(bad);
             match (p.get(..1), p.get(1..)) {
-                (Some("L"), Some(v)) => spec.l = n(v)?,
-                (Some("B"), Some(v)) => spec.b = n(v)?,
+                (Some("L"), Some(v)) if !seen_l => (spec.l, seen_l) = (n(v)?, true),
+                (Some("B"), Some(v)) if !seen_b => (spec.b, seen_b) = (n(v)?, true),
                 _ => return Err(bad()),
             }
         }

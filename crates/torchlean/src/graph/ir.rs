@@ -597,6 +597,9 @@ impl Graph {
     /// (unknown fields anywhere are refused), validated ([`Graph::validate`]) and checked for
     /// reserved names ([`Graph::check_user_names`]) before it is returned.
     pub fn from_json(bytes: &[u8], name: &str) -> Result<Graph, GraphError> {
+        // a UTF-8 byte-order mark (Windows editors write one) is not part of the JSON, as
+        // the CSV and text readers already skip it
+        let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
         let graph: Graph = serde_json::from_slice(bytes).map_err(|e| GraphError::File {
             path: name.to_string(),
             reason: format!("not a {FORMAT} graph: {e}"),

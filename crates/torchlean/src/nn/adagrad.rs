@@ -64,7 +64,7 @@ impl Adagrad {
             eps: 1e-10,
             initial_accumulator_value: initial,
             steps: 0,
-            store: SlotStore::new("adagrad", vec![("sum", initial)]),
+            store: SlotStore::counting("adagrad", vec![("sum", initial)]),
             names: ParamNames::default(),
         })
     }

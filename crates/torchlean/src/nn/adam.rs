@@ -26,7 +26,7 @@ impl AdamCore {
     fn new(kind: &'static str) -> AdamCore {
         AdamCore {
             steps: 0,
-            store: SlotStore::new(kind, vec![("exp_avg", 0.0), ("exp_avg_sq", 0.0)]),
+            store: SlotStore::counting(kind, vec![("exp_avg", 0.0), ("exp_avg_sq", 0.0)]),
             names: ParamNames::default(),
         }
     }

@@ -178,6 +178,12 @@ pub(crate) struct SlotStore {
     live: BTreeMap<String, Vec<Tensor>>,
     /// Per parameter, the steps in which it was updated.
     steps: BTreeMap<String, u64>,
+    /// Whether the optimizer counts each parameter's steps ([`SlotStore::counting`]: Adam's
+    /// and Adagrad's formulas use them). A store that does not keeps no counts, written or
+    /// read: SGD and RMSprop resumed from a checkpoint wrote every parameter's count as the
+    /// loaded step, forever (a resumed run's file differed from a straight run's, and stated a
+    /// count that was false; an audit of the thirty-seventh session).
+    counts_steps: bool,
 }
 
 impl SlotStore {
@@ -188,6 +194,16 @@ impl SlotStore {
             imported: BTreeMap::new(),
             live: BTreeMap::new(),
             steps: BTreeMap::new(),
+            counts_steps: false,
+        }
+    }
+
+    /// [`SlotStore::new`] for an optimizer whose update uses each parameter's own step count
+    /// ([`SlotStore::next_step`], [`SlotStore::commit_step`]).
+    pub(crate) fn counting(kind: &'static str, slots: Vec<(&'static str, f32)>) -> SlotStore {
+        SlotStore {
+            counts_steps: true,
+            ..SlotStore::new(kind, slots)
         }
     }
 
@@ -380,11 +396,19 @@ impl SlotStore {
                 .ok_or_else(|| err(format!("parameter `{pname}` is missing some of its slots")))?;
             let shape = shapes.get(&pname).cloned().unwrap_or_default();
             // state written before the counts were kept: every updated parameter took every step
-            steps.entry(pname.clone()).or_insert(state.step);
+            if self.counts_steps {
+                steps.entry(pname.clone()).or_insert(state.step);
+            }
             params.insert(pname, ParamSlots { shape, bufs });
         }
         self.imported = params;
-        self.steps = steps;
+        // counts in a file of an optimizer that keeps none (written by a resumed run before
+        // the thirty-seventh session) were validated above and are dropped
+        self.steps = if self.counts_steps {
+            steps
+        } else {
+            BTreeMap::new()
+        };
         // live slots are rebuilt from the imported buffers on their next use
         self.live.clear();
         Ok(state.step)
