@@ -1005,8 +1005,8 @@ fn descriptor_paths_are_written_through_their_descriptor() {
 
 /// Small consistencies from the thirty-seventh session's audit: a graph file that starts with
 /// a UTF-8 byte-order mark is read like the CSV and text files that may (it was refused as
-/// not JSON), and an attention workload naming `-L` twice is refused (the last one was
-/// taken silently).
+/// not JSON), an attention workload naming `-L` twice is refused (the last one was taken
+/// silently), and `bench onnx:` without a path says so.
 #[test]
 fn a_graph_with_a_byte_order_mark_reads_and_a_repeated_workload_size_is_refused() {
     let d = Dir::new("bom");
@@ -1052,4 +1052,8 @@ fn a_graph_with_a_byte_order_mark_reads_and_a_repeated_workload_size_is_refused(
     );
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("bad attention workload"), "{err}");
+    // and `onnx:` without a path names the problem (the message showed a blank file name)
+    let (code, err) = run_plain(&d.p(""), &["bench", "onnx:"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("names no model"), "{err}");
 }

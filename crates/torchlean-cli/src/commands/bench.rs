@@ -89,6 +89,11 @@ const MAX_WARMUP_SECONDS: f64 = 3600.0;
 pub fn run(a: Args) -> CliResult {
     // an imported model's file is the one input a workload reads
     let model = a.workload.strip_prefix("onnx:").map(std::path::Path::new);
+    if model.is_some_and(|m| m.as_os_str().is_empty()) {
+        return Err(CliError::usage(
+            "workload `onnx:` names no model: give its path, e.g. onnx:model.onnx",
+        ));
+    }
     let reads: Vec<(&str, &std::path::Path)> =
         model.map(|m| ("the model", m)).into_iter().collect();
     a.backend.check_report_path(&reads)?;
