@@ -138,16 +138,15 @@ impl Builder {
                 let c = self.initializers[name].clone();
                 match c.data {
                     crate::constant::Data::F32(_) => {}
-                    // a boolean initializer (a mask) is data, not a trainable parameter
-                    crate::constant::Data::Bool(_) => {
+                    // a boolean initializer (a mask) or an integer one (a bound, an index
+                    // list) is data, not a trainable parameter: a constant, integers exact
+                    // up to 2^24 as a `Constant` node's (an integer initializer was refused at
+                    // any size, the same value as a `Constant` node accepted: an audit of the
+                    // thirty-seventh session)
+                    crate::constant::Data::Bool(_) | crate::constant::Data::I64(_) => {
                         let id = self.node(&Value::Const(c.clone()))?;
                         self.materialized.insert(name.clone(), id);
                         return Ok(id);
-                    }
-                    crate::constant::Data::I64(_) => {
-                        return Err(format!(
-                            "the integer initializer `{name}` is read as data (torchlean's tensors are f32)"
-                        ))
                     }
                 }
                 let t = Tensor::from_vec(c.try_floats()?, &c.dims).map_err(|e| e.to_string())?;
