@@ -859,48 +859,21 @@ fn a_checkpoint_of_other_class_names_is_refused() {
     )
     .unwrap();
     let ck = d.p("cd.ck");
-    let (code, err) = run_plain(
-        &d.p(""),
-        &[
-            "mlp",
-            "--data",
-            &d.p("catdog.csv"),
-            "--steps",
-            "3",
-            "--save",
-            &ck,
-        ],
-    );
+    let mlp = |data: &str, steps: &str, ck_flag: &str| {
+        let data = d.p(data);
+        run_plain(
+            &d.p(""),
+            &["mlp", "--data", &data, "--steps", steps, ck_flag, &ck],
+        )
+    };
+    let (code, err) = mlp("catdog.csv", "3", "--save");
     assert_eq!(code, Some(0), "{err}");
-    let (code, err) = run_plain(
-        &d.p(""),
-        &[
-            "mlp",
-            "--data",
-            &d.p("dogzebra.csv"),
-            "--steps",
-            "0",
-            "--load",
-            &ck,
-        ],
-    );
     assert_fails_cleanly(
         "other class names",
-        (code, err),
+        mlp("dogzebra.csv", "0", "--load"),
         &["0 = \"cat\", 1 = \"dog\"", "0 = \"dog\", 1 = \"zebra\""],
     );
-    let (code, err) = run_plain(
-        &d.p(""),
-        &[
-            "mlp",
-            "--data",
-            &d.p("catdog.csv"),
-            "--steps",
-            "0",
-            "--load",
-            &ck,
-        ],
-    );
+    let (code, err) = mlp("catdog.csv", "0", "--load");
     assert_eq!(code, Some(0), "the same names load: {err}");
 }
 
