@@ -55,19 +55,6 @@ fn cache_dir() -> Option<PathBuf> {
     Some(base.join("nvrtc"))
 }
 
-/// A stable 64-bit FNV-1a hash (the std hasher's output may change between Rust releases).
-struct Fnv(u64);
-impl Hasher for Fnv {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-}
-
 /// What a compilation produced and whether the cache served it.
 pub struct Compiled {
     pub ptx: String,
@@ -76,7 +63,8 @@ pub struct Compiled {
 
 /// PTX for `src` on `arch` (e.g. `compute_90`), from the cache or NVRTC.
 pub fn compile(src: &str, arch: &str, nvrtc_version: &str) -> Result<Compiled, String> {
-    let mut h = Fnv(0xcbf2_9ce4_8422_2325);
+    // a stable hash (the std hasher's output may change between Rust releases)
+    let mut h = torchlean::hash::Fnv1a::default();
     (src, arch, nvrtc_version).hash(&mut h);
     let key = format!("{:016x}-{arch}.ptx", h.finish());
     let path = cache_dir().map(|d| d.join(&key));

@@ -15,6 +15,7 @@ pub mod error;
 pub mod files;
 pub mod fuzz;
 pub mod graph;
+pub mod hash;
 pub mod module;
 pub mod nn;
 pub mod providers;

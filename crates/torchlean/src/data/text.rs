@@ -32,13 +32,12 @@ impl CharVocab {
     /// order): two texts with the same characters give the same signature, any other
     /// character set a different one (to refuse a checkpoint of another text).
     pub fn signature(&self) -> String {
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        use std::hash::Hasher;
+        let mut hasher = crate::hash::Fnv1a::default();
         for c in &self.chars {
-            for b in (*c as u32).to_le_bytes() {
-                h ^= b as u64;
-                h = h.wrapping_mul(0x0000_0100_0000_01b3);
-            }
+            hasher.write(&(*c as u32).to_le_bytes());
         }
+        let h = hasher.finish();
         format!("vocabulary of {} characters {h:016x}", self.chars.len())
     }
 

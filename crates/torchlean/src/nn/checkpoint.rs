@@ -58,13 +58,9 @@ pub(crate) fn checksum<'a>(
     tensors: impl Iterator<Item = (&'a str, &'a [usize], &'a [u8])>,
     metadata: Option<&BTreeMap<String, String>>,
 ) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut feed = |bytes: &[u8]| {
-        for &b in bytes {
-            h ^= b as u64;
-            h = h.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-    };
+    use std::hash::Hasher;
+    let mut h = crate::hash::Fnv1a::default();
+    let mut feed = |bytes: &[u8]| h.write(bytes);
     for (name, shape, data) in tensors {
         feed(name.as_bytes());
         feed(&[0]);
@@ -82,7 +78,7 @@ pub(crate) fn checksum<'a>(
             feed(text.as_bytes());
         }
     }
-    h
+    h.finish()
 }
 
 /// Whether a checkpoint's checksum covers its metadata (version 2 and later).

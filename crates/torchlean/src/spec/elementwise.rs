@@ -71,7 +71,7 @@ fn share<T: Scalar>(loser: T, winner: T) -> T {
 /// The cotangent of maximum's or minimum's operand that loses where `loser < winner`: exactly
 /// 0 there (selected, as PyTorch's `masked_fill`: an infinite or NaN `g` does not make it
 /// NaN), `g / 2` on a tie, `g` otherwise (NaN included).
-fn share_grad<T: Scalar>(loser: T, winner: T, g: T) -> T {
+pub(crate) fn share_grad<T: Scalar>(loser: T, winner: T, g: T) -> T {
     if loser < winner {
         T::zero()
     } else {

@@ -54,8 +54,8 @@ pub use array::{
 };
 pub(crate) use array::{check_arrays, reduce_to};
 pub(crate) use elementwise::{
-    binary, binary_grads, fused_chain_grad, fused_chain_value, pow, unary, unary_derivative,
-    unary_grad,
+    binary, binary_grads, fused_chain_grad, fused_chain_value, pow, share_grad, unary,
+    unary_derivative, unary_grad,
 };
 pub use linalg::{matmul_dims, MatmulDims};
 pub(crate) use optim::{

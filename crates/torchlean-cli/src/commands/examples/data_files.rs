@@ -219,14 +219,13 @@ pub fn classes_tag(names: &[String]) -> Option<String> {
     if names.len() <= 16 && listed.len() <= 240 {
         return Some(format!("classes {listed}"));
     }
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    use std::hash::Hasher;
+    let mut h = torchlean::hash::Fnv1a::default();
     for n in names {
-        for b in n.bytes().chain([0]) {
-            h ^= b as u64;
-            h = h.wrapping_mul(0x0000_0100_0000_01b3);
-        }
+        h.write(n.as_bytes());
+        h.write(&[0]);
     }
-    Some(format!("{} named classes {h:016x}", names.len()))
+    Some(format!("{} named classes {:016x}", names.len(), h.finish()))
 }
 
 /// Holds out a fifth of `ds` (shuffled with `seed`) for evaluation; with fewer than 10

@@ -192,9 +192,7 @@ pub fn sample_op(kind: OpKind) -> Op {
 
 /// FNV-1a of `bytes` (choices an input makes for itself, such as `--grad`).
 fn fnv(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-        (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3)
-    })
+    crate::hash::fnv1a64(bytes)
 }
 
 /// Runs `f` on this thread with an eager session (the one installed, or a `default_cpu`

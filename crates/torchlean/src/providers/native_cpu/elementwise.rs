@@ -311,15 +311,24 @@ pub fn binary_vjp_into(
             // the spec's order of operations (`b * b` may underflow in f32)
             grad!(1, [a, b, g], ss, |[a, b, g]: [f32; 3]| g * (-a / (b * b)));
         }
-        // as the spec (PyTorch's rule): an input's cotangent is exactly 0 where the other
-        // strictly wins, the two share it on a tie, both keep it at a NaN
+        // the spec's rule (PyTorch's), `spec::share_grad` itself: an input's cotangent is
+        // exactly 0 where the other strictly wins, the two share it on a tie, both keep it
+        // at a NaN
         Op::Maximum => {
-            grad!(0, [a, b, g], ss, |[a, b, g]: [f32; 3]| share_grad(a, b, g));
-            grad!(1, [a, b, g], ss, |[a, b, g]: [f32; 3]| share_grad(b, a, g));
+            grad!(0, [a, b, g], ss, |[a, b, g]: [f32; 3]| {
+                crate::spec::share_grad(a, b, g)
+            });
+            grad!(1, [a, b, g], ss, |[a, b, g]: [f32; 3]| {
+                crate::spec::share_grad(b, a, g)
+            });
         }
         Op::Minimum => {
-            grad!(0, [a, b, g], ss, |[a, b, g]: [f32; 3]| share_grad(b, a, g));
-            grad!(1, [a, b, g], ss, |[a, b, g]: [f32; 3]| share_grad(a, b, g));
+            grad!(0, [a, b, g], ss, |[a, b, g]: [f32; 3]| {
+                crate::spec::share_grad(b, a, g)
+            });
+            grad!(1, [a, b, g], ss, |[a, b, g]: [f32; 3]| {
+                crate::spec::share_grad(a, b, g)
+            });
         }
         _ => unreachable!("not a binary op: {}", op.name()),
     }
@@ -328,20 +337,6 @@ pub fn binary_vjp_into(
 #[inline(always)]
 fn gelu(x: f32) -> f32 {
     0.5 * x * (1.0 + vmath::erf(x * std::f32::consts::FRAC_1_SQRT_2))
-}
-
-/// The cotangent of maximum's or minimum's operand that loses where `loser < winner`: exactly
-/// 0 there (whatever `g`), `g / 2` on a tie, `g` otherwise (NaN included) — the spec's
-/// `share_grad`.
-#[inline(always)]
-fn share_grad(loser: f32, winner: f32, g: f32) -> f32 {
-    if loser < winner {
-        0.0
-    } else if loser == winner {
-        g * 0.5
-    } else {
-        g
-    }
 }
 
 #[inline(always)]
