@@ -64,7 +64,11 @@ impl Conv2d {
         }
         let cin_g = in_channels / groups;
         // the weight's shape checked first: its product bounds the fan-in's
-        crate::spec::check_shape("conv2d layer", &[out_channels, cin_g, kernel, kernel])?;
+        // (a shape beyond the size rule is a creation error, like any other tensor's)
+        let shape = [out_channels, cin_g, kernel, kernel];
+        crate::spec::check_shape("conv2d layer", &shape).map_err(|e| {
+            Error::Creation(format!("conv2d layer weight of shape {shape:?}: {e}"))
+        })?;
         let fan_in = cin_g * kernel * kernel;
         let (weight, bias) = init::default_layer(
             &[out_channels, cin_g, kernel, kernel],
