@@ -111,8 +111,12 @@ impl BackendArgs {
 
     /// Installs an eager session for the profile on this thread: every tensor the command
     /// builds (models, data) is made under the profile the user chose.
+    /// The device is probed first, so that a command on a device this machine lacks stops
+    /// before it prints anything about the run (its header, its data) — not after.
     pub fn install_session(&self) -> CliResult {
-        torchlean::runtime::install(Session::new(self.profile()?))?;
+        let profile = self.profile()?;
+        torchlean::runtime::probe::probe_for(profile.device, profile.preference)?;
+        torchlean::runtime::install(Session::new(profile))?;
         Ok(())
     }
 

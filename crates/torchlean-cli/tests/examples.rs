@@ -330,6 +330,23 @@ fn device_cuda_exits_2_before_training() {
     assert_eq!(code(&o), 2, "{}", stderr(&o));
     assert!(step_lines(&o).is_empty(), "{}", stdout(&o));
     assert!(!stdout(&o).contains("summary:"));
+    // every example refuses before it says anything about a run that will not happen (its
+    // header, its data): the device is probed first
+    for example in [
+        "quickstart-mlp",
+        "quickstart-cnn",
+        "mlp",
+        "cnn",
+        "transformer",
+        "autoencoder",
+        "fno1d",
+        "rnn",
+    ] {
+        let o = torchlean(&[example, "--device", "cuda", "--steps", "5"]);
+        assert_eq!(code(&o), 2, "{example}: {}", stderr(&o));
+        assert_eq!(stdout(&o), "", "{example} printed before refusing");
+        assert!(stderr(&o).contains("device `cuda`"), "{example}: {}", stderr(&o));
+    }
 }
 
 #[test]
