@@ -661,6 +661,55 @@ impl Const {
         Ok(Const { dims, data })
     }
 
+    /// The product over `axes` (sorted, distinct, in range), kept as axes of length 1 with
+    /// `keepdim`: integers in checked i64, floats in f32 in index order. ONNX `ReduceProd`
+    /// of a constant (a legacy exporter's element count of a `Shape` for `torch.var`).
+    pub fn reduce_product(&self, axes: &[usize], keepdim: bool, budget: &Budget) -> Fold<Const> {
+        let kept: Vec<usize> = self
+            .dims
+            .iter()
+            .enumerate()
+            .map(|(a, &d)| if axes.contains(&a) { 1 } else { d })
+            .collect();
+        let n_out = budget.take(&kept)?;
+        let (out_strides, in_strides) = (strides(&kept), strides(&self.dims));
+        // the output position of input element i: its index with the reduced axes at 0
+        let target = |i: usize| -> usize {
+            (0..self.dims.len())
+                .filter(|a| !axes.contains(a))
+                .map(|a| (i / in_strides[a]) % self.dims[a] * out_strides[a])
+                .sum()
+        };
+        let data = match &self.data {
+            Data::I64(v) => {
+                let mut out = vec![1i64; n_out];
+                for (i, &x) in v.iter().enumerate() {
+                    let o = &mut out[target(i)];
+                    *o = o
+                        .checked_mul(x)
+                        .ok_or_else(|| "integer overflow in ReduceProd at import time".to_string())?;
+                }
+                Data::I64(out)
+            }
+            _ => {
+                let mut out = vec![1f32; n_out];
+                for (i, x) in self.floats().into_iter().enumerate() {
+                    out[target(i)] *= x;
+                }
+                Data::F32(out)
+            }
+        };
+        let dims = if keepdim {
+            kept
+        } else {
+            (0..self.dims.len())
+                .filter(|a| !axes.contains(a))
+                .map(|a| self.dims[a])
+                .collect()
+        };
+        Ok(Const { dims, data })
+    }
+
     /// A float map (`Sqrt`, `Neg`, `Reciprocal`, ...), or an integer one where defined
     /// (`None` from it is an overflow, refused).
     pub fn map(

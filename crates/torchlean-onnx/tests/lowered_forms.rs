@@ -286,6 +286,37 @@ fn lowered_forms_agree_with_tract_values_and_gradients() {
                 17,
             )
         },
+        // ReduceProd of constants, evaluated at import: the legacy exporter's element
+        // count for `torch.var` (Shape → Gather → ReduceProd → Cast → Div), with the axes
+        // as an attribute (opset 17) and as an input (opset 18); and an integer constant's
+        // product along one axis, kept as an axis of length 1
+        case(
+            "reduce_prod of a shape",
+            vec![
+                node("s", "Shape", &["x"], &["s"]),
+                node("g", "Gather", &["s", "last2"], &["g"]),
+                with_int(node("p", "ReduceProd", &["g"], &["n"]), "keepdims", 0),
+                with_int(node("c", "Cast", &["n"], &["nf"]), "to", FLOAT as i64),
+                node("d", "Div", &["x", "nf"], &["y"]),
+            ],
+            vec![ints("last2", &[2], &[1, 2])],
+            &[2, 3, 4],
+            17,
+        ),
+        case(
+            "reduce_prod with axes as an input",
+            vec![
+                node("p", "ReduceProd", &["k", "ax"], &["kp"]),
+                with_int(node("c", "Cast", &["kp"], &["kf"]), "to", FLOAT as i64),
+                node("a", "Add", &["x", "kf"], &["y"]),
+            ],
+            vec![
+                ints("k", &[2, 3], &[5, -2, 3, 7, 1, -1]),
+                ints("ax", &[1], &[-1]),
+            ],
+            &[2, 4],
+            18,
+        ),
     ];
     agree_with_tract(&cases, &dir);
     std::fs::remove_dir_all(&dir).ok();

@@ -71,6 +71,7 @@ const KNOWN: &[&str] = &[
     "ReduceMax",
     "ReduceMean",
     "ReduceMin",
+    "ReduceProd",
     "ReduceSum",
     "ReduceSumSquare",
     "Relu",
@@ -638,6 +639,20 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
                 Op::ReduceSum { axes, keepdim }
             };
             one(b.op_on(op, &[x])?)
+        }
+        "ReduceProd" => {
+            // of constants only (shape arithmetic); a product over computed values has no
+            // torchlean op
+            let x = arg(inputs, 0)?;
+            let c = b.folded(x).ok_or(
+                "ReduceProd of computed values (only a constant's product is evaluated, at import time)",
+            )?;
+            let keepdim = a.int("keepdims", 1)? != 0;
+            let axes = reduction_axes(b, op, a, inputs, c.dims.len())?;
+            if axes.is_empty() {
+                return one(konst((*c).clone()));
+            }
+            one(konst(c.reduce_product(&axes, keepdim, &b.budget)?))
         }
         "GlobalAveragePool" => {
             let x = arg(inputs, 0)?;
