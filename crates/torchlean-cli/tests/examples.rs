@@ -161,6 +161,85 @@ fn a_resumed_run_keeps_the_checkpoints_learning_rate() {
     );
 }
 
+/// The seed chose a data file's held-out rows: a checkpoint evaluated without `--seed` uses
+/// its own (the held-out figures are the training run's, on the same rows), resumes with its
+/// batch order, and another `--seed` is refused (it evaluated a model that had memorized
+/// random labels on its training rows: "held-out accuracy" 0.92 where its own split gave
+/// chance).
+#[test]
+fn a_checkpoint_keeps_its_seed_and_refuses_another() {
+    resumes_exactly_with(&["mlp"], &["--seed", "3"], "resume-seed");
+    let dir = scratch("seed-holdout");
+    let data = dir.join("d.csv");
+    // random labels: what the model knows of its training rows says nothing of the others
+    let mut rows = String::from("a,b,label\n");
+    let mut x = 12345u64;
+    for _ in 0..300 {
+        let mut next = || {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            x >> 33
+        };
+        let (a, b, c) = (next() % 1000, next() % 1000, next() % 3);
+        rows.push_str(&format!("{a},{b},{c}\n"));
+    }
+    std::fs::write(&data, rows).unwrap();
+    let ck = dir.join("m.ckpt");
+    let summary = |o: &Output| {
+        let out = stdout(o);
+        let line = out
+            .lines()
+            .find(|l| l.starts_with("summary:"))
+            .unwrap_or_default();
+        // "held-out loss L, held-out accuracy A" (then the step count and time)
+        let from = line.find("held-out loss").unwrap_or(line.len());
+        let to = line[from..]
+            .find(" steps in")
+            .map_or(line.len(), |e| from + e);
+        line[from..to]
+            .rsplit_once(", ")
+            .map_or("", |(kept, _)| kept)
+            .to_string()
+    };
+    let base = ["mlp", "--data", s(&data), "--hidden", "64"];
+    let trained = torchlean(
+        &[
+            &base[..],
+            &["--steps", "200", "--seed", "7", "--save", s(&ck)],
+        ]
+        .concat(),
+    );
+    assert_eq!(code(&trained), 0, "{}", stderr(&trained));
+    let evaluated = torchlean(&[&base[..], &["--steps", "0", "--load", s(&ck)]].concat());
+    assert_eq!(code(&evaluated), 0, "{}", stderr(&evaluated));
+    assert!(stdout(&evaluated).contains("note: seed 7 from the checkpoint"));
+    // the same held-out rows: the same held-out loss and accuracy as the run that saved
+    assert!(!summary(&trained).is_empty(), "{}", stdout(&trained));
+    assert_eq!(summary(&evaluated), summary(&trained));
+    let other = torchlean(
+        &[
+            &base[..],
+            &["--steps", "0", "--load", s(&ck), "--seed", "8"],
+        ]
+        .concat(),
+    );
+    assert_eq!(code(&other), 2);
+    assert!(
+        stderr(&other).contains("--seed 8 differs from the seed 7"),
+        "{}",
+        stderr(&other)
+    );
+    let same = torchlean(
+        &[
+            &base[..],
+            &["--steps", "0", "--load", s(&ck), "--seed", "7"],
+        ]
+        .concat(),
+    );
+    assert_eq!(code(&same), 0, "{}", stderr(&same));
+}
+
 /// `--optimizer`, `--momentum` and `--weight-decay` choose torch.optim's optimizers; a
 /// resumed run takes the checkpoint's optimizer and its flags unless they are given again.
 #[test]
@@ -345,7 +424,11 @@ fn device_cuda_exits_2_before_training() {
         let o = torchlean(&[example, "--device", "cuda", "--steps", "5"]);
         assert_eq!(code(&o), 2, "{example}: {}", stderr(&o));
         assert_eq!(stdout(&o), "", "{example} printed before refusing");
-        assert!(stderr(&o).contains("device `cuda`"), "{example}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("device `cuda`"),
+            "{example}: {}",
+            stderr(&o)
+        );
     }
 }
 

@@ -77,7 +77,10 @@ fn a_model_too_large_for_memory_is_an_error_naming_the_bytes() {
 #[test]
 fn a_layer_beyond_the_size_rule_is_a_usage_error() {
     let d = Dir::new("sizerule");
-    for args in ["mlp --hidden 100000000 --steps 1", "cnn --width 100000 --steps 1"] {
+    for args in [
+        "mlp --hidden 100000000 --steps 1",
+        "cnn --width 100000 --steps 1",
+    ] {
         let (code, err) = run_limited(&d.p(""), args);
         assert_eq!(code, Some(2), "{args}: {err}");
         assert!(err.contains("17179869184"), "{args}: {err}");

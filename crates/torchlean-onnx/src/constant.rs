@@ -685,9 +685,9 @@ impl Const {
                 let mut out = vec![1i64; n_out];
                 for (i, &x) in v.iter().enumerate() {
                     let o = &mut out[target(i)];
-                    *o = o
-                        .checked_mul(x)
-                        .ok_or_else(|| "integer overflow in ReduceProd at import time".to_string())?;
+                    *o = o.checked_mul(x).ok_or_else(|| {
+                        "integer overflow in ReduceProd at import time".to_string()
+                    })?;
                 }
                 Data::I64(out)
             }

@@ -66,9 +66,8 @@ impl Conv2d {
         // the weight's shape checked first: its product bounds the fan-in's
         // (a shape beyond the size rule is a creation error, like any other tensor's)
         let shape = [out_channels, cin_g, kernel, kernel];
-        crate::spec::check_shape("conv2d layer", &shape).map_err(|e| {
-            Error::Creation(format!("conv2d layer weight of shape {shape:?}: {e}"))
-        })?;
+        crate::spec::check_shape("conv2d layer", &shape)
+            .map_err(|e| Error::Creation(format!("conv2d layer weight of shape {shape:?}: {e}")))?;
         let fan_in = cin_g * kernel * kernel;
         let (weight, bias) = init::default_layer(
             &[out_channels, cin_g, kernel, kernel],
