@@ -161,6 +161,32 @@ fn a_resumed_run_keeps_the_checkpoints_learning_rate() {
     );
 }
 
+/// `--steps 0 --load A --save B` writes B (it wrote nothing, exit 0), and B resumes exactly
+/// as A does: the model, the optimizer's state, the step and the notes all carried over.
+#[test]
+fn saving_a_loaded_checkpoint_without_training_writes_it_whole() {
+    let dir = scratch("resave");
+    let (a, b) = (dir.join("a.ckpt"), dir.join("b.ckpt"));
+    let run = |extra: &[&str]| {
+        let args = [
+            &["mlp", "--optimizer", "adam", "--log-every", "1"][..],
+            extra,
+        ]
+        .concat();
+        let o = torchlean(&args);
+        assert_eq!(code(&o), 0, "{args:?}\n{}", stderr(&o));
+        step_lines(&o)
+    };
+    run(&["--steps", "10", "--seed", "2", "--save", s(&a)]);
+    let none = run(&["--steps", "0", "--load", s(&a), "--save", s(&b)]);
+    assert!(none.is_empty());
+    assert!(b.exists(), "--steps 0 --save wrote nothing");
+    let from_a = run(&["--steps", "5", "--load", s(&a)]);
+    let from_b = run(&["--steps", "5", "--load", s(&b)]);
+    assert_eq!(from_a.len(), 5);
+    assert_eq!(from_a, from_b);
+}
+
 /// The seed chose a data file's held-out rows: a checkpoint evaluated without `--seed` uses
 /// its own (the held-out figures are the training run's, on the same rows), resumes with its
 /// batch order, and another `--seed` is refused (it evaluated a model that had memorized

@@ -463,6 +463,19 @@ impl<M: Module> Trainer<M> {
                     }
                 }
             }
+            // no step: what was loaded is saved as it is (a re-save: another path, or a
+            // version-1 checkpoint written again as version 2), never silently nothing
+            if let (0, Some(SaveOptions { path, .. })) = (options.steps, &options.save) {
+                save_checkpoint_noted(
+                    path,
+                    &*model,
+                    Some(optimizer.as_ref()),
+                    *step,
+                    checkpoint_tag.as_deref(),
+                    checkpoint_notes,
+                )?;
+                summary.last_checkpoint = Some(path.clone());
+            }
             Ok(summary)
         })
     }
