@@ -53,6 +53,51 @@ fn malformed<T: std::fmt::Debug>(r: torchlean::Result<T>, file: &str, needle: &s
     }
 }
 
+/// The default label column: the last, unless the header names another column like a label
+/// and not the last (Kaggle's MNIST CSV: `label,pixel0,…`, whose last pixel was read as the
+/// label); several such names are refused; another delimiter is named in the error.
+#[test]
+fn csv_default_label_column_follows_a_label_named_in_the_header() {
+    support::checked_cpu_default();
+    let d = tmpdir("csv-auto-label");
+    let read = |name: &str, text: &[u8]| load_csv(write(&d, name, text), &CsvOptions::default());
+    let ds = read("kaggle.csv", b"label,pixel0,pixel1\n3,0,255\n7,12,0\n").unwrap();
+    assert_eq!(ds.targets().unwrap().to_vec(), vec![3.0, 7.0]);
+    assert_eq!(ds.features().unwrap().to_vec(), vec![0.0, 255.0, 12.0, 0.0]);
+    // any case, trimmed; `target`, `class` and `y` too
+    for name in [" Target ", "CLASS", "y"] {
+        let text = format!("a,{name},b\n1,5,2\n3,6,4\n");
+        let ds = read("named.csv", text.as_bytes()).unwrap();
+        assert_eq!(ds.targets().unwrap().to_vec(), vec![5.0, 6.0], "{name}");
+    }
+    // the last column named like a label, or none: the last
+    let ds = read("last.csv", b"y,label\n1,2\n3,4\n").unwrap();
+    assert_eq!(ds.targets().unwrap().to_vec(), vec![2.0, 4.0]);
+    let ds = read("none.csv", b"a,b,c\n1,2,3\n").unwrap();
+    assert_eq!(ds.targets().unwrap().to_vec(), vec![3.0]);
+    // no header: the last
+    let ds = read("bare.csv", b"1,2,3\n4,5,6\n").unwrap();
+    assert_eq!(ds.targets().unwrap().to_vec(), vec![3.0, 6.0]);
+    // explicit choices are kept
+    let last = CsvOptions {
+        label: LabelColumn::Last,
+        ..Default::default()
+    };
+    let ds = load_csv(write(&d, "k2.csv", b"label,p\n3,9\n"), &last).unwrap();
+    assert_eq!(ds.targets().unwrap().to_vec(), vec![9.0]);
+    let e = read("two.csv", b"label,target,x\n1,2,3\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("several columns like a label") && e.contains("0 `label`"),
+        "{e}"
+    );
+    let e = read("semi.csv", b"a;b;label\n1;2;0\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("this line holds ';'"), "{e}");
+}
+
 #[test]
 fn csv_with_header_label_by_name_and_without_header() {
     support::checked_cpu_default();

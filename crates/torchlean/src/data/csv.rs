@@ -26,6 +26,12 @@ pub enum Header {
 /// Which column holds the target.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LabelColumn {
+    /// The last column, unless the header names another one like a label (`label`,
+    /// `labels`, `target`, `class`, `y`, any case) and the last is not named so: then that
+    /// one (Kaggle's MNIST CSV has `label` first; reading its last pixel as the label trained
+    /// a model on the wrong target without a word). Several such names, none of them the
+    /// last, are refused: say [`LabelColumn::Name`].
+    Auto,
     First,
     Last,
     /// 0-based column index.
@@ -58,7 +64,7 @@ impl Default for CsvOptions {
     fn default() -> Self {
         CsvOptions {
             header: Header::Auto,
-            label: LabelColumn::Last,
+            label: LabelColumn::Auto,
             delimiter: ',',
             integer_labels: false,
             class_names: false,
@@ -98,6 +104,46 @@ fn split_lines(text: &str) -> impl Iterator<Item = &str> {
         .flat_map(|l| l.strip_suffix('\r').unwrap_or(l).split('\r'))
 }
 
+/// A hint for a first line that another delimiter would split (`;`, a tab, `|`), or nothing.
+fn delimiter_hint(first: &str, delimiter: char) -> String {
+    match [';', '\t', '|']
+        .into_iter()
+        .find(|&c| c != delimiter && first.contains(c))
+    {
+        Some(c) => format!(
+            " (the fields are split at {delimiter:?}; this line holds {c:?}: a file delimited by another character must be converted, or read with the library's `CsvOptions::delimiter`)"
+        ),
+        None => String::new(),
+    }
+}
+
+/// The names that mark a header's column as the label ([`LabelColumn::Auto`]).
+const LABEL_NAMES: [&str; 5] = ["label", "labels", "target", "class", "y"];
+
+/// [`LabelColumn::Auto`]'s column of a file of `cols` columns with `header` (if any).
+fn auto_label(header: Option<&[String]>, cols: usize) -> std::result::Result<usize, String> {
+    let last = cols - 1;
+    let Some(names) = header else {
+        return Ok(last);
+    };
+    let named: Vec<usize> = (0..cols)
+        .filter(|&c| LABEL_NAMES.contains(&names[c].trim().to_ascii_lowercase().as_str()))
+        .collect();
+    match named.as_slice() {
+        [] => Ok(last),
+        _ if named.contains(&last) => Ok(last),
+        [one] => Ok(*one),
+        several => Err(format!(
+            "the header names several columns like a label ({}), none of them the last: say which (the CLI's `--label-column NAME`, the library's `LabelColumn::Name`)",
+            several
+                .iter()
+                .map(|&c| format!("{c} `{}`", names[c]))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+    }
+}
+
 /// Parses CSV text (`name` is used in messages). A leading byte-order mark is ignored, empty
 /// lines are skipped; every row must have the header's (or first row's) number of fields,
 /// all finite numbers.
@@ -133,7 +179,11 @@ pub fn parse_csv_classes(
             // by the other columns (when the label column is known without a header)
             let named_label = match (&options.label, options.class_names) {
                 (LabelColumn::First, true) => Some(0),
-                (LabelColumn::Last, true) => Some(first_fields.len().saturating_sub(1)),
+                // (Auto picks another column only by a header's name: a header row is
+                // judged the same either way)
+                (LabelColumn::Last | LabelColumn::Auto, true) => {
+                    Some(first_fields.len().saturating_sub(1))
+                }
                 (LabelColumn::Index(i), true) => Some(*i),
                 _ => None,
             };
@@ -154,8 +204,9 @@ pub fn parse_csv_classes(
                      so it could be a header with numbers for names or a data row with a \
                      defect; fix the row, or say whether the file has a header (the CLI's \
                      `--csv-header present|absent`, the library's `Header::Present` / \
-                     `Header::Absent`)",
-                    first_line + 1
+                     `Header::Absent`){}",
+                    first_line + 1,
+                    delimiter_hint(first, options.delimiter)
                 )));
             }
             // a header names its columns: a first row of no numbers whose fields are not
@@ -170,8 +221,9 @@ pub fn parse_csv_classes(
                     "line {}, the first: no field is a number, yet {nameless:?} are not column names either, \
                      so it is neither a header nor a data row; fix the row, or say whether the file has a \
                      header (the CLI's `--csv-header present|absent`, the library's `Header::Present` / \
-                     `Header::Absent`)",
-                    first_line + 1
+                     `Header::Absent`){}",
+                    first_line + 1,
+                    delimiter_hint(first, options.delimiter)
                 )));
             }
             !text.is_empty()
@@ -186,11 +238,13 @@ pub fn parse_csv_classes(
     let cols = first_fields.len();
     if cols < 2 {
         return Err(bad(format!(
-            "need at least two columns (features and a label), found {cols} (delimiter {:?})",
-            options.delimiter
+            "need at least two columns (features and a label), found {cols} (delimiter {:?}){}",
+            options.delimiter,
+            delimiter_hint(first, options.delimiter)
         )));
     }
     let label = match &options.label {
+        LabelColumn::Auto => auto_label(header.as_deref(), cols).map_err(bad)?,
         LabelColumn::First => 0,
         LabelColumn::Last => cols - 1,
         LabelColumn::Index(i) if *i < cols => *i,

@@ -74,6 +74,12 @@ fn parse(bytes: &[u8], name: &str, class_indices: bool) -> Result<Parsed> {
             " (this is an .npy file, not IDX)"
         } else if bytes.starts_with(&[0x1f, 0x8b]) {
             " (this is gzip-compressed: decompress it first, e.g. `gunzip`)"
+        } else if bytes[..4]
+            .iter()
+            .all(|&b| b.is_ascii_graphic() || b.is_ascii_whitespace())
+            || bytes.starts_with(b"\xef\xbb\xbf")
+        {
+            " (this looks like text: a CSV file is read as CSV only when its name ends in `.csv`)"
         } else {
             ""
         };

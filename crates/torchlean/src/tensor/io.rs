@@ -93,10 +93,31 @@ fn f32_elements(
     Ok(data)
 }
 
+/// The format a file that is not safetensors often is, named (or nothing).
+fn mistaken_format(bytes: &[u8]) -> &'static str {
+    if bytes.starts_with(b"\x93NUMPY") {
+        " (this is an .npy file: write the tensors with safetensors, e.g. `safetensors.numpy.save_file`)"
+    } else if bytes.starts_with(b"PK\x03\x04") {
+        " (this is a zip archive, e.g. an .npz or a torch.save file: write the tensors with safetensors)"
+    } else if bytes.starts_with(&[0x1f, 0x8b]) {
+        " (this is gzip-compressed: decompress it first)"
+    } else if bytes.starts_with(&[0x08]) && bytes.get(1).is_some_and(|&b| b != 0) {
+        // ONNX models are protobuf messages starting with field 1 (ir_version) as a varint
+        " (this may be an ONNX model: pass it as the graph, not as values)"
+    } else {
+        ""
+    }
+}
+
 /// Parses safetensors bytes (`path` names the source in errors).
 pub fn parse_safetensors(path: &Path, bytes: &[u8]) -> Result<Vec<(String, Tensor)>> {
-    let st = safetensors::SafeTensors::deserialize(bytes)
-        .map_err(|e| io_err(path, "not a valid safetensors file", format!("{e:?}")))?;
+    let st = safetensors::SafeTensors::deserialize(bytes).map_err(|e| {
+        io_err(
+            path,
+            "not a valid safetensors file",
+            format!("{e:?}{}", mistaken_format(bytes)),
+        )
+    })?;
     let mut out = Vec::new();
     let mut entries = st.tensors();
     // file order: by data offset

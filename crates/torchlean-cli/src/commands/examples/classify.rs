@@ -15,7 +15,8 @@ use torchlean::Tensor;
 /// Where the samples come from.
 #[derive(clap::Args, Debug, Clone)]
 pub struct DataArgs {
-    /// Data file: `*.csv` (label column last) or an IDX images file; synthetic data if unset.
+    /// Data file: `*.csv` (label column: --label-column) or an IDX images file; synthetic
+    /// data if unset.
     #[arg(long)]
     pub data: Option<PathBuf>,
     /// IDX labels file (default: the images file's `labels` sibling).
@@ -30,6 +31,27 @@ pub struct DataArgs {
     /// it could be either).
     #[arg(long, value_enum)]
     pub csv_header: Option<CsvHeader>,
+    /// A CSV file's label column: `auto` (default: the last, unless the header names another
+    /// column `label`, `target`, `class` or `y` and not the last: then that one), `first`,
+    /// `last`, a 0-based index, or a name in the header.
+    #[arg(long)]
+    pub label_column: Option<String>,
+}
+
+impl DataArgs {
+    /// `--label-column` as the CSV reader's choice.
+    pub fn label_column(&self) -> torchlean::data::LabelColumn {
+        use torchlean::data::LabelColumn;
+        match self.label_column.as_deref() {
+            None | Some("auto") => LabelColumn::Auto,
+            Some("first") => LabelColumn::First,
+            Some("last") => LabelColumn::Last,
+            Some(c) => match c.parse::<usize>() {
+                Ok(i) => LabelColumn::Index(i),
+                Err(_) => LabelColumn::Name(c.to_string()),
+            },
+        }
+    }
 }
 
 /// `--csv-header`.
@@ -59,6 +81,7 @@ impl DataArgs {
                 ("--labels", self.labels.is_some()),
                 ("--classes", self.classes.is_some()),
                 ("--csv-header", self.csv_header.is_some()),
+                ("--label-column", self.label_column.is_some()),
             ] {
                 if given {
                     return Err(CliError::usage(format!(

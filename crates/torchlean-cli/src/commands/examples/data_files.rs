@@ -11,7 +11,9 @@ macro_rules! data_help {
         "Data files (--data PATH):
   *.csv  numeric CSV, one sample per line, optional header (--csv-header auto|present|absent;
          auto: a header when no feature field of the first line is a number, data when every
-         one is, refused when they mix both), the LAST column is the class label: class
+         one is, refused when they mix both). The label column (--label-column; default
+         auto: the LAST column, unless the header names another one `label`, `target`,
+         `class` or `y` and not the last — Kaggle's MNIST CSV has `label` first) holds class
          indices, or class names (iris' `setosa`, ...: numbered 0, 1, ... in sorted order,
          printed; a column mixing numbers and names is refused).
   other  an IDX (MNIST-format) images file [N, H, W]; u8 pixels are scaled to [0, 1]. Labels come
@@ -56,7 +58,7 @@ fn labels_path(images: &Path, labels: Option<&Path>) -> Result<PathBuf, CliError
     }
     let Some(sibling) = sibling_labels(images) else {
         return Err(CliError::usage(format!(
-            "cannot derive the labels file of `{}` (its name has no `images`); pass --labels PATH",
+            "cannot derive the labels file of `{}` (its name has no `images`); pass --labels PATH (it is read as IDX images because its name does not end in `.csv`: a CSV file is recognized by that extension)",
             images.display()
         )));
     };
@@ -82,14 +84,21 @@ pub fn load_classification(
     // the file the labels come from (named by label errors): the CSV itself, or IDX's labels
     let mut label_file = data.display().to_string();
     let mut names = Vec::new();
+    if !is_csv && args.label_column.is_some() {
+        return Err(CliError::usage(format!(
+            "--label-column chooses a CSV file's label column; `{}` is read as IDX images (its name does not end in `.csv`)",
+            data.display()
+        )));
+    }
     let ds = if is_csv {
         if labels.is_some() {
             return Err(CliError::usage(
-                "--labels is for IDX images; a CSV file holds its labels in the last column",
+                "--labels is for IDX images; a CSV file holds its labels in a column (--label-column)",
             ));
         }
         let options = CsvOptions {
             header: args.csv_header.map_or(Header::Auto, |h| h.header()),
+            label: args.label_column(),
             // class indices, checked as written (not after rounding to f32), or class names
             integer_labels: true,
             class_names: true,
