@@ -152,6 +152,34 @@ fn gemm_with_beta_zero_ignores_c() {
     }
 }
 
+/// A bool input cast to bool is itself (PyTorch's TorchScript exporter writes that Cast for
+/// `nn.MultiheadAttention(key_padding_mask=<bool>)`, which was refused as "casting a computed
+/// value to bool"); cast on to float it reads 0 and 1.
+#[test]
+fn a_bool_input_cast_to_bool_is_itself() {
+    const BOOL: i32 = 9;
+    let m = model(
+        vec![
+            with_int(node("c", "Cast", &["m"], &["mb"]), "to", BOOL as i64),
+            with_int(node("f", "Cast", &["mb"], &["mf"]), "to", FLOAT as i64),
+            node("a", "Add", &["x", "mf"], &["y"]),
+        ],
+        vec![],
+        vec![vi("x", &[2, 2], FLOAT), vi("m", &[2, 2], BOOL)],
+        vec![out("y")],
+        17,
+    );
+    let got = run(
+        &m,
+        &[
+            ("x", &[2, 2], &[0.5, 1.5, -2.0, 4.0]),
+            ("m", &[2, 2], &[1.0, 0.0, 0.0, 1.0]),
+        ],
+        "y",
+    );
+    assert_values("bool cast", &got, &[1.5, 1.5, -2.0, 5.0], 0.0);
+}
+
 // --------------------------------------------- F6: integer arithmetic at run time refused
 
 /// Int64 values computed at run time went through float32 arithmetic: `Div` gave 3.5 where

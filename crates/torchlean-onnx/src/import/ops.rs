@@ -195,6 +195,13 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
                 {
                     one(x.clone())
                 }
+                // a boolean value cast to bool (the exporter's Cast of a bool mask input):
+                // itself
+                None if matches!(x, Value::Node(id) if b.boolean.contains(id))
+                    && to == dtype::BOOL =>
+                {
+                    one(x.clone())
+                }
                 None => Err(format!(
                     "casting a computed value to {} (torchlean's tensors are float32)",
                     dtype::name(to)
