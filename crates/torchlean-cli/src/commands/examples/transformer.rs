@@ -168,7 +168,7 @@ pub fn run_cmd(a: Args) -> CliResult {
         let prompt: String = text.chars().take(a.context.min(16)).collect();
         let sample =
             generate(&mut trainer, &vocab, &prompt, a.sample_len, a.context).map_err(lib_err)?;
-        outln!("sample (greedy): {sample:?}");
+        outln!("sample (greedy): {}", quoted(&sample));
         // the sampling's forward passes ran too: the report (written at the end of training)
         // is written again with them
         let load: Vec<(&str, &std::path::Path)> = a
@@ -182,4 +182,39 @@ pub fn run_cmd(a: Args) -> CliResult {
             .write_report(super::what_ran(&trainer)?, &load)?;
     }
     Ok(())
+}
+
+/// `text` in double quotes as it reads — accents, CJK, emoji as themselves (the Debug form
+/// wrote `e\u{301}` for an accented e) — with quotes, backslashes, control characters (`\n`,
+/// `\t`) and the bidirectional and zero-width format characters escaped, so that a sample
+/// can neither end its line early nor reorder what the terminal shows.
+fn quoted(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' | '\\' => {
+                out.push('\\');
+                out.push(c);
+            }
+            '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' => {
+                out.extend(c.escape_unicode())
+            }
+            c if c.is_control() => out.extend(c.escape_default()),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_sample_is_quoted_as_it_reads_with_controls_escaped() {
+        assert_eq!(
+            super::quoted("e\u{301}t\u{e9} \u{1f600}\n\t\"\\\u{202e}x"),
+            "\"e\u{301}t\u{e9} \u{1f600}\\n\\t\\\"\\\\\\u{202e}x\""
+        );
+    }
 }
