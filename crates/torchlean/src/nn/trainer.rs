@@ -422,6 +422,19 @@ impl<M: Module> Trainer<M> {
                 last_checkpoint: None,
             };
             let mut last_good = options.load.clone();
+            let save = |path: &std::path::PathBuf,
+                        model: &dyn Module,
+                        optimizer: &dyn Optimizer,
+                        step: u64| {
+                save_checkpoint_noted(
+                    path,
+                    model,
+                    Some(optimizer),
+                    step,
+                    checkpoint_tag.as_deref(),
+                    checkpoint_notes,
+                )
+            };
             for i in 0..options.steps {
                 let s = *step;
                 if let Some(sch) = schedule.as_ref() {
@@ -450,14 +463,7 @@ impl<M: Module> Trainer<M> {
                 }
                 if let Some(SaveOptions { path, every }) = &options.save {
                     if last || (*every > 0 && *step % *every as u64 == 0) {
-                        save_checkpoint_noted(
-                            path,
-                            &*model,
-                            Some(optimizer.as_ref()),
-                            *step,
-                            checkpoint_tag.as_deref(),
-                            checkpoint_notes,
-                        )?;
+                        save(path, &*model, optimizer.as_ref(), *step)?;
                         summary.last_checkpoint = Some(path.clone());
                         last_good = Some(path.clone());
                     }
@@ -466,14 +472,7 @@ impl<M: Module> Trainer<M> {
             // no step: what was loaded is saved as it is (a re-save: another path, or a
             // version-1 checkpoint written again as version 2), never silently nothing
             if let (0, Some(SaveOptions { path, .. })) = (options.steps, &options.save) {
-                save_checkpoint_noted(
-                    path,
-                    &*model,
-                    Some(optimizer.as_ref()),
-                    *step,
-                    checkpoint_tag.as_deref(),
-                    checkpoint_notes,
-                )?;
+                save(path, &*model, optimizer.as_ref(), *step)?;
                 summary.last_checkpoint = Some(path.clone());
             }
             Ok(summary)
