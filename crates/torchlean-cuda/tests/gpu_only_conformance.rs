@@ -2042,3 +2042,131 @@ fn layout_copies_and_reshape_views_match_the_host() {
     let g = r.sum_all().and_then(|l| l.backward()).expect("backward");
     assert_eq!(g.get(&t).expect("grad").shape(), &[6, 10]);
 }
+
+/// The VJPs' selected zeros on the GPU (thirty-seventh session, `elementwise.cu`'s
+/// `unary_grad`, `clamp_vjp`, `binary_grad_term`, and `fused.rs`'s `fused_derivative`):
+/// where relu, clamp, maximum/minimum's loser, safe_log and pow 0 select, the input's
+/// cotangent is exactly 0 even when the cotangent from later ops is infinite (sqrt's at 0, a
+/// scale by ∞), and abs multiplies (NaN at 0) — the same gradients as `checked_cpu`, whose
+/// values `crates/torchlean/tests/selected_zero_grads.rs` holds to PyTorch's. The table's
+/// rows above draw finite cotangents only, so they cannot tell a selected 0 from 0 · ∞.
+#[test]
+fn selected_zeros_stay_zero_under_infinite_cotangents_on_the_gpu() {
+    use torchlean::graph::Op;
+    if !gpu("selected_zeros_stay_zero_under_infinite_cotangents_on_the_gpu") {
+        return;
+    }
+    let x = [-2.0f32, -0.5, 0.0, 0.25, 4.0];
+    let inf = f32::INFINITY;
+    let un = |t: &Tensor, op: Op| t.apply(op, &[]).expect("op");
+    let full = |t: &Tensor, v: f32| {
+        Tensor::from_vec(vec![v; 5], &[5])
+            .and_then(|c| c.to_device(t.device()))
+            .expect("constant")
+    };
+    type Expr = Box<dyn Fn(&Tensor) -> Tensor>;
+    let cases: Vec<(&str, Expr)> = vec![
+        (
+            "sqrt(relu(x))",
+            Box::new(move |t| un(&un(t, Op::Relu), Op::Sqrt)),
+        ),
+        (
+            "sqrt(maximum(x, 0))",
+            Box::new(move |t| {
+                un(
+                    &t.apply(Op::Maximum, &[&full(t, 0.0)]).expect("max"),
+                    Op::Sqrt,
+                )
+            }),
+        ),
+        (
+            "minimum(x, 1) · inf",
+            Box::new(move |t| {
+                let m = t.apply(Op::Minimum, &[&full(t, 1.0)]).expect("min");
+                un(&m, Op::Scale { factor: inf })
+            }),
+        ),
+        (
+            "sqrt(clamp(x, 0, 3))",
+            Box::new(move |t| un(&un(t, Op::Clamp { min: 0.0, max: 3.0 }), Op::Sqrt)),
+        ),
+        (
+            "sqrt(abs(x))",
+            Box::new(move |t| un(&un(t, Op::Abs), Op::Sqrt)),
+        ),
+        (
+            "pow(x, 0) · inf",
+            Box::new(move |t| un(&un(t, Op::Pow { exponent: 0.0 }), Op::Scale { factor: inf })),
+        ),
+        (
+            "safe_log(x, 0.1) · inf",
+            Box::new(move |t| un(&un(t, Op::SafeLog { eps: 0.1 }), Op::Scale { factor: inf })),
+        ),
+        (
+            "fused_unary [relu, sqrt]",
+            Box::new(move |t| {
+                un(
+                    t,
+                    Op::FusedUnary {
+                        ops: vec![Op::Relu, Op::Sqrt],
+                    },
+                )
+            }),
+        ),
+        (
+            "fused_unary [clamp(0, 3), sqrt]",
+            Box::new(move |t| {
+                un(
+                    t,
+                    Op::FusedUnary {
+                        ops: vec![Op::Clamp { min: 0.0, max: 3.0 }, Op::Sqrt],
+                    },
+                )
+            }),
+        ),
+        (
+            "fused_unary [sqrt, relu] of abs",
+            Box::new(move |t| {
+                un(
+                    &un(t, Op::Abs),
+                    Op::FusedUnary {
+                        ops: vec![Op::Sqrt, Op::Relu],
+                    },
+                )
+            }),
+        ),
+    ];
+    let grad = |profile: BackendProfile, device: Device, f: &Expr| -> Vec<f32> {
+        let before = install(Session::new(profile)).expect("install");
+        let t = Tensor::from_vec(x.to_vec(), &[5])
+            .and_then(|t| t.to_device(device))
+            .expect("x")
+            .requires_grad();
+        let g = f(&t)
+            .sum_all()
+            .and_then(|l| l.backward())
+            .expect("backward");
+        let out = g.get(&t).expect("dx").try_to_vec().expect("read");
+        torchlean::runtime::take().expect("take");
+        if let Some(s) = before {
+            install(s).expect("reinstall");
+        }
+        out
+    };
+    let mut failures = vec![];
+    for (what, f) in &cases {
+        let want = grad(
+            BackendProfile::named("checked_cpu").expect("cpu"),
+            Device::Cpu,
+            f,
+        );
+        let got = grad(checked_cuda(), Device::Cuda, f);
+        let same = got.iter().zip(&want).all(|(g, w)| {
+            (g.is_nan() && w.is_nan()) || g == w || (g - w).abs() <= 1e-6 * w.abs().max(1.0)
+        });
+        if !same {
+            failures.push(format!("d/dx Σ {what}: GPU {got:?}, CPU {want:?}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
