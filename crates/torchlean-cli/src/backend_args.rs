@@ -37,13 +37,15 @@ impl ModeArgs {
 /// The profile and report flags shared by every command that plans or runs kernels.
 #[derive(Args, Debug, Clone, Default)]
 pub struct BackendArgs {
-    /// Named backend profile (strict_cpu, checked_cpu, checked_cuda, libtorch_*, future_*).
+    /// Named backend profile (strict_cpu, checked_cpu, strict_native_cpu, checked_cuda,
+    /// checked_cuda_tf32, strict_native_cuda, libtorch_*, future_*: docs/trust-model.md and
+    /// README).
     #[arg(long)]
     pub profile: Option<String>,
     /// Device: cpu, cuda (alias gpu), rocm, metal, wasm, tpu, trainium, custom, external.
     #[arg(long)]
     pub device: Option<String>,
-    /// Provider preference: auto, prefer:P or only:P.
+    /// Provider preference: auto, prefer:P or only:P (a bare P means only:P).
     #[arg(long)]
     pub provider: Option<String>,
     /// Trust policy: strict, checked-runtime or allow-trusted-runtime.
@@ -53,10 +55,13 @@ pub struct BackendArgs {
     /// looser declared error bound, shown in the report). Off by default.
     #[arg(long)]
     pub tf32: bool,
-    /// Print the backend report (plan, evidence, verdict) before running.
+    /// Print the backend report (plan, evidence, verdict): the training examples print the
+    /// report of what ran after their first step (and the executor at the end), `plan` and
+    /// the other commands the plan before any kernel runs.
     #[arg(long)]
     pub show_backend: bool,
-    /// Write the JSON report of what actually ran to this path.
+    /// Write the JSON report to this path: what actually ran (for `plan`, which runs nothing,
+    /// the plan).
     #[arg(long)]
     pub report_json: Option<String>,
 }

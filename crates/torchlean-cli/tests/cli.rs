@@ -137,6 +137,123 @@ fn quickstart_mlp_trains_and_converges() {
     assert!(losses[0] / losses.last().unwrap() >= 10.0, "{out}");
 }
 
+/// `plan` and a run with the same settings give the same verdict: an eager plan plans and
+/// gates an admitted composite's parts too (it accepted `composed_attention` under
+/// `only:torchlean` while a run refused its `permute`), and a run names every op that
+/// cannot be planned (exit 2) before any gate verdict (exit 3) — it returned the first
+/// failure of either kind, in op order (the trust audit of the thirty-eighth session).
+#[test]
+fn plan_and_run_agree_on_composites_parts_and_on_the_verdict() {
+    let only = ["--provider", "only:torchlean"];
+    let checked = ["--policy", "checked-runtime"];
+    let (code, out, err) = run(&[
+        &[
+            "plan",
+            "--ops",
+            "scaled_dot_product_attention",
+            "--vjp",
+            "none",
+        ][..],
+        &only,
+        &checked,
+    ]
+    .concat());
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        out.contains("no admissible capsule for op `permute`"),
+        "{out}"
+    );
+    let (code, _, err) = run(&[
+        &["bench", "attn-fwd-causal-L32-B1", "--reps", "1"][..],
+        &only,
+        &checked,
+    ]
+    .concat());
+    assert_eq!(code, 2, "{err}");
+    // accepted, with the parts as rows nested under the composite
+    let (code, out, err) = run(&[
+        "plan",
+        "--ops",
+        "mse_loss",
+        "--provider",
+        "prefer:torchlean",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let report: serde_json::Value = serde_json::from_str(&out).expect("json");
+    let parts: Vec<&str> = report["kernels"]
+        .as_array()
+        .expect("kernels")
+        .iter()
+        .filter(|k| k["part_of"] == "torchlean.mse_loss")
+        .filter_map(|k| k["capsule"].as_str())
+        .collect();
+    assert!(
+        parts.contains(&"native_cpu.sub") && parts.contains(&"native_cpu.sum_all"),
+        "{out}"
+    );
+    // under strict, sdpa is rejected by the gate and mul / sum_all cannot be planned: plan
+    // and run both say "planning failed" (exit 2), naming the unplannable ops
+    let strict = ["--policy", "strict"];
+    let (pcode, pout, perr) = run(&[
+        &["plan", "--ops", "scaled_dot_product_attention,mul,sum_all"][..],
+        &only,
+        &strict,
+    ]
+    .concat());
+    let (rcode, _, rerr) = run(&[
+        &["bench", "attn-step-mask-L32-B1", "--reps", "1"][..],
+        &only,
+        &strict,
+    ]
+    .concat());
+    assert_eq!((pcode, rcode), (2, 2), "plan: {perr}\nrun: {rerr}");
+    for op in ["mul", "sum_all"] {
+        let says = format!("no admissible capsule for op `{op}`");
+        assert!(
+            pout.contains(&says) && rerr.contains(&says),
+            "{pout}\n{rerr}"
+        );
+    }
+}
+
+/// A `--policy` given with a TF32 profile keeps the profile's opt-in (it was dropped without
+/// a word: f32 products planned, and the run went on on the CPU where the profile alone is
+/// refused); under strict, which admits no TF32 capsule, it is refused.
+#[test]
+fn a_policy_override_keeps_or_refuses_a_profiles_tf32_opt_in() {
+    let tf32 = ["--profile", "checked_cuda_tf32"];
+    let (code, out, err) = run(&[
+        &["plan", "--ops", "linear", "--policy", "checked-runtime"][..],
+        &tf32,
+    ]
+    .concat());
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("linear -> cublas.tf32.linear"), "{out}");
+    let (code, out, err) = run(&[
+        &[
+            "quickstart-mlp",
+            "--steps",
+            "1",
+            "--device",
+            "cpu",
+            "--policy",
+            "checked-runtime",
+        ][..],
+        &tf32,
+    ]
+    .concat());
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.contains("exist on device `cuda` only"), "{err}");
+    let (code, _, err) = run(&[
+        &["plan", "--ops", "linear", "--policy", "strict"][..],
+        &tf32,
+    ]
+    .concat());
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("never admits"), "{err}");
+}
+
 #[test]
 fn cuda_request_exits_2_before_any_kernel_runs() {
     for device in ["cuda", "gpu", "metal", "tpu"] {

@@ -167,22 +167,53 @@ pub fn run(a: Args) -> CliResult {
             let availability = torchlean::module::availability();
             let plan = plan_ops(standard_registry(), &ops, &request, &availability)
                 .map_err(|errors| planning_failed(&errors, &profile.name, a.json))?;
-            let (audits, groups, failures) = match gate_plan(&plan) {
-                Ok(accepted) => (
-                    accepted
-                        .kernels()
-                        .iter()
-                        .map(|k| k.audit().clone())
-                        .collect(),
-                    accepted.groups().to_vec(),
-                    vec![],
-                ),
-                Err(rejected) => (rejected.audits, rejected.groups, rejected.failures),
+            // an admitted composite's parts are planned and gated under the same profile, as
+            // a run plans them before its first kernel (runtime::Session::preplan): a plan that
+            // accepted `composed_attention` while its `permute` had no admissible capsule
+            // said "accepted" where the run refused
+            // (a composite the gate refuses is refused for itself: its parts would never run)
+            let mut parts: Vec<(OpKind, String)> = Vec::new();
+            for k in &plan.kernels {
+                if torchlean::backend::gate_kernel(k, &request).is_err() {
+                    continue;
+                }
+                for &p in &k.capsule().parts {
+                    let entry = (p, k.capsule().name.clone());
+                    if !parts.contains(&entry) {
+                        parts.push(entry);
+                    }
+                }
+            }
+            let part_ops: Vec<OpKind> = parts.iter().map(|(p, _)| *p).collect();
+            let part_plan = if part_ops.is_empty() {
+                None
+            } else {
+                Some(
+                    plan_ops(standard_registry(), &part_ops, &request, &availability)
+                        .map_err(|errors| planning_failed(&errors, &profile.name, a.json))?,
+                )
             };
+            let (mut audits, mut groups, mut failures) = gated(&plan);
+            if let Some(pp) = &part_plan {
+                let (part_audits, part_groups, part_failures) = gated(pp);
+                for (mut audit, (_, composite)) in part_audits.into_iter().zip(&parts) {
+                    audit.part_of = Some(composite.clone());
+                    audits.push(audit);
+                }
+                groups.extend(part_groups);
+                failures.extend(part_failures);
+            }
             if !a.json {
                 outln!("plan:");
                 for k in &plan.kernels {
                     outln!("  {} -> {}", k.op.name(), k.capsule().name);
+                }
+                for (k, (_, composite)) in part_plan.iter().flat_map(|pp| &pp.kernels).zip(&parts) {
+                    outln!(
+                        "    {} -> {} (part of {composite})",
+                        k.op.name(),
+                        k.capsule().name
+                    );
                 }
             }
             BackendReport::new(&profile, mode, audits, groups, failures)
@@ -221,5 +252,28 @@ pub fn run(a: Args) -> CliResult {
                 kinds.join(", ")
             ),
         })
+    }
+}
+
+/// The gate's verdict on `plan` as report parts: every kernel's audit, the groups, and the
+/// failures (none when accepted).
+fn gated(
+    plan: &torchlean::backend::ExecutionPlan,
+) -> (
+    Vec<torchlean::backend::KernelAudit>,
+    Vec<torchlean::backend::LoweredGroup>,
+    Vec<torchlean::backend::GateFailure>,
+) {
+    match gate_plan(plan) {
+        Ok(accepted) => (
+            accepted
+                .kernels()
+                .iter()
+                .map(|k| k.audit().clone())
+                .collect(),
+            accepted.groups().to_vec(),
+            vec![],
+        ),
+        Err(rejected) => (rejected.audits, rejected.groups, rejected.failures),
     }
 }

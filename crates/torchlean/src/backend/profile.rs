@@ -116,13 +116,13 @@ impl BackendProfile {
         v
     }
 
-    /// Looks a named profile up.
     /// This profile with its policy opted into TF32 capsules (`--tf32`).
     pub fn with_tf32(mut self) -> BackendProfile {
         self.policy = self.policy.with_tf32();
         self
     }
 
+    /// Looks a named profile up.
     pub fn named(name: &str) -> Result<BackendProfile, String> {
         BackendProfile::all_named()
             .into_iter()
@@ -210,7 +210,19 @@ impl BackendProfile {
             p.preference = pref;
         }
         if let Some(pol) = policy {
-            let pol = AcceptancePolicy::parse(pol)?;
+            let mut pol = AcceptancePolicy::parse(pol)?;
+            // the profile's TF32 opt-in stays with the policy that replaces its own (it was
+            // dropped without a word: `checked_cuda_tf32 --policy checked-runtime` planned
+            // f32 products, and ran on the CPU where the profile alone is refused)
+            if p.policy.allow_tf32 {
+                if pol.name.starts_with("strict") {
+                    return Err(format!(
+                        "profile `{base}` opts into TF32 tensor-core products, which policy `{}` never admits (no TF32 capsule has a replay checker); use policy checked-runtime, or a profile without TF32",
+                        pol.name
+                    ));
+                }
+                pol = pol.with_tf32();
+            }
             overridden |= pol != p.policy;
             p.policy = pol;
         }

@@ -192,6 +192,13 @@ impl Session {
             self.probed =
                 Some(probe::probe_for(self.profile.device, self.profile.preference)?.detail);
         }
+        // every op that cannot be planned is named at once, before any gate verdict: a
+        // planning failure (exit 2 in the CLI) is reported as `torchlean plan` reports it,
+        // whatever the order of the ops, and never hidden behind another op's rejection
+        let unplannable = self.planning_errors(uses);
+        if !unplannable.is_empty() {
+            return Err(Error::Planning(unplannable));
+        }
         let mut audits = Vec::new();
         for &(k, recording) in uses.uses() {
             if k == OpKind::Slice && recording {
@@ -227,6 +234,49 @@ impl Session {
             vec![],
             vec![],
         )))
+    }
+
+    /// The planning errors of `uses` and of the parts of the composites they plan and the
+    /// gate admits, each once.
+    fn planning_errors(&self, uses: &OpUses) -> Vec<crate::backend::PlanningError> {
+        let mut errors = Vec::new();
+        let mut note = |r: std::result::Result<_, crate::backend::PlanningError>| match r {
+            Ok(planned) => Some(planned),
+            Err(e) => {
+                if !errors.contains(&e) {
+                    errors.push(e);
+                }
+                None
+            }
+        };
+        for &(k, recording) in uses.uses() {
+            let request = self.request(recording);
+            let plan = |kind| plan_op(&self.registry, kind, &request, &self.availability);
+            if k == OpKind::Slice && recording {
+                let request = self.request(false);
+                note(plan_op(
+                    &self.registry,
+                    OpKind::Concat,
+                    &request,
+                    &self.availability,
+                ));
+            }
+            let Some(planned) = note(plan(k)) else {
+                continue;
+            };
+            // a composite the gate refuses is refused for itself (exit 3): its parts, which
+            // would never run, are not planned
+            if gate_kernel(&planned, &request).is_err() {
+                continue;
+            }
+            for p in planned.capsule().parts.clone() {
+                for rec in [false, recording && p.differentiable()] {
+                    let request = self.request(rec);
+                    note(plan_op(&self.registry, p, &request, &self.availability));
+                }
+            }
+        }
+        errors
     }
 
     fn with_origin(&self, mut report: BackendReport) -> BackendReport {
