@@ -161,6 +161,46 @@ fn a_resumed_run_keeps_the_checkpoints_learning_rate() {
     );
 }
 
+/// A CSV file's label column: by default the column the header names `label` when it is not
+/// the last (Kaggle's MNIST layout, whose last pixel was read as the label: 3 "classes" of
+/// pixel values here), `--label-column` to choose; an empty choice, or one without --data,
+/// is refused.
+#[test]
+fn the_label_column_follows_the_header_or_the_flag() {
+    let dir = scratch("label-column");
+    let data = dir.join("k.csv");
+    let mut rows = String::from("label,p0,p1,p2\n");
+    for i in 0..40 {
+        let c = i % 4;
+        rows.push_str(&format!("{c},{},{},{}\n", c * 10, 5 - c, i % 3));
+    }
+    std::fs::write(&data, rows).unwrap();
+    let header = |extra: &[&str]| {
+        let args = [&["mlp", "--data", s(&data), "--steps", "2"][..], extra].concat();
+        let o = torchlean(&args);
+        assert_eq!(code(&o), 0, "{args:?}: {}", stderr(&o));
+        let out = stdout(&o);
+        out.lines()
+            .find(|l| l.starts_with("mlp: "))
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(
+        header(&[]).contains("(40 samples, 4 classes)"),
+        "{}",
+        header(&[])
+    );
+    assert!(header(&["--label-column", "label"]).contains("4 classes"));
+    assert!(header(&["--label-column", "0"]).contains("4 classes"));
+    // the last column (values 0, 1, 2) read as the label: what the default did before
+    assert!(header(&["--label-column", "last"]).contains("3 classes"));
+    let o = torchlean(&["mlp", "--data", s(&data), "--label-column", ""]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    let o = torchlean(&["mlp", "--label-column", "label"]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("needs --data"), "{}", stderr(&o));
+}
+
 /// `--steps 0 --load A --save B` writes B (it wrote nothing, exit 0), and B resumes exactly
 /// as A does: the model, the optimizer's state, the step and the notes all carried over.
 #[test]

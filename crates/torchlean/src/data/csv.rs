@@ -254,10 +254,19 @@ pub fn parse_csv_classes(
             )))
         }
         LabelColumn::Name(n) => match &header {
-            Some(h) => h
-                .iter()
-                .position(|c| c == n)
-                .ok_or_else(|| bad(format!("no column named `{n}` in the header {h:?}")))?,
+            Some(h) => h.iter().position(|c| c == n).ok_or_else(|| {
+                // the first names and the count (a header may have 785 columns)
+                let shown: Vec<&String> = h.iter().take(8).collect();
+                let more = if h.len() > 8 {
+                    format!(" … ({} columns)", h.len())
+                } else {
+                    String::new()
+                };
+                bad(format!(
+                    "no column named `{}` in the header {shown:?}{more}",
+                    printable(n)
+                ))
+            })?,
             None => {
                 return Err(bad(format!(
                     "label column `{n}` given by name, but the file has no header"

@@ -40,17 +40,20 @@ pub struct DataArgs {
 
 impl DataArgs {
     /// `--label-column` as the CSV reader's choice.
-    pub fn label_column(&self) -> torchlean::data::LabelColumn {
+    pub fn label_column(&self) -> Result<torchlean::data::LabelColumn, CliError> {
         use torchlean::data::LabelColumn;
-        match self.label_column.as_deref() {
+        Ok(match self.label_column.as_deref() {
             None | Some("auto") => LabelColumn::Auto,
             Some("first") => LabelColumn::First,
             Some("last") => LabelColumn::Last,
+            Some("") => return Err(CliError::usage(
+                "--label-column is empty: give auto, first, last, a 0-based index or a header name",
+            )),
             Some(c) => match c.parse::<usize>() {
                 Ok(i) => LabelColumn::Index(i),
                 Err(_) => LabelColumn::Name(c.to_string()),
             },
-        }
+        })
     }
 }
 

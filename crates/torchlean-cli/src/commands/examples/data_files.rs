@@ -98,7 +98,7 @@ pub fn load_classification(
         }
         let options = CsvOptions {
             header: args.csv_header.map_or(Header::Auto, |h| h.header()),
-            label: args.label_column(),
+            label: args.label_column()?,
             // class indices, checked as written (not after rounding to f32), or class names
             integer_labels: true,
             class_names: true,
