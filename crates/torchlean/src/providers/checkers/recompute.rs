@@ -9,7 +9,9 @@
 //! `conv2d_map`'s conv sums whose inputs are large against their result, where a correct f32
 //! kernel errs by more; the piece
 //! checks of `pieces.rs` use A = 0 and hand a failing call to this whole-call check). Where the spec run at f32 lands in another class than at f64
-//! (an intermediate that overflows or underflows only in f32), either is accepted. Cost: one
+//! (an intermediate that overflows or underflows only in f32), either is accepted; a chain of
+//! maps (`fused_unary`, `fused_map`) may also be within the bound of the spec run at f32 step
+//! by step, which is what a kernel that rounds its intermediates computes. Cost: one
 //! evaluation of the spec at f64 per call (for elementwise maps and reductions, a few passes
 //! over the data).
 
@@ -100,6 +102,7 @@ fn compare(
     want: &[f64],
     allowance: impl FnOnce() -> f64,
     alt: impl FnOnce() -> Option<Vec<f64>>,
+    stepwise: bool,
 ) -> Result<(), String> {
     let got = dense_values(got);
     if got.len() == want.len() {
@@ -137,10 +140,15 @@ fn compare(
         if ok(w) {
             continue;
         }
-        if class(g) != class(w) {
+        // `stepwise`: a chain of maps whose intermediates a correct f32 kernel rounds to
+        // f32 (fused_unary, fused_map) is also held to the spec evaluated at f32 step by
+        // step — where a step is ill-conditioned (cos of x³ ≈ 115420, whose f32 rounding
+        // moves the cosine by 4e-3) the f64 value is out of any f32 kernel's reach, and the
+        // correct kernel was rejected (an audit of the thirty-eighth session)
+        if class(g) != class(w) || stepwise {
             let a = alt_values.get_or_insert_with(|| alt.take().and_then(|f| f()));
             if let Some(a) = a {
-                if class(a[k]) != class(w) && ok(a[k]) {
+                if (class(a[k]) != class(w) || stepwise) && ok(a[k]) {
                     continue;
                 }
             }
@@ -200,7 +208,11 @@ pub(super) fn whole_forward(op: &Op, call: &Call) -> Result<(), String> {
             .copied()
             .unwrap_or(0.0)
     };
-    compare("result", &call.output, &want.data, allowance, alt)
+    let stepwise = matches!(
+        op.kind(),
+        crate::graph::OpKind::FusedUnary | crate::graph::OpKind::FusedMap
+    );
+    compare("result", &call.output, &want.data, allowance, alt, stepwise)
 }
 
 /// Recomputes every gradient with the spec VJP at f64.
@@ -253,7 +265,14 @@ pub(super) fn whole_vjp(op: &Op, call: &Call) -> Result<(), String> {
                         .and_then(|gs| gs.into_iter().nth(i).flatten())
                         .map(|a| a.data.iter().map(|&v| v as f64).collect())
                 };
-                compare(&format!("gradient {i}"), g, &w.data, || allowance(i), alt)?;
+                compare(
+                    &format!("gradient {i}"),
+                    g,
+                    &w.data,
+                    || allowance(i),
+                    alt,
+                    false,
+                )?;
             }
             (None, Some(_)) if call.needs.get(i) == Some(&true) => {
                 return Err(format!("gradient {i} is missing, the spec has one"));

@@ -359,12 +359,46 @@ pub fn unary_forward(op: &Op, x: &[f32]) -> Vec<f32> {
 /// [`unary_forward`] into `out` (of `x`'s length): the same table as the in-place kernel,
 /// read from `x` (no copy of the input first).
 pub fn unary_forward_into(op: &Op, x: &[f32], out: &mut [f32]) {
-    unary_table(op, Into(x, out));
+    match op {
+        Op::FusedUnary { ops } => fused_chain(ops, Some(x), out),
+        _ => unary_table(op, Into(x, out)),
+    }
 }
 
 /// Applies a unary map (or a fused chain of them) to `w` in place.
 pub fn unary_in_place(op: &Op, w: &mut [f32]) {
-    unary_table(op, InPlace(w));
+    match op {
+        Op::FusedUnary { ops } => fused_chain(ops, None, w),
+        _ => unary_table(op, InPlace(w)),
+    }
+}
+
+/// Elements per block of a fused chain: every step runs over one block while it is in the
+/// L1 cache.
+const FUSED_BLOCK: usize = 1024;
+
+/// A fused chain of unary maps over `out` (read from `x` when given, else in place): each step
+/// is the unfused kernel's own map ([`unary_table`]) applied block by block, so the bits are
+/// the unfused maps' — the spec's f32 formulas (`std`'s `tanh`, `exp`) gave other last bits
+/// than the native maps (`vmath`), so a compiled run's outputs depended on whether a chain
+/// was fused, i.e. on `--grad` (an audit of the thirty-eighth session).
+fn fused_chain(ops: &[Op], x: Option<&[f32]>, out: &mut [f32]) {
+    for_chunks(out, |off, c| {
+        for (k, block) in c.chunks_mut(FUSED_BLOCK).enumerate() {
+            let at = off + k * FUSED_BLOCK;
+            let mut steps = ops.iter();
+            if let Some(x) = x {
+                let src = &x[at..at + block.len()];
+                match steps.next() {
+                    Some(first) => unary_table(first, Into(src, block)),
+                    None => block.copy_from_slice(src),
+                }
+            }
+            for step in steps {
+                unary_table(step, InPlace(block));
+            }
+        }
+    });
 }
 
 /// Where a unary map's values go: each closure of [`unary_table`] is monomorphized per sink,
@@ -397,6 +431,7 @@ impl MapSink for Into<'_> {
 /// destination-passing kernels (the same closure for each, so the same bits).
 fn unary_table(op: &Op, sink: impl MapSink) {
     match op {
+        // (a chain inside a chain: the table of each step, element by element)
         Op::FusedUnary { ops } => sink.run(|v| crate::spec::fused_chain_value(ops, v)),
         Op::Neg => sink.run(|v| -v),
         Op::Abs => sink.run(f32::abs),
