@@ -559,3 +559,87 @@ fn draws_with_nearby_seeds_and_layer_parameters_are_independent() {
         );
     }
 }
+
+/// The native batch-norm VJP sums each channel's N·H·W cotangents in f64: with a cotangent
+/// whose mean is large (≈ 100 over 16·32·32 elements per channel), the bias gradient (that
+/// sum) is the f64 sum rounded once, where the f32 left-to-right sum was off by ~4e-6
+/// relative (~100× PyTorch's error; an audit of the thirty-eighth session).
+#[test]
+fn batch_norm_gradients_sum_large_cotangents_accurately() {
+    support::checked_cpu_default();
+    let shape = [16, 4, 32, 32];
+    let x = Tensor::randn(&shape, 61).unwrap().requires_grad();
+    let gamma = Tensor::rand(&[4], 62)
+        .unwrap()
+        .add_scalar(0.5)
+        .unwrap()
+        .requires_grad();
+    let beta = Tensor::randn(&[4], 63).unwrap().requires_grad();
+    let cot = Tensor::randn(&shape, 64)
+        .unwrap()
+        .add_scalar(100.0)
+        .unwrap();
+    let op = torchlean::graph::Op::BatchNorm {
+        eps: 1e-5,
+        channel_axis: 1,
+    };
+    let y = x.apply(op, &[&gamma, &beta]).unwrap();
+    let loss = y.mul(&cot).unwrap().sum_all().unwrap();
+    let grads = loss.backward().unwrap();
+    let gbeta = grads.get(&beta).unwrap().to_vec();
+    let c = cot.to_vec();
+    let per = 32 * 32;
+    for ch in 0..4 {
+        let exact: f64 = (0..16)
+            .flat_map(|n| (0..per).map(move |i| (n * 4 + ch) * per + i))
+            .map(|k| c[k] as f64)
+            .sum();
+        let rel = ((gbeta[ch] as f64 - exact) / exact).abs();
+        assert!(
+            rel <= 1.2e-7,
+            "channel {ch}: {} against {exact} (relative {rel:e})",
+            gbeta[ch]
+        );
+    }
+}
+
+/// A convolution over zero input channels is a sum of nothing: zeros (plus the bias), on
+/// every provider, batches of one and more, forward and backward (the native kernel sliced
+/// its empty patch matrix past its end for a batch of two and panicked — found by the graph
+/// fuzzer, thirty-eighth session).
+#[test]
+fn a_convolution_over_zero_input_channels_is_zero_on_every_provider() {
+    for profile in ["checked_cpu", "strict_cpu", "strict_native_cpu"] {
+        let before = torchlean::runtime::install(torchlean::runtime::Session::new(
+            torchlean::backend::BackendProfile::named(profile).unwrap(),
+        ))
+        .unwrap();
+        for batch in [1usize, 2, 3] {
+            for padding in [0usize, 1] {
+                let x = Tensor::from_vec(vec![], &[batch, 0, 4, 4])
+                    .unwrap()
+                    .requires_grad();
+                let w = Tensor::from_vec(vec![], &[2, 0, 3, 3])
+                    .unwrap()
+                    .requires_grad();
+                let geometry = Conv2dGeometry {
+                    padding: [padding; 2],
+                    ..Conv2dGeometry::default()
+                };
+                let y = x
+                    .apply(torchlean::graph::Op::Conv2d(geometry), &[&w])
+                    .unwrap_or_else(|e| panic!("{profile} batch {batch}: {e}"));
+                let side = 4 + 2 * padding - 2;
+                assert_eq!(y.shape(), &[batch, 2, side, side]);
+                assert!(y.to_vec().iter().all(|&v| v == 0.0), "{profile}");
+                let grads = y.sum_all().unwrap().backward().unwrap();
+                assert_eq!(grads.get(&x).unwrap().shape(), &[batch, 0, 4, 4]);
+                assert_eq!(grads.get(&w).unwrap().shape(), &[2, 0, 3, 3]);
+            }
+        }
+        torchlean::runtime::take().unwrap();
+        if let Some(s) = before {
+            torchlean::runtime::install(s).unwrap();
+        }
+    }
+}

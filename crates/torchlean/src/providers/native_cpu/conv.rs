@@ -478,23 +478,30 @@ fn conv2d_images_side_by_side(
             let (col, rest) = scratch.split_at_mut(kr * ld);
             let (z, padded) = rest.split_at_mut(g.other * ld);
             for grp in 0..g.groups {
-                for i in 0..n {
-                    let xb = &xd[(b0 + i) * per_in..(b0 + i + 1) * per_in];
-                    let xg = &xb[grp * u.img_len()..(grp + 1) * u.img_len()];
-                    u.pad_into(xg, padded);
-                    u.im2col_padded(padded, &mut col[i * p..], ld);
+                if kr == 0 {
+                    // no input channel (or an empty window): every sum is empty, 0 — and
+                    // there is no patch matrix to unfold into (slicing the empty one past
+                    // its end panicked for a batch of two)
+                    z.fill(0.0);
+                } else {
+                    for i in 0..n {
+                        let xb = &xd[(b0 + i) * per_in..(b0 + i + 1) * per_in];
+                        let xg = &xb[grp * u.img_len()..(grp + 1) * u.img_len()];
+                        u.pad_into(xg, padded);
+                        u.im2col_padded(padded, &mut col[i * p..], ld);
+                    }
+                    let wg = &wd[grp * g.other * kr..(grp + 1) * g.other * kr];
+                    gemm(
+                        g.other,
+                        ld,
+                        kr,
+                        Mat::rows(wg, kr),
+                        Mat::rows(col, ld),
+                        z,
+                        false,
+                        false,
+                    );
                 }
-                let wg = &wd[grp * g.other * kr..(grp + 1) * g.other * kr];
-                gemm(
-                    g.other,
-                    ld,
-                    kr,
-                    Mat::rows(wg, kr),
-                    Mat::rows(col, ld),
-                    z,
-                    false,
-                    false,
-                );
                 for (i, yb) in ys.chunks_mut(per_out).enumerate() {
                     let yg = &mut yb[grp * g.other * p..(grp + 1) * g.other * p];
                     for (o, dst) in yg.chunks_mut(out_plane).enumerate() {

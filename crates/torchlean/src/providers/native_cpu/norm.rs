@@ -191,14 +191,19 @@ pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
             let n = (outer * inner) as f32;
             for ch in 0..c {
                 let (mu, rstd) = channel_stats(&xd, outer, c, inner, ch, e);
-                let (mut sg, mut sgx) = (0.0f32, 0.0f32);
+                // the channel's sums over N·H·W elements accumulate in f64: in f32, left to
+                // right, a cotangent with a large mean lost ~50× PyTorch's accuracy in the
+                // bias and input gradients (an audit of the thirty-eighth session)
+                let (mut sg64, mut sgx64) = (0.0f64, 0.0f64);
                 for o in 0..outer {
                     let base = (o * c + ch) * inner;
                     for i in 0..inner {
-                        sg += g[base + i];
-                        sgx += g[base + i] * (xd[base + i] - mu) * rstd;
+                        let gi = g[base + i];
+                        sg64 += gi as f64;
+                        sgx64 += (gi * (xd[base + i] - mu) * rstd) as f64;
                     }
                 }
+                let (sg, sgx) = (sg64 as f32, sgx64 as f32);
                 ggamma[ch] = sgx;
                 gbeta[ch] = sg;
                 let (mg, mgx) = (gamma[ch] * sg / n, gamma[ch] * sgx / n);
