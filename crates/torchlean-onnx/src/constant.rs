@@ -665,21 +665,48 @@ impl Const {
     /// `keepdim`: integers in checked i64, floats in f32 in index order. ONNX `ReduceProd`
     /// of a constant (a legacy exporter's element count of a `Shape` for `torch.var`).
     pub fn reduce_product(&self, axes: &[usize], keepdim: bool, budget: &Budget) -> Fold<Const> {
+        // which axes are reduced, as a mask (`axes.contains` per axis cost rank · |axes|)
+        let mut reduced = vec![false; self.dims.len()];
+        for &a in axes {
+            if let Some(r) = reduced.get_mut(a) {
+                *r = true;
+            }
+        }
         let kept: Vec<usize> = self
             .dims
             .iter()
-            .enumerate()
-            .map(|(a, &d)| if axes.contains(&a) { 1 } else { d })
+            .zip(&reduced)
+            .map(|(&d, &r)| if r { 1 } else { d })
             .collect();
         let n_out = budget.take(&kept)?;
-        let (out_strides, in_strides) = (strides(&kept), strides(&self.dims));
-        // the output position of input element i: its index with the reduced axes at 0
-        let target = |i: usize| -> usize {
-            (0..self.dims.len())
-                .filter(|a| !axes.contains(a))
-                .map(|a| (i / in_strides[a]) % self.dims[a] * out_strides[a])
-                .sum()
-        };
+        // each input element's output position by an odometer over the axes longer than 1
+        // (an axis of length 1 moves nothing): O(1) amortized per element, whatever the rank
+        // (recomputing the position axis by axis cost n·rank, a minute for a 16 KB model of
+        // rank 2020)
+        let out_strides = strides(&kept);
+        let moving: Vec<(usize, usize)> = (0..self.dims.len())
+            .filter(|&a| self.dims[a] > 1)
+            .map(|a| {
+                let step = if reduced[a] { 0 } else { out_strides[a] };
+                (self.dims[a], step)
+            })
+            .collect();
+        let mut targets = Vec::with_capacity(self.len());
+        let mut index = vec![0usize; moving.len()];
+        let mut at = 0usize;
+        for _ in 0..self.len() {
+            targets.push(at);
+            for (k, &(len, step)) in moving.iter().enumerate().rev() {
+                index[k] += 1;
+                at += step;
+                if index[k] < len {
+                    break;
+                }
+                index[k] = 0;
+                at -= step * len;
+            }
+        }
+        let target = |i: usize| targets[i];
         let data = match &self.data {
             Data::I64(v) => {
                 let mut out = vec![1i64; n_out];
@@ -703,7 +730,7 @@ impl Const {
             kept
         } else {
             (0..self.dims.len())
-                .filter(|a| !axes.contains(a))
+                .filter(|&a| !reduced[a])
                 .map(|a| self.dims[a])
                 .collect()
         };
@@ -866,6 +893,67 @@ pub fn slice_range(start: i64, end: i64, step: i64, n: usize) -> Fold<Stride> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `reduce_product` against the product computed element by element from each index
+    /// (the definition), over shapes with axes of length 1 among longer ones, every subset of
+    /// axes, with and without `keepdim`; and a rank-2020 constant (16 axes of 2 among 2004
+    /// of 1) reduces without visiting every axis for every element.
+    #[test]
+    fn reduce_product_is_the_product_over_the_reduced_axes() {
+        for dims in [
+            vec![2usize, 1, 3],
+            vec![1, 4, 1, 2, 3],
+            vec![3],
+            vec![2, 2, 1, 1, 2],
+        ] {
+            let n: usize = dims.iter().product();
+            let values: Vec<i64> = (0..n as i64).map(|v| v % 5 + 1).collect();
+            let c = Const {
+                dims: dims.clone(),
+                data: Data::I64(values.clone()),
+            };
+            let rank = dims.len();
+            for mask in 1..(1u32 << rank) {
+                let axes: Vec<usize> = (0..rank).filter(|a| mask >> a & 1 == 1).collect();
+                for keepdim in [true, false] {
+                    let got = c
+                        .reduce_product(&axes, keepdim, &Budget::default())
+                        .unwrap();
+                    let kept: Vec<usize> = (0..rank)
+                        .map(|a| if axes.contains(&a) { 1 } else { dims[a] })
+                        .collect();
+                    let (ins, outs) = (strides(&dims), strides(&kept));
+                    let mut want = vec![1i64; kept.iter().product()];
+                    for (i, v) in values.iter().enumerate() {
+                        let o: usize = (0..rank)
+                            .filter(|a| !axes.contains(a))
+                            .map(|a| (i / ins[a]) % dims[a] * outs[a])
+                            .sum();
+                        want[o] *= v;
+                    }
+                    assert_eq!(got.data, Data::I64(want), "{dims:?} {axes:?}");
+                    let shape: Vec<usize> = if keepdim {
+                        kept
+                    } else {
+                        (0..rank)
+                            .filter(|a| !axes.contains(a))
+                            .map(|a| dims[a])
+                            .collect()
+                    };
+                    assert_eq!(got.dims, shape);
+                }
+            }
+        }
+        let mut dims = vec![2usize; 16];
+        dims.extend(vec![1; 2004]);
+        let c = Const {
+            data: Data::I64(vec![1; 1 << 16]),
+            dims,
+        };
+        let all: Vec<usize> = (0..2020).collect();
+        let got = c.reduce_product(&all, false, &Budget::default()).unwrap();
+        assert_eq!((got.dims, got.data), (vec![], Data::I64(vec![1])));
+    }
 
     #[test]
     fn slice_ranges_follow_the_onnx_clamping_rules() {
