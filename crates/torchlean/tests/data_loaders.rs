@@ -64,14 +64,26 @@ fn csv_default_label_column_follows_a_label_named_in_the_header() {
     let ds = read("kaggle.csv", b"label,pixel0,pixel1\n3,0,255\n7,12,0\n").unwrap();
     assert_eq!(ds.targets().unwrap().to_vec(), vec![3.0, 7.0]);
     assert_eq!(ds.features().unwrap().to_vec(), vec![0.0, 255.0, 12.0, 0.0]);
-    // any case, trimmed; `target`, `class` and `y` too
-    for name in [" Target ", "CLASS", "y"] {
+    // any case, trimmed; `target` and `class` too
+    for name in [" Target ", "CLASS"] {
         let text = format!("a,{name},b\n1,5,2\n3,6,4\n");
         let ds = read("named.csv", text.as_bytes()).unwrap();
         assert_eq!(ds.targets().unwrap().to_vec(), vec![5.0, 6.0], "{name}");
     }
+    // not `y`: a header `x,y,cluster` names coordinates (the label was y, 10 classes)
+    let ds = read("xy.csv", b"x,y,cluster\n1,5,0\n3,6,1\n").unwrap();
+    assert_eq!(ds.targets().unwrap().to_vec(), vec![0.0, 1.0]);
+    // a name given twice is ambiguous
+    let by_name = CsvOptions {
+        label: LabelColumn::Name("label".into()),
+        ..Default::default()
+    };
+    let e = load_csv(write(&d, "dup.csv", b"label,a,label\n1,2,0\n"), &by_name)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("several columns `label`"), "{e}");
     // the last column named like a label, or none: the last
-    let ds = read("last.csv", b"y,label\n1,2\n3,4\n").unwrap();
+    let ds = read("last.csv", b"class,label\n1,2\n3,4\n").unwrap();
     assert_eq!(ds.targets().unwrap().to_vec(), vec![2.0, 4.0]);
     let ds = read("none.csv", b"a,b,c\n1,2,3\n").unwrap();
     assert_eq!(ds.targets().unwrap().to_vec(), vec![3.0]);

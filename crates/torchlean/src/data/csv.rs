@@ -27,7 +27,7 @@ pub enum Header {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LabelColumn {
     /// The last column, unless the header names another one like a label (`label`,
-    /// `labels`, `target`, `class`, `y`, any case) and the last is not named so: then that
+    /// `labels`, `target`, `class`, any case) and the last is not named so: then that
     /// one (Kaggle's MNIST CSV has `label` first; reading its last pixel as the label trained
     /// a model on the wrong target without a word). Several such names, none of them the
     /// last, are refused: say [`LabelColumn::Name`].
@@ -82,12 +82,17 @@ pub fn load_csv_classes(
     path: impl AsRef<Path>,
     options: &CsvOptions,
 ) -> Result<(Dataset, Vec<String>)> {
+    load_csv_read(path, options).map(|r| (r.dataset, r.class_names))
+}
+
+/// Loads a CSV file and says which label column it took (see [`parse_csv_read`]).
+pub fn load_csv_read(path: impl AsRef<Path>, options: &CsvOptions) -> Result<CsvRead> {
     let path = path.as_ref();
     let bytes = file::read_bytes(path, FORMAT)?;
     let name = file::name(path);
     let text = std::str::from_utf8(&bytes)
         .map_err(|e| DataError::malformed(&name, FORMAT, format!("not UTF-8 text: {e}")))?;
-    parse_csv_classes(text, &name, options)
+    parse_csv_read(text, &name, options)
 }
 
 fn field(s: &str) -> &str {
@@ -118,7 +123,8 @@ fn delimiter_hint(first: &str, delimiter: char) -> String {
 }
 
 /// The names that mark a header's column as the label ([`LabelColumn::Auto`]).
-const LABEL_NAMES: [&str; 5] = ["label", "labels", "target", "class", "y"];
+/// (Not `y`: a header `x,y,cluster` names coordinates, and `y` was taken as the label.)
+const LABEL_NAMES: [&str; 4] = ["label", "labels", "target", "class"];
 
 /// [`LabelColumn::Auto`]'s column of a file of `cols` columns with `header` (if any).
 fn auto_label(header: Option<&[String]>, cols: usize) -> std::result::Result<usize, String> {
@@ -159,6 +165,24 @@ pub fn parse_csv_classes(
     name: &str,
     options: &CsvOptions,
 ) -> Result<(Dataset, Vec<String>)> {
+    parse_csv_read(text, name, options).map(|r| (r.dataset, r.class_names))
+}
+
+/// What [`parse_csv_read`] read: the dataset, the class names (empty for class indices), and
+/// the label column it took (0-based, and its header name when there is a header) — so that
+/// a caller can say which column [`LabelColumn::Auto`] chose.
+#[derive(Debug, Clone)]
+pub struct CsvRead {
+    pub dataset: Dataset,
+    pub class_names: Vec<String>,
+    pub label_column: usize,
+    pub label_name: Option<String>,
+    /// The number of columns.
+    pub columns: usize,
+}
+
+/// [`parse_csv_classes`], with the label column taken.
+pub fn parse_csv_read(text: &str, name: &str, options: &CsvOptions) -> Result<CsvRead> {
     let bad =
         |reason: String| -> crate::Error { DataError::malformed(name, FORMAT, reason).into() };
     // a UTF-8 byte-order mark (spreadsheets write one) is not part of the first field
@@ -251,6 +275,16 @@ pub fn parse_csv_classes(
         LabelColumn::Index(i) => {
             return Err(bad(format!(
                 "label column {i} is out of range for {cols} columns"
+            )))
+        }
+        LabelColumn::Name(n)
+            if header
+                .as_ref()
+                .is_some_and(|h| h.iter().filter(|c| *c == n).count() > 1) =>
+        {
+            return Err(bad(format!(
+                "the header names several columns `{}`: give the label column by its 0-based index",
+                printable(n)
             )))
         }
         LabelColumn::Name(n) => match &header {
@@ -402,10 +436,13 @@ pub fn parse_csv_classes(
             *t = sorted[*t as usize];
         }
     }
-    Ok((
-        Dataset::from_vecs(features, &[cols - 1], targets, &[])?,
-        names,
-    ))
+    Ok(CsvRead {
+        dataset: Dataset::from_vecs(features, &[cols - 1], targets, &[])?,
+        class_names: names,
+        label_column: label,
+        label_name: header.as_ref().map(|h| h[label].clone()),
+        columns: cols,
+    })
 }
 
 /// `text` from a data file as a message shows it: control characters (a NUL, a terminal's

@@ -28,8 +28,8 @@ pub mod text;
 pub const MAX_CLASSES: usize = 1_000_000;
 
 pub use csv::{
-    load_csv, load_csv_classes, parse_csv, parse_csv_classes, printable, CsvOptions, Header,
-    LabelColumn,
+    load_csv, load_csv_classes, load_csv_read, parse_csv, parse_csv_classes, parse_csv_read,
+    printable, CsvOptions, CsvRead, Header, LabelColumn,
 };
 pub use dataset::Dataset;
 pub use error::DataError;

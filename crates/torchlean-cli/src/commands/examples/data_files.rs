@@ -3,7 +3,7 @@
 use super::lib_err;
 use crate::CliError;
 use std::path::{Path, PathBuf};
-use torchlean::data::{load_csv_classes, load_mnist, CsvOptions, Dataset, Header, MAX_CLASSES};
+use torchlean::data::{load_csv_read, load_mnist, CsvOptions, Dataset, Header, MAX_CLASSES};
 
 /// The rule, as shown in `--help` (a macro so that commands can `concat!` it).
 macro_rules! data_help {
@@ -12,8 +12,8 @@ macro_rules! data_help {
   *.csv  numeric CSV, one sample per line, optional header (--csv-header auto|present|absent;
          auto: a header when no feature field of the first line is a number, data when every
          one is, refused when they mix both). The label column (--label-column; default
-         auto: the LAST column, unless the header names another one `label`, `target`,
-         `class` or `y` and not the last — Kaggle's MNIST CSV has `label` first) holds class
+         auto: the LAST column, unless the header names another one `label`, `target` or
+         `class` and not the last — Kaggle's MNIST CSV has `label` first; printed) holds class
          indices, or class names (iris' `setosa`, ...: numbered 0, 1, ... in sorted order,
          printed; a column mixing numbers and names is refused).
   other  an IDX (MNIST-format) images file [N, H, W]; u8 pixels are scaled to [0, 1]. Labels come
@@ -104,8 +104,23 @@ pub fn load_classification(
             class_names: true,
             ..CsvOptions::default()
         };
-        let (ds, found) = load_csv_classes(data, &options).map_err(lib_err)?;
-        names = found;
+        let read = load_csv_read(data, &options).map_err(lib_err)?;
+        // say which column is the label when it is not the last (auto's choice by a header
+        // name, or --label-column's)
+        if read.label_column + 1 != read.columns {
+            let named = read
+                .label_name
+                .as_deref()
+                .map(|n| format!(" `{}`", torchlean::data::printable(n)))
+                .unwrap_or_default();
+            outln!(
+                "label column: {}{named} of {} (--label-column chooses)",
+                read.label_column,
+                read.columns
+            );
+        }
+        let ds = read.dataset;
+        names = read.class_names;
         if !names.is_empty() {
             let listed: Vec<String> = names
                 .iter()
