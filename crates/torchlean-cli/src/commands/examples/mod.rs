@@ -148,6 +148,10 @@ pub struct Hyper {
     pub batch_size: usize,
     /// `--seed`, to be added to the example's own seeds.
     pub seed: u64,
+    /// Whether the seed is known to be the run's: given, or recorded by the `--load`
+    /// checkpoint (a checkpoint written before seeds were recorded leaves it unknown, and a
+    /// checkpoint saved from it then records none rather than a seed it never had).
+    pub seed_known: bool,
 }
 
 impl CommonArgs {
@@ -262,7 +266,14 @@ impl CommonArgs {
                 }
                 Ok(saved)
             }
-            (None, None) => Ok(0),
+            (None, None) => {
+                if self.load.is_some() {
+                    outln!(
+                        "note: the checkpoint records no seed (it was written before seeds were recorded); using 0, whose held-out rows may not be its run's (--seed gives that run's seed)"
+                    );
+                }
+                Ok(0)
+            }
         }
     }
 
@@ -375,6 +386,9 @@ impl CommonArgs {
             lr,
             batch_size: self.batch_size.unwrap_or(d.batch_size),
             seed: self.seed()?,
+            seed_known: self.seed.is_some()
+                || self.load.is_none()
+                || self.saved(&torchlean::nn::note_key("seed")).is_some(),
         };
         if h.batch_size == 0 {
             return Err(CliError::usage("--batch-size must be positive"));
@@ -652,10 +666,13 @@ pub fn run<M: Module>(
     config
         .checkpoint_notes
         .push(("lr".to_string(), hyper.lr.to_string()));
-    // the seed, which chose the held-out rows: --load refuses another (CommonArgs::seed)
-    config
-        .checkpoint_notes
-        .push(("seed".to_string(), hyper.seed.to_string()));
+    // the seed, which chose the held-out rows: --load refuses another (CommonArgs::seed);
+    // none when it is not known (a checkpoint that recorded none, loaded without --seed)
+    if hyper.seed_known {
+        config
+            .checkpoint_notes
+            .push(("seed".to_string(), hyper.seed.to_string()));
+    }
     for (key, value) in [
         ("momentum", args.momentum(false)),
         ("weight_decay", args.weight_decay(false)),
