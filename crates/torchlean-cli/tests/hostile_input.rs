@@ -72,6 +72,19 @@ fn a_model_too_large_for_memory_is_an_error_naming_the_bytes() {
     );
 }
 
+/// An output path with a trailing slash names a folder: refused before the run (exit 2), not
+/// after it (exit 1, the training lost).
+#[test]
+fn an_output_path_ending_in_a_slash_is_refused_before_the_run() {
+    let d = Dir::new("trailing");
+    std::fs::write(d.p("a.ck"), b"x").unwrap();
+    for args in ["mlp --steps 3 --save new/", "mlp --steps 3 --save a.ck/"] {
+        let (code, err) = run_limited(&d.p(""), args);
+        assert_eq!(code, Some(2), "{args}: {err}");
+        assert!(err.contains("that is a folder"), "{args}: {err}");
+    }
+}
+
 /// A layer larger than the size rule (2^34 elements) is a usage error (exit 2) whichever
 /// layer it is: the mlp's linear weight and the cnn's convolution weight alike.
 #[test]

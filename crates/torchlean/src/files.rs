@@ -456,7 +456,14 @@ pub fn check_distinct_outputs(
                 return Err(format!("{flag} {e}"));
             }
         }
-        if path.is_dir() {
+        // a trailing separator names a folder even where none exists (`Path::parent` drops
+        // it, so `A.ck/` passed as a file in `.`, and the write failed after the run)
+        let trailing = path
+            .as_os_str()
+            .as_encoded_bytes()
+            .last()
+            .is_some_and(|&b| std::path::is_separator(b as char));
+        if path.is_dir() || trailing {
             return Err(format!(
                 "{flag} {}: that is a folder; name a file to write (the command would run and then fail to write)",
                 path.display()
