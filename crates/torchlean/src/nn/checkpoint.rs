@@ -265,7 +265,8 @@ pub fn parse_checkpoint(bytes: &[u8], name: &str) -> Result<CheckpointContents> 
     // safetensors weights — is read by its names, dtypes and shapes alone)
     if let Some(f) = metadata.get(KEY_FORMAT).filter(|f| *f != FORMAT_NAME) {
         return Err(format(format!(
-            "its metadata names format `{f}`, not `{FORMAT_NAME}`"
+            "its metadata names format `{}`, not `{FORMAT_NAME}`",
+            shown(f)
         )));
     }
     if let Some(v) = metadata
@@ -273,7 +274,8 @@ pub fn parse_checkpoint(bytes: &[u8], name: &str) -> Result<CheckpointContents> 
         .filter(|v| !VERSIONS_READ.contains(&v.as_str()))
     {
         return Err(format(format!(
-            "it is version `{v}` of {FORMAT_NAME}; this build reads versions {}",
+            "it is version `{}` of {FORMAT_NAME}; this build reads versions {}",
+            shown(v),
             VERSIONS_READ.join(" and ")
         )));
     }
@@ -356,7 +358,10 @@ pub fn check_tag(contents: &CheckpointContents, name: &str, expected: Option<&st
     match (contents.metadata.get(KEY_MODEL), expected) {
         (Some(saved), Some(expected)) if saved != expected => Err(CheckpointError::Mismatch {
             path: name.to_string(),
-            reason: format!("it was saved by model `{saved}`, this run is model `{expected}`"),
+            reason: format!(
+                "it was saved by model `{}`, this run is model `{expected}`",
+                shown(saved)
+            ),
         }
         .into()),
         _ => Ok(()),
@@ -395,7 +400,7 @@ pub fn apply_checkpoint(
     let step = match contents.metadata.get(KEY_STEP) {
         Some(s) => s
             .parse::<u64>()
-            .map_err(|_| mismatch(format!("metadata step `{s}` is not a number")))?,
+            .map_err(|_| mismatch(format!("metadata step `{}` is not a number", shown(s))))?,
         None => 0,
     };
     // a module of the user's own may name two tensors alike: one file tensor cannot fill
@@ -460,9 +465,12 @@ pub fn apply_checkpoint(
             )));
         }
         let opt_step = match contents.metadata.get(KEY_OPTIM_STEP) {
-            Some(s) => s
-                .parse::<u64>()
-                .map_err(|_| mismatch(format!("metadata optim.step `{s}` is not a number")))?,
+            Some(s) => s.parse::<u64>().map_err(|_| {
+                mismatch(format!(
+                    "metadata optim.step `{}` is not a number",
+                    shown(s)
+                ))
+            })?,
             None => 0,
         };
         let param_steps = match contents.metadata.get(KEY_OPTIM_PARAM_STEPS) {
@@ -503,4 +511,12 @@ pub fn apply_checkpoint(
         optimizer: kind,
         metadata: contents.metadata,
     })
+}
+
+/// A metadata value as a message shows it: control characters escaped (a hostile file's
+/// escape sequences must not drive the terminal), at most 120 characters.
+pub fn shown(v: &str) -> String {
+    let cut: String = v.chars().take(120).collect();
+    let more = if cut.len() < v.len() { "…" } else { "" };
+    format!("{}{more}", crate::data::printable(&cut))
 }

@@ -207,11 +207,9 @@ impl CommonArgs {
             if let Some(v) = c.metadata.get(&key) {
                 if v.parse::<f32>().is_err() {
                     return Err(CliError::usage(format!(
-                        "--load {}: its `{key}` is `{v}`, not a number",
-                        self.load
-                            .as_deref()
-                            .map(|p| p.display().to_string())
-                            .unwrap_or_default()
+                        "--load {}: its `{key}` is `{}`, not a number",
+                        self.load_display(),
+                        torchlean::nn::shown_metadata(v)
                     )));
                 }
             }
@@ -248,8 +246,9 @@ impl CommonArgs {
         let saved = match self.saved(&key) {
             Some(v) => Some(v.parse::<u64>().map_err(|_| {
                 CliError::usage(format!(
-                    "--load {}: its `{key}` is `{v}`, not a seed",
-                    self.load_display()
+                    "--load {}: its `{key}` is `{}`, not a seed",
+                    self.load_display(),
+                    torchlean::nn::shown_metadata(&v)
                 ))
             })?),
             None => None,
