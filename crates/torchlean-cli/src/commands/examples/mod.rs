@@ -198,7 +198,7 @@ impl CommonArgs {
         };
         if c.metadata.get("version").map(String::as_str) == Some("1") {
             eprintln!(
-                "note: --load {}: a version-1 checkpoint, whose checksum covers its tensors but not its metadata (step, learning rate, optimizer kind); saving it again (--save) writes version 2",
+                "note: --load {}: a version-1 checkpoint, whose checksum covers its tensors but not its metadata (step, learning rate, seed, optimizer kind); saving it again (--save) writes version 2",
                 self.load.as_deref().map(|p| p.display().to_string()).unwrap_or_default()
             );
         }
