@@ -199,7 +199,7 @@ impl CommonArgs {
         if c.metadata.get("version").map(String::as_str) == Some("1") {
             eprintln!(
                 "note: --load {}: a version-1 checkpoint, whose checksum covers its tensors but not its metadata (step, learning rate, seed, optimizer kind); saving it again (--save) writes version 2",
-                self.load.as_deref().map(|p| p.display().to_string()).unwrap_or_default()
+                self.load_display()
             );
         }
         for key in ["lr", "momentum", "weight_decay"] {
@@ -241,7 +241,8 @@ impl CommonArgs {
     /// would count training rows as held out (an audit of the thirty-eighth session: a model
     /// that memorized random labels scored 0.92 "held out" under another seed, 0.43 under its
     /// own). A checkpoint without the note (written before it existed) takes the flag as given.
-    fn seed(&self) -> Result<u64, CliError> {
+    /// Also says whether the seed is known to be the run's ([`Hyper::seed_known`]).
+    fn seed(&self) -> Result<(u64, bool), CliError> {
         let key = torchlean::nn::note_key("seed");
         let saved = match self.saved(&key) {
             Some(v) => Some(v.parse::<u64>().map_err(|_| {
@@ -258,12 +259,12 @@ impl CommonArgs {
                 "--seed {given} differs from the seed {saved} of the --load checkpoint {}: the seed chose the held-out rows and the batch order of the run that wrote it, so another one would evaluate on its training rows (leave --seed out to use the checkpoint's)",
                 self.load_display()
             ))),
-            (Some(given), _) => Ok(given),
+            (Some(given), _) => Ok((given, true)),
             (None, Some(saved)) => {
                 if saved != 0 {
                     outln!("note: seed {saved} from the checkpoint");
                 }
-                Ok(saved)
+                Ok((saved, true))
             }
             (None, None) => {
                 if self.load.is_some() {
@@ -271,7 +272,7 @@ impl CommonArgs {
                         "note: the checkpoint records no seed (it was written before seeds were recorded); using 0, whose held-out rows may not be its run's (--seed gives that run's seed)"
                     );
                 }
-                Ok(0)
+                Ok((0, self.load.is_none()))
             }
         }
     }
@@ -380,14 +381,13 @@ impl CommonArgs {
             Some(lr) => lr,
             None => self.flag_or_saved(None, "lr", "--lr", true).unwrap_or(d.lr),
         };
+        let (seed, seed_known) = self.seed()?;
         let h = Hyper {
             steps: self.steps.unwrap_or(d.steps),
             lr,
             batch_size: self.batch_size.unwrap_or(d.batch_size),
-            seed: self.seed()?,
-            seed_known: self.seed.is_some()
-                || self.load.is_none()
-                || self.saved(&torchlean::nn::note_key("seed")).is_some(),
+            seed,
+            seed_known,
         };
         if h.batch_size == 0 {
             return Err(CliError::usage("--batch-size must be positive"));
