@@ -104,6 +104,7 @@ inline void fa_emu_mma(float c[4], const unsigned a[4], const unsigned b[2]) {
     g_warp[w]->arrive_and_wait();
 }
 inline long long min(long long a, long long b) { return a < b ? a : b; }
+inline long long max(long long a, long long b) { return a > b ? a : b; }
 inline int min(int a, int b) { return a < b ? a : b; }
 alignas(16) float smem[7 * 64 * 144];  // the largest kernel's dynamic shared memory
 template <class F> void launch(dim3 grid, unsigned threads, F f) {

@@ -196,10 +196,24 @@ int main(int argc, char** argv) {
                         (g.tiles ? flash_bwd_kv_mma_tiles : flash_bwd_kv_mma)(q.data(), k.data(), v.data(), bits.data(), bias, &flag, &wide_kv,
                                      st.data(), gy.data(), dk.data(), dvv.data(), g, dq.data(), fuse ? 1 : 0);
                     });
-                launch({kt, (unsigned)bh, (unsigned)((std::max(d, dv) + 63) / 64)}, FA_THREADS, [&] {
+                // as kernels/attention.rs's `key_split` may choose (for uniform work only; here
+                // on half the calls without the tensor-core kernel, whatever the mask, and with
+                // more parts than query tiles at times): the last batch matrices' key tiles
+                // split along the queries, their dK, dV added by flash_sum_parts
+                const bool one = d <= 64 && dv <= 64;
+                const long long heads = !mma_kv && one && (call % 8) >= 4 ? std::min(bh, 1LL + call % 3) : 0;
+                const long long parts = 2 + call % 3;
+                std::vector<float> part(std::max(1LL, heads * parts * s * (d + dv)), NAN);
+                const unsigned rows = (unsigned)(bh - heads + heads * parts);
+                launch({kt, rows, (unsigned)((std::max(d, dv) + 63) / 64)}, FA_THREADS, [&] {
                     (g.tiles ? flash_bwd_kv_tiles : flash_bwd_kv)(q.data(), k.data(), v.data(), bits.data(), bias, &flag, st.data(), gy.data(),
-                                 dk.data(), dvv.data(), g, dq.data(), fuse ? 1 : 0, mma_kv ? &wide_kv : nullptr);
+                                 dk.data(), dvv.data(), g, dq.data(), fuse ? 1 : 0, mma_kv ? &wide_kv : nullptr,
+                                 heads, parts, part.data());
                 });
+                if (heads > 0)
+                    launch({4, 1, 1}, 256, [&] {
+                        flash_sum_parts(part.data(), dk.data(), dvv.data(), bh - heads, heads, parts, s, d, dv);
+                    });
             }
             if (!fuse || mask == 2)
                 launch({qt, (unsigned)bh, (unsigned)std::max(1LL, (d + 63) / 64)}, FA_THREADS, [&] {

@@ -89,6 +89,7 @@ pub struct Functions {
     pub flash_nonfinite: CudaFunction,
     pub flash_flags: CudaFunction,
     pub flash_sum_batches: CudaFunction,
+    pub flash_sum_parts: CudaFunction,
     pub flash_row_dot: CudaFunction,
     pub flash_forward: CudaFunction,
     pub flash_bwd_kv: CudaFunction,
@@ -131,6 +132,10 @@ pub struct Context {
     /// Which of flash attention's kernels run their products on tensor cores in split-TF32
     /// (`flash_forward_mma`, `flash_bwd_kv_mma`). The report's target line says which.
     pub flash_mma: FlashMma,
+    /// Blocks of the f32 key/value VJP resident on the whole device at once (SMs × blocks
+    /// per SM), for `kernels::attention_split`; 0 (no split) when unknown or when
+    /// `TORCHLEAN_FLASH_SPLIT=0`.
+    pub flash_kv_slots: usize,
     /// Small element-wise calls waiting for their launch (`queue.rs`).
     queue: Mutex<crate::queue::LaunchQueue>,
 }
@@ -455,6 +460,7 @@ fn create() -> Result<Context, String> {
         flash_nonfinite: f("flash_nonfinite")?,
         flash_flags: f("flash_flags")?,
         flash_sum_batches: f("flash_sum_batches")?,
+        flash_sum_parts: f("flash_sum_parts")?,
         flash_row_dot: f("flash_row_dot")?,
         flash_forward: f("flash_forward")?,
         flash_bwd_kv: f("flash_bwd_kv")?,
@@ -500,7 +506,21 @@ fn create() -> Result<Context, String> {
         forward: major >= 8 && wanted.forward,
         vjp: major >= 8 && wanted.vjp,
     };
-    let flash = flash_description(major, flash_mma);
+    let flash_kv_slots = if std::env::var("TORCHLEAN_FLASH_SPLIT").as_deref() == Ok("0") {
+        0
+    } else {
+        crate::kernels::attention::key_kernel_blocks_per_sm(&functions)
+            .map_or(0, |per_sm| per_sm * sms.max(0) as usize)
+    };
+    let flash = format!(
+        "{}; key/value VJP's last wave split along the queries: {}",
+        flash_description(major, flash_mma),
+        if flash_kv_slots > 0 {
+            format!("on ({flash_kv_slots} resident blocks; TORCHLEAN_FLASH_SPLIT=0: off)")
+        } else {
+            "off".to_string()
+        }
+    );
     let detail = format!(
         "{name} (sm_{major}{minor}, {sms} SMs, {:.1} GiB), CUDA driver API {driver}, NVRTC {nvrtc} (kernels {source}), cuBLAS {cublas}, cuFFT {cufft}, single products: {}, flash attention: {flash}, small element-wise maps: {}",
         total as f64 / (1u64 << 30) as f64,
@@ -518,6 +538,7 @@ fn create() -> Result<Context, String> {
         functions,
         detail,
         flash_mma,
+        flash_kv_slots,
         queue: Mutex::new(crate::queue::LaunchQueue::default()),
     })
 }

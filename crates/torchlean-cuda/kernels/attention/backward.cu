@@ -116,7 +116,7 @@ __device__ __forceinline__ void flash_bwd_kv_one_chunk(
     const unsigned* __restrict__ bits, const float* __restrict__ bias,
     const int* __restrict__ nonfinite, const float* __restrict__ stats,
     const float* __restrict__ dout, float* __restrict__ dk, float* __restrict__ dv, const Flash& g,
-    float* __restrict__ dq, int fuse_dq) {
+    float* __restrict__ dq, int fuse_dq, long long split_heads, long long parts, float* __restrict__ part) {
     extern __shared__ __align__(16) float smem[];
     float* ks = smem;                // k rows
     float* vs = smem + FA_TILE;      // v rows
@@ -131,16 +131,23 @@ __device__ __forceinline__ void flash_bwd_kv_one_chunk(
     const long long nqt = (g.l + FA_T - 1) / FA_T;
     const bool skip = g.causal && nonfinite[0] == 0;
     const bool skip_tiles = TILES && g.tiles && nonfinite[0] == 0;
-    const long long qt_begin = skip ? k0 / FA_T : 0;
     const bool vec_dq = g.d % 4 == 0;
-    for (long long b = blockIdx.y; b < g.bh; b += gridDim.y) {
+    // rows y of the grid: batch matrix y below `full`; after it, `parts` rows per batch matrix
+    // of the last split_heads, row t = y - full taking query tiles [p·nqt/parts,
+    // (p+1)·nqt/parts) of matrix full + t / parts (p = t % parts) and leaving its dK, dV in
+    // rows t of `part` (flash_sum_parts adds them in order)
+    const long long full = g.bh - split_heads, ny = full + split_heads * parts;
+    for (long long y = blockIdx.y; y < ny; y += gridDim.y) {
+        const long long t = y - full, b = t < 0 ? y : full + t / parts;
+        const long long qt_end = t < 0 ? nqt : (t % parts + 1) * nqt / parts;
+        const long long qt_begin = max(skip ? k0 / FA_T : 0LL, t < 0 ? 0LL : (t % parts) * nqt / parts);
         float ak[4][8] = {}, av[4][8] = {};
         __syncthreads();
         fa_load(ks, k, b * g.s + k0, keys, g.d, 0, g.d, nullptr, 0);
         fa_load(vs, v, b * g.s + k0, keys, g.dv, 0, g.dv, nullptr, 0);
-        long long qt = fa_next_tile<TILES>(g, bits, skip_tiles, b, qt_begin, nqt, blockIdx.x);
-        if (qt < nqt) fa_stage(qs, os, rs, q, dout, stats, g, b, qt * FA_T, min((long long)FA_T, g.l - qt * FA_T));
-        while (qt < nqt) {
+        long long qt = fa_next_tile<TILES>(g, bits, skip_tiles, b, qt_begin, qt_end, blockIdx.x);
+        if (qt < qt_end) fa_stage(qs, os, rs, q, dout, stats, g, b, qt * FA_T, min((long long)FA_T, g.l - qt * FA_T));
+        while (qt < qt_end) {
             const long long i0 = qt * FA_T, rows = min((long long)FA_T, g.l - i0);
             fa_cp_wait();
             // the staged tile is visible; some row of it attends nothing?
@@ -186,10 +193,10 @@ __device__ __forceinline__ void flash_bwd_kv_one_chunk(
             bool attends[4];
             #pragma unroll
             for (int a = 0; a < 4; ++a) attends[a] = rs[FA_T + ty * 4 + a] != 0.0f;
-            const long long next = fa_next_tile<TILES>(g, bits, skip_tiles, b, qt + 1, nqt, blockIdx.x);
+            const long long next = fa_next_tile<TILES>(g, bits, skip_tiles, b, qt + 1, qt_end, blockIdx.x);
             // every thread is done with this tile's q, dO and stats: stage the next
             __syncthreads();
-            if (next < nqt) fa_stage(qs, os, rs, q, dout, stats, g, b, next * FA_T, min((long long)FA_T, g.l - next * FA_T));
+            if (next < qt_end) fa_stage(qs, os, rs, q, dout, stats, g, b, next * FA_T, min((long long)FA_T, g.l - next * FA_T));
             if (fuse_dq) {
                 // dQ rows i0 + ty·4 + a, grouped columns: dS K from dSᵀ and the k rows
                 float aq[4][8] = {};
@@ -216,6 +223,8 @@ __device__ __forceinline__ void flash_bwd_kv_one_chunk(
             }
             qt = next;
         }
+        float* dk_rows = t < 0 ? dk + b * g.s * g.d : part + t * g.s * g.d;
+        float* dv_rows = t < 0 ? dv + b * g.s * g.dv : part + split_heads * parts * g.s * g.d + t * g.s * g.dv;
         #pragma unroll
         for (int a = 0; a < 4; ++a) {
             const long long j = k0 + ty * 4 + a;
@@ -223,10 +232,29 @@ __device__ __forceinline__ void flash_bwd_kv_one_chunk(
             #pragma unroll
             for (int c = 0; c < 8; ++c) {
                 const long long col = fa_gcol(tx, c);
-                if (col < g.d) dk[(b * g.s + j) * g.d + col] = g.scale * ak[a][c];
-                if (col < g.dv) dv[(b * g.s + j) * g.dv + col] = av[a][c];
+                if (col < g.d) dk_rows[j * g.d + col] = g.scale * ak[a][c];
+                if (col < g.dv) dv_rows[j * g.dv + col] = av[a][c];
             }
         }
+    }
+}
+
+// The dK, dV rows of the key kernel's split batch matrices (flash_bwd_kv_one_chunk with
+// split_heads > 0): element r of matrix full + h is the sum, in order p = 0, 1, …, of its
+// `parts` partial values (deterministic: the same additions in the same order every run).
+extern "C" __global__ void flash_sum_parts(const float* __restrict__ part, float* __restrict__ dk,
+                                           float* __restrict__ dv, long long full, long long heads,
+                                           long long parts, long long s, long long d, long long dvn) {
+    const long long nk = heads * s * d, nv = heads * s * dvn;
+    for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < nk + nv;
+         e += (long long)gridDim.x * blockDim.x) {
+        const bool is_k = e < nk;
+        const long long n = is_k ? s * d : s * dvn, u = is_k ? e : e - nk;
+        const long long h = u / n, r = u % n;
+        const float* src = part + (is_k ? 0 : heads * parts * s * d) + h * parts * n + r;
+        float sum = src[0];
+        for (long long p = 1; p < parts; ++p) sum += src[p * n];
+        (is_k ? dk : dv)[(full + h) * n + r] = sum;
     }
 }
 
@@ -246,11 +274,13 @@ __device__ __forceinline__ void flash_bwd_kv_impl(
     const unsigned* __restrict__ bits, const float* __restrict__ bias,
     const int* __restrict__ nonfinite, const float* __restrict__ stats,
     const float* __restrict__ dout, float* __restrict__ dk, float* __restrict__ dv, Flash g,
-    float* __restrict__ dq, int fuse_dq, const int* __restrict__ gate) {
+    float* __restrict__ dq, int fuse_dq, const int* __restrict__ gate, long long split_heads,
+    long long parts, float* __restrict__ part) {
     // the tensor-core kernel (flash_bwd_kv_mma) took the call unless its flag says not
     if (gate != nullptr && gate[0] == 0) return;
     if (g.d <= FA_C && g.dv <= FA_C) {
-        flash_bwd_kv_one_chunk<TILES>(q, k, v, bits, bias, nonfinite, stats, dout, dk, dv, g, dq, fuse_dq);
+        flash_bwd_kv_one_chunk<TILES>(q, k, v, bits, bias, nonfinite, stats, dout, dk, dv, g, dq, fuse_dq,
+                                      split_heads, parts, part);
         return;
     }
     extern __shared__ __align__(16) float smem[];
@@ -343,16 +373,20 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_bwd_kv(
     const unsigned* __restrict__ bits, const float* __restrict__ bias,
     const int* __restrict__ nonfinite, const float* __restrict__ stats,
     const float* __restrict__ dout, float* __restrict__ dk, float* __restrict__ dv, Flash g,
-    float* __restrict__ dq, int fuse_dq, const int* __restrict__ gate) {
-    flash_bwd_kv_impl<false>(q, k, v, bits, bias, nonfinite, stats, dout, dk, dv, g, dq, fuse_dq, gate);
+    float* __restrict__ dq, int fuse_dq, const int* __restrict__ gate, long long split_heads,
+    long long parts, float* __restrict__ part) {
+    flash_bwd_kv_impl<false>(q, k, v, bits, bias, nonfinite, stats, dout, dk, dv, g, dq, fuse_dq, gate,
+                              split_heads, parts, part);
 }
 extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_bwd_kv_tiles(
     const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
     const unsigned* __restrict__ bits, const float* __restrict__ bias,
     const int* __restrict__ nonfinite, const float* __restrict__ stats,
     const float* __restrict__ dout, float* __restrict__ dk, float* __restrict__ dv, Flash g,
-    float* __restrict__ dq, int fuse_dq, const int* __restrict__ gate) {
-    flash_bwd_kv_impl<true>(q, k, v, bits, bias, nonfinite, stats, dout, dk, dv, g, dq, fuse_dq, gate);
+    float* __restrict__ dq, int fuse_dq, const int* __restrict__ gate, long long split_heads,
+    long long parts, float* __restrict__ part) {
+    flash_bwd_kv_impl<true>(q, k, v, bits, bias, nonfinite, stats, dout, dk, dv, g, dq, fuse_dq, gate,
+                              split_heads, parts, part);
 }
 
 

@@ -97,6 +97,17 @@ pub fn allow_shared_memory(f: &crate::device::Functions) -> std::result::Result<
     Ok(())
 }
 
+/// Blocks of the f32 key/value VJP (`flash_bwd_kv`, [`THREADS`] threads, [`BWD_KV_BYTES`]
+/// of shared memory) one SM holds at once, by the driver's occupancy calculator; `None`
+/// when it cannot tell.
+pub fn key_kernel_blocks_per_sm(f: &crate::device::Functions) -> Option<usize> {
+    f.flash_bwd_kv
+        .occupancy_max_active_blocks_per_multiprocessor(THREADS, BWD_KV_BYTES as usize, None)
+        .ok()
+        .map(|n| n as usize)
+        .filter(|&n| n > 0)
+}
+
 /// Mirror of `struct Flash` in `kernels/attention/common.cu`.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
@@ -693,6 +704,23 @@ pub fn vjp(
                 launched(op, unsafe { b.launch(cfg) })?;
                 wide = Some(flag);
             }
+            // where every query tile costs the same (no causal cut, no mask tiles skipped)
+            // and one chunk of each head dimension, the last batch matrices' key tiles may
+            // run as several blocks over ranges of query tiles (attention_split.rs)
+            let split = if !mma && d.max(dv) <= TILE && c.g.causal == 0 && c.g.tiles == 0 {
+                super::attention_split::key_split(
+                    bh,
+                    s.div_ceil(TILE),
+                    l.div_ceil(TILE),
+                    cx.flash_kv_slots,
+                    s,
+                    d + dv,
+                )
+            } else {
+                super::attention_split::KeySplit::NONE
+            };
+            let mut part = output(cx, op, split.scratch_floats(s, d, dv).max(1))?;
+            let (heads, parts) = (split.heads as i64, split.parts as i64);
             let mut b = cx.stream.launch_builder(
                 c.kernel(&cx.functions.flash_bwd_kv, &cx.functions.flash_bwd_kv_tiles),
             );
@@ -703,16 +731,40 @@ pub fn vjp(
                 .arg(gq.slice_mut())
                 .arg(&fuse);
             gate_arg(&mut b, &wide);
+            b.arg(&heads).arg(&parts).arg(part.slice_mut());
+            let rows = bh - split.heads + split.heads * split.parts;
             let cfg = LaunchConfig {
                 shared_mem_bytes: BWD_KV_BYTES,
-                ..launch_cfg(s.div_ceil(TILE), bh, d.max(dv).div_ceil(TILE), 0)
+                ..launch_cfg(s.div_ceil(TILE), rows, d.max(dv).div_ceil(TILE), 0)
             };
             // SAFETY: reads as the forward plus the stats (3·BH·L) and the cotangent
             // ([BH, L, dv]); block (x, y, z) writes the rows of its 64 keys in columns of
             // chunk z of gk ([BH, S, d]) and gv ([BH, S, dv]): disjoint between blocks; with
             // fuse (one chunk), it adds into rows of gq ([BH, L, d], zeroed above) inside
-            // its shape with atomicAdd only.
+            // its shape with atomicAdd only. With a split (one chunk only: heads = 0
+            // otherwise), grid rows past bh - heads write their 64 keys' rows of `part`
+            // ([heads·parts, S, d] then [heads·parts, S, dv], allocated so) instead.
             launched(op, unsafe { b.launch(cfg) })?;
+            if split.heads > 0 {
+                let (full, s64, d64, dv64) =
+                    ((bh - split.heads) as i64, s as i64, d as i64, dv as i64);
+                let mut b = cx.stream.launch_builder(&cx.functions.flash_sum_parts);
+                b.arg(part.slice())
+                    .arg(gk.slice_mut())
+                    .arg(gv.slice_mut())
+                    .arg(&full)
+                    .arg(&heads)
+                    .arg(&parts)
+                    .arg(&s64)
+                    .arg(&d64)
+                    .arg(&dv64);
+                // SAFETY: thread e reads `parts` elements of `part` (heads·parts·S·(d + dv)
+                // allocated) and writes element e of the last `heads` matrices' rows of gk
+                // ([BH, S, d]) or gv ([BH, S, dv]).
+                launched(op, unsafe {
+                    b.launch(super::grid(split.heads * s * (d + dv)))
+                })?;
+            }
             wrote_kv = true;
             wrote_q = fuse_dq;
         }
