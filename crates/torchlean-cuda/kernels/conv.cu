@@ -368,16 +368,16 @@ extern "C" __global__ void pool2d_vjp(int mode, float beta, const float* __restr
     }
 }
 
-// The mse_loss VJP: ga = 2·gy·(a - b)/n, gb = -ga.
+// The mse_loss VJP: ga = 2·gy·(a - b)/n, gb = 2·gy·(b - a)/n (PyTorch's: the same value as
+// −ga, +0 where a = b).
 extern "C" __global__ void mse_vjp(const float* __restrict__ a, const float* __restrict__ b,
                                    const float* __restrict__ gy, float* __restrict__ ga,
                                    float* __restrict__ gb, long long n) {
     float scale = 2.0f * gy[0] / (float)n;
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
          i += (long long)gridDim.x * blockDim.x) {
-        float v = scale * (a[i] - b[i]);
-        ga[i] = v;
-        gb[i] = -v;
+        ga[i] = scale * (a[i] - b[i]);
+        gb[i] = scale * (b[i] - a[i]);
     }
 }
 
@@ -442,10 +442,11 @@ extern "C" __global__ void batch_norm_forward(const float* __restrict__ x,
     for (long long ch = blockIdx.x; ch < c; ch += gridDim.x) {
         float mu, rstd;
         BN_STATS(mu, rstd, n, x[bn_at(i, ch, c, inner)], eps);
-        float b = has_beta ? beta[ch] : 0.0f;
+        // no shift adds nothing (−0 stays −0, as the spec)
         for (long long i = threadIdx.x; i < n; i += blockDim.x) {
             long long f = bn_at(i, ch, c, inner);
-            y[f] = (x[f] - mu) * rstd * gamma[ch] + b;
+            const float scaled = (x[f] - mu) * rstd * gamma[ch];
+            y[f] = has_beta ? scaled + beta[ch] : scaled;
         }
     }
 }
@@ -462,7 +463,7 @@ extern "C" __global__ void batch_norm_vjp(const float* __restrict__ x,
         BN_STATS(mu, rstd, n, x[bn_at(i, ch, c, inner)], eps);
         float gm = gamma[ch];
         BLOCK_SUM(sg, n, gy[bn_at(i, ch, c, inner)] * gm);
-        BLOCK_SUM(sgx, n, gy[bn_at(i, ch, c, inner)] * (x[bn_at(i, ch, c, inner)] - mu) * rstd);
+        BLOCK_SUM(sgx, n, gy[bn_at(i, ch, c, inner)] * ((x[bn_at(i, ch, c, inner)] - mu) * rstd));
         BLOCK_SUM(sb, n, gy[bn_at(i, ch, c, inner)]);
         float mean_g = sg / (float)n, mean_gx = sgx * gm / (float)n;
         for (long long i = threadIdx.x; i < n; i += blockDim.x) {

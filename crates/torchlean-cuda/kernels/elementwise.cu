@@ -152,6 +152,8 @@ __device__ __forceinline__ float binary_grad_term(int op, int which, float a, fl
         const float winner = (op == OP_MAX) == (which == 0) ? b : a;
         if (loser < winner) return 0.0f;
     }
+    // division: g / b and -g · ((a / b) / b), the spec's (PyTorch's) order: no b²
+    if (op == OP_DIV) return which == 0 ? g / b : -g * ((a / b) / b);
     return g * binary_partial(op, which, a, b);
 }
 
@@ -431,9 +433,14 @@ __device__ __forceinline__ bool unary_selects_zero(int op, float x, float p) {
     }
 }
 
-// The input's cotangent for the output cotangent g (the spec's unary_grad).
+// The input's cotangent for the output cotangent g (the spec's unary_grad): log's and
+// safe_log's g / x and sqrt's g / (2y) divide, as PyTorch (a product with the reciprocal
+// overflows for a tiny x where the gradient does not).
 __device__ __forceinline__ float unary_grad(int op, float x, float y, float p, float g) {
-    return unary_selects_zero(op, x, p) ? 0.0f : g * unary_derivative(op, x, y, p);
+    if (unary_selects_zero(op, x, p)) return 0.0f;
+    if (op == U_LOG || op == U_SAFE_LOG) return g / x;
+    if (op == U_SQRT) return g / (2.0f * y);
+    return g * unary_derivative(op, x, y, p);
 }
 
 extern "C" __global__ void unary_vjp(int op, float p, const float* __restrict__ x,

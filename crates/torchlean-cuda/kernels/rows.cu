@@ -383,7 +383,8 @@ extern "C" __global__ void norm_rows(int rms, float eps, const float* __restrict
         norm_stats(xr, d, rms, eps, &mu, &rstd);
         for (long long i = lane; i < d; i += 32) {
             float xhat = (xr[i] - mu) * rstd;
-            out[r * d + i] = xhat * gamma[i] + (has_beta ? beta[i] : 0.0f);
+            // no shift adds nothing (−0 stays −0, as the spec and PyTorch)
+            out[r * d + i] = has_beta ? xhat * gamma[i] + beta[i] : xhat * gamma[i];
         }
     }
 }

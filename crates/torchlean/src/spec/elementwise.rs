@@ -86,6 +86,9 @@ pub(crate) fn binary_grads<T: Scalar>(op: &Op, a: T, b: T, g: T) -> (T, T) {
     match op {
         Op::Maximum => (share_grad(a, b, g), share_grad(b, a, g)),
         Op::Minimum => (share_grad(b, a, g), share_grad(a, b, g)),
+        // PyTorch's order of operations: g / b, and -g · ((a / b) / b) (no b², which
+        // overflows or underflows in f32 where the gradient does not)
+        Op::Div => (g / b, -g * ((a / b) / b)),
         _ => {
             let (da, db) = binary_partials(op, a, b);
             (g * da, g * db)
@@ -259,9 +262,14 @@ pub(crate) fn unary_selects_zero<T: Scalar>(op: &Op, x: T) -> bool {
 #[inline(always)]
 pub(crate) fn unary_grad<T: Scalar>(op: &Op, x: T, y: T, g: T) -> T {
     if unary_selects_zero(op, x) {
-        T::zero()
-    } else {
-        g * unary_derivative(op, x, y)
+        return T::zero();
+    }
+    match op {
+        // PyTorch's order of operations: a division by x (or 2y), not a product with its
+        // reciprocal, which overflows in f32 for a tiny x where the gradient does not
+        Op::Log | Op::SafeLog { .. } => g / x,
+        Op::Sqrt => g / (T::c(2.0) * y),
+        _ => g * unary_derivative(op, x, y),
     }
 }
 

@@ -246,7 +246,8 @@ pub(super) fn vjp<T: Scalar>(op: &Op, xs: &[&Array<T>], gy: &Array<T>) -> InputG
         Op::MseLoss => {
             let scale = T::c(2.0) * gy.data[0] / T::c(xs[0].numel() as f64);
             let ga = Array::from_fn(&xs[0].shape, |i| scale * (xs[0].data[i] - xs[1].data[i]));
-            let gb = Array::from_fn(&xs[0].shape, |i| -ga.data[i]);
+            // PyTorch's: the same value as −ga, but +0 (not −0) where the inputs are equal
+            let gb = Array::from_fn(&xs[0].shape, |i| scale * (xs[1].data[i] - xs[0].data[i]));
             vec![Some(ga), Some(gb)]
         }
         _ => unreachable!("linalg::vjp called for {}", op.name()),

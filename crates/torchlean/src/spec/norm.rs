@@ -178,7 +178,9 @@ fn forward_rows<T: Scalar>(op: &Op, xs: &[&Array<T>]) -> Array<T> {
         let (mu, rstd) = row_stats(op, row);
         for (j, (o, &v)) in out.iter_mut().zip(row).enumerate() {
             let xhat = (v - mu) * rstd;
-            *o = xhat * xs[1].data[j] + xs.get(2).map_or(T::zero(), |b| b.data[j]);
+            // no shift adds nothing (PyTorch's rms_norm: −0 stays −0; adding +0 made it +0)
+            let scaled = xhat * xs[1].data[j];
+            *o = xs.get(2).map_or(scaled, |b| scaled + b.data[j]);
         }
     }
     y
@@ -193,7 +195,8 @@ fn forward_groups<T: Scalar>(op: &Op, xs: &[&Array<T>]) -> Array<T> {
         for &f in g {
             let p = param[f];
             let xhat = (x.data[f] - mu) * rstd;
-            y.data[f] = xhat * xs[1].data[p] + xs.get(2).map_or(T::zero(), |b| b.data[p]);
+            let scaled = xhat * xs[1].data[p];
+            y.data[f] = xs.get(2).map_or(scaled, |b| scaled + b.data[p]);
         }
     }
     y
@@ -336,8 +339,10 @@ pub fn cancellation_allowance(op: &Op, xs: &[&Array<f64>], gy: Option<&Array<f64
             .fold(0.0f64, |m, &f| m.max(((x.data[f] - mu) * rstd).abs()));
         let e = gamma32(g.len() + 1) * mu.abs() * rstd;
         let delta = e * (1.0 + e * (1.0 + big_x));
+        // a group with a non-finite value has non-finite outputs and gradients (compared
+        // by class): it takes no allowance and leaves the other groups theirs
         if !delta.is_finite() {
-            return zeros;
+            continue;
         }
         a_y = a_y.max(delta * max_gamma);
         if let Some(gy) = gy {

@@ -308,8 +308,9 @@ pub fn binary_vjp_into(
         }
         Op::Div => {
             grad!(0, [a, b, g], ss, |[_, b, g]: [f32; 3]| g / b);
-            // the spec's order of operations (`b * b` may underflow in f32)
-            grad!(1, [a, b, g], ss, |[a, b, g]: [f32; 3]| g * (-a / (b * b)));
+            // the spec's (PyTorch's) order of operations: no b², which overflows or
+            // underflows in f32 where the gradient does not
+            grad!(1, [a, b, g], ss, |[a, b, g]: [f32; 3]| -g * ((a / b) / b));
         }
         // the spec's rule (PyTorch's), `spec::share_grad` itself: an input's cotangent is
         // exactly 0 where the other strictly wins, the two share it on a tie, both keep it
@@ -495,7 +496,7 @@ pub fn unary_vjp_into(op: &Op, x: &[f32], y: &[f32], g: &[f32], shape: &[usize],
                 g * 0.0
             }
         }),
-        Op::Sqrt => z!(|_, y, g| 0.5 * g / y),
+        Op::Sqrt => z!(|_, y, g| g / (2.0 * y)),
         Op::Exp => z!(|_, y, g| g * y),
         Op::Log => z!(|x, _, g| g / x),
         Op::Sin => z!(|x, _, g| g * x.cos()),
@@ -532,7 +533,9 @@ pub fn unary_vjp_into(op: &Op, x: &[f32], y: &[f32], g: &[f32], shape: &[usize],
                 // a constant: exactly 0, whatever the cotangent (the spec, PyTorch)
                 0.0
             } else {
-                g * exponent * crate::spec::pow(x, exponent - 1.0)
+                // the spec's (PyTorch's) order: g · (p · x^(p−1)); (g · p) first overflows or
+                // underflows where the gradient does not
+                g * (exponent * crate::spec::pow(x, exponent - 1.0))
             }
         }),
         _ => unreachable!("not a unary op: {}", op.name()),

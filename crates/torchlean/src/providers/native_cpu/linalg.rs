@@ -256,7 +256,8 @@ pub fn mse_vjp_into(a: &[f32], b: &[f32], g: f32, outs: &mut [Option<&mut [f32]>
     }
     if let Some(gb) = outs.get_mut(1).and_then(|o| o.as_deref_mut()) {
         for ((o, x), y) in gb.iter_mut().zip(a).zip(b) {
-            *o = -(scale * (x - y));
+            // PyTorch's: −ga's value, +0 where x = y
+            *o = scale * (y - x);
         }
     }
 }

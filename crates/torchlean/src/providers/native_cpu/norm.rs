@@ -55,7 +55,8 @@ fn param_grads(xd: &[f32], g: &[f32], stats: &[(f32, f32)], d: usize) -> (Vec<f3
             let (mu, rstd) = stats[r];
             let (row, gr) = (&xd[r * d..(r + 1) * d], &g[r * d..(r + 1) * d]);
             for j in 0..d {
-                gg[j] += gr[j] * (row[j] - mu) * rstd;
+                // x̂ first, as the spec: g·(x − μ) overflows for rows near f32's range
+                gg[j] += gr[j] * ((row[j] - mu) * rstd);
                 gb[j] += gr[j];
             }
         }
@@ -87,21 +88,23 @@ pub fn forward(op: &Op, x: &[&Tensor]) -> Vec<f32> {
         Op::LayerNorm { .. } | Op::RmsNorm { .. } => {
             let d = *x[0].shape().last().unwrap_or(&1);
             let rms = matches!(op, Op::RmsNorm { .. });
-            // no shift is adding +0.0, as the formula with a zero shift does
-            let zeros;
-            let shift: &[f32] = match &beta {
-                Some(b) => b,
-                None => {
-                    zeros = vec![0.0f32; d];
-                    &zeros
-                }
-            };
-            let (gamma, shift) = (&gamma[..d], &shift[..d]);
+            let gamma = &gamma[..d];
+            // no shift adds nothing, as the spec (rms_norm's −0 stays −0, as PyTorch's)
+            let shift = beta.as_ref().map(|b| &b[..d]);
             for_rows(&mut y, d, |r, out| {
                 let row = &xd[r * d..(r + 1) * d];
                 let (mu, rstd) = row_stats(row, rms, e);
-                for (((o, &x), &g), &b) in out.iter_mut().zip(row).zip(gamma).zip(shift) {
-                    *o = (x - mu) * rstd * g + b;
+                match shift {
+                    Some(shift) => {
+                        for (((o, &x), &g), &b) in out.iter_mut().zip(row).zip(gamma).zip(shift) {
+                            *o = (x - mu) * rstd * g + b;
+                        }
+                    }
+                    None => {
+                        for ((o, &x), &g) in out.iter_mut().zip(row).zip(gamma) {
+                            *o = (x - mu) * rstd * g;
+                        }
+                    }
                 }
             });
         }
@@ -109,11 +112,12 @@ pub fn forward(op: &Op, x: &[&Tensor]) -> Vec<f32> {
             let (outer, c, inner) = split(x[0].shape(), *channel_axis);
             for ch in 0..c {
                 let (mu, rstd) = channel_stats(&xd, outer, c, inner, ch, e);
-                let (g, b) = (gamma[ch], beta.as_ref().map_or(0.0, |b| b[ch]));
+                let (g, b) = (gamma[ch], beta.as_ref().map(|b| b[ch]));
                 for o in 0..outer {
                     let base = (o * c + ch) * inner;
                     for i in 0..inner {
-                        y[base + i] = (xd[base + i] - mu) * rstd * g + b;
+                        let scaled = (xd[base + i] - mu) * rstd * g;
+                        y[base + i] = b.map_or(scaled, |b| scaled + b);
                     }
                 }
             }
@@ -176,7 +180,7 @@ pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
                 let (row, gr) = (&xd[r * d..(r + 1) * d], &g[r * d..(r + 1) * d]);
                 let (mu, rstd) = stats[r];
                 let mg = vmath::sum_zip(gr, &gamma, |g, w| g * w);
-                let mgx = vmath::sum_zip3(gr, &gamma, row, |g, w, x| g * w * (x - mu) * rstd);
+                let mgx = vmath::sum_zip3(gr, &gamma, row, |g, w, x| g * w * ((x - mu) * rstd));
                 let (mg, mgx) = (if rms { 0.0 } else { mg / d as f32 }, mgx / d as f32);
                 for j in 0..d {
                     let xh = (row[j] - mu) * rstd;
@@ -200,7 +204,7 @@ pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
                     for i in 0..inner {
                         let gi = g[base + i];
                         sg64 += gi as f64;
-                        sgx64 += (gi * (xd[base + i] - mu) * rstd) as f64;
+                        sgx64 += (gi * ((xd[base + i] - mu) * rstd)) as f64;
                     }
                 }
                 let (sg, sgx) = (sg64 as f32, sgx64 as f32);
