@@ -516,7 +516,7 @@ fn create() -> Result<Context, String> {
         "{}; key/value VJP's last wave split along the queries: {}",
         flash_description(major, flash_mma),
         if flash_kv_slots > 0 {
-            format!("on ({flash_kv_slots} resident blocks; TORCHLEAN_FLASH_SPLIT=0: off)")
+            format!("on where the f32 kernel runs ({flash_kv_slots} resident blocks; TORCHLEAN_FLASH_SPLIT=0: off)")
         } else {
             "off".to_string()
         }

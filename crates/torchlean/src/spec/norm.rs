@@ -346,11 +346,17 @@ pub fn cancellation_allowance(op: &Op, xs: &[&Array<f64>], gy: Option<&Array<f64
         }
         a_y = a_y.max(delta * max_gamma);
         if let Some(gy) = gy {
-            let big_g = g.iter().fold(0.0f64, |m, &f| {
-                m.max((gy.data[f] * gamma.data[param[f]]).abs())
-            });
-            a_gx = a_gx.max(2.0 * rstd * delta * big_g * (big_x + delta));
-            for &f in g {
+            // a non-finite cotangent makes the group's input gradient and its terms'
+            // parameter gradients non-finite (compared by class): they take no allowance,
+            // which would be infinite and accept any finite value elsewhere
+            let finite = |f: usize| gy.data[f].is_finite();
+            if g.iter().all(|&f| finite(f)) {
+                let big_g = g.iter().fold(0.0f64, |m, &f| {
+                    m.max((gy.data[f] * gamma.data[param[f]]).abs())
+                });
+                a_gx = a_gx.max(2.0 * rstd * delta * big_g * (big_x + delta));
+            }
+            for &f in g.iter().filter(|&&f| finite(f)) {
                 a_gg[param[f]] += delta * gy.data[f].abs();
             }
         }

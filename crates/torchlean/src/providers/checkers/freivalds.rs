@@ -22,8 +22,8 @@
 //! vector catches it with probability ≥ 1/2 and [`super::replay::VECTORS`] vectors miss it
 //! with probability ≤ 2^-VECTORS. Non-finite inputs (or an f32 sum that overflows) make the
 //! product check meaningless; the call is then recomputed exactly (every element, O(mkn)),
-//! where an element whose terms' magnitudes reach half of f32's range may be any non-finite
-//! value (a correct kernel's partial sums may overflow in its order).
+//! where an element may also be an infinity (or NaN) that a correct kernel's partial sums
+//! reach in some order (`overflow.rs`).
 //! Cost otherwise: one pass over each of C, P and Q with three products per pass, O(mk + kn +
 //! mn), against the kernel's O(mkn).
 
@@ -311,25 +311,30 @@ fn recompute_exactly(what: &str, claim: &Claim) -> Result<(), String> {
     let g = gamma(claim.adds());
     for i in 0..m {
         for j in 0..n {
-            let (mut s, mut a) = (0.0f64, 0.0f64);
+            let (mut s, mut a, mut pos, mut neg) = (0.0f64, 0.0f64, 0.0f64, 0.0f64);
+            let mut add = |x: f64| {
+                s += x;
+                a += x.abs();
+                if x > 0.0 {
+                    pos += x;
+                } else {
+                    neg -= x;
+                }
+            };
             for (p, q) in &claim.terms {
                 for l in 0..p.cols {
-                    let x = p.get(i, l) * q.get(l, j);
-                    s += x;
-                    a += x.abs();
+                    add(p.get(i, l) * q.get(l, j));
                 }
             }
             if let Some(b) = claim.bias {
-                s += b[j] as f64;
-                a += (b[j] as f64).abs();
+                add(b[j] as f64);
             }
             let s32 = s as f32 as f64;
             let got = claim.c.get(i, j);
-            // where the terms' magnitudes add up to half of f32's range or more, a correct
-            // f32 kernel's partial sums may overflow in its own order ([3e38, 3e38, −3e38]
-            // gives inf left to right, NaN with an inf and a −inf partial) whatever the exact
-            // sum: any non-finite element is accepted there
-            let ok = if !got.is_finite() && a >= f32::MAX as f64 / 2.0 {
+            // a correct f32 kernel's partial sums may overflow in its own order whatever the
+            // exact sum ([3e38, 3e38, −3e38] gives +inf left to right): the infinities (and
+            // NaN) that some order can reach are accepted (overflow.rs)
+            let ok = if super::overflow::reachable(got, pos, neg, claim.adds()) {
                 true
             } else if s32.is_finite() {
                 (got - s).abs() <= g * a + f32::MIN_POSITIVE as f64 * (claim.adds() + 1) as f64

@@ -178,6 +178,7 @@ mod layout;
 mod maps;
 mod norm;
 mod optim;
+mod overflow;
 mod pieces;
 pub mod recompute;
 pub mod replay;

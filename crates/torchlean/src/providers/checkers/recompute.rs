@@ -12,9 +12,9 @@
 //! (an intermediate that overflows or underflows only in f32), either is accepted; a chain of
 //! maps (`fused_unary`, `fused_map`) may also be within the bound of the spec run at f32 step
 //! by step, which is what a kernel that rounds its intermediates computes (forward and
-//! VJP). A sum of products ([`sums_of_products`]) may be non-finite where its terms'
-//! magnitudes reach half of f32's range: a correct kernel's partial sums may overflow in its
-//! own order whatever the exact sum. Cost: one
+//! VJP). An element of a sum of products ([`sums_of_products`]) may also be an infinity (or
+//! NaN) that a correct kernel's partial sums reach in some order whatever the exact sum
+//! (`overflow.rs`, from Σ|term| by the spec on the inputs' magnitudes). Cost: one
 //! evaluation of the spec at f64 per call (for elementwise maps and reductions, a few passes
 //! over the data).
 
@@ -96,24 +96,17 @@ pub(super) fn dense_values<'a>(o: &Operand<'a>) -> std::borrow::Cow<'a, [f32]> {
     }
 }
 
-/// Compares the operand `got` with the f64 spec's `want`; `alt` recomputes at f32 when
-/// classes differ. An acceptance by the vectorized [`Tally`] is final (same values, same
-/// bound); anything else is decided element by element below, which names the element.
-/// Ops whose every output (and gradient) element is a sum of products of input elements,
-/// each counted once: evaluated on the inputs' magnitudes they give each element's Σ|term|,
-/// which bounds what a correct f32 kernel's partial sums can reach in any order.
-fn sums_of_products(op: &Op) -> bool {
+/// Ops whose every output element is a sum of products of input elements, each counted
+/// once, and (`vjp`) whose every gradient element is too: evaluated on the inputs'
+/// magnitudes they give each element's Σ|term|. (The VJPs of the sums and of scatter_add
+/// copy or gather one cotangent element: not sums.)
+fn sums_of_products(op: &Op, vjp: bool) -> bool {
     use crate::graph::OpKind as K;
-    matches!(
-        op.kind(),
-        K::Matmul
-            | K::Linear
-            | K::Conv2d
-            | K::ConvTranspose2d
-            | K::SumAll
-            | K::ReduceSum
-            | K::ScatterAdd
-    )
+    match op.kind() {
+        K::Matmul | K::Linear | K::Conv2d | K::ConvTranspose2d => true,
+        K::SumAll | K::ReduceSum | K::ScatterAdd => !vjp,
+        _ => false,
+    }
 }
 
 /// The operand's values as magnitudes (index operands are non-negative: unchanged).
@@ -123,12 +116,16 @@ fn magnitudes(o: &Operand) -> Array<f64> {
     a
 }
 
-/// Where a correct f32 kernel may overflow in a partial sum: Σ|term| at half of f32's range
-/// or more (partial sums are bounded by Σ|term| times a rounding factor below 2).
-fn may_overflow(magnitude: f64) -> bool {
-    magnitude >= f32::MAX as f64 / 2.0
+/// Per element of a sum of products: Σ|term| (from the spec on the inputs' magnitudes) and
+/// the number of terms it may have at most (the largest input's length, plus one).
+struct Magnitudes {
+    sums: Vec<f64>,
+    terms: usize,
 }
 
+/// Compares the operand `got` with the f64 spec's `want`; `alt` recomputes at f32 when
+/// classes differ. An acceptance by the vectorized [`Tally`] is final (same values, same
+/// bound); anything else is decided element by element below, which names the element.
 fn compare(
     what: &str,
     got: &Operand,
@@ -136,7 +133,7 @@ fn compare(
     allowance: impl FnOnce() -> f64,
     alt: impl FnOnce() -> Option<Vec<f64>>,
     stepwise: bool,
-    magnitude: impl FnOnce() -> Option<Vec<f64>>,
+    magnitude: impl FnOnce() -> Option<Magnitudes>,
 ) -> Result<(), String> {
     let got = dense_values(got);
     if got.len() == want.len() {
@@ -157,6 +154,7 @@ fn compare(
             want.len()
         ));
     }
+    let exact = want;
     let want: Vec<f64> = want.iter().map(|&v| v as f32 as f64).collect();
     let scale = 1.0
         + want
@@ -166,7 +164,7 @@ fn compare(
     let bound = TOL * scale + allowance;
     let mut alt_values: Option<Option<Vec<f64>>> = None;
     let mut alt = Some(alt);
-    let mut magnitude_values: Option<Option<Vec<f64>>> = None;
+    let mut magnitude_values: Option<Option<Magnitudes>> = None;
     let mut magnitude = Some(magnitude);
     for (k, (&g, &w)) in got.iter().zip(&want).enumerate() {
         let ok = |w: f64| match (class(g), class(w)) {
@@ -190,14 +188,17 @@ fn compare(
             }
         }
         // a sum of products whose terms reach f32's range: a correct kernel's partial
-        // sums may overflow in its order (inf, or NaN from an inf and a −inf), whatever
-        // the exact value (an audit of the thirty-ninth session: [3e38, 3e38, −3e38])
+        // sums may overflow in its order whatever the exact value (an audit of the
+        // thirty-ninth session: [3e38, 3e38, −3e38]); the infinities (or NaN) some order
+        // reaches are accepted, from the positive and negative terms' sums (overflow.rs)
         if !g.is_finite() {
             let m = magnitude_values.get_or_insert_with(|| magnitude.take().and_then(|f| f()));
-            if m.as_ref()
-                .is_some_and(|m| m.get(k).is_some_and(|&v| may_overflow(v)))
-            {
-                continue;
+            if let Some(m) = m {
+                let (total, s) = (m.sums.get(k).copied().unwrap_or(f64::NAN), exact[k]);
+                let (pos, neg) = ((total + s) / 2.0, (total - s) / 2.0);
+                if super::overflow::reachable(g, pos.max(0.0), neg.max(0.0), m.terms) {
+                    continue;
+                }
             }
         }
         return Err(format!(
@@ -205,6 +206,17 @@ fn compare(
         ));
     }
     Ok(())
+}
+
+/// The most terms an element of a sum of products over these inputs can have: the largest
+/// input's length, plus one (a bias).
+fn most_terms(call: &Call) -> usize {
+    call.inputs
+        .iter()
+        .map(|o| o.shape.iter().product::<usize>())
+        .max()
+        .unwrap_or(0)
+        + 1
 }
 
 /// Recomputes the forward output with the spec at f64.
@@ -260,10 +272,13 @@ pub(super) fn whole_forward(op: &Op, call: &Call) -> Result<(), String> {
         crate::graph::OpKind::FusedUnary | crate::graph::OpKind::FusedMap
     );
     let magnitude = || {
-        sums_of_products(op).then(|| {
+        sums_of_products(op, false).then(|| {
             let xs: Vec<Array<f64>> = call.inputs.iter().map(magnitudes).collect();
             let refs: Vec<&Array<f64>> = xs.iter().collect();
-            spec::forward(op, &refs).ok().map(|a| a.data)
+            spec::forward(op, &refs).ok().map(|a| Magnitudes {
+                sums: a.data,
+                terms: most_terms(call),
+            })
         })?
     };
     compare(
@@ -332,14 +347,18 @@ pub(super) fn whole_vjp(op: &Op, call: &Call) -> Result<(), String> {
                         .map(|a| a.data.iter().map(|&v| v as f64).collect())
                 };
                 let magnitude = || {
-                    sums_of_products(op).then(|| {
+                    sums_of_products(op, true).then(|| {
                         let xs: Vec<Array<f64>> = call.inputs.iter().map(magnitudes).collect();
                         let refs: Vec<&Array<f64>> = xs.iter().collect();
                         let y = magnitudes(&call.output);
                         spec::vjp(op, &refs, &y, &magnitudes(cot))
                             .ok()
                             .and_then(|gs| gs.into_iter().nth(i).flatten())
-                            .map(|a| a.data)
+                            .map(|a| Magnitudes {
+                                sums: a.data,
+                                terms: most_terms(call)
+                                    .max(cot.shape.iter().product::<usize>() + 1),
+                            })
                     })?
                 };
                 // a chain of maps: also the spec at f32 step by step (as the forward)

@@ -511,7 +511,8 @@ pub fn unary_vjp_into(op: &Op, x: &[f32], y: &[f32], g: &[f32], shape: &[usize],
             g * s * (1.0 + x * (1.0 - s))
         }),
         Op::Softplus => z!(|x, _, g| g * sigmoid(x)),
-        Op::Inv => z!(|_, y, g| -g * y * y),
+        // the spec's (PyTorch's) order: g · (−(y·y))
+        Op::Inv => z!(|_, y, g| g * -(y * y)),
         Op::SafeLog { eps } => zip_map_into([x, g], [shape, shape], shape, out, move |[x, g]| {
             if x > eps {
                 g / x

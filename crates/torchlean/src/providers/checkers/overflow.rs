@@ -1,0 +1,73 @@
+//! Partial sums that leave f32's range: which non-finite results a correct f32 kernel can
+//! give for a sum of finite terms whose exact value may be finite.
+//!
+//! A kernel that sums n finite terms in f32, in any order and grouping, forms partial sums
+//! of subsets of them. A partial sum rounds to +inf only if its exact value reaches
+//! [`OVERFLOW`] (the rounding boundary above `f32::MAX`), and every partial sum is at most
+//! the sum `pos` of the positive terms times 1 + γ_n (Higham, Thm 3.5: each addition's
+//! rounding is relative), so +inf is reachable only if `pos·(1 + γ_n) ≥ OVERFLOW`; likewise
+//! −inf with the negative terms' magnitude `neg`; NaN needs both (inf − inf). Any other
+//! non-finite result is wrong: `[1e38, 1e38]` cannot give NaN, `[2e38, 2e38]` cannot give
+//! −inf. Used by the product checker's exact recomputation and by the recompute checker
+//! for the ops whose elements are sums of products (an audit of the thirty-ninth session:
+//! `[3e38, 3e38, −3e38, 0]·1` is inf left to right, exactly 3e38).
+
+/// The smallest magnitude that rounds to ±inf in f32 (round to nearest: `f32::MAX` plus half
+/// its ulp, 2^103, ties going to the even "mantissa" of 2^128).
+pub(super) const OVERFLOW: f64 = f32::MAX as f64 + (1u128 << 103) as f64;
+
+/// γ_n = n·u / (1 − n·u), u = 2^-24, at least 2n·u where n·u reaches 1/2.
+fn gamma(n: usize) -> f64 {
+    let nu = n as f64 / (1u64 << 24) as f64;
+    nu / (1.0 - nu).max(0.5)
+}
+
+/// Whether `got` is a non-finite value that a correct f32 summation of `n` finite terms
+/// (the positive ones adding up to `pos`, the negative ones to `-neg`) can give. False for a
+/// finite `got` and when `pos` or `neg` is not finite (a non-finite term: the exact class
+/// rule applies).
+pub(super) fn reachable(got: f64, pos: f64, neg: f64, n: usize) -> bool {
+    if got.is_finite() || !pos.is_finite() || !neg.is_finite() {
+        return false;
+    }
+    let grow = 1.0 + gamma(n.max(1));
+    let (up, down) = (pos * grow >= OVERFLOW, neg * grow >= OVERFLOW);
+    if got.is_nan() {
+        up && down
+    } else if got > 0.0 {
+        up
+    } else {
+        down
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_boundary_is_where_f32_rounds_to_infinity() {
+        assert_eq!((OVERFLOW as f32), f32::INFINITY);
+        let below = f64::from_bits(OVERFLOW.to_bits() - 1);
+        assert_eq!(below as f32, f32::MAX);
+    }
+
+    #[test]
+    fn only_the_infinities_some_order_can_reach_are_accepted() {
+        // [3e38, 3e38, −3e38]: +inf left to right, never −inf or NaN
+        assert!(reachable(f64::INFINITY, 6e38, 3e38, 3));
+        assert!(!reachable(f64::NEG_INFINITY, 6e38, 3e38, 3));
+        assert!(!reachable(f64::NAN, 6e38, 3e38, 3));
+        // [3e38, 3e38, −3e38, −3e38]: either infinity, or NaN
+        for v in [f64::INFINITY, f64::NEG_INFINITY, f64::NAN] {
+            assert!(reachable(v, 6e38, 6e38, 4));
+        }
+        // [1e38, 1e38]: no partial sum overflows
+        for v in [f64::INFINITY, f64::NEG_INFINITY, f64::NAN] {
+            assert!(!reachable(v, 2e38, 0.0, 2));
+        }
+        // finite values and non-finite terms are not this rule's business
+        assert!(!reachable(1.0, 6e38, 6e38, 4));
+        assert!(!reachable(f64::INFINITY, f64::INFINITY, 0.0, 4));
+    }
+}
