@@ -91,15 +91,19 @@ fn native_vjp_checked(op: &Op, xs: &[Tensor], g: &[f32]) -> (Vec<Vec<f32>>, Resu
     (grads, verdict)
 }
 
-/// The spec's gradients at f32 (what `strict_cpu` computes).
-fn spec_vjp_f32(op: &Op, xs: &[Tensor], g: &[f32]) -> Vec<Vec<f32>> {
-    let arrays: Vec<Array<f32>> = xs
-        .iter()
+/// The tensors as the spec's f32 arrays.
+fn arrays(xs: &[Tensor]) -> Vec<Array<f32>> {
+    xs.iter()
         .map(|t| Array {
             shape: t.shape().to_vec(),
             data: t.to_vec(),
         })
-        .collect();
+        .collect()
+}
+
+/// The spec's gradients at f32 (what `strict_cpu` computes).
+fn spec_vjp_f32(op: &Op, xs: &[Tensor], g: &[f32]) -> Vec<Vec<f32>> {
+    let arrays = arrays(xs);
     let refs: Vec<&Array<f32>> = arrays.iter().collect();
     let y = spec::forward(op, &refs).unwrap();
     let gy = Array {
@@ -364,13 +368,7 @@ fn signed_zeros_follow_pytorch_where_no_shift_is_added_and_in_mses_target_gradie
     ];
     let refs: Vec<&Tensor> = xs.iter().collect();
     let native = native_cpu::forward(&op, &refs).unwrap().to_vec();
-    let arrays: Vec<Array<f32>> = xs
-        .iter()
-        .map(|t| Array {
-            shape: t.shape().to_vec(),
-            data: t.to_vec(),
-        })
-        .collect();
+    let arrays = arrays(&xs);
     let spec_y = spec::forward(&op, &arrays.iter().collect::<Vec<_>>())
         .unwrap()
         .data;
