@@ -459,17 +459,17 @@ extern "C" __global__ void batch_norm_vjp(const float* __restrict__ x,
                                           float eps) {
     long long n = outer * inner;
     for (long long ch = blockIdx.x; ch < c; ch += gridDim.x) {
-        float mu, rstd, sg, sgx, sb;
+        float mu, rstd, sgx, sb;
         BN_STATS(mu, rstd, n, x[bn_at(i, ch, c, inner)], eps);
         float gm = gamma[ch];
-        BLOCK_SUM(sg, n, gy[bn_at(i, ch, c, inner)] * gm);
         BLOCK_SUM(sgx, n, gy[bn_at(i, ch, c, inner)] * ((x[bn_at(i, ch, c, inner)] - mu) * rstd));
         BLOCK_SUM(sb, n, gy[bn_at(i, ch, c, inner)]);
-        float mean_g = sg / (float)n, mean_gx = sgx * gm / (float)n;
+        // the spec's (PyTorch's) order: γ last (g·γ first overflows for a large cotangent)
+        float mean_g = sb / (float)n, mean_gx = sgx / (float)n;
         for (long long i = threadIdx.x; i < n; i += blockDim.x) {
             long long f = bn_at(i, ch, c, inner);
             float xhat = (x[f] - mu) * rstd;
-            gx[f] = rstd * (gy[f] * gm - mean_g - xhat * mean_gx);
+            gx[f] = (gy[f] - mean_g - xhat * mean_gx) * rstd * gm;
         }
         if (threadIdx.x == 0) {
             ggamma[ch] = sgx;

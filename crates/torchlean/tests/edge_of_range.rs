@@ -395,3 +395,128 @@ fn signed_zeros_follow_pytorch_where_no_shift_is_added_and_in_mses_target_gradie
         }
     }
 }
+
+#[test]
+fn cancelling_sums_in_pools_scatters_and_gathers_are_held_to_their_rounding_not_rejected() {
+    support::checked_cpu_default();
+    // [1e8, 1, −1e8] is 0 in f32 in any order (1 is lost against 1e8), exactly 1: a correct
+    // kernel errs by γ_n·Σ|term|, which the checkers now allow per element (an audit of the
+    // thirty-ninth session found these rejected under strict_native_cpu)
+    let pool = Op::AvgPool2d {
+        geometry: torchlean::graph::Pool2dGeometry {
+            kernel: [1, 3],
+            stride: [1, 3],
+            padding: [0, 0],
+        },
+        count_include_pad: false,
+    };
+    let xs = [tensor(&[1, 1, 1, 6], &[1e8, 1.0, -1e8, 1.0, 2.0, 3.0])];
+    let refs: Vec<&Tensor> = xs.iter().collect();
+    let y = native_cpu::forward(&pool, &refs).unwrap().to_vec();
+    check_forward(&pool, &xs, &y, &[1, 1, 1, 2])
+        .unwrap_or_else(|e| panic!("a correct avg_pool2d rejected: {e}"));
+    // beyond the rounding: still caught
+    assert!(check_forward(&pool, &xs, &[y[0] + 50.0, y[1]], &[1, 1, 1, 2]).is_err());
+    assert!(check_forward(&pool, &xs, &[y[0], y[1] + 0.01], &[1, 1, 1, 2]).is_err());
+
+    let scatter = Op::ScatterAdd { axis: 0 };
+    let xs = [
+        tensor(&[2], &[0.0, 0.0]),
+        tensor(&[4], &[0.0, 0.0, 0.0, 1.0]),
+        tensor(&[4], &[1e8, 1.0, -1e8, 2.0]),
+    ];
+    let refs: Vec<&Tensor> = xs.iter().collect();
+    let y = native_cpu::forward(&scatter, &refs).unwrap().to_vec();
+    check_forward(&scatter, &xs, &y, &[2])
+        .unwrap_or_else(|e| panic!("a correct scatter_add rejected: {e}"));
+    assert!(check_forward(&scatter, &xs, &[y[0] + 200.0, y[1]], &[2]).is_err());
+    assert!(check_forward(&scatter, &xs, &[y[0], y[1] + 0.01], &[2]).is_err());
+
+    // an embedding-like gradient: the cotangents of a repeated index add up
+    let gather = Op::Gather { axis: 0 };
+    let xs = [
+        tensor(&[2], &[5.0, 6.0]),
+        tensor(&[4], &[0.0, 0.0, 0.0, 1.0]),
+    ];
+    let (grads, verdict) = native_vjp_checked(&gather, &xs, &[1e8, 1.0, -1e8, 2.0]);
+    verdict.unwrap_or_else(|e| panic!("a correct gather gradient rejected: {e}"));
+    assert_eq!(grads[0], vec![0.0, 2.0]);
+
+    // a convolution with an infinity elsewhere in the call (the whole-call recomputation)
+    let conv = Op::Conv2d(torchlean::graph::Conv2dGeometry::default());
+    let xs = [
+        tensor(&[1, 3, 1, 2], &[1e8, f32::INFINITY, 1.0, 2.0, -1e8, 3.0]),
+        tensor(&[1, 3, 1, 1], &[1.0, 1.0, 1.0]),
+    ];
+    let refs: Vec<&Tensor> = xs.iter().collect();
+    let y = native_cpu::forward(&conv, &refs).unwrap().to_vec();
+    check_forward(&conv, &xs, &y, &[1, 1, 1, 2])
+        .unwrap_or_else(|e| panic!("a correct conv2d rejected: {e}"));
+    assert!(check_forward(&conv, &xs, &[y[0] + 200.0, y[1]], &[1, 1, 1, 2]).is_err());
+
+    // a window whose partial sums overflow: the kernel's NaN ([3e38, 3e38] + [−3e38, −3e38]
+    // by rows) and the spec's +inf (left to right) are both reachable, −inf too, and finite
+    // values within γ_n·Σ|x|/4 (≈ 1e32) of the exact 0; 1e33 is not
+    let pool = Op::AvgPool2d {
+        geometry: torchlean::graph::Pool2dGeometry {
+            kernel: [2, 2],
+            stride: [2, 2],
+            padding: [0, 0],
+        },
+        count_include_pad: false,
+    };
+    let xs = [tensor(&[1, 1, 2, 2], &[3e38, 3e38, -3e38, -3e38])];
+    for v in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 0.0] {
+        check_forward(&pool, &xs, &[v], &[1, 1, 1, 1])
+            .unwrap_or_else(|e| panic!("avg_pool2d's {v} rejected: {e}"));
+    }
+    assert!(check_forward(&pool, &xs, &[1e33], &[1, 1, 1, 1]).is_err());
+}
+
+#[test]
+fn batch_norms_gradient_applies_gamma_last_and_a_windows_negative_zeros_average_to_plus_zero() {
+    support::checked_cpu_default();
+    // a cotangent of 3e38 and γ = 1.45: g·γ overflows; PyTorch's ((g − mean g − x̂·mean(g·x̂))
+    // ·rstd)·γ does not at every element — native and the spec at f32 agree, bit for bit
+    let op = Op::BatchNorm {
+        eps: 1e-5,
+        channel_axis: 1,
+    };
+    let xs = [
+        tensor(
+            &[4, 1, 2],
+            &[-1.36, -0.23, 0.78, -1.34, -0.67, 0.0, 1e-40, 1.81],
+        ),
+        tensor(&[1], &[1.45]),
+        tensor(&[1], &[0.0]),
+    ];
+    let g = [-0.75, 1.12, -0.15, 0.14, 0.29, 3e38, 1.30, 0.15];
+    let (native, verdict) = native_vjp_checked(&op, &xs, &g);
+    let reference = spec_vjp_f32(&op, &xs, &g);
+    assert!(
+        same(&native[0], &reference[0]),
+        "native {:?}, spec {:?}",
+        native[0],
+        reference[0]
+    );
+    assert!(
+        native[0].iter().filter(|v| v.is_finite()).count() > 4,
+        "the gradient overflowed: {:?}",
+        native[0]
+    );
+    verdict.unwrap_or_else(|e| panic!("a correct batch_norm gradient rejected: {e}"));
+    // avg_pool2d of −0s: +0 in the spec as in the kernel and PyTorch
+    let pool = Op::AvgPool2d {
+        geometry: torchlean::graph::Pool2dGeometry {
+            kernel: [1, 2],
+            stride: [1, 2],
+            padding: [0, 0],
+        },
+        count_include_pad: false,
+    };
+    let xs = [tensor(&[1, 1, 1, 2], &[-0.0, -0.0])];
+    let y = spec::forward(&pool, &arrays(&xs).iter().collect::<Vec<_>>())
+        .unwrap()
+        .data;
+    assert_eq!(y[0].to_bits(), 0, "{y:?}");
+}

@@ -285,6 +285,19 @@ fn vjp_groups<T: Scalar>(op: &Op, xs: &[&Array<T>], gy: &Array<T>) -> InputGrads
         let n = T::c(g.len() as f64);
         let (mu, rstd) = stats(op, &x.data, g);
         let xhat = |f: usize| (x.data[f] - mu) * rstd;
+        if let (Op::BatchNorm { .. }, Some(&first)) = (op, g.first()) {
+            // a channel's γ is one value: PyTorch's order, ((g − mean g − x̂·mean(g·x̂))·rstd)·γ
+            // (g·γ first overflows for a large cotangent where the gradient does not)
+            let w = gamma.data[param[first]];
+            let mean_g = super::sum::sum(g.iter().map(|&f| gy.data[f])) / n;
+            let mean_gx = super::sum::sum(g.iter().map(|&f| gy.data[f] * xhat(f))) / n;
+            for &f in g {
+                gx.data[f] = (gy.data[f] - mean_g - xhat(f) * mean_gx) * rstd * w;
+                ggamma.add(param[f], gy.data[f] * xhat(f));
+                gbeta.add(param[f], gy.data[f]);
+            }
+            continue;
+        }
         let gxhat = |f: usize| gy.data[f] * gamma.data[param[f]];
         let mean_g = if rms {
             T::zero()

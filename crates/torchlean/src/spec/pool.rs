@@ -163,7 +163,10 @@ pub(super) fn forward<T: Scalar>(op: &Op, x: &Array<T>, out_shape: Vec<usize>) -
         .iter()
         .map(|win| match op {
             Op::MaxPool2d(_) => x.data[first_max(&x.data, win)],
-            Op::AvgPool2d { .. } => win.iter().map(|&f| x.data[f]).sum::<T>() / divisor(op, win),
+            // the spec's sum (a sum of −0s is +0, as PyTorch's; the iterator's starts at −0)
+            Op::AvgPool2d { .. } => {
+                super::sum::sum(win.iter().map(|&f| x.data[f])) / divisor(op, win)
+            }
             Op::SmoothMaxPool2d { beta, .. } => {
                 let b = T::c(*beta as f64);
                 let m = smooth_shift(x.data[first_max(&x.data, win)]);

@@ -17,7 +17,7 @@
 pub(super) const OVERFLOW: f64 = f32::MAX as f64 + (1u128 << 103) as f64;
 
 /// γ_n = n·u / (1 − n·u), u = 2^-24, at least 2n·u where n·u reaches 1/2.
-fn gamma(n: usize) -> f64 {
+pub(super) fn gamma(n: usize) -> f64 {
     let nu = n as f64 / (1u64 << 24) as f64;
     nu / (1.0 - nu).max(0.5)
 }

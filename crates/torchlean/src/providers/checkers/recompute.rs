@@ -12,9 +12,11 @@
 //! (an intermediate that overflows or underflows only in f32), either is accepted; a chain of
 //! maps (`fused_unary`, `fused_map`) may also be within the bound of the spec run at f32 step
 //! by step, which is what a kernel that rounds its intermediates computes (forward and
-//! VJP). An element of a sum of products ([`sums_of_products`]) may also be an infinity (or
-//! NaN) that a correct kernel's partial sums reach in some order whatever the exact sum
-//! (`overflow.rs`, from Σ|term| by the spec on the inputs' magnitudes). Cost: one
+//! VJP). An element of a sum of terms ([`sums_of_terms`]: products, sums, means, pools,
+//! the gathers' VJPs) may also err by γ_n·Σ|term| (its rounding in any order, Higham Thm
+//! 3.5; Σ|term| from the spec on the inputs' magnitudes) or be an infinity (or NaN) that a
+//! correct kernel's partial sums reach in some order whatever the exact sum (`overflow.rs`).
+//! Cost: one
 //! evaluation of the spec at f64 per call (for elementwise maps and reductions, a few passes
 //! over the data).
 
@@ -96,15 +98,18 @@ pub(super) fn dense_values<'a>(o: &Operand<'a>) -> std::borrow::Cow<'a, [f32]> {
     }
 }
 
-/// Ops whose every output element is a sum of products of input elements, each counted
-/// once, and (`vjp`) whose every gradient element is too: evaluated on the inputs'
-/// magnitudes they give each element's Σ|term|. (The VJPs of the sums and of scatter_add
-/// copy or gather one cotangent element: not sums.)
-fn sums_of_products(op: &Op, vjp: bool) -> bool {
+/// Ops whose every output element (and, `vjp`, every gradient element) is a sum of terms,
+/// each a product of input elements with a non-negative coefficient (a mean's 1/n, a
+/// pool's 1/divisor): evaluated on the inputs' magnitudes they give each element's Σ|term|.
+/// The gathers' VJPs add the cotangent over repeated indices; the sums' and scatter_add's
+/// VJPs copy one cotangent element (no sum). Not the spectral op (its DFT coefficients have
+/// signs).
+fn sums_of_terms(op: &Op, vjp: bool) -> bool {
     use crate::graph::OpKind as K;
     match op.kind() {
-        K::Matmul | K::Linear | K::Conv2d | K::ConvTranspose2d => true,
-        K::SumAll | K::ReduceSum | K::ScatterAdd => !vjp,
+        K::Matmul | K::Linear | K::Conv2d | K::ConvTranspose2d | K::AvgPool2d => true,
+        K::SumAll | K::ReduceSum | K::ReduceMean | K::ScatterAdd => !vjp,
+        K::Gather | K::IndexSelect => vjp,
         _ => false,
     }
 }
@@ -116,11 +121,69 @@ fn magnitudes(o: &Operand) -> Array<f64> {
     a
 }
 
-/// Per element of a sum of products: Σ|term| (from the spec on the inputs' magnitudes) and
-/// the number of terms it may have at most (the largest input's length, plus one).
+/// Per element of a sum of terms: Σ|term| (the spec on the inputs' magnitudes), the most
+/// terms an element can have, and the most a term's coefficient divides by (a mean's n, a
+/// pool's window; 1 otherwise), by which partial sums can exceed Σ|term| before the division.
 struct Magnitudes {
     sums: Vec<f64>,
     terms: usize,
+    divisor: usize,
+}
+
+impl Magnitudes {
+    /// The most terms and the divisor of `op`'s sums on this call.
+    fn new(op: &Op, call: &Call, sums: Vec<f64>, vjp: bool) -> Magnitudes {
+        let numel = |shape: &[usize]| shape.iter().product::<usize>();
+        let input = |i: usize| call.inputs.get(i).map_or(0, |o| numel(o.shape));
+        let last = |i: usize| {
+            call.inputs
+                .get(i)
+                .and_then(|o| o.shape.last().copied())
+                .unwrap_or(0)
+        };
+        let reduced = (input(0) / numel(call.output.shape).max(1)).max(1);
+        // the most terms of one element: of a gradient, at most one per cotangent element
+        // (each term of these VJPs reads a different one), plus one
+        let (terms, divisor) = match op {
+            Op::AvgPool2d { geometry, .. } => {
+                let window = geometry.kernel[0] * geometry.kernel[1];
+                (window, window)
+            }
+            _ if vjp => (call.cotangent.as_ref().map_or(0, |c| numel(c.shape)) + 1, 1),
+            Op::Matmul => (last(0) + 1, 1),
+            Op::Linear => (last(0) + 2, 1),
+            // a convolution's output element: at most every weight, plus the bias
+            Op::Conv2d(_) | Op::ConvTranspose2d(_) => (input(1) + 1, 1),
+            Op::ReduceMean { .. } => (reduced, reduced),
+            Op::SumAll | Op::ReduceSum { .. } => (reduced, 1),
+            // every source into one slot, plus the slot's own value
+            Op::ScatterAdd { .. } => (input(2) + 1, 1),
+            _ => (most_terms(call), 1),
+        };
+        Magnitudes {
+            sums,
+            terms,
+            divisor,
+        }
+    }
+
+    /// Whether `got` is within what a correct f32 summation of element `k`'s terms gives,
+    /// in some order, for the f64 value `exact` beyond the check's `bound`: within
+    /// γ_{n+1}·Σ|term| (Higham Thm 3.5; the one more for a mean's or pool's division) plus an
+    /// underflow floor, or an infinity (or NaN) its partial sums reach (overflow.rs).
+    fn admits(&self, k: usize, got: f64, exact: f64, bound: f64) -> bool {
+        let Some(&total) = self.sums.get(k) else {
+            return false;
+        };
+        if got.is_finite() && exact.is_finite() && total.is_finite() {
+            let floor = (self.terms as f64 + 1.0) * f32::MIN_POSITIVE as f64;
+            return (got - exact).abs()
+                <= bound + super::overflow::gamma(self.terms + 1) * total + floor;
+        }
+        let (pos, neg) = ((total + exact) / 2.0, (total - exact) / 2.0);
+        let d = self.divisor as f64;
+        super::overflow::reachable(got, pos.max(0.0) * d, neg.max(0.0) * d, self.terms)
+    }
 }
 
 /// Compares the operand `got` with the f64 spec's `want`; `alt` recomputes at f32 when
@@ -187,19 +250,13 @@ fn compare(
                 }
             }
         }
-        // a sum of products whose terms reach f32's range: a correct kernel's partial
-        // sums may overflow in its order whatever the exact value (an audit of the
-        // thirty-ninth session: [3e38, 3e38, −3e38]); the infinities (or NaN) some order
-        // reaches are accepted, from the positive and negative terms' sums (overflow.rs)
-        if !g.is_finite() {
-            let m = magnitude_values.get_or_insert_with(|| magnitude.take().and_then(|f| f()));
-            if let Some(m) = m {
-                let (total, s) = (m.sums.get(k).copied().unwrap_or(f64::NAN), exact[k]);
-                let (pos, neg) = ((total + s) / 2.0, (total - s) / 2.0);
-                if super::overflow::reachable(g, pos.max(0.0), neg.max(0.0), m.terms) {
-                    continue;
-                }
-            }
+        // a sum of terms: a correct kernel errs by up to γ_n·Σ|term| in its order (a
+        // cancelling sum: [1e8, 1, −1e8] is 0 in f32, 1 exactly; audits of the thirty-ninth
+        // session), and its partial sums may overflow whatever the exact value ([3e38, 3e38,
+        // −3e38] is +inf left to right): Magnitudes::admits
+        let m = magnitude_values.get_or_insert_with(|| magnitude.take().and_then(|f| f()));
+        if m.as_ref().is_some_and(|m| m.admits(k, g, exact[k], bound)) {
+            continue;
         }
         return Err(format!(
             "{what}: element {k} is {g}, the f64 spec gives {w} (allowed error {bound:e})"
@@ -272,13 +329,12 @@ pub(super) fn whole_forward(op: &Op, call: &Call) -> Result<(), String> {
         crate::graph::OpKind::FusedUnary | crate::graph::OpKind::FusedMap
     );
     let magnitude = || {
-        sums_of_products(op, false).then(|| {
+        sums_of_terms(op, false).then(|| {
             let xs: Vec<Array<f64>> = call.inputs.iter().map(magnitudes).collect();
             let refs: Vec<&Array<f64>> = xs.iter().collect();
-            spec::forward(op, &refs).ok().map(|a| Magnitudes {
-                sums: a.data,
-                terms: most_terms(call),
-            })
+            spec::forward(op, &refs)
+                .ok()
+                .map(|a| Magnitudes::new(op, call, a.data, false))
         })?
     };
     compare(
@@ -347,18 +403,14 @@ pub(super) fn whole_vjp(op: &Op, call: &Call) -> Result<(), String> {
                         .map(|a| a.data.iter().map(|&v| v as f64).collect())
                 };
                 let magnitude = || {
-                    sums_of_products(op, true).then(|| {
+                    sums_of_terms(op, true).then(|| {
                         let xs: Vec<Array<f64>> = call.inputs.iter().map(magnitudes).collect();
                         let refs: Vec<&Array<f64>> = xs.iter().collect();
                         let y = magnitudes(&call.output);
                         spec::vjp(op, &refs, &y, &magnitudes(cot))
                             .ok()
                             .and_then(|gs| gs.into_iter().nth(i).flatten())
-                            .map(|a| Magnitudes {
-                                sums: a.data,
-                                terms: most_terms(call)
-                                    .max(cot.shape.iter().product::<usize>() + 1),
-                            })
+                            .map(|a| Magnitudes::new(op, call, a.data, true))
                     })?
                 };
                 // a chain of maps: also the spec at f32 step by step (as the forward)

@@ -210,12 +210,14 @@ pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
                 let (sg, sgx) = (sg64 as f32, sgx64 as f32);
                 ggamma[ch] = sgx;
                 gbeta[ch] = sg;
-                let (mg, mgx) = (gamma[ch] * sg / n, gamma[ch] * sgx / n);
+                // the spec's (PyTorch's) order: γ last (g·γ first overflows for a large
+                // cotangent where the gradient does not)
+                let (mg, mgx, w) = (sg / n, sgx / n, gamma[ch]);
                 for o in 0..outer {
                     let base = (o * c + ch) * inner;
                     for i in 0..inner {
                         let xh = (xd[base + i] - mu) * rstd;
-                        gx[base + i] = rstd * (g[base + i] * gamma[ch] - mg - xh * mgx);
+                        gx[base + i] = (g[base + i] - mg - xh * mgx) * rstd * w;
                     }
                 }
             }
