@@ -520,3 +520,59 @@ fn batch_norms_gradient_applies_gamma_last_and_a_windows_negative_zeros_average_
         .data;
     assert_eq!(y[0].to_bits(), 0, "{y:?}");
 }
+
+#[test]
+fn the_sums_allowance_counts_each_elements_own_terms_so_large_calls_still_catch_errors() {
+    support::checked_cpu_default();
+    // a gather over 100,000 indices, each data element read a few times: its gradient
+    // elements sum a few cotangents each, so a 10% error in one must be caught (a bound
+    // from the call's size, γ_100001 ≈ 0.006 of every cotangent, let it through)
+    let (d, t) = (1000usize, 100_000usize);
+    let idx: Vec<f32> = (0..t).map(|i| (i * 7 % d) as f32).collect();
+    let data: Vec<f32> = (0..d).map(|i| i as f32).collect();
+    let op = Op::Gather { axis: 0 };
+    let xs = [tensor(&[d], &data), tensor(&[t], &idx)];
+    let g: Vec<f32> = (0..t).map(|i| 1.0 + (i % 13) as f32).collect();
+    let (grads, verdict) = native_vjp_checked(&op, &xs, &g);
+    verdict.unwrap_or_else(|e| panic!("a correct gather gradient rejected: {e}"));
+    let mut bad = grads[0].clone();
+    bad[3] *= 1.1;
+    let refs: Vec<&Tensor> = xs.iter().collect();
+    let y = native_cpu::forward(&op, &refs).unwrap();
+    let (d0, d1, yv) = (xs[0].to_vec(), xs[1].to_vec(), y.to_vec());
+    let (sd, st) = ([d], [t]);
+    let ins = [dense(&d0, &sd), dense(&d1, &st)];
+    let gs = [Some(dense(&bad, &sd)), None];
+    let verdict = replay_vjp(
+        &op,
+        &Call {
+            inputs: &ins,
+            output: dense(&yv, &st),
+            cotangent: Some(dense(&g, &st)),
+            needs: &[true, false],
+            grads: &gs,
+            seed: 3,
+        },
+    );
+    assert!(
+        verdict.is_err(),
+        "a 10% error in one gradient element accepted"
+    );
+
+    // scatter_add of 100,000 sources over 1000 slots: dropping one slot's additions is caught
+    let op = Op::ScatterAdd { axis: 0 };
+    let xs = [
+        tensor(&[d], &vec![0.5; d]),
+        tensor(&[t], &idx),
+        tensor(&[t], &g),
+    ];
+    let refs: Vec<&Tensor> = xs.iter().collect();
+    let y = native_cpu::forward(&op, &refs).unwrap().to_vec();
+    check_forward(&op, &xs, &y, &[d]).unwrap_or_else(|e| panic!("correct scatter_add: {e}"));
+    let mut bad = y.clone();
+    bad[3] = 0.5;
+    assert!(
+        check_forward(&op, &xs, &bad, &[d]).is_err(),
+        "a dropped slot accepted"
+    );
+}

@@ -121,68 +121,144 @@ fn magnitudes(o: &Operand) -> Array<f64> {
     a
 }
 
-/// Per element of a sum of terms: Σ|term| (the spec on the inputs' magnitudes), the most
-/// terms an element can have, and the most a term's coefficient divides by (a mean's n, a
-/// pool's window; 1 otherwise), by which partial sums can exceed Σ|term| before the division.
+/// Per element of a sum of terms: Σ|term| (the spec on the inputs' magnitudes), its number
+/// of terms n (the spec on ones), and the divisor by which its partial sums can exceed
+/// Σ|term| before a mean's or pool's division (1 otherwise).
 struct Magnitudes {
     sums: Vec<f64>,
-    terms: usize,
-    divisor: usize,
+    terms: Vec<f64>,
+    divisors: Vec<f64>,
+}
+
+/// The operands an op reads as indices (kept as they are when the others become ones).
+fn index_operand(op: &Op, i: usize) -> bool {
+    use crate::graph::OpKind as K;
+    matches!(op.kind(), K::Gather | K::IndexSelect | K::ScatterAdd) && i == 1
+}
+
+/// The call's inputs as arrays of magnitudes, or (`ones`) of ones except index operands.
+fn inputs_as(op: &Op, call: &Call, ones: bool) -> Vec<Array<f64>> {
+    call.inputs
+        .iter()
+        .enumerate()
+        .map(|(i, o)| {
+            let mut a = magnitudes(o);
+            if ones && !index_operand(op, i) {
+                a.data.iter_mut().for_each(|v| *v = 1.0);
+            }
+            a
+        })
+        .collect()
+}
+
+fn ones_like(shape: &[usize]) -> Array<f64> {
+    Array {
+        shape: shape.to_vec(),
+        data: vec![1.0; shape.iter().product()],
+    }
 }
 
 impl Magnitudes {
-    /// The most terms and the divisor of `op`'s sums on this call.
-    fn new(op: &Op, call: &Call, sums: Vec<f64>, vjp: bool) -> Magnitudes {
-        let numel = |shape: &[usize]| shape.iter().product::<usize>();
-        let input = |i: usize| call.inputs.get(i).map_or(0, |o| numel(o.shape));
-        let last = |i: usize| {
-            call.inputs
-                .get(i)
-                .and_then(|o| o.shape.last().copied())
-                .unwrap_or(0)
+    /// The forward's ([`sums_of_terms`] ops only).
+    fn forward(op: &Op, call: &Call) -> Option<Magnitudes> {
+        let eval = |ones: bool| {
+            let xs = inputs_as(op, call, ones);
+            spec::forward(op, &xs.iter().collect::<Vec<_>>())
+                .ok()
+                .map(|a| a.data)
         };
-        let reduced = (input(0) / numel(call.output.shape).max(1)).max(1);
-        // the most terms of one element: of a gradient, at most one per cotangent element
-        // (each term of these VJPs reads a different one), plus one
-        let (terms, divisor) = match op {
-            Op::AvgPool2d { geometry, .. } => {
-                let window = geometry.kernel[0] * geometry.kernel[1];
-                (window, window)
+        let sums = eval(false)?;
+        let len = sums.len();
+        let (terms, divisors) = match op {
+            // a mean's element: the reduced count of terms, divided by it
+            Op::ReduceMean { .. } => {
+                let numel = |s: &[usize]| s.iter().product::<usize>();
+                let n = (numel(call.inputs[0].shape) / numel(call.output.shape).max(1)).max(1);
+                (vec![n as f64; len], vec![n as f64; len])
             }
-            _ if vjp => (call.cotangent.as_ref().map_or(0, |c| numel(c.shape)) + 1, 1),
-            Op::Matmul => (last(0) + 1, 1),
-            Op::Linear => (last(0) + 2, 1),
-            // a convolution's output element: at most every weight, plus the bias
-            Op::Conv2d(_) | Op::ConvTranspose2d(_) => (input(1) + 1, 1),
-            Op::ReduceMean { .. } => (reduced, reduced),
-            Op::SumAll | Op::ReduceSum { .. } => (reduced, 1),
-            // every source into one slot, plus the slot's own value
-            Op::ScatterAdd { .. } => (input(2) + 1, 1),
-            _ => (most_terms(call), 1),
+            // a window's element: at most its taps, divided by its divisor (the taps inside
+            // the input when the padding is not counted: the padded pool's mean of ones
+            // times the window)
+            Op::AvgPool2d {
+                geometry,
+                count_include_pad,
+            } => {
+                let area = (geometry.kernel[0] * geometry.kernel[1]) as f64;
+                let divisors = if *count_include_pad {
+                    vec![area; len]
+                } else {
+                    let padded = Op::AvgPool2d {
+                        geometry: *geometry,
+                        count_include_pad: true,
+                    };
+                    let xs = inputs_as(op, call, true);
+                    let share = spec::forward(&padded, &xs.iter().collect::<Vec<_>>()).ok()?;
+                    share.data.iter().map(|s| (s * area).round()).collect()
+                };
+                (vec![area; len], divisors)
+            }
+            // every other op sums its terms with coefficient 1: the spec on ones counts them
+            _ => (eval(true)?, vec![1.0; len]),
         };
-        Magnitudes {
+        Some(Magnitudes {
             sums,
             terms,
-            divisor,
-        }
+            divisors,
+        })
     }
 
-    /// Whether `got` is within what a correct f32 summation of element `k`'s terms gives,
+    /// Gradient `i`'s ([`sums_of_terms`] ops only; their VJPs do not read the output).
+    fn vjp(op: &Op, call: &Call, i: usize) -> Option<Magnitudes> {
+        let cot = call.cotangent.as_ref()?;
+        let eval = |ones: bool| {
+            let xs = inputs_as(op, call, ones);
+            let (y, g) = if ones {
+                (ones_like(call.output.shape), ones_like(cot.shape))
+            } else {
+                (magnitudes(&call.output), magnitudes(cot))
+            };
+            spec::vjp(op, &xs.iter().collect::<Vec<_>>(), &y, &g)
+                .ok()
+                .and_then(|gs| gs.into_iter().nth(i).flatten())
+                .map(|a| a.data)
+        };
+        let sums = eval(false)?;
+        let len = sums.len();
+        let terms = match op {
+            // each input element is in at most a window's count of windows; the kernels
+            // divide each term before adding (divisor 1)
+            Op::AvgPool2d { geometry, .. } => {
+                vec![(geometry.kernel[0] * geometry.kernel[1]) as f64; len]
+            }
+            _ => eval(true)?,
+        };
+        Some(Magnitudes {
+            sums,
+            terms,
+            divisors: vec![1.0; len],
+        })
+    }
+
+    /// Whether `got` is within what a correct f32 summation of element `k`'s n terms gives,
     /// in some order, for the f64 value `exact` beyond the check's `bound`: within
     /// γ_{n+1}·Σ|term| (Higham Thm 3.5; the one more for a mean's or pool's division) plus an
     /// underflow floor, or an infinity (or NaN) its partial sums reach (overflow.rs).
     fn admits(&self, k: usize, got: f64, exact: f64, bound: f64) -> bool {
-        let Some(&total) = self.sums.get(k) else {
+        let (Some(&total), Some(&terms), Some(&d)) =
+            (self.sums.get(k), self.terms.get(k), self.divisors.get(k))
+        else {
             return false;
         };
+        if !terms.is_finite() || terms < 0.0 {
+            return false;
+        }
+        let n = terms.ceil() as usize;
         if got.is_finite() && exact.is_finite() && total.is_finite() {
-            let floor = (self.terms as f64 + 1.0) * f32::MIN_POSITIVE as f64;
-            return (got - exact).abs()
-                <= bound + super::overflow::gamma(self.terms + 1) * total + floor;
+            let floor = (n as f64 + 1.0) * f32::MIN_POSITIVE as f64;
+            return (got - exact).abs() <= bound + super::overflow::gamma(n + 1) * total + floor;
         }
         let (pos, neg) = ((total + exact) / 2.0, (total - exact) / 2.0);
-        let d = self.divisor as f64;
-        super::overflow::reachable(got, pos.max(0.0) * d, neg.max(0.0) * d, self.terms)
+        super::overflow::reachable(got, pos.max(0.0) * d, neg.max(0.0) * d, n)
     }
 }
 
@@ -265,17 +341,6 @@ fn compare(
     Ok(())
 }
 
-/// The most terms an element of a sum of products over these inputs can have: the largest
-/// input's length, plus one (a bias).
-fn most_terms(call: &Call) -> usize {
-    call.inputs
-        .iter()
-        .map(|o| o.shape.iter().product::<usize>())
-        .max()
-        .unwrap_or(0)
-        + 1
-}
-
 /// Recomputes the forward output with the spec at f64.
 /// Ops that only move data are compared exactly (see `layout.rs`), ops that act on the rows
 /// of their leading axis independently are checked piece by piece (see `pieces.rs`; layer
@@ -329,13 +394,9 @@ pub(super) fn whole_forward(op: &Op, call: &Call) -> Result<(), String> {
         crate::graph::OpKind::FusedUnary | crate::graph::OpKind::FusedMap
     );
     let magnitude = || {
-        sums_of_terms(op, false).then(|| {
-            let xs: Vec<Array<f64>> = call.inputs.iter().map(magnitudes).collect();
-            let refs: Vec<&Array<f64>> = xs.iter().collect();
-            spec::forward(op, &refs)
-                .ok()
-                .map(|a| Magnitudes::new(op, call, a.data, false))
-        })?
+        sums_of_terms(op, false)
+            .then(|| Magnitudes::forward(op, call))
+            .flatten()
     };
     compare(
         "result",
@@ -403,15 +464,9 @@ pub(super) fn whole_vjp(op: &Op, call: &Call) -> Result<(), String> {
                         .map(|a| a.data.iter().map(|&v| v as f64).collect())
                 };
                 let magnitude = || {
-                    sums_of_terms(op, true).then(|| {
-                        let xs: Vec<Array<f64>> = call.inputs.iter().map(magnitudes).collect();
-                        let refs: Vec<&Array<f64>> = xs.iter().collect();
-                        let y = magnitudes(&call.output);
-                        spec::vjp(op, &refs, &y, &magnitudes(cot))
-                            .ok()
-                            .and_then(|gs| gs.into_iter().nth(i).flatten())
-                            .map(|a| Magnitudes::new(op, call, a.data, true))
-                    })?
+                    sums_of_terms(op, true)
+                        .then(|| Magnitudes::vjp(op, call, i))
+                        .flatten()
                 };
                 // a chain of maps: also the spec at f32 step by step (as the forward)
                 compare(
