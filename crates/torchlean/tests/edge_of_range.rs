@@ -117,6 +117,18 @@ fn spec_vjp_f32(op: &Op, xs: &[Tensor], g: &[f32]) -> Vec<Vec<f32>> {
         .collect()
 }
 
+/// Average pooling over non-overlapping windows of `kernel`, no padding.
+fn avg_pool(kernel: [usize; 2]) -> Op {
+    Op::AvgPool2d {
+        geometry: torchlean::graph::Pool2dGeometry {
+            kernel,
+            stride: kernel,
+            padding: [0, 0],
+        },
+        count_include_pad: false,
+    }
+}
+
 /// Equal as IEEE values, NaN equal to NaN and the sign of zero ignored.
 fn same(a: &[f32], b: &[f32]) -> bool {
     a.len() == b.len()
@@ -402,14 +414,7 @@ fn cancelling_sums_in_pools_scatters_and_gathers_are_held_to_their_rounding_not_
     // [1e8, 1, −1e8] is 0 in f32 in any order (1 is lost against 1e8), exactly 1: a correct
     // kernel errs by γ_n·Σ|term|, which the checkers now allow per element (an audit of the
     // thirty-ninth session found these rejected under strict_native_cpu)
-    let pool = Op::AvgPool2d {
-        geometry: torchlean::graph::Pool2dGeometry {
-            kernel: [1, 3],
-            stride: [1, 3],
-            padding: [0, 0],
-        },
-        count_include_pad: false,
-    };
+    let pool = avg_pool([1, 3]);
     let xs = [tensor(&[1, 1, 1, 6], &[1e8, 1.0, -1e8, 1.0, 2.0, 3.0])];
     let refs: Vec<&Tensor> = xs.iter().collect();
     let y = native_cpu::forward(&pool, &refs).unwrap().to_vec();
@@ -457,14 +462,7 @@ fn cancelling_sums_in_pools_scatters_and_gathers_are_held_to_their_rounding_not_
     // a window whose partial sums overflow: the kernel's NaN ([3e38, 3e38] + [−3e38, −3e38]
     // by rows) and the spec's +inf (left to right) are both reachable, −inf too, and finite
     // values within γ_n·Σ|x|/4 (≈ 1e32) of the exact 0; 1e33 is not
-    let pool = Op::AvgPool2d {
-        geometry: torchlean::graph::Pool2dGeometry {
-            kernel: [2, 2],
-            stride: [2, 2],
-            padding: [0, 0],
-        },
-        count_include_pad: false,
-    };
+    let pool = avg_pool([2, 2]);
     let xs = [tensor(&[1, 1, 2, 2], &[3e38, 3e38, -3e38, -3e38])];
     for v in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 0.0] {
         check_forward(&pool, &xs, &[v], &[1, 1, 1, 1])
@@ -506,14 +504,7 @@ fn batch_norms_gradient_applies_gamma_last_and_a_windows_negative_zeros_average_
     );
     verdict.unwrap_or_else(|e| panic!("a correct batch_norm gradient rejected: {e}"));
     // avg_pool2d of −0s: +0 in the spec as in the kernel and PyTorch
-    let pool = Op::AvgPool2d {
-        geometry: torchlean::graph::Pool2dGeometry {
-            kernel: [1, 2],
-            stride: [1, 2],
-            padding: [0, 0],
-        },
-        count_include_pad: false,
-    };
+    let pool = avg_pool([1, 2]);
     let xs = [tensor(&[1, 1, 1, 2], &[-0.0, -0.0])];
     let y = spec::forward(&pool, &arrays(&xs).iter().collect::<Vec<_>>())
         .unwrap()
