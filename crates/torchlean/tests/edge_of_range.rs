@@ -32,14 +32,18 @@ fn tensor(shape: &[usize], data: &[f32]) -> Tensor {
     Tensor::from_vec(data.to_vec(), shape).unwrap()
 }
 
+/// The tensors `xs` as dense operands over their values `vals`.
+fn operands<'a>(xs: &'a [Tensor], vals: &'a [Vec<f32>]) -> Vec<Operand<'a>> {
+    xs.iter()
+        .zip(vals)
+        .map(|(t, v)| dense(v, t.shape()))
+        .collect()
+}
+
 /// The forward checker's verdict on `y` as the result of `op` on `xs`.
 fn check_forward(op: &Op, xs: &[Tensor], y: &[f32], shape: &[usize]) -> Result<(), String> {
     let vals: Vec<Vec<f32>> = xs.iter().map(|t| t.to_vec()).collect();
-    let ins: Vec<Operand> = xs
-        .iter()
-        .zip(&vals)
-        .map(|(t, v)| dense(v, t.shape()))
-        .collect();
+    let ins = operands(xs, &vals);
     replay_forward(
         op,
         &Call {
@@ -66,11 +70,7 @@ fn native_vjp_checked(op: &Op, xs: &[Tensor], g: &[f32]) -> (Vec<Vec<f32>>, Resu
         .map(|g| g.map(|g| g.to_vec()).unwrap_or_default())
         .collect();
     let vals: Vec<Vec<f32>> = xs.iter().map(|t| t.to_vec()).collect();
-    let ins: Vec<Operand> = xs
-        .iter()
-        .zip(&vals)
-        .map(|(t, v)| dense(v, t.shape()))
-        .collect();
+    let ins = operands(xs, &vals);
     let (yv, gv) = (y.to_vec(), gy.to_vec());
     let gs: Vec<Option<Operand>> = grads
         .iter()
