@@ -39,7 +39,7 @@ mod index;
 mod layout;
 mod linalg;
 mod norm;
-pub(crate) use norm::rescaled_stats;
+pub(crate) use norm::{gamma32, rescaled_stats};
 mod optim;
 mod pool;
 mod random;

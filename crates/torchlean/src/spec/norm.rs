@@ -315,7 +315,7 @@ fn vjp_groups<T: Scalar>(op: &Op, xs: &[&Array<T>], gy: &Array<T>) -> InputGrads
 }
 
 /// `γ_k = k·u/(1 − k·u)` at f32's unit roundoff (Higham, *Accuracy and Stability*, §3.1).
-pub(super) fn gamma32(k: usize) -> f64 {
+pub(crate) fn gamma32(k: usize) -> f64 {
     let ku = k as f64 / (1u64 << 24) as f64;
     ku / (1.0 - ku).max(0.5)
 }

@@ -27,6 +27,7 @@
 //! Cost otherwise: one pass over each of C, P and Q with three products per pass, O(mk + kn +
 //! mn), against the kernel's O(mkn).
 
+use super::overflow::gamma;
 use super::recompute::dense_values as dense;
 use super::replay::VECTORS;
 use crate::backend::Call;
@@ -42,11 +43,6 @@ const PAR_ELEMENTS: usize = 1 << 18;
 
 /// Matrices of at least this many elements are read by several threads.
 const PAR_MATRIX: usize = 1 << 16;
-
-fn gamma(k: usize) -> f64 {
-    let ku = k as f64 * U;
-    ku / (1.0 - ku).max(0.5)
-}
 
 /// A logical `rows × cols` matrix over f32 data, row-major, or (`t`) the transpose of a
 /// row-major `cols × rows` matrix: products read it in place, accumulating in f64.

@@ -16,11 +16,8 @@
 /// its ulp, 2^103, ties going to the even "mantissa" of 2^128).
 pub(super) const OVERFLOW: f64 = f32::MAX as f64 + (1u128 << 103) as f64;
 
-/// γ_n = n·u / (1 − n·u), u = 2^-24, at least 2n·u where n·u reaches 1/2.
-pub(super) fn gamma(n: usize) -> f64 {
-    let nu = n as f64 / (1u64 << 24) as f64;
-    nu / (1.0 - nu).max(0.5)
-}
+/// γ_n at f32's unit roundoff (the spec's: Higham §3.1).
+pub(super) use crate::spec::gamma32 as gamma;
 
 /// Whether `got` is a non-finite value that a correct f32 summation of `n` finite terms
 /// (the positive ones adding up to `pos`, the negative ones to `-neg`) can give. False for a
