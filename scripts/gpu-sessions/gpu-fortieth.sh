@@ -1,0 +1,23 @@
+#!/bin/bash
+# On the GPU machine (fortieth session): the card decides. On an H200 (the card of issues 11
+# and 12): the GPU conformance binary, then issue 12's attention rows beside PyTorch 2.11's
+# SDPA (B=8 H=16 L=2048 D=64: unmasked and masked, forward and forward + backward, causal),
+# then flash attention's memory at L = 2k, 8k, 32k. On another card: the conformance binary
+# only (the figures of that card are in docs/cuda.md already). DEADLINE seconds (default
+# 560). Logs in $OUT/logs.tgz; issue 11's rows are gpu-fortieth-b.sh.
+source "$(dirname "$0")/../gpu-session-start.sh"
+dest=$log; log=/tmp/run40; mkdir -p $log; cp $dest/gpu.txt $log/
+start=$(date +%s); D=${DEADLINE:-560}; left() { echo $(( D - ($(date +%s) - start) )); }
+TORCHLEAN_REQUIRE_CUDA=1 timeout 220 gpu-bin/gpu_only_conformance --test-threads 1 > $log/tests.txt 2>&1; echo "tests rc=$?" >> $log/tests.txt
+grep -E "FAIL|panicked|test result|tests rc" $log/tests.txt | cut -c1-300 | head -12
+if grep -q H200 $log/gpu.txt; then
+  p="--device cuda --provider prefer:native_cuda --json"
+  for w in attn-step-none attn-fwd-none attn-step-mask attn-fwd-mask attn-step-none attn-step-causal attn-fwd-causal; do
+    [ $(left) -gt 90 ] && pair $w 20 $w.$(ls $log | grep -c "^$w\.") "" ""
+  done
+  for l in 2048 8192 32768; do
+    [ $(left) -gt 30 ] && timeout 60 gpu-bin/torchlean bench attn-step-none-L$l-B1 $p --reps 3 --warmup 1 --warmup-seconds 0 > $log/mem.$l.json 2>> $log/err
+    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); m=d.get("memory") or d.get("details",{}).get("memory"); print("L", sys.argv[2], "median", round(d["median"],3), "memory", m)' $log/mem.$l.json $l 2>/dev/null || echo "L $l: no result"
+  done
+fi
+tar czf $dest/logs.tgz -C $log . && rm -f $dest/gpu.txt
