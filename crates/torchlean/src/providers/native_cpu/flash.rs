@@ -339,32 +339,30 @@ struct GradStep<'a> {
     gs: Vec<f32>,
 }
 
+/// How a tile's `p` reaches [`GradStep::tile`]: already the probabilities, or each row's
+/// exp(score − max) still to be divided by its normalizer (the probabilities are then written
+/// in the pass that forms dS, one pass over the tile instead of two).
+enum Probs<'a> {
+    Ready,
+    Unnormalized { inv: &'a [f32], nan: &'a [bool] },
+}
+
 impl GradStep<'_> {
     /// Accumulates the gradients of query rows `rows` against keys `cols` from their
-    /// probabilities `p` (rows × cols, overwritten) and D = rowsum(dO ∘ O) per row.
+    /// probabilities `p` (rows × cols; normalized here first when `probs` says so) and
+    /// D = rowsum(dO ∘ O) per row.
     #[inline(always)]
     fn tile(
         &mut self,
         rows: &std::ops::Range<usize>,
         cols: &std::ops::Range<usize>,
-        p: &[f32],
+        (p, probs): (&mut [f32], Probs),
         dsum: &[f32],
         dp: &mut [f32],
     ) {
         let (s, d, dv) = (self.at.s, self.at.d, self.at.dv);
         let (bq, bk) = (rows.len(), cols.len());
         let go_t = &self.go[rows.start * dv..];
-        // dV += Pᵀ dO
-        gemm(
-            bk,
-            dv,
-            bq,
-            Mat::transposed(p, bk),
-            Mat::rows(go_t, dv),
-            &mut self.gv[cols.start * dv..],
-            true,
-            self.threads,
-        );
         // dS = P ∘ (dO Vᵀ − D)
         let ds = &mut dp[..bq * bk];
         gemm(
@@ -379,17 +377,45 @@ impl GradStep<'_> {
         );
         for (r, (drow, prow)) in ds
             .chunks_mut(bk.max(1))
-            .zip(p.chunks(bk.max(1)))
+            .zip(p.chunks_mut(bk.max(1)))
             .enumerate()
         {
             if self.blocked[rows.start + r] {
+                // a blocked row's probabilities are 0 and it passes no gradient
+                prow.fill(0.0);
                 drow.fill(0.0);
                 continue;
             }
-            for (g, &pv) in drow.iter_mut().zip(prow) {
-                *g = pv * (*g - dsum[r]);
+            match probs {
+                Probs::Ready => {
+                    for (g, &pv) in drow.iter_mut().zip(prow.iter()) {
+                        *g = pv * (*g - dsum[r]);
+                    }
+                }
+                Probs::Unnormalized { nan, .. } if nan[r] => {
+                    prow.fill(f32::NAN);
+                    drow.fill(f32::NAN);
+                }
+                Probs::Unnormalized { inv, .. } => {
+                    let (inv, dr) = (inv[r], dsum[r]);
+                    for (g, pv) in drow.iter_mut().zip(prow.iter_mut()) {
+                        *pv *= inv;
+                        *g = *pv * (*g - dr);
+                    }
+                }
             }
         }
+        // dV += Pᵀ dO
+        gemm(
+            bk,
+            dv,
+            bq,
+            Mat::transposed(p, bk),
+            Mat::rows(go_t, dv),
+            &mut self.gv[cols.start * dv..],
+            true,
+            self.threads,
+        );
         if !self.gs.is_empty() {
             for (r, drow) in ds.chunks(bk.max(1)).enumerate() {
                 let at_row = (rows.start + r) * s + cols.start;
@@ -517,9 +543,6 @@ fn vjp_batch_body(
         // the scores of these query rows against keys `cols` (from q itself: a blocked row's
         // scores are computed, then dropped, as the spec's)
         let (q_b, k_b) = (q.matrix(bi), step.k);
-        let scores_of = |cols: std::ops::Range<usize>, out: &mut [f32]| {
-            tile_scores(at, bi, rows.clone(), cols, (q_b, k_b), out)
-        };
         if stripe {
             let cols = spans.keys(at, bi, &rows, skip);
             if cols.is_empty() {
@@ -528,29 +551,31 @@ fn vjp_batch_body(
             }
             let w = cols.len();
             let p = &mut scores[..bq * w];
-            scores_of(cols.clone(), p);
+            tile_scores(at, bi, rows.clone(), cols.clone(), (q_b, k_b), p);
             state.fold(p, w);
             let inv: Vec<f32> = state.sum.iter().map(|z| 1.0 / z).collect();
-            let nan = state.nan.clone();
-            probabilities(p, w, rows.start, &blocked, &nan, |x, r| x * inv[r]);
-            step.tile(&rows, &cols, p, &dsum, &mut dp);
+            let probs = Probs::Unnormalized {
+                inv: &inv,
+                nan: &state.nan,
+            };
+            step.tile(&rows, &cols, (p, probs), &dsum, &mut dp);
             continue;
         }
         // pass 1: each row's log-sum-exp
         for cols in key_tiles(spans.keys(at, bi, &rows, true)) {
             let tile = &mut scores[..bq * cols.len()];
-            scores_of(cols.clone(), tile);
+            tile_scores(at, bi, rows.clone(), cols.clone(), (q_b, k_b), tile);
             state.fold(tile, cols.len());
         }
         let lse: Vec<f32> = (0..bq).map(|r| state.max[r] + state.sum[r].ln()).collect();
         // pass 2: probabilities from the log-sum-exp, and the gradient products
         for cols in key_tiles(spans.keys(at, bi, &rows, skip)) {
             let p = &mut scores[..bq * cols.len()];
-            scores_of(cols.clone(), p);
+            tile_scores(at, bi, rows.clone(), cols.clone(), (q_b, k_b), p);
             probabilities(p, cols.len(), rows.start, &blocked, &state.nan, |x, r| {
                 vmath::exp(x - lse[r])
             });
-            step.tile(&rows, &cols, p, &dsum, &mut dp);
+            step.tile(&rows, &cols, (p, Probs::Ready), &dsum, &mut dp);
         }
     }
     let (mut gq, mut gk) = (step.gq, step.gk);

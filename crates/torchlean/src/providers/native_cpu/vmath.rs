@@ -165,27 +165,43 @@ pub fn sum(x: &[f32]) -> f32 {
     reduce_lanes(acc) + tail.iter().sum::<f32>()
 }
 
-/// Maximum with 16 independent lanes, NaN when any element is NaN (a lane that meets a NaN
-/// keeps it: [`crate::scalar::maximum`]); -inf for an empty slice. The last elements (a whole
-/// row when rows are shorter than a block: attention over ten keys) go through one block
-/// padded with -inf and the lanes meet as a tree, so a short row is a few vector operations,
-/// not a scalar fold. Used as a softmax's shift: on a tie between -0 and +0 either may be
-/// returned.
-#[inline]
+/// Maximum with 64 independent lanes (four blocks of 16, so that four comparison chains run
+/// at once: one chain waits on its own compare-and-blend each block, which made a row's
+/// maximum a tenth of the CPU flash attention's time), NaN when any element is NaN (a lane
+/// that meets a NaN keeps it: [`crate::scalar::maximum`]); -inf for an empty slice. The last
+/// elements (a whole row when rows are shorter than a block: attention over ten keys) go
+/// through one block padded with -inf and the lanes meet as a tree, so a short row is a few
+/// vector operations, not a scalar fold. Used as a softmax's shift: on a tie between -0 and
+/// +0 either may be returned (a maximum is exact otherwise, so the lanes' order changes no
+/// other bit). Inlined into its callers, so that it runs on their vectors (`crate::wide`).
+#[inline(always)]
 pub fn max(x: &[f32]) -> f32 {
     use crate::scalar::maximum;
-    let mut acc = [f32::NEG_INFINITY; LANES];
-    let mut chunks = x.chunks_exact(LANES);
+    let mut acc = [[f32::NEG_INFINITY; LANES]; 4];
+    let mut wide = x.chunks_exact(4 * LANES);
+    for c in &mut wide {
+        for (j, a) in acc.iter_mut().enumerate() {
+            for (a, &v) in a.iter_mut().zip(&c[j * LANES..(j + 1) * LANES]) {
+                *a = maximum(*a, v);
+            }
+        }
+    }
+    let mut chunks = wide.remainder().chunks_exact(LANES);
     for c in &mut chunks {
-        for (a, &v) in acc.iter_mut().zip(c) {
+        for (a, &v) in acc[0].iter_mut().zip(c) {
             *a = maximum(*a, v);
         }
     }
     let rest = chunks.remainder();
     let mut block = [f32::NEG_INFINITY; LANES];
     block[..rest.len()].copy_from_slice(rest);
-    for (a, &v) in acc.iter_mut().zip(&block) {
-        *a = maximum(*a, v);
+    let [a0, a1, a2, a3] = acc;
+    let mut acc = block;
+    for k in 0..LANES {
+        acc[k] = maximum(
+            maximum(acc[k], a0[k]),
+            maximum(maximum(a1[k], a2[k]), a3[k]),
+        );
     }
     let mut w = LANES / 2;
     while w > 0 {
@@ -254,7 +270,7 @@ mod tests {
 
     #[test]
     fn lane_sum_and_max_match_sequential() {
-        for n in [0usize, 1, 15, 16, 17, 100, 1000] {
+        for n in [0usize, 1, 15, 16, 17, 63, 64, 65, 100, 130, 1000] {
             let x: Vec<f32> = (0..n).map(|i| ((i * 7919) % 101) as f32 - 50.0).collect();
             assert_eq!(
                 super::sum(&x),
@@ -270,7 +286,7 @@ mod tests {
 
     #[test]
     fn lane_max_propagates_nan_from_any_lane_and_the_tail() {
-        for n in [1usize, 15, 16, 17, 40] {
+        for n in [1usize, 15, 16, 17, 40, 64, 80, 130] {
             for at in 0..n {
                 let mut x: Vec<f32> = (0..n).map(|i| i as f32).collect();
                 x[at] = f32::NAN;
