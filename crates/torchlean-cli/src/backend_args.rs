@@ -157,6 +157,10 @@ impl BackendArgs {
         uses.extend(&torchlean::runtime::OpUses::from_kinds(&beside(), false));
         let report = torchlean::runtime::with_current(|s| s.preplan(&uses))??;
         if self.show_backend {
+            if mode == ExecutionMode::Compiled {
+                // the session's header says `mode=eager`: say why before it
+                outln!("plan before the first kernel (the eager session that runs the setup and the optimizer's update; the compiled step's own report, mode=compiled, follows the training):");
+            }
             out!("{}", report.to_text());
         }
         Ok(())

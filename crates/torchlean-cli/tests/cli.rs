@@ -429,6 +429,8 @@ fn plan_exit_codes() {
         assert!(
             out.contains("linear: cublas.tf32.linear")
                 && out.contains("precision=tf32")
+                // the looser bound the capsule is held to is stated, not only its name
+                && out.contains("declared bound (tf32): forward with TF32 products: every element within (2^-9 + gamma_k)")
                 && out.contains("policy=checked-runtime+tf32"),
             "{out}"
         );

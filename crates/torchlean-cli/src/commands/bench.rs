@@ -24,8 +24,11 @@ pub struct Args {
     /// Warm-up: at least this many untimed runs, and at least `--warmup-seconds` of them.
     #[arg(long, default_value_t = 3)]
     warmup: usize,
+    /// Warm-up: at least this many seconds of untimed runs (and at least `--warmup` runs).
     #[arg(long, default_value_t = 0.5)]
     warmup_seconds: f64,
+    /// Print the result as one JSON object (times, median, the workload's parameters, the
+    /// backend report) instead of a line of text.
     #[arg(long)]
     json: bool,
     /// Batch size of the training-step workloads (default: 128 for mlp-step, 16 for quickstart-step).

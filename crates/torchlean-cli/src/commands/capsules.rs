@@ -10,10 +10,13 @@ pub struct Args {
     /// Print JSON: every capsule with all fields and its four descriptors.
     #[arg(long)]
     json: bool,
+    /// Only the capsules of this device (cpu, cuda, ...).
     #[arg(long)]
     device: Option<String>,
+    /// Only the capsules of this provider (reference, native_cpu, native_cuda, cublas, ...).
     #[arg(long)]
     provider: Option<String>,
+    /// Only the capsules of this op (`torchlean ops` lists the names).
     #[arg(long)]
     op: Option<String>,
 }

@@ -31,8 +31,10 @@ pub struct ExportArgs {
     /// Write the example inputs used for capture to this safetensors file.
     #[arg(long)]
     example_inputs: Option<PathBuf>,
+    /// Batch size of the example inputs the model is captured on (the graph's input shape).
     #[arg(long, default_value_t = 16)]
     batch_size: usize,
+    /// Seed of the model's initial parameters and of the example inputs.
     #[arg(long, default_value_t = 0)]
     seed: u64,
 }
@@ -163,8 +165,30 @@ pub fn export(a: ExportArgs) -> CliResult {
     writes.extend(encoded.iter().map(|(p, b)| (*p, b.as_slice())));
     torchlean::files::write_atomic_all(&writes)
         .map_err(|e| CliError::runtime(format!("cannot write: {e}")))?;
-    if a.out.is_none() {
-        outln!("{}", String::from_utf8_lossy(&bytes));
+    match &a.out {
+        None => outln!("{}", String::from_utf8_lossy(&bytes)),
+        Some(p) => {
+            // say what was written, as run-graph and import do
+            let mut what = vec![format!(
+                "wrote the {} graph ({} nodes) to {}",
+                a.format,
+                captured.graph.nodes.len(),
+                p.display()
+            )];
+            what.extend(a.params.as_ref().map(|p| {
+                format!(
+                    "{} parameter tensor(s) to {}",
+                    captured.values.len(),
+                    p.display()
+                )
+            }));
+            what.extend(
+                a.example_inputs
+                    .as_ref()
+                    .map(|p| format!("the example inputs to {}", p.display())),
+            );
+            outln!("{}", what.join(", "));
+        }
     }
     Ok(())
 }

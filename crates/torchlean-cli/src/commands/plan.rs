@@ -40,6 +40,7 @@ pub struct Args {
     /// one-element output). An eager plan audits every op's VJP under the profile's VJP mode.
     #[arg(long, requires = "model")]
     grad: bool,
+    /// Print the plan (or the planning failure) as JSON instead of text.
     #[arg(long)]
     json: bool,
 }

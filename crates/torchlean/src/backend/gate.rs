@@ -162,6 +162,10 @@ pub struct KernelAudit {
     pub deterministic: bool,
     /// The arithmetic of its products (`tf32` only for an opted-in reduced-precision capsule).
     pub precision: super::Precision,
+    /// For a reduced-precision capsule (`precision` other than f32): its value contract's
+    /// statement, which declares the looser error bound it is held to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub declared_bound: Option<String>,
     pub obligations: Vec<ObligationReport>,
     /// For the part of a composite kernel: the composite's capsule.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -197,6 +201,8 @@ pub fn audit(capsule: &KernelCapsule, vjp: VjpMode) -> KernelAudit {
         runtime_support: capsule.runtime_support,
         deterministic: capsule.deterministic,
         precision: capsule.precision,
+        declared_bound: (capsule.precision != super::Precision::F32)
+            .then(|| capsule.value_contract.summary.clone()),
         obligations,
         part_of: None,
     }

@@ -146,6 +146,9 @@ impl BackendReport {
                     " nondeterministic"
                 }
             );
+            if let Some(bound) = &k.declared_bound {
+                let _ = writeln!(s, "{indent}  declared bound ({}): {bound}", k.precision);
+            }
             for o in &k.obligations {
                 let _ = writeln!(
                     s,

@@ -53,8 +53,16 @@ fn cpu_features() -> String {
         if std::arch::is_x86_feature_detected!("avx512f") {
             f.push("avx512f");
         }
+        // which vectors the hot loops run on (`crate::wide`): an opt-out is visible here
+        let loops = if crate::wide::enabled() {
+            "; hot loops on 512-bit vectors"
+        } else if f.contains(&"avx512f") {
+            "; hot loops as built, 256-bit (AVX-512 turned off: TORCHLEAN_NO_AVX512=1 or wide::set_as_built)"
+        } else {
+            ""
+        };
         format!(
-            "x86_64 cpu, {} threads, features: {}",
+            "x86_64 cpu, {} threads, features: {}{loops}",
             rayon::current_num_threads(),
             f.join(",")
         )

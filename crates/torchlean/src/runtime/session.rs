@@ -24,7 +24,7 @@ use super::probe;
 use super::trace::OpUses;
 use crate::backend::{
     gate_kernel, plan_op, AcceptedKernel, Availability, BackendProfile, BackendReport, Device,
-    ExecutionMode, KernelAudit, PlanRequest, Registry, VjpMode,
+    ExecutionMode, KernelAudit, ObligationReport, PlanRequest, Registry, VjpMode,
 };
 use crate::error::{Error, GateRejection, Result};
 use crate::graph::{Op, OpKind};
@@ -299,15 +299,34 @@ impl Session {
     pub fn report(&self) -> BackendReport {
         let mut audits: Vec<KernelAudit> = Vec::new();
         let ran = self.ran.lock().unwrap_or_else(|p| p.into_inner());
+        // one row per kernel: calls that differ only in whether their VJP obligation was
+        // required (a call under `no_grad` beside one on the tape) share a row, required
+        // where any call required it
+        let same_but_required = |a: &ObligationReport, b: &ObligationReport| {
+            ObligationReport {
+                required: b.required,
+                ..a.clone()
+            } == *b
+        };
         for a in ran.iter() {
-            if !audits.iter().any(|b| {
+            let row = audits.iter_mut().find(|b| {
                 b.op == a.op
                     && b.capsule == a.capsule
                     && b.vjp_mode == a.vjp_mode
-                    && b.obligations == a.obligations
                     && b.part_of == a.part_of
-            }) {
-                audits.push(a.clone());
+                    && b.obligations.len() == a.obligations.len()
+                    && a.obligations
+                        .iter()
+                        .zip(&b.obligations)
+                        .all(|(x, y)| same_but_required(x, y))
+            });
+            match row {
+                Some(b) => {
+                    for (y, x) in b.obligations.iter_mut().zip(&a.obligations) {
+                        y.required |= x.required;
+                    }
+                }
+                None => audits.push(a.clone()),
             }
         }
         drop(ran);

@@ -32,8 +32,8 @@ pub struct DataArgs {
     #[arg(long, value_enum)]
     pub csv_header: Option<CsvHeader>,
     /// A CSV file's label column: `auto` (default: the last, unless the header names another
-    /// column `label`, `target` or `class` and not the last: then that one), `first`,
-    /// `last`, a 0-based index, or a name in the header.
+    /// column `label`, `labels`, `target` or `class`, any case, and not the last: then that
+    /// one), `first`, `last`, a 0-based index, or a name in the header.
     #[arg(long)]
     pub label_column: Option<String>,
 }

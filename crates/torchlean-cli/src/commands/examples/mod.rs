@@ -75,7 +75,8 @@ pub struct CommonArgs {
     /// end: its evaluation forward (dropout off), captured on the first `--batch-size`
     /// training samples, so the file's input shape is that batch's. Input `x`, output `y`;
     /// `torchlean run-graph FILE` and onnxruntime run it. With `--load` and `--steps 0`, the
-    /// checkpoint's model is exported without training.
+    /// checkpoint's model is exported without training. A model with an op ONNX cannot
+    /// express (fno1d's `spectral_conv1d`) is refused before the first step (exit 2).
     #[arg(long)]
     pub export: Option<PathBuf>,
     /// Optimizer, with PyTorch's defaults for what no flag sets (default: the example's;
