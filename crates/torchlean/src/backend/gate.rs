@@ -165,7 +165,7 @@ pub struct KernelAudit {
     /// For a reduced-precision capsule (`precision` other than f32): its value contract's
     /// statement, which declares the looser error bound it is held to.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub declared_bound: Option<String>,
+    pub declared_bound: Option<Box<str>>,
     pub obligations: Vec<ObligationReport>,
     /// For the part of a composite kernel: the composite's capsule.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -202,7 +202,7 @@ pub fn audit(capsule: &KernelCapsule, vjp: VjpMode) -> KernelAudit {
         deterministic: capsule.deterministic,
         precision: capsule.precision,
         declared_bound: (capsule.precision != super::Precision::F32)
-            .then(|| capsule.value_contract.summary.clone()),
+            .then(|| capsule.value_contract.summary.clone().into_boxed_str()),
         obligations,
         part_of: None,
     }

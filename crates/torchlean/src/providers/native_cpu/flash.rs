@@ -16,7 +16,7 @@
 
 use super::flash_small::{forward_small, Scratch, SMALL_KEYS};
 use super::par::{gemm, Mat};
-use super::special::{per_batch_grads, scale_and_mask, Attention, BatchGrads};
+use super::special::{per_batch_grads, scale_and_mask_max, Attention, BatchGrads};
 use super::strided::{Operand, Rows as Matrix};
 use super::vmath;
 use crate::graph::Op;
@@ -137,14 +137,15 @@ impl Rows {
         }
     }
 
-    /// Folds one tile of scores (rows of width `w`) into the state and overwrites them with
-    /// exp(score − new max) (zeros for a row still without an allowed key, or holding NaN);
-    /// returns each row's rescaling factor of what was accumulated before.
+    /// Folds one tile of scores (rows of width `w`, each row's maximum `maxes[r]`) into the
+    /// state and overwrites them with exp(score − new max) (zeros for a row still without an
+    /// allowed key, or holding NaN); returns each row's rescaling factor of what was
+    /// accumulated before.
     #[inline(always)]
-    fn fold(&mut self, scores: &mut [f32], w: usize) -> Vec<f32> {
+    fn fold(&mut self, (scores, maxes): (&mut [f32], &[f32]), w: usize) -> Vec<f32> {
         let mut corr = vec![1.0f32; self.max.len()];
         for (r, row) in scores.chunks_mut(w.max(1)).enumerate() {
-            let mx = vmath::max(row);
+            let mx = maxes[r];
             if mx.is_nan() {
                 self.nan[r] = true;
             }
@@ -163,7 +164,8 @@ impl Rows {
 
 /// The scores of query rows `rows` against keys `cols` of batch matrix `bi`, scaled,
 /// masked (-inf where blocked, the bias added) and causally cut, into `out`
-/// (rows.len() × cols.len(), row-major). `q` and `k` are that batch matrix's, read in place.
+/// (rows.len() × cols.len(), row-major), and each row's maximum (from the same pass). `q`
+/// and `k` are that batch matrix's, read in place.
 #[inline(always)]
 fn tile_scores(
     at: &Attention,
@@ -172,7 +174,7 @@ fn tile_scores(
     cols: std::ops::Range<usize>,
     (q, k): (Matrix, Matrix),
     out: &mut [f32],
-) {
+) -> Vec<f32> {
     let (bq, bk) = (rows.len(), cols.len());
     gemm(
         bq,
@@ -184,14 +186,22 @@ fn tile_scores(
         false,
         false,
     );
+    let mut maxes = vec![f32::NEG_INFINITY; bq];
     for (r, row) in out[..bq * bk].chunks_mut(bk.max(1)).enumerate() {
         let i = rows.start + r;
-        let extra = at.extra_row(bi, i).map(|m| &m[cols.clone()]);
-        scale_and_mask(row, at.scale, at.mask, extra);
-        if at.causal && i + 1 < cols.end {
-            row[(i + 1).saturating_sub(cols.start)..].fill(f32::NEG_INFINITY);
-        }
+        // the keys this row may attend before the causal cut: the rest is -inf
+        let cut = if at.causal {
+            (i + 1).saturating_sub(cols.start).min(bk)
+        } else {
+            bk
+        };
+        row[cut..].fill(f32::NEG_INFINITY);
+        let extra = at
+            .extra_row(bi, i)
+            .map(|m| &m[cols.start..cols.start + cut]);
+        maxes[r] = scale_and_mask_max(&mut row[..cut], at.scale, at.mask, extra);
     }
+    maxes
 }
 
 /// The forward of query rows `rows` of batch matrix `bi` into `out` (rows × dv), visiting
@@ -223,8 +233,8 @@ fn forward_tile_body(
     for cols in key_tiles(keys) {
         let bk = cols.len();
         let tile = &mut scores[..bq * bk];
-        tile_scores(at, bi, rows.clone(), cols.clone(), (q, k), tile);
-        let corr = state.fold(tile, bk);
+        let maxes = tile_scores(at, bi, rows.clone(), cols.clone(), (q, k), tile);
+        let corr = state.fold((tile, &maxes), bk);
         for (o, &c) in out.chunks_mut(dv.max(1)).zip(&corr) {
             if c != 1.0 {
                 o.iter_mut().for_each(|x| *x *= c);
@@ -551,8 +561,8 @@ fn vjp_batch_body(
             }
             let w = cols.len();
             let p = &mut scores[..bq * w];
-            tile_scores(at, bi, rows.clone(), cols.clone(), (q_b, k_b), p);
-            state.fold(p, w);
+            let maxes = tile_scores(at, bi, rows.clone(), cols.clone(), (q_b, k_b), p);
+            state.fold((p, &maxes), w);
             let inv: Vec<f32> = state.sum.iter().map(|z| 1.0 / z).collect();
             let probs = Probs::Unnormalized {
                 inv: &inv,
@@ -564,8 +574,8 @@ fn vjp_batch_body(
         // pass 1: each row's log-sum-exp
         for cols in key_tiles(spans.keys(at, bi, &rows, true)) {
             let tile = &mut scores[..bq * cols.len()];
-            tile_scores(at, bi, rows.clone(), cols.clone(), (q_b, k_b), tile);
-            state.fold(tile, cols.len());
+            let maxes = tile_scores(at, bi, rows.clone(), cols.clone(), (q_b, k_b), tile);
+            state.fold((tile, &maxes), cols.len());
         }
         let lse: Vec<f32> = (0..bq).map(|r| state.max[r] + state.sum[r].ln()).collect();
         // pass 2: probabilities from the log-sum-exp, and the gradient products

@@ -213,6 +213,66 @@ pub fn max(x: &[f32]) -> f32 {
     acc[0]
 }
 
+/// Replaces every `x[i]` by `f(x[i], i)` and returns the maximum of the results as [`max`]
+/// does (64 lanes in four chains, NaN when any result is NaN, -inf for an empty slice; on a
+/// tie between -0 and +0 either): a map and the maximum of what it wrote in one pass.
+#[inline(always)]
+pub fn map_max(x: &mut [f32], f: impl Fn(f32, usize) -> f32) -> f32 {
+    use crate::scalar::maximum;
+    let mut acc = [[f32::NEG_INFINITY; LANES]; 4];
+    let mut i = 0;
+    let mut wide = x.chunks_exact_mut(4 * LANES);
+    for c in &mut wide {
+        for (j, a) in acc.iter_mut().enumerate() {
+            for (l, (a, v)) in a
+                .iter_mut()
+                .zip(&mut c[j * LANES..(j + 1) * LANES])
+                .enumerate()
+            {
+                *v = f(*v, i + j * LANES + l);
+                *a = maximum(*a, *v);
+            }
+        }
+        i += 4 * LANES;
+    }
+    let mut chunks = wide.into_remainder().chunks_exact_mut(LANES);
+    for c in &mut chunks {
+        for (l, (a, v)) in acc[0].iter_mut().zip(c.iter_mut()).enumerate() {
+            *v = f(*v, i + l);
+            *a = maximum(*a, *v);
+        }
+        i += LANES;
+    }
+    // the last elements (a causally cut row of a few keys) mapped one by one, their maximum
+    // through one block padded with -inf
+    let mut block = [f32::NEG_INFINITY; LANES];
+    for (l, (v, b)) in chunks
+        .into_remainder()
+        .iter_mut()
+        .zip(&mut block)
+        .enumerate()
+    {
+        *v = f(*v, i + l);
+        *b = *v;
+    }
+    let [a0, a1, a2, a3] = acc;
+    let mut acc = block;
+    for k in 0..LANES {
+        acc[k] = maximum(
+            maximum(acc[k], a0[k]),
+            maximum(maximum(a1[k], a2[k]), a3[k]),
+        );
+    }
+    let mut w = LANES / 2;
+    while w > 0 {
+        for i in 0..w {
+            acc[i] = maximum(acc[i], acc[i + w]);
+        }
+        w /= 2;
+    }
+    acc[0]
+}
+
 /// Replaces every `x` by `exp(x)` (one vectorized pass).
 #[inline]
 pub fn exp_in_place(x: &mut [f32]) {
@@ -281,6 +341,27 @@ mod tests {
                 super::max(&x),
                 x.iter().copied().fold(f32::NEG_INFINITY, f32::max)
             );
+        }
+    }
+
+    #[test]
+    fn map_max_maps_every_element_and_returns_the_maximum_of_the_results() {
+        for n in [0usize, 1, 15, 16, 17, 63, 64, 65, 100, 130, 1000] {
+            let x: Vec<f32> = (0..n).map(|i| ((i * 7919) % 101) as f32 - 50.0).collect();
+            let mut y = x.clone();
+            let m = super::map_max(&mut y, |v, i| v * 0.5 + (i % 7) as f32);
+            let want: Vec<f32> = x
+                .iter()
+                .enumerate()
+                .map(|(i, &v)| v * 0.5 + (i % 7) as f32)
+                .collect();
+            assert_eq!(y, want, "n={n}");
+            assert_eq!(m, want.iter().copied().fold(f32::NEG_INFINITY, f32::max));
+            for at in 0..n {
+                let mut z = x.clone();
+                z[at] = f32::NAN;
+                assert!(super::map_max(&mut z, |v, _| v).is_nan(), "n={n} at={at}");
+            }
         }
     }
 
