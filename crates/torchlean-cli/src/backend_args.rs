@@ -159,7 +159,7 @@ impl BackendArgs {
         if self.show_backend {
             if mode == ExecutionMode::Compiled {
                 // the session's header says `mode=eager`: say why before it
-                outln!("plan before the first kernel (the eager session that runs the setup and the optimizer's update; the compiled step's own report, mode=compiled, follows the training):");
+                outln!("plan before the first kernel, of the eager session (the setup, and what runs outside the compiled step, such as an optimizer's update); the compiled step's own report (mode=compiled) is printed once it has run:");
             }
             out!("{}", report.to_text());
         }

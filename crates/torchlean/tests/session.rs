@@ -318,3 +318,40 @@ fn on_compute_threads_keeps_the_session_through_a_panic_and_carries_the_grad_mod
         assert!(msg.contains("trace"), "{msg}");
     });
 }
+
+/// One report row per kernel: a kernel called on the tape and under `no_grad` is one row
+/// (its VJP required, as the tape call required it), in the report of what ran and in the
+/// plan made before the first kernel; a row per call kind was printed twice before.
+#[test]
+fn a_kernel_called_with_and_without_the_tape_is_one_report_row() {
+    let session = Session::new(BackendProfile::named("checked_cpu").unwrap());
+    runtime::install(session).unwrap();
+    let x = Tensor::ones(&[4]).unwrap().requires_grad();
+    let y = x.sin().unwrap().sum_all().unwrap();
+    drop(y.backward().unwrap());
+    let z = torchlean::no_grad(|| x.sin()).unwrap();
+    assert_eq!(z.to_vec().len(), 4);
+    let sin_rows = |r: &torchlean::backend::BackendReport| -> Vec<bool> {
+        r.kernels
+            .iter()
+            .filter(|k| k.op == OpKind::Sin)
+            .map(|k| {
+                k.obligations
+                    .iter()
+                    .find(|o| o.obligation == torchlean::backend::Obligation::Vjp)
+                    .unwrap()
+                    .required
+            })
+            .collect()
+    };
+    let ran = runtime::with_current(|s| s.report()).unwrap();
+    assert_eq!(sin_rows(&ran), vec![true], "{}", ran.to_text());
+    // the plan of the same uses, as a training command makes it before the first kernel
+    let mut uses = runtime::OpUses::from_kinds(&[OpKind::Sin], false);
+    uses.extend(&runtime::OpUses::from_kinds(&[OpKind::Sin], true));
+    assert_eq!(uses.uses().len(), 2, "two uses of one kind: {uses:?}");
+    let planned = runtime::with_current(|s| s.preplan(&uses))
+        .unwrap()
+        .unwrap();
+    assert_eq!(sin_rows(&planned), vec![true], "{}", planned.to_text());
+}

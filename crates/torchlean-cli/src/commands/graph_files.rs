@@ -177,7 +177,7 @@ pub fn export(a: ExportArgs) -> CliResult {
             )];
             what.extend(a.params.as_ref().map(|p| {
                 format!(
-                    "{} parameter tensor(s) to {}",
+                    "{} parameter and constant tensor(s) to {}",
                     captured.values.len(),
                     p.display()
                 )

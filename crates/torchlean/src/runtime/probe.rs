@@ -55,11 +55,11 @@ fn cpu_features() -> String {
         }
         // which vectors the hot loops run on (`crate::wide`): an opt-out is visible here
         let loops = if crate::wide::enabled() {
-            "; hot loops on 512-bit vectors"
+            "; hot loops on AVX-512"
         } else if f.contains(&"avx512f") {
-            "; hot loops as built, 256-bit (AVX-512 turned off: TORCHLEAN_NO_AVX512=1 or wide::set_as_built)"
+            "; hot loops as built (AVX-512 unused: turned off by TORCHLEAN_NO_AVX512=1 or wide::set_as_built, or this CPU lacks one of AVX-512 BW, CD, DQ, VL)"
         } else {
-            ""
+            "; hot loops as built"
         };
         format!(
             "x86_64 cpu, {} threads, features: {}{loops}",

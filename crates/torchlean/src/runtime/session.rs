@@ -205,15 +205,12 @@ impl Session {
                 // the backward pass places slices' cotangents with `concat`
                 // (runtime/slice_pieces.rs): planned and gated before the first kernel too
                 let (concat, _) = self.accepted(OpKind::Concat, false)?;
-                let a = concat.audit().clone();
-                if !audits.contains(&a) {
-                    audits.push(a);
-                }
+                merge_row(&mut audits, concat.audit());
             }
             let (kernel, _) = self.accepted(k, recording)?;
             let composite = kernel.capsule().name.clone();
             let parts = kernel.capsule().parts.clone();
-            audits.push(kernel.audit().clone());
+            merge_row(&mut audits, kernel.audit());
             // a composite's parts run through this session: planned and gated now, before
             // the first kernel (its VJP re-runs them recording)
             for p in parts {
@@ -221,9 +218,7 @@ impl Session {
                     let (part, _) = self.accepted(p, rec)?;
                     let mut a = part.audit().clone();
                     a.part_of = Some(composite.clone());
-                    if !audits.contains(&a) {
-                        audits.push(a);
-                    }
+                    merge_row(&mut audits, &a);
                 }
             }
         }
@@ -299,35 +294,8 @@ impl Session {
     pub fn report(&self) -> BackendReport {
         let mut audits: Vec<KernelAudit> = Vec::new();
         let ran = self.ran.lock().unwrap_or_else(|p| p.into_inner());
-        // one row per kernel: calls that differ only in whether their VJP obligation was
-        // required (a call under `no_grad` beside one on the tape) share a row, required
-        // where any call required it
-        let same_but_required = |a: &ObligationReport, b: &ObligationReport| {
-            ObligationReport {
-                required: b.required,
-                ..a.clone()
-            } == *b
-        };
         for a in ran.iter() {
-            let row = audits.iter_mut().find(|b| {
-                b.op == a.op
-                    && b.capsule == a.capsule
-                    && b.vjp_mode == a.vjp_mode
-                    && b.part_of == a.part_of
-                    && b.obligations.len() == a.obligations.len()
-                    && a.obligations
-                        .iter()
-                        .zip(&b.obligations)
-                        .all(|(x, y)| same_but_required(x, y))
-            });
-            match row {
-                Some(b) => {
-                    for (y, x) in b.obligations.iter_mut().zip(&a.obligations) {
-                        y.required |= x.required;
-                    }
-                }
-                None => audits.push(a.clone()),
-            }
+            merge_row(&mut audits, a);
         }
         drop(ran);
         let audits = nest_parts(audits);
@@ -338,6 +306,37 @@ impl Session {
             vec![],
             vec![],
         ))
+    }
+}
+
+/// Adds `a` to `rows`, one row per kernel: a row that differs from `a` only in whether an
+/// obligation was required (a call under `no_grad` beside one on the tape) is the same
+/// kernel, and takes `a`'s requirements too (required where any call required it).
+fn merge_row(rows: &mut Vec<KernelAudit>, a: &KernelAudit) {
+    let same_but_required = |x: &ObligationReport, y: &ObligationReport| {
+        ObligationReport {
+            required: y.required,
+            ..x.clone()
+        } == *y
+    };
+    let row = rows.iter_mut().find(|b| {
+        b.op == a.op
+            && b.capsule == a.capsule
+            && b.vjp_mode == a.vjp_mode
+            && b.part_of == a.part_of
+            && b.obligations.len() == a.obligations.len()
+            && a.obligations
+                .iter()
+                .zip(&b.obligations)
+                .all(|(x, y)| same_but_required(x, y))
+    });
+    match row {
+        Some(b) => {
+            for (y, x) in b.obligations.iter_mut().zip(&a.obligations) {
+                y.required |= x.required;
+            }
+        }
+        None => rows.push(a.clone()),
     }
 }
 

@@ -33,7 +33,8 @@ pub struct DataArgs {
     pub csv_header: Option<CsvHeader>,
     /// A CSV file's label column: `auto` (default: the last, unless the header names another
     /// column `label`, `labels`, `target` or `class`, any case, and not the last: then that
-    /// one), `first`, `last`, a 0-based index, or a name in the header.
+    /// one; several such names, none of them last, are refused), `first`, `last`, a 0-based
+    /// index, or a name in the header.
     #[arg(long)]
     pub label_column: Option<String>,
 }

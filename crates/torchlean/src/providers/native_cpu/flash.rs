@@ -164,7 +164,8 @@ impl Rows {
 
 /// The scores of query rows `rows` against keys `cols` of batch matrix `bi`, scaled,
 /// masked (-inf where blocked, the bias added) and causally cut, into `out`
-/// (rows.len() × cols.len(), row-major), and each row's maximum (from the same pass). `q`
+/// (rows.len() × cols.len(), row-major), and each row's maximum (from the same pass without a
+/// mask row, a second one with: `special::scale_and_mask_max`). `q`
 /// and `k` are that batch matrix's, read in place.
 #[inline(always)]
 fn tile_scores(
