@@ -591,9 +591,12 @@ fn vjp_batch_body(
     }
     let (mut gq, mut gk) = (step.gq, step.gk);
     super::special::zero_blocked_rows(&mut gq, d, &blocked);
-    for g in gq.iter_mut().chain(gk.iter_mut()) {
-        *g *= at.scale;
-    }
+    // one vectorized loop per gradient, the scale in a register (over a chain of the two,
+    // with the scale read through `at` each time, this was a scalar loop: a fifth of the
+    // VJP at 64 keys)
+    let scale = at.scale;
+    gq.iter_mut().for_each(|g| *g *= scale);
+    gk.iter_mut().for_each(|g| *g *= scale);
     (gq, gk, step.gv, step.gs)
 }
 
