@@ -113,7 +113,12 @@ pub fn run(a: Args) -> CliResult {
     if !(a.warmup_seconds.is_finite() && (0.0..=MAX_WARMUP_SECONDS).contains(&a.warmup_seconds)) {
         return Err(CliError::usage(format!(
             "--warmup-seconds must be between 0 and {MAX_WARMUP_SECONDS} (an hour), got {}",
-            a.warmup_seconds
+            // 1e300 as 1e300, not as its 301 digits
+            if a.warmup_seconds.abs() < 1e9 {
+                a.warmup_seconds.to_string()
+            } else {
+                format!("{:e}", a.warmup_seconds)
+            }
         )));
     }
     // a timing of no work is not a benchmark

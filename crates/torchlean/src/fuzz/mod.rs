@@ -274,14 +274,18 @@ impl Report {
     /// A few lines for a terminal.
     pub fn to_text(&self) -> String {
         let name = self.format.unwrap_or("?");
+        // the seeds run as iterations u64::MAX - k (`run`): named as seed k
+        let slowest = match u64::MAX - self.slowest.1 {
+            k if k < 1 << 20 => format!("seed {k}"),
+            _ => format!("input {}", self.slowest.1),
+        };
         let mut s = format!(
-            "{name}: {} inputs in {:.1} s ({:.0}/s, {:.1} MB), slowest {:.3} s (input {})\n",
+            "{name}: {} inputs in {:.1} s ({:.0}/s, {:.1} MB), slowest {:.3} s ({slowest})\n",
             self.inputs,
             self.seconds,
             self.inputs as f64 / self.seconds.max(1e-9),
             self.bytes as f64 / 1e6,
             self.slowest.0,
-            self.slowest.1
         );
         let counts: Vec<String> = [
             Outcome::Accepted,
