@@ -18,3 +18,13 @@ pair() {
   timeout 150 python3 bench/pytorch/bench.py $w --device cuda --reps $reps $pt > $log/$tag.pt.json 2>> $log/err
   echo "$tag: torchlean $(field $log/$tag.tl.json median) PyTorch $(field $log/$tag.pt.json median)"
 }
+# `attn_memory L...`: flash attention's forward + backward at each length L (B=1, H=16,
+# D=64, unmasked, with the caller's `$p` flags), one line each with the median and the
+# device memory statistics (issue 12: memory linear in L). JSON under $log/mem.L.json.
+attn_memory() {
+  local l
+  for l in "$@"; do
+    timeout 60 gpu-bin/torchlean bench attn-step-none-L$l-B1 $p --reps 3 --warmup 1 --warmup-seconds 0 > $log/mem.$l.json 2>> $log/err
+    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); m=d.get("memory") or d.get("details",{}).get("memory"); print("L", sys.argv[2], "median", round(d["median"],3), "memory", m)' $log/mem.$l.json $l 2>/dev/null || echo "L $l: no result"
+  done
+}

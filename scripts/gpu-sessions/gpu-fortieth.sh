@@ -15,9 +15,6 @@ if grep -q H200 $log/gpu.txt; then
   for w in attn-step-none attn-fwd-none attn-step-mask attn-fwd-mask attn-step-none attn-step-causal attn-fwd-causal; do
     [ $(left) -gt 90 ] && pair $w 20 $w.$(ls $log | grep -c "^$w\.") "" ""
   done
-  for l in 2048 8192 32768; do
-    [ $(left) -gt 30 ] && timeout 60 gpu-bin/torchlean bench attn-step-none-L$l-B1 $p --reps 3 --warmup 1 --warmup-seconds 0 > $log/mem.$l.json 2>> $log/err
-    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); m=d.get("memory") or d.get("details",{}).get("memory"); print("L", sys.argv[2], "median", round(d["median"],3), "memory", m)' $log/mem.$l.json $l 2>/dev/null || echo "L $l: no result"
-  done
+  [ $(left) -gt 60 ] && attn_memory 2048 8192 32768
 fi
 tar czf $dest/logs.tgz -C $log . && rm -f $dest/gpu.txt

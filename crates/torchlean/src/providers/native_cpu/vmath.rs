@@ -195,7 +195,13 @@ pub fn max(x: &[f32]) -> f32 {
     let rest = chunks.remainder();
     let mut block = [f32::NEG_INFINITY; LANES];
     block[..rest.len()].copy_from_slice(rest);
-    let [a0, a1, a2, a3] = acc;
+    meet(acc, block)
+}
+
+/// The maximum of four chains' lanes and a last block: lane by lane, then as a tree.
+#[inline(always)]
+fn meet([a0, a1, a2, a3]: [[f32; LANES]; 4], block: [f32; LANES]) -> f32 {
+    use crate::scalar::maximum;
     let mut acc = block;
     for k in 0..LANES {
         acc[k] = maximum(
@@ -255,22 +261,7 @@ pub fn map_max(x: &mut [f32], f: impl Fn(f32, usize) -> f32) -> f32 {
         *v = f(*v, i + l);
         *b = *v;
     }
-    let [a0, a1, a2, a3] = acc;
-    let mut acc = block;
-    for k in 0..LANES {
-        acc[k] = maximum(
-            maximum(acc[k], a0[k]),
-            maximum(maximum(a1[k], a2[k]), a3[k]),
-        );
-    }
-    let mut w = LANES / 2;
-    while w > 0 {
-        for i in 0..w {
-            acc[i] = maximum(acc[i], acc[i + w]);
-        }
-        w /= 2;
-    }
-    acc[0]
+    meet(acc, block)
 }
 
 /// Replaces every `x` by `exp(x)` (one vectorized pass).
