@@ -51,6 +51,9 @@ const STRIPE_KEYS: usize = 2048;
 /// matrix and pass; and the query rows per tile that the call runs with.
 struct Spans {
     spans: Vec<Vec<std::ops::Range<usize>>>,
+    /// Whether some span tile skips a key (else a finiteness scan, which only decides whether
+    /// keys may be skipped, is not needed).
+    skips_any: bool,
     /// Query rows per tile: [`QT_DENSE`] when no span skips a key, else [`QT`].
     rows: usize,
 }
@@ -75,6 +78,7 @@ impl Spans {
         let skips_none = spans.iter().flatten().all(|r| *r == (0..at.s));
         Spans {
             spans,
+            skips_any: !skips_none,
             rows: if skips_none && at.s <= DENSE_MAX_KEYS {
                 QT_DENSE
             } else {
@@ -229,7 +233,14 @@ fn forward_tile_body(
 ) {
     let (dv, bq) = (at.dv, rows.len());
     let mut state = Rows::new(bq);
-    let mut scores = vec![0.0f32; bq * KT.min(at.s)];
+    // this thread's score tile from its previous query tile (every score is written before
+    // it is read): a fresh one per tile was a page-faulting allocation of up to 256 KiB
+    let mut scores = STRIPES.with(|c| {
+        let (s, d) = c.take();
+        c.set((Vec::new(), d));
+        s
+    });
+    scores.resize(bq * KT.min(at.s), 0.0);
     out.fill(0.0);
     for cols in key_tiles(keys) {
         let bk = cols.len();
@@ -265,6 +276,10 @@ fn forward_tile_body(
                 .for_each(|x| *x = if inv.is_finite() { *x * inv } else { f32::NAN });
         }
     }
+    STRIPES.with(|c| {
+        let (_, d) = c.take();
+        c.set((scores, d));
+    });
 }
 
 /// The forward kernel: the output row-major, or stored head-interleaved when `interleave`
@@ -479,6 +494,13 @@ fn probabilities(
     }
 }
 
+thread_local! {
+    /// Per thread: the score and dS stripes of the VJP (the score tile of the forward), reused
+    /// by the batch matrices (query tiles) it computes.
+    static STRIPES: std::cell::Cell<(Vec<f32>, Vec<f32>)> =
+        const { std::cell::Cell::new((Vec::new(), Vec::new())) };
+}
+
 /// The gradients of batch matrix `bi`. Per query tile: when S is at most [`STRIPE_KEYS`],
 /// one tile over every visited key (scores, softmax and gradient products from one score
 /// computation); otherwise a log-sum-exp pass over the key tiles, then a second pass
@@ -508,7 +530,13 @@ fn vjp_batch_body(
     // the spec's gradient products run over every key, blocked ones with weight zero: a NaN
     // or an infinity anywhere in q, k, v, the output or the cotangent reaches rows or keys
     // of the causally skipped tiles
-    let skip = q.finite(bi) && k.finite(bi) && v.finite(bi) && y.finite(bi) && go.finite(bi);
+    // (scanned only where some tile could skip a key: without a mask or causal cut none can)
+    let skip = spans.skips_any
+        && q.finite(bi)
+        && k.finite(bi)
+        && v.finite(bi)
+        && y.finite(bi)
+        && go.finite(bi);
     let blocked: Vec<bool> = (0..l).map(|i| at.fully_blocked(bi, i)).collect();
     // a fully blocked row takes no part in any product (not even as 0 · NaN); y and the
     // cotangent are read where they lie (a head-interleaved output, say)
@@ -540,8 +568,12 @@ fn vjp_batch_body(
     let stripe = s <= STRIPE_KEYS;
     let width = if stripe { s } else { KT };
     let qt = spans.rows;
-    let mut scores = vec![0.0f32; qt * width];
-    let mut dp = vec![0.0f32; qt * width];
+    // this thread's stripes from its previous batch matrix (a tile writes every element it
+    // reads first): fresh ones per matrix were two page-faulting allocations of up to
+    // 512 KiB each
+    let (mut scores, mut dp) = STRIPES.with(|c| c.take());
+    scores.resize(qt * width, 0.0);
+    dp.resize(qt * width, 0.0);
     for t in 0..l.div_ceil(qt) {
         let rows = t * qt..((t + 1) * qt).min(l);
         let bq = rows.len();
@@ -589,6 +621,7 @@ fn vjp_batch_body(
             step.tile(&rows, &cols, (p, Probs::Ready), &dsum, &mut dp);
         }
     }
+    STRIPES.with(|c| c.set((scores, dp)));
     let (mut gq, mut gk) = (step.gq, step.gk);
     super::special::zero_blocked_rows(&mut gq, d, &blocked);
     // one vectorized loop per gradient, the scale in a register (over a chain of the two,

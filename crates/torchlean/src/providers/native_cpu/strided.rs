@@ -101,7 +101,7 @@ impl<'a> Operand<'a> {
     /// Whether every element of batch matrix `bi` is finite.
     pub(super) fn finite(&self, bi: usize) -> bool {
         let m = self.matrix(bi);
-        (0..self.rows).all(|i| m.row(i).iter().all(|x| x.is_finite()))
+        (0..self.rows).all(|i| super::vmath::all_finite(m.row(i)))
     }
 
     /// Batch matrix `bi` as a dense row-major slice, borrowed when its rows lie back to back

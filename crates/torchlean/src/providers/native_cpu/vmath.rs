@@ -198,6 +198,22 @@ pub fn max(x: &[f32]) -> f32 {
     meet(acc, block)
 }
 
+/// Whether every element of `x` is finite: a branch-free pass (16 lanes collecting whether
+/// an element's exponent is all ones), where `iter().all(is_finite)` stops at the first
+/// non-finite element but compares one element at a time.
+#[inline]
+pub fn all_finite(x: &[f32]) -> bool {
+    const EXP: u32 = 0x7f80_0000;
+    let mut acc = [0u32; LANES];
+    let mut chunks = x.chunks_exact(LANES);
+    for c in &mut chunks {
+        for (a, v) in acc.iter_mut().zip(c) {
+            *a |= u32::from(v.to_bits() & EXP == EXP);
+        }
+    }
+    chunks.remainder().iter().all(|v| v.is_finite()) && acc.iter().all(|&a| a == 0)
+}
+
 /// The maximum of four chains' lanes and a last block: lane by lane, then as a tree.
 #[inline(always)]
 fn meet([a0, a1, a2, a3]: [[f32; LANES]; 4], block: [f32; LANES]) -> f32 {
@@ -354,6 +370,27 @@ mod tests {
                 assert!(super::map_max(&mut z, |v, _| v).is_nan(), "n={n} at={at}");
             }
         }
+    }
+
+    #[test]
+    fn all_finite_finds_a_non_finite_element_anywhere() {
+        for n in [0usize, 1, 15, 16, 17, 40, 100] {
+            let x: Vec<f32> = (0..n).map(|i| i as f32 - 7.5).collect();
+            assert!(super::all_finite(&x), "n={n}");
+            for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+                for at in 0..n {
+                    let mut y = x.clone();
+                    y[at] = bad;
+                    assert!(!super::all_finite(&y), "n={n} at={at} {bad}");
+                }
+            }
+        }
+        assert!(super::all_finite(&[
+            f32::MAX,
+            -f32::MAX,
+            f32::MIN_POSITIVE / 4.0,
+            -0.0
+        ]));
     }
 
     #[test]
