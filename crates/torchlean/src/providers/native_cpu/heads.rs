@@ -16,6 +16,7 @@
 
 use crate::backend::Device;
 use crate::tensor::{Layout, Tensor};
+use rayon::prelude::*;
 use std::sync::Arc;
 
 /// Whether `t` is a `[B, H, L, D]` host tensor stored with its L axis outside its H axis
@@ -44,27 +45,28 @@ pub(super) fn tensor(data: Vec<f32>, shape: Vec<usize>, interleave: bool) -> Ten
     }
 }
 
-/// Row `i` of batch matrix `bi` (`bi = b·H + h`) of a head-interleaved `[B, H, L, W]`
-/// tensor starts here.
-pub(super) fn row_start(shape: &[usize], bi: usize, i: usize) -> usize {
-    let (h, l, w) = (shape[1], shape[2], shape[3]);
-    ((bi / h * l + i) * h + bi % h) * w
-}
-
 /// The batch matrices `parts` (each `L × W` row-major, in batch order) placed in a buffer of
-/// `shape` ([B, H, L, W]) stored head-interleaved, drawn like a kernel output.
+/// `shape` ([B, H, L, W]) stored head-interleaved, drawn like a kernel output; one task per
+/// batch index (its H heads' rows fill one contiguous block of the buffer).
 pub(super) fn placed<'a>(shape: &[usize], parts: impl Iterator<Item = &'a [f32]>) -> Vec<f32> {
     let n: usize = shape.iter().product();
-    let w = shape[3];
+    let (h, l, w) = (shape[1], shape[2], shape[3]);
     let mut out = super::par::overwritten(n);
     if n == 0 || w == 0 {
         return out;
     }
-    for (bi, p) in parts.enumerate() {
-        for (i, row) in p.chunks_exact(w).enumerate() {
-            let at = row_start(shape, bi, i);
-            out[at..at + w].copy_from_slice(row);
-        }
-    }
+    let parts: Vec<&[f32]> = parts.collect();
+    out.par_chunks_mut(l * h * w)
+        .zip(parts.par_chunks(h))
+        .for_each(|(block, heads)| {
+            for (hi, p) in heads.iter().enumerate() {
+                for (i, row) in p.chunks_exact(w).enumerate() {
+                    // row i of head hi of batch index b: element ((b·L + i)·H + hi)·W, here
+                    // counted from the block's start b·L·H·W
+                    let at = (i * h + hi) * w;
+                    block[at..at + w].copy_from_slice(row);
+                }
+            }
+        });
     out
 }

@@ -703,6 +703,17 @@ pub(super) fn per_batch_grads(
 /// the storage cache when one of that size is free: a fresh allocation of a gradient this
 /// size is page faults and kernel zeroing, call after call).
 fn concat<'a>(n: usize, parts: impl Iterator<Item = &'a [f32]>) -> Vec<f32> {
+    let parts: Vec<&[f32]> = parts.collect();
+    let len = parts.first().map_or(0, |p| p.len());
+    if len > 0 && parts.iter().all(|p| p.len() == len) && parts.len() * len == n {
+        // parts of one length filling the buffer (every batch matrix's gradient): copied by
+        // several threads
+        let mut out = super::par::overwritten(n);
+        out.par_chunks_mut(len)
+            .zip(parts.par_iter())
+            .for_each(|(o, p)| o.copy_from_slice(p));
+        return out;
+    }
     let mut out = super::par::overwritten(n);
     let mut at = 0;
     for p in parts {
