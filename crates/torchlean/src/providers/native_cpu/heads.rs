@@ -56,6 +56,8 @@ pub(super) fn placed<'a>(shape: &[usize], parts: impl Iterator<Item = &'a [f32]>
         return out;
     }
     let parts: Vec<&[f32]> = parts.collect();
+    // invariant of the callers: one L × W part per batch matrix (every element written once)
+    debug_assert!(parts.len() * l * w == n && parts.iter().all(|p| p.len() == l * w));
     out.par_chunks_mut(l * h * w)
         .zip(parts.par_chunks(h))
         .for_each(|(block, heads)| {
