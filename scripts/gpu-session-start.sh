@@ -28,3 +28,9 @@ attn_memory() {
     python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); m=d.get("memory") or d.get("details",{}).get("memory"); print("L", sys.argv[2], "median", round(d["median"],3), "memory", m)' $log/mem.$l.json $l 2>/dev/null || echo "L $l: no result"
   done
 }
+# `gpu_tests LIMIT`: the GPU test binary with TORCHLEAN_REQUIRE_CUDA=1 (a missing GPU fails
+# it), at most LIMIT seconds, its log in $log/tests.txt, and the summary lines printed.
+gpu_tests() {
+  TORCHLEAN_REQUIRE_CUDA=1 timeout $1 gpu-bin/gpu_only_conformance --test-threads 1 > $log/tests.txt 2>&1; echo "tests rc=$?" >> $log/tests.txt
+  grep -E "FAIL|panicked|test result|tests rc" $log/tests.txt | cut -c1-300 | head -12
+}

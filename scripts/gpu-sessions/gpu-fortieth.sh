@@ -8,8 +8,7 @@
 source "$(dirname "$0")/../gpu-session-start.sh"
 dest=$log; log=/tmp/run40; mkdir -p $log; cp $dest/gpu.txt $log/
 start=$(date +%s); D=${DEADLINE:-560}; left() { echo $(( D - ($(date +%s) - start) )); }
-TORCHLEAN_REQUIRE_CUDA=1 timeout 220 gpu-bin/gpu_only_conformance --test-threads 1 > $log/tests.txt 2>&1; echo "tests rc=$?" >> $log/tests.txt
-grep -E "FAIL|panicked|test result|tests rc" $log/tests.txt | cut -c1-300 | head -12
+gpu_tests 220
 if grep -q H200 $log/gpu.txt; then
   p="--device cuda --provider prefer:native_cuda --json"
   for w in attn-step-none attn-fwd-none attn-step-mask attn-fwd-mask attn-step-none attn-step-causal attn-fwd-causal; do

@@ -8,8 +8,7 @@
 source "$(dirname "$0")/../gpu-session-start.sh"
 dest=$log; log=/tmp/run39b; mkdir -p $log; cp $dest/gpu.txt $log/
 start=$(date +%s); D=${DEADLINE:-560}; left() { echo $(( D - ($(date +%s) - start) )); }
-TORCHLEAN_REQUIRE_CUDA=1 timeout 200 gpu-bin/gpu_only_conformance --test-threads 1 > $log/tests.txt 2>&1; echo "tests rc=$?" >> $log/tests.txt
-grep -E "FAIL|panicked|test result|tests rc" $log/tests.txt | cut -c1-300 | head -12
+gpu_tests 200
 source scripts/gpu-examples.sh
 [ $(left) -gt 400 ] && examples_against_cpu quickstart-mlp mlp transformer cnn 2>&1 | tee $log/examples.txt
 p="--device cuda --provider prefer:native_cuda --json"

@@ -33,6 +33,7 @@ use super::recompute::dense_slice;
 use crate::backend::{Call, Operand};
 use crate::graph::{AttentionMask, Op};
 use crate::providers::native_cpu::par::{gemm, Mat};
+use crate::providers::native_cpu::vmath::all_finite;
 use crate::scalar::{max_of, maximum};
 use crate::spec::{contiguous_strides, infer_shape, numel};
 use rayon::prelude::*;
@@ -180,10 +181,6 @@ pub(super) struct Attention<'a> {
     pub(super) dv: usize,
 }
 
-fn finite(x: &[f32]) -> bool {
-    x.iter().all(|v| v.is_finite())
-}
-
 impl<'a> Attention<'a> {
     /// The call's operands when the fast path applies: the spec's shape rule accepts the
     /// call and gives the output's shape, the mask is dense, every input finite.
@@ -220,7 +217,7 @@ impl<'a> Attention<'a> {
                 if m.shape.len() != r && !shared {
                     return None;
                 }
-                Some((dense_slice(m).filter(|x| finite(x))?, shared))
+                Some((dense_slice(m).filter(|x| all_finite(x))?, shared))
             }
         };
         Some(Attention {

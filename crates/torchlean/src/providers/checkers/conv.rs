@@ -34,6 +34,7 @@ use super::freivalds::{MatRef, Passes, Signs};
 use super::recompute::{self, dense_values as dense};
 use crate::backend::{Call, Operand};
 use crate::graph::Op;
+use crate::providers::native_cpu::vmath;
 use crate::spec::{infer_shape, splitmix64};
 use rayon::prelude::*;
 
@@ -316,7 +317,7 @@ fn bias_gradient(db: &[f32], cot: &[f32], batch: usize, seed: u64) -> Option<Res
 }
 
 fn all_finite(values: &[&[f32]]) -> bool {
-    values.iter().all(|v| v.iter().all(|x| x.is_finite()))
+    values.iter().all(|v| vmath::all_finite(v))
 }
 
 /// An operand's row-major values, all of them: a short storage (or a view past it) is a

@@ -28,6 +28,7 @@
 use super::pieces::Tally;
 use super::unary::{over_parts, CHUNK};
 use crate::graph::Op;
+use crate::providers::native_cpu::vmath::all_finite;
 use crate::spec::{unary, unary_derivative};
 
 /// The bound on |ε(x)| of A&S 7.1.26.
@@ -100,20 +101,6 @@ fn cdf_and_pdf(x: f32) -> (f32, f32) {
     (0.5 * (1.0 + erf), e * INV_SQRT_2PI)
 }
 
-/// Whether every value is finite: x·0 is 0 for a finite x and NaN otherwise, summed in eight
-/// lanes (a short-circuiting test per element does not vectorize).
-fn finite(x: &[f32]) -> bool {
-    let mut lanes = [0.0f32; 8];
-    let blocks = x.chunks_exact(8);
-    let tail = blocks.remainder().iter().all(|v| v.is_finite());
-    for b in blocks {
-        for l in 0..8 {
-            lanes[l] += b[l] * 0.0;
-        }
-    }
-    tail && lanes.iter().all(|&v| v == 0.0)
-}
-
 /// The largest |value| of finite values, in eight lanes.
 fn max_abs(x: &[f32]) -> f64 {
     let mut lanes = [0.0f32; 8];
@@ -140,7 +127,7 @@ pub(super) fn forward(x: &[f32], y: &[f32]) -> Tally {
             let mut near = [0.0f32; CHUNK];
             let mut want = [0.0f64; CHUNK];
             for (xc, yc) in x[lo..hi].chunks(CHUNK).zip(y[lo..hi].chunks(CHUNK)) {
-                if finite(xc) {
+                if all_finite(xc) {
                     for (w, &v) in near.iter_mut().zip(xc) {
                         *w = v * cdf_and_pdf(v).0;
                     }
@@ -168,7 +155,7 @@ pub(super) fn vjp(x: &[f32], gy: &[f32], gx: &[f32]) -> Tally {
             let (x, gy, gx) = (&x[lo..hi], &gy[lo..hi], &gx[lo..hi]);
             let parts = x.chunks(CHUNK).zip(gy.chunks(CHUNK)).zip(gx.chunks(CHUNK));
             for ((xc, gc), gxc) in parts {
-                if finite(xc) && finite(gc) {
+                if all_finite(xc) && all_finite(gc) {
                     for (w, (&a, &g)) in near.iter_mut().zip(xc.iter().zip(gc)) {
                         let (cdf, pdf) = cdf_and_pdf(a);
                         *w = g * (cdf + a * pdf);

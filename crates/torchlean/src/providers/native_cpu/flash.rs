@@ -235,11 +235,7 @@ fn forward_tile_body(
     let mut state = Rows::new(bq);
     // this thread's score tile from its previous query tile (every score is written before
     // it is read): a fresh one per tile was a page-faulting allocation of up to 256 KiB
-    let mut scores = STRIPES.with(|c| {
-        let (s, d) = c.take();
-        c.set((Vec::new(), d));
-        s
-    });
+    let (mut scores, spare) = STRIPES.with(|c| c.take());
     scores.resize(bq * KT.min(at.s), 0.0);
     out.fill(0.0);
     for cols in key_tiles(keys) {
@@ -276,10 +272,7 @@ fn forward_tile_body(
                 .for_each(|x| *x = if inv.is_finite() { *x * inv } else { f32::NAN });
         }
     }
-    STRIPES.with(|c| {
-        let (_, d) = c.take();
-        c.set((scores, d));
-    });
+    STRIPES.with(|c| c.set((scores, spare)));
 }
 
 /// The forward kernel: the output row-major, or stored head-interleaved when `interleave`
