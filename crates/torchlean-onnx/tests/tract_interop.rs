@@ -226,8 +226,20 @@ fn erf_gelu_forms_import_as_gelu() {
             ],
         ),
     ];
+    // each form as written, then with one constant of a higher rank than x's (one element:
+    // ONNX broadcasting gives the result that rank, [1, 3, 7]; the fused GELU gave [3, 7])
+    let raised: Vec<_> = forms
+        .iter()
+        .filter(|(what, ..)| !what.starts_with("near miss"))
+        .flat_map(|f| [("k", 3), ("one", 3), ("half", 4)].map(|r| (f.clone(), Some(r))))
+        .collect();
+    let forms = forms.into_iter().map(|f| (f, None)).chain(raised);
     let x = torchlean::Tensor::uniform(&[3, 7], -4.0, 4.0, 9).unwrap();
-    for (what, k, nodes) in forms {
+    for ((what, k, nodes), raise) in forms {
+        let what = &match raise {
+            Some((name, rank)) => format!("{what}, `{name}` of rank {rank}"),
+            None => what.to_string(),
+        };
         let mut g = GraphProto::new();
         g.node = nodes;
         g.initializer = vec![
@@ -236,8 +248,15 @@ fn erf_gelu_forms_import_as_gelu() {
             scalar("half", 0.5),
             scalar("quarter", 0.25),
         ];
+        let mut y_dims = vec![3, 7];
+        if let Some((name, rank)) = raise {
+            for t in g.initializer.iter_mut().filter(|t| t.name == name) {
+                t.dims = vec![1; rank];
+            }
+            y_dims = [vec![1; rank - 2], y_dims].concat();
+        }
         g.input = vec![torchlean_onnx::export::value_info("x", &[3, 7])];
-        g.output = vec![torchlean_onnx::export::value_info("y", &[3, 7])];
+        g.output = vec![torchlean_onnx::export::value_info("y", &y_dims)];
         let mut m = ModelProto::new();
         m.ir_version = 8;
         let mut o = OperatorSetIdProto::new();
@@ -280,6 +299,7 @@ fn erf_gelu_forms_import_as_gelu() {
             false,
         )
         .unwrap();
+        assert_eq!(ours["y"].shape(), &y_dims[..], "{what}");
         assert_close(what, &ours["y"].to_vec(), &theirs[0], 1e-6);
     }
 }

@@ -7,7 +7,10 @@
 //! last one's output, which maps to torchlean's `gelu` (the same function, x·Φ(x)). The
 //! accepted forms: the scaling as `Div(x, √2)` or `Mul(x, 1/√2)`, operands of `Add`/`Mul`
 //! in either order, and the halving applied to the sum, to x, or to their product.
-//! Anything else keeps its nodes (and an `Erf` is then listed as unsupported).
+//! Anything else keeps its nodes (and an `Erf` is then listed as unsupported). A constant
+//! of rank above 0 (one element, e.g. `[1, 1, 1]`) broadcasts the nodes' result to its rank
+//! where x's is lower; the replacement then multiplies `Gelu(x)` by a one-element 1.0 of
+//! that rank, so that the result's shape is the nodes' own.
 
 use crate::constant::Const;
 use onnx_protobuf::{attribute_proto::AttributeType, GraphProto, NodeProto};
@@ -47,6 +50,18 @@ pub fn fuse_gelu(g: &GraphProto) -> Vec<NodeProto> {
             _ => None,
         }
     };
+    // the rank of the one-element constant `name` (ONNX broadcasting prepends its extra
+    // axes to the result: a [1, 1, 1] constant makes a [3, 7] x's GELU [1, 3, 7])
+    let rank = |name: &str| -> usize {
+        if let Some(t) = g.initializer.iter().find(|t| t.name == name) {
+            return t.dims.len();
+        }
+        producer
+            .get(name)
+            .and_then(|&i| g.node[i].attribute.first())
+            .and_then(|a| a.t.as_ref())
+            .map_or(0, |t| t.dims.len())
+    };
     let near = |v: Option<f32>, want: f32| v.is_some_and(|v| (v - want).abs() <= 1e-6 * want.abs());
     // the node producing `name`, if it is an `op` read exactly once
     let only = |name: &str, op: &str| -> Option<usize> {
@@ -62,7 +77,7 @@ pub fn fuse_gelu(g: &GraphProto) -> Vec<NodeProto> {
         }
     };
     let mut replaced: HashSet<usize> = HashSet::new();
-    let mut at: HashMap<usize, NodeProto> = HashMap::new();
+    let mut at: HashMap<usize, Vec<NodeProto>> = HashMap::new();
     for (e, erf) in g.node.iter().enumerate() {
         if erf.op_type != "Erf" || erf.input.len() != 1 || erf.output.len() != 1 {
             continue;
@@ -133,21 +148,58 @@ pub fn fuse_gelu(g: &GraphProto) -> Vec<NodeProto> {
             Some(o) => o.clone(),
             None => continue,
         };
+        // the highest rank among the pattern's constants: above 0, the result is GELU(x)
+        // broadcast with a one-element tensor of that rank, as the nodes' own broadcasting
+        let raised = nodes
+            .iter()
+            .flat_map(|&i| g.node[i].input.iter())
+            .filter(|name| scalar(name).is_some())
+            .map(|name| rank(name))
+            .max()
+            .unwrap_or(0);
         let mut gelu = NodeProto::new();
         gelu.op_type = "Gelu".into();
         gelu.name = format!("{} (Erf GELU pattern)", g.node[last].name);
         gelu.input = vec![x];
-        gelu.output = vec![out];
         replaced.extend(nodes);
-        at.insert(last, gelu);
+        let mut fused = Vec::new();
+        if raised == 0 {
+            gelu.output = vec![out];
+        } else {
+            // × a one-element 1.0 of the constants' rank: exact (x · 1 = x for every f32,
+            // NaN and ±inf included), and the product's broadcasting is the nodes' own
+            let value = format!("{out} (Erf GELU pattern, before broadcasting)");
+            let one = format!("{out} (Erf GELU pattern, 1 of rank {raised})");
+            gelu.output = vec![value.clone()];
+            let mut c = NodeProto::new();
+            c.op_type = "Constant".into();
+            c.output = vec![one.clone()];
+            let mut t = onnx_protobuf::TensorProto::new();
+            t.dims = vec![1; raised];
+            t.data_type = onnx_protobuf::tensor_proto::DataType::FLOAT as i32;
+            t.float_data = vec![1.0];
+            let mut a = onnx_protobuf::AttributeProto::new();
+            a.name = "value".into();
+            a.type_ = AttributeType::TENSOR.into();
+            a.t = Some(t).into();
+            c.attribute = vec![a];
+            let mut m = NodeProto::new();
+            m.op_type = "Mul".into();
+            m.name = format!("{} (Erf GELU pattern, broadcast)", g.node[last].name);
+            m.input = vec![value, one];
+            m.output = vec![out];
+            fused.extend([c, m]);
+        }
+        fused.insert(0, gelu);
+        at.insert(last, fused);
     }
     g.node
         .iter()
         .enumerate()
-        .filter_map(|(i, n)| match at.remove(&i) {
-            Some(gelu) => Some(gelu),
-            None if replaced.contains(&i) => None,
-            None => Some(n.clone()),
+        .flat_map(|(i, n)| match at.remove(&i) {
+            Some(fused) => fused,
+            None if replaced.contains(&i) => vec![],
+            None => vec![n.clone()],
         })
         .collect()
 }
