@@ -55,6 +55,11 @@ pub struct BackendArgs {
     /// looser declared error bound, shown in the report). Off by default.
     #[arg(long)]
     pub tf32: bool,
+    /// Allow (and prefer) capsules whose results are not bit-reproducible run to run
+    /// (native_cuda.flash_attention_atomic: its VJP adds dQ with atomics, faster than the
+    /// default deterministic one). Off by default: every planned kernel is deterministic.
+    #[arg(long)]
+    pub allow_nondeterministic: bool,
     /// Print the backend report (plan, evidence, verdict): the training examples print the
     /// report of what ran after their first step (and the executor at the end), `plan` and
     /// the other commands the plan before any kernel runs.
@@ -95,6 +100,7 @@ impl BackendArgs {
         )
         .map_err(CliError::usage)?;
         refuse_unlinked_libtorch(&p)?;
+        let p = self.nondeterministic(p)?;
         if !self.tf32 {
             return Ok(p);
         }
@@ -112,6 +118,27 @@ impl BackendArgs {
             )));
         }
         Ok(p.with_tf32())
+    }
+
+    /// `p` opted into nondeterministic capsules when `--allow-nondeterministic` asks for it;
+    /// an opt-in that nothing could honour is refused, never silently ignored.
+    fn nondeterministic(&self, p: BackendProfile) -> Result<BackendProfile, CliError> {
+        if !self.allow_nondeterministic {
+            return Ok(p);
+        }
+        if p.device != torchlean::backend::Device::Cuda {
+            return Err(CliError::usage(format!(
+                "--allow-nondeterministic admits kernels that add with atomics, which exist on device `cuda` only (this profile runs on `{}`, where every kernel is deterministic)",
+                p.device.label()
+            )));
+        }
+        if p.policy.name.starts_with("strict") {
+            return Err(CliError::usage(format!(
+                "--allow-nondeterministic has no effect under policy `{}`: no nondeterministic capsule has a replay checker, so strict never plans one; use the checked-runtime policy (e.g. --profile checked_cuda)",
+                p.policy.name
+            )));
+        }
+        Ok(p.with_nondeterministic())
     }
 
     /// Installs an eager session for the profile on this thread: every tensor the command

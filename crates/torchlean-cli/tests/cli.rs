@@ -254,6 +254,58 @@ fn a_policy_override_keeps_or_refuses_a_profiles_tf32_opt_in() {
     assert!(err.contains("never admits"), "{err}");
 }
 
+/// On CUDA, attention plans the deterministic flash capsule (under `auto` and
+/// `prefer:native_cuda`); `--allow-nondeterministic` plans the atomic one, and its policy's
+/// name says so; the opt-in is refused where nothing could honour it (the CPU, strict).
+#[test]
+fn attention_on_cuda_is_deterministic_unless_the_user_opts_out() {
+    let ops = [
+        "plan",
+        "--ops",
+        "scaled_dot_product_attention",
+        "--device",
+        "cuda",
+    ];
+    for provider in ["auto", "prefer:native_cuda"] {
+        let (code, out, err) = run(&[&ops[..], &["--provider", provider]].concat());
+        assert_eq!(code, 0, "{err}");
+        assert!(
+            out.contains("scaled_dot_product_attention: native_cuda.flash_attention provider="),
+            "{provider}: {out}"
+        );
+    }
+    let (code, out, err) = run(&[&ops[..], &["--allow-nondeterministic"]].concat());
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("scaled_dot_product_attention: native_cuda.flash_attention_atomic provider="),
+        "{out}"
+    );
+    assert!(
+        out.contains("policy=checked-runtime+nondeterministic"),
+        "{out}"
+    );
+    assert!(out.contains("runtime=eager nondeterministic"), "{out}");
+    let (code, _, err) = run(&[
+        "plan",
+        "--ops",
+        "scaled_dot_product_attention",
+        "--allow-nondeterministic",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("exist on device `cuda` only"), "{err}");
+    let (code, _, err) = run(&[
+        &ops[..],
+        &[
+            "--profile",
+            "strict_native_cuda",
+            "--allow-nondeterministic",
+        ],
+    ]
+    .concat());
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("strict never plans one"), "{err}");
+}
+
 #[test]
 fn cuda_request_exits_2_before_any_kernel_runs() {
     for device in ["cuda", "gpu", "metal", "tpu"] {

@@ -283,36 +283,77 @@ pub const FLASH_TESTS: &[&str] = &[
 ];
 
 /// `native_cuda.flash_attention`: FlashAttention-2-style fused attention (no L×S matrix in
-/// device memory, recomputing VJP, not bit-reproducible run to run when its VJP adds dQ
-/// atomically; `kernels/attention.rs`), registered after the
-/// composition: `prefer:native_cuda` and `strict_native_cuda` plan it, `auto` the composition.
+/// device memory, recomputing VJP with dQ by a kernel per query tile: bit-identical run to
+/// run; `kernels/attention.rs`), registered before the composition: `auto`,
+/// `prefer:native_cuda` and (replayed) `strict_native_cuda` plan it.
 pub fn flash_capsule() -> KernelCapsule {
+    flash_capsule_with(
+        "native_cuda.flash_attention",
+        &[FLASH_DETERMINISM_TEST],
+        "recomputing tiled VJP (row statistics, then dK/dV by a kernel per key tile and dQ by a kernel per query tile, every sum in a fixed order: bit-identical run to run; with the opt-in TORCHLEAN_FLASH_MMA=1 and d, dv <= 64 and every |q|, |k|, |v|, |O|, |dO| < 2^24, the key kernel's products in split-TF32 on tensor cores); matches the f64 spec VJP on the same inputs (GPU-only tests, skipped without CUDA; and the CPU emulation of both dQ paths), and two runs give the same bits (GPU-only test)",
+        true,
+    )
+}
+
+/// `native_cuda.flash_attention_atomic`: the same forward, and a VJP whose key kernel also
+/// adds dQ with `atomicAdd` when d, dv <= 64 (two L×S×d products fewer than the
+/// deterministic VJP, in an order that varies from run to run). Declared nondeterministic:
+/// planned only under a policy that opts in (`--allow-nondeterministic`), then before the
+/// deterministic capsule.
+pub fn flash_atomic_capsule() -> KernelCapsule {
+    flash_capsule_with(
+        "native_cuda.flash_attention_atomic",
+        &[],
+        "recomputing tiled VJP (row statistics, then dK/dV per key tile; dQ added atomically by the same kernel when d, dv <= 64 — an order that varies from run to run —, else by a kernel per query tile; with the opt-in TORCHLEAN_FLASH_MMA=1 and d, dv <= 64 and every |q|, |k|, |v|, |O|, |dO| < 2^24, the key kernel's five products in split-TF32 on tensor cores); matches the f64 spec VJP on the same inputs (GPU-only tests, skipped without CUDA; and the CPU emulation, both dQ paths)",
+        false,
+    )
+}
+
+/// The GPU test that holds the deterministic flash VJP bit-identical run to run.
+const FLASH_DETERMINISM_TEST: &str =
+    "crates/torchlean-cuda/tests/gpu_only_conformance.rs::flash_attention_vjp_is_bit_identical_run_to_run";
+
+fn flash_capsule_with(
+    name: &str,
+    vjp_tests: &[&'static str],
+    vjp_summary: &str,
+    deterministic: bool,
+) -> KernelCapsule {
     let op = OpKind::ScaledDotProductAttention;
     let base = capsule(op, Provider::NativeCuda, "kernels/attention.rs");
-    let with = |d: &ContractDescriptor, summary: &str| ContractDescriptor {
-        summary: summary.into(),
-        evidence: tests(FLASH_TESTS),
-        ..d.clone()
+    let with = |d: &ContractDescriptor, summary: &str, extra: &[&'static str]| {
+        let names: Vec<&'static str> = FLASH_TESTS.iter().chain(extra).copied().collect();
+        ContractDescriptor {
+            summary: summary.into(),
+            evidence: tests(&names),
+            ..d.clone()
+        }
     };
     KernelCapsule {
-        name: "native_cuda.flash_attention".into(),
+        name: name.into(),
         value_contract: with(
             &base.value_contract,
             "tiled attention with an online softmax (on sm_80+ with d, dv <= 64 and every |q|, |k|, |v| < 2^24, its two products in split-TF32 on tensor cores: three TF32 products per f32 product, each within about 2^-20 |a||b|, f32 sums; otherwise, or with TORCHLEAN_FLASH_MMA=0, f32 FMA products; the report's target line says which); matches the f64 spec on random shapes crossing the tiles, every mask kind, causal, fully blocked rows and non-finite values, and on the conformance table's rows (GPU-only tests, skipped without CUDA; and the same source under a CPU emulation of its threads)",
+            &[],
         ),
-        vjp_contract: with(
-            &base.vjp_contract,
-            "recomputing tiled VJP (row statistics, then dK/dV per key tile; dQ added atomically by the same kernel when d, dv <= 64, else by a kernel per query tile; with the opt-in TORCHLEAN_FLASH_MMA=1 and d, dv <= 64 and every |q|, |k|, |v|, |O|, |dO| < 2^24, the key kernel's five products in split-TF32 on tensor cores); matches the f64 spec VJP on the same inputs (GPU-only tests, skipped without CUDA; and the CPU emulation, both dQ paths)",
-        ),
-        // dQ's atomic additions (d, dv <= 64) come in an order that varies from run to run
-        deterministic: false,
+        vjp_contract: with(&base.vjp_contract, vjp_summary, vjp_tests),
+        deterministic,
         ..base
     }
 }
 
-/// The binding of `native_cuda.flash_attention`.
+/// The binding of `native_cuda.flash_attention` (deterministic VJP).
 pub fn native_cuda_attention_binding() -> KernelBinding {
     KernelBinding::new("native_cuda", attention::forward, Some(attention::vjp))
+}
+
+/// The binding of `native_cuda.flash_attention_atomic` (dQ added atomically).
+pub fn native_cuda_attention_atomic_binding() -> KernelBinding {
+    KernelBinding::new(
+        "native_cuda",
+        attention::forward,
+        Some(attention::vjp_atomic),
+    )
 }
 
 /// The cufft capsule of `op` (one of [`spectral::KINDS`]).
@@ -460,8 +501,9 @@ pub fn composition_capsule(op: OpKind) -> KernelCapsule {
 }
 
 /// Registers every capsule of the module (native_cuda first — cufft before it for the
-/// spectral op —, then cublas, then the compositions, then native_cuda.flash_attention, then the replayed native_cuda, cufft
-/// and cublas capsules of `strict_native_cuda`).
+/// spectral op —, then cublas, then native_cuda.flash_attention, then the compositions, then
+/// the opt-in native_cuda.flash_attention_atomic, then the replayed native_cuda, cufft and
+/// cublas capsules of `strict_native_cuda`).
 pub fn register(r: &mut Registry) -> Result<(), RegistryError> {
     register_checked(r)?;
     for &op in elementwise::KINDS {
@@ -548,18 +590,22 @@ fn register_checked(r: &mut Registry) -> Result<(), RegistryError> {
         r.register(cublas_capsule(op), cublas_binding())?;
         r.register(cublas_tf32_capsule(op), cublas_tf32_binding())?;
     }
+    // the fused attention before the composition, so that `auto` plans it: faster on the
+    // GPU (docs/BENCHMARKS.md), memory linear in L, and — with dQ by the query kernel —
+    // bit-identical run to run, as the composition
+    r.register(flash_capsule(), native_cuda_attention_binding())?;
     for op in composed_ops() {
         r.register(
             composition_capsule(op),
             torchlean::providers::composition::binding(),
         )?;
     }
-    // after the composition, so that `auto` plans the composition: its results are
-    // bit-identical run to run, while the flash VJP adds dQ with atomicAdd (declared
-    // nondeterministic). Flash attention is faster on the H200 (transformer-big-step and the
-    // attention workloads, docs/BENCHMARKS.md) and its memory grows linearly in L:
-    // `prefer:native_cuda` (or a strict policy, which refuses the composition's test
-    // evidence) plans it — a choice of reproducibility the user makes, not the planner
-    r.register(flash_capsule(), native_cuda_attention_binding())?;
+    // refused unless the policy opts into nondeterministic capsules, and then planned first
+    // (the planner sorts it ahead): a choice of reproducibility the user makes, not the
+    // planner
+    r.register(
+        flash_atomic_capsule(),
+        native_cuda_attention_atomic_binding(),
+    )?;
     Ok(())
 }

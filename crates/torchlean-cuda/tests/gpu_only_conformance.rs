@@ -23,10 +23,10 @@ use torchlean::runtime::{install, Session};
 use torchlean::spec::{self, Array};
 use torchlean::{Error, OpKind, Tensor};
 use torchlean_cuda::capsules::{
-    composed_ops, cublas_binding, cufft_binding, native_cuda_attention_binding,
-    native_cuda_binding, native_cuda_conv_binding, native_cuda_fused_binding,
-    native_cuda_optim_binding, native_cuda_reduce_binding, native_cuda_rows_binding,
-    native_cuda_spectral_binding,
+    composed_ops, cublas_binding, cufft_binding, native_cuda_attention_atomic_binding,
+    native_cuda_attention_binding, native_cuda_binding, native_cuda_conv_binding,
+    native_cuda_fused_binding, native_cuda_optim_binding, native_cuda_reduce_binding,
+    native_cuda_rows_binding, native_cuda_spectral_binding,
 };
 use torchlean_cuda::kernels::{
     attention, blas, conv, elementwise, fused, optim, reduce, rows, spectral,
@@ -318,7 +318,18 @@ fn flash_attention_matches_the_spec_on_the_gpu() {
         return;
     }
     let b = native_cuda_attention_binding();
-    let vjp = b.vjp().expect("the flash capsule has a VJP");
+    let atomic = native_cuda_attention_atomic_binding();
+    // the deterministic VJP (dQ by the query kernel) and the opt-in atomic one
+    let vjps = [
+        (
+            "deterministic",
+            b.vjp().expect("the flash capsule has a VJP"),
+        ),
+        (
+            "atomic",
+            atomic.vjp().expect("the atomic capsule has a VJP"),
+        ),
+    ];
     let (mut failures, mut worst) = (vec![], (0.0f64, 0.0f64));
     // 120 random calls, then the fixed ones (whole unmasked tiles, a NaN in a row that
     // attends nothing)
@@ -360,9 +371,14 @@ fn flash_attention_matches_the_spec_on_the_gpu() {
         let y_copy = Tensor::from_vec(y.try_to_vec().expect("read back"), y.shape())
             .and_then(|t| t.to_device(torchlean::backend::Device::Cuda))
             .expect("copy of the output");
-        for (m, needs) in masks.iter().enumerate() {
+        let runs = masks
+            .iter()
+            .enumerate()
+            .flat_map(|m| vjps.iter().map(move |v| (m, v)));
+        for ((m, needs), (path, vjp)) in runs {
             let needs = needs.clone();
             let out = if m + 1 == masks.len() { &y_copy } else { &y };
+            let what = format!("{what} ({path} VJP)");
             let got = match vjp(&op, &tr, out, &on_gpu(&gy), &needs) {
                 Ok(g) => g,
                 Err(e) => {
@@ -398,6 +414,75 @@ fn flash_attention_matches_the_spec_on_the_gpu() {
         "flash_attention_matches_the_spec_on_the_gpu: {cases} calls, worst forward {:e}, worst VJP {:e}",
         worst.0, worst.1
     );
+}
+
+/// `native_cuda.flash_attention`'s VJP is bit-identical run to run (the capsule declares it
+/// deterministic, which lets `auto` plan it): on calls where the atomic VJP adds dQ with
+/// `atomicAdd` (d, dv <= 64, several key tiles per query row: L = S = 512), five runs of the
+/// deterministic VJP give the same bits for dQ, dK and dV. The atomic capsule's runs are
+/// compared too and only reported (equal bits there are possible, not promised).
+#[test]
+fn flash_attention_vjp_is_bit_identical_run_to_run() {
+    use torchlean::graph::{AttentionMask, Op};
+    if !gpu("flash_attention_vjp_is_bit_identical_run_to_run") {
+        return;
+    }
+    let bits = |g: &[Option<Tensor>]| -> Vec<Vec<u32>> {
+        g.iter()
+            .flatten()
+            .map(|t| {
+                let v = t.try_to_vec().expect("read back");
+                v.iter().map(|x| x.to_bits()).collect()
+            })
+            .collect()
+    };
+    let mut atomic_differed = 0;
+    for (c, &(mask, causal)) in [(AttentionMask::None, false), (AttentionMask::Boolean, true)]
+        .iter()
+        .enumerate()
+    {
+        let op = Op::ScaledDotProductAttention {
+            scale: None,
+            causal,
+            mask,
+        };
+        let (bh, l, d) = (8, 512, 64);
+        let mut xs = vec![
+            draw(&[bh, l, d], Gen::Normal, 70_000 + 10 * c as u64),
+            draw(&[bh, l, d], Gen::Normal, 70_001 + 10 * c as u64),
+            draw(&[bh, l, d], Gen::Normal, 70_002 + 10 * c as u64),
+        ];
+        if mask == AttentionMask::Boolean {
+            let mut m = draw(&[l, l], Gen::Normal, 70_003 + 10 * c as u64);
+            for x in m.data.iter_mut() {
+                *x = if *x > -0.5 { 1.0 } else { 0.0 };
+            }
+            xs.push(m);
+        }
+        let ts: Vec<Tensor> = xs.iter().map(on_gpu).collect();
+        let tr: Vec<&Tensor> = ts.iter().collect();
+        let gy = on_gpu(&draw(&[bh, l, d], Gen::Normal, 70_009 + 10 * c as u64));
+        let needs = [true, true, true, false];
+        for (name, b, must) in [
+            ("deterministic", native_cuda_attention_binding(), true),
+            ("atomic", native_cuda_attention_atomic_binding(), false),
+        ] {
+            let y = (b.forward())(&op, &tr).expect("forward");
+            let vjp = b.vjp().expect("a VJP");
+            let first = bits(&vjp(&op, &tr, &y, &gy, &needs[..tr.len()]).expect("vjp"));
+            assert_eq!(first.len(), 3, "dQ, dK and dV");
+            for run in 1..5 {
+                let again = bits(&vjp(&op, &tr, &y, &gy, &needs[..tr.len()]).expect("vjp"));
+                let same = again == first;
+                if must {
+                    assert!(same, "case {c} ({mask:?}, causal {causal}): the {name} VJP's run {run} gave other bits than run 0");
+                } else if !same {
+                    atomic_differed += 1;
+                }
+            }
+        }
+    }
+    eprintln!("flash_attention_vjp_is_bit_identical_run_to_run: the deterministic VJP gave the same bits in 5 runs of 2 calls; the atomic VJP's runs differed from its first in {atomic_differed} of 8");
 }
 
 /// The split-TF32 tensor-core kernels (`flash_forward_mma`, `flash_bwd_kv_mma`: d, dv <= 64,

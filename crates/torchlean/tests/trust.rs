@@ -1214,6 +1214,49 @@ fn planning_and_gate_errors_keep_their_structure() {
     );
 }
 
+/// A capsule whose results are not bit-reproducible run to run (e.g. a VJP adding with
+/// atomics) is planned only under a policy that opted in, is then preferred over the
+/// deterministic capsule of the same op, and a plan made under the opt-in does not pass the
+/// gate under a policy without it (the gate re-checks the request).
+#[test]
+fn nondeterministic_capsules_need_the_policy_to_opt_in() {
+    support::checked_cpu_default();
+    let mut atomic = native_cpu::capsule(OpKind::Matmul);
+    atomic.name = "native_cpu.atomic_test.matmul".into();
+    atomic.deterministic = false;
+    let mut r = Registry::new();
+    r.register(native_cpu::capsule(OpKind::Matmul), native_cpu::binding())
+        .unwrap();
+    r.register(atomic, native_cpu::binding()).unwrap();
+    let plain = request(
+        ProviderPreference::Auto,
+        "checked-runtime",
+        VjpMode::TorchleanTape,
+    );
+    let planned = plan_op(&r, OpKind::Matmul, &plain, &cpu_availability()).unwrap();
+    assert_eq!(planned.capsule().name, "native_cpu.matmul");
+    let mut opted = plain.clone();
+    opted.policy = opted.policy.with_nondeterministic();
+    assert_eq!(opted.policy.name, "checked-runtime+nondeterministic");
+    let planned = plan_op(&r, OpKind::Matmul, &opted, &cpu_availability()).unwrap();
+    assert_eq!(planned.capsule().name, "native_cpu.atomic_test.matmul");
+    assert!(gate_kernel(&planned, &opted).is_ok());
+    let rejection = gate_kernel(&planned, &plain).unwrap_err();
+    let text = format!("{:?}", rejection.failures);
+    assert!(text.contains("NondeterministicNotAllowed"), "{text}");
+    // only the nondeterministic capsule registered: without the opt-in, planning names why
+    let mut only = Registry::new();
+    let mut c = native_cpu::capsule(OpKind::Matmul);
+    c.deterministic = false;
+    only.register(c, native_cpu::binding()).unwrap();
+    let err = plan_op(&only, OpKind::Matmul, &plain, &cpu_availability()).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("did not opt into (--allow-nondeterministic)"),
+        "{err}"
+    );
+}
+
 /// A reduced-precision (TF32) capsule is planned only under a policy that opted in, is then
 /// preferred over the f32 capsule of the same op, and a plan made under the opt-in does not
 /// pass the gate under a policy without it (the gate re-checks the request).

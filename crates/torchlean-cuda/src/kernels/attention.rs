@@ -13,10 +13,13 @@
 //!   holds for the key/value VJP kernel below (`flash_bwd_kv_mma`, also over O and dO;
 //!   opt-in with `TORCHLEAN_FLASH_MMA=1`: slower than the f32 kernel so far);
 //! - VJP, recomputing: a stats pass (each row's log-sum-exp of its allowed scores, whether it
-//!   attends any key, and D = dO·O), then one kernel per 64 keys for dK and dV which, with
-//!   one chunk of each head dimension (d, dv <= 64), also adds dQ with `atomicAdd` (an order
-//!   that varies from run to run: the capsule is declared nondeterministic); otherwise, and
-//!   for the additive mask's gradient, one kernel per 64 query rows.
+//!   attends any key, and D = dO·O), then one kernel per 64 keys for dK and dV, and one
+//!   kernel per 64 query rows for dQ (and the additive mask's gradient): every sum in a
+//!   fixed order, bit-identical run to run ([`vjp`], `native_cuda.flash_attention`). The
+//!   opt-in `native_cuda.flash_attention_atomic` ([`vjp_atomic`], planned only under
+//!   `--allow-nondeterministic`) lets the key kernel also add dQ with `atomicAdd` where one
+//!   chunk of each head dimension (d, dv <= 64) allows it: two L×S×d products fewer, in an
+//!   order that varies from run to run (declared nondeterministic).
 //!
 //! A boolean mask is packed to bits first (one pass over it; [L, S] shared or one per batch
 //! matrix, as the shape rule allows). Causal key tiles past a query tile's last row are
@@ -638,13 +641,49 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
     tensor(out, &shape)
 }
 
-/// The VJP kernel of `native_cuda.flash_attention` (recomputing).
+/// The VJP kernel of `native_cuda.flash_attention` (recomputing, deterministic): dQ by the
+/// query kernel, one block per 64 query rows summing its key tiles in order, so every
+/// gradient is bit-identical run to run.
 pub fn vjp(
     op: &Op,
     inputs: &[&Tensor],
     output_t: &Tensor,
     gy: &Tensor,
     needs: &[bool],
+) -> Result<Vec<Option<Tensor>>> {
+    vjp_with(op, inputs, output_t, gy, needs, DqBy::QueryKernel)
+}
+
+/// The VJP kernel of `native_cuda.flash_attention_atomic` (recomputing): with one chunk of
+/// each head dimension (d, dv <= 64) the key kernel also adds dQ with `atomicAdd`, which
+/// saves the query kernel's recomputation of S and dP (five L×S×d products instead of
+/// seven) in an order that varies from run to run.
+pub fn vjp_atomic(
+    op: &Op,
+    inputs: &[&Tensor],
+    output_t: &Tensor,
+    gy: &Tensor,
+    needs: &[bool],
+) -> Result<Vec<Option<Tensor>>> {
+    vjp_with(op, inputs, output_t, gy, needs, DqBy::KeyKernelAtomically)
+}
+
+/// Which kernel computes dQ.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum DqBy {
+    /// The query kernel (deterministic).
+    QueryKernel,
+    /// The key kernel, atomically, where one chunk of each head dimension allows it.
+    KeyKernelAtomically,
+}
+
+fn vjp_with(
+    op: &Op,
+    inputs: &[&Tensor],
+    output_t: &Tensor,
+    gy: &Tensor,
+    needs: &[bool],
+    dq_by: DqBy,
 ) -> Result<Vec<Option<Tensor>>> {
     let (_, _, mask) = torchlean::providers::native_cpu::flash_payload(op)?;
     let in_use = cx()?;
@@ -669,9 +708,9 @@ pub fn vjp(
         let kv = (need(1) || need(2)) && d.max(dv) > 0;
         let mma = kv && cx.flash_mma.vjp && d <= TILE && dv <= TILE;
         let (mut c, st) = prepare_vjp(cx, op, inputs, output_t, gy, mma)?;
-        // one chunk of each head dimension: the key kernel also adds dQ (atomically), and
+        // atomic dQ and one chunk of each head dimension: the key kernel also adds dQ, and
         // the query kernel runs only for an additive mask's gradient
-        let fuse_dq = kv && need(0) && d.max(dv) <= TILE;
+        let fuse_dq = dq_by == DqBy::KeyKernelAtomically && kv && need(0) && d.max(dv) <= TILE;
         if fuse_dq {
             launched(op, cx.stream.memset_zeros(gq.slice_mut()))?;
         }

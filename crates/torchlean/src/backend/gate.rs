@@ -56,6 +56,11 @@ pub struct AcceptancePolicy {
     /// user opts in (`--tf32`, or a `*_tf32` profile), and then preferred where one exists.
     #[serde(default)]
     pub allow_tf32: bool,
+    /// Whether capsules that are not bit-reproducible run to run (e.g. a VJP that adds with
+    /// atomics) may be planned; off unless the user opts in (`--allow-nondeterministic`, or
+    /// a profile that names it), and then preferred where one exists.
+    #[serde(default)]
+    pub allow_nondeterministic: bool,
 }
 
 impl AcceptancePolicy {
@@ -93,6 +98,7 @@ impl AcceptancePolicy {
             evidence,
             trust_levels: trust,
             allow_tf32: false,
+            allow_nondeterministic: false,
         })
     }
 
@@ -114,6 +120,7 @@ impl AcceptancePolicy {
             evidence,
             trust_levels,
             allow_tf32: false,
+            allow_nondeterministic: false,
         }
     }
 
@@ -122,6 +129,15 @@ impl AcceptancePolicy {
         if !self.allow_tf32 {
             self.allow_tf32 = true;
             self.name.push_str("+tf32");
+        }
+        self
+    }
+
+    /// This policy with nondeterministic capsules allowed (and preferred); its name says so.
+    pub fn with_nondeterministic(mut self) -> AcceptancePolicy {
+        if !self.allow_nondeterministic {
+            self.allow_nondeterministic = true;
+            self.name.push_str("+nondeterministic");
         }
         self
     }

@@ -98,6 +98,11 @@ pub enum Refusal {
         precision: super::Precision,
         policy: String,
     },
+    /// A capsule whose results are not bit-reproducible run to run, under a policy that did
+    /// not opt in.
+    NondeterministicNotAllowed {
+        policy: String,
+    },
     NotAvailable {
         provider: Provider,
         device: Device,
@@ -137,6 +142,10 @@ impl fmt::Display for Refusal {
             Refusal::PrecisionNotAllowed { precision, policy } => write!(
                 f,
                 "its products use `{precision}` (a looser declared error bound), which policy `{policy}` did not opt into (--tf32)"
+            ),
+            Refusal::NondeterministicNotAllowed { policy } => write!(
+                f,
+                "its results are not bit-reproducible run to run (it adds with atomics), which policy `{policy}` did not opt into (--allow-nondeterministic)"
             ),
             Refusal::NotAvailable { provider, device } => write!(
                 f,
@@ -249,6 +258,11 @@ pub fn request_refusal(
             policy: request.policy.name.clone(),
         });
     }
+    if !c.deterministic && !request.policy.allow_nondeterministic {
+        return Some(Refusal::NondeterministicNotAllowed {
+            policy: request.policy.name.clone(),
+        });
+    }
     if c.device != request.device {
         return Some(Refusal::WrongDevice {
             capsule_device: c.device,
@@ -320,6 +334,10 @@ pub fn plan_op(
     // an opted-in TF32 capsule comes first (under the provider preference below)
     if request.policy.allow_tf32 {
         admissible.sort_by_key(|e| e.capsule.precision == super::Precision::F32);
+    }
+    // so does an opted-in nondeterministic capsule (faster: why one would opt in)
+    if request.policy.allow_nondeterministic {
+        admissible.sort_by_key(|e| e.capsule.deterministic);
     }
     // an external-autograd session takes an external-autograd capsule wherever one is
     // admissible (the tape capsules admitted beside it are for the other ops)

@@ -87,20 +87,24 @@ impl BackendProfile {
             // libtorch.sdpa_autograd), the CUDA providers for the rest of the model; the
             // session refuses either profile before any kernel when the bridge is not linked
             // (runtime::probe::probe_for)
+            // (LibTorch's CUDA SDPA may pick a backend that is not bit-reproducible: both
+            // profiles opt into nondeterministic capsules, and their policy's name says so)
             profile(
                 "libtorch_forward_cuda",
                 Device::Cuda,
                 Prefer(Provider::Libtorch),
                 PolicyName::AllowTrustedRuntime,
                 Tape,
-            ),
+            )
+            .with_nondeterministic(),
             profile(
                 "libtorch_autograd_cuda",
                 Device::Cuda,
                 Prefer(Provider::Libtorch),
                 PolicyName::AllowTrustedRuntime,
                 VjpMode::ExternalAutograd,
-            ),
+            )
+            .with_nondeterministic(),
         ];
         for (name, device) in [
             ("future_metal", Device::Metal),
@@ -119,6 +123,13 @@ impl BackendProfile {
     /// This profile with its policy opted into TF32 capsules (`--tf32`).
     pub fn with_tf32(mut self) -> BackendProfile {
         self.policy = self.policy.with_tf32();
+        self
+    }
+
+    /// This profile with its policy opted into nondeterministic capsules
+    /// (`--allow-nondeterministic`).
+    pub fn with_nondeterministic(mut self) -> BackendProfile {
+        self.policy = self.policy.with_nondeterministic();
         self
     }
 
@@ -222,6 +233,10 @@ impl BackendProfile {
                     ));
                 }
                 pol = pol.with_tf32();
+            }
+            // so does its opt-in into nondeterministic capsules (the libtorch profiles')
+            if p.policy.allow_nondeterministic {
+                pol = pol.with_nondeterministic();
             }
             overridden |= pol != p.policy;
             p.policy = pol;
