@@ -246,10 +246,13 @@ fn constant(name: &str, out: &str, dims: &[i64], data: Vec<i64>) -> NodeProto {
 fn hostile_operands_of_mapped_nodes_are_refused_not_panics() {
     let mut transpose = node("t_repeat", "Transpose", &["c2"], &["t"]);
     transpose.attribute.push(ints("perm", &[0, 0]));
+    let mut negative = node("t_negative", "Transpose", &["c2"], &["tn"]);
+    negative.attribute.push(ints("perm", &[-1, 0]));
     let m = model(
         vec![
             constant("c2", "c2", &[2, 2], vec![1, 2, 3, 4]),
             transpose,
+            negative,
             constant("empty", "e", &[0], vec![]),
             node("range_empty", "Range", &["e", "e", "e"], &["r1"]),
             constant("lo", "lo", &[], vec![i64::MIN]),
@@ -267,12 +270,19 @@ fn hostile_operands_of_mapped_nodes_are_refused_not_panics() {
     let names: Vec<&str> = list.iter().map(|(n, _, _)| n.as_str()).collect();
     assert_eq!(
         names,
-        ["t_repeat", "range_empty", "range_huge", "gemm_1d"],
+        [
+            "t_repeat",
+            "t_negative",
+            "range_empty",
+            "range_huge",
+            "gemm_1d"
+        ],
         "{list:?}"
     );
     assert!(list[0].2.contains("not a permutation"), "{list:?}");
+    assert!(list[1].2.contains("negative entry"), "{list:?}");
     assert!(
-        list[2].2.contains("too long") || list[2].2.contains("2^31"),
+        list[3].2.contains("too long") || list[3].2.contains("2^31"),
         "{list:?}"
     );
 }

@@ -444,6 +444,13 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
             let x = arg(inputs, 0)?;
             let rank = b.shape(x).len();
             let perm = match a.ints("perm")? {
+                // the operator defines perm as axes in [0, rank): a negative entry is not a
+                // Python-style index there (onnxruntime and the checker refuse it too)
+                Some(p) if p.iter().any(|&v| v < 0) => {
+                    return Err(format!(
+                        "Transpose perm {p:?} has a negative entry (the operator's perm lists axes in [0, {rank}))"
+                    ))
+                }
                 Some(p) => p
                     .iter()
                     .map(|&p| normalize_axis(p, rank))
