@@ -57,13 +57,16 @@ fn devices(test: &str) -> Vec<Device> {
     v
 }
 
-/// A session that prefers LibTorch on `device` under allow-trusted-runtime, recording in
-/// mode `vjp` (the libtorch profiles' shape, on any device).
+/// A session that prefers LibTorch on `device` under allow-trusted-runtime, opted into
+/// nondeterministic capsules (LibTorch's CUDA SDPA is declared so), recording in mode `vjp`
+/// (the libtorch profiles' shape, on any device).
 fn session(device: Device, vjp: VjpMode) -> Session {
     Session::new(BackendProfile::custom(
         device,
         ProviderPreference::Prefer(Provider::Libtorch),
-        AcceptancePolicy::named(PolicyName::AllowTrustedRuntime).expect("named policy"),
+        AcceptancePolicy::named(PolicyName::AllowTrustedRuntime)
+            .expect("named policy")
+            .with_nondeterministic(),
         vjp,
     ))
 }
