@@ -90,6 +90,27 @@ fn refuse_unlinked_libtorch(p: &BackendProfile) -> Result<(), CliError> {
     Ok(())
 }
 
+/// An opt-in flag's capsules exist on `cuda` only and carry no replay checker: on another
+/// device, or under a strict policy, nothing could honour the flag, so it is refused (never
+/// silently ignored). `what` says what the flag selects ("… exist"), `strict_why` why strict
+/// never plans it.
+fn cuda_opt_in(p: &BackendProfile, what: &str, strict_why: &str) -> Result<(), CliError> {
+    if p.device != torchlean::backend::Device::Cuda {
+        return Err(CliError::usage(format!(
+            "{what} on device `cuda` only (this profile runs on `{}`)",
+            p.device.label()
+        )));
+    }
+    if p.policy.name.starts_with("strict") {
+        let flag = what.split_whitespace().next().unwrap_or_default();
+        return Err(CliError::usage(format!(
+            "{flag} has no effect under policy `{}`: {strict_why}",
+            p.policy.name
+        )));
+    }
+    Ok(())
+}
+
 impl BackendArgs {
     pub fn profile(&self) -> Result<BackendProfile, CliError> {
         let p = BackendProfile::resolve(
@@ -100,45 +121,24 @@ impl BackendArgs {
         )
         .map_err(CliError::usage)?;
         refuse_unlinked_libtorch(&p)?;
-        let p = self.nondeterministic(p)?;
-        if !self.tf32 {
-            return Ok(p);
+        let mut p = p;
+        if self.allow_nondeterministic {
+            cuda_opt_in(
+                &p,
+                "--allow-nondeterministic admits kernels that add with atomics, which exist",
+                "no nondeterministic capsule has a replay checker, so strict never plans one; use the checked-runtime policy (e.g. --profile checked_cuda)",
+            )?;
+            p = p.with_nondeterministic();
         }
-        // an opt-in that nothing could honour is refused, never silently ignored
-        if p.device != torchlean::backend::Device::Cuda {
-            return Err(CliError::usage(format!(
-                "--tf32 selects cuBLAS's TF32 tensor-core products, which exist on device `cuda` only (this profile runs on `{}`)",
-                p.device.label()
-            )));
+        if self.tf32 {
+            cuda_opt_in(
+                &p,
+                "--tf32 selects cuBLAS's TF32 tensor-core products, which exist",
+                "no TF32 capsule has a replay checker (the checkers' f32 bound would reject TF32 results), so strict never plans one; use the checked-runtime policy (e.g. --profile checked_cuda_tf32)",
+            )?;
+            p = p.with_tf32();
         }
-        if p.policy.name.starts_with("strict") {
-            return Err(CliError::usage(format!(
-                "--tf32 has no effect under policy `{}`: no TF32 capsule has a replay checker (the checkers' f32 bound would reject TF32 results), so strict never plans one; use the checked-runtime policy (e.g. --profile checked_cuda_tf32)",
-                p.policy.name
-            )));
-        }
-        Ok(p.with_tf32())
-    }
-
-    /// `p` opted into nondeterministic capsules when `--allow-nondeterministic` asks for it;
-    /// an opt-in that nothing could honour is refused, never silently ignored.
-    fn nondeterministic(&self, p: BackendProfile) -> Result<BackendProfile, CliError> {
-        if !self.allow_nondeterministic {
-            return Ok(p);
-        }
-        if p.device != torchlean::backend::Device::Cuda {
-            return Err(CliError::usage(format!(
-                "--allow-nondeterministic admits kernels that add with atomics, which exist on device `cuda` only (this profile runs on `{}`, where every kernel is deterministic)",
-                p.device.label()
-            )));
-        }
-        if p.policy.name.starts_with("strict") {
-            return Err(CliError::usage(format!(
-                "--allow-nondeterministic has no effect under policy `{}`: no nondeterministic capsule has a replay checker, so strict never plans one; use the checked-runtime policy (e.g. --profile checked_cuda)",
-                p.policy.name
-            )));
-        }
-        Ok(p.with_nondeterministic())
+        Ok(p)
     }
 
     /// Installs an eager session for the profile on this thread: every tensor the command

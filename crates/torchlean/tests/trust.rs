@@ -1214,20 +1214,26 @@ fn planning_and_gate_errors_keep_their_structure() {
     );
 }
 
-/// A capsule whose results are not bit-reproducible run to run (e.g. a VJP adding with
-/// atomics) is planned only under a policy that opted in, is then preferred over the
-/// deterministic capsule of the same op, and a plan made under the opt-in does not pass the
-/// gate under a policy without it (the gate re-checks the request).
-#[test]
-fn nondeterministic_capsules_need_the_policy_to_opt_in() {
+/// A capsule that a policy admits only after an opt-in (`mark` makes a capsule such; `opt_in`
+/// is the policy's opt-in, which appends `suffix` to its name) is planned only under a policy
+/// that opted in, is then preferred over the plain capsule of the same op, and a plan made
+/// under the opt-in does not pass the gate under a policy without it (the gate re-checks
+/// the request); with only such a capsule registered, planning names the refusal.
+fn opt_in_is_required(
+    mark: fn(&mut KernelCapsule),
+    opt_in: fn(AcceptancePolicy) -> AcceptancePolicy,
+    suffix: &str,
+    refusal: &str,
+    message: &str,
+) {
     support::checked_cpu_default();
-    let mut atomic = native_cpu::capsule(OpKind::Matmul);
-    atomic.name = "native_cpu.atomic_test.matmul".into();
-    atomic.deterministic = false;
+    let mut marked = native_cpu::capsule(OpKind::Matmul);
+    marked.name = "native_cpu.opt_in_test.matmul".into();
+    mark(&mut marked);
     let mut r = Registry::new();
     r.register(native_cpu::capsule(OpKind::Matmul), native_cpu::binding())
         .unwrap();
-    r.register(atomic, native_cpu::binding()).unwrap();
+    r.register(marked, native_cpu::binding()).unwrap();
     let plain = request(
         ProviderPreference::Auto,
         "checked-runtime",
@@ -1236,64 +1242,43 @@ fn nondeterministic_capsules_need_the_policy_to_opt_in() {
     let planned = plan_op(&r, OpKind::Matmul, &plain, &cpu_availability()).unwrap();
     assert_eq!(planned.capsule().name, "native_cpu.matmul");
     let mut opted = plain.clone();
-    opted.policy = opted.policy.with_nondeterministic();
-    assert_eq!(opted.policy.name, "checked-runtime+nondeterministic");
+    opted.policy = opt_in(opted.policy);
+    assert_eq!(opted.policy.name, format!("checked-runtime{suffix}"));
     let planned = plan_op(&r, OpKind::Matmul, &opted, &cpu_availability()).unwrap();
-    assert_eq!(planned.capsule().name, "native_cpu.atomic_test.matmul");
+    assert_eq!(planned.capsule().name, "native_cpu.opt_in_test.matmul");
     assert!(gate_kernel(&planned, &opted).is_ok());
     let rejection = gate_kernel(&planned, &plain).unwrap_err();
     let text = format!("{:?}", rejection.failures);
-    assert!(text.contains("NondeterministicNotAllowed"), "{text}");
-    // only the nondeterministic capsule registered: without the opt-in, planning names why
+    assert!(text.contains(refusal), "{text}");
     let mut only = Registry::new();
     let mut c = native_cpu::capsule(OpKind::Matmul);
-    c.deterministic = false;
+    mark(&mut c);
     only.register(c, native_cpu::binding()).unwrap();
     let err = plan_op(&only, OpKind::Matmul, &plain, &cpu_availability()).unwrap_err();
-    assert!(
-        err.to_string()
-            .contains("did not opt into (--allow-nondeterministic)"),
-        "{err}"
+    assert!(err.to_string().contains(message), "{err}");
+}
+
+/// A capsule whose results are not bit-reproducible run to run (e.g. a VJP adding with
+/// atomics) needs the policy to opt in (`--allow-nondeterministic`).
+#[test]
+fn nondeterministic_capsules_need_the_policy_to_opt_in() {
+    opt_in_is_required(
+        |c| c.deterministic = false,
+        AcceptancePolicy::with_nondeterministic,
+        "+nondeterministic",
+        "NondeterministicNotAllowed",
+        "did not opt into (--allow-nondeterministic)",
     );
 }
 
-/// A reduced-precision (TF32) capsule is planned only under a policy that opted in, is then
-/// preferred over the f32 capsule of the same op, and a plan made under the opt-in does not
-/// pass the gate under a policy without it (the gate re-checks the request).
+/// A reduced-precision (TF32) capsule needs the policy to opt in (`--tf32`).
 #[test]
 fn reduced_precision_capsules_need_the_policy_to_opt_in() {
-    support::checked_cpu_default();
-    let mut tf32 = native_cpu::capsule(OpKind::Matmul);
-    tf32.name = "native_cpu.tf32_test.matmul".into();
-    tf32.precision = torchlean::backend::Precision::Tf32;
-    let mut r = Registry::new();
-    r.register(native_cpu::capsule(OpKind::Matmul), native_cpu::binding())
-        .unwrap();
-    r.register(tf32, native_cpu::binding()).unwrap();
-    let plain = request(
-        ProviderPreference::Auto,
-        "checked-runtime",
-        VjpMode::TorchleanTape,
-    );
-    let planned = plan_op(&r, OpKind::Matmul, &plain, &cpu_availability()).unwrap();
-    assert_eq!(planned.capsule().name, "native_cpu.matmul");
-    let mut opted = plain.clone();
-    opted.policy = opted.policy.with_tf32();
-    assert_eq!(opted.policy.name, "checked-runtime+tf32");
-    let planned = plan_op(&r, OpKind::Matmul, &opted, &cpu_availability()).unwrap();
-    assert_eq!(planned.capsule().name, "native_cpu.tf32_test.matmul");
-    assert!(gate_kernel(&planned, &opted).is_ok());
-    let rejection = gate_kernel(&planned, &plain).unwrap_err();
-    let text = format!("{:?}", rejection.failures);
-    assert!(text.contains("PrecisionNotAllowed"), "{text}");
-    // only the TF32 capsule registered: without the opt-in, planning names why
-    let mut only = Registry::new();
-    let mut c = native_cpu::capsule(OpKind::Matmul);
-    c.precision = torchlean::backend::Precision::Tf32;
-    only.register(c, native_cpu::binding()).unwrap();
-    let err = plan_op(&only, OpKind::Matmul, &plain, &cpu_availability()).unwrap_err();
-    assert!(
-        err.to_string().contains("did not opt into (--tf32)"),
-        "{err}"
+    opt_in_is_required(
+        |c| c.precision = Precision::Tf32,
+        AcceptancePolicy::with_tf32,
+        "+tf32",
+        "PrecisionNotAllowed",
+        "did not opt into (--tf32)",
     );
 }
