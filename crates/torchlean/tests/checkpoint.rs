@@ -547,3 +547,63 @@ fn the_checksum_covers_the_metadata_and_a_checkpoint_without_one_is_refused() {
     load_checkpoint(&p, &mut m, Some(&mut fresh)).unwrap();
     assert_eq!(params(&m), params(&m0), "the version-1 file's parameters");
 }
+
+/// A checkpoint is never written with a non-finite value, so a file holding one (its
+/// checksum recomputed, as a tool that edits weights would) was altered after it was
+/// written: refused on reading as corrupted (the CLI's exit 2), naming the tensor and the
+/// element — not with the writer's "refusing to store it" (a run-time failure, exit 1).
+#[test]
+fn a_checkpoint_holding_a_non_finite_value_is_refused_as_corrupted() {
+    support::checked_cpu_default();
+    let d = tmpdir("nonfinite");
+    let ck = d.join("good.safetensors");
+    let m0 = model(5);
+    torchlean::nn::save_checkpoint_noted(&ck, &m0, None, 1, Some("tag"), &[]).unwrap();
+    let good = std::fs::read(&ck).unwrap();
+    let header_len = u64::from_le_bytes(good[..8].try_into().unwrap()) as usize;
+    let header = std::str::from_utf8(&good[8..8 + header_len])
+        .unwrap()
+        .to_string();
+    let parsed: serde_json::Value = serde_json::from_str(&header).unwrap();
+    // the tensor whose data comes first in the file
+    let first = parsed
+        .as_object()
+        .unwrap()
+        .iter()
+        .find(|(_, v)| v["data_offsets"][0] == 0)
+        .map(|(k, _)| k.clone())
+        .unwrap();
+    let contents = torchlean::nn::read_checkpoint(&ck).unwrap();
+    let meta: Vec<(String, String)> = contents.metadata.clone().into_iter().collect();
+    for bad in [f32::NAN, f32::INFINITY] {
+        let tensors: Vec<(String, Tensor)> = contents
+            .tensors
+            .iter()
+            .map(|(k, t)| {
+                let mut v = t.to_vec();
+                if *k == first {
+                    v[0] = bad;
+                }
+                (k.clone(), Tensor::from_vec(v, t.shape()).unwrap())
+            })
+            .collect();
+        let sum = format!("{:016x}", fnv1a(&tensors, Some(&meta)));
+        let edited = header.replacen(&contents.metadata["checksum.fnv1a64"], &sum, 1);
+        let mut f = good[..8].to_vec();
+        f.extend_from_slice(edited.as_bytes());
+        f.extend_from_slice(&bad.to_le_bytes());
+        f.extend_from_slice(&good[8 + header_len + 4..]);
+        let p = d.join("edited.safetensors");
+        std::fs::write(&p, f).unwrap();
+        let mut m = model(6);
+        let msg = assert_rejected(&p, &mut m, None, |c| {
+            matches!(c, CheckpointError::Corrupted { .. })
+        });
+        assert!(
+            msg.contains(&format!(
+                "`{first}` holds the non-finite value {bad} at element 0"
+            )),
+            "{msg}"
+        );
+    }
+}

@@ -848,3 +848,67 @@ fn csv_fields_in_messages_have_control_characters_escaped() {
         "`\\u{1b}[2Jx\\u{0}y` is not a number",
     );
 }
+
+/// Quoted fields as RFC 4180 writes them: a quoted field may hold the delimiter (it was split
+/// there, and the file refused for a wrong field count), `""` inside quotes is one quote (a
+/// class name), and a quote left open on its line is a readable refusal naming the line.
+#[test]
+fn quoted_fields_may_hold_the_delimiter() {
+    support::checked_cpu_default();
+    let o = CsvOptions::default();
+    let ds = torchlean::data::parse_csv(
+        "\"x\",\"y\",\"label\"\n\"1.5\", 2 ,\"0\"\n3,\"4\",1\n",
+        "quoted.csv",
+        &o,
+    )
+    .unwrap();
+    assert_eq!(ds.features().unwrap().to_vec(), vec![1.5, 2.0, 3.0, 4.0]);
+    assert_eq!(ds.targets().unwrap().to_vec(), vec![0.0, 1.0]);
+    let classes = CsvOptions {
+        class_names: true,
+        ..CsvOptions::default()
+    };
+    let read = torchlean::data::parse_csv_read(
+        "a,b,kind\n1,2,\"cat, big\"\n3,4,\"the \"\"dog\"\"\"\n5,6,\"cat, big\"\n",
+        "names.csv",
+        &classes,
+    )
+    .unwrap();
+    assert_eq!(read.dataset.len(), 3);
+    assert_eq!(
+        read.dataset.features().unwrap().to_vec(),
+        vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    );
+    assert_eq!(
+        read.class_names,
+        vec!["cat, big".to_string(), "the \"dog\"".to_string()]
+    );
+    assert_eq!(
+        read.dataset.targets().unwrap().to_vec(),
+        vec![0.0, 1.0, 0.0]
+    );
+    let e = torchlean::data::parse_csv("1,2,3\n4,\"5,6\n", "open.csv", &o)
+        .expect_err("an open quote")
+        .to_string();
+    assert!(e.contains("line 2") && e.contains("not closed"), "{e}");
+}
+
+/// Blank lines do not count as rows when the loader reserves memory up front: four rows of
+/// 20 000 columns followed by a million empty lines (1.3 MB of text) load as four samples —
+/// the reservation counted every line (80 GB) and refused the file as out of memory.
+#[test]
+fn blank_lines_do_not_inflate_a_csv_files_reservation() {
+    support::checked_cpu_default();
+    let cols = 20_000;
+    let mut text = String::new();
+    for r in 0..4 {
+        let row: Vec<String> = (0..cols).map(|c| ((r + c) % 7).to_string()).collect();
+        text.push_str(&row.join(","));
+        text.push('\n');
+    }
+    text.push_str(&"\n".repeat(1_000_000));
+    let ds = torchlean::data::parse_csv(&text, "blank.csv", &CsvOptions::default()).unwrap();
+    assert_eq!(ds.len(), 4);
+    let last: Vec<f32> = (0..4).map(|r| ((r + cols - 1) % 7) as f32).collect();
+    assert_eq!(ds.targets().unwrap().to_vec(), last);
+}

@@ -326,12 +326,15 @@ pub fn parse_checkpoint(bytes: &[u8], name: &str) -> Result<CheckpointContents> 
             .chunks_exact(4)
             .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
             .collect();
+        // a checkpoint is never written with a non-finite value: a file holding one was
+        // altered after it was written (a corrupted file: exit 2, as the `--load` help says;
+        // `NonFinite` is the writer's refusal, a run-time failure)
         if let Some((index, &value)) = values.iter().enumerate().find(|(_, v)| !v.is_finite()) {
-            return Err(CheckpointError::NonFinite {
+            return Err(CheckpointError::Corrupted {
                 path: p,
-                tensor: name,
-                index,
-                value,
+                reason: format!(
+                    "tensor `{name}` holds the non-finite value {value} at element {index}, which no checkpoint is written with"
+                ),
             }
             .into());
         }

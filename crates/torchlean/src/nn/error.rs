@@ -44,7 +44,8 @@ pub enum CheckpointError {
     Corrupted { path: String, reason: String },
     #[error("checkpoint `{path}` does not match the model: {reason}")]
     Mismatch { path: String, reason: String },
-    /// A checkpoint is never written with a non-finite value in it (nor read back with one).
+    /// A checkpoint is never written with a non-finite value in it (a file read back with
+    /// one is `Corrupted`).
     #[error("checkpoint `{path}`: tensor `{tensor}` holds the non-finite value {value} at element {index}; refusing to store it")]
     NonFinite {
         path: String,
