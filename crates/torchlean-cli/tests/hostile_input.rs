@@ -1058,3 +1058,39 @@ fn a_graph_with_a_byte_order_mark_reads_and_a_repeated_workload_size_is_refused(
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("names no model"), "{err}");
 }
+
+/// A float flag whose decimal value is nonzero and finite but outside float32's range is
+/// refused naming that (exit 2), not parsed to 0 or infinity and then refused for a value
+/// the user never typed (`--lr 1e-46` was "learning rate must be finite and > 0, got 0");
+/// values inside the range, subnormal ones included, are taken.
+#[test]
+fn float_flags_outside_float32s_range_are_refused_as_typed() {
+    let d = Dir::new("f32range");
+    let dir = d.0.to_string_lossy().into_owned();
+    for (flag, value) in [
+        ("--lr", "1e-46"),
+        ("--lr", "3.5e38"),
+        ("--momentum", "1e-50"),
+        ("--weight-decay", "-4e38"),
+    ] {
+        let arg = format!("{flag}={value}");
+        let (code, err) = run_plain(&dir, &["mlp", "--steps", "1", &arg]);
+        assert_eq!(code, Some(2), "{flag} {value}: {err}");
+        assert!(
+            err.contains("outside float32's range") && err.contains(value),
+            "{flag} {value}: {err}"
+        );
+    }
+    let (code, err) = run_plain(
+        &dir,
+        &["transformer", "--steps", "1", "--dropout", "1e-300"],
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("outside float32's range"), "{err}");
+    let (code, err) = run_plain(&dir, &["quickstart-mlp", "--steps", "1", "--lr", "1e-40"]);
+    assert_eq!(
+        code,
+        Some(0),
+        "a subnormal learning rate is a learning rate: {err}"
+    );
+}

@@ -108,3 +108,47 @@ fn attention_with_an_empty_head_dimension_averages_the_values() {
         }
     }
 }
+
+/// The gradient of `a - b` for a broadcast `b` sums the negated cotangents, as PyTorch does
+/// (each term −g, summed from +0), on every CPU provider: with no terms (a is empty) or only
+/// zero ones it is +0, where negating the sum gave −0 on the native kernels. PyTorch 2.15
+/// prints +0 in all three cases below.
+#[test]
+fn a_broadcast_subtrahends_gradient_sums_negated_terms() {
+    // (a's shape, the cotangent's per-row factor: a multiplier of a - b before the sum)
+    let cases: [(&[usize], Option<[f32; 2]>); 3] = [
+        (&[0, 3], None),
+        (&[2, 3], Some([0.0, 0.0])),
+        (&[2, 3], Some([0.0, -0.0])),
+    ];
+    for (name, profile) in profiles() {
+        let before = runtime::install(Session::new(profile)).expect("install");
+        for (a_shape, factor) in cases {
+            let n: usize = a_shape.iter().product();
+            let a = Tensor::from_vec(vec![1.0; n], a_shape)
+                .unwrap()
+                .requires_grad();
+            let b = Tensor::from_vec(vec![1.0; 3], &[1, 3])
+                .unwrap()
+                .requires_grad();
+            let mut y = a.sub(&b).unwrap();
+            if let Some(f) = factor {
+                y = y
+                    .mul(&Tensor::from_vec(f.to_vec(), &[2, 1]).unwrap())
+                    .unwrap();
+            }
+            let grads = y.sum_all().unwrap().backward().unwrap();
+            let gb = grads.get(&b).unwrap().to_vec();
+            for v in gb {
+                assert!(
+                    same(v, 0.0),
+                    "{name}: a {a_shape:?}, factor {factor:?}: d/db = {v:?} (PyTorch +0)"
+                );
+            }
+        }
+        runtime::take().unwrap();
+        if let Some(s) = before {
+            runtime::install(s).unwrap();
+        }
+    }
+}

@@ -15,7 +15,9 @@ macro_rules! data_help {
          auto: the LAST column, unless the header names another one `label`, `target` or
          `class` and not the last — Kaggle's MNIST CSV has `label` first; printed) holds class
          indices, or class names (iris' `setosa`, ...: numbered 0, 1, ... in sorted order,
-         printed; a column mixing numbers and names is refused).
+         printed; a column mixing numbers and names is refused). Feature values are used
+         as written (not scaled: divide 0-255 pixels by 255 first); quoted fields may hold
+         the delimiter.
   other  an IDX (MNIST-format) images file [N, H, W]; u8 pixels are scaled to [0, 1]. Labels come
          from --labels PATH, or else from the sibling file named like the images file with
          `images` replaced by `labels` and `idx3` by `idx1` (train-images-idx3-ubyte ->
@@ -62,7 +64,9 @@ fn labels_path(images: &Path, labels: Option<&Path>) -> Result<PathBuf, CliError
             images.display()
         )));
     };
-    if !sibling.is_file() {
+    // any existing file that is not a directory: a regular file, or a FIFO or device the
+    // reader streams (`--labels` takes those too)
+    if !sibling.exists() || sibling.is_dir() {
         return Err(CliError::usage(format!(
             "labels file `{}` (sibling of `{}`) not found; pass --labels PATH",
             sibling.display(),

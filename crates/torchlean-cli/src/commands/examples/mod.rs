@@ -29,6 +29,23 @@ use torchlean::nn::{
     TrainError, TrainOptions, TrainSummary, Trainer,
 };
 
+/// A float flag read as f32 — refused when its decimal value is finite and nonzero but
+/// outside f32's range, where parsing would round it to 0 or to infinity and the check that
+/// follows would report a value the user never typed (`--lr 1e-46` was refused as "got 0").
+pub fn f32_value(s: &str) -> Result<f32, String> {
+    let wide: f64 = s
+        .trim()
+        .parse()
+        .map_err(|e| format!("`{s}` is not a number: {e}"))?;
+    let v = wide as f32;
+    if wide.is_finite() && wide != 0.0 && (v == 0.0 || v.is_infinite()) {
+        return Err(format!(
+            "{s} is outside float32's range (magnitudes from about 1.4e-45 to 3.4e38): it would be {v}"
+        ));
+    }
+    Ok(v)
+}
+
 /// The flags every example takes. Unset `--steps`, `--lr` and `--batch-size` take the
 /// example's defaults (listed in each command's help).
 #[derive(clap::Args, Debug, Clone)]
@@ -41,7 +58,7 @@ pub struct CommonArgs {
     #[arg(long)]
     pub steps: Option<usize>,
     /// Learning rate.
-    #[arg(long)]
+    #[arg(long, value_parser = f32_value)]
     pub lr: Option<f32>,
     /// Seed offset: added to the example's data and initialization seeds; also the seed of
     /// batch shuffling and of a data file's held-out split. Default 0 (the documented
@@ -84,11 +101,11 @@ pub struct CommonArgs {
     #[arg(long, value_enum)]
     pub optimizer: Option<OptimizerChoice>,
     /// Momentum of `sgd` and `rmsprop` (default 0).
-    #[arg(long)]
+    #[arg(long, value_parser = f32_value)]
     pub momentum: Option<f32>,
     /// Weight decay: L2 (added to the gradient) for adam, sgd, rmsprop and adagrad,
     /// decoupled for adamw (default 0; adamw 0.01).
-    #[arg(long)]
+    #[arg(long, value_parser = f32_value)]
     pub weight_decay: Option<f32>,
     /// The `--load` checkpoint, read and verified once when first asked for (`None` without
     /// `--load`): its metadata sets up the run, its contents are loaded from the same read

@@ -295,8 +295,17 @@ pub fn binary_vjp_into(
         Op::Add | Op::Sub => {
             for i in 0..2 {
                 if let Some(o) = outs[i].as_deref_mut() {
+                    let negate = i == 1 && matches!(op, Op::Sub);
+                    if negate && shapes[i] != shape {
+                        // the spec's (PyTorch's) order: each term negated, then summed — not
+                        // the sum negated, whose signed zeros differ (an empty or all-+0 sum
+                        // negated is -0, the sum of negated terms +0)
+                        let terms: Vec<f32> = g.iter().map(|v| -v).collect();
+                        super::reduce::sum_to_shape_into(&terms, shape, shapes[i], o);
+                        continue;
+                    }
                     super::reduce::sum_to_shape_into(g, shape, shapes[i], o);
-                    if i == 1 && matches!(op, Op::Sub) {
+                    if negate {
                         o.iter_mut().for_each(|v| *v = -*v);
                     }
                 }
