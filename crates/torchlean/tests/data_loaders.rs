@@ -887,6 +887,13 @@ fn quoted_fields_may_hold_the_delimiter() {
         read.dataset.targets().unwrap().to_vec(),
         vec![0.0, 1.0, 0.0]
     );
+    // a quote inside an unquoted field is a character (Python's csv module reads it so)
+    let read =
+        torchlean::data::parse_csv_read("a,kind\n1,5\" long\n2,x\n", "inch.csv", &classes).unwrap();
+    assert_eq!(
+        read.class_names,
+        vec!["5\" long".to_string(), "x".to_string()]
+    );
     let e = torchlean::data::parse_csv("1,2,3\n4,\"5,6\n", "open.csv", &o)
         .expect_err("an open quote")
         .to_string();

@@ -122,7 +122,9 @@ fn fields(line: &str, delimiter: char) -> std::result::Result<Vec<Cow<'_, str>>,
                 chars.next();
                 current.push('"');
             }
-            '"' => {
+            // a quote opens a quoted field only at the field's start (after blanks), as
+            // Python's csv module reads it: `5" long` is a field with a quote in it
+            '"' if quoted || current.trim().is_empty() => {
                 quoted = !quoted;
                 current.push('"');
             }
