@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# On the GPU machine (issue 12): the transformer example trained on cuda with flash attention
-# (`--provider prefer:native_cuda`), with the default plan (the composition), and under
-# strict_native_cuda (the replayed flash capsule), in both execution modes, each beside the
-# CPU's losses; the attention row of each run's backend report. Logs to $OUT (or gpu-logs/).
+# On the GPU machine (issue 12): the transformer example trained on cuda with the default plan
+# (`auto`: native_cuda.flash_attention, deterministic, since the forty-first session), with
+# the atomic flash VJP (`--allow-nondeterministic`), with the composition
+# (`--provider prefer:torchlean`), and under strict_native_cuda (the replayed flash capsule),
+# in both execution modes, each beside the CPU's losses; the attention row of each run's
+# backend report. Logs to $OUT (or gpu-logs/).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 log=${OUT:-gpu-logs}; mkdir -p "$log"
@@ -12,7 +14,7 @@ steps=60
 losses() { grep '^step' "$1" | awk '{print $2, $4}'; }
 for mode in eager compiled; do
   $tl transformer --backend $mode --steps $steps > "$log/tr-cpu-$mode.txt" 2>&1
-  for variant in "flash|--provider prefer:native_cuda" "auto|" "strict|--profile strict_native_cuda"; do
+  for variant in "auto|" "atomic|--allow-nondeterministic" "composition|--provider prefer:torchlean" "strict|--profile strict_native_cuda"; do
     IFS='|' read -r name flags <<< "$variant"
     out="$log/tr-cuda-$name-$mode.txt"
     if [ "$name" = strict ]; then dev=""; else dev="--device cuda"; fi

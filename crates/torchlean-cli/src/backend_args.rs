@@ -57,7 +57,8 @@ pub struct BackendArgs {
     pub tf32: bool,
     /// Allow (and prefer) capsules whose results are not bit-reproducible run to run
     /// (native_cuda.flash_attention_atomic: its VJP adds dQ with atomics, faster than the
-    /// default deterministic one). Off by default: every planned kernel is deterministic.
+    /// default deterministic one). Off by default (then every planned kernel is deterministic),
+    /// except under the libtorch_*_cuda profiles, which opt in.
     #[arg(long)]
     pub allow_nondeterministic: bool,
     /// Print the backend report (plan, evidence, verdict): the training examples print the

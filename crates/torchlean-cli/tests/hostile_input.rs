@@ -1087,6 +1087,9 @@ fn float_flags_outside_float32s_range_are_refused_as_typed() {
     );
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("outside float32's range"), "{err}");
+    let (code, err) = run_plain(&dir, &["quickstart-mlp", "--steps", "1", "--lr", "1e-46"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("outside float32's range"), "{err}");
     let (code, err) = run_plain(&dir, &["quickstart-mlp", "--steps", "1", "--lr", "1e-40"]);
     assert_eq!(
         code,

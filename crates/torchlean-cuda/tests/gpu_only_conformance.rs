@@ -70,9 +70,14 @@ fn bindings(kind: OpKind) -> Vec<(&'static str, KernelBinding)> {
     } else if blas::KINDS.contains(&kind) {
         vec![("cublas", cublas_binding())]
     } else if attention::KINDS.contains(&kind) {
-        // the fused kernel, and the composition (its parts run as ops of the session)
+        // the fused kernel (its deterministic VJP and the atomic one), and the composition
+        // (its parts run as ops of the session)
         vec![
             ("native_cuda", native_cuda_attention_binding()),
+            (
+                "native_cuda (atomic dQ)",
+                native_cuda_attention_atomic_binding(),
+            ),
             ("torchlean", torchlean::providers::composition::binding()),
         ]
     } else if composed_ops().contains(&kind) {

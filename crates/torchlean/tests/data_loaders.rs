@@ -918,4 +918,12 @@ fn blank_lines_do_not_inflate_a_csv_files_reservation() {
     assert_eq!(ds.len(), 4);
     let last: Vec<f32> = (0..4).map(|r| ((r + cols - 1) % 7) as f32).collect();
     assert_eq!(ds.targets().unwrap().to_vec(), last);
+    // nor do short lines: a row of `cols` fields takes at least `cols` bytes, so the text
+    // bounds the rows; the first short line is refused for its field count
+    let head = text.split("\n\n").next().unwrap().to_string();
+    let short = format!("{head}\n{}", "x\n".repeat(1_000_000));
+    let e = torchlean::data::parse_csv(&short, "short.csv", &CsvOptions::default())
+        .expect_err("short lines")
+        .to_string();
+    assert!(e.contains("line 5: expected 20000 fields, found 1"), "{e}");
 }

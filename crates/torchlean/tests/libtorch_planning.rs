@@ -4,9 +4,9 @@
 //! from the CPU providers' capsules.
 
 use torchlean::backend::{
-    plan_op, request_refusal, Availability, BackendProfile, ContractClaim, Device, Evidence,
-    ExecutionMode, KernelCapsule, PlanRequest, Provider, ProviderPreference, Refusal, Registry,
-    TrustLevel, VjpMode,
+    plan_op, request_refusal, AcceptancePolicy, Availability, BackendProfile, ContractClaim,
+    Device, Evidence, ExecutionMode, KernelCapsule, PlanRequest, PolicyName, Provider,
+    ProviderPreference, Refusal, Registry, TrustLevel, VjpMode,
 };
 use torchlean::graph::OpKind;
 use torchlean::providers::{composition, native_cpu};
@@ -24,6 +24,8 @@ fn libtorch_sdpa(name: &str, mode: VjpMode) -> KernelCapsule {
     let mut c = moved(composition::capsule(op), name, Provider::Libtorch);
     c.parts = vec![];
     c.trust_level = TrustLevel::TrustedExternal;
+    // as LibTorch's CUDA capsules (it may pick a backend that adds with atomics)
+    c.deterministic = false;
     c.vjp_mode = mode;
     c.value_contract.evidence = Evidence::TrustedBoundary {
         boundary: "stand-in".into(),
@@ -166,4 +168,41 @@ fn external_autograd_under_auto_or_only_still_matches_exactly() {
             "{e}"
         );
     }
+}
+
+/// LibTorch's CUDA capsules are declared nondeterministic: the two libtorch profiles opt in
+/// (their policy's name says so) and plan them; the same policy without the opt-in refuses
+/// them and plans the composition; a `--policy` override keeps the opt-in, strict refuses
+/// it, and moved to the CPU (where every capsule is deterministic) the policy drops it.
+#[test]
+fn the_libtorch_profiles_opt_into_nondeterministic_capsules() {
+    let (r, a) = fixture();
+    let opted = request("libtorch_forward_cuda", true);
+    assert_eq!(opted.policy.name, "allow-trusted-runtime+nondeterministic");
+    let mut plain = opted.clone();
+    plain.policy = AcceptancePolicy::named(PolicyName::AllowTrustedRuntime).unwrap();
+    let c = &r.get("libtorch.sdpa_forward").unwrap().capsule;
+    assert!(matches!(
+        request_refusal(c, &plain),
+        Some(Refusal::NondeterministicNotAllowed { .. })
+    ));
+    assert_eq!(
+        planned(&r, &a, OpKind::ScaledDotProductAttention, &plain),
+        "torchlean.cuda.composed_attention"
+    );
+    let kept = BackendProfile::resolve(
+        Some("libtorch_forward_cuda"),
+        None,
+        None,
+        Some("allow-trusted-runtime"),
+    )
+    .unwrap();
+    assert!(kept.policy.allow_nondeterministic, "{:?}", kept.policy);
+    let e = BackendProfile::resolve(Some("libtorch_autograd_cuda"), None, None, Some("strict"))
+        .unwrap_err();
+    assert!(e.contains("never admits"), "{e}");
+    let cpu =
+        BackendProfile::resolve(Some("libtorch_forward_cuda"), Some("cpu"), None, None).unwrap();
+    assert!(!cpu.policy.allow_nondeterministic);
+    assert_eq!(cpu.policy.name, "allow-trusted-runtime");
 }

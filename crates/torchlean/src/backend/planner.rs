@@ -145,7 +145,7 @@ impl fmt::Display for Refusal {
             ),
             Refusal::NondeterministicNotAllowed { policy } => write!(
                 f,
-                "its results are not bit-reproducible run to run (it adds with atomics), which policy `{policy}` did not opt into (--allow-nondeterministic)"
+                "its results are not bit-reproducible run to run (e.g. it adds with atomics), which policy `{policy}` did not opt into (--allow-nondeterministic)"
             ),
             Refusal::NotAvailable { provider, device } => write!(
                 f,
@@ -252,6 +252,14 @@ pub fn request_refusal(
             mode: request.mode,
         });
     }
+    if c.device != request.device {
+        return Some(Refusal::WrongDevice {
+            capsule_device: c.device,
+            requested: request.device,
+        });
+    }
+    // the opt-ins after the device: a capsule of another device is refused for that, not
+    // for an opt-in that this device could not honour
     if c.precision != super::Precision::F32 && !request.policy.allow_tf32 {
         return Some(Refusal::PrecisionNotAllowed {
             precision: c.precision,
@@ -261,12 +269,6 @@ pub fn request_refusal(
     if !c.deterministic && !request.policy.allow_nondeterministic {
         return Some(Refusal::NondeterministicNotAllowed {
             policy: request.policy.name.clone(),
-        });
-    }
-    if c.device != request.device {
-        return Some(Refusal::WrongDevice {
-            capsule_device: c.device,
-            requested: request.device,
         });
     }
     if let ProviderPreference::Only(p) = request.preference {

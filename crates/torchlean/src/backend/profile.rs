@@ -234,8 +234,15 @@ impl BackendProfile {
                 }
                 pol = pol.with_tf32();
             }
-            // so does its opt-in into nondeterministic capsules (the libtorch profiles')
+            // so does its opt-in into nondeterministic capsules (the libtorch profiles'),
+            // refused under strict as TF32's is (no such capsule has a replay checker)
             if p.policy.allow_nondeterministic {
+                if pol.name.starts_with("strict") {
+                    return Err(format!(
+                        "profile `{base}` opts into nondeterministic capsules, which policy `{}` never admits (none has a replay checker); use policy allow-trusted-runtime or checked-runtime",
+                        pol.name
+                    ));
+                }
                 pol = pol.with_nondeterministic();
             }
             overridden |= pol != p.policy;
@@ -249,6 +256,16 @@ impl BackendProfile {
                 "profile `{base}` opts into TF32 tensor-core products, which exist on device `cuda` only (this request runs on `{}`); choose a profile without TF32 for this device",
                 p.device.label()
             ));
+        }
+        // the libtorch profiles' opt-in into nondeterministic capsules concerns their CUDA
+        // capsules: moved to another device, where every capsule is deterministic, the
+        // policy does not claim it
+        if p.policy.allow_nondeterministic && p.device != Device::Cuda {
+            p.policy = AcceptancePolicy {
+                allow_nondeterministic: false,
+                name: p.policy.name.replace("+nondeterministic", ""),
+                ..p.policy
+            };
         }
         if overridden {
             p.name = format!("custom({base})");

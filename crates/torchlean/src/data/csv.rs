@@ -108,7 +108,8 @@ fn field(s: &str) -> &str {
 /// unquoted by [`field`]. A line without a quote is split as is (no copy); a quote left
 /// open at the end of the line is an error (a field spanning lines is not read).
 fn fields(line: &str, delimiter: char) -> std::result::Result<Vec<Cow<'_, str>>, String> {
-    if !line.contains('"') {
+    // (with `"` itself as the delimiter there are no quoted fields)
+    if !line.contains('"') || delimiter == '"' {
         return Ok(line
             .split(delimiter)
             .map(|f| Cow::Borrowed(field(f)))
@@ -358,7 +359,12 @@ pub fn parse_csv_read(text: &str, name: &str, options: &CsvOptions) -> Result<Cs
     // delimiters), so this is at most a few times the text's size, and a text the process has
     // no memory for is an error. Only the lines read count: blank ones are skipped (a
     // million empty lines after four rows of 20 000 columns reserved 80 GB and failed)
-    let rows = split_lines(text).filter(|l| !l.trim().is_empty()).count();
+    // (and a row of `cols` fields holds at least `cols` bytes, so no more rows than that fit
+    // in the text: lines of other lengths are refused below, row by row)
+    let rows = split_lines(text)
+        .filter(|l| !l.trim().is_empty())
+        .count()
+        .min(text.len() / cols.max(1) + 1);
     let mut features: Vec<f32> = Vec::new();
     let mut targets: Vec<f32> = Vec::new();
     let want = rows.saturating_mul(cols);

@@ -33,11 +33,10 @@ use torchlean::nn::{
 /// outside f32's range, where parsing would round it to 0 or to infinity and the check that
 /// follows would report a value the user never typed (`--lr 1e-46` was refused as "got 0").
 pub fn f32_value(s: &str) -> Result<f32, String> {
-    let wide: f64 = s
-        .trim()
-        .parse()
-        .map_err(|e| format!("`{s}` is not a number: {e}"))?;
-    let v = wide as f32;
+    let bad = |e: std::num::ParseFloatError| format!("`{s}` is not a number: {e}");
+    // the value as f32 parses it (one rounding of the decimal), the range from f64
+    let v: f32 = s.trim().parse().map_err(bad)?;
+    let wide: f64 = s.trim().parse().map_err(bad)?;
     if wide.is_finite() && wide != 0.0 && (v == 0.0 || v.is_infinite()) {
         return Err(format!(
             "{s} is outside float32's range (magnitudes from about 1.4e-45 to 3.4e38): it would be {v}"

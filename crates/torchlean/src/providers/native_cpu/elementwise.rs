@@ -296,16 +296,13 @@ pub fn binary_vjp_into(
             for i in 0..2 {
                 if let Some(o) = outs[i].as_deref_mut() {
                     let negate = i == 1 && matches!(op, Op::Sub);
-                    if negate && shapes[i] != shape {
-                        // the spec's (PyTorch's) order: each term negated, then summed — not
-                        // the sum negated, whose signed zeros differ (an empty or all-+0 sum
-                        // negated is -0, the sum of negated terms +0)
-                        let terms: Vec<f32> = g.iter().map(|v| -v).collect();
-                        super::reduce::sum_to_shape_into(&terms, shape, shapes[i], o);
-                        continue;
-                    }
                     super::reduce::sum_to_shape_into(g, shape, shapes[i], o);
-                    if negate {
+                    if negate && shapes[i] != shape {
+                        // the spec's (PyTorch's) value is the sum of the negated terms, from
+                        // +0: -sum for a nonzero sum, +0 for a zero one (an empty or all-zero
+                        // sum), which 0 - sum gives and -sum does not (-0)
+                        o.iter_mut().for_each(|v| *v = 0.0 - *v);
+                    } else if negate {
                         o.iter_mut().for_each(|v| *v = -*v);
                     }
                 }
