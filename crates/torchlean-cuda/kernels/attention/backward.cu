@@ -390,6 +390,132 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_bwd_kv_tiles(
 }
 
 
+// Starts copying the rows [row0, row0 + rows) of x (row length ld <= 64) into a 64 × 64 tile,
+// zeros past them and past ld: 16-byte cp.async copies when ld is a multiple of 4, else
+// plain loads (fa_load). The caller waits (fa_cp_wait) and then synchronizes.
+__device__ __forceinline__ void fa_stage_rows(float* tile, const float* __restrict__ x, long long row0,
+                                              long long rows, long long ld) {
+    if (ld % 4 == 0) {
+        for (int e = threadIdx.x; e < FA_T * (FA_C / 4); e += blockDim.x) {
+            const int r = e / (FA_C / 4), c = (e % (FA_C / 4)) * 4;
+            const bool f = r < rows && c < ld;
+            fa_cp16(&tile[r * FA_P + c], f ? &x[(row0 + r) * ld + c] : x, f);
+        }
+    } else {
+        fa_load(tile, x, row0, rows, ld, 0, ld, nullptr, 0);
+    }
+}
+
+// dQ with one chunk of each head dimension (d, dv <= 64) and no bias gradient: the
+// deterministic VJP's query kernel (forty-first session). The query tile's q and dO rows are
+// loaded once per batch matrix; per visited key tile, K and V arrive by cp.async — the next
+// tile's V while this tile's dS and dS·K are computed, its K after this tile's last use —
+// with three barriers per tile where the general path (below) has five and two synchronous
+// loads. The products are the general path's (fa_dot_rows over d and dv, fa_mul_rows over
+// the tile's keys) on the same tiles in the same order, so dQ has the same bits; a tile that
+// no mask, bias or causal limit reaches takes fa_grad_entry's values without its tests (as
+// the key kernel's). Dynamic shared memory: 5 tiles (qs, os, ks, vs, dS).
+template <bool TILES>
+__device__ __forceinline__ void flash_bwd_q_one_chunk(
+    const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
+    const unsigned* __restrict__ bits, const float* __restrict__ bias,
+    const int* __restrict__ nonfinite, const float* __restrict__ stats,
+    const float* __restrict__ dout, float* __restrict__ dq, const Flash& g) {
+    extern __shared__ __align__(16) float smem[];
+    float* qs = smem;                // q rows of the query tile
+    float* os = smem + FA_TILE;      // dO rows of the query tile
+    float* ks = smem + 2 * FA_TILE;  // k rows of the key tile
+    float* vs = smem + 3 * FA_TILE;  // v rows of the key tile
+    float* dsb = smem + 4 * FA_TILE; // dS [i][j]
+    const int tx = threadIdx.x % 8, ty = threadIdx.x / 8;
+    const long long i0 = (long long)blockIdx.x * FA_T;
+    const long long rows = min((long long)FA_T, g.l - i0);
+    const long long R = g.bh * g.l, nkt = (g.s + FA_T - 1) / FA_T;
+    const bool skip = g.causal && nonfinite[0] == 0;
+    const bool skip_tiles = TILES && g.tiles && nonfinite[0] == 0;
+    const long long kt_end = skip ? min(nkt, (i0 + rows - 1) / FA_T + 1) : nkt;
+    for (long long b = blockIdx.y; b < g.bh; b += gridDim.y) {
+        // the key tiles the general path visits, in its order
+        auto visit = [&](long long kt) {
+            while (kt < kt_end && skip_tiles && !fa_tile_any(g, bits, b, blockIdx.x, kt)) ++kt;
+            return kt;
+        };
+        float aq[4][8] = {}, lse[4], att[4], D[4];
+        #pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            const long long i = i0 + ty * 4 + r, row = b * g.l + i;
+            const bool in = i < g.l;
+            lse[r] = in ? stats[row] : 0.0f;
+            att[r] = in ? stats[R + row] : 0.0f;
+            D[r] = in ? stats[2 * R + row] : 0.0f;
+        }
+        // the previous batch matrix's last tile is no longer read
+        __syncthreads();
+        fa_load(qs, q, b * g.l + i0, rows, g.d, 0, g.d, nullptr, 0);
+        fa_load(os, dout, b * g.l + i0, rows, g.dv, 0, g.dv, nullptr, 0);
+        long long kt = visit(0);
+        if (kt < kt_end) {
+            const long long keys = min((long long)FA_T, g.s - kt * FA_T);
+            fa_stage_rows(ks, k, b * g.s + kt * FA_T, keys, g.d);
+            fa_stage_rows(vs, v, b * g.s + kt * FA_T, keys, g.dv);
+        }
+        while (kt < kt_end) {
+            const long long k0 = kt * FA_T, keys = min((long long)FA_T, g.s - k0);
+            fa_cp_wait();
+            // K and V (and, on the first tile, q and dO) visible to the block
+            __syncthreads();
+            float st[4][8] = {}, dp[4][8] = {};
+            fa_dot_rows(st, qs, ty * 4, ks, tx, fa_round4(g.d));
+            fa_dot_rows(dp, os, ty * 4, vs, tx, fa_round4(g.dv));
+            const long long next = visit(kt + 1);
+            const long long next_keys = min((long long)FA_T, g.s - next * FA_T);
+            // every thread is done with this tile's V: the next one's may come in
+            __syncthreads();
+            if (next < kt_end) fa_stage_rows(vs, v, b * g.s + next * FA_T, next_keys, g.dv);
+            const bool plain = g.mask == 0 && i0 + FA_T <= g.l && k0 + FA_T <= g.s &&
+                               !(g.causal && k0 + FA_T - 1 > i0);
+            #pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                const long long i = i0 + ty * 4 + r;
+                const unsigned w0 = fa_word(g, bits, b, i, k0), w1 = fa_word(g, bits, b, i, k0 + 32);
+                #pragma unroll
+                for (int c = 0; c < 8; ++c) {
+                    const long long j = k0 + tx + 8 * c;
+                    float p, ds;
+                    if (plain) {
+                        // fa_grad_entry for an existing, allowed entry without a bias
+                        const bool part = att[r] != 0.0f;
+                        p = part ? fa_exp2((st[r][c] * g.scale - lse[r]) * FA_LOG2E) : 0.0f;
+                        ds = part ? p * (dp[r][c] - D[r]) : 0.0f;
+                    } else {
+                        const unsigned bit = (c < 4 ? w0 : w1) >> (tx + 8 * (c % 4));
+                        fa_grad_entry(g, bias, b, i, j, bit, lse[r], att[r], D[r], st[r][c],
+                                      dp[r][c], p, ds);
+                    }
+                    dsb[(ty * 4 + r) * FA_P + tx + 8 * c] = ds;
+                }
+            }
+            __syncthreads();
+            fa_mul_rows(aq, dsb, ty * 4, ks, tx, fa_round4(keys));
+            // every thread is done with this tile's K and dS: the next K may come in
+            __syncthreads();
+            if (next < kt_end) fa_stage_rows(ks, k, b * g.s + next * FA_T, next_keys, g.d);
+            kt = next;
+        }
+        #pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            const long long i = i0 + ty * 4 + r;
+            if (i >= g.l) continue;
+            #pragma unroll
+            for (int c = 0; c < 8; ++c) {
+                const long long col = fa_gcol(tx, c);
+                // a row that attends nothing passes no gradient (not 0 · its keys)
+                if (col < g.d) dq[(b * g.l + i) * g.d + col] = att[r] != 0.0f ? g.scale * aq[r][c] : 0.0f;
+            }
+        }
+    }
+}
+
 template <bool TILES>
 __device__ __forceinline__ void flash_bwd_q_impl(
     const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
@@ -397,6 +523,10 @@ __device__ __forceinline__ void flash_bwd_q_impl(
     const int* __restrict__ nonfinite, const float* __restrict__ stats,
     const float* __restrict__ dout, float* __restrict__ dq, float* __restrict__ dbias, Flash g,
     int want_dq, int want_bias) {
+    if (want_dq && !want_bias && g.d <= FA_C && g.dv <= FA_C) {
+        flash_bwd_q_one_chunk<TILES>(q, k, v, bits, bias, nonfinite, stats, dout, dq, g);
+        return;
+    }
     extern __shared__ __align__(16) float smem[];
     float* qs = smem;                // q rows, chunk of d
     float* os = smem + FA_TILE;      // dO rows, chunk of dv
