@@ -390,6 +390,38 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_bwd_kv_tiles(
 }
 
 
+// The statistics of a thread's four query rows i, i + 1, i + 2, i + 3 of batch matrix b
+// (log-sum-exp, whether the row attends, D = dO·O; zeros past the matrix).
+__device__ __forceinline__ void fa_row_stats(const float* __restrict__ stats, const Flash& g,
+                                             long long b, long long i, float lse[4], float att[4],
+                                             float D[4]) {
+    const long long R = g.bh * g.l;
+    #pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const long long row = b * g.l + i + r;
+        const bool in = i + r < g.l;
+        lse[r] = in ? stats[row] : 0.0f;
+        att[r] = in ? stats[R + row] : 0.0f;
+        D[r] = in ? stats[2 * R + row] : 0.0f;
+    }
+}
+
+// dQ of a thread's four query rows i.. of batch matrix b in the grouped columns z0 +
+// fa_gcol(tx, c): scale · aq, and exactly 0 for a row that attends nothing (not 0 · its keys).
+__device__ __forceinline__ void fa_store_dq(float* __restrict__ dq, const Flash& g, long long b,
+                                            long long i, long long z0, int tx, const float att[4],
+                                            const float aq[4][8]) {
+    #pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        if (i + r >= g.l) continue;
+        #pragma unroll
+        for (int c = 0; c < 8; ++c) {
+            const long long col = z0 + fa_gcol(tx, c);
+            if (col < g.d) dq[(b * g.l + i + r) * g.d + col] = att[r] != 0.0f ? g.scale * aq[r][c] : 0.0f;
+        }
+    }
+}
+
 // Starts copying the rows [row0, row0 + rows) of x (row length ld <= 64) into a 64 × 64 tile,
 // zeros past them and past ld: 16-byte cp.async copies when ld is a multiple of 4, else
 // plain loads (fa_load). The caller waits (fa_cp_wait) and then synchronizes.
@@ -432,7 +464,7 @@ __device__ __forceinline__ void flash_bwd_q_one_chunk(
     const int tx = threadIdx.x % 8, ty = threadIdx.x / 8;
     const long long i0 = (long long)blockIdx.x * FA_T;
     const long long rows = min((long long)FA_T, g.l - i0);
-    const long long R = g.bh * g.l, nkt = (g.s + FA_T - 1) / FA_T;
+    const long long nkt = (g.s + FA_T - 1) / FA_T;
     const bool skip = g.causal && nonfinite[0] == 0;
     const bool skip_tiles = TILES && g.tiles && nonfinite[0] == 0;
     const long long kt_end = skip ? min(nkt, (i0 + rows - 1) / FA_T + 1) : nkt;
@@ -443,14 +475,7 @@ __device__ __forceinline__ void flash_bwd_q_one_chunk(
             return kt;
         };
         float aq[4][8] = {}, lse[4], att[4], D[4];
-        #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-            const long long i = i0 + ty * 4 + r, row = b * g.l + i;
-            const bool in = i < g.l;
-            lse[r] = in ? stats[row] : 0.0f;
-            att[r] = in ? stats[R + row] : 0.0f;
-            D[r] = in ? stats[2 * R + row] : 0.0f;
-        }
+        fa_row_stats(stats, g, b, i0 + ty * 4, lse, att, D);
         // the previous batch matrix's last tile is no longer read
         __syncthreads();
         fa_load(qs, q, b * g.l + i0, rows, g.d, 0, g.d, nullptr, 0);
@@ -506,17 +531,7 @@ __device__ __forceinline__ void flash_bwd_q_one_chunk(
             cur ^= 1;
             kt = next;
         }
-        #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-            const long long i = i0 + ty * 4 + r;
-            if (i >= g.l) continue;
-            #pragma unroll
-            for (int c = 0; c < 8; ++c) {
-                const long long col = fa_gcol(tx, c);
-                // a row that attends nothing passes no gradient (not 0 · its keys)
-                if (col < g.d) dq[(b * g.l + i) * g.d + col] = att[r] != 0.0f ? g.scale * aq[r][c] : 0.0f;
-            }
-        }
+        fa_store_dq(dq, g, b, i0 + ty * 4, 0, tx, att, aq);
     }
 }
 
@@ -540,7 +555,7 @@ __device__ __forceinline__ void flash_bwd_q_impl(
     const int tx = threadIdx.x % 8, ty = threadIdx.x / 8;
     const long long i0 = (long long)blockIdx.x * FA_T, z0 = (long long)blockIdx.z * FA_C;
     const long long rows = min((long long)FA_T, g.l - i0);
-    const long long R = g.bh * g.l, nkt = (g.s + FA_T - 1) / FA_T;
+    const long long nkt = (g.s + FA_T - 1) / FA_T;
     const bool skip = g.causal && nonfinite[0] == 0;
     const bool skip_tiles = TILES && g.tiles && nonfinite[0] == 0;
     const long long kt_end = skip ? min(nkt, (i0 + rows - 1) / FA_T + 1) : nkt;
@@ -548,14 +563,7 @@ __device__ __forceinline__ void flash_bwd_q_impl(
     const bool bias_here = want_bias && blockIdx.z == 0;
     for (long long b = blockIdx.y; b < g.bh; b += gridDim.y) {
         float aq[4][8] = {}, lse[4], att[4], D[4];
-        #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-            const long long i = i0 + ty * 4 + r, row = b * g.l + i;
-            const bool in = i < g.l;
-            lse[r] = in ? stats[row] : 0.0f;
-            att[r] = in ? stats[R + row] : 0.0f;
-            D[r] = in ? stats[2 * R + row] : 0.0f;
-        }
+        fa_row_stats(stats, g, b, i0 + ty * 4, lse, att, D);
         __syncthreads();
         if (single_d) fa_load(qs, q, b * g.l + i0, rows, g.d, 0, g.d, nullptr, 0);
         if (single_v) fa_load(os, dout, b * g.l + i0, rows, g.dv, 0, g.dv, nullptr, 0);
@@ -594,17 +602,7 @@ __device__ __forceinline__ void flash_bwd_q_impl(
             __syncthreads();
         }
         if (!want_dq) continue;
-        #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-            const long long i = i0 + ty * 4 + r;
-            if (i >= g.l) continue;
-            #pragma unroll
-            for (int c = 0; c < 8; ++c) {
-                const long long col = z0 + fa_gcol(tx, c);
-                // a row that attends nothing passes no gradient (not 0 · its keys)
-                if (col < g.d) dq[(b * g.l + i) * g.d + col] = att[r] != 0.0f ? g.scale * aq[r][c] : 0.0f;
-            }
-        }
+        fa_store_dq(dq, g, b, i0 + ty * 4, z0, tx, att, aq);
     }
 }
 // Without tile words (no boolean mask) the tile test is compiled out, so those calls run the
