@@ -441,13 +441,14 @@ __device__ __forceinline__ void fa_stage_rows(float* tile, const float* __restri
 // dQ with one chunk of each head dimension (d, dv <= 64) and no bias gradient: the
 // deterministic VJP's query kernel (forty-first session). The query tile's q and dO rows are
 // loaded once per batch matrix; per visited key tile, K and V arrive by cp.async — the next
-// tile's K (into the other of two K buffers) while this tile's products run, its V while
-// this tile's dS and dS·K are computed — with three barriers per tile where the general path
-// (below) has five and two synchronous loads. The products are the general path's
-// (fa_dot_rows over d and dv, fa_mul_rows over the tile's keys) on the same tiles in the
-// same order, so dQ has the same bits; a tile that no mask, bias or causal limit reaches
-// takes fa_grad_entry's values without its tests (as the key kernel's). Dynamic shared
-// memory: 6 tiles (qs, os, two K, V, dS).
+// tile's V while this tile's dS and dS·K are computed, its K after this tile's last use —
+// with four barriers per tile where the general path (below) has five and two synchronous
+// loads. The products are the general path's (fa_dot_rows over d and dv, fa_mul_rows over
+// the tile's keys) on the same tiles in the same order, so dQ has the same bits; a tile that
+// no mask, bias or causal limit reaches takes fa_grad_entry's values without its tests (as
+// the key kernel's). Dynamic shared memory: 5 tiles (qs, os, ks, vs, dS). (A second K
+// buffer, the next K copied in while this tile's products run, was 2 % slower on an H100:
+// six tiles of shared memory.)
 template <bool TILES>
 __device__ __forceinline__ void flash_bwd_q_one_chunk(
     const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
@@ -457,8 +458,7 @@ __device__ __forceinline__ void flash_bwd_q_one_chunk(
     extern __shared__ __align__(16) float smem[];
     float* qs = smem;                // q rows of the query tile
     float* os = smem + FA_TILE;      // dO rows of the query tile
-    // k rows of the key tile, in two buffers taken in turn (tile t in kb[t % 2])
-    float* const kb[2] = {smem + 2 * FA_TILE, smem + 5 * FA_TILE};
+    float* ks = smem + 2 * FA_TILE;  // k rows of the key tile
     float* vs = smem + 3 * FA_TILE;  // v rows of the key tile
     float* dsb = smem + 4 * FA_TILE; // dS [i][j]
     const int tx = threadIdx.x % 8, ty = threadIdx.x / 8;
@@ -481,25 +481,21 @@ __device__ __forceinline__ void flash_bwd_q_one_chunk(
         fa_load(qs, q, b * g.l + i0, rows, g.d, 0, g.d, nullptr, 0);
         fa_load(os, dout, b * g.l + i0, rows, g.dv, 0, g.dv, nullptr, 0);
         long long kt = visit(0);
-        int cur = 0;
         if (kt < kt_end) {
             const long long keys = min((long long)FA_T, g.s - kt * FA_T);
-            fa_stage_rows(kb[0], k, b * g.s + kt * FA_T, keys, g.d);
+            fa_stage_rows(ks, k, b * g.s + kt * FA_T, keys, g.d);
             fa_stage_rows(vs, v, b * g.s + kt * FA_T, keys, g.dv);
         }
         while (kt < kt_end) {
             const long long k0 = kt * FA_T, keys = min((long long)FA_T, g.s - k0);
-            float* ks = kb[cur];
             fa_cp_wait();
-            // K and V (and, on the first tile, q and dO) visible to the block; every thread
-            // is done with the previous tile's dS and K (its dS·K came before this barrier)
+            // K and V (and, on the first tile, q and dO) visible to the block
             __syncthreads();
-            const long long next = visit(kt + 1);
-            const long long next_keys = min((long long)FA_T, g.s - next * FA_T);
-            if (next < kt_end) fa_stage_rows(kb[cur ^ 1], k, b * g.s + next * FA_T, next_keys, g.d);
             float st[4][8] = {}, dp[4][8] = {};
             fa_dot_rows(st, qs, ty * 4, ks, tx, fa_round4(g.d));
             fa_dot_rows(dp, os, ty * 4, vs, tx, fa_round4(g.dv));
+            const long long next = visit(kt + 1);
+            const long long next_keys = min((long long)FA_T, g.s - next * FA_T);
             // every thread is done with this tile's V: the next one's may come in
             __syncthreads();
             if (next < kt_end) fa_stage_rows(vs, v, b * g.s + next * FA_T, next_keys, g.dv);
@@ -528,7 +524,9 @@ __device__ __forceinline__ void flash_bwd_q_one_chunk(
             }
             __syncthreads();
             fa_mul_rows(aq, dsb, ty * 4, ks, tx, fa_round4(keys));
-            cur ^= 1;
+            // every thread is done with this tile's K and dS: the next K may come in
+            __syncthreads();
+            if (next < kt_end) fa_stage_rows(ks, k, b * g.s + next * FA_T, next_keys, g.d);
             kt = next;
         }
         fa_store_dq(dq, g, b, i0 + ty * 4, 0, tx, att, aq);

@@ -49,8 +49,8 @@ const BWD_KV_TILES: u32 = 6;
 /// The key/value VJP's shared memory: its tiles and a query tile's three statistics
 /// (`flash_bwd_kv_one_chunk`'s `rs`).
 const BWD_KV_BYTES: u32 = BWD_KV_TILES * TILE_FLOATS * 4 + 3 * 64 * 4;
-/// The query VJP kernel's tiles (its one-chunk path: q, dO, two K buffers, V, dS).
-const BWD_Q_TILES: u32 = 6;
+/// The query VJP kernel's tiles (its one-chunk path: q, dO, K, V, dS).
+const BWD_Q_TILES: u32 = 5;
 /// Shared memory of the tensor-core forward: three split tiles (`FA_SPLIT_TILE`: 64 rows of
 /// 144 words — q rows, k rows, v columns, each value as its TF32 big and small parts).
 const MMA_FWD_BYTES: u32 = 3 * 64 * 144 * 4;
