@@ -105,7 +105,8 @@ fn field(s: &str) -> &str {
 
 /// The fields of one line, split at `delimiter` outside double quotes (RFC 4180: a quoted
 /// field may hold the delimiter, and `""` inside quotes is one quote), each trimmed and
-/// unquoted by [`field`]. A line without a quote is split as is (no copy); a quote left
+/// unquoted by [`field`] (which removes the quotes kept around a field; an escaped quote
+/// inside stays one quote). A line without a quote is split as is (no copy); a quote left
 /// open at the end of the line is an error (a field spanning lines is not read).
 fn fields(line: &str, delimiter: char) -> std::result::Result<Vec<Cow<'_, str>>, String> {
     // (with `"` itself as the delimiter there are no quoted fields)
@@ -142,8 +143,6 @@ fn fields(line: &str, delimiter: char) -> std::result::Result<Vec<Cow<'_, str>>,
         );
     }
     out.push(Cow::Owned(field(&current).to_string()));
-    // the quotes kept around each field are removed by `field`; an escaped quote inside
-    // stays one quote
     Ok(out)
 }
 
