@@ -516,6 +516,24 @@ fn idx_round_trips_u8_f32_and_reads_other_types() {
     assert_eq!(ds.targets().unwrap().to_vec(), vec![3.0, 9.0]);
     let x = ds.features().unwrap().to_vec();
     assert!((x[1] - 10.0 / 255.0).abs() < 1e-7);
+    // every u8 value k reads as k/255 correctly rounded (numpy's `x / 255`, torchvision's
+    // `ToTensor`): the quotient in f64 rounded once; a product by f32(1/255) was one ulp off
+    // for 126 of the 256 values
+    let all = Tensor::from_vec((0..256).map(|v| v as f32).collect(), &[1, 16, 16]).unwrap();
+    write_idx(d.join("all.idx"), &all, true).unwrap();
+    write_idx(d.join("lab1.idx"), &Tensor::zeros(&[1]).unwrap(), true).unwrap();
+    let ds = load_mnist(d.join("all.idx"), d.join("lab1.idx"), true).unwrap();
+    for (k, v) in ds.features().unwrap().to_vec().iter().enumerate() {
+        assert_eq!(*v, (k as f64 / 255.0) as f32, "pixel value {k}");
+    }
+    // an image of no pixels is refused naming the images file
+    let flat = Tensor::zeros(&[2, 0, 4]).unwrap();
+    write_idx(d.join("flat.idx"), &flat, true).unwrap();
+    malformed(
+        load_mnist(d.join("flat.idx"), d.join("lab.idx"), true),
+        "flat.idx",
+        "0×4 pixels",
+    );
     write_idx(d.join("lab3.idx"), &Tensor::zeros(&[3]).unwrap(), true).unwrap();
     malformed(
         load_mnist(d.join("img.idx"), d.join("lab3.idx"), true),
@@ -737,6 +755,27 @@ fn a_defective_first_row_is_never_dropped_as_a_header() {
             .expect_err("a nameless first row is refused")
             .to_string();
         assert!(e.contains("are not column names either"), "{text:?}: {e}");
+    }
+    // pandas' default column names (`DataFrame(array).to_csv(index=False)`) read as
+    // numbers: taken as data they added a row and, as a label, a class
+    for text in [
+        "0,1,2,3\n0.5,1.5,2.5,1\n1.5,0.5,2,0\n",
+        "0,1,2,species\n1,2,3,cat\n4,5,6,dog\n",
+    ] {
+        let names = CsvOptions {
+            class_names: true,
+            ..Default::default()
+        };
+        let e = torchlean::data::parse_csv_classes(text, "pandas.csv", &names)
+            .expect_err("numbered column names are refused as ambiguous")
+            .to_string();
+        assert!(e.contains("pandas writes by default"), "{text:?}: {e}");
+        let present = CsvOptions {
+            header: Header::Present,
+            ..names
+        };
+        let (ds, _) = torchlean::data::parse_csv_classes(text, "pandas.csv", &present).unwrap();
+        assert_eq!(ds.len(), 2, "{text:?}");
     }
     // names with digits and underscores are names
     let ds = torchlean::data::parse_csv("x_1,x2,label\n1,2,0\n", "names.csv", &o).unwrap();

@@ -263,6 +263,23 @@ pub fn parse_csv_read(text: &str, name: &str, options: &CsvOptions) -> Result<Cs
                 .filter(|(c, _)| Some(*c) != named_label || first_fields.len() < 2)
                 .map(|(_, f)| f)
                 .collect();
+            // `0,1,…,n-1`: the column names pandas writes by default (`DataFrame(array)
+            // .to_csv(index=False)`), which read as numbers; taken as data they add a row (and,
+            // as a label, a class)
+            let numbered = first_fields.len() >= 2
+                && first_fields
+                    .iter()
+                    .enumerate()
+                    .all(|(c, f)| Some(c) == named_label || f.trim() == c.to_string());
+            if numbered {
+                return Err(bad(format!(
+                    "line {}, the first: it reads 0, 1, 2, … in column order, the column names \
+                     pandas writes by default, so it could be a header or a data row; say which \
+                     (the CLI's `--csv-header present|absent`, the library's `Header::Present` / \
+                     `Header::Absent`)",
+                    first_line + 1
+                )));
+            }
             let text: Vec<&&str> = judged
                 .iter()
                 .copied()

@@ -16,7 +16,7 @@ pub(super) fn refuse_non_finite(
     match values.iter().position(|v| !v.is_finite()) {
         None => Ok(()),
         Some(i) => Err(format!(
-            "element {i} (byte offset {}) is {}: non-finite values (NaN, inf, or beyond the float32 range) are refused",
+            "element {i} (byte offset {}) reads as {} in float32: non-finite values (NaN, inf, or beyond the float32 range) are refused",
             i.saturating_mul(elem_size).saturating_add(data_start),
             values[i]
         )),

@@ -213,11 +213,24 @@ pub fn load_mnist(
         .into());
     }
     let (n, h, w) = (x.shape()[0], x.shape()[1], x.shape()[2]);
-    let scale = if normalize && code == 0x08 {
-        1.0 / 255.0
+    if h == 0 || w == 0 {
+        return Err(DataError::malformed(
+            &file::name(ip),
+            FORMAT,
+            format!(
+                "images of {h}×{w} pixels ({:?}): an image needs at least one",
+                x.shape()
+            ),
+        )
+        .into());
+    }
+    // divided, not multiplied by f32(1/255): k/255 correctly rounded, as numpy's `x / 255`
+    // and torchvision's `ToTensor` give (the product is one ulp off for 126 of the 256 values)
+    let divisor = if normalize && code == 0x08 {
+        255.0
     } else {
         1.0
     };
-    let data: Vec<f32> = x.data().iter().map(|v| v * scale).collect();
+    let data: Vec<f32> = x.data().iter().map(|v| v / divisor).collect();
     Dataset::new(&Tensor::from_vec(data, &[n, 1, h, w])?, &y)
 }

@@ -9,7 +9,9 @@
 //! way in every format and in in-memory datasets: CSV names the line and column, NPY and IDX
 //! the element and its byte offset, [`Dataset`] the sample and position. Training on them
 //! would only end in a non-finite loss or, worse, in a NaN that an activation hides from the
-//! loss while it poisons the weights; impute missing values before loading.
+//! loss while it poisons the weights; impute missing values before loading. Finite values
+//! are rounded to the nearest f32 (as numpy's `astype(float32)`): an f64 1e-50 reads as 0,
+//! a subnormal stays subnormal. Integers are read exactly up to 2^24 and refused beyond.
 
 mod csv;
 mod dataset;

@@ -28,7 +28,8 @@ pub struct DataArgs {
     /// Whether a CSV file's first line is a header (default `auto`, judged on the feature
     /// fields, the label column aside: a header when no feature field is a number, data
     /// when every one is; a first line that mixes numbers and text there is refused, since
-    /// it could be either).
+    /// it could be either, and so is one reading 0, 1, 2, … in column order: pandas' default
+    /// column names).
     #[arg(long, value_enum)]
     pub csv_header: Option<CsvHeader>,
     /// A CSV file's label column: `auto` (default: the last, unless the header names another
