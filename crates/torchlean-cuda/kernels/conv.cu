@@ -410,9 +410,11 @@ extern "C" __global__ void mse_vjp(const float* __restrict__ a, const float* __r
 // The channel's (mean, rstd), rescued as above when they overflow.
 #define BN_STATS(mu, rstd, n, xat, eps)                                              \
     do {                                                                             \
-        float s_bn, v_bn;                                                            \
-        BLOCK_SUM(s_bn, n, xat);                                                     \
-        mu = s_bn / (float)n;                                                        \
+        float s_bn, v_bn, x0_bn = 0.0f;                                              \
+        /* relative to the first value, as the spec's mean: a constant channel's exact */ \
+        if ((n) > 0) { long long i = 0; x0_bn = (xat); }                             \
+        BLOCK_SUM(s_bn, n, (xat) - x0_bn);                                           \
+        mu = x0_bn + s_bn / (float)n;                                                \
         BLOCK_SUM(v_bn, n, ((xat) - mu) * ((xat) - mu));                             \
         rstd = 1.0f / sqrtf(v_bn / (float)n + eps);                                  \
         if (!(isfinite(mu) && isfinite(v_bn))) {                                     \
@@ -420,8 +422,9 @@ extern "C" __global__ void mse_vjp(const float* __restrict__ a, const float* __r
             BLOCK_MAX_ABS(b_bn, n, xat);                                             \
             if (isfinite(b_bn)) {                                                    \
                 float inv = ldexpf(1.0f, -(ilogbf(b_bn) + 1));                       \
-                BLOCK_SUM(s_bn, n, (xat) * inv);                                     \
-                float ms = s_bn / (float)n;                                          \
+                float x0s_bn = x0_bn * inv;                                          \
+                BLOCK_SUM(s_bn, n, (xat) * inv - x0s_bn);                            \
+                float ms = x0s_bn + s_bn / (float)n;                                 \
                 BLOCK_SUM(v_bn, n, ((xat) * inv - ms) * ((xat) * inv - ms));         \
                 mu = ms / inv;                                                       \
                 rstd = inv / sqrtf(v_bn / (float)n + eps * inv * inv);               \

@@ -338,10 +338,12 @@ __device__ __forceinline__ void norm_stats(const float* x, long long d, int rms,
                                            float* mu, float* rstd) {
     int lane = threadIdx.x & 31;
     float m = 0.0f;
-    if (!rms) {
-        float s = 0.0f;
-        for (long long i = lane; i < d; i += 32) s += x[i];
-        m = warp_sum(s) / (float)d;
+    if (!rms && d > 0) {
+        // relative to the row's first value, as the spec's mean (spec::norm::moments): a
+        // constant row's mean is exact
+        float x0 = x[0], s = 0.0f;
+        for (long long i = lane; i < d; i += 32) s += x[i] - x0;
+        m = x0 + warp_sum(s) / (float)d;
     }
     float v = 0.0f;
     for (long long i = lane; i < d; i += 32) v += (x[i] - m) * (x[i] - m);
@@ -356,9 +358,9 @@ __device__ __forceinline__ void norm_stats(const float* x, long long d, int rms,
             float inv = ldexpf(1.0f, -(ilogbf(b) + 1));
             float ms = 0.0f;
             if (!rms) {
-                float s = 0.0f;
-                for (long long i = lane; i < d; i += 32) s += x[i] * inv;
-                ms = warp_sum(s) / (float)d;
+                float x0 = x[0] * inv, s = 0.0f;
+                for (long long i = lane; i < d; i += 32) s += x[i] * inv - x0;
+                ms = x0 + warp_sum(s) / (float)d;
             }
             float vs = 0.0f;
             for (long long i = lane; i < d; i += 32) vs += (x[i] * inv - ms) * (x[i] * inv - ms);

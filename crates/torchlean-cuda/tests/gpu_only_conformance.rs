@@ -1311,6 +1311,19 @@ fn norms_of_rows_whose_statistics_overflow_f32_match_the_f64_spec_on_the_gpu() {
     common::check_overflowing_norms(on_gpu).unwrap_or_else(|e| panic!("{e}"));
 }
 
+/// Layer and batch norm of constant rows and channels normalize to exactly β (the mean is
+/// taken relative to the first value, so a constant group's is exact), and to NaN with ε = 0,
+/// gradients within the conformance tolerance of the f64 spec. The CPU providers'
+/// counterpart is crates/torchlean/tests/norm_overflow.rs.
+#[test]
+fn constant_norm_groups_normalize_to_the_shift_on_the_gpu() {
+    if !gpu("constant_norm_groups_normalize_to_the_shift_on_the_gpu") {
+        return;
+    }
+    install(Session::new(checked_cuda())).expect("install");
+    common::check_constant_norm_groups(on_gpu).unwrap_or_else(|e| panic!("{e}"));
+}
+
 /// Attention with head dimension 0 on the GPU, through the composition (`checked_cuda`) and
 /// the fused kernels (`prefer:native_cuda`): every score is the empty dot product, so each
 /// output row is the mean of the value rows (PyTorch's result; the default scale 1/√0 made it

@@ -1040,6 +1040,106 @@ pub fn overflowing_norm_inputs(
     (inputs, draw(shape, Gen::Normal, 99))
 }
 
+/// Layer and batch norm of **constant** groups (rows, channels) with a nonzero mean: the
+/// exact mean is the value itself, every deviation 0, so the output is exactly the shift β —
+/// PyTorch's too. A mean summed as Σx/n errs by a few ulps of a large value, and with ε small
+/// against that error squared the row normalized to about ±0.8 (10000.3 over 768 values at
+/// ε = 1e-5: −0.839; 3.7 at BERT's ε = 1e-12: 0.886); with ε = 0 the exact result is 0/0, NaN
+/// (PyTorch: NaN), where a finite ±1 came out. Checks the forward (β exactly; NaN for ε = 0)
+/// and the gradients against the f64 spec.
+pub fn check_constant_norm_groups(
+    place: impl Fn(&Array<f64>) -> torchlean::Tensor,
+) -> Result<(), String> {
+    use torchlean::spec;
+    let read = |t: &torchlean::Tensor| -> Result<Vec<f64>, String> {
+        Ok(t.try_to_vec()
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .map(f64::from)
+            .collect())
+    };
+    let cases = [
+        (Op::LayerNorm { eps: 1e-5 }, vec![3, 768]),
+        (Op::LayerNorm { eps: 1e-12 }, vec![2, 100]),
+        (Op::LayerNorm { eps: 0.0 }, vec![2, 33]),
+        (
+            Op::BatchNorm {
+                eps: 1e-5,
+                channel_axis: 1,
+            },
+            vec![4, 3, 5, 7],
+        ),
+    ];
+    for (op, shape) in cases {
+        let d = if matches!(op, Op::BatchNorm { .. }) {
+            shape[1]
+        } else {
+            shape[shape.len() - 1]
+        };
+        for value in [3.7f32, 1766.3466, 10000.3, -2.5e7, 1e-30] {
+            let what = format!("{} {shape:?} of constant {value:e}", op.name());
+            let n: usize = shape.iter().product();
+            let x =
+                Array::from_vec(shape.clone(), vec![value as f64; n]).map_err(|e| e.to_string())?;
+            let gamma = draw(&[d], Gen::Normal, 11);
+            let beta = draw(&[d], Gen::Normal, 12);
+            let w = draw(&shape, Gen::Normal, 99);
+            let inputs = [x, gamma, beta];
+            let refs: Vec<&Array<f64>> = inputs.iter().collect();
+            let want = spec::forward(&op, &refs).map_err(|e| e.to_string())?;
+            let ts: Vec<torchlean::Tensor> =
+                inputs.iter().map(|a| place(a).requires_grad()).collect();
+            let tr: Vec<&torchlean::Tensor> = ts.iter().collect();
+            let y = apply_norm(&op, &tr).map_err(|e| format!("{what}: {e}"))?;
+            let got = read(&y)?;
+            let zero_eps = matches!(op, Op::LayerNorm { eps } if eps == 0.0);
+            for (k, &g) in got.iter().enumerate() {
+                let channel = if matches!(op, Op::BatchNorm { .. }) {
+                    (k / (shape[2] * shape[3])) % d
+                } else {
+                    k % d
+                };
+                let ok = if zero_eps {
+                    g.is_nan() && want.data[k].is_nan()
+                } else {
+                    g == (inputs[2].data[channel] as f32) as f64
+                };
+                if !ok {
+                    return Err(format!(
+                        "{what}: output {k} is {g}, want {} (the spec: {})",
+                        if zero_eps {
+                            "NaN".to_string()
+                        } else {
+                            format!("β = {}", inputs[2].data[channel])
+                        },
+                        want.data[k]
+                    ));
+                }
+            }
+            if zero_eps {
+                continue;
+            }
+            let want_g = spec::vjp(&op, &refs, &want, &w).map_err(|e| e.to_string())?;
+            let grads = y
+                .mul(&place(&w))
+                .and_then(|p| p.sum_all())
+                .and_then(|l| l.backward())
+                .map_err(|e| format!("{what}: backward: {e}"))?;
+            for (j, t) in ts.iter().enumerate() {
+                let want_j = want_g[j]
+                    .as_ref()
+                    .ok_or(format!("{what}: no spec cotangent {j}"))?;
+                let got = grads
+                    .get(t)
+                    .ok_or(format!("{what}: no gradient of input {j}"))?;
+                compare(&read(got)?, &want_j.data, None, F32_TOL)
+                    .map_err(|e| format!("{what}: gradient of input {j}: {e}"))?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The norm `op` applied to tensors through the public API (on their device).
 pub fn apply_norm(op: &Op, t: &[&torchlean::Tensor]) -> torchlean::Result<torchlean::Tensor> {
     match op {

@@ -121,15 +121,31 @@ fn stats_of<T: Scalar>(op: &Op, values: impl Iterator<Item = T> + Clone) -> (T, 
 }
 
 /// (mean, variance) of the values (mean 0 for RMS norm), summed in the iterator's order.
+///
+/// The mean is taken relative to the first value, `x₀ + Σ(x − x₀)/n`: a constant group then
+/// has its mean exactly (every difference is 0), so its deviations are exactly 0 and its
+/// output the shift β, as PyTorch's; a plain `Σx/n` errs by a few ulps of a large mean, and
+/// with ε ≪ (that error)² a constant row normalized to ±0.8 where 0 is right. Every kernel of
+/// the norms computes its mean so (`shifted_mean`). The error of any f32 summation of it is
+/// still within `cancellation_allowance`'s bound (below): |δμ| ≤ u·|μ| + γ_n·mean|x − x₀|.
 fn moments<T: Scalar>(rms: bool, values: impl Iterator<Item = T> + Clone) -> (T, T) {
     let n = T::c(values.clone().count() as f64);
     let mu = if rms {
         T::zero()
     } else {
-        super::sum::sum(values.clone()) / n
+        shifted_mean(values.clone(), n)
     };
     let var = super::sum::sum(values.map(|v| (v - mu) * (v - mu))) / n;
     (mu, var)
+}
+
+/// `x₀ + Σ(x − x₀)/n` with x₀ the first value (0 for no values), summed in the iterator's
+/// order: see [`moments`].
+pub(crate) fn shifted_mean<T: Scalar>(values: impl Iterator<Item = T> + Clone, n: T) -> T {
+    let Some(x0) = values.clone().next() else {
+        return super::sum::sum(values) / n;
+    };
+    x0 + super::sum::sum(values.map(|v| v - x0)) / n
 }
 
 /// Mean and 1/std of **finite** values whose sum or sum of squared deviations overflows `T`

@@ -113,10 +113,12 @@ impl<'a> Norm<'a> {
     #[inline(always)]
     fn stats(&self, x: &[Lanes]) -> (Lanes, Lanes) {
         let n = self.d as f64;
+        // the spec's mean relative to the first value (`spec::norm::shifted_mean`); d > 0
         let mu = if self.rms {
             [0.0; L]
         } else {
-            cascade(self.d, |j| x[j]).map(|s| s / n)
+            let s = cascade(self.d, |j| zip(x[j], x[0], |v, x0| v - x0));
+            zip(x[0], s, |x0, s| x0 + s / n)
         };
         let var = cascade(self.d, |j| zip(x[j], mu, |v, m| (v - m) * (v - m))).map(|s| s / n);
         (mu, var.map(|v| 1.0 / (v + self.eps).sqrt()))

@@ -14,10 +14,15 @@ fn eps(op: &Op) -> f32 {
     }
 }
 
-/// (mean, 1/std) of a row; RMS norm has mean 0. Lane-parallel sums (they vectorize).
+/// (mean, 1/std) of a row; RMS norm has mean 0. Lane-parallel sums (they vectorize). The
+/// mean relative to the row's first value, as the spec's (`spec::norm::moments`: a constant
+/// row's mean exact).
 fn row_stats(row: &[f32], rms: bool, eps: f32) -> (f32, f32) {
     let n = row.len() as f32;
-    let mu = if rms { 0.0 } else { vmath::sum(row) / n };
+    let mu = match row.first() {
+        Some(&x0) if !rms => x0 + vmath::sum_map(row, |v| v - x0) / n,
+        _ => 0.0,
+    };
     let var = vmath::sum_map(row, |v| (v - mu) * (v - mu)) / n;
     if !(mu.is_finite() && var.is_finite()) && row.iter().all(|v| v.is_finite()) {
         // finite values whose statistics overflowed f32: the spec's rescue
@@ -136,13 +141,16 @@ fn channel_stats(
     eps: f32,
 ) -> (f32, f32) {
     let n = (outer * inner) as f32;
+    // relative to the channel's first value, as the spec's mean (a constant channel's exact)
+    let x0 = if n > 0.0 { xd[ch * inner] } else { 0.0 };
     let mut s = 0.0f32;
     for o in 0..outer {
         s += xd[(o * c + ch) * inner..(o * c + ch + 1) * inner]
             .iter()
+            .map(|x| x - x0)
             .sum::<f32>();
     }
-    let mu = s / n;
+    let mu = x0 + s / n;
     let mut v = 0.0f32;
     for o in 0..outer {
         v += xd[(o * c + ch) * inner..(o * c + ch + 1) * inner]
