@@ -30,6 +30,7 @@
 #![allow(clippy::needless_range_loop)]
 
 mod array;
+mod attention_allowance;
 mod conv;
 mod conv2d_map;
 mod elementwise;
@@ -211,6 +212,9 @@ pub fn cancellation_allowance(
         // (an error here means shapes the checked kernel's call already failed on: no
         // allowance, which can only reject)
         K::Conv2dMap => conv2d_map::cancellation_allowance(op, inputs, grad_out).unwrap_or(none),
+        K::ScaledDotProductAttention => {
+            attention_allowance::cancellation_allowance(op, inputs, grad_out)
+        }
         _ => none,
     }
 }

@@ -213,7 +213,7 @@ impl<'a, T: Scalar> Scores<'a, T> {
 }
 
 /// Attention probabilities of one query row, or `None` when every key is blocked.
-fn attention_row<T: Scalar>(scores: &Scores<T>, bi: usize, i: usize) -> Option<Vec<T>> {
+pub(super) fn attention_row<T: Scalar>(scores: &Scores<T>, bi: usize, i: usize) -> Option<Vec<T>> {
     let mut row = vec![T::neg_infinity(); scores.s];
     let mut any = false;
     for (j, score) in row.iter_mut().enumerate() {
