@@ -166,6 +166,8 @@ const OP_TYPES: &[&str] = &[
     "ReduceLogSumExp",
     "ReduceL2",
     "GlobalMaxPool",
+    "ArgMax",
+    "ArgMin",
     "GRU",
     "LSTM",
     "Not",

@@ -861,3 +861,102 @@ fn ids_through_clip_abs_and_max_index_a_gather() {
         assert_eq!(out["y"].to_vec(), want, "{what}");
     }
 }
+
+/// ArgMax / ArgMin (torchlean's `argmax`, of −x for ArgMin; `keepdims` both ways, negative
+/// axes, ties resolved to the first index as ONNX's `select_last_index = 0` says), and a
+/// classifier head's pattern — `Gather` of a table by the argmax of the logits — against
+/// tract on the same model files, inputs quantized so that rows hold ties. The indices are
+/// cast to float for the comparison (tract's outputs are read as f32).
+#[test]
+fn arg_extremes_agree_with_tract() {
+    let dir = std::env::temp_dir().join(format!("torchlean-argmax-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let profile = BackendProfile::named("checked_cpu").expect("profile");
+    let arg = |op: &str, axis: i64, keep: i64| {
+        vec![
+            with_int(
+                with_int(node("a", op, &["x"], &["i"]), "axis", axis),
+                "keepdims",
+                keep,
+            ),
+            with_int(node("c", "Cast", &["i"], &["y"]), "to", FLOAT as i64),
+        ]
+    };
+    let table = floats("table", &[5, 3], &values(15, 5));
+    let gather = vec![
+        with_int(
+            with_int(node("a", "ArgMax", &["x"], &["i"]), "axis", 1),
+            "keepdims",
+            0,
+        ),
+        node("g", "Gather", &["table", "i"], &["y"]),
+    ];
+    let cases = [
+        case(
+            "argmax axis 1 kept",
+            arg("ArgMax", 1, 1),
+            vec![],
+            &[3, 5, 4],
+            13,
+        ),
+        case(
+            "argmax axis -1 dropped",
+            arg("ArgMax", -1, 0),
+            vec![],
+            &[3, 5, 4],
+            13,
+        ),
+        case(
+            "argmin axis 0 kept",
+            arg("ArgMin", 0, 1),
+            vec![],
+            &[3, 5, 4],
+            13,
+        ),
+        case(
+            "argmin axis -2 dropped",
+            arg("ArgMin", -2, 0),
+            vec![],
+            &[3, 5, 4],
+            13,
+        ),
+        case("gather by argmax", gather, vec![table], &[4, 5], 13),
+    ];
+    for c in &cases {
+        // values in {-1, -2/3, …, 1}: most rows hold ties
+        let x: Vec<f32> = values(c.dims.iter().product(), 7)
+            .iter()
+            .map(|v| (v * 3.0).round() / 3.0)
+            .collect();
+        let x = Tensor::from_vec(x, &c.dims).unwrap();
+        let want = tract_y(c, &x, &dir);
+        let imported = torchlean_onnx::import_model(&build(c, false), c.what, &HashMap::new())
+            .unwrap_or_else(|e| panic!("{}: {e}", c.what));
+        let out = run_graph(
+            imported.graph,
+            &imported.values,
+            &[("x".into(), x.clone())],
+            &profile,
+            false,
+        )
+        .unwrap_or_else(|e| panic!("{}: {e}", c.what));
+        assert_eq!(out["y"].to_vec(), want, "{}", c.what);
+    }
+    // `select_last_index = 1` is refused, naming the node's operator
+    let last = case(
+        "last",
+        vec![with_int(
+            node("a", "ArgMax", &["x"], &["y"]),
+            "select_last_index",
+            1,
+        )],
+        vec![],
+        &[3, 4],
+        13,
+    );
+    let e = torchlean_onnx::import_model(&build(&last, false), "last", &HashMap::new())
+        .err()
+        .expect("select_last_index = 1 is refused")
+        .to_string();
+    assert!(e.contains("select_last_index"), "{e}");
+}

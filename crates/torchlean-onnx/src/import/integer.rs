@@ -20,6 +20,8 @@ use std::collections::HashSet;
 /// within 2^24): they move, select, compare, clamp or negate elements, never combine them.
 const EXACT: &[&str] = &[
     "Abs",
+    "ArgMax",
+    "ArgMin",
     "Cast",
     "CastLike",
     "Clip",
@@ -151,6 +153,8 @@ pub(super) fn output_is_integer(
     }
     match op {
         "Cast" => to.is_some_and(|t| i32::try_from(t).is_ok_and(is_integer_type)),
+        // indices, whatever the operand's type
+        "ArgMax" | "ArgMin" => true,
         "CastLike" => match (names.get(1), inputs.get(1).and_then(Option::as_ref)) {
             (Some(n), Some(Value::Node(_))) => typed.contains(n),
             (_, Some(v)) => is_integer_type(b.elem_type(v)),

@@ -15,6 +15,8 @@ pub(super) type Map<T> = Result<T, String>;
 const KNOWN: &[&str] = &[
     "Abs",
     "Add",
+    "ArgMax",
+    "ArgMin",
     "AveragePool",
     "BatchNormalization",
     "Cast",
@@ -701,10 +703,46 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
         "ReduceMax" | "ReduceMin" | "ReduceLogSumExp" | "GlobalMaxPool" => {
             one(super::composite::max_reduction(b, op, a, inputs)?)
         }
+        "ArgMax" | "ArgMin" => one(arg_extreme(b, op, a, inputs)?),
         "Resize" => one(super::resize::resize(b, a, inputs)?),
         "GRU" => super::recurrent::gru(b, a, inputs),
         "LSTM" => super::recurrent::lstm(b, a, inputs),
         _ => Err(format!("no torchlean mapping for `{op}`")),
+    }
+}
+
+/// ArgMax / ArgMin: torchlean's `argmax` (of −x for ArgMin) along `axis` — the first of
+/// tied extremes, a NaN ranked above every number (PyTorch's `argmax`/`argmin`) —, the axis
+/// kept as 1 with `keepdims` (the default). The indices are an integer value of the graph
+/// (a `Gather` may take them). `select_last_index = 1` is refused.
+fn arg_extreme(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Map<Value> {
+    let x = arg(inputs, 0)?;
+    let shape = b.shape(x);
+    if shape.is_empty() {
+        return Err(format!("{op} of a 0-d value (ONNX requires rank >= 1)"));
+    }
+    let axis = normalize_axis(a.int("axis", 0)?, shape.len())?;
+    let keep = a.int("keepdims", 1)? != 0;
+    if a.int("select_last_index", 0)? != 0 {
+        return Err(format!(
+            "{op} with select_last_index = 1 (the last of tied extremes): torchlean's argmax picks the first"
+        ));
+    }
+    if shape[axis] == 0 {
+        return Err(format!("{op} over the empty axis {axis} of {shape:?}"));
+    }
+    let src = if op == "ArgMin" {
+        b.op_on(Op::Neg, &[x])?
+    } else {
+        x.clone()
+    };
+    let m = b.op_on(Op::Argmax { axis }, &[&src])?;
+    if keep {
+        let mut dims = shape;
+        dims[axis] = 1;
+        reshape(b, &m, dims)
+    } else {
+        Ok(m)
     }
 }
 
