@@ -553,7 +553,7 @@ fn boolean_inputs_are_masks_of_zeros_and_ones() {
     );
     let e = import(&m).err().expect("refused").to_string();
     assert!(
-        e.contains("`Not` of a computed value that is not a boolean input"),
+        e.contains("`Not` of a computed value that is not a boolean"),
         "{e}"
     );
 }

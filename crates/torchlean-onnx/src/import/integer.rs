@@ -20,6 +20,7 @@ use std::collections::HashSet;
 /// within 2^24): they move, select, compare, clamp or negate elements, never combine them.
 const EXACT: &[&str] = &[
     "Abs",
+    "And",
     "ArgMax",
     "ArgMin",
     "Cast",
@@ -35,12 +36,15 @@ const EXACT: &[&str] = &[
     "Gather",
     "GatherElements",
     "Greater",
+    "GreaterOrEqual",
     "Identity",
     "Less",
+    "LessOrEqual",
     "Max",
     "Min",
     "Neg",
     "Not",
+    "Or",
     "Pad",
     "Range",
     "ReduceMax",
@@ -56,6 +60,7 @@ const EXACT: &[&str] = &[
     "Trilu",
     "Unsqueeze",
     "Where",
+    "Xor",
 ];
 
 /// Whether input `i` of `op` is one of its data operands (as opposed to axes, shapes,
@@ -64,6 +69,14 @@ fn is_data(op: &str, i: usize) -> bool {
     match op {
         "Where" => i == 1 || i == 2,
         "Concat"
+        | "Equal"
+        | "Less"
+        | "Greater"
+        | "LessOrEqual"
+        | "GreaterOrEqual"
+        | "And"
+        | "Or"
+        | "Xor"
         | "Max"
         | "Min"
         | "Add"

@@ -15,6 +15,7 @@ pub(super) type Map<T> = Result<T, String>;
 const KNOWN: &[&str] = &[
     "Abs",
     "Add",
+    "And",
     "ArgMax",
     "ArgMin",
     "AveragePool",
@@ -42,6 +43,7 @@ const KNOWN: &[&str] = &[
     "GlobalAveragePool",
     "GlobalMaxPool",
     "Greater",
+    "GreaterOrEqual",
     "GRU",
     "HardSigmoid",
     "HardSwish",
@@ -50,6 +52,7 @@ const KNOWN: &[&str] = &[
     "LayerNormalization",
     "LeakyRelu",
     "Less",
+    "LessOrEqual",
     "Log",
     "LogSoftmax",
     "LSTM",
@@ -62,6 +65,7 @@ const KNOWN: &[&str] = &[
     "Mul",
     "Neg",
     "Not",
+    "Or",
     "Pad",
     "Pow",
     "PRelu",
@@ -97,6 +101,7 @@ const KNOWN: &[&str] = &[
     "Trilu",
     "Unsqueeze",
     "Where",
+    "Xor",
 ];
 
 pub fn is_known(op_type: &str) -> bool {
@@ -319,16 +324,63 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
                 ),
             }
         }
-        "Equal" | "Less" | "Greater" => {
+        "Equal" | "Less" | "Greater" | "LessOrEqual" | "GreaterOrEqual" => {
             let (x, y) = (arg(inputs, 0)?, arg(inputs, 1)?);
-            let bin = match op {
-                "Equal" => Binary::Equal,
-                "Less" => Binary::Less,
-                _ => Binary::Greater,
+            let (bin, negate) = match op {
+                "Equal" => (Binary::Equal, false),
+                "Less" => (Binary::Less, false),
+                "Greater" => (Binary::Greater, false),
+                // x <= y is not (x > y), x >= y not (x < y)
+                "LessOrEqual" => (Binary::Greater, true),
+                _ => (Binary::Less, true),
             };
             match (b.folded(x), b.folded(y)) {
-                (Some(x), Some(y)) => one(konst(x.binary(&y, bin, &b.budget)?)),
-                _ => Err(format!("`{op}` of computed values (torchlean has no comparison ops; pass masks as float inputs)")),
+                (Some(x), Some(y)) => {
+                    let c = x.binary(&y, bin, &b.budget)?;
+                    one(konst(if negate { not_const(&c) } else { c }))
+                }
+                _ if holds_integers(b, x) && holds_integers(b, y) => {
+                    one(integer_compare(b, op, x, y)?)
+                }
+                _ => Err(format!("`{op}` of float values computed at run time (torchlean compares integer values only — ids, masks, indices —, exactly; pass a float comparison's mask as an input)")),
+            }
+        }
+        "And" | "Or" | "Xor" => {
+            let (x, y) = (arg(inputs, 0)?, arg(inputs, 1)?);
+            match (b.folded(x), b.folded(y)) {
+                (Some(cx), Some(cy)) => {
+                    let (dims, cs) = broadcast_all(&[cx, cy], &b.budget)?;
+                    let (p, q) = (cs[0].floats(), cs[1].floats());
+                    let v = p
+                        .iter()
+                        .zip(&q)
+                        .map(|(&p, &q)| {
+                            let (p, q) = (p != 0.0, q != 0.0);
+                            match op {
+                                "And" => p && q,
+                                "Or" => p || q,
+                                _ => p != q,
+                            }
+                        })
+                        .collect();
+                    one(konst(Const {
+                        dims,
+                        data: Data::Bool(v),
+                    }))
+                }
+                _ if is_boolean(b, x) && is_boolean(b, y) => {
+                    // on 0/1 values: and = x·y, or = max(x, y), xor = |x − y| (exact)
+                    let v = match op {
+                        "And" => b.op_on(Op::Mul, &[x, y])?,
+                        "Or" => b.op_on(Op::Maximum, &[x, y])?,
+                        _ => {
+                            let d = b.op_on(Op::Sub, &[x, y])?;
+                            b.op_on(Op::Abs, &[&d])?
+                        }
+                    };
+                    one(mark_boolean(b, v))
+                }
+                _ => Err(format!("`{op}` of values that are not booleans (a boolean input, a comparison of integers, or logic on them)")),
             }
         }
         "Not" => match b.folded(arg(inputs, 0)?) {
@@ -339,13 +391,15 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
                     data: Data::Bool(c.floats().iter().map(|&v| v == 0.0).collect()),
                 }))
             }
-            // a boolean input (or what only moves its elements), held as 0/1: 1 − x
+            // a boolean input, a comparison of integers, logic on them (or what only moves
+            // their elements), held as 0/1: 1 − x
             None if matches!(arg(inputs, 0)?, Value::Node(id) if b.boolean.contains(id)) => {
                 let x = arg(inputs, 0)?;
                 let neg = b.op_on(Op::Scale { factor: -1.0 }, &[x])?;
-                one(b.op_on(Op::AddScalar { value: 1.0 }, &[&neg])?)
+                let v = b.op_on(Op::AddScalar { value: 1.0 }, &[&neg])?;
+                one(mark_boolean(b, v))
             }
-            None => Err("`Not` of a computed value that is not a boolean input (torchlean has no comparison ops)".into()),
+            None => Err("`Not` of a computed value that is not a boolean (a boolean input, a comparison of integers, or logic on them)".into()),
         },
         "Where" => {
             let (c, x, y) = (arg(inputs, 0)?, arg(inputs, 1)?, arg(inputs, 2)?);
@@ -709,6 +763,81 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
         "LSTM" => super::recurrent::lstm(b, a, inputs),
         _ => Err(format!("no torchlean mapping for `{op}`")),
     }
+}
+
+/// Whether `v` holds integers (int64/int32/bool: an integer or boolean input, a value the
+/// import tracks as integral, an integer constant or initializer).
+fn holds_integers(b: &Builder, v: &Value) -> bool {
+    matches!(b.elem_type(v), dtype::INT64 | dtype::INT32 | dtype::BOOL)
+        || matches!(v, Value::Node(id) if b.boolean.contains(id))
+}
+
+/// Whether `v` holds booleans as 0/1 (a boolean input or constant, a comparison, logic).
+fn is_boolean(b: &Builder, v: &Value) -> bool {
+    match v {
+        Value::Node(id) => b.boolean.contains(id),
+        Value::Const(c) => matches!(c.data, Data::Bool(_)),
+        Value::Param(_) => b.elem_type(v) == dtype::BOOL,
+    }
+}
+
+/// Marks a computed value as a boolean held as 0/1 (and an integer value).
+fn mark_boolean(b: &mut Builder, v: Value) -> Value {
+    if let Value::Node(id) = &v {
+        b.boolean.insert(*id);
+        b.integral.insert(*id);
+    }
+    v
+}
+
+/// The negation of a boolean constant.
+fn not_const(c: &Const) -> Const {
+    Const {
+        dims: c.dims.clone(),
+        data: Data::Bool(c.floats().iter().map(|&v| v == 0.0).collect()),
+    }
+}
+
+/// A comparison of integer values computed at run time, exactly, with float ops: integers
+/// are float32 integers of magnitude at most 2^24 here, so d = x − y is 0 exactly when they
+/// are equal and at least 1 in magnitude otherwise (rounded or not, its sign is right).
+/// Equal = relu(1 − |d|), Greater = clamp(d, 0, 1), Less = clamp(−d, 0, 1),
+/// LessOrEqual = 1 − Greater, GreaterOrEqual = 1 − Less: 0/1 values, broadcast as ONNX
+/// broadcasts (the binary maps'). The result is a boolean of the graph (`Not`, `And`, `Or`,
+/// `Xor` and `Where` take it): a padding mask from token ids (`ids == pad`), a causal mask
+/// from position indices.
+fn integer_compare(b: &mut Builder, op: &str, x: &Value, y: &Value) -> Map<Value> {
+    let d = b.op_on(Op::Sub, &[x, y])?;
+    let unit = |b: &mut Builder, v: &Value| b.op_on(Op::Clamp { min: 0.0, max: 1.0 }, &[v]);
+    let not = |b: &mut Builder, v: &Value| -> Map<Value> {
+        let neg = b.op_on(Op::Scale { factor: -1.0 }, &[v])?;
+        b.op_on(Op::AddScalar { value: 1.0 }, &[&neg])
+    };
+    let v = match op {
+        "Equal" => {
+            let a = b.op_on(Op::Abs, &[&d])?;
+            let r = not(b, &a)?;
+            b.op_on(Op::Relu, &[&r])?
+        }
+        "Greater" | "LessOrEqual" => {
+            let g = unit(b, &d)?;
+            if op == "Greater" {
+                g
+            } else {
+                not(b, &g)?
+            }
+        }
+        _ => {
+            let neg = b.op_on(Op::Scale { factor: -1.0 }, &[&d])?;
+            let l = unit(b, &neg)?;
+            if op == "Less" {
+                l
+            } else {
+                not(b, &l)?
+            }
+        }
+    };
+    Ok(mark_boolean(b, v))
 }
 
 /// ArgMax / ArgMin: torchlean's `argmax` (of −x for ArgMin) along `axis` — the first of
