@@ -1120,22 +1120,38 @@ pub fn check_constant_norm_groups(
                 continue;
             }
             let want_g = spec::vjp(&op, &refs, &want, &w).map_err(|e| e.to_string())?;
-            let grads = y
-                .mul(&place(&w))
-                .and_then(|p| p.sum_all())
-                .and_then(|l| l.backward())
-                .map_err(|e| format!("{what}: backward: {e}"))?;
-            for (j, t) in ts.iter().enumerate() {
-                let want_j = want_g[j]
-                    .as_ref()
-                    .ok_or(format!("{what}: no spec cotangent {j}"))?;
-                let got = grads
-                    .get(t)
-                    .ok_or(format!("{what}: no gradient of input {j}"))?;
-                compare(&read(got)?, &want_j.data, None, F32_TOL)
-                    .map_err(|e| format!("{what}: gradient of input {j}: {e}"))?;
-            }
+            check_norm_grads(&what, &y, &ts, &place(&w), &want_g)?;
         }
+    }
+    Ok(())
+}
+
+/// The gradients of Σ y·w for the inputs `ts` against the spec's `want` (within the
+/// conformance tolerance), `w` placed as `y` is.
+fn check_norm_grads(
+    what: &str,
+    y: &torchlean::Tensor,
+    ts: &[torchlean::Tensor],
+    w: &torchlean::Tensor,
+    want: &[Option<Array<f64>>],
+) -> Result<(), String> {
+    let grads = y
+        .mul(w)
+        .and_then(|p| p.sum_all())
+        .and_then(|l| l.backward())
+        .map_err(|e| format!("{what}: backward: {e}"))?;
+    for (j, t) in ts.iter().enumerate() {
+        let want_j = want[j]
+            .as_ref()
+            .ok_or(format!("{what}: no spec cotangent {j}"))?;
+        let got = grads
+            .get(t)
+            .ok_or(format!("{what}: no gradient of input {j}"))?
+            .try_to_vec()
+            .map_err(|e| e.to_string())?;
+        let got: Vec<f64> = got.into_iter().map(f64::from).collect();
+        compare(&got, &want_j.data, None, F32_TOL)
+            .map_err(|e| format!("{what}: gradient of input {j}: {e}"))?;
     }
     Ok(())
 }
@@ -1219,21 +1235,7 @@ pub fn check_overflowing_norms(
             let y = apply_norm(&op, &tr).map_err(|e| format!("{what}: {e}"))?;
             compare(&read(&y)?, &want.data, None, F32_TOL)
                 .map_err(|e| format!("{what}: forward: {e}"))?;
-            let grads = y
-                .mul(&place(&w))
-                .and_then(|p| p.sum_all())
-                .and_then(|l| l.backward())
-                .map_err(|e| format!("{what}: backward: {e}"))?;
-            for (j, t) in ts.iter().enumerate() {
-                let want_j = want_g[j]
-                    .as_ref()
-                    .ok_or(format!("{what}: no spec cotangent {j}"))?;
-                let got = grads
-                    .get(t)
-                    .ok_or(format!("{what}: no gradient of input {j}"))?;
-                compare(&read(got)?, &want_j.data, None, F32_TOL)
-                    .map_err(|e| format!("{what}: gradient of input {j}: {e}"))?;
-            }
+            check_norm_grads(&what, &y, &ts, &place(&w), &want_g)?;
         }
     }
     Ok(())
