@@ -128,3 +128,71 @@ fn integer_comparisons_and_logic_agree_with_tract() {
         .to_string();
     assert!(e.contains("Less") && e.contains("float values"), "{e}");
 }
+
+/// No gradient reaches an integer input through a comparison (PyTorch's integer tensors have
+/// none): `loss = Σ w · (ids OP 2)` for each comparison gives ∂loss/∂ids = 0 and ∂loss/∂w the
+/// mask. (With clamp(d, 0, 1), whose gradient passes at its bounds, `Greater` and `Less`
+/// reported a gradient for `ids` wherever the difference was 0 or 1 — found by the
+/// forty-second session's audit.)
+#[test]
+fn no_gradient_reaches_an_integer_input_through_a_comparison() {
+    let profile = BackendProfile::named("checked_cpu").expect("profile");
+    let ids: Vec<f32> = (0..12).map(|i| ((i * 7 + 3) % 5) as f32).collect();
+    let w = values(12, 5);
+    for op in ["Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"] {
+        let m = model(
+            vec![
+                cmp(op, "ids", "two", "m"),
+                with_int(node("c", "Cast", &["m"], &["mf"]), "to", FLOAT as i64),
+                node("p", "Mul", &["mf", "w"], &["p"]),
+                with_int(node("s", "ReduceSum", &["p"], &["loss"]), "keepdims", 0),
+            ],
+            vec![ints("two", &[], &[2])],
+            vec![
+                value_info("ids", &[2, 6], INT64),
+                value_info("w", &[2, 6], FLOAT),
+            ],
+            vec![value_info("loss", &[], FLOAT)],
+            13,
+        );
+        let imported = torchlean_onnx::import_model(&m, op, &HashMap::new())
+            .unwrap_or_else(|e| panic!("{op}: {e}"));
+        let inputs = [
+            (
+                "ids".to_string(),
+                Tensor::from_vec(ids.clone(), &[2, 6]).unwrap(),
+            ),
+            (
+                "w".to_string(),
+                Tensor::from_vec(w.clone(), &[2, 6]).unwrap(),
+            ),
+        ];
+        let out = run_graph(imported.graph, &imported.values, &inputs, &profile, true)
+            .unwrap_or_else(|e| panic!("{op}: {e}"));
+        let mask: Vec<f32> = ids
+            .iter()
+            .map(|&v| {
+                let r = match op {
+                    "Equal" => v == 2.0,
+                    "Less" => v < 2.0,
+                    "Greater" => v > 2.0,
+                    "LessOrEqual" => v <= 2.0,
+                    _ => v >= 2.0,
+                };
+                if r {
+                    1.0
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        assert_eq!(out["grad.w"].to_vec(), mask, "{op}: gradient of w");
+        if let Some(g) = out.get("grad.ids") {
+            assert!(
+                g.to_vec().iter().all(|&v| v == 0.0),
+                "{op}: gradient of ids {:?}",
+                g.to_vec()
+            );
+        }
+    }
+}

@@ -801,14 +801,25 @@ fn not_const(c: &Const) -> Const {
 /// A comparison of integer values computed at run time, exactly, with float ops: integers
 /// are float32 integers of magnitude at most 2^24 here, so d = x − y is 0 exactly when they
 /// are equal and at least 1 in magnitude otherwise (rounded or not, its sign is right).
-/// Equal = relu(1 − |d|), Greater = clamp(d, 0, 1), Less = clamp(−d, 0, 1),
-/// LessOrEqual = 1 − Greater, GreaterOrEqual = 1 − Less: 0/1 values, broadcast as ONNX
+/// Equal = relu(1 − |d|), Greater = relu(1 − relu(1 − d)), Less the same of −d,
+/// LessOrEqual = 1 − Greater, GreaterOrEqual = 1 − Less: 0/1 values whose gradient is 0 at
+/// every integer d (no gradient reaches an integer input), broadcast as ONNX
 /// broadcasts (the binary maps'). The result is a boolean of the graph (`Not`, `And`, `Or`,
 /// `Xor` and `Where` take it): a padding mask from token ids (`ids == pad`), a causal mask
 /// from position indices.
 fn integer_compare(b: &mut Builder, op: &str, x: &Value, y: &Value) -> Map<Value> {
     let d = b.op_on(Op::Sub, &[x, y])?;
-    let unit = |b: &mut Builder, v: &Value| b.op_on(Op::Clamp { min: 0.0, max: 1.0 }, &[v]);
+    // relu(1 − relu(1 − d)): 1 for d ≥ 1, 0 for d ≤ 0, and — unlike clamp(d, 0, 1), whose
+    // gradient passes at its bounds, where integer differences lie — a zero gradient at
+    // every integer d, so an integer input gets none through a comparison (as in PyTorch)
+    let unit = |b: &mut Builder, v: &Value| -> Map<Value> {
+        let below = b.op_on(Op::Scale { factor: -1.0 }, &[v])?;
+        let below = b.op_on(Op::AddScalar { value: 1.0 }, &[&below])?;
+        let below = b.op_on(Op::Relu, &[&below])?;
+        let r = b.op_on(Op::Scale { factor: -1.0 }, &[&below])?;
+        let r = b.op_on(Op::AddScalar { value: 1.0 }, &[&r])?;
+        b.op_on(Op::Relu, &[&r])
+    };
     let not = |b: &mut Builder, v: &Value| -> Map<Value> {
         let neg = b.op_on(Op::Scale { factor: -1.0 }, &[v])?;
         b.op_on(Op::AddScalar { value: 1.0 }, &[&neg])
