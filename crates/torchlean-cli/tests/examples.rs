@@ -161,6 +161,47 @@ fn a_resumed_run_keeps_the_checkpoints_learning_rate() {
     );
 }
 
+/// A resumed run without `--batch-size` continues with the checkpoint's batch size, on which
+/// each step's batch depends (it took the example's default and trained on other batches,
+/// exit 0 — found by the forty-second session's round-trip audit).
+#[test]
+fn a_resumed_run_keeps_the_checkpoints_batch_size() {
+    resumes_exactly_with(&["mlp"], &["--batch-size", "24"], "resume-batch");
+    resumes_exactly_with(&["cnn"], &["--batch-size", "12"], "resume-batch-cnn");
+    // the transformer's window stride and dropout shape its batches too: a checkpoint of
+    // other ones records them in its tag, and a resume with the defaults is refused
+    resumes_exactly_with(
+        &["transformer", "--sample-len", "0", "--stride", "7"],
+        &[],
+        "resume-stride",
+    );
+    let dir = scratch("resume-stride-refused");
+    let ck = dir.join("s.ckpt");
+    let o = torchlean(&[
+        "transformer",
+        "--steps",
+        "2",
+        "--sample-len",
+        "0",
+        "--stride",
+        "7",
+        "--save",
+        s(&ck),
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = torchlean(&[
+        "transformer",
+        "--steps",
+        "2",
+        "--sample-len",
+        "0",
+        "--load",
+        s(&ck),
+    ]);
+    assert_eq!(code(&o), 2, "{}", stdout(&o));
+    assert!(stderr(&o).contains("stride 7"), "{}", stderr(&o));
+}
+
 /// A CSV file's label column: by default the column the header names `label` when it is not
 /// the last (Kaggle's MNIST layout, whose last pixel was read as the label: 3 "classes" of
 /// pixel values here), `--label-column` to choose; an empty choice, or one without --data,

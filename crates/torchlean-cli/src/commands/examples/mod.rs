@@ -252,6 +252,29 @@ impl CommonArgs {
         })
     }
 
+    /// The `--load` checkpoint's batch size (its `note.batch_size`), announced: a resumed run
+    /// continues with the batches the uninterrupted run would have drawn, which depend on it
+    /// (the batch of step t is a function of the seed, t, B and N; docs/architecture.md). A
+    /// resume without `--batch-size` fell back to the example's default and trained on other
+    /// batches, exit 0 (an audit of the forty-second session). `--batch-size` overrides it.
+    fn saved_batch_size(&self) -> Result<Option<usize>, CliError> {
+        let key = torchlean::nn::note_key("batch_size");
+        let Some(v) = self.saved(&key) else {
+            return Ok(None);
+        };
+        match v.parse::<usize>() {
+            Ok(b) if b > 0 => {
+                outln!("note: batch size {b} from the checkpoint (--batch-size overrides it)");
+                Ok(Some(b))
+            }
+            _ => Err(CliError::usage(format!(
+                "--load {}: its `{key}` is `{}`, not a positive batch size",
+                self.load_display(),
+                torchlean::nn::shown_metadata(&v)
+            ))),
+        }
+    }
+
     /// `--seed`, or the `--load` checkpoint's (its `note.seed`), else 0. The seed chose the
     /// checkpoint's held-out rows (a data file's fifth, or the synthetic data itself) and its
     /// batch order, so a `--seed` other than the checkpoint's is refused: evaluating under it
@@ -402,7 +425,10 @@ impl CommonArgs {
         let h = Hyper {
             steps: self.steps.unwrap_or(d.steps),
             lr,
-            batch_size: self.batch_size.unwrap_or(d.batch_size),
+            batch_size: match self.batch_size {
+                Some(b) => b,
+                None => self.saved_batch_size()?.unwrap_or(d.batch_size),
+            },
             seed,
             seed_known,
         };
@@ -682,6 +708,10 @@ pub fn run<M: Module>(
     config
         .checkpoint_notes
         .push(("lr".to_string(), hyper.lr.to_string()));
+    // the batch size, on which each step's batch depends (CommonArgs::saved_batch_size)
+    config
+        .checkpoint_notes
+        .push(("batch_size".to_string(), hyper.batch_size.to_string()));
     // the seed, which chose the held-out rows: --load refuses another (CommonArgs::seed);
     // none when it is not known (a checkpoint that recorded none, loaded without --seed)
     if hyper.seed_known {
@@ -841,10 +871,20 @@ pub fn run<M: Module>(
             let w = &losses[n.saturating_sub(window)..];
             let mean = w.iter().sum::<f32>() / w.len().max(1) as f32;
             parts_text.push(format!("mean of last {} losses {mean:.4}", w.len()));
-            format!(
-                "threshold: mean of last {window} losses < {threshold} {}",
-                verdict(!w.is_empty() && mean < threshold)
-            )
+            if w.len() < window {
+                // a mean over fewer losses is another test (a resumed run's verdict differed
+                // from the uninterrupted one's at the same step: an audit of the forty-second
+                // session)
+                format!(
+                    "threshold: mean of last {window} losses < {threshold} not judged (this run logged {})",
+                    w.len()
+                )
+            } else {
+                format!(
+                    "threshold: mean of last {window} losses < {threshold} {}",
+                    verdict(mean < threshold)
+                )
+            }
         }
         _ => "threshold: none stated for this data".to_string(),
     };

@@ -36,7 +36,7 @@ pub struct Args {
     #[arg(long, default_value_t = 32)]
     pub context: usize,
     /// Characters between the starts of consecutive training windows.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = DEFAULT_STRIDE)]
     pub stride: usize,
     /// Dropout probability in the blocks (> 0 makes compiled mode refuse the model).
     #[arg(long, default_value_t = 0.0, value_parser = super::f32_value)]
@@ -45,6 +45,9 @@ pub struct Args {
     #[arg(long, default_value_t = 120)]
     pub sample_len: usize,
 }
+
+/// `--stride`'s default (a checkpoint's tag records another one).
+const DEFAULT_STRIDE: usize = 4;
 
 /// Greedy continuation of `prompt` by `n` characters, with at most `context` characters of
 /// context per prediction.
@@ -144,7 +147,16 @@ pub fn run_cmd(a: Args) -> CliResult {
     config.clip_grad_norm = Some(1.0);
     // the embedding rows mean characters of this vocabulary: a checkpoint of a text with
     // another character set has the same shapes but other meanings
-    config.checkpoint_tag = Some(vocab.signature());
+    // the training windows' stride and the dropout rate shape every step's batch and draws:
+    // a resumed run with others (the defaults, when the flags are not given again) trained
+    // on other windows, exit 0 (an audit of the forty-second session). Recorded in the tag
+    // when they are not the defaults — `--load` refuses a checkpoint of another tag, and
+    // checkpoints written before with the defaults still load
+    let mut tag = vocab.signature();
+    if a.stride != DEFAULT_STRIDE || a.dropout != 0.0 {
+        tag.push_str(&format!("; stride {}, dropout {}", a.stride, a.dropout));
+    }
+    config.checkpoint_tag = Some(tag);
     let windows = data.len();
     let mut trainer = run(
         &a.common,
