@@ -196,3 +196,76 @@ fn no_gradient_reaches_an_integer_input_through_a_comparison() {
         }
     }
 }
+
+/// Integer arithmetic that float32 computes exactly because an operand is a boolean — the
+/// count `mask.sum(-1)` (a sum of zeros and ones), `ids * attention_mask` — and an integer
+/// mask cast to bool (`~attention_mask.bool()`, i.e. x != 0), as PyTorch exports them,
+/// against tract.
+#[test]
+fn boolean_counts_products_and_casts_agree_with_tract() {
+    let dir = std::env::temp_dir().join(format!("torchlean-boolint-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let profile = BackendProfile::named("checked_cpu").expect("profile");
+    let cast_to = |name: &str, from: &str, to: i32, out: &str| {
+        with_int(node(name, "Cast", &[from], &[out]), "to", to as i64)
+    };
+    const BOOL: i32 = 9;
+    let cases: Vec<(&str, Vec<NodeProto>, Vec<TensorProto>, Vec<i64>)> = vec![
+        (
+            "count of non-padding ids",
+            vec![
+                cmp("Equal", "ids", "zero", "pad"),
+                node("keep", "Not", &["pad"], &["keep"]),
+                cast_to("ki", "keep", INT64, "keep_i"),
+                with_int(
+                    node("s", "ReduceSum", &["keep_i", "axes"], &["n"]),
+                    "keepdims",
+                    0,
+                ),
+                cast_to("nf", "n", FLOAT, "y"),
+            ],
+            vec![ints("zero", &[], &[0]), ints("axes", &[1], &[1])],
+            vec![2],
+        ),
+        (
+            "ids times a mask",
+            vec![
+                cmp("Less", "ids", "three", "small"),
+                cast_to("si", "small", INT64, "small_i"),
+                node("p", "Mul", &["ids", "small_i"], &["p"]),
+                cast_to("pf", "p", FLOAT, "y"),
+            ],
+            vec![ints("three", &[], &[3])],
+            vec![2, 6],
+        ),
+        (
+            "an integer mask cast to bool, negated",
+            vec![
+                cast_to("b", "ids", BOOL, "nz"),
+                node("n", "Not", &["nz"], &["z"]),
+                cast_to("zf", "z", FLOAT, "y"),
+            ],
+            vec![],
+            vec![2, 6],
+        ),
+    ];
+    let ids: Vec<f32> = (0..12).map(|i| ((i * 7 + 3) % 5) as f32).collect();
+    let inputs = [("ids".to_string(), Tensor::from_vec(ids, &[2, 6]).unwrap())];
+    for (what, nodes, inits, out_dims) in cases {
+        let m = model(
+            nodes,
+            inits,
+            vec![value_info("ids", &[2, 6], INT64)],
+            vec![value_info("y", &out_dims, FLOAT)],
+            13,
+        );
+        let path = dir.join(format!("{}.onnx", what.replace([' ', ','], "_")));
+        std::fs::write(&path, m.write_to_bytes().unwrap()).unwrap();
+        let want = tract_run(&path, &inputs).remove(0);
+        let imported = torchlean_onnx::import_model(&m, what, &HashMap::new())
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let out = run_graph(imported.graph, &imported.values, &inputs, &profile, false)
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(out["y"].to_vec(), want, "{what}");
+    }
+}

@@ -125,6 +125,42 @@ fn difference(op: &str) -> String {
     }
 }
 
+/// Whether `v` holds booleans as 0/1 (a boolean input, a comparison, logic on them, a
+/// boolean constant).
+fn is_boolean(b: &Builder, v: &Value) -> bool {
+    match v {
+        Value::Node(id) => b.boolean.contains(id),
+        Value::Const(c) => matches!(c.data, Data::Bool(_)),
+        Value::Param(_) => b.elem_type(v) == dtype::BOOL,
+    }
+}
+
+/// Integer arithmetic that float32 computes exactly because an operand is boolean: the sum
+/// of at most 2^24 zeros and ones (`mask.sum(-1)`: every partial sum is an integer at most
+/// 2^24), and a product by a boolean (`ids * attention_mask`: 0 or the integer itself).
+fn exact_on_booleans(
+    b: &Builder,
+    typed: &HashSet<String>,
+    op: &str,
+    names: &[String],
+    inputs: &[Option<Value>],
+) -> bool {
+    let at = |i: usize| inputs.get(i).and_then(Option::as_ref);
+    match op {
+        "ReduceSum" => at(0).is_some_and(|v| {
+            is_boolean(b, v) && (b.shape(v).iter().product::<usize>() as f64) <= 16_777_216.0
+        }),
+        "Mul" => match (at(0), at(1), names.first(), names.get(1)) {
+            (Some(x), Some(y), Some(nx), Some(ny)) => {
+                let int = |n: &str, v: &Value| holds_integers(b, typed, n, v);
+                (is_boolean(b, x) && int(ny, y)) || (is_boolean(b, y) && int(nx, x))
+            }
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
 /// The refusal of a node `op` that computes on integer-typed values at run time (`outs` are
 /// its results: a node whose results are all constants was evaluated at import, exactly).
 pub(super) fn check(
@@ -135,7 +171,10 @@ pub(super) fn check(
     inputs: &[Option<Value>],
     outs: &[Value],
 ) -> Result<(), String> {
-    if EXACT.contains(&op) || !outs.iter().any(|v| matches!(v, Value::Node(_))) {
+    if EXACT.contains(&op)
+        || !outs.iter().any(|v| matches!(v, Value::Node(_)))
+        || exact_on_booleans(b, typed, op, names, inputs)
+    {
         return Ok(());
     }
     let integer = names.iter().zip(inputs).enumerate().find(|(i, (n, v))| {
@@ -168,6 +207,7 @@ pub(super) fn output_is_integer(
         "Cast" => to.is_some_and(|t| i32::try_from(t).is_ok_and(is_integer_type)),
         // indices, whatever the operand's type
         "ArgMax" | "ArgMin" => true,
+        _ if exact_on_booleans(b, typed, op, names, inputs) => true,
         "CastLike" => match (names.get(1), inputs.get(1).and_then(Option::as_ref)) {
             (Some(n), Some(Value::Node(_))) => typed.contains(n),
             (_, Some(v)) => is_integer_type(b.elem_type(v)),

@@ -202,6 +202,19 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
                 {
                     one(x.clone())
                 }
+                // an integer value cast to bool: x != 0, exactly (1 − relu(1 − |x|) on
+                // integers; `~attention_mask.bool()` of an int64 mask input)
+                None if matches!(x, Value::Node(id) if b.integral.contains(id) && !b.boolean.contains(id))
+                    && to == dtype::BOOL =>
+                {
+                    let a = b.op_on(Op::Abs, &[x])?;
+                    let r = b.op_on(Op::Scale { factor: -1.0 }, &[&a])?;
+                    let r = b.op_on(Op::AddScalar { value: 1.0 }, &[&r])?;
+                    let eq = b.op_on(Op::Relu, &[&r])?;
+                    let ne = b.op_on(Op::Scale { factor: -1.0 }, &[&eq])?;
+                    let ne = b.op_on(Op::AddScalar { value: 1.0 }, &[&ne])?;
+                    one(mark_boolean(b, ne))
+                }
                 // a boolean value cast to bool (the exporter's Cast of a bool mask input):
                 // itself
                 None if matches!(x, Value::Node(id) if b.boolean.contains(id))
