@@ -197,6 +197,9 @@ fn no_gradient_reaches_an_integer_input_through_a_comparison() {
     }
 }
 
+/// A model's name, nodes, initializers and output dims.
+type Case = (&'static str, Vec<NodeProto>, Vec<TensorProto>, Vec<i64>);
+
 /// Integer arithmetic that float32 computes exactly because an operand is a boolean — the
 /// count `mask.sum(-1)` (a sum of zeros and ones), `ids * attention_mask` — and an integer
 /// mask cast to bool (`~attention_mask.bool()`, i.e. x != 0), as PyTorch exports them,
@@ -210,7 +213,7 @@ fn boolean_counts_products_and_casts_agree_with_tract() {
         with_int(node(name, "Cast", &[from], &[out]), "to", to as i64)
     };
     const BOOL: i32 = 9;
-    let cases: Vec<(&str, Vec<NodeProto>, Vec<TensorProto>, Vec<i64>)> = vec![
+    let cases: Vec<Case> = vec![
         (
             "count of non-padding ids",
             vec![
