@@ -1051,13 +1051,7 @@ pub fn check_constant_norm_groups(
     place: impl Fn(&Array<f64>) -> torchlean::Tensor,
 ) -> Result<(), String> {
     use torchlean::spec;
-    let read = |t: &torchlean::Tensor| -> Result<Vec<f64>, String> {
-        Ok(t.try_to_vec()
-            .map_err(|e| e.to_string())?
-            .into_iter()
-            .map(f64::from)
-            .collect())
-    };
+    let read = read_f64;
     let cases = [
         (Op::LayerNorm { eps: 1e-5 }, vec![3, 768]),
         (Op::LayerNorm { eps: 1e-12 }, vec![2, 100]),
@@ -1126,6 +1120,15 @@ pub fn check_constant_norm_groups(
     Ok(())
 }
 
+/// A tensor's values (on any device) at f64.
+fn read_f64(t: &torchlean::Tensor) -> Result<Vec<f64>, String> {
+    Ok(t.try_to_vec()
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .map(f64::from)
+        .collect())
+}
+
 /// The gradients of Σ y·w for the inputs `ts` against the spec's `want` (within the
 /// conformance tolerance), `w` placed as `y` is.
 fn check_norm_grads(
@@ -1146,11 +1149,8 @@ fn check_norm_grads(
             .ok_or(format!("{what}: no spec cotangent {j}"))?;
         let got = grads
             .get(t)
-            .ok_or(format!("{what}: no gradient of input {j}"))?
-            .try_to_vec()
-            .map_err(|e| e.to_string())?;
-        let got: Vec<f64> = got.into_iter().map(f64::from).collect();
-        compare(&got, &want_j.data, None, F32_TOL)
+            .ok_or(format!("{what}: no gradient of input {j}"))?;
+        compare(&read_f64(got)?, &want_j.data, None, F32_TOL)
             .map_err(|e| format!("{what}: gradient of input {j}: {e}"))?;
     }
     Ok(())
@@ -1215,13 +1215,7 @@ pub fn check_overflowing_norms(
     place: impl Fn(&Array<f64>) -> torchlean::Tensor,
 ) -> Result<(), String> {
     use torchlean::spec;
-    let read = |t: &torchlean::Tensor| -> Result<Vec<f64>, String> {
-        Ok(t.try_to_vec()
-            .map_err(|e| e.to_string())?
-            .into_iter()
-            .map(f64::from)
-            .collect())
-    };
+    let read = read_f64;
     for (op, shape, arity) in overflowing_norm_cases() {
         for offset in [0.0, 2f64.powi(66)] {
             let what = format!("{} {shape:?} offset {offset:e}", op.name());
