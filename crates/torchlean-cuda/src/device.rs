@@ -335,6 +335,17 @@ fn create() -> Result<Context, String> {
             names.join(", ")
         ));
     }
+    let incomplete = probe::incomplete_libraries();
+    if !incomplete.is_empty() {
+        let names: Vec<String> = incomplete
+            .iter()
+            .map(|(l, sym)| format!("{} lacks `{sym}`", l.file()))
+            .collect();
+        return Err(format!(
+            "a CUDA library the loader found is not a usable one: {} (another library under that name, or a version older than the CUDA 13 this build targets)",
+            names.join(", ")
+        ));
+    }
     let count = CudaContext::device_count().map_err(|e| format!("the CUDA driver: {e}"))?;
     if count < 1 {
         return Err("the CUDA driver reports no device".into());

@@ -50,9 +50,69 @@ impl Library {
     }
 }
 
+impl Library {
+    /// Entry points the module calls, which every supported version of the library has:
+    /// checked before cudarc calls any (cudarc resolves each symbol at its first call and
+    /// panics when it is missing — a library that loads but is not the CUDA one, or one too
+    /// old, ended the process with exit 101 and a backtrace instead of the clean refusal).
+    fn symbols(self) -> &'static [&'static str] {
+        match self {
+            Library::Driver => &[
+                "cuInit",
+                "cuDriverGetVersion",
+                "cuDeviceGetCount",
+                "cuDeviceGet",
+                "cuDevicePrimaryCtxRetain",
+                "cuStreamCreate",
+                "cuModuleLoadData",
+                "cuLaunchKernel",
+                "cuMemcpyHtoDAsync_v2",
+                "cuStreamSynchronize",
+            ],
+            Library::Nvrtc => &[
+                "nvrtcVersion",
+                "nvrtcCreateProgram",
+                "nvrtcCompileProgram",
+                "nvrtcGetProgramLog",
+            ],
+            Library::Cublas => &["cublasCreate_v2", "cublasSetStream_v2", "cublasSgemm_v2"],
+            Library::Cublaslt => &["cublasLtCreate", "cublasLtMatmul"],
+            Library::Cufft => &["cufftGetVersion", "cufftPlanMany", "cufftExecR2C"],
+        }
+    }
+
+    /// The first of [`Library::symbols`] the loaded library lacks (the library present).
+    fn missing_symbol(self) -> Option<&'static str> {
+        // SAFETY: the library was found by the loader ([`Library::present`]); cudarc loads it
+        // once and keeps it; `get` only looks a symbol up (dlsym), nothing is called.
+        unsafe {
+            let lib = match self {
+                Library::Driver => cudarc::driver::sys::culib(),
+                Library::Nvrtc => cudarc::nvrtc::sys::culib(),
+                Library::Cublas => cudarc::cublas::sys::culib(),
+                Library::Cublaslt => cudarc::cublaslt::sys::culib(),
+                Library::Cufft => cudarc::cufft::sys::culib(),
+            };
+            self.symbols()
+                .iter()
+                .copied()
+                .find(|name| lib.get::<unsafe extern "C" fn()>(name.as_bytes()).is_err())
+        }
+    }
+}
+
 /// The libraries the loader cannot find (empty when all are there).
 pub fn missing_libraries() -> Vec<Library> {
     Library::ALL.into_iter().filter(|l| !l.present()).collect()
+}
+
+/// Present libraries that lack an entry point the module calls, with the first one missing
+/// (call after [`missing_libraries`] found none).
+pub fn incomplete_libraries() -> Vec<(Library, &'static str)> {
+    Library::ALL
+        .into_iter()
+        .filter_map(|l| l.missing_symbol().map(|s| (l, s)))
+        .collect()
 }
 
 /// "major.minor" of a CUDA-style version number (e.g. 13000 -> 13.0).
