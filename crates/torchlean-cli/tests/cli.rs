@@ -840,3 +840,56 @@ fn flags_are_honoured_or_refused() {
     assert!(text.contains("relu"), "{text}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Flags that a request cannot use are refused, not ignored, and the same request is treated
+/// alike across commands (found by the forty-second session's audit of the flags): `plan
+/// --ops` with `--grad` (a graph's backward) or `--input-shape` (an ONNX model's inputs)
+/// exited 0 with the flag unread; `bench onnx:M --backend compiled` was refused though that
+/// workload is compiled (run-graph accepts it); a device the target does not declare was
+/// reported with "declared: cpu" whatever the build declares.
+#[test]
+fn flags_a_request_cannot_use_are_refused_and_alike_across_commands() {
+    let (code, _, err) = run(&[
+        "plan",
+        "--ops",
+        "linear,mse_loss",
+        "--mode",
+        "compiled",
+        "--grad",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--grad applies to --model"), "{err}");
+    let (code, _, err) = run(&["plan", "--ops", "linear", "--input-shape", "x=1,2"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--input-shape applies to --model"), "{err}");
+    let (code, out, err) = run(&["plan", "--ops", "linear", "--device", "rocm"]);
+    assert_ne!(code, 0, "{out}");
+    assert!(
+        format!("{out}{err}").contains("(declared: cpu, cuda)"),
+        "{out}{err}"
+    );
+    let model = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../torchlean-onnx/tests/fixtures/mlp.onnx"
+    );
+    let workload = format!("onnx:{model}");
+    let bench = |backend: &str| {
+        run(&[
+            "bench",
+            &workload,
+            "--reps",
+            "1",
+            "--warmup",
+            "1",
+            "--warmup-seconds",
+            "0",
+            "--backend",
+            backend,
+        ])
+    };
+    let (code, _, err) = bench("compiled");
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = bench("eager");
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("runs compiled only"), "{err}");
+}

@@ -134,7 +134,16 @@ pub fn run(a: Args) -> CliResult {
         a.workload.as_str(),
         "transformer-step" | "transformer-big-step"
     );
-    if a.mode.backend.is_some() && !(step_workload || transformer) {
+    // an imported model's inference is compiled: `--backend compiled` says what it runs (as
+    // run-graph accepts it), eager is refused
+    let onnx = a.workload.starts_with("onnx:");
+    if onnx && a.mode.backend == Some(crate::backend_args::ModeChoice::Eager) {
+        return Err(CliError::usage(format!(
+            "workload `{}` runs compiled only (an imported model's inference, as run-graph)",
+            a.workload
+        )));
+    }
+    if a.mode.backend.is_some() && !(step_workload || transformer || onnx) {
         return Err(CliError::usage(format!(
             "--backend is not used by workload `{}` (only mlp-step, mlp-big-step, quickstart-step, transformer-step and transformer-big-step run in both modes)",
             a.workload

@@ -111,6 +111,19 @@ pub fn run(a: Args) -> CliResult {
             "--grad applies to --mode compiled (the backward a compiled run appends); an eager plan already audits every op's VJP under the profile's VJP mode (--vjp)",
         ));
     }
+    // flags that only a model's graph reads are refused with an op list, not ignored
+    if a.model.is_none() {
+        if a.grad {
+            return Err(CliError::usage(
+                "--grad applies to --model (the backward a compiled run appends to a graph's loss); an --ops list has no graph: each op's VJP is audited under the profile's VJP mode (--vjp)",
+            ));
+        }
+        if !a.input_shape.is_empty() {
+            return Err(CliError::usage(
+                "--input-shape applies to --model (an ONNX model's inputs); an --ops list has no inputs",
+            ));
+        }
+    }
     // a provider the build does not declare on the device is refused here as a run refuses it
     torchlean::module::check_declared(profile.device, profile.preference)
         .map_err(|e| CliError::usage(e.to_string()))?;

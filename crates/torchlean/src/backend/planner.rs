@@ -170,6 +170,8 @@ pub struct PlanningError {
     pub op: OpKind,
     pub device: Device,
     pub device_declared: bool,
+    /// The devices the target declares (named when `device` is not one of them).
+    pub declared_devices: Vec<Device>,
     pub candidates: Vec<CandidateRefusal>,
 }
 
@@ -184,8 +186,13 @@ impl fmt::Display for PlanningError {
         if !self.device_declared {
             write!(
                 f,
-                "\n  device `{}` is not available on this target (declared: cpu)",
-                self.device
+                "\n  device `{}` is not available on this target (declared: {})",
+                self.device,
+                self.declared_devices
+                    .iter()
+                    .map(|d| d.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             )?;
         }
         if self.candidates.is_empty() {
@@ -369,6 +376,7 @@ pub fn plan_op(
             op,
             device: request.device,
             device_declared: availability.has_device(request.device),
+            declared_devices: availability.devices.iter().copied().collect(),
             candidates,
         }),
     }
