@@ -127,7 +127,7 @@ fn difference(op: &str) -> String {
 
 /// Whether `v` holds booleans as 0/1 (a boolean input, a comparison, logic on them, a
 /// boolean constant).
-fn is_boolean(b: &Builder, v: &Value) -> bool {
+pub(super) fn is_boolean(b: &Builder, v: &Value) -> bool {
     match v {
         Value::Node(id) => b.boolean.contains(id),
         Value::Const(c) => matches!(c.data, Data::Bool(_)),

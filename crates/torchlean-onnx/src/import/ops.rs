@@ -2,6 +2,7 @@
 //! evaluation when every operand is a constant). docs/onnx.md lists the same table.
 
 use super::attrs::Attrs;
+use super::integer::is_boolean;
 use super::{Builder, Value};
 use crate::constant::{
     broadcast_shapes, dtype, normalize_axis, normalize_index, slice_range, Binary, Const, Data,
@@ -208,11 +209,9 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
                     && to == dtype::BOOL =>
                 {
                     let a = b.op_on(Op::Abs, &[x])?;
-                    let r = b.op_on(Op::Scale { factor: -1.0 }, &[&a])?;
-                    let r = b.op_on(Op::AddScalar { value: 1.0 }, &[&r])?;
+                    let r = one_minus(b, &a)?;
                     let eq = b.op_on(Op::Relu, &[&r])?;
-                    let ne = b.op_on(Op::Scale { factor: -1.0 }, &[&eq])?;
-                    let ne = b.op_on(Op::AddScalar { value: 1.0 }, &[&ne])?;
+                    let ne = one_minus(b, &eq)?;
                     one(mark_boolean(b, ne))
                 }
                 // a boolean value cast to bool (the exporter's Cast of a bool mask input):
@@ -399,17 +398,12 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
         "Not" => match b.folded(arg(inputs, 0)?) {
             Some(c) => {
                 b.budget.take(&c.dims)?;
-                one(konst(Const {
-                    dims: c.dims.clone(),
-                    data: Data::Bool(c.floats().iter().map(|&v| v == 0.0).collect()),
-                }))
+                one(konst(not_const(&c)))
             }
             // a boolean input, a comparison of integers, logic on them (or what only moves
             // their elements), held as 0/1: 1 − x
             None if matches!(arg(inputs, 0)?, Value::Node(id) if b.boolean.contains(id)) => {
-                let x = arg(inputs, 0)?;
-                let neg = b.op_on(Op::Scale { factor: -1.0 }, &[x])?;
-                let v = b.op_on(Op::AddScalar { value: 1.0 }, &[&neg])?;
+                let v = one_minus(b, arg(inputs, 0)?)?;
                 one(mark_boolean(b, v))
             }
             None => Err("`Not` of a computed value that is not a boolean (a boolean input, a comparison of integers, or logic on them)".into()),
@@ -785,13 +779,10 @@ fn holds_integers(b: &Builder, v: &Value) -> bool {
         || matches!(v, Value::Node(id) if b.boolean.contains(id))
 }
 
-/// Whether `v` holds booleans as 0/1 (a boolean input or constant, a comparison, logic).
-fn is_boolean(b: &Builder, v: &Value) -> bool {
-    match v {
-        Value::Node(id) => b.boolean.contains(id),
-        Value::Const(c) => matches!(c.data, Data::Bool(_)),
-        Value::Param(_) => b.elem_type(v) == dtype::BOOL,
-    }
+/// 1 − x (exact for the 0/1 values of a boolean): `Not`, and the comparisons' forms.
+fn one_minus(b: &mut Builder, x: &Value) -> Map<Value> {
+    let neg = b.op_on(Op::Scale { factor: -1.0 }, &[x])?;
+    b.op_on(Op::AddScalar { value: 1.0 }, &[&neg])
 }
 
 /// Marks a computed value as a boolean held as 0/1 (and an integer value).
@@ -826,21 +817,15 @@ fn integer_compare(b: &mut Builder, op: &str, x: &Value, y: &Value) -> Map<Value
     // gradient passes at its bounds, where integer differences lie — a zero gradient at
     // every integer d, so an integer input gets none through a comparison (as in PyTorch)
     let unit = |b: &mut Builder, v: &Value| -> Map<Value> {
-        let below = b.op_on(Op::Scale { factor: -1.0 }, &[v])?;
-        let below = b.op_on(Op::AddScalar { value: 1.0 }, &[&below])?;
+        let below = one_minus(b, v)?;
         let below = b.op_on(Op::Relu, &[&below])?;
-        let r = b.op_on(Op::Scale { factor: -1.0 }, &[&below])?;
-        let r = b.op_on(Op::AddScalar { value: 1.0 }, &[&r])?;
+        let r = one_minus(b, &below)?;
         b.op_on(Op::Relu, &[&r])
-    };
-    let not = |b: &mut Builder, v: &Value| -> Map<Value> {
-        let neg = b.op_on(Op::Scale { factor: -1.0 }, &[v])?;
-        b.op_on(Op::AddScalar { value: 1.0 }, &[&neg])
     };
     let v = match op {
         "Equal" => {
             let a = b.op_on(Op::Abs, &[&d])?;
-            let r = not(b, &a)?;
+            let r = one_minus(b, &a)?;
             b.op_on(Op::Relu, &[&r])?
         }
         "Greater" | "LessOrEqual" => {
@@ -848,7 +833,7 @@ fn integer_compare(b: &mut Builder, op: &str, x: &Value, y: &Value) -> Map<Value
             if op == "Greater" {
                 g
             } else {
-                not(b, &g)?
+                one_minus(b, &g)?
             }
         }
         _ => {
@@ -857,7 +842,7 @@ fn integer_compare(b: &mut Builder, op: &str, x: &Value, y: &Value) -> Map<Value
             if op == "Less" {
                 l
             } else {
-                not(b, &l)?
+                one_minus(b, &l)?
             }
         }
     };
