@@ -5,7 +5,9 @@
 // (tests/emulated_flash.rs writes the calls and compares the results with the spec).
 //
 // Input, per call: i64 bh, l, s, d, dv, mask (0 none, 1 boolean, 2 additive), shared,
-// causal; f32 scale; f32 q, k, v, mask values (none without a mask), cotangent.
+// causal, dq_path (where dQ is computed when one chunk of each head dimension allows the
+// key kernel to: 0 atomically by it, 1 the query kernel, g >= 2 the key kernel in slots of
+// g - 1 key tiles, as kernels/attention_slots.rs plans); f32 scale; f32 q, k, v, mask values (none without a mask), cotangent.
 // Output, per call: f32 out, dq, dk, dv, then the mask's gradient (additive masks only).
 #include "emu.h"
 #include <cstdio>
@@ -74,12 +76,13 @@ int main(int argc, char** argv) {
     FILE* in = fopen(argv[1], "rb");
     FILE* out_f = fopen(argv[2], "wb");
     if (!in || !out_f) { fprintf(stderr, "cannot open files\n"); return 2; }
-    long long h[8];
+    long long h[9];
     long call = 0;
-    while (fread(h, 8, 8, in) == 8) {
+    while (fread(h, 8, 9, in) == 9) {
         long long bh = h[0], l = h[1], s = h[2], d = h[3], dv = h[4];
         int mask = (int)h[5];
         bool shared = h[6] != 0, causal = h[7] != 0;
+        const long long dq_path = h[8];
         float scale;
         if (fread(&scale, 4, 1, in) != 1) return 2;
         long mrows = shared ? l : bh * l;
@@ -163,8 +166,9 @@ int main(int argc, char** argv) {
             int flag = 0;
             // with d, dv <= 64 the opt-in tensor-core key kernel (TORCHLEAN_FLASH_MMA=1) takes
             // the call unless a value of q, k, v, O or dO is too large to split: every third
-            // call here; the others go to the f32 key kernel directly, as by default
-            const bool mma_kv = d <= 64 && dv <= 64 && (call % 3) == 0;
+            // call without slots here (kernels/attention.rs never plans slots with it); the
+            // others go to the f32 key kernel directly, as by default
+            const bool mma_kv = d <= 64 && dv <= 64 && dq_path < 2 && (call % 3) == 0;
             int wide_kv = 0;
             const bool fin = causal || g.tiles;
             scan({{&q, bh * l * d, fin, mma_kv}, {&k, bh * s * d, fin, mma_kv}, {&v, bh * s * dv, fin, mma_kv},
@@ -185,9 +189,20 @@ int main(int argc, char** argv) {
             if (causal || g.tiles) flag_over(st, bh * l, &flag);
 
             // as kernels/attention.rs: with one chunk of each head dimension the key kernel
-            // adds dQ itself (every other call here, so that both paths are checked)
-            const bool fuse = std::max(d, dv) > 0 && std::max(d, dv) <= 64 && (call % 4) < 2;
-            std::fill(dq.begin(), dq.end(), fuse ? 0.0f : NAN);
+            // computes dQ itself — atomically, or deterministically in slots (groups of
+            // dq_path - 1 key tiles; kernels/attention_slots.rs groups past 16 key tiles) —
+            // else the query kernel does, as the call's dq_path says
+            const bool one_chunk = std::max(d, dv) > 0 && std::max(d, dv) <= 64;
+            const bool atomic = one_chunk && dq_path == 0;
+            const bool slotted = one_chunk && dq_path >= 2;
+            const bool fuse = atomic || slotted;
+            const long long group = slotted ? dq_path - 1 : 1;
+            const long long slots = slotted ? (kt + group - 1) / group : 0;
+            // fuse 3: zeroed slots, every key tile adds; fuse 2: the first tile of a slot
+            // stores (the slots start as NaN here, so a row it missed would show)
+            const int fuse_mode = atomic ? 1 : !slotted ? 0 : (group > 1 || causal || g.tiles) ? 3 : 2;
+            std::vector<float> dq_slots(std::max(1LL, slots * bh * l * d), fuse_mode == 3 ? 0.0f : NAN);
+            std::fill(dq.begin(), dq.end(), atomic ? 0.0f : NAN);
             if (std::max(d, dv) > 0) {
                 std::fill(dk.begin(), dk.end(), NAN);
                 std::fill(dvv.begin(), dvv.end(), NAN);
@@ -201,15 +216,18 @@ int main(int argc, char** argv) {
                 // more parts than query tiles at times): the last batch matrices' key tiles
                 // split along the queries, their dK, dV added by flash_sum_parts
                 const bool one = d <= 64 && dv <= 64;
-                const long long heads = !mma_kv && one && (call % 8) >= 4 ? std::min(bh, 1LL + call % 3) : 0;
+                const long long heads = !mma_kv && one && group == 1 && (call % 8) >= 4 ? std::min(bh, 1LL + call % 3) : 0;
                 const long long parts = 2 + call % 3;
                 std::vector<float> part(std::max(1LL, heads * parts * s * (d + dv)), NAN);
                 const unsigned rows = (unsigned)(bh - heads + heads * parts);
-                launch({kt, rows, (unsigned)((std::max(d, dv) + 63) / 64)}, FA_THREADS, [&] {
+                const unsigned key_blocks = slotted ? (unsigned)slots : kt;
+                launch({key_blocks, rows, (unsigned)((std::max(d, dv) + 63) / 64)}, FA_THREADS, [&] {
                     (g.tiles ? flash_bwd_kv_tiles : flash_bwd_kv)(q.data(), k.data(), v.data(), bits.data(), bias, &flag, st.data(), gy.data(),
-                                 dk.data(), dvv.data(), g, dq.data(), fuse ? 1 : 0, mma_kv ? &wide_kv : nullptr,
-                                 heads, parts, part.data());
+                                 dk.data(), dvv.data(), g, slotted ? dq_slots.data() : dq.data(), fuse_mode,
+                                 mma_kv ? &wide_kv : nullptr, heads, parts, part.data(), group, bh * l * d);
                 });
+                if (slotted)
+                    launch({4, 1, 1}, 256, [&] { flash_sum_batches(dq_slots.data(), dq.data(), slots, bh * l * d); });
                 if (heads > 0)
                     launch({4, 1, 1}, 256, [&] {
                         flash_sum_parts(part.data(), dk.data(), dvv.data(), bh - heads, heads, parts, s, d, dv);

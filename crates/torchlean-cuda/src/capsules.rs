@@ -591,8 +591,9 @@ fn register_checked(r: &mut Registry) -> Result<(), RegistryError> {
         r.register(cublas_tf32_capsule(op), cublas_tf32_binding())?;
     }
     // the fused attention before the composition, so that `auto` plans it: faster on the
-    // GPU (docs/BENCHMARKS.md), memory linear in L, and — with dQ by the query kernel —
-    // bit-identical run to run, as the composition
+    // GPU (docs/BENCHMARKS.md), memory linear in L, and — with dQ in slots added in order
+    // or by the query kernel (kernels::attention_slots) — bit-identical run to run, as the
+    // composition
     r.register(flash_capsule(), native_cuda_attention_binding())?;
     for op in composed_ops() {
         r.register(

@@ -136,6 +136,12 @@ pub struct Context {
     /// per SM), for `kernels::attention_split`; 0 (no split) when unknown or when
     /// `TORCHLEAN_FLASH_SPLIT=0`.
     pub flash_kv_slots: usize,
+    /// Blocks of the f32 key/value VJP resident on the whole device at once, whatever
+    /// `TORCHLEAN_FLASH_SPLIT` says (0 when unknown): for `kernels::attention_slots`.
+    pub flash_kv_resident: usize,
+    /// Whether the deterministic flash VJP may add dQ in slots (`kernels::attention_slots`;
+    /// `TORCHLEAN_FLASH_DQ_SLOTS=0`: the query kernel always).
+    pub flash_dq_slots: bool,
     /// Small element-wise calls waiting for their launch (`queue.rs`).
     queue: Mutex<crate::queue::LaunchQueue>,
 }
@@ -517,19 +523,26 @@ fn create() -> Result<Context, String> {
         forward: major >= 8 && wanted.forward,
         vjp: major >= 8 && wanted.vjp,
     };
+    let flash_kv_resident = crate::kernels::attention::key_kernel_blocks_per_sm(&functions)
+        .map_or(0, |per_sm| per_sm * sms.max(0) as usize);
     let flash_kv_slots = if std::env::var("TORCHLEAN_FLASH_SPLIT").as_deref() == Ok("0") {
         0
     } else {
-        crate::kernels::attention::key_kernel_blocks_per_sm(&functions)
-            .map_or(0, |per_sm| per_sm * sms.max(0) as usize)
+        flash_kv_resident
     };
+    let flash_dq_slots = std::env::var("TORCHLEAN_FLASH_DQ_SLOTS").as_deref() != Ok("0");
     let flash = format!(
-        "{}; key/value VJP's last wave split along the queries: {}",
+        "{}; key/value VJP's last wave split along the queries: {}; deterministic dQ: {}",
         flash_description(major, flash_mma),
         if flash_kv_slots > 0 {
             format!("on where the f32 kernel runs ({flash_kv_slots} resident blocks; TORCHLEAN_FLASH_SPLIT=0: off)")
         } else {
             "off".to_string()
+        },
+        if flash_dq_slots {
+            format!("in at most {} slots summed in order where the f32 key kernel runs, else the query kernel (TORCHLEAN_FLASH_DQ_SLOTS=0: the query kernel)", crate::kernels::attention_slots::MAX_SLOTS)
+        } else {
+            "the query kernel (TORCHLEAN_FLASH_DQ_SLOTS=0)".to_string()
         }
     );
     let detail = format!(
@@ -550,6 +563,8 @@ fn create() -> Result<Context, String> {
         detail,
         flash_mma,
         flash_kv_slots,
+        flash_kv_resident,
+        flash_dq_slots,
         queue: Mutex::new(crate::queue::LaunchQueue::default()),
     })
 }

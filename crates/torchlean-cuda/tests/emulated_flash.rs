@@ -64,8 +64,9 @@ fn push(buf: &mut Vec<u8>, a: &Array<f64>) {
     }
 }
 
-/// The call in the driver's input format.
-fn encode(op: &Op, xs: &[Array<f64>], gy: &Array<f64>, buf: &mut Vec<u8>) {
+/// The call in the driver's input format; `dq_path` as the driver reads it (0 the key kernel
+/// atomically, 1 the query kernel, g >= 2 the key kernel in slots of g - 1 key tiles).
+fn encode(op: &Op, xs: &[Array<f64>], gy: &Array<f64>, dq_path: usize, buf: &mut Vec<u8>) {
     let (scale, causal, mask) = op.attention_payload().expect("attention calls only");
     let r = xs[0].shape.len();
     let (l, d) = (xs[0].shape[r - 2], xs[0].shape[r - 1]);
@@ -77,7 +78,17 @@ fn encode(op: &Op, xs: &[Array<f64>], gy: &Array<f64>, buf: &mut Vec<u8>) {
         AttentionMask::AdditiveBias => 2,
     };
     let shared = xs.get(3).is_some_and(|m| m.shape.len() == 2);
-    for v in [bh, l, s, d, dv, mask_kind, shared as usize, causal as usize] {
+    for v in [
+        bh,
+        l,
+        s,
+        d,
+        dv,
+        mask_kind,
+        shared as usize,
+        causal as usize,
+        dq_path,
+    ] {
         buf.extend((v as i64).to_le_bytes());
     }
     let sc = scale.unwrap_or(1.0 / (d as f32).sqrt());
@@ -116,8 +127,16 @@ fn flash_kernels_match_the_spec_under_cpu_emulation() {
         })
         .collect();
     let mut input = Vec::new();
-    for (op, xs, gy) in &cases {
-        encode(op, xs, gy, &mut input);
+    for (c, (op, xs, gy)) in cases.iter().enumerate() {
+        // every dQ path on random calls; the fixed calls 0-2 (three key tiles) in slots of
+        // two tiles (slot 0 adds its second tile's terms to its first's), of one tile
+        // causal (zeroed slots, tiles skipped) and of one tile stored
+        let dq_path = match c {
+            24 => 3,
+            25 | 26 => 2,
+            _ => c % 5,
+        };
+        encode(op, xs, gy, dq_path, &mut input);
     }
     let (inp, outp) = (dir.join("calls.bin"), dir.join("results.bin"));
     std::fs::File::create(&inp)

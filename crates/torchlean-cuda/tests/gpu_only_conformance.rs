@@ -324,7 +324,7 @@ fn flash_attention_matches_the_spec_on_the_gpu() {
     }
     let b = native_cuda_attention_binding();
     let atomic = native_cuda_attention_atomic_binding();
-    // the deterministic VJP (dQ by the query kernel) and the opt-in atomic one
+    // the deterministic VJP (dQ in slots or by the query kernel) and the opt-in atomic one
     let vjps = [
         (
             "deterministic",
@@ -488,6 +488,120 @@ fn flash_attention_vjp_is_bit_identical_run_to_run() {
         }
     }
     eprintln!("flash_attention_vjp_is_bit_identical_run_to_run: the deterministic VJP gave the same bits in 5 runs of 2 calls; the atomic VJP's runs differed from its first in {atomic_differed} of 8");
+}
+
+/// The deterministic VJP's dQ in grouped slots (`kernels::attention_slots`: more than 16 key
+/// tiles, each block of the key kernel summing two key tiles' terms into its slot before the
+/// slots are added in order): L = S = 1100 (18 key tiles: 9 slots of 2) with enough batch
+/// matrices for the grouped grid to fill the device, unmasked, causal and with a boolean
+/// mask. Every gradient is compared with the native CPU flash VJP (another implementation,
+/// itself held to the spec by `flash_attention.rs`) at the flash capsule's tolerance, and
+/// repeats bit for bit; the log line gives the slot plan that ran.
+#[test]
+fn flash_attention_dq_in_grouped_slots_matches_the_cpu_and_repeats() {
+    use torchlean::graph::{AttentionMask, Op};
+    use torchlean_cuda::kernels::attention_slots::{dq_slots, DqSlots};
+    if !gpu("flash_attention_dq_in_grouped_slots_matches_the_cpu_and_repeats") {
+        return;
+    }
+    let (l, d) = (1100usize, 64usize);
+    let key_tiles = l.div_ceil(64);
+    let resident = torchlean_cuda::device::context()
+        .expect("the CUDA context")
+        .flash_kv_resident;
+    // the fewest batch matrices whose grouped grid fills the device once (at least 2)
+    let bh = resident.div_ceil(key_tiles.div_ceil(2)).max(2);
+    let plan = dq_slots(bh, key_tiles, bh * l * d, resident);
+    assert_eq!(
+        plan,
+        Some(DqSlots { group: 2, slots: 9 }),
+        "{bh} batch matrices on {resident} resident blocks"
+    );
+    let cpu = torchlean::providers::native_cpu::flash_binding();
+    let gpu_det = native_cuda_attention_binding();
+    let (fwd, vjp) = (gpu_det.forward(), gpu_det.vjp().expect("a VJP"));
+    let cpu_vjp = cpu.vjp().expect("the CPU flash VJP");
+    let mut worst = 0.0f64;
+    for (c, &(mask, causal)) in [
+        (AttentionMask::None, false),
+        (AttentionMask::None, true),
+        (AttentionMask::Boolean, false),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let op = Op::ScaledDotProductAttention {
+            scale: None,
+            causal,
+            mask,
+        };
+        let seed = 71_000 + 10 * c as u64;
+        let mut xs: Vec<Array<f64>> = (0..3)
+            .map(|i| draw(&[bh, l, d], Gen::Normal, seed + i))
+            .collect();
+        if mask == AttentionMask::Boolean {
+            // about a quarter of the entries blocked, and query row 3 blocked entirely
+            let mut m = draw(&[l, l], Gen::Normal, seed + 3);
+            for (e, x) in m.data.iter_mut().enumerate() {
+                *x = if e / l != 3 && *x > -0.67 { 1.0 } else { 0.0 };
+            }
+            xs.push(m);
+        }
+        let gy = draw(&[bh, l, d], Gen::Normal, seed + 9);
+        let host: Vec<Tensor> = xs
+            .iter()
+            .map(|a| {
+                Tensor::from_vec(a.data.iter().map(|&v| v as f32).collect(), &a.shape)
+                    .expect("host")
+            })
+            .collect();
+        let host_refs: Vec<&Tensor> = host.iter().collect();
+        let host_gy =
+            Tensor::from_vec(gy.data.iter().map(|&v| v as f32).collect(), &gy.shape).expect("host");
+        let needs = [true, true, true, false];
+        let needs = &needs[..xs.len()];
+        let y_cpu = (cpu.forward())(&op, &host_refs).expect("cpu forward");
+        let want = cpu_vjp(&op, &host_refs, &y_cpu, &host_gy, needs).expect("cpu vjp");
+        let ts: Vec<Tensor> = xs.iter().map(on_gpu).collect();
+        let tr: Vec<&Tensor> = ts.iter().collect();
+        let y = fwd(&op, &tr).expect("gpu forward");
+        let g = on_gpu(&gy);
+        let first = vjp(&op, &tr, &y, &g, needs).expect("gpu vjp");
+        for (j, (got, want)) in first.iter().zip(&want).enumerate().take(3) {
+            let (got, want) = (
+                got.as_ref().expect("a gradient"),
+                want.as_ref().expect("a gradient"),
+            );
+            let want: Vec<f64> = want
+                .try_to_vec()
+                .expect("host")
+                .into_iter()
+                .map(f64::from)
+                .collect();
+            match flash_compare(&widen(got), &want, 2e-4) {
+                Ok(e) => worst = worst.max(e),
+                Err(e) => panic!("case {c} ({mask:?}, causal {causal}) gradient {j}: {e}"),
+            }
+        }
+        let bits = |gs: &[Option<Tensor>]| -> Vec<Vec<u32>> {
+            gs.iter()
+                .flatten()
+                .map(|t| {
+                    t.try_to_vec()
+                        .expect("read back")
+                        .iter()
+                        .map(|x| x.to_bits())
+                        .collect()
+                })
+                .collect()
+        };
+        let again = vjp(&op, &tr, &y, &g, needs).expect("gpu vjp");
+        assert!(
+            bits(&again) == bits(&first),
+            "case {c} ({mask:?}, causal {causal}): a second run gave other bits"
+        );
+    }
+    eprintln!("flash_attention_dq_in_grouped_slots_matches_the_cpu_and_repeats: B·H = {bh}, L = S = {l}, d = {d}, plan {plan:?} on {resident} resident blocks; worst error against the CPU {worst:e}");
 }
 
 /// The split-TF32 tensor-core kernels (`flash_forward_mma`, `flash_bwd_kv_mma`: d, dv <= 64,

@@ -116,7 +116,8 @@ __device__ __forceinline__ void flash_bwd_kv_one_chunk(
     const unsigned* __restrict__ bits, const float* __restrict__ bias,
     const int* __restrict__ nonfinite, const float* __restrict__ stats,
     const float* __restrict__ dout, float* __restrict__ dk, float* __restrict__ dv, const Flash& g,
-    float* __restrict__ dq, int fuse_dq, long long split_heads, long long parts, float* __restrict__ part) {
+    float* __restrict__ dq, int fuse_dq, long long split_heads, long long parts, float* __restrict__ part,
+    long long group, long long slot_stride) {
     extern __shared__ __align__(16) float smem[];
     float* ks = smem;                // k rows
     float* vs = smem + FA_TILE;      // v rows
@@ -126,9 +127,9 @@ __device__ __forceinline__ void flash_bwd_kv_one_chunk(
     float* dt = smem + 5 * FA_TILE;  // dSᵀ: [j][i], swizzled
     float* rs = smem + 6 * FA_TILE;  // the query tile's stats: lse, attends, D (3 × 64)
     const int tx = threadIdx.x % 8, ty = threadIdx.x / 8;
-    const long long k0 = (long long)blockIdx.x * FA_T;
-    const long long keys = min((long long)FA_T, g.s - k0);
-    const long long nqt = (g.l + FA_T - 1) / FA_T;
+    const long long nqt = (g.l + FA_T - 1) / FA_T, nkt = (g.s + FA_T - 1) / FA_T;
+    // key tiles [kt_first, kt_end) of this block (one unless dQ goes to slots of `group`)
+    const long long kt_first = (long long)blockIdx.x * group, kt_end = min(kt_first + group, nkt);
     const bool skip = g.causal && nonfinite[0] == 0;
     const bool skip_tiles = TILES && g.tiles && nonfinite[0] == 0;
     const bool vec_dq = g.d % 4 == 0;
@@ -137,15 +138,20 @@ __device__ __forceinline__ void flash_bwd_kv_one_chunk(
     // (p+1)·nqt/parts) of matrix full + t / parts (p = t % parts) and leaving its dK, dV in
     // rows t of `part` (flash_sum_parts adds them in order)
     const long long full = g.bh - split_heads, ny = full + split_heads * parts;
-    for (long long y = blockIdx.y; y < ny; y += gridDim.y) {
+    for (long long y = blockIdx.y; y < ny; y += gridDim.y)
+    for (long long kt = kt_first; kt < kt_end; ++kt) {
+        const long long k0 = kt * FA_T, keys = min((long long)FA_T, g.s - k0);
         const long long t = y - full, b = t < 0 ? y : full + t / parts;
         const long long qt_end = t < 0 ? nqt : (t % parts + 1) * nqt / parts;
         const long long qt_begin = max(skip ? k0 / FA_T : 0LL, t < 0 ? 0LL : (t % parts) * nqt / parts);
+        // dQ into slot blockIdx.x: stored (fuse_dq 2: one key tile per slot, visiting every
+        // query row of the matrix) or added to the zeroed slot (fuse_dq 3)
+        const bool add_dq = fuse_dq == 3;
         float ak[4][8] = {}, av[4][8] = {};
         __syncthreads();
         fa_load(ks, k, b * g.s + k0, keys, g.d, 0, g.d, nullptr, 0);
         fa_load(vs, v, b * g.s + k0, keys, g.dv, 0, g.dv, nullptr, 0);
-        long long qt = fa_next_tile<TILES>(g, bits, skip_tiles, b, qt_begin, qt_end, blockIdx.x);
+        long long qt = fa_next_tile<TILES>(g, bits, skip_tiles, b, qt_begin, qt_end, kt);
         if (qt < qt_end) fa_stage(qs, os, rs, q, dout, stats, g, b, qt * FA_T, min((long long)FA_T, g.l - qt * FA_T));
         while (qt < qt_end) {
             const long long i0 = qt * FA_T, rows = min((long long)FA_T, g.l - i0);
@@ -193,7 +199,7 @@ __device__ __forceinline__ void flash_bwd_kv_one_chunk(
             bool attends[4];
             #pragma unroll
             for (int a = 0; a < 4; ++a) attends[a] = rs[FA_T + ty * 4 + a] != 0.0f;
-            const long long next = fa_next_tile<TILES>(g, bits, skip_tiles, b, qt + 1, qt_end, blockIdx.x);
+            const long long next = fa_next_tile<TILES>(g, bits, skip_tiles, b, qt + 1, qt_end, kt);
             // every thread is done with this tile's q, dO and stats: stage the next
             __syncthreads();
             if (next < qt_end) fa_stage(qs, os, rs, q, dout, stats, g, b, next * FA_T, min((long long)FA_T, g.l - next * FA_T));
@@ -204,7 +210,23 @@ __device__ __forceinline__ void flash_bwd_kv_one_chunk(
                 #pragma unroll
                 for (int a = 0; a < 4; ++a) {
                     const long long i = i0 + ty * 4 + a, row = b * g.l + i;
-                    if (i >= g.l || !attends[a]) continue;
+                    if (i >= g.l) continue;
+                    if (fuse_dq >= 2) {
+                        // this thread's entries of the slot, in the same order for every key
+                        // tile of the group; a row that attends nothing gets exact zeros
+                        float* out = dq + blockIdx.x * slot_stride + row * g.d;
+                        #pragma unroll
+                        for (int h = 0; h < 2; ++h)
+                            #pragma unroll
+                            for (int e = 0; e < 4; ++e) {
+                                const long long col = h * 32 + tx * 4 + e;
+                                if (col >= g.d) continue;
+                                const float x = attends[a] ? g.scale * aq[a][4 * h + e] : 0.0f;
+                                out[col] = add_dq ? out[col] + x : x;
+                            }
+                        continue;
+                    }
+                    if (!attends[a]) continue;
                     float* out = dq + row * g.d;
                     #pragma unroll
                     for (int h = 0; h < 2; ++h) {
@@ -264,10 +286,18 @@ extern "C" __global__ void flash_sum_parts(const float* __restrict__ part, float
 // launch gives flash_bwd_kv_one_chunk's 6 tiles and 3 × 64 floats). stats as
 // flash_forward's mode 1 wrote them. Query rows that attend nothing are read as zeros.
 // With one chunk of each head dimension (d, dv ≤ 64) the call goes to flash_bwd_kv_one_chunk,
-// which with fuse_dq also adds dQ += scale · dS K for each query tile into dq (zeroed by the
-// caller) atomically: the query kernel's recomputation of S and dP is saved, at the price of
-// an order of additions that varies from run to run; rows that attend nothing receive
-// nothing. `gate`: as flash_forward's (flash_bwd_kv_mma's flag).
+// which with fuse_dq also computes dQ's terms scale · dS K for each query tile, saving the
+// query kernel's recomputation of S and dP:
+// - fuse_dq 1: added into dq (zeroed by the caller) atomically, in an order that varies
+//   from run to run; rows that attend nothing receive nothing;
+// - fuse_dq 2 or 3: deterministic. Block x runs key tiles [x·group, (x + 1)·group) one
+//   after the other (group 1: one tile, the grid as without slots) and leaves the sum of
+//   their terms, in that order, in slot x of dq ([slots][BH·L·d], slot_stride = BH·L·d);
+//   the caller adds the slots in order (flash_sum_batches). 2: one key tile per slot
+//   (group 1) that visits every query row of the matrix (no causal cut, no mask tile
+//   skipped), so it stores; 3: the caller zeroed the slots and every tile adds. A row that
+//   attends nothing gets zeros.
+// `gate`: as flash_forward's (flash_bwd_kv_mma's flag).
 template <bool TILES>
 __device__ __forceinline__ void flash_bwd_kv_impl(
     const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
@@ -275,12 +305,12 @@ __device__ __forceinline__ void flash_bwd_kv_impl(
     const int* __restrict__ nonfinite, const float* __restrict__ stats,
     const float* __restrict__ dout, float* __restrict__ dk, float* __restrict__ dv, Flash g,
     float* __restrict__ dq, int fuse_dq, const int* __restrict__ gate, long long split_heads,
-    long long parts, float* __restrict__ part) {
+    long long parts, float* __restrict__ part, long long group, long long slot_stride) {
     // the tensor-core kernel (flash_bwd_kv_mma) took the call unless its flag says not
     if (gate != nullptr && gate[0] == 0) return;
     if (g.d <= FA_C && g.dv <= FA_C) {
         flash_bwd_kv_one_chunk<TILES>(q, k, v, bits, bias, nonfinite, stats, dout, dk, dv, g, dq, fuse_dq,
-                                      split_heads, parts, part);
+                                      split_heads, parts, part, group, slot_stride);
         return;
     }
     extern __shared__ __align__(16) float smem[];
@@ -374,9 +404,9 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_bwd_kv(
     const int* __restrict__ nonfinite, const float* __restrict__ stats,
     const float* __restrict__ dout, float* __restrict__ dk, float* __restrict__ dv, Flash g,
     float* __restrict__ dq, int fuse_dq, const int* __restrict__ gate, long long split_heads,
-    long long parts, float* __restrict__ part) {
+    long long parts, float* __restrict__ part, long long group, long long slot_stride) {
     flash_bwd_kv_impl<false>(q, k, v, bits, bias, nonfinite, stats, dout, dk, dv, g, dq, fuse_dq, gate,
-                              split_heads, parts, part);
+                              split_heads, parts, part, group, slot_stride);
 }
 extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_bwd_kv_tiles(
     const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
@@ -384,9 +414,9 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_bwd_kv_tiles(
     const int* __restrict__ nonfinite, const float* __restrict__ stats,
     const float* __restrict__ dout, float* __restrict__ dk, float* __restrict__ dv, Flash g,
     float* __restrict__ dq, int fuse_dq, const int* __restrict__ gate, long long split_heads,
-    long long parts, float* __restrict__ part) {
+    long long parts, float* __restrict__ part, long long group, long long slot_stride) {
     flash_bwd_kv_impl<true>(q, k, v, bits, bias, nonfinite, stats, dout, dk, dv, g, dq, fuse_dq, gate,
-                              split_heads, parts, part);
+                              split_heads, parts, part, group, slot_stride);
 }
 
 

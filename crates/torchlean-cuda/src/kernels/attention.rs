@@ -13,9 +13,11 @@
 //!   holds for the key/value VJP kernel below (`flash_bwd_kv_mma`, also over O and dO;
 //!   opt-in with `TORCHLEAN_FLASH_MMA=1`: slower than the f32 kernel so far);
 //! - VJP, recomputing: a stats pass (each row's log-sum-exp of its allowed scores, whether it
-//!   attends any key, and D = dO·O), then one kernel per 64 keys for dK and dV, and one
-//!   kernel per 64 query rows for dQ (and the additive mask's gradient): every sum in a
-//!   fixed order, bit-identical run to run ([`vjp`], `native_cuda.flash_attention`). The
+//!   attends any key, and D = dO·O), then one kernel per 64 keys for dK and dV, which with
+//!   one chunk of each head dimension also leaves dQ's terms in slots that a last kernel adds
+//!   in order (`attention_slots`), else one kernel per 64 query rows for dQ (and the
+//!   additive mask's gradient): every sum in a fixed order, bit-identical run to run
+//!   ([`vjp`], `native_cuda.flash_attention`). The
 //!   opt-in `native_cuda.flash_attention_atomic` ([`vjp_atomic`], planned only under
 //!   `--allow-nondeterministic`) lets the key kernel also add dQ with `atomicAdd` where one
 //!   chunk of each head dimension (d, dv <= 64) allows it: two L×S×d products fewer, in an
@@ -643,8 +645,9 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
 }
 
 /// The VJP kernel of `native_cuda.flash_attention` (recomputing, deterministic): dQ by the
-/// query kernel, one block per 64 query rows summing its key tiles in order, so every
-/// gradient is bit-identical run to run.
+/// key kernel into slots added in order, or by the query kernel (one block per 64 query rows
+/// summing its key tiles in order) where `attention_slots` says so, so every gradient is
+/// bit-identical run to run.
 pub fn vjp(
     op: &Op,
     inputs: &[&Tensor],
@@ -652,7 +655,7 @@ pub fn vjp(
     gy: &Tensor,
     needs: &[bool],
 ) -> Result<Vec<Option<Tensor>>> {
-    vjp_with(op, inputs, output_t, gy, needs, DqBy::QueryKernel)
+    vjp_with(op, inputs, output_t, gy, needs, DqBy::Deterministic)
 }
 
 /// The VJP kernel of `native_cuda.flash_attention_atomic` (recomputing): with one chunk of
@@ -672,8 +675,9 @@ pub fn vjp_atomic(
 /// Which kernel computes dQ.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum DqBy {
-    /// The query kernel (deterministic).
-    QueryKernel,
+    /// Deterministically: the key kernel into slots where `attention_slots` allows, else the
+    /// query kernel.
+    Deterministic,
     /// The key kernel, atomically, where one chunk of each head dimension allows it.
     KeyKernelAtomically,
 }
@@ -709,14 +713,38 @@ fn vjp_with(
         let kv = (need(1) || need(2)) && d.max(dv) > 0;
         let mma = kv && cx.flash_mma.vjp && d <= TILE && dv <= TILE;
         let (mut c, st) = prepare_vjp(cx, op, inputs, output_t, gy, mma)?;
-        // atomic dQ and one chunk of each head dimension: the key kernel also adds dQ, and
-        // the query kernel runs only for an additive mask's gradient
-        let fuse_dq = dq_by == DqBy::KeyKernelAtomically && kv && need(0) && d.max(dv) <= TILE;
-        if fuse_dq {
+        // one chunk of each head dimension: the key kernel also computes dQ (atomically, or
+        // deterministically in slots where attention_slots says so), and the query kernel
+        // runs only for an additive mask's gradient
+        let one_chunk = kv && need(0) && d.max(dv) <= TILE;
+        let slots = if dq_by == DqBy::Deterministic && one_chunk && !mma && cx.flash_dq_slots {
+            super::attention_slots::dq_slots(bh, s.div_ceil(TILE), bh * l * d, cx.flash_kv_resident)
+        } else {
+            None
+        };
+        let fuse_dq = (dq_by == DqBy::KeyKernelAtomically && one_chunk) || slots.is_some();
+        // the slots' scratch; zeroed where a key tile may skip query tiles (causal, mask
+        // tiles) or a block runs several key tiles (fuse 3: every tile adds), else the first
+        // tile of each slot stores (fuse 2)
+        let mut dq_slots = output(
+            cx,
+            op,
+            slots.map_or(1, |p| p.scratch_floats(bh * l, d)).max(1),
+        )?;
+        let fuse: i32 = match slots {
+            None => fuse_dq as i32,
+            Some(p) if p.group > 1 || c.g.causal != 0 || c.g.tiles != 0 => {
+                launched(op, cx.stream.memset_zeros(dq_slots.slice_mut()))?;
+                3
+            }
+            Some(_) => 2,
+        };
+        if fuse == 1 {
             launched(op, cx.stream.memset_zeros(gq.slice_mut()))?;
         }
+        let (group, slot_stride) =
+            slots.map_or((1i64, 0i64), |p| (p.group as i64, (bh * l * d) as i64));
         if kv {
-            let fuse = fuse_dq as i32;
             // with one chunk of each head dimension the tensor-core kernel takes the call
             // unless a value it would split is too large (the f32 kernel is gated on that)
             let mut wide = None;
@@ -747,44 +775,67 @@ fn vjp_with(
             // where every query tile costs the same (no causal cut, no mask tiles skipped)
             // and one chunk of each head dimension, the last batch matrices' key tiles may
             // run as several blocks over ranges of query tiles (attention_split.rs)
-            let split = if !mma && d.max(dv) <= TILE && c.g.causal == 0 && c.g.tiles == 0 {
-                super::attention_split::key_split(
-                    bh,
-                    s.div_ceil(TILE),
-                    l.div_ceil(TILE),
-                    cx.flash_kv_slots,
-                    s,
-                    d + dv,
-                )
-            } else {
-                super::attention_split::KeySplit::NONE
-            };
+            let grouped = slots.is_some_and(|p| p.group > 1);
+            let split =
+                if !mma && !grouped && d.max(dv) <= TILE && c.g.causal == 0 && c.g.tiles == 0 {
+                    super::attention_split::key_split(
+                        bh,
+                        s.div_ceil(TILE),
+                        l.div_ceil(TILE),
+                        cx.flash_kv_slots,
+                        s,
+                        d + dv,
+                    )
+                } else {
+                    super::attention_split::KeySplit::NONE
+                };
             let mut part = output(cx, op, split.scratch_floats(s, d, dv).max(1))?;
             let (heads, parts) = (split.heads as i64, split.parts as i64);
             let mut b = cx.stream.launch_builder(
                 c.kernel(&cx.functions.flash_bwd_kv, &cx.functions.flash_bwd_kv_tiles),
             );
             vjp_inputs(&mut b, &c, &st, g);
-            b.arg(gk.slice_mut())
-                .arg(gv.slice_mut())
-                .arg(&c.g)
-                .arg(gq.slice_mut())
-                .arg(&fuse);
+            b.arg(gk.slice_mut()).arg(gv.slice_mut()).arg(&c.g);
+            if slots.is_some() {
+                b.arg(dq_slots.slice_mut());
+            } else {
+                b.arg(gq.slice_mut());
+            }
+            b.arg(&fuse);
             gate_arg(&mut b, &wide);
-            b.arg(&heads).arg(&parts).arg(part.slice_mut());
+            b.arg(&heads)
+                .arg(&parts)
+                .arg(part.slice_mut())
+                .arg(&group)
+                .arg(&slot_stride);
             let rows = bh - split.heads + split.heads * split.parts;
+            let key_blocks = slots.map_or(s.div_ceil(TILE), |p| p.slots);
             let cfg = LaunchConfig {
                 shared_mem_bytes: BWD_KV_BYTES,
-                ..launch_cfg(s.div_ceil(TILE), rows, d.max(dv).div_ceil(TILE), 0)
+                ..launch_cfg(key_blocks, rows, d.max(dv).div_ceil(TILE), 0)
             };
             // SAFETY: reads as the forward plus the stats (3·BH·L) and the cotangent
-            // ([BH, L, dv]); block (x, y, z) writes the rows of its 64 keys in columns of
-            // chunk z of gk ([BH, S, d]) and gv ([BH, S, dv]): disjoint between blocks; with
-            // fuse (one chunk), it adds into rows of gq ([BH, L, d], zeroed above) inside
-            // its shape with atomicAdd only. With a split (one chunk only: heads = 0
-            // otherwise), grid rows past bh - heads write their 64 keys' rows of `part`
-            // ([heads·parts, S, d] then [heads·parts, S, dv], allocated so) instead.
+            // ([BH, L, dv]); block (x, y, z) writes the rows of its key tiles (64 keys, or
+            // `group` tiles of 64 with slots) in columns of chunk z of gk ([BH, S, d]) and gv
+            // ([BH, S, dv]): disjoint between blocks; with fuse 1 (one chunk), it adds into
+            // rows of gq ([BH, L, d], zeroed above) inside its shape with atomicAdd only;
+            // with fuse 2 or 3 (one chunk), block x writes only slot x of `dq_slots`
+            // (slots·BH·L·d allocated, slot_stride = BH·L·d, x < slots). With a split (one
+            // chunk and group 1 only: heads = 0 otherwise), grid rows past bh - heads write
+            // their 64 keys' rows of `part` ([heads·parts, S, d] then [heads·parts, S, dv],
+            // allocated so) instead.
             launched(op, unsafe { b.launch(cfg) })?;
+            if let Some(p) = slots.filter(|_| bh * l * d > 0) {
+                let (slots64, n64) = (p.slots as i64, (bh * l * d) as i64);
+                let mut b = cx.stream.launch_builder(&cx.functions.flash_sum_batches);
+                b.arg(dq_slots.slice())
+                    .arg(gq.slice_mut())
+                    .arg(&slots64)
+                    .arg(&n64);
+                // SAFETY: thread e reads dq_slots[x·n + e] for x < slots (slots·n allocated)
+                // and writes gq[e], e < n = BH·L·d (gq's size).
+                launched(op, unsafe { b.launch(super::grid(bh * l * d)) })?;
+            }
             if split.heads > 0 {
                 let (full, s64, d64, dv64) =
                     ((bh - split.heads) as i64, s as i64, d as i64, dv as i64);

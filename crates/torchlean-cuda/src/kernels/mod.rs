@@ -7,6 +7,7 @@
 //! capsules ([`crate::guard`]) have already run; kernels re-check what they index with.
 
 pub mod attention;
+pub mod attention_slots;
 pub mod attention_split;
 pub mod blas;
 pub mod conv;
