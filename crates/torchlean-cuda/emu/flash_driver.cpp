@@ -186,7 +186,7 @@ int main(int argc, char** argv) {
                                   gy.data(), g, 1, nullptr);
                 });
             }
-            if (causal || g.tiles) flag_over(st, bh * l, &flag);
+            if (causal || g.tiles) flag_over(st, 2 * bh * l, &flag);
 
             // as kernels/attention.rs: with one chunk of each head dimension the key kernel
             // computes dQ itself — atomically, or deterministically in slots (groups of

@@ -383,6 +383,58 @@ fn flash_within_bound_of_the_spec(
     (forward, worst)
 }
 
+/// A query row whose every score is one huge finite value — an additive padding mask of
+/// -1e9 or `f32::MIN` over the whole row (the query row zero, so q·k adds nothing) — attends
+/// every key equally: forward the mean of v, and the VJP's probabilities 1/S. Over S = 100
+/// (one stripe) and S = 2100 (the log-sum-exp pass over key tiles, which took exp(x - lse)
+/// with lse = max + ln z rounded to max: probabilities 1, gradients S times too large).
+#[test]
+fn rows_of_one_huge_bias_attend_every_key_equally() {
+    let mut r = Draws(8100);
+    for s in [100usize, 2100] {
+        let (l, d) = (12usize, 8usize);
+        let op = Op::ScaledDotProductAttention {
+            scale: None,
+            causal: false,
+            mask: AttentionMask::AdditiveBias,
+        };
+        let mut q = r.array(&[2, l, d]);
+        let (k, v) = (r.array(&[2, s, d]), r.array(&[2, s, d]));
+        let mut bias = Array::from_fn(&[l, s], |_| 0.0);
+        for (row, value) in [(3usize, -1e9), (5, f32::MIN as f64), (8, -3e38)] {
+            bias.data[row * s..(row + 1) * s].fill(value);
+            for b in 0..2 {
+                q.data[(b * l + row) * d..(b * l + row + 1) * d].fill(0.0);
+            }
+        }
+        for (i, x) in bias.data.iter_mut().enumerate() {
+            if i / s == 1 {
+                *x = r.normal();
+            }
+        }
+        let what = format!("S = {s}");
+        let xs = [q, k, v, bias];
+        flash_within_bound_of_the_spec(&what, &op, &xs, &mut r);
+        // the tiled f64 flash spec too (it took its probabilities from m + ln z: at
+        // |m| = 3.4e38 ln z is below half an ulp of m even in f64)
+        let refs: Vec<&Array<f64>> = xs.iter().collect();
+        let gy = r.array(&[2, l, d]);
+        let y = spec::forward(&op, &refs).expect("spec forward");
+        let want = spec::vjp(&op, &refs, &y, &gy).expect("spec vjp");
+        let tiles = Tiles {
+            queries: 5,
+            keys: 64,
+        };
+        let got = flash::vjp(&op, &refs, &gy, tiles).expect("flash spec vjp");
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            if let (Some(g), Some(w)) = (g, w) {
+                let e = rel_diff(&g.data, &w.data);
+                assert!(e < 1e-9, "{what}: the flash spec's gradient {i} is {e} off");
+            }
+        }
+    }
+}
+
 #[test]
 fn native_flash_kernel_matches_the_spec() {
     let mut r = Draws(3300);

@@ -13,19 +13,21 @@ extern "C" __global__ void flash_row_dot(const float* __restrict__ dout, const f
 }
 
 // The probability and score gradient of entry (i, j) from its recomputed product `dot`,
-// dP = dO_i·v_j, and the row's stats (lse, attends, D = dO_i·O_i): p = exp(score - lse) when
-// allowed; a blocked entry's probability is the spec's 0 / z (0, or NaN when the row's
-// normalizer z is NaN or 0: its log-sum-exp NaN or -inf); dS = p (dP - D) for every existing
+// dP = dO_i·v_j, and the row's stats (its maximum mx, inv = 1 / its normalizer z — nonzero
+// exactly when the row attends — and D = dO_i·O_i): p = exp(score - mx) / z when allowed (not
+// exp(score - lse): where |mx| dwarfs ln z, as under an additive mask of -1e9 or f32::MIN
+// over a whole row, lse = mx + ln z rounds to mx and every p to 1); a blocked entry's
+// probability is the spec's 0 / z (0, or NaN when z is NaN or 0: inv NaN or +inf); dS = p (dP - D) for every existing
 // entry of an attending row (so 0 · a non-finite value is NaN, as in the spec), exactly 0
 // for a row that attends nothing.
 __device__ __forceinline__ void fa_grad_entry(const Flash& g, const float* __restrict__ bias,
                                               long long b, long long i, long long j, unsigned m,
-                                              float lse, float att, float D, float dot, float dp,
+                                              float mx, float inv, float D, float dot, float dp,
                                               float& p, float& ds) {
-    const bool part = i < g.l && j < g.s && att != 0.0f;
+    const bool part = i < g.l && j < g.s && inv != 0.0f;
     const bool ok = part && fa_allowed(g, i, j, m);
-    const float blocked = part && !(lse > FA_NEG_INF) ? FA_NAN : 0.0f;
-    p = ok ? fa_exp2((fa_score(g, bias, b, i, j, dot) - lse) * FA_LOG2E) : blocked;
+    const float blocked = part && !(inv < FA_POS_INF) ? FA_NAN : 0.0f;
+    p = ok ? fa_exp2((fa_score(g, bias, b, i, j, dot) - mx) * FA_LOG2E) * inv : blocked;
     ds = part ? p * (dp - D) : 0.0f;
 }
 
@@ -60,7 +62,7 @@ __device__ __forceinline__ void fa_cp_wait() {
 
 // Starts copying query tile i0 (`rows` rows) of batch matrix b: its q rows into qs, dO rows
 // into os (zeros past the matrix and past d, dv; 16-byte copies when d and dv are multiples
-// of 4, else plain loads) and its three statistics into rs (lse, attends, D; zeros past the
+// of 4, else plain loads) and its three statistics into rs (max, 1 / normalizer, D; zeros past the
 // matrix). Rows that attend nothing are copied as they are: the caller zeroes them.
 __device__ __forceinline__ void fa_stage(float* qs, float* os, float* rs, const float* __restrict__ q,
                                          const float* __restrict__ dout,
@@ -125,7 +127,7 @@ __device__ __forceinline__ void flash_bwd_kv_one_chunk(
     float* os = smem + 3 * FA_TILE;  // dO rows of the query tile (likewise)
     float* pt = smem + 4 * FA_TILE;  // Pᵀ: [j][i], swizzled (fa_swizzle)
     float* dt = smem + 5 * FA_TILE;  // dSᵀ: [j][i], swizzled
-    float* rs = smem + 6 * FA_TILE;  // the query tile's stats: lse, attends, D (3 × 64)
+    float* rs = smem + 6 * FA_TILE;  // the query tile's stats: max, 1 / normalizer, D (3 × 64)
     const int tx = threadIdx.x % 8, ty = threadIdx.x / 8;
     const long long nqt = (g.l + FA_T - 1) / FA_T, nkt = (g.s + FA_T - 1) / FA_T;
     // key tiles [kt_first, kt_end) of this block (one unless dQ goes to slots of `group`)
@@ -173,18 +175,18 @@ __device__ __forceinline__ void flash_bwd_kv_one_chunk(
             #pragma unroll
             for (int c = 0; c < 8; ++c) {
                 const long long i = i0 + tx + 8 * c;
-                const float lse = rs[tx + 8 * c], att = rs[FA_T + tx + 8 * c], D = rs[2 * FA_T + tx + 8 * c];
+                const float mx = rs[tx + 8 * c], inv = rs[FA_T + tx + 8 * c], D = rs[2 * FA_T + tx + 8 * c];
                 #pragma unroll
                 for (int a = 0; a < 4; ++a) {
                     const long long j = k0 + ty * 4 + a;
                     float p, ds;
                     if (plain) {
                         // fa_grad_entry for an existing, allowed entry without a bias
-                        const bool part = att != 0.0f;
-                        p = part ? fa_exp2((st[a][c] * g.scale - lse) * FA_LOG2E) : 0.0f;
+                        const bool part = inv != 0.0f;
+                        p = part ? fa_exp2((st[a][c] * g.scale - mx) * FA_LOG2E) * inv : 0.0f;
                         ds = part ? p * (dp[a][c] - D) : 0.0f;
                     } else {
-                        fa_grad_entry(g, bias, b, i, j, fa_bit(g, bits, b, i, j), lse, att, D,
+                        fa_grad_entry(g, bias, b, i, j, fa_bit(g, bits, b, i, j), mx, inv, D,
                                       st[a][c], dp[a][c], p, ds);
                     }
                     const int r = ty * 4 + a, col = (tx + 8 * c) ^ fa_swizzle(r);
@@ -346,13 +348,13 @@ __device__ __forceinline__ void flash_bwd_kv_impl(
             for (int c = 0; c < 8; ++c) {
                 const long long i = i0 + tx + 8 * c, row = b * g.l + i;
                 const bool in = i < g.l;
-                const float lse = in ? stats[row] : 0.0f, att = in ? stats[R + row] : 0.0f,
+                const float mx = in ? stats[row] : 0.0f, inv = in ? stats[R + row] : 0.0f,
                             D = in ? stats[2 * R + row] : 0.0f;
                 #pragma unroll
                 for (int a = 0; a < 4; ++a) {
                     const long long j = k0 + ty * 4 + a;
                     float p, ds;
-                    fa_grad_entry(g, bias, b, i, j, fa_bit(g, bits, b, i, j), lse, att, D, st[a][c],
+                    fa_grad_entry(g, bias, b, i, j, fa_bit(g, bits, b, i, j), mx, inv, D, st[a][c],
                                   dp[a][c], p, ds);
                     st[a][c] = p;
                     dp[a][c] = ds;
@@ -423,15 +425,15 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_bwd_kv_tiles(
 // The statistics of a thread's four query rows i, i + 1, i + 2, i + 3 of batch matrix b
 // (log-sum-exp, whether the row attends, D = dO·O; zeros past the matrix).
 __device__ __forceinline__ void fa_row_stats(const float* __restrict__ stats, const Flash& g,
-                                             long long b, long long i, float lse[4], float att[4],
+                                             long long b, long long i, float mx[4], float inv[4],
                                              float D[4]) {
     const long long R = g.bh * g.l;
     #pragma unroll
     for (int r = 0; r < 4; ++r) {
         const long long row = b * g.l + i + r;
         const bool in = i + r < g.l;
-        lse[r] = in ? stats[row] : 0.0f;
-        att[r] = in ? stats[R + row] : 0.0f;
+        mx[r] = in ? stats[row] : 0.0f;
+        inv[r] = in ? stats[R + row] : 0.0f;
         D[r] = in ? stats[2 * R + row] : 0.0f;
     }
 }
@@ -439,7 +441,7 @@ __device__ __forceinline__ void fa_row_stats(const float* __restrict__ stats, co
 // dQ of a thread's four query rows i.. of batch matrix b in the grouped columns z0 +
 // fa_gcol(tx, c): scale · aq, and exactly 0 for a row that attends nothing (not 0 · its keys).
 __device__ __forceinline__ void fa_store_dq(float* __restrict__ dq, const Flash& g, long long b,
-                                            long long i, long long z0, int tx, const float att[4],
+                                            long long i, long long z0, int tx, const float inv[4],
                                             const float aq[4][8]) {
     #pragma unroll
     for (int r = 0; r < 4; ++r) {
@@ -447,7 +449,7 @@ __device__ __forceinline__ void fa_store_dq(float* __restrict__ dq, const Flash&
         #pragma unroll
         for (int c = 0; c < 8; ++c) {
             const long long col = z0 + fa_gcol(tx, c);
-            if (col < g.d) dq[(b * g.l + i + r) * g.d + col] = att[r] != 0.0f ? g.scale * aq[r][c] : 0.0f;
+            if (col < g.d) dq[(b * g.l + i + r) * g.d + col] = inv[r] != 0.0f ? g.scale * aq[r][c] : 0.0f;
         }
     }
 }
@@ -504,8 +506,8 @@ __device__ __forceinline__ void flash_bwd_q_one_chunk(
             while (kt < kt_end && skip_tiles && !fa_tile_any(g, bits, b, blockIdx.x, kt)) ++kt;
             return kt;
         };
-        float aq[4][8] = {}, lse[4], att[4], D[4];
-        fa_row_stats(stats, g, b, i0 + ty * 4, lse, att, D);
+        float aq[4][8] = {}, mx[4], inv[4], D[4];
+        fa_row_stats(stats, g, b, i0 + ty * 4, mx, inv, D);
         // the previous batch matrix's last tile is no longer read
         __syncthreads();
         fa_load(qs, q, b * g.l + i0, rows, g.d, 0, g.d, nullptr, 0);
@@ -541,12 +543,12 @@ __device__ __forceinline__ void flash_bwd_q_one_chunk(
                     float p, ds;
                     if (plain) {
                         // fa_grad_entry for an existing, allowed entry without a bias
-                        const bool part = att[r] != 0.0f;
-                        p = part ? fa_exp2((st[r][c] * g.scale - lse[r]) * FA_LOG2E) : 0.0f;
+                        const bool part = inv[r] != 0.0f;
+                        p = part ? fa_exp2((st[r][c] * g.scale - mx[r]) * FA_LOG2E) * inv[r] : 0.0f;
                         ds = part ? p * (dp[r][c] - D[r]) : 0.0f;
                     } else {
                         const unsigned bit = (c < 4 ? w0 : w1) >> (tx + 8 * (c % 4));
-                        fa_grad_entry(g, bias, b, i, j, bit, lse[r], att[r], D[r], st[r][c],
+                        fa_grad_entry(g, bias, b, i, j, bit, mx[r], inv[r], D[r], st[r][c],
                                       dp[r][c], p, ds);
                     }
                     dsb[(ty * 4 + r) * FA_P + tx + 8 * c] = ds;
@@ -559,7 +561,7 @@ __device__ __forceinline__ void flash_bwd_q_one_chunk(
             if (next < kt_end) fa_stage_rows(ks, k, b * g.s + next * FA_T, next_keys, g.d);
             kt = next;
         }
-        fa_store_dq(dq, g, b, i0 + ty * 4, 0, tx, att, aq);
+        fa_store_dq(dq, g, b, i0 + ty * 4, 0, tx, inv, aq);
     }
 }
 
@@ -590,8 +592,8 @@ __device__ __forceinline__ void flash_bwd_q_impl(
     const bool single_d = g.d <= FA_C, single_v = g.dv <= FA_C;
     const bool bias_here = want_bias && blockIdx.z == 0;
     for (long long b = blockIdx.y; b < g.bh; b += gridDim.y) {
-        float aq[4][8] = {}, lse[4], att[4], D[4];
-        fa_row_stats(stats, g, b, i0 + ty * 4, lse, att, D);
+        float aq[4][8] = {}, mx[4], inv[4], D[4];
+        fa_row_stats(stats, g, b, i0 + ty * 4, mx, inv, D);
         __syncthreads();
         if (single_d) fa_load(qs, q, b * g.l + i0, rows, g.d, 0, g.d, nullptr, 0);
         if (single_v) fa_load(os, dout, b * g.l + i0, rows, g.dv, 0, g.dv, nullptr, 0);
@@ -612,7 +614,7 @@ __device__ __forceinline__ void flash_bwd_q_impl(
                     const long long j = k0 + tx + 8 * c;
                     const unsigned bit = (c < 4 ? w0 : w1) >> (tx + 8 * (c % 4));
                     float p, ds;
-                    fa_grad_entry(g, bias, b, i, j, bit, lse[r], att[r], D[r], st[r][c], dp[r][c], p,
+                    fa_grad_entry(g, bias, b, i, j, bit, mx[r], inv[r], D[r], st[r][c], dp[r][c], p,
                                   ds);
                     dp[r][c] = ds;
                     if (bias_here && i < g.l && j < g.s) dbias[(b * g.l + i) * g.s + j] = ds;
@@ -630,7 +632,7 @@ __device__ __forceinline__ void flash_bwd_q_impl(
             __syncthreads();
         }
         if (!want_dq) continue;
-        fa_store_dq(dq, g, b, i0 + ty * 4, z0, tx, att, aq);
+        fa_store_dq(dq, g, b, i0 + ty * 4, z0, tx, inv, aq);
     }
 }
 // Without tile words (no boolean mask) the tile test is compiled out, so those calls run the

@@ -178,7 +178,7 @@ __device__ __forceinline__ void flash_bwd_kv_mma_impl(
                             const bool ok = ii < rows && kk < keys && sh[FA_QB + ii] != 0.0f &&
                                             !(g.causal && j > i) &&
                                             ((shw[2 * ii + (kk >> 5)] >> (kk & 31)) & 1u);
-                            const float p = ok ? fa_exp2(s * sl2 - sh[ii] * FA_LOG2E) : 0.0f;
+                            const float p = ok ? fa_exp2(s * sl2 - sh[ii] * FA_LOG2E) * sh[FA_QB + ii] : 0.0f;
                             s = p;
                             dp = p * (dp - sh[2 * FA_QB + ii]);
                         }

@@ -356,7 +356,9 @@ __device__ __forceinline__ float fa_sum_over(float x) {
 // shared memory 3 tiles. `gate` (mode 0 only): when given, the call runs only if gate[0] is
 // nonzero — the tensor-core forward below declined it (a value too large to split). mode 0:
 // out = attention (columns of chunk blockIdx.z), and, when
-// `stats` is given, each row's log-sum-exp and attends as below (the VJP's). mode 1 (the
-// VJP's first pass; one chunk): stats[row] = log-sum-exp of the row's allowed scores (0 for
-// a row that attends nothing), stats[R + row] = 1 when the row attends some key (else 0),
+// `stats` is given, each row's maximum and 1 / normalizer as below (the VJP's). mode 1 (the
+// VJP's first pass; one chunk): stats[row] = the maximum of the row's allowed scores (0 for
+// a row that attends nothing or whose every allowed score is -inf), stats[R + row] = 1 / z,
+// z = Σ exp(score - maximum) over the allowed scores (+inf when z is 0, NaN when z is; 0 for
+// a row that attends nothing: nonzero exactly when the row attends some key),
 // stats[2R + row] = dO·O.

@@ -98,14 +98,14 @@ __device__ __forceinline__ void flash_forward_impl(
                     if (col < g.dv) out[row * g.dv + col] = attends ? o[r][c] / l[r] : 0.0f;
                 }
             }
-            // mode 0 with stats (chunk 0): the row's log-sum-exp and attends for the VJP, as
-            // mode 1 writes them (mode 1 adds dO·O)
+            // mode 0 with stats (chunk 0): the row's maximum and 1 / normalizer for the VJP,
+            // as mode 1 writes them (mode 1 adds dO·O)
             if (tx == 0 && (mode == 1 || (stats != nullptr && blockIdx.z == 0))) {
                 const float mu = m[r] == FA_NEG_INF ? 0.0f : m[r];
-                // a row that attends nothing keeps 0: its stats are never read, and the
-                // caller's finiteness check over the log-sum-exps then sees only real rows
-                stats[row] = attends ? mu + logf(l[r]) : 0.0f;
-                stats[R + row] = attends ? 1.0f : 0.0f;
+                // a row that attends nothing keeps 0, 0: its stats are never read, and the
+                // caller's finiteness check over them then sees only real rows
+                stats[row] = attends ? mu : 0.0f;
+                stats[R + row] = attends ? 1.0f / l[r] : 0.0f;
                 if (mode == 1) stats[2 * R + row] = dot;
             }
         }
@@ -181,8 +181,11 @@ __device__ __forceinline__ void flash_forward_mma_impl(
     const bool skip_tiles = TILES && g.tiles && nonfinite[0] == 0;
     const long long kt_end = skip ? min(nkt, (q0 + rows - 1) / FA_T + 1) : nkt;
     const int dsteps = (int)((g.d + 7) / 8), vsteps = (int)((g.dv + 7) / 8);
-    // scores in base-2 units: x = scale · log2(e) · q·k (+ log2(e) · bias), weights 2^(x - m)
+    // scores in base-2 units, x = scale · log2(e) · q·k, weights 2^(x - m); with an
+    // additive bias in natural units, x = scale · q·k + bias, weights 2^((x - m) · log2(e))
+    // (u): a bias near -FLT_MAX times log2(e) would overflow to -inf and give 0/0
     const float sl2 = g.scale * FA_LOG2E;
+    const float u = g.mask == 2 ? FA_LOG2E : 1.0f;
     for (long long b = blockIdx.y; b < g.bh; b += gridDim.y) {
         __syncthreads();  // the previous batch matrix's reads of qsp are done
         // (the key loop's barriers make the split rows visible before any read)
@@ -261,7 +264,9 @@ __device__ __forceinline__ void flash_forward_mma_impl(
                         const bool ok = jj < lim2 && (((n < 4 ? w0 : w1) >> ((n % 4) * 8 + e)) & 1u);
                         float& x = sc[n][2 * h + e];
                         if (g.mask == 2) {
-                            x = ok ? fa_score(g, bias, b, i, k0 + jj + 2 * tq, x) * FA_LOG2E : FA_NEG_INF;
+                            // natural units (u below): a score near -FLT_MAX (an f32::MIN
+                            // bias) times log2(e) would overflow to -inf
+                            x = ok ? fa_score(g, bias, b, i, k0 + jj + 2 * tq, x) : FA_NEG_INF;
                             okm |= (ok ? 1u : 0u) << (2 * n + e);
                         } else {
                             // scores are finite here (flag `wide`): a blocked entry is the
@@ -276,7 +281,7 @@ __device__ __forceinline__ void flash_forward_mma_impl(
                 mx = fa_max_over<4>(mx);
                 const float mn = fmaxf(m[h], mx);
                 const float mu = mn == FA_NEG_INF ? 0.0f : mn;
-                const float alpha = fa_exp2(m[h] - mu);
+                const float alpha = fa_exp2((m[h] - mu) * u);
                 float sum = 0.0f;
                 #pragma unroll
                 for (int n = 0; n < 8; ++n)
@@ -285,7 +290,7 @@ __device__ __forceinline__ void flash_forward_mma_impl(
                         float& x = sc[n][2 * h + e];
                         // with a bias, an allowed score may be -inf too: its weight is 0
                         // and the row still attends (0/0 if every weight is)
-                        if (g.mask == 2) x = (okm >> (2 * n + e)) & 1u ? fa_exp2(x - mu) : 0.0f;
+                        if (g.mask == 2) x = (okm >> (2 * n + e)) & 1u ? fa_exp2((x - mu) * u) : 0.0f;
                         else x = fa_exp2(x - mu);
                         sum += x;
                     }
@@ -327,10 +332,11 @@ __device__ __forceinline__ void flash_forward_mma_impl(
                     if (col < g.dv) out[row * g.dv + col] = attends ? o[c][2 * h + e] / l[h] : 0.0f;
                 }
             if (tq == 0 && stats != nullptr) {
-                // the natural log-sum-exp: ln(2^mu · l) = mu · ln 2 + ln l
+                // the row's maximum in natural units (the scores were in log2 units without
+                // a bias) and 1 / normalizer
                 const float mu = m[h] == FA_NEG_INF ? 0.0f : m[h];
-                stats[row] = attends ? mu * FA_LN2 + logf(l[h]) : 0.0f;
-                stats[R + row] = attends ? 1.0f : 0.0f;
+                stats[row] = attends ? (g.mask == 2 ? mu : mu * FA_LN2) : 0.0f;
+                stats[R + row] = attends ? 1.0f / l[h] : 0.0f;
             }
         }
     }

@@ -494,8 +494,8 @@ fn stats(
 }
 
 /// The VJP's call: the flag also covers the additive mask and, after the stats pass, every
-/// attending row's log-sum-exp (a row whose normalizer is NaN or 0 gives its blocked entries
-/// the spec's NaN weight, which a skipped tile would miss).
+/// attending row's maximum and 1 / normalizer (a row whose normalizer is NaN or 0 gives its
+/// blocked entries the spec's NaN weight, which a skipped tile would miss).
 fn prepare_vjp<'a>(
     cx: &Context,
     op: &Op,
@@ -513,7 +513,7 @@ fn prepare_vjp<'a>(
     let (o, g) = (buffer(op, out)?, buffer(op, gy)?);
     let st = match o.attached(call_key(op, inputs)) {
         Some(left) => {
-            // the forward's log-sum-exps and attends, and dO·O computed now
+            // the forward's row maxima and 1 / normalizers, and dO·O computed now
             let rows = (c.g.bh * c.g.l) as usize;
             let mut st = output(cx, op, 3 * rows)?;
             let from = left.slice().slice(0..2 * rows);
@@ -535,7 +535,8 @@ fn prepare_vjp<'a>(
     };
     if c.g.causal != 0 || c.g.tiles != 0 {
         let rows = (c.g.bh * c.g.l) as usize;
-        flag_nonfinite(cx, op, &st, rows, &mut c.nonfinite)?;
+        // every attending row's maximum and 1 / normalizer (the first 2·BH·L stats)
+        flag_nonfinite(cx, op, &st, 2 * rows, &mut c.nonfinite)?;
     }
     Ok((c, st))
 }

@@ -101,7 +101,7 @@ pub fn flash_case(seed: u64, small: bool) -> (torchlean::graph::Op, Vec<Array<f6
 }
 
 /// How many fixed calls `fixed_case` has.
-pub const FIXED_CASES: usize = 6;
+pub const FIXED_CASES: usize = 8;
 
 /// Fixed calls that random shapes reach only now and then. 0–3: unmasked [2, 130, d] queries
 /// against [2, 140, d] keys (d, dv <= 64: the key kernel's one-chunk path over whole 64 × 64
@@ -109,7 +109,11 @@ pub const FIXED_CASES: usize = 6;
 /// of query row 5, whose q holds a NaN: the row gives zeros and takes no part in any gradient
 /// (its NaN must not reach dK through 0 · NaN). 5: causal, every value finite but one of v
 /// too large for the split-TF32 kernels (3·10^7 ≥ 2^24): they must decline the call while the
-/// causal tiles are still skipped.
+/// causal tiles are still skipped. 6, 7: an additive mask whose rows 3, 5 and 8 are one huge
+/// value (-1e9, f32::MIN, -3e38; those query rows zero, so every score of the row is that
+/// value) over [2, 70, d] queries and [2, 140, d] keys, d = 32 (the split-TF32 forward, whose
+/// base-2 scores overflowed to -inf: NaN rows) and d = 65 (two chunks): every key weighs 1/S,
+/// forward and VJP (a log-sum-exp VJP gave them weight 1).
 pub fn fixed_case(c: usize) -> (torchlean::graph::Op, Vec<Array<f64>>) {
     use torchlean::graph::{AttentionMask, Op};
     if c < 4 {
@@ -125,6 +129,26 @@ pub fn fixed_case(c: usize) -> (torchlean::graph::Op, Vec<Array<f64>>) {
             .map(|(i, shape)| draw(shape, Gen::Normal, 90_000 + 10 * c as u64 + i as u64))
             .collect();
         return (op, xs);
+    }
+    if c == 6 || c == 7 {
+        let (l, s, d) = (70usize, 140usize, if c == 6 { 32 } else { 65 });
+        let op = Op::ScaledDotProductAttention {
+            scale: None,
+            causal: false,
+            mask: AttentionMask::AdditiveBias,
+        };
+        let seed = 93_000 + 10 * c as u64;
+        let mut q = draw(&[2, l, d], Gen::Normal, seed);
+        let k = draw(&[2, s, d], Gen::Normal, seed + 1);
+        let v = draw(&[2, s, d], Gen::Normal, seed + 2);
+        let mut bias = draw(&[l, s], Gen::Normal, seed + 3);
+        for (row, value) in [(3usize, -1e9), (5, f32::MIN as f64), (8, -3e38)] {
+            bias.data[row * s..(row + 1) * s].fill(value);
+            for b in 0..2 {
+                q.data[(b * l + row) * d..(b * l + row + 1) * d].fill(0.0);
+            }
+        }
+        return (op, vec![q, k, v, bias]);
     }
     if c == 5 {
         let op = Op::ScaledDotProductAttention {

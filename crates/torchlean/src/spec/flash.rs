@@ -75,11 +75,14 @@ fn geometry<'a, T: Scalar>(
     Ok((g, Scores::new(xs, *scale, *causal, *mask), *mask))
 }
 
-/// The output and each row's log-sum-exp (`None` for a fully blocked row), by tiles.
-pub type Forward<T> = (Array<T>, Vec<Option<T>>);
+/// The output and each row's maximum score and normalizer (`None` for a fully blocked row),
+/// by tiles.
+pub type Forward<T> = (Array<T>, Vec<Option<(T, T)>>);
 
-/// The output and each row's log-sum-exp (`None` for a fully blocked row), by tiles; an
-/// error for another op or shapes the SDPA shape rule refuses.
+/// The output and each row's maximum score m and normalizer z = Σ exp(s − m) (`None` for a
+/// fully blocked row), by tiles; an error for another op or shapes the SDPA shape rule
+/// refuses. The pair, not the log-sum-exp m + ln z: where |m| dwarfs ln z (a row whose every
+/// score is near f32::MIN, an additive padding mask) the sum rounds to m.
 pub fn forward<T: Scalar>(op: &Op, xs: &[&Array<T>], tiles: Tiles) -> Result<Forward<T>, OpError> {
     let (g, scores, _) = geometry(op, xs)?;
     let (tq, tk) = (tiles.queries.max(1), tiles.keys.max(1));
@@ -87,7 +90,7 @@ pub fn forward<T: Scalar>(op: &Op, xs: &[&Array<T>], tiles: Tiles) -> Result<For
     let r = out_shape.len();
     out_shape[r - 1] = g.dv;
     let mut y = Array::zeros(&out_shape);
-    let mut lse = vec![None; g.batch * g.l];
+    let mut stats = vec![None; g.batch * g.l];
     for b in 0..g.batch {
         for q0 in (0..g.l).step_by(tq) {
             let rows = q0..(q0 + tq).min(g.l);
@@ -135,15 +138,15 @@ pub fn forward<T: Scalar>(op: &Op, xs: &[&Array<T>], tiles: Tiles) -> Result<For
                 for (o, &a) in out.iter_mut().zip(&acc[ri * g.dv..(ri + 1) * g.dv]) {
                     *o = a / z[ri];
                 }
-                lse[b * g.l + i] = Some(m[ri] + z[ri].ln());
+                stats[b * g.l + i] = Some((m[ri], z[ri]));
             }
         }
     }
-    Ok((y, lse))
+    Ok((y, stats))
 }
 
-/// The VJP, by tiles, recomputing each probability from the row's log-sum-exp: with
-/// p = exp(s − lse) and D = dO·O per row, dV += p·dO, dS = p·(dO·v − D), dQ += scale·dS·k,
+/// The VJP, by tiles, recomputing each probability from the row's maximum and normalizer:
+/// with p = exp(s − m) / z and D = dO·O per row, dV += p·dO, dS = p·(dO·v − D), dQ += scale·dS·k,
 /// dK += scale·dS·q, and (additive mask) dMask = dS.
 pub fn vjp<T: Scalar>(
     op: &Op,
@@ -153,7 +156,7 @@ pub fn vjp<T: Scalar>(
 ) -> Result<InputGrads<T>, OpError> {
     let (g, scores, mask) = geometry(op, xs)?;
     let (tq, tk) = (tiles.queries.max(1), tiles.keys.max(1));
-    let (y, lse) = forward(op, xs, tiles)?;
+    let (y, stats) = forward(op, xs, tiles)?;
     if gy.shape != y.shape || gy.data.len() != y.data.len() {
         return Err(payload_err(
             op,
@@ -171,7 +174,7 @@ pub fn vjp<T: Scalar>(
         for k0 in (0..g.s).step_by(tk) {
             for q0 in (0..g.l).step_by(tq) {
                 for i in q0..(q0 + tq).min(g.l) {
-                    let Some(lse_i) = lse[b * g.l + i] else {
+                    let Some((m_i, z_i)) = stats[b * g.l + i] else {
                         continue;
                     };
                     let row = (b * g.l + i) * g.dv..(b * g.l + i + 1) * g.dv;
@@ -181,7 +184,7 @@ pub fn vjp<T: Scalar>(
                         let Some(sij) = scores.at(b, i, j) else {
                             continue;
                         };
-                        let p = (sij - lse_i).exp();
+                        let p = (sij - m_i).exp() / z_i;
                         let vj = b * g.s + j;
                         let vrow = &xs[2].data[vj * g.dv..(vj + 1) * g.dv];
                         let dp: T = go.iter().zip(vrow).map(|(&a, &c)| a * c).sum();

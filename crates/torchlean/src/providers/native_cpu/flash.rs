@@ -597,19 +597,22 @@ fn vjp_batch_body(
             step.tile(&rows, &cols, (p, probs), &dsum, &mut dp);
             continue;
         }
-        // pass 1: each row's log-sum-exp
+        // pass 1: each row's maximum and normalizer
         for cols in key_tiles(spans.keys(at, bi, &rows, true)) {
             let tile = &mut scores[..bq * cols.len()];
             let maxes = tile_scores(at, bi, rows.clone(), cols.clone(), (q_b, k_b), tile);
             state.fold((tile, &maxes), cols.len());
         }
-        let lse: Vec<f32> = (0..bq).map(|r| state.max[r] + state.sum[r].ln()).collect();
-        // pass 2: probabilities from the log-sum-exp, and the gradient products
+        // pass 2: probabilities exp(x - max) / z, and the gradient products. Not exp(x - lse)
+        // with lse = max + ln z: where |max| dwarfs ln z (a row whose every allowed score is
+        // near -1e9 or f32::MIN, an additive padding mask) lse rounds to max and every
+        // probability of the row becomes 1 instead of 1/z
+        let inv: Vec<f32> = state.sum.iter().map(|z| 1.0 / z).collect();
         for cols in key_tiles(spans.keys(at, bi, &rows, skip)) {
             let p = &mut scores[..bq * cols.len()];
             tile_scores(at, bi, rows.clone(), cols.clone(), (q_b, k_b), p);
             probabilities(p, cols.len(), rows.start, &blocked, &state.nan, |x, r| {
-                vmath::exp(x - lse[r])
+                vmath::exp(x - state.max[r]) * inv[r]
             });
             step.tile(&rows, &cols, (p, Probs::Ready), &dsum, &mut dp);
         }
