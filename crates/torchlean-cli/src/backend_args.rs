@@ -225,11 +225,19 @@ impl BackendArgs {
     ) -> CliResult {
         self.check_report_path(reads)?;
         if let Some(path) = &self.report_json {
-            let text = serde_json::to_string_pretty(&report.to_json())
-                .map_err(|e| CliError::runtime(e.to_string()))?;
-            std::fs::write(path, text)
-                .map_err(|e| CliError::runtime(format!("cannot write report to {path}: {e}")))?;
+            write_report_json(path, &report)?;
         }
         Ok(())
     }
+}
+
+/// Writes `report` as JSON to `path` as every output file is written
+/// (`torchlean::files::write_atomic`): a regular file replaced atomically, a device or pipe
+/// written through, and a descriptor path (`/dev/stdout`, `/dev/fd/N`) written through that
+/// descriptor — never reopened with truncation over what the shell redirected there.
+pub fn write_report_json(path: &str, report: &BackendReport) -> CliResult {
+    let text = serde_json::to_string_pretty(&report.to_json())
+        .map_err(|e| CliError::runtime(e.to_string()))?;
+    torchlean::files::write_atomic(std::path::Path::new(path), format!("{text}\n").as_bytes())
+        .map_err(|e| CliError::runtime(format!("cannot write report to {path}: {e}")))
 }

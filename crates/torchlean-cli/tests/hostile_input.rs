@@ -981,6 +981,31 @@ fn descriptor_paths_are_written_through_their_descriptor() {
         serde_json::from_str::<serde_json::Value>(l).unwrap_or_else(|e| panic!("{l}: {e}"));
     }
 
+    // --report-json the same way (it truncated what the shell redirected: forty-third
+    // session's audit), for a training example and for run-graph
+    let o =
+        sh(r#"echo PRECIOUS > rep.txt; "$TL" mlp --steps 3 --report-json /dev/stdout >> rep.txt"#);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rep = std::fs::read_to_string(d.0.join("rep.txt")).unwrap();
+    assert!(rep.starts_with("PRECIOUS\nmlp: "), "{rep}");
+    let at = rep.find("\n{").expect("the report follows the run's lines") + 1;
+    let end = rep.rfind('}').expect("the report ends") + 1;
+    serde_json::from_str::<serde_json::Value>(&rep[at..end])
+        .unwrap_or_else(|e| panic!("{e}: {rep}"));
+    let fixtures = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../torchlean-onnx/tests/fixtures"
+    );
+    let o = sh(&format!(
+        r#""$TL" run-graph {fixtures}/cnn.onnx --inputs {fixtures}/cnn.inputs.safetensors --out y.safetensors --report-json /dev/stdout > graph.txt"#
+    ));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = std::fs::read_to_string(d.0.join("graph.txt")).unwrap();
+    let end = out.rfind('}').expect("a report") + 1;
+    serde_json::from_str::<serde_json::Value>(&out[out.find('{').unwrap()..end])
+        .unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert!(out[end..].contains("wrote 2 output(s)"), "{out}");
+
     let o = sh(r#""$TL" mlp --steps 3 --export >(wc -c > size.txt); sleep 0.5"#);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let size: u64 = std::fs::read_to_string(d.0.join("size.txt"))

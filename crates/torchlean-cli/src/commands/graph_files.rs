@@ -351,10 +351,7 @@ pub fn run_graph(a: RunGraphArgs) -> CliResult {
         .collect::<Result<Vec<_>, CliError>>()?;
     write_safetensors(&a.out, &outputs, None)?;
     if let Some(path) = &a.backend.report_json {
-        let text = serde_json::to_string_pretty(&compiled.ran_report().to_json())
-            .map_err(|e| CliError::runtime(e.to_string()))?;
-        std::fs::write(path, text)
-            .map_err(|e| CliError::runtime(format!("cannot write report to {path}: {e}")))?;
+        crate::backend_args::write_report_json(path, &compiled.ran_report())?;
     }
     outln!("wrote {} output(s) to {}", outputs.len(), a.out.display());
     Ok(())
