@@ -966,3 +966,62 @@ fn blank_lines_do_not_inflate_a_csv_files_reservation() {
         .to_string();
     assert!(e.contains("line 5: expected 20000 fields, found 1"), "{e}");
 }
+
+/// With class names in the label column, a first line of numbers for feature names and a name
+/// over the label column (`400,500,species`: wavelengths) read as a data row of a class no
+/// other row has — one invented sample and class, exit 0. Where every other class recurs it
+/// is refused as ambiguous unless the header is declared, and a label that marks a missing value is refused (`NA`, `?`: pandas reads them as missing; they became a class). A first row whose
+/// label recurs is data. The forty-third session's audit.
+#[test]
+fn numeric_headers_over_named_labels_and_missing_labels_are_not_data() {
+    use torchlean::data::{parse_csv_read, Header};
+    support::checked_cpu_default();
+    let classes = CsvOptions {
+        class_names: true,
+        ..CsvOptions::default()
+    };
+    let rows = "0.1,0.2,setosa\n0.3,0.4,virginica\n0.5,0.6,setosa\n0.7,0.8,virginica\n";
+    for (header, why) in [
+        ("400,500,species\n", "is on no other row"),
+        ("1,2,species\n", "is on no other row"),
+    ] {
+        let e = parse_csv_read(&format!("{header}{rows}"), "h.csv", &classes)
+            .expect_err(header)
+            .to_string();
+        assert!(e.contains("line 1") && e.contains(why), "{header}: {e}");
+        let declared = CsvOptions {
+            header: Header::Present,
+            ..classes.clone()
+        };
+        let read = parse_csv_read(&format!("{header}{rows}"), "h.csv", &declared).unwrap();
+        assert_eq!(
+            (read.dataset.len(), read.class_names.len()),
+            (4, 2),
+            "{header}"
+        );
+    }
+    let first = CsvOptions {
+        label: torchlean::data::LabelColumn::First,
+        ..classes.clone()
+    };
+    let e = parse_csv_read("species,400,500\nsetosa,1,2\nsetosa,3,4\n", "f.csv", &first)
+        .expect_err("label first")
+        .to_string();
+    assert!(e.contains("is on no other row"), "{e}");
+    // a first row whose class recurs is data, and so is one of a rare class beside another
+    let read = parse_csv_read(&format!("0.9,1.0,virginica\n{rows}"), "d.csv", &classes).unwrap();
+    assert_eq!((read.dataset.len(), read.class_names.len()), (5, 2));
+    let rare = "0.9,1.0,versicolor\n0.1,0.2,setosa\n0.3,0.4,setosa\n0.5,0.6,virginica\n";
+    let read = parse_csv_read(rare, "r.csv", &classes).unwrap();
+    assert_eq!((read.dataset.len(), read.class_names.len()), (4, 3));
+    for missing in ["NA", "?", "null", "None", "N/A", "<NA>"] {
+        let text = format!("a,b,species\n1,2,setosa\n3,4,{missing}\n5,6,virginica\n");
+        let e = parse_csv_read(&text, "m.csv", &classes)
+            .expect_err(missing)
+            .to_string();
+        assert!(
+            e.contains("line 3") && e.contains("missing value"),
+            "{missing}: {e}"
+        );
+    }
+}

@@ -225,6 +225,13 @@ pub struct CsvRead {
     pub columns: usize,
 }
 
+/// Label spellings that mean a missing value: pandas' default `na_values` and UCI's `?`. In a
+/// column of class names they are refused, not taken for a class.
+const MISSING_MARKERS: &[&str] = &[
+    "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN", "<NA>",
+    "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null", "?",
+];
+
 /// [`parse_csv_classes`], with the label column taken.
 pub fn parse_csv_read(text: &str, name: &str, options: &CsvOptions) -> Result<CsvRead> {
     let bad =
@@ -265,7 +272,7 @@ pub fn parse_csv_read(text: &str, name: &str, options: &CsvOptions) -> Result<Cs
                 .collect();
             // `0,1,…,n-1`: the column names pandas writes by default (`DataFrame(array)
             // .to_csv(index=False)`), which read as numbers; taken as data they add a row (and,
-            // as a label, a class)
+            // as a label, a class). (Not `1,2,…`: a row of small integers is common data.)
             let numbered = first_fields.len() >= 2
                 && first_fields
                     .iter()
@@ -279,6 +286,42 @@ pub fn parse_csv_read(text: &str, name: &str, options: &CsvOptions) -> Result<Cs
                      `Header::Absent`)",
                     first_line + 1
                 )));
+            }
+            // numbers for feature names (wavelengths, years) and a name over the label column:
+            // with class names allowed that reads as a data row of a class that no other row
+            // has — the column's name, which would add a sample and a class. Told apart from
+            // a data row of a rare class only when every other class recurs.
+            if let Some(c) = named_label.filter(|_| first_fields.len() >= 2) {
+                let name = first_fields.get(c).map(|f| f.trim()).unwrap_or("");
+                let all_numbers = first_fields
+                    .iter()
+                    .enumerate()
+                    .all(|(i, f)| i == c || f.parse::<f32>().is_ok());
+                let named = !name.is_empty() && name.parse::<f32>().is_err();
+                if all_numbers && named {
+                    let mut counts: std::collections::HashMap<String, usize> = Default::default();
+                    for line in split_lines(text).filter(|l| !l.trim().is_empty()).skip(1) {
+                        if let Some(x) = fields(line, options.delimiter)
+                            .ok()
+                            .and_then(|f| f.get(c).map(|x| x.trim().to_string()))
+                        {
+                            *counts.entry(x).or_default() += 1;
+                        }
+                    }
+                    let alone = !counts.contains_key(name)
+                        && counts.values().sum::<usize>() >= 2
+                        && counts.values().all(|&n| n >= 2);
+                    if alone {
+                        return Err(bad(format!(
+                            "line {}, the first: its label `{name}` is on no other row while every \
+                             other class recurs, so it could be a header (numbers for feature \
+                             names, the label column's name) or a data row of a class seen once; \
+                             say which (the CLI's `--csv-header present|absent`, the library's \
+                             `Header::Present` / `Header::Absent`)",
+                            first_line + 1
+                        )));
+                    }
+                }
             }
             let text: Vec<&&str> = judged
                 .iter()
@@ -412,6 +455,14 @@ pub fn parse_csv_read(text: &str, name: &str, options: &CsvOptions) -> Result<Cs
                 if f.is_empty() {
                     return Err(bad(format!(
                         "line {}, column {}: the label is empty",
+                        lineno + 1,
+                        c + 1
+                    )));
+                }
+                if MISSING_MARKERS.contains(&f.trim()) {
+                    return Err(bad(format!(
+                        "line {}, column {}: the label `{f}` marks a missing value (as pandas \
+                         reads it), not a class; drop or fill the row",
                         lineno + 1,
                         c + 1
                     )));
