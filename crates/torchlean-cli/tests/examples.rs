@@ -1161,6 +1161,45 @@ fn show_backend_changes_nothing_saved_or_logged() {
     assert_eq!(plain_ck, shown_ck, "the checkpoints differ");
 }
 
+/// An evaluation-only run (`--load … --steps 0 --show-backend`) prints the report of the
+/// kernels the evaluation ran: it printed a header with no rows (the report "after the
+/// first step", of which there was none), while `--report-json` listed them. The forty-third
+/// session's trust audit.
+#[test]
+fn an_evaluation_only_run_shows_the_kernels_it_ran() {
+    let d = scratch("eval-only-report");
+    let ck = d.join("m.ck");
+    let o = torchlean(&["mlp", "--steps", "2", "--save", s(&ck)]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let json = d.join("r.json");
+    let o = torchlean(&[
+        "mlp",
+        "--load",
+        s(&ck),
+        "--steps",
+        "0",
+        "--show-backend",
+        "--report-json",
+        s(&json),
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let shown: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains(" provider=") && !l.starts_with("backend report"))
+        .collect();
+    assert!(shown.iter().any(|l| l.starts_with("linear:")), "{out}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let rows = report["kernels"].as_array().map_or(0, |a| a.len());
+    assert_eq!(
+        shown.len(),
+        rows,
+        "the text shows {} rows, the JSON {rows}: {out}",
+        shown.len()
+    );
+}
+
 /// A run resumed from a checkpoint saves the file a straight run saves, byte for byte, for
 /// every optimizer: SGD and RMSprop, which keep no per-parameter step counts, wrote every
 /// parameter's count as the loaded step after a resume (an audit of the thirty-seventh

@@ -813,7 +813,8 @@ pub fn run<M: Module>(
             }
         };
         losses.extend_from_slice(&summary.losses);
-        if i == 0 && args.backend.show_backend {
+        // (with no step the report is printed after the evaluation, what ran then)
+        if i == 0 && args.backend.show_backend && hyper.steps > 0 {
             progress.println(&what_ran(&trainer)?.to_text());
         }
     }
@@ -835,6 +836,11 @@ pub fn run<M: Module>(
         ),
         None => None,
     };
+    if args.backend.show_backend && hyper.steps == 0 {
+        // an evaluation-only run (`--load … --steps 0`): the kernels the evaluation ran (the
+        // report printed after a first step would have no rows)
+        outln!("{}", what_ran(&trainer)?.to_text());
+    }
     let n = losses.len();
     let final_loss = losses.last().copied().unwrap_or(f32::NAN);
     let mut parts_text = vec![if n == 0 {
