@@ -893,3 +893,59 @@ fn flags_a_request_cannot_use_are_refused_and_alike_across_commands() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("runs compiled only"), "{err}");
 }
+
+/// A training bench's plan, printed before any kernel runs, names every op the steps then
+/// run — the optimizer's update included (`adam_step` was gated only after the first step's
+/// forward and backward had run). Eager and compiled, `mlp-step` and `transformer-step`,
+/// under a profile that updates in place and one whose checkers replay the update (then
+/// `adam_step` hands out its parts with `slice` and `reshape`). The forty-third session's
+/// trust audit.
+#[test]
+fn a_bench_steps_plan_names_every_op_the_steps_run() {
+    for (workload, profile, mode) in [
+        ("mlp-step", "checked_cpu", "eager"),
+        ("mlp-step", "checked_cpu", "compiled"),
+        ("mlp-step", "strict_native_cpu", "eager"),
+        ("transformer-step", "checked_cpu", "eager"),
+    ] {
+        let (code, out, err) = run(&[
+            "bench",
+            workload,
+            "--reps",
+            "1",
+            "--warmup",
+            "0",
+            "--warmup-seconds",
+            "0",
+            "--profile",
+            profile,
+            "--backend",
+            mode,
+            "--show-backend",
+        ]);
+        let what = format!("{workload} {profile} {mode}");
+        assert_eq!(code, 0, "{what}: {err}");
+        let mut blocks = out.split("backend report:").skip(1);
+        let ops = |block: &str| -> std::collections::BTreeSet<String> {
+            block
+                .lines()
+                .filter(|l| l.contains(" provider=") && !l.starts_with(' '))
+                .filter_map(|l| l.split(':').next())
+                .map(str::to_string)
+                .collect()
+        };
+        let plan = ops(blocks.next().expect("the plan"));
+        let ran: std::collections::BTreeSet<String> = blocks.flat_map(ops).collect();
+        assert!(!ran.is_empty(), "{what}: no report of what ran: {out}");
+        let missing: Vec<&String> = ran.difference(&plan).collect();
+        assert!(
+            missing.is_empty(),
+            "{what}: ran but not planned: {missing:?}\n{out}"
+        );
+        assert!(
+            plan.iter()
+                .any(|op| op.starts_with("adam") || op == "ema_update"),
+            "{what}: no update in the plan: {plan:?}"
+        );
+    }
+}

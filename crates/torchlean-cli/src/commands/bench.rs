@@ -7,7 +7,9 @@ use std::time::Instant;
 use torchlean::backend::{Device, ExecutionMode};
 use torchlean::graph::AttentionMask;
 use torchlean::nn::train::TrainStep;
-use torchlean::nn::{Activation, Adam, Mlp, Module, TransformerConfig, TransformerEncoder};
+use torchlean::nn::{
+    Activation, Adam, Mlp, Module, Optimizer, TransformerConfig, TransformerEncoder,
+};
 use torchlean::{no_grad, Tensor};
 
 #[derive(clap::Args)]
@@ -233,10 +235,18 @@ pub fn run(a: Args) -> CliResult {
                     out.cross_entropy(&xs[1])
                 }
             };
-            a.backend.start_session(mode, || {
-                let (model, x, y) = setup()?;
-                loss_fn(&model, &[x, y]).map(drop)
-            })?;
+            // the step's optimizer update (Adam) is planned and gated with it, before any
+            // kernel runs
+            let planned = Adam::new(1e-3)?;
+            a.backend.start_training_session(
+                mode,
+                || {
+                    let (model, x, y) = setup()?;
+                    loss_fn(&model, &[x, y]).map(drop)
+                },
+                // (under the session it installs: the update's ops depend on its profile)
+                || planned.update_ops(device),
+            )?;
             let (mut model, x, y) = setup()?;
             model.to_device(device)?;
             let inputs = [("x".to_string(), on(x)?), ("y".to_string(), on(y)?)];
@@ -284,10 +294,18 @@ pub fn run(a: Args) -> CliResult {
             let loss_fn = |m: &dyn Module, xs: &[Tensor]| -> torchlean::Result<Tensor> {
                 m.forward(&xs[0])?.mse_loss(&xs[1])
             };
-            a.backend.start_session(mode, || {
-                let (model, x, target) = setup()?;
-                loss_fn(&model, &[x, target]).map(drop)
-            })?;
+            // the step's optimizer update (Adam) is planned and gated with it, before any
+            // kernel runs
+            let planned = Adam::new(1e-3)?;
+            a.backend.start_training_session(
+                mode,
+                || {
+                    let (model, x, target) = setup()?;
+                    loss_fn(&model, &[x, target]).map(drop)
+                },
+                // (under the session it installs: the update's ops depend on its profile)
+                || planned.update_ops(device),
+            )?;
             let (mut model, x, target) = setup()?;
             model.to_device(device)?;
             let inputs = [("x".to_string(), on(x)?), ("y".to_string(), on(target)?)];
