@@ -567,3 +567,68 @@ fn the_sums_allowance_counts_each_elements_own_terms_so_large_calls_still_catch_
         "a dropped slot accepted"
     );
 }
+
+/// A convolution stride of 2^63 or more is a valid geometry (one output position along that
+/// axis), but the native kernel's tap ranges took it as a negative `isize`: wrong outputs and
+/// zero gradients under `checked_cpu` (the forty-third session's oracle sweep). The native
+/// kernel's forward and gradients now equal the spec's at f32 within rounding.
+#[test]
+fn a_huge_convolution_stride_gives_the_specs_values() {
+    use torchlean::graph::Conv2dGeometry;
+    support::checked_cpu_default();
+    for s in [1usize << 62, 1 << 63, usize::MAX - 1, usize::MAX] {
+        let op = Op::Conv2d(Conv2dGeometry {
+            stride: [s, 1],
+            padding: [1, 0],
+            dilation: [1, 1],
+            groups: 1,
+        });
+        let draw = |n: usize, k: u64| -> Vec<f32> {
+            (0..n)
+                .map(|i| ((torchlean::spec::splitmix64(k + i as u64) >> 40) as f32 / 2e7) - 0.4)
+                .collect()
+        };
+        let xs = [
+            tensor(&[1, 2, 5, 4], &draw(40, 1)),
+            tensor(&[3, 2, 3, 2], &draw(36, 2)),
+            tensor(&[3], &draw(3, 3)),
+        ];
+        let refs: Vec<&Tensor> = xs.iter().collect();
+        let arrays: Vec<Array<f64>> = xs
+            .iter()
+            .map(|t| {
+                Array::from_vec(
+                    t.shape().to_vec(),
+                    t.to_vec().iter().map(|&v| v as f64).collect(),
+                )
+                .unwrap()
+            })
+            .collect();
+        let arefs: Vec<&Array<f64>> = arrays.iter().collect();
+        let want = spec::forward(&op, &arefs).unwrap();
+        let y = native_cpu::forward(&op, &refs).unwrap();
+        assert_eq!(y.shape(), &want.shape[..], "stride {s}");
+        let close = |got: &[f32], want: &[f64], what: &str| {
+            for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+                assert!(
+                    (g as f64 - w).abs() <= 1e-5 * (1.0 + w.abs()),
+                    "stride {s}: {what} {i}: {g} against {w}"
+                );
+            }
+        };
+        close(&y.to_vec(), &want.data, "output");
+        let gy_data = draw(y.numel(), 4);
+        let gy = tensor(y.shape(), &gy_data);
+        let gy64 = Array::from_vec(
+            y.shape().to_vec(),
+            gy_data.iter().map(|&v| v as f64).collect(),
+        )
+        .unwrap();
+        let want_grads = spec::vjp(&op, &arefs, &want, &gy64).unwrap();
+        let grads = native_cpu::vjp(&op, &refs, &y, &gy, &[true, true, true]).unwrap();
+        for (j, (g, w)) in grads.iter().zip(&want_grads).enumerate() {
+            let (g, w) = (g.as_ref().unwrap(), w.as_ref().unwrap());
+            close(&g.to_vec(), &w.data, &format!("gradient {j}"));
+        }
+    }
+}

@@ -53,21 +53,16 @@ impl Unfold {
     /// axis `a` (input coordinate `o * stride + kk * dil - pad`), as a half-open range, and
     /// the (signed) offset `kk * dil - pad`.
     fn valid(&self, a: usize, kk: usize) -> (usize, usize, isize) {
+        // in i128: a stride of 2^63 or more (a valid geometry: one output position) wrapped
+        // negative as an isize and emptied the range
         let off = (kk * self.dil[a]) as isize - self.pad[a] as isize;
-        let s = self.stride[a] as isize;
-        let lo = if off >= 0 {
-            0
-        } else {
-            ((-off + s - 1) / s) as usize
-        };
-        let room = self.img[a] as isize - off; // need o * s < room
-        let hi = if room <= 0 {
-            0
-        } else {
-            ((room + s - 1) / s) as usize
-        };
-        let hi = hi.min(self.out[a]);
-        (lo.min(hi), hi, off)
+        let (o, s) = (off as i128, self.stride[a].max(1) as i128);
+        let lo = if o >= 0 { 0 } else { (-o + s - 1) / s };
+        let room = self.img[a] as i128 - o; // need o * s < room
+        let hi = if room <= 0 { 0 } else { (room + s - 1) / s };
+        let hi = hi.min(self.out[a] as i128);
+        // both within 0..=out[a]: usize
+        (lo.min(hi) as usize, hi as usize, off)
     }
 
     /// Unfolds `img` (row-major [channels, img]) into `col` ([rows, cols]); every element of
