@@ -547,3 +547,62 @@ fn a_compiled_plan_names_the_capsules_a_compiled_run_reports() {
     assert_eq!(code, 2);
     assert!(err.contains("--grad applies to --mode compiled"), "{err}");
 }
+
+/// An ONNX initializer read as an import-time constant in one use (here the Clip's lower
+/// bound `lo`) and a parameter in another (`+ lo`): `--params lo=-0.5` changed the addition
+/// only (y(-2) = -1.5 where the model with lo = -0.5 gives -1.0, exit 0), and `--grad` gave a
+/// gradient of the parameter's uses alone. Both are refused, naming the initializer; the model
+/// runs as its file says. Fixtures from the forty-third session's ONNX audit (`y = Clip(x,
+/// lo) + lo`, lo = -1 in the file, x = -2, -1.5, ..., 2).
+#[test]
+fn an_initializer_read_as_a_constant_cannot_be_replaced_or_differentiated() {
+    let d = Dir::new("baked-initializer");
+    let fx = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/clip_bound_shared"
+    );
+    let (model, inputs, params) = (
+        format!("{fx}.onnx"),
+        format!("{fx}.inputs.safetensors"),
+        format!("{fx}.params.safetensors"),
+    );
+    let out = d.p("y.safetensors");
+    let (code, _, err) = run(&[
+        "run-graph",
+        &model,
+        "--inputs",
+        &inputs,
+        "--params",
+        &params,
+        "--out",
+        &out,
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("`lo`") && err.contains("import-time constant"),
+        "{err}"
+    );
+    let (code, _, err) = run(&[
+        "run-graph",
+        &model,
+        "--inputs",
+        &inputs,
+        "--out",
+        &out,
+        "--grad",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("lo") && err.contains("--grad"), "{err}");
+    let (code, _, err) = run(&["run-graph", &model, "--inputs", &inputs, "--out", &out]);
+    assert_eq!(code, 0, "{err}");
+    let y = read_safetensors(Path::new(&out)).unwrap();
+    let y = y
+        .iter()
+        .find(|(n, _)| n == "y")
+        .expect("output y")
+        .1
+        .to_vec();
+    // max(x, -1) + (-1)
+    assert_eq!(y[0], -2.0, "{y:?}");
+    assert_eq!(y[y.len() - 1], 1.0, "{y:?}");
+}

@@ -237,14 +237,31 @@ pub fn run_graph(a: RunGraphArgs) -> CliResult {
     crate::check_outputs(&reads, &writes).map_err(CliError::usage)?;
     let inputs = read_safetensors(&a.inputs).map_err(usage)?;
     // the file is read capped, parsed strictly and validated by the library
-    let (mut graph, mut params) = if super::onnx::is_onnx(&a.graph) {
+    let (mut graph, mut params, baked) = if super::onnx::is_onnx(&a.graph) {
         super::onnx::load_for_inputs(&a.graph, &inputs, &writes)?
     } else {
         let graph = Graph::load(&a.graph).map_err(|e| CliError::usage(e.to_string()))?;
-        (graph, vec![])
+        (graph, vec![], vec![])
     };
+    // an ONNX initializer that the import read as a constant in some uses (a Clip bound, a
+    // Pow exponent) and is a parameter in others: another value, or its gradient, would
+    // reach only the parameter's uses (the file's value stays in the others)
+    if a.grad && !baked.is_empty() {
+        return Err(CliError::usage(format!(
+            "--grad: the model's initializer(s) {baked:?} are parameters in some uses and were read \
+             as import-time constants in others (an operand the import must know, such as a Clip \
+             bound or a Pow exponent), so their gradients would miss those uses"
+        )));
+    }
     if let Some(p) = &a.params {
         for (name, t) in read_safetensors(p).map_err(usage)? {
+            if baked.contains(&name) {
+                return Err(CliError::usage(format!(
+                    "--params: `{name}` was read as an import-time constant in some of its uses \
+                     (an operand the import must know, such as a Clip bound or a Pow exponent), \
+                     so those uses would keep the model's value; it cannot be replaced"
+                )));
+            }
             match params.iter_mut().find(|(n, _)| *n == name) {
                 Some(slot) => slot.1 = t,
                 None => params.push((name, t)),

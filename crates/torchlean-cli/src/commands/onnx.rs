@@ -75,11 +75,15 @@ pub fn load(
 /// Translates an ONNX model for `run-graph`: inputs whose ONNX shape is symbolic take the
 /// shape of the tensor supplied for them, and the values supplied for inputs the model
 /// declares as integers must be integers (a usage error otherwise).
+/// [`load_for_inputs`]'s model: the graph, its parameters and constants, and the parameters
+/// whose initializer the import also read as a constant (`Imported::baked_parameters`).
+pub type LoadedModel = (Graph, Vec<(String, Tensor)>, Vec<String>);
+
 pub fn load_for_inputs(
     path: &Path,
     inputs: &[(String, Tensor)],
     writes: &[(&str, &Path)],
-) -> Result<(Graph, Vec<(String, Tensor)>), CliError> {
+) -> Result<LoadedModel, CliError> {
     let usage = |e: torchlean_onnx::OnnxError| CliError::usage(e.to_string());
     let model = read_checked(path, writes)?.model;
     let declared: Vec<&str> = model
@@ -96,7 +100,7 @@ pub fn load_for_inputs(
         .map_err(usage)?;
     // an input the model declares as an integer must receive integers
     imported.check_inputs(inputs).map_err(usage)?;
-    Ok((imported.graph, imported.values))
+    Ok((imported.graph, imported.values, imported.baked_parameters))
 }
 
 #[derive(clap::Args)]

@@ -48,6 +48,10 @@ pub struct Imported {
     /// torchlean reads them as float32 holding integers, so the values bound to them must be
     /// integers in the type's range ([`Imported::check_inputs`]).
     pub integer_inputs: Vec<(String, i32)>,
+    /// Parameters whose initializer the import also read as a constant (a Clip bound, a Pow
+    /// exponent) in other uses: those uses keep the file's value, so another value given for
+    /// the parameter, or its gradient, would cover only its uses as a parameter.
+    pub baked_parameters: Vec<String>,
 }
 
 impl Imported {
@@ -121,6 +125,9 @@ pub(crate) struct Builder {
     /// The integral nodes that hold booleans as 0/1: graph inputs the model declares bool and
     /// what only moves their elements (what `Not` may read).
     pub boolean: HashSet<usize>,
+    /// Float initializers whose values the import read as constants (a Clip bound, a Pow
+    /// exponent, a Pad value): those uses keep the file's value whatever `--params` says.
+    read_as_constants: std::cell::RefCell<std::collections::BTreeSet<String>>,
 }
 
 type Map<T> = Result<T, String>;
@@ -232,7 +239,15 @@ impl Builder {
         match v {
             Value::Node(_) => None,
             Value::Const(c) => Some(c.clone()),
-            Value::Param(name) => self.initializers.get(name).cloned(),
+            Value::Param(name) => {
+                let c = self.initializers.get(name).cloned();
+                if c.as_ref()
+                    .is_some_and(|c| !matches!(c.data, crate::constant::Data::I64(_)))
+                {
+                    self.read_as_constants.borrow_mut().insert(name.clone());
+                }
+                c
+            }
         }
     }
 
@@ -383,6 +398,7 @@ pub fn import_model(
             .collect(),
         integral: Default::default(),
         boolean: Default::default(),
+        read_as_constants: Default::default(),
     };
     // every name a value is defined under: initializers, graph inputs, node outputs (ONNX
     // graphs are in SSA form: each name is defined once)
@@ -723,11 +739,21 @@ pub fn import_model(
             path: name.into(),
             reason: e.to_string(),
         })?;
+    // float initializers read as constants somewhere and parameters elsewhere
+    let params: HashSet<&str> = graph.parameters.iter().map(|p| p.name.as_str()).collect();
+    let baked_parameters = b
+        .read_as_constants
+        .borrow()
+        .iter()
+        .filter(|n| params.contains(n.as_str()))
+        .cloned()
+        .collect();
     Ok(Imported {
         graph,
         values: b.stored,
         opset,
         integer_inputs,
+        baked_parameters,
     })
 }
 
