@@ -937,3 +937,33 @@ fn slice_to_the_end_through_a_cast_of_i64_max_imports_and_runs() {
     let m32 = tail(INT32);
     refused_once(&m32, "cast", "Cast", &["outside the range"]);
 }
+
+/// LayerNormalization's scale and bias must have the normalized shape (up to leading ones): a
+/// [5, 4] scale over a normalized [4, 5] held the same count and was read transposed, and a
+/// flat [20] was accepted — onnxruntime refuses both (the forty-third session's ONNX audit).
+/// [4, 5] still imports.
+#[test]
+fn layer_norm_affine_parameters_must_have_the_normalized_shape() {
+    let ln = |dims: &[i64]| {
+        let n: i64 = dims.iter().product();
+        model(
+            vec![with_int(
+                node("ln", "LayerNormalization", &["x", "s"], &["y"]),
+                "axis",
+                -2,
+            )],
+            vec![floats("s", dims, &vec![1.0; n as usize])],
+            vec![vi("x", &[2, 4, 5], FLOAT)],
+            vec![out("y")],
+            17,
+        )
+    };
+    refused_once(
+        &ln(&[5, 4]),
+        "ln",
+        "LayerNormalization",
+        &["[5, 4]", "[4, 5]"],
+    );
+    refused_once(&ln(&[20]), "ln", "LayerNormalization", &["[20]"]);
+    import(&ln(&[4, 5])).unwrap_or_else(|e| panic!("[4, 5]: {e}"));
+}

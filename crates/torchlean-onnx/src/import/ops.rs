@@ -1531,7 +1531,11 @@ fn layer_norm(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Vec<V
     let d: usize = shape[axis..].iter().product();
     let flat = |b: &mut Builder, v: &Value| -> Map<Value> {
         let s = b.shape(v);
-        if s.iter().product::<usize>() != d || s.len() > shape.len() - axis {
+        // the normalized shape itself, up to leading ones ([5, 4] for [4, 5] held the same
+        // count and was read transposed; onnxruntime refuses it)
+        let strip =
+            |x: &[usize]| -> Vec<usize> { x.iter().copied().skip_while(|&n| n == 1).collect() };
+        if strip(&s) != strip(&shape[axis..]) || s.len() > shape.len() - axis {
             return Err(format!("LayerNormalization scale/bias of shape {s:?} for normalized shape {:?} (broadcast affine parameters are not supported)", &shape[axis..]));
         }
         reshape(b, v, vec![d])
