@@ -1235,3 +1235,60 @@ fn a_resumed_run_saves_the_straight_runs_checkpoint() {
         );
     }
 }
+
+/// A checkpoint trained on a data file records it (features per sample, classes): resuming
+/// it without `--data` trained and evaluated on the synthetic data instead, exit 0 (the
+/// forty-third session's CLI audit), and a synthetic checkpoint loaded with `--data` of the
+/// same shape did the reverse. Both are refused; the same data resumes.
+#[test]
+fn a_checkpoint_of_a_data_file_resumes_only_on_data_of_its_shape() {
+    let d = scratch("data-tag");
+    let csv = d.join("xy.csv");
+    let rows: String = (0..40)
+        .map(|i| {
+            let (x, y) = ((i % 7) as f32 / 7.0 - 0.5, (i % 5) as f32 / 5.0 - 0.5);
+            format!("{x},{y},{}\n", (x * y > 0.0) as u8)
+        })
+        .collect();
+    std::fs::write(&csv, rows).unwrap();
+    let (file_ck, synth_ck) = (d.join("file.ck"), d.join("synth.ck"));
+    let o = torchlean(&[
+        "mlp",
+        "--data",
+        s(&csv),
+        "--steps",
+        "2",
+        "--save",
+        s(&file_ck),
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = torchlean(&["mlp", "--steps", "2", "--save", s(&synth_ck)]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = torchlean(&["mlp", "--load", s(&file_ck), "--steps", "1"]);
+    assert_ne!(
+        code(&o),
+        0,
+        "resumed a data file's checkpoint on the synthetic data"
+    );
+    assert!(stderr(&o).contains("data file"), "{}", stderr(&o));
+    let o = torchlean(&[
+        "mlp",
+        "--data",
+        s(&csv),
+        "--load",
+        s(&synth_ck),
+        "--steps",
+        "1",
+    ]);
+    assert_ne!(code(&o), 0, "resumed a synthetic checkpoint on a data file");
+    let o = torchlean(&[
+        "mlp",
+        "--data",
+        s(&csv),
+        "--load",
+        s(&file_ck),
+        "--steps",
+        "1",
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+}

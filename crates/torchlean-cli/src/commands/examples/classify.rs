@@ -188,7 +188,8 @@ fn cnn_setup(
     if width == 0 {
         return Err(CliError::usage("--width must be positive"));
     }
-    // the classes' names, when the labels are names: a checkpoint of other names is refused
+    // a data file's shape and classes (their names, when the labels are names): a checkpoint
+    // of the synthetic data or of other classes is refused, and the reverse
     let mut tag = None;
     let file = data.and_then(|d| d.data.as_ref().map(|p| (p, d)));
     let (train, test, classes, size, goal, what) = match file {
@@ -207,7 +208,7 @@ fn cnn_setup(
         }
         Some((path, d)) => {
             let (ds, classes, names) = load_classification(path, d, Layout::Square)?;
-            tag = data_files::classes_tag(&names);
+            tag = Some(data_files::data_tag(&ds, classes, &names));
             let size = ds.feature_shape()[2];
             let what = format!(
                 "{} ({} samples, {classes} classes)",
@@ -265,7 +266,8 @@ pub fn mlp(a: MlpArgs) -> CliResult {
     if a.hidden == 0 {
         return Err(CliError::usage("--hidden must be positive"));
     }
-    // the classes' names, when the labels are names: a checkpoint of other names is refused
+    // a data file's shape and classes (their names, when the labels are names): a checkpoint
+    // of the synthetic data or of other classes is refused, and the reverse
     let mut tag = None;
     let (train, test, features, classes, goal, what) = match &a.data.data {
         None => {
@@ -276,7 +278,7 @@ pub fn mlp(a: MlpArgs) -> CliResult {
         }
         Some(path) => {
             let (ds, classes, names) = load_classification(path, &a.data, Layout::Flat)?;
-            tag = data_files::classes_tag(&names);
+            tag = Some(data_files::data_tag(&ds, classes, &names));
             let features = ds.feature_shape()[0];
             let what = format!(
                 "{} ({} samples, {classes} classes)",

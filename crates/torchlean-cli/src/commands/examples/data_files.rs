@@ -231,6 +231,19 @@ pub fn load_classification(
     Ok((ds, classes, names))
 }
 
+/// The checkpoint tag of a model trained on a data file: its features per sample and class
+/// count, and the class names when there are ([`classes_tag`]). A checkpoint of the synthetic
+/// data has none, so resuming one without `--data` (or the synthetic one with it) is refused
+/// instead of training on other data (the forty-third session's CLI audit).
+pub fn data_tag(ds: &torchlean::data::Dataset, classes: usize, names: &[String]) -> String {
+    let features: usize = ds.feature_shape().iter().product();
+    let base = format!("data file: {features} features, {classes} classes");
+    match classes_tag(names) {
+        Some(t) => format!("{base}; {t}"),
+        None => base,
+    }
+}
+
 /// The checkpoint tag of a model whose classes are named (`--load` refuses a checkpoint whose
 /// class `k` meant another name: its predictions would be silently wrong): the names in
 /// order when they are few and short, else their count and an FNV-1a hash of them.
