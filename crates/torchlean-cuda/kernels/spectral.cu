@@ -196,8 +196,11 @@ extern "C" __global__ void fft_take(const float* __restrict__ z, const float* __
 
 // One thread per (row, k < n/2 + 1): the half spectrum Z whose cuFFT C2R is spectral_idft's
 // Σ_{k<m} f_k (yr cos θ − yi sin θ). C2R counts each frequency other than DC and Nyquist
-// twice (c_k = 2) and reads only the real part of those two, so Z_k = f_k·Y_k / c_k for
-// k < m (1/n when `scaled`, else 1/c_k) and 0 above.
+// twice (c_k = 2), so Z_k = f_k·Y_k / c_k for k < m (1/n when `scaled`, else 1/c_k) and 0
+// above. At DC and Nyquist the imaginary part is written 0: the spec's sin θ is 0 there (about
+// 1e-16 at Nyquist), and a C2R input that is not Hermitian there is outside cuFFT's contract
+// (its result then depends on the algorithm and version; rows with a non-finite value are
+// summed directly by spectral_idft, not here).
 extern "C" __global__ void fft_put(const float* __restrict__ yr, const float* __restrict__ yi,
                                    float* __restrict__ z, long long rows, long long n,
                                    long long m, int scaled) {
@@ -210,7 +213,7 @@ extern "C" __global__ void fft_put(const float* __restrict__ yr, const float* __
             bool edge = k == 0 || (n % 2 == 0 && k == n / 2);
             float f = scaled ? 1.0f / (float)n : (edge ? 1.0f : 0.5f);
             re = f * yr[row * m + k];
-            im = f * yi[row * m + k];
+            im = edge ? 0.0f : f * yi[row * m + k];
         }
         z[2 * p] = re;
         z[2 * p + 1] = im;

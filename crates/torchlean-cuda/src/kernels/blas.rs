@@ -341,8 +341,9 @@ pub fn vjp(
                         RowGemm::one(m, k, n, false, true).batched(d.batch, m * n, k * n, m * k);
                     row_gemm(cx, op, gg, g.slice(), b.slice(), da.slice_mut())?;
                 } else {
-                    // a shared A: dA = Σ_b dC_b · B_bᵀ, accumulated product by product
-                    for i in 0..d.batch.max(1) {
+                    // a shared A: dA = Σ_b dC_b · B_bᵀ, accumulated product by product (no
+                    // product for an empty batch: dC and B hold nothing to read, dA is zero)
+                    for i in 0..d.batch {
                         let gv = g.slice().slice(i * m * n..);
                         let bv = b.slice().slice(if d.b_batched { i * k * n } else { 0 }..);
                         let gg = RowGemm {
