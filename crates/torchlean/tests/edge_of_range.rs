@@ -632,3 +632,45 @@ fn a_huge_convolution_stride_gives_the_specs_values() {
         }
     }
 }
+
+/// A sum holding +inf beside finite negative terms that overflow together (`[inf, −3e38,
+/// −3e38, −3e38]`) is NaN when a correct f32 kernel adds the negative terms first (the
+/// native sums do, in lanes): `strict_native_cpu` rejected that NaN against the spec's +inf
+/// (the oracle sweep of the forty-third session). The checkers accept it — for sums, means
+/// and products — and still reject a NaN where the other sign's terms cannot overflow, and the
+/// opposite infinity.
+#[test]
+fn an_infinite_term_beside_overflowing_terms_of_the_other_sign_may_give_nan() {
+    support::checked_cpu_default();
+    let big = [f32::INFINITY, -3e38, -3e38, -3e38];
+    let small = [f32::INFINITY, -1e38, 5.0, -2.0];
+    for op in [
+        Op::SumAll,
+        Op::ReduceSum {
+            axes: vec![0],
+            keepdim: false,
+        },
+        Op::ReduceMean {
+            axes: vec![0],
+            keepdim: false,
+        },
+    ] {
+        let check = |xs: &[f32], y: f32| check_forward(&op, &[tensor(&[4], xs)], &[y], &[]);
+        check(&big, f32::NAN).unwrap_or_else(|e| panic!("{op:?}: NaN rejected: {e}"));
+        check(&big, f32::INFINITY).unwrap_or_else(|e| panic!("{op:?}: inf rejected: {e}"));
+        assert!(
+            check(&small, f32::NAN).is_err(),
+            "{op:?}: a NaN no order gives"
+        );
+        assert!(
+            check(&big, f32::NEG_INFINITY).is_err(),
+            "{op:?}: the opposite infinity"
+        );
+    }
+    // a product: [1, 1, 1, 1] · big
+    let op = Op::Matmul;
+    let xs = [tensor(&[1, 4], &[1.0; 4]), tensor(&[4, 1], &big)];
+    check_forward(&op, &xs, &[f32::NAN], &[1, 1]).expect("the product's NaN");
+    let xs = [tensor(&[1, 4], &[1.0; 4]), tensor(&[4, 1], &small)];
+    assert!(check_forward(&op, &xs, &[f32::NAN], &[1, 1]).is_err());
+}

@@ -24,6 +24,13 @@ pub(super) use crate::spec::gamma32 as gamma;
 /// finite `got` and when `pos` or `neg` is not finite (a non-finite term: the exact class
 /// rule applies).
 pub(super) fn reachable(got: f64, pos: f64, neg: f64, n: usize) -> bool {
+    // one sign's terms hold an infinity (the exact sum is that infinity): a correct kernel
+    // gives it, or NaN where the other sign's finite terms can overflow first (inf − inf)
+    match (pos.is_infinite(), neg.is_infinite()) {
+        (true, false) => return nan_beside_an_infinity(got, neg, n),
+        (false, true) => return nan_beside_an_infinity(got, pos, n),
+        _ => {}
+    }
     if got.is_finite() || !pos.is_finite() || !neg.is_finite() {
         return false;
     }
@@ -36,6 +43,16 @@ pub(super) fn reachable(got: f64, pos: f64, neg: f64, n: usize) -> bool {
     } else {
         down
     }
+}
+
+/// Whether `got` is the NaN that a correct f32 summation of `n` terms gives when the terms of
+/// one sign include an infinity and those of the other sign, all finite, add up to
+/// `other` in magnitude: their partial sum can reach the opposite infinity first. (The
+/// infinity itself is the exact class, which the callers accept apart.) A found case: `[inf,
+/// −3e38, −3e38, −3e38]` summed in several lanes is NaN (the oracle sweep of the forty-third
+/// session).
+pub(super) fn nan_beside_an_infinity(got: f64, other: f64, n: usize) -> bool {
+    got.is_nan() && other.is_finite() && other * (1.0 + gamma(n.max(1))) >= OVERFLOW
 }
 
 #[cfg(test)]
@@ -63,8 +80,14 @@ mod tests {
         for v in [f64::INFINITY, f64::NEG_INFINITY, f64::NAN] {
             assert!(!reachable(v, 2e38, 0.0, 2));
         }
-        // finite values and non-finite terms are not this rule's business
+        // finite values, and the infinity of an infinite term, are not this rule's business
         assert!(!reachable(1.0, 6e38, 6e38, 4));
         assert!(!reachable(f64::INFINITY, f64::INFINITY, 0.0, 4));
+        // [inf, −3e38, −3e38, −3e38]: NaN where the negative terms overflow first
+        assert!(reachable(f64::NAN, f64::INFINITY, 9e38, 4));
+        assert!(!reachable(f64::NEG_INFINITY, f64::INFINITY, 9e38, 4));
+        // [inf, −1e38]: never NaN; [inf, −inf]: the class rule (NaN exactly)
+        assert!(!reachable(f64::NAN, f64::INFINITY, 1e38, 2));
+        assert!(!reachable(f64::NAN, f64::INFINITY, f64::INFINITY, 2));
     }
 }

@@ -128,6 +128,10 @@ struct Magnitudes {
     sums: Vec<f64>,
     terms: Vec<f64>,
     divisors: Vec<f64>,
+    /// When an input holds an infinity (forward only): per element, the positive and the
+    /// negative finite terms' magnitudes (the spec on the inputs with infinities zeroed,
+    /// as magnitudes and signed), for the NaN an infinite term meets (overflow.rs).
+    finite: Option<(Vec<f64>, Vec<f64>)>,
 }
 
 /// The operands an op reads as indices (kept as they are when the others become ones).
@@ -200,10 +204,56 @@ impl Magnitudes {
             // every other op sums its terms with coefficient 1: the spec on ones counts them
             _ => (eval(true)?, vec![1.0; len]),
         };
+        // with an infinity among the inputs: the finite terms' two signs apart
+        let finite = call
+            .inputs
+            .iter()
+            .any(|o| array(o).data.iter().any(|v: &f64| v.is_infinite()))
+            .then(|| {
+                let zeroed = |abs: bool| {
+                    let xs: Vec<Array<f64>> = call
+                        .inputs
+                        .iter()
+                        .enumerate()
+                        .map(|(i, o)| {
+                            let mut a = array(o);
+                            if !index_operand(op, i) {
+                                a.data.iter_mut().for_each(|v: &mut f64| {
+                                    *v = if v.is_infinite() {
+                                        0.0
+                                    } else if abs {
+                                        v.abs()
+                                    } else {
+                                        *v
+                                    }
+                                });
+                            }
+                            a
+                        })
+                        .collect();
+                    spec::forward(op, &xs.iter().collect::<Vec<_>>())
+                        .ok()
+                        .map(|a| a.data)
+                };
+                let (all, signed) = (zeroed(true)?, zeroed(false)?);
+                let pos = all
+                    .iter()
+                    .zip(&signed)
+                    .map(|(a, s)| ((a + s) / 2.0).max(0.0))
+                    .collect();
+                let neg = all
+                    .iter()
+                    .zip(&signed)
+                    .map(|(a, s)| ((a - s) / 2.0).max(0.0))
+                    .collect();
+                Some((pos, neg))
+            })
+            .flatten();
         Some(Magnitudes {
             sums,
             terms,
             divisors,
+            finite,
         })
     }
 
@@ -236,6 +286,7 @@ impl Magnitudes {
             sums,
             terms,
             divisors: vec![1.0; len],
+            finite: None,
         })
     }
 
@@ -256,6 +307,15 @@ impl Magnitudes {
         if got.is_finite() && exact.is_finite() && total.is_finite() {
             let floor = (n as f64 + 1.0) * f32::MIN_POSITIVE as f64;
             return (got - exact).abs() <= bound + super::overflow::gamma(n + 1) * total + floor;
+        }
+        // an infinite term: its infinity is the exact class; NaN where the other sign's
+        // finite terms can overflow first
+        if exact.is_infinite() {
+            if let Some((pos, neg)) = &self.finite {
+                let other = if exact > 0.0 { neg.get(k) } else { pos.get(k) };
+                return other
+                    .is_some_and(|&o| super::overflow::nan_beside_an_infinity(got, o * d, n));
+            }
         }
         let (pos, neg) = ((total + exact) / 2.0, (total - exact) / 2.0);
         super::overflow::reachable(got, pos.max(0.0) * d, neg.max(0.0) * d, n)
