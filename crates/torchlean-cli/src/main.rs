@@ -7,6 +7,7 @@
 mod stdout;
 mod backend_args;
 mod commands;
+mod environment;
 
 /// `torchlean::files::check_distinct_outputs` for a command's (flag, path) inputs and
 /// outputs; a command with outputs also outlives a closed stdout (`stdout.rs`), so that
@@ -151,6 +152,10 @@ fn main() -> ExitCode {
         return ExitCode::from(1);
     }
     let cli = Cli::parse();
+    if let Err(e) = environment::check() {
+        eprintln!("error: {}", e.message);
+        return ExitCode::from(e.code);
+    }
     let run = move || dispatch(cli.command);
     // the whole command runs on a compute-pool thread, so that each op's parallel split
     // keeps half of the work on the calling thread instead of waking the pool and sleeping

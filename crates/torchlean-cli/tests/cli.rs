@@ -949,3 +949,43 @@ fn a_bench_steps_plan_names_every_op_the_steps_run() {
         );
     }
 }
+
+/// A `TORCHLEAN_*` switch set to a value it does not take is refused before the command runs
+/// (exit 2, naming the variable and its values): `TORCHLEAN_NO_AVX512=yes` left AVX-512 on and
+/// `TORCHLEAN_OP_TIMES=false` turned timing on, without a word (the forty-third session's CLI
+/// audit). The documented values and an empty one run.
+#[test]
+fn environment_switches_take_only_their_values() {
+    let env_run = |name: &str, value: &str| {
+        Command::new(env!("CARGO_BIN_EXE_torchlean"))
+            .arg("ops")
+            .env(name, value)
+            .output()
+            .expect("the binary runs")
+    };
+    for (name, bad) in [
+        ("TORCHLEAN_NO_AVX512", "yes"),
+        ("TORCHLEAN_OP_TIMES", "false"),
+        ("TORCHLEAN_HOT_WORKERS", "off"),
+        ("TORCHLEAN_CUBLASLT", "2"),
+    ] {
+        let o = env_run(name, bad);
+        assert_eq!(o.status.code(), Some(2), "{name}={bad}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(name) && err.contains(bad), "{err}");
+    }
+    for (name, good) in [
+        ("TORCHLEAN_NO_AVX512", "1"),
+        ("TORCHLEAN_OP_TIMES", "0"),
+        ("TORCHLEAN_CUBLASLT", "forward"),
+        ("TORCHLEAN_HOT_WORKERS", ""),
+    ] {
+        let o = env_run(name, good);
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{name}={good}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+}
