@@ -967,3 +967,55 @@ fn layer_norm_affine_parameters_must_have_the_normalized_shape() {
     refused_once(&ln(&[20]), "ln", "LayerNormalization", &["[20]"]);
     import(&ln(&[4, 5])).unwrap_or_else(|e| panic!("[4, 5]: {e}"));
 }
+
+/// Operators and forms a model's opset does not have yet are refused naming the opset:
+/// HardSwish and Trilu (14), Mish (18), Gelu (20), Reshape's `allowzero` (14) and Pad's
+/// `axes` input (18) ran below them, where onnxruntime refuses the model as invalid (the
+/// forty-third session's ONNX audit). At their opsets they import.
+#[test]
+fn operators_and_forms_newer_than_the_models_opset_are_refused() {
+    let unary = |op: &str, opset: i64| {
+        model(
+            vec![node("n", op, &["x"], &["y"])],
+            vec![],
+            vec![vi("x", &[2, 3], FLOAT)],
+            vec![out("y")],
+            opset,
+        )
+    };
+    for (op, since) in [("HardSwish", 14), ("Mish", 18), ("Gelu", 20), ("Trilu", 14)] {
+        refused_once(
+            &unary(op, since - 1),
+            "n",
+            op,
+            &["opset", &since.to_string()],
+        );
+        import(&unary(op, since)).unwrap_or_else(|e| panic!("{op} at {since}: {e}"));
+    }
+    let reshape = |opset: i64| {
+        model(
+            vec![with_int(
+                node("r", "Reshape", &["x", "s"], &["y"]),
+                "allowzero",
+                0,
+            )],
+            vec![ints("s", &[1], &[6])],
+            vec![vi("x", &[2, 3], FLOAT)],
+            vec![out("y")],
+            opset,
+        )
+    };
+    refused_once(&reshape(13), "r", "Reshape", &["allowzero"]);
+    import(&reshape(14)).unwrap_or_else(|e| panic!("allowzero at 14: {e}"));
+    let pad = |opset: i64| {
+        model(
+            vec![node("p", "Pad", &["x", "pads", "", "axes"], &["y"])],
+            vec![ints("pads", &[2], &[1, 1]), ints("axes", &[1], &[1])],
+            vec![vi("x", &[2, 3], FLOAT)],
+            vec![out("y")],
+            opset,
+        )
+    };
+    refused_once(&pad(13), "p", "Pad", &["opset 18"]);
+    import(&pad(18)).unwrap_or_else(|e| panic!("Pad axes at 18: {e}"));
+}

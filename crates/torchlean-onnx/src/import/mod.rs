@@ -607,18 +607,25 @@ pub fn import_model(
             continue;
         }
         let attrs = attrs::Attrs::new(node);
-        let result = ops::map(&mut b, &node.op_type, &attrs, &inputs).and_then(|outs| {
-            let unread = attrs.unread();
-            if unread.is_empty() {
-                integer::check(&b, &int_typed, &node.op_type, &node.input, &inputs, &outs)?;
-                Ok(outs)
-            } else {
-                Err(format!(
-                    "attribute(s) {} are not supported",
-                    unread.join(", ")
-                ))
-            }
-        });
+        let introduced = if node.doc_string == patterns::REWRITTEN {
+            Ok(())
+        } else {
+            ops::check_introduced(&node.op_type, b.opset)
+        };
+        let result = introduced
+            .and_then(|()| ops::map(&mut b, &node.op_type, &attrs, &inputs))
+            .and_then(|outs| {
+                let unread = attrs.unread();
+                if unread.is_empty() {
+                    integer::check(&b, &int_typed, &node.op_type, &node.input, &inputs, &outs)?;
+                    Ok(outs)
+                } else {
+                    Err(format!(
+                        "attribute(s) {} are not supported",
+                        unread.join(", ")
+                    ))
+                }
+            });
         let cast_to = node.attribute.iter().find(|a| a.name == "to").map(|a| a.i);
         match result {
             Ok(outs) => {

@@ -132,19 +132,29 @@ pub(super) fn opt(inputs: &[Option<Value>], i: usize) -> Option<&Value> {
 
 /// Operators of the table that the default domain introduced after opset 13 (the oldest
 /// the importer reads), with the opset that introduced them.
-const INTRODUCED: &[(&str, i64)] = &[("CastLike", 15), ("LayerNormalization", 17)];
+const INTRODUCED: &[(&str, i64)] = &[
+    ("HardSwish", 14),
+    ("Trilu", 14),
+    ("CastLike", 15),
+    ("LayerNormalization", 17),
+    ("Mish", 18),
+    ("Gelu", 20),
+];
+
+/// Refuses a node of the model whose operator its declared opset does not have yet (the
+/// importer's own rewrites, such as the Erf GELU pattern's `Gelu`, are not checked).
+pub fn check_introduced(op: &str, opset: i64) -> Map<()> {
+    match INTRODUCED.iter().find(|(o, _)| *o == op) {
+        Some(&(_, since)) if opset < since => Err(format!(
+            "`{op}` exists from opset {since}; the model declares opset {opset}"
+        )),
+        _ => Ok(()),
+    }
+}
 
 /// Maps one node; returns its output values in order.
 pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Map<Vec<Value>> {
     let one = |v: Value| Ok(vec![v]);
-    if let Some(&(_, since)) = INTRODUCED.iter().find(|(o, _)| *o == op) {
-        if b.opset < since {
-            return Err(format!(
-                "`{op}` exists from opset {since}; the model declares opset {}",
-                b.opset
-            ));
-        }
-    }
     match op {
         "Constant" => one(konst(a.constant_value()?)),
         "Identity" => one(arg(inputs, 0)?.clone()),
@@ -534,7 +544,8 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
         }
         "Reshape" => {
             let x = arg(inputs, 0)?;
-            let allowzero = a.int("allowzero", 0)? != 0;
+            // `allowzero` exists from opset 14: before, it stays unread and is refused
+            let allowzero = b.opset >= 14 && a.int("allowzero", 0)? != 0;
             let spec = b.ints(arg(inputs, 1)?, "shape")?;
             let dims = reshape_dims(&b.shape(x), &spec, allowzero)?;
             reshape(b, x, dims).map(|v| vec![v])

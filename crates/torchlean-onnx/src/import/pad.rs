@@ -113,6 +113,12 @@ pub(super) fn pad(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<V
     let rank = b.shape(x).len();
     let pads = b.ints(arg(inputs, 1)?, "pads")?;
     let axes: Vec<usize> = match opt(inputs, 3) {
+        Some(_) if b.opset < 18 => {
+            return Err(format!(
+                "Pad's `axes` input exists from opset 18; the model declares opset {}",
+                b.opset
+            ))
+        }
         Some(v) => b
             .ints(v, "axes")?
             .into_iter()

@@ -16,6 +16,10 @@ use crate::constant::Const;
 use onnx_protobuf::{attribute_proto::AttributeType, GraphProto, NodeProto};
 use std::collections::{HashMap, HashSet};
 
+/// The doc string of nodes this module writes in place of the model's (their operator may
+/// be newer than the model's opset: the importer's own form, not the model's).
+pub(super) const REWRITTEN: &str = "torchlean: rewritten by the importer";
+
 /// The graph's nodes with every recognized GELU subgraph replaced by one `Gelu` node.
 pub fn fuse_gelu(g: &GraphProto) -> Vec<NodeProto> {
     let producer: HashMap<&str, usize> = g
@@ -159,6 +163,7 @@ pub fn fuse_gelu(g: &GraphProto) -> Vec<NodeProto> {
             .unwrap_or(0);
         let mut gelu = NodeProto::new();
         gelu.op_type = "Gelu".into();
+        gelu.doc_string = REWRITTEN.into();
         gelu.name = format!("{} (Erf GELU pattern)", g.node[last].name);
         gelu.input = vec![x];
         replaced.extend(nodes);
