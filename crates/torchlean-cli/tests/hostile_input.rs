@@ -1121,4 +1121,32 @@ fn float_flags_outside_float32s_range_are_refused_as_typed() {
         Some(0),
         "a subnormal learning rate is a learning rate: {err}"
     );
+    // ranges are checked on the value as typed, before rounding to f32 (the forty-third
+    // session's audit: --momentum 1.00000001 ran as 1, --dropout 0.99999999 was "got 1")
+    let (code, err) = run_plain(
+        &dir,
+        &[
+            "mlp",
+            "--steps",
+            "1",
+            "--optimizer",
+            "sgd",
+            "--momentum",
+            "1.00000001",
+        ],
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("[0, 1]") && err.contains("1.00000001"),
+        "{err}"
+    );
+    let (code, err) = run_plain(
+        &dir,
+        &["transformer", "--steps", "1", "--dropout", "0.99999999"],
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("0.99999999") && err.contains("rounds to 1"),
+        "{err}"
+    );
 }

@@ -45,6 +45,39 @@ pub fn f32_value(s: &str) -> Result<f32, String> {
     Ok(v)
 }
 
+/// A float flag in [0, 1] (`--momentum`), checked on the value as typed before it is rounded
+/// to f32 (`1.00000001` rounds to 1 and was accepted).
+pub fn unit_closed(s: &str) -> Result<f32, String> {
+    in_unit(s, true)
+}
+
+/// A float flag in [0, 1) (`--dropout`), checked on the value as typed (`0.99999999` rounds
+/// to 1 and was refused as "got 1").
+pub fn unit_half_open(s: &str) -> Result<f32, String> {
+    in_unit(s, false)
+}
+
+fn in_unit(s: &str, closed: bool) -> Result<f32, String> {
+    let v = f32_value(s)?;
+    let wide: f64 = s
+        .trim()
+        .parse()
+        .map_err(|e| format!("`{s}` is not a number: {e}"))?;
+    let inside = wide >= 0.0 && if closed { wide <= 1.0 } else { wide < 1.0 };
+    if !inside {
+        let range = if closed { "[0, 1]" } else { "[0, 1)" };
+        return Err(format!("must be in {range}, got {}", s.trim()));
+    }
+    // a typed value below 1 that rounds to 1 in f32 (0.99999999) is refused in [0, 1)
+    if !closed && v >= 1.0 {
+        return Err(format!(
+            "{} rounds to 1 in float32, outside [0, 1)",
+            s.trim()
+        ));
+    }
+    Ok(v)
+}
+
 /// The flags every example takes. Unset `--steps`, `--lr` and `--batch-size` take the
 /// example's defaults (listed in each command's help).
 #[derive(clap::Args, Debug, Clone)]
@@ -100,7 +133,7 @@ pub struct CommonArgs {
     #[arg(long, value_enum)]
     pub optimizer: Option<OptimizerChoice>,
     /// Momentum of `sgd` and `rmsprop` (default 0).
-    #[arg(long, value_parser = f32_value)]
+    #[arg(long, value_parser = unit_closed)]
     pub momentum: Option<f32>,
     /// Weight decay: L2 (added to the gradient) for adam, sgd, rmsprop and adagrad,
     /// decoupled for adamw (default 0; adamw 0.01).

@@ -39,7 +39,7 @@ pub struct Args {
     #[arg(long, default_value_t = DEFAULT_STRIDE)]
     pub stride: usize,
     /// Dropout probability in the blocks (> 0 makes compiled mode refuse the model).
-    #[arg(long, default_value_t = 0.0, value_parser = super::f32_value)]
+    #[arg(long, default_value_t = 0.0, value_parser = super::unit_half_open)]
     pub dropout: f32,
     /// Characters to generate (greedily) after training; 0 for none.
     #[arg(long, default_value_t = 120)]
