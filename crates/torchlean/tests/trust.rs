@@ -445,6 +445,15 @@ fn checked_runtime_accepts_guards_and_tests() {
         .obligations
         .iter()
         .any(|o| o.disposition == Disposition::Tested));
+    // guards run before every call, tests were discharged once: the report says which
+    // (its JSON said no obligation but a checker's ran on every call: the trust audit)
+    for o in &accepted.audit().obligations {
+        assert_eq!(
+            o.runs_every_call,
+            matches!(o.disposition, Disposition::Guarded | Disposition::Checked),
+            "{o:?}"
+        );
+    }
 }
 
 #[test]

@@ -161,8 +161,11 @@ pub struct ObligationReport {
     pub disposition: Disposition,
     /// False only for the VJP obligation when no gradient is requested or the op has none.
     pub required: bool,
-    /// Checker evidence is discharged again on every call.
+    /// Checker evidence: a replay checker judges the kernel's result on every call.
     pub recheck_every_call: bool,
+    /// The evidence runs on every call: a runtime guard (before the kernel) or a checker
+    /// (after it). Tests and proofs are discharged once, when the plan is gated.
+    pub runs_every_call: bool,
 }
 
 /// The audit of one planned kernel: its identity and its four obligation reports.
@@ -204,6 +207,7 @@ pub fn audit(capsule: &KernelCapsule, vjp: VjpMode) -> KernelAudit {
                 disposition: kind.disposition(),
                 required: o != Obligation::Vjp || vjp_required,
                 recheck_every_call: kind == EvidenceKind::Checker,
+                runs_every_call: matches!(kind, EvidenceKind::Checker | EvidenceKind::RuntimeGuard),
             }
         })
         .collect();
