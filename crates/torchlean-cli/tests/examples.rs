@@ -1292,3 +1292,33 @@ fn a_checkpoint_of_a_data_file_resumes_only_on_data_of_its_shape() {
     ]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
 }
+
+/// A run that fails after kernels ran (here Adam's step size overflows at the first update)
+/// still writes the report asked for: `--report-json` lists the kernels that ran and
+/// `--show-backend` prints them (a failed run wrote none: the trust audit); exit 1 as before.
+#[test]
+fn a_failed_run_still_reports_what_ran() {
+    let d = scratch("failed-report");
+    let json = d.join("r.json");
+    let o = torchlean(&[
+        "mlp",
+        "--lr",
+        "3e38",
+        "--steps",
+        "5",
+        "--show-backend",
+        "--report-json",
+        s(&json),
+    ]);
+    assert_eq!(code(&o), 1, "{}", stderr(&o));
+    assert!(stderr(&o).contains("step size"), "{}", stderr(&o));
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("a report")).unwrap();
+    let kernels = report["kernels"].as_array().map_or(0, |a| a.len());
+    assert!(kernels > 0, "{report}");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("before the failure") && out.contains("linear:"),
+        "{out}"
+    );
+}

@@ -692,6 +692,26 @@ pub(super) fn what_ran<M: Module>(trainer: &Trainer<M>) -> Result<BackendReport,
     Ok(report)
 }
 
+/// The report of what ran before a run failed, where one was asked for: printed with
+/// `--show-backend`, written to `--report-json` (the trust audit: a failed run wrote none).
+/// Best effort: the run's own error is what the command reports.
+fn report_after_failure<M: Module>(args: &CommonArgs, trainer: &Trainer<M>) {
+    if !args.backend.show_backend && args.backend.report_json.is_none() {
+        return;
+    }
+    let Ok(report) = what_ran(trainer) else {
+        return;
+    };
+    if args.backend.show_backend {
+        outln!("backend report of what ran before the failure:");
+        outln!("{}", report.to_text());
+    }
+    let load: Vec<(&str, &Path)> = args.load.iter().map(|p| ("--load", p.as_path())).collect();
+    if let Err(e) = args.backend.write_report(report, &load) {
+        eprintln!("note: the report could not be written: {}", e.message);
+    }
+}
+
 /// Trains `setup` under the common flags, printing progress and a one-line summary, and
 /// writes the log, plot and backend report when asked. Returns the trainer, for examples
 /// that do more with the trained model (e.g. generate a sample).
@@ -842,6 +862,9 @@ pub fn run<M: Module>(
                 progress.finish();
                 // keep what was logged so far
                 let _ = step_log.finish();
+                // and say what ran before the failure (a checker's rejection, a non-finite
+                // loss): the report asked for, printed or written, as on success
+                report_after_failure(args, &trainer);
                 return Err(lib_err(e));
             }
         };
