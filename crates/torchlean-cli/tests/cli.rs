@@ -989,3 +989,38 @@ fn environment_switches_take_only_their_values() {
         );
     }
 }
+
+/// No contract describes a kernel that nothing backs: every contract without evidence (the
+/// VJP of an op with no gradient, on every provider and device) says so in its summary
+/// (30 capsules said "the VJP kernel is spec::vjp at f32" or "matches the f64 spec VJP":
+/// the trust audit), and every contract with evidence keeps its own.
+#[test]
+fn contracts_without_evidence_claim_nothing() {
+    let (code, out, err) = run(&["capsules", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let caps: Vec<serde_json::Value> = serde_json::from_str(&out).expect("JSON");
+    let mut without = 0;
+    for c in &caps {
+        for key in [
+            "shape_contract",
+            "layout_contract",
+            "value_contract",
+            "vjp_contract",
+        ] {
+            let contract = &c[key];
+            let summary = contract["summary"].as_str().unwrap_or_default();
+            let none = contract["evidence"]["evidence"] == "not_provided";
+            without += none as usize;
+            assert_eq!(
+                none,
+                summary.starts_with("nothing is claimed"),
+                "{} {key}: {summary}",
+                c["name"]
+            );
+        }
+    }
+    assert!(
+        without >= 20,
+        "only {without} contracts without evidence: the scan is broken"
+    );
+}

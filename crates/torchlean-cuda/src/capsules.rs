@@ -48,13 +48,9 @@ fn here(file: &str, symbol: &str) -> Provenance {
     }
 }
 
+/// A contract (no evidence: the summary says so, as every provider's).
 fn d(claim: ContractClaim, summary: &str, evidence: Evidence, p: Provenance) -> ContractDescriptor {
-    ContractDescriptor {
-        claim,
-        summary: summary.into(),
-        evidence,
-        provenance: p,
-    }
+    torchlean::providers::capsules::descriptor(claim, summary, evidence, p)
 }
 
 fn tests(t: &[&str]) -> Evidence {
@@ -176,11 +172,8 @@ pub fn replayed_capsule(base: KernelCapsule) -> KernelCapsule {
         ],
     }
     };
-    let with = |d: &ContractDescriptor, summary: &str, evidence: Evidence| ContractDescriptor {
-        claim: d.claim.clone(),
-        summary: summary.into(),
-        evidence,
-        provenance: d.provenance.clone(),
+    let with = |c: &ContractDescriptor, summary: &str, evidence: Evidence| {
+        d(c.claim.clone(), summary, evidence, c.provenance.clone())
     };
     KernelCapsule {
         name: format!("{}.replayed.{}", base.provider.label(), op.name()),

@@ -36,16 +36,29 @@ pub fn vjp_claim(op: OpKind, mode: VjpMode) -> ContractClaim {
     }
 }
 
+/// A contract. With no evidence (`Evidence::NotProvided`: the VJP of an op without a
+/// gradient, the only use) the summary says so instead of describing a kernel that nothing
+/// backs (a capsule listing said "the VJP kernel is spec::vjp at f32" for argmax: the trust
+/// audit).
 pub fn descriptor(
     claim: ContractClaim,
     summary: impl Into<String>,
     evidence: Evidence,
     provenance: Provenance,
 ) -> ContractDescriptor {
+    let summary = if matches!(evidence, Evidence::NotProvided) {
+        NO_EVIDENCE_SUMMARY.to_string()
+    } else {
+        summary.into()
+    };
     ContractDescriptor {
         claim,
-        summary: summary.into(),
+        summary,
         evidence,
         provenance,
     }
 }
+
+/// The summary of a contract without evidence.
+pub const NO_EVIDENCE_SUMMARY: &str =
+    "nothing is claimed: no evidence (the op has no gradient; no VJP runs)";
