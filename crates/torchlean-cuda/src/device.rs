@@ -142,6 +142,9 @@ pub struct Context {
     /// Whether the deterministic flash VJP may add dQ in slots (`kernels::attention_slots`;
     /// `TORCHLEAN_FLASH_DQ_SLOTS=0`: the query kernel always).
     pub flash_dq_slots: bool,
+    /// Why the fused flash-attention kernels cannot run on this GPU (their shared memory
+    /// exceeds its per-block limit), or `None`.
+    pub flash_unavailable: Option<String>,
     /// Small element-wise calls waiting for their launch (`queue.rs`).
     queue: Mutex<crate::queue::LaunchQueue>,
 }
@@ -490,7 +493,9 @@ fn create() -> Result<Context, String> {
         flash_bwd_kv_mma: f("flash_bwd_kv_mma")?,
         flash_bwd_kv_mma_tiles: f("flash_bwd_kv_mma_tiles")?,
     };
-    crate::kernels::attention::allow_shared_memory(&functions)?;
+    // a GPU that cannot give the flash kernels their shared memory keeps every other kernel:
+    // the flash calls are refused naming why (kernels::attention::usable)
+    let flash_unavailable = crate::kernels::attention::allow_shared_memory(&functions).err();
     let cublas = format!(
         "{}.{}.{}",
         cublas_v / 10000,
@@ -545,6 +550,10 @@ fn create() -> Result<Context, String> {
             "the query kernel (TORCHLEAN_FLASH_DQ_SLOTS=0)".to_string()
         }
     );
+    let flash = match &flash_unavailable {
+        Some(why) => format!("the fused kernels cannot run on this GPU ({why}): their calls are refused, --provider prefer:torchlean plans the composition"),
+        None => flash,
+    };
     let detail = format!(
         "{name} (sm_{major}{minor}, {sms} SMs, {:.1} GiB), CUDA driver API {driver}, NVRTC {nvrtc} (kernels {source}), cuBLAS {cublas}, cuFFT {cufft}, single products: {}, flash attention: {flash}, small element-wise maps: {}",
         total as f64 / (1u64 << 30) as f64,
@@ -565,6 +574,7 @@ fn create() -> Result<Context, String> {
         flash_kv_slots,
         flash_kv_resident,
         flash_dq_slots,
+        flash_unavailable,
         queue: Mutex::new(crate::queue::LaunchQueue::default()),
     })
 }

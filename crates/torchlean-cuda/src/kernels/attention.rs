@@ -63,8 +63,25 @@ const MMA_BWD_BYTES: u32 = (2 * TILE_FLOATS + 3 * 32 * 68 + 2 * 32 * 144 + 5 * 3
 /// A null `gate` of `flash_forward`: the f32 forward takes every call it is launched for.
 const NO_GATE: u64 = 0;
 
+/// Refuses a call where the GPU cannot give the flash kernels their shared memory (the
+/// context records why; the rest of the CUDA module works there).
+fn usable(cx: &Context, op: &Op) -> Result<()> {
+    match &cx.flash_unavailable {
+        Some(why) => Err(crate::device::failure(
+            op.name(),
+            format!(
+                "the fused flash-attention kernels cannot run on this GPU: {why}; plan the \
+                 composition instead (`--provider prefer:torchlean`)"
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Lets each flash kernel take the dynamic shared memory it needs (more than the default
-/// 48 KiB): called once when the module loads ([`crate::device`]).
+/// 48 KiB): called once when the module loads ([`crate::device`]). A GPU whose per-block
+/// opt-in limit is lower (about 99 KiB on sm_86/89/120, 64 KiB on sm_75) refuses some: the
+/// error names the kernel, and the module records it for the flash calls only.
 pub fn allow_shared_memory(f: &crate::device::Functions) -> std::result::Result<(), String> {
     use cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES as MAX;
     let tiles = |n: u32| n * TILE_FLOATS * 4;
@@ -571,6 +588,7 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
     let n = torchlean::spec::numel(&shape);
     let in_use = cx()?;
     let cx = &*in_use;
+    usable(cx, op)?;
     let mut out = output(cx, op, n)?;
     if n == 0 {
         return tensor(out, &shape);
@@ -694,6 +712,7 @@ fn vjp_with(
     let (_, _, mask) = torchlean::providers::native_cpu::flash_payload(op)?;
     let in_use = cx()?;
     let cx = &*in_use;
+    usable(cx, op)?;
     let need = |i: usize| needs.get(i).copied().unwrap_or(false);
     // every element of a gradient the kernels compute is written by them; one they do not
     // run for (no rows, no keys) is zeroed below
