@@ -604,6 +604,56 @@ fn flash_attention_dq_in_grouped_slots_matches_the_cpu_and_repeats() {
     eprintln!("flash_attention_dq_in_grouped_slots_matches_the_cpu_and_repeats: B·H = {bh}, L = S = {l}, d = {d}, plan {plan:?} on {resident} resident blocks; worst error against the CPU {worst:e}");
 }
 
+/// The cuFFT spectral op at lengths that are not powers of two (6, 100, 127, 1000) with every
+/// mode kept (the Nyquist frequency included for even n) and with few, and weights whose
+/// zero-frequency imaginary part is large: the spec ignores that part (sin 0 = 0), and the
+/// inverse transform's input must be Hermitian there for cuFFT (the CUDA review: it was
+/// written into C2R's input; the conformance rows had n in {1, 8, 16, 64} only). Forward and
+/// every gradient within 1e-4·(1 + max |spec|) of the f64 spec.
+#[test]
+fn cufft_spectral_conv_of_any_length_matches_the_spec() {
+    use torchlean::graph::Op;
+    if !gpu("cufft_spectral_conv_of_any_length_matches_the_spec") {
+        return;
+    }
+    let b = cufft_binding();
+    let vjp = b.vjp().expect("a VJP");
+    for (c, &(n, modes)) in [(6usize, 4usize), (100, 51), (127, 64), (1000, 12), (100, 7)]
+        .iter()
+        .enumerate()
+    {
+        let op = Op::SpectralConv1d { modes };
+        let seed = 72_000 + 10 * c as u64;
+        let x = draw(&[2, 3, n], Gen::Normal, seed);
+        let wr = draw(&[3, 4, modes], Gen::Normal, seed + 1);
+        let mut wi = draw(&[3, 4, modes], Gen::Normal, seed + 2);
+        for (e, v) in wi.data.iter_mut().enumerate() {
+            if e % modes == 0 {
+                *v *= 100.0;
+            }
+        }
+        let xs = [x, wr, wi];
+        let refs: Vec<&Array<f64>> = xs.iter().collect();
+        let want = spec::forward(&op, &refs).expect("spec forward");
+        let gy = draw(&want.shape, Gen::Normal, seed + 9);
+        let want_grads = spec::vjp(&op, &refs, &want, &gy).expect("spec vjp");
+        let ts: Vec<Tensor> = xs.iter().map(on_gpu).collect();
+        let tr: Vec<&Tensor> = ts.iter().collect();
+        let y = (b.forward())(&op, &tr).expect("cufft forward");
+        flash_compare(&widen(&y), &want.data, 1e-4)
+            .unwrap_or_else(|e| panic!("n {n} modes {modes}: forward: {e}"));
+        let grads = vjp(&op, &tr, &y, &on_gpu(&gy), &[true, true, true]).expect("cufft vjp");
+        for (j, (g, w)) in grads.iter().zip(&want_grads).enumerate() {
+            let (g, w) = (
+                g.as_ref().expect("a gradient"),
+                w.as_ref().expect("a gradient"),
+            );
+            flash_compare(&widen(g), &w.data, 1e-4)
+                .unwrap_or_else(|e| panic!("n {n} modes {modes}: gradient {j}: {e}"));
+        }
+    }
+}
+
 /// The split-TF32 tensor-core kernels (`flash_forward_mma`, `flash_bwd_kv_mma`: d, dv <= 64,
 /// finite values below 2^24) hold f32-level accuracy, not TF32's: on realistic calls (normal
 /// q, k, v, L = S = 256 crossing four tiles, d = dv = 64 and 32, no mask, causal, a boolean
