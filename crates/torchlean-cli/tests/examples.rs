@@ -1322,3 +1322,37 @@ fn a_failed_run_still_reports_what_ran() {
         "{out}"
     );
 }
+
+/// A data file of fewer than 10 samples holds none out: the summary calls its evaluation the
+/// training set's and says nothing was held out (it said "held-out loss / accuracy" of the
+/// rows the model had trained on: the CLI audit); ten samples or more keep "held-out".
+#[test]
+fn a_file_too_small_to_hold_out_is_not_called_held_out() {
+    let d = scratch("small-holdout");
+    let small = d.join("small.csv");
+    std::fs::write(
+        &small,
+        "a,b,label\n0.1,0.2,0\n0.3,0.4,1\n0.5,0.1,0\n0.9,0.7,1\n",
+    )
+    .unwrap();
+    let o = torchlean(&["mlp", "--data", s(&small), "--steps", "2"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let summary = stdout(&o)
+        .lines()
+        .find(|l| l.starts_with("summary:"))
+        .unwrap_or_default()
+        .to_string();
+    assert!(!summary.contains("held-out loss"), "{summary}");
+    assert!(
+        summary.contains("training-set accuracy") && summary.contains("nothing held out"),
+        "{summary}"
+    );
+    let big = d.join("big.csv");
+    let rows: String = (0..20)
+        .map(|i| format!("{},{},{}\n", i as f32 / 20.0, 0.5, i % 2))
+        .collect();
+    std::fs::write(&big, format!("a,b,label\n{rows}")).unwrap();
+    let o = torchlean(&["mlp", "--data", s(&big), "--steps", "2"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(stdout(&o).contains("held-out accuracy"), "{}", stdout(&o));
+}

@@ -904,10 +904,21 @@ pub fn run<M: Module>(
     } else {
         format!("final train loss {:.6}", shown(final_loss))
     }];
+    // a data file of fewer than 10 samples holds none out (data_files::holdout): its
+    // evaluation is of the training samples, and the summary says so (it said "held-out")
+    let on_train = test.as_ref().is_some_and(|t| {
+        t.len() == train.len()
+            && t.features().map(|f| f.to_vec()).ok() == train.features().map(|f| f.to_vec()).ok()
+            && t.targets().map(|f| f.to_vec()).ok() == train.targets().map(|f| f.to_vec()).ok()
+    });
+    let which = if on_train { "training-set" } else { "held-out" };
     if let Some(ev) = &eval {
-        parts_text.push(format!("held-out loss {:.6}", shown(ev.loss)));
+        parts_text.push(format!("{which} loss {:.6}", shown(ev.loss)));
         if let Some(a) = ev.accuracy {
-            parts_text.push(format!("held-out accuracy {a:.4}"));
+            parts_text.push(format!("{which} accuracy {a:.4}"));
+        }
+        if on_train {
+            parts_text.push("nothing held out (fewer than 10 samples)".to_string());
         }
     }
     let verdict = |ok: bool| if ok { "reached" } else { "NOT reached" };
@@ -917,7 +928,7 @@ pub fn run<M: Module>(
             Some(Evaluation {
                 accuracy: Some(a), ..
             }),
-        ) => format!("threshold: held-out accuracy >= {t} {}", verdict(*a >= t)),
+        ) => format!("threshold: {which} accuracy >= {t} {}", verdict(*a >= t)),
         (Goal::RelativeMseBelow { factor, variance }, Some(ev)) => {
             let rel = ev.loss / variance;
             parts_text.push(format!("relative mse {rel:.5}"));
