@@ -1356,3 +1356,58 @@ fn a_file_too_small_to_hold_out_is_not_called_held_out() {
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert!(stdout(&o).contains("held-out accuracy"), "{}", stdout(&o));
 }
+
+/// `--momentum` on a resume that turns momentum on or off is refused naming the flag and the
+/// checkpoint's value, except SGD's 0 → m (its buffers start on the next step, as PyTorch's);
+/// it failed on the optimizer state's slots with messages about buffers (RMSprop 0 → 0.5,
+/// either → 0), and the note said the flag overrides the checkpoint (the CLI audit). Another
+/// nonzero momentum resumes.
+#[test]
+fn a_resume_cannot_turn_momentum_on_or_off_except_sgds_start() {
+    let d = scratch("momentum-resume");
+    let ck = |name: &str, opt: &str, m: &str| {
+        let p = d.join(name);
+        let o = torchlean(&[
+            "mlp",
+            "--steps",
+            "2",
+            "--optimizer",
+            opt,
+            "--momentum",
+            m,
+            "--save",
+            s(&p),
+        ]);
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        p
+    };
+    let (sgd0, sgd9, rms0, rms5) = (
+        ck("sgd0.ck", "sgd", "0"),
+        ck("sgd9.ck", "sgd", "0.9"),
+        ck("rms0.ck", "rmsprop", "0"),
+        ck("rms5.ck", "rmsprop", "0.5"),
+    );
+    let resume = |p: &std::path::Path, m: &str| {
+        torchlean(&["mlp", "--steps", "1", "--load", s(p), "--momentum", m])
+    };
+    for (p, m, ok) in [
+        (&sgd0, "0.9", true),
+        (&sgd9, "0.5", true),
+        (&sgd9, "0", false),
+        (&rms0, "0.5", false),
+        (&rms5, "0", false),
+        (&rms5, "0.3", true),
+    ] {
+        let o = resume(p, m);
+        if ok {
+            assert_eq!(code(&o), 0, "{} {m}: {}", p.display(), stderr(&o));
+        } else {
+            assert_eq!(code(&o), 2, "{} {m}: {}", p.display(), stderr(&o));
+            assert!(
+                stderr(&o).contains("--momentum") && stderr(&o).contains("cannot turn momentum"),
+                "{}",
+                stderr(&o)
+            );
+        }
+    }
+}

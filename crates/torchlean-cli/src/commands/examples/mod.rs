@@ -408,6 +408,27 @@ impl CommonArgs {
             )));
         }
         let momentum = momentum.unwrap_or(0.0);
+        // a resume that turns momentum on or off: the checkpoint's optimizer state has (or
+        // lacks) the momentum buffers; only SGD's are created on the next step as PyTorch
+        // does, so the other changes are refused naming the flag (they failed on the
+        // state's slots, a message about buffers the user never named: the CLI audit)
+        if let (Some(new), true) = (self.momentum, self.load.is_some()) {
+            let saved = self
+                .flag_or_saved(None, "momentum", "--momentum", false)
+                .unwrap_or(0.0);
+            let sgd_starts = choice == O::Sgd && saved == 0.0;
+            if (saved == 0.0) != (new == 0.0) && !sgd_starts {
+                return Err(CliError::usage(format!(
+                    "--momentum {new}: the checkpoint {} was trained by {} with momentum {saved}, \
+                     and its optimizer state {} momentum buffers; a resume cannot turn momentum \
+                     {} (leave --momentum out to keep {saved}, or start a new run)",
+                    self.load_display(),
+                    choice.kind(),
+                    if saved == 0.0 { "has no" } else { "holds" },
+                    if new == 0.0 { "off" } else { "on" },
+                )));
+            }
+        }
         let err =
             |e: torchlean::Error| CliError::usage(format!("--optimizer {}: {e}", choice.kind()));
         let check_decay = |wd: f32| {
