@@ -86,10 +86,20 @@ pub fn load_for_inputs(
 ) -> Result<LoadedModel, CliError> {
     let usage = |e: torchlean_onnx::OnnxError| CliError::usage(e.to_string());
     let model = read_checked(path, writes)?.model;
+    // the model's inputs, without those an initializer backs (older IR versions list them
+    // as inputs too): a tensor given for one of these is a parameter, which the value-name
+    // check then points to --params (the import took it for a shape of an input the model
+    // does not have: the ONNX audit)
     let declared: Vec<&str> = model
         .graph
         .as_ref()
-        .map(|g| g.input.iter().map(|i| i.name.as_str()).collect())
+        .map(|g| {
+            g.input
+                .iter()
+                .map(|i| i.name.as_str())
+                .filter(|n| !g.initializer.iter().any(|t| t.name == *n))
+                .collect()
+        })
         .unwrap_or_default();
     let shapes: HashMap<String, Vec<usize>> = inputs
         .iter()
