@@ -606,3 +606,21 @@ fn an_initializer_read_as_a_constant_cannot_be_replaced_or_differentiated() {
     assert_eq!(y[0], -2.0, "{y:?}");
     assert_eq!(y[y.len() - 1], 1.0, "{y:?}");
 }
+
+/// An ONNX graph input that an initializer backs (`b`, legal in ONNX) is a parameter here: a
+/// tensor for it in `--inputs` is pointed to `--params` (it was refused as "a shape was given
+/// for an input the model does not have": the ONNX audit).
+#[test]
+fn a_tensor_for_an_initializer_backed_input_is_pointed_to_params() {
+    let d = Dir::new("input-initializer");
+    let fx = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/input_with_initializer"
+    );
+    let (model, inputs) = (format!("{fx}.onnx"), format!("{fx}.inputs.safetensors"));
+    let out = d.p("y.safetensors");
+    let (code, _, err) = run(&["run-graph", &model, "--inputs", &inputs, "--out", &out]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("`b`") && err.contains("--params"), "{err}");
+    assert!(!err.contains("a shape was given"), "{err}");
+}
