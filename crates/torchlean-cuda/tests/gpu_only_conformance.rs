@@ -95,6 +95,17 @@ fn on_gpu(a: &Array<f64>) -> Tensor {
         .expect("upload")
 }
 
+/// The bits of every gradient present (read back from the device).
+fn gradient_bits(gs: &[Option<Tensor>]) -> Vec<Vec<u32>> {
+    gs.iter()
+        .flatten()
+        .map(|t| {
+            let v = t.try_to_vec().expect("read back");
+            v.iter().map(|x| x.to_bits()).collect()
+        })
+        .collect()
+}
+
 fn widen(t: &Tensor) -> Vec<f64> {
     t.try_to_vec()
         .expect("read back")
@@ -432,15 +443,7 @@ fn flash_attention_vjp_is_bit_identical_run_to_run() {
     if !gpu("flash_attention_vjp_is_bit_identical_run_to_run") {
         return;
     }
-    let bits = |g: &[Option<Tensor>]| -> Vec<Vec<u32>> {
-        g.iter()
-            .flatten()
-            .map(|t| {
-                let v = t.try_to_vec().expect("read back");
-                v.iter().map(|x| x.to_bits()).collect()
-            })
-            .collect()
-    };
+    let bits = gradient_bits;
     let mut atomic_differed = 0;
     for (c, &(mask, causal)) in [(AttentionMask::None, false), (AttentionMask::Boolean, true)]
         .iter()
@@ -583,18 +586,7 @@ fn flash_attention_dq_in_grouped_slots_matches_the_cpu_and_repeats() {
                 Err(e) => panic!("case {c} ({mask:?}, causal {causal}) gradient {j}: {e}"),
             }
         }
-        let bits = |gs: &[Option<Tensor>]| -> Vec<Vec<u32>> {
-            gs.iter()
-                .flatten()
-                .map(|t| {
-                    t.try_to_vec()
-                        .expect("read back")
-                        .iter()
-                        .map(|x| x.to_bits())
-                        .collect()
-                })
-                .collect()
-        };
+        let bits = gradient_bits;
         let again = vjp(&op, &tr, &y, &g, needs).expect("gpu vjp");
         assert!(
             bits(&again) == bits(&first),
