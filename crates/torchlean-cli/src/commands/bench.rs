@@ -235,18 +235,10 @@ pub fn run(a: Args) -> CliResult {
                     out.cross_entropy(&xs[1])
                 }
             };
-            // the step's optimizer update (Adam) is planned and gated with it, before any
-            // kernel runs
-            let planned = Adam::new(1e-3)?;
-            a.backend.start_training_session(
-                mode,
-                || {
-                    let (model, x, y) = setup()?;
-                    loss_fn(&model, &[x, y]).map(drop)
-                },
-                // (under the session it installs: the update's ops depend on its profile)
-                || planned.update_ops(device),
-            )?;
+            start_step_session(&a, mode, device, || {
+                let (model, x, y) = setup()?;
+                loss_fn(&model, &[x, y]).map(drop)
+            })?;
             let (mut model, x, y) = setup()?;
             model.to_device(device)?;
             let inputs = [("x".to_string(), on(x)?), ("y".to_string(), on(y)?)];
@@ -294,18 +286,10 @@ pub fn run(a: Args) -> CliResult {
             let loss_fn = |m: &dyn Module, xs: &[Tensor]| -> torchlean::Result<Tensor> {
                 m.forward(&xs[0])?.mse_loss(&xs[1])
             };
-            // the step's optimizer update (Adam) is planned and gated with it, before any
-            // kernel runs
-            let planned = Adam::new(1e-3)?;
-            a.backend.start_training_session(
-                mode,
-                || {
-                    let (model, x, target) = setup()?;
-                    loss_fn(&model, &[x, target]).map(drop)
-                },
-                // (under the session it installs: the update's ops depend on its profile)
-                || planned.update_ops(device),
-            )?;
+            start_step_session(&a, mode, device, || {
+                let (model, x, target) = setup()?;
+                loss_fn(&model, &[x, target]).map(drop)
+            })?;
             let (mut model, x, target) = setup()?;
             model.to_device(device)?;
             let inputs = [("x".to_string(), on(x)?), ("y".to_string(), on(target)?)];
@@ -647,4 +631,19 @@ fn onnx_inference(
     })?;
     let extra = serde_json::json!({ "model": path.display().to_string(), "nodes": nodes, "mode": "compiled" });
     Ok((t, compiled.ran_report(), extra))
+}
+
+/// Installs a training step's session: `workload` (setup, forward and loss) traced, and the
+/// step's optimizer update (Adam, as the steps run it) planned and gated with it, before any
+/// kernel runs. The update's ops are asked under the installed session (they depend on its
+/// profile: in place, or handed out by slices).
+fn start_step_session(
+    a: &Args,
+    mode: ExecutionMode,
+    device: Device,
+    workload: impl FnOnce() -> torchlean::Result<()>,
+) -> CliResult {
+    let planned = Adam::new(1e-3)?;
+    a.backend
+        .start_training_session(mode, workload, || planned.update_ops(device))
 }
