@@ -397,7 +397,7 @@ fn the_optimizer_flags_choose_the_optimizer_and_a_resumed_run_keeps_it() {
         ),
         (
             &["--optimizer", "sgd", "--momentum", "1.5"][..],
-            "--momentum must be in [0, 1]",
+            "must be in [0, 1], got 1.5",
         ),
     ] {
         let out = torchlean(&[&["mlp", "--steps", "1"], args].concat());
