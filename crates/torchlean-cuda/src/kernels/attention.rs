@@ -746,15 +746,13 @@ fn vjp_with(
         // the slots' scratch; zeroed where a key tile may skip query tiles (causal, mask
         // tiles) or a block runs several key tiles (fuse 3: every tile adds), else the first
         // tile of each slot stores (fuse 2)
-        let mut dq_slots = output(
-            cx,
-            op,
-            slots.map_or(1, |p| p.scratch_floats(bh * l, d)).max(1),
-        )?;
-        let fuse: i32 = match slots {
+        let mut dq_slots = slots
+            .map(|p| output(cx, op, p.scratch_floats(bh * l, d).max(1)).map(|b| (p, b)))
+            .transpose()?;
+        let fuse: i32 = match &mut dq_slots {
             None => fuse_dq as i32,
-            Some(p) if p.group > 1 || c.g.causal != 0 || c.g.tiles != 0 => {
-                launched(op, cx.stream.memset_zeros(dq_slots.slice_mut()))?;
+            Some((p, buf)) if p.group > 1 || c.g.causal != 0 || c.g.tiles != 0 => {
+                launched(op, cx.stream.memset_zeros(buf.slice_mut()))?;
                 3
             }
             Some(_) => 2,
@@ -816,11 +814,10 @@ fn vjp_with(
             );
             vjp_inputs(&mut b, &c, &st, g);
             b.arg(gk.slice_mut()).arg(gv.slice_mut()).arg(&c.g);
-            if slots.is_some() {
-                b.arg(dq_slots.slice_mut());
-            } else {
-                b.arg(gq.slice_mut());
-            }
+            match &mut dq_slots {
+                Some((_, buf)) => b.arg(buf.slice_mut()),
+                None => b.arg(gq.slice_mut()),
+            };
             b.arg(&fuse);
             gate_arg(&mut b, &wide);
             b.arg(&heads)
@@ -845,10 +842,10 @@ fn vjp_with(
             // their 64 keys' rows of `part` ([heads·parts, S, d] then [heads·parts, S, dv],
             // allocated so) instead.
             launched(op, unsafe { b.launch(cfg) })?;
-            if let Some(p) = slots.filter(|_| bh * l * d > 0) {
+            if let Some((p, buf)) = dq_slots.as_ref().filter(|_| bh * l * d > 0) {
                 let (slots64, n64) = (p.slots as i64, (bh * l * d) as i64);
                 let mut b = cx.stream.launch_builder(&cx.functions.flash_sum_batches);
-                b.arg(dq_slots.slice())
+                b.arg(buf.slice())
                     .arg(gq.slice_mut())
                     .arg(&slots64)
                     .arg(&n64);

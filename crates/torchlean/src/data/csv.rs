@@ -248,6 +248,9 @@ pub fn parse_csv_read(text: &str, name: &str, options: &CsvOptions) -> Result<Cs
     let first_fields = fields(first, options.delimiter)
         .map_err(|why| bad(format!("line {}: {why}", first_line + 1)))?;
     let first_fields: Vec<&str> = first_fields.iter().map(|f| f.as_ref()).collect();
+    // a first line of numbers over a named label column: a header if its label is the one
+    // class no other row has while every other class recurs (checked once the rows are read)
+    let mut suspect_header = false;
     let has_header = match options.header {
         Header::Present => true,
         Header::Absent => false,
@@ -298,30 +301,8 @@ pub fn parse_csv_read(text: &str, name: &str, options: &CsvOptions) -> Result<Cs
                     .enumerate()
                     .all(|(i, f)| i == c || f.parse::<f32>().is_ok());
                 let named = !name.is_empty() && name.parse::<f32>().is_err();
-                if all_numbers && named {
-                    let mut counts: std::collections::HashMap<String, usize> = Default::default();
-                    for line in split_lines(text).filter(|l| !l.trim().is_empty()).skip(1) {
-                        if let Some(x) = fields(line, options.delimiter)
-                            .ok()
-                            .and_then(|f| f.get(c).map(|x| x.trim().to_string()))
-                        {
-                            *counts.entry(x).or_default() += 1;
-                        }
-                    }
-                    let alone = !counts.contains_key(name)
-                        && counts.values().sum::<usize>() >= 2
-                        && counts.values().all(|&n| n >= 2);
-                    if alone {
-                        return Err(bad(format!(
-                            "line {}, the first: its label `{name}` is on no other row while every \
-                             other class recurs, so it could be a header (numbers for feature \
-                             names, the label column's name) or a data row of a class seen once; \
-                             say which (the CLI's `--csv-header present|absent`, the library's \
-                             `Header::Present` / `Header::Absent`)",
-                            first_line + 1
-                        )));
-                    }
-                }
+                // judged after the rows are read (their classes counted there, no second pass)
+                suspect_header = all_numbers && named;
             }
             let text: Vec<&&str> = judged
                 .iter()
@@ -537,6 +518,32 @@ pub fn parse_csv_read(text: &str, name: &str, options: &CsvOptions) -> Result<Cs
              labels are either all class indices or all class names{hint}",
             printable(&class)
         )));
+    }
+    if suspect_header {
+        // targets are first-seen class ids here: the first row's is 0
+        let mut counts = vec![0usize; classes.len()];
+        for &t in &targets {
+            counts[t as usize] += 1;
+        }
+        let others = &counts[1.min(counts.len())..];
+        let alone = counts.first() == Some(&1)
+            && others.iter().sum::<usize>() >= 2
+            && others.iter().all(|&n| n >= 2);
+        if alone {
+            let name = classes
+                .iter()
+                .find(|(_, &id)| id == 0)
+                .map(|(n, _)| printable(n))
+                .unwrap_or_default();
+            return Err(bad(format!(
+                "line {}, the first: its label `{name}` is on no other row while every other \
+                 class recurs, so it could be a header (numbers for feature names, the label \
+                 column's name) or a data row of a class seen once; say which (the CLI's \
+                 `--csv-header present|absent`, the library's `Header::Present` / \
+                 `Header::Absent`)",
+                first_line + 1
+            )));
+        }
     }
     if classes.len() as f64 >= super::finite::EXACT_F32_INTEGER {
         return Err(bad(format!(

@@ -71,12 +71,7 @@ pub(super) fn cancellation_allowance(
     gy: Option<&Array<f64>>,
 ) -> Vec<f64> {
     let zeros = vec![0.0; if gy.is_some() { xs.len() } else { 1 }];
-    let Op::ScaledDotProductAttention {
-        scale,
-        causal,
-        mask,
-    } = op
-    else {
+    let Some((scale, causal, mask)) = op.attention_payload() else {
         return zeros;
     };
     let finite = |a: &Array<f64>| a.data.iter().all(|v| v.is_finite());
@@ -94,9 +89,9 @@ pub(super) fn cancellation_allowance(
         k.shape[r - 2],
         v.shape[r - 1],
     );
-    let scores = Scores::new(xs, *scale, *causal, *mask);
+    let scores = Scores::new(xs, scale, causal, mask);
     let c = scores.scale().abs();
-    let bias = (*mask == AttentionMask::AdditiveBias).then(|| xs[3]);
+    let bias = (mask == AttentionMask::AdditiveBias).then(|| xs[3]);
     let mut a = [0.0f64; 4];
     for b in 0..numel(&q.shape[..r - 2]) {
         let slice = Slice {
