@@ -743,35 +743,35 @@ fn activation_gradients_at_zero_are_pytorchs() {
     }
 }
 
-/// `Resize` nearest with the asymmetric transform and `floor` (PyTorch's `nearest` export) at a
-/// scale that is not a power of two: the source index is onnxruntime's, computed in f32 —
-/// output 3 of 10 → 6 at scale 0.6 reads input 5 (3 / 0.6f rounds to exactly 5 in f32; in f64
-/// it is 4.9999998, and torchlean read input 4 before the thirty-seventh session). The
-/// expected picks are onnxruntime 1.32's output on this model (an audit of that session).
-#[test]
-fn resize_nearest_coordinates_are_onnxruntimes() {
-    let n = with_string(
-        with_string(
-            with_string(
-                node("r", "Resize", &["x", "", "sc"], &["y"]),
-                "mode",
-                "nearest",
-            ),
-            "coordinate_transformation_mode",
-            "asymmetric",
-        ),
-        "nearest_mode",
-        "floor",
+/// Runs `Resize` nearest over `x = [0, 1, …, n − 1]` on the last axis of [1, 1, 1, n], with
+/// the given coordinate transform and rounding, and an f32 `scales` or int64 `sizes` input.
+fn resize_nearest_picks(
+    n: usize,
+    transform: &str,
+    rule: &str,
+    scale: Option<f32>,
+    size: i64,
+) -> Vec<f32> {
+    let (inputs, init) = match scale {
+        Some(s) => (["x", "", "sc", ""], floats("sc", &[4], &[1.0, 1.0, 1.0, s])),
+        None => (["x", "", "", "sz"], ints("sz", &[4], &[1, 1, 1, size])),
+    };
+    let k = if scale.is_some() { 3 } else { 4 };
+    let r = node("r", "Resize", &inputs[..k], &["y"]);
+    let r = with_string(
+        with_string(r, "mode", "nearest"),
+        "coordinate_transformation_mode",
+        transform,
     );
     let m = model(
-        vec![n],
-        vec![floats("sc", &[4], &[1.0, 1.0, 1.0, 0.6])],
-        vec![value_info("x", &[1, 1, 1, 10], FLOAT)],
+        vec![with_string(r, "nearest_mode", rule)],
+        vec![init],
+        vec![value_info("x", &[1, 1, 1, n as i64], FLOAT)],
         vec![open("y")],
         13,
     );
     let imported = torchlean_onnx::import_model(&m, "resize", &HashMap::new()).unwrap();
-    let x = Tensor::from_vec((0..10).map(|v| v as f32).collect(), &[1, 1, 1, 10]).unwrap();
+    let x = Tensor::from_vec((0..n).map(|v| v as f32).collect(), &[1, 1, 1, n]).unwrap();
     let profile = BackendProfile::named("checked_cpu").expect("profile");
     let out = run_graph(
         imported.graph,
@@ -781,7 +781,49 @@ fn resize_nearest_coordinates_are_onnxruntimes() {
         false,
     )
     .unwrap();
-    assert_eq!(out["y"].to_vec(), vec![0.0, 1.0, 3.0, 5.0, 6.0, 8.0]);
+    out["y"].to_vec()
+}
+
+/// `Resize` nearest with the asymmetric transform and `floor` (PyTorch's `nearest` export) at a
+/// scale that is not a power of two: the source index is onnxruntime's, computed in f32 —
+/// output 3 of 10 → 6 at scale 0.6 reads input 5 (3 / 0.6f rounds to exactly 5 in f32; in f64
+/// it is 4.9999998, and torchlean read input 4 before the thirty-seventh session). The
+/// expected picks are onnxruntime 1.32's output on this model (an audit of that session).
+#[test]
+fn resize_nearest_coordinates_are_onnxruntimes() {
+    assert_eq!(
+        resize_nearest_picks(10, "asymmetric", "floor", Some(0.6), 0),
+        vec![0.0, 1.0, 3.0, 5.0, 6.0, 8.0]
+    );
+}
+
+/// `Resize` nearest with the output size given (`sizes`, as PyTorch exports
+/// `F.interpolate(size=…)`) reads the source pixel of the exact coordinate. The expected picks
+/// come from outside torchlean: PyTorch 2.15's `F.interpolate(mode="nearest")` for 35 → 5
+/// (onnxruntime 1.32 reads 6, 13, 27 there: 1 / (5/35 in f32) is 6.9999997), and
+/// onnxruntime 1.32 and the ONNX reference evaluator for the half-way points of 7 → 4
+/// `round_prefer_ceil` (2·7/4 = 3.5 exactly; torchlean read input 3 before this session, from
+/// the f32 quotient 3.4999998) and 11 → 13 `tf_half_pixel_for_nn` `round_prefer_floor`
+/// (output 6: 13·11/26 = 5.5).
+#[test]
+fn resize_nearest_from_sizes_reads_the_exact_coordinate() {
+    let as_f32 = |v: &[usize]| v.iter().map(|&i| i as f32).collect::<Vec<_>>();
+    assert_eq!(
+        resize_nearest_picks(35, "asymmetric", "floor", None, 5),
+        as_f32(&[0, 7, 14, 21, 28])
+    );
+    assert_eq!(
+        resize_nearest_picks(7, "asymmetric", "round_prefer_ceil", None, 4),
+        as_f32(&[0, 2, 4, 5])
+    );
+    assert_eq!(
+        resize_nearest_picks(7, "asymmetric", "round_prefer_ceil", None, 2),
+        as_f32(&[0, 4])
+    );
+    assert_eq!(
+        resize_nearest_picks(11, "tf_half_pixel_for_nn", "round_prefer_floor", None, 13),
+        as_f32(&[0, 1, 2, 3, 4, 5, 5, 6, 7, 8, 9, 10, 10])
+    );
 }
 
 /// Token ids that pass through `Clip`, `Abs` or `Max` before a `Gather` are still integer

@@ -12,7 +12,15 @@
 //! the f32 attribute or `out / in` in f32): in f64, a coordinate that f32 rounds onto an
 //! integer (asymmetric, scale 0.6: 3 / 0.6f is exactly 5 in f32, 4.99999985… in f64) floored
 //! to the index below, a different source pixel than onnxruntime's and PyTorch's (computed in
-//! f64 until the thirty-seventh session; an audit against onnxruntime). Refused: `cubic`,
+//! f64 until the thirty-seventh session; an audit against onnxruntime).
+//!
+//! One exception: `nearest` with the output size given (`sizes`, PyTorch's export of
+//! `F.interpolate(size=…)`) picks its source index from the exact rational coordinate
+//! ([`exact_source`]): the scale is then the ratio `out / in` itself, not an f32 number. In
+//! f32, 35 → 5 `asymmetric` + `floor` computes 1 / (5/35 in f32) = 6.9999997 and reads input
+//! 6 where PyTorch (and the ONNX reference evaluator, in f64) read 7; and `round_prefer_*`
+//! missed half-way points (7 → 4: 2 / (4/7 in f32) = 3.4999998, where onnxruntime and the
+//! reference evaluator take 3.5 as half-way). docs/onnx.md has the sweeps behind this choice. Refused: `cubic`,
 //! `tf_crop_and_resize` and `half_pixel_symmetric`, `antialias`, a `keep_aspect_ratio_policy`
 //! other than `stretch`, scales or sizes computed at run time.
 
@@ -42,6 +50,43 @@ fn source(mode: &str, o: usize, n: usize, out: usize, scale: f32) -> Map<f64> {
         }
     };
     Ok(c as f64)
+}
+
+/// The exact source coordinate of output position `o` when the output size was given
+/// (`sizes`): the scale is the ratio `out / n` itself, so the coordinate is the rational
+/// `num / den` (`den > 0`) of the operator's definition, with no rounding.
+fn exact_source(mode: &str, o: usize, n: usize, out: usize) -> Map<(i128, i128)> {
+    let (o, n, out) = (o as i128, n as i128, out as i128);
+    Ok(match mode {
+        "asymmetric" => (o * n, out),
+        "half_pixel" => ((2 * o + 1) * n - out, 2 * out),
+        "pytorch_half_pixel" if out > 1 => ((2 * o + 1) * n - out, 2 * out),
+        "pytorch_half_pixel" => (0, 1),
+        "tf_half_pixel_for_nn" => ((2 * o + 1) * n, 2 * out),
+        "align_corners" if out > 1 => (o * (n - 1), out - 1),
+        "align_corners" => (0, 1),
+        other => {
+            return Err(format!(
+                "Resize with coordinate_transformation_mode={other}"
+            ))
+        }
+    })
+}
+
+/// [`nearest`] on an exact coordinate `num / den`: the half-way test is an integer test.
+fn nearest_exact((num, den): (i128, i128), rule: &str, n: usize) -> Map<usize> {
+    let floor = num.div_euclid(den);
+    let rest = 2 * num.rem_euclid(den); // 2·(x − ⌊x⌋)·den, in [0, 2·den)
+    let i = match rule {
+        "round_prefer_floor" if rest <= den => floor,
+        "round_prefer_ceil" if rest < den => floor,
+        "round_prefer_floor" | "round_prefer_ceil" => floor + 1,
+        "floor" => floor,
+        "ceil" if rest == 0 => floor,
+        "ceil" => floor + 1,
+        other => return Err(format!("Resize with nearest_mode={other}")),
+    };
+    Ok(i.clamp(0, n as i128 - 1) as usize)
 }
 
 /// The nearest input index to coordinate `x` by `nearest_mode`, clamped to `0..n`.
@@ -111,7 +156,8 @@ pub(super) fn resize(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Ma
         }
     };
     let (scales, sizes) = (known(2)?, known(3)?);
-    let mut target: Vec<(usize, f32)> = shape.iter().map(|&n| (n, 1.0)).collect();
+    // per axis: the output size, the scale, and whether the size was given (`sizes`)
+    let mut target: Vec<(usize, f32, bool)> = shape.iter().map(|&n| (n, 1.0, false)).collect();
     match (scales, sizes) {
         (Some(s), None) => {
             let s = s.floats();
@@ -125,7 +171,7 @@ pub(super) fn resize(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Ma
                 if out > (1u64 << 31) as f64 {
                     return Err(format!("Resize of axis {ax} to {out} elements"));
                 }
-                target[ax] = (out as usize, f);
+                target[ax] = (out as usize, f, false);
             }
         }
         (None, Some(z)) => {
@@ -138,13 +184,13 @@ pub(super) fn resize(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Ma
                 } else {
                     out as f32 / shape[ax] as f32
                 };
-                target[ax] = (out, scale);
+                target[ax] = (out, scale, true);
             }
         }
         _ => return Err("Resize needs exactly one of scales and sizes".into()),
     }
     let mut y = x.clone();
-    for (ax, &(out, scale)) in target.iter().enumerate() {
+    for (ax, &(out, scale, sized)) in target.iter().enumerate() {
         let n = shape[ax];
         if out == n && (scale == 1.0 || n <= 1) {
             continue; // every mode maps each position to itself
@@ -157,10 +203,18 @@ pub(super) fn resize(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Ma
             .map(|o| source(&transform, o, n, out, scale))
             .collect::<Map<Vec<f64>>>()?;
         if mode == "nearest" {
-            let picks = coords
-                .iter()
-                .map(|&c| nearest(c, &rule, n))
-                .collect::<Map<Vec<usize>>>()?;
+            // from `sizes`, the coordinate is exact (module doc); from f32 `scales`, it is
+            // onnxruntime's f32 value
+            let picks = if sized {
+                (0..out)
+                    .map(|o| nearest_exact(exact_source(&transform, o, n, out)?, &rule, n))
+                    .collect::<Map<Vec<usize>>>()?
+            } else {
+                coords
+                    .iter()
+                    .map(|&c| nearest(c, &rule, n))
+                    .collect::<Map<Vec<usize>>>()?
+            };
             y = pick(b, &y, ax, &picks)?;
             continue;
         }
@@ -198,7 +252,7 @@ fn one_per_axis(what: &str, given: usize, axes: usize) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{nearest, source};
+    use super::{exact_source, nearest, nearest_exact, source};
 
     #[test]
     fn coordinates_follow_the_onnx_definitions() {
@@ -212,5 +266,20 @@ mod tests {
         assert_eq!(nearest(2.5, "round_prefer_ceil", 4).unwrap(), 3);
         assert_eq!(nearest(-0.25, "round_prefer_floor", 4).unwrap(), 0);
         assert_eq!(nearest(3.9, "ceil", 4).unwrap(), 3);
+    }
+
+    #[test]
+    fn exact_coordinates_decide_half_way_points_and_integers() {
+        // 7 → 4, output 2: 2·7/4 = 3.5 exactly
+        let c = exact_source("asymmetric", 2, 7, 4).unwrap();
+        assert_eq!(c.0 * 2, 7 * c.1);
+        assert_eq!(nearest_exact(c, "round_prefer_ceil", 7).unwrap(), 4);
+        assert_eq!(nearest_exact(c, "round_prefer_floor", 7).unwrap(), 3);
+        // half_pixel 4 → 8, output 0: −0.25 clamps to 0; output 7: 3.25
+        assert_eq!(exact_source("half_pixel", 0, 4, 8).unwrap(), (-4, 16));
+        assert_eq!(nearest_exact((-4, 16), "floor", 4).unwrap(), 0);
+        assert_eq!(nearest_exact((52, 16), "ceil", 4).unwrap(), 3);
+        // an integer coordinate is its own ceiling
+        assert_eq!(nearest_exact((14, 2), "ceil", 35).unwrap(), 7);
     }
 }
