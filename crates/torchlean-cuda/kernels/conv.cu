@@ -407,8 +407,9 @@ extern "C" __global__ void mse_vjp(const float* __restrict__ a, const float* __r
         __syncthreads();                                                     \
     } while (0)
 
-// The channel's (mean, rstd), rescued as above when they overflow.
-#define BN_STATS(mu, rstd, n, xat, eps)                                              \
+// The channel's (mean, rstd, sc), rescued as above when they overflow: x̂ = (x·sc − mu)·rstd
+// (spec::norm::GroupStats), sc = 1 unless rescued, when mu and rstd are the scaled values'.
+#define BN_STATS(mu, rstd, sc, n, xat, eps)                                          \
     do {                                                                             \
         float s_bn, v_bn, x0_bn = 0.0f;                                              \
         /* relative to the first value, as the spec's mean: a constant channel's exact */ \
@@ -417,6 +418,7 @@ extern "C" __global__ void mse_vjp(const float* __restrict__ a, const float* __r
         mu = x0_bn + s_bn / (float)n;                                                \
         BLOCK_SUM(v_bn, n, ((xat) - mu) * ((xat) - mu));                             \
         rstd = 1.0f / sqrtf(v_bn / (float)n + eps);                                  \
+        sc = 1.0f;                                                                   \
         if (!(isfinite(mu) && isfinite(v_bn))) {                                     \
             float b_bn;                                                              \
             BLOCK_MAX_ABS(b_bn, n, xat);                                             \
@@ -426,8 +428,9 @@ extern "C" __global__ void mse_vjp(const float* __restrict__ a, const float* __r
                 BLOCK_SUM(s_bn, n, (xat) * inv - x0s_bn);                            \
                 float ms = x0s_bn + s_bn / (float)n;                                 \
                 BLOCK_SUM(v_bn, n, ((xat) * inv - ms) * ((xat) * inv - ms));         \
-                mu = ms / inv;                                                       \
-                rstd = inv / sqrtf(v_bn / (float)n + eps * inv * inv);               \
+                mu = ms;                                                             \
+                rstd = 1.0f / sqrtf(v_bn / (float)n + eps * inv * inv);              \
+                sc = inv;                                                            \
             }                                                                        \
         }                                                                            \
     } while (0)
@@ -443,12 +446,12 @@ extern "C" __global__ void batch_norm_forward(const float* __restrict__ x,
                                               long long c, long long inner, float eps) {
     long long n = outer * inner;
     for (long long ch = blockIdx.x; ch < c; ch += gridDim.x) {
-        float mu, rstd;
-        BN_STATS(mu, rstd, n, x[bn_at(i, ch, c, inner)], eps);
+        float mu, rstd, sc;
+        BN_STATS(mu, rstd, sc, n, x[bn_at(i, ch, c, inner)], eps);
         // no shift adds nothing (−0 stays −0, as the spec)
         for (long long i = threadIdx.x; i < n; i += blockDim.x) {
             long long f = bn_at(i, ch, c, inner);
-            const float scaled = (x[f] - mu) * rstd * gamma[ch];
+            const float scaled = (x[f] * sc - mu) * rstd * gamma[ch];
             y[f] = has_beta ? scaled + beta[ch] : scaled;
         }
     }
@@ -462,17 +465,17 @@ extern "C" __global__ void batch_norm_vjp(const float* __restrict__ x,
                                           float eps) {
     long long n = outer * inner;
     for (long long ch = blockIdx.x; ch < c; ch += gridDim.x) {
-        float mu, rstd, sgx, sb;
-        BN_STATS(mu, rstd, n, x[bn_at(i, ch, c, inner)], eps);
+        float mu, rstd, sc, sgx, sb;
+        BN_STATS(mu, rstd, sc, n, x[bn_at(i, ch, c, inner)], eps);
         float gm = gamma[ch];
-        BLOCK_SUM(sgx, n, gy[bn_at(i, ch, c, inner)] * ((x[bn_at(i, ch, c, inner)] - mu) * rstd));
+        BLOCK_SUM(sgx, n, gy[bn_at(i, ch, c, inner)] * ((x[bn_at(i, ch, c, inner)] * sc - mu) * rstd));
         BLOCK_SUM(sb, n, gy[bn_at(i, ch, c, inner)]);
         // the spec's (PyTorch's) order: γ last (g·γ first overflows for a large cotangent)
         float mean_g = sb / (float)n, mean_gx = sgx / (float)n;
         for (long long i = threadIdx.x; i < n; i += blockDim.x) {
             long long f = bn_at(i, ch, c, inner);
-            float xhat = (x[f] - mu) * rstd;
-            gx[f] = (gy[f] - mean_g - xhat * mean_gx) * rstd * gm;
+            float xhat = (x[f] * sc - mu) * rstd;
+            gx[f] = (gy[f] - mean_g - xhat * mean_gx) * (rstd * sc) * gm;
         }
         if (threadIdx.x == 0) {
             ggamma[ch] = sgx;

@@ -334,8 +334,10 @@ extern "C" __global__ void index_select_vjp(const float* __restrict__ gy,
 // warp per row (lanes stride over the row: coalesced), the spec's formulas
 // (crates/torchlean/src/spec/norm.rs): mean (0 for RMS), biased variance,
 // rstd = 1/sqrt(var + eps). Sums: each lane in a fixed order, then the fixed warp tree.
+// x̂ = (x·sc − mu)·rstd (spec::norm::GroupStats): sc = 1 for ordinary rows; a rescued row's
+// mu and rstd are those of the scaled values, and sc = 2^-e, so that x − μ cannot overflow.
 __device__ __forceinline__ void norm_stats(const float* x, long long d, int rms, float eps,
-                                           float* mu, float* rstd) {
+                                           float* mu, float* rstd, float* sc) {
     int lane = threadIdx.x & 31;
     float m = 0.0f;
     if (!rms && d > 0) {
@@ -365,13 +367,15 @@ __device__ __forceinline__ void norm_stats(const float* x, long long d, int rms,
             float vs = 0.0f;
             for (long long i = lane; i < d; i += 32) vs += (x[i] * inv - ms) * (x[i] * inv - ms);
             vs = warp_sum(vs) / (float)d;
-            *mu = ms / inv;
-            *rstd = inv / sqrtf(vs + eps * inv * inv);
+            *mu = ms;
+            *rstd = 1.0f / sqrtf(vs + eps * inv * inv);
+            *sc = inv;
             return;
         }
     }
     *mu = m;
     *rstd = 1.0f / sqrtf(v + eps);
+    *sc = 1.0f;
 }
 
 extern "C" __global__ void norm_rows(int rms, float eps, const float* __restrict__ x,
@@ -381,17 +385,17 @@ extern "C" __global__ void norm_rows(int rms, float eps, const float* __restrict
     int lane = threadIdx.x & 31;
     for (long long r = warp_index(); r < rows; r += warp_count()) {
         const float* xr = x + r * d;
-        float mu, rstd;
-        norm_stats(xr, d, rms, eps, &mu, &rstd);
+        float mu, rstd, sc;
+        norm_stats(xr, d, rms, eps, &mu, &rstd, &sc);
         for (long long i = lane; i < d; i += 32) {
-            float xhat = (xr[i] - mu) * rstd;
+            float xhat = (xr[i] * sc - mu) * rstd;
             // no shift adds nothing (−0 stays −0, as the spec and PyTorch)
             out[r * d + i] = has_beta ? xhat * gamma[i] + beta[i] : xhat * gamma[i];
         }
     }
 }
 
-// gx per row (one warp per row), and each row's (mean, rstd) into `stats` for
+// gx per row (one warp per row), and each row's (mean, rstd, sc) into `stats` for
 // `norm_params_partial`.
 extern "C" __global__ void norm_rows_vjp(int rms, float eps, const float* __restrict__ x,
                                          const float* __restrict__ gamma,
@@ -401,23 +405,26 @@ extern "C" __global__ void norm_rows_vjp(int rms, float eps, const float* __rest
     for (long long r = warp_index(); r < rows; r += warp_count()) {
         const float* xr = x + r * d;
         const float* gr = gy + r * d;
-        float mu, rstd;
-        norm_stats(xr, d, rms, eps, &mu, &rstd);
+        float mu, rstd, sc;
+        norm_stats(xr, d, rms, eps, &mu, &rstd, &sc);
         float mean_g = 0.0f, mean_gx = 0.0f;
         for (long long i = lane; i < d; i += 32) {
             float gxhat = gr[i] * gamma[i];
             if (!rms) mean_g += gxhat;
-            mean_gx += gxhat * ((xr[i] - mu) * rstd);
+            mean_gx += gxhat * ((xr[i] * sc - mu) * rstd);
         }
         mean_g = warp_sum(mean_g) / (float)d;
         mean_gx = warp_sum(mean_gx) / (float)d;
+        // 1/std of the unscaled row (rstd itself for sc = 1)
+        float rstd_x = rstd * sc;
         for (long long i = lane; i < d; i += 32) {
-            float xhat = (xr[i] - mu) * rstd;
-            gx[r * d + i] = rstd * (gr[i] * gamma[i] - mean_g - xhat * mean_gx);
+            float xhat = (xr[i] * sc - mu) * rstd;
+            gx[r * d + i] = rstd_x * (gr[i] * gamma[i] - mean_g - xhat * mean_gx);
         }
         if (lane == 0) {
-            stats[2 * r] = mu;
-            stats[2 * r + 1] = rstd;
+            stats[3 * r] = mu;
+            stats[3 * r + 1] = rstd;
+            stats[3 * r + 2] = sc;
         }
     }
 }
@@ -439,7 +446,7 @@ extern "C" __global__ void norm_params_partial(const float* __restrict__ x,
     float ag = 0.0f, ab = 0.0f;
     if (c < d) {
         for (long long r = r0 + threadIdx.y; r < r1; r += 8) {
-            float xhat = (x[r * d + c] - stats[2 * r]) * stats[2 * r + 1];
+            float xhat = (x[r * d + c] * stats[3 * r + 2] - stats[3 * r]) * stats[3 * r + 1];
             ag += gy[r * d + c] * xhat;
             ab += gy[r * d + c];
         }

@@ -707,7 +707,8 @@ pub fn vjp(
             let xb = buffer(op, inputs[0])?;
             let gamma = buffer(op, inputs[1])?;
             let has_beta = inputs.len() == 3;
-            let mut stats = output(cx, op, 2 * rows.max(1))?;
+            // (mu, rstd, sc) per row: x̂ = (x·sc − mu)·rstd
+            let mut stats = output(cx, op, 3 * rows.max(1))?;
             let mut ggamma = output(cx, op, d)?;
             let mut gbeta = output(cx, op, d)?;
             launched(op, cx.stream.memset_zeros(gx.slice_mut()))?;
@@ -727,7 +728,7 @@ pub fn vjp(
                     .arg(&r64)
                     .arg(&d64);
                 // SAFETY: each row's warp reads its d elements of x, gy and gamma, writes its
-                // d elements of gx and two of stats (2·rows elements).
+                // d elements of gx and three of stats (3·rows elements).
                 launched(op, unsafe { l.launch(warp_grid(rows)) })?;
                 // the affine parameters' gradients: column sums over row chunks, then the
                 // chunks in order (a fixed order every run)

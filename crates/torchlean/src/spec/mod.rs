@@ -40,7 +40,7 @@ mod index;
 mod layout;
 mod linalg;
 mod norm;
-pub(crate) use norm::{gamma32, rescaled_stats};
+pub(crate) use norm::{gamma32, rescaled_stats, GroupStats};
 mod optim;
 mod pool;
 mod random;

@@ -98,24 +98,55 @@ fn eps_of<T: Scalar>(op: &Op) -> T {
     }
 }
 
+/// A group's statistics, in the form that normalizes without overflow: x̂ = (x·s − m)·r, with
+/// s = 1, m the mean and r = 1/std for ordinary groups (x̂ = (x − μ)·rstd, bit for bit), and
+/// for groups whose statistics overflow `T` ([`rescaled_stats`]) s = 2⁻ᵉ and m, r the
+/// statistics of the scaled values: x − μ itself overflows there (x = −3e38, μ = 2e38 in
+/// f32), x·s − m does not, and x̂ is an ordinary number (|x̂| ≤ √n).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct GroupStats<T> {
+    pub mu: T,
+    pub rstd: T,
+    pub s: T,
+}
+
+impl<T: Scalar> GroupStats<T> {
+    /// The normalized value of `v`.
+    pub fn xhat(&self, v: T) -> T {
+        (v * self.s - self.mu) * self.rstd
+    }
+    /// 1/std of the unscaled values (the factor of the input gradient).
+    pub fn rstd(&self) -> T {
+        self.rstd * self.s
+    }
+    /// The mean of the unscaled values.
+    pub fn mean(&self) -> T {
+        self.mu / self.s
+    }
+}
+
 /// Mean and reciprocal standard deviation of a group (rms: mean 0, rstd = 1/sqrt(mean(x²)+eps)).
-fn stats<T: Scalar>(op: &Op, x: &[T], g: &[usize]) -> (T, T) {
+fn stats<T: Scalar>(op: &Op, x: &[T], g: &[usize]) -> GroupStats<T> {
     stats_of(op, g.iter().map(|&f| x[f]))
 }
 
 /// [`stats`] of one row.
-fn row_stats<T: Scalar>(op: &Op, row: &[T]) -> (T, T) {
+fn row_stats<T: Scalar>(op: &Op, row: &[T]) -> GroupStats<T> {
     stats_of(op, row.iter().copied())
 }
 
 /// Mean and 1/std of a group's values, summed in the iterator's order (see
 /// [`rescaled_stats`] for finite values whose statistics overflow `T`).
-fn stats_of<T: Scalar>(op: &Op, values: impl Iterator<Item = T> + Clone) -> (T, T) {
+fn stats_of<T: Scalar>(op: &Op, values: impl Iterator<Item = T> + Clone) -> GroupStats<T> {
     let rms = matches!(op, Op::RmsNorm { .. });
     let (mu, var) = moments(rms, values.clone());
     let eps = eps_of::<T>(op);
     if mu.is_finite() && var.is_finite() || !values.clone().all(|v| v.is_finite()) {
-        return (mu, T::one() / (var + eps).sqrt());
+        return GroupStats {
+            mu,
+            rstd: T::one() / (var + eps).sqrt(),
+            s: T::one(),
+        };
     }
     rescaled_stats(rms, eps, values)
 }
@@ -151,16 +182,18 @@ pub(crate) fn shifted_mean<T: Scalar>(values: impl Iterator<Item = T> + Clone, n
 /// Mean and 1/std of **finite** values whose sum or sum of squared deviations overflows `T`
 /// (in f32, rows of magnitude ≳ 1.8·10¹⁹: the variance was +∞, 1/std 0, and every output
 /// the bias β — silently; PyTorch's kernels give NaN). The normalized values are ordinary
-/// numbers, so they are computed on the values scaled by 2⁻ᵉ with 2ᵉ > max|v| (exact: a
-/// power of two), where nothing overflows: mean = mean_s·2ᵉ, 1/std = 2⁻ᵉ/√(var_s + ε·2⁻²ᵉ) —
-/// the same quantities, rounded differently. The f64 evaluation of f32 inputs never gets
+/// numbers, so they are computed on the values scaled by s = 2⁻ᵉ with 2ᵉ > max|v| (exact: a
+/// power of two), where nothing overflows: the statistics of the scaled values, mean_s and
+/// 1/√(var_s + ε·s²), and x̂ = (x·s − mean_s)/√(var_s + ε·s²) — the same quantity, rounded
+/// differently (until the forty-fourth session x̂ was formed unscaled, and x − μ overflowed:
+/// −inf and ±inf gradients for a row `[−3e38, 3e38 ×5]`). The f64 evaluation of f32 inputs never gets
 /// here (f32's range squared fits f64), so the checkers' f64 reference is unchanged. Every
 /// kernel of the norms calls this when its own statistics overflow.
 pub(crate) fn rescaled_stats<T: Scalar>(
     rms: bool,
     eps: T,
     values: impl Iterator<Item = T> + Clone,
-) -> (T, T) {
+) -> GroupStats<T> {
     let big = values
         .clone()
         .fold(T::zero(), |m, v| if v.abs() > m { v.abs() } else { m });
@@ -168,8 +201,12 @@ pub(crate) fn rescaled_stats<T: Scalar>(
     // exact) to 149
     let e = big.f64().log2().floor() as i32 + 1;
     let inv = T::c(2f64.powi(-e));
-    let (mu_s, var_s) = moments(rms, values.map(|v| v * inv));
-    (mu_s / inv, inv / (var_s + eps * inv * inv).sqrt())
+    let (mu, var) = moments(rms, values.map(|v| v * inv));
+    GroupStats {
+        mu,
+        rstd: T::one() / (var + eps * inv * inv).sqrt(),
+        s: inv,
+    }
 }
 
 pub(super) fn forward<T: Scalar>(op: &Op, xs: &[&Array<T>]) -> Array<T> {
@@ -191,9 +228,9 @@ fn forward_rows<T: Scalar>(op: &Op, xs: &[&Array<T>]) -> Array<T> {
         return y;
     }
     for (row, out) in x.data.chunks(d).zip(y.data.chunks_mut(d)) {
-        let (mu, rstd) = row_stats(op, row);
+        let st = row_stats(op, row);
         for (j, (o, &v)) in out.iter_mut().zip(row).enumerate() {
-            let xhat = (v - mu) * rstd;
+            let xhat = st.xhat(v);
             // no shift adds nothing (PyTorch's rms_norm: −0 stays −0; adding +0 made it +0)
             let scaled = xhat * xs[1].data[j];
             *o = xs.get(2).map_or(scaled, |b| scaled + b.data[j]);
@@ -207,10 +244,10 @@ fn forward_groups<T: Scalar>(op: &Op, xs: &[&Array<T>]) -> Array<T> {
     let (gs, param) = groups(op, &x.shape);
     let mut y = Array::zeros(&x.shape);
     for g in &gs {
-        let (mu, rstd) = stats(op, &x.data, g);
+        let st = stats(op, &x.data, g);
         for &f in g {
             let p = param[f];
-            let xhat = (x.data[f] - mu) * rstd;
+            let xhat = st.xhat(x.data[f]);
             let scaled = xhat * xs[1].data[p];
             y.data[f] = xs.get(2).map_or(scaled, |b| scaled + b.data[p]);
         }
@@ -246,9 +283,10 @@ fn vjp_rows<T: Scalar>(op: &Op, xs: &[&Array<T>], gy: &Array<T>) -> InputGrads<T
             .zip(gy.data.chunks(d))
             .zip(gx.data.chunks_mut(d))
         {
-            let (mu, rstd) = row_stats(op, row);
+            let st = row_stats(op, row);
+            let rstd = st.rstd();
             for j in 0..d {
-                xhat[j] = (row[j] - mu) * rstd;
+                xhat[j] = st.xhat(row[j]);
                 gxhat[j] = g[j] * gamma.data[j];
             }
             let mean_g = if rms {
@@ -299,8 +337,9 @@ fn vjp_groups<T: Scalar>(op: &Op, xs: &[&Array<T>], gy: &Array<T>) -> InputGrads
     let rms = matches!(op, Op::RmsNorm { .. });
     for g in &gs {
         let n = T::c(g.len() as f64);
-        let (mu, rstd) = stats(op, &x.data, g);
-        let xhat = |f: usize| (x.data[f] - mu) * rstd;
+        let st = stats(op, &x.data, g);
+        let rstd = st.rstd();
+        let xhat = |f: usize| st.xhat(x.data[f]);
         if let (Op::BatchNorm { .. }, Some(&first)) = (op, g.first()) {
             // a channel's γ is one value: PyTorch's order, ((g − mean g − x̂·mean(g·x̂))·rstd)·γ
             // (g·γ first overflows for a large cotangent where the gradient does not)
@@ -362,10 +401,11 @@ pub fn cancellation_allowance(op: &Op, xs: &[&Array<f64>], gy: Option<&Array<f64
     let (mut a_y, mut a_gx) = (0.0f64, 0.0f64);
     let mut a_gg = vec![0.0f64; gamma.data.len()];
     for g in &gs {
-        let (mu, rstd) = stats(op, &x.data, g);
+        let st = stats(op, &x.data, g);
+        let (mu, rstd) = (st.mean(), st.rstd());
         let big_x = g
             .iter()
-            .fold(0.0f64, |m, &f| m.max(((x.data[f] - mu) * rstd).abs()));
+            .fold(0.0f64, |m, &f| m.max(st.xhat(x.data[f]).abs()));
         let e = gamma32(g.len() + 1) * mu.abs() * rstd;
         let delta = e * (1.0 + e * (1.0 + big_x));
         // a group with a non-finite value has non-finite outputs and gradients (compared

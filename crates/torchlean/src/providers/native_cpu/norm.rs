@@ -5,6 +5,7 @@ use super::par::for_rows;
 use super::reduce::split;
 use super::vmath;
 use crate::graph::Op;
+use crate::spec::GroupStats;
 use crate::tensor::Tensor;
 
 fn eps(op: &Op) -> f32 {
@@ -14,10 +15,16 @@ fn eps(op: &Op) -> f32 {
     }
 }
 
+/// The statistics of a row that has none to rescue: x̂ = (x − μ)·rstd.
+fn plain(mu: f32, rstd: f32) -> GroupStats<f32> {
+    GroupStats { mu, rstd, s: 1.0 }
+}
+
 /// (mean, 1/std) of a row; RMS norm has mean 0. Lane-parallel sums (they vectorize). The
 /// mean relative to the row's first value, as the spec's (`spec::norm::moments`: a constant
-/// row's mean exact).
-fn row_stats(row: &[f32], rms: bool, eps: f32) -> (f32, f32) {
+/// row's mean exact). Rows whose statistics overflow take the spec's rescue, x̂ computed on
+/// scaled values (`spec::norm::GroupStats`).
+fn row_stats(row: &[f32], rms: bool, eps: f32) -> GroupStats<f32> {
     let n = row.len() as f32;
     let mu = match row.first() {
         Some(&x0) if !rms => x0 + vmath::sum_map(row, |v| v - x0) / n,
@@ -28,11 +35,11 @@ fn row_stats(row: &[f32], rms: bool, eps: f32) -> (f32, f32) {
         // finite values whose statistics overflowed f32: the spec's rescue
         return crate::spec::rescaled_stats(rms, eps, row.iter().copied());
     }
-    (mu, 1.0 / (var + eps).sqrt())
+    plain(mu, 1.0 / (var + eps).sqrt())
 }
 
 /// The (mean, 1/std) of every row of width `d` (rows in parallel when large).
-fn all_row_stats(xd: &[f32], d: usize, rms: bool, eps: f32) -> Vec<(f32, f32)> {
+fn all_row_stats(xd: &[f32], d: usize, rms: bool, eps: f32) -> Vec<GroupStats<f32>> {
     use rayon::prelude::*;
     if xd.len() < super::par::PAR_THRESHOLD {
         return xd
@@ -51,17 +58,17 @@ const PARAM_ROWS: usize = 64;
 
 /// The column sums of layer/RMS norm's parameter gradients, (Σ_r g·x̂, Σ_r g): partial sums
 /// over fixed blocks of [`PARAM_ROWS`] rows (in parallel when large), added in block order.
-fn param_grads(xd: &[f32], g: &[f32], stats: &[(f32, f32)], d: usize) -> (Vec<f32>, Vec<f32>) {
+fn param_grads(xd: &[f32], g: &[f32], stats: &[GroupStats<f32>], d: usize) -> (Vec<f32>, Vec<f32>) {
     use rayon::prelude::*;
     let block = |b: usize| {
         let (mut gg, mut gb) = (vec![0.0f32; d], vec![0.0f32; d]);
         let rows = b * PARAM_ROWS..((b + 1) * PARAM_ROWS).min(stats.len());
         for r in rows {
-            let (mu, rstd) = stats[r];
+            let st = stats[r];
             let (row, gr) = (&xd[r * d..(r + 1) * d], &g[r * d..(r + 1) * d]);
             for j in 0..d {
                 // x̂ first, as the spec: g·(x − μ) overflows for rows near f32's range
-                gg[j] += gr[j] * ((row[j] - mu) * rstd);
+                gg[j] += gr[j] * st.xhat(row[j]);
                 gb[j] += gr[j];
             }
         }
@@ -98,16 +105,17 @@ pub fn forward(op: &Op, x: &[&Tensor]) -> Vec<f32> {
             let shift = beta.as_ref().map(|b| &b[..d]);
             for_rows(&mut y, d, |r, out| {
                 let row = &xd[r * d..(r + 1) * d];
-                let (mu, rstd) = row_stats(row, rms, e);
+                let GroupStats { mu, rstd, s } = row_stats(row, rms, e);
+                // x·s is x itself for s = 1 (every row but the rescued ones)
                 match shift {
                     Some(shift) => {
                         for (((o, &x), &g), &b) in out.iter_mut().zip(row).zip(gamma).zip(shift) {
-                            *o = (x - mu) * rstd * g + b;
+                            *o = (x * s - mu) * rstd * g + b;
                         }
                     }
                     None => {
                         for ((o, &x), &g) in out.iter_mut().zip(row).zip(gamma) {
-                            *o = (x - mu) * rstd * g;
+                            *o = (x * s - mu) * rstd * g;
                         }
                     }
                 }
@@ -116,12 +124,12 @@ pub fn forward(op: &Op, x: &[&Tensor]) -> Vec<f32> {
         Op::BatchNorm { channel_axis, .. } => {
             let (outer, c, inner) = split(x[0].shape(), *channel_axis);
             for ch in 0..c {
-                let (mu, rstd) = channel_stats(&xd, outer, c, inner, ch, e);
+                let st = channel_stats(&xd, outer, c, inner, ch, e);
                 let (g, b) = (gamma[ch], beta.as_ref().map(|b| b[ch]));
                 for o in 0..outer {
                     let base = (o * c + ch) * inner;
                     for i in 0..inner {
-                        let scaled = (xd[base + i] - mu) * rstd * g;
+                        let scaled = st.xhat(xd[base + i]) * g;
                         y[base + i] = b.map_or(scaled, |b| scaled + b);
                     }
                 }
@@ -139,7 +147,7 @@ fn channel_stats(
     inner: usize,
     ch: usize,
     eps: f32,
-) -> (f32, f32) {
+) -> GroupStats<f32> {
     let n = (outer * inner) as f32;
     // relative to the channel's first value, as the spec's mean (a constant channel's exact)
     let x0 = if n > 0.0 { xd[ch * inner] } else { 0.0 };
@@ -169,7 +177,7 @@ fn channel_stats(
         // finite values whose statistics overflowed f32: the spec's rescue
         return crate::spec::rescaled_stats(false, eps, channel());
     }
-    (mu, 1.0 / (v / n + eps).sqrt())
+    plain(mu, 1.0 / (v / n + eps).sqrt())
 }
 
 pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
@@ -186,12 +194,14 @@ pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
             let stats = all_row_stats(&xd, d, rms, e);
             for_rows(&mut gx, d, |r, out| {
                 let (row, gr) = (&xd[r * d..(r + 1) * d], &g[r * d..(r + 1) * d]);
-                let (mu, rstd) = stats[r];
+                let st = stats[r];
+                let GroupStats { mu, rstd: r_s, s } = st;
+                let rstd = st.rstd();
                 let mg = vmath::sum_zip(gr, &gamma, |g, w| g * w);
-                let mgx = vmath::sum_zip3(gr, &gamma, row, |g, w, x| g * w * ((x - mu) * rstd));
+                let mgx = vmath::sum_zip3(gr, &gamma, row, |g, w, x| g * w * ((x * s - mu) * r_s));
                 let (mg, mgx) = (if rms { 0.0 } else { mg / d as f32 }, mgx / d as f32);
                 for j in 0..d {
-                    let xh = (row[j] - mu) * rstd;
+                    let xh = (row[j] * s - mu) * r_s;
                     out[j] = rstd * (gr[j] * gamma[j] - mg - xh * mgx);
                 }
             });
@@ -202,7 +212,8 @@ pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
             let (outer, c, inner) = split(x[0].shape(), *channel_axis);
             let n = (outer * inner) as f32;
             for ch in 0..c {
-                let (mu, rstd) = channel_stats(&xd, outer, c, inner, ch, e);
+                let st = channel_stats(&xd, outer, c, inner, ch, e);
+                let rstd = st.rstd();
                 // the channel's sums over N·H·W elements accumulate in f64: in f32, left to
                 // right, a cotangent with a large mean lost ~50× PyTorch's accuracy in the
                 // bias and input gradients (an audit of the thirty-eighth session)
@@ -212,7 +223,7 @@ pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
                     for i in 0..inner {
                         let gi = g[base + i];
                         sg64 += gi as f64;
-                        sgx64 += (gi * ((xd[base + i] - mu) * rstd)) as f64;
+                        sgx64 += (gi * st.xhat(xd[base + i])) as f64;
                     }
                 }
                 let (sg, sgx) = (sg64 as f32, sgx64 as f32);
@@ -224,7 +235,7 @@ pub fn vjp(op: &Op, x: &[&Tensor], gy: &Tensor) -> Vec<Option<Tensor>> {
                 for o in 0..outer {
                     let base = (o * c + ch) * inner;
                     for i in 0..inner {
-                        let xh = (xd[base + i] - mu) * rstd;
+                        let xh = st.xhat(xd[base + i]);
                         gx[base + i] = (g[base + i] - mg - xh * mgx) * rstd * w;
                     }
                 }
