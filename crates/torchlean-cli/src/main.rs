@@ -48,12 +48,14 @@ impl CliError {
 }
 
 /// The exit code of a core runtime error (a tensor that cannot be created from the arguments
-/// given, e.g. a batch larger than the task's data, is a usage error).
+/// given, e.g. a batch larger than the task's data, is a usage error; so is an index value
+/// out of range in the data a graph reads, as every other invalid input, docs/ir-format.md).
 fn core_code(e: &torchlean::Error) -> u8 {
-    match e {
+    match e.root() {
         torchlean::Error::Planning(_)
         | torchlean::Error::DeviceUnavailable { .. }
         | torchlean::Error::ProviderUnavailable { .. }
+        | torchlean::Error::Op(torchlean::OpError::Index { .. })
         | torchlean::Error::Creation(_) => 2,
         torchlean::Error::Gate(_) => 3,
         _ => 1,

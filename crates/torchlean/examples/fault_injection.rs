@@ -301,15 +301,22 @@ pub enum Outcome {
 
 fn outcome(r: torchlean::nn::Result<()>) -> Outcome {
     use torchlean::nn::{Error as NnError, TrainError};
-    let why = match r {
+    // a compiled step's error names its graph node around the kernel's (`Error::AtNode`)
+    let why = match &r {
         Ok(()) => return Outcome::NotCaught,
-        Err(NnError::Core(Error::CheckerRejected { .. })) => return Outcome::Checker,
+        Err(NnError::Core(e)) if matches!(e.root(), Error::CheckerRejected { .. }) => {
+            return Outcome::Checker
+        }
         Err(NnError::Train(TrainError::NonFiniteLoss { .. })) => "trainer: non-finite loss",
         Err(NnError::Train(TrainError::NonFiniteGradient { .. })) => "trainer: non-finite gradient",
-        Err(NnError::Core(Error::Op(torchlean::OpError::Index { .. }))) => {
+        Err(NnError::Core(e))
+            if matches!(e.root(), Error::Op(torchlean::OpError::Index { .. })) =>
+        {
             "kernel input validation: invalid index value"
         }
-        Err(NnError::Core(Error::Data(_))) => "dataset validation: non-finite value",
+        Err(NnError::Core(e)) if matches!(e.root(), Error::Data(_)) => {
+            "dataset validation: non-finite value"
+        }
         Err(e) => {
             return Outcome::Runtime(format!(
                 "other: {}",

@@ -134,9 +134,41 @@ pub enum Error {
     OutOfMemory { what: String, bytes: u64 },
     #[error("{0}")]
     Other(String),
+    /// A node of a compiled graph failed while it ran (an index value out of range in the
+    /// data, a checker's rejection): the node's id, what it computes and reads (`label`, e.g.
+    /// "`index_select` of node 0 and input `ids`"), and its kernel's error.
+    #[error("graph node {node} ({label}): {source}")]
+    AtNode {
+        node: usize,
+        label: String,
+        source: Box<Error>,
+    },
     /// A dataset file or in-memory dataset is invalid (see [`crate::data::DataError`]).
     #[error(transparent)]
     Data(#[from] crate::data::DataError),
+}
+
+impl Error {
+    /// The error itself, under any [`Error::AtNode`] context.
+    pub fn root(&self) -> &Error {
+        match self {
+            Error::AtNode { source, .. } => source.root(),
+            e => e,
+        }
+    }
+
+    /// `self` in the context of graph node `node` (an error already in a node's context
+    /// keeps it).
+    pub(crate) fn at_node(self, node: usize, label: impl FnOnce() -> String) -> Error {
+        match self {
+            e @ Error::AtNode { .. } => e,
+            e => Error::AtNode {
+                node,
+                label: label(),
+                source: Box::new(e),
+            },
+        }
+    }
 }
 
 /// Displays planning errors one per line.

@@ -380,7 +380,9 @@ impl CompiledGraph {
     /// (no lookups by name on the dense path).
     pub fn run_ordered(&self, values: Vec<Tensor>) -> Result<Vec<(String, Tensor)>> {
         match &self.dense {
-            Some(dense) => dense.run_ordered(self.plan.kernels(), values),
+            Some(dense) => dense
+                .run_ordered(self.plan.kernels(), values)
+                .map_err(|e| self.in_context(e)),
             None => {
                 let names = self.external_names();
                 self.run(|name| {
@@ -395,12 +397,49 @@ impl CompiledGraph {
     /// order.
     pub fn run_ordered_outputs(&self, values: Vec<Tensor>) -> Result<Vec<Tensor>> {
         match &self.dense {
-            Some(dense) => dense.run_outputs(self.plan.kernels(), values),
+            Some(dense) => dense
+                .run_outputs(self.plan.kernels(), values)
+                .map_err(|e| self.in_context(e)),
             None => Ok(self
                 .run_ordered(values)?
                 .into_iter()
                 .map(|(_, t)| t)
                 .collect()),
+        }
+    }
+
+    /// What graph node `id` computes and reads, for an error raised there: "`index_select`
+    /// of input `table` and node 3", "the VJP of `linear`".
+    fn node_label(&self, id: usize) -> String {
+        let Some(n) = self.graph.nodes.get(id) else {
+            return String::new();
+        };
+        let source = |p: &usize| match self.graph.nodes.get(*p).map(|q| &q.kind) {
+            Some(NodeKind::Input { name }) => format!("input `{name}`"),
+            Some(NodeKind::Parameter { name }) => format!("parameter `{name}`"),
+            Some(NodeKind::Constant { name }) => format!("constant `{name}`"),
+            _ => format!("node {p}"),
+        };
+        match &n.kind {
+            NodeKind::Op { op } => format!(
+                "`{}` of {}",
+                op.name(),
+                n.parents.iter().map(source).collect::<Vec<_>>().join(", ")
+            ),
+            NodeKind::Vjp { op, .. } => format!("the VJP of `{}`", op.name()),
+            _ => source(&id),
+        }
+    }
+
+    /// An error of the dense executor, its node's label completed from the graph.
+    fn in_context(&self, e: Error) -> Error {
+        match e {
+            Error::AtNode { node, source, .. } => Error::AtNode {
+                node,
+                label: self.node_label(node),
+                source,
+            },
+            e => e,
         }
     }
 
@@ -482,13 +521,15 @@ impl CompiledGraph {
                                     n.id
                                 ))
                             })?;
-                            guarded::run_in_place(k, op, in_place, &mut input, &[])?;
+                            guarded::run_in_place(k, op, in_place, &mut input, &[])
+                                .map_err(|e| e.at_node(n.id, || self.node_label(n.id)))?;
                             input
                         }
                         _ => {
                             let inputs: Vec<&Tensor> =
                                 n.parents.iter().map(|&p| get(p)).collect::<Result<_>>()?;
-                            guarded::run_forward(k, op, &inputs)?
+                            guarded::run_forward(k, op, &inputs)
+                                .map_err(|e| e.at_node(n.id, || self.node_label(n.id)))?
                         }
                     }
                 }
@@ -502,7 +543,8 @@ impl CompiledGraph {
                     let group = &self.siblings[n.id];
                     let needs: Vec<bool> =
                         (0..m).map(|i| group.iter().any(|&(_, j)| j == i)).collect();
-                    let mut grads = guarded::run_vjp(k, op, &all[..m], all[m], all[m + 1], &needs)?;
+                    let mut grads = guarded::run_vjp(k, op, &all[..m], all[m], all[m + 1], &needs)
+                        .map_err(|e| e.at_node(n.id, || self.node_label(n.id)))?;
                     let mut take = |i: usize, shape: &[usize]| -> Result<Tensor> {
                         match grads.get_mut(i).and_then(Option::take) {
                             Some(g) => Ok(g),

@@ -68,6 +68,21 @@ enum Step {
     },
 }
 
+impl Step {
+    /// The graph node the step computes (a VJP step: its op node) and a short label.
+    fn node(&self) -> (usize, String) {
+        match self {
+            Step::Forward { op, node, .. } | Step::InPlace { op, node, .. } => {
+                (*node, format!("`{}`", op.name()))
+            }
+            Step::Vjp { op, operands, .. } => (
+                operands[operands.len().saturating_sub(2)],
+                format!("the VJP of `{}`", op.name()),
+            ),
+        }
+    }
+}
+
 #[derive(Default)]
 struct State {
     buffers: Vec<Vec<f32>>,
@@ -343,7 +358,12 @@ impl DensePlan {
             }
         }
         for step in &self.steps {
-            self.run_step(kernels, step, &mut state.buffers, &ext_data)?;
+            // the step's node names itself in an error (CompiledGraph adds what it reads)
+            self.run_step(kernels, step, &mut state.buffers, &ext_data)
+                .map_err(|e| {
+                    let (node, what) = step.node();
+                    e.at_node(node, || what)
+                })?;
         }
         let mut out: Vec<Tensor> = Vec::with_capacity(self.outputs.len());
         for (k, (_, node)) in self.outputs.iter().enumerate() {

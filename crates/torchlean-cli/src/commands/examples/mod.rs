@@ -584,13 +584,15 @@ pub fn lib_err(e: impl Into<torchlean::nn::Error>) -> CliError {
     use torchlean::nn::Error as E;
     let e = e.into();
     let usage = match &e {
-        E::Core(torchlean::Error::Data(_) | torchlean::Error::Creation(_)) => true,
+        E::Core(c) => matches!(
+            c.root(),
+            torchlean::Error::Data(_) | torchlean::Error::Creation(_)
+        ),
         E::Checkpoint(CheckpointError::Io { action, .. }) => *action == "read",
         E::Checkpoint(CheckpointError::NonFinite { .. }) => false,
         E::Checkpoint(_) => true,
         E::Train(TrainError::NonFiniteLoss { .. } | TrainError::NonFiniteGradient { .. }) => false,
         E::Train(_) => true,
-        _ => false,
     };
     if usage {
         CliError::usage(e.to_string())
