@@ -422,11 +422,15 @@ fn malformed_npy_files_are_readable_errors() {
         "does not match",
     );
     let be = npy(
-        "{'descr': '>f4', 'fortran_order': False, 'shape': (1,), }",
-        &[0; 4],
+        "{'descr': '>c8', 'fortran_order': False, 'shape': (1,), }",
+        &[0; 8],
         false,
     );
-    malformed(load_npy(write(&d, "be.npy", &be)), "be.npy", "big-endian");
+    malformed(
+        load_npy(write(&d, "be.npy", &be)),
+        "be.npy",
+        "not supported",
+    );
     let c8 = npy(
         "{'descr': '<c8', 'fortran_order': False, 'shape': (1,), }",
         &[0; 8],
@@ -438,14 +442,14 @@ fn malformed_npy_files_are_readable_errors() {
         "not supported",
     );
     let fo = npy(
-        "{'descr': '<f4', 'fortran_order': True, 'shape': (1,), }",
-        &[0; 4],
+        "{'descr': '<f4', 'fortran_order': True, 'shape': (3), }",
+        &[0; 12],
         false,
     );
     malformed(
         load_npy(write(&d, "fortran.npy", &fo)),
         "fortran.npy",
-        "Fortran",
+        "not a tuple",
     );
     let junk = npy(
         "{'descr': '<f4', 'shape': (1,), 'fortran_order': False, 'x': 1}",
@@ -833,9 +837,14 @@ fn class_names_in_the_label_column_number_the_classes_in_sorted_order() {
         vec![5.1, 3.5, 1.4, 0.2]
     );
     // first-seen order is not the numbering: the same rows in another order, same classes
+    // (integer features over a first class seen once could be a header: declared absent)
     let shuffled = "1,virginica\n2,setosa\n3,versicolor\n4,setosa\n";
     let p = write(&d, "shuffled.csv", shuffled.as_bytes());
-    let (ds, names) = load_csv_classes(&p, &options).unwrap();
+    let absent = CsvOptions {
+        header: torchlean::data::Header::Absent,
+        ..options.clone()
+    };
+    let (ds, names) = load_csv_classes(&p, &absent).unwrap();
     assert_eq!(names, ["setosa", "versicolor", "virginica"]);
     assert_eq!(ds.targets().unwrap().to_vec(), vec![2.0, 0.0, 1.0, 0.0]);
     // numeric labels are read as before, with no names
@@ -969,9 +978,12 @@ fn blank_lines_do_not_inflate_a_csv_files_reservation() {
 
 /// With class names in the label column, a first line of numbers for feature names and a name
 /// over the label column (`400,500,species`: wavelengths) read as a data row of a class no
-/// other row has — one invented sample and class, exit 0. Where every other class recurs it
-/// is refused as ambiguous unless the header is declared, and a label that marks a missing value is refused (`NA`, `?`: pandas reads them as missing; they became a class). A first row whose
-/// label recurs is data. The forty-third session's audit.
+/// other row has — one invented sample and class, exit 0. It is refused as ambiguous unless
+/// the header is declared (since the forty-fourth session also where another class is seen
+/// once: `400,500,species` over rows with a singleton class was still trained as a sample of
+/// a class `species`), and a label that marks a missing value is refused (`NA`, `?`: pandas
+/// reads them as missing; they became a class). A first row whose label recurs is data. The
+/// forty-third and forty-fourth sessions' audits.
 #[test]
 fn numeric_headers_over_named_labels_and_missing_labels_are_not_data() {
     use torchlean::data::{parse_csv_read, Header};
@@ -1008,11 +1020,32 @@ fn numeric_headers_over_named_labels_and_missing_labels_are_not_data() {
         .expect_err("label first")
         .to_string();
     assert!(e.contains("is on no other row"), "{e}");
-    // a first row whose class recurs is data, and so is one of a rare class beside another
+    // a first row whose class recurs is data; one of a class seen once is ambiguous even
+    // beside another singleton class (a header over such rows, or a rare first sample), and
+    // reads as declared
     let read = parse_csv_read(&format!("0.9,1.0,virginica\n{rows}"), "d.csv", &classes).unwrap();
     assert_eq!((read.dataset.len(), read.class_names.len()), (5, 2));
-    let rare = "0.9,1.0,versicolor\n0.1,0.2,setosa\n0.3,0.4,setosa\n0.5,0.6,virginica\n";
-    let read = parse_csv_read(rare, "r.csv", &classes).unwrap();
+    let singletons = "0.1,0.2,setosa\n0.3,0.4,setosa\n0.5,0.6,virginica\n";
+    for first in ["400,500,species\n", "9,10,versicolor\n"] {
+        let e = parse_csv_read(&format!("{first}{singletons}"), "r.csv", &classes)
+            .expect_err(first)
+            .to_string();
+        assert!(e.contains("is on no other row"), "{first}: {e}");
+    }
+    // features with fractions are data, not names: three rows of three classes read
+    let read = parse_csv_read(
+        "5.1,3.5,setosa\n7.0,3.2,versicolor\n6.3,3.3,virginica\n",
+        "i.csv",
+        &classes,
+    )
+    .unwrap();
+    assert_eq!((read.dataset.len(), read.class_names.len()), (3, 3));
+    let absent = CsvOptions {
+        header: Header::Absent,
+        ..classes.clone()
+    };
+    let rare = format!("9,10,versicolor\n{singletons}");
+    let read = parse_csv_read(&rare, "r.csv", &absent).unwrap();
     assert_eq!((read.dataset.len(), read.class_names.len()), (4, 3));
     for missing in ["NA", "?", "null", "None", "N/A", "<NA>"] {
         let text = format!("a,b,species\n1,2,setosa\n3,4,{missing}\n5,6,virginica\n");
@@ -1024,4 +1057,269 @@ fn numeric_headers_over_named_labels_and_missing_labels_are_not_data() {
             "{missing}: {e}"
         );
     }
+}
+
+/// The same f64 numbers read to the same f32 bits as CSV text and as an `<f8` NPY file:
+/// numpy's (and pandas') float64 parse then `astype(float32)`. Values halfway between two
+/// f32s after the f64 parse (1 + 2⁻²⁴, means of two neighbouring f32s, written in their
+/// shortest round-trip form as Python's repr writes them) were rounded straight from the
+/// decimal to f32 by the CSV reader, 1 ulp away from the NPY reader and numpy (an audit of
+/// the forty-fourth session). A value above f32::MAX that rounds to infinity through f64 is
+/// refused as beyond the range.
+#[test]
+fn csv_numbers_round_through_f64_as_the_npy_reader_and_numpy_do() {
+    support::checked_cpu_default();
+    let d = tmpdir("csv-f64");
+    let mut values = vec![
+        1.0 + 2f64.powi(-24),
+        -(3.0 + 2f64.powi(-22)),
+        0.1,
+        1e-45,
+        7.0,
+    ];
+    for k in 0..40u32 {
+        // the mean of two neighbouring f32s: an exact f64 halfway between them
+        let a = 0.37f32 * (k as f32 + 1.0);
+        let b = f32::from_bits(a.to_bits() + 1);
+        values.push((a as f64 + b as f64) / 2.0);
+    }
+    let mut csv = String::new();
+    for pair in values.chunks(2) {
+        let b = pair.get(1).copied().unwrap_or(0.0);
+        csv.push_str(&format!("{:?},{:?},0\n", pair[0], b));
+    }
+    let from_csv = load_csv(write(&d, "v.csv", csv.as_bytes()), &CsvOptions::default())
+        .unwrap()
+        .features()
+        .unwrap()
+        .to_vec();
+    let mut padded = values.clone();
+    if padded.len() % 2 == 1 {
+        padded.push(0.0);
+    }
+    let f8: Vec<u8> = padded.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let dict = format!(
+        "{{'descr': '<f8', 'fortran_order': False, 'shape': ({}, 2), }}",
+        padded.len() / 2
+    );
+    let from_npy = load_npy(write(&d, "v.npy", &npy(&dict, &f8, false)))
+        .unwrap()
+        .to_vec();
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&from_csv), bits(&from_npy));
+    assert_eq!(from_csv[0], 1.0, "1 + 2^-24 ties to even through f64");
+    malformed(
+        load_csv(
+            write(&d, "max.csv", b"3.4028235677973366e38,1,0\n2,3,1\n"),
+            &CsvOptions::default(),
+        ),
+        "max.csv",
+        "beyond the float32 range",
+    );
+}
+
+/// NPY files as numpy writes them beyond little-endian C order: every float, integer and
+/// boolean type in both byte orders (`np.array(v, dtype='>i2')`, …), and Fortran order
+/// (`np.save(f, x.T)` writes the transpose's memory with `fortran_order: True`), read as
+/// `numpy.load(f).astype(np.float32)` does. Refused until the forty-fourth session; and the
+/// versions 1.1 and 2.5, and `'shape': (3)` (the integer 3 in Python), which numpy refuses,
+/// were read.
+#[test]
+fn npy_reads_both_byte_orders_every_dtype_and_fortran_order() {
+    support::checked_cpu_default();
+    let d = tmpdir("npy-more");
+    let signed = [1.0f64, -2.0, 3.0];
+    let unsigned = [1.0f64, 2.0, 250.0];
+    type Enc = fn(f64, bool) -> Vec<u8>;
+    let cases: [(&str, &[f64], Enc); 12] = [
+        ("f2", &[1.5, -2.0, 0.0999755859375], |v, be| {
+            let b = half::f16::from_f64(v);
+            if be {
+                b.to_be_bytes().to_vec()
+            } else {
+                b.to_le_bytes().to_vec()
+            }
+        }),
+        ("f4", &[1.5, -2.0, 0.1f32 as f64], |v, be| {
+            let b = v as f32;
+            if be {
+                b.to_be_bytes().to_vec()
+            } else {
+                b.to_le_bytes().to_vec()
+            }
+        }),
+        ("f8", &[1.5, -2.0, 0.1], |v, be| {
+            if be {
+                v.to_be_bytes().to_vec()
+            } else {
+                v.to_le_bytes().to_vec()
+            }
+        }),
+        ("i1", &signed, |v, _| vec![v as i8 as u8]),
+        ("i2", &signed, |v, be| {
+            let b = v as i16;
+            if be {
+                b.to_be_bytes().to_vec()
+            } else {
+                b.to_le_bytes().to_vec()
+            }
+        }),
+        ("i4", &signed, |v, be| {
+            let b = v as i32;
+            if be {
+                b.to_be_bytes().to_vec()
+            } else {
+                b.to_le_bytes().to_vec()
+            }
+        }),
+        ("i8", &signed, |v, be| {
+            let b = v as i64;
+            if be {
+                b.to_be_bytes().to_vec()
+            } else {
+                b.to_le_bytes().to_vec()
+            }
+        }),
+        ("u1", &unsigned, |v, _| vec![v as u8]),
+        ("u2", &unsigned, |v, be| {
+            let b = v as u16;
+            if be {
+                b.to_be_bytes().to_vec()
+            } else {
+                b.to_le_bytes().to_vec()
+            }
+        }),
+        ("u4", &unsigned, |v, be| {
+            let b = v as u32;
+            if be {
+                b.to_be_bytes().to_vec()
+            } else {
+                b.to_le_bytes().to_vec()
+            }
+        }),
+        ("u8", &unsigned, |v, be| {
+            let b = v as u64;
+            if be {
+                b.to_be_bytes().to_vec()
+            } else {
+                b.to_le_bytes().to_vec()
+            }
+        }),
+        ("b1", &[1.0, 0.0, 1.0], |v, _| vec![v as u8]),
+    ];
+    for (code, values, enc) in cases {
+        for (mark, be) in [
+            ("<", false),
+            (">", true),
+            ("=", false),
+            ("|", false),
+            ("", false),
+        ] {
+            let payload: Vec<u8> = values.iter().flat_map(|&v| enc(v, be)).collect();
+            let dict =
+                format!("{{'descr': '{mark}{code}', 'fortran_order': False, 'shape': (3,), }}");
+            let got = load_npy(write(&d, "t.npy", &npy(&dict, &payload, false)))
+                .unwrap_or_else(|e| panic!("{mark}{code}: {e}"))
+                .to_vec();
+            let want: Vec<f32> = values.iter().map(|&v| v as f32).collect();
+            assert_eq!(got, want, "{mark}{code}");
+        }
+    }
+    // a 2×3 array in Fortran order: memory holds column after column
+    let x = [[1.0f32, 2.0, 3.0], [4.0, 5.0, 6.0]];
+    let columns: Vec<u8> = (0..3)
+        .flat_map(|j| (0..2).map(move |i| (i, j)))
+        .flat_map(|(i, j)| x[i][j].to_le_bytes())
+        .collect();
+    let t = load_npy(write(
+        &d,
+        "f.npy",
+        &npy(
+            "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }",
+            &columns,
+            false,
+        ),
+    ))
+    .unwrap();
+    assert_eq!(t.shape(), &[2, 3]);
+    assert_eq!(t.to_vec(), vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+    // a 2×3×2 Fortran array: element (i, j, k) at i + 2j + 6k
+    let vals: Vec<f32> = (0..12).map(|v| v as f32).collect();
+    let fbytes: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let t = load_npy(write(
+        &d,
+        "f3.npy",
+        &npy(
+            "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3, 2), }",
+            &fbytes,
+            false,
+        ),
+    ))
+    .unwrap();
+    let mut want = vec![];
+    for i in 0..2 {
+        for j in 0..3 {
+            for k in 0..2 {
+                want.push((i + 2 * j + 6 * k) as f32);
+            }
+        }
+    }
+    assert_eq!(t.to_vec(), want);
+    // what numpy refuses: another minor version, a shape that is not a tuple, a bool byte 2
+    let mut v11 = npy(
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (1,), }",
+        &[0; 4],
+        false,
+    );
+    v11[7] = 1;
+    malformed(
+        load_npy(write(&d, "v11.npy", &v11)),
+        "v11.npy",
+        "version 1.1",
+    );
+    let b2 = npy(
+        "{'descr': '|b1', 'fortran_order': False, 'shape': (1,), }",
+        &[2],
+        false,
+    );
+    malformed(
+        load_npy(write(&d, "b2.npy", &b2)),
+        "b2.npy",
+        "boolean byte 2",
+    );
+    let word = npy(
+        "{'descr': '<f4', 'fortran_order': False, 'shape': ('3',), }",
+        &[0; 4],
+        false,
+    );
+    malformed(load_npy(write(&d, "w.npy", &word)), "w.npy", "`'3'`");
+}
+
+/// A CSV written by pandas with its row index (`df.to_csv(path)`: a first column with an
+/// empty name, then 0, 1, 2, …) is refused naming the index and `index=False`, whether the
+/// header is found or declared: declaring it trained on the row index as a feature (the
+/// refusal's advice until the forty-fourth session).
+#[test]
+fn a_pandas_row_index_column_is_refused_naming_it() {
+    use torchlean::data::{parse_csv_read, Header};
+    support::checked_cpu_default();
+    let text = ",a,b,label\n0,1.5,2,0\n1,0.5,1,1\n2,2.5,3,0\n";
+    for header in [Header::Auto, Header::Present] {
+        let opts = CsvOptions {
+            header,
+            ..CsvOptions::default()
+        };
+        let e = parse_csv_read(text, "p.csv", &opts)
+            .expect_err("a row index column")
+            .to_string();
+        assert!(e.contains("index=False"), "{e}");
+    }
+    // written with index=False, it reads
+    let read = parse_csv_read(
+        "a,b,label\n1.5,2,0\n0.5,1,1\n2.5,3,0\n",
+        "p.csv",
+        &CsvOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(read.dataset.feature_shape(), &[2]);
 }

@@ -248,8 +248,8 @@ pub fn parse_csv_read(text: &str, name: &str, options: &CsvOptions) -> Result<Cs
     let first_fields = fields(first, options.delimiter)
         .map_err(|why| bad(format!("line {}: {why}", first_line + 1)))?;
     let first_fields: Vec<&str> = first_fields.iter().map(|f| f.as_ref()).collect();
-    // a first line of numbers over a named label column: a header if its label is the one
-    // class no other row has while every other class recurs (checked once the rows are read)
+    // a first line of numbers over a named label column: ambiguous (refused unless the header
+    // is declared) if its label is a class no other row has (checked once the rows are read)
     let mut suspect_header = false;
     let has_header = match options.header {
         Header::Present => true,
@@ -293,13 +293,16 @@ pub fn parse_csv_read(text: &str, name: &str, options: &CsvOptions) -> Result<Cs
             // numbers for feature names (wavelengths, years) and a name over the label column:
             // with class names allowed that reads as a data row of a class that no other row
             // has — the column's name, which would add a sample and a class. Told apart from
-            // a data row of a rare class only when every other class recurs.
+            // a data row of a rare class only when its class recurs (judged below).
             if let Some(c) = named_label.filter(|_| first_fields.len() >= 2) {
                 let name = first_fields.get(c).map(|f| f.trim()).unwrap_or("");
-                let all_numbers = first_fields
-                    .iter()
-                    .enumerate()
-                    .all(|(i, f)| i == c || f.parse::<f32>().is_ok());
+                // names that are numbers are integers (wavelengths, years, pixel numbers); a
+                // feature written with a fraction or an exponent (`5.1`) is data
+                let all_numbers = first_fields.iter().enumerate().all(|(i, f)| {
+                    let f = f.trim();
+                    let digits = f.strip_prefix(['-', '+']).unwrap_or(f);
+                    i == c || (!digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
+                });
                 let named = !name.is_empty() && name.parse::<f32>().is_err();
                 // judged after the rows are read (their classes counted there, no second pass)
                 suspect_header = all_numbers && named;
@@ -327,6 +330,18 @@ pub fn parse_csv_read(text: &str, name: &str, options: &CsvOptions) -> Result<Cs
                 .iter()
                 .filter(|f| !f.chars().any(|c| c.is_alphabetic() || c == '_'))
                 .collect();
+            if !text.is_empty()
+                && first_fields.len() >= 2
+                && first_fields[0].trim().is_empty()
+                && nameless.len() == 1
+            {
+                return Err(bad(format!(
+                    "line {}, the first: a header whose first column has no name, as pandas \
+                     writes its row index (`df.to_csv(path)`); a row index is not a feature: \
+                     write the file with `df.to_csv(path, index=False)`",
+                    first_line + 1
+                )));
+            }
             if !text.is_empty() && !nameless.is_empty() {
                 return Err(bad(format!(
                     "line {}, the first: no field is a number, yet {nameless:?} are not column names either, \
@@ -346,6 +361,20 @@ pub fn parse_csv_read(text: &str, name: &str, options: &CsvOptions) -> Result<Cs
     } else {
         None
     };
+    // pandas' `df.to_csv()` writes its row index as a first column with an empty name: an
+    // index is not a feature (declaring the header trained on it, an audit of the
+    // forty-fourth session)
+    if header
+        .as_ref()
+        .is_some_and(|h| h.len() >= 2 && h[0].trim().is_empty())
+    {
+        return Err(bad(format!(
+            "line {}: the first column has no name, as in the file pandas writes with its row \
+             index (`df.to_csv(path)`); a row index is not a feature: write the file with \
+             `df.to_csv(path, index=False)`",
+            first_line + 1
+        )));
+    }
     let cols = first_fields.len();
     if cols < 2 {
         return Err(bad(format!(
@@ -457,7 +486,13 @@ pub fn parse_csv_read(text: &str, name: &str, options: &CsvOptions) -> Result<Cs
             if c == label {
                 numeric_at.get_or_insert(lineno + 1);
             }
-            let v: f32 = f.parse().map_err(|_| {
+            // read as f64, then rounded to f32: numpy's (and pandas') float64 parse followed by
+            // `astype(float32)`, which the NPY and IDX readers' f64 files match too. Rounding
+            // the decimal straight to f32 differs where the f64 lands halfway between two f32s
+            // (`1.0000000596046448`, an f64 mean of two f32s written by repr: 1.0000001
+            // straight, 1.0 through f64), a 1-ulp difference between the same data as CSV and
+            // as NPY until the forty-fourth session
+            let wide: f64 = f.parse().map_err(|_| {
                 bad(format!(
                     "line {}, column {}: `{}` is not a number",
                     lineno + 1,
@@ -465,9 +500,10 @@ pub fn parse_csv_read(text: &str, name: &str, options: &CsvOptions) -> Result<Cs
                     printable(f)
                 ))
             })?;
+            let v = wide as f32;
             if !v.is_finite() {
                 // a finite number beyond f32's range, or a spelled NaN / infinity
-                let beyond = f.parse::<f64>().is_ok_and(f64::is_finite);
+                let beyond = wide.is_finite();
                 return Err(bad(format!(
                     "line {}, column {}: value `{}` is {}",
                     lineno + 1,
@@ -525,10 +561,12 @@ pub fn parse_csv_read(text: &str, name: &str, options: &CsvOptions) -> Result<Cs
         for &t in &targets {
             counts[t as usize] += 1;
         }
+        // the first row's class on no other row: a header or a data row of a class seen
+        // once cannot be told apart (until the forty-fourth session this needed every other
+        // class to recur too, and `400,500,species` over rows with another singleton class
+        // trained the header as a sample of a class `species`)
         let others = &counts[1.min(counts.len())..];
-        let alone = counts.first() == Some(&1)
-            && others.iter().sum::<usize>() >= 2
-            && others.iter().all(|&n| n >= 2);
+        let alone = counts.first() == Some(&1) && others.iter().sum::<usize>() >= 1;
         if alone {
             let name = classes
                 .iter()
@@ -536,9 +574,9 @@ pub fn parse_csv_read(text: &str, name: &str, options: &CsvOptions) -> Result<Cs
                 .map(|(n, _)| printable(n))
                 .unwrap_or_default();
             return Err(bad(format!(
-                "line {}, the first: its label `{name}` is on no other row while every other \
-                 class recurs, so it could be a header (numbers for feature names, the label \
-                 column's name) or a data row of a class seen once; say which (the CLI's \
+                "line {}, the first: its label `{name}` is on no other row, so it could be a \
+                 header (numbers for feature names, the label column's name) or a data row of \
+                 a class seen once; say which (the CLI's \
                  `--csv-header present|absent`, the library's `Header::Present` / \
                  `Header::Absent`)",
                 first_line + 1

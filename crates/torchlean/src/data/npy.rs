@@ -1,9 +1,14 @@
-//! NumPy `.npy` files (format versions 1.0, 2.0 and 3.0): little-endian `f4`, `f8`, `i4`,
-//! `i8` and `u1` arrays in C order, read as f32 tensors; and an f32 writer.
+//! NumPy `.npy` files (format versions 1.0, 2.0 and 3.0), read as f32 tensors the way
+//! `numpy.load(f).astype(np.float32)` reads them: floats `f2`, `f4`, `f8`, signed integers
+//! `i1`–`i8`, unsigned `u1`–`u8` and booleans `b1`, in either byte order (`<`, `>`, `=` or
+//! `|`, and no mark: native, little-endian here), in C or Fortran order (`np.save(x.T)`
+//! writes a Fortran-ordered file; its values are put back in C order). Integers beyond 2^24
+//! are refused rather than rounded. And an f32 writer.
 //!
 //! The header is parsed strictly (a Python dict literal with exactly the keys `descr`,
-//! `fortran_order`, `shape`); the declared size must equal the bytes after the header
-//! before anything is allocated for the values.
+//! `fortran_order`, `shape`; `shape` a tuple, `(3,)` — `(3)` is the integer 3 in Python);
+//! the declared size must equal the bytes after the header before anything is allocated for
+//! the values. Versions other than 1.0, 2.0 and 3.0 are refused (1.1 and 2.5 were read).
 
 use super::dataset::Dataset;
 use super::error::DataError;
@@ -15,58 +20,88 @@ use std::path::Path;
 const FORMAT: &str = "NPY";
 const MAGIC: &[u8] = b"\x93NUMPY";
 
-/// Element types the reader accepts.
+/// Element kinds the reader accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Dtype {
-    F32,
-    F64,
-    I32,
-    I64,
-    U8,
+enum Kind {
+    Float,
+    Int,
+    Uint,
+    Bool,
+}
+
+/// An element type: kind, size in bytes, byte order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Dtype {
+    kind: Kind,
+    size: usize,
+    big_endian: bool,
 }
 
 impl Dtype {
     fn parse(descr: &str) -> std::result::Result<Dtype, String> {
-        match descr {
-            "<f4" => Ok(Dtype::F32),
-            "<f8" => Ok(Dtype::F64),
-            "<i4" => Ok(Dtype::I32),
-            "<i8" => Ok(Dtype::I64),
-            "|u1" | "<u1" => Ok(Dtype::U8),
-            d if d.starts_with('>') => Err(format!("big-endian dtype `{d}` is not supported")),
-            d => Err(format!(
-                "dtype `{d}` is not supported (expected <f4, <f8, <i4, <i8 or |u1)"
-            )),
-        }
-    }
-
-    fn size(self) -> usize {
-        match self {
-            Dtype::U8 => 1,
-            Dtype::F32 | Dtype::I32 => 4,
-            Dtype::F64 | Dtype::I64 => 8,
-        }
+        let unsupported = || {
+            format!(
+                "dtype `{descr}` is not supported (expected a float f2/f4/f8, an integer \
+                 i1/i2/i4/i8/u1/u2/u4/u8 or a boolean b1, with a byte order <, >, = or |)"
+            )
+        };
+        let (big_endian, code) = match descr.as_bytes().first() {
+            Some(b'<' | b'=' | b'|') => (false, &descr[1..]),
+            Some(b'>') => (true, &descr[1..]),
+            _ => (false, descr),
+        };
+        let (kind, size) = match code {
+            "f2" => (Kind::Float, 2),
+            "f4" => (Kind::Float, 4),
+            "f8" => (Kind::Float, 8),
+            "i1" => (Kind::Int, 1),
+            "i2" => (Kind::Int, 2),
+            "i4" => (Kind::Int, 4),
+            "i8" => (Kind::Int, 8),
+            "u1" => (Kind::Uint, 1),
+            "u2" => (Kind::Uint, 2),
+            "u4" => (Kind::Uint, 4),
+            "u8" => (Kind::Uint, 8),
+            "b1" => (Kind::Bool, 1),
+            _ => return Err(unsupported()),
+        };
+        Ok(Dtype {
+            kind,
+            size,
+            big_endian,
+        })
     }
 
     fn is_integer(self) -> bool {
-        matches!(self, Dtype::U8 | Dtype::I32 | Dtype::I64)
+        self.kind != Kind::Float
     }
 
-    /// The value as written, at f64 (exact for every type but i64 beyond 2^53, which is
-    /// refused anyway: beyond 2^24).
-    fn decode(self, b: &[u8]) -> f64 {
-        let a = |n: usize| -> [u8; 8] {
-            let mut x = [0u8; 8];
-            x[..n].copy_from_slice(&b[..n]);
-            x
-        };
-        match self {
-            Dtype::U8 => b[0] as f64,
-            Dtype::F32 => f32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64,
-            Dtype::I32 => i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64,
-            Dtype::F64 => f64::from_le_bytes(a(8)),
-            Dtype::I64 => i64::from_le_bytes(a(8)) as f64,
+    /// The value as written, at f64 (exact for every type but 64-bit integers beyond 2^53,
+    /// which are refused anyway: beyond 2^24), or the reason a byte is not a value.
+    fn decode(self, b: &[u8]) -> std::result::Result<f64, String> {
+        let mut x = [0u8; 8];
+        x[..self.size].copy_from_slice(&b[..self.size]);
+        if self.big_endian {
+            x[..self.size].reverse();
         }
+        let (s2, s4) = ([x[0], x[1]], [x[0], x[1], x[2], x[3]]);
+        Ok(match (self.kind, self.size) {
+            (Kind::Float, 2) => half::f16::from_le_bytes(s2).to_f64(),
+            (Kind::Float, 4) => f32::from_le_bytes(s4) as f64,
+            (Kind::Float, _) => f64::from_le_bytes(x),
+            (Kind::Int, 1) => x[0] as i8 as f64,
+            (Kind::Int, 2) => i16::from_le_bytes(s2) as f64,
+            (Kind::Int, 4) => i32::from_le_bytes(s4) as f64,
+            (Kind::Int, _) => i64::from_le_bytes(x) as f64,
+            (Kind::Uint, 1) => x[0] as f64,
+            (Kind::Uint, 2) => u16::from_le_bytes(s2) as f64,
+            (Kind::Uint, 4) => u32::from_le_bytes(s4) as f64,
+            (Kind::Uint, _) => u64::from_le_bytes(x) as f64,
+            (Kind::Bool, _) => match x[0] {
+                0 | 1 => x[0] as f64,
+                v => return Err(format!("a boolean byte {v} (numpy writes 0 and 1)")),
+            },
+        })
     }
 }
 
@@ -125,10 +160,15 @@ impl<'a> DictParser<'a> {
         self.i = start + len + 1;
         Ok(String::from_utf8_lossy(&self.s[start..start + len]).into_owned())
     }
+    /// The next token, up to a delimiter (`,`, `)`, `}`, `:` or whitespace), so that a
+    /// message shows what stood there (`'3'`, `+3`, `3L`).
     fn word(&mut self) -> String {
         self.ws();
         let start = self.i;
-        while self.i < self.s.len() && (self.s[self.i] as char).is_ascii_alphanumeric() {
+        while self.i < self.s.len()
+            && !matches!(self.s[self.i], b',' | b')' | b'}' | b':')
+            && !(self.s[self.i] as char).is_ascii_whitespace()
+        {
             self.i += 1;
         }
         String::from_utf8_lossy(&self.s[start..self.i]).into_owned()
@@ -150,6 +190,12 @@ impl<'a> DictParser<'a> {
             }
             if !self.eat(b',') {
                 self.expect(b')')?;
+                if dims.len() == 1 {
+                    // Python reads `(3)` as the integer 3: numpy refuses it as a shape
+                    return Err(format!(
+                        "shape `({d})` is not a tuple (a one-dimensional shape is written `({d},)`)"
+                    ));
+                }
                 return Ok(dims);
             }
         }
@@ -218,6 +264,11 @@ pub fn parse_npy(bytes: &[u8], name: &str) -> Result<Tensor> {
         2 | 3 => return Err(bad("truncated header length".into())),
         _ => return Err(bad(format!("unsupported format version {major}.{minor}"))),
     };
+    if minor != 0 {
+        return Err(bad(format!(
+            "unsupported format version {major}.{minor} (1.0, 2.0 and 3.0 exist)"
+        )));
+    }
     let data_start = start
         .checked_add(header_len)
         .filter(|&e| e <= bytes.len())
@@ -234,17 +285,12 @@ pub fn parse_npy(bytes: &[u8], name: &str) -> Result<Tensor> {
     .parse()
     .map_err(|e| bad(format!("invalid header: {e}")))?;
     let dtype = Dtype::parse(&header.descr).map_err(bad)?;
-    if header.fortran {
-        return Err(bad(
-            "Fortran-ordered arrays are not supported (C order only)".into(),
-        ));
-    }
     let available = bytes.len() - data_start;
     let numel = header
         .shape
         .iter()
         .try_fold(1usize, |a, &d| a.checked_mul(d))
-        .filter(|&n| n.checked_mul(dtype.size()).is_some_and(|b| b == available))
+        .filter(|&n| n.checked_mul(dtype.size).is_some_and(|b| b == available))
         .ok_or_else(|| {
             bad(format!(
                 "shape {:?} of {} does not match the {available} data bytes in the file",
@@ -254,19 +300,56 @@ pub fn parse_npy(bytes: &[u8], name: &str) -> Result<Tensor> {
     // one pass: integers beyond 2^24 are refused, not rounded to the nearest f32 (as
     // safetensors' and IDX's integer values): <i4 2^24 + 1 was read as 2^24
     let mut data: Vec<f32> = Vec::with_capacity(numel);
-    for (i, b) in bytes[data_start..].chunks_exact(dtype.size()).enumerate() {
-        let v = dtype.decode(b);
+    for (i, b) in bytes[data_start..].chunks_exact(dtype.size).enumerate() {
+        let at = data_start + i * dtype.size;
+        let v = dtype
+            .decode(b)
+            .map_err(|e| bad(format!("value at index {i} (byte {at}) is {e}")))?;
         if dtype.is_integer() && v.abs() > super::finite::EXACT_F32_INTEGER {
             return Err(bad(format!(
-                "value at index {i} (byte {}) is an integer beyond 2^24, which float32 cannot hold exactly; refusing to round it",
-                data_start + i * dtype.size()
+                "value at index {i} (byte {at}) is an integer beyond 2^24, which float32 cannot hold exactly; refusing to round it",
             )));
         }
         data.push(v as f32);
     }
     debug_assert_eq!(data.len(), numel);
-    super::finite::refuse_non_finite(&data, data_start, dtype.size()).map_err(bad)?;
+    super::finite::refuse_non_finite(&data, data_start, dtype.size).map_err(bad)?;
+    if header.fortran {
+        data = fortran_to_c(&data, &header.shape);
+    }
     Tensor::from_vec(data, &header.shape)
+}
+
+/// The values of a Fortran-ordered array (first index fastest) in C order (last index
+/// fastest): element (i₀, …, iₖ) sits at Σ iⱼ·(d₀·…·dⱼ₋₁) in the file.
+fn fortran_to_c(data: &[f32], shape: &[usize]) -> Vec<f32> {
+    if shape.iter().filter(|&&d| d > 1).count() <= 1 {
+        return data.to_vec(); // one axis of extent > 1: both orders are the same
+    }
+    let mut strides = vec![1usize; shape.len()];
+    for j in 1..shape.len() {
+        strides[j] = strides[j - 1] * shape[j - 1];
+    }
+    let mut out = Vec::with_capacity(data.len());
+    let mut index = vec![0usize; shape.len()];
+    for _ in 0..data.len() {
+        out.push(
+            data[index
+                .iter()
+                .zip(&strides)
+                .map(|(i, s)| i * s)
+                .sum::<usize>()],
+        );
+        // the next C-order index: the last axis fastest
+        for j in (0..shape.len()).rev() {
+            index[j] += 1;
+            if index[j] < shape[j] {
+                break;
+            }
+            index[j] = 0;
+        }
+    }
+    out
 }
 
 /// Loads features and targets from two `.npy` files with a common leading axis.

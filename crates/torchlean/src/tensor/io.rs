@@ -1,7 +1,8 @@
 //! Named tensors in safetensors files (readable by the Python `safetensors` package and
 //! PyTorch). Files are untrusted: the whole header is validated against the file's real size
-//! by the `safetensors` crate before any tensor is built, only little-endian f32 is accepted,
-//! and the file size is bounded before it is read (devices are refused, pipes read up to the
+//! by the `safetensors` crate before any tensor is built, F32 values are read as they are
+//! and I64, I32 and BOOL ones as f32 (integers exactly up to 2^24, refused beyond), every
+//! other dtype refused, and the file size is bounded before it is read (devices are refused, pipes read up to the
 //! bound: [`crate::files::read_capped`]).
 
 use super::Tensor;
@@ -109,13 +110,43 @@ fn mistaken_format(bytes: &[u8]) -> &'static str {
     }
 }
 
+/// What a safetensors parse error means, in words (the crate displays its variant's name:
+/// `InvalidHeaderDeserialization`, `MetadataIncompleteBuffer`).
+fn describe(e: &safetensors::SafeTensorError) -> String {
+    use safetensors::SafeTensorError as E;
+    match e {
+        E::InvalidHeader => "the header is not UTF-8 text".into(),
+        E::InvalidHeaderStart => "the header does not start with `{` (a JSON object)".into(),
+        E::InvalidHeaderDeserialization | E::JsonError(_) => {
+            "the header is not a JSON object of tensor entries (dtype, shape, data_offsets)".into()
+        }
+        E::HeaderTooLarge => "the declared header length is above the format's 100 MB".into(),
+        E::HeaderTooSmall => "the file is shorter than the 8-byte header length".into(),
+        E::InvalidHeaderLength => {
+            "the declared header length runs past the end of the file".into()
+        }
+        E::TensorInvalidInfo => {
+            "a tensor's byte range does not match its shape and dtype".into()
+        }
+        E::InvalidOffset(name) => format!(
+            "tensor `{name}`'s data_offsets are invalid (overlapping, out of order, or past the data)"
+        ),
+        E::MetadataIncompleteBuffer => {
+            "the tensors' byte ranges do not cover the data exactly (bytes missing or left over)"
+                .into()
+        }
+        E::ValidationOverflow => "a tensor's shape overflows the size arithmetic".into(),
+        other => format!("{other:?}"),
+    }
+}
+
 /// Parses safetensors bytes (`path` names the source in errors).
 pub fn parse_safetensors(path: &Path, bytes: &[u8]) -> Result<Vec<(String, Tensor)>> {
     let st = safetensors::SafeTensors::deserialize(bytes).map_err(|e| {
         io_err(
             path,
             "not a valid safetensors file",
-            format!("{e:?}{}", mistaken_format(bytes)),
+            format!("{}{}", describe(&e), mistaken_format(bytes)),
         )
     })?;
     let mut out = Vec::new();
