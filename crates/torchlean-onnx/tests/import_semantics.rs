@@ -682,3 +682,89 @@ fn integer_division_of_constants_overflows_and_divides_by_zero_readably() {
     refused_once(&div(7, 0), "d", "Div", &["division by zero"]);
     assert_eq!(run(&div(-7, 2), &[], "y"), [-3.0]);
 }
+
+// ------------------------------------------------- a float Cast of an integer value is float
+
+/// `Cast(int64 → float)` of an integer or boolean value is a float value: a masked mean
+/// `(x·keep).sum(1) / keep.sum(1)` with `keep = (ids != 0).float()` runs (it was refused as
+/// "Div of the integer value", the cast sharing the integer's graph node), and
+/// `CastLike(0.5, ids.float())` keeps 0.5 (it was truncated to 0: `Clip` then clamped at 0,
+/// silently; onnxruntime 1.32 gives the values below). An audit of the forty-fourth session.
+#[test]
+fn a_float_cast_of_an_integer_value_computes_in_float() {
+    const BOOL: i32 = 9;
+    // masked mean over the last axis: rows [1, 2, 3] with ids [5, 0, 7] → (1 + 3) / 2 = 2,
+    // and [4, 5, 6] with ids [0, 0, 9] → 6
+    let masked_mean = model(
+        vec![
+            constant("zero", ints("", &[], &[0])),
+            node("ne0", "Equal", &["ids", "zero"], &["eq"]),
+            node("not", "Not", &["eq"], &["keep_b"]),
+            with_int(
+                node("c", "Cast", &["keep_b"], &["keep"]),
+                "to",
+                FLOAT as i64,
+            ),
+            node("m", "Mul", &["x", "keep"], &["xk"]),
+            with_int(
+                node("s1", "ReduceSum", &["xk", "ax"], &["num"]),
+                "keepdims",
+                0,
+            ),
+            with_int(
+                node("s2", "ReduceSum", &["keep", "ax"], &["den"]),
+                "keepdims",
+                0,
+            ),
+            node("d", "Div", &["num", "den"], &["y"]),
+        ],
+        vec![ints("ax", &[1], &[1])],
+        vec![vi("x", &[2, 3], FLOAT), vi("ids", &[2, 3], INT64)],
+        vec![out("y")],
+        17,
+    );
+    let y = run(
+        &masked_mean,
+        &[
+            ("x", &[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]),
+            ("ids", &[2, 3], &[5.0, 0.0, 7.0, 0.0, 0.0, 9.0]),
+        ],
+        "y",
+    );
+    assert_values("masked mean", &y, &[2.0, 6.0], 1e-6);
+    // CastLike of a float scalar to a float cast of int64 ids: Clip, Max and Where keep it
+    let ids: &[f32] = &[0.0, 1.0, 2.0, -1.0, 5.0, 3.0];
+    let mask: &[f32] = &[1.0, 0.0, 1.0, 0.0, 0.0, 1.0];
+    for (op, scalar, want) in [
+        ("Clip", 0.5f32, [0.5f32, 1.0, 2.0, 0.5, 5.0, 3.0]),
+        ("Max", 2.75, [2.75, 2.75, 2.75, 2.75, 5.0, 3.0]),
+        ("Min", 2.75, [0.0, 1.0, 2.0, -1.0, 2.75, 2.75]),
+        ("Where", 0.5, [0.0, 0.5, 2.0, 0.5, 0.5, 3.0]),
+    ] {
+        let last = match op {
+            "Where" => node("w", "Where", &["m", "idsf", "c2"], &["y"]),
+            _ => node("w", op, &["idsf", "c2"], &["y"]),
+        };
+        let m = model(
+            vec![
+                with_int(node("c", "Cast", &["ids"], &["idsf"]), "to", FLOAT as i64),
+                constant("s", floats("", &[], &[scalar])),
+                node("cl", "CastLike", &["s", "idsf"], &["c2"]),
+                last,
+            ],
+            vec![],
+            if op == "Where" {
+                vec![vi("ids", &[2, 3], INT64), vi("m", &[2, 3], BOOL)]
+            } else {
+                vec![vi("ids", &[2, 3], INT64)]
+            },
+            vec![out("y")],
+            18,
+        );
+        let mut inputs: Vec<(&str, &[usize], &[f32])> = vec![("ids", &[2, 3], ids)];
+        if op == "Where" {
+            inputs.push(("m", &[2, 3], mask));
+        }
+        assert_values(op, &run(&m, &inputs, "y"), &want, 0.0);
+    }
+}

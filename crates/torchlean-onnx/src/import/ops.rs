@@ -206,7 +206,19 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
             };
             match known {
                 Some(c) => one(konst(c.cast(to, &b.budget)?)),
-                None if to == dtype::FLOAT => one(x.clone()),
+                // a float value cast to float: itself; an integer or boolean node cast to
+                // float is a float value from here on, so it gets a node of its own (a
+                // same-shape reshape, a view) outside the integer sets, which are keyed by
+                // node: sharing the node kept `mask.float().sum()` an integer (its division
+                // refused) and made `CastLike(0.5, that)` truncate 0.5 to 0 (an audit of the
+                // forty-fourth session)
+                None if to == dtype::FLOAT => match x {
+                    Value::Node(id) if b.integral.contains(id) || b.boolean.contains(id) => {
+                        let shape = b.shape(x);
+                        one(Value::Node(b.op(Op::Reshape { shape }, vec![*id])?))
+                    }
+                    _ => one(x.clone()),
+                },
                 // an integer input cast to an integer type: already its integer values
                 None if matches!(x, Value::Node(id) if b.integral.contains(id))
                     && matches!(to, dtype::INT64 | dtype::INT32) =>
