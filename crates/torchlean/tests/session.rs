@@ -355,3 +355,31 @@ fn a_kernel_called_with_and_without_the_tape_is_one_report_row() {
         .unwrap();
     assert_eq!(sin_rows(&planned), vec![true], "{}", planned.to_text());
 }
+
+/// The plan made before the first kernel lists the `concat` that places slices' cotangents
+/// (runtime/slice_pieces.rs) only where the eager tape's backward can run it: on the CPU in
+/// eager mode, not for a graph capture (`OpUses::all_recorded`: the compiled graph's own VJP
+/// nodes differentiate the slice). It was listed for compiled runs too, which never called it
+/// (an audit of the forty-third session).
+#[test]
+fn the_slice_pieces_concat_is_planned_only_where_the_tape_runs_it() {
+    runtime::install(Session::new(BackendProfile::named("checked_cpu").unwrap())).unwrap();
+    let uses = runtime::trace(|| {
+        let x = Tensor::ones(&[2, 6])?.requires_grad();
+        let (a, b) = (x.slice(1, 0, 3)?, x.slice(1, 3, 6)?);
+        drop(a.add(&b)?.sum_all()?);
+        Ok(())
+    })
+    .unwrap();
+    let concat = |uses: &runtime::OpUses| {
+        let planned = runtime::with_current(|s| s.preplan(uses)).unwrap().unwrap();
+        planned.kernels.iter().any(|k| k.op == OpKind::Concat)
+    };
+    assert!(uses.uses().contains(&(OpKind::Slice, true)), "{uses:?}");
+    assert!(
+        concat(&uses),
+        "eager: the tape's backward places the pieces with concat"
+    );
+    assert!(!concat(&uses.all_recorded()), "compiled: no concat runs");
+    runtime::take().unwrap();
+}

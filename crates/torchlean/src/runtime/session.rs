@@ -201,9 +201,16 @@ impl Session {
         }
         let mut audits = Vec::new();
         for &(k, recording) in uses.uses() {
-            if k == OpKind::Slice && recording {
-                // the backward pass places slices' cotangents with `concat`
-                // (runtime/slice_pieces.rs): planned and gated before the first kernel too
+            if k == OpKind::Slice
+                && recording
+                && !uses.captured()
+                && self.profile.device == crate::backend::Device::Cpu
+            {
+                // the eager backward pass places host slices' cotangents with `concat`
+                // (runtime/slice_pieces.rs): planned and gated before the first kernel too —
+                // and only where it can run (a compiled graph differentiates with its own
+                // VJP nodes; a device tensor takes the slice's own VJP): the plan lists no
+                // kernel the run never calls
                 let (concat, _) = self.accepted(OpKind::Concat, false)?;
                 merge_row(&mut audits, concat.audit());
             }

@@ -23,6 +23,10 @@ use std::cell::RefCell;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct OpUses {
     uses: Vec<(OpKind, bool)>,
+    /// The recorded ops are captured into a compiled graph ([`OpUses::all_recorded`]), whose
+    /// own VJP nodes differentiate them: the eager tape's backward, and the `concat` it
+    /// places slices' cotangents with (runtime/slice_pieces.rs), never run for them.
+    captured: bool,
 }
 
 impl OpUses {
@@ -38,6 +42,11 @@ impl OpUses {
     /// The (kind, recording) pairs.
     pub fn uses(&self) -> &[(OpKind, bool)] {
         &self.uses
+    }
+
+    /// Whether these are the uses of a graph capture ([`OpUses::all_recorded`]).
+    pub fn captured(&self) -> bool {
+        self.captured
     }
 
     /// The distinct kinds used.
@@ -70,6 +79,7 @@ impl OpUses {
     /// (it records every op, tracked inputs or not).
     pub fn all_recorded(&self) -> OpUses {
         let mut out = self.clone();
+        out.captured = true;
         for &(k, _) in &self.uses {
             if k.differentiable() {
                 out.push(k, true);
