@@ -98,3 +98,31 @@ fn fuzz_flags_are_checked() {
         );
     }
 }
+
+/// A replay runs one saved input: a campaign flag beside it would be ignored, so it is refused
+/// (exit 2) — on a file that replays (exit 0 alone).
+#[test]
+fn campaign_flags_beside_a_replay_are_refused() {
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
+    let alone = Command::new(BIN)
+        .args(["fuzz", "--format", "npy", "--replay", file])
+        .output()
+        .unwrap();
+    assert_eq!(alone.status.code(), Some(0));
+    for extra in [
+        &["--iterations", "5"][..],
+        &["--seed", "7"],
+        &["--findings", "f"],
+        &["--progress", "1"],
+        &["--time-bound", "2"],
+    ] {
+        let out = Command::new(BIN)
+            .args(["fuzz", "--format", "npy", "--replay", file])
+            .args(extra)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {err}");
+        assert!(err.contains("cannot be used with"), "{extra:?}: {err}");
+    }
+}

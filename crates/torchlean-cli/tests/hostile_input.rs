@@ -557,15 +557,62 @@ fn a_diverging_quickstart_stops_and_a_huge_stride_is_one_window() {
     assert_eq!(code, Some(0), "{err}");
 }
 
+/// A text too short for one training window is refused naming the flag that sets the window
+/// (`--context`), not the library's parameter (`seq_len`), exit 2.
+#[test]
+fn a_text_shorter_than_the_context_names_the_flag() {
+    let d = Dir::new("short-text");
+    let dir = d.0.to_string_lossy().into_owned();
+    std::fs::write(d.0.join("one.txt"), "x").unwrap();
+    std::fs::write(d.0.join("eight.txt"), "abcdefgh").unwrap();
+    for (file, context) in [("one.txt", "8"), ("eight.txt", "8")] {
+        let (code, err) = run_plain(
+            &dir,
+            &[
+                "transformer",
+                "--data",
+                file,
+                "--context",
+                context,
+                "--steps",
+                "1",
+            ],
+        );
+        assert_eq!(code, Some(2), "{err}");
+        assert!(
+            err.contains("--context 8") && !err.contains("seq_len"),
+            "{err}"
+        );
+    }
+    // nine characters hold one window of 8 and its target
+    std::fs::write(d.0.join("nine.txt"), "abcdefghi").unwrap();
+    let (code, err) = run_plain(
+        &dir,
+        &[
+            "transformer",
+            "--data",
+            "nine.txt",
+            "--context",
+            "8",
+            "--steps",
+            "1",
+        ],
+    );
+    assert_eq!(code, Some(0), "{err}");
+}
+
 /// A text that starts with a UTF-8 byte-order mark trains exactly as the same text without
-/// it (the mark became a vocabulary character, changing the model and every loss).
+/// it (the mark became a vocabulary character, changing the model and every loss); so does
+/// the text saved with Windows line ends (`\r\n`; Python's text mode reads `\n`: the `\r`
+/// was a vocabulary character until the forty-fourth session).
 #[test]
 fn a_byte_order_mark_is_not_part_of_the_text() {
     let d = Dir::new("bom");
     let dir = d.0.to_string_lossy().into_owned();
-    let text = "the quick brown fox jumps over the lazy dog. ".repeat(8);
+    let text = "the quick brown fox\njumps over the lazy dog.\n".repeat(8);
     std::fs::write(d.0.join("plain.txt"), &text).unwrap();
     std::fs::write(d.0.join("bom.txt"), format!("\u{feff}{text}")).unwrap();
+    std::fs::write(d.0.join("crlf.txt"), text.replace('\n', "\r\n")).unwrap();
     let losses = |file: &str| {
         let out = Command::new(BIN)
             .args([
@@ -598,6 +645,7 @@ fn a_byte_order_mark_is_not_part_of_the_text() {
     let (a, b) = (losses("plain.txt"), losses("bom.txt"));
     assert!(!a.is_empty());
     assert_eq!(a, b);
+    assert_eq!(a, losses("crlf.txt"), "CRLF line ends");
 }
 
 /// IDX images state their height and width: 8×32 images were reshaped to 16×16 for the CNN
@@ -1149,4 +1197,28 @@ fn float_flags_outside_float32s_range_are_refused_as_typed() {
         err.contains("0.99999999") && err.contains("rounds to 1"),
         "{err}"
     );
+    // a negative value reaches the flag's own check (clap said "unexpected argument '-0'
+    // found" until the forty-fourth session)
+    for args in [
+        &["mlp", "--steps", "1", "--lr", "-1"][..],
+        &["mlp", "--steps", "1", "--weight-decay", "-0.1"],
+        &[
+            "mlp",
+            "--steps",
+            "1",
+            "--optimizer",
+            "sgd",
+            "--momentum",
+            "-0.5",
+        ],
+        &["transformer", "--steps", "1", "--dropout", "-0.1"],
+        &["quickstart-mlp", "--steps", "1", "--lr", "-0.01"],
+    ] {
+        let (code, err) = run_plain(&dir, args);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert!(
+            !err.contains("unexpected argument") && err.contains(args[args.len() - 1]),
+            "{args:?}: {err}"
+        );
+    }
 }

@@ -27,7 +27,7 @@ pub struct Args {
     #[arg(long, default_value_t = 3)]
     warmup: usize,
     /// Warm-up: at least this many seconds of untimed runs (and at least `--warmup` runs).
-    #[arg(long, default_value_t = 0.5)]
+    #[arg(long, default_value_t = 0.5, allow_negative_numbers = true)]
     warmup_seconds: f64,
     /// Print the result as one JSON object (times, median, the workload's parameters, the
     /// backend report) instead of a line of text.

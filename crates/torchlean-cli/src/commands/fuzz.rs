@@ -32,11 +32,11 @@ pub struct Args {
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// An input that takes longer than this many seconds is a finding (file formats).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     time_bound: f64,
     /// End the process when one in-process input runs this many seconds (a hang; the input
     /// is saved first), or, for `flags`, kill a run after this many seconds.
-    #[arg(long, default_value_t = 10.0)]
+    #[arg(long, default_value_t = 10.0, allow_negative_numbers = true)]
     timeout: f64,
     /// Directory findings are saved to.
     #[arg(long, default_value = "fuzz-findings")]
@@ -44,8 +44,12 @@ pub struct Args {
     /// Print progress every this many inputs (0: only the summary).
     #[arg(long, default_value_t = 0)]
     progress: u64,
-    /// Run one saved input of `--format` and print its outcome instead of a campaign.
-    #[arg(long)]
+    /// Run one saved input of `--format` and print its outcome instead of a campaign (the
+    /// campaign's flags are refused beside it: they would be ignored).
+    #[arg(
+        long,
+        conflicts_with_all = ["iterations", "seed", "time_bound", "timeout", "findings", "progress"]
+    )]
     replay: Option<PathBuf>,
 }
 

@@ -18,7 +18,12 @@ pub struct Args {
     #[arg(long, default_value_t = 200)]
     steps: usize,
     /// Adam learning rate.
-    #[arg(long, default_value_t = 0.01, value_parser = super::examples::f32_value)]
+    #[arg(
+        long,
+        default_value_t = 0.01,
+        value_parser = super::examples::f32_value,
+        allow_negative_numbers = true
+    )]
     lr: f32,
     /// Seed of the data and the initialization.
     #[arg(long, default_value_t = 0)]

@@ -90,7 +90,9 @@ pub struct CommonArgs {
     #[arg(long)]
     pub steps: Option<usize>,
     /// Learning rate.
-    #[arg(long, value_parser = f32_value)]
+    // negative numbers reach the parser (its range message), not clap's "unexpected
+    // argument '-1'"
+    #[arg(long, value_parser = f32_value, allow_negative_numbers = true)]
     pub lr: Option<f32>,
     /// Seed offset: added to the example's data and initialization seeds; also the seed of
     /// batch shuffling and of a data file's held-out split. Default 0 (the documented
@@ -133,11 +135,11 @@ pub struct CommonArgs {
     #[arg(long, value_enum)]
     pub optimizer: Option<OptimizerChoice>,
     /// Momentum of `sgd` and `rmsprop` (default 0).
-    #[arg(long, value_parser = unit_closed)]
+    #[arg(long, value_parser = unit_closed, allow_negative_numbers = true)]
     pub momentum: Option<f32>,
     /// Weight decay: L2 (added to the gradient) for adam, sgd, rmsprop and adagrad,
     /// decoupled for adamw (default 0; adamw 0.01).
-    #[arg(long, value_parser = f32_value)]
+    #[arg(long, value_parser = f32_value, allow_negative_numbers = true)]
     pub weight_decay: Option<f32>,
     /// The `--load` checkpoint, read and verified once when first asked for (`None` without
     /// `--load`): its metadata sets up the run, its contents are loaded from the same read

@@ -39,7 +39,12 @@ pub struct Args {
     #[arg(long, default_value_t = DEFAULT_STRIDE)]
     pub stride: usize,
     /// Dropout probability in the blocks (> 0 makes compiled mode refuse the model).
-    #[arg(long, default_value_t = 0.0, value_parser = super::unit_half_open)]
+    #[arg(
+        long,
+        default_value_t = 0.0,
+        value_parser = super::unit_half_open,
+        allow_negative_numbers = true
+    )]
     pub dropout: f32,
     /// Characters to generate (greedily) after training; 0 for none.
     #[arg(long, default_value_t = 120)]
@@ -118,9 +123,25 @@ pub fn run_cmd(a: Args) -> CliResult {
             if text.starts_with('\u{feff}') {
                 text.drain(..'\u{feff}'.len_utf8());
             }
+            // line ends as Python's text mode reads them (universal newlines): a file saved
+            // on Windows (`\r\n`) is the same text, not one with a `\r` character
+            if text.contains('\r') {
+                text = text.replace("\r\n", "\n").replace('\r', "\n");
+            }
             (text, p.display().to_string(), Goal::None)
         }
     };
+    // a window needs --context characters and its target one more: said in the flag's name
+    // (the library's message names its own parameter, seq_len)
+    let chars = text.chars().count();
+    if chars <= a.context {
+        return Err(CliError::usage(format!(
+            "`{source}` has {chars} character(s): training windows of --context {} need at \
+             least {} (lower --context, or give a longer text)",
+            a.context,
+            a.context + 1
+        )));
+    }
     let vocab = CharVocab::from_text(&text);
     let data = char_lm_dataset(&text, &vocab, a.context, a.stride).map_err(lib_err)?;
     let cfg = TransformerConfig {
