@@ -1708,3 +1708,91 @@ fn saturated_attention_is_accepted_and_corruptions_still_caught() {
         );
     }
 }
+
+/// An additive mask's gradient is dS itself, which cancels as dQ's and dK's terms do: the
+/// attention allowance bounds it too (it gave the mask 0). The forty-fourth session's audit
+/// found `strict_native_cpu` rejecting a correct mask gradient where one query row carries a
+/// bias of −1e6 on every key (a padded query row: −0.5489 against −0.5563, where the native
+/// and reference kernels agree to 2e-7 and PyTorch's f32 errs as much), and with a saturated
+/// softmax and |v| ≈ 1e4. Accepted now, with the mask shared by the batch matrices ([L, S])
+/// and per batch; a mask gradient scaled by 1 + 1e-2 on ordinary inputs is still rejected.
+#[test]
+fn additive_mask_gradients_get_the_attention_allowance() {
+    support::checked_cpu_default();
+    let op = Op::ScaledDotProductAttention {
+        scale: None,
+        causal: false,
+        mask: AttentionMask::AdditiveBias,
+    };
+    let scaled = |shape: &[usize], seed: u64, by: f32| -> Tensor {
+        let t = Tensor::randn(shape, seed).unwrap();
+        tensor(shape, t.to_vec().iter().map(|v| v * by).collect())
+    };
+    let (l, s) = (4, 6);
+    let needs = [true; 4];
+    let run = |xs: &[Tensor], seed: u64, corrupt: f32| -> Result<(), String> {
+        let (ins, y) = forward(&op, xs);
+        check_forward(&op, &ins, &y, seed).map_err(|e| format!("forward: {e}"))?;
+        let refs: Vec<&Tensor> = xs.iter().collect();
+        let cot = Tensor::randn(&y.1, seed + 100).unwrap();
+        let yt = tensor(&y.1, y.0.clone());
+        let grads = native_cpu::vjp(&op, &refs, &yt, &cot, &needs).unwrap();
+        let grads: Vec<Option<Values>> = grads
+            .iter()
+            .enumerate()
+            .map(|(j, g)| {
+                g.as_ref().map(|g| {
+                    let by = if j == 3 { corrupt } else { 1.0 };
+                    (
+                        g.to_vec().iter().map(|v| v * by).collect(),
+                        g.shape().to_vec(),
+                    )
+                })
+            })
+            .collect();
+        let cot = (cot.to_vec(), cot.shape().to_vec());
+        with_vjp_call(&ins, &y, &cot, &needs, &grads, seed, |call| {
+            replay_vjp(&op, call)
+        })
+        .map_err(|e| format!("VJP: {e}"))
+    };
+    for shared in [true, false] {
+        let mask_shape: Vec<usize> = if shared { vec![l, s] } else { vec![1, 2, l, s] };
+        for (what, big, qk, v) in [
+            ("padded query row -1e6", -1e6f32, 1.0f32, 1.0f32),
+            ("padded query row -1e9", -1e9, 1.0, 1.0),
+            ("saturated, |v| ~ 1e4", 0.0, 10.0, 1e4),
+        ] {
+            for seed in 0..3u64 {
+                let mut m = Tensor::randn(&mask_shape, 40 + seed).unwrap().to_vec();
+                if big != 0.0 {
+                    for rep in 0..m.len() / (l * s) {
+                        for j in 0..s {
+                            m[rep * l * s + s + j] = big; // row 1 of every matrix
+                        }
+                    }
+                }
+                let xs = [
+                    scaled(&[1, 2, l, 8], 10 * seed + 1, qk),
+                    scaled(&[1, 2, s, 8], 10 * seed + 2, qk),
+                    scaled(&[1, 2, s, 4], 10 * seed + 3, v),
+                    tensor(&mask_shape, m),
+                ];
+                run(&xs, seed, 1.0)
+                    .unwrap_or_else(|e| panic!("{what}, shared {shared}, seed {seed}: {e}"));
+            }
+        }
+        // ordinary inputs: a mask gradient 1 % off is still caught
+        let xs = [
+            Tensor::randn(&[1, 2, l, 8], 61).unwrap(),
+            Tensor::randn(&[1, 2, s, 8], 62).unwrap(),
+            Tensor::randn(&[1, 2, s, 4], 63).unwrap(),
+            Tensor::randn(&mask_shape, 64).unwrap(),
+        ];
+        run(&xs, 0, 1.0).unwrap_or_else(|e| panic!("ordinary, shared {shared}: {e}"));
+        assert!(
+            run(&xs, 0, 1.0 + 1e-2).is_err(),
+            "shared {shared}: a mask gradient scaled by 1.01 must be rejected"
+        );
+    }
+}

@@ -30,7 +30,11 @@
 //!   eᵢⱼ = pᵢⱼ[κᵢ|dPᵢⱼ − Dᵢ| + (1 + κᵢ)(γ_{dv+2}Mᵢⱼ + errDᵢ)(1 + 2u) + 2u(1 + κᵢ)|dPᵢⱼ − Dᵢ|];
 //! - dQᵢ꜀ = c·Σⱼ dSᵢⱼ kⱼ꜀: |c|·Σⱼ eᵢⱼ|kⱼ꜀| + γ_{S+3}·|c|·Σⱼ(|dSᵢⱼ| + eᵢⱼ)|kⱼ꜀|;
 //! - dKⱼ꜀ = c·Σᵢ dSᵢⱼ qᵢ꜀: |c|·Σᵢ eᵢⱼ|qᵢ꜀| + γ_{L+3}·|c|·Σᵢ(|dSᵢⱼ| + eᵢⱼ)|qᵢ꜀|;
-//! - dVⱼ꜀ = Σᵢ pᵢⱼ gᵢ꜀: Σᵢ (κᵢ + γ_{L+2}(1 + κᵢ))·pᵢⱼ|gᵢ꜀|.
+//! - dVⱼ꜀ = Σᵢ pᵢⱼ gᵢ꜀: Σᵢ (κᵢ + γ_{L+2}(1 + κᵢ))·pᵢⱼ|gᵢ꜀|;
+//! - an additive mask's gradient is dS itself: eᵢⱼ per element, and for a mask shared by the
+//!   B batch matrices (shape [L, S]) the sum over them, Σ_b e + γ_{B+1}·Σ_b(|dS| + e) (the
+//!   mask's allowance was 0 until the forty-fourth session's audit: `strict_native_cpu`
+//!   rejected a correct mask gradient of a padded query row, −0.5489 against −0.5563).
 //!
 //! Where κᵢ ≥ 1 the scores' rounding alone can move the probabilities by a factor of two or
 //! more (inputs of magnitude 10³, a diverging run): any distribution over the row's keys is
@@ -64,7 +68,7 @@ fn gamma(n: usize) -> f64 {
     nu / (1.0 - nu).max(0.5)
 }
 
-/// `[O]` for the forward (`gy` None), `[dQ, dK, dV]` (and 0 for a mask) for the VJP.
+/// `[O]` for the forward (`gy` None), `[dQ, dK, dV]` (and an additive mask's) for the VJP.
 pub(super) fn cancellation_allowance(
     op: &Op,
     xs: &[&Array<f64>],
@@ -92,8 +96,12 @@ pub(super) fn cancellation_allowance(
     let scores = Scores::new(xs, scale, causal, mask);
     let c = scores.scale().abs();
     let bias = (mask == AttentionMask::AdditiveBias).then(|| xs[3]);
-    let mut a = [0.0f64; 4];
-    for b in 0..numel(&q.shape[..r - 2]) {
+    let mut a = [0.0f64; 5];
+    let batches = numel(&q.shape[..r - 2]);
+    // a mask shared by every batch matrix: its gradient sums their dS (element bounds summed)
+    let shared = bias.is_some_and(|m| m.shape.len() <= 2);
+    let (mut mask_err, mut mask_mag) = (vec![0.0f64; l * s], vec![0.0f64; l * s]);
+    for b in 0..batches {
         let slice = Slice {
             q: &q.data[b * l * d..(b + 1) * l * d],
             k: &k.data[b * s * d..(b + 1) * s * d],
@@ -112,6 +120,7 @@ pub(super) fn cancellation_allowance(
         let got = slice.bounds(
             |i| attention_row(&scores, b, i),
             |i, j| scores.at(b, i, j).is_some(),
+            (&mut mask_err, &mut mask_mag),
         );
         for (m, x) in a.iter_mut().zip(got) {
             *m = m.max(x);
@@ -121,8 +130,20 @@ pub(super) fn cancellation_allowance(
     match gy {
         None => vec![out(a[0])],
         Some(_) => {
-            let mut v: Vec<f64> = a[1..].iter().map(|&x| out(x)).collect();
+            let mut v: Vec<f64> = a[1..4].iter().map(|&x| out(x)).collect();
             v.resize(xs.len(), 0.0);
+            if bias.is_some() && xs.len() > 3 {
+                v[3] = out(if shared {
+                    let g = gamma(batches + 1);
+                    mask_err
+                        .iter()
+                        .zip(&mask_mag)
+                        .map(|(e, m)| e + g * m)
+                        .fold(0.0f64, f64::max)
+                } else {
+                    a[4]
+                });
+            }
             v
         }
     }
@@ -142,19 +163,23 @@ struct Slice<'a> {
 }
 
 impl Slice<'_> {
-    /// The largest element bound of [O, dQ, dK, dV] (the gradients' 0 without a cotangent),
-    /// `probs(i)` the exact probabilities of row i (`None`: every key blocked).
+    /// The largest element bound of [O, dQ, dK, dV, dS] (the gradients' 0 without a
+    /// cotangent), `probs(i)` the exact probabilities of row i (`None`: every key blocked);
+    /// each dS element's bound and |dS| + bound are also added into `mask` ([L, S] each: a
+    /// shared mask's gradient sums them over the batch matrices).
     fn bounds(
         &self,
         probs: impl Fn(usize) -> Option<Vec<f64>>,
         open: impl Fn(usize, usize) -> bool,
-    ) -> [f64; 4] {
+        mask: (&mut [f64], &mut [f64]),
+    ) -> [f64; 5] {
+        let (mask_err, mask_mag) = mask;
         let (l, s, d, dv) = self.dims;
         let (gs, gl, gdv) = (gamma(s + 2), gamma(l + 2), gamma(dv + 2));
         fn row(x: &[f64], i: usize, w: usize) -> &[f64] {
             &x[i * w..(i + 1) * w]
         }
-        let mut out = [0.0f64; 4];
+        let mut out = [0.0f64; 5];
         // dK's and dV's element bounds, accumulated over the rows
         let mut dk = vec![0.0f64; s * d];
         let mut dvb = vec![0.0f64; s * dv];
@@ -236,6 +261,12 @@ impl Slice<'_> {
                     .fold(0.0f64, f64::max)
                     .max(hull * (1.0 + gdv));
                 let t = 2.0 * bm * (1.0 + 4.0 * U);
+                // dS itself (an additive mask's gradient): |dŜ| ≤ t
+                for &j in &keys {
+                    out[4] = out[4].max(t + ds[j]);
+                    mask_err[i * s + j] += t + ds[j];
+                    mask_mag[i * s + j] += t + 2.0 * ds[j];
+                }
                 for cc in 0..d {
                     let (mut k_max, mut exact) = (0.0f64, 0.0f64);
                     for &j in &keys {
@@ -263,6 +294,12 @@ impl Slice<'_> {
                     * (kappa * diff
                         + (1.0 + kappa) * (gdv * m[j] + err_d) * (1.0 + 2.0 * U)
                         + 2.0 * U * (1.0 + kappa) * diff);
+            }
+            // dS itself (an additive mask's gradient)
+            for &j in &keys {
+                out[4] = out[4].max(e[j]);
+                mask_err[i * s + j] += e[j];
+                mask_mag[i * s + j] += ds[j] + e[j];
             }
             // dQ's row i; dK's and dV's contributions of row i
             for cc in 0..d {
