@@ -1200,6 +1200,70 @@ fn an_evaluation_only_run_shows_the_kernels_it_ran() {
     );
 }
 
+/// One report row per kernel in a training run's report: the autoencoder's `tanh`, called
+/// under `no_grad` by its data generation and on the tape by training, was two rows, and the
+/// transformer's composite attention under `prefer:torchlean` listed its parts twice, the
+/// second time after the optimizer's rows (an audit of the forty-fourth session). Each
+/// (op, capsule, composite) appears once, and a part row follows its composite's row or
+/// another part of it. The evaluation-only header says no compiled step ran.
+#[test]
+fn a_training_report_lists_each_kernel_once_with_parts_under_their_composite() {
+    let d = scratch("report-rows");
+    for (example, extra) in [
+        ("autoencoder", &["--backend", "eager"][..]),
+        ("autoencoder", &["--backend", "compiled"][..]),
+        (
+            "transformer",
+            &["--backend", "compiled", "--provider", "prefer:torchlean"][..],
+        ),
+        (
+            "transformer",
+            &["--backend", "eager", "--provider", "prefer:torchlean"][..],
+        ),
+    ] {
+        let json = d.join("r.json");
+        let mut args = vec![example, "--steps", "2", "--report-json", s(&json)];
+        args.extend_from_slice(extra);
+        let o = torchlean(&args);
+        assert_eq!(code(&o), 0, "{args:?}: {}", stderr(&o));
+        let report: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let rows = report["kernels"].as_array().unwrap();
+        let key = |r: &serde_json::Value| format!("{} {} {}", r["op"], r["capsule"], r["part_of"]);
+        let mut seen = std::collections::HashSet::new();
+        for (i, r) in rows.iter().enumerate() {
+            assert!(seen.insert(key(r)), "{args:?}: row {i} repeats {}", key(r));
+            if let Some(c) = r["part_of"].as_str() {
+                let before = &rows[i - 1];
+                assert!(
+                    before["capsule"].as_str() == Some(c) || before["part_of"].as_str() == Some(c),
+                    "{args:?}: part row {i} ({}) is not under its composite {c}",
+                    key(r)
+                );
+            }
+        }
+    }
+    // an evaluation-only run under --backend compiled runs no compiled step: the header says so
+    let ck = d.join("a.ck");
+    let o = torchlean(&["autoencoder", "--steps", "1", "--save", s(&ck)]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = torchlean(&[
+        "autoencoder",
+        "--load",
+        s(&ck),
+        "--steps",
+        "0",
+        "--backend",
+        "compiled",
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("eager evaluation (no compiled step to run)"),
+        "{}",
+        stdout(&o)
+    );
+}
+
 /// A run resumed from a checkpoint saves the file a straight run saves, byte for byte, for
 /// every optimizer: SGD and RMSprop, which keep no per-parameter step counts, wrote every
 /// parameter's count as the loaded step after a resume (an audit of the thirty-seventh

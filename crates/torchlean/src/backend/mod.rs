@@ -22,6 +22,7 @@ mod profile;
 pub mod proof;
 mod registry;
 mod report;
+pub(crate) use report::merge_row;
 mod target;
 mod vocab;
 

@@ -3,7 +3,7 @@
 //! Text for people: a header line, then per op the capsule line and four obligation lines.
 //! JSON with the same content. A row is called "proved" only when its evidence is a theorem.
 
-use super::gate::{GateFailure, KernelAudit};
+use super::gate::{GateFailure, KernelAudit, ObligationReport};
 use super::planner::LoweredGroup;
 use super::profile::BackendProfile;
 use super::vocab::{Disposition, ExecutionMode, TrustLevel};
@@ -92,9 +92,25 @@ impl BackendReport {
                 self.trusted_external_ops.push(op);
             }
         }
+        // one row per kernel, as the session's own report (a kernel called on the tape and
+        // under `no_grad` is one row), and a composite's parts under the composite (both
+        // were listed twice, the parts after the optimizer's rows: an audit of the
+        // forty-fourth session)
         for k in eager.kernels {
-            if !self.kernels.contains(&k) {
-                self.kernels.push(k);
+            let at = k.part_of.as_ref().and_then(|c| {
+                let top = self.kernels.iter().position(|r| &r.capsule == c)?;
+                let parts = self.kernels[top + 1..]
+                    .iter()
+                    .take_while(|r| r.part_of.as_ref() == Some(c))
+                    .count();
+                Some(top + 1 + parts)
+            });
+            let before = self.kernels.len();
+            merge_row(&mut self.kernels, &k);
+            if let (Some(at), true) = (at, self.kernels.len() > before) {
+                // invariant: the list grew, so its last row is the one merge_row pushed
+                let row = self.kernels.pop().expect("merge_row just pushed it");
+                self.kernels.insert(at, row);
             }
         }
     }
@@ -186,5 +202,36 @@ impl BackendReport {
     pub fn to_json(&self) -> serde_json::Value {
         // serializing plain data with derived impls cannot fail
         serde_json::to_value(self).expect("report serializes")
+    }
+}
+
+/// Adds `a` to `rows`, one row per kernel: a row that differs from `a` only in whether an
+/// obligation was required (a call under `no_grad` beside one on the tape) is the same
+/// kernel, and takes `a`'s requirements too (required where any call required it).
+pub(crate) fn merge_row(rows: &mut Vec<KernelAudit>, a: &KernelAudit) {
+    let same_but_required = |x: &ObligationReport, y: &ObligationReport| {
+        ObligationReport {
+            required: y.required,
+            ..x.clone()
+        } == *y
+    };
+    let row = rows.iter_mut().find(|b| {
+        b.op == a.op
+            && b.capsule == a.capsule
+            && b.vjp_mode == a.vjp_mode
+            && b.part_of == a.part_of
+            && b.obligations.len() == a.obligations.len()
+            && a.obligations
+                .iter()
+                .zip(&b.obligations)
+                .all(|(x, y)| same_but_required(x, y))
+    });
+    match row {
+        Some(b) => {
+            for (y, x) in b.obligations.iter_mut().zip(&a.obligations) {
+                y.required |= x.required;
+            }
+        }
+        None => rows.push(a.clone()),
     }
 }

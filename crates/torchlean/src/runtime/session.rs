@@ -24,7 +24,7 @@ use super::probe;
 use super::trace::OpUses;
 use crate::backend::{
     gate_kernel, plan_op, AcceptedKernel, Availability, BackendProfile, BackendReport, Device,
-    ExecutionMode, KernelAudit, ObligationReport, PlanRequest, Registry, VjpMode,
+    ExecutionMode, KernelAudit, PlanRequest, Registry, VjpMode,
 };
 use crate::error::{Error, GateRejection, Result};
 use crate::graph::{Op, OpKind};
@@ -212,12 +212,12 @@ impl Session {
                 // VJP nodes; a device tensor takes the slice's own VJP): the plan lists no
                 // kernel the run never calls
                 let (concat, _) = self.accepted(OpKind::Concat, false)?;
-                merge_row(&mut audits, concat.audit());
+                crate::backend::merge_row(&mut audits, concat.audit());
             }
             let (kernel, _) = self.accepted(k, recording)?;
             let composite = kernel.capsule().name.clone();
             let parts = kernel.capsule().parts.clone();
-            merge_row(&mut audits, kernel.audit());
+            crate::backend::merge_row(&mut audits, kernel.audit());
             // a composite's parts run through this session: planned and gated now, before
             // the first kernel (its VJP re-runs them recording)
             for p in parts {
@@ -225,7 +225,7 @@ impl Session {
                     let (part, _) = self.accepted(p, rec)?;
                     let mut a = part.audit().clone();
                     a.part_of = Some(composite.clone());
-                    merge_row(&mut audits, &a);
+                    crate::backend::merge_row(&mut audits, &a);
                 }
             }
         }
@@ -302,7 +302,7 @@ impl Session {
         let mut audits: Vec<KernelAudit> = Vec::new();
         let ran = self.ran.lock().unwrap_or_else(|p| p.into_inner());
         for a in ran.iter() {
-            merge_row(&mut audits, a);
+            crate::backend::merge_row(&mut audits, a);
         }
         drop(ran);
         let audits = nest_parts(audits);
@@ -313,37 +313,6 @@ impl Session {
             vec![],
             vec![],
         ))
-    }
-}
-
-/// Adds `a` to `rows`, one row per kernel: a row that differs from `a` only in whether an
-/// obligation was required (a call under `no_grad` beside one on the tape) is the same
-/// kernel, and takes `a`'s requirements too (required where any call required it).
-fn merge_row(rows: &mut Vec<KernelAudit>, a: &KernelAudit) {
-    let same_but_required = |x: &ObligationReport, y: &ObligationReport| {
-        ObligationReport {
-            required: y.required,
-            ..x.clone()
-        } == *y
-    };
-    let row = rows.iter_mut().find(|b| {
-        b.op == a.op
-            && b.capsule == a.capsule
-            && b.vjp_mode == a.vjp_mode
-            && b.part_of == a.part_of
-            && b.obligations.len() == a.obligations.len()
-            && a.obligations
-                .iter()
-                .zip(&b.obligations)
-                .all(|(x, y)| same_but_required(x, y))
-    });
-    match row {
-        Some(b) => {
-            for (y, x) in b.obligations.iter_mut().zip(&a.obligations) {
-                y.required |= x.required;
-            }
-        }
-        None => rows.push(a.clone()),
     }
 }
 

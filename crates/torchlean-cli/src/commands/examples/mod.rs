@@ -812,8 +812,15 @@ pub fn run<M: Module>(
     if args.export.is_some() {
         export::check_exportable(&mut trainer, &train, hyper.batch_size)?;
     }
+    // no training step: the evaluation forward runs eager whatever --backend asked (the
+    // compiled step is a training step), and the header says so
+    let mode_text = if hyper.steps == 0 && mode == ExecutionMode::Compiled {
+        "eager evaluation (no compiled step to run)".to_string()
+    } else {
+        format!("{mode} mode")
+    };
     outln!(
-        "{name}: {description}; {params} parameters, lr {}, batch {}, {} steps, {mode} mode, profile {}",
+        "{name}: {description}; {params} parameters, lr {}, batch {}, {} steps, {mode_text}, profile {}",
         hyper.lr,
         hyper.batch_size,
         hyper.steps,
