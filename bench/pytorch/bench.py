@@ -5,6 +5,7 @@ Prints one JSON object: workload, unit, median, min, max (same units as torchlea
 """
 import argparse
 import json
+import statistics
 import time
 
 import torch
@@ -164,7 +165,7 @@ def main():
         details = {"ops_per_rep": 1000, "tape": w == "tiny-ops-tape"}
     else:
         raise SystemExit(f"unknown workload {w}")
-    print(json.dumps({"workload": w, "unit": unit, "median": t[len(t) // 2] * scale, "min": t[0] * scale, "max": t[-1] * scale,
+    print(json.dumps({"workload": w, "unit": unit, "median": statistics.median(t) * scale, "min": t[0] * scale, "max": t[-1] * scale,
                       "reps": a.reps, "details": details, "torch": torch.__version__, "threads": torch.get_num_threads()}))
 
 

@@ -42,10 +42,17 @@ pub struct Args {
     input_shape: Vec<String>,
 }
 
-/// Median, min and max of the timed repetitions, in seconds.
+/// Median (of an even count, the mean of the two middle times, as
+/// bench/pytorch/bench.py's), min and max of the timed repetitions, in seconds.
 fn stats(mut t: Vec<f64>) -> (f64, f64, f64) {
     t.sort_by(|a, b| a.total_cmp(b));
-    (t[t.len() / 2], t[0], t[t.len() - 1])
+    let n = t.len();
+    let median = if n % 2 == 1 {
+        t[n / 2]
+    } else {
+        (t[n / 2 - 1] + t[n / 2]) / 2.0
+    };
+    (median, t[0], t[n - 1])
 }
 
 /// Times `f` on `device`: each repetition ends when the device finished its work (a

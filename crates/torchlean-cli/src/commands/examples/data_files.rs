@@ -12,12 +12,16 @@ macro_rules! data_help {
   *.csv  numeric CSV, one sample per line, optional header (--csv-header auto|present|absent;
          auto: a header when no feature field of the first line is a number, data when every
          one is, refused when they mix both). The label column (--label-column; default
-         auto: the LAST column, unless the header names another one `label`, `target` or
-         `class` and not the last — Kaggle's MNIST CSV has `label` first; printed) holds class
+         auto: the LAST column, unless the header names another one `label`, `labels`,
+         `target` or `class` and not the last — Kaggle's MNIST CSV has `label` first;
+         printed) holds class
          indices, or class names (iris' `setosa`, ...: numbered 0, 1, ... in sorted order,
          printed; a column mixing numbers and names is refused). Feature values are used
          as written (not scaled: divide 0-255 pixels by 255 first); quoted fields may hold
-         the delimiter.
+         the delimiter. Numbers are read as numpy reads them (float64, then float32). A first
+         line of integers over a class name seen on no other line could be a header or data:
+         refused unless --csv-header says which. A pandas file written with its row index
+         (an unnamed first column) is refused: write it with index=False.
   other  an IDX (MNIST-format) images file [N, H, W]; u8 pixels are scaled to [0, 1]. Labels come
          from --labels PATH, or else from the sibling file named like the images file with
          `images` replaced by `labels` and `idx3` by `idx1` (train-images-idx3-ubyte ->
