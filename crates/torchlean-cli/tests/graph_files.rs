@@ -508,16 +508,14 @@ fn a_compiled_plan_names_the_capsules_a_compiled_run_reports() {
         };
         for grad in grads {
             let (plan_json, run_json, out) = (d.p("plan.json"), d.p("run.json"), d.p("o.st"));
-            let mut plan = vec![
-                "plan",
-                "--model",
-                &g,
-                "--mode",
-                "compiled",
-                "--report-json",
-                &plan_json,
-            ];
+            // a model's plan is compiled by default (as run-graph runs it): with and
+            // without `--mode compiled`, the same kernels as the run
+            let mut plan = vec!["plan", "--model", &g, "--report-json", &plan_json];
             plan.extend_from_slice(grad);
+            let (code, _, err) = run(&plan);
+            assert_eq!(code, 0, "{err}");
+            let by_default = report_kernels(&plan_json);
+            plan.extend_from_slice(&["--mode", "compiled"]);
             let (code, _, err) = run(&plan);
             assert_eq!(code, 0, "{err}");
             let mut exec = vec![
@@ -538,12 +536,20 @@ fn a_compiled_plan_names_the_capsules_a_compiled_run_reports() {
             let (planned, ran) = (report_kernels(&plan_json), report_kernels(&run_json));
             assert!(!planned.is_empty());
             assert_eq!(planned, ran, "{model} {grad:?}");
+            assert_eq!(by_default, ran, "{model} {grad:?}: the default plan");
             if model == "cnn" {
                 assert!(planned.iter().any(|k| k.0 == "conv2d_map"), "{planned:?}");
             }
         }
     }
-    let (code, _, err) = run(&["plan", "--model", &d.p("mlp.json"), "--grad"]);
+    let (code, _, err) = run(&[
+        "plan",
+        "--model",
+        &d.p("mlp.json"),
+        "--mode",
+        "eager",
+        "--grad",
+    ]);
     assert_eq!(code, 2);
     assert!(err.contains("--grad applies to --mode compiled"), "{err}");
 }

@@ -30,11 +30,14 @@ pub struct Args {
     /// With --model: the shape of an input whose ONNX shape is symbolic (NAME=D0,D1,...).
     #[arg(long = "input-shape", requires = "model")]
     input_shape: Vec<String>,
-    /// Execution mode the plan is for. With --model, `compiled` plans the graph as a compiled
-    /// run executes it: lowered first (fused element-wise chains and convolution epilogues on
-    /// the CPU), a composite's parts nested under it, so the plan names the run's capsules.
-    #[arg(long, default_value = "eager")]
-    mode: String,
+    /// Execution mode the plan is for (default: `compiled` with --model, which is how
+    /// `run-graph` runs a model; `eager` with --ops). With --model, `compiled` plans the graph
+    /// as a compiled run executes it: lowered first (fused element-wise chains and
+    /// convolution epilogues on the CPU), a composite's parts nested under it, so the plan
+    /// names the run's capsules; `eager` plans each op of the graph as the eager session
+    /// would.
+    #[arg(long)]
+    mode: Option<String>,
     /// With --model and --mode compiled: plan the graph with its backward appended, as
     /// `run-graph --grad` runs it (the VJP nodes of the output named `loss`, or the only
     /// one-element output). An eager plan audits every op's VJP under the profile's VJP mode.
@@ -104,8 +107,18 @@ pub fn run(a: Args) -> CliResult {
             ))
         })?;
     }
-    let mode = ExecutionMode::from_label(&a.mode)
-        .ok_or_else(|| CliError::usage(format!("unknown mode `{}` (eager, compiled)", a.mode)))?;
+    // a model's plan is by default the plan of its run (run-graph runs compiled only: an
+    // eager default named `sigmoid`, `tanh`, `mul` where the run used `fused_map`)
+    let label = a.mode.clone().unwrap_or_else(|| {
+        if a.model.is_some() {
+            "compiled"
+        } else {
+            "eager"
+        }
+        .into()
+    });
+    let mode = ExecutionMode::from_label(&label)
+        .ok_or_else(|| CliError::usage(format!("unknown mode `{label}` (eager, compiled)")))?;
     if a.grad && mode != ExecutionMode::Compiled {
         return Err(CliError::usage(
             "--grad applies to --mode compiled (the backward a compiled run appends); an eager plan already audits every op's VJP under the profile's VJP mode (--vjp)",
