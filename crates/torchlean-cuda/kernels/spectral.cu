@@ -4,13 +4,19 @@
 // frequencies are zero. Direct sums cost O(n·m) per signal, the right order for the few
 // modes an FNO keeps. Compiled by NVRTC with the other sources.
 
-// The sine and cosine of the angle 2π·((k·t) mod n)/n, computed as the spec computes them:
-// the angle and its sine at f64, then rounded. (An exact sinpi would give sin π = 0 where the
-// spec's sin(fl(π)) is 1.2e-16, and an infinite input times 0 is NaN where the spec has an
-// infinity.)
+// The sine and cosine of the angle 2π·((k·t) mod n)/n, computed as the spec computes them
+// (spec::twiddle): exact at the multiples of π/2 (sin π = 0: the imaginary parts at DC and
+// Nyquist take no part, as in torch.fft.irfft), else the angle and its sine at f64, rounded.
 __device__ __forceinline__ void dft_angle(long long k, long long t, long long n, float* s,
                                           float* c) {
-    double th = 6.283185307179586 * (double)((k * t) % n) / (double)n, sd, cd;
+    long long r = (k * t) % n;
+    if ((4 * r) % n == 0) {
+        long long q = 4 * r / n;
+        *c = q == 0 ? 1.0f : (q == 2 ? -1.0f : 0.0f);
+        *s = q == 1 ? 1.0f : (q == 3 ? -1.0f : 0.0f);
+        return;
+    }
+    double th = 6.283185307179586 * (double)r / (double)n, sd, cd;
     sincos(th, &sd, &cd);
     *s = (float)sd;
     *c = (float)cd;

@@ -1131,79 +1131,42 @@ fn npy_reads_both_byte_orders_every_dtype_and_fortran_order() {
     let signed = [1.0f64, -2.0, 3.0];
     let unsigned = [1.0f64, 2.0, 250.0];
     type Enc = fn(f64, bool) -> Vec<u8>;
+    // a little-endian encoding, reversed for big-endian (one element)
+    fn order(mut b: Vec<u8>, big_endian: bool) -> Vec<u8> {
+        if big_endian {
+            b.reverse();
+        }
+        b
+    }
     let cases: [(&str, &[f64], Enc); 12] = [
         ("f2", &[1.5, -2.0, 0.0999755859375], |v, be| {
-            let b = half::f16::from_f64(v);
-            if be {
-                b.to_be_bytes().to_vec()
-            } else {
-                b.to_le_bytes().to_vec()
-            }
+            order((half::f16::from_f64(v)).to_le_bytes().to_vec(), be)
         }),
         ("f4", &[1.5, -2.0, 0.1f32 as f64], |v, be| {
-            let b = v as f32;
-            if be {
-                b.to_be_bytes().to_vec()
-            } else {
-                b.to_le_bytes().to_vec()
-            }
+            order((v as f32).to_le_bytes().to_vec(), be)
         }),
         ("f8", &[1.5, -2.0, 0.1], |v, be| {
-            if be {
-                v.to_be_bytes().to_vec()
-            } else {
-                v.to_le_bytes().to_vec()
-            }
+            order(v.to_le_bytes().to_vec(), be)
         }),
         ("i1", &signed, |v, _| vec![v as i8 as u8]),
         ("i2", &signed, |v, be| {
-            let b = v as i16;
-            if be {
-                b.to_be_bytes().to_vec()
-            } else {
-                b.to_le_bytes().to_vec()
-            }
+            order((v as i16).to_le_bytes().to_vec(), be)
         }),
         ("i4", &signed, |v, be| {
-            let b = v as i32;
-            if be {
-                b.to_be_bytes().to_vec()
-            } else {
-                b.to_le_bytes().to_vec()
-            }
+            order((v as i32).to_le_bytes().to_vec(), be)
         }),
         ("i8", &signed, |v, be| {
-            let b = v as i64;
-            if be {
-                b.to_be_bytes().to_vec()
-            } else {
-                b.to_le_bytes().to_vec()
-            }
+            order((v as i64).to_le_bytes().to_vec(), be)
         }),
         ("u1", &unsigned, |v, _| vec![v as u8]),
         ("u2", &unsigned, |v, be| {
-            let b = v as u16;
-            if be {
-                b.to_be_bytes().to_vec()
-            } else {
-                b.to_le_bytes().to_vec()
-            }
+            order((v as u16).to_le_bytes().to_vec(), be)
         }),
         ("u4", &unsigned, |v, be| {
-            let b = v as u32;
-            if be {
-                b.to_be_bytes().to_vec()
-            } else {
-                b.to_le_bytes().to_vec()
-            }
+            order((v as u32).to_le_bytes().to_vec(), be)
         }),
         ("u8", &unsigned, |v, be| {
-            let b = v as u64;
-            if be {
-                b.to_be_bytes().to_vec()
-            } else {
-                b.to_le_bytes().to_vec()
-            }
+            order((v as u64).to_le_bytes().to_vec(), be)
         }),
         ("b1", &[1.0, 0.0, 1.0], |v, _| vec![v as u8]),
     ];

@@ -47,6 +47,7 @@ mod random;
 mod reduce;
 mod softmax;
 mod special;
+pub(crate) use special::twiddle;
 pub mod sum;
 
 pub use array::{

@@ -1,7 +1,8 @@
 //! Native special kernels.
 //!
 //! - `spectral_conv1d`: a truncated real DFT as one GEMM against a twiddle table
-//!   `T [2M, N]` (rows `cos(2πkt/N)` then `-sin(2πkt/N)`, angles reduced exactly in f64),
+//!   `T [2M, N]` (rows `cos(2πkt/N)` then `-sin(2πkt/N)`, angles reduced exactly in f64,
+//!   exact at the multiples of π/2),
 //!   the complex channel mix as direct loops, and the normalized inverse as a second GEMM
 //!   against the same table. The VJP uses the adjoint products.
 //! - `selective_scan`: a loop over time vectorized across the trailing elements, one batch
@@ -43,9 +44,10 @@ fn twiddles(m: usize, n: usize) -> Vec<f32> {
     let mut t = super::par::zeroed(2 * m * n);
     for k in 0..m {
         for s in 0..n {
-            let th = 2.0 * std::f64::consts::PI * ((k * s) % n) as f64 / n as f64;
-            t[k * n + s] = th.cos() as f32;
-            t[(m + k) * n + s] = -th.sin() as f32;
+            // exact at the multiples of π/2: no sine at DC and Nyquist (`spec::twiddle`)
+            let (cos, sin) = crate::spec::twiddle(k, s, n);
+            t[k * n + s] = cos as f32;
+            t[(m + k) * n + s] = -sin as f32;
         }
     }
     t
