@@ -1002,3 +1002,66 @@ fn arg_extremes_agree_with_tract() {
         .to_string();
     assert!(e.contains("select_last_index"), "{e}");
 }
+
+/// MaxPool edge cases found by the forty-fourth session's audit against PyTorch and
+/// onnxruntime: with `ceil_mode=1` a padded input shorter than the kernel by less than a
+/// stride has one window (`nn.MaxPool1d(3, 2, ceil_mode=True)` on 2 values: their maximum;
+/// it was refused), and a window of the begin padding and −∞ values sends its gradient to the
+/// first value, as PyTorch's max pool with `padding=1` does — padding never wins (the begin
+/// padding was a −∞ block before the input, which won that window and dropped its gradient).
+#[test]
+fn max_pool_ceil_windows_and_begin_padding_follow_pytorch() {
+    let profile = BackendProfile::named("checked_cpu").expect("profile");
+    let pool = |kernel: i64, stride: i64, pads: [i64; 4], ceil: i64| {
+        let n = with_ints(
+            with_ints(
+                node("p", "MaxPool", &["x"], &["y"]),
+                "kernel_shape",
+                &[1, kernel],
+            ),
+            "strides",
+            &[1, stride],
+        );
+        with_int(with_ints(n, "pads", &pads), "ceil_mode", ceil)
+    };
+    let run = |c: &Case, x: Vec<f32>, cot: Vec<f32>| {
+        let n = cot.len();
+        let shapes = HashMap::from([("cot".to_string(), vec![1, 1, 1, n])]);
+        let imported = torchlean_onnx::import_model(&build(c, true), c.what, &shapes)
+            .unwrap_or_else(|e| panic!("{}: {e}", c.what));
+        let x = Tensor::from_vec(x, &c.dims).unwrap();
+        let cot = Tensor::from_vec(cot, &[1, 1, 1, n]).unwrap();
+        let out = run_graph(
+            imported.graph,
+            &imported.values,
+            &[("x".into(), x), ("cot".into(), cot)],
+            &profile,
+            true,
+        )
+        .unwrap_or_else(|e| panic!("{}: {e}", c.what));
+        (out["y"].to_vec(), out["grad.x"].to_vec())
+    };
+    // kernel 3, stride 2, ceil_mode over 2 values: one window, their maximum
+    let c = case(
+        "ceil short",
+        vec![pool(3, 2, [0, 0, 0, 0], 1)],
+        vec![],
+        &[1, 1, 1, 2],
+        13,
+    );
+    let (y, g) = run(&c, vec![-0.5, 0.25], vec![2.0]);
+    assert_eq!((y, g), (vec![0.25], vec![0.0, 2.0]));
+    // pads: one at the begin of the width, none at the end; windows [pad, x0], [x1, x2],
+    // and x0, x1 are −∞: the first window's gradient goes to x0
+    let c = case(
+        "begin pad",
+        vec![pool(2, 2, [0, 1, 0, 0], 0)],
+        vec![],
+        &[1, 1, 1, 4],
+        13,
+    );
+    let ninf = f32::NEG_INFINITY;
+    let (y, g) = run(&c, vec![ninf, ninf, 5.0, 1.0], vec![3.0, 7.0]);
+    assert_eq!(y, vec![ninf, 5.0]);
+    assert_eq!(g, vec![3.0, 0.0, 7.0, 0.0]);
+}

@@ -318,13 +318,24 @@ pub(super) fn pool(b: &mut Builder, op: &str, a: &Attrs, x: &Value) -> Map<Value
         for d in 0..2 {
             let (s, k) = (window.stride[d], kernel[d]);
             let span = input[d].saturating_add(begin[d]).saturating_add(end[d]);
-            if span < k || span == usize::MAX {
-                continue; // no window fits, or hostile pads: the op's shape rule says so
+            if span == usize::MAX {
+                continue; // hostile pads: the op's shape rule says so
             }
-            let floor_out = (span - k) / s + 1;
-            let mut ceil_out = (span - k).div_ceil(s) + 1;
+            // ⌈(span − k)/s⌉ + 1 windows, PyTorch's and onnxruntime's count: one where the
+            // padded input is shorter than the kernel by less than a stride (a 3-wide window
+            // with stride 3 over 2 values), none where by a stride or more (the shape rule
+            // refuses that). Until the forty-fourth session the short case was refused with
+            // the shape rule's message, which does not name ceil_mode.
+            let (floor_out, mut ceil_out) = if span >= k {
+                ((span - k) / s + 1, (span - k).div_ceil(s) + 1)
+            } else if k - span < s {
+                (0, 1)
+            } else {
+                continue;
+            };
             // the last window must start inside the input or its begin padding
-            if (ceil_out - 1).saturating_mul(s) >= input[d].saturating_add(begin[d]) {
+            if ceil_out > 1 && (ceil_out - 1).saturating_mul(s) >= input[d].saturating_add(begin[d])
+            {
                 ceil_out -= 1;
             }
             if ceil_out > floor_out {
@@ -345,6 +356,20 @@ pub(super) fn pool(b: &mut Builder, op: &str, a: &Attrs, x: &Value) -> Map<Value
             "AveragePool with pads {begin:?}/{end:?} that differ between the ends and count_include_pad=0"
         ));
     }
+    // max pooling: a begin padding larger than the end's is applied as the op's own padding
+    // on both ends (which never wins a window, `spec/pool.rs`) and the windows that the extra
+    // end padding adds are sliced off; a constant −∞ block before the input won the windows
+    // whose values are all −∞ and took their gradient (an audit of the forty-fourth session)
+    let mut keep: [Option<usize>; 2] = [None; 2];
+    if max {
+        for d in 0..2 {
+            let span = input[d].saturating_add(begin[d]).saturating_add(end[d]);
+            if begin[d] > end[d] && begin[d] <= kernel[d] / 2 && span >= kernel[d] {
+                keep[d] = Some((span - kernel[d]) / window.stride[d] + 1);
+                end[d] = begin[d];
+            }
+        }
+    }
     let fill = if max { f32::NEG_INFINITY } else { 0.0 };
     let (x, padding) = symmetric(b, &x, (begin, end), fill)?;
     let geometry = Pool2dGeometry {
@@ -360,6 +385,20 @@ pub(super) fn pool(b: &mut Builder, op: &str, a: &Attrs, x: &Value) -> Map<Value
             count_include_pad,
         }
     };
-    let y = b.op_on(pooled, &[&x])?;
+    let mut y = b.op_on(pooled, &[&x])?;
+    for (d, n) in keep.iter().enumerate() {
+        if let Some(n) = *n {
+            if b.shape(&y)[2 + d] > n {
+                y = b.op_on(
+                    Op::Slice {
+                        axis: 2 + d,
+                        start: 0,
+                        end: n,
+                    },
+                    &[&y],
+                )?;
+            }
+        }
+    }
     lower(b, y, rank)
 }
