@@ -47,6 +47,7 @@ mod random;
 mod reduce;
 mod softmax;
 mod special;
+mod spectral_allowance;
 pub(crate) use special::twiddle;
 pub mod sum;
 
@@ -216,6 +217,7 @@ pub fn cancellation_allowance(
         K::ScaledDotProductAttention => {
             attention_allowance::cancellation_allowance(op, inputs, grad_out)
         }
+        K::SpectralConv1d => spectral_allowance::cancellation_allowance(op, inputs, grad_out),
         _ => none,
     }
 }

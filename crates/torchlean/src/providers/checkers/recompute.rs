@@ -5,8 +5,9 @@
 //! of the same sign exactly where the spec has it) and, when finite, within
 //! `TOL·(1 + max finite |spec|) + A` of the spec rounded to f32 — the bound the conformance
 //! harness holds every kernel to, plus the cancellation allowance `A` of
-//! [`spec::cancellation_allowance`] (0 except for sums, mean-subtracting norms and
-//! `conv2d_map`'s conv sums whose inputs are large against their result, where a correct f32
+//! [`spec::cancellation_allowance`] (0 except for sums, mean-subtracting norms, attention,
+//! `spectral_conv1d` and `conv2d_map`'s conv sums whose inputs are large against their
+//! result, where a correct f32
 //! kernel errs by more; the piece
 //! checks of `pieces.rs` use A = 0 and hand a failing call to this whole-call check). Where the spec run at f32 lands in another class than at f64
 //! (an intermediate that overflows or underflows only in f32), either is accepted; a chain of
