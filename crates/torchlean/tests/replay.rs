@@ -1709,6 +1709,41 @@ fn saturated_attention_is_accepted_and_corruptions_still_caught() {
     }
 }
 
+/// The native kernel's VJP of `op` on `xs` (every input needing a gradient), gradient
+/// `corrupt.0` scaled by `corrupt.1`, checked by `replay_vjp` with the cotangent drawn from
+/// `seed`.
+fn native_vjp_checked(
+    op: &Op,
+    xs: &[Tensor],
+    seed: u64,
+    corrupt: (usize, f32),
+) -> Result<(), String> {
+    let (ins, y) = forward(op, xs);
+    let needs = vec![true; xs.len()];
+    let refs: Vec<&Tensor> = xs.iter().collect();
+    let cot = Tensor::randn(&y.1, seed + 100).unwrap();
+    let yt = tensor(&y.1, y.0.clone());
+    let grads = native_cpu::vjp(op, &refs, &yt, &cot, &needs).unwrap();
+    let grads: Vec<Option<Values>> = grads
+        .iter()
+        .enumerate()
+        .map(|(j, g)| {
+            g.as_ref().map(|g| {
+                let by = if j == corrupt.0 { corrupt.1 } else { 1.0 };
+                (
+                    g.to_vec().iter().map(|v| v * by).collect(),
+                    g.shape().to_vec(),
+                )
+            })
+        })
+        .collect();
+    let cot = (cot.to_vec(), cot.shape().to_vec());
+    with_vjp_call(&ins, &y, &cot, &needs, &grads, seed, |call| {
+        replay_vjp(op, call)
+    })
+    .map_err(|e| format!("VJP: {e}"))
+}
+
 /// An additive mask's gradient is dS itself, which cancels as dQ's and dK's terms do: the
 /// attention allowance bounds it too (it gave the mask 0). The forty-fourth session's audit
 /// found `strict_native_cpu` rejecting a correct mask gradient where one query row carries a
@@ -1729,32 +1764,10 @@ fn additive_mask_gradients_get_the_attention_allowance() {
         tensor(shape, t.to_vec().iter().map(|v| v * by).collect())
     };
     let (l, s) = (4, 6);
-    let needs = [true; 4];
     let run = |xs: &[Tensor], seed: u64, corrupt: f32| -> Result<(), String> {
         let (ins, y) = forward(&op, xs);
         check_forward(&op, &ins, &y, seed).map_err(|e| format!("forward: {e}"))?;
-        let refs: Vec<&Tensor> = xs.iter().collect();
-        let cot = Tensor::randn(&y.1, seed + 100).unwrap();
-        let yt = tensor(&y.1, y.0.clone());
-        let grads = native_cpu::vjp(&op, &refs, &yt, &cot, &needs).unwrap();
-        let grads: Vec<Option<Values>> = grads
-            .iter()
-            .enumerate()
-            .map(|(j, g)| {
-                g.as_ref().map(|g| {
-                    let by = if j == 3 { corrupt } else { 1.0 };
-                    (
-                        g.to_vec().iter().map(|v| v * by).collect(),
-                        g.shape().to_vec(),
-                    )
-                })
-            })
-            .collect();
-        let cot = (cot.to_vec(), cot.shape().to_vec());
-        with_vjp_call(&ins, &y, &cot, &needs, &grads, seed, |call| {
-            replay_vjp(&op, call)
-        })
-        .map_err(|e| format!("VJP: {e}"))
+        native_vjp_checked(&op, xs, seed, (3, corrupt))
     };
     for shared in [true, false] {
         let mask_shape: Vec<usize> = if shared { vec![l, s] } else { vec![1, 2, l, s] };
@@ -1810,7 +1823,6 @@ fn spectral_conv_of_offset_signals_is_accepted_and_corruptions_still_caught() {
     let modes = 5;
     let op = Op::SpectralConv1d { modes };
     let (b, ci, co, n) = (2, 3, 2, 16);
-    let needs = [true; 3];
     let run = |xs: &[Tensor], seed: u64, corrupt: (usize, f32)| -> Result<(), String> {
         let (ins, y) = forward(&op, xs);
         let mut y_bad = y.clone();
@@ -1818,28 +1830,7 @@ fn spectral_conv_of_offset_signals_is_accepted_and_corruptions_still_caught() {
             y_bad.0.iter_mut().for_each(|v| *v *= corrupt.1);
         }
         check_forward(&op, &ins, &y_bad, seed).map_err(|e| format!("forward: {e}"))?;
-        let refs: Vec<&Tensor> = xs.iter().collect();
-        let cot = Tensor::randn(&y.1, seed + 100).unwrap();
-        let yt = tensor(&y.1, y.0.clone());
-        let grads = native_cpu::vjp(&op, &refs, &yt, &cot, &needs).unwrap();
-        let grads: Vec<Option<Values>> = grads
-            .iter()
-            .enumerate()
-            .map(|(j, g)| {
-                g.as_ref().map(|g| {
-                    let by = if j == corrupt.0 { corrupt.1 } else { 1.0 };
-                    (
-                        g.to_vec().iter().map(|v| v * by).collect(),
-                        g.shape().to_vec(),
-                    )
-                })
-            })
-            .collect();
-        let cot = (cot.to_vec(), cot.shape().to_vec());
-        with_vjp_call(&ins, &y, &cot, &needs, &grads, seed, |call| {
-            replay_vjp(&op, call)
-        })
-        .map_err(|e| format!("VJP: {e}"))
+        native_vjp_checked(&op, xs, seed, corrupt)
     };
     let weights = |seed: u64| {
         [
