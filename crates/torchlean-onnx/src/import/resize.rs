@@ -199,9 +199,11 @@ pub(super) fn resize(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Ma
             return Err(format!("Resize of axis {ax} from {n} to {out} elements"));
         }
         b.budget.take(&[out, 3])?;
-        let coords = (0..out)
-            .map(|o| source(&transform, o, n, out, scale))
-            .collect::<Map<Vec<f64>>>()?;
+        let coords = || {
+            (0..out)
+                .map(|o| source(&transform, o, n, out, scale))
+                .collect::<Map<Vec<f64>>>()
+        };
         if mode == "nearest" {
             // from `sizes`, the coordinate is exact (module doc); from f32 `scales`, it is
             // onnxruntime's f32 value
@@ -210,7 +212,7 @@ pub(super) fn resize(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Ma
                     .map(|o| nearest_exact(exact_source(&transform, o, n, out)?, &rule, n))
                     .collect::<Map<Vec<usize>>>()?
             } else {
-                coords
+                coords()?
                     .iter()
                     .map(|&c| nearest(c, &rule, n))
                     .collect::<Map<Vec<usize>>>()?
@@ -219,7 +221,7 @@ pub(super) fn resize(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Ma
             continue;
         }
         let (mut lo, mut hi, mut w) = (vec![], vec![], vec![]);
-        for c in coords {
+        for c in coords()? {
             let c = (c as f32).clamp(0.0, (n - 1) as f32);
             let i0 = c.floor() as usize;
             lo.push(i0);

@@ -107,10 +107,11 @@ impl BackendReport {
             });
             let before = self.kernels.len();
             merge_row(&mut self.kernels, &k);
+            // the list grew: its last row is the one merge_row pushed, moved under its composite
             if let (Some(at), true) = (at, self.kernels.len() > before) {
-                // invariant: the list grew, so its last row is the one merge_row pushed
-                let row = self.kernels.pop().expect("merge_row just pushed it");
-                self.kernels.insert(at, row);
+                if let Some(row) = self.kernels.pop() {
+                    self.kernels.insert(at, row);
+                }
             }
         }
     }

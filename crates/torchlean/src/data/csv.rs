@@ -517,8 +517,8 @@ pub fn parse_csv_read(text: &str, name: &str, options: &CsvOptions) -> Result<Cs
                 )));
             }
             if c == label && options.integer_labels {
-                // the written value, not its f32 rounding (parses as f64 whenever as f32)
-                let exact: f64 = f.parse().unwrap_or(f64::NAN);
+                // the written value (`wide`), not its f32 rounding
+                let exact = wide;
                 if !(exact >= 0.0
                     && exact.fract() == 0.0
                     && exact < super::finite::EXACT_F32_INTEGER)

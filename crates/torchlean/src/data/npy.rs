@@ -326,10 +326,10 @@ fn fortran_to_c(data: &[f32], shape: &[usize]) -> Vec<f32> {
     if shape.iter().filter(|&&d| d > 1).count() <= 1 {
         return data.to_vec(); // one axis of extent > 1: both orders are the same
     }
-    let mut strides = vec![1usize; shape.len()];
-    for j in 1..shape.len() {
-        strides[j] = strides[j - 1] * shape[j - 1];
-    }
+    // Fortran strides: the C strides of the reversed shape, reversed
+    let reversed: Vec<usize> = shape.iter().rev().copied().collect();
+    let mut strides = crate::spec::contiguous_strides(&reversed);
+    strides.reverse();
     let mut out = Vec::with_capacity(data.len());
     let mut index = vec![0usize; shape.len()];
     for _ in 0..data.len() {

@@ -78,8 +78,7 @@ pub(super) fn cancellation_allowance(
     let Some((scale, causal, mask)) = op.attention_payload() else {
         return zeros;
     };
-    let finite = |a: &Array<f64>| a.data.iter().all(|v| v.is_finite());
-    if xs.len() < 3 || !xs.iter().all(|a| finite(a)) || gy.is_some_and(|g| !finite(g)) {
+    if xs.len() < 3 || !super::finite_call(xs, gy) {
         return zeros;
     }
     let (q, k, v) = (xs[0], xs[1], xs[2]);

@@ -222,6 +222,14 @@ pub fn cancellation_allowance(
     }
 }
 
+/// Whether a call's inputs and cotangent are all finite: the cancellation allowances bound
+/// finite calls only (a non-finite result is compared by class; an infinite allowance would
+/// accept anything).
+fn finite_call(xs: &[&Array<f64>], gy: Option<&Array<f64>>) -> bool {
+    let finite = |a: &Array<f64>| a.data.iter().all(|v| v.is_finite());
+    xs.iter().all(|a| finite(a)) && gy.is_none_or(finite)
+}
+
 /// The vector-Jacobian product of `op`: given the inputs, the forward output and the
 /// cotangent `grad_out` of the output, the cotangent of each input.
 pub fn vjp<T: Scalar>(

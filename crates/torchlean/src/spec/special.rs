@@ -100,7 +100,7 @@ pub(super) fn shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError>
 }
 
 /// Weight c_k of frequency k in the real inverse DFT of length n.
-fn irfft_weight(k: usize, n: usize) -> f64 {
+pub(super) fn irfft_weight(k: usize, n: usize) -> f64 {
     if k == 0 || (n % 2 == 0 && k == n / 2) {
         1.0
     } else {

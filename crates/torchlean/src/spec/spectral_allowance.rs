@@ -42,8 +42,7 @@ pub(super) fn cancellation_allowance(
     let Op::SpectralConv1d { modes } = op else {
         return zeros;
     };
-    let finite = |a: &Array<f64>| a.data.iter().all(|v| v.is_finite());
-    if xs.len() != 3 || !xs.iter().all(|a| finite(a)) || gy.is_some_and(|g| !finite(g)) {
+    if xs.len() != 3 || !super::finite_call(xs, gy) {
         return zeros;
     }
     let (x, wr, wi) = (xs[0], xs[1], xs[2]);
@@ -54,7 +53,7 @@ pub(super) fn cancellation_allowance(
     if n == 0 || wr.shape[0] != ci || wr.shape[2] != m {
         return zeros;
     }
-    let c = |k: usize| if k == 0 || (n % 2 == 0 && k == n / 2) { 1.0 } else { 2.0 } / n as f64;
+    let c = |k: usize| super::special::irfft_weight(k, n) / n as f64;
     let w = |i: usize, o: usize, k: usize| {
         let at = (i * co + o) * m + k;
         wr.data[at].abs() + wi.data[at].abs()
