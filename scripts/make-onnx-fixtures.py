@@ -209,6 +209,29 @@ class Upsample(nn.Module):
         return self.up(d.reshape(d.shape[0], 4, 4, 4))
 
 
+class Masked(nn.Module):
+    """Comparisons of float values computed at run time, as user code writes them:
+    `F.scaled_dot_product_attention` with a boolean `attn_mask` (exported as the "safe
+    softmax" Where(mask, 0, -inf) → Add → Softmax → IsNaN → Where(·, 0)), whose mask blocks a
+    whole query row of the first sequence; `torch.where(h > 0, h, 0.1 * h)`;
+    `masked_fill(h < -0.5, 0)`; and non-finite values zeroed with `torch.isnan` and
+    `torch.isinf` (IsNaN, IsInf, Or, Where). (`torch.nan_to_num` exports a Cast to float64,
+    which torchlean refuses.)"""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(16, 48)
+        self.out = nn.Linear(16, 16)
+
+    def forward(self, x, mask):
+        b, l, _ = x.shape
+        q, k, v = self.qkv(x).reshape(b, l, 3, 2, 8).permute(2, 0, 3, 1, 4)
+        h = F.scaled_dot_product_attention(q, k, v, attn_mask=mask).transpose(1, 2).reshape(b, l, 16)
+        h = torch.where(h > 0, h, 0.1 * h)
+        h = self.out(h).masked_fill(h < -0.5, 0.0)
+        return torch.where(torch.isnan(h) | torch.isinf(h), torch.zeros_like(h), h)
+
+
 def randomize_batch_norm(model, gen):
     for m in model.modules():
         if isinstance(m, nn.BatchNorm2d):
@@ -302,6 +325,15 @@ def main():
     b = BATCH or 2
     export("encoder_ts", EncoderTs(), [torch.randn(b, 5, 16, generator=gen)], ["x"], (b, 5, 16),
            dynamo=False)
+    # forty-fifth session: comparisons of float values (torchlean's `compare`)
+    torch.manual_seed(3)
+    gen = torch.Generator().manual_seed(3)
+    b = BATCH or 2
+    mask = torch.rand(b, 1, 6, 6, generator=gen) > 0.3
+    mask[0, 0, 2, :] = False  # the first sequence's third query sees no key
+    mask[:, :, :, 0] |= torch.arange(6) != 2  # every other query sees its first key
+    export("masked", Masked(), [torch.randn(b, 6, 16, generator=gen), mask], ["x", "mask"],
+           (b, 6, 16), dynamo=False)
 
 
 if __name__ == "__main__":

@@ -84,6 +84,14 @@ struct Bcast {
 #define OP_DIV 3
 #define OP_MAX 4
 #define OP_MIN 5
+// compare: 1.0f where the IEEE relation holds, else 0.0f (false with a NaN operand but for
+// OP_NE); the same opcodes in `binary_opcode` (elementwise.rs)
+#define OP_EQ 6
+#define OP_NE 7
+#define OP_LT 8
+#define OP_LE 9
+#define OP_GT 10
+#define OP_GE 11
 
 #define U_NEG 0
 #define U_EXP 1
@@ -119,7 +127,13 @@ __device__ __forceinline__ float binary_apply(int op, float x, float y) {
         case OP_DIV: return x / y;
         // spec maximum/minimum: NaN when either is NaN; on a tie the first operand
         case OP_MAX: return (x < y || y != y) ? y : x;
-        default: return (x > y || y != y) ? y : x;  // OP_MIN
+        case OP_MIN: return (x > y || y != y) ? y : x;
+        case OP_EQ: return x == y ? 1.0f : 0.0f;
+        case OP_NE: return x != y ? 1.0f : 0.0f;
+        case OP_LT: return x < y ? 1.0f : 0.0f;
+        case OP_LE: return x <= y ? 1.0f : 0.0f;
+        case OP_GT: return x > y ? 1.0f : 0.0f;
+        default: return x >= y ? 1.0f : 0.0f;  // OP_GE
     }
 }
 

@@ -237,7 +237,9 @@ pub fn native_cuda_capsule(op: OpKind) -> KernelCapsule {
         // its update-many kernel (the one Adam runs) is held to the forward kernel's bits
         c.value_contract.evidence = tests(&[VALUE_TESTS[0], OPTIM_TEST]);
     }
-    let queued = elementwise::binary_code(op).is_some() || elementwise::UNARY_KINDS.contains(&op);
+    let queued = elementwise::binary_code(op).is_some()
+        || op == OpKind::Compare
+        || elementwise::UNARY_KINDS.contains(&op);
     if queued {
         // small calls run through the launch queue (`queue.rs`), held to the direct
         // launch's bits

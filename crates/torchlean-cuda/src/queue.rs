@@ -64,7 +64,7 @@ pub fn enabled() -> bool {
 struct Entry {
     /// `Some(p)`: a unary map with parameter p; `None`: a binary map.
     unary: Option<f32>,
-    /// Its opcode (`binary_code` or `unary_code`).
+    /// Its opcode (`binary_opcode` or `unary_code`).
     code: u16,
     /// Its element count (at most [`SMALL`]).
     n: u32,
@@ -121,13 +121,13 @@ impl LaunchQueue {
 /// The call of `op` on `inputs` (output shape `shape`) queued, when the queue takes it:
 /// `Ok(None)` when it does not (the caller launches it at once).
 pub fn forward(op: &Op, inputs: &[&Tensor], shape: &[usize]) -> Result<Option<Tensor>> {
-    use crate::kernels::elementwise::{binary_code, unary_code};
+    use crate::kernels::elementwise::{binary_opcode, unary_code};
     let n = torchlean::spec::numel(shape);
     if n == 0 || n > SMALL || !enabled() || crate::graph::is_recording() {
         return Ok(None);
     }
     let same = |t: &&Tensor| t.shape() == shape;
-    let (unary, code) = match (binary_code(op.kind()), unary_code(op)) {
+    let (unary, code) = match (binary_opcode(op), unary_code(op)) {
         (Some(code), _) if inputs.len() == 2 && inputs.iter().all(same) => (None, code),
         (None, Some((code, p))) if inputs.len() == 1 && inputs.iter().all(same) => (Some(p), code),
         _ => return Ok(None),

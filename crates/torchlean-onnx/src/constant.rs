@@ -621,6 +621,8 @@ impl Const {
                 Binary::Equal => Data::Bool(z.map(|(p, q)| p == q).collect()),
                 Binary::Less => Data::Bool(z.map(|(p, q)| p < q).collect()),
                 Binary::Greater => Data::Bool(z.map(|(p, q)| p > q).collect()),
+                Binary::LessOrEqual => Data::Bool(z.map(|(p, q)| p <= q).collect()),
+                Binary::GreaterOrEqual => Data::Bool(z.map(|(p, q)| p >= q).collect()),
             }
         } else {
             let (x, y) = (a.ints()?, b.ints()?);
@@ -656,6 +658,8 @@ impl Const {
                 Binary::Equal => Data::Bool(z.map(|(p, q)| p == q).collect()),
                 Binary::Less => Data::Bool(z.map(|(p, q)| p < q).collect()),
                 Binary::Greater => Data::Bool(z.map(|(p, q)| p > q).collect()),
+                Binary::LessOrEqual => Data::Bool(z.map(|(p, q)| p <= q).collect()),
+                Binary::GreaterOrEqual => Data::Bool(z.map(|(p, q)| p >= q).collect()),
             }
         };
         Ok(Const { dims, data })
@@ -771,6 +775,8 @@ pub enum Binary {
     Equal,
     Less,
     Greater,
+    LessOrEqual,
+    GreaterOrEqual,
 }
 
 /// Row-major strides.

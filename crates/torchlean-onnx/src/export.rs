@@ -245,6 +245,27 @@ fn emit(
             let c = e.as_bool(xs[0]);
             e.node("Where", &[&c, xs[1], xs[2]], vec![])
         }
+        Op::Compare { relation } => {
+            use torchlean::graph::Relation as R;
+            let holds = match relation {
+                R::Eq | R::Ne => e.node("Equal", &xs, vec![]),
+                R::Lt => e.node("Less", &xs, vec![]),
+                R::Le => e.node("LessOrEqual", &xs, vec![]),
+                R::Gt => e.node("Greater", &xs, vec![]),
+                R::Ge => e.node("GreaterOrEqual", &xs, vec![]),
+            };
+            // a != b is not (a == b): true with a NaN operand, as IEEE's
+            let holds = if *relation == R::Ne {
+                e.node("Not", &[&holds], vec![])
+            } else {
+                holds
+            };
+            e.node(
+                "Cast",
+                &[&holds],
+                vec![("to", A::I(crate::constant::dtype::FLOAT as i64))],
+            )
+        }
         Op::Neg => unary(e, "Neg"),
         Op::Abs => unary(e, "Abs"),
         Op::Sqrt => unary(e, "Sqrt"),

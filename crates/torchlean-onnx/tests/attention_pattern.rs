@@ -256,3 +256,28 @@ fn a_constant_causal_mask_becomes_the_causal_flag_and_computes_what_the_nodes_co
         assert_close("additive", &y, &want, 1e-6);
     }
 }
+
+/// `F.scaled_dot_product_attention` with a boolean mask, as PyTorch exports it: the mask as
+/// `Where(mask, 0, -inf)` added to the scores and the "safe softmax" `Where(IsNaN(p), 0, p)`
+/// after the softmax (a fully blocked row gives zeros). It imports as one attention node
+/// reading the mask itself (`mask: boolean`, whose fully blocked rows are zeros with no
+/// gradient, as the safe form's); outputs and gradients against PyTorch's, a fully blocked
+/// query row included, in tests/pytorch_fixtures.rs (fixture `masked`).
+#[test]
+fn pytorchs_sdpa_with_a_boolean_mask_imports_as_one_attention_node_reading_the_mask() {
+    let (graph, _) = import_fixture("masked");
+    let ks = kinds(&graph);
+    let attention: Vec<_> = graph
+        .nodes
+        .iter()
+        .filter_map(|n| match &n.kind {
+            NodeKind::Op { op } => op.attention_payload(),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(attention.len(), 1, "{ks:?}");
+    assert_eq!(attention[0].2, AttentionMask::Boolean, "{ks:?}");
+    assert!(!ks.contains(&OpKind::Softmax), "{ks:?}");
+    // the model's own comparisons (where(h > 0), masked_fill, isnan/isinf) stay
+    assert!(ks.contains(&OpKind::Compare), "{ks:?}");
+}

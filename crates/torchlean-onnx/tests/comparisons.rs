@@ -1,8 +1,8 @@
 //! Comparisons and boolean logic on integer values computed at run time — the padding mask
 //! of a model that reads token ids (`ids == pad`), `Not`/`And`/`Or`/`Xor` of such masks and
-//! `Where` selecting by them — imported exactly with float ops and checked against an
-//! independent engine (tract) on the same model files; comparisons of float values are
-//! refused naming the node.
+//! `Where` selecting by them — and comparisons of float values (`IsNaN`, `IsInf` included),
+//! imported as torchlean's `compare` and checked against an independent engine (tract) on the
+//! same model files.
 
 mod common;
 
@@ -117,16 +117,142 @@ fn integer_comparisons_and_logic_agree_with_tract() {
             .unwrap_or_else(|e| panic!("{what}: {e}"));
         assert_eq!(out["y"].to_vec(), want, "{what}");
     }
-    // a comparison of float values is refused, naming the operator
-    let m = build(
-        vec![cmp("Less", "x", "zero_f", "m"), cast("m")],
-        vec![floats("zero_f", &[], &[0.0])],
+}
+
+/// Comparisons of float values computed at run time (torchlean's `compare`), `IsNaN`, `IsInf`
+/// with each pair of its flags, a float value cast to bool, and the logic on them, over
+/// values holding NaN, ±inf, ±0 and subnormals, against tract: every relation is IEEE's (false
+/// with a NaN but `!=`, -0 == +0).
+#[test]
+fn float_comparisons_agree_with_tract_on_special_values() {
+    let dir = std::env::temp_dir().join(format!("torchlean-fcompare-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let profile = BackendProfile::named("strict_native_cpu").expect("profile");
+    let specials = [
+        f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        0.0,
+        -0.0,
+        1e-45,
+        -1e-45,
+        1.0,
+        -1.0,
+        2.5,
+        3.0e38,
+        -3.0e38,
+    ];
+    let z = [0.0, -0.0, f32::NAN, 1.0, f32::INFINITY, 1e-45];
+    let is_inf = |pos: i64, neg: i64| {
+        with_int(
+            with_int(node("i", "IsInf", &["x"], &["m"]), "detect_positive", pos),
+            "detect_negative",
+            neg,
+        )
+    };
+    const BOOL: i64 = 9;
+    let mut cases: Vec<(String, Vec<NodeProto>)> =
+        ["Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"]
+            .iter()
+            .map(|op| (op.to_string(), vec![cmp(op, "x", "z", "m"), cast("m")]))
+            .collect();
+    cases.push((
+        "IsNaN".into(),
+        vec![node("n", "IsNaN", &["x"], &["m"]), cast("m")],
+    ));
+    for (pos, neg) in [(1, 1), (1, 0), (0, 1), (0, 0)] {
+        cases.push((
+            format!("IsInf {pos}{neg}"),
+            vec![is_inf(pos, neg), cast("m")],
+        ));
+    }
+    cases.push((
+        "float cast to bool".into(),
+        vec![
+            with_int(node("b", "Cast", &["x"], &["m"]), "to", BOOL),
+            cast("m"),
+        ],
+    ));
+    cases.push((
+        "not finite, or below z".into(),
+        vec![
+            node("n", "IsNaN", &["x"], &["nan"]),
+            is_inf(1, 1),
+            cmp("Or", "nan", "m", "bad"),
+            cmp("Less", "x", "z", "low"),
+            cmp("Or", "bad", "low", "either"),
+            node("k", "Not", &["either"], &["keep"]),
+            node("w", "Where", &["keep", "x", "z"], &["y"]),
+        ],
+    ));
+    let inputs = [
+        (
+            "x".to_string(),
+            Tensor::from_vec(specials.to_vec(), &[2, 6]).unwrap(),
+        ),
+        ("z".to_string(), Tensor::from_vec(z.to_vec(), &[6]).unwrap()),
+    ];
+    for (what, nodes) in cases {
+        let m = model(
+            nodes,
+            vec![],
+            vec![
+                value_info("x", &[2, 6], FLOAT),
+                value_info("z", &[6], FLOAT),
+            ],
+            vec![value_info("y", &[2, 6], FLOAT)],
+            13,
+        );
+        let path = dir.join(format!("{}.onnx", what.replace([' ', ','], "_")));
+        std::fs::write(&path, m.write_to_bytes().unwrap()).unwrap();
+        let want = tract_run(&path, &inputs).remove(0);
+        let imported = torchlean_onnx::import_model(&m, &what, &HashMap::new())
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let out = run_graph(imported.graph, &imported.values, &inputs, &profile, false)
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&out["y"].to_vec()), bits(&want), "{what}");
+    }
+}
+
+/// `torch.where(x > 0, x, 0.1 * x)` (a comparison of float values choosing the branch) passes
+/// each branch's gradient where it is chosen and none through the comparison: the gradient of
+/// Σ w·y is w where x > 0 and 0.1·w elsewhere (x = 0 included), against the rule written out.
+#[test]
+fn a_float_comparison_selects_the_gradient_of_its_branch() {
+    let profile = BackendProfile::named("checked_cpu").expect("profile");
+    let x: Vec<f32> = (0..12).map(|i| (i as f32 - 6.0) * 0.5).collect();
+    let m = model(
+        vec![
+            cmp("Greater", "x", "zero", "pos"),
+            node("s", "Mul", &["x", "tenth"], &["small"]),
+            node("w", "Where", &["pos", "x", "small"], &["y"]),
+            node("p", "Mul", &["y", "x"], &["sq"]),
+            with_int(node("r", "ReduceSum", &["sq"], &["loss"]), "keepdims", 0),
+        ],
+        vec![floats("zero", &[], &[0.0]), floats("tenth", &[], &[0.1])],
+        vec![value_info("x", &[2, 6], FLOAT)],
+        vec![value_info("loss", &[], FLOAT)],
+        13,
     );
-    let e = torchlean_onnx::import_model(&m, "float", &HashMap::new())
-        .err()
-        .expect("a float comparison is refused")
-        .to_string();
-    assert!(e.contains("Less") && e.contains("float values"), "{e}");
+    let imported = torchlean_onnx::import_model(&m, "where", &HashMap::new()).expect("imports");
+    let inputs = [(
+        "x".to_string(),
+        Tensor::from_vec(x.clone(), &[2, 6]).unwrap(),
+    )];
+    let out = run_graph(imported.graph, &imported.values, &inputs, &profile, true).expect("runs");
+    // loss = Σ x·where(x > 0, x, 0.1x): d/dx = 2x where x > 0, else 0.2x
+    let want: Vec<f32> = x
+        .iter()
+        .map(|&v| if v > 0.0 { 2.0 * v } else { 2.0 * (0.1f32 * v) })
+        .collect();
+    let got = out["grad.x"].to_vec();
+    for (g, w) in got.iter().zip(&want) {
+        assert!(
+            (g - w).abs() <= 1e-6 * (1.0 + w.abs()),
+            "{got:?} against {want:?}"
+        );
+    }
 }
 
 /// No gradient reaches an integer input through a comparison (PyTorch's integer tensors have

@@ -177,6 +177,15 @@ pub fn cases() -> Vec<Case> {
         Op::Where,
         &[(&[1], Mask), (&[2, 3], Normal), (&[2, 3], Normal)],
     ));
+    // comparisons: random reals (their special rows mix in NaN, ±inf, ±0 and subnormals),
+    // and small integers, whose ties exercise eq, le and ge
+    for relation in torchlean::graph::Relation::ALL {
+        let op = Op::Compare { relation };
+        v.push(c(op.clone(), &[(&[3, 4], Normal), (&[3, 4], Normal)]));
+        v.push(c(op.clone(), &[(&[4, 1, 3], Normal), (&[1, 5, 1], Normal)]));
+        v.push(c(op.clone(), &[(&[2, 3, 4], Index(3)), (&[4], Index(3))]));
+        v.push(c(op, &[(&[70000], Index(5)), (&[70000], Index(5))]));
+    }
     let unary: Vec<(Op, Gen)> = vec![
         (Op::Neg, Normal),
         (Op::Abs, Normal),

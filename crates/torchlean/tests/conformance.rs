@@ -297,7 +297,7 @@ fn check_forward(bind: Bind, select: Select) -> Report {
         match (bind(kind).forward())(&row.case.op, &tr) {
             Err(e) => report.fail(row, format!("forward: {e}")),
             Ok(got) => {
-                let exact = kind.is_random() || kind == OpKind::Argmax;
+                let exact = kind.is_random() || matches!(kind, OpKind::Argmax | OpKind::Compare);
                 let tol = if exact { 0.0 } else { F32_TOL };
                 check_value(
                     &mut report,

@@ -56,6 +56,13 @@ fn build(kind: OpKind, v: &[usize], rank: usize, flag: bool) -> Op {
         K::Maximum => Op::Maximum,
         K::Minimum => Op::Minimum,
         K::Where => Op::Where,
+        K::Compare => Op::Compare {
+            relation: if flag {
+                torchlean::graph::Relation::Gt
+            } else {
+                torchlean::graph::Relation::Ne
+            },
+        },
         K::Neg => Op::Neg,
         K::Abs => Op::Abs,
         K::Sqrt => Op::Sqrt,

@@ -237,12 +237,20 @@ pub fn run_graph(a: RunGraphArgs) -> CliResult {
     crate::check_outputs(&reads, &writes).map_err(CliError::usage)?;
     let inputs = read_safetensors(&a.inputs).map_err(usage)?;
     // the file is read capped, parsed strictly and validated by the library
-    let (mut graph, mut params, baked) = if super::onnx::is_onnx(&a.graph) {
+    let (mut graph, mut params, baked, constants) = if super::onnx::is_onnx(&a.graph) {
         super::onnx::load_for_inputs(&a.graph, &inputs, &writes)?
     } else {
         let graph = Graph::load(&a.graph).map_err(|e| CliError::usage(e.to_string()))?;
-        (graph, vec![], vec![])
+        (graph, vec![], vec![], vec![])
     };
+    // float initializers the import read only as constants (a Pow exponent, a Resize scale):
+    // ONNX does not say whether one was a learnable parameter, so --grad says it writes no
+    // gradient for them rather than leaving one out in silence
+    if a.grad && !constants.is_empty() {
+        eprintln!(
+            "note: --grad: the initializer(s) {constants:?} are read as import-time constants (an operand the import must know, such as a Pow exponent); they are not parameters of the graph, and no `grad.` value is written for them"
+        );
+    }
     // an ONNX initializer that the import read as a constant in some uses (a Clip bound, a
     // Pow exponent) and is a parameter in others: another value, or its gradient, would
     // reach only the parameter's uses (the file's value stays in the others)

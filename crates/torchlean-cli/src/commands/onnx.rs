@@ -75,9 +75,10 @@ pub fn load(
 /// Translates an ONNX model for `run-graph`: inputs whose ONNX shape is symbolic take the
 /// shape of the tensor supplied for them, and the values supplied for inputs the model
 /// declares as integers must be integers (a usage error otherwise).
-/// [`load_for_inputs`]'s model: the graph, its parameters and constants, and the parameters
-/// whose initializer the import also read as a constant (`Imported::baked_parameters`).
-pub type LoadedModel = (Graph, Vec<(String, Tensor)>, Vec<String>);
+/// [`load_for_inputs`]'s model: the graph, its parameters and constants, the parameters
+/// whose initializer the import also read as a constant (`Imported::baked_parameters`), and
+/// the float initializers read only as constants (`Imported::constant_initializers`).
+pub type LoadedModel = (Graph, Vec<(String, Tensor)>, Vec<String>, Vec<String>);
 
 pub fn load_for_inputs(
     path: &Path,
@@ -110,7 +111,12 @@ pub fn load_for_inputs(
         .map_err(usage)?;
     // an input the model declares as an integer must receive integers
     imported.check_inputs(inputs).map_err(usage)?;
-    Ok((imported.graph, imported.values, imported.baked_parameters))
+    Ok((
+        imported.graph,
+        imported.values,
+        imported.baked_parameters,
+        imported.constant_initializers,
+    ))
 }
 
 #[derive(clap::Args)]

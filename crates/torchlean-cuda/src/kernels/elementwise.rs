@@ -1,5 +1,5 @@
 //! native_cuda elementwise kernels: broadcasting binary maps (add, sub, mul, div, maximum,
-//! minimum) and `where` with their reduced cotangents, unary maps (GELU, SiLU, softplus, pow and safe_log
+//! minimum) and `where` with their reduced cotangents, the comparisons (`compare`, no VJP), unary maps (GELU, SiLU, softplus, pow and safe_log
 //! among them) with their VJPs, the deterministic
 //! `sum_all`, the counter-based random draws (bit-identical to the CPU's), and the
 //! optimizer updates `ema_update` / `adam_update` (rounded step by step like the CPU's loops:
@@ -49,6 +49,24 @@ pub fn binary_code(kind: OpKind) -> Option<i32> {
         OpKind::Minimum => 5,
         _ => return None,
     })
+}
+
+/// The opcode of a binary map or a comparison of this file (a comparison's relation is its
+/// payload, so this reads the op, where [`binary_code`] reads the kind of the
+/// differentiable maps).
+pub fn binary_opcode(op: &Op) -> Option<i32> {
+    use torchlean::graph::Relation as R;
+    match op {
+        Op::Compare { relation } => Some(match relation {
+            R::Eq => 6,
+            R::Ne => 7,
+            R::Lt => 8,
+            R::Le => 9,
+            R::Gt => 10,
+            R::Ge => 11,
+        }),
+        _ => binary_code(op.kind()),
+    }
 }
 
 /// The unary maps of this file: opcode and scalar parameter.
@@ -109,6 +127,7 @@ pub const KINDS: &[OpKind] = &[
     OpKind::Maximum,
     OpKind::Minimum,
     OpKind::Where,
+    OpKind::Compare,
     OpKind::Neg,
     OpKind::Exp,
     OpKind::Sin,
@@ -206,7 +225,7 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
     if n == 0 {
         return tensor(out, &shape);
     }
-    if let Some(code) = binary_code(op.kind()) {
+    if let Some(code) = binary_opcode(op) {
         let (a, b) = (buffer(op, inputs[0])?, buffer(op, inputs[1])?);
         let same = inputs[0].shape() == shape.as_slice() && inputs[1].shape() == shape.as_slice();
         if same {

@@ -30,7 +30,9 @@
 //! in the exact function. Fully masked rows (every bias -inf) are NaN in both (softmax's 0/0).
 //! docs/onnx.md lists the pattern.
 
-use torchlean::graph::{AttentionMask, Graph, GraphError, NodeKind, Op, OpKind, OutputDecl};
+use torchlean::graph::{
+    AttentionMask, Graph, GraphError, NodeKind, Op, OpKind, OutputDecl, Relation,
+};
 
 /// One recognized attention subgraph.
 struct Found {
@@ -48,6 +50,9 @@ struct Found {
     /// The mask was a constant causal mask (0 where j ≤ i, -inf where j > i): the op's
     /// `causal` flag replaces it.
     causal: bool,
+    /// `bias` is a boolean mask (1 = may attend): the exporter's safe-softmax form of a
+    /// boolean `attn_mask` (see [`safe_softmax`]).
+    boolean: bool,
     scale: f32,
 }
 
@@ -146,7 +151,11 @@ fn attention(f: &Found) -> Op {
         scale: Some(f.scale),
         causal: f.causal,
         mask: if f.bias.is_some() {
-            AttentionMask::AdditiveBias
+            if f.boolean {
+                AttentionMask::Boolean
+            } else {
+                AttentionMask::AdditiveBias
+            }
         } else {
             AttentionMask::None
         },
@@ -217,13 +226,25 @@ fn find(g: &Graph, constant: &dyn Fn(&str) -> Option<Vec<f32>>) -> Vec<Found> {
         };
         let Some(f) = (|| {
             let (s, v) = (node.parents[0], node.parents[1]);
-            let rank = g.nodes[s].shape.len();
-            match op(s) {
-                Some(Op::Softmax { axis }) if readers[s] == 1 && rank >= 2 && *axis == rank - 1 => {
+            let mut absorbed = vec![];
+            // PyTorch's export of a boolean `attn_mask`: where(isnan(p), 0, p) over the
+            // softmax p of scores + where(mask, 0, -inf)
+            let safe = safe_softmax(g, &readers, &constant, s);
+            let s = match &safe {
+                Some(tail) => {
+                    absorbed.extend(&tail.absorbed);
+                    tail.softmax
                 }
+                None => s,
+            };
+            let rank = g.nodes[s].shape.len();
+            let softmax_reads = if safe.is_some() { 3 } else { 1 };
+            match op(s) {
+                Some(Op::Softmax { axis })
+                    if readers[s] == softmax_reads && rank >= 2 && *axis == rank - 1 => {}
                 _ => return None,
             }
-            let mut absorbed = vec![s];
+            absorbed.push(s);
             let x = g.nodes[s].parents[0];
             // an additive mask on the scores, in either operand order, not broadcasting them
             let (scores, bias) = if inner(x, OpKind::Add) {
@@ -258,8 +279,22 @@ fn find(g: &Graph, constant: &dyn Fn(&str) -> Option<Vec<f32>>) -> Vec<Found> {
             let scores_shape = &g.nodes[scores].shape;
             // a constant causal mask read only here becomes the op's causal flag (the flash
             // kernels skip the blocked tiles, and no L×S mask is read)
+            // the safe form's mask is where(mask, 0, -inf): the op reads the mask itself
+            let mut boolean = false;
+            let bias = match (&safe, bias) {
+                (Some(_), Some(b)) => {
+                    let mask = boolean_mask(g, &readers, &constant, b)?;
+                    absorbed.extend(&mask.absorbed);
+                    boolean = true;
+                    Some(mask.mask)
+                }
+                // the safe form without a mask: nothing for it to guard against, but no
+                // boolean to read either; left node by node
+                (Some(_), None) => return None,
+                (None, b) => b,
+            };
             let (bias, causal) = match bias {
-                Some(b) if readers[b] == 1 => {
+                Some(b) if readers[b] == 1 && !boolean => {
                     let shape = &g.nodes[b].shape;
                     let r = scores_shape.len();
                     let causal = r >= 2
@@ -287,6 +322,7 @@ fn find(g: &Graph, constant: &dyn Fn(&str) -> Option<Vec<f32>>) -> Vec<Found> {
                 bias,
                 bias_to: None,
                 causal,
+                boolean,
                 scale: outer * sq * sk,
             };
             // the op must take these operands and give the product's shape
@@ -320,4 +356,98 @@ fn find(g: &Graph, constant: &dyn Fn(&str) -> Option<Vec<f32>>) -> Vec<Found> {
         found.push(f);
     }
     found
+}
+
+/// The nodes of a recognized safe-softmax tail.
+struct SafeTail {
+    /// The softmax under it.
+    softmax: usize,
+    /// The tail's own nodes (the `where`, the comparison and a zero constant read only here).
+    absorbed: Vec<usize>,
+}
+
+/// `where(p ≠ p, 0, p)` at `id` — PyTorch's "safe softmax" export, which gives a fully blocked
+/// row zeros instead of softmax's NaN — with `p` a softmax read only by it; `None` otherwise.
+fn safe_softmax(
+    g: &Graph,
+    readers: &[usize],
+    constant: &dyn Fn(&str) -> Option<Vec<f32>>,
+    id: usize,
+) -> Option<SafeTail> {
+    let op = |id: usize| match &g.nodes[id].kind {
+        NodeKind::Op { op } => Some(op),
+        _ => None,
+    };
+    if readers[id] != 1 || op(id)? != &Op::Where {
+        return None;
+    }
+    let [c, zero, p] = g.nodes[id].parents[..] else {
+        return None;
+    };
+    let isnan = Op::Compare {
+        relation: Relation::Ne,
+    };
+    if readers[c] != 1 || op(c)? != &isnan || g.nodes[c].parents[..] != [p, p] {
+        return None;
+    }
+    if !matches!(op(p), Some(Op::Softmax { .. })) || !is_constant(g, constant, zero, 0.0) {
+        return None;
+    }
+    let mut absorbed = vec![id, c];
+    if readers[zero] == 1 {
+        absorbed.push(zero);
+    }
+    Some(SafeTail {
+        softmax: p,
+        absorbed,
+    })
+}
+
+/// A recognized boolean mask written as an additive bias.
+struct BooleanMask {
+    /// The 0/1 mask.
+    mask: usize,
+    absorbed: Vec<usize>,
+}
+
+/// `where(mask, 0, -inf)` at `id`, read only by the attention: the bias PyTorch's exporter
+/// makes of a boolean `attn_mask`; `None` otherwise.
+fn boolean_mask(
+    g: &Graph,
+    readers: &[usize],
+    constant: &dyn Fn(&str) -> Option<Vec<f32>>,
+    id: usize,
+) -> Option<BooleanMask> {
+    let is_where = matches!(&g.nodes[id].kind, NodeKind::Op { op: Op::Where });
+    if readers[id] != 1 || !is_where {
+        return None;
+    }
+    let [mask, zero, blocked] = g.nodes[id].parents[..] else {
+        return None;
+    };
+    // the where broadcasts its constants onto the mask's shape, not the mask onto theirs
+    if g.nodes[mask].shape != g.nodes[id].shape
+        || !is_constant(g, constant, zero, 0.0)
+        || !is_constant(g, constant, blocked, f32::NEG_INFINITY)
+    {
+        return None;
+    }
+    let mut absorbed = vec![id];
+    absorbed.extend([zero, blocked].into_iter().filter(|&c| readers[c] == 1));
+    Some(BooleanMask { mask, absorbed })
+}
+
+/// Whether node `id` is a constant whose every element is `value` (+0 for 0: a -0 is a
+/// different bias only in sign, but the exporter writes +0).
+fn is_constant(
+    g: &Graph,
+    constant: &dyn Fn(&str) -> Option<Vec<f32>>,
+    id: usize,
+    value: f32,
+) -> bool {
+    match &g.nodes[id].kind {
+        NodeKind::Constant { name } => constant(name)
+            .is_some_and(|v| !v.is_empty() && v.iter().all(|x| x.to_bits() == value.to_bits())),
+        _ => false,
+    }
 }

@@ -219,3 +219,76 @@ pub(super) fn output_is_integer(
         _ => false,
     }
 }
+
+/// The operators that are exact on float64 values which hold float32 numbers (a `Cast` of a
+/// float32 value to float64): they move, select, compare, classify or negate elements, so
+/// their float32 result is the float64 one. PyTorch's exporter writes `torch.isinf(x)` (and
+/// `nan_to_num`) as `IsInf(Cast(x, to=DOUBLE))`.
+fn exact_on_doubles(op: &str) -> bool {
+    matches!(op, "IsInf" | "IsNaN") || (EXACT.contains(&op) && !matches!(op, "Cast" | "CastLike"))
+}
+
+/// The refusal of a node `op` that computes in float64 on a value the import holds as float32
+/// (`double` the float64-typed names): only [`exact_on_doubles`] operators and casts may read
+/// one (a node whose results are all constants was evaluated at import).
+pub(super) fn check_double(
+    double: &HashSet<String>,
+    op: &str,
+    names: &[String],
+    outs: &[Value],
+) -> Result<(), String> {
+    if exact_on_doubles(op)
+        || matches!(op, "Cast" | "CastLike")
+        || !outs.iter().any(|v| matches!(v, Value::Node(_)))
+    {
+        return Ok(());
+    }
+    match names.iter().enumerate().find(|(i, n)| is_data(op, *i) && double.contains(*n)) {
+        None => Ok(()),
+        Some((_, name)) => Err(format!(
+            "`{op}` of the float64 value `{name}`: arithmetic in float64, where torchlean's tensors are float32 (a float64 cast is followed only by comparisons, IsInf, IsNaN and ops that move or select elements)"
+        )),
+    }
+}
+
+/// Whether output `out` of node `op` is float64-typed: a `Cast` to DOUBLE, a `CastLike` of a
+/// float64 value, or an exact operator that moves or selects a float64 data operand (not a
+/// comparison or a classification, whose result is a boolean).
+pub(super) fn output_is_double(
+    double: &HashSet<String>,
+    op: &str,
+    to: Option<i64>,
+    names: &[String],
+    out: &Value,
+) -> bool {
+    let boolean = matches!(
+        op,
+        "Equal"
+            | "Less"
+            | "Greater"
+            | "LessOrEqual"
+            | "GreaterOrEqual"
+            | "IsInf"
+            | "IsNaN"
+            | "Not"
+            | "And"
+            | "Or"
+            | "Xor"
+            | "ArgMax"
+            | "ArgMin"
+            | "Shape"
+            | "Size"
+    );
+    if !matches!(out, Value::Node(_)) || boolean {
+        return false;
+    }
+    match op {
+        "Cast" => to == Some(i64::from(dtype::DOUBLE)),
+        "CastLike" => names.get(1).is_some_and(|n| double.contains(n)),
+        _ if exact_on_doubles(op) => names
+            .iter()
+            .enumerate()
+            .any(|(i, n)| is_data(op, i) && double.contains(n)),
+        _ => false,
+    }
+}

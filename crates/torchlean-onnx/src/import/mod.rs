@@ -52,6 +52,10 @@ pub struct Imported {
     /// exponent) in other uses: those uses keep the file's value, so another value given for
     /// the parameter, or its gradient, would cover only its uses as a parameter.
     pub baked_parameters: Vec<String>,
+    /// Float initializers read only as import-time constants (a Pow exponent, a Resize
+    /// scale): not parameters of the graph, so `--grad` writes no gradient for them, where
+    /// PyTorch would for an `nn.Parameter` (the CLI says so when it differentiates).
+    pub constant_initializers: Vec<String>,
 }
 
 impl Imported {
@@ -432,6 +436,9 @@ pub fn import_model(
     let mut integer_inputs = vec![];
     // ONNX values of type int32/int64 computed at run time (`integer`)
     let mut int_typed: HashSet<String> = HashSet::new();
+    // float64-typed values (a float32 value cast to DOUBLE: the same numbers), read only by
+    // what is exact on them (`integer::check_double`)
+    let mut double_typed: HashSet<String> = HashSet::new();
     for input in &g.input {
         if initializer_names.contains(&input.name) {
             continue;
@@ -618,6 +625,7 @@ pub fn import_model(
                 let unread = attrs.unread();
                 if unread.is_empty() {
                     integer::check(&b, &int_typed, &node.op_type, &node.input, &inputs, &outs)?;
+                    integer::check_double(&double_typed, &node.op_type, &node.input, &outs)?;
                     Ok(outs)
                 } else {
                     Err(format!(
@@ -655,6 +663,15 @@ pub fn import_model(
                                 show_dims(dims)
                             ));
                         }
+                    }
+                    if integer::output_is_double(
+                        &double_typed,
+                        &node.op_type,
+                        cast_to,
+                        &node.input,
+                        &v,
+                    ) {
+                        double_typed.insert(out.clone());
                     }
                     if integer::output_is_integer(
                         &b,
@@ -755,12 +772,21 @@ pub fn import_model(
         .filter(|n| params.contains(n.as_str()))
         .cloned()
         .collect();
+    let mut constant_initializers: Vec<String> = b
+        .read_as_constants
+        .borrow()
+        .iter()
+        .filter(|n| !params.contains(n.as_str()))
+        .cloned()
+        .collect();
+    constant_initializers.sort();
     Ok(Imported {
         graph,
         values: b.stored,
         opset,
         integer_inputs,
         baked_parameters,
+        constant_initializers,
     })
 }
 

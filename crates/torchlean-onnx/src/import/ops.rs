@@ -8,7 +8,7 @@ use crate::constant::{
     broadcast_shapes, dtype, normalize_axis, normalize_index, slice_range, Binary, Const, Data,
 };
 use std::rc::Rc;
-use torchlean::graph::Op;
+use torchlean::graph::{Op, Relation};
 
 pub(super) type Map<T> = Result<T, String>;
 
@@ -50,6 +50,8 @@ const KNOWN: &[&str] = &[
     "HardSwish",
     "Identity",
     "InstanceNormalization",
+    "IsInf",
+    "IsNaN",
     "LayerNormalization",
     "LeakyRelu",
     "Less",
@@ -212,6 +214,14 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
                 // node: sharing the node kept `mask.float().sum()` an integer (its division
                 // refused) and made `CastLike(0.5, that)` truncate 0.5 to 0 (an audit of the
                 // forty-fourth session)
+                // a float value cast to float64: the same float32 numbers, which only what
+                // is exact on them may read (`integer::check_double`; PyTorch's export of
+                // `torch.isinf`)
+                None if to == dtype::DOUBLE
+                    && !matches!(x, Value::Node(id) if b.integral.contains(id) || b.boolean.contains(id)) =>
+                {
+                    one(x.clone())
+                }
                 None if to == dtype::FLOAT => match x {
                     Value::Node(id) if b.integral.contains(id) || b.boolean.contains(id) => {
                         let shape = b.shape(x);
@@ -225,23 +235,18 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
                 {
                     one(x.clone())
                 }
-                // an integer value cast to bool: x != 0, exactly (1 − relu(1 − |x|) on
-                // integers; `~attention_mask.bool()` of an int64 mask input)
-                None if matches!(x, Value::Node(id) if b.integral.contains(id) && !b.boolean.contains(id))
-                    && to == dtype::BOOL =>
-                {
-                    let a = b.op_on(Op::Abs, &[x])?;
-                    let r = one_minus(b, &a)?;
-                    let eq = b.op_on(Op::Relu, &[&r])?;
-                    let ne = one_minus(b, &eq)?;
-                    one(mark_boolean(b, ne))
-                }
                 // a boolean value cast to bool (the exporter's Cast of a bool mask input):
                 // itself
                 None if matches!(x, Value::Node(id) if b.boolean.contains(id))
                     && to == dtype::BOOL =>
                 {
                     one(x.clone())
+                }
+                // any other value cast to bool: x != 0, exactly, NaN true as in ONNX and
+                // PyTorch (`~attention_mask.bool()` of an int64 mask input, `x.bool()`)
+                None if to == dtype::BOOL => {
+                    let zero = konst(Const::f32(vec![], vec![0.0]));
+                    one(compare(b, Relation::Ne, x, &zero)?)
                 }
                 None => Err(format!(
                     "casting a computed value to {} (torchlean's tensors are float32)",
@@ -360,24 +365,40 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
         }
         "Equal" | "Less" | "Greater" | "LessOrEqual" | "GreaterOrEqual" => {
             let (x, y) = (arg(inputs, 0)?, arg(inputs, 1)?);
-            let (bin, negate) = match op {
-                "Equal" => (Binary::Equal, false),
-                "Less" => (Binary::Less, false),
-                "Greater" => (Binary::Greater, false),
-                // x <= y is not (x > y), x >= y not (x < y)
-                "LessOrEqual" => (Binary::Greater, true),
-                _ => (Binary::Less, true),
+            let (bin, relation) = match op {
+                "Equal" => (Binary::Equal, Relation::Eq),
+                "Less" => (Binary::Less, Relation::Lt),
+                "Greater" => (Binary::Greater, Relation::Gt),
+                "LessOrEqual" => (Binary::LessOrEqual, Relation::Le),
+                _ => (Binary::GreaterOrEqual, Relation::Ge),
             };
             match (b.folded(x), b.folded(y)) {
-                (Some(x), Some(y)) => {
-                    let c = x.binary(&y, bin, &b.budget)?;
-                    one(konst(if negate { not_const(&c) } else { c }))
-                }
-                _ if holds_integers(b, x) && holds_integers(b, y) => {
-                    one(integer_compare(b, op, x, y)?)
-                }
-                _ => Err(format!("`{op}` of float values computed at run time (torchlean compares integer values only — ids, masks, indices —, exactly; pass a float comparison's mask as an input)")),
+                (Some(x), Some(y)) => one(konst(x.binary(&y, bin, &b.budget)?)),
+                _ => one(compare(b, relation, x, y)?),
             }
+        }
+        "IsNaN" => {
+            // NaN is the one value unequal to itself
+            let x = arg(inputs, 0)?;
+            one(compare(b, Relation::Ne, x, x)?)
+        }
+        "IsInf" => {
+            let x = arg(inputs, 0)?;
+            let (pos, neg) = (
+                a.int("detect_positive", 1)? != 0,
+                a.int("detect_negative", 1)? != 0,
+            );
+            let inf = |v: f32| konst(Const::f32(vec![], vec![v]));
+            one(match (pos, neg) {
+                (true, true) => {
+                    let m = b.op_on(Op::Abs, &[x])?;
+                    compare(b, Relation::Eq, &m, &inf(f32::INFINITY))?
+                }
+                (true, false) => compare(b, Relation::Eq, x, &inf(f32::INFINITY))?,
+                (false, true) => compare(b, Relation::Eq, x, &inf(f32::NEG_INFINITY))?,
+                // detects nothing: x < x is false everywhere, NaN included
+                (false, false) => compare(b, Relation::Lt, x, x)?,
+            })
         }
         "And" | "Or" | "Xor" => {
             let (x, y) = (arg(inputs, 0)?, arg(inputs, 1)?);
@@ -495,6 +516,25 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
             one(acc)
         }
         "Clip" => {
+            // a bound computed at run time or held by a float initializer (a learnable
+            // `torch.clamp(x, max=self.p)`): maximum then minimum with it, as ONNX defines
+            // Clip, so the bound takes its gradient (read as a constant, it silently had
+            // none: an audit of the forty-fifth session)
+            let runtime = |i: usize| {
+                opt(inputs, i).is_some_and(|v| {
+                    matches!(v, Value::Node(_))
+                        || matches!(v, Value::Param(_)) && b.folded(v).is_none()
+                })
+            };
+            if runtime(1) || runtime(2) {
+                let mut y = arg(inputs, 0)?.clone();
+                for (i, op) in [(1, Op::Maximum), (2, Op::Minimum)] {
+                    if let Some(bound) = opt(inputs, i) {
+                        y = b.op_on(op, &[&y, bound])?;
+                    }
+                }
+                return one(y);
+            }
             let bound = |i: usize, d: f32| -> Map<f32> {
                 match opt(inputs, i) {
                     None => Ok(d),
@@ -797,11 +837,6 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
 
 /// Whether `v` holds integers (int64/int32/bool: an integer or boolean input, a value the
 /// import tracks as integral, an integer constant or initializer).
-fn holds_integers(b: &Builder, v: &Value) -> bool {
-    matches!(b.elem_type(v), dtype::INT64 | dtype::INT32 | dtype::BOOL)
-        || matches!(v, Value::Node(id) if b.boolean.contains(id))
-}
-
 /// 1 − x (exact for the 0/1 values of a boolean): `Not`, and the comparisons' forms.
 fn one_minus(b: &mut Builder, x: &Value) -> Map<Value> {
     let neg = b.op_on(Op::Scale { factor: -1.0 }, &[x])?;
@@ -825,50 +860,14 @@ fn not_const(c: &Const) -> Const {
     }
 }
 
-/// A comparison of integer values computed at run time, exactly, with float ops: integers
-/// are float32 integers of magnitude at most 2^24 here, so d = x − y is 0 exactly when they
-/// are equal and at least 1 in magnitude otherwise (rounded or not, its sign is right).
-/// Equal = relu(1 − |d|), Greater = relu(1 − relu(1 − d)), Less the same of −d,
-/// LessOrEqual = 1 − Greater, GreaterOrEqual = 1 − Less: 0/1 values whose gradient is 0 at
-/// every integer d (no gradient reaches an integer input), broadcast as ONNX
-/// broadcasts (the binary maps'). The result is a boolean of the graph (`Not`, `And`, `Or`,
-/// `Xor` and `Where` take it): a padding mask from token ids (`ids == pad`), a causal mask
-/// from position indices.
-fn integer_compare(b: &mut Builder, op: &str, x: &Value, y: &Value) -> Map<Value> {
-    let d = b.op_on(Op::Sub, &[x, y])?;
-    // relu(1 − relu(1 − d)): 1 for d ≥ 1, 0 for d ≤ 0, and — unlike clamp(d, 0, 1), whose
-    // gradient passes at its bounds, where integer differences lie — a zero gradient at
-    // every integer d, so an integer input gets none through a comparison (as in PyTorch)
-    let unit = |b: &mut Builder, v: &Value| -> Map<Value> {
-        let below = one_minus(b, v)?;
-        let below = b.op_on(Op::Relu, &[&below])?;
-        let r = one_minus(b, &below)?;
-        b.op_on(Op::Relu, &[&r])
-    };
-    let v = match op {
-        "Equal" => {
-            let a = b.op_on(Op::Abs, &[&d])?;
-            let r = one_minus(b, &a)?;
-            b.op_on(Op::Relu, &[&r])?
-        }
-        "Greater" | "LessOrEqual" => {
-            let g = unit(b, &d)?;
-            if op == "Greater" {
-                g
-            } else {
-                one_minus(b, &g)?
-            }
-        }
-        _ => {
-            let neg = b.op_on(Op::Scale { factor: -1.0 }, &[&d])?;
-            let l = unit(b, &neg)?;
-            if op == "Less" {
-                l
-            } else {
-                one_minus(b, &l)?
-            }
-        }
-    };
+/// A comparison computed at run time: torchlean's `compare` (1 where the IEEE relation holds,
+/// else 0; exact for floats and for the integers float32 holds), a boolean of the graph
+/// (`Not`, `And`, `Or`, `Xor` and `Where` take it) with no gradient, as PyTorch's boolean
+/// results: `torch.where(x > 0, ...)`, `masked_fill(x < t, ...)`, a padding mask from token
+/// ids (`ids == pad`), a causal mask from position indices, `isnan`/`isinf` (`IsNaN` as
+/// x ≠ x, `IsInf` as |x| = ∞).
+fn compare(b: &mut Builder, relation: Relation, x: &Value, y: &Value) -> Map<Value> {
+    let v = b.op_on(Op::Compare { relation }, &[x, y])?;
     Ok(mark_boolean(b, v))
 }
 

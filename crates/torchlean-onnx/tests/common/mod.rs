@@ -27,6 +27,7 @@ pub const FIXTURES: &[&str] = &[
     "attention",
     "upsample",
     "encoder_ts",
+    "masked",
 ];
 
 pub fn fixture(name: &str) -> PathBuf {

@@ -71,6 +71,62 @@ impl Pool2dGeometry {
     }
 }
 
+/// The relation of a [`Op::Compare`], with the stable labels of the IR (`"eq"`, `"ne"`, `"lt"`,
+/// `"le"`, `"gt"`, `"ge"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Relation {
+    /// `a == b`
+    Eq,
+    /// `a != b` (true when either is NaN)
+    Ne,
+    /// `a < b`
+    Lt,
+    /// `a <= b`
+    Le,
+    /// `a > b`
+    Gt,
+    /// `a >= b`
+    Ge,
+}
+
+impl Relation {
+    /// Every relation, in declaration order.
+    pub const ALL: [Relation; 6] = [
+        Relation::Eq,
+        Relation::Ne,
+        Relation::Lt,
+        Relation::Le,
+        Relation::Gt,
+        Relation::Ge,
+    ];
+
+    /// Whether `a <relation> b` holds (IEEE: false with a NaN operand, except `ne`).
+    #[inline(always)]
+    pub fn holds<T: PartialOrd>(self, a: T, b: T) -> bool {
+        match self {
+            Relation::Eq => a == b,
+            Relation::Ne => a != b,
+            Relation::Lt => a < b,
+            Relation::Le => a <= b,
+            Relation::Gt => a > b,
+            Relation::Ge => a >= b,
+        }
+    }
+
+    /// The stable label (`"eq"`, ...).
+    pub fn label(self) -> &'static str {
+        match self {
+            Relation::Eq => "eq",
+            Relation::Ne => "ne",
+            Relation::Lt => "lt",
+            Relation::Le => "le",
+            Relation::Gt => "gt",
+            Relation::Ge => "ge",
+        }
+    }
+}
+
 /// How the optional fourth input of attention is interpreted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -111,6 +167,13 @@ pub enum Op {
     Minimum,
     /// `where(cond, a, b)`: `a` where `cond != 0`, else `b` (all three broadcast).
     Where,
+    /// `a <relation> b` as 1.0 where it holds, else 0.0 (broadcast as the binary maps):
+    /// IEEE comparison, so every relation but `ne` is false when an operand is NaN (`ne`
+    /// is true), and -0 equals +0. Non-differentiable, as PyTorch's boolean comparisons:
+    /// a mask for `where` (`torch.where(x > 0, ...)`, `masked_fill`, `isnan` as `x != x`).
+    Compare {
+        relation: Relation,
+    },
     // unary maps
     Neg,
     Abs,
@@ -369,6 +432,7 @@ op_kinds! {
     Maximum => "maximum", ["max"], "elementwise";
     Minimum => "minimum", ["min"], "elementwise";
     Where => "where", [], "elementwise";
+    Compare => "compare", [], "elementwise";
     Neg => "neg", [], "activations";
     Abs => "abs", ["abs"], "elementwise";
     Sqrt => "sqrt", ["sqrt"], "elementwise";
@@ -438,6 +502,7 @@ impl Op {
             Maximum => OpKind::Maximum,
             Minimum => OpKind::Minimum,
             Where => OpKind::Where,
+            Compare { .. } => OpKind::Compare,
             Neg => OpKind::Neg,
             Abs => OpKind::Abs,
             Sqrt => OpKind::Sqrt,
@@ -530,13 +595,15 @@ impl Op {
 }
 
 impl OpKind {
-    /// Whether the op has a VJP. Only the random sources and `argmax` do not.
+    /// Whether the op has a VJP. The random sources, `argmax`, `compare` and the optimizer
+    /// updates do not.
     pub fn differentiable(self) -> bool {
         !matches!(
             self,
             OpKind::RandUniform
                 | OpKind::BernoulliMask
                 | OpKind::Argmax
+                | OpKind::Compare
                 | OpKind::EmaUpdate
                 | OpKind::AdamUpdate
                 | OpKind::AdamStep

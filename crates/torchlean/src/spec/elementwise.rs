@@ -1,4 +1,5 @@
-//! Elementwise ops: binary maps with NumPy broadcasting, `where`, and unary maps.
+//! Elementwise ops: binary maps with NumPy broadcasting, `where`, `compare` (1.0 where the
+//! IEEE relation holds, else 0.0; no VJP), and unary maps.
 //!
 //! Domains follow IEEE: `log`/`sqrt` of a negative number is NaN, `inv(0)` is ±inf; `pow` of a
 //! negative base with a non-integer exponent is NaN. `maximum`/`minimum` send the gradient of
@@ -52,6 +53,13 @@ pub(crate) fn binary<T: Scalar>(op: &Op, a: T, b: T) -> T {
         Op::Div => a / b,
         Op::Maximum => maximum(a, b),
         Op::Minimum => minimum(a, b),
+        Op::Compare { relation } => {
+            if relation.holds(a, b) {
+                T::one()
+            } else {
+                T::zero()
+            }
+        }
         _ => unreachable!("not a binary op: {}", op.name()),
     }
 }

@@ -127,7 +127,7 @@ fn family_shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError> {
     use OpKind as K;
     match op.kind() {
         K::RandUniform | K::BernoulliMask => random::shape(op, shapes),
-        K::Add | K::Sub | K::Mul | K::Div | K::Maximum | K::Minimum | K::Where => {
+        K::Add | K::Sub | K::Mul | K::Div | K::Maximum | K::Minimum | K::Where | K::Compare => {
             elementwise::binary_shape(op, shapes)
         }
         K::Softmax | K::LogSoftmax => softmax::shape(op, shapes),
@@ -165,7 +165,7 @@ pub fn forward<T: Scalar>(op: &Op, inputs: &[&Array<T>]) -> Result<Array<T>, OpE
     }
     match op.kind() {
         K::RandUniform | K::BernoulliMask => random::forward(op, out_shape),
-        K::Add | K::Sub | K::Mul | K::Div | K::Maximum | K::Minimum | K::Where => {
+        K::Add | K::Sub | K::Mul | K::Div | K::Maximum | K::Minimum | K::Where | K::Compare => {
             Ok(elementwise::binary_forward(op, inputs, out_shape))
         }
         K::Softmax | K::LogSoftmax => Ok(softmax::forward(op, inputs[0])),
@@ -265,6 +265,7 @@ pub fn vjp<T: Scalar>(
         K::RandUniform
         | K::BernoulliMask
         | K::Argmax
+        | K::Compare
         | K::EmaUpdate
         | K::AdamUpdate
         | K::AdamStep => Err(OpError::NotDifferentiable { op: op.name() }),

@@ -87,6 +87,13 @@ impl Tensor {
     pub fn where_(cond: &Tensor, a: &Tensor, b: &Tensor) -> Result<Tensor> {
         apply(Op::Where, &[cond, a, b])
     }
+    /// `self <relation> other` as 1.0 where it holds, else 0.0 (broadcasting; IEEE: false
+    /// with a NaN operand, except `ne`). Non-differentiable: a mask for [`Tensor::where_`]
+    /// (`x.compare(&zero, Relation::Gt)` is PyTorch's `x > 0`; `x.compare(&x, Relation::Ne)`
+    /// its `isnan(x)`).
+    pub fn compare(&self, other: &Tensor, relation: crate::graph::Relation) -> Result<Tensor> {
+        apply(Op::Compare { relation }, &[self, other])
+    }
     /// `ln(max(x, eps))`.
     pub fn safe_log(&self, eps: f32) -> Result<Tensor> {
         apply(Op::SafeLog { eps }, &[self])

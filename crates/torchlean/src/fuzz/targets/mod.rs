@@ -60,6 +60,9 @@ pub fn sample_op(kind: OpKind) -> Op {
         K::Maximum => Op::Maximum,
         K::Minimum => Op::Minimum,
         K::Where => Op::Where,
+        K::Compare => Op::Compare {
+            relation: crate::graph::Relation::Le,
+        },
         K::Neg => Op::Neg,
         K::Abs => Op::Abs,
         K::Sqrt => Op::Sqrt,

@@ -61,7 +61,7 @@ pub(super) fn values(o: &Operand) -> Vec<f64> {
     }
 }
 
-fn array<T: crate::scalar::Scalar>(o: &Operand) -> Array<T> {
+pub(super) fn array<T: crate::scalar::Scalar>(o: &Operand) -> Array<T> {
     Array {
         shape: o.shape.to_vec(),
         data: values(o).into_iter().map(T::c).collect(),

@@ -21,6 +21,9 @@
 //! the whole-call check is the same check. Broadcast calls (a bias added along rows) keep the
 //! recompute tolerance (`maps.rs`, `pieces.rs`).
 //!
+//! `compare` (1.0 where the relation holds, else 0.0) is checked exactly, broadcast or not:
+//! [`compare_exactly`].
+//!
 //! Cost: the whole call is compared with the f32 operation first (`exactly`, vectorized); only
 //! a call with another element is walked element by element.
 
@@ -51,6 +54,9 @@ fn bound(exact: f64) -> f64 {
 /// The verdict on a binary map whose operands all have the output's shape; `None` for any
 /// other call (another check decides).
 pub(super) fn forward(op: &Op, call: &Call) -> Option<Result<(), String>> {
+    if let Op::Compare { .. } = op {
+        return Some(compare_exactly(op, call));
+    }
     if op.kind().is_unary_map() {
         return unary_forward(op, call);
     }
@@ -98,6 +104,35 @@ pub(super) fn forward(op: &Op, call: &Call) -> Option<Result<(), String>> {
         Op::Minimum => with!(Op::Minimum),
         _ => return None,
     })
+}
+
+/// The verdict on a `compare` call (broadcast or not): each element exactly the spec's 0 or 1.
+/// The relation of two f32 values is exact in f64 (the conversion is), so a correct kernel
+/// gives the spec's value bit for bit; anything else — another value, a -0, a NaN, a flipped
+/// answer — is rejected.
+fn compare_exactly(op: &Op, call: &Call) -> Result<(), String> {
+    use super::recompute::array;
+    let xs: Vec<crate::spec::Array<f64>> = call.inputs.iter().map(array).collect();
+    let refs: Vec<&crate::spec::Array<f64>> = xs.iter().collect();
+    let want =
+        crate::spec::forward(op, &refs).map_err(|e| format!("the spec refuses the call: {e}"))?;
+    if want.shape != call.output.shape {
+        return Err(format!(
+            "result shape {:?}, the spec gives {:?}",
+            call.output.shape, want.shape
+        ));
+    }
+    let got = dense_values(&call.output);
+    match (got.iter().zip(&want.data)).position(|(&g, &w)| (g as f64).to_bits() != w.to_bits()) {
+        None if got.len() == want.data.len() => Ok(()),
+        None => Err("result of another length than the spec's".into()),
+        Some(i) => Err(format!(
+            "element {i} is {:e}, the spec's {} is {} (exact: allowed 0)",
+            got[i],
+            op.name(),
+            want.data[i]
+        )),
+    }
 }
 
 /// Whether an element `got` is accepted: it is the f32 formula's value `f32v` bit for bit (a

@@ -48,6 +48,14 @@ pub fn kernels(op: OpKind) -> Option<DenseKernels> {
             in_place_into: None,
         });
     }
+    if op == K::Compare {
+        // not differentiable: a forward only
+        return Some(DenseKernels {
+            forward_into,
+            vjp_into: None,
+            in_place_into: None,
+        });
+    }
     if op == K::FusedMap {
         return Some(DenseKernels {
             forward_into,
@@ -117,7 +125,14 @@ pub fn forward_into(op: &Op, x: &[Dense], out: &mut [f32]) -> Result<()> {
             *axis,
             out,
         )?,
-        Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Maximum | Op::Minimum | Op::Where => {
+        Op::Add
+        | Op::Sub
+        | Op::Mul
+        | Op::Div
+        | Op::Maximum
+        | Op::Minimum
+        | Op::Where
+        | Op::Compare { .. } => {
             let (data, shapes) = operands(x);
             elementwise::binary_forward_into(op, &data[..x.len()], &shapes[..x.len()], &shape, out)
         }

@@ -4,7 +4,7 @@
 //! the NaN-propagating helpers of `crate::scalar`, never `f32::max`/`min`.
 
 use super::par::{for_chunks, for_rows};
-use crate::graph::Op;
+use crate::graph::{Op, Relation};
 use crate::scalar::{clamp, maximum, minimum};
 use crate::spec::numel;
 use crate::tensor::{Layout, Tensor};
@@ -218,6 +218,18 @@ pub fn binary_forward_into(
         Op::Div => zip2!(|[a, b]: [f32; 2]| a / b),
         Op::Maximum => zip2!(|[a, b]: [f32; 2]| maximum(a, b)),
         Op::Minimum => zip2!(|[a, b]: [f32; 2]| minimum(a, b)),
+        Op::Compare { relation } => {
+            // one closure per relation, each a branch-free select that vectorizes
+            let one = |holds: bool| f32::from(u8::from(holds));
+            match relation {
+                Relation::Eq => zip2!(|[a, b]: [f32; 2]| one(a == b)),
+                Relation::Ne => zip2!(|[a, b]: [f32; 2]| one(a != b)),
+                Relation::Lt => zip2!(|[a, b]: [f32; 2]| one(a < b)),
+                Relation::Le => zip2!(|[a, b]: [f32; 2]| one(a <= b)),
+                Relation::Gt => zip2!(|[a, b]: [f32; 2]| one(a > b)),
+                Relation::Ge => zip2!(|[a, b]: [f32; 2]| one(a >= b)),
+            }
+        }
         _ => unreachable!("not a binary op: {}", op.name()),
     }
 }

@@ -84,7 +84,7 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
     }
     let data = match op.kind() {
         K::RandUniform | K::BernoulliMask => random(op, crate::spec::numel(&out_shape)),
-        K::Add | K::Sub | K::Mul | K::Div | K::Maximum | K::Minimum | K::Where => {
+        K::Add | K::Sub | K::Mul | K::Div | K::Maximum | K::Minimum | K::Where | K::Compare => {
             elementwise::binary_forward(op, inputs, &out_shape)
         }
         K::Softmax | K::LogSoftmax => reduce::softmax_forward(op, inputs[0]),
@@ -171,6 +171,7 @@ pub fn vjp(
         K::RandUniform
         | K::BernoulliMask
         | K::Argmax
+        | K::Compare
         | K::EmaUpdate
         | K::AdamUpdate
         | K::AdamStep => {
