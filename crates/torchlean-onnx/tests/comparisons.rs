@@ -398,3 +398,60 @@ fn boolean_counts_products_and_casts_agree_with_tract() {
         assert_eq!(out["y"].to_vec(), want, "{what}");
     }
 }
+
+/// `torch.clamp(x, min=self.lo, max=self.hi)` with learnable bounds (Clip whose bounds are
+/// float initializers): the bounds are parameters with gradients, by PyTorch's rule for
+/// tensor bounds — x takes the cotangent where lo ≤ x ≤ hi (ties included), lo where x < lo,
+/// hi where x > hi. (The import read such bounds as constants and wrote no gradient for them:
+/// an audit of the forty-fifth session.)
+#[test]
+fn learnable_clip_bounds_take_their_gradients() {
+    let profile = BackendProfile::named("checked_cpu").expect("profile");
+    let x: Vec<f32> = (0..12).map(|i| (i as f32 - 6.0) * 0.5).collect();
+    let w: Vec<f32> = (0..12).map(|i| 1.0 + i as f32).collect();
+    let (lo, hi) = (-1.0f32, 1.5f32);
+    let m = model(
+        vec![
+            node("c", "Clip", &["x", "lo", "hi"], &["y"]),
+            node("p", "Mul", &["y", "w"], &["yw"]),
+            with_int(node("r", "ReduceSum", &["yw"], &["loss"]), "keepdims", 0),
+        ],
+        vec![floats("lo", &[], &[lo]), floats("hi", &[], &[hi])],
+        vec![
+            value_info("x", &[2, 6], FLOAT),
+            value_info("w", &[2, 6], FLOAT),
+        ],
+        vec![value_info("loss", &[], FLOAT)],
+        13,
+    );
+    let imported = torchlean_onnx::import_model(&m, "clip", &HashMap::new()).expect("imports");
+    let inputs = [
+        (
+            "x".to_string(),
+            Tensor::from_vec(x.clone(), &[2, 6]).unwrap(),
+        ),
+        (
+            "w".to_string(),
+            Tensor::from_vec(w.clone(), &[2, 6]).unwrap(),
+        ),
+    ];
+    let out = run_graph(imported.graph, &imported.values, &inputs, &profile, true).expect("runs");
+    let sum_where = |f: &dyn Fn(f32) -> bool| -> f32 {
+        x.iter()
+            .zip(&w)
+            .filter(|(v, _)| f(**v))
+            .map(|(_, w)| w)
+            .sum()
+    };
+    assert_eq!(out["grad.lo"].to_vec(), vec![sum_where(&|v| v < lo)]);
+    assert_eq!(out["grad.hi"].to_vec(), vec![sum_where(&|v| v > hi)]);
+    let gx: Vec<f32> = x
+        .iter()
+        .zip(&w)
+        .map(|(&v, &w)| if (lo..=hi).contains(&v) { w } else { 0.0 })
+        .collect();
+    assert_eq!(out["grad.x"].to_vec(), gx);
+    let y: Vec<f32> = x.iter().map(|v| v.clamp(lo, hi)).collect();
+    let loss: f32 = y.iter().zip(&w).map(|(y, w)| y * w).sum();
+    assert!((out["loss"].to_vec()[0] - loss).abs() <= 1e-5 * loss.abs().max(1.0));
+}

@@ -8,7 +8,10 @@ use torchlean::backend::BackendProfile;
 
 #[test]
 fn tract_and_torchlean_agree_on_the_pytorch_fixtures() {
-    for model in FIXTURES {
+    // tract 0.23 cannot analyse `masked`'s IsInf(Cast(x, to=DOUBLE)) → Or (PyTorch's export of
+    // `torch.isinf`: "no super type for Bool and F64"); onnxruntime runs it, and
+    // tests/pytorch_fixtures.rs holds it to PyTorch's own values
+    for model in FIXTURES.iter().filter(|m| **m != "masked") {
         let path = fixture(&format!("{model}.onnx"));
         let inputs = load_values(&format!("{model}.inputs.safetensors"));
         let theirs = tract_run(&path, &inputs);

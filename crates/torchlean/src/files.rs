@@ -409,6 +409,10 @@ pub fn create_output(path: &Path) -> std::io::Result<Box<dyn Write>> {
 #[derive(Debug, PartialEq, Eq)]
 enum FileIdentity {
     Existing(u64, u64),
+    /// A descriptor (`/dev/stdout`, `/dev/fd/N`) open on the regular file of this device and
+    /// inode: written there by appending, so two outputs may share it, but an input there
+    /// would be overwritten.
+    Behind(u64, u64),
     Planned(PathBuf),
     /// A device or a pipe: many writers may share it (`/dev/null`).
     Stream,
@@ -417,7 +421,20 @@ enum FileIdentity {
 fn identity(path: &Path) -> std::io::Result<FileIdentity> {
     let resolved = match destination(path)? {
         Destination::File(p) => p,
-        _ => return Ok(FileIdentity::Stream),
+        // the file behind a descriptor, when it is a regular file (`--out /dev/stdout >>
+        // x.st` appended to the input x.st: an audit of the forty-fifth session); a pipe or
+        // a terminal is a stream
+        Destination::Descriptor(p, _) => {
+            #[cfg(unix)]
+            if let Ok(m) = std::fs::metadata(&p) {
+                use std::os::unix::fs::MetadataExt;
+                if m.is_file() {
+                    return Ok(FileIdentity::Behind(m.dev(), m.ino()));
+                }
+            }
+            return Ok(FileIdentity::Stream);
+        }
+        Destination::Stream(_) => return Ok(FileIdentity::Stream),
     };
     match std::fs::metadata(&resolved) {
         #[cfg(unix)]
@@ -491,10 +508,25 @@ pub fn check_distinct_outputs(
         let Some(id) = id.as_ref().filter(|id| **id != FileIdentity::Stream) else {
             continue;
         };
+        // one file, whether named by its path or through a descriptor open on it
+        let key = |id: &FileIdentity| match id {
+            FileIdentity::Existing(d, i) | FileIdentity::Behind(d, i) => Some((*d, *i)),
+            _ => None,
+        };
+        let same =
+            |other: &FileIdentity| other == id || (key(other).is_some() && key(other) == key(id));
+        // outputs written through descriptors on one file append there, one after another
+        let both_appended = |other: &FileIdentity| {
+            matches!(id, FileIdentity::Behind(..)) && matches!(other, FileIdentity::Behind(..))
+        };
         let clash = ins
             .iter()
-            .chain(&outs[..k])
-            .find(|(_, _, other)| other.as_ref() == Some(id));
+            .find(|(_, _, other)| other.as_ref().is_some_and(same))
+            .or_else(|| {
+                outs[..k].iter().find(|(_, _, other)| {
+                    other.as_ref().is_some_and(|o| same(o) && !both_appended(o))
+                })
+            });
         if let Some((other_flag, other_path, _)) = clash {
             return Err(format!(
                 "{flag} {} is the same file as {other_flag} {}: writing it would destroy the other; choose another path",
@@ -509,6 +541,30 @@ pub fn check_distinct_outputs(
 #[cfg(all(test, unix))]
 mod tests {
     use super::*;
+
+    /// An output written through a descriptor open on an input file (`--out /dev/fd/N` where
+    /// N is the input, or `/dev/stdout` redirected onto it) is the input: refused. Two
+    /// outputs through descriptors on one file append there: allowed.
+    #[test]
+    fn an_output_through_a_descriptor_on_an_input_is_refused() {
+        let dir = scratch("descriptor");
+        let input = dir.join("x.st");
+        std::fs::write(&input, b"input").unwrap();
+        let f = std::fs::File::open(&input).unwrap();
+        use std::os::fd::AsRawFd;
+        let fd = PathBuf::from(format!("/dev/fd/{}", f.as_raw_fd()));
+        let e = check_distinct_outputs(&[("--inputs", &input)], &[("--out", &fd)])
+            .expect_err("the descriptor's file is the input");
+        assert!(e.contains("same file"), "{e}");
+        let other = dir.join("y.st");
+        std::fs::write(&other, b"other").unwrap();
+        check_distinct_outputs(
+            &[("--inputs", &other)],
+            &[("--out", &fd), ("--report", &fd)],
+        )
+        .expect("two outputs through one descriptor append");
+        assert_eq!(std::fs::read(&input).unwrap(), b"input");
+    }
 
     fn scratch(name: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!(

@@ -517,8 +517,8 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
         }
         "Clip" => {
             // a bound computed at run time or held by a float initializer (a learnable
-            // `torch.clamp(x, max=self.p)`): maximum then minimum with it, as ONNX defines
-            // Clip, so the bound takes its gradient (read as a constant, it silently had
+            // `torch.clamp(x, max=self.p)`): selected against it, as ONNX defines Clip
+            // (max with lo, then min with hi), so the bound takes its gradient (read as a constant, it silently had
             // none: an audit of the forty-fifth session)
             let runtime = |i: usize| {
                 opt(inputs, i).is_some_and(|v| {
@@ -527,10 +527,14 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
                 })
             };
             if runtime(1) || runtime(2) {
+                // where(x < lo, lo, x), then where(y > hi, hi, y): PyTorch's clamp with
+                // tensor bounds, whose gradient goes to x on a tie (a maximum would share
+                // it) and to a bound where it wins; a NaN x stays NaN
                 let mut y = arg(inputs, 0)?.clone();
-                for (i, op) in [(1, Op::Maximum), (2, Op::Minimum)] {
+                for (i, relation) in [(1, Relation::Lt), (2, Relation::Gt)] {
                     if let Some(bound) = opt(inputs, i) {
-                        y = b.op_on(op, &[&y, bound])?;
+                        let beyond = b.op_on(Op::Compare { relation }, &[&y, bound])?;
+                        y = b.op_on(Op::Where, &[&beyond, bound, &y])?;
                     }
                 }
                 return one(y);
