@@ -1863,3 +1863,60 @@ fn spectral_conv_of_offset_signals_is_accepted_and_corruptions_still_caught() {
         );
     }
 }
+
+/// The gradient of a broadcast operand sums the cotangent over the broadcast axes, so the
+/// check holds it to the sums-of-terms bound γ_{n+1}·Σ|term|: the cotangent [1e8, 1, −1e8]
+/// sums to 0 in f32 (exactly 1), which a correct kernel returns and the check accepts (it was
+/// rejected against the plain 2e-4·(1 + |1|): an audit of the forty-fifth session), while a
+/// gradient 1000 away — far beyond γ₄·2·10⁸ ≈ 48 — is rejected.
+#[test]
+fn broadcast_operand_gradients_are_checked_as_sums_of_terms() {
+    for op in [
+        Op::Add,
+        Op::Sub,
+        Op::Mul,
+        Op::BroadcastTo { shape: vec![3] },
+    ] {
+        let mut xs = vec![Tensor::from_vec(vec![2.0], &[1]).unwrap()];
+        if op != (Op::BroadcastTo { shape: vec![3] }) {
+            xs.insert(0, Tensor::from_vec(vec![1.0; 3], &[3]).unwrap());
+        }
+        let (ins, y) = forward(&op, &xs);
+        let refs: Vec<&Tensor> = xs.iter().collect();
+        let needs = vec![true; xs.len()];
+        let cot = Tensor::from_vec(vec![1e8, 1.0, -1e8], &[3]).unwrap();
+        let yt = tensor(&y.1, y.0.clone());
+        let grads = native_cpu::vjp(&op, &refs, &yt, &cot, &needs).unwrap();
+        let last = xs.len() - 1;
+        let exact = if op == Op::Sub { -1.0 } else { 1.0 };
+        assert_eq!(
+            grads[last].as_ref().unwrap().to_vec(),
+            vec![0.0],
+            "{op:?}: f32 sum"
+        );
+        let cot = (cot.to_vec(), cot.shape().to_vec());
+        for (shift, accepted) in [(0.0f32, true), (1000.0, false)] {
+            let grads: Vec<Option<Values>> = grads
+                .iter()
+                .enumerate()
+                .map(|(j, g)| {
+                    g.as_ref().map(|g| {
+                        let by = if j == last { shift } else { 0.0 };
+                        (
+                            g.to_vec().iter().map(|v| v + by).collect(),
+                            g.shape().to_vec(),
+                        )
+                    })
+                })
+                .collect();
+            let verdict = with_vjp_call(&ins, &y, &cot, &needs, &grads, 7, |call| {
+                replay_vjp(&op, call)
+            });
+            assert_eq!(
+                verdict.is_ok(),
+                accepted,
+                "{op:?}, gradient {shift} (exact {exact}): {verdict:?}"
+            );
+        }
+    }
+}
