@@ -61,6 +61,17 @@ fn kinds(g: &Graph) -> Vec<OpKind> {
         .collect()
 }
 
+/// The payload (scale, causal, mask) of every attention node of `g`.
+fn attention_payloads(g: &Graph) -> Vec<(Option<f32>, bool, AttentionMask)> {
+    g.nodes
+        .iter()
+        .filter_map(|n| match &n.kind {
+            NodeKind::Op { op } => op.attention_payload(),
+            _ => None,
+        })
+        .collect()
+}
+
 fn values(n: usize, seed: u32) -> Vec<f32> {
     (0..n)
         .map(|i| {
@@ -163,14 +174,7 @@ fn pytorchs_sdpa_with_a_float_mask_and_causal_imports_as_two_attention_nodes() {
     // tests/pytorch_fixtures.rs
     let (graph, _) = import_fixture("attention");
     let ks = kinds(&graph);
-    let attention: Vec<_> = graph
-        .nodes
-        .iter()
-        .filter_map(|n| match &n.kind {
-            NodeKind::Op { op } => op.attention_payload(),
-            _ => None,
-        })
-        .collect();
+    let attention = attention_payloads(&graph);
     assert_eq!(attention.len(), 2, "{ks:?}");
     assert!(!ks.contains(&OpKind::Softmax), "{ks:?}");
     for (scale, _, _) in &attention {
@@ -267,14 +271,7 @@ fn a_constant_causal_mask_becomes_the_causal_flag_and_computes_what_the_nodes_co
 fn pytorchs_sdpa_with_a_boolean_mask_imports_as_one_attention_node_reading_the_mask() {
     let (graph, _) = import_fixture("masked");
     let ks = kinds(&graph);
-    let attention: Vec<_> = graph
-        .nodes
-        .iter()
-        .filter_map(|n| match &n.kind {
-            NodeKind::Op { op } => op.attention_payload(),
-            _ => None,
-        })
-        .collect();
+    let attention = attention_payloads(&graph);
     assert_eq!(attention.len(), 1, "{ks:?}");
     assert_eq!(attention[0].2, AttentionMask::Boolean, "{ks:?}");
     assert!(!ks.contains(&OpKind::Softmax), "{ks:?}");
