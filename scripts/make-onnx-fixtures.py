@@ -232,6 +232,28 @@ class Masked(nn.Module):
         return torch.where(torch.isnan(h) | torch.isinf(h), torch.zeros_like(h), h)
 
 
+class Extras(nn.Module):
+    """Operators PyTorch exports that torchlean composes from its ops (forty-fifth session):
+    `F.cross_entropy` with class weights and an ignored label (SoftmaxCrossEntropyLoss,
+    reduction none), `F.pixel_shuffle` (DepthToSpace, mode CRD), `Tensor.repeat` (Tile),
+    `F.celu` (Celu) and `torch.sign` (Sign)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(6, 5)
+        self.conv = nn.Conv2d(1, 8, 3, padding=1)
+        self.register_buffer("weight", torch.tensor([0.5, 1.0, 1.5, 2.0, 0.75]))
+
+    def forward(self, x, t):
+        b = x.shape[0]
+        z = self.lin(x)  # [b, 4, 5]
+        ce = F.cross_entropy(z.transpose(1, 2), t, weight=self.weight, reduction="none")
+        img = F.pixel_shuffle(self.conv(x.reshape(b, 1, 4, 6)), 2)  # [b, 2, 8, 12]
+        act = F.celu(img, alpha=0.7) + 0.25 * torch.sign(img)
+        rep = z.repeat(1, 2, 1)  # [b, 8, 5]
+        return torch.cat([ce, act.reshape(b, -1)[:, :16], rep.reshape(b, -1)[:, :12]], 1)
+
+
 def randomize_batch_norm(model, gen):
     for m in model.modules():
         if isinstance(m, nn.BatchNorm2d):
@@ -334,6 +356,13 @@ def main():
     mask[:, :, :, 0] |= torch.arange(6) != 2  # every other query sees its first key
     export("masked", Masked(), [torch.randn(b, 6, 16, generator=gen), mask], ["x", "mask"],
            (b, 6, 16), dynamo=False)
+    torch.manual_seed(4)
+    gen = torch.Generator().manual_seed(4)
+    b = BATCH or 3
+    labels = torch.randint(0, 5, (b, 4), generator=gen)
+    labels[0, 1] = -100  # ignored (F.cross_entropy's default ignore_index)
+    export("extras", Extras(), [torch.randn(b, 4, 6, generator=gen), labels], ["x", "t"],
+           (b, 32), dynamo=False)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,15 @@ use torchlean::graph::Op;
 pub(super) fn is_activation(op: &str) -> bool {
     matches!(
         op,
-        "LeakyRelu" | "PRelu" | "Elu" | "Selu" | "HardSigmoid" | "HardSwish" | "Mish" | "Softsign"
+        "LeakyRelu"
+            | "PRelu"
+            | "Elu"
+            | "Celu"
+            | "Selu"
+            | "HardSigmoid"
+            | "HardSwish"
+            | "Mish"
+            | "Softsign"
     )
 }
 
@@ -57,9 +65,15 @@ fn leaky(b: &mut Builder, x: &Value, slope: &Value) -> Map<Value> {
 /// expm1: within one ulp of α near 0); its gradient at exactly 0 is α, as PyTorch's
 /// ([`negative_part`]).
 fn elu(b: &mut Builder, x: &Value, alpha: f32) -> Map<Value> {
+    scaled_elu(b, x, alpha, 1.0)
+}
+
+/// relu(x) + α·(exp(s·min(x, 0)) − 1): `elu` with the input scale s = 1/α of `Celu`
+/// (`nn.CELU`: x where x > 0, α(e^(x/α) − 1) elsewhere), s = 1 for `Elu`.
+fn scaled_elu(b: &mut Builder, x: &Value, alpha: f32, s: f32) -> Map<Value> {
     let pos = b.op_on(Op::Relu, &[x])?;
     let neg = negative_part(b, x)?;
-    let neg = scale(b, &neg, -1.0)?;
+    let neg = scale(b, &neg, -s)?;
     let e = b.op_on(Op::Exp, &[&neg])?;
     let e = b.op_on(Op::AddScalar { value: -1.0 }, &[&e])?;
     let e = scale(b, &e, alpha)?;
@@ -103,6 +117,13 @@ pub(super) fn activation(
         // the slope broadcasts to x (a learned parameter: it gets its gradient)
         "PRelu" => leaky(b, x, arg(inputs, 1)?),
         "Elu" => elu(b, x, coef("alpha", 1.0)?),
+        "Celu" => {
+            let alpha = coef("alpha", 1.0)?;
+            if alpha == 0.0 {
+                return Err("Celu with alpha=0 (it divides by alpha)".into());
+            }
+            scaled_elu(b, x, alpha, 1.0 / alpha)
+        }
         "Selu" => {
             let y = elu(b, x, coef("alpha", 1.673_263_2)?)?;
             scale(b, &y, coef("gamma", 1.050_701)?)

@@ -19,6 +19,7 @@ mod attention;
 mod attrs;
 mod composite;
 mod integer;
+mod loss;
 mod ops;
 mod pad;
 mod patterns;

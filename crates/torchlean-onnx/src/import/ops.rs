@@ -23,6 +23,7 @@ const KNOWN: &[&str] = &[
     "BatchNormalization",
     "Cast",
     "CastLike",
+    "Celu",
     "Clip",
     "Concat",
     "Constant",
@@ -30,6 +31,7 @@ const KNOWN: &[&str] = &[
     "Conv",
     "ConvTranspose",
     "Cos",
+    "DepthToSpace",
     "Div",
     "Dropout",
     "Elu",
@@ -66,6 +68,7 @@ const KNOWN: &[&str] = &[
     "Mish",
     "Mod",
     "Mul",
+    "NegativeLogLikelihoodLoss",
     "Neg",
     "Not",
     "Or",
@@ -89,17 +92,21 @@ const KNOWN: &[&str] = &[
     "Selu",
     "Shape",
     "Sigmoid",
+    "Sign",
     "Sin",
     "Size",
     "Slice",
     "Softmax",
+    "SoftmaxCrossEntropyLoss",
     "Softplus",
     "Softsign",
+    "SpaceToDepth",
     "Split",
     "Sqrt",
     "Squeeze",
     "Sub",
     "Tanh",
+    "Tile",
     "Transpose",
     "Trilu",
     "Unsqueeze",
@@ -833,6 +840,22 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
         }
         "ArgMax" | "ArgMin" => one(arg_extreme(b, op, a, inputs)?),
         "Resize" => one(super::resize::resize(b, a, inputs)?),
+        "SoftmaxCrossEntropyLoss" | "NegativeLogLikelihoodLoss" => {
+            super::loss::nll(b, op, a, inputs)
+        }
+        "Tile" => tile(b, inputs).map(|v| vec![v]),
+        "DepthToSpace" | "SpaceToDepth" => depth_space(b, op, a, inputs).map(|v| vec![v]),
+        "Sign" => {
+            // 1 above 0, -1 below, 0 at ±0, NaN at NaN (as ONNX and torch.sign), with no
+            // gradient (PyTorch's is 0)
+            let x = arg(inputs, 0)?;
+            let zero = konst(Const::f32(vec![], vec![0.0]));
+            let above = b.op_on(Op::Compare { relation: Relation::Gt }, &[x, &zero])?;
+            let below = b.op_on(Op::Compare { relation: Relation::Lt }, &[x, &zero])?;
+            let s = b.op_on(Op::Sub, &[&above, &below])?;
+            let nan = b.op_on(Op::Compare { relation: Relation::Ne }, &[x, x])?;
+            one(b.op_on(Op::Where, &[&nan, x, &s])?)
+        }
         "GRU" => super::recurrent::gru(b, a, inputs),
         "LSTM" => super::recurrent::lstm(b, a, inputs),
         _ => Err(format!("no torchlean mapping for `{op}`")),
@@ -1578,4 +1601,86 @@ fn layer_norm(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Vec<V
     let x2 = reshape(b, x, rows)?;
     let y = b.op_on(Op::LayerNorm { eps }, &[&x2, &scale, &bias])?;
     Ok(vec![reshape(b, &y, shape)?])
+}
+
+/// `Tile(x, repeats)` with constant repeats: x reshaped with an axis of 1 before each of its
+/// axes, broadcast to the repeats there, and merged back — the output's index i along an axis
+/// reads x at i mod n, as ONNX's Tile (`Tensor.repeat`); the gradient sums the copies.
+fn tile(b: &mut Builder, inputs: &[Option<Value>]) -> Map<Value> {
+    let x = arg(inputs, 0)?;
+    let shape = b.shape(x);
+    let reps = b.ints(arg(inputs, 1)?, "repeats")?;
+    if reps.len() != shape.len() || reps.iter().any(|&r| r < 0) {
+        return Err(format!(
+            "Tile of {shape:?} by repeats {reps:?} (one non-negative repeat per axis)"
+        ));
+    }
+    let mut split = Vec::with_capacity(2 * shape.len());
+    let mut wide = Vec::with_capacity(2 * shape.len());
+    let mut out = Vec::with_capacity(shape.len());
+    for (&n, &r) in shape.iter().zip(&reps) {
+        let r = usize::try_from(r).map_err(|_| format!("Tile repeat {r} out of range"))?;
+        split.extend([1, n]);
+        wide.extend([r, n]);
+        out.push(
+            r.checked_mul(n)
+                .ok_or_else(|| format!("Tile of {shape:?} by {reps:?} overflows"))?,
+        );
+    }
+    let y = reshape(b, x, split)?;
+    let y = b.op_on(Op::BroadcastTo { shape: wide }, &[&y])?;
+    reshape(b, &y, out)
+}
+
+/// `DepthToSpace` (`F.pixel_shuffle`: mode CRD; DCR the default) and `SpaceToDepth`
+/// (`F.pixel_unshuffle` is exported otherwise) on [N, C, H, W] with `blocksize` b: a reshape,
+/// a permute and a reshape, moving every element once (the gradient moves it back).
+fn depth_space(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Map<Value> {
+    let x = arg(inputs, 0)?;
+    let shape = b.shape(x);
+    let k = a.int("blocksize", 0)?;
+    let mode = if op == "DepthToSpace" {
+        a.string("mode", "DCR")?
+    } else {
+        String::new()
+    };
+    let [n, c, h, w] = shape[..] else {
+        return Err(format!(
+            "{op} of a rank-{} value (it takes [N, C, H, W])",
+            shape.len()
+        ));
+    };
+    let k = usize::try_from(k)
+        .ok()
+        .filter(|&k| k >= 1)
+        .ok_or_else(|| format!("{op} with blocksize {k} (it must be at least 1)"))?;
+    let kk = k * k;
+    let (split, axes, out) = if op == "DepthToSpace" {
+        if c % kk != 0 {
+            return Err(format!(
+                "DepthToSpace of {c} channels by blocksize {k} ({c} is not a multiple of {kk})"
+            ));
+        }
+        let c2 = c / kk;
+        let out = vec![n, c2, h * k, w * k];
+        match mode.as_str() {
+            "DCR" => (vec![n, k, k, c2, h, w], vec![0, 3, 4, 1, 5, 2], out),
+            "CRD" => (vec![n, c2, k, k, h, w], vec![0, 1, 4, 2, 5, 3], out),
+            m => return Err(format!("DepthToSpace with mode \"{m}\"")),
+        }
+    } else {
+        if h % k != 0 || w % k != 0 {
+            return Err(format!(
+                "SpaceToDepth of {h}×{w} by blocksize {k} (not multiples)"
+            ));
+        }
+        (
+            vec![n, c, h / k, k, w / k, k],
+            vec![0, 3, 5, 1, 2, 4],
+            vec![n, c * kk, h / k, w / k],
+        )
+    };
+    let y = reshape(b, x, split)?;
+    let y = b.op_on(Op::Permute { axes }, &[&y])?;
+    reshape(b, &y, out)
 }

@@ -28,6 +28,7 @@ pub const FIXTURES: &[&str] = &[
     "upsample",
     "encoder_ts",
     "masked",
+    "extras",
 ];
 
 pub fn fixture(name: &str) -> PathBuf {
@@ -158,6 +159,16 @@ pub fn with_int(mut n: NodeProto, name: &str, v: i64) -> NodeProto {
     a.name = name.into();
     a.type_ = AttributeType::INT.into();
     a.i = v;
+    n.attribute.push(a);
+    n
+}
+
+/// A STRING attribute `name` = `v` added to `n`.
+pub fn with_string(mut n: NodeProto, name: &str, v: &str) -> NodeProto {
+    let mut a = AttributeProto::new();
+    a.name = name.into();
+    a.type_ = AttributeType::STRING.into();
+    a.s = v.as_bytes().to_vec();
     n.attribute.push(a);
     n
 }

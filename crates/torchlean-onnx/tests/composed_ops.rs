@@ -1,0 +1,180 @@
+//! ONNX operators torchlean composes from its own ops (forty-fifth session): `DepthToSpace`
+//! (both modes), `SpaceToDepth`, `Tile` and `Sign` against an independent engine (tract) on
+//! the same files, and `NegativeLogLikelihoodLoss` (weights, `ignore_index`, every reduction)
+//! against its definition written out here. `SoftmaxCrossEntropyLoss`, `Celu` and the same
+//! layout operators as PyTorch exports them are held to PyTorch's values and gradients by the
+//! `extras` fixture (tests/pytorch_fixtures.rs).
+
+mod common;
+
+use common::*;
+use onnx_protobuf::{Message, NodeProto};
+use std::collections::HashMap;
+use torchlean::backend::BackendProfile;
+use torchlean::Tensor;
+
+const FLOAT: i32 = 1;
+const INT64: i32 = 7;
+
+#[test]
+fn layout_operators_and_sign_agree_with_tract() {
+    let dir = std::env::temp_dir().join(format!("torchlean-composed-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let profile = BackendProfile::named("strict_native_cpu").expect("profile");
+    let d2s = |mode: &str| {
+        with_string(
+            with_int(node("d", "DepthToSpace", &["x"], &["y"]), "blocksize", 2),
+            "mode",
+            mode,
+        )
+    };
+    let cases: Vec<(&str, Vec<NodeProto>, Vec<i64>, Vec<i64>)> = vec![
+        (
+            "depth to space DCR",
+            vec![d2s("DCR")],
+            vec![1, 8, 2, 3],
+            vec![1, 2, 4, 6],
+        ),
+        (
+            "depth to space CRD",
+            vec![d2s("CRD")],
+            vec![1, 8, 2, 3],
+            vec![1, 2, 4, 6],
+        ),
+        (
+            "space to depth",
+            vec![with_int(
+                node("s", "SpaceToDepth", &["x"], &["y"]),
+                "blocksize",
+                2,
+            )],
+            vec![2, 2, 4, 6],
+            vec![2, 8, 2, 3],
+        ),
+        (
+            "tile",
+            vec![node("t", "Tile", &["x", "reps"], &["y"])],
+            vec![2, 3],
+            vec![4, 9],
+        ),
+        (
+            "sign",
+            vec![node("s", "Sign", &["x"], &["y"])],
+            vec![2, 6],
+            vec![2, 6],
+        ),
+    ];
+    for (what, nodes, dims, out_dims) in cases {
+        let m = model(
+            nodes,
+            vec![ints("reps", &[2], &[2, 3])],
+            vec![value_info("x", &dims, FLOAT)],
+            vec![value_info("y", &out_dims, FLOAT)],
+            13,
+        );
+        let n: i64 = dims.iter().product();
+        let mut x: Vec<f32> = (0..n).map(|i| (i as f32 - 5.0) * 0.75).collect();
+        if what == "sign" {
+            x[1] = f32::NAN;
+            x[2] = -0.0;
+            x[3] = f32::NEG_INFINITY;
+            x[4] = 1e-45;
+        }
+        let shape: Vec<usize> = dims.iter().map(|&d| d as usize).collect();
+        let inputs = [("x".to_string(), Tensor::from_vec(x, &shape).unwrap())];
+        let path = dir.join(format!("{}.onnx", what.replace(' ', "_")));
+        std::fs::write(&path, m.write_to_bytes().unwrap()).unwrap();
+        let want = tract_run(&path, &inputs).remove(0);
+        let imported = torchlean_onnx::import_model(&m, what, &HashMap::new())
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let out = run_graph(imported.graph, &imported.values, &inputs, &profile, false)
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&out["y"].to_vec()), bits(&want), "{what}");
+    }
+}
+
+/// NegativeLogLikelihoodLoss over log-probabilities [4, 3] with class weights and
+/// `ignore_index` 2, each reduction, and the gradient of the mean: the definition, written
+/// out — loss_i = −w[t_i]·x[i, t_i] (0 where t_i is ignored), mean = Σ loss / Σ w[t_i] over the
+/// counted entries, ∂mean/∂x[i, t_i] = −w[t_i] / Σ w.
+#[test]
+fn negative_log_likelihood_follows_its_definition() {
+    let profile = BackendProfile::named("checked_cpu").expect("profile");
+    let x: Vec<f32> = (0..12).map(|i| -0.3 * (1 + i % 5) as f32).collect();
+    let t = [0i64, 2, 1, 1];
+    let w = [0.5f32, 2.0, 1.5];
+    let counted: Vec<usize> = (0..4).filter(|&i| t[i] != 2).collect();
+    let term = |i: usize| -w[t[i] as usize] * x[i * 3 + t[i] as usize];
+    let total: f32 = counted.iter().map(|&i| term(i)).sum();
+    let wsum: f32 = counted.iter().map(|&i| w[t[i] as usize]).sum();
+    for reduction in ["none", "sum", "mean"] {
+        let loss = with_int(
+            with_string(
+                node(
+                    "l",
+                    "NegativeLogLikelihoodLoss",
+                    &["x", "t", "w"],
+                    &["loss"],
+                ),
+                "reduction",
+                reduction,
+            ),
+            "ignore_index",
+            2,
+        );
+        let out_dims: Vec<i64> = if reduction == "none" { vec![4] } else { vec![] };
+        let m = model(
+            vec![loss],
+            vec![floats("w", &[3], &w)],
+            vec![
+                value_info("x", &[4, 3], FLOAT),
+                value_info("t", &[4], INT64),
+            ],
+            vec![value_info("loss", &out_dims, FLOAT)],
+            13,
+        );
+        let imported = torchlean_onnx::import_model(&m, reduction, &HashMap::new())
+            .unwrap_or_else(|e| panic!("{reduction}: {e}"));
+        let inputs = [
+            (
+                "x".to_string(),
+                Tensor::from_vec(x.clone(), &[4, 3]).unwrap(),
+            ),
+            (
+                "t".to_string(),
+                Tensor::from_vec(t.iter().map(|&v| v as f32).collect(), &[4]).unwrap(),
+            ),
+        ];
+        let grad = reduction == "mean";
+        let out = run_graph(imported.graph, &imported.values, &inputs, &profile, grad)
+            .unwrap_or_else(|e| panic!("{reduction}: {e}"));
+        let got = out["loss"].to_vec();
+        let want: Vec<f32> = match reduction {
+            "none" => (0..4)
+                .map(|i| if t[i] == 2 { 0.0 } else { term(i) })
+                .collect(),
+            "sum" => vec![total],
+            _ => vec![total / wsum],
+        };
+        for (g, v) in got.iter().zip(&want) {
+            assert!(
+                (g - v).abs() <= 1e-6 * (1.0 + v.abs()),
+                "{reduction}: {got:?} against {want:?}"
+            );
+        }
+        if grad {
+            let gx = out["grad.x"].to_vec();
+            for i in 0..4 {
+                for c in 0..3 {
+                    let v = if t[i] != 2 && c == t[i] as usize {
+                        -w[c] / wsum
+                    } else {
+                        0.0
+                    };
+                    assert!((gx[i * 3 + c] - v).abs() <= 1e-6, "grad.x {gx:?}");
+                }
+            }
+        }
+    }
+}
