@@ -207,7 +207,15 @@ pub fn cancellation_allowance(
     use OpKind as K;
     let none = vec![0.0; if grad_out.is_some() { inputs.len() } else { 1 }];
     match op.kind() {
-        K::LayerNorm | K::BatchNorm => norm::cancellation_allowance(op, inputs, grad_out),
+        K::LayerNorm | K::BatchNorm | K::RmsNorm => {
+            norm::cancellation_allowance(op, inputs, grad_out)
+        }
+        K::Softmax | K::LogSoftmax => match (inputs.first(), grad_out) {
+            (Some(x), Some(gy)) if finite_call(inputs, Some(gy)) => {
+                vec![softmax::cancellation_allowance(op, x, gy)]
+            }
+            _ => none,
+        },
         K::SumAll | K::ReduceSum | K::ReduceMean if grad_out.is_none() => inputs
             .first()
             .map_or(none, |x| vec![reduce::cancellation_allowance(op, x)]),

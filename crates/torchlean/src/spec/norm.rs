@@ -390,10 +390,83 @@ pub(crate) fn gamma32(k: usize) -> f64 {
 /// y = x̂·γ + β moves by δ·max|γ|; gx = rstd·(ĝ − mean ĝ − x̂·mean(ĝ·x̂)) (ĝ = gy·γ,
 /// G = max|ĝ|) by at most 2·rstd·δ·G·(X + δ); gγ_p = Σ gy·x̂ by Σ δ·|gy| over the elements
 /// of parameter p; gβ by 0. Zero-mean groups get no allowance.
+///
+/// The cotangent's own cancellation (forty-fifth session's audit: a cotangent with a large
+/// common offset, `1e5 * layer_norm(x).sum()`, rejected a correct kernel): gx's means of ĝ
+/// and ĝ·x̂ are sums of n terms, whose f32 evaluation errs by γ_n·mean|ĝ| and γ_n·mean|ĝ·x̂|
+/// (Higham Thm 3.5), a few more roundings for x̂ itself, the differences and the product by
+/// rstd; so gx may err by γ_{n+4}·rstd·(mean|ĝ| + X·mean|ĝ·x̂|) beyond the tolerance relative
+/// to gx itself (doubled for the order of evaluation), `rms_norm` without the first term (it
+/// subtracts no mean). gγ_p = Σ gy·x̂ and gβ_p = Σ gy over the G groups are sums of G terms:
+/// γ_{G+2}·Σ|gy·x̂| and γ_G·Σ|gy|.
 pub fn cancellation_allowance(op: &Op, xs: &[&Array<f64>], gy: Option<&Array<f64>>) -> Vec<f64> {
     let zeros = vec![0.0; if gy.is_some() { xs.len() } else { 1 }];
+    let mut v = offset_allowance(op, xs, gy).unwrap_or_else(|| zeros.clone());
+    if let Some(gy) = gy {
+        for (a, c) in v.iter_mut().zip(cotangent_allowance(op, xs, gy)) {
+            *a += c;
+        }
+    }
+    v
+}
+
+/// The cotangent's cancellation part of [`cancellation_allowance`]: `[gx, gγ, gβ]` (as many
+/// as the inputs).
+fn cotangent_allowance(op: &Op, xs: &[&Array<f64>], gy: &Array<f64>) -> Vec<f64> {
+    let mut out = vec![0.0; xs.len()];
+    let x = xs[0];
+    if gy.data.len() != x.data.len() {
+        return out;
+    }
+    let (gs, param) = groups(op, &x.shape);
+    let gamma = xs.get(1).filter(|g| !g.data.is_empty());
+    let centred = !matches!(op, Op::RmsNorm { .. });
+    let (mut a_gg, mut a_gb) = (
+        vec![0.0f64; gamma.map_or(0, |g| g.data.len())],
+        vec![0.0f64; gamma.map_or(0, |g| g.data.len())],
+    );
+    for g in &gs {
+        let st = stats(op, &x.data, g);
+        let rstd = st.rstd();
+        let finite = g
+            .iter()
+            .all(|&f| gy.data[f].is_finite() && x.data[f].is_finite());
+        if !finite || !rstd.is_finite() || g.is_empty() {
+            continue;
+        }
+        let n = g.len() as f64;
+        let (mut sg, mut sgx, mut big_x) = (0.0f64, 0.0f64, 0.0f64);
+        for &f in g {
+            let xh = st.xhat(x.data[f]);
+            let gh = gy.data[f] * gamma.map_or(1.0, |gm| gm.data[param[f]]);
+            sg += gh.abs();
+            sgx += (gh * xh).abs();
+            big_x = big_x.max(xh.abs());
+            if let Some(p) = a_gg.get_mut(param[f]) {
+                *p += (gy.data[f] * xh).abs();
+            }
+            if let Some(p) = a_gb.get_mut(param[f]) {
+                *p += gy.data[f].abs();
+            }
+        }
+        let means = if centred { sg / n } else { 0.0 } + big_x * sgx / n;
+        out[0] = f64::max(out[0], 2.0 * gamma32(g.len() + 4) * rstd * means);
+    }
+    let groups = gs.len();
+    if let Some(o) = out.get_mut(1) {
+        *o = gamma32(groups + 2) * a_gg.iter().fold(0.0f64, |m, &v| m.max(v));
+    }
+    if let Some(o) = out.get_mut(2) {
+        *o = gamma32(groups + 1) * a_gb.iter().fold(0.0f64, |m, &v| m.max(v));
+    }
+    out
+}
+
+/// The mean offset's part of [`cancellation_allowance`] (`layer_norm`, `batch_norm` with
+/// γ); `None` where it is zero.
+fn offset_allowance(op: &Op, xs: &[&Array<f64>], gy: Option<&Array<f64>>) -> Option<Vec<f64>> {
     if matches!(op, Op::RmsNorm { .. }) || xs.len() < 2 {
-        return zeros;
+        return None;
     }
     let (x, gamma) = (xs[0], xs[1]);
     let (gs, param) = groups(op, &x.shape);
@@ -430,14 +503,14 @@ pub fn cancellation_allowance(op: &Op, xs: &[&Array<f64>], gy: Option<&Array<f64
             }
         }
     }
-    match gy {
+    Some(match gy {
         None => vec![a_y],
         Some(_) => {
             let mut v = vec![a_gx, a_gg.iter().fold(0.0f64, |m, &v| m.max(v))];
             v.resize(xs.len(), 0.0);
             v
         }
-    }
+    })
 }
 
 #[cfg(test)]
