@@ -16,6 +16,9 @@ use torchlean::Tensor;
 const FLOAT: i32 = 1;
 const INT64: i32 = 7;
 
+/// A model's name, nodes, input dims and output dims.
+type Case = (&'static str, Vec<NodeProto>, Vec<i64>, Vec<i64>);
+
 #[test]
 fn layout_operators_and_sign_agree_with_tract() {
     let dir = std::env::temp_dir().join(format!("torchlean-composed-{}", std::process::id()));
@@ -28,7 +31,7 @@ fn layout_operators_and_sign_agree_with_tract() {
             mode,
         )
     };
-    let cases: Vec<(&str, Vec<NodeProto>, Vec<i64>, Vec<i64>)> = vec![
+    let cases: Vec<Case> = vec![
         (
             "depth to space DCR",
             vec![d2s("DCR")],
