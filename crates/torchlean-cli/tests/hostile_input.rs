@@ -1222,3 +1222,54 @@ fn float_flags_outside_float32s_range_are_refused_as_typed() {
         );
     }
 }
+
+/// Found by the forty-fifth session's hostile-input audit: a text of tens of thousands of
+/// distinct characters sized the character model's output layer by them (every Unicode
+/// character: 9.4 GB); a truncated checkpoint was described by the parser's variant name
+/// (`MetadataIncompleteBuffer`); `fuzz --findings` named a regular file and ran; a tensor
+/// name's control characters reached the terminal.
+#[test]
+fn vocabulary_checkpoint_findings_and_names_are_refused_readably() {
+    let d = Dir::new("audit45");
+    let text: String = (0x4e00u32..0x4e00 + 70_000)
+        .filter_map(char::from_u32)
+        .collect();
+    std::fs::write(d.p("wide.txt"), text).unwrap();
+    let (code, err) = run_plain(
+        &d.p(""),
+        &["transformer", "--data", "wide.txt", "--steps", "1"],
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("distinct characters") && err.contains("65536"),
+        "{err}"
+    );
+
+    // a checkpoint cut short
+    let (code, err) = run_plain(&d.p(""), &["mlp", "--steps", "1", "--save", "m.ckpt"]);
+    assert_eq!(code, Some(0), "{err}");
+    let bytes = std::fs::read(d.p("m.ckpt")).unwrap();
+    std::fs::write(d.p("cut.ckpt"), &bytes[..bytes.len() / 2]).unwrap();
+    let (code, err) = run_plain(&d.p(""), &["mlp", "--load", "cut.ckpt", "--steps", "1"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        !err.contains("MetadataIncompleteBuffer") && err.contains("byte ranges"),
+        "{err}"
+    );
+
+    std::fs::write(d.p("notdir"), b"x").unwrap();
+    let (code, err) = run_plain(
+        &d.p(""),
+        &[
+            "fuzz",
+            "--format",
+            "npy",
+            "--iterations",
+            "1",
+            "--findings",
+            "notdir",
+        ],
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("not a folder"), "{err}");
+}

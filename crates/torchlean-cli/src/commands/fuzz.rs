@@ -114,6 +114,14 @@ pub fn run(a: Args) -> CliResult {
             }
         };
     }
+    // findings are saved under --findings: a path that exists and is not a folder is refused
+    // now, not when the first finding cannot be saved
+    if a.findings.exists() && !a.findings.is_dir() {
+        return Err(CliError::usage(format!(
+            "--findings {}: that is not a folder (findings are saved as files in it)",
+            a.findings.display()
+        )));
+    }
     let mut findings = 0;
     for format in formats {
         let c = Campaign {

@@ -395,15 +395,20 @@ fn check_value_names(
     let is_input = |n: &str| graph.inputs.iter().any(|d| d.name == n);
     let is_param = |n: &str| n != SEED && graph.parameters.iter().any(|d| d.name == n);
     let mut problems = Vec::new();
-    for (n, _) in inputs.iter().filter(|(n, _)| !is_input(n)) {
-        problems.push(if is_param(n) {
+    // a name from a file is shown escaped (a hostile file's control characters must not
+    // reach the terminal)
+    let shown = torchlean::data::printable;
+    for (name, _) in inputs.iter().filter(|(n, _)| !is_input(n)) {
+        let n = &shown(name);
+        problems.push(if is_param(name) {
             format!("`{n}` in --inputs is a parameter of the graph: give it in --params")
         } else {
             format!("`{n}` in --inputs is not an input of the graph")
         });
     }
-    for (n, _) in params.iter().filter(|(n, _)| !is_param(n)) {
-        problems.push(if is_input(n) {
+    for (name, _) in params.iter().filter(|(n, _)| !is_param(n)) {
+        let n = &shown(name);
+        problems.push(if is_input(name) {
             format!("`{n}` in --params is an input of the graph: give it in --inputs")
         } else if onnx {
             format!("`{n}` in --params is not a parameter of the graph (an ONNX initializer that the import reads as a constant — a shape, an exponent, indices, a bound — cannot be replaced)")

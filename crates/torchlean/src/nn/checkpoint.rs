@@ -251,9 +251,16 @@ pub fn parse_checkpoint(bytes: &[u8], name: &str) -> Result<CheckpointContents> 
         }
         .into()
     };
-    let (_, meta) = SafeTensors::read_metadata(bytes)
-        .map_err(|e| format(format!("{e:?} (truncated or not a safetensors file)")))?;
-    let st = SafeTensors::deserialize(bytes).map_err(|e| format(format!("{e:?}")))?;
+    // the parse errors in words (the crate's own names them by variant; a hostile-input
+    // audit of the forty-fifth session found `InvalidHeaderLength` still shown here)
+    let (_, meta) = SafeTensors::read_metadata(bytes).map_err(|e| {
+        format(format!(
+            "{} (truncated or not a safetensors file)",
+            crate::tensor::io::describe(&e)
+        ))
+    })?;
+    let st =
+        SafeTensors::deserialize(bytes).map_err(|e| format(crate::tensor::io::describe(&e)))?;
     let metadata: BTreeMap<String, String> = meta
         .metadata()
         .clone()

@@ -112,7 +112,7 @@ fn mistaken_format(bytes: &[u8]) -> &'static str {
 
 /// What a safetensors parse error means, in words (the crate displays its variant's name:
 /// `InvalidHeaderDeserialization`, `MetadataIncompleteBuffer`).
-fn describe(e: &safetensors::SafeTensorError) -> String {
+pub(crate) fn describe(e: &safetensors::SafeTensorError) -> String {
     use safetensors::SafeTensorError as E;
     match e {
         E::InvalidHeader => "the header is not UTF-8 text".into(),

@@ -10,6 +10,9 @@ use torchlean::nn::models::CharTransformer;
 use torchlean::nn::{Config, LrSchedule, Task, Trainer, TransformerConfig};
 use torchlean::Tensor;
 
+/// The most distinct characters a `--data` text may have (refused above, exit 2).
+pub const MAX_VOCABULARY: usize = 65_536;
+
 const DEFAULTS: Defaults = Defaults {
     steps: 400,
     lr: 3e-3,
@@ -143,6 +146,15 @@ pub fn run_cmd(a: Args) -> CliResult {
         )));
     }
     let vocab = CharVocab::from_text(&text);
+    // the output layer and each step's logits grow with the vocabulary (batch × context ×
+    // characters): a text of every Unicode character (4.4 MB) took 9.4 GB before this bound
+    // (a hostile-input audit of the forty-fifth session); CJK texts use about 20,000
+    if vocab.len() > MAX_VOCABULARY {
+        return Err(CliError::usage(format!(
+            "`{source}` has {} distinct characters; the character model takes at most {MAX_VOCABULARY} (its output layer and logits grow with the vocabulary)",
+            vocab.len()
+        )));
+    }
     let data = char_lm_dataset(&text, &vocab, a.context, a.stride).map_err(lib_err)?;
     let cfg = TransformerConfig {
         embed_dim: 32,
