@@ -181,3 +181,122 @@ fn negative_log_likelihood_follows_its_definition() {
         }
     }
 }
+
+/// `Einsum` (`torch.einsum`) against tract on the same files: batched products (attention's
+/// `bhid,bhjd->bhij`), a transpose, sums, outer and inner products, `...`, the implicit
+/// output (labels occurring once, alphabetical), three operands; a diagonal (a label repeated
+/// within an operand) is refused naming it. (tract 0.23 reads `ij->` and an implicit output
+/// with `...` otherwise than numpy and PyTorch; the implicit `...ij,...jk` is checked equal to
+/// the explicit `...ij,...jk->...ik`, numpy's rule, and `ij->` to the sum.)
+#[test]
+fn einsum_agrees_with_tract() {
+    let dir = std::env::temp_dir().join(format!("torchlean-einsum-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let profile = BackendProfile::named("strict_native_cpu").expect("profile");
+    let cases: [(&str, &[&[usize]]); 10] = [
+        ("bhid,bhjd->bhij", &[&[2, 3, 4, 5], &[2, 3, 6, 5]]),
+        ("ij,jk", &[&[3, 4], &[4, 5]]),
+        ("ij->ji", &[&[3, 4]]),
+        ("ij->j", &[&[3, 4]]),
+        ("i,j->ij", &[&[3], &[4]]),
+        ("bi,bi->b", &[&[3, 5], &[3, 5]]),
+        ("...ij,...jk->...ik", &[&[2, 3, 4, 5], &[2, 3, 5, 6]]),
+        ("bij,bjk,bkl->bil", &[&[2, 3, 4], &[2, 4, 5], &[2, 5, 6]]),
+        ("nchw,oc->nohw", &[&[2, 3, 4, 5], &[6, 3]]),
+        ("ijk,ikl->jl", &[&[2, 3, 4], &[2, 4, 5]]),
+    ];
+    for (k, (eq, shapes)) in cases.iter().enumerate() {
+        let names: Vec<String> = (0..shapes.len()).map(|i| format!("x{i}")).collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let node = with_string(node("e", "Einsum", &refs, &["y"]), "equation", eq);
+        let inputs_vi = names
+            .iter()
+            .zip(shapes.iter())
+            .map(|(n, s)| {
+                let d: Vec<i64> = s.iter().map(|&v| v as i64).collect();
+                value_info(n, &d, FLOAT)
+            })
+            .collect();
+        // the output's rank is not needed by either engine: declared without dims
+        let mut out = value_info("y", &[], FLOAT);
+        out.type_ = Default::default();
+        let m = model(vec![node], vec![], inputs_vi, vec![out], 13);
+        let inputs: Vec<(String, Tensor)> = names
+            .iter()
+            .zip(shapes.iter())
+            .enumerate()
+            .map(|(i, (n, s))| {
+                let count: usize = s.iter().product();
+                let v: Vec<f32> = (0..count)
+                    .map(|j| ((j * 7 + i * 3 + k) % 11) as f32 * 0.25 - 1.0)
+                    .collect();
+                (n.clone(), Tensor::from_vec(v, s).unwrap())
+            })
+            .collect();
+        let path = dir.join(format!("einsum{k}.onnx"));
+        std::fs::write(&path, m.write_to_bytes().unwrap()).unwrap();
+        let want = tract_run(&path, &inputs).remove(0);
+        let imported = torchlean_onnx::import_model(&m, eq, &HashMap::new())
+            .unwrap_or_else(|e| panic!("{eq}: {e}"));
+        let got = run_graph(imported.graph, &imported.values, &inputs, &profile, false)
+            .unwrap_or_else(|e| panic!("{eq}: {e}"));
+        assert_close(eq, &got["y"].to_vec(), &want, 1e-6);
+    }
+    // numpy's rules where tract differs: the implicit output keeps `...` first; `ij->` sums
+    let run1 = |eq: &str, shapes: &[&[usize]]| -> Vec<f32> {
+        let names: Vec<String> = (0..shapes.len()).map(|i| format!("x{i}")).collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let mut out = value_info("y", &[], FLOAT);
+        out.type_ = Default::default();
+        let vis = names
+            .iter()
+            .zip(shapes)
+            .map(|(n, s)| value_info(n, &s.iter().map(|&v| v as i64).collect::<Vec<_>>(), FLOAT))
+            .collect();
+        let m = model(
+            vec![with_string(
+                node("e", "Einsum", &refs, &["y"]),
+                "equation",
+                eq,
+            )],
+            vec![],
+            vis,
+            vec![out],
+            13,
+        );
+        let inputs: Vec<(String, Tensor)> = names
+            .iter()
+            .zip(shapes)
+            .map(|(n, s)| {
+                let c: usize = s.iter().product();
+                let v = (0..c).map(|j| (j % 7) as f32 - 3.0).collect();
+                (n.clone(), Tensor::from_vec(v, s).unwrap())
+            })
+            .collect();
+        let imported = torchlean_onnx::import_model(&m, eq, &HashMap::new()).unwrap();
+        run_graph(imported.graph, &imported.values, &inputs, &profile, false).unwrap()["y"].to_vec()
+    };
+    let shapes: [&[usize]; 2] = [&[2, 3, 4, 5], &[2, 3, 5, 6]];
+    assert_eq!(
+        run1("...ij,...jk", &shapes),
+        run1("...ij,...jk->...ik", &shapes)
+    );
+    let total: f32 = (0..12).map(|j| (j % 7) as f32 - 3.0).sum();
+    assert_eq!(run1("ij->", &[&[3, 4]]), vec![total]);
+    let m = model(
+        vec![with_string(
+            node("e", "Einsum", &["x"], &["y"]),
+            "equation",
+            "ii->i",
+        )],
+        vec![],
+        vec![value_info("x", &[3, 3], FLOAT)],
+        vec![value_info("y", &[3], FLOAT)],
+        13,
+    );
+    let e = torchlean_onnx::import_model(&m, "diag", &HashMap::new())
+        .err()
+        .expect("a diagonal is refused")
+        .to_string();
+    assert!(e.contains("diagonal"), "{e}");
+}

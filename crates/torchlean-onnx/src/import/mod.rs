@@ -18,6 +18,7 @@
 mod attention;
 mod attrs;
 mod composite;
+mod einsum;
 mod integer;
 mod loss;
 mod ops;

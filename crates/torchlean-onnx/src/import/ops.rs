@@ -34,6 +34,7 @@ const KNOWN: &[&str] = &[
     "DepthToSpace",
     "Div",
     "Dropout",
+    "Einsum",
     "Elu",
     "Equal",
     "Exp",
@@ -844,6 +845,10 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
             super::loss::nll(b, op, a, inputs)
         }
         "Tile" => tile(b, inputs).map(|v| vec![v]),
+        "Einsum" => {
+            let equation = a.string("equation", "")?;
+            one(super::einsum::einsum(b, &equation, inputs)?)
+        }
         "DepthToSpace" | "SpaceToDepth" => depth_space(b, op, a, inputs).map(|v| vec![v]),
         "Sign" => {
             // 1 above 0, -1 below, 0 at ±0, NaN at NaN (as ONNX and torch.sign), with no
