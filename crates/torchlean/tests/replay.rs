@@ -1960,3 +1960,27 @@ fn row_op_gradients_under_an_offset_cotangent_are_accepted_and_shifts_rejected()
         assert!(shifted.is_err(), "{op:?}: a gradient 1e5 away was accepted");
     }
 }
+
+/// `selective_scan` where a_t·h_{t−1} cancels u_t (a = [1, 1e8, 1], u = [1.0000001, −1e8, 0]):
+/// the f32 recurrence gives [1.0000001, 8, 8] (PyTorch's loop bit for bit) where the exact
+/// values are [1, 11.92, 11.92]; the check allows the recurrence's rounding (γ_{2L+3} times
+/// the scan of magnitudes, `spec/scan_allowance.rs`) and accepts it — it rejected it before
+/// the forty-fifth session (an audit's F4) — and rejects a result 1000 away; the VJP under a
+/// unit cotangent is accepted likewise.
+#[test]
+fn a_cancelling_selective_scan_is_accepted_and_shifts_rejected() {
+    let op = Op::SelectiveScan;
+    let xs = [
+        Tensor::from_vec(vec![1.0, 1e8, 1.0], &[1, 3, 1]).unwrap(),
+        Tensor::from_vec(vec![1.000_000_1, -1e8, 0.0], &[1, 3, 1]).unwrap(),
+    ];
+    let (ins, y) = forward(&op, &xs);
+    assert_eq!(y.0, vec![1.000_000_1, 8.0, 8.0]);
+    check_forward(&op, &ins, &y, 1).expect("the f32 recurrence's value");
+    let shifted = (y.0.iter().map(|v| v + 1000.0).collect(), y.1.clone());
+    assert!(check_forward(&op, &ins, &shifted, 1).is_err());
+    let cot = Tensor::from_vec(vec![1.0; 3], &[1, 3, 1]).unwrap();
+    let (plain, shifted, _) = verdicts_with_cotangent(&op, &xs, cot, 0, 1e9);
+    assert!(plain.is_ok(), "{plain:?}");
+    assert!(shifted.is_err(), "a gradient 1e9 away was accepted");
+}

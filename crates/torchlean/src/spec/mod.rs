@@ -45,6 +45,7 @@ mod optim;
 mod pool;
 mod random;
 mod reduce;
+mod scan_allowance;
 mod softmax;
 mod special;
 mod spectral_allowance;
@@ -226,6 +227,9 @@ pub fn cancellation_allowance(
             attention_allowance::cancellation_allowance(op, inputs, grad_out)
         }
         K::SpectralConv1d => spectral_allowance::cancellation_allowance(op, inputs, grad_out),
+        K::SelectiveScan if finite_call(inputs, grad_out) => {
+            scan_allowance::cancellation_allowance(inputs, grad_out)
+        }
         _ => none,
     }
 }
