@@ -224,6 +224,25 @@ fn narrow(v: f64, i: usize) -> Fold<f32> {
     Ok(x)
 }
 
+/// Whether `t` holds float64 values that float32 does not hold exactly (0.1, 1/3): the import
+/// narrows them, which changes a comparison of a float64 value with them (`x.double() > 0.1`
+/// holds for x = f32(0.1), not for the narrowed constant).
+pub fn rounds_doubles(t: &TensorProto) -> bool {
+    let inexact = |v: f64| v.is_finite() && (v as f32) as f64 != v;
+    if t.data_type != dtype::DOUBLE {
+        return false;
+    }
+    if t.raw_data.is_empty() {
+        t.double_data.iter().any(|&v| inexact(v))
+    } else {
+        t.raw_data.chunks_exact(8).any(|c| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(c);
+            inexact(f64::from_le_bytes(b))
+        })
+    }
+}
+
 impl Const {
     pub fn f32(dims: Vec<usize>, v: Vec<f32>) -> Const {
         Const {

@@ -400,10 +400,10 @@ fn boolean_counts_products_and_casts_agree_with_tract() {
 }
 
 /// `torch.clamp(x, min=self.lo, max=self.hi)` with learnable bounds (Clip whose bounds are
-/// float initializers): the bounds are parameters with gradients, by PyTorch's rule for
-/// tensor bounds — x takes the cotangent where lo ≤ x ≤ hi (ties included), lo where x < lo,
-/// hi where x > hi. (The import read such bounds as constants and wrote no gradient for them:
-/// an audit of the forty-fifth session.)
+/// float initializers): the bounds are parameters with gradients, by PyTorch 2.15's rule for
+/// tensor bounds — x takes the cotangent where lo < x < hi, lo where x < lo, hi where x > hi,
+/// and a tie shares it half and half (x = lo and x = hi occur below). (The import read such
+/// bounds as constants and wrote no gradient for them: an audit of the forty-fifth session.)
 #[test]
 fn learnable_clip_bounds_take_their_gradients() {
     let profile = BackendProfile::named("checked_cpu").expect("profile");
@@ -436,19 +436,40 @@ fn learnable_clip_bounds_take_their_gradients() {
         ),
     ];
     let out = run_graph(imported.graph, &imported.values, &inputs, &profile, true).expect("runs");
-    let sum_where = |f: &dyn Fn(f32) -> bool| -> f32 {
-        x.iter()
-            .zip(&w)
-            .filter(|(v, _)| f(**v))
-            .map(|(_, w)| w)
-            .sum()
+    // an element's share of a cotangent: 1 where it wins, 1/2 on a tie, else 0
+    let share = |v: f32, bound: f32, beyond: bool| -> f32 {
+        if v == bound {
+            0.5
+        } else if beyond {
+            1.0
+        } else {
+            0.0
+        }
     };
-    assert_eq!(out["grad.lo"].to_vec(), vec![sum_where(&|v| v < lo)]);
-    assert_eq!(out["grad.hi"].to_vec(), vec![sum_where(&|v| v > hi)]);
+    let to_lo: f32 = x
+        .iter()
+        .zip(&w)
+        .map(|(&v, &w)| w * share(v, lo, v < lo))
+        .sum();
+    let to_hi: f32 = x
+        .iter()
+        .zip(&w)
+        .map(|(&v, &w)| w * share(v, hi, v > hi))
+        .sum();
+    assert_eq!(out["grad.lo"].to_vec(), vec![to_lo]);
+    assert_eq!(out["grad.hi"].to_vec(), vec![to_hi]);
     let gx: Vec<f32> = x
         .iter()
         .zip(&w)
-        .map(|(&v, &w)| if (lo..=hi).contains(&v) { w } else { 0.0 })
+        .map(|(&v, &w)| {
+            if v == lo || v == hi {
+                w * 0.5
+            } else if lo < v && v < hi {
+                w
+            } else {
+                0.0
+            }
+        })
         .collect();
     assert_eq!(out["grad.x"].to_vec(), gx);
     let y: Vec<f32> = x.iter().map(|v| v.clamp(lo, hi)).collect();

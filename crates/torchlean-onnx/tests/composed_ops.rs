@@ -300,3 +300,110 @@ fn einsum_agrees_with_tract() {
         .to_string();
     assert!(e.contains("diagonal"), "{e}");
 }
+
+/// Found by the forty-fifth session's audit of the new operators: an ignored entry's loss was
+/// zeroed by a product, so a -inf score of class 0 (which an ignored label is read as) made
+/// the loss NaN (0·inf), and a batch whose every label is ignored had NaN gradients; ignored
+/// entries are now selected away. The loss is the definition's over the counted entries; with
+/// every label ignored the mean is NaN (0/0, as PyTorch's) and every gradient exactly 0.
+#[test]
+fn ignored_labels_pass_no_nan_and_no_gradient() {
+    let profile = BackendProfile::named("checked_cpu").expect("profile");
+    let loss_node = with_int(
+        node("l", "SoftmaxCrossEntropyLoss", &["x", "t"], &["loss"]),
+        "ignore_index",
+        -100,
+    );
+    let m = model(
+        vec![loss_node],
+        vec![],
+        vec![
+            value_info("x", &[3, 4], FLOAT),
+            value_info("t", &[3], INT64),
+        ],
+        vec![value_info("loss", &[], FLOAT)],
+        13,
+    );
+    let x: Vec<f32> = (0..12)
+        .map(|i| {
+            if i % 4 == 0 {
+                f32::NEG_INFINITY
+            } else {
+                (i % 5) as f32 * 0.5 - 1.0
+            }
+        })
+        .collect();
+    let run = |labels: [f32; 3]| {
+        let imported = torchlean_onnx::import_model(&m, "ce", &HashMap::new()).unwrap();
+        let inputs = [
+            (
+                "x".to_string(),
+                Tensor::from_vec(x.clone(), &[3, 4]).unwrap(),
+            ),
+            (
+                "t".to_string(),
+                Tensor::from_vec(labels.to_vec(), &[3]).unwrap(),
+            ),
+        ];
+        run_graph(imported.graph, &imported.values, &inputs, &profile, true).unwrap()
+    };
+    let out = run([1.0, -100.0, 2.0]);
+    // −log softmax(x_i)[t_i], averaged over the two counted rows (f64)
+    let nll = |row: usize, t: usize| -> f64 {
+        let r: Vec<f64> = (0..4).map(|c| x[row * 4 + c] as f64).collect();
+        let m = r.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let lse = m + r.iter().map(|v| (v - m).exp()).sum::<f64>().ln();
+        lse - r[t]
+    };
+    let want = (nll(0, 1) + nll(2, 2)) / 2.0;
+    let got = out["loss"].to_vec()[0] as f64;
+    assert!((got - want).abs() < 1e-6, "{got} against {want}");
+    assert!(out["grad.x"].to_vec().iter().all(|v| v.is_finite()));
+    let all = run([-100.0; 3]);
+    assert!(all["loss"].to_vec()[0].is_nan());
+    assert!(
+        all["grad.x"].to_vec().iter().all(|&v| v == 0.0),
+        "{:?}",
+        all["grad.x"].to_vec()
+    );
+}
+
+/// A float64 value compared with a float64 constant that float32 rounds is refused: the
+/// import holds float64 values as float32, and x = f32(0.1) satisfies `x.double() > 0.1`
+/// but not `x > f32(0.1)` (an audit of the forty-fifth session); a constant float32 holds
+/// exactly (0.5) is compared as it is.
+#[test]
+fn float64_comparisons_with_inexact_constants_are_refused() {
+    const DOUBLE: i64 = 11;
+    let compare_with = |c: f64| {
+        let mut t = floats("c", &[], &[0.0]);
+        t.data_type = DOUBLE as i32;
+        t.float_data.clear();
+        t.double_data = vec![c];
+        model(
+            vec![
+                with_int(node("d", "Cast", &["x"], &["xd"]), "to", DOUBLE),
+                node("g", "Greater", &["xd", "c"], &["m"]),
+                with_int(node("f", "Cast", &["m"], &["y"]), "to", FLOAT as i64),
+            ],
+            vec![t],
+            vec![value_info("x", &[3], FLOAT)],
+            vec![value_info("y", &[3], FLOAT)],
+            13,
+        )
+    };
+    let e = torchlean_onnx::import_model(&compare_with(0.1), "inexact", &HashMap::new())
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(e.contains("float32 does not hold exactly"), "{e}");
+    let imported =
+        torchlean_onnx::import_model(&compare_with(0.5), "exact", &HashMap::new()).unwrap();
+    let inputs = [(
+        "x".to_string(),
+        Tensor::from_vec(vec![0.25, 0.5, 0.75], &[3]).unwrap(),
+    )];
+    let profile = BackendProfile::named("checked_cpu").unwrap();
+    let out = run_graph(imported.graph, &imported.values, &inputs, &profile, false).unwrap();
+    assert_eq!(out["y"].to_vec(), vec![0.0, 0.0, 1.0]);
+}

@@ -81,9 +81,14 @@ pub(super) fn einsum(b: &mut Builder, equation: &str, inputs: &[Option<Value>]) 
         for (&c, &n) in t.labels.iter().zip(&shape) {
             match extent.iter().find(|(d, _)| *d == c) {
                 Some(&(_, m)) if m != n => {
+                    let what = if ellipsis.contains(&c) {
+                        "an axis of `...`".to_string()
+                    } else {
+                        format!("label `{c}`")
+                    };
                     return Err(format!(
-                        "Einsum `{equation}`: label `{c}` has extents {m} and {n}"
-                    ))
+                        "Einsum `{equation}`: {what} has extents {m} and {n} (`...` axes are not broadcast)"
+                    ));
                 }
                 Some(_) => {}
                 None => extent.push((c, n)),

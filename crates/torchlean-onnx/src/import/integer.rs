@@ -233,10 +233,25 @@ fn exact_on_doubles(op: &str) -> bool {
 /// one (a node whose results are all constants was evaluated at import).
 pub(super) fn check_double(
     double: &HashSet<String>,
+    inexact: &HashSet<String>,
     op: &str,
     names: &[String],
     outs: &[Value],
 ) -> Result<(), String> {
+    // a float64 value compared with a float64 constant that float32 rounds: the narrowed
+    // constant can change the answer (x = f32(0.1): `x.double() > 0.1` holds, `x > f32(0.1)`
+    // does not; an audit of the forty-fifth session)
+    let comparison = matches!(
+        op,
+        "Equal" | "Less" | "Greater" | "LessOrEqual" | "GreaterOrEqual"
+    );
+    if comparison && names.iter().any(|n| double.contains(n)) {
+        if let Some(c) = names.iter().find(|n| inexact.contains(*n)) {
+            return Err(format!(
+                "`{op}` of a float64 value with the float64 constant `{c}`, which float32 does not hold exactly: torchlean holds float64 values as float32 and rounding the constant could change the comparison"
+            ));
+        }
+    }
     if exact_on_doubles(op)
         || matches!(op, "Cast" | "CastLike")
         || !outs.iter().any(|v| matches!(v, Value::Node(_)))

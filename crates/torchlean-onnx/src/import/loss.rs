@@ -67,24 +67,19 @@ pub(super) fn nll(
         x.clone()
     };
     let scalar = |v: f32| konst(Const::f32(vec![], vec![v]));
-    // ignored entries: their label read as 0 (a valid index), their loss and weight zeroed
-    let (index, keep) = match ignore {
+    // ignored entries: their label read as 0 (a valid index), their loss and weight selected
+    // away by a `where` — not multiplied by 0, which gave NaN where class 0's score is -inf
+    // (0·inf), and NaN gradients when every entry is ignored (an audit of the forty-fifth
+    // session): selected away, they pass exactly no gradient
+    let (index, ignored) = match ignore {
         None => (labels.clone(), None),
         Some(i) => {
-            let ignored = b.op_on(
-                Op::Compare {
-                    relation: Relation::Eq,
-                },
-                &[&labels, &scalar(i)],
-            )?;
+            let eq = Op::Compare {
+                relation: Relation::Eq,
+            };
+            let ignored = b.op_on(eq, &[&labels, &scalar(i)])?;
             let index = b.op_on(Op::Where, &[&ignored, &scalar(0.0), &labels])?;
-            let kept = b.op_on(
-                Op::Compare {
-                    relation: Relation::Ne,
-                },
-                &[&labels, &scalar(i)],
-            )?;
-            (index, Some(kept))
+            (index, Some(ignored))
         }
     };
     let mut with_class = lshape.clone();
@@ -92,7 +87,7 @@ pub(super) fn nll(
     let idx = reshape(b, &index, with_class)?;
     let picked = b.op_on(Op::Gather { axis: 1 }, &[&lp, &idx])?;
     let picked = reshape(b, &picked, lshape.clone())?;
-    // the weight of each entry's class, times 1 where it is counted
+    // the weight of each entry's class
     let mut weight = match weights {
         Some(w) => {
             let count: usize = lshape.iter().product();
@@ -102,16 +97,16 @@ pub(super) fn nll(
         }
         None => None,
     };
-    if let Some(k) = keep {
-        weight = Some(match weight {
-            Some(w) => b.op_on(Op::Mul, &[&w, &k])?,
-            None => k,
-        });
-    }
-    let per = match &weight {
+    let mut per = match &weight {
         Some(w) => b.op_on(Op::Mul, &[&picked, w])?,
         None => picked,
     };
+    if let Some(ign) = &ignored {
+        per = b.op_on(Op::Where, &[ign, &scalar(0.0), &per])?;
+        // the counted weight: 0 where ignored, else the class weight (or 1)
+        let counted = weight.clone().unwrap_or_else(|| scalar(1.0));
+        weight = Some(b.op_on(Op::Where, &[ign, &scalar(0.0), &counted])?);
+    }
     let per = b.op_on(Op::Neg, &[&per])?;
     let loss = match reduction.as_str() {
         "none" => per,

@@ -411,6 +411,9 @@ pub fn import_model(
     let mut defined: HashSet<String> = HashSet::new();
     // names whose definition failed: what reads them is skipped (the cause is listed)
     let mut poisoned: HashSet<String> = HashSet::new();
+    // float64 constants that float32 does not hold exactly (a comparison of a float64 value
+    // with one is refused: `integer::check_double`)
+    let mut inexact: HashSet<String> = HashSet::new();
     for t in &g.initializer {
         if !defined.insert(t.name.clone()) {
             fail(
@@ -419,6 +422,9 @@ pub fn import_model(
                 "two initializers have this name (ONNX names each value once)".into(),
             );
             continue;
+        }
+        if crate::constant::rounds_doubles(t) {
+            inexact.insert(t.name.clone());
         }
         match Const::from_proto(t) {
             Ok(c) => {
@@ -627,7 +633,13 @@ pub fn import_model(
                 let unread = attrs.unread();
                 if unread.is_empty() {
                     integer::check(&b, &int_typed, &node.op_type, &node.input, &inputs, &outs)?;
-                    integer::check_double(&double_typed, &node.op_type, &node.input, &outs)?;
+                    integer::check_double(
+                        &double_typed,
+                        &inexact,
+                        &node.op_type,
+                        &node.input,
+                        &outs,
+                    )?;
                     Ok(outs)
                 } else {
                     Err(format!(
@@ -637,6 +649,15 @@ pub fn import_model(
                 }
             });
         let cast_to = node.attribute.iter().find(|a| a.name == "to").map(|a| a.i);
+        if node.op_type == "Constant"
+            && node
+                .attribute
+                .iter()
+                .filter_map(|a| a.t.as_ref())
+                .any(crate::constant::rounds_doubles)
+        {
+            inexact.extend(node.output.iter().cloned());
+        }
         match result {
             Ok(outs) => {
                 let wanted = node.output.iter().filter(|o| !o.is_empty()).count();

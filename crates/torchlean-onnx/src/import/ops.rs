@@ -525,8 +525,8 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
         }
         "Clip" => {
             // a bound computed at run time or held by a float initializer (a learnable
-            // `torch.clamp(x, max=self.p)`): selected against it, as ONNX defines Clip
-            // (max with lo, then min with hi), so the bound takes its gradient (read as a constant, it silently had
+            // `torch.clamp(x, max=self.p)`): max with lo, then min with hi, as ONNX defines
+            // Clip, so the bound takes its gradient (read as a constant, it silently had
             // none: an audit of the forty-fifth session)
             let runtime = |i: usize| {
                 opt(inputs, i).is_some_and(|v| {
@@ -535,15 +535,29 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
                 })
             };
             if runtime(1) || runtime(2) {
-                // where(x < lo, lo, x), then where(y > hi, hi, y): PyTorch's clamp with
-                // tensor bounds, whose gradient goes to x on a tie (a maximum would share
-                // it) and to a bound where it wins; a NaN x stays NaN
+                // maximum(x, lo), then minimum(·, hi): ONNX's Clip, and PyTorch 2.15's clamp
+                // with tensor bounds — a tie shares the gradient half and half between x and
+                // the bound, a NaN x stays NaN; a bound not given is ONNX's default, ±f32::MAX
+                // (as the constant bounds': an infinite x becomes ±3.4e38)
                 let mut y = arg(inputs, 0)?.clone();
-                for (i, relation) in [(1, Relation::Lt), (2, Relation::Gt)] {
-                    if let Some(bound) = opt(inputs, i) {
-                        let beyond = b.op_on(Op::Compare { relation }, &[&y, bound])?;
-                        y = b.op_on(Op::Where, &[&beyond, bound, &y])?;
-                    }
+                for (i, op) in [(1, Op::Maximum), (2, Op::Minimum)] {
+                    y = match opt(inputs, i) {
+                        Some(bound) => b.op_on(op, &[&y, bound])?,
+                        None if i == 1 => b.op_on(
+                            Op::Clamp {
+                                min: f32::MIN,
+                                max: f32::INFINITY,
+                            },
+                            &[&y],
+                        )?,
+                        None => b.op_on(
+                            Op::Clamp {
+                                min: f32::NEG_INFINITY,
+                                max: f32::MAX,
+                            },
+                            &[&y],
+                        )?,
+                    };
                 }
                 return one(y);
             }
@@ -851,15 +865,18 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
         }
         "DepthToSpace" | "SpaceToDepth" => depth_space(b, op, a, inputs).map(|v| vec![v]),
         "Sign" => {
-            // 1 above 0, -1 below, 0 at ±0, NaN at NaN (as ONNX and torch.sign), with no
-            // gradient (PyTorch's is 0)
+            // 1 above 0, -1 below, 0 at ±0, NaN at NaN (as numpy, onnxruntime and tract;
+            // PyTorch's sign(NaN) is 0), with no gradient anywhere (PyTorch's is 0): the NaN
+            // is x·0, whose gradient is 0
             let x = arg(inputs, 0)?;
             let zero = konst(Const::f32(vec![], vec![0.0]));
-            let above = b.op_on(Op::Compare { relation: Relation::Gt }, &[x, &zero])?;
-            let below = b.op_on(Op::Compare { relation: Relation::Lt }, &[x, &zero])?;
+            let (gt, lt, ne) = (Relation::Gt, Relation::Lt, Relation::Ne);
+            let above = b.op_on(Op::Compare { relation: gt }, &[x, &zero])?;
+            let below = b.op_on(Op::Compare { relation: lt }, &[x, &zero])?;
             let s = b.op_on(Op::Sub, &[&above, &below])?;
-            let nan = b.op_on(Op::Compare { relation: Relation::Ne }, &[x, x])?;
-            one(b.op_on(Op::Where, &[&nan, x, &s])?)
+            let nan = b.op_on(Op::Compare { relation: ne }, &[x, x])?;
+            let nan_value = b.op_on(Op::Scale { factor: 0.0 }, &[x])?;
+            one(b.op_on(Op::Where, &[&nan, &nan_value, &s])?)
         }
         "GRU" => super::recurrent::gru(b, a, inputs),
         "LSTM" => super::recurrent::lstm(b, a, inputs),
