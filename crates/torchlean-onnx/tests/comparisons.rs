@@ -203,15 +203,8 @@ fn float_comparisons_agree_with_tract_on_special_values() {
             vec![value_info("y", &[2, 6], FLOAT)],
             13,
         );
-        let path = dir.join(format!("{}.onnx", what.replace([' ', ','], "_")));
-        std::fs::write(&path, m.write_to_bytes().unwrap()).unwrap();
-        let want = tract_run(&path, &inputs).remove(0);
-        let imported = torchlean_onnx::import_model(&m, &what, &HashMap::new())
-            .unwrap_or_else(|e| panic!("{what}: {e}"));
-        let out = run_graph(imported.graph, &imported.values, &inputs, &profile, false)
-            .unwrap_or_else(|e| panic!("{what}: {e}"));
-        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-        assert_eq!(bits(&out["y"].to_vec()), bits(&want), "{what}");
+        let (got, want) = torchlean_and_tract(&dir, &what, &m, &inputs, &profile);
+        assert_eq!(bits(&got), bits(&want), "{what}");
     }
 }
 

@@ -8,7 +8,7 @@
 mod common;
 
 use common::*;
-use onnx_protobuf::{Message, NodeProto};
+use onnx_protobuf::NodeProto;
 use std::collections::HashMap;
 use torchlean::backend::BackendProfile;
 use torchlean::Tensor;
@@ -85,15 +85,8 @@ fn layout_operators_and_sign_agree_with_tract() {
         }
         let shape: Vec<usize> = dims.iter().map(|&d| d as usize).collect();
         let inputs = [("x".to_string(), Tensor::from_vec(x, &shape).unwrap())];
-        let path = dir.join(format!("{}.onnx", what.replace(' ', "_")));
-        std::fs::write(&path, m.write_to_bytes().unwrap()).unwrap();
-        let want = tract_run(&path, &inputs).remove(0);
-        let imported = torchlean_onnx::import_model(&m, what, &HashMap::new())
-            .unwrap_or_else(|e| panic!("{what}: {e}"));
-        let out = run_graph(imported.graph, &imported.values, &inputs, &profile, false)
-            .unwrap_or_else(|e| panic!("{what}: {e}"));
-        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-        assert_eq!(bits(&out["y"].to_vec()), bits(&want), "{what}");
+        let (got, want) = torchlean_and_tract(&dir, what, &m, &inputs, &profile);
+        assert_eq!(bits(&got), bits(&want), "{what}");
     }
 }
 
@@ -233,14 +226,8 @@ fn einsum_agrees_with_tract() {
                 (n.clone(), Tensor::from_vec(v, s).unwrap())
             })
             .collect();
-        let path = dir.join(format!("einsum{k}.onnx"));
-        std::fs::write(&path, m.write_to_bytes().unwrap()).unwrap();
-        let want = tract_run(&path, &inputs).remove(0);
-        let imported = torchlean_onnx::import_model(&m, eq, &HashMap::new())
-            .unwrap_or_else(|e| panic!("{eq}: {e}"));
-        let got = run_graph(imported.graph, &imported.values, &inputs, &profile, false)
-            .unwrap_or_else(|e| panic!("{eq}: {e}"));
-        assert_close(eq, &got["y"].to_vec(), &want, 1e-6);
+        let (got, want) = torchlean_and_tract(&dir, &format!("einsum{k}"), &m, &inputs, &profile);
+        assert_close(eq, &got, &want, 1e-6);
     }
     // numpy's rules where tract differs: the implicit output keeps `...` first; `ij->` sums
     let run1 = |eq: &str, shapes: &[&[usize]]| -> Vec<f32> {

@@ -226,6 +226,31 @@ pub fn values(n: usize, seed: u64) -> Vec<f32> {
 
 /// Runs the model file with tract (an independent ONNX engine) on `inputs`; its outputs in
 /// order, as f32.
+/// The model `m` (written to `dir` as `what`.onnx) run on `inputs` by torchlean (imported,
+/// forward only, under `profile`: its output `y`) and by tract (its first output).
+pub fn torchlean_and_tract(
+    dir: &std::path::Path,
+    what: &str,
+    m: &onnx_protobuf::ModelProto,
+    inputs: &[(String, Tensor)],
+    profile: &BackendProfile,
+) -> (Vec<f32>, Vec<f32>) {
+    use onnx_protobuf::Message;
+    let path = dir.join(format!("{}.onnx", what.replace([' ', ',', '>', '.'], "_")));
+    std::fs::write(&path, m.write_to_bytes().unwrap()).unwrap();
+    let want = tract_run(&path, inputs).remove(0);
+    let imported = torchlean_onnx::import_model(m, what, &HashMap::new())
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let out = run_graph(imported.graph, &imported.values, inputs, profile, false)
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    (out["y"].to_vec(), want)
+}
+
+/// The bit patterns of `v` (NaN compared as bits).
+pub fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
 pub fn tract_run(path: &std::path::Path, inputs: &[(String, torchlean::Tensor)]) -> Vec<Vec<f32>> {
     use tract_onnx::prelude::*;
     use tract_onnx::tract_hir::infer::Factoid;
