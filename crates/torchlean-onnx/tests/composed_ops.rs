@@ -394,3 +394,37 @@ fn float64_comparisons_with_inexact_constants_are_refused() {
     let out = run_graph(imported.graph, &imported.values, &inputs, &profile, false).unwrap();
     assert_eq!(out["y"].to_vec(), vec![0.0, 0.0, 1.0]);
 }
+
+/// `CumSum` (`torch.cumsum`) by doubling steps, plain, `exclusive` and `reverse`, along each
+/// axis of a [3, 7] value, against tract (within the rounding of the additions' other order).
+#[test]
+fn cumsum_agrees_with_tract() {
+    let dir = std::env::temp_dir().join(format!("torchlean-cumsum-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let profile = BackendProfile::named("strict_native_cpu").expect("profile");
+    let x: Vec<f32> = (0..21).map(|i| ((i * 5) % 9) as f32 * 0.75 - 2.0).collect();
+    let inputs = [("x".to_string(), Tensor::from_vec(x, &[3, 7]).unwrap())];
+    for axis in [0i64, 1, -1] {
+        for (exclusive, reverse) in [(0, 0), (1, 0), (0, 1), (1, 1)] {
+            let n = with_int(
+                with_int(
+                    node("c", "CumSum", &["x", "axis"], &["y"]),
+                    "exclusive",
+                    exclusive,
+                ),
+                "reverse",
+                reverse,
+            );
+            let m = model(
+                vec![n],
+                vec![ints("axis", &[], &[axis])],
+                vec![value_info("x", &[3, 7], FLOAT)],
+                vec![value_info("y", &[3, 7], FLOAT)],
+                13,
+            );
+            let what = format!("cumsum {axis} {exclusive}{reverse}");
+            let (got, want) = torchlean_and_tract(&dir, &what, &m, &inputs, &profile);
+            assert_close(&what, &got, &want, 1e-6);
+        }
+    }
+}

@@ -147,7 +147,8 @@ fn exact_on_booleans(
 ) -> bool {
     let at = |i: usize| inputs.get(i).and_then(Option::as_ref);
     match op {
-        "ReduceSum" => at(0).is_some_and(|v| {
+        // the running sums of booleans: integers at most the axis's length
+        "ReduceSum" | "CumSum" => at(0).is_some_and(|v| {
             is_boolean(b, v) && (b.shape(v).iter().product::<usize>() as f64) <= 16_777_216.0
         }),
         "Mul" => match (at(0), at(1), names.first(), names.get(1)) {

@@ -31,6 +31,7 @@ const KNOWN: &[&str] = &[
     "Conv",
     "ConvTranspose",
     "Cos",
+    "CumSum",
     "DepthToSpace",
     "Div",
     "Dropout",
@@ -859,6 +860,7 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
             super::loss::nll(b, op, a, inputs)
         }
         "Tile" => tile(b, inputs).map(|v| vec![v]),
+        "CumSum" => cumsum(b, a, inputs).map(|v| vec![v]),
         "Einsum" => {
             let equation = a.string("equation", "")?;
             one(super::einsum::einsum(b, &equation, inputs)?)
@@ -1705,4 +1707,52 @@ fn depth_space(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -
     let y = reshape(b, x, split)?;
     let y = b.op_on(Op::Permute { axes }, &[&y])?;
     reshape(b, &y, out)
+}
+
+/// `CumSum(x, axis)` (`torch.cumsum`) by ⌈log₂ n⌉ doubling steps (Hillis and Steele): y +=
+/// y shifted by 1, 2, 4, ... along the axis (a `slice` and a `concat` with zeros), so each
+/// output is the sum of its prefix (with `reverse`, its suffix; with `exclusive`, x is shifted
+/// by one first). Each step is exact data movement and one `add`: the sums' rounding differs
+/// from a sequential scan's only in the order of the additions; the gradient is the
+/// composition's (the reverse scan of the cotangent).
+fn cumsum(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Value> {
+    let x = arg(inputs, 0)?;
+    let shape = b.shape(x);
+    let axis = b.ints(arg(inputs, 1)?, "axis")?;
+    let [axis] = axis[..] else {
+        return Err(format!("CumSum's axis must be one value, got {axis:?}"));
+    };
+    let axis = crate::constant::normalize_axis(axis, shape.len())?;
+    let (exclusive, reverse) = (a.int("exclusive", 0)? != 0, a.int("reverse", 0)? != 0);
+    let n = shape[axis];
+    // y shifted by d along the axis toward the end (or, reversed, the start), zeros entering
+    let shift = |b: &mut Builder, y: &Value, d: usize| -> Map<Value> {
+        let mut zdims = shape.clone();
+        zdims[axis] = d;
+        let count = b.budget.take(&zdims)?;
+        let zeros = konst(Const::f32(zdims, vec![0.0; count]));
+        let (start, end) = if reverse { (d, n) } else { (0, n - d) };
+        let kept = b.op_on(Op::Slice { axis, start, end }, &[y])?;
+        let parts: [&Value; 2] = if reverse {
+            [&kept, &zeros]
+        } else {
+            [&zeros, &kept]
+        };
+        b.op_on(Op::Concat { axis }, &parts)
+    };
+    if n == 0 {
+        return Ok(x.clone());
+    }
+    let mut y = if exclusive {
+        shift(b, x, 1)?
+    } else {
+        x.clone()
+    };
+    let mut d = 1;
+    while d < n {
+        let s = shift(b, &y, d)?;
+        y = b.op_on(Op::Add, &[&y, &s])?;
+        d *= 2;
+    }
+    Ok(y)
 }
