@@ -244,6 +244,20 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
                 {
                     one(x.clone())
                 }
+                // a float value cast to an integer type where only indices read it
+                // (torchlean's export of a gather over computed indices): a view of its own,
+                // integral; the index kernels refuse a value that is not an integer in range
+                // (where ONNX would truncate it)
+                None if matches!(to, dtype::INT64 | dtype::INT32)
+                    && !b.current_outputs.is_empty()
+                    && b.current_outputs.iter().all(|o| b.index_only.contains(o)) =>
+                {
+                    let shape = b.shape(x);
+                    let id = b.node(x)?;
+                    let view = b.op(Op::Reshape { shape }, vec![id])?;
+                    b.integral.insert(view);
+                    one(Value::Node(view))
+                }
                 // a boolean value cast to bool (the exporter's Cast of a bool mask input):
                 // itself
                 None if matches!(x, Value::Node(id) if b.boolean.contains(id))
