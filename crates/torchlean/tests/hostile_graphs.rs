@@ -511,3 +511,22 @@ fn f32_payloads_beyond_the_f32_range_are_refused() {
     let text = serde_json::to_string(&g).unwrap();
     assert_eq!(serde_json::from_str::<Graph>(&text).unwrap(), g);
 }
+
+/// ONNX bytes given where a graph file is read (a pipe: the format comes from the name) are
+/// refused with a hint to name the file `.onnx` (the forty-fifth session's hostile-input
+/// audit); other bytes get no such hint.
+#[test]
+fn onnx_bytes_read_as_a_graph_file_get_a_hint() {
+    let onnx_like = [0x08u8, 0x07, 0x12, 0x03, b'p', b'y', b't'];
+    let e = torchlean::graph::Graph::from_json(&onnx_like, "/dev/fd/63")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("looks like an ONNX model") && e.contains(".onnx"),
+        "{e}"
+    );
+    let e = torchlean::graph::Graph::from_json(b"not json", "x")
+        .unwrap_err()
+        .to_string();
+    assert!(!e.contains("ONNX"), "{e}");
+}
