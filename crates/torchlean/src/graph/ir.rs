@@ -646,6 +646,18 @@ impl Default for Graph {
     }
 }
 
+/// A hint for graph bytes that look like an ONNX model (a protobuf message starting with
+/// field 1, `ir_version`, as a varint): the command chose the JSON reader because the path
+/// has no `.onnx` extension (a pipe, `<(cat model.onnx)`: the forty-fifth session's
+/// hostile-input audit).
+fn onnx_hint(bytes: &[u8]) -> &'static str {
+    if bytes.starts_with(&[0x08]) && bytes.get(1).is_some_and(|&b| b != 0) {
+        " (this looks like an ONNX model: the format is chosen by the file's name — give it a path ending in `.onnx`, e.g. save it to a file first)"
+    } else {
+        ""
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -669,17 +681,5 @@ mod tests {
             "{err}"
         );
         assert_eq!(g.nodes.len(), MAX_NODES);
-    }
-}
-
-/// A hint for graph bytes that look like an ONNX model (a protobuf message starting with
-/// field 1, `ir_version`, as a varint): the command chose the JSON reader because the path
-/// has no `.onnx` extension (a pipe, `<(cat model.onnx)`: the forty-fifth session's
-/// hostile-input audit).
-fn onnx_hint(bytes: &[u8]) -> &'static str {
-    if bytes.starts_with(&[0x08]) && bytes.get(1).is_some_and(|&b| b != 0) {
-        " (this looks like an ONNX model: the format is chosen by the file's name — give it a path ending in `.onnx`, e.g. save it to a file first)"
-    } else {
-        ""
     }
 }
