@@ -196,10 +196,7 @@ fn find(g: &Graph, constant: &dyn Fn(&str) -> Option<Vec<f32>>) -> Vec<Found> {
     for o in &g.outputs {
         readers[o.node] += 1; // an output is read by the caller: never absorbed
     }
-    let op = |id: usize| match &g.nodes[id].kind {
-        NodeKind::Op { op } => Some(op),
-        _ => None,
-    };
+    let op = |id: usize| op_at(g, id);
     let kind = |id: usize| op(id).map(Op::kind);
     // a node read once (here) whose kind is `k`
     let inner = |id: usize, k: OpKind| readers[id] == 1 && kind(id) == Some(k);
@@ -358,6 +355,14 @@ fn find(g: &Graph, constant: &dyn Fn(&str) -> Option<Vec<f32>>) -> Vec<Found> {
     found
 }
 
+/// The op of node `id`, if it is an op node.
+fn op_at(g: &Graph, id: usize) -> Option<&Op> {
+    match &g.nodes[id].kind {
+        NodeKind::Op { op } => Some(op),
+        _ => None,
+    }
+}
+
 /// The nodes of a recognized safe-softmax tail.
 struct SafeTail {
     /// The softmax under it.
@@ -374,10 +379,7 @@ fn safe_softmax(
     constant: &dyn Fn(&str) -> Option<Vec<f32>>,
     id: usize,
 ) -> Option<SafeTail> {
-    let op = |id: usize| match &g.nodes[id].kind {
-        NodeKind::Op { op } => Some(op),
-        _ => None,
-    };
+    let op = |id: usize| op_at(g, id);
     if readers[id] != 1 || op(id)? != &Op::Where {
         return None;
     }
@@ -418,8 +420,7 @@ fn boolean_mask(
     constant: &dyn Fn(&str) -> Option<Vec<f32>>,
     id: usize,
 ) -> Option<BooleanMask> {
-    let is_where = matches!(&g.nodes[id].kind, NodeKind::Op { op: Op::Where });
-    if readers[id] != 1 || !is_where {
+    if readers[id] != 1 || op_at(g, id) != Some(&Op::Where) {
         return None;
     }
     let [mask, zero, blocked] = g.nodes[id].parents[..] else {

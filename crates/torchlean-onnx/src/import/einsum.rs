@@ -102,26 +102,17 @@ pub(super) fn einsum(b: &mut Builder, equation: &str, inputs: &[Option<Value>]) 
     }
     let size = |c: char| extent.iter().find(|(d, _)| *d == c).map_or(1, |&(_, n)| n);
     // contract left to right; a label stays while the output or a later operand reads it
-    let mut acc = sum_unread(b, terms.remove(0), &output, &terms)?;
+    let labels_of =
+        |ts: &[Term]| -> Vec<char> { ts.iter().flat_map(|t| t.labels.iter().copied()).collect() };
+    let first = terms.remove(0);
+    let mut acc = sum_unread(b, first, &[output.clone(), labels_of(&terms)].concat())?;
     while !terms.is_empty() {
         let next = terms.remove(0);
-        let rest: Vec<char> = terms
-            .iter()
-            .flat_map(|t| t.labels.iter().copied())
-            .chain(output.iter().copied())
-            .collect();
-        let next = sum_unread(
-            b,
-            next,
-            &rest,
-            &[Term {
-                value: acc.value.clone(),
-                labels: acc.labels.clone(),
-            }],
-        )?;
+        let rest: Vec<char> = [labels_of(&terms), output.clone()].concat();
+        let next = sum_unread(b, next, &[rest.clone(), acc.labels.clone()].concat())?;
         acc = pair(b, acc, next, &rest, &size)?;
     }
-    let acc = sum_unread(b, acc, &output, &[])?;
+    let acc = sum_unread(b, acc, &output)?;
     // the output's order
     let axes: Vec<usize> = output
         .iter()
@@ -173,11 +164,10 @@ fn expand(
         .collect())
 }
 
-/// `t` with the labels that neither `keep` nor any of `others` reads summed out.
-fn sum_unread(b: &mut Builder, t: Term, keep: &[char], others: &[Term]) -> Map<Term> {
-    let read = |c: &char| keep.contains(c) || others.iter().any(|o| o.labels.contains(c));
+/// `t` with the labels that `read` (the labels read after it) does not hold summed out.
+fn sum_unread(b: &mut Builder, t: Term, read: &[char]) -> Map<Term> {
     let axes: Vec<usize> = (0..t.labels.len())
-        .filter(|&i| !read(&t.labels[i]))
+        .filter(|&i| !read.contains(&t.labels[i]))
         .collect();
     if axes.is_empty() {
         return Ok(t);

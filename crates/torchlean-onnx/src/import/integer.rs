@@ -221,6 +221,9 @@ pub(super) fn output_is_integer(
     }
 }
 
+/// The comparison operators (their result is a boolean).
+const COMPARISONS: &[&str] = &["Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"];
+
 /// The operators that are exact on float64 values which hold float32 numbers (a `Cast` of a
 /// float32 value to float64): they move, select, compare, classify or negate elements, so
 /// their float32 result is the float64 one. PyTorch's exporter writes `torch.isinf(x)` (and
@@ -242,11 +245,7 @@ pub(super) fn check_double(
     // a float64 value compared with a float64 constant that float32 rounds: the narrowed
     // constant can change the answer (x = f32(0.1): `x.double() > 0.1` holds, `x > f32(0.1)`
     // does not; an audit of the forty-fifth session)
-    let comparison = matches!(
-        op,
-        "Equal" | "Less" | "Greater" | "LessOrEqual" | "GreaterOrEqual"
-    );
-    if comparison && names.iter().any(|n| double.contains(n)) {
+    if COMPARISONS.contains(&op) && names.iter().any(|n| double.contains(n)) {
         if let Some(c) = names.iter().find(|n| inexact.contains(*n)) {
             return Err(format!(
                 "`{op}` of a float64 value with the float64 constant `{c}`, which float32 does not hold exactly: torchlean holds float64 values as float32 and rounding the constant could change the comparison"
@@ -277,24 +276,20 @@ pub(super) fn output_is_double(
     names: &[String],
     out: &Value,
 ) -> bool {
-    let boolean = matches!(
-        op,
-        "Equal"
-            | "Less"
-            | "Greater"
-            | "LessOrEqual"
-            | "GreaterOrEqual"
-            | "IsInf"
-            | "IsNaN"
-            | "Not"
-            | "And"
-            | "Or"
-            | "Xor"
-            | "ArgMax"
-            | "ArgMin"
-            | "Shape"
-            | "Size"
-    );
+    let boolean = COMPARISONS.contains(&op)
+        || matches!(
+            op,
+            "IsInf"
+                | "IsNaN"
+                | "Not"
+                | "And"
+                | "Or"
+                | "Xor"
+                | "ArgMax"
+                | "ArgMin"
+                | "Shape"
+                | "Size"
+        );
     if !matches!(out, Value::Node(_)) || boolean {
         return false;
     }

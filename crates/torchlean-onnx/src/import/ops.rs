@@ -555,23 +555,14 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
                 // the bound, a NaN x stays NaN; a bound not given is ONNX's default, ±f32::MAX
                 // (as the constant bounds': an infinite x becomes ±3.4e38)
                 let mut y = arg(inputs, 0)?.clone();
-                for (i, op) in [(1, Op::Maximum), (2, Op::Minimum)] {
+                let sides = [
+                    (1, Op::Maximum, (f32::MIN, f32::INFINITY)),
+                    (2, Op::Minimum, (f32::NEG_INFINITY, f32::MAX)),
+                ];
+                for (i, op, (min, max)) in sides {
                     y = match opt(inputs, i) {
                         Some(bound) => b.op_on(op, &[&y, bound])?,
-                        None if i == 1 => b.op_on(
-                            Op::Clamp {
-                                min: f32::MIN,
-                                max: f32::INFINITY,
-                            },
-                            &[&y],
-                        )?,
-                        None => b.op_on(
-                            Op::Clamp {
-                                min: f32::NEG_INFINITY,
-                                max: f32::MAX,
-                            },
-                            &[&y],
-                        )?,
+                        None => b.op_on(Op::Clamp { min, max }, &[&y])?,
                     };
                 }
                 return one(y);

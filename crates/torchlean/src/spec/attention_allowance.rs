@@ -74,7 +74,7 @@ pub(super) fn cancellation_allowance(
     xs: &[&Array<f64>],
     gy: Option<&Array<f64>>,
 ) -> Vec<f64> {
-    let zeros = vec![0.0; if gy.is_some() { xs.len() } else { 1 }];
+    let zeros = super::no_allowance(xs.len(), gy);
     let Some((scale, causal, mask)) = op.attention_payload() else {
         return zeros;
     };

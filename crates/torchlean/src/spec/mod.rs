@@ -206,7 +206,7 @@ pub fn cancellation_allowance(
     grad_out: Option<&Array<f64>>,
 ) -> Vec<f64> {
     use OpKind as K;
-    let none = vec![0.0; if grad_out.is_some() { inputs.len() } else { 1 }];
+    let none = no_allowance(inputs.len(), grad_out);
     match op.kind() {
         K::LayerNorm | K::BatchNorm | K::RmsNorm => {
             norm::cancellation_allowance(op, inputs, grad_out)
@@ -232,6 +232,11 @@ pub fn cancellation_allowance(
         }
         _ => none,
     }
+}
+
+/// No allowance: `[0]` for the forward (`gy` None), a zero per input for the VJP.
+fn no_allowance<T>(inputs: usize, gy: Option<T>) -> Vec<f64> {
+    vec![0.0; if gy.is_some() { inputs } else { 1 }]
 }
 
 /// Whether a call's inputs and cotangent are all finite: the cancellation allowances bound

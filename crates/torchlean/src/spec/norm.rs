@@ -400,7 +400,7 @@ pub(crate) fn gamma32(k: usize) -> f64 {
 /// subtracts no mean). gγ_p = Σ gy·x̂ and gβ_p = Σ gy over the G groups are sums of G terms:
 /// γ_{G+2}·Σ|gy·x̂| and γ_G·Σ|gy|.
 pub fn cancellation_allowance(op: &Op, xs: &[&Array<f64>], gy: Option<&Array<f64>>) -> Vec<f64> {
-    let zeros = vec![0.0; if gy.is_some() { xs.len() } else { 1 }];
+    let zeros = super::no_allowance(xs.len(), gy);
     let mut v = offset_allowance(op, xs, gy).unwrap_or_else(|| zeros.clone());
     if let Some(gy) = gy {
         for (a, c) in v.iter_mut().zip(cotangent_allowance(op, xs, gy)) {

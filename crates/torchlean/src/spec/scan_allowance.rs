@@ -18,7 +18,7 @@ use super::{numel, Array};
 /// `[y]` for the forward (`gy` None), `[ga, gu]` for the VJP; zeros for a call whose shapes
 /// the spec refuses (the checked kernel's call failed on them already).
 pub(super) fn cancellation_allowance(xs: &[&Array<f64>], gy: Option<&Array<f64>>) -> Vec<f64> {
-    let zeros = vec![0.0; if gy.is_some() { 2 } else { 1 }];
+    let zeros = super::no_allowance(2, gy);
     let [a, u] = xs else {
         return zeros;
     };

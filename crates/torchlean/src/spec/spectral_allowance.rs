@@ -38,7 +38,7 @@ pub(super) fn cancellation_allowance(
     xs: &[&Array<f64>],
     gy: Option<&Array<f64>>,
 ) -> Vec<f64> {
-    let zeros = vec![0.0; if gy.is_some() { xs.len() } else { 1 }];
+    let zeros = super::no_allowance(xs.len(), gy);
     let Op::SpectralConv1d { modes } = op else {
         return zeros;
     };
