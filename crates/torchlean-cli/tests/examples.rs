@@ -345,6 +345,117 @@ fn a_checkpoint_keeps_its_seed_and_refuses_another() {
         .concat(),
     );
     assert_eq!(code(&same), 0, "{}", stderr(&same));
+    // the same rows in another order choose other held-out rows under the same seed: refused
+    // (the forty-sixth session's audit: a shuffled copy scored 0.91 "held out" against 0.48),
+    // unless --new-data says so
+    let text = std::fs::read_to_string(&data).unwrap();
+    let mut lines: Vec<&str> = text.lines().collect();
+    lines[1..].reverse();
+    let reordered = dir.join("reordered.csv");
+    std::fs::write(&reordered, lines.join("\n") + "\n").unwrap();
+    let base = ["mlp", "--data", s(&reordered), "--hidden", "64"];
+    let moved = torchlean(&[&base[..], &["--steps", "0", "--load", s(&ck)]].concat());
+    assert_eq!(code(&moved), 2, "{}", stdout(&moved));
+    assert!(
+        stderr(&moved).contains("--data differs from the data")
+            && stderr(&moved).contains("--new-data"),
+        "{}",
+        stderr(&moved)
+    );
+    let asked = torchlean(&[&base[..], &["--steps", "0", "--load", s(&ck), "--new-data"]].concat());
+    assert_eq!(code(&asked), 0, "{}", stderr(&asked));
+    assert!(stdout(&asked).contains("note: --new-data"));
+}
+
+/// The model the last update leaves is checked: an update that makes every output
+/// non-finite (finite but huge weights) exits 1 naming the step, without an accuracy over NaN
+/// scores and without writing the export (it exited 0 with an all-NaN ONNX file: the
+/// forty-sixth session's audit), also where nothing is held out (the transformer).
+#[test]
+fn a_last_update_that_diverges_exits_1_and_exports_nothing() {
+    let dir = scratch("diverged");
+    let onnx = dir.join("m.onnx");
+    for args in [
+        &["mlp", "--optimizer", "sgd", "--lr", "3e38", "--steps", "1"][..],
+        &[
+            "transformer",
+            "--optimizer",
+            "sgd",
+            "--lr",
+            "1e38",
+            "--steps",
+            "1",
+        ],
+    ] {
+        let o = torchlean(&[args, &["--export", s(&onnx)]].concat());
+        assert_eq!(code(&o), 1, "{args:?}: {}\n{}", stdout(&o), stderr(&o));
+        assert!(
+            stderr(&o).contains("the model after step 1 gives non-finite outputs"),
+            "{args:?}: {}",
+            stderr(&o)
+        );
+        assert!(!stdout(&o).contains("accuracy 0."), "{}", stdout(&o));
+        assert!(!onnx.exists(), "{args:?}: the export was written");
+    }
+}
+
+/// `--show-backend` runs one step apart (to print what ran); that changes nothing in what is
+/// saved or named: a resumed run's save due at a multiple of --save-every is written, and a
+/// later failure names the checkpoint the first step wrote (both differed: the forty-sixth
+/// session's audit).
+#[test]
+fn show_backend_saves_and_names_checkpoints_as_the_plain_run() {
+    let dir = scratch("show-backend-saves");
+    let start = dir.join("start.ckpt");
+    assert_eq!(
+        code(&torchlean(&["mlp", "--steps", "4", "--save", s(&start)])),
+        0
+    );
+    for show in [false, true] {
+        let ck = dir.join(format!("resumed-{show}.ckpt"));
+        let mut args = vec![
+            "mlp",
+            "--load",
+            s(&start),
+            "--steps",
+            "3",
+            "--save",
+            s(&ck),
+            "--save-every",
+            "5",
+            "--lr",
+            "1e30",
+        ];
+        if show {
+            args.push("--show-backend");
+        }
+        let o = torchlean(&args);
+        assert_eq!(code(&o), 1, "{}", stderr(&o));
+        assert!(
+            ck.is_file(),
+            "show {show}: the save due at step 5 was skipped"
+        );
+        assert!(
+            stderr(&o).contains(&format!("resumed-{show}.ckpt")),
+            "show {show}: {}",
+            stderr(&o)
+        );
+    }
+    let ck = dir.join("every-step.ckpt");
+    let o = torchlean(&[
+        "mlp",
+        "--steps",
+        "3",
+        "--save",
+        s(&ck),
+        "--save-every",
+        "1",
+        "--lr",
+        "1e30",
+        "--show-backend",
+    ]);
+    assert_eq!(code(&o), 1, "{}", stderr(&o));
+    assert!(stderr(&o).contains("every-step.ckpt"), "{}", stderr(&o));
 }
 
 /// `--optimizer`, `--momentum` and `--weight-decay` choose torch.optim's optimizers; a

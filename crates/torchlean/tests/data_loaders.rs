@@ -996,6 +996,9 @@ fn numeric_headers_over_named_labels_and_missing_labels_are_not_data() {
     for (header, why) in [
         ("400,500,species\n", "is on no other row"),
         ("1,2,species\n", "is on no other row"),
+        // decimal names (the forty-sixth session's audit: read as a sample of `species`)
+        ("350.5,351.0,species\n", "is on no other row"),
+        ("1e3,2.5e3,species\n", "is on no other row"),
     ] {
         let e = parse_csv_read(&format!("{header}{rows}"), "h.csv", &classes)
             .expect_err(header)

@@ -250,7 +250,7 @@ pub fn parse_csv_read(text: &str, name: &str, options: &CsvOptions) -> Result<Cs
     let first_fields: Vec<&str> = first_fields.iter().map(|f| f.as_ref()).collect();
     // a first line of numbers over a named label column: ambiguous (refused unless the header
     // is declared) if its label is a class no other row has (checked once the rows are read)
-    let mut suspect_header = false;
+    let (mut suspect_header, mut suspect_decimal_header) = (false, false);
     let has_header = match options.header {
         Header::Present => true,
         Header::Absent => false,
@@ -296,16 +296,28 @@ pub fn parse_csv_read(text: &str, name: &str, options: &CsvOptions) -> Result<Cs
             // a data row of a rare class only when its class recurs (judged below).
             if let Some(c) = named_label.filter(|_| first_fields.len() >= 2) {
                 let name = first_fields.get(c).map(|f| f.trim()).unwrap_or("");
-                // names that are numbers are integers (wavelengths, years, pixel numbers); a
-                // feature written with a fraction or an exponent (`5.1`) is data
-                let all_numbers = first_fields.iter().enumerate().all(|(i, f)| {
-                    let f = f.trim();
-                    let digits = f.strip_prefix(['-', '+']).unwrap_or(f);
-                    i == c || (!digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
-                });
+                // names that are numbers: integers (wavelengths, years, pixel numbers), or
+                // decimals (wavelengths `350.5`, time points), which are also how features are
+                // written (`5.1`), so those are suspected only where another class recurs
+                // (below): until the forty-sixth session decimals were never suspected, and
+                // `350.5,351.0,species` over class names trained its header as a sample of a
+                // class `species` (pandas reads it as a header)
+                let numbers = |integers: bool| {
+                    first_fields.iter().enumerate().all(|(i, f)| {
+                        let f = f.trim();
+                        let digits = f.strip_prefix(['-', '+']).unwrap_or(f);
+                        i == c
+                            || if integers {
+                                !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
+                            } else {
+                                f.parse::<f32>().is_ok_and(f32::is_finite)
+                            }
+                    })
+                };
                 let named = !name.is_empty() && name.parse::<f32>().is_err();
                 // judged after the rows are read (their classes counted there, no second pass)
-                suspect_header = all_numbers && named;
+                suspect_header = named && numbers(true);
+                suspect_decimal_header = named && !suspect_header && numbers(false);
             }
             let text: Vec<&&str> = judged
                 .iter()
@@ -555,7 +567,7 @@ pub fn parse_csv_read(text: &str, name: &str, options: &CsvOptions) -> Result<Cs
             printable(&class)
         )));
     }
-    if suspect_header {
+    if suspect_header || suspect_decimal_header {
         // targets are first-seen class ids here: the first row's is 0
         let mut counts = vec![0usize; classes.len()];
         for &t in &targets {
@@ -566,7 +578,14 @@ pub fn parse_csv_read(text: &str, name: &str, options: &CsvOptions) -> Result<Cs
         // class to recur too, and `400,500,species` over rows with another singleton class
         // trained the header as a sample of a class `species`)
         let others = &counts[1.min(counts.len())..];
-        let alone = counts.first() == Some(&1) && others.iter().sum::<usize>() >= 1;
+        let alone = counts.first() == Some(&1)
+            && if suspect_header {
+                others.iter().sum::<usize>() >= 1
+            } else {
+                // decimal names: where every class is seen once (three iris rows), the
+                // first row reads as data, as it always did
+                others.iter().any(|&n| n >= 2)
+            };
         if alone {
             let name = classes
                 .iter()

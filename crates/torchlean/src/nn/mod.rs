@@ -63,5 +63,5 @@ pub use sequential::Sequential;
 pub use sgd::Sgd;
 pub use spectral::{Fno1d, FnoConfig, SpectralConv1d};
 pub use step::{executor_for, CompiledStepExecutor, EagerStep, StepExecutor, StepOutput};
-pub use trainer::{Evaluation, LogEntry, TrainSummary, Trainer};
+pub use trainer::{with_earlier_checkpoint, Evaluation, LogEntry, TrainSummary, Trainer};
 pub use transformer::{TransformerConfig, TransformerEncoder, TransformerEncoderBlock};

@@ -567,6 +567,29 @@ impl<M: Module> Trainer<M> {
 }
 
 /// Adds the last good checkpoint to a non-finite-loss or -gradient error.
+/// A training failure (a non-finite loss or gradient) that names no checkpoint, naming
+/// `earlier` — the checkpoint the failed call started from, which a caller that trains in
+/// several calls knows and the call does not (the CLI's `--show-backend` split, `--load`) —
+/// as the last good one; any other error unchanged.
+pub fn with_earlier_checkpoint(e: Error, earlier: Option<&PathBuf>) -> Error {
+    match (&e, earlier) {
+        (
+            Error::Train(
+                TrainError::NonFiniteLoss {
+                    last_checkpoint: None,
+                    ..
+                }
+                | TrainError::NonFiniteGradient {
+                    last_checkpoint: None,
+                    ..
+                },
+            ),
+            Some(p),
+        ) => with_checkpoint(e, &Some(p.clone())),
+        _ => e,
+    }
+}
+
 fn with_checkpoint(e: Error, last: &Option<PathBuf>) -> Error {
     let path = last.as_ref().map(|p| p.display().to_string());
     match e {

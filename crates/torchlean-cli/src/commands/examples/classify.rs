@@ -38,6 +38,12 @@ pub struct DataArgs {
     /// index, or a name in the header.
     #[arg(long)]
     pub label_column: Option<String>,
+    /// With --load: train or evaluate on a data file other than the checkpoint's (other
+    /// samples, or the same ones in another order), which is otherwise refused: the held-out
+    /// fifth is chosen by the seed and the row order, so it may then hold samples the
+    /// checkpoint trained on.
+    #[arg(long)]
+    pub new_data: bool,
 }
 
 impl DataArgs {
@@ -87,6 +93,7 @@ impl DataArgs {
                 ("--classes", self.classes.is_some()),
                 ("--csv-header", self.csv_header.is_some()),
                 ("--label-column", self.label_column.is_some()),
+                ("--new-data", self.new_data),
             ] {
                 if given {
                     return Err(CliError::usage(format!(
@@ -113,6 +120,19 @@ impl DataArgs {
         .collect();
         common.check_files(&files)
     }
+}
+
+/// The data file's fingerprint note for the checkpoint, after refusing a `--load` checkpoint
+/// of other data ([`data_files::check_same_data`]).
+fn same_data(
+    common: &CommonArgs,
+    d: &DataArgs,
+    ds: &Dataset,
+) -> Result<(String, String), CliError> {
+    let fingerprint = data_files::data_fingerprint(ds)?;
+    let saved = common.saved(&torchlean::nn::note_key(data_files::DATA_NOTE));
+    data_files::check_same_data(saved, &fingerprint, d.new_data, &common.load_display())?;
+    Ok((data_files::DATA_NOTE.to_string(), fingerprint))
 }
 
 /// `quickstart-cnn`: the CNN example on its synthetic images only.
@@ -190,7 +210,7 @@ fn cnn_setup(
     }
     // a data file's shape and classes (their names, when the labels are names): a checkpoint
     // of the synthetic data or of other classes is refused, and the reverse
-    let mut tag = None;
+    let (mut tag, mut notes) = (None, vec![]);
     let file = data.and_then(|d| d.data.as_ref().map(|p| (p, d)));
     let (train, test, classes, size, goal, what) = match file {
         None => {
@@ -209,6 +229,7 @@ fn cnn_setup(
         Some((path, d)) => {
             let (ds, classes, names) = load_classification(path, d, Layout::Square)?;
             tag = Some(data_files::data_tag(&ds, classes, &names));
+            notes.push(same_data(common, d, &ds)?);
             let size = ds.feature_shape()[2];
             let what = format!(
                 "{} ({} samples, {classes} classes)",
@@ -230,6 +251,7 @@ fn cnn_setup(
             model,
             config: Config {
                 checkpoint_tag: tag,
+                checkpoint_notes: notes,
                 ..Config::with_boxed_optimizer(Task::Classification, opt)
             },
             train,
@@ -268,7 +290,7 @@ pub fn mlp(a: MlpArgs) -> CliResult {
     }
     // a data file's shape and classes (their names, when the labels are names): a checkpoint
     // of the synthetic data or of other classes is refused, and the reverse
-    let mut tag = None;
+    let (mut tag, mut notes) = (None, vec![]);
     let (train, test, features, classes, goal, what) = match &a.data.data {
         None => {
             let ds = xor_quadrants(3u64.wrapping_add(h.seed)).map_err(lib_err)?;
@@ -279,6 +301,7 @@ pub fn mlp(a: MlpArgs) -> CliResult {
         Some(path) => {
             let (ds, classes, names) = load_classification(path, &a.data, Layout::Flat)?;
             tag = Some(data_files::data_tag(&ds, classes, &names));
+            notes.push(same_data(&a.common, &a.data, &ds)?);
             let features = ds.feature_shape()[0];
             let what = format!(
                 "{} ({} samples, {classes} classes)",
@@ -301,6 +324,7 @@ pub fn mlp(a: MlpArgs) -> CliResult {
             model,
             config: Config {
                 checkpoint_tag: tag,
+                checkpoint_notes: notes,
                 ..Config::with_boxed_optimizer(Task::Classification, opt)
             },
             train,

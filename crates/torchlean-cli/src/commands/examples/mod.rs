@@ -720,6 +720,21 @@ pub(super) fn what_ran<M: Module>(trainer: &Trainer<M>) -> Result<BackendReport,
 /// The report of what ran before a run failed, where one was asked for: printed with
 /// `--show-backend`, written to `--report-json` (the trust audit: a failed run wrote none).
 /// Best effort: the run's own error is what the command reports.
+/// Whether the model's outputs on the first training batch are all finite (the check of
+/// the model the last update left, where nothing is held out: the transformer).
+fn outputs_finite<M: Module>(
+    trainer: &mut Trainer<M>,
+    train: &Dataset,
+    batch_size: usize,
+) -> Result<bool, CliError> {
+    let (x, _) = train
+        .range(0, batch_size.clamp(1, train.len()))
+        .map_err(lib_err)?;
+    let y = trainer.predict(&x).map_err(lib_err)?;
+    let y = y.to_cpu().map_err(lib_err)?;
+    Ok(y.data().iter().all(|v| v.is_finite()))
+}
+
 fn report_after_failure<M: Module>(args: &CommonArgs, trainer: &Trainer<M>) {
     if !args.backend.show_backend && args.backend.report_json.is_none() {
         return;
@@ -849,15 +864,22 @@ pub fn run<M: Module>(
     // With --show-backend, one step runs first so that the printed report is the one of the
     // kernels (or compiled plan) that actually ran; batches, learning rates and masks depend
     // only on (seed, step), so splitting the run changes no loss — nor what is saved and
-    // logged: the first part saves only where the whole run would (`--save-every 1`), and the
-    // second part's first step is logged only where the whole run would log it (below; both
-    // differed before the thirty-seventh session).
+    // logged: the first part saves only where the whole run would (its one step, global step
+    // s0 + 1, a multiple of --save-every: the trainer saves by global step; `every == 1`
+    // alone skipped the save due at step 5 of a run resumed at 4 with --save-every 5, an
+    // audit of the forty-sixth session), a failure in the second part names the checkpoint
+    // the first part wrote, and the second part's first step is logged only where the whole
+    // run would log it (below; both differed before the thirty-seventh session).
     let split = args.backend.show_backend && hyper.steps > 1;
+    let first_global = trainer.step() + 1;
     let parts: Vec<TrainOptions> = if split {
         vec![
             TrainOptions {
                 steps: 1,
-                save: options.save.clone().filter(|s| s.every == 1),
+                save: options
+                    .save
+                    .clone()
+                    .filter(|s| s.every > 0 && first_global % s.every as u64 == 0),
                 ..options.clone()
             },
             TrainOptions {
@@ -877,6 +899,9 @@ pub fn run<M: Module>(
     let resumed_at = trainer.step() + 2;
     let end_step = trainer.step() + hyper.steps as u64;
     let every = args.log_every as u64;
+    // the checkpoint a failure names when the failing part saved none: the last one an
+    // earlier part wrote, else --load's
+    let mut earlier: Option<PathBuf> = args.load.clone().filter(|p| p.is_file());
     for (i, part) in parts.iter().enumerate() {
         let result = trainer.train_with(&train, part, |e: &LogEntry| {
             let whole_run_logs =
@@ -897,9 +922,15 @@ pub fn run<M: Module>(
                 // and say what ran before the failure (a checker's rejection, a non-finite
                 // loss): the report asked for, printed or written, as on success
                 report_after_failure(args, &trainer);
-                return Err(lib_err(e));
+                return Err(lib_err(torchlean::nn::with_earlier_checkpoint(
+                    e,
+                    earlier.as_ref(),
+                )));
             }
         };
+        if let Some(p) = &summary.last_checkpoint {
+            earlier = Some(p.clone());
+        }
         losses.extend_from_slice(&summary.losses);
         // (with no step the report is printed after the evaluation, what ran then)
         if i == 0 && args.backend.show_backend && hyper.steps > 0 {
@@ -946,7 +977,8 @@ pub fn run<M: Module>(
     let which = if on_train { "training-set" } else { "held-out" };
     if let Some(ev) = &eval {
         parts_text.push(format!("{which} loss {:.6}", shown(ev.loss)));
-        if let Some(a) = ev.accuracy {
+        // (no accuracy of a non-finite model: an argmax over NaN scores is the first class)
+        if let Some(a) = ev.accuracy.filter(|_| ev.loss.is_finite()) {
             parts_text.push(format!("{which} accuracy {a:.4}"));
         }
         if on_train {
@@ -1001,6 +1033,38 @@ pub fn run<M: Module>(
     );
     if let Some(p) = &args.plot {
         plot::write_loss_plot(p, &losses)?;
+    }
+    // The model the last update left is checked too: the non-finite check of training reads
+    // each step's loss *before* its update, so a last update that made every output NaN or
+    // infinite (finite but huge weights) exited 0 with "held-out loss NaN", an accuracy of
+    // argmax over NaN, an all-NaN ONNX export and a sample of one repeated token (an audit of
+    // the forty-sixth session). Now that is a runtime failure before anything is exported.
+    let finite_outputs = match &eval {
+        Some(ev) => ev.loss.is_finite(),
+        None => outputs_finite(&mut trainer, &train, hyper.batch_size)?,
+    };
+    if !finite_outputs {
+        report_after_failure(args, &trainer);
+        let held = match &eval {
+            Some(ev) => format!("its {which} loss is {}", shown(ev.loss)),
+            None => "its outputs on a training batch are not all finite".to_string(),
+        };
+        let saved = match (&args.save, n) {
+            (Some(p), 1..) => format!(
+                "; the checkpoint `{}` written at the last step holds that model",
+                p.display()
+            ),
+            _ => String::new(),
+        };
+        return Err(CliError::runtime(format!(
+            "{name}: the model after step {} gives non-finite outputs ({held}): {}{saved}; nothing was exported (a lower --lr keeps the updates finite)",
+            trainer.step(),
+            if n == 0 {
+                "the loaded checkpoint diverges on this data"
+            } else {
+                "the last update diverged"
+            }
+        )));
     }
     if let Some(p) = &args.export {
         export::write_onnx(&mut trainer, &train, hyper.batch_size, p)?;

@@ -155,6 +155,14 @@ pub fn run_cmd(a: Args) -> CliResult {
             vocab.len()
         )));
     }
+    // one character: every next character is known, the loss is 0 from the start, and the
+    // "model" learns nothing (refused, as mlp and cnn refuse one class)
+    if vocab.len() < 2 {
+        return Err(CliError::usage(format!(
+            "`{source}` has {} distinct character(s); a language model needs at least 2 to predict between",
+            vocab.len()
+        )));
+    }
     let data = char_lm_dataset(&text, &vocab, a.context, a.stride).map_err(lib_err)?;
     let cfg = TransformerConfig {
         embed_dim: 32,
