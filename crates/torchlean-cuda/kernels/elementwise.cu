@@ -111,6 +111,8 @@ struct Bcast {
 #define U_SOFTPLUS 15
 #define U_POW 16
 #define U_SAFE_LOG 17
+// 19 (18 is fused_unary's U_CLAMP): p is the mode, 0 floor, 1 ceil, 2 half-even, 3 trunc
+#define U_ROUND 19
 
 // spec maximum(a, b): NaN when either is NaN, the first operand on a tie
 __device__ __forceinline__ float nan_max(float a, float b) { return (a < b || b != b) ? b : a; }
@@ -357,6 +359,8 @@ __device__ __forceinline__ float unary_apply(int op, float x, float p) {
         case U_SOFTPLUS: return nan_max(x, 0.0f) + log1pf(expf(-fabsf(x)));
         case U_POW: return pow_torch(x, p);
         case U_SAFE_LOG: return logf(nan_max(x, p));
+        // exact, as the spec: rintf rounds half to even (the default rounding mode)
+        case U_ROUND: return p == 0.0f ? floorf(x) : p == 1.0f ? ceilf(x) : p == 2.0f ? rintf(x) : truncf(x);
         default: return fabsf(x);  // U_ABS
     }
 }
@@ -386,6 +390,7 @@ __device__ __forceinline__ float unary_derivative(int op, float x, float y, floa
         case U_POW: return p == 0.0f ? 0.0f : p * pow_torch(x, p - 1.0f);
         // the cotangent passes where x > eps (none for NaN), as the spec
         case U_SAFE_LOG: return x > p ? 1.0f / x : 0.0f;
+        case U_ROUND: return 0.0f;
         default: return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : 0.0f);  // U_ABS
     }
 }
@@ -437,12 +442,13 @@ extern "C" __global__ void queued_maps(const unsigned* __restrict__ table, int c
 
 // Whether the map's VJP selects 0 at x instead of multiplying by a zero derivative (the
 // spec's unary_selects_zero): relu where x <= 0, safe_log where x <= eps (and NaN), pow with
-// exponent 0; there the cotangent is exactly 0 whatever g is (PyTorch's where / zeros).
+// exponent 0, round everywhere; there the cotangent is exactly 0 whatever g is (PyTorch's where / zeros).
 __device__ __forceinline__ bool unary_selects_zero(int op, float x, float p) {
     switch (op) {
         case U_RELU: return x <= 0.0f;
         case U_SAFE_LOG: return !(x > p);
         case U_POW: return p == 0.0f;
+        case U_ROUND: return true;
         default: return false;
     }
 }

@@ -210,7 +210,8 @@ fn forward_matches_spec_on_the_gpu() {
         for (provider, b) in bindings(case.op.kind()) {
             let name = format!("{} [{provider}]", case.name());
             // random draws and comparisons are claimed bit-identical to the spec's (exact in f32)
-            let exact = case.op.kind().is_random() || case.op.kind() == OpKind::Compare;
+            let exact = case.op.kind().is_random()
+                || matches!(case.op.kind(), OpKind::Compare | OpKind::Round);
             match (b.forward())(&case.op, &tr) {
                 Ok(got) if exact => {
                     let w: Vec<f32> = want.data.iter().map(|&v| v as f32).collect();

@@ -304,6 +304,23 @@ fn emit(
             let c = e.scalar(*exponent);
             e.node("Pow", &[xs[0], &c], vec![])
         }
+        Op::Round { mode } => {
+            use torchlean::graph::RoundMode as M;
+            match mode {
+                M::Floor => unary(e, "Floor"),
+                M::Ceil => unary(e, "Ceil"),
+                M::HalfEven => unary(e, "Round"),
+                // ONNX has no Trunc: ceil below zero, floor elsewhere (a NaN floors to NaN,
+                // -0 to -0, as trunc)
+                M::Trunc => {
+                    let zero = e.scalar(0.0);
+                    let below = e.node("Less", &[xs[0], &zero], vec![]);
+                    let up = e.node("Ceil", &xs, vec![]);
+                    let down = e.node("Floor", &xs, vec![]);
+                    e.node("Where", &[&below, &up, &down], vec![])
+                }
+            }
+        }
         Op::Softmax { axis } => e.node("Softmax", &xs, vec![("axis", A::I(*axis as i64))]),
         Op::LogSoftmax { axis } => e.node("LogSoftmax", &xs, vec![("axis", A::I(*axis as i64))]),
         Op::SumAll => {

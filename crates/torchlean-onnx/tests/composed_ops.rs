@@ -428,3 +428,223 @@ fn cumsum_agrees_with_tract() {
         }
     }
 }
+
+/// `Floor`, `Ceil`, `Round` (ties to even) and a run-time `Cast` to int64 and back
+/// (truncation toward zero: `x.long().float()`) against tract, bit for bit, on ties, near
+/// ties, signed zeros, values beyond 2^23 (already integers) and, for the three rounding
+/// operators, NaN and infinities (which ONNX leaves undefined for a cast to an integer). Then
+/// torchlean's own `round` with every mode exported to ONNX (`trunc` as Where(x < 0, Ceil,
+/// Floor)) and run by tract: the same bits again.
+#[test]
+fn rounding_and_integer_casts_agree_with_tract() {
+    use torchlean::graph::{Graph, NodeKind, OutputDecl, RoundMode, ValueDecl};
+    let dir = std::env::temp_dir().join(format!("torchlean-rounding-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let profile = BackendProfile::named("strict_native_cpu").expect("profile");
+    let finite: Vec<f32> = vec![
+        0.5,
+        -0.5,
+        1.5,
+        -1.5,
+        2.5,
+        -2.5,
+        -0.4,
+        -0.0,
+        0.0,
+        0.499_999_97,
+        -0.500_000_06,
+        8_388_607.5,
+        -8_388_609.0,
+        1e8,
+        -3.75,
+        7.25,
+    ];
+    let mut special = finite.clone();
+    special.extend([f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 1e-45]);
+    let cast = |to: i64, name: &str, from: &str, out: &str| {
+        with_int(node(name, "Cast", &[from], &[out]), "to", to)
+    };
+    let cases: Vec<(&str, Vec<NodeProto>, &Vec<f32>)> = vec![
+        ("floor", vec![node("f", "Floor", &["x"], &["y"])], &special),
+        ("ceil", vec![node("c", "Ceil", &["x"], &["y"])], &special),
+        ("round", vec![node("r", "Round", &["x"], &["y"])], &special),
+        (
+            "cast to int64 and back",
+            vec![
+                cast(INT64 as i64, "to_int", "x", "i"),
+                cast(FLOAT as i64, "to_float", "i", "y"),
+            ],
+            &finite,
+        ),
+    ];
+    for (what, nodes, x) in cases {
+        let n = x.len() as i64;
+        let m = model(
+            nodes,
+            vec![],
+            vec![value_info("x", &[n], FLOAT)],
+            vec![value_info("y", &[n], FLOAT)],
+            13,
+        );
+        let inputs = [(
+            "x".to_string(),
+            Tensor::from_vec(x.clone(), &[x.len()]).unwrap(),
+        )];
+        let (got, want) = torchlean_and_tract(&dir, what, &m, &inputs, &profile);
+        assert_eq!(bits(&got), bits(&want), "{what}: {got:?} vs {want:?}");
+    }
+    // torchlean's round, every mode, exported and run by tract
+    for mode in RoundMode::ALL {
+        let mut g = Graph::new();
+        g.inputs.push(ValueDecl {
+            name: "x".into(),
+            shape: vec![special.len()],
+        });
+        let xn = g
+            .push(NodeKind::Input { name: "x".into() }, vec![])
+            .unwrap();
+        let y = g
+            .push(
+                NodeKind::Op {
+                    op: torchlean::Op::Round { mode },
+                },
+                vec![xn],
+            )
+            .unwrap();
+        g.outputs.push(OutputDecl {
+            name: "y".into(),
+            node: y,
+        });
+        let inputs = [(
+            "x".to_string(),
+            Tensor::from_vec(special.clone(), &[special.len()]).unwrap(),
+        )];
+        let ours = run_graph(g.clone(), &[], &inputs, &profile, false).unwrap()["y"].to_vec();
+        let bytes =
+            torchlean_onnx::model::encode_model(&torchlean_onnx::export_model(&g, &[]).unwrap())
+                .unwrap();
+        let path = dir.join(format!("export_{}.onnx", mode.label()));
+        std::fs::write(&path, &bytes).unwrap();
+        let theirs = tract_run(&path, &inputs).remove(0);
+        assert_eq!(bits(&ours), bits(&theirs), "{}", mode.label());
+        // and the spec's meaning, element by element
+        let spec: Vec<f32> = special
+            .iter()
+            .map(|&v| torchlean::spec::round(mode, v as f64) as f32)
+            .collect();
+        assert_eq!(
+            bits(&ours),
+            bits(&spec),
+            "{} against the spec",
+            mode.label()
+        );
+    }
+}
+
+/// `TopK` (`torch.topk`; `torch.sort` exports as a `TopK` over the whole axis), largest and
+/// smallest, over rows with ties, ±∞, −0/+0 and NaN, against tract: the values bit for bit
+/// and the indices exactly; then a gradient through the values reaches exactly the chosen
+/// elements (PyTorch's topk backward).
+#[test]
+fn topk_agrees_with_tract_and_differentiates_the_chosen_elements() {
+    let dir = std::env::temp_dir().join(format!("torchlean-topk-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let profile = BackendProfile::named("strict_native_cpu").expect("profile");
+    let inf = f32::INFINITY;
+    // rows of 6: ties, infinities of both signs, signed zeros; (tract's order for NaN is
+    // not PyTorch's, so NaN rows are checked below against PyTorch's rule)
+    let x: Vec<f32> = vec![
+        3.0, 1.0, 3.0, -2.0, 0.5, 1.0, //
+        -inf, 2.0, -inf, inf, 0.0, -0.0, //
+        5.0, 4.0, 3.0, 2.0, 1.0, 0.0, //
+        -1.0, -1.0, -1.0, -1.0, 7.0, -1.0,
+    ];
+    for (largest, k) in [(1, 3), (0, 3), (1, 6), (0, 6), (1, 1)] {
+        let topk = with_int(
+            with_int(
+                node("t", "TopK", &["x", "k"], &["y", "i"]),
+                "largest",
+                largest,
+            ),
+            "axis",
+            -1,
+        );
+        let m = model(
+            vec![topk],
+            vec![ints("k", &[1], &[k])],
+            vec![value_info("x", &[4, 6], FLOAT)],
+            vec![
+                value_info("y", &[4, k], FLOAT),
+                value_info("i", &[4, k], INT64),
+            ],
+            13,
+        );
+        let what = format!("topk largest {largest} k {k}");
+        let inputs = [(
+            "x".to_string(),
+            Tensor::from_vec(x.clone(), &[4, 6]).unwrap(),
+        )];
+        let (got, want) = torchlean_and_tract(&dir, &what, &m, &inputs, &profile);
+        assert_eq!(bits(&got), bits(&want), "{what}: {got:?} vs {want:?}");
+        // the indices: each row's chosen positions hold the values, in order, and ties
+        // are taken in index order
+        let imported = torchlean_onnx::import_model(&m, &what, &HashMap::new()).unwrap();
+        let out = run_graph(imported.graph, &imported.values, &inputs, &profile, false).unwrap();
+        let idx = out["i"].to_vec();
+        for r in 0..4 {
+            let row = &idx[r * k as usize..(r + 1) * k as usize];
+            for (j, &p) in row.iter().enumerate() {
+                let v = x[r * 6 + p as usize];
+                assert_eq!(v.to_bits(), got[r * k as usize + j].to_bits(), "{what}");
+                if j > 0 && v == x[r * 6 + row[j - 1] as usize] {
+                    assert!(p > row[j - 1], "{what}: ties in index order: {row:?}");
+                }
+            }
+        }
+    }
+    // NaN ranks above every number (PyTorch): first among the largest, last among the
+    // smallest
+    let row = vec![2.0, f32::NAN, -1.0, f32::NAN, 5.0];
+    for (largest, want_idx) in [
+        (1, [1.0, 3.0, 4.0, 0.0, 2.0]),
+        (0, [2.0, 0.0, 4.0, 1.0, 3.0]),
+    ] {
+        let topk = with_int(
+            node("t", "TopK", &["x", "k"], &["y", "i"]),
+            "largest",
+            largest,
+        );
+        let m = model(
+            vec![topk],
+            vec![ints("k", &[1], &[5])],
+            vec![value_info("x", &[5], FLOAT)],
+            vec![value_info("y", &[5], FLOAT), value_info("i", &[5], INT64)],
+            13,
+        );
+        let inputs = [(
+            "x".to_string(),
+            Tensor::from_vec(row.clone(), &[5]).unwrap(),
+        )];
+        let imported = torchlean_onnx::import_model(&m, "nan", &HashMap::new()).unwrap();
+        let out = run_graph(imported.graph, &imported.values, &inputs, &profile, false).unwrap();
+        assert_eq!(out["i"].to_vec(), want_idx.to_vec(), "largest {largest}");
+    }
+    // the gradient of Σ w·topk(x, 2) reaches exactly the two chosen elements
+    let topk = node("t", "TopK", &["x", "k"], &["v", "i"]);
+    let m = model(
+        vec![
+            topk,
+            node("m", "Mul", &["v", "w"], &["p"]),
+            with_int(node("s", "ReduceSum", &["p"], &["loss"]), "keepdims", 0),
+        ],
+        vec![ints("k", &[1], &[2]), floats("w", &[2], &[3.0, -5.0])],
+        vec![value_info("x", &[6], FLOAT)],
+        vec![value_info("loss", &[], FLOAT)],
+        13,
+    );
+    let x = vec![0.5, 4.0, -1.0, 4.0, 2.0, 0.0];
+    let inputs = [("x".to_string(), Tensor::from_vec(x, &[6]).unwrap())];
+    let imported = torchlean_onnx::import_model(&m, "grad", &HashMap::new()).unwrap();
+    let out = run_graph(imported.graph, &imported.values, &inputs, &profile, true).unwrap();
+    assert_eq!(out["grad.x"].to_vec(), vec![0.0, 3.0, 0.0, -5.0, 0.0, 0.0]);
+}

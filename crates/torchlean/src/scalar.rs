@@ -29,6 +29,8 @@ pub trait Scalar:
     fn f64(self) -> f64;
     /// The error function (needed by exact GELU).
     fn erf(self) -> Self;
+    /// The nearest integer, ties to the even one (IEEE `roundToIntegralTiesToEven`).
+    fn round_half_even(self) -> Self;
 }
 
 impl Scalar for f32 {
@@ -44,6 +46,10 @@ impl Scalar for f32 {
     fn erf(self) -> Self {
         libm::erff(self)
     }
+    #[inline]
+    fn round_half_even(self) -> Self {
+        f32::round_ties_even(self)
+    }
 }
 
 impl Scalar for f64 {
@@ -58,6 +64,10 @@ impl Scalar for f64 {
     #[inline]
     fn erf(self) -> Self {
         libm::erf(self)
+    }
+    #[inline]
+    fn round_half_even(self) -> Self {
+        f64::round_ties_even(self)
     }
 }
 

@@ -19,6 +19,8 @@ pub enum Gen {
     Unit,
     /// Integers in [0, bound), as f32.
     Index(usize),
+    /// Multiples of ½ and ¼ in [−bound, bound): the ties and near-ties of rounding.
+    Quarters(usize),
     /// 0/1 values, about 70% ones.
     Mask,
     /// 0/1 values with the first row (of the last two axes) fully zero.
@@ -214,6 +216,13 @@ pub fn cases() -> Vec<Case> {
         (Op::Pow { exponent: 2.5 }, Positive),
         (Op::Pow { exponent: 3.0 }, Normal),
     ];
+    // rounding: random reals (with the special values), and the ties ±k + ½ and quarters
+    for mode in torchlean::graph::RoundMode::ALL {
+        let op = Op::Round { mode };
+        v.push(c(op.clone(), &[(&[3, 4], Normal)]));
+        v.push(c(op.clone(), &[(&[70000], Normal)]));
+        v.push(c(op, &[(&[5, 8], Quarters(3))]));
+    }
     for (op, g) in unary {
         for s in [&[1usize][..], &[3, 4], &[70000]] {
             v.push(c(op.clone(), &[(s, g)]));
@@ -882,6 +891,7 @@ pub fn draw(shape: &[usize], gen: Gen, key: u64) -> Array<f64> {
         Positive => 0.5 + 1.5 * u(i, 0),
         Unit => 0.05 + 0.9 * u(i, 0),
         Index(b) => ((u(i, 0) * b as f64) as usize).min(b - 1) as f64,
+        Quarters(b) => ((u(i, 0) * (8 * b) as f64) as usize).min(8 * b - 1) as f64 / 4.0 - b as f64,
         Mask => (u(i, 0) < 0.7) as u8 as f64,
         MaskBlockedRow => {
             let row = (i / last2) % shape[shape.len() - 2].max(1);

@@ -85,6 +85,13 @@ fn build(kind: OpKind, v: &[usize], rank: usize, flag: bool) -> Op {
             max: 1.0,
         },
         K::Pow => Op::Pow { exponent: 2.0 },
+        K::Round => Op::Round {
+            mode: if flag {
+                torchlean::graph::RoundMode::Floor
+            } else {
+                torchlean::graph::RoundMode::HalfEven
+            },
+        },
         K::EmaUpdate => Op::EmaUpdate {
             decay: 0.9,
             square: true,

@@ -90,8 +90,21 @@ pub fn unary_code(op: &Op) -> Option<(i32, f32)> {
         Op::Softplus => (15, 0.0),
         Op::Pow { exponent } => (16, *exponent),
         Op::SafeLog { eps } => (17, *eps),
+        // 18 is fused_unary's clamp; the mode is the parameter (elementwise.cu's U_ROUND)
+        Op::Round { mode } => (19, round_mode_code(*mode)),
         _ => return None,
     })
+}
+
+/// The parameter of `U_ROUND` in elementwise.cu: 0 floor, 1 ceil, 2 half-even, 3 trunc.
+fn round_mode_code(mode: torchlean::graph::RoundMode) -> f32 {
+    use torchlean::graph::RoundMode as M;
+    match mode {
+        M::Floor => 0.0,
+        M::Ceil => 1.0,
+        M::HalfEven => 2.0,
+        M::Trunc => 3.0,
+    }
 }
 
 /// The kinds of [`unary_code`]'s ops (kept beside it: a kind listed here that it does not
@@ -116,6 +129,7 @@ pub const UNARY_KINDS: &[OpKind] = &[
     OpKind::Softplus,
     OpKind::Pow,
     OpKind::SafeLog,
+    OpKind::Round,
 ];
 
 /// The op kinds this file implements.
@@ -146,6 +160,7 @@ pub const KINDS: &[OpKind] = &[
     OpKind::Softplus,
     OpKind::Pow,
     OpKind::SafeLog,
+    OpKind::Round,
     OpKind::SumAll,
     OpKind::Clamp,
     OpKind::RandUniform,

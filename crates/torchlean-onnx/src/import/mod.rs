@@ -26,6 +26,7 @@ mod pad;
 mod patterns;
 mod recurrent;
 mod resize;
+mod topk;
 mod window;
 
 pub use ops::supported_operators;
@@ -134,13 +135,6 @@ pub(crate) struct Builder {
     /// Float initializers whose values the import read as constants (a Clip bound, a Pow
     /// exponent, a Pad value): those uses keep the file's value whatever `--params` says.
     read_as_constants: std::cell::RefCell<std::collections::BTreeSet<String>>,
-    /// Values every reader of which reads as indices (`Gather`/`GatherElements`/
-    /// `ScatterElements` input 1), and no graph output: a `Cast` of a float value to an
-    /// integer type is accepted there, the index kernels refusing a value that is not an
-    /// integer in range at run time (torchlean's own export writes such casts).
-    pub index_only: HashSet<String>,
-    /// The output names of the node being mapped.
-    pub current_outputs: Vec<String>,
 }
 
 type Map<T> = Result<T, String>;
@@ -412,8 +406,6 @@ pub fn import_model(
         integral: Default::default(),
         boolean: Default::default(),
         read_as_constants: Default::default(),
-        index_only: index_only(g),
-        current_outputs: vec![],
     };
     // every name a value is defined under: initializers, graph inputs, node outputs (ONNX
     // graphs are in SSA form: each name is defined once)
@@ -637,10 +629,7 @@ pub fn import_model(
             ops::check_introduced(&node.op_type, b.opset)
         };
         let result = introduced
-            .and_then(|()| {
-                b.current_outputs.clone_from(&node.output);
-                ops::map(&mut b, &node.op_type, &attrs, &inputs)
-            })
+            .and_then(|()| ops::map(&mut b, &node.op_type, &attrs, &inputs))
             .and_then(|outs| {
                 let unread = attrs.unread();
                 if unread.is_empty() {
@@ -823,28 +812,6 @@ pub fn import_model(
         baked_parameters,
         constant_initializers,
     })
-}
-
-/// The values of `g` that are read, and read only, as indices ([`Builder::index_only`]).
-fn index_only(g: &onnx_protobuf::GraphProto) -> HashSet<String> {
-    let mut as_index: HashSet<String> = HashSet::new();
-    let mut otherwise: HashSet<&str> = g.output.iter().map(|o| o.name.as_str()).collect();
-    for n in &g.node {
-        for (i, name) in n.input.iter().enumerate() {
-            let index = i == 1
-                && matches!(
-                    n.op_type.as_str(),
-                    "Gather" | "GatherElements" | "ScatterElements"
-                );
-            if index {
-                as_index.insert(name.clone());
-            } else {
-                otherwise.insert(name);
-            }
-        }
-    }
-    as_index.retain(|n| !otherwise.contains(n.as_str()));
-    as_index
 }
 
 fn show_dims(dims: &[Option<usize>]) -> String {

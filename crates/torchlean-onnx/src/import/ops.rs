@@ -8,7 +8,7 @@ use crate::constant::{
     broadcast_shapes, dtype, normalize_axis, normalize_index, slice_range, Binary, Const, Data,
 };
 use std::rc::Rc;
-use torchlean::graph::{Op, Relation};
+use torchlean::graph::{Op, Relation, RoundMode};
 
 pub(super) type Map<T> = Result<T, String>;
 
@@ -23,6 +23,7 @@ const KNOWN: &[&str] = &[
     "BatchNormalization",
     "Cast",
     "CastLike",
+    "Ceil",
     "Celu",
     "Clip",
     "Concat",
@@ -41,6 +42,7 @@ const KNOWN: &[&str] = &[
     "Exp",
     "Expand",
     "Flatten",
+    "Floor",
     "Gather",
     "GatherElements",
     "Gelu",
@@ -91,6 +93,7 @@ const KNOWN: &[&str] = &[
     "Relu",
     "Reshape",
     "Resize",
+    "Round",
     "Selu",
     "Shape",
     "Sigmoid",
@@ -109,6 +112,7 @@ const KNOWN: &[&str] = &[
     "Sub",
     "Tanh",
     "Tile",
+    "TopK",
     "Transpose",
     "Trilu",
     "Unsqueeze",
@@ -244,19 +248,24 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
                 {
                     one(x.clone())
                 }
-                // a float value cast to an integer type where only indices read it
-                // (torchlean's export of a gather over computed indices): a view of its own,
-                // integral; the index kernels refuse a value that is not an integer in range
-                // (where ONNX would truncate it)
-                None if matches!(to, dtype::INT64 | dtype::INT32)
-                    && !b.current_outputs.is_empty()
-                    && b.current_outputs.iter().all(|o| b.index_only.contains(o)) =>
-                {
-                    let shape = b.shape(x);
+                // a float value cast to an integer type: truncated toward zero (ONNX's and
+                // PyTorch's `.long()`), exactly — the truncation of a float32 is a float32
+                // integer, which int64 holds — and integral from here on, so only what is
+                // exact on integers may read it (`integer.rs`; a gather over computed indices,
+                // `(x * n).long()` bucketing); + 0 makes a -0 (from -0.5 .. -0) the integer 0,
+                // which has no sign (0.0 after a cast back, as in ONNX). A NaN or infinity,
+                // which ONNX leaves undefined, stays itself (docs/onnx.md)
+                None if matches!(to, dtype::INT64 | dtype::INT32) => {
                     let id = b.node(x)?;
-                    let view = b.op(Op::Reshape { shape }, vec![id])?;
-                    b.integral.insert(view);
-                    one(Value::Node(view))
+                    let t = b.op(
+                        Op::Round {
+                            mode: RoundMode::Trunc,
+                        },
+                        vec![id],
+                    )?;
+                    let t = b.op(Op::AddScalar { value: 0.0 }, vec![t])?;
+                    b.integral.insert(t);
+                    one(Value::Node(t))
                 }
                 // a boolean value cast to bool (the exporter's Cast of a bool mask input):
                 // itself
@@ -871,6 +880,26 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
             one(super::einsum::einsum(b, &equation, inputs)?)
         }
         "DepthToSpace" | "SpaceToDepth" => depth_space(b, op, a, inputs).map(|v| vec![v]),
+        "TopK" => {
+            let (largest, axis) = (a.int("largest", 1)? != 0, a.int("axis", -1)?);
+            // every order is sorted here (ONNX leaves `sorted = 0`'s order open)
+            a.int("sorted", 1)?;
+            let (values, indices) = super::topk::topk(b, axis, largest, inputs)?;
+            if let Value::Node(id) = indices {
+                b.integral.insert(id);
+            }
+            Ok(vec![values, indices])
+        }
+        "Floor" | "Ceil" | "Round" => {
+            // exact (each result is a float32 integer), zero gradient as PyTorch's; Round
+            // rounds half to even, as ONNX and torch.round
+            let mode = match op {
+                "Floor" => RoundMode::Floor,
+                "Ceil" => RoundMode::Ceil,
+                _ => RoundMode::HalfEven,
+            };
+            one(round(b, mode, arg(inputs, 0)?)?)
+        }
         "Sign" => {
             // 1 above 0, -1 below, 0 at ±0, NaN at NaN (as numpy, onnxruntime and tract;
             // PyTorch's sign(NaN) is 0), with no gradient anywhere (PyTorch's is 0): the NaN
@@ -889,6 +918,18 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
         "LSTM" => super::recurrent::lstm(b, a, inputs),
         _ => Err(format!("no torchlean mapping for `{op}`")),
     }
+}
+
+/// `x` rounded by `mode`: folded when `x` is a constant (integers unchanged), else a
+/// `round` node.
+fn round(b: &mut Builder, mode: RoundMode, x: &Value) -> Map<Value> {
+    let op = Op::Round { mode };
+    if let Some(c) = b.folded(x) {
+        let f = |v: f32| torchlean::spec::unary_f32(&op, v).unwrap_or(f32::NAN);
+        let i: Option<fn(i64) -> Option<i64>> = Some(Some);
+        return Ok(konst(c.map(f, i, &b.budget)?));
+    }
+    b.op_on(op, &[x])
 }
 
 /// Whether `v` holds integers (int64/int32/bool: an integer or boolean input, a value the

@@ -284,10 +284,12 @@ pub fn tract_run(path: &std::path::Path, inputs: &[(String, torchlean::Tensor)])
             }
         })
         .collect();
+    // each output as f32 (an integer output, such as TopK's indices, converted)
     plan.run(feed)
         .expect("tract runs the model")
         .iter()
         .map(|v| {
+            let v = v.cast_to::<f32>().expect("a numeric output");
             v.to_plain_array_view::<f32>()
                 .unwrap()
                 .iter()

@@ -20,5 +20,5 @@ pub use ir::{
 };
 pub use op::{
     AttentionMask, Conv2dGeometry, ConvTranspose2dGeometry, FusedStep, Op, OpKind, Pool2dGeometry,
-    Relation, SideOperand,
+    Relation, RoundMode, SideOperand,
 };

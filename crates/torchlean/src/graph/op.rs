@@ -127,6 +127,41 @@ impl Relation {
     }
 }
 
+/// The rounding of a [`Op::Round`], with the stable labels of the IR (`"floor"`, `"ceil"`,
+/// `"half_even"`, `"trunc"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RoundMode {
+    /// Toward −∞ (`torch.floor`, ONNX `Floor`).
+    Floor,
+    /// Toward +∞ (`torch.ceil`, ONNX `Ceil`).
+    Ceil,
+    /// To the nearest integer, ties to the even one (`torch.round`, ONNX `Round`).
+    HalfEven,
+    /// Toward zero (`torch.trunc`).
+    Trunc,
+}
+
+impl RoundMode {
+    /// Every mode, in declaration order.
+    pub const ALL: [RoundMode; 4] = [
+        RoundMode::Floor,
+        RoundMode::Ceil,
+        RoundMode::HalfEven,
+        RoundMode::Trunc,
+    ];
+
+    /// The stable label (`"floor"`, ...).
+    pub fn label(self) -> &'static str {
+        match self {
+            RoundMode::Floor => "floor",
+            RoundMode::Ceil => "ceil",
+            RoundMode::HalfEven => "half_even",
+            RoundMode::Trunc => "trunc",
+        }
+    }
+}
+
 /// How the optional fourth input of attention is interpreted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -206,6 +241,13 @@ pub enum Op {
     },
     Pow {
         exponent: f32,
+    },
+    /// `x` rounded to an integer by `mode` (exact: every result is an f32; ±0, ±∞ and NaN
+    /// pass through, a -0.4 floors to -1 and ceils to -0). Its gradient is zero everywhere,
+    /// as PyTorch's `floor`, `ceil`, `round` and `trunc` (a selected zero: an infinite or NaN
+    /// cotangent does not leak).
+    Round {
+        mode: RoundMode,
     },
     // optimizer updates (non-differentiable, inputs of one shape; see spec/optim.rs)
     /// decay·s + (1 − decay)·x (or x² with `square`): an exponential moving average.
@@ -452,6 +494,7 @@ op_kinds! {
     AddScalar => "add_scalar", [], "elementwise";
     Clamp => "clamp", ["clamp"], "elementwise";
     Pow => "pow", [], "elementwise";
+    Round => "round", [], "elementwise";
     EmaUpdate => "ema_update", [], "optimizer";
     AdamUpdate => "adam_update", [], "optimizer";
     AdamStep => "adam_step", [], "optimizer";
@@ -522,6 +565,7 @@ impl Op {
             AddScalar { .. } => OpKind::AddScalar,
             Clamp { .. } => OpKind::Clamp,
             Pow { .. } => OpKind::Pow,
+            Round { .. } => OpKind::Round,
             EmaUpdate { .. } => OpKind::EmaUpdate,
             AdamUpdate { .. } => OpKind::AdamUpdate,
             AdamStep { .. } => OpKind::AdamStep,
@@ -664,6 +708,7 @@ impl OpKind {
                 | AddScalar
                 | Clamp
                 | Pow
+                | Round
         )
     }
 

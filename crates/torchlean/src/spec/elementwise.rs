@@ -222,7 +222,22 @@ pub(crate) fn unary<T: Scalar>(op: &Op, x: T) -> T {
         Op::AddScalar { value } => x + T::c(*value as f64),
         Op::Clamp { min, max } => clamp(x, T::c(*min as f64), T::c(*max as f64)),
         Op::Pow { exponent } => pow(x, T::c(*exponent as f64)),
+        Op::Round { mode } => round(*mode, x),
         _ => unreachable!("not a unary op: {}", op.name()),
+    }
+}
+
+/// `x` rounded to an integer by `mode`: one exact IEEE-754 operation (`floor`, `ceil`,
+/// `roundToIntegralTiesToEven`, `trunc`), so the same value at f32 and at f64 for an f32 `x`;
+/// the sign of a zero result is `x`'s (`ceil(-0.4) = -0`), ±∞ and NaN pass through.
+#[inline(always)]
+pub fn round<T: Scalar>(mode: crate::graph::RoundMode, x: T) -> T {
+    use crate::graph::RoundMode as M;
+    match mode {
+        M::Floor => x.floor(),
+        M::Ceil => x.ceil(),
+        M::HalfEven => x.round_half_even(),
+        M::Trunc => x.trunc(),
     }
 }
 
@@ -245,7 +260,7 @@ pub fn pow<T: Scalar>(x: T, p: T) -> T {
 
 /// Whether the unary map's VJP *selects* zero at `x` rather than multiplying by a zero
 /// derivative: relu where x <= 0, clamp outside [min, max] (and at a NaN), safe_log where
-/// x <= eps (and at a NaN), and pow with exponent 0 everywhere. There the input's cotangent
+/// x <= eps (and at a NaN), and pow with exponent 0 and round everywhere. There the input's cotangent
 /// is exactly 0 whatever the output's (PyTorch's `where` / `masked_fill` / zeros: an infinite
 /// or NaN cotangent from a later op, e.g. sqrt's at 0, does not become NaN). Everywhere else
 /// the cotangent is multiplied by the derivative, so abs at 0 turns an infinite cotangent
@@ -260,6 +275,7 @@ pub(crate) fn unary_selects_zero<T: Scalar>(op: &Op, x: T) -> bool {
             Some(std::cmp::Ordering::Greater)
         ),
         Op::Pow { exponent } => *exponent == 0.0,
+        Op::Round { .. } => true,
         _ => false,
     }
 }
@@ -342,6 +358,8 @@ pub(crate) fn unary_derivative<T: Scalar>(op: &Op, x: T, y: T) -> T {
                 p * pow(x, p - one)
             }
         }
+        // piecewise constant (a selected zero, see unary_selects_zero)
+        Op::Round { .. } => zero,
         _ => unreachable!("not a unary op: {}", op.name()),
     }
 }

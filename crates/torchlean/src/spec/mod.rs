@@ -57,6 +57,7 @@ pub use array::{
     numel, Array, MAX_ELEMENTS, MAX_WORK,
 };
 pub(crate) use array::{check_arrays, reduce_to};
+pub use elementwise::round;
 pub(crate) use elementwise::{
     binary, binary_grads, fused_chain_grad, fused_chain_value, pow, share_grad, unary,
     unary_derivative, unary_grad,

@@ -114,6 +114,27 @@ impl Tensor {
     pub fn pow(&self, exponent: f32) -> Result<Tensor> {
         apply(Op::Pow { exponent }, &[self])
     }
+    /// Rounds to an integer by `mode` (exact; zero gradient, as PyTorch's `floor`, `ceil`,
+    /// `round`, `trunc`). [`Tensor::floor`] and its siblings name the modes.
+    pub fn round_with(&self, mode: crate::graph::RoundMode) -> Result<Tensor> {
+        apply(Op::Round { mode }, &[self])
+    }
+    /// The largest integer not above each element (`torch.floor`).
+    pub fn floor(&self) -> Result<Tensor> {
+        self.round_with(crate::graph::RoundMode::Floor)
+    }
+    /// The smallest integer not below each element (`torch.ceil`).
+    pub fn ceil(&self) -> Result<Tensor> {
+        self.round_with(crate::graph::RoundMode::Ceil)
+    }
+    /// The nearest integer, ties to the even one (`torch.round`).
+    pub fn round(&self) -> Result<Tensor> {
+        self.round_with(crate::graph::RoundMode::HalfEven)
+    }
+    /// The integer part, toward zero (`torch.trunc`).
+    pub fn trunc(&self) -> Result<Tensor> {
+        self.round_with(crate::graph::RoundMode::Trunc)
+    }
     pub fn softmax(&self, axis: isize) -> Result<Tensor> {
         let axis = axis_of("softmax", axis, self.rank())?;
         apply(Op::Softmax { axis }, &[self])

@@ -85,6 +85,9 @@ pub fn sample_op(kind: OpKind) -> Op {
             max: 1.0,
         },
         K::Pow => Op::Pow { exponent: 2.0 },
+        K::Round => Op::Round {
+            mode: crate::graph::RoundMode::HalfEven,
+        },
         K::EmaUpdate => Op::EmaUpdate {
             decay: 0.9,
             square: true,

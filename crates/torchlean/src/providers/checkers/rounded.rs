@@ -1,6 +1,6 @@
 //! The check of the maps that are one correctly rounded IEEE-754 operation per element —
 //! the binary maps over operands of the output's shape (`add`, `sub`, `mul`, `div`,
-//! `maximum`, `minimum`) and the unary maps `neg`, `abs`, `relu`, `clamp`, `sqrt`, `inv`,
+//! `maximum`, `minimum`) and the unary maps `neg`, `abs`, `relu`, `clamp`, `round`, `sqrt`, `inv`,
 //! `scale`, `add_scalar` — against half a unit in the last place per element.
 //!
 //! Each element of such a call is one IEEE-754 operation on f32 values (or an exact
@@ -205,7 +205,7 @@ fn verdict<const K: usize>(op: &Op, outside: Option<Outside<K>>) -> Result<(), S
 }
 
 /// The unary maps that are one correctly rounded operation, or exact, per element: `neg`,
-/// `abs`, `relu`, `clamp` (exact), `sqrt`, `inv` (1/x), `scale` (x·factor), `add_scalar`
+/// `abs`, `relu`, `clamp`, `round` (exact), `sqrt`, `inv` (1/x), `scale` (x·factor), `add_scalar`
 /// (x + value); over an input of the output's shape. `None` for any other call.
 fn unary_forward(op: &Op, call: &Call) -> Option<Result<(), String>> {
     let (x, y) = (call.inputs.first()?, &call.output);
@@ -242,6 +242,7 @@ fn unary_forward(op: &Op, call: &Call) -> Option<Result<(), String>> {
         Op::Scale { factor } => with!(&Op::Scale { factor }),
         Op::AddScalar { value } => with!(&Op::AddScalar { value }),
         Op::Clamp { min, max } => with!(&Op::Clamp { min, max }),
+        Op::Round { mode } => with!(&Op::Round { mode }),
         _ => return None,
     })
 }

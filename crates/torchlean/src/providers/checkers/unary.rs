@@ -122,6 +122,10 @@ macro_rules! each_unary {
                 };
                 $body
             }
+            Op::Round { mode } => {
+                let $o = &Op::Round { mode: *mode };
+                $body
+            }
             _ => $other,
         }
     };

@@ -471,6 +471,7 @@ fn unary_table(op: &Op, sink: impl MapSink) {
         &Op::AddScalar { value } => sink.run(move |v| v + value),
         &Op::Clamp { min, max } => sink.run(move |v| clamp(v, min, max)),
         &Op::Pow { exponent } => sink.run(move |v| crate::spec::pow(v, exponent)),
+        &Op::Round { mode } => sink.run(move |v| crate::spec::round(mode, v)),
         _ => unreachable!("not a unary op: {}", op.name()),
     }
 }
@@ -557,6 +558,8 @@ pub fn unary_vjp_into(op: &Op, x: &[f32], y: &[f32], g: &[f32], shape: &[usize],
                 g * (exponent * crate::spec::pow(x, exponent - 1.0))
             }
         }),
+        // piecewise constant: exactly 0, whatever the cotangent (the spec, PyTorch)
+        Op::Round { .. } => out.fill(0.0),
         _ => unreachable!("not a unary op: {}", op.name()),
     }
 }
