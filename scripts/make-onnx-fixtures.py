@@ -254,6 +254,31 @@ class Extras(nn.Module):
         return torch.cat([ce, act.reshape(b, -1)[:, :16], rep.reshape(b, -1)[:, :12]], 1)
 
 
+class Ranked(nn.Module):
+    """Forty-sixth session: `torch.topk` with softmax routing weights over the chosen scores
+    (a mixture-of-experts gate: TopK, GatherElements by its indices), `torch.sort` (a TopK over
+    the whole axis, smallest first) and its indices as floats, `torch.floor`, `torch.ceil`,
+    `torch.round` and `x.long()` (a run-time cast to int64: truncation)."""
+
+    def __init__(self):
+        super().__init__()
+        self.gate = nn.Linear(6, 8)
+        self.expert = nn.Linear(6, 8)
+
+    def forward(self, x):
+        b = x.shape[0]
+        g = self.gate(x)  # [b, 5, 8]
+        v, i = torch.topk(g, 2, dim=-1)
+        w = torch.softmax(v, -1)
+        e = self.expert(x)  # [b, 5, 8]
+        routed = (w * torch.gather(e, -1, i)).sum(-1)  # [b, 5]
+        s, order = torch.sort(e, dim=-1)
+        q = (torch.floor(e * 3) / 3 + torch.ceil(e) * 0.1 + torch.round(e * 2) * 0.05
+             + (e * 4).long().float() * 0.01)
+        return torch.cat([routed, s[..., 0] + s[..., -1], order.float()[..., 0],
+                          q.reshape(b, -1)[:, :10]], 1)
+
+
 def randomize_batch_norm(model, gen):
     for m in model.modules():
         if isinstance(m, nn.BatchNorm2d):
@@ -363,6 +388,12 @@ def main():
     labels[0, 1] = -100  # ignored (F.cross_entropy's default ignore_index)
     export("extras", Extras(), [torch.randn(b, 4, 6, generator=gen), labels], ["x", "t"],
            (b, 32), dynamo=False)
+    # forty-sixth session: top-k routing, sorting, rounding (torchlean's `round`)
+    torch.manual_seed(5)
+    gen = torch.Generator().manual_seed(5)
+    b = BATCH or 3
+    export("ranked", Ranked(), [torch.randn(b, 5, 6, generator=gen)], ["x"], (b, 25),
+           dynamo=False)
 
 
 if __name__ == "__main__":

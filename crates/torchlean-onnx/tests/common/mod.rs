@@ -29,6 +29,7 @@ pub const FIXTURES: &[&str] = &[
     "encoder_ts",
     "masked",
     "extras",
+    "ranked",
 ];
 
 pub fn fixture(name: &str) -> PathBuf {
