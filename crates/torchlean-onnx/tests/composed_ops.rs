@@ -647,4 +647,22 @@ fn topk_agrees_with_tract_and_differentiates_the_chosen_elements() {
     let imported = torchlean_onnx::import_model(&m, "grad", &HashMap::new()).unwrap();
     let out = run_graph(imported.graph, &imported.values, &inputs, &profile, true).unwrap();
     assert_eq!(out["grad.x"].to_vec(), vec![0.0, 3.0, 0.0, -5.0, 0.0, 0.0]);
+    // the indices are int64: an integer mean of them (ONNX truncates: 1, where float32 gives
+    // 1.5) is refused like any integer arithmetic at run time (the forty-sixth session's
+    // review: it was computed in float)
+    let m = model(
+        vec![
+            node("t", "TopK", &["x", "k"], &["v", "i"]),
+            with_int(node("r", "ReduceMean", &["i"], &["y"]), "keepdims", 0),
+        ],
+        vec![ints("k", &[1], &[2])],
+        vec![value_info("x", &[6], FLOAT)],
+        vec![value_info("y", &[], INT64)],
+        13,
+    );
+    let e = match torchlean_onnx::import_model(&m, "mean", &HashMap::new()) {
+        Ok(_) => panic!("an integer mean of TopK's indices was accepted"),
+        Err(e) => e.to_string(),
+    };
+    assert!(e.contains("ReduceMean"), "{e}");
 }

@@ -208,6 +208,9 @@ pub(super) fn output_is_integer(
         "Cast" => to.is_some_and(|t| i32::try_from(t).is_ok_and(is_integer_type)),
         // indices, whatever the operand's type
         "ArgMax" | "ArgMin" => true,
+        // TopK's indices (its second output), which the import marks integral; its values
+        // are of the input's type, and TopK reads no integer input (not in EXACT)
+        "TopK" => matches!(out, Value::Node(id) if b.integral.contains(id)),
         _ if exact_on_booleans(b, typed, op, names, inputs) => true,
         "CastLike" => match (names.get(1), inputs.get(1).and_then(Option::as_ref)) {
             (Some(n), Some(Value::Node(_))) => typed.contains(n),

@@ -10,8 +10,9 @@
 //!   it — an element equal to −∞ is told apart from a taken one, which a −∞ mask alone would
 //!   not do;
 //! - for the smallest, where no element is left but NaN (`cand` empty), the NaNs;
-//! - `index = argmax(cand)`: the first of them (ties in index order, as PyTorch's CPU topk
-//!   for the values we compared), and `value = gather(x, index)`, through which the gradient
+//! - `index = argmax(cand)`: the first of them (ties in index order: ONNX's rule, as
+//!   onnxruntime and `torch.sort`; PyTorch's CPU `torch.topk` orders ties otherwise), and
+//!   `value = gather(x, index)`, through which the gradient
 //!   reaches exactly the chosen element (PyTorch's topk backward scatters it there).
 //!
 //! Values and indices are concatenated along the axis; the indices are integers (what reads

@@ -566,7 +566,6 @@ impl<M: Module> Trainer<M> {
     }
 }
 
-/// Adds the last good checkpoint to a non-finite-loss or -gradient error.
 /// A training failure (a non-finite loss or gradient) that names no checkpoint, naming
 /// `earlier` — the checkpoint the failed call started from, which a caller that trains in
 /// several calls knows and the call does not (the CLI's `--show-backend` split, `--load`) —
@@ -590,6 +589,7 @@ pub fn with_earlier_checkpoint(e: Error, earlier: Option<&PathBuf>) -> Error {
     }
 }
 
+/// Adds the last good checkpoint to a non-finite-loss or -gradient error.
 fn with_checkpoint(e: Error, last: &Option<PathBuf>) -> Error {
     let path = last.as_ref().map(|p| p.display().to_string());
     match e {

@@ -717,9 +717,6 @@ pub(super) fn what_ran<M: Module>(trainer: &Trainer<M>) -> Result<BackendReport,
     Ok(report)
 }
 
-/// The report of what ran before a run failed, where one was asked for: printed with
-/// `--show-backend`, written to `--report-json` (the trust audit: a failed run wrote none).
-/// Best effort: the run's own error is what the command reports.
 /// Whether the model's outputs on the first training batch are all finite (the check of
 /// the model the last update left, where nothing is held out: the transformer).
 fn outputs_finite<M: Module>(
@@ -735,6 +732,9 @@ fn outputs_finite<M: Module>(
     Ok(y.data().iter().all(|v| v.is_finite()))
 }
 
+/// The report of what ran before a run failed, where one was asked for: printed with
+/// `--show-backend`, written to `--report-json` (the trust audit: a failed run wrote none).
+/// Best effort: the run's own error is what the command reports.
 fn report_after_failure<M: Module>(args: &CommonArgs, trainer: &Trainer<M>) {
     if !args.backend.show_backend && args.backend.report_json.is_none() {
         return;
