@@ -893,12 +893,7 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
         "Floor" | "Ceil" | "Round" => {
             // exact (each result is a float32 integer), zero gradient as PyTorch's; Round
             // rounds half to even, as ONNX and torch.round
-            let mode = match op {
-                "Floor" => RoundMode::Floor,
-                "Ceil" => RoundMode::Ceil,
-                _ => RoundMode::HalfEven,
-            };
-            one(round(b, mode, arg(inputs, 0)?)?)
+            one(unary(b, op, arg(inputs, 0)?)?)
         }
         "Sign" => {
             // 1 above 0, -1 below, 0 at ±0, NaN at NaN (as numpy, onnxruntime and tract;
@@ -918,18 +913,6 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
         "LSTM" => super::recurrent::lstm(b, a, inputs),
         _ => Err(format!("no torchlean mapping for `{op}`")),
     }
-}
-
-/// `x` rounded by `mode`: folded when `x` is a constant (integers unchanged), else a
-/// `round` node.
-fn round(b: &mut Builder, mode: RoundMode, x: &Value) -> Map<Value> {
-    let op = Op::Round { mode };
-    if let Some(c) = b.folded(x) {
-        let f = |v: f32| torchlean::spec::unary_f32(&op, v).unwrap_or(f32::NAN);
-        let i: Option<fn(i64) -> Option<i64>> = Some(Some);
-        return Ok(konst(c.map(f, i, &b.budget)?));
-    }
-    b.op_on(op, &[x])
 }
 
 /// Whether `v` holds integers (int64/int32/bool: an integer or boolean input, a value the
@@ -1082,6 +1065,15 @@ fn unary(b: &mut Builder, op: &str, x: &Value) -> Map<Value> {
         "Sigmoid" => Op::Sigmoid,
         "Sin" => Op::Sin,
         "Cos" => Op::Cos,
+        "Floor" => Op::Round {
+            mode: RoundMode::Floor,
+        },
+        "Ceil" => Op::Round {
+            mode: RoundMode::Ceil,
+        },
+        "Round" => Op::Round {
+            mode: RoundMode::HalfEven,
+        },
         _ => Op::Softplus,
     };
     if let Some(c) = b.folded(x) {
@@ -1091,6 +1083,8 @@ fn unary(b: &mut Builder, op: &str, x: &Value) -> Map<Value> {
         let i: Option<fn(i64) -> Option<i64>> = match op {
             Op::Neg => Some(i64::checked_neg),
             Op::Abs => Some(i64::checked_abs),
+            // an integer is its own floor, ceiling and rounding
+            Op::Round { .. } => Some(Some),
             _ => None,
         };
         return Ok(konst(c.map(f, i, &b.budget)?));
