@@ -303,15 +303,18 @@ fn broken_safetensors_files_are_rejected() {
     try_params(&huge, "not a valid safetensors file");
     // empty file
     try_params(&[], "not a valid safetensors file");
-    // a valid file whose tensor is F64
+    // a valid file whose F64 tensor holds a value float32 does not (0.1)
     let header = br#"{"layers.0.weight":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}}"#;
     let mut f64_file = (header.len() as u64).to_le_bytes().to_vec();
     f64_file.extend_from_slice(header);
-    f64_file.extend_from_slice(&1.0f64.to_le_bytes());
-    try_params(
-        &f64_file,
-        "dtype F64 is not supported (F32; BOOL, I64 and I32 are read as f32)",
-    );
+    f64_file.extend_from_slice(&0.1f64.to_le_bytes());
+    try_params(&f64_file, "float32 does not hold exactly");
+    // a dtype torchlean does not read
+    let header = br#"{"layers.0.weight":{"dtype":"F8_E5M2","shape":[1],"data_offsets":[0,1]}}"#;
+    let mut f8_file = (header.len() as u64).to_le_bytes().to_vec();
+    f8_file.extend_from_slice(header);
+    f8_file.push(0);
+    try_params(&f8_file, "dtype F8_E5M2 is not supported");
     // a graph file that is not JSON
     std::fs::write(d.p("junk.json"), b"\x00\x01 not json").unwrap();
     let (code, _, err) = run(&[
@@ -609,4 +612,103 @@ fn a_tensor_for_an_initializer_backed_input_is_pointed_to_params() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("`b`") && err.contains("--params"), "{err}");
     assert!(!err.contains("a shape was given"), "{err}");
+}
+
+/// A safetensors file's tensors as (name → (dtype label, shape, raw bytes)), read from its
+/// header without torchlean's reader (which converts every dtype to f32).
+fn raw_safetensors(path: &str) -> std::collections::BTreeMap<String, (String, Vec<u64>, Vec<u8>)> {
+    let bytes = std::fs::read(path).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    let data = &bytes[8 + n..];
+    header
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(k, _)| *k != "__metadata__")
+        .map(|(k, v)| {
+            let offsets: Vec<usize> = v["data_offsets"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|o| o.as_u64().unwrap() as usize)
+                .collect();
+            let shape = v["shape"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|d| d.as_u64().unwrap())
+                .collect();
+            let dtype = v["dtype"].as_str().unwrap().to_string();
+            (
+                k.clone(),
+                (dtype, shape, data[offsets[0]..offsets[1]].to_vec()),
+            )
+        })
+        .collect()
+}
+
+/// `run-graph` writes each output of an ONNX model in the element type the model declares —
+/// argmax and topk indices int64, a comparison bool, a cast int32, a cast float64 — as
+/// PyTorch returns them (`torch.testing.assert_close` compares dtypes); they were all written
+/// as float32. The expected file holds PyTorch's own outputs in PyTorch's dtypes
+/// (scripts/make-typed-outputs-fixture.py): the integer, boolean and float64 ones must match
+/// byte for byte, the float32 sum to rounding. An integer-declared output whose value is not
+/// an integer (a NaN cast to int32, which ONNX leaves undefined) is a runtime error naming
+/// the output and the element, never a wrapped or invented integer.
+#[test]
+fn run_graph_writes_each_output_in_the_type_the_model_declares() {
+    let d = Dir::new("typed-outputs");
+    let fx = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/typed_outputs");
+    let (model, inputs) = (format!("{fx}.onnx"), format!("{fx}.inputs.safetensors"));
+    let out = d.p("y.safetensors");
+    let (code, _, err) = run(&["run-graph", &model, "--inputs", &inputs, "--out", &out]);
+    assert_eq!(code, 0, "{err}");
+    let got = raw_safetensors(&out);
+    let want = raw_safetensors(&format!("{fx}.expected.safetensors"));
+    assert_eq!(got.len(), want.len());
+    for (name, (dtype, shape, bytes)) in &want {
+        let (g_dtype, g_shape, g_bytes) = &got[name];
+        assert_eq!((g_dtype, g_shape), (dtype, shape), "{name}");
+        if dtype == "F32" {
+            let f = |b: &[u8]| -> Vec<f32> {
+                b.chunks_exact(4)
+                    .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+                    .collect()
+            };
+            for (a, b) in f(g_bytes).iter().zip(f(bytes)) {
+                assert!(
+                    (a - b).abs() <= 1e-6 * (1.0 + b.abs()),
+                    "{name}: {a} vs {b}"
+                );
+            }
+        } else {
+            assert_eq!(g_bytes, bytes, "{name} ({dtype})");
+        }
+    }
+    // a NaN input: floor(NaN · 4) cast to int32 has no integer value to write
+    let x = read_safetensors(Path::new(&inputs)).unwrap();
+    let mut v = x[0].1.to_vec();
+    v[7] = f32::NAN;
+    let nan_inputs = d.p("nan.safetensors");
+    torchlean::tensor::io::write_safetensors(
+        Path::new(&nan_inputs),
+        &[("x".into(), Tensor::from_vec(v, x[0].1.shape()).unwrap())],
+        None,
+    )
+    .unwrap();
+    let (code, _, err) = run(&[
+        "run-graph",
+        &model,
+        "--inputs",
+        &nan_inputs,
+        "--out",
+        &d.p("n.st"),
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("`quarters`") && err.contains("element 7") && err.contains("I32"),
+        "{err}"
+    );
+    assert!(!Path::new(&d.p("n.st")).exists());
 }

@@ -10,7 +10,7 @@ use torchlean::nn::{Activation, Mlp, Module};
 use torchlean::runtime::capture::capture;
 use torchlean::runtime::compiled::CompiledGraph;
 use torchlean::runtime::Session;
-use torchlean::tensor::io::{read_safetensors, write_safetensors};
+use torchlean::tensor::io::{read_safetensors, write_safetensors_as, StoredDtype};
 use torchlean::Tensor;
 
 #[derive(clap::Args)]
@@ -237,11 +237,22 @@ pub fn run_graph(a: RunGraphArgs) -> CliResult {
     crate::check_outputs(&reads, &writes).map_err(CliError::usage)?;
     let inputs = read_safetensors(&a.inputs).map_err(usage)?;
     // the file is read capped, parsed strictly and validated by the library
-    let (mut graph, mut params, baked, constants) = if super::onnx::is_onnx(&a.graph) {
+    let super::onnx::LoadedModel {
+        mut graph,
+        values: mut params,
+        baked,
+        constants,
+        output_dtypes,
+    } = if super::onnx::is_onnx(&a.graph) {
         super::onnx::load_for_inputs(&a.graph, &inputs, &writes)?
     } else {
-        let graph = Graph::load(&a.graph).map_err(|e| CliError::usage(e.to_string()))?;
-        (graph, vec![], vec![], vec![])
+        super::onnx::LoadedModel {
+            graph: Graph::load(&a.graph).map_err(|e| CliError::usage(e.to_string()))?,
+            values: vec![],
+            baked: vec![],
+            constants: vec![],
+            output_dtypes: vec![],
+        }
     };
     // float initializers the import read only as constants (a Pow exponent, a Resize scale):
     // ONNX does not say whether one was a learnable parameter, so --grad says it writes no
@@ -370,11 +381,19 @@ pub fn run_graph(a: RunGraphArgs) -> CliResult {
             .find(|(n, _)| n == name)
             .map(|(_, t)| t.clone())
     })?;
+    // each output in the type the model declares for it (an ONNX model's int64 indices,
+    // boolean comparisons), as PyTorch and onnxruntime return it; float32 otherwise
     let outputs = outputs
         .into_iter()
-        .map(|(n, t)| Ok((n, t.to_cpu()?)))
+        .map(|(n, t)| {
+            let dtype = output_dtypes
+                .iter()
+                .find(|(o, _)| *o == n)
+                .map_or(StoredDtype::F32, |(_, d)| *d);
+            Ok((n, t.to_cpu()?, dtype))
+        })
         .collect::<Result<Vec<_>, CliError>>()?;
-    write_safetensors(&a.out, &outputs, None)?;
+    write_safetensors_as(&a.out, &outputs, None)?;
     if let Some(path) = &a.backend.report_json {
         crate::backend_args::write_report_json(path, &compiled.ran_report())?;
     }

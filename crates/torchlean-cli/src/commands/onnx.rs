@@ -6,6 +6,7 @@ use crate::{CliError, CliResult};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use torchlean::graph::Graph;
+use torchlean::tensor::io::StoredDtype;
 use torchlean::Tensor;
 
 /// Whether `path` names an ONNX model (by its extension) rather than a graph file.
@@ -75,10 +76,19 @@ pub fn load(
 /// Translates an ONNX model for `run-graph`: inputs whose ONNX shape is symbolic take the
 /// shape of the tensor supplied for them, and the values supplied for inputs the model
 /// declares as integers must be integers (a usage error otherwise).
-/// [`load_for_inputs`]'s model: the graph, its parameters and constants, the parameters
-/// whose initializer the import also read as a constant (`Imported::baked_parameters`), and
-/// the float initializers read only as constants (`Imported::constant_initializers`).
-pub type LoadedModel = (Graph, Vec<(String, Tensor)>, Vec<String>, Vec<String>);
+/// [`load_for_inputs`]'s model.
+pub struct LoadedModel {
+    pub graph: Graph,
+    /// Its parameters and constants.
+    pub values: Vec<(String, Tensor)>,
+    /// The parameters whose initializer the import also read as a constant
+    /// (`Imported::baked_parameters`).
+    pub baked: Vec<String>,
+    /// The float initializers read only as constants (`Imported::constant_initializers`).
+    pub constants: Vec<String>,
+    /// The outputs' declared element types other than float32 (`Imported::output_dtypes`).
+    pub output_dtypes: Vec<(String, StoredDtype)>,
+}
 
 pub fn load_for_inputs(
     path: &Path,
@@ -111,12 +121,13 @@ pub fn load_for_inputs(
         .map_err(usage)?;
     // an input the model declares as an integer must receive integers
     imported.check_inputs(inputs).map_err(usage)?;
-    Ok((
-        imported.graph,
-        imported.values,
-        imported.baked_parameters,
-        imported.constant_initializers,
-    ))
+    Ok(LoadedModel {
+        graph: imported.graph,
+        values: imported.values,
+        baked: imported.baked_parameters,
+        constants: imported.constant_initializers,
+        output_dtypes: imported.output_dtypes,
+    })
 }
 
 #[derive(clap::Args)]

@@ -38,6 +38,7 @@ use onnx_protobuf::{tensor_shape_proto::dimension, type_proto, ModelProto, Value
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 use torchlean::graph::{Graph, NodeKind, Op, OutputDecl, ValueDecl};
+use torchlean::tensor::io::StoredDtype;
 use torchlean::Tensor;
 
 /// An imported model: the graph and the values of its parameters and constants.
@@ -59,6 +60,11 @@ pub struct Imported {
     /// scale): not parameters of the graph, so `--grad` writes no gradient for them, where
     /// PyTorch would for an `nn.Parameter` (the CLI says so when it differentiates).
     pub constant_initializers: Vec<String>,
+    /// The element type the model declares for each output, where it is not float32 (an
+    /// `ArgMax`'s int64, a comparison's bool, a `Cast` to float64): torchlean computes them
+    /// as float32 values, and a caller writing the outputs writes them in these types, as
+    /// PyTorch and onnxruntime return them (`torchlean run-graph` does).
+    pub output_dtypes: Vec<(String, StoredDtype)>,
 }
 
 impl Imported {
@@ -723,6 +729,11 @@ pub fn import_model(
             }
         }
     }
+    let output_dtypes = g
+        .output
+        .iter()
+        .filter_map(|o| Some((o.name.clone(), stored_dtype(elem_type(o)?)?)))
+        .collect();
     for out in &g.output {
         if poisoned.contains(&out.name) {
             continue;
@@ -811,6 +822,25 @@ pub fn import_model(
         integer_inputs,
         baked_parameters,
         constant_initializers,
+        output_dtypes,
+    })
+}
+
+/// The stored type of an ONNX element type other than float32 (float16 and bfloat16
+/// outputs, which torchlean does not compute, stay float32: narrowing would round).
+fn stored_dtype(code: i32) -> Option<StoredDtype> {
+    Some(match code {
+        2 => StoredDtype::U8,
+        3 => StoredDtype::I8,
+        4 => StoredDtype::U16,
+        5 => StoredDtype::I16,
+        dtype::INT32 => StoredDtype::I32,
+        dtype::INT64 => StoredDtype::I64,
+        dtype::BOOL => StoredDtype::Bool,
+        dtype::DOUBLE => StoredDtype::F64,
+        12 => StoredDtype::U32,
+        13 => StoredDtype::U64,
+        _ => return None,
     })
 }
 

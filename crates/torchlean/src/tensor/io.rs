@@ -1,8 +1,8 @@
 //! Named tensors in safetensors files (readable by the Python `safetensors` package and
 //! PyTorch). Files are untrusted: the whole header is validated against the file's real size
 //! by the `safetensors` crate before any tensor is built, F32 values are read as they are
-//! and I64, I32 and BOOL ones as f32 (integers exactly up to 2^24, refused beyond), every
-//! other dtype refused, and the file size is bounded before it is read (devices are refused, pipes read up to the
+//! and the other float, integer and boolean dtypes as the same values in f32 (refused where
+//! f32 does not hold a value exactly: [`f32_elements`]), every other dtype refused, and the file size is bounded before it is read (devices are refused, pipes read up to the
 //! bound: [`crate::files::read_capped`]).
 
 use super::Tensor;
@@ -29,10 +29,13 @@ pub fn read_safetensors(path: &Path) -> Result<Vec<(String, Tensor)>> {
     parse_safetensors(path, &bytes)
 }
 
-/// The elements of a stored tensor as f32: F32 as is; BOOL as 0/1 and I64/I32 as the same
-/// integers, which f32 holds exactly up to 2^24 (a mask or token ids saved from PyTorch
-/// without a cast). A larger integer, or another dtype, is an error naming the tensor: a
-/// value is never rounded silently.
+/// The elements of a stored tensor as f32, each exactly the stored value: F32 as is; F16 and
+/// BF16 widened (exact); F64 when the value is a float32 number (a `.double()` of float32
+/// data, or an F64 output `run-graph` wrote), refused otherwise; BOOL as 0/1 and the integer
+/// types (I8–I64, U8–U64) as the same integers, which f32 holds exactly up to 2^24 (a mask,
+/// token ids or uint8 pixels saved from PyTorch without a cast). A value f32 does not hold,
+/// or another dtype, is an error naming the tensor and the element: a value is never rounded
+/// silently.
 fn f32_elements(
     path: &Path,
     name: &str,
@@ -40,53 +43,65 @@ fn f32_elements(
     bytes: &[u8],
 ) -> Result<Vec<f32>> {
     use safetensors::Dtype;
+    let bad = |why: String| io_err(path, &format!("tensor `{name}`"), why);
     let width = match dtype {
-        Dtype::F32 | Dtype::I32 => 4,
-        Dtype::I64 => 8,
-        Dtype::BOOL => 1,
+        Dtype::F64 | Dtype::I64 | Dtype::U64 => 8,
+        Dtype::F32 | Dtype::I32 | Dtype::U32 => 4,
+        Dtype::F16 | Dtype::BF16 | Dtype::I16 | Dtype::U16 => 2,
+        Dtype::I8 | Dtype::U8 | Dtype::BOOL => 1,
         other => {
-            return Err(io_err(
-                path,
-                &format!("tensor `{name}`"),
-                format!(
-                    "dtype {other:?} is not supported (F32; BOOL, I64 and I32 are read as f32)"
-                ),
-            ))
+            return Err(bad(format!(
+                "dtype {other:?} is not supported (F32; F16, BF16, F64 holding float32 numbers, BOOL and the integer types are read as the same values in f32)"
+            )))
         }
     };
     let mut data: Vec<f32> = crate::runtime::buffers::try_with_capacity(
         bytes.len() / width,
         &format!("tensor `{name}` of {}", path.display()),
     )?;
-    let exact = |i: usize, v: i64| -> Result<f32> {
+    let integer = |i: usize, v: i128| -> Result<f32> {
         if v.unsigned_abs() <= 1 << 24 {
             Ok(v as f32)
         } else {
-            Err(io_err(
-                path,
-                &format!("tensor `{name}`"),
-                format!("element {i} is {v}: integers are read as f32, exact only up to 2^24 in magnitude"),
-            ))
+            Err(bad(format!(
+                "element {i} is {v}: integers are read as f32, exact only up to 2^24 in magnitude"
+            )))
         }
     };
     for (i, b) in bytes.chunks_exact(width).enumerate() {
+        let mut x = [0u8; 8];
+        x[..width].copy_from_slice(b);
+        let (b2, b4) = ([x[0], x[1]], [x[0], x[1], x[2], x[3]]);
         data.push(match dtype {
-            Dtype::F32 => f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
-            Dtype::I32 => exact(i, i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as i64)?,
-            Dtype::I64 => exact(
-                i,
-                i64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]),
-            )?,
+            Dtype::F32 => f32::from_le_bytes(b4),
+            Dtype::F16 => half::f16::from_le_bytes(b2).to_f32(),
+            Dtype::BF16 => half::bf16::from_le_bytes(b2).to_f32(),
+            Dtype::F64 => {
+                let v = f64::from_le_bytes(x);
+                let narrowed = v as f32;
+                if narrowed as f64 != v && !v.is_nan() {
+                    return Err(bad(format!(
+                        "element {i} of an F64 tensor is {v:e}, which float32 does not hold exactly; torchlean computes in float32 and refuses to round it (store the tensor as float32: `t.float()`)"
+                    )));
+                }
+                narrowed
+            }
+            Dtype::I64 => integer(i, i64::from_le_bytes(x) as i128)?,
+            Dtype::U64 => integer(i, u64::from_le_bytes(x) as i128)?,
+            Dtype::I32 => integer(i, i32::from_le_bytes(b4) as i128)?,
+            Dtype::U32 => integer(i, u32::from_le_bytes(b4) as i128)?,
+            Dtype::I16 => i16::from_le_bytes(b2) as f32,
+            Dtype::U16 => u16::from_le_bytes(b2) as f32,
+            Dtype::I8 => x[0] as i8 as f32,
+            Dtype::U8 => x[0] as f32,
             // BOOL: safetensors stores one byte, 0 or 1
-            _ => match b[0] {
+            _ => match x[0] {
                 0 => 0.0,
                 1 => 1.0,
                 v => {
-                    return Err(io_err(
-                        path,
-                        &format!("tensor `{name}`"),
-                        format!("element {i} of a BOOL tensor is the byte {v} (0 or 1 expected)"),
-                    ))
+                    return Err(bad(format!(
+                        "element {i} of a BOOL tensor is the byte {v} (0 or 1 expected)"
+                    )))
                 }
             },
         });
@@ -171,6 +186,18 @@ pub(crate) fn encode_safetensors(
     tensors: &[(&str, &[usize], &[u8])],
     metadata: &BTreeMap<String, String>,
 ) -> std::result::Result<Vec<u8>, String> {
+    let typed: Vec<(&str, StoredDtype, &[usize], &[u8])> = tensors
+        .iter()
+        .map(|&(n, s, b)| (n, StoredDtype::F32, s, b))
+        .collect();
+    encode_typed(&typed, metadata)
+}
+
+/// [`encode_safetensors`] with each tensor's stored element type (its bytes already in it).
+fn encode_typed(
+    tensors: &[(&str, StoredDtype, &[usize], &[u8])],
+    metadata: &BTreeMap<String, String>,
+) -> std::result::Result<Vec<u8>, String> {
     let mut order: Vec<usize> = (0..tensors.len()).collect();
     order.sort_by(|&a, &b| tensors[a].0.cmp(tensors[b].0));
     let mut header: BTreeMap<&str, serde_json::Value> = BTreeMap::new();
@@ -182,21 +209,21 @@ pub(crate) fn encode_safetensors(
     }
     let mut offset = 0usize;
     for &i in &order {
-        let (name, shape, bytes) = tensors[i];
+        let (name, dtype, shape, bytes) = tensors[i];
         if name == "__metadata__" {
             return Err("a tensor may not be named `__metadata__`".into());
         }
         let numel = crate::spec::checked_numel(shape)
             .ok_or_else(|| format!("tensor `{name}`: shape {shape:?} is too large"))?;
-        if numel.checked_mul(4) != Some(bytes.len()) {
+        if numel.checked_mul(dtype.width()) != Some(bytes.len()) {
             return Err(format!(
-                "tensor `{name}`: {} bytes for shape {shape:?}",
-                bytes.len()
+                "tensor `{name}`: {} bytes for shape {shape:?} of {}",
+                bytes.len(),
+                dtype.label()
             ));
         }
         let end = offset + bytes.len();
-        let info =
-            serde_json::json!({"dtype": "F32", "shape": shape, "data_offsets": [offset, end]});
+        let info = serde_json::json!({"dtype": dtype.label(), "shape": shape, "data_offsets": [offset, end]});
         if header.insert(name, info).is_some() {
             return Err(format!("two tensors are named `{name}`"));
         }
@@ -212,7 +239,7 @@ pub(crate) fn encode_safetensors(
     out.extend_from_slice(&(head.len() as u64).to_le_bytes());
     out.extend_from_slice(&head);
     for &i in &order {
-        out.extend_from_slice(tensors[i].2);
+        out.extend_from_slice(tensors[i].3);
     }
     Ok(out)
 }
@@ -238,28 +265,229 @@ pub fn safetensors_bytes(
     tensors: &[(String, Tensor)],
     metadata: Option<HashMap<String, String>>,
 ) -> std::result::Result<Vec<u8>, String> {
-    let data: Vec<(&str, Vec<usize>, Vec<u8>)> = tensors
+    let typed: Vec<(String, Tensor, StoredDtype)> = tensors
         .iter()
-        .map(|(n, t)| {
-            (
-                n.as_str(),
-                t.shape().to_vec(),
-                t.data().iter().flat_map(|v| v.to_le_bytes()).collect(),
-            )
-        })
+        .map(|(n, t)| (n.clone(), t.clone(), StoredDtype::F32))
         .collect();
-    let views: Vec<(&str, &[usize], &[u8])> = data
+    safetensors_bytes_as(&typed, metadata)
+}
+
+/// The element type a tensor is written in. torchlean computes in f32; a value a model
+/// declares as an integer, a boolean or a float64 (an ONNX graph's `argmax` indices, a
+/// comparison, a `Cast`) is written in that type, as PyTorch and onnxruntime return it, when
+/// every element is exactly a value of the type ([`stored_bytes`]) — never rounded or
+/// wrapped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoredDtype {
+    F32,
+    F64,
+    I64,
+    I32,
+    I16,
+    I8,
+    U64,
+    U32,
+    U16,
+    U8,
+    Bool,
+}
+
+impl StoredDtype {
+    /// The safetensors dtype label.
+    pub fn label(self) -> &'static str {
+        match self {
+            StoredDtype::F32 => "F32",
+            StoredDtype::F64 => "F64",
+            StoredDtype::I64 => "I64",
+            StoredDtype::I32 => "I32",
+            StoredDtype::I16 => "I16",
+            StoredDtype::I8 => "I8",
+            StoredDtype::U64 => "U64",
+            StoredDtype::U32 => "U32",
+            StoredDtype::U16 => "U16",
+            StoredDtype::U8 => "U8",
+            StoredDtype::Bool => "BOOL",
+        }
+    }
+
+    /// Bytes per element.
+    pub fn width(self) -> usize {
+        match self {
+            StoredDtype::F64 | StoredDtype::I64 | StoredDtype::U64 => 8,
+            StoredDtype::F32 | StoredDtype::I32 | StoredDtype::U32 => 4,
+            StoredDtype::I16 | StoredDtype::U16 => 2,
+            StoredDtype::I8 | StoredDtype::U8 | StoredDtype::Bool => 1,
+        }
+    }
+
+    /// The integer range of an integer type, as f64 bounds `[lo, hi)` (every bound is a
+    /// power of two, exact in f64); `None` for the float and boolean types.
+    fn integer_range(self) -> Option<(f64, f64)> {
+        let two = |e: i32| 2f64.powi(e);
+        match self {
+            StoredDtype::I64 => Some((-two(63), two(63))),
+            StoredDtype::I32 => Some((-two(31), two(31))),
+            StoredDtype::I16 => Some((-two(15), two(15))),
+            StoredDtype::I8 => Some((-two(7), two(7))),
+            StoredDtype::U64 => Some((0.0, two(64))),
+            StoredDtype::U32 => Some((0.0, two(32))),
+            StoredDtype::U16 => Some((0.0, two(16))),
+            StoredDtype::U8 => Some((0.0, two(8))),
+            _ => None,
+        }
+    }
+}
+
+/// The little-endian bytes of `values` stored as `dtype`. F32 is as is and F64 the exact
+/// widening; an integer type takes each value only if it is a finite integer within the
+/// type's range, BOOL only 0 or 1 — anything else is an error naming the element, never a
+/// rounded, wrapped or truncated value.
+pub fn stored_bytes(values: &[f32], dtype: StoredDtype) -> std::result::Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    out.try_reserve_exact(values.len() * dtype.width())
+        .map_err(|_| format!("out of memory: {} bytes", values.len() * dtype.width()))?;
+    for (i, &v) in values.iter().enumerate() {
+        let refuse = |what: &str| {
+            format!(
+                "element {i} is {v:e}, which is not {what} (torchlean computes in float32 and writes a value as {} only when it is exactly one)",
+                dtype.label()
+            )
+        };
+        match dtype {
+            StoredDtype::F32 => out.extend_from_slice(&v.to_le_bytes()),
+            StoredDtype::F64 => out.extend_from_slice(&(v as f64).to_le_bytes()),
+            StoredDtype::Bool => match v {
+                // -0.0 == 0.0: a negative zero is the boolean false
+                0.0 => out.push(0),
+                1.0 => out.push(1),
+                _ => return Err(refuse("0 or 1")),
+            },
+            _ => {
+                // invariant: every type but F32, F64 and BOOL has a range (handled above)
+                let (lo, hi) = dtype.integer_range().unwrap_or((0.0, 0.0));
+                let x = v as f64;
+                if !x.is_finite() || x.fract() != 0.0 {
+                    return Err(refuse("an integer"));
+                }
+                if x < lo || x >= hi {
+                    return Err(refuse(&format!("within the type's range [{lo:e}, {hi:e})")));
+                }
+                let bytes = if lo < 0.0 {
+                    (x as i64).to_le_bytes()
+                } else {
+                    (x as u64).to_le_bytes()
+                };
+                out.extend_from_slice(&bytes[..dtype.width()]);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// [`safetensors_bytes`] with each tensor's element type ([`stored_bytes`]: a value the type
+/// does not hold exactly is an error naming the tensor and the element).
+pub fn safetensors_bytes_as(
+    tensors: &[(String, Tensor, StoredDtype)],
+    metadata: Option<HashMap<String, String>>,
+) -> std::result::Result<Vec<u8>, String> {
+    let data: Vec<(&str, StoredDtype, Vec<usize>, Vec<u8>)> = tensors
         .iter()
-        .map(|(n, s, b)| (*n, s.as_slice(), b.as_slice()))
+        .map(|(n, t, d)| {
+            let bytes = stored_bytes(&t.to_vec(), *d).map_err(|e| format!("tensor `{n}`: {e}"))?;
+            Ok((n.as_str(), *d, t.shape().to_vec(), bytes))
+        })
+        .collect::<std::result::Result<_, String>>()?;
+    let views: Vec<(&str, StoredDtype, &[usize], &[u8])> = data
+        .iter()
+        .map(|(n, d, s, b)| (*n, *d, s.as_slice(), b.as_slice()))
         .collect();
     let metadata: BTreeMap<String, String> = metadata.unwrap_or_default().into_iter().collect();
-    encode_safetensors(&views, &metadata)
+    encode_typed(&views, &metadata)
+}
+
+/// [`write_safetensors`] with each tensor's element type ([`safetensors_bytes_as`]).
+pub fn write_safetensors_as(
+    path: &Path,
+    tensors: &[(String, Tensor, StoredDtype)],
+    metadata: Option<HashMap<String, String>>,
+) -> Result<()> {
+    let bytes =
+        safetensors_bytes_as(tensors, metadata).map_err(|e| io_err(path, "cannot encode", e))?;
+    crate::files::write_atomic(path, &bytes).map_err(|e| io_err(path, "cannot write", e))
 }
 
 #[cfg(test)]
 mod tests {
-    use super::parse_safetensors;
+    use super::{parse_safetensors, stored_bytes, StoredDtype as D};
     use std::path::Path;
+
+    /// Integer and boolean types take exactly their values (two's complement, little-endian,
+    /// checked against Rust's own integer encodings) and refuse everything else — a fraction,
+    /// NaN, an infinity, a value one past the range — naming the element; F64 widens exactly.
+    #[test]
+    fn stored_types_take_exact_values_and_refuse_the_rest() {
+        let le = |v: Vec<Vec<u8>>| v.concat();
+        assert_eq!(
+            stored_bytes(&[-128.0, 127.0, -1.0], D::I8).unwrap(),
+            le(vec![
+                (-128i8).to_le_bytes().to_vec(),
+                127i8.to_le_bytes().to_vec(),
+                (-1i8).to_le_bytes().to_vec()
+            ])
+        );
+        assert_eq!(stored_bytes(&[255.0, -0.0], D::U8).unwrap(), vec![255, 0]);
+        assert_eq!(
+            stored_bytes(&[-32768.0, 65535.0], D::I16).map_err(|e| e.contains("element 1")),
+            Err(true)
+        );
+        assert_eq!(
+            stored_bytes(&[-2f32.powi(63), 2f32.powi(62)], D::I64).unwrap(),
+            le(vec![
+                i64::MIN.to_le_bytes().to_vec(),
+                (1i64 << 62).to_le_bytes().to_vec()
+            ])
+        );
+        assert_eq!(
+            stored_bytes(&[2f32.powi(31) - 128.0, -2f32.powi(31)], D::I32).unwrap(),
+            le(vec![
+                (i32::MAX - 127).to_le_bytes().to_vec(),
+                i32::MIN.to_le_bytes().to_vec()
+            ])
+        );
+        assert_eq!(
+            stored_bytes(&[2f32.powi(32) - 256.0], D::U32).unwrap(),
+            (u32::MAX - 255).to_le_bytes().to_vec()
+        );
+        assert_eq!(
+            stored_bytes(&[1.0, 0.0, -0.0], D::Bool).unwrap(),
+            vec![1, 0, 0]
+        );
+        assert_eq!(
+            stored_bytes(&[0.1, -3.25e38], D::F64).unwrap(),
+            le(vec![
+                (0.1f32 as f64).to_le_bytes().to_vec(),
+                (-3.25e38f32 as f64).to_le_bytes().to_vec()
+            ])
+        );
+        for (values, dtype, what) in [
+            (vec![1.0, 2.5], D::I64, "element 1 is 2.5e0"),
+            (vec![f32::NAN], D::I32, "not an integer"),
+            (vec![f32::INFINITY], D::I64, "not an integer"),
+            (vec![2f32.powi(63)], D::I64, "range"),
+            (vec![2f32.powi(31)], D::I32, "range"),
+            (vec![256.0], D::U8, "range"),
+            (vec![-1.0], D::U64, "range"),
+            (vec![128.0], D::I8, "range"),
+            (vec![0.0, 2.0], D::Bool, "0 or 1"),
+            (vec![f32::NAN], D::Bool, "0 or 1"),
+        ] {
+            let e = stored_bytes(&values, dtype).unwrap_err();
+            assert!(
+                e.contains(what) && e.contains(dtype.label()),
+                "{dtype:?} {values:?}: {e}"
+            );
+        }
+    }
 
     /// A safetensors file of one tensor `t` with `dtype`, `shape` and raw little-endian bytes.
     fn file(dtype: &str, shape: &[usize], data: &[u8]) -> Vec<u8> {
@@ -297,7 +525,87 @@ mod tests {
         assert!(e.contains("exact only up to 2^24"), "{e}");
         let e = read(file("BOOL", &[2], &[1, 2])).unwrap_err().to_string();
         assert!(e.contains("the byte 2"), "{e}");
-        let e = read(file("F16", &[1], &[0, 0])).unwrap_err().to_string();
-        assert!(e.contains("F16 is not supported"), "{e}");
+        let e = read(file("F8_E4M3", &[1], &[0])).unwrap_err().to_string();
+        assert!(e.contains("F8_E4M3 is not supported"), "{e}");
+    }
+
+    /// The other float and integer dtypes are read as the same values (checked against the
+    /// `half` crate's and Rust's own encodings); an F64 value float32 does not hold is
+    /// refused, not rounded, and so is an integer beyond 2^24.
+    #[test]
+    fn wider_and_narrower_dtypes_read_exactly_or_not_at_all() {
+        let read = |bytes: Vec<u8>| parse_safetensors(Path::new("t"), &bytes);
+        let le = |v: &[&[u8]]| v.concat();
+        let h = [
+            half::f16::from_f32(-1.5),
+            half::f16::MAX,
+            half::f16::MIN_POSITIVE_SUBNORMAL,
+        ];
+        let bytes: Vec<u8> = h.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let want: Vec<f32> = h.iter().map(|v| v.to_f32()).collect();
+        assert_eq!(read(file("F16", &[3], &bytes)).unwrap()[0].1.to_vec(), want);
+        let b = [
+            half::bf16::from_f32(3.0e38),
+            half::bf16::from_f32(-0.0078125),
+        ];
+        let bytes: Vec<u8> = b.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let want: Vec<f32> = b.iter().map(|v| v.to_f32()).collect();
+        assert_eq!(
+            read(file("BF16", &[2], &bytes)).unwrap()[0].1.to_vec(),
+            want
+        );
+        let exact = [0.1f32 as f64, -1e30f32 as f64, f64::INFINITY];
+        let bytes: Vec<u8> = exact.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let got = read(file("F64", &[3], &bytes)).unwrap()[0].1.to_vec();
+        assert_eq!(got, vec![0.1f32, -1e30, f32::INFINITY]);
+        let nan = read(file("F64", &[1], &f64::NAN.to_le_bytes())).unwrap()[0]
+            .1
+            .to_vec();
+        assert!(nan[0].is_nan());
+        let e = read(file(
+            "F64",
+            &[2],
+            &le(&[&1.0f64.to_le_bytes(), &0.1f64.to_le_bytes()]),
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("element 1") && e.contains("does not hold exactly"),
+            "{e}"
+        );
+        let ints = le(&[&(-7i8).to_le_bytes(), &[200u8]]);
+        assert_eq!(
+            read(file("I8", &[1], &ints[..1])).unwrap()[0].1.to_vec(),
+            vec![-7.0]
+        );
+        assert_eq!(
+            read(file("U8", &[1], &ints[1..])).unwrap()[0].1.to_vec(),
+            vec![200.0]
+        );
+        let b16 = le(&[&(-32768i16).to_le_bytes(), &65535u16.to_le_bytes()]);
+        assert_eq!(
+            read(file("I16", &[1], &b16[..2])).unwrap()[0].1.to_vec(),
+            vec![-32768.0]
+        );
+        assert_eq!(
+            read(file("U16", &[1], &b16[2..])).unwrap()[0].1.to_vec(),
+            vec![65535.0]
+        );
+        let u = le(&[
+            &(1u32 << 24).to_le_bytes(),
+            &((1u32 << 24) + 1).to_le_bytes(),
+        ]);
+        assert_eq!(
+            read(file("U32", &[1], &u[..4])).unwrap()[0].1.to_vec(),
+            vec![16_777_216.0]
+        );
+        assert!(read(file("U32", &[1], &u[4..])).is_err());
+        let e = read(file("U64", &[1], &u64::MAX.to_le_bytes()))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("2^24") && e.contains(&u64::MAX.to_string()),
+            "{e}"
+        );
     }
 }
