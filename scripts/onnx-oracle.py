@@ -422,7 +422,7 @@ case("Range float", [N("Range", ["a", "b", "d"], ["r"]), N("Add", ["x", "r"], ["
 case("Equal/Not/Where const", [N("Equal", ["p", "q"], ["e"]), N("Not", ["e"], ["ne"]), N("Where", ["ne", "x", "z"], ["y"])], {"x": randn(2, 3)}, ["y"],
      inits={"p": i64(1, 2, 3), "q": i64(1, 0, 3), "z": f32(0.0)})
 case("Less/Greater const", [N("Less", ["p", "q"], ["l"]), N("Greater", ["p", "q"], ["g"]), N("Cast", ["l"], ["lf"], to=TP.FLOAT), N("Cast", ["g"], ["gf"], to=TP.FLOAT),
-                             N("Sub", ["lf", "gf"], ["d"]), N("Mul", ["x", "d"], ["y"])], {"x": randn(2, 3)}, ["y"], inits={"p": f32(1, 2, 3), "q": f32(2, 2, 1)})
+                             N("Sub", ["lf", "gf"], ["d"]), N("Mul", ["x", "d"], ["y"])], {"x": randn(2, 3)}, ["y"], inits={"p": f32(1, 2.5, 3), "q": f32(2, 2, 1)})
 case("Identity+Dropout", [N("Identity", ["x"], ["a"]), N("Dropout", ["a"], ["y"])], {"x": x234}, ["y"])
 case("Dropout(ratio input, training false)", [N("Dropout", ["x", "r", "t"], ["y"])], {"x": x234}, ["y"], inits={"r": np.array(0.5, np.float32), "t": np.array(False)}, consts={"r"})
 case("Cast float", [N("Cast", ["x"], ["y"], to=TP.FLOAT)], {"x": x234}, ["y"])

@@ -666,3 +666,73 @@ fn topk_agrees_with_tract_and_differentiates_the_chosen_elements() {
     };
     assert!(e.contains("ReduceMean"), "{e}");
 }
+
+/// `TopK` of an int64 input (integer scores, token ids) selects exactly — its parts compare,
+/// negate and gather — so it is admitted (it was refused as integer arithmetic at run time),
+/// and its values stay int64: the largest and the smallest against a stable sort of the rows
+/// (ties in index order), at the edge of float32's exact integers; integer arithmetic on the
+/// values (a mean) is still refused.
+#[test]
+fn topk_of_integers_selects_exactly_and_keeps_them_integers() {
+    let profile = BackendProfile::named("checked_cpu").expect("profile");
+    let x: Vec<i64> = vec![7, -3, 7, 100, 0, 16_777_216, -16_777_216, 5, 5, 1];
+    for largest in [1, 0] {
+        let topk = with_int(
+            node("t", "TopK", &["x", "k"], &["v", "i"]),
+            "largest",
+            largest,
+        );
+        let m = model(
+            vec![topk],
+            vec![ints("k", &[1], &[3])],
+            vec![value_info("x", &[2, 5], INT64)],
+            vec![
+                value_info("v", &[2, 3], INT64),
+                value_info("i", &[2, 3], INT64),
+            ],
+            13,
+        );
+        let imported = torchlean_onnx::import_model(&m, "int topk", &HashMap::new()).unwrap();
+        let xs: Vec<f32> = x.iter().map(|&v| v as f32).collect();
+        let inputs = [("x".to_string(), Tensor::from_vec(xs, &[2, 5]).unwrap())];
+        let out = run_graph(imported.graph, &imported.values, &inputs, &profile, false).unwrap();
+        for r in 0..2 {
+            let mut order: Vec<usize> = (0..5).collect();
+            // a stable sort: equal keys keep index order
+            order.sort_by_key(|&j| {
+                if largest == 1 {
+                    -x[r * 5 + j]
+                } else {
+                    x[r * 5 + j]
+                }
+            });
+            let want_i: Vec<f32> = order[..3].iter().map(|&j| j as f32).collect();
+            let want_v: Vec<f32> = order[..3].iter().map(|&j| x[r * 5 + j] as f32).collect();
+            assert_eq!(
+                out["i"].to_vec()[r * 3..r * 3 + 3],
+                want_i[..],
+                "largest {largest} row {r}"
+            );
+            assert_eq!(
+                out["v"].to_vec()[r * 3..r * 3 + 3],
+                want_v[..],
+                "largest {largest} row {r}"
+            );
+        }
+    }
+    let m = model(
+        vec![
+            node("t", "TopK", &["x", "k"], &["v", "i"]),
+            with_int(node("r", "ReduceMean", &["v"], &["y"]), "keepdims", 0),
+        ],
+        vec![ints("k", &[1], &[2])],
+        vec![value_info("x", &[5], INT64)],
+        vec![value_info("y", &[], INT64)],
+        13,
+    );
+    let e = match torchlean_onnx::import_model(&m, "mean", &HashMap::new()) {
+        Ok(_) => panic!("an integer mean of TopK's values was accepted"),
+        Err(e) => e.to_string(),
+    };
+    assert!(e.contains("ReduceMean"), "{e}");
+}

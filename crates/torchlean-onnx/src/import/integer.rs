@@ -55,6 +55,8 @@ const EXACT: &[&str] = &[
     "Size",
     "Slice",
     "Split",
+    // composed from comparisons, argmax, negation and gathers: selection, exact on integers
+    "TopK",
     "Squeeze",
     "Transpose",
     "Trilu",
@@ -208,9 +210,12 @@ pub(super) fn output_is_integer(
         "Cast" => to.is_some_and(|t| i32::try_from(t).is_ok_and(is_integer_type)),
         // indices, whatever the operand's type
         "ArgMax" | "ArgMin" => true,
-        // TopK's indices (its second output), which the import marks integral; its values
-        // are of the input's type, and TopK reads no integer input (not in EXACT)
-        "TopK" => matches!(out, Value::Node(id) if b.integral.contains(id)),
+        // TopK's indices (its second output), which the import marks integral, and its
+        // values where the input holds integers (they are selected elements of it)
+        "TopK" => {
+            matches!(out, Value::Node(id) if b.integral.contains(id))
+                || matches!((names.first(), inputs.first()), (Some(n), Some(Some(v))) if holds_integers(b, typed, n, v))
+        }
         _ if exact_on_booleans(b, typed, op, names, inputs) => true,
         "CastLike" => match (names.get(1), inputs.get(1).and_then(Option::as_ref)) {
             (Some(n), Some(Value::Node(_))) => typed.contains(n),
