@@ -104,7 +104,7 @@ def spec_mix(*s):
     a = randn(*s); flat = a.reshape(-1); flat[:len(SPECIAL)] = SPECIAL[:flat.size]; return a
 
 unary = {"neg": T.neg, "abs": T.abs, "sqrt": T.sqrt, "exp": T.exp, "log": T.log, "sin": T.sin, "cos": T.cos, "tanh": T.tanh,
-         "sigmoid": T.sigmoid, "relu": T.relu, "gelu": F.gelu, "silu": F.silu, "softplus": F.softplus, "inv": T.reciprocal}
+         "sigmoid": T.sigmoid, "relu": T.relu, "gelu": F.gelu, "silu": F.silu, "softplus": F.softplus, "erf": T.erf, "inv": T.reciprocal}
 for name, f in unary.items():
     pos = name in ("sqrt", "log")
     check(name, {"op": name}, [randn(5, 7, lo=0.1) if pos else randn(5, 7) * 3], f)

@@ -113,6 +113,7 @@ struct Bcast {
 #define U_SAFE_LOG 17
 // 19 (18 is fused_unary's U_CLAMP): p is the mode, 0 floor, 1 ceil, 2 half-even, 3 trunc
 #define U_ROUND 19
+#define U_ERF 20
 
 // spec maximum(a, b): NaN when either is NaN, the first operand on a tie
 __device__ __forceinline__ float nan_max(float a, float b) { return (a < b || b != b) ? b : a; }
@@ -361,6 +362,7 @@ __device__ __forceinline__ float unary_apply(int op, float x, float p) {
         case U_SAFE_LOG: return logf(nan_max(x, p));
         // exact, as the spec: rintf rounds half to even (the default rounding mode)
         case U_ROUND: return p == 0.0f ? floorf(x) : p == 1.0f ? ceilf(x) : p == 2.0f ? rintf(x) : truncf(x);
+        case U_ERF: return erff(x);
         default: return fabsf(x);  // U_ABS
     }
 }
@@ -391,6 +393,8 @@ __device__ __forceinline__ float unary_derivative(int op, float x, float y, floa
         // the cotangent passes where x > eps (none for NaN), as the spec
         case U_SAFE_LOG: return x > p ? 1.0f / x : 0.0f;
         case U_ROUND: return 0.0f;
+        // 2/sqrt(pi) * exp(-x^2), the spec's (PyTorch's) erf derivative
+        case U_ERF: return 1.1283791670955126f * expf(-(x * x));
         default: return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : 0.0f);  // U_ABS
     }
 }

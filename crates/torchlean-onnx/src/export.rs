@@ -278,6 +278,7 @@ fn emit(
         Op::Relu => unary(e, "Relu"),
         Op::Gelu => unary(e, "Gelu"),
         Op::Softplus => unary(e, "Softplus"),
+        Op::Erf => unary(e, "Erf"),
         Op::Inv => unary(e, "Reciprocal"),
         Op::Silu => {
             let s = unary(e, "Sigmoid");

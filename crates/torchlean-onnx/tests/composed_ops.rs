@@ -736,3 +736,75 @@ fn topk_of_integers_selects_exactly_and_keeps_them_integers() {
     };
     assert!(e.contains("ReduceMean"), "{e}");
 }
+
+/// A standalone `Erf` (not the exact-GELU pattern, which becomes `gelu`) imports as
+/// torchlean's `erf` op (it was refused as an unknown operator): values against tract (to
+/// 1e-6: its erf is an approximation) and
+/// against the f64 spec (libm's erf) within 2 f32 ulps of 1 (the native kernel's Abramowitz–Stegun form
+/// errs by at most 1.5e-7), ±∞ to ±1, −0 to −0, NaN through; the gradient of Σ w·erf(x)
+/// against 2/√π·e^(−x²)·w in f64 (PyTorch's erf backward), under `strict_native_cpu`, whose
+/// recompute checker replays both.
+#[test]
+fn a_standalone_erf_imports_and_differentiates() {
+    let dir = std::env::temp_dir().join(format!("torchlean-erf-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let profile = BackendProfile::named("strict_native_cpu").expect("profile");
+    let x: Vec<f32> = vec![
+        -3.5, -1.2, -0.41, -0.39, -1e-3, -0.0, 0.0, 1e-30, 0.2, 0.5, 0.9, 1.7, 2.6, 4.0, 9.0,
+    ];
+    let n = x.len() as i64;
+    let m = model(
+        vec![node("e", "Erf", &["x"], &["y"])],
+        vec![],
+        vec![value_info("x", &[n], FLOAT)],
+        vec![value_info("y", &[n], FLOAT)],
+        13,
+    );
+    let inputs = [(
+        "x".to_string(),
+        Tensor::from_vec(x.clone(), &[x.len()]).unwrap(),
+    )];
+    let (got, want) = torchlean_and_tract(&dir, "erf", &m, &inputs, &profile);
+    for ((g, w), v) in got.iter().zip(&want).zip(&x) {
+        let exact = torchlean::scalar::Scalar::erf(*v as f64);
+        assert!(
+            (*g as f64 - exact).abs() <= 2.4e-7,
+            "erf({v}) = {g}, libm {exact}"
+        );
+        // tract's own erf is an approximation good to about 5e-7 here
+        assert!((g - w).abs() <= 1e-6, "erf({v}) = {g}, tract {w}");
+    }
+    assert_eq!(got[5].to_bits(), (-0.0f32).to_bits(), "erf(-0) is -0");
+    // special values and the gradient
+    let xs = vec![f32::NEG_INFINITY, f32::INFINITY, f32::NAN, -0.7, 0.3, 1.9];
+    let w = [2.0f32, -1.0, 0.5, 1.5, -3.0, 0.25];
+    let m = model(
+        vec![
+            node("e", "Erf", &["x"], &["y"]),
+            node("m", "Mul", &["y", "w"], &["p"]),
+            with_int(node("s", "ReduceSum", &["p"], &["loss"]), "keepdims", 0),
+        ],
+        vec![floats("w", &[6], &w)],
+        vec![value_info("x", &[6], FLOAT)],
+        vec![value_info("loss", &[], FLOAT), value_info("y", &[6], FLOAT)],
+        13,
+    );
+    let imported = torchlean_onnx::import_model(&m, "erf grad", &HashMap::new()).unwrap();
+    let inputs = [("x".to_string(), Tensor::from_vec(xs.clone(), &[6]).unwrap())];
+    let out = run_graph(imported.graph, &imported.values, &inputs, &profile, true).unwrap();
+    let y = out["y"].to_vec();
+    assert_eq!((y[0], y[1]), (-1.0, 1.0));
+    assert!(y[2].is_nan());
+    let gx = out["grad.x"].to_vec();
+    assert_eq!((gx[0], gx[1]), (0.0, 0.0), "no gradient at ±∞");
+    assert!(gx[2].is_nan(), "NaN passes");
+    for i in 3..6 {
+        let v = xs[i] as f64;
+        let want = std::f64::consts::FRAC_2_SQRT_PI * (-v * v).exp() * w[i] as f64;
+        assert!(
+            (gx[i] as f64 - want).abs() <= 1e-6 * want.abs(),
+            "d erf at {v}: {} vs {want}",
+            gx[i]
+        );
+    }
+}

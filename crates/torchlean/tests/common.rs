@@ -202,6 +202,7 @@ pub fn cases() -> Vec<Case> {
         (Op::Gelu, Normal),
         (Op::Silu, Normal),
         (Op::Softplus, Normal),
+        (Op::Erf, Normal),
         (Op::Inv, Positive),
         (Op::SafeLog { eps: 1e-3 }, Normal),
         (Op::Scale { factor: -1.5 }, Normal),
@@ -774,6 +775,15 @@ pub fn cases() -> Vec<Case> {
         &[(&[70000], Normal)],
     ));
     v.push(c(fused(vec![Op::Softplus]), &[(&[2, 5], Normal)]));
+    // erf inside a chain (the GELU-like 1 + erf(x/2))
+    v.push(c(
+        fused(vec![
+            Op::Scale { factor: 0.5 },
+            Op::Erf,
+            Op::AddScalar { value: 1.0 },
+        ]),
+        &[(&[4, 9], Normal)],
+    ));
     // longer than one CUDA launch holds (8 maps), with clamp's two bounds
     v.push(c(
         fused(vec![

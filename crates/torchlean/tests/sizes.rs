@@ -76,6 +76,7 @@ fn build(kind: OpKind, v: &[usize], rank: usize, flag: bool) -> Op {
         K::Gelu => Op::Gelu,
         K::Silu => Op::Silu,
         K::Softplus => Op::Softplus,
+        K::Erf => Op::Erf,
         K::Inv => Op::Inv,
         K::SafeLog => Op::SafeLog { eps: 1e-6 },
         K::Scale => Op::Scale { factor: 2.0 },

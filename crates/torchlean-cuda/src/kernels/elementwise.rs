@@ -92,6 +92,7 @@ pub fn unary_code(op: &Op) -> Option<(i32, f32)> {
         Op::SafeLog { eps } => (17, *eps),
         // 18 is fused_unary's clamp; the mode is the parameter (elementwise.cu's U_ROUND)
         Op::Round { mode } => (19, round_mode_code(*mode)),
+        Op::Erf => (20, 0.0),
         _ => return None,
     })
 }
@@ -130,6 +131,7 @@ pub const UNARY_KINDS: &[OpKind] = &[
     OpKind::Pow,
     OpKind::SafeLog,
     OpKind::Round,
+    OpKind::Erf,
 ];
 
 /// The op kinds this file implements.
@@ -161,6 +163,7 @@ pub const KINDS: &[OpKind] = &[
     OpKind::Pow,
     OpKind::SafeLog,
     OpKind::Round,
+    OpKind::Erf,
     OpKind::SumAll,
     OpKind::Clamp,
     OpKind::RandUniform,

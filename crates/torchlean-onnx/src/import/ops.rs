@@ -39,6 +39,7 @@ const KNOWN: &[&str] = &[
     "Einsum",
     "Elu",
     "Equal",
+    "Erf",
     "Exp",
     "Expand",
     "Flatten",
@@ -506,7 +507,7 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
         }
         "Trilu" => trilu(b, a, inputs).map(|v| vec![v]),
         "Neg" | "Sqrt" | "Reciprocal" | "Exp" | "Log" | "Abs" | "Relu" | "Tanh" | "Sigmoid"
-        | "Sin" | "Cos" | "Softplus" => unary(b, op, arg(inputs, 0)?).map(|v| vec![v]),
+        | "Sin" | "Cos" | "Softplus" | "Erf" => unary(b, op, arg(inputs, 0)?).map(|v| vec![v]),
         "Gelu" => match a.string("approximate", "none")?.as_str() {
             "none" => one(b.op_on(Op::Gelu, &[arg(inputs, 0)?])?),
             "tanh" => one(gelu_tanh(b, arg(inputs, 0)?)?),
@@ -1065,6 +1066,7 @@ fn unary(b: &mut Builder, op: &str, x: &Value) -> Map<Value> {
         "Sigmoid" => Op::Sigmoid,
         "Sin" => Op::Sin,
         "Cos" => Op::Cos,
+        "Erf" => Op::Erf,
         "Floor" => Op::Round {
             mode: RoundMode::Floor,
         },

@@ -1,13 +1,13 @@
 //! Subgraphs that exporters emit for one torchlean op, recognized before the node walk.
 //!
 //! PyTorch exports the exact GELU at opsets before 20 as
-//! `x · (0.5 · (Erf(x / √2) + 1))` — five nodes around an `Erf`, for which torchlean has no
-//! op of its own. When every intermediate value of that shape is read only inside it (and
+//! `x · (0.5 · (Erf(x / √2) + 1))` — five nodes around an `Erf`. When every intermediate value of that shape is read only inside it (and
 //! is not a graph output), the five nodes are replaced by one `Gelu` node producing the
 //! last one's output, which maps to torchlean's `gelu` (the same function, x·Φ(x)). The
 //! accepted forms: the scaling as `Div(x, √2)` or `Mul(x, 1/√2)`, operands of `Add`/`Mul`
 //! in either order, and the halving applied to the sum, to x, or to their product.
-//! Anything else keeps its nodes (and an `Erf` is then listed as unsupported). A constant
+//! Anything else keeps its nodes (an `Erf` is then torchlean's `erf` op, and the nodes around
+//! it their own ops: the same function, in more kernels). A constant
 //! of rank above 0 (one element, e.g. `[1, 1, 1]`) broadcasts the nodes' result to its rank
 //! where x's is lower; the replacement then multiplies `Gelu(x)` by a one-element 1.0 of
 //! that rank, so that the result's shape is the nodes' own.

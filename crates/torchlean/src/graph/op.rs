@@ -223,6 +223,8 @@ pub enum Op {
     Gelu,
     Silu,
     Softplus,
+    /// The error function, `erf(x) = 2/√π ∫₀ˣ e^(−t²) dt` (`torch.erf`, ONNX `Erf`).
+    Erf,
     /// Reciprocal `1/x`.
     Inv,
     /// `ln(max(x, eps))`: never NaN for finite x.
@@ -488,6 +490,7 @@ op_kinds! {
     Gelu => "gelu", ["gelu"], "activations";
     Silu => "silu", [], "activations";
     Softplus => "softplus", ["softplus"], "activations";
+    Erf => "erf", [], "activations";
     Inv => "inv", ["inv"], "activations";
     SafeLog => "safe_log", ["safe_log"], "activations";
     Scale => "scale", ["scale"], "elementwise";
@@ -559,6 +562,7 @@ impl Op {
             Gelu => OpKind::Gelu,
             Silu => OpKind::Silu,
             Softplus => OpKind::Softplus,
+            Erf => OpKind::Erf,
             Inv => OpKind::Inv,
             SafeLog { .. } => OpKind::SafeLog,
             Scale { .. } => OpKind::Scale,
@@ -702,6 +706,7 @@ impl OpKind {
                 | Gelu
                 | Silu
                 | Softplus
+                | Erf
                 | Inv
                 | SafeLog
                 | Scale

@@ -216,6 +216,7 @@ pub(crate) fn unary<T: Scalar>(op: &Op, x: T) -> T {
         Op::Silu => x / (one + (-x).exp()),
         // stable: max(x, 0) + ln(1 + exp(-|x|))
         Op::Softplus => maximum(x, zero) + (-x.abs()).exp().ln_1p(),
+        Op::Erf => x.erf(),
         Op::Inv => one / x,
         Op::SafeLog { eps } => maximum(x, T::c(*eps as f64)).ln(),
         Op::Scale { factor } => x * T::c(*factor as f64),
@@ -333,6 +334,8 @@ pub(crate) fn unary_derivative<T: Scalar>(op: &Op, x: T, y: T) -> T {
             s * (one + x * (one - s))
         }
         Op::Softplus => one / (one + (-x).exp()),
+        // 2/√π · e^(−x²) (PyTorch's erf backward)
+        Op::Erf => T::c(std::f64::consts::FRAC_2_SQRT_PI) * (-(x * x)).exp(),
         Op::Inv => -(y * y),
         Op::SafeLog { eps } => {
             if x > T::c(*eps as f64) {

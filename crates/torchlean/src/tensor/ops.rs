@@ -77,6 +77,8 @@ impl Tensor {
         gelu => Op::Gelu;
         silu => Op::Silu;
         softplus => Op::Softplus;
+        /// The error function (`torch.erf`).
+        erf => Op::Erf;
         /// Reciprocal.
         inv => Op::Inv;
         /// Sum of all elements, as a scalar.

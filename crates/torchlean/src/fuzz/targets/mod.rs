@@ -76,6 +76,7 @@ pub fn sample_op(kind: OpKind) -> Op {
         K::Gelu => Op::Gelu,
         K::Silu => Op::Silu,
         K::Softplus => Op::Softplus,
+        K::Erf => Op::Erf,
         K::Inv => Op::Inv,
         K::SafeLog => Op::SafeLog { eps: 1e-6 },
         K::Scale => Op::Scale { factor: 2.0 },

@@ -93,6 +93,10 @@ macro_rules! each_unary {
                 let $o = &Op::Softplus;
                 $body
             }
+            Op::Erf => {
+                let $o = &Op::Erf;
+                $body
+            }
             Op::Inv => {
                 let $o = &Op::Inv;
                 $body

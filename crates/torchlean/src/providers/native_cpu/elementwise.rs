@@ -465,6 +465,7 @@ fn unary_table(op: &Op, sink: impl MapSink) {
         Op::Gelu => sink.run(gelu),
         Op::Silu => sink.run(|v| v * sigmoid(v)),
         Op::Softplus => sink.run(|v| maximum(v, 0.0) + vmath::exp(-v.abs()).ln_1p()),
+        Op::Erf => sink.run(vmath::erf),
         Op::Inv => sink.run(|v| 1.0 / v),
         &Op::SafeLog { eps } => sink.run(move |v| maximum(v, eps).ln()),
         &Op::Scale { factor } => sink.run(move |v| v * factor),
@@ -530,6 +531,7 @@ pub fn unary_vjp_into(op: &Op, x: &[f32], y: &[f32], g: &[f32], shape: &[usize],
             g * s * (1.0 + x * (1.0 - s))
         }),
         Op::Softplus => z!(|x, _, g| g * sigmoid(x)),
+        Op::Erf => z!(|x, _, g| g * (std::f32::consts::FRAC_2_SQRT_PI * vmath::exp(-(x * x)))),
         // the spec's (PyTorch's) order: g · (−(y·y))
         Op::Inv => z!(|_, y, g| g * -(y * y)),
         Op::SafeLog { eps } => zip_map_into([x, g], [shape, shape], shape, out, move |[x, g]| {
