@@ -193,7 +193,7 @@ def spec_big(*s, frac=0.01):
     flat[pos] = rng.choice(np.array([np.nan, np.inf, -np.inf, -0.0, 0.0], np.float32), len(pos)); return a
 P = ("checked_cpu", "strict_native_cpu")
 # elementwise big, with specials (SIMD / parallel / tiled paths)
-for name, f in {"relu": T.relu, "gelu": F.gelu, "tanh": T.tanh, "sigmoid": T.sigmoid, "exp": T.exp, "abs": T.abs, "softplus": F.softplus, "silu": F.silu, "neg": T.neg}.items():
+for name, f in {"relu": T.relu, "gelu": F.gelu, "tanh": T.tanh, "sigmoid": T.sigmoid, "exp": T.exp, "abs": T.abs, "softplus": F.softplus, "erf": T.erf, "silu": F.silu, "neg": T.neg}.items():
     check(name + "/bigspecial", {"op": name}, [spec_big(256, 300)], f, profiles=P, grad=False)
 for name, f in {"add": T.add, "mul": T.mul, "maximum": T.maximum, "minimum": T.minimum, "sub": T.sub, "div": T.div}.items():
     check(name + "/bigbcast", {"op": name}, [randn(64, 32, 40), randn(32, 1)], f, profiles=P)

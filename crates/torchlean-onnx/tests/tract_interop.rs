@@ -271,24 +271,18 @@ fn erf_gelu_forms_import_as_gelu() {
         m.opset_import.push(o);
         m.graph = Some(g).into();
         let imported = torchlean_onnx::import_model(&m, what, &Default::default());
-        if what.starts_with("near miss") {
-            let e = imported
-                .err()
-                .expect("the Erf stays and is refused")
-                .to_string();
-            assert!(e.contains("Erf"), "{what}: {e}");
-            continue;
-        }
         let imported = imported.unwrap_or_else(|e| panic!("{what}: {e}"));
-        assert!(
-            imported.graph.nodes.iter().any(|n| matches!(
-                &n.kind,
-                torchlean::graph::NodeKind::Op {
-                    op: torchlean::Op::Gelu
-                }
-            )),
-            "{what}: no gelu node"
-        );
+        let has =
+            |op: torchlean::Op| {
+                imported.graph.nodes.iter().any(
+                    |n| matches!(&n.kind, torchlean::graph::NodeKind::Op { op: o } if *o == op),
+                )
+            };
+        // a near miss is not the GELU: its nodes stay, the Erf as torchlean's `erf` (it was
+        // refused before the forty-seventh session), and it computes the same as tract
+        let near_miss = what.starts_with("near miss");
+        assert_eq!(has(torchlean::Op::Gelu), !near_miss, "{what}: gelu node");
+        assert_eq!(has(torchlean::Op::Erf), near_miss, "{what}: erf node");
         let path = std::env::temp_dir().join(format!(
             "torchlean-gelu-{}-{}.onnx",
             what.len(),
@@ -307,6 +301,9 @@ fn erf_gelu_forms_import_as_gelu() {
         )
         .unwrap();
         assert_eq!(ours["y"].shape(), &y_dims[..], "{what}");
-        assert_close(what, &ours["y"].to_vec(), &theirs[0], 1e-6);
+        // the near miss's erf: both sides' approximations (tract's about 5e-7, the native
+        // kernel's about 3e-7) times |x| <= 4
+        let tol = if near_miss { 5e-6 } else { 1e-6 };
+        assert_close(what, &ours["y"].to_vec(), &theirs[0], tol);
     }
 }

@@ -56,6 +56,7 @@ fn run_all() -> Vec<Vec<u32>> {
         Tensor::gelu,
         Tensor::silu,
         Tensor::softplus,
+        Tensor::erf,
     ] {
         let xr = x.detach().requires_grad();
         let y = f(&xr).unwrap();

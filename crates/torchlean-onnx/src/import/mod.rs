@@ -694,16 +694,7 @@ pub fn import_model(
                             ));
                         }
                     }
-                    if integer::output_is_double(
-                        &double_typed,
-                        &node.op_type,
-                        cast_to,
-                        &node.input,
-                        &v,
-                    ) {
-                        double_typed.insert(out.clone());
-                    }
-                    if integer::output_is_integer(
+                    let is_integer = integer::output_is_integer(
                         &b,
                         &int_typed,
                         &node.op_type,
@@ -711,7 +702,29 @@ pub fn import_model(
                         &node.input,
                         &inputs,
                         &v,
-                    ) {
+                    );
+                    // (TopK's indices are int64 even where its values are float64)
+                    if !is_integer
+                        && integer::output_is_double(
+                            &double_typed,
+                            &node.op_type,
+                            cast_to,
+                            &node.input,
+                            &v,
+                        )
+                    {
+                        double_typed.insert(out.clone());
+                        // a float64 value that moves or selects a float64 constant float32
+                        // does not hold (`Where(m, x.double(), 0.1)`) holds it rounded: what
+                        // compares it is refused (`check_double`), and so is a graph output
+                        // of it (written as F64 it would claim PyTorch's 0.1)
+                        if !matches!(node.op_type.as_str(), "Cast" | "CastLike")
+                            && node.input.iter().any(|n| inexact.contains(n))
+                        {
+                            inexact.insert(out.clone());
+                        }
+                    }
+                    if is_integer {
                         int_typed.insert(out.clone());
                         // what reads indices (Gather, Embedding's pattern) takes it too:
                         // `Clip`, `Abs`, `Max`, `ReduceMax`, … of token ids are ids (refused
@@ -736,6 +749,14 @@ pub fn import_model(
         .collect();
     for out in &g.output {
         if poisoned.contains(&out.name) {
+            continue;
+        }
+        if elem_type(out) == Some(dtype::DOUBLE) && inexact.contains(&out.name) {
+            fail(
+                &out.name,
+                "output",
+                "a float64 output holding a float64 constant that float32 does not hold exactly: torchlean computes in float32, so its value would differ from the model's (cast the constant, or the output, to float32 in the model)".into(),
+            );
             continue;
         }
         let v = match b.values.get(&out.name) {

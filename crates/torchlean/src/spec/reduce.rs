@@ -65,6 +65,17 @@ pub(super) fn shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError>
             if shapes[0][*axis] == 0 {
                 return Err(shape_err(op, shapes, format!("a non-empty axis {axis}")));
             }
+            // the index is an f32, exact only up to 2^24: a longer axis would round the
+            // index of its last elements (an ONNX argmax written as int64 said so exactly)
+            if shapes[0][*axis] > (1 << 24) + 1 {
+                return Err(shape_err(
+                    op,
+                    shapes,
+                    format!(
+                        "axis {axis} of at most 2^24 + 1 elements (the index is a float32, exact only up to 2^24)"
+                    ),
+                ));
+            }
             Ok(reduced_shape(shapes[0], &[*axis], false))
         }
         _ => unreachable!("reduce::shape called for {}", op.name()),
@@ -172,4 +183,25 @@ pub fn cancellation_allowance(op: &Op, x: &Array<f64>) -> f64 {
         .filter(|v| v.is_finite())
         .fold(0.0f64, |m, &v| m.max(v));
     super::norm::gamma32(n - 1) * worst
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::graph::Op;
+
+    /// argmax's index is a float32: exact up to 2^24, so an axis may hold 2^24 + 1 elements
+    /// (indices 0..=2^24) and no more — at 2^24 + 2 the last index, 2^24 + 1, would round to
+    /// 2^24 (written as an int64 by run-graph, it would claim a neighbour's position).
+    #[test]
+    fn argmax_axes_stop_where_float32_indices_stop_being_exact() {
+        let op = Op::Argmax { axis: 1 };
+        let n = (1usize << 24) + 1;
+        assert_eq!(crate::spec::infer_shape(&op, &[&[2, n]]).unwrap(), vec![2]);
+        assert_eq!(((n - 1) as f32) as usize, n - 1, "the last index is exact");
+        assert_ne!((n as f32) as usize, n, "one more would not be");
+        let e = crate::spec::infer_shape(&op, &[&[2, n + 1]])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("2^24 + 1") && e.contains("argmax"), "{e}");
+    }
 }

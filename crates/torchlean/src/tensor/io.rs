@@ -1,8 +1,8 @@
 //! Named tensors in safetensors files (readable by the Python `safetensors` package and
 //! PyTorch). Files are untrusted: the whole header is validated against the file's real size
 //! by the `safetensors` crate before any tensor is built, F32 values are read as they are
-//! and the other float, integer and boolean dtypes as the same values in f32 (refused where
-//! f32 does not hold a value exactly: [`f32_elements`]), every other dtype refused, and the file size is bounded before it is read (devices are refused, pipes read up to the
+//! and F16, BF16, F64, the integer and the boolean dtypes as the same values in f32 (refused
+//! where f32 does not hold a value exactly: [`f32_elements`]), every other dtype (F8) refused, and the file size is bounded before it is read (devices are refused, pipes read up to the
 //! bound: [`crate::files::read_capped`]).
 
 use super::Tensor;
@@ -393,7 +393,7 @@ pub fn safetensors_bytes_as(
     let data: Vec<(&str, StoredDtype, Vec<usize>, Vec<u8>)> = tensors
         .iter()
         .map(|(n, t, d)| {
-            let bytes = stored_bytes(&t.to_vec(), *d).map_err(|e| format!("tensor `{n}`: {e}"))?;
+            let bytes = stored_bytes(&t.data(), *d).map_err(|e| format!("tensor `{n}`: {e}"))?;
             Ok((n.as_str(), *d, t.shape().to_vec(), bytes))
         })
         .collect::<std::result::Result<_, String>>()?;
