@@ -114,6 +114,10 @@ struct Bcast {
 // 19 (18 is fused_unary's U_CLAMP): p is the mode, 0 floor, 1 ceil, 2 half-even, 3 trunc
 #define U_ROUND 19
 #define U_ERF 20
+#define U_TAN 21
+#define U_ATAN 22
+#define U_ASIN 23
+#define U_ACOS 24
 
 // spec maximum(a, b): NaN when either is NaN, the first operand on a tie
 __device__ __forceinline__ float nan_max(float a, float b) { return (a < b || b != b) ? b : a; }
@@ -363,6 +367,10 @@ __device__ __forceinline__ float unary_apply(int op, float x, float p) {
         // exact, as the spec: rintf rounds half to even (the default rounding mode)
         case U_ROUND: return p == 0.0f ? floorf(x) : p == 1.0f ? ceilf(x) : p == 2.0f ? rintf(x) : truncf(x);
         case U_ERF: return erff(x);
+        case U_TAN: return tanf(x);
+        case U_ATAN: return atanf(x);
+        case U_ASIN: return asinf(x);
+        case U_ACOS: return acosf(x);
         default: return fabsf(x);  // U_ABS
     }
 }
@@ -395,6 +403,11 @@ __device__ __forceinline__ float unary_derivative(int op, float x, float y, floa
         case U_ROUND: return 0.0f;
         // 2/sqrt(pi) * exp(-x^2), the spec's (PyTorch's) erf derivative
         case U_ERF: return 1.1283791670955126f * expf(-(x * x));
+        // the spec's (PyTorch's) forms; atan's g / (x^2 + 1) divides in unary_grad
+        case U_TAN: return 1.0f + y * y;
+        case U_ATAN: return 1.0f / (x * x + 1.0f);
+        case U_ASIN: return 1.0f / sqrtf(1.0f - x * x);
+        case U_ACOS: return -(1.0f / sqrtf(1.0f - x * x));
         default: return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : 0.0f);  // U_ABS
     }
 }
@@ -464,6 +477,7 @@ __device__ __forceinline__ float unary_grad(int op, float x, float y, float p, f
     if (unary_selects_zero(op, x, p)) return 0.0f;
     if (op == U_LOG || op == U_SAFE_LOG) return g / x;
     if (op == U_SQRT) return g / (2.0f * y);
+    if (op == U_ATAN) return g / (x * x + 1.0f);
     return g * unary_derivative(op, x, y, p);
 }
 

@@ -279,6 +279,10 @@ fn emit(
         Op::Gelu => unary(e, "Gelu"),
         Op::Softplus => unary(e, "Softplus"),
         Op::Erf => unary(e, "Erf"),
+        Op::Tan => unary(e, "Tan"),
+        Op::Atan => unary(e, "Atan"),
+        Op::Asin => unary(e, "Asin"),
+        Op::Acos => unary(e, "Acos"),
         Op::Inv => unary(e, "Reciprocal"),
         Op::Silu => {
             let s = unary(e, "Sigmoid");

@@ -864,3 +864,99 @@ fn a_standalone_erf_imports_and_differentiates() {
         );
     }
 }
+
+/// `Tan`, `Atan`, `Asin`, `Acos` import as torchlean's ops (they were refused as unknown
+/// operators): values against tract and the f64 spec (the library functions), and the
+/// gradient of Σ w·f(x) against PyTorch's backward formulas evaluated in f64 — 1 + tan²,
+/// 1/(x² + 1), ±1/√(1 − x²) — under `strict_native_cpu` (its recompute checker replays both);
+/// outside [−1, 1] asin and acos are NaN, and at ±1 their gradients infinite.
+#[test]
+fn trigonometric_maps_import_and_differentiate() {
+    let dir = std::env::temp_dir().join(format!("torchlean-trig-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let profile = BackendProfile::named("strict_native_cpu").expect("profile");
+    let x: Vec<f32> = vec![-0.93, -0.5, -0.0, 0.0, 0.1, 0.37, 0.71, 0.99];
+    let w: Vec<f32> = vec![1.5, -2.0, 0.5, 1.0, 3.0, -0.25, 0.75, -1.0];
+    type F = fn(f64) -> f64;
+    let cases: [(&str, F, F); 4] = [
+        ("Tan", f64::tan, |v| 1.0 + v.tan() * v.tan()),
+        ("Atan", f64::atan, |v| 1.0 / (v * v + 1.0)),
+        ("Asin", f64::asin, |v| 1.0 / (1.0 - v * v).sqrt()),
+        ("Acos", f64::acos, |v| -1.0 / (1.0 - v * v).sqrt()),
+    ];
+    for (op, f, df) in cases {
+        let m = model(
+            vec![
+                node("f", op, &["x"], &["y"]),
+                node("m", "Mul", &["y", "w"], &["p"]),
+                with_int(node("s", "ReduceSum", &["p"], &["loss"]), "keepdims", 0),
+            ],
+            vec![floats("w", &[8], &w)],
+            vec![value_info("x", &[8], FLOAT)],
+            vec![value_info("y", &[8], FLOAT), value_info("loss", &[], FLOAT)],
+            13,
+        );
+        let inputs = [("x".to_string(), Tensor::from_vec(x.clone(), &[8]).unwrap())];
+        let (got, want) = torchlean_and_tract(&dir, op, &m, &inputs, &profile);
+        for ((g, t), v) in got.iter().zip(&want).take(8).zip(&x) {
+            let exact = f(*v as f64);
+            let ulp = 2.0 * f32::EPSILON as f64 * exact.abs().max(f32::MIN_POSITIVE as f64);
+            assert!(
+                (*g as f64 - exact).abs() <= ulp,
+                "{op}({v}) = {g}, f64 {exact}"
+            );
+            assert!(
+                (g - t).abs() <= 1e-6 * t.abs().max(1.0),
+                "{op}({v}) = {g}, tract {t}"
+            );
+        }
+        if op != "Acos" {
+            // the odd functions keep the sign of zero
+            assert_eq!(got[2].to_bits(), (-0.0f32).to_bits(), "{op}(-0)");
+        }
+        let imported = torchlean_onnx::import_model(&m, op, &HashMap::new()).unwrap();
+        let out = run_graph(imported.graph, &imported.values, &inputs, &profile, true).unwrap();
+        let gx = out["grad.x"].to_vec();
+        for i in 0..8 {
+            let want = df(x[i] as f64) * w[i] as f64;
+            assert!(
+                // 1 − x² cancels near ±1 in f32 (PyTorch's formula as well): 2e-5 relative
+                (gx[i] as f64 - want).abs() <= 2e-5 * want.abs().max(1e-30),
+                "d{op} at {}: {} vs {want}",
+                x[i],
+                gx[i]
+            );
+        }
+    }
+    // outside the domain: NaN values; at ±1 an infinite gradient (PyTorch's)
+    for op in ["Asin", "Acos"] {
+        let m = model(
+            vec![
+                node("f", op, &["x"], &["y"]),
+                with_int(node("s", "ReduceSum", &["y"], &["loss"]), "keepdims", 0),
+            ],
+            vec![],
+            vec![value_info("x", &[3], FLOAT)],
+            vec![value_info("loss", &[], FLOAT), value_info("y", &[3], FLOAT)],
+            13,
+        );
+        let imported = torchlean_onnx::import_model(&m, op, &HashMap::new()).unwrap();
+        let inputs = [(
+            "x".to_string(),
+            Tensor::from_vec(vec![1.0, -1.0, 1.5], &[3]).unwrap(),
+        )];
+        let out = run_graph(imported.graph, &imported.values, &inputs, &profile, true).unwrap();
+        let (y, gx) = (out["y"].to_vec(), out["grad.x"].to_vec());
+        assert!(
+            y[0].is_finite() && y[1].is_finite() && y[2].is_nan(),
+            "{op}: {y:?}"
+        );
+        let sign = if op == "Asin" { 1.0 } else { -1.0 };
+        assert_eq!(
+            (gx[0], gx[1]),
+            (sign * f32::INFINITY, sign * f32::INFINITY),
+            "{op}"
+        );
+        assert!(gx[2].is_nan(), "{op}");
+    }
+}

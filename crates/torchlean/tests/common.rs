@@ -203,6 +203,11 @@ pub fn cases() -> Vec<Case> {
         (Op::Silu, Normal),
         (Op::Softplus, Normal),
         (Op::Erf, Normal),
+        // inside the domains and away from tan's poles (finite differences)
+        (Op::Tan, Unit),
+        (Op::Atan, Normal),
+        (Op::Asin, Unit),
+        (Op::Acos, Unit),
         (Op::Inv, Positive),
         (Op::SafeLog { eps: 1e-3 }, Normal),
         (Op::Scale { factor: -1.5 }, Normal),

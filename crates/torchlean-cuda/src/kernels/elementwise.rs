@@ -93,6 +93,10 @@ pub fn unary_code(op: &Op) -> Option<(i32, f32)> {
         // 18 is fused_unary's clamp; the mode is the parameter (elementwise.cu's U_ROUND)
         Op::Round { mode } => (19, round_mode_code(*mode)),
         Op::Erf => (20, 0.0),
+        Op::Tan => (21, 0.0),
+        Op::Atan => (22, 0.0),
+        Op::Asin => (23, 0.0),
+        Op::Acos => (24, 0.0),
         _ => return None,
     })
 }
@@ -132,6 +136,10 @@ pub const UNARY_KINDS: &[OpKind] = &[
     OpKind::SafeLog,
     OpKind::Round,
     OpKind::Erf,
+    OpKind::Tan,
+    OpKind::Atan,
+    OpKind::Asin,
+    OpKind::Acos,
 ];
 
 /// The op kinds this file implements.
@@ -164,6 +172,10 @@ pub const KINDS: &[OpKind] = &[
     OpKind::SafeLog,
     OpKind::Round,
     OpKind::Erf,
+    OpKind::Tan,
+    OpKind::Atan,
+    OpKind::Asin,
+    OpKind::Acos,
     OpKind::SumAll,
     OpKind::Clamp,
     OpKind::RandUniform,

@@ -15,10 +15,13 @@ pub(super) type Map<T> = Result<T, String>;
 /// Every operator type the table maps.
 const KNOWN: &[&str] = &[
     "Abs",
+    "Acos",
     "Add",
     "And",
     "ArgMax",
     "ArgMin",
+    "Asin",
+    "Atan",
     "AveragePool",
     "BatchNormalization",
     "Cast",
@@ -111,6 +114,7 @@ const KNOWN: &[&str] = &[
     "Sqrt",
     "Squeeze",
     "Sub",
+    "Tan",
     "Tanh",
     "Tile",
     "TopK",
@@ -507,7 +511,9 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
         }
         "Trilu" => trilu(b, a, inputs).map(|v| vec![v]),
         "Neg" | "Sqrt" | "Reciprocal" | "Exp" | "Log" | "Abs" | "Relu" | "Tanh" | "Sigmoid"
-        | "Sin" | "Cos" | "Softplus" | "Erf" => unary(b, op, arg(inputs, 0)?).map(|v| vec![v]),
+        | "Sin" | "Cos" | "Softplus" | "Erf" | "Tan" | "Atan" | "Asin" | "Acos" => {
+            unary(b, op, arg(inputs, 0)?).map(|v| vec![v])
+        }
         "Gelu" => match a.string("approximate", "none")?.as_str() {
             "none" => one(b.op_on(Op::Gelu, &[arg(inputs, 0)?])?),
             "tanh" => one(gelu_tanh(b, arg(inputs, 0)?)?),
@@ -1067,6 +1073,10 @@ fn unary(b: &mut Builder, op: &str, x: &Value) -> Map<Value> {
         "Sin" => Op::Sin,
         "Cos" => Op::Cos,
         "Erf" => Op::Erf,
+        "Tan" => Op::Tan,
+        "Atan" => Op::Atan,
+        "Asin" => Op::Asin,
+        "Acos" => Op::Acos,
         "Floor" => Op::Round {
             mode: RoundMode::Floor,
         },

@@ -225,6 +225,14 @@ pub enum Op {
     Softplus,
     /// The error function, `erf(x) = 2/√π ∫₀ˣ e^(−t²) dt` (`torch.erf`, ONNX `Erf`).
     Erf,
+    /// `tan(x)` (`torch.tan`, ONNX `Tan`).
+    Tan,
+    /// `atan(x)` in (−π/2, π/2) (`torch.atan`, ONNX `Atan`).
+    Atan,
+    /// `asin(x)`, NaN outside [−1, 1] (`torch.asin`, ONNX `Asin`).
+    Asin,
+    /// `acos(x)`, NaN outside [−1, 1] (`torch.acos`, ONNX `Acos`).
+    Acos,
     /// Reciprocal `1/x`.
     Inv,
     /// `ln(max(x, eps))`: never NaN for finite x.
@@ -491,6 +499,10 @@ op_kinds! {
     Silu => "silu", [], "activations";
     Softplus => "softplus", ["softplus"], "activations";
     Erf => "erf", [], "activations";
+    Tan => "tan", [], "activations";
+    Atan => "atan", [], "activations";
+    Asin => "asin", [], "activations";
+    Acos => "acos", [], "activations";
     Inv => "inv", ["inv"], "activations";
     SafeLog => "safe_log", ["safe_log"], "activations";
     Scale => "scale", ["scale"], "elementwise";
@@ -563,6 +575,10 @@ impl Op {
             Silu => OpKind::Silu,
             Softplus => OpKind::Softplus,
             Erf => OpKind::Erf,
+            Tan => OpKind::Tan,
+            Atan => OpKind::Atan,
+            Asin => OpKind::Asin,
+            Acos => OpKind::Acos,
             Inv => OpKind::Inv,
             SafeLog { .. } => OpKind::SafeLog,
             Scale { .. } => OpKind::Scale,
@@ -707,6 +723,10 @@ impl OpKind {
                 | Silu
                 | Softplus
                 | Erf
+                | Tan
+                | Atan
+                | Asin
+                | Acos
                 | Inv
                 | SafeLog
                 | Scale

@@ -217,6 +217,10 @@ pub(crate) fn unary<T: Scalar>(op: &Op, x: T) -> T {
         // stable: max(x, 0) + ln(1 + exp(-|x|))
         Op::Softplus => maximum(x, zero) + (-x.abs()).exp().ln_1p(),
         Op::Erf => x.erf(),
+        Op::Tan => x.tan(),
+        Op::Atan => x.atan(),
+        Op::Asin => x.asin(),
+        Op::Acos => x.acos(),
         Op::Inv => one / x,
         Op::SafeLog { eps } => maximum(x, T::c(*eps as f64)).ln(),
         Op::Scale { factor } => x * T::c(*factor as f64),
@@ -294,6 +298,7 @@ pub(crate) fn unary_grad<T: Scalar>(op: &Op, x: T, y: T, g: T) -> T {
         // reciprocal, which overflows in f32 for a tiny x where the gradient does not
         Op::Log | Op::SafeLog { .. } => g / x,
         Op::Sqrt => g / (T::c(2.0) * y),
+        Op::Atan => g / (x * x + T::one()),
         _ => g * unary_derivative(op, x, y),
     }
 }
@@ -336,6 +341,12 @@ pub(crate) fn unary_derivative<T: Scalar>(op: &Op, x: T, y: T) -> T {
         Op::Softplus => one / (one + (-x).exp()),
         // 2/√π · e^(−x²) (PyTorch's erf backward)
         Op::Erf => T::c(std::f64::consts::FRAC_2_SQRT_PI) * (-(x * x)).exp(),
+        // PyTorch's backward formulas: 1 + tan², 1/(x² + 1) (a division: `unary_grad`),
+        // ±1/√(1 − x²) (∞ at ±1, NaN beyond)
+        Op::Tan => one + y * y,
+        Op::Atan => one / (x * x + one),
+        Op::Asin => one / (one - x * x).sqrt(),
+        Op::Acos => -(one / (one - x * x).sqrt()),
         Op::Inv => -(y * y),
         Op::SafeLog { eps } => {
             if x > T::c(*eps as f64) {

@@ -79,6 +79,13 @@ impl Tensor {
         softplus => Op::Softplus;
         /// The error function (`torch.erf`).
         erf => Op::Erf;
+        tan => Op::Tan;
+        /// Arctangent, in (−π/2, π/2).
+        atan => Op::Atan;
+        /// Arcsine (NaN outside [−1, 1]).
+        asin => Op::Asin;
+        /// Arccosine (NaN outside [−1, 1]).
+        acos => Op::Acos;
         /// Reciprocal.
         inv => Op::Inv;
         /// Sum of all elements, as a scalar.

@@ -97,6 +97,22 @@ macro_rules! each_unary {
                 let $o = &Op::Erf;
                 $body
             }
+            Op::Tan => {
+                let $o = &Op::Tan;
+                $body
+            }
+            Op::Atan => {
+                let $o = &Op::Atan;
+                $body
+            }
+            Op::Asin => {
+                let $o = &Op::Asin;
+                $body
+            }
+            Op::Acos => {
+                let $o = &Op::Acos;
+                $body
+            }
             Op::Inv => {
                 let $o = &Op::Inv;
                 $body

@@ -466,6 +466,10 @@ fn unary_table(op: &Op, sink: impl MapSink) {
         Op::Silu => sink.run(|v| v * sigmoid(v)),
         Op::Softplus => sink.run(|v| maximum(v, 0.0) + vmath::exp(-v.abs()).ln_1p()),
         Op::Erf => sink.run(vmath::erf),
+        Op::Tan => sink.run(f32::tan),
+        Op::Atan => sink.run(f32::atan),
+        Op::Asin => sink.run(f32::asin),
+        Op::Acos => sink.run(f32::acos),
         Op::Inv => sink.run(|v| 1.0 / v),
         &Op::SafeLog { eps } => sink.run(move |v| maximum(v, eps).ln()),
         &Op::Scale { factor } => sink.run(move |v| v * factor),
@@ -532,6 +536,11 @@ pub fn unary_vjp_into(op: &Op, x: &[f32], y: &[f32], g: &[f32], shape: &[usize],
         }),
         Op::Softplus => z!(|x, _, g| g * sigmoid(x)),
         Op::Erf => z!(|x, _, g| g * (std::f32::consts::FRAC_2_SQRT_PI * vmath::exp(-(x * x)))),
+        // the spec's (PyTorch's) forms: g·(1 + y²), g / (x² + 1), g·(±1/√(1 − x²))
+        Op::Tan => z!(|_, y, g| g * (1.0 + y * y)),
+        Op::Atan => z!(|x, _, g| g / (x * x + 1.0)),
+        Op::Asin => z!(|x, _, g| g * (1.0 / (1.0 - x * x).sqrt())),
+        Op::Acos => z!(|x, _, g| g * -(1.0 / (1.0 - x * x).sqrt())),
         // the spec's (PyTorch's) order: g · (−(y·y))
         Op::Inv => z!(|_, y, g| g * -(y * y)),
         Op::SafeLog { eps } => zip_map_into([x, g], [shape, shape], shape, out, move |[x, g]| {
