@@ -182,11 +182,12 @@ def f32(*v): return np.array(v, np.float32)
 
 # ---- elementwise maps, with special values (forward only) ----
 SPECIAL = f32(np.nan, np.inf, -np.inf, -0.0, 0.0, 1e30, -1e30, 1e-40, -3.5, 2.5, 88.0, -88.0)
-for op in ["Relu", "Tanh", "Sigmoid", "Exp", "Log", "Sqrt", "Neg", "Abs", "Sin", "Cos", "Softplus", "Erf", "Tan", "Atan", "Reciprocal"]:
+for op in ["Relu", "Tanh", "Sigmoid", "Exp", "Log", "Sqrt", "Neg", "Abs", "Sin", "Cos", "Softplus", "Erf", "Tan", "Atan", "Sinh", "Cosh", "Asinh", "Reciprocal"]:
     pos = op in ("Log", "Sqrt")
     case(op, [N(op, ["x"], ["y"])], {"x": randn(3, 5, lo=0.2) if pos else randn(3, 5, scale=2)}, ["y"])
-for op in ["Asin", "Acos"]:  # inside the domain, away from its ends (finite differences)
+for op in ["Asin", "Acos", "Atanh"]:  # inside the domain, away from its ends (finite differences)
     case(op, [N(op, ["x"], ["y"])], {"x": np.asarray(rng.uniform(-0.9, 0.9, (3, 5)), np.float32)}, ["y"])
+case("Acosh", [N("Acosh", ["x"], ["y"])], {"x": np.asarray(rng.uniform(1.1, 3.0, (3, 5)), np.float32)}, ["y"])
     case(op + "/special", [N(op, ["x"], ["y"])], {"x": SPECIAL.reshape(3, 4)}, ["y"], grad=False)
 case("Gelu", [N("Gelu", ["x"], ["y"])], {"x": randn(4, 6, scale=2)}, ["y"], opset=20)
 case("Gelu/special", [N("Gelu", ["x"], ["y"])], {"x": SPECIAL.reshape(3, 4)}, ["y"], opset=20, grad=False)

@@ -104,15 +104,17 @@ def spec_mix(*s):
     a = randn(*s); flat = a.reshape(-1); flat[:len(SPECIAL)] = SPECIAL[:flat.size]; return a
 
 unary = {"neg": T.neg, "abs": T.abs, "sqrt": T.sqrt, "exp": T.exp, "log": T.log, "sin": T.sin, "cos": T.cos, "tanh": T.tanh,
-         "sigmoid": T.sigmoid, "relu": T.relu, "gelu": F.gelu, "silu": F.silu, "softplus": F.softplus, "erf": T.erf, "atan": T.atan, "inv": T.reciprocal}
+         "sigmoid": T.sigmoid, "relu": T.relu, "gelu": F.gelu, "silu": F.silu, "softplus": F.softplus, "erf": T.erf, "atan": T.atan, "sinh": T.sinh, "cosh": T.cosh, "asinh": T.asinh, "inv": T.reciprocal}
 for name, f in unary.items():
     pos = name in ("sqrt", "log")
     check(name, {"op": name}, [randn(5, 7, lo=0.1) if pos else randn(5, 7) * 3], f)
     check(name + "/special", {"op": name}, [spec_mix(3, 5)], f, grad=False)
     check(name + "/big", {"op": name}, [randn(300, 257, lo=0.1) if pos else randn(300, 257) * 3], f)
-for name, f in {"tan": T.tan, "asin": T.asin, "acos": T.acos}.items():  # inside the domains
+for name, f in {"tan": T.tan, "asin": T.asin, "acos": T.acos, "atanh": T.atanh}.items():  # inside the domains
     check(name, {"op": name}, [np.asarray(rng.uniform(-0.9, 0.9, (5, 7)), np.float32)], f)
     check(name + "/special", {"op": name}, [spec_mix(3, 5)], f, grad=False)
+check("acosh", {"op": "acosh"}, [np.asarray(rng.uniform(1.1, 3.0, (5, 7)), np.float32)], T.acosh)
+check("acosh/special", {"op": "acosh"}, [spec_mix(3, 5)], T.acosh, grad=False)
 check("safe_log", {"op": "safe_log", "eps": 1e-3}, [randn(4, 6)], lambda x: T.log(T.clamp(x, min=1e-3)))
 check("scale", {"op": "scale", "factor": -2.5}, [randn(4, 6)], lambda x: x * np.float32(-2.5))
 check("add_scalar", {"op": "add_scalar", "value": 1.5}, [randn(4, 6)], lambda x: x + 1.5)

@@ -118,6 +118,11 @@ struct Bcast {
 #define U_ATAN 22
 #define U_ASIN 23
 #define U_ACOS 24
+#define U_SINH 25
+#define U_COSH 26
+#define U_ASINH 27
+#define U_ACOSH 28
+#define U_ATANH 29
 
 // spec maximum(a, b): NaN when either is NaN, the first operand on a tie
 __device__ __forceinline__ float nan_max(float a, float b) { return (a < b || b != b) ? b : a; }
@@ -371,6 +376,11 @@ __device__ __forceinline__ float unary_apply(int op, float x, float p) {
         case U_ATAN: return atanf(x);
         case U_ASIN: return asinf(x);
         case U_ACOS: return acosf(x);
+        case U_SINH: return sinhf(x);
+        case U_COSH: return coshf(x);
+        case U_ASINH: return asinhf(x);
+        case U_ACOSH: return acoshf(x);
+        case U_ATANH: return atanhf(x);
         default: return fabsf(x);  // U_ABS
     }
 }
@@ -408,6 +418,12 @@ __device__ __forceinline__ float unary_derivative(int op, float x, float y, floa
         case U_ATAN: return 1.0f / (x * x + 1.0f);
         case U_ASIN: return 1.0f / sqrtf(1.0f - x * x);
         case U_ACOS: return -(1.0f / sqrtf(1.0f - x * x));
+        // PyTorch's; atanh's g / (1 - x^2) divides in unary_grad
+        case U_SINH: return coshf(x);
+        case U_COSH: return sinhf(x);
+        case U_ASINH: return 1.0f / sqrtf(x * x + 1.0f);
+        case U_ACOSH: return 1.0f / sqrtf(x * x - 1.0f);
+        case U_ATANH: return 1.0f / (1.0f - x * x);
         default: return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : 0.0f);  // U_ABS
     }
 }
@@ -478,6 +494,7 @@ __device__ __forceinline__ float unary_grad(int op, float x, float y, float p, f
     if (op == U_LOG || op == U_SAFE_LOG) return g / x;
     if (op == U_SQRT) return g / (2.0f * y);
     if (op == U_ATAN) return g / (x * x + 1.0f);
+    if (op == U_ATANH) return g / (1.0f - x * x);
     return g * unary_derivative(op, x, y, p);
 }
 

@@ -283,6 +283,11 @@ fn emit(
         Op::Atan => unary(e, "Atan"),
         Op::Asin => unary(e, "Asin"),
         Op::Acos => unary(e, "Acos"),
+        Op::Sinh => unary(e, "Sinh"),
+        Op::Cosh => unary(e, "Cosh"),
+        Op::Asinh => unary(e, "Asinh"),
+        Op::Acosh => unary(e, "Acosh"),
+        Op::Atanh => unary(e, "Atanh"),
         Op::Inv => unary(e, "Reciprocal"),
         Op::Silu => {
             let s = unary(e, "Sigmoid");

@@ -865,11 +865,13 @@ fn a_standalone_erf_imports_and_differentiates() {
     }
 }
 
-/// `Tan`, `Atan`, `Asin`, `Acos` import as torchlean's ops (they were refused as unknown
-/// operators): values against tract and the f64 spec (the library functions), and the
-/// gradient of Σ w·f(x) against PyTorch's backward formulas evaluated in f64 — 1 + tan²,
-/// 1/(x² + 1), ±1/√(1 − x²) — under `strict_native_cpu` (its recompute checker replays both);
-/// outside [−1, 1] asin and acos are NaN, and at ±1 their gradients infinite.
+/// `Tan`, `Atan`, `Asin`, `Acos` and `Sinh`, `Cosh`, `Asinh`, `Acosh`, `Atanh` import as
+/// torchlean's ops (they were refused as unknown operators): values against tract and the
+/// f64 spec (the library functions), and the gradient of Σ w·f(x) against PyTorch's backward
+/// formulas evaluated in f64 — 1 + tan², 1/(x² + 1), ±1/√(1 − x²), cosh, sinh, 1/√(x² ± 1),
+/// 1/(1 − x²) — under `strict_native_cpu` (its recompute checker replays both); outside
+/// [−1, 1] asin, acos and atanh are NaN, and at ±1 their gradients infinite (atanh ±∞ there;
+/// beyond, its gradient is PyTorch's finite g / (1 − x²)).
 #[test]
 fn trigonometric_maps_import_and_differentiate() {
     let dir = std::env::temp_dir().join(format!("torchlean-trig-{}", std::process::id()));
@@ -878,13 +880,24 @@ fn trigonometric_maps_import_and_differentiate() {
     let x: Vec<f32> = vec![-0.93, -0.5, -0.0, 0.0, 0.1, 0.37, 0.71, 0.99];
     let w: Vec<f32> = vec![1.5, -2.0, 0.5, 1.0, 3.0, -0.25, 0.75, -1.0];
     type F = fn(f64) -> f64;
-    let cases: [(&str, F, F); 4] = [
+    let cases: [(&str, F, F); 9] = [
         ("Tan", f64::tan, |v| 1.0 + v.tan() * v.tan()),
         ("Atan", f64::atan, |v| 1.0 / (v * v + 1.0)),
         ("Asin", f64::asin, |v| 1.0 / (1.0 - v * v).sqrt()),
         ("Acos", f64::acos, |v| -1.0 / (1.0 - v * v).sqrt()),
+        ("Sinh", f64::sinh, f64::cosh),
+        ("Cosh", f64::cosh, f64::sinh),
+        ("Asinh", f64::asinh, |v| 1.0 / (v * v + 1.0).sqrt()),
+        // acosh's domain starts at 1: its inputs are shifted below
+        ("Acosh", f64::acosh, |v| 1.0 / (v * v - 1.0).sqrt()),
+        ("Atanh", f64::atanh, |v| 1.0 / (1.0 - v * v)),
     ];
     for (op, f, df) in cases {
+        let x: Vec<f32> = if op == "Acosh" {
+            x.iter().map(|v| 2.0 + v).collect()
+        } else {
+            x.clone()
+        };
         let m = model(
             vec![
                 node("f", op, &["x"], &["y"]),
@@ -910,7 +923,7 @@ fn trigonometric_maps_import_and_differentiate() {
                 "{op}({v}) = {g}, tract {t}"
             );
         }
-        if op != "Acos" {
+        if !matches!(op, "Acos" | "Cosh" | "Acosh") {
             // the odd functions keep the sign of zero
             assert_eq!(got[2].to_bits(), (-0.0f32).to_bits(), "{op}(-0)");
         }
@@ -929,7 +942,7 @@ fn trigonometric_maps_import_and_differentiate() {
         }
     }
     // outside the domain: NaN values; at ±1 an infinite gradient (PyTorch's)
-    for op in ["Asin", "Acos"] {
+    for op in ["Asin", "Acos", "Atanh"] {
         let m = model(
             vec![
                 node("f", op, &["x"], &["y"]),
@@ -947,16 +960,27 @@ fn trigonometric_maps_import_and_differentiate() {
         )];
         let out = run_graph(imported.graph, &imported.values, &inputs, &profile, true).unwrap();
         let (y, gx) = (out["y"].to_vec(), out["grad.x"].to_vec());
-        assert!(
-            y[0].is_finite() && y[1].is_finite() && y[2].is_nan(),
-            "{op}: {y:?}"
-        );
-        let sign = if op == "Asin" { 1.0 } else { -1.0 };
+        if op == "Atanh" {
+            assert_eq!(
+                (y[0], y[1]),
+                (f32::INFINITY, f32::NEG_INFINITY),
+                "{op}: {y:?}"
+            );
+        } else {
+            assert!(y[0].is_finite() && y[1].is_finite(), "{op}: {y:?}");
+        }
+        assert!(y[2].is_nan(), "{op}: {y:?}");
+        let sign = if op == "Acos" { -1.0 } else { 1.0 };
         assert_eq!(
             (gx[0], gx[1]),
             (sign * f32::INFINITY, sign * f32::INFINITY),
             "{op}"
         );
-        assert!(gx[2].is_nan(), "{op}");
+        if op == "Atanh" {
+            // PyTorch's g / (1 − x²) is finite beyond the domain, where the value is NaN
+            assert_eq!(gx[2], 1.0 / (1.0 - 1.5f32 * 1.5), "{op}");
+        } else {
+            assert!(gx[2].is_nan(), "{op}");
+        }
     }
 }

@@ -17,6 +17,8 @@ pub enum Gen {
     Positive,
     /// Uniform in (0.05, 0.95): decays of a scan.
     Unit,
+    /// Uniform in [1.05, 3]: acosh's domain, away from its end.
+    AboveOne,
     /// Integers in [0, bound), as f32.
     Index(usize),
     /// Multiples of ½ and ¼ in [−bound, bound): the ties and near-ties of rounding.
@@ -32,7 +34,7 @@ pub enum Gen {
 pub struct Case {
     pub op: Op,
     pub inputs: Vec<(Vec<usize>, Gen)>,
-    /// A special-value row: real-valued inputs (`Normal`, `Positive`, `Unit`) hold NaN, ±inf,
+    /// A special-value row: real-valued inputs (`Normal`, `Positive`, `Unit`, `AboveOne`) hold NaN, ±inf,
     /// ±0 and subnormals among their ordinary values ([`draw_special`]).
     pub special: bool,
 }
@@ -103,7 +105,7 @@ pub const SPECIALS: [f64; 8] = [
 /// Index and mask inputs are drawn as by [`draw`].
 pub fn draw_special(shape: &[usize], gen: Gen, key: u64) -> Array<f64> {
     let mut a = draw(shape, gen, key);
-    if matches!(gen, Normal | Positive | Unit) {
+    if matches!(gen, Normal | Positive | Unit | AboveOne) {
         for (i, v) in a.data.iter_mut().enumerate() {
             let bits = splitmix64(key.wrapping_mul(7_000_003).wrapping_add(i as u64) ^ 0x5eed);
             if bits % 8 == 0 {
@@ -208,6 +210,11 @@ pub fn cases() -> Vec<Case> {
         (Op::Atan, Normal),
         (Op::Asin, Unit),
         (Op::Acos, Unit),
+        (Op::Sinh, Normal),
+        (Op::Cosh, Normal),
+        (Op::Asinh, Normal),
+        (Op::Acosh, AboveOne),
+        (Op::Atanh, Unit),
         (Op::Inv, Positive),
         (Op::SafeLog { eps: 1e-3 }, Normal),
         (Op::Scale { factor: -1.5 }, Normal),
@@ -905,6 +912,7 @@ pub fn draw(shape: &[usize], gen: Gen, key: u64) -> Array<f64> {
         Normal => (u(i, 0) + u(i, 1) + u(i, 2) - 1.5) * 2.0,
         Positive => 0.5 + 1.5 * u(i, 0),
         Unit => 0.05 + 0.9 * u(i, 0),
+        AboveOne => 1.05 + 1.95 * u(i, 0),
         Index(b) => ((u(i, 0) * b as f64) as usize).min(b - 1) as f64,
         Quarters(b) => ((u(i, 0) * (8 * b) as f64) as usize).min(8 * b - 1) as f64 / 4.0 - b as f64,
         Mask => (u(i, 0) < 0.7) as u8 as f64,

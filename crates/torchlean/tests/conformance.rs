@@ -1465,7 +1465,7 @@ fn finite_difference_failures(row: &Row) -> Vec<String> {
     for (j, g) in grads.iter().enumerate() {
         let real = matches!(
             case.inputs[j].1,
-            Gen::Normal | Gen::Positive | Gen::Unit | Gen::Quarters(_)
+            Gen::Normal | Gen::Positive | Gen::Unit | Gen::AboveOne | Gen::Quarters(_)
         );
         let g = match (g, real) {
             (Some(g), true) => g,

@@ -97,6 +97,11 @@ pub fn unary_code(op: &Op) -> Option<(i32, f32)> {
         Op::Atan => (22, 0.0),
         Op::Asin => (23, 0.0),
         Op::Acos => (24, 0.0),
+        Op::Sinh => (25, 0.0),
+        Op::Cosh => (26, 0.0),
+        Op::Asinh => (27, 0.0),
+        Op::Acosh => (28, 0.0),
+        Op::Atanh => (29, 0.0),
         _ => return None,
     })
 }
@@ -140,6 +145,11 @@ pub const UNARY_KINDS: &[OpKind] = &[
     OpKind::Atan,
     OpKind::Asin,
     OpKind::Acos,
+    OpKind::Sinh,
+    OpKind::Cosh,
+    OpKind::Asinh,
+    OpKind::Acosh,
+    OpKind::Atanh,
 ];
 
 /// The op kinds this file implements.
@@ -176,6 +186,11 @@ pub const KINDS: &[OpKind] = &[
     OpKind::Atan,
     OpKind::Asin,
     OpKind::Acos,
+    OpKind::Sinh,
+    OpKind::Cosh,
+    OpKind::Asinh,
+    OpKind::Acosh,
+    OpKind::Atanh,
     OpKind::SumAll,
     OpKind::Clamp,
     OpKind::RandUniform,

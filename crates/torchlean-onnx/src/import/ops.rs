@@ -16,12 +16,15 @@ pub(super) type Map<T> = Result<T, String>;
 const KNOWN: &[&str] = &[
     "Abs",
     "Acos",
+    "Acosh",
     "Add",
     "And",
     "ArgMax",
     "ArgMin",
     "Asin",
+    "Asinh",
     "Atan",
+    "Atanh",
     "AveragePool",
     "BatchNormalization",
     "Cast",
@@ -35,6 +38,7 @@ const KNOWN: &[&str] = &[
     "Conv",
     "ConvTranspose",
     "Cos",
+    "Cosh",
     "CumSum",
     "DepthToSpace",
     "Div",
@@ -103,6 +107,7 @@ const KNOWN: &[&str] = &[
     "Sigmoid",
     "Sign",
     "Sin",
+    "Sinh",
     "Size",
     "Slice",
     "Softmax",
@@ -511,7 +516,8 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
         }
         "Trilu" => trilu(b, a, inputs).map(|v| vec![v]),
         "Neg" | "Sqrt" | "Reciprocal" | "Exp" | "Log" | "Abs" | "Relu" | "Tanh" | "Sigmoid"
-        | "Sin" | "Cos" | "Softplus" | "Erf" | "Tan" | "Atan" | "Asin" | "Acos" => {
+        | "Sin" | "Cos" | "Softplus" | "Erf" | "Tan" | "Atan" | "Asin" | "Acos" | "Sinh"
+        | "Cosh" | "Asinh" | "Acosh" | "Atanh" => {
             unary(b, op, arg(inputs, 0)?).map(|v| vec![v])
         }
         "Gelu" => match a.string("approximate", "none")?.as_str() {
@@ -1077,6 +1083,11 @@ fn unary(b: &mut Builder, op: &str, x: &Value) -> Map<Value> {
         "Atan" => Op::Atan,
         "Asin" => Op::Asin,
         "Acos" => Op::Acos,
+        "Sinh" => Op::Sinh,
+        "Cosh" => Op::Cosh,
+        "Asinh" => Op::Asinh,
+        "Acosh" => Op::Acosh,
+        "Atanh" => Op::Atanh,
         "Floor" => Op::Round {
             mode: RoundMode::Floor,
         },

@@ -233,6 +233,16 @@ pub enum Op {
     Asin,
     /// `acos(x)`, NaN outside [−1, 1] (`torch.acos`, ONNX `Acos`).
     Acos,
+    /// `sinh(x)` (`torch.sinh`, ONNX `Sinh`).
+    Sinh,
+    /// `cosh(x)` (`torch.cosh`, ONNX `Cosh`).
+    Cosh,
+    /// `asinh(x)` (`torch.asinh`, ONNX `Asinh`).
+    Asinh,
+    /// `acosh(x)`, NaN below 1 (`torch.acosh`, ONNX `Acosh`).
+    Acosh,
+    /// `atanh(x)`, ±∞ at ±1, NaN beyond (`torch.atanh`, ONNX `Atanh`).
+    Atanh,
     /// Reciprocal `1/x`.
     Inv,
     /// `ln(max(x, eps))`: never NaN for finite x.
@@ -503,6 +513,11 @@ op_kinds! {
     Atan => "atan", [], "activations";
     Asin => "asin", [], "activations";
     Acos => "acos", [], "activations";
+    Sinh => "sinh", [], "activations";
+    Cosh => "cosh", [], "activations";
+    Asinh => "asinh", [], "activations";
+    Acosh => "acosh", [], "activations";
+    Atanh => "atanh", [], "activations";
     Inv => "inv", ["inv"], "activations";
     SafeLog => "safe_log", ["safe_log"], "activations";
     Scale => "scale", ["scale"], "elementwise";
@@ -579,6 +594,11 @@ impl Op {
             Atan => OpKind::Atan,
             Asin => OpKind::Asin,
             Acos => OpKind::Acos,
+            Sinh => OpKind::Sinh,
+            Cosh => OpKind::Cosh,
+            Asinh => OpKind::Asinh,
+            Acosh => OpKind::Acosh,
+            Atanh => OpKind::Atanh,
             Inv => OpKind::Inv,
             SafeLog { .. } => OpKind::SafeLog,
             Scale { .. } => OpKind::Scale,
@@ -727,6 +747,11 @@ impl OpKind {
                 | Atan
                 | Asin
                 | Acos
+                | Sinh
+                | Cosh
+                | Asinh
+                | Acosh
+                | Atanh
                 | Inv
                 | SafeLog
                 | Scale

@@ -221,6 +221,11 @@ pub(crate) fn unary<T: Scalar>(op: &Op, x: T) -> T {
         Op::Atan => x.atan(),
         Op::Asin => x.asin(),
         Op::Acos => x.acos(),
+        Op::Sinh => x.sinh(),
+        Op::Cosh => x.cosh(),
+        Op::Asinh => x.asinh(),
+        Op::Acosh => x.acosh(),
+        Op::Atanh => x.atanh(),
         Op::Inv => one / x,
         Op::SafeLog { eps } => maximum(x, T::c(*eps as f64)).ln(),
         Op::Scale { factor } => x * T::c(*factor as f64),
@@ -299,6 +304,7 @@ pub(crate) fn unary_grad<T: Scalar>(op: &Op, x: T, y: T, g: T) -> T {
         Op::Log | Op::SafeLog { .. } => g / x,
         Op::Sqrt => g / (T::c(2.0) * y),
         Op::Atan => g / (x * x + T::one()),
+        Op::Atanh => g / (T::one() - x * x),
         _ => g * unary_derivative(op, x, y),
     }
 }
@@ -347,6 +353,13 @@ pub(crate) fn unary_derivative<T: Scalar>(op: &Op, x: T, y: T) -> T {
         Op::Atan => one / (x * x + one),
         Op::Asin => one / (one - x * x).sqrt(),
         Op::Acos => -(one / (one - x * x).sqrt()),
+        // PyTorch's: cosh, sinh, 1/√(x² + 1), 1/√(x² − 1), and 1/(1 − x²) (a division:
+        // `unary_grad`)
+        Op::Sinh => x.cosh(),
+        Op::Cosh => x.sinh(),
+        Op::Asinh => one / (x * x + one).sqrt(),
+        Op::Acosh => one / (x * x - one).sqrt(),
+        Op::Atanh => one / (one - x * x),
         Op::Inv => -(y * y),
         Op::SafeLog { eps } => {
             if x > T::c(*eps as f64) {

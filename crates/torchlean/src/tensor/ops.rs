@@ -86,6 +86,13 @@ impl Tensor {
         asin => Op::Asin;
         /// Arccosine (NaN outside [−1, 1]).
         acos => Op::Acos;
+        sinh => Op::Sinh;
+        cosh => Op::Cosh;
+        asinh => Op::Asinh;
+        /// Inverse hyperbolic cosine (NaN below 1).
+        acosh => Op::Acosh;
+        /// Inverse hyperbolic tangent (±∞ at ±1, NaN beyond).
+        atanh => Op::Atanh;
         /// Reciprocal.
         inv => Op::Inv;
         /// Sum of all elements, as a scalar.

@@ -113,6 +113,26 @@ macro_rules! each_unary {
                 let $o = &Op::Acos;
                 $body
             }
+            Op::Sinh => {
+                let $o = &Op::Sinh;
+                $body
+            }
+            Op::Cosh => {
+                let $o = &Op::Cosh;
+                $body
+            }
+            Op::Asinh => {
+                let $o = &Op::Asinh;
+                $body
+            }
+            Op::Acosh => {
+                let $o = &Op::Acosh;
+                $body
+            }
+            Op::Atanh => {
+                let $o = &Op::Atanh;
+                $body
+            }
             Op::Inv => {
                 let $o = &Op::Inv;
                 $body
