@@ -150,6 +150,22 @@ class Lstm(nn.Module):
         return self.fc(out[:, -1])
 
 
+class Elman(nn.Module):
+    """Elman RNNs (nn.RNN, exported as ONNX's RNN operator, unrolled by torchlean): a
+    bidirectional tanh layer, then two stacked relu layers, the last step through a head."""
+
+    def __init__(self):
+        super().__init__()
+        self.first = nn.RNN(6, 8, bidirectional=True, batch_first=True)
+        self.second = nn.RNN(16, 5, num_layers=2, nonlinearity="relu", batch_first=True)
+        self.fc = nn.Linear(5, 2)
+
+    def forward(self, x):
+        out, _ = self.first(x)
+        out, _ = self.second(out)
+        return self.fc(out[:, -1])
+
+
 class EmbeddingBag(nn.Module):
     """Token ids (int64 in PyTorch and ONNX; float32 integers in the inputs file) through an
     embedding, mean-pooled over the sequence, and a linear head."""
@@ -394,6 +410,11 @@ def main():
     b = BATCH or 3
     export("ranked", Ranked(), [torch.randn(b, 5, 6, generator=gen)], ["x"], (b, 25),
            dynamo=False)
+    # forty-eighth session: ONNX's RNN operator
+    torch.manual_seed(6)
+    gen = torch.Generator().manual_seed(6)
+    b = BATCH or 3
+    export("elman", Elman(), [torch.randn(b, 5, 6, generator=gen)], ["x"], (b, 2), dynamo=False)
 
 
 if __name__ == "__main__":

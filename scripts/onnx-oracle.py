@@ -478,6 +478,17 @@ for bias, st in ((1, 1), (0, 0)):
     if st: inputs.update({"h0": randn(1, B, hid), "c0": randn(1, B, hid)})
     case(f"LSTM(bias={bias}, states={st})", [N("LSTM", ins, ["y", "yh", "yc"], hidden_size=hid)], inputs, ["y", "yh", "yc"], inits=inits)
 
+# ---- RNN (forty-eighth session), each activation, every direction, layout 1 ----
+for direction, D in (("forward", 1), ("reverse", 1), ("bidirectional", 2)):
+    hid, inp, T, B = 4, 3, 5, 2
+    for acts in (["Tanh"], ["Relu"], ["Sigmoid"]):
+        acts = acts * D if direction != "bidirectional" else acts + ["Relu"]
+        case(f"RNN({direction}, {acts})", [N("RNN", ["x", "w", "r", "b", "", "h0"], ["y", "yh"], hidden_size=hid, direction=direction, activations=acts)],
+             {"x": randn(T, B, inp), "h0": randn(D, B, hid)}, ["y", "yh"], inits={"w": randn(D, hid, inp, scale=0.5), "r": randn(D, hid, hid, scale=0.5), "b": randn(D, 2 * hid, scale=0.5)})
+    # (onnxruntime refuses layout=1 for RNN; tests/tract_interop.rs covers the layout on GRU)
+    case(f"RNN({direction}, no bias, no state)", [N("RNN", ["x", "w", "r"], ["y", "yh"], hidden_size=hid, direction=direction)],
+         {"x": randn(T, B, inp)}, ["y", "yh"], inits={"w": randn(D, hid, inp, scale=0.5), "r": randn(D, hid, hid, scale=0.5)})
+
 # ---- reverse and bidirectional recurrences ----
 for direction, D in (("reverse", 1), ("bidirectional", 2)):
     hid, inp, T, B = 4, 3, 5, 2

@@ -168,6 +168,7 @@ const OP_TYPES: &[&str] = &[
     "GlobalMaxPool",
     "ArgMax",
     "ArgMin",
+    "RNN",
     "GRU",
     "LSTM",
     "Not",

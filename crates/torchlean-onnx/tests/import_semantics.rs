@@ -420,6 +420,122 @@ fn recurrent_activations_attribute_is_read_as_strings() {
     assert!(import(&lstm_model).is_ok());
 }
 
+/// An `RNN` node (refused as an unknown operator until the forty-eighth session) against its
+/// equation h' = f(x Wᵀ + Wb + h Rᵀ + Rb) evaluated here in f64, for each activation and for a
+/// bidirectional node whose directions use different ones (the second runs from the last
+/// step to the first). Activations outside Tanh/Relu/Sigmoid, or not one per direction, are
+/// refused naming the list.
+#[test]
+fn rnn_follows_its_equation_with_each_activation() {
+    let (steps, n, i, h) = (3usize, 2usize, 3usize, 4usize);
+    let x = common::values(steps * n * i, 9);
+    let rnn_model = |acts: &[&str], dirs: usize| {
+        let direction = if dirs == 2 {
+            "bidirectional"
+        } else {
+            "forward"
+        };
+        let mut node = node("rnn", "RNN", &["x", "W", "R", "B"], &["y"]);
+        node = with_int(
+            with_strings(node, "activations", acts),
+            "hidden_size",
+            h as i64,
+        );
+        let mut d = AttributeProto::new();
+        d.name = "direction".into();
+        d.type_ = AttributeType::STRING.into();
+        d.s = direction.as_bytes().to_vec();
+        node.attribute.push(d);
+        let (dd, hh, ii) = (dirs as i64, h as i64, i as i64);
+        model(
+            vec![node],
+            vec![
+                floats("W", &[dd, hh, ii], &common::values(dirs * h * i, 1)),
+                floats("R", &[dd, hh, hh], &common::values(dirs * h * h, 2)),
+                floats("B", &[dd, 2 * hh], &common::values(dirs * 2 * h, 3)),
+            ],
+            vec![vi("x", &[steps as i64, n as i64, ii], FLOAT)],
+            vec![out("y")],
+            14,
+        )
+    };
+    // Y [S, D, N, H] in f64 from the node's own weights
+    let reference = |acts: &[&str]| -> Vec<f32> {
+        let dirs = acts.len();
+        let (w, r, b) = (
+            common::values(dirs * h * i, 1),
+            common::values(dirs * h * h, 2),
+            common::values(dirs * 2 * h, 3),
+        );
+        let mut y = vec![0f32; steps * dirs * n * h];
+        for (d, act) in acts.iter().enumerate() {
+            let f = |v: f64| match *act {
+                "Tanh" => v.tanh(),
+                "Relu" => v.max(0.0),
+                _ => 1.0 / (1.0 + (-v).exp()),
+            };
+            let mut state = vec![0f64; n * h];
+            let order: Vec<usize> = if d == 0 {
+                (0..steps).collect()
+            } else {
+                (0..steps).rev().collect()
+            };
+            for t in order {
+                let mut next = vec![0f64; n * h];
+                for bi in 0..n {
+                    for k in 0..h {
+                        let mut v = b[d * 2 * h + k] as f64 + b[d * 2 * h + h + k] as f64;
+                        for j in 0..i {
+                            v += x[(t * n + bi) * i + j] as f64 * w[(d * h + k) * i + j] as f64;
+                        }
+                        for j in 0..h {
+                            v += state[bi * h + j] * r[(d * h + k) * h + j] as f64;
+                        }
+                        next[bi * h + k] = f(v);
+                    }
+                }
+                state = next;
+                for bi in 0..n {
+                    for k in 0..h {
+                        y[((t * dirs + d) * n + bi) * h + k] = state[bi * h + k] as f32;
+                    }
+                }
+            }
+        }
+        y
+    };
+    for acts in [
+        &["Tanh"][..],
+        &["Relu"],
+        &["sigmoid"],
+        &["Relu", "Tanh"],
+        &["Tanh", "Relu"],
+    ] {
+        let got = run(
+            &rnn_model(acts, acts.len()),
+            &[("x", &[steps, n, i], &x)],
+            "y",
+        );
+        let canonical: Vec<&str> = acts
+            .iter()
+            .map(|a| if *a == "sigmoid" { "Sigmoid" } else { a })
+            .collect();
+        assert_values(&format!("RNN {acts:?}"), &got, &reference(&canonical), 1e-5);
+    }
+    refused_once(
+        &rnn_model(&["Softsign"], 1),
+        "rnn",
+        "RNN",
+        &["\"Softsign\"", "Tanh, Relu, Sigmoid"],
+    );
+    refused_once(
+        &rnn_model(&["Tanh"], 2),
+        "rnn",
+        "RNN",
+        &["one per direction (2)"],
+    );
+}
+
 /// A GRU or LSTM over 0 steps reported an internal `concat` error; onnxruntime aborts the
 /// process on it (the audit's gru_seq0: "terminate called without an active exception").
 /// Refused with the node's name and the reason.

@@ -553,6 +553,7 @@ fn composite_operators_agree_with_tract_values_and_gradients() {
             &[2, 3, 5, 3],
             13,
         ),
+        rnn("rnn bidirectional", "RNN", "bidirectional", 1),
         rnn("gru bidirectional", "GRU", "bidirectional", 3),
         rnn("lstm bidirectional", "LSTM", "bidirectional", 4),
         resize(
@@ -599,7 +600,7 @@ fn composite_operators_agree_with_tract_values_and_gradients() {
 fn a_reverse_recurrence_is_the_second_half_of_a_bidirectional_one() {
     let profile = BackendProfile::named("checked_cpu").expect("profile");
     let x = Tensor::from_vec(values(30, 41), &[5, 2, 3]).unwrap();
-    for (op, gates) in [("GRU", 3usize), ("LSTM", 4)] {
+    for (op, gates) in [("RNN", 1usize), ("GRU", 3), ("LSTM", 4)] {
         let g = gates * 4;
         let weights = |dirs: usize, seed_of: &dyn Fn(usize) -> u64| {
             let stack = |cols: usize, salt: u64| -> Vec<f32> {

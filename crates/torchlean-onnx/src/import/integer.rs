@@ -94,7 +94,7 @@ fn is_data(op: &str, i: usize) -> bool {
         | "InstanceNormalization"
         | "Conv"
         | "ConvTranspose" => true,
-        "GRU" | "LSTM" => i != 4,
+        "RNN" | "GRU" | "LSTM" => i != 4,
         _ => i == 0,
     }
 }

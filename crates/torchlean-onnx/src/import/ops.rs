@@ -89,6 +89,7 @@ const KNOWN: &[&str] = &[
     "PRelu",
     "Range",
     "Reciprocal",
+    "RNN",
     "ReduceL1",
     "ReduceL2",
     "ReduceLogSumExp",
@@ -922,6 +923,7 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
             let nan_value = b.op_on(Op::Scale { factor: 0.0 }, &[x])?;
             one(b.op_on(Op::Where, &[&nan, &nan_value, &s])?)
         }
+        "RNN" => super::recurrent::rnn(b, a, inputs),
         "GRU" => super::recurrent::gru(b, a, inputs),
         "LSTM" => super::recurrent::lstm(b, a, inputs),
         _ => Err(format!("no torchlean mapping for `{op}`")),

@@ -1,4 +1,4 @@
-//! ONNX's recurrent operators (GRU, LSTM), unrolled over the (static) sequence length into torchlean
+//! ONNX's recurrent operators (RNN, GRU, LSTM), unrolled over the (static) sequence length into torchlean
 //! ops. The weights stay parameters: every step reads the same `linear` weights, so their
 //! gradients sum over the steps as they do in PyTorch's autograd.
 
@@ -10,8 +10,15 @@ use torchlean::graph::{Op, MAX_NODES};
 
 type Map<T> = Result<T, String>;
 
-/// The fewest graph nodes one unrolled step adds (GRU and LSTM both add more).
-const MIN_NODES_PER_STEP: usize = 12;
+/// The fewest graph nodes one unrolled step of a cell with `gates` gates adds (an RNN step
+/// adds a slice, a reshape, a `linear`, an add and its activation; GRU and LSTM steps more).
+fn min_nodes_per_step(gates: usize) -> usize {
+    if gates == 1 {
+        4
+    } else {
+        12
+    }
+}
 
 /// Rows `[from, to)` of a value along axis 0.
 fn rows(b: &mut Builder, v: &Value, from: usize, to: usize) -> Map<Value> {
@@ -110,12 +117,11 @@ fn prepare(
         other => return Err(format!("direction={other}")),
     };
     let dirs = reverse.len();
-    let defaults: &[&str] = if gates == 3 {
-        &["Sigmoid", "Tanh"]
-    } else {
-        &["Sigmoid", "Tanh", "Tanh"]
-    };
-    check_activations(a, op, defaults, dirs)?;
+    match gates {
+        1 => {} // RNN: its one activation per direction is read by `rnn`
+        3 => check_activations(a, op, &["Sigmoid", "Tanh"], dirs)?,
+        _ => check_activations(a, op, &["Sigmoid", "Tanh", "Tanh"], dirs)?,
+    }
     let clip = a.float("clip", 0.0)?;
     if clip != 0.0 {
         return Err(format!(
@@ -159,12 +165,12 @@ fn prepare(
     if hidden != h as i64 {
         return Err(format!("hidden_size {hidden} differs from W's {h}"));
     }
-    // the unrolled graph has at least MIN_NODES_PER_STEP nodes per step and direction: a
+    // the unrolled graph has at least `min_nodes_per_step` nodes per step and direction: a
     // sequence length that cannot fit under the graph's node limit is refused before any
     // step is built (`Graph::push` would stop it at the limit, after a million nodes)
     let room = MAX_NODES.saturating_sub(b.graph.nodes.len());
     let least = steps
-        .saturating_mul(MIN_NODES_PER_STEP)
+        .saturating_mul(min_nodes_per_step(gates))
         .saturating_mul(dirs);
     if least > room {
         return Err(format!(
@@ -283,6 +289,9 @@ impl Unrolled {
     ) -> Map<Vec<Value>> {
         let xt = rows(b, &d.xw, t, t + 1)?;
         let xt = reshape(b, &xt, vec![self.n, gates * self.h])?;
+        if gates == 1 {
+            return Ok(vec![xt]);
+        }
         (0..gates)
             .map(|g| cols(b, &xt, g * self.h, (g + 1) * self.h))
             .collect()
@@ -341,6 +350,57 @@ impl Unrolled {
         }
         Ok(out)
     }
+}
+
+/// An RNN cell's activation (ONNX's `activations`, one per direction): the functions of
+/// ONNX's list that PyTorch's `nn.RNN` exports (`nonlinearity` tanh or relu), and sigmoid.
+fn rnn_activation(name: &str) -> Option<Op> {
+    match name.to_ascii_lowercase().as_str() {
+        "tanh" => Some(Op::Tanh),
+        "relu" => Some(Op::Relu),
+        "sigmoid" => Some(Op::Sigmoid),
+        _ => None,
+    }
+}
+
+/// `RNN` (forward, reverse or bidirectional as GRU; the activation per direction from
+/// `activations`, Tanh by default — PyTorch's `nn.RNN(nonlinearity="relu")` exports Relu):
+///
+///   h' = f(x Wᵀ + Wb + h Rᵀ + Rb)
+///
+/// Outputs Y and Y_h as GRU's.
+pub fn rnn(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Vec<Value>> {
+    let u = prepare(b, a, inputs, 1, "RNN")?;
+    let acts: Vec<Op> = match a.strings("activations")? {
+        None => vec![Op::Tanh; u.dirs.len()],
+        Some(given) => {
+            let ops: Option<Vec<Op>> = given.iter().map(|g| rnn_activation(g)).collect();
+            match ops {
+                Some(ops) if ops.len() == u.dirs.len() => ops,
+                _ => {
+                    return Err(format!(
+                        "RNN activations {given:?}: one per direction ({}) of Tanh, Relu, Sigmoid is supported",
+                        u.dirs.len()
+                    ))
+                }
+            }
+        }
+    };
+    let (mut states, mut finals) = (vec![], vec![]);
+    for (d, act) in u.dirs.iter().zip(acts) {
+        let mut state = u.initial(b, inputs, 5, d)?;
+        let mut by_time: Vec<Option<Value>> = vec![None; u.steps];
+        for t in d.order(u.steps) {
+            let xg = u.step_inputs(b, d, t, 1)?;
+            let hp = linear(b, &state, &d.r2, &d.rb)?;
+            let pre = b.op_on(Op::Add, &[&xg[0], &hp])?;
+            state = b.op_on(act.clone(), &[&pre])?;
+            by_time[t] = Some(state.clone());
+        }
+        states.push(by_time.into_iter().flatten().collect());
+        finals.push(state);
+    }
+    u.outputs(b, &states, &[finals])
 }
 
 /// `GRU` (forward, reverse or bidirectional — a direction's steps run from the last to the

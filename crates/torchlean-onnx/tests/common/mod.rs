@@ -30,6 +30,7 @@ pub const FIXTURES: &[&str] = &[
     "masked",
     "extras",
     "ranked",
+    "elman",
 ];
 
 pub fn fixture(name: &str) -> PathBuf {
