@@ -332,6 +332,15 @@ fn boolean_counts_products_and_casts_agree_with_tract() {
         with_int(node(name, "Cast", &[from], &[out]), "to", to as i64)
     };
     const BOOL: i32 = 9;
+    const INT32: i32 = 6;
+    let ints32 = |name: &str, dims: &[i64], data: &[i32]| {
+        let mut t = TensorProto::new();
+        t.name = name.into();
+        t.dims = dims.to_vec();
+        t.data_type = INT32;
+        t.int32_data = data.to_vec();
+        t
+    };
     let cases: Vec<Case> = vec![
         (
             "count of non-padding ids",
@@ -358,6 +367,67 @@ fn boolean_counts_products_and_casts_agree_with_tract() {
                 cast_to("pf", "p", FLOAT, "y"),
             ],
             vec![ints("three", &[], &[3])],
+            vec![2, 6],
+        ),
+        // forty-eighth session: integer arithmetic whose bound stays within 2^24
+        (
+            "count minus one",
+            vec![
+                cmp("Equal", "ids", "zero", "pad"),
+                node("keep", "Not", &["pad"], &["keep"]),
+                cast_to("ki", "keep", INT64, "keep_i"),
+                with_int(
+                    node("s", "ReduceSum", &["keep_i", "axes"], &["n"]),
+                    "keepdims",
+                    0,
+                ),
+                node("m", "Sub", &["n", "one"], &["last"]),
+                cast_to("nf", "last", FLOAT, "y"),
+            ],
+            vec![
+                ints("zero", &[], &[0]),
+                ints("one", &[], &[1]),
+                ints("axes", &[1], &[1]),
+            ],
+            vec![2],
+        ),
+        (
+            // RoBERTa's create_position_ids_from_input_ids: (cumsum(mask) + 0) * mask + pad
+            "positions from a padding mask",
+            vec![
+                cmp("Equal", "ids", "zero", "pad"),
+                node("keep", "Not", &["pad"], &["keep"]),
+                cast_to("ki", "keep", INT32, "keep_i"),
+                node("c", "CumSum", &["keep_i", "axis"], &["run"]),
+                node("a", "Add", &["run", "past"], &["from"]),
+                node("m", "Mul", &["from", "keep_i"], &["masked"]),
+                cast_to("l", "masked", INT64, "masked_l"),
+                node("p", "Add", &["masked_l", "one"], &["pos"]),
+                cast_to("pf", "pos", FLOAT, "y"),
+            ],
+            vec![
+                ints("zero", &[], &[0]),
+                ints("one", &[], &[1]),
+                ints("axis", &[], &[1]),
+                ints32("past", &[], &[0]),
+            ],
+            vec![2, 6],
+        ),
+        (
+            // (tract evaluates x·x as a Square, which it has no int64 kernel for)
+            "a clamped id times its double plus one",
+            vec![
+                node("c", "Clip", &["ids", "zero", "three"], &["c"]),
+                node("d", "Add", &["c", "c"], &["d"]),
+                node("sq", "Mul", &["c", "d"], &["sq"]),
+                node("p", "Add", &["sq", "one"], &["p"]),
+                cast_to("pf", "p", FLOAT, "y"),
+            ],
+            vec![
+                ints("zero", &[], &[0]),
+                ints("one", &[], &[1]),
+                ints("three", &[], &[3]),
+            ],
             vec![2, 6],
         ),
         (

@@ -236,7 +236,50 @@ fn integer_arithmetic_on_values_computed_at_run_time_is_refused() {
         vec![out("y")],
         17,
     );
-    refused_once(&mul, "p", "Mul", &["2^24"]);
+    refused_once(&mul, "p", "Mul", &["2^24", "16777216", "281474976710656"]);
+    // an int64 input plus one may reach 2^24 + 1: refused with the bound (forty-eighth
+    // session: arithmetic whose bound stays within 2^24 is admitted, tests/comparisons.rs)
+    let plus_one = model(
+        vec![node("p", "Add", &["a", "one"], &["y"])],
+        vec![ints("one", &[], &[1])],
+        vec![vi("a", &[4], INT64)],
+        vec![out("y")],
+        17,
+    );
+    refused_once(
+        &plus_one,
+        "p",
+        "Add",
+        &["may reach 16777217", "`a` at most 16777216"],
+    );
+    // a float cast to int has no known bound
+    let cast_sum = model(
+        vec![
+            with_int(node("c", "Cast", &["f"], &["i"]), "to", INT64 as i64),
+            node("p", "Add", &["i", "i"], &["y"]),
+        ],
+        vec![],
+        vec![vi("f", &[4], FLOAT)],
+        vec![out("y")],
+        17,
+    );
+    refused_once(&cast_sum, "p", "Add", &["unknown magnitude"]);
+    // a one-sided clip can raise a boolean's bound: 0/1 clipped below at 3000 is 3000, its
+    // square (9·10⁶) stays within 2^24, its cube does not
+    let raised = model(
+        vec![
+            node("e", "Equal", &["a", "one"], &["m"]),
+            with_int(node("c", "Cast", &["m"], &["mi"]), "to", INT64 as i64),
+            node("k", "Clip", &["mi", "lo"], &["k"]),
+            node("s", "Mul", &["k", "k"], &["sq"]),
+            node("t", "Mul", &["sq", "k"], &["y"]),
+        ],
+        vec![ints("one", &[], &[1]), ints("lo", &[], &[3000])],
+        vec![vi("a", &[4], INT64)],
+        vec![out("y")],
+        17,
+    );
+    refused_once(&raised, "t", "Mul", &["may reach 27000000000"]);
     // a ReduceMean of an integer constant is not folded: refused as well
     let const_mean = model(
         vec![

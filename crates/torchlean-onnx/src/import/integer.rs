@@ -1,11 +1,18 @@
 //! Integer-typed values computed at run time. torchlean's tensors are float32: an int64/int32
-//! graph input is read as float32 integers (exact up to 2^24, checked by
+//! graph input is read as float32 integers (of magnitude at most 2^24, checked by
 //! `Imported::check_inputs`), and what only moves, selects or negates its elements holds the
-//! same integers. Any other arithmetic on it would silently become float arithmetic where
-//! ONNX specifies integer arithmetic: `Div` truncates (7 / 2 = 3, not 3.5), `ReduceMean`'s
-//! integer mean truncates, and sums and products are exact in int64 but not in float32 past
-//! 2^24 (4097 · 4097 = 16785409 rounds to 16785408). Such a node is refused, naming it;
-//! constants are evaluated at import in i64, exactly (`crate::constant`).
+//! same integers. Other arithmetic on it is float arithmetic where ONNX specifies integer
+//! arithmetic: `Div` truncates (7 / 2 = 3, not 3.5), `ReduceMean`'s integer mean truncates —
+//! those are refused, naming the node —, and sums and products are exact in int64 but in
+//! float32 only while every value is at most 2^24 (4097 · 4097 = 16785409 rounds to
+//! 16785408). So the import carries, for each integer value, a **bound on its magnitude**
+//! derived from how it was made (an int64 input: 2^24; a boolean: 1; the sum of n booleans:
+//! n; an argmax over n elements: n; a constant: its largest element; a sum: the sum of its
+//! operands' bounds; a product: their product), and admits `Add`, `Sub`, `Mul`, `ReduceSum`
+//! and `CumSum` of integers exactly when the bound of the result, which bounds every
+//! intermediate value of any float32 evaluation of it too, is at most 2^24 — where float32
+//! holds every integer, so each operation is exact. Otherwise the node is refused, naming
+//! the bound. Constants are evaluated at import in i64, exactly (`crate::constant`).
 //!
 //! The import tracks which ONNX values are integer-typed by the ONNX type rules (graph inputs
 //! as declared, `Cast`/`CastLike` to their target, the element-moving operators like their
@@ -14,7 +21,14 @@
 
 use super::{Builder, Value};
 use crate::constant::{dtype, Data};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+
+/// The largest magnitude up to which float32 holds every integer (2^24).
+pub(super) const EXACT_LIMIT: f64 = 16_777_216.0;
+
+/// The integer-typed values computed at run time, by ONNX name, each with a bound on the
+/// magnitude of its elements (`f64::INFINITY` where none is known: a float cast to int).
+pub(super) type IntegerBounds = HashMap<String, f64>;
 
 /// Operators whose float32 result on integers is exactly ONNX's integer result (for values
 /// within 2^24): they move, select, compare, clamp or negate elements, never combine them.
@@ -103,13 +117,72 @@ fn is_integer_type(ty: i32) -> bool {
     matches!(ty, dtype::INT32 | dtype::INT64)
 }
 
-/// Whether `v` (the ONNX value `name`) holds integers: a run-time value the import tracks as
-/// integer-typed, or an integer constant.
-fn holds_integers(b: &Builder, typed: &HashSet<String>, name: &str, v: &Value) -> bool {
+/// The bound on the magnitude of `v` (the ONNX value `name`) if it holds integers: a
+/// run-time value the import tracks as integer-typed, a boolean (0/1), an integer constant or
+/// integer initializer (its largest element).
+fn bound_of(b: &Builder, typed: &IntegerBounds, name: &str, v: &Value) -> Option<f64> {
+    let largest = |c: &crate::constant::Const| match &c.data {
+        Data::I64(xs) => Some(xs.iter().fold(0f64, |m, &x| m.max((x as f64).abs()))),
+        Data::Bool(_) => Some(1.0),
+        _ => None,
+    };
     match v {
-        Value::Node(_) => typed.contains(name),
-        Value::Const(c) => matches!(c.data, Data::I64(_)),
-        Value::Param(_) => is_integer_type(b.elem_type(v)),
+        Value::Node(_) if is_boolean(b, v) => Some(1.0),
+        Value::Node(_) => typed.get(name).copied(),
+        Value::Const(c) => largest(c),
+        Value::Param(p) if is_integer_type(b.elem_type(v)) => Some(
+            b.initializers
+                .get(p)
+                .and_then(|c| largest(c))
+                .unwrap_or(f64::INFINITY),
+        ),
+        Value::Param(_) => None,
+    }
+}
+
+/// Whether `v` (the ONNX value `name`) holds integers.
+fn holds_integers(b: &Builder, typed: &IntegerBounds, name: &str, v: &Value) -> bool {
+    match v {
+        // booleans are integers only where ONNX types them so (a Cast to int), as before
+        Value::Node(_) => typed.contains_key(name),
+        _ => bound_of(b, typed, name, v).is_some(),
+    }
+}
+
+fn elements(b: &Builder, v: &Value) -> f64 {
+    b.shape(v).iter().product::<usize>() as f64
+}
+
+/// For the integer arithmetic float32 computes exactly below 2^24 (`Add`, `Sub`, `Mul`,
+/// `ReduceSum`, `CumSum` with every data operand integer or boolean): the bound on its result's
+/// magnitude, which also bounds every partial result of any order of evaluation (a partial sum
+/// is at most the sum of magnitudes). `None` for every other node.
+fn arithmetic_bound(
+    b: &Builder,
+    typed: &IntegerBounds,
+    op: &str,
+    names: &[String],
+    inputs: &[Option<Value>],
+) -> Option<f64> {
+    let operand = |i: usize| -> Option<f64> {
+        let v = inputs.get(i)?.as_ref()?;
+        bound_of(b, typed, names.get(i)?, v)
+    };
+    let any_integer = (0..inputs.len().min(2)).any(|i| {
+        is_data(op, i)
+            && matches!((names.get(i), inputs.get(i)), (Some(n), Some(Some(v))) if holds_integers(b, typed, n, v))
+    });
+    let x = inputs.first()?.as_ref()?;
+    match op {
+        "Add" | "Sub" if any_integer => Some(operand(0)? + operand(1)?),
+        "Mul" if any_integer || (is_boolean(b, x) && operand(1).is_some()) => {
+            Some(operand(0)? * operand(1)?)
+        }
+        // a sum over the elements of one output's slice: at most that count times the bound
+        "ReduceSum" | "CumSum" if any_integer || is_boolean(b, x) => {
+            Some(elements(b, x) * operand(0)?)
+        }
+        _ => None,
     }
 }
 
@@ -121,8 +194,7 @@ fn difference(op: &str) -> String {
         "ReduceMean" | "GlobalAveragePool" => {
             "ONNX's integer mean truncates: the mean of 1 and 2 is 1, float32 gives 1.5".into()
         }
-        "Add" | "Sub" | "Mul" | "ReduceSum" | "ReduceSumSquare" | "ReduceL1" | "MatMul"
-        | "Gemm" => "ONNX computes it exactly in int64, float32 holds integers exactly only up to 2^24 (4097 · 4097 = 16785409 would round to 16785408), and the values are not known at import".into(),
+        "ReduceSumSquare" | "ReduceL1" | "MatMul" | "Gemm" => "ONNX computes it exactly in int64, float32 holds integers exactly only up to 2^24 (4097 · 4097 = 16785409 would round to 16785408), and the values are not known at import".into(),
         _ => format!("ONNX's `{op}` on integers is not float32's (or is not defined for them)"),
     }
 }
@@ -137,48 +209,38 @@ pub(super) fn is_boolean(b: &Builder, v: &Value) -> bool {
     }
 }
 
-/// Integer arithmetic that float32 computes exactly because an operand is boolean: the sum
-/// of at most 2^24 zeros and ones (`mask.sum(-1)`: every partial sum is an integer at most
-/// 2^24), and a product by a boolean (`ids * attention_mask`: 0 or the integer itself).
-fn exact_on_booleans(
-    b: &Builder,
-    typed: &HashSet<String>,
-    op: &str,
-    names: &[String],
-    inputs: &[Option<Value>],
-) -> bool {
-    let at = |i: usize| inputs.get(i).and_then(Option::as_ref);
-    match op {
-        // the running sums of booleans: integers at most the axis's length
-        "ReduceSum" | "CumSum" => at(0).is_some_and(|v| {
-            is_boolean(b, v) && (b.shape(v).iter().product::<usize>() as f64) <= 16_777_216.0
-        }),
-        "Mul" => match (at(0), at(1), names.first(), names.get(1)) {
-            (Some(x), Some(y), Some(nx), Some(ny)) => {
-                let int = |n: &str, v: &Value| holds_integers(b, typed, n, v);
-                (is_boolean(b, x) && int(ny, y)) || (is_boolean(b, y) && int(nx, x))
-            }
-            _ => false,
-        },
-        _ => false,
-    }
-}
-
 /// The refusal of a node `op` that computes on integer-typed values at run time (`outs` are
 /// its results: a node whose results are all constants was evaluated at import, exactly).
 pub(super) fn check(
     b: &Builder,
-    typed: &HashSet<String>,
+    typed: &IntegerBounds,
     op: &str,
     names: &[String],
     inputs: &[Option<Value>],
     outs: &[Value],
 ) -> Result<(), String> {
-    if EXACT.contains(&op)
-        || !outs.iter().any(|v| matches!(v, Value::Node(_)))
-        || exact_on_booleans(b, typed, op, names, inputs)
-    {
+    if EXACT.contains(&op) || !outs.iter().any(|v| matches!(v, Value::Node(_))) {
         return Ok(());
+    }
+    if let Some(bound) = arithmetic_bound(b, typed, op, names, inputs) {
+        if bound <= EXACT_LIMIT {
+            return Ok(());
+        }
+        let operands: Vec<String> = names
+            .iter()
+            .zip(inputs)
+            .enumerate()
+            .filter(|(i, _)| is_data(op, *i))
+            .filter_map(|(_, (n, v))| {
+                let bound = bound_of(b, typed, n, v.as_ref()?)?;
+                Some(format!("`{n}` at most {}", show_bound(bound)))
+            })
+            .collect();
+        return Err(format!(
+            "`{op}` of integer values computed at run time ({}): its result may reach {} in magnitude, past 2^24 = 16777216, where float32 stops holding every integer (ONNX computes it exactly in int64; torchlean's tensors are float32). Bounds come from how each value is made: an int64 input up to 2^24, a boolean 1, a sum of n booleans n, an argmax over n elements n; cast to float in the model where float arithmetic is meant",
+            operands.join(", "),
+            show_bound(bound)
+        ));
     }
     let integer = names.iter().zip(inputs).enumerate().find(|(i, (n, v))| {
         is_data(op, *i) && v.as_ref().is_some_and(|v| holds_integers(b, typed, n, v))
@@ -192,41 +254,103 @@ pub(super) fn check(
     }
 }
 
-/// Whether output value `out` of node `op` is integer-typed (ONNX's type rules: `Cast`'s
-/// target, `CastLike`'s second input, otherwise the data operands' type).
-pub(super) fn output_is_integer(
+fn show_bound(bound: f64) -> String {
+    if bound.is_finite() {
+        format!("{bound}")
+    } else {
+        "an unknown magnitude (a float value cast to an integer)".into()
+    }
+}
+
+/// The bound on the magnitude of output `out` of node `op` if it is integer-typed (ONNX's
+/// type rules: `Cast`'s target, `CastLike`'s second input, otherwise the data operands'
+/// type), `None` if it is not.
+pub(super) fn output_bound(
     b: &Builder,
-    typed: &HashSet<String>,
+    typed: &IntegerBounds,
     op: &str,
     to: Option<i64>,
     names: &[String],
     inputs: &[Option<Value>],
     out: &Value,
-) -> bool {
+) -> Option<f64> {
     if !matches!(out, Value::Node(_)) {
-        return false;
+        return None;
     }
+    let data =
+        |i: usize| -> Option<f64> { bound_of(b, typed, names.get(i)?, inputs.get(i)?.as_ref()?) };
+    // a cast to an integer type keeps an integer or boolean operand's bound; a float operand
+    // truncated may be any integer float32 holds
+    let cast = || Some(data(0).unwrap_or(f64::INFINITY));
+    let first_elements = || Some(elements(b, inputs.first()?.as_ref()?));
     match op {
-        "Cast" => to.is_some_and(|t| i32::try_from(t).is_ok_and(is_integer_type)),
+        "Cast" => {
+            cast().filter(|_| to.is_some_and(|t| i32::try_from(t).is_ok_and(is_integer_type)))
+        }
         // indices, whatever the operand's type
-        "ArgMax" | "ArgMin" => true,
+        "ArgMax" | "ArgMin" => first_elements(),
         // TopK's indices (its second output), which the import marks integral, and its
         // values where the input holds integers (they are selected elements of it)
-        "TopK" => {
-            matches!(out, Value::Node(id) if b.integral.contains(id))
-                || matches!((names.first(), inputs.first()), (Some(n), Some(Some(v))) if holds_integers(b, typed, n, v))
-        }
-        _ if exact_on_booleans(b, typed, op, names, inputs) => true,
-        "CastLike" => match (names.get(1), inputs.get(1).and_then(Option::as_ref)) {
-            (Some(n), Some(Value::Node(_))) => typed.contains(n),
-            (_, Some(v)) => is_integer_type(b.elem_type(v)),
-            _ => false,
+        "TopK" => match out {
+            Value::Node(id)
+                if b.integral.contains(id) && !holds_integers_at(b, typed, names, inputs, 0) =>
+            {
+                first_elements()
+            }
+            _ if holds_integers_at(b, typed, names, inputs, 0) => {
+                data(0).map(|d| d.max(first_elements().unwrap_or(0.0)))
+            }
+            _ => None,
         },
-        _ if EXACT.contains(&op) => names.iter().zip(inputs).enumerate().any(|(i, (n, v))| {
-            is_data(op, i) && v.as_ref().is_some_and(|v| holds_integers(b, typed, n, v))
-        }),
-        _ => false,
+        _ if arithmetic_bound(b, typed, op, names, inputs).is_some() => {
+            arithmetic_bound(b, typed, op, names, inputs)
+        }
+        "CastLike" => match (names.get(1), inputs.get(1).and_then(Option::as_ref)) {
+            (Some(n), Some(Value::Node(_))) if typed.contains_key(n) => cast(),
+            (_, Some(v @ (Value::Const(_) | Value::Param(_))))
+                if is_integer_type(b.elem_type(v)) =>
+            {
+                cast()
+            }
+            _ => None,
+        },
+        _ if EXACT.contains(&op) => {
+            let integers: Vec<usize> = (0..inputs.len())
+                .filter(|&i| is_data(op, i) && holds_integers_at(b, typed, names, inputs, i))
+                .collect();
+            if integers.is_empty() {
+                return None;
+            }
+            if COMPARISONS.contains(&op) || matches!(op, "And" | "Or" | "Xor" | "Not") {
+                return Some(1.0);
+            }
+            // a clip to [lo, hi] (both given): the larger of their magnitudes
+            if op == "Clip" {
+                if let (Some(lo), Some(hi)) = (data(1), data(2)) {
+                    return Some(lo.max(hi));
+                }
+            }
+            // what moves, selects, clamps or negates elements keeps its data operands'
+            // largest bound (`Pad`'s fill value, `Range`'s ends and a one-sided `Clip`'s
+            // bound — which can raise a value — are operands too)
+            let all = matches!(op, "Pad" | "Range" | "Clip");
+            (0..inputs.len())
+                .filter(|&i| all || integers.contains(&i))
+                .map(|i| data(i).unwrap_or(if all { 0.0 } else { f64::INFINITY }))
+                .reduce(f64::max)
+        }
+        _ => None,
     }
+}
+
+fn holds_integers_at(
+    b: &Builder,
+    typed: &IntegerBounds,
+    names: &[String],
+    inputs: &[Option<Value>],
+    i: usize,
+) -> bool {
+    matches!((names.get(i), inputs.get(i)), (Some(n), Some(Some(v))) if holds_integers(b, typed, n, v))
 }
 
 /// The comparison operators (their result is a boolean).

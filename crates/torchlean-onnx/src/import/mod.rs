@@ -450,7 +450,7 @@ pub fn import_model(
     let initializer_names = defined.clone();
     let mut integer_inputs = vec![];
     // ONNX values of type int32/int64 computed at run time (`integer`)
-    let mut int_typed: HashSet<String> = HashSet::new();
+    let mut int_typed = integer::IntegerBounds::new();
     // float64-typed values (a float32 value cast to DOUBLE: the same numbers), read only by
     // what is exact on them (`integer::check_double`)
     let mut double_typed: HashSet<String> = HashSet::new();
@@ -538,7 +538,8 @@ pub fn import_model(
                     }
                     integer_inputs.push((input.name.clone(), ty));
                     if matches!(ty, dtype::INT32 | dtype::INT64) {
-                        int_typed.insert(input.name.clone());
+                        // check_inputs holds them to magnitudes of at most 2^24
+                        int_typed.insert(input.name.clone(), integer::EXACT_LIMIT);
                     }
                 }
                 b.values.insert(input.name.clone(), Value::Node(id));
@@ -694,7 +695,7 @@ pub fn import_model(
                             ));
                         }
                     }
-                    let is_integer = integer::output_is_integer(
+                    let bound = integer::output_bound(
                         &b,
                         &int_typed,
                         &node.op_type,
@@ -703,6 +704,7 @@ pub fn import_model(
                         &inputs,
                         &v,
                     );
+                    let is_integer = bound.is_some();
                     // (TopK's indices are int64 even where its values are float64)
                     if !is_integer
                         && integer::output_is_double(
@@ -724,8 +726,8 @@ pub fn import_model(
                             inexact.insert(out.clone());
                         }
                     }
-                    if is_integer {
-                        int_typed.insert(out.clone());
+                    if let Some(bound) = bound {
+                        int_typed.insert(out.clone(), bound);
                         // what reads indices (Gather, Embedding's pattern) takes it too:
                         // `Clip`, `Abs`, `Max`, `ReduceMax`, … of token ids are ids (refused
                         // as "computed from float values" before the thirty-seventh session)
