@@ -166,6 +166,30 @@ class Elman(nn.Module):
         return self.fc(out[:, -1])
 
 
+class Indexing(nn.Module):
+    """Python indexing and one-hot codes as PyTorch exports them: slice assignment
+    (ScatterND), index_put with accumulate (ScatterND add), scatter_add with indices given
+    at run time and scatter with constant ones (ScatterElements), F.one_hot (OneHot),
+    diagonal (EyeLike, GatherND, an If on shapes) and tile (an If on shapes)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 6)
+        self.code = nn.Linear(5, 6)
+
+    def forward(self, x, i, cls):
+        h = self.fc(x)
+        y = h.clone()
+        y[:, 1:3] = h[:, 3:5] * 2.0
+        z = h.index_put((torch.tensor([0, 2]),), h[1:2, :].expand(2, 6), accumulate=True)
+        s = torch.zeros_like(h).scatter_add(1, i, h[:, :3])
+        t = h.scatter(1, torch.tensor([[5, 0, 2], [1, 3, 4], [0, 1, 2]]), h[:, 3:] * h[:, :3])
+        o = self.code(F.one_hot(cls, 5).float())
+        d = (h[:, :4].T @ h[:, :4]).diagonal()
+        tl = h[:, None, :2].tile(1, 2, 1).flatten(1)
+        return torch.cat([y, z, s, t, o, tl, d.expand(3, 4)], 1)
+
+
 class EmbeddingBag(nn.Module):
     """Token ids (int64 in PyTorch and ONNX; float32 integers in the inputs file) through an
     embedding, mean-pooled over the sequence, and a linear head."""
@@ -415,6 +439,12 @@ def main():
     gen = torch.Generator().manual_seed(6)
     b = BATCH or 3
     export("elman", Elman(), [torch.randn(b, 5, 6, generator=gen)], ["x"], (b, 2), dynamo=False)
+    torch.manual_seed(7)
+    gen = torch.Generator().manual_seed(7)
+    export("indexing", Indexing(), [torch.randn(3, 6, generator=gen),
+                                    torch.randint(0, 6, (3, 3), generator=gen),
+                                    torch.tensor([4, 0, 2])],
+           ["x", "i", "cls"], (3, 38), dynamo=False)
 
 
 if __name__ == "__main__":

@@ -62,6 +62,7 @@ enum A {
     I(i64),
     F(f32),
     Is(Vec<i64>),
+    S(&'static str),
 }
 
 /// The nodes and constant initializers being written.
@@ -111,6 +112,10 @@ impl Emitter {
                 A::Is(v) => {
                     a.type_ = AttributeType::INTS.into();
                     a.ints = v;
+                }
+                A::S(v) => {
+                    a.type_ = AttributeType::STRING.into();
+                    a.s = v.as_bytes().to_vec();
                 }
             }
             n.attribute.push(a);
@@ -179,7 +184,6 @@ pub fn refusal(kind: OpKind) -> Option<&'static str> {
             Some("is an optimizer update: export the forward graph")
         }
         OpKind::RmsNorm
-        | OpKind::ScatterAdd
         | OpKind::SmoothMaxPool2d
         | OpKind::SpectralConv1d
         | OpKind::SelectiveScan => {
@@ -380,7 +384,7 @@ fn emit(
             );
             e.node("Slice", &[xs[0], &s, &t, &a], vec![])
         }
-        Op::IndexSelect { axis } | Op::Gather { axis } => {
+        Op::IndexSelect { axis } | Op::Gather { axis } | Op::ScatterAdd { axis } => {
             let i = if e.int_inputs.contains(xs[1]) {
                 xs[1].to_string()
             } else {
@@ -390,12 +394,17 @@ fn emit(
                     vec![("to", A::I(crate::constant::dtype::INT64 as i64))],
                 )
             };
-            let t = if matches!(op, Op::IndexSelect { .. }) {
-                "Gather"
-            } else {
-                "GatherElements"
-            };
-            e.node(t, &[xs[0], &i], vec![("axis", A::I(*axis as i64))])
+            let axis = ("axis", A::I(*axis as i64));
+            match op {
+                Op::IndexSelect { .. } => e.node("Gather", &[xs[0], &i], vec![axis]),
+                Op::Gather { .. } => e.node("GatherElements", &[xs[0], &i], vec![axis]),
+                // torch.scatter_add: ONNX's ScatterElements with reduction "add" (opset 16+)
+                _ => e.node(
+                    "ScatterElements",
+                    &[xs[0], &i, xs[2]],
+                    vec![axis, ("reduction", A::S("add"))],
+                ),
+            }
         }
         Op::Matmul => e.node("MatMul", &xs, vec![]),
         Op::Linear if shapes[0].len() == 2 => e.node("Gemm", &xs, vec![("transB", A::I(1))]),
@@ -595,7 +604,7 @@ pub fn export_model(graph: &Graph, values: &[(String, Tensor)]) -> Out<ModelProt
         for (k, &p) in n.parents.iter().enumerate() {
             let (only, reaches) = match &n.kind {
                 NodeKind::Op {
-                    op: Op::IndexSelect { .. } | Op::Gather { .. },
+                    op: Op::IndexSelect { .. } | Op::Gather { .. } | Op::ScatterAdd { .. },
                 } => (k == 1, k == 1),
                 NodeKind::Op { op } if op.kind().only_moves_elements() => {
                     (index_only[n.id], reaches_index[n.id])

@@ -927,3 +927,122 @@ fn a_float_cast_of_an_integer_value_computes_in_float() {
         assert_values(op, &run(&m, &inputs, "y"), &want, 0.0);
     }
 }
+
+// ------------------------------ forty-eighth session: If on constants, scatters, OneHot
+
+/// An `If` node with `then` and `else` branches each computing `x · factor` (a branch reads
+/// the outer scope's `x`, as exporters' branches do).
+fn if_model(
+    cond: NodeProto,
+    then_factor: f32,
+    else_factor: f32,
+    inputs: Vec<ValueInfoProto>,
+) -> ModelProto {
+    let branch = |name: &str, factor: f32| {
+        let mut g = onnx_protobuf::GraphProto::new();
+        g.name = name.into();
+        g.node = vec![
+            constant(&format!("{name}_k"), floats("", &[], &[factor])),
+            node(
+                &format!("{name}_mul"),
+                "Mul",
+                &["x", &format!("{name}_k")],
+                &[&format!("{name}_y")],
+            ),
+        ];
+        g.output = vec![out(&format!("{name}_y"))];
+        let mut a = AttributeProto::new();
+        a.name = format!("{name}_branch");
+        a.type_ = AttributeType::GRAPH.into();
+        a.g = Some(g).into();
+        a
+    };
+    let mut iff = node("choice", "If", &["c"], &["y"]);
+    iff.attribute = vec![branch("then", then_factor), branch("else", else_factor)];
+    model(vec![cond, iff], vec![], inputs, vec![out("y")], 17)
+}
+
+/// PyTorch's exporter writes `If` nodes over shapes (`Tensor.tile`, `diagonal`): an `If`
+/// whose condition is known at import is its chosen branch (was: refused as an unknown
+/// operator); one on a value computed at run time is refused as control flow.
+#[test]
+fn an_if_on_a_constant_is_its_branch_and_one_on_a_computed_value_is_refused() {
+    let x = [1.0f32, -2.0, 3.0];
+    for (truth, factor) in [(1, 10.0f32), (0, -0.5)] {
+        let cond = constant("c", {
+            let mut t = ints("", &[], &[truth]);
+            t.data_type = 9; // BOOL
+            t.int32_data = vec![truth as i32];
+            t.int64_data.clear();
+            t
+        });
+        let m = if_model(cond, 10.0, -0.5, vec![vi("x", &[3], FLOAT)]);
+        let got = run(&m, &[("x", &[3], &x)], "y");
+        let want: Vec<f32> = x.iter().map(|v| v * factor).collect();
+        assert_values(&format!("If({truth})"), &got, &want, 0.0);
+    }
+    let computed = node("gt", "Greater", &["x", "zero"], &["c0"]);
+    let mut m = if_model(computed, 1.0, 2.0, vec![vi("x", &[3], FLOAT)]);
+    m.graph.as_mut().unwrap().node[1].input = vec!["c0".into()];
+    m.graph
+        .as_mut()
+        .unwrap()
+        .initializer
+        .push(floats("zero", &[], &[0.0]));
+    refused_once(
+        &m,
+        "choice",
+        "If",
+        &["computed at run time", "control flow"],
+    );
+}
+
+/// `OneHot` against ONNX's definition: index i sets position i (negative counted from the
+/// end), an index outside [-depth, depth) gives a row of the off value; the values' order is
+/// [off, on]. A replacing ScatterND that writes a row twice, and a replacing ScatterElements
+/// with indices computed at run time, are refused (ONNX leaves duplicates undefined; PyTorch's
+/// exporter writes `index_put(accumulate=True)` with repeated indices as such a ScatterND).
+#[test]
+fn one_hot_follows_onnx_and_ambiguous_scatters_are_refused() {
+    let idx = [0.0f32, 3.0, -1.0, 4.0, -5.0, 2.0];
+    let m = model(
+        vec![node("oh", "OneHot", &["i", "depth", "vals"], &["y"])],
+        vec![ints("depth", &[], &[4]), floats("vals", &[2], &[-1.0, 7.0])],
+        vec![vi("i", &[6], INT64)],
+        vec![out("y")],
+        17,
+    );
+    let got = run(&m, &[("i", &[6], &idx)], "y");
+    let mut want = vec![-1.0f32; 6 * 4];
+    for (r, &i) in idx.iter().enumerate() {
+        let i = i as i64;
+        if (-4..4).contains(&i) {
+            want[r * 4 + i.rem_euclid(4) as usize] = 7.0;
+        }
+    }
+    assert_values("OneHot", &got, &want, 0.0);
+    let dup = model(
+        vec![node("s", "ScatterND", &["x", "at", "u"], &["y"])],
+        vec![ints("at", &[2, 1], &[1, 1])],
+        vec![vi("x", &[3, 2], FLOAT), vi("u", &[2, 2], FLOAT)],
+        vec![out("y")],
+        17,
+    );
+    refused_once(&dup, "s", "ScatterND", &["row 1", "twice"]);
+    let runtime = model(
+        vec![with_int(
+            node("s", "ScatterElements", &["x", "at", "u"], &["y"]),
+            "axis",
+            1,
+        )],
+        vec![],
+        vec![
+            vi("x", &[2, 3], FLOAT),
+            vi("at", &[2, 1], INT64),
+            vi("u", &[2, 1], FLOAT),
+        ],
+        vec![out("y")],
+        17,
+    );
+    refused_once(&runtime, "s", "ScatterElements", &["known at import"]);
+}

@@ -12,10 +12,12 @@ fn tract_and_torchlean_agree_on_the_pytorch_fixtures() {
     // `torch.isinf`: "no super type for Bool and F64") and has no SoftmaxCrossEntropyLoss
     // (`extras`); onnxruntime runs both, and tests/pytorch_fixtures.rs holds them to
     // PyTorch's own values. tract's RNN computes tanh whatever `activations` says, and `elman`
-    // has relu layers: tests/lowered_forms.rs checks a tanh RNN against tract
+    // has relu layers: tests/lowered_forms.rs checks a tanh RNN against tract. tract 0.23
+    // cannot analyse `indexing`'s CumSum of a ConstantOfShape ("Failed analyse for node
+    // /net/CumSum"); onnxruntime runs it (checked when the fixture was made)
     for model in FIXTURES
         .iter()
-        .filter(|m| !matches!(**m, "masked" | "extras" | "elman"))
+        .filter(|m| !matches!(**m, "masked" | "extras" | "elman" | "indexing"))
     {
         let path = fixture(&format!("{model}.onnx"));
         let inputs = load_values(&format!("{model}.inputs.safetensors"));

@@ -49,6 +49,7 @@ const EXACT: &[&str] = &[
     "Flatten",
     "Gather",
     "GatherElements",
+    "GatherND",
     "Greater",
     "GreaterOrEqual",
     "Identity",
@@ -58,6 +59,8 @@ const EXACT: &[&str] = &[
     "Min",
     "Neg",
     "Not",
+    // selects one of two constant values by comparing the indices: its bound is theirs
+    "OneHot",
     "Or",
     "Pad",
     "Range",
@@ -302,6 +305,8 @@ pub(super) fn output_bound(
             }
             _ => None,
         },
+        // the larger of the two values where they are integers (a float one-hot is float)
+        "OneHot" => data(2),
         _ if arithmetic_bound(b, typed, op, names, inputs).is_some() => {
             arithmetic_bound(b, typed, op, names, inputs)
         }

@@ -18,6 +18,7 @@
 mod attention;
 mod attrs;
 mod composite;
+mod control;
 mod einsum;
 mod integer;
 mod loss;
@@ -26,6 +27,7 @@ mod pad;
 mod patterns;
 mod recurrent;
 mod resize;
+mod scatter;
 mod topk;
 mod window;
 
@@ -34,7 +36,9 @@ pub use ops::supported_operators;
 use crate::constant::{dtype, sizes, Const};
 use crate::error::{OnnxError, Unsupported};
 use crate::model::default_opset;
-use onnx_protobuf::{tensor_shape_proto::dimension, type_proto, ModelProto, ValueInfoProto};
+use onnx_protobuf::{
+    tensor_shape_proto::dimension, type_proto, ModelProto, NodeProto, ValueInfoProto,
+};
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 use torchlean::graph::{Graph, NodeKind, Op, OutputDecl, ValueDecl};
@@ -560,17 +564,43 @@ pub fn import_model(
         .filter_map(|v| Some((v.name.as_str(), declared_shape(v)?)))
         .collect();
     // exporters' multi-node forms of one torchlean op (the Erf form of GELU) become one node
-    let nodes = patterns::fuse_gelu(g);
-    for (index, node) in nodes.iter().enumerate() {
+    let mut nodes: std::collections::VecDeque<NodeProto> = patterns::fuse_gelu(g).into();
+    let mut index = 0usize;
+    while let Some(node) = nodes.pop_front() {
+        index += 1;
+        let node = &node;
         let label = if node.name.is_empty() {
             node.output
                 .first()
                 .cloned()
-                .unwrap_or_else(|| format!("node {index}"))
+                .unwrap_or_else(|| format!("node {}", index - 1))
         } else {
             node.name.clone()
         };
         let mut fail_node = |reason: String| fail(&label, &node.op_type, reason);
+        // an `If` whose condition is known at import (exporters write them over shapes:
+        // `Tensor.tile`, `diagonal`) is its chosen branch: the branch's nodes run next, then
+        // an `Identity` per output gives the branch's results the `If`'s names
+        if node.op_type == "If" && node.domain.is_empty() {
+            let cond_name = node.input.first().map_or("", String::as_str);
+            if poisoned.contains(cond_name) {
+                poisoned.extend(node.output.iter().cloned());
+                continue;
+            }
+            match control::chosen_branch(node, cond_name, b.values.get(cond_name)) {
+                Ok(spliced) => {
+                    for n in spliced.into_iter().rev() {
+                        nodes.push_front(n);
+                    }
+                    continue;
+                }
+                Err(reason) => {
+                    fail_node(reason);
+                    poisoned.extend(node.output.iter().cloned());
+                    continue;
+                }
+            }
+        }
         // SSA: an output name defined before (an initializer, a graph input, an earlier
         // node's output, or this node's own other output) is refused, and the name poisoned
         if let Some(again) = node

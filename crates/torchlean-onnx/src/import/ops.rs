@@ -49,10 +49,12 @@ const KNOWN: &[&str] = &[
     "Erf",
     "Exp",
     "Expand",
+    "EyeLike",
     "Flatten",
     "Floor",
     "Gather",
     "GatherElements",
+    "GatherND",
     "Gelu",
     "Gemm",
     "GlobalAveragePool",
@@ -83,6 +85,7 @@ const KNOWN: &[&str] = &[
     "NegativeLogLikelihoodLoss",
     "Neg",
     "Not",
+    "OneHot",
     "Or",
     "Pad",
     "Pow",
@@ -103,6 +106,8 @@ const KNOWN: &[&str] = &[
     "Reshape",
     "Resize",
     "Round",
+    "ScatterElements",
+    "ScatterND",
     "Selu",
     "Shape",
     "Sigmoid",
@@ -924,6 +929,11 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
             one(b.op_on(Op::Where, &[&nan, &nan_value, &s])?)
         }
         "RNN" => super::recurrent::rnn(b, a, inputs),
+        "EyeLike" => one(super::scatter::eye_like(b, a, inputs)?),
+        "GatherND" => one(super::scatter::gather_nd(b, a, inputs)?),
+        "ScatterND" => one(super::scatter::scatter_nd(b, a, inputs)?),
+        "ScatterElements" => one(super::scatter::scatter_elements(b, a, inputs)?),
+        "OneHot" => one(super::scatter::one_hot(b, a, inputs)?),
         "GRU" => super::recurrent::gru(b, a, inputs),
         "LSTM" => super::recurrent::lstm(b, a, inputs),
         _ => Err(format!("no torchlean mapping for `{op}`")),
@@ -1807,6 +1817,30 @@ fn cumsum(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Value> {
     };
     if n == 0 {
         return Ok(x.clone());
+    }
+    // an integer constant (exporters' index arithmetic: `diagonal`'s positions) is summed
+    // at import, exactly in checked i64
+    if let Some(c) = b.folded(x).filter(|c| matches!(c.data, Data::I64(_))) {
+        let v = c.ints()?;
+        b.budget.take(&shape)?;
+        let inner: usize = shape[axis + 1..].iter().product();
+        let mut out = vec![0i64; v.len()];
+        for start in (0..v.len()).filter(|i| (i / inner) % n == 0) {
+            let mut run = 0i64;
+            for step in 0..n {
+                let j = if reverse { n - 1 - step } else { step };
+                let at = start + j * inner;
+                let next = run
+                    .checked_add(v[at])
+                    .ok_or("CumSum of constants overflows int64")?;
+                out[at] = if exclusive { run } else { next };
+                run = next;
+            }
+        }
+        return Ok(konst(Const {
+            dims: shape,
+            data: Data::I64(out),
+        }));
     }
     let mut y = if exclusive {
         shift(b, x, 1)?

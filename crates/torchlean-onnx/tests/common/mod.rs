@@ -31,6 +31,7 @@ pub const FIXTURES: &[&str] = &[
     "extras",
     "ranked",
     "elman",
+    "indexing",
 ];
 
 pub fn fixture(name: &str) -> PathBuf {
