@@ -190,6 +190,23 @@ class Indexing(nn.Module):
         return torch.cat([y, z, s, t, o, tl, d.expand(3, 4)], 1)
 
 
+class Bicubic(nn.Module):
+    """F.interpolate(mode="bicubic") (ONNX Resize, mode cubic): up by 2, to a size with
+    align_corners, and a learnable position embedding resized as ViTs do."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(2, 3, 1)
+        self.pos = nn.Parameter(torch.randn(1, 3, 4, 4))
+
+    def forward(self, x):
+        h = self.conv(x)
+        up = F.interpolate(h, scale_factor=2, mode="bicubic", align_corners=False)
+        sized = F.interpolate(h, size=(7, 3), mode="bicubic", align_corners=True)
+        pos = F.interpolate(self.pos, size=(5, 6), mode="bicubic", align_corners=False)
+        return torch.cat([up.flatten(1), sized.flatten(1), (h + pos).flatten(1)], 1)
+
+
 class EmbeddingBag(nn.Module):
     """Token ids (int64 in PyTorch and ONNX; float32 integers in the inputs file) through an
     embedding, mean-pooled over the sequence, and a linear head."""
@@ -445,6 +462,8 @@ def main():
                                     torch.randint(0, 6, (3, 3), generator=gen),
                                     torch.tensor([4, 0, 2])],
            ["x", "i", "cls"], (3, 38), dynamo=False)
+    export("bicubic", Bicubic(), [torch.randn(2, 2, 5, 6, generator=gen)], ["x"],
+           (2, 3 * 10 * 12 + 3 * 7 * 3 + 3 * 5 * 6), dynamo=False)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-//! `Resize` in `nearest` and `linear` mode (PyTorch's `nn.Upsample` / `F.interpolate` with
+//! `Resize` in `nearest`, `linear` and `cubic` mode (PyTorch's `nn.Upsample` / `F.interpolate` with
 //! `nearest`, `linear`, `bilinear`, `trilinear`), one axis at a time: each output position's
 //! source coordinate is computed at import by the operator's
 //! `coordinate_transformation_mode`, then
@@ -20,7 +20,10 @@
 //! f32, 35 → 5 `asymmetric` + `floor` computes 1 / (5/35 in f32) = 6.9999997 and reads input
 //! 6 where PyTorch (and the ONNX reference evaluator, in f64) read 7; and `round_prefer_*`
 //! missed half-way points (7 → 4: 2 / (4/7 in f32) = 3.4999998, where onnxruntime and the
-//! reference evaluator take 3.5 as half-way). docs/onnx.md has the sweeps behind this choice. Refused: `cubic`,
+//! reference evaluator take 3.5 as half-way). docs/onnx.md has the sweeps behind this choice.
+//!
+//! `cubic` (forty-eighth session; PyTorch's `bicubic`): four taps per output with Keys'
+//! weights ([`cubic_taps`]), the last axis first. Refused: `exclude_outside=1`,
 //! `tf_crop_and_resize` and `half_pixel_symmetric`, `antialias`, a `keep_aspect_ratio_policy`
 //! other than `stretch`, scales or sizes computed at run time.
 
@@ -109,8 +112,8 @@ pub(super) fn resize(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Ma
     let mode = a.string("mode", "nearest")?;
     let transform = a.string("coordinate_transformation_mode", "half_pixel")?;
     let rule = a.string("nearest_mode", "round_prefer_floor")?;
-    // read, and irrelevant to nearest and linear (cubic's and tf_crop_and_resize's)
-    a.float("cubic_coeff_a", -0.75)?;
+    let coeff_a = a.float("cubic_coeff_a", -0.75)?;
+    // read, and irrelevant to the modes supported (tf_crop_and_resize's)
     a.float("extrapolation_value", 0.0)?;
     if a.int("exclude_outside", 0)? != 0 {
         return Err("Resize with exclude_outside=1".into());
@@ -124,8 +127,8 @@ pub(super) fn resize(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Ma
             return Err(format!("Resize with keep_aspect_ratio_policy={policy}"));
         }
     }
-    if mode != "nearest" && mode != "linear" {
-        return Err(format!("Resize mode `{mode}` (nearest and linear)"));
+    if !matches!(mode.as_str(), "nearest" | "linear" | "cubic") {
+        return Err(format!("Resize mode `{mode}` (nearest, linear and cubic)"));
     }
     let axes: Vec<usize> = match (b.opset >= 18)
         .then(|| a.ints("axes"))
@@ -190,7 +193,14 @@ pub(super) fn resize(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Ma
         _ => return Err("Resize needs exactly one of scales and sizes".into()),
     }
     let mut y = x.clone();
-    for (ax, &(out, scale, sized)) in target.iter().enumerate() {
+    // cubic runs the last axis first, as PyTorch's bicubic kernel (each row along x, then
+    // the four rows along y); the other modes in order
+    let mut order: Vec<usize> = (0..rank).collect();
+    if mode == "cubic" {
+        order.reverse();
+    }
+    for ax in order {
+        let (out, scale, sized) = target[ax];
         let n = shape[ax];
         if out == n && (scale == 1.0 || n <= 1) {
             continue; // every mode maps each position to itself
@@ -220,6 +230,25 @@ pub(super) fn resize(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Ma
             y = pick(b, &y, ax, &picks)?;
             continue;
         }
+        let at = |v: Vec<f32>| {
+            let mut dims = vec![1; rank];
+            dims[ax] = out;
+            konst(Const::f32(dims, v))
+        };
+        if mode == "cubic" {
+            let (taps, weights) = cubic_taps(&coords()?, n, coeff_a);
+            let mut sum: Option<Value> = None;
+            for (tap, w) in taps.into_iter().zip(weights) {
+                let xk = pick(b, &y, ax, &tap)?;
+                let term = b.op_on(Op::Mul, &[&xk, &at(w)])?;
+                sum = Some(match sum {
+                    None => term,
+                    Some(s) => b.op_on(Op::Add, &[&s, &term])?,
+                });
+            }
+            y = sum.ok_or("Resize cubic: no taps")?;
+            continue;
+        }
         let (mut lo, mut hi, mut w) = (vec![], vec![], vec![]);
         for c in coords()? {
             let c = (c as f32).clamp(0.0, (n - 1) as f32);
@@ -228,11 +257,6 @@ pub(super) fn resize(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Ma
             hi.push((i0 + 1).min(n - 1));
             w.push(c - i0 as f32);
         }
-        let at = |v: Vec<f32>| {
-            let mut dims = vec![1; rank];
-            dims[ax] = out;
-            konst(Const::f32(dims, v))
-        };
         let x0 = pick(b, &y, ax, &lo)?;
         let x1 = pick(b, &y, ax, &hi)?;
         let w0 = at(w.iter().map(|w| 1.0 - w).collect());
@@ -241,6 +265,31 @@ pub(super) fn resize(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Ma
         y = b.op_on(Op::Add, &[&left, &right])?;
     }
     Ok(y)
+}
+
+/// `cubic`: for each output's source coordinate c, the four input positions ⌊c⌋ − 1 … ⌊c⌋ + 2
+/// clamped to the axis (the border repeated, as PyTorch's bicubic and onnxruntime with
+/// `exclude_outside=0`), and their weights by Keys' cubic convolution with coefficient `a`
+/// (−0.75: PyTorch's), computed in f32 with PyTorch's formulas (`cubic_convolution1/2` of
+/// t + 1, t, 1 − t, 2 − t, t = c − ⌊c⌋). The coordinate is not clamped first (PyTorch's
+/// `area_pixel_compute_source_index` with `cubic`). Per tap: the index list and the weights.
+fn cubic_taps(coords: &[f64], n: usize, a: f32) -> (Vec<Vec<usize>>, Vec<Vec<f32>>) {
+    let near = |x: f32| ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0;
+    let far = |x: f32| ((a * x - 5.0 * a) * x + 8.0 * a) * x - 4.0 * a;
+    let mut taps: Vec<Vec<usize>> = (0..4).map(|_| Vec::with_capacity(coords.len())).collect();
+    let mut weights: Vec<Vec<f32>> = (0..4).map(|_| Vec::with_capacity(coords.len())).collect();
+    for &c in coords {
+        let c = c as f32;
+        let base = c.floor();
+        let t = c - base;
+        let w = [far(t + 1.0), near(t), near(1.0 - t), far(2.0 - t)];
+        for k in 0..4 {
+            let i = (base as i64 - 1 + k as i64).clamp(0, n as i64 - 1) as usize;
+            taps[k].push(i);
+            weights[k].push(w[k]);
+        }
+    }
+    (taps, weights)
 }
 
 /// Resize's scales or sizes give one value per resized axis.

@@ -77,11 +77,13 @@ fn linear_rows(
     })?;
     let (tuples, k) = match c.dims.split_last() {
         Some((&k, tuples)) if k >= 1 && k <= data.len() => (tuples.to_vec(), k),
-        _ => return Err(format!(
+        _ => {
+            return Err(format!(
             "{op} indices of shape {:?} for data of shape {data:?}: the last axis must be 1 to {}",
             c.dims,
             data.len()
-        )),
+        ))
+        }
     };
     let lead = &data[..k];
     let st = strides(lead);

@@ -32,6 +32,7 @@ pub const FIXTURES: &[&str] = &[
     "ranked",
     "elman",
     "indexing",
+    "bicubic",
 ];
 
 pub fn fixture(name: &str) -> PathBuf {
