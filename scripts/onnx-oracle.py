@@ -330,6 +330,12 @@ for op in ("MaxPool", "AveragePool"):
         case(f"{op}(ceil_mode=1, k={k}, strides={st}, pads={pd})", [N(op, ["x"], ["y"], kernel_shape=list(k), strides=list(st), pads=list(pd), ceil_mode=1)], {"x": randn(2, 3, 7, 8)}, ["y"])
     case(f"{op}1d(ceil_mode=1)", [N(op, ["x"], ["y"], kernel_shape=[3], strides=[2], ceil_mode=1)], {"x": randn(2, 3, 10)}, ["y"])
 case("AveragePool(asymmetric pads, count_include_pad=1)", [N("AveragePool", ["x"], ["y"], kernel_shape=[3, 3], pads=[0, 1, 1, 0], count_include_pad=1)], {"x": randn(2, 3, 6, 5)}, ["y"])
+# forty-eighth session: averages whose divisor the op cannot give (rescaled per output)
+case("AveragePool(asymmetric pads, count_include_pad=0)", [N("AveragePool", ["x"], ["y"], kernel_shape=[3, 3], pads=[0, 1, 1, 0])], {"x": randn(2, 3, 6, 5)}, ["y"])
+for ap in ("SAME_UPPER", "SAME_LOWER"):
+    case(f"AveragePool(auto_pad={ap}, count_include_pad=0)", [N("AveragePool", ["x"], ["y"], kernel_shape=[4, 3], strides=[3, 2], auto_pad=ap)], {"x": randn(2, 3, 7, 6)}, ["y"])
+for cip in (0, 1):
+    case(f"AveragePool(ceil_mode=1, partial windows, pads, cip={cip})", [N("AveragePool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1, count_include_pad=cip)], {"x": randn(2, 3, 8, 7)}, ["y"])
 case("MaxPool(dilations)", [N("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], dilations=[2, 2])], {"x": randn(1, 2, 6, 6)}, ["y"])
 case("GlobalAveragePool", [N("GlobalAveragePool", ["x"], ["y"])], {"x": randn(2, 3, 4, 5)}, ["y"])
 case("GlobalAveragePool1d", [N("GlobalAveragePool", ["x"], ["y"])], {"x": randn(2, 3, 7)}, ["y"])

@@ -5,9 +5,10 @@
 //! output) at the longer end.
 
 use super::attrs::Attrs;
-use super::ops::{arg, opt, reshape, Map};
+use super::ops::{arg, konst, opt, reshape, Map};
 use super::pad::{constant_blocks, pick};
 use super::{Builder, Value};
+use crate::constant::Const;
 use torchlean::graph::{Conv2dGeometry, ConvTranspose2dGeometry, Op, Pool2dGeometry};
 
 /// How a window's padding is given: explicit begins and ends (lifted as [`Window`] says), or
@@ -286,8 +287,11 @@ pub(super) fn conv_transpose(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>
 /// `auto_pad` SAME) are the op's symmetric padding plus blocks at the longer end: −∞ for the
 /// max (never chosen over an element), zeros for an average that counts the padding.
 /// `ceil_mode=1` adds the windows that start inside the input (or its begin padding) but run
-/// past its end: for the max, −∞ blocks at the end; for an average only when it adds no
-/// window (the partial window's divisor is not the padding's).
+/// past its end: −∞ blocks at the end for the max, zeros for an average. An average whose
+/// divisor the op cannot give — a partial window, or pads that differ between the ends
+/// without counting them — is the op's average over the zero-padded input (every window
+/// whole), times a constant per output: the window's size over the count PyTorch divides by
+/// (the input's positions in the window, and the declared pads' with `count_include_pad`).
 pub(super) fn pool(b: &mut Builder, op: &str, a: &Attrs, x: &Value) -> Map<Value> {
     let rank = b.shape(x).len();
     let window = window(a, rank)?;
@@ -314,6 +318,11 @@ pub(super) fn pool(b: &mut Builder, op: &str, a: &Attrs, x: &Value) -> Map<Value
     let x = lift(b, x)?;
     let input = extent(b, &x);
     let (begin, mut end) = window.resolve(input, kernel);
+    // an average whose divisor the op cannot give (a partial window of ceil_mode, or pads
+    // that differ between the ends without counting them) is computed over an explicitly
+    // padded input, divided by the full window, then rescaled per output by a constant
+    let declared_end = end;
+    let mut rescale = false;
     if a.int("ceil_mode", 0)? != 0 {
         for d in 0..2 {
             let (s, k) = (window.stride[d], kernel[d]);
@@ -339,11 +348,7 @@ pub(super) fn pool(b: &mut Builder, op: &str, a: &Attrs, x: &Value) -> Map<Value
                 ceil_out -= 1;
             }
             if ceil_out > floor_out {
-                if !max {
-                    return Err(
-                        "AveragePool with ceil_mode=1 where it adds a partial window".into(),
-                    );
-                }
+                rescale |= !max;
                 // saturating: hostile pads and strides give a huge block the budget refuses
                 let reach = (ceil_out - 1).saturating_mul(s).saturating_add(k);
                 end[d] = end[d].saturating_add(reach.saturating_sub(span));
@@ -351,11 +356,7 @@ pub(super) fn pool(b: &mut Builder, op: &str, a: &Attrs, x: &Value) -> Map<Value
         }
     }
     let asymmetric = begin != end;
-    if asymmetric && !max && !count_include_pad {
-        return Err(format!(
-            "AveragePool with pads {begin:?}/{end:?} that differ between the ends and count_include_pad=0"
-        ));
-    }
+    rescale |= asymmetric && !max && !count_include_pad;
     // max pooling: a begin padding larger than the end's is applied as the op's own padding
     // on both ends (which never wins a window, `spec/pool.rs`) and the windows that the extra
     // end padding adds are sliced off; a constant −∞ block before the input won the windows
@@ -382,10 +383,37 @@ pub(super) fn pool(b: &mut Builder, op: &str, a: &Attrs, x: &Value) -> Map<Value
     } else {
         Op::AvgPool2d {
             geometry,
-            count_include_pad,
+            // rescaled: every window lies inside the padded input, divided by its size
+            count_include_pad: count_include_pad || rescale,
         }
     };
     let mut y = b.op_on(pooled, &[&x])?;
+    if rescale {
+        let out = [b.shape(&y)[2], b.shape(&y)[3]];
+        // per axis, how many of each window's positions the divisor counts: the input's,
+        // and with count_include_pad the declared pads' too (never ceil_mode's extension)
+        let counted = |d: usize, o: usize| -> usize {
+            let start = o * window.stride[d];
+            let (lo, hi) = if count_include_pad {
+                (0, begin[d] + input[d] + declared_end[d])
+            } else {
+                (begin[d], begin[d] + input[d])
+            };
+            (start + kernel[d]).min(hi).saturating_sub(start.max(lo))
+        };
+        b.budget.take(&out)?;
+        let area = (kernel[0] * kernel[1]) as f64;
+        let mut factors = Vec::with_capacity(out[0] * out[1]);
+        for oh in 0..out[0] {
+            for ow in 0..out[1] {
+                let c = (counted(0, oh) * counted(1, ow)) as f64;
+                // (a window the divisor counts nothing of gives NaN, as 0/0 in PyTorch)
+                factors.push(if c > 0.0 { (area / c) as f32 } else { f32::NAN });
+            }
+        }
+        let factors = konst(Const::f32(vec![1, 1, out[0], out[1]], factors));
+        y = b.op_on(Op::Mul, &[&y, &factors])?;
+    }
     for (d, n) in keep.iter().enumerate() {
         if let Some(n) = *n {
             if b.shape(&y)[2 + d] > n {
