@@ -1046,3 +1046,85 @@ fn one_hot_follows_onnx_and_ambiguous_scatters_are_refused() {
     );
     refused_once(&runtime, "s", "ScatterElements", &["known at import"]);
 }
+
+/// AveragePool whose divisor torchlean's op cannot give — `ceil_mode` partial windows (with
+/// and without counting the pads) and pads that differ between the ends without counting
+/// them — against the definition evaluated here in f64: each window's sum over the input's
+/// positions, divided by the count of the input's positions in it, plus the declared pads'
+/// with `count_include_pad` (PyTorch's and onnxruntime's divisor). Refused until the
+/// forty-eighth session.
+#[test]
+fn average_pools_with_partial_windows_divide_as_pytorch() {
+    let (h, w) = (5usize, 6usize);
+    let x = common::values(h * w, 21);
+    // (kernel, stride, pads [top, left, bottom, right], ceil, count_include_pad)
+    let cases = [
+        (3usize, 2usize, [1usize, 1, 1, 1], true, false),
+        (3, 2, [1, 1, 1, 1], true, true),
+        (2, 2, [0, 0, 0, 0], true, false),
+        (3, 1, [0, 1, 1, 0], false, false),
+    ];
+    for (k, s, pads, ceil, cip) in cases {
+        let mut n = node("p", "AveragePool", &["x"], &["y"]);
+        n = with_ints(n, "kernel_shape", &[k as i64, k as i64]);
+        n = with_ints(n, "strides", &[s as i64, s as i64]);
+        n = with_ints(n, "pads", &pads.map(|p| p as i64));
+        n = with_int(
+            with_int(n, "ceil_mode", ceil as i64),
+            "count_include_pad",
+            cip as i64,
+        );
+        let m = model(
+            vec![n],
+            vec![],
+            vec![vi("x", &[1, 1, h as i64, w as i64], FLOAT)],
+            vec![out("y")],
+            17,
+        );
+        let got = run(&m, &[("x", &[1, 1, h, w], &x)], "y");
+        // per axis: the output count and each window's [start, end) in the padded frame
+        let outs = |size: usize, lo: usize, hi: usize| {
+            let span = size + lo + hi;
+            let n = if ceil {
+                (span - k).div_ceil(s) + 1
+            } else {
+                (span - k) / s + 1
+            };
+            // the last window starts inside the input or its begin padding
+            if ceil && (n - 1) * s >= size + lo {
+                n - 1
+            } else {
+                n
+            }
+        };
+        let (oh, ow) = (outs(h, pads[0], pads[2]), outs(w, pads[1], pads[3]));
+        let mut want = vec![];
+        for i in 0..oh {
+            for j in 0..ow {
+                let (mut sum, mut count) = (0f64, 0usize);
+                for a in i * s..i * s + k {
+                    for b in j * s..j * s + k {
+                        let inside_h = a >= pads[0] && a < pads[0] + h;
+                        let inside_w = b >= pads[1] && b < pads[1] + w;
+                        if inside_h && inside_w {
+                            sum += x[(a - pads[0]) * w + (b - pads[1])] as f64;
+                        }
+                        let counted = if cip {
+                            a < pads[0] + h + pads[2] && b < pads[1] + w + pads[3]
+                        } else {
+                            inside_h && inside_w
+                        };
+                        count += counted as usize;
+                    }
+                }
+                want.push((sum / count as f64) as f32);
+            }
+        }
+        assert_values(
+            &format!("AveragePool k{k} s{s} pads {pads:?} ceil {ceil} cip {cip}"),
+            &got,
+            &want,
+            2e-6,
+        );
+    }
+}
