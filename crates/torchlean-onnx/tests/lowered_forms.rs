@@ -1066,3 +1066,63 @@ fn max_pool_ceil_windows_and_begin_padding_follow_pytorch() {
     assert_eq!(y, vec![ninf, 5.0]);
     assert_eq!(g, vec![3.0, 0.0, 7.0, 0.0]);
 }
+
+/// HardSigmoid and HardSwish at their kinks (x = ±3 for PyTorch's coefficients) have
+/// PyTorch 2.15's gradients: `hardsigmoid_backward` passes g/6 only strictly inside (−3, 3),
+/// `hardswish_backward` gives 0 at x ≤ −3, g·(x/3 + 1/2) strictly inside, g at x ≥ 3. Their
+/// `clamp` lowering passed the gradient at the bounds (hardswish −0.5 and 1.5 at ∓3; the
+/// forty-eighth session's audit).
+#[test]
+fn hard_activation_gradients_at_their_kinks_are_pytorchs() {
+    let profile = BackendProfile::named("checked_cpu").expect("profile");
+    let mut hs = node("h", "HardSigmoid", &["x"], &["y"]);
+    for (name, v) in [("alpha", 1.0f32 / 6.0), ("beta", 0.5)] {
+        let mut at = AttributeProto::new();
+        at.name = name.into();
+        at.type_ = AttributeType::FLOAT.into();
+        at.f = v;
+        hs.attribute.push(at);
+    }
+    let xs = [-4.0f32, -3.0, -1.5, 0.0, 3.0, 4.0];
+    let sixth = 1.0f32 / 6.0;
+    let cases = [
+        (
+            case("hardsigmoid", vec![hs], vec![], &[6], 13),
+            xs.map(|x| if x > -3.0 && x < 3.0 { sixth } else { 0.0 }),
+        ),
+        (
+            case(
+                "hardswish",
+                vec![node("h", "HardSwish", &["x"], &["y"])],
+                vec![],
+                &[6],
+                14,
+            ),
+            xs.map(|x| {
+                if x <= -3.0 {
+                    0.0
+                } else if x < 3.0 {
+                    x / 3.0 + 0.5
+                } else {
+                    1.0
+                }
+            }),
+        ),
+    ];
+    for (c, want) in cases {
+        let shapes = HashMap::from([("cot".to_string(), vec![6])]);
+        let imported = torchlean_onnx::import_model(&build(&c, true), c.what, &shapes)
+            .unwrap_or_else(|e| panic!("{}: {e}", c.what));
+        let x = Tensor::from_vec(xs.to_vec(), &[6]).unwrap();
+        let cot = Tensor::from_vec(vec![1.0; 6], &[6]).unwrap();
+        let out = run_graph(
+            imported.graph,
+            &imported.values,
+            &[("x".into(), x), ("cot".into(), cot)],
+            &profile,
+            true,
+        )
+        .unwrap_or_else(|e| panic!("{}: {e}", c.what));
+        assert_close(c.what, &out["grad.x"].to_vec(), &want, 1e-6);
+    }
+}

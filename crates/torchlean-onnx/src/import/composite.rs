@@ -80,11 +80,21 @@ fn scaled_elu(b: &mut Builder, x: &Value, alpha: f32, s: f32) -> Map<Value> {
     b.op_on(Op::Add, &[&pos, &e])
 }
 
-/// clamp(α·x + β, 0, 1).
+/// clamp(α·x + β, 0, 1), taken as 1 − relu(1 − relu(y)), y = α·x + β: the gradient at the
+/// kinks (y = 0 and y = 1) is 0, PyTorch's `hardsigmoid` and `hardswish` rule (ONNX's
+/// HardSigmoid and HardSwish come from them unambiguously, unlike `Clip`); as a `clamp`,
+/// which passes the gradient at its bounds, it was α at x = ±3 (hardswish: −0.5 and 1.5
+/// where PyTorch gives 0 and 1; the forty-eighth session's audit). The value is exact
+/// outside (0, 1) and for y ≥ 1/2, within 2⁻²⁵ absolute below (1 − y rounds once).
 fn hard_sigmoid(b: &mut Builder, x: &Value, alpha: f32, beta: f32) -> Map<Value> {
     let y = scale(b, x, alpha)?;
     let y = b.op_on(Op::AddScalar { value: beta }, &[&y])?;
-    b.op_on(Op::Clamp { min: 0.0, max: 1.0 }, &[&y])
+    let up = b.op_on(Op::Relu, &[&y])?;
+    let room = scale(b, &up, -1.0)?;
+    let room = b.op_on(Op::AddScalar { value: 1.0 }, &[&room])?;
+    let room = b.op_on(Op::Relu, &[&room])?;
+    let below = scale(b, &room, -1.0)?;
+    b.op_on(Op::AddScalar { value: 1.0 }, &[&below])
 }
 
 pub(super) fn activation(
