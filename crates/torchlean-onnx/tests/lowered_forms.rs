@@ -539,6 +539,29 @@ fn composite_operators_agree_with_tract_values_and_gradients() {
             &[3, 4, 5],
             13,
         ),
+        // forty-eighth session: a product over computed values (pairwise slices and muls)
+        case(
+            "reduce_prod",
+            vec![with_ints(
+                node("r", "ReduceProd", &["x"], &["y"]),
+                "axes",
+                &[1],
+            )],
+            vec![],
+            &[3, 7, 2],
+            13,
+        ),
+        case(
+            "reduce_prod_all",
+            vec![with_int(
+                node("r", "ReduceProd", &["x"], &["y"]),
+                "keepdims",
+                0,
+            )],
+            vec![],
+            &[2, 3],
+            13,
+        ),
         case(
             "reduce_log_sum_exp",
             vec![node("r", "ReduceLogSumExp", &["x", "ax"], &["y"])],

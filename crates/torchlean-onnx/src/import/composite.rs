@@ -323,3 +323,50 @@ pub(super) fn max_reduction(
     }
     Ok(y)
 }
+
+/// `ReduceProd` over computed values: along each reduced axis, a pairwise product of its two
+/// halves (an odd element carried to the next level) until one element is left — ⌈log₂ n⌉
+/// levels of `slice`s and a `mul`. Each product is rounded once, in another association than
+/// PyTorch's (ulp-level differences); the gradient is `mul`'s — the product of the other
+/// factors — which is what PyTorch's `prod` backward gives, zeros included, without
+/// dividing. An empty axis gives 1 (PyTorch's product of nothing).
+pub(super) fn product(b: &mut Builder, x: &Value, axes: &[usize], keepdim: bool) -> Map<Value> {
+    let mut y = x.clone();
+    for &axis in axes {
+        let n = b.shape(&y)[axis];
+        if n == 0 {
+            let mut dims = b.shape(&y);
+            dims[axis] = 1;
+            let count = b.budget.take(&dims)?;
+            y = super::ops::konst(crate::constant::Const::f32(dims, vec![1.0; count]));
+            continue;
+        }
+        let mut len = n;
+        while len > 1 {
+            let half = len / 2;
+            let part = |b: &mut Builder, y: &Value, start: usize, end: usize| {
+                b.op_on(Op::Slice { axis, start, end }, &[y])
+            };
+            let lo = part(b, &y, 0, half)?;
+            let hi = part(b, &y, half, 2 * half)?;
+            let mut next = b.op_on(Op::Mul, &[&lo, &hi])?;
+            if len % 2 == 1 {
+                let odd = part(b, &y, 2 * half, len)?;
+                next = b.op_on(Op::Concat { axis }, &[&next, &odd])?;
+            }
+            y = next;
+            len = half + len % 2;
+        }
+    }
+    if keepdim {
+        return Ok(y);
+    }
+    let dims: Vec<usize> = b
+        .shape(&y)
+        .iter()
+        .enumerate()
+        .filter(|(d, _)| !axes.contains(d))
+        .map(|(_, &e)| e)
+        .collect();
+    super::ops::reshape(b, &y, dims)
+}

@@ -841,13 +841,18 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
             one(b.op_on(op, &[x])?)
         }
         "ReduceProd" => {
-            // of constants only (shape arithmetic); a product over computed values has no
-            // torchlean op
+            // a constant's product (shape arithmetic) is evaluated at import; over computed
+            // values, a pairwise product of slices (`composite::product`)
             let x = arg(inputs, 0)?;
-            let c = b.folded(x).ok_or(
-                "ReduceProd of computed values (only a constant's product is evaluated, at import time)",
-            )?;
             let keepdim = a.int("keepdims", 1)? != 0;
+            let Some(c) = b.folded(x) else {
+                let rank = b.shape(x).len();
+                let axes = reduction_axes(b, op, a, inputs, rank)?;
+                if axes.is_empty() {
+                    return one(x.clone());
+                }
+                return one(super::composite::product(b, x, &axes, keepdim)?);
+            };
             let axes = reduction_axes(b, op, a, inputs, c.dims.len())?;
             if axes.is_empty() {
                 return one(konst((*c).clone()));
