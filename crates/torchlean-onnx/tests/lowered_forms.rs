@@ -551,6 +551,14 @@ fn composite_operators_agree_with_tract_values_and_gradients() {
             &[3, 7, 2],
             13,
         ),
+        // forty-eighth session: a constant base to a computed power, exp(x · ln c)
+        case(
+            "pow_constant_base",
+            vec![node("p", "Pow", &["c", "x"], &["y"])],
+            vec![floats("c", &[], &[2.5])],
+            &[3, 4],
+            13,
+        ),
         case(
             "reduce_prod_all",
             vec![with_int(

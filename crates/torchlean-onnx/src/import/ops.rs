@@ -533,10 +533,12 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
         },
         "Pow" => {
             let x = arg(inputs, 0)?;
-            let (e, e_dims) = b
+            let exponent = b
                 .known(arg(inputs, 1)?)
-                .and_then(|c| c.scalar().map(|e| (e, c.dims.clone())))
-                .ok_or("Pow with a computed or non-scalar exponent")?;
+                .and_then(|c| c.scalar().map(|e| (e, c.dims.clone())));
+            let Some((e, e_dims)) = exponent else {
+                return one(constant_base_power(b, x, arg(inputs, 1)?)?);
+            };
             let y = b.op_on(Op::Pow { exponent: e }, &[x])?;
             // a one-element exponent of higher rank broadcasts x up to its rank (leading
             // axes of extent 1), as numpy and ONNX do
@@ -951,6 +953,64 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
 fn one_minus(b: &mut Builder, x: &Value) -> Map<Value> {
     let neg = b.op_on(Op::Scale { factor: -1.0 }, &[x])?;
     b.op_on(Op::AddScalar { value: 1.0 }, &[&neg])
+}
+
+/// `Pow(c, e)` with a computed exponent `e` and a positive scalar constant base `c`
+/// (`2.0 ** x`, `10000 ** (i / d)` over computed i): exp(e · ln c), ln c computed in f64 and
+/// rounded once; the gradient is `exp`'s times ln c, PyTorch's `result · log(base)`. The value
+/// is within a few ulps times |e · ln c| of the correctly rounded power (PyTorch's `pow` is
+/// within an ulp). c = 1 is 1 everywhere (as IEEE `pow(1, ±inf)`), with no gradient. A
+/// computed base, a base of several elements, and a base ≤ 0, infinite or NaN are refused:
+/// exp(e · ln x) is NaN where `pow` is defined for negative bases and integer exponents, and
+/// its gradient is wrong at x = 0. A float initializer base is a parameter (below).
+fn constant_base_power(b: &mut Builder, base: &Value, e: &Value) -> Map<Value> {
+    // a float initializer holding the base is a parameter: exp(e · log(base)) through the
+    // graph's `log`, so that it takes its gradient (e · base^(e − 1), PyTorch's), if its
+    // value is one positive finite number
+    if let Value::Param(name) = base {
+        let value = b
+            .initializers
+            .get(name)
+            .filter(|c| matches!(c.data, Data::F32(_)))
+            .and_then(|c| c.scalar());
+        if let Some(c) = value {
+            if !(c.is_finite() && c > 0.0) {
+                return Err(format!(
+                    "Pow with the base `{name}` = {c} and a computed exponent (a positive finite base is required)"
+                ));
+            }
+            let log = b.op_on(Op::Log, &[base])?;
+            let scaled = b.op_on(Op::Mul, &[e, &log])?;
+            return b.op_on(Op::Exp, &[&scaled]);
+        }
+    }
+    let c = b
+        .known(base)
+        .and_then(|c| c.scalar())
+        .ok_or("Pow with a computed exponent and a computed or non-scalar base (only a positive constant base is supported: exp(e · ln c))")?;
+    if !(c.is_finite() && c > 0.0) {
+        return Err(format!(
+            "Pow with the base {c} and a computed exponent (a positive finite base is required)"
+        ));
+    }
+    let e_dims = b.shape(e);
+    let out_dims = broadcast_shapes(&b.shape(base), &e_dims)?;
+    let y = if c == 1.0 {
+        let count = b.budget.take(&out_dims)?;
+        return Ok(konst(Const::f32(out_dims, vec![1.0; count])));
+    } else {
+        let scaled = b.op_on(
+            Op::Scale {
+                factor: (c as f64).ln() as f32,
+            },
+            &[e],
+        )?;
+        b.op_on(Op::Exp, &[&scaled])?
+    };
+    if out_dims != e_dims {
+        return reshape(b, &y, out_dims);
+    }
+    Ok(y)
 }
 
 /// Marks a computed value as a boolean held as 0/1 (and an integer value).
