@@ -1045,6 +1045,15 @@ fn one_hot_follows_onnx_and_ambiguous_scatters_are_refused() {
         17,
     );
     refused_once(&runtime, "s", "ScatterElements", &["known at import"]);
+    // indices wider than the data off the axis: refused by shape, not a panic
+    let wide = model(
+        vec![node("s", "ScatterElements", &["x", "at", "u"], &["y"])],
+        vec![ints("at", &[1, 5], &[0, 0, 0, 0, 0])],
+        vec![vi("x", &[2, 3], FLOAT), vi("u", &[1, 5], FLOAT)],
+        vec![out("y")],
+        17,
+    );
+    refused_once(&wide, "s", "ScatterElements", &["no larger extents"]);
 }
 
 /// AveragePool whose divisor torchlean's op cannot give — `ceil_mode` partial windows (with

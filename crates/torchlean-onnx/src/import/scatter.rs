@@ -195,6 +195,19 @@ pub fn scatter_elements(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) ->
     let (x, idx, src) = (arg(inputs, 0)?, arg(inputs, 1)?, arg(inputs, 2)?);
     let dims = b.shape(x);
     let axis = normalize_axis(a.int("axis", 0)?, dims.len())?;
+    let (ishape, sshape) = (b.shape(idx), b.shape(src));
+    let fits = ishape.len() == dims.len()
+        && sshape == ishape
+        && ishape
+            .iter()
+            .zip(&dims)
+            .enumerate()
+            .all(|(d, (i, n))| d == axis || i <= n);
+    if !fits {
+        return Err(format!(
+            "ScatterElements of data {dims:?} with indices {ishape:?} and updates {sshape:?}: the indices need the data's rank, no larger extents off axis {axis}, and the updates' shape"
+        ));
+    }
     let known = b.known(idx);
     let index = match &known {
         Some(c) => {
@@ -218,7 +231,6 @@ pub fn scatter_elements(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) ->
             let Value::Const(c) = &index else {
                 return Err("ScatterElements without a reduction needs indices known at import (with indices computed at run time, duplicates could not be told apart from a sum)".into());
             };
-            let ishape = c.dims.clone();
             let xs = strides(&dims);
             let is = strides(&ishape);
             let picks = c.floats();
