@@ -995,6 +995,24 @@ fn an_if_on_a_constant_is_its_branch_and_one_on_a_computed_value_is_refused() {
         "If",
         &["computed at run time", "control flow"],
     );
+    // a condition held by a bool initializer is known at import too (it was reported as
+    // computed at run time)
+    let mut init = if_model(
+        node("n", "Identity", &["x"], &["unused"]),
+        3.0,
+        5.0,
+        vec![vi("x", &[3], FLOAT)],
+    );
+    let g = init.graph.as_mut().unwrap();
+    g.node.remove(0);
+    let mut t = ints("c", &[], &[0]);
+    t.data_type = 9; // BOOL
+    t.int32_data = vec![0];
+    t.int64_data.clear();
+    g.initializer.push(t);
+    let got = run(&init, &[("x", &[3], &x)], "y");
+    let want: Vec<f32> = x.iter().map(|v| v * 5.0).collect();
+    assert_values("If(initializer false)", &got, &want, 0.0);
 }
 
 /// `OneHot` against ONNX's definition: index i sets position i (negative counted from the
@@ -1045,6 +1063,47 @@ fn one_hot_follows_onnx_and_ambiguous_scatters_are_refused() {
         17,
     );
     refused_once(&runtime, "s", "ScatterElements", &["known at import"]);
+    // float indices known at import are cast to int64 (truncated) as ONNX says, and integer
+    // values beyond 2^24 refused (float32 would round them; a review of the session)
+    let float_idx = model(
+        vec![node("oh", "OneHot", &["i", "depth", "vals"], &["y"])],
+        vec![
+            floats("i", &[3], &[1.5, 0.0, -1.2]),
+            floats("depth", &[], &[3.0]),
+            floats("vals", &[2], &[0.0, 1.0]),
+        ],
+        vec![],
+        vec![out("y")],
+        17,
+    );
+    let got = run(&float_idx, &[], "y");
+    assert_values(
+        "OneHot of float indices",
+        &got,
+        &[0.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0],
+        0.0,
+    );
+    let big = model(
+        vec![node("oh", "OneHot", &["i", "depth", "vals"], &["y"])],
+        vec![
+            ints("depth", &[], &[3]),
+            ints("vals", &[2], &[0, 16_777_217]),
+        ],
+        vec![vi("i", &[2], INT64)],
+        vec![out("y")],
+        17,
+    );
+    refused_once(&big, "oh", "OneHot", &["16777217", "beyond 2^24"]);
+    // a replacing ScatterND over 2^31 − 1 (empty) rows: refused before its index list is
+    // built (it allocated 16 GB and aborted)
+    let huge = model(
+        vec![node("s", "ScatterND", &["x", "at", "u"], &["y"])],
+        vec![ints("at", &[1, 1], &[0])],
+        vec![vi("x", &[2_147_483_647, 0], FLOAT), vi("u", &[1, 0], FLOAT)],
+        vec![out("y")],
+        17,
+    );
+    refused_once(&huge, "s", "ScatterND", &["at most 2^24"]);
     // indices wider than the data off the axis: refused by shape, not a panic
     let wide = model(
         vec![node("s", "ScatterElements", &["x", "at", "u"], &["y"])],

@@ -587,7 +587,12 @@ pub fn import_model(
                 poisoned.extend(node.output.iter().cloned());
                 continue;
             }
-            match control::chosen_branch(node, cond_name, b.values.get(cond_name)) {
+            // a condition held by an initializer or a Constant is known at import
+            let cond = b
+                .values
+                .get(cond_name)
+                .map(|v| b.known(v).map(Value::Const).unwrap_or_else(|| v.clone()));
+            match control::chosen_branch(node, cond_name, cond.as_ref()) {
                 Ok(spliced) => {
                     for n in spliced.into_iter().rev() {
                         nodes.push_front(n);

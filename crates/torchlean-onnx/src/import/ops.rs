@@ -537,6 +537,12 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
                 .known(arg(inputs, 1)?)
                 .and_then(|c| c.scalar().map(|e| (e, c.dims.clone())));
             let Some((e, e_dims)) = exponent else {
+                if b.known(arg(inputs, 1)?).is_some() {
+                    return Err(
+                        "Pow with a non-scalar exponent (a constant exponent must be one number)"
+                            .into(),
+                    );
+                }
                 return one(constant_base_power(b, x, arg(inputs, 1)?)?);
             };
             let y = b.op_on(Op::Pow { exponent: e }, &[x])?;

@@ -208,7 +208,8 @@ pub(super) fn resize(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Ma
         if n == 0 || out == 0 {
             return Err(format!("Resize of axis {ax} from {n} to {out} elements"));
         }
-        b.budget.take(&[out, 3])?;
+        // the index lists and weights: 3 per output for nearest and linear, 8 for cubic
+        b.budget.take(&[out, if mode == "cubic" { 8 } else { 3 }])?;
         let coords = || {
             (0..out)
                 .map(|o| source(&transform, o, n, out, scale))

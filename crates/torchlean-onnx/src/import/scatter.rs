@@ -154,6 +154,14 @@ pub fn scatter_nd(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<V
     let upd = reshape(b, updates, upd_flat)?;
     let result = match reduction.as_str() {
         "none" => {
+            // one index list over the data's rows and the updates' (float32 indices: at most
+            // 2^24 positions), counted against the import's constant budget
+            if n.saturating_add(rows.len()) > 1 << 24 {
+                return Err(format!(
+                    "ScatterND over {n} rows of the indexed axes (at most 2^24 rows and updates together)"
+                ));
+            }
+            b.budget.take(&[n])?;
             let mut sel: Vec<usize> = (0..n).collect();
             let mut seen = HashSet::new();
             for (j, &r) in rows.iter().enumerate() {
@@ -273,12 +281,16 @@ pub fn scatter_elements(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) ->
 /// `OneHot(indices, depth, values)` along `axis`.
 pub fn one_hot(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Value> {
     let (idx, depth, values) = (arg(inputs, 0)?, arg(inputs, 1)?, arg(inputs, 2)?);
-    let depth = b
+    // depth: an integer, or a float holding one (ONNX casts it to int64), read exactly
+    let depth_c = b
         .known(depth)
-        .and_then(|c| c.try_floats().ok())
-        .and_then(|v| (v.len() == 1).then(|| v[0]))
+        .filter(|c| c.len() == 1)
         .ok_or("OneHot's depth must be one number known at import")?;
-    if !(depth >= 1.0 && depth.fract() == 0.0 && depth <= (1u32 << 24) as f32) {
+    let depth = match &depth_c.data {
+        Data::I64(v) => v[0] as f64,
+        _ => depth_c.floats()[0] as f64,
+    };
+    if !(depth >= 1.0 && depth.fract() == 0.0 && depth <= (1u32 << 24) as f64) {
         return Err(format!(
             "OneHot depth {depth} (a whole number from 1 to 2^24 is required)"
         ));
@@ -286,24 +298,54 @@ pub fn one_hot(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Valu
     let depth = depth as usize;
     let pair = b
         .known(values)
-        .map(|c| c.floats())
-        .filter(|v| v.len() == 2)
+        .filter(|c| c.len() == 2)
         .ok_or("OneHot's values must be two numbers known at import ([off, on])")?;
+    // integer values are written as float32 data: exact only up to 2^24
+    if let Data::I64(v) = &pair.data {
+        if let Some(big) = v.iter().find(|x| x.unsigned_abs() > 1 << 24) {
+            return Err(format!(
+                "OneHot value {big} is read as data beyond 2^24 (torchlean's tensors are float32)"
+            ));
+        }
+    }
+    let pair = pair.floats();
     let (off, on) = (pair[0], pair[1]);
     let ishape = b.shape(idx);
     let rank = ishape.len() + 1;
     let axis = normalize_axis(a.int("axis", -1)?, rank)?;
-    if !(b.known(idx).is_some() || matches!(idx, Value::Node(id) if b.integral.contains(id))) {
-        return Err(
-            "OneHot indices computed from float values (ONNX requires integer indices)".into(),
-        );
-    }
+    // indices known at import are cast to int64 as ONNX says (a float truncates toward zero);
+    // computed ones must be integers already
+    let truncated;
+    let idx = match b.known(idx) {
+        Some(c) => {
+            // exactly, in f64: an index outside [-depth, depth) becomes `depth`, which no
+            // class equals (an int64 beyond 2^24 rounded to f32 could have)
+            let exact: Vec<f64> = match &c.data {
+                Data::I64(v) => v.iter().map(|&i| i as f64).collect(),
+                _ => c.floats().iter().map(|&v| (v as f64).trunc()).collect(),
+            };
+            let d = depth as f64;
+            let t = exact
+                .iter()
+                .map(|&v| if v >= -d && v < d { v as f32 } else { d as f32 })
+                .collect();
+            truncated = konst(Const::f32(c.dims.clone(), t));
+            &truncated
+        }
+        None if matches!(idx, Value::Node(id) if b.integral.contains(id)) => idx,
+        None => {
+            return Err(
+                "OneHot indices computed from float values (ONNX requires integer indices)".into(),
+            )
+        }
+    };
     // the indices with a unit axis at `axis`, compared with 0..depth and with -depth..0 along it
     let mut unit = ishape.clone();
     unit.insert(axis, 1);
     let idx = reshape(b, idx, unit)?;
     let mut class_dims = vec![1; rank];
     class_dims[axis] = depth;
+    b.budget.take(&[2, depth])?;
     let classes = |shift: f32| {
         konst(Const::f32(
             class_dims.clone(),
