@@ -1157,3 +1157,100 @@ fn hard_activation_gradients_at_their_kinks_are_pytorchs() {
         assert_close(c.what, &out["grad.x"].to_vec(), &want, 1e-6);
     }
 }
+
+/// `x.clamp(min=0)` as either exporter writes it — `Clip(x, 0)` (TorchScript) or `Max(x, 0)`
+/// (dynamo) — passes no gradient at x = 0, as PyTorch 2.15's clamp: `d.clamp(min=0).sqrt()`
+/// (pairwise distances, exactly 0 on the diagonal) got inf · 1 = NaN gradients everywhere (the
+/// forty-eighth session's audit); and a Pow of two constants (`10000 ** (arange / d)`) is
+/// evaluated at import.
+#[test]
+fn a_clamp_at_zero_passes_no_gradient_into_sqrt() {
+    let profile = BackendProfile::named("checked_cpu").expect("profile");
+    let xs = [0.0f32, 4.0, 1.0, -1.0];
+    // (a Constant node, as exporters write `clamp(min=0)`'s bound; a float initializer is a
+    // learnable bound, whose tie shares the gradient as PyTorch's tensor-bound clamp)
+    let zero = || floats("", &[], &[0.0]);
+    let cases = [
+        case(
+            "clip",
+            vec![
+                constant("z", zero()),
+                node("c", "Clip", &["x", "z"], &["c"]),
+                node("s", "Sqrt", &["c"], &["y"]),
+            ],
+            vec![],
+            &[4],
+            13,
+        ),
+        case(
+            "max",
+            vec![
+                constant("z", zero()),
+                node("c", "Max", &["z", "x"], &["c"]),
+                node("s", "Sqrt", &["c"], &["y"]),
+            ],
+            vec![],
+            &[4],
+            13,
+        ),
+    ];
+    for c in cases {
+        let shapes = HashMap::from([("cot".to_string(), vec![4])]);
+        let imported = torchlean_onnx::import_model(&build(&c, true), c.what, &shapes)
+            .unwrap_or_else(|e| panic!("{}: {e}", c.what));
+        let x = Tensor::from_vec(xs.to_vec(), &[4]).unwrap();
+        let cot = Tensor::from_vec(vec![1.0; 4], &[4]).unwrap();
+        let out = run_graph(
+            imported.graph,
+            &imported.values,
+            &[("x".into(), x), ("cot".into(), cot)],
+            &profile,
+            true,
+        )
+        .unwrap_or_else(|e| panic!("{}: {e}", c.what));
+        assert_close(c.what, &out["y"].to_vec(), &[0.0, 2.0, 1.0, 0.0], 0.0);
+        assert_close(
+            c.what,
+            &out["grad.x"].to_vec(),
+            &[0.0, 0.25, 0.5, 0.0],
+            1e-7,
+        );
+    }
+    // a Pow of constants is a constant
+    let m = model(
+        vec![
+            constant("base", floats("", &[], &[10000.0])),
+            constant("e", floats("", &[3], &[0.0, 0.25, 0.5])),
+            node("p", "Pow", &["base", "e"], &["f"]),
+            node("y", "Mul", &["x", "f"], &["y"]),
+        ],
+        vec![],
+        vec![value_info("x", &[3], FLOAT)],
+        vec![open("y")],
+        17,
+    );
+    let imported = torchlean_onnx::import_model(&m, "pow", &HashMap::new()).unwrap();
+    assert!(
+        imported.graph.nodes.iter().all(|n| !matches!(
+            &n.kind,
+            torchlean::graph::NodeKind::Op {
+                op: torchlean::graph::Op::Pow { .. }
+            }
+        )),
+        "the constants' Pow was not folded"
+    );
+    let out = run_graph(
+        imported.graph,
+        &imported.values,
+        &[("x".into(), Tensor::from_vec(vec![1.0; 3], &[3]).unwrap())],
+        &profile,
+        false,
+    )
+    .unwrap();
+    assert_close(
+        "pow of constants",
+        &out["y"].to_vec(),
+        &[1.0, 10.0, 100.0],
+        1e-6,
+    );
+}

@@ -536,6 +536,38 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
             let exponent = b
                 .known(arg(inputs, 1)?)
                 .and_then(|c| c.scalar().map(|e| (e, c.dims.clone())));
+            // both known: evaluated at import, elementwise in f64 and rounded once
+            // (`10000 ** (arange / d)`, RoPE's and DETR's frequencies, where the exporter
+            // leaves the arange as a node of constants)
+            if let (Some(c), Some(k)) = (b.folded(x), b.folded(arg(inputs, 1)?)) {
+                let dims = broadcast_shapes(&c.dims, &k.dims)?;
+                let (c, k) = (c.broadcast(&dims, &b.budget)?, k.broadcast(&dims, &b.budget)?);
+                b.budget.take(&dims)?;
+                if let (Data::I64(cs), Data::I64(ks)) = (&c.data, &k.data) {
+                    // integers stay integers, exactly (ONNX's integer Pow)
+                    let v = cs
+                        .iter()
+                        .zip(ks)
+                        .map(|(&c, &k)| {
+                            u32::try_from(k)
+                                .ok()
+                                .and_then(|k| c.checked_pow(k))
+                                .ok_or_else(|| format!("Pow of the integer constants {c} and {k} (a negative exponent or an int64 overflow)"))
+                        })
+                        .collect::<Map<Vec<i64>>>()?;
+                    return one(konst(Const {
+                        dims,
+                        data: Data::I64(v),
+                    }));
+                }
+                let v = c
+                    .floats()
+                    .iter()
+                    .zip(k.floats())
+                    .map(|(&c, k)| (c as f64).powf(k as f64) as f32)
+                    .collect();
+                return one(konst(Const::f32(dims, v)));
+            }
             let Some((e, e_dims)) = exponent else {
                 if b.known(arg(inputs, 1)?).is_some() {
                     return Err(
@@ -562,6 +594,22 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
             let folded: Option<Vec<Rc<Const>>> = all.iter().map(|v| b.folded(v)).collect();
             if let Some(cs) = folded {
                 return one(konst(fold_extremum(&cs, op == "Max", &b.budget)?));
+            }
+            // max(x, 0) with the zero a constant (the dynamo exporter's `x.clamp(min=0)`): `relu`,
+            // the same values (−0 and NaN kept) without a gradient at x = 0 — PyTorch 2.15's
+            // clamp — where `maximum` passed it at the tie (`d.clamp(min=0).sqrt()`: NaN
+            // gradients; the forty-eighth session's audit)
+            if let (true, [x, z]) = (op == "Max", all.as_slice()) {
+                for (x, z) in [(*x, *z), (*z, *x)] {
+                    let zero = b
+                        .folded(z)
+                        .is_some_and(|c| c.floats().iter().all(|&v| v == 0.0));
+                    let keeps_shape =
+                        broadcast_shapes(&b.shape(x), &b.shape(z)).ok() == Some(b.shape(x));
+                    if zero && keeps_shape && b.folded(x).is_none() {
+                        return one(b.op_on(Op::Relu, &[x])?);
+                    }
+                }
             }
             let mut acc = arg(inputs, 0)?.clone();
             for v in inputs.iter().skip(1).flatten() {
@@ -621,7 +669,16 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
             if lo > hi {
                 return Err(format!("Clip with min {lo} above max {hi}"));
             }
-            one(b.op_on(Op::Clamp { min: lo, max: hi }, &[arg(inputs, 0)?])?)
+            // a lower bound of exactly 0 (`clamp(min=0)`, `relu6`) through `relu` first: the
+            // same values (relu(x) = max(x, 0), −0 and NaN kept), and no gradient at x = 0 —
+            // PyTorch 2.15's clamp, relu6 and hardtanh rule — where `clamp` alone passes it;
+            // `d.clamp(min=0).sqrt()` (pairwise distances, exactly 0 on the diagonal) had
+            // inf · 1 = NaN gradients everywhere (the forty-eighth session's audit)
+            let x = match lo == 0.0 {
+                true => b.op_on(Op::Relu, &[arg(inputs, 0)?])?,
+                false => arg(inputs, 0)?.clone(),
+            };
+            one(b.op_on(Op::Clamp { min: lo, max: hi }, &[&x])?)
         }
         "Softmax" | "LogSoftmax" => {
             let x = arg(inputs, 0)?;
