@@ -1196,3 +1196,51 @@ fn average_pools_with_partial_windows_divide_as_pytorch() {
         );
     }
 }
+
+/// `SplitToSequence` + `SequenceAt` (what the dynamo exporter writes for `split`/`chunk`
+/// without its optimizer; refused as unknown operators until the forty-eighth session): a
+/// scalar split makes parts of that size (the last shorter), no split one part per element
+/// (`keepdims=0` removes the axis); positions count from the end when negative.
+#[test]
+fn split_to_sequence_parts_are_read_by_position() {
+    let x: Vec<f32> = (0..10).map(|v| v as f32).collect();
+    let m = model(
+        vec![
+            with_int(
+                node("s", "SplitToSequence", &["x", "two"], &["seq"]),
+                "axis",
+                1,
+            ),
+            node("a", "SequenceAt", &["seq", "last"], &["tail"]),
+            node("b", "SequenceAt", &["seq", "first"], &["head"]),
+            with_int(
+                with_int(node("e", "SplitToSequence", &["x"], &["rows"]), "axis", 0),
+                "keepdims",
+                0,
+            ),
+            node("c", "SequenceAt", &["rows", "first"], &["row0"]),
+        ],
+        vec![
+            ints("two", &[], &[2]),
+            ints("last", &[], &[-1]),
+            ints("first", &[], &[0]),
+        ],
+        vec![vi("x", &[2, 5], FLOAT)],
+        vec![out("tail"), out("head"), out("row0")],
+        18,
+    );
+    let imported = import(&m).unwrap_or_else(|e| panic!("importable: {e}"));
+    let inputs = vec![("x".to_string(), Tensor::from_vec(x, &[2, 5]).unwrap())];
+    let profile = BackendProfile::named("checked_cpu").unwrap();
+    let outs = run_graph(imported.graph, &imported.values, &inputs, &profile, false).unwrap();
+    // x = [[0..5], [5..10]]: parts of 2 along axis 1 are [0,1|5,6], [2,3|7,8], [4|9]
+    assert_eq!(outs["tail"].shape(), &[2, 1]);
+    assert_eq!(outs["tail"].to_vec(), vec![4.0, 9.0]);
+    assert_eq!(outs["head"].to_vec(), vec![0.0, 1.0, 5.0, 6.0]);
+    assert_eq!(outs["row0"].shape(), &[5]);
+    assert_eq!(outs["row0"].to_vec(), vec![0.0, 1.0, 2.0, 3.0, 4.0]);
+    // a position past the end is refused, naming it
+    let mut bad = m.clone();
+    bad.graph.as_mut().unwrap().initializer[1] = ints("last", &[], &[3]);
+    refused_once(&bad, "a", "SequenceAt", &["position 3", "3 tensors"]);
+}

@@ -28,6 +28,7 @@ mod patterns;
 mod recurrent;
 mod resize;
 mod scatter;
+mod sequence;
 mod topk;
 mod window;
 
@@ -458,6 +459,8 @@ pub fn import_model(
     // float64-typed values (a float32 value cast to DOUBLE: the same numbers), read only by
     // what is exact on them (`integer::check_double`)
     let mut double_typed: HashSet<String> = HashSet::new();
+    // sequences (a SplitToSequence's parts), with the name of the value they split
+    let mut sequences: HashMap<String, (Vec<Value>, String)> = HashMap::new();
     for input in &g.input {
         if initializer_names.contains(&input.name) {
             continue;
@@ -633,6 +636,69 @@ pub fn import_model(
                 node.domain
             ));
             poisoned.extend(node.output.iter().cloned());
+            continue;
+        }
+        // sequences held at import as lists of values (`import/sequence.rs`)
+        if matches!(node.op_type.as_str(), "SplitToSequence" | "SequenceAt") {
+            if node.input.iter().any(|i| poisoned.contains(i)) {
+                poisoned.extend(node.output.iter().cloned());
+                continue;
+            }
+            let attrs = attrs::Attrs::new(node);
+            let source = node.input.first().cloned().unwrap_or_default();
+            let result = if node.op_type == "SplitToSequence" {
+                let inputs: Vec<Option<Value>> = node
+                    .input
+                    .iter()
+                    .map(|i| b.values.get(i).cloned())
+                    .collect();
+                match inputs.first() {
+                    Some(Some(_)) => sequence::split_to_sequence(&mut b, &attrs, &inputs)
+                        .map(|parts| (parts, source)),
+                    _ => Err(format!(
+                        "reads `{source}`, which no earlier node, input or initializer defines"
+                    )),
+                }
+            } else {
+                match (sequences.get(&source), node.input.get(1).and_then(|p| b.values.get(p))) {
+                    (Some((parts, from)), Some(pos)) => sequence::position(&b, pos, parts.len())
+                        .map(|k| (vec![parts[k].clone()], from.clone())),
+                    (None, _) => Err(format!(
+                        "reads `{source}`, which is not a sequence of a SplitToSequence (only those are supported)"
+                    )),
+                    (_, None) => Err("SequenceAt needs a position".into()),
+                }
+            };
+            let unread = attrs.unread();
+            match (result, node.output.first()) {
+                (Ok(_), _) if !unread.is_empty() => {
+                    fail_node(format!(
+                        "attribute(s) {} are not supported",
+                        unread.join(", ")
+                    ));
+                    poisoned.extend(node.output.iter().cloned());
+                }
+                (Ok((values, from)), Some(out)) => {
+                    // the parts hold what the split value holds (integers keep its bound)
+                    let bound = int_typed.get(&from).copied();
+                    if node.op_type == "SplitToSequence" {
+                        sequences.insert(out.clone(), (values, from));
+                    } else {
+                        if let Some(bound) = bound {
+                            int_typed.insert(out.clone(), bound);
+                        }
+                        if double_typed.contains(&from) {
+                            double_typed.insert(out.clone());
+                        }
+                        b.values.insert(out.clone(), values[0].clone());
+                    }
+                }
+                (Ok(_), None) => {}
+                (Err(reason), _) => {
+                    fail_node(reason);
+                    poisoned.extend(node.output.iter().cloned());
+                }
+            }
             continue;
         }
         if !ops::is_known(&node.op_type) {
