@@ -1244,3 +1244,38 @@ fn split_to_sequence_parts_are_read_by_position() {
     bad.graph.as_mut().unwrap().initializer[1] = ints("last", &[], &[3]);
     refused_once(&bad, "a", "SequenceAt", &["position 3", "3 tensors"]);
 }
+
+/// `Sign` and `Clip` of constants are evaluated at import, so that index arithmetic on
+/// constants stays constant: the dynamo exporter computes `AdaptiveAvgPool`'s windows and 1-D
+/// interpolation's source positions that way, and the `GatherND` reading them was refused as
+/// reading indices computed at run time (the forty-eighth session's audit).
+#[test]
+fn sign_and_clip_of_constants_keep_indices_constant() {
+    let m = model(
+        vec![
+            constant("k", floats("", &[3], &[-1.5, 5.0, 2.0])),
+            constant("lo", floats("", &[], &[0.0])),
+            constant("hi", floats("", &[], &[3.0])),
+            node("c", "Clip", &["k", "lo", "hi"], &["kc"]),
+            node("s", "Sign", &["k"], &["ks"]),
+            node("a", "Add", &["kc", "ks"], &["pos"]),
+            with_int(node("i", "Cast", &["pos"], &["ip"]), "to", INT64 as i64),
+            constant("ax", ints("", &[1], &[-1])),
+            node("u", "Unsqueeze", &["ip", "ax"], &["idx"]),
+            node("g", "GatherND", &["x", "idx"], &["y"]),
+        ],
+        vec![],
+        vec![vi("x", &[5], FLOAT)],
+        vec![out("y")],
+        17,
+    );
+    // clip → [0, 3, 2]; sign → [-1, 1, 1]; positions [-1, 4, 3]: x[-1] = x[4], x[4], x[3]
+    let x = [10.0f32, 11.0, 12.0, 13.0, 14.0];
+    let got = run(&m, &[("x", &[5], &x)], "y");
+    assert_values(
+        "GatherND at constant positions",
+        &got,
+        &[14.0, 14.0, 13.0],
+        0.0,
+    );
+}

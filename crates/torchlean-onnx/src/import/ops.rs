@@ -669,6 +669,28 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
             if lo > hi {
                 return Err(format!("Clip with min {lo} above max {hi}"));
             }
+            // a constant is clipped at import (exporters' index arithmetic on constants:
+            // 1-D interpolation's source positions)
+            if let Some(c) = b.folded(arg(inputs, 0)?) {
+                let f = move |v: f32| if v.is_nan() { v } else { v.max(lo).min(hi) };
+                let i: Option<fn(i64) -> Option<i64>> = None;
+                let clipped = match &c.data {
+                    // integers against float bounds: exactly, in f64 (i64 → f64 is exact below 2^53)
+                    Data::I64(v) => {
+                        b.budget.take(&c.dims)?;
+                        let out = v
+                            .iter()
+                            .map(|&x| (x as f64).max(lo as f64).min(hi as f64) as i64)
+                            .collect();
+                        Const {
+                            dims: c.dims.clone(),
+                            data: Data::I64(out),
+                        }
+                    }
+                    _ => c.map(f, i, &b.budget)?,
+                };
+                return one(konst(clipped));
+            }
             // a lower bound of exactly 0 (`clamp(min=0)`, `relu6`) through `relu` first: the
             // same values (relu(x) = max(x, 0), −0 and NaN kept), and no gradient at x = 0 —
             // PyTorch 2.15's clamp, relu6 and hardtanh rule — where `clamp` alone passes it;
@@ -989,6 +1011,24 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
             // PyTorch's sign(NaN) is 0), with no gradient anywhere (PyTorch's is 0): the NaN
             // is x·0, whose gradient is 0
             let x = arg(inputs, 0)?;
+            // a constant's sign at import (exporters compute indices from constants through
+            // it: `AdaptiveAvgPool`'s and 1-D interpolation's window bounds, which stayed
+            // run-time values of unknown magnitude and were refused)
+            if let Some(c) = b.folded(x) {
+                let f = |v: f32| {
+                    if v > 0.0 {
+                        1.0
+                    } else if v < 0.0 {
+                        -1.0
+                    } else if v == 0.0 {
+                        0.0
+                    } else {
+                        v
+                    }
+                };
+                let i: Option<fn(i64) -> Option<i64>> = Some(|v: i64| Some(v.signum()));
+                return one(konst(c.map(f, i, &b.budget)?));
+            }
             let zero = konst(Const::f32(vec![], vec![0.0]));
             let (gt, lt, ne) = (Relation::Gt, Relation::Lt, Relation::Ne);
             let above = b.op_on(Op::Compare { relation: gt }, &[x, &zero])?;
