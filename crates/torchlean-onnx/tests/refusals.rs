@@ -140,6 +140,42 @@ fn declared_shapes_are_checked_against_torchlean_inference() {
     );
 }
 
+/// A value nothing reads is not held to its declared shape (PyTorch's dynamo exporter with its
+/// optimizer declares an LSTM's unused Y with Y_h's shape; onnxruntime runs the model); the
+/// same declaration on a value that is read is refused.
+#[test]
+fn a_declared_shape_binds_only_values_that_are_read() {
+    let build = |read: bool| {
+        let mut m = model(
+            vec![
+                node("t", "Transpose", &["x"], &["t"]),
+                node("r", "Relu", &[if read { "t" } else { "x" }], &["y"]),
+            ],
+            vec![],
+            vec![value("x", &[2, 3])],
+            vec![value(
+                "y",
+                &[if read { 3 } else { 2 }, if read { 2 } else { 3 }],
+            )],
+            17,
+        );
+        // `t` is [3, 2]; declared [2, 3]
+        m.graph
+            .as_mut()
+            .unwrap()
+            .value_info
+            .push(value("t", &[2, 3]));
+        m
+    };
+    assert!(
+        import_model(&build(false), "unread", &HashMap::new()).is_ok(),
+        "an unread value's declaration refused"
+    );
+    let list = unsupported(&build(true));
+    assert_eq!(list.len(), 1, "{list:?}");
+    assert!(list[0].2.contains("declares `t`"), "{list:?}");
+}
+
 #[test]
 fn symbolic_input_dimensions_need_a_given_shape() {
     let m = model(

@@ -566,6 +566,23 @@ pub fn import_model(
         .chain(&g.output)
         .filter_map(|v| Some((v.name.as_str(), declared_shape(v)?)))
         .collect();
+    // the names something reads (a node, in any branch, or the graph's outputs): a value no
+    // one reads is not held to its declared shape — PyTorch's dynamo exporter with its
+    // optimizer on declares an LSTM's unused Y with Y_h's shape, and onnxruntime runs such
+    // a model (a mismatch on a value that is read is still refused)
+    let mut read: HashSet<String> = g.output.iter().map(|o| o.name.clone()).collect();
+    fn reads(g: &onnx_protobuf::GraphProto, into: &mut HashSet<String>) {
+        for n in &g.node {
+            into.extend(n.input.iter().cloned());
+            for a in &n.attribute {
+                if let Some(sub) = a.g.as_ref() {
+                    reads(sub, into);
+                    into.extend(sub.output.iter().map(|o| o.name.clone()));
+                }
+            }
+        }
+    }
+    reads(g, &mut read);
     // exporters' multi-node forms of one torchlean op (the Erf form of GELU) become one node
     let mut nodes: std::collections::VecDeque<NodeProto> = patterns::fuse_gelu(g).into();
     let mut index = 0usize;
@@ -782,7 +799,7 @@ pub fn import_model(
                     if out.is_empty() {
                         continue;
                     }
-                    if let Some(dims) = declared.get(out.as_str()) {
+                    if let Some(dims) = declared.get(out.as_str()).filter(|_| read.contains(out)) {
                         let ours = b.shape(&v);
                         let agrees = dims.len() == ours.len()
                             && dims
