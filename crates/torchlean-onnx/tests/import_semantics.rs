@@ -1279,3 +1279,38 @@ fn sign_and_clip_of_constants_keep_indices_constant() {
         0.0,
     );
 }
+
+/// `GatherND` with integer indices computed at run time (`x[idx]`, `logits[arange(B), labels]`;
+/// refused before the forty-eighth session): negative indices count from the end of their own
+/// axis, and an index past its axis is an error at run time — never another element's row
+/// (index 4 on an axis of 4 would otherwise read the next row's first element).
+#[test]
+fn gather_nd_reads_run_time_indices_per_axis() {
+    let m = model(
+        vec![node("g", "GatherND", &["x", "i"], &["y"])],
+        vec![],
+        vec![vi("x", &[3, 4], FLOAT), vi("i", &[2, 2], INT64)],
+        vec![out("y")],
+        17,
+    );
+    let x: Vec<f32> = (0..12).map(|v| v as f32).collect();
+    let got = run(
+        &m,
+        &[("x", &[3, 4], &x), ("i", &[2, 2], &[0.0, -1.0, 2.0, 1.0])],
+        "y",
+    );
+    assert_values("GatherND at run time", &got, &[3.0, 9.0], 0.0);
+    let imported = import(&m).unwrap();
+    let inputs = vec![
+        ("x".to_string(), Tensor::from_vec(x, &[3, 4]).unwrap()),
+        (
+            "i".to_string(),
+            Tensor::from_vec(vec![0.0, 4.0, 1.0, 0.0], &[2, 2]).unwrap(),
+        ),
+    ];
+    let profile = BackendProfile::named("checked_cpu").unwrap();
+    let e = run_graph(imported.graph, &imported.values, &inputs, &profile, false)
+        .err()
+        .expect("an index past its axis is refused");
+    assert!(e.to_string().contains("invalid index value 4"), "{e}");
+}

@@ -116,6 +116,9 @@ pub fn gather_nd(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Va
     }
     let (x, indices) = (arg(inputs, 0)?, arg(inputs, 1)?);
     let dims = b.shape(x);
+    if b.known(indices).is_none() {
+        return gather_nd_at_run_time(b, x, indices);
+    }
     let (rows, mut out, k) = linear_rows(b, "GatherND", &dims, indices)?;
     let (flat, rest) = flatten_lead(b, x, k)?;
     let picked = super::pad::pick(b, &flat, 0, &rows)?;
@@ -131,6 +134,81 @@ fn reduction(b: &Builder, a: &Attrs) -> Map<String> {
     } else {
         Ok("none".into())
     }
+}
+
+/// `GatherND` with integer indices computed at run time (`x[idx]`, `logits[arange(B),
+/// labels]`): per indexed axis j, the index column (negative ones plus the axis length, by a
+/// comparison), checked against the axis by an `index_select` from the constant table
+/// 0..n_j — which refuses an index outside it at run time, as every index kernel does, so an
+/// index past its own axis can never alias another element — then the row number Σ iⱼ·strideⱼ
+/// (exact: every partial sum is below the rows' count, at most 2^24) picks the row of the
+/// flattened data.
+fn gather_nd_at_run_time(b: &mut Builder, x: &Value, indices: &Value) -> Map<Value> {
+    if !matches!(indices, Value::Node(id) if b.integral.contains(id)) {
+        return Err(
+            "GatherND indices computed from float values (ONNX requires integer indices)".into(),
+        );
+    }
+    let dims = b.shape(x);
+    let ishape = b.shape(indices);
+    let (tuples, k) = match ishape.split_last() {
+        Some((&k, tuples)) if k >= 1 && k <= dims.len() => (tuples.to_vec(), k),
+        _ => {
+            return Err(format!(
+                "GatherND indices of shape {ishape:?} for data of shape {dims:?}: the last axis must be 1 to {}",
+                dims.len()
+            ))
+        }
+    };
+    let rows: usize = dims[..k].iter().product();
+    if rows > 1 << 24 {
+        return Err(format!(
+            "GatherND over {rows} rows of the indexed axes (indices are float32: at most 2^24)"
+        ));
+    }
+    let count: usize = tuples.iter().product();
+    let st = strides(&dims[..k]);
+    let mut linear: Option<Value> = None;
+    for j in 0..k {
+        let n = dims[j];
+        let col = b.op_on(
+            Op::Slice {
+                axis: ishape.len() - 1,
+                start: j,
+                end: j + 1,
+            },
+            &[indices],
+        )?;
+        let col = reshape(b, &col, vec![count])?;
+        let zero = konst(Const::f32(vec![], vec![0.0]));
+        let negative = b.op_on(
+            Op::Compare {
+                relation: Relation::Lt,
+            },
+            &[&col, &zero],
+        )?;
+        let shift = b.op_on(Op::Scale { factor: n as f32 }, &[&negative])?;
+        let wrapped = b.op_on(Op::Add, &[&col, &shift])?;
+        b.budget.take(&[n])?;
+        let table = konst(Const::f32(vec![n], (0..n).map(|i| i as f32).collect()));
+        let checked = b.op_on(Op::IndexSelect { axis: 0 }, &[&table, &wrapped])?;
+        let term = b.op_on(
+            Op::Scale {
+                factor: st[j] as f32,
+            },
+            &[&checked],
+        )?;
+        linear = Some(match linear {
+            None => term,
+            Some(acc) => b.op_on(Op::Add, &[&acc, &term])?,
+        });
+    }
+    let linear = linear.ok_or("GatherND without an indexed axis")?;
+    let (flat, rest) = flatten_lead(b, x, k)?;
+    let picked = b.op_on(Op::IndexSelect { axis: 0 }, &[&flat, &linear])?;
+    let mut out = tuples;
+    out.extend_from_slice(&rest);
+    reshape(b, &picked, out)
 }
 
 /// `ScatterND` with indices known at import, `reduction` none or add.
