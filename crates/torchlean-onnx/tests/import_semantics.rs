@@ -1310,7 +1310,6 @@ fn gather_nd_reads_run_time_indices_per_axis() {
     ];
     let profile = BackendProfile::named("checked_cpu").unwrap();
     let e = run_graph(imported.graph, &imported.values, &inputs, &profile, false)
-        .err()
-        .expect("an index past its axis is refused");
+        .expect_err("an index past its axis is refused");
     assert!(e.to_string().contains("invalid index value 4"), "{e}");
 }

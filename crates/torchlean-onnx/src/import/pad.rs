@@ -92,7 +92,7 @@ fn source(mode: &str, p: i64, n: i64) -> i64 {
 /// `Pad` (PyTorch's `F.pad`, `nn.ZeroPad2d`, `nn.ConstantPad*d`, `nn.ReflectionPad*d`,
 /// `nn.ReplicationPad*d`, `nn.CircularPad*d`). `constant` mode: per axis, a negative amount
 /// crops (`slice`), then a positive one concatenates blocks of the constant before and after.
-/// `reflect`, `edge` and (from opset 19) `wrap`: the padded axis is a constant list of source
+/// `reflect`, `edge` and (from opset 18, one before ONNX's 19: PyTorch writes it there) `wrap`: the padded axis is a constant list of source
 /// positions read by [`pick`]; their amounts must be non-negative, and `reflect`'s below the
 /// axis length (as PyTorch and onnxruntime require). Pads, axes and the value must be known
 /// at import.
@@ -101,10 +101,13 @@ pub(super) fn pad(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<V
     let mode = mode.as_str();
     match mode {
         "constant" | "reflect" | "edge" => {}
-        "wrap" if b.opset >= 19 => {}
+        // `wrap` exists from opset 19; PyTorch's dynamo exporter writes it at opset 18 for
+        // circular padding too, and onnxruntime runs that: accepted from 18, its meaning being
+        // unambiguous (the forty-eighth session's audit)
+        "wrap" if b.opset >= 18 => {}
         _ => {
             return Err(format!(
-                "Pad mode `{mode}` in opset {} (constant, reflect, edge; wrap from opset 19)",
+                "Pad mode `{mode}` in opset {} (constant, reflect, edge; wrap from opset 18, where PyTorch's exporter writes it)",
                 b.opset
             ))
         }
