@@ -509,7 +509,8 @@ extern "C" __global__ void unary_vjp(int op, float p, const float* __restrict__ 
     float4* o4 = reinterpret_cast<float4*>(out);
     // only these derivatives read the output y: the others skip its load (a quarter of
     // the traffic)
-    bool reads_y = op == U_EXP || op == U_TANH || op == U_SIGMOID || op == U_SQRT || op == U_INV;
+    bool reads_y = op == U_EXP || op == U_TANH || op == U_SIGMOID || op == U_SQRT || op == U_INV
+                   || op == U_TAN;
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n4; i += stride) {
         float4 a = x4[i], g = g4[i], r;
         float4 b = reads_y ? y4[i] : a;
