@@ -45,3 +45,74 @@ fn the_kernel_program_parses_as_cpp_without_math_h() {
         ),
     }
 }
+
+/// Every unary derivative that reads the output `y` (`unary_derivative`'s and `unary_grad`'s
+/// cases in `elementwise.cu`) is in `unary_vjp`'s `reads_y` list: the vectorized VJP loads
+/// `y` only for those and passes `x` in its place otherwise. `tan` (1 + y²) was missing, and
+/// the forty-eighth session's H100 run found its VJP wrong everywhere; this finds the class
+/// of bug on any machine.
+#[test]
+fn every_unary_derivative_that_reads_the_output_loads_it() {
+    let src = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels/elementwise.cu"),
+    )
+    .expect("elementwise.cu");
+    let body = |start: &str| -> String {
+        let from = src
+            .find(start)
+            .unwrap_or_else(|| panic!("`{start}` in elementwise.cu"));
+        let rest = &src[from..];
+        // up to the function's end: the first line that is exactly "}"
+        let end = rest.find("\n}\n").expect("the function's end");
+        rest[..end].to_string()
+    };
+    let reads_y = |expr: &str| {
+        expr.split(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .any(|w| w == "y")
+    };
+    let mut need = std::collections::BTreeSet::new();
+    for line in body("float unary_derivative(").lines() {
+        let line = line.trim();
+        if let Some(rest) = line.strip_prefix("case ") {
+            if let Some((op, expr)) = rest.split_once(':') {
+                if reads_y(expr) {
+                    need.insert(op.trim().to_string());
+                }
+            }
+        }
+    }
+    for line in body("float unary_grad(").lines() {
+        let line = line.trim();
+        if let Some(rest) = line.strip_prefix("if (op == ") {
+            if let Some((op, expr)) = rest.split_once(')') {
+                if reads_y(expr) {
+                    need.insert(op.trim().to_string());
+                }
+            }
+        }
+    }
+    assert!(
+        need.contains("U_EXP"),
+        "the parse found no y-reading derivative: {need:?}"
+    );
+    let vjp = body("void unary_vjp(");
+    let list_start = vjp.find("bool reads_y =").expect("reads_y in unary_vjp");
+    let list = &vjp[list_start..list_start + vjp[list_start..].find(';').expect("its end")];
+    // whole names (`U_TAN` is a prefix of `U_TANH`)
+    let loaded: std::collections::BTreeSet<&str> = list
+        .split("op ==")
+        .skip(1)
+        .filter_map(|s| {
+            s.split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .find(|w| !w.is_empty())
+        })
+        .collect();
+    let missing: Vec<&String> = need
+        .iter()
+        .filter(|op| !loaded.contains(op.as_str()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "derivatives that read y but whose VJP does not load it: {missing:?} (reads_y: {list})"
+    );
+}
