@@ -416,8 +416,10 @@ for ax, idx in [(0, i64(2)), (1, i64(-1)), (0, i64(3, 0, 3)), (1, i64([0, 4], [2
     case(f"Gather(axis={ax}, const idx={idx.tolist()})", [N("Gather", ["x", "i"], ["y"], axis=ax)], {"x": x45}, ["y"], inits={"i": idx})
 case("Gather(runtime idx)", [N("Gather", ["x", "i"], ["y"], axis=0)], {"i": i64([1, 3, 3], [0, 2, 1])}, ["y"], inits={"x": x45})
 case("Gather(runtime idx, axis 1)", [N("Gather", ["x", "i"], ["y"], axis=1)], {"x": x45, "i": i64(4, 0, 2)}, ["y"])
-# docs/onnx.md: negative indices only when constant (a computed one is refused when the kernel reads it)
-case("Gather(runtime negative idx)", [N("Gather", ["x", "i"], ["y"], axis=0)], {"x": x45, "i": i64(-1, 0)}, ["y"], expect_error="invalid index value -1")
+# forty-eighth session: negative run-time indices count from the end (i + n·(i < 0)); below −n refused
+case("Gather(runtime negative idx)", [N("Gather", ["x", "i"], ["y"], axis=0)], {"x": x45, "i": i64(-1, 0)}, ["y"])
+case("Gather(runtime idx below -n)", [N("Gather", ["x", "i"], ["y"], axis=0)], {"x": x45, "i": i64(-5, 0)}, ["y"], expect_error="invalid index value -1")
+case("GatherElements(runtime negative idx)", [N("GatherElements", ["x", "i"], ["y"], axis=1)], {"x": x45, "i": i64([-1, 0], [2, -5], [0, 0], [4, -2])}, ["y"])
 for ax in (0, 1):
     case(f"Gather(axis={ax}, scalar idx)", [N("Gather", ["x", "i"], ["y"], axis=ax)], {"x": x45}, ["y"], inits={"i": np.array(-2, np.int64)})
 

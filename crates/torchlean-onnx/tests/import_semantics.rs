@@ -1313,3 +1313,57 @@ fn gather_nd_reads_run_time_indices_per_axis() {
         .expect_err("an index past its axis is refused");
     assert!(e.to_string().contains("invalid index value 4"), "{e}");
 }
+
+/// Run-time integer indices of `Gather` and `GatherElements` count from the end when
+/// negative, as ONNX says (`x[-1]` of computed positions; the kernel refused them before the
+/// forty-eighth session); one below −n is still refused.
+#[test]
+fn run_time_gather_indices_count_negative_ones_from_the_end() {
+    let x: Vec<f32> = (0..20).map(|v| v as f32).collect();
+    let gather = model(
+        vec![with_int(
+            node("g", "Gather", &["x", "i"], &["y"]),
+            "axis",
+            0,
+        )],
+        vec![],
+        vec![vi("x", &[4, 5], FLOAT), vi("i", &[2], INT64)],
+        vec![out("y")],
+        17,
+    );
+    let got = run(
+        &gather,
+        &[("x", &[4, 5], &x), ("i", &[2], &[-1.0, 0.0])],
+        "y",
+    );
+    let want: Vec<f32> = (15..20).chain(0..5).map(|v| v as f32).collect();
+    assert_values("Gather at -1, 0", &got, &want, 0.0);
+    let elements = model(
+        vec![with_int(
+            node("g", "GatherElements", &["x", "i"], &["y"]),
+            "axis",
+            1,
+        )],
+        vec![],
+        vec![vi("x", &[4, 5], FLOAT), vi("i", &[4, 1], INT64)],
+        vec![out("y")],
+        17,
+    );
+    let got = run(
+        &elements,
+        &[("x", &[4, 5], &x), ("i", &[4, 1], &[-1.0, 0.0, -5.0, 2.0])],
+        "y",
+    );
+    assert_values("GatherElements", &got, &[4.0, 5.0, 10.0, 17.0], 0.0);
+    let imported = import(&gather).unwrap();
+    let inputs = vec![
+        ("x".to_string(), Tensor::from_vec(x, &[4, 5]).unwrap()),
+        (
+            "i".to_string(),
+            Tensor::from_vec(vec![-5.0, 0.0], &[2]).unwrap(),
+        ),
+    ];
+    let profile = BackendProfile::named("checked_cpu").unwrap();
+    run_graph(imported.graph, &imported.values, &inputs, &profile, false)
+        .expect_err("an index below -n is refused");
+}

@@ -864,6 +864,7 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
                 let ishape = b.shape(idx);
                 let count: usize = ishape.iter().product();
                 let flat = reshape(b, idx, vec![count])?;
+                let flat = wrap_negative(b, &flat, shape[axis])?;
                 let picked = b.op_on(Op::IndexSelect { axis }, &[x, &flat])?;
                 let mut out_shape = shape[..axis].to_vec();
                 out_shape.extend_from_slice(&ishape);
@@ -903,7 +904,9 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
                     konst(Const::f32(c.dims.clone(), picks))
                 }
                 // indices computed at run time must be integers, in [0, n) (the kernel's check)
-                None if matches!(idx, Value::Node(id) if b.integral.contains(id)) => idx.clone(),
+                None if matches!(idx, Value::Node(id) if b.integral.contains(id)) => {
+                    wrap_negative(b, idx, n)?
+                }
                 None => return Err("GatherElements indices computed from float values (ONNX requires integer indices: an integer input or values moved from one)".into()),
             };
             one(b.op_on(Op::Gather { axis }, &[x, &index])?)
@@ -1114,6 +1117,26 @@ fn constant_base_power(b: &mut Builder, base: &Value, e: &Value) -> Map<Value> {
         return reshape(b, &y, out_dims);
     }
     Ok(y)
+}
+
+/// Run-time integer indices with ONNX's negative ones counted from the end: i + n·(i < 0),
+/// exact on float32 integers. What is still outside [0, n) — below −n, or n and above — the
+/// index kernel refuses at run time (negative indices were refused there too until the
+/// forty-eighth session, where ONNX's Gather takes them).
+fn wrap_negative(b: &mut Builder, idx: &Value, n: usize) -> Map<Value> {
+    let zero = konst(Const::f32(vec![], vec![0.0]));
+    let negative = b.op_on(
+        Op::Compare {
+            relation: Relation::Lt,
+        },
+        &[idx, &zero],
+    )?;
+    let shift = b.op_on(Op::Scale { factor: n as f32 }, &[&negative])?;
+    let wrapped = b.op_on(Op::Add, &[idx, &shift])?;
+    if let Value::Node(id) = &wrapped {
+        b.integral.insert(*id);
+    }
+    Ok(wrapped)
 }
 
 /// Marks a computed value as a boolean held as 0/1 (and an integer value).
