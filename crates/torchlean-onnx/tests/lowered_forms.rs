@@ -758,19 +758,7 @@ fn activation_gradients_at_zero_are_pytorchs() {
         ),
     ];
     for (c, want) in cases {
-        let shapes = HashMap::from([("cot".to_string(), vec![3])]);
-        let imported = torchlean_onnx::import_model(&build(&c, true), c.what, &shapes)
-            .unwrap_or_else(|e| panic!("{}: {e}", c.what));
-        let x = Tensor::from_vec(vec![-1.0, 0.0, 1.0], &[3]).unwrap();
-        let cot = Tensor::from_vec(vec![1.0; 3], &[3]).unwrap();
-        let out = run_graph(
-            imported.graph,
-            &imported.values,
-            &[("x".into(), x), ("cot".into(), cot)],
-            &profile,
-            true,
-        )
-        .unwrap_or_else(|e| panic!("{}: {e}", c.what));
+        let out = with_unit_cotangent(&c, vec![-1.0, 0.0, 1.0], &profile);
         assert_close(c.what, &out["grad.x"].to_vec(), &want, 1e-6);
     }
 }
@@ -1141,19 +1129,7 @@ fn hard_activation_gradients_at_their_kinks_are_pytorchs() {
         ),
     ];
     for (c, want) in cases {
-        let shapes = HashMap::from([("cot".to_string(), vec![6])]);
-        let imported = torchlean_onnx::import_model(&build(&c, true), c.what, &shapes)
-            .unwrap_or_else(|e| panic!("{}: {e}", c.what));
-        let x = Tensor::from_vec(xs.to_vec(), &[6]).unwrap();
-        let cot = Tensor::from_vec(vec![1.0; 6], &[6]).unwrap();
-        let out = run_graph(
-            imported.graph,
-            &imported.values,
-            &[("x".into(), x), ("cot".into(), cot)],
-            &profile,
-            true,
-        )
-        .unwrap_or_else(|e| panic!("{}: {e}", c.what));
+        let out = with_unit_cotangent(&c, xs.to_vec(), &profile);
         assert_close(c.what, &out["grad.x"].to_vec(), &want, 1e-6);
     }
 }
@@ -1195,19 +1171,7 @@ fn a_clamp_at_zero_passes_no_gradient_into_sqrt() {
         ),
     ];
     for c in cases {
-        let shapes = HashMap::from([("cot".to_string(), vec![4])]);
-        let imported = torchlean_onnx::import_model(&build(&c, true), c.what, &shapes)
-            .unwrap_or_else(|e| panic!("{}: {e}", c.what));
-        let x = Tensor::from_vec(xs.to_vec(), &[4]).unwrap();
-        let cot = Tensor::from_vec(vec![1.0; 4], &[4]).unwrap();
-        let out = run_graph(
-            imported.graph,
-            &imported.values,
-            &[("x".into(), x), ("cot".into(), cot)],
-            &profile,
-            true,
-        )
-        .unwrap_or_else(|e| panic!("{}: {e}", c.what));
+        let out = with_unit_cotangent(&c, xs.to_vec(), &profile);
         assert_close(c.what, &out["y"].to_vec(), &[0.0, 2.0, 1.0, 0.0], 0.0);
         assert_close(
             c.what,
@@ -1253,4 +1217,23 @@ fn a_clamp_at_zero_passes_no_gradient_into_sqrt() {
         &[1.0, 10.0, 100.0],
         1e-6,
     );
+}
+
+/// Runs case `c` (built with a cotangent input `cot`) on the 1-D `x` with a cotangent of ones,
+/// returning its outputs and `grad.x`: the gradient of Σ y.
+fn with_unit_cotangent(c: &Case, x: Vec<f32>, profile: &BackendProfile) -> HashMap<String, Tensor> {
+    let n = x.len();
+    let shapes = HashMap::from([("cot".to_string(), vec![n])]);
+    let imported = torchlean_onnx::import_model(&build(c, true), c.what, &shapes)
+        .unwrap_or_else(|e| panic!("{}: {e}", c.what));
+    let x = Tensor::from_vec(x, &[n]).unwrap();
+    let cot = Tensor::from_vec(vec![1.0; n], &[n]).unwrap();
+    run_graph(
+        imported.graph,
+        &imported.values,
+        &[("x".into(), x), ("cot".into(), cot)],
+        profile,
+        true,
+    )
+    .unwrap_or_else(|e| panic!("{}: {e}", c.what))
 }

@@ -893,22 +893,7 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
             let rank = b.shape(x).len();
             let axis = normalize_axis(a.int("axis", 0)?, rank)?;
             let n = b.shape(x).get(axis).copied().unwrap_or(0);
-            let index = match b.known(idx) {
-                // constant indices: negative ones counted from the end (ONNX), as f32 values
-                Some(c) => {
-                    let picks = c
-                        .ints()?
-                        .into_iter()
-                        .map(|i| normalize_index(i, n).map(|p| p as f32))
-                        .collect::<Map<Vec<f32>>>()?;
-                    konst(Const::f32(c.dims.clone(), picks))
-                }
-                // indices computed at run time must be integers, in [0, n) (the kernel's check)
-                None if matches!(idx, Value::Node(id) if b.integral.contains(id)) => {
-                    wrap_negative(b, idx, n)?
-                }
-                None => return Err("GatherElements indices computed from float values (ONNX requires integer indices: an integer input or values moved from one)".into()),
-            };
+            let index = element_indices(b, "GatherElements", idx, n)?;
             one(b.op_on(Op::Gather { axis }, &[x, &index])?)
         }
         "Slice" => slice(b, inputs).map(|v| vec![v]),
@@ -1119,11 +1104,32 @@ fn constant_base_power(b: &mut Builder, base: &Value, e: &Value) -> Map<Value> {
     Ok(y)
 }
 
+/// The indices of an element-wise index operator (`GatherElements`, `ScatterElements`) along
+/// an axis of `n`: constant ones with negative entries counted from the end (ONNX), as f32
+/// values; run-time integers through [`wrap_negative`] (the kernel checks the range); float
+/// values refused.
+pub(super) fn element_indices(b: &mut Builder, op: &str, idx: &Value, n: usize) -> Map<Value> {
+    match b.known(idx) {
+        Some(c) => {
+            let picks = c
+                .ints()?
+                .into_iter()
+                .map(|i| normalize_index(i, n).map(|p| p as f32))
+                .collect::<Map<Vec<f32>>>()?;
+            Ok(konst(Const::f32(c.dims.clone(), picks)))
+        }
+        None if matches!(idx, Value::Node(id) if b.integral.contains(id)) => wrap_negative(b, idx, n),
+        None => Err(format!(
+            "{op} indices computed from float values (ONNX requires integer indices: an integer input or values moved from one)"
+        )),
+    }
+}
+
 /// Run-time integer indices with ONNX's negative ones counted from the end: i + n·(i < 0),
 /// exact on float32 integers. What is still outside [0, n) — below −n, or n and above — the
 /// index kernel refuses at run time (negative indices were refused there too until the
 /// forty-eighth session, where ONNX's Gather takes them).
-fn wrap_negative(b: &mut Builder, idx: &Value, n: usize) -> Map<Value> {
+pub(super) fn wrap_negative(b: &mut Builder, idx: &Value, n: usize) -> Map<Value> {
     let zero = konst(Const::f32(vec![], vec![0.0]));
     let negative = b.op_on(
         Op::Compare {
@@ -1576,20 +1582,7 @@ fn split(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Vec<Value>
     // outputs, and equal
     let outputs = a.output_count();
     let sizes: Vec<usize> = match opt(inputs, 1) {
-        Some(v) => {
-            let given = b.ints(v, "split")?;
-            let sizes = given
-                .iter()
-                .map(|&s| usize::try_from(s))
-                .collect::<Result<Vec<usize>, _>>()
-                .map_err(|_| format!("Split sizes {given:?}: a size is negative"))?;
-            if sizes.iter().try_fold(0usize, |n, &s| n.checked_add(s)) != Some(len) {
-                return Err(format!(
-                    "Split sizes {given:?} do not sum to the axis length {len}"
-                ));
-            }
-            sizes
-        }
+        Some(v) => split_sizes(&b.ints(v, "split")?, len, "Split")?,
         None if b.opset >= 18 => {
             let n = a.int("num_outputs", 0)?;
             if n <= 0 {
@@ -1626,9 +1619,35 @@ fn split(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) -> Map<Vec<Value>
             vec![len / outputs; outputs]
         }
     };
+    split_parts(b, x, axis, &sizes)
+}
+
+/// Explicit split sizes: non-negative and summing to the axis length `len`.
+pub(super) fn split_sizes(given: &[i64], len: usize, op: &str) -> Map<Vec<usize>> {
+    let sizes = given
+        .iter()
+        .map(|&s| usize::try_from(s))
+        .collect::<Result<Vec<usize>, _>>()
+        .map_err(|_| format!("{op} sizes {given:?}: a size is negative"))?;
+    if sizes.iter().try_fold(0usize, |n, &s| n.checked_add(s)) != Some(len) {
+        return Err(format!(
+            "{op} sizes {given:?} do not sum to the axis length {len}"
+        ));
+    }
+    Ok(sizes)
+}
+
+/// `x` cut along `axis` into consecutive parts of `sizes` (slices; a constant is sliced at
+/// import).
+pub(super) fn split_parts(
+    b: &mut Builder,
+    x: &Value,
+    axis: usize,
+    sizes: &[usize],
+) -> Map<Vec<Value>> {
     let mut start = 0;
     let mut outs = vec![];
-    for s in sizes {
+    for &s in sizes {
         let range = crate::constant::Stride {
             start,
             step: 1,

@@ -22,7 +22,7 @@
 //! and PyTorch's gradient would reach every duplicate where a replacement reaches one.
 
 use super::attrs::Attrs;
-use super::ops::{arg, konst, reshape};
+use super::ops::{arg, element_indices, konst, reshape, wrap_negative};
 use super::{Builder, Value};
 use crate::constant::{dtype, normalize_axis, normalize_index, strides, Const, Data};
 use std::collections::HashSet;
@@ -180,15 +180,7 @@ fn gather_nd_at_run_time(b: &mut Builder, x: &Value, indices: &Value) -> Map<Val
             &[indices],
         )?;
         let col = reshape(b, &col, vec![count])?;
-        let zero = konst(Const::f32(vec![], vec![0.0]));
-        let negative = b.op_on(
-            Op::Compare {
-                relation: Relation::Lt,
-            },
-            &[&col, &zero],
-        )?;
-        let shift = b.op_on(Op::Scale { factor: n as f32 }, &[&negative])?;
-        let wrapped = b.op_on(Op::Add, &[&col, &shift])?;
+        let wrapped = wrap_negative(b, &col, n)?;
         b.budget.take(&[n])?;
         let table = konst(Const::f32(vec![n], (0..n).map(|i| i as f32).collect()));
         let checked = b.op_on(Op::IndexSelect { axis: 0 }, &[&table, &wrapped])?;
@@ -294,23 +286,8 @@ pub fn scatter_elements(b: &mut Builder, a: &Attrs, inputs: &[Option<Value>]) ->
             "ScatterElements of data {dims:?} with indices {ishape:?} and updates {sshape:?}: the indices need the data's rank, no larger extents off axis {axis}, and the updates' shape"
         ));
     }
-    let known = b.known(idx);
-    let index = match &known {
-        Some(c) => {
-            let n = dims.get(axis).copied().unwrap_or(0);
-            let picks = c
-                .ints()?
-                .into_iter()
-                .map(|i| normalize_index(i, n).map(|p| p as f32))
-                .collect::<Map<Vec<f32>>>()?;
-            konst(Const::f32(c.dims.clone(), picks))
-        }
-        None if matches!(idx, Value::Node(id) if b.integral.contains(id)) => idx.clone(),
-        None => return Err(
-            "ScatterElements indices computed from float values (ONNX requires integer indices)"
-                .into(),
-        ),
-    };
+    let n = dims.get(axis).copied().unwrap_or(0);
+    let index = element_indices(b, "ScatterElements", idx, n)?;
     match reduction.as_str() {
         "add" => b.op_on(Op::ScatterAdd { axis }, &[x, &index, src]),
         "none" => {

@@ -5,10 +5,9 @@
 //! Other sequence operators, and positions computed at run time, are refused.
 
 use super::attrs::Attrs;
-use super::ops::{arg, konst, opt, reshape};
+use super::ops::{arg, opt, reshape, split_parts, split_sizes};
 use super::{Builder, Value};
-use crate::constant::{normalize_axis, Stride};
-use torchlean::graph::Op;
+use crate::constant::normalize_axis;
 
 type Map<T> = Result<T, String>;
 
@@ -38,54 +37,23 @@ pub(super) fn split_to_sequence(
                 let n = len.div_ceil(chunk);
                 ((0..n).map(|i| chunk.min(len - i * chunk)).collect(), false)
             } else {
-                let sizes = given
-                    .iter()
-                    .map(|&s| usize::try_from(s))
-                    .collect::<Result<Vec<usize>, _>>()
-                    .map_err(|_| format!("SplitToSequence sizes {given:?}: a size is negative"))?;
-                if sizes.iter().try_fold(0usize, |n, &s| n.checked_add(s)) != Some(len) {
-                    return Err(format!(
-                        "SplitToSequence sizes {given:?} do not sum to the axis length {len}"
-                    ));
-                }
+                let sizes = split_sizes(&given, len, "SplitToSequence")?;
                 (sizes, false)
             }
         }
     };
-    let mut parts = Vec::with_capacity(sizes.len());
-    let mut start = 0;
-    for s in sizes {
-        let part = match b.folded(x) {
-            Some(c) => konst(c.slice(
-                &[(
-                    axis,
-                    Stride {
-                        start,
-                        step: 1,
-                        len: s,
-                    },
-                )],
-                &b.budget,
-            )?),
-            None => b.op_on(
-                Op::Slice {
-                    axis,
-                    start,
-                    end: start + s,
-                },
-                &[x],
-            )?,
-        };
-        parts.push(if squeeze {
-            let mut dims = b.shape(&part);
-            dims.remove(axis);
-            reshape(b, &part, dims)?
-        } else {
-            part
-        });
-        start += s;
+    let parts = split_parts(b, x, axis, &sizes)?;
+    if !squeeze {
+        return Ok(parts);
     }
-    Ok(parts)
+    parts
+        .iter()
+        .map(|part| {
+            let mut dims = b.shape(part);
+            dims.remove(axis);
+            reshape(b, part, dims)
+        })
+        .collect()
 }
 
 /// The position of `SequenceAt` (known at import, negative counted from the end) in a
