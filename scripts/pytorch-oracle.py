@@ -280,7 +280,7 @@ check("selective_scan", {"op": "selective_scan"}, [rng.uniform(0.5, 1.0, (2, 9, 
 
 for job in JOBS:
     job.result()  # re-raises a job's own error (a harness bug, not a disagreement)
-print(f"{len(FAILS)} disagreements")
+print(f"{len(JOBS)} runs, {len(FAILS)} disagreements")
 for f in sorted(FAILS):
     print(" | ".join(f)[:600])
 sys.exit(1 if FAILS else 0)
