@@ -4,7 +4,7 @@
 //
 // Every kernel is grid-stride over `n` elements, 64-bit indices.
 
-#define MAX_RANK 8
+#define MAX_RANK 16
 
 // A cascade sum, as the spec's (crates/torchlean/src/spec/sum.rs): terms added left to right
 // from +0 in blocks of 32, then the blocks' sums pairwise (a binary counter over completed

@@ -118,7 +118,7 @@ extern "C" __global__ void softmax_rows_vjp(int log_out, const float* __restrict
     }
 }
 
-#define GATHER_MAX_RANK 8
+#define GATHER_MAX_RANK 16
 
 // Geometry of gather along `axis`: the index's shape and row-major strides, x's strides and
 // its extent along the axis.
@@ -195,7 +195,7 @@ extern "C" __global__ void gather_vjp(const float* __restrict__ idx,
 // Layout copies (permute, slice and their VJPs): for every index i of `shape` (n elements),
 // dst[dst_offset + sum_k i_k dst_stride_k] = src[src_offset + sum_k i_k src_stride_k].
 // Shared with src/kernels/rows.rs (`struct Strided`).
-#define COPY_MAX_RANK 8
+#define COPY_MAX_RANK 16
 // `narrow`: every index, offset and address fits in 31 bits (the host checks), so the index
 // arithmetic runs in 32 bits (64-bit division is several times slower on the GPU).
 struct Strided {

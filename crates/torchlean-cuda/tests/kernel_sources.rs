@@ -116,3 +116,23 @@ fn every_unary_derivative_that_reads_the_output_loads_it() {
         "derivatives that read y but whose VJP does not load it: {missing:?} (reads_y: {list})"
     );
 }
+
+/// The rank limits the `.cu` structs are declared with are the ones their Rust mirrors pass
+/// (a mirror larger than its struct would hand the kernel misplaced fields).
+#[test]
+fn the_kernels_rank_limits_match_their_rust_mirrors() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let define = |file: &str, name: &str| -> usize {
+        let src =
+            std::fs::read_to_string(root.join("kernels").join(file)).expect("a kernel source");
+        let line = src
+            .lines()
+            .find(|l| l.starts_with(&format!("#define {name} ")))
+            .unwrap_or_else(|| panic!("#define {name} in {file}"));
+        line.rsplit(' ').next().unwrap().parse().expect("a number")
+    };
+    use torchlean_cuda::kernels::{elementwise, rows};
+    assert_eq!(define("elementwise.cu", "MAX_RANK"), elementwise::MAX_RANK);
+    assert_eq!(define("rows.cu", "GATHER_MAX_RANK"), rows::MAX_RANK);
+    assert_eq!(define("rows.cu", "COPY_MAX_RANK"), rows::MAX_RANK);
+}

@@ -1297,3 +1297,122 @@ fn reduced_precision_capsules_need_the_policy_to_opt_in() {
         "did not opt into (--tf32)",
     );
 }
+
+/// native_cpu's VJP, except that it also returns zeros for an operand nobody asked a gradient
+/// of — as native_cuda's index kernels did (the forty-ninth session's GPU run: the replay
+/// checker took those zeros for a claimed gradient of the constant `index_select` read and
+/// rejected a correct call).
+fn vjp_with_unrequested_zeros(
+    op: &Op,
+    inputs: &[&Tensor],
+    output: &Tensor,
+    cotangent: &Tensor,
+    needs: &[bool],
+) -> torchlean::Result<Vec<Option<Tensor>>> {
+    let mut grads = native_cpu::vjp(op, inputs, output, cotangent, needs)?;
+    for (i, g) in grads.iter_mut().enumerate() {
+        if !needs[i] {
+            *g = Some(Tensor::from_vec(
+                vec![0.0; inputs[i].numel()],
+                inputs[i].shape(),
+            )?);
+        }
+    }
+    Ok(grads)
+}
+
+/// A gradient the caller did not ask for is no result of a VJP call: the checkers never see
+/// it (a correct call is not rejected over it) and the tape never uses it, on the eager path
+/// and the compiled executor alike.
+#[test]
+fn gradients_nobody_asked_for_are_not_results_of_the_call() {
+    use torchlean::graph::{Graph, NodeKind, OutputDecl, ValueDecl};
+    use torchlean::runtime::compiled::CompiledGraph;
+    use torchlean::runtime::kernel::KernelBinding;
+    let mut r = Registry::new();
+    reference::register(&mut r).unwrap();
+    for &op in OpKind::ALL {
+        let binding = if matches!(op, OpKind::IndexSelect | OpKind::Mul) {
+            KernelBinding::new(
+                "native_cpu",
+                native_cpu::forward,
+                Some(vjp_with_unrequested_zeros),
+            )
+        } else {
+            native_cpu::binding_for(op)
+        };
+        r.register(native_cpu::replayed_capsule(op), binding)
+            .unwrap();
+    }
+    let registry = Arc::new(r);
+    let profile = BackendProfile::named("strict_native_cpu").unwrap();
+    // eager: y = w[idx] · x with w a constant (no gradient asked) and x tracked: the VJPs of
+    // mul and index_select run with needs [false, true] and [false, false]…
+    let previous = runtime::install(Session::with_registry(
+        profile.clone(),
+        Arc::clone(&registry),
+    ))
+    .unwrap();
+    let w = Tensor::from_vec(vec![0.5, -1.5, 2.0, 4.0], &[4]).unwrap();
+    let idx = Tensor::from_vec(vec![3.0, 0.0, 3.0], &[3]).unwrap();
+    let x = Tensor::from_vec(vec![1.0, 2.0, -3.0], &[3])
+        .unwrap()
+        .requires_grad();
+    let picked = w.index_select(0, &idx).unwrap();
+    let loss = picked.mul(&x).unwrap().sum_all().unwrap();
+    let grads = loss.backward().expect("no checker rejects a correct call");
+    assert_eq!(grads.get(&x).unwrap().to_vec(), vec![4.0, 0.5, 4.0]);
+    runtime::take().unwrap();
+    if let Some(p) = previous {
+        runtime::install(p).unwrap();
+    }
+    // compiled: the same graph, w a parameter without a gradient asked (an input's only)
+    let mut g = Graph::new();
+    for (name, shape) in [("w", vec![4]), ("idx", vec![3]), ("x", vec![3])] {
+        g.inputs.push(ValueDecl {
+            name: name.into(),
+            shape,
+        });
+    }
+    let ids: Vec<_> = ["w", "idx", "x"]
+        .iter()
+        .map(|n| {
+            g.push(
+                NodeKind::Input {
+                    name: n.to_string(),
+                },
+                vec![],
+            )
+            .unwrap()
+        })
+        .collect();
+    let picked = g
+        .push(
+            NodeKind::Op {
+                op: Op::IndexSelect { axis: 0 },
+            },
+            vec![ids[0], ids[1]],
+        )
+        .unwrap();
+    let y = g
+        .push(NodeKind::Op { op: Op::Mul }, vec![picked, ids[2]])
+        .unwrap();
+    let loss = g.push(NodeKind::Op { op: Op::SumAll }, vec![y]).unwrap();
+    g.outputs.push(OutputDecl {
+        name: "loss".into(),
+        node: loss,
+    });
+    let names = torchlean::graph::append_backward(&mut g, "loss", Some(&["x"])).unwrap();
+    assert_eq!(names, vec!["grad.x".to_string()]);
+    let c = CompiledGraph::compile_with_registry(g, &profile, &registry).unwrap();
+    let value = |n: &str| match n {
+        "w" => Some(w.clone()),
+        "idx" => Some(idx.clone()),
+        "x" => Some(Tensor::from_vec(vec![1.0, 2.0, -3.0], &[3]).unwrap()),
+        n if n == torchlean::graph::SEED => Some(Tensor::from_vec(vec![1.0], &[]).unwrap()),
+        _ => None,
+    };
+    let out = c.run(value).expect("no checker rejects a correct call");
+    let gx = out.iter().find(|(n, _)| n == "grad.x").unwrap();
+    assert_eq!(gx.1.to_vec(), vec![4.0, 0.5, 4.0]);
+}

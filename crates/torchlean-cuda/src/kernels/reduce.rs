@@ -47,16 +47,13 @@ fn reduce_into(
     div: f32,
     out: &mut CudaBuffer,
 ) -> Result<()> {
-    if big_shape.len() > MAX_RANK {
-        return Err(rank_error(op, &[big_shape, own]));
-    }
     let n = torchlean::spec::numel(own);
     if n == 0 {
         return Ok(());
     }
+    let r = reduce_geometry(op, own, big_shape)?;
     let in_use = cx()?;
     let cx = &*in_use;
-    let r = reduce_geometry(own, big_shape);
     let n64 = n as i64;
     let mut l = cx.stream.launch_builder(&cx.functions.reduce_to);
     l.arg(big.slice())

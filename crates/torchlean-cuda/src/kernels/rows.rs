@@ -38,7 +38,9 @@ pub const KINDS: &[OpKind] = &[
     OpKind::SelectiveScan,
 ];
 
-const MAX_RANK: usize = 8;
+/// The largest rank the gather and layout-copy kernels index (`GATHER_MAX_RANK` and
+/// `COPY_MAX_RANK` in `rows.cu`).
+pub const MAX_RANK: usize = 16;
 
 /// Mirror of `struct Gather` in `rows.cu`.
 #[repr(C)]
@@ -540,6 +542,11 @@ pub fn vjp(
         // the same buffer under the input's shape, as the forward
         return Ok(vec![Some(super::view_of(op, gy, x_shape)?)]);
     }
+    if matches!(op, Op::Gather { .. } | Op::IndexSelect { .. }) && needs.first() != Some(&true) {
+        // no gradient asked of the data operand (an index is never differentiable): no
+        // result, rather than zeros a checker would take for a claimed gradient
+        return Ok(vec![None, None]);
+    }
     let in_use = cx()?;
     let cx = &*in_use;
     let g = buffer(op, gy)?;
@@ -583,7 +590,7 @@ pub fn vjp(
             let mut bad = flag(cx, op)?;
             let along = inputs[1].shape()[*axis];
             let lines = inputs[1].numel().checked_div(along).unwrap_or(0);
-            if lines > 0 && needs[0] {
+            if lines > 0 {
                 let l64 = lines as i64;
                 let mut l = cx.stream.launch_builder(&cx.functions.gather_vjp);
                 l.arg(idx.slice())
@@ -693,7 +700,7 @@ pub fn vjp(
             let (o, d, i) = split(x_shape, *axis);
             let geometry = (o, d, inputs[1].numel(), i);
             let mut bad = flag(cx, op)?;
-            if n > 0 && needs[0] {
+            if n > 0 {
                 let f = &cx.functions.index_select_vjp;
                 launch_select(op, f, g, idx, &mut gx, &mut bad, geometry, n)?;
             } else {

@@ -229,7 +229,7 @@ pub(crate) fn run_vjp(
         super::tiled::vjp(k, &binding, op, inputs, output, cotangent, needs)
     };
     if let Some(grads) = tiled {
-        return grads;
+        return grads.map(|g| requested(g, needs));
     }
     let grads = {
         let _kernel = super::autograd::KernelScope::enter();
@@ -239,6 +239,7 @@ pub(crate) fn run_vjp(
             vjp(op, inputs, output, cotangent, needs)
         })?
     };
+    let grads = requested(grads, needs);
     #[cfg(feature = "fault-injection")]
     let grads = fault::after_vjp(vjp, op, inputs, output, cotangent, needs, grads)?;
     let checks = || check_vjp(k, op, inputs, output, cotangent, needs, &grads);
@@ -248,6 +249,20 @@ pub(crate) fn run_vjp(
         super::op_times::timed(&k.capsule().name, "vjp checks", output.device(), checks)?;
     }
     Ok(grads)
+}
+
+/// `grads` without the gradients of inputs `needs` did not ask for. A VJP kernel may compute
+/// more than it was asked (native_cuda's index kernels wrote zeros for an operand without a
+/// gradient), and such a value is no result of the call: neither the checkers nor the tape
+/// see it (a checker compared those zeros with the spec's gradient and rejected a correct
+/// call: the forty-ninth session's GPU run).
+fn requested(mut grads: Vec<Option<Tensor>>, needs: &[bool]) -> Vec<Option<Tensor>> {
+    for (i, g) in grads.iter_mut().enumerate() {
+        if !needs.get(i).copied().unwrap_or(false) {
+            *g = None;
+        }
+    }
+    grads
 }
 
 thread_local! {
