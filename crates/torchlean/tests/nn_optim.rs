@@ -80,7 +80,10 @@ fn sgd_plain_momentum_nesterov_and_weight_decay() {
         .unwrap()
         .with_nesterov(true)
         .is_err());
-    assert!(Sgd::new(0.0, 0.0, 0.0).is_err());
+    // as torch.optim: a rate of 0 is a rate (nothing moves), a negative one is refused
+    let mut still = Sgd::new(0.0, 0.9, 0.0).unwrap();
+    assert_eq!(run(&mut still, &[1.0], 2), vec![1.0]);
+    assert!(Sgd::new(-0.1, 0.0, 0.0).is_err());
     assert!(Sgd::new(f32::NAN, 0.0, 0.0).is_err());
 }
 
@@ -174,7 +177,14 @@ fn schedules_give_their_documented_values() {
     assert_eq!(w.lr_at(14), 0.0);
     assert_eq!(LrSchedule::constant(0.3).with_warmup(3).lr_at(7), 0.3);
     assert!(LrSchedule::step(0.1, 0, 0.5).validate().is_err());
-    assert!(LrSchedule::cosine(0.1, 0.2, 5).validate().is_err());
+    // as PyTorch's schedulers: a cosine may rise (min above base), a step schedule grow
+    // (gamma above 1); negative or non-finite rates and factors are refused
+    assert!(LrSchedule::cosine(0.1, 0.2, 5).validate().is_ok());
+    assert!((LrSchedule::cosine(0.1, 0.2, 4).lr_at(2) - 0.15).abs() < 1e-7);
+    assert!(LrSchedule::cosine(0.1, -0.2, 5).validate().is_err());
+    assert!(LrSchedule::step(0.1, 2, 1.5).validate().is_ok());
+    assert!(LrSchedule::step(0.1, 2, -0.5).validate().is_err());
+    assert!(LrSchedule::step(0.1, 2, f64::NAN).validate().is_err());
     assert!(LrSchedule::constant(0.1).with_warmup(0).validate().is_err());
     assert!(LrSchedule::cosine(0.1, 0.0, 5)
         .with_warmup(2)
@@ -198,6 +208,96 @@ fn clipping_scales_to_the_max_norm_and_returns_the_pre_clip_norm() {
     assert_eq!(clip_grad_norm(&m, &mut g, 10.0).unwrap(), 5.0);
     assert_eq!(g.get(&m.w).unwrap().to_vec(), vec![3.0, 4.0]);
     assert!(clip_grad_norm(&m, &mut g, 0.0).is_err());
+}
+
+/// PyTorch's clip coefficient, `clamp(max_norm / (norm + 1e-6), max=1)` in f32, applies
+/// whenever it is below 1 — also to a norm at or just below a tiny `max_norm` (the
+/// forty-ninth session's audit against torch.nn.utils.clip_grad_norm_).
+#[test]
+fn clipping_uses_pytorchs_coefficient_at_tiny_norms() {
+    support::checked_cpu_default();
+    for (g0, max_norm) in [
+        ([3e-7f32, 4e-7], 5e-7f32),
+        ([3e-7, 4e-7], 1e-6),
+        ([3.0, 4.0], 5.0),
+    ] {
+        // the gradients of 0.5·Σw² at w = g0 are g0
+        let m = model(&g0);
+        let mut g = grads(&m);
+        let norm = clip_grad_norm(&m, &mut g, max_norm).unwrap();
+        let want_norm = (g0[0] as f64).hypot(g0[1] as f64);
+        assert!(
+            (norm as f64 - want_norm).abs() <= 1e-6 * want_norm,
+            "{norm}"
+        );
+        let coefficient = (max_norm / (norm + 1e-6)).min(1.0);
+        let want: Vec<f64> = g0.iter().map(|&v| (v * coefficient) as f64).collect();
+        close(&g.get(&m.w).unwrap().to_vec(), &want, 1e-6);
+        assert!(coefficient < 1.0, "each case clips: {max_norm}");
+    }
+}
+
+/// StepLR's rate in f64, as PyTorch's Python floats: after 3000 steps of decays by 0.999 the
+/// rate is the f64 product's, rounded once (a gamma held in f32 drifted 3.9e-5 relative).
+#[test]
+fn step_schedules_decay_by_the_f64_factor() {
+    let s = LrSchedule::step(0.1, 1, 0.999);
+    let mut want = 0.1f32 as f64;
+    for k in 0..3000 {
+        let got = s.lr_at(k) as f64;
+        assert!(
+            (got - want).abs() <= 1e-7 * want,
+            "step {k}: {got} vs {want}"
+        );
+        want *= 0.999;
+    }
+}
+
+/// RMSprop, Adagrad and SGD check their public fields at the step, as Adam does (a negative
+/// eps or weight decay set after construction moved the parameters uphill; torch.optim
+/// refuses both), and nothing is updated.
+#[test]
+fn optimizers_refuse_fields_out_of_range_at_the_step() {
+    support::checked_cpu_default();
+    let cases: Vec<(&str, Box<dyn Optimizer>)> = vec![
+        ("RMSprop eps", {
+            let mut o = RmsProp::new(0.01).unwrap();
+            o.eps = -1e-3;
+            Box::new(o)
+        }),
+        ("RMSprop weight decay", {
+            let mut o = RmsProp::new(0.01).unwrap();
+            o.weight_decay = -0.1;
+            Box::new(o)
+        }),
+        ("Adagrad eps", {
+            let mut o = Adagrad::new(0.01).unwrap();
+            o.eps = -1e-3;
+            Box::new(o)
+        }),
+        ("Adagrad weight decay", {
+            let mut o = Adagrad::new(0.01).unwrap();
+            o.weight_decay = -0.1;
+            Box::new(o)
+        }),
+        ("SGD momentum", {
+            let mut o = Sgd::new(0.01, 0.0, 0.0).unwrap();
+            o.momentum = -0.5;
+            Box::new(o)
+        }),
+        ("SGD weight decay", {
+            let mut o = Sgd::new(0.01, 0.0, 0.0).unwrap();
+            o.weight_decay = -0.1;
+            Box::new(o)
+        }),
+    ];
+    for (what, mut opt) in cases {
+        let mut m = model(&[1.0, -2.0]);
+        let g = grads(&m);
+        let err = opt.step(&mut m, &g).unwrap_err().to_string();
+        assert!(err.contains(what), "{what}: {err}");
+        assert_eq!(m.w.to_vec(), vec![1.0, -2.0], "{what}");
+    }
 }
 
 #[test]

@@ -85,7 +85,24 @@ impl Optimizer for Adagrad {
         ]
     }
     fn step(&mut self, model: &mut dyn Module, grads: &Gradients) -> Result<()> {
+        // the public fields are checked where they are used, as torch.optim's constructor
+        // checks its arguments (a negative eps or weight decay moved parameters uphill)
         check_range("Adagrad lr decay", self.lr_decay, 0.0, f32::INFINITY, false)?;
+        check_range("Adagrad eps", self.eps, 0.0, f32::INFINITY, false)?;
+        check_range(
+            "Adagrad weight decay",
+            self.weight_decay,
+            0.0,
+            f32::INFINITY,
+            false,
+        )?;
+        check_range(
+            "Adagrad initial accumulator",
+            self.initial_accumulator_value,
+            0.0,
+            f32::INFINITY,
+            false,
+        )?;
         self.store
             .set_slots(vec![("sum", self.initial_accumulator_value)]);
         // saturating: a count loaded at u64::MAX stays there (every formula that reads it

@@ -54,8 +54,11 @@ fn sum_of_squares(model: &dyn Module, grads: &Gradients, factor: f32) -> Result<
 }
 
 /// Scales the gradients so that their global norm is at most `max_norm`: by
-/// `max_norm / (norm + 1e-6)` when the norm exceeds `max_norm`, as PyTorch. Returns the norm
-/// before clipping. A non-finite norm leaves the gradients unchanged (the caller decides).
+/// `max_norm / (norm + 1e-6)` (in f32) whenever that coefficient is below 1, as PyTorch's
+/// `clamp(max_norm / (norm + 1e-6), max=1)` — so a norm within 1e-6 below `max_norm` is
+/// scaled a little too, and a tiny `max_norm` scales gradients whose norm equals it. Returns
+/// the norm before clipping. A non-finite norm leaves the gradients unchanged (the caller
+/// decides; PyTorch would make them NaN or zero).
 pub fn clip_grad_norm(model: &dyn Module, grads: &mut Gradients, max_norm: f32) -> Result<f32> {
     if !(max_norm.is_finite() && max_norm > 0.0) {
         return Err(Error::Other(format!(
@@ -63,8 +66,9 @@ pub fn clip_grad_norm(model: &dyn Module, grads: &mut Gradients, max_norm: f32) 
         )));
     }
     let norm = global_grad_norm(model, grads)?;
-    if norm.is_finite() && norm > max_norm {
-        grads.scale(max_norm / (norm + 1e-6))?;
+    let coefficient = max_norm / (norm + 1e-6);
+    if norm.is_finite() && coefficient < 1.0 {
+        grads.scale(coefficient)?;
     }
     Ok(norm)
 }

@@ -76,11 +76,13 @@ pub struct OptimizerState {
 }
 
 pub(crate) fn check_lr(lr: f32) -> Result<()> {
-    if lr.is_finite() && lr > 0.0 {
+    // 0 is a rate (nothing moves), as torch.optim's, which refuses only a negative one;
+    // infinities and NaN would make every parameter NaN at the first step
+    if lr.is_finite() && lr >= 0.0 {
         Ok(())
     } else {
         Err(Error::Other(format!(
-            "learning rate must be finite and > 0, got {lr}"
+            "learning rate must be finite and >= 0, got {lr}"
         )))
     }
 }

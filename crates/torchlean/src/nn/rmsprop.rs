@@ -138,8 +138,18 @@ impl Optimizer for RmsProp {
         ops
     }
     fn step(&mut self, model: &mut dyn Module, grads: &Gradients) -> Result<()> {
+        // the public fields are checked where they are used, as torch.optim's constructor
+        // checks its arguments (a negative eps or weight decay moved parameters uphill)
         check_range("RMSprop alpha", self.alpha, 0.0, 1.0, true)?;
         check_range("RMSprop momentum", self.momentum, 0.0, 1.0, true)?;
+        check_range("RMSprop eps", self.eps, 0.0, f32::INFINITY, false)?;
+        check_range(
+            "RMSprop weight decay",
+            self.weight_decay,
+            0.0,
+            f32::INFINITY,
+            false,
+        )?;
         self.store.set_slots(self.slots());
         let (lr, al, eps, wd, mom) = (
             self.lr,

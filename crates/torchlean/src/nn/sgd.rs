@@ -66,6 +66,20 @@ impl Optimizer for Sgd {
         vec![K::Add, K::Scale, K::Sub]
     }
     fn step(&mut self, model: &mut dyn Module, grads: &Gradients) -> Result<()> {
+        // the public fields are checked where they are used (`new` checked its arguments)
+        check_range("SGD momentum", self.momentum, 0.0, 1.0, true)?;
+        check_range(
+            "SGD weight decay",
+            self.weight_decay,
+            0.0,
+            f32::INFINITY,
+            false,
+        )?;
+        if self.nesterov && self.momentum == 0.0 {
+            return Err(Error::Other(
+                "SGD: Nesterov momentum requires momentum > 0".into(),
+            ));
+        }
         self.store.set_slots(self.slots());
         let (lr, mom, wd, nesterov) = (self.lr, self.momentum, self.weight_decay, self.nesterov);
         let names = self.names.resolve(&*model);
