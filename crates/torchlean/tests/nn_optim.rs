@@ -208,6 +208,10 @@ fn clipping_scales_to_the_max_norm_and_returns_the_pre_clip_norm() {
     assert_eq!(clip_grad_norm(&m, &mut g, 10.0).unwrap(), 5.0);
     assert_eq!(g.get(&m.w).unwrap().to_vec(), vec![3.0, 4.0]);
     assert!(clip_grad_norm(&m, &mut g, 0.0).is_err());
+    assert!(clip_grad_norm(&m, &mut g, f32::NAN).is_err());
+    // +inf clips nothing, as PyTorch's
+    assert_eq!(clip_grad_norm(&m, &mut g, f32::INFINITY).unwrap(), 5.0);
+    assert_eq!(g.get(&m.w).unwrap().to_vec(), vec![3.0, 4.0]);
 }
 
 /// PyTorch's clip coefficient, `clamp(max_norm / (norm + 1e-6), max=1)` in f32, applies

@@ -5,7 +5,7 @@
 //! `expand`, `argmax_rows`) live in `kernels/elementwise.cu` beside the broadcast and
 //! reduction walks they share with the binary maps.
 
-use super::elementwise::{bcast, rank_error, reduce_geometry, MAX_RANK};
+use super::elementwise::{bcast, reduce_geometry};
 use super::{buffer, cx, grid, launched, output, tensor};
 use crate::memory::CudaBuffer;
 use cudarc::driver::PushKernelArg;

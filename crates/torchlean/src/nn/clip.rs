@@ -60,9 +60,11 @@ fn sum_of_squares(model: &dyn Module, grads: &Gradients, factor: f32) -> Result<
 /// the norm before clipping. A non-finite norm leaves the gradients unchanged (the caller
 /// decides; PyTorch would make them NaN or zero).
 pub fn clip_grad_norm(model: &dyn Module, grads: &mut Gradients, max_norm: f32) -> Result<f32> {
-    if !(max_norm.is_finite() && max_norm > 0.0) {
+    // +inf clips nothing (as PyTorch's); 0 or a negative bound, which PyTorch takes (zeroing
+    // or reversing every gradient), is refused as a mistake
+    if max_norm.is_nan() || max_norm <= 0.0 {
         return Err(Error::Other(format!(
-            "clip_grad_norm: max_norm must be finite and > 0, got {max_norm}"
+            "clip_grad_norm: max_norm must be > 0 (+inf clips nothing), got {max_norm}"
         )));
     }
     let norm = global_grad_norm(model, grads)?;
