@@ -60,6 +60,8 @@ def one(case):
     base = os.path.join(case, "base.safetensors")
     if p.returncode != 0:
         shutil.rmtree(work, ignore_errors=True)
+        if ARGS.baseline and os.path.exists(base):
+            os.remove(base)  # no stale baseline from an earlier run
         ran_before = os.path.exists(base)
         kind = ("refused" if p.returncode == 2 else f"exit {p.returncode}") + (" (the baseline ran)" if ran_before else "")
         return case, kind, (p.stderr or p.stdout).strip().replace("\n", " | ")[-400:]
@@ -90,4 +92,4 @@ with concurrent.futures.ThreadPoolExecutor(ARGS.jobs) as pool:
         if kind not in ("agrees", "baseline") or (ARGS.baseline and msg):
             print(f"{kind}: {name(case)} | {msg}" if msg else f"{kind}: {name(case)}", flush=True)
 print("\n" + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) + f" ({len(cases)} cases, {ARGS.profile})")
-sys.exit(1 if counts.get("differs from the baseline") or any(k.endswith("(the baseline ran)") for k in counts) else 0)
+sys.exit(1 if counts.get("differs from the baseline") or counts.get("hang") or any(k.endswith("(the baseline ran)") for k in counts) else 0)

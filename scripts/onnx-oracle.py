@@ -33,6 +33,7 @@ so = ort.SessionOptions(); so.log_severity_level = 3
 so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
 
 FAILS, REFUSED, PASSED = [], [], []
+UNCHECKED = []  # passed cases with an input whose gradient no finite difference could check
 def fail(*f):
     FAILS.append(f); print("disagreement:", " | ".join(f)[:700], flush=True)
 
@@ -149,20 +150,37 @@ def finite_differences(nodes, inputs, outputs, inits, opset, cs, consts):
                 for i, t in enumerate(mm.graph.initializer):
                     if t.name == name: mm.graph.initializer[i].CopyFrom(numpy_helper.from_array(xv, name))
             return float(ort_run(mm, f)["loss"])
-        def difference(u, h):
-            return (loss_at(np.asarray(x + h * u, dtype=dt)) - loss_at(np.asarray(x - h * u, dtype=dt))) / (2 * h)
-        # A kink (relu's 0, max's tie) within the step makes the difference a chord, not the
-        # derivative: the difference at half the step then moves by more than rounding does.
-        # Such a direction is drawn again (at most three times), then the input is skipped.
-        scale = abs(loss_at(np.asarray(x, dtype=dt)))
+        # A kink (relu's 0, max's tie) at distance t < h from x along u makes the central
+        # difference a chord: with slopes a and b on its two sides, its error is exactly
+        # |a − b|·(h − t)/2h = |r(h)|/2, r(h) = (L(x+h) − 2L(x) + L(x−h))/h the difference of
+        # the one-sided differences, while on a smooth L, r(s) ≈ s·L'' doubles with s. So the
+        # difference at h is kept when r(h) is small against it (then any kink's error is), or
+        # when r doubles from h to 2h and again to 4h (no single kink does both:
+        # r(s) = (b − a)(1 − t/s) doubles from h to 2h only at t = 2h/3, and then grows by
+        # 1.25 to 4h); otherwise another direction is drawn (at most three), then the input's
+        # gradient is left unchecked and counted as such.
+        l0 = loss_at(np.asarray(x, dtype=dt))
+        h = eps / 2
+        if not np.isfinite(l0):
+            u = rng.standard_normal(x.shape)
+            res[name] = (u, (loss_at(np.asarray(x + h * u, dtype=dt)) - loss_at(np.asarray(x - h * u, dtype=dt))) / (2 * h))
+            continue
+        # the loss's own rounding (f32 sums of many terms: onnxruntime's order is not known)
+        noise = (2e-6 if dt == np.float32 else 1e-13) * (1 + abs(l0))
         for _ in range(3):
             u = rng.standard_normal(x.shape)
-            d, d_half = difference(u, eps), difference(u, eps / 2)
-            if abs(d - d_half) <= 0.02 * abs(d) + (2e-4 if dt == np.float32 else 1e-9) * (1 + scale) + 1e-6:
+            at = {k: loss_at(np.asarray(x + k * h * u, dtype=dt)) for k in (-4, -2, -1, 1, 2, 4)}
+            d = (at[1] - at[-1]) / (2 * h)
+            r = {k: (at[k] - 2 * l0 + at[-k]) / (k * h) for k in (1, 2, 4)}
+            slack = {k: 4 * noise / (k * h) for k in (1, 2, 4)}
+            # a fifth of the tolerance `judge_run` holds the gradient to
+            small = abs(r[1]) / 2 <= (4e-3 if dt == np.float32 else 4e-4) * abs(d) + slack[1]
+            doubles = lambda lo, hi: abs(r[hi] - 2 * r[lo]) <= 0.5 * abs(r[lo]) + slack[lo] + slack[hi]
+            if small or (doubles(1, 2) and doubles(2, 4)):
                 res[name] = (u, d)
                 break
         else:
-            print(f"finite differences skipped for {name}: a kink within every step tried", file=sys.stderr)
+            res.setdefault("_skipped", []).append(name)
     return res
 
 EMITTED = [0]
@@ -179,6 +197,8 @@ def compare(label, model, inputs, cs, prof, want, fd, grad, rtol, atol, expect_r
         save_case(d, meta, want, fd)
         return
     verdict = judge_run(ARGS.torchlean, work, prof, shlex.split(ARGS.extra), meta, want, fd)
+    if fd.get("_skipped") and verdict[0] == "pass":
+        UNCHECKED.append((label, prof, ", ".join(fd["_skipped"])))
     record(verdict, label, prof)
     shutil.rmtree(work, ignore_errors=True)
 
@@ -585,7 +605,8 @@ case("refuse: opset 12 Softmax", [N("Softmax", ["x"], ["y"])], {"x": randn(2, 3)
 case("refuse: unknown attribute", [N("Relu", ["x"], ["y"], mystery=1)], {"x": randn(2, 3)}, ["y"], expect_refusal=True, grad=False)
 
 for j in JOBS: j.result()
-print(f"\n{len(PASSED)} passed, {len(FAILS)} disagreements, {len(REFUSED)} refused")
+print(f"\n{len(PASSED)} passed ({len(UNCHECKED)} with a gradient unchecked: a kink within every step tried), {len(FAILS)} disagreements, {len(REFUSED)} refused")
+for r in UNCHECKED: print("  gradient unchecked:", " | ".join(r)[:300])
 for r in REFUSED: print("  refused:", " | ".join(r)[:300])
 shutil.rmtree(WORK, ignore_errors=True)
 sys.exit(1 if FAILS else 0)

@@ -47,11 +47,12 @@ def save_case(d, meta, want, fd):
     """Stores a case's expectations beside its model and inputs: meta.json, want.npz (the
     reference outputs) and fd.npz (per differentiable value, its direction u and the
     reference's directional derivative)."""
-    meta = dict(meta, fd_f32=bool(fd.get("_f32", False)), fd=[k for k in fd if k != "_f32"])
+    meta = dict(meta, fd_f32=bool(fd.get("_f32", False)), fd=[k for k in fd if not k.startswith("_")],
+                fd_skipped=list(fd.get("_skipped", [])))
     json.dump(meta, open(os.path.join(d, "meta.json"), "w"))
     np.savez(os.path.join(d, "want.npz"), **want)
-    np.savez(os.path.join(d, "fd.npz"), **{f"u.{k}": v[0] for k, v in fd.items() if k != "_f32"},
-             **{f"d.{k}": np.array(v[1]) for k, v in fd.items() if k != "_f32"})
+    np.savez(os.path.join(d, "fd.npz"), **{f"u.{k}": v[0] for k, v in fd.items() if not k.startswith("_")},
+             **{f"d.{k}": np.array(v[1]) for k, v in fd.items() if not k.startswith("_")})
 
 def load_case(d):
     meta = json.load(open(os.path.join(d, "meta.json")))
@@ -85,7 +86,7 @@ def judge_run(torchlean, work, prof, extra, meta, want, fd):
     if fd:
         tol = 2e-2 if fd["_f32"] else 2e-3
         for name, val in fd.items():
-            if name == "_f32": continue
+            if name.startswith("_"): continue
             u, want_d = val
             key = f"grad.{name}"
             if key not in out:

@@ -97,6 +97,23 @@ fn other_dtypes_and_bad_settings_are_typed_errors() {
     assert!(Trainer::new(mlp(0), c).is_err());
 }
 
+/// A valid schedule may still leave f32 (a step schedule growing by 1e30 per step): the
+/// trainer refuses the infinite rate before the step that would apply it, naming the step,
+/// and the parameters keep the last finite step's values.
+#[test]
+fn a_schedule_rate_beyond_f32_stops_training_before_it_is_applied() {
+    support::checked_cpu_default();
+    let data = synthetic::regression(32, 1).unwrap();
+    let mut c = Config::new(Task::Regression, Sgd::new(0.01, 0.0, 0.0).unwrap());
+    c.schedule = Some(LrSchedule::step(1e-20, 1, 1e30));
+    let mut t = Trainer::new(mlp(0), c).unwrap();
+    let e = t.train(&data, &opts(5)).unwrap_err();
+    assert!(e.to_string().contains("gives inf at step 2"), "{e}");
+    for (name, p) in t.model().parameters() {
+        assert!(p.to_vec().iter().all(|v| v.is_finite()), "{name}");
+    }
+}
+
 #[test]
 fn an_unavailable_device_fails_before_any_step() {
     support::checked_cpu_default();

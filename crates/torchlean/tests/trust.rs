@@ -1346,8 +1346,9 @@ fn gradients_nobody_asked_for_are_not_results_of_the_call() {
     }
     let registry = Arc::new(r);
     let profile = BackendProfile::named("strict_native_cpu").unwrap();
-    // eager: y = w[idx] · x with w a constant (no gradient asked) and x tracked: the VJPs of
-    // mul and index_select run with needs [false, true] and [false, false]…
+    // eager: y = w[idx] · x with w a constant (no gradient asked) and idx and x tracked:
+    // index_select's VJP runs with needs [false, true] (an index gets no gradient), mul's
+    // with [true, true]; then x · w[idx] with w[idx] untracked: mul's with [false, true]
     let previous = runtime::install(Session::with_registry(
         profile.clone(),
         Arc::clone(&registry),
@@ -1358,8 +1359,17 @@ fn gradients_nobody_asked_for_are_not_results_of_the_call() {
     let x = Tensor::from_vec(vec![1.0, 2.0, -3.0], &[3])
         .unwrap()
         .requires_grad();
-    let picked = w.index_select(0, &idx).unwrap();
+    let tracked_idx = idx.clone().requires_grad();
+    let picked = w.index_select(0, &tracked_idx).unwrap();
     let loss = picked.mul(&x).unwrap().sum_all().unwrap();
+    let grads = loss.backward().expect("no checker rejects a correct call");
+    assert_eq!(grads.get(&x).unwrap().to_vec(), vec![4.0, 0.5, 4.0]);
+    assert!(
+        grads.get(&tracked_idx).is_none(),
+        "an index has no gradient"
+    );
+    let picked = w.index_select(0, &idx).unwrap();
+    let loss = x.mul(&picked).unwrap().sum_all().unwrap();
     let grads = loss.backward().expect("no checker rejects a correct call");
     assert_eq!(grads.get(&x).unwrap().to_vec(), vec![4.0, 0.5, 4.0]);
     runtime::take().unwrap();

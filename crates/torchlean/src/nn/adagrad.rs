@@ -4,8 +4,8 @@
 
 use super::module::Module;
 use super::optim::{
-    check_lr, check_range, for_each_param, grad_of, update_by_ops, Optimizer, OptimizerState,
-    ParamNames, SlotStore,
+    check_finite_lr, check_lr, check_range, for_each_param, grad_of, update_by_ops, Optimizer,
+    OptimizerState, ParamNames, SlotStore,
 };
 use crate::error::Result;
 use crate::runtime::Gradients;
@@ -85,6 +85,7 @@ impl Optimizer for Adagrad {
         ]
     }
     fn step(&mut self, model: &mut dyn Module, grads: &Gradients) -> Result<()> {
+        check_finite_lr(self.lr)?;
         // the public fields are checked where they are used, as torch.optim's constructor
         // checks its arguments (a negative eps or weight decay moved parameters uphill)
         check_range("Adagrad lr decay", self.lr_decay, 0.0, f32::INFINITY, false)?;

@@ -87,6 +87,19 @@ pub(crate) fn check_lr(lr: f32) -> Result<()> {
     }
 }
 
+/// At a step: the rate (set by `set_learning_rate` or a schedule) must be finite — an
+/// infinite or NaN rate would make every updated parameter non-finite. Any sign is taken, as
+/// torch.optim takes a rate changed in its param groups.
+pub(crate) fn check_finite_lr(lr: f32) -> Result<()> {
+    if lr.is_finite() {
+        Ok(())
+    } else {
+        Err(Error::Other(format!(
+            "learning rate must be finite at a step, got {lr}"
+        )))
+    }
+}
+
 /// Checks that a hyperparameter lies in `[lo, hi)` (or `[lo, hi]` when `closed`).
 pub(crate) fn check_range(what: &str, v: f32, lo: f32, hi: f32, closed: bool) -> Result<()> {
     let ok = v.is_finite() && v >= lo && (v < hi || (closed && v == hi));

@@ -4,8 +4,8 @@
 
 use super::module::Module;
 use super::optim::{
-    check_lr, check_range, for_each_param, grad_of, update_by_ops, Optimizer, OptimizerState,
-    ParamNames, SlotStore,
+    check_finite_lr, check_lr, check_range, for_each_param, grad_of, update_by_ops, Optimizer,
+    OptimizerState, ParamNames, SlotStore,
 };
 use crate::error::Result;
 use crate::graph::Op;
@@ -138,6 +138,7 @@ impl Optimizer for RmsProp {
         ops
     }
     fn step(&mut self, model: &mut dyn Module, grads: &Gradients) -> Result<()> {
+        check_finite_lr(self.lr)?;
         // the public fields are checked where they are used, as torch.optim's constructor
         // checks its arguments (a negative eps or weight decay moved parameters uphill)
         check_range("RMSprop alpha", self.alpha, 0.0, 1.0, true)?;

@@ -5,8 +5,8 @@
 
 use super::module::Module;
 use super::optim::{
-    check_lr, check_range, for_each_param, grad_of, Optimizer, OptimizerState, ParamNames,
-    SlotStore,
+    check_finite_lr, check_lr, check_range, for_each_param, grad_of, Optimizer, OptimizerState,
+    ParamNames, SlotStore,
 };
 use crate::error::{Error, Result};
 use crate::graph::Op;
@@ -66,6 +66,7 @@ impl Optimizer for Sgd {
         vec![K::Add, K::Scale, K::Sub]
     }
     fn step(&mut self, model: &mut dyn Module, grads: &Gradients) -> Result<()> {
+        check_finite_lr(self.lr)?;
         // the public fields are checked where they are used (`new` checked its arguments)
         check_range("SGD momentum", self.momentum, 0.0, 1.0, true)?;
         check_range(

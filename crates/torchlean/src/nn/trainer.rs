@@ -129,9 +129,10 @@ impl<M: Module> Trainer<M> {
                 .map_err(|e| TrainError::Config(e.to_string()))?;
         }
         if let Some(c) = config.clip_grad_norm {
-            if !(c.is_finite() && c > 0.0) {
+            // as `clip_grad_norm`: +inf clips nothing
+            if c.is_nan() || c <= 0.0 {
                 return Err(TrainError::Config(format!(
-                    "clip_grad_norm must be finite and > 0, got {c}"
+                    "clip_grad_norm must be > 0 (+inf clips nothing), got {c}"
                 ))
                 .into());
             }
@@ -438,7 +439,16 @@ impl<M: Module> Trainer<M> {
             for i in 0..options.steps {
                 let s = *step;
                 if let Some(sch) = schedule.as_ref() {
-                    optimizer.set_learning_rate(sch.lr_at(s as usize));
+                    // a valid schedule may still leave f32 (a step schedule growing by
+                    // gamma > 1; 0 · inf): refused before the step, never applied
+                    let lr = sch.lr_at(s as usize);
+                    if !lr.is_finite() {
+                        return Err(TrainError::Config(format!(
+                            "the learning-rate schedule gives {lr} at step {s}: a rate must be finite"
+                        ))
+                        .into());
+                    }
+                    optimizer.set_learning_rate(lr);
                 }
                 model.reseed(derive_seed(*seed, s));
                 let (x, y) = data.gather(&sampler.indices(s)?)?;

@@ -858,7 +858,7 @@ pub mod fault {
                     };
                     let gs = {
                         let _kernel = super::super::autograd::KernelScope::enter();
-                        kernel(op, &xs, output, cot, needs)?
+                        super::requested(kernel(op, &xs, output, cot, needs)?, needs)
                     };
                     let what = if i == inputs.len() {
                         "the cotangent".to_string()
