@@ -30,5 +30,5 @@ pub mod model;
 
 pub use error::{OnnxError, Unsupported};
 pub use export::{export_model, refusal as export_refusal, EXPORT_OPSET};
-pub use import::{import_model, supported_operators, Imported};
+pub use import::{import_model, supported_operators, Imported, InputLimit};
 pub use model::{decode_model, read_model, read_model_file, ModelFile, OPSET_RANGE};

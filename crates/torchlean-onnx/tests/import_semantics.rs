@@ -237,20 +237,48 @@ fn integer_arithmetic_on_values_computed_at_run_time_is_refused() {
         17,
     );
     refused_once(&mul, "p", "Mul", &["2^24", "16777216", "281474976710656"]);
-    // an int64 input plus one may reach 2^24 + 1: refused with the bound (forty-eighth
-    // session: arithmetic whose bound stays within 2^24 is admitted, tests/comparisons.rs)
-    let plus_one = model(
-        vec![node("p", "Add", &["a", "one"], &["y"])],
+    // an int64 input minus one (`lengths - 1`) may reach 2^24 + 1 with inputs up to 2^24: it
+    // is admitted by holding the integer inputs to 2^24 - 1 at run time, the refusal of a
+    // larger value naming the node (forty-ninth session; the forty-eighth refused it)
+    let minus_one = model(
+        vec![node("p", "Sub", &["a", "one"], &["y"])],
         vec![ints("one", &[], &[1])],
         vec![vi("a", &[4], INT64)],
         vec![out("y")],
         17,
     );
+    let imported = import(&minus_one).expect("lengths - 1 imports");
+    assert_eq!(imported.integer_input_limit.limit, 16_777_215.0);
+    let a = |v: f32| {
+        vec![(
+            "a".to_string(),
+            Tensor::from_vec(vec![1.0, -v, 3.0, v], &[4]).unwrap(),
+        )]
+    };
+    imported
+        .check_inputs(&a(16_777_215.0))
+        .expect("within the lowered limit");
+    let e = imported
+        .check_inputs(&a(16_777_216.0))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("at most 16777215") && e.contains("node `p` (`Sub`)"),
+        "{e}"
+    );
+    // times 100 would need inputs below 2^24 / 100 < 2^20: refused with the bound
+    let times_100 = model(
+        vec![node("p", "Mul", &["a", "hundred"], &["y"])],
+        vec![ints("hundred", &[], &[100])],
+        vec![vi("a", &[4], INT64)],
+        vec![out("y")],
+        17,
+    );
     refused_once(
-        &plus_one,
+        &times_100,
         "p",
-        "Add",
-        &["may reach 16777217", "`a` at most 16777216"],
+        "Mul",
+        &["may reach 1677721600", "`a` at most 16777216", "below 2^20"],
     );
     // a float cast to int has no known bound
     let cast_sum = model(

@@ -26,9 +26,91 @@ use std::collections::{HashMap, HashSet};
 /// The largest magnitude up to which float32 holds every integer (2^24).
 pub(super) const EXACT_LIMIT: f64 = 16_777_216.0;
 
+/// The smallest limit the import may set on the integer inputs' magnitudes to admit
+/// arithmetic on them (2^20: token ids, lengths and positions stay far below it).
+const LOWEST_INPUT_LIMIT: f64 = 1_048_576.0;
+
+/// A bound on the magnitudes of an integer value's elements, affine in the limit `L` on the
+/// integer graph inputs' magnitudes: |v| ≤ `per_input`·L + `fixed`. The inputs themselves are
+/// `L` (2^24 unless arithmetic on them asked for less: [`InputLimit`]), so `lengths − 1` is
+/// L + 1, admitted once L ≤ 2^24 − 1.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct Bound {
+    per_input: f64,
+    fixed: f64,
+}
+
+impl Bound {
+    pub(super) const INPUT: Bound = Bound {
+        per_input: 1.0,
+        fixed: 0.0,
+    };
+    fn fixed(v: f64) -> Bound {
+        Bound {
+            per_input: 0.0,
+            fixed: v,
+        }
+    }
+    /// The bound's value under the input limit `limit`.
+    fn at(self, limit: f64) -> f64 {
+        if self.per_input == 0.0 {
+            self.fixed
+        } else {
+            self.per_input * limit + self.fixed
+        }
+    }
+    fn add(self, o: Bound) -> Bound {
+        Bound {
+            per_input: self.per_input + o.per_input,
+            fixed: self.fixed + o.fixed,
+        }
+    }
+    /// The product's bound: affine while one factor does not depend on the inputs, else
+    /// evaluated at the largest limit (2^24).
+    fn mul(self, o: Bound) -> Bound {
+        match (self.per_input == 0.0, o.per_input == 0.0) {
+            (true, _) => Bound {
+                per_input: o.per_input * self.fixed,
+                fixed: o.fixed * self.fixed,
+            },
+            (_, true) => o.mul(self),
+            _ => Bound::fixed(self.at(EXACT_LIMIT) * o.at(EXACT_LIMIT)),
+        }
+    }
+    fn times(self, n: f64) -> Bound {
+        self.mul(Bound::fixed(n))
+    }
+    /// A bound of both (for every limit ≥ 0).
+    fn max(self, o: Bound) -> Bound {
+        Bound {
+            per_input: self.per_input.max(o.per_input),
+            fixed: self.fixed.max(o.fixed),
+        }
+    }
+}
+
+/// The limit on the integer graph inputs' magnitudes: 2^24, or lower where arithmetic on
+/// them is exact in float32 only below it (`lengths − 1`: 2^24 − 1), with the node that
+/// asked for it. `Imported::check_inputs` holds the inputs to it at run time.
+#[derive(Clone, Debug, PartialEq)]
+pub struct InputLimit {
+    pub limit: f64,
+    /// The node (its name and operator) that lowered the limit, if one did.
+    pub set_by: Option<(String, String)>,
+}
+
+impl Default for InputLimit {
+    fn default() -> InputLimit {
+        InputLimit {
+            limit: EXACT_LIMIT,
+            set_by: None,
+        }
+    }
+}
+
 /// The integer-typed values computed at run time, by ONNX name, each with a bound on the
-/// magnitude of its elements (`f64::INFINITY` where none is known: a float cast to int).
-pub(super) type IntegerBounds = HashMap<String, f64>;
+/// magnitude of its elements (infinite where none is known: a float cast to int).
+pub(super) type IntegerBounds = HashMap<String, Bound>;
 
 /// Operators whose float32 result on integers is exactly ONNX's integer result (for values
 /// within 2^24): they move, select, compare, clamp or negate elements, never combine them.
@@ -123,21 +205,23 @@ fn is_integer_type(ty: i32) -> bool {
 /// The bound on the magnitude of `v` (the ONNX value `name`) if it holds integers: a
 /// run-time value the import tracks as integer-typed, a boolean (0/1), an integer constant or
 /// integer initializer (its largest element).
-fn bound_of(b: &Builder, typed: &IntegerBounds, name: &str, v: &Value) -> Option<f64> {
+fn bound_of(b: &Builder, typed: &IntegerBounds, name: &str, v: &Value) -> Option<Bound> {
     let largest = |c: &crate::constant::Const| match &c.data {
-        Data::I64(xs) => Some(xs.iter().fold(0f64, |m, &x| m.max((x as f64).abs()))),
-        Data::Bool(_) => Some(1.0),
+        Data::I64(xs) => Some(Bound::fixed(
+            xs.iter().fold(0f64, |m, &x| m.max((x as f64).abs())),
+        )),
+        Data::Bool(_) => Some(Bound::fixed(1.0)),
         _ => None,
     };
     match v {
-        Value::Node(_) if is_boolean(b, v) => Some(1.0),
+        Value::Node(_) if is_boolean(b, v) => Some(Bound::fixed(1.0)),
         Value::Node(_) => typed.get(name).copied(),
         Value::Const(c) => largest(c),
         Value::Param(p) if is_integer_type(b.elem_type(v)) => Some(
             b.initializers
                 .get(p)
                 .and_then(|c| largest(c))
-                .unwrap_or(f64::INFINITY),
+                .unwrap_or(Bound::fixed(f64::INFINITY)),
         ),
         Value::Param(_) => None,
     }
@@ -166,8 +250,8 @@ fn arithmetic_bound(
     op: &str,
     names: &[String],
     inputs: &[Option<Value>],
-) -> Option<f64> {
-    let operand = |i: usize| -> Option<f64> {
+) -> Option<Bound> {
+    let operand = |i: usize| -> Option<Bound> {
         let v = inputs.get(i)?.as_ref()?;
         bound_of(b, typed, names.get(i)?, v)
     };
@@ -177,13 +261,13 @@ fn arithmetic_bound(
     });
     let x = inputs.first()?.as_ref()?;
     match op {
-        "Add" | "Sub" if any_integer => Some(operand(0)? + operand(1)?),
+        "Add" | "Sub" if any_integer => Some(operand(0)?.add(operand(1)?)),
         "Mul" if any_integer || (is_boolean(b, x) && operand(1).is_some()) => {
-            Some(operand(0)? * operand(1)?)
+            Some(operand(0)?.mul(operand(1)?))
         }
         // a sum over the elements of one output's slice: at most that count times the bound
         "ReduceSum" | "CumSum" if any_integer || is_boolean(b, x) => {
-            Some(elements(b, x) * operand(0)?)
+            Some(operand(0)?.times(elements(b, x)))
         }
         _ => None,
     }
@@ -214,9 +298,12 @@ pub(super) fn is_boolean(b: &Builder, v: &Value) -> bool {
 
 /// The refusal of a node `op` that computes on integer-typed values at run time (`outs` are
 /// its results: a node whose results are all constants was evaluated at import, exactly).
+#[allow(clippy::too_many_arguments)]
 pub(super) fn check(
     b: &Builder,
     typed: &IntegerBounds,
+    limit: &mut InputLimit,
+    node: &str,
     op: &str,
     names: &[String],
     inputs: &[Option<Value>],
@@ -225,22 +312,33 @@ pub(super) fn check(
     if EXACT.contains(&op) || !outs.iter().any(|v| matches!(v, Value::Node(_))) {
         return Ok(());
     }
-    if let Some(bound) = arithmetic_bound(b, typed, op, names, inputs) {
-        if bound <= EXACT_LIMIT {
+    if let Some(affine) = arithmetic_bound(b, typed, op, names, inputs) {
+        if affine.at(limit.limit) <= EXACT_LIMIT {
             return Ok(());
         }
+        // exact once the integer inputs are held to a lower limit, not too low: lower it
+        // (`lengths − 1`: the inputs held to 2^24 − 1 at run time, naming this node)
+        if affine.per_input > 0.0 && affine.fixed.is_finite() {
+            let needed = ((EXACT_LIMIT - affine.fixed) / affine.per_input).floor();
+            if needed >= LOWEST_INPUT_LIMIT {
+                limit.limit = needed;
+                limit.set_by = Some((node.to_string(), op.to_string()));
+                return Ok(());
+            }
+        }
+        let bound = affine.at(limit.limit);
         let operands: Vec<String> = names
             .iter()
             .zip(inputs)
             .enumerate()
             .filter(|(i, _)| is_data(op, *i))
             .filter_map(|(_, (n, v))| {
-                let bound = bound_of(b, typed, n, v.as_ref()?)?;
+                let bound = bound_of(b, typed, n, v.as_ref()?)?.at(limit.limit);
                 Some(format!("`{n}` at most {}", show_bound(bound)))
             })
             .collect();
         return Err(format!(
-            "`{op}` of integer values computed at run time ({}): its result may reach {} in magnitude, past 2^24 = 16777216, where float32 stops holding every integer (ONNX computes it exactly in int64; torchlean's tensors are float32). Bounds come from how each value is made: an int64 input up to 2^24, a boolean 1, a sum of n booleans n, an argmax over n elements n; cast to float in the model where float arithmetic is meant",
+            "`{op}` of integer values computed at run time ({}): its result may reach {} in magnitude, past 2^24 = 16777216, where float32 stops holding every integer (ONNX computes it exactly in int64; torchlean's tensors are float32), and would stay past it unless the integer inputs were held below 2^20. Bounds come from how each value is made: an int64 input up to 2^24, a boolean 1, a sum of n booleans n, an argmax over n elements n; cast to float in the model where float arithmetic is meant",
             operands.join(", "),
             show_bound(bound)
         ));
@@ -276,16 +374,16 @@ pub(super) fn output_bound(
     names: &[String],
     inputs: &[Option<Value>],
     out: &Value,
-) -> Option<f64> {
+) -> Option<Bound> {
     if !matches!(out, Value::Node(_)) {
         return None;
     }
     let data =
-        |i: usize| -> Option<f64> { bound_of(b, typed, names.get(i)?, inputs.get(i)?.as_ref()?) };
+        |i: usize| -> Option<Bound> { bound_of(b, typed, names.get(i)?, inputs.get(i)?.as_ref()?) };
     // a cast to an integer type keeps an integer or boolean operand's bound; a float operand
     // truncated may be any integer float32 holds
-    let cast = || Some(data(0).unwrap_or(f64::INFINITY));
-    let first_elements = || Some(elements(b, inputs.first()?.as_ref()?));
+    let cast = || Some(data(0).unwrap_or(Bound::fixed(f64::INFINITY)));
+    let first_elements = || Some(Bound::fixed(elements(b, inputs.first()?.as_ref()?)));
     match op {
         "Cast" => {
             cast().filter(|_| to.is_some_and(|t| i32::try_from(t).is_ok_and(is_integer_type)))
@@ -301,7 +399,7 @@ pub(super) fn output_bound(
                 first_elements()
             }
             _ if holds_integers_at(b, typed, names, inputs, 0) => {
-                data(0).map(|d| d.max(first_elements().unwrap_or(0.0)))
+                data(0).map(|d| d.max(first_elements().unwrap_or(Bound::fixed(0.0))))
             }
             _ => None,
         },
@@ -327,7 +425,7 @@ pub(super) fn output_bound(
                 return None;
             }
             if COMPARISONS.contains(&op) || matches!(op, "And" | "Or" | "Xor" | "Not") {
-                return Some(1.0);
+                return Some(Bound::fixed(1.0));
             }
             // a clip to [lo, hi] (both given): the larger of their magnitudes
             if op == "Clip" {
@@ -341,8 +439,8 @@ pub(super) fn output_bound(
             let all = matches!(op, "Pad" | "Range" | "Clip");
             (0..inputs.len())
                 .filter(|&i| all || integers.contains(&i))
-                .map(|i| data(i).unwrap_or(if all { 0.0 } else { f64::INFINITY }))
-                .reduce(f64::max)
+                .map(|i| data(i).unwrap_or(Bound::fixed(if all { 0.0 } else { f64::INFINITY })))
+                .reduce(Bound::max)
         }
         _ => None,
     }

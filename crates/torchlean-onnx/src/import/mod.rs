@@ -32,6 +32,7 @@ mod sequence;
 mod topk;
 mod window;
 
+pub use integer::InputLimit;
 pub use ops::supported_operators;
 
 use crate::constant::{dtype, sizes, Const};
@@ -57,6 +58,10 @@ pub struct Imported {
     /// torchlean reads them as float32 holding integers, so the values bound to them must be
     /// integers in the type's range ([`Imported::check_inputs`]).
     pub integer_inputs: Vec<(String, i32)>,
+    /// The limit on the magnitudes of the int32/int64 inputs' values: 2^24, or lower where
+    /// the model's arithmetic on them is exact in float32 only below it (`lengths − 1`),
+    /// with the node that asked for it.
+    pub integer_input_limit: integer::InputLimit,
     /// Parameters whose initializer the import also read as a constant (a Clip bound, a Pow
     /// exponent) in other uses: those uses keep the file's value, so another value given for
     /// the parameter, or its gradient, would cover only its uses as a parameter.
@@ -75,23 +80,28 @@ pub struct Imported {
 impl Imported {
     /// Checks values supplied for the model's inputs against the element types the model
     /// declares: an input declared int64 or int32 must hold integers within that type's range
-    /// (and within 2^24, where float32 holds every integer). Names the model does not declare
-    /// as integers are not checked here.
+    /// (and within 2^24, where float32 holds every integer, or the lower limit the model's
+    /// arithmetic on them asked for: `integer_input_limit`). Names the model does not
+    /// declare as integers are not checked here.
     pub fn check_inputs(&self, inputs: &[(String, Tensor)]) -> Result<(), OnnxError> {
         for (name, t) in inputs {
             let Some((_, ty)) = self.integer_inputs.iter().find(|(n, _)| n == name) else {
                 continue;
             };
-            let limit = (1u32 << 24) as f32;
+            let limit = self.integer_input_limit.limit as f32;
             let fits = |v: f32| match *ty {
                 dtype::BOOL => v == 0.0 || v == 1.0,
                 _ => v.fract() == 0.0 && v.abs() <= limit,
             };
             if let Some((i, v)) = t.data().iter().enumerate().find(|(_, v)| !fits(**v)) {
-                let required = if *ty == dtype::BOOL {
-                    "0 or 1 is required: torchlean reads a boolean input as float32 0/1"
-                } else {
-                    "an integer of magnitude at most 2^24 is required: torchlean reads integer inputs as float32"
+                let required = match (&self.integer_input_limit.set_by, *ty == dtype::BOOL) {
+                    (_, true) => {
+                        "0 or 1 is required: torchlean reads a boolean input as float32 0/1".into()
+                    }
+                    (None, false) => "an integer of magnitude at most 2^24 is required: torchlean reads integer inputs as float32".into(),
+                    (Some((node, op)), false) => format!(
+                        "an integer of magnitude at most {limit} is required: torchlean reads integer inputs as float32, and node `{node}` (`{op}`) computes on them exactly only up to there"
+                    ),
                 };
                 return Err(OnnxError::Input {
                     name: name.clone(),
@@ -456,6 +466,8 @@ pub fn import_model(
     let mut integer_inputs = vec![];
     // ONNX values of type int32/int64 computed at run time (`integer`)
     let mut int_typed = integer::IntegerBounds::new();
+    // the limit on the integer inputs' magnitudes (lowered where arithmetic on them needs it)
+    let mut input_limit = integer::InputLimit::default();
     // float64-typed values (a float32 value cast to DOUBLE: the same numbers), read only by
     // what is exact on them (`integer::check_double`)
     let mut double_typed: HashSet<String> = HashSet::new();
@@ -545,8 +557,9 @@ pub fn import_model(
                     }
                     integer_inputs.push((input.name.clone(), ty));
                     if matches!(ty, dtype::INT32 | dtype::INT64) {
-                        // check_inputs holds them to magnitudes of at most 2^24
-                        int_typed.insert(input.name.clone(), integer::EXACT_LIMIT);
+                        // check_inputs holds them to magnitudes of at most 2^24, or
+                        // the lower limit arithmetic on them asked for (`input_limit`)
+                        int_typed.insert(input.name.clone(), integer::Bound::INPUT);
                     }
                 }
                 b.values.insert(input.name.clone(), Value::Node(id));
@@ -758,7 +771,20 @@ pub fn import_model(
             .and_then(|outs| {
                 let unread = attrs.unread();
                 if unread.is_empty() {
-                    integer::check(&b, &int_typed, &node.op_type, &node.input, &inputs, &outs)?;
+                    integer::check(
+                        &b,
+                        &int_typed,
+                        &mut input_limit,
+                        if node.name.is_empty() {
+                            node.output.first().map_or("", String::as_str)
+                        } else {
+                            &node.name
+                        },
+                        &node.op_type,
+                        &node.input,
+                        &inputs,
+                        &outs,
+                    )?;
                     integer::check_double(
                         &double_typed,
                         &inexact,
@@ -961,6 +987,7 @@ pub fn import_model(
         values: b.stored,
         opset,
         integer_inputs,
+        integer_input_limit: input_limit,
         baked_parameters,
         constant_initializers,
         output_dtypes,
