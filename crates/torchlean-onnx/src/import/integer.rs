@@ -68,13 +68,16 @@ impl Bound {
     /// The product's bound: affine while one factor does not depend on the inputs, else
     /// evaluated at the largest limit (2^24).
     fn mul(self, o: Bound) -> Bound {
+        // a factor bounded by 0 makes the product 0, an unknown (infinite) bound on the
+        // other side included: never the NaN of 0 · inf
+        let times = |a: f64, b: f64| if a == 0.0 || b == 0.0 { 0.0 } else { a * b };
         match (self.per_input == 0.0, o.per_input == 0.0) {
             (true, _) => Bound {
-                per_input: o.per_input * self.fixed,
-                fixed: o.fixed * self.fixed,
+                per_input: times(o.per_input, self.fixed),
+                fixed: times(o.fixed, self.fixed),
             },
             (_, true) => o.mul(self),
-            _ => Bound::fixed(self.at(EXACT_LIMIT) * o.at(EXACT_LIMIT)),
+            _ => Bound::fixed(times(self.at(EXACT_LIMIT), o.at(EXACT_LIMIT))),
         }
     }
     fn times(self, n: f64) -> Bound {
