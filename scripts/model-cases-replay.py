@@ -13,10 +13,10 @@ profile's result of the same binary: what a device must reproduce) and with PyTo
 there on every device). Prints each case that differs from its baseline, or was refused or
 failed where the baseline ran; exits 1 if one differs.
 """
-import argparse, concurrent.futures, json, os, shutil, struct, subprocess, sys, tempfile
+import argparse, concurrent.futures, os, shutil, subprocess, sys, tempfile
 import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from oracle_common import close
+from oracle_common import close, read_st
 
 ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 ap.add_argument("cases")
@@ -27,17 +27,6 @@ ap.add_argument("--jobs", type=int, default=4)
 ap.add_argument("--rtol", type=float, default=1e-4)
 ap.add_argument("--atol", type=float, default=1e-5)
 ARGS = ap.parse_args()
-
-DTYPES = {"F32": np.float32, "F64": np.float64, "I64": np.int64, "I32": np.int32, "BOOL": np.bool_, "U8": np.uint8, "F16": np.float16}
-
-def read_st(path):
-    with open(path, "rb") as f: data = f.read()
-    n = struct.unpack("<Q", data[:8])[0]; header = json.loads(data[8:8 + n]); out = {}
-    for k, v in header.items():
-        if k == "__metadata__": continue
-        a, b = v["data_offsets"]
-        out[k] = np.frombuffer(data[8 + n + a:8 + n + b], dtype=DTYPES[v["dtype"]]).reshape(v["shape"])
-    return out
 
 def differences(got, want):
     bad = []

@@ -14,13 +14,15 @@ def write_st(path, tensors):
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(h))); f.write(h); [f.write(b) for b in blobs]
 
+DTYPES = {"F32": np.float32, "F64": np.float64, "I64": np.int64, "I32": np.int32, "BOOL": np.bool_, "U8": np.uint8, "F16": np.float16}
+
 def read_st(path):
     with open(path, "rb") as f: data = f.read()
     n = struct.unpack("<Q", data[:8])[0]; header = json.loads(data[8:8 + n]); out = {}
     for k, v in header.items():
         if k == "__metadata__": continue
         a, b = v["data_offsets"]
-        out[k] = np.frombuffer(data[8 + n + a:8 + n + b], dtype=np.float32).reshape(v["shape"])
+        out[k] = np.frombuffer(data[8 + n + a:8 + n + b], dtype=DTYPES[v["dtype"]]).reshape(v["shape"])
     return out
 
 def close(a, b, rtol, atol):
