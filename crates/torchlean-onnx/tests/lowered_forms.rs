@@ -1237,3 +1237,64 @@ fn with_unit_cotangent(c: &Case, x: Vec<f32>, profile: &BackendProfile) -> HashM
     )
     .unwrap_or_else(|e| panic!("{}: {e}", c.what))
 }
+
+/// A learnable exponent of a base positive by construction (GeM pooling's
+/// `x.clamp(min=eps).pow(p)`) is exp(p · ln x), a parameter of the graph: the values are
+/// x^p, the gradients p·x^(p−1) for x (none below the clamp) and Σ x^p · ln x for p, against
+/// the f64 formulas (PyTorch's pow and its backward); of a base of unknown sign the exponent
+/// stays a constant read at import (listed in `constant_initializers`, no gradient).
+#[test]
+fn a_learnable_exponent_of_a_positive_base_takes_its_gradient() {
+    let profile = BackendProfile::named("checked_cpu").expect("profile");
+    let (eps, p) = (1e-6f32, 2.5f32);
+    let gem = case(
+        "gem",
+        vec![
+            constant("eps", floats("eps", &[], &[eps])),
+            node("c", "Clip", &["x", "eps"], &["xc"]),
+            node("p", "Pow", &["xc", "p"], &["y"]),
+        ],
+        vec![floats("p", &[1], &[p])],
+        &[6],
+        13,
+    );
+    let xs = vec![-1.0f32, 0.5, 2.0, 3.0, 1e-8, 4.0];
+    let out = with_unit_cotangent(&gem, xs.clone(), &profile);
+    let clamped: Vec<f64> = xs.iter().map(|&x| (x as f64).max(eps as f64)).collect();
+    let want_y: Vec<f32> = clamped.iter().map(|&x| x.powf(p as f64) as f32).collect();
+    assert_close("gem y", &out["y"].to_vec(), &want_y, 1e-5);
+    let want_gx: Vec<f32> = xs
+        .iter()
+        .zip(&clamped)
+        .map(|(&x, &c)| {
+            if x > eps {
+                (p as f64 * c.powf(p as f64 - 1.0)) as f32
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    assert_close("gem grad.x", &out["grad.x"].to_vec(), &want_gx, 1e-5);
+    let want_gp: f64 = clamped.iter().map(|&c| c.powf(p as f64) * c.ln()).sum();
+    assert_close(
+        "gem grad.p",
+        &out["grad.p"].to_vec(),
+        &[want_gp as f32],
+        1e-5,
+    );
+    // a base of unknown sign: the exponent is read as a constant, as before
+    let plain = case(
+        "plain",
+        vec![node("p", "Pow", &["x", "p"], &["y"])],
+        vec![floats("p", &[1], &[2.0])],
+        &[6],
+        13,
+    );
+    let imported = torchlean_onnx::import_model(
+        &build(&plain, true),
+        plain.what,
+        &HashMap::from([("cot".to_string(), vec![6])]),
+    )
+    .unwrap();
+    assert_eq!(imported.constant_initializers, vec!["p".to_string()]);
+}

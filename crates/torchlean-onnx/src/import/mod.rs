@@ -141,7 +141,7 @@ pub(crate) struct Builder {
     /// The bound on the elements of all constants evaluated at import time.
     pub budget: crate::constant::Budget,
     materialized: HashMap<String, usize>,
-    stored: Vec<(String, Tensor)>,
+    pub(crate) stored: Vec<(String, Tensor)>,
     constants: usize,
     /// Every name the model uses (initializers, inputs, outputs, node inputs and outputs,
     /// value_info): the generated constant names skip them.
