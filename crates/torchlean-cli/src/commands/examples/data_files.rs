@@ -16,7 +16,8 @@ macro_rules! data_help {
          `target` or `class` and not the last — Kaggle's MNIST CSV has `label` first;
          printed) holds class
          indices, or class names (iris' `setosa`, ...: numbered 0, 1, ... in sorted order,
-         printed; a column mixing numbers and names is refused). Feature values are used
+         printed; every field is trimmed of surrounding spaces, so `setosa ` is `setosa`;
+         a column mixing numbers and names is refused). Feature values are used
          as written (not scaled: divide 0-255 pixels by 255 first); quoted fields may hold
          the delimiter. Numbers are read as numpy reads them (float64, then float32). A first
          line of integers over a class name seen on no other line could be a header or data:
