@@ -1298,3 +1298,36 @@ fn a_learnable_exponent_of_a_positive_base_takes_its_gradient() {
     .unwrap();
     assert_eq!(imported.constant_initializers, vec!["p".to_string()]);
 }
+
+/// The sign analysis walks each node once and has no depth limit: a chain of 200 `y + y`
+/// (each node reached twice) over a positive clamp is positive, so the learnable exponent
+/// above it is a parameter (the first version re-walked shared nodes — 2^64 visits before
+/// its depth limit of 64, which would also have called the chain unknown).
+#[test]
+fn the_sign_analysis_is_linear_in_the_graph() {
+    let mut nodes = vec![
+        constant("eps", floats("eps", &[], &[1e-6])),
+        node("c", "Clip", &["x", "eps"], &["y0"]),
+    ];
+    let names: Vec<String> = (0..=200).map(|i| format!("y{i}")).collect();
+    for i in 1..=200 {
+        nodes.push(node(
+            &names[i],
+            "Add",
+            &[&names[i - 1], &names[i - 1]],
+            &[&names[i]],
+        ));
+    }
+    nodes.push(node("p", "Pow", &["y200", "p"], &["y"]));
+    let deep = case("deep", nodes, vec![floats("p", &[1], &[2.0])], &[4], 13);
+    let imported = torchlean_onnx::import_model(
+        &build(&deep, true),
+        deep.what,
+        &HashMap::from([("cot".to_string(), vec![4])]),
+    )
+    .unwrap();
+    assert!(
+        imported.constant_initializers.is_empty(),
+        "p is a parameter"
+    );
+}

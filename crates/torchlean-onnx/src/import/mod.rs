@@ -29,6 +29,7 @@ mod recurrent;
 mod resize;
 mod scatter;
 mod sequence;
+mod sign;
 mod topk;
 mod window;
 

@@ -541,7 +541,7 @@ pub fn map(b: &mut Builder, op: &str, a: &Attrs, inputs: &[Option<Value>]) -> Ma
             // (a constant base takes `constant_base_power`'s exact ln c)
             if (learnable || matches!(e, Value::Node(_)))
                 && matches!(x, Value::Node(_))
-                && positive(b, x, 0)
+                && super::sign::positive(b, x)
             {
                 let log = b.op_on(Op::Log, &[x])?;
                 let scaled = b.op_on(Op::Mul, &[&log, e])?;
@@ -1068,111 +1068,6 @@ fn one_minus(b: &mut Builder, x: &Value) -> Map<Value> {
 /// computed base, a base of several elements, and a base ≤ 0, infinite or NaN are refused:
 /// exp(e · ln x) is NaN where `pow` is defined for negative bases and integer exponents, and
 /// its gradient is wrong at x = 0. A float initializer base is a parameter (below).
-/// What is known of the sign of every element of a value, by construction.
-#[derive(Clone, Copy, PartialEq, PartialOrd)]
-enum Sign {
-    Unknown,
-    NonNegative,
-    Positive,
-}
-
-/// Whether every element of `v` is positive by construction (up to float32 underflow of a
-/// mean, product or exponential of tiny values, which can reach 0): see [`sign`].
-fn positive(b: &Builder, v: &Value, depth: usize) -> bool {
-    sign(b, v, depth) == Sign::Positive
-}
-
-/// The sign of every element of `v` by construction: a constant's; positive for a clamp
-/// from below at a positive bound, a maximum with something positive, an exponential,
-/// sigmoid or softplus, a sum of a positive and a non-negative value, products, quotients
-/// by positive values, positive scalings, powers, means, average pools and layout moves of positive values;
-/// non-negative for relu, abs, a square (`x · x`) and the same moves of non-negative values.
-/// Never a parameter's (training may change it).
-fn sign(b: &Builder, v: &Value, depth: usize) -> Sign {
-    use torchlean::graph::NodeKind;
-    let of_values = |xs: &[f32]| {
-        if xs.iter().all(|&x| x > 0.0) {
-            Sign::Positive
-        } else if xs.iter().all(|&x| x >= 0.0) {
-            Sign::NonNegative
-        } else {
-            Sign::Unknown
-        }
-    };
-    let id = match v {
-        Value::Const(c) => return of_values(&c.floats()),
-        Value::Param(_) => return Sign::Unknown,
-        Value::Node(id) => *id,
-    };
-    if depth > 64 {
-        return Sign::Unknown;
-    }
-    let node = &b.graph.nodes[id];
-    let op = match &node.kind {
-        NodeKind::Constant { name } => {
-            return b
-                .stored
-                .iter()
-                .find(|(n, _)| n == name)
-                .map_or(Sign::Unknown, |(_, t)| of_values(&t.data()))
-        }
-        NodeKind::Op { op } => op,
-        _ => return Sign::Unknown,
-    };
-    let parent = |i: usize| {
-        node.parents
-            .get(i)
-            .map_or(Sign::Unknown, |&p| sign(b, &Value::Node(p), depth + 1))
-    };
-    let least = || {
-        (0..node.parents.len())
-            .map(parent)
-            .fold(Sign::Positive, |a, s| if s < a { s } else { a })
-    };
-    match op {
-        Op::Clamp { min, .. } if *min > 0.0 => Sign::Positive,
-        Op::Clamp { min, .. } if *min >= 0.0 => Sign::NonNegative,
-        Op::Exp | Op::Sigmoid | Op::Softplus => Sign::Positive,
-        Op::Relu | Op::Abs | Op::Sqrt => Sign::NonNegative,
-        Op::Maximum => {
-            let (x, y) = (parent(0), parent(1));
-            if x > y {
-                x
-            } else {
-                y
-            }
-        }
-        Op::Add => {
-            let (x, y) = (parent(0), parent(1));
-            match (x, y) {
-                (Sign::Unknown, _) | (_, Sign::Unknown) => Sign::Unknown,
-                (Sign::Positive, _) | (_, Sign::Positive) => Sign::Positive,
-                _ => Sign::NonNegative,
-            }
-        }
-        Op::Mul if node.parents.len() == 2 && node.parents[0] == node.parents[1] => {
-            match parent(0) {
-                Sign::Positive => Sign::Positive,
-                _ => Sign::NonNegative,
-            }
-        }
-        // a quotient by something that may be 0 may be NaN (0 / 0)
-        Op::Div if parent(1) == Sign::Positive => parent(0),
-        Op::Mul | Op::Concat { .. } => least(),
-        Op::Scale { factor } if *factor > 0.0 => parent(0),
-        Op::Pow { .. }
-        | Op::AvgPool2d { .. }
-        | Op::ReduceMean { .. }
-        | Op::ReduceSum { .. }
-        | Op::Reshape { .. }
-        | Op::Permute { .. }
-        | Op::BroadcastTo { .. }
-        | Op::Slice { .. }
-        | Op::IndexSelect { .. } => parent(0),
-        _ => Sign::Unknown,
-    }
-}
-
 fn constant_base_power(b: &mut Builder, base: &Value, e: &Value) -> Map<Value> {
     // a float initializer holding the base is a parameter: exp(e · log(base)) through the
     // graph's `log`, so that it takes its gradient (e · base^(e − 1), PyTorch's), if its
