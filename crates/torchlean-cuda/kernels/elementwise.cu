@@ -766,10 +766,12 @@ extern "C" __global__ void random_fill(unsigned long long key, int bernoulli, do
 }
 
 // Optimizer updates (crates/torchlean/src/spec/optim.rs), left to right as the CPU loops.
-extern "C" __global__ void ema_update(float decay, int square, const float* __restrict__ s,
+// `weight` is 1 - decay computed in f64 on the host and rounded once (Op::ema_update).
+extern "C" __global__ void ema_update(float decay, float weight, int square,
+                                      const float* __restrict__ s,
                                       const float* __restrict__ x, float* __restrict__ out,
                                       long long n) {
-    float rest = 1.0f - decay;
+    float rest = weight;
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
          i += (long long)gridDim.x * blockDim.x) {
         float xi = x[i];
@@ -798,8 +800,9 @@ extern "C" __global__ void adam_update(float step_size, float c2_sqrt, float eps
 // ema_update, ema_update (square) and adam_update above, rounded step by step in their order
 // (spec/optim.rs); one thread reads and writes an element, so writing over the inputs is safe.
 extern "C" __global__ void adam_step_many(const unsigned long long* __restrict__ table,
-                                          float beta1, float beta2, float step_size,
-                                          float c2_sqrt, float eps, float shrink, float l2) {
+                                          float beta1, float weight1, float beta2,
+                                          float weight2, float step_size, float c2_sqrt,
+                                          float eps, float shrink, float l2) {
     const unsigned long long* p = table + 8 * blockIdx.y;
     const float* w = (const float*)p[0];
     const float* m = (const float*)p[1];
@@ -809,8 +812,8 @@ extern "C" __global__ void adam_step_many(const unsigned long long* __restrict__
     float* m_out = (float*)p[5];
     float* v_out = (float*)p[6];
     long long n = (long long)p[7];
-    float rest1 = 1.0f - beta1;
-    float rest2 = 1.0f - beta2;
+    float rest1 = weight1;
+    float rest2 = weight2;
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
          i += (long long)gridDim.x * blockDim.x) {
         float wi = w[i];

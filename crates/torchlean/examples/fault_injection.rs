@@ -929,7 +929,7 @@ fn measure_rounded(inj: &Injection) -> Measure {
 fn measure_optimizer(inj: &Injection) -> Measure {
     const TINY: f64 = 1.401_298_464_324_817e-45;
     let bound = |k: usize, m: f64| (gamma(k) + 1.0 / (1u64 << 40) as f64) * m + k as f64 * TINY;
-    let ema = |d: f64, sq: bool, s: f64, x: f64| d * s + (1.0 - d) * if sq { x * x } else { x };
+    let ema = |d: f64, r: f64, sq: bool, s: f64, x: f64| d * s + r * if sq { x * x } else { x };
     let adam = |[a, c2, eps, sh]: [f64; 4], w: f64, m: f64, v: f64| -> (f64, f64) {
         let q = a * m / (v.sqrt() / c2 + eps);
         let ok = v >= 0.0 && c2 > 0.0 && eps >= 0.0;
@@ -963,13 +963,17 @@ fn measure_optimizer(inj: &Injection) -> Measure {
         }
     };
     match inj.op {
-        Op::EmaUpdate { decay, square } => {
-            let d = decay as f64;
+        Op::EmaUpdate {
+            decay,
+            weight,
+            square,
+        } => {
+            let (d, r) = (decay as f64, weight as f64);
             for i in 0..got.len() {
                 let (s, x) = (ins[0][i] as f64, ins[1][i] as f64);
-                let want = ema(d, square, s, x);
+                let want = ema(d, r, square, s, x);
                 let xx = if square { x * x } else { x };
-                let b = bound(6, (d * s).abs() + ((1.0 - d) * xx).abs());
+                let b = bound(6, (d * s).abs() + (r * xx).abs());
                 note(element_ratio(got[i], f32v[i], want, b), b, want);
             }
         }
@@ -988,7 +992,7 @@ fn measure_optimizer(inj: &Injection) -> Measure {
         }
         Op::AdamStep { .. } => {
             // invariant: the arm matched adam_step, whose payload this is
-            let [b1, b2, step_size, c2_sqrt, eps, shrink, l2] = inj
+            let [b1, r1, b2, r2, step_size, c2_sqrt, eps, shrink, l2] = inj
                 .op
                 .adam_step_payload()
                 .expect("an adam_step payload")
@@ -1003,11 +1007,11 @@ fn measure_optimizer(inj: &Injection) -> Measure {
                     let gi = if l2 != 0.0 { g + w * l2 } else { g };
                     let big_g = g.abs() + (w * l2).abs();
                     let (wi, mi, vi) = (at + i, at + n + i, at + 2 * n + i);
-                    let m1 = ema(b1, false, m, gi);
-                    let bm = bound(8, (b1 * m).abs() + ((1.0 - b1) * big_g).abs());
+                    let m1 = ema(b1, r1, false, m, gi);
+                    let bm = bound(8, (b1 * m).abs() + (r1 * big_g).abs());
                     note(element_ratio(got[mi], f32v[mi], m1, bm), bm, m1);
-                    let v1 = ema(b2, true, v, gi);
-                    let bv = bound(10, (b2 * v).abs() + ((1.0 - b2) * big_g * big_g).abs());
+                    let v1 = ema(b2, r2, true, v, gi);
+                    let bv = bound(10, (b2 * v).abs() + (r2 * big_g * big_g).abs());
                     note(element_ratio(got[vi], f32v[vi], v1, bv), bv, v1);
                     let (want, b) = adam(c, w, got[mi] as f64, got[vi] as f64);
                     note(element_ratio(got[wi], f32v[wi], want, b), b, want);

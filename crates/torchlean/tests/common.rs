@@ -243,7 +243,7 @@ pub fn cases() -> Vec<Case> {
     }
     // optimizer updates: moments of any sign, second moments and parameters as Adam has them
     for square in [false, true] {
-        let op = Op::EmaUpdate { decay: 0.9, square };
+        let op = Op::ema_update(0.9, square);
         for s in [&[1usize][..], &[3, 4], &[70000]] {
             v.push(c(op.clone(), &[(s, Normal), (s, Normal)]));
         }
@@ -264,7 +264,9 @@ pub fn cases() -> Vec<Case> {
     for (shrink, l2) in [(1.0, 0.0), (0.99, 0.0), (1.0, 0.01)] {
         let op = Op::AdamStep {
             beta1: 0.9,
+            weight1: 0.1,
             beta2: 0.999,
+            weight2: 0.001,
             step_size: 0.01,
             c2_sqrt: 0.03,
             eps: 1e-8,

@@ -76,10 +76,7 @@ fn calls_checked_by_tiles_catch_injected_faults() {
         FaultClass::Scaled,
         FaultClass::RowsShifted,
     ];
-    let ema = Op::EmaUpdate {
-        decay: 0.9,
-        square: false,
-    };
+    let ema = Op::ema_update(0.9, false);
     for (k, &class) in classes.iter().enumerate() {
         for kind in [OpKind::Relu, OpKind::EmaUpdate] {
             fault::arm(Target {

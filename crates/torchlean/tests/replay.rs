@@ -206,7 +206,9 @@ fn recompute_checker_rejects_corrupted_results() {
         (
             Op::AdamStep {
                 beta1: 0.9,
+                weight1: 0.1,
                 beta2: 0.999,
+                weight2: 0.001,
                 step_size: 0.01,
                 c2_sqrt: 0.03,
                 eps: 1e-8,
@@ -1363,10 +1365,7 @@ fn optimizer_maps_are_held_to_a_bound_per_element() {
         draw(&mut k, false),
     );
     let shape = vec![n];
-    let ema = |square| Op::EmaUpdate {
-        decay: 0.999,
-        square,
-    };
+    let ema = |square| Op::ema_update(0.999, square);
     let adam = Op::AdamUpdate {
         step_size: 1e-3,
         c2_sqrt: 0.0316,
@@ -1375,7 +1374,9 @@ fn optimizer_maps_are_held_to_a_bound_per_element() {
     };
     let step = Op::AdamStep {
         beta1: 0.9,
+        weight1: 0.1,
         beta2: 0.999,
+        weight2: 0.001,
         step_size: 1e-3,
         c2_sqrt: 0.0316,
         eps: 1e-8,

@@ -102,10 +102,7 @@ fn build(kind: OpKind, v: &[usize], rank: usize, flag: bool) -> Op {
                 torchlean::graph::RoundMode::HalfEven
             },
         },
-        K::EmaUpdate => Op::EmaUpdate {
-            decay: 0.9,
-            square: true,
-        },
+        K::EmaUpdate => Op::ema_update(0.9, true),
         K::AdamUpdate => Op::AdamUpdate {
             step_size: 1e-3,
             c2_sqrt: 0.5,

@@ -52,10 +52,7 @@ fn pointwise_values() -> Vec<Vec<f32>> {
     let gx = grads.get(&x).unwrap().to_vec();
     let mut m = Tensor::from_vec(ramp(N, 3), &[N]).unwrap();
     runtime::apply_update(
-        Op::EmaUpdate {
-            decay: 0.9,
-            square: false,
-        },
+        Op::ema_update(0.9, false),
         &mut m,
         &[&Tensor::from_vec(gx.clone(), &[N]).unwrap()],
     )
@@ -74,10 +71,7 @@ fn pointwise_values() -> Vec<Vec<f32>> {
     )
     .unwrap();
     runtime::apply_update(
-        Op::EmaUpdate {
-            decay: 0.999,
-            square: true,
-        },
+        Op::ema_update(0.999, true),
         &mut v,
         &[&Tensor::from_vec(gx.clone(), &[N]).unwrap()],
     )
@@ -99,7 +93,9 @@ fn pointwise_values() -> Vec<Vec<f32>> {
 fn adam_step_op() -> Op {
     Op::AdamStep {
         beta1: 0.9,
+        weight1: 0.1,
         beta2: 0.999,
+        weight2: 0.001,
         step_size: 1e-3,
         c2_sqrt: 0.3,
         eps: 1e-8,
@@ -252,10 +248,7 @@ fn a_wrong_update_is_rejected_and_leaves_its_target_untouched() {
     let msg = with_profile("strict_native_cpu", Some(Arc::new(r)), || {
         let mut m = Tensor::from_vec(state.clone(), &[N]).unwrap();
         let g = Tensor::from_vec(ramp(N, 13), &[N]).unwrap();
-        let ema = Op::EmaUpdate {
-            decay: 0.9,
-            square: false,
-        };
+        let ema = Op::ema_update(0.9, false);
         let msg = rejection(runtime::apply_update(ema, &mut m, &[&g]));
         assert_eq!(m.to_vec(), state, "a rejected update changed its target");
         msg

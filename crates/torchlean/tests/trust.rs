@@ -991,7 +991,9 @@ fn a_cited_guard_runs_on_every_update_of_several_tensors() {
     .unwrap();
     let op = Op::AdamStep {
         beta1: 0.9,
+        weight1: 0.1,
         beta2: 0.999,
+        weight2: 0.001,
         step_size: 0.1,
         c2_sqrt: 0.5,
         eps: 1e-8,

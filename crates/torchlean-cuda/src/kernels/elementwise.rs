@@ -381,11 +381,17 @@ pub fn forward(op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
             .arg(&n64);
         // SAFETY: writes n elements of out (of n).
         launched(op, unsafe { l.launch(grid(n)) })?;
-    } else if let Op::EmaUpdate { decay, square } = op {
+    } else if let Op::EmaUpdate {
+        decay,
+        weight,
+        square,
+    } = op
+    {
         let (s, x) = (buffer(op, inputs[0])?, buffer(op, inputs[1])?);
         let sq = *square as i32;
         let mut l = cx.stream.launch_builder(&cx.functions.ema_update);
         l.arg(decay)
+            .arg(weight)
             .arg(&sq)
             .arg(s.slice())
             .arg(x.slice())

@@ -20,7 +20,7 @@ use torchlean::{OpError, Result, Tensor};
 pub const KINDS: &[OpKind] = &[OpKind::AdamStep];
 
 /// `adam_step`'s payload in the kernel's argument order, or a typed error for another op.
-fn payload(op: &Op) -> Result<[f32; 7]> {
+fn payload(op: &Op) -> Result<[f32; 9]> {
     op.adam_step_payload().ok_or_else(|| {
         OpError::Payload {
             op: op.name(),
@@ -63,7 +63,7 @@ fn launch(cx: &Context, op: &Op, rows: &[Row]) -> Result<()> {
             .memcpy_htod(&words, &mut table.slice_mut().slice_mut(0..words.len())),
     )?;
     crate::graph::refuse_while_recording(op.name())?;
-    let [b1, b2, step_size, c2_sqrt, eps, shrink, l2] = payload(op)?;
+    let [b1, w1, b2, w2, step_size, c2_sqrt, eps, shrink, l2] = payload(op)?;
     let blocks = (longest as usize).div_ceil(4 * 256).clamp(1, 264) as u32;
     let cfg = LaunchConfig {
         grid_dim: (blocks, count, 1),
@@ -73,7 +73,9 @@ fn launch(cx: &Context, op: &Op, rows: &[Row]) -> Result<()> {
     let mut l = cx.stream.launch_builder(&cx.functions.adam_step_many);
     l.arg(table.slice())
         .arg(&b1)
+        .arg(&w1)
         .arg(&b2)
+        .arg(&w2)
         .arg(&step_size)
         .arg(&c2_sqrt)
         .arg(&eps)

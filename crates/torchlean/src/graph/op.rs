@@ -270,9 +270,13 @@ pub enum Op {
         mode: RoundMode,
     },
     // optimizer updates (non-differentiable, inputs of one shape; see spec/optim.rs)
-    /// decay·s + (1 − decay)·x (or x² with `square`): an exponential moving average.
+    /// decay·s + weight·x (or x² with `square`): an exponential moving average, `weight`
+    /// being 1 − decay computed in f64 and rounded once ([`Op::ema_update`]), as
+    /// `torch.optim` computes `1 - beta` in Python's floats (1 − 0.999 in f32 arithmetic is
+    /// 1.3·10⁻⁵ off, a drift that Adam's normalized steps amplify over a run).
     EmaUpdate {
         decay: f32,
+        weight: f32,
         square: bool,
     },
     /// w·shrink − step_size · m / (√v / c2_sqrt + eps): Adam's parameter step.
@@ -288,7 +292,11 @@ pub enum Op {
     /// (`runtime::apply_update_many`): one kernel launch for a whole optimizer step on a device.
     AdamStep {
         beta1: f32,
+        /// 1 − β₁, computed in f64 and rounded once (as `EmaUpdate`'s `weight`).
+        weight1: f32,
         beta2: f32,
+        /// 1 − β₂, computed in f64 and rounded once.
+        weight2: f32,
         step_size: f32,
         c2_sqrt: f32,
         eps: f32,
@@ -644,20 +652,34 @@ impl Op {
     }
 
     /// The stable name of this op's kind.
-    /// `adam_step`'s payload `[beta1, beta2, step_size, c2_sqrt, eps, shrink, l2]` (its
-    /// kernels' argument order); `None` for any other op.
-    pub fn adam_step_payload(&self) -> Option<[f32; 7]> {
+    /// `adam_step`'s payload `[beta1, weight1, beta2, weight2, step_size, c2_sqrt, eps,
+    /// shrink, l2]` (its kernels' argument order); `None` for any other op.
+    pub fn adam_step_payload(&self) -> Option<[f32; 9]> {
         match *self {
             Op::AdamStep {
                 beta1,
+                weight1,
                 beta2,
+                weight2,
                 step_size,
                 c2_sqrt,
                 eps,
                 shrink,
                 l2,
-            } => Some([beta1, beta2, step_size, c2_sqrt, eps, shrink, l2]),
+            } => Some([
+                beta1, weight1, beta2, weight2, step_size, c2_sqrt, eps, shrink, l2,
+            ]),
             _ => None,
+        }
+    }
+
+    /// The `ema_update` of decay `decay`: its weight 1 − decay computed in f64 and rounded
+    /// once, as `torch.optim` computes it from Python's floats.
+    pub fn ema_update(decay: f64, square: bool) -> Op {
+        Op::EmaUpdate {
+            decay: decay as f32,
+            weight: (1.0 - decay) as f32,
+            square,
         }
     }
 

@@ -3,6 +3,12 @@
 //! AdamW first shrinks w by (1 - lr·wd); Adam adds wd·w to the gradient. Then
 //! m = β₁m + (1-β₁)g, v = β₂v + (1-β₂)g², w -= (lr / (1-β₁ᵗ)) · m / (sqrt(v) / sqrt(1-β₂ᵗ) + ε),
 //! t the parameter's own step count (the steps in which it had a gradient), as PyTorch.
+//!
+//! The constants are computed as `torch.optim` computes them, in f64 (Python's floats) and
+//! rounded once to f32: the betas are f64, and so are 1 − β, the bias corrections, the step
+//! size and AdamW's 1 − lr·wd. In f32 arithmetic 1 − 0.999 is 1.3·10⁻⁵ off PyTorch's weight,
+//! and Adam's normalized steps amplified that into a 2·10⁻³ relative loss difference after
+//! 100 steps of a GRU (docs/numerics.md).
 
 use super::module::Module;
 use super::optim::{
@@ -37,7 +43,7 @@ impl AdamCore {
         model: &mut dyn Module,
         grads: &Gradients,
         lr: f32,
-        (b1, b2): (f32, f32),
+        (b1, b2): (f64, f64),
         eps: f32,
         wd: f32,
         decoupled: bool,
@@ -53,7 +59,7 @@ impl AdamCore {
         // is at its limit long before), never wraps to 0
         self.steps = self.steps.saturating_add(1);
         let (l2, shrink) = if decoupled {
-            (0.0, 1.0 - lr * wd)
+            (0.0, (1.0 - lr as f64 * wd as f64) as f32)
         } else {
             (wd, 1.0)
         };
@@ -111,9 +117,8 @@ impl AdamCore {
                 } else {
                     g.clone()
                 };
-                let ema = |decay, square| Op::EmaUpdate { decay, square };
-                apply_update(ema(h.b1, false), m, &[&gi])?;
-                apply_update(ema(h.b2, true), v, &[&gi])?;
+                apply_update(Op::ema_update(h.b1, false), m, &[&gi])?;
+                apply_update(Op::ema_update(h.b2, true), v, &[&gi])?;
                 let step = Op::AdamUpdate {
                     step_size,
                     c2_sqrt,
@@ -177,8 +182,10 @@ impl AdamCore {
             for t in counts {
                 let (step_size, c2_sqrt) = h.corrections(t);
                 let op = Op::AdamStep {
-                    beta1: h.b1,
-                    beta2: h.b2,
+                    beta1: h.b1 as f32,
+                    weight1: (1.0 - h.b1) as f32,
+                    beta2: h.b2 as f32,
+                    weight2: (1.0 - h.b2) as f32,
                     step_size,
                     c2_sqrt,
                     eps: h.eps,
@@ -233,8 +240,8 @@ impl AdamCore {
 #[derive(Clone, Copy)]
 struct Hyper {
     lr: f32,
-    b1: f32,
-    b2: f32,
+    b1: f64,
+    b2: f64,
     eps: f32,
     /// Adam's L2 decay, added to the gradient (0 for AdamW).
     l2: f32,
@@ -244,11 +251,13 @@ struct Hyper {
 
 impl Hyper {
     /// The bias corrections of a parameter's own step count `t` (`SlotStore::next_step`):
-    /// the step size lr / (1 − β₁ᵗ) and √(1 − β₂ᵗ).
+    /// the step size lr / (1 − β₁ᵗ) and √(1 − β₂ᵗ), computed in f64 and rounded once, as
+    /// `torch.optim` computes them from Python's floats.
     fn corrections(&self, t: u64) -> (f32, f32) {
         let t = t.min(i32::MAX as u64) as i32;
         let c1 = 1.0 - self.b1.powi(t);
-        (self.lr / c1, (1.0 - self.b2.powi(t)).sqrt())
+        let step_size = self.lr as f64 / c1;
+        (step_size as f32, (1.0 - self.b2.powi(t)).sqrt() as f32)
     }
 }
 
@@ -261,8 +270,11 @@ fn hand_over(t: &mut Tensor) -> Tensor {
 /// Adam with optional L2 weight decay (added to the gradient).
 pub struct Adam {
     pub lr: f32,
-    pub beta1: f32,
-    pub beta2: f32,
+    /// β₁, in f64 as Python's floats: the optimizer computes 1 − β₁ and 1 − β₁ᵗ from it in
+    /// f64 and rounds them once (module doc).
+    pub beta1: f64,
+    /// β₂, in f64 (as `beta1`).
+    pub beta2: f64,
     pub eps: f32,
     pub weight_decay: f32,
     /// As `torch.optim`'s `foreach`: `Some(true)` updates every parameter of a step in one
@@ -363,8 +375,11 @@ adam_optimizer!(Adam, "adam", false);
 /// AdamW: Adam with decoupled weight decay.
 pub struct AdamW {
     pub lr: f32,
-    pub beta1: f32,
-    pub beta2: f32,
+    /// β₁, in f64 as Python's floats: the optimizer computes 1 − β₁ and 1 − β₁ᵗ from it in
+    /// f64 and rounds them once (module doc).
+    pub beta1: f64,
+    /// β₂, in f64 (as `beta1`).
+    pub beta2: f64,
     pub eps: f32,
     pub weight_decay: f32,
     /// As `torch.optim`'s `foreach`: `Some(true)` updates every parameter of a step in one

@@ -101,8 +101,11 @@ pub(crate) fn check_finite_lr(lr: f32) -> Result<()> {
 }
 
 /// Checks that a hyperparameter lies in `[lo, hi)` (or `[lo, hi]` when `closed`).
-pub(crate) fn check_range(what: &str, v: f32, lo: f32, hi: f32, closed: bool) -> Result<()> {
-    let ok = v.is_finite() && v >= lo && (v < hi || (closed && v == hi));
+pub(crate) fn check_range<T>(what: &str, v: T, lo: T, hi: T, closed: bool) -> Result<()>
+where
+    T: Copy + PartialOrd + Into<f64> + std::fmt::Display,
+{
+    let ok = v.into().is_finite() && v >= lo && (v < hi || (closed && v == hi));
     if ok {
         Ok(())
     } else {

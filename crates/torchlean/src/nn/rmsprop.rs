@@ -16,7 +16,7 @@ use crate::tensor::Tensor;
 #[derive(Debug, Clone, Copy)]
 struct Hyper {
     lr: f32,
-    alpha: f32,
+    alpha: f64,
     eps: f32,
     wd: f32,
     momentum: f32,
@@ -37,15 +37,7 @@ fn update_with_ops(
     } else {
         g.clone()
     };
-    let ema = |b: &Tensor, square: bool| {
-        apply(
-            Op::EmaUpdate {
-                decay: h.alpha,
-                square,
-            },
-            &[b, &gi],
-        )
-    };
+    let ema = |b: &Tensor, square: bool| apply(Op::ema_update(h.alpha, square), &[b, &gi]);
     let (momentum, centered) = match bufs.len() {
         1 => (false, false),
         2 => (h.momentum > 0.0, h.momentum <= 0.0),
@@ -80,7 +72,9 @@ fn update_with_ops(
 /// (centered).
 pub struct RmsProp {
     pub lr: f32,
-    pub alpha: f32,
+    /// The smoothing constant α, in f64 as Python's floats: 1 − α is computed in f64 and
+    /// rounded once, as `torch.optim.RMSprop` computes it.
+    pub alpha: f64,
     pub eps: f32,
     pub weight_decay: f32,
     pub momentum: f32,

@@ -1,14 +1,17 @@
 //! Optimizer updates as ops (non-differentiable, elementwise over equal shapes): what an
 //! optimizer computes for a parameter, on every device (`nn::adam`).
 //!
-//! - `ema_update(s, x)` = decay·s + (1 − decay)·x, or with `square` decay·s + (1 − decay)·x·x
-//!   (Adam's first and second moments).
+//! - `ema_update(s, x)` = decay·s + weight·x, or with `square` decay·s + weight·x·x (Adam's
+//!   first and second moments, RMSprop's averages), where the optimizers pass weight = 1 −
+//!   decay computed in f64 and rounded once (`Op::ema_update`), as `torch.optim` computes
+//!   `1 - beta` in Python's floats: in f32, 1 − 0.999 is 0.00099998713 where PyTorch's
+//!   weight is 0.001, a bias of 1.3·10⁻⁵ in every second moment.
 //! - `adam_update(w, m, v)` = w·shrink − step_size · m / (√v / c2_sqrt + eps) (Adam's and
 //!   AdamW's parameter step, with the bias corrections folded into `step_size` and
 //!   `c2_sqrt`, in the order `torch.optim`'s loops compute it).
 //! - `adam_step(w₁, m₁, v₁, g₁, …, w_k, m_k, v_k, g_k)` = the concatenation, parameter after
 //!   parameter, of the flattened `w'`, `m'`, `v'` where (with `gi = g + w·l2` when `l2 ≠ 0`,
-//!   else `g`) `m' = ema_update(β₁)(m, gi)`, `v' = ema_update(β₂, square)(v, gi)` and
+//!   else `g`) `m' = ema_update(β₁, w₁)(m, gi)`, `v' = ema_update(β₂, w₂, square)(v, gi)` and
 //!   `w' = adam_update(w, m', v')`: the three ops above (and Adam's L2 term, `add` of a
 //!   `scale`), in the same order and rounding, for several parameters in one call.
 
@@ -19,9 +22,11 @@ use crate::scalar::Scalar;
 
 pub(super) fn shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError> {
     let arity = match op {
-        Op::EmaUpdate { decay, .. } => {
-            if !(decay.is_finite() && (0.0..=1.0).contains(decay)) {
-                return Err(payload_err(op, format!("decay {decay} is not in [0, 1]")));
+        Op::EmaUpdate { decay, weight, .. } => {
+            for (name, v) in [("decay", decay), ("weight", weight)] {
+                if !(v.is_finite() && (0.0..=1.0).contains(v)) {
+                    return Err(payload_err(op, format!("{name} {v} is not in [0, 1]")));
+                }
             }
             2
         }
@@ -55,8 +60,13 @@ fn adam_step_shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError> 
     let Some(payload) = op.adam_step_payload() else {
         unreachable!("adam_step_shape called for {}", op.name())
     };
-    let [beta1, beta2, ..] = payload;
-    for (name, b) in [("beta1", beta1), ("beta2", beta2)] {
+    let [beta1, weight1, beta2, weight2, ..] = payload;
+    for (name, b) in [
+        ("beta1", beta1),
+        ("weight1", weight1),
+        ("beta2", beta2),
+        ("weight2", weight2),
+    ] {
         if !(b.is_finite() && (0.0..=1.0).contains(&b)) {
             return Err(payload_err(op, format!("{name} {b} is not in [0, 1]")));
         }
@@ -89,35 +99,35 @@ fn adam_step_shape(op: &Op, shapes: &[&[usize]]) -> Result<Vec<usize>, OpError> 
     Ok(vec![total])
 }
 
-/// `adam_step`'s payload as scalars: `[β₁, β₂, l2]` and [`adam_value`]'s constants.
-pub(crate) fn adam_step_constants<T: Scalar>(op: &Op) -> Option<([T; 3], [T; 4])> {
-    let [b1, b2, step_size, c2_sqrt, eps, shrink, l2] =
+/// `adam_step`'s payload as scalars: `[β₁, w₁, β₂, w₂, l2]` and [`adam_value`]'s constants.
+pub(crate) fn adam_step_constants<T: Scalar>(op: &Op) -> Option<([T; 5], [T; 4])> {
+    let [b1, w1, b2, w2, step_size, c2_sqrt, eps, shrink, l2] =
         op.adam_step_payload()?.map(|v| T::c(v as f64));
-    Some(([b1, b2, l2], [step_size, c2_sqrt, eps, shrink]))
+    Some(([b1, w1, b2, w2, l2], [step_size, c2_sqrt, eps, shrink]))
 }
 
 /// `adam_step`'s values for one parameter element: `(w', m', v')` from `(w, m, v, g)`, each
 /// the unfused ops' value in their order (see the module doc).
 #[inline]
 pub(crate) fn adam_step_value<T: Scalar>(
-    ([b1, b2, l2], c): ([T; 3], [T; 4]),
+    ([b1, w1, b2, w2, l2], c): ([T; 5], [T; 4]),
     w: T,
     m: T,
     v: T,
     g: T,
 ) -> [T; 3] {
     let gi = if l2 != T::zero() { g + w * l2 } else { g };
-    let m1 = ema_value(b1, false, m, gi);
-    let v1 = ema_value(b2, true, v, gi);
+    let m1 = ema_value(b1, w1, false, m, gi);
+    let v1 = ema_value(b2, w2, true, v, gi);
     [adam_value(c, w, m1, v1), m1, v1]
 }
 
-/// `ema_update`'s value for one element: decay·s + (1 − decay)·x (`square`: ·x·x), the
-/// product left to right, as the optimizers compute it.
+/// `ema_update`'s value for one element: decay·s + weight·x (`square`: ·x·x), the product
+/// left to right, as `torch.optim` computes it (`mul_(beta).add_(g, alpha=1-beta)`,
+/// `addcmul_(g, g, value=1-beta)`).
 #[inline]
-pub(crate) fn ema_value<T: Scalar>(decay: T, square: bool, s: T, x: T) -> T {
-    let rest = T::one() - decay;
-    let y = if square { rest * x * x } else { rest * x };
+pub(crate) fn ema_value<T: Scalar>(decay: T, weight: T, square: bool, s: T, x: T) -> T {
+    let y = if square { weight * x * x } else { weight * x };
     decay * s + y
 }
 
@@ -177,10 +187,14 @@ pub(super) fn forward<T: Scalar>(op: &Op, inputs: &[&Array<T>]) -> Array<T> {
         return out;
     }
     match op {
-        Op::EmaUpdate { decay, square } => {
-            let d = T::c(*decay as f64);
+        Op::EmaUpdate {
+            decay,
+            weight,
+            square,
+        } => {
+            let (d, r) = (T::c(*decay as f64), T::c(*weight as f64));
             for (k, o) in out.data.iter_mut().enumerate() {
-                *o = ema_value(d, *square, inputs[0].data[k], inputs[1].data[k]);
+                *o = ema_value(d, r, *square, inputs[0].data[k], inputs[1].data[k]);
             }
         }
         _ => unreachable!("optim::forward called for {}", op.name()),

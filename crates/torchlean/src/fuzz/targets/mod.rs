@@ -98,10 +98,7 @@ pub fn sample_op(kind: OpKind) -> Op {
         K::Round => Op::Round {
             mode: crate::graph::RoundMode::HalfEven,
         },
-        K::EmaUpdate => Op::EmaUpdate {
-            decay: 0.9,
-            square: true,
-        },
+        K::EmaUpdate => Op::ema_update(0.9, true),
         K::AdamUpdate => Op::AdamUpdate {
             step_size: 1e-3,
             c2_sqrt: 0.5,
@@ -110,7 +107,9 @@ pub fn sample_op(kind: OpKind) -> Op {
         },
         K::AdamStep => Op::AdamStep {
             beta1: 0.9,
+            weight1: 0.1,
             beta2: 0.999,
+            weight2: 0.001,
             step_size: 1e-3,
             c2_sqrt: 0.5,
             eps: 1e-8,

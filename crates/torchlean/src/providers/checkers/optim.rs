@@ -19,8 +19,10 @@
 //!
 //! The terms and their counts (Higham, *Accuracy and Stability*, §3.1, for products and
 //! sums of terms; a rounded quantity entering a product carries its relative error along):
-//! - `ema_update`: `d·s + r·x` (`·x` with `square`), r = 1 − d rounded once in f32: at most
-//!   one rounding on `d·s`, four on `r·x·x`, one for the sum: K = 6, M = |d·s| + |r·x(·x)|.
+//! - `ema_update`: `d·s + r·x` (`·x` with `square`), d and r the op's payload (exact): one
+//!   rounding on `d·s`, at most two on `r·x·x`, one for the sum: four; K = 6 keeps two in
+//!   reserve (a kernel that derives r from d itself, as before the weight was a payload,
+//!   errs by that much more), M = |d·s| + |r·x(·x)|.
 //! - `adam_update`: `w·c − a·m / (√v / c₂ + ε)`: the quotient q carries √v, the division by
 //!   c₂, the addition of ε (two non-negative terms: no cancellation, so the denominator's
 //!   relative error stays that of its parts), a·m and the division: six roundings on q, one
@@ -28,8 +30,8 @@
 //!   0 and ε ≥ 0 (Adam's own values); outside that domain B = 0 (only the f32 formula's value
 //!   or a matching class is accepted).
 //! - `adam_step`, per parameter element with gᵢ = g + w·l2 (two roundings, |error| ≤ γ₂·G,
-//!   G = |g| + |w·l2|): m′ as `ema_update` with gᵢ, K = 6 + 2 → 8 on M = |β₁m| + |r₁|·G;
-//!   v′ with gᵢ·gᵢ (its relative error doubled), K = 10 on M = |β₂v| + |r₂|·G²; w′ as
+//!   G = |g| + |w·l2|): m′ as `ema_update` with gᵢ, K = 6 + 2 → 8 on M = |β₁m| + |w₁|·G;
+//!   v′ with gᵢ·gᵢ (its relative error doubled), K = 10 on M = |β₂v| + |w₂|·G²; w′ as
 //!   `adam_update` of (w, m′, v′) — the result's own m′ and v′, each held to its bound above:
 //!   the three per-parameter ops' guarantees chained, as `strict_native_cpu` checks them
 //!   when they run apart.
@@ -83,9 +85,9 @@ fn verdict<const K: usize>(outside: Option<Outside<K>>) -> Result<(), String> {
 }
 
 /// `ema_update`'s element bound: K = 6 on |d·s| + |r·x(·x)|.
-fn ema_bound(decay: f64, square: bool, s: f64, x: f64) -> f64 {
+fn ema_bound(decay: f64, weight: f64, square: bool, s: f64, x: f64) -> f64 {
     let xx = if square { x * x } else { x };
-    bound(6, (decay * s).abs() + ((1.0 - decay) * xx).abs())
+    bound(6, (decay * s).abs() + (weight * xx).abs())
 }
 
 /// `adam_update`'s element bound on (w, m, v): K = 8 on |w·c| + |q|; 0 outside the domain
@@ -128,8 +130,12 @@ pub(super) fn forward(op: &Op, call: &Call) -> Option<Result<(), String>> {
     }
     Some(match *op {
         // `square` as a constant, so that the f32 comparison's loop has no branch
-        Op::EmaUpdate { decay, square } if square => ema::<true>(decay, [xs[0], xs[1]], &y),
-        Op::EmaUpdate { decay, .. } => ema::<false>(decay, [xs[0], xs[1]], &y),
+        Op::EmaUpdate {
+            decay,
+            weight,
+            square,
+        } if square => ema::<true>((decay, weight), [xs[0], xs[1]], &y),
+        Op::EmaUpdate { decay, weight, .. } => ema::<false>((decay, weight), [xs[0], xs[1]], &y),
         Op::AdamUpdate { .. } => {
             let (c32, c64) = (adam_constants::<f32>(op)?, adam_constants::<f64>(op)?);
             verdict(first_outside(
@@ -144,13 +150,22 @@ pub(super) fn forward(op: &Op, call: &Call) -> Option<Result<(), String>> {
 }
 
 /// `ema_update` (`SQUARE`: of x·x) against its bound.
-fn ema<const SQUARE: bool>(decay: f32, xs: [&[f32]; 2], y: &[f32]) -> Result<(), String> {
-    let d64 = decay as f64;
+fn ema<const SQUARE: bool>(
+    (decay, weight): (f32, f32),
+    xs: [&[f32]; 2],
+    y: &[f32],
+) -> Result<(), String> {
+    let (d64, r64) = (decay as f64, weight as f64);
     verdict(first_outside(
         xs,
         y,
-        |[s, x]| ema_value(decay, SQUARE, s, x),
-        |[s, x]| (ema_value(d64, SQUARE, s, x), ema_bound(d64, SQUARE, s, x)),
+        |[s, x]| ema_value(decay, weight, SQUARE, s, x),
+        |[s, x]| {
+            (
+                ema_value(d64, r64, SQUARE, s, x),
+                ema_bound(d64, r64, SQUARE, s, x),
+            )
+        },
     ))
 }
 
@@ -162,7 +177,7 @@ fn adam_step(op: &Op, xs: &[&[f32]], y: &[f32]) -> Result<(), String> {
     ) else {
         return Err("not an adam_step payload".into());
     };
-    let ([b1, b2, l2], ac) = c64;
+    let ([b1, w1, b2, w2, l2], ac) = c64;
     let mut at = 0;
     for (p, group) in xs.chunks(4).enumerate() {
         let n = group[0].len();
@@ -186,9 +201,10 @@ fn adam_step(op: &Op, xs: &[&[f32]], y: &[f32]) -> Result<(), String> {
                 let gi = if l2 != 0.0 { g + w * l2 } else { g };
                 let big_g = g.abs() + (w * l2).abs();
                 // m′ and v′ against the spec at f64
-                let (m1, v1) = (ema_value(b1, false, m, gi), ema_value(b2, true, v, gi));
-                let bm = bound(8, (b1 * m).abs() + ((1.0 - b1) * big_g).abs());
-                let bv = bound(10, (b2 * v).abs() + ((1.0 - b2) * big_g * big_g).abs());
+                let m1 = ema_value(b1, w1, false, m, gi);
+                let v1 = ema_value(b2, w2, true, v, gi);
+                let bm = bound(8, (b1 * m).abs() + (w1 * big_g).abs());
+                let bv = bound(10, (b2 * v).abs() + (w2 * big_g * big_g).abs());
                 let (gm, gv) = (parts[1][i], parts[2][i]);
                 if !accepts(gm, fv[1], m1, bm) {
                     return Some(rejected(

@@ -75,12 +75,14 @@ fn update_map(op: &Op, dest: Dest, xs: &[&[f32]]) -> bool {
         // the same arithmetic, in the same order, as the optimizers' formulas (spec/optim.rs)
         Op::EmaUpdate {
             decay,
+            weight,
             square: false,
-        } => run!(1, move |s, [x]| decay * s + (1.0 - decay) * x),
+        } => run!(1, move |s, [x]| decay * s + weight * x),
         Op::EmaUpdate {
             decay,
+            weight,
             square: true,
-        } => run!(1, move |s, [x]| decay * s + (1.0 - decay) * x * x),
+        } => run!(1, move |s, [x]| decay * s + weight * x * x),
         Op::AdamUpdate {
             step_size,
             c2_sqrt,
@@ -134,7 +136,7 @@ pub fn optim_forward_into(op: &Op, xs: &[&[f32]], out: &mut [f32]) -> Result<()>
 /// `(w, m, v) := adam_step(w, m, v, g)` element by element over one parameter's buffers (the
 /// spec's formula at f32: the unfused ops' rounding, spec/optim.rs), in parallel chunks when
 /// large. The caller checked the four lengths equal (the shape rule).
-fn adam_step_over(c: ([f32; 3], [f32; 4]), w: &mut [f32], m: &mut [f32], v: &mut [f32], g: &[f32]) {
+fn adam_step_over(c: ([f32; 5], [f32; 4]), w: &mut [f32], m: &mut [f32], v: &mut [f32], g: &[f32]) {
     let run = |w: &mut [f32], m: &mut [f32], v: &mut [f32], g: &[f32]| {
         let n = w.len();
         // re-sliced to one length so the bounds checks hoist
@@ -158,7 +160,7 @@ fn adam_step_over(c: ([f32; 3], [f32; 4]), w: &mut [f32], m: &mut [f32], v: &mut
 }
 
 /// `adam_step`'s payload, or a typed error for another op.
-fn adam_step_payload(op: &Op) -> Result<([f32; 3], [f32; 4])> {
+fn adam_step_payload(op: &Op) -> Result<([f32; 5], [f32; 4])> {
     adam_step_constants::<f32>(op).ok_or_else(|| {
         OpError::Payload {
             op: op.name(),
@@ -216,7 +218,7 @@ pub fn adam_step_forward_into(op: &Op, xs: &[&[f32]], out: &mut [f32]) -> Result
 /// `(w', m', v') = adam_step(w, m, v, g)` element by element into separate buffers (the
 /// formula of [`adam_step_over`], so the same bits), in parallel chunks when large. The
 /// caller checked the seven lengths equal.
-fn adam_step_into(c: ([f32; 3], [f32; 4]), x: [&[f32]; 4], out: [&mut [f32]; 3]) {
+fn adam_step_into(c: ([f32; 5], [f32; 4]), x: [&[f32]; 4], out: [&mut [f32]; 3]) {
     let run = |[w, m, v, g]: [&[f32]; 4], [wo, mo, vo]: [&mut [f32]; 3]| {
         let n = wo.len();
         // re-sliced to one length so the bounds checks hoist
