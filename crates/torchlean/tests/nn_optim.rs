@@ -302,6 +302,13 @@ fn optimizers_refuse_fields_out_of_range_at_the_step() {
         assert!(err.contains(what), "{what}: {err}");
         assert_eq!(m.w.to_vec(), vec![1.0, -2.0], "{what}");
     }
+    // AdamW's decay factor 1 − lr·wd beyond f32 is named, before anything moves
+    let mut opt = AdamW::with_weight_decay(1e30, 1e30).unwrap();
+    let mut m = model(&[1.0, -2.0]);
+    let g = grads(&m);
+    let err = opt.step(&mut m, &g).unwrap_err().to_string();
+    assert!(err.contains("decoupled decay factor"), "{err}");
+    assert_eq!(m.w.to_vec(), vec![1.0, -2.0]);
 }
 
 #[test]

@@ -77,7 +77,12 @@ impl AdamCore {
         if !first.is_finite() {
             return Err(crate::error::Error::Other(format!(
                 "Adam: learning rate {lr} divided by the bias correction 1 − β₁ = {} gives the step size {first}, which is not finite; use a smaller learning rate",
-                1.0 - b1
+                (1.0 - b1) as f32
+            )));
+        }
+        if !shrink.is_finite() {
+            return Err(crate::error::Error::Other(format!(
+                "AdamW: the decoupled decay factor 1 − lr·weight_decay = 1 − {lr}·{wd} is not finite in f32; use a smaller learning rate or weight decay"
             )));
         }
         // as `torch.optim.Adam`'s `foreach` (see `fused`)
