@@ -1383,10 +1383,12 @@ fn optimizer_maps_are_held_to_a_bound_per_element() {
         shrink: 1.0,
         l2: 0.01,
     };
-    // other f32 evaluations of each formula
+    // other f32 evaluations of each formula, with the op's constants (ema_update's weight
+    // 1 − 0.999 rounded once from f64, adam_step's weights 0.1 and 0.001)
     let ema_alt = |d: f32, sq: bool, s: f32, x: f32| {
         let xx = if sq { x * x } else { x };
-        d.mul_add(s, (1.0 - d) * xx)
+        let weight = (1.0 - 0.999f64) as f32; // the op's payload (`ema`'s decay 0.999)
+        d.mul_add(s, weight * xx)
     };
     let adam_alt = |w: f32, m: f32, v: f32| {
         let den = v.sqrt().mul_add(1.0 / 0.0316, 1e-8);
@@ -1394,8 +1396,8 @@ fn optimizer_maps_are_held_to_a_bound_per_element() {
     };
     let step_alt = |w: f32, m: f32, v: f32, g: f32| {
         let gi = w.mul_add(0.01, g);
-        let m1 = 0.9f32.mul_add(m, (1.0 - 0.9) * gi);
-        let v1 = 0.999f32.mul_add(v, (1.0 - 0.999) * (gi * gi));
+        let m1 = 0.9f32.mul_add(m, 0.1 * gi);
+        let v1 = 0.999f32.mul_add(v, 0.001 * (gi * gi));
         let q = 1e-3 * m1 / (v1.sqrt() / 0.0316 + 1e-8);
         ([w - q, m1, v1], q)
     };

@@ -111,7 +111,10 @@ impl Optimizer for Adagrad {
         self.steps = self.steps.saturating_add(1);
         // the decayed rate of a parameter's own step count (`SlotStore::advance`)
         let (lr, lr_decay) = (self.lr, self.lr_decay);
-        let rate = |t: u64| lr / (1.0 + (t - 1) as f32 * lr_decay);
+        // in f64 and rounded once, as torch.optim computes `lr / (1 + (step - 1) * lr_decay)`
+        // in Python's floats (in f32 the rate was off by an ulp at some steps)
+        let rate =
+            |t: u64| (lr as f64 / (1.0 + t.saturating_sub(1) as f64 * lr_decay as f64)) as f32;
         let (wd, eps) = (self.weight_decay, self.eps);
         let names = self.names.resolve(&*model);
         let store = &mut self.store;
