@@ -925,6 +925,11 @@ fn every_op_an_optimizer_runs_is_declared_for_planning() {
             ("adam foreach", Box::new(adam(Some(true)))),
             ("adam per parameter", Box::new(adam(Some(false)))),
             ("adamw", Box::new(AdamW::new(0.01).unwrap())),
+            ("adam amsgrad", {
+                let mut o = adam(None);
+                o.amsgrad = true;
+                Box::new(o)
+            }),
         ]
     };
     for profile in ["checked_cpu", "strict_native_cpu"] {
@@ -990,13 +995,14 @@ fn torch_adam_reference(
     p0: &[Vec<f32>],
     steps: usize,
     (lr, b1, b2, eps, wd): (f32, f64, f64, f32, f32),
-    decoupled: bool,
+    (decoupled, amsgrad): (bool, bool),
 ) -> Vec<(Vec<f32>, Vec<f32>, Vec<f32>)> {
     let lr64 = lr as f64;
     let f = |x: f64| x as f32;
     p0.iter()
         .map(|p0| {
             let (mut p, mut m, mut v) = (p0.clone(), vec![0f32; p0.len()], vec![0f32; p0.len()]);
+            let mut max_v = vec![0f32; p0.len()];
             for t in 1..=steps as i32 {
                 let step_size = f(lr64 / (1.0 - b1.powi(t)));
                 let c2 = f((1.0 - b2.powi(t)).sqrt());
@@ -1012,8 +1018,11 @@ fn torch_adam_reference(
                     // m = β₁·m + (1 − β₁)·g; v = β₂·v + (1 − β₂)·g·g
                     m[k] = f(b1) * m[k] + f(1.0 - b1) * g;
                     v[k] = f(b2) * v[k] + f(1.0 - b2) * g * g;
+                    // amsgrad: torch.maximum(max_exp_avg_sq, exp_avg_sq, out=max_exp_avg_sq)
+                    max_v[k] = max_v[k].max(v[k]);
+                    let second = if amsgrad { max_v[k] } else { v[k] };
                     // denom = v.sqrt() / bias_correction2_sqrt + eps
-                    let denom = v[k].sqrt() / c2 + eps;
+                    let denom = second.sqrt() / c2 + eps;
                     p[k] -= step_size * m[k] / denom;
                 }
             }
@@ -1043,7 +1052,7 @@ fn adam_and_adamw_follow_torch_optims_algorithm_bit_for_bit() {
     ];
     for (name, b1, b2, wd, decoupled) in cases {
         let lr = 0.01f32;
-        let want = torch_adam_reference(&p0, 25, (lr, b1, b2, 1e-8, wd), decoupled);
+        let want = torch_adam_reference(&p0, 25, (lr, b1, b2, 1e-8, wd), (decoupled, false));
         for foreach in [Some(false), Some(true)] {
             let p0 = p0.clone();
             let (got, _) = under_profile("checked_cpu", move || {
@@ -1134,4 +1143,45 @@ fn adagrad_decays_its_rate_in_f64_as_torch_optim() {
     }
     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     assert_eq!(bits(&got), bits(&w), "{got:?} vs {w:?}");
+}
+
+/// `amsgrad` follows torch.optim's algorithm bit for bit (the step divides by the running
+/// maximum of the second moment, kept in state slot `max_exp_avg_sq`), for Adam and AdamW,
+/// with gradients that shrink so that the maximum differs from v; `foreach = Some(true)`
+/// with it is refused before anything moves (the fused `adam_step` has no amsgrad form).
+#[test]
+fn amsgrad_follows_torch_optims_algorithm_bit_for_bit() {
+    support::checked_cpu_default();
+    let p0: Vec<Vec<f32>> = vec![Tensor::randn(&[9], 8).unwrap().to_vec()];
+    for decoupled in [false, true] {
+        let (lr, b1, b2, wd) = (0.05f32, 0.9, 0.99, 0.01f32);
+        let want = torch_adam_reference(&p0, 30, (lr, b1, b2, 1e-8, wd), (decoupled, true));
+        let plain = torch_adam_reference(&p0, 30, (lr, b1, b2, 1e-8, wd), (decoupled, false));
+        assert_ne!(want[0].0, plain[0].0, "the maximum never differed from v");
+        let mut opt: Box<dyn Optimizer> = if decoupled {
+            let mut o = AdamW::with_weight_decay(lr, wd).unwrap();
+            (o.beta1, o.beta2, o.amsgrad) = (b1, b2, true);
+            Box::new(o)
+        } else {
+            let mut o = Adam::new(lr).unwrap();
+            (o.beta1, o.beta2, o.amsgrad, o.weight_decay) = (b1, b2, true, wd);
+            Box::new(o)
+        };
+        let got = run(&mut *opt, &p0[0], 30);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&got), bits(&want[0].0), "decoupled {decoupled}");
+        let state = opt.export_state();
+        let names: Vec<&str> = state.tensors.iter().map(|(n, _)| n.as_str()).collect();
+        assert!(
+            names.iter().any(|n| n.contains(".max_exp_avg_sq.")),
+            "{names:?}"
+        );
+    }
+    let mut opt = Adam::new(0.01).unwrap();
+    (opt.amsgrad, opt.foreach) = (true, Some(true));
+    let mut m = model(&[1.0, -2.0]);
+    let g = grads(&m);
+    let err = opt.step(&mut m, &g).unwrap_err().to_string();
+    assert!(err.contains("amsgrad"), "{err}");
+    assert_eq!(m.w.to_vec(), vec![1.0, -2.0]);
 }

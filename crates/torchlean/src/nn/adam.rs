@@ -3,6 +3,8 @@
 //! AdamW first shrinks w by (1 - lr·wd); Adam adds wd·w to the gradient. Then
 //! m = β₁m + (1-β₁)g, v = β₂v + (1-β₂)g², w -= (lr / (1-β₁ᵗ)) · m / (sqrt(v) / sqrt(1-β₂ᵗ) + ε),
 //! t the parameter's own step count (the steps in which it had a gradient), as PyTorch.
+//! With `amsgrad` (as `torch.optim`'s), the step divides by the running maximum of v
+//! (`max_exp_avg_sq = maximum(max_exp_avg_sq, v)`) instead of v.
 //!
 //! The constants are computed as `torch.optim` computes them, in f64 (Python's floats) and
 //! rounded once to f32: the betas are f64, and so are 1 − β, the bias corrections, the step
@@ -32,7 +34,7 @@ impl AdamCore {
     fn new(kind: &'static str) -> AdamCore {
         AdamCore {
             steps: 0,
-            store: SlotStore::counting(kind, vec![("exp_avg", 0.0), ("exp_avg_sq", 0.0)]),
+            store: SlotStore::counting(kind, slots(false)),
             names: ParamNames::default(),
         }
     }
@@ -47,7 +49,7 @@ impl AdamCore {
         eps: f32,
         wd: f32,
         decoupled: bool,
-        foreach: Option<bool>,
+        (foreach, amsgrad): (Option<bool>, bool),
     ) -> Result<()> {
         check_range("Adam beta1", b1, 0.0, 1.0, false)?;
         check_range("Adam beta2", b2, 0.0, 1.0, false)?;
@@ -85,8 +87,16 @@ impl AdamCore {
                 "AdamW: the decoupled decay factor 1 − lr·weight_decay = 1 − {lr}·{wd} is not finite in f32; use a smaller learning rate or weight decay"
             )));
         }
+        if amsgrad && foreach == Some(true) {
+            return Err(crate::error::Error::Other(
+                "Adam: amsgrad runs per parameter (ema_update, maximum, adam_update); the fused adam_step has no amsgrad form, so foreach = Some(true) cannot be honoured: use None or Some(false)".into(),
+            ));
+        }
+        // the state of the step (its slots change with amsgrad: a change clears the state,
+        // as for RMSprop's momentum)
+        self.store.set_slots(slots(amsgrad));
         // as `torch.optim.Adam`'s `foreach` (see `fused`)
-        if fused(foreach, model.device()) {
+        if !amsgrad && fused(foreach, model.device()) {
             self.step_fused(model, grads, hyper)
         } else {
             self.step_per_parameter(model, grads, hyper)
@@ -111,8 +121,10 @@ impl AdamCore {
             };
             let t = store.next_step(name);
             let (step_size, c2_sqrt) = h.corrections(t);
-            let [m, v] = store.slots(name, p)? else {
-                return Ok(()); // invariant: Adam has two slots
+            let (m, v, max_v) = match store.slots(name, p)? {
+                [m, v] => (m, v, None),
+                [m, v, max_v] => (m, v, Some(max_v)),
+                _ => return Ok(()), // invariant: Adam has two slots, three with amsgrad
             };
             crate::runtime::no_grad(|| -> Result<()> {
                 // L2 decay (Adam) reads the weight before the step; AdamW's shrink is applied
@@ -130,7 +142,14 @@ impl AdamCore {
                     eps: h.eps,
                     shrink: h.shrink,
                 };
-                apply_update(step, p, &[m, v])
+                match max_v {
+                    // amsgrad: the step divides by the running maximum of v
+                    Some(max_v) => {
+                        apply_update(Op::Maximum, max_v, &[v])?;
+                        apply_update(step, p, &[m, max_v])
+                    }
+                    None => apply_update(step, p, &[m, v]),
+                }
             })?;
             store.commit_step(name, t);
             Ok(())
@@ -266,6 +285,16 @@ impl Hyper {
     }
 }
 
+/// Adam's state slots: the moments, and with `amsgrad` the running maximum of the second
+/// (PyTorch's state names).
+fn slots(amsgrad: bool) -> Vec<(&'static str, f32)> {
+    let mut s = vec![("exp_avg", 0.0), ("exp_avg_sq", 0.0)];
+    if amsgrad {
+        s.push(("max_exp_avg_sq", 0.0));
+    }
+    s
+}
+
 /// `t`'s handle, leaving an empty placeholder in its place: the caller then holds the only
 /// handle the owner had (an in-place kernel may write its buffer) and puts it back.
 fn hand_over(t: &mut Tensor) -> Tensor {
@@ -288,6 +317,10 @@ pub struct Adam {
     /// and on the CPU when the session runs `adam_step` in place (no checker replays it:
     /// `runtime::updates_in_place`), else the second. Both give the same bits (spec/optim.rs).
     pub foreach: Option<bool>,
+    /// As `torch.optim`'s `amsgrad`: divide by the running maximum of the second moment
+    /// (state slot `max_exp_avg_sq`). Runs per parameter (`ema_update`, `maximum`,
+    /// `adam_update`): `foreach = Some(true)` is refused with it. Default false.
+    pub amsgrad: bool,
     core: AdamCore,
 }
 
@@ -302,6 +335,7 @@ impl Adam {
             eps: 1e-8,
             weight_decay: 0.0,
             foreach: None,
+            amsgrad: false,
             core: AdamCore::new("adam"),
         })
     }
@@ -323,9 +357,11 @@ fn fused(foreach: Option<bool>, device: Device) -> bool {
 /// The ops a step runs on `device` (see [`Optimizer::update_ops`]): `adam_step` (with the
 /// `slice`s and `reshape`s that hand each parameter its part when the op is not written in
 /// place), or `ema_update` and `adam_update`.
-fn adam_ops(foreach: Option<bool>, device: Device) -> Vec<crate::graph::OpKind> {
+fn adam_ops(foreach: Option<bool>, amsgrad: bool, device: Device) -> Vec<crate::graph::OpKind> {
     use crate::graph::OpKind as K;
-    if !fused(foreach, device) {
+    if amsgrad {
+        vec![K::EmaUpdate, K::Maximum, K::AdamUpdate]
+    } else if !fused(foreach, device) {
         vec![K::EmaUpdate, K::AdamUpdate]
     } else if crate::runtime::updates_in_place(K::AdamStep) {
         vec![K::AdamStep]
@@ -349,7 +385,7 @@ macro_rules! adam_optimizer {
                     self.eps,
                     self.weight_decay,
                     $decoupled,
-                    self.foreach,
+                    (self.foreach, self.amsgrad),
                 )
             }
             fn learning_rate(&self) -> f32 {
@@ -362,12 +398,13 @@ macro_rules! adam_optimizer {
                 $kind
             }
             fn update_ops(&self, device: Device) -> Vec<crate::graph::OpKind> {
-                adam_ops(self.foreach, device)
+                adam_ops(self.foreach, self.amsgrad, device)
             }
             fn export_state(&self) -> OptimizerState {
                 self.core.store.export(self.core.steps)
             }
             fn import_state(&mut self, model: &dyn Module, state: &OptimizerState) -> Result<()> {
+                self.core.store.set_slots(slots(self.amsgrad));
                 self.core.steps = self.core.store.import(model, state)?;
                 Ok(())
             }
@@ -393,6 +430,10 @@ pub struct AdamW {
     /// and on the CPU when the session runs `adam_step` in place (no checker replays it:
     /// `runtime::updates_in_place`), else the second. Both give the same bits (spec/optim.rs).
     pub foreach: Option<bool>,
+    /// As `torch.optim`'s `amsgrad`: divide by the running maximum of the second moment
+    /// (state slot `max_exp_avg_sq`). Runs per parameter (`ema_update`, `maximum`,
+    /// `adam_update`): `foreach = Some(true)` is refused with it. Default false.
+    pub amsgrad: bool,
     core: AdamCore,
 }
 
@@ -418,6 +459,7 @@ impl AdamW {
             eps: 1e-8,
             weight_decay,
             foreach: None,
+            amsgrad: false,
             core: AdamCore::new("adamw"),
         })
     }
