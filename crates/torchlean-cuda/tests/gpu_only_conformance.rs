@@ -2094,9 +2094,9 @@ fn non_finite_steps_stop_on_the_gpu_as_on_the_cpu() {
     }
 }
 
-/// RMSprop (plain, momentum, centered) and Adagrad on the GPU update with ops of the session
-/// (no host round trip): 20 steps of the quickstart MLP give the CPU's losses (host loops)
-/// within 1e-4 relative, and every update kernel in the report is a CUDA one.
+/// RMSprop (plain, momentum, centered), Adagrad and Adam/AdamW with amsgrad on the GPU update
+/// with ops of the session (no host round trip): 20 steps of the quickstart MLP give the
+/// CPU's losses within 1e-4 relative, and every update kernel in the report is a CUDA one.
 #[test]
 fn rmsprop_and_adagrad_on_the_gpu_match_the_cpu() {
     if !gpu("rmsprop_and_adagrad_on_the_gpu_match_the_cpu") {
@@ -2117,6 +2117,17 @@ fn rmsprop_and_adagrad_on_the_gpu_match_the_cpu() {
             Box::new(r)
         }),
         ("adagrad", || Box::new(Adagrad::new(0.05).expect("adagrad"))),
+        // amsgrad runs per parameter on every device (ema_update, maximum, adam_update)
+        ("adam amsgrad", || {
+            let mut a = torchlean::nn::Adam::new(0.01).expect("adam");
+            a.amsgrad = true;
+            Box::new(a)
+        }),
+        ("adamw amsgrad", || {
+            let mut a = torchlean::nn::AdamW::new(0.01).expect("adamw");
+            a.amsgrad = true;
+            Box::new(a)
+        }),
     ];
     for (name, make) in optimizers {
         let run = |profile: &str| -> (Vec<f32>, String) {
