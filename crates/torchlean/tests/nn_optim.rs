@@ -1031,6 +1031,25 @@ fn torch_adam_reference(
         .collect()
 }
 
+/// AdamW (`decoupled`) or Adam with L2 decay, with these hyperparameters, `foreach` and
+/// `amsgrad`.
+fn adam_like(
+    decoupled: bool,
+    (lr, b1, b2, wd): (f32, f64, f64, f32),
+    (foreach, amsgrad): (Option<bool>, bool),
+) -> Box<dyn Optimizer> {
+    if decoupled {
+        let mut o = AdamW::with_weight_decay(lr, wd).unwrap();
+        (o.beta1, o.beta2, o.foreach, o.amsgrad) = (b1, b2, foreach, amsgrad);
+        Box::new(o)
+    } else {
+        let mut o = Adam::new(lr).unwrap();
+        (o.beta1, o.beta2, o.foreach, o.amsgrad) = (b1, b2, foreach, amsgrad);
+        o.weight_decay = wd;
+        Box::new(o)
+    }
+}
+
 /// Adam and AdamW follow torch.optim's algorithm bit for bit at f32, its constants (1 − β,
 /// the bias corrections, the step size, 1 − lr·wd) computed in f64 and rounded once as
 /// Python computes them: with the betas in f32 and 1 − β in f32 (0.00099998713 for
@@ -1056,16 +1075,7 @@ fn adam_and_adamw_follow_torch_optims_algorithm_bit_for_bit() {
         for foreach in [Some(false), Some(true)] {
             let p0 = p0.clone();
             let (got, _) = under_profile("checked_cpu", move || {
-                let mut opt: Box<dyn Optimizer> = if decoupled {
-                    let mut o = AdamW::with_weight_decay(lr, wd).unwrap();
-                    (o.beta1, o.beta2, o.foreach) = (b1, b2, foreach);
-                    Box::new(o)
-                } else {
-                    let mut o = Adam::new(lr).unwrap();
-                    (o.beta1, o.beta2, o.foreach) = (b1, b2, foreach);
-                    o.weight_decay = wd;
-                    Box::new(o)
-                };
+                let mut opt = adam_like(decoupled, (lr, b1, b2, wd), (foreach, false));
                 let mut m = Several {
                     ps: p0
                         .iter()
@@ -1158,15 +1168,7 @@ fn amsgrad_follows_torch_optims_algorithm_bit_for_bit() {
         let want = torch_adam_reference(&p0, 30, (lr, b1, b2, 1e-8, wd), (decoupled, true));
         let plain = torch_adam_reference(&p0, 30, (lr, b1, b2, 1e-8, wd), (decoupled, false));
         assert_ne!(want[0].0, plain[0].0, "the maximum never differed from v");
-        let mut opt: Box<dyn Optimizer> = if decoupled {
-            let mut o = AdamW::with_weight_decay(lr, wd).unwrap();
-            (o.beta1, o.beta2, o.amsgrad) = (b1, b2, true);
-            Box::new(o)
-        } else {
-            let mut o = Adam::new(lr).unwrap();
-            (o.beta1, o.beta2, o.amsgrad, o.weight_decay) = (b1, b2, true, wd);
-            Box::new(o)
-        };
+        let mut opt = adam_like(decoupled, (lr, b1, b2, wd), (None, true));
         let got = run(&mut *opt, &p0[0], 30);
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         assert_eq!(bits(&got), bits(&want[0].0), "decoupled {decoupled}");
