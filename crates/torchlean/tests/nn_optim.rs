@@ -1186,4 +1186,6 @@ fn amsgrad_follows_torch_optims_algorithm_bit_for_bit() {
     let err = opt.step(&mut m, &g).unwrap_err().to_string();
     assert!(err.contains("amsgrad"), "{err}");
     assert_eq!(m.w.to_vec(), vec![1.0, -2.0]);
+    // a refused step is not counted
+    assert_eq!(opt.export_state().step, 0);
 }

@@ -57,9 +57,6 @@ impl AdamCore {
         // so they are checked where they are used)
         check_range("Adam eps", eps, 0.0, f32::INFINITY, false)?;
         check_range("Adam weight decay", wd, 0.0, f32::INFINITY, false)?;
-        // saturating: a count loaded at u64::MAX stays there (every formula that reads it
-        // is at its limit long before), never wraps to 0
-        self.steps = self.steps.saturating_add(1);
         let (l2, shrink) = if decoupled {
             (0.0, (1.0 - lr as f64 * wd as f64) as f32)
         } else {
@@ -92,6 +89,10 @@ impl AdamCore {
                 "Adam: amsgrad runs per parameter (ema_update, maximum, adam_update); the fused adam_step has no amsgrad form, so foreach = Some(true) cannot be honoured: use None or Some(false)".into(),
             ));
         }
+        // counted once nothing refuses the step; saturating: a count loaded at u64::MAX
+        // stays there (every formula that reads it is at its limit long before), never
+        // wraps to 0
+        self.steps = self.steps.saturating_add(1);
         // the state of the step (its slots change with amsgrad: a change clears the state,
         // as for RMSprop's momentum)
         self.store.set_slots(slots(amsgrad));
