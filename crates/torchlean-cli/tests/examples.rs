@@ -517,6 +517,136 @@ fn the_optimizer_flags_choose_the_optimizer_and_a_resumed_run_keeps_it() {
     }
 }
 
+/// Each optimizer's settings flags (torch.optim's names) reach the optimizer the run prints
+/// and trains with, and a resumed run keeps them; a flag the optimizer has no use for, a
+/// value outside torch.optim's range, and a resume that would add or remove buffers of the
+/// optimizer's state are refused before the first step.
+#[test]
+fn the_optimizer_settings_flags_reach_the_optimizer_and_a_resumed_run_keeps_them() {
+    let cases: [(&[&str], &str); 4] = [
+        (
+            &[
+                "--optimizer",
+                "adam",
+                "--betas",
+                "0.8,0.95",
+                "--eps",
+                "1e-6",
+                "--amsgrad",
+            ],
+            "optimizer adam: lr 0.01, betas (0.8, 0.95), eps 1e-6, weight decay 0, amsgrad",
+        ),
+        (
+            &["--optimizer", "sgd", "--momentum", "0.9", "--nesterov"],
+            "optimizer sgd: lr 0.01, momentum 0.9, weight decay 0, nesterov",
+        ),
+        (
+            &[
+                "--optimizer",
+                "rmsprop",
+                "--alpha",
+                "0.9",
+                "--centered",
+                "--eps",
+                "1e-6",
+            ],
+            "optimizer rmsprop: lr 0.01, alpha 0.9, eps 1e-6, weight decay 0, momentum 0, centered",
+        ),
+        (
+            &[
+                "--optimizer",
+                "adagrad",
+                "--lr-decay",
+                "0.5",
+                "--eps",
+                "1e-3",
+            ],
+            "optimizer adagrad: lr 0.01, lr decay 0.5, eps 1e-3",
+        ),
+    ];
+    let losses = |args: &[&str]| {
+        let out = torchlean(&[&["mlp", "--steps", "8", "--log-every", "1"], args].concat());
+        assert_eq!(code(&out), 0, "{args:?}: {}", stderr(&out));
+        (stdout(&out), step_lines(&out))
+    };
+    for (i, (flags, line)) in cases.iter().enumerate() {
+        let (text, with) = losses(flags);
+        assert!(text.contains(line), "{flags:?}: {text}");
+        // each setting changes the update: the run with only `--optimizer X` differs
+        let (_, plain) = losses(&flags[..2]);
+        assert_ne!(
+            with, plain,
+            "{flags:?}: the settings did not reach the optimizer"
+        );
+        resumes_exactly_with(&["mlp"], flags, &format!("resume-settings-{i}"));
+    }
+    let dir = scratch("settings-refused");
+    let ck = dir.join("a.ckpt");
+    let saved = torchlean(&[
+        "mlp",
+        "--steps",
+        "2",
+        "--optimizer",
+        "rmsprop",
+        "--centered",
+        "--save",
+        s(&ck),
+    ]);
+    assert_eq!(code(&saved), 0, "{}", stderr(&saved));
+    let ams = dir.join("b.ckpt");
+    let saved = torchlean(&["mlp", "--steps", "2", "--amsgrad", "--save", s(&ams)]);
+    assert_eq!(code(&saved), 0, "{}", stderr(&saved));
+    for (args, expect) in [
+        (
+            &["--optimizer", "sgd", "--betas", "0.9,0.99"][..],
+            "--betas applies to adam and adamw; the optimizer is sgd",
+        ),
+        (
+            &["--optimizer", "adam", "--nesterov"][..],
+            "--nesterov applies to sgd",
+        ),
+        (
+            &["--optimizer", "adam", "--alpha", "0.9"][..],
+            "--alpha applies to rmsprop",
+        ),
+        (
+            &["--optimizer", "sgd", "--eps", "1e-3"][..],
+            "--eps applies to adam, adamw, rmsprop and adagrad",
+        ),
+        (
+            &["--optimizer", "sgd", "--nesterov"][..],
+            "--nesterov needs --momentum > 0",
+        ),
+        (&["--betas", "0.9,1"][..], "beta2 must be in [0, 1), got 1"),
+        (&["--betas", "0.9"][..], "expected two values B1,B2"),
+        (
+            &["--optimizer", "rmsprop", "--alpha", "1.5"][..],
+            "must be in [0, 1], got 1.5",
+        ),
+        (&["--eps=-1"][..], "--eps must be finite and >= 0, got -1"),
+        (
+            &["--optimizer", "adagrad", "--lr-decay=-0.1"][..],
+            "--lr-decay must be finite and >= 0",
+        ),
+        (
+            &["--load", s(&ck), "--centered=false"][..],
+            "a resume cannot turn it off",
+        ),
+        (
+            &["--load", s(&ams), "--amsgrad=false"][..],
+            "max_exp_avg_sq",
+        ),
+    ] {
+        let out = torchlean(&[&["mlp", "--steps", "1"], args].concat());
+        assert_eq!(code(&out), 2, "{args:?}");
+        assert!(stderr(&out).contains(expect), "{args:?}: {}", stderr(&out));
+        assert!(
+            !stdout(&out).contains("step 1 loss"),
+            "{args:?}: a step ran"
+        );
+    }
+}
+
 #[test]
 fn rnn_resumes_from_a_checkpoint() {
     resumes_exactly(&["rnn", "--cell", "lstm"], "resume-rnn");

@@ -84,7 +84,7 @@ impl Optimizer for Adagrad {
             K::Sub,
         ]
     }
-    fn step(&mut self, model: &mut dyn Module, grads: &Gradients) -> Result<()> {
+    fn validate(&self) -> Result<()> {
         check_finite_lr(self.lr)?;
         // the public fields are checked where they are used, as torch.optim's constructor
         // checks its arguments (a negative eps or weight decay moved parameters uphill)
@@ -103,7 +103,16 @@ impl Optimizer for Adagrad {
             0.0,
             f32::INFINITY,
             false,
-        )?;
+        )
+    }
+    fn describe(&self) -> String {
+        format!(
+            "adagrad: lr {}, lr decay {}, eps {:e}, weight decay {}, initial accumulator {}",
+            self.lr, self.lr_decay, self.eps, self.weight_decay, self.initial_accumulator_value
+        )
+    }
+    fn step(&mut self, model: &mut dyn Module, grads: &Gradients) -> Result<()> {
+        self.validate()?;
         self.store
             .set_slots(vec![("sum", self.initial_accumulator_value)]);
         // saturating: a count loaded at u64::MAX stays there (every formula that reads it

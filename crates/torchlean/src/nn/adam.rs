@@ -39,56 +39,14 @@ impl AdamCore {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn step(
         &mut self,
         model: &mut dyn Module,
         grads: &Gradients,
-        lr: f32,
-        (b1, b2): (f64, f64),
-        eps: f32,
-        wd: f32,
-        decoupled: bool,
-        (foreach, amsgrad): (Option<bool>, bool),
+        settings: Settings,
     ) -> Result<()> {
-        check_range("Adam beta1", b1, 0.0, 1.0, false)?;
-        check_range("Adam beta2", b2, 0.0, 1.0, false)?;
-        // as torch.optim: a negative eps or weight decay is refused (the fields are public,
-        // so they are checked where they are used)
-        check_range("Adam eps", eps, 0.0, f32::INFINITY, false)?;
-        check_range("Adam weight decay", wd, 0.0, f32::INFINITY, false)?;
-        let (l2, shrink) = if decoupled {
-            (0.0, (1.0 - lr as f64 * wd as f64) as f32)
-        } else {
-            (wd, 1.0)
-        };
-        let hyper = Hyper {
-            lr,
-            b1,
-            b2,
-            eps,
-            l2,
-            shrink,
-        };
-        // the step size lr / (1 − β₁ᵗ) is largest at t = 1: finite there, finite for every
-        // step (an overflow was reported as an invalid payload of op `adam_step`)
-        let (first, _) = hyper.corrections(1);
-        if !first.is_finite() {
-            return Err(crate::error::Error::Other(format!(
-                "Adam: learning rate {lr} divided by the bias correction 1 − β₁ = {} gives the step size {first}, which is not finite; use a smaller learning rate",
-                (1.0 - b1) as f32
-            )));
-        }
-        if !shrink.is_finite() {
-            return Err(crate::error::Error::Other(format!(
-                "AdamW: the decoupled decay factor 1 − lr·weight_decay = 1 − {lr}·{wd} is not finite in f32; use a smaller learning rate or weight decay"
-            )));
-        }
-        if amsgrad && foreach == Some(true) {
-            return Err(crate::error::Error::Other(
-                "Adam: amsgrad runs per parameter (ema_update, maximum, adam_update); the fused adam_step has no amsgrad form, so foreach = Some(true) cannot be honoured: use None or Some(false)".into(),
-            ));
-        }
+        let hyper = settings.checked()?;
+        let (foreach, amsgrad) = (settings.foreach, settings.amsgrad);
         // counted once nothing refuses the step; saturating: a count loaded at u64::MAX
         // stays there (every formula that reads it is at its limit long before), never
         // wraps to 0
@@ -261,6 +219,75 @@ impl AdamCore {
     }
 }
 
+/// What a step is asked to do: the optimizer's public fields at that step.
+#[derive(Debug, Clone, Copy)]
+struct Settings {
+    lr: f32,
+    betas: (f64, f64),
+    eps: f32,
+    weight_decay: f32,
+    /// AdamW's decay (decoupled) or Adam's (L2, added to the gradient).
+    decoupled: bool,
+    foreach: Option<bool>,
+    amsgrad: bool,
+}
+
+impl Settings {
+    /// The step's constants, or the reason the settings cannot be honoured (checked at every
+    /// step, the fields being public, and by `Optimizer::validate` before a run's first
+    /// kernel).
+    fn checked(self) -> Result<Hyper> {
+        let Settings {
+            lr,
+            betas: (b1, b2),
+            eps,
+            weight_decay: wd,
+            decoupled,
+            foreach,
+            amsgrad,
+        } = self;
+        check_range("Adam beta1", b1, 0.0, 1.0, false)?;
+        check_range("Adam beta2", b2, 0.0, 1.0, false)?;
+        // as torch.optim: a negative eps or weight decay is refused (the fields are public,
+        // so they are checked where they are used)
+        check_range("Adam eps", eps, 0.0, f32::INFINITY, false)?;
+        check_range("Adam weight decay", wd, 0.0, f32::INFINITY, false)?;
+        let (l2, shrink) = if decoupled {
+            (0.0, (1.0 - lr as f64 * wd as f64) as f32)
+        } else {
+            (wd, 1.0)
+        };
+        let hyper = Hyper {
+            lr,
+            b1,
+            b2,
+            eps,
+            l2,
+            shrink,
+        };
+        // the step size lr / (1 − β₁ᵗ) is largest at t = 1: finite there, finite for every
+        // step (an overflow was reported as an invalid payload of op `adam_step`)
+        let (first, _) = hyper.corrections(1);
+        if !first.is_finite() {
+            return Err(crate::error::Error::Other(format!(
+                "Adam: learning rate {lr} divided by the bias correction 1 − β₁ = {} gives the step size {first}, which is not finite; use a smaller learning rate",
+                (1.0 - b1) as f32
+            )));
+        }
+        if !shrink.is_finite() {
+            return Err(crate::error::Error::Other(format!(
+                "AdamW: the decoupled decay factor 1 − lr·weight_decay = 1 − {lr}·{wd} is not finite in f32; use a smaller learning rate or weight decay"
+            )));
+        }
+        if amsgrad && foreach == Some(true) {
+            return Err(crate::error::Error::Other(
+                "Adam: amsgrad runs per parameter (ema_update, maximum, adam_update); the fused adam_step has no amsgrad form, so foreach = Some(true) cannot be honoured: use None or Some(false)".into(),
+            ));
+        }
+        Ok(hyper)
+    }
+}
+
 /// The hyperparameters of one Adam step.
 #[derive(Clone, Copy)]
 struct Hyper {
@@ -375,18 +402,38 @@ fn adam_ops(foreach: Option<bool>, amsgrad: bool, device: Device) -> Vec<crate::
 /// is applied (`decoupled`) and in their kind label.
 macro_rules! adam_optimizer {
     ($ty:ident, $kind:literal, $decoupled:literal) => {
+        impl $ty {
+            /// What a step is asked to do, from the public fields.
+            fn settings(&self) -> Settings {
+                Settings {
+                    lr: self.lr,
+                    betas: (self.beta1, self.beta2),
+                    eps: self.eps,
+                    weight_decay: self.weight_decay,
+                    decoupled: $decoupled,
+                    foreach: self.foreach,
+                    amsgrad: self.amsgrad,
+                }
+            }
+        }
+
         impl Optimizer for $ty {
             fn step(&mut self, model: &mut dyn Module, grads: &Gradients) -> Result<()> {
-                let betas = (self.beta1, self.beta2);
-                self.core.step(
-                    model,
-                    grads,
+                self.core.step(model, grads, self.settings())
+            }
+            fn validate(&self) -> Result<()> {
+                self.settings().checked().map(|_| ())
+            }
+            fn describe(&self) -> String {
+                format!(
+                    "{}: lr {}, betas ({}, {}), eps {:e}, weight decay {}{}",
+                    $kind,
                     self.lr,
-                    betas,
+                    self.beta1,
+                    self.beta2,
                     self.eps,
                     self.weight_decay,
-                    $decoupled,
-                    (self.foreach, self.amsgrad),
+                    if self.amsgrad { ", amsgrad" } else { "" }
                 )
             }
             fn learning_rate(&self) -> f32 {

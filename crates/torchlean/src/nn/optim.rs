@@ -33,6 +33,18 @@ pub trait Optimizer {
     /// empty list — accepts that its ops are planned only when its first step runs them,
     /// after that step's forward and backward kernels.
     fn update_ops(&self, device: crate::backend::Device) -> Vec<crate::graph::OpKind>;
+    /// Checks the settings (public fields may hold anything) as [`Optimizer::step`] checks
+    /// them, so that a run refuses them before its first kernel rather than at its first
+    /// update, after that step's forward and backward kernels ([`crate::nn::Trainer`] calls
+    /// it before planning). Default: nothing to check.
+    fn validate(&self) -> Result<()> {
+        Ok(())
+    }
+    /// The optimizer and its settings in words, as a run prints them (`adam: lr 0.001,
+    /// betas (0.9, 0.999), …`). Default: the kind and the learning rate.
+    fn describe(&self) -> String {
+        format!("{}: lr {}", self.kind(), self.learning_rate())
+    }
     /// The optimizer's state as named tensors `optim.<kind>.<slot>.<parameter>` plus the
     /// step count (and, for optimizers that count each parameter's steps, those counts).
     fn export_state(&self) -> OptimizerState {

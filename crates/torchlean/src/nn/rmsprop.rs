@@ -131,7 +131,7 @@ impl Optimizer for RmsProp {
         }
         ops
     }
-    fn step(&mut self, model: &mut dyn Module, grads: &Gradients) -> Result<()> {
+    fn validate(&self) -> Result<()> {
         check_finite_lr(self.lr)?;
         // the public fields are checked where they are used, as torch.optim's constructor
         // checks its arguments (a negative eps or weight decay moved parameters uphill)
@@ -144,7 +144,21 @@ impl Optimizer for RmsProp {
             0.0,
             f32::INFINITY,
             false,
-        )?;
+        )
+    }
+    fn describe(&self) -> String {
+        format!(
+            "rmsprop: lr {}, alpha {}, eps {:e}, weight decay {}, momentum {}{}",
+            self.lr,
+            self.alpha,
+            self.eps,
+            self.weight_decay,
+            self.momentum,
+            if self.centered { ", centered" } else { "" }
+        )
+    }
+    fn step(&mut self, model: &mut dyn Module, grads: &Gradients) -> Result<()> {
+        self.validate()?;
         self.store.set_slots(self.slots());
         let (lr, al, eps, wd, mom) = (
             self.lr,

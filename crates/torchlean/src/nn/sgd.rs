@@ -65,7 +65,7 @@ impl Optimizer for Sgd {
         // weight decay and momentum: `add` and `scale`; the step: `scale` and `sub`
         vec![K::Add, K::Scale, K::Sub]
     }
-    fn step(&mut self, model: &mut dyn Module, grads: &Gradients) -> Result<()> {
+    fn validate(&self) -> Result<()> {
         check_finite_lr(self.lr)?;
         // the public fields are checked where they are used (`new` checked its arguments)
         check_range("SGD momentum", self.momentum, 0.0, 1.0, true)?;
@@ -81,6 +81,19 @@ impl Optimizer for Sgd {
                 "SGD: Nesterov momentum requires momentum > 0".into(),
             ));
         }
+        Ok(())
+    }
+    fn describe(&self) -> String {
+        format!(
+            "sgd: lr {}, momentum {}, weight decay {}{}",
+            self.lr,
+            self.momentum,
+            self.weight_decay,
+            if self.nesterov { ", nesterov" } else { "" }
+        )
+    }
+    fn step(&mut self, model: &mut dyn Module, grads: &Gradients) -> Result<()> {
+        self.validate()?;
         self.store.set_slots(self.slots());
         let (lr, mom, wd, nesterov) = (self.lr, self.momentum, self.weight_decay, self.nesterov);
         let names = self.names.resolve(&*model);

@@ -387,6 +387,13 @@ impl<M: Module> Trainer<M> {
             ))
             .into());
         }
+        // the optimizer's settings (public fields) are refused now, not at the first update
+        // after that step's forward and backward kernels
+        if options.steps > 0 {
+            optimizer
+                .validate()
+                .map_err(|e| TrainError::Config(format!("optimizer {}: {e}", optimizer.kind())))?;
+        }
         // the model lives on the profile's device; batches are made on the host and moved
         let device = profile.device;
         with_session(session, profile, || {

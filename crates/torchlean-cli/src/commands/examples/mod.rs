@@ -13,12 +13,14 @@ pub mod classify;
 pub mod data_files;
 pub mod export;
 pub mod fno1d;
+pub mod optimizer_flags;
 pub mod plot;
 pub mod rnn;
 pub mod transformer;
 
 use crate::backend_args::{BackendArgs, ModeArgs};
 use crate::{CliError, CliResult};
+pub use optimizer_flags::{OptimizerChoice, OptimizerFlags};
 use std::io::{BufWriter, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -130,17 +132,8 @@ pub struct CommonArgs {
     /// express (fno1d's `spectral_conv1d`) is refused before the first step (exit 2).
     #[arg(long)]
     pub export: Option<PathBuf>,
-    /// Optimizer, with PyTorch's defaults for what no flag sets (default: the example's;
-    /// after `--load`, the checkpoint's).
-    #[arg(long, value_enum)]
-    pub optimizer: Option<OptimizerChoice>,
-    /// Momentum of `sgd` and `rmsprop` (default 0).
-    #[arg(long, value_parser = unit_closed, allow_negative_numbers = true)]
-    pub momentum: Option<f32>,
-    /// Weight decay: L2 (added to the gradient) for adam, sgd, rmsprop and adagrad,
-    /// decoupled for adamw (default 0; adamw 0.01).
-    #[arg(long, value_parser = f32_value, allow_negative_numbers = true)]
-    pub weight_decay: Option<f32>,
+    #[command(flatten)]
+    pub optim: OptimizerFlags,
     /// The `--load` checkpoint, read and verified once when first asked for (`None` without
     /// `--load`): its metadata sets up the run, its contents are loaded from the same read
     /// (a pipe can be read only once), as a code and message when it could not be read.
@@ -152,36 +145,6 @@ pub struct CommonArgs {
 /// which "-0.000000" would hide from a reader.
 fn shown(loss: f32) -> f32 {
     loss + 0.0
-}
-
-/// The optimizers an example can train with (`torch.optim`'s names).
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OptimizerChoice {
-    Adam,
-    Adamw,
-    Sgd,
-    Rmsprop,
-    Adagrad,
-}
-
-impl OptimizerChoice {
-    /// The optimizer kind a checkpoint records (`Optimizer::kind`).
-    fn from_kind(kind: &str) -> Option<OptimizerChoice> {
-        use OptimizerChoice as O;
-        [O::Adam, O::Adamw, O::Sgd, O::Rmsprop, O::Adagrad]
-            .into_iter()
-            .find(|o| o.kind() == kind)
-    }
-
-    fn kind(self) -> &'static str {
-        match self {
-            OptimizerChoice::Adam => "adam",
-            OptimizerChoice::Adamw => "adamw",
-            OptimizerChoice::Sgd => "sgd",
-            OptimizerChoice::Rmsprop => "rmsprop",
-            OptimizerChoice::Adagrad => "adagrad",
-        }
-    }
 }
 
 /// The example's defaults for the unset flags.
@@ -233,14 +196,12 @@ impl CommonArgs {
         self.checkpoint().ok()??.metadata.get(key).cloned()
     }
 
-    /// A hyper-parameter a resumed run continues with when its flag is not given: the value
-    /// the `--load` checkpoint's run used (its `note.<key>`), as PyTorch's optimizer state
-    /// restores `lr`, `momentum` and `weight_decay`. (A note that is not a number is refused
+    /// A setting a resumed run continues with when its flag is not given: the value the
+    /// `--load` checkpoint's run used (its `note.<key>`), as PyTorch's optimizer state
+    /// restores `lr`, `momentum` and `weight_decay`. (A note that does not parse is refused
     /// by [`CommonArgs::hyper`].)
-    fn saved_number(&self, key: &str) -> Option<f32> {
-        self.saved(&torchlean::nn::note_key(key))?
-            .parse::<f32>()
-            .ok()
+    fn saved_value<T: std::str::FromStr>(&self, key: &str) -> Option<T> {
+        self.saved(&torchlean::nn::note_key(key))?.parse::<T>().ok()
     }
 
     /// Refuses a `--load` checkpoint that cannot be read, or whose notes are not numbers.
@@ -254,32 +215,30 @@ impl CommonArgs {
                 self.load_display()
             );
         }
-        for key in ["lr", "momentum", "weight_decay"] {
-            let key = torchlean::nn::note_key(key);
-            if let Some(v) = c.metadata.get(&key) {
-                if v.parse::<f32>().is_err() {
-                    return Err(CliError::usage(format!(
-                        "--load {}: its `{key}` is `{}`, not a number",
-                        self.load_display(),
-                        torchlean::nn::shown_metadata(v)
-                    )));
-                }
+        let key = torchlean::nn::note_key("lr");
+        if let Some(v) = c.metadata.get(&key) {
+            if v.parse::<f32>().is_err() {
+                return Err(CliError::usage(format!(
+                    "--load {}: its `{key}` is `{}`, not a number",
+                    self.load_display(),
+                    torchlean::nn::shown_metadata(v)
+                )));
             }
         }
-        Ok(())
+        self.check_optimizer_notes()
     }
 
     /// The flag's value, else the checkpoint's (printed once, where the run is set up, when
     /// `announce` is on).
-    fn flag_or_saved(
+    fn flag_or_saved<T: std::str::FromStr + std::fmt::Display>(
         &self,
-        given: Option<f32>,
+        given: Option<T>,
         key: &str,
         flag: &str,
         announce: bool,
-    ) -> Option<f32> {
+    ) -> Option<T> {
         given.or_else(|| {
-            let v = self.saved_number(key)?;
+            let v = self.saved_value::<T>(key)?;
             if announce {
                 outln!("note: {key} {v} from the checkpoint ({flag} overrides it)");
             }
@@ -358,116 +317,6 @@ impl CommonArgs {
             .as_deref()
             .map(|p| p.display().to_string())
             .unwrap_or_default()
-    }
-
-    /// `--momentum`, or the checkpoint's.
-    fn momentum(&self, announce: bool) -> Option<f32> {
-        self.flag_or_saved(self.momentum, "momentum", "--momentum", announce)
-    }
-
-    /// `--weight-decay`, or the checkpoint's.
-    fn weight_decay(&self, announce: bool) -> Option<f32> {
-        self.flag_or_saved(
-            self.weight_decay,
-            "weight_decay",
-            "--weight-decay",
-            announce,
-        )
-    }
-
-    /// The optimizer of the run: `--optimizer` (else the `--load` checkpoint's kind, else
-    /// `default`) with the learning rate `lr`, `--momentum` and `--weight-decay`; a flag the
-    /// optimizer has no use for is refused rather than ignored.
-    pub fn optimizer(
-        &self,
-        default: OptimizerChoice,
-        lr: f32,
-    ) -> Result<Box<dyn torchlean::nn::Optimizer>, CliError> {
-        use torchlean::nn::{Adagrad, Adam, AdamW, RmsProp, Sgd};
-        let saved =
-            OptimizerChoice::from_kind(&self.saved(torchlean::nn::KEY_OPTIM).unwrap_or_default());
-        // a checkpoint's optimizer state (and its notes: momentum, weight decay) belong to
-        // the optimizer that saved it: another one named by --optimizer cannot resume from
-        // it (the message blamed --momentum, which the user had not given)
-        if let (Some(asked), Some(had), Some(path)) = (self.optimizer, saved, &self.load) {
-            if asked != had {
-                return Err(CliError::usage(format!(
-                    "--optimizer {}: the checkpoint {} holds the state of optimizer {} (its moments and settings belong to it); resume with --optimizer {} or without --optimizer",
-                    asked.kind(),
-                    path.display(),
-                    had.kind(),
-                    had.kind()
-                )));
-            }
-        }
-        let choice = self.optimizer.or(saved).unwrap_or(default);
-        use OptimizerChoice as O;
-        let (momentum, wd) = (self.momentum(true), self.weight_decay(true));
-        if momentum.is_some() && !matches!(choice, O::Sgd | O::Rmsprop) {
-            return Err(CliError::usage(format!(
-                "--momentum applies to sgd and rmsprop; the optimizer is {}",
-                choice.kind()
-            )));
-        }
-        let momentum = momentum.unwrap_or(0.0);
-        // a resume that turns momentum on or off: the checkpoint's optimizer state has (or
-        // lacks) the momentum buffers; only SGD's are created on the next step as PyTorch
-        // does, so the other changes are refused naming the flag (they failed on the
-        // state's slots, a message about buffers the user never named: the CLI audit)
-        if let (Some(new), true) = (self.momentum, self.load.is_some()) {
-            let saved = self
-                .flag_or_saved(None, "momentum", "--momentum", false)
-                .unwrap_or(0.0);
-            let sgd_starts = choice == O::Sgd && saved == 0.0;
-            if (saved == 0.0) != (new == 0.0) && !sgd_starts {
-                return Err(CliError::usage(format!(
-                    "--momentum {new}: the checkpoint {} was trained by {} with momentum {saved}, \
-                     and its optimizer state {} momentum buffers; a resume cannot turn momentum \
-                     {} (leave --momentum out to keep {saved}, or start a new run)",
-                    self.load_display(),
-                    choice.kind(),
-                    if saved == 0.0 { "has no" } else { "holds" },
-                    if new == 0.0 { "off" } else { "on" },
-                )));
-            }
-        }
-        let err =
-            |e: torchlean::Error| CliError::usage(format!("--optimizer {}: {e}", choice.kind()));
-        let check_decay = |wd: f32| {
-            if wd.is_finite() && wd >= 0.0 {
-                Ok(wd)
-            } else {
-                Err(CliError::usage(format!(
-                    "--weight-decay must be finite and >= 0, got {wd}"
-                )))
-            }
-        };
-        let wd = wd.map(check_decay).transpose()?;
-        if !(momentum.is_finite() && (0.0..=1.0).contains(&momentum)) {
-            return Err(CliError::usage(format!(
-                "--momentum must be in [0, 1], got {momentum}"
-            )));
-        }
-        Ok(match choice {
-            O::Adam => {
-                let mut o = Adam::new(lr).map_err(err)?;
-                o.weight_decay = wd.unwrap_or(0.0);
-                Box::new(o)
-            }
-            O::Adamw => Box::new(AdamW::with_weight_decay(lr, wd.unwrap_or(0.01)).map_err(err)?),
-            O::Sgd => Box::new(Sgd::new(lr, momentum, wd.unwrap_or(0.0)).map_err(err)?),
-            O::Rmsprop => {
-                let mut o = RmsProp::new(lr).map_err(err)?;
-                o.momentum = momentum;
-                o.weight_decay = wd.unwrap_or(0.0);
-                Box::new(o)
-            }
-            O::Adagrad => {
-                let mut o = Adagrad::new(lr).map_err(err)?;
-                o.weight_decay = wd.unwrap_or(0.0);
-                Box::new(o)
-            }
-        })
     }
 
     /// The flags resolved against `d`, validated.
@@ -812,16 +661,7 @@ pub fn run<M: Module>(
             .checkpoint_notes
             .push(("seed".to_string(), hyper.seed.to_string()));
     }
-    for (key, value) in [
-        ("momentum", args.momentum(false)),
-        ("weight_decay", args.weight_decay(false)),
-    ] {
-        if let Some(v) = value {
-            config
-                .checkpoint_notes
-                .push((key.to_string(), v.to_string()));
-        }
-    }
+    config.checkpoint_notes.extend(args.optimizer_notes());
     let params = model.parameter_count();
     let mut trainer = Trainer::new(model, config).map_err(lib_err)?;
     if args.export.is_some() {
@@ -841,6 +681,7 @@ pub fn run<M: Module>(
         hyper.steps,
         trainer.profile().name
     );
+    outln!("optimizer {}", trainer.optimizer().describe());
     // the checkpoint as read once by `CommonArgs::checkpoint` (whose metadata set up the
     // run): loaded from that read, never opened a second time (a pipe has been drained)
     if let (Some(contents), Some(path)) = (args.checkpoint()?, &args.load) {
