@@ -1598,17 +1598,27 @@ fn a_checkpoint_of_a_data_file_resumes_only_on_data_of_its_shape() {
     assert_eq!(code(&o), 0, "{}", stderr(&o));
 }
 
-/// A run that fails after kernels ran (here Adam's step size overflows at the first update)
-/// still writes the report asked for: `--report-json` lists the kernels that ran and
+/// A run that fails after kernels ran (here SGD's rate 1e30 makes the second step's loss
+/// NaN) still writes the report asked for: `--report-json` lists the kernels that ran and
 /// `--show-backend` prints them (a failed run wrote none: the trust audit); exit 1 as before.
+/// Its verdict is `stopped`, with the reason: a report of a run that did not finish said
+/// `accepted`, also after a planning refusal (the fifty-first session's trust audit). And
+/// settings the optimizer cannot honour (Adam's step size lr / (1 − β₁) overflowing f32) are
+/// refused before any kernel (they failed at the first update, after its forward and
+/// backward kernels).
 #[test]
 fn a_failed_run_still_reports_what_ran() {
     let d = scratch("failed-report");
     let json = d.join("r.json");
+    let read = || -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("a report")).unwrap()
+    };
     let o = torchlean(&[
         "mlp",
+        "--optimizer",
+        "sgd",
         "--lr",
-        "3e38",
+        "1e30",
         "--steps",
         "5",
         "--show-backend",
@@ -1616,16 +1626,61 @@ fn a_failed_run_still_reports_what_ran() {
         s(&json),
     ]);
     assert_eq!(code(&o), 1, "{}", stderr(&o));
-    assert!(stderr(&o).contains("step size"), "{}", stderr(&o));
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).expect("a report")).unwrap();
+    assert!(stderr(&o).contains("non-finite loss"), "{}", stderr(&o));
+    let report = read();
     let kernels = report["kernels"].as_array().map_or(0, |a| a.len());
     assert!(kernels > 0, "{report}");
+    assert_eq!(report["verdict"], "stopped", "{report}");
+    assert!(
+        report["stopped"]
+            .as_str()
+            .is_some_and(|w| w.contains("non-finite loss")),
+        "{report}"
+    );
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(
-        out.contains("before the failure") && out.contains("linear:"),
+        out.contains("before the failure")
+            && out.contains("linear:")
+            && out.contains("verdict=stopped"),
         "{out}"
     );
+    // a planning refusal: no kernel ran, and the report does not say accepted
+    std::fs::remove_file(&json).unwrap();
+    let o = torchlean(&[
+        "mlp",
+        "--steps",
+        "2",
+        "--provider",
+        "only:torchlean",
+        "--policy",
+        "checked-runtime",
+        "--report-json",
+        s(&json),
+    ]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    let report = read();
+    assert_eq!(report["verdict"], "stopped", "{report}");
+    assert_eq!(report["kernels"].as_array().map_or(1, |a| a.len()), 0);
+    assert!(
+        report["stopped"]
+            .as_str()
+            .is_some_and(|w| w.contains("no admissible capsule")),
+        "{report}"
+    );
+    // settings refused before any kernel: no step, no report of kernels
+    std::fs::remove_file(&json).unwrap();
+    let o = torchlean(&[
+        "mlp",
+        "--lr",
+        "3e38",
+        "--steps",
+        "5",
+        "--report-json",
+        s(&json),
+    ]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("step size"), "{}", stderr(&o));
+    assert!(!stdout(&o).contains("step 1 loss"), "{}", stdout(&o));
 }
 
 /// A data file of fewer than 10 samples holds none out: the summary calls its evaluation the

@@ -39,6 +39,11 @@ pub struct BackendReport {
     /// The device allocator's statistics, where the device's module keeps them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory: Option<serde_json::Value>,
+    /// Why the run stopped, for the report of what ran before a failure (a planning
+    /// refusal, a checker's rejection, a non-finite loss); its verdict is then `stopped`
+    /// (see [`BackendReport::stopped_by`]). Absent for a run that finished.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<String>,
 }
 
 impl BackendReport {
@@ -79,7 +84,19 @@ impl BackendReport {
             session: None,
             target: None,
             memory: None,
+            stopped: None,
         }
+    }
+
+    /// This report as the report of what ran before the run stopped with `reason`: verdict
+    /// `stopped` whatever the kernels' own verdict was — the kernels listed were admitted,
+    /// but the run did not do what was asked, and a reader of the verdict alone must not
+    /// take it for an accepted run (it said `accepted` after a planning refusal: an audit of
+    /// the fifty-first session).
+    pub fn stopped_by(mut self, reason: impl Into<String>) -> Self {
+        self.verdict = "stopped".into();
+        self.stopped = Some(reason.into());
+        self
     }
 
     /// Adds the kernels of `eager` — what ran through the eager session beside a compiled
@@ -130,6 +147,9 @@ impl BackendReport {
             self.profile, self.mode, self.device, self.provider_preference, self.policy, self.vjp, trusted, self.verdict,
             self.session.as_deref().map(|s| format!(" session={s}")).unwrap_or_default()
         );
+        if let Some(why) = &self.stopped {
+            let _ = writeln!(s, "stopped: {why}");
+        }
         if let Some(t) = &self.target {
             let _ = writeln!(s, "target: {t}");
         }

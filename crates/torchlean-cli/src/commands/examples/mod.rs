@@ -584,13 +584,14 @@ fn outputs_finite<M: Module>(
 /// The report of what ran before a run failed, where one was asked for: printed with
 /// `--show-backend`, written to `--report-json` (the trust audit: a failed run wrote none).
 /// Best effort: the run's own error is what the command reports.
-fn report_after_failure<M: Module>(args: &CommonArgs, trainer: &Trainer<M>) {
+fn report_after_failure<M: Module>(args: &CommonArgs, trainer: &Trainer<M>, reason: &str) {
     if !args.backend.show_backend && args.backend.report_json.is_none() {
         return;
     }
     let Ok(report) = what_ran(trainer) else {
         return;
     };
+    let report = report.stopped_by(reason);
     if args.backend.show_backend {
         outln!("backend report of what ran before the failure:");
         outln!("{}", report.to_text());
@@ -762,11 +763,9 @@ pub fn run<M: Module>(
                 let _ = step_log.finish();
                 // and say what ran before the failure (a checker's rejection, a non-finite
                 // loss): the report asked for, printed or written, as on success
-                report_after_failure(args, &trainer);
-                return Err(lib_err(torchlean::nn::with_earlier_checkpoint(
-                    e,
-                    earlier.as_ref(),
-                )));
+                let err = lib_err(torchlean::nn::with_earlier_checkpoint(e, earlier.as_ref()));
+                report_after_failure(args, &trainer, &err.message);
+                return Err(err);
             }
         };
         if let Some(p) = &summary.last_checkpoint {
@@ -885,7 +884,6 @@ pub fn run<M: Module>(
         None => outputs_finite(&mut trainer, &train, hyper.batch_size)?,
     };
     if !finite_outputs {
-        report_after_failure(args, &trainer);
         let held = match &eval {
             Some(ev) => format!("its {which} loss is {}", shown(ev.loss)),
             None => "its outputs on a training batch are not all finite".to_string(),
@@ -897,7 +895,7 @@ pub fn run<M: Module>(
             ),
             _ => String::new(),
         };
-        return Err(CliError::runtime(format!(
+        let err = CliError::runtime(format!(
             "{name}: the model after step {} gives non-finite outputs ({held}): {}{saved}; nothing was exported (a lower --lr keeps the updates finite)",
             trainer.step(),
             if n == 0 {
@@ -905,7 +903,9 @@ pub fn run<M: Module>(
             } else {
                 "the last update diverged"
             }
-        )));
+        ));
+        report_after_failure(args, &trainer, &err.message);
+        return Err(err);
     }
     if let Some(p) = &args.export {
         export::write_onnx(&mut trainer, &train, hyper.batch_size, p)?;
