@@ -1395,3 +1395,52 @@ fn run_time_gather_indices_count_negative_ones_from_the_end() {
     run_graph(imported.graph, &imported.values, &inputs, &profile, false)
         .expect_err("an index below -n is refused");
 }
+
+/// Float arithmetic the import evaluates on constants (here `y = x + sqrt(exp(c))`) is
+/// listed by operator in `Imported::evaluated_at_import` — it runs before any plan, so a
+/// run's report says it apart (the trust audit: a strict run reported only the `add`) —
+/// while exact moves and shape arithmetic on constants (`Reshape` of a constant by a shape,
+/// `Neg`) are not, and a model without folding lists nothing.
+#[test]
+fn float_arithmetic_evaluated_at_import_is_listed_by_operator() {
+    let m = model(
+        vec![
+            constant("c", floats("c", &[3], &[0.5, 1.0, 2.0])),
+            node("e", "Exp", &["c"], &["ce"]),
+            node("s", "Sqrt", &["ce"], &["cs"]),
+            node("n", "Neg", &["cs"], &["cn"]),
+            constant("shape", ints("shape", &[2], &[1, 3])),
+            node("r", "Reshape", &["cn", "shape"], &["cr"]),
+            node("a", "Add", &["x", "cr"], &["y"]),
+        ],
+        vec![],
+        vec![vi("x", &[2, 3], FLOAT)],
+        vec![vi("y", &[2, 3], FLOAT)],
+        17,
+    );
+    let imported = import(&m).expect("imports");
+    assert_eq!(
+        imported.evaluated_at_import,
+        vec![("Exp".to_string(), 1), ("Sqrt".to_string(), 1)]
+    );
+    // the values are the constants' f32 arithmetic: y = x − sqrt(exp(c))
+    let x = Tensor::from_vec(vec![0.0; 6], &[2, 3]).unwrap();
+    let profile = BackendProfile::named("strict_cpu").unwrap();
+    let inputs = [("x".to_string(), x)];
+    let outs = run_graph(imported.graph, &imported.values, &inputs, &profile, false).unwrap();
+    let y = outs["y"].data();
+    for (i, c) in [0.5f32, 1.0, 2.0].iter().enumerate() {
+        assert_eq!(y[i], -(c.exp().sqrt()), "{y:?}");
+    }
+    let plain = model(
+        vec![node("a", "Add", &["x", "x"], &["y"])],
+        vec![],
+        vec![vi("x", &[2, 3], FLOAT)],
+        vec![vi("y", &[2, 3], FLOAT)],
+        17,
+    );
+    assert!(import(&plain)
+        .expect("imports")
+        .evaluated_at_import
+        .is_empty());
+}

@@ -243,6 +243,7 @@ pub fn run_graph(a: RunGraphArgs) -> CliResult {
         baked,
         constants,
         output_dtypes,
+        outside_gate,
     } = if super::onnx::is_onnx(&a.graph) {
         super::onnx::load_for_inputs(&a.graph, &inputs, &writes)?
     } else {
@@ -252,6 +253,7 @@ pub fn run_graph(a: RunGraphArgs) -> CliResult {
             baked: vec![],
             constants: vec![],
             output_dtypes: vec![],
+            outside_gate: vec![],
         }
     };
     // float initializers the import read only as constants (a Pow exponent, a Resize scale):
@@ -350,7 +352,11 @@ pub fn run_graph(a: RunGraphArgs) -> CliResult {
     let compiled = CompiledGraph::compile(graph, &profile)
         .map_err(|e| CliError::from(torchlean::Error::from(e)))?;
     if a.backend.show_backend {
-        out!("{}", compiled.report().to_text());
+        let report = compiled.report().clone();
+        out!(
+            "{}",
+            report.with_outside_gate(outside_gate.clone()).to_text()
+        );
     }
     // values go to the profile's device explicitly (an op never moves them: an input left on
     // the host is refused by the first kernel), and the outputs come back explicitly
@@ -395,7 +401,10 @@ pub fn run_graph(a: RunGraphArgs) -> CliResult {
         .collect::<Result<Vec<_>, CliError>>()?;
     write_safetensors_as(&a.out, &outputs, None)?;
     if let Some(path) = &a.backend.report_json {
-        crate::backend_args::write_report_json(path, &compiled.ran_report())?;
+        crate::backend_args::write_report_json(
+            path,
+            &compiled.ran_report().with_outside_gate(outside_gate),
+        )?;
     }
     outln!("wrote {} output(s) to {}", outputs.len(), a.out.display());
     Ok(())

@@ -88,6 +88,27 @@ pub struct LoadedModel {
     pub constants: Vec<String>,
     /// The outputs' declared element types other than float32 (`Imported::output_dtypes`).
     pub output_dtypes: Vec<(String, StoredDtype)>,
+    /// What the import computed outside the gate ([`outside_gate`] of
+    /// `Imported::evaluated_at_import`).
+    pub outside_gate: Vec<String>,
+}
+
+/// The report's line for the float arithmetic an import evaluated on constants
+/// (`Imported::evaluated_at_import`): done by the importer before any plan, with the
+/// reference kernels' float32 formulas, so no kernel row covers it. Empty when there was
+/// none.
+pub fn outside_gate(evaluated: &[(String, usize)]) -> Vec<String> {
+    if evaluated.is_empty() {
+        return vec![];
+    }
+    let ops: Vec<String> = evaluated
+        .iter()
+        .map(|(op, n)| format!("{op} ×{n}"))
+        .collect();
+    vec![format!(
+        "the ONNX import evaluated {} on constants in float32 (the reference kernels' formulas), before planning: not planned, gated or checked, and listed in no kernel row",
+        ops.join(", ")
+    )]
 }
 
 pub fn load_for_inputs(
@@ -127,6 +148,7 @@ pub fn load_for_inputs(
         baked: imported.baked_parameters,
         constants: imported.constant_initializers,
         output_dtypes: imported.output_dtypes,
+        outside_gate: outside_gate(&imported.evaluated_at_import),
     })
 }
 
@@ -156,6 +178,7 @@ pub fn import(a: ImportArgs) -> CliResult {
         &parse_input_shapes(&a.input_shape)?,
         &[("--out", &a.out), ("--params", &a.params)],
     )?;
+    let outside = outside_gate(&imported.evaluated_at_import);
     let (graph, values) = (imported.graph, imported.values);
     let text =
         serde_json::to_string_pretty(&graph).map_err(|e| CliError::runtime(e.to_string()))?;
@@ -173,5 +196,10 @@ pub fn import(a: ImportArgs) -> CliResult {
         graph.parameters.len(),
         graph.outputs.len()
     );
+    // the written constants hold values the import computed: a later run of the graph
+    // reads them as data, so this is where it is said
+    for line in outside {
+        outln!("note: {line} (written as constants)");
+    }
     Ok(())
 }

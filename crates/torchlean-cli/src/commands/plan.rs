@@ -54,17 +54,22 @@ fn load_model(
     path: &std::path::Path,
     input_shape: &[String],
     writes: &[(&str, &std::path::Path)],
-) -> Result<Graph, CliError> {
+) -> Result<(Graph, Vec<String>), CliError> {
     Ok(if super::onnx::is_onnx(path) {
         let shapes = super::onnx::parse_input_shapes(input_shape)?;
-        super::onnx::load(path, &shapes, writes)?.graph
+        let imported = super::onnx::load(path, &shapes, writes)?;
+        let outside = super::onnx::outside_gate(&imported.evaluated_at_import);
+        (imported.graph, outside)
     } else {
         if !input_shape.is_empty() {
             return Err(CliError::usage(
                 "--input-shape applies to ONNX models (whose input shapes may be symbolic); a graph file declares its input shapes",
             ));
         }
-        Graph::load(path).map_err(|e| CliError::usage(e.to_string()))?
+        (
+            Graph::load(path).map_err(|e| CliError::usage(e.to_string()))?,
+            vec![],
+        )
     })
 }
 
@@ -140,9 +145,12 @@ pub fn run(a: Args) -> CliResult {
     // a provider the build does not declare on the device is refused here as a run refuses it
     torchlean::module::check_declared(profile.device, profile.preference)
         .map_err(|e| CliError::usage(e.to_string()))?;
+    // what an ONNX import computed before the plan (BackendReport::outside_gate)
+    let mut outside_gate = vec![];
     let report = match (&a.model, mode) {
         (Some(path), ExecutionMode::Compiled) => {
-            let mut graph = load_model(path, &a.input_shape, &writes)?;
+            let (mut graph, outside) = load_model(path, &a.input_shape, &writes)?;
+            outside_gate = outside;
             if a.grad {
                 let loss = graph
                     .loss_output()
@@ -173,7 +181,11 @@ pub fn run(a: Args) -> CliResult {
         }
         _ => {
             let ops: Vec<OpKind> = match &a.model {
-                Some(path) => graph_ops(&load_model(path, &a.input_shape, &writes)?),
+                Some(path) => {
+                    let (graph, outside) = load_model(path, &a.input_shape, &writes)?;
+                    outside_gate = outside;
+                    graph_ops(&graph)
+                }
                 None => a
                     .ops
                     .iter()
@@ -246,6 +258,7 @@ pub fn run(a: Args) -> CliResult {
             BackendReport::new(&profile, mode, audits, groups, failures)
         }
     };
+    let report = report.with_outside_gate(outside_gate);
     if a.json {
         outln!(
             "{}",

@@ -76,7 +76,54 @@ pub struct Imported {
     /// as float32 values, and a caller writing the outputs writes them in these types, as
     /// PyTorch and onnxruntime return them (`torchlean run-graph` does).
     pub output_dtypes: Vec<(String, StoredDtype)>,
+    /// The nodes the import evaluated in float32 arithmetic on constants, by ONNX operator,
+    /// with their counts (`Sqrt` of a constant, `Div` of two: with the reference kernels'
+    /// formulas, but by the importer, before any plan: outside the gate, so a run's report
+    /// lists them apart). Moves, selections, comparisons, shape queries, `Neg`, `Abs` and
+    /// integer arithmetic, which round nothing, are not counted.
+    pub evaluated_at_import: Vec<(String, usize)>,
 }
+
+/// Operators whose evaluation on constants rounds nothing: their results are operands'
+/// elements, comparisons, shapes or exact integers ([`Imported::evaluated_at_import`]).
+const EXACT_ON_CONSTANTS: &[&str] = &[
+    "Constant",
+    "ConstantOfShape",
+    "Identity",
+    "Shape",
+    "Size",
+    "Reshape",
+    "Flatten",
+    "Squeeze",
+    "Unsqueeze",
+    "Transpose",
+    "Expand",
+    "Concat",
+    "Slice",
+    "Split",
+    "Gather",
+    "GatherND",
+    "GatherElements",
+    "Tile",
+    "Trilu",
+    "Where",
+    "Max",
+    "Min",
+    "Equal",
+    "Less",
+    "LessOrEqual",
+    "Greater",
+    "GreaterOrEqual",
+    "Not",
+    "And",
+    "Or",
+    "Xor",
+    "Neg",
+    "Abs",
+    "Sign",
+    "Cast",
+    "CastLike",
+];
 
 impl Imported {
     /// Checks values supplied for the model's inputs against the element types the model
@@ -401,6 +448,7 @@ pub fn import_model(
             reason,
         })
     };
+    let mut evaluated: std::collections::BTreeMap<String, usize> = Default::default();
     let mut b = Builder {
         graph: Graph::new(),
         opset,
@@ -813,6 +861,12 @@ pub fn import_model(
         }
         match result {
             Ok(outs) => {
+                let float_const = |v: &Value| matches!(v, Value::Const(c) if matches!(c.data, crate::constant::Data::F32(_)));
+                if !EXACT_ON_CONSTANTS.contains(&node.op_type.as_str())
+                    && outs.iter().any(float_const)
+                {
+                    *evaluated.entry(node.op_type.clone()).or_default() += 1;
+                }
                 let wanted = node.output.iter().filter(|o| !o.is_empty()).count();
                 if outs.len() < wanted {
                     fail_node(format!(
@@ -992,6 +1046,7 @@ pub fn import_model(
         baked_parameters,
         constant_initializers,
         output_dtypes,
+        evaluated_at_import: evaluated.into_iter().collect(),
     })
 }
 

@@ -44,6 +44,11 @@ pub struct BackendReport {
     /// (see [`BackendReport::stopped_by`]). Absent for a run that finished.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stopped: Option<String>,
+    /// Computation the run did before any plan, outside the gate (an ONNX import's
+    /// evaluation of float arithmetic on constants), one line each: no kernel row covers it,
+    /// so the report says it apart (see [`BackendReport::with_outside_gate`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub outside_gate: Vec<String>,
 }
 
 impl BackendReport {
@@ -85,7 +90,16 @@ impl BackendReport {
             target: None,
             memory: None,
             stopped: None,
+            outside_gate: vec![],
         }
+    }
+
+    /// This report with `lines` of computation done outside the gate before the plan (an
+    /// ONNX import's evaluation of float arithmetic on constants, which the report did not
+    /// mention: the fifty-first session's trust audit).
+    pub fn with_outside_gate(mut self, lines: impl IntoIterator<Item = String>) -> Self {
+        self.outside_gate.extend(lines);
+        self
     }
 
     /// This report as the report of what ran before the run stopped with `reason`: verdict
@@ -149,6 +163,9 @@ impl BackendReport {
         );
         if let Some(why) = &self.stopped {
             let _ = writeln!(s, "stopped: {why}");
+        }
+        for line in &self.outside_gate {
+            let _ = writeln!(s, "outside the gate: {line}");
         }
         if let Some(t) = &self.target {
             let _ = writeln!(s, "target: {t}");
