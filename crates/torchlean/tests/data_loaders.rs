@@ -82,9 +82,18 @@ fn csv_default_label_column_follows_a_label_named_in_the_header() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("several columns `label`"), "{e}");
-    // the last column named like a label, or none: the last
-    let ds = read("last.csv", b"class,label\n1,2\n3,4\n").unwrap();
+    // one column named like a label, the last: that one; several, one of them the last:
+    // refused (the others were read as features in silence: the fifty-first session's CLI
+    // audit); none: the last
+    let ds = read("last.csv", b"a,label\n1,2\n3,4\n").unwrap();
     assert_eq!(ds.targets().unwrap().to_vec(), vec![2.0, 4.0]);
+    for (file, text) in [
+        ("two-last.csv", &b"class,label\n1,2\n3,4\n"[..]),
+        ("first-last.csv", &b"label,a,target\n0,1,2\n1,3,4\n"[..]),
+    ] {
+        let e = read(file, text).unwrap_err().to_string();
+        assert!(e.contains("several columns like a label"), "{file}: {e}");
+    }
     let ds = read("none.csv", b"a,b,c\n1,2,3\n").unwrap();
     assert_eq!(ds.targets().unwrap().to_vec(), vec![3.0]);
     // no header: the last

@@ -27,11 +27,11 @@ pub enum Header {
 /// Which column holds the target.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LabelColumn {
-    /// The last column, unless the header names another one like a label (`label`,
-    /// `labels`, `target`, `class`, any case) and the last is not named so: then that
-    /// one (Kaggle's MNIST CSV has `label` first; reading its last pixel as the label trained
-    /// a model on the wrong target without a word). Several such names, none of them the
-    /// last, are refused: say [`LabelColumn::Name`].
+    /// The last column, unless the header names one column like a label (`label`,
+    /// `labels`, `target`, `class`, any case): then that one (Kaggle's MNIST CSV has `label`
+    /// first; reading its last pixel as the label trained a model on the wrong target
+    /// without a word). Several such names are refused, also when one of them is the last
+    /// (the others would be features): say [`LabelColumn::Name`].
     Auto,
     First,
     Last,
@@ -179,12 +179,14 @@ fn auto_label(header: Option<&[String]>, cols: usize) -> std::result::Result<usi
     let named: Vec<usize> = (0..cols)
         .filter(|&c| LABEL_NAMES.contains(&names[c].trim().to_ascii_lowercase().as_str()))
         .collect();
+    // several label-like names are ambiguous even when one of them is the last column: the
+    // others would be read as features in silence (`label,a,target` trained on `label` as
+    // a feature: the fifty-first session's CLI audit)
     match named.as_slice() {
         [] => Ok(last),
-        _ if named.contains(&last) => Ok(last),
         [one] => Ok(*one),
         several => Err(format!(
-            "the header names several columns like a label ({}), none of them the last: say which (the CLI's `--label-column NAME`, the library's `LabelColumn::Name`)",
+            "the header names several columns like a label ({}): say which (the CLI's `--label-column NAME` or `--label-column INDEX`, the library's `LabelColumn`); the others would be read as features",
             several
                 .iter()
                 .map(|&c| format!("{c} `{}`", names[c]))

@@ -32,10 +32,10 @@ pub struct DataArgs {
     /// column names).
     #[arg(long, value_enum)]
     pub csv_header: Option<CsvHeader>,
-    /// A CSV file's label column: `auto` (default: the last, unless the header names another
-    /// column `label`, `labels`, `target` or `class`, any case, and not the last: then that
-    /// one; several such names, none of them last, are refused), `first`, `last`, a 0-based
-    /// index, or a name in the header.
+    /// A CSV file's label column: `auto` (default: the last, unless the header names one
+    /// column `label`, `labels`, `target` or `class`, any case: then that one; several such
+    /// names are refused, even when one is the last), `first`, `last`, a 0-based index, or a
+    /// name in the header.
     #[arg(long)]
     pub label_column: Option<String>,
     /// With --load: train or evaluate on a data file other than the checkpoint's (other
@@ -237,6 +237,7 @@ fn cnn_setup(
                 ds.len()
             );
             let (train, test) = holdout(ds, h.seed)?;
+            let what = format!("{what}, {}", split_words(&train, &test));
             (train, test, classes, size, Goal::None, what)
         }
     };
@@ -309,6 +310,7 @@ pub fn mlp(a: MlpArgs) -> CliResult {
                 ds.len()
             );
             let (train, test) = holdout(ds, h.seed)?;
+            let what = format!("{what}, {}", split_words(&train, &test));
             (train, test, features, classes, Goal::None, what)
         }
     };
@@ -333,4 +335,18 @@ pub fn mlp(a: MlpArgs) -> CliResult {
         },
     )
     .map(|_| ())
+}
+
+/// How a data file's samples were split, for the run's header (the synthetic data's say it
+/// too; a file's did not: the CLI audit): `N train / M held out`, or that a file of fewer
+/// than 10 samples trains and evaluates on all of them (`holdout`).
+fn split_words(train: &Dataset, test: &Dataset) -> String {
+    if train.len() == test.len() && train.len() < 10 {
+        format!(
+            "all {} used for training and evaluation (fewer than 10: none held out)",
+            train.len()
+        )
+    } else {
+        format!("{} train / {} held out", train.len(), test.len())
+    }
 }

@@ -12,9 +12,9 @@ macro_rules! data_help {
   *.csv  numeric CSV, one sample per line, optional header (--csv-header auto|present|absent;
          auto: a header when no feature field of the first line is a number, data when every
          one is, refused when they mix both). The label column (--label-column; default
-         auto: the LAST column, unless the header names another one `label`, `labels`,
-         `target` or `class` and not the last — Kaggle's MNIST CSV has `label` first;
-         printed) holds class
+         auto: the LAST column, unless the header names one column `label`, `labels`,
+         `target` or `class` — Kaggle's MNIST CSV has `label` first; several such names
+         are refused: say which; printed) holds class
          indices, or class names (iris' `setosa`, ...: numbered 0, 1, ... in sorted order,
          printed; every field is trimmed of surrounding spaces, so `setosa ` is `setosa`;
          a column mixing numbers and names is refused). Feature values are used
@@ -337,7 +337,7 @@ pub fn check_same_data(
             Ok(())
         }
         None if !load.is_empty() => {
-            outln!("note: the checkpoint records no data fingerprint (written before they were recorded): that --data is its training data, in its order, is not checked");
+            outln!("note: the checkpoint records no data fingerprint (it was trained on the example's synthetic data, or written before fingerprints were recorded): that --data is its training data, in its order, is not checked");
             Ok(())
         }
         _ => Ok(()),
