@@ -630,7 +630,7 @@ fn the_optimizer_settings_flags_reach_the_optimizer_and_a_resumed_run_keeps_them
         ),
         (
             &["--load", s(&ck), "--centered=false"][..],
-            "a resume cannot turn it off",
+            "a resume cannot turn centered off",
         ),
         (
             &["--load", s(&ams), "--amsgrad=false"][..],

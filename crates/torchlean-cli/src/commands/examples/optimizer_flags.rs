@@ -242,13 +242,13 @@ impl CommonArgs {
         if saved_on == new_on {
             return Ok(());
         }
+        let setting = flag.trim_start_matches('-');
         Err(CliError::usage(format!(
-            "{flag} {new}: the checkpoint {} was trained by {} with {} {saved}, and its optimizer \
-             state {} {buffers}; a resume cannot turn it {} (leave {flag} out to keep {saved}, \
-             or start a new run)",
+            "{flag} {new}: the checkpoint {} was trained by {} with {setting} {saved}, and its \
+             optimizer state {} {buffers}; a resume cannot turn {setting} {} (leave {flag} out \
+             to keep {saved}, or start a new run)",
             self.load_display(),
             choice.kind(),
-            flag.trim_start_matches('-'),
             if saved_on { "holds" } else { "has no" },
             if new_on { "on" } else { "off" },
         )))
