@@ -1771,3 +1771,57 @@ fn a_resume_cannot_turn_momentum_on_or_off_except_sgds_start() {
         }
     }
 }
+
+/// Parameters loaded with `--load` were computed by earlier runs, whose kernels a report
+/// cannot list: the report says which profiles trained them (checkpoints record the
+/// profiles and the step each took over), so a strict resume of a checked run does not
+/// look verified end to end (it listed only `reference.*` rows: the trust audit). A run
+/// without `--load` says nothing of the kind.
+#[test]
+fn a_resumed_runs_report_names_the_profiles_that_trained_its_parameters() {
+    let d = scratch("profile-history");
+    let (ck1, ck2, json) = (d.join("1.ckpt"), d.join("2.ckpt"), d.join("r.json"));
+    let run = |args: &[&str]| {
+        let o = torchlean(&[&["mlp", "--steps", "3"], args].concat());
+        assert_eq!(code(&o), 0, "{args:?}: {}", stderr(&o));
+        serde_json::from_str::<serde_json::Value>(&std::fs::read_to_string(&json).unwrap()).unwrap()
+    };
+    let fresh = run(&[
+        "--profile",
+        "checked_cpu",
+        "--save",
+        s(&ck1),
+        "--report-json",
+        s(&json),
+    ]);
+    assert!(fresh.get("outside_gate").is_none(), "{fresh}");
+    let resumed = run(&[
+        "--profile",
+        "strict_cpu",
+        "--load",
+        s(&ck1),
+        "--save",
+        s(&ck2),
+        "--report-json",
+        s(&json),
+    ]);
+    let line = resumed["outside_gate"][0]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        line.contains("3 steps: checked_cpu [checked-runtime] from step 0"),
+        "{resumed}"
+    );
+    let again = run(&["--load", s(&ck2), "--report-json", s(&json)]);
+    let line = again["outside_gate"][0]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        line.contains(
+            "6 steps: checked_cpu [checked-runtime] from step 0; strict_cpu [strict] from step 3"
+        ),
+        "{again}"
+    );
+}

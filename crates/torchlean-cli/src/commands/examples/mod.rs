@@ -147,6 +147,18 @@ fn shown(loss: f32) -> f32 {
     loss + 0.0
 }
 
+/// The checkpoint note listing the profiles that trained its parameters
+/// (`CommonArgs::profile_history`).
+const PROFILES_NOTE: &str = "profiles";
+
+/// A profile as a checkpoint's history records it: its name and policy.
+fn trainer_profile_label(config: &Config) -> String {
+    match &config.profile {
+        Some(p) => format!("{} [{}]", p.name, p.policy.name),
+        None => "default".into(),
+    }
+}
+
 /// The example's defaults for the unset flags.
 #[derive(Debug, Clone, Copy)]
 pub struct Defaults {
@@ -309,6 +321,47 @@ impl CommonArgs {
                 Ok((0, self.load.is_none()))
             }
         }
+    }
+
+    /// The profiles that trained the `--load` checkpoint's parameters, from its note
+    /// [`PROFILES_NOTE`] (`profile [policy] from step N; …`), plus this run's `label` from the
+    /// checkpoint's step: what a checkpoint of this run records.
+    fn profile_history(&self, label: &str) -> String {
+        let step = self.checkpoint_step();
+        let this = format!("{label} from step {step}");
+        match (self.saved(&torchlean::nn::note_key(PROFILES_NOTE)), step) {
+            (_, 0) => this,
+            (Some(h), _) => format!("{h}; {this}"),
+            (None, _) => format!("unrecorded (a checkpoint written before profiles were recorded) from step 0; {this}"),
+        }
+    }
+
+    /// The report's line for the parameters a `--load` checkpoint brought: trained by earlier
+    /// runs (under the profiles its note records), whose kernels are not in this run's report.
+    /// Empty without `--load` or for a checkpoint of step 0.
+    fn earlier_training(&self) -> Vec<String> {
+        let step = self.checkpoint_step();
+        if step == 0 {
+            return vec![];
+        }
+        let history = self
+            .saved(&torchlean::nn::note_key(PROFILES_NOTE))
+            .map(|h| torchlean::nn::shown_metadata(&h))
+            .unwrap_or_else(|| "profiles not recorded (an older checkpoint)".into());
+        vec![format!(
+            "the parameters loaded from --load {} were trained by earlier runs ({step} steps: {history}); their kernels are not in this report",
+            self.load_display()
+        )]
+    }
+
+    /// The `--load` checkpoint's step (0 without one).
+    fn checkpoint_step(&self) -> u64 {
+        self.checkpoint()
+            .ok()
+            .flatten()
+            .and_then(|c| c.metadata.get("step"))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
     }
 
     /// The `--load` path, for messages.
@@ -553,7 +606,10 @@ impl StepLog {
 
 /// The report of what ran: the compiled step's plan in compiled mode, else the kernels that
 /// ran in the trainer's session.
-pub(super) fn what_ran<M: Module>(trainer: &Trainer<M>) -> Result<BackendReport, CliError> {
+pub(super) fn what_ran<M: Module>(
+    args: &CommonArgs,
+    trainer: &Trainer<M>,
+) -> Result<BackendReport, CliError> {
     let mut report = trainer
         .step_report()
         .or_else(|| trainer.report())
@@ -563,7 +619,10 @@ pub(super) fn what_ran<M: Module>(trainer: &Trainer<M>) -> Result<BackendReport,
     if let Ok(command) = torchlean::runtime::with_current(|s| s.report()) {
         report.add_eager_kernels(command);
     }
-    Ok(report)
+    // the loaded parameters were computed by earlier runs, whose kernels this report cannot
+    // list: it says which profiles trained them (the trust audit: a strict resume of a
+    // checked run showed only verified rows)
+    Ok(report.with_outside_gate(args.earlier_training()))
 }
 
 /// Whether the model's outputs on the first training batch are all finite (the check of
@@ -588,7 +647,7 @@ fn report_after_failure<M: Module>(args: &CommonArgs, trainer: &Trainer<M>, reas
     if !args.backend.show_backend && args.backend.report_json.is_none() {
         return;
     }
-    let Ok(report) = what_ran(trainer) else {
+    let Ok(report) = what_ran(args, trainer) else {
         return;
     };
     let report = report.stopped_by(reason);
@@ -651,6 +710,11 @@ pub fn run<M: Module>(
     config
         .checkpoint_notes
         .push(("lr".to_string(), hyper.lr.to_string()));
+    // the profiles that trained the parameters, this run's appended (CommonArgs::earlier_training)
+    config.checkpoint_notes.push((
+        PROFILES_NOTE.to_string(),
+        args.profile_history(&trainer_profile_label(&config)),
+    ));
     // the batch size, on which each step's batch depends (CommonArgs::saved_batch_size)
     config
         .checkpoint_notes
@@ -774,7 +838,7 @@ pub fn run<M: Module>(
         losses.extend_from_slice(&summary.losses);
         // (with no step the report is printed after the evaluation, what ran then)
         if i == 0 && args.backend.show_backend && hyper.steps > 0 {
-            progress.println(&what_ran(&trainer)?.to_text());
+            progress.println(&what_ran(args, &trainer)?.to_text());
         }
     }
     progress.finish();
@@ -798,7 +862,7 @@ pub fn run<M: Module>(
     if args.backend.show_backend && hyper.steps == 0 {
         // an evaluation-only run (`--load … --steps 0`): the kernels the evaluation ran (the
         // report printed after a first step would have no rows)
-        outln!("{}", what_ran(&trainer)?.to_text());
+        outln!("{}", what_ran(args, &trainer)?.to_text());
     }
     let n = losses.len();
     let final_loss = losses.last().copied().unwrap_or(f32::NAN);
@@ -911,7 +975,8 @@ pub fn run<M: Module>(
         export::write_onnx(&mut trainer, &train, hyper.batch_size, p)?;
     }
     let load: Vec<(&str, &Path)> = args.load.iter().map(|p| ("--load", p.as_path())).collect();
-    args.backend.write_report(what_ran(&trainer)?, &load)?;
+    args.backend
+        .write_report(what_ran(args, &trainer)?, &load)?;
     Ok(trainer)
 }
 

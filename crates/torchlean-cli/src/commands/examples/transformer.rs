@@ -232,7 +232,7 @@ pub fn run_cmd(a: Args) -> CliResult {
             .collect();
         a.common
             .backend
-            .write_report(super::what_ran(&trainer)?, &load)?;
+            .write_report(super::what_ran(&a.common, &trainer)?, &load)?;
     }
     Ok(())
 }
