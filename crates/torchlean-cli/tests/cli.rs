@@ -1024,3 +1024,33 @@ fn contracts_without_evidence_claim_nothing() {
         "only {without} contracts without evidence: the scan is broken"
     );
 }
+
+/// `plan --vjp` other than the profile's is an override, and the profile is then named
+/// `custom(..)` as for every other override (`--vjp none` kept the name `strict_cpu`: the
+/// trust audit); the profile's own mode keeps its name.
+#[test]
+fn a_vjp_override_renames_the_profile_as_every_override_does() {
+    let header = |vjp: &str| {
+        let (code, out, err) = run(&[
+            "plan",
+            "--profile",
+            "strict_cpu",
+            "--vjp",
+            vjp,
+            "--ops",
+            "add",
+        ]);
+        assert_eq!(code, 0, "{err}");
+        out.lines()
+            .find(|l| l.starts_with("backend report:"))
+            .unwrap_or_default()
+            .to_string()
+    };
+    let none = header("none");
+    assert!(
+        none.contains("profile=custom(strict_cpu)") && none.contains("vjp=none"),
+        "{none}"
+    );
+    let same = header("torchlean_tape");
+    assert!(same.contains("profile=strict_cpu "), "{same}");
+}

@@ -106,11 +106,18 @@ pub fn run(a: Args) -> CliResult {
     let writes = a.backend.report_output();
     let mut profile = a.backend.profile()?;
     if let Some(v) = &a.vjp {
-        profile.vjp = VjpMode::from_label(v).ok_or_else(|| {
+        let vjp = VjpMode::from_label(v).ok_or_else(|| {
             CliError::usage(format!(
                 "unknown vjp mode `{v}` (none, torchlean_tape, backend_vjp, external_autograd)"
             ))
         })?;
+        // another VJP mode than the profile's is an override like --policy's: the profile
+        // is then named `custom(..)`, as for every other override (it kept its name: the
+        // trust audit)
+        if vjp != profile.vjp && !profile.name.starts_with("custom(") {
+            profile.name = format!("custom({})", profile.name);
+        }
+        profile.vjp = vjp;
     }
     // a model's plan is by default the plan of its run (run-graph runs compiled only: an
     // eager default named `sigmoid`, `tanh`, `mul` where the run used `fused_map`)
