@@ -4,8 +4,8 @@
 
 use super::module::Module;
 use super::optim::{
-    check_finite_lr, check_lr, check_range, for_each_param, grad_of, update_by_ops, Optimizer,
-    OptimizerState, ParamNames, SlotStore,
+    check_finite_lr, check_lr, check_range, for_each_param, grad_of, readable_number,
+    update_by_ops, Optimizer, OptimizerState, ParamNames, SlotStore,
 };
 use crate::error::Result;
 use crate::runtime::Gradients;
@@ -108,7 +108,11 @@ impl Optimizer for Adagrad {
     fn describe(&self) -> String {
         format!(
             "adagrad: lr {}, lr decay {}, eps {:e}, weight decay {}, initial accumulator {}",
-            self.lr, self.lr_decay, self.eps, self.weight_decay, self.initial_accumulator_value
+            readable_number(self.lr),
+            readable_number(self.lr_decay),
+            self.eps,
+            readable_number(self.weight_decay),
+            readable_number(self.initial_accumulator_value)
         )
     }
     fn step(&mut self, model: &mut dyn Module, grads: &Gradients) -> Result<()> {

@@ -428,11 +428,11 @@ macro_rules! adam_optimizer {
                 format!(
                     "{}: lr {}, betas ({}, {}), eps {:e}, weight decay {}{}",
                     $kind,
-                    self.lr,
+                    super::optim::readable_number(self.lr),
                     self.beta1,
                     self.beta2,
                     self.eps,
-                    self.weight_decay,
+                    super::optim::readable_number(self.weight_decay),
                     if self.amsgrad { ", amsgrad" } else { "" }
                 )
             }

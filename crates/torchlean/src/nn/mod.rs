@@ -54,7 +54,7 @@ pub use linear::{Activation, Linear, Mlp};
 pub use loss::{accuracy, cross_entropy, mse, LossFn, Task};
 pub use module::{trace_ops, Module};
 pub use norm::{BatchNorm, LayerNorm, RmsNorm};
-pub use optim::{Optimizer, OptimizerState};
+pub use optim::{readable_number, Optimizer, OptimizerState};
 pub use pool::{AvgPool2d, Flatten, GlobalAvgPool, MaxPool2d};
 pub use rmsprop::RmsProp;
 pub use rnn::{Gru, Lstm};

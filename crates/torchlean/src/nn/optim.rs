@@ -43,7 +43,11 @@ pub trait Optimizer {
     /// The optimizer and its settings in words, as a run prints them (`adam: lr 0.001,
     /// betas (0.9, 0.999), …`). Default: the kind and the learning rate.
     fn describe(&self) -> String {
-        format!("{}: lr {}", self.kind(), self.learning_rate())
+        format!(
+            "{}: lr {}",
+            self.kind(),
+            readable_number(self.learning_rate())
+        )
     }
     /// The optimizer's state as named tensors `optim.<kind>.<slot>.<parameter>` plus the
     /// step count (and, for optimizers that count each parameter's steps, those counts).
@@ -85,6 +89,18 @@ pub struct OptimizerState {
     /// with slots but no entry (a checkpoint written before the counts were kept) counts
     /// `step`.
     pub param_steps: BTreeMap<String, u64>,
+}
+
+/// A setting as a run prints it: as Rust prints it (the shortest digits that read back as
+/// the same f32), in exponent form where that would be a long run of zeros (`1e30`, not a
+/// 31-digit integer; `1e-8`, not `0.00000001`), as Python prints floats.
+pub fn readable_number(v: f32) -> String {
+    let a = v.abs();
+    if a != 0.0 && a.is_finite() && !(1e-4..1e16).contains(&a) {
+        format!("{v:e}")
+    } else {
+        format!("{v}")
+    }
 }
 
 pub(crate) fn check_lr(lr: f32) -> Result<()> {

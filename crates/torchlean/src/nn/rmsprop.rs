@@ -4,8 +4,8 @@
 
 use super::module::Module;
 use super::optim::{
-    check_finite_lr, check_lr, check_range, for_each_param, grad_of, update_by_ops, Optimizer,
-    OptimizerState, ParamNames, SlotStore,
+    check_finite_lr, check_lr, check_range, for_each_param, grad_of, readable_number,
+    update_by_ops, Optimizer, OptimizerState, ParamNames, SlotStore,
 };
 use crate::error::Result;
 use crate::graph::Op;
@@ -149,10 +149,10 @@ impl Optimizer for RmsProp {
     fn describe(&self) -> String {
         format!(
             "rmsprop: lr {}, alpha {}, eps {:e}, weight decay {}, momentum {}{}",
-            self.lr,
+            readable_number(self.lr),
             self.alpha,
             self.eps,
-            self.weight_decay,
+            readable_number(self.weight_decay),
             self.momentum,
             if self.centered { ", centered" } else { "" }
         )

@@ -5,8 +5,8 @@
 
 use super::module::Module;
 use super::optim::{
-    check_finite_lr, check_lr, check_range, for_each_param, grad_of, Optimizer, OptimizerState,
-    ParamNames, SlotStore,
+    check_finite_lr, check_lr, check_range, for_each_param, grad_of, readable_number, Optimizer,
+    OptimizerState, ParamNames, SlotStore,
 };
 use crate::error::{Error, Result};
 use crate::graph::Op;
@@ -86,9 +86,9 @@ impl Optimizer for Sgd {
     fn describe(&self) -> String {
         format!(
             "sgd: lr {}, momentum {}, weight decay {}{}",
-            self.lr,
+            readable_number(self.lr),
             self.momentum,
-            self.weight_decay,
+            readable_number(self.weight_decay),
             if self.nesterov { ", nesterov" } else { "" }
         )
     }

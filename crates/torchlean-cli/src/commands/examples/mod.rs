@@ -741,7 +741,7 @@ pub fn run<M: Module>(
     };
     outln!(
         "{name}: {description}; {params} parameters, lr {}, batch {}, {} steps, {mode_text}, profile {}",
-        hyper.lr,
+        torchlean::nn::readable_number(hyper.lr),
         hyper.batch_size,
         hyper.steps,
         trainer.profile().name
