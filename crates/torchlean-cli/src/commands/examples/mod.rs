@@ -331,6 +331,16 @@ impl CommonArgs {
         let this = format!("{label} from step {step}");
         match (self.saved(&torchlean::nn::note_key(PROFILES_NOTE)), step) {
             (_, 0) => this,
+            // a resume under the profile that trained the last steps continues that
+            // segment: its checkpoint is the straight run's, byte for byte
+            (Some(h), _)
+                if h.rsplit("; ")
+                    .next()
+                    .and_then(|last| last.rsplit_once(" from step "))
+                    .is_some_and(|(profile, _)| profile == label) =>
+            {
+                h
+            }
             (Some(h), _) => format!("{h}; {this}"),
             (None, _) => format!("unrecorded (a checkpoint written before profiles were recorded) from step 0; {this}"),
         }

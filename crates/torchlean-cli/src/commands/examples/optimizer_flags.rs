@@ -417,25 +417,31 @@ impl CommonArgs {
                 )?;
             }
         }
-        if let Some(new) = f.amsgrad {
-            let old = saved.amsgrad.unwrap_or(false);
-            self.refuse_state_change(
-                choice,
+        let switches = [
+            (
                 "--amsgrad",
-                (old.to_string(), new.to_string()),
-                (old, new),
+                f.amsgrad,
+                saved.amsgrad,
                 "the running maximum of the second moment (max_exp_avg_sq)",
-            )?;
-        }
-        if let Some(new) = f.centered {
-            let old = saved.centered.unwrap_or(false);
-            self.refuse_state_change(
-                choice,
+            ),
+            (
                 "--centered",
-                (old.to_string(), new.to_string()),
-                (old, new),
+                f.centered,
+                saved.centered,
                 "the gradient averages (grad_avg)",
-            )?;
+            ),
+        ];
+        for (flag, given, saved, buffers) in switches {
+            if let Some(new) = given {
+                let old = saved.unwrap_or(false);
+                self.refuse_state_change(
+                    choice,
+                    flag,
+                    (old.to_string(), new.to_string()),
+                    (old, new),
+                    buffers,
+                )?;
+            }
         }
         Ok(())
     }
