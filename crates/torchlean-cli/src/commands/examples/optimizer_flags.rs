@@ -121,7 +121,7 @@ fn alpha_value(s: &str) -> Result<f64, String> {
 
 /// The settings of the run's optimizer, each from its flag or from the `--load` checkpoint's
 /// notes (`None`: neither, the optimizer's default).
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 struct Resolved {
     momentum: Option<f32>,
     weight_decay: Option<f32>,
@@ -265,8 +265,7 @@ impl CommonArgs {
     ) -> Result<Box<dyn torchlean::nn::Optimizer>, CliError> {
         use torchlean::nn::{Adagrad, Adam, AdamW, Optimizer, RmsProp, Sgd};
         use OptimizerChoice as O;
-        let saved =
-            OptimizerChoice::from_kind(&self.saved(torchlean::nn::KEY_OPTIM).unwrap_or_default());
+        let saved = self.saved_choice();
         // a checkpoint's optimizer state (and its notes) belong to the optimizer that saved
         // it: another one named by --optimizer cannot resume from it (the message blamed
         // --momentum, which the user had not given)
@@ -281,7 +280,7 @@ impl CommonArgs {
                 )));
             }
         }
-        let choice = self.optimizer_choice(default);
+        let choice = self.optim.optimizer.or(saved).unwrap_or(default);
         let r = self.resolved(true);
         // a flag the optimizer has no use for (the checkpoint's notes are its optimizer's)
         let uses: [(bool, &str, &[O]); 8] = [
@@ -322,17 +321,12 @@ impl CommonArgs {
         }
         let err =
             |e: torchlean::Error| CliError::usage(format!("--optimizer {}: {e}", choice.kind()));
-        let check_decay = |wd: f32| {
-            if wd.is_finite() && wd >= 0.0 {
-                Ok(wd)
-            } else {
-                Err(CliError::usage(format!(
-                    "--weight-decay must be finite and >= 0, got {wd}"
-                )))
-            }
-        };
-        let wd = r.weight_decay.map(check_decay).transpose()?;
-        for (flag, v) in [("--eps", r.eps), ("--lr-decay", r.lr_decay)] {
+        let wd = r.weight_decay;
+        for (flag, v) in [
+            ("--weight-decay", wd),
+            ("--eps", r.eps),
+            ("--lr-decay", r.lr_decay),
+        ] {
             if let Some(v) = v.filter(|v| !(v.is_finite() && *v >= 0.0)) {
                 return Err(CliError::usage(format!(
                     "{flag} must be finite and >= 0, got {v}"
@@ -386,11 +380,9 @@ impl CommonArgs {
         Ok(optimizer)
     }
 
-    /// `--optimizer`, else the `--load` checkpoint's, else `default`.
-    fn optimizer_choice(&self, default: OptimizerChoice) -> OptimizerChoice {
-        let saved =
-            OptimizerChoice::from_kind(&self.saved(torchlean::nn::KEY_OPTIM).unwrap_or_default());
-        self.optim.optimizer.or(saved).unwrap_or(default)
+    /// The `--load` checkpoint's optimizer (`None` without one).
+    fn saved_choice(&self) -> Option<OptimizerChoice> {
+        OptimizerChoice::from_kind(&self.saved(torchlean::nn::KEY_OPTIM)?)
     }
 
     /// A resume whose flags would add or remove buffers of the checkpoint's optimizer state
@@ -402,10 +394,9 @@ impl CommonArgs {
         if self.load.is_none() {
             return Ok(());
         }
-        let saved = self.resolved_saved();
         let f = &self.optim;
         if let Some(new) = f.momentum {
-            let old = saved.momentum.unwrap_or(0.0);
+            let old = self.saved_value::<f32>("momentum").unwrap_or(0.0);
             let sgd_starts = choice == OptimizerChoice::Sgd && old == 0.0;
             if !sgd_starts {
                 self.refuse_state_change(
@@ -421,13 +412,13 @@ impl CommonArgs {
             (
                 "--amsgrad",
                 f.amsgrad,
-                saved.amsgrad,
+                self.saved_value::<bool>("amsgrad"),
                 "the running maximum of the second moment (max_exp_avg_sq)",
             ),
             (
                 "--centered",
                 f.centered,
-                saved.centered,
+                self.saved_value::<bool>("centered"),
                 "the gradient averages (grad_avg)",
             ),
         ];
@@ -444,15 +435,5 @@ impl CommonArgs {
             }
         }
         Ok(())
-    }
-
-    /// The checkpoint's settings alone (no flag), silently.
-    fn resolved_saved(&self) -> Resolved {
-        Resolved {
-            momentum: self.flag_or_saved(None, "momentum", "", false),
-            amsgrad: self.flag_or_saved(None, "amsgrad", "", false),
-            centered: self.flag_or_saved(None, "centered", "", false),
-            ..Resolved::default()
-        }
     }
 }
