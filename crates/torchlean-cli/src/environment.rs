@@ -54,6 +54,11 @@ const SWITCHES: &[(&str, &[&str], &str)] = &[
         "0: one launch per small map",
     ),
     (
+        "TORCHLEAN_FLASH_DQ_ORDERED",
+        &["0", "1"],
+        "0: the deterministic flash VJP's dQ in slots or by the query kernel, not added in key-tile order",
+    ),
+    (
         "TORCHLEAN_FLASH_DQ_SLOTS",
         &["0", "1"],
         "0: the deterministic flash VJP's dQ by the query kernel",

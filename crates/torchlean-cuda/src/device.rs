@@ -142,6 +142,12 @@ pub struct Context {
     /// Whether the deterministic flash VJP may add dQ in slots (`kernels::attention_slots`;
     /// `TORCHLEAN_FLASH_DQ_SLOTS=0`: the query kernel always).
     pub flash_dq_slots: bool,
+    /// Whether the deterministic flash VJP adds dQ in key-tile order where it can (the key
+    /// kernel's fuse_dq 4; `TORCHLEAN_FLASH_DQ_ORDERED=0`: slots or the query kernel).
+    /// [`with_flash_dq_ordered`] overrides it on one thread (tests compare both ways).
+    flash_dq_ordered: bool,
+    /// Calls whose dQ was added in key-tile order (tests check that the path ran).
+    flash_dq_ordered_calls: std::sync::atomic::AtomicU64,
     /// Why the fused flash-attention kernels cannot run on this GPU (their shared memory
     /// exceeds its per-block limit), or `None`.
     pub flash_unavailable: Option<String>,
@@ -536,6 +542,7 @@ fn create() -> Result<Context, String> {
         flash_kv_resident
     };
     let flash_dq_slots = std::env::var("TORCHLEAN_FLASH_DQ_SLOTS").as_deref() != Ok("0");
+    let flash_dq_ordered = std::env::var("TORCHLEAN_FLASH_DQ_ORDERED").as_deref() != Ok("0");
     let flash = format!(
         "{}; key/value VJP's last wave split along the queries: {}; deterministic dQ: {}",
         flash_description(major, flash_mma),
@@ -544,11 +551,19 @@ fn create() -> Result<Context, String> {
         } else {
             "off".to_string()
         },
-        if flash_dq_slots {
-            format!("in at most {} slots summed in order where the f32 key kernel runs, else the query kernel (TORCHLEAN_FLASH_DQ_SLOTS=0: the query kernel)", crate::kernels::attention_slots::MAX_SLOTS)
-        } else {
-            "the query kernel (TORCHLEAN_FLASH_DQ_SLOTS=0)".to_string()
-        }
+        format!(
+            "{}{}",
+            if flash_dq_ordered {
+                "added in key-tile order by the f32 key kernel where no mask tile is skipped (TORCHLEAN_FLASH_DQ_ORDERED=0: off), else "
+            } else {
+                "(TORCHLEAN_FLASH_DQ_ORDERED=0) "
+            },
+            if flash_dq_slots {
+                format!("in at most {} slots summed in order where the f32 key kernel runs, else the query kernel (TORCHLEAN_FLASH_DQ_SLOTS=0: the query kernel)", crate::kernels::attention_slots::MAX_SLOTS)
+            } else {
+                "the query kernel (TORCHLEAN_FLASH_DQ_SLOTS=0)".to_string()
+            }
+        )
     );
     let flash = match &flash_unavailable {
         Some(why) => format!("the fused kernels cannot run on this GPU ({why}): their calls are refused, --provider prefer:torchlean plans the composition"),
@@ -574,12 +589,53 @@ fn create() -> Result<Context, String> {
         flash_kv_slots,
         flash_kv_resident,
         flash_dq_slots,
+        flash_dq_ordered,
+        flash_dq_ordered_calls: Default::default(),
         flash_unavailable,
         queue: Mutex::new(crate::queue::LaunchQueue::default()),
     })
 }
 
+thread_local! {
+    /// [`with_flash_dq_ordered`]'s setting on this thread.
+    static DQ_ORDERED_HERE: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f` with the deterministic flash VJP's ordered dQ turned on or off on this thread
+/// only (tests and comparisons; the report's target line describes the process's setting).
+/// Both ways are deterministic; they add dQ's terms in different orders, so a call's bits
+/// depend on the setting.
+pub fn with_flash_dq_ordered<R>(on: bool, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<bool>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            DQ_ORDERED_HERE.with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(DQ_ORDERED_HERE.with(|c| c.replace(Some(on))));
+    f()
+}
+
 impl Context {
+    /// Whether the deterministic flash VJP adds dQ in key-tile order where it can, on
+    /// this thread ([`with_flash_dq_ordered`], else the process's setting).
+    pub fn flash_dq_ordered(&self) -> bool {
+        DQ_ORDERED_HERE
+            .with(|c| c.get())
+            .unwrap_or(self.flash_dq_ordered)
+    }
+
+    /// Calls so far whose dQ was added in key-tile order.
+    pub fn flash_dq_ordered_calls(&self) -> u64 {
+        self.flash_dq_ordered_calls
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub(crate) fn count_flash_dq_ordered(&self) {
+        self.flash_dq_ordered_calls
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// The cuBLAS handle (serialized).
     pub fn blas(&self) -> std::sync::MutexGuard<'_, Blas> {
         // a poisoned lock only means another thread panicked during a call

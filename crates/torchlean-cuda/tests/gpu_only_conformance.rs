@@ -510,11 +510,16 @@ fn flash_attention_vjp_is_bit_identical_run_to_run() {
 /// repeats bit for bit; the log line gives the slot plan that ran.
 #[test]
 fn flash_attention_dq_in_grouped_slots_matches_the_cpu_and_repeats() {
-    use torchlean::graph::{AttentionMask, Op};
-    use torchlean_cuda::kernels::attention_slots::{dq_slots, DqSlots};
     if !gpu("flash_attention_dq_in_grouped_slots_matches_the_cpu_and_repeats") {
         return;
     }
+    // the slots, not the ordered dQ, which would take the unmasked calls
+    torchlean_cuda::device::with_flash_dq_ordered(false, grouped_slots_cases);
+}
+
+fn grouped_slots_cases() {
+    use torchlean::graph::{AttentionMask, Op};
+    use torchlean_cuda::kernels::attention_slots::{dq_slots, DqSlots};
     let (l, d) = (1100usize, 64usize);
     let key_tiles = l.div_ceil(64);
     let resident = torchlean_cuda::device::context()
@@ -602,6 +607,115 @@ fn flash_attention_dq_in_grouped_slots_matches_the_cpu_and_repeats() {
         );
     }
     eprintln!("flash_attention_dq_in_grouped_slots_matches_the_cpu_and_repeats: B·H = {bh}, L = S = {l}, d = {d}, plan {plan:?} on {resident} resident blocks; worst error against the CPU {worst:e}");
+}
+
+/// The deterministic VJP's dQ added in key-tile order (the key kernel's ordered mode: key
+/// tile k adds its terms to a query tile after key tiles 0, …, k − 1, waiting on a turn
+/// counter): unmasked and causal, L = S and L ≠ S, a head dimension that is not a multiple
+/// of 4 (scalar additions), an additive bias, and batch matrices enough for several waves of
+/// blocks (the log line says whether the key kernel split its last wave there). Every gradient is compared with the native
+/// CPU flash VJP (another implementation, held to the spec by `flash_attention.rs`) at the
+/// flash capsule's tolerance, a second run must give the same bits, the ordered path must
+/// have run for each call (the context counts them), and with the ordered path turned off
+/// (slots or the query kernel: other orders of addition) the gradients agree within the
+/// same tolerance.
+#[test]
+fn flash_attention_ordered_dq_matches_the_cpu_and_repeats() {
+    use torchlean::graph::{AttentionMask, Op};
+    if !gpu("flash_attention_ordered_dq_matches_the_cpu_and_repeats") {
+        return;
+    }
+    let cx = torchlean_cuda::device::context().expect("the CUDA context");
+    let cpu = torchlean::providers::native_cpu::flash_binding();
+    let cpu_vjp = cpu.vjp().expect("the CPU flash VJP");
+    let gpu_det = native_cuda_attention_binding();
+    let (fwd, vjp) = (gpu_det.forward(), gpu_det.vjp().expect("a VJP"));
+    let mut worst = 0.0f64;
+    // (bh, l, s, d, dv, mask, causal)
+    let cases = [
+        (8usize, 512usize, 512usize, 64usize, 64usize, AttentionMask::None, false),
+        (8, 512, 512, 64, 64, AttentionMask::None, true),
+        (3, 300, 700, 37, 50, AttentionMask::None, false),
+        (3, 700, 700, 37, 64, AttentionMask::None, true),
+        (2, 200, 330, 64, 64, AttentionMask::AdditiveBias, false),
+        (72, 1024, 1024, 64, 64, AttentionMask::None, false),
+    ];
+    for (c, &(bh, l, s, d, dv, mask, causal)) in cases.iter().enumerate() {
+        let op = Op::ScaledDotProductAttention {
+            scale: None,
+            causal,
+            mask,
+        };
+        let seed = 73_000 + 10 * c as u64;
+        let mut xs = vec![
+            draw(&[bh, l, d], Gen::Normal, seed),
+            draw(&[bh, s, d], Gen::Normal, seed + 1),
+            draw(&[bh, s, dv], Gen::Normal, seed + 2),
+        ];
+        if mask == AttentionMask::AdditiveBias {
+            xs.push(draw(&[l, s], Gen::Normal, seed + 3));
+        }
+        let gy = draw(&[bh, l, dv], Gen::Normal, seed + 9);
+        let host: Vec<Tensor> = xs
+            .iter()
+            .map(|a| {
+                Tensor::from_vec(a.data.iter().map(|&v| v as f32).collect(), &a.shape)
+                    .expect("host")
+            })
+            .collect();
+        let host_refs: Vec<&Tensor> = host.iter().collect();
+        let host_gy =
+            Tensor::from_vec(gy.data.iter().map(|&v| v as f32).collect(), &gy.shape).expect("host");
+        let needs = [true, true, true, false];
+        let needs = &needs[..xs.len()];
+        let y_cpu = (cpu.forward())(&op, &host_refs).expect("cpu forward");
+        let want = cpu_vjp(&op, &host_refs, &y_cpu, &host_gy, needs).expect("cpu vjp");
+        let want: Vec<Vec<f64>> = want
+            .iter()
+            .take(3)
+            .map(|g| widen(g.as_ref().expect("a gradient")))
+            .collect();
+        let ts: Vec<Tensor> = xs.iter().map(on_gpu).collect();
+        let tr: Vec<&Tensor> = ts.iter().collect();
+        let g = on_gpu(&gy);
+        let (first, again, other) = torchlean_cuda::device::with_flash_dq_ordered(true, || {
+            let y = fwd(&op, &tr).expect("gpu forward");
+            let before = cx.flash_dq_ordered_calls();
+            let first = vjp(&op, &tr, &y, &g, needs).expect("gpu vjp");
+            let again = vjp(&op, &tr, &y, &g, needs).expect("gpu vjp");
+            assert_eq!(
+                cx.flash_dq_ordered_calls(),
+                before + 2,
+                "case {c}: the ordered dQ did not run"
+            );
+            let other = torchlean_cuda::device::with_flash_dq_ordered(false, || {
+                vjp(&op, &tr, &y, &g, needs).expect("gpu vjp")
+            });
+            (first, again, other)
+        });
+        for (j, want) in want.iter().enumerate() {
+            for (name, got) in [("ordered", &first), ("not ordered", &other)] {
+                let got = got[j].as_ref().expect("a gradient");
+                match flash_compare(&widen(got), want, 2e-4) {
+                    Ok(e) => worst = worst.max(e),
+                    Err(e) => panic!("case {c} ({bh}×{l}×{s}, d {d}, dv {dv}, {mask:?}, causal {causal}) gradient {j}, {name}: {e}"),
+                }
+            }
+        }
+        assert!(
+            gradient_bits(&again) == gradient_bits(&first),
+            "case {c} ({bh}×{l}×{s}, {mask:?}, causal {causal}): a second run gave other bits"
+        );
+    }
+    let split = torchlean_cuda::kernels::attention_split::key_split(
+        72,
+        16,
+        16,
+        cx.flash_kv_slots,
+        1024,
+        128,
+    );
+    eprintln!("flash_attention_ordered_dq_matches_the_cpu_and_repeats: {} calls, each twice with the same bits; worst error against the CPU {worst:e}; the 72×1024 call's split {split:?}", cases.len());
 }
 
 /// The cuFFT spectral op at lengths that are not powers of two (6, 100, 127, 1000) with every

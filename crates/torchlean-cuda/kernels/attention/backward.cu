@@ -119,7 +119,7 @@ __device__ __forceinline__ void flash_bwd_kv_one_chunk(
     const int* __restrict__ nonfinite, const float* __restrict__ stats,
     const float* __restrict__ dout, float* __restrict__ dk, float* __restrict__ dv, const Flash& g,
     float* __restrict__ dq, int fuse_dq, long long split_heads, long long parts, float* __restrict__ part,
-    long long group, long long slot_stride) {
+    long long group, long long slot_stride, int* __restrict__ turns) {
     extern __shared__ __align__(16) float smem[];
     float* ks = smem;                // k rows
     float* vs = smem + FA_TILE;      // v rows
@@ -130,8 +130,19 @@ __device__ __forceinline__ void flash_bwd_kv_one_chunk(
     float* rs = smem + 6 * FA_TILE;  // the query tile's stats: max, 1 / normalizer, D (3 × 64)
     const int tx = threadIdx.x % 8, ty = threadIdx.x / 8;
     const long long nqt = (g.l + FA_T - 1) / FA_T, nkt = (g.s + FA_T - 1) / FA_T;
+    // the block's coordinates: its own, or with ordered dQ (fuse_dq 4) those of a ticket
+    // drawn when it starts (x fastest), so that every block it waits for (same batch
+    // matrix, a lower key tile: a lower ticket) has already started and never waits for it
+    long long bx = blockIdx.x, by = blockIdx.y;
+    if (fuse_dq == 4) {
+        __shared__ unsigned ticket;
+        if (threadIdx.x == 0) ticket = atomicAdd((unsigned*)turns, 1u);
+        __syncthreads();
+        bx = ticket % gridDim.x;
+        by = ticket / gridDim.x;
+    }
     // key tiles [kt_first, kt_end) of this block (one unless dQ goes to slots of `group`)
-    const long long kt_first = (long long)blockIdx.x * group, kt_end = min(kt_first + group, nkt);
+    const long long kt_first = bx * group, kt_end = min(kt_first + group, nkt);
     const bool skip = g.causal && nonfinite[0] == 0;
     const bool skip_tiles = TILES && g.tiles && nonfinite[0] == 0;
     const bool vec_dq = g.d % 4 == 0;
@@ -140,14 +151,14 @@ __device__ __forceinline__ void flash_bwd_kv_one_chunk(
     // (p+1)·nqt/parts) of matrix full + t / parts (p = t % parts) and leaving its dK, dV in
     // rows t of `part` (flash_sum_parts adds them in order)
     const long long full = g.bh - split_heads, ny = full + split_heads * parts;
-    for (long long y = blockIdx.y; y < ny; y += gridDim.y)
+    for (long long y = by; y < ny; y += gridDim.y)
     for (long long kt = kt_first; kt < kt_end; ++kt) {
         const long long k0 = kt * FA_T, keys = min((long long)FA_T, g.s - k0);
         const long long t = y - full, b = t < 0 ? y : full + t / parts;
         const long long qt_end = t < 0 ? nqt : (t % parts + 1) * nqt / parts;
         const long long qt_begin = max(skip ? k0 / FA_T : 0LL, t < 0 ? 0LL : (t % parts) * nqt / parts);
-        // dQ into slot blockIdx.x: stored (fuse_dq 2: one key tile per slot, visiting every
-        // query row of the matrix) or added to the zeroed slot (fuse_dq 3)
+        // dQ into slot bx: stored (fuse_dq 2: one key tile per slot, visiting every query
+        // row of the matrix) or added to the zeroed slot (fuse_dq 3)
         const bool add_dq = fuse_dq == 3;
         float ak[4][8] = {}, av[4][8] = {};
         __syncthreads();
@@ -209,14 +220,23 @@ __device__ __forceinline__ void flash_bwd_kv_one_chunk(
                 // dQ rows i0 + ty·4 + a, grouped columns: dS K from dSᵀ and the k rows
                 float aq[4][8] = {};
                 fa_mul_cols<true>(aq, dt, ty * 4, ks, tx, FA_T);
+                // ordered: this key tile's turn at this query tile comes after key tiles
+                // 0, 1, …, kt - 1, which all visit it (no mask tiles; a causal cut leaves
+                // exactly the key tiles at or before it), so the additions into each element
+                // of dQ are made in key-tile order on every run
+                int* turn = fuse_dq == 4 ? turns + 1 + b * nqt + qt : nullptr;
+                if (turn != nullptr) {
+                    if (threadIdx.x == 0) fa_turn_wait(turn, (int)kt);
+                    __syncthreads();
+                }
                 #pragma unroll
                 for (int a = 0; a < 4; ++a) {
                     const long long i = i0 + ty * 4 + a, row = b * g.l + i;
                     if (i >= g.l) continue;
-                    if (fuse_dq >= 2) {
+                    if (fuse_dq == 2 || fuse_dq == 3) {
                         // this thread's entries of the slot, in the same order for every key
                         // tile of the group; a row that attends nothing gets exact zeros
-                        float* out = dq + blockIdx.x * slot_stride + row * g.d;
+                        float* out = dq + bx * slot_stride + row * g.d;
                         #pragma unroll
                         for (int h = 0; h < 2; ++h)
                             #pragma unroll
@@ -243,6 +263,12 @@ __device__ __forceinline__ void flash_bwd_kv_one_chunk(
                                 if (col + e < g.d) atomicAdd(&out[col + e], g.scale * aq[a][4 * h + e]);
                         }
                     }
+                }
+                if (turn != nullptr) {
+                    // every thread's additions are done before the next key tile's turn
+                    __threadfence();
+                    __syncthreads();
+                    if (threadIdx.x == 0) fa_turn_store(turn, (int)kt + 1);
                 }
             }
             qt = next;
@@ -299,6 +325,12 @@ extern "C" __global__ void flash_sum_parts(const float* __restrict__ part, float
 //   (group 1) that visits every query row of the matrix (no causal cut, no mask tile
 //   skipped), so it stores; 3: the caller zeroed the slots and every tile adds. A row that
 //   attends nothing gets zeros.
+// - fuse_dq 4: deterministic, ordered. Added into dq (zeroed by the caller) as with 1, but
+//   key tile kt adds its terms to query tile qt only after key tiles 0, …, kt - 1 did
+//   (turns[1 + b·nqt + qt] counts the key tiles done there; turns[0] hands out the blocks'
+//   tickets; all zeroed by the caller), so every element's additions come in key-tile
+//   order on every run. Only where every key tile below kt visits each query tile kt
+//   visits: group 1, no mask tiles (a causal cut keeps that), one chunk.
 // `gate`: as flash_forward's (flash_bwd_kv_mma's flag).
 template <bool TILES>
 __device__ __forceinline__ void flash_bwd_kv_impl(
@@ -307,12 +339,13 @@ __device__ __forceinline__ void flash_bwd_kv_impl(
     const int* __restrict__ nonfinite, const float* __restrict__ stats,
     const float* __restrict__ dout, float* __restrict__ dk, float* __restrict__ dv, Flash g,
     float* __restrict__ dq, int fuse_dq, const int* __restrict__ gate, long long split_heads,
-    long long parts, float* __restrict__ part, long long group, long long slot_stride) {
+    long long parts, float* __restrict__ part, long long group, long long slot_stride,
+    int* __restrict__ turns) {
     // the tensor-core kernel (flash_bwd_kv_mma) took the call unless its flag says not
     if (gate != nullptr && gate[0] == 0) return;
     if (g.d <= FA_C && g.dv <= FA_C) {
         flash_bwd_kv_one_chunk<TILES>(q, k, v, bits, bias, nonfinite, stats, dout, dk, dv, g, dq, fuse_dq,
-                                      split_heads, parts, part, group, slot_stride);
+                                      split_heads, parts, part, group, slot_stride, turns);
         return;
     }
     extern __shared__ __align__(16) float smem[];
@@ -406,9 +439,10 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_bwd_kv(
     const int* __restrict__ nonfinite, const float* __restrict__ stats,
     const float* __restrict__ dout, float* __restrict__ dk, float* __restrict__ dv, Flash g,
     float* __restrict__ dq, int fuse_dq, const int* __restrict__ gate, long long split_heads,
-    long long parts, float* __restrict__ part, long long group, long long slot_stride) {
+    long long parts, float* __restrict__ part, long long group, long long slot_stride,
+    int* __restrict__ turns) {
     flash_bwd_kv_impl<false>(q, k, v, bits, bias, nonfinite, stats, dout, dk, dv, g, dq, fuse_dq, gate,
-                              split_heads, parts, part, group, slot_stride);
+                              split_heads, parts, part, group, slot_stride, turns);
 }
 extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_bwd_kv_tiles(
     const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
@@ -416,9 +450,10 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_bwd_kv_tiles(
     const int* __restrict__ nonfinite, const float* __restrict__ stats,
     const float* __restrict__ dout, float* __restrict__ dk, float* __restrict__ dv, Flash g,
     float* __restrict__ dq, int fuse_dq, const int* __restrict__ gate, long long split_heads,
-    long long parts, float* __restrict__ part, long long group, long long slot_stride) {
+    long long parts, float* __restrict__ part, long long group, long long slot_stride,
+    int* __restrict__ turns) {
     flash_bwd_kv_impl<true>(q, k, v, bits, bias, nonfinite, stats, dout, dk, dv, g, dq, fuse_dq, gate,
-                              split_heads, parts, part, group, slot_stride);
+                              split_heads, parts, part, group, slot_stride, turns);
 }
 
 

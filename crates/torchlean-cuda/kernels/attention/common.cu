@@ -258,6 +258,37 @@ __device__ __forceinline__ void fa_mul_cols(float acc[4][8], const float* At, in
     }
 }
 
+// Turns of the deterministic ordered dQ (flash_bwd_kv's fuse_dq 4): an acquire load of a
+// turn counter, and a release store of the next turn (sm_70 and later; before it a volatile
+// access with a fence on each side).
+__device__ __forceinline__ int fa_turn_load(const int* p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+    int v;
+    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+#else
+    const int v = *(const volatile int*)p;
+    __threadfence();
+    return v;
+#endif
+}
+// Waits until the turn counter at p reads `turn` (one thread of the block).
+__device__ __forceinline__ void fa_turn_wait(const int* p, int turn) {
+    while (fa_turn_load(p) != turn) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+        __nanosleep(32);
+#endif
+    }
+}
+__device__ __forceinline__ void fa_turn_store(int* p, int v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+    asm volatile("st.release.gpu.global.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+#else
+    __threadfence();
+    *(volatile int*)p = v;
+#endif
+}
+
 // p[0..3] += (x, y, z, w), each element atomically (p 16-byte aligned, in global memory):
 // one vector reduction on sm_90 and later (red.global.add.v4.f32: a warp's 32 lanes then
 // cover whole 32-byte sectors), four scalar atomics before and in the emulation.

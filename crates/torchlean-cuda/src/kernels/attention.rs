@@ -737,12 +737,25 @@ fn vjp_with(
         // deterministically in slots where attention_slots says so), and the query kernel
         // runs only for an additive mask's gradient
         let one_chunk = kv && need(0) && d.max(dv) <= TILE;
-        let slots = if dq_by == DqBy::Deterministic && one_chunk && !mma && cx.flash_dq_slots {
+        // deterministic dQ added in key-tile order where no mask tile is skipped (every key
+        // tile below k visits each query tile k visits); else in slots or by the query kernel
+        let ordered = dq_by == DqBy::Deterministic
+            && one_chunk
+            && !mma
+            && c.g.tiles == 0
+            && cx.flash_dq_ordered();
+        let slots = if dq_by == DqBy::Deterministic
+            && one_chunk
+            && !mma
+            && !ordered
+            && cx.flash_dq_slots
+        {
             super::attention_slots::dq_slots(bh, s.div_ceil(TILE), bh * l * d, cx.flash_kv_resident)
         } else {
             None
         };
-        let fuse_dq = (dq_by == DqBy::KeyKernelAtomically && one_chunk) || slots.is_some();
+        let fuse_dq =
+            (dq_by == DqBy::KeyKernelAtomically && one_chunk) || slots.is_some() || ordered;
         // the slots' scratch; zeroed where a key tile may skip query tiles (causal, mask
         // tiles) or a block runs several key tiles (fuse 3: every tile adds), else the first
         // tile of each slot stores (fuse 2)
@@ -750,6 +763,7 @@ fn vjp_with(
             .map(|p| output(cx, op, p.scratch_floats(bh * l, d).max(1)).map(|b| (p, b)))
             .transpose()?;
         let fuse: i32 = match &mut dq_slots {
+            None if ordered => 4,
             None => fuse_dq as i32,
             Some((p, buf)) if p.group > 1 || c.g.causal != 0 || c.g.tiles != 0 => {
                 launched(op, cx.stream.memset_zeros(buf.slice_mut()))?;
@@ -757,8 +771,14 @@ fn vjp_with(
             }
             Some(_) => 2,
         };
-        if fuse == 1 {
+        if fuse == 1 || fuse == 4 {
             launched(op, cx.stream.memset_zeros(gq.slice_mut()))?;
+        }
+        // ordered dQ's ticket counter and one turn counter per query tile (zero bits: 0)
+        let mut turns = output(cx, op, if ordered { 1 + bh * l.div_ceil(TILE) } else { 1 })?;
+        if ordered {
+            launched(op, cx.stream.memset_zeros(turns.slice_mut()))?;
+            cx.count_flash_dq_ordered();
         }
         let (group, slot_stride) =
             slots.map_or((1i64, 0i64), |p| (p.group as i64, (bh * l * d) as i64));
@@ -824,7 +844,8 @@ fn vjp_with(
                 .arg(&parts)
                 .arg(part.slice_mut())
                 .arg(&group)
-                .arg(&slot_stride);
+                .arg(&slot_stride)
+                .arg(turns.slice_mut());
             let rows = bh - split.heads + split.heads * split.parts;
             let key_blocks = slots.map_or(s.div_ceil(TILE), |p| p.slots);
             let cfg = LaunchConfig {
@@ -836,6 +857,10 @@ fn vjp_with(
             // `group` tiles of 64 with slots) in columns of chunk z of gk ([BH, S, d]) and gv
             // ([BH, S, dv]): disjoint between blocks; with fuse 1 (one chunk), it adds into
             // rows of gq ([BH, L, d], zeroed above) inside its shape with atomicAdd only;
+            // with fuse 4 (one chunk, group 1) likewise, each block first drawing a ticket
+            // from turns[0] (an atomic add) and reading and writing the turn counters
+            // turns[1 + b·nqt + qt] (1 + BH·nqt allocated above; ints in the zeroed bits of
+            // floats), waiting only for blocks of lower tickets, which have started;
             // with fuse 2 or 3 (one chunk), block x writes only slot x of `dq_slots`
             // (slots·BH·L·d allocated, slot_stride = BH·L·d, x < slots). With a split (one
             // chunk and group 1 only: heads = 0 otherwise), grid rows past bh - heads write
