@@ -543,27 +543,24 @@ fn create() -> Result<Context, String> {
     };
     let flash_dq_slots = std::env::var("TORCHLEAN_FLASH_DQ_SLOTS").as_deref() != Ok("0");
     let flash_dq_ordered = std::env::var("TORCHLEAN_FLASH_DQ_ORDERED").as_deref() != Ok("0");
+    let dq_ordered = if flash_dq_ordered {
+        "added in key-tile order by the f32 key kernel where no mask tile is skipped (TORCHLEAN_FLASH_DQ_ORDERED=0: off), else "
+    } else {
+        "(TORCHLEAN_FLASH_DQ_ORDERED=0) "
+    };
+    let dq_rest = if flash_dq_slots {
+        format!("in at most {} slots summed in order where the f32 key kernel runs, else the query kernel (TORCHLEAN_FLASH_DQ_SLOTS=0: the query kernel)", crate::kernels::attention_slots::MAX_SLOTS)
+    } else {
+        "the query kernel (TORCHLEAN_FLASH_DQ_SLOTS=0)".to_string()
+    };
     let flash = format!(
-        "{}; key/value VJP's last wave split along the queries: {}; deterministic dQ: {}",
+        "{}; key/value VJP's last wave split along the queries: {}; deterministic dQ: {dq_ordered}{dq_rest}",
         flash_description(major, flash_mma),
         if flash_kv_slots > 0 {
             format!("on where the f32 kernel runs ({flash_kv_slots} resident blocks; TORCHLEAN_FLASH_SPLIT=0: off)")
         } else {
             "off".to_string()
         },
-        format!(
-            "{}{}",
-            if flash_dq_ordered {
-                "added in key-tile order by the f32 key kernel where no mask tile is skipped (TORCHLEAN_FLASH_DQ_ORDERED=0: off), else "
-            } else {
-                "(TORCHLEAN_FLASH_DQ_ORDERED=0) "
-            },
-            if flash_dq_slots {
-                format!("in at most {} slots summed in order where the f32 key kernel runs, else the query kernel (TORCHLEAN_FLASH_DQ_SLOTS=0: the query kernel)", crate::kernels::attention_slots::MAX_SLOTS)
-            } else {
-                "the query kernel (TORCHLEAN_FLASH_DQ_SLOTS=0)".to_string()
-            }
-        )
     );
     let flash = match &flash_unavailable {
         Some(why) => format!("the fused kernels cannot run on this GPU ({why}): their calls are refused, --provider prefer:torchlean plans the composition"),

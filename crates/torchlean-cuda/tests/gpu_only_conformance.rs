@@ -633,7 +633,15 @@ fn flash_attention_ordered_dq_matches_the_cpu_and_repeats() {
     let mut worst = 0.0f64;
     // (bh, l, s, d, dv, mask, causal)
     let cases = [
-        (8usize, 512usize, 512usize, 64usize, 64usize, AttentionMask::None, false),
+        (
+            8usize,
+            512usize,
+            512usize,
+            64usize,
+            64usize,
+            AttentionMask::None,
+            false,
+        ),
         (8, 512, 512, 64, 64, AttentionMask::None, true),
         (3, 300, 700, 37, 50, AttentionMask::None, false),
         (3, 700, 700, 37, 64, AttentionMask::None, true),

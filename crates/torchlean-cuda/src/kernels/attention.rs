@@ -775,7 +775,15 @@ fn vjp_with(
             launched(op, cx.stream.memset_zeros(gq.slice_mut()))?;
         }
         // ordered dQ's ticket counter and one turn counter per query tile (zero bits: 0)
-        let mut turns = output(cx, op, if ordered { 1 + bh * l.div_ceil(TILE) } else { 1 })?;
+        let mut turns = output(
+            cx,
+            op,
+            if ordered {
+                1 + bh * l.div_ceil(TILE)
+            } else {
+                1
+            },
+        )?;
         if ordered {
             launched(op, cx.stream.memset_zeros(turns.slice_mut()))?;
             cx.count_flash_dq_ordered();

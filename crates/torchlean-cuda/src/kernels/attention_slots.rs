@@ -3,8 +3,16 @@
 //! dQ's terms scale · dS K are produced by the key/value kernel (`flash_bwd_kv`), one block
 //! per 64-key tile, each visiting the query tiles that can see its keys. The atomic capsule
 //! adds them into dQ with `atomicAdd` (the order varies run to run). The deterministic
-//! capsule has two ways:
+//! capsule has three ways:
 //!
+//! - **ordered** (since the fifty-second session; not planned here: `attention.rs` takes it
+//!   first wherever the f32 key kernel runs one chunk and skips no mask tile): the key
+//!   kernel adds into dQ as the atomic capsule does, but key tile k adds its terms to a
+//!   query tile only after key tiles 0, …, k − 1 did (a turn counter per query tile, an
+//!   acquire load before and a release store after). Blocks take their coordinates from a
+//!   ticket drawn when they start, so a block waits only for blocks that have started
+//!   (no deadlock whatever order the device schedules blocks in). No scratch; the same
+//!   additions in the same order on every run. `TORCHLEAN_FLASH_DQ_ORDERED=0` turns it off;
 //! - **slots** ([`dq_slots`]): block x of the key kernel sums the terms of its key tiles into
 //!   slot x of a scratch buffer `[slots][BH·L·d]` with plain stores (no atomics), and
 //!   `flash_sum_batches` adds the slots in order. The terms and every addition are the same
@@ -20,9 +28,9 @@
 //!   key kernel (`TORCHLEAN_FLASH_MMA=1`), head dimensions over 64, or
 //!   `TORCHLEAN_FLASH_DQ_SLOTS=0`.
 //!
-//! The choice depends only on the call's shape and the device (its resident blocks), so a
-//! call's bits are the same on every run on the same device; the two ways differ in the
-//! order of additions, within the kernel's declared bound.
+//! The choice depends only on the call's shape, the device (its resident blocks) and the
+//! process's setting, so a call's bits are the same on every run on the same device; the
+//! three ways differ in the order of additions, within the kernel's declared bound.
 
 /// The most slots (key-tile groups) of dQ scratch: at most this many copies of dQ.
 pub const MAX_SLOTS: usize = 16;
