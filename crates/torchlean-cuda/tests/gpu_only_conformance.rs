@@ -612,8 +612,9 @@ fn grouped_slots_cases() {
 /// The deterministic VJP's dQ added in key-tile order (the key kernel's ordered mode: key
 /// tile k adds its terms to a query tile after key tiles 0, …, k − 1, waiting on a turn
 /// counter): unmasked and causal, L = S and L ≠ S, a head dimension that is not a multiple
-/// of 4 (scalar additions), an additive bias, and batch matrices enough for several waves of
-/// blocks (the log line says whether the key kernel split its last wave there). Every gradient is compared with the native
+/// of 4 (scalar additions), an additive bias, causal with L > S and L < S, causal with a NaN
+/// (the cut applied entry by entry), and batch matrices enough for several waves of blocks
+/// (the log line says whether the key kernel split its last wave there). Every gradient is compared with the native
 /// CPU flash VJP (another implementation, held to the spec by `flash_attention.rs`) at the
 /// flash capsule's tolerance, a second run must give the same bits, the ordered path must
 /// have run for each call (the context counts them), and with the ordered path turned off
@@ -647,6 +648,11 @@ fn flash_attention_ordered_dq_matches_the_cpu_and_repeats() {
         (3, 700, 700, 37, 64, AttentionMask::None, true),
         (2, 200, 330, 64, 64, AttentionMask::AdditiveBias, false),
         (72, 1024, 1024, 64, 64, AttentionMask::None, false),
+        (2, 900, 400, 64, 64, AttentionMask::None, true),
+        (2, 400, 900, 64, 64, AttentionMask::None, true),
+        // a NaN in v at key 650: the causal cut is then applied entry by entry, not by
+        // skipping tiles, and every key tile visits every query tile
+        (2, 700, 700, 64, 64, AttentionMask::None, true),
     ];
     for (c, &(bh, l, s, d, dv, mask, causal)) in cases.iter().enumerate() {
         let op = Op::ScaledDotProductAttention {
@@ -662,6 +668,9 @@ fn flash_attention_ordered_dq_matches_the_cpu_and_repeats() {
         ];
         if mask == AttentionMask::AdditiveBias {
             xs.push(draw(&[l, s], Gen::Normal, seed + 3));
+        }
+        if c == cases.len() - 1 {
+            xs[2].data[650 * dv + 3] = f64::NAN;
         }
         let gy = draw(&[bh, l, dv], Gen::Normal, seed + 9);
         let host: Vec<Tensor> = xs

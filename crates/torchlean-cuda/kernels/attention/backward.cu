@@ -131,8 +131,9 @@ __device__ __forceinline__ void flash_bwd_kv_one_chunk(
     const int tx = threadIdx.x % 8, ty = threadIdx.x / 8;
     const long long nqt = (g.l + FA_T - 1) / FA_T, nkt = (g.s + FA_T - 1) / FA_T;
     // the block's coordinates: its own, or with ordered dQ (fuse_dq 4) those of a ticket
-    // drawn when it starts (x fastest), so that every block it waits for (same batch
-    // matrix, a lower key tile: a lower ticket) has already started and never waits for it
+    // drawn when it starts (x fastest; descending key tiles when causal), so that every
+    // block it waits for (same batch matrix, the key tile before it in the order of
+    // additions: a lower ticket) has already started and never waits for it
     long long bx = blockIdx.x, by = blockIdx.y;
     if (fuse_dq == 4) {
         __shared__ unsigned ticket;
@@ -140,6 +141,7 @@ __device__ __forceinline__ void flash_bwd_kv_one_chunk(
         __syncthreads();
         bx = ticket % gridDim.x;
         by = ticket / gridDim.x;
+        if (g.causal) bx = gridDim.x - 1 - bx;
     }
     // key tiles [kt_first, kt_end) of this block (one unless dQ goes to slots of `group`)
     const long long kt_first = bx * group, kt_end = min(kt_first + group, nkt);
@@ -220,13 +222,19 @@ __device__ __forceinline__ void flash_bwd_kv_one_chunk(
                 // dQ rows i0 + ty·4 + a, grouped columns: dS K from dSᵀ and the k rows
                 float aq[4][8] = {};
                 fa_mul_cols<true>(aq, dt, ty * 4, ks, tx, FA_T);
-                // ordered: this key tile's turn at this query tile comes after key tiles
-                // 0, 1, …, kt - 1, which all visit it (no mask tiles; a causal cut leaves
-                // exactly the key tiles at or before it), so the additions into each element
-                // of dQ are made in key-tile order on every run
+                // ordered: the key tiles that visit this query tile add in a fixed order,
+                // so the additions into each element of dQ are the same on every run. Every
+                // key tile visits it without a causal cut (no mask tiles here): ascending,
+                // key tile kt after 0, …, kt - 1. With the cut, the key tiles at or before
+                // it visit it, each from its diagonal tile upwards: descending, so that the
+                // diagonal tile, visited first, adds first and key tile kt, one step behind
+                // kt + 1 at every query tile, seldom waits (ascending, key tile kt would
+                // wait at its first tile for key tile 0 to reach it)
                 int* turn = fuse_dq == 4 ? turns + 1 + b * nqt + qt : nullptr;
+                const int my_turn =
+                    !g.causal ? (int)kt : (int)((skip ? min(qt, nkt - 1) : nkt - 1) - kt);
                 if (turn != nullptr) {
-                    if (threadIdx.x == 0) fa_turn_wait(turn, (int)kt);
+                    if (threadIdx.x == 0) fa_turn_wait(turn, my_turn);
                     __syncthreads();
                 }
                 #pragma unroll
@@ -268,7 +276,7 @@ __device__ __forceinline__ void flash_bwd_kv_one_chunk(
                     // every thread's additions are done before the next key tile's turn
                     __threadfence();
                     __syncthreads();
-                    if (threadIdx.x == 0) fa_turn_store(turn, (int)kt + 1);
+                    if (threadIdx.x == 0) fa_turn_store(turn, my_turn + 1);
                 }
             }
             qt = next;
@@ -326,11 +334,12 @@ extern "C" __global__ void flash_sum_parts(const float* __restrict__ part, float
 //   skipped), so it stores; 3: the caller zeroed the slots and every tile adds. A row that
 //   attends nothing gets zeros.
 // - fuse_dq 4: deterministic, ordered. Added into dq (zeroed by the caller) as with 1, but
-//   key tile kt adds its terms to query tile qt only after key tiles 0, …, kt - 1 did
+//   the key tiles visiting query tile qt add there in a fixed order — ascending key tiles,
+//   or with a causal flag descending from the last visitor — each after the one before it
 //   (turns[1 + b·nqt + qt] counts the key tiles done there; turns[0] hands out the blocks'
-//   tickets; all zeroed by the caller), so every element's additions come in key-tile
-//   order on every run. Only where every key tile below kt visits each query tile kt
-//   visits: group 1, no mask tiles (a causal cut keeps that), one chunk.
+//   tickets; all zeroed by the caller), so every element's additions come in the same
+//   order on every run. Only where the visitors of a query tile are all key tiles, or all
+//   at or before it under the causal cut: group 1, no mask tiles, one chunk.
 // `gate`: as flash_forward's (flash_bwd_kv_mma's flag).
 template <bool TILES>
 __device__ __forceinline__ void flash_bwd_kv_impl(
