@@ -6,6 +6,8 @@
 // unwritten shared memory shows in the results. It checks the kernels' logic, indexing and
 // synchronization, not NVRTC's code generation or the GPU's timing.
 #include <barrier>
+#include <cstdio>
+#include <cstdlib>
 #include <thread>
 #include <vector>
 #include <cmath>
@@ -73,6 +75,22 @@ inline float atomicAdd(float* p, float v) {
     float old = *p;
     *p = old + v;
     return old;
+}
+inline unsigned atomicAdd(unsigned* p, unsigned v) {
+    std::lock_guard<std::mutex> lock(g_atomic);
+    unsigned old = *p;
+    *p = old + v;
+    return old;
+}
+inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+// The ordered dQ's wait (kernels/attention/common.cu, fa_turn_wait): blocks run one after
+// another here, in the order of their tickets, so every turn a block waits for was taken
+// already; one that was not would never come (on the GPU: a hang), so it fails the run.
+inline void fa_emu_turn_wait(const int* p, int turn) {
+    if (*p != turn) {
+        std::fprintf(stderr, "ordered dQ: a block waits for turn %d, the counter reads %d\n", turn, *p);
+        std::abort();
+    }
 }
 using std::isfinite;
 inline float __int_as_float(unsigned x) { float f; std::memcpy(&f, &x, 4); return f; }

@@ -7,7 +7,9 @@
 // Input, per call: i64 bh, l, s, d, dv, mask (0 none, 1 boolean, 2 additive), shared,
 // causal, dq_path (where dQ is computed when one chunk of each head dimension allows the
 // key kernel to: 0 atomically by it, 1 the query kernel, g >= 2 the key kernel in slots of
-// g - 1 key tiles, as kernels/attention_slots.rs plans); f32 scale; f32 q, k, v, mask values (none without a mask), cotangent.
+// g - 1 key tiles, as kernels/attention_slots.rs plans, ORDERED_DQ the key kernel adding in
+// a fixed order of key tiles, where attention.rs takes it: no mask tiles; else the query
+// kernel); f32 scale; f32 q, k, v, mask values (none without a mask), cotangent.
 // Output, per call: f32 out, dq, dk, dv, then the mask's gradient (additive masks only).
 #include "emu.h"
 #include <cstdio>
@@ -24,6 +26,9 @@
 #pragma pop_macro("HUGE_VALF")
 #pragma pop_macro("NAN")
 #pragma pop_macro("INFINITY")
+
+// dq_path of the ordered dQ (tests/emulated_flash.rs writes the same value)
+constexpr long long ORDERED_DQ = 1000;
 
 static std::vector<float> read_f32(FILE* f, long n) {
     std::vector<float> v(n > 0 ? n : 1, 0.0f);
@@ -194,15 +199,18 @@ int main(int argc, char** argv) {
             // else the query kernel does, as the call's dq_path says
             const bool one_chunk = std::max(d, dv) > 0 && std::max(d, dv) <= 64;
             const bool atomic = one_chunk && dq_path == 0;
-            const bool slotted = one_chunk && dq_path >= 2;
-            const bool fuse = atomic || slotted;
+            const bool ordered = one_chunk && dq_path == ORDERED_DQ && !g.tiles;
+            const bool slotted = one_chunk && dq_path >= 2 && dq_path != ORDERED_DQ;
+            const bool fuse = atomic || slotted || ordered;
             const long long group = slotted ? dq_path - 1 : 1;
             const long long slots = slotted ? (kt + group - 1) / group : 0;
             // fuse 3: zeroed slots, every key tile adds; fuse 2: the first tile of a slot
             // stores (the slots start as NaN here, so a row it missed would show)
-            const int fuse_mode = atomic ? 1 : !slotted ? 0 : (group > 1 || causal || g.tiles) ? 3 : 2;
+            const int fuse_mode = atomic ? 1 : ordered ? 4 : !slotted ? 0 : (group > 1 || causal || g.tiles) ? 3 : 2;
             std::vector<float> dq_slots(std::max(1LL, slots * bh * l * d), fuse_mode == 3 ? 0.0f : NAN);
-            std::fill(dq.begin(), dq.end(), atomic ? 0.0f : NAN);
+            std::fill(dq.begin(), dq.end(), atomic || ordered ? 0.0f : NAN);
+            // the ordered dQ's ticket counter and turn counters, zeroed (as attention.rs)
+            std::vector<int> turns(ordered ? 1 + bh * qt : 1, 0);
             if (std::max(d, dv) > 0) {
                 std::fill(dk.begin(), dk.end(), NAN);
                 std::fill(dvv.begin(), dvv.end(), NAN);
@@ -224,7 +232,8 @@ int main(int argc, char** argv) {
                 launch({key_blocks, rows, (unsigned)((std::max(d, dv) + 63) / 64)}, FA_THREADS, [&] {
                     (g.tiles ? flash_bwd_kv_tiles : flash_bwd_kv)(q.data(), k.data(), v.data(), bits.data(), bias, &flag, st.data(), gy.data(),
                                  dk.data(), dvv.data(), g, slotted ? dq_slots.data() : dq.data(), fuse_mode,
-                                 mma_kv ? &wide_kv : nullptr, heads, parts, part.data(), group, bh * l * d);
+                                 mma_kv ? &wide_kv : nullptr, heads, parts, part.data(), group, bh * l * d,
+                                 turns.data());
                 });
                 if (slotted)
                     launch({4, 1, 1}, 256, [&] { flash_sum_batches(dq_slots.data(), dq.data(), slots, bh * l * d); });

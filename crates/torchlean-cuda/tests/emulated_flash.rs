@@ -64,8 +64,14 @@ fn push(buf: &mut Vec<u8>, a: &Array<f64>) {
     }
 }
 
+/// `dq_path` of the ordered dQ (the key kernel adding in a fixed order of key tiles; the
+/// driver's `ORDERED_DQ`).
+const ORDERED_DQ: usize = 1000;
+
 /// The call in the driver's input format; `dq_path` as the driver reads it (0 the key kernel
-/// atomically, 1 the query kernel, g >= 2 the key kernel in slots of g - 1 key tiles).
+/// atomically, 1 the query kernel, g >= 2 the key kernel in slots of g - 1 key tiles,
+/// [`ORDERED_DQ`] the key kernel in order where no mask tile is skipped, else the query
+/// kernel).
 fn encode(op: &Op, xs: &[Array<f64>], gy: &Array<f64>, dq_path: usize, buf: &mut Vec<u8>) {
     let (scale, causal, mask) = op.attention_payload().expect("attention calls only");
     let r = xs[0].shape.len();
@@ -99,6 +105,49 @@ fn encode(op: &Op, xs: &[Array<f64>], gy: &Array<f64>, dq_path: usize, buf: &mut
     push(buf, gy);
 }
 
+/// Calls for the ordered dQ: several key and query tiles, unmasked and causal (L = S, L > S,
+/// L < S), an additive bias, a NaN under the causal cut (every key tile then visits every
+/// query tile), a head dimension that is not a multiple of 4. The driver splits the last
+/// batch matrices of every call whose index is 4 to 7 modulo 8.
+const ORDERED_CASES: usize = 6;
+
+fn ordered_case(i: usize) -> (Op, Vec<Array<f64>>) {
+    let (bh, l, s, d, dv, mask, causal) = [
+        (
+            3usize,
+            200usize,
+            200usize,
+            16usize,
+            8usize,
+            AttentionMask::None,
+            false,
+        ),
+        (2, 200, 200, 8, 16, AttentionMask::None, true),
+        (2, 260, 130, 8, 8, AttentionMask::None, true),
+        (2, 130, 260, 7, 8, AttentionMask::None, true),
+        (2, 150, 190, 8, 8, AttentionMask::AdditiveBias, false),
+        (2, 200, 200, 8, 8, AttentionMask::None, true),
+    ][i];
+    let seed = 81_000 + 10 * i as u64;
+    let mut xs = vec![
+        common::draw(&[bh, l, d], common::Gen::Normal, seed),
+        common::draw(&[bh, s, d], common::Gen::Normal, seed + 1),
+        common::draw(&[bh, s, dv], common::Gen::Normal, seed + 2),
+    ];
+    if mask == AttentionMask::AdditiveBias {
+        xs.push(common::draw(&[l, s], common::Gen::Normal, seed + 3));
+    }
+    if i == ORDERED_CASES - 1 {
+        xs[2].data[150 * dv + 1] = f64::NAN;
+    }
+    let op = Op::ScaledDotProductAttention {
+        scale: None,
+        causal,
+        mask,
+    };
+    (op, xs)
+}
+
 #[test]
 fn flash_kernels_match_the_spec_under_cpu_emulation() {
     let dir = std::env::temp_dir().join(format!("torchlean-emu-{}", std::process::id()));
@@ -113,12 +162,15 @@ fn flash_kernels_match_the_spec_under_cpu_emulation() {
             return;
         }
     };
-    let cases: Vec<(Op, Vec<Array<f64>>, Array<f64>)> = (0..24 + FIXED_CASES as u64)
+    let fixed_end = 24 + FIXED_CASES as u64;
+    let cases: Vec<(Op, Vec<Array<f64>>, Array<f64>)> = (0..fixed_end + ORDERED_CASES as u64)
         .map(|c| {
-            // then the fixed cases (whole unmasked tiles, a NaN in a row that attends nothing)
+            // then the fixed cases (whole unmasked tiles, a NaN in a row that attends
+            // nothing), then calls for the ordered dQ
             let (op, xs) = match c {
                 0..24 => flash_case(70_000 + c * 31, true),
-                _ => fixed_case((c - 24) as usize),
+                c if c < fixed_end => fixed_case((c - 24) as usize),
+                c => ordered_case((c - fixed_end) as usize),
             };
             let refs: Vec<&Array<f64>> = xs.iter().collect();
             let y = spec::forward(&op, &refs).expect("the spec accepts the call");
@@ -134,7 +186,11 @@ fn flash_kernels_match_the_spec_under_cpu_emulation() {
         let dq_path = match c {
             24 => 3,
             25 | 26 => 2,
-            _ => c % 5,
+            c if c >= 24 + FIXED_CASES => ORDERED_DQ,
+            _ => match c % 6 {
+                5 => ORDERED_DQ,
+                p => p,
+            },
         };
         encode(op, xs, gy, dq_path, &mut input);
     }

@@ -136,8 +136,11 @@ __device__ __forceinline__ void flash_bwd_kv_one_chunk(
     // additions: a lower ticket) has already started and never waits for it
     long long bx = blockIdx.x, by = blockIdx.y;
     if (fuse_dq == 4) {
-        __shared__ unsigned ticket;
-        if (threadIdx.x == 0) ticket = atomicAdd((unsigned*)turns, 1u);
+        // handed to every thread through the statistics' shared words (staged only later)
+        unsigned* slot = reinterpret_cast<unsigned*>(rs);
+        if (threadIdx.x == 0) *slot = atomicAdd((unsigned*)turns, 1u);
+        __syncthreads();
+        const unsigned ticket = *slot;
         __syncthreads();
         bx = ticket % gridDim.x;
         by = ticket / gridDim.x;

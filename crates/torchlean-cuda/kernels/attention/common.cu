@@ -258,11 +258,12 @@ __device__ __forceinline__ void fa_mul_cols(float acc[4][8], const float* At, in
     }
 }
 
-// Turns of the deterministic ordered dQ (flash_bwd_kv's fuse_dq 4): an acquire load of a
-// turn counter, and a release store of the next turn (sm_70 and later; before it a volatile
-// access with a fence on each side).
+// Turns of the deterministic ordered dQ (flash_bwd_kv's fuse_dq 4). fa_turn_wait: one thread
+// of the block waits until the turn counter at p reads `turn` (an acquire load on sm_70 and
+// later; before it a volatile read and a fence); fa_turn_store: the release of the next turn.
+#if defined(__CUDA_ARCH__)
 __device__ __forceinline__ int fa_turn_load(const int* p) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+#if __CUDA_ARCH__ >= 700
     int v;
     asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
     return v;
@@ -272,13 +273,17 @@ __device__ __forceinline__ int fa_turn_load(const int* p) {
     return v;
 #endif
 }
-// Waits until the turn counter at p reads `turn` (one thread of the block).
+#endif
 __device__ __forceinline__ void fa_turn_wait(const int* p, int turn) {
+#if defined(__CUDA_ARCH__)
     while (fa_turn_load(p) != turn) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+#if __CUDA_ARCH__ >= 700
         __nanosleep(32);
 #endif
     }
+#else
+    fa_emu_turn_wait(p, turn);  // emu/emu.h: blocks run one after another, in ticket order
+#endif
 }
 __device__ __forceinline__ void fa_turn_store(int* p, int v) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
