@@ -3,7 +3,7 @@
 # key-tile order (the key kernel's ordered mode, turn counters per query tile). The GPU
 # conformance binary first (its ordered-dQ test among them), then the attention rows —
 # deterministic ordered (the new default), deterministic in slots as before
-# (TORCHLEAN_FLASH_DQ_ORDERED=0), atomic, PyTorch — unmasked and causal, then
+# (TORCHLEAN_FLASH_DQ_ORDERED=0), atomic, PyTorch — unmasked, causal and masked, then
 # transformer-big-step eager and compiled beside PyTorch, then the attention memory at
 # L = 2k, 8k, 32k. Logs in $OUT/logs.tgz.
 source "$(dirname "$0")/../gpu-session-start.sh"
@@ -12,13 +12,13 @@ start=$(date +%s); D=${DEADLINE:-560}; left() { echo $(( D - ($(date +%s) - star
 gpu_tests 200
 grep -E "ordered_dq|grouped_slots|flash_attention_matches|bit_identical" $log/tests.txt | cut -c1-400
 base="--device cuda --json"
-for w in attn-step-none attn-step-causal; do
+for w in attn-step-none attn-step-causal attn-step-mask; do
   p="$base"
-  [ $(left) -gt 230 ] && pair $w 20 $w.det "" ""
-  [ $(left) -gt 210 ] && TORCHLEAN_FLASH_DQ_ORDERED=0 timeout 90 gpu-bin/torchlean bench $w $p --reps 20 > $log/$w.slots.tl.json 2>> $log/err \
+  [ $(left) -gt 250 ] && pair $w 20 $w.det "" ""
+  [ $(left) -gt 230 ] && TORCHLEAN_FLASH_DQ_ORDERED=0 timeout 90 gpu-bin/torchlean bench $w $p --reps 20 > $log/$w.slots.tl.json 2>> $log/err \
     && echo "$w slots: torchlean $(field $log/$w.slots.tl.json median)"
   p="$base --allow-nondeterministic"
-  [ $(left) -gt 200 ] && timeout 90 gpu-bin/torchlean bench $w $p --reps 20 > $log/$w.atomic.tl.json 2>> $log/err \
+  [ $(left) -gt 220 ] && timeout 90 gpu-bin/torchlean bench $w $p --reps 20 > $log/$w.atomic.tl.json 2>> $log/err \
     && echo "$w atomic: torchlean $(field $log/$w.atomic.tl.json median)"
 done
 p="$base"

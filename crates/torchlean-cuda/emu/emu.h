@@ -82,6 +82,7 @@ inline unsigned atomicAdd(unsigned* p, unsigned v) {
     *p = old + v;
     return old;
 }
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 // The ordered dQ's wait (kernels/attention/common.cu, fa_turn_wait): blocks run one after
 // another here, in the order of their tickets, so every turn a block waits for was taken

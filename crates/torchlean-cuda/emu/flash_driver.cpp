@@ -8,8 +8,7 @@
 // causal, dq_path (where dQ is computed when one chunk of each head dimension allows the
 // key kernel to: 0 atomically by it, 1 the query kernel, g >= 2 the key kernel in slots of
 // g - 1 key tiles, as kernels/attention_slots.rs plans, ORDERED_DQ the key kernel adding in
-// a fixed order of key tiles, where attention.rs takes it: no mask tiles; else the query
-// kernel); f32 scale; f32 q, k, v, mask values (none without a mask), cotangent.
+// a fixed order of key tiles); f32 scale; f32 q, k, v, mask values (none without a mask), cotangent.
 // Output, per call: f32 out, dq, dk, dv, then the mask's gradient (additive masks only).
 #include "emu.h"
 #include <cstdio>
@@ -199,7 +198,7 @@ int main(int argc, char** argv) {
             // else the query kernel does, as the call's dq_path says
             const bool one_chunk = std::max(d, dv) > 0 && std::max(d, dv) <= 64;
             const bool atomic = one_chunk && dq_path == 0;
-            const bool ordered = one_chunk && dq_path == ORDERED_DQ && !g.tiles;
+            const bool ordered = one_chunk && dq_path == ORDERED_DQ;
             const bool slotted = one_chunk && dq_path >= 2 && dq_path != ORDERED_DQ;
             const bool fuse = atomic || slotted || ordered;
             const long long group = slotted ? dq_path - 1 : 1;

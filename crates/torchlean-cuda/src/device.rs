@@ -544,7 +544,7 @@ fn create() -> Result<Context, String> {
     let flash_dq_slots = std::env::var("TORCHLEAN_FLASH_DQ_SLOTS").as_deref() != Ok("0");
     let flash_dq_ordered = std::env::var("TORCHLEAN_FLASH_DQ_ORDERED").as_deref() != Ok("0");
     let dq_ordered = if flash_dq_ordered {
-        "added in key-tile order by the f32 key kernel where no mask tile is skipped (TORCHLEAN_FLASH_DQ_ORDERED=0: off), else "
+        "added in a fixed order of key tiles by the f32 key kernel where it runs one chunk (TORCHLEAN_FLASH_DQ_ORDERED=0: off), else "
     } else {
         "(TORCHLEAN_FLASH_DQ_ORDERED=0) "
     };

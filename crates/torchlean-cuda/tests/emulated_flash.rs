@@ -107,9 +107,10 @@ fn encode(op: &Op, xs: &[Array<f64>], gy: &Array<f64>, dq_path: usize, buf: &mut
 
 /// Calls for the ordered dQ: several key and query tiles, unmasked and causal (L = S, L > S,
 /// L < S), an additive bias, a NaN under the causal cut (every key tile then visits every
-/// query tile), a head dimension that is not a multiple of 4. The driver splits the last
-/// batch matrices of every call whose index is 4 to 7 modulo 8.
-const ORDERED_CASES: usize = 6;
+/// query tile), a head dimension that is not a multiple of 4, and boolean masks that block
+/// whole tiles (turns counted by the tile words), without and with the causal flag. The
+/// driver splits the last batch matrices of every call whose index is 4 to 7 modulo 8.
+const ORDERED_CASES: usize = 8;
 
 fn ordered_case(i: usize) -> (Op, Vec<Array<f64>>) {
     let (bh, l, s, d, dv, mask, causal) = [
@@ -127,6 +128,8 @@ fn ordered_case(i: usize) -> (Op, Vec<Array<f64>>) {
         (2, 130, 260, 7, 8, AttentionMask::None, true),
         (2, 150, 190, 8, 8, AttentionMask::AdditiveBias, false),
         (2, 200, 200, 8, 8, AttentionMask::None, true),
+        (3, 200, 260, 8, 8, AttentionMask::Boolean, false),
+        (2, 260, 260, 8, 8, AttentionMask::Boolean, true),
     ][i];
     let seed = 81_000 + 10 * i as u64;
     let mut xs = vec![
@@ -137,8 +140,24 @@ fn ordered_case(i: usize) -> (Op, Vec<Array<f64>>) {
     if mask == AttentionMask::AdditiveBias {
         xs.push(common::draw(&[l, s], common::Gen::Normal, seed + 3));
     }
-    if i == ORDERED_CASES - 1 {
+    if i == 5 {
         xs[2].data[150 * dv + 1] = f64::NAN;
+    }
+    if mask == AttentionMask::Boolean {
+        // blocks of 64 × 64 entries blocked whole by a pattern of tiles (query tile qt,
+        // key tile kt blocked when (qt + 2·kt) % 3 == 1), the rest blocked at random (a
+        // quarter), and query row 70 blocked entirely
+        let mut m = common::draw(&[l, s], common::Gen::Normal, seed + 4);
+        for (e, x) in m.data.iter_mut().enumerate() {
+            let (r, c) = (e / s, e % s);
+            let tile_blocked = (r / 64 + 2 * (c / 64)) % 3 == 1;
+            *x = if !tile_blocked && r != 70 && *x > -0.67 {
+                1.0
+            } else {
+                0.0
+            };
+        }
+        xs.push(m);
     }
     let op = Op::ScaledDotProductAttention {
         scale: None,

@@ -609,12 +609,13 @@ fn grouped_slots_cases() {
     eprintln!("flash_attention_dq_in_grouped_slots_matches_the_cpu_and_repeats: B·H = {bh}, L = S = {l}, d = {d}, plan {plan:?} on {resident} resident blocks; worst error against the CPU {worst:e}");
 }
 
-/// The deterministic VJP's dQ added in key-tile order (the key kernel's ordered mode: key
-/// tile k adds its terms to a query tile after key tiles 0, …, k − 1, waiting on a turn
-/// counter): unmasked and causal, L = S and L ≠ S, a head dimension that is not a multiple
+/// The deterministic VJP's dQ added in a fixed order of key tiles (the key kernel's ordered
+/// mode: the key tiles visiting a query tile add there one after the other, each waiting on
+/// a turn counter): unmasked and causal, L = S and L ≠ S, a head dimension that is not a multiple
 /// of 4 (scalar additions), an additive bias, causal with L > S and L < S, causal with a NaN
-/// (the cut applied entry by entry), and batch matrices enough for several waves of blocks
-/// (the log line says whether the key kernel split its last wave there). Every gradient is compared with the native
+/// (the cut applied entry by entry), boolean masks blocking whole tiles without and with the
+/// causal flag, and batch matrices enough for several waves of blocks (the log line says
+/// whether the key kernel split its last wave there). Every gradient is compared with the native
 /// CPU flash VJP (another implementation, held to the spec by `flash_attention.rs`) at the
 /// flash capsule's tolerance, a second run must give the same bits, the ordered path must
 /// have run for each call (the context counts them), and with the ordered path turned off
@@ -653,6 +654,9 @@ fn flash_attention_ordered_dq_matches_the_cpu_and_repeats() {
         // a NaN in v at key 650: the causal cut is then applied entry by entry, not by
         // skipping tiles, and every key tile visits every query tile
         (2, 700, 700, 64, 64, AttentionMask::None, true),
+        // boolean masks blocking whole tiles (turns counted by the tile words)
+        (4, 600, 650, 64, 64, AttentionMask::Boolean, false),
+        (4, 650, 650, 64, 64, AttentionMask::Boolean, true),
     ];
     for (c, &(bh, l, s, d, dv, mask, causal)) in cases.iter().enumerate() {
         let op = Op::ScaledDotProductAttention {
@@ -669,8 +673,23 @@ fn flash_attention_ordered_dq_matches_the_cpu_and_repeats() {
         if mask == AttentionMask::AdditiveBias {
             xs.push(draw(&[l, s], Gen::Normal, seed + 3));
         }
-        if c == cases.len() - 1 {
+        if c == 8 {
             xs[2].data[650 * dv + 3] = f64::NAN;
+        }
+        if mask == AttentionMask::Boolean {
+            // query tile qt, key tile kt blocked whole when (qt + 2·kt) % 3 == 1, a quarter
+            // of the rest at random, and query row 70 entirely
+            let mut m = draw(&[l, s], Gen::Normal, seed + 4);
+            for (e, x) in m.data.iter_mut().enumerate() {
+                let (r, col) = (e / s, e % s);
+                let tile_blocked = (r / 64 + 2 * (col / 64)) % 3 == 1;
+                *x = if !tile_blocked && r != 70 && *x > -0.67 {
+                    1.0
+                } else {
+                    0.0
+                };
+            }
+            xs.push(m);
         }
         let gy = draw(&[bh, l, dv], Gen::Normal, seed + 9);
         let host: Vec<Tensor> = xs

@@ -171,6 +171,7 @@ __device__ __forceinline__ void flash_bwd_kv_one_chunk(
         fa_load(vs, v, b * g.s + k0, keys, g.dv, 0, g.dv, nullptr, 0);
         long long qt = fa_next_tile<TILES>(g, bits, skip_tiles, b, qt_begin, qt_end, kt);
         if (qt < qt_end) fa_stage(qs, os, rs, q, dout, stats, g, b, qt * FA_T, min((long long)FA_T, g.l - qt * FA_T));
+        int next_turn = 0;  // ordered dQ: the turn thread 0 releases after this tile's additions
         while (qt < qt_end) {
             const long long i0 = qt * FA_T, rows = min((long long)FA_T, g.l - i0);
             fa_cp_wait();
@@ -226,18 +227,24 @@ __device__ __forceinline__ void flash_bwd_kv_one_chunk(
                 float aq[4][8] = {};
                 fa_mul_cols<true>(aq, dt, ty * 4, ks, tx, FA_T);
                 // ordered: the key tiles that visit this query tile add in a fixed order,
-                // so the additions into each element of dQ are the same on every run. Every
-                // key tile visits it without a causal cut (no mask tiles here): ascending,
-                // key tile kt after 0, …, kt - 1. With the cut, the key tiles at or before
-                // it visit it, each from its diagonal tile upwards: descending, so that the
-                // diagonal tile, visited first, adds first and key tile kt, one step behind
-                // kt + 1 at every query tile, seldom waits (ascending, key tile kt would
-                // wait at its first tile for key tile 0 to reach it)
+                // so the additions into each element of dQ are the same on every run.
+                // Without a causal cut: ascending, key tile kt after the visitors below it
+                // (every key tile, or those the tile words let through). With the cut, the
+                // key tiles at or before it visit it, each from its diagonal tile upwards:
+                // descending, so that the diagonal tile, visited first, adds first and key
+                // tile kt, one step behind kt + 1 at every query tile, seldom waits
+                // (ascending, key tile kt would wait at its first tile for key tile 0)
                 int* turn = fuse_dq == 4 ? turns + 1 + b * nqt + qt : nullptr;
-                const int my_turn =
-                    !g.causal ? (int)kt : (int)((skip ? min(qt, nkt - 1) : nkt - 1) - kt);
                 if (turn != nullptr) {
-                    if (threadIdx.x == 0) fa_turn_wait(turn, my_turn);
+                    const long long last = skip ? min(qt, nkt - 1) : nkt - 1;
+                    int my_turn = !g.causal ? (int)kt : (int)(last - kt);
+                    if (skip_tiles && threadIdx.x < 32)
+                        my_turn = !g.causal ? fa_count_visitors(g, bits, b, qt, 0, kt)
+                                            : fa_count_visitors(g, bits, b, qt, kt + 1, last + 1);
+                    if (threadIdx.x == 0) {
+                        fa_turn_wait(turn, my_turn);
+                        next_turn = my_turn + 1;
+                    }
                     __syncthreads();
                 }
                 #pragma unroll
@@ -279,7 +286,7 @@ __device__ __forceinline__ void flash_bwd_kv_one_chunk(
                     // every thread's additions are done before the next key tile's turn
                     __threadfence();
                     __syncthreads();
-                    if (threadIdx.x == 0) fa_turn_store(turn, my_turn + 1);
+                    if (threadIdx.x == 0) fa_turn_store(turn, next_turn);
                 }
             }
             qt = next;
@@ -341,8 +348,8 @@ extern "C" __global__ void flash_sum_parts(const float* __restrict__ part, float
 //   or with a causal flag descending from the last visitor — each after the one before it
 //   (turns[1 + b·nqt + qt] counts the key tiles done there; turns[0] hands out the blocks'
 //   tickets; all zeroed by the caller), so every element's additions come in the same
-//   order on every run. Only where the visitors of a query tile are all key tiles, or all
-//   at or before it under the causal cut: group 1, no mask tiles, one chunk.
+//   order on every run; under a boolean mask a key tile's turn counts the visitors before it
+//   by the tile words. Group 1, one chunk.
 // `gate`: as flash_forward's (flash_bwd_kv_mma's flag).
 template <bool TILES>
 __device__ __forceinline__ void flash_bwd_kv_impl(

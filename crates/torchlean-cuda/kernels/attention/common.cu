@@ -362,6 +362,19 @@ __device__ __forceinline__ bool fa_tile_any(const Flash& g, const unsigned* __re
     return t[((g.mask_bstride ? b : 0) * nqt + qt) * nkt + kt] != 0u;
 }
 
+// How many key tiles in [lo, hi) visit query tile qt of batch matrix b by the tile words
+// (the ordered dQ's turn under a boolean mask): called by every lane of one warp together.
+__device__ __forceinline__ int fa_count_visitors(const Flash& g, const unsigned* __restrict__ bits,
+                                                 long long b, long long qt, long long lo,
+                                                 long long hi) {
+    int n = 0;
+    for (long long base = lo; base < hi; base += 32) {
+        const long long kt = base + (threadIdx.x & 31);
+        n += __popc(__ballot_sync(0xffffffffu, kt < hi && fa_tile_any(g, bits, b, qt, kt)));
+    }
+    return n;
+}
+
 // Whether entry (i, j) exists and is not blocked (mask bit m).
 __device__ __forceinline__ bool fa_allowed(const Flash& g, long long i, long long j, unsigned m) {
     return i < g.l && j < g.s && !(g.causal && j > i) && (m & 1u);

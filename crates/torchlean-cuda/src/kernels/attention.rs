@@ -737,13 +737,9 @@ fn vjp_with(
         // deterministically in slots where attention_slots says so), and the query kernel
         // runs only for an additive mask's gradient
         let one_chunk = kv && need(0) && d.max(dv) <= TILE;
-        // deterministic dQ added in key-tile order where no mask tile is skipped (every key
-        // tile below k visits each query tile k visits); else in slots or by the query kernel
-        let ordered = dq_by == DqBy::Deterministic
-            && one_chunk
-            && !mma
-            && c.g.tiles == 0
-            && cx.flash_dq_ordered();
+        // deterministic dQ added by the key kernel in a fixed order of key tiles; else
+        // in slots or by the query kernel
+        let ordered = dq_by == DqBy::Deterministic && one_chunk && !mma && cx.flash_dq_ordered();
         let slots = if dq_by == DqBy::Deterministic
             && one_chunk
             && !mma

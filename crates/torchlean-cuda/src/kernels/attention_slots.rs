@@ -6,10 +6,12 @@
 //! capsule has three ways:
 //!
 //! - **ordered** (since the fifty-second session; not planned here: `attention.rs` takes it
-//!   first wherever the f32 key kernel runs one chunk and skips no mask tile): the key
-//!   kernel adds into dQ as the atomic capsule does, but key tile k adds its terms to a
-//!   query tile only after key tiles 0, …, k − 1 did (a turn counter per query tile, an
-//!   acquire load before and a release store after). Blocks take their coordinates from a
+//!   first wherever the f32 key kernel runs one chunk): the key kernel adds into dQ as the
+//!   atomic capsule does, but the key tiles visiting a query tile add there in a fixed
+//!   order (ascending; descending under the causal flag, so that each key tile is one step
+//!   behind the one before it; under a boolean mask a tile's turn counts the visitors
+//!   before it by the tile words), each waiting for its turn (a turn counter per query
+//!   tile, an acquire load before and a release store after). Blocks take their coordinates from a
 //!   ticket drawn when they start, so a block waits only for blocks that have started
 //!   (no deadlock whatever order the device schedules blocks in). No scratch; the same
 //!   additions in the same order on every run. `TORCHLEAN_FLASH_DQ_ORDERED=0` turns it off;
