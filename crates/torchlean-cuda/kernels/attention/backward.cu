@@ -283,8 +283,13 @@ __device__ __forceinline__ void flash_bwd_kv_one_chunk(
                     }
                 }
                 if (turn != nullptr) {
-                    // every thread's additions are done before the next key tile's turn
+                    // every thread's additions come before the next key tile's turn: the
+                    // barrier orders them before thread 0's release store, which makes them
+                    // visible with it (the PTX memory model's cumulativity, sm_70 and later;
+                    // before it each thread fences)
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ < 700
                     __threadfence();
+#endif
                     __syncthreads();
                     if (threadIdx.x == 0) fa_turn_store(turn, next_turn);
                 }
