@@ -56,7 +56,7 @@ const SWITCHES: &[(&str, &[&str], &str)] = &[
     (
         "TORCHLEAN_FLASH_DQ_ORDERED",
         &["0", "1"],
-        "0: the deterministic flash VJP's dQ in slots or by the query kernel, not added in key-tile order",
+        "1: the deterministic flash VJP's dQ added in a fixed order of key tiles (not yet measured on a GPU; off: slots or the query kernel)",
     ),
     (
         "TORCHLEAN_FLASH_DQ_SLOTS",

@@ -14,7 +14,8 @@
 //!   tile, an acquire load before and a release store after). Blocks take their coordinates from a
 //!   ticket drawn when they start, so a block waits only for blocks that have started
 //!   (no deadlock whatever order the device schedules blocks in). No scratch; the same
-//!   additions in the same order on every run. `TORCHLEAN_FLASH_DQ_ORDERED=0` turns it off;
+//!   additions in the same order on every run. Opt-in (`TORCHLEAN_FLASH_DQ_ORDERED=1`) until
+//!   measured on a GPU against the slots;
 //! - **slots** ([`dq_slots`]): block x of the key kernel sums the terms of its key tiles into
 //!   slot x of a scratch buffer `[slots][BH·L·d]` with plain stores (no atomics), and
 //!   `flash_sum_batches` adds the slots in order. The terms and every addition are the same
