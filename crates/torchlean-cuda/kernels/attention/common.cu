@@ -276,10 +276,8 @@ __device__ __forceinline__ int fa_turn_load(const int* p) {
 #endif
 __device__ __forceinline__ void fa_turn_wait(const int* p, int turn) {
 #if defined(__CUDA_ARCH__)
+    // a plain spin: one load in flight per waiting block (each a round trip to L2)
     while (fa_turn_load(p) != turn) {
-#if __CUDA_ARCH__ >= 700
-        __nanosleep(32);
-#endif
     }
 #else
     fa_emu_turn_wait(p, turn);  // emu/emu.h: blocks run one after another, in ticket order
