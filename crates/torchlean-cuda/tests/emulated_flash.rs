@@ -15,7 +15,7 @@
 mod common;
 mod flash_cases;
 
-use flash_cases::{fixed_case, flash_case, flash_compare, FIXED_CASES};
+use flash_cases::{fixed_case, flash_case, flash_compare, tile_blocked_mask, FIXED_CASES};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -144,20 +144,7 @@ fn ordered_case(i: usize) -> (Op, Vec<Array<f64>>) {
         xs[2].data[150 * dv + 1] = f64::NAN;
     }
     if mask == AttentionMask::Boolean {
-        // blocks of 64 × 64 entries blocked whole by a pattern of tiles (query tile qt,
-        // key tile kt blocked when (qt + 2·kt) % 3 == 1), the rest blocked at random (a
-        // quarter), and query row 70 blocked entirely
-        let mut m = common::draw(&[l, s], common::Gen::Normal, seed + 4);
-        for (e, x) in m.data.iter_mut().enumerate() {
-            let (r, c) = (e / s, e % s);
-            let tile_blocked = (r / 64 + 2 * (c / 64)) % 3 == 1;
-            *x = if !tile_blocked && r != 70 && *x > -0.67 {
-                1.0
-            } else {
-                0.0
-            };
-        }
-        xs.push(m);
+        xs.push(tile_blocked_mask(l, s, seed + 4));
     }
     let op = Op::ScaledDotProductAttention {
         scale: None,

@@ -106,6 +106,30 @@ fn gradient_bits(gs: &[Option<Tensor>]) -> Vec<Vec<u32>> {
         .collect()
 }
 
+/// dQ, dK and dV of the native CPU flash VJP (another implementation, held to the spec by
+/// `flash_attention.rs`) for the call `op` on `xs` with cotangent `gy`, widened to f64.
+fn cpu_flash_grads(
+    op: &torchlean::graph::Op,
+    xs: &[Array<f64>],
+    gy: &Array<f64>,
+    needs: &[bool],
+) -> Vec<Vec<f64>> {
+    let host = |a: &Array<f64>| {
+        Tensor::from_vec(a.data.iter().map(|&v| v as f32).collect(), &a.shape).expect("host")
+    };
+    let cpu = torchlean::providers::native_cpu::flash_binding();
+    let xs: Vec<Tensor> = xs.iter().map(host).collect();
+    let refs: Vec<&Tensor> = xs.iter().collect();
+    let y = (cpu.forward())(op, &refs).expect("cpu forward");
+    let vjp = cpu.vjp().expect("the CPU flash VJP");
+    let grads = vjp(op, &refs, &y, &host(gy), needs).expect("cpu vjp");
+    grads
+        .iter()
+        .take(3)
+        .map(|g| widen(g.as_ref().expect("a gradient")))
+        .collect()
+}
+
 fn widen(t: &Tensor) -> Vec<f64> {
     t.try_to_vec()
         .expect("read back")
@@ -533,10 +557,8 @@ fn grouped_slots_cases() {
         Some(DqSlots { group: 2, slots: 9 }),
         "{bh} batch matrices on {resident} resident blocks"
     );
-    let cpu = torchlean::providers::native_cpu::flash_binding();
     let gpu_det = native_cuda_attention_binding();
     let (fwd, vjp) = (gpu_det.forward(), gpu_det.vjp().expect("a VJP"));
-    let cpu_vjp = cpu.vjp().expect("the CPU flash VJP");
     let mut worst = 0.0f64;
     for (c, &(mask, causal)) in [
         (AttentionMask::None, false),
@@ -564,37 +586,17 @@ fn grouped_slots_cases() {
             xs.push(m);
         }
         let gy = draw(&[bh, l, d], Gen::Normal, seed + 9);
-        let host: Vec<Tensor> = xs
-            .iter()
-            .map(|a| {
-                Tensor::from_vec(a.data.iter().map(|&v| v as f32).collect(), &a.shape)
-                    .expect("host")
-            })
-            .collect();
-        let host_refs: Vec<&Tensor> = host.iter().collect();
-        let host_gy =
-            Tensor::from_vec(gy.data.iter().map(|&v| v as f32).collect(), &gy.shape).expect("host");
         let needs = [true, true, true, false];
         let needs = &needs[..xs.len()];
-        let y_cpu = (cpu.forward())(&op, &host_refs).expect("cpu forward");
-        let want = cpu_vjp(&op, &host_refs, &y_cpu, &host_gy, needs).expect("cpu vjp");
+        let want = cpu_flash_grads(&op, &xs, &gy, needs);
         let ts: Vec<Tensor> = xs.iter().map(on_gpu).collect();
         let tr: Vec<&Tensor> = ts.iter().collect();
         let y = fwd(&op, &tr).expect("gpu forward");
         let g = on_gpu(&gy);
         let first = vjp(&op, &tr, &y, &g, needs).expect("gpu vjp");
-        for (j, (got, want)) in first.iter().zip(&want).enumerate().take(3) {
-            let (got, want) = (
-                got.as_ref().expect("a gradient"),
-                want.as_ref().expect("a gradient"),
-            );
-            let want: Vec<f64> = want
-                .try_to_vec()
-                .expect("host")
-                .into_iter()
-                .map(f64::from)
-                .collect();
-            match flash_compare(&widen(got), &want, 2e-4) {
+        for (j, (got, want)) in first.iter().zip(&want).enumerate() {
+            let got = got.as_ref().expect("a gradient");
+            match flash_compare(&widen(got), want, 2e-4) {
                 Ok(e) => worst = worst.max(e),
                 Err(e) => panic!("case {c} ({mask:?}, causal {causal}) gradient {j}: {e}"),
             }
@@ -628,8 +630,6 @@ fn flash_attention_ordered_dq_matches_the_cpu_and_repeats() {
         return;
     }
     let cx = torchlean_cuda::device::context().expect("the CUDA context");
-    let cpu = torchlean::providers::native_cpu::flash_binding();
-    let cpu_vjp = cpu.vjp().expect("the CPU flash VJP");
     let gpu_det = native_cuda_attention_binding();
     let (fwd, vjp) = (gpu_det.forward(), gpu_det.vjp().expect("a VJP"));
     let mut worst = 0.0f64;
@@ -677,40 +677,12 @@ fn flash_attention_ordered_dq_matches_the_cpu_and_repeats() {
             xs[2].data[650 * dv + 3] = f64::NAN;
         }
         if mask == AttentionMask::Boolean {
-            // query tile qt, key tile kt blocked whole when (qt + 2·kt) % 3 == 1, a quarter
-            // of the rest at random, and query row 70 entirely
-            let mut m = draw(&[l, s], Gen::Normal, seed + 4);
-            for (e, x) in m.data.iter_mut().enumerate() {
-                let (r, col) = (e / s, e % s);
-                let tile_blocked = (r / 64 + 2 * (col / 64)) % 3 == 1;
-                *x = if !tile_blocked && r != 70 && *x > -0.67 {
-                    1.0
-                } else {
-                    0.0
-                };
-            }
-            xs.push(m);
+            xs.push(flash_cases::tile_blocked_mask(l, s, seed + 4));
         }
         let gy = draw(&[bh, l, dv], Gen::Normal, seed + 9);
-        let host: Vec<Tensor> = xs
-            .iter()
-            .map(|a| {
-                Tensor::from_vec(a.data.iter().map(|&v| v as f32).collect(), &a.shape)
-                    .expect("host")
-            })
-            .collect();
-        let host_refs: Vec<&Tensor> = host.iter().collect();
-        let host_gy =
-            Tensor::from_vec(gy.data.iter().map(|&v| v as f32).collect(), &gy.shape).expect("host");
         let needs = [true, true, true, false];
         let needs = &needs[..xs.len()];
-        let y_cpu = (cpu.forward())(&op, &host_refs).expect("cpu forward");
-        let want = cpu_vjp(&op, &host_refs, &y_cpu, &host_gy, needs).expect("cpu vjp");
-        let want: Vec<Vec<f64>> = want
-            .iter()
-            .take(3)
-            .map(|g| widen(g.as_ref().expect("a gradient")))
-            .collect();
+        let want = cpu_flash_grads(&op, &xs, &gy, needs);
         let ts: Vec<Tensor> = xs.iter().map(on_gpu).collect();
         let tr: Vec<&Tensor> = ts.iter().collect();
         let g = on_gpu(&gy);

@@ -204,3 +204,20 @@ pub fn flash_compare(got: &[f64], want: &[f64], tol: f64) -> Result<f64, String>
     }
     Ok(worst)
 }
+
+/// An [l, s] boolean mask (1 allowed, 0 blocked) that blocks whole 64 × 64 tiles — query
+/// tile qt, key tile kt when (qt + 2·kt) % 3 == 1 —, a quarter of the other entries at random
+/// and query row 70 entirely: calls where the kernels skip tiles by their tile words.
+pub fn tile_blocked_mask(l: usize, s: usize, seed: u64) -> Array<f64> {
+    let mut m = draw(&[l, s], Gen::Normal, seed);
+    for (e, x) in m.data.iter_mut().enumerate() {
+        let (r, c) = (e / s, e % s);
+        let tile_blocked = (r / 64 + 2 * (c / 64)) % 3 == 1;
+        *x = if !tile_blocked && r != 70 && *x > -0.67 {
+            1.0
+        } else {
+            0.0
+        };
+    }
+    m
+}
