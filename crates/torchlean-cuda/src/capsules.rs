@@ -278,14 +278,16 @@ pub const FLASH_TESTS: &[&str] = &[
 ];
 
 /// `native_cuda.flash_attention`: FlashAttention-2-style fused attention (no L×S matrix in
-/// device memory, recomputing VJP with dQ by a kernel per query tile: bit-identical run to
-/// run; `kernels/attention.rs`), registered before the composition: `auto`,
+/// device memory, recomputing VJP with dQ summed in a fixed order — in slots, by a kernel
+/// per query tile, or, opt-in, added in turns by the key kernel: bit-identical run to run;
+/// `kernels/attention.rs`, `kernels/attention_slots.rs`), registered before the
+/// composition: `auto`,
 /// `prefer:native_cuda` and (replayed) `strict_native_cuda` plan it.
 pub fn flash_capsule() -> KernelCapsule {
     flash_capsule_with(
         "native_cuda.flash_attention",
-        &[FLASH_DETERMINISM_TEST],
-        "recomputing tiled VJP (row statistics, then dK/dV by a kernel per key tile and dQ by a kernel per query tile, every sum in a fixed order: bit-identical run to run; with the opt-in TORCHLEAN_FLASH_MMA=1 and d, dv <= 64 and every |q|, |k|, |v|, |O|, |dO| < 2^24, the key kernel's products in split-TF32 on tensor cores); matches the f64 spec VJP on the same inputs (GPU-only tests, skipped without CUDA; and the CPU emulation of both dQ paths), and two runs give the same bits (GPU-only test)",
+        FLASH_DETERMINISM_TESTS,
+        "recomputing tiled VJP (row statistics, then dK/dV by a kernel per key tile; dQ by the same kernel into at most 16 slots added in order, else by a kernel per query tile, or with the opt-in TORCHLEAN_FLASH_DQ_ORDERED=1 added by the key kernel in turns, key tile after key tile; every sum in a fixed order: bit-identical run to run; with the opt-in TORCHLEAN_FLASH_MMA=1 and d, dv <= 64 and every |q|, |k|, |v|, |O|, |dO| < 2^24, the key kernel's products in split-TF32 on tensor cores); matches the f64 spec VJP on the same inputs (GPU-only tests, skipped without CUDA; and the CPU emulation of both dQ paths), and two runs give the same bits (GPU-only test)",
         true,
     )
 }
@@ -304,9 +306,13 @@ pub fn flash_atomic_capsule() -> KernelCapsule {
     )
 }
 
-/// The GPU test that holds the deterministic flash VJP bit-identical run to run.
-const FLASH_DETERMINISM_TEST: &str =
-    "crates/torchlean-cuda/tests/gpu_only_conformance.rs::flash_attention_vjp_is_bit_identical_run_to_run";
+/// The GPU tests that hold the deterministic flash VJP bit-identical run to run, each of its
+/// dQ paths (the default, the grouped slots, the opt-in ordered additions) against the CPU.
+const FLASH_DETERMINISM_TESTS: &[&str] = &[
+    "crates/torchlean-cuda/tests/gpu_only_conformance.rs::flash_attention_vjp_is_bit_identical_run_to_run",
+    "crates/torchlean-cuda/tests/gpu_only_conformance.rs::flash_attention_dq_in_grouped_slots_matches_the_cpu_and_repeats",
+    "crates/torchlean-cuda/tests/gpu_only_conformance.rs::flash_attention_ordered_dq_matches_the_cpu_and_repeats",
+];
 
 fn flash_capsule_with(
     name: &str,
