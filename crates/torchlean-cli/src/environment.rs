@@ -56,7 +56,7 @@ const SWITCHES: &[(&str, &[&str], &str)] = &[
     (
         "TORCHLEAN_FLASH_DQ_ORDERED",
         &["0", "1"],
-        "1: the deterministic flash VJP's dQ added in a fixed order of key tiles (not yet measured on a GPU; off: slots or the query kernel)",
+        "0: the deterministic flash VJP's dQ in slots or by the query kernel instead of added in a fixed order of key tiles",
     ),
     (
         "TORCHLEAN_FLASH_DQ_SLOTS",

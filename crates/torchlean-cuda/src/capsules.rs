@@ -287,7 +287,7 @@ pub fn flash_capsule() -> KernelCapsule {
     flash_capsule_with(
         "native_cuda.flash_attention",
         FLASH_DETERMINISM_TESTS,
-        "recomputing tiled VJP (row statistics, then dK/dV by a kernel per key tile; dQ by the same kernel into at most 16 slots added in order, else by a kernel per query tile, or with the opt-in TORCHLEAN_FLASH_DQ_ORDERED=1 added by the key kernel in turns, key tile after key tile; every sum in a fixed order: bit-identical run to run; with the opt-in TORCHLEAN_FLASH_MMA=1 and d, dv <= 64 and every |q|, |k|, |v|, |O|, |dO| < 2^24, the key kernel's products in split-TF32 on tensor cores); matches the f64 spec VJP on the same inputs (GPU-only tests, skipped without CUDA; and the CPU emulation of both dQ paths), and two runs give the same bits (GPU-only test)",
+        "recomputing tiled VJP (row statistics, then dK/dV by a kernel per key tile; dQ added by the same kernel in turns, key tile after key tile, where it runs one chunk of each head dimension (TORCHLEAN_FLASH_DQ_ORDERED=0: not), else into at most 16 slots added in order, else by a kernel per query tile; every sum in a fixed order: bit-identical run to run; with the opt-in TORCHLEAN_FLASH_MMA=1 and d, dv <= 64 and every |q|, |k|, |v|, |O|, |dO| < 2^24, the key kernel's products in split-TF32 on tensor cores); matches the f64 spec VJP on the same inputs (GPU-only tests, skipped without CUDA; and the CPU emulation of both dQ paths), and two runs give the same bits (GPU-only test)",
         true,
     )
 }

@@ -143,8 +143,8 @@ pub struct Context {
     /// `TORCHLEAN_FLASH_DQ_SLOTS=0`: the query kernel always).
     pub flash_dq_slots: bool,
     /// Whether the deterministic flash VJP adds dQ in key-tile order where it can (the key
-    /// kernel's fuse_dq 4; `TORCHLEAN_FLASH_DQ_ORDERED=1`; otherwise slots or the query
-    /// kernel).
+    /// kernel's fuse_dq 4; on unless `TORCHLEAN_FLASH_DQ_ORDERED=0`; elsewhere, or when
+    /// off, slots or the query kernel).
     /// [`with_flash_dq_ordered`] overrides it on one thread (tests compare both ways).
     flash_dq_ordered: bool,
     /// Calls whose dQ was added in key-tile order (tests check that the path ran).
@@ -543,12 +543,13 @@ fn create() -> Result<Context, String> {
         flash_kv_resident
     };
     let flash_dq_slots = std::env::var("TORCHLEAN_FLASH_DQ_SLOTS").as_deref() != Ok("0");
-    // off until measured on a GPU against the slots (docs/attention.md)
-    let flash_dq_ordered = std::env::var("TORCHLEAN_FLASH_DQ_ORDERED").as_deref() == Ok("1");
+    // on since the fifty-third session's GPU run measured it against the slots
+    // (docs/attention.md); `0` keeps the slots
+    let flash_dq_ordered = std::env::var("TORCHLEAN_FLASH_DQ_ORDERED").as_deref() != Ok("0");
     let dq_ordered = if flash_dq_ordered {
-        "added in a fixed order of key tiles by the f32 key kernel where it runs one chunk (TORCHLEAN_FLASH_DQ_ORDERED=1), else "
+        "added in a fixed order of key tiles by the f32 key kernel where it runs one chunk (TORCHLEAN_FLASH_DQ_ORDERED=0: not), else "
     } else {
-        ""
+        "TORCHLEAN_FLASH_DQ_ORDERED=0: "
     };
     let dq_rest = if flash_dq_slots {
         format!("in at most {} slots summed in order where the f32 key kernel runs, else the query kernel (TORCHLEAN_FLASH_DQ_SLOTS=0: the query kernel)", crate::kernels::attention_slots::MAX_SLOTS)

@@ -131,9 +131,9 @@ __device__ __forceinline__ void flash_bwd_kv_one_chunk(
     const int tx = threadIdx.x % 8, ty = threadIdx.x / 8;
     const long long nqt = (g.l + FA_T - 1) / FA_T, nkt = (g.s + FA_T - 1) / FA_T;
     // the block's coordinates: its own, or with ordered dQ (fuse_dq 4) those of a ticket
-    // drawn when it starts (x fastest; descending key tiles when causal), so that every
-    // block it waits for (same batch matrix, the key tile before it in the order of
-    // additions: a lower ticket) has already started and never waits for it
+    // drawn when it starts (x fastest, key tiles descending), so that every block it waits
+    // for (same batch matrix, the key tile after it: before it in the order of additions,
+    // a lower ticket) has already started and never waits for it
     long long bx = blockIdx.x, by = blockIdx.y;
     if (fuse_dq == 4) {
         // handed to every thread through the statistics' shared words (staged only later)
@@ -144,7 +144,7 @@ __device__ __forceinline__ void flash_bwd_kv_one_chunk(
         __syncthreads();
         bx = ticket % gridDim.x;
         by = ticket / gridDim.x;
-        if (g.causal) bx = gridDim.x - 1 - bx;
+        bx = gridDim.x - 1 - bx;
     }
     // key tiles [kt_first, kt_end) of this block (one unless dQ goes to slots of `group`)
     const long long kt_first = bx * group, kt_end = min(kt_first + group, nkt);
@@ -227,20 +227,20 @@ __device__ __forceinline__ void flash_bwd_kv_one_chunk(
                 float aq[4][8] = {};
                 fa_mul_cols<true>(aq, dt, ty * 4, ks, tx, FA_T);
                 // ordered: the key tiles that visit this query tile add in a fixed order,
-                // so the additions into each element of dQ are the same on every run.
-                // Without a causal cut: ascending, key tile kt after the visitors below it
-                // (every key tile, or those the tile words let through). With the cut, the
-                // key tiles at or before it visit it, each from its diagonal tile upwards:
-                // descending, so that the diagonal tile, visited first, adds first and key
-                // tile kt, one step behind kt + 1 at every query tile, seldom waits
-                // (ascending, key tile kt would wait at its first tile for key tile 0)
+                // so the additions into each element of dQ are the same on every run:
+                // descending, key tile kt after the visitors above it (every key tile up to
+                // the last one, or the causal cut's diagonal tile; under a boolean mask
+                // those the tile words let through). Each key tile walks the query tiles
+                // upwards from its first, so with a causal cut — or a lower-triangular
+                // mask — the diagonal tile, visited first, adds first and key tile kt, one
+                // step behind kt + 1 at every query tile, seldom waits (ascending, key
+                // tile kt would wait at its first tile until key tile 0 got there)
                 int* turn = fuse_dq == 4 ? turns + 1 + b * nqt + qt : nullptr;
                 if (turn != nullptr) {
                     const long long last = skip ? min(qt, nkt - 1) : nkt - 1;
-                    int my_turn = !g.causal ? (int)kt : (int)(last - kt);
+                    int my_turn = (int)(last - kt);
                     if (skip_tiles && threadIdx.x < 32)
-                        my_turn = !g.causal ? fa_count_visitors(g, bits, b, qt, 0, kt)
-                                            : fa_count_visitors(g, bits, b, qt, kt + 1, last + 1);
+                        my_turn = fa_count_visitors(g, bits, b, qt, kt + 1, last + 1);
                     if (threadIdx.x == 0) {
                         fa_turn_wait(turn, my_turn);
                         next_turn = my_turn + 1;
@@ -349,12 +349,11 @@ extern "C" __global__ void flash_sum_parts(const float* __restrict__ part, float
 //   skipped), so it stores; 3: the caller zeroed the slots and every tile adds. A row that
 //   attends nothing gets zeros.
 // - fuse_dq 4: deterministic, ordered. Added into dq (zeroed by the caller) as with 1, but
-//   the key tiles visiting query tile qt add there in a fixed order — ascending key tiles,
-//   or with a causal flag descending from the last visitor — each after the one before it
-//   (turns[1 + b·nqt + qt] counts the key tiles done there; turns[0] hands out the blocks'
-//   tickets; all zeroed by the caller), so every element's additions come in the same
-//   order on every run; under a boolean mask a key tile's turn counts the visitors before it
-//   by the tile words. Group 1, one chunk.
+//   the key tiles visiting query tile qt add there in a fixed order — descending from the
+//   last visitor — each after the one before it (turns[1 + b·nqt + qt] counts the key tiles
+//   done there; turns[0] hands out the blocks' tickets; all zeroed by the caller), so every
+//   element's additions come in the same order on every run; under a boolean mask a key
+//   tile's turn counts the visitors above it by the tile words. Group 1, one chunk.
 // `gate`: as flash_forward's (flash_bwd_kv_mma's flag).
 template <bool TILES>
 __device__ __forceinline__ void flash_bwd_kv_impl(

@@ -8,14 +8,14 @@
 //! - **ordered** (since the fifty-second session; not planned here: `attention.rs` takes it
 //!   first wherever the f32 key kernel runs one chunk): the key kernel adds into dQ as the
 //!   atomic capsule does, but the key tiles visiting a query tile add there in a fixed
-//!   order (ascending; descending under the causal flag, so that each key tile is one step
-//!   behind the one before it; under a boolean mask a tile's turn counts the visitors
-//!   before it by the tile words), each waiting for its turn (a turn counter per query
-//!   tile, an acquire load before and a release store after). Blocks take their coordinates from a
-//!   ticket drawn when they start, so a block waits only for blocks that have started
-//!   (no deadlock whatever order the device schedules blocks in). No scratch; the same
-//!   additions in the same order on every run. Opt-in (`TORCHLEAN_FLASH_DQ_ORDERED=1`) until
-//!   measured on a GPU against the slots;
+//!   order (descending, so that under a causal cut or a lower-triangular mask each key
+//!   tile is one step behind the one above it; under a boolean mask a tile's turn counts
+//!   the visitors above it by the tile words), each waiting for its turn (a turn counter
+//!   per query tile, an acquire load before and a release store after). Blocks take their
+//!   coordinates from a ticket drawn when they start, so a block waits only for blocks that
+//!   have started (no deadlock whatever order the device schedules blocks in). No scratch;
+//!   the same additions in the same order on every run. The default since the fifty-third
+//!   session (`TORCHLEAN_FLASH_DQ_ORDERED=0`: the slots or the query kernel, as below);
 //! - **slots** ([`dq_slots`]): block x of the key kernel sums the terms of its key tiles into
 //!   slot x of a scratch buffer `[slots][BH·L·d]` with plain stores (no atomics), and
 //!   `flash_sum_batches` adds the slots in order. The terms and every addition are the same
