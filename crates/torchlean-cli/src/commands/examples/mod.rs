@@ -13,6 +13,7 @@ pub mod classify;
 pub mod data_files;
 pub mod export;
 pub mod fno1d;
+mod glyphs;
 pub mod optimizer_flags;
 pub mod plot;
 pub mod rnn;
@@ -811,6 +812,8 @@ pub fn run<M: Module>(
     let start = Instant::now();
     let mut losses = Vec::with_capacity(hyper.steps.min(1 << 16));
     let mut first_step = None;
+    // the number of this run's first step (a resumed run continues the checkpoint's count)
+    let run_first_step = trainer.step() + 1;
     // the step the second part of a split run starts with (logged as its first step)
     let resumed_at = trainer.step() + 2;
     let end_step = trainer.step() + hyper.steps as u64;
@@ -946,7 +949,7 @@ pub fn run<M: Module>(
         n as f64 / elapsed.max(1e-9)
     );
     if let Some(p) = &args.plot {
-        plot::write_loss_plot(p, &losses)?;
+        plot::write_loss_plot(p, &losses, run_first_step)?;
     }
     // The model the last update left is checked too: the non-finite check of training reads
     // each step's loss *before* its update, so a last update that made every output NaN or
