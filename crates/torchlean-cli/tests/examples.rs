@@ -686,6 +686,18 @@ fn corrupted_or_mismatched_checkpoints_exit_2_and_stay_unchanged() {
     let o = torchlean(&["mlp", "--hidden", "8", "--steps", "3", "--load", s(&good)]);
     assert_eq!(code(&o), 2, "{}", stderr(&o));
     assert!(stderr(&o).contains("does not match"), "{}", stderr(&o));
+    // of another example: refused before anything is printed as this run's (the
+    // checkpoint's learning rate and batch size were announced as this run's, then refused)
+    for example in ["cnn", "rnn", "autoencoder", "fno1d"] {
+        let o = torchlean(&[example, "--steps", "1", "--load", s(&good)]);
+        assert_eq!(code(&o), 2, "{example}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("saved by model `mlp`, this run is model `"),
+            "{example}: {}",
+            stderr(&o)
+        );
+        assert_eq!(stdout(&o), "", "{example}: printed before the refusal");
+    }
 }
 
 #[test]

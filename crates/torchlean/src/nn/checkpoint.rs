@@ -362,6 +362,28 @@ fn list(names: &[&String]) -> String {
     }
 }
 
+/// Refuses `contents` when its model tag names an example other than `example` (the tag's
+/// part before the first `"; "`, where the examples put their name): the check a command
+/// can make before it has built its model and the rest of its tag, so that nothing it
+/// prints comes from another model's checkpoint. [`check_tag`] compares the whole tag later;
+/// a tag whose first part differs differs as a whole, so this refuses nothing it would
+/// accept. A file without a tag is not compared.
+pub fn check_tag_example(contents: &CheckpointContents, name: &str, example: &str) -> Result<()> {
+    match contents.metadata.get(KEY_MODEL) {
+        Some(saved) if saved.split("; ").next() != Some(example) => {
+            Err(CheckpointError::Mismatch {
+                path: name.to_string(),
+                reason: format!(
+                    "it was saved by model `{}`, this run is model `{example}`",
+                    shown(saved)
+                ),
+            }
+            .into())
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Refuses `contents` when it records a model tag other than `expected` (a file without one,
 /// or a caller without one, is not compared).
 pub fn check_tag(contents: &CheckpointContents, name: &str, expected: Option<&str>) -> Result<()> {

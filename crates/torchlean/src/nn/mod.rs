@@ -40,9 +40,9 @@ pub use adagrad::Adagrad;
 pub use adam::{Adam, AdamW};
 pub use attention::{key_padding_mask, MultiheadAttention};
 pub use checkpoint::{
-    apply_checkpoint, check_tag, load_checkpoint, note_key, parse_checkpoint, read_checkpoint,
-    save_checkpoint, save_checkpoint_noted, save_checkpoint_tagged, shown as shown_metadata,
-    CheckpointContents, CheckpointInfo, KEY_OPTIM,
+    apply_checkpoint, check_tag, check_tag_example, load_checkpoint, note_key, parse_checkpoint,
+    read_checkpoint, save_checkpoint, save_checkpoint_noted, save_checkpoint_tagged,
+    shown as shown_metadata, CheckpointContents, CheckpointInfo, KEY_OPTIM,
 };
 pub use clip::{clip_grad_norm, global_grad_norm};
 pub use config::{Config, DType, ExecutionBackend, SaveOptions, TrainOptions};

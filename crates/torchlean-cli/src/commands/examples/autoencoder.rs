@@ -38,7 +38,7 @@ fn manifold(seed: u64, device: Device) -> Result<Dataset, torchlean::Error> {
 }
 
 pub fn run_cmd(a: Args) -> CliResult {
-    let h = a.common.hyper(DEFAULTS)?;
+    let h = a.common.hyper(DEFAULTS, "autoencoder")?;
     a.common.backend.install_session()?;
     let device = a.common.backend.profile()?.device;
     let (train, test) = manifold(h.seed, device)

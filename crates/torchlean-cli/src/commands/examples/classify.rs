@@ -200,7 +200,7 @@ fn cnn_setup(
     data: Option<&DataArgs>,
     width: usize,
 ) -> CliResult {
-    let h = common.hyper(CNN_DEFAULTS)?;
+    let h = common.hyper(CNN_DEFAULTS, name)?;
     if let Some(d) = data {
         d.check(common)?;
     }
@@ -283,7 +283,7 @@ fn xor_quadrants(seed: u64) -> Result<Dataset, torchlean::Error> {
 }
 
 pub fn mlp(a: MlpArgs) -> CliResult {
-    let h = a.common.hyper(MLP_DEFAULTS)?;
+    let h = a.common.hyper(MLP_DEFAULTS, "mlp")?;
     a.data.check(&a.common)?;
     a.common.backend.install_session()?;
     if a.hidden == 0 {

@@ -32,7 +32,7 @@ pub struct Args {
 }
 
 pub fn run_cmd(a: Args) -> CliResult {
-    let h = a.common.hyper(DEFAULTS)?;
+    let h = a.common.hyper(DEFAULTS, "fno1d")?;
     a.common.backend.install_session()?;
     if a.width == 0 || a.modes == 0 || a.modes > 16 {
         return Err(CliError::usage(

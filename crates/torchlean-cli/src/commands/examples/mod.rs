@@ -217,11 +217,13 @@ impl CommonArgs {
         self.saved(&torchlean::nn::note_key(key))?.parse::<T>().ok()
     }
 
-    /// Refuses a `--load` checkpoint that cannot be read, or whose notes are not numbers.
-    fn check_checkpoint(&self) -> Result<(), CliError> {
+    /// Refuses a `--load` checkpoint that cannot be read, that another example saved (before
+    /// any of its notes is printed as this run's), or whose notes are not numbers.
+    fn check_checkpoint(&self, example: &str) -> Result<(), CliError> {
         let Some(c) = self.checkpoint()? else {
             return Ok(());
         };
+        torchlean::nn::check_tag_example(c, &self.load_display(), example).map_err(lib_err)?;
         if c.metadata.get("version").map(String::as_str) == Some("1") {
             eprintln!(
                 "note: --load {}: a version-1 checkpoint, whose checksum covers its tensors but not its metadata (step, learning rate, seed, optimizer kind); saving it again (--save) writes version 2",
@@ -383,9 +385,9 @@ impl CommonArgs {
             .unwrap_or_default()
     }
 
-    /// The flags resolved against `d`, validated.
-    pub fn hyper(&self, d: Defaults) -> Result<Hyper, CliError> {
-        self.check_checkpoint()?;
+    /// The flags of example `example` resolved against `d`, validated.
+    pub fn hyper(&self, d: Defaults, example: &str) -> Result<Hyper, CliError> {
+        self.check_checkpoint(example)?;
         let lr = match self.lr {
             Some(lr) => lr,
             None => self.flag_or_saved(None, "lr", "--lr", true).unwrap_or(d.lr),

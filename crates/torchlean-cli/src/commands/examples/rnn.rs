@@ -38,7 +38,7 @@ pub struct Args {
 }
 
 pub fn run_cmd(a: Args) -> CliResult {
-    let h = a.common.hyper(DEFAULTS)?;
+    let h = a.common.hyper(DEFAULTS, "rnn")?;
     a.common.backend.install_session()?;
     if a.hidden == 0 {
         return Err(CliError::usage("--hidden must be positive"));

@@ -88,7 +88,7 @@ fn generate(
 }
 
 pub fn run_cmd(a: Args) -> CliResult {
-    let h = a.common.hyper(DEFAULTS)?;
+    let h = a.common.hyper(DEFAULTS, "transformer")?;
     let data: Vec<(&str, &std::path::Path)> = a
         .data
         .as_deref()
