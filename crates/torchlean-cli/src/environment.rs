@@ -61,7 +61,7 @@ const SWITCHES: &[(&str, &[&str], &str)] = &[
     (
         "TORCHLEAN_FLASH_DQ_SLOTS",
         &["0", "1"],
-        "0: the deterministic flash VJP's dQ by the query kernel",
+        "0: the deterministic flash VJP's dQ by the query kernel where it is not added in order (with TORCHLEAN_FLASH_DQ_ORDERED=0: everywhere)",
     ),
 ];
 

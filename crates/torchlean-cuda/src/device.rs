@@ -140,7 +140,7 @@ pub struct Context {
     /// `TORCHLEAN_FLASH_SPLIT` says (0 when unknown): for `kernels::attention_slots`.
     pub flash_kv_resident: usize,
     /// Whether the deterministic flash VJP may add dQ in slots (`kernels::attention_slots`;
-    /// `TORCHLEAN_FLASH_DQ_SLOTS=0`: the query kernel always).
+    /// `TORCHLEAN_FLASH_DQ_SLOTS=0`: the query kernel wherever the ordered dQ does not run).
     pub flash_dq_slots: bool,
     /// Whether the deterministic flash VJP adds dQ in key-tile order where it can (the key
     /// kernel's fuse_dq 4; on unless `TORCHLEAN_FLASH_DQ_ORDERED=0`; elsewhere, or when
@@ -552,7 +552,7 @@ fn create() -> Result<Context, String> {
         "TORCHLEAN_FLASH_DQ_ORDERED=0: "
     };
     let dq_rest = if flash_dq_slots {
-        format!("in at most {} slots summed in order where the f32 key kernel runs, else the query kernel (TORCHLEAN_FLASH_DQ_SLOTS=0: the query kernel)", crate::kernels::attention_slots::MAX_SLOTS)
+        format!("in at most {} slots summed in order where the f32 key kernel runs, else the query kernel (TORCHLEAN_FLASH_DQ_SLOTS=0: no slots)", crate::kernels::attention_slots::MAX_SLOTS)
     } else {
         "the query kernel (TORCHLEAN_FLASH_DQ_SLOTS=0)".to_string()
     };

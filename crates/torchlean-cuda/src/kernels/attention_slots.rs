@@ -27,8 +27,9 @@
 //! - **the query kernel** (`flash_bwd_q`): one block per 64 query rows recomputes S and dP
 //!   and sums its key tiles in order. It costs two more L×S×d products (about +35% at
 //!   B·H = 128, L = 2048 on an H100: docs/BENCHMARKS.md, forty-first session) and is taken
-//!   where slots are not: a grouped grid that would not fill the device once, the tensor-core
-//!   key kernel (`TORCHLEAN_FLASH_MMA=1`), head dimensions over 64, or
+//!   where neither the ordered dQ nor slots are: the tensor-core key kernel
+//!   (`TORCHLEAN_FLASH_MMA=1`), head dimensions over 64, or with
+//!   `TORCHLEAN_FLASH_DQ_ORDERED=0` a grouped grid that would not fill the device once or
 //!   `TORCHLEAN_FLASH_DQ_SLOTS=0`.
 //!
 //! The choice depends only on the call's shape, the device (its resident blocks) and the
