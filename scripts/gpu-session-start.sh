@@ -18,6 +18,13 @@ pair() {
   timeout 150 python3 bench/pytorch/bench.py $w --device cuda --reps $reps $pt > $log/$tag.pt.json 2>> $log/err
   echo "$tag: torchlean $(field $log/$tag.tl.json median) PyTorch $(field $log/$tag.pt.json median)"
 }
+# `solo NAME REPS TAG [torchlean flags]`: torchlean alone (with the caller's `$p` flags and
+# environment), JSON under $log/TAG.tl.json, one summary line.
+solo() {
+  local w=$1 reps=$2 tag=$3 tl=${4:-}
+  timeout 90 gpu-bin/torchlean bench $w $p --reps $reps $tl > $log/$tag.tl.json 2>> $log/err \
+    && echo "$tag: torchlean $(field $log/$tag.tl.json median)"
+}
 # `attn_memory L...`: flash attention's forward + backward at each length L (B=1, H=16,
 # D=64, unmasked, with the caller's `$p` flags), one line each with the median and the
 # device memory statistics (issue 12: memory linear in L). JSON under $log/mem.L.json.

@@ -10,7 +10,6 @@ grep -E "FAIL|panicked|test result|tests rc|ordered_dq|bit_identical" $log/tests
 p="--device cuda --json"
 for w in attn-step-mask attn-step-none attn-step-causal; do
   [ $(left) -gt 40 ] && pair $w 20 $w.det "" ""
-  [ $w = attn-step-mask ] && [ $(left) -gt 30 ] && TORCHLEAN_FLASH_DQ_ORDERED=0 timeout 60 gpu-bin/torchlean bench $w $p --reps 20 > $log/$w.slots.tl.json 2>> $log/err \
-    && echo "$w slots: torchlean $(field $log/$w.slots.tl.json median)"
+  [ $w = attn-step-mask ] && [ $(left) -gt 30 ] && TORCHLEAN_FLASH_DQ_ORDERED=0 solo $w 20 $w.slots
 done
 tar czf $dest/logs.tgz -C $log . && rm -f $dest/gpu.txt

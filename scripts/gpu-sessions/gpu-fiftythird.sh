@@ -15,11 +15,9 @@ base="--device cuda --json"
 for w in attn-step-none attn-step-causal attn-step-mask; do
   p="$base"
   [ $(left) -gt 250 ] && pair $w 20 $w.det "" ""
-  [ $(left) -gt 230 ] && TORCHLEAN_FLASH_DQ_ORDERED=0 timeout 90 gpu-bin/torchlean bench $w $p --reps 20 > $log/$w.slots.tl.json 2>> $log/err \
-    && echo "$w slots: torchlean $(field $log/$w.slots.tl.json median)"
+  [ $(left) -gt 230 ] && TORCHLEAN_FLASH_DQ_ORDERED=0 solo $w 20 $w.slots
   p="$base --allow-nondeterministic"
-  [ $(left) -gt 220 ] && timeout 90 gpu-bin/torchlean bench $w $p --reps 20 > $log/$w.atomic.tl.json 2>> $log/err \
-    && echo "$w atomic: torchlean $(field $log/$w.atomic.tl.json median)"
+  [ $(left) -gt 220 ] && solo $w 20 $w.atomic
 done
 p="$base"
 [ $(left) -gt 140 ] && pair transformer-big-step 10 big.eager "--backend eager" ""

@@ -371,14 +371,7 @@ fn list(names: &[&String]) -> String {
 pub fn check_tag_example(contents: &CheckpointContents, name: &str, example: &str) -> Result<()> {
     match contents.metadata.get(KEY_MODEL) {
         Some(saved) if saved.split("; ").next() != Some(example) => {
-            Err(CheckpointError::Mismatch {
-                path: name.to_string(),
-                reason: format!(
-                    "it was saved by model `{}`, this run is model `{example}`",
-                    shown(saved)
-                ),
-            }
-            .into())
+            Err(tag_mismatch(name, saved, example))
         }
         _ => Ok(()),
     }
@@ -388,16 +381,23 @@ pub fn check_tag_example(contents: &CheckpointContents, name: &str, example: &st
 /// or a caller without one, is not compared).
 pub fn check_tag(contents: &CheckpointContents, name: &str, expected: Option<&str>) -> Result<()> {
     match (contents.metadata.get(KEY_MODEL), expected) {
-        (Some(saved), Some(expected)) if saved != expected => Err(CheckpointError::Mismatch {
-            path: name.to_string(),
-            reason: format!(
-                "it was saved by model `{}`, this run is model `{expected}`",
-                shown(saved)
-            ),
+        (Some(saved), Some(expected)) if saved != expected => {
+            Err(tag_mismatch(name, saved, expected))
         }
-        .into()),
         _ => Ok(()),
     }
+}
+
+/// The refusal of file `name`, saved by model `saved`, in a run of model `this_run`.
+fn tag_mismatch(name: &str, saved: &str, this_run: &str) -> super::error::Error {
+    CheckpointError::Mismatch {
+        path: name.to_string(),
+        reason: format!(
+            "it was saved by model `{}`, this run is model `{this_run}`",
+            shown(saved)
+        ),
+    }
+    .into()
 }
 
 /// Loads a checkpoint into `model` (parameters and buffers) and, when given, `optimizer`

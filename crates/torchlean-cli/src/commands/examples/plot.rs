@@ -123,6 +123,8 @@ fn draw(losses: &[f32], first_step: u64) -> Canvas {
     // the x axis: the first, middle and last step, and its title
     let n = losses.len().max(2) - 1;
     let x_of = |i: usize| left + ((right - left) as f64 * i as f64 / n as f64).round() as i64;
+    // the row of a value at fraction `frac` of the plotted range
+    let y_of = |frac: f64| bottom - 2 - ((bottom - top - 4) as f64 * frac).round() as i64;
     let mut ticks = vec![0];
     if losses.len() > 2 {
         ticks.push(n / 2);
@@ -157,7 +159,7 @@ fn draw(losses: &[f32], first_step: u64) -> Canvas {
         for &frac in ys {
             let v = lo + frac * span;
             let text = label(if log { v.exp() } else { v });
-            let y = bottom - 2 - ((bottom - top - 4) as f64 * frac).round() as i64;
+            let y = y_of(frac);
             canvas.line((left - 3, y), (left, y), axis);
             canvas.text(
                 left - 5 - glyphs::width(&text),
@@ -172,8 +174,7 @@ fn draw(losses: &[f32], first_step: u64) -> Canvas {
                 continue;
             }
             let x = x_of(i);
-            let frac = (tr(v) - lo) / span;
-            let y = bottom - 2 - ((bottom - top - 4) as f64 * frac).round() as i64;
+            let y = y_of((tr(v) - lo) / span);
             let p = (x, y);
             canvas.line(prev.unwrap_or(p), p, [31, 119, 180]);
             if losses.len() == 1 {
