@@ -24,11 +24,12 @@ ap.add_argument("--torchlean", default="target/release/torchlean")
 ap.add_argument("--jobs", type=int, default=2)
 ap.add_argument("--profiles", default="checked_cpu,strict_native_cpu")
 ap.add_argument("--extra", default="", help="arguments added to every run-graph command")
+ap.add_argument("--seed", type=int, default=1, help="seed of the random inputs (default 1, the recorded runs'; another draws other values of the same cases)")
 ap.add_argument("--only", default="", help="run only the cases whose label contains this")
 ap.add_argument("--emit", default="", help="write every case (model, inputs, onnxruntime's outputs and differences) under this directory instead of running torchlean: replay it with scripts/onnx-oracle-replay.py on a machine without onnxruntime (the GPU machine)")
 ARGS = ap.parse_args()
 WORK = tempfile.mkdtemp(prefix="torchlean-onnx-oracle-")
-rng = np.random.default_rng(1)
+rng = np.random.default_rng(ARGS.seed)
 so = ort.SessionOptions(); so.log_severity_level = 3
 so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
 

@@ -20,11 +20,12 @@ ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
 ap.add_argument("--torchlean", default="target/release/torchlean")
 ap.add_argument("--jobs", type=int, default=2, help="run-graph processes at once")
 ap.add_argument("--extra", default="", help="arguments added to every run-graph command (e.g. '--provider prefer:native_cuda')")
+ap.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0, the recorded runs'; another draws other values of the same cases)")
 ap.add_argument("--profiles", default=None, help="comma-separated profiles for every case (e.g. checked_cuda,strict_native_cuda); default: each case's CPU profiles")
 ARGS = ap.parse_args()
 BIN = ARGS.torchlean
 WORK = tempfile.mkdtemp(prefix="torchlean-oracle-")
-rng = np.random.default_rng(0)
+rng = np.random.default_rng(ARGS.seed)
 
 def run(op, xs, c, profile, grad=True):
     out_shape = c.shape
@@ -255,6 +256,14 @@ check("mul/scalar", {"op": "mul"}, [np.array(2.0, np.float32), randn(3)], T.mul,
 x = (rng.standard_normal(1 << 20) + 100).astype(np.float32)
 check("sum_all/1M", {"op": "sum_all"}, [x], lambda x: x.sum(), profiles=P, rtol=1e-6, atol=1e-9)
 check("reduce_mean/long", {"op": "reduce_mean", "axes": [1], "keepdim": False}, [x.reshape(4, -1)], lambda x: x.mean(1), profiles=P, rtol=1e-6, atol=1e-9)
+# the same precision over the other paths a long sum takes: a middle axis, every axis, a
+# wide softmax's normalizer, batch statistics over N·H·W, and one row of 4M terms
+xm = (rng.standard_normal((4, 1 << 16, 4)) + 100).astype(np.float32)
+check("reduce_mean/long-middle", {"op": "reduce_mean", "axes": [1], "keepdim": False}, [xm], lambda x: x.mean(1), profiles=P, rtol=1e-6, atol=1e-9)
+check("reduce_sum/long-all", {"op": "reduce_sum", "axes": [0, 1, 2], "keepdim": False}, [xm], lambda x: x.sum((0, 1, 2)), profiles=P, rtol=1e-6, atol=1e-9)
+check("reduce_mean/4M-row", {"op": "reduce_mean", "axes": [1], "keepdim": True}, [(rng.standard_normal((1, 1 << 22)) + 100).astype(np.float32)], lambda x: x.mean(1, keepdim=True), profiles=("checked_cpu",), rtol=1e-6, atol=1e-9, grad=False)
+check("softmax/wide-offset", {"op": "softmax", "axis": 1}, [(rng.standard_normal((2, 1 << 18)) * 0.01).astype(np.float32)], lambda x: T.softmax(x, 1), profiles=P, rtol=1e-5, atol=1e-12, grad=False)
+check("batch_norm/offset", {"op": "batch_norm", "eps": 1e-5, "channel_axis": 1}, [(randn(64, 4, 32, 32) + 100).astype(np.float32), randn(4), randn(4)], lambda x, g, b: F.batch_norm(x, None, None, g, b, True, 0.1, 1e-5), profiles=P, grad=False)
 check("layer_norm/offset", {"op": "layer_norm", "eps": 1e-5}, [(randn(8, 512) + 1000).astype(np.float32), randn(512), randn(512)], lambda x, g, b: F.layer_norm(x, (512,), g, b), profiles=P)
 check("softmax/wide", {"op": "softmax", "axis": 1}, [randn(4, 100000) * 10], lambda x: T.softmax(x, 1), profiles=P)
 check("mse/big", {"op": "mse_loss"}, [randn(1000, 300), randn(1000, 300)], F.mse_loss, profiles=P, rtol=1e-6, atol=1e-8)

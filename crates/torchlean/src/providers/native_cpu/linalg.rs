@@ -240,7 +240,7 @@ pub fn mse_value(a: &[f32], b: &[f32]) -> f32 {
             .zip(b.par_chunks(CHUNK))
             .map(sq)
             .collect();
-        partials.iter().sum()
+        super::vmath::pairwise(partials)
     };
     s / a.len() as f32
 }

@@ -140,6 +140,22 @@ pub fn forward(op: &Op, x: &[&Tensor]) -> Vec<f32> {
     y
 }
 
+/// Σ f over a channel's N·H·W terms (`n`, in `parts` of H·W): left to right up to
+/// [`vmath::SUM_BLOCK`] terms (the spec's order up to its 32-term blocks, bit for bit), else
+/// each part in lanes and the parts added pairwise (no long left-to-right sum: a channel of
+/// 64 images of 32×32 is 65 536 terms).
+fn channel_sum<'a>(
+    parts: impl Iterator<Item = &'a [f32]>,
+    n: usize,
+    f: impl Fn(f32) -> f32 + Copy,
+) -> f32 {
+    if n <= vmath::SUM_BLOCK {
+        parts.fold(0.0f32, |s, p| s + p.iter().map(|&x| f(x)).sum::<f32>())
+    } else {
+        vmath::pairwise(parts.map(|p| vmath::sum_map(p, f)))
+    }
+}
+
 fn channel_stats(
     xd: &[f32],
     outer: usize,
@@ -151,21 +167,10 @@ fn channel_stats(
     let n = (outer * inner) as f32;
     // relative to the channel's first value, as the spec's mean (a constant channel's exact)
     let x0 = if n > 0.0 { xd[ch * inner] } else { 0.0 };
-    let mut s = 0.0f32;
-    for o in 0..outer {
-        s += xd[(o * c + ch) * inner..(o * c + ch + 1) * inner]
-            .iter()
-            .map(|x| x - x0)
-            .sum::<f32>();
-    }
+    let parts = || (0..outer).map(|o| &xd[(o * c + ch) * inner..(o * c + ch + 1) * inner]);
+    let s = channel_sum(parts(), outer * inner, |x| x - x0);
     let mu = x0 + s / n;
-    let mut v = 0.0f32;
-    for o in 0..outer {
-        v += xd[(o * c + ch) * inner..(o * c + ch + 1) * inner]
-            .iter()
-            .map(|x| (x - mu) * (x - mu))
-            .sum::<f32>();
-    }
+    let v = channel_sum(parts(), outer * inner, |x| (x - mu) * (x - mu));
     let channel = || {
         (0..outer).flat_map(move |o| {
             xd[(o * c + ch) * inner..(o * c + ch + 1) * inner]
