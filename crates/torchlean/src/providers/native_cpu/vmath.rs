@@ -150,7 +150,7 @@ impl Pairwise {
         let mut carry = v;
         let mut i = 0;
         while self.filled & (1 << i) != 0 {
-            carry = self.levels[i] + carry;
+            carry += self.levels[i];
             self.filled &= !(1 << i);
             i += 1;
         }
