@@ -57,7 +57,7 @@ fn all_row_stats(xd: &[f32], d: usize, rms: bool, eps: f32) -> Vec<GroupStats<f3
 const PARAM_ROWS: usize = 64;
 
 /// The column sums of layer/RMS norm's parameter gradients, (Σ_r g·x̂, Σ_r g): partial sums
-/// over fixed blocks of [`PARAM_ROWS`] rows (in parallel when large), added in block order.
+/// over fixed blocks of [`PARAM_ROWS`] rows (in parallel when large), added pairwise.
 fn param_grads(xd: &[f32], g: &[f32], stats: &[GroupStats<f32>], d: usize) -> (Vec<f32>, Vec<f32>) {
     use rayon::prelude::*;
     let block = |b: usize| {
@@ -80,12 +80,26 @@ fn param_grads(xd: &[f32], g: &[f32], stats: &[GroupStats<f32>], d: usize) -> (V
     } else {
         (0..blocks).into_par_iter().map(block).collect()
     };
-    let (mut gg, mut gb) = (vec![0.0f32; d], vec![0.0f32; d]);
-    for (pg, pb) in parts {
-        for j in 0..d {
-            gg[j] += pg[j];
-            gb[j] += pb[j];
+    // the blocks' partial sums added pairwise (a balanced tree, adjacent blocks first): no
+    // long left-to-right sum over many blocks; up to three blocks the same additions as in
+    // order. Added to +0 at the end, as a sum starts from +0 (a column of -0s sums to +0).
+    let mut level = parts;
+    while level.len() > 1 {
+        let mut next = Vec::with_capacity(level.len().div_ceil(2));
+        let mut it = level.into_iter();
+        while let Some((mut ag, mut ab)) = it.next() {
+            if let Some((bg, bb)) = it.next() {
+                ag.iter_mut().zip(&bg).for_each(|(a, b)| *a += b);
+                ab.iter_mut().zip(&bb).for_each(|(a, b)| *a += b);
+            }
+            next.push((ag, ab));
         }
+        level = next;
+    }
+    let (mut gg, mut gb) = (vec![0.0f32; d], vec![0.0f32; d]);
+    if let Some((pg, pb)) = level.pop() {
+        gg.iter_mut().zip(&pg).for_each(|(a, b)| *a += b);
+        gb.iter_mut().zip(&pb).for_each(|(a, b)| *a += b);
     }
     (gg, gb)
 }
