@@ -263,6 +263,8 @@ check("reduce_mean/long-middle", {"op": "reduce_mean", "axes": [1], "keepdim": F
 check("reduce_sum/long-all", {"op": "reduce_sum", "axes": [0, 1, 2], "keepdim": False}, [xm], lambda x: x.sum((0, 1, 2)), profiles=P, rtol=1e-6, atol=1e-9)
 check("reduce_mean/4M-row", {"op": "reduce_mean", "axes": [1], "keepdim": True}, [(rng.standard_normal((1, 1 << 22)) + 100).astype(np.float32)], lambda x: x.mean(1, keepdim=True), profiles=("checked_cpu",), rtol=1e-6, atol=1e-9, grad=False)
 check("softmax/wide-offset", {"op": "softmax", "axis": 1}, [(rng.standard_normal((2, 1 << 18)) * 0.01).astype(np.float32)], lambda x: T.softmax(x, 1), profiles=P, rtol=1e-5, atol=1e-12, grad=False)
+check("log_softmax/wide-offset", {"op": "log_softmax", "axis": 1}, [(rng.standard_normal((2, 1 << 18)) * 0.01).astype(np.float32)], lambda x: T.log_softmax(x, 1), profiles=P, rtol=1e-6, atol=1e-9, grad=False)
+check("layer_norm/wide-offset", {"op": "layer_norm", "eps": 1e-5}, [(randn(2, 1 << 16) + 100).astype(np.float32), randn(1 << 16), randn(1 << 16)], lambda x, g, b: F.layer_norm(x, (1 << 16,), g, b), profiles=P, grad=False)
 check("batch_norm/offset", {"op": "batch_norm", "eps": 1e-5, "channel_axis": 1}, [(randn(64, 4, 32, 32) + 100).astype(np.float32), randn(4), randn(4)], lambda x, g, b: F.batch_norm(x, None, None, g, b, True, 0.1, 1e-5), profiles=P, grad=False)
 check("layer_norm/offset", {"op": "layer_norm", "eps": 1e-5}, [(randn(8, 512) + 1000).astype(np.float32), randn(512), randn(512)], lambda x, g, b: F.layer_norm(x, (512,), g, b), profiles=P)
 check("softmax/wide", {"op": "softmax", "axis": 1}, [randn(4, 100000) * 10], lambda x: T.softmax(x, 1), profiles=P)
