@@ -95,13 +95,26 @@ pub fn sum_with<T: Copy>(
     zero: T,
     add: impl Fn(T, T) -> T,
 ) -> T {
+    cascade_with(values, zero, add, BLOCK)
+}
+
+/// [`sum_with`] with blocks of `block` terms (at least 1): `block` 1 adds the values
+/// themselves pairwise (a binary counter), as the native kernels combine their vector
+/// blocks' sums (`providers/native_cpu/vmath.rs`).
+#[inline(always)]
+pub fn cascade_with<T: Copy>(
+    values: impl IntoIterator<Item = T>,
+    zero: T,
+    add: impl Fn(T, T) -> T,
+    block_len: usize,
+) -> T {
     let mut levels = [zero; 64];
     let (mut filled, mut used) = (0u64, 0usize);
     let (mut block, mut in_block) = (zero, 0usize);
     for v in values {
         block = add(block, v);
         in_block += 1;
-        if in_block == BLOCK {
+        if in_block >= block_len {
             let mut carry = block;
             (block, in_block) = (zero, 0);
             let mut i = 0;

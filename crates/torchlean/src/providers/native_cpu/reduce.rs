@@ -343,22 +343,11 @@ pub fn softmax_vjp_into(op: &Op, yd: &[f32], shape: &[usize], gd: &[f32], out: &
 
 #[cfg(test)]
 mod tests {
-    /// Values near 100 from a fixed generator (every term of a sum the same sign and size).
-    fn near_hundred(n: usize) -> Vec<f32> {
-        let mut s = 7u64;
-        (0..n)
-            .map(|_| {
-                s = crate::spec::splitmix64(s);
-                100.0 + ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5)
-            })
-            .collect()
-    }
-
     /// Each output of a sum over `from` down to `to` against its f64 sum: within 10^-7
     /// relative wherever an output sums 65 536 terms. Left to right (the scatter path a
     /// middle or non-contiguous reduction took before) erred by up to 1.2·10⁻⁵.
     fn assert_long_sums_are_accurate(from: &[usize], to: &[usize]) {
-        let data = near_hundred(crate::spec::numel(from));
+        let data = super::super::vmath::tests::near_hundred(crate::spec::numel(from), 7);
         let got = super::sum_to_shape(&data, from, to).to_vec();
         // the f64 sums, each element added to the output its index maps to (the target's
         // axes, padded with leading 1s, read at index 0 where they are 1)

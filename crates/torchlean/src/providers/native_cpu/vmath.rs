@@ -120,63 +120,17 @@ fn reduce_lanes(mut a: [f32; LANES]) -> f32 {
 /// A lane that ran over a whole row would add n/16 terms one after another: on 262 144
 /// values near 100 (a mean over a long row) that erred by 1.2·10⁻⁶ relative, 15 ulps of the
 /// result, where PyTorch's cascaded sums err by about one. So a sum longer than a block is
-/// the sum of its blocks' lane sums, added pairwise ([`Pairwise`]): the error bound is
+/// the sum of its blocks' lane sums, added pairwise ([`pairwise`]): the error bound is
 /// (64 + 4 + ⌈log2(n / 1024)⌉)·u times the sum of magnitudes, and a row of at most one block
 /// keeps the plain lane sum's bits.
 pub const SUM_BLOCK: usize = LANES * 64;
 
-/// A pairwise (cascade) sum of a sequence of partial sums, in a fixed order: a binary
-/// counter over the values pushed, level i holding the sum of 2^i of them, as the spec's
-/// cascade combines its blocks (`spec::sum`).
-#[derive(Clone, Copy)]
-pub struct Pairwise {
-    levels: [f32; 64],
-    filled: u64,
-}
-
-impl Default for Pairwise {
-    fn default() -> Self {
-        Pairwise {
-            levels: [0.0; 64],
-            filled: 0,
-        }
-    }
-}
-
-impl Pairwise {
-    /// Adds the next partial sum.
-    #[inline]
-    pub fn push(&mut self, v: f32) {
-        let mut carry = v;
-        let mut i = 0;
-        while self.filled & (1 << i) != 0 {
-            carry += self.levels[i];
-            self.filled &= !(1 << i);
-            i += 1;
-        }
-        self.levels[i] = carry;
-        self.filled |= 1 << i;
-    }
-    /// The sum of every value pushed (+0 for none): the levels from the largest (earliest
-    /// values) down.
-    #[inline]
-    pub fn total(&self) -> f32 {
-        let mut acc: Option<f32> = None;
-        for i in (0..64).rev().filter(|&i| self.filled & (1 << i) != 0) {
-            acc = Some(match acc {
-                Some(a) => a + self.levels[i],
-                None => self.levels[i],
-            });
-        }
-        acc.unwrap_or(0.0)
-    }
-}
-
-/// The pairwise sum of partial sums given in order (see [`Pairwise`]).
+/// The pairwise sum of partial sums given in order, +0 for none: the spec's cascade with
+/// blocks of one value (`spec::sum::cascade_with`), a binary counter whose level i holds
+/// the sum of 2^i values. (Each value here is a lane sum, which starts from +0: never -0,
+/// so the cascade's `0 + v` at a block's start changes no bit.)
 pub fn pairwise(values: impl IntoIterator<Item = f32>) -> f32 {
-    let mut p = Pairwise::default();
-    values.into_iter().for_each(|v| p.push(v));
-    p.total()
+    crate::spec::sum::cascade_with(values, 0.0, |a, b| a + b, 1)
 }
 
 /// Σ f(x[i], y[i], z[i]) over the common length: 16 independent accumulators (fixed order,
@@ -189,14 +143,10 @@ pub fn sum_zip3(x: &[f32], y: &[f32], z: &[f32], f: impl Fn(f32, f32, f32) -> f3
     if n <= SUM_BLOCK {
         return lane_sum_zip3(&x[..n], &y[..n], &z[..n], &f);
     }
-    let mut p = Pairwise::default();
-    let mut lo = 0;
-    while lo < n {
+    pairwise((0..n).step_by(SUM_BLOCK).map(|lo| {
         let hi = (lo + SUM_BLOCK).min(n);
-        p.push(lane_sum_zip3(&x[lo..hi], &y[lo..hi], &z[lo..hi], &f));
-        lo = hi;
-    }
-    p.total()
+        lane_sum_zip3(&x[lo..hi], &y[lo..hi], &z[lo..hi], &f)
+    }))
 }
 
 /// One block of [`sum_zip3`] (operands of one length): the lanes, their tree, the tail.
@@ -376,11 +326,10 @@ fn exp_shifted_sum_body(x: &mut [f32], shift: f32) -> f32 {
         return exp_shifted_block(x, shift);
     }
     // a long row (a softmax over many classes): blocks added pairwise, as [`sum_zip3`]
-    let mut p = Pairwise::default();
-    for block in x.chunks_mut(SUM_BLOCK) {
-        p.push(exp_shifted_block(block, shift));
-    }
-    p.total()
+    pairwise(
+        x.chunks_mut(SUM_BLOCK)
+            .map(|block| exp_shifted_block(block, shift)),
+    )
 }
 
 /// One block of [`exp_shifted_sum_body`].
@@ -408,7 +357,7 @@ fn exp_shifted_block(x: &mut [f32], shift: f32) -> f32 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     #[test]
     fn exp_shifted_sum_matches_two_passes() {
         for n in [0usize, 1, 15, 16, 33, 512] {
@@ -423,10 +372,10 @@ mod tests {
         }
     }
 
-    /// Values near 100 (a mean's worst case: every term the same sign and size), from a
-    /// fixed generator.
-    fn near_hundred(n: usize) -> Vec<f32> {
-        let mut s = 0x9e37_79b9_7f4a_7c15u64;
+    /// `n` values near 100 (a mean's worst case: every term the same sign and size) from a
+    /// fixed generator started at `seed` (the long-sum tests here and in `reduce.rs`).
+    pub(crate) fn near_hundred(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed;
         (0..n)
             .map(|_| {
                 s = crate::spec::splitmix64(s);
@@ -439,7 +388,7 @@ mod tests {
     fn long_sums_stay_within_the_blocked_pairwise_bound() {
         let u = f64::from(f32::EPSILON) / 2.0;
         for n in [1024usize, 1025, 4096 + 7, 100_000, 1 << 22] {
-            let x = near_hundred(n);
+            let x = near_hundred(n, 0x9e37_79b9_7f4a_7c15);
             let exact: f64 = x.iter().map(|&v| f64::from(v)).sum();
             let levels = (n as f64 / super::SUM_BLOCK as f64).log2().ceil().max(0.0);
             let bound = (64.0 + 4.0 + levels + 1.0) * u * exact;
@@ -462,7 +411,7 @@ mod tests {
         }
         // what the blocks buy: 2^22 terms near 100 (16 lanes of 2^18 terms each, left to
         // right, erred by 3.1e-6 relative here) now err by less than 10^-7
-        let x = near_hundred(1 << 22);
+        let x = near_hundred(1 << 22, 0x9e37_79b9_7f4a_7c15);
         let exact: f64 = x.iter().map(|&v| f64::from(v)).sum();
         let rel = (f64::from(super::sum(&x)) - exact).abs() / exact;
         assert!(rel < 1e-7, "relative error {rel:e}");
